@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Shoal builds, tests and benchmarks with,
+# when any is missing. Needs root for apt-get; otherwise says what to install.
+set -euo pipefail
+
+BUILD_PKGS=(build-essential cmake pkg-config python3 curl
+  libnng-dev libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libzstd-dev
+  libmicrohttpd-dev libcjson-dev libutf8proc-dev libstemmer-dev libstreamvbyte-dev
+  libxxhash-dev libroaring-dev zlib1g-dev)
+# Tests also use these (clients, peers for the BM25 check, sanitizer runtime).
+TEST_PKGS=(clang libclang-rt-14-dev python3-elasticsearch default-jre-headless liblucene8-java)
+
+want=("${BUILD_PKGS[@]}")
+[ "${1:-}" = "--with-tests" ] && want+=("${TEST_PKGS[@]}")
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" != 0 ]; then
+  echo "shoal: missing Debian packages: ${missing[*]}" >&2
+  echo "shoal: run as root, or: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "shoal: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,362 @@
+#define _GNU_SOURCE
+#include "cm_sys.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cm_alloc.h"
+
+uint64_t
+cm_now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+int64_t
+cm_wall_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+double
+cm_cpu_seconds(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+	       ru.ru_stime.tv_usec / 1e6;
+}
+
+cm_err
+cm_fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return CM_EIO;
+	int rc = fsync(fd);
+	close(fd);
+	return rc == 0 ? CM_OK : CM_EIO;
+}
+
+cm_err
+cm_file_write_atomic(const char *path, const void *data, size_t len)
+{
+	char tmp[PATH_MAX], dir[PATH_MAX];
+	const char *p = data;
+	int fd;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+		return CM_EINVAL;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return CM_EIO;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			goto fail;
+		p += n;
+		len -= (size_t)n;
+	}
+	if (fsync(fd) != 0)
+		goto fail;
+	close(fd);
+	if (rename(tmp, path) != 0) {
+		unlink(tmp);
+		return CM_EIO;
+	}
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash == NULL)
+		return cm_fsync_dir(".");
+	*slash = '\0';
+	return cm_fsync_dir(dir[0] ? dir : "/");
+fail:
+	close(fd);
+	unlink(tmp);
+	return CM_EIO;
+}
+
+cm_err
+cm_file_read(const char *path, size_t max, char **out, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (f == NULL)
+		return errno == ENOENT ? CM_ENOTFOUND : CM_EIO;
+	size_t cap = 4096, n = 0;
+	char *buf = cm_malloc(CM_MEM_COMMON, cap + 1);
+	for (;;) {
+		if (n == cap) {
+			if (cap >= max)
+				break;
+			cap *= 2;
+			buf = cm_realloc(CM_MEM_COMMON, buf, cap + 1);
+		}
+		size_t got = fread(buf + n, 1, cap - n, f);
+		if (got == 0)
+			break;
+		n += got;
+	}
+	int bad = ferror(f) || n > max;
+	fclose(f);
+	if (bad) {
+		cm_free(CM_MEM_COMMON, buf);
+		return n > max ? CM_ETOOLARGE : CM_EIO;
+	}
+	buf[n] = '\0';
+	*out = buf;
+	*len = n;
+	return CM_OK;
+}
+
+cm_err
+cm_mkdir_p(const char *path)
+{
+	char tmp[PATH_MAX];
+	if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
+		return CM_EINVAL;
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+			return CM_EIO;
+		*p = '/';
+	}
+	if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+		return CM_EIO;
+	return CM_OK;
+}
+
+static int64_t
+dir_walk(const char *path, int remove_all)
+{
+	struct stat st;
+	int64_t total = 0;
+	if (lstat(path, &st) != 0)
+		return 0;
+	if (S_ISDIR(st.st_mode)) {
+		DIR *d = opendir(path);
+		struct dirent *e;
+		char sub[PATH_MAX];
+		while (d && (e = readdir(d)) != NULL) {
+			if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+				continue;
+			if (snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name) >= (int)sizeof(sub))
+				continue;
+			total += dir_walk(sub, remove_all);
+		}
+		if (d)
+			closedir(d);
+		if (remove_all)
+			rmdir(path);
+	} else {
+		total += (int64_t)st.st_blocks * 512;
+		if (remove_all)
+			unlink(path);
+	}
+	return total;
+}
+
+cm_err
+cm_rm_rf(const char *path)
+{
+	dir_walk(path, 1);
+	return access(path, F_OK) == 0 ? CM_EIO : CM_OK;
+}
+
+int64_t
+cm_dir_bytes(const char *path)
+{
+	return dir_walk(path, 0);
+}
+
+/* ---- worker pool ---- */
+
+typedef struct cm_task {
+	cm_task_fn fn;
+	void *arg;
+	struct cm_task *next;
+} cm_task;
+
+struct cm_pool {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	cm_task *head, *tail;
+	int stopping;
+	int nthreads;
+	pthread_t *threads;
+};
+
+static void *
+pool_worker(void *arg)
+{
+	cm_pool *p = arg;
+	for (;;) {
+		pthread_mutex_lock(&p->mu);
+		while (p->head == NULL && !p->stopping)
+			pthread_cond_wait(&p->cv, &p->mu);
+		cm_task *t = p->head;
+		if (t == NULL) {
+			pthread_mutex_unlock(&p->mu);
+			return NULL;
+		}
+		p->head = t->next;
+		if (p->head == NULL)
+			p->tail = NULL;
+		pthread_mutex_unlock(&p->mu);
+		t->fn(t->arg);
+		cm_free(CM_MEM_COMMON, t);
+	}
+}
+
+cm_pool *
+cm_pool_create(int nthreads, const char *name)
+{
+	cm_pool *p = cm_calloc(CM_MEM_COMMON, 1, sizeof(*p));
+	if (nthreads < 1)
+		nthreads = 1;
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cv, NULL);
+	p->nthreads = nthreads;
+	p->threads = cm_calloc(CM_MEM_COMMON, (size_t)nthreads, sizeof(pthread_t));
+	for (int i = 0; i < nthreads; i++) {
+		pthread_create(&p->threads[i], NULL, pool_worker, p);
+		if (name) {
+			char tn[16];
+			snprintf(tn, sizeof(tn), "%.11s-%d", name, i);
+			pthread_setname_np(p->threads[i], tn);
+		}
+	}
+	return p;
+}
+
+void
+cm_pool_destroy(cm_pool *p)
+{
+	if (p == NULL)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->stopping = 1;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < p->nthreads; i++)
+		pthread_join(p->threads[i], NULL);
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->cv);
+	cm_free(CM_MEM_COMMON, p->threads);
+	cm_free(CM_MEM_COMMON, p);
+}
+
+void
+cm_pool_submit(cm_pool *p, cm_task_fn fn, void *arg)
+{
+	cm_task *t = cm_malloc(CM_MEM_COMMON, sizeof(*t));
+	t->fn = fn;
+	t->arg = arg;
+	t->next = NULL;
+	pthread_mutex_lock(&p->mu);
+	if (p->tail)
+		p->tail->next = t;
+	else
+		p->head = t;
+	p->tail = t;
+	pthread_cond_signal(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+int
+cm_pool_threads(const cm_pool *p)
+{
+	return p ? p->nthreads : 1;
+}
+
+struct cm_wait {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int count;
+};
+
+cm_wait *
+cm_wait_create(int count)
+{
+	cm_wait *w = cm_malloc(CM_MEM_COMMON, sizeof(*w));
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	w->count = count;
+	return w;
+}
+
+void
+cm_wait_done(cm_wait *w)
+{
+	pthread_mutex_lock(&w->mu);
+	if (--w->count == 0)
+		pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+void
+cm_wait_wait(cm_wait *w)
+{
+	pthread_mutex_lock(&w->mu);
+	while (w->count > 0)
+		pthread_cond_wait(&w->cv, &w->mu);
+	pthread_mutex_unlock(&w->mu);
+}
+
+void
+cm_wait_destroy(cm_wait *w)
+{
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	cm_free(CM_MEM_COMMON, w);
+}
+
+typedef struct {
+	cm_task_fn fn;
+	void *arg;
+	cm_wait *w;
+} run_all_item;
+
+static void
+run_all_task(void *arg)
+{
+	run_all_item *it = arg;
+	it->fn(it->arg);
+	cm_wait_done(it->w);
+}
+
+void
+cm_pool_run_all(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n)
+{
+	if (p == NULL || n <= 1) {
+		for (size_t i = 0; i < n; i++)
+			fn((char *)args + i * stride);
+		return;
+	}
+	cm_wait *w = cm_wait_create((int)n);
+	run_all_item *items = cm_malloc(CM_MEM_COMMON, n * sizeof(*items));
+	for (size_t i = 0; i < n; i++) {
+		items[i] = (run_all_item){fn, (char *)args + i * stride, w};
+		cm_pool_submit(p, run_all_task, &items[i]);
+	}
+	cm_wait_wait(w);
+	cm_wait_destroy(w);
+	cm_free(CM_MEM_COMMON, items);
+}

@@ -1,0 +1,46 @@
+/* Clocks, durable file writes and a worker pool. */
+#ifndef CM_SYS_H
+#define CM_SYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cm_err.h"
+
+uint64_t cm_now_ns(void);      /* CLOCK_MONOTONIC */
+int64_t cm_wall_ms(void);      /* CLOCK_REALTIME, epoch millis */
+double cm_cpu_seconds(void);   /* this process, user + system */
+
+/* Temp file, write, fsync, rename, fsync the directory. */
+cm_err cm_file_write_atomic(const char *path, const void *data, size_t len);
+/* Reads a whole file (at most max bytes) into a cm_malloc'd buffer the
+ * caller frees with cm_free(CM_MEM_COMMON, ...). */
+cm_err cm_file_read(const char *path, size_t max, char **out, size_t *len);
+cm_err cm_fsync_dir(const char *dir);
+cm_err cm_mkdir_p(const char *path);
+cm_err cm_rm_rf(const char *path);
+/* Sum of file sizes under a directory (bytes). */
+int64_t cm_dir_bytes(const char *path);
+
+/* A fixed pool of worker threads running submitted tasks in FIFO order. */
+typedef struct cm_pool cm_pool;
+typedef void (*cm_task_fn)(void *arg);
+
+cm_pool *cm_pool_create(int nthreads, const char *name);
+/* Waits for queued tasks to finish, then joins the workers. */
+void cm_pool_destroy(cm_pool *p);
+void cm_pool_submit(cm_pool *p, cm_task_fn fn, void *arg);
+int cm_pool_threads(const cm_pool *p);
+
+/* A countdown a caller waits on while its tasks run on a pool. */
+typedef struct cm_wait cm_wait;
+cm_wait *cm_wait_create(int count);
+void cm_wait_done(cm_wait *w);   /* one task finished */
+void cm_wait_wait(cm_wait *w);   /* until count reaches 0 */
+void cm_wait_destroy(cm_wait *w);
+
+/* Runs fn(arg_i) for each i in [0,n) on the pool and waits for all. With a
+ * NULL pool, runs them inline in order. */
+void cm_pool_run_all(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n);
+
+#endif

@@ -1,0 +1,213 @@
+/* Immutable segments: one LMDB environment per file (seg-<gen>.mdb),
+ * written once in key order with MDB_APPEND, then read-only and zero-copy.
+ * This is the interface the query engine reads through.
+ *
+ * Concurrency: an st_segment is shared by all threads. Every read goes
+ * through an st_seg_txn, which one thread uses at a time; pointers it hands
+ * out (terms, norms, column data) stay valid until st_seg_txn_end. */
+#ifndef ST_SEGMENT_H
+#define ST_SEGMENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/cm_buf.h"
+#include "../common/cm_err.h"
+#include "../common/cm_sys.h"
+#include "st_types.h"
+
+#define ST_NO_MORE_DOCS UINT32_MAX
+#define ST_BLOCK 128        /* docs per postings block */
+#define ST_COL_BLOCK 4096   /* docs per column block */
+
+typedef struct st_segment st_segment;
+typedef struct st_seg_txn st_seg_txn;
+
+enum {
+	ST_FI_POSTINGS = 1 << 0,  /* terms + postings ('T') */
+	ST_FI_POSITIONS = 1 << 1, /* positions ('P'), text only */
+	ST_FI_NORMS = 1 << 2,     /* one byte per doc ('N'), text only */
+	ST_FI_COLUMN = 1 << 3,    /* column blocks ('C') */
+	ST_FI_MULTI = 1 << 4,     /* some doc has more than one value */
+};
+
+typedef struct st_field_info {
+	const char *name;
+	uint16_t id; /* segment-local */
+	st_field_type type;
+	st_analyzer_kind analyzer;
+	uint8_t flags;
+	uint32_t doc_count;           /* docs with at least one value */
+	uint64_t sum_total_term_freq; /* text: tokens; keyword: values */
+	uint64_t sum_doc_freq;
+	uint64_t num_terms;           /* distinct terms; keyword: number of ordinals */
+	int64_t col_min, col_max;     /* column fields: over all values (sortable form for doubles) */
+} st_field_info;
+
+cm_err st_segment_open(const char *path, st_segment **out, cm_error *err);
+void st_segment_close(st_segment *s);
+uint32_t st_segment_max_doc(const st_segment *s);
+uint64_t st_segment_generation(const st_segment *s);
+const char *st_segment_path(const st_segment *s);
+uint64_t st_segment_bytes(const st_segment *s); /* file size */
+size_t st_segment_nfields(const st_segment *s);
+const st_field_info *st_segment_field_at(const st_segment *s, size_t i);
+const st_field_info *st_segment_field(const st_segment *s, const char *name); /* NULL if absent */
+
+cm_err st_seg_txn_begin(const st_segment *s, st_seg_txn **out);
+void st_seg_txn_end(st_seg_txn *t);
+const st_segment *st_seg_txn_segment(const st_seg_txn *t);
+
+/* ---- postings ---- */
+
+/* Cursor over one term's postings. Decodes a block of up to 128 docs at a
+ * time into docs[]/freqs[]; callers may read those arrays directly (bulk
+ * path) between st_postings_next_block calls. */
+typedef struct st_postings {
+	uint32_t doc_freq;
+	uint64_t total_term_freq;
+	uint32_t doc;     /* current doc, ST_NO_MORE_DOCS at end; UINT32_MAX-1 before first */
+	uint32_t freq;    /* of the current doc */
+	uint32_t block;   /* index of the decoded block */
+	uint32_t nblocks;
+	uint32_t n, i;    /* docs in the decoded block, cursor within it */
+	uint32_t docs[ST_BLOCK];
+	uint32_t freqs[ST_BLOCK];
+	/* private */
+	st_seg_txn *txn;
+	uint16_t field;
+	const uint8_t *skip, *data, *pos_data;
+	size_t data_len, pos_len;
+	uint32_t pos_block; /* block whose positions are located */
+	const uint8_t *pos_cur;
+	uint32_t pos_i;
+	bool corrupt;
+} st_postings;
+
+/* CM_ENOTFOUND when the term is absent. */
+cm_err st_postings_open(st_seg_txn *t, const st_field_info *f, const void *term, size_t len,
+                        st_postings *p);
+uint32_t st_postings_next(st_postings *p);
+uint32_t st_postings_advance(st_postings *p, uint32_t target); /* first doc >= target */
+/* Bulk: decodes the next block (the first on the first call); returns the
+ * number of docs in it, 0 at the end. Sets doc to docs[0]. */
+uint32_t st_postings_next_block(st_postings *p);
+/* Skip data without decoding: last doc of block b, and the block's max
+ * impact (the largest freq and the smallest norm byte among its docs, an
+ * upper bound for BM25 over the block). */
+uint32_t st_postings_block_last(const st_postings *p, uint32_t b);
+void st_postings_block_impact(const st_postings *p, uint32_t b, uint32_t *max_freq,
+                              uint8_t *min_norm);
+/* Index of the first block whose last doc >= target (nblocks if none). */
+uint32_t st_postings_find_block(const st_postings *p, uint32_t target);
+/* Positions of the current doc (field must have ST_FI_POSITIONS); returns
+ * the count (== freq) written to pos (cap >= freq), or -1 on corruption. */
+int st_postings_positions(st_postings *p, uint32_t *pos, uint32_t cap);
+
+/* ---- terms dictionary ---- */
+
+typedef struct st_terms st_terms;
+cm_err st_terms_open(st_seg_txn *t, const st_field_info *f, st_terms **out);
+/* Positions at the first term >= key (key NULL: the first term). false at end. */
+bool st_terms_seek(st_terms *it, const void *key, size_t len);
+bool st_terms_next(st_terms *it);
+const uint8_t *st_terms_term(const st_terms *it, size_t *len);
+uint32_t st_terms_doc_freq(const st_terms *it);
+cm_err st_terms_postings(st_terms *it, st_postings *p);
+void st_terms_close(st_terms *it);
+
+/* ---- norms ---- */
+
+/* max_doc bytes, one per doc: st_norm_encode(length), 0 = no value. NULL
+ * when the field has no norms. */
+const uint8_t *st_norms(st_seg_txn *t, const st_field_info *f);
+
+/* ---- columns ---- */
+
+/* One decoded column block: values of docs [first_doc, first_doc+ndocs).
+ * Doc d's values are vals[starts[d-first_doc] .. starts[d-first_doc+1]),
+ * ascending. Doubles are in sortable form (st_sortable_to_double);
+ * keywords are segment ordinals. Buffers are owned by the struct and reused. */
+typedef struct st_colblock {
+	uint32_t block, first_doc, ndocs, nvalues;
+	int64_t min, max; /* over present values; meaningless when nvalues == 0 */
+	uint32_t *starts;
+	int64_t *vals;
+	size_t starts_cap, vals_cap;
+} st_colblock;
+
+/* Zone map only (no decode): for range queries to skip blocks. */
+cm_err st_col_zone(st_seg_txn *t, const st_field_info *f, uint32_t block, int64_t *min,
+                   int64_t *max, uint32_t *nvalues);
+cm_err st_col_load(st_seg_txn *t, const st_field_info *f, uint32_t block, st_colblock *cb);
+void st_colblock_free(st_colblock *cb);
+/* Convenience for per-doc access in ascending or random order: loads the
+ * doc's block into cb if it is not already there. Returns the value count
+ * and points *vals at them. Negative on error. */
+int st_col_values(st_seg_txn *t, const st_field_info *f, st_colblock *cb, uint32_t doc,
+                  const int64_t **vals);
+
+/* Keyword ordinals <-> terms (ordinals are ranks in the sorted dictionary). */
+cm_err st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t **term,
+                   size_t *len);
+/* CM_ENOTFOUND if absent; *ord is then the insertion point. */
+cm_err st_term_ord(st_seg_txn *t, const st_field_info *f, const void *term, size_t len,
+                   uint64_t *ord);
+
+/* ---- stored documents and ids ---- */
+
+/* Appends doc's _id and _source (decompressed) to the buffers. */
+cm_err st_stored_get(st_seg_txn *t, uint32_t doc, cm_buf *id, cm_buf *source);
+cm_err st_id_lookup(st_seg_txn *t, const char *id, size_t len, uint32_t *doc);
+
+/* Internal per-doc metadata, kept as ordinary long columns. */
+#define ST_FIELD_SEQ_NO "_seq_no"
+#define ST_FIELD_VERSION "_version"
+#define ST_FIELD_PRIMARY_TERM "_primary_term"
+
+/* ---- writing ---- */
+
+/* In-memory segment builder (the indexing buffer). Not thread-safe. */
+typedef struct st_segbuild st_segbuild;
+st_segbuild *st_segbuild_create(void);
+void st_segbuild_destroy(st_segbuild *b);
+/* Adds a parsed doc with its metadata; text values are analyzed here.
+ * *docno receives its number in the future segment. */
+cm_err st_segbuild_add(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t primary_term,
+                       int64_t version, uint32_t *docno, cm_error *err);
+uint32_t st_segbuild_docs(const st_segbuild *b);
+size_t st_segbuild_ram(const st_segbuild *b); /* bytes held, for the memory budget */
+/* Writes the buffered docs as segment file `path` (generation gen), docs
+ * marked in `deleted` (bitset of st_segbuild_docs bits, may be NULL) left
+ * out. Writes to path + ".tmp", syncs, renames; on failure nothing is left
+ * at `path`. Independent parts (fields) are built on `pool` if not NULL. */
+cm_err st_segbuild_write(st_segbuild *b, const uint64_t *deleted, const char *path, uint64_t gen,
+                         cm_pool *pool, cm_error *err);
+
+/* Merges segments into one new file: live docs only (live[i] is a bitset
+ * over segs[i]'s max_doc, NULL = all live), in segment order then doc
+ * order. Work is split per field (and large fields by term range) onto
+ * `pool`, bounded by ram_budget bytes. Same file discipline as above. */
+cm_err st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
+                        const char *path, uint64_t gen, cm_pool *pool, size_t ram_budget,
+                        cm_error *err);
+
+/* Bitset helpers (64-bit words, bit i of word i/64). */
+static inline bool
+st_bit_get(const uint64_t *bits, uint32_t i)
+{
+	return (bits[i >> 6] >> (i & 63)) & 1;
+}
+static inline void
+st_bit_set(uint64_t *bits, uint32_t i)
+{
+	bits[i >> 6] |= (uint64_t)1 << (i & 63);
+}
+static inline size_t
+st_bit_words(uint32_t nbits)
+{
+	return ((size_t)nbits + 63) / 64;
+}
+
+#endif

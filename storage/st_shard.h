@@ -1,0 +1,128 @@
+/* A shard replica: a directory holding shard.mdb (commit point, deletes,
+ * operation log, checkpoints) and immutable segment files.
+ *
+ *   data/<index-uuid>/<shard>/shard.mdb
+ *   data/<index-uuid>/<shard>/seg-<generation>.mdb
+ *
+ * Writes are logged (one synced LMDB transaction per batch, shared across
+ * concurrent callers) before they are applied to the indexing buffer; a
+ * refresh turns the buffer into a segment and commits a new segment list
+ * atomically. On open, the log above the commit point is replayed, so an
+ * acknowledged operation survives kill -9. All functions are thread-safe. */
+#ifndef ST_SHARD_H
+#define ST_SHARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/cm_buf.h"
+#include "../common/cm_err.h"
+#include "../common/cm_sys.h"
+#include "st_segment.h"
+#include "st_types.h"
+
+typedef struct st_shard st_shard;
+
+typedef struct st_shard_opts {
+	size_t indexing_max_ram_mb; /* buffer budget; a refresh is forced past it (default 64) */
+	cm_pool *merge_pool;        /* shared pool for merges; NULL = shard makes none, merges inline */
+	bool background_merges;     /* tiered merge policy after refreshes (default true) */
+	int merge_factor;           /* segments per tier before merging (default 10) */
+} st_shard_opts;
+
+void st_shard_opts_default(st_shard_opts *o);
+
+/* Opens or creates the shard at dir. Partial segment files and files no
+ * commit point references are removed; the log above the last commit is
+ * replayed into the buffer (not yet searchable until refresh). */
+cm_err st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o,
+                     st_shard **out, cm_error *err);
+void st_shard_close(st_shard *s);
+/* Newer mapping version for documents applied from now on. */
+void st_shard_set_mapping(st_shard *s, const st_mapping *m);
+
+typedef enum { ST_OP_INDEX, ST_OP_DELETE } st_op_type;
+
+typedef enum {
+	ST_RESULT_CREATED,
+	ST_RESULT_UPDATED,
+	ST_RESULT_DELETED,
+	ST_RESULT_NOT_FOUND,
+	ST_RESULT_NOOP,
+} st_op_result_kind;
+
+#define ST_NO_SEQ UINT64_MAX
+
+typedef struct st_op {
+	st_op_type type;
+	const char *id;
+	size_t id_len;
+	const char *source; /* INDEX: _source JSON */
+	size_t source_len;
+	/* Replication: set by the primary; ST_NO_SEQ lets this shard assign the
+	 * next seq_no (primary / solo). A replica applying an op whose seq_no it
+	 * already has skips it (idempotent). */
+	uint64_t seq_no;
+	uint64_t primary_term;
+	/* Conditions, checked before anything is logged (409 on mismatch). */
+	uint64_t if_seq_no;       /* ST_NO_SEQ = none */
+	uint64_t if_primary_term; /* with if_seq_no */
+	int64_t version;          /* external version (version_type=external), 0 = none */
+	bool create_only;         /* op_type=create: 409 if the id exists */
+} st_op;
+
+typedef struct st_op_result {
+	cm_err err;
+	char reason[256];
+	st_op_result_kind result;
+	uint64_t seq_no, primary_term;
+	int64_t version;
+} st_op_result;
+
+/* Applies a batch. Each op succeeds or fails on its own (res[i].err);
+ * successful ones are logged durably in one transaction before this
+ * returns. Returns CM_OK unless the whole batch failed (e.g. I/O). A doc
+ * that fails to parse under the mapping gets CM_EMAPPING. */
+cm_err st_shard_apply(st_shard *s, const st_op *ops, size_t n, st_op_result *res);
+
+/* Realtime get (sees unrefreshed writes). CM_ENOTFOUND if absent. */
+typedef struct st_doc_meta {
+	uint64_t seq_no, primary_term;
+	int64_t version;
+} st_doc_meta;
+cm_err st_shard_get(st_shard *s, const char *id, size_t len, st_doc_meta *meta, cm_buf *source);
+
+cm_err st_shard_refresh(st_shard *s);
+/* Makes segments durable and trims the log below the checkpoint. */
+cm_err st_shard_flush(st_shard *s);
+cm_err st_shard_force_merge(st_shard *s, int max_segments);
+
+/* A point-in-time view for searching: segments plus their live-doc
+ * bitsets. Holds references; release when done. */
+typedef struct st_reader st_reader;
+st_reader *st_shard_reader(st_shard *s);
+void st_reader_release(st_reader *r);
+size_t st_reader_nsegments(const st_reader *r);
+st_segment *st_reader_segment(const st_reader *r, size_t i);
+const uint64_t *st_reader_live(const st_reader *r, size_t i); /* NULL = all live */
+uint32_t st_reader_live_count(const st_reader *r, size_t i);
+uint64_t st_reader_doc_count(const st_reader *r);            /* live docs */
+
+typedef struct st_shard_stats {
+	uint64_t docs, deleted_docs, segments;
+	uint64_t store_bytes;
+	uint64_t buffered_docs;
+	uint64_t max_seq_no, local_checkpoint, committed_seq_no;
+	uint64_t primary_term;
+	uint64_t refreshes, merges, flushes;
+} st_shard_stats;
+void st_shard_stats_get(st_shard *s, st_shard_stats *out);
+
+/* Operation log access for replication: ops with seq_no > from, in order,
+ * until fn returns nonzero. CM_ENOTFOUND if the log was trimmed past from. */
+typedef int (*st_oplog_fn)(void *ctx, const st_op *op, int64_t version);
+cm_err st_shard_oplog_read(st_shard *s, uint64_t from, st_oplog_fn fn, void *ctx);
+void st_shard_set_primary_term(st_shard *s, uint64_t term);
+
+#endif

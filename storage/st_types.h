@@ -1,0 +1,152 @@
+/* Field types, analyzers, mappings and parsed documents: the vocabulary
+ * shared by storage, search and the REST layer. */
+#ifndef ST_TYPES_H
+#define ST_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/cm_err.h"
+
+typedef struct cJSON cJSON;
+
+typedef enum {
+	ST_FT_TEXT,
+	ST_FT_KEYWORD,
+	ST_FT_LONG,
+	ST_FT_INTEGER,
+	ST_FT_SHORT,
+	ST_FT_BYTE,
+	ST_FT_DOUBLE,
+	ST_FT_FLOAT,
+	ST_FT_DATE,
+	ST_FT_BOOLEAN,
+	ST_FT_OBJECT, /* only in mappings; never stored as a segment field */
+} st_field_type;
+
+typedef enum {
+	ST_AN_STANDARD,
+	ST_AN_SIMPLE,
+	ST_AN_WHITESPACE,
+	ST_AN_KEYWORD,
+	ST_AN_ENGLISH,
+} st_analyzer_kind;
+
+const char *st_field_type_name(st_field_type t);
+bool st_field_type_from_name(const char *name, st_field_type *out);
+bool st_field_type_is_numeric(st_field_type t); /* long..float, date, boolean: column-only */
+const char *st_analyzer_name(st_analyzer_kind a);
+bool st_analyzer_from_name(const char *name, st_analyzer_kind *out);
+
+/* ---- analysis ---- */
+
+#define ST_MAX_TOKEN_LEN 255 /* Lucene's StandardAnalyzer default */
+
+typedef struct st_token {
+	const char *term; /* valid only during the callback */
+	size_t len;
+	uint32_t position;
+	uint32_t start, end; /* byte offsets into the input */
+} st_token;
+
+/* Returns nonzero to stop early. */
+typedef int (*st_token_fn)(void *ctx, const st_token *tok);
+
+/* Tokenizes `text` with analyzer `a`, calling fn per token in order.
+ * Positions start at `first_pos` (stop words leave gaps, as in Lucene).
+ * Returns the position after the last token in *next_pos (may be NULL). */
+cm_err st_analyze(st_analyzer_kind a, const char *text, size_t len, uint32_t first_pos,
+                  st_token_fn fn, void *ctx, uint32_t *next_pos);
+
+/* ---- mappings ---- */
+
+typedef enum { ST_DYNAMIC_TRUE, ST_DYNAMIC_FALSE, ST_DYNAMIC_STRICT } st_dynamic;
+
+typedef struct st_field_def {
+	char *path;    /* full dotted path: "name.firstName", "name.firstName.keyword" */
+	char *parent;  /* multi-field: the field it copies from ("name.firstName"), else NULL */
+	st_field_type type;
+	st_analyzer_kind analyzer;        /* text only */
+	st_analyzer_kind search_analyzer; /* text only; defaults to analyzer */
+	int ignore_above;                 /* keyword: 0 = unlimited */
+	bool index;                       /* searchable (default true) */
+	bool doc_values;                  /* column (default true except text) */
+	char *format;                     /* date format, NULL = strict_date_optional_time||epoch_millis */
+	st_dynamic dynamic;               /* object fields only */
+} st_field_def;
+
+/* An immutable mapping version. Fields are sorted by path. Object fields
+ * are listed too (type ST_FT_OBJECT), so "name" resolves. */
+typedef struct st_mapping {
+	st_field_def *fields;
+	size_t nfields;
+	st_dynamic dynamic; /* root */
+	uint64_t version;
+	int refs;
+} st_mapping;
+
+st_mapping *st_mapping_new(void); /* empty, dynamic=true, refs=1 */
+st_mapping *st_mapping_ref(st_mapping *m);
+void st_mapping_unref(st_mapping *m);
+const st_field_def *st_mapping_find(const st_mapping *m, const char *path);
+/* Parses the body of ES `mappings` ({"properties":...,"dynamic":...}). */
+cm_err st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err);
+/* Renders ES shape {"dynamic":..,"properties":{...}} (nested objects, "fields"). */
+cJSON *st_mapping_to_json(const st_mapping *m);
+/* New version = base + additions. Conflicting type changes are CM_EINVAL
+ * ("mapper [x] cannot be changed from type [a] to [b]"). */
+cm_err st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out,
+                        cm_error *err);
+
+/* ---- parsed documents ---- */
+
+typedef struct st_value {
+	const st_field_def *field; /* points into the mapping used to parse */
+	int64_t i;                 /* long/int/short/byte, date (epoch ms), boolean 0/1 */
+	double d;                  /* double/float */
+	const char *s;             /* text/keyword: bytes (not NUL-terminated) */
+	size_t n;
+	uint32_t ordinal;          /* index of this value among the field's values in the doc */
+} st_value;
+
+typedef struct st_doc {
+	const char *id;
+	size_t id_len;
+	const char *source; /* _source exactly as sent */
+	size_t source_len;
+	st_value *values;
+	size_t nvalues;
+	cJSON *json; /* parse tree the string values point into */
+	size_t cap;
+} st_doc;
+
+/* Parses `source` under mapping m. Fields not in m are added to *dynamic_add
+ * (a new mapping holding only the additions, or NULL if none) when the
+ * mapping's dynamic setting allows; strict → CM_EMAPPING with
+ * "strict_dynamic_mapping_exception". Values for fields in *dynamic_add are
+ * not emitted: merge the mapping, then parse again. Multi-fields get their
+ * parent's values. Objects flatten to dotted paths; arrays are multi-valued.
+ * Wrong types ("abc" for a long) → CM_EMAPPING naming the field. */
+cm_err st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *source,
+                    size_t source_len, st_doc *out, st_mapping **dynamic_add, cm_error *err);
+void st_doc_free(st_doc *d);
+
+/* Dates: ISO-8601 forms (2024-01-31, 2024-01-31T10:00:00Z, with fraction
+ * and offsets) and epoch millis. `format` may be NULL for the default
+ * "strict_date_optional_time||epoch_millis"; supported names are listed in
+ * docs/api.md. Returns false when the value does not parse. */
+bool st_date_parse(const char *s, size_t n, const char *format, int64_t *epoch_ms);
+/* Renders epoch millis as "2024-01-31T10:00:00.000Z" into buf (>= 32 bytes). */
+void st_date_format(int64_t epoch_ms, char *buf, size_t cap);
+
+/* Lucene's norm: SmallFloat.intToByte4(length) and its inverse. */
+uint8_t st_norm_encode(uint32_t length);
+uint32_t st_norm_decode(uint8_t norm);
+
+/* Order-preserving map between doubles and int64 (Lucene's
+ * NumericUtils.doubleToSortableLong), so double columns compare as ints. */
+int64_t st_double_to_sortable(double d);
+double st_sortable_to_double(int64_t v);
+
+#endif
