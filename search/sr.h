@@ -170,6 +170,10 @@ typedef struct sr_shard_result {
 	sr_agg_state *aggs;
 	bool timed_out, terminated_early;
 	cm_error error; /* a failed shard */
+	/* Index name the merger renders as each hit's "_index" (one search may
+	 * span several indices). Set by the caller of sr_search_shard before
+	 * sr_merger_add; borrowed, must outlive the merger. */
+	const char *index;
 } sr_shard_result;
 
 /* Runs req over one shard's point-in-time view. Returns the top from+size
