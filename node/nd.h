@@ -1,0 +1,173 @@
+/* The data node: the index registry (settings, mappings, shard
+ * directories, metadata persisted as JSON), shard routing, the refresh
+ * timer, and the search fan-out over local shards through a thread pool
+ * into the shared merge stage. All functions are thread-safe. */
+#ifndef ND_H
+#define ND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/cm_buf.h"
+#include "../common/cm_err.h"
+#include "../search/sr.h"
+#include "../storage/st_shard.h"
+#include "../storage/st_types.h"
+
+typedef struct cJSON cJSON;
+typedef struct nd_node nd_node;
+typedef struct nd_index nd_index;
+
+#define ND_MAX_SHARDS 1024
+#define ND_ES_VERSION "7.10.2"
+
+typedef struct nd_node_opts {
+	const char *data_dir;
+	const char *name;       /* NULL: host name */
+	int search_threads;     /* 0: number of cores */
+	bool destructive_requires_name; /* action.destructive_requires_name (default true) */
+} nd_node_opts;
+
+/* Opens the data directory: takes its lock file (a second node on the same
+ * directory gets CM_EBUSY with a message), loads every index. */
+cm_err nd_node_open(const nd_node_opts *o, nd_node **out, cm_error *err);
+void nd_node_close(nd_node *n);
+const char *nd_node_name(const nd_node *n);
+const char *nd_node_id(const nd_node *n);
+const char *nd_cluster_uuid(const nd_node *n);
+const char *nd_cluster_name(const nd_node *n);
+const char *nd_data_dir(const nd_node *n);
+bool nd_destructive_requires_name(const nd_node *n);
+int64_t nd_start_ms(const nd_node *n);
+
+/* ---- indices ---- */
+
+typedef struct nd_settings {
+	int number_of_shards;
+	int number_of_replicas;
+	int64_t refresh_interval_ms; /* -1 disables */
+	char refresh_interval[32];   /* as given ("1s"), "" when default */
+	int max_result_window;
+} nd_settings;
+
+typedef struct nd_index_stats {
+	uint64_t index_total, index_time_ns, index_failed;
+	uint64_t delete_total, delete_time_ns;
+	uint64_t get_total, get_time_ns;
+	uint64_t query_total, query_time_ns, fetch_total;
+	uint64_t scroll_total;
+	uint64_t refresh_total, flush_total;
+} nd_index_stats;
+
+/* Creates an index from a PUT body ({"settings":..,"mappings":..,"aliases"?}),
+ * which may be NULL. Name validation as Elasticsearch (CM_EBADNAME);
+ * existing → CM_EEXISTS. *out (optional) is a new reference. */
+cm_err nd_index_create(nd_node *n, const char *name, const cJSON *body, nd_index **out,
+                       cm_error *err);
+/* Checks an index name; CM_EBADNAME with ES's reason. */
+cm_err nd_index_name_check(const char *name, cm_error *err);
+/* Removes the index and its files (files go when the last reference drops). */
+cm_err nd_index_delete(nd_node *n, nd_index *ix, cm_error *err);
+
+/* A new reference to the index, or NULL. */
+nd_index *nd_index_get(nd_node *n, const char *name);
+/* Same, creating it with defaults when absent (auto_create_index). */
+cm_err nd_index_get_or_create(nd_node *n, const char *name, nd_index **out, cm_error *err);
+nd_index *nd_index_ref(nd_index *ix);
+void nd_index_release(nd_index *ix);
+
+/* Resolves "a,b*,-c,_all" to references sorted by name. A concrete
+ * missing name → CM_ENOINDEX unless ignore_unavailable; wildcards that
+ * match nothing are fine. The caller releases each and frees the array
+ * with cm_free(CM_MEM_NODE, ...). */
+cm_err nd_resolve(nd_node *n, const char *expr, bool ignore_unavailable, nd_index ***out,
+                  size_t *nout, cm_error *err);
+/* Every index, sorted by name (same ownership as nd_resolve). */
+void nd_index_list(nd_node *n, nd_index ***out, size_t *nout);
+
+const char *nd_index_name(const nd_index *ix);
+const char *nd_index_uuid(const nd_index *ix);
+int64_t nd_index_creation_ms(const nd_index *ix);
+const nd_settings *nd_index_settings(const nd_index *ix);
+int nd_index_nshards(const nd_index *ix);
+st_shard *nd_index_shard(nd_index *ix, int i); /* borrowed while ix is held */
+nd_index_stats *nd_index_counters(nd_index *ix); /* atomically updated counters */
+/* The current mapping; a new reference (st_mapping_unref). */
+st_mapping *nd_index_mapping(nd_index *ix);
+/* Merges a PUT _mapping body into the mapping; persists it. */
+cm_err nd_index_put_mapping(nd_index *ix, const cJSON *mappings, cm_error *err);
+/* Applies a PUT _settings body (dynamic settings only: number_of_replicas,
+ * refresh_interval, max_result_window). */
+cm_err nd_index_put_settings(nd_index *ix, const cJSON *body, cm_error *err);
+/* Settings rendered as ES does ({"index":{...}}, values as strings). */
+cJSON *nd_index_settings_json(const nd_index *ix);
+
+/* The shard a routing value (or id) maps to: xxh64(seed 0) % shards. */
+int nd_index_route(const nd_index *ix, const char *routing, size_t len);
+
+/* Parses a document source under the mapping and, when it holds new
+ * fields that dynamic mapping allows, merges and persists the mapping
+ * before returning, so the shard sees them when the doc is applied.
+ * Mapping errors → CM_EMAPPING (or strict_dynamic_mapping_exception). */
+cm_err nd_index_prepare_doc(nd_index *ix, const char *id, size_t id_len, const char *src,
+                            size_t len, cm_error *err);
+/* Applies ops to one shard (st_shard_apply) and counts them. */
+cm_err nd_index_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result *res);
+cm_err nd_index_refresh(nd_index *ix);
+cm_err nd_index_flush(nd_index *ix);
+cm_err nd_index_force_merge(nd_index *ix, int max_segments);
+/* Sum of the shards' stats. */
+void nd_index_shard_stats(nd_index *ix, st_shard_stats *sum);
+
+/* "1s", "500ms", "2m", "-1" (→ -1) as milliseconds; false when malformed. */
+bool nd_parse_time(const char *s, int64_t *ms);
+
+/* A generated document id: 20 characters of base64url (time + counter +
+ * random, as Elasticsearch's). buf has room for 21 bytes. */
+void nd_gen_id(char buf[21]);
+
+/* ---- search ---- */
+
+/* One search target: an index and a point-in-time reader per shard. */
+typedef struct nd_target {
+	nd_index *ix;      /* referenced */
+	st_reader **readers; /* one per shard */
+	int nshards;
+} nd_target;
+
+/* Takes reader snapshots of every shard of each index (references ix). */
+nd_target *nd_targets_open(nd_index **ixs, size_t n);
+void nd_targets_close(nd_target *t, size_t n);
+
+/* Runs req over every shard of the targets on the search pool, handing
+ * each shard's result to the merger as it completes; renders the ES
+ * _search body into out. */
+cm_err nd_search(nd_node *n, nd_target *t, size_t nt, const sr_request *req, cm_buf *out,
+                 cm_error *err);
+/* Total count over the targets. */
+cm_err nd_count(nd_node *n, nd_target *t, size_t nt, const sr_query *q, uint64_t deadline_ns,
+                uint64_t *count, cm_error *err);
+
+/* Scroll contexts: a search's request body and shard snapshots kept alive
+ * until their expiry. */
+typedef struct nd_scroll nd_scroll;
+/* Stores a context (takes ownership of t and body); writes its id. */
+void nd_scroll_put(nd_node *n, nd_target *t, size_t nt, char *body_json, uint32_t size,
+                   int64_t keep_alive_ms, char id_out[64]);
+/* Runs the next page of a scroll into out; CM_ENOTFOUND when the context
+ * is gone (search_context_missing_exception). */
+cm_err nd_scroll_next(nd_node *n, const char *id, int64_t keep_alive_ms, cm_buf *out,
+                      cm_error *err);
+/* Frees a context; false if it did not exist. */
+bool nd_scroll_clear(nd_node *n, const char *id);
+size_t nd_scroll_clear_all(nd_node *n);
+
+/* Node-wide counters for _nodes/stats. */
+typedef struct nd_node_counters {
+	uint64_t http_requests, http_open;
+	uint64_t search_rejected;
+} nd_node_counters;
+nd_node_counters *nd_counters(nd_node *n);
+
+#endif

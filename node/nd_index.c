@@ -1,0 +1,999 @@
+/* The index registry: create/delete/load indices, their settings and
+ * mappings persisted as DATA/indices/<uuid>/index.json, shard directories
+ * DATA/indices/<uuid>/<shard>/, routing and the refresh timer. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_log.h"
+#include "../common/cm_sys.h"
+#include "nd.h"
+#include "nd_private.h"
+
+#define META_MAX (64u << 20)
+
+static void
+random_bytes(uint8_t *p, size_t n)
+{
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+	size_t got = 0;
+	if (fd >= 0) {
+		while (got < n) {
+			ssize_t r = read(fd, p + got, n - got);
+			if (r <= 0)
+				break;
+			got += (size_t)r;
+		}
+		close(fd);
+	}
+	for (; got < n; got++) /* no urandom: still unique enough for ids */
+		p[got] = (uint8_t)(cm_now_ns() >> (got % 8));
+}
+
+static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+static void
+b64url_encode(const uint8_t *in, size_t n, char *out)
+{
+	size_t o = 0;
+	for (size_t i = 0; i + 2 < n; i += 3) {
+		uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+		out[o++] = b64url[(v >> 18) & 63];
+		out[o++] = b64url[(v >> 12) & 63];
+		out[o++] = b64url[(v >> 6) & 63];
+		out[o++] = b64url[v & 63];
+	}
+	out[o] = 0;
+}
+
+static uint8_t id_rand[6];
+
+static void
+gen_id_init(void)
+{
+	random_bytes(id_rand, sizeof(id_rand));
+}
+
+void
+nd_gen_id(char buf[21])
+{
+	static _Atomic uint32_t seq;
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	uint8_t b[15];
+	uint64_t ms = (uint64_t)cm_wall_ms();
+	uint32_t s = atomic_fetch_add(&seq, 1);
+
+	pthread_once(&once, gen_id_init);
+	/* Time first so ids of one node sort roughly by creation, as ES's do. */
+	for (int i = 0; i < 6; i++)
+		b[i] = (uint8_t)(ms >> (8 * (5 - i)));
+	b[6] = (uint8_t)(s >> 16);
+	b[7] = (uint8_t)(s >> 8);
+	b[8] = (uint8_t)s;
+	memcpy(b + 9, id_rand, 6);
+	b64url_encode(b, 15, buf);
+}
+
+void
+nd_uuid(char out[23])
+{
+	uint8_t b[18];
+	char tmp[25];
+	random_bytes(b, sizeof(b));
+	b64url_encode(b, 18, tmp);
+	memcpy(out, tmp, 22);
+	out[22] = 0;
+}
+
+/* ---- settings ---- */
+
+/* "1s", "500ms", "2m", "-1" → millis; false when malformed. */
+bool
+nd_parse_time(const char *s, int64_t *ms)
+{
+	char *end;
+	double v;
+	if (!s || !*s)
+		return false;
+	if (strcmp(s, "-1") == 0) {
+		*ms = -1;
+		return true;
+	}
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return false;
+	if (strcmp(end, "ms") == 0)
+		*ms = (int64_t)v;
+	else if (strcmp(end, "s") == 0)
+		*ms = (int64_t)(v * 1000);
+	else if (strcmp(end, "m") == 0)
+		*ms = (int64_t)(v * 60000);
+	else if (strcmp(end, "h") == 0)
+		*ms = (int64_t)(v * 3600000);
+	else if (strcmp(end, "d") == 0)
+		*ms = (int64_t)(v * 86400000);
+	else if (strcmp(end, "nanos") == 0)
+		*ms = (int64_t)(v / 1e6);
+	else if (strcmp(end, "micros") == 0)
+		*ms = (int64_t)(v / 1e3);
+	else
+		return false;
+	return true;
+}
+
+static void
+settings_default(nd_settings *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->number_of_shards = 1;
+	s->number_of_replicas = 1;
+	s->refresh_interval_ms = 1000;
+	s->max_result_window = 10000;
+}
+
+/* A setting value as ES accepts it: number or string holding a number. */
+static bool
+json_int(const cJSON *v, long long *out)
+{
+	char *end;
+	if (cJSON_IsNumber(v)) {
+		if (v->valuedouble != (double)(long long)v->valuedouble)
+			return false;
+		*out = (long long)v->valuedouble;
+		return true;
+	}
+	if (cJSON_IsString(v) && v->valuestring[0]) {
+		errno = 0;
+		*out = strtoll(v->valuestring, &end, 10);
+		return !errno && *end == 0;
+	}
+	return false;
+}
+
+/* Applies one flat setting "index.x" = v. `creating` allows static ones. */
+static cm_err
+setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm_error *err)
+{
+	long long n;
+	char buf[64];
+	const char *k = key;
+
+	if (strncmp(k, "index.", 6) == 0)
+		k += 6;
+	if (strcmp(k, "number_of_shards") == 0) {
+		if (!creating)
+			return cm_error_set(err, CM_EINVAL,
+			                    "final index setting [index.number_of_shards], not updateable");
+		if (!json_int(v, &n))
+			return cm_error_set(err, CM_EINVAL,
+			                    "Failed to parse value for setting [index.number_of_shards]");
+		if (n < 1 || n > ND_MAX_SHARDS)
+			return cm_error_set(err, CM_EINVAL,
+			                    "Failed to parse value [%lld] for setting [index.number_of_shards] "
+			                    "must be >= 1 and <= %d",
+			                    n, ND_MAX_SHARDS);
+		s->number_of_shards = (int)n;
+	} else if (strcmp(k, "number_of_replicas") == 0) {
+		if (!json_int(v, &n) || n < 0 || n > 64)
+			return cm_error_set(err, CM_EINVAL,
+			                    "Failed to parse value for setting [index.number_of_replicas] "
+			                    "must be >= 0");
+		s->number_of_replicas = (int)n;
+	} else if (strcmp(k, "max_result_window") == 0) {
+		if (!json_int(v, &n) || n < 1 || n > INT32_MAX)
+			return cm_error_set(err, CM_EINVAL,
+			                    "Failed to parse value for setting [index.max_result_window] "
+			                    "must be >= 1");
+		s->max_result_window = (int)n;
+	} else if (strcmp(k, "refresh_interval") == 0) {
+		int64_t ms;
+		if (cJSON_IsNumber(v))
+			snprintf(buf, sizeof(buf), "%lldms", (long long)v->valuedouble);
+		else if (cJSON_IsString(v))
+			snprintf(buf, sizeof(buf), "%s", v->valuestring);
+		else if (cJSON_IsNull(v))
+			snprintf(buf, sizeof(buf), "1s");
+		else
+			buf[0] = 0;
+		if (!nd_parse_time(buf, &ms))
+			return cm_error_set(err, CM_EINVAL,
+			                    "failed to parse setting [index.refresh_interval] with value [%s] "
+			                    "as a time value: unit is missing or unrecognized",
+			                    buf);
+		s->refresh_interval_ms = ms;
+		snprintf(s->refresh_interval, sizeof(s->refresh_interval), "%s", buf);
+	} else if (strcmp(k, "uuid") == 0 || strcmp(k, "creation_date") == 0 ||
+	           strcmp(k, "provided_name") == 0 || strncmp(k, "version.", 8) == 0) {
+		if (!creating)
+			return cm_error_set(err, CM_EINVAL, "final index setting [index.%s], not updateable",
+			                    k);
+		/* private settings: ignored on create like ES ignores them on restore */
+	} else {
+		return cm_error_set(err, CM_EINVAL,
+		                    "unknown setting [index.%s] please check that any required plugins are "
+		                    "installed, or check the breaking changes documentation for removed "
+		                    "settings",
+		                    k);
+	}
+	return CM_OK;
+}
+
+/* Walks {"index":{"number_of_shards":1}}, {"number_of_shards":1} and
+ * {"index.number_of_shards":1} alike. */
+static cm_err
+settings_walk(nd_settings *s, const cJSON *obj, const char *prefix, bool creating, cm_error *err)
+{
+	const cJSON *c;
+	char key[256];
+	cm_err rc;
+
+	if (!cJSON_IsObject(obj))
+		return cm_error_set(err, CM_EPARSE, "settings must be an object");
+	cJSON_ArrayForEach(c, obj)
+	{
+		if (snprintf(key, sizeof(key), "%s%s%s", prefix, *prefix ? "." : "", c->string) >=
+		    (int)sizeof(key))
+			return cm_error_set(err, CM_EINVAL, "setting name too long");
+		if (cJSON_IsObject(c))
+			rc = settings_walk(s, c, key, creating, err);
+		else
+			rc = setting_apply(s, key, c, creating, err);
+		if (rc)
+			return rc;
+	}
+	return CM_OK;
+}
+
+cJSON *
+nd_index_settings_json(const nd_index *ix)
+{
+	cJSON *root = cJSON_CreateObject(), *idx = cJSON_AddObjectToObject(root, "index"), *ver;
+	char buf[64];
+	const nd_settings *s = &ix->settings;
+
+	if (s->refresh_interval[0])
+		cJSON_AddStringToObject(idx, "refresh_interval", s->refresh_interval);
+	snprintf(buf, sizeof(buf), "%d", s->number_of_shards);
+	cJSON_AddStringToObject(idx, "number_of_shards", buf);
+	if (s->max_result_window != 10000) {
+		snprintf(buf, sizeof(buf), "%d", s->max_result_window);
+		cJSON_AddStringToObject(idx, "max_result_window", buf);
+	}
+	snprintf(buf, sizeof(buf), "%lld", (long long)ix->creation_ms);
+	cJSON_AddStringToObject(idx, "creation_date", buf);
+	snprintf(buf, sizeof(buf), "%d", s->number_of_replicas);
+	cJSON_AddStringToObject(idx, "number_of_replicas", buf);
+	cJSON_AddStringToObject(idx, "uuid", ix->uuid);
+	ver = cJSON_AddObjectToObject(idx, "version");
+	cJSON_AddStringToObject(ver, "created", "7100299");
+	cJSON_AddStringToObject(idx, "provided_name", ix->name);
+	return root;
+}
+
+/* ---- metadata files ---- */
+
+static cm_err
+index_persist_locked(nd_index *ix)
+{
+	cJSON *root = cJSON_CreateObject(), *settings = cJSON_CreateObject();
+	char path[PATH_MAX], *text;
+	cm_err rc;
+
+	cJSON_AddStringToObject(root, "name", ix->name);
+	cJSON_AddStringToObject(root, "uuid", ix->uuid);
+	cJSON_AddNumberToObject(root, "creation_date", (double)ix->creation_ms);
+	cJSON_AddNumberToObject(settings, "number_of_shards", ix->settings.number_of_shards);
+	cJSON_AddNumberToObject(settings, "number_of_replicas", ix->settings.number_of_replicas);
+	cJSON_AddNumberToObject(settings, "max_result_window", ix->settings.max_result_window);
+	if (ix->settings.refresh_interval[0])
+		cJSON_AddStringToObject(settings, "refresh_interval", ix->settings.refresh_interval);
+	cJSON_AddItemToObject(root, "settings", settings);
+	cJSON_AddItemToObject(root, "mappings", st_mapping_to_json(ix->mapping));
+	text = cJSON_PrintUnformatted(root);
+	cJSON_Delete(root);
+	if (!text)
+		return CM_ENOMEM;
+	snprintf(path, sizeof(path), "%s/index.json", ix->dir);
+	rc = cm_file_write_atomic(path, text, strlen(text));
+	cJSON_free(text);
+	return rc;
+}
+
+static void
+index_free(nd_index *ix)
+{
+	if (ix->shards) {
+		for (int i = 0; i < ix->settings.number_of_shards; i++)
+			if (ix->shards[i])
+				st_shard_close(ix->shards[i]);
+		cm_free(CM_MEM_NODE, ix->shards);
+	}
+	if (ix->dirty)
+		cm_free(CM_MEM_NODE, (void *)ix->dirty);
+	if (ix->mapping)
+		st_mapping_unref(ix->mapping);
+	if (ix->deleted)
+		cm_rm_rf(ix->dir);
+	pthread_mutex_destroy(&ix->lock);
+	cm_free(CM_MEM_NODE, ix);
+}
+
+static cm_err
+index_open_shards(nd_index *ix, cm_error *err)
+{
+	st_shard_opts o;
+	char dir[PATH_MAX];
+	int ns = ix->settings.number_of_shards;
+
+	st_shard_opts_default(&o);
+	o.merge_pool = ix->node->merge_pool;
+	ix->shards = cm_calloc(CM_MEM_NODE, (size_t)ns, sizeof(st_shard *));
+	ix->dirty = cm_calloc(CM_MEM_NODE, (size_t)ns, sizeof(*ix->dirty));
+	for (int i = 0; i < ns; i++) {
+		snprintf(dir, sizeof(dir), "%s/%d", ix->dir, i);
+		if (cm_mkdir_p(dir))
+			return cm_error_set(err, CM_EIO, "cannot create shard directory");
+		cm_err rc = st_shard_open(dir, ix->mapping, &o, &ix->shards[i], err);
+		if (rc)
+			return rc;
+	}
+	return CM_OK;
+}
+
+static nd_index *
+index_alloc(nd_node *n, const char *name, const char *uuid)
+{
+	nd_index *ix = cm_calloc(CM_MEM_NODE, 1, sizeof(*ix));
+	ix->node = n;
+	atomic_init(&ix->refs, 1);
+	snprintf(ix->name, sizeof(ix->name), "%s", name);
+	snprintf(ix->uuid, sizeof(ix->uuid), "%s", uuid);
+	snprintf(ix->dir, sizeof(ix->dir), "%s/indices/%s", n->data_dir, uuid);
+	pthread_mutex_init(&ix->lock, NULL);
+	ix->last_refresh_ns = cm_now_ns();
+	return ix;
+}
+
+/* Loads DATA/indices/<uuid>/index.json. */
+static cm_err
+index_load(nd_node *n, const char *uuid, nd_index **out, cm_error *err)
+{
+	char path[PATH_MAX], *text = NULL;
+	size_t len;
+	cJSON *root = NULL;
+	nd_index *ix = NULL;
+	const cJSON *name, *settings, *mappings, *cd;
+	cm_err rc;
+
+	snprintf(path, sizeof(path), "%s/indices/%s/index.json", n->data_dir, uuid);
+	if ((rc = cm_file_read(path, META_MAX, &text, &len)))
+		return cm_error_set(err, rc, "cannot read %s", path);
+	root = cJSON_ParseWithLength(text, len);
+	cm_free(CM_MEM_COMMON, text);
+	name = cJSON_GetObjectItemCaseSensitive(root, "name");
+	settings = cJSON_GetObjectItemCaseSensitive(root, "settings");
+	mappings = cJSON_GetObjectItemCaseSensitive(root, "mappings");
+	cd = cJSON_GetObjectItemCaseSensitive(root, "creation_date");
+	if (!cJSON_IsString(name) || !cJSON_IsObject(settings) || !cJSON_IsObject(mappings)) {
+		rc = cm_error_set(err, CM_ECORRUPT, "index metadata %s is malformed", path);
+		goto fail;
+	}
+	ix = index_alloc(n, name->valuestring, uuid);
+	ix->creation_ms = cJSON_IsNumber(cd) ? (int64_t)cd->valuedouble : cm_wall_ms();
+	settings_default(&ix->settings);
+	if ((rc = settings_walk(&ix->settings, settings, "", true, err)))
+		goto fail;
+	if ((rc = st_mapping_from_json(mappings, &ix->mapping, err)))
+		goto fail;
+	if ((rc = index_open_shards(ix, err)))
+		goto fail;
+	cJSON_Delete(root);
+	*out = ix;
+	return CM_OK;
+fail:
+	cJSON_Delete(root);
+	if (ix)
+		index_free(ix);
+	return rc;
+}
+
+/* ---- registry ---- */
+
+static int
+cmp_index_name(const void *a, const void *b)
+{
+	const nd_index *x = *(nd_index *const *)a, *y = *(nd_index *const *)b;
+	return strcmp(x->name, y->name);
+}
+
+/* Callers hold n->reg_lock for writing. */
+static void
+registry_add(nd_node *n, nd_index *ix)
+{
+	if (n->nindices == n->capindices) {
+		n->capindices = n->capindices ? n->capindices * 2 : 16;
+		n->indices = cm_realloc(CM_MEM_NODE, n->indices, n->capindices * sizeof(nd_index *));
+	}
+	n->indices[n->nindices++] = ix;
+	qsort(n->indices, n->nindices, sizeof(nd_index *), cmp_index_name);
+}
+
+static nd_index *
+registry_find(nd_node *n, const char *name)
+{
+	for (size_t i = 0; i < n->nindices; i++)
+		if (strcmp(n->indices[i]->name, name) == 0)
+			return n->indices[i];
+	return NULL;
+}
+
+cm_err
+nd_registry_load(nd_node *n, cm_error *err)
+{
+	char path[PATH_MAX];
+	DIR *d;
+	struct dirent *e;
+
+	snprintf(path, sizeof(path), "%s/indices", n->data_dir);
+	if (cm_mkdir_p(path))
+		return cm_error_set(err, CM_EIO, "cannot create %s", path);
+	if (!(d = opendir(path)))
+		return cm_error_set(err, CM_EIO, "cannot list %s", path);
+	while ((e = readdir(d))) {
+		nd_index *ix;
+		char meta[PATH_MAX];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(meta, sizeof(meta), "%s/%s/index.json", path, e->d_name);
+		if (access(meta, F_OK) != 0) {
+			/* A create that died before its metadata was written, or a
+			 * delete that died after removing it: nothing refers to it. */
+			snprintf(meta, sizeof(meta), "%s/%s", path, e->d_name);
+			cm_warn("node", "removing incomplete index directory %s", meta);
+			cm_rm_rf(meta);
+			continue;
+		}
+		cm_err rc = index_load(n, e->d_name, &ix, err);
+		if (rc) {
+			closedir(d);
+			return rc;
+		}
+		registry_add(n, ix);
+		cm_info("node", "loaded index [%s] (%d shards)", ix->name, ix->settings.number_of_shards);
+	}
+	closedir(d);
+	return CM_OK;
+}
+
+void
+nd_registry_close(nd_node *n)
+{
+	for (size_t i = 0; i < n->nindices; i++)
+		nd_index_release(n->indices[i]);
+	cm_free(CM_MEM_NODE, n->indices);
+	n->indices = NULL;
+	n->nindices = 0;
+}
+
+cm_err
+nd_index_name_check(const char *name, cm_error *err)
+{
+	size_t len = strlen(name);
+	static const char bad[] = "\\/*?\"<>| ,#:";
+
+	if (len == 0)
+		return cm_error_set(err, CM_EBADNAME, "Invalid index name [%s], must not be empty", name);
+	for (const char *p = name; *p; p++)
+		if (isupper((unsigned char)*p))
+			return cm_error_set(err, CM_EBADNAME, "Invalid index name [%s], must be lowercase",
+			                    name);
+	for (const char *p = name; *p; p++)
+		if (strchr(bad, *p))
+			return cm_error_set(err, CM_EBADNAME,
+			                    "Invalid index name [%s], must not contain the following "
+			                    "characters [ , \", *, \\, <, |, ,, >, /, ?]",
+			                    name);
+	if (name[0] == '_' || name[0] == '-' || name[0] == '+')
+		return cm_error_set(err, CM_EBADNAME,
+		                    "Invalid index name [%s], must not start with '_', '-', or '+'", name);
+	if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return cm_error_set(err, CM_EBADNAME, "Invalid index name [%s], must not be '.' or '..'",
+		                    name);
+	if (len > 255)
+		return cm_error_set(err, CM_EBADNAME,
+		                    "Invalid index name [%s], index name is too long, (%zu > 255)", name,
+		                    len);
+	return CM_OK;
+}
+
+cm_err
+nd_index_create(nd_node *n, const char *name, const cJSON *body, nd_index **out, cm_error *err)
+{
+	nd_index *ix = NULL;
+	char uuid[23];
+	const cJSON *c;
+	cm_err rc;
+
+	if ((rc = nd_index_name_check(name, err)))
+		return rc;
+	if (body && !cJSON_IsObject(body))
+		return cm_error_set(err, CM_EPARSE, "request body must be an object");
+	if (body) {
+		cJSON_ArrayForEach(c, body)
+		{
+			if (strcmp(c->string, "settings") && strcmp(c->string, "mappings") &&
+			    strcmp(c->string, "aliases"))
+				return cm_error_set(err, CM_EPARSE, "unknown key [%s] for create index",
+				                    c->string);
+		}
+		c = cJSON_GetObjectItemCaseSensitive(body, "aliases");
+		if (c && cJSON_GetArraySize(c) > 0)
+			return cm_error_set(err, CM_EINVAL, "aliases are not supported");
+	}
+	nd_uuid(uuid);
+	ix = index_alloc(n, name, uuid);
+	ix->creation_ms = cm_wall_ms();
+	settings_default(&ix->settings);
+	if (body && (c = cJSON_GetObjectItemCaseSensitive(body, "settings")) &&
+	    (rc = settings_walk(&ix->settings, c, "", true, err)))
+		goto fail;
+	if (body && (c = cJSON_GetObjectItemCaseSensitive(body, "mappings"))) {
+		/* ES 7 still accepts a type name wrapper only with include_type_name. */
+		if ((rc = st_mapping_from_json(c, &ix->mapping, err)))
+			goto fail;
+	} else {
+		ix->mapping = st_mapping_new();
+	}
+
+	pthread_rwlock_wrlock(&n->reg_lock);
+	if (registry_find(n, name)) {
+		nd_index *old = registry_find(n, name);
+		rc = cm_error_set_type(err, CM_EEXISTS, "resource_already_exists_exception",
+		                       "index [%s/%s] already exists", name, old->uuid);
+		pthread_rwlock_unlock(&n->reg_lock);
+		goto fail;
+	}
+	/* Shards first, metadata last: a crash in between leaves a directory
+	 * without index.json, which the next start removes. */
+	if ((rc = cm_mkdir_p(ix->dir)) || (rc = index_open_shards(ix, err)) ||
+	    (rc = index_persist_locked(ix))) {
+		cm_error_set(err, rc, "cannot create index [%s]", name);
+		ix->deleted = true;
+		pthread_rwlock_unlock(&n->reg_lock);
+		goto fail;
+	}
+	registry_add(n, ix);
+	pthread_rwlock_unlock(&n->reg_lock);
+	cm_info("node", "created index [%s] uuid %s shards %d", name, uuid,
+	        ix->settings.number_of_shards);
+	if (out)
+		*out = nd_index_ref(ix);
+	return CM_OK;
+fail:
+	index_free(ix);
+	return rc;
+}
+
+cm_err
+nd_index_delete(nd_node *n, nd_index *ix, cm_error *err)
+{
+	char path[PATH_MAX];
+	bool found = false;
+
+	pthread_rwlock_wrlock(&n->reg_lock);
+	for (size_t i = 0; i < n->nindices; i++) {
+		if (n->indices[i] == ix) {
+			memmove(&n->indices[i], &n->indices[i + 1],
+			        (n->nindices - i - 1) * sizeof(nd_index *));
+			n->nindices--;
+			found = true;
+			break;
+		}
+	}
+	if (found) {
+		/* The metadata file goes first so a crash mid-delete never brings
+		 * the index back half-removed. */
+		snprintf(path, sizeof(path), "%s/index.json", ix->dir);
+		unlink(path);
+		cm_fsync_dir(ix->dir);
+		ix->deleted = true;
+	}
+	pthread_rwlock_unlock(&n->reg_lock);
+	if (!found)
+		return cm_error_set(err, CM_ENOINDEX, "no such index [%s]", ix->name);
+	cm_info("node", "deleted index [%s]", ix->name);
+	nd_index_release(ix); /* the registry's reference */
+	return CM_OK;
+}
+
+nd_index *
+nd_index_ref(nd_index *ix)
+{
+	atomic_fetch_add(&ix->refs, 1);
+	return ix;
+}
+
+void
+nd_index_release(nd_index *ix)
+{
+	if (ix && atomic_fetch_sub(&ix->refs, 1) == 1)
+		index_free(ix);
+}
+
+nd_index *
+nd_index_get(nd_node *n, const char *name)
+{
+	nd_index *ix;
+	pthread_rwlock_rdlock(&n->reg_lock);
+	ix = registry_find(n, name);
+	if (ix)
+		nd_index_ref(ix);
+	pthread_rwlock_unlock(&n->reg_lock);
+	return ix;
+}
+
+cm_err
+nd_index_get_or_create(nd_node *n, const char *name, nd_index **out, cm_error *err)
+{
+	cm_err rc;
+	for (int tries = 0; tries < 3; tries++) {
+		if ((*out = nd_index_get(n, name)))
+			return CM_OK;
+		rc = nd_index_create(n, name, NULL, out, err);
+		if (rc != CM_EEXISTS)
+			return rc;
+		cm_error_clear(err); /* lost a race with another creator */
+	}
+	return cm_error_set(err, CM_EINTERNAL, "could not create index [%s]", name);
+}
+
+void
+nd_index_list(nd_node *n, nd_index ***out, size_t *nout)
+{
+	pthread_rwlock_rdlock(&n->reg_lock);
+	*out = cm_malloc(CM_MEM_NODE, (n->nindices + 1) * sizeof(nd_index *));
+	for (size_t i = 0; i < n->nindices; i++)
+		(*out)[i] = nd_index_ref(n->indices[i]);
+	*nout = n->nindices;
+	pthread_rwlock_unlock(&n->reg_lock);
+}
+
+static bool
+glob_match(const char *pat, const char *s)
+{
+	if (*pat == 0)
+		return *s == 0;
+	if (*pat == '*') {
+		for (;; s++) {
+			if (glob_match(pat + 1, s))
+				return true;
+			if (!*s)
+				return false;
+		}
+	}
+	return *s == *pat && glob_match(pat + 1, s + 1);
+}
+
+cm_err
+nd_resolve(nd_node *n, const char *expr, bool ignore_unavailable, nd_index ***out, size_t *nout,
+           cm_error *err)
+{
+	bool *sel;
+	char *copy, *save = NULL, *tok;
+	cm_err rc = CM_OK;
+	size_t k = 0;
+
+	pthread_rwlock_rdlock(&n->reg_lock);
+	sel = cm_calloc(CM_MEM_NODE, n->nindices + 1, sizeof(bool));
+	copy = cm_strdup(CM_MEM_NODE, expr && *expr ? expr : "_all");
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		bool neg = false, any = false;
+		if (*tok == '-' && k > 0) {
+			neg = true;
+			tok++;
+		}
+		k++;
+		if (strcmp(tok, "_all") == 0 || strcmp(tok, "*") == 0) {
+			for (size_t i = 0; i < n->nindices; i++)
+				sel[i] = !neg;
+			continue;
+		}
+		if (strchr(tok, '*')) {
+			for (size_t i = 0; i < n->nindices; i++)
+				if (glob_match(tok, n->indices[i]->name) &&
+				    (n->indices[i]->name[0] != '.' || tok[0] == '.'))
+					sel[i] = !neg;
+			continue;
+		}
+		for (size_t i = 0; i < n->nindices; i++) {
+			if (strcmp(tok, n->indices[i]->name) == 0) {
+				sel[i] = !neg;
+				any = true;
+			}
+		}
+		if (!any && !neg && !ignore_unavailable) {
+			rc = cm_error_set(err, CM_ENOINDEX, "no such index [%s]", tok);
+			break;
+		}
+	}
+	*out = NULL;
+	*nout = 0;
+	if (!rc) {
+		*out = cm_malloc(CM_MEM_NODE, (n->nindices + 1) * sizeof(nd_index *));
+		for (size_t i = 0; i < n->nindices; i++)
+			if (sel[i])
+				(*out)[(*nout)++] = nd_index_ref(n->indices[i]);
+	}
+	pthread_rwlock_unlock(&n->reg_lock);
+	cm_free(CM_MEM_NODE, copy);
+	cm_free(CM_MEM_NODE, sel);
+	return rc;
+}
+
+/* ---- accessors ---- */
+
+const char *
+nd_index_name(const nd_index *ix)
+{
+	return ix->name;
+}
+const char *
+nd_index_uuid(const nd_index *ix)
+{
+	return ix->uuid;
+}
+int64_t
+nd_index_creation_ms(const nd_index *ix)
+{
+	return ix->creation_ms;
+}
+const nd_settings *
+nd_index_settings(const nd_index *ix)
+{
+	return &ix->settings;
+}
+int
+nd_index_nshards(const nd_index *ix)
+{
+	return ix->settings.number_of_shards;
+}
+st_shard *
+nd_index_shard(nd_index *ix, int i)
+{
+	return ix->shards[i];
+}
+nd_index_stats *
+nd_index_counters(nd_index *ix)
+{
+	return &ix->stats;
+}
+
+st_mapping *
+nd_index_mapping(nd_index *ix)
+{
+	st_mapping *m;
+	pthread_mutex_lock(&ix->lock);
+	m = st_mapping_ref(ix->mapping);
+	pthread_mutex_unlock(&ix->lock);
+	return m;
+}
+
+/* Installs a merged mapping: persisted first, then handed to the shards.
+ * Caller holds ix->lock. */
+static cm_err
+mapping_install_locked(nd_index *ix, st_mapping *merged, cm_error *err)
+{
+	st_mapping *old = ix->mapping;
+	cm_err rc;
+
+	merged->version = old->version + 1;
+	ix->mapping = merged;
+	if ((rc = index_persist_locked(ix))) {
+		ix->mapping = old;
+		st_mapping_unref(merged);
+		return cm_error_set(err, rc, "cannot persist the mapping of [%s]", ix->name);
+	}
+	for (int i = 0; i < ix->settings.number_of_shards; i++)
+		st_shard_set_mapping(ix->shards[i], merged);
+	st_mapping_unref(old);
+	return CM_OK;
+}
+
+cm_err
+nd_index_put_mapping(nd_index *ix, const cJSON *mappings, cm_error *err)
+{
+	st_mapping *add = NULL, *merged = NULL;
+	cm_err rc;
+
+	if ((rc = st_mapping_from_json(mappings, &add, err)))
+		return rc;
+	pthread_mutex_lock(&ix->lock);
+	rc = st_mapping_merge(ix->mapping, add, &merged, err);
+	if (!rc)
+		rc = mapping_install_locked(ix, merged, err);
+	pthread_mutex_unlock(&ix->lock);
+	st_mapping_unref(add);
+	return rc;
+}
+
+cm_err
+nd_index_put_settings(nd_index *ix, const cJSON *body, cm_error *err)
+{
+	nd_settings s;
+	cm_err rc;
+
+	pthread_mutex_lock(&ix->lock);
+	s = ix->settings;
+	rc = settings_walk(&s, body, "", false, err);
+	if (!rc) {
+		nd_settings old = ix->settings;
+		ix->settings = s;
+		if ((rc = index_persist_locked(ix))) {
+			ix->settings = old;
+			cm_error_set(err, rc, "cannot persist settings");
+		}
+	}
+	pthread_mutex_unlock(&ix->lock);
+	return rc;
+}
+
+int
+nd_index_route(const nd_index *ix, const char *routing, size_t len)
+{
+	return (int)(XXH64(routing, len, 0) % (uint64_t)ix->settings.number_of_shards);
+}
+
+cm_err
+nd_index_prepare_doc(nd_index *ix, const char *id, size_t id_len, const char *src, size_t len,
+                     cm_error *err)
+{
+	st_mapping *m = nd_index_mapping(ix), *add = NULL, *merged = NULL;
+	st_doc doc;
+	cm_err rc;
+
+	memset(&doc, 0, sizeof(doc));
+	rc = st_doc_parse(m, id, id_len, src, len, &doc, &add, err);
+	st_doc_free(&doc);
+	st_mapping_unref(m);
+	if (rc || !add)
+		return rc;
+	/* Merge against the current mapping, which may have moved on since we
+	 * parsed; the merge is idempotent for fields another writer added. */
+	pthread_mutex_lock(&ix->lock);
+	rc = st_mapping_merge(ix->mapping, add, &merged, err);
+	if (!rc)
+		rc = mapping_install_locked(ix, merged, err);
+	pthread_mutex_unlock(&ix->lock);
+	st_mapping_unref(add);
+	if (rc == CM_EINVAL) /* a dynamic field clashing with a concurrent one */
+		rc = CM_EMAPPING;
+	return rc;
+}
+
+cm_err
+nd_index_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result *res)
+{
+	uint64_t t0 = cm_now_ns(), dt;
+	cm_err rc = st_shard_apply(ix->shards[shard], ops, n, res);
+	dt = cm_now_ns() - t0;
+	for (size_t i = 0; i < n; i++) {
+		if (rc || res[i].err) {
+			atomic_fetch_add((_Atomic uint64_t *)&ix->stats.index_failed, 1);
+			continue;
+		}
+		if (ops[i].type == ST_OP_DELETE) {
+			atomic_fetch_add((_Atomic uint64_t *)&ix->stats.delete_total, 1);
+			atomic_fetch_add((_Atomic uint64_t *)&ix->stats.delete_time_ns, dt / n);
+		} else {
+			atomic_fetch_add((_Atomic uint64_t *)&ix->stats.index_total, 1);
+			atomic_fetch_add((_Atomic uint64_t *)&ix->stats.index_time_ns, dt / n);
+		}
+	}
+	atomic_fetch_add(&ix->dirty[shard], 1);
+	return rc;
+}
+
+cm_err
+nd_index_refresh(nd_index *ix)
+{
+	cm_err rc = CM_OK, r;
+	for (int i = 0; i < ix->settings.number_of_shards; i++) {
+		uint64_t d = atomic_load(&ix->dirty[i]);
+		if ((r = st_shard_refresh(ix->shards[i])) && !rc)
+			rc = r;
+		else if (!r)
+			atomic_fetch_sub(&ix->dirty[i], d);
+	}
+	ix->last_refresh_ns = cm_now_ns();
+	atomic_fetch_add((_Atomic uint64_t *)&ix->stats.refresh_total, 1);
+	return rc;
+}
+
+cm_err
+nd_index_flush(nd_index *ix)
+{
+	cm_err rc = CM_OK, r;
+	for (int i = 0; i < ix->settings.number_of_shards; i++)
+		if ((r = st_shard_flush(ix->shards[i])) && !rc)
+			rc = r;
+	atomic_fetch_add((_Atomic uint64_t *)&ix->stats.flush_total, 1);
+	return rc;
+}
+
+cm_err
+nd_index_force_merge(nd_index *ix, int max_segments)
+{
+	cm_err rc = CM_OK, r;
+	for (int i = 0; i < ix->settings.number_of_shards; i++)
+		if ((r = st_shard_force_merge(ix->shards[i], max_segments)) && !rc)
+			rc = r;
+	return rc;
+}
+
+void
+nd_index_shard_stats(nd_index *ix, st_shard_stats *sum)
+{
+	memset(sum, 0, sizeof(*sum));
+	for (int i = 0; i < ix->settings.number_of_shards; i++) {
+		st_shard_stats s;
+		st_shard_stats_get(ix->shards[i], &s);
+		sum->docs += s.docs;
+		sum->deleted_docs += s.deleted_docs;
+		sum->segments += s.segments;
+		sum->store_bytes += s.store_bytes;
+		sum->buffered_docs += s.buffered_docs;
+		sum->refreshes += s.refreshes;
+		sum->merges += s.merges;
+		sum->flushes += s.flushes;
+		if (s.max_seq_no != ST_NO_SEQ && (sum->max_seq_no == 0 || s.max_seq_no > sum->max_seq_no))
+			sum->max_seq_no = s.max_seq_no;
+		sum->primary_term = s.primary_term;
+	}
+}
+
+/* ---- refresh timer ---- */
+
+/* Refreshes each index whose interval has passed and whose shards saw
+ * writes since the last refresh. */
+void
+nd_refresh_tick(nd_node *n)
+{
+	nd_index **list;
+	size_t cnt;
+	uint64_t now = cm_now_ns();
+
+	nd_index_list(n, &list, &cnt);
+	for (size_t i = 0; i < cnt; i++) {
+		nd_index *ix = list[i];
+		int64_t iv = ix->settings.refresh_interval_ms;
+		if (iv >= 0 && now - ix->last_refresh_ns >= (uint64_t)iv * 1000000ull) {
+			bool dirty = false;
+			for (int s = 0; s < ix->settings.number_of_shards; s++)
+				dirty |= atomic_load(&ix->dirty[s]) > 0;
+			if (dirty) {
+				cm_err rc = nd_index_refresh(ix);
+				if (rc)
+					cm_warn("node", "scheduled refresh of [%s] failed: %s", ix->name,
+					        cm_err_msg(rc));
+			} else {
+				ix->last_refresh_ns = now;
+			}
+		}
+		nd_index_release(ix);
+	}
+	cm_free(CM_MEM_NODE, list);
+}

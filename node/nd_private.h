@@ -1,0 +1,69 @@
+/* Node internals shared by the files of node/. */
+#ifndef ND_PRIVATE_H
+#define ND_PRIVATE_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "nd.h"
+
+struct nd_index {
+	nd_node *node;
+	_Atomic int refs;
+	char name[256];
+	char uuid[23];
+	char dir[PATH_MAX];
+	int64_t creation_ms;
+	nd_settings settings;
+	pthread_mutex_t lock; /* mapping and settings changes */
+	st_mapping *mapping;
+	st_shard **shards;
+	_Atomic uint64_t *dirty; /* writes per shard since its last refresh */
+	uint64_t last_refresh_ns;
+	bool deleted; /* files removed when the last reference drops */
+	nd_index_stats stats;
+};
+
+struct nd_scroll {
+	char id[64];
+	nd_target *targets;
+	size_t ntargets;
+	char *body;
+	uint32_t size, offset;
+	int64_t expires_ms;
+	bool busy;
+	struct nd_scroll *next;
+};
+
+struct nd_node {
+	char data_dir[PATH_MAX];
+	char name[128];
+	char node_id[23];
+	char cluster_uuid[23];
+	char cluster_name[64];
+	int lock_fd;
+	int64_t start_ms;
+	bool destructive_requires_name;
+	pthread_rwlock_t reg_lock;
+	nd_index **indices;
+	size_t nindices, capindices;
+	cm_pool *search_pool;
+	cm_pool *merge_pool;
+	pthread_t timer;
+	pthread_mutex_t timer_lock;
+	pthread_cond_t timer_cond;
+	bool stopping;
+	pthread_mutex_t scroll_lock;
+	struct nd_scroll *scrolls;
+	uint64_t scroll_seq;
+	nd_node_counters counters;
+};
+
+void nd_uuid(char out[23]);
+cm_err nd_registry_load(nd_node *n, cm_error *err);
+void nd_registry_close(nd_node *n);
+void nd_refresh_tick(nd_node *n);
+void nd_scroll_expire(nd_node *n);
+
+#endif

@@ -1,0 +1,350 @@
+/* Search fan-out over local shards: every shard runs on the search pool
+ * and hands its result to the merger the moment it completes (the same
+ * merge stage the cluster uses for remote replies). Also counts and
+ * scroll contexts. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_log.h"
+#include "../common/cm_sys.h"
+#include "nd_private.h"
+
+nd_target *
+nd_targets_open(nd_index **ixs, size_t n)
+{
+	nd_target *t = cm_calloc(CM_MEM_NODE, n + 1, sizeof(*t));
+	for (size_t i = 0; i < n; i++) {
+		t[i].ix = nd_index_ref(ixs[i]);
+		t[i].nshards = nd_index_nshards(ixs[i]);
+		t[i].readers = cm_calloc(CM_MEM_NODE, (size_t)t[i].nshards, sizeof(st_reader *));
+		for (int s = 0; s < t[i].nshards; s++)
+			t[i].readers[s] = st_shard_reader(nd_index_shard(ixs[i], s));
+	}
+	return t;
+}
+
+void
+nd_targets_close(nd_target *t, size_t n)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		for (int s = 0; s < t[i].nshards; s++)
+			if (t[i].readers[s])
+				st_reader_release(t[i].readers[s]);
+		cm_free(CM_MEM_NODE, t[i].readers);
+		nd_index_release(t[i].ix);
+	}
+	cm_free(CM_MEM_NODE, t);
+}
+
+typedef struct shard_task {
+	nd_target *target;
+	int shard;         /* within the index */
+	uint32_t ordinal;  /* across the whole request: the merger's shard number */
+	const sr_request *req;
+	sr_merger *merger;
+	pthread_mutex_t *merge_lock;
+	cm_wait *wait;
+	/* count mode */
+	const sr_query *count_query;
+	uint64_t deadline_ns;
+	uint64_t count;
+	cm_error err;
+	cm_err rc;
+} shard_task;
+
+static void
+run_search_shard(void *arg)
+{
+	shard_task *t = arg;
+	sr_shard_result res;
+	cm_error err;
+	uint64_t t0 = cm_now_ns();
+	nd_index_stats *st = nd_index_counters(t->target->ix);
+
+	memset(&res, 0, sizeof(res));
+	cm_error_clear(&err);
+	cm_err rc = sr_search_shard(t->target->readers[t->shard], t->ordinal, t->req, &res, &err);
+	atomic_fetch_add((_Atomic uint64_t *)&st->query_total, 1);
+	atomic_fetch_add((_Atomic uint64_t *)&st->query_time_ns, cm_now_ns() - t0);
+	pthread_mutex_lock(t->merge_lock);
+	if (rc) {
+		if (!err.code)
+			cm_error_set(&err, rc, "%s", cm_err_msg(rc));
+		sr_merger_fail(t->merger, t->ordinal, &err);
+		sr_shard_result_free(&res);
+		t->rc = rc;
+		t->err = err;
+	} else {
+		res.shard = t->ordinal;
+		res.index = nd_index_name(t->target->ix);
+		sr_merger_add(t->merger, &res);
+		atomic_fetch_add((_Atomic uint64_t *)&st->fetch_total, 1);
+	}
+	pthread_mutex_unlock(t->merge_lock);
+	if (t->wait)
+		cm_wait_done(t->wait);
+}
+
+static shard_task *
+make_tasks(nd_target *t, size_t nt, size_t *ntasks)
+{
+	size_t total = 0, k = 0;
+	shard_task *tasks;
+
+	for (size_t i = 0; i < nt; i++)
+		total += (size_t)t[i].nshards;
+	tasks = cm_calloc(CM_MEM_NODE, total + 1, sizeof(*tasks));
+	for (size_t i = 0; i < nt; i++)
+		for (int s = 0; s < t[i].nshards; s++, k++) {
+			tasks[k].target = &t[i];
+			tasks[k].shard = s;
+			tasks[k].ordinal = (uint32_t)k;
+		}
+	*ntasks = total;
+	return tasks;
+}
+
+cm_err
+nd_search(nd_node *n, nd_target *t, size_t nt, const sr_request *req, cm_buf *out, cm_error *err)
+{
+	size_t ntasks;
+	shard_task *tasks = make_tasks(t, nt, &ntasks);
+	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	uint64_t t0 = cm_now_ns();
+	sr_merger *m = sr_merger_create(req, ntasks);
+	cm_wait *w = NULL;
+
+	for (size_t i = 0; i < ntasks; i++) {
+		tasks[i].req = req;
+		tasks[i].merger = m;
+		tasks[i].merge_lock = &lock;
+	}
+	if (ntasks == 1) {
+		/* One shard: no hand-off to the pool, it only adds latency. */
+		run_search_shard(&tasks[0]);
+	} else if (ntasks > 1) {
+		w = cm_wait_create((int)ntasks);
+		for (size_t i = 0; i < ntasks; i++) {
+			tasks[i].wait = w;
+			cm_pool_submit(n->search_pool, run_search_shard, &tasks[i]);
+		}
+		cm_wait_wait(w);
+		cm_wait_destroy(w);
+	}
+	/* All shards failing is an error for the request, like ES's
+	 * search_phase_execution_exception; some failing is a partial result. */
+	size_t failed = 0;
+	cm_err rc = CM_OK;
+	for (size_t i = 0; i < ntasks; i++)
+		if (tasks[i].rc) {
+			failed++;
+			if (!rc) {
+				rc = tasks[i].rc;
+				if (err && !err->code)
+					*err = tasks[i].err;
+			}
+		}
+	if (ntasks > 0 && failed == ntasks) {
+		sr_merger_destroy(m);
+		cm_free(CM_MEM_NODE, tasks);
+		return rc;
+	}
+	if (err)
+		cm_error_clear(err);
+	sr_merger_render(m, (cm_now_ns() - t0) / 1000000, out);
+	sr_merger_destroy(m);
+	cm_free(CM_MEM_NODE, tasks);
+	return CM_OK;
+}
+
+static void
+run_count_shard(void *arg)
+{
+	shard_task *t = arg;
+	cm_error_clear(&t->err);
+	t->rc = sr_count_shard(t->target->readers[t->shard], t->count_query, t->deadline_ns,
+	                       &t->count, &t->err);
+	atomic_fetch_add((_Atomic uint64_t *)&nd_index_counters(t->target->ix)->query_total, 1);
+}
+
+cm_err
+nd_count(nd_node *n, nd_target *t, size_t nt, const sr_query *q, uint64_t deadline_ns,
+         uint64_t *count, cm_error *err)
+{
+	size_t ntasks;
+	shard_task *tasks = make_tasks(t, nt, &ntasks);
+	cm_err rc = CM_OK;
+
+	for (size_t i = 0; i < ntasks; i++) {
+		tasks[i].count_query = q;
+		tasks[i].deadline_ns = deadline_ns;
+	}
+	cm_pool_run_all(ntasks > 1 ? n->search_pool : NULL, run_count_shard, tasks,
+	                sizeof(shard_task), ntasks);
+	*count = 0;
+	for (size_t i = 0; i < ntasks; i++) {
+		if (tasks[i].rc && !rc) {
+			rc = tasks[i].rc;
+			if (err)
+				*err = tasks[i].err;
+		}
+		*count += tasks[i].count;
+	}
+	cm_free(CM_MEM_NODE, tasks);
+	return rc;
+}
+
+/* ---- scroll ---- */
+
+void
+nd_scroll_put(nd_node *n, nd_target *t, size_t nt, char *body_json, uint32_t size,
+              int64_t keep_alive_ms, char id_out[64])
+{
+	struct nd_scroll *s = cm_calloc(CM_MEM_NODE, 1, sizeof(*s));
+	char rnd[23];
+
+	nd_uuid(rnd);
+	s->targets = t;
+	s->ntargets = nt;
+	s->body = body_json;
+	s->size = size;
+	s->offset = size; /* the first page was served by the search itself */
+	s->expires_ms = cm_wall_ms() + keep_alive_ms;
+	pthread_mutex_lock(&n->scroll_lock);
+	/* A unique, unguessable id, base64url like ES's scroll ids. */
+	snprintf(s->id, sizeof(s->id), "FGluY2x1ZGVfY29udGV4dF91dWlk%s%llu", rnd,
+	         (unsigned long long)++n->scroll_seq);
+	s->next = n->scrolls;
+	n->scrolls = s;
+	pthread_mutex_unlock(&n->scroll_lock);
+	snprintf(id_out, 64, "%s", s->id);
+}
+
+static void
+scroll_free(struct nd_scroll *s)
+{
+	nd_targets_close(s->targets, s->ntargets);
+	cm_free(CM_MEM_NODE, s->body);
+	cm_free(CM_MEM_NODE, s);
+}
+
+cm_err
+nd_scroll_next(nd_node *n, const char *id, int64_t keep_alive_ms, cm_buf *out, cm_error *err)
+{
+	struct nd_scroll *s;
+	sr_request req;
+	cJSON *body;
+	cm_err rc;
+
+	pthread_mutex_lock(&n->scroll_lock);
+	for (s = n->scrolls; s; s = s->next)
+		if (strcmp(s->id, id) == 0)
+			break;
+	if (s && s->busy) {
+		pthread_mutex_unlock(&n->scroll_lock);
+		return cm_error_set(err, CM_EBUSY, "scroll [%s] is in use by another request", id);
+	}
+	if (!s || s->expires_ms < cm_wall_ms()) {
+		pthread_mutex_unlock(&n->scroll_lock);
+		return cm_error_set_type(err, CM_ENOTFOUND, "search_context_missing_exception",
+		                         "No search context found for id [%s]", id);
+	}
+	s->busy = true;
+	if (keep_alive_ms > 0)
+		s->expires_ms = cm_wall_ms() + keep_alive_ms;
+	pthread_mutex_unlock(&n->scroll_lock);
+
+	/* Each page re-runs the search on the same point-in-time readers with
+	 * the next window: the snapshot is what keeps pages consistent. */
+	sr_request_init(&req);
+	body = cJSON_Parse(s->body);
+	rc = sr_request_from_json(body, &req, err);
+	cJSON_Delete(body);
+	if (!rc) {
+		req.from = s->offset;
+		req.size = s->size;
+		req.track_total_hits = SR_TRACK_ALL;
+		rc = nd_search(n, s->targets, s->ntargets, &req, out, err);
+	}
+	sr_request_free(&req);
+	for (size_t i = 0; i < s->ntargets; i++)
+		atomic_fetch_add((_Atomic uint64_t *)&nd_index_counters(s->targets[i].ix)->scroll_total,
+		                 1);
+	pthread_mutex_lock(&n->scroll_lock);
+	s->offset += s->size;
+	s->busy = false;
+	pthread_mutex_unlock(&n->scroll_lock);
+	return rc;
+}
+
+bool
+nd_scroll_clear(nd_node *n, const char *id)
+{
+	struct nd_scroll **pp, *s = NULL;
+	pthread_mutex_lock(&n->scroll_lock);
+	for (pp = &n->scrolls; *pp; pp = &(*pp)->next)
+		if (strcmp((*pp)->id, id) == 0 && !(*pp)->busy) {
+			s = *pp;
+			*pp = s->next;
+			break;
+		}
+	pthread_mutex_unlock(&n->scroll_lock);
+	if (s)
+		scroll_free(s);
+	return s != NULL;
+}
+
+size_t
+nd_scroll_clear_all(nd_node *n)
+{
+	struct nd_scroll *s, *list, *keep = NULL;
+	size_t cnt = 0;
+	pthread_mutex_lock(&n->scroll_lock);
+	list = n->scrolls;
+	n->scrolls = NULL;
+	while (list) {
+		s = list;
+		list = s->next;
+		if (s->busy) {
+			s->next = keep;
+			keep = s;
+		} else {
+			scroll_free(s);
+			cnt++;
+		}
+	}
+	n->scrolls = keep;
+	pthread_mutex_unlock(&n->scroll_lock);
+	return cnt;
+}
+
+void
+nd_scroll_expire(nd_node *n)
+{
+	struct nd_scroll **pp, *dead = NULL;
+	int64_t now = cm_wall_ms();
+	pthread_mutex_lock(&n->scroll_lock);
+	for (pp = &n->scrolls; *pp;) {
+		struct nd_scroll *s = *pp;
+		if (!s->busy && s->expires_ms < now) {
+			*pp = s->next;
+			s->next = dead;
+			dead = s;
+		} else {
+			pp = &s->next;
+		}
+	}
+	pthread_mutex_unlock(&n->scroll_lock);
+	while (dead) {
+		struct nd_scroll *s = dead;
+		dead = s->next;
+		scroll_free(s);
+	}
+}
