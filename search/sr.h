@@ -83,6 +83,17 @@ struct sr_query {
 	char *default_field;
 	bool default_op_and;
 	int max_determinized_states;
+	/* Added by the DSL parser (query.c). multi_match / query_string /
+	 * simple_query_string: per-field boosts parallel to values ("title^3"
+	 * → values[i] "title", field_boosts[i] 3); NULL = all 1.0. */
+	float *field_boosts;
+	char *flags;         /* regexp flags ("ALL", "INTERSECTION|COMPLEMENT"); simple_query_string flags */
+	bool zero_terms_all; /* match family: zero_terms_query "all" */
+	bool lenient;
+	/* Set on prefix/wildcard/fuzzy/regexp/range nodes built from query_string
+	 * text: ES normalizes such values with the field's search analyzer
+	 * (lowercases them for text fields) before matching. */
+	bool analyze_multiterm;
 };
 
 sr_query *sr_query_new(sr_query_kind kind);
@@ -97,16 +108,40 @@ cm_err sr_query_from_json(const cJSON *json, sr_query **out, cm_error *err);
  * wildcards, [a TO b]). */
 cm_err sr_query_string_parse(const char *text, const char *default_field, bool default_and,
                              sr_query **out, cm_error *err);
+/* Expands a SR_Q_QUERY_STRING or SR_Q_SIMPLE_QUERY_STRING node into an
+ * ordinary tree (bool/match/match_phrase/prefix/wildcard/regexp/fuzzy/
+ * range/exists/match_all leaves) honouring its fields, default_operator,
+ * fuzziness, phrase_slop, boost and _name. A field of "*" (the default
+ * when neither default_field nor fields is given) means every searchable
+ * field, as ES's index.query.default_field "*": the executor expands it,
+ * like any pattern field. A term over several fields becomes a dis_max
+ * (tie_breaker from the node for query_string, 1.0 for simple). Other
+ * kinds are deep-copied. *out is owned by the caller (sr_query_free).
+ * simple_query_string never fails on syntax (like ES). */
+cm_err sr_query_string_expand(const sr_query *q, sr_query **out, cm_error *err);
+/* Deep copy of a tree; the caller owns the copy. */
+sr_query *sr_query_clone(const sr_query *q);
 
 /* ---- search request ---- */
 
 typedef enum { SR_SORT_SCORE, SR_SORT_DOC, SR_SORT_FIELD } sr_sort_kind;
+
+typedef enum {
+	SR_SORT_MODE_DEFAULT, /* ES: min for asc, max for desc */
+	SR_SORT_MODE_MIN,
+	SR_SORT_MODE_MAX,
+	SR_SORT_MODE_SUM,
+	SR_SORT_MODE_AVG,
+	SR_SORT_MODE_MEDIAN,
+} sr_sort_mode;
 
 typedef struct sr_sort_key {
 	sr_sort_kind kind;
 	char *field;
 	bool desc;
 	bool missing_first; /* default: last */
+	sr_sort_mode mode;    /* multi-valued fields */
+	char *unmapped_type;  /* NULL, or the type to sort an unmapped field as */
 } sr_sort_key;
 
 /* A sort value as it appears in hit.sort / search_after. */
@@ -136,13 +171,42 @@ typedef struct sr_request {
 	size_t nincludes, nexcludes;
 	sr_agg *aggs;
 	bool explain_scores;
+	uint64_t timeout_ns;      /* the relative "timeout" (0 = none), for remote shards */
+	bool version;             /* render _version per hit */
+	bool seq_no_primary_term; /* render _seq_no and _primary_term per hit */
+	bool track_scores;        /* compute scores even when sorting by fields */
 } sr_request;
 
 void sr_request_init(sr_request *r);
 void sr_request_free(sr_request *r);
 /* Parses a _search body (query, from, size, sort, search_after, _source,
- * track_total_hits, timeout, terminate_after, aggs/aggregations). */
+ * track_total_hits, timeout, terminate_after, aggs/aggregations, version,
+ * seq_no_primary_term, track_scores, explain). body may be NULL (all
+ * defaults). Unknown keys → CM_EPARSE "Unknown key for a START_OBJECT in
+ * [x]."; ES features not implemented (highlight, post_filter, ...) →
+ * CM_EINVAL naming them. On error r holds what was parsed so far; the
+ * caller still calls sr_request_free. */
 cm_err sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err);
+/* URL parameter forms, applied on top of a parsed body: sort=
+ * "f1:desc,f2,_score" and _source / _source_includes / _source_excludes
+ * (comma lists; _source may be true/false). NULL arguments are skipped. */
+cm_err sr_request_sort_param(sr_request *r, const char *sort, cm_error *err);
+cm_err sr_request_source_params(sr_request *r, const char *source, const char *includes,
+                                const char *excludes, cm_error *err);
+/* "1ms", "5s", "1m", "2h", "1d", "100micros", "10nanos"; "-1" = none (0).
+ * CM_EPARSE with ES's message otherwise. */
+cm_err sr_parse_time_value(const char *s, const char *setting, uint64_t *ns, cm_error *err);
+
+/* Filters a _source document: keeps paths matching any include pattern
+ * (all when ni == 0) and drops paths matching an exclude pattern, with
+ * ES's rules: patterns use '*' wildcards and match whole dotted paths;
+ * "obj" keeps obj's whole subtree, "obj.*" its children, "*Name" any path
+ * ending in Name; objects emptied by filtering are dropped; arrays are
+ * filtered element by element. Appends the filtered JSON to out, in the
+ * source's key order with its original number text. CM_EPARSE when src
+ * is not valid JSON. */
+cm_err sr_source_filter(const char *src, size_t len, char *const *includes, size_t ni,
+                        char *const *excludes, size_t ne, cm_buf *out);
 
 /* ---- results ---- */
 
@@ -184,15 +248,42 @@ cm_err sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_s
 cm_err sr_count_shard(st_reader *r, const sr_query *q, uint64_t deadline_ns, uint64_t *count,
                       cm_error *err);
 void sr_shard_result_free(sr_shard_result *res);
+/* Frees the strings and sort values a hit owns (not the hit itself). */
+void sr_hit_clear(sr_hit *h);
+/* Moves *src into *dst (dst's old contents are not freed); src is zeroed. */
+void sr_hit_move(sr_hit *dst, sr_hit *src);
+void sr_sort_value_clear(sr_sort_value *v);
 
-/* Merge stage: shard results are added in the order they arrive. */
+/* Merge stage: shard results are added in the order they arrive. The
+ * result does not depend on that order: hits are ranked by the request's
+ * sort, ties by shard then doc; aggregation partials are folded in shard
+ * order (those arriving early wait for the gap to close) so float sums
+ * come out the same too. res->shard must be a distinct number in
+ * [0, expected_shards) per fan-out target for that (others merge at once).
+ * req must outlive the merger. */
 typedef struct sr_merger sr_merger;
 sr_merger *sr_merger_create(const sr_request *req, size_t expected_shards);
-void sr_merger_add(sr_merger *m, sr_shard_result *res); /* takes ownership of res contents */
+/* Default "_index" for hits and failures (copied). */
+void sr_merger_set_index(sr_merger *m, const char *index_name);
+/* Takes the contents of res (hits, aggs, strings); res is left zeroed. A
+ * res with error.code set counts as a failed shard. */
+void sr_merger_add(sr_merger *m, sr_shard_result *res);
 void sr_merger_fail(sr_merger *m, uint32_t shard, const cm_error *why);
+/* Same with the index and node to report (either may be NULL). */
+void sr_merger_fail_at(sr_merger *m, uint32_t shard, const char *index, const char *node,
+                       const cm_error *why);
+/* Finishes the reduce: the error the whole request should fail with, if
+ * any — every shard failed (first failure's status, type
+ * "search_phase_execution_exception", "all shards failed"), or the
+ * aggregations could not be rendered (too many buckets). Call before
+ * sr_merger_render and answer with the error instead when it fails. */
+cm_err sr_merger_reduce(sr_merger *m, cm_error *err);
 /* Renders the ES _search response body ({"took","timed_out","_shards",
- * "hits","aggregations"}) into out. */
+ * "hits","aggregations"}) into out (reduces first if not done). */
 void sr_merger_render(sr_merger *m, uint64_t took_ms, cm_buf *out);
+/* Counters for the caller (e.g. _count, logging). */
+uint64_t sr_merger_total(const sr_merger *m);
+size_t sr_merger_failed(const sr_merger *m);
 void sr_merger_destroy(sr_merger *m);
 
 /* ---- execution pieces shared with aggregations ---- */
