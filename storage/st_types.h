@@ -73,7 +73,8 @@ typedef struct st_field_def {
 	bool index;                       /* searchable (default true) */
 	bool doc_values;                  /* column (default true except text) */
 	char *format;                     /* date format, NULL = strict_date_optional_time||epoch_millis */
-	st_dynamic dynamic;               /* object fields only */
+	st_dynamic dynamic;               /* object fields only; effective (inherited) value */
+	bool dynamic_set;                 /* object: "dynamic" given explicitly (else inherited) */
 } st_field_def;
 
 /* An immutable mapping version. Fields are sorted by path. Object fields
@@ -84,6 +85,7 @@ typedef struct st_mapping {
 	st_dynamic dynamic; /* root */
 	uint64_t version;
 	int refs;
+	bool dynamic_set; /* root "dynamic" given explicitly (a merge keeps base's otherwise) */
 } st_mapping;
 
 st_mapping *st_mapping_new(void); /* empty, dynamic=true, refs=1 */
@@ -137,6 +139,9 @@ void st_doc_free(st_doc *d);
  * "strict_date_optional_time||epoch_millis"; supported names are listed in
  * docs/api.md. Returns false when the value does not parse. */
 bool st_date_parse(const char *s, size_t n, const char *format, int64_t *epoch_ms);
+/* True when every "||" alternative of `format` is a supported named
+ * format or Java-style pattern (NULL = the default, valid). */
+bool st_date_format_valid(const char *format);
 /* Renders epoch millis as "2024-01-31T10:00:00.000Z" into buf (>= 32 bytes). */
 void st_date_format(int64_t epoch_ms, char *buf, size_t cap);
 
