@@ -238,6 +238,7 @@ typedef struct sr_shard_result {
 	 * span several indices). Set by the caller of sr_search_shard before
 	 * sr_merger_add; borrowed, must outlive the merger. */
 	const char *index;
+	const char *node; /* node that served the shard, for failures; borrowed, may be NULL */
 } sr_shard_result;
 
 /* Runs req over one shard's point-in-time view. Returns the top from+size
