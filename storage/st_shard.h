@@ -65,6 +65,8 @@ typedef struct st_op {
 	 * already has skips it (idempotent). */
 	uint64_t seq_no;
 	uint64_t primary_term;
+	/* With seq_no set, `version` below is the version the primary assigned
+	 * (0: computed here as internal versioning would). */
 	/* Conditions, checked before anything is logged (409 on mismatch). */
 	uint64_t if_seq_no;       /* ST_NO_SEQ = none */
 	uint64_t if_primary_term; /* with if_seq_no */
@@ -123,6 +125,14 @@ void st_shard_stats_get(st_shard *s, st_shard_stats *out);
  * until fn returns nonzero. CM_ENOTFOUND if the log was trimmed past from. */
 typedef int (*st_oplog_fn)(void *ctx, const st_op *op, int64_t version);
 cm_err st_shard_oplog_read(st_shard *s, uint64_t from, st_oplog_fn fn, void *ctx);
+/* Persists the new term; ops this shard numbers from now on carry it. */
 void st_shard_set_primary_term(st_shard *s, uint64_t term);
+/* Retention marker: flushes keep log ops with seq_no > keep_above (e.g. what
+ * a recovering replica still needs); ST_NO_SEQ removes the marker. */
+void st_shard_set_oplog_retention(st_shard *s, uint64_t keep_above);
+/* The shard's current mapping, referenced (caller unrefs). It can be ahead
+ * of the one last set when documents brought dynamic fields the caller had
+ * not merged yet. */
+st_mapping *st_shard_mapping(st_shard *s);
 
 #endif

@@ -1,0 +1,2107 @@
+/* The shard: shard.mdb (commit point, deleted-doc bitsets, operation log)
+ * plus immutable segment files, an indexing buffer and reader snapshots.
+ *
+ * Locking: `wmu` (the write lock) guards everything the writer changes:
+ * the buffer, the version map, the writer's segment list and live bits,
+ * sequence numbers and commits. `rmu` guards only the pointer to the
+ * current reader snapshot, so searches never wait for indexing. The log
+ * sync runs outside wmu so concurrent batches share one fsync. Background
+ * merges run on a per-shard thread (never on merge_pool itself: a merge
+ * waits for its own tasks on that pool, and a pool worker waiting for the
+ * pool can deadlock it); the merge work is spread over merge_pool. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "../common/cm_log.h"
+#include "shard_private.h"
+
+#define MB ((size_t)1 << 20)
+#define SHARD_MAP_SIZE ((size_t)1 << 36) /* address space only; the file grows as needed */
+#define MAX_ID_LEN 512                   /* as Elasticsearch */
+#define COMMIT_FORMAT 1
+#define MERGE_FLOOR_BYTES (2 * MB) /* segments below this share the lowest tier */
+#define NO_DOC UINT32_MAX
+
+/* ---- refcounted pieces a reader shares with the writer ---- */
+
+typedef struct seg_ref {
+	st_segment *seg;
+	uint64_t gen;
+	uint64_t bytes;
+	uint32_t max_doc;
+	atomic_int refs;
+	atomic_bool drop; /* unlink the file when the last reference goes */
+	char *path;
+} seg_ref;
+
+typedef struct live_ref {
+	atomic_int refs;
+	uint32_t nbits, count; /* count = live docs */
+	uint64_t bits[];
+} live_ref;
+
+struct st_reader {
+	atomic_int refs;
+	size_t n;
+	seg_ref **segs;
+	live_ref **live; /* NULL entry = all live */
+	uint64_t docs;
+};
+
+/* The writer's view of one segment: `live` takes unrefreshed deletes
+ * (copy-on-write while a reader shares it); `pub` is what the current
+ * reader sees and what a commit persists. */
+typedef struct wseg {
+	seg_ref *ref;
+	live_ref *live, *pub;
+	bool merging;
+} wseg;
+
+/* Live version map: every id touched since the last refresh. */
+typedef struct vm_entry {
+	uint64_t hash; /* 0 = empty slot */
+	uint32_t id_off, id_len;
+	uint64_t seq_no, term;
+	int64_t version;
+	uint32_t buf_doc; /* NO_DOC for tombstones */
+	bool deleted;
+} vm_entry;
+
+typedef struct commit_point {
+	uint64_t next_gen;
+	int64_t committed_seq; /* all ops <= it are in the listed segments; -1 none */
+	int64_t oplog_trimmed; /* ops <= it may be gone from the log; -1 none */
+	uint64_t mapping_version, primary_term;
+} commit_point;
+
+struct st_shard {
+	char *dir;
+	st_shard_opts opts;
+	MDB_env *env;
+	MDB_dbi db_meta, db_deletes, db_oplog;
+
+	pthread_mutex_t wmu, rmu, map_mu, sync_mu;
+	pthread_cond_t sync_cv, merge_cv;
+
+	st_mapping *mapping;
+	st_reader *cur;
+
+	/* writer state (wmu) */
+	wseg *segs;
+	size_t nsegs, segs_cap;
+	commit_point cp;
+	int64_t max_seq, ckp; /* -1 none */
+	int64_t *pending;     /* applied seq_nos above ckp, sorted (replica gaps) */
+	size_t npending, pending_cap;
+	int64_t log_last;
+	uint64_t ops_since_commit;
+	int64_t retain_above; /* flush keeps ops > it; INT64_MAX = no marker */
+
+	st_segbuild *buf;
+	uint64_t *buf_del;
+	size_t buf_del_words;
+	uint32_t buf_ndel;
+	cm_buf buf_src;
+	uint64_t *src_off;
+	uint32_t *src_len;
+	size_t src_cap;
+
+	vm_entry *vm;
+	size_t vm_cap, vm_count;
+	cm_buf vm_ids;
+
+	/* group commit (sync_mu) */
+	atomic_uint_fast64_t commit_ticket;
+	uint64_t synced_ticket;
+	bool syncing;
+
+	/* merges (wmu) */
+	pthread_t merge_thread;
+	bool merge_thread_started, closing, merge_wanted;
+	int merges_running, force_merging;
+
+	atomic_uint_fast64_t n_refresh, n_merge, n_flush;
+	cm_buf scratch;
+};
+
+/* ---------------------------------------------------------------- */
+/* refcounting */
+
+static void
+seg_ref_release(seg_ref *r)
+{
+	if (r == NULL || atomic_fetch_sub(&r->refs, 1) != 1)
+		return;
+	st_segment_close(r->seg);
+	if (atomic_load(&r->drop) && unlink(r->path) != 0 && errno != ENOENT)
+		cm_warn("storage", "shard: cannot remove %s: %s", r->path, strerror(errno));
+	cm_free(CM_MEM_STORAGE, r->path);
+	cm_free(CM_MEM_STORAGE, r);
+}
+
+static live_ref *
+live_new(uint32_t nbits, bool all_live)
+{
+	size_t w = st_bit_words(nbits);
+	live_ref *l = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*l) + w * sizeof(uint64_t));
+	atomic_init(&l->refs, 1);
+	l->nbits = nbits;
+	if (all_live) {
+		for (uint32_t i = 0; i < nbits; i++)
+			st_bit_set(l->bits, i);
+		l->count = nbits;
+	}
+	return l;
+}
+
+static live_ref *
+live_ref_get(live_ref *l)
+{
+	if (l)
+		atomic_fetch_add(&l->refs, 1);
+	return l;
+}
+
+static void
+live_release(live_ref *l)
+{
+	if (l && atomic_fetch_sub(&l->refs, 1) == 1)
+		cm_free(CM_MEM_STORAGE, l);
+}
+
+static live_ref *
+live_copy(const live_ref *src)
+{
+	size_t w = st_bit_words(src->nbits);
+	live_ref *l = cm_malloc(CM_MEM_STORAGE, sizeof(*l) + w * sizeof(uint64_t));
+	atomic_init(&l->refs, 1);
+	l->nbits = src->nbits;
+	l->count = src->count;
+	memcpy(l->bits, src->bits, w * sizeof(uint64_t));
+	return l;
+}
+
+static bool
+live_get(const live_ref *l, uint32_t doc)
+{
+	return l == NULL || st_bit_get(l->bits, doc);
+}
+
+static void
+reader_free(st_reader *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		live_release(r->live[i]);
+		seg_ref_release(r->segs[i]);
+	}
+	cm_free(CM_MEM_STORAGE, r->segs);
+	cm_free(CM_MEM_STORAGE, r->live);
+	cm_free(CM_MEM_STORAGE, r);
+}
+
+void
+st_reader_release(st_reader *r)
+{
+	if (r && atomic_fetch_sub(&r->refs, 1) == 1)
+		reader_free(r);
+}
+
+size_t
+st_reader_nsegments(const st_reader *r)
+{
+	return r->n;
+}
+
+st_segment *
+st_reader_segment(const st_reader *r, size_t i)
+{
+	return r->segs[i]->seg;
+}
+
+const uint64_t *
+st_reader_live(const st_reader *r, size_t i)
+{
+	return r->live[i] ? r->live[i]->bits : NULL;
+}
+
+uint32_t
+st_reader_live_count(const st_reader *r, size_t i)
+{
+	return r->live[i] ? r->live[i]->count : r->segs[i]->max_doc;
+}
+
+uint64_t
+st_reader_doc_count(const st_reader *r)
+{
+	return r->docs;
+}
+
+st_reader *
+st_shard_reader(st_shard *s)
+{
+	pthread_mutex_lock(&s->rmu);
+	st_reader *r = s->cur;
+	atomic_fetch_add(&r->refs, 1);
+	pthread_mutex_unlock(&s->rmu);
+	return r;
+}
+
+/* Builds a reader from the writer's published views and swaps it in. */
+static void
+publish_reader(st_shard *s)
+{
+	st_reader *r = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*r));
+	atomic_init(&r->refs, 1);
+	r->n = s->nsegs;
+	r->segs = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->segs));
+	r->live = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->live));
+	for (size_t i = 0; i < r->n; i++) {
+		r->segs[i] = s->segs[i].ref;
+		atomic_fetch_add(&r->segs[i]->refs, 1);
+		r->live[i] = live_ref_get(s->segs[i].pub);
+		r->docs += r->live[i] ? r->live[i]->count : r->segs[i]->max_doc;
+	}
+	pthread_mutex_lock(&s->rmu);
+	st_reader *old = s->cur;
+	s->cur = r;
+	pthread_mutex_unlock(&s->rmu);
+	if (old)
+		st_reader_release(old);
+}
+
+/* ---------------------------------------------------------------- */
+/* version map */
+
+static uint64_t
+id_hash(const char *id, size_t len)
+{
+	uint64_t h = XXH3_64bits(id, len);
+	return h ? h : 1;
+}
+
+static vm_entry *
+vm_find(st_shard *s, const char *id, size_t len, uint64_t h)
+{
+	if (s->vm_cap == 0)
+		return NULL;
+	size_t mask = s->vm_cap - 1;
+	for (size_t i = h & mask;; i = (i + 1) & mask) {
+		vm_entry *e = &s->vm[i];
+		if (e->hash == 0)
+			return NULL;
+		if (e->hash == h && e->id_len == len &&
+		    memcmp(s->vm_ids.data + e->id_off, id, len) == 0)
+			return e;
+	}
+}
+
+static void vm_put(st_shard *s, const char *id, size_t len, uint64_t h, const vm_entry *val);
+
+static void
+vm_grow(st_shard *s)
+{
+	vm_entry *old = s->vm;
+	size_t oldcap = s->vm_cap;
+	s->vm_cap = oldcap ? oldcap * 2 : 1024;
+	s->vm = cm_calloc(CM_MEM_STORAGE, s->vm_cap, sizeof(*s->vm));
+	size_t mask = s->vm_cap - 1;
+	for (size_t i = 0; i < oldcap; i++) {
+		if (old[i].hash == 0)
+			continue;
+		size_t j = old[i].hash & mask;
+		while (s->vm[j].hash)
+			j = (j + 1) & mask;
+		s->vm[j] = old[i];
+	}
+	cm_free(CM_MEM_STORAGE, old);
+}
+
+static void
+vm_put(st_shard *s, const char *id, size_t len, uint64_t h, const vm_entry *val)
+{
+	vm_entry *e = vm_find(s, id, len, h);
+	if (e == NULL) {
+		if ((s->vm_count + 1) * 4 > s->vm_cap * 3)
+			vm_grow(s);
+		size_t mask = s->vm_cap - 1, i = h & mask;
+		while (s->vm[i].hash)
+			i = (i + 1) & mask;
+		e = &s->vm[i];
+		e->hash = h;
+		e->id_off = (uint32_t)s->vm_ids.len;
+		e->id_len = (uint32_t)len;
+		cm_buf_put(&s->vm_ids, id, len);
+		s->vm_count++;
+	}
+	e->seq_no = val->seq_no;
+	e->term = val->term;
+	e->version = val->version;
+	e->buf_doc = val->buf_doc;
+	e->deleted = val->deleted;
+}
+
+/* After a refresh: buffered docs are in a segment now; tombstones stay
+ * while their seq_no is above the local checkpoint, so a replica can
+ * still recognise an older, reordered op for a deleted id. */
+static void
+vm_prune(st_shard *s)
+{
+	vm_entry *old = s->vm;
+	size_t oldcap = s->vm_cap;
+	cm_buf ids = s->vm_ids;
+	s->vm = NULL;
+	s->vm_cap = s->vm_count = 0;
+	cm_buf_init(&s->vm_ids, CM_MEM_STORAGE);
+	for (size_t i = 0; i < oldcap; i++) {
+		vm_entry *e = &old[i];
+		if (e->hash == 0 || !e->deleted || (int64_t)e->seq_no <= s->ckp)
+			continue;
+		vm_entry v = *e;
+		vm_put(s, (const char *)ids.data + e->id_off, e->id_len, e->hash, &v);
+	}
+	cm_free(CM_MEM_STORAGE, old);
+	cm_buf_free(&ids);
+}
+
+/* ---------------------------------------------------------------- */
+/* indexing buffer */
+
+static void
+buffer_reset(st_shard *s)
+{
+	if (s->buf)
+		st_segbuild_destroy(s->buf);
+	s->buf = st_segbuild_create();
+	if (s->buf_del)
+		memset(s->buf_del, 0, s->buf_del_words * sizeof(uint64_t));
+	s->buf_ndel = 0;
+	cm_buf_reset(&s->buf_src);
+	/* Give back a large arena after a big refresh. */
+	if (s->buf_src.cap > 64 * MB) {
+		cm_buf_free(&s->buf_src);
+		cm_buf_init(&s->buf_src, CM_MEM_STORAGE);
+	}
+}
+
+static void
+buffer_note_doc(st_shard *s, uint32_t docno, const char *src, size_t len)
+{
+	if (docno >= s->src_cap) {
+		size_t cap = s->src_cap ? s->src_cap : 1024;
+		while (cap <= docno)
+			cap *= 2;
+		s->src_off = cm_realloc(CM_MEM_STORAGE, s->src_off, cap * sizeof(*s->src_off));
+		s->src_len = cm_realloc(CM_MEM_STORAGE, s->src_len, cap * sizeof(*s->src_len));
+		s->src_cap = cap;
+	}
+	size_t words = st_bit_words(docno + 1);
+	if (words > s->buf_del_words) {
+		size_t nw = s->buf_del_words ? s->buf_del_words : 16;
+		while (nw < words)
+			nw *= 2;
+		s->buf_del = cm_realloc(CM_MEM_STORAGE, s->buf_del, nw * sizeof(uint64_t));
+		memset(s->buf_del + s->buf_del_words, 0, (nw - s->buf_del_words) * sizeof(uint64_t));
+		s->buf_del_words = nw;
+	}
+	s->src_off[docno] = s->buf_src.len;
+	s->src_len[docno] = (uint32_t)len;
+	cm_buf_put(&s->buf_src, src, len);
+}
+
+static void
+buffer_delete(st_shard *s, uint32_t docno)
+{
+	if (!st_bit_get(s->buf_del, docno)) {
+		st_bit_set(s->buf_del, docno);
+		s->buf_ndel++;
+	}
+}
+
+static size_t
+buffer_ram(const st_shard *s)
+{
+	return st_segbuild_ram(s->buf) + s->buf_src.cap + s->vm_cap * sizeof(vm_entry) +
+	       s->vm_ids.cap;
+}
+
+/* Clears doc in the writer's live bits of segment i (copy-on-write). */
+static void
+segment_delete(st_shard *s, size_t i, uint32_t doc)
+{
+	wseg *w = &s->segs[i];
+	if (w->live == NULL)
+		w->live = live_new(w->ref->max_doc, true);
+	else if (atomic_load(&w->live->refs) > 1) {
+		live_ref *c = live_copy(w->live);
+		live_release(w->live);
+		w->live = c;
+	}
+	if (st_bit_get(w->live->bits, doc)) {
+		w->live->bits[doc >> 6] &= ~((uint64_t)1 << (doc & 63));
+		w->live->count--;
+	}
+}
+
+/* ---------------------------------------------------------------- */
+/* looking up an id's current state */
+
+enum { LOC_NONE, LOC_BUFFER, LOC_SEGMENT };
+
+typedef struct id_state {
+	bool exists, tombstone;
+	uint64_t seq_no, term;
+	int64_t version;
+	int loc;
+	uint32_t doc;
+	size_t seg;
+} id_state;
+
+/* Per-call cache of segment read transactions and metadata columns. */
+typedef struct seg_ctx {
+	st_seg_txn *txn;
+	const st_field_info *f[3];
+	st_colblock cb[3];
+	bool opened, failed;
+} seg_ctx;
+
+typedef struct lookup_ctx {
+	seg_ctx *sc;
+	size_t n;
+} lookup_ctx;
+
+static void
+lookup_init(lookup_ctx *lc, size_t n)
+{
+	lc->n = n;
+	lc->sc = n ? cm_calloc(CM_MEM_STORAGE, n, sizeof(*lc->sc)) : NULL;
+}
+
+static void
+lookup_done(lookup_ctx *lc)
+{
+	for (size_t i = 0; i < lc->n; i++) {
+		for (int k = 0; k < 3; k++)
+			st_colblock_free(&lc->sc[i].cb[k]);
+		if (lc->sc[i].txn)
+			st_seg_txn_end(lc->sc[i].txn);
+	}
+	cm_free(CM_MEM_STORAGE, lc->sc);
+	lc->sc = NULL;
+	lc->n = 0;
+}
+
+static seg_ctx *
+lookup_seg(st_shard *s, lookup_ctx *lc, size_t i)
+{
+	seg_ctx *c = &lc->sc[i];
+	if (!c->opened) {
+		c->opened = true;
+		const st_segment *seg = s->segs[i].ref->seg;
+		if (st_seg_txn_begin(seg, &c->txn) != CM_OK) {
+			c->failed = true;
+			c->txn = NULL;
+			return c;
+		}
+		c->f[0] = st_segment_field(seg, ST_FIELD_SEQ_NO);
+		c->f[1] = st_segment_field(seg, ST_FIELD_VERSION);
+		c->f[2] = st_segment_field(seg, ST_FIELD_PRIMARY_TERM);
+	}
+	return c;
+}
+
+static int64_t
+col_value(seg_ctx *c, int k, uint32_t doc)
+{
+	const int64_t *vals;
+	if (c->f[k] == NULL || st_col_values(c->txn, c->f[k], &c->cb[k], doc, &vals) < 1)
+		return -1;
+	return vals[0];
+}
+
+/* Current state of id, in the writer's (realtime) view. */
+static cm_err
+lookup_id(st_shard *s, lookup_ctx *lc, const char *id, size_t len, uint64_t h, id_state *st)
+{
+	memset(st, 0, sizeof(*st));
+	vm_entry *e = vm_find(s, id, len, h);
+	if (e) {
+		st->exists = !e->deleted;
+		st->tombstone = e->deleted;
+		st->seq_no = e->seq_no;
+		st->term = e->term;
+		st->version = e->version;
+		st->loc = e->deleted ? LOC_NONE : LOC_BUFFER;
+		st->doc = e->buf_doc;
+		return CM_OK;
+	}
+	for (size_t i = s->nsegs; i-- > 0;) {
+		seg_ctx *c = lookup_seg(s, lc, i);
+		if (c->failed)
+			return CM_EIO;
+		uint32_t doc;
+		cm_err err = st_id_lookup(c->txn, id, len, &doc);
+		if (err == CM_ENOTFOUND)
+			continue;
+		if (err)
+			return err;
+		if (doc >= s->segs[i].ref->max_doc || !live_get(s->segs[i].live, doc))
+			continue;
+		int64_t seq = col_value(c, 0, doc), ver = col_value(c, 1, doc),
+			term = col_value(c, 2, doc);
+		if (seq < 0 || ver < 0 || term < 0)
+			return CM_ECORRUPT;
+		st->exists = true;
+		st->seq_no = (uint64_t)seq;
+		st->version = ver;
+		st->term = (uint64_t)term;
+		st->loc = LOC_SEGMENT;
+		st->seg = i;
+		st->doc = doc;
+		return CM_OK;
+	}
+	return CM_OK;
+}
+
+/* ---------------------------------------------------------------- */
+/* commit point */
+
+static void
+encode_commit(st_shard *s, cm_buf *b, const wseg *segs, size_t n)
+{
+	cm_buf_reset(b);
+	cm_buf_put_u32(b, COMMIT_FORMAT);
+	cm_buf_put_u64(b, s->cp.next_gen);
+	cm_buf_put_u64(b, (uint64_t)s->cp.committed_seq);
+	cm_buf_put_u64(b, (uint64_t)s->cp.oplog_trimmed);
+	cm_buf_put_u64(b, s->cp.mapping_version);
+	cm_buf_put_u64(b, s->cp.primary_term);
+	cm_buf_put_varint(b, n);
+	for (size_t i = 0; i < n; i++)
+		cm_buf_put_varint(b, segs[i].ref->gen);
+	cm_buf_put_checksum(b, 0);
+}
+
+/* Writes the commit point for `segs` (their `pub` views) and syncs it.
+ * Also makes every earlier log transaction durable. */
+static cm_err
+commit_write(st_shard *s, const wseg *segs, size_t n, int64_t trim_upto)
+{
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	if (rc)
+		return st_mdb_err(rc);
+	cm_buf *b = &s->scratch;
+	encode_commit(s, b, segs, n);
+	MDB_val k = {6, "commit"}, v = {b->len, b->data};
+	if ((rc = mdb_put(txn, s->db_meta, &k, &v, 0)) != 0)
+		goto fail;
+	if ((rc = mdb_drop(txn, s->db_deletes, 0)) != 0)
+		goto fail;
+	for (size_t i = 0; i < n; i++) {
+		const live_ref *l = segs[i].pub;
+		if (l == NULL || l->count == l->nbits)
+			continue;
+		cm_buf_reset(b);
+		cm_buf_put_u32(b, l->nbits);
+		size_t w = st_bit_words(l->nbits);
+		for (size_t j = 0; j < w; j++) {
+			uint64_t del = ~l->bits[j];
+			if (j == w - 1 && (l->nbits & 63))
+				del &= ((uint64_t)1 << (l->nbits & 63)) - 1;
+			cm_buf_put_u64(b, del);
+		}
+		cm_buf_put_checksum(b, 0);
+		uint8_t kb[8];
+		for (int x = 0; x < 8; x++)
+			kb[x] = (uint8_t)(segs[i].ref->gen >> (56 - 8 * x));
+		MDB_val dk = {8, kb}, dv = {b->len, b->data};
+		if ((rc = mdb_put(txn, s->db_deletes, &dk, &dv, 0)) != 0)
+			goto fail;
+	}
+	if (trim_upto >= 0) {
+		cm_err e = st_oplog_trim(txn, s->db_oplog, (uint64_t)trim_upto);
+		if (e) {
+			mdb_txn_abort(txn);
+			return e;
+		}
+	}
+	uint64_t ticket = atomic_load(&s->commit_ticket);
+	if ((rc = mdb_txn_commit(txn)) != 0)
+		return st_mdb_err(rc);
+	if ((rc = mdb_env_sync(s->env, 1)) != 0)
+		return st_mdb_err(rc);
+	pthread_mutex_lock(&s->sync_mu);
+	if (s->synced_ticket < ticket)
+		s->synced_ticket = ticket;
+	pthread_mutex_unlock(&s->sync_mu);
+	return CM_OK;
+fail:
+	mdb_txn_abort(txn);
+	return st_mdb_err(rc);
+}
+
+/* Waits until log transaction `ticket` is on disk; one caller syncs for
+ * everyone waiting (group commit). */
+static cm_err
+sync_wait(st_shard *s, uint64_t ticket)
+{
+	cm_err err = CM_OK;
+	pthread_mutex_lock(&s->sync_mu);
+	while (s->synced_ticket < ticket) {
+		if (s->syncing) {
+			pthread_cond_wait(&s->sync_cv, &s->sync_mu);
+			continue;
+		}
+		s->syncing = true;
+		uint64_t target = atomic_load(&s->commit_ticket);
+		pthread_mutex_unlock(&s->sync_mu);
+		int rc = mdb_env_sync(s->env, 1);
+		pthread_mutex_lock(&s->sync_mu);
+		s->syncing = false;
+		if (rc == 0 && s->synced_ticket < target)
+			s->synced_ticket = target;
+		pthread_cond_broadcast(&s->sync_cv);
+		if (rc) {
+			err = st_mdb_err(rc);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&s->sync_mu);
+	return err;
+}
+
+/* ---------------------------------------------------------------- */
+/* checkpoint */
+
+static void
+ckp_mark(st_shard *s, int64_t seq)
+{
+	if (seq > s->max_seq)
+		s->max_seq = seq;
+	if (seq <= s->ckp)
+		return;
+	if (seq == s->ckp + 1) {
+		s->ckp = seq;
+		size_t k = 0;
+		while (k < s->npending && s->pending[k] <= s->ckp + 1) {
+			if (s->pending[k] == s->ckp + 1)
+				s->ckp++;
+			k++;
+		}
+		if (k) {
+			memmove(s->pending, s->pending + k, (s->npending - k) * sizeof(int64_t));
+			s->npending -= k;
+		}
+		return;
+	}
+	if (s->npending == s->pending_cap) {
+		s->pending_cap = s->pending_cap ? s->pending_cap * 2 : 64;
+		s->pending = cm_realloc(CM_MEM_STORAGE, s->pending, s->pending_cap * sizeof(int64_t));
+	}
+	size_t lo = 0, hi = s->npending;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (s->pending[mid] < seq)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo < s->npending && s->pending[lo] == seq)
+		return;
+	memmove(s->pending + lo + 1, s->pending + lo, (s->npending - lo) * sizeof(int64_t));
+	s->pending[lo] = seq;
+	s->npending++;
+}
+
+/* ---------------------------------------------------------------- */
+/* mapping */
+
+static st_mapping *
+mapping_get(st_shard *s)
+{
+	pthread_mutex_lock(&s->map_mu);
+	st_mapping *m = st_mapping_ref(s->mapping);
+	pthread_mutex_unlock(&s->map_mu);
+	return m;
+}
+
+static void
+mapping_put(st_shard *s, st_mapping *m)
+{
+	pthread_mutex_lock(&s->map_mu);
+	st_mapping_unref(m);
+	pthread_mutex_unlock(&s->map_mu);
+}
+
+void
+st_shard_set_mapping(st_shard *s, const st_mapping *m)
+{
+	pthread_mutex_lock(&s->map_mu);
+	st_mapping *old = s->mapping;
+	s->mapping = st_mapping_ref((st_mapping *)m);
+	st_mapping_unref(old);
+	pthread_mutex_unlock(&s->map_mu);
+}
+
+st_mapping *
+st_shard_mapping(st_shard *s)
+{
+	return mapping_get(s);
+}
+
+/* Adds dynamically found fields to the shard's mapping (unless someone
+ * already did) and returns the merged mapping, referenced. */
+static cm_err
+mapping_extend(st_shard *s, st_mapping *used, st_mapping *add, st_mapping **out, cm_error *err)
+{
+	pthread_mutex_lock(&s->map_mu);
+	st_mapping *merged = NULL;
+	cm_err e = st_mapping_merge(s->mapping, add, &merged, err);
+	if (e == CM_OK) {
+		(void)used;
+		st_mapping_unref(s->mapping);
+		s->mapping = merged;
+		*out = st_mapping_ref(merged);
+	}
+	pthread_mutex_unlock(&s->map_mu);
+	return e;
+}
+
+/* ---------------------------------------------------------------- */
+/* apply */
+
+typedef struct op_plan {
+	st_doc doc;
+	bool parsed, accept, skip;
+	uint64_t hash, seq, term;
+	int64_t version;
+	int prev_batch; /* earlier accepted op on the same id in this batch, or -1 */
+	id_state prev;  /* state before the batch, when prev_batch < 0 */
+	uint32_t docno;
+} op_plan;
+
+#define MAX_BATCH_MAPPINGS 8
+
+typedef struct batch {
+	op_plan *plan;
+	st_mapping *maps[MAX_BATCH_MAPPINGS];
+	int nmaps;
+	int32_t *slots; /* id → last op index in this batch */
+	size_t nslots;
+} batch;
+
+static void
+batch_keep_mapping(batch *b, st_mapping *m)
+{
+	b->maps[b->nmaps++] = m;
+}
+
+/* Parses one INDEX op under the shard mapping, extending the mapping for
+ * dynamic fields. Runs without the write lock. */
+static void
+parse_op(st_shard *s, batch *b, const st_op *op, op_plan *p, st_op_result *r)
+{
+	cm_error err;
+	cm_error_clear(&err);
+	st_mapping *m = b->nmaps ? b->maps[b->nmaps - 1] : NULL;
+	if (m == NULL) {
+		m = mapping_get(s);
+		batch_keep_mapping(b, m);
+	}
+	for (int attempt = 0; attempt < 3; attempt++) {
+		st_mapping *add = NULL;
+		cm_err e = st_doc_parse(m, op->id, op->id_len, op->source, op->source_len, &p->doc,
+		                        &add, &err);
+		if (e) {
+			r->err = e;
+			snprintf(r->reason, sizeof(r->reason), "%.250s",
+			         err.reason[0] ? err.reason : cm_err_msg(e));
+			if (add)
+				st_mapping_unref(add);
+			return;
+		}
+		if (add == NULL) {
+			p->parsed = true;
+			return;
+		}
+		st_doc_free(&p->doc);
+		memset(&p->doc, 0, sizeof(p->doc));
+		st_mapping *merged = NULL;
+		e = mapping_extend(s, m, add, &merged, &err);
+		st_mapping_unref(add);
+		if (e) {
+			r->err = CM_EMAPPING;
+			snprintf(r->reason, sizeof(r->reason), "%.250s",
+			         err.reason[0] ? err.reason : cm_err_msg(e));
+			return;
+		}
+		if (b->nmaps == MAX_BATCH_MAPPINGS) {
+			/* Older mappings may still be pointed to by parsed docs;
+			 * refuse rather than drop them. Rare: 8 mapping changes
+			 * within one batch. */
+			st_mapping_unref(merged);
+			r->err = CM_EMAPPING;
+			snprintf(r->reason, sizeof(r->reason), "too many mapping updates in one batch");
+			return;
+		}
+		batch_keep_mapping(b, merged);
+		m = merged;
+	}
+	r->err = CM_EMAPPING;
+	snprintf(r->reason, sizeof(r->reason), "mapping did not settle for [%.*s]",
+	         (int)(op->id_len > 64 ? 64 : op->id_len), op->id);
+}
+
+static int32_t *
+batch_slot(batch *b, const st_op *ops, uint64_t h, const st_op *op)
+{
+	size_t mask = b->nslots - 1;
+	for (size_t i = h & mask;; i = (i + 1) & mask) {
+		int32_t j = b->slots[i];
+		if (j < 0)
+			return &b->slots[i];
+		if (b->plan[j].hash == h && ops[j].id_len == op->id_len &&
+		    memcmp(ops[j].id, op->id, op->id_len) == 0)
+			return &b->slots[i];
+	}
+}
+
+static void
+conflict(st_op_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void
+conflict(st_op_result *r, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
+	va_end(ap);
+	r->err = CM_ECONFLICT;
+}
+
+/* Decides one op against the current state: conditions, seq_no,
+ * version, result. Write lock held. */
+static void
+plan_op(st_shard *s, const st_op *op, op_plan *p, const id_state *cur, int64_t *next_seq,
+        st_op_result *r)
+{
+	int idl = (int)(op->id_len > 200 ? 200 : op->id_len);
+	bool replica = op->seq_no != ST_NO_SEQ;
+	bool known = cur->exists || cur->tombstone;
+	if (replica) {
+		/* Idempotence: anything at or below the checkpoint, or not
+		 * newer than what this id already has, was applied before. */
+		if ((int64_t)op->seq_no <= s->ckp || (known && cur->seq_no >= op->seq_no)) {
+			p->skip = true;
+			r->result = ST_RESULT_NOOP;
+			r->seq_no = op->seq_no;
+			r->primary_term = op->primary_term;
+			r->version = op->version;
+			return;
+		}
+		p->seq = op->seq_no;
+		p->term = op->primary_term;
+		p->version = op->version > 0 ? op->version : (known ? cur->version + 1 : 1);
+	} else {
+		if (op->if_seq_no != ST_NO_SEQ) {
+			if (!cur->exists) {
+				conflict(r,
+				         "[%.*s]: version conflict, required seqNo [%" PRIu64
+				         "], primary term [%" PRIu64 "]. but no document was found",
+				         idl, op->id, op->if_seq_no, op->if_primary_term);
+				return;
+			}
+			if (cur->seq_no != op->if_seq_no || cur->term != op->if_primary_term) {
+				conflict(r,
+				         "[%.*s]: version conflict, required seqNo [%" PRIu64
+				         "], primary term [%" PRIu64 "]. current document has seqNo [%" PRIu64
+				         "] and primary term [%" PRIu64 "]",
+				         idl, op->id, op->if_seq_no, op->if_primary_term, cur->seq_no,
+				         cur->term);
+				return;
+			}
+		}
+		if (op->version > 0 && known && op->version <= cur->version) {
+			conflict(r,
+			         "[%.*s]: version conflict, current version [%" PRId64
+			         "] is higher or equal to the one provided [%" PRId64 "]",
+			         idl, op->id, cur->version, op->version);
+			return;
+		}
+		if (op->create_only && op->type == ST_OP_INDEX && cur->exists) {
+			conflict(r,
+			         "[%.*s]: version conflict, document already exists (current version "
+			         "[%" PRId64 "])",
+			         idl, op->id, cur->version);
+			return;
+		}
+		p->seq = (uint64_t)++*next_seq;
+		p->term = s->cp.primary_term;
+		p->version = op->version > 0 ? op->version : (known ? cur->version + 1 : 1);
+	}
+	p->accept = true;
+	if (op->type == ST_OP_INDEX)
+		r->result = cur->exists ? ST_RESULT_UPDATED : ST_RESULT_CREATED;
+	else
+		r->result = cur->exists ? ST_RESULT_DELETED : ST_RESULT_NOT_FOUND;
+	r->seq_no = p->seq;
+	r->primary_term = p->term;
+	r->version = p->version;
+}
+
+/* Appends accepted ops to the log in one transaction (not yet synced). */
+static cm_err
+log_batch(st_shard *s, const st_op *ops, batch *b, size_t n, uint64_t *ticket)
+{
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	if (rc)
+		return st_mdb_err(rc);
+	int64_t last = s->log_last;
+	cm_buf *buf = &s->scratch;
+	for (size_t i = 0; i < n; i++) {
+		op_plan *p = &b->plan[i];
+		if (!p->accept || p->skip)
+			continue;
+		st_oplog_encode(buf, ops[i].type, ops[i].id, ops[i].id_len, ops[i].source,
+		                ops[i].source_len, p->term, p->version);
+		uint8_t kb[8];
+		for (int x = 0; x < 8; x++)
+			kb[x] = (uint8_t)(p->seq >> (56 - 8 * x));
+		MDB_val k = {8, kb}, v = {buf->len, buf->data};
+		unsigned flags = (int64_t)p->seq > last ? MDB_APPEND : 0;
+		if ((rc = mdb_put(txn, s->db_oplog, &k, &v, flags)) != 0) {
+			mdb_txn_abort(txn);
+			return st_mdb_err(rc);
+		}
+		if ((int64_t)p->seq > last)
+			last = (int64_t)p->seq;
+	}
+	if ((rc = mdb_txn_commit(txn)) != 0)
+		return st_mdb_err(rc);
+	s->log_last = last;
+	*ticket = atomic_fetch_add(&s->commit_ticket, 1) + 1;
+	return CM_OK;
+}
+
+/* Applies accepted ops to the buffer and the version map. */
+static void
+apply_batch(st_shard *s, const st_op *ops, batch *b, size_t n, st_op_result *res)
+{
+	for (size_t i = 0; i < n; i++) {
+		op_plan *p = &b->plan[i];
+		if (!p->accept || p->skip)
+			continue;
+		const st_op *op = &ops[i];
+		/* Remove the id's previous live copy. */
+		if (p->prev_batch >= 0) {
+			const op_plan *q = &b->plan[p->prev_batch];
+			if (ops[p->prev_batch].type == ST_OP_INDEX && q->docno != NO_DOC)
+				buffer_delete(s, q->docno);
+		} else if (p->prev.exists && p->prev.loc == LOC_BUFFER) {
+			buffer_delete(s, p->prev.doc);
+		} else if (p->prev.exists && p->prev.loc == LOC_SEGMENT) {
+			segment_delete(s, p->prev.seg, p->prev.doc);
+		}
+		vm_entry v = {.seq_no = p->seq, .term = p->term, .version = p->version,
+		              .buf_doc = NO_DOC, .deleted = op->type == ST_OP_DELETE};
+		p->docno = NO_DOC;
+		if (op->type == ST_OP_INDEX) {
+			cm_error err;
+			cm_error_clear(&err);
+			uint32_t docno;
+			cm_err e = st_segbuild_add(s->buf, &p->doc, p->seq, p->term, p->version, &docno,
+			                           &err);
+			if (e) {
+				/* Logged but not indexable: surface it; the id reads as
+				 * deleted until the op is replayed successfully. */
+				res[i].err = e;
+				snprintf(res[i].reason, sizeof(res[i].reason), "%.250s",
+				         err.reason[0] ? err.reason : cm_err_msg(e));
+				v.deleted = true;
+			} else {
+				p->docno = docno;
+				v.buf_doc = docno;
+				buffer_note_doc(s, docno, op->source, op->source_len);
+			}
+		}
+		vm_put(s, op->id, op->id_len, p->hash, &v);
+		ckp_mark(s, (int64_t)p->seq);
+		s->ops_since_commit++;
+	}
+}
+
+static cm_err refresh_locked(st_shard *s);
+
+/* The body of st_shard_apply; `replay` applies log records on open (no
+ * logging, no sync). */
+static cm_err
+apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool replay)
+{
+	if (n == 0)
+		return CM_OK;
+	batch b = {0};
+	b.plan = cm_calloc(CM_MEM_STORAGE, n, sizeof(*b.plan));
+	b.nslots = 16;
+	while (b.nslots < 2 * n)
+		b.nslots *= 2;
+	b.slots = cm_malloc(CM_MEM_STORAGE, b.nslots * sizeof(*b.slots));
+	memset(b.slots, 0xff, b.nslots * sizeof(*b.slots));
+
+	/* Phase 0, no lock: validate and parse. */
+	for (size_t i = 0; i < n; i++) {
+		const st_op *op = &ops[i];
+		st_op_result *r = &res[i];
+		memset(r, 0, sizeof(*r));
+		r->seq_no = ST_NO_SEQ;
+		b.plan[i].prev_batch = -1;
+		b.plan[i].docno = NO_DOC;
+		if (op->id == NULL || op->id_len == 0 || op->id_len > MAX_ID_LEN) {
+			r->err = CM_EVALIDATE;
+			if (op->id_len == 0)
+				snprintf(r->reason, sizeof(r->reason), "if _id is specified it must not be empty");
+			else
+				snprintf(r->reason, sizeof(r->reason),
+				         "id [%.32s...] is too long, must be no longer than 512 bytes but was: %zu",
+				         op->id, op->id_len);
+			continue;
+		}
+		b.plan[i].hash = id_hash(op->id, op->id_len);
+		if (op->type == ST_OP_INDEX)
+			parse_op(s, &b, op, &b.plan[i], r);
+	}
+
+	/* Phase 1, write lock: decide every op against the current state. */
+	pthread_mutex_lock(&s->wmu);
+	cm_err err = CM_OK;
+	lookup_ctx lc;
+	lookup_init(&lc, s->nsegs);
+	int64_t next_seq = s->max_seq;
+	for (size_t i = 0; i < n; i++) {
+		op_plan *p = &b.plan[i];
+		if (res[i].err)
+			continue;
+		if (ops[i].type == ST_OP_INDEX && !p->parsed)
+			continue;
+		int32_t *slot = batch_slot(&b, ops, p->hash, &ops[i]);
+		id_state cur;
+		if (*slot >= 0) {
+			const op_plan *q = &b.plan[*slot];
+			memset(&cur, 0, sizeof(cur));
+			cur.exists = ops[*slot].type == ST_OP_INDEX;
+			cur.tombstone = !cur.exists;
+			cur.seq_no = q->seq;
+			cur.term = q->term;
+			cur.version = q->version;
+		} else {
+			cm_err e = lookup_id(s, &lc, ops[i].id, ops[i].id_len, p->hash, &cur);
+			if (e) {
+				res[i].err = e;
+				snprintf(res[i].reason, sizeof(res[i].reason), "id lookup failed: %s",
+				         cm_err_msg(e));
+				continue;
+			}
+			p->prev = cur;
+		}
+		plan_op(s, &ops[i], p, &cur, &next_seq, &res[i]);
+		if (p->accept && !p->skip) {
+			p->prev_batch = *slot;
+			*slot = (int32_t)i;
+		}
+	}
+	lookup_done(&lc);
+
+	uint64_t ticket = 0;
+	bool any = false;
+	for (size_t i = 0; i < n && !any; i++)
+		any = b.plan[i].accept && !b.plan[i].skip;
+	if (any && !replay) {
+		err = log_batch(s, ops, &b, n, &ticket);
+		if (err) {
+			for (size_t i = 0; i < n; i++) {
+				if (b.plan[i].accept && !b.plan[i].skip) {
+					res[i].err = err;
+					snprintf(res[i].reason, sizeof(res[i].reason),
+					         "operation log write failed: %s", cm_err_msg(err));
+					res[i].seq_no = ST_NO_SEQ;
+				}
+			}
+		}
+	}
+	if (err == CM_OK && any) {
+		apply_batch(s, ops, &b, n, res);
+		if (next_seq > s->max_seq)
+			s->max_seq = next_seq;
+	}
+	bool over = err == CM_OK && !replay &&
+	            buffer_ram(s) > (s->opts.indexing_max_ram_mb ? s->opts.indexing_max_ram_mb : 64) * MB;
+	pthread_mutex_unlock(&s->wmu);
+
+	for (size_t i = 0; i < n; i++)
+		if (b.plan[i].parsed)
+			st_doc_free(&b.plan[i].doc);
+	for (int i = 0; i < b.nmaps; i++)
+		mapping_put(s, b.maps[i]);
+	cm_free(CM_MEM_STORAGE, b.plan);
+	cm_free(CM_MEM_STORAGE, b.slots);
+	if (err)
+		return err;
+
+	if (any && !replay) {
+		err = sync_wait(s, ticket);
+		if (err) {
+			for (size_t i = 0; i < n; i++)
+				if (res[i].err == CM_OK && res[i].seq_no != ST_NO_SEQ &&
+				    res[i].result != ST_RESULT_NOOP) {
+					res[i].err = err;
+					snprintf(res[i].reason, sizeof(res[i].reason),
+					         "operation log sync failed");
+				}
+			return err;
+		}
+	}
+	if (over) {
+		cm_err e = st_shard_refresh(s);
+		if (e)
+			cm_warn("storage", "shard %s: refresh over the memory budget failed: %s", s->dir,
+			            cm_err_msg(e));
+	}
+	return CM_OK;
+}
+
+cm_err
+st_shard_apply(st_shard *s, const st_op *ops, size_t n, st_op_result *res)
+{
+	return apply_ops(s, ops, n, res, false);
+}
+
+/* ---------------------------------------------------------------- */
+/* get */
+
+cm_err
+st_shard_get(st_shard *s, const char *id, size_t len, st_doc_meta *meta, cm_buf *source)
+{
+	if (len == 0 || len > MAX_ID_LEN)
+		return CM_ENOTFOUND;
+	pthread_mutex_lock(&s->wmu);
+	lookup_ctx lc;
+	lookup_init(&lc, s->nsegs);
+	id_state st;
+	cm_err err = lookup_id(s, &lc, id, len, id_hash(id, len), &st);
+	if (err == CM_OK && !st.exists)
+		err = CM_ENOTFOUND;
+	if (err == CM_OK) {
+		if (meta) {
+			meta->seq_no = st.seq_no;
+			meta->primary_term = st.term;
+			meta->version = st.version;
+		}
+		if (source && st.loc == LOC_BUFFER) {
+			cm_buf_put(source, s->buf_src.data + s->src_off[st.doc], s->src_len[st.doc]);
+		} else if (source && st.loc == LOC_SEGMENT) {
+			cm_buf idb;
+			cm_buf_init(&idb, CM_MEM_STORAGE);
+			err = st_stored_get(lc.sc[st.seg].txn, st.doc, &idb, source);
+			cm_buf_free(&idb);
+		}
+	}
+	lookup_done(&lc);
+	pthread_mutex_unlock(&s->wmu);
+	return err;
+}
+
+/* ---------------------------------------------------------------- */
+/* refresh */
+
+static void
+seg_path(const st_shard *s, uint64_t gen, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/seg-%" PRIu64 ".mdb", s->dir, gen);
+}
+
+static cm_err
+open_seg_ref(st_shard *s, uint64_t gen, seg_ref **out, cm_error *err)
+{
+	char path[4096];
+	seg_path(s, gen, path, sizeof(path));
+	st_segment *seg;
+	cm_err e = st_segment_open(path, &seg, err);
+	if (e)
+		return e;
+	seg_ref *r = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*r));
+	r->seg = seg;
+	r->gen = gen;
+	r->bytes = st_segment_bytes(seg);
+	r->max_doc = st_segment_max_doc(seg);
+	atomic_init(&r->refs, 1);
+	atomic_init(&r->drop, false);
+	r->path = cm_strdup(CM_MEM_STORAGE, path);
+	*out = r;
+	return CM_OK;
+}
+
+static void
+segs_reserve(st_shard *s, size_t n)
+{
+	if (n <= s->segs_cap)
+		return;
+	size_t cap = s->segs_cap ? s->segs_cap * 2 : 16;
+	while (cap < n)
+		cap *= 2;
+	s->segs = cm_realloc(CM_MEM_STORAGE, s->segs, cap * sizeof(*s->segs));
+	s->segs_cap = cap;
+}
+
+/* Drops a writer segment whose replacement commit is durable. */
+static void
+wseg_drop(wseg *w)
+{
+	atomic_store(&w->ref->drop, true);
+	live_release(w->live);
+	live_release(w->pub);
+	seg_ref_release(w->ref);
+}
+
+static cm_err
+refresh_locked(st_shard *s)
+{
+	uint32_t ndocs = st_segbuild_docs(s->buf);
+	if (ndocs == 0 && s->ops_since_commit == 0)
+		return CM_OK;
+	cm_error cerr;
+	cm_error_clear(&cerr);
+	seg_ref *nref = NULL;
+	uint64_t gen = s->cp.next_gen;
+	if (ndocs > s->buf_ndel) {
+		char path[4096];
+		seg_path(s, gen, path, sizeof(path));
+		cm_err e = st_segbuild_write(s->buf, s->buf_del, path, gen, s->opts.merge_pool, &cerr);
+		if (e == CM_OK)
+			e = cm_fsync_dir(s->dir);
+		if (e == CM_OK)
+			e = open_seg_ref(s, gen, &nref, &cerr);
+		if (e) {
+			cm_errorlog("storage", "shard %s: refresh failed: %s %s", s->dir, cm_err_msg(e),
+			             cerr.reason);
+			unlink(path);
+			return e;
+		}
+	}
+	/* The new list: surviving segments (writer views become published)
+	 * plus the new one. Fully deleted segments leave the list. */
+	wseg *list = cm_calloc(CM_MEM_STORAGE, s->nsegs + 1, sizeof(*list));
+	size_t n = 0;
+	for (size_t i = 0; i < s->nsegs; i++) {
+		wseg w = s->segs[i];
+		if (!w.merging && w.live && w.live->count == 0)
+			continue;
+		w.pub = w.live;
+		list[n++] = w;
+	}
+	if (nref)
+		list[n++] = (wseg){.ref = nref};
+	commit_point saved = s->cp;
+	s->cp.next_gen = gen + 1;
+	s->cp.committed_seq = s->ckp;
+	st_mapping *m = mapping_get(s);
+	s->cp.mapping_version = m->version;
+	mapping_put(s, m);
+	cm_err e = commit_write(s, list, n, -1);
+	if (e) {
+		s->cp = saved;
+		cm_free(CM_MEM_STORAGE, list);
+		if (nref) {
+			atomic_store(&nref->drop, true);
+			seg_ref_release(nref);
+		}
+		cm_errorlog("storage", "shard %s: commit failed: %s", s->dir, cm_err_msg(e));
+		return e;
+	}
+	/* Committed: install the list, publish, drop what left it. */
+	for (size_t i = 0; i < s->nsegs; i++) {
+		wseg *w = &s->segs[i];
+		bool kept = false;
+		for (size_t j = 0; j < n && !kept; j++)
+			kept = list[j].ref == w->ref;
+		if (!kept)
+			wseg_drop(w);
+		else
+			live_release(w->pub);
+	}
+	segs_reserve(s, n);
+	for (size_t j = 0; j < n; j++) {
+		s->segs[j] = list[j];
+		live_ref_get(s->segs[j].pub);
+	}
+	s->nsegs = n;
+	cm_free(CM_MEM_STORAGE, list);
+	publish_reader(s);
+	buffer_reset(s);
+	vm_prune(s);
+	s->ops_since_commit = 0;
+	atomic_fetch_add(&s->n_refresh, 1);
+	if (s->merge_thread_started) {
+		s->merge_wanted = true;
+		pthread_cond_broadcast(&s->merge_cv);
+	}
+	return CM_OK;
+}
+
+cm_err
+st_shard_refresh(st_shard *s)
+{
+	pthread_mutex_lock(&s->wmu);
+	cm_err e = refresh_locked(s);
+	pthread_mutex_unlock(&s->wmu);
+	return e;
+}
+
+cm_err
+st_shard_flush(st_shard *s)
+{
+	pthread_mutex_lock(&s->wmu);
+	cm_err e = refresh_locked(s);
+	if (e == CM_OK) {
+		int64_t upto = s->cp.committed_seq;
+		if (s->retain_above < upto)
+			upto = s->retain_above;
+		if (upto > s->cp.oplog_trimmed) {
+			int64_t saved = s->cp.oplog_trimmed;
+			s->cp.oplog_trimmed = upto;
+			e = commit_write(s, s->segs, s->nsegs, upto);
+			if (e)
+				s->cp.oplog_trimmed = saved;
+		}
+	}
+	if (e == CM_OK)
+		atomic_fetch_add(&s->n_flush, 1);
+	pthread_mutex_unlock(&s->wmu);
+	return e;
+}
+
+void
+st_shard_set_oplog_retention(st_shard *s, uint64_t keep_above)
+{
+	pthread_mutex_lock(&s->wmu);
+	s->retain_above = keep_above == ST_NO_SEQ ? INT64_MAX
+	                  : keep_above > (uint64_t)INT64_MAX ? INT64_MAX
+	                                                     : (int64_t)keep_above;
+	pthread_mutex_unlock(&s->wmu);
+}
+
+void
+st_shard_set_primary_term(st_shard *s, uint64_t term)
+{
+	pthread_mutex_lock(&s->wmu);
+	if (term != s->cp.primary_term) {
+		s->cp.primary_term = term;
+		cm_err e = commit_write(s, s->segs, s->nsegs, -1);
+		if (e)
+			cm_errorlog("storage", "shard %s: persisting primary term failed: %s", s->dir,
+			             cm_err_msg(e));
+	}
+	pthread_mutex_unlock(&s->wmu);
+}
+
+/* ---------------------------------------------------------------- */
+/* merges */
+
+static size_t
+find_wseg(const st_shard *s, const seg_ref *r)
+{
+	for (size_t i = 0; i < s->nsegs; i++)
+		if (s->segs[i].ref == r)
+			return i;
+	return SIZE_MAX;
+}
+
+/* Maps the old segments' bitsets onto the merged segment's doc numbers:
+ * the merge kept exactly the docs live in `snap`, in order. */
+static live_ref *
+remap_live(seg_ref *const *in, live_ref *const *snap, live_ref *const *now, size_t k,
+           uint32_t new_max)
+{
+	live_ref *l = live_new(new_max, true);
+	uint32_t nd = 0;
+	for (size_t i = 0; i < k; i++) {
+		for (uint32_t d = 0; d < in[i]->max_doc; d++) {
+			if (!live_get(snap[i], d))
+				continue;
+			if (nd < new_max && !live_get(now[i], d)) {
+				l->bits[nd >> 6] &= ~((uint64_t)1 << (nd & 63));
+				l->count--;
+			}
+			nd++;
+		}
+	}
+	if (l->count == l->nbits) {
+		live_release(l);
+		return NULL;
+	}
+	return l;
+}
+
+/* Merges the writer segments at idx[0..k) into one. Called and returns
+ * with wmu held; drops it while the merge runs. */
+static cm_err
+merge_run(st_shard *s, const size_t *idx, size_t k)
+{
+	seg_ref **in = cm_calloc(CM_MEM_STORAGE, k, sizeof(*in));
+	live_ref **snap = cm_calloc(CM_MEM_STORAGE, k, sizeof(*snap));
+	st_segment **segs = cm_calloc(CM_MEM_STORAGE, k, sizeof(*segs));
+	const uint64_t **live = cm_calloc(CM_MEM_STORAGE, k, sizeof(*live));
+	uint32_t expect = 0;
+	for (size_t i = 0; i < k; i++) {
+		wseg *w = &s->segs[idx[i]];
+		w->merging = true;
+		in[i] = w->ref;
+		atomic_fetch_add(&in[i]->refs, 1);
+		/* The merge keeps what readers see now, so a merge never shows
+		 * an unrefreshed delete early. */
+		snap[i] = live_ref_get(w->pub);
+		segs[i] = in[i]->seg;
+		live[i] = snap[i] ? snap[i]->bits : NULL;
+		expect += snap[i] ? snap[i]->count : in[i]->max_doc;
+	}
+	uint64_t gen = s->cp.next_gen++;
+	s->merges_running++;
+	pthread_mutex_unlock(&s->wmu);
+
+	char path[4096];
+	seg_path(s, gen, path, sizeof(path));
+	cm_error cerr;
+	cm_error_clear(&cerr);
+	seg_ref *out = NULL;
+	size_t budget = (s->opts.indexing_max_ram_mb ? s->opts.indexing_max_ram_mb : 64) * MB;
+	cm_err e = CM_OK;
+	if (expect > 0) {
+		e = st_segment_merge(segs, live, k, path, gen, s->opts.merge_pool, budget, &cerr);
+		if (e == CM_OK)
+			e = cm_fsync_dir(s->dir);
+		if (e == CM_OK)
+			e = open_seg_ref(s, gen, &out, &cerr);
+		if (e == CM_OK && out->max_doc != expect) {
+			cm_errorlog("storage", "shard %s: merge produced %u docs, expected %u", s->dir,
+			             out->max_doc, expect);
+			e = CM_EINTERNAL;
+		}
+	}
+
+	pthread_mutex_lock(&s->wmu);
+	s->merges_running--;
+	size_t *pos = cm_calloc(CM_MEM_STORAGE, k, sizeof(*pos));
+	for (size_t i = 0; i < k && e == CM_OK; i++) {
+		pos[i] = find_wseg(s, in[i]);
+		if (pos[i] == SIZE_MAX)
+			e = CM_EINTERNAL; /* cannot happen: merging segments stay listed */
+	}
+	wseg *list = NULL;
+	size_t n = 0;
+	if (e == CM_OK) {
+		live_ref **now_pub = cm_calloc(CM_MEM_STORAGE, k, sizeof(*now_pub));
+		live_ref **now_live = cm_calloc(CM_MEM_STORAGE, k, sizeof(*now_live));
+		for (size_t i = 0; i < k; i++) {
+			now_pub[i] = s->segs[pos[i]].pub;
+			now_live[i] = s->segs[pos[i]].live;
+		}
+		wseg nw = {0};
+		if (out) {
+			nw.ref = out;
+			nw.pub = remap_live(in, snap, now_pub, k, out->max_doc);
+			nw.live = remap_live(in, snap, now_live, k, out->max_doc);
+		}
+		cm_free(CM_MEM_STORAGE, now_pub);
+		cm_free(CM_MEM_STORAGE, now_live);
+		list = cm_calloc(CM_MEM_STORAGE, s->nsegs + 1, sizeof(*list));
+		bool placed = false;
+		for (size_t i = 0; i < s->nsegs; i++) {
+			bool merged = false;
+			for (size_t j = 0; j < k && !merged; j++)
+				merged = pos[j] == i;
+			if (!merged) {
+				list[n++] = s->segs[i];
+			} else if (!placed) {
+				placed = true;
+				if (out && !(nw.pub && nw.pub->count == 0 && nw.live &&
+				             nw.live->count == 0))
+					list[n++] = nw;
+			}
+		}
+		bool kept_new = false;
+		for (size_t j = 0; j < n; j++)
+			kept_new |= list[j].ref == out && out;
+		e = commit_write(s, list, n, -1);
+		if (e || !kept_new) {
+			live_release(nw.pub);
+			live_release(nw.live);
+		}
+		if (e == CM_OK && out && !kept_new) {
+			atomic_store(&out->drop, true);
+			seg_ref_release(out);
+			out = NULL;
+		}
+	}
+	if (e == CM_OK) {
+		for (size_t j = 0; j < k; j++) {
+			wseg_drop(&s->segs[pos[j]]);
+			seg_ref_release(in[j]); /* our merge reference */
+		}
+		memcpy(s->segs, list, n * sizeof(*list));
+		s->nsegs = n;
+		publish_reader(s);
+		atomic_fetch_add(&s->n_merge, 1);
+	} else {
+		cm_errorlog("storage", "shard %s: merge failed: %s %s", s->dir, cm_err_msg(e), cerr.reason);
+		for (size_t j = 0; j < k; j++) {
+			size_t p = find_wseg(s, in[j]);
+			if (p != SIZE_MAX)
+				s->segs[p].merging = false;
+			seg_ref_release(in[j]);
+		}
+		if (out) {
+			atomic_store(&out->drop, true);
+			seg_ref_release(out);
+		} else {
+			unlink(path);
+		}
+	}
+	for (size_t j = 0; j < k; j++)
+		live_release(snap[j]);
+	cm_free(CM_MEM_STORAGE, list);
+	cm_free(CM_MEM_STORAGE, pos);
+	cm_free(CM_MEM_STORAGE, in);
+	cm_free(CM_MEM_STORAGE, snap);
+	cm_free(CM_MEM_STORAGE, segs);
+	cm_free(CM_MEM_STORAGE, live);
+	pthread_cond_broadcast(&s->merge_cv);
+	return e;
+}
+
+/* Picks a tiered merge among segments not already merging (wmu held). */
+static size_t
+pick_background(st_shard *s, size_t *out)
+{
+	size_t n = s->nsegs;
+	if (n == 0)
+		return 0;
+	uint64_t *bytes = cm_malloc(CM_MEM_STORAGE, n * sizeof(*bytes));
+	bool *busy = cm_malloc(CM_MEM_STORAGE, n * sizeof(*busy));
+	for (size_t i = 0; i < n; i++) {
+		/* Size by live docs' share, so segments full of deletes look small. */
+		const wseg *w = &s->segs[i];
+		uint64_t b = w->ref->bytes;
+		if (w->pub && w->ref->max_doc)
+			b = b * w->pub->count / w->ref->max_doc;
+		bytes[i] = b;
+		busy[i] = w->merging;
+	}
+	int factor = s->opts.merge_factor >= 2 ? s->opts.merge_factor : 10;
+	size_t k = st_merge_pick_tiered(bytes, busy, n, factor, MERGE_FLOOR_BYTES, out);
+	cm_free(CM_MEM_STORAGE, bytes);
+	cm_free(CM_MEM_STORAGE, busy);
+	return k;
+}
+
+static void *
+merge_main(void *arg)
+{
+	st_shard *s = arg;
+	pthread_mutex_lock(&s->wmu);
+	while (!s->closing) {
+		if (s->merge_wanted && s->force_merging == 0) {
+			s->merge_wanted = false;
+			size_t *idx = cm_malloc(CM_MEM_STORAGE, (s->nsegs + 1) * sizeof(*idx));
+			size_t k = pick_background(s, idx);
+			if (k > 0) {
+				/* Look again afterwards: one merge can complete a tier. */
+				if (merge_run(s, idx, k) == CM_OK)
+					s->merge_wanted = true;
+			}
+			cm_free(CM_MEM_STORAGE, idx);
+			continue;
+		}
+		pthread_cond_wait(&s->merge_cv, &s->wmu);
+	}
+	pthread_mutex_unlock(&s->wmu);
+	return NULL;
+}
+
+cm_err
+st_shard_force_merge(st_shard *s, int max_segments)
+{
+	pthread_mutex_lock(&s->wmu);
+	s->force_merging++;
+	while (s->merges_running > 0)
+		pthread_cond_wait(&s->merge_cv, &s->wmu);
+	cm_err e = CM_OK;
+	for (;;) {
+		size_t n = s->nsegs;
+		if (n == 0)
+			break;
+		uint64_t *bytes = cm_malloc(CM_MEM_STORAGE, n * sizeof(*bytes));
+		bool *dels = cm_malloc(CM_MEM_STORAGE, n * sizeof(*dels));
+		size_t *idx = cm_malloc(CM_MEM_STORAGE, n * sizeof(*idx));
+		for (size_t i = 0; i < n; i++) {
+			bytes[i] = s->segs[i].ref->bytes;
+			dels[i] = s->segs[i].pub && s->segs[i].pub->count < s->segs[i].ref->max_doc;
+		}
+		size_t k = st_merge_pick_forced(bytes, dels, n, max_segments, idx);
+		if (k > 0)
+			e = merge_run(s, idx, k);
+		cm_free(CM_MEM_STORAGE, bytes);
+		cm_free(CM_MEM_STORAGE, dels);
+		cm_free(CM_MEM_STORAGE, idx);
+		if (k == 0 || e)
+			break;
+		/* A rewrite of a single segment with deletes is one step. */
+		if (k == 1)
+			break;
+	}
+	s->force_merging--;
+	pthread_cond_broadcast(&s->merge_cv);
+	pthread_mutex_unlock(&s->wmu);
+	return e;
+}
+
+/* ---------------------------------------------------------------- */
+/* open / close */
+
+void
+st_shard_opts_default(st_shard_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->indexing_max_ram_mb = 64;
+	o->merge_pool = NULL;
+	o->background_merges = true;
+	o->merge_factor = 10;
+}
+
+static cm_err
+decode_commit(const void *p, size_t len, commit_point *cp, uint64_t **gens, size_t *ngens)
+{
+	if (!cm_checksum_ok(p, &len))
+		return CM_ECORRUPT;
+	cm_rd r;
+	cm_rd_init(&r, p, len);
+	uint32_t fmt;
+	uint64_t cs, tr, n;
+	if (!cm_rd_u32(&r, &fmt) || fmt != COMMIT_FORMAT || !cm_rd_u64(&r, &cp->next_gen) ||
+	    !cm_rd_u64(&r, &cs) || !cm_rd_u64(&r, &tr) || !cm_rd_u64(&r, &cp->mapping_version) ||
+	    !cm_rd_u64(&r, &cp->primary_term) || !cm_rd_varint(&r, &n) || n > cm_rd_left(&r))
+		return CM_ECORRUPT;
+	cp->committed_seq = (int64_t)cs;
+	cp->oplog_trimmed = (int64_t)tr;
+	*gens = cm_calloc(CM_MEM_STORAGE, n ? n : 1, sizeof(**gens));
+	for (uint64_t i = 0; i < n; i++) {
+		if (!cm_rd_varint(&r, &(*gens)[i])) {
+			cm_free(CM_MEM_STORAGE, *gens);
+			*gens = NULL;
+			return CM_ECORRUPT;
+		}
+	}
+	*ngens = n;
+	return CM_OK;
+}
+
+static bool
+gen_listed(const uint64_t *gens, size_t n, uint64_t g)
+{
+	for (size_t i = 0; i < n; i++)
+		if (gens[i] == g)
+			return true;
+	return false;
+}
+
+/* Removes partial files and segments the commit point does not list. */
+static void
+clean_dir(st_shard *s, const uint64_t *gens, size_t n)
+{
+	DIR *d = opendir(s->dir);
+	if (d == NULL)
+		return;
+	struct dirent *de;
+	char path[4096];
+	while ((de = readdir(d)) != NULL) {
+		const char *nm = de->d_name;
+		size_t l = strlen(nm);
+		bool rm = false;
+		if (l > 4 && strcmp(nm + l - 4, ".tmp") == 0) {
+			rm = true;
+		} else if (strncmp(nm, "seg-", 4) == 0) {
+			char *end;
+			uint64_t g = strtoull(nm + 4, &end, 10);
+			rm = !(end != nm + 4 && strcmp(end, ".mdb") == 0 && gen_listed(gens, n, g));
+		}
+		if (rm) {
+			snprintf(path, sizeof(path), "%s/%s", s->dir, nm);
+			if (unlink(path) == 0)
+				cm_info("storage", "shard %s: removed unreferenced %s", s->dir, nm);
+		}
+	}
+	closedir(d);
+}
+
+static cm_err
+load_deletes(st_shard *s, MDB_txn *txn, wseg *w)
+{
+	uint8_t kb[8];
+	for (int x = 0; x < 8; x++)
+		kb[x] = (uint8_t)(w->ref->gen >> (56 - 8 * x));
+	MDB_val k = {8, kb}, v;
+	int rc = mdb_get(txn, s->db_deletes, &k, &v);
+	if (rc == MDB_NOTFOUND)
+		return CM_OK;
+	if (rc)
+		return st_mdb_err(rc);
+	size_t len = v.mv_size;
+	if (!cm_checksum_ok(v.mv_data, &len) || len < 4)
+		return CM_ECORRUPT;
+	uint32_t nbits = cm_get_u32(v.mv_data);
+	size_t words = st_bit_words(nbits);
+	if (nbits != w->ref->max_doc || len != 4 + words * 8)
+		return CM_ECORRUPT;
+	live_ref *l = live_new(nbits, false);
+	const uint8_t *p = (const uint8_t *)v.mv_data + 4;
+	uint32_t count = 0;
+	for (size_t j = 0; j < words; j++) {
+		uint64_t live = ~cm_get_u64(p + 8 * j);
+		if (j == words - 1 && (nbits & 63))
+			live &= ((uint64_t)1 << (nbits & 63)) - 1;
+		l->bits[j] = live;
+		count += (uint32_t)__builtin_popcountll(live);
+	}
+	l->count = count;
+	w->live = l;
+	w->pub = live_ref_get(l);
+	return CM_OK;
+}
+
+typedef struct replay_ctx {
+	st_shard *s;
+	st_op *ops;
+	st_op_result *res;
+	cm_buf *bufs; /* copies: log values die with the read txn */
+	size_t n, cap;
+	uint64_t replayed;
+	cm_err err;
+} replay_ctx;
+
+static void
+replay_flush(replay_ctx *rc)
+{
+	if (rc->n == 0)
+		return;
+	cm_err e = apply_ops(rc->s, rc->ops, rc->n, rc->res, true);
+	if (e && !rc->err)
+		rc->err = e;
+	for (size_t i = 0; i < rc->n; i++) {
+		if (rc->res[i].err)
+			cm_warn("storage", "shard %s: replay of seq_no %" PRIu64 " failed: %s %s", rc->s->dir,
+			            rc->ops[i].seq_no, cm_err_msg(rc->res[i].err), rc->res[i].reason);
+		else if (rc->res[i].result != ST_RESULT_NOOP)
+			rc->replayed++;
+	}
+	rc->n = 0;
+}
+
+static int
+replay_one(void *ctx, const st_op *op, int64_t version)
+{
+	replay_ctx *rc = ctx;
+	size_t i = rc->n++;
+	cm_buf *b = &rc->bufs[i];
+	cm_buf_reset(b);
+	cm_buf_put(b, op->id, op->id_len);
+	cm_buf_put(b, op->source ? op->source : "", op->source_len);
+	rc->ops[i] = *op;
+	rc->ops[i].id = (const char *)b->data;
+	rc->ops[i].source = (const char *)b->data + op->id_len;
+	rc->ops[i].version = version;
+	if (rc->n == rc->cap)
+		replay_flush(rc);
+	return rc->err != CM_OK;
+}
+
+static cm_err
+replay_log(st_shard *s)
+{
+	replay_ctx rc = {.s = s, .cap = 256};
+	rc.ops = cm_calloc(CM_MEM_STORAGE, rc.cap, sizeof(*rc.ops));
+	rc.res = cm_calloc(CM_MEM_STORAGE, rc.cap, sizeof(*rc.res));
+	rc.bufs = cm_calloc(CM_MEM_STORAGE, rc.cap, sizeof(*rc.bufs));
+	for (size_t i = 0; i < rc.cap; i++)
+		cm_buf_init(&rc.bufs[i], CM_MEM_STORAGE);
+	MDB_txn *txn;
+	int mrc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	cm_err e = mrc ? st_mdb_err(mrc) : CM_OK;
+	if (e == CM_OK) {
+		/* Applying takes the write lock and reads the same env; the
+		 * read txn only pins log pages, which we copy first. */
+		e = st_oplog_scan(txn, s->db_oplog, (uint64_t)s->cp.committed_seq, replay_one, &rc);
+		mdb_txn_abort(txn);
+	}
+	if (e == CM_OK)
+		replay_flush(&rc);
+	if (e == CM_OK)
+		e = rc.err;
+	if (rc.replayed)
+		cm_info("storage", "shard %s: replayed %" PRIu64 " operations from the log", s->dir,
+		            rc.replayed);
+	for (size_t i = 0; i < rc.cap; i++)
+		cm_buf_free(&rc.bufs[i]);
+	cm_free(CM_MEM_STORAGE, rc.ops);
+	cm_free(CM_MEM_STORAGE, rc.res);
+	cm_free(CM_MEM_STORAGE, rc.bufs);
+	return e;
+}
+
+static cm_err
+open_env(st_shard *s, cm_error *err)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/shard.mdb", s->dir);
+	int rc = mdb_env_create(&s->env);
+	if (rc)
+		return cm_error_set(err, st_mdb_err(rc), "shard: mdb_env_create: %s", mdb_strerror(rc));
+	mdb_env_set_maxdbs(s->env, 4);
+	mdb_env_set_mapsize(s->env, SHARD_MAP_SIZE);
+	/* NOSYNC: commits that must be durable sync explicitly, so batches
+	 * from concurrent callers share one fsync. */
+	rc = mdb_env_open(s->env, path, MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOTLS, 0644);
+	if (rc) {
+		mdb_env_close(s->env);
+		s->env = NULL;
+		return cm_error_set(err, st_mdb_err(rc), "shard: cannot open %s: %s", path,
+		                    mdb_strerror(rc));
+	}
+	MDB_txn *txn;
+	rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	if (rc == 0)
+		rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->db_meta);
+	if (rc == 0)
+		rc = mdb_dbi_open(txn, "deletes", MDB_CREATE, &s->db_deletes);
+	if (rc == 0)
+		rc = mdb_dbi_open(txn, "oplog", MDB_CREATE, &s->db_oplog);
+	if (rc == 0)
+		rc = mdb_txn_commit(txn);
+	else
+		mdb_txn_abort(txn);
+	if (rc == 0)
+		rc = mdb_env_sync(s->env, 1);
+	if (rc)
+		return cm_error_set(err, st_mdb_err(rc), "shard: cannot open %s: %s", path,
+		                    mdb_strerror(rc));
+	return CM_OK;
+}
+
+/* Reads the commit point and opens its segments. */
+static cm_err
+load_commit(st_shard *s, cm_error *err)
+{
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return cm_error_set(err, st_mdb_err(rc), "shard: %s", mdb_strerror(rc));
+	uint64_t *gens = NULL;
+	size_t ngens = 0;
+	cm_err e = CM_OK;
+	MDB_val k = {6, "commit"}, v;
+	rc = mdb_get(txn, s->db_meta, &k, &v);
+	if (rc == 0) {
+		e = decode_commit(v.mv_data, v.mv_size, &s->cp, &gens, &ngens);
+		if (e)
+			cm_error_set(err, e, "shard %s: commit point is corrupt", s->dir);
+	} else if (rc != MDB_NOTFOUND) {
+		e = cm_error_set(err, st_mdb_err(rc), "shard: %s", mdb_strerror(rc));
+	}
+	if (e == CM_OK) {
+		clean_dir(s, gens, ngens);
+		segs_reserve(s, ngens);
+		for (size_t i = 0; i < ngens && e == CM_OK; i++) {
+			seg_ref *r;
+			e = open_seg_ref(s, gens[i], &r, err);
+			if (e)
+				break;
+			s->segs[s->nsegs++] = (wseg){.ref = r};
+			e = load_deletes(s, txn, &s->segs[s->nsegs - 1]);
+			if (e)
+				cm_error_set(err, e, "shard %s: deleted-docs bitset of segment %" PRIu64
+				                     " is corrupt", s->dir, gens[i]);
+		}
+	}
+	if (e == CM_OK) {
+		bool found;
+		uint64_t last;
+		e = st_oplog_last(txn, s->db_oplog, &last, &found);
+		s->log_last = found ? (int64_t)last : -1;
+	}
+	mdb_txn_abort(txn);
+	cm_free(CM_MEM_STORAGE, gens);
+	return e;
+}
+
+cm_err
+st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_shard **out,
+              cm_error *err)
+{
+	*out = NULL;
+	cm_err e = cm_mkdir_p(dir);
+	if (e)
+		return cm_error_set(err, e, "shard: cannot create %s", dir);
+	st_shard *s = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*s));
+	s->dir = cm_strdup(CM_MEM_STORAGE, dir);
+	if (o)
+		s->opts = *o;
+	else
+		st_shard_opts_default(&s->opts);
+	pthread_mutex_init(&s->wmu, NULL);
+	pthread_mutex_init(&s->rmu, NULL);
+	pthread_mutex_init(&s->map_mu, NULL);
+	pthread_mutex_init(&s->sync_mu, NULL);
+	pthread_cond_init(&s->sync_cv, NULL);
+	pthread_cond_init(&s->merge_cv, NULL);
+	s->mapping = st_mapping_ref((st_mapping *)m);
+	cm_buf_init(&s->buf_src, CM_MEM_STORAGE);
+	cm_buf_init(&s->vm_ids, CM_MEM_STORAGE);
+	cm_buf_init(&s->scratch, CM_MEM_STORAGE);
+	s->cp = (commit_point){.next_gen = 1, .committed_seq = -1, .oplog_trimmed = -1,
+	                       .primary_term = 1};
+	s->retain_above = INT64_MAX;
+	atomic_init(&s->commit_ticket, 0);
+	atomic_init(&s->n_refresh, 0);
+	atomic_init(&s->n_merge, 0);
+	atomic_init(&s->n_flush, 0);
+	buffer_reset(s);
+
+	if ((e = open_env(s, err)) != CM_OK)
+		goto fail;
+	if ((e = load_commit(s, err)) != CM_OK)
+		goto fail;
+	s->ckp = s->cp.committed_seq;
+	s->max_seq = s->ckp;
+	publish_reader(s);
+	if ((e = replay_log(s)) != CM_OK) {
+		cm_error_set(err, e, "shard %s: replaying the operation log failed", s->dir);
+		goto fail;
+	}
+	if (s->log_last > s->max_seq)
+		s->max_seq = s->log_last;
+	if (s->opts.background_merges) {
+		if (pthread_create(&s->merge_thread, NULL, merge_main, s) == 0)
+			s->merge_thread_started = true;
+		pthread_setname_np(s->merge_thread, "shard-merge");
+		/* Segments left from before may already warrant a merge. */
+		s->merge_wanted = true;
+	}
+	*out = s;
+	return CM_OK;
+fail:
+	st_shard_close(s);
+	return e;
+}
+
+void
+st_shard_close(st_shard *s)
+{
+	if (s == NULL)
+		return;
+	if (s->merge_thread_started) {
+		pthread_mutex_lock(&s->wmu);
+		s->closing = true;
+		pthread_cond_broadcast(&s->merge_cv);
+		pthread_mutex_unlock(&s->wmu);
+		pthread_join(s->merge_thread, NULL);
+	}
+	if (s->cur)
+		st_reader_release(s->cur);
+	for (size_t i = 0; i < s->nsegs; i++) {
+		live_release(s->segs[i].live);
+		live_release(s->segs[i].pub);
+		seg_ref_release(s->segs[i].ref);
+	}
+	cm_free(CM_MEM_STORAGE, s->segs);
+	if (s->env) {
+		mdb_env_sync(s->env, 1);
+		mdb_env_close(s->env);
+	}
+	if (s->buf)
+		st_segbuild_destroy(s->buf);
+	cm_free(CM_MEM_STORAGE, s->buf_del);
+	cm_free(CM_MEM_STORAGE, s->src_off);
+	cm_free(CM_MEM_STORAGE, s->src_len);
+	cm_free(CM_MEM_STORAGE, s->vm);
+	cm_free(CM_MEM_STORAGE, s->pending);
+	cm_buf_free(&s->buf_src);
+	cm_buf_free(&s->vm_ids);
+	cm_buf_free(&s->scratch);
+	if (s->mapping)
+		st_mapping_unref(s->mapping);
+	pthread_mutex_destroy(&s->wmu);
+	pthread_mutex_destroy(&s->rmu);
+	pthread_mutex_destroy(&s->map_mu);
+	pthread_mutex_destroy(&s->sync_mu);
+	pthread_cond_destroy(&s->sync_cv);
+	pthread_cond_destroy(&s->merge_cv);
+	cm_free(CM_MEM_STORAGE, s->dir);
+	cm_free(CM_MEM_STORAGE, s);
+}
+
+/* ---------------------------------------------------------------- */
+/* stats and log access */
+
+void
+st_shard_stats_get(st_shard *s, st_shard_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	st_reader *r = st_shard_reader(s);
+	out->docs = r->docs;
+	out->segments = r->n;
+	for (size_t i = 0; i < r->n; i++) {
+		out->deleted_docs += r->segs[i]->max_doc - st_reader_live_count(r, i);
+		out->store_bytes += r->segs[i]->bytes;
+	}
+	st_reader_release(r);
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/shard.mdb", s->dir);
+	struct stat sb;
+	if (stat(path, &sb) == 0)
+		out->store_bytes += (uint64_t)sb.st_size;
+	pthread_mutex_lock(&s->wmu);
+	out->buffered_docs = st_segbuild_docs(s->buf) - s->buf_ndel;
+	out->max_seq_no = (uint64_t)s->max_seq;
+	out->local_checkpoint = (uint64_t)s->ckp;
+	out->committed_seq_no = (uint64_t)s->cp.committed_seq;
+	out->primary_term = s->cp.primary_term;
+	pthread_mutex_unlock(&s->wmu);
+	out->refreshes = atomic_load(&s->n_refresh);
+	out->merges = atomic_load(&s->n_merge);
+	out->flushes = atomic_load(&s->n_flush);
+}
+
+cm_err
+st_shard_oplog_read(st_shard *s, uint64_t from, st_oplog_fn fn, void *ctx)
+{
+	pthread_mutex_lock(&s->wmu);
+	int64_t trimmed = s->cp.oplog_trimmed;
+	pthread_mutex_unlock(&s->wmu);
+	int64_t f = from == ST_NO_SEQ ? -1 : (int64_t)from;
+	if (f < trimmed)
+		return CM_ENOTFOUND;
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc)
+		return st_mdb_err(rc);
+	cm_err e = st_oplog_scan(txn, s->db_oplog, from, fn, ctx);
+	mdb_txn_abort(txn);
+	return e;
+}

@@ -1,0 +1,726 @@
+/* Shard against a model: random batches of index/update/delete (with
+ * if_seq_no, create and external-version conditions), refresh, flush,
+ * merges and reopen; realtime get, reader snapshots, replication from the
+ * operation log. */
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "common/cm_sys.h"
+#include "storage/shard_private.h"
+#include "storage/st_shard.h"
+
+#define NIDS 48
+#define SRC_MAX 160
+
+typedef struct mdoc {
+	bool exists, tomb;
+	char src[SRC_MAX];
+	uint64_t seq, term;
+	int64_t ver;
+} mdoc;
+
+typedef struct model {
+	mdoc d[NIDS];
+	int64_t seq;
+	/* what the last refresh made searchable */
+	bool vis[NIDS];
+	char vsrc[NIDS][SRC_MAX];
+} model;
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t
+rnd(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+static int
+rndn(int n)
+{
+	return (int)(rnd() % (uint64_t)n);
+}
+
+static st_mapping *
+test_mapping(void)
+{
+	const char *js = "{\"properties\":{\"k\":{\"type\":\"keyword\"},\"n\":{\"type\":\"long\"},"
+	                 "\"body\":{\"type\":\"text\"}}}";
+	cJSON *j = cJSON_Parse(js);
+	REQUIRE(j != NULL);
+	st_mapping *m = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	cm_err e = st_mapping_from_json(j, &m, &err);
+	cJSON_Delete(j);
+	if (e)
+		fprintf(stderr, "mapping: %s\n", err.reason);
+	REQUIRE(e == CM_OK && m != NULL);
+	return m;
+}
+
+static void
+mkid(int k, char *out)
+{
+	sprintf(out, "d%d", k);
+}
+
+static int
+parse_id(const uint8_t *p, size_t n)
+{
+	if (n < 2 || n > 8 || p[0] != 'd')
+		return -1;
+	int k = 0;
+	for (size_t i = 1; i < n; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return -1;
+		k = k * 10 + (p[i] - '0');
+	}
+	return k < NIDS ? k : -1;
+}
+
+/* ---- model semantics (must mirror Elasticsearch's) ---- */
+
+typedef struct expect {
+	cm_err err;
+	st_op_result_kind result;
+	uint64_t seq;
+	int64_t ver;
+} expect;
+
+static expect
+model_apply(model *m, const st_op *op, int k)
+{
+	expect x = {0};
+	mdoc *d = &m->d[k];
+	bool known = d->exists || d->tomb;
+	if (op->if_seq_no != ST_NO_SEQ &&
+	    (!d->exists || d->seq != op->if_seq_no || d->term != op->if_primary_term)) {
+		x.err = CM_ECONFLICT;
+		return x;
+	}
+	if (op->version > 0 && known && op->version <= d->ver) {
+		x.err = CM_ECONFLICT;
+		return x;
+	}
+	if (op->create_only && op->type == ST_OP_INDEX && d->exists) {
+		x.err = CM_ECONFLICT;
+		return x;
+	}
+	x.seq = (uint64_t)++m->seq;
+	x.ver = op->version > 0 ? op->version : known ? d->ver + 1 : 1;
+	if (op->type == ST_OP_INDEX) {
+		x.result = d->exists ? ST_RESULT_UPDATED : ST_RESULT_CREATED;
+		d->exists = true;
+		d->tomb = false;
+		snprintf(d->src, SRC_MAX, "%.*s", (int)op->source_len, op->source);
+	} else {
+		x.result = d->exists ? ST_RESULT_DELETED : ST_RESULT_NOT_FOUND;
+		d->exists = false;
+		d->tomb = true;
+	}
+	d->seq = x.seq;
+	d->term = 1;
+	d->ver = x.ver;
+	return x;
+}
+
+static void
+model_refresh(model *m)
+{
+	for (int k = 0; k < NIDS; k++) {
+		m->d[k].tomb = false; /* tombstones are pruned at refresh on a primary */
+		m->vis[k] = m->d[k].exists;
+		memcpy(m->vsrc[k], m->d[k].src, SRC_MAX);
+	}
+}
+
+/* ---- checks ---- */
+
+static void
+check_gets(st_shard *s, const model *m, const char *when)
+{
+	cm_buf src;
+	cm_buf_init(&src, CM_MEM_STORAGE);
+	for (int k = 0; k < NIDS; k++) {
+		char id[16];
+		mkid(k, id);
+		st_doc_meta meta;
+		cm_buf_reset(&src);
+		cm_err e = st_shard_get(s, id, strlen(id), &meta, &src);
+		const mdoc *d = &m->d[k];
+		if (!d->exists) {
+			CHECKF(e == CM_ENOTFOUND, "%s: get %s: expected missing, got %s", when, id,
+			       cm_err_name(e));
+			continue;
+		}
+		CHECKF(e == CM_OK, "%s: get %s: %s", when, id, cm_err_name(e));
+		if (e)
+			continue;
+		CHECKF(src.len == strlen(d->src) && memcmp(src.data, d->src, src.len) == 0,
+		       "%s: get %s: source %.*s, expected %s", when, id, (int)src.len, src.data,
+		       d->src);
+		CHECKF(meta.seq_no == d->seq && meta.version == d->ver && meta.primary_term == d->term,
+		       "%s: get %s: seq %" PRIu64 " ver %" PRId64 ", expected %" PRIu64 " %" PRId64,
+		       when, id, meta.seq_no, meta.version, d->seq, d->ver);
+	}
+	cm_buf_free(&src);
+}
+
+/* Every live doc of the reader, once each, equal to vis/vsrc. */
+static void
+check_reader(st_reader *r, const bool *vis, char (*vsrc)[SRC_MAX], const char *when)
+{
+	int seen[NIDS] = {0};
+	uint64_t live = 0;
+	cm_buf id, src;
+	cm_buf_init(&id, CM_MEM_STORAGE);
+	cm_buf_init(&src, CM_MEM_STORAGE);
+	for (size_t i = 0; i < st_reader_nsegments(r); i++) {
+		st_segment *seg = st_reader_segment(r, i);
+		const uint64_t *bits = st_reader_live(r, i);
+		st_seg_txn *t;
+		REQUIRE(st_seg_txn_begin(seg, &t) == CM_OK);
+		uint32_t nlive = 0;
+		for (uint32_t d = 0; d < st_segment_max_doc(seg); d++) {
+			if (bits && !st_bit_get(bits, d))
+				continue;
+			nlive++;
+			cm_buf_reset(&id);
+			cm_buf_reset(&src);
+			cm_err e = st_stored_get(t, d, &id, &src);
+			CHECKF(e == CM_OK, "%s: stored_get: %s", when, cm_err_name(e));
+			int k = parse_id(id.data, id.len);
+			CHECKF(k >= 0, "%s: bad id %.*s", when, (int)id.len, id.data);
+			if (k < 0)
+				continue;
+			seen[k]++;
+			CHECKF(vis[k], "%s: d%d visible but should not be", when, k);
+			if (vis[k])
+				CHECKF(src.len == strlen(vsrc[k]) && memcmp(src.data, vsrc[k], src.len) == 0,
+				       "%s: d%d source %.*s expected %s", when, k, (int)src.len, src.data,
+				       vsrc[k]);
+		}
+		CHECK(nlive == st_reader_live_count(r, i));
+		live += nlive;
+		st_seg_txn_end(t);
+	}
+	for (int k = 0; k < NIDS; k++)
+		CHECKF(seen[k] == (vis[k] ? 1 : 0), "%s: d%d seen %d times, visible %d", when, k,
+		       seen[k], vis[k]);
+	CHECK(live == st_reader_doc_count(r));
+	cm_buf_free(&id);
+	cm_buf_free(&src);
+}
+
+/* ---- random run ---- */
+
+static void
+make_source(char *out, int k)
+{
+	static const char *words[] = {"quick", "brown", "fox", "jumps", "lazy", "dog", "élan", "数据"};
+	snprintf(out, SRC_MAX, "{\"k\":\"v%d\",\"n\":%d,\"body\":\"%s %s d%d\"}", rndn(50),
+	         rndn(100000), words[rndn(8)], words[rndn(8)], k);
+}
+
+static st_shard *
+open_shard(const char *dir, st_mapping *m, cm_pool *pool)
+{
+	st_shard_opts o;
+	st_shard_opts_default(&o);
+	o.merge_pool = pool;
+	o.merge_factor = 3;
+	st_shard *s = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	cm_err e = st_shard_open(dir, m, &o, &s, &err);
+	if (e)
+		fprintf(stderr, "open %s: %s %s\n", dir, cm_err_name(e), err.reason);
+	REQUIRE(e == CM_OK);
+	return s;
+}
+
+static void
+random_run(const char *dir, st_mapping *map, cm_pool *pool, int steps)
+{
+	model *m = calloc(1, sizeof(*m));
+	m->seq = -1;
+	st_shard *s = open_shard(dir, map, pool);
+	st_reader *held = NULL;
+	bool held_vis[NIDS];
+	char(*held_src)[SRC_MAX] = calloc(NIDS, SRC_MAX);
+	char srcs[32][SRC_MAX], ids[32][16];
+	int reopens = 0, conflicts = 0, merges = 0;
+	for (int step = 0; step < steps; step++) {
+		int what = rndn(100);
+		if (what < 80) {
+			int n = 1 + rndn(20);
+			st_op ops[32];
+			st_op_result res[32];
+			expect ex[32];
+			memset(ops, 0, sizeof(ops));
+			/* model state before the batch, for conditions */
+			for (int i = 0; i < n; i++) {
+				int k = rndn(NIDS);
+				mkid(k, ids[i]);
+				st_op *op = &ops[i];
+				op->id = ids[i];
+				op->id_len = strlen(ids[i]);
+				op->seq_no = ST_NO_SEQ;
+				op->if_seq_no = ST_NO_SEQ;
+				op->type = rndn(100) < 80 ? ST_OP_INDEX : ST_OP_DELETE;
+				if (op->type == ST_OP_INDEX) {
+					make_source(srcs[i], k);
+					op->source = srcs[i];
+					op->source_len = strlen(srcs[i]);
+				}
+				int c = rndn(100);
+				const mdoc *d = &m->d[k];
+				if (c < 8) {
+					op->if_seq_no = d->exists && rndn(2) ? d->seq : (uint64_t)rndn(50);
+					op->if_primary_term = 1;
+				} else if (c < 14 && op->type == ST_OP_INDEX) {
+					op->create_only = true;
+				} else if (c < 18) {
+					op->version = (d->exists || d->tomb) ? d->ver + rndn(3) - 1 : 1 + rndn(3);
+					if (op->version <= 0)
+						op->version = 1;
+				}
+			}
+			/* Expected results come from applying in order: within a
+			 * batch later ops see earlier ones. */
+			for (int i = 0; i < n; i++)
+				ex[i] = model_apply(m, &ops[i], parse_id((const uint8_t *)ids[i],
+				                                         strlen(ids[i])));
+			cm_err e = st_shard_apply(s, ops, (size_t)n, res);
+			REQUIRE(e == CM_OK);
+			for (int i = 0; i < n; i++) {
+				CHECKF(res[i].err == ex[i].err, "step %d op %d (%s): err %s (%s), expected %s",
+				       step, i, ids[i], cm_err_name(res[i].err), res[i].reason,
+				       cm_err_name(ex[i].err));
+				if (ex[i].err) {
+					conflicts++;
+					continue;
+				}
+				CHECKF(res[i].result == ex[i].result && res[i].seq_no == ex[i].seq &&
+				           res[i].version == ex[i].ver && res[i].primary_term == 1,
+				       "step %d op %d (%s): result %d seq %" PRIu64 " ver %" PRId64
+				       ", expected %d %" PRIu64 " %" PRId64,
+				       step, i, ids[i], res[i].result, res[i].seq_no, res[i].version,
+				       ex[i].result, ex[i].seq, ex[i].ver);
+			}
+		} else if (what < 88) {
+			REQUIRE(st_shard_refresh(s) == CM_OK);
+			model_refresh(m);
+			st_reader *r = st_shard_reader(s);
+			check_reader(r, m->vis, m->vsrc, "after refresh");
+			if (held == NULL || rndn(3) == 0) {
+				if (held)
+					st_reader_release(held);
+				held = r;
+				memcpy(held_vis, m->vis, sizeof(held_vis));
+				memcpy(held_src, m->vsrc, NIDS * SRC_MAX);
+			} else {
+				st_reader_release(r);
+			}
+		} else if (what < 91) {
+			REQUIRE(st_shard_flush(s) == CM_OK);
+			model_refresh(m);
+		} else if (what < 94) {
+			int max = 1 + rndn(3);
+			REQUIRE(st_shard_force_merge(s, max) == CM_OK);
+			merges++;
+			st_reader *r = st_shard_reader(s);
+			CHECKF(st_reader_nsegments(r) <= (size_t)max, "force merge to %d left %zu", max,
+			       st_reader_nsegments(r));
+			check_reader(r, m->vis, m->vsrc, "after force merge");
+			st_reader_release(r);
+		} else if (what < 97) {
+			if (held) {
+				st_reader_release(held);
+				held = NULL;
+			}
+			st_shard_close(s);
+			s = open_shard(dir, map, pool);
+			reopens++;
+			check_gets(s, m, "after reopen");
+			st_reader *r = st_shard_reader(s);
+			check_reader(r, m->vis, m->vsrc, "after reopen");
+			st_reader_release(r);
+		} else {
+			check_gets(s, m, "realtime");
+		}
+		if (held && step % 7 == 0)
+			check_reader(held, held_vis, held_src, "held reader");
+	}
+	check_gets(s, m, "end");
+	REQUIRE(st_shard_refresh(s) == CM_OK);
+	model_refresh(m);
+	st_reader *r = st_shard_reader(s);
+	check_reader(r, m->vis, m->vsrc, "end");
+	st_shard_stats st;
+	st_shard_stats_get(s, &st);
+	uint64_t live = 0;
+	for (int k = 0; k < NIDS; k++)
+		live += m->d[k].exists;
+	CHECK(st.docs == live);
+	CHECK(st.max_seq_no == (uint64_t)m->seq);
+	CHECK(st.local_checkpoint == (uint64_t)m->seq);
+	CHECK(st.committed_seq_no == (uint64_t)m->seq);
+	printf("random run: %d steps, %d conflicts, %d reopens, %d force merges, %" PRIu64
+	       " segments, %" PRIu64 " merges\n",
+	       steps, conflicts, reopens, merges, st.segments, st.merges);
+	st_reader_release(r);
+	if (held)
+		st_reader_release(held);
+	st_shard_close(s);
+	free(held_src);
+	free(m);
+}
+
+/* ---- fixed cases ---- */
+
+static void
+apply1(st_shard *s, st_op *op, st_op_result *r)
+{
+	REQUIRE(st_shard_apply(s, op, 1, r) == CM_OK);
+}
+
+static st_op
+index_op(const char *id, const char *src)
+{
+	return (st_op){.type = ST_OP_INDEX, .id = id, .id_len = strlen(id), .source = src,
+	               .source_len = strlen(src), .seq_no = ST_NO_SEQ, .if_seq_no = ST_NO_SEQ};
+}
+
+static void
+conditions(const char *dir, st_mapping *map)
+{
+	st_shard *s = open_shard(dir, map, NULL);
+	st_op_result r;
+	st_op op = index_op("a", "{\"k\":\"x\"}");
+	apply1(s, &op, &r);
+	CHECK(r.err == CM_OK && r.result == ST_RESULT_CREATED && r.seq_no == 0 && r.version == 1);
+	apply1(s, &op, &r);
+	CHECK(r.err == CM_OK && r.result == ST_RESULT_UPDATED && r.seq_no == 1 && r.version == 2);
+
+	op.if_seq_no = 0;
+	op.if_primary_term = 1;
+	apply1(s, &op, &r);
+	CHECK(r.err == CM_ECONFLICT && cm_err_status(r.err) == 409);
+	CHECKF(strcmp(r.reason, "[a]: version conflict, required seqNo [0], primary term [1]. "
+	                        "current document has seqNo [1] and primary term [1]") == 0,
+	       "%s", r.reason);
+	op.if_seq_no = 1;
+	apply1(s, &op, &r);
+	CHECK(r.err == CM_OK && r.seq_no == 2 && r.version == 3);
+
+	st_op c = index_op("a", "{\"k\":\"y\"}");
+	c.create_only = true;
+	apply1(s, &c, &r);
+	CHECK(r.err == CM_ECONFLICT);
+	CHECKF(strcmp(r.reason,
+	              "[a]: version conflict, document already exists (current version [3])") == 0,
+	       "%s", r.reason);
+
+	st_op ext = index_op("b", "{\"k\":\"z\"}");
+	ext.version = 10;
+	apply1(s, &ext, &r);
+	CHECK(r.err == CM_OK && r.version == 10 && r.result == ST_RESULT_CREATED);
+	apply1(s, &ext, &r);
+	CHECK(r.err == CM_ECONFLICT);
+	CHECKF(strcmp(r.reason, "[b]: version conflict, current version [10] is higher or equal "
+	                        "to the one provided [10]") == 0,
+	       "%s", r.reason);
+	ext.version = 11;
+	apply1(s, &ext, &r);
+	CHECK(r.err == CM_OK && r.version == 11 && r.result == ST_RESULT_UPDATED);
+
+	/* Delete of a missing doc: logged, not_found, a tombstone with version 1. */
+	st_op del = {.type = ST_OP_DELETE, .id = "zz", .id_len = 2, .seq_no = ST_NO_SEQ,
+	             .if_seq_no = ST_NO_SEQ};
+	apply1(s, &del, &r);
+	CHECK(r.err == CM_OK && r.result == ST_RESULT_NOT_FOUND && r.version == 1);
+	uint64_t seq_nf = r.seq_no;
+	CHECK(seq_nf == 5);
+	st_op again = index_op("zz", "{}");
+	apply1(s, &again, &r);
+	CHECK(r.err == CM_OK && r.result == ST_RESULT_CREATED && r.version == 2);
+
+	/* A doc that does not parse under the mapping: CM_EMAPPING, not logged. */
+	st_op bad = index_op("c", "{\"n\":\"not a number\"}");
+	apply1(s, &bad, &r);
+	CHECKF(r.err == CM_EMAPPING, "%s %s", cm_err_name(r.err), r.reason);
+	st_op bad2 = index_op("c", "{\"k\":");
+	apply1(s, &bad2, &r);
+	CHECKF(r.err == CM_EMAPPING || r.err == CM_EPARSE, "%s", cm_err_name(r.err));
+	st_shard_stats st;
+	st_shard_stats_get(s, &st);
+	CHECK(st.max_seq_no == 6);
+
+	/* if_seq_no on a missing doc */
+	st_op cm = index_op("nope", "{}");
+	cm.if_seq_no = 3;
+	cm.if_primary_term = 1;
+	apply1(s, &cm, &r);
+	CHECK(r.err == CM_ECONFLICT);
+	CHECKF(strstr(r.reason, "but no document was found") != NULL, "%s", r.reason);
+
+	/* Realtime get sees unrefreshed writes, the reader does not. */
+	st_doc_meta meta;
+	cm_buf src;
+	cm_buf_init(&src, CM_MEM_STORAGE);
+	CHECK(st_shard_get(s, "a", 1, &meta, &src) == CM_OK);
+	CHECK(meta.version == 3 && meta.seq_no == 2);
+	CHECK(src.len == 9 && memcmp(src.data, "{\"k\":\"x\"}", 9) == 0);
+	st_reader *r0 = st_shard_reader(s);
+	CHECK(st_reader_doc_count(r0) == 0);
+	REQUIRE(st_shard_refresh(s) == CM_OK);
+	st_reader *r1 = st_shard_reader(s);
+	CHECK(st_reader_doc_count(r1) == 3);
+	CHECK(st_reader_doc_count(r0) == 0);
+	/* Delete after refresh: the old reader keeps the doc. */
+	st_op da = {.type = ST_OP_DELETE, .id = "a", .id_len = 1, .seq_no = ST_NO_SEQ,
+	            .if_seq_no = ST_NO_SEQ};
+	apply1(s, &da, &r);
+	CHECK(r.result == ST_RESULT_DELETED && r.version == 4);
+	CHECK(st_shard_get(s, "a", 1, &meta, NULL) == CM_ENOTFOUND);
+	CHECK(st_reader_doc_count(r1) == 3);
+	REQUIRE(st_shard_refresh(s) == CM_OK);
+	st_reader *r2 = st_shard_reader(s);
+	CHECK(st_reader_doc_count(r2) == 2);
+	CHECK(st_reader_doc_count(r1) == 3);
+	/* Segments stay readable under a held reader even after a merge
+	 * dropped them. */
+	REQUIRE(st_shard_force_merge(s, 1) == CM_OK);
+	st_reader *r3 = st_shard_reader(s);
+	CHECK(st_reader_nsegments(r3) == 1 && st_reader_doc_count(r3) == 2);
+	CHECK(st_reader_live(r3, 0) == NULL);
+	cm_buf idb;
+	cm_buf_init(&idb, CM_MEM_STORAGE);
+	st_seg_txn *t;
+	REQUIRE(st_seg_txn_begin(st_reader_segment(r1, 0), &t) == CM_OK);
+	cm_buf_reset(&src);
+	CHECK(st_stored_get(t, 0, &idb, &src) == CM_OK && src.len > 0);
+	st_seg_txn_end(t);
+	cm_buf_free(&idb);
+	st_reader_release(r0);
+	st_reader_release(r1);
+	st_reader_release(r2);
+	st_reader_release(r3);
+
+	/* Only the live segment files remain once old readers are gone. */
+	int segfiles = 0;
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "ls %s | grep -c '^seg-'", dir);
+	FILE *p = popen(cmd, "r");
+	if (p) {
+		if (fscanf(p, "%d", &segfiles) != 1)
+			segfiles = -1;
+		pclose(p);
+	}
+	CHECKF(segfiles == 1, "segment files: %d", segfiles);
+
+	/* Flush trims the log; reading below the trim point says so. */
+	REQUIRE(st_shard_flush(s) == CM_OK);
+	CHECK(st_shard_oplog_read(s, ST_NO_SEQ, NULL, NULL) == CM_ENOTFOUND);
+	st_shard_close(s);
+	cm_buf_free(&src);
+}
+
+/* ---- replication from the log ---- */
+
+typedef struct collect {
+	st_op *ops;
+	cm_buf *store;
+	size_t n, cap;
+} collect;
+
+static int
+collect_fn(void *ctx, const st_op *op, int64_t version)
+{
+	collect *c = ctx;
+	if (c->n == c->cap) {
+		c->cap = c->cap ? c->cap * 2 : 256;
+		c->ops = realloc(c->ops, c->cap * sizeof(*c->ops));
+		c->store = realloc(c->store, c->cap * sizeof(*c->store));
+	}
+	cm_buf *b = &c->store[c->n];
+	cm_buf_init(b, CM_MEM_STORAGE);
+	cm_buf_put(b, op->id, op->id_len);
+	cm_buf_put(b, op->source ? op->source : "", op->source_len);
+	st_op o = *op;
+	o.version = version;
+	c->ops[c->n++] = o;
+	return 0;
+}
+
+static void
+fix_ptrs(collect *c)
+{
+	for (size_t i = 0; i < c->n; i++) {
+		c->ops[i].id = (const char *)c->store[i].data;
+		c->ops[i].source = (const char *)c->store[i].data + c->ops[i].id_len;
+	}
+}
+
+static void
+compare_shards(st_shard *a, st_shard *b, const char *when)
+{
+	cm_buf sa, sb;
+	cm_buf_init(&sa, CM_MEM_STORAGE);
+	cm_buf_init(&sb, CM_MEM_STORAGE);
+	for (int k = 0; k < NIDS; k++) {
+		char id[16];
+		mkid(k, id);
+		st_doc_meta ma, mb;
+		cm_buf_reset(&sa);
+		cm_buf_reset(&sb);
+		cm_err ea = st_shard_get(a, id, strlen(id), &ma, &sa);
+		cm_err eb = st_shard_get(b, id, strlen(id), &mb, &sb);
+		CHECKF(ea == eb, "%s: %s: %s vs %s", when, id, cm_err_name(ea), cm_err_name(eb));
+		if (ea || eb)
+			continue;
+		CHECKF(ma.seq_no == mb.seq_no && ma.version == mb.version &&
+		           ma.primary_term == mb.primary_term && sa.len == sb.len &&
+		           memcmp(sa.data, sb.data, sa.len) == 0,
+		       "%s: %s differs", when, id);
+	}
+	cm_buf_free(&sa);
+	cm_buf_free(&sb);
+}
+
+static void
+replication(const char *dir_a, const char *dir_b, st_mapping *map)
+{
+	st_shard *a = open_shard(dir_a, map, NULL);
+	char ids[16], src[SRC_MAX];
+	for (int i = 0; i < 400; i++) {
+		int k = rndn(NIDS);
+		mkid(k, ids);
+		st_op op;
+		if (rndn(5) == 0) {
+			op = (st_op){.type = ST_OP_DELETE, .id = ids, .id_len = strlen(ids),
+			             .seq_no = ST_NO_SEQ, .if_seq_no = ST_NO_SEQ};
+		} else {
+			make_source(src, k);
+			op = index_op(ids, src);
+		}
+		st_op_result r;
+		apply1(a, &op, &r);
+		REQUIRE(r.err == CM_OK);
+		if (i == 150)
+			REQUIRE(st_shard_refresh(a) == CM_OK);
+	}
+	collect c = {0};
+	REQUIRE(st_shard_oplog_read(a, ST_NO_SEQ, collect_fn, &c) == CM_OK);
+	CHECK(c.n == 400);
+	fix_ptrs(&c);
+	/* Partial read from the middle. */
+	collect c2 = {0};
+	REQUIRE(st_shard_oplog_read(a, 299, collect_fn, &c2) == CM_OK);
+	CHECK(c2.n == 100 && c2.n > 0 && c2.ops[0].seq_no == 300);
+
+	/* Replica: ops delivered out of order in small batches, each batch
+	 * twice, with a refresh in the middle and a reopen. */
+	st_shard *b = open_shard(dir_b, map, NULL);
+	for (size_t i = 0; i + 1 < c.n; i++) {
+		/* Local reordering, like concurrent batches racing. */
+		size_t span = c.n - i < 40 ? c.n - i : 40;
+		size_t j = i + (size_t)rndn((int)span);
+		st_op t = c.ops[i];
+		c.ops[i] = c.ops[j];
+		c.ops[j] = t;
+		cm_buf tb = c.store[i];
+		c.store[i] = c.store[j];
+		c.store[j] = tb;
+	}
+	st_op_result *res = calloc(c.n, sizeof(*res));
+	for (size_t at = 0; at < c.n;) {
+		size_t n = 1 + (size_t)rndn(30);
+		if (at + n > c.n)
+			n = c.n - at;
+		REQUIRE(st_shard_apply(b, c.ops + at, n, res) == CM_OK);
+		for (size_t i = 0; i < n; i++)
+			CHECKF(res[i].err == CM_OK && res[i].seq_no == c.ops[at + i].seq_no,
+			       "replica apply: %s", res[i].reason);
+		REQUIRE(st_shard_apply(b, c.ops + at, n, res) == CM_OK);
+		for (size_t i = 0; i < n; i++)
+			CHECK(res[i].err == CM_OK && res[i].result == ST_RESULT_NOOP);
+		at += n;
+		if (at > 200 && at - n <= 200)
+			REQUIRE(st_shard_refresh(b) == CM_OK);
+	}
+	compare_shards(a, b, "replica");
+	st_shard_stats sa, sb;
+	st_shard_stats_get(a, &sa);
+	st_shard_stats_get(b, &sb);
+	CHECK(sb.local_checkpoint == 399 && sb.max_seq_no == 399);
+	st_shard_close(b);
+	b = open_shard(dir_b, map, NULL);
+	compare_shards(a, b, "replica reopened");
+	REQUIRE(st_shard_refresh(a) == CM_OK);
+	REQUIRE(st_shard_refresh(b) == CM_OK);
+	st_shard_stats_get(a, &sa);
+	st_shard_stats_get(b, &sb);
+	CHECK(sa.docs == sb.docs);
+	st_shard_close(a);
+	st_shard_close(b);
+	for (size_t i = 0; i < c.n; i++)
+		cm_buf_free(&c.store[i]);
+	for (size_t i = 0; i < c2.n; i++)
+		cm_buf_free(&c2.store[i]);
+	free(c.ops);
+	free(c.store);
+	free(c2.ops);
+	free(c2.store);
+	free(res);
+}
+
+/* ---- merge policy ---- */
+
+static void
+policy(void)
+{
+	uint64_t sizes[] = {100, 120, 5000000, 90, 110, 4000000, 80};
+	size_t out[8];
+	size_t k = st_merge_pick_tiered(sizes, NULL, 7, 3, 1000, out);
+	CHECK(k == 3);
+	for (size_t i = 0; i < k; i++)
+		CHECK(sizes[out[i]] < 1000);
+	bool busy[7] = {true, true, false, true, false, false, false};
+	CHECK(st_merge_pick_tiered(sizes, busy, 7, 3, 1000, out) == 0);
+	CHECK(st_merge_pick_forced(sizes, NULL, 7, 1, out) == 7);
+	CHECK(st_merge_pick_forced(sizes, NULL, 7, 5, out) == 3);
+	CHECK(st_merge_pick_forced(sizes, NULL, 3, 5, out) == 0);
+	bool dels[1] = {true};
+	CHECK(st_merge_pick_forced(sizes, dels, 1, 1, out) == 1);
+}
+
+int
+main(void)
+{
+	char base[] = "/tmp/shard_test.XXXXXX";
+	REQUIRE(mkdtemp(base) != NULL);
+	char d1[600], d2[600], d3[600], d4[600];
+	snprintf(d1, sizeof(d1), "%s/random", base);
+	snprintf(d2, sizeof(d2), "%s/cond", base);
+	snprintf(d3, sizeof(d3), "%s/primary", base);
+	snprintf(d4, sizeof(d4), "%s/replica", base);
+	st_mapping *map = test_mapping();
+	cm_pool *pool = cm_pool_create(2, "merge");
+	policy();
+	conditions(d2, map);
+	replication(d3, d4, map);
+	random_run(d1, map, pool, 1500);
+	cm_pool_destroy(pool);
+	st_mapping_unref(map);
+	cm_rm_rf(base);
+	return check_report("shard_test");
+}
