@@ -783,7 +783,7 @@ mapping_extend(st_shard *s, st_mapping *used, st_mapping *add, st_mapping **out,
 
 typedef struct op_plan {
 	st_doc doc;
-	bool parsed, accept, skip;
+	bool parsed, accept, skip, stale;
 	uint64_t hash, seq, term;
 	int64_t version;
 	int prev_batch; /* earlier accepted op on the same id in this batch, or -1 */
@@ -902,7 +902,17 @@ plan_op(st_shard *s, const st_op *op, op_plan *p, const id_state *cur, int64_t *
 		/* Idempotence: anything at or below the checkpoint, or not
 		 * newer than what this id already has, was applied before. */
 		if ((int64_t)op->seq_no <= s->ckp || (known && cur->seq_no >= op->seq_no)) {
-			p->skip = true;
+			/* A stale op above the checkpoint is still logged and counted
+			 * as processed (like Elasticsearch's no-ops), so the
+			 * checkpoint advances and this copy's log has no gap if it
+			 * ever serves a recovery. Re-logging a resend is harmless:
+			 * same key, same record. */
+			p->skip = (int64_t)op->seq_no <= s->ckp;
+			p->stale = !p->skip;
+			p->accept = p->stale;
+			p->seq = op->seq_no;
+			p->term = op->primary_term;
+			p->version = op->version;
 			r->result = ST_RESULT_NOOP;
 			r->seq_no = op->seq_no;
 			r->primary_term = op->primary_term;
@@ -1002,6 +1012,11 @@ apply_batch(st_shard *s, const st_op *ops, batch *b, size_t n, st_op_result *res
 		op_plan *p = &b->plan[i];
 		if (!p->accept || p->skip)
 			continue;
+		if (p->stale) {
+			ckp_mark(s, (int64_t)p->seq);
+			s->ops_since_commit++;
+			continue;
+		}
 		const st_op *op = &ops[i];
 		/* Remove the id's previous live copy. */
 		if (p->prev_batch >= 0) {
@@ -1114,7 +1129,7 @@ apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool repla
 			p->prev = cur;
 		}
 		plan_op(s, &ops[i], p, &cur, &next_seq, &res[i]);
-		if (p->accept && !p->skip) {
+		if (p->accept && !p->skip && !p->stale) {
 			p->prev_batch = *slot;
 			*slot = (int32_t)i;
 		}
@@ -1161,8 +1176,7 @@ apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool repla
 		err = sync_wait(s, ticket);
 		if (err) {
 			for (size_t i = 0; i < n; i++)
-				if (res[i].err == CM_OK && res[i].seq_no != ST_NO_SEQ &&
-				    res[i].result != ST_RESULT_NOOP) {
+				if (res[i].err == CM_OK && res[i].seq_no != ST_NO_SEQ) {
 					res[i].err = err;
 					snprintf(res[i].reason, sizeof(res[i].reason),
 					         "operation log sync failed");

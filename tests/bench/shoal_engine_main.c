@@ -1,0 +1,299 @@
+/* shoal-engine: the storage engine without the server, for benchmarks.
+ *
+ *   shoal-engine index --mapping M.json --in docs.ndjson --out DIR
+ *                      [--ram-mb N] [--threads N] [--force-merge N] [--id-field F]
+ *   shoal-engine query ...   (search/sr_engine.h)
+ *
+ * `index` reads one JSON source per line, applies batches of ~1000 docs
+ * (ids from --id-field, else the line number), refreshes, optionally force
+ * merges, and prints the figures the indexing benchmark tabulates. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cm_alloc.h"
+#include "common/cm_sys.h"
+#include "search/sr_engine.h"
+#include "storage/st_shard.h"
+
+#define BATCH 1000
+#define MAX_LINE ((size_t)64 << 20)
+
+typedef struct index_args {
+	const char *mapping, *in, *out, *id_field;
+	size_t ram_mb;
+	int threads, force_merge;
+} index_args;
+
+typedef struct feeder {
+	pthread_mutex_t mu;
+	FILE *f;
+	uint64_t line_no, docs, failed;
+	bool eof;
+	const index_args *a;
+	st_shard *shard;
+	int reported;
+} feeder;
+
+static int
+usage(void)
+{
+	fprintf(stderr,
+	        "usage: shoal-engine index --mapping M.json --in docs.ndjson --out DIR\n"
+	        "                          [--ram-mb N] [--threads N] [--force-merge N] [--id-field F]\n"
+	        "       shoal-engine query ...\n");
+	return 2;
+}
+
+static int
+parse_index_args(int argc, char **argv, index_args *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->ram_mb = 64;
+	a->threads = 2;
+	for (int i = 2; i < argc; i++) {
+		const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (v == NULL)
+			return -1;
+		if (strcmp(k, "--mapping") == 0)
+			a->mapping = v;
+		else if (strcmp(k, "--in") == 0)
+			a->in = v;
+		else if (strcmp(k, "--out") == 0)
+			a->out = v;
+		else if (strcmp(k, "--id-field") == 0)
+			a->id_field = v;
+		else if (strcmp(k, "--ram-mb") == 0)
+			a->ram_mb = (size_t)strtoul(v, NULL, 10);
+		else if (strcmp(k, "--threads") == 0)
+			a->threads = atoi(v);
+		else if (strcmp(k, "--force-merge") == 0)
+			a->force_merge = atoi(v);
+		else
+			return -1;
+		i++;
+	}
+	if (!a->mapping || !a->in || !a->out || a->threads < 1 || a->ram_mb < 1)
+		return -1;
+	return 0;
+}
+
+static st_mapping *
+load_mapping(const char *path)
+{
+	char *text;
+	size_t len;
+	if (cm_file_read(path, 16 << 20, &text, &len) != CM_OK) {
+		fprintf(stderr, "cannot read %s\n", path);
+		return NULL;
+	}
+	cJSON *j = cJSON_ParseWithLength(text, len);
+	cm_free(CM_MEM_COMMON, text);
+	if (j == NULL) {
+		fprintf(stderr, "%s: not JSON\n", path);
+		return NULL;
+	}
+	/* Accept a bare mapping or an index body {"mappings": {...}}. */
+	const cJSON *body = cJSON_GetObjectItemCaseSensitive(j, "mappings");
+	st_mapping *m = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	if (st_mapping_from_json(body ? body : j, &m, &err) != CM_OK)
+		fprintf(stderr, "%s: %s\n", path, err.reason);
+	cJSON_Delete(j);
+	return m;
+}
+
+/* The id of one line: the --id-field's value, else the line number. */
+static void
+doc_id(const index_args *a, const char *line, size_t len, uint64_t line_no, cm_buf *ids)
+{
+	if (a->id_field) {
+		cJSON *j = cJSON_ParseWithLength(line, len);
+		const cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, a->id_field) : NULL;
+		if (cJSON_IsString(v)) {
+			cm_buf_put(ids, v->valuestring, strlen(v->valuestring));
+			cJSON_Delete(j);
+			return;
+		}
+		if (cJSON_IsNumber(v)) {
+			cm_buf_printf(ids, "%.0f", v->valuedouble);
+			cJSON_Delete(j);
+			return;
+		}
+		cJSON_Delete(j);
+	}
+	cm_buf_printf(ids, "%" PRIu64, line_no);
+}
+
+/* Reads up to BATCH lines under the feeder lock into text/ends. */
+static size_t
+read_batch(feeder *fd, cm_buf *text, size_t *ends, uint64_t *first_line)
+{
+	char *line = NULL;
+	size_t cap = 0, n = 0;
+	pthread_mutex_lock(&fd->mu);
+	*first_line = fd->line_no + 1;
+	while (n < BATCH && !fd->eof) {
+		ssize_t l = getline(&line, &cap, fd->f);
+		if (l < 0) {
+			fd->eof = true;
+			break;
+		}
+		fd->line_no++;
+		while (l > 0 && (line[l - 1] == '\n' || line[l - 1] == '\r'))
+			l--;
+		if (l == 0 || (size_t)l > MAX_LINE)
+			continue;
+		cm_buf_put(text, line, (size_t)l);
+		ends[n++] = text->len;
+	}
+	pthread_mutex_unlock(&fd->mu);
+	free(line);
+	return n;
+}
+
+static void *
+feed_main(void *arg)
+{
+	feeder *fd = arg;
+	cm_buf text, ids;
+	cm_buf_init(&text, CM_MEM_COMMON);
+	cm_buf_init(&ids, CM_MEM_COMMON);
+	size_t *ends = malloc(BATCH * sizeof(*ends)), *id_ends = malloc(BATCH * sizeof(*id_ends));
+	st_op *ops = malloc(BATCH * sizeof(*ops));
+	st_op_result *res = malloc(BATCH * sizeof(*res));
+	for (;;) {
+		cm_buf_reset(&text);
+		cm_buf_reset(&ids);
+		uint64_t first;
+		size_t n = read_batch(fd, &text, ends, &first);
+		if (n == 0)
+			break;
+		for (size_t i = 0; i < n; i++) {
+			size_t start = i ? ends[i - 1] : 0;
+			doc_id(fd->a, (char *)text.data + start, ends[i] - start, first + i, &ids);
+			id_ends[i] = ids.len;
+		}
+		for (size_t i = 0; i < n; i++) {
+			size_t s0 = i ? ends[i - 1] : 0, i0 = i ? id_ends[i - 1] : 0;
+			ops[i] = (st_op){.type = ST_OP_INDEX, .id = (char *)ids.data + i0,
+			                 .id_len = id_ends[i] - i0, .source = (char *)text.data + s0,
+			                 .source_len = ends[i] - s0, .seq_no = ST_NO_SEQ,
+			                 .if_seq_no = ST_NO_SEQ};
+		}
+		cm_err e = st_shard_apply(fd->shard, ops, n, res);
+		pthread_mutex_lock(&fd->mu);
+		for (size_t i = 0; i < n; i++) {
+			if (e == CM_OK && res[i].err == CM_OK) {
+				fd->docs++;
+				continue;
+			}
+			fd->failed++;
+			if (fd->reported++ < 5)
+				fprintf(stderr, "doc %.*s: %s %s\n", (int)ops[i].id_len, ops[i].id,
+				        cm_err_name(e ? e : res[i].err), e ? "" : res[i].reason);
+		}
+		pthread_mutex_unlock(&fd->mu);
+	}
+	cm_buf_free(&text);
+	cm_buf_free(&ids);
+	free(ends);
+	free(id_ends);
+	free(ops);
+	free(res);
+	return NULL;
+}
+
+static int
+cmd_index(int argc, char **argv)
+{
+	index_args a;
+	if (parse_index_args(argc, argv, &a))
+		return usage();
+	st_mapping *m = load_mapping(a.mapping);
+	if (m == NULL)
+		return 1;
+	feeder fd = {.a = &a};
+	pthread_mutex_init(&fd.mu, NULL);
+	fd.f = strcmp(a.in, "-") == 0 ? stdin : fopen(a.in, "r");
+	if (fd.f == NULL) {
+		fprintf(stderr, "cannot open %s\n", a.in);
+		return 1;
+	}
+	cm_pool *pool = cm_pool_create(a.threads, "merge");
+	st_shard_opts o;
+	st_shard_opts_default(&o);
+	o.merge_pool = pool;
+	o.indexing_max_ram_mb = a.ram_mb;
+	cm_error err;
+	cm_error_clear(&err);
+	uint64_t t0 = cm_now_ns();
+	double c0 = cm_cpu_seconds();
+	if (st_shard_open(a.out, m, &o, &fd.shard, &err) != CM_OK) {
+		fprintf(stderr, "cannot open shard %s: %s\n", a.out, err.reason);
+		return 1;
+	}
+	/* One feeder per thread: parsing runs in parallel, batches share
+	 * log syncs. */
+	pthread_t *th = calloc((size_t)a.threads, sizeof(*th));
+	for (int i = 0; i < a.threads; i++)
+		pthread_create(&th[i], NULL, feed_main, &fd);
+	for (int i = 0; i < a.threads; i++)
+		pthread_join(th[i], NULL);
+	cm_err e = st_shard_refresh(fd.shard);
+	double searchable = (double)(cm_now_ns() - t0) / 1e9, cpu_searchable = cm_cpu_seconds() - c0;
+	double fm_wall = 0, fm_cpu = 0;
+	if (e == CM_OK && a.force_merge > 0) {
+		uint64_t f0 = cm_now_ns();
+		double fc0 = cm_cpu_seconds();
+		e = st_shard_force_merge(fd.shard, a.force_merge);
+		fm_wall = (double)(cm_now_ns() - f0) / 1e9;
+		fm_cpu = cm_cpu_seconds() - fc0;
+	}
+	if (e == CM_OK)
+		e = st_shard_flush(fd.shard);
+	st_shard_stats st;
+	st_shard_stats_get(fd.shard, &st);
+	double total = (double)(cm_now_ns() - t0) / 1e9, cpu = cm_cpu_seconds() - c0;
+	st_shard_close(fd.shard);
+	cm_pool_destroy(pool);
+	if (fd.f != stdin)
+		fclose(fd.f);
+	st_mapping_unref(m);
+	if (e) {
+		fprintf(stderr, "indexing failed: %s\n", cm_err_name(e));
+		return 1;
+	}
+	printf("docs: %" PRIu64 "\n", fd.docs);
+	printf("failed: %" PRIu64 "\n", fd.failed);
+	printf("docs_per_s: %.0f\n", searchable > 0 ? (double)fd.docs / searchable : 0);
+	printf("searchable_s: %.3f\n", searchable);
+	printf("cpu_searchable_s: %.3f\n", cpu_searchable);
+	printf("force_merge_s: %.3f\n", fm_wall);
+	printf("force_merge_cpu_s: %.3f\n", fm_cpu);
+	printf("force_merge_busy_threads: %.2f\n", fm_wall > 0 ? fm_cpu / fm_wall : 0);
+	printf("total_s: %.3f\n", total);
+	printf("cpu_s: %.3f\n", cpu);
+	printf("docs_per_cpu_s: %.0f\n", cpu > 0 ? (double)fd.docs / cpu : 0);
+	printf("index_bytes: %" PRId64 "\n", cm_dir_bytes(a.out));
+	printf("segments: %" PRIu64 "\n", st.segments);
+	printf("live_docs: %" PRIu64 "\n", st.docs);
+	return fd.failed ? 3 : 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage();
+	if (strcmp(argv[1], "index") == 0)
+		return cmd_index(argc, argv);
+	if (strcmp(argv[1], "query") == 0)
+		return sr_engine_query_main(argc - 1, argv + 1);
+	return usage();
+}
