@@ -1,0 +1,617 @@
+/* Document parsing: a JSON _source becomes typed values under a mapping.
+ * Objects flatten to dotted paths, arrays are multi-valued, values are
+ * coerced like Elasticsearch does it, and fields the mapping does not
+ * know are collected as a dynamic mapping addition. */
+#include "st_types.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cm_alloc.h"
+
+#define MAX_DOC_DEPTH 100
+#define MAX_DOC_VALUES (1u << 22) /* values per document */
+
+typedef struct parse_ctx {
+	const st_mapping *m;
+	st_doc *doc;
+	cm_error *err;
+	uint32_t *counts;   /* per mapping field: values emitted so far */
+	cJSON *dyn_props;   /* "properties" of the dynamic addition, or NULL */
+	cJSON *dyn_root;
+	bool want_dynamic;  /* caller asked for additions */
+	char path[1024 + 2];
+} parse_ctx;
+
+static const char *const metadata_fields[] = {
+    "_id",      "_index",        "_source", "_routing",     "_type",  "_version",
+    "_seq_no",  "_primary_term", "_ignored", "_field_names", "_nested_path",
+    "_data_stream_timestamp", "_tier", "_doc_count",
+};
+
+/* ---- values ---- */
+
+static st_value *
+push_value(parse_ctx *c, const st_field_def *f)
+{
+	st_doc *d = c->doc;
+	if (d->nvalues == d->cap) {
+		d->cap = d->cap ? d->cap * 2 : 16;
+		d->values = cm_realloc(CM_MEM_STORAGE, d->values, d->cap * sizeof(*d->values));
+	}
+	st_value *v = &d->values[d->nvalues++];
+	memset(v, 0, sizeof(*v));
+	v->field = f;
+	v->ordinal = c->counts[f - c->m->fields]++;
+	return v;
+}
+
+/* A short, quoted rendering of a value for error messages. */
+static void
+preview(const cJSON *j, char *buf, size_t cap)
+{
+	if (cJSON_IsString(j)) {
+		snprintf(buf, cap, "%.200s", j->valuestring);
+		return;
+	}
+	char *s = cJSON_PrintUnformatted(j);
+	snprintf(buf, cap, "%.200s", s ? s : "");
+	free(s);
+}
+
+static cm_err
+type_error(parse_ctx *c, const st_field_def *f, const cJSON *j)
+{
+	char pv[256];
+	preview(j, pv, sizeof(pv));
+	const st_doc *d = c->doc;
+	return cm_error_set(c->err, CM_EMAPPING,
+	                    "failed to parse field [%s] of type [%s] in document with id '%.*s'. "
+	                    "Preview of field's value: '%s'",
+	                    f->path, st_field_type_name(f->type), d->id ? (int)d->id_len : 4,
+	                    d->id ? d->id : "null", pv);
+}
+
+/* Shortest text that reads back as the same double; integers plainly. */
+static void
+format_number(double v, char *buf, size_t cap)
+{
+	if (v == trunc(v) && fabs(v) < 1e17) {
+		snprintf(buf, cap, "%.0f", v);
+		return;
+	}
+	for (int prec = 15; prec <= 17; prec++) {
+		snprintf(buf, cap, "%.*g", prec, v);
+		if (strtod(buf, NULL) == v)
+			return;
+	}
+}
+
+/* The node's text as a string kept alive by the parse tree: numbers and
+ * booleans get their rendering attached as valuestring, which cJSON frees
+ * with the node. */
+static const char *
+node_text(cJSON *j, size_t *n)
+{
+	if (cJSON_IsString(j)) {
+		*n = strlen(j->valuestring);
+		return j->valuestring;
+	}
+	if (j->valuestring == NULL) {
+		char buf[64];
+		if (cJSON_IsNumber(j))
+			format_number(j->valuedouble, buf, sizeof(buf));
+		else
+			snprintf(buf, sizeof(buf), "%s", cJSON_IsTrue(j) ? "true" : "false");
+		size_t len = strlen(buf);
+		j->valuestring = cJSON_malloc(len + 1);
+		if (j->valuestring == NULL)
+			return NULL;
+		memcpy(j->valuestring, buf, len + 1);
+	}
+	*n = strlen(j->valuestring);
+	return j->valuestring;
+}
+
+static size_t
+utf8_chars(const char *s, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += ((unsigned char)s[i] & 0xC0) != 0x80;
+	return k;
+}
+
+/* Parses a whole-string number: integers exactly (beyond 2^53), others
+ * through strtod. */
+static bool
+string_number(const char *s, double *d, int64_t *i, bool *is_int)
+{
+	if (*s == '\0')
+		return false;
+	char *end;
+	errno = 0;
+	long long ll = strtoll(s, &end, 10);
+	if (*end == '\0' && errno == 0 && end != s) {
+		*i = ll;
+		*d = (double)ll;
+		*is_int = true;
+		return true;
+	}
+	errno = 0;
+	double v = strtod(s, &end);
+	if (*end != '\0' || end == s || s[0] == ' ' || s[0] == '\t' || s[0] == '\n')
+		return false;
+	/* strtod takes "nan", "inf" and hex; ES takes only decimal numbers */
+	for (const char *p = s; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '+' || *p == 'e' ||
+		      *p == 'E'))
+			return false;
+	*d = v;
+	*is_int = false;
+	return true;
+}
+
+static cm_err
+emit_integer(parse_ctx *c, const st_field_def *f, cJSON *j)
+{
+	int64_t lo, hi;
+	switch (f->type) {
+	case ST_FT_BYTE:
+		lo = INT8_MIN, hi = INT8_MAX;
+		break;
+	case ST_FT_SHORT:
+		lo = INT16_MIN, hi = INT16_MAX;
+		break;
+	case ST_FT_INTEGER:
+		lo = INT32_MIN, hi = INT32_MAX;
+		break;
+	default:
+		lo = INT64_MIN, hi = INT64_MAX;
+		break;
+	}
+	int64_t v;
+	double d;
+	bool is_int = false;
+	if (cJSON_IsNumber(j)) {
+		d = j->valuedouble;
+	} else if (cJSON_IsString(j)) {
+		if (!string_number(j->valuestring, &d, &v, &is_int))
+			return type_error(c, f, j);
+	} else {
+		return type_error(c, f, j);
+	}
+	if (!is_int) {
+		/* coerce: fractions truncate toward zero, like ES */
+		if (!isfinite(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0)
+			return type_error(c, f, j);
+		v = (int64_t)trunc(d);
+	}
+	if (v < lo || v > hi)
+		return type_error(c, f, j);
+	push_value(c, f)->i = v;
+	return CM_OK;
+}
+
+static cm_err
+emit_scalar(parse_ctx *c, const st_field_def *f, cJSON *j)
+{
+	switch (f->type) {
+	case ST_FT_TEXT:
+	case ST_FT_KEYWORD: {
+		if (!cJSON_IsString(j) && !cJSON_IsNumber(j) && !cJSON_IsBool(j))
+			return type_error(c, f, j);
+		size_t n;
+		const char *s = node_text(j, &n);
+		if (s == NULL)
+			return cm_error_set(c->err, CM_ENOMEM, "out of memory");
+		if (f->type == ST_FT_KEYWORD && f->ignore_above > 0 &&
+		    utf8_chars(s, n) > (size_t)f->ignore_above)
+			return CM_OK; /* kept in _source only, like ES */
+		st_value *v = push_value(c, f);
+		v->s = s;
+		v->n = n;
+		return CM_OK;
+	}
+	case ST_FT_LONG:
+	case ST_FT_INTEGER:
+	case ST_FT_SHORT:
+	case ST_FT_BYTE:
+		return emit_integer(c, f, j);
+	case ST_FT_DOUBLE:
+	case ST_FT_FLOAT: {
+		double d;
+		int64_t i;
+		bool is_int;
+		if (cJSON_IsNumber(j))
+			d = j->valuedouble;
+		else if (!cJSON_IsString(j) || !string_number(j->valuestring, &d, &i, &is_int))
+			return type_error(c, f, j);
+		if (!isfinite(d))
+			return type_error(c, f, j);
+		if (f->type == ST_FT_FLOAT) {
+			if (fabs(d) > 3.4028234663852886e38)
+				return type_error(c, f, j);
+			d = (double)(float)d; /* what a float field holds */
+		}
+		push_value(c, f)->d = d;
+		return CM_OK;
+	}
+	case ST_FT_DATE: {
+		if (!cJSON_IsString(j) && !cJSON_IsNumber(j))
+			return type_error(c, f, j);
+		size_t n;
+		const char *s = node_text(j, &n);
+		int64_t ms;
+		if (s == NULL || !st_date_parse(s, n, f->format, &ms))
+			return type_error(c, f, j);
+		push_value(c, f)->i = ms;
+		return CM_OK;
+	}
+	case ST_FT_BOOLEAN: {
+		int64_t b;
+		if (cJSON_IsBool(j))
+			b = cJSON_IsTrue(j);
+		else if (cJSON_IsString(j) && strcmp(j->valuestring, "true") == 0)
+			b = 1;
+		else if (cJSON_IsString(j) && strcmp(j->valuestring, "false") == 0)
+			b = 0;
+		else if (cJSON_IsString(j) && j->valuestring[0] == '\0')
+			return CM_OK; /* ES treats "" as null for booleans */
+		else
+			return type_error(c, f, j);
+		push_value(c, f)->i = b;
+		return CM_OK;
+	}
+	default:
+		return type_error(c, f, j);
+	}
+}
+
+/* Emits j for field f and each of f's multi-fields. */
+static cm_err
+emit_field(parse_ctx *c, const st_field_def *f, cJSON *j)
+{
+	if (c->doc->nvalues >= MAX_DOC_VALUES)
+		return cm_error_set(c->err, CM_EMAPPING, "failed to parse: too many values in one document");
+	cm_err e = emit_scalar(c, f, j);
+	if (e != CM_OK)
+		return e;
+	/* multi-fields sort within [path + ".", path + "/") */
+	const st_mapping *m = c->m;
+	size_t pn = strlen(f->path);
+	size_t lo = (size_t)(f - m->fields) + 1, hi = m->nfields;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const char *p = m->fields[mid].path;
+		int cmp = strncmp(p, f->path, pn);
+		if (cmp == 0)
+			cmp = p[pn] < '.' ? -1 : 1;
+		if (cmp < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < m->nfields; i++) {
+		const st_field_def *mf = &m->fields[i];
+		if (strncmp(mf->path, f->path, pn) != 0 || mf->path[pn] != '.')
+			break;
+		if (mf->parent != NULL && strcmp(mf->parent, f->path) == 0) {
+			e = emit_scalar(c, mf, j);
+			if (e != CM_OK)
+				return e;
+		}
+	}
+	return CM_OK;
+}
+
+/* ---- dynamic mapping ---- */
+
+/* ES's date_detection on strings, limited to full dates (yyyy-MM-dd...):
+ * a bare "2015" stays text. */
+static bool
+looks_like_date(const char *s)
+{
+	size_t n = strlen(s);
+	int64_t ms;
+	return n >= 10 && s[4] == '-' && s[7] == '-' &&
+	       st_date_parse(s, n, "strict_date_optional_time", &ms);
+}
+
+/* The mapping ES would create for value j, or NULL when j adds nothing
+ * (null, empty array). */
+static cJSON *
+dynamic_spec(const cJSON *j)
+{
+	while (cJSON_IsArray(j)) {
+		const cJSON *first = NULL, *it;
+		cJSON_ArrayForEach(it, j)
+		{
+			if (!cJSON_IsNull(it)) {
+				first = it;
+				break;
+			}
+		}
+		if (first == NULL)
+			return NULL;
+		j = first;
+	}
+	cJSON *spec = cJSON_CreateObject();
+	if (cJSON_IsString(j)) {
+		if (looks_like_date(j->valuestring)) {
+			cJSON_AddStringToObject(spec, "type", "date");
+		} else {
+			cJSON_AddStringToObject(spec, "type", "text");
+			cJSON *kw = cJSON_AddObjectToObject(cJSON_AddObjectToObject(spec, "fields"),
+			                                    "keyword");
+			cJSON_AddStringToObject(kw, "type", "keyword");
+			cJSON_AddNumberToObject(kw, "ignore_above", 256);
+		}
+	} else if (cJSON_IsNumber(j)) {
+		double d = j->valuedouble;
+		bool whole = d == trunc(d) && fabs(d) < 9.2e18;
+		cJSON_AddStringToObject(spec, "type", whole ? "long" : "float");
+	} else if (cJSON_IsBool(j)) {
+		cJSON_AddStringToObject(spec, "type", "boolean");
+	} else if (cJSON_IsObject(j)) {
+		cJSON_AddStringToObject(spec, "type", "object");
+	} else {
+		cJSON_Delete(spec);
+		return NULL;
+	}
+	return spec;
+}
+
+/* Handles a field the mapping lacks, under the effective dynamic setting
+ * of its enclosing object. *descend tells whether an object's members
+ * should still be walked (to collect their additions). */
+static cm_err
+unknown_field(parse_ctx *c, st_dynamic dyn, const char *owner, const char *name,
+              const cJSON *j, bool *descend)
+{
+	*descend = false;
+	if (dyn == ST_DYNAMIC_STRICT)
+		return cm_error_set_type(c->err, CM_EMAPPING, "strict_dynamic_mapping_exception",
+		                         "mapping set to strict, dynamic introduction of [%s] within "
+		                         "[%s] is not allowed",
+		                         name, owner ? owner : "_doc");
+	if (dyn == ST_DYNAMIC_FALSE || !c->want_dynamic)
+		return CM_OK;
+	if (cJSON_GetObjectItemCaseSensitive(c->dyn_props, c->path) != NULL) {
+		*descend = cJSON_IsObject(j) ||
+		           (cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0);
+		return CM_OK; /* already added from an earlier value */
+	}
+	cJSON *spec = dynamic_spec(j);
+	if (spec == NULL)
+		return CM_OK;
+	if (c->dyn_props == NULL) {
+		c->dyn_root = cJSON_CreateObject();
+		c->dyn_props = cJSON_AddObjectToObject(c->dyn_root, "properties");
+	}
+	cJSON_AddItemToObject(c->dyn_props, c->path, spec);
+	*descend = true;
+	return CM_OK;
+}
+
+/* ---- the walk ---- */
+
+static cm_err walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn,
+                          const char *owner, int depth);
+
+/* Value j at c->path (length plen). `known` is its mapping, if any. */
+static cm_err
+walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dynamic dyn,
+           const char *owner, const char *name, int depth)
+{
+	if (depth > MAX_DOC_DEPTH)
+		return cm_error_set(c->err, CM_EMAPPING,
+		                    "failed to parse: the document is nested deeper than [%d] levels",
+		                    MAX_DOC_DEPTH);
+	if (cJSON_IsNull(j))
+		return CM_OK;
+	if (cJSON_IsArray(j)) {
+		cJSON *it;
+		cJSON_ArrayForEach(it, j)
+		{
+			c->path[plen] = '\0';
+			cm_err e = walk_value(c, it, plen, known, dyn, owner, name, depth + 1);
+			if (e != CM_OK)
+				return e;
+		}
+		return CM_OK;
+	}
+	if (known == NULL) {
+		/* the field is new: decide, and for objects still walk the
+		 * members so nested additions are collected in one pass */
+		bool descend;
+		cm_err e = unknown_field(c, dyn, owner, name, j, &descend);
+		if (e != CM_OK || !descend || !cJSON_IsObject(j))
+			return e;
+		char *own = cm_strndup(CM_MEM_STORAGE, c->path, plen);
+		e = walk_object(c, j, plen, dyn, own, depth + 1);
+		cm_free(CM_MEM_STORAGE, own);
+		return e;
+	}
+	if (cJSON_IsObject(j)) {
+		if (known->type != ST_FT_OBJECT)
+			return type_error(c, known, j);
+		return walk_object(c, j, plen, known->dynamic, known->path, depth + 1);
+	}
+	if (known->type == ST_FT_OBJECT)
+		return cm_error_set(c->err, CM_EMAPPING,
+		                    "object mapping for [%s] tried to parse field [%s] as object, but "
+		                    "found a concrete value",
+		                    known->path, name);
+	return emit_field(c, known, j);
+}
+
+static cm_err
+check_field_name(parse_ctx *c, const char *k, bool root)
+{
+	if (k[0] == '\0')
+		return cm_error_set(c->err, CM_EMAPPING, "field name cannot be an empty string");
+	bool blank = true;
+	for (const char *p = k; *p; p++)
+		blank &= *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r';
+	if (blank)
+		return cm_error_set(c->err, CM_EMAPPING,
+		                    "field name cannot contain only whitespace: ['%s']", k);
+	size_t n = strlen(k);
+	if (k[0] == '.' || k[n - 1] == '.' || strstr(k, "..") != NULL)
+		return cm_error_set(c->err, CM_EMAPPING,
+		                    "object field starting or ending with a [.] makes object resolution "
+		                    "ambiguous: [%s]",
+		                    k);
+	if (root && k[0] == '_') {
+		for (size_t i = 0; i < sizeof(metadata_fields) / sizeof(metadata_fields[0]); i++)
+			if (strcmp(k, metadata_fields[i]) == 0)
+				return cm_error_set(c->err, CM_EMAPPING,
+				                    "Field [%s] is a metadata field and cannot be added "
+				                    "inside a document. Use the index API request "
+				                    "parameters.",
+				                    k);
+	}
+	return CM_OK;
+}
+
+/* Members of obj, whose own path is c->path[0..plen) (empty at the root). */
+static cm_err
+walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn, const char *owner, int depth)
+{
+	if (depth > MAX_DOC_DEPTH)
+		return cm_error_set(c->err, CM_EMAPPING,
+		                    "failed to parse: the document is nested deeper than [%d] levels",
+		                    MAX_DOC_DEPTH);
+	cJSON *it;
+	cJSON_ArrayForEach(it, obj)
+	{
+		const char *k = it->string;
+		cm_err e = check_field_name(c, k, plen == 0);
+		if (e != CM_OK)
+			return e;
+		size_t kn = strlen(k), np = plen + (plen ? 1 : 0) + kn;
+		if (np > sizeof(c->path) - 2)
+			return cm_error_set(c->err, CM_EMAPPING, "failed to parse: field path too long");
+		if (plen)
+			c->path[plen] = '.';
+		memcpy(c->path + plen + (plen ? 1 : 0), k, kn);
+		c->path[np] = '\0';
+		const st_field_def *f = st_mapping_find(c->m, c->path);
+		st_dynamic d = dyn;
+		const char *own = owner, *name = k;
+		char *dotted_owner = NULL;
+		if (f == NULL && strchr(k, '.') != NULL) {
+			/* "a.b" in a document means object a: the closest mapped
+			 * object decides dynamic-ness */
+			for (size_t q = np; q > plen; q--) {
+				if (c->path[q - 1 + 0] != '.' || q - 1 <= plen)
+					continue;
+				const st_field_def *o = NULL;
+				c->path[q - 1] = '\0';
+				o = st_mapping_find(c->m, c->path);
+				if (o != NULL && o->type == ST_FT_OBJECT) {
+					d = o->dynamic;
+					dotted_owner = cm_strdup(CM_MEM_STORAGE, c->path);
+					own = dotted_owner;
+					name = k + (q - (plen ? plen + 1 : 0));
+				}
+				c->path[q - 1] = '.';
+				if (o != NULL)
+					break;
+			}
+		}
+		e = walk_value(c, it, np, f, d, own, name, depth);
+		cm_free(CM_MEM_STORAGE, dotted_owner);
+		if (e != CM_OK)
+			return e;
+		c->path[plen] = '\0';
+	}
+	return CM_OK;
+}
+
+cm_err
+st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *source,
+             size_t source_len, st_doc *out, st_mapping **dynamic_add, cm_error *err)
+{
+	parse_ctx c;
+	cm_err e = CM_OK;
+	uint32_t counts_small[256];
+	memset(out, 0, sizeof(*out));
+	out->id = id;
+	out->id_len = id_len;
+	out->source = source;
+	out->source_len = source_len;
+	if (dynamic_add != NULL)
+		*dynamic_add = NULL;
+	if (m == NULL)
+		return cm_error_set(err, CM_EINVAL, "no mapping");
+	memset(&c, 0, sizeof(c));
+	c.m = m;
+	c.doc = out;
+	c.err = err;
+	c.want_dynamic = dynamic_add != NULL;
+	c.counts = m->nfields <= 256 ? counts_small
+	                             : cm_malloc(CM_MEM_STORAGE, m->nfields * sizeof(uint32_t));
+	memset(c.counts, 0, m->nfields * sizeof(uint32_t));
+
+	const char *end = NULL;
+	out->json = source ? cJSON_ParseWithLengthOpts(source, source_len, &end, 0) : NULL;
+	if (out->json != NULL) {
+		/* one JSON value, then only white space */
+		const char *lim = source + source_len;
+		while (end < lim && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
+			end++;
+		if (end < lim) {
+			cJSON_Delete(out->json);
+			out->json = NULL;
+		}
+	}
+	if (out->json == NULL) {
+		e = cm_error_set(err, CM_EMAPPING, "failed to parse");
+		goto fail;
+	}
+	if (!cJSON_IsObject(out->json)) {
+		e = cm_error_set(err, CM_EMAPPING,
+		                 "failed to parse, document is not a JSON object");
+		goto fail;
+	}
+	e = walk_object(&c, out->json, 0, m->dynamic, NULL, 1);
+	if (e != CM_OK)
+		goto fail;
+	if (c.dyn_root != NULL) {
+		e = st_mapping_from_json(c.dyn_root, dynamic_add, err);
+		if (e != CM_OK)
+			goto fail;
+	}
+	cJSON_Delete(c.dyn_root);
+	if (c.counts != counts_small)
+		cm_free(CM_MEM_STORAGE, c.counts);
+	return CM_OK;
+fail:
+	cJSON_Delete(c.dyn_root);
+	if (c.counts != counts_small)
+		cm_free(CM_MEM_STORAGE, c.counts);
+	st_doc_free(out);
+	out->id = id;
+	out->id_len = id_len;
+	out->source = source;
+	out->source_len = source_len;
+	return e;
+}
+
+void
+st_doc_free(st_doc *d)
+{
+	if (d == NULL)
+		return;
+	cm_free(CM_MEM_STORAGE, d->values);
+	cJSON_Delete(d->json);
+	d->values = NULL;
+	d->json = NULL;
+	d->nvalues = d->cap = 0;
+}

@@ -1,0 +1,823 @@
+/* Mappings: Elasticsearch 7 mapping JSON in and out, lookup by path, and
+ * merging a new version from a base plus additions with ES's conflict
+ * rules. A mapping is immutable once built; versions are shared by
+ * reference count. */
+#include "st_types.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cm_alloc.h"
+
+#define MAX_TOTAL_FIELDS 1000 /* index.mapping.total_fields.limit */
+#define MAX_DEPTH 20          /* index.mapping.depth.limit */
+#define MAX_PATH 1024         /* bytes in a dotted path */
+
+/* ---- field definitions ---- */
+
+static void
+fdef_free(st_field_def *f)
+{
+	cm_free(CM_MEM_STORAGE, f->path);
+	cm_free(CM_MEM_STORAGE, f->parent);
+	cm_free(CM_MEM_STORAGE, f->format);
+}
+
+static void
+fdef_copy(st_field_def *dst, const st_field_def *src)
+{
+	*dst = *src;
+	dst->path = cm_strdup(CM_MEM_STORAGE, src->path);
+	dst->parent = src->parent ? cm_strdup(CM_MEM_STORAGE, src->parent) : NULL;
+	dst->format = src->format ? cm_strdup(CM_MEM_STORAGE, src->format) : NULL;
+}
+
+static void
+fdef_init(st_field_def *f, st_field_type type)
+{
+	memset(f, 0, sizeof(*f));
+	f->type = type;
+	f->analyzer = ST_AN_STANDARD;
+	f->search_analyzer = ST_AN_STANDARD;
+	f->index = true;
+	f->doc_values = type != ST_FT_TEXT && type != ST_FT_OBJECT;
+	f->dynamic = ST_DYNAMIC_TRUE;
+}
+
+/* A growable list of definitions being built; owns them. */
+typedef struct {
+	st_field_def *v;
+	size_t n, cap;
+} fbuf;
+
+static st_field_def *
+fbuf_push(fbuf *b)
+{
+	if (b->n == b->cap) {
+		b->cap = b->cap ? b->cap * 2 : 16;
+		b->v = cm_realloc(CM_MEM_STORAGE, b->v, b->cap * sizeof(*b->v));
+	}
+	return &b->v[b->n++];
+}
+
+static void
+fbuf_free(fbuf *b)
+{
+	for (size_t i = 0; i < b->n; i++)
+		fdef_free(&b->v[i]);
+	cm_free(CM_MEM_STORAGE, b->v);
+	b->v = NULL;
+	b->n = b->cap = 0;
+}
+
+static st_field_def *
+fbuf_find(fbuf *b, const char *path, size_t len)
+{
+	/* unsorted while building; mappings are small (<= 1000 fields) */
+	for (size_t i = 0; i < b->n; i++)
+		if (strlen(b->v[i].path) == len && memcmp(b->v[i].path, path, len) == 0)
+			return &b->v[i];
+	return NULL;
+}
+
+static int
+fdef_cmp(const void *a, const void *b)
+{
+	return strcmp(((const st_field_def *)a)->path, ((const st_field_def *)b)->path);
+}
+
+/* ---- mapping objects ---- */
+
+st_mapping *
+st_mapping_new(void)
+{
+	st_mapping *m = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*m));
+	m->dynamic = ST_DYNAMIC_TRUE;
+	m->refs = 1;
+	return m;
+}
+
+st_mapping *
+st_mapping_ref(st_mapping *m)
+{
+	if (m != NULL)
+		__atomic_add_fetch(&m->refs, 1, __ATOMIC_RELAXED);
+	return m;
+}
+
+void
+st_mapping_unref(st_mapping *m)
+{
+	if (m == NULL || __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) != 0)
+		return;
+	for (size_t i = 0; i < m->nfields; i++)
+		fdef_free(&m->fields[i]);
+	cm_free(CM_MEM_STORAGE, m->fields);
+	cm_free(CM_MEM_STORAGE, m);
+}
+
+/* Binary search on (path, len) so prefixes resolve without a copy. */
+static const st_field_def *
+find_len(const st_mapping *m, const char *path, size_t len)
+{
+	size_t lo = 0, hi = m->nfields;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const char *p = m->fields[mid].path;
+		int c = strncmp(p, path, len);
+		if (c == 0)
+			c = p[len] != '\0'; /* p is longer: sorts after */
+		if (c == 0)
+			return &m->fields[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+const st_field_def *
+st_mapping_find(const st_mapping *m, const char *path)
+{
+	if (m == NULL || path == NULL)
+		return NULL;
+	return find_len(m, path, strlen(path));
+}
+
+/* Sorts b's fields, resolves inherited "dynamic" and checks the limits,
+ * then moves them into a new mapping. */
+static cm_err
+finish(fbuf *b, st_dynamic root_dynamic, bool root_set, st_mapping **out, cm_error *err)
+{
+	if (b->n > 1)
+		qsort(b->v, b->n, sizeof(*b->v), fdef_cmp);
+	if (b->n > MAX_TOTAL_FIELDS)
+		return cm_error_set(err, CM_EINVAL, "Limit of total fields [%d] has been exceeded",
+		                    MAX_TOTAL_FIELDS);
+	st_mapping *m = st_mapping_new();
+	m->fields = b->v;
+	m->nfields = b->n;
+	m->dynamic = root_dynamic;
+	m->dynamic_set = root_set;
+	b->v = NULL;
+	b->n = b->cap = 0;
+	/* parents sort before children, so one pass resolves inheritance */
+	for (size_t i = 0; i < m->nfields; i++) {
+		st_field_def *f = &m->fields[i];
+		if (f->type != ST_FT_OBJECT)
+			continue;
+		int depth = 1;
+		for (const char *p = f->path; *p; p++)
+			depth += *p == '.';
+		if (depth > MAX_DEPTH) {
+			st_mapping_unref(m);
+			return cm_error_set(err, CM_EINVAL,
+			                    "Limit of mapping depth [%d] has been exceeded due to "
+			                    "object field [%s]",
+			                    MAX_DEPTH, f->path);
+		}
+		if (f->dynamic_set)
+			continue;
+		const char *dot = strrchr(f->path, '.');
+		const st_field_def *up = dot ? find_len(m, f->path, (size_t)(dot - f->path)) : NULL;
+		f->dynamic = up && up->type == ST_FT_OBJECT ? up->dynamic : m->dynamic;
+	}
+	*out = m;
+	return CM_OK;
+}
+
+/* ---- JSON in ---- */
+
+static bool
+json_bool(const cJSON *v, bool *out)
+{
+	if (cJSON_IsBool(v)) {
+		*out = cJSON_IsTrue(v);
+		return true;
+	}
+	if (cJSON_IsString(v) && strcmp(v->valuestring, "true") == 0) {
+		*out = true;
+		return true;
+	}
+	if (cJSON_IsString(v) && strcmp(v->valuestring, "false") == 0) {
+		*out = false;
+		return true;
+	}
+	return false;
+}
+
+static bool
+json_dynamic(const cJSON *v, st_dynamic *out)
+{
+	bool b;
+	if (json_bool(v, &b)) {
+		*out = b ? ST_DYNAMIC_TRUE : ST_DYNAMIC_FALSE;
+		return true;
+	}
+	if (cJSON_IsString(v) && strcmp(v->valuestring, "strict") == 0) {
+		*out = ST_DYNAMIC_STRICT;
+		return true;
+	}
+	return false;
+}
+
+static const char *
+json_kind(const cJSON *v)
+{
+	if (cJSON_IsObject(v))
+		return "an object";
+	if (cJSON_IsArray(v))
+		return "an array";
+	if (cJSON_IsString(v))
+		return "a string";
+	if (cJSON_IsNumber(v))
+		return "a number";
+	if (cJSON_IsBool(v))
+		return "a boolean";
+	return "null";
+}
+
+/* Adds f (taking its strings) unless the path exists: then it must be the
+ * same object, else it is a conflict within one mapping body. */
+static cm_err
+add_def(fbuf *b, st_field_def *f, cm_error *err)
+{
+	st_field_def *old = fbuf_find(b, f->path, strlen(f->path));
+	if (old != NULL) {
+		if (old->type == ST_FT_OBJECT && f->type == ST_FT_OBJECT) {
+			if (f->dynamic_set) {
+				old->dynamic = f->dynamic;
+				old->dynamic_set = true;
+			}
+			fdef_free(f);
+			return CM_OK;
+		}
+		cm_error_set(err, CM_EMAPPING, "mapper [%s] is defined more than once", f->path);
+		fdef_free(f);
+		return CM_EMAPPING;
+	}
+	*fbuf_push(b) = *f;
+	return CM_OK;
+}
+
+static cm_err
+check_name(const char *name, const char *where, bool allow_dots, cm_error *err)
+{
+	if (*name == '\0')
+		return cm_error_set(err, CM_EMAPPING, "field name cannot be an empty string");
+	bool blank = true;
+	for (const char *p = name; *p; p++)
+		blank &= isspace((unsigned char)*p) != 0;
+	if (blank)
+		return cm_error_set(err, CM_EMAPPING, "field name cannot contain only whitespace: ['%s']",
+		                    name);
+	if (!allow_dots && strchr(name, '.') != NULL)
+		return cm_error_set(err, CM_EMAPPING,
+		                    "Field name [%s] which is a multi field of [%s] cannot contain '.'",
+		                    name, where);
+	size_t n = strlen(name);
+	if (name[0] == '.' || name[n - 1] == '.' || strstr(name, "..") != NULL)
+		return cm_error_set(err, CM_EMAPPING, "Invalid field name [%s]", name);
+	return CM_OK;
+}
+
+static char *
+join_path(const char *prefix, const char *name, size_t name_len)
+{
+	size_t pn = prefix ? strlen(prefix) : 0;
+	char *p = cm_malloc(CM_MEM_STORAGE, pn + 1 + name_len + 1);
+	if (pn) {
+		memcpy(p, prefix, pn);
+		p[pn++] = '.';
+	}
+	memcpy(p + pn, name, name_len);
+	p[pn + name_len] = '\0';
+	return p;
+}
+
+static cm_err parse_properties(fbuf *b, const char *prefix, const cJSON *props, int depth,
+                               cm_error *err);
+
+/* One mapper: `spec` is its JSON object. `source` is the field whose
+ * values a multi-field copies (NULL for a top-level or object field). */
+static cm_err
+parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int depth, cm_error *err)
+{
+	st_field_def f;
+	const cJSON *type_j = cJSON_GetObjectItemCaseSensitive(spec, "type");
+	const cJSON *props = cJSON_GetObjectItemCaseSensitive(spec, "properties");
+	const cJSON *fields = NULL;
+	st_field_type type;
+	if (!cJSON_IsObject(spec)) {
+		cm_error_set(err, CM_EMAPPING, "Expected map for property [fields] on field [%s] but got %s",
+		             path, json_kind(spec));
+		goto fail;
+	}
+	if (depth > MAX_DEPTH + 1) {
+		cm_error_set(err, CM_EINVAL,
+		             "Limit of mapping depth [%d] has been exceeded due to object field [%s]",
+		             MAX_DEPTH, path);
+		goto fail;
+	}
+	if (type_j == NULL) {
+		if (props == NULL && source == NULL) {
+			cm_error_set(err, CM_EMAPPING, "No type specified for field [%s]", path);
+			goto fail;
+		}
+		type = ST_FT_OBJECT;
+		if (source != NULL) {
+			cm_error_set(err, CM_EMAPPING, "No type specified for field [%s]", path);
+			goto fail;
+		}
+	} else if (!cJSON_IsString(type_j)) {
+		cm_error_set(err, CM_EMAPPING, "No type specified for field [%s]", path);
+		goto fail;
+	} else if (!st_field_type_from_name(type_j->valuestring, &type)) {
+		cm_error_set(err, CM_EMAPPING, "No handler for type [%s] declared on field [%s]",
+		             type_j->valuestring, path);
+		goto fail;
+	}
+	if (type == ST_FT_OBJECT && source != NULL) {
+		cm_error_set(err, CM_EMAPPING, "Type [object] cannot be used in multi field");
+		goto fail;
+	}
+	fdef_init(&f, type);
+	f.path = path;
+	path = NULL; /* owned by f now */
+	bool search_analyzer_set = false;
+	const cJSON *it;
+	cJSON_ArrayForEach(it, spec)
+	{
+		const char *k = it->string;
+		bool ok = true, known = true;
+		if (strcmp(k, "type") == 0) {
+			continue;
+		} else if (strcmp(k, "analyzer") == 0 && type == ST_FT_TEXT) {
+			ok = cJSON_IsString(it);
+			if (ok && !st_analyzer_from_name(it->valuestring, &f.analyzer)) {
+				cm_error_set(err, CM_EMAPPING,
+				             "analyzer [%s] has not been configured in mappings",
+				             it->valuestring);
+				goto fail_f;
+			}
+		} else if (strcmp(k, "search_analyzer") == 0 && type == ST_FT_TEXT) {
+			ok = cJSON_IsString(it);
+			if (ok && !st_analyzer_from_name(it->valuestring, &f.search_analyzer)) {
+				cm_error_set(err, CM_EMAPPING,
+				             "analyzer [%s] has not been configured in mappings",
+				             it->valuestring);
+				goto fail_f;
+			}
+			search_analyzer_set = true;
+		} else if (strcmp(k, "ignore_above") == 0 && type == ST_FT_KEYWORD) {
+			ok = cJSON_IsNumber(it) && it->valuedouble == (double)(int)it->valuedouble;
+			if (ok && it->valuedouble < 0) {
+				cm_error_set(err, CM_EMAPPING,
+				             "[ignore_above] must be positive, got [%d]",
+				             (int)it->valuedouble);
+				goto fail_f;
+			}
+			if (ok)
+				f.ignore_above = (int)it->valuedouble;
+		} else if (strcmp(k, "index") == 0 && type != ST_FT_OBJECT) {
+			ok = json_bool(it, &f.index);
+		} else if (strcmp(k, "doc_values") == 0 && type != ST_FT_OBJECT &&
+		           type != ST_FT_TEXT) {
+			ok = json_bool(it, &f.doc_values);
+		} else if (strcmp(k, "format") == 0 && type == ST_FT_DATE) {
+			ok = cJSON_IsString(it);
+			if (ok && !st_date_format_valid(it->valuestring)) {
+				cm_error_set(err, CM_EMAPPING, "Invalid format: [%s]", it->valuestring);
+				goto fail_f;
+			}
+			if (ok && strlen(it->valuestring) > 256)
+				ok = false;
+			if (ok)
+				f.format = cm_strdup(CM_MEM_STORAGE, it->valuestring);
+		} else if (strcmp(k, "dynamic") == 0 && type == ST_FT_OBJECT) {
+			ok = json_dynamic(it, &f.dynamic);
+			f.dynamic_set = true;
+		} else if (strcmp(k, "properties") == 0 && type == ST_FT_OBJECT) {
+			ok = cJSON_IsObject(it);
+		} else if (strcmp(k, "fields") == 0 && type != ST_FT_OBJECT) {
+			ok = cJSON_IsObject(it);
+			fields = it;
+		} else if (type != ST_FT_OBJECT &&
+		           (strcmp(k, "store") == 0 || strcmp(k, "boost") == 0 ||
+		            strcmp(k, "coerce") == 0 || strcmp(k, "similarity") == 0 ||
+		            strcmp(k, "eager_global_ordinals") == 0 ||
+		            strcmp(k, "index_options") == 0 || strcmp(k, "norms") == 0 ||
+		            strcmp(k, "term_vector") == 0 ||
+		            strcmp(k, "search_quote_analyzer") == 0 ||
+		            (strcmp(k, "fielddata") == 0 && type == ST_FT_TEXT))) {
+			/* accepted for compatibility: they tune storage or scoring
+			 * details this engine fixes, without changing results */
+			continue;
+		} else {
+			known = false;
+		}
+		if (!known) {
+			cm_error_set(err, CM_EMAPPING, "unknown parameter [%s] on mapper [%s] of type [%s]",
+			             k, f.path, st_field_type_name(type));
+			goto fail_f;
+		}
+		if (!ok) {
+			cm_error_set(err, CM_EMAPPING,
+			             "Failed to parse mapping: invalid value for [%s] on field [%s]", k,
+			             f.path);
+			goto fail_f;
+		}
+	}
+	if (!search_analyzer_set)
+		f.search_analyzer = f.analyzer;
+	if (source != NULL)
+		f.parent = cm_strdup(CM_MEM_STORAGE, source);
+	const char *mypath = f.path; /* stays valid: the buffer owns the string */
+	cm_err e = add_def(b, &f, err);
+	if (e != CM_OK)
+		return e;
+	if (type == ST_FT_OBJECT && cJSON_IsObject(props)) {
+		e = parse_properties(b, mypath, props, depth + 1, err);
+		if (e != CM_OK)
+			return e;
+	}
+	if (fields != NULL) {
+		/* multi-fields of multi-fields copy from the same source */
+		const char *src = source ? source : mypath;
+		char *srccopy = cm_strdup(CM_MEM_STORAGE, src);
+		char *base = cm_strdup(CM_MEM_STORAGE, mypath);
+		cJSON_ArrayForEach(it, fields)
+		{
+			e = check_name(it->string, base, false, err);
+			if (e == CM_OK && strlen(base) + strlen(it->string) + 1 > MAX_PATH)
+				e = cm_error_set(err, CM_EMAPPING, "field path too long: [%s.%s]", base,
+				                 it->string);
+			if (e == CM_OK)
+				e = parse_field(b, join_path(base, it->string, strlen(it->string)),
+				                srccopy, it, depth, err);
+			if (e != CM_OK)
+				break;
+		}
+		cm_free(CM_MEM_STORAGE, srccopy);
+		cm_free(CM_MEM_STORAGE, base);
+		return e;
+	}
+	return CM_OK;
+fail_f:
+	fdef_free(&f);
+	return err && err->code ? err->code : CM_EMAPPING;
+fail:
+	cm_free(CM_MEM_STORAGE, path);
+	return err && err->code ? err->code : CM_EMAPPING;
+}
+
+/* "properties": names may hold dots ("a.b"), which ES expands into
+ * objects. */
+static cm_err
+parse_properties(fbuf *b, const char *prefix, const cJSON *props, int depth, cm_error *err)
+{
+	const cJSON *it;
+	cJSON_ArrayForEach(it, props)
+	{
+		const char *name = it->string;
+		cm_err e = check_name(name, prefix, true, err);
+		if (e != CM_OK)
+			return e;
+		if ((prefix ? strlen(prefix) : 0) + strlen(name) + 1 > MAX_PATH)
+			return cm_error_set(err, CM_EMAPPING, "field path too long: [%s]", name);
+		char *scope = prefix ? cm_strdup(CM_MEM_STORAGE, prefix) : NULL;
+		int d = depth;
+		const char *seg = name, *dot;
+		while ((dot = strchr(seg, '.')) != NULL) {
+			char *opath = join_path(scope, seg, (size_t)(dot - seg));
+			st_field_def *old = fbuf_find(b, opath, strlen(opath));
+			if (old != NULL && old->type != ST_FT_OBJECT) {
+				cm_error_set(err, CM_EMAPPING,
+				             "can't merge a non object mapping [%s] with an object mapping",
+				             opath);
+				cm_free(CM_MEM_STORAGE, opath);
+				cm_free(CM_MEM_STORAGE, scope);
+				return CM_EMAPPING;
+			}
+			if (old == NULL) {
+				st_field_def *o = fbuf_push(b);
+				fdef_init(o, ST_FT_OBJECT);
+				o->path = cm_strdup(CM_MEM_STORAGE, opath);
+			}
+			cm_free(CM_MEM_STORAGE, scope);
+			scope = opath;
+			seg = dot + 1;
+			d++;
+		}
+		e = parse_field(b, join_path(scope, seg, strlen(seg)), NULL, it, d, err);
+		cm_free(CM_MEM_STORAGE, scope);
+		if (e != CM_OK)
+			return e;
+	}
+	return CM_OK;
+}
+
+cm_err
+st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
+{
+	fbuf b = {0};
+	st_dynamic dyn = ST_DYNAMIC_TRUE;
+	bool dyn_set = false;
+	cm_err e;
+	*out = NULL;
+	if (json == NULL)
+		return finish(&b, dyn, dyn_set, out, err);
+	if (!cJSON_IsObject(json))
+		return cm_error_set(err, CM_EMAPPING,
+		                    "Failed to parse mapping: mappings must be an object, got %s",
+		                    json_kind(json));
+	const cJSON *it;
+	cJSON_ArrayForEach(it, json)
+	{
+		const char *k = it->string;
+		if (strcmp(k, "dynamic") == 0) {
+			if (!json_dynamic(it, &dyn))
+				return cm_error_set(err, CM_EMAPPING,
+				                    "Failed to parse mapping: invalid value for [dynamic]");
+			dyn_set = true;
+		} else if (strcmp(k, "properties") == 0) {
+			if (!cJSON_IsObject(it))
+				return cm_error_set(err, CM_EMAPPING,
+				                    "Failed to parse mapping: [properties] must be an "
+				                    "object");
+		} else if (strcmp(k, "_source") == 0 || strcmp(k, "_meta") == 0 ||
+		           strcmp(k, "_routing") == 0) {
+			/* _source is always kept whole; _meta is informational */
+		} else {
+			char *v = cJSON_PrintUnformatted(it);
+			cm_error_set(err, CM_EMAPPING,
+			             "Root mapping definition has unsupported parameters:  [%s : %.200s]",
+			             k, v ? v : "");
+			free(v);
+			return CM_EMAPPING;
+		}
+	}
+	const cJSON *props = cJSON_GetObjectItemCaseSensitive(json, "properties");
+	if (props != NULL && (e = parse_properties(&b, NULL, props, 1, err)) != CM_OK)
+		goto fail;
+	if ((e = finish(&b, dyn, dyn_set, out, err)) != CM_OK)
+		goto fail;
+	return CM_OK;
+fail:
+	fbuf_free(&b);
+	return e;
+}
+
+/* ---- JSON out ---- */
+
+static cJSON *
+child_object(cJSON *parent, const char *key)
+{
+	cJSON *o = cJSON_GetObjectItemCaseSensitive(parent, key);
+	if (o == NULL)
+		o = cJSON_AddObjectToObject(parent, key);
+	return o;
+}
+
+static const char *
+dynamic_name(st_dynamic d)
+{
+	return d == ST_DYNAMIC_STRICT ? "strict" : d == ST_DYNAMIC_FALSE ? "false" : "true";
+}
+
+static void
+render_field(cJSON *o, const st_field_def *f)
+{
+	if (f->type == ST_FT_OBJECT) {
+		if (f->dynamic_set)
+			cJSON_AddStringToObject(o, "dynamic", dynamic_name(f->dynamic));
+		return;
+	}
+	cJSON_AddStringToObject(o, "type", st_field_type_name(f->type));
+	if (f->type == ST_FT_TEXT) {
+		if (f->analyzer != ST_AN_STANDARD)
+			cJSON_AddStringToObject(o, "analyzer", st_analyzer_name(f->analyzer));
+		if (f->search_analyzer != f->analyzer)
+			cJSON_AddStringToObject(o, "search_analyzer",
+			                        st_analyzer_name(f->search_analyzer));
+	}
+	if (f->type == ST_FT_KEYWORD && f->ignore_above > 0)
+		cJSON_AddNumberToObject(o, "ignore_above", f->ignore_above);
+	if (!f->index)
+		cJSON_AddBoolToObject(o, "index", false);
+	if (f->type != ST_FT_TEXT && !f->doc_values)
+		cJSON_AddBoolToObject(o, "doc_values", false);
+	if (f->format != NULL)
+		cJSON_AddStringToObject(o, "format", f->format);
+}
+
+cJSON *
+st_mapping_to_json(const st_mapping *m)
+{
+	cJSON *root = cJSON_CreateObject();
+	if (m == NULL)
+		return root;
+	if (m->dynamic_set)
+		cJSON_AddStringToObject(root, "dynamic", dynamic_name(m->dynamic));
+	if (m->nfields == 0)
+		return root;
+	cJSON **nodes = cm_calloc(CM_MEM_STORAGE, m->nfields, sizeof(*nodes));
+	cJSON *props = cJSON_AddObjectToObject(root, "properties");
+	for (size_t i = 0; i < m->nfields; i++) {
+		const st_field_def *f = &m->fields[i];
+		cJSON *container = NULL;
+		const char *key = f->path;
+		if (f->parent != NULL) {
+			size_t pn = strlen(f->parent);
+			const st_field_def *p = find_len(m, f->parent, pn);
+			/* a multi-field's name is the path under its direct owner */
+			const char *dot = strrchr(f->path, '.');
+			const st_field_def *owner =
+			    dot ? find_len(m, f->path, (size_t)(dot - f->path)) : NULL;
+			if (owner == NULL)
+				owner = p;
+			if (owner != NULL && nodes[owner - m->fields] != NULL) {
+				container = child_object(nodes[owner - m->fields], "fields");
+				key = dot + 1;
+			}
+		} else {
+			const char *dot = strrchr(f->path, '.');
+			if (dot == NULL) {
+				container = props;
+			} else {
+				const st_field_def *p = find_len(m, f->path, (size_t)(dot - f->path));
+				if (p != NULL && nodes[p - m->fields] != NULL) {
+					container = child_object(nodes[p - m->fields], "properties");
+					key = dot + 1;
+				}
+			}
+		}
+		if (container == NULL) /* orphan (should not happen): keep it visible */
+			container = props;
+		cJSON *o = cJSON_AddObjectToObject(container, key);
+		render_field(o, f);
+		nodes[i] = o;
+	}
+	cm_free(CM_MEM_STORAGE, nodes);
+	return root;
+}
+
+/* ---- merge ---- */
+
+static bool
+str_eq(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a && b && strcmp(a, b) == 0);
+}
+
+static cm_err
+param_conflict(cm_error *err, const char *path, const char *param, const char *from,
+               const char *to)
+{
+	return cm_error_set(err, CM_EINVAL,
+	                    "Mapper for [%s] conflicts with existing mapper:\n\tCannot update "
+	                    "parameter [%s] from [%s] to [%s]",
+	                    path, param, from, to);
+}
+
+/* Checks that `f` may replace `old` and applies the updatable parameters
+ * to `dst` (a copy of old). Returns whether anything changed. */
+static cm_err
+merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, bool *changed,
+          cm_error *err)
+{
+	if ((old->type == ST_FT_OBJECT) != (f->type == ST_FT_OBJECT)) {
+		if (old->type == ST_FT_OBJECT)
+			return cm_error_set(err, CM_EINVAL,
+			                    "can't merge a non object mapping [%s] with an object "
+			                    "mapping",
+			                    f->path);
+		return cm_error_set(err, CM_EINVAL,
+		                    "can't merge a non object mapping [%s] with an object mapping",
+		                    f->path);
+	}
+	if (old->type == ST_FT_OBJECT) {
+		if (f->dynamic_set && (!old->dynamic_set || old->dynamic != f->dynamic)) {
+			dst->dynamic = f->dynamic;
+			dst->dynamic_set = true;
+			*changed = true;
+		}
+		return CM_OK;
+	}
+	if (old->type != f->type)
+		return cm_error_set(err, CM_EINVAL, "mapper [%s] cannot be changed from type [%s] to [%s]",
+		                    f->path, st_field_type_name(old->type), st_field_type_name(f->type));
+	if (!str_eq(old->parent, f->parent))
+		return cm_error_set(err, CM_EINVAL, "mapper [%s] conflicts with existing mapper", f->path);
+	if (old->analyzer != f->analyzer)
+		return param_conflict(err, f->path, "analyzer", st_analyzer_name(old->analyzer),
+		                      st_analyzer_name(f->analyzer));
+	if (old->index != f->index)
+		return param_conflict(err, f->path, "index", old->index ? "true" : "false",
+		                      f->index ? "true" : "false");
+	if (old->doc_values != f->doc_values)
+		return param_conflict(err, f->path, "doc_values", old->doc_values ? "true" : "false",
+		                      f->doc_values ? "true" : "false");
+	if (!str_eq(old->format, f->format))
+		return param_conflict(err, f->path, "format",
+		                      old->format ? old->format : "strict_date_optional_time||epoch_millis",
+		                      f->format ? f->format : "strict_date_optional_time||epoch_millis");
+	if (old->search_analyzer != f->search_analyzer || old->ignore_above != f->ignore_above) {
+		dst->search_analyzer = f->search_analyzer;
+		dst->ignore_above = f->ignore_above;
+		*changed = true;
+	}
+	return CM_OK;
+}
+
+cm_err
+st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out, cm_error *err)
+{
+	fbuf b = {0};
+	cm_err e = CM_OK;
+	bool changed = false;
+	st_dynamic dyn = base->dynamic;
+	bool dyn_set = base->dynamic_set;
+	*out = NULL;
+	/* copies of base's fields keep base's (sorted) order: index i of b is
+	 * index i of base, so lookups into base locate the copy */
+	for (size_t i = 0; i < base->nfields; i++)
+		fdef_copy(fbuf_push(&b), &base->fields[i]);
+	if (add != NULL) {
+		if (add->dynamic_set && (!dyn_set || add->dynamic != dyn)) {
+			dyn = add->dynamic;
+			dyn_set = true;
+			changed = true;
+		}
+		for (size_t i = 0; i < add->nfields; i++) {
+			const st_field_def *f = &add->fields[i];
+			const st_field_def *old = st_mapping_find(base, f->path);
+			if (old != NULL) {
+				e = merge_one(&b.v[old - base->fields], old, f, &changed, err);
+				if (e != CM_OK)
+					goto fail;
+				continue;
+			}
+			/* a new field: its owner must exist (in base or add) with the
+			 * right kind, else create the objects on the way */
+			const char *dot = strrchr(f->path, '.');
+			if (dot != NULL) {
+				size_t pn = (size_t)(dot - f->path);
+				const st_field_def *p = find_len(base, f->path, pn);
+				if (p == NULL)
+					p = find_len(add, f->path, pn);
+				if (f->parent != NULL) {
+					if (p == NULL || p->type == ST_FT_OBJECT) {
+						e = cm_error_set(err, CM_EINVAL,
+						                 "multi field [%s] has no parent field",
+						                 f->path);
+						goto fail;
+					}
+				} else if (p != NULL && p->type != ST_FT_OBJECT) {
+					e = cm_error_set(err, CM_EINVAL,
+					                 "Could not dynamically add mapping for field [%s]. "
+					                 "Existing mapping for [%.*s] must be of type object "
+					                 "but found [%s].",
+					                 f->path, (int)pn, f->path,
+					                 st_field_type_name(p->type));
+					goto fail;
+				} else if (p == NULL) {
+					/* add every missing ancestor object */
+					for (const char *q = f->path; (q = strchr(q, '.')) != NULL; q++) {
+						size_t an = (size_t)(q - f->path);
+						const st_field_def *a = find_len(base, f->path, an);
+						if (a == NULL)
+							a = find_len(add, f->path, an);
+						if (a != NULL && a->type != ST_FT_OBJECT) {
+							e = cm_error_set(
+							    err, CM_EINVAL,
+							    "Could not dynamically add mapping for field [%s]. "
+							    "Existing mapping for [%.*s] must be of type "
+							    "object but found [%s].",
+							    f->path, (int)an, f->path,
+							    st_field_type_name(a->type));
+							goto fail;
+						}
+						if (a == NULL && fbuf_find(&b, f->path, an) == NULL) {
+							st_field_def *o = fbuf_push(&b);
+							fdef_init(o, ST_FT_OBJECT);
+							o->path = cm_strndup(CM_MEM_STORAGE, f->path, an);
+						}
+					}
+				}
+			}
+			fdef_copy(fbuf_push(&b), f);
+			changed = true;
+		}
+	}
+	if ((e = finish(&b, dyn, dyn_set, out, err)) != CM_OK)
+		goto fail;
+	(*out)->version = base->version + (changed ? 1 : 0);
+	return CM_OK;
+fail:
+	fbuf_free(&b);
+	return e;
+}
