@@ -1,0 +1,606 @@
+/* The _search request body (and its URL parameter forms) to sr_request. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_sys.h"
+#include "sr.h"
+#include "sr_agg.h"
+
+#define T CM_MEM_SEARCH
+#define MAX_SORT_KEYS 64
+#define MAX_SOURCE_PATTERNS 1024
+
+void
+sr_sort_value_clear(sr_sort_value *v)
+{
+	if (v->type == SR_SV_STRING)
+		cm_free(T, v->s);
+	memset(v, 0, sizeof(*v));
+}
+
+void
+sr_request_init(sr_request *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->size = 10;
+	r->track_total_hits = 10000;
+	r->fetch_source = true;
+}
+
+static void
+free_strs(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		cm_free(T, v[i]);
+	cm_free(T, v);
+}
+
+static void
+free_sort(sr_request *r)
+{
+	for (size_t i = 0; i < r->nsort; i++) {
+		cm_free(T, r->sort[i].field);
+		cm_free(T, r->sort[i].unmapped_type);
+	}
+	cm_free(T, r->sort);
+	r->sort = NULL;
+	r->nsort = 0;
+}
+
+static void
+free_source(sr_request *r)
+{
+	free_strs(r->source_includes, r->nincludes);
+	free_strs(r->source_excludes, r->nexcludes);
+	r->source_includes = r->source_excludes = NULL;
+	r->nincludes = r->nexcludes = 0;
+}
+
+void
+sr_request_free(sr_request *r)
+{
+	sr_query_free(r->query);
+	free_sort(r);
+	for (size_t i = 0; i < r->nsearch_after; i++)
+		sr_sort_value_clear(&r->search_after[i]);
+	cm_free(T, r->search_after);
+	free_source(r);
+	if (r->aggs)
+		sr_agg_free(r->aggs);
+	memset(r, 0, sizeof(*r));
+}
+
+static const char *
+token_name(const cJSON *v)
+{
+	if (cJSON_IsObject(v))
+		return "START_OBJECT";
+	if (cJSON_IsArray(v))
+		return "START_ARRAY";
+	if (cJSON_IsString(v))
+		return "VALUE_STRING";
+	if (cJSON_IsNumber(v))
+		return "VALUE_NUMBER";
+	if (cJSON_IsBool(v))
+		return "VALUE_BOOLEAN";
+	return "VALUE_NULL";
+}
+
+cm_err
+sr_parse_time_value(const char *s, const char *setting, uint64_t *ns, cm_error *err)
+{
+	static const struct {
+		const char *unit;
+		double ns;
+	} units[] = {{"nanos", 1},          {"micros", 1e3},   {"ms", 1e6},   {"s", 1e9},
+	             {"m", 60e9},           {"h", 3600e9},     {"d", 86400e9}};
+	char *end;
+	*ns = 0;
+	if (!strcmp(s, "-1") || !strcmp(s, "0"))
+		return CM_OK;
+	double v = strtod(s, &end);
+	if (end == s || v < 0 || !isfinite(v))
+		goto bad;
+	/* ES units are case-insensitive here ("5S" works in TimeValue) */
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (!strcasecmp(end, units[i].unit)) {
+			double t = v * units[i].ns;
+			if (t > 9.2e18)
+				goto bad;
+			*ns = (uint64_t)t;
+			return CM_OK;
+		}
+	return cm_error_set(err, CM_EPARSE,
+	                    "failed to parse setting [%s] with value [%s] as a time value: unit is "
+	                    "missing or unrecognized",
+	                    setting, s);
+bad:
+	return cm_error_set(err, CM_EPARSE, "failed to parse [%s]", s);
+}
+
+/* An integer parameter, given as a number or a numeric string (ES coerces). */
+static cm_err
+int_param(const cJSON *v, const char *name, int64_t *out, cm_error *err)
+{
+	double d;
+	if (cJSON_IsNumber(v))
+		d = v->valuedouble;
+	else if (cJSON_IsString(v)) {
+		char *end;
+		d = strtod(v->valuestring, &end);
+		if (end == v->valuestring || *end != '\0')
+			goto bad;
+	} else
+		goto bad;
+	if (d != floor(d) || fabs(d) > 9.0e15)
+		goto bad;
+	*out = (int64_t)d;
+	return CM_OK;
+bad:
+	return cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [%s]: expected an integer",
+	                    "search_source", name);
+}
+
+static cm_err
+bool_param(const cJSON *v, const char *name, bool *out, cm_error *err)
+{
+	if (cJSON_IsBool(v)) {
+		*out = cJSON_IsTrue(v);
+		return CM_OK;
+	}
+	if (cJSON_IsString(v) && (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false"))) {
+		*out = v->valuestring[0] == 't';
+		return CM_OK;
+	}
+	return cm_error_set(err, CM_EPARSE,
+	                    "[search_source] failed to parse field [%s]: expected a boolean", name);
+}
+
+static cm_err
+add_sort_key(sr_request *r, const char *field, cm_error *err, sr_sort_key **out)
+{
+	if (r->nsort >= MAX_SORT_KEYS)
+		return cm_error_set(err, CM_EINVAL, "too many sort keys (at most %d)", MAX_SORT_KEYS);
+	if (!field[0])
+		return cm_error_set(err, CM_EPARSE, "[sort] field name is empty");
+	r->sort = cm_realloc(T, r->sort, (r->nsort + 1) * sizeof(*r->sort));
+	sr_sort_key *k = &r->sort[r->nsort++];
+	memset(k, 0, sizeof(*k));
+	if (!strcmp(field, "_score")) {
+		k->kind = SR_SORT_SCORE;
+		k->desc = true;
+	} else if (!strcmp(field, "_doc")) {
+		k->kind = SR_SORT_DOC;
+	} else {
+		k->kind = SR_SORT_FIELD;
+		k->field = cm_strdup(T, field);
+	}
+	*out = k;
+	return CM_OK;
+}
+
+static cm_err
+order_value(const char *s, bool *desc, cm_error *err)
+{
+	if (!strcasecmp(s, "asc")) {
+		*desc = false;
+		return CM_OK;
+	}
+	if (!strcasecmp(s, "desc")) {
+		*desc = true;
+		return CM_OK;
+	}
+	return cm_error_set(err, CM_EINVAL, "Unknown SortOrder [%s]", s);
+}
+
+static cm_err
+sort_options(sr_sort_key *k, const char *field, const cJSON *o, cm_error *err)
+{
+	for (const cJSON *v = o->child; v; v = v->next) {
+		const char *n = v->string;
+		cm_err rc = CM_OK;
+		if (!strcmp(n, "order")) {
+			if (!cJSON_IsString(v))
+				return cm_error_set(err, CM_EPARSE, "[%s] order must be a string", field);
+			rc = order_value(v->valuestring, &k->desc, err);
+		} else if (!strcmp(n, "missing") && k->kind == SR_SORT_FIELD) {
+			if (cJSON_IsString(v) && !strcmp(v->valuestring, "_first"))
+				k->missing_first = true;
+			else if (cJSON_IsString(v) && !strcmp(v->valuestring, "_last"))
+				k->missing_first = false;
+			else
+				rc = cm_error_set(err, CM_EINVAL,
+				                  "[sort] a custom [missing] value is not supported, use "
+				                  "_first or _last");
+		} else if (!strcmp(n, "mode") && k->kind == SR_SORT_FIELD) {
+			static const char *modes[] = {"", "min", "max", "sum", "avg", "median"};
+			size_t i;
+			for (i = 1; i < 6; i++)
+				if (cJSON_IsString(v) && !strcasecmp(v->valuestring, modes[i]))
+					break;
+			if (i == 6)
+				rc = cm_error_set(err, CM_EINVAL, "Unknown SortMode [%s]",
+				                  cJSON_IsString(v) ? v->valuestring : token_name(v));
+			else
+				k->mode = (sr_sort_mode)i;
+		} else if (!strcmp(n, "unmapped_type") && k->kind == SR_SORT_FIELD) {
+			if (!cJSON_IsString(v))
+				return cm_error_set(err, CM_EPARSE, "[field_sort] unmapped_type must be a string");
+			cm_free(T, k->unmapped_type);
+			k->unmapped_type = cm_strdup(T, v->valuestring);
+		} else if ((!strcmp(n, "numeric_type") || !strcmp(n, "format")) &&
+		           k->kind == SR_SORT_FIELD) {
+			continue; /* value presentation only */
+		} else {
+			return cm_error_set(err, CM_EPARSE, "[%s] unknown field [%s]",
+			                    k->kind == SR_SORT_FIELD ? "field_sort" : field, n);
+		}
+		if (rc)
+			return rc;
+	}
+	return CM_OK;
+}
+
+static cm_err
+sort_entry(sr_request *r, const cJSON *e, cm_error *err)
+{
+	sr_sort_key *k;
+	cm_err rc;
+	if (cJSON_IsString(e))
+		return add_sort_key(r, e->valuestring, err, &k);
+	if (!cJSON_IsObject(e))
+		return cm_error_set(err, CM_EPARSE, "[sort] malformed sort format, found %s",
+		                    token_name(e));
+	for (const cJSON *f = e->child; f; f = f->next) {
+		if (!strcmp(f->string, "_geo_distance") || !strcmp(f->string, "_script"))
+			return cm_error_set(err, CM_EINVAL, "[sort] %s is not supported", f->string);
+		if ((rc = add_sort_key(r, f->string, err, &k)))
+			return rc;
+		if (cJSON_IsString(f)) {
+			if ((rc = order_value(f->valuestring, &k->desc, err)))
+				return rc;
+		} else if (cJSON_IsObject(f)) {
+			if ((rc = sort_options(k, f->string, f, err)))
+				return rc;
+		} else
+			return cm_error_set(err, CM_EPARSE, "[sort] malformed sort value for [%s]",
+			                    f->string);
+	}
+	return CM_OK;
+}
+
+static cm_err
+parse_sort(sr_request *r, const cJSON *v, cm_error *err)
+{
+	free_sort(r);
+	if (cJSON_IsArray(v)) {
+		for (const cJSON *e = v->child; e; e = e->next) {
+			cm_err rc = sort_entry(r, e, err);
+			if (rc)
+				return rc;
+		}
+		return CM_OK;
+	}
+	return sort_entry(r, v, err);
+}
+
+static cm_err
+parse_search_after(sr_request *r, const cJSON *v, cm_error *err)
+{
+	if (!cJSON_IsArray(v))
+		return cm_error_set(err, CM_EPARSE, "[search_after] must be an array");
+	int n = cJSON_GetArraySize(v);
+	if (n > MAX_SORT_KEYS)
+		return cm_error_set(err, CM_EINVAL, "[search_after] has too many values");
+	r->search_after = cm_calloc(T, (size_t)n + 1, sizeof(sr_sort_value));
+	for (const cJSON *e = v->child; e; e = e->next) {
+		sr_sort_value *sv = &r->search_after[r->nsearch_after++];
+		if (cJSON_IsNull(e))
+			sv->type = SR_SV_NULL;
+		else if (cJSON_IsNumber(e)) {
+			double d = e->valuedouble;
+			if (d == floor(d) && fabs(d) < 9.2e18) {
+				sv->type = SR_SV_LONG;
+				sv->l = (int64_t)d;
+				sv->d = d;
+			} else {
+				sv->type = SR_SV_DOUBLE;
+				sv->d = d;
+			}
+		} else if (cJSON_IsString(e)) {
+			sv->type = SR_SV_STRING;
+			sv->s = cm_strdup(T, e->valuestring);
+		} else if (cJSON_IsBool(e)) {
+			sv->type = SR_SV_LONG; /* boolean sort values are 0/1 */
+			sv->l = cJSON_IsTrue(e);
+			sv->d = (double)sv->l;
+		} else
+			return cm_error_set(err, CM_EPARSE,
+			                    "[search_after] values must be numbers, strings or null, found %s",
+			                    token_name(e));
+	}
+	return CM_OK;
+}
+
+static cm_err
+push_pattern(char ***v, size_t *n, const char *s, cm_error *err)
+{
+	if (*n >= MAX_SOURCE_PATTERNS)
+		return cm_error_set(err, CM_EINVAL, "[_source] too many patterns");
+	*v = cm_realloc(T, *v, (*n + 1) * sizeof(char *));
+	(*v)[(*n)++] = cm_strdup(T, s);
+	return CM_OK;
+}
+
+static cm_err
+pattern_list(const cJSON *v, char ***out, size_t *n, cm_error *err)
+{
+	if (cJSON_IsString(v))
+		return push_pattern(out, n, v->valuestring, err);
+	if (!cJSON_IsArray(v))
+		return cm_error_set(err, CM_EPARSE,
+		                    "Expected one of [VALUE_STRING, START_ARRAY] but found [%s]",
+		                    token_name(v));
+	for (const cJSON *e = v->child; e; e = e->next) {
+		if (!cJSON_IsString(e))
+			return cm_error_set(err, CM_EPARSE, "Unknown key for a %s in [%s].",
+			                    token_name(e), v->string ? v->string : "_source");
+		cm_err rc = push_pattern(out, n, e->valuestring, err);
+		if (rc)
+			return rc;
+	}
+	return CM_OK;
+}
+
+static cm_err
+parse_source(sr_request *r, const cJSON *v, cm_error *err)
+{
+	free_source(r);
+	r->fetch_source = true;
+	if (cJSON_IsBool(v)) {
+		r->fetch_source = cJSON_IsTrue(v);
+		return CM_OK;
+	}
+	if (cJSON_IsString(v) || cJSON_IsArray(v))
+		return pattern_list(v, &r->source_includes, &r->nincludes, err);
+	if (!cJSON_IsObject(v))
+		return cm_error_set(err, CM_EPARSE, "Unknown key for a %s in [_source].",
+		                    token_name(v));
+	for (const cJSON *e = v->child; e; e = e->next) {
+		cm_err rc;
+		if (!strcmp(e->string, "includes") || !strcmp(e->string, "include"))
+			rc = pattern_list(e, &r->source_includes, &r->nincludes, err);
+		else if (!strcmp(e->string, "excludes") || !strcmp(e->string, "exclude"))
+			rc = pattern_list(e, &r->source_excludes, &r->nexcludes, err);
+		else
+			rc = cm_error_set(err, CM_EPARSE, "Unknown key for a %s in [%s].",
+			                  token_name(e), e->string);
+		if (rc)
+			return rc;
+	}
+	return CM_OK;
+}
+
+/* Keys of ES's search body this engine does not implement: refused by
+ * name rather than silently ignored (an ignored post_filter would return
+ * wrong hits). */
+static const char *unsupported_keys[] = {
+    "highlight", "post_filter",   "rescore",         "suggest",     "collapse",
+    "script_fields", "docvalue_fields", "stored_fields", "indices_boost", "slice",
+    "pit",       "runtime_mappings", "min_score",    "ext",         "fields",
+};
+
+cm_err
+sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
+{
+	cm_err rc = CM_OK;
+	bool have_aggs = false;
+	if (!body)
+		return CM_OK;
+	if (!cJSON_IsObject(body))
+		return cm_error_set(err, CM_EPARSE, "request body or source parameter is required");
+	for (const cJSON *v = body->child; v && !rc; v = v->next) {
+		const char *k = v->string;
+		int64_t n;
+		if (!strcmp(k, "query")) {
+			sr_query_free(r->query);
+			r->query = NULL;
+			if (!cJSON_IsObject(v))
+				rc = cm_error_set(err, CM_EPARSE, "[_na] query malformed, must start with start_object");
+			else
+				rc = sr_query_from_json(v, &r->query, err);
+		} else if (!strcmp(k, "from")) {
+			if (!(rc = int_param(v, k, &n, err))) {
+				if (n < 0)
+					rc = cm_error_set(err, CM_EINVAL,
+					                  "[from] parameter cannot be negative but was [%lld]",
+					                  (long long)n);
+				else if (n > UINT32_MAX / 2)
+					rc = cm_error_set(err, CM_EINVAL, "[from] is too large");
+				else
+					r->from = (uint32_t)n;
+			}
+		} else if (!strcmp(k, "size")) {
+			if (!(rc = int_param(v, k, &n, err))) {
+				if (n < 0)
+					rc = cm_error_set(err, CM_EINVAL,
+					                  "[size] parameter cannot be negative, found [%lld]",
+					                  (long long)n);
+				else if (n > UINT32_MAX / 2)
+					rc = cm_error_set(err, CM_EINVAL, "[size] is too large");
+				else
+					r->size = (uint32_t)n;
+			}
+		} else if (!strcmp(k, "sort")) {
+			rc = parse_sort(r, v, err);
+		} else if (!strcmp(k, "search_after")) {
+			rc = parse_search_after(r, v, err);
+		} else if (!strcmp(k, "_source")) {
+			rc = parse_source(r, v, err);
+		} else if (!strcmp(k, "track_total_hits")) {
+			if (cJSON_IsBool(v))
+				r->track_total_hits = cJSON_IsTrue(v) ? SR_TRACK_ALL : 0;
+			else if (!(rc = int_param(v, k, &n, err))) {
+				if (n < -1)
+					rc = cm_error_set(err, CM_EVALIDATE,
+					                  "Validation Failed: 1: [track_total_hits] parameter must "
+					                  "be positive or equals to -1, got %lld;",
+					                  (long long)n);
+				else
+					r->track_total_hits = n == -1 ? 0 : n;
+			}
+		} else if (!strcmp(k, "timeout")) {
+			if (!cJSON_IsString(v))
+				rc = cm_error_set(err, CM_EPARSE,
+				                  "failed to parse setting [timeout] with value [%s] as a time "
+				                  "value: unit is missing or unrecognized",
+				                  token_name(v));
+			else if (!(rc = sr_parse_time_value(v->valuestring, "timeout", &r->timeout_ns, err)))
+				r->deadline_ns = r->timeout_ns ? cm_now_ns() + r->timeout_ns : 0;
+		} else if (!strcmp(k, "terminate_after")) {
+			if (!(rc = int_param(v, k, &n, err))) {
+				if (n < 0)
+					rc = cm_error_set(err, CM_EINVAL, "terminateAfter must be > 0");
+				else
+					r->terminate_after = (uint64_t)n;
+			}
+		} else if (!strcmp(k, "aggs") || !strcmp(k, "aggregations")) {
+			if (have_aggs)
+				rc = cm_error_set(err, CM_EPARSE,
+				                  "Found two aggregation type definitions in [%s]", k);
+			else if (!cJSON_IsObject(v))
+				rc = cm_error_set(err, CM_EPARSE, "Unknown key for a %s in [%s].",
+				                  token_name(v), k);
+			else {
+				have_aggs = true;
+				rc = sr_agg_from_json(v, &r->aggs, err);
+			}
+		} else if (!strcmp(k, "version")) {
+			rc = bool_param(v, k, &r->version, err);
+		} else if (!strcmp(k, "seq_no_primary_term")) {
+			rc = bool_param(v, k, &r->seq_no_primary_term, err);
+		} else if (!strcmp(k, "track_scores")) {
+			rc = bool_param(v, k, &r->track_scores, err);
+		} else if (!strcmp(k, "explain")) {
+			rc = bool_param(v, k, &r->explain_scores, err);
+		} else if (!strcmp(k, "profile")) {
+			bool p = false;
+			if (!(rc = bool_param(v, k, &p, err)) && p)
+				rc = cm_error_set(err, CM_EINVAL, "[profile] is not supported");
+		} else if (!strcmp(k, "stats")) {
+			continue; /* stats groups: bookkeeping only */
+		} else {
+			size_t i;
+			for (i = 0; i < sizeof(unsupported_keys) / sizeof(unsupported_keys[0]); i++)
+				if (!strcmp(k, unsupported_keys[i]))
+					break;
+			if (i < sizeof(unsupported_keys) / sizeof(unsupported_keys[0]))
+				rc = cm_error_set(err, CM_EINVAL, "[%s] is not supported", k);
+			else
+				rc = cm_error_set(err, CM_EPARSE, "Unknown key for a %s in [%s].",
+				                  token_name(v), k);
+		}
+	}
+	if (rc)
+		return rc;
+	if (r->nsearch_after) {
+		size_t want = r->nsort ? r->nsort : 1;
+		if (r->nsearch_after != want)
+			return cm_error_set(err, CM_EINVAL,
+			                    "search_after has %zu value(s) but sort has %zu.",
+			                    r->nsearch_after, want);
+		if (r->from > 0)
+			return cm_error_set(err, CM_EINVAL,
+			                    "`from` parameter must be set to 0 when `search_after` is used.");
+	}
+	return CM_OK;
+}
+
+/* ---- URL parameter forms ---- */
+
+cm_err
+sr_request_sort_param(sr_request *r, const char *sort, cm_error *err)
+{
+	if (!sort)
+		return CM_OK;
+	free_sort(r);
+	const char *p = sort;
+	while (*p) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		char *item = cm_strndup(T, p, len);
+		char *colon = strrchr(item, ':');
+		sr_sort_key *k;
+		cm_err rc;
+		if (colon)
+			*colon = '\0';
+		rc = add_sort_key(r, item, err, &k);
+		if (!rc && colon)
+			rc = order_value(colon + 1, &k->desc, err);
+		cm_free(T, item);
+		if (rc)
+			return rc;
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	return CM_OK;
+}
+
+static cm_err
+comma_list(const char *s, char ***v, size_t *n, cm_error *err)
+{
+	const char *p = s;
+	while (*p) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		if (len) {
+			char *item = cm_strndup(T, p, len);
+			cm_err rc = push_pattern(v, n, item, err);
+			cm_free(T, item);
+			if (rc)
+				return rc;
+		}
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	return CM_OK;
+}
+
+cm_err
+sr_request_source_params(sr_request *r, const char *source, const char *includes,
+                         const char *excludes, cm_error *err)
+{
+	cm_err rc;
+	if (source) {
+		free_source(r);
+		r->fetch_source = true;
+		if (!strcmp(source, "false"))
+			r->fetch_source = false;
+		else if (strcmp(source, "true") &&
+		         (rc = comma_list(source, &r->source_includes, &r->nincludes, err)))
+			return rc;
+	}
+	if (includes) {
+		r->fetch_source = true;
+		free_strs(r->source_includes, r->nincludes);
+		r->source_includes = NULL;
+		r->nincludes = 0;
+		if ((rc = comma_list(includes, &r->source_includes, &r->nincludes, err)))
+			return rc;
+	}
+	if (excludes) {
+		r->fetch_source = true;
+		free_strs(r->source_excludes, r->nexcludes);
+		r->source_excludes = NULL;
+		r->nexcludes = 0;
+		if ((rc = comma_list(excludes, &r->source_excludes, &r->nexcludes, err)))
+			return rc;
+	}
+	return CM_OK;
+}
