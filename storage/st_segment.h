@@ -83,7 +83,21 @@ typedef struct st_postings {
 	const uint8_t *pos_cur;
 	uint32_t pos_i;
 	bool corrupt;
+	const uint8_t *pos_table, *pos_end;
+	uint32_t one_last, one_maxf; /* single-block terms keep their skip data here */
+	uint8_t one_norm;
+	bool with_freqs;
+	uint16_t pos_key_len; /* 'P' key, looked up on the first positions call */
+	uint8_t pos_key[3 + ST_MAX_TOKEN_LEN];
 } st_postings;
+
+/* True when a block failed its checksum or did not decode: the cursor then
+ * ended early (doc == ST_NO_MORE_DOCS) and results are incomplete. */
+static inline bool
+st_postings_corrupt(const st_postings *p)
+{
+	return p->corrupt;
+}
 
 /* CM_ENOTFOUND when the term is absent. */
 cm_err st_postings_open(st_seg_txn *t, const st_field_info *f, const void *term, size_t len,

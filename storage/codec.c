@@ -1,0 +1,299 @@
+/* Bit-packing, the postings block codec, Lucene's norm byte and the
+ * sortable double mapping. */
+#include "codec.h"
+
+#include <string.h>
+
+#include "st_segment.h"
+#include "st_types.h"
+
+/* ---- bit-packing ---- */
+
+void
+codec_pack32(cm_buf *out, const uint32_t *v, size_t n, unsigned bits)
+{
+	size_t bytes = codec_packed_size(n, bits);
+	if (bytes == 0)
+		return;
+	cm_buf_reserve(out, bytes + 8);
+	uint8_t *p = out->data + out->len;
+	uint64_t acc = 0;
+	unsigned have = 0;
+	for (size_t i = 0; i < n; i++) {
+		acc |= (uint64_t)v[i] << have;
+		have += bits;
+		while (have >= 8) {
+			*p++ = (uint8_t)acc;
+			acc >>= 8;
+			have -= 8;
+		}
+	}
+	if (have)
+		*p++ = (uint8_t)acc;
+	out->len += bytes;
+}
+
+void
+codec_pack64(cm_buf *out, const uint64_t *v, size_t n, unsigned bits)
+{
+	size_t bytes = codec_packed_size(n, bits);
+	if (bytes == 0)
+		return;
+	cm_buf_reserve(out, bytes + 8);
+	uint8_t *p = out->data + out->len;
+	/* 128-bit accumulator so 64-bit values never overflow it. */
+	unsigned __int128 acc = 0;
+	unsigned have = 0;
+	for (size_t i = 0; i < n; i++) {
+		acc |= (unsigned __int128)v[i] << have;
+		have += bits;
+		while (have >= 8) {
+			*p++ = (uint8_t)acc;
+			acc >>= 8;
+			have -= 8;
+		}
+	}
+	if (have)
+		*p++ = (uint8_t)acc;
+	out->len += bytes;
+}
+
+/* Slow path: assembles value i byte by byte; never reads past in_len. */
+static uint64_t
+unpack_one(const uint8_t *in, size_t in_len, size_t i, unsigned bits)
+{
+	size_t bit = i * bits;
+	uint64_t v = 0;
+	unsigned got = 0;
+	while (got < bits) {
+		size_t byte = bit >> 3;
+		unsigned off = bit & 7;
+		unsigned take = 8 - off;
+		if (take > bits - got)
+			take = bits - got;
+		uint64_t b = byte < in_len ? in[byte] : 0;
+		v |= ((b >> off) & ((1u << take) - 1)) << got;
+		got += take;
+		bit += take;
+	}
+	return v;
+}
+
+/* How many leading values can use an 8-byte load without passing in_len. */
+static size_t
+fast_count(size_t in_len, size_t n, unsigned bits)
+{
+	if (in_len < 8)
+		return 0;
+	size_t k = (in_len - 8) * 8 / bits + 1;
+	return k < n ? k : n;
+}
+
+static inline uint64_t
+load64(const uint8_t *p)
+{
+	uint64_t w;
+	memcpy(&w, p, 8);
+	return w;
+}
+
+/* The width is a compile-time constant in each instantiation, so the
+ * compiler turns the loop into shifts and masks. */
+#define UNPACK32_CASE(B)                                                                  \
+	case B:                                                                           \
+		for (size_t i = 0; i < nf; i++) {                                         \
+			size_t bp = i * B;                                                \
+			out[i] = (uint32_t)((load64(in + (bp >> 3)) >> (bp & 7)) &         \
+			                    ((1ull << B) - 1));                           \
+		}                                                                         \
+		break;
+
+void
+codec_unpack32(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint32_t *out)
+{
+	if (bits == 0) {
+		memset(out, 0, n * sizeof(*out));
+		return;
+	}
+	size_t nf = fast_count(in_len, n, bits);
+	switch (bits) {
+		UNPACK32_CASE(1)
+		UNPACK32_CASE(2)
+		UNPACK32_CASE(3)
+		UNPACK32_CASE(4)
+		UNPACK32_CASE(5)
+		UNPACK32_CASE(6)
+		UNPACK32_CASE(7)
+		UNPACK32_CASE(8)
+		UNPACK32_CASE(9)
+		UNPACK32_CASE(10)
+		UNPACK32_CASE(11)
+		UNPACK32_CASE(12)
+		UNPACK32_CASE(13)
+		UNPACK32_CASE(14)
+		UNPACK32_CASE(15)
+		UNPACK32_CASE(16)
+		UNPACK32_CASE(17)
+		UNPACK32_CASE(18)
+		UNPACK32_CASE(19)
+		UNPACK32_CASE(20)
+		UNPACK32_CASE(21)
+		UNPACK32_CASE(22)
+		UNPACK32_CASE(23)
+		UNPACK32_CASE(24)
+		UNPACK32_CASE(25)
+		UNPACK32_CASE(26)
+		UNPACK32_CASE(27)
+		UNPACK32_CASE(28)
+		UNPACK32_CASE(29)
+		UNPACK32_CASE(30)
+		UNPACK32_CASE(31)
+		UNPACK32_CASE(32)
+	default:
+		nf = 0;
+		break;
+	}
+	for (size_t i = nf; i < n; i++)
+		out[i] = (uint32_t)unpack_one(in, in_len, i, bits);
+}
+
+void
+codec_unpack64(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint64_t *out)
+{
+	if (bits == 0) {
+		memset(out, 0, n * sizeof(*out));
+		return;
+	}
+	size_t nf = 0;
+	if (bits <= 57) {
+		uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
+		nf = fast_count(in_len, n, bits);
+		for (size_t i = 0; i < nf; i++) {
+			size_t bp = i * bits;
+			out[i] = (load64(in + (bp >> 3)) >> (bp & 7)) & mask;
+		}
+	}
+	for (size_t i = nf; i < n; i++)
+		out[i] = unpack_one(in, in_len, i, bits);
+}
+
+/* ---- postings blocks ---- */
+
+void
+codec_block_encode(cm_buf *out, const uint32_t *docs, const uint32_t *freqs, uint32_t n,
+                   uint32_t prev)
+{
+	uint32_t d[ST_BLOCK], f[ST_BLOCK];
+	uint32_t dor = 0, f_or = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		d[i] = docs[i] - prev - 1;
+		prev = docs[i];
+		f[i] = freqs[i] - 1;
+		dor |= d[i];
+		f_or |= f[i];
+	}
+	unsigned db = codec_bits32(dor), fb = codec_bits32(f_or);
+	cm_buf_put_u8(out, (uint8_t)db);
+	cm_buf_put_u8(out, (uint8_t)fb);
+	codec_pack32(out, d, n, db);
+	codec_pack32(out, f, n, fb);
+}
+
+size_t
+codec_block_size(const uint8_t *in, size_t len, uint32_t n)
+{
+	if (len < 2 || in[0] > 32 || in[1] > 32)
+		return 0;
+	size_t sz = 2 + codec_packed_size(n, in[0]) + codec_packed_size(n, in[1]);
+	return sz <= len ? sz : 0;
+}
+
+bool
+codec_block_decode(const uint8_t *in, size_t len, uint32_t n, uint32_t prev, uint32_t *docs,
+                   uint32_t *freqs)
+{
+	if (n == 0 || n > ST_BLOCK || codec_block_size(in, len, n) == 0)
+		return false;
+	unsigned db = in[0], fb = in[1];
+	size_t dl = codec_packed_size(n, db);
+	codec_unpack32(in + 2, len - 2, n, db, docs);
+	codec_unpack32(in + 2 + dl, len - 2 - dl, n, fb, freqs);
+	/* Prefix sum in 64 bits so a corrupt delta cannot wrap around. */
+	uint64_t d = prev == UINT32_MAX ? 0 : (uint64_t)prev + 1;
+	uint32_t bad = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		d += docs[i];
+		bad |= d > UINT32_MAX - 2;
+		docs[i] = (uint32_t)d;
+		d++;
+		freqs[i] += 1;
+		bad |= freqs[i] == 0;
+	}
+	return !bad;
+}
+
+/* ---- Lucene SmallFloat.intToByte4 / byte4ToInt ---- */
+
+static uint32_t
+long_to_int4(uint64_t i)
+{
+	unsigned nbits = codec_bits64(i);
+	if (nbits < 4)
+		return (uint32_t)i; /* subnormal */
+	unsigned shift = nbits - 4;
+	uint32_t enc = (uint32_t)(i >> shift) & 0x07;
+	return enc | ((shift + 1) << 3);
+}
+
+static uint64_t
+int4_to_long(uint32_t i)
+{
+	uint64_t bits = i & 0x07;
+	int shift = (int)(i >> 3) - 1;
+	return shift == -1 ? bits : (bits | 0x08) << shift;
+}
+
+/* 255 - longToInt4(Integer.MAX_VALUE) = 255 - 231 */
+#define NORM_FREE_VALUES 24u
+
+uint8_t
+st_norm_encode(uint32_t length)
+{
+	if (length > INT32_MAX)
+		length = INT32_MAX; /* Lucene's lengths are Java ints */
+	if (length < NORM_FREE_VALUES)
+		return (uint8_t)length;
+	return (uint8_t)(NORM_FREE_VALUES + long_to_int4(length - NORM_FREE_VALUES));
+}
+
+uint32_t
+st_norm_decode(uint8_t norm)
+{
+	if (norm < NORM_FREE_VALUES)
+		return norm;
+	uint64_t v = NORM_FREE_VALUES + int4_to_long(norm - NORM_FREE_VALUES);
+	return v > INT32_MAX ? INT32_MAX : (uint32_t)v;
+}
+
+/* ---- NumericUtils.doubleToSortableLong ---- */
+
+int64_t
+st_double_to_sortable(double d)
+{
+	int64_t bits;
+	if (d != d) {
+		bits = 0x7ff8000000000000LL; /* Double.doubleToLongBits canonical NaN */
+	} else {
+		memcpy(&bits, &d, 8);
+	}
+	return bits ^ ((bits >> 63) & 0x7fffffffffffffffLL);
+}
+
+double
+st_sortable_to_double(int64_t v)
+{
+	int64_t bits = v ^ ((v >> 63) & 0x7fffffffffffffffLL);
+	double d;
+	memcpy(&d, &bits, 8);
+	return d;
+}

@@ -1,0 +1,751 @@
+/* Segment merge: k-way merge of term dictionaries with doc renumbering,
+ * re-encoded postings/positions, remapped keyword ordinals, concatenated
+ * norms and columns, recompressed stored docs and merged ids. Independent
+ * tasks (per field, large text fields per term range, stored-doc ranges,
+ * ids) run on the pool; one thread then appends everything in key order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "segment_private.h"
+
+#define NONE UINT32_MAX
+#define RANGE_MIN_TERMS 20000 /* text fields with more terms are split by term range */
+#define MAX_RANGES 8
+
+typedef struct mfield {
+	st_field_info info;               /* merged; name borrowed from a segment */
+	const st_field_info **src;        /* per segment, NULL when absent */
+	uint8_t *norms;                   /* merged norms (text) */
+	uint32_t nranges;
+	uint8_t **bounds;                 /* nranges - 1 lower bounds of ranges 1.. */
+	size_t *bound_len;
+	size_t first_part;
+} mfield;
+
+typedef struct mctx {
+	st_segment *const *segs;
+	size_t n;
+	uint32_t **docmap; /* per segment: old -> new */
+	uint32_t *inv_seg, *inv_doc;
+	uint32_t max_doc;
+	mfield *fields;
+	size_t nfields;
+	segw *w;
+	const void *cdict;
+} mctx;
+
+enum { MT_FIELD, MT_STORED, MT_IDS };
+
+typedef struct mtask {
+	mctx *c;
+	int kind;
+	size_t field;
+	uint32_t range;
+	uint32_t lo, hi; /* stored: new doc range */
+	size_t out;
+	/* per-task accumulators merged after the run */
+	uint64_t sum_df, sum_ttf, nterms;
+	uint64_t *present; /* postings fields without norms: docs seen */
+	cm_err err;
+} mtask;
+
+typedef struct mbuf {
+	uint32_t *docs, *freqs, *pos;
+	size_t cap, pos_cap;
+} mbuf;
+
+static void
+mbuf_need(mbuf *b, size_t docs, size_t pos)
+{
+	if (docs > b->cap) {
+		b->cap = docs * 2 + 256;
+		b->docs = cm_realloc(CM_MEM_STORAGE, b->docs, b->cap * sizeof(uint32_t));
+		b->freqs = cm_realloc(CM_MEM_STORAGE, b->freqs, b->cap * sizeof(uint32_t));
+	}
+	if (pos > b->pos_cap) {
+		b->pos_cap = pos * 2 + 1024;
+		b->pos = cm_realloc(CM_MEM_STORAGE, b->pos, b->pos_cap * sizeof(uint32_t));
+	}
+}
+
+static void
+mbuf_free(mbuf *b)
+{
+	cm_free(CM_MEM_STORAGE, b->docs);
+	cm_free(CM_MEM_STORAGE, b->freqs);
+	cm_free(CM_MEM_STORAGE, b->pos);
+}
+
+static int
+term_cmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
+{
+	int c = memcmp(a, b, al < bl ? al : bl);
+	if (c)
+		return c;
+	return (al > bl) - (al < bl);
+}
+
+/* Appends the live docs (and positions) of one segment's postings. */
+static cm_err
+gather(mctx *c, size_t si, st_postings *p, bool positions, mbuf *b, uint32_t *df, size_t *np,
+       uint64_t *present)
+{
+	const uint32_t *map = c->docmap[si];
+	for (uint32_t n = st_postings_next_block(p); n; n = st_postings_next_block(p)) {
+		mbuf_need(b, *df + n, 0);
+		for (uint32_t k = 0; k < n; k++) {
+			uint32_t nd = map[p->docs[k]];
+			if (nd == NONE)
+				continue;
+			if (positions) {
+				uint32_t f = p->freqs[k];
+				mbuf_need(b, 0, *np + f);
+				p->i = k;
+				p->doc = p->docs[k];
+				p->freq = f;
+				if (st_postings_positions(p, b->pos + *np, f) != (int)f)
+					return CM_ECORRUPT;
+				*np += f;
+			}
+			if (present)
+				st_bit_set(present, nd);
+			b->docs[*df] = nd;
+			b->freqs[*df] = p->freqs[k];
+			(*df)++;
+		}
+	}
+	return st_postings_corrupt(p) ? CM_ECORRUPT : CM_OK;
+}
+
+/* Merges the terms of one field in [lo bound, hi bound); fills ordmaps for
+ * keyword fields (old ordinal = rank in that segment's dictionary). */
+static cm_err
+merge_terms(mtask *t, st_seg_txn **txns, uint32_t **ordmap)
+{
+	mctx *c = t->c;
+	mfield *mf = &c->fields[t->field];
+	segw_part *part = &c->w->parts[mf->first_part + t->range];
+	bool keyword = mf->info.type == ST_FT_KEYWORD;
+	bool positions = (mf->info.flags & ST_FI_POSITIONS) != 0;
+	const uint8_t *lo = t->range ? mf->bounds[t->range - 1] : NULL;
+	size_t lo_len = t->range ? mf->bound_len[t->range - 1] : 0;
+	const uint8_t *hi = t->range + 1 < mf->nranges ? mf->bounds[t->range] : NULL;
+	size_t hi_len = hi ? mf->bound_len[t->range] : 0;
+	st_terms **its = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(st_terms *));
+	uint64_t *rank = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(uint64_t));
+	bool *valid = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(bool));
+	st_postings *p = cm_malloc(CM_MEM_STORAGE, sizeof(st_postings));
+	mbuf b = {0};
+	postenc pe;
+	postenc_init(&pe);
+	cm_err e = CM_OK;
+	for (size_t i = 0; i < c->n && !e; i++) {
+		if (!mf->src[i] || !(mf->src[i]->flags & ST_FI_POSTINGS))
+			continue;
+		e = st_terms_open(txns[i], mf->src[i], &its[i]);
+		if (!e)
+			valid[i] = st_terms_seek(its[i], lo, lo_len);
+	}
+	uint64_t nout = 0;
+	while (!e) {
+		const uint8_t *min = NULL;
+		size_t min_len = 0;
+		for (size_t i = 0; i < c->n; i++) {
+			if (!valid[i])
+				continue;
+			size_t l;
+			const uint8_t *tb = st_terms_term(its[i], &l);
+			if (!min || term_cmp(tb, l, min, min_len) < 0) {
+				min = tb;
+				min_len = l;
+			}
+		}
+		if (!min || (hi && term_cmp(min, min_len, hi, hi_len) >= 0))
+			break;
+		uint32_t df = 0;
+		size_t np = 0;
+		/* the min term lives in a segment's map: copy before cursors move */
+		uint8_t term[SEG_MAX_KEY + 1];
+		memcpy(term, min, min_len);
+		size_t tl = min_len;
+		for (size_t i = 0; i < c->n && !e; i++) {
+			if (!valid[i])
+				continue;
+			size_t l;
+			const uint8_t *tb = st_terms_term(its[i], &l);
+			if (term_cmp(tb, l, term, tl) != 0)
+				continue;
+			e = st_terms_postings(its[i], p);
+			if (!e)
+				e = gather(c, i, p, positions, &b, &df, &np, t->present);
+			if (keyword)
+				ordmap[i][rank[i]] = NONE;
+			if (keyword && df)
+				ordmap[i][rank[i]] = (uint32_t)nout;
+			rank[i]++;
+			valid[i] = st_terms_next(its[i]);
+		}
+		if (e || df == 0)
+			continue;
+		if (keyword) {
+			if (nout % KDICT_STEP == 0)
+				kdict_put(&part->sec[SEC_KDICT], mf->info.id, (uint32_t)(nout / KDICT_STEP),
+				          term, tl);
+		}
+		postenc_term(&pe, &part->sec[SEC_TERM], positions ? &part->sec[SEC_POS] : NULL,
+		             mf->info.id, term, tl, keyword, nout, b.docs, b.freqs, df,
+		             positions ? b.pos : NULL, mf->norms);
+		nout++;
+		t->sum_df += df;
+		for (uint32_t k = 0; k < df; k++)
+			t->sum_ttf += b.freqs[k];
+	}
+	t->nterms = nout;
+	for (size_t i = 0; i < c->n; i++)
+		st_terms_close(its[i]);
+	postenc_free(&pe);
+	mbuf_free(&b);
+	cm_free(CM_MEM_STORAGE, p);
+	cm_free(CM_MEM_STORAGE, its);
+	cm_free(CM_MEM_STORAGE, rank);
+	cm_free(CM_MEM_STORAGE, valid);
+	return e;
+}
+
+static cm_err
+merge_column(mtask *t, st_seg_txn **txns, uint32_t **ordmap)
+{
+	mctx *c = t->c;
+	mfield *mf = &c->fields[t->field];
+	st_field_info *info = &mf->info;
+	segw_part *part = &c->w->parts[mf->first_part];
+	st_colblock *cbs = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(st_colblock));
+	uint32_t *counts = cm_malloc(CM_MEM_STORAGE, ST_COL_BLOCK * sizeof(uint32_t));
+	size_t vcap = ST_COL_BLOCK * 2;
+	int64_t *vals = cm_malloc(CM_MEM_STORAGE, vcap * sizeof(int64_t));
+	cm_buf tmp;
+	cm_buf_init(&tmp, CM_MEM_STORAGE);
+	cm_err e = CM_OK;
+	bool first = true;
+	bool keyword = info->type == ST_FT_KEYWORD;
+	uint32_t nblocks = (c->max_doc + ST_COL_BLOCK - 1) / ST_COL_BLOCK;
+	for (uint32_t blk = 0; blk < nblocks && !e; blk++) {
+		uint32_t lo = blk * ST_COL_BLOCK;
+		uint32_t n = c->max_doc - lo < ST_COL_BLOCK ? c->max_doc - lo : ST_COL_BLOCK;
+		size_t nv = 0;
+		for (uint32_t k = 0; k < n; k++) {
+			uint32_t s = c->inv_seg[lo + k], od = c->inv_doc[lo + k];
+			const st_field_info *sf = mf->src[s];
+			int cnt = 0;
+			const int64_t *v = NULL;
+			if (sf && (sf->flags & ST_FI_COLUMN)) {
+				cnt = st_col_values(txns[s], sf, &cbs[s], od, &v);
+				if (cnt < 0) {
+					e = CM_ECORRUPT;
+					break;
+				}
+			}
+			if (nv + (size_t)cnt > vcap) {
+				vcap = (nv + (size_t)cnt) * 2;
+				vals = cm_realloc(CM_MEM_STORAGE, vals, vcap * sizeof(int64_t));
+			}
+			for (int q = 0; q < cnt; q++) {
+				int64_t x = v[q];
+				if (keyword) {
+					/* the old ordinal must be in range and live-mapped */
+					if (x < 0 || (uint64_t)x >= sf->num_terms || ordmap[s][x] == NONE) {
+						e = CM_ECORRUPT;
+						break;
+					}
+					x = ordmap[s][x];
+				}
+				vals[nv + q] = x;
+				if (first || x < info->col_min)
+					info->col_min = x;
+				if (first || x > info->col_max)
+					info->col_max = x;
+				first = false;
+			}
+			if (e)
+				break;
+			if (cnt > 1)
+				info->flags |= ST_FI_MULTI;
+			if (cnt && !(info->flags & ST_FI_POSTINGS))
+				info->doc_count++;
+			counts[k] = (uint32_t)cnt;
+			nv += (size_t)cnt;
+		}
+		if (!e)
+			colenc_block(&part->sec[SEC_COL], info->id, blk, counts, n, vals, (uint32_t)nv,
+			             &tmp);
+	}
+	for (size_t i = 0; i < c->n; i++)
+		st_colblock_free(&cbs[i]);
+	cm_free(CM_MEM_STORAGE, cbs);
+	cm_free(CM_MEM_STORAGE, counts);
+	cm_free(CM_MEM_STORAGE, vals);
+	cm_buf_free(&tmp);
+	return e;
+}
+
+static cm_err
+open_txns(mctx *c, st_seg_txn **txns)
+{
+	for (size_t i = 0; i < c->n; i++) {
+		cm_err e = st_seg_txn_begin(c->segs[i], &txns[i]);
+		if (e)
+			return e;
+	}
+	return CM_OK;
+}
+
+static void
+close_txns(mctx *c, st_seg_txn **txns)
+{
+	for (size_t i = 0; i < c->n; i++)
+		st_seg_txn_end(txns[i]);
+}
+
+static cm_err
+task_field(mtask *t, st_seg_txn **txns)
+{
+	mctx *c = t->c;
+	mfield *mf = &c->fields[t->field];
+	uint32_t **ordmap = NULL;
+	cm_err e = CM_OK;
+	bool keyword = mf->info.type == ST_FT_KEYWORD;
+	if (keyword) {
+		ordmap = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(uint32_t *));
+		for (size_t i = 0; i < c->n; i++)
+			if (mf->src[i])
+				ordmap[i] = cm_malloc(CM_MEM_STORAGE,
+				                      (mf->src[i]->num_terms + 1) * sizeof(uint32_t));
+	}
+	if (mf->info.flags & ST_FI_POSTINGS) {
+		if (!(mf->info.flags & ST_FI_NORMS))
+			t->present = cm_calloc(CM_MEM_STORAGE, st_bit_words(c->max_doc) + 1, 8);
+		e = merge_terms(t, txns, ordmap);
+	}
+	if (!e && t->range == 0 && (mf->info.flags & ST_FI_NORMS))
+		norms_put(&c->w->parts[mf->first_part].sec[SEC_NORMS], mf->info.id, mf->norms,
+		          c->max_doc);
+	if (!e && t->range == 0 && (mf->info.flags & ST_FI_COLUMN))
+		e = merge_column(t, txns, ordmap);
+	if (ordmap) {
+		for (size_t i = 0; i < c->n; i++)
+			cm_free(CM_MEM_STORAGE, ordmap[i]);
+		cm_free(CM_MEM_STORAGE, ordmap);
+	}
+	return e;
+}
+
+static cm_err
+task_stored(mtask *t, st_seg_txn **txns)
+{
+	mctx *c = t->c;
+	if (t->lo >= t->hi)
+		return CM_OK;
+	storedenc se;
+	cm_buf id, src;
+	cm_buf_init(&id, CM_MEM_STORAGE);
+	cm_buf_init(&src, CM_MEM_STORAGE);
+	storedenc_init(&se, &c->w->stored[t->out], c->cdict, t->lo);
+	cm_err e = CM_OK;
+	for (uint32_t nd = t->lo; nd < t->hi && !e; nd++) {
+		cm_buf_reset(&id);
+		cm_buf_reset(&src);
+		e = st_stored_get(txns[c->inv_seg[nd]], c->inv_doc[nd], &id, &src);
+		if (!e)
+			storedenc_add(&se, (const char *)id.data, id.len, (const char *)src.data, src.len);
+	}
+	storedenc_finish(&se);
+	cm_buf_free(&id);
+	cm_buf_free(&src);
+	return e;
+}
+
+/* k-way merge of the I sections; on a repeated id the later segment wins. */
+static cm_err
+task_ids(mtask *t, st_seg_txn **txns)
+{
+	mctx *c = t->c;
+	MDB_cursor **cur = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(MDB_cursor *));
+	MDB_val *k = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(MDB_val));
+	MDB_val *v = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(MDB_val));
+	bool *valid = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(bool));
+	cm_err e = CM_OK;
+	for (size_t i = 0; i < c->n && !e; i++) {
+		cur[i] = txns[i]->cur;
+		k[i] = (MDB_val){1, "I"};
+		int rc = mdb_cursor_get(cur[i], &k[i], &v[i], MDB_SET_RANGE);
+		if (rc && rc != MDB_NOTFOUND)
+			e = seg_err(rc);
+		valid[i] = rc == 0 && k[i].mv_size >= 1 && *(uint8_t *)k[i].mv_data == TAG_ID;
+	}
+	while (!e) {
+		size_t best = c->n;
+		for (size_t i = 0; i < c->n; i++)
+			if (valid[i] && (best == c->n || term_cmp(k[i].mv_data, k[i].mv_size,
+			                                          k[best].mv_data, k[best].mv_size) < 0))
+				best = i;
+		if (best == c->n)
+			break;
+		MDB_val key = k[best];
+		uint32_t out = NONE;
+		for (size_t i = 0; i < c->n && !e; i++) {
+			if (!valid[i] ||
+			    term_cmp(k[i].mv_data, k[i].mv_size, key.mv_data, key.mv_size) != 0)
+				continue;
+			size_t vl = v[i].mv_size;
+			const uint8_t *p = v[i].mv_data;
+			uint64_t d;
+			if (!cm_checksum_ok(p, &vl) || !codec_varint(&p, p + vl, &d) ||
+			    d >= c->segs[i]->max_doc) {
+				e = CM_ECORRUPT;
+				break;
+			}
+			if (c->docmap[i][d] != NONE)
+				out = c->docmap[i][d];
+			int rc = mdb_cursor_get(cur[i], &k[i], &v[i], MDB_NEXT);
+			valid[i] = rc == 0 && *(uint8_t *)k[i].mv_data == TAG_ID;
+		}
+		if (!e && out != NONE)
+			ids_put(&c->w->ids, (const uint8_t *)key.mv_data + 1, key.mv_size - 1, out);
+	}
+	cm_free(CM_MEM_STORAGE, cur);
+	cm_free(CM_MEM_STORAGE, k);
+	cm_free(CM_MEM_STORAGE, v);
+	cm_free(CM_MEM_STORAGE, valid);
+	return e;
+}
+
+static void
+run_mtask(void *arg)
+{
+	mtask *t = arg;
+	st_seg_txn **txns = cm_calloc(CM_MEM_STORAGE, t->c->n, sizeof(st_seg_txn *));
+	cm_err e = open_txns(t->c, txns);
+	if (!e) {
+		switch (t->kind) {
+		case MT_FIELD:
+			e = task_field(t, txns);
+			break;
+		case MT_STORED:
+			e = task_stored(t, txns);
+			break;
+		case MT_IDS:
+			e = task_ids(t, txns);
+			break;
+		}
+	}
+	close_txns(t->c, txns);
+	cm_free(CM_MEM_STORAGE, txns);
+	t->err = e;
+}
+
+/* ---- setup ---- */
+
+typedef struct nref {
+	const char *name;
+	size_t seg;
+	const st_field_info *fi;
+} nref;
+
+static int
+cmp_nref(const void *a, const void *b)
+{
+	const nref *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+	if (c)
+		return c;
+	return (x->seg > y->seg) - (x->seg < y->seg);
+}
+
+static cm_err
+setup_fields(mctx *c, cm_error *err)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < c->n; i++)
+		total += c->segs[i]->nfields;
+	nref *refs = cm_malloc(CM_MEM_STORAGE, (total + 1) * sizeof(nref));
+	size_t k = 0;
+	for (size_t i = 0; i < c->n; i++)
+		for (size_t f = 0; f < c->segs[i]->nfields; f++)
+			refs[k++] = (nref){c->segs[i]->fields[f].name, i, &c->segs[i]->fields[f]};
+	qsort(refs, k, sizeof(nref), cmp_nref);
+	c->fields = cm_calloc(CM_MEM_STORAGE, k + 1, sizeof(mfield));
+	cm_err e = CM_OK;
+	for (size_t r = 0; r < k && !e; r++) {
+		mfield *mf;
+		if (c->nfields && strcmp(c->fields[c->nfields - 1].info.name, refs[r].name) == 0) {
+			mf = &c->fields[c->nfields - 1];
+			if (mf->info.type != refs[r].fi->type)
+				e = cm_error_set(err, CM_EINVAL, "field [%s] has different types in merged segments",
+				                 refs[r].name);
+		} else {
+			if (c->nfields >= MAX_FIELDS) {
+				e = cm_error_set(err, CM_ELIMIT, "too many fields to merge");
+				break;
+			}
+			mf = &c->fields[c->nfields];
+			mf->info.id = (uint16_t)c->nfields;
+			c->nfields++;
+			mf->info.name = refs[r].name;
+			mf->info.type = refs[r].fi->type;
+			mf->info.analyzer = refs[r].fi->analyzer;
+			mf->src = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(*mf->src));
+			mf->nranges = 1;
+		}
+		mf->src[refs[r].seg] = refs[r].fi;
+		mf->info.flags |= refs[r].fi->flags &
+		                  (ST_FI_POSTINGS | ST_FI_POSITIONS | ST_FI_NORMS | ST_FI_COLUMN);
+	}
+	cm_free(CM_MEM_STORAGE, refs);
+	return e;
+}
+
+/* Norms concatenated over live docs; also gives text fields' doc_count and
+ * their multi-valued flag carries over. */
+static void
+setup_norms(mctx *c, mfield *mf, st_seg_txn **txns)
+{
+	mf->norms = cm_calloc(CM_MEM_STORAGE, (size_t)c->max_doc + 1, 1);
+	for (size_t i = 0; i < c->n; i++) {
+		const st_field_info *sf = mf->src[i];
+		if (!sf)
+			continue;
+		if (sf->flags & ST_FI_MULTI)
+			mf->info.flags |= ST_FI_MULTI;
+		const uint8_t *nb = st_norms(txns[i], sf);
+		if (!nb)
+			continue;
+		for (uint32_t d = 0; d < c->segs[i]->max_doc; d++)
+			if (c->docmap[i][d] != NONE)
+				mf->norms[c->docmap[i][d]] = nb[d];
+	}
+	for (uint32_t d = 0; d < c->max_doc; d++)
+		mf->info.doc_count += mf->norms[d] != 0;
+}
+
+static void
+setup_ranges(mctx *c, mfield *mf, st_seg_txn **txns, int threads)
+{
+	size_t big = c->n;
+	uint64_t total = 0;
+	for (size_t i = 0; i < c->n; i++) {
+		if (!mf->src[i])
+			continue;
+		total += mf->src[i]->num_terms;
+		if (big == c->n || mf->src[i]->num_terms > mf->src[big]->num_terms)
+			big = i;
+	}
+	if (big == c->n || total < RANGE_MIN_TERMS || threads < 2)
+		return;
+	uint32_t r = (uint32_t)threads * 2;
+	if (r > MAX_RANGES)
+		r = MAX_RANGES;
+	uint64_t nt = mf->src[big]->num_terms;
+	if (nt < r * 2)
+		return;
+	st_terms *it;
+	if (st_terms_open(txns[big], mf->src[big], &it))
+		return;
+	mf->bounds = cm_calloc(CM_MEM_STORAGE, r, sizeof(uint8_t *));
+	mf->bound_len = cm_calloc(CM_MEM_STORAGE, r, sizeof(size_t));
+	uint32_t nb = 0;
+	uint64_t idx = 0;
+	for (bool ok = st_terms_seek(it, NULL, 0); ok && nb + 1 < r; ok = st_terms_next(it), idx++) {
+		if (idx == (nb + 1) * nt / r) {
+			size_t l;
+			const uint8_t *tb = st_terms_term(it, &l);
+			mf->bounds[nb] = cm_malloc(CM_MEM_STORAGE, l + 1);
+			memcpy(mf->bounds[nb], tb, l);
+			mf->bound_len[nb] = l;
+			nb++;
+		}
+	}
+	st_terms_close(it);
+	mf->nranges = nb + 1;
+}
+
+static void
+train_merge_dict(mctx *c, st_seg_txn **txns)
+{
+	if (c->max_doc == 0)
+		return;
+	uint64_t stored = 0;
+	for (size_t i = 0; i < c->n; i++)
+		stored += c->segs[i]->bytes;
+	/* sample ~512 KB of documents spread over the merged order */
+	cm_buf samples, id, src;
+	cm_buf_init(&samples, CM_MEM_STORAGE);
+	cm_buf_init(&id, CM_MEM_STORAGE);
+	cm_buf_init(&src, CM_MEM_STORAGE);
+	size_t *sizes = NULL, n = 0, cap = 0;
+	uint32_t step = c->max_doc > 2048 ? c->max_doc / 2048 : 1;
+	uint64_t raw_total = 0;
+	for (uint32_t nd = 0; nd < c->max_doc && samples.len < 512 * 1024; nd += step) {
+		cm_buf_reset(&id);
+		cm_buf_reset(&src);
+		if (st_stored_get(txns[c->inv_seg[nd]], c->inv_doc[nd], &id, &src))
+			break;
+		size_t before = samples.len;
+		cm_buf_put_str(&samples, (const char *)id.data, id.len);
+		cm_buf_put_str(&samples, (const char *)src.data, src.len);
+		if (n == cap) {
+			cap = cap ? cap * 2 : 256;
+			sizes = cm_realloc(CM_MEM_STORAGE, sizes, cap * sizeof(size_t));
+		}
+		sizes[n++] = samples.len - before;
+		raw_total += samples.len - before;
+	}
+	if (n && raw_total / n < 4096)
+		stored_train_dict(&c->w->dict, samples.data, sizes, n);
+	(void)stored;
+	cm_free(CM_MEM_STORAGE, sizes);
+	cm_buf_free(&samples);
+	cm_buf_free(&id);
+	cm_buf_free(&src);
+}
+
+cm_err
+st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n, const char *path,
+                 uint64_t gen, cm_pool *pool, size_t ram_budget, cm_error *err)
+{
+	(void)ram_budget;
+	mctx c = {.segs = segs, .n = n};
+	segw w;
+	segw_init(&w);
+	c.w = &w;
+	cm_err e = CM_OK;
+	mtask *tasks = NULL;
+	size_t ntasks = 0;
+	st_seg_txn **txns = cm_calloc(CM_MEM_STORAGE, n + 1, sizeof(st_seg_txn *));
+	c.docmap = cm_calloc(CM_MEM_STORAGE, n + 1, sizeof(uint32_t *));
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t md = segs[i]->max_doc;
+		c.docmap[i] = cm_malloc(CM_MEM_STORAGE, ((size_t)md + 1) * sizeof(uint32_t));
+		for (uint32_t d = 0; d < md; d++) {
+			bool alive = !live || !live[i] || st_bit_get(live[i], d);
+			c.docmap[i][d] = alive ? (uint32_t)total : NONE;
+			total += alive;
+		}
+	}
+	if (total > UINT32_MAX - 3) {
+		e = cm_error_set(err, CM_ELIMIT, "merged segment would hold too many documents");
+		goto fail;
+	}
+	c.max_doc = (uint32_t)total;
+	c.inv_seg = cm_malloc(CM_MEM_STORAGE, (total + 1) * sizeof(uint32_t));
+	c.inv_doc = cm_malloc(CM_MEM_STORAGE, (total + 1) * sizeof(uint32_t));
+	for (size_t i = 0; i < n; i++)
+		for (uint32_t d = 0; d < segs[i]->max_doc; d++)
+			if (c.docmap[i][d] != NONE) {
+				c.inv_seg[c.docmap[i][d]] = (uint32_t)i;
+				c.inv_doc[c.docmap[i][d]] = d;
+			}
+	e = setup_fields(&c, err);
+	if (e)
+		goto fail;
+	e = open_txns(&c, txns);
+	if (e) {
+		cm_error_set(err, e, "merge: cannot read a segment");
+		goto fail;
+	}
+	int threads = pool ? cm_pool_threads(pool) : 1;
+	size_t nparts = 0;
+	for (size_t f = 0; f < c.nfields; f++) {
+		mfield *mf = &c.fields[f];
+		if (mf->info.flags & ST_FI_NORMS)
+			setup_norms(&c, mf, txns);
+		if (mf->info.type == ST_FT_TEXT)
+			setup_ranges(&c, mf, txns, threads);
+		mf->first_part = nparts;
+		nparts += mf->nranges;
+	}
+	train_merge_dict(&c, txns);
+	close_txns(&c, txns);
+	memset(txns, 0, (n + 1) * sizeof(*txns));
+
+	w.max_doc = w.stored_docs = c.max_doc;
+	w.gen = gen;
+	w.nfields = c.nfields;
+	w.fields = cm_calloc(CM_MEM_STORAGE, c.nfields + 1, sizeof(st_field_info));
+	w.nparts = nparts;
+	w.parts = cm_calloc(CM_MEM_STORAGE, nparts + 1, sizeof(segw_part));
+	for (size_t i = 0; i < nparts; i++)
+		segw_part_init(&w.parts[i]);
+	size_t nstored = threads > 1 ? (size_t)threads * 2 : 1;
+	if (nstored > c.max_doc / 256 + 1)
+		nstored = c.max_doc / 256 + 1;
+	w.nstored = nstored;
+	w.stored = cm_calloc(CM_MEM_STORAGE, nstored, sizeof(cm_buf));
+	for (size_t i = 0; i < nstored; i++)
+		cm_buf_init(&w.stored[i], CM_MEM_STORAGE);
+
+	void *cdict = stored_cdict_create(&w.dict);
+	c.cdict = cdict;
+	tasks = cm_calloc(CM_MEM_STORAGE, nparts + nstored + 1, sizeof(mtask));
+	/* Biggest work first so the pool's FIFO order keeps both cores busy. */
+	for (size_t f = 0; f < c.nfields; f++)
+		for (uint32_t r = 0; r < c.fields[f].nranges; r++)
+			tasks[ntasks++] = (mtask){.c = &c, .kind = MT_FIELD, .field = f, .range = r};
+	for (size_t i = 0; i < nstored; i++)
+		tasks[ntasks++] = (mtask){.c = &c, .kind = MT_STORED, .out = i,
+		                          .lo = (uint32_t)((uint64_t)c.max_doc * i / nstored),
+		                          .hi = (uint32_t)((uint64_t)c.max_doc * (i + 1) / nstored)};
+	tasks[ntasks++] = (mtask){.c = &c, .kind = MT_IDS};
+	cm_pool_run_all(pool, run_mtask, tasks, sizeof(mtask), ntasks);
+	stored_cdict_free(cdict);
+
+	for (size_t i = 0; i < ntasks && !e; i++)
+		if (tasks[i].err)
+			e = cm_error_set(err, tasks[i].err, "merge into %s failed: %s", path,
+			                 cm_err_msg(tasks[i].err));
+	if (e)
+		goto fail;
+	/* Field infos: per-range sums; keyword/boolean doc counts from the
+	 * union of their postings. */
+	for (size_t i = 0; i < ntasks; i++) {
+		mtask *t = &tasks[i];
+		if (t->kind != MT_FIELD)
+			continue;
+		mfield *mf = &c.fields[t->field];
+		mf->info.sum_doc_freq += t->sum_df;
+		mf->info.sum_total_term_freq += t->sum_ttf;
+		mf->info.num_terms += t->nterms;
+		if (t->present)
+			for (size_t wd = 0; wd < st_bit_words(c.max_doc); wd++)
+				mf->info.doc_count += (uint32_t)__builtin_popcountll(t->present[wd]);
+	}
+	for (size_t f = 0; f < c.nfields; f++) {
+		w.fields[f] = c.fields[f].info;
+		w.fields[f].name = cm_strdup(CM_MEM_STORAGE, c.fields[f].info.name);
+	}
+	e = segw_write_file(&w, path, err);
+fail:
+	for (size_t i = 0; i < ntasks; i++)
+		cm_free(CM_MEM_STORAGE, tasks[i].present);
+	cm_free(CM_MEM_STORAGE, tasks);
+	close_txns(&c, txns);
+	cm_free(CM_MEM_STORAGE, txns);
+	for (size_t i = 0; i < n; i++)
+		cm_free(CM_MEM_STORAGE, c.docmap[i]);
+	cm_free(CM_MEM_STORAGE, c.docmap);
+	cm_free(CM_MEM_STORAGE, c.inv_seg);
+	cm_free(CM_MEM_STORAGE, c.inv_doc);
+	for (size_t f = 0; f < c.nfields; f++) {
+		mfield *mf = &c.fields[f];
+		cm_free(CM_MEM_STORAGE, mf->src);
+		cm_free(CM_MEM_STORAGE, mf->norms);
+		for (uint32_t r = 0; r + 1 < mf->nranges; r++)
+			cm_free(CM_MEM_STORAGE, mf->bounds[r]);
+		cm_free(CM_MEM_STORAGE, mf->bounds);
+		cm_free(CM_MEM_STORAGE, mf->bound_len);
+	}
+	cm_free(CM_MEM_STORAGE, c.fields);
+	segw_free(&w);
+	return e;
+}

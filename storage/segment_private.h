@@ -1,0 +1,194 @@
+/* Segment internals shared by the writer (segbuild.c, segment_write.c),
+ * the reader (segment_read.c) and merge.c.
+ *
+ * File layout: one LMDB environment (MDB_NOSUBDIR) holding one database
+ * whose keys start with a section tag, followed by a 24-byte trailer
+ * ("SHOALSG1", u64 LE length of the LMDB part, u64 LE XXH3 of it) that
+ * st_segment_open verifies before LMDB touches the file, so a flipped byte
+ * inside LMDB's own pages is an error and not a wild pointer.
+ *
+ * Values (all end in, or carry, an xxh32 checksum):
+ *   C field(BE16) block(BE32)  i64 min, i64 max, u32 nvalues, u32 xxh32 of
+ *                             those 20 bytes | u8 layout (0: one value per
+ *                             doc, 1: counts follow) [u8 bits, packed counts]
+ *                             u8 bits, packed (v - min), u32 xxh32 of body
+ *   F                         varint nfields, per field: str name, u8 type,
+ *                             u8 analyzer, u8 flags, varint doc_count,
+ *                             sum_ttf, sum_df, num_terms, zz col_min, zz col_max
+ *   I id                      varint doc
+ *   K field(BE16) n(BE32)     the term of ordinal n * KDICT_STEP
+ *   M                         u32 format, varint max_doc, varint generation,
+ *                             varint stored docs
+ *   N field(BE16)             max_doc norm bytes
+ *   P field(BE16) term        positions: per doc freq varints (first absolute,
+ *                             then deltas). One block: bytes + xxh32. More:
+ *                             nblocks x (u32 end, u32 xxh32), u32 xxh32 of the
+ *                             table, then the bytes.
+ *   S last_doc(BE32)          varint first_doc, varint raw length, zstd frame of
+ *                             (str id, str source) per doc
+ *   T field(BE16) term        varint df, varint ttf, [keyword: varint ord]
+ *                             df == 1: varint doc (freq = ttf)
+ *                             df <= 128: varint last, varint max_freq, u8 min_norm,
+ *                                        one block, xxh32 of all
+ *                             else: nblocks x SKIP_ENTRY, u32 xxh32 of all so far,
+ *                                   then the blocks
+ *   Z                         zstd dictionary for S
+ */
+#ifndef ST_SEGMENT_PRIVATE_H
+#define ST_SEGMENT_PRIVATE_H
+
+#include <lmdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "st_segment.h"
+
+#define SEG_FORMAT 1
+#define SEG_TRAILER_LEN 24
+#define SEG_MAGIC "SHOALSG1"
+#define SEG_MAX_KEY 511       /* LMDB's default max key size */
+#define SEG_MAX_TERM (SEG_MAX_KEY - 3)
+#define SEG_MAX_ID (SEG_MAX_KEY - 1)
+#define KDICT_STEP 32         /* one K entry per this many ordinals */
+#define SKIP_ENTRY 17         /* u32 last, u32 end offset, u32 max freq, u8 min norm, u32 xxh32 */
+#define STORED_BLOCK_BYTES (16 * 1024)
+#define STORED_MAX_RAW (256u * 1024 * 1024) /* bound on one stored block's raw size */
+#define POS_GAP 100           /* ES position_increment_gap between values */
+#define MAX_FIELDS 65535
+
+enum {
+	TAG_COL = 'C',
+	TAG_FIELDS = 'F',
+	TAG_ID = 'I',
+	TAG_KDICT = 'K',
+	TAG_META = 'M',
+	TAG_NORMS = 'N',
+	TAG_POS = 'P',
+	TAG_STORED = 'S',
+	TAG_TERM = 'T',
+	TAG_DICT = 'Z',
+};
+
+/* ---- reader ---- */
+
+struct st_segment {
+	MDB_env *env;
+	MDB_dbi dbi;
+	char *path;
+	uint64_t gen, bytes;
+	uint32_t max_doc;
+	uint32_t stored_docs;
+	st_field_info *fields; /* by id; ids are assigned in name order */
+	size_t nfields;
+	char *names; /* storage for fields[i].name */
+	/* Per-field verification of the big whole-field values (norms), done
+	 * once: 0 unknown, 1 good, 2 corrupt. */
+	_Atomic uint8_t *norms_state;
+	pthread_mutex_t dict_mu;
+	bool dict_loaded;
+	void *ddict; /* ZSTD_DDict, NULL when the segment has no dictionary */
+};
+
+struct st_seg_txn {
+	const st_segment *seg;
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	void *dctx; /* ZSTD_DCtx, made on first stored read */
+	cm_buf raw; /* decompressed stored block */
+	uint32_t raw_first, raw_last; /* docs held in raw (raw_last < raw_first: none) */
+};
+
+struct st_terms {
+	st_seg_txn *txn;
+	const st_field_info *f;
+	MDB_cursor *cur;
+	uint8_t prefix[3];
+	const uint8_t *term;
+	size_t term_len;
+	MDB_val val;
+	bool valid;
+};
+
+/* Fetches a value by key; CM_ENOTFOUND, CM_EIO. */
+cm_err seg_get(st_seg_txn *t, const void *key, size_t klen, MDB_val *v);
+cm_err seg_err(int mdb_rc);
+size_t seg_term_key(uint8_t *key, uint8_t tag, uint16_t field, const void *term, size_t len);
+
+/* ---- writer ---- */
+
+enum { SEC_COL, SEC_KDICT, SEC_NORMS, SEC_POS, SEC_TERM, SEC_N };
+
+/* A stream of key/value pairs in key order: u16 klen, key, u32 vlen, value. */
+size_t kv_begin(cm_buf *s, const void *key, size_t klen);
+void kv_end(cm_buf *s, size_t at, bool checksum); /* appends the xxh32 when asked */
+
+/* One field's output, or one term range of it: its pieces of the C, K, N,
+ * P and T sections. */
+typedef struct segw_part {
+	cm_buf sec[SEC_N];
+} segw_part;
+
+typedef struct segw {
+	st_field_info *fields; /* names owned (cm_strdup) */
+	size_t nfields;
+	segw_part *parts; /* ordered by field id, then term range */
+	size_t nparts;
+	cm_buf *stored; /* S pieces in doc order */
+	size_t nstored;
+	cm_buf ids;  /* I stream */
+	cm_buf dict; /* Z value (raw dictionary), empty when none */
+	uint32_t max_doc, stored_docs;
+	uint64_t gen;
+} segw;
+
+void segw_init(segw *w);
+void segw_free(segw *w);
+void segw_part_init(segw_part *p);
+void segw_part_free(segw_part *p);
+/* Writes the file (tmp, sync, trailer, rename, fsync dir). */
+cm_err segw_write_file(const segw *w, const char *path, cm_error *err);
+
+/* Encodes one term's postings (and positions when pos != NULL) into the T
+ * and P streams. docs ascending, freqs >= 1; pos holds sum(freqs) positions
+ * in doc order. norms (by doc) feed the per-block min norm, may be NULL. */
+typedef struct postenc {
+	cm_buf blocks, tmp, pos;
+	uint32_t *ends; /* per block end offsets */
+	size_t ends_cap;
+} postenc;
+void postenc_init(postenc *e);
+void postenc_free(postenc *e);
+void postenc_term(postenc *e, cm_buf *tstream, cm_buf *pstream, uint16_t field,
+                  const uint8_t *term, size_t tlen, bool with_ord, uint64_t ord,
+                  const uint32_t *docs, const uint32_t *freqs, uint32_t df, const uint32_t *pos,
+                  const uint8_t *norms);
+
+/* Encodes column block `block` of a field: counts[i] values for doc i,
+ * values in vals (ascending per doc). */
+void colenc_block(cm_buf *cstream, uint16_t field, uint32_t block, const uint32_t *counts,
+                  uint32_t ndocs, const int64_t *vals, uint32_t nvals, cm_buf *tmp);
+void kdict_put(cm_buf *kstream, uint16_t field, uint32_t n, const uint8_t *term, size_t len);
+void norms_put(cm_buf *nstream, uint16_t field, const uint8_t *norms, uint32_t max_doc);
+
+/* Stored docs: blocks of ~16 KB raw, compressed with an optional shared
+ * dictionary (ZSTD_CDict). */
+typedef struct storedenc {
+	cm_buf raw, out;
+	cm_buf *stream;
+	uint32_t first, next; /* doc range in raw */
+	void *cctx;
+	const void *cdict;
+} storedenc;
+void storedenc_init(storedenc *e, cm_buf *stream, const void *cdict, uint32_t first_doc);
+void storedenc_add(storedenc *e, const char *id, size_t id_len, const char *src, size_t src_len);
+void storedenc_finish(storedenc *e); /* flushes and frees the context */
+/* Trains a dictionary from samples (concatenated, sizes[]) into dict;
+ * leaves dict empty when training fails or is not worth it. */
+void stored_train_dict(cm_buf *dict, const void *samples, const size_t *sizes, size_t n);
+void *stored_cdict_create(const cm_buf *dict); /* NULL when dict is empty */
+void stored_cdict_free(void *cdict);
+
+/* ids: sorted (key order) list written into the I stream. */
+void ids_put(cm_buf *istream, const uint8_t *id, size_t len, uint32_t doc);
+
+#endif

@@ -1,0 +1,1117 @@
+/* Segment reader: open/verify, postings cursors, terms, norms, columns,
+ * ordinals, stored documents and ids. Every value's checksum is verified
+ * before it is parsed; bad bytes give CM_ECORRUPT (or a corrupt cursor). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "codec.h"
+#include "segment_private.h"
+
+#define BEFORE_FIRST (UINT32_MAX - 1)
+
+/* ---- open ---- */
+
+static cm_err
+verify_file(const char *path, uint64_t *bytes, cm_error *err)
+{
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return cm_error_set(err, errno == ENOENT ? CM_ENOTFOUND : CM_EIO, "segment %s: %s",
+		                    path, strerror(errno));
+	cm_err e = CM_OK;
+	void *map = MAP_FAILED;
+	struct stat st;
+	uint8_t tr[SEG_TRAILER_LEN];
+	if (fstat(fd, &st) != 0) {
+		e = cm_error_set(err, CM_EIO, "segment %s: %s", path, strerror(errno));
+		goto fail;
+	}
+	*bytes = (uint64_t)st.st_size;
+	if (st.st_size < 2 * 4096 + SEG_TRAILER_LEN ||
+	    pread(fd, tr, sizeof(tr), st.st_size - SEG_TRAILER_LEN) != (ssize_t)sizeof(tr) ||
+	    memcmp(tr, SEG_MAGIC, 8) != 0 ||
+	    cm_get_u64(tr + 8) != (uint64_t)st.st_size - SEG_TRAILER_LEN) {
+		e = cm_error_set(err, CM_ECORRUPT, "segment %s: bad trailer", path);
+		goto fail;
+	}
+	size_t len = (size_t)st.st_size - SEG_TRAILER_LEN;
+	map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED) {
+		e = cm_error_set(err, CM_EIO, "segment %s: mmap: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (XXH3_64bits(map, len) != cm_get_u64(tr + 16))
+		e = cm_error_set(err, CM_ECORRUPT, "segment %s: checksum mismatch", path);
+fail:
+	if (map != MAP_FAILED)
+		munmap(map, (size_t)st.st_size - SEG_TRAILER_LEN);
+	close(fd);
+	return e;
+}
+
+cm_err
+seg_get(st_seg_txn *t, const void *key, size_t klen, MDB_val *v)
+{
+	MDB_val k = {klen, (void *)key};
+	int rc = mdb_get(t->txn, t->seg->dbi, &k, v);
+	return seg_err(rc);
+}
+
+static bool
+valid_type(uint8_t t)
+{
+	return t < ST_FT_OBJECT;
+}
+
+static cm_err
+parse_fields(st_segment *s, const uint8_t *p, size_t len)
+{
+	if (!cm_checksum_ok(p, &len))
+		return CM_ECORRUPT;
+	cm_rd r;
+	cm_rd_init(&r, p, len);
+	uint64_t n;
+	if (!cm_rd_varint(&r, &n) || n > MAX_FIELDS || n > cm_rd_left(&r))
+		return CM_ECORRUPT;
+	s->fields = cm_calloc(CM_MEM_STORAGE, n + 1, sizeof(st_field_info));
+	s->names = cm_malloc(CM_MEM_STORAGE, len + 1);
+	s->norms_state = cm_calloc(CM_MEM_STORAGE, n + 1, 1);
+	s->nfields = n;
+	size_t used = 0;
+	for (size_t i = 0; i < n; i++) {
+		st_field_info *f = &s->fields[i];
+		const char *name;
+		size_t nl;
+		uint8_t type, an, flags;
+		uint64_t dc, ttf, sdf, nt, mn, mx;
+		if (!cm_rd_str(&r, &name, &nl) || !cm_rd_u8(&r, &type) || !cm_rd_u8(&r, &an) ||
+		    !cm_rd_u8(&r, &flags) || !cm_rd_varint(&r, &dc) || !cm_rd_varint(&r, &ttf) ||
+		    !cm_rd_varint(&r, &sdf) || !cm_rd_varint(&r, &nt) || !cm_rd_varint(&r, &mn) ||
+		    !cm_rd_varint(&r, &mx) || !valid_type(type) || an > ST_AN_ENGLISH ||
+		    dc > s->max_doc || nt > UINT32_MAX || memchr(name, 0, nl))
+			return CM_ECORRUPT;
+		memcpy(s->names + used, name, nl);
+		s->names[used + nl] = 0;
+		f->name = s->names + used;
+		used += nl + 1;
+		f->id = (uint16_t)i;
+		f->type = type;
+		f->analyzer = an;
+		f->flags = flags;
+		f->doc_count = (uint32_t)dc;
+		f->sum_total_term_freq = ttf;
+		f->sum_doc_freq = sdf;
+		f->num_terms = nt;
+		f->col_min = codec_unzz(mn);
+		f->col_max = codec_unzz(mx);
+		if (i && strcmp(s->fields[i - 1].name, f->name) >= 0)
+			return CM_ECORRUPT; /* lookups binary-search by name */
+	}
+	return CM_OK;
+}
+
+static cm_err
+parse_meta(st_segment *s, const uint8_t *p, size_t len)
+{
+	if (!cm_checksum_ok(p, &len))
+		return CM_ECORRUPT;
+	cm_rd r;
+	cm_rd_init(&r, p, len);
+	uint32_t fmt;
+	uint64_t md, gen, sd;
+	if (!cm_rd_u32(&r, &fmt) || fmt != SEG_FORMAT || !cm_rd_varint(&r, &md) ||
+	    !cm_rd_varint(&r, &gen) || !cm_rd_varint(&r, &sd) || md > UINT32_MAX - 3 || sd > md)
+		return CM_ECORRUPT;
+	s->max_doc = (uint32_t)md;
+	s->gen = gen;
+	s->stored_docs = (uint32_t)sd;
+	return CM_OK;
+}
+
+cm_err
+st_segment_open(const char *path, st_segment **out, cm_error *err)
+{
+	*out = NULL;
+	st_segment *s = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*s));
+	pthread_mutex_init(&s->dict_mu, NULL);
+	s->path = cm_strdup(CM_MEM_STORAGE, path);
+	MDB_txn *txn = NULL;
+	cm_err e = verify_file(path, &s->bytes, err);
+	if (e)
+		goto fail;
+	int rc = mdb_env_create(&s->env);
+	if (rc == 0)
+		rc = mdb_env_open(s->env, path, MDB_RDONLY | MDB_NOLOCK | MDB_NOSUBDIR | MDB_NORDAHEAD,
+		                  0);
+	if (rc == 0)
+		rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc == 0)
+		rc = mdb_dbi_open(txn, NULL, 0, &s->dbi);
+	if (rc) {
+		e = cm_error_set(err, seg_err(rc) == CM_ENOTFOUND ? CM_ECORRUPT : seg_err(rc),
+		                 "segment %s: %s", path, mdb_strerror(rc));
+		goto fail;
+	}
+	MDB_val k = {1, "M"}, v;
+	rc = mdb_get(txn, s->dbi, &k, &v);
+	if (rc || parse_meta(s, v.mv_data, v.mv_size)) {
+		e = cm_error_set(err, CM_ECORRUPT, "segment %s: bad meta", path);
+		goto fail;
+	}
+	k.mv_data = "F";
+	rc = mdb_get(txn, s->dbi, &k, &v);
+	if (rc || parse_fields(s, v.mv_data, v.mv_size)) {
+		e = cm_error_set(err, CM_ECORRUPT, "segment %s: bad field infos", path);
+		goto fail;
+	}
+	mdb_txn_abort(txn);
+	*out = s;
+	return CM_OK;
+fail:
+	if (txn)
+		mdb_txn_abort(txn);
+	if (!s->env)
+		s->env = NULL;
+	st_segment_close(s);
+	return e;
+}
+
+void
+st_segment_close(st_segment *s)
+{
+	if (!s)
+		return;
+	if (s->env)
+		mdb_env_close(s->env);
+	if (s->ddict)
+		ZSTD_freeDDict(s->ddict);
+	pthread_mutex_destroy(&s->dict_mu);
+	cm_free(CM_MEM_STORAGE, s->fields);
+	cm_free(CM_MEM_STORAGE, s->names);
+	cm_free(CM_MEM_STORAGE, (void *)s->norms_state);
+	cm_free(CM_MEM_STORAGE, s->path);
+	cm_free(CM_MEM_STORAGE, s);
+}
+
+uint32_t
+st_segment_max_doc(const st_segment *s)
+{
+	return s->max_doc;
+}
+
+uint64_t
+st_segment_generation(const st_segment *s)
+{
+	return s->gen;
+}
+
+const char *
+st_segment_path(const st_segment *s)
+{
+	return s->path;
+}
+
+uint64_t
+st_segment_bytes(const st_segment *s)
+{
+	return s->bytes;
+}
+
+size_t
+st_segment_nfields(const st_segment *s)
+{
+	return s->nfields;
+}
+
+const st_field_info *
+st_segment_field_at(const st_segment *s, size_t i)
+{
+	return i < s->nfields ? &s->fields[i] : NULL;
+}
+
+const st_field_info *
+st_segment_field(const st_segment *s, const char *name)
+{
+	size_t lo = 0, hi = s->nfields;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = strcmp(s->fields[mid].name, name);
+		if (c == 0)
+			return &s->fields[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+cm_err
+st_seg_txn_begin(const st_segment *s, st_seg_txn **out)
+{
+	st_seg_txn *t = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*t));
+	t->seg = s;
+	t->raw_first = 1;
+	t->raw_last = 0;
+	cm_buf_init(&t->raw, CM_MEM_STORAGE);
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &t->txn);
+	if (rc == 0)
+		rc = mdb_cursor_open(t->txn, s->dbi, &t->cur);
+	if (rc) {
+		if (t->txn)
+			mdb_txn_abort(t->txn);
+		cm_free(CM_MEM_STORAGE, t);
+		*out = NULL;
+		return seg_err(rc);
+	}
+	*out = t;
+	return CM_OK;
+}
+
+void
+st_seg_txn_end(st_seg_txn *t)
+{
+	if (!t)
+		return;
+	mdb_cursor_close(t->cur);
+	mdb_txn_abort(t->txn);
+	if (t->dctx)
+		ZSTD_freeDCtx(t->dctx);
+	cm_buf_free(&t->raw);
+	cm_free(CM_MEM_STORAGE, t);
+}
+
+const st_segment *
+st_seg_txn_segment(const st_seg_txn *t)
+{
+	return t->seg;
+}
+
+/* ---- postings ---- */
+
+typedef struct term_head {
+	uint64_t df, ttf, ord;
+	const uint8_t *rest; /* after the header */
+	size_t rest_len;     /* up to the checksum (one block) or the end (more) */
+} term_head;
+
+/* Verifies and parses a T value's header. For terms with more than one
+ * block, rest is the skip table + checksum + blocks. */
+static bool
+parse_term(const uint8_t *p, size_t len, bool keyword, term_head *h)
+{
+	cm_rd r;
+	cm_rd_init(&r, p, len);
+	if (!cm_rd_varint(&r, &h->df) || h->df == 0 || h->df > UINT32_MAX - 2)
+		return false;
+	uint64_t nblocks = (h->df + ST_BLOCK - 1) / ST_BLOCK;
+	if (nblocks == 1) {
+		if (!cm_checksum_ok(p, &len))
+			return false;
+		cm_rd_init(&r, p, len);
+		cm_rd_varint(&r, &h->df);
+	}
+	h->ord = 0;
+	if (!cm_rd_varint(&r, &h->ttf) || h->ttf < h->df || (keyword && !cm_rd_varint(&r, &h->ord)))
+		return false;
+	if (nblocks > 1) {
+		size_t head = (size_t)(r.p - p);
+		size_t table = (size_t)nblocks * SKIP_ENTRY;
+		if (cm_rd_left(&r) < table + 4)
+			return false;
+		if (XXH32(p, head + table, 0) != cm_get_u32(p + head + table))
+			return false;
+	}
+	h->rest = r.p;
+	h->rest_len = cm_rd_left(&r);
+	return true;
+}
+
+static void
+postings_fail(st_postings *p)
+{
+	p->corrupt = true;
+	p->doc = ST_NO_MORE_DOCS;
+	p->n = p->i = 0;
+	p->block = p->nblocks;
+}
+
+static cm_err
+postings_init(st_seg_txn *t, const st_field_info *f, const uint8_t *val, size_t vlen,
+              const void *term, size_t tlen, st_postings *p)
+{
+	term_head h;
+	p->txn = t;
+	p->field = f->id;
+	p->corrupt = false;
+	p->doc = BEFORE_FIRST;
+	p->freq = 0;
+	p->n = p->i = 0;
+	p->block = UINT32_MAX;
+	p->pos_data = p->pos_cur = p->pos_table = p->pos_end = NULL;
+	p->pos_len = 0;
+	p->pos_block = UINT32_MAX;
+	p->pos_i = 0;
+	p->with_freqs = f->type == ST_FT_TEXT;
+	p->pos_key_len = 0;
+	if ((f->flags & ST_FI_POSITIONS) && tlen <= ST_MAX_TOKEN_LEN)
+		p->pos_key_len = (uint16_t)seg_term_key(p->pos_key, TAG_POS, f->id, term, tlen);
+	if (!parse_term(val, vlen, f->type == ST_FT_KEYWORD, &h)) {
+		p->doc_freq = 0;
+		p->total_term_freq = 0;
+		p->nblocks = 0;
+		postings_fail(p);
+		return CM_ECORRUPT;
+	}
+	p->doc_freq = (uint32_t)h.df;
+	p->total_term_freq = h.ttf;
+	p->nblocks = (uint32_t)((h.df + ST_BLOCK - 1) / ST_BLOCK);
+	p->skip = NULL;
+	if (h.df == 1) {
+		uint64_t doc;
+		cm_rd r;
+		cm_rd_init(&r, h.rest, h.rest_len);
+		if (!cm_rd_varint(&r, &doc) || doc >= t->seg->max_doc || h.ttf > UINT32_MAX) {
+			postings_fail(p);
+			return CM_ECORRUPT;
+		}
+		p->one_last = (uint32_t)doc;
+		p->one_maxf = (uint32_t)h.ttf;
+		p->one_norm = 0;
+		p->data = NULL;
+		p->data_len = 0;
+	} else if (p->nblocks == 1) {
+		cm_rd r;
+		uint64_t last, maxf;
+		uint8_t mn;
+		cm_rd_init(&r, h.rest, h.rest_len);
+		if (!cm_rd_varint(&r, &last) || !cm_rd_varint(&r, &maxf) || !cm_rd_u8(&r, &mn) ||
+		    last >= t->seg->max_doc || maxf > UINT32_MAX) {
+			postings_fail(p);
+			return CM_ECORRUPT;
+		}
+		p->one_last = (uint32_t)last;
+		p->one_maxf = (uint32_t)maxf;
+		p->one_norm = mn;
+		p->data = r.p;
+		p->data_len = cm_rd_left(&r);
+	} else {
+		p->skip = h.rest;
+		size_t table = (size_t)p->nblocks * SKIP_ENTRY + 4;
+		p->data = h.rest + table;
+		p->data_len = h.rest_len - table;
+	}
+	return CM_OK;
+}
+
+cm_err
+st_postings_open(st_seg_txn *t, const st_field_info *f, const void *term, size_t len,
+                 st_postings *p)
+{
+	if (!(f->flags & ST_FI_POSTINGS) || len > SEG_MAX_TERM || f->id >= t->seg->nfields)
+		return CM_ENOTFOUND;
+	uint8_t key[SEG_MAX_KEY + 1];
+	size_t kl = seg_term_key(key, TAG_TERM, f->id, term, len);
+	MDB_val v;
+	cm_err e = seg_get(t, key, kl, &v);
+	if (e)
+		return e;
+	return postings_init(t, f, v.mv_data, v.mv_size, term, len, p);
+}
+
+uint32_t
+st_postings_block_last(const st_postings *p, uint32_t b)
+{
+	if (b >= p->nblocks)
+		return ST_NO_MORE_DOCS;
+	if (!p->skip)
+		return p->one_last;
+	return cm_get_u32(p->skip + (size_t)b * SKIP_ENTRY);
+}
+
+void
+st_postings_block_impact(const st_postings *p, uint32_t b, uint32_t *max_freq, uint8_t *min_norm)
+{
+	if (b >= p->nblocks) {
+		*max_freq = 0;
+		*min_norm = 255;
+	} else if (!p->skip) {
+		*max_freq = p->one_maxf;
+		*min_norm = p->one_norm;
+	} else {
+		const uint8_t *s = p->skip + (size_t)b * SKIP_ENTRY;
+		*max_freq = cm_get_u32(s + 8);
+		*min_norm = s[12];
+	}
+}
+
+uint32_t
+st_postings_find_block(const st_postings *p, uint32_t target)
+{
+	if (!p->skip)
+		return p->nblocks && p->one_last >= target ? 0 : p->nblocks;
+	uint32_t lo = p->block == UINT32_MAX || p->block >= p->nblocks ? 0 : p->block;
+	if (lo < p->nblocks && cm_get_u32(p->skip + (size_t)lo * SKIP_ENTRY) >= target)
+		lo = 0; /* target behind the cursor: search everything */
+	uint32_t hi = p->nblocks;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (cm_get_u32(p->skip + (size_t)mid * SKIP_ENTRY) >= target)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo;
+}
+
+/* Decodes block b into docs/freqs; false (and the cursor ends) if corrupt. */
+static bool
+load_block(st_postings *p, uint32_t b)
+{
+	if (b >= p->nblocks) {
+		p->block = p->nblocks;
+		p->n = p->i = 0;
+		p->doc = ST_NO_MORE_DOCS;
+		return false;
+	}
+	if (p->doc_freq == 1) {
+		p->docs[0] = p->one_last;
+		p->freqs[0] = p->one_maxf;
+		p->n = 1;
+	} else if (!p->skip) {
+		if (!codec_block_decode(p->data, p->data_len, p->doc_freq, UINT32_MAX, p->docs,
+		                        p->freqs) ||
+		    p->docs[p->doc_freq - 1] != p->one_last) {
+			postings_fail(p);
+			return false;
+		}
+		p->n = p->doc_freq;
+	} else {
+		const uint8_t *s = p->skip + (size_t)b * SKIP_ENTRY;
+		uint32_t start = b ? cm_get_u32(s - SKIP_ENTRY + 4) : 0;
+		uint32_t end = cm_get_u32(s + 4);
+		uint32_t prev = b ? cm_get_u32(s - SKIP_ENTRY) : UINT32_MAX;
+		uint32_t n = b + 1 < p->nblocks ? ST_BLOCK : p->doc_freq - b * ST_BLOCK;
+		if (start > end || end > p->data_len ||
+		    XXH32(p->data + start, end - start, 0) != cm_get_u32(s + 13) ||
+		    !codec_block_decode(p->data + start, end - start, n, prev, p->docs, p->freqs) ||
+		    p->docs[n - 1] != cm_get_u32(s) || p->docs[n - 1] >= p->txn->seg->max_doc) {
+			postings_fail(p);
+			return false;
+		}
+		p->n = n;
+	}
+	p->block = b;
+	p->i = 0;
+	p->doc = p->docs[0];
+	p->freq = p->freqs[0];
+	return true;
+}
+
+uint32_t
+st_postings_next_block(st_postings *p)
+{
+	if (p->doc == ST_NO_MORE_DOCS)
+		return 0;
+	uint32_t b = p->block == UINT32_MAX ? 0 : p->block + 1;
+	return load_block(p, b) ? p->n : 0;
+}
+
+uint32_t
+st_postings_next(st_postings *p)
+{
+	if (p->i + 1 < p->n) {
+		p->i++;
+		p->doc = p->docs[p->i];
+		p->freq = p->freqs[p->i];
+		return p->doc;
+	}
+	if (p->doc == ST_NO_MORE_DOCS)
+		return ST_NO_MORE_DOCS;
+	uint32_t b = p->block == UINT32_MAX ? 0 : p->block + 1;
+	load_block(p, b);
+	return p->doc;
+}
+
+uint32_t
+st_postings_advance(st_postings *p, uint32_t target)
+{
+	if (p->doc == ST_NO_MORE_DOCS)
+		return ST_NO_MORE_DOCS;
+	if (p->doc != BEFORE_FIRST && p->doc >= target)
+		return p->doc;
+	if (p->n == 0 || p->docs[p->n - 1] < target) {
+		uint32_t b = st_postings_find_block(p, target);
+		if (p->block != UINT32_MAX && b <= p->block && p->block < p->nblocks)
+			b = p->block + 1; /* never move backwards */
+		if (!load_block(p, b))
+			return ST_NO_MORE_DOCS;
+		if (p->docs[p->n - 1] < target) { /* skip data lied: treat as corrupt */
+			postings_fail(p);
+			return ST_NO_MORE_DOCS;
+		}
+	}
+	uint32_t i = p->i;
+	while (p->docs[i] < target)
+		i++;
+	p->i = i;
+	p->doc = p->docs[i];
+	p->freq = p->freqs[i];
+	return p->doc;
+}
+
+static bool
+load_positions(st_postings *p)
+{
+	if (!p->pos_key_len)
+		return false;
+	MDB_val v;
+	if (seg_get(p->txn, p->pos_key, p->pos_key_len, &v))
+		return false;
+	const uint8_t *d = v.mv_data;
+	size_t len = v.mv_size;
+	if (p->nblocks <= 1) {
+		if (!cm_checksum_ok(d, &len))
+			return false;
+		p->pos_table = NULL;
+		p->pos_data = d;
+		p->pos_len = len;
+	} else {
+		size_t table = (size_t)p->nblocks * 8;
+		if (len < table + 4 || XXH32(d, table, 0) != cm_get_u32(d + table))
+			return false;
+		p->pos_table = d;
+		p->pos_data = d + table + 4;
+		p->pos_len = len - table - 4;
+	}
+	return true;
+}
+
+static bool
+locate_positions(st_postings *p)
+{
+	size_t start = 0, end = p->pos_len;
+	if (p->pos_table) {
+		const uint8_t *e = p->pos_table + (size_t)p->block * 8;
+		start = p->block ? cm_get_u32(e - 8) : 0;
+		end = cm_get_u32(e);
+		if (start > end || end > p->pos_len ||
+		    XXH32(p->pos_data + start, end - start, 0) != cm_get_u32(e + 4))
+			return false;
+	}
+	p->pos_cur = p->pos_data + start;
+	p->pos_end = p->pos_data + end;
+	p->pos_block = p->block;
+	p->pos_i = 0;
+	return true;
+}
+
+static bool
+skip_varints(const uint8_t **pp, const uint8_t *end, uint32_t n)
+{
+	const uint8_t *q = *pp;
+	while (n) {
+		if (q >= end)
+			return false;
+		if (!(*q++ & 0x80))
+			n--;
+	}
+	*pp = q;
+	return true;
+}
+
+int
+st_postings_positions(st_postings *p, uint32_t *pos, uint32_t cap)
+{
+	if (p->doc >= BEFORE_FIRST || p->corrupt || p->freq > cap)
+		return -1;
+	if (!p->pos_data && !load_positions(p))
+		return -1;
+	if (p->pos_block != p->block || p->pos_i > p->i) {
+		if (!locate_positions(p))
+			return -1;
+	}
+	while (p->pos_i < p->i) {
+		if (!skip_varints(&p->pos_cur, p->pos_end, p->freqs[p->pos_i]))
+			return -1;
+		p->pos_i++;
+	}
+	uint64_t acc = 0;
+	for (uint32_t k = 0; k < p->freq; k++) {
+		uint64_t d;
+		if (!codec_varint(&p->pos_cur, p->pos_end, &d))
+			return -1;
+		acc += d;
+		if (acc > UINT32_MAX)
+			return -1;
+		pos[k] = (uint32_t)acc;
+	}
+	p->pos_i++;
+	return (int)p->freq;
+}
+
+/* ---- terms ---- */
+
+cm_err
+st_terms_open(st_seg_txn *t, const st_field_info *f, st_terms **out)
+{
+	*out = NULL;
+	if (!(f->flags & ST_FI_POSTINGS))
+		return CM_ENOTFOUND;
+	st_terms *it = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*it));
+	int rc = mdb_cursor_open(t->txn, t->seg->dbi, &it->cur);
+	if (rc) {
+		cm_free(CM_MEM_STORAGE, it);
+		return seg_err(rc);
+	}
+	it->txn = t;
+	it->f = f;
+	seg_term_key(it->prefix, TAG_TERM, f->id, NULL, 0);
+	*out = it;
+	return CM_OK;
+}
+
+static bool
+terms_take(st_terms *it, int rc, MDB_val *k)
+{
+	if (rc || k->mv_size < 3 || memcmp(k->mv_data, it->prefix, 3) != 0) {
+		it->valid = false;
+		return false;
+	}
+	it->term = (const uint8_t *)k->mv_data + 3;
+	it->term_len = k->mv_size - 3;
+	it->valid = true;
+	return true;
+}
+
+bool
+st_terms_seek(st_terms *it, const void *key, size_t len)
+{
+	uint8_t kb[SEG_MAX_KEY + 1];
+	if (len > SEG_MAX_TERM)
+		len = SEG_MAX_TERM; /* no stored term is longer; the prefix seeks the same spot */
+	size_t kl = seg_term_key(kb, TAG_TERM, it->f->id, key, key ? len : 0);
+	MDB_val k = {kl, kb};
+	int rc = mdb_cursor_get(it->cur, &k, &it->val, MDB_SET_RANGE);
+	if (!terms_take(it, rc, &k))
+		return false;
+	/* A truncated seek key may land on a term equal to its prefix. */
+	if (key && len == SEG_MAX_TERM && it->term_len == len && memcmp(it->term, key, len) == 0)
+		return st_terms_next(it);
+	return true;
+}
+
+bool
+st_terms_next(st_terms *it)
+{
+	if (!it->valid)
+		return false;
+	MDB_val k;
+	int rc = mdb_cursor_get(it->cur, &k, &it->val, MDB_NEXT);
+	return terms_take(it, rc, &k);
+}
+
+const uint8_t *
+st_terms_term(const st_terms *it, size_t *len)
+{
+	*len = it->term_len;
+	return it->term;
+}
+
+uint32_t
+st_terms_doc_freq(const st_terms *it)
+{
+	const uint8_t *p = it->val.mv_data;
+	uint64_t df;
+	if (!it->valid || !codec_varint(&p, p + it->val.mv_size, &df) || df > UINT32_MAX)
+		return 0;
+	return (uint32_t)df;
+}
+
+cm_err
+st_terms_postings(st_terms *it, st_postings *p)
+{
+	if (!it->valid)
+		return CM_ENOTFOUND;
+	return postings_init(it->txn, it->f, it->val.mv_data, it->val.mv_size, it->term,
+	                     it->term_len, p);
+}
+
+void
+st_terms_close(st_terms *it)
+{
+	if (!it)
+		return;
+	mdb_cursor_close(it->cur);
+	cm_free(CM_MEM_STORAGE, it);
+}
+
+/* ---- norms ---- */
+
+const uint8_t *
+st_norms(st_seg_txn *t, const st_field_info *f)
+{
+	if (!(f->flags & ST_FI_NORMS) || f->id >= t->seg->nfields)
+		return NULL;
+	uint8_t key[3] = {TAG_NORMS, (uint8_t)(f->id >> 8), (uint8_t)f->id};
+	MDB_val v;
+	if (seg_get(t, key, 3, &v) || v.mv_size != (size_t)t->seg->max_doc + 4)
+		return NULL;
+	_Atomic uint8_t *state = &t->seg->norms_state[f->id];
+	uint8_t st = atomic_load_explicit(state, memory_order_acquire);
+	if (st == 0) {
+		size_t len = v.mv_size;
+		st = cm_checksum_ok(v.mv_data, &len) ? 1 : 2;
+		atomic_store_explicit(state, st, memory_order_release);
+	}
+	return st == 1 ? v.mv_data : NULL;
+}
+
+/* ---- columns ---- */
+
+static size_t
+col_key(uint8_t *key, uint16_t field, uint32_t block)
+{
+	key[0] = TAG_COL;
+	key[1] = (uint8_t)(field >> 8);
+	key[2] = (uint8_t)field;
+	key[3] = (uint8_t)(block >> 24);
+	key[4] = (uint8_t)(block >> 16);
+	key[5] = (uint8_t)(block >> 8);
+	key[6] = (uint8_t)block;
+	return 7;
+}
+
+static cm_err
+col_get(st_seg_txn *t, const st_field_info *f, uint32_t block, MDB_val *v)
+{
+	if (!(f->flags & ST_FI_COLUMN) || f->id >= t->seg->nfields ||
+	    (uint64_t)block * ST_COL_BLOCK >= t->seg->max_doc)
+		return CM_ENOTFOUND;
+	uint8_t key[7];
+	cm_err e = seg_get(t, key, col_key(key, f->id, block), v);
+	if (e == CM_ENOTFOUND)
+		return CM_ECORRUPT; /* every block of a column field is written */
+	if (e)
+		return e;
+	if (v->mv_size < 24 + 2 + 4 ||
+	    XXH32(v->mv_data, 20, 0) != cm_get_u32((const uint8_t *)v->mv_data + 20))
+		return CM_ECORRUPT;
+	return CM_OK;
+}
+
+cm_err
+st_col_zone(st_seg_txn *t, const st_field_info *f, uint32_t block, int64_t *min, int64_t *max,
+            uint32_t *nvalues)
+{
+	MDB_val v;
+	cm_err e = col_get(t, f, block, &v);
+	if (e)
+		return e;
+	const uint8_t *p = v.mv_data;
+	*min = (int64_t)cm_get_u64(p);
+	*max = (int64_t)cm_get_u64(p + 8);
+	*nvalues = cm_get_u32(p + 16);
+	return CM_OK;
+}
+
+void
+st_colblock_free(st_colblock *cb)
+{
+	cm_free(CM_MEM_STORAGE, cb->starts);
+	cm_free(CM_MEM_STORAGE, cb->vals);
+	memset(cb, 0, sizeof(*cb));
+}
+
+cm_err
+st_col_load(st_seg_txn *t, const st_field_info *f, uint32_t block, st_colblock *cb)
+{
+	MDB_val v;
+	cm_err e = col_get(t, f, block, &v);
+	if (e)
+		return e;
+	const uint8_t *p = v.mv_data;
+	size_t blen = v.mv_size - 24;
+	if (!cm_checksum_ok(p + 24, &blen))
+		return CM_ECORRUPT;
+	int64_t mn = (int64_t)cm_get_u64(p), mx = (int64_t)cm_get_u64(p + 8);
+	uint32_t nv = cm_get_u32(p + 16);
+	uint32_t first = block * ST_COL_BLOCK;
+	uint32_t nd = t->seg->max_doc - first < ST_COL_BLOCK ? t->seg->max_doc - first : ST_COL_BLOCK;
+	const uint8_t *b = p + 24, *end = p + 24 + blen;
+	/* Mark the block unloaded until it decodes completely. */
+	cb->starts_cap = cb->starts ? cb->starts_cap : 0;
+	if (cb->starts_cap < ST_COL_BLOCK + 1) {
+		cb->starts = cm_realloc(CM_MEM_STORAGE, cb->starts, (ST_COL_BLOCK + 1) * sizeof(uint32_t));
+		cb->starts_cap = ST_COL_BLOCK + 1;
+	}
+	cb->ndocs = 0;
+	cb->block = UINT32_MAX;
+	if (b >= end || *b > 1)
+		return CM_ECORRUPT;
+	if (*b++ == 0) {
+		if (nv != nd)
+			return CM_ECORRUPT;
+		for (uint32_t i = 0; i <= nd; i++)
+			cb->starts[i] = i;
+	} else {
+		if (b >= end || *b > 32)
+			return CM_ECORRUPT;
+		unsigned cbits = *b++;
+		size_t sz = codec_packed_size(nd, cbits);
+		if ((size_t)(end - b) < sz)
+			return CM_ECORRUPT;
+		codec_unpack32(b, (size_t)(end - b), nd, cbits, cb->starts + 1);
+		b += sz;
+		uint64_t sum = 0;
+		cb->starts[0] = 0;
+		for (uint32_t i = 1; i <= nd; i++) {
+			sum += cb->starts[i];
+			if (sum > nv)
+				return CM_ECORRUPT;
+			cb->starts[i] = (uint32_t)sum;
+		}
+		if (sum != nv)
+			return CM_ECORRUPT;
+	}
+	if (b >= end || *b > 64)
+		return CM_ECORRUPT;
+	unsigned vbits = *b++;
+	if ((size_t)(end - b) < codec_packed_size(nv, vbits) || (vbits == 0 && nv && mn != mx))
+		return CM_ECORRUPT;
+	if (cb->vals_cap < nv) {
+		cb->vals = cm_realloc(CM_MEM_STORAGE, cb->vals, ((size_t)nv + 1) * sizeof(int64_t));
+		cb->vals_cap = nv;
+	}
+	codec_unpack64(b, (size_t)(end - b), nv, vbits, (uint64_t *)cb->vals);
+	for (uint32_t i = 0; i < nv; i++)
+		cb->vals[i] = (int64_t)((uint64_t)cb->vals[i] + (uint64_t)mn);
+	cb->block = block;
+	cb->first_doc = first;
+	cb->ndocs = nd;
+	cb->nvalues = nv;
+	cb->min = mn;
+	cb->max = mx;
+	return CM_OK;
+}
+
+int
+st_col_values(st_seg_txn *t, const st_field_info *f, st_colblock *cb, uint32_t doc,
+              const int64_t **vals)
+{
+	if (doc >= t->seg->max_doc)
+		return -1;
+	uint32_t block = doc / ST_COL_BLOCK;
+	if (!cb->starts || cb->block != block || cb->ndocs == 0) {
+		if (st_col_load(t, f, block, cb))
+			return -1;
+	}
+	uint32_t i = doc - cb->first_doc;
+	*vals = cb->vals + cb->starts[i];
+	return (int)(cb->starts[i + 1] - cb->starts[i]);
+}
+
+/* ---- ordinals ---- */
+
+cm_err
+st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t **term,
+            size_t *len)
+{
+	if (f->type != ST_FT_KEYWORD || ord >= f->num_terms)
+		return CM_ENOTFOUND;
+	uint8_t key[SEG_MAX_KEY + 1];
+	uint32_t n = (uint32_t)(ord / KDICT_STEP);
+	key[0] = TAG_KDICT;
+	key[1] = (uint8_t)(f->id >> 8);
+	key[2] = (uint8_t)f->id;
+	key[3] = (uint8_t)(n >> 24);
+	key[4] = (uint8_t)(n >> 16);
+	key[5] = (uint8_t)(n >> 8);
+	key[6] = (uint8_t)n;
+	MDB_val v;
+	cm_err e = seg_get(t, key, 7, &v);
+	if (e)
+		return e == CM_ENOTFOUND ? CM_ECORRUPT : e;
+	size_t tl = v.mv_size;
+	if (!cm_checksum_ok(v.mv_data, &tl) || tl > SEG_MAX_TERM)
+		return CM_ECORRUPT;
+	size_t kl = seg_term_key(key, TAG_TERM, f->id, v.mv_data, tl);
+	MDB_val k = {kl, key}, tv;
+	int rc = mdb_cursor_get(t->cur, &k, &tv, MDB_SET_KEY);
+	for (uint64_t i = n * (uint64_t)KDICT_STEP; rc == 0 && i < ord; i++)
+		rc = mdb_cursor_get(t->cur, &k, &tv, MDB_NEXT);
+	if (rc || k.mv_size < 3 || memcmp(k.mv_data, key, 3) != 0)
+		return CM_ECORRUPT;
+	/* The T value names its ordinal: cheap proof we landed right. */
+	const uint8_t *p = tv.mv_data, *pe = p + tv.mv_size;
+	uint64_t df, ttf, o;
+	if (!codec_varint(&p, pe, &df) || !codec_varint(&p, pe, &ttf) || !codec_varint(&p, pe, &o) ||
+	    o != ord)
+		return CM_ECORRUPT;
+	*term = (const uint8_t *)k.mv_data + 3;
+	*len = k.mv_size - 3;
+	return CM_OK;
+}
+
+cm_err
+st_term_ord(st_seg_txn *t, const st_field_info *f, const void *term, size_t len, uint64_t *ord)
+{
+	if (f->type != ST_FT_KEYWORD)
+		return CM_EINVAL;
+	uint8_t key[SEG_MAX_KEY + 1];
+	size_t kl = seg_term_key(key, TAG_TERM, f->id, term, len > SEG_MAX_TERM ? SEG_MAX_TERM : len);
+	MDB_val k = {kl, key}, v;
+	int rc = mdb_cursor_get(t->cur, &k, &v, MDB_SET_RANGE);
+	if (rc == MDB_NOTFOUND || (rc == 0 && (k.mv_size < 3 || memcmp(k.mv_data, key, 3) != 0))) {
+		*ord = f->num_terms;
+		return CM_ENOTFOUND;
+	}
+	if (rc)
+		return seg_err(rc);
+	bool exact = len <= SEG_MAX_TERM && k.mv_size == kl && memcmp(k.mv_data, key, kl) == 0;
+	if (!exact && len > SEG_MAX_TERM && k.mv_size == kl && memcmp(k.mv_data, key, kl) == 0) {
+		/* the stored term is a prefix of a longer probe: insertion point is after it */
+		rc = mdb_cursor_get(t->cur, &k, &v, MDB_NEXT);
+		if (rc || k.mv_size < 3 || memcmp(k.mv_data, key, 3) != 0) {
+			*ord = f->num_terms;
+			return CM_ENOTFOUND;
+		}
+	}
+	term_head h;
+	if (!parse_term(v.mv_data, v.mv_size, true, &h) || h.ord >= f->num_terms)
+		return CM_ECORRUPT;
+	*ord = h.ord;
+	return exact ? CM_OK : CM_ENOTFOUND;
+}
+
+/* ---- stored documents and ids ---- */
+
+static cm_err
+load_dict(st_seg_txn *t)
+{
+	st_segment *s = (st_segment *)t->seg; /* the dictionary is a lazily filled cache */
+	cm_err e = CM_OK;
+	pthread_mutex_lock(&s->dict_mu);
+	if (!s->dict_loaded) {
+		MDB_val v;
+		e = seg_get(t, "Z", 1, &v);
+		if (e == CM_ENOTFOUND) {
+			e = CM_OK;
+			s->dict_loaded = true;
+		} else if (!e) {
+			size_t len = v.mv_size;
+			if (!cm_checksum_ok(v.mv_data, &len)) {
+				e = CM_ECORRUPT;
+			} else {
+				s->ddict = ZSTD_createDDict(v.mv_data, len);
+				if (!s->ddict)
+					e = CM_ECORRUPT;
+				else
+					s->dict_loaded = true;
+			}
+		}
+	}
+	pthread_mutex_unlock(&s->dict_mu);
+	return e;
+}
+
+static cm_err
+load_stored_block(st_seg_txn *t, uint32_t doc)
+{
+	uint8_t key[5] = {TAG_STORED, (uint8_t)(doc >> 24), (uint8_t)(doc >> 16), (uint8_t)(doc >> 8),
+	                  (uint8_t)doc};
+	MDB_val k = {5, key}, v;
+	int rc = mdb_cursor_get(t->cur, &k, &v, MDB_SET_RANGE);
+	if (rc == MDB_NOTFOUND || (rc == 0 && (k.mv_size != 5 || *(uint8_t *)k.mv_data != TAG_STORED)))
+		return CM_ECORRUPT; /* doc < max_doc must have a block */
+	if (rc)
+		return seg_err(rc);
+	uint32_t last = cm_get_u32_be((const uint8_t *)k.mv_data + 1);
+	size_t len = v.mv_size;
+	if (!cm_checksum_ok(v.mv_data, &len))
+		return CM_ECORRUPT;
+	cm_rd r;
+	cm_rd_init(&r, v.mv_data, len);
+	uint64_t first, raw_len;
+	if (!cm_rd_varint(&r, &first) || !cm_rd_varint(&r, &raw_len) || first > doc || last < doc ||
+	    raw_len > STORED_MAX_RAW)
+		return CM_ECORRUPT;
+	cm_err e = load_dict(t);
+	if (e)
+		return e;
+	if (!t->dctx)
+		t->dctx = ZSTD_createDCtx();
+	cm_buf_reset(&t->raw);
+	cm_buf_reserve(&t->raw, raw_len + 1);
+	t->raw_first = 1;
+	t->raw_last = 0;
+	size_t n;
+	if (t->seg->ddict)
+		n = ZSTD_decompress_usingDDict(t->dctx, t->raw.data, raw_len, r.p, cm_rd_left(&r),
+		                               t->seg->ddict);
+	else
+		n = ZSTD_decompressDCtx(t->dctx, t->raw.data, raw_len, r.p, cm_rd_left(&r));
+	if (ZSTD_isError(n) || n != raw_len)
+		return CM_ECORRUPT;
+	t->raw.len = n;
+	t->raw_first = (uint32_t)first;
+	t->raw_last = last;
+	return CM_OK;
+}
+
+cm_err
+st_stored_get(st_seg_txn *t, uint32_t doc, cm_buf *id, cm_buf *source)
+{
+	if (doc >= t->seg->max_doc)
+		return CM_ENOTFOUND;
+	if (!(t->raw_first <= doc && doc <= t->raw_last)) {
+		cm_err e = load_stored_block(t, doc);
+		if (e)
+			return e;
+	}
+	cm_rd r;
+	cm_rd_init(&r, t->raw.data, t->raw.len);
+	const char *is, *ss;
+	size_t il, sl;
+	for (uint32_t d = t->raw_first; d <= doc; d++) {
+		if (!cm_rd_str(&r, &is, &il) || !cm_rd_str(&r, &ss, &sl)) {
+			t->raw_first = 1;
+			t->raw_last = 0;
+			return CM_ECORRUPT;
+		}
+	}
+	if (id)
+		cm_buf_put(id, is, il);
+	if (source)
+		cm_buf_put(source, ss, sl);
+	return CM_OK;
+}
+
+cm_err
+st_id_lookup(st_seg_txn *t, const char *id, size_t len, uint32_t *doc)
+{
+	if (len > SEG_MAX_ID)
+		return CM_ENOTFOUND;
+	uint8_t key[SEG_MAX_KEY + 1];
+	key[0] = TAG_ID;
+	memcpy(key + 1, id, len);
+	MDB_val v;
+	cm_err e = seg_get(t, key, len + 1, &v);
+	if (e)
+		return e;
+	size_t vl = v.mv_size;
+	const uint8_t *p = v.mv_data;
+	uint64_t d;
+	if (!cm_checksum_ok(p, &vl) || !codec_varint(&p, p + vl, &d) || d >= t->seg->max_doc)
+		return CM_ECORRUPT;
+	*doc = (uint32_t)d;
+	return CM_OK;
+}

@@ -1,0 +1,626 @@
+/* Segment write -> read against a model: every field type, multi-valued
+ * and missing values, Unicode terms, deletes, stored source, postings
+ * (next/advance/next_block/find_block/positions), terms, norms, columns,
+ * ordinals, ids; then a merge of three segments with deletes. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "storage/st_segment.h"
+
+#define NVOCAB 40
+#define NTAGS 200
+#define MAXV 3
+
+static const char *vocab[NVOCAB];
+static char *tags[NTAGS];
+
+static st_field_def f_title = {.path = "title", .type = ST_FT_TEXT, .analyzer = ST_AN_STANDARD,
+                               .index = true};
+static st_field_def f_tag = {.path = "tag", .type = ST_FT_KEYWORD, .index = true,
+                             .doc_values = true};
+static st_field_def f_n = {.path = "n", .type = ST_FT_LONG, .index = true, .doc_values = true};
+static st_field_def f_price = {.path = "price", .type = ST_FT_DOUBLE, .index = true,
+                               .doc_values = true};
+static st_field_def f_flag = {.path = "flag", .type = ST_FT_BOOLEAN, .index = true,
+                              .doc_values = true};
+static st_field_def f_when = {.path = "when", .type = ST_FT_DATE, .index = true,
+                              .doc_values = true};
+
+typedef struct mdoc {
+	char id[32];
+	char src[256];
+	int ntitle;
+	char title[MAXV][200];
+	int ntag;
+	int tag[MAXV];
+	int nn;
+	int64_t n[MAXV];
+	int has_price, has_flag, has_when;
+	double price;
+	int flag;
+	int64_t when;
+	uint64_t seq;
+	int64_t version;
+} mdoc;
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t
+rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+static void
+gen_doc(mdoc *d, uint32_t i, const char *prefix)
+{
+	memset(d, 0, sizeof(*d));
+	snprintf(d->id, sizeof(d->id), "%s-%u", prefix, i);
+	snprintf(d->src, sizeof(d->src), "{\"i\":%u,\"s\":\"caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac %llu\"}",
+	         i, (unsigned long long)(rnd() % 100000));
+	d->ntitle = (int)(rnd() % 3); /* 0..2 values */
+	for (int v = 0; v < d->ntitle; v++) {
+		int nw = (int)(rnd() % 8);
+		char *p = d->title[v];
+		p[0] = 0;
+		for (int w = 0; w < nw; w++) {
+			/* skewed: low word ids are frequent, so long postings exist */
+			uint64_t r = rnd() % NVOCAB;
+			int wi = (int)(r * (rnd() % NVOCAB) / NVOCAB);
+			strcat(p, vocab[wi]);
+			strcat(p, w + 1 < nw ? " " : "");
+		}
+	}
+	d->ntag = (int)(rnd() % 4);
+	if (d->ntag > MAXV)
+		d->ntag = MAXV;
+	for (int v = 0; v < d->ntag; v++)
+		d->tag[v] = (int)(rnd() % NTAGS);
+	d->nn = (int)(rnd() % 3);
+	for (int v = 0; v < d->nn; v++)
+		d->n[v] = (int64_t)(rnd() % 2000000) - 1000000;
+	if (i % 97 == 5 && d->nn)
+		d->n[0] = INT64_MIN + 5; /* extreme values in a block */
+	d->has_price = rnd() % 5 != 0;
+	d->price = ((double)(int64_t)(rnd() % 200000) - 100000) / 7.0;
+	d->has_flag = rnd() % 3 != 0;
+	d->flag = (int)(rnd() % 2);
+	d->has_when = 1;
+	d->when = 1700000000000LL + (int64_t)(rnd() % 1000000);
+	d->seq = i * 3 + 1;
+	d->version = i + 7;
+}
+
+static void
+to_doc(const mdoc *m, st_doc *d, st_value *vals)
+{
+	size_t n = 0;
+	for (int v = 0; v < m->ntitle; v++)
+		vals[n++] = (st_value){.field = &f_title, .s = m->title[v], .n = strlen(m->title[v])};
+	for (int v = 0; v < m->ntag; v++)
+		vals[n++] = (st_value){.field = &f_tag, .s = tags[m->tag[v]], .n = strlen(tags[m->tag[v]])};
+	for (int v = 0; v < m->nn; v++)
+		vals[n++] = (st_value){.field = &f_n, .i = m->n[v]};
+	if (m->has_price)
+		vals[n++] = (st_value){.field = &f_price, .d = m->price};
+	if (m->has_flag)
+		vals[n++] = (st_value){.field = &f_flag, .i = m->flag};
+	if (m->has_when)
+		vals[n++] = (st_value){.field = &f_when, .i = m->when};
+	*d = (st_doc){.id = m->id, .id_len = strlen(m->id), .source = m->src,
+	              .source_len = strlen(m->src), .values = vals, .nvalues = n};
+}
+
+/* ---- expected postings from the model ---- */
+
+typedef struct exp_post {
+	uint32_t n, cap;
+	uint32_t *docs, *freqs;
+	uint32_t *pos; /* MAXPOS per doc */
+} exp_post;
+#define MAXPOS 64
+
+static void
+exp_add(exp_post *e, uint32_t doc, uint32_t pos)
+{
+	if (e->n && e->docs[e->n - 1] == doc) {
+		if (e->freqs[e->n - 1] < MAXPOS)
+			e->pos[(e->n - 1) * MAXPOS + e->freqs[e->n - 1]] = pos;
+		e->freqs[e->n - 1]++;
+		return;
+	}
+	if (e->n == e->cap) {
+		e->cap = e->cap ? e->cap * 2 : 16;
+		e->docs = realloc(e->docs, e->cap * sizeof(uint32_t));
+		e->freqs = realloc(e->freqs, e->cap * sizeof(uint32_t));
+		e->pos = realloc(e->pos, (size_t)e->cap * MAXPOS * sizeof(uint32_t));
+	}
+	e->docs[e->n] = doc;
+	e->freqs[e->n] = 1;
+	e->pos[e->n * MAXPOS] = pos;
+	e->n++;
+}
+
+static int
+word_id(const char *w, size_t n)
+{
+	for (int i = 0; i < NVOCAB; i++)
+		if (strlen(vocab[i]) == n && memcmp(vocab[i], w, n) == 0)
+			return i;
+	return -1;
+}
+
+/* live docs in new numbering: models[k] for k in order */
+static void
+build_expected(mdoc **live, uint32_t nlive, exp_post *title, exp_post *tag, uint32_t *lens)
+{
+	for (uint32_t d = 0; d < nlive; d++) {
+		mdoc *m = live[d];
+		uint32_t pos = 0, len = 0;
+		for (int v = 0; v < m->ntitle; v++) {
+			if (v)
+				pos += 100;
+			const char *p = m->title[v];
+			while (*p) {
+				const char *e = strchr(p, ' ');
+				size_t n = e ? (size_t)(e - p) : strlen(p);
+				exp_add(&title[word_id(p, n)], d, pos++);
+				len++;
+				p += n + (e ? 1 : 0);
+			}
+		}
+		lens[d] = len;
+		for (int v = 0; v < m->ntag; v++) {
+			exp_post *e = &tag[m->tag[v]];
+			exp_add(e, d, 0);
+		}
+	}
+}
+
+static int
+cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void
+check_postings(st_seg_txn *t, const st_field_info *fi, const char *term, const exp_post *e,
+               bool positions)
+{
+	st_postings p;
+	cm_err rc = st_postings_open(t, fi, term, strlen(term), &p);
+	if (e->n == 0) {
+		CHECKF(rc == CM_ENOTFOUND, "term %s should be absent", term);
+		return;
+	}
+	REQUIRE(rc == CM_OK);
+	CHECK(p.doc_freq == e->n);
+	uint64_t ttf = 0;
+	for (uint32_t i = 0; i < e->n; i++)
+		ttf += e->freqs[i];
+	CHECK(p.total_term_freq == ttf);
+	/* next(), positions */
+	uint32_t i = 0, pos[MAXPOS + 8];
+	for (uint32_t d = st_postings_next(&p); d != ST_NO_MORE_DOCS; d = st_postings_next(&p), i++) {
+		if (i >= e->n || d != e->docs[i] || p.freq != e->freqs[i]) {
+			CHECKF(0, "term %s doc %u/%u freq %u", term, d, i < e->n ? e->docs[i] : 0, p.freq);
+			break;
+		}
+		if (positions && (i % 3 == 0 || e->n < 50)) {
+			int np = st_postings_positions(&p, pos, MAXPOS + 8);
+			CHECK(np == (int)e->freqs[i]);
+			for (int k = 0; k < np && k < MAXPOS; k++)
+				CHECKF(pos[k] == e->pos[i * MAXPOS + k], "term %s doc %u pos %d", term, d, k);
+		}
+	}
+	CHECK(i == e->n);
+	CHECK(!st_postings_corrupt(&p));
+	/* next_block() + block_last + impact */
+	REQUIRE(st_postings_open(t, fi, term, strlen(term), &p) == CM_OK);
+	i = 0;
+	uint32_t nb = 0;
+	for (uint32_t n = st_postings_next_block(&p); n; n = st_postings_next_block(&p), nb++) {
+		CHECK(st_postings_block_last(&p, p.block) == p.docs[n - 1]);
+		uint32_t mf;
+		uint8_t mn;
+		st_postings_block_impact(&p, p.block, &mf, &mn);
+		uint32_t real_mf = 0;
+		for (uint32_t k = 0; k < n; k++) {
+			CHECK(i + k < e->n && p.docs[k] == e->docs[i + k] && p.freqs[k] == e->freqs[i + k]);
+			if (p.freqs[k] > real_mf)
+				real_mf = p.freqs[k];
+		}
+		CHECK(mf == real_mf);
+		i += n;
+	}
+	CHECK(i == e->n);
+	CHECK(nb == p.nblocks && nb == (e->n + ST_BLOCK - 1) / ST_BLOCK);
+	/* advance() to random targets, with positions after jumps */
+	REQUIRE(st_postings_open(t, fi, term, strlen(term), &p) == CM_OK);
+	uint32_t target = 0, j = 0;
+	for (;;) {
+		target += (uint32_t)(rnd() % 300);
+		uint32_t d = st_postings_advance(&p, target);
+		while (j < e->n && e->docs[j] < target)
+			j++;
+		if (j == e->n) {
+			CHECK(d == ST_NO_MORE_DOCS);
+			break;
+		}
+		CHECKF(d == e->docs[j] && p.freq == e->freqs[j], "advance %s to %u: %u vs %u", term,
+		       target, d, e->docs[j]);
+		if (positions) {
+			int np = st_postings_positions(&p, pos, MAXPOS + 8);
+			CHECK(np == (int)e->freqs[j] && pos[0] == e->pos[j * MAXPOS]);
+		}
+		uint32_t fb = st_postings_find_block(&p, target);
+		CHECK(fb == j / ST_BLOCK);
+		target = d + 1;
+	}
+}
+
+static void
+check_segment(const char *path, mdoc **live, uint32_t nlive, uint64_t gen)
+{
+	cm_error err = {0};
+	st_segment *s;
+	cm_err rc = st_segment_open(path, &s, &err);
+	REQUIRE(rc == CM_OK);
+	CHECK(st_segment_max_doc(s) == nlive);
+	CHECK(st_segment_generation(s) == gen);
+	st_seg_txn *t;
+	REQUIRE(st_seg_txn_begin(s, &t) == CM_OK);
+
+	exp_post *title = calloc(NVOCAB, sizeof(exp_post)), *tag = calloc(NTAGS, sizeof(exp_post));
+	uint32_t *lens = calloc(nlive + 1, sizeof(uint32_t));
+	build_expected(live, nlive, title, tag, lens);
+
+	const st_field_info *ft = st_segment_field(s, "title");
+	const st_field_info *fk = st_segment_field(s, "tag");
+	const st_field_info *fn = st_segment_field(s, "n");
+	const st_field_info *fp = st_segment_field(s, "price");
+	const st_field_info *fb = st_segment_field(s, "flag");
+	const st_field_info *fw = st_segment_field(s, "when");
+	const st_field_info *fseq = st_segment_field(s, ST_FIELD_SEQ_NO);
+	const st_field_info *fver = st_segment_field(s, ST_FIELD_VERSION);
+	REQUIRE(ft && fk && fn && fp && fb && fw && fseq && fver);
+	CHECK(ft->flags == (ST_FI_POSTINGS | ST_FI_POSITIONS | ST_FI_NORMS | ST_FI_MULTI));
+	CHECK((fk->flags & (ST_FI_POSTINGS | ST_FI_COLUMN)) == (ST_FI_POSTINGS | ST_FI_COLUMN));
+	CHECK(fn->flags == (ST_FI_COLUMN | ST_FI_MULTI));
+	CHECK(fb->flags == (ST_FI_COLUMN | ST_FI_POSTINGS));
+	CHECK(st_segment_field(s, "nope") == NULL);
+
+	/* text postings, terms dictionary */
+	uint64_t sum_ttf = 0;
+	uint32_t nterms = 0, title_docs = 0;
+	for (int w = 0; w < NVOCAB; w++) {
+		check_postings(t, ft, vocab[w], &title[w], true);
+		for (uint32_t k = 0; k < title[w].n; k++)
+			sum_ttf += title[w].freqs[k];
+		nterms += title[w].n > 0;
+	}
+	for (uint32_t d = 0; d < nlive; d++)
+		title_docs += lens[d] > 0;
+	CHECK(ft->sum_total_term_freq == sum_ttf);
+	CHECK(ft->num_terms == nterms);
+	CHECK(ft->doc_count == title_docs);
+	st_terms *it;
+	REQUIRE(st_terms_open(t, ft, &it) == CM_OK);
+	const char **sorted = malloc(NVOCAB * sizeof(char *));
+	memcpy(sorted, vocab, NVOCAB * sizeof(char *));
+	qsort(sorted, NVOCAB, sizeof(char *), cmp_str);
+	int si = 0;
+	for (bool ok = st_terms_seek(it, NULL, 0); ok; ok = st_terms_next(it)) {
+		while (si < NVOCAB && title[word_id(sorted[si], strlen(sorted[si]))].n == 0)
+			si++;
+		size_t len;
+		const uint8_t *tb = st_terms_term(it, &len);
+		REQUIRE(si < NVOCAB);
+		CHECK(len == strlen(sorted[si]) && memcmp(tb, sorted[si], len) == 0);
+		CHECK(st_terms_doc_freq(it) == title[word_id(sorted[si], strlen(sorted[si]))].n);
+		si++;
+	}
+	size_t tl = 0;
+	const uint8_t *tb = NULL;
+	if (nlive) {
+		CHECK(st_terms_seek(it, "m", 1));
+		tb = st_terms_term(it, &tl);
+		CHECK(tl > 0 && tb[0] >= 'm');
+	}
+	CHECK(!st_terms_seek(it, "\xff", 1));
+	st_terms_close(it);
+
+	/* norms */
+	const uint8_t *norms = st_norms(t, ft);
+	REQUIRE(norms);
+	for (uint32_t d = 0; d < nlive; d++)
+		CHECKF(norms[d] == st_norm_encode(lens[d]), "norm doc %u", d);
+	CHECK(st_norms(t, fk) == NULL);
+
+	/* keyword postings, ords, column */
+	char **used = malloc(NTAGS * sizeof(char *));
+	int nused = 0;
+	for (int k = 0; k < NTAGS; k++) {
+		check_postings(t, fk, tags[k], &tag[k], false);
+		if (tag[k].n)
+			used[nused++] = tags[k];
+	}
+	qsort(used, nused, sizeof(char *), cmp_str);
+	CHECK(fk->num_terms == (uint64_t)nused);
+	for (int o = 0; o < nused; o++) {
+		const uint8_t *term;
+		size_t len;
+		uint64_t ord;
+		REQUIRE(st_ord_term(t, fk, (uint64_t)o, &term, &len) == CM_OK);
+		CHECKF(len == strlen(used[o]) && memcmp(term, used[o], len) == 0, "ord %d", o);
+		CHECK(st_term_ord(t, fk, used[o], strlen(used[o]), &ord) == CM_OK && ord == (uint64_t)o);
+	}
+	uint64_t ord;
+	CHECK(st_term_ord(t, fk, "", 0, &ord) == CM_ENOTFOUND && ord == 0);
+	CHECK(st_term_ord(t, fk, "\xff\xff", 2, &ord) == CM_ENOTFOUND && ord == (uint64_t)nused);
+	CHECK(st_ord_term(t, fk, (uint64_t)nused, &tb, &tl) == CM_ENOTFOUND);
+
+	st_colblock cbk = {0}, cbn = {0}, cbp = {0}, cbb = {0}, cbw = {0}, cbs = {0}, cbv = {0};
+	cm_buf idb, srcb;
+	cm_buf_init(&idb, CM_MEM_STORAGE);
+	cm_buf_init(&srcb, CM_MEM_STORAGE);
+	for (uint32_t d = 0; d < nlive; d++) {
+		mdoc *m = live[d];
+		const int64_t *v;
+		/* keyword ordinals: sorted, deduplicated */
+		int nv = st_col_values(t, fk, &cbk, d, &v);
+		int64_t want[MAXV];
+		int nw = 0;
+		for (int k = 0; k < m->ntag; k++) {
+			const char *s = tags[m->tag[k]];
+			int o = (int)((char **)bsearch(&s, used, nused, sizeof(char *), cmp_str) - used);
+			bool dup = false;
+			for (int q = 0; q < nw; q++)
+				dup |= want[q] == o;
+			if (!dup)
+				want[nw++] = o;
+		}
+		for (int a = 0; a < nw; a++)
+			for (int b = a + 1; b < nw; b++)
+				if (want[b] < want[a]) {
+					int64_t x = want[a];
+					want[a] = want[b];
+					want[b] = x;
+				}
+		CHECKF(nv == nw, "doc %u tag count %d vs %d", d, nv, nw);
+		for (int k = 0; k < nv && k < nw; k++)
+			CHECK(v[k] == want[k]);
+		/* longs, sorted */
+		nv = st_col_values(t, fn, &cbn, d, &v);
+		int64_t ln[MAXV];
+		memcpy(ln, m->n, sizeof(ln));
+		for (int a = 0; a < m->nn; a++)
+			for (int b = a + 1; b < m->nn; b++)
+				if (ln[b] < ln[a]) {
+					int64_t x = ln[a];
+					ln[a] = ln[b];
+					ln[b] = x;
+				}
+		CHECK(nv == m->nn);
+		for (int k = 0; k < nv && k < m->nn; k++)
+			CHECK(v[k] == ln[k]);
+		nv = st_col_values(t, fp, &cbp, d, &v);
+		CHECK(nv == m->has_price);
+		if (nv == 1)
+			CHECK(st_sortable_to_double(v[0]) == m->price);
+		nv = st_col_values(t, fb, &cbb, d, &v);
+		CHECK(nv == m->has_flag && (!nv || v[0] == m->flag));
+		nv = st_col_values(t, fw, &cbw, d, &v);
+		CHECK(nv == 1 && v[0] == m->when);
+		nv = st_col_values(t, fseq, &cbs, d, &v);
+		CHECK(nv == 1 && v[0] == (int64_t)m->seq);
+		nv = st_col_values(t, fver, &cbv, d, &v);
+		CHECK(nv == 1 && v[0] == m->version);
+		/* stored, ids */
+		if (d % 3 == 0 || nlive < 500) {
+			cm_buf_reset(&idb);
+			cm_buf_reset(&srcb);
+			REQUIRE(st_stored_get(t, d, &idb, &srcb) == CM_OK);
+			CHECK(idb.len == strlen(m->id) && memcmp(idb.data, m->id, idb.len) == 0);
+			CHECK(srcb.len == strlen(m->src) && memcmp(srcb.data, m->src, srcb.len) == 0);
+		}
+		uint32_t got;
+		CHECK(st_id_lookup(t, m->id, strlen(m->id), &got) == CM_OK && got == d);
+	}
+	uint32_t got;
+	CHECK(st_id_lookup(t, "missing", 7, &got) == CM_ENOTFOUND);
+	CHECK(st_stored_get(t, nlive, &idb, &srcb) == CM_ENOTFOUND);
+	/* zone maps agree with decoded blocks */
+	for (uint32_t b = 0; b * ST_COL_BLOCK < nlive; b++) {
+		int64_t mn, mx;
+		uint32_t nv;
+		REQUIRE(st_col_zone(t, fn, b, &mn, &mx, &nv) == CM_OK);
+		REQUIRE(st_col_load(t, fn, b, &cbn) == CM_OK);
+		CHECK(nv == cbn.nvalues && (nv == 0 || (mn == cbn.min && mx == cbn.max)));
+		for (uint32_t k = 0; k < cbn.nvalues; k++)
+			CHECK(cbn.vals[k] >= mn && cbn.vals[k] <= mx);
+	}
+	/* boolean terms */
+	exp_post bt = {0}, bf = {0};
+	for (uint32_t d = 0; d < nlive; d++)
+		if (live[d]->has_flag)
+			exp_add(live[d]->flag ? &bt : &bf, d, 0);
+	check_postings(t, fb, "true", &bt, false);
+	check_postings(t, fb, "false", &bf, false);
+
+	st_colblock_free(&cbk);
+	st_colblock_free(&cbn);
+	st_colblock_free(&cbp);
+	st_colblock_free(&cbb);
+	st_colblock_free(&cbw);
+	st_colblock_free(&cbs);
+	st_colblock_free(&cbv);
+	cm_buf_free(&idb);
+	cm_buf_free(&srcb);
+	for (int w = 0; w < NVOCAB; w++)
+		free(title[w].docs), free(title[w].freqs), free(title[w].pos);
+	for (int k = 0; k < NTAGS; k++)
+		free(tag[k].docs), free(tag[k].freqs), free(tag[k].pos);
+	free(bt.docs), free(bt.freqs), free(bt.pos), free(bf.docs), free(bf.freqs), free(bf.pos);
+	free(title);
+	free(tag);
+	free(lens);
+	free(sorted);
+	free(used);
+	st_seg_txn_end(t);
+	st_segment_close(s);
+}
+
+/* Builds a segment from docs[0..n), deleting those with del[i]. */
+static void
+build(const char *path, mdoc *docs, uint32_t n, const uint64_t *del, uint64_t gen, cm_pool *pool)
+{
+	st_segbuild *b = st_segbuild_create();
+	st_value vals[32];
+	for (uint32_t i = 0; i < n; i++) {
+		st_doc d;
+		to_doc(&docs[i], &d, vals);
+		uint32_t no;
+		cm_error err = {0};
+		REQUIRE(st_segbuild_add(b, &d, docs[i].seq, 1, docs[i].version, &no, &err) == CM_OK);
+		CHECK(no == i);
+	}
+	CHECK(st_segbuild_docs(b) == n);
+	CHECK(st_segbuild_ram(b) > 0);
+	cm_error err = {0};
+	cm_err rc = st_segbuild_write(b, del, path, gen, pool, &err);
+	if (rc)
+		fprintf(stderr, "write: %s\n", err.reason);
+	REQUIRE(rc == CM_OK);
+	st_segbuild_destroy(b);
+}
+
+int
+main(void)
+{
+	static const char *words[NVOCAB] = {
+	    "the", "of", "and", "a", "to", "in", "is", "you", "that", "it", "he", "was", "for",
+	    "on", "are", "as", "with", "his", "they", "at", "be", "this", "have", "from", "or",
+	    "one", "had", "by", "word", "but", "not", "what", "all", "were", "we", "when", "your",
+	    "can", "said", "there"};
+	memcpy(vocab, words, sizeof(words));
+	for (int k = 0; k < NTAGS; k++) {
+		char buf[64];
+		static const char *stems[] = {"tag", "caf\xc3\xa9", "\xe6\x97\xa5\xe6\x9c\xac",
+		                              "\xf0\x9f\x98\x80", "Zeta", ""};
+		snprintf(buf, sizeof(buf), "%s%d", stems[k % 6], k);
+		tags[k] = strdup(buf);
+	}
+	char dir[] = "/tmp/segtestXXXXXX";
+	REQUIRE(mkdtemp(dir));
+	char path[256];
+	cm_pool *pool = cm_pool_create(2, "segtest");
+
+	/* 1. small segment, no deletes, inline (no pool) */
+	{
+		uint32_t n = 300;
+		mdoc *docs = calloc(n, sizeof(mdoc));
+		mdoc **live = calloc(n, sizeof(mdoc *));
+		for (uint32_t i = 0; i < n; i++) {
+			gen_doc(&docs[i], i, "a");
+			live[i] = &docs[i];
+		}
+		snprintf(path, sizeof(path), "%s/seg-1.mdb", dir);
+		build(path, docs, n, NULL, 1, NULL);
+		CHECK(access(path, F_OK) == 0);
+		check_segment(path, live, n, 1);
+		free(docs);
+		free(live);
+	}
+	/* 2. larger segment with deletes, on the pool: several column blocks */
+	mdoc *all[3];
+	uint64_t *dels[3];
+	uint32_t sizes[3] = {9000, 500, 3000};
+	for (int s = 0; s < 3; s++) {
+		uint32_t n = sizes[s];
+		all[s] = calloc(n, sizeof(mdoc));
+		dels[s] = calloc(st_bit_words(n), 8);
+		char pre[8];
+		snprintf(pre, sizeof(pre), "s%d", s);
+		for (uint32_t i = 0; i < n; i++) {
+			gen_doc(&all[s][i], i, pre);
+			if (rnd() % 7 == 0)
+				st_bit_set(dels[s], i);
+		}
+	}
+	{
+		mdoc **live = calloc(sizes[0], sizeof(mdoc *));
+		uint32_t nl = 0;
+		for (uint32_t i = 0; i < sizes[0]; i++)
+			if (!st_bit_get(dels[0], i))
+				live[nl++] = &all[0][i];
+		snprintf(path, sizeof(path), "%s/seg-2.mdb", dir);
+		build(path, all[0], sizes[0], dels[0], 2, pool);
+		check_segment(path, live, nl, 2);
+		free(live);
+	}
+	/* 3. merge: three segments written without deletes, merged with
+	 * deletes applied through live bitsets */
+	{
+		st_segment *segs[3];
+		uint64_t *lives[3];
+		mdoc **live = calloc(sizes[0] + sizes[1] + sizes[2], sizeof(mdoc *));
+		uint32_t nl = 0;
+		for (int s = 0; s < 3; s++) {
+			snprintf(path, sizeof(path), "%s/seg-%d.mdb", dir, 10 + s);
+			build(path, all[s], sizes[s], NULL, 10 + s, NULL);
+			cm_error err = {0};
+			REQUIRE(st_segment_open(path, &segs[s], &err) == CM_OK);
+			lives[s] = calloc(st_bit_words(sizes[s]), 8);
+			for (uint32_t i = 0; i < sizes[s]; i++)
+				if (!st_bit_get(dels[s], i)) {
+					st_bit_set(lives[s], i);
+					live[nl++] = &all[s][i];
+				}
+		}
+		snprintf(path, sizeof(path), "%s/seg-20.mdb", dir);
+		cm_error err = {0};
+		cm_err rc = st_segment_merge(segs, (const uint64_t *const *)lives, 3, path, 20, pool,
+		                             64u << 20, &err);
+		if (rc)
+			fprintf(stderr, "merge: %s\n", err.reason);
+		REQUIRE(rc == CM_OK);
+		check_segment(path, live, nl, 20);
+		/* merge again with everything live (NULL bitsets) */
+		nl = 0;
+		for (int s = 0; s < 3; s++)
+			for (uint32_t i = 0; i < sizes[s]; i++)
+				live[nl++] = &all[s][i];
+		snprintf(path, sizeof(path), "%s/seg-21.mdb", dir);
+		rc = st_segment_merge(segs, NULL, 3, path, 21, NULL, 1u << 20, &err);
+		REQUIRE(rc == CM_OK);
+		check_segment(path, live, nl, 21);
+		for (int s = 0; s < 3; s++) {
+			st_segment_close(segs[s]);
+			free(lives[s]);
+		}
+		free(live);
+	}
+	/* 4. empty segment (every doc deleted) */
+	{
+		uint64_t alld[1] = {~0ull};
+		snprintf(path, sizeof(path), "%s/seg-30.mdb", dir);
+		build(path, all[1], 10, alld, 30, NULL);
+		check_segment(path, NULL, 0, 30);
+	}
+	for (int s = 0; s < 3; s++) {
+		free(all[s]);
+		free(dels[s]);
+	}
+	for (int k = 0; k < NTAGS; k++)
+		free(tags[k]);
+	cm_pool_destroy(pool);
+	cm_rm_rf(dir);
+	return check_report("segment_test");
+}

@@ -1,0 +1,693 @@
+/* Encoders for every section and the file writer shared by
+ * st_segbuild_write and st_segment_merge. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zdict.h>
+#include <zstd.h>
+
+#include "codec.h"
+#include "segment_private.h"
+
+/* ---- key/value streams ---- */
+
+size_t
+kv_begin(cm_buf *s, const void *key, size_t klen)
+{
+	cm_buf_put_u16(s, (uint16_t)klen);
+	cm_buf_put(s, key, klen);
+	cm_buf_put_u32(s, 0);
+	return s->len;
+}
+
+void
+kv_end(cm_buf *s, size_t at, bool checksum)
+{
+	if (checksum)
+		cm_buf_put_checksum(s, at);
+	uint32_t vlen = (uint32_t)(s->len - at);
+	uint8_t *p = s->data + at - 4;
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(vlen >> (8 * i));
+}
+
+size_t
+seg_term_key(uint8_t *key, uint8_t tag, uint16_t field, const void *term, size_t len)
+{
+	key[0] = tag;
+	key[1] = (uint8_t)(field >> 8);
+	key[2] = (uint8_t)field;
+	if (len)
+		memcpy(key + 3, term, len);
+	return 3 + len;
+}
+
+void
+segw_part_init(segw_part *p)
+{
+	for (int i = 0; i < SEC_N; i++)
+		cm_buf_init(&p->sec[i], CM_MEM_STORAGE);
+}
+
+void
+segw_part_free(segw_part *p)
+{
+	for (int i = 0; i < SEC_N; i++)
+		cm_buf_free(&p->sec[i]);
+}
+
+void
+segw_init(segw *w)
+{
+	memset(w, 0, sizeof(*w));
+	cm_buf_init(&w->ids, CM_MEM_STORAGE);
+	cm_buf_init(&w->dict, CM_MEM_STORAGE);
+}
+
+void
+segw_free(segw *w)
+{
+	for (size_t i = 0; i < w->nfields; i++)
+		cm_free(CM_MEM_STORAGE, (void *)w->fields[i].name);
+	cm_free(CM_MEM_STORAGE, w->fields);
+	for (size_t i = 0; i < w->nparts; i++)
+		segw_part_free(&w->parts[i]);
+	cm_free(CM_MEM_STORAGE, w->parts);
+	for (size_t i = 0; i < w->nstored; i++)
+		cm_buf_free(&w->stored[i]);
+	cm_free(CM_MEM_STORAGE, w->stored);
+	cm_buf_free(&w->ids);
+	cm_buf_free(&w->dict);
+	memset(w, 0, sizeof(*w));
+}
+
+/* ---- postings ---- */
+
+void
+postenc_init(postenc *e)
+{
+	memset(e, 0, sizeof(*e));
+	cm_buf_init(&e->blocks, CM_MEM_STORAGE);
+	cm_buf_init(&e->tmp, CM_MEM_STORAGE);
+	cm_buf_init(&e->pos, CM_MEM_STORAGE);
+}
+
+void
+postenc_free(postenc *e)
+{
+	cm_buf_free(&e->blocks);
+	cm_buf_free(&e->tmp);
+	cm_buf_free(&e->pos);
+	cm_free(CM_MEM_STORAGE, e->ends);
+}
+
+static void
+put_u32_at(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void
+put_positions(cm_buf *out, const uint32_t *pos, uint32_t freq)
+{
+	uint32_t prev = 0;
+	for (uint32_t j = 0; j < freq; j++) {
+		cm_buf_put_varint(out, pos[j] - prev);
+		prev = pos[j];
+	}
+}
+
+static void
+postenc_positions(postenc *e, cm_buf *pstream, uint16_t field, const uint8_t *term, size_t tlen,
+                  const uint32_t *freqs, uint32_t df, const uint32_t *pos)
+{
+	uint8_t key[SEG_MAX_KEY + 1];
+	size_t kl = seg_term_key(key, TAG_POS, field, term, tlen);
+	size_t at = kv_begin(pstream, key, kl);
+	uint32_t nblocks = (df + ST_BLOCK - 1) / ST_BLOCK;
+	if (nblocks <= 1) {
+		for (uint32_t i = 0; i < df; i++) {
+			put_positions(pstream, pos, freqs[i]);
+			pos += freqs[i];
+		}
+		kv_end(pstream, at, true);
+		return;
+	}
+	cm_buf_reset(&e->pos);
+	size_t table = pstream->len;
+	cm_buf_reserve(pstream, (size_t)nblocks * 8 + 4);
+	pstream->len += (size_t)nblocks * 8;
+	for (uint32_t b = 0; b < nblocks; b++) {
+		size_t start = e->pos.len;
+		uint32_t hi = (b + 1) * ST_BLOCK < df ? (b + 1) * ST_BLOCK : df;
+		for (uint32_t i = b * ST_BLOCK; i < hi; i++) {
+			put_positions(&e->pos, pos, freqs[i]);
+			pos += freqs[i];
+		}
+		put_u32_at(pstream->data + table + b * 8, (uint32_t)e->pos.len);
+		put_u32_at(pstream->data + table + b * 8 + 4,
+		           XXH32(e->pos.data + start, e->pos.len - start, 0));
+	}
+	cm_buf_put_checksum(pstream, at);
+	cm_buf_put(pstream, e->pos.data, e->pos.len);
+	kv_end(pstream, at, false);
+}
+
+void
+postenc_term(postenc *e, cm_buf *tstream, cm_buf *pstream, uint16_t field, const uint8_t *term,
+             size_t tlen, bool with_ord, uint64_t ord, const uint32_t *docs, const uint32_t *freqs,
+             uint32_t df, const uint32_t *pos, const uint8_t *norms)
+{
+	uint8_t key[SEG_MAX_KEY + 1];
+	size_t kl = seg_term_key(key, TAG_TERM, field, term, tlen);
+	uint64_t ttf = 0;
+	for (uint32_t i = 0; i < df; i++)
+		ttf += freqs[i];
+	size_t at = kv_begin(tstream, key, kl);
+	cm_buf_put_varint(tstream, df);
+	cm_buf_put_varint(tstream, ttf);
+	if (with_ord)
+		cm_buf_put_varint(tstream, ord);
+	uint32_t nblocks = (df + ST_BLOCK - 1) / ST_BLOCK;
+	if (df == 1) {
+		cm_buf_put_varint(tstream, docs[0]);
+		kv_end(tstream, at, true);
+	} else if (nblocks == 1) {
+		uint32_t maxf = 0;
+		uint8_t minn = 255;
+		for (uint32_t i = 0; i < df; i++) {
+			if (freqs[i] > maxf)
+				maxf = freqs[i];
+			uint8_t nb = norms ? norms[docs[i]] : 0;
+			if (nb < minn)
+				minn = nb;
+		}
+		cm_buf_put_varint(tstream, docs[df - 1]);
+		cm_buf_put_varint(tstream, maxf);
+		cm_buf_put_u8(tstream, minn);
+		codec_block_encode(tstream, docs, freqs, df, UINT32_MAX);
+		kv_end(tstream, at, true);
+	} else {
+		cm_buf_reset(&e->blocks);
+		size_t skip = tstream->len;
+		cm_buf_reserve(tstream, (size_t)nblocks * SKIP_ENTRY + 4);
+		tstream->len += (size_t)nblocks * SKIP_ENTRY;
+		uint32_t prev = UINT32_MAX;
+		for (uint32_t b = 0; b < nblocks; b++) {
+			uint32_t lo = b * ST_BLOCK;
+			uint32_t n = df - lo < ST_BLOCK ? df - lo : ST_BLOCK;
+			size_t start = e->blocks.len;
+			codec_block_encode(&e->blocks, docs + lo, freqs + lo, n, prev);
+			prev = docs[lo + n - 1];
+			uint32_t maxf = 0;
+			uint8_t minn = 255;
+			for (uint32_t i = lo; i < lo + n; i++) {
+				if (freqs[i] > maxf)
+					maxf = freqs[i];
+				uint8_t nb = norms ? norms[docs[i]] : 0;
+				if (nb < minn)
+					minn = nb;
+			}
+			uint8_t *s = tstream->data + skip + (size_t)b * SKIP_ENTRY;
+			put_u32_at(s, prev);
+			put_u32_at(s + 4, (uint32_t)e->blocks.len);
+			put_u32_at(s + 8, maxf);
+			s[12] = minn;
+			put_u32_at(s + 13, XXH32(e->blocks.data + start, e->blocks.len - start, 0));
+		}
+		cm_buf_put_checksum(tstream, at);
+		cm_buf_put(tstream, e->blocks.data, e->blocks.len);
+		kv_end(tstream, at, false);
+	}
+	if (pstream && pos)
+		postenc_positions(e, pstream, field, term, tlen, freqs, df, pos);
+}
+
+/* ---- columns, ordinals dictionary, norms, ids ---- */
+
+void
+colenc_block(cm_buf *cstream, uint16_t field, uint32_t block, const uint32_t *counts,
+             uint32_t ndocs, const int64_t *vals, uint32_t nvals, cm_buf *tmp)
+{
+	uint8_t key[7] = {TAG_COL, (uint8_t)(field >> 8), (uint8_t)field, (uint8_t)(block >> 24),
+	                  (uint8_t)(block >> 16), (uint8_t)(block >> 8), (uint8_t)block};
+	size_t at = kv_begin(cstream, key, sizeof(key));
+	int64_t mn = 0, mx = 0;
+	if (nvals) {
+		mn = mx = vals[0];
+		for (uint32_t i = 1; i < nvals; i++) {
+			if (vals[i] < mn)
+				mn = vals[i];
+			if (vals[i] > mx)
+				mx = vals[i];
+		}
+	}
+	cm_buf_put_u64(cstream, (uint64_t)mn);
+	cm_buf_put_u64(cstream, (uint64_t)mx);
+	cm_buf_put_u32(cstream, nvals);
+	cm_buf_put_checksum(cstream, at);
+	size_t body = cstream->len;
+	bool single = nvals == ndocs;
+	uint32_t cmax = 0;
+	for (uint32_t i = 0; i < ndocs; i++) {
+		if (counts[i] != 1)
+			single = false;
+		if (counts[i] > cmax)
+			cmax = counts[i];
+	}
+	cm_buf_put_u8(cstream, single ? 0 : 1);
+	if (!single) {
+		unsigned cb = codec_bits32(cmax);
+		cm_buf_put_u8(cstream, (uint8_t)cb);
+		codec_pack32(cstream, counts, ndocs, cb);
+	}
+	unsigned vb = codec_bits64((uint64_t)mx - (uint64_t)mn);
+	cm_buf_put_u8(cstream, (uint8_t)vb);
+	if (vb) {
+		cm_buf_reset(tmp);
+		cm_buf_reserve(tmp, (size_t)nvals * 8);
+		uint64_t *d = (uint64_t *)tmp->data;
+		for (uint32_t i = 0; i < nvals; i++)
+			d[i] = (uint64_t)vals[i] - (uint64_t)mn;
+		codec_pack64(cstream, d, nvals, vb);
+	}
+	cm_buf_put_checksum(cstream, body);
+	kv_end(cstream, at, false);
+}
+
+void
+kdict_put(cm_buf *kstream, uint16_t field, uint32_t n, const uint8_t *term, size_t len)
+{
+	uint8_t key[7] = {TAG_KDICT, (uint8_t)(field >> 8), (uint8_t)field, (uint8_t)(n >> 24),
+	                  (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+	size_t at = kv_begin(kstream, key, sizeof(key));
+	cm_buf_put(kstream, term, len);
+	kv_end(kstream, at, true);
+}
+
+void
+norms_put(cm_buf *nstream, uint16_t field, const uint8_t *norms, uint32_t max_doc)
+{
+	uint8_t key[3] = {TAG_NORMS, (uint8_t)(field >> 8), (uint8_t)field};
+	size_t at = kv_begin(nstream, key, sizeof(key));
+	cm_buf_put(nstream, norms, max_doc);
+	kv_end(nstream, at, true);
+}
+
+void
+ids_put(cm_buf *istream, const uint8_t *id, size_t len, uint32_t doc)
+{
+	uint8_t key[SEG_MAX_KEY + 1];
+	key[0] = TAG_ID;
+	memcpy(key + 1, id, len);
+	size_t at = kv_begin(istream, key, len + 1);
+	cm_buf_put_varint(istream, doc);
+	kv_end(istream, at, true);
+}
+
+/* ---- stored documents ---- */
+
+void
+storedenc_init(storedenc *e, cm_buf *stream, const void *cdict, uint32_t first_doc)
+{
+	cm_buf_init(&e->raw, CM_MEM_STORAGE);
+	cm_buf_init(&e->out, CM_MEM_STORAGE);
+	e->stream = stream;
+	e->first = e->next = first_doc;
+	e->cctx = ZSTD_createCCtx();
+	e->cdict = cdict;
+}
+
+static void
+storedenc_flush(storedenc *e)
+{
+	if (e->next == e->first)
+		return;
+	uint32_t last = e->next - 1;
+	uint8_t key[5] = {TAG_STORED, (uint8_t)(last >> 24), (uint8_t)(last >> 16),
+	                  (uint8_t)(last >> 8), (uint8_t)last};
+	size_t at = kv_begin(e->stream, key, sizeof(key));
+	cm_buf_put_varint(e->stream, e->first);
+	cm_buf_put_varint(e->stream, e->raw.len);
+	size_t bound = ZSTD_compressBound(e->raw.len);
+	cm_buf_reserve(e->stream, bound + 4);
+	size_t n;
+	if (e->cdict)
+		n = ZSTD_compress_usingCDict(e->cctx, e->stream->data + e->stream->len, bound,
+		                             e->raw.data, e->raw.len, e->cdict);
+	else
+		n = ZSTD_compressCCtx(e->cctx, e->stream->data + e->stream->len, bound, e->raw.data,
+		                      e->raw.len, 3);
+	if (ZSTD_isError(n))
+		abort(); /* only on a programming error: the bound was reserved */
+	e->stream->len += n;
+	kv_end(e->stream, at, true);
+	cm_buf_reset(&e->raw);
+	e->first = e->next;
+}
+
+void
+storedenc_add(storedenc *e, const char *id, size_t id_len, const char *src, size_t src_len)
+{
+	cm_buf_put_str(&e->raw, id, id_len);
+	cm_buf_put_str(&e->raw, src, src_len);
+	e->next++;
+	if (e->raw.len >= STORED_BLOCK_BYTES)
+		storedenc_flush(e);
+}
+
+void
+storedenc_finish(storedenc *e)
+{
+	storedenc_flush(e);
+	ZSTD_freeCCtx(e->cctx);
+	e->cctx = NULL;
+	cm_buf_free(&e->raw);
+	cm_buf_free(&e->out);
+}
+
+void
+stored_train_dict(cm_buf *dict, const void *samples, const size_t *sizes, size_t n)
+{
+	cm_buf_reset(dict);
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += sizes[i];
+	if (n < 32 || total < 32 * 1024)
+		return;
+	size_t cap = total / 16;
+	if (cap > 32 * 1024)
+		cap = 32 * 1024;
+	cm_buf_reserve(dict, cap);
+	size_t got = ZDICT_trainFromBuffer(dict->data, cap, samples, sizes, (unsigned)n);
+	if (ZDICT_isError(got))
+		return;
+	dict->len = got;
+}
+
+void *
+stored_cdict_create(const cm_buf *dict)
+{
+	if (dict->len == 0)
+		return NULL;
+	return ZSTD_createCDict(dict->data, dict->len, 3);
+}
+
+void
+stored_cdict_free(void *cdict)
+{
+	ZSTD_freeCDict(cdict);
+}
+
+/* ---- the file ---- */
+
+cm_err
+seg_err(int rc)
+{
+	switch (rc) {
+	case 0:
+		return CM_OK;
+	case MDB_NOTFOUND:
+		return CM_ENOTFOUND;
+	case MDB_MAP_FULL:
+		return CM_EFULL;
+	case ENOMEM:
+		return CM_ENOMEM;
+	case MDB_CORRUPTED:
+	case MDB_PAGE_NOTFOUND:
+	case MDB_INVALID:
+	case MDB_VERSION_MISMATCH:
+	case MDB_BAD_TXN:
+	case MDB_BAD_VALSIZE:
+		return CM_ECORRUPT;
+	default:
+		return CM_EIO;
+	}
+}
+
+/* Pages a value needs, roughly as LMDB lays it out. */
+static size_t
+entry_cost(size_t klen, size_t vlen)
+{
+	if (klen + vlen + 8 > 2000)
+		return ((vlen + 16 + 4095) / 4096) * 4096 + klen + 16;
+	return klen + vlen + 12;
+}
+
+static size_t
+stream_cost(const cm_buf *s)
+{
+	size_t cost = 0, i = 0;
+	while (i + 2 <= s->len) {
+		size_t kl = s->data[i] | (size_t)s->data[i + 1] << 8;
+		size_t vl = cm_get_u32(s->data + i + 2 + kl);
+		cost += entry_cost(kl, vl);
+		i += 2 + kl + 4 + vl;
+	}
+	return cost;
+}
+
+typedef struct writer {
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	size_t since_commit;
+	cm_error *err;
+} writer;
+
+static cm_err
+writer_put(writer *wr, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	MDB_val k = {klen, (void *)key}, v = {vlen, (void *)val};
+	int rc = mdb_put(wr->txn, wr->dbi, &k, &v, MDB_APPEND);
+	if (rc == MDB_MAP_FULL)
+		return CM_EFULL;
+	if (rc == MDB_KEYEXIST)
+		return cm_error_set(wr->err, CM_EINTERNAL, "segment keys out of order");
+	if (rc)
+		return cm_error_set(wr->err, seg_err(rc), "segment write: %s", mdb_strerror(rc));
+	/* Commit in slices so dirty pages never pile up in memory. */
+	wr->since_commit += klen + vlen;
+	if (wr->since_commit > (64u << 20)) {
+		rc = mdb_txn_commit(wr->txn);
+		wr->txn = NULL;
+		if (rc == 0)
+			rc = mdb_txn_begin(wr->env, NULL, 0, &wr->txn);
+		if (rc == MDB_MAP_FULL)
+			return CM_EFULL;
+		if (rc)
+			return cm_error_set(wr->err, seg_err(rc), "segment commit: %s",
+			                    mdb_strerror(rc));
+		wr->since_commit = 0;
+	}
+	return CM_OK;
+}
+
+static cm_err
+writer_stream(writer *wr, const cm_buf *s)
+{
+	size_t i = 0;
+	while (i + 2 <= s->len) {
+		size_t kl = s->data[i] | (size_t)s->data[i + 1] << 8;
+		size_t vl = cm_get_u32(s->data + i + 2 + kl);
+		cm_err e = writer_put(wr, s->data + i + 2, kl, s->data + i + 2 + kl + 4, vl);
+		if (e)
+			return e;
+		i += 2 + kl + 4 + vl;
+	}
+	return CM_OK;
+}
+
+static void
+build_fields_value(const segw *w, cm_buf *b)
+{
+	cm_buf_put_varint(b, w->nfields);
+	for (size_t i = 0; i < w->nfields; i++) {
+		const st_field_info *f = &w->fields[i];
+		cm_buf_put_str(b, f->name, strlen(f->name));
+		cm_buf_put_u8(b, (uint8_t)f->type);
+		cm_buf_put_u8(b, (uint8_t)f->analyzer);
+		cm_buf_put_u8(b, f->flags);
+		cm_buf_put_varint(b, f->doc_count);
+		cm_buf_put_varint(b, f->sum_total_term_freq);
+		cm_buf_put_varint(b, f->sum_doc_freq);
+		cm_buf_put_varint(b, f->num_terms);
+		cm_buf_put_varint(b, codec_zz(f->col_min));
+		cm_buf_put_varint(b, codec_zz(f->col_max));
+	}
+	cm_buf_put_checksum(b, 0);
+}
+
+static cm_err
+write_all(const segw *w, writer *wr, const cm_buf *fv, const cm_buf *mv)
+{
+	cm_err e = CM_OK;
+	/* Section order is key order: C F I K M N P S T Z. */
+	for (size_t i = 0; i < w->nparts && !e; i++)
+		e = writer_stream(wr, &w->parts[i].sec[SEC_COL]);
+	if (!e)
+		e = writer_put(wr, "F", 1, fv->data, fv->len);
+	if (!e)
+		e = writer_stream(wr, &w->ids);
+	for (size_t i = 0; i < w->nparts && !e; i++)
+		e = writer_stream(wr, &w->parts[i].sec[SEC_KDICT]);
+	if (!e)
+		e = writer_put(wr, "M", 1, mv->data, mv->len);
+	for (size_t i = 0; i < w->nparts && !e; i++)
+		e = writer_stream(wr, &w->parts[i].sec[SEC_NORMS]);
+	for (size_t i = 0; i < w->nparts && !e; i++)
+		e = writer_stream(wr, &w->parts[i].sec[SEC_POS]);
+	for (size_t i = 0; i < w->nstored && !e; i++)
+		e = writer_stream(wr, &w->stored[i]);
+	for (size_t i = 0; i < w->nparts && !e; i++)
+		e = writer_stream(wr, &w->parts[i].sec[SEC_TERM]);
+	if (!e && w->dict.len) {
+		cm_buf z;
+		cm_buf_init(&z, CM_MEM_STORAGE);
+		cm_buf_put(&z, w->dict.data, w->dict.len);
+		cm_buf_put_checksum(&z, 0);
+		e = writer_put(wr, "Z", 1, z.data, z.len);
+		cm_buf_free(&z);
+	}
+	return e;
+}
+
+static cm_err
+append_trailer(const char *tmp, cm_error *err)
+{
+	int fd = open(tmp, O_RDWR);
+	if (fd < 0)
+		return cm_error_set(err, CM_EIO, "open %s: %s", tmp, strerror(errno));
+	cm_err e = CM_OK;
+	struct stat st;
+	void *map = MAP_FAILED;
+	if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+		e = cm_error_set(err, CM_EIO, "stat %s: %s", tmp, strerror(errno));
+		goto fail;
+	}
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED) {
+		e = cm_error_set(err, CM_EIO, "mmap %s: %s", tmp, strerror(errno));
+		goto fail;
+	}
+	uint8_t tr[SEG_TRAILER_LEN];
+	memcpy(tr, SEG_MAGIC, 8);
+	uint64_t len = (uint64_t)st.st_size, h = XXH3_64bits(map, (size_t)st.st_size);
+	for (int i = 0; i < 8; i++) {
+		tr[8 + i] = (uint8_t)(len >> (8 * i));
+		tr[16 + i] = (uint8_t)(h >> (8 * i));
+	}
+	if (pwrite(fd, tr, sizeof(tr), st.st_size) != (ssize_t)sizeof(tr) || fsync(fd) != 0) {
+		e = cm_error_set(err, CM_EIO, "write %s: %s", tmp, strerror(errno));
+		goto fail;
+	}
+fail:
+	if (map != MAP_FAILED)
+		munmap(map, (size_t)st.st_size);
+	close(fd);
+	return e;
+}
+
+cm_err
+segw_write_file(const segw *w, const char *path, cm_error *err)
+{
+	cm_buf fv, mv;
+	cm_buf_init(&fv, CM_MEM_STORAGE);
+	cm_buf_init(&mv, CM_MEM_STORAGE);
+	build_fields_value(w, &fv);
+	cm_buf_put_u32(&mv, SEG_FORMAT);
+	cm_buf_put_varint(&mv, w->max_doc);
+	cm_buf_put_varint(&mv, w->gen);
+	cm_buf_put_varint(&mv, w->stored_docs);
+	cm_buf_put_checksum(&mv, 0);
+
+	size_t est = entry_cost(1, fv.len) + entry_cost(1, mv.len) + entry_cost(1, w->dict.len) +
+	             stream_cost(&w->ids);
+	for (size_t i = 0; i < w->nparts; i++)
+		for (int s = 0; s < SEC_N; s++)
+			est += stream_cost(&w->parts[i].sec[s]);
+	for (size_t i = 0; i < w->nstored; i++)
+		est += stream_cost(&w->stored[i]);
+	size_t mapsize = est + est / 2 + (4u << 20);
+
+	size_t plen = strlen(path);
+	char *tmp = cm_malloc(CM_MEM_STORAGE, plen + 5);
+	memcpy(tmp, path, plen);
+	memcpy(tmp + plen, ".tmp", 5);
+	cm_err e = CM_OK;
+	for (int attempt = 0; attempt < 8; attempt++) {
+		unlink(tmp);
+		writer wr = {.err = err};
+		int rc = mdb_env_create(&wr.env);
+		if (rc == 0)
+			rc = mdb_env_set_mapsize(wr.env, mapsize);
+		if (rc == 0)
+			rc = mdb_env_open(wr.env, tmp, MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOSYNC, 0644);
+		if (rc == 0)
+			rc = mdb_txn_begin(wr.env, NULL, 0, &wr.txn);
+		if (rc == 0)
+			rc = mdb_dbi_open(wr.txn, NULL, 0, &wr.dbi);
+		if (rc) {
+			e = cm_error_set(err, seg_err(rc), "segment %s: %s", tmp, mdb_strerror(rc));
+			if (wr.txn)
+				mdb_txn_abort(wr.txn);
+			mdb_env_close(wr.env);
+			break;
+		}
+		e = write_all(w, &wr, &fv, &mv);
+		if (!e) {
+			rc = mdb_txn_commit(wr.txn);
+			wr.txn = NULL;
+			if (rc == MDB_MAP_FULL)
+				e = CM_EFULL;
+			else if (rc)
+				e = cm_error_set(err, seg_err(rc), "segment commit: %s", mdb_strerror(rc));
+		}
+		if (!e) {
+			rc = mdb_env_sync(wr.env, 1);
+			if (rc)
+				e = cm_error_set(err, CM_EIO, "segment sync: %s", mdb_strerror(rc));
+		}
+		if (wr.txn)
+			mdb_txn_abort(wr.txn);
+		mdb_env_close(wr.env);
+		if (e == CM_EFULL) {
+			mapsize *= 2;
+			continue;
+		}
+		break;
+	}
+	if (e == CM_EFULL)
+		e = cm_error_set(err, CM_EFULL, "segment %s: map full", path);
+	if (!e)
+		e = append_trailer(tmp, err);
+	if (!e && rename(tmp, path) != 0)
+		e = cm_error_set(err, CM_EIO, "rename %s: %s", tmp, strerror(errno));
+	if (!e) {
+		char *dir = cm_strdup(CM_MEM_STORAGE, path);
+		char *slash = strrchr(dir, '/');
+		if (slash == dir)
+			slash[1] = 0;
+		else if (slash)
+			*slash = 0;
+		else
+			strcpy(dir, ".");
+		e = cm_fsync_dir(dir);
+		if (e)
+			cm_error_set(err, e, "fsync dir %s", dir);
+		cm_free(CM_MEM_STORAGE, dir);
+	}
+	if (e)
+		unlink(tmp);
+	cm_free(CM_MEM_STORAGE, tmp);
+	cm_buf_free(&fv);
+	cm_buf_free(&mv);
+	return e;
+}
