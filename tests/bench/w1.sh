@@ -1,0 +1,216 @@
+#!/bin/bash
+# W1 (docs/benchmarks.md): the accounts mix at 16 keep-alive connections on
+# one `shoal --solo` node (1 shard, then 5), and the same seven queries on
+# Sphinx 2.2 searchd over the same 20,000 documents (SphinxQL), in one run.
+#
+# Usage: tests/bench/w1.sh            (from anywhere; not part of the test run)
+# Environment: BUILD (default <repo>/build), SHARDS ("1 5"), TRIALS (3),
+#   SECS (8), CONNS (16), PORT (19280), SPHINX_PORT (19406), PIN=1 to pin the
+#   server to CPU 0 and the driver to CPU 1 (halves the server on 2 cores),
+#   NO_SPHINX=1, NO_DOC=1 (print only, don't touch docs/benchmarks.md),
+#   KEEP=1 keeps the temp directory.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+BUILD="${BUILD:-$ROOT/build}"
+SHARDS="${SHARDS-1 5}"
+TRIALS="${TRIALS:-3}"
+SECS="${SECS:-8}"
+CONNS="${CONNS:-16}"
+PORT="${PORT:-19280}"
+SPHINX_PORT="${SPHINX_PORT:-19406}"
+PY=/usr/bin/python3
+TMP=$(mktemp -d /tmp/shoal-w1.XXXXXX)
+RES="$TMP/results"; mkdir -p "$RES"
+SERVER_PIN=""; DRIVER_PIN=""
+if [ "${PIN:-0}" = 1 ]; then SERVER_PIN="taskset -c 0"; DRIVER_PIN="taskset -c 1"; fi
+
+SHOAL_PID=""; SPHINX_PIDFILE=""
+cleanup() {
+  if [ -n "$SHOAL_PID" ] && kill -0 "$SHOAL_PID" 2>/dev/null; then kill -TERM "$SHOAL_PID"; wait "$SHOAL_PID" 2>/dev/null || true; fi
+  if [ -n "$SPHINX_PIDFILE" ] && [ -s "$SPHINX_PIDFILE" ]; then kill -TERM "$(cat "$SPHINX_PIDFILE")" 2>/dev/null || true; sleep 0.5; fi
+  if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+
+# ---- build what is missing
+need=""
+[ -x "$BUILD/bin/loadgen" ] || need="loadgen"
+[ -z "$SHARDS" ] || [ -x "$BUILD/bin/shoal" ] || need="$need shoal"
+if [ -n "$need" ]; then
+  cmake -S "$ROOT" -B "$BUILD" >/dev/null
+  cmake --build "$BUILD" -j2 --target $need >/dev/null
+fi
+LOADGEN="$BUILD/bin/loadgen"; SHOAL="$BUILD/bin/shoal"
+
+"$PY" "$HERE/w1_data.py" "$ROOT/cluster-scripts/sample/accounts-es.ndjson" "$TMP/data"
+NDOCS=$(grep -c '"_index"' "$TMP/data/bulk.ndjson")
+# bulk bodies of 5,000 documents
+split -l 10000 -d "$TMP/data/bulk.ndjson" "$TMP/data/bulk."
+
+now() { date +%s.%N; }
+private_kb() {  # sum of Private_* over the pids given (smaps_rollup)
+  local t=0 p v
+  for p in "$@"; do
+    v=$(awk '/^Private_(Clean|Dirty|Hugetlb):/ {s+=$2} END {print s+0}' "/proc/$p/smaps_rollup" 2>/dev/null || echo 0)
+    t=$((t + v))
+  done
+  echo "$t"
+}
+wait_http() {
+  for _ in $(seq 1 200); do
+    curl -sf -o /dev/null "http://127.0.0.1:$PORT/" && return 0
+    kill -0 "$SHOAL_PID" 2>/dev/null || { echo "shoal exited; log:" >&2; tail -20 "$TMP/shoal.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "shoal did not answer on port $PORT" >&2; exit 1
+}
+start_shoal() {
+  $SERVER_PIN "$SHOAL" --solo --data "$1" --http "127.0.0.1:$PORT" >>"$TMP/shoal.log" 2>&1 &
+  SHOAL_PID=$!
+  wait_http
+}
+stop_shoal() {
+  kill -TERM "$SHOAL_PID"
+  for _ in $(seq 1 300); do kill -0 "$SHOAL_PID" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$SHOAL_PID" 2>/dev/null; then echo "shoal did not stop in 30 s" >&2; exit 1; fi
+  wait "$SHOAL_PID" 2>/dev/null || true
+  SHOAL_PID=""
+}
+curl_ok() {  # method path [body-file]
+  local out="$TMP/curl.out" code
+  if [ -n "${3:-}" ]; then
+    code=$(curl -s -o "$out" -w '%{http_code}' -X "$1" -H 'Content-Type: application/x-ndjson' --data-binary "@$3" "http://127.0.0.1:$PORT$2")
+  else
+    code=$(curl -s -o "$out" -w '%{http_code}' -X "$1" -H 'Content-Type: application/json' "http://127.0.0.1:$PORT$2")
+  fi
+  if [ "$code" != 200 ]; then echo "$1 $2 -> HTTP $code: $(head -c 400 "$out")" >&2; exit 1; fi
+}
+run_trials() {  # tag proto port queries
+  local tag=$1 proto=$2 port=$3 q=$4 t
+  for t in $(seq 1 "$TRIALS"); do
+    $DRIVER_PIN "$LOADGEN" --proto "$proto" -p "$port" -f "$q" -c "$CONNS" -d "$SECS" -w 1 \
+      --label "$tag warm $t" > "$RES/${tag}_warm$t.json"
+  done
+}
+
+# ---- Shoal
+for S in $SHARDS; do
+  tag="shoal_s$S"
+  D="$TMP/shoal-$S"; mkdir -p "$D"
+  echo "== Shoal, $S shard(s)"
+  start_shoal "$D"
+  echo "{\"settings\":{\"number_of_shards\":$S,\"number_of_replicas\":0}}" > "$TMP/create.json"
+  code=$(curl -s -o "$TMP/curl.out" -w '%{http_code}' -X PUT -H 'Content-Type: application/json' \
+         --data-binary "@$TMP/create.json" "http://127.0.0.1:$PORT/accounts")
+  [ "$code" = 200 ] || { echo "create index -> $code $(cat "$TMP/curl.out")" >&2; exit 1; }
+  t0=$(now)
+  for f in "$TMP"/data/bulk.[0-9]*; do
+    curl_ok POST /_bulk "$f"
+    grep -q '"errors":false' "$TMP/curl.out" || { echo "bulk had errors: $(head -c 600 "$TMP/curl.out")" >&2; exit 1; }
+  done
+  curl_ok POST /accounts/_refresh
+  t1=$(now)
+  curl_ok POST '/accounts/_forcemerge?max_num_segments=1'
+  curl_ok GET /accounts/_count
+  grep -q "\"count\":$NDOCS" "$TMP/curl.out" || { echo "count after load: $(cat "$TMP/curl.out")" >&2; exit 1; }
+  ips=$("$PY" -c "print(round($NDOCS/($t1-$t0)))")
+  stop_shoal
+  # cold: the first pass right after a restart (validated afterwards)
+  start_shoal "$D"
+  $DRIVER_PIN "$LOADGEN" -p "$PORT" -f "$TMP/data/q_http.ndjson" -c "$CONNS" -n 7000 -d 60 \
+    --validate after --label "$tag cold" > "$RES/${tag}_cold.json"
+  run_trials "$tag" http "$PORT" "$TMP/data/q_http.ndjson"
+  pkb=$(private_kb "$SHOAL_PID")
+  rss=$(awk '/^Rss:/ {print $2}' "/proc/$SHOAL_PID/smaps_rollup")
+  stop_shoal
+  disk=$(du -sb "$D" | cut -f1)
+  printf '{"label":"Shoal, %s shard%s","protocol":"HTTP/1.1 + ES JSON","index_docs_per_s":%s,"private_kb":%s,"rss_kb":%s,"disk_bytes":%s}\n' \
+    "$S" "$([ "$S" = 1 ] || echo s)" "$ips" "$pkb" "$rss" "$disk" > "$RES/${tag}_meta.json"
+done
+
+# ---- Sphinx searchd over the same documents
+if [ "${NO_SPHINX:-0}" != 1 ]; then
+  echo "== Sphinx searchd"
+  SP="$TMP/sphinx"; mkdir -p "$SP/data" "$SP/log" "$SP/binlog"
+  SPHINX_PIDFILE="$SP/searchd.pid"
+  cat > "$SP/w1.conf" <<EOF
+source src_accounts
+{
+	type			= tsvpipe
+	tsvpipe_command		= cat $TMP/data/docs.tsv
+	tsvpipe_field		= firstname
+	tsvpipe_attr_string	= gender
+	tsvpipe_attr_uint	= age
+	tsvpipe_attr_float	= balance
+	tsvpipe_attr_string	= state
+}
+index accounts
+{
+	source			= src_accounts
+	path			= $SP/data/accounts
+	docinfo			= extern
+	dict			= keywords
+	min_word_len		= 1
+	morphology		= none
+}
+indexer
+{
+	mem_limit		= 256M
+}
+searchd
+{
+	listen			= 127.0.0.1:$SPHINX_PORT:mysql41
+	log			= $SP/log/searchd.log
+	query_log		= $SP/log/query.log
+	pid_file		= $SPHINX_PIDFILE
+	binlog_path		= $SP/binlog
+	workers			= threads
+	max_children		= 64
+	read_timeout		= 5
+	client_timeout		= 300
+	preopen_indexes		= 1
+	unlink_old		= 1
+	listen_backlog		= 128
+}
+EOF
+  t0=$(now)
+  indexer --config "$SP/w1.conf" --all --quiet
+  t1=$(now)
+  ips=$("$PY" -c "print(round($NDOCS/($t1-$t0)))")
+  $SERVER_PIN searchd --config "$SP/w1.conf" > "$SP/log/start.out" 2>&1
+  for _ in $(seq 1 50); do
+    mysql -h127.0.0.1 -P"$SPHINX_PORT" -e 'SHOW STATUS LIKE "uptime"' >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  $DRIVER_PIN "$LOADGEN" --proto mysql -p "$SPHINX_PORT" -f "$TMP/data/q_sphinx.ndjson" -c "$CONNS" -n 7000 -d 60 \
+    --validate after --label "sphinx cold" > "$RES/sphinx_cold.json"
+  run_trials sphinx mysql "$SPHINX_PORT" "$TMP/data/q_sphinx.ndjson"
+  spid=$(cat "$SPHINX_PIDFILE")
+  pids="$spid $(cat /proc/"$spid"/task/*/children 2>/dev/null || true)"
+  pkb=$(private_kb $pids)
+  rss=$(awk '/^Rss:/ {print $2}' "/proc/$spid/smaps_rollup")
+  kill -TERM "$spid"; for _ in $(seq 1 50); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+  SPHINX_PIDFILE=""
+  disk=$(du -sb "$SP/data" | cut -f1)
+  printf '{"label":"Sphinx 2.2.11 searchd","protocol":"SphinxQL (MySQL 4.1 protocol), SELECT * ... LIMIT 10; SHOW META","index_docs_per_s":%s,"private_kb":%s,"rss_kb":%s,"disk_bytes":%s}\n' \
+    "$ips" "$pkb" "$rss" "$disk" > "$RES/sphinx_meta.json"
+fi
+
+TABLE=$("$PY" "$HERE/report.py" w1 "$RES")
+MACHINE=$("$PY" "$HERE/report.py" machine)
+echo
+echo "$TABLE"
+if [ "${NO_DOC:-0}" != 1 ]; then
+  {
+    echo "Measured: $MACHINE. $NDOCS documents, $CONNS connections, $TRIALS warm trials of $SECS s"
+    echo "(1 s untimed warm-up each; median with min–max), driver \`build/bin/loadgen\` (one epoll"
+    echo "thread) on the same machine$([ "${PIN:-0}" = 1 ] && echo ', server pinned to CPU 0 and driver to CPU 1' || echo ', not pinned (2 cores shared by server and driver)')."
+    echo "Cold pass: the first 7,000 requests right after a restart, counts validated afterwards."
+    echo "Indexing: \`_bulk\` in bodies of 5,000 documents + \`_refresh\` (Shoal), \`indexer\` (Sphinx)."
+    echo "Command: \`SHARDS=\"$SHARDS\" TRIALS=$TRIALS SECS=$SECS CONNS=$CONNS tests/bench/w1.sh\`"
+    echo
+    echo "$TABLE"
+  } | "$PY" "$HERE/report.py" section W1
+  echo "(written to docs/benchmarks.md, section W1)"
+fi
