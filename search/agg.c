@@ -1,0 +1,1070 @@
+/* Aggregations: spec parsing, the state tree, collector dispatch, merge,
+ * render and the wire encoding. Kind-specific code is in agg_bucket.c and
+ * agg_metric.c behind agg_ops. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agg_int.h"
+
+#define AGG_WIRE_MAGIC 0x41475331u /* "AGS1" */
+
+static const struct {
+	const char *name;
+	agg_kind kind;
+	const agg_ops *ops;
+} agg_types[] = {
+    {"terms", AGG_TERMS, &agg_ops_terms},
+    {"histogram", AGG_HISTOGRAM, &agg_ops_histogram},
+    {"date_histogram", AGG_DATE_HISTOGRAM, &agg_ops_date_histogram},
+    {"range", AGG_RANGE, &agg_ops_range},
+    {"date_range", AGG_DATE_RANGE, &agg_ops_date_range},
+    {"filter", AGG_FILTER, &agg_ops_filter},
+    {"filters", AGG_FILTERS, &agg_ops_filters},
+    {"missing", AGG_MISSING, &agg_ops_missing},
+    {"min", AGG_MIN, &agg_ops_min},
+    {"max", AGG_MAX, &agg_ops_max},
+    {"sum", AGG_SUM, &agg_ops_sum},
+    {"avg", AGG_AVG, &agg_ops_avg},
+    {"stats", AGG_STATS, &agg_ops_stats},
+    {"extended_stats", AGG_EXTENDED_STATS, &agg_ops_extended_stats},
+    {"value_count", AGG_VALUE_COUNT, &agg_ops_value_count},
+    {"cardinality", AGG_CARDINALITY, &agg_ops_cardinality},
+    {"percentiles", AGG_PERCENTILES, &agg_ops_percentiles},
+    {"top_hits", AGG_TOP_HITS, &agg_ops_top_hits},
+};
+
+static const agg_ops *
+agg_type_find(const char *name, agg_kind *kind)
+{
+	for (size_t i = 0; i < sizeof agg_types / sizeof agg_types[0]; i++)
+		if (strcmp(agg_types[i].name, name) == 0) {
+			*kind = agg_types[i].kind;
+			return agg_types[i].ops;
+		}
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+cm_err
+agg_parse_num(const cJSON *v, const char *agg, const char *key, double *out, cm_error *err)
+{
+	if (cJSON_IsNumber(v)) {
+		*out = v->valuedouble;
+		return CM_OK;
+	}
+	if (cJSON_IsString(v)) {
+		char *end;
+		double d = strtod(v->valuestring, &end);
+		if (end != v->valuestring && *end == 0) {
+			*out = d;
+			return CM_OK;
+		}
+	}
+	return cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [%s]", agg, key);
+}
+
+cm_err
+agg_parse_int(const cJSON *v, const char *agg, const char *key, int64_t lo, int64_t hi,
+              int64_t *out, cm_error *err)
+{
+	double d;
+	if (agg_parse_num(v, agg, key, &d, err))
+		return CM_EPARSE;
+	if (d != d || d < (double)lo || d > (double)hi || d != (double)(int64_t)d)
+		return cm_error_set(err, CM_EINVAL, "[%s] must be an integer in [%lld, %lld] for [%s]",
+		                    key, (long long)lo, (long long)hi, agg);
+	*out = (int64_t)d;
+	return CM_OK;
+}
+
+cm_err
+agg_parse_bool(const cJSON *v, const char *agg, const char *key, bool *out, cm_error *err)
+{
+	if (cJSON_IsBool(v)) {
+		*out = cJSON_IsTrue(v);
+		return CM_OK;
+	}
+	if (cJSON_IsString(v) && (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false"))) {
+		*out = v->valuestring[0] == 't';
+		return CM_OK;
+	}
+	return cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [%s]", agg, key);
+}
+
+cm_err
+agg_parse_str(const cJSON *v, const char *agg, const char *key, char **out, cm_error *err)
+{
+	char buf[64];
+	const char *s = NULL;
+	if (cJSON_IsString(v))
+		s = v->valuestring;
+	else if (cJSON_IsNumber(v)) {
+		if (v->valuedouble == (double)(int64_t)v->valuedouble)
+			snprintf(buf, sizeof buf, "%lld", (long long)v->valuedouble);
+		else
+			snprintf(buf, sizeof buf, "%.17g", v->valuedouble);
+		s = buf;
+	} else
+		return cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [%s]", agg, key);
+	cm_free(AGG_MEM, *out);
+	*out = cm_strdup(AGG_MEM, s);
+	return CM_OK;
+}
+
+cm_err
+agg_unknown_param(const sr_agg *a, const char *key, cm_error *err)
+{
+	return cm_error_set(err, CM_EPARSE, "[%s] unknown field [%s]", a->ops->name, key);
+}
+
+/* "field", "missing", "format" are common to every values-source agg; kinds
+ * see the rest. */
+static cm_err
+agg_parse_common(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(body, "field");
+	if (f) {
+		if (!cJSON_IsString(f))
+			return cm_error_set(err, CM_EPARSE, "[%s] field must be a string", a->ops->name);
+		a->field = cm_strdup(AGG_MEM, f->valuestring);
+	}
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(body, "missing");
+	if (m) {
+		if (cJSON_IsNumber(m)) {
+			a->missing.set = a->missing.is_num = true;
+			a->missing.d = m->valuedouble;
+			a->missing.l = (int64_t)m->valuedouble;
+		} else if (cJSON_IsString(m)) {
+			a->missing.set = true;
+			char *end;
+			double d = strtod(m->valuestring, &end);
+			if (end != m->valuestring && *end == 0) {
+				a->missing.is_num = true;
+				a->missing.d = d;
+				a->missing.l = (int64_t)d;
+			}
+		} else if (cJSON_IsBool(m)) {
+			a->missing.set = a->missing.is_num = true;
+			a->missing.d = a->missing.l = cJSON_IsTrue(m);
+		} else
+			return cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [missing]",
+			                    a->ops->name);
+		if (a->missing.set) {
+			char *s = NULL;
+			if (cJSON_IsBool(m))
+				s = cm_strdup(AGG_MEM, cJSON_IsTrue(m) ? "true" : "false");
+			else if (agg_parse_str(m, a->ops->name, "missing", &s, err))
+				return CM_EPARSE;
+			a->missing.s = s;
+			a->missing.slen = strlen(s);
+		}
+	}
+	const cJSON *fm = cJSON_GetObjectItemCaseSensitive(body, "format");
+	if (fm) {
+		if (!cJSON_IsString(fm))
+			return cm_error_set(err, CM_EPARSE, "[%s] format must be a string",
+			                    a->ops->name);
+		a->format = cm_strdup(AGG_MEM, fm->valuestring);
+	}
+	if (a->ops->needs_field && !a->field) {
+		if (cJSON_GetObjectItemCaseSensitive(body, "script"))
+			return cm_error_set(err, CM_EINVAL, "[script] is not supported in aggregation [%s]",
+			                    a->name);
+		return cm_error_set(err, CM_EINVAL,
+		                    "Required one of fields [field, script], but none were specified.");
+	}
+	return CM_OK;
+}
+
+static bool
+agg_name_ok(const char *s)
+{
+	return *s && !strpbrk(s, "[]>");
+}
+
+static cm_err agg_parse_list(const cJSON *aggs, sr_agg *parent, int depth, int *next_id,
+                             cm_error *err);
+
+static cm_err
+agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_agg **out,
+              cm_error *err)
+{
+	if (!agg_name_ok(name) || strlen(name) > AGG_MAX_NAME)
+		return cm_error_set(err, CM_EPARSE,
+		                    "Invalid aggregation name [%s]. Aggregation names can contain any "
+		                    "character except '[', ']', and '>'",
+		                    name);
+	if (!cJSON_IsObject(body))
+		return cm_error_set(err, CM_EPARSE,
+		                    "Expected [START_OBJECT] under [%s], but got a [VALUE] in [%s]", name,
+		                    name);
+	sr_agg *a = cm_calloc(AGG_MEM, 1, sizeof *a);
+	a->name = cm_strdup(AGG_MEM, name);
+	a->id = (*next_id)++;
+	const cJSON *type_body = NULL, *subs = NULL;
+	const char *type = NULL;
+	cm_err rc = CM_OK;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		if (!strcmp(c->string, "aggs") || !strcmp(c->string, "aggregations")) {
+			if (subs) {
+				rc = cm_error_set(err, CM_EPARSE,
+				                  "Found two sub aggregation definitions under [%s]", name);
+				goto fail;
+			}
+			subs = c;
+			continue;
+		}
+		if (!strcmp(c->string, "meta"))
+			continue;
+		if (type) {
+			rc = cm_error_set(err, CM_EPARSE,
+			                  "Found two aggregation type definitions in [%s]: [%s] and [%s]",
+			                  name, type, c->string);
+			goto fail;
+		}
+		type = c->string;
+		type_body = c;
+	}
+	if (!type) {
+		rc = cm_error_set(err, CM_EPARSE, "Missing definition for aggregation [%s]", name);
+		goto fail;
+	}
+	a->ops = agg_type_find(type, &a->kind);
+	if (!a->ops) {
+		rc = cm_error_set(err, CM_EPARSE, "Unknown aggregation type [%s]", type);
+		goto fail;
+	}
+	if (!cJSON_IsObject(type_body)) {
+		rc = cm_error_set(err, CM_EPARSE,
+		                  "Expected [START_OBJECT] under [%s], but got a [VALUE] in [%s]", type,
+		                  name);
+		goto fail;
+	}
+	if (a->kind != AGG_FILTER && (rc = agg_parse_common(a, type_body, err)))
+		goto fail;
+	if ((rc = a->ops->parse(a, type_body, err)))
+		goto fail;
+	if (subs) {
+		if (!a->ops->bucket) {
+			rc = cm_error_set_type(err, CM_EPARSE, "aggregation_initialization_exception",
+			                       "Aggregator [%s] of type [%s] cannot accept sub-aggregations",
+			                       name, type);
+			goto fail;
+		}
+		if (depth + 1 > AGG_MAX_DEPTH) {
+			rc = cm_error_set(err, CM_EPARSE, "aggregations nested deeper than %d",
+			                  AGG_MAX_DEPTH);
+			goto fail;
+		}
+		if ((rc = agg_parse_list(subs, a, depth + 1, next_id, err)))
+			goto fail;
+	}
+	*out = a;
+	return CM_OK;
+fail:
+	sr_agg_free(a);
+	return rc;
+}
+
+static cm_err
+agg_parse_list(const cJSON *aggs, sr_agg *parent, int depth, int *next_id, cm_error *err)
+{
+	if (!cJSON_IsObject(aggs))
+		return cm_error_set(err, CM_EPARSE,
+		                    "Expected [START_OBJECT] under [aggregations], but got a [VALUE]");
+	size_t n = 0;
+	for (const cJSON *c = aggs->child; c; c = c->next)
+		n++;
+	if (n > 10000)
+		return cm_error_set(err, CM_EINVAL, "too many aggregations [%zu]", n);
+	parent->subs = cm_calloc(AGG_MEM, n ? n : 1, sizeof *parent->subs);
+	for (const cJSON *c = aggs->child; c; c = c->next) {
+		for (size_t i = 0; i < parent->nsubs; i++)
+			if (!strcmp(parent->subs[i]->name, c->string))
+				return cm_error_set(err, CM_EPARSE,
+				                    "Two sibling aggregations cannot have the same name: [%s]",
+				                    c->string);
+		sr_agg *a = NULL;
+		cm_err rc = agg_parse_one(c->string, c, depth, next_id, &a, err);
+		if (rc)
+			return rc;
+		parent->subs[parent->nsubs++] = a;
+	}
+	return CM_OK;
+}
+
+/* Validates order paths against the sub-aggregations now that they exist. */
+static cm_err
+agg_check_tree(const sr_agg *a, cm_error *err)
+{
+	extern cm_err agg_terms_check_order(const sr_agg *a, cm_error *err);
+	if (a->kind == AGG_TERMS) {
+		cm_err rc = agg_terms_check_order(a, err);
+		if (rc)
+			return rc;
+	}
+	for (size_t i = 0; i < a->nsubs; i++) {
+		cm_err rc = agg_check_tree(a->subs[i], err);
+		if (rc)
+			return rc;
+	}
+	return CM_OK;
+}
+
+cm_err
+sr_agg_from_json(const cJSON *aggs, sr_agg **out, cm_error *err)
+{
+	sr_agg *root = cm_calloc(AGG_MEM, 1, sizeof *root);
+	root->kind = AGG_ROOT;
+	root->name = cm_strdup(AGG_MEM, "");
+	int next_id = 1;
+	cm_err rc = agg_parse_list(aggs, root, 0, &next_id, err);
+	if (!rc)
+		rc = agg_check_tree(root, err);
+	if (rc) {
+		sr_agg_free(root);
+		return rc;
+	}
+	root->nspecs = next_id;
+	*out = root;
+	return CM_OK;
+}
+
+void
+sr_agg_free(sr_agg *a)
+{
+	if (!a)
+		return;
+	for (size_t i = 0; i < a->nsubs; i++)
+		sr_agg_free(a->subs[i]);
+	cm_free(AGG_MEM, a->subs);
+	if (a->ops && a->ops->free_params && a->p)
+		a->ops->free_params(a->p);
+	cm_free(AGG_MEM, a->name);
+	cm_free(AGG_MEM, a->field);
+	cm_free(AGG_MEM, a->missing.s);
+	cm_free(AGG_MEM, a->format);
+	cm_free(AGG_MEM, a);
+}
+
+/* ---------------------------------------------------------------- validation */
+
+static const char *text_msg =
+    "Text fields are not optimised for operations that require per-document field data like "
+    "aggregations and sorting, so these operations are disabled by default. Please use a "
+    "keyword field instead. Alternatively, set fielddata=true on [%s] in order to load field "
+    "data by uninverting the inverted index. Note that this can use significant memory.";
+
+static cm_err
+agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
+{
+	if (a->field && a->ops && a->ops->needs_field) {
+		const st_field_def *f = st_mapping_find(m, a->field);
+		if (f) {
+			if (f->type == ST_FT_TEXT)
+				return cm_error_set(err, CM_EINVAL, text_msg, a->field);
+			if (f->type == ST_FT_OBJECT)
+				return cm_error_set(err, CM_EINVAL,
+				                    "Field [%s] of type [object] is not supported for "
+				                    "aggregation [%s]",
+				                    a->field, a->ops->name);
+			bool numeric_only = a->kind == AGG_MIN || a->kind == AGG_MAX ||
+			                    a->kind == AGG_SUM || a->kind == AGG_AVG ||
+			                    a->kind == AGG_STATS || a->kind == AGG_EXTENDED_STATS ||
+			                    a->kind == AGG_PERCENTILES || a->kind == AGG_HISTOGRAM ||
+			                    a->kind == AGG_RANGE;
+			if (numeric_only && f->type == ST_FT_KEYWORD)
+				return cm_error_set(err, CM_EINVAL,
+				                    "Field [%s] of type [keyword] is not supported for "
+				                    "aggregation [%s]",
+				                    a->field, a->ops->name);
+			if ((a->kind == AGG_DATE_HISTOGRAM || a->kind == AGG_DATE_RANGE) &&
+			    f->type == ST_FT_KEYWORD)
+				return cm_error_set(err, CM_EINVAL,
+				                    "Field [%s] of type [keyword] is not supported for "
+				                    "aggregation [%s]",
+				                    a->field, a->ops->name);
+		}
+	}
+	for (size_t i = 0; i < a->nsubs; i++) {
+		cm_err rc = agg_validate_one(a->subs[i], m, err);
+		if (rc)
+			return rc;
+	}
+	return CM_OK;
+}
+
+cm_err
+sr_agg_validate(const sr_agg *a, const st_mapping *m, cm_error *err)
+{
+	if (!a || !m)
+		return CM_OK;
+	return agg_validate_one(a, m, err);
+}
+
+/* ---------------------------------------------------------------- states */
+
+agg_node *
+agg_node_new(const sr_agg *a)
+{
+	agg_node *n = cm_calloc(AGG_MEM, 1, sizeof *n);
+	n->spec = a;
+	n->ftype = -1;
+	n->epoch = 0;
+	n->d = a->ops->state_new(a);
+	return n;
+}
+
+void
+agg_node_free(agg_node *n)
+{
+	if (!n)
+		return;
+	n->spec->ops->state_free(n->spec, n->d);
+	cm_free(AGG_MEM, n);
+}
+
+agg_node **
+agg_subs_new(const sr_agg *parent)
+{
+	if (!parent->nsubs)
+		return NULL;
+	agg_node **v = cm_calloc(AGG_MEM, parent->nsubs, sizeof *v);
+	for (size_t i = 0; i < parent->nsubs; i++)
+		v[i] = agg_node_new(parent->subs[i]);
+	return v;
+}
+
+void
+agg_subs_free(const sr_agg *parent, agg_node **subs)
+{
+	if (!subs)
+		return;
+	for (size_t i = 0; i < parent->nsubs; i++)
+		agg_node_free(subs[i]);
+	cm_free(AGG_MEM, subs);
+}
+
+sr_agg_state *
+sr_agg_state_new(const sr_agg *a)
+{
+	sr_agg_state *s = cm_calloc(AGG_MEM, 1, sizeof *s);
+	s->root.spec = a;
+	s->root.rts = cm_calloc(AGG_MEM, a->nspecs ? a->nspecs : 1, sizeof *s->root.rts);
+	s->subs = agg_subs_new(a);
+	s->shard_level = true;
+	return s;
+}
+
+void
+sr_agg_state_free(sr_agg_state *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < s->root.spec->nspecs; i++)
+		st_colblock_free(&s->root.rts[i].cb);
+	for (int i = 0; i < s->root.spec->nspecs; i++)
+		cm_free(AGG_MEM, s->root.rts[i].dirty);
+	cm_free(AGG_MEM, s->root.rts);
+	agg_subs_free(s->root.spec, s->subs);
+	cm_free(AGG_MEM, s->root.index);
+	cm_free(AGG_MEM, s);
+}
+
+const cm_error *
+sr_agg_state_error(const sr_agg_state *s)
+{
+	return s->root.err.code ? &s->root.err : NULL;
+}
+
+void
+sr_agg_state_set_index(sr_agg_state *s, const char *index, uint32_t shard)
+{
+	cm_free(AGG_MEM, s->root.index);
+	s->root.index = index ? cm_strdup(AGG_MEM, index) : NULL;
+	s->root.shard = shard;
+}
+
+/* ---------------------------------------------------------------- collection */
+
+void
+agg_mark_dirty(agg_rt *rt, agg_node *n)
+{
+	if (n->epoch == rt->epoch)
+		return;
+	n->epoch = rt->epoch;
+	if (rt->ndirty == rt->dirty_cap) {
+		rt->dirty_cap = rt->dirty_cap ? rt->dirty_cap * 2 : 16;
+		rt->dirty = cm_realloc(AGG_MEM, rt->dirty, rt->dirty_cap * sizeof *rt->dirty);
+	}
+	rt->dirty[rt->ndirty++] = n;
+}
+
+int
+agg_values(agg_rt *rt, uint32_t doc, const int64_t **vals)
+{
+	if (!rt->fi)
+		return 0;
+	int n = st_col_values(rt->ctx->txn, rt->fi, &rt->cb, doc, vals);
+	if (n < 0) {
+		cm_error_set(&rt->root->err, CM_ECORRUPT, "could not read column [%s]",
+		             rt->spec->field);
+		return 0;
+	}
+	return n;
+}
+
+void
+agg_too_many_buckets(cm_error *err, uint64_t n)
+{
+	cm_error_set_type(err, CM_ELIMIT, "too_many_buckets_exception",
+	                  "Trying to create too many buckets. Must be less than or equal to: [%d] "
+	                  "but was [%llu]. This limit can be set by changing the "
+	                  "[search.max_buckets] cluster level setting.",
+	                  SR_MAX_BUCKETS, (unsigned long long)n);
+}
+
+bool
+agg_bucket_guard(agg_root *root, uint64_t more)
+{
+	root->buckets += more;
+	/* The exact limit applies when rendering (after terms are cut to size);
+	 * here it only bounds memory, so it is looser. */
+	if (root->buckets > (uint64_t)SR_MAX_BUCKETS * 16) {
+		agg_too_many_buckets(&root->err, root->buckets);
+		return false;
+	}
+	return true;
+}
+
+bool
+agg_field_numeric_or_fail(agg_rt *rt, cm_error *err)
+{
+	if (rt->fi && rt->fi->type == ST_FT_KEYWORD) {
+		cm_error_set(err, CM_EINVAL,
+		             "Field [%s] of type [keyword] is not supported for aggregation [%s]",
+		             rt->spec->field, rt->spec->ops->name);
+		return false;
+	}
+	return true;
+}
+
+void
+agg_subs_collect(agg_root *root, const sr_agg *parent, agg_node **subs, const uint32_t *docs,
+                 const float *scores, size_t n)
+{
+	if (root->err.code)
+		return;
+	for (size_t i = 0; i < parent->nsubs; i++) {
+		agg_node *s = subs[i];
+		agg_rt *rt = &root->rts[s->spec->id];
+		if (rt->fi && s->ftype < 0)
+			s->ftype = rt->fi->type;
+		s->spec->ops->collect(rt, s, docs, scores, n);
+	}
+}
+
+static cm_err
+agg_rt_begin(agg_root *root, const sr_agg *a, const sr_seg_ctx *ctx)
+{
+	agg_rt *rt = &root->rts[a->id];
+	rt->spec = a;
+	rt->root = root;
+	rt->ctx = ctx;
+	rt->fi = NULL;
+	rt->is_double = rt->is_keyword = false;
+	rt->ndirty = 0;
+	rt->epoch = root->epoch;
+	rt->kd = NULL;
+	/* A fresh segment invalidates the cached block. */
+	rt->cb.ndocs = 0;
+	rt->cb.first_doc = UINT32_MAX;
+	rt->cb.block = UINT32_MAX;
+	if (a->field && a->ops->needs_field) {
+		const st_field_info *fi = st_segment_field(ctx->seg, a->field);
+		if (fi && !(fi->flags & ST_FI_COLUMN)) {
+			if (fi->type == ST_FT_TEXT)
+				return cm_error_set(&root->err, CM_EINVAL, text_msg, a->field);
+			return cm_error_set(&root->err, CM_EINVAL,
+			                    "Can't load fielddata on [%s] because doc values are "
+			                    "disabled for it",
+			                    a->field);
+		}
+		if (fi) {
+			rt->fi = fi;
+			rt->is_double = fi->type == ST_FT_DOUBLE || fi->type == ST_FT_FLOAT;
+			rt->is_keyword = fi->type == ST_FT_KEYWORD;
+		}
+	}
+	if (a->ops->seg_begin) {
+		cm_err rc = a->ops->seg_begin(rt, &root->err);
+		if (rc)
+			return rc;
+	}
+	for (size_t i = 0; i < a->nsubs; i++) {
+		cm_err rc = agg_rt_begin(root, a->subs[i], ctx);
+		if (rc)
+			return rc;
+	}
+	return CM_OK;
+}
+
+static void
+agg_rt_end(agg_root *root, const sr_agg *a)
+{
+	agg_rt *rt = &root->rts[a->id];
+	if (rt->ctx) {
+		/* Parents flush before children: a parent's flush may still feed
+		 * its buckets' sub-states. */
+		if (a->ops && a->ops->seg_flush)
+			for (size_t i = 0; i < rt->ndirty; i++)
+				a->ops->seg_flush(rt, rt->dirty[i]);
+		rt->ndirty = 0;
+		if (a->ops && a->ops->seg_end)
+			a->ops->seg_end(rt);
+		rt->kd = NULL;
+	}
+	for (size_t i = 0; i < a->nsubs; i++)
+		agg_rt_end(root, a->subs[i]);
+	rt->ctx = NULL;
+	rt->fi = NULL;
+}
+
+static cm_err
+coll_begin(void *self, const sr_seg_ctx *ctx)
+{
+	sr_agg_state *s = self;
+	agg_root *root = &s->root;
+	if (root->err.code)
+		return root->err.code;
+	if (root->in_segment)
+		agg_rt_end(root, root->spec);
+	root->epoch++;
+	root->in_segment = true;
+	root->seg_index = ctx->seg_index;
+	cm_err rc = CM_OK;
+	for (size_t i = 0; i < root->spec->nsubs && !rc; i++)
+		rc = agg_rt_begin(root, root->spec->subs[i], ctx);
+	if (rc) {
+		agg_rt_end(root, root->spec);
+		root->in_segment = false;
+	}
+	return rc;
+}
+
+static void
+coll_collect(void *self, const uint32_t *docs, const float *scores, size_t n)
+{
+	sr_agg_state *s = self;
+	if (!s->root.in_segment || !n)
+		return;
+	agg_subs_collect(&s->root, s->root.spec, s->subs, docs, scores, n);
+}
+
+static void
+coll_end(void *self)
+{
+	sr_agg_state *s = self;
+	if (!s->root.in_segment)
+		return;
+	for (size_t i = 0; i < s->root.spec->nsubs; i++)
+		agg_rt_end(&s->root, s->root.spec->subs[i]);
+	s->root.in_segment = false;
+}
+
+sr_collector
+sr_agg_collector(sr_agg_state *s)
+{
+	sr_collector c = {s, coll_begin, coll_collect, coll_end};
+	return c;
+}
+
+/* ---------------------------------------------------------------- merge */
+
+void
+agg_subs_shard_finish(const sr_agg *parent, agg_node **subs)
+{
+	if (!subs)
+		return;
+	for (size_t i = 0; i < parent->nsubs; i++)
+		if (subs[i]->spec->ops->shard_finish)
+			subs[i]->spec->ops->shard_finish(subs[i]->spec, subs[i]);
+}
+
+void
+agg_subs_merge(const sr_agg *parent, agg_node **into, agg_node **from)
+{
+	for (size_t i = 0; i < parent->nsubs; i++) {
+		if (into[i]->ftype < 0)
+			into[i]->ftype = from[i]->ftype;
+		parent->subs[i]->ops->merge(parent->subs[i], into[i], from[i]);
+	}
+}
+
+static void
+state_finish(sr_agg_state *s)
+{
+	if (!s->shard_level)
+		return;
+	agg_subs_shard_finish(s->root.spec, s->subs);
+	s->shard_level = false;
+}
+
+void
+sr_agg_state_merge(sr_agg_state *into, sr_agg_state *from)
+{
+	state_finish(into);
+	state_finish(from);
+	if (from->root.err.code && !into->root.err.code)
+		into->root.err = from->root.err;
+	agg_subs_merge(into->root.spec, into->subs, from->subs);
+	if (!into->root.index && from->root.index) {
+		into->root.index = from->root.index;
+		from->root.index = NULL;
+	}
+	/* from is left empty: fresh states in place of the consumed ones. */
+	agg_subs_free(from->root.spec, from->subs);
+	from->subs = agg_subs_new(from->root.spec);
+	from->shard_level = false;
+}
+
+/* ---------------------------------------------------------------- ordering paths */
+
+static const sr_agg *
+agg_sub_find(const sr_agg *parent, const char *name, size_t len, size_t *idx)
+{
+	for (size_t i = 0; i < parent->nsubs; i++)
+		if (strlen(parent->subs[i]->name) == len && !memcmp(parent->subs[i]->name, name, len)) {
+			*idx = i;
+			return parent->subs[i];
+		}
+	return NULL;
+}
+
+/* path: "agg" / "agg.key" / "agg[key]"; for a single-bucket agg such as
+ * filter, "agg>sub..." descends. */
+bool
+agg_subs_path_ok(const sr_agg *parent, const char *path)
+{
+	size_t len = strcspn(path, ".>[");
+	size_t idx;
+	const sr_agg *a = agg_sub_find(parent, path, len, &idx);
+	if (!a)
+		return false;
+	if (path[len] == '>')
+		return (a->kind == AGG_FILTER || a->kind == AGG_MISSING) &&
+		       agg_subs_path_ok(a, path + len + 1);
+	if (path[len] == 0 && (a->kind == AGG_FILTER || a->kind == AGG_MISSING))
+		return true; /* doc_count of the single bucket */
+	return a->ops->metric_value != NULL;
+}
+
+bool
+agg_subs_value(const sr_agg *parent, agg_node *const *subs, const char *path, double *v)
+{
+	extern bool agg_single_bucket_value(const sr_agg *a, const agg_node *n, const char *rest,
+	                                    double *v);
+	size_t len = strcspn(path, ".>[");
+	size_t idx;
+	const sr_agg *a = agg_sub_find(parent, path, len, &idx);
+	if (!a || !subs)
+		return false;
+	if (a->kind == AGG_FILTER || a->kind == AGG_MISSING)
+		return agg_single_bucket_value(a, subs[idx], path[len] == '>' ? path + len + 1 : NULL,
+		                               v);
+	if (!a->ops->metric_value)
+		return false;
+	char key[128];
+	const char *k = NULL;
+	if (path[len] == '.') {
+		k = path + len + 1;
+	} else if (path[len] == '[') {
+		size_t kl = strcspn(path + len + 1, "]");
+		if (kl >= sizeof key)
+			return false;
+		memcpy(key, path + len + 1, kl);
+		key[kl] = 0;
+		k = key;
+	}
+	return a->ops->metric_value(a, subs[idx], k, v);
+}
+
+/* ---------------------------------------------------------------- render */
+
+void
+agg_json_str(cm_buf *b, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	cm_buf_reserve(b, n + 2);
+	cm_buf_put_u8(b, '"');
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '"' || c == '\\') {
+			cm_buf_put_u8(b, '\\');
+			cm_buf_put_u8(b, c);
+		} else if (c < 0x20) {
+			char e[7] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15], 0};
+			switch (c) {
+			case '\n': cm_buf_put(b, "\\n", 2); break;
+			case '\r': cm_buf_put(b, "\\r", 2); break;
+			case '\t': cm_buf_put(b, "\\t", 2); break;
+			default: cm_buf_put(b, e, 6);
+			}
+		} else
+			cm_buf_put_u8(b, c);
+	}
+	cm_buf_put_u8(b, '"');
+}
+
+/* Shortest decimal digits that read back as v: digits in dig, decimal
+ * exponent (value = 0.d1d2... * 10^exp10). */
+static int
+shortest_digits(double v, char *dig, int *exp10)
+{
+	char tmp[40];
+	for (int prec = 1; prec <= 17; prec++) {
+		snprintf(tmp, sizeof tmp, "%.*e", prec - 1, v);
+		if (strtod(tmp, NULL) == v || prec == 17) {
+			int nd = 0;
+			char *p = tmp;
+			for (; *p && *p != 'e'; p++)
+				if (*p >= '0' && *p <= '9')
+					dig[nd++] = *p;
+			while (nd > 1 && dig[nd - 1] == '0')
+				nd--;
+			dig[nd] = 0;
+			*exp10 = atoi(p + 1) + 1;
+			return nd;
+		}
+	}
+	return 0;
+}
+
+void
+agg_double_str(char *buf, size_t cap, double v)
+{
+	if (v != v || v == INFINITY || v == -INFINITY) {
+		snprintf(buf, cap, "%s", v != v ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
+		return;
+	}
+	if (v == 0) {
+		snprintf(buf, cap, "%s", signbit(v) ? "-0.0" : "0.0");
+		return;
+	}
+	char dig[24];
+	int e;
+	char out[64];
+	size_t o = 0;
+	if (v < 0)
+		out[o++] = '-';
+	double a = fabs(v);
+	int nd = shortest_digits(a, dig, &e);
+	if (a >= 1e-3 && a < 1e7) {
+		if (e <= 0) {
+			out[o++] = '0';
+			out[o++] = '.';
+			for (int i = 0; i < -e; i++)
+				out[o++] = '0';
+			for (int i = 0; i < nd; i++)
+				out[o++] = dig[i];
+		} else {
+			for (int i = 0; i < e; i++)
+				out[o++] = i < nd ? dig[i] : '0';
+			out[o++] = '.';
+			if (nd > e)
+				for (int i = e; i < nd; i++)
+					out[o++] = dig[i];
+			else
+				out[o++] = '0';
+		}
+		out[o] = 0;
+	} else {
+		out[o++] = dig[0];
+		out[o++] = '.';
+		if (nd > 1)
+			for (int i = 1; i < nd; i++)
+				out[o++] = dig[i];
+		else
+			out[o++] = '0';
+		snprintf(out + o, sizeof out - o, "E%d", e - 1);
+	}
+	snprintf(buf, cap, "%s", out);
+}
+
+void
+agg_json_double(cm_buf *b, double v)
+{
+	if (v != v || v == INFINITY || v == -INFINITY) {
+		cm_buf_put(b, "null", 4);
+		return;
+	}
+	char buf[64];
+	agg_double_str(buf, sizeof buf, v);
+	cm_buf_put(b, buf, strlen(buf));
+}
+
+void
+agg_json_double_or_null(cm_buf *b, double v, bool present)
+{
+	if (present)
+		agg_json_double(b, v);
+	else
+		cm_buf_put(b, "null", 4);
+}
+
+cm_err
+agg_subs_render(const sr_agg *parent, agg_node *const *subs, agg_render *r)
+{
+	for (size_t i = 0; i < parent->nsubs; i++) {
+		const sr_agg *a = parent->subs[i];
+		cm_buf_put_u8(r->out, ',');
+		agg_json_str(r->out, a->name, strlen(a->name));
+		cm_buf_put_u8(r->out, ':');
+		cm_err rc = a->ops->render(a, subs[i], r);
+		if (rc)
+			return rc;
+	}
+	return CM_OK;
+}
+
+cm_err
+sr_agg_render(const sr_agg_state *s, cm_buf *out, cm_error *err)
+{
+	if (s->root.err.code) {
+		if (err && !err->code)
+			*err = s->root.err;
+		return s->root.err.code;
+	}
+	agg_render r = {out, err, 0};
+	size_t start = out->len;
+	cm_buf_put_u8(out, '{');
+	size_t body = out->len;
+	cm_err rc = agg_subs_render(s->root.spec, s->subs, &r);
+	if (rc) {
+		out->len = start;
+		return rc;
+	}
+	/* drop the leading comma agg_subs_render writes */
+	if (out->len > body) {
+		memmove(out->data + body, out->data + body + 1, out->len - body - 1);
+		out->len--;
+	}
+	cm_buf_put_u8(out, '}');
+	return CM_OK;
+}
+
+/* ---------------------------------------------------------------- encoding */
+
+void
+agg_put_double(cm_buf *b, double v)
+{
+	uint64_t u;
+	memcpy(&u, &v, 8);
+	cm_buf_put_u64(b, u);
+}
+
+bool
+agg_get_double(cm_rd *r, double *v)
+{
+	uint64_t u;
+	if (!cm_rd_u64(r, &u))
+		return false;
+	memcpy(v, &u, 8);
+	return true;
+}
+
+bool
+agg_get_count(cm_rd *r, uint64_t max, uint64_t *v)
+{
+	if (!cm_rd_varint(r, v))
+		return false;
+	if (*v > max || *v > cm_rd_left(r)) {
+		r->bad = true;
+		return false;
+	}
+	return true;
+}
+
+void
+agg_subs_encode(const sr_agg *parent, agg_node *const *subs, cm_buf *b)
+{
+	for (size_t i = 0; i < parent->nsubs; i++) {
+		cm_buf_put_varint(b, (uint64_t)(subs[i]->ftype + 1));
+		parent->subs[i]->ops->encode(parent->subs[i], subs[i], b);
+	}
+}
+
+bool
+agg_subs_decode(const sr_agg *parent, agg_node **subs, cm_rd *r)
+{
+	for (size_t i = 0; i < parent->nsubs; i++) {
+		uint64_t ft;
+		if (!cm_rd_varint(r, &ft) || ft > ST_FT_OBJECT + 1)
+			return false;
+		subs[i]->ftype = (int)ft - 1;
+		if (!parent->subs[i]->ops->decode(parent->subs[i], subs[i], r))
+			return false;
+	}
+	return true;
+}
+
+cm_err
+sr_agg_state_encode(sr_agg_state *s, cm_buf *out)
+{
+	state_finish(s);
+	size_t start = out->len;
+	cm_buf_put_u32(out, AGG_WIRE_MAGIC);
+	cm_buf_put_varint(out, (uint64_t)s->root.spec->nspecs);
+	cm_buf_put_u32(out, s->root.shard);
+	if (s->root.index)
+		cm_buf_put_str(out, s->root.index, strlen(s->root.index));
+	else
+		cm_buf_put_str(out, "", 0);
+	/* an error travels too, so a shard failure is not mistaken for no data */
+	cm_buf_put_varint(out, (uint64_t)s->root.err.code);
+	cm_buf_put_str(out, s->root.err.reason, strlen(s->root.err.reason));
+	cm_buf_put_str(out, s->root.err.type_override, strlen(s->root.err.type_override));
+	agg_subs_encode(s->root.spec, s->subs, out);
+	cm_buf_put_checksum(out, start);
+	return CM_OK;
+}
+
+cm_err
+sr_agg_state_decode(const sr_agg *a, const void *p, size_t n, sr_agg_state **out,
+                    cm_error *err)
+{
+	size_t len = n;
+	if (!cm_checksum_ok(p, &len))
+		return cm_error_set(err, CM_ECORRUPT, "aggregation state checksum mismatch");
+	cm_rd r;
+	cm_rd_init(&r, p, len);
+	uint32_t magic, shard;
+	uint64_t nspecs, code;
+	const char *idx, *reason, *type;
+	size_t idxn, reasonn, typen;
+	if (!cm_rd_u32(&r, &magic) || magic != AGG_WIRE_MAGIC || !cm_rd_varint(&r, &nspecs) ||
+	    nspecs != (uint64_t)a->nspecs || !cm_rd_u32(&r, &shard) || !cm_rd_str(&r, &idx, &idxn) ||
+	    !cm_rd_varint(&r, &code) || code >= CM_ERR_COUNT || !cm_rd_str(&r, &reason, &reasonn) ||
+	    !cm_rd_str(&r, &type, &typen))
+		return cm_error_set(err, CM_ECORRUPT, "bad aggregation state header");
+	sr_agg_state *s = sr_agg_state_new(a);
+	s->shard_level = false;
+	s->root.shard = shard;
+	if (idxn)
+		s->root.index = cm_strndup(AGG_MEM, idx, idxn);
+	if (code) {
+		s->root.err.code = (cm_err)code;
+		snprintf(s->root.err.reason, sizeof s->root.err.reason, "%.*s", (int)reasonn, reason);
+		snprintf(s->root.err.type_override, sizeof s->root.err.type_override, "%.*s",
+		         (int)typen, type);
+	}
+	if (!agg_subs_decode(a, s->subs, &r) || r.bad || cm_rd_left(&r) != 0) {
+		sr_agg_state_free(s);
+		return cm_error_set(err, CM_ECORRUPT, "corrupt aggregation state");
+	}
+	*out = s;
+	return CM_OK;
+}

@@ -1,0 +1,2411 @@
+/* Bucket aggregations: terms, histogram, date_histogram, range,
+ * date_range, filter, filters, missing. */
+#include <cjson/cJSON.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "agg_int.h"
+
+/* ================================================================ bucket table */
+
+/* Buckets keyed by bytes (terms) or by an int64 (numeric terms, histogram
+ * index, date keys), with an open-addressing index into a vector. */
+typedef struct bkt {
+	uint64_t count;
+	agg_node **subs;
+	int64_t l;       /* numeric key (doubles: bits of the double) */
+	uint8_t *key;    /* string key (owned) or NULL */
+	uint32_t klen;
+} bkt;
+
+typedef struct btab {
+	bkt *v;
+	size_t n, cap;
+	uint32_t *idx; /* bucket index + 1, 0 = empty */
+	size_t icap;
+} btab;
+
+static uint64_t
+bkt_hash(const void *k, size_t len)
+{
+	return XXH3_64bits(k, len);
+}
+
+static const void *
+bkt_keyp(const bkt *b, size_t *len)
+{
+	if (b->key) {
+		*len = b->klen;
+		return b->key;
+	}
+	*len = 8;
+	return &b->l;
+}
+
+static void
+btab_rehash(btab *t, size_t icap)
+{
+	cm_free(AGG_MEM, t->idx);
+	t->idx = cm_calloc(AGG_MEM, icap, sizeof *t->idx);
+	t->icap = icap;
+	for (size_t i = 0; i < t->n; i++) {
+		size_t len;
+		const void *k = bkt_keyp(&t->v[i], &len);
+		size_t h = (size_t)bkt_hash(k, len) & (icap - 1);
+		while (t->idx[h])
+			h = (h + 1) & (icap - 1);
+		t->idx[h] = (uint32_t)i + 1;
+	}
+}
+
+/* Finds or creates the bucket for key; str selects a string key. */
+static bkt *
+btab_get(btab *t, const sr_agg *spec, const void *k, size_t len, bool str, bool *created)
+{
+	if ((t->n + 1) * 2 > t->icap)
+		btab_rehash(t, t->icap ? t->icap * 2 : 16);
+	size_t h = (size_t)bkt_hash(k, len) & (t->icap - 1);
+	while (t->idx[h]) {
+		bkt *b = &t->v[t->idx[h] - 1];
+		size_t bl;
+		const void *bk = bkt_keyp(b, &bl);
+		if (bl == len && !memcmp(bk, k, len))
+			return b;
+		h = (h + 1) & (t->icap - 1);
+	}
+	if (t->n == t->cap) {
+		t->cap = t->cap ? t->cap * 2 : 8;
+		t->v = cm_realloc(AGG_MEM, t->v, t->cap * sizeof *t->v);
+	}
+	bkt *b = &t->v[t->n];
+	memset(b, 0, sizeof *b);
+	if (str) {
+		b->key = cm_malloc(AGG_MEM, len ? len : 1);
+		memcpy(b->key, k, len);
+		b->klen = (uint32_t)len;
+	} else
+		memcpy(&b->l, k, 8);
+	b->subs = spec ? agg_subs_new(spec) : NULL; /* NULL spec: caller moves subs in */
+	t->idx[h] = (uint32_t)++t->n;
+	if (created)
+		*created = true;
+	return b;
+}
+
+static bkt *
+btab_get_l(btab *t, const sr_agg *spec, int64_t l, bool *created)
+{
+	return btab_get(t, spec, &l, 8, false, created);
+}
+
+static void
+bkt_clear(const sr_agg *spec, bkt *b)
+{
+	agg_subs_free(spec, b->subs);
+	cm_free(AGG_MEM, b->key);
+	b->subs = NULL;
+	b->key = NULL;
+}
+
+static void
+btab_free(btab *t, const sr_agg *spec)
+{
+	for (size_t i = 0; i < t->n; i++)
+		bkt_clear(spec, &t->v[i]);
+	cm_free(AGG_MEM, t->v);
+	cm_free(AGG_MEM, t->idx);
+	memset(t, 0, sizeof *t);
+}
+
+/* Folds from into into; from ends empty. */
+static void
+btab_merge(btab *into, btab *from, const sr_agg *spec)
+{
+	for (size_t i = 0; i < from->n; i++) {
+		bkt *fb = &from->v[i];
+		size_t len;
+		const void *k = bkt_keyp(fb, &len);
+		bool created = false;
+		bkt *b = btab_get(into, NULL, k, len, fb->key != NULL, &created);
+		b->count += fb->count;
+		if (created) {
+			b->subs = fb->subs;
+			fb->subs = NULL;
+		} else if (b->subs && fb->subs)
+			agg_subs_merge(spec, b->subs, fb->subs);
+	}
+	btab_free(from, spec);
+}
+
+static void
+btab_encode(const btab *t, const sr_agg *spec, cm_buf *b)
+{
+	cm_buf_put_varint(b, t->n);
+	for (size_t i = 0; i < t->n; i++) {
+		const bkt *k = &t->v[i];
+		cm_buf_put_u8(b, k->key != NULL);
+		if (k->key)
+			cm_buf_put_str(b, (const char *)k->key, k->klen);
+		else
+			cm_buf_put_u64(b, (uint64_t)k->l);
+		cm_buf_put_varint(b, k->count);
+		agg_subs_encode(spec, k->subs, b);
+	}
+}
+
+static bool
+btab_decode(btab *t, const sr_agg *spec, cm_rd *r)
+{
+	uint64_t n;
+	if (!agg_get_count(r, (uint64_t)SR_MAX_BUCKETS * 64, &n))
+		return false;
+	for (uint64_t i = 0; i < n; i++) {
+		uint8_t str;
+		const char *s;
+		size_t len;
+		uint64_t l;
+		bool created = false;
+		bkt *b;
+		if (!cm_rd_u8(r, &str))
+			return false;
+		if (str) {
+			if (!cm_rd_str(r, &s, &len))
+				return false;
+			b = btab_get(t, spec, s, len, true, &created);
+		} else {
+			if (!cm_rd_u64(r, &l))
+				return false;
+			b = btab_get_l(t, spec, (int64_t)l, &created);
+		}
+		if (!created || !cm_rd_varint(r, &b->count) || !agg_subs_decode(spec, b->subs, r))
+			return false;
+	}
+	return true;
+}
+
+/* Stable merge sort of pointers with a context comparator. */
+typedef int (*bcmp_fn)(const void *ctx, const bkt *a, const bkt *b);
+
+static void
+bsort(bkt **v, size_t n, bcmp_fn cmp, const void *ctx)
+{
+	if (n < 2)
+		return;
+	bkt **tmp = cm_malloc(AGG_MEM, n * sizeof *tmp);
+	for (size_t w = 1; w < n; w *= 2) {
+		for (size_t lo = 0; lo < n; lo += 2 * w) {
+			size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+			size_t i = lo, j = mid, k = lo;
+			while (i < mid && j < hi)
+				tmp[k++] = cmp(ctx, v[j], v[i]) < 0 ? v[j++] : v[i++];
+			while (i < mid)
+				tmp[k++] = v[i++];
+			while (j < hi)
+				tmp[k++] = v[j++];
+		}
+		memcpy(v, tmp, n * sizeof *v);
+	}
+	cm_free(AGG_MEM, tmp);
+}
+
+/* ================================================================ single-bucket helpers */
+
+typedef struct sbkt {
+	uint64_t count;
+	agg_node **subs;
+} sbkt;
+
+/* Batches docs that fall into one bucket so sub-aggregations see runs. */
+#define RUN_CAP 256
+typedef struct run {
+	uint32_t docs[RUN_CAP];
+	float scores[RUN_CAP];
+	size_t n;
+	bool has_scores;
+} run;
+
+static void
+run_flush(agg_rt *rt, agg_node **subs, run *r)
+{
+	if (r->n && subs)
+		agg_subs_collect(rt->root, rt->spec, subs, r->docs, r->has_scores ? r->scores : NULL,
+		                 r->n);
+	r->n = 0;
+}
+
+static inline void
+run_add(agg_rt *rt, agg_node **subs, run *r, uint32_t doc, const float *scores, size_t i)
+{
+	if (!subs)
+		return;
+	r->docs[r->n] = doc;
+	if (scores)
+		r->scores[r->n] = scores[i];
+	r->has_scores = scores != NULL;
+	if (++r->n == RUN_CAP)
+		run_flush(rt, subs, r);
+}
+
+static inline void
+bucket_doc(agg_rt *rt, agg_node **subs, uint32_t doc, const float *scores, size_t i)
+{
+	if (subs)
+		agg_subs_collect(rt->root, rt->spec, subs, &doc, scores ? &scores[i] : NULL, 1);
+}
+
+/* value for ordering a parent terms agg by "filter>metric" or "filter" */
+bool
+agg_single_bucket_value(const sr_agg *a, const agg_node *n, const char *rest, double *v)
+{
+	const sbkt *b = n->d;
+	if (!rest) {
+		*v = (double)b->count;
+		return true;
+	}
+	return agg_subs_value(a, b->subs, rest, v);
+}
+
+static void *
+sbkt_new(const sr_agg *a)
+{
+	sbkt *b = cm_calloc(AGG_MEM, 1, sizeof *b);
+	b->subs = agg_subs_new(a);
+	return b;
+}
+
+static void
+sbkt_free(const sr_agg *a, void *d)
+{
+	sbkt *b = d;
+	agg_subs_free(a, b->subs);
+	cm_free(AGG_MEM, b);
+}
+
+static void
+sbkt_merge(const sr_agg *a, agg_node *into, agg_node *from)
+{
+	sbkt *x = into->d, *y = from->d;
+	x->count += y->count;
+	if (x->subs)
+		agg_subs_merge(a, x->subs, y->subs);
+}
+
+static void
+sbkt_finish(const sr_agg *a, agg_node *n)
+{
+	sbkt *b = n->d;
+	agg_subs_shard_finish(a, b->subs);
+}
+
+static cm_err
+sbkt_render_full(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	const sbkt *b = n->d;
+	cm_buf_printf(r->out, "{\"doc_count\":%llu", (unsigned long long)b->count);
+	cm_err rc = agg_subs_render(a, b->subs, r);
+	cm_buf_put_u8(r->out, '}');
+	return rc;
+}
+
+static void
+sbkt_encode(const sr_agg *a, const agg_node *n, cm_buf *b)
+{
+	const sbkt *s = n->d;
+	cm_buf_put_varint(b, s->count);
+	agg_subs_encode(a, s->subs, b);
+}
+
+static bool
+sbkt_decode(const sr_agg *a, agg_node *n, cm_rd *r)
+{
+	sbkt *s = n->d;
+	return cm_rd_varint(r, &s->count) && agg_subs_decode(a, s->subs, r);
+}
+
+/* ================================================================ missing */
+
+static cm_err
+missing_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	for (const cJSON *c = body->child; c; c = c->next)
+		if (strcmp(c->string, "field"))
+			return agg_unknown_param(a, c->string, err);
+	return CM_OK;
+}
+
+static void
+missing_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	sbkt *b = n->d;
+	run r;
+	r.n = 0;
+	for (size_t i = 0; i < cnt; i++) {
+		const int64_t *v;
+		if (agg_values(rt, docs[i], &v) == 0) {
+			b->count++;
+			run_add(rt, b->subs, &r, docs[i], scores, i);
+		}
+	}
+	run_flush(rt, b->subs, &r);
+}
+
+const agg_ops agg_ops_missing = {
+    .name = "missing",
+    .bucket = true,
+    .needs_field = true,
+    .parse = missing_parse,
+    .state_new = sbkt_new,
+    .state_free = sbkt_free,
+    .collect = missing_collect,
+    .shard_finish = sbkt_finish,
+    .merge = sbkt_merge,
+    .render = sbkt_render_full,
+    .encode = sbkt_encode,
+    .decode = sbkt_decode,
+};
+
+/* ================================================================ filter / filters */
+
+typedef struct filt_params {
+	sr_query **q;
+	char **names; /* NULL for anonymous filters */
+	size_t n;
+	bool keyed;   /* filters: named → object */
+	bool other;
+	char *other_key;
+} filt_params;
+
+static void
+filt_free_params(void *pp)
+{
+	filt_params *p = pp;
+	for (size_t i = 0; i < p->n; i++) {
+		sr_query_free(p->q[i]);
+		if (p->names)
+			cm_free(AGG_MEM, p->names[i]);
+	}
+	cm_free(AGG_MEM, p->q);
+	cm_free(AGG_MEM, p->names);
+	cm_free(AGG_MEM, p->other_key);
+	cm_free(AGG_MEM, p);
+}
+
+static cm_err
+filter_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	filt_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
+	a->p = p;
+	p->q = cm_calloc(AGG_MEM, 1, sizeof *p->q);
+	p->n = 1;
+	return sr_query_from_json(body, &p->q[0], err);
+}
+
+#define FILTERS_MAX 1024
+
+static cm_err
+filters_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	filt_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
+	a->p = p;
+	p->keyed = true;
+	const cJSON *f = NULL;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		if (!strcmp(c->string, "filters"))
+			f = c;
+		else if (!strcmp(c->string, "other_bucket")) {
+			if (agg_parse_bool(c, a->name, "other_bucket", &p->other, err))
+				return CM_EPARSE;
+		} else if (!strcmp(c->string, "other_bucket_key")) {
+			if (agg_parse_str(c, a->name, "other_bucket_key", &p->other_key, err))
+				return CM_EPARSE;
+			p->other = true;
+		} else if (!strcmp(c->string, "keyed")) {
+			if (agg_parse_bool(c, a->name, "keyed", &p->keyed, err))
+				return CM_EPARSE;
+		} else
+			return agg_unknown_param(a, c->string, err);
+	}
+	if (!f || !(cJSON_IsObject(f) || cJSON_IsArray(f)))
+		return cm_error_set(err, CM_EPARSE, "[filters] cannot be empty.");
+	int k = cJSON_GetArraySize(f);
+	if (k > FILTERS_MAX)
+		return cm_error_set(err, CM_EINVAL, "too many filters in [%s]", a->name);
+	p->q = cm_calloc(AGG_MEM, k ? (size_t)k : 1, sizeof *p->q);
+	if (cJSON_IsObject(f))
+		p->names = cm_calloc(AGG_MEM, k ? (size_t)k : 1, sizeof *p->names);
+	else
+		p->keyed = false;
+	for (const cJSON *c = f->child; c; c = c->next) {
+		if (p->names)
+			p->names[p->n] = cm_strdup(AGG_MEM, c->string);
+		cm_err rc = sr_query_from_json(c, &p->q[p->n], err);
+		p->n++;
+		if (rc)
+			return rc;
+	}
+	if (!p->other_key)
+		p->other_key = cm_strdup(AGG_MEM, "_other_");
+	return CM_OK;
+}
+
+typedef struct filt_rt {
+	uint64_t **bits; /* per filter */
+	size_t n;
+} filt_rt;
+
+static cm_err
+filt_seg_begin(agg_rt *rt, cm_error *err)
+{
+	const filt_params *p = rt->spec->p;
+	filt_rt *f = cm_calloc(AGG_MEM, 1, sizeof *f);
+	rt->kd = f;
+	f->bits = cm_calloc(AGG_MEM, p->n ? p->n : 1, sizeof *f->bits);
+	f->n = p->n;
+	size_t words = st_bit_words(st_segment_max_doc(rt->ctx->seg));
+	for (size_t i = 0; i < p->n; i++) {
+		f->bits[i] = cm_calloc(AGG_MEM, words ? words : 1, sizeof **f->bits);
+		cm_err rc = sr_query_bitset(p->q[i], rt->ctx, f->bits[i], err);
+		if (rc)
+			return rc;
+	}
+	return CM_OK;
+}
+
+static void
+filt_seg_end(agg_rt *rt)
+{
+	filt_rt *f = rt->kd;
+	if (!f)
+		return;
+	for (size_t i = 0; i < f->n; i++)
+		cm_free(AGG_MEM, f->bits[i]);
+	cm_free(AGG_MEM, f->bits);
+	cm_free(AGG_MEM, f);
+}
+
+static void
+filter_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	sbkt *b = n->d;
+	filt_rt *f = rt->kd;
+	run r;
+	r.n = 0;
+	for (size_t i = 0; i < cnt; i++)
+		if (st_bit_get(f->bits[0], docs[i])) {
+			b->count++;
+			run_add(rt, b->subs, &r, docs[i], scores, i);
+		}
+	run_flush(rt, b->subs, &r);
+}
+
+const agg_ops agg_ops_filter = {
+    .name = "filter",
+    .bucket = true,
+    .parse = filter_parse,
+    .free_params = filt_free_params,
+    .state_new = sbkt_new,
+    .state_free = sbkt_free,
+    .seg_begin = filt_seg_begin,
+    .collect = filter_collect,
+    .seg_end = filt_seg_end,
+    .shard_finish = sbkt_finish,
+    .merge = sbkt_merge,
+    .render = sbkt_render_full,
+    .encode = sbkt_encode,
+    .decode = sbkt_decode,
+};
+
+/* filters: n buckets plus an optional other bucket at index n */
+typedef struct filters_state {
+	sbkt *b;
+	size_t n;
+} filters_state;
+
+static void *
+filters_new(const sr_agg *a)
+{
+	const filt_params *p = a->p;
+	filters_state *s = cm_calloc(AGG_MEM, 1, sizeof *s);
+	s->n = p->n + (p->other ? 1 : 0);
+	s->b = cm_calloc(AGG_MEM, s->n ? s->n : 1, sizeof *s->b);
+	for (size_t i = 0; i < s->n; i++)
+		s->b[i].subs = agg_subs_new(a);
+	return s;
+}
+
+static void
+filters_free(const sr_agg *a, void *d)
+{
+	filters_state *s = d;
+	for (size_t i = 0; i < s->n; i++)
+		agg_subs_free(a, s->b[i].subs);
+	cm_free(AGG_MEM, s->b);
+	cm_free(AGG_MEM, s);
+}
+
+static void
+filters_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	filters_state *s = n->d;
+	const filt_params *p = rt->spec->p;
+	filt_rt *f = rt->kd;
+	for (size_t k = 0; k < p->n; k++) {
+		run r;
+		r.n = 0;
+		for (size_t i = 0; i < cnt; i++)
+			if (st_bit_get(f->bits[k], docs[i])) {
+				s->b[k].count++;
+				run_add(rt, s->b[k].subs, &r, docs[i], scores, i);
+			}
+		run_flush(rt, s->b[k].subs, &r);
+	}
+	if (p->other) {
+		run r;
+		r.n = 0;
+		for (size_t i = 0; i < cnt; i++) {
+			bool any = false;
+			for (size_t k = 0; k < p->n && !any; k++)
+				any = st_bit_get(f->bits[k], docs[i]);
+			if (!any) {
+				s->b[p->n].count++;
+				run_add(rt, s->b[p->n].subs, &r, docs[i], scores, i);
+			}
+		}
+		run_flush(rt, s->b[p->n].subs, &r);
+	}
+}
+
+static void
+filters_finish(const sr_agg *a, agg_node *n)
+{
+	filters_state *s = n->d;
+	for (size_t i = 0; i < s->n; i++)
+		agg_subs_shard_finish(a, s->b[i].subs);
+}
+
+static void
+filters_merge(const sr_agg *a, agg_node *into, agg_node *from)
+{
+	filters_state *x = into->d, *y = from->d;
+	for (size_t i = 0; i < x->n; i++) {
+		x->b[i].count += y->b[i].count;
+		if (x->b[i].subs)
+			agg_subs_merge(a, x->b[i].subs, y->b[i].subs);
+	}
+}
+
+static cm_err
+filters_render(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	const filters_state *s = n->d;
+	const filt_params *p = a->p;
+	cm_buf *b = r->out;
+	r->buckets += s->n;
+	if (r->buckets > SR_MAX_BUCKETS) {
+		agg_too_many_buckets(r->err, r->buckets);
+		return CM_ELIMIT;
+	}
+	cm_buf_put(b, p->keyed ? "{\"buckets\":{" : "{\"buckets\":[", 12);
+	for (size_t i = 0; i < s->n; i++) {
+		if (i)
+			cm_buf_put_u8(b, ',');
+		if (p->keyed) {
+			const char *k = i < p->n ? p->names[i] : p->other_key;
+			agg_json_str(b, k, strlen(k));
+			cm_buf_put_u8(b, ':');
+		}
+		cm_buf_printf(b, "{\"doc_count\":%llu", (unsigned long long)s->b[i].count);
+		cm_err rc = agg_subs_render(a, s->b[i].subs, r);
+		if (rc)
+			return rc;
+		cm_buf_put_u8(b, '}');
+	}
+	cm_buf_put(b, p->keyed ? "}}" : "]}", 2);
+	return CM_OK;
+}
+
+static void
+filters_encode(const sr_agg *a, const agg_node *n, cm_buf *b)
+{
+	const filters_state *s = n->d;
+	cm_buf_put_varint(b, s->n);
+	for (size_t i = 0; i < s->n; i++) {
+		cm_buf_put_varint(b, s->b[i].count);
+		agg_subs_encode(a, s->b[i].subs, b);
+	}
+}
+
+static bool
+filters_decode(const sr_agg *a, agg_node *n, cm_rd *r)
+{
+	filters_state *s = n->d;
+	uint64_t k;
+	if (!cm_rd_varint(r, &k) || k != s->n)
+		return false;
+	for (size_t i = 0; i < s->n; i++)
+		if (!cm_rd_varint(r, &s->b[i].count) || !agg_subs_decode(a, s->b[i].subs, r))
+			return false;
+	return true;
+}
+
+const agg_ops agg_ops_filters = {
+    .name = "filters",
+    .bucket = true,
+    .parse = filters_parse,
+    .free_params = filt_free_params,
+    .state_new = filters_new,
+    .state_free = filters_free,
+    .seg_begin = filt_seg_begin,
+    .collect = filters_collect,
+    .seg_end = filt_seg_end,
+    .shard_finish = filters_finish,
+    .merge = filters_merge,
+    .render = filters_render,
+    .encode = filters_encode,
+    .decode = filters_decode,
+};
+
+/* ================================================================ terms */
+
+typedef enum { ORD_COUNT, ORD_KEY, ORD_PATH } ord_kind;
+
+typedef struct ord_key {
+	ord_kind kind;
+	bool desc;
+	char *path;
+} ord_key;
+
+#define TERMS_MAX_ORDER 8
+#define TERMS_MAX_SIZE 1000000
+
+typedef struct terms_filter {
+	bool has_re;
+	regex_t re;
+	char **vals; /* exact values */
+	size_t nvals;
+} terms_filter;
+
+typedef struct terms_params {
+	uint64_t size, shard_size, min_doc_count, shard_min_doc_count;
+	ord_key order[TERMS_MAX_ORDER];
+	size_t norder;
+	terms_filter inc, exc;
+	bool has_inc, has_exc;
+	int64_t partition, num_partitions; /* num_partitions 0 = none */
+} terms_params;
+
+static void
+tf_free(terms_filter *f)
+{
+	if (f->has_re)
+		regfree(&f->re);
+	for (size_t i = 0; i < f->nvals; i++)
+		cm_free(AGG_MEM, f->vals[i]);
+	cm_free(AGG_MEM, f->vals);
+}
+
+static void
+terms_free_params(void *pp)
+{
+	terms_params *p = pp;
+	for (size_t i = 0; i < p->norder; i++)
+		cm_free(AGG_MEM, p->order[i].path);
+	tf_free(&p->inc);
+	tf_free(&p->exc);
+	cm_free(AGG_MEM, p);
+}
+
+static cm_err
+tf_parse(sr_agg *a, const cJSON *v, terms_filter *f, bool *has, terms_params *p, cm_error *err)
+{
+	*has = true;
+	if (cJSON_IsString(v)) {
+		size_t n = strlen(v->valuestring);
+		if (n > 4096)
+			return cm_error_set(err, CM_EINVAL, "include/exclude pattern too long");
+		char *anch = cm_malloc(AGG_MEM, n + 5);
+		snprintf(anch, n + 5, "^(%s)$", v->valuestring);
+		int rc = regcomp(&f->re, anch, REG_EXTENDED | REG_NOSUB);
+		cm_free(AGG_MEM, anch);
+		if (rc)
+			return cm_error_set(err, CM_EINVAL, "invalid regular expression [%s] in [%s]",
+			                    v->valuestring, a->name);
+		f->has_re = true;
+		return CM_OK;
+	}
+	if (cJSON_IsArray(v)) {
+		int k = cJSON_GetArraySize(v);
+		if (k > 65536)
+			return cm_error_set(err, CM_EINVAL, "too many include/exclude values");
+		f->vals = cm_calloc(AGG_MEM, k ? (size_t)k : 1, sizeof *f->vals);
+		for (const cJSON *e = v->child; e; e = e->next) {
+			char *s = NULL;
+			if (agg_parse_str(e, a->name, "include", &s, err))
+				return CM_EPARSE;
+			f->vals[f->nvals++] = s;
+		}
+		return CM_OK;
+	}
+	if (cJSON_IsObject(v) && f == &p->inc) {
+		const cJSON *pt = cJSON_GetObjectItemCaseSensitive(v, "partition");
+		const cJSON *np = cJSON_GetObjectItemCaseSensitive(v, "num_partitions");
+		if (!pt || !np)
+			return cm_error_set(err, CM_EPARSE,
+			                    "Missing [partition] or [num_partitions] in include");
+		if (agg_parse_int(np, a->name, "num_partitions", 1, INT32_MAX, &p->num_partitions,
+		                  err) ||
+		    agg_parse_int(pt, a->name, "partition", 0, p->num_partitions - 1, &p->partition,
+		                  err))
+			return CM_EINVAL;
+		*has = false;
+		return CM_OK;
+	}
+	return cm_error_set(err, CM_EPARSE, "Unrecognized token for an include/exclude in [%s]",
+	                    a->name);
+}
+
+static cm_err
+terms_parse_order_one(sr_agg *a, terms_params *p, const cJSON *o, cm_error *err)
+{
+	if (!cJSON_IsObject(o) || !o->child || o->child->next || !cJSON_IsString(o->child))
+		return cm_error_set(err, CM_EPARSE, "[order] must be an object of one key in [%s]",
+		                    a->name);
+	const char *k = o->child->string, *dir = o->child->valuestring;
+	if (strcmp(dir, "asc") && strcmp(dir, "desc"))
+		return cm_error_set(err, CM_EPARSE, "Unknown terms order direction [%s] in terms "
+		                    "aggregation [%s]", dir, a->name);
+	if (p->norder == TERMS_MAX_ORDER)
+		return cm_error_set(err, CM_EINVAL, "too many [order] keys in [%s]", a->name);
+	ord_key *ok = &p->order[p->norder++];
+	ok->desc = !strcmp(dir, "desc");
+	if (!strcmp(k, "_count"))
+		ok->kind = ORD_COUNT;
+	else if (!strcmp(k, "_key") || !strcmp(k, "_term"))
+		ok->kind = ORD_KEY;
+	else {
+		ok->kind = ORD_PATH;
+		ok->path = cm_strdup(AGG_MEM, k);
+	}
+	return CM_OK;
+}
+
+static cm_err
+terms_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	terms_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
+	a->p = p;
+	p->size = 10;
+	p->min_doc_count = 1;
+	bool shard_size_set = false;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		int64_t v;
+		const char *k = c->string;
+		if (!strcmp(k, "field") || !strcmp(k, "missing") || !strcmp(k, "format") ||
+		    !strcmp(k, "execution_hint") || !strcmp(k, "collect_mode") ||
+		    !strcmp(k, "show_term_doc_count_error") || !strcmp(k, "value_type"))
+			continue;
+		if (!strcmp(k, "size")) {
+			if (agg_parse_int(c, a->name, k, 1, TERMS_MAX_SIZE, &v, err))
+				return cm_error_set(err, CM_EINVAL,
+				                    "[size] must be greater than 0. Found [%s] in [%s]",
+				                    cJSON_IsNumber(c) ? "0" : "?", a->name);
+			p->size = (uint64_t)v;
+		} else if (!strcmp(k, "shard_size")) {
+			if (agg_parse_int(c, a->name, k, 1, TERMS_MAX_SIZE, &v, err))
+				return cm_error_set(err, CM_EINVAL,
+				                    "[shard_size] must be greater than 0. Found in [%s]",
+				                    a->name);
+			p->shard_size = (uint64_t)v;
+			shard_size_set = true;
+		} else if (!strcmp(k, "min_doc_count") || !strcmp(k, "shard_min_doc_count")) {
+			if (agg_parse_int(c, a->name, k, 0, INT64_MAX, &v, err))
+				return cm_error_set(err, CM_EINVAL,
+				                    "[%s] must be greater than or equal to 0. Found in [%s]",
+				                    k, a->name);
+			if (k[0] == 'm')
+				p->min_doc_count = (uint64_t)v;
+			else
+				p->shard_min_doc_count = (uint64_t)v;
+		} else if (!strcmp(k, "order")) {
+			if (cJSON_IsArray(c)) {
+				for (const cJSON *e = c->child; e; e = e->next)
+					if (terms_parse_order_one(a, p, e, err))
+						return CM_EPARSE;
+			} else if (terms_parse_order_one(a, p, c, err))
+				return CM_EPARSE;
+		} else if (!strcmp(k, "include")) {
+			cm_err rc = tf_parse(a, c, &p->inc, &p->has_inc, p, err);
+			if (rc)
+				return rc;
+		} else if (!strcmp(k, "exclude")) {
+			cm_err rc = tf_parse(a, c, &p->exc, &p->has_exc, p, err);
+			if (rc)
+				return rc;
+		} else
+			return agg_unknown_param(a, k, err);
+	}
+	if (!shard_size_set)
+		p->shard_size = (uint64_t)(p->size * 1.5 + 10);
+	if (p->shard_size < p->size)
+		p->shard_size = p->size;
+	if (p->norder == 0) {
+		p->order[0].kind = ORD_COUNT;
+		p->order[0].desc = true;
+		p->norder = 1;
+	}
+	return CM_OK;
+}
+
+cm_err
+agg_terms_check_order(const sr_agg *a, cm_error *err)
+{
+	const terms_params *p = a->p;
+	for (size_t i = 0; i < p->norder; i++)
+		if (p->order[i].kind == ORD_PATH && !agg_subs_path_ok(a, p->order[i].path))
+			return cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
+			                         "Invalid aggregator order path [%s]. Unknown aggregation "
+			                         "[%s]",
+			                         p->order[i].path, p->order[i].path);
+	return CM_OK;
+}
+
+/* Lucene's StringHelper.murmurhash3_x86_32 with seed 31, as ES partitions. */
+static int32_t
+murmur3_32(const uint8_t *data, size_t len, uint32_t seed)
+{
+	const uint32_t c1 = 0xcc9e2d51, c2 = 0x1b873593;
+	uint32_t h1 = seed;
+	size_t rounded = len & ~(size_t)3;
+	for (size_t i = 0; i < rounded; i += 4) {
+		uint32_t k1 = (uint32_t)data[i] | (uint32_t)data[i + 1] << 8 |
+		              (uint32_t)data[i + 2] << 16 | (uint32_t)data[i + 3] << 24;
+		k1 *= c1;
+		k1 = (k1 << 15) | (k1 >> 17);
+		k1 *= c2;
+		h1 ^= k1;
+		h1 = (h1 << 13) | (h1 >> 19);
+		h1 = h1 * 5 + 0xe6546b64;
+	}
+	uint32_t k1 = 0;
+	switch (len & 3) {
+	case 3: k1 = (uint32_t)data[rounded + 2] << 16; /* fallthrough */
+	case 2: k1 |= (uint32_t)data[rounded + 1] << 8; /* fallthrough */
+	case 1:
+		k1 |= data[rounded];
+		k1 *= c1;
+		k1 = (k1 << 15) | (k1 >> 17);
+		k1 *= c2;
+		h1 ^= k1;
+	}
+	h1 ^= (uint32_t)len;
+	h1 ^= h1 >> 16;
+	h1 *= 0x85ebca6b;
+	h1 ^= h1 >> 13;
+	h1 *= 0xc2b2ae35;
+	h1 ^= h1 >> 16;
+	return (int32_t)h1;
+}
+
+static bool
+tf_match(const terms_filter *f, const char *s, size_t n)
+{
+	for (size_t i = 0; i < f->nvals; i++)
+		if (strlen(f->vals[i]) == n && !memcmp(f->vals[i], s, n))
+			return true;
+	if (f->has_re) {
+		char buf[512];
+		char *z = n < sizeof buf ? buf : cm_malloc(AGG_MEM, n + 1);
+		memcpy(z, s, n);
+		z[n] = 0;
+		bool m = regexec(&f->re, z, 0, NULL, 0) == 0;
+		if (z != buf)
+			cm_free(AGG_MEM, z);
+		return m;
+	}
+	return false;
+}
+
+static bool
+terms_accept(const terms_params *p, const char *s, size_t n)
+{
+	if (p->num_partitions) {
+		int32_t h = murmur3_32((const uint8_t *)s, n, 31);
+		int64_t m = ((int64_t)h % p->num_partitions + p->num_partitions) % p->num_partitions;
+		if (m != p->partition)
+			return false;
+	}
+	if (p->has_inc && !tf_match(&p->inc, s, n))
+		return false;
+	if (p->has_exc && tf_match(&p->exc, s, n))
+		return false;
+	return true;
+}
+
+static bool
+terms_filtered(const terms_params *p)
+{
+	return p->has_inc || p->has_exc || p->num_partitions;
+}
+
+/* numeric keys are matched by their rendered text ("5", "1.5") */
+static bool
+terms_accept_num(const terms_params *p, int64_t l, bool dbl)
+{
+	if (!terms_filtered(p))
+		return true;
+	char buf[64];
+	if (dbl) {
+		double d;
+		memcpy(&d, &l, 8);
+		if (d == (double)(int64_t)d && fabs(d) < 1e15)
+			snprintf(buf, sizeof buf, "%lld", (long long)d);
+		else
+			agg_double_str(buf, sizeof buf, d);
+	} else
+		snprintf(buf, sizeof buf, "%lld", (long long)l);
+	if (terms_accept(p, buf, strlen(buf)))
+		return true;
+	if (dbl) { /* "1.0" spelled as Java prints it */
+		double d;
+		memcpy(&d, &l, 8);
+		agg_double_str(buf, sizeof buf, d);
+		return terms_accept(p, buf, strlen(buf));
+	}
+	return false;
+}
+
+typedef struct terms_state {
+	btab t;
+	uint64_t other;   /* docs in buckets cut away */
+	int64_t err_sum;  /* -1: unbounded */
+	uint32_t nshards; /* 0: fresh shard state */
+	/* per segment (keyword fields) */
+	uint32_t *counts; /* per ordinal, no sub-aggs */
+	uint32_t *ord2b;  /* ordinal → bucket + 1; UINT32_MAX rejected */
+	size_t nords;
+	uint8_t key_kind; /* 0 unknown, 1 string, 2 long, 3 double */
+} terms_state;
+
+#define ORD_REJECT UINT32_MAX
+#define TERMS_ARRAY_MAX (1u << 24)
+
+static void *
+terms_new(const sr_agg *a)
+{
+	return cm_calloc(AGG_MEM, 1, sizeof(terms_state));
+}
+
+static void
+terms_free(const sr_agg *a, void *d)
+{
+	terms_state *s = d;
+	btab_free(&s->t, a);
+	cm_free(AGG_MEM, s->counts);
+	cm_free(AGG_MEM, s->ord2b);
+	cm_free(AGG_MEM, s);
+}
+
+static bkt *
+terms_bucket_str(terms_state *s, const sr_agg *a, const void *k, size_t n)
+{
+	s->key_kind = 1;
+	return btab_get(&s->t, a, k, n, true, NULL);
+}
+
+static bkt *
+terms_bucket_num(terms_state *s, const sr_agg *a, int64_t l, bool dbl)
+{
+	s->key_kind = dbl ? 3 : 2;
+	return btab_get_l(&s->t, a, l, NULL);
+}
+
+static int64_t
+dbits(double d)
+{
+	int64_t l;
+	if (d == 0)
+		d = 0;
+	memcpy(&l, &d, 8);
+	return l;
+}
+
+static void
+terms_missing(agg_rt *rt, terms_state *s, uint32_t doc, const float *scores, size_t i)
+{
+	const sr_agg *a = rt->spec;
+	bkt *b;
+	if (rt->is_keyword || !a->missing.is_num || (!rt->fi && s->key_kind == 1)) {
+		if (!terms_accept(a->p, a->missing.s, a->missing.slen))
+			return;
+		b = terms_bucket_str(s, a, a->missing.s, a->missing.slen);
+	} else if (rt->is_double || (!rt->fi && a->missing.d != (double)a->missing.l)) {
+		if (!terms_accept_num(a->p, dbits(a->missing.d), true))
+			return;
+		b = terms_bucket_num(s, a, dbits(a->missing.d), true);
+	} else {
+		if (!terms_accept_num(a->p, a->missing.l, false))
+			return;
+		b = terms_bucket_num(s, a, a->missing.l, false);
+	}
+	b->count++;
+	bucket_doc(rt, b->subs, doc, scores, i);
+}
+
+static uint32_t
+terms_resolve(agg_rt *rt, terms_state *s, uint64_t ord)
+{
+	const uint8_t *t;
+	size_t len;
+	if (st_ord_term(rt->ctx->txn, rt->fi, ord, &t, &len)) {
+		cm_error_set(&rt->root->err, CM_ECORRUPT, "could not read term of [%s]",
+		             rt->spec->field);
+		return ORD_REJECT;
+	}
+	if (!terms_accept(rt->spec->p, (const char *)t, len))
+		return ORD_REJECT;
+	bkt *b = terms_bucket_str(s, rt->spec, t, len);
+	return (uint32_t)(b - s->t.v) + 1;
+}
+
+static void
+terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	terms_state *s = n->d;
+	const sr_agg *a = rt->spec;
+	const terms_params *p = a->p;
+	if (rt->is_keyword) {
+		size_t nords = rt->fi->num_terms;
+		bool fast = !a->nsubs && !terms_filtered(p) && nords <= TERMS_ARRAY_MAX;
+		bool arr = nords <= TERMS_ARRAY_MAX;
+		if (n->epoch != rt->epoch) {
+			agg_mark_dirty(rt, n);
+			s->nords = nords;
+			if (fast)
+				s->counts = cm_calloc(AGG_MEM, nords ? nords : 1, sizeof *s->counts);
+			else if (arr)
+				s->ord2b = cm_calloc(AGG_MEM, nords ? nords : 1, sizeof *s->ord2b);
+		}
+		for (size_t i = 0; i < cnt; i++) {
+			const int64_t *v;
+			int k = agg_values(rt, docs[i], &v);
+			if (k == 0) {
+				if (a->missing.set)
+					terms_missing(rt, s, docs[i], scores, i);
+				continue;
+			}
+			for (int j = 0; j < k; j++) {
+				uint64_t ord = (uint64_t)v[j];
+				if (ord >= nords)
+					continue;
+				if (fast) {
+					s->counts[ord]++;
+					continue;
+				}
+				uint32_t bi;
+				if (arr) {
+					bi = s->ord2b[ord];
+					if (!bi)
+						bi = s->ord2b[ord] = terms_resolve(rt, s, ord);
+				} else
+					bi = terms_resolve(rt, s, ord);
+				if (bi == ORD_REJECT)
+					continue;
+				bkt *b = &s->t.v[bi - 1];
+				b->count++;
+				bucket_doc(rt, b->subs, docs[i], scores, i);
+			}
+		}
+		return;
+	}
+	for (size_t i = 0; i < cnt; i++) {
+		const int64_t *v;
+		int k = agg_values(rt, docs[i], &v);
+		if (k == 0) {
+			if (a->missing.set)
+				terms_missing(rt, s, docs[i], scores, i);
+			continue;
+		}
+		for (int j = 0; j < k; j++) {
+			if (j > 0 && v[j] == v[j - 1])
+				continue; /* a doc counts once per term */
+			int64_t key = rt->is_double ? dbits(st_sortable_to_double(v[j])) : v[j];
+			if (!terms_accept_num(p, key, rt->is_double))
+				continue;
+			bkt *b = terms_bucket_num(s, a, key, rt->is_double);
+			b->count++;
+			bucket_doc(rt, b->subs, docs[i], scores, i);
+		}
+	}
+}
+
+static void
+terms_flush(agg_rt *rt, agg_node *n)
+{
+	terms_state *s = n->d;
+	const terms_params *p = rt->spec->p;
+	if (s->counts) {
+		for (size_t o = 0; o < s->nords; o++) {
+			if (!s->counts[o] && p->min_doc_count > 0)
+				continue;
+			const uint8_t *t;
+			size_t len;
+			if (st_ord_term(rt->ctx->txn, rt->fi, o, &t, &len)) {
+				cm_error_set(&rt->root->err, CM_ECORRUPT, "could not read term of [%s]",
+				             rt->spec->field);
+				break;
+			}
+			bkt *b = terms_bucket_str(s, rt->spec, t, len);
+			b->count += s->counts[o];
+		}
+	} else if (p->min_doc_count == 0 && rt->fi) {
+		/* min_doc_count 0: every term of the field shows, even unmatched */
+		for (size_t o = 0; o < s->nords; o++)
+			if (!s->ord2b || !s->ord2b[o])
+				terms_resolve(rt, s, o);
+	}
+	cm_free(AGG_MEM, s->counts);
+	cm_free(AGG_MEM, s->ord2b);
+	s->counts = NULL;
+	s->ord2b = NULL;
+	s->nords = 0;
+}
+
+static cm_err
+terms_seg_begin(agg_rt *rt, cm_error *err)
+{
+	return CM_OK;
+}
+
+/* ---- ordering ---- */
+
+typedef struct terms_cmp_ctx {
+	const sr_agg *a;
+	const terms_params *p;
+	uint8_t key_kind;
+} terms_cmp_ctx;
+
+static int
+key_cmp(uint8_t kind, const bkt *x, const bkt *y)
+{
+	if (x->key && y->key) {
+		size_t m = x->klen < y->klen ? x->klen : y->klen;
+		int c = memcmp(x->key, y->key, m);
+		return c ? c : (x->klen > y->klen) - (x->klen < y->klen);
+	}
+	if (kind == 3) {
+		double a, b;
+		memcpy(&a, &x->l, 8);
+		memcpy(&b, &y->l, 8);
+		return (a > b) - (a < b);
+	}
+	return (x->l > y->l) - (x->l < y->l);
+}
+
+static int
+terms_cmp(const void *vctx, const bkt *x, const bkt *y)
+{
+	const terms_cmp_ctx *ctx = vctx;
+	for (size_t i = 0; i < ctx->p->norder; i++) {
+		const ord_key *o = &ctx->p->order[i];
+		int c = 0;
+		if (o->kind == ORD_COUNT)
+			c = (x->count > y->count) - (x->count < y->count);
+		else if (o->kind == ORD_KEY)
+			c = key_cmp(ctx->key_kind, x, y);
+		else {
+			double a = NAN, b = NAN;
+			agg_subs_value(ctx->a, x->subs, o->path, &a);
+			agg_subs_value(ctx->a, y->subs, o->path, &b);
+			/* NaN (empty avg) sorts last either way, as in ES */
+			if (a != a || b != b)
+				c = (a != a) == (b != b) ? 0 : (a != a) ? (o->desc ? -1 : 1) : (o->desc ? 1 : -1);
+			else
+				c = (a > b) - (a < b);
+		}
+		if (c)
+			return o->desc ? -c : c;
+	}
+	return key_cmp(ctx->key_kind, x, y);
+}
+
+static bool
+order_is_count_desc(const terms_params *p)
+{
+	return p->order[0].kind == ORD_COUNT && p->order[0].desc;
+}
+
+static bool
+order_is_key(const terms_params *p)
+{
+	return p->order[0].kind == ORD_KEY;
+}
+
+/* Sorted pointers to the buckets with count >= min. */
+static bkt **
+terms_sorted(const sr_agg *a, const terms_state *s, uint64_t min, size_t *n)
+{
+	bkt **v = cm_malloc(AGG_MEM, (s->t.n ? s->t.n : 1) * sizeof *v);
+	size_t k = 0;
+	for (size_t i = 0; i < s->t.n; i++)
+		if (s->t.v[i].count >= min)
+			v[k++] = &s->t.v[i];
+	terms_cmp_ctx ctx = {a, a->p, s->key_kind};
+	bsort(v, k, terms_cmp, &ctx);
+	*n = k;
+	return v;
+}
+
+/* The shard-level cut to shard_size, and this shard's contribution to the
+ * error bound (InternalTerms.reduce in ES 7.10). */
+static void
+terms_finish(const sr_agg *a, agg_node *n)
+{
+	terms_state *s = n->d;
+	const terms_params *p = a->p;
+	if (s->nshards == 0) {
+		size_t k;
+		bkt **v = terms_sorted(a, s, p->shard_min_doc_count, &k);
+		size_t keep = k < p->shard_size ? k : p->shard_size;
+		btab nt;
+		memset(&nt, 0, sizeof nt);
+		for (size_t i = 0; i < keep; i++) {
+			size_t len;
+			const void *key = bkt_keyp(v[i], &len);
+			bkt *b = btab_get(&nt, NULL, key, len, v[i]->key != NULL, NULL);
+			b->count = v[i]->count;
+			b->subs = v[i]->subs;
+			v[i]->subs = NULL;
+		}
+		for (size_t i = keep; i < k; i++)
+			s->other += v[i]->count;
+		int64_t e;
+		if (keep < p->shard_size || order_is_key(p))
+			e = 0;
+		else if (order_is_count_desc(p))
+			e = keep ? (int64_t)v[keep - 1]->count : 0;
+		else
+			e = -1;
+		cm_free(AGG_MEM, v);
+		btab_free(&s->t, a);
+		s->t = nt;
+		s->err_sum = e;
+		s->nshards = 1;
+	}
+	for (size_t i = 0; i < s->t.n; i++)
+		agg_subs_shard_finish(a, s->t.v[i].subs);
+}
+
+static void
+terms_merge(const sr_agg *a, agg_node *into, agg_node *from)
+{
+	terms_state *x = into->d, *y = from->d;
+	if (!x->key_kind)
+		x->key_kind = y->key_kind;
+	x->other += y->other;
+	x->err_sum = (x->err_sum < 0 || y->err_sum < 0) ? -1 : x->err_sum + y->err_sum;
+	x->nshards += y->nshards;
+	btab_merge(&x->t, &y->t, a);
+	y->nshards = 0;
+	y->other = 0;
+	y->err_sum = 0;
+}
+
+/* key text for keyed output and key_as_string */
+static void
+terms_key_string(const sr_agg *a, const agg_node *n, uint8_t kind, const bkt *b, char *buf,
+                 size_t cap)
+{
+	if (b->key) {
+		snprintf(buf, cap, "%.*s", (int)b->klen, (const char *)b->key);
+		return;
+	}
+	if (kind == 3) {
+		double d;
+		memcpy(&d, &b->l, 8);
+		agg_double_str(buf, cap, d);
+		return;
+	}
+	if (n->ftype == ST_FT_DATE)
+		agg_date_format(NULL, a->format, b->l, buf, cap);
+	else if (n->ftype == ST_FT_BOOLEAN)
+		snprintf(buf, cap, "%s", b->l ? "true" : "false");
+	else
+		snprintf(buf, cap, "%lld", (long long)b->l);
+}
+
+static cm_err
+terms_render(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	const terms_state *s = n->d;
+	const terms_params *p = a->p;
+	cm_buf *b = r->out;
+	size_t k;
+	bkt **v = terms_sorted(a, s, p->min_doc_count ? p->min_doc_count : 0, &k);
+	size_t keep = k < p->size ? k : p->size;
+	uint64_t other = s->other;
+	for (size_t i = keep; i < k; i++)
+		other += v[i]->count;
+	int64_t e = s->nshards <= 1 ? 0 : s->err_sum;
+	r->buckets += keep;
+	if (r->buckets > SR_MAX_BUCKETS) {
+		cm_free(AGG_MEM, v);
+		agg_too_many_buckets(r->err, r->buckets);
+		return CM_ELIMIT;
+	}
+	cm_buf_printf(b, "{\"doc_count_error_upper_bound\":%lld,\"sum_other_doc_count\":%llu,"
+	                 "\"buckets\":[",
+	              (long long)e, (unsigned long long)other);
+	cm_err rc = CM_OK;
+	for (size_t i = 0; i < keep && !rc; i++) {
+		const bkt *bk = v[i];
+		if (i)
+			cm_buf_put_u8(b, ',');
+		cm_buf_put(b, "{\"key\":", 7);
+		if (bk->key)
+			agg_json_str(b, (const char *)bk->key, bk->klen);
+		else if (s->key_kind == 3) {
+			double d;
+			memcpy(&d, &bk->l, 8);
+			agg_json_double(b, d);
+		} else
+			cm_buf_printf(b, "%lld", (long long)bk->l);
+		if (!bk->key && (n->ftype == ST_FT_DATE || n->ftype == ST_FT_BOOLEAN)) {
+			char ks[96];
+			terms_key_string(a, n, s->key_kind, bk, ks, sizeof ks);
+			cm_buf_put(b, ",\"key_as_string\":", 17);
+			agg_json_str(b, ks, strlen(ks));
+		}
+		cm_buf_printf(b, ",\"doc_count\":%llu", (unsigned long long)bk->count);
+		rc = agg_subs_render(a, bk->subs, r);
+		cm_buf_put_u8(b, '}');
+	}
+	cm_buf_put(b, "]}", 2);
+	cm_free(AGG_MEM, v);
+	return rc;
+}
+
+static void
+terms_encode(const sr_agg *a, const agg_node *n, cm_buf *b)
+{
+	const terms_state *s = n->d;
+	cm_buf_put_u8(b, s->key_kind);
+	cm_buf_put_varint(b, s->other);
+	cm_buf_put_u64(b, (uint64_t)s->err_sum);
+	cm_buf_put_varint(b, s->nshards);
+	btab_encode(&s->t, a, b);
+}
+
+static bool
+terms_decode(const sr_agg *a, agg_node *n, cm_rd *r)
+{
+	terms_state *s = n->d;
+	uint64_t e, ns;
+	if (!cm_rd_u8(r, &s->key_kind) || s->key_kind > 3 || !cm_rd_varint(r, &s->other) ||
+	    !cm_rd_u64(r, &e) || !cm_rd_varint(r, &ns) || ns > UINT32_MAX)
+		return false;
+	s->err_sum = (int64_t)e;
+	s->nshards = (uint32_t)ns;
+	return btab_decode(&s->t, a, r);
+}
+
+const agg_ops agg_ops_terms = {
+    .name = "terms",
+    .bucket = true,
+    .needs_field = true,
+    .parse = terms_parse,
+    .free_params = terms_free_params,
+    .state_new = terms_new,
+    .state_free = terms_free,
+    .seg_begin = terms_seg_begin,
+    .collect = terms_collect,
+    .seg_flush = terms_flush,
+    .shard_finish = terms_finish,
+    .merge = terms_merge,
+    .render = terms_render,
+    .encode = terms_encode,
+    .decode = terms_decode,
+};
+
+/* ================================================================ histogram family */
+
+typedef enum {
+	CAL_NONE,
+	CAL_MINUTE,
+	CAL_HOUR,
+	CAL_DAY,
+	CAL_WEEK,
+	CAL_MONTH,
+	CAL_QUARTER,
+	CAL_YEAR
+} cal_unit;
+
+typedef struct hist_params {
+	double interval, offset; /* histogram; date: fixed interval / offset in ms */
+	cal_unit cal;            /* date_histogram calendar interval */
+	uint64_t min_doc_count;
+	bool keyed;
+	bool has_bounds;
+	double bmin, bmax;       /* extended_bounds (date: ms) */
+	bool order_count, order_desc;
+	agg_tz *tz;
+} hist_params;
+
+static void
+hist_free_params(void *pp)
+{
+	hist_params *p = pp;
+	agg_tz_free(p->tz);
+	cm_free(AGG_MEM, p);
+}
+
+static cm_err
+hist_parse_order(sr_agg *a, hist_params *p, const cJSON *c, cm_error *err)
+{
+	const cJSON *o = cJSON_IsArray(c) ? c->child : c;
+	if (!cJSON_IsObject(o) || !o->child || !cJSON_IsString(o->child))
+		return cm_error_set(err, CM_EPARSE, "[order] must be an object in [%s]", a->name);
+	const char *k = o->child->string, *dir = o->child->valuestring;
+	if (strcmp(dir, "asc") && strcmp(dir, "desc"))
+		return cm_error_set(err, CM_EPARSE, "Unknown order direction [%s]", dir);
+	if (!strcmp(k, "_key"))
+		p->order_count = false;
+	else if (!strcmp(k, "_count"))
+		p->order_count = true;
+	else
+		return cm_error_set(err, CM_EINVAL, "histogram [order] supports _key and _count only");
+	p->order_desc = !strcmp(dir, "desc");
+	return CM_OK;
+}
+
+static cm_err
+hist_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	hist_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
+	a->p = p;
+	bool has_interval = false;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		const char *k = c->string;
+		if (!strcmp(k, "field") || !strcmp(k, "missing") || !strcmp(k, "format"))
+			continue;
+		if (!strcmp(k, "interval")) {
+			if (agg_parse_num(c, a->name, k, &p->interval, err))
+				return CM_EPARSE;
+			if (!(p->interval > 0))
+				return cm_error_set(err, CM_EINVAL,
+				                    "[interval] must be >0 for histogram aggregation [%s]",
+				                    a->name);
+			has_interval = true;
+		} else if (!strcmp(k, "offset")) {
+			if (agg_parse_num(c, a->name, k, &p->offset, err))
+				return CM_EPARSE;
+		} else if (!strcmp(k, "min_doc_count")) {
+			int64_t v;
+			if (agg_parse_int(c, a->name, k, 0, INT64_MAX, &v, err))
+				return cm_error_set(err, CM_EINVAL,
+				                    "[min_doc_count] must be greater than or equal to 0.");
+			p->min_doc_count = (uint64_t)v;
+		} else if (!strcmp(k, "keyed")) {
+			if (agg_parse_bool(c, a->name, k, &p->keyed, err))
+				return CM_EPARSE;
+		} else if (!strcmp(k, "extended_bounds")) {
+			const cJSON *mn = cJSON_GetObjectItemCaseSensitive(c, "min");
+			const cJSON *mx = cJSON_GetObjectItemCaseSensitive(c, "max");
+			p->bmin = INFINITY;
+			p->bmax = -INFINITY;
+			if ((mn && agg_parse_num(mn, a->name, "min", &p->bmin, err)) ||
+			    (mx && agg_parse_num(mx, a->name, "max", &p->bmax, err)))
+				return CM_EPARSE;
+			if (mn && mx && p->bmin > p->bmax)
+				return cm_error_set(err, CM_EINVAL,
+				                    "[extended_bounds.min][%g] cannot be greater than "
+				                    "[extended_bounds.max][%g] for histogram aggregation [%s]",
+				                    p->bmin, p->bmax, a->name);
+			p->has_bounds = true;
+		} else if (!strcmp(k, "order")) {
+			if (hist_parse_order(a, p, c, err))
+				return CM_EPARSE;
+		} else
+			return agg_unknown_param(a, k, err);
+	}
+	if (!has_interval)
+		return cm_error_set(err, CM_EINVAL, "[interval] must be >0 for histogram aggregation [%s]",
+		                    a->name);
+	return CM_OK;
+}
+
+static bool
+parse_cal_unit(const char *s, cal_unit *u)
+{
+	static const struct {
+		const char *n;
+		cal_unit u;
+	} t[] = {{"minute", CAL_MINUTE}, {"1m", CAL_MINUTE},  {"hour", CAL_HOUR},
+	         {"1h", CAL_HOUR},       {"day", CAL_DAY},    {"1d", CAL_DAY},
+	         {"week", CAL_WEEK},     {"1w", CAL_WEEK},    {"month", CAL_MONTH},
+	         {"1M", CAL_MONTH},      {"quarter", CAL_QUARTER}, {"1q", CAL_QUARTER},
+	         {"year", CAL_YEAR},     {"1y", CAL_YEAR}};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+		if (!strcmp(t[i].n, s)) {
+			*u = t[i].u;
+			return true;
+		}
+	return false;
+}
+
+/* "30m", "2h", "7d", "500ms", "10s" → ms; false if malformed. */
+static bool
+parse_time_value(const char *s, double *ms)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (end == s || v < 0)
+		return false;
+	double mul;
+	if (!strcmp(end, "ms"))
+		mul = 1;
+	else if (!strcmp(end, "s"))
+		mul = 1000;
+	else if (!strcmp(end, "m"))
+		mul = 60000;
+	else if (!strcmp(end, "h"))
+		mul = 3600000;
+	else if (!strcmp(end, "d"))
+		mul = 86400000;
+	else if (!strcmp(end, "nanos") || !strcmp(end, "micros"))
+		return false;
+	else
+		return false;
+	*ms = v * mul;
+	return true;
+}
+
+static cm_err
+dh_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	hist_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
+	a->p = p;
+	bool has_interval = false;
+	const cJSON *bounds = NULL;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		const char *k = c->string;
+		if (!strcmp(k, "field") || !strcmp(k, "missing") || !strcmp(k, "format"))
+			continue;
+		if (!strcmp(k, "calendar_interval") || !strcmp(k, "fixed_interval") ||
+		    !strcmp(k, "interval")) {
+			if (has_interval)
+				return cm_error_set(err, CM_EINVAL,
+				                    "Cannot use [%s] with another interval setting in [%s]",
+				                    k, a->name);
+			has_interval = true;
+			if (!cJSON_IsString(c))
+				return cm_error_set(err, CM_EPARSE, "[%s] must be a string", k);
+			const char *s = c->valuestring;
+			if (k[0] == 'c') {
+				if (!parse_cal_unit(s, &p->cal))
+					return cm_error_set(err, CM_EINVAL,
+					                    "The supplied interval [%s] could not be parsed as a "
+					                    "calendar interval.",
+					                    s);
+			} else if (k[0] == 'f') {
+				if (!parse_time_value(s, &p->interval) || p->interval < 1)
+					return cm_error_set(err, CM_EINVAL,
+					                    "failed to parse setting [date_histogram.fixedInterval] "
+					                    "with value [%s] as a time value: unit is missing or "
+					                    "unrecognized",
+					                    s);
+				if (parse_cal_unit(s, &p->cal) && strchr("MqyW", s[strlen(s) - 1])) {
+					p->cal = CAL_NONE;
+					return cm_error_set(err, CM_EINVAL,
+					                    "failed to parse setting [date_histogram.fixedInterval] "
+					                    "with value [%s] as a time value: unit is missing or "
+					                    "unrecognized",
+					                    s);
+				}
+				p->cal = CAL_NONE;
+			} else if (!parse_cal_unit(s, &p->cal)) {
+				if (!parse_time_value(s, &p->interval) || p->interval < 1)
+					return cm_error_set(err, CM_EINVAL,
+					                    "Unable to parse interval [%s]", s);
+			}
+		} else if (!strcmp(k, "time_zone")) {
+			if (!cJSON_IsString(c))
+				return cm_error_set(err, CM_EPARSE, "[time_zone] must be a string");
+			agg_tz_free(p->tz);
+			p->tz = NULL;
+			if (agg_tz_parse(c->valuestring, &p->tz, err))
+				return CM_EINVAL;
+		} else if (!strcmp(k, "offset")) {
+			if (cJSON_IsNumber(c))
+				p->offset = c->valuedouble;
+			else if (cJSON_IsString(c)) {
+				const char *s = c->valuestring;
+				double sign = 1;
+				if (*s == '+' || *s == '-')
+					sign = *s++ == '-' ? -1 : 1;
+				if (!parse_time_value(s, &p->offset))
+					return cm_error_set(err, CM_EINVAL, "failed to parse [offset] [%s]",
+					                    c->valuestring);
+				p->offset *= sign;
+			} else
+				return cm_error_set(err, CM_EPARSE, "[offset] must be a string");
+		} else if (!strcmp(k, "min_doc_count")) {
+			int64_t v;
+			if (agg_parse_int(c, a->name, k, 0, INT64_MAX, &v, err))
+				return cm_error_set(err, CM_EINVAL,
+				                    "[min_doc_count] must be greater than or equal to 0.");
+			p->min_doc_count = (uint64_t)v;
+		} else if (!strcmp(k, "keyed")) {
+			if (agg_parse_bool(c, a->name, k, &p->keyed, err))
+				return CM_EPARSE;
+		} else if (!strcmp(k, "extended_bounds")) {
+			bounds = c;
+		} else if (!strcmp(k, "order")) {
+			if (hist_parse_order(a, p, c, err))
+				return CM_EPARSE;
+		} else
+			return agg_unknown_param(a, k, err);
+	}
+	if (!has_interval)
+		return cm_error_set(err, CM_EINVAL,
+		                    "Invalid interval specified, must be non-null and non-empty");
+	if (bounds) {
+		p->bmin = INFINITY;
+		p->bmax = -INFINITY;
+		const cJSON *mn = cJSON_GetObjectItemCaseSensitive(bounds, "min");
+		const cJSON *mx = cJSON_GetObjectItemCaseSensitive(bounds, "max");
+		for (int i = 0; i < 2; i++) {
+			const cJSON *v = i ? mx : mn;
+			if (!v)
+				continue;
+			int64_t ms;
+			if (cJSON_IsNumber(v))
+				ms = (int64_t)v->valuedouble;
+			else if (!cJSON_IsString(v) || !agg_date_parse(v->valuestring, a->format, p->tz,
+			                                                i == 1, &ms))
+				return cm_error_set(err, CM_EPARSE,
+				                    "failed to parse [extended_bounds] of [%s]", a->name);
+			if (i)
+				p->bmax = (double)ms;
+			else
+				p->bmin = (double)ms;
+		}
+		p->has_bounds = true;
+	}
+	return CM_OK;
+}
+
+typedef struct hist_state {
+	btab t;
+	bool is_double; /* histogram values were doubles (key rendering is double anyway) */
+} hist_state;
+
+static void *
+hist_new(const sr_agg *a)
+{
+	return cm_calloc(AGG_MEM, 1, sizeof(hist_state));
+}
+
+static void
+hist_free(const sr_agg *a, void *d)
+{
+	hist_state *s = d;
+	btab_free(&s->t, a);
+	cm_free(AGG_MEM, s);
+}
+
+static int64_t
+floordiv(int64_t a, int64_t b)
+{
+	int64_t q = a / b;
+	if ((a % b != 0) && ((a < 0) != (b < 0)))
+		q--;
+	return q;
+}
+
+/* Histogram buckets are keyed by index floor((v - offset) / interval). */
+static inline int64_t
+hist_index(const hist_params *p, double v)
+{
+	double q = floor((v - p->offset) / p->interval);
+	if (q < -9.2e18)
+		return INT64_MIN;
+	if (q > 9.2e18)
+		return INT64_MAX;
+	return (int64_t)q;
+}
+
+static inline double
+hist_key(const hist_params *p, int64_t idx)
+{
+	return (double)idx * p->interval + p->offset;
+}
+
+/* ---- date rounding ---- */
+
+static int64_t
+cal_floor_local(cal_unit u, int64_t local)
+{
+	int64_t days = floordiv(local, 86400000);
+	switch (u) {
+	case CAL_MINUTE: return floordiv(local, 60000) * 60000;
+	case CAL_HOUR: return floordiv(local, 3600000) * 3600000;
+	case CAL_DAY: return days * 86400000;
+	case CAL_WEEK: {
+		int64_t dow = ((days + 3) % 7 + 7) % 7; /* 1970-01-01 was a Thursday; 0 = Monday */
+		return (days - dow) * 86400000;
+	}
+	default: break;
+	}
+	int64_t y;
+	unsigned m, d;
+	agg_civil_from_days(days, &y, &m, &d);
+	if (u == CAL_QUARTER)
+		m = (m - 1) / 3 * 3 + 1;
+	else if (u == CAL_YEAR)
+		m = 1;
+	return agg_days_from_civil(y, m, 1) * 86400000;
+}
+
+static int64_t
+cal_next_local(cal_unit u, int64_t local_floor)
+{
+	switch (u) {
+	case CAL_MINUTE: return local_floor + 60000;
+	case CAL_HOUR: return local_floor + 3600000;
+	case CAL_DAY: return local_floor + 86400000;
+	case CAL_WEEK: return local_floor + 7 * 86400000LL;
+	default: break;
+	}
+	int64_t y;
+	unsigned m, d;
+	agg_civil_from_days(floordiv(local_floor, 86400000), &y, &m, &d);
+	unsigned add = u == CAL_MONTH ? 1 : u == CAL_QUARTER ? 3 : 12;
+	int64_t mm = (int64_t)m - 1 + add;
+	y += mm / 12;
+	m = (unsigned)(mm % 12) + 1;
+	return agg_days_from_civil(y, m, 1) * 86400000;
+}
+
+static inline int64_t
+tz_off(const hist_params *p, int64_t utc)
+{
+	return p->tz ? agg_tz_offset(p->tz, utc) : 0;
+}
+
+static inline int64_t
+tz_utc(const hist_params *p, int64_t local)
+{
+	return p->tz ? agg_tz_local_to_utc(p->tz, local) : local;
+}
+
+/* The bucket key (UTC ms) of instant t: rounded in local time, and mapped
+ * back with t's own offset when that is consistent, so the repeated hour
+ * of a DST fall-back gets its own bucket as in ES. */
+static int64_t
+dh_round(const hist_params *p, int64_t t)
+{
+	int64_t off = (int64_t)p->offset;
+	int64_t x = t - off;
+	int64_t ox = tz_off(p, x);
+	int64_t local = x + ox;
+	int64_t rl;
+	if (p->cal != CAL_NONE)
+		rl = cal_floor_local(p->cal, local);
+	else
+		rl = floordiv(local, (int64_t)p->interval) * (int64_t)p->interval;
+	int64_t key = rl - ox;
+	if (p->tz && (key > x || tz_off(p, key) != ox))
+		key = tz_utc(p, rl);
+	if (key > x) /* rl fell in a gap that ends after x: cannot happen, but stay sane */
+		key = x;
+	return key + off;
+}
+
+static int64_t
+dh_next(const hist_params *p, int64_t key)
+{
+	if (p->cal == CAL_NONE || p->cal == CAL_MINUTE || p->cal == CAL_HOUR) {
+		int64_t step = p->cal == CAL_NONE ? (int64_t)p->interval
+		               : p->cal == CAL_MINUTE ? 60000 : 3600000;
+		int64_t t = key + step;
+		for (int i = 0; i < 8; i++, t += step) {
+			int64_t nk = dh_round(p, t);
+			if (nk > key)
+				return nk;
+		}
+		return key + step;
+	}
+	int64_t off = (int64_t)p->offset;
+	int64_t x = key - off;
+	int64_t local = x + tz_off(p, x);
+	int64_t nl = cal_next_local(p->cal, cal_floor_local(p->cal, local));
+	int64_t next = dh_round(p, tz_utc(p, nl) + off);
+	if (next <= key)
+		next = dh_round(p, tz_utc(p, nl) + off + 3 * 3600000);
+	return next;
+}
+
+static cm_err
+hist_seg_begin(agg_rt *rt, cm_error *err)
+{
+	return agg_field_numeric_or_fail(rt, err) ? CM_OK : CM_EINVAL;
+}
+
+static void
+hist_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	hist_state *s = n->d;
+	const sr_agg *a = rt->spec;
+	const hist_params *p = a->p;
+	bool date = a->kind == AGG_DATE_HISTOGRAM;
+	if (!rt->fi && !a->missing.set)
+		return;
+	if (rt->is_double)
+		s->is_double = true;
+	for (size_t i = 0; i < cnt; i++) {
+		const int64_t *v;
+		int64_t mv;
+		int k = agg_values(rt, docs[i], &v);
+		if (k == 0) {
+			if (!a->missing.set)
+				continue;
+			if (date) {
+				if (!a->missing.is_num &&
+				    !agg_date_parse(a->missing.s, a->format, p->tz, false, &mv))
+					continue;
+				if (a->missing.is_num)
+					mv = a->missing.l;
+			} else {
+				if (!a->missing.is_num)
+					continue;
+				mv = rt->is_double ? st_double_to_sortable(a->missing.d) : a->missing.l;
+				if (!rt->fi)
+					mv = (int64_t)a->missing.d;
+			}
+			v = &mv;
+			k = 1;
+		}
+		int64_t last = 0;
+		for (int j = 0; j < k; j++) {
+			int64_t key = date ? dh_round(p, v[j]) : hist_index(p, agg_num(rt, v[j]));
+			if (j > 0 && key == last)
+				continue; /* one count per doc per bucket */
+			last = key;
+			bool created = false;
+			bkt *b = btab_get_l(&s->t, a, key, &created);
+			if (created && !agg_bucket_guard(rt->root, 1))
+				return;
+			b->count++;
+			bucket_doc(rt, b->subs, docs[i], scores, i);
+		}
+	}
+}
+
+static void
+hist_finish(const sr_agg *a, agg_node *n)
+{
+	hist_state *s = n->d;
+	for (size_t i = 0; i < s->t.n; i++)
+		agg_subs_shard_finish(a, s->t.v[i].subs);
+}
+
+static void
+hist_merge(const sr_agg *a, agg_node *into, agg_node *from)
+{
+	hist_state *x = into->d, *y = from->d;
+	x->is_double |= y->is_double;
+	btab_merge(&x->t, &y->t, a);
+}
+
+static int
+hist_cmp(const void *ctx, const bkt *x, const bkt *y)
+{
+	const hist_params *p = ctx;
+	if (p->order_count) {
+		int c = (x->count > y->count) - (x->count < y->count);
+		if (c)
+			return p->order_desc ? -c : c;
+		return (x->l > y->l) - (x->l < y->l);
+	}
+	int c = (x->l > y->l) - (x->l < y->l);
+	return p->order_desc ? -c : c;
+}
+
+static cm_err
+hist_render(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	const hist_state *s = n->d;
+	const hist_params *p = a->p;
+	bool date = a->kind == AGG_DATE_HISTOGRAM;
+	cm_buf *b = r->out;
+	/* Gap filling (min_doc_count 0) works on a private table of empty
+	 * buckets plus pointers to the real ones. */
+	btab fill;
+	memset(&fill, 0, sizeof fill);
+	size_t cap = s->t.n;
+	bkt **v = NULL;
+	size_t k = 0;
+	cm_err rc = CM_OK;
+	if (p->min_doc_count == 0 && (s->t.n || p->has_bounds)) {
+		int64_t lo = INT64_MAX, hi = INT64_MIN;
+		for (size_t i = 0; i < s->t.n; i++) {
+			if (s->t.v[i].l < lo)
+				lo = s->t.v[i].l;
+			if (s->t.v[i].l > hi)
+				hi = s->t.v[i].l;
+		}
+		if (p->has_bounds) {
+			if (p->bmin <= p->bmax || isfinite(p->bmin) || isfinite(p->bmax)) {
+				if (isfinite(p->bmin)) {
+					int64_t bl = date ? dh_round(p, (int64_t)p->bmin) : hist_index(p, p->bmin);
+					if (bl < lo)
+						lo = bl;
+				}
+				if (isfinite(p->bmax)) {
+					int64_t bh = date ? dh_round(p, (int64_t)p->bmax) : hist_index(p, p->bmax);
+					if (bh > hi)
+						hi = bh;
+				}
+			}
+		}
+		if (lo <= hi) {
+			uint64_t count = 0;
+			for (int64_t key = lo; key <= hi;) {
+				if (++count + r->buckets > SR_MAX_BUCKETS) {
+					agg_too_many_buckets(r->err, count + r->buckets);
+					return CM_ELIMIT;
+				}
+				bool created = false;
+				/* is this key real? */
+				size_t h;
+				(void)h;
+				bkt *real = NULL;
+				if (s->t.icap) {
+					size_t hh = (size_t)bkt_hash(&key, 8) & (s->t.icap - 1);
+					while (s->t.idx[hh]) {
+						bkt *c = &s->t.v[s->t.idx[hh] - 1];
+						if (!c->key && c->l == key) {
+							real = c;
+							break;
+						}
+						hh = (hh + 1) & (s->t.icap - 1);
+					}
+				}
+				if (!real) {
+					bkt *e = btab_get_l(&fill, a, key, &created);
+					(void)e;
+				}
+				if (date) {
+					int64_t nk = dh_next(p, key);
+					if (nk <= key)
+						break;
+					key = nk;
+				} else {
+					if (key == INT64_MAX)
+						break;
+					key++;
+				}
+			}
+		}
+		cap += fill.n;
+	}
+	v = cm_malloc(AGG_MEM, (cap ? cap : 1) * sizeof *v);
+	for (size_t i = 0; i < s->t.n; i++)
+		if (s->t.v[i].count >= p->min_doc_count && (s->t.v[i].count || p->min_doc_count == 0))
+			v[k++] = &s->t.v[i];
+	for (size_t i = 0; i < fill.n; i++)
+		v[k++] = &fill.v[i];
+	bsort(v, k, hist_cmp, p);
+	r->buckets += k;
+	if (r->buckets > SR_MAX_BUCKETS) {
+		agg_too_many_buckets(r->err, r->buckets);
+		rc = CM_ELIMIT;
+		goto out;
+	}
+	cm_buf_put(b, p->keyed ? "{\"buckets\":{" : "{\"buckets\":[", 12);
+	for (size_t i = 0; i < k && !rc; i++) {
+		const bkt *bk = v[i];
+		char ks[96];
+		if (i)
+			cm_buf_put_u8(b, ',');
+		if (date)
+			agg_date_format(p->tz, a->format, bk->l, ks, sizeof ks);
+		else
+			agg_double_str(ks, sizeof ks, hist_key(p, bk->l));
+		if (p->keyed) {
+			agg_json_str(b, ks, strlen(ks));
+			cm_buf_put_u8(b, ':');
+		}
+		if (date) {
+			cm_buf_put(b, "{\"key_as_string\":", 17);
+			agg_json_str(b, ks, strlen(ks));
+			cm_buf_printf(b, ",\"key\":%lld", (long long)bk->l);
+		} else {
+			cm_buf_put(b, "{\"key\":", 7);
+			agg_json_double(b, hist_key(p, bk->l));
+		}
+		cm_buf_printf(b, ",\"doc_count\":%llu", (unsigned long long)bk->count);
+		rc = agg_subs_render(a, bk->subs, r);
+		cm_buf_put_u8(b, '}');
+	}
+	cm_buf_put(b, p->keyed ? "}}" : "]}", 2);
+out:
+	cm_free(AGG_MEM, v);
+	btab_free(&fill, a);
+	return rc;
+}
+
+static void
+hist_encode(const sr_agg *a, const agg_node *n, cm_buf *b)
+{
+	const hist_state *s = n->d;
+	cm_buf_put_u8(b, s->is_double);
+	btab_encode(&s->t, a, b);
+}
+
+static bool
+hist_decode(const sr_agg *a, agg_node *n, cm_rd *r)
+{
+	hist_state *s = n->d;
+	uint8_t d;
+	if (!cm_rd_u8(r, &d))
+		return false;
+	s->is_double = d;
+	return btab_decode(&s->t, a, r);
+}
+
+const agg_ops agg_ops_histogram = {
+    .name = "histogram",
+    .bucket = true,
+    .needs_field = true,
+    .parse = hist_parse,
+    .free_params = hist_free_params,
+    .state_new = hist_new,
+    .state_free = hist_free,
+    .seg_begin = hist_seg_begin,
+    .collect = hist_collect,
+    .shard_finish = hist_finish,
+    .merge = hist_merge,
+    .render = hist_render,
+    .encode = hist_encode,
+    .decode = hist_decode,
+};
+
+const agg_ops agg_ops_date_histogram = {
+    .name = "date_histogram",
+    .bucket = true,
+    .needs_field = true,
+    .parse = dh_parse,
+    .free_params = hist_free_params,
+    .state_new = hist_new,
+    .state_free = hist_free,
+    .seg_begin = hist_seg_begin,
+    .collect = hist_collect,
+    .shard_finish = hist_finish,
+    .merge = hist_merge,
+    .render = hist_render,
+    .encode = hist_encode,
+    .decode = hist_decode,
+};
+
+/* ================================================================ range / date_range */
+
+#define RANGES_MAX 1024
+
+typedef struct rng {
+	double from, to; /* -inf / +inf when absent */
+	bool has_from, has_to;
+	char *key;       /* given or generated */
+	char *from_s, *to_s; /* date_range: rendered bounds */
+} rng;
+
+typedef struct range_params {
+	rng *r;
+	size_t n;
+	bool keyed;
+	agg_tz *tz;
+} range_params;
+
+static void
+range_free_params(void *pp)
+{
+	range_params *p = pp;
+	for (size_t i = 0; i < p->n; i++) {
+		cm_free(AGG_MEM, p->r[i].key);
+		cm_free(AGG_MEM, p->r[i].from_s);
+		cm_free(AGG_MEM, p->r[i].to_s);
+	}
+	cm_free(AGG_MEM, p->r);
+	agg_tz_free(p->tz);
+	cm_free(AGG_MEM, p);
+}
+
+static cm_err
+range_bound(sr_agg *a, range_params *p, const cJSON *v, const char *which, double *out,
+            cm_error *err)
+{
+	if (a->kind == AGG_DATE_RANGE && cJSON_IsString(v)) {
+		int64_t ms;
+		if (!agg_date_parse(v->valuestring, a->format, p->tz, false, &ms))
+			return cm_error_set(err, CM_EPARSE,
+			                    "failed to parse date field [%s] with format [%s]",
+			                    v->valuestring, a->format ? a->format : "strict_date_optional_time||epoch_millis");
+		*out = (double)ms;
+		return CM_OK;
+	}
+	return agg_parse_num(v, a->name, which, out, err);
+}
+
+static int
+rng_cmp(const void *x, const void *y)
+{
+	const rng *a = x, *b = y;
+	if (a->from != b->from)
+		return a->from < b->from ? -1 : 1;
+	if (a->to != b->to)
+		return a->to < b->to ? -1 : 1;
+	return 0;
+}
+
+static cm_err
+range_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	range_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
+	a->p = p;
+	const cJSON *ranges = NULL;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		const char *k = c->string;
+		if (!strcmp(k, "field") || !strcmp(k, "missing") || !strcmp(k, "format"))
+			continue;
+		if (!strcmp(k, "ranges"))
+			ranges = c;
+		else if (!strcmp(k, "keyed")) {
+			if (agg_parse_bool(c, a->name, k, &p->keyed, err))
+				return CM_EPARSE;
+		} else if (!strcmp(k, "time_zone") && a->kind == AGG_DATE_RANGE) {
+			if (!cJSON_IsString(c) || agg_tz_parse(c->valuestring, &p->tz, err))
+				return cm_error_set(err, CM_EINVAL, "bad [time_zone]");
+		} else
+			return agg_unknown_param(a, k, err);
+	}
+	if (!ranges || !cJSON_IsArray(ranges) || cJSON_GetArraySize(ranges) == 0)
+		return cm_error_set(err, CM_EINVAL, "No [ranges] specified for the [%s] aggregation",
+		                    a->name);
+	int nr = cJSON_GetArraySize(ranges);
+	if (nr > RANGES_MAX)
+		return cm_error_set(err, CM_EINVAL, "too many ranges in [%s]", a->name);
+	p->r = cm_calloc(AGG_MEM, (size_t)nr, sizeof *p->r);
+	for (const cJSON *e = ranges->child; e; e = e->next) {
+		rng *g = &p->r[p->n++];
+		g->from = -INFINITY;
+		g->to = INFINITY;
+		if (!cJSON_IsObject(e))
+			return cm_error_set(err, CM_EPARSE, "[ranges] entries must be objects");
+		for (const cJSON *f = e->child; f; f = f->next) {
+			if (cJSON_IsNull(f))
+				continue;
+			if (!strcmp(f->string, "from")) {
+				if (range_bound(a, p, f, "from", &g->from, err))
+					return CM_EPARSE;
+				g->has_from = true;
+			} else if (!strcmp(f->string, "to")) {
+				if (range_bound(a, p, f, "to", &g->to, err))
+					return CM_EPARSE;
+				g->has_to = true;
+			} else if (!strcmp(f->string, "key")) {
+				if (agg_parse_str(f, a->name, "key", &g->key, err))
+					return CM_EPARSE;
+			} else
+				return cm_error_set(err, CM_EPARSE, "Unknown key for a range [%s]",
+				                    f->string);
+		}
+		char fs[96] = "*", ts[96] = "*";
+		if (a->kind == AGG_DATE_RANGE) {
+			if (g->has_from) {
+				agg_date_format(p->tz, a->format, (int64_t)g->from, fs, sizeof fs);
+				g->from_s = cm_strdup(AGG_MEM, fs);
+			}
+			if (g->has_to) {
+				agg_date_format(p->tz, a->format, (int64_t)g->to, ts, sizeof ts);
+				g->to_s = cm_strdup(AGG_MEM, ts);
+			}
+		} else {
+			if (g->has_from)
+				agg_double_str(fs, sizeof fs, g->from);
+			if (g->has_to)
+				agg_double_str(ts, sizeof ts, g->to);
+		}
+		if (!g->key) {
+			char kb[200];
+			snprintf(kb, sizeof kb, "%s-%s", fs, ts);
+			g->key = cm_strdup(AGG_MEM, kb);
+		}
+	}
+	/* ES sorts ranges by (from, to); a stable insertion sort keeps equal
+	 * ranges in request order. */
+	for (size_t i = 1; i < p->n; i++) {
+		rng x = p->r[i];
+		size_t j = i;
+		while (j > 0 && rng_cmp(&p->r[j - 1], &x) > 0) {
+			p->r[j] = p->r[j - 1];
+			j--;
+		}
+		p->r[j] = x;
+	}
+	return CM_OK;
+}
+
+typedef filters_state range_state; /* the same per-range buckets */
+
+static void *
+range_new(const sr_agg *a)
+{
+	const range_params *p = a->p;
+	range_state *s = cm_calloc(AGG_MEM, 1, sizeof *s);
+	s->n = p->n;
+	s->b = cm_calloc(AGG_MEM, p->n ? p->n : 1, sizeof *s->b);
+	for (size_t i = 0; i < p->n; i++)
+		s->b[i].subs = agg_subs_new(a);
+	return s;
+}
+
+static void
+range_free(const sr_agg *a, void *d)
+{
+	filters_free(a, d); /* same layout */
+}
+
+static void
+range_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	range_state *s = n->d;
+	const sr_agg *a = rt->spec;
+	const range_params *p = a->p;
+	if (!rt->fi && !a->missing.set)
+		return;
+	for (size_t i = 0; i < cnt; i++) {
+		const int64_t *v;
+		int k = agg_values(rt, docs[i], &v);
+		double mv = 0;
+		bool use_missing = false;
+		if (k == 0) {
+			if (!a->missing.set)
+				continue;
+			if (a->missing.is_num)
+				mv = a->missing.d;
+			else {
+				int64_t ms;
+				if (a->kind != AGG_DATE_RANGE ||
+				    !agg_date_parse(a->missing.s, a->format, p->tz, false, &ms))
+					continue;
+				mv = (double)ms;
+			}
+			use_missing = true;
+		}
+		for (size_t r = 0; r < p->n; r++) {
+			bool hit = false;
+			if (use_missing)
+				hit = mv >= p->r[r].from && mv < p->r[r].to;
+			else
+				for (int j = 0; j < k && !hit; j++) {
+					double x = agg_num(rt, v[j]);
+					hit = x >= p->r[r].from && x < p->r[r].to;
+				}
+			if (hit) {
+				s->b[r].count++;
+				bucket_doc(rt, s->b[r].subs, docs[i], scores, i);
+			}
+		}
+	}
+}
+
+static cm_err
+range_render(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	const range_state *s = n->d;
+	const range_params *p = a->p;
+	cm_buf *b = r->out;
+	r->buckets += s->n;
+	if (r->buckets > SR_MAX_BUCKETS) {
+		agg_too_many_buckets(r->err, r->buckets);
+		return CM_ELIMIT;
+	}
+	cm_buf_put(b, p->keyed ? "{\"buckets\":{" : "{\"buckets\":[", 12);
+	for (size_t i = 0; i < s->n; i++) {
+		const rng *g = &p->r[i];
+		if (i)
+			cm_buf_put_u8(b, ',');
+		if (p->keyed) {
+			agg_json_str(b, g->key, strlen(g->key));
+			cm_buf_put_u8(b, ':');
+		}
+		cm_buf_put(b, "{\"key\":", 7);
+		agg_json_str(b, g->key, strlen(g->key));
+		if (g->has_from) {
+			cm_buf_put(b, ",\"from\":", 8);
+			agg_json_double(b, g->from);
+			if (g->from_s) {
+				cm_buf_put(b, ",\"from_as_string\":", 18);
+				agg_json_str(b, g->from_s, strlen(g->from_s));
+			}
+		}
+		if (g->has_to) {
+			cm_buf_put(b, ",\"to\":", 6);
+			agg_json_double(b, g->to);
+			if (g->to_s) {
+				cm_buf_put(b, ",\"to_as_string\":", 16);
+				agg_json_str(b, g->to_s, strlen(g->to_s));
+			}
+		}
+		cm_buf_printf(b, ",\"doc_count\":%llu", (unsigned long long)s->b[i].count);
+		cm_err rc = agg_subs_render(a, s->b[i].subs, r);
+		if (rc)
+			return rc;
+		cm_buf_put_u8(b, '}');
+	}
+	cm_buf_put(b, p->keyed ? "}}" : "]}", 2);
+	return CM_OK;
+}
+
+static cm_err
+range_seg_begin(agg_rt *rt, cm_error *err)
+{
+	return agg_field_numeric_or_fail(rt, err) ? CM_OK : CM_EINVAL;
+}
+
+const agg_ops agg_ops_range = {
+    .name = "range",
+    .bucket = true,
+    .needs_field = true,
+    .parse = range_parse,
+    .free_params = range_free_params,
+    .state_new = range_new,
+    .state_free = range_free,
+    .seg_begin = range_seg_begin,
+    .collect = range_collect,
+    .shard_finish = filters_finish,
+    .merge = filters_merge,
+    .render = range_render,
+    .encode = filters_encode,
+    .decode = filters_decode,
+};
+
+const agg_ops agg_ops_date_range = {
+    .name = "date_range",
+    .bucket = true,
+    .needs_field = true,
+    .parse = range_parse,
+    .free_params = range_free_params,
+    .state_new = range_new,
+    .state_free = range_free,
+    .seg_begin = range_seg_begin,
+    .collect = range_collect,
+    .shard_finish = filters_finish,
+    .merge = filters_merge,
+    .render = range_render,
+    .encode = filters_encode,
+    .decode = filters_decode,
+};

@@ -1,0 +1,261 @@
+/* Private to the aggregation code: spec tree, per-bucket state nodes, the
+ * per-segment runtime and the ops table each aggregation kind fills in.
+ *
+ * Shape: an sr_agg spec node has sub-specs. A bucket's sub-aggregation
+ * states are an array `agg_node **` parallel to spec->subs. Per-segment
+ * reading (column block cache, filter bitsets, per-segment scratch lists)
+ * lives in one agg_rt per spec node, shared by every bucket's state of
+ * that spec, so nested states stay small. */
+#ifndef SR_AGG_INT_H
+#define SR_AGG_INT_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_buf.h"
+#include "../common/cm_err.h"
+#include "sr_agg.h"
+
+#define AGG_MEM CM_MEM_SEARCH
+#define AGG_MAX_DEPTH 32
+#define AGG_MAX_NAME 256
+
+typedef enum {
+	AGG_ROOT,
+	AGG_TERMS,
+	AGG_HISTOGRAM,
+	AGG_DATE_HISTOGRAM,
+	AGG_RANGE,
+	AGG_DATE_RANGE,
+	AGG_FILTER,
+	AGG_FILTERS,
+	AGG_MISSING,
+	AGG_MIN,
+	AGG_MAX,
+	AGG_SUM,
+	AGG_AVG,
+	AGG_STATS,
+	AGG_EXTENDED_STATS,
+	AGG_VALUE_COUNT,
+	AGG_CARDINALITY,
+	AGG_PERCENTILES,
+	AGG_TOP_HITS,
+	AGG_KIND_COUNT
+} agg_kind;
+
+typedef struct agg_ops agg_ops;
+typedef struct agg_rt agg_rt;
+typedef struct agg_node agg_node;
+
+/* "missing": the value a doc without the field counts as. */
+typedef struct agg_missing {
+	bool set;
+	bool is_num;
+	double d;
+	int64_t l;   /* integral form (dates: epoch ms) */
+	char *s;     /* as given (string form), owned */
+	size_t slen;
+} agg_missing;
+
+struct sr_agg {
+	char *name;
+	agg_kind kind;
+	const agg_ops *ops;
+	char *field;
+	agg_missing missing;
+	char *format; /* date format / numeric format, NULL = default */
+	sr_agg **subs;
+	size_t nsubs;
+	void *p;      /* kind-specific parameters */
+	int id;       /* index into the root state's runtime array */
+	int nspecs;   /* root only: number of spec nodes */
+};
+
+/* State of one aggregation inside one bucket. */
+struct agg_node {
+	const sr_agg *spec;
+	int ftype;        /* st_field_type of the field when seen, -1 unknown */
+	uint32_t epoch;   /* segment epoch when last registered dirty */
+	void *d;          /* kind-specific */
+};
+
+typedef struct agg_root agg_root;
+
+/* Per-spec, per-segment reading context. */
+struct agg_rt {
+	const sr_agg *spec;
+	agg_root *root;
+	const sr_seg_ctx *ctx;
+	const st_field_info *fi; /* NULL: field absent in this segment */
+	bool is_double, is_keyword;
+	st_colblock cb;
+	void *kd;               /* kind-specific per-segment data */
+	agg_node **dirty;       /* states holding per-segment scratch */
+	size_t ndirty, dirty_cap;
+	uint32_t epoch;
+};
+
+struct agg_root {
+	const sr_agg *spec; /* the root spec */
+	cm_error err;
+	agg_rt *rts;       /* nspecs, indexed by spec->id */
+	uint32_t epoch;
+	bool in_segment;
+	size_t seg_index;
+	char *index;       /* index name for top_hits, may be NULL */
+	uint32_t shard;
+	uint64_t buckets;  /* collection-time bucket count guard */
+};
+
+struct sr_agg_state {
+	agg_root root;
+	agg_node **subs;   /* parallel to root.spec->subs */
+	bool shard_level;  /* freshly collected, not yet trimmed to shard_size */
+};
+
+/* Render context: bucket count accounting across the response. */
+typedef struct agg_render {
+	cm_buf *out;
+	cm_error *err;
+	uint64_t buckets;
+} agg_render;
+
+struct agg_ops {
+	const char *name;
+	bool bucket;     /* may hold sub-aggregations */
+	bool needs_field;
+	cm_err (*parse)(sr_agg *a, const cJSON *body, cm_error *err);
+	void (*free_params)(void *p);
+	void *(*state_new)(const sr_agg *a);
+	void (*state_free)(const sr_agg *a, void *d);
+	/* per segment: rt->fi already resolved; may set rt->kd */
+	cm_err (*seg_begin)(agg_rt *rt, cm_error *err);
+	void (*collect)(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
+	                size_t cnt);
+	void (*seg_flush)(agg_rt *rt, agg_node *n); /* dirty states at end_segment */
+	void (*seg_end)(agg_rt *rt);                 /* frees rt->kd */
+	/* Trims a freshly collected shard state (terms: shard_size). */
+	void (*shard_finish)(const sr_agg *a, agg_node *n);
+	void (*merge)(const sr_agg *a, agg_node *into, agg_node *from);
+	cm_err (*render)(const sr_agg *a, const agg_node *n, agg_render *r);
+	void (*encode)(const sr_agg *a, const agg_node *n, cm_buf *b);
+	bool (*decode)(const sr_agg *a, agg_node *n, cm_rd *r);
+	/* value for ordering buckets by this metric; key is the part after
+	 * '.' (NULL for single-value metrics). false when unknown key. */
+	bool (*metric_value)(const sr_agg *a, const agg_node *n, const char *key, double *v);
+};
+
+extern const agg_ops agg_ops_terms, agg_ops_histogram, agg_ops_date_histogram, agg_ops_range,
+    agg_ops_date_range, agg_ops_filter, agg_ops_filters, agg_ops_missing;
+extern const agg_ops agg_ops_min, agg_ops_max, agg_ops_sum, agg_ops_avg, agg_ops_stats,
+    agg_ops_extended_stats, agg_ops_value_count, agg_ops_cardinality, agg_ops_percentiles,
+    agg_ops_top_hits;
+
+/* ---- agg.c: shared machinery ---- */
+
+agg_node *agg_node_new(const sr_agg *a);
+void agg_node_free(agg_node *n);
+agg_node **agg_subs_new(const sr_agg *parent);
+void agg_subs_free(const sr_agg *parent, agg_node **subs);
+void agg_subs_collect(agg_root *root, const sr_agg *parent, agg_node **subs, const uint32_t *docs,
+                      const float *scores, size_t n);
+/* from's sub states are folded into into's (both non-NULL). */
+void agg_subs_merge(const sr_agg *parent, agg_node **into, agg_node **from);
+void agg_subs_shard_finish(const sr_agg *parent, agg_node **subs);
+/* Writes ,"name":{...} for each sub (leading comma included). */
+cm_err agg_subs_render(const sr_agg *parent, agg_node *const *subs, agg_render *r);
+void agg_subs_encode(const sr_agg *parent, agg_node *const *subs, cm_buf *b);
+bool agg_subs_decode(const sr_agg *parent, agg_node **subs, cm_rd *r);
+/* Orders buckets by a sub-aggregation value: path "name" or "name.key". */
+bool agg_subs_value(const sr_agg *parent, agg_node *const *subs, const char *path, double *v);
+bool agg_subs_path_ok(const sr_agg *parent, const char *path);
+
+/* Registers n for a seg_flush at the end of the current segment. */
+void agg_mark_dirty(agg_rt *rt, agg_node *n);
+/* Values of doc in the current segment for rt's field: raw column values
+ * (sortable longs for doubles, ordinals for keywords). */
+int agg_values(agg_rt *rt, uint32_t doc, const int64_t **vals);
+static inline double
+agg_num(const agg_rt *rt, int64_t v)
+{
+	return rt->is_double ? st_sortable_to_double(v) : (double)v;
+}
+/* Counts buckets created while collecting; false (and sets the root error)
+ * past the limit. */
+bool agg_bucket_guard(agg_root *root, uint64_t more);
+void agg_too_many_buckets(cm_error *err, uint64_t n);
+bool agg_field_numeric_or_fail(agg_rt *rt, cm_error *err);
+
+/* ---- parsing helpers ---- */
+cm_err agg_parse_num(const cJSON *v, const char *agg, const char *key, double *out,
+                     cm_error *err);
+cm_err agg_parse_int(const cJSON *v, const char *agg, const char *key, int64_t lo, int64_t hi,
+                     int64_t *out, cm_error *err);
+cm_err agg_parse_bool(const cJSON *v, const char *agg, const char *key, bool *out,
+                      cm_error *err);
+cm_err agg_parse_str(const cJSON *v, const char *agg, const char *key, char **out,
+                     cm_error *err);
+cm_err agg_unknown_param(const sr_agg *a, const char *key, cm_error *err);
+
+/* ---- rendering helpers ---- */
+void agg_json_str(cm_buf *b, const char *s, size_t n);
+/* Doubles the way Java's Double.toString prints them (ES responses):
+ * 1.0, 0.5, 1.0E7; NaN/inf as null. */
+void agg_json_double(cm_buf *b, double v);
+void agg_double_str(char *buf, size_t cap, double v);
+void agg_json_double_or_null(cm_buf *b, double v, bool present);
+
+/* ---- encoding helpers ---- */
+void agg_put_double(cm_buf *b, double v);
+bool agg_get_double(cm_rd *r, double *v);
+bool agg_get_count(cm_rd *r, uint64_t max, uint64_t *v);
+
+/* ---- dates (agg_tz.c) ---- */
+typedef struct agg_tz agg_tz;
+/* "+01:00", "-0530", "Z", "UTC", or an IANA name from the system tz data.
+ * CM_EINVAL with ES's wording when unknown. */
+cm_err agg_tz_parse(const char *name, agg_tz **out, cm_error *err);
+void agg_tz_free(agg_tz *tz);
+bool agg_tz_is_utc(const agg_tz *tz);
+/* Offset east of UTC in ms at instant utc_ms. */
+int64_t agg_tz_offset(const agg_tz *tz, int64_t utc_ms);
+/* The UTC instant for local time local_ms (gaps: moved forward, overlaps:
+ * the earlier instant, like java.time). */
+int64_t agg_tz_local_to_utc(const agg_tz *tz, int64_t local_ms);
+/* Formats utc_ms in tz with a Java date pattern or ES named format
+ * (NULL = strict_date_optional_time). */
+void agg_date_format(const agg_tz *tz, const char *format, int64_t utc_ms, char *buf,
+                     size_t cap);
+/* Parses a date, epoch millis or date math ("now-1d/d") to epoch ms. */
+bool agg_date_parse(const char *s, const char *format, const agg_tz *tz, bool round_up,
+                    int64_t *out);
+
+/* civil calendar */
+int64_t agg_days_from_civil(int64_t y, unsigned m, unsigned d);
+void agg_civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d);
+
+/* ---- cardinality (hll.c) ---- */
+typedef struct agg_hll agg_hll;
+agg_hll *agg_hll_new(uint32_t precision_threshold);
+void agg_hll_free(agg_hll *h);
+void agg_hll_add(agg_hll *h, uint64_t hash);
+void agg_hll_merge(agg_hll *into, const agg_hll *from);
+uint64_t agg_hll_cardinality(const agg_hll *h);
+void agg_hll_encode(const agg_hll *h, cm_buf *b);
+agg_hll *agg_hll_decode(cm_rd *r, uint32_t precision_threshold);
+int agg_hll_precision(uint32_t precision_threshold);
+
+/* ---- percentiles (tdigest.c) ---- */
+typedef struct agg_tdigest agg_tdigest;
+agg_tdigest *agg_td_new(double compression);
+void agg_td_free(agg_tdigest *t);
+void agg_td_add(agg_tdigest *t, double x, double w);
+void agg_td_merge(agg_tdigest *into, agg_tdigest *from);
+double agg_td_quantile(agg_tdigest *t, double q); /* NaN when empty */
+double agg_td_count(const agg_tdigest *t);
+void agg_td_encode(agg_tdigest *t, cm_buf *b);
+agg_tdigest *agg_td_decode(cm_rd *r, double compression);
+
+#endif

@@ -1,0 +1,215 @@
+/* Percentiles: a merging t-digest (Dunning & Ertl) with the k1 (arcsine)
+ * scale function and ES's default compression of 100. Quantiles
+ * interpolate between centroid centres the way t-digest 3.2 does (the
+ * version ES 7.10 ships), so small inputs give the exact linear
+ * interpolation between sorted values. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agg_int.h"
+
+typedef struct centroid {
+	double mean, w;
+} centroid;
+
+struct agg_tdigest {
+	double compression;
+	centroid *c; /* merged, sorted by mean */
+	size_t n, cap;
+	centroid *buf; /* unmerged */
+	size_t bn, bcap;
+	double total, min, max;
+};
+
+agg_tdigest *
+agg_td_new(double compression)
+{
+	agg_tdigest *t = cm_calloc(AGG_MEM, 1, sizeof *t);
+	t->compression = compression;
+	t->bcap = (size_t)(compression * 5) + 16;
+	t->buf = cm_malloc(AGG_MEM, t->bcap * sizeof *t->buf);
+	t->min = INFINITY;
+	t->max = -INFINITY;
+	return t;
+}
+
+void
+agg_td_free(agg_tdigest *t)
+{
+	if (!t)
+		return;
+	cm_free(AGG_MEM, t->c);
+	cm_free(AGG_MEM, t->buf);
+	cm_free(AGG_MEM, t);
+}
+
+static int
+cent_cmp(const void *a, const void *b)
+{
+	double x = ((const centroid *)a)->mean, y = ((const centroid *)b)->mean;
+	return (x > y) - (x < y);
+}
+
+static double
+k1(double q, double d)
+{
+	return d / (2 * M_PI) * asin(2 * q - 1);
+}
+
+static double
+k1_inv(double k, double d)
+{
+	double x = k * 2 * M_PI / d;
+	if (x >= M_PI / 2)
+		return 1;
+	return (sin(x) + 1) / 2;
+}
+
+static void
+td_compress(agg_tdigest *t)
+{
+	if (t->bn == 0)
+		return;
+	size_t all = t->n + t->bn;
+	centroid *v = cm_malloc(AGG_MEM, all * sizeof *v);
+	memcpy(v, t->c, t->n * sizeof *v);
+	memcpy(v + t->n, t->buf, t->bn * sizeof *v);
+	t->bn = 0;
+	qsort(v, all, sizeof *v, cent_cmp);
+	double total = 0;
+	for (size_t i = 0; i < all; i++)
+		total += v[i].w;
+	double d = t->compression;
+	size_t out = 0;
+	centroid cur = v[0];
+	double wsofar = 0;
+	double qlimit = k1_inv(k1(0, d) + 1, d);
+	for (size_t i = 1; i < all; i++) {
+		double q = (wsofar + cur.w + v[i].w) / total;
+		if (q <= qlimit) {
+			cur.w += v[i].w;
+			cur.mean += (v[i].mean - cur.mean) * v[i].w / cur.w;
+		} else {
+			v[out++] = cur;
+			wsofar += cur.w;
+			qlimit = k1_inv(k1(wsofar / total, d) + 1, d);
+			cur = v[i];
+		}
+	}
+	v[out++] = cur;
+	cm_free(AGG_MEM, t->c);
+	t->c = v;
+	t->n = out;
+	t->cap = all;
+	t->total = total;
+}
+
+void
+agg_td_add(agg_tdigest *t, double x, double w)
+{
+	if (x != x || w <= 0)
+		return;
+	if (t->bn == t->bcap)
+		td_compress(t);
+	t->buf[t->bn].mean = x;
+	t->buf[t->bn].w = w;
+	t->bn++;
+	if (x < t->min)
+		t->min = x;
+	if (x > t->max)
+		t->max = x;
+}
+
+void
+agg_td_merge(agg_tdigest *into, agg_tdigest *from)
+{
+	td_compress(from);
+	for (size_t i = 0; i < from->n; i++)
+		agg_td_add(into, from->c[i].mean, from->c[i].w);
+	if (from->min < into->min)
+		into->min = from->min;
+	if (from->max > into->max)
+		into->max = from->max;
+}
+
+double
+agg_td_count(const agg_tdigest *t)
+{
+	double n = t->total;
+	for (size_t i = 0; i < t->bn; i++)
+		n += t->buf[i].w;
+	return n;
+}
+
+double
+agg_td_quantile(agg_tdigest *t, double q)
+{
+	td_compress(t);
+	if (t->n == 0)
+		return NAN;
+	if (t->n == 1 || t->total <= 1)
+		return t->c[0].mean;
+	if (q <= 0)
+		return t->min;
+	if (q >= 1)
+		return t->max;
+	double index = q * (t->total - 1);
+	/* centre of centroid i, in sorted-value positions */
+	double cum = 0;
+	double prev_c = 0, prev_m = t->min;
+	for (size_t i = 0; i < t->n; i++) {
+		double ci = cum + (t->c[i].w - 1) / 2;
+		if (index <= ci) {
+			if (ci == prev_c)
+				return t->c[i].mean;
+			return prev_m + (t->c[i].mean - prev_m) * (index - prev_c) / (ci - prev_c);
+		}
+		prev_c = ci;
+		prev_m = t->c[i].mean;
+		cum += t->c[i].w;
+	}
+	double last = t->total - 1;
+	if (last <= prev_c)
+		return t->max;
+	return prev_m + (t->max - prev_m) * (index - prev_c) / (last - prev_c);
+}
+
+void
+agg_td_encode(agg_tdigest *t, cm_buf *b)
+{
+	td_compress(t);
+	cm_buf_put_varint(b, t->n);
+	agg_put_double(b, t->min);
+	agg_put_double(b, t->max);
+	for (size_t i = 0; i < t->n; i++) {
+		agg_put_double(b, t->c[i].mean);
+		agg_put_double(b, t->c[i].w);
+	}
+}
+
+agg_tdigest *
+agg_td_decode(cm_rd *r, double compression)
+{
+	uint64_t n;
+	if (!cm_rd_varint(r, &n) || n * 16 > cm_rd_left(r) || n > (uint64_t)compression * 20 + 64)
+		return NULL;
+	agg_tdigest *t = agg_td_new(compression);
+	double mn, mx;
+	if (!agg_get_double(r, &mn) || !agg_get_double(r, &mx))
+		goto fail;
+	for (uint64_t i = 0; i < n; i++) {
+		double m, w;
+		if (!agg_get_double(r, &m) || !agg_get_double(r, &w) || m != m || !(w > 0))
+			goto fail;
+		agg_td_add(t, m, w);
+	}
+	if (n) {
+		t->min = mn;
+		t->max = mx;
+	}
+	return t;
+fail:
+	agg_td_free(t);
+	return NULL;
+}
