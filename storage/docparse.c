@@ -281,26 +281,16 @@ emit_field(parse_ctx *c, const st_field_def *f, cJSON *j)
 	cm_err e = emit_scalar(c, f, j);
 	if (e != CM_OK)
 		return e;
-	/* multi-fields sort within [path + ".", path + "/") */
+	/* Paths sharing f's prefix sort right after f, those continuing
+	 * with '.' (its multi-fields) before any continuing with a larger
+	 * byte; usually the next entry is the first multi-field. */
 	const st_mapping *m = c->m;
 	size_t pn = strlen(f->path);
-	size_t lo = (size_t)(f - m->fields) + 1, hi = m->nfields;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		const char *p = m->fields[mid].path;
-		int cmp = strncmp(p, f->path, pn);
-		if (cmp == 0)
-			cmp = p[pn] < '.' ? -1 : 1;
-		if (cmp < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	for (size_t i = lo; i < m->nfields; i++) {
+	for (size_t i = (size_t)(f - m->fields) + 1; i < m->nfields; i++) {
 		const st_field_def *mf = &m->fields[i];
-		if (strncmp(mf->path, f->path, pn) != 0 || mf->path[pn] != '.')
+		if (strncmp(mf->path, f->path, pn) != 0 || mf->path[pn] > '.')
 			break;
-		if (mf->parent != NULL && strcmp(mf->parent, f->path) == 0) {
+		if (mf->path[pn] == '.' && mf->parent != NULL && strcmp(mf->parent, f->path) == 0) {
 			e = emit_scalar(c, mf, j);
 			if (e != CM_OK)
 				return e;
@@ -437,6 +427,17 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 		cm_free(CM_MEM_STORAGE, own);
 		return e;
 	}
+	if (known->parent != NULL) {
+		/* a multi-field gets its parent's values; a document cannot
+		 * address it as a sub-field */
+		return cm_error_set(c->err, CM_EMAPPING,
+		                    "Could not dynamically add mapping for field [%s]. Existing mapping "
+		                    "for [%s] must be of type object but found [%s].",
+		                    known->path, known->parent,
+		                    st_field_type_name(st_mapping_find(c->m, known->parent)
+		                                           ? st_mapping_find(c->m, known->parent)->type
+		                                           : ST_FT_TEXT));
+	}
 	if (cJSON_IsObject(j)) {
 		if (known->type != ST_FT_OBJECT)
 			return type_error(c, known, j);
@@ -514,7 +515,16 @@ walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn, const char *o
 				const st_field_def *o = NULL;
 				c->path[q - 1] = '\0';
 				o = st_mapping_find(c->m, c->path);
-				if (o != NULL && o->type == ST_FT_OBJECT) {
+				if (o != NULL && o->type != ST_FT_OBJECT) {
+					size_t on = strlen(c->path);
+					c->path[q - 1] = '.';
+					return cm_error_set(
+					    c->err, CM_EMAPPING,
+					    "Could not dynamically add mapping for field [%s]. Existing "
+					    "mapping for [%.*s] must be of type object but found [%s].",
+					    c->path, (int)on, c->path, st_field_type_name(o->type));
+				}
+				if (o != NULL) {
 					d = o->dynamic;
 					dotted_owner = cm_strdup(CM_MEM_STORAGE, c->path);
 					own = dotted_owner;

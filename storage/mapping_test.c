@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 
@@ -430,6 +431,25 @@ test_dynamic_sample(void)
 	CHECK(f->type == ST_FT_KEYWORD && f->ignore_above == 256 &&
 	      strcmp(f->parent, "name.firstName") == 0);
 	CHECK(fd(m, "name")->type == ST_FT_OBJECT);
+	{
+		const char *bad = "{\"name.firstName.keyword\":\"x\"}";
+		st_doc d2;
+		st_mapping *add = NULL;
+		cm_error_clear(&err);
+		CHECK(st_doc_parse(m, "1", 1, bad, strlen(bad), &d2, &add, &err) == CM_EMAPPING);
+		CHECKF(strstr(err.reason, "Existing mapping for [name.firstName] must be of type "
+		                          "object but found [text]") != NULL,
+		       "%s", err.reason);
+		st_doc_free(&d2);
+		/* a dotted key reaches the same field as the object form */
+		const char *dotted = "{\"name.lastName\":\"Smith\",\"checkin.lat\":\"1.5\"}";
+		cm_error_clear(&err);
+		CHECK(st_doc_parse(m, "2", 1, dotted, strlen(dotted), &d2, &add, &err) == CM_OK);
+		CHECK(add == NULL);
+		CHECK(strcmp(vals(&d2, "name.lastName.keyword", buf, sizeof(buf)), "Smith") == 0);
+		CHECK(strcmp(vals(&d2, "checkin.lat", buf, sizeof(buf)), "1.5") == 0);
+		st_doc_free(&d2);
+	}
 	CHECK(fd(m, "age")->type == ST_FT_LONG);
 	CHECK(fd(m, "balance")->type == ST_FT_FLOAT);
 	CHECK(fd(m, "checkin")->type == ST_FT_OBJECT);
@@ -595,6 +615,9 @@ test_coercion_and_errors(void)
 	    {"{\"o\":5}", "object mapping for [o] tried to parse field [o] as object, but found a "
 	                  "concrete value"},
 	    {"{\"_id\":\"x\"}", "Field [_id] is a metadata field"},
+	    {"{\"l.x\":1}", "Could not dynamically add mapping for field [l.x]. Existing mapping "
+	                    "for [l] must be of type object but found [long]."},
+	    {"{\"t\":{\"y\":1}}", "failed to parse field [t] of type [text]"},
 	    {"{\"\":1}", "field name cannot be an empty string"},
 	    {"{\"a\":", "failed to parse"},
 	    {"[1,2]", "failed to parse"},
@@ -646,6 +669,61 @@ test_coercion_and_errors(void)
 	st_mapping_unref(m);
 }
 
+static int
+count_tok(void *ctx, const st_token *t)
+{
+	(*(size_t *)ctx)++;
+	return 0;
+}
+
+/* Parse (and analyze) the sample's 1000 accounts a few times: a figure for
+ * the report, not a pass/fail gate. */
+static void
+bench_sample(void)
+{
+	FILE *fp = fopen(SAMPLE_DIR "/accounts-es.ndjson", "r");
+	if (fp == NULL)
+		return;
+	static char *lines[1000];
+	size_t nlines = 0, bytes = 0;
+	char buf[1 << 16];
+	while (nlines < 1000 && fgets(buf, sizeof(buf), fp) != NULL) {
+		lines[nlines++] = strdup(buf);
+		bytes += strlen(buf);
+	}
+	fclose(fp);
+	st_mapping *m = st_mapping_new();
+	cm_error err;
+	st_doc d;
+	for (size_t i = 0; i < nlines; i++) {
+		CHECK(parse_dyn(&m, lines[i], &d, &err) == CM_OK);
+		st_doc_free(&d);
+	}
+	struct timespec a, b;
+	size_t toks = 0;
+	int rounds = 20;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+	for (int r = 0; r < rounds; r++) {
+		for (size_t i = 0; i < nlines; i++) {
+			st_mapping *add = NULL;
+			cm_err e = st_doc_parse(m, "1", 1, lines[i], strlen(lines[i]), &d, &add, &err);
+			CHECK(e == CM_OK && add == NULL);
+			for (size_t k = 0; k < d.nvalues; k++)
+				if (d.values[k].field->type == ST_FT_TEXT)
+					st_analyze(d.values[k].field->analyzer, d.values[k].s,
+					           d.values[k].n, 0, count_tok, &toks, NULL);
+			st_doc_free(&d);
+		}
+	}
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+	double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+	printf("accounts sample: %.0f docs per CPU-second parsed+analyzed (%.1f MB/s, %zu fields)\n",
+	       (double)nlines * rounds / s, (double)bytes * rounds / s / 1e6, m->nfields);
+	st_mapping_unref(m);
+	for (size_t i = 0; i < nlines; i++)
+		free(lines[i]);
+}
+
 int
 main(void)
 {
@@ -657,5 +735,6 @@ main(void)
 	test_dynamic_kinds();
 	test_strict_and_false();
 	test_coercion_and_errors();
+	bench_sample();
 	return check_report("mapping_test");
 }
