@@ -97,14 +97,17 @@ load64(const uint8_t *p)
 	return w;
 }
 
-/* The width is a compile-time constant in each instantiation, so the
- * compiler turns the loop into shifts and masks. */
+/* The width is a compile-time constant in each instantiation and the
+ * 8 values of a group (exactly B bytes) sit at constant byte offsets and
+ * shifts, so each value is one load, one shift and one mask. */
 #define UNPACK32_CASE(B)                                                                  \
 	case B:                                                                           \
-		for (size_t i = 0; i < nf; i++) {                                         \
-			size_t bp = i * B;                                                \
-			out[i] = (uint32_t)((load64(in + (bp >> 3)) >> (bp & 7)) &         \
-			                    ((1ull << B) - 1));                           \
+		for (size_t g = 0; g < ng; g++) {                                         \
+			const uint8_t *q = in + g * B;                                    \
+			uint32_t *o = out + g * 8;                                        \
+			_Pragma("GCC unroll 8") for (unsigned k = 0; k < 8; k++) o[k] =     \
+			    (uint32_t)((load64(q + ((k * B) >> 3)) >> ((k * B) & 7)) &       \
+			               ((1ull << B) - 1));                                \
 		}                                                                         \
 		break;
 
@@ -115,7 +118,13 @@ codec_unpack32(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint32
 		memset(out, 0, n * sizeof(*out));
 		return;
 	}
-	size_t nf = fast_count(in_len, n, bits);
+	/* groups whose last 8-byte load stays inside in_len */
+	size_t ng = 0;
+	size_t tail = ((7 * bits) >> 3) + 8;
+	if (in_len >= tail)
+		ng = (in_len - tail) / bits + 1;
+	if (ng > n / 8)
+		ng = n / 8;
 	switch (bits) {
 		UNPACK32_CASE(1)
 		UNPACK32_CASE(2)
@@ -150,10 +159,18 @@ codec_unpack32(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint32
 		UNPACK32_CASE(31)
 		UNPACK32_CASE(32)
 	default:
-		nf = 0;
+		ng = 0;
 		break;
 	}
-	for (size_t i = nf; i < n; i++)
+	size_t nf = ng * 8;
+	size_t nq = fast_count(in_len, n, bits);
+	for (size_t i = nf; i < nq; i++) {
+		size_t bp = i * bits;
+		out[i] = (uint32_t)((load64(in + (bp >> 3)) >> (bp & 7)) & ((1ull << bits) - 1));
+	}
+	if (nq < nf)
+		nq = nf;
+	for (size_t i = nq; i < n; i++)
 		out[i] = (uint32_t)unpack_one(in, in_len, i, bits);
 }
 
@@ -220,15 +237,19 @@ codec_block_decode(const uint8_t *in, size_t len, uint32_t n, uint32_t prev, uin
 	codec_unpack32(in + 2 + dl, len - 2 - dl, n, fb, freqs);
 	/* Prefix sum in 64 bits so a corrupt delta cannot wrap around. */
 	uint64_t d = prev == UINT32_MAX ? 0 : (uint64_t)prev + 1;
-	uint32_t bad = 0;
+	/* Docs only grow, so checking the last one bounds them all. */
 	for (uint32_t i = 0; i < n; i++) {
 		d += docs[i];
-		bad |= d > UINT32_MAX - 2;
 		docs[i] = (uint32_t)d;
 		d++;
-		freqs[i] += 1;
-		bad |= freqs[i] == 0;
 	}
+	bool bad = d - 1 > UINT32_MAX - 2;
+	if (fb == 32) {
+		for (uint32_t i = 0; i < n; i++)
+			bad |= freqs[i] == UINT32_MAX;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		freqs[i] += 1;
 	return !bad;
 }
 
