@@ -114,6 +114,17 @@ cm_err nd_index_prepare_doc(nd_index *ix, const char *id, size_t id_len, const c
                             size_t len, cm_error *err);
 /* Applies ops to one shard (st_shard_apply) and counts them. */
 cm_err nd_index_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result *res);
+/* One shard's share of a multi-shard write. */
+typedef struct nd_batch {
+	nd_index *ix;
+	int shard;
+	const st_op *ops;
+	size_t n;
+	st_op_result *res;
+	cm_err rc;
+} nd_batch;
+/* Applies the batches, all shards at once on the node's pool, and waits. */
+void nd_apply_batches(nd_node *n, nd_batch *b, size_t nb);
 cm_err nd_index_refresh(nd_index *ix);
 cm_err nd_index_flush(nd_index *ix);
 cm_err nd_index_force_merge(nd_index *ix, int max_segments);

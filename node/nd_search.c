@@ -201,6 +201,22 @@ nd_count(nd_node *n, nd_target *t, size_t nt, const sr_query *q, uint64_t deadli
 	return rc;
 }
 
+/* ---- writes over several shards ---- */
+
+static void
+run_batch(void *arg)
+{
+	nd_batch *b = arg;
+	b->rc = nd_index_apply(b->ix, b->shard, b->ops, b->n, b->res);
+}
+
+void
+nd_apply_batches(nd_node *n, nd_batch *b, size_t nb)
+{
+	/* Each shard syncs its own log: overlapping them hides the fsyncs. */
+	cm_pool_run_all(nb > 1 ? n->search_pool : NULL, run_batch, b, sizeof(nd_batch), nb);
+}
+
 /* ---- scroll ---- */
 
 void

@@ -1,0 +1,25 @@
+/* The coordinator: the HTTP server speaking the Elasticsearch REST
+ * dialect on top of a node. */
+#ifndef CO_H
+#define CO_H
+
+#include <stdint.h>
+
+#include "../common/cm_err.h"
+#include "../node/nd.h"
+
+typedef struct co_server co_server;
+
+typedef struct co_opts {
+	const char *host;          /* "127.0.0.1" */
+	int port;                  /* 9200 */
+	int threads;               /* HTTP worker threads; 0 = default */
+	uint64_t max_content_length; /* http.max_content_length, default 100mb */
+} co_opts;
+
+/* Starts serving n (borrowed; must outlive the server). */
+cm_err co_server_start(nd_node *n, const co_opts *o, co_server **out, cm_error *err);
+/* Stops accepting, finishes in-flight requests, frees the server. */
+void co_server_stop(co_server *s);
+
+#endif

@@ -1,0 +1,40 @@
+/* Write rules shared by the document APIs and _bulk. */
+#ifndef CO_DOC_H
+#define CO_DOC_H
+
+#include "co_private.h"
+
+enum { CO_REFRESH_NONE, CO_REFRESH_TRUE, CO_REFRESH_WAIT_FOR };
+
+typedef struct co_write_opts {
+	bool create;
+	int refresh;
+	uint64_t if_seq_no; /* ST_NO_SEQ = none */
+	uint64_t if_primary_term;
+	int64_t version;    /* external version, 0 = none */
+} co_write_opts;
+
+/* Validates op_type/version/version_type/if_seq_no/if_primary_term/refresh
+ * (each may be NULL) the way ES does. */
+cm_err co_write_opts_parse(const char *op_type, const char *version, const char *version_type,
+                           const char *if_seq_no, const char *if_primary_term,
+                           const char *refresh, co_write_opts *w, cm_error *err);
+bool co_id_check(const char *id, size_t len, cm_error *err);
+/* Prepares (dynamic mapping) and applies one op; maps a failed result to err. */
+cm_err co_doc_write(nd_index *ix, st_op *op, const char *routing, size_t routing_len,
+                    st_op_result *res, cm_error *err);
+const char *co_result_name(st_op_result_kind k);
+/* {"_index","_type","_id","_version","result","_shards","_seq_no","_primary_term"} */
+cJSON *co_write_result_json(nd_index *ix, const char *id, size_t id_len, const st_op_result *res,
+                            bool forced_refresh);
+/* Refreshes for refresh=true|wait_for; true when it was a forced refresh. */
+bool co_refresh_after(nd_index *ix, int mode);
+/* A _source value: parsed when pretty/filter_path need it, else raw. */
+cJSON *co_source_item(const char *src, size_t len, bool parsed);
+
+/* The _update logic (doc merge, upsert, doc_as_upsert, detect_noop,
+ * retries on conflict); res->result is NOOP when nothing changed. */
+cm_err co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *body,
+                     const co_write_opts *w, long retries, st_op_result *res, cm_error *err);
+
+#endif

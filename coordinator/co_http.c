@@ -1,0 +1,961 @@
+/* The HTTP server (libmicrohttpd, epoll with a thread pool, keep-alive):
+ * request bodies streamed (gzip inflated on the fly), the router, URL
+ * parameter checks, and the reply helpers (pretty, filter_path, errors). */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_log.h"
+#include "../common/cm_sys.h"
+#include "co_private.h"
+
+#define MEM CM_MEM_COORDINATOR
+
+struct co_server {
+	struct MHD_Daemon *d;
+	nd_node *node;
+	co_opts opts;
+};
+
+/* Parameters every endpoint accepts. */
+static const char global_params[] = "pretty,human,error_trace,filter_path,format,source,"
+                                    "source_content_type";
+
+#define P_INDEX_READ "ignore_unavailable,allow_no_indices,expand_wildcards,ignore_throttled"
+#define P_WRITE                                                                           \
+	"refresh,routing,timeout,wait_for_active_shards,version,version_type,if_seq_no,"      \
+	"if_primary_term,op_type,pipeline,require_alias"
+#define P_GET                                                                             \
+	"routing,preference,realtime,refresh,_source,_source_includes,_source_excludes,"      \
+	"stored_fields,version,version_type"
+#define P_SEARCH                                                                          \
+	P_INDEX_READ ",q,df,default_operator,analyzer,analyze_wildcard,lenient,from,size,sort," \
+	             "_source,_source_includes,_source_excludes,track_total_hits,timeout,"       \
+	             "terminate_after,scroll,search_type,routing,preference,request_cache,"      \
+	             "rest_total_hits_as_int,typed_keys,track_scores,allow_partial_search_results," \
+	             "batched_reduce_size,pre_filter_shard_size,max_concurrent_shard_requests,"  \
+	             "ccs_minimize_roundtrips,explain,version,seq_no_primary_term,stored_fields," \
+	             "docvalue_fields,stats,fanout,min_score"
+#define P_CAT "v,h,s,help,bytes,time,local,master_timeout,health,pri,expand_wildcards"
+
+static const co_route routes[] = {
+	{CO_GET, "/", co_h_root, "", false},
+	{CO_HEAD, "/", co_h_root, "", false},
+	{CO_GET, "/_cluster/health", co_h_health,
+	 "level,local,master_timeout,timeout,wait_for_status,wait_for_nodes,wait_for_events,"
+	 "wait_for_no_relocating_shards,wait_for_no_initializing_shards,wait_for_active_shards," P_INDEX_READ,
+	 false},
+	{CO_GET, "/_cluster/health/{index}", co_h_health,
+	 "level,local,master_timeout,timeout,wait_for_status,wait_for_nodes,wait_for_events,"
+	 "wait_for_no_relocating_shards,wait_for_no_initializing_shards,wait_for_active_shards," P_INDEX_READ,
+	 false},
+	{CO_GET, "/_cluster/state", co_h_cluster_state, "local,master_timeout," P_INDEX_READ, false},
+	{CO_GET, "/_cat/{what}", co_h_cat, P_CAT, false},
+	{CO_GET, "/_cat/{what}/{index}", co_h_cat, P_CAT, false},
+	{CO_GET, "/_nodes/stats", co_h_nodes_stats, "level,types,timeout,groups,fields", false},
+	{CO_GET, "/_nodes/_local/stats", co_h_nodes_stats, "level,types,timeout,groups,fields",
+	 false},
+	{CO_GET, "/_nodes", co_h_nodes, "timeout", false},
+	{CO_GET, "/_prometheus/metrics", co_h_prometheus, "", false},
+	{CO_POST, "/_bulk", NULL, P_WRITE ",_source,_source_includes,_source_excludes,type", true},
+	{CO_PUT, "/_bulk", NULL, P_WRITE ",_source,_source_includes,_source_excludes,type", true},
+	{CO_POST, "/{index}/_bulk", NULL, P_WRITE ",_source,_source_includes,_source_excludes,type",
+	 true},
+	{CO_PUT, "/{index}/_bulk", NULL, P_WRITE ",_source,_source_includes,_source_excludes,type",
+	 true},
+	{CO_GET, "/_mget", co_h_mget, P_GET, false},
+	{CO_POST, "/_mget", co_h_mget, P_GET, false},
+	{CO_GET, "/{index}/_mget", co_h_mget, P_GET, false},
+	{CO_POST, "/{index}/_mget", co_h_mget, P_GET, false},
+	{CO_GET, "/_search/scroll", co_h_scroll, "scroll,scroll_id,rest_total_hits_as_int", false},
+	{CO_POST, "/_search/scroll", co_h_scroll, "scroll,scroll_id,rest_total_hits_as_int", false},
+	{CO_GET, "/_search/scroll/{id}", co_h_scroll, "scroll,scroll_id,rest_total_hits_as_int",
+	 false},
+	{CO_POST, "/_search/scroll/{id}", co_h_scroll, "scroll,scroll_id,rest_total_hits_as_int",
+	 false},
+	{CO_DELETE, "/_search/scroll", co_h_scroll_clear, "", false},
+	{CO_DELETE, "/_search/scroll/{id}", co_h_scroll_clear, "", false},
+	{CO_GET, "/_search", co_h_search, P_SEARCH, false},
+	{CO_POST, "/_search", co_h_search, P_SEARCH, false},
+	{CO_GET, "/{index}/_search", co_h_search, P_SEARCH, false},
+	{CO_POST, "/{index}/_search", co_h_search, P_SEARCH, false},
+	{CO_GET, "/_count", co_h_count, P_SEARCH, false},
+	{CO_POST, "/_count", co_h_count, P_SEARCH, false},
+	{CO_GET, "/{index}/_count", co_h_count, P_SEARCH, false},
+	{CO_POST, "/{index}/_count", co_h_count, P_SEARCH, false},
+	{CO_GET, "/_msearch", co_h_msearch, P_SEARCH ",max_concurrent_searches", false},
+	{CO_POST, "/_msearch", co_h_msearch, P_SEARCH ",max_concurrent_searches", false},
+	{CO_GET, "/{index}/_msearch", co_h_msearch, P_SEARCH ",max_concurrent_searches", false},
+	{CO_POST, "/{index}/_msearch", co_h_msearch, P_SEARCH ",max_concurrent_searches", false},
+	{CO_POST, "/{index}/_delete_by_query", co_h_delete_by_query,
+	 P_SEARCH ",conflicts,refresh,wait_for_completion,wait_for_active_shards,scroll_size,"
+	          "slices,requests_per_second,max_docs,slices",
+	 false},
+	{CO_POST, "/_refresh", co_h_refresh, P_INDEX_READ, false},
+	{CO_GET, "/_refresh", co_h_refresh, P_INDEX_READ, false},
+	{CO_POST, "/{index}/_refresh", co_h_refresh, P_INDEX_READ, false},
+	{CO_GET, "/{index}/_refresh", co_h_refresh, P_INDEX_READ, false},
+	{CO_POST, "/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false},
+	{CO_GET, "/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false},
+	{CO_POST, "/{index}/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false},
+	{CO_GET, "/{index}/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false},
+	{CO_POST, "/_forcemerge", co_h_forcemerge,
+	 P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush", false},
+	{CO_POST, "/{index}/_forcemerge", co_h_forcemerge,
+	 P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush", false},
+	{CO_GET, "/_stats", co_h_stats, P_INDEX_READ ",level,fields,groups,completion_fields,"
+	                                "fielddata_fields,include_segment_file_sizes",
+	 false},
+	{CO_GET, "/{index}/_stats", co_h_stats,
+	 P_INDEX_READ ",level,fields,groups,completion_fields,fielddata_fields,"
+	              "include_segment_file_sizes",
+	 false},
+	{CO_GET, "/_mapping", co_h_mapping_get, P_INDEX_READ ",local,master_timeout,include_type_name",
+	 false},
+	{CO_GET, "/{index}/_mapping", co_h_mapping_get,
+	 P_INDEX_READ ",local,master_timeout,include_type_name", false},
+	{CO_PUT, "/{index}/_mapping", co_h_mapping_put,
+	 P_INDEX_READ ",timeout,master_timeout,include_type_name,write_index_only", false},
+	{CO_POST, "/{index}/_mapping", co_h_mapping_put,
+	 P_INDEX_READ ",timeout,master_timeout,include_type_name,write_index_only", false},
+	{CO_GET, "/_settings", co_h_settings_get,
+	 P_INDEX_READ ",local,master_timeout,include_defaults,flat_settings", false},
+	{CO_GET, "/{index}/_settings", co_h_settings_get,
+	 P_INDEX_READ ",local,master_timeout,include_defaults,flat_settings", false},
+	{CO_PUT, "/{index}/_settings", co_h_settings_put,
+	 P_INDEX_READ ",timeout,master_timeout,preserve_existing,flat_settings", false},
+	{CO_PUT, "/{index}/_doc/{id}", co_h_doc_index, P_WRITE, false},
+	{CO_POST, "/{index}/_doc/{id}", co_h_doc_index, P_WRITE, false},
+	{CO_POST, "/{index}/_doc", co_h_doc_index, P_WRITE, false},
+	{CO_PUT, "/{index}/_create/{id}", co_h_doc_create, P_WRITE, false},
+	{CO_POST, "/{index}/_create/{id}", co_h_doc_create, P_WRITE, false},
+	{CO_GET, "/{index}/_doc/{id}", co_h_doc_get, P_GET, false},
+	{CO_HEAD, "/{index}/_doc/{id}", co_h_doc_get, P_GET, false},
+	{CO_DELETE, "/{index}/_doc/{id}", co_h_doc_delete, P_WRITE, false},
+	{CO_GET, "/{index}/_source/{id}", co_h_source_get, P_GET, false},
+	{CO_HEAD, "/{index}/_source/{id}", co_h_source_get, P_GET, false},
+	{CO_POST, "/{index}/_update/{id}", co_h_update,
+	 P_WRITE ",retry_on_conflict,_source,_source_includes,_source_excludes,lang", false},
+	{CO_PUT, "/{index}", co_h_index_put,
+	 "wait_for_active_shards,timeout,master_timeout,include_type_name", false},
+	{CO_DELETE, "/{index}", co_h_index_delete, P_INDEX_READ ",timeout,master_timeout", false},
+	{CO_HEAD, "/{index}", co_h_index_head,
+	 P_INDEX_READ ",local,include_defaults,flat_settings,include_type_name", false},
+	{CO_GET, "/{index}", co_h_index_get,
+	 P_INDEX_READ ",local,include_defaults,flat_settings,include_type_name,master_timeout", false},
+};
+
+static const char *
+method_name(co_method m)
+{
+	static const char *names[] = {"GET", "HEAD", "POST", "PUT", "DELETE", "OTHER"};
+	return names[m];
+}
+
+/* Does the path match the pattern's segments (placeholders match any
+ * non-empty segment)? */
+static bool
+route_match(const char *pattern, co_req *r)
+{
+	char buf[256];
+	int i = 0;
+	const char *p = pattern;
+
+	if (strcmp(pattern, "/") == 0)
+		return r->nsegs == 0;
+	while (*p == '/') {
+		const char *e = strchr(p + 1, '/');
+		size_t n = e ? (size_t)(e - p - 1) : strlen(p + 1);
+		if (i >= r->nsegs || n >= sizeof(buf))
+			return false;
+		memcpy(buf, p + 1, n);
+		buf[n] = 0;
+		if (buf[0] != '{' && strcmp(buf, r->segs[i]) != 0)
+			return false;
+		i++;
+		p += n + 1;
+	}
+	return i == r->nsegs;
+}
+
+static bool
+list_has(const char *list, const char *key)
+{
+	size_t kl = strlen(key);
+	for (const char *p = list; p && *p;) {
+		const char *e = strchr(p, ',');
+		size_t n = e ? (size_t)(e - p) : strlen(p);
+		if (n == kl && memcmp(p, key, n) == 0)
+			return true;
+		p = e ? e + 1 : NULL;
+	}
+	return false;
+}
+
+/* ---- request accessors ---- */
+
+const char *
+co_param_get(co_req *r, const char *key)
+{
+	for (int i = 0; i < r->nparams; i++)
+		if (strcmp(r->params[i].key, key) == 0) {
+			r->params[i].used = true;
+			return r->params[i].value ? r->params[i].value : "";
+		}
+	return NULL;
+}
+
+bool
+co_param_bool(co_req *r, const char *key, bool dflt)
+{
+	const char *v = co_param_get(r, key);
+	if (!v)
+		return dflt;
+	return *v == 0 || strcmp(v, "true") == 0;
+}
+
+const char *
+co_seg(co_req *r, int i)
+{
+	return i < r->nsegs ? r->segs[i] : NULL;
+}
+
+cJSON *
+co_body_json(co_req *r, bool *bad)
+{
+	cJSON *j;
+	const char *end = NULL;
+	size_t i = 0;
+
+	*bad = false;
+	while (i < r->body.len && strchr(" \t\r\n", r->body.data[i]))
+		i++;
+	if (i == r->body.len)
+		return NULL;
+	j = cJSON_ParseWithLengthOpts((const char *)r->body.data, r->body.len, &end, false);
+	if (!j) {
+		size_t off = end ? (size_t)(end - (const char *)r->body.data) : 0;
+		co_reply_errorf(r, CM_EPARSE, "parse_exception",
+		                "Failed to parse request body: malformed JSON near byte %zu", off);
+		*bad = true;
+		return NULL;
+	}
+	return j;
+}
+
+/* ---- replies ---- */
+
+static void
+pretty_rec(const cJSON *j, int depth, cm_buf *out)
+{
+	const cJSON *c;
+	if (cJSON_IsObject(j) || cJSON_IsArray(j)) {
+		bool obj = cJSON_IsObject(j);
+		if (!j->child) {
+			cm_buf_put(out, obj ? "{ }" : "[ ]", 3);
+			return;
+		}
+		cm_buf_put(out, obj ? "{\n" : "[\n", 2);
+		for (c = j->child; c; c = c->next) {
+			for (int i = 0; i <= depth; i++)
+				cm_buf_put(out, "  ", 2);
+			if (obj) {
+				cJSON tmp;
+				char *k;
+				memset(&tmp, 0, sizeof(tmp));
+				tmp.type = cJSON_String;
+				tmp.valuestring = c->string;
+				k = cJSON_PrintUnformatted(&tmp);
+				cm_buf_printf(out, "%s : ", k);
+				cJSON_free(k);
+			}
+			pretty_rec(c, depth + 1, out);
+			cm_buf_put(out, c->next ? ",\n" : "\n", c->next ? 2 : 1);
+		}
+		for (int i = 0; i < depth; i++)
+			cm_buf_put(out, "  ", 2);
+		cm_buf_put_u8(out, obj ? '}' : ']');
+		return;
+	}
+	char *s = cJSON_PrintUnformatted(j);
+	if (s) {
+		cm_buf_put(out, s, strlen(s));
+		cJSON_free(s);
+	}
+}
+
+void
+co_json_pretty(const cJSON *j, cm_buf *out)
+{
+	pretty_rec(j, 0, out);
+	cm_buf_put_u8(out, '\n');
+}
+
+/* ---- filter_path: "a.b,hits.hits._id,-_shards,**.name,*.x" ---- */
+
+typedef struct fp_pat {
+	char *segs[16];
+	int n;
+} fp_pat;
+
+static bool
+fp_glob(const char *pat, const char *s)
+{
+	if (*pat == 0)
+		return *s == 0;
+	if (*pat == '*') {
+		for (;; s++) {
+			if (fp_glob(pat + 1, s))
+				return true;
+			if (!*s)
+				return false;
+		}
+	}
+	return *s == *pat && fp_glob(pat + 1, s + 1);
+}
+
+/* Keeps the parts of j (an object or array) matched by the patterns, each
+ * taken from offset off[i]. Returns false when nothing remains. */
+static bool
+fp_include(cJSON *j, fp_pat *pats, int *off, int npats)
+{
+	cJSON *c = j->child, *next;
+	int *noff = cm_malloc(MEM, sizeof(int) * (size_t)npats * 2 + 1);
+	bool any = false;
+
+	for (; c; c = next) {
+		next = c->next;
+		bool whole = false, deeper = false;
+		int nn = 0;
+		fp_pat *np = NULL;
+		(void)np;
+		if (cJSON_IsArray(j)) {
+			/* arrays are transparent: elements see the same patterns */
+			if ((cJSON_IsObject(c) || cJSON_IsArray(c)) && fp_include(c, pats, off, npats)) {
+				any = true;
+				continue;
+			}
+			cJSON_Delete(cJSON_DetachItemViaPointer(j, c));
+			continue;
+		}
+		int *cur = noff; /* per pattern: next offset, -1 = not applicable */
+		for (int i = 0; i < npats; i++) {
+			int o = off[i];
+			cur[i] = -1;
+			if (o < 0 || o >= pats[i].n)
+				continue;
+			if (strcmp(pats[i].segs[o], "**") == 0) {
+				/* "**" stays for deeper levels, or is consumed here */
+				if (o + 1 >= pats[i].n) {
+					whole = true;
+					continue;
+				}
+				if (fp_glob(pats[i].segs[o + 1], c->string)) {
+					if (o + 2 >= pats[i].n)
+						whole = true;
+					else {
+						cur[i] = o + 2;
+						deeper = true;
+					}
+				}
+				if (cur[i] < 0) {
+					cur[i] = o;
+					deeper = true;
+				}
+				continue;
+			}
+			if (fp_glob(pats[i].segs[o], c->string)) {
+				if (o + 1 >= pats[i].n)
+					whole = true;
+				else {
+					cur[i] = o + 1;
+					deeper = true;
+				}
+			}
+			nn++;
+		}
+		if (whole) {
+			any = true;
+			continue;
+		}
+		if (deeper && (cJSON_IsObject(c) || cJSON_IsArray(c))) {
+			int *copy = cm_malloc(MEM, sizeof(int) * (size_t)npats + 1);
+			memcpy(copy, cur, sizeof(int) * (size_t)npats);
+			bool kept = fp_include(c, pats, copy, npats);
+			cm_free(MEM, copy);
+			if (kept) {
+				any = true;
+				continue;
+			}
+		}
+		cJSON_Delete(cJSON_DetachItemViaPointer(j, c));
+	}
+	cm_free(MEM, noff);
+	return any;
+}
+
+/* Removes what an exclusion pattern names. */
+static void
+fp_exclude(cJSON *j, fp_pat *p, int o)
+{
+	cJSON *c, *next;
+	if (o >= p->n)
+		return;
+	for (c = j->child; c; c = next) {
+		next = c->next;
+		if (cJSON_IsArray(j)) {
+			if (cJSON_IsObject(c) || cJSON_IsArray(c))
+				fp_exclude(c, p, o);
+			continue;
+		}
+		if (strcmp(p->segs[o], "**") == 0) {
+			if (o + 1 < p->n && fp_glob(p->segs[o + 1], c->string) && o + 2 >= p->n) {
+				cJSON_Delete(cJSON_DetachItemViaPointer(j, c));
+				continue;
+			}
+			if (cJSON_IsObject(c) || cJSON_IsArray(c))
+				fp_exclude(c, p, o);
+			continue;
+		}
+		if (fp_glob(p->segs[o], c->string)) {
+			if (o + 1 >= p->n)
+				cJSON_Delete(cJSON_DetachItemViaPointer(j, c));
+			else if (cJSON_IsObject(c) || cJSON_IsArray(c))
+				fp_exclude(c, p, o + 1);
+		}
+	}
+}
+
+cJSON *
+co_filter_path(cJSON *j, const char *filter)
+{
+	fp_pat inc[16], exc[16];
+	int ninc = 0, nexc = 0, off[16];
+	char *copy = cm_strdup(MEM, filter), *save = NULL, *tok;
+
+	if (!cJSON_IsObject(j) && !cJSON_IsArray(j)) {
+		cm_free(MEM, copy);
+		return j;
+	}
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		bool neg = *tok == '-';
+		fp_pat *p;
+		char *s2 = NULL, *seg;
+		if (neg)
+			tok++;
+		if (!*tok)
+			continue;
+		if (neg ? nexc >= 16 : ninc >= 16)
+			break;
+		p = neg ? &exc[nexc++] : &inc[ninc++];
+		p->n = 0;
+		for (seg = strtok_r(tok, ".", &s2); seg && p->n < 16; seg = strtok_r(NULL, ".", &s2))
+			p->segs[p->n++] = seg;
+	}
+	for (int i = 0; i < nexc; i++)
+		fp_exclude(j, &exc[i], 0);
+	if (ninc > 0) {
+		for (int i = 0; i < ninc; i++)
+			off[i] = 0;
+		if (!fp_include(j, inc, off, ninc)) {
+			/* ES answers {} when nothing matches */
+			cJSON_Delete(j);
+			j = cJSON_CreateObject();
+		}
+	}
+	cm_free(MEM, copy);
+	return j;
+}
+
+static void
+finish_json(co_req *r, int status, cJSON *j)
+{
+	const char *fp = co_param_get(r, "filter_path");
+	bool pretty = co_param_get(r, "pretty") != NULL && strcmp(co_param_get(r, "pretty"), "false");
+
+	if (fp && *fp)
+		j = co_filter_path(j, fp);
+	cm_buf_reset(&r->out);
+	if (pretty) {
+		co_json_pretty(j, &r->out);
+	} else {
+		char *s = cJSON_PrintUnformatted(j);
+		if (s) {
+			cm_buf_put(&r->out, s, strlen(s));
+			cJSON_free(s);
+		}
+	}
+	cJSON_Delete(j);
+	r->status = status;
+	r->content_type = "application/json; charset=UTF-8";
+}
+
+void
+co_reply_json(co_req *r, int status, cJSON *j)
+{
+	finish_json(r, status, j);
+}
+
+void
+co_reply_raw_json(co_req *r, int status, const char *json, size_t len)
+{
+	const char *fp = co_param_get(r, "filter_path");
+	const char *pv = co_param_get(r, "pretty");
+	bool pretty = pv && strcmp(pv, "false");
+
+	if ((fp && *fp) || pretty) {
+		cJSON *j = cJSON_ParseWithLength(json, len);
+		if (j) {
+			finish_json(r, status, j);
+			return;
+		}
+	}
+	if ((const uint8_t *)json != r->out.data) {
+		cm_buf_reset(&r->out);
+		cm_buf_put(&r->out, json, len);
+	}
+	r->status = status;
+	r->content_type = "application/json; charset=UTF-8";
+}
+
+void
+co_reply_text(co_req *r, int status, const char *ctype, const char *text, size_t len)
+{
+	cm_buf_reset(&r->out);
+	cm_buf_put(&r->out, text, len);
+	r->status = status;
+	r->content_type = ctype;
+}
+
+cJSON *
+co_error_json(const cm_error *e, const char *index)
+{
+	cJSON *err = cJSON_CreateObject(), *rc = cJSON_AddArrayToObject(err, "root_cause");
+	cJSON *cause = cJSON_CreateObject();
+	const char *type = cm_error_type(e);
+	const char *reason = e->reason[0] ? e->reason : cm_err_msg(e->code);
+
+	for (int pass = 0; pass < 2; pass++) {
+		cJSON *o = pass == 0 ? cause : err;
+		cJSON_AddStringToObject(o, "type", type);
+		cJSON_AddStringToObject(o, "reason", reason);
+		if (e->code == CM_ENOINDEX && index) {
+			cJSON_AddStringToObject(o, "resource.type", "index_or_alias");
+			cJSON_AddStringToObject(o, "resource.id", index);
+		}
+		if (index) {
+			cJSON_AddStringToObject(o, "index_uuid", "_na_");
+			cJSON_AddStringToObject(o, "index", index);
+		}
+	}
+	cJSON_AddItemToArray(rc, cause);
+	return err;
+}
+
+cJSON *
+co_error_doc(const cm_error *e, const char *index)
+{
+	cJSON *doc = cJSON_CreateObject();
+	cJSON_AddItemToObject(doc, "error", co_error_json(e, index));
+	cJSON_AddNumberToObject(doc, "status", cm_err_status(e->code));
+	return doc;
+}
+
+void
+co_reply_error(co_req *r, const cm_error *e, const char *index)
+{
+	cm_error tmp = *e;
+	if (tmp.code == CM_OK)
+		tmp.code = CM_EINTERNAL;
+	finish_json(r, cm_err_status(tmp.code), co_error_doc(&tmp, index));
+}
+
+void
+co_reply_errorf(co_req *r, cm_err code, const char *type, const char *fmt, ...)
+{
+	cm_error e;
+	va_list ap;
+	cm_error_clear(&e);
+	e.code = code;
+	if (type)
+		snprintf(e.type_override, sizeof(e.type_override), "%s", type);
+	va_start(ap, fmt);
+	vsnprintf(e.reason, sizeof(e.reason), fmt, ap);
+	va_end(ap);
+	co_reply_error(r, &e, NULL);
+}
+
+cJSON *
+co_shards_json(int total, int successful, int failed)
+{
+	cJSON *s = cJSON_CreateObject();
+	cJSON_AddNumberToObject(s, "total", total);
+	cJSON_AddNumberToObject(s, "successful", successful);
+	cJSON_AddNumberToObject(s, "failed", failed);
+	return s;
+}
+
+/* ---- dispatch ---- */
+
+static void
+reply_simple_error(co_req *r, int status, const char *msg)
+{
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddStringToObject(j, "error", msg);
+	cJSON_AddNumberToObject(j, "status", status);
+	finish_json(r, status, j);
+}
+
+/* Picks the route; replies 405/400 itself when none fits. */
+static void
+route_request(co_req *r)
+{
+	char allowed[128] = "";
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		if (!route_match(routes[i].pattern, r))
+			continue;
+		if (routes[i].method == r->method) {
+			r->route = &routes[i];
+			return;
+		}
+		if (!strstr(allowed, method_name(routes[i].method))) {
+			size_t l = strlen(allowed);
+			snprintf(allowed + l, sizeof(allowed) - l, "%s%s", l ? "," : "",
+			         method_name(routes[i].method));
+		}
+	}
+	char msg[600];
+	if (allowed[0]) {
+		snprintf(msg, sizeof(msg),
+		         "Incorrect HTTP method for uri [%.400s] and method [%s], allowed: [%s]", r->path,
+		         method_name(r->method), allowed);
+		reply_simple_error(r, 405, msg);
+	} else {
+		snprintf(msg, sizeof(msg), "no handler found for uri [%.400s] and method [%s]", r->path,
+		         method_name(r->method));
+		reply_simple_error(r, 400, msg);
+	}
+	r->failed = true;
+}
+
+/* Unknown URL parameters are rejected like ES does. */
+static bool
+check_params(co_req *r)
+{
+	char bad[400] = "";
+	int nbad = 0;
+	for (int i = 0; i < r->nparams; i++) {
+		const char *k = r->params[i].key;
+		if (list_has(global_params, k) || list_has(r->route->params, k))
+			continue;
+		size_t l = strlen(bad);
+		snprintf(bad + l, sizeof(bad) - l, "%s[%.60s]", nbad ? ", " : "", k);
+		nbad++;
+	}
+	if (!nbad) {
+		const char *f = co_param_get(r, "format");
+		if (f && strcmp(f, "json") && !(strncmp(r->path, "/_cat", 5) == 0 &&
+		                                (strcmp(f, "text") == 0 || strcmp(f, "txt") == 0))) {
+			co_reply_errorf(r, CM_EINVAL, NULL, "unsupported format [%.60s]", f);
+			return false;
+		}
+		return true;
+	}
+	co_reply_errorf(r, CM_EINVAL, NULL, "request [%.300s] contains unrecognized parameter%s: %s",
+	                r->path, nbad > 1 ? "s" : "", bad);
+	return false;
+}
+
+static enum MHD_Result
+collect_param(void *cls, enum MHD_ValueKind kind, const char *key, size_t klen,
+              const char *value, size_t vlen)
+{
+	co_req *r = cls;
+	if (r->nparams >= CO_MAX_PARAMS)
+		return MHD_NO;
+	r->params[r->nparams].key = cm_strndup(MEM, key, klen);
+	r->params[r->nparams].value = value ? cm_strndup(MEM, value, vlen) : NULL;
+	r->nparams++;
+	return MHD_YES;
+}
+
+static co_req *
+req_new(co_server *s, struct MHD_Connection *c, const char *url, const char *method)
+{
+	co_req *r = cm_calloc(MEM, 1, sizeof(*r));
+	char *save = NULL, *tok, *copy;
+	const char *ce;
+
+	r->node = s->node;
+	r->server = s;
+	r->start_ns = cm_now_ns();
+	r->status = 200;
+	r->max_body = s->opts.max_content_length;
+	cm_buf_init(&r->body, MEM);
+	cm_buf_init(&r->out, MEM);
+	if (strcmp(method, "GET") == 0)
+		r->method = CO_GET;
+	else if (strcmp(method, "HEAD") == 0)
+		r->method = CO_HEAD;
+	else if (strcmp(method, "POST") == 0)
+		r->method = CO_POST;
+	else if (strcmp(method, "PUT") == 0)
+		r->method = CO_PUT;
+	else if (strcmp(method, "DELETE") == 0)
+		r->method = CO_DELETE;
+	else
+		r->method = CO_OTHER;
+	r->path = cm_strdup(MEM, url);
+	copy = cm_strdup(MEM, url);
+	for (tok = strtok_r(copy, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+		if (r->nsegs >= CO_MAX_SEGS) {
+			r->nsegs = CO_MAX_SEGS + 1;
+			break;
+		}
+		r->segs[r->nsegs++] = cm_strdup(MEM, tok);
+	}
+	cm_free(MEM, copy);
+	if (r->nsegs > CO_MAX_SEGS)
+		r->nsegs = CO_MAX_SEGS; /* too deep: no route matches a full list */
+	MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, collect_param, r);
+	ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
+	if (ce && (strcasecmp(ce, "gzip") == 0 || strcasecmp(ce, "deflate") == 0)) {
+		r->gzip = true;
+		memset(&r->z, 0, sizeof(r->z));
+		/* 32 + MAX_WBITS: zlib detects gzip or zlib headers itself */
+		if (inflateInit2(&r->z, 32 + MAX_WBITS) == Z_OK)
+			r->z_init = true;
+	}
+	return r;
+}
+
+static void
+req_free(co_req *r)
+{
+	if (r->stream)
+		co_bulk_free(r->stream);
+	if (r->z_init)
+		inflateEnd(&r->z);
+	for (int i = 0; i < r->nsegs; i++)
+		cm_free(MEM, r->segs[i]);
+	for (int i = 0; i < r->nparams; i++) {
+		cm_free(MEM, r->params[i].key);
+		cm_free(MEM, r->params[i].value);
+	}
+	cm_free(MEM, r->path);
+	cm_buf_free(&r->body);
+	cm_buf_free(&r->out);
+	cm_free(MEM, r);
+}
+
+static void
+too_large(co_req *r)
+{
+	if (r->failed)
+		return;
+	co_reply_errorf(r, CM_ETOOLARGE, NULL,
+	                "Request body exceeds http.max_content_length [%llu bytes]",
+	                (unsigned long long)r->max_body);
+	r->failed = true;
+}
+
+/* Decompressed body bytes: into the stream, or the buffer (bounded). */
+static void
+body_bytes(co_req *r, const char *data, size_t len)
+{
+	if (r->failed)
+		return;
+	if (r->stream) {
+		if (!co_bulk_feed(r->stream, data, len))
+			r->failed = true;
+		return;
+	}
+	if (r->body.len + len > r->max_body) {
+		too_large(r);
+		return;
+	}
+	cm_buf_put(&r->body, data, len);
+}
+
+static void
+body_chunk(co_req *r, const char *data, size_t len)
+{
+	r->raw_bytes += len;
+	if (r->raw_bytes > r->max_body) {
+		too_large(r);
+		return;
+	}
+	if (!r->gzip) {
+		body_bytes(r, data, len);
+		return;
+	}
+	if (!r->z_init) {
+		co_reply_errorf(r, CM_EPARSE, NULL, "cannot decompress the request body");
+		r->failed = true;
+		return;
+	}
+	char out[65536];
+	r->z.next_in = (Bytef *)data;
+	r->z.avail_in = (uInt)len;
+	while (r->z.avail_in > 0 && !r->failed) {
+		r->z.next_out = (Bytef *)out;
+		r->z.avail_out = sizeof(out);
+		int zr = inflate(&r->z, Z_NO_FLUSH);
+		if (zr != Z_OK && zr != Z_STREAM_END && zr != Z_BUF_ERROR) {
+			co_reply_errorf(r, CM_EPARSE, NULL, "malformed gzip request body");
+			r->failed = true;
+			return;
+		}
+		body_bytes(r, out, sizeof(out) - r->z.avail_out);
+		if (zr == Z_STREAM_END) {
+			/* concatenated gzip members are legal */
+			if (r->z.avail_in > 0)
+				inflateReset(&r->z);
+			else
+				break;
+		}
+		if (zr == Z_BUF_ERROR && r->z.avail_out != 0)
+			break;
+	}
+}
+
+static void
+free_out(void *p)
+{
+	cm_free(MEM, p);
+}
+
+static enum MHD_Result
+send_reply(struct MHD_Connection *c, co_req *r)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+	size_t len = r->out.len;
+	void *data = r->out.data;
+
+	/* hand the buffer to MHD, freed through our allocator */
+	r->out.data = NULL;
+	r->out.len = r->out.cap = 0;
+	if (!data) {
+		data = cm_malloc(MEM, 1);
+		len = 0;
+	}
+	resp = MHD_create_response_from_buffer_with_free_callback(len, data, free_out);
+	if (!resp) {
+		cm_free(MEM, data);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, "content-type",
+	                        r->content_type ? r->content_type : "application/json; charset=UTF-8");
+	ret = MHD_queue_response(c, (unsigned)r->status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static void
+run_handler(co_req *r)
+{
+	if (r->route->stream) {
+		co_bulk_end(r->stream);
+		return;
+	}
+	r->route->handler(r);
+}
+
+static enum MHD_Result
+access_cb(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+          const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls)
+{
+	co_server *s = cls;
+	co_req *r = *con_cls;
+
+	if (!r) {
+		const char *cl;
+		r = req_new(s, c, url, method);
+		*con_cls = r;
+		atomic_fetch_add((_Atomic uint64_t *)&nd_counters(s->node)->http_requests, 1);
+		route_request(r);
+		if (!r->failed && !check_params(r))
+			r->failed = true;
+		cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+		if (cl && strtoull(cl, NULL, 10) > r->max_body)
+			too_large(r);
+		if (r->failed && r->status == 413)
+			return send_reply(c, r); /* don't read a body we refuse */
+		if (!r->failed && r->route->stream)
+			r->stream = co_bulk_begin(r);
+		return MHD_YES;
+	}
+	if (*upload_data_size > 0) {
+		body_chunk(r, upload_data, *upload_data_size);
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (!r->failed)
+		run_handler(r);
+	return send_reply(c, r);
+}
+
+static void
+completed_cb(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+	co_req *r = *con_cls;
+	if (r) {
+		if (r->route && r->status < 500)
+			cm_debug("http", "%s %s %d %.2fms", method_name(r->method), r->path, r->status,
+			         (cm_now_ns() - r->start_ns) / 1e6);
+		req_free(r);
+	}
+	*con_cls = NULL;
+}
+
+cm_err
+co_server_start(nd_node *n, const co_opts *o, co_server **out, cm_error *err)
+{
+	co_server *s = cm_calloc(MEM, 1, sizeof(*s));
+	struct sockaddr_in addr;
+	int threads = o->threads > 0 ? o->threads : 8;
+
+	s->node = n;
+	s->opts = *o;
+	if (!s->opts.max_content_length)
+		s->opts.max_content_length = 100ull << 20;
+	memset(&addr, 0, sizeof(addr));
+	addr.sin_family = AF_INET;
+	addr.sin_port = htons((uint16_t)o->port);
+	if (inet_pton(AF_INET, o->host, &addr.sin_addr) != 1) {
+		cm_free(MEM, s);
+		return cm_error_set(err, CM_EINVAL, "bad HTTP host [%s] (an IPv4 address)", o->host);
+	}
+	s->d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG, (uint16_t)o->port,
+	                        NULL, NULL, access_cb, s, MHD_OPTION_SOCK_ADDR, &addr,
+	                        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
+	                        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, s,
+	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+	                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+	                        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+	if (!s->d) {
+		cm_free(MEM, s);
+		return cm_error_set(err, CM_EIO, "cannot listen on %s:%d (address in use?)", o->host,
+		                    o->port);
+	}
+	*out = s;
+	return CM_OK;
+}
+
+void
+co_server_stop(co_server *s)
+{
+	if (!s)
+		return;
+	MHD_stop_daemon(s->d);
+	cm_free(MEM, s);
+}

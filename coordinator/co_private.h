@@ -1,0 +1,148 @@
+/* Coordinator internals: one HTTP request, routes, response helpers. */
+#ifndef CO_PRIVATE_H
+#define CO_PRIVATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zlib.h>
+
+#include "../common/cm_buf.h"
+#include "../common/cm_err.h"
+#include "../node/nd.h"
+#include "co.h"
+
+typedef struct cJSON cJSON;
+
+typedef enum { CO_GET, CO_HEAD, CO_POST, CO_PUT, CO_DELETE, CO_OTHER } co_method;
+
+#define CO_MAX_SEGS 8
+#define CO_MAX_PARAMS 32
+
+typedef struct co_param {
+	char *key, *value; /* value NULL for "?pretty" */
+	bool used;
+} co_param;
+
+typedef struct co_req co_req;
+typedef struct co_route co_route;
+
+/* Streaming body consumer (bulk): fed as chunks arrive. */
+typedef struct co_stream co_stream;
+
+struct co_req {
+	nd_node *node;
+	co_server *server;
+	co_method method;
+	char *path;
+	char *segs[CO_MAX_SEGS];
+	int nsegs;
+	co_param params[CO_MAX_PARAMS];
+	int nparams;
+	const co_route *route;
+	bool gzip;
+	z_stream z;
+	bool z_init;
+	uint64_t raw_bytes; /* body bytes received (before inflating) */
+	uint64_t max_body;
+	cm_buf body;        /* whole body (non-streaming routes) */
+	co_stream *stream;  /* streaming routes */
+	bool failed;        /* a reply is already decided (e.g. 413) */
+	/* response */
+	int status;
+	cm_buf out;
+	const char *content_type;
+	uint64_t start_ns;
+};
+
+struct co_route {
+	co_method method;
+	const char *pattern; /* "/{index}/_doc/{id}", literal segments match exactly */
+	void (*handler)(co_req *r);
+	const char *params;  /* allowed URL parameters, comma separated */
+	bool stream;         /* body consumed as it arrives (bulk) */
+};
+
+/* ---- request accessors ---- */
+/* The value of a URL parameter (marked used), or NULL; "" for "?pretty". */
+const char *co_param_get(co_req *r, const char *key);
+bool co_param_bool(co_req *r, const char *key, bool dflt);
+/* A segment captured by the route pattern ("{index}"), or NULL. */
+const char *co_seg(co_req *r, int i);
+/* Parses the whole body as JSON; NULL for an empty body. On malformed JSON
+ * replies 400 and returns NULL with *bad set. */
+cJSON *co_body_json(co_req *r, bool *bad);
+
+/* ---- replies ---- */
+/* Takes ownership of j; applies ?pretty and ?filter_path. */
+void co_reply_json(co_req *r, int status, cJSON *j);
+/* A body already rendered as JSON text (e.g. by the merger). */
+void co_reply_raw_json(co_req *r, int status, const char *json, size_t len);
+void co_reply_text(co_req *r, int status, const char *ctype, const char *text, size_t len);
+/* ES error shape; index (may be NULL) adds "index"/"index_uuid". */
+void co_reply_error(co_req *r, const cm_error *e, const char *index);
+void co_reply_errorf(co_req *r, cm_err code, const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The error object ({"root_cause":..,"type","reason"}) for embedding in
+ * bulk items and msearch responses. */
+cJSON *co_error_json(const cm_error *e, const char *index);
+/* The full error document {"error":..,"status":N}. */
+cJSON *co_error_doc(const cm_error *e, const char *index);
+
+/* JSON output helpers. */
+void co_json_pretty(const cJSON *j, cm_buf *out);
+cJSON *co_filter_path(cJSON *j, const char *filter); /* consumes j */
+
+/* ---- handlers (co_rest.c, co_doc.c, co_search.c, co_bulk.c) ---- */
+void co_h_root(co_req *r);
+void co_h_health(co_req *r);
+void co_h_cluster_state(co_req *r);
+void co_h_cat(co_req *r);
+void co_h_nodes_stats(co_req *r);
+void co_h_nodes(co_req *r);
+void co_h_prometheus(co_req *r);
+void co_h_index_put(co_req *r);
+void co_h_index_delete(co_req *r);
+void co_h_index_head(co_req *r);
+void co_h_index_get(co_req *r);
+void co_h_mapping_get(co_req *r);
+void co_h_mapping_put(co_req *r);
+void co_h_settings_get(co_req *r);
+void co_h_settings_put(co_req *r);
+void co_h_refresh(co_req *r);
+void co_h_flush(co_req *r);
+void co_h_forcemerge(co_req *r);
+void co_h_stats(co_req *r);
+void co_h_doc_index(co_req *r);
+void co_h_doc_create(co_req *r);
+void co_h_doc_get(co_req *r);
+void co_h_doc_delete(co_req *r);
+void co_h_source_get(co_req *r);
+void co_h_update(co_req *r);
+void co_h_mget(co_req *r);
+void co_h_search(co_req *r);
+void co_h_count(co_req *r);
+void co_h_msearch(co_req *r);
+void co_h_scroll(co_req *r);
+void co_h_scroll_clear(co_req *r);
+void co_h_delete_by_query(co_req *r);
+
+/* Bulk: a streaming consumer. */
+co_stream *co_bulk_begin(co_req *r);
+/* Returns false to stop reading (the reply is already decided). */
+bool co_bulk_feed(co_stream *s, const char *data, size_t len);
+void co_bulk_end(co_stream *s); /* replies */
+void co_bulk_free(co_stream *s);
+
+/* ---- shared helpers ---- */
+/* Resolves {index} of the route (or "_all"), replying on error. */
+bool co_resolve(co_req *r, const char *expr, nd_index ***out, size_t *n);
+void co_release_all(nd_index **ixs, size_t n);
+/* _source filtering of a document for GET/mget (includes/excludes with
+ * wildcards). Returns a new string (cm_free COORDINATOR) or NULL = none. */
+char *co_source_filter(const char *src, size_t len, const char *spec_includes,
+                       const char *spec_excludes, bool *fetch);
+/* _shards object {"total","successful","failed"}. */
+cJSON *co_shards_json(int total, int successful, int failed);
+
+#endif

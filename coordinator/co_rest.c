@@ -1,0 +1,1108 @@
+/* Cluster, _cat, stats and index-management endpoints. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_log.h"
+#include "../common/cm_sys.h"
+#include "co_private.h"
+
+#define MEM CM_MEM_COORDINATOR
+
+static uint64_t
+ld(const uint64_t *p)
+{
+	return atomic_load((_Atomic uint64_t *)p);
+}
+
+bool
+co_resolve(co_req *r, const char *expr, nd_index ***out, size_t *n)
+{
+	cm_error err;
+	cm_error_clear(&err);
+	if (nd_resolve(r->node, expr, co_param_bool(r, "ignore_unavailable", false), out, n, &err)) {
+		const char *name = strstr(err.reason, "[");
+		char idx[256] = "";
+		if (name)
+			sscanf(name + 1, "%255[^]]", idx);
+		co_reply_error(r, &err, idx[0] ? idx : NULL);
+		return false;
+	}
+	return true;
+}
+
+void
+co_release_all(nd_index **ixs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		nd_index_release(ixs[i]);
+	cm_free(CM_MEM_NODE, ixs);
+}
+
+/* ---- GET / ---- */
+
+void
+co_h_root(co_req *r)
+{
+	cJSON *j = cJSON_CreateObject(), *v;
+	cJSON_AddStringToObject(j, "name", nd_node_name(r->node));
+	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
+	cJSON_AddStringToObject(j, "cluster_uuid", nd_cluster_uuid(r->node));
+	v = cJSON_AddObjectToObject(j, "version");
+	cJSON_AddStringToObject(v, "number", ND_ES_VERSION);
+	cJSON_AddStringToObject(v, "build_flavor", "default");
+	cJSON_AddStringToObject(v, "build_type", "tar");
+	cJSON_AddStringToObject(v, "build_hash", "747e1cc71def077253878a59143c1f785afa92b9");
+	cJSON_AddStringToObject(v, "build_date", "2021-01-13T00:42:12.435326Z");
+	cJSON_AddBoolToObject(v, "build_snapshot", false);
+	cJSON_AddStringToObject(v, "lucene_version", "8.7.0");
+	cJSON_AddStringToObject(v, "minimum_wire_compatibility_version", "6.8.0");
+	cJSON_AddStringToObject(v, "minimum_index_compatibility_version", "6.0.0-beta1");
+	cJSON_AddStringToObject(j, "tagline", "You Know, for Search");
+	co_reply_json(r, 200, j);
+}
+
+/* ---- health ---- */
+
+typedef struct health {
+	int active_primary, active, unassigned;
+	const char *status;
+} health;
+
+static void
+health_of(nd_index **ixs, size_t n, health *h)
+{
+	memset(h, 0, sizeof(*h));
+	for (size_t i = 0; i < n; i++) {
+		const nd_settings *s = nd_index_settings(ixs[i]);
+		h->active_primary += s->number_of_shards;
+		h->active += s->number_of_shards;
+		/* a solo node cannot place a replica beside its primary */
+		h->unassigned += s->number_of_shards * s->number_of_replicas;
+	}
+	h->status = h->unassigned ? "yellow" : "green";
+}
+
+static int
+status_rank(const char *s)
+{
+	return strcmp(s, "green") == 0 ? 0 : strcmp(s, "yellow") == 0 ? 1 : 2;
+}
+
+void
+co_h_health(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	health h;
+	cJSON *j;
+	const char *expr = co_seg(r, 2), *want = co_param_get(r, "wait_for_status");
+	bool timed_out = false;
+	int status = 200;
+	cm_error err;
+
+	cm_error_clear(&err);
+	if (nd_resolve(r->node, expr ? expr : "_all", false, &ixs, &n, &err)) {
+		/* ES waits for the index to appear, then gives up with 408 red. */
+		memset(&h, 0, sizeof(h));
+		h.status = "red";
+		timed_out = true;
+		status = 408;
+		ixs = NULL;
+		n = 0;
+	} else {
+		health_of(ixs, n, &h);
+	}
+	if (want && status_rank(h.status) > status_rank(want)) {
+		timed_out = true;
+		status = 408;
+	}
+	j = cJSON_CreateObject();
+	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
+	cJSON_AddStringToObject(j, "status", h.status);
+	cJSON_AddBoolToObject(j, "timed_out", timed_out);
+	cJSON_AddNumberToObject(j, "number_of_nodes", 1);
+	cJSON_AddNumberToObject(j, "number_of_data_nodes", 1);
+	cJSON_AddNumberToObject(j, "active_primary_shards", h.active_primary);
+	cJSON_AddNumberToObject(j, "active_shards", h.active);
+	cJSON_AddNumberToObject(j, "relocating_shards", 0);
+	cJSON_AddNumberToObject(j, "initializing_shards", 0);
+	cJSON_AddNumberToObject(j, "unassigned_shards", h.unassigned);
+	cJSON_AddNumberToObject(j, "delayed_unassigned_shards", 0);
+	cJSON_AddNumberToObject(j, "number_of_pending_tasks", 0);
+	cJSON_AddNumberToObject(j, "number_of_in_flight_fetch", 0);
+	cJSON_AddNumberToObject(j, "task_max_waiting_in_queue_millis", 0);
+	cJSON_AddNumberToObject(j, "active_shards_percent_as_number",
+	                        h.active + h.unassigned
+	                            ? 100.0 * h.active / (h.active + h.unassigned)
+	                            : 100.0);
+	if (co_param_get(r, "level") && strcmp(co_param_get(r, "level"), "indices") == 0) {
+		cJSON *ind = cJSON_AddObjectToObject(j, "indices");
+		for (size_t i = 0; i < n; i++) {
+			health hi;
+			cJSON *o = cJSON_AddObjectToObject(ind, nd_index_name(ixs[i]));
+			health_of(&ixs[i], 1, &hi);
+			cJSON_AddStringToObject(o, "status", hi.status);
+			cJSON_AddNumberToObject(o, "number_of_shards", nd_index_nshards(ixs[i]));
+			cJSON_AddNumberToObject(o, "number_of_replicas",
+			                        nd_index_settings(ixs[i])->number_of_replicas);
+			cJSON_AddNumberToObject(o, "active_primary_shards", hi.active_primary);
+			cJSON_AddNumberToObject(o, "active_shards", hi.active);
+			cJSON_AddNumberToObject(o, "relocating_shards", 0);
+			cJSON_AddNumberToObject(o, "initializing_shards", 0);
+			cJSON_AddNumberToObject(o, "unassigned_shards", hi.unassigned);
+		}
+	}
+	if (ixs)
+		co_release_all(ixs, n);
+	co_reply_json(r, status, j);
+}
+
+static cJSON *
+index_mappings_json(nd_index *ix)
+{
+	st_mapping *m = nd_index_mapping(ix);
+	cJSON *j = st_mapping_to_json(m);
+	st_mapping_unref(m);
+	return j;
+}
+
+void
+co_h_cluster_state(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	cJSON *j = cJSON_CreateObject(), *meta, *ind, *nodes, *me;
+	char addr[64];
+
+	nd_index_list(r->node, &ixs, &n);
+	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
+	cJSON_AddStringToObject(j, "cluster_uuid", nd_cluster_uuid(r->node));
+	cJSON_AddNumberToObject(j, "version", 1);
+	cJSON_AddStringToObject(j, "state_uuid", nd_cluster_uuid(r->node));
+	cJSON_AddStringToObject(j, "master_node", nd_node_id(r->node));
+	nodes = cJSON_AddObjectToObject(j, "nodes");
+	me = cJSON_AddObjectToObject(nodes, nd_node_id(r->node));
+	cJSON_AddStringToObject(me, "name", nd_node_name(r->node));
+	cJSON_AddStringToObject(me, "ephemeral_id", nd_node_id(r->node));
+	snprintf(addr, sizeof(addr), "127.0.0.1:9300");
+	cJSON_AddStringToObject(me, "transport_address", addr);
+	cJSON_AddObjectToObject(me, "attributes");
+	meta = cJSON_AddObjectToObject(j, "metadata");
+	cJSON_AddStringToObject(meta, "cluster_uuid", nd_cluster_uuid(r->node));
+	ind = cJSON_AddObjectToObject(meta, "indices");
+	for (size_t i = 0; i < n; i++) {
+		cJSON *o = cJSON_AddObjectToObject(ind, nd_index_name(ixs[i]));
+		cJSON_AddStringToObject(o, "state", "open");
+		cJSON_AddItemToObject(o, "settings", nd_index_settings_json(ixs[i]));
+		cJSON_AddItemToObject(o, "mappings", index_mappings_json(ixs[i]));
+		cJSON_AddItemToObject(o, "aliases", cJSON_CreateArray());
+	}
+	co_release_all(ixs, n);
+	co_reply_json(r, 200, j);
+}
+
+/* ---- _cat ---- */
+
+typedef struct cat_table {
+	const char **cols;
+	int ncols;
+	char ***rows; /* rows[i][c] */
+	int nrows, cap;
+	bool *numeric;
+} cat_table;
+
+static void
+cat_init(cat_table *t, const char **cols, int ncols)
+{
+	memset(t, 0, sizeof(*t));
+	t->cols = cols;
+	t->ncols = ncols;
+	t->numeric = cm_calloc(MEM, (size_t)ncols, sizeof(bool));
+}
+
+static void
+cat_row(cat_table *t, ...)
+{
+	va_list ap;
+	if (t->nrows == t->cap) {
+		t->cap = t->cap ? t->cap * 2 : 16;
+		t->rows = cm_realloc(MEM, t->rows, (size_t)t->cap * sizeof(char **));
+	}
+	char **row = cm_calloc(MEM, (size_t)t->ncols, sizeof(char *));
+	va_start(ap, t);
+	for (int c = 0; c < t->ncols; c++) {
+		const char *v = va_arg(ap, const char *);
+		row[c] = cm_strdup(MEM, v ? v : "");
+	}
+	va_end(ap);
+	t->rows[t->nrows++] = row;
+}
+
+static int cat_sort_col;
+static bool cat_sort_desc, cat_sort_num;
+
+static int
+cat_cmp(const void *a, const void *b)
+{
+	const char *x = (*(char ***)a)[cat_sort_col], *y = (*(char ***)b)[cat_sort_col];
+	int c;
+	if (cat_sort_num) {
+		double dx = atof(x), dy = atof(y);
+		c = dx < dy ? -1 : dx > dy;
+	} else {
+		c = strcmp(x, y);
+	}
+	return cat_sort_desc ? -c : c;
+}
+
+static int
+cat_col(const cat_table *t, const char *name, size_t n)
+{
+	for (int c = 0; c < t->ncols; c++)
+		if (strlen(t->cols[c]) == n && memcmp(t->cols[c], name, n) == 0)
+			return c;
+	return -1;
+}
+
+static void
+cat_render(co_req *r, cat_table *t)
+{
+	static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
+	const char *h = co_param_get(r, "h"), *s = co_param_get(r, "s"), *fmt = co_param_get(r, "format");
+	int sel[64], nsel = 0;
+	bool v = co_param_bool(r, "v", false);
+
+	if (h && *h) {
+		for (const char *p = h; *p && nsel < 64;) {
+			const char *e = strchr(p, ',');
+			size_t n = e ? (size_t)(e - p) : strlen(p);
+			int c = cat_col(t, p, n);
+			if (c < 0) {
+				co_reply_errorf(r, CM_EINVAL, NULL, "unknown column [%.*s]", (int)n, p);
+				goto done;
+			}
+			sel[nsel++] = c;
+			p = e ? e + 1 : p + n;
+		}
+	} else {
+		for (int c = 0; c < t->ncols && c < 64; c++)
+			sel[nsel++] = c;
+	}
+	if (s && *s) {
+		char name[64];
+		snprintf(name, sizeof(name), "%s", s);
+		char *colon = strchr(name, ':');
+		bool desc = false;
+		if (colon) {
+			desc = strcmp(colon + 1, "desc") == 0;
+			*colon = 0;
+		}
+		int c = cat_col(t, name, strlen(name));
+		if (c < 0) {
+			co_reply_errorf(r, CM_EINVAL, NULL, "Unable to sort by unknown sort key `%s`", name);
+			goto done;
+		}
+		pthread_mutex_lock(&sort_lock);
+		cat_sort_col = c;
+		cat_sort_desc = desc;
+		cat_sort_num = t->numeric[c];
+		qsort(t->rows, (size_t)t->nrows, sizeof(char **), cat_cmp);
+		pthread_mutex_unlock(&sort_lock);
+	}
+	if (fmt && strcmp(fmt, "json") == 0) {
+		cJSON *arr = cJSON_CreateArray();
+		for (int i = 0; i < t->nrows; i++) {
+			cJSON *o = cJSON_CreateObject();
+			for (int k = 0; k < nsel; k++) {
+				const char *val = t->rows[i][sel[k]];
+				if (*val)
+					cJSON_AddStringToObject(o, t->cols[sel[k]], val);
+				else
+					cJSON_AddNullToObject(o, t->cols[sel[k]]);
+			}
+			cJSON_AddItemToArray(arr, o);
+		}
+		co_reply_json(r, 200, arr);
+		goto done;
+	}
+	{
+		size_t width[64];
+		cm_buf out;
+		cm_buf_init(&out, MEM);
+		for (int k = 0; k < nsel; k++) {
+			width[k] = v ? strlen(t->cols[sel[k]]) : 0;
+			for (int i = 0; i < t->nrows; i++)
+				if (strlen(t->rows[i][sel[k]]) > width[k])
+					width[k] = strlen(t->rows[i][sel[k]]);
+		}
+		for (int i = v ? -1 : 0; i < t->nrows; i++) {
+			for (int k = 0; k < nsel; k++) {
+				const char *val = i < 0 ? t->cols[sel[k]] : t->rows[i][sel[k]];
+				bool right = i >= 0 && t->numeric[sel[k]];
+				int pad = (int)(width[k] - strlen(val));
+				if (right)
+					cm_buf_printf(&out, "%*s%s", pad, "", val);
+				else if (k + 1 < nsel)
+					cm_buf_printf(&out, "%s%*s", val, pad, "");
+				else
+					cm_buf_printf(&out, "%s", val);
+				if (k + 1 < nsel)
+					cm_buf_put_u8(&out, ' ');
+			}
+			cm_buf_put_u8(&out, '\n');
+		}
+		co_reply_text(r, 200, "text/plain; charset=UTF-8", (const char *)out.data, out.len);
+		cm_buf_free(&out);
+	}
+done:
+	for (int i = 0; i < t->nrows; i++) {
+		for (int c = 0; c < t->ncols; c++)
+			cm_free(MEM, t->rows[i][c]);
+		cm_free(MEM, t->rows[i]);
+	}
+	cm_free(MEM, t->rows);
+	cm_free(MEM, t->numeric);
+}
+
+static void
+fmt_bytes(co_req *r, uint64_t b, char *buf, size_t cap)
+{
+	const char *unit = co_param_get(r, "bytes");
+	if (unit && strcmp(unit, "b") == 0) {
+		snprintf(buf, cap, "%llu", (unsigned long long)b);
+		return;
+	}
+	if (unit && strcmp(unit, "kb") == 0) {
+		snprintf(buf, cap, "%llu", (unsigned long long)(b / 1024));
+		return;
+	}
+	if (unit && strcmp(unit, "mb") == 0) {
+		snprintf(buf, cap, "%llu", (unsigned long long)(b >> 20));
+		return;
+	}
+	if (b < 1024)
+		snprintf(buf, cap, "%llub", (unsigned long long)b);
+	else if (b < (1ull << 20))
+		snprintf(buf, cap, "%.1fkb", b / 1024.0);
+	else if (b < (1ull << 30))
+		snprintf(buf, cap, "%.1fmb", b / 1048576.0);
+	else
+		snprintf(buf, cap, "%.1fgb", b / 1073741824.0);
+}
+
+static uint64_t
+visible_docs(nd_index *ix)
+{
+	nd_target *t = nd_targets_open(&ix, 1);
+	uint64_t n = 0;
+	for (int s = 0; s < t[0].nshards; s++)
+		n += st_reader_doc_count(t[0].readers[s]);
+	nd_targets_close(t, 1);
+	return n;
+}
+
+void
+co_h_cat(co_req *r)
+{
+	const char *what = co_seg(r, 1), *expr = co_seg(r, 2);
+	nd_index **ixs = NULL;
+	size_t n = 0;
+	cat_table t;
+	char b1[64], b2[64], b3[64], b4[64], b5[64], b6[64];
+	int64_t now = cm_wall_ms();
+	char ts[16];
+	time_t secs = (time_t)(now / 1000);
+	struct tm tm;
+
+	gmtime_r(&secs, &tm);
+	strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
+	if (strcmp(what, "indices") && strcmp(what, "shards") && strcmp(what, "nodes") &&
+	    strcmp(what, "count") && strcmp(what, "health")) {
+		char msg[256];
+		snprintf(msg, sizeof(msg), "no handler found for uri [%.100s] and method [GET]", r->path);
+		co_reply_errorf(r, CM_EINVAL, NULL, "%s", msg);
+		r->status = 400;
+		return;
+	}
+	if ((strcmp(what, "indices") == 0 || strcmp(what, "shards") == 0 ||
+	     strcmp(what, "count") == 0) &&
+	    !co_resolve(r, expr ? expr : "_all", &ixs, &n))
+		return;
+	if (strcmp(what, "indices") == 0) {
+		static const char *cols[] = {"health", "status", "index", "uuid", "pri", "rep",
+		                             "docs.count", "docs.deleted", "store.size", "pri.store.size"};
+		cat_init(&t, cols, 10);
+		for (int c = 4; c < 10; c++)
+			t.numeric[c] = true;
+		for (size_t i = 0; i < n; i++) {
+			st_shard_stats st;
+			health h;
+			health_of(&ixs[i], 1, &h);
+			nd_index_shard_stats(ixs[i], &st);
+			snprintf(b1, sizeof(b1), "%d", nd_index_nshards(ixs[i]));
+			snprintf(b2, sizeof(b2), "%d", nd_index_settings(ixs[i])->number_of_replicas);
+			snprintf(b3, sizeof(b3), "%llu", (unsigned long long)visible_docs(ixs[i]));
+			snprintf(b4, sizeof(b4), "%llu", (unsigned long long)st.deleted_docs);
+			fmt_bytes(r, st.store_bytes, b5, sizeof(b5));
+			fmt_bytes(r, st.store_bytes, b6, sizeof(b6));
+			cat_row(&t, h.status, "open", nd_index_name(ixs[i]), nd_index_uuid(ixs[i]), b1, b2,
+			        b3, b4, b5, b6);
+		}
+	} else if (strcmp(what, "shards") == 0) {
+		static const char *cols[] = {"index", "shard", "prirep", "state", "docs",
+		                             "store", "ip",    "node"};
+		cat_init(&t, cols, 8);
+		t.numeric[1] = t.numeric[4] = t.numeric[5] = true;
+		for (size_t i = 0; i < n; i++) {
+			for (int s = 0; s < nd_index_nshards(ixs[i]); s++) {
+				st_shard_stats st;
+				st_shard_stats_get(nd_index_shard(ixs[i], s), &st);
+				snprintf(b1, sizeof(b1), "%d", s);
+				snprintf(b2, sizeof(b2), "%llu", (unsigned long long)st.docs);
+				fmt_bytes(r, st.store_bytes, b3, sizeof(b3));
+				cat_row(&t, nd_index_name(ixs[i]), b1, "p", "STARTED", b2, b3, "127.0.0.1",
+				        nd_node_name(r->node));
+				for (int k = 0; k < nd_index_settings(ixs[i])->number_of_replicas; k++)
+					cat_row(&t, nd_index_name(ixs[i]), b1, "r", "UNASSIGNED", "", "", "", "");
+			}
+		}
+	} else if (strcmp(what, "nodes") == 0) {
+		static const char *cols[] = {"ip",      "heap.percent", "ram.percent", "cpu",
+		                             "load_1m", "load_5m",      "load_15m",    "node.role",
+		                             "master",  "name"};
+		struct sysinfo si;
+		double load[3] = {0, 0, 0};
+		cat_init(&t, cols, 10);
+		for (int c = 1; c < 7; c++)
+			t.numeric[c] = true;
+		getloadavg(load, 3);
+		sysinfo(&si);
+		snprintf(b1, sizeof(b1), "%d",
+		         si.totalram ? (int)(100 - 100.0 * si.freeram / si.totalram) : 0);
+		snprintf(b2, sizeof(b2), "%.2f", load[0]);
+		snprintf(b3, sizeof(b3), "%.2f", load[1]);
+		snprintf(b4, sizeof(b4), "%.2f", load[2]);
+		cat_row(&t, "127.0.0.1", "0", b1, "0", b2, b3, b4, "dim", "*", nd_node_name(r->node));
+	} else if (strcmp(what, "count") == 0) {
+		static const char *cols[] = {"epoch", "timestamp", "count"};
+		uint64_t total = 0;
+		cat_init(&t, cols, 3);
+		t.numeric[0] = t.numeric[2] = true;
+		for (size_t i = 0; i < n; i++)
+			total += visible_docs(ixs[i]);
+		snprintf(b1, sizeof(b1), "%lld", (long long)(now / 1000));
+		snprintf(b2, sizeof(b2), "%llu", (unsigned long long)total);
+		cat_row(&t, b1, ts, b2);
+	} else {
+		static const char *cols[] = {"epoch",  "timestamp", "cluster",  "status",
+		                             "node.total", "node.data", "shards", "pri",
+		                             "relo",   "init",      "unassign", "pending_tasks",
+		                             "max_task_wait_time", "active_shards_percent"};
+		health h;
+		char b7[32];
+		nd_index_list(r->node, &ixs, &n);
+		health_of(ixs, n, &h);
+		cat_init(&t, cols, 14);
+		for (int c = 4; c < 12; c++)
+			t.numeric[c] = true;
+		snprintf(b1, sizeof(b1), "%lld", (long long)(now / 1000));
+		snprintf(b2, sizeof(b2), "%d", h.active);
+		snprintf(b3, sizeof(b3), "%d", h.active_primary);
+		snprintf(b4, sizeof(b4), "%d", h.unassigned);
+		snprintf(b7, sizeof(b7), "%.1f%%",
+		         h.active + h.unassigned ? 100.0 * h.active / (h.active + h.unassigned) : 100.0);
+		cat_row(&t, b1, ts, nd_cluster_name(r->node), h.status, "1", "1", b2, b3, "0", "0", b4,
+		        "0", "-", b7);
+	}
+	if (ixs)
+		co_release_all(ixs, n);
+	cat_render(r, &t);
+}
+
+/* ---- stats ---- */
+
+typedef struct agg_stats {
+	st_shard_stats sh;
+	nd_index_stats c;
+	uint64_t visible;
+} agg_stats;
+
+static void
+collect_stats(nd_index *ix, agg_stats *a)
+{
+	nd_index_stats *c = nd_index_counters(ix);
+	st_shard_stats s;
+	nd_index_shard_stats(ix, &s);
+	a->sh.docs += s.docs;
+	a->sh.deleted_docs += s.deleted_docs;
+	a->sh.store_bytes += s.store_bytes;
+	a->sh.segments += s.segments;
+	a->sh.refreshes += s.refreshes;
+	a->sh.flushes += s.flushes;
+	a->sh.merges += s.merges;
+	a->c.index_total += ld(&c->index_total);
+	a->c.index_time_ns += ld(&c->index_time_ns);
+	a->c.index_failed += ld(&c->index_failed);
+	a->c.delete_total += ld(&c->delete_total);
+	a->c.delete_time_ns += ld(&c->delete_time_ns);
+	a->c.get_total += ld(&c->get_total);
+	a->c.get_time_ns += ld(&c->get_time_ns);
+	a->c.query_total += ld(&c->query_total);
+	a->c.query_time_ns += ld(&c->query_time_ns);
+	a->c.fetch_total += ld(&c->fetch_total);
+	a->c.scroll_total += ld(&c->scroll_total);
+	a->c.refresh_total += ld(&c->refresh_total);
+	a->c.flush_total += ld(&c->flush_total);
+}
+
+static cJSON *
+stats_json(const agg_stats *a)
+{
+	cJSON *j = cJSON_CreateObject(), *o;
+	o = cJSON_AddObjectToObject(j, "docs");
+	cJSON_AddNumberToObject(o, "count", (double)a->sh.docs);
+	cJSON_AddNumberToObject(o, "deleted", (double)a->sh.deleted_docs);
+	o = cJSON_AddObjectToObject(j, "store");
+	cJSON_AddNumberToObject(o, "size_in_bytes", (double)a->sh.store_bytes);
+	cJSON_AddNumberToObject(o, "reserved_in_bytes", 0);
+	o = cJSON_AddObjectToObject(j, "indexing");
+	cJSON_AddNumberToObject(o, "index_total", (double)a->c.index_total);
+	cJSON_AddNumberToObject(o, "index_time_in_millis", (double)(a->c.index_time_ns / 1000000));
+	cJSON_AddNumberToObject(o, "index_current", 0);
+	cJSON_AddNumberToObject(o, "index_failed", (double)a->c.index_failed);
+	cJSON_AddNumberToObject(o, "delete_total", (double)a->c.delete_total);
+	cJSON_AddNumberToObject(o, "delete_time_in_millis", (double)(a->c.delete_time_ns / 1000000));
+	cJSON_AddNumberToObject(o, "delete_current", 0);
+	o = cJSON_AddObjectToObject(j, "get");
+	cJSON_AddNumberToObject(o, "total", (double)a->c.get_total);
+	cJSON_AddNumberToObject(o, "time_in_millis", (double)(a->c.get_time_ns / 1000000));
+	o = cJSON_AddObjectToObject(j, "search");
+	cJSON_AddNumberToObject(o, "open_contexts", 0);
+	cJSON_AddNumberToObject(o, "query_total", (double)a->c.query_total);
+	cJSON_AddNumberToObject(o, "query_time_in_millis", (double)(a->c.query_time_ns / 1000000));
+	cJSON_AddNumberToObject(o, "query_current", 0);
+	cJSON_AddNumberToObject(o, "fetch_total", (double)a->c.fetch_total);
+	cJSON_AddNumberToObject(o, "scroll_total", (double)a->c.scroll_total);
+	o = cJSON_AddObjectToObject(j, "refresh");
+	cJSON_AddNumberToObject(o, "total", (double)a->c.refresh_total);
+	o = cJSON_AddObjectToObject(j, "flush");
+	cJSON_AddNumberToObject(o, "total", (double)a->c.flush_total);
+	o = cJSON_AddObjectToObject(j, "merges");
+	cJSON_AddNumberToObject(o, "total", (double)a->sh.merges);
+	o = cJSON_AddObjectToObject(j, "segments");
+	cJSON_AddNumberToObject(o, "count", (double)a->sh.segments);
+	return j;
+}
+
+void
+co_h_stats(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	agg_stats all;
+	int shards = 0;
+	cJSON *j, *allj, *ind;
+
+	if (!co_resolve(r, co_seg(r, 0) && strcmp(co_seg(r, 0), "_stats") ? co_seg(r, 0) : "_all",
+	                &ixs, &n))
+		return;
+	memset(&all, 0, sizeof(all));
+	j = cJSON_CreateObject();
+	for (size_t i = 0; i < n; i++)
+		shards += nd_index_nshards(ixs[i]);
+	cJSON_AddItemToObject(j, "_shards", co_shards_json(shards, shards, 0));
+	allj = cJSON_AddObjectToObject(j, "_all");
+	ind = cJSON_AddObjectToObject(j, "indices");
+	for (size_t i = 0; i < n; i++) {
+		agg_stats a;
+		memset(&a, 0, sizeof(a));
+		collect_stats(ixs[i], &a);
+		collect_stats(ixs[i], &all);
+		cJSON *o = cJSON_AddObjectToObject(ind, nd_index_name(ixs[i]));
+		cJSON_AddStringToObject(o, "uuid", nd_index_uuid(ixs[i]));
+		cJSON_AddItemToObject(o, "primaries", stats_json(&a));
+		cJSON_AddItemToObject(o, "total", stats_json(&a));
+	}
+	cJSON_AddItemToObject(allj, "primaries", stats_json(&all));
+	cJSON_AddItemToObject(allj, "total", stats_json(&all));
+	co_release_all(ixs, n);
+	co_reply_json(r, 200, j);
+}
+
+static const cm_mem_tag mem_tags[] = {CM_MEM_COMMON,      CM_MEM_STORAGE, CM_MEM_SEARCH,
+                                      CM_MEM_REPLICATION, CM_MEM_NODE,    CM_MEM_COORDINATOR};
+
+static uint64_t
+rss_bytes(void)
+{
+	long pages = 0, rss = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (f) {
+		if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
+			rss = 0;
+		fclose(f);
+	}
+	return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+void
+co_h_nodes_stats(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	agg_stats all;
+	cJSON *j = cJSON_CreateObject(), *nodes, *me, *o, *mem;
+	nd_node_counters *nc = nd_counters(r->node);
+
+	nd_index_list(r->node, &ixs, &n);
+	memset(&all, 0, sizeof(all));
+	for (size_t i = 0; i < n; i++)
+		collect_stats(ixs[i], &all);
+	co_release_all(ixs, n);
+	o = cJSON_AddObjectToObject(j, "_nodes");
+	cJSON_AddNumberToObject(o, "total", 1);
+	cJSON_AddNumberToObject(o, "successful", 1);
+	cJSON_AddNumberToObject(o, "failed", 0);
+	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
+	nodes = cJSON_AddObjectToObject(j, "nodes");
+	me = cJSON_AddObjectToObject(nodes, nd_node_id(r->node));
+	cJSON_AddNumberToObject(me, "timestamp", (double)cm_wall_ms());
+	cJSON_AddStringToObject(me, "name", nd_node_name(r->node));
+	cJSON_AddStringToObject(me, "transport_address", "127.0.0.1:9300");
+	cJSON_AddStringToObject(me, "host", "127.0.0.1");
+	cJSON_AddStringToObject(me, "ip", "127.0.0.1:9300");
+	o = cJSON_AddArrayToObject(me, "roles");
+	cJSON_AddItemToArray(o, cJSON_CreateString("data"));
+	cJSON_AddItemToArray(o, cJSON_CreateString("ingest"));
+	cJSON_AddItemToArray(o, cJSON_CreateString("master"));
+	cJSON_AddItemToObject(me, "indices", stats_json(&all));
+	o = cJSON_AddObjectToObject(me, "process");
+	cJSON_AddNumberToObject(o, "timestamp", (double)cm_wall_ms());
+	cJSON_AddNumberToObject(o, "open_file_descriptors", 0);
+	cJSON *cpu = cJSON_AddObjectToObject(o, "cpu");
+	cJSON_AddNumberToObject(cpu, "total_in_millis", (double)(int64_t)(cm_cpu_seconds() * 1000));
+	cJSON *pm = cJSON_AddObjectToObject(o, "mem");
+	cJSON_AddNumberToObject(pm, "resident_in_bytes", (double)rss_bytes());
+	/* Shoal's own accounting: bytes held per module (cm_alloc tags). */
+	mem = cJSON_AddObjectToObject(me, "shoal");
+	cJSON *mm = cJSON_AddObjectToObject(mem, "memory");
+	int64_t total = 0;
+	for (size_t i = 0; i < sizeof(mem_tags) / sizeof(mem_tags[0]); i++) {
+		char key[64];
+		snprintf(key, sizeof(key), "%s_in_bytes", cm_mem_tag_name(mem_tags[i]));
+		cJSON_AddNumberToObject(mm, key, (double)cm_mem_used(mem_tags[i]));
+		total += cm_mem_used(mem_tags[i]);
+	}
+	cJSON_AddNumberToObject(mm, "total_in_bytes", (double)total);
+	o = cJSON_AddObjectToObject(me, "http");
+	cJSON_AddNumberToObject(o, "current_open", 0);
+	cJSON_AddNumberToObject(o, "total_opened", (double)ld(&nc->http_requests));
+	co_reply_json(r, 200, j);
+}
+
+void
+co_h_nodes(co_req *r)
+{
+	cJSON *j = cJSON_CreateObject(), *o, *nodes, *me;
+	o = cJSON_AddObjectToObject(j, "_nodes");
+	cJSON_AddNumberToObject(o, "total", 1);
+	cJSON_AddNumberToObject(o, "successful", 1);
+	cJSON_AddNumberToObject(o, "failed", 0);
+	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
+	nodes = cJSON_AddObjectToObject(j, "nodes");
+	me = cJSON_AddObjectToObject(nodes, nd_node_id(r->node));
+	cJSON_AddStringToObject(me, "name", nd_node_name(r->node));
+	cJSON_AddStringToObject(me, "transport_address", "127.0.0.1:9300");
+	cJSON_AddStringToObject(me, "host", "127.0.0.1");
+	cJSON_AddStringToObject(me, "ip", "127.0.0.1");
+	cJSON_AddStringToObject(me, "version", ND_ES_VERSION);
+	cJSON_AddStringToObject(me, "build_flavor", "default");
+	cJSON_AddStringToObject(me, "build_type", "tar");
+	o = cJSON_AddArrayToObject(me, "roles");
+	cJSON_AddItemToArray(o, cJSON_CreateString("data"));
+	cJSON_AddItemToArray(o, cJSON_CreateString("ingest"));
+	cJSON_AddItemToArray(o, cJSON_CreateString("master"));
+	o = cJSON_AddObjectToObject(me, "http");
+	cJSON_AddStringToObject(o, "publish_address", "127.0.0.1:9200");
+	co_reply_json(r, 200, j);
+}
+
+void
+co_h_prometheus(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	cm_buf b;
+	nd_node_counters *nc = nd_counters(r->node);
+
+	cm_buf_init(&b, MEM);
+	nd_index_list(r->node, &ixs, &n);
+	cm_buf_printf(&b, "# HELP shoal_index_docs Documents in the index (refreshed).\n"
+	                  "# TYPE shoal_index_docs gauge\n");
+	agg_stats *st = cm_calloc(MEM, n + 1, sizeof(agg_stats));
+	for (size_t i = 0; i < n; i++) {
+		collect_stats(ixs[i], &st[i]);
+		cm_buf_printf(&b, "shoal_index_docs{index=\"%s\"} %llu\n", nd_index_name(ixs[i]),
+		              (unsigned long long)st[i].sh.docs);
+	}
+#define PROM(name, type, help, field, scale)                                                  \
+	do {                                                                                      \
+		cm_buf_printf(&b, "# HELP " name " " help "\n# TYPE " name " " type "\n");            \
+		for (size_t i = 0; i < n; i++)                                                        \
+			cm_buf_printf(&b, name "{index=\"%s\"} %.6g\n", nd_index_name(ixs[i]),              \
+			              (double)st[i].field / (scale));                                      \
+	} while (0)
+	PROM("shoal_index_deleted_docs", "gauge", "Deleted documents not yet merged away.",
+	     sh.deleted_docs, 1);
+	PROM("shoal_index_store_bytes", "gauge", "Bytes on disk.", sh.store_bytes, 1);
+	PROM("shoal_index_segments", "gauge", "Segments.", sh.segments, 1);
+	PROM("shoal_indexing_docs_total", "counter", "Documents indexed.", c.index_total, 1);
+	PROM("shoal_indexing_seconds_total", "counter", "Time spent indexing.", c.index_time_ns, 1e9);
+	PROM("shoal_indexing_failed_total", "counter", "Failed index operations.", c.index_failed, 1);
+	PROM("shoal_delete_docs_total", "counter", "Documents deleted.", c.delete_total, 1);
+	PROM("shoal_search_query_total", "counter", "Shard queries run.", c.query_total, 1);
+	PROM("shoal_search_query_seconds_total", "counter", "Time spent in shard queries.",
+	     c.query_time_ns, 1e9);
+	PROM("shoal_get_total", "counter", "Document gets.", c.get_total, 1);
+	PROM("shoal_refresh_total", "counter", "Refreshes.", c.refresh_total, 1);
+#undef PROM
+	cm_free(MEM, st);
+	co_release_all(ixs, n);
+	cm_buf_printf(&b, "# HELP shoal_memory_bytes Bytes held per module (accounted allocator).\n"
+	                  "# TYPE shoal_memory_bytes gauge\n");
+	for (size_t i = 0; i < sizeof(mem_tags) / sizeof(mem_tags[0]); i++)
+		cm_buf_printf(&b, "shoal_memory_bytes{module=\"%s\"} %lld\n",
+		              cm_mem_tag_name(mem_tags[i]), (long long)cm_mem_used(mem_tags[i]));
+	cm_buf_printf(&b,
+	              "# HELP shoal_process_resident_bytes Resident memory.\n"
+	              "# TYPE shoal_process_resident_bytes gauge\nshoal_process_resident_bytes %llu\n"
+	              "# HELP shoal_process_cpu_seconds_total CPU time.\n"
+	              "# TYPE shoal_process_cpu_seconds_total counter\n"
+	              "shoal_process_cpu_seconds_total %.3f\n"
+	              "# HELP shoal_http_requests_total HTTP requests received.\n"
+	              "# TYPE shoal_http_requests_total counter\nshoal_http_requests_total %llu\n"
+	              "# HELP shoal_uptime_seconds Seconds since the node started.\n"
+	              "# TYPE shoal_uptime_seconds gauge\nshoal_uptime_seconds %.3f\n",
+	              (unsigned long long)rss_bytes(), cm_cpu_seconds(),
+	              (unsigned long long)ld(&nc->http_requests),
+	              (cm_wall_ms() - nd_start_ms(r->node)) / 1000.0);
+	co_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", (const char *)b.data, b.len);
+	cm_buf_free(&b);
+}
+
+/* ---- index management ---- */
+
+void
+co_h_index_put(co_req *r)
+{
+	const char *name = co_seg(r, 0);
+	bool bad;
+	cJSON *body = co_body_json(r, &bad), *j;
+	cm_error err;
+	nd_index *ix = NULL;
+
+	if (bad)
+		return;
+	cm_error_clear(&err);
+	if (nd_index_create(r->node, name, body, &ix, &err)) {
+		cJSON_Delete(body);
+		co_reply_error(r, &err, name);
+		return;
+	}
+	cJSON_Delete(body);
+	nd_index_release(ix);
+	j = cJSON_CreateObject();
+	cJSON_AddBoolToObject(j, "acknowledged", true);
+	cJSON_AddBoolToObject(j, "shards_acknowledged", true);
+	cJSON_AddStringToObject(j, "index", name);
+	co_reply_json(r, 200, j);
+}
+
+void
+co_h_index_delete(co_req *r)
+{
+	const char *expr = co_seg(r, 0);
+	nd_index **ixs;
+	size_t n;
+	cJSON *j;
+
+	if (nd_destructive_requires_name(r->node)) {
+		char *copy = cm_strdup(MEM, expr), *save = NULL, *tok;
+		bool refuse = false;
+		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+			if (strcmp(tok, "_all") == 0 || strcmp(tok, "*") == 0)
+				refuse = true;
+		cm_free(MEM, copy);
+		if (refuse) {
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "Wildcard expressions or all indices are not allowed");
+			return;
+		}
+	}
+	if (!co_resolve(r, expr, &ixs, &n))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		cm_error err;
+		cm_error_clear(&err);
+		nd_index_delete(r->node, ixs[i], &err); /* gone already: fine, it is deleted */
+	}
+	co_release_all(ixs, n);
+	j = cJSON_CreateObject();
+	cJSON_AddBoolToObject(j, "acknowledged", true);
+	co_reply_json(r, 200, j);
+}
+
+void
+co_h_index_head(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	cm_error err;
+	cm_error_clear(&err);
+	if (nd_resolve(r->node, co_seg(r, 0), false, &ixs, &n, &err)) {
+		co_reply_text(r, 404, "application/json; charset=UTF-8", "", 0);
+		return;
+	}
+	co_reply_text(r, n ? 200 : 404, "application/json; charset=UTF-8", "", 0);
+	co_release_all(ixs, n);
+}
+
+void
+co_h_index_get(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	cJSON *j;
+
+	if (!co_resolve(r, co_seg(r, 0), &ixs, &n))
+		return;
+	j = cJSON_CreateObject();
+	for (size_t i = 0; i < n; i++) {
+		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
+		cJSON_AddObjectToObject(o, "aliases");
+		cJSON_AddItemToObject(o, "mappings", index_mappings_json(ixs[i]));
+		cJSON_AddItemToObject(o, "settings", nd_index_settings_json(ixs[i]));
+	}
+	co_release_all(ixs, n);
+	co_reply_json(r, 200, j);
+}
+
+static const char *
+index_expr(co_req *r)
+{
+	const char *s = co_seg(r, 0);
+	return s && s[0] != '_' ? s : (s && strcmp(s, "_all") == 0 ? s : "_all");
+}
+
+void
+co_h_mapping_get(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	cJSON *j;
+
+	if (!co_resolve(r, index_expr(r), &ixs, &n))
+		return;
+	j = cJSON_CreateObject();
+	for (size_t i = 0; i < n; i++) {
+		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
+		cJSON_AddItemToObject(o, "mappings", index_mappings_json(ixs[i]));
+	}
+	co_release_all(ixs, n);
+	co_reply_json(r, 200, j);
+}
+
+void
+co_h_mapping_put(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	bool bad;
+	cJSON *body = co_body_json(r, &bad), *j;
+
+	if (bad)
+		return;
+	if (!body) {
+		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: mapping source is empty;");
+		return;
+	}
+	if (!co_resolve(r, co_seg(r, 0), &ixs, &n)) {
+		cJSON_Delete(body);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		cm_error err;
+		cm_error_clear(&err);
+		if (nd_index_put_mapping(ixs[i], body, &err)) {
+			co_reply_error(r, &err, NULL);
+			co_release_all(ixs, n);
+			cJSON_Delete(body);
+			return;
+		}
+	}
+	co_release_all(ixs, n);
+	cJSON_Delete(body);
+	j = cJSON_CreateObject();
+	cJSON_AddBoolToObject(j, "acknowledged", true);
+	co_reply_json(r, 200, j);
+}
+
+static void
+flatten_settings(cJSON *src, const char *prefix, cJSON *dst)
+{
+	cJSON *c;
+	cJSON_ArrayForEach(c, src)
+	{
+		char key[256];
+		snprintf(key, sizeof(key), "%s%s%s", prefix, *prefix ? "." : "", c->string);
+		if (cJSON_IsObject(c))
+			flatten_settings(c, key, dst);
+		else
+			cJSON_AddItemToObject(dst, key, cJSON_Duplicate(c, true));
+	}
+}
+
+void
+co_h_settings_get(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	cJSON *j;
+	bool flat = co_param_bool(r, "flat_settings", false);
+
+	if (!co_resolve(r, index_expr(r), &ixs, &n))
+		return;
+	j = cJSON_CreateObject();
+	for (size_t i = 0; i < n; i++) {
+		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
+		cJSON *s = nd_index_settings_json(ixs[i]);
+		if (flat) {
+			cJSON *f = cJSON_CreateObject();
+			flatten_settings(s, "", f);
+			cJSON_Delete(s);
+			s = f;
+		}
+		cJSON_AddItemToObject(o, "settings", s);
+	}
+	co_release_all(ixs, n);
+	co_reply_json(r, 200, j);
+}
+
+void
+co_h_settings_put(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	bool bad;
+	cJSON *body = co_body_json(r, &bad), *j, *s;
+
+	if (bad)
+		return;
+	if (!body) {
+		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: no settings to update;");
+		return;
+	}
+	if (!co_resolve(r, co_seg(r, 0), &ixs, &n)) {
+		cJSON_Delete(body);
+		return;
+	}
+	s = cJSON_GetObjectItemCaseSensitive(body, "settings");
+	for (size_t i = 0; i < n; i++) {
+		cm_error err;
+		cm_error_clear(&err);
+		if (nd_index_put_settings(ixs[i], s ? s : body, &err)) {
+			co_reply_error(r, &err, NULL);
+			co_release_all(ixs, n);
+			cJSON_Delete(body);
+			return;
+		}
+	}
+	co_release_all(ixs, n);
+	cJSON_Delete(body);
+	j = cJSON_CreateObject();
+	cJSON_AddBoolToObject(j, "acknowledged", true);
+	co_reply_json(r, 200, j);
+}
+
+typedef cm_err (*index_op_fn)(nd_index *ix, int arg);
+
+static cm_err
+op_refresh(nd_index *ix, int arg)
+{
+	return nd_index_refresh(ix);
+}
+static cm_err
+op_flush(nd_index *ix, int arg)
+{
+	return nd_index_flush(ix);
+}
+static cm_err
+op_merge(nd_index *ix, int arg)
+{
+	return nd_index_force_merge(ix, arg);
+}
+
+static void
+index_op(co_req *r, index_op_fn fn, int arg)
+{
+	nd_index **ixs;
+	size_t n;
+	int total = 0, ok = 0, failed = 0;
+	cJSON *j;
+
+	if (!co_resolve(r, index_expr(r), &ixs, &n))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		int ns = nd_index_nshards(ixs[i]);
+		total += ns * (1 + nd_index_settings(ixs[i])->number_of_replicas);
+		if (fn(ixs[i], arg) == CM_OK)
+			ok += ns;
+		else
+			failed += ns;
+	}
+	co_release_all(ixs, n);
+	j = cJSON_CreateObject();
+	cJSON_AddItemToObject(j, "_shards", co_shards_json(total, ok, failed));
+	co_reply_json(r, 200, j);
+}
+
+void
+co_h_refresh(co_req *r)
+{
+	index_op(r, op_refresh, 0);
+}
+
+void
+co_h_flush(co_req *r)
+{
+	index_op(r, op_flush, 0);
+}
+
+void
+co_h_forcemerge(co_req *r)
+{
+	const char *m = co_param_get(r, "max_num_segments");
+	int max = 1;
+	if (m) {
+		char *end;
+		long v = strtol(m, &end, 10);
+		if (*end || v < 1 || v > 1000000) {
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "Failed to parse int parameter [max_num_segments] with value [%.60s]",
+			                m);
+			return;
+		}
+		max = (int)v;
+	}
+	index_op(r, op_merge, max);
+}

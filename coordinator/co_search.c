@@ -1,0 +1,821 @@
+/* Search APIs: _search (URL parameters folded into the body), _count,
+ * _msearch, scroll, _delete_by_query. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_log.h"
+#include "../common/cm_sys.h"
+#include "../search/sr_agg.h"
+#include "co_doc.h"
+#include "co_private.h"
+
+#define MEM CM_MEM_COORDINATOR
+#define MAX_SCROLL_KEEPALIVE_MS (24LL * 3600 * 1000)
+#define MSEARCH_MAX 1024
+
+static const char *
+search_index_expr(co_req *r)
+{
+	const char *s = co_seg(r, 0);
+	if (!s || strcmp(s, "_search") == 0 || strcmp(s, "_count") == 0 ||
+	    strcmp(s, "_msearch") == 0)
+		return "_all";
+	return s;
+}
+
+/* Sets key in obj, replacing an existing value. */
+static void
+obj_set(cJSON *obj, const char *key, cJSON *v)
+{
+	if (cJSON_GetObjectItemCaseSensitive(obj, key))
+		cJSON_ReplaceItemInObjectCaseSensitive(obj, key, v);
+	else
+		cJSON_AddItemToObject(obj, key, v);
+}
+
+static bool
+parse_uint_param(co_req *r, const char *name, const char *v, long long max, long long *out)
+{
+	char *end;
+	long long n = strtoll(v, &end, 10);
+	if (!*v || *end || n < 0 || n > max) {
+		co_reply_errorf(r, CM_EINVAL, NULL, "Failed to parse int parameter [%s] with value [%.60s]",
+		                name, v);
+		return false;
+	}
+	*out = n;
+	return true;
+}
+
+/* Folds the URL parameters of a search into its body, the way ES lets
+ * them override it. Returns false after replying with an error. */
+static bool
+fold_search_params(co_req *r, cJSON *body, bool count_only)
+{
+	const char *q = co_param_get(r, "q"), *v;
+	long long n;
+
+	if (q) {
+		cJSON *qs = cJSON_CreateObject(), *wrap = cJSON_CreateObject();
+		const char *df = co_param_get(r, "df"), *op = co_param_get(r, "default_operator");
+		const char *an = co_param_get(r, "analyzer");
+		cJSON_AddStringToObject(qs, "query", q);
+		if (df)
+			cJSON_AddStringToObject(qs, "default_field", df);
+		if (op) {
+			if (strcasecmp(op, "and") && strcasecmp(op, "or")) {
+				cJSON_Delete(qs);
+				cJSON_Delete(wrap);
+				co_reply_errorf(r, CM_EINVAL, NULL, "operator [%.60s] is not allowed", op);
+				return false;
+			}
+			cJSON_AddStringToObject(qs, "default_operator", op);
+		}
+		if (an)
+			cJSON_AddStringToObject(qs, "analyzer", an);
+		if ((v = co_param_get(r, "analyze_wildcard")))
+			cJSON_AddBoolToObject(qs, "analyze_wildcard", strcmp(v, "false") != 0);
+		if ((v = co_param_get(r, "lenient")))
+			cJSON_AddBoolToObject(qs, "lenient", strcmp(v, "false") != 0);
+		cJSON_AddItemToObject(wrap, "query_string", qs);
+		obj_set(body, "query", wrap);
+	}
+	if (count_only)
+		return true;
+	if ((v = co_param_get(r, "from"))) {
+		if (!parse_uint_param(r, "from", v, INT32_MAX, &n))
+			return false;
+		obj_set(body, "from", cJSON_CreateNumber((double)n));
+	}
+	if ((v = co_param_get(r, "size"))) {
+		if (!parse_uint_param(r, "size", v, INT32_MAX, &n))
+			return false;
+		obj_set(body, "size", cJSON_CreateNumber((double)n));
+	}
+	if ((v = co_param_get(r, "terminate_after"))) {
+		if (!parse_uint_param(r, "terminate_after", v, INT32_MAX, &n))
+			return false;
+		obj_set(body, "terminate_after", cJSON_CreateNumber((double)n));
+	}
+	if ((v = co_param_get(r, "timeout")))
+		obj_set(body, "timeout", cJSON_CreateString(v));
+	if ((v = co_param_get(r, "track_total_hits"))) {
+		if (strcmp(v, "true") == 0 || !*v)
+			obj_set(body, "track_total_hits", cJSON_CreateTrue());
+		else if (strcmp(v, "false") == 0)
+			obj_set(body, "track_total_hits", cJSON_CreateFalse());
+		else {
+			if (!parse_uint_param(r, "track_total_hits", v, INT32_MAX, &n))
+				return false;
+			obj_set(body, "track_total_hits", cJSON_CreateNumber((double)n));
+		}
+	}
+	if ((v = co_param_get(r, "sort")) && *v) {
+		/* "field:asc,other:desc,_score" */
+		cJSON *arr = cJSON_CreateArray();
+		char *copy = cm_strdup(MEM, v), *save = NULL, *tok;
+		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			char *colon = strrchr(tok, ':');
+			if (colon) {
+				*colon = 0;
+				cJSON *o = cJSON_CreateObject();
+				cJSON_AddStringToObject(o, tok, colon + 1);
+				cJSON_AddItemToArray(arr, o);
+			} else {
+				cJSON_AddItemToArray(arr, cJSON_CreateString(tok));
+			}
+		}
+		cm_free(MEM, copy);
+		obj_set(body, "sort", arr);
+	}
+	{
+		const char *src = co_param_get(r, "_source"), *inc = co_param_get(r, "_source_includes");
+		const char *exc = co_param_get(r, "_source_excludes");
+		if (src && (strcmp(src, "false") == 0 || strcmp(src, "true") == 0))
+			obj_set(body, "_source", cJSON_CreateBool(strcmp(src, "true") == 0));
+		else if (src || inc || exc) {
+			cJSON *o = cJSON_CreateObject();
+			const char *lists[2] = {src && *src ? src : inc, exc};
+			const char *keys[2] = {"includes", "excludes"};
+			for (int k = 0; k < 2; k++) {
+				if (!lists[k] || !*lists[k])
+					continue;
+				cJSON *a = cJSON_AddArrayToObject(o, keys[k]);
+				char *copy = cm_strdup(MEM, lists[k]), *save = NULL, *tok;
+				for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+					cJSON_AddItemToArray(a, cJSON_CreateString(tok));
+				cm_free(MEM, copy);
+			}
+			obj_set(body, "_source", o);
+		}
+	}
+	if ((v = co_param_get(r, "track_scores")))
+		obj_set(body, "track_scores", cJSON_CreateBool(strcmp(v, "false") != 0));
+	if ((v = co_param_get(r, "explain")))
+		obj_set(body, "explain", cJSON_CreateBool(strcmp(v, "false") != 0));
+	if ((v = co_param_get(r, "version")))
+		obj_set(body, "version", cJSON_CreateBool(strcmp(v, "false") != 0));
+	if ((v = co_param_get(r, "seq_no_primary_term")))
+		obj_set(body, "seq_no_primary_term", cJSON_CreateBool(strcmp(v, "false") != 0));
+	/* accepted, with no effect on a single node */
+	static const char *noop[] = {"search_type", "preference", "request_cache", "routing",
+	                             "typed_keys", "allow_partial_search_results",
+	                             "batched_reduce_size", "pre_filter_shard_size",
+	                             "max_concurrent_shard_requests", "ccs_minimize_roundtrips",
+	                             "allow_no_indices", "expand_wildcards", "ignore_throttled",
+	                             "stats", "fanout", "stored_fields", "docvalue_fields",
+	                             "min_score", "analyze_wildcard", "lenient"};
+	for (size_t i = 0; i < sizeof(noop) / sizeof(noop[0]); i++)
+		co_param_get(r, noop[i]);
+	return true;
+}
+
+/* The ES error for a search whose every shard failed. */
+static void
+reply_all_shards_failed(co_req *r, const cm_error *e, nd_index **ixs, size_t n)
+{
+	cJSON *doc = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(doc, "error");
+	cJSON *rc = cJSON_AddArrayToObject(err, "root_cause"), *cause = cJSON_CreateObject();
+	cJSON *fs;
+	const char *idx = n ? nd_index_name(ixs[0]) : NULL;
+
+	cJSON_AddStringToObject(cause, "type", cm_error_type(e));
+	cJSON_AddStringToObject(cause, "reason", e->reason[0] ? e->reason : cm_err_msg(e->code));
+	if (idx) {
+		cJSON_AddStringToObject(cause, "index_uuid", nd_index_uuid(ixs[0]));
+		cJSON_AddStringToObject(cause, "index", idx);
+	}
+	cJSON_AddItemToArray(rc, cause);
+	cJSON_AddStringToObject(err, "type", "search_phase_execution_exception");
+	cJSON_AddStringToObject(err, "reason", "all shards failed");
+	cJSON_AddStringToObject(err, "phase", "query");
+	cJSON_AddBoolToObject(err, "grouped", true);
+	fs = cJSON_AddArrayToObject(err, "failed_shards");
+	if (idx) {
+		cJSON *f = cJSON_CreateObject();
+		cJSON_AddNumberToObject(f, "shard", 0);
+		cJSON_AddStringToObject(f, "index", idx);
+		cJSON_AddStringToObject(f, "node", nd_node_id(r->node));
+		cJSON_AddItemToObject(f, "reason", cJSON_Duplicate(cause, true));
+		cJSON_AddItemToArray(fs, f);
+	}
+	int status = cm_err_status(e->code);
+	cJSON_AddNumberToObject(doc, "status", status);
+	co_reply_json(r, status, doc);
+}
+
+/* Inserts "_scroll_id" at the front of a rendered search body. */
+static void
+add_scroll_id(cm_buf *out, const char *id)
+{
+	cm_buf b;
+	cm_buf_init(&b, MEM);
+	cm_buf_printf(&b, "{\"_scroll_id\":\"%s\",", id);
+	if (out->len > 1)
+		cm_buf_put(&b, out->data + 1, out->len - 1);
+	cm_buf_reset(out);
+	cm_buf_put(out, b.data, b.len);
+	cm_buf_free(&b);
+}
+
+/* hits.total as a number, for rest_total_hits_as_int=true. */
+static bool
+total_as_int(cm_buf *out)
+{
+	cJSON *j = cJSON_ParseWithLength((const char *)out->data, out->len), *h, *t, *v;
+	if (!j)
+		return false;
+	h = cJSON_GetObjectItemCaseSensitive(j, "hits");
+	t = cJSON_GetObjectItemCaseSensitive(h, "total");
+	if (cJSON_IsObject(t) && (v = cJSON_GetObjectItemCaseSensitive(t, "value")))
+		cJSON_ReplaceItemInObjectCaseSensitive(h, "total", cJSON_CreateNumber(v->valuedouble));
+	char *s = cJSON_PrintUnformatted(j);
+	cm_buf_reset(out);
+	cm_buf_put(out, s, strlen(s));
+	cJSON_free(s);
+	cJSON_Delete(j);
+	return true;
+}
+
+static bool
+parse_keep_alive(co_req *r, const char *v, int64_t *ms)
+{
+	if (!nd_parse_time(v, ms) || *ms <= 0) {
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "failed to parse setting [scroll] with value [%.60s] as a time value: unit "
+		                "is missing or unrecognized",
+		                v);
+		return false;
+	}
+	if (*ms > MAX_SCROLL_KEEPALIVE_MS) {
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "Keep alive for request (%.60s) is too large. It must be less than (1d). "
+		                "This limit can be set by changing the [search.max_keep_alive] cluster "
+		                "level setting.",
+		                v);
+		return false;
+	}
+	return true;
+}
+
+/* Runs one search over the resolved indices; renders into out or fills
+ * err. scroll_ms > 0 keeps a scroll context. */
+static cm_err
+run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, cm_buf *out,
+           cm_error *err)
+{
+	sr_request req;
+	nd_target *t;
+	cm_err rc;
+	int window = INT32_MAX;
+
+	sr_request_init(&req);
+	if ((rc = sr_request_from_json(body, &req, err))) {
+		sr_request_free(&req);
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (nd_index_settings(ixs[i])->max_result_window < window)
+			window = nd_index_settings(ixs[i])->max_result_window;
+	if (n && (uint64_t)req.from + req.size > (uint64_t)window) {
+		rc = cm_error_set(err, CM_EINVAL,
+		                  "Result window is too large, from + size must be less than or equal "
+		                  "to: [%d] but was [%llu]. See the scroll api for a more efficient way "
+		                  "to request large data sets. This limit can be set by changing the "
+		                  "[index.max_result_window] index level setting.",
+		                  window, (unsigned long long)req.from + req.size);
+		sr_request_free(&req);
+		return rc;
+	}
+	if (scroll_ms > 0 && req.from > 0) {
+		sr_request_free(&req);
+		return cm_error_set(err, CM_EVALIDATE,
+		                    "Validation Failed: 1: using [from] is not allowed in a scroll "
+		                    "context;");
+	}
+	t = nd_targets_open(ixs, n);
+	rc = nd_search(r->node, t, n, &req, out, err);
+	if (!rc && scroll_ms > 0) {
+		char id[64];
+		char *text = cJSON_PrintUnformatted(body);
+		nd_scroll_put(r->node, t, n, cm_strdup(CM_MEM_NODE, text), req.size, scroll_ms, id);
+		cJSON_free(text);
+		add_scroll_id(out, id);
+	} else {
+		nd_targets_close(t, n);
+	}
+	sr_request_free(&req);
+	return rc;
+}
+
+void
+co_h_search(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	bool bad;
+	cJSON *body = co_body_json(r, &bad);
+	const char *scroll = co_param_get(r, "scroll");
+	int64_t scroll_ms = 0;
+	cm_buf out;
+	cm_error err;
+
+	if (bad)
+		return;
+	if (body && !cJSON_IsObject(body)) {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EPARSE, NULL, "Unknown key for a VALUE in [body].");
+		return;
+	}
+	if (!body)
+		body = cJSON_CreateObject();
+	if (scroll && !parse_keep_alive(r, scroll, &scroll_ms)) {
+		cJSON_Delete(body);
+		return;
+	}
+	if (!fold_search_params(r, body, false)) {
+		cJSON_Delete(body);
+		return;
+	}
+	if (!co_resolve(r, search_index_expr(r), &ixs, &n)) {
+		cJSON_Delete(body);
+		return;
+	}
+	cm_buf_init(&out, MEM);
+	cm_error_clear(&err);
+	if (run_search(r, ixs, n, body, scroll_ms, &out, &err)) {
+		if (err.code == CM_EPARSE || err.code == CM_EVALIDATE || err.code == CM_EINVAL ||
+		    !n)
+			co_reply_error(r, &err, NULL);
+		else
+			reply_all_shards_failed(r, &err, ixs, n);
+	} else {
+		if (co_param_bool(r, "rest_total_hits_as_int", false))
+			total_as_int(&out);
+		co_reply_raw_json(r, 200, (const char *)out.data, out.len);
+	}
+	cm_buf_free(&out);
+	co_release_all(ixs, n);
+	cJSON_Delete(body);
+}
+
+void
+co_h_count(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	bool bad;
+	cJSON *body = co_body_json(r, &bad), *c, *qj;
+	sr_query *q = NULL;
+	cm_error err;
+	uint64_t count = 0;
+	int shards = 0;
+
+	if (bad)
+		return;
+	if (!body)
+		body = cJSON_CreateObject();
+	cJSON_ArrayForEach(c, body)
+	{
+		if (strcmp(c->string, "query")) {
+			co_reply_errorf(r, CM_EPARSE, NULL, "request does not support [%.60s]", c->string);
+			cJSON_Delete(body);
+			return;
+		}
+	}
+	if (!fold_search_params(r, body, true)) {
+		cJSON_Delete(body);
+		return;
+	}
+	static const char *const ignored[] = {"from", "size", "sort", "_source", "_source_includes",
+	                                      "_source_excludes", "track_total_hits", "scroll",
+	                                      "terminate_after", "timeout", "track_scores", "explain",
+	                                      "version", "seq_no_primary_term", "search_type",
+	                                      "preference", "request_cache", "routing", "typed_keys",
+	                                      "allow_no_indices", "expand_wildcards", "stats",
+	                                      "min_score", "analyze_wildcard", "lenient"};
+	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
+		co_param_get(r, ignored[i]);
+	cm_error_clear(&err);
+	qj = cJSON_GetObjectItemCaseSensitive(body, "query");
+	if (qj && sr_query_from_json(qj, &q, &err)) {
+		co_reply_error(r, &err, NULL);
+		cJSON_Delete(body);
+		return;
+	}
+	if (!co_resolve(r, search_index_expr(r), &ixs, &n)) {
+		sr_query_free(q);
+		cJSON_Delete(body);
+		return;
+	}
+	if (!q)
+		q = sr_query_new(SR_Q_MATCH_ALL);
+	nd_target *t = nd_targets_open(ixs, n);
+	for (size_t i = 0; i < n; i++)
+		shards += nd_index_nshards(ixs[i]);
+	if (nd_count(r->node, t, n, q, 0, &count, &err)) {
+		reply_all_shards_failed(r, &err, ixs, n);
+	} else {
+		cJSON *j = cJSON_CreateObject(), *s;
+		cJSON_AddNumberToObject(j, "count", (double)count);
+		s = cJSON_AddObjectToObject(j, "_shards");
+		cJSON_AddNumberToObject(s, "total", shards);
+		cJSON_AddNumberToObject(s, "successful", shards);
+		cJSON_AddNumberToObject(s, "skipped", 0);
+		cJSON_AddNumberToObject(s, "failed", 0);
+		co_reply_json(r, 200, j);
+	}
+	nd_targets_close(t, n);
+	co_release_all(ixs, n);
+	sr_query_free(q);
+	cJSON_Delete(body);
+}
+
+/* ---- _msearch ---- */
+
+void
+co_h_msearch(co_req *r)
+{
+	const char *dflt = search_index_expr(r);
+	const char *p = (const char *)r->body.data, *end = p + r->body.len;
+	cm_buf out, one;
+	uint64_t t0 = cm_now_ns();
+	int nsearch = 0, line = 0;
+	cJSON *header = NULL;
+
+	co_param_get(r, "max_concurrent_searches");
+	co_param_get(r, "rest_total_hits_as_int");
+	co_param_get(r, "search_type");
+	co_param_get(r, "typed_keys");
+	cm_buf_init(&out, MEM);
+	cm_buf_init(&one, MEM);
+	cm_buf_printf(&out, "{\"took\":%%TOOK%%,\"responses\":[");
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
+		const char *lp = p;
+		p = nl ? nl + 1 : end;
+		line++;
+		while (len && strchr(" \t\r", lp[len - 1]))
+			len--;
+		if (!header) {
+			if (len == 0)
+				continue;
+			header = cJSON_ParseWithLength(lp, len);
+			if (!cJSON_IsObject(header)) {
+				cJSON_Delete(header);
+				cm_buf_free(&out);
+				cm_buf_free(&one);
+				co_reply_errorf(r, CM_EINVAL, NULL,
+				                "Malformed action/metadata line [%d], expected START_OBJECT", line);
+				return;
+			}
+			continue;
+		}
+		if (++nsearch > MSEARCH_MAX) {
+			cJSON_Delete(header);
+			cm_buf_free(&out);
+			cm_buf_free(&one);
+			co_reply_errorf(r, CM_EINVAL, NULL, "too many searches in one _msearch (max %d)",
+			                MSEARCH_MAX);
+			return;
+		}
+		/* one search: its header names the indices */
+		cJSON *body = len ? cJSON_ParseWithLength(lp, len) : cJSON_CreateObject();
+		const cJSON *ixj = cJSON_GetObjectItemCaseSensitive(header, "index");
+		char expr[1024];
+		cm_error err;
+		nd_index **ixs = NULL;
+		size_t n = 0;
+
+		cm_error_clear(&err);
+		if (cJSON_IsString(ixj))
+			snprintf(expr, sizeof(expr), "%s", ixj->valuestring);
+		else if (cJSON_IsArray(ixj)) {
+			const cJSON *e;
+			expr[0] = 0;
+			cJSON_ArrayForEach(e, ixj)
+			if (cJSON_IsString(e)) {
+				size_t l = strlen(expr);
+				snprintf(expr + l, sizeof(expr) - l, "%s%s", l ? "," : "", e->valuestring);
+			}
+		} else
+			snprintf(expr, sizeof(expr), "%s", dflt);
+		if (nsearch > 1)
+			cm_buf_put_u8(&out, ',');
+		cm_buf_reset(&one);
+		if (!cJSON_IsObject(body)) {
+			cm_error_set(&err, CM_EPARSE, "malformed search body on line [%d]", line);
+		} else if (!nd_resolve(r->node, expr,
+		                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(header,
+		                                                                     "ignore_unavailable")),
+		                       &ixs, &n, &err)) {
+			run_search(r, ixs, n, body, 0, &one, &err);
+			co_release_all(ixs, n);
+		}
+		if (err.code) {
+			cJSON *e = co_error_doc(&err, err.code == CM_ENOINDEX ? expr : NULL);
+			char *s = cJSON_PrintUnformatted(e);
+			cm_buf_put(&out, s, strlen(s));
+			cJSON_free(s);
+			cJSON_Delete(e);
+		} else {
+			/* the search body with "status":200 appended */
+			if (one.len > 1) {
+				cm_buf_put(&out, one.data, one.len - 1);
+				cm_buf_printf(&out, ",\"status\":200}");
+			}
+		}
+		cJSON_Delete(body);
+		cJSON_Delete(header);
+		header = NULL;
+	}
+	cJSON_Delete(header);
+	if (nsearch == 0) {
+		cm_buf_free(&out);
+		cm_buf_free(&one);
+		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: no requests added;");
+		return;
+	}
+	cm_buf_put(&out, "]}", 2);
+	/* took is known only now */
+	cm_buf fin;
+	char took[32];
+	cm_buf_init(&fin, MEM);
+	snprintf(took, sizeof(took), "%llu", (unsigned long long)((cm_now_ns() - t0) / 1000000));
+	const char *mark = memmem(out.data, out.len, "%TOOK%", 6);
+	cm_buf_put(&fin, out.data, (size_t)(mark - (const char *)out.data));
+	cm_buf_put(&fin, took, strlen(took));
+	cm_buf_put(&fin, mark + 6, out.len - (size_t)(mark + 6 - (const char *)out.data));
+	co_reply_raw_json(r, 200, (const char *)fin.data, fin.len);
+	cm_buf_free(&fin);
+	cm_buf_free(&out);
+	cm_buf_free(&one);
+}
+
+/* ---- scroll ---- */
+
+void
+co_h_scroll(co_req *r)
+{
+	bool bad;
+	cJSON *body = co_body_json(r, &bad);
+	const char *id = co_seg(r, 2), *ka = co_param_get(r, "scroll");
+	int64_t ms = 0;
+	cm_buf out;
+	cm_error err;
+
+	if (bad)
+		return;
+	if (!id)
+		id = co_param_get(r, "scroll_id");
+	if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(body, "scroll_id")))
+		id = cJSON_GetObjectItemCaseSensitive(body, "scroll_id")->valuestring;
+	if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(body, "scroll")))
+		ka = cJSON_GetObjectItemCaseSensitive(body, "scroll")->valuestring;
+	if (!id || !*id) {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: scrollId is missing;");
+		return;
+	}
+	if (ka && !parse_keep_alive(r, ka, &ms)) {
+		cJSON_Delete(body);
+		return;
+	}
+	cm_buf_init(&out, MEM);
+	cm_error_clear(&err);
+	if (nd_scroll_next(r->node, id, ms, &out, &err)) {
+		co_reply_error(r, &err, NULL);
+	} else {
+		add_scroll_id(&out, id);
+		if (co_param_bool(r, "rest_total_hits_as_int", false))
+			total_as_int(&out);
+		co_reply_raw_json(r, 200, (const char *)out.data, out.len);
+	}
+	cm_buf_free(&out);
+	cJSON_Delete(body);
+}
+
+void
+co_h_scroll_clear(co_req *r)
+{
+	bool bad;
+	cJSON *body = co_body_json(r, &bad), *ids, *j;
+	const char *path_id = co_seg(r, 2);
+	size_t freed = 0, asked = 0;
+
+	if (bad)
+		return;
+	ids = cJSON_GetObjectItemCaseSensitive(body, "scroll_id");
+	if (path_id && strcmp(path_id, "_all") == 0) {
+		freed = nd_scroll_clear_all(r->node);
+		asked = freed;
+	} else if (path_id) {
+		char *copy = cm_strdup(MEM, path_id), *save = NULL, *tok;
+		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save), asked++)
+			freed += nd_scroll_clear(r->node, tok);
+		cm_free(MEM, copy);
+	} else if (cJSON_IsString(ids)) {
+		asked = 1;
+		freed = strcmp(ids->valuestring, "_all") == 0 ? (asked = nd_scroll_clear_all(r->node))
+		                                              : nd_scroll_clear(r->node, ids->valuestring);
+	} else if (cJSON_IsArray(ids)) {
+		const cJSON *e;
+		cJSON_ArrayForEach(e, ids)
+		if (cJSON_IsString(e)) {
+			asked++;
+			freed += nd_scroll_clear(r->node, e->valuestring);
+		}
+	} else {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: no scroll ids specified;");
+		return;
+	}
+	cJSON_Delete(body);
+	j = cJSON_CreateObject();
+	cJSON_AddBoolToObject(j, "succeeded", true);
+	cJSON_AddNumberToObject(j, "num_freed", (double)freed);
+	co_reply_json(r, freed == asked || freed ? 200 : 404, j);
+}
+
+/* ---- _delete_by_query ---- */
+
+#define DBQ_BATCH 1000
+
+/* Deletes the docs of one shard's snapshot that match q; counts them. */
+static cm_err
+dbq_shard(nd_index *ix, int shard, st_reader *rd, const sr_query *q, uint64_t *deleted,
+          uint64_t *batches, cm_error *err)
+{
+	uint32_t base = 0;
+	cm_err rc = CM_OK;
+	char **ids = cm_calloc(MEM, DBQ_BATCH, sizeof(char *));
+	size_t nids = 0;
+	st_op *ops = cm_calloc(MEM, DBQ_BATCH, sizeof(st_op));
+	st_op_result *res = cm_calloc(MEM, DBQ_BATCH, sizeof(st_op_result));
+	cm_buf idb, srcb;
+
+	cm_buf_init(&idb, MEM);
+	cm_buf_init(&srcb, MEM);
+	for (size_t si = 0; si < st_reader_nsegments(rd) && !rc; si++) {
+		st_segment *seg = st_reader_segment(rd, si);
+		uint32_t max = st_segment_max_doc(seg);
+		uint64_t *bits = cm_calloc(MEM, (max + 63) / 64 + 1, sizeof(uint64_t));
+		st_seg_txn *txn = NULL;
+		sr_seg_ctx ctx;
+
+		if ((rc = st_seg_txn_begin(seg, &txn))) {
+			cm_free(MEM, bits);
+			cm_error_set(err, rc, "cannot read a segment");
+			break;
+		}
+		memset(&ctx, 0, sizeof(ctx));
+		ctx.reader = rd;
+		ctx.seg_index = si;
+		ctx.txn = txn;
+		ctx.seg = seg;
+		ctx.live = st_reader_live(rd, si);
+		ctx.doc_base = base;
+		rc = sr_query_bitset(q, &ctx, bits, err);
+		for (uint32_t d = 0; !rc && d < max; d++) {
+			if (!(bits[d / 64] >> (d % 64) & 1))
+				continue;
+			cm_buf_reset(&idb);
+			cm_buf_reset(&srcb);
+			if (st_stored_get(txn, d, &idb, &srcb))
+				continue;
+			ids[nids++] = cm_strndup(MEM, (const char *)idb.data, idb.len);
+			if (nids == DBQ_BATCH) {
+				/* flush below, outside the read transaction's hot loop */
+				for (size_t k = 0; k < nids; k++) {
+					memset(&ops[k], 0, sizeof(st_op));
+					ops[k].type = ST_OP_DELETE;
+					ops[k].id = ids[k];
+					ops[k].id_len = strlen(ids[k]);
+					ops[k].seq_no = ST_NO_SEQ;
+					ops[k].if_seq_no = ST_NO_SEQ;
+				}
+				rc = nd_index_apply(ix, shard, ops, nids, res);
+				for (size_t k = 0; k < nids; k++) {
+					if (!rc && !res[k].err && res[k].result == ST_RESULT_DELETED)
+						(*deleted)++;
+					cm_free(MEM, ids[k]);
+				}
+				(*batches)++;
+				nids = 0;
+			}
+		}
+		st_seg_txn_end(txn);
+		cm_free(MEM, bits);
+		base += max;
+	}
+	if (!rc && nids) {
+		for (size_t k = 0; k < nids; k++) {
+			memset(&ops[k], 0, sizeof(st_op));
+			ops[k].type = ST_OP_DELETE;
+			ops[k].id = ids[k];
+			ops[k].id_len = strlen(ids[k]);
+			ops[k].seq_no = ST_NO_SEQ;
+			ops[k].if_seq_no = ST_NO_SEQ;
+		}
+		rc = nd_index_apply(ix, shard, ops, nids, res);
+		for (size_t k = 0; k < nids; k++)
+			if (!rc && !res[k].err && res[k].result == ST_RESULT_DELETED)
+				(*deleted)++;
+		(*batches)++;
+	}
+	for (size_t k = 0; k < nids; k++)
+		cm_free(MEM, ids[k]);
+	cm_buf_free(&idb);
+	cm_buf_free(&srcb);
+	cm_free(MEM, ids);
+	cm_free(MEM, ops);
+	cm_free(MEM, res);
+	return rc;
+}
+
+void
+co_h_delete_by_query(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	bool bad;
+	cJSON *body = co_body_json(r, &bad), *qj, *j;
+	sr_query *q = NULL;
+	cm_error err;
+	uint64_t deleted = 0, batches = 0, t0 = cm_now_ns();
+	co_write_opts w;
+
+	if (bad)
+		return;
+	cm_error_clear(&err);
+	if (co_write_opts_parse(NULL, NULL, NULL, NULL, NULL, co_param_get(r, "refresh"), &w, &err)) {
+		cJSON_Delete(body);
+		co_reply_error(r, &err, NULL);
+		return;
+	}
+	if (!body)
+		body = cJSON_CreateObject();
+	if (!fold_search_params(r, body, true)) {
+		cJSON_Delete(body);
+		return;
+	}
+	static const char *const ignored[] = {"conflicts", "wait_for_completion", "scroll_size",
+	                                      "slices", "requests_per_second", "max_docs", "timeout",
+	                                      "wait_for_active_shards", "scroll", "from", "size",
+	                                      "sort", "routing", "preference", "search_type"};
+	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
+		co_param_get(r, ignored[i]);
+	qj = cJSON_GetObjectItemCaseSensitive(body, "query");
+	if (!qj) {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EVALIDATE, NULL,
+		                "Validation Failed: 1: query is missing;");
+		return;
+	}
+	if (sr_query_from_json(qj, &q, &err)) {
+		cJSON_Delete(body);
+		co_reply_error(r, &err, NULL);
+		return;
+	}
+	if (!co_resolve(r, co_seg(r, 0), &ixs, &n)) {
+		sr_query_free(q);
+		cJSON_Delete(body);
+		return;
+	}
+	nd_target *t = nd_targets_open(ixs, n);
+	cm_err rc = CM_OK;
+	for (size_t i = 0; i < n && !rc; i++)
+		for (int s = 0; s < t[i].nshards && !rc; s++)
+			rc = dbq_shard(t[i].ix, s, t[i].readers[s], q, &deleted, &batches, &err);
+	nd_targets_close(t, n);
+	if (rc) {
+		co_reply_error(r, &err, NULL);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			co_refresh_after(ixs[i], w.refresh);
+		j = cJSON_CreateObject();
+		cJSON_AddNumberToObject(j, "took", (double)((cm_now_ns() - t0) / 1000000));
+		cJSON_AddBoolToObject(j, "timed_out", false);
+		cJSON_AddNumberToObject(j, "total", (double)deleted);
+		cJSON_AddNumberToObject(j, "deleted", (double)deleted);
+		cJSON_AddNumberToObject(j, "batches", (double)batches);
+		cJSON_AddNumberToObject(j, "version_conflicts", 0);
+		cJSON_AddNumberToObject(j, "noops", 0);
+		cJSON *rt = cJSON_AddObjectToObject(j, "retries");
+		cJSON_AddNumberToObject(rt, "bulk", 0);
+		cJSON_AddNumberToObject(rt, "search", 0);
+		cJSON_AddNumberToObject(j, "throttled_millis", 0);
+		cJSON_AddNumberToObject(j, "requests_per_second", -1.0);
+		cJSON_AddNumberToObject(j, "throttled_until_millis", 0);
+		cJSON_AddArrayToObject(j, "failures");
+		co_reply_json(r, 200, j);
+	}
+	co_release_all(ixs, n);
+	sr_query_free(q);
+	cJSON_Delete(body);
+}

@@ -1,0 +1,142 @@
+/* shoal: one node speaking the Elasticsearch REST dialect.
+ *   shoal --solo --data DIR [--http HOST:PORT] [--name NAME] [--log-level LEVEL] */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "../common/cm_log.h"
+#include "co.h"
+
+static void
+usage(FILE *f)
+{
+	fprintf(f, "usage: shoal --solo --data DIR [--http HOST:PORT] [--name NAME]\n"
+	           "             [--log-level debug|info|warn|error] [-E setting=value]\n"
+	           "  --solo       one node holding every shard of its indices (the only mode yet)\n"
+	           "  --data DIR   data directory (indices, metadata, lock file)\n"
+	           "  --http       HTTP address, default 127.0.0.1:9200\n"
+	           "  -E action.destructive_requires_name=false   allow DELETE /_all and /*\n"
+	           "  -E http.max_content_length=100mb            request body limit\n");
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *data = NULL, *http = "127.0.0.1:9200", *name = NULL, *level = "info";
+	bool solo = false, drn_false = false;
+	uint64_t max_content = 100ull << 20;
+	char host[64];
+	int port;
+	sigset_t sigs;
+	int sig;
+	nd_node_opts no = {0};
+	co_opts co = {0};
+	nd_node *node = NULL;
+	co_server *srv = NULL;
+	cm_error err;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (strcmp(a, "--solo") == 0)
+			solo = true;
+		else if (strcmp(a, "--data") == 0 && v)
+			data = argv[++i];
+		else if (strcmp(a, "--http") == 0 && v)
+			http = argv[++i];
+		else if (strcmp(a, "--name") == 0 && v)
+			name = argv[++i];
+		else if (strcmp(a, "--log-level") == 0 && v)
+			level = argv[++i];
+		else if (strcmp(a, "-E") == 0 && v) {
+			/* Elasticsearch-style settings */
+			const char *kv = argv[++i];
+			if (strcmp(kv, "action.destructive_requires_name=false") == 0)
+				drn_false = true;
+			else if (strcmp(kv, "action.destructive_requires_name=true") == 0)
+				drn_false = false;
+			else if (strncmp(kv, "http.max_content_length=", 24) == 0) {
+				char *end;
+				double n = strtod(kv + 24, &end);
+				double mul = strcasecmp(end, "kb") == 0   ? 1024.0
+				             : strcasecmp(end, "mb") == 0 ? 1048576.0
+				             : strcasecmp(end, "gb") == 0 ? 1073741824.0
+				             : strcasecmp(end, "b") == 0 || !*end ? 1.0
+				                                                  : -1.0;
+				if (n <= 0 || mul < 0) {
+					fprintf(stderr, "shoal: bad value in -E %s\n", kv);
+					return 2;
+				}
+				max_content = (uint64_t)(n * mul);
+			} else {
+				fprintf(stderr, "shoal: unknown setting -E %s\n", kv);
+				return 2;
+			}
+		}
+		else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			usage(stdout);
+			return 0;
+		} else {
+			fprintf(stderr, "shoal: unknown or incomplete option %s\n", a);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!solo || !data) {
+		fprintf(stderr, "shoal: %s is required\n", !solo ? "--solo" : "--data DIR");
+		usage(stderr);
+		return 2;
+	}
+	const char *colon = strrchr(http, ':');
+	if (!colon || (size_t)(colon - http) >= sizeof(host) || (port = atoi(colon + 1)) <= 0 ||
+	    port > 65535) {
+		fprintf(stderr, "shoal: --http wants HOST:PORT, got %s\n", http);
+		return 2;
+	}
+	memcpy(host, http, (size_t)(colon - http));
+	host[colon - http] = 0;
+	if (strcmp(host, "localhost") == 0)
+		strcpy(host, "127.0.0.1");
+	cm_log_set_level(strcmp(level, "debug") == 0  ? CM_LOG_DEBUG
+	                 : strcmp(level, "warn") == 0  ? CM_LOG_WARN
+	                 : strcmp(level, "error") == 0 ? CM_LOG_ERROR
+	                                               : CM_LOG_INFO);
+
+	/* Signals are taken synchronously by the main thread, so every worker
+	 * thread created below inherits the mask. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	cm_error_clear(&err);
+	no.data_dir = data;
+	no.name = name;
+	no.destructive_requires_name = true;
+	no.destructive_requires_name = !drn_false;
+	if (nd_node_open(&no, &node, &err)) {
+		fprintf(stderr, "shoal: %s\n", err.reason[0] ? err.reason : cm_err_msg(err.code));
+		return 1;
+	}
+	co.host = host;
+	co.port = port;
+	co.max_content_length = max_content;
+	if (co_server_start(node, &co, &srv, &err)) {
+		fprintf(stderr, "shoal: %s\n", err.reason);
+		nd_node_close(node);
+		return 1;
+	}
+	cm_info("main", "node [%s] serving http://%s:%d data %s", nd_node_name(node), host, port,
+	        data);
+	sigwait(&sigs, &sig);
+	cm_info("main", "%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	co_server_stop(srv);
+	nd_node_close(node);
+	cm_info("main", "stopped");
+	return 0;
+}
