@@ -32,6 +32,7 @@
 #define COMMIT_FORMAT 1
 #define MERGE_FLOOR_BYTES (2 * MB) /* segments below this share the lowest tier */
 #define NO_DOC UINT32_MAX
+#define LOG_TRIM_OPS 262144 /* a refresh trims the log once this many committed ops pile up */
 
 /* ---- refcounted pieces a reader shares with the writer ---- */
 
@@ -131,7 +132,7 @@ struct st_shard {
 	bool merge_thread_started, closing, merge_wanted;
 	int merges_running, force_merging;
 
-	atomic_uint_fast64_t n_refresh, n_merge, n_flush;
+	atomic_uint_fast64_t n_refresh, n_merge, n_flush, n_syncs;
 	cm_buf scratch;
 };
 
@@ -667,6 +668,7 @@ sync_wait(st_shard *s, uint64_t ticket)
 		uint64_t target = atomic_load(&s->commit_ticket);
 		pthread_mutex_unlock(&s->sync_mu);
 		int rc = mdb_env_sync(s->env, 1);
+		atomic_fetch_add(&s->n_syncs, 1);
 		pthread_mutex_lock(&s->sync_mu);
 		s->syncing = false;
 		if (rc == 0 && s->synced_ticket < target)
@@ -1058,6 +1060,12 @@ apply_batch(st_shard *s, const st_op *ops, batch *b, size_t n, st_op_result *res
 
 static cm_err refresh_locked(st_shard *s);
 
+static size_t
+budget_bytes(const st_shard *s)
+{
+	return (s->opts.indexing_max_ram_mb ? s->opts.indexing_max_ram_mb : 64) * MB;
+}
+
 /* The body of st_shard_apply; `replay` applies log records on open (no
  * logging, no sync). */
 static cm_err
@@ -1158,8 +1166,7 @@ apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool repla
 		if (next_seq > s->max_seq)
 			s->max_seq = next_seq;
 	}
-	bool over = err == CM_OK && !replay &&
-	            buffer_ram(s) > (s->opts.indexing_max_ram_mb ? s->opts.indexing_max_ram_mb : 64) * MB;
+	bool over = err == CM_OK && !replay && buffer_ram(s) > budget_bytes(s);
 	pthread_mutex_unlock(&s->wmu);
 
 	for (size_t i = 0; i < n; i++)
@@ -1185,7 +1192,11 @@ apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool repla
 		}
 	}
 	if (over) {
-		cm_err e = st_shard_refresh(s);
+		/* Re-check under the lock: concurrent callers over the budget
+		 * at once make one segment, not several tiny ones. */
+		pthread_mutex_lock(&s->wmu);
+		cm_err e = buffer_ram(s) > budget_bytes(s) ? refresh_locked(s) : CM_OK;
+		pthread_mutex_unlock(&s->wmu);
 		if (e)
 			cm_warn("storage", "shard %s: refresh over the memory budget failed: %s", s->dir,
 			            cm_err_msg(e));
@@ -1330,7 +1341,19 @@ refresh_locked(st_shard *s)
 	st_mapping *m = mapping_get(s);
 	s->cp.mapping_version = m->version;
 	mapping_put(s, m);
-	cm_err e = commit_write(s, list, n, -1);
+	/* Keep the log bounded without waiting for an explicit flush (like
+	 * Elasticsearch's translog flush threshold), minus what the retention
+	 * marker holds back. */
+	int64_t trim = -1, upto = s->cp.committed_seq < s->retain_above ? s->cp.committed_seq
+	                                                                 : s->retain_above;
+	if (upto - s->cp.oplog_trimmed > LOG_TRIM_OPS)
+		trim = upto;
+	int64_t saved_trim = s->cp.oplog_trimmed;
+	if (trim >= 0)
+		s->cp.oplog_trimmed = trim;
+	cm_err e = commit_write(s, list, n, trim);
+	if (e)
+		s->cp.oplog_trimmed = saved_trim;
 	if (e) {
 		s->cp = saved;
 		cm_free(CM_MEM_STORAGE, list);
@@ -1995,6 +2018,7 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 	atomic_init(&s->n_refresh, 0);
 	atomic_init(&s->n_merge, 0);
 	atomic_init(&s->n_flush, 0);
+	atomic_init(&s->n_syncs, 0);
 	buffer_reset(s);
 
 	if ((e = open_env(s, err)) != CM_OK)
@@ -2100,6 +2124,8 @@ st_shard_stats_get(st_shard *s, st_shard_stats *out)
 	out->refreshes = atomic_load(&s->n_refresh);
 	out->merges = atomic_load(&s->n_merge);
 	out->flushes = atomic_load(&s->n_flush);
+	out->log_batches = atomic_load(&s->commit_ticket);
+	out->log_syncs = atomic_load(&s->n_syncs);
 }
 
 cm_err

@@ -4,6 +4,7 @@
  * operation log. */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -517,7 +518,7 @@ conditions(const char *dir, st_mapping *map)
 
 	/* Only the live segment files remain once old readers are gone. */
 	int segfiles = 0;
-	char cmd[600];
+	char cmd[700];
 	snprintf(cmd, sizeof(cmd), "ls %s | grep -c '^seg-'", dir);
 	FILE *p = popen(cmd, "r");
 	if (p) {
@@ -683,6 +684,147 @@ replication(const char *dir_a, const char *dir_b, st_mapping *map)
 	free(res);
 }
 
+
+/* ---- concurrency: writers, a refresher and searchers at once ---- */
+
+#define CW 4
+#define CW_OPS 600
+
+typedef struct cw_arg {
+	st_shard *s;
+	int w;
+	uint64_t *seqs; /* CW_OPS per writer */
+	char last[16][SRC_MAX];
+	bool exists[16];
+	bool stop;
+} cw_arg;
+
+static void *
+cw_writer(void *p)
+{
+	cw_arg *a = p;
+	uint64_t x = 0x1234567ull * (uint64_t)(a->w + 1);
+	for (int i = 0; i < CW_OPS; i += 6) {
+		st_op ops[6];
+		st_op_result res[6];
+		char ids[6][16], srcs[6][SRC_MAX];
+		for (int j = 0; j < 6; j++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			int k = (int)((x >> 33) % 16);
+			snprintf(ids[j], sizeof(ids[j]), "w%d-%d", a->w, k);
+			bool del = ((x >> 20) & 7) == 0;
+			snprintf(srcs[j], SRC_MAX, "{\"k\":\"w%d\",\"n\":%d}", a->w, i + j);
+			ops[j] = (st_op){.type = del ? ST_OP_DELETE : ST_OP_INDEX, .id = ids[j],
+			                 .id_len = strlen(ids[j]), .source = del ? NULL : srcs[j],
+			                 .source_len = del ? 0 : strlen(srcs[j]), .seq_no = ST_NO_SEQ,
+			                 .if_seq_no = ST_NO_SEQ};
+			a->exists[k] = !del;
+			if (!del)
+				memcpy(a->last[k], srcs[j], SRC_MAX);
+		}
+		if (st_shard_apply(a->s, ops, 6, res) != CM_OK)
+			return (void *)1;
+		for (int j = 0; j < 6; j++) {
+			if (res[j].err)
+				return (void *)2;
+			a->seqs[i + j] = res[j].seq_no;
+		}
+	}
+	return NULL;
+}
+
+static void *
+cw_refresher(void *p)
+{
+	cw_arg *a = p;
+	int n = 0;
+	while (!__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE)) {
+		st_shard_refresh(a->s);
+		st_reader *r = st_shard_reader(a->s);
+		uint64_t docs = 0;
+		for (size_t i = 0; i < st_reader_nsegments(r); i++)
+			docs += st_reader_live_count(r, i);
+		if (docs != st_reader_doc_count(r))
+			return (void *)1;
+		st_reader_release(r);
+		if (++n % 8 == 0)
+			st_shard_force_merge(a->s, 2);
+		usleep(2000);
+	}
+	return NULL;
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void
+concurrency(const char *dir, st_mapping *map, cm_pool *pool)
+{
+	st_shard *s = open_shard(dir, map, pool);
+	cw_arg *args = calloc(CW + 1, sizeof(*args));
+	uint64_t *seqs = calloc(CW * CW_OPS, sizeof(*seqs));
+	pthread_t th[CW + 1];
+	for (int w = 0; w <= CW; w++) {
+		args[w].s = s;
+		args[w].w = w;
+		args[w].seqs = seqs + (size_t)w * CW_OPS;
+	}
+	pthread_create(&th[CW], NULL, cw_refresher, &args[CW]);
+	for (int w = 0; w < CW; w++)
+		pthread_create(&th[w], NULL, cw_writer, &args[w]);
+	for (int w = 0; w < CW; w++) {
+		void *rv;
+		pthread_join(th[w], &rv);
+		CHECK(rv == NULL);
+	}
+	__atomic_store_n(&args[CW].stop, true, __ATOMIC_RELEASE);
+	void *rv;
+	pthread_join(th[CW], &rv);
+	CHECK(rv == NULL);
+	/* seq_nos: unique and contiguous from 0 */
+	qsort(seqs, CW * CW_OPS, sizeof(*seqs), cmp_u64);
+	bool contiguous = true;
+	for (size_t i = 0; i < CW * CW_OPS; i++)
+		contiguous &= seqs[i] == i;
+	CHECK(contiguous);
+	st_shard_stats st;
+	st_shard_stats_get(s, &st);
+	CHECK(st.log_batches == CW * CW_OPS / 6);
+	CHECK(st.log_syncs <= st.log_batches);
+	printf("concurrency: %d writers, %" PRIu64 " log batches shared %" PRIu64
+	       " syncs, %" PRIu64 " refreshes, %" PRIu64 " merges\n",
+	       CW, st.log_batches, st.log_syncs, st.refreshes, st.merges);
+	for (int round = 0; round < 2; round++) {
+		cm_buf src;
+		cm_buf_init(&src, CM_MEM_STORAGE);
+		for (int w = 0; w < CW; w++) {
+			for (int k = 0; k < 16; k++) {
+				char id[16];
+				snprintf(id, sizeof(id), "w%d-%d", w, k);
+				cm_buf_reset(&src);
+				cm_err e = st_shard_get(s, id, strlen(id), NULL, &src);
+				if (!args[w].exists[k]) {
+					CHECKF(e == CM_ENOTFOUND, "%s should be gone", id);
+					continue;
+				}
+				CHECKF(e == CM_OK && src.len == strlen(args[w].last[k]) &&
+				           memcmp(src.data, args[w].last[k], src.len) == 0,
+				       "%s: %s", id, cm_err_name(e));
+			}
+		}
+		cm_buf_free(&src);
+		st_shard_close(s);
+		s = open_shard(dir, map, pool);
+	}
+	st_shard_close(s);
+	free(args);
+	free(seqs);
+}
+
 /* ---- merge policy ---- */
 
 static void
@@ -708,17 +850,19 @@ main(void)
 {
 	char base[] = "/tmp/shard_test.XXXXXX";
 	REQUIRE(mkdtemp(base) != NULL);
-	char d1[600], d2[600], d3[600], d4[600];
+	char d1[600], d2[600], d3[600], d4[600], d5[600];
 	snprintf(d1, sizeof(d1), "%s/random", base);
 	snprintf(d2, sizeof(d2), "%s/cond", base);
 	snprintf(d3, sizeof(d3), "%s/primary", base);
 	snprintf(d4, sizeof(d4), "%s/replica", base);
+	snprintf(d5, sizeof(d5), "%s/concurrent", base);
 	st_mapping *map = test_mapping();
 	cm_pool *pool = cm_pool_create(2, "merge");
 	policy();
 	conditions(d2, map);
 	replication(d3, d4, map);
-	random_run(d1, map, pool, 1500);
+	random_run(d1, map, pool, 1000);
+	concurrency(d5, map, pool);
 	cm_pool_destroy(pool);
 	st_mapping_unref(map);
 	cm_rm_rf(base);

@@ -118,6 +118,7 @@ typedef struct st_shard_stats {
 	uint64_t max_seq_no, local_checkpoint, committed_seq_no;
 	uint64_t primary_term;
 	uint64_t refreshes, merges, flushes;
+	uint64_t log_batches, log_syncs; /* group commit: syncs shared by batches */
 } st_shard_stats;
 void st_shard_stats_get(st_shard *s, st_shard_stats *out);
 

@@ -283,6 +283,8 @@ cmd_index(int argc, char **argv)
 	printf("index_bytes: %" PRId64 "\n", cm_dir_bytes(a.out));
 	printf("segments: %" PRIu64 "\n", st.segments);
 	printf("live_docs: %" PRIu64 "\n", st.docs);
+	printf("refreshes: %" PRIu64 "\n", st.refreshes);
+	printf("merges: %" PRIu64 "\n", st.merges);
 	return fd.failed ? 3 : 0;
 }
 
