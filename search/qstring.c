@@ -525,6 +525,11 @@ lex(const qp *p, size_t i, tok *t)
 			t->type = TK_OR;
 		else if (!strcmp(t->text, "NOT"))
 			t->type = TK_NOT;
+		if (t->type != TK_TERM) {
+			cm_free(T, t->text);
+			cm_free(T, t->pattern);
+			t->text = t->pattern = NULL;
+		}
 	}
 }
 

@@ -514,8 +514,9 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 			                    "search_after has %zu value(s) but sort has %zu.",
 			                    r->nsearch_after, want);
 		if (r->from > 0)
-			return cm_error_set(err, CM_EINVAL,
-			                    "`from` parameter must be set to 0 when `search_after` is used.");
+			return cm_error_set(err, CM_EVALIDATE,
+			                    "Validation Failed: 1: `from` parameter must be set to 0 when "
+			                    "`search_after` is used.;");
 	}
 	return CM_OK;
 }
