@@ -2035,11 +2035,13 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 	if (s->log_last > s->max_seq)
 		s->max_seq = s->log_last;
 	if (s->opts.background_merges) {
-		if (pthread_create(&s->merge_thread, NULL, merge_main, s) == 0)
-			s->merge_thread_started = true;
-		pthread_setname_np(s->merge_thread, "shard-merge");
 		/* Segments left from before may already warrant a merge. */
 		s->merge_wanted = true;
+		s->merge_thread_started = true;
+		if (pthread_create(&s->merge_thread, NULL, merge_main, s) == 0)
+			pthread_setname_np(s->merge_thread, "shard-merge");
+		else
+			s->merge_thread_started = false;
 	}
 	*out = s;
 	return CM_OK;
