@@ -137,7 +137,7 @@ void st_doc_free(st_doc *d);
 /* Dates: ISO-8601 forms (2024-01-31, 2024-01-31T10:00:00Z, with fraction
  * and offsets) and epoch millis. `format` may be NULL for the default
  * "strict_date_optional_time||epoch_millis"; supported names are listed in
- * docs/api.md. Returns false when the value does not parse. */
+ * docs/mapping.md. Returns false when the value does not parse. */
 bool st_date_parse(const char *s, size_t n, const char *format, int64_t *epoch_ms);
 /* True when every "||" alternative of `format` is a supported named
  * format or Java-style pattern (NULL = the default, valid). */
