@@ -1,0 +1,262 @@
+/* Private to search/: the compiled query (a shard-level plan, Lucene's
+ * Weight) and the per-segment iterators it builds (Lucene's Scorer), with
+ * one ops table. Every iterator has a bulk path, `fill`, which writes the
+ * matches of a window of docs into a bitset (and adds scores into a float
+ * array); the executor drives windows and checks the deadline once per
+ * window, so no wrapper ever hides the bulk path. */
+#ifndef SR_EXEC_H
+#define SR_EXEC_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sr.h"
+
+#define SR_WIN 4096 /* docs per window == docs per column block */
+#define SR_WIN_WORDS (SR_WIN / 64)
+#define SR_MAX_CLAUSES 4096     /* indices.query.bool.max_clause_count (ES 7: 1024; generous) */
+#define SR_MAX_DET_STATES 10000 /* Lucene's default max determinized states */
+
+/* ---- shard-level field statistics (BM25) ---- */
+
+typedef struct sr_fstat {
+	char *name;
+	st_field_type type;
+	st_analyzer_kind analyzer;
+	uint8_t flags;          /* union of ST_FI_* over segments */
+	uint64_t doc_count;     /* summed over segments, deleted docs included (as Lucene) */
+	uint64_t sum_ttf;
+	float avgdl;
+	float cache[256];       /* 1 / (k1 * (1 - b + b * len / avgdl)) per norm byte */
+} sr_fstat;
+
+/* score = weight - weight / (1 + freq * cache[norm]) (Lucene 8 BM25Scorer) */
+static inline float
+sr_bm25(float weight, const float *cache, float freq, uint8_t norm)
+{
+	return weight - weight / (1.0f + freq * cache[norm]);
+}
+float sr_idf(uint64_t df, uint64_t doc_count);
+void sr_fstat_init_cache(sr_fstat *fs);
+
+/* ---- automata (multiterm.c) ---- */
+
+typedef struct sr_dfa sr_dfa;
+/* Compiles a Lucene regexp (subset: . * + ? | () [] [^] {n} {n,} {n,m}
+ * escapes "quoted") into a DFA over code points. CM_ELIMIT when more
+ * than max_states DFA states would be needed. */
+cm_err sr_dfa_regexp(const char *re, bool case_insensitive, int max_states, sr_dfa **out,
+                     cm_error *err);
+/* Wildcard: * any string, ? any one char, \ escapes. */
+cm_err sr_dfa_wildcard(const char *pat, bool case_insensitive, sr_dfa **out, cm_error *err);
+bool sr_dfa_match(const sr_dfa *d, const uint8_t *s, size_t n);
+/* The literal prefix every match starts with (for seeking the terms dict). */
+const char *sr_dfa_prefix(const sr_dfa *d, size_t *len);
+void sr_dfa_free(sr_dfa *d);
+
+/* Damerau (optimal string alignment) edit distance on code points, or
+ * max+1 if it exceeds max. */
+int sr_edit_distance(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen, int max,
+                     bool transpositions);
+size_t sr_utf8_len(const uint8_t *s, size_t n); /* code points */
+
+/* ---- the plan ---- */
+
+typedef enum {
+	P_ALL,
+	P_NONE,
+	P_TERM,      /* scored term over postings */
+	P_COLUMN,    /* numeric/date/boolean column: range [lo,hi] or value set */
+	P_TERMSET,   /* constant-score set of terms (terms query) */
+	P_TERMRANGE, /* keyword/text range over the terms dict */
+	P_MULTI,     /* prefix / wildcard / regexp / case-insensitive term over the terms dict */
+	P_IDS,
+	P_EXISTS,
+	P_BOOL,
+	P_DISMAX,
+	P_CONST,
+	P_BOOSTING,
+	P_PHRASE,
+} sr_pkind;
+
+enum { OCC_MUST, OCC_SHOULD, OCC_MUST_NOT, OCC_FILTER };
+
+typedef struct sr_bytes {
+	uint8_t *p;
+	size_t n;
+} sr_bytes;
+
+typedef struct sr_plan sr_plan;
+struct sr_plan {
+	sr_pkind kind;
+	bool scoring;
+	float boost;          /* constant score / multiplier already folded in */
+	const sr_fstat *fs;   /* field (NULL for ALL/NONE/IDS/composites) */
+	/* P_TERM */
+	sr_bytes term;
+	float weight;         /* boost * idf */
+	/* P_COLUMN */
+	int64_t lo, hi;       /* inclusive, in column space */
+	int64_t *set;         /* sorted value set, NULL for a range */
+	size_t nset;
+	/* P_TERMSET / P_IDS / P_TERMRANGE (terms[0], terms[1]; p NULL = open) */
+	sr_bytes *terms;
+	size_t nterms;
+	bool lo_incl, hi_incl;
+	/* P_MULTI */
+	sr_dfa *dfa;          /* NULL: prefix = terms[0] */
+	/* P_EXISTS: fields */
+	const sr_fstat **fields;
+	size_t nfields;
+	/* composites */
+	sr_plan **kids;
+	uint8_t *occur;       /* P_BOOL */
+	size_t nkids;
+	int msm;              /* P_BOOL: minimum should match (already resolved) */
+	float tie;            /* P_DISMAX */
+	float neg_boost;      /* P_BOOSTING: kids[0] positive, kids[1] negative */
+	/* P_PHRASE: npos positions, each kids-free list of alternatives */
+	uint32_t npos;
+	uint32_t *pos_offset; /* relative position of each */
+	sr_bytes **pos_terms;
+	size_t *pos_nterms;
+	int slop;
+};
+
+typedef struct sr_exec {
+	st_reader *reader;
+	size_t nseg;
+	sr_seg_ctx *segs;
+	sr_fstat *fstats;
+	size_t nfstats;
+	uint64_t deadline_ns;
+	bool timed_out;
+	cm_error *err;
+	cm_error own_err; /* when the caller passed none */
+} sr_exec;
+
+/* Opens a txn per segment and gathers field statistics. */
+cm_err sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err);
+void sr_exec_close(sr_exec *x);
+const sr_fstat *sr_exec_field(const sr_exec *x, const char *name);
+/* Compiles q (NULL = match_all). scoring: whether scores are wanted. */
+cm_err sr_plan_compile(sr_exec *x, const sr_query *q, bool scoring, sr_plan **out);
+void sr_plan_free(sr_plan *p);
+static inline bool
+sr_deadline_passed(sr_exec *x)
+{
+	if (x->deadline_ns && cm_now_ns() > x->deadline_ns)
+		x->timed_out = true;
+	return x->timed_out;
+}
+
+/* ---- per-segment iterators ---- */
+
+typedef struct sr_it sr_it;
+typedef struct sr_it_ops {
+	/* Doc-at-a-time: next doc, or first doc >= target (a no-op when the
+	 * iterator is already there). ST_NO_MORE_DOCS at the end. */
+	uint32_t (*next)(sr_it *it);
+	uint32_t (*advance)(sr_it *it, uint32_t target);
+	float (*score)(sr_it *it); /* at the current doc */
+	/* Bulk: for each match d in [lo, hi), set bit d-lo of bits and, with
+	 * scores, store (first setter) or add its score at scores[d-lo]. Docs
+	 * whose score cannot reach min_score may be left out (block-max
+	 * skipping); pass -INFINITY to get them all. Leaves doc >= hi. */
+	void (*fill)(sr_it *it, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores,
+	             float min_score);
+	/* An upper bound of the score of docs in [lo, hi). */
+	float (*upper)(sr_it *it, uint32_t lo, uint32_t hi);
+	void (*destroy)(sr_it *it);
+} sr_it_ops;
+
+struct sr_it {
+	const sr_it_ops *ops;
+	uint32_t doc; /* iterators are positioned on their first doc when built */
+	uint64_t cost;
+	bool scoring;
+};
+
+/* Builds the iterator tree of plan p for segment si. NULL on error (set in
+ * x->err) or timeout; an empty segment gets a P_NONE iterator. */
+cm_err sr_it_build(sr_exec *x, size_t si, const sr_plan *p, sr_it **out);
+static inline void
+sr_it_free(sr_it *it)
+{
+	if (it)
+		it->ops->destroy(it);
+}
+/* Generic fill through next() for iterators without a bulk path. */
+void sr_it_fill_generic(sr_it *it, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores,
+                        float min_score);
+float sr_it_upper_inf(sr_it *it, uint32_t lo, uint32_t hi);
+
+/* Receives each window's matches (deletes applied) of segment si; may
+ * raise *min_score (the score a doc needs to be competitive). */
+typedef cm_err (*sr_window_fn)(void *self, size_t si, uint32_t lo, uint32_t hi,
+                               const uint64_t *bits, const float *scores, float *min_score);
+/* Drives `it` over segment si window by window (SR_WIN docs), checking the
+ * deadline once per window. */
+cm_err sr_run_windows(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn fn,
+                      void *self);
+
+static inline void
+sr_win_put(uint64_t *bits, float *scores, uint32_t i, float s)
+{
+	uint64_t m = (uint64_t)1 << (i & 63);
+	if (scores) {
+		if (bits[i >> 6] & m)
+			scores[i] += s;
+		else
+			scores[i] = s;
+	}
+	bits[i >> 6] |= m;
+}
+
+/* ---- sorting (sort.c) ---- */
+
+typedef struct sr_sortval {
+	bool missing;
+	int64_t l;        /* long/date/boolean, doubles in sortable form, _doc */
+	float f;          /* _score */
+	const uint8_t *s; /* keyword bytes (valid while the segment txns are open) */
+	size_t n;
+} sr_sortval;
+
+typedef struct sr_sort_field {
+	sr_sort_kind kind;
+	bool desc, missing_first;
+	sr_sort_mode mode;
+	const sr_fstat *fs;     /* NULL: unknown field (all missing) */
+	bool is_double, is_keyword;
+} sr_sort_field;
+
+typedef struct sr_sorter {
+	sr_sort_field *keys;
+	size_t nkeys;
+	sr_sortval *after; /* search_after, NULL if none */
+	/* per-segment state */
+	const st_field_info **fi;
+	st_colblock *cb;
+} sr_sorter;
+
+cm_err sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err);
+void sr_sorter_free(sr_sorter *s);
+cm_err sr_sorter_segment(sr_sorter *s, sr_exec *x, size_t si);
+/* Fills vals (nkeys) for doc of the current segment. */
+cm_err sr_sorter_values(sr_sorter *s, sr_exec *x, size_t si, uint32_t doc, uint32_t gdoc,
+                        float score, sr_sortval *vals);
+/* <0 when a sorts before b. */
+int sr_sorter_cmp(const sr_sorter *s, const sr_sortval *a, const sr_sortval *b);
+void sr_sorter_export(const sr_sorter *s, const sr_sortval *v, sr_sort_value *out);
+
+/* ---- top-k (topk.c) ---- */
+
+typedef struct sr_topk_entry {
+	float score;
+	uint32_t gdoc, seg, doc;
+	sr_sortval *vals; /* nkeys, field sort only */
+} sr_topk_entry;
+
+#endif

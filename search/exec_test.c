@@ -1,0 +1,431 @@
+/* Query execution on a small hand-built shard (two segments, a delete):
+ * every query type's hit set, sorting, search_after, BM25 statistics,
+ * counts, bitsets, and the regexp/wildcard/fuzzy building blocks. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "common/cm_sys.h"
+#include "search/exec.h"
+#include "search/sr.h"
+#include "storage/st_shard.h"
+
+static st_shard *shard;
+static st_reader *reader;
+
+static const char *docs[] = {
+    /* 1 */ "{\"title\":\"The quick brown fox\",\"tag\":\"a\",\"n\":5,\"price\":1.5,"
+            "\"d\":\"2020-01-01\",\"b\":true}",
+    /* 2 */ "{\"title\":\"quick brown dogs jump\",\"tag\":\"b\",\"n\":10,\"price\":2.5,"
+            "\"d\":\"2020-02-15T10:00:00Z\",\"b\":false}",
+    /* 3 */ "{\"title\":\"lazy dog sleeps\",\"tag\":[\"a\",\"c\"],\"n\":[1,20],\"d\":\"2021-06-01\"}",
+    /* 4 */ "{\"title\":\"the fox and the dog\",\"tag\":\"c\",\"n\":-3,\"price\":-0.5}",
+    /* 5 */ "{\"title\":\"brown brown brown\",\"tag\":\"d\"}",
+    /* 6 */ "{\"title\":\"fuzzy foxes\",\"n\":7}",
+    /* 7 */ "{\"title\":\"deleted quick fox\",\"tag\":\"a\",\"n\":6}",
+};
+
+static void
+apply(const char *id, const char *src, bool del)
+{
+	st_op op = {0};
+	op.type = del ? ST_OP_DELETE : ST_OP_INDEX;
+	op.id = id;
+	op.id_len = strlen(id);
+	op.source = src;
+	op.source_len = src ? strlen(src) : 0;
+	op.seq_no = ST_NO_SEQ;
+	op.if_seq_no = ST_NO_SEQ;
+	st_op_result res;
+	REQUIRE(st_shard_apply(shard, &op, 1, &res) == CM_OK);
+	CHECKF(res.err == CM_OK, "apply %s: %s", id, res.reason);
+}
+
+static void
+setup(const char *dir)
+{
+	const char *mj = "{\"properties\":{\"title\":{\"type\":\"text\"},\"tag\":{\"type\":\"keyword\"},"
+	                 "\"n\":{\"type\":\"long\"},\"price\":{\"type\":\"double\"},"
+	                 "\"d\":{\"type\":\"date\"},\"b\":{\"type\":\"boolean\"}}}";
+	cJSON *j = cJSON_Parse(mj);
+	st_mapping *m = NULL;
+	cm_error err = {0};
+	REQUIRE(st_mapping_from_json(j, &m, &err) == CM_OK);
+	cJSON_Delete(j);
+	st_shard_opts o;
+	st_shard_opts_default(&o);
+	o.background_merges = false;
+	cm_rm_rf(dir);
+	REQUIRE(st_shard_open(dir, m, &o, &shard, &err) == CM_OK);
+	st_mapping_unref(m);
+	char id[8];
+	for (int i = 0; i < 4; i++) {
+		snprintf(id, sizeof id, "%d", i + 1);
+		apply(id, docs[i], false);
+	}
+	REQUIRE(st_shard_refresh(shard) == CM_OK);
+	for (int i = 4; i < 7; i++) {
+		snprintf(id, sizeof id, "%d", i + 1);
+		apply(id, docs[i], false);
+	}
+	REQUIRE(st_shard_refresh(shard) == CM_OK);
+	apply("7", NULL, true);
+	REQUIRE(st_shard_refresh(shard) == CM_OK);
+	reader = st_shard_reader(shard);
+}
+
+static cm_err
+search(const char *body, sr_request *req, sr_shard_result *res, cm_error *err)
+{
+	cJSON *j = cJSON_Parse(body);
+	REQUIRE(j != NULL);
+	sr_request_init(req);
+	cm_err rc = sr_request_from_json(j, req, err);
+	cJSON_Delete(j);
+	if (rc)
+		return rc;
+	return sr_search_shard(reader, 0, req, res, err);
+}
+
+/* Checks the hit ids in order ("1,4") or as a set when sorted is false. */
+static void
+expect_ids(const char *body, const char *want, bool ordered)
+{
+	sr_request req;
+	sr_shard_result res;
+	cm_error err = {0};
+	cm_err rc = search(body, &req, &res, &err);
+	CHECKF(rc == CM_OK, "%s: %s", body, err.reason);
+	if (rc) {
+		sr_request_free(&req);
+		return;
+	}
+	char got[256] = "";
+	if (ordered) {
+		for (size_t i = 0; i < res.nhits; i++) {
+			strcat(got, i ? "," : "");
+			strcat(got, res.hits[i].id);
+		}
+	} else {
+		for (int id = 1; id <= 9; id++) {
+			char s[4];
+			snprintf(s, sizeof s, "%d", id);
+			for (size_t i = 0; i < res.nhits; i++)
+				if (!strcmp(res.hits[i].id, s)) {
+					strcat(got, *got ? "," : "");
+					strcat(got, s);
+				}
+		}
+	}
+	CHECKF(!strcmp(got, want), "%s: got [%s] want [%s]", body, got, want);
+	sr_shard_result_free(&res);
+	sr_request_free(&req);
+}
+
+static void
+expect_error(const char *body, const char *needle)
+{
+	sr_request req;
+	sr_shard_result res;
+	cm_error err = {0};
+	cm_err rc = search(body, &req, &res, &err);
+	CHECKF(rc != CM_OK && strstr(err.reason, needle), "%s: rc %d reason [%s]", body, rc,
+	       err.reason);
+	if (!rc)
+		sr_shard_result_free(&res);
+	sr_request_free(&req);
+}
+
+#define Q(q) "{\"query\":" q ",\"size\":20}"
+
+static void
+test_queries(void)
+{
+	expect_ids(Q("{\"match_all\":{}}"), "1,2,3,4,5,6", false);
+	expect_ids(Q("{\"match_none\":{}}"), "", false);
+	expect_ids(Q("{\"term\":{\"title\":\"fox\"}}"), "1,4", false);
+	expect_ids(Q("{\"term\":{\"title\":\"Fox\"}}"), "", false);
+	expect_ids(Q("{\"term\":{\"title\":{\"value\":\"Fox\",\"case_insensitive\":true}}}"), "1,4",
+	           false);
+	expect_ids(Q("{\"term\":{\"tag\":\"a\"}}"), "1,3", false);
+	expect_ids(Q("{\"term\":{\"n\":20}}"), "3", false);
+	expect_ids(Q("{\"term\":{\"b\":true}}"), "1", false);
+	expect_ids(Q("{\"term\":{\"d\":\"2020-01-01\"}}"), "1", false);
+	expect_ids(Q("{\"terms\":{\"tag\":[\"a\",\"d\"]}}"), "1,3,5", false);
+	expect_ids(Q("{\"terms\":{\"n\":[5,7,99]}}"), "1,6", false);
+	expect_ids(Q("{\"ids\":{\"values\":[\"2\",\"5\",\"7\",\"x\"]}}"), "2,5", false);
+	expect_ids(Q("{\"exists\":{\"field\":\"price\"}}"), "1,2,4", false);
+	expect_ids(Q("{\"exists\":{\"field\":\"tag\"}}"), "1,2,3,4,5", false);
+	expect_ids(Q("{\"exists\":{\"field\":\"title\"}}"), "1,2,3,4,5,6", false);
+	expect_ids(Q("{\"range\":{\"n\":{\"gte\":5,\"lte\":10}}}"), "1,2,6", false);
+	expect_ids(Q("{\"range\":{\"n\":{\"gt\":5,\"lt\":10}}}"), "6", false);
+	expect_ids(Q("{\"range\":{\"n\":{\"gte\":4.5,\"lte\":7.5}}}"), "1,6", false);
+	expect_ids(Q("{\"range\":{\"price\":{\"gt\":1.5}}}"), "2", false);
+	expect_ids(Q("{\"range\":{\"price\":{\"lt\":0}}}"), "4", false);
+	expect_ids(Q("{\"range\":{\"d\":{\"gte\":\"2020-01-01\",\"lt\":\"2020-03-01\"}}}"), "1,2",
+	           false);
+	expect_ids(Q("{\"range\":{\"d\":{\"gt\":\"2020-01-01\"}}}"), "2,3", false);
+	expect_ids(Q("{\"range\":{\"d\":{\"lte\":\"2020-02-15\"}}}"), "1,2", false);
+	expect_ids(Q("{\"range\":{\"d\":{\"lt\":\"2020-02-15\"}}}"), "1", false);
+	expect_ids(Q("{\"range\":{\"d\":{\"gte\":\"2020-01-01||+1M/M\"}}}"), "2,3", false);
+	expect_ids(Q("{\"range\":{\"d\":{\"gte\":\"now-100y/d\",\"lte\":\"now\"}}}"), "1,2,3", false);
+	expect_ids(Q("{\"range\":{\"d\":{\"gte\":\"01/06/2021\",\"format\":\"dd/MM/yyyy\"}}}"), "3",
+	           false);
+	expect_ids(Q("{\"range\":{\"tag\":{\"gte\":\"b\",\"lt\":\"d\"}}}"), "2,3,4", false);
+	expect_ids(Q("{\"range\":{\"tag\":{\"gt\":\"a\"}}}"), "2,3,4,5", false);
+	expect_ids(Q("{\"range\":{\"b\":{\"lt\":true}}}"), "2", false);
+	expect_ids(Q("{\"prefix\":{\"title\":\"fo\"}}"), "1,4,6", false);
+	expect_ids(Q("{\"prefix\":{\"tag\":{\"value\":\"A\",\"case_insensitive\":true}}}"), "1,3",
+	           false);
+	expect_ids(Q("{\"wildcard\":{\"title\":\"d*g*\"}}"), "2,3,4", false);
+	expect_ids(Q("{\"wildcard\":{\"title\":\"?ox\"}}"), "1,4", false);
+	expect_ids(Q("{\"regexp\":{\"title\":\"fo[xz].*\"}}"), "1,4,6", false);
+	expect_ids(Q("{\"regexp\":{\"title\":\"(dog|lazy)s?\"}}"), "2,3,4", false);
+	expect_ids(Q("{\"regexp\":{\"title\":\"b.{3}n\"}}"), "1,2,5", false);
+	expect_ids(Q("{\"fuzzy\":{\"title\":\"dgo\"}}"), "3,4", false);
+	expect_ids(Q("{\"fuzzy\":{\"title\":{\"value\":\"browm\",\"fuzziness\":1}}}"), "1,2,5", false);
+	expect_ids(Q("{\"fuzzy\":{\"title\":{\"value\":\"dgo\",\"transpositions\":false}}}"), "",
+	           false);
+	expect_ids(Q("{\"match\":{\"title\":\"quick fox\"}}"), "1,2,4", false);
+	expect_ids(Q("{\"match\":{\"title\":{\"query\":\"quick fox\",\"operator\":\"and\"}}}"), "1",
+	           false);
+	expect_ids(Q("{\"match\":{\"title\":{\"query\":\"quick brown fox\","
+	             "\"minimum_should_match\":\"2\"}}}"),
+	           "1,2", false);
+	expect_ids(Q("{\"match\":{\"title\":{\"query\":\"quick brown fox\","
+	             "\"minimum_should_match\":\"-1\"}}}"),
+	           "1,2", false);
+	expect_ids(Q("{\"match\":{\"title\":{\"query\":\"quick brown fox\","
+	             "\"minimum_should_match\":\"75%\"}}}"),
+	           "1,2", false);
+	expect_ids(Q("{\"match\":{\"title\":{\"query\":\"quikc fxo\",\"fuzziness\":\"AUTO\"}}}"),
+	           "1,2,4", false);
+	expect_ids(Q("{\"match\":{\"n\":\"20\"}}"), "3", false);
+	expect_ids(Q("{\"match_phrase\":{\"title\":\"quick brown\"}}"), "1,2", false);
+	expect_ids(Q("{\"match_phrase\":{\"title\":\"brown fox\"}}"), "1", false);
+	expect_ids(Q("{\"match_phrase\":{\"title\":\"quick fox\"}}"), "", false);
+	expect_ids(Q("{\"match_phrase\":{\"title\":{\"query\":\"quick fox\",\"slop\":1}}}"), "1",
+	           false);
+	expect_ids(Q("{\"match_phrase\":{\"title\":{\"query\":\"fox quick\",\"slop\":2}}}"), "",
+	           false);
+	expect_ids(Q("{\"match_phrase\":{\"title\":{\"query\":\"fox quick\",\"slop\":3}}}"), "1",
+	           false);
+	expect_ids(Q("{\"match_phrase\":{\"title\":\"brown brown\"}}"), "5", false);
+	expect_ids(Q("{\"match_phrase_prefix\":{\"title\":\"quick br\"}}"), "1,2", false);
+	expect_ids(Q("{\"match_phrase_prefix\":{\"title\":\"fo\"}}"), "1,4,6", false);
+	expect_ids(Q("{\"multi_match\":{\"query\":\"a fox\",\"fields\":[\"title\",\"tag\"]}}"),
+	           "1,4", false);
+	expect_ids(Q("{\"multi_match\":{\"query\":\"a\",\"fields\":[\"title\",\"tag^2\"]}}"),
+	           "1,3", false);
+	expect_ids(Q("{\"multi_match\":{\"query\":\"fox\",\"fields\":[\"ti*\"],"
+	             "\"type\":\"most_fields\"}}"),
+	           "1,4", false);
+	expect_ids(Q("{\"bool\":{\"must\":{\"term\":{\"title\":\"brown\"}},\"must_not\":{\"term\":"
+	             "{\"tag\":\"d\"}}}}"),
+	           "1,2", false);
+	expect_ids(Q("{\"bool\":{\"must_not\":{\"term\":{\"tag\":\"a\"}}}}"), "2,4,5,6", false);
+	expect_ids(Q("{\"bool\":{\"filter\":{\"range\":{\"n\":{\"gte\":0}}},\"should\":[{\"term\":"
+	             "{\"title\":\"fox\"}},{\"term\":{\"title\":\"dog\"}}],\"minimum_should_match\":1}}"),
+	           "1,3", false);
+	expect_ids(Q("{\"bool\":{\"should\":[{\"term\":{\"title\":\"fox\"}},{\"term\":{\"title\":"
+	             "\"dog\"}},{\"term\":{\"title\":\"the\"}}],\"minimum_should_match\":2}}"),
+	           "1,4", false);
+	expect_ids(Q("{\"bool\":{\"filter\":[{\"term\":{\"tag\":\"a\"}}],\"should\":[{\"term\":"
+	             "{\"title\":\"nothing\"}}]}}"),
+	           "1,3", false);
+	expect_ids(Q("{\"bool\":{}}"), "1,2,3,4,5,6", false);
+	expect_ids(Q("{\"constant_score\":{\"filter\":{\"term\":{\"title\":\"dog\"}},\"boost\":2}}"),
+	           "3,4", false);
+	expect_ids(Q("{\"dis_max\":{\"queries\":[{\"term\":{\"title\":\"fox\"}},{\"term\":{\"tag\":"
+	             "\"d\"}}]}}"),
+	           "1,4,5", false);
+	expect_ids(Q("{\"boosting\":{\"positive\":{\"term\":{\"title\":\"brown\"}},\"negative\":"
+	             "{\"term\":{\"tag\":\"a\"}},\"negative_boost\":0.1}}"),
+	           "1,2,5", false);
+	expect_ids(Q("{\"query_string\":{\"query\":\"title:fox AND tag:c\"}}"), "4", false);
+	expect_ids(Q("{\"query_string\":{\"query\":\"fox dog\",\"default_field\":\"title\"}}"),
+	           "1,3,4", false);
+	expect_ids(Q("{\"simple_query_string\":{\"query\":\"fox -dog\",\"fields\":[\"title\"],"
+	             "\"default_operator\":\"and\"}}"),
+	           "1", false);
+	/* deleted doc 7 never appears */
+	expect_ids(Q("{\"term\":{\"title\":\"deleted\"}}"), "", false);
+	expect_ids(Q("{\"match\":{\"title\":\"quick\"}}"), "1,2", false);
+}
+
+static void
+test_sorting(void)
+{
+	expect_ids("{\"sort\":[{\"n\":\"asc\"}],\"size\":10}", "4,3,1,6,2,5", true);
+	expect_ids("{\"sort\":[{\"n\":\"desc\"}],\"size\":10}", "3,2,6,1,4,5", true);
+	expect_ids("{\"sort\":[{\"n\":{\"order\":\"asc\",\"missing\":\"_first\"}}],\"size\":10}",
+	           "5,4,3,1,6,2", true);
+	expect_ids("{\"sort\":[{\"tag\":\"asc\"}],\"size\":10}", "1,3,2,4,5,6", true);
+	expect_ids("{\"sort\":[{\"tag\":\"desc\"},{\"n\":\"asc\"}],\"size\":10}", "5,4,3,2,1,6", true);
+	expect_ids("{\"sort\":[{\"price\":\"desc\"}],\"size\":2}", "2,1", true);
+	expect_ids("{\"sort\":[{\"d\":\"asc\"}],\"size\":10}", "1,2,3,4,5,6", true);
+	expect_ids("{\"sort\":[\"_doc\"],\"size\":3}", "1,2,3", true);
+	expect_ids("{\"sort\":[{\"n\":\"asc\"}],\"search_after\":[5],\"size\":10}", "6,2,5", true);
+	expect_ids("{\"sort\":[{\"tag\":\"asc\"}],\"search_after\":[\"b\"],\"size\":10}", "4,5,6",
+	           true);
+	expect_ids("{\"sort\":[{\"n\":{\"order\":\"asc\",\"mode\":\"max\"}}],\"size\":10}",
+	           "4,1,6,2,3,5", true);
+	expect_ids("{\"from\":2,\"size\":2,\"sort\":[{\"n\":\"asc\"}]}", "4,3,1,6", true);
+	/* score order: doc 5 has "brown" three times in a short field */
+	expect_ids("{\"query\":{\"match\":{\"title\":\"brown\"}}}", "5,1,2", true);
+	expect_error("{\"sort\":[{\"nope\":\"asc\"}]}", "No mapping found for [nope]");
+	expect_error("{\"sort\":[{\"title\":\"asc\"}]}", "Text fields are not optimised");
+}
+
+/* BM25 with Lucene's formula, computed independently from raw figures. */
+static void
+test_scores(void)
+{
+	sr_request req;
+	sr_shard_result res;
+	cm_error err = {0};
+	REQUIRE(search("{\"query\":{\"term\":{\"title\":\"dog\"}}}", &req, &res, &err) == CM_OK);
+	/* docCount 7 (deleted doc counts, as Lucene), df(dog) = 2; titles by token count:
+	 * 4,4,3,5,3,2,3 → sumTTF 24 */
+	double N = 7, df = 2, avgdl = (float)(24.0 / 7.0);
+	float idf = (float)log(1 + (N - df + 0.5) / (df + 0.5));
+	for (size_t i = 0; i < res.nhits; i++) {
+		int dl = !strcmp(res.hits[i].id, "3") ? 3 : 5;
+		float norm = 1.2f * (0.25f + 0.75f * (float)dl / (float)avgdl);
+		float want = idf - idf / (1.0f + 1.0f / norm);
+		CHECKF(fabsf(res.hits[i].score - want) <= 1e-5f * want, "doc %s score %g want %g",
+		       res.hits[i].id, res.hits[i].score, want);
+	}
+	CHECK(res.nhits == 2 && !strcmp(res.hits[0].id, "3"));
+	CHECK(res.max_score == res.hits[0].score);
+	sr_shard_result_free(&res);
+	sr_request_free(&req);
+	/* constant score and filter context */
+	REQUIRE(search("{\"query\":{\"constant_score\":{\"filter\":{\"term\":{\"tag\":\"a\"}},"
+	               "\"boost\":3}}}",
+	               &req, &res, &err) == CM_OK);
+	CHECK(res.nhits == 2 && res.hits[0].score == 3.0f && res.hits[1].score == 3.0f);
+	sr_shard_result_free(&res);
+	sr_request_free(&req);
+	REQUIRE(search("{\"query\":{\"bool\":{\"filter\":{\"term\":{\"tag\":\"a\"}}}}}", &req, &res,
+	               &err) == CM_OK);
+	CHECK(res.nhits == 2 && res.hits[0].score == 0.0f);
+	sr_shard_result_free(&res);
+	sr_request_free(&req);
+	/* bool sums must + should; boost multiplies */
+	sr_shard_result a, b;
+	sr_request ra, rb;
+	REQUIRE(search("{\"query\":{\"term\":{\"title\":{\"value\":\"fox\",\"boost\":2}}}}", &ra, &a,
+	               &err) == CM_OK);
+	REQUIRE(search("{\"query\":{\"term\":{\"title\":\"fox\"}}}", &rb, &b, &err) == CM_OK);
+	CHECK(a.nhits == 2 && b.nhits == 2 && fabsf(a.hits[0].score - 2 * b.hits[0].score) < 1e-5f);
+	sr_shard_result_free(&a);
+	sr_shard_result_free(&b);
+	sr_request_free(&ra);
+	sr_request_free(&rb);
+	/* seq_no / version are carried */
+	REQUIRE(search("{\"query\":{\"ids\":{\"values\":[\"1\"]}}}", &req, &res, &err) == CM_OK);
+	CHECK(res.nhits == 1 && res.hits[0].version == 1 && res.hits[0].primary_term >= 1);
+	CHECK(res.hits[0].source && strstr(res.hits[0].source, "quick brown fox"));
+	sr_shard_result_free(&res);
+	sr_request_free(&req);
+	REQUIRE(search("{\"query\":{\"ids\":{\"values\":[\"1\"]}},\"_source\":[\"tag\"]}", &req, &res,
+	               &err) == CM_OK);
+	CHECK(res.nhits == 1 && res.hits[0].source && !strcmp(res.hits[0].source, "{\"tag\":\"a\"}"));
+	sr_shard_result_free(&res);
+	sr_request_free(&req);
+}
+
+static void
+test_counts(void)
+{
+	sr_request req;
+	sr_shard_result res;
+	cm_error err = {0};
+	REQUIRE(search("{\"query\":{\"match_all\":{}},\"size\":1,\"track_total_hits\":2}", &req, &res,
+	               &err) == CM_OK);
+	CHECK(res.nhits == 1 && res.total >= 2);
+	sr_shard_result_free(&res);
+	sr_request_free(&req);
+	REQUIRE(search("{\"query\":{\"match_all\":{}},\"terminate_after\":2}", &req, &res, &err) ==
+	        CM_OK);
+	CHECK(res.total == 2 && res.terminated_early);
+	sr_shard_result_free(&res);
+	sr_request_free(&req);
+	uint64_t n = 0;
+	sr_query *q = sr_query_new(SR_Q_MATCH_ALL);
+	CHECK(sr_count_shard(reader, q, 0, &n, &err) == CM_OK && n == 6);
+	sr_query_free(q);
+	/* bitset per segment */
+	sr_exec x;
+	REQUIRE(sr_exec_open(&x, reader, 0, &err) == CM_OK);
+	q = sr_query_new(SR_Q_TERM);
+	q->field = strdup("title");
+	q->value = strdup("quick");
+	uint64_t total = 0;
+	for (size_t si = 0; si < x.nseg; si++) {
+		uint32_t md = st_segment_max_doc(x.segs[si].seg);
+		uint64_t *bits = calloc(st_bit_words(md) + 1, 8);
+		CHECK(sr_query_bitset(q, &x.segs[si], bits, &err) == CM_OK);
+		for (size_t w = 0; w < st_bit_words(md); w++)
+			total += __builtin_popcountll(bits[w]);
+		free(bits);
+	}
+	CHECK(total == 2);
+	sr_query_free(q);
+	sr_exec_close(&x);
+	expect_error(Q("{\"regexp\":{\"title\":\"(a|b)*a(a|b){20}\"}}"), "more than 10000 states");
+	expect_error(Q("{\"range\":{\"n\":{\"gte\":\"abc\"}}}"), "failed to parse value [abc]");
+	expect_error(Q("{\"prefix\":{\"n\":\"1\"}}"), "Can only use prefix queries");
+}
+
+static void
+test_automata(void)
+{
+	cm_error err = {0};
+	sr_dfa *d;
+	REQUIRE(sr_dfa_regexp("ab+c?[x-z]{1,2}", false, 10000, &d, &err) == CM_OK);
+	CHECK(sr_dfa_match(d, (const uint8_t *)"abx", 3));
+	CHECK(sr_dfa_match(d, (const uint8_t *)"abbbcyz", 7));
+	CHECK(!sr_dfa_match(d, (const uint8_t *)"ac", 2));
+	CHECK(!sr_dfa_match(d, (const uint8_t *)"abxyz", 5));
+	size_t pl;
+	const char *p = sr_dfa_prefix(d, &pl);
+	CHECK(pl == 2 && !memcmp(p, "ab", 2));
+	sr_dfa_free(d);
+	REQUIRE(sr_dfa_regexp("[^a-c]é.", false, 10000, &d, &err) == CM_OK);
+	CHECK(sr_dfa_match(d, (const uint8_t *)"dé€", strlen("dé€")));
+	CHECK(!sr_dfa_match(d, (const uint8_t *)"aéx", strlen("aéx")));
+	sr_dfa_free(d);
+	REQUIRE(sr_dfa_wildcard("f*o?", false, &d, &err) == CM_OK);
+	CHECK(sr_dfa_match(d, (const uint8_t *)"foox", 4));
+	CHECK(sr_dfa_match(d, (const uint8_t *)"fox", 3));
+	CHECK(!sr_dfa_match(d, (const uint8_t *)"fo", 2));
+	sr_dfa_free(d);
+	CHECK(sr_edit_distance((const uint8_t *)"abcd", 4, (const uint8_t *)"acbd", 4, 2, true) == 1);
+	CHECK(sr_edit_distance((const uint8_t *)"abcd", 4, (const uint8_t *)"acbd", 4, 2, false) == 2);
+	CHECK(sr_edit_distance((const uint8_t *)"kitten", 6, (const uint8_t *)"sitting", 7, 2, true) ==
+	      3);
+	CHECK(sr_edit_distance((const uint8_t *)"", 0, (const uint8_t *)"ab", 2, 2, true) == 2);
+}
+
+int
+main(void)
+{
+	char dir[64];
+	snprintf(dir, sizeof dir, "/tmp/shoal-exec-test-%d", (int)getpid());
+	setup(dir);
+	test_queries();
+	test_sorting();
+	test_scores();
+	test_counts();
+	test_automata();
+	st_reader_release(reader);
+	st_shard_close(shard);
+	cm_rm_rf(dir);
+	return check_report("exec_test");
+}

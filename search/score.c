@@ -1,0 +1,27 @@
+/* Lucene 8 BM25 (k1 = 1.2, b = 0.75, no (k1 + 1) factor), computed in
+ * float with Lucene's operation order so scores agree to the last bits. */
+#include "exec.h"
+
+#define BM25_K1 1.2f
+#define BM25_B 0.75f
+
+float
+sr_idf(uint64_t df, uint64_t doc_count)
+{
+	/* BM25Similarity.idf: (float) Math.log(1 + (docCount - docFreq + 0.5D) / (docFreq + 0.5D)) */
+	return (float)log(1.0 + ((double)doc_count - (double)df + 0.5) / ((double)df + 0.5));
+}
+
+void
+sr_fstat_init_cache(sr_fstat *fs)
+{
+	/* avgFieldLength: (float) (sumTotalTermFreq / (double) docCount) */
+	float avgdl = fs->doc_count ? (float)((double)fs->sum_ttf / (double)fs->doc_count) : 1.0f;
+	if (!(avgdl > 0))
+		avgdl = 1.0f;
+	fs->avgdl = avgdl;
+	for (int i = 0; i < 256; i++) {
+		float len = (float)st_norm_decode((uint8_t)i);
+		fs->cache[i] = 1.0f / (BM25_K1 * ((1 - BM25_B) + BM25_B * len / avgdl));
+	}
+}

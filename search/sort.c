@@ -1,0 +1,293 @@
+/* Field sorting: per-doc sort values from columns (numbers, dates,
+ * booleans, keyword ordinals resolved to terms so segments compare), the
+ * comparison with missing first/last, and search_after. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cm_alloc.h"
+#include "exec.h"
+
+static cm_err
+after_value(const sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_error *err)
+{
+	memset(out, 0, sizeof *out);
+	if (v->type == SR_SV_NULL) {
+		out->missing = true;
+		return CM_OK;
+	}
+	switch (k->kind) {
+	case SR_SORT_SCORE:
+		out->f = v->type == SR_SV_LONG ? (float)v->l : v->type == SR_SV_DOUBLE ? (float)v->d
+		                                                                       : strtof(v->s, NULL);
+		return CM_OK;
+	case SR_SORT_DOC:
+		out->l = v->type == SR_SV_LONG ? v->l : (int64_t)v->d;
+		return CM_OK;
+	case SR_SORT_FIELD:
+		break;
+	}
+	if (k->is_keyword) {
+		if (v->type != SR_SV_STRING)
+			return cm_error_set(err, CM_EINVAL,
+			                    "search_after value for a keyword sort must be a string");
+		out->s = (const uint8_t *)v->s;
+		out->n = strlen(v->s);
+		return CM_OK;
+	}
+	if (k->is_double) {
+		double d;
+		if (v->type == SR_SV_LONG)
+			d = (double)v->l;
+		else if (v->type == SR_SV_DOUBLE)
+			d = v->d;
+		else {
+			char *end;
+			d = strtod(v->s, &end);
+			if (*end)
+				return cm_error_set(err, CM_EINVAL, "failed to parse search_after value [%s]",
+				                    v->s);
+		}
+		out->l = st_double_to_sortable(d);
+		return CM_OK;
+	}
+	if (v->type == SR_SV_LONG) {
+		out->l = v->l;
+	} else if (v->type == SR_SV_DOUBLE) {
+		out->l = (int64_t)v->d;
+	} else {
+		int64_t ms;
+		char *end;
+		long long l = strtoll(v->s, &end, 10);
+		if (!*end && end != v->s)
+			out->l = l;
+		else if (k->fs && k->fs->type == ST_FT_DATE && st_date_parse(v->s, strlen(v->s), NULL, &ms))
+			out->l = ms;
+		else if (!strcmp(v->s, "true") || !strcmp(v->s, "false"))
+			out->l = v->s[0] == 't';
+		else
+			return cm_error_set(err, CM_EINVAL, "failed to parse search_after value [%s]", v->s);
+	}
+	return CM_OK;
+}
+
+cm_err
+sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
+{
+	memset(s, 0, sizeof *s);
+	s->nkeys = req->nsort;
+	if (!s->nkeys)
+		return CM_OK;
+	s->keys = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(sr_sort_field));
+	s->fi = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(st_field_info *));
+	s->cb = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(st_colblock));
+	for (size_t i = 0; i < s->nkeys; i++) {
+		const sr_sort_key *rk = &req->sort[i];
+		sr_sort_field *k = &s->keys[i];
+		k->kind = rk->kind;
+		k->desc = rk->desc;
+		k->missing_first = rk->missing_first;
+		k->mode = rk->mode;
+		if (rk->kind != SR_SORT_FIELD)
+			continue;
+		k->fs = sr_exec_field(x, rk->field);
+		if (!k->fs) {
+			if (!rk->unmapped_type)
+				return cm_error_set_type(err, CM_EINVAL, "query_shard_exception",
+				                         "No mapping found for [%s] in order to sort on",
+				                         rk->field);
+			st_field_type t;
+			if (st_field_type_from_name(rk->unmapped_type, &t)) {
+				k->is_keyword = t == ST_FT_KEYWORD;
+				k->is_double = t == ST_FT_DOUBLE || t == ST_FT_FLOAT;
+			}
+			continue;
+		}
+		if (k->fs->type == ST_FT_TEXT)
+			return cm_error_set(err, CM_EINVAL,
+			                    "Text fields are not optimised for operations that require "
+			                    "per-document field data like aggregations and sorting, so these "
+			                    "operations are disabled by default. Please use a keyword field "
+			                    "instead. Alternatively, set fielddata=true on [%s] in order to "
+			                    "load field data by uninverting the inverted index. Note that this "
+			                    "can use significant memory.",
+			                    rk->field);
+		k->is_keyword = k->fs->type == ST_FT_KEYWORD;
+		k->is_double = k->fs->type == ST_FT_DOUBLE || k->fs->type == ST_FT_FLOAT;
+	}
+	if (req->nsearch_after) {
+		if (req->nsearch_after != s->nkeys)
+			return cm_error_set(err, CM_EINVAL,
+			                    "search_after has %zu value(s) but sort has %zu.",
+			                    req->nsearch_after, s->nkeys);
+		s->after = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(sr_sortval));
+		for (size_t i = 0; i < s->nkeys; i++) {
+			cm_err rc = after_value(&s->keys[i], &req->search_after[i], &s->after[i], err);
+			if (rc)
+				return rc;
+		}
+	}
+	return CM_OK;
+}
+
+void
+sr_sorter_free(sr_sorter *s)
+{
+	for (size_t i = 0; i < s->nkeys && s->cb; i++)
+		st_colblock_free(&s->cb[i]);
+	cm_free(CM_MEM_SEARCH, s->cb);
+	cm_free(CM_MEM_SEARCH, s->fi);
+	cm_free(CM_MEM_SEARCH, s->keys);
+	cm_free(CM_MEM_SEARCH, s->after);
+	memset(s, 0, sizeof *s);
+}
+
+cm_err
+sr_sorter_segment(sr_sorter *s, sr_exec *x, size_t si)
+{
+	for (size_t i = 0; i < s->nkeys; i++) {
+		st_colblock_free(&s->cb[i]);
+		memset(&s->cb[i], 0, sizeof s->cb[i]);
+		s->fi[i] = NULL;
+		if (s->keys[i].kind != SR_SORT_FIELD || !s->keys[i].fs)
+			continue;
+		const st_field_info *fi = st_segment_field(x->segs[si].seg, s->keys[i].fs->name);
+		if (fi && (fi->flags & ST_FI_COLUMN))
+			s->fi[i] = fi;
+	}
+	return CM_OK;
+}
+
+static int64_t
+round_half_up(double v)
+{
+	return (int64_t)floor(v + 0.5);
+}
+
+/* Picks the multi-value mode's value (ES MultiValueMode). */
+static int64_t
+pick(const sr_sort_field *k, const int64_t *v, int n)
+{
+	sr_sort_mode m = k->mode;
+	if (m == SR_SORT_MODE_DEFAULT)
+		m = k->desc ? SR_SORT_MODE_MAX : SR_SORT_MODE_MIN;
+	if (m == SR_SORT_MODE_MIN || k->is_keyword)
+		return m == SR_SORT_MODE_MAX ? v[n - 1] : v[0];
+	if (m == SR_SORT_MODE_MAX)
+		return v[n - 1];
+	if (k->is_double) {
+		double sum = 0;
+		for (int i = 0; i < n; i++)
+			sum += st_sortable_to_double(v[i]);
+		if (m == SR_SORT_MODE_SUM)
+			return st_double_to_sortable(sum);
+		if (m == SR_SORT_MODE_AVG)
+			return st_double_to_sortable(sum / n);
+		double med = n % 2 ? st_sortable_to_double(v[n / 2])
+		                   : (st_sortable_to_double(v[n / 2 - 1]) + st_sortable_to_double(v[n / 2])) / 2;
+		return st_double_to_sortable(med);
+	}
+	int64_t sum = 0;
+	for (int i = 0; i < n; i++)
+		sum += v[i];
+	if (m == SR_SORT_MODE_SUM)
+		return sum;
+	if (m == SR_SORT_MODE_AVG)
+		return n > 1 ? round_half_up((double)sum / n) : sum;
+	return n % 2 ? v[n / 2] : round_half_up(((double)v[n / 2 - 1] + (double)v[n / 2]) / 2);
+}
+
+cm_err
+sr_sorter_values(sr_sorter *s, sr_exec *x, size_t si, uint32_t doc, uint32_t gdoc, float score,
+                 sr_sortval *vals)
+{
+	for (size_t i = 0; i < s->nkeys; i++) {
+		const sr_sort_field *k = &s->keys[i];
+		sr_sortval *v = &vals[i];
+		memset(v, 0, sizeof *v);
+		if (k->kind == SR_SORT_SCORE) {
+			v->f = score;
+			continue;
+		}
+		if (k->kind == SR_SORT_DOC) {
+			v->l = gdoc;
+			continue;
+		}
+		if (!s->fi[i]) {
+			v->missing = true;
+			continue;
+		}
+		const int64_t *cv;
+		int n = st_col_values(x->segs[si].txn, s->fi[i], &s->cb[i], doc, &cv);
+		if (n < 0)
+			return cm_error_set(x->err, CM_ECORRUPT, "cannot read column [%s]", s->fi[i]->name);
+		if (n == 0) {
+			v->missing = true;
+			continue;
+		}
+		v->l = pick(k, cv, n);
+		if (k->is_keyword) {
+			cm_err rc = st_ord_term(x->segs[si].txn, s->fi[i], (uint64_t)v->l, &v->s, &v->n);
+			if (rc)
+				return cm_error_set(x->err, rc, "cannot read term of [%s]", s->fi[i]->name);
+		}
+	}
+	return CM_OK;
+}
+
+int
+sr_sorter_cmp(const sr_sorter *s, const sr_sortval *a, const sr_sortval *b)
+{
+	for (size_t i = 0; i < s->nkeys; i++) {
+		const sr_sort_field *k = &s->keys[i];
+		const sr_sortval *x = &a[i], *y = &b[i];
+		int c = 0;
+		if (k->kind == SR_SORT_FIELD && (x->missing || y->missing)) {
+			if (x->missing != y->missing)
+				return (x->missing ? -1 : 1) * (k->missing_first ? 1 : -1);
+			continue;
+		}
+		if (k->kind == SR_SORT_SCORE) {
+			c = x->f < y->f ? -1 : x->f > y->f;
+		} else if (k->is_keyword) {
+			size_t n = x->n < y->n ? x->n : y->n;
+			c = memcmp(x->s, y->s, n);
+			if (!c)
+				c = (x->n > y->n) - (x->n < y->n);
+			c = c < 0 ? -1 : c > 0;
+		} else {
+			c = x->l < y->l ? -1 : x->l > y->l;
+		}
+		if (k->desc)
+			c = -c;
+		if (c)
+			return c;
+	}
+	return 0;
+}
+
+void
+sr_sorter_export(const sr_sorter *s, const sr_sortval *v, sr_sort_value *out)
+{
+	for (size_t i = 0; i < s->nkeys; i++) {
+		const sr_sort_field *k = &s->keys[i];
+		memset(&out[i], 0, sizeof out[i]);
+		if (k->kind == SR_SORT_SCORE) {
+			out[i].type = SR_SV_DOUBLE;
+			out[i].d = v[i].f;
+		} else if (k->kind == SR_SORT_DOC) {
+			out[i].type = SR_SV_LONG;
+			out[i].l = v[i].l;
+		} else if (v[i].missing) {
+			out[i].type = SR_SV_NULL;
+		} else if (k->is_keyword) {
+			out[i].type = SR_SV_STRING;
+			out[i].s = cm_strndup(CM_MEM_SEARCH, (const char *)v[i].s, v[i].n);
+		} else if (k->is_double) {
+			out[i].type = SR_SV_DOUBLE;
+			out[i].d = st_sortable_to_double(v[i].l);
+		} else {
+			out[i].type = SR_SV_LONG;
+			out[i].l = v[i].l;
+		}
+	}
+}
