@@ -1,0 +1,248 @@
+"""Start and stop real shoal processes for API tests; HTTP helpers; a tiny
+test runner. Standard library only. Every wait is capped.
+
+    from shoal import Node, run_tests, test
+    with Node() as n:
+        st, body = n.req("GET", "/")
+"""
+import gzip
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def shoal_bin():
+    d = os.environ.get("SHOAL_BIN") or os.path.join(ROOT, "build", "bin")
+    path = os.path.join(d, "shoal")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError("shoal binary not found at %s (set SHOAL_BIN)" % path)
+    return path
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Node:
+    """One `shoal --solo` process on a free loopback port with its own
+    data directory (a temp dir unless given)."""
+
+    def __init__(self, data=None, args=(), start=True, start_timeout=30):
+        self.own_data = data is None
+        self.data = data or tempfile.mkdtemp(prefix="shoal-test-")
+        self.args = list(args)
+        self.proc = None
+        self.port = None
+        self.conn = None
+        self.start_timeout = start_timeout
+        if start:
+            self.start()
+
+    # -- process --
+    def start(self):
+        self.port = free_port()
+        self.log = open(os.path.join(self.data, "test-node.log"), "ab")
+        self.proc = subprocess.Popen(
+            [shoal_bin(), "--solo", "--data", self.data, "--http",
+             "127.0.0.1:%d" % self.port, "--name", "test-node", "--log-level", "warn"]
+            + self.args,
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + self.start_timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("shoal exited with %s during start; log: %s" %
+                                   (self.proc.returncode, self.log_tail()))
+            try:
+                st, _ = self.req("GET", "/", timeout=2)
+                if st == 200:
+                    return self
+            except OSError:
+                self.close_conn()
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError("shoal did not answer within %ss" % self.start_timeout)
+
+    def log_tail(self, n=2000):
+        try:
+            with open(os.path.join(self.data, "test-node.log"), "rb") as f:
+                return f.read()[-n:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout=20):
+        """SIGTERM and wait; returns the exit code."""
+        self.close_conn()
+        if not self.proc or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise RuntimeError("shoal did not stop within %ss after SIGTERM" % timeout)
+
+    def kill(self):
+        """kill -9, as a crash."""
+        self.close_conn()
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def cleanup(self):
+        self.kill()
+        if self.log:
+            self.log.close()
+        if self.own_data:
+            shutil.rmtree(self.data, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.cleanup()
+
+    # -- HTTP --
+    def close_conn(self):
+        if self.conn:
+            self.conn.close()
+            self.conn = None
+
+    def raw(self, method, path, body=None, headers=None, timeout=60):
+        """Returns (status, headers dict, body bytes). Keep-alive; one
+        retry on a dropped idle connection."""
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        elif isinstance(body, str):
+            body = body.encode()
+        hdrs = {"Content-Type": "application/json"}
+        hdrs.update(headers or {})
+        for attempt in range(2):
+            if not self.conn:
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+            try:
+                self.conn.timeout = timeout
+                if self.conn.sock:
+                    self.conn.sock.settimeout(timeout)
+                self.conn.request(method, path, body=body, headers=hdrs)
+                resp = self.conn.getresponse()
+                data = resp.read()
+                h = {k.lower(): v for k, v in resp.getheaders()}
+                if h.get("connection", "").lower() == "close":
+                    self.close_conn()
+                return resp.status, h, data
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self.close_conn()
+                if attempt == 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def req(self, method, path, body=None, headers=None, timeout=60):
+        """Returns (status, parsed JSON or text or None)."""
+        st, h, data = self.raw(method, path, body, headers, timeout)
+        if not data:
+            return st, None
+        if h.get("content-type", "").startswith("application/json"):
+            return st, json.loads(data)
+        return st, data.decode("utf-8", "replace")
+
+    def bulk(self, lines, path="/_bulk", params=""):
+        body = "".join(json.dumps(l) + "\n" for l in lines)
+        return self.req("POST", path + params, body, {"Content-Type": "application/x-ndjson"})
+
+    def refresh(self, index="_all"):
+        st, b = self.req("POST", "/%s/_refresh" % index)
+        assert st == 200, (st, b)
+
+
+def gz(data):
+    return gzip.compress(data.encode() if isinstance(data, str) else data)
+
+
+# ---- a tiny test runner ----
+
+_tests = []
+
+
+def test(fn):
+    _tests.append(fn)
+    return fn
+
+
+class Check:
+    """Collects field-by-field assertions with readable messages."""
+
+    @staticmethod
+    def eq(a, b, what=""):
+        if a != b:
+            raise AssertionError("%s: expected %r, got %r" % (what, b, a))
+
+
+def eq(a, b, what=""):
+    if a != b:
+        raise AssertionError("%s: expected %r, got %r" % (what or "value", b, a))
+
+
+def error_is(resp, status, etype, reason_part=None):
+    """Checks an Elasticsearch error reply: status, shape, type."""
+    st, body = resp
+    if st != status:
+        raise AssertionError("expected status %d, got %d: %s" % (status, st, body))
+    if not isinstance(body, dict) or "error" not in body:
+        raise AssertionError("not an error body: %r" % (body,))
+    eq(body.get("status"), status, "status field")
+    err = body["error"]
+    eq(err.get("type"), etype, "error.type")
+    rc = err.get("root_cause")
+    if not isinstance(rc, list) or not rc:
+        raise AssertionError("error.root_cause missing: %r" % (err,))
+    eq(rc[0].get("type"), etype, "root_cause[0].type")
+    if not isinstance(err.get("reason"), str):
+        raise AssertionError("error.reason missing")
+    if reason_part and reason_part not in err["reason"]:
+        raise AssertionError("reason %r lacks %r" % (err["reason"], reason_part))
+
+
+def run_tests(budget_s=110):
+    """Runs every @test in order; prints one line each and the summary
+    line 'N passed, M failed'. Exits 0 only when all pass."""
+    passed = failed = 0
+    t_all = time.time()
+    only = os.environ.get("SHOAL_TEST_ONLY")
+    for fn in _tests:
+        if only and only not in fn.__name__:
+            continue
+        if time.time() - t_all > budget_s:
+            print("SKIP %s (time budget of %ss used up)" % (fn.__name__, budget_s), flush=True)
+            failed += 1
+            continue
+        t0 = time.time()
+        try:
+            fn()
+            passed += 1
+            print("ok   %-45s %.2fs" % (fn.__name__, time.time() - t0), flush=True)
+        except Exception:
+            failed += 1
+            print("FAIL %-45s %.2fs" % (fn.__name__, time.time() - t0), flush=True)
+            traceback.print_exc(limit=4)
+    print("%d passed, %d failed" % (passed, failed), flush=True)
+    sys.exit(0 if failed == 0 else 1)
