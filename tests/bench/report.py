@@ -183,7 +183,7 @@ def w5(d):
         if "shoal" in cc and "lucene" in cc and cc["shoal"] is not None and cc["shoal"] != cc["lucene"]:
             agree = "NO (shoal %s, lucene %s)" % (cc["shoal"], cc["lucene"])
         if "xapian" in cc and "lucene" in cc and cc["xapian"] != cc["lucene"]:
-            agree += "; xapian differs" if agree == "yes" else ""
+            agree += "; Xapian differs" + (" (OP_NEAR allows any order)" if c.startswith("sloppy") else "")
         if s is not None and l is not None and s < l:
             below += 1
         rows.append("| %s | %s | %s | %s | %s | %s | %s |" % (c, fmt(s), fmt(l), fmt(x), ratio(s, l), ratio(s, x), agree))

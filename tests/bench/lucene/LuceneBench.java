@@ -426,8 +426,10 @@ public class LuceneBench {
     for (Q q : qs) byClass.computeIfAbsent(q.cls, k -> new ArrayList<>()).add(q);
     // JIT warm-up: every class, a few rounds, untimed
     long sink = 0;
-    long warmEnd = System.nanoTime() + 3_000_000_000L;
-    for (int r = 0; r < 2 || (r < repeat && System.nanoTime() < warmEnd); r++)
+    // the JIT needs thousands of calls per hot method: at least 2 rounds and
+    // 5 s, at most max(repeat, 50) rounds
+    long warmEnd = System.nanoTime() + 5_000_000_000L;
+    for (int r = 0; r < 2 || (r < Math.max(repeat, 50) && System.nanoTime() < warmEnd); r++)
       for (Q q : qs) sink += runOne(s, q, agg);
     for (Map.Entry<String, List<Q>> e : byClass.entrySet()) {
       List<Q> cq = e.getValue();
