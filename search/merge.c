@@ -372,7 +372,8 @@ sr_merger_reduce(sr_merger *m, cm_error *err)
 {
 	if (!m->reduced) {
 		m->reduced = true;
-		qsort(m->fails, m->nfails, sizeof(mfail), cmp_fail);
+		if (m->nfails > 1)
+			qsort(m->fails, m->nfails, sizeof(mfail), cmp_fail);
 		/* shards that never reported leave gaps: fold the rest in order */
 		for (size_t i = 0; m->pending && i < m->expected; i++) {
 			fold_agg(m, m->pending[i]);
@@ -405,7 +406,8 @@ static void
 sort_hits(sr_merger *m)
 {
 	/* a plain insertion-free sort: heap order → ranked order */
-	qsort_r(m->heap, m->nheap, sizeof(mhit), cmp_mhit, (void *)m->req);
+	if (m->nheap > 1)
+		qsort_r(m->heap, m->nheap, sizeof(mhit), cmp_mhit, (void *)m->req);
 }
 
 static bool
