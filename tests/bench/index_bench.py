@@ -7,11 +7,12 @@ Same corpus, same machine, same run, engines alternating within each trial;
 each engine ends with one segment. Medians of T trials (default 3).
 
 Measured per run (process-level, from wait4 rusage and /proc sampling):
-wall time to searchable and of the force merge (the split each engine
-reports), total, CPU seconds of the whole process, docs per CPU-second,
-index bytes on disk, and busy threads during the force merge (CPU seconds
-spent in the merge phase / its wall time; Shoal from /proc/PID/stat samples
-taken every 20 ms, Lucene from its own process-CPU readings).
+wall time to searchable and of the force merge (as each engine reports its
+own phases; total = their sum), CPU seconds of the whole process (wait4
+rusage: parsing, start-up and exit included), docs per CPU-second, index
+bytes on disk, and busy threads during the force merge (process CPU seconds
+in the merge phase / its wall time, as each engine reports it; from
+/proc/PID/stat samples every 20 ms when Shoal does not report it).
 Corpora are cached in $BENCH_CACHE (default /tmp/shoal-bench).
 """
 import argparse
@@ -123,35 +124,42 @@ def corpus(kind, n, seed):
     return path
 
 
+def kv_lines(text):
+    """`key: number` lines (shoal-engine's output) as a dict."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([A-Za-z_]+)\s*[:=]\s*(-?[0-9]+(?:\.[0-9]+)?)\s*$", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
 def run_shoal(build, docs, mapping, threads, work):
     out = os.path.join(work, "shoal-idx")
     shutil.rmtree(out, ignore_errors=True)
     cmd = [os.path.join(build, "bin", "shoal-engine"), "index", "--mapping", mapping, "--in", docs,
-           "--out", out, "--force-merge", "1", "--threads", str(threads)]
+           "--out", out, "--force-merge", "1", "--threads", str(threads), "--id-field", "id"]
     rc, so, se, wall, cpu, samples = measured(cmd)
     if rc != 0:
         raise RuntimeError("shoal-engine index failed (%d): %s" % (rc, (se or so)[-800:]))
-    obj = last_json(so)
+    obj = last_json(so) or kv_lines(so)
     text = so + "\n" + se
     ts = find_num(obj, text, ["searchable_s", "time_to_searchable_s", "until_searchable_s"],
                   r"searchable[^0-9\n]*([0-9]+(?:\.[0-9]+)?)")
     tm = find_num(obj, text, ["force_merge_s", "merge_s"], r"force[ _-]?merge[^0-9\n]*([0-9]+(?:\.[0-9]+)?)")
     docs_n = find_num(obj, text, ["docs", "documents"], r"([0-9]+)\s+docs")
     segs = find_num(obj, text, ["segments", "segment_count"], r"([0-9]+)\s+segments?")
-    r = {"engine": "shoal", "docs": docs_n, "total_s": round(wall, 3), "cpu_s": round(cpu, 3),
-         "index_bytes": dir_bytes(out), "segments": segs, "raw": (obj or text.strip()[-400:])}
-    if ts is not None and tm is not None and ts + tm <= wall * 1.05 + 0.5:
-        # the engine's split, anchored at the end of the process (startup
-        # and exit are counted in "to searchable")
-        start_merge = max(0.0, wall - tm)
-        r["searchable_s"] = round(wall - tm, 3)
-        r["force_merge_s"] = round(tm, 3)
-        cm = cpu - cpu_at(samples, start_merge)
-        r["cpu_merge_s"] = round(cm, 3)
-        r["merge_busy_threads"] = round(cm / tm, 2) if tm > 0.05 else None
-    else:
-        r["searchable_s"] = r["force_merge_s"] = None
-        r["merge_busy_threads"] = None
+    busy = find_num(obj, "", ["force_merge_busy_threads", "merge_busy_threads"], r"^$")
+    if obj.get("failed"):
+        raise RuntimeError("shoal-engine index: %d documents failed" % obj["failed"])
+    r = {"engine": "shoal", "docs": docs_n, "process_wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+         "index_bytes": dir_bytes(out), "segments": segs, "raw": obj}
+    r["searchable_s"], r["force_merge_s"] = ts, tm
+    r["total_s"] = round(ts + tm, 3) if ts is not None and tm is not None else round(wall, 3)
+    if busy is None and tm:
+        # not reported: CPU over the last tm seconds of the process, from the samples
+        busy = round((cpu - cpu_at(samples, max(0.0, wall - tm))) / tm, 2) if tm > 0.05 else None
+    r["merge_busy_threads"] = busy
     shutil.rmtree(out, ignore_errors=True)
     return r
 
@@ -186,7 +194,8 @@ def run_lucene(docs, mapping, threads, work):
         raise RuntimeError("lucene index failed: " + se[-800:])
     o = last_json(so)
     r = {"engine": "lucene", "docs": o["docs"], "searchable_s": o["searchable_s"],
-         "force_merge_s": o["force_merge_s"], "total_s": round(wall, 3), "cpu_s": round(cpu, 3),
+         "force_merge_s": o["force_merge_s"], "total_s": o["total_s"], "process_wall_s": round(wall, 3),
+         "cpu_s": round(cpu, 3),
          "cpu_merge_s": o["cpu_merge_s"], "merge_busy_threads": o["merge_busy_threads"],
          "index_bytes": o["index_bytes"], "segments": o["segments"], "raw": o}
     shutil.rmtree(out, ignore_errors=True)
