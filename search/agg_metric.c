@@ -1181,73 +1181,6 @@ th_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, s
 	}
 }
 
-/* ---- _source filtering (includes/excludes with * wildcards on dotted paths) */
-
-static bool
-glob_match(const char *pat, const char *s)
-{
-	while (*pat) {
-		if (*pat == '*') {
-			while (*pat == '*')
-				pat++;
-			if (!*pat)
-				return true;
-			for (; *s; s++)
-				if (glob_match(pat, s))
-					return true;
-			return false;
-		}
-		if (*pat != *s)
-			return false;
-		pat++;
-		s++;
-	}
-	return *s == 0;
-}
-
-/* An object on the path to what an include pattern names: descend into it
- * and keep it if anything inside survives. */
-static bool
-pattern_prefix(const char *pat, const char *path)
-{
-	size_t n = strlen(path);
-	if (!strncmp(pat, path, n) && pat[n] == '.')
-		return true;
-	return strchr(pat, '*') != NULL;
-}
-
-static void
-source_filter(cJSON *obj, const char *prefix, const th_params *p)
-{
-	cJSON *c = obj->child;
-	while (c) {
-		cJSON *next = c->next;
-		char path[1024];
-		snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", c->string);
-		bool excluded = false, included = p->nincl == 0, partial = false;
-		for (size_t i = 0; i < p->nexcl && !excluded; i++)
-			excluded = glob_match(p->excl[i], path);
-		for (size_t i = 0; i < p->nincl && !included; i++) {
-			if (glob_match(p->incl[i], path))
-				included = true;
-			else if (pattern_prefix(p->incl[i], path))
-				partial = true;
-		}
-		if (excluded) {
-			cJSON_DeleteItemFromObjectCaseSensitive(obj, c->string);
-		} else if (included) {
-			if (cJSON_IsObject(c) && p->nexcl)
-				source_filter(c, path, &(th_params){.excl = p->excl, .nexcl = p->nexcl});
-		} else if (partial && cJSON_IsObject(c)) {
-			source_filter(c, path, p);
-			if (!c->child)
-				cJSON_DeleteItemFromObjectCaseSensitive(obj, c->string);
-		} else
-			cJSON_DeleteItemFromObjectCaseSensitive(obj, c->string);
-		c = next;
-	}
-}
-
 static void
 th_flush(agg_rt *rt, agg_node *n)
 {
@@ -1274,17 +1207,15 @@ th_flush(agg_rt *rt, agg_node *n)
 		if (!p->source)
 			continue;
 		if (p->nincl || p->nexcl) {
-			cJSON *j = cJSON_ParseWithLength((const char *)src.data, src.len);
-			if (j && cJSON_IsObject(j)) {
-				source_filter(j, "", p);
-				char *out = cJSON_PrintUnformatted(j);
-				if (out) {
-					h->source = cm_strdup(AGG_MEM, out);
-					h->source_len = strlen(out);
-					cJSON_free(out);
-				}
+			/* the same filtering as search hits */
+			cm_buf f;
+			cm_buf_init(&f, AGG_MEM);
+			if (sr_source_filter((const char *)src.data, src.len, p->incl, p->nincl, p->excl,
+			                     p->nexcl, &f) == CM_OK) {
+				h->source = cm_strndup(AGG_MEM, (const char *)f.data, f.len);
+				h->source_len = f.len;
 			}
-			cJSON_Delete(j);
+			cm_buf_free(&f);
 		} else {
 			h->source = cm_strndup(AGG_MEM, (const char *)src.data, src.len);
 			h->source_len = src.len;

@@ -73,7 +73,8 @@ td_compress(agg_tdigest *t)
 		return;
 	size_t all = t->n + t->bn;
 	centroid *v = cm_malloc(AGG_MEM, all * sizeof *v);
-	memcpy(v, t->c, t->n * sizeof *v);
+	if (t->n)
+		memcpy(v, t->c, t->n * sizeof *v);
 	memcpy(v + t->n, t->buf, t->bn * sizeof *v);
 	t->bn = 0;
 	qsort(v, all, sizeof *v, cent_cmp);
