@@ -374,7 +374,8 @@ test_compound(void)
 	    "{\"term\":{\"d\":\"y\"}}],\"minimum_should_match\":1,\"boost\":2}}",
 	    "bool(+term(a:1),term(d:x),term(d:y),-range(c:gte=5),#term(b:2),msm=1)^2");
 	DSL("{\"bool\":{}}", "bool()");
-	DSL("{\"bool\":{\"must\":[{}, {\"match_all\":{}}]}}", "bool(+all)");
+	DSL("{\"bool\":{\"must\":[{}, {\"match_all\":{}}]}}",
+	    "ERR CM_EPARSE parsing_exception: query malformed, empty clause found");
 	DSL("{\"bool\":{\"must\":[{\"bool\":{\"should\":[{\"term\":{\"a\":\"b\"}}]}}]}}",
 	    "bool(+bool(term(a:b)))");
 	DSL("{\"constant_score\":{\"filter\":{\"term\":{\"u\":\"k\"}},\"boost\":1.2}}",
@@ -556,10 +557,18 @@ test_query_string(void)
 	QS("   ", "none");
 	QS("\\u0041bc", "match(f:Abc)");
 	QS("foo^2~1", "fuzzy(f:foo~1)^2");
+	QS("title:foo bar", "bool(match(title:foo),match(f:bar))");
+	QS("a - b", "bool(match(f:a),match(f:b))");
+	QS("a -b", "bool(match(f:a),-match(f:b))");
+	QS("-a -b", "bool(-match(f:a),-match(f:b))");
+	QS("a:(b OR c) AND d:e", "bool(+bool(match(a:b),match(a:c)),+match(d:e))");
+	QS("a OR b AND c", "bool(+match(f:b),+match(f:c),match(f:a))");
+	QS_AND("a AND b OR c", "bool(+match(f:a,and),match(f:b,and),match(f:c,and))");
+	QS("x:y^0.5", "match(x:y)^0.5");
 
 	/* syntax errors, like ES's query_shard_exception */
 	const char *bad[] = {"foo AND", "(foo", "foo)", "\"foo", "title:", "[1 TO", "foo^",
-	                     "a:b:c", "/abc", "foo\\", "AND", "quikc~1.5"};
+	                     "a:b:c", "/abc", "foo\\", "AND", "quikc~1.5", "a OR", "()", "a:(b"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		const char *got = qs_full(bad[i], "f", false);
 		char want[256];
@@ -1224,13 +1233,351 @@ test_merge_misc(void)
 	sr_request_free(&req);
 }
 
+/* ---- model checks: random inputs against simple reference versions ---- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint32_t
+rnd(uint32_t n)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (uint32_t)(rng_state % n);
+}
+
+/* Recursive glob: '*' any run. Independent of the filter's state sets. */
+static bool
+ref_glob(const char *p, const char *s)
+{
+	if (!*p)
+		return !*s;
+	if (*p == '*')
+		return ref_glob(p + 1, s) || (*s && ref_glob(p, s + 1));
+	return *s == *p && ref_glob(p + 1, s + 1);
+}
+
+/* Could some extension of s match p? */
+static bool
+ref_glob_prefix(const char *p, const char *s)
+{
+	if (!*s)
+		return true;
+	if (!*p)
+		return false;
+	if (*p == '*')
+		return ref_glob_prefix(p + 1, s) || ref_glob_prefix(p, s + 1);
+	return *s == *p && ref_glob_prefix(p + 1, s + 1);
+}
+
+/* ES's makeMatchDotsInFieldNames: p matches the path or a dot-prefix. */
+static bool
+ref_accept(char **pats, size_t n, const char *path)
+{
+	char buf[256];
+	for (size_t i = 0; i < n; i++) {
+		if (ref_glob(pats[i], path))
+			return true;
+		for (const char *d = strchr(path, '.'); d; d = strchr(d + 1, '.')) {
+			snprintf(buf, sizeof(buf), "%.*s", (int)(d - path), path);
+			if (ref_glob(pats[i], buf))
+				return true;
+		}
+	}
+	return false;
+}
+
+static bool
+ref_live(char **pats, size_t n, const char *path)
+{
+	if (ref_accept(pats, n, path))
+		return true;
+	for (size_t i = 0; i < n; i++)
+		if (ref_glob_prefix(pats[i], path))
+			return true;
+	return false;
+}
+
+typedef struct refctx {
+	char **inc, **exc;
+	size_t ni, ne;
+} refctx;
+
+static cJSON *ref_filter_obj(refctx *r, const cJSON *obj, const char *prefix, bool inc_all);
+
+static cJSON *
+ref_filter_arr(refctx *r, const cJSON *arr, const char *path, bool inc_all)
+{
+	cJSON *out = cJSON_CreateArray();
+	bool inc_here = inc_all || r->ni == 0 || ref_accept(r->inc, r->ni, path);
+	char pre[256];
+	snprintf(pre, sizeof(pre), "%s.", path);
+	for (const cJSON *e = arr->child; e; e = e->next) {
+		cJSON *f = NULL;
+		if (cJSON_IsObject(e)) {
+			f = ref_filter_obj(r, e, pre, inc_all);
+			if (!f->child) {
+				cJSON_Delete(f);
+				f = NULL;
+			}
+		} else if (cJSON_IsArray(e)) {
+			f = ref_filter_arr(r, e, path, inc_all);
+			if (!f->child) {
+				cJSON_Delete(f);
+				f = NULL;
+			}
+		} else if (inc_here)
+			f = cJSON_Duplicate(e, true);
+		if (f)
+			cJSON_AddItemToArray(out, f);
+	}
+	return out;
+}
+
+static cJSON *
+ref_filter_obj(refctx *r, const cJSON *obj, const char *prefix, bool inc_all)
+{
+	cJSON *out = cJSON_CreateObject();
+	for (const cJSON *e = obj->child; e; e = e->next) {
+		char path[256], below[260];
+		snprintf(path, sizeof(path), "%s%s", prefix, e->string);
+		bool inc = inc_all || r->ni == 0 || ref_accept(r->inc, r->ni, path);
+		if (!inc && !ref_live(r->inc, r->ni, path))
+			continue;
+		if (r->ne && ref_accept(r->exc, r->ne, path))
+			continue;
+		snprintf(below, sizeof(below), "%s.", path);
+		bool exc_below = r->ne && ref_live(r->exc, r->ne, below);
+		cJSON *f = NULL;
+		if (inc && !exc_below)
+			f = cJSON_Duplicate(e, true);
+		else if (cJSON_IsObject(e)) {
+			f = ref_filter_obj(r, e, below, inc);
+			if (!inc && !f->child) {
+				cJSON_Delete(f);
+				f = NULL;
+			}
+		} else if (cJSON_IsArray(e)) {
+			f = ref_filter_arr(r, e, path, inc);
+			if (!inc && !f->child) {
+				cJSON_Delete(f);
+				f = NULL;
+			}
+		} else if (inc)
+			f = cJSON_Duplicate(e, true);
+		if (f)
+			cJSON_AddItemToObject(out, e->string, f);
+	}
+	return out;
+}
+
+static cJSON *
+random_value(int depth)
+{
+	static const char *keys[] = {"a", "b", "c", "ab", "bc", "a1"};
+	uint32_t k = rnd(depth > 3 ? 3 : 6);
+	if (k == 0)
+		return cJSON_CreateNumber(rnd(100));
+	if (k == 1)
+		return cJSON_CreateString(keys[rnd(6)]);
+	if (k == 2)
+		return cJSON_CreateBool(rnd(2));
+	if (k == 3 || k == 4) {
+		cJSON *o = cJSON_CreateObject();
+		uint32_t n = rnd(4);
+		for (uint32_t i = 0; i < n; i++) {
+			const char *key = keys[rnd(6)];
+			if (!cJSON_GetObjectItemCaseSensitive(o, key))
+				cJSON_AddItemToObject(o, key, random_value(depth + 1));
+		}
+		return o;
+	}
+	cJSON *a = cJSON_CreateArray();
+	uint32_t n = rnd(4);
+	for (uint32_t i = 0; i < n; i++)
+		cJSON_AddItemToArray(a, random_value(depth + 1));
+	return a;
+}
+
+static void
+test_source_filter_model(void)
+{
+	static const char *pats[] = {"a",   "b",   "a.b", "a.*", "*b",  "*",   "b.c",
+	                             "a*",  "*.c", "c",   "ab",  "a.b.c", "*.a1", "bc.*"};
+	int mismatches = 0;
+	for (int iter = 0; iter < 3000; iter++) {
+		cJSON *doc = cJSON_CreateObject();
+		uint32_t n = 1 + rnd(5);
+		for (uint32_t i = 0; i < n; i++) {
+			static const char *keys[] = {"a", "b", "c", "ab", "bc", "a1"};
+			const char *key = keys[rnd(6)];
+			if (!cJSON_GetObjectItemCaseSensitive(doc, key))
+				cJSON_AddItemToObject(doc, key, random_value(1));
+		}
+		char *inc[3], *exc[3];
+		size_t ni = rnd(3), ne = rnd(3);
+		for (size_t i = 0; i < ni; i++)
+			inc[i] = (char *)pats[rnd(14)];
+		for (size_t i = 0; i < ne; i++)
+			exc[i] = (char *)pats[rnd(14)];
+		refctx r = {inc, exc, ni, ne};
+		cJSON *want = ref_filter_obj(&r, doc, "", false);
+		char *src = cJSON_PrintUnformatted(doc);
+		char *want_s = cJSON_PrintUnformatted(want);
+		cm_buf out;
+		cm_buf_init(&out, CM_MEM_SEARCH);
+		cm_err rc = sr_source_filter(src, strlen(src), inc, ni, exc, ne, &out);
+		char *got = strndup((const char *)out.data, out.len);
+		if (rc || strcmp(got, want_s)) {
+			if (mismatches++ < 5) {
+				fprintf(stderr, "source filter model mismatch: %s\n inc:", src);
+				for (size_t i = 0; i < ni; i++)
+					fprintf(stderr, " %s", inc[i]);
+				fprintf(stderr, " exc:");
+				for (size_t i = 0; i < ne; i++)
+					fprintf(stderr, " %s", exc[i]);
+				fprintf(stderr, "\n got  %s\n want %s\n", got, want_s);
+			}
+		}
+		free(got);
+		cm_buf_free(&out);
+		free(src);
+		free(want_s);
+		cJSON_Delete(want);
+		cJSON_Delete(doc);
+	}
+	CHECKF(mismatches == 0, "%d source filter mismatches", mismatches);
+}
+
+/* Random shard results merged in random order against sorting everything. */
+typedef struct refhit {
+	uint32_t shard, doc;
+	float score;
+	bool has_v;
+	int64_t v;
+} refhit;
+
+static bool ref_desc, ref_missing_first, ref_by_field;
+
+static int
+ref_cmp(const void *a, const void *b)
+{
+	const refhit *x = a, *y = b;
+	int c = 0;
+	if (ref_by_field) {
+		if (x->has_v != y->has_v)
+			c = (x->has_v ? 1 : -1) * (ref_missing_first ? 1 : -1);
+		else if (x->has_v)
+			c = (x->v < y->v ? -1 : x->v > y->v) * (ref_desc ? -1 : 1);
+	} else
+		c = x->score > y->score ? -1 : x->score < y->score;
+	if (!c)
+		c = x->shard < y->shard ? -1 : x->shard > y->shard;
+	if (!c)
+		c = x->doc < y->doc ? -1 : x->doc > y->doc;
+	return c;
+}
+
+static void
+test_merge_model(void)
+{
+	int bad = 0;
+	for (int iter = 0; iter < 300; iter++) {
+		uint32_t nshards = 1 + rnd(6);
+		ref_by_field = rnd(2);
+		ref_desc = rnd(2);
+		ref_missing_first = rnd(2);
+		uint32_t from = rnd(8), size = rnd(12);
+		char body[256];
+		snprintf(body, sizeof(body),
+		         ref_by_field ? "{\"from\":%u,\"size\":%u,\"sort\":[{\"v\":{\"order\":\"%s\","
+		                        "\"missing\":\"%s\"}}]}"
+		                      : "{\"from\":%u,\"size\":%u}",
+		         from, size, ref_desc ? "desc" : "asc", ref_missing_first ? "_first" : "_last");
+		sr_request req;
+		cm_error err;
+		REQUIRE(req_parse(body, &req, &err) == CM_OK);
+		refhit all[6 * 20];
+		size_t nall = 0;
+		sr_shard_result res[6];
+		for (uint32_t s = 0; s < nshards; s++) {
+			memset(&res[s], 0, sizeof(res[s]));
+			res[s].shard = s;
+			uint32_t n = rnd(20);
+			res[s].hits = cm_calloc(CM_MEM_SEARCH, n + 1, sizeof(sr_hit));
+			res[s].nhits = n;
+			res[s].total = n;
+			res[s].max_score = NAN;
+			for (uint32_t d = 0; d < n; d++) {
+				refhit *h = &all[nall++];
+				h->shard = s;
+				h->doc = d * 3 + rnd(3);
+				h->score = (float)rnd(4); /* many ties */
+				h->has_v = rnd(5) != 0;
+				h->v = (int64_t)rnd(6) - 2;
+				char id[32];
+				snprintf(id, sizeof(id), "%u-%u", s, h->doc);
+				res[s].hits[d] = mkhit(s, h->doc, h->score, id);
+				if (ref_by_field) {
+					res[s].hits[d].nsort = 1;
+					res[s].hits[d].sort = cm_calloc(CM_MEM_SEARCH, 1, sizeof(sr_sort_value));
+					res[s].hits[d].sort[0].type = h->has_v ? SR_SV_LONG : SR_SV_NULL;
+					res[s].hits[d].sort[0].l = h->v;
+				}
+			}
+		}
+		qsort(all, nall, sizeof(refhit), ref_cmp);
+		/* expected id sequence */
+		char want[4096] = "", got[4096] = "";
+		for (size_t i = from; i < nall && i < (size_t)from + size; i++) {
+			char id[40];
+			snprintf(id, sizeof(id), "\"_id\":\"%u-%u\"", all[i].shard, all[i].doc);
+			strcat(want, id);
+		}
+		/* arrival order: a random permutation */
+		uint32_t perm[6];
+		for (uint32_t i = 0; i < nshards; i++)
+			perm[i] = i;
+		for (uint32_t i = nshards; i > 1; i--) {
+			uint32_t j = rnd(i), t = perm[i - 1];
+			perm[i - 1] = perm[j];
+			perm[j] = t;
+		}
+		sr_merger *m = sr_merger_create(&req, nshards);
+		sr_merger_set_index(m, "i");
+		for (uint32_t i = 0; i < nshards; i++)
+			sr_merger_add(m, &res[perm[i]]);
+		cm_buf out;
+		cm_buf_init(&out, CM_MEM_SEARCH);
+		sr_merger_render(m, 0, &out);
+		cm_buf_put_u8(&out, 0);
+		for (const char *p = strstr((const char *)out.data, "\"_id\":\""); p;
+		     p = strstr(p + 1, "\"_id\":\"")) {
+			const char *e = strchr(p + 7, '"');
+			strncat(got, p, (size_t)(e - p + 1));
+		}
+		char tot[64];
+		snprintf(tot, sizeof(tot), "\"total\":{\"value\":%zu,\"relation\":\"eq\"}", nall);
+		if (strcmp(got, want) || !strstr((const char *)out.data, tot)) {
+			if (bad++ < 3)
+				fprintf(stderr, "merge model mismatch (%s):\n got  %s\n want %s\n", body, got,
+				        want);
+		}
+		cm_buf_free(&out);
+		sr_merger_destroy(m);
+		sr_request_free(&req);
+	}
+	CHECKF(bad == 0, "%d merge model mismatches", bad);
+}
+
 int
 main(void)
 {
 	void (*tests[])(void) = {test_leaf_queries,    test_match_family,     test_compound,
 	                         test_errors,          test_query_string,     test_query_string_dsl,
 	                         test_request,         test_source_filter,    test_merge_scored,
-	                         test_merge_field_sort, test_merge_misc};
+	                         test_merge_field_sort, test_merge_misc, test_source_filter_model,
+	                         test_merge_model};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		tests[i]();
 		/* every allocation made by the code under test is returned */

@@ -362,8 +362,17 @@ lex(const qp *p, size_t i, tok *t)
 	const char *s = p->s;
 	size_t n = p->n, wl;
 	memset(t, 0, sizeof(*t));
-	while (i < n && is_ws(s, n, i, &wl))
-		i += wl;
+	/* a lone + - ! followed by white space is a "bare operator": Lucene
+	 * makes it a term that analyzes to nothing, i.e. it is dropped */
+	for (;;) {
+		while (i < n && is_ws(s, n, i, &wl))
+			i += wl;
+		if (i < n && (s[i] == '+' || s[i] == '-' || s[i] == '!') &&
+		    (i + 1 == n || is_ws(s, n, i + 1, &wl)))
+			i++;
+		else
+			break;
+	}
 	if (i >= n) {
 		t->type = TK_EOF;
 		t->end = i;

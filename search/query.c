@@ -646,8 +646,6 @@ parse_clauses(pctx *c, const char *qname, const cJSON *v, sr_query ***list, size
 	sr_query *q;
 	cm_err rc;
 	if (cJSON_IsObject(v)) {
-		if (!v->child) /* ES 7 skips an empty clause {} inside compound queries */
-			return CM_OK;
 		if ((rc = parse_query(c, v, &q)))
 			return rc;
 		return push_clause(c, list, n, q);
@@ -660,8 +658,6 @@ parse_clauses(pctx *c, const char *qname, const cJSON *v, sr_query ***list, size
 			return cm_error_set(c->err, CM_EPARSE,
 			                    "[%s] query malformed, expected START_OBJECT in [%s] but found [%s]",
 			                    qname, v->string, token_name(e));
-		if (!e->child)
-			continue;
 		if ((rc = parse_query(c, e, &q)))
 			return rc;
 		if ((rc = push_clause(c, list, n, q)))
