@@ -1976,7 +1976,8 @@ hist_render(const sr_agg *a, const agg_node *n, agg_render *r)
 			for (int64_t key = lo; key <= hi;) {
 				if (++count + r->buckets > SR_MAX_BUCKETS) {
 					agg_too_many_buckets(r->err, count + r->buckets);
-					return CM_ELIMIT;
+					rc = CM_ELIMIT;
+					goto out;
 				}
 				bool created = false;
 				/* is this key real? */
