@@ -24,8 +24,19 @@ typedef struct parse_ctx {
 	cJSON *dyn_props;   /* "properties" of the dynamic addition, or NULL */
 	cJSON *dyn_root;
 	bool want_dynamic;  /* caller asked for additions */
+	/* number tokens as written in the source, built on first need */
+	struct numtok *nums;
+	size_t nnums;
+	int nums_state; /* 0 not built, 1 built, -1 unavailable */
 	char path[1024 + 2];
 } parse_ctx;
+
+/* A JSON number node and the bytes it was parsed from. cJSON keeps only
+ * a double, which loses longs above 2^53 and the written form ("1.0"). */
+typedef struct numtok {
+	const cJSON *node;
+	uint32_t off, len;
+} numtok;
 
 static const char *const metadata_fields[] = {
     "_id",      "_index",        "_source", "_routing",     "_type",  "_version",
@@ -91,11 +102,106 @@ format_number(double v, char *buf, size_t cap)
 	}
 }
 
+static void
+collect_numbers(const cJSON *j, numtok **v, size_t *n, size_t *cap)
+{
+	for (; j != NULL; j = j->next) {
+		if (cJSON_IsNumber(j)) {
+			if (*n == *cap) {
+				*cap = *cap ? *cap * 2 : 64;
+				*v = cm_realloc(CM_MEM_STORAGE, *v, *cap * sizeof(**v));
+			}
+			(*v)[(*n)++].node = j;
+		} else if (cJSON_IsObject(j) || cJSON_IsArray(j)) {
+			collect_numbers(j->child, v, n, cap);
+		}
+	}
+}
+
+static int
+numtok_cmp(const void *a, const void *b)
+{
+	const cJSON *x = ((const numtok *)a)->node, *y = ((const numtok *)b)->node;
+	return x < y ? -1 : x > y;
+}
+
+/* Number tokens appear in the source in the same order as number nodes
+ * in a depth-first walk of the tree (cJSON keeps member order), so one
+ * scan pairs them up. */
+static void
+build_numbers(parse_ctx *c)
+{
+	size_t cap = 0, n = 0;
+	numtok *v = NULL;
+	collect_numbers(c->doc->json, &v, &n, &cap);
+	const char *s = c->doc->source;
+	size_t len = c->doc->source_len, k = 0;
+	bool ok = true;
+	for (size_t i = 0; i < len && ok;) {
+		char ch = s[i];
+		if (ch == '"') {
+			for (i++; i < len && s[i] != '"'; i++)
+				if (s[i] == '\\')
+					i++;
+			i++;
+		} else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+			size_t st = i;
+			while (i < len && ((s[i] >= '0' && s[i] <= '9') || s[i] == '-' || s[i] == '+' ||
+			                   s[i] == '.' || s[i] == 'e' || s[i] == 'E'))
+				i++;
+			if (k >= n || i - st > 1024) {
+				ok = false;
+				break;
+			}
+			v[k].off = (uint32_t)st;
+			v[k].len = (uint32_t)(i - st);
+			k++;
+		} else {
+			i++;
+		}
+	}
+	if (!ok || k != n || len > UINT32_MAX) {
+		cm_free(CM_MEM_STORAGE, v);
+		c->nums_state = -1;
+		return;
+	}
+	if (n > 1)
+		qsort(v, n, sizeof(*v), numtok_cmp);
+	c->nums = v;
+	c->nnums = n;
+	c->nums_state = 1;
+}
+
+/* The number's source text, or NULL when it cannot be recovered. */
+static const char *
+number_lexeme(parse_ctx *c, const cJSON *j, size_t *len)
+{
+	if (c->nums_state == 0)
+		build_numbers(c);
+	if (c->nums_state < 0)
+		return NULL;
+	numtok key = {.node = j};
+	const numtok *t = bsearch(&key, c->nums, c->nnums, sizeof(key), numtok_cmp);
+	if (t == NULL)
+		return NULL;
+	*len = t->len;
+	return c->doc->source + t->off;
+}
+
+static bool
+lexeme_is_integer(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] == '.' || s[i] == 'e' || s[i] == 'E')
+			return false;
+	return n > 0;
+}
+
 /* The node's text as a string kept alive by the parse tree: numbers and
  * booleans get their rendering attached as valuestring, which cJSON frees
  * with the node. */
 static const char *
-node_text(cJSON *j, size_t *n)
+node_text(parse_ctx *c, cJSON *j, size_t *n)
 {
 	if (cJSON_IsString(j)) {
 		*n = strlen(j->valuestring);
@@ -103,10 +209,16 @@ node_text(cJSON *j, size_t *n)
 	}
 	if (j->valuestring == NULL) {
 		char buf[64];
-		if (cJSON_IsNumber(j))
+		size_t lexlen = 0;
+		const char *lex = cJSON_IsNumber(j) ? number_lexeme(c, j, &lexlen) : NULL;
+		if (lex != NULL && lexlen < sizeof(buf)) {
+			memcpy(buf, lex, lexlen); /* as written, like ES */
+			buf[lexlen] = '\0';
+		} else if (cJSON_IsNumber(j)) {
 			format_number(j->valuedouble, buf, sizeof(buf));
-		else
+		} else {
 			snprintf(buf, sizeof(buf), "%s", cJSON_IsTrue(j) ? "true" : "false");
+		}
 		size_t len = strlen(buf);
 		j->valuestring = cJSON_malloc(len + 1);
 		if (j->valuestring == NULL)
@@ -179,6 +291,17 @@ emit_integer(parse_ctx *c, const st_field_def *f, cJSON *j)
 	bool is_int = false;
 	if (cJSON_IsNumber(j)) {
 		d = j->valuedouble;
+		size_t ln;
+		const char *lex;
+		if (fabs(d) >= 9007199254740992.0 && (lex = number_lexeme(c, j, &ln)) != NULL &&
+		    lexeme_is_integer(lex, ln) && ln < 32) {
+			/* beyond 2^53 the double is not the value that was sent */
+			char buf[32];
+			memcpy(buf, lex, ln);
+			buf[ln] = '\0';
+			if (!string_number(buf, &d, &v, &is_int))
+				return type_error(c, f, j);
+		}
 	} else if (cJSON_IsString(j)) {
 		if (!string_number(j->valuestring, &d, &v, &is_int))
 			return type_error(c, f, j);
@@ -206,7 +329,7 @@ emit_scalar(parse_ctx *c, const st_field_def *f, cJSON *j)
 		if (!cJSON_IsString(j) && !cJSON_IsNumber(j) && !cJSON_IsBool(j))
 			return type_error(c, f, j);
 		size_t n;
-		const char *s = node_text(j, &n);
+		const char *s = node_text(c, j, &n);
 		if (s == NULL)
 			return cm_error_set(c->err, CM_ENOMEM, "out of memory");
 		if (f->type == ST_FT_KEYWORD && f->ignore_above > 0 &&
@@ -245,7 +368,7 @@ emit_scalar(parse_ctx *c, const st_field_def *f, cJSON *j)
 		if (!cJSON_IsString(j) && !cJSON_IsNumber(j))
 			return type_error(c, f, j);
 		size_t n;
-		const char *s = node_text(j, &n);
+		const char *s = node_text(c, j, &n);
 		int64_t ms;
 		if (s == NULL || !st_date_parse(s, n, f->format, &ms))
 			return type_error(c, f, j);
@@ -315,7 +438,7 @@ looks_like_date(const char *s)
 /* The mapping ES would create for value j, or NULL when j adds nothing
  * (null, empty array). */
 static cJSON *
-dynamic_spec(const cJSON *j)
+dynamic_spec(parse_ctx *c, const cJSON *j)
 {
 	while (cJSON_IsArray(j)) {
 		const cJSON *first = NULL, *it;
@@ -342,8 +465,12 @@ dynamic_spec(const cJSON *j)
 			cJSON_AddNumberToObject(kw, "ignore_above", 256);
 		}
 	} else if (cJSON_IsNumber(j)) {
+		/* ES maps by the token: 5 is a long, 5.0 and 5e0 are floats */
 		double d = j->valuedouble;
-		bool whole = d == trunc(d) && fabs(d) < 9.2e18;
+		size_t ln;
+		const char *lex = number_lexeme(c, j, &ln);
+		bool whole = lex ? lexeme_is_integer(lex, ln) && fabs(d) < 9.3e18
+		                 : d == trunc(d) && fabs(d) < 9.2e18;
 		cJSON_AddStringToObject(spec, "type", whole ? "long" : "float");
 	} else if (cJSON_IsBool(j)) {
 		cJSON_AddStringToObject(spec, "type", "boolean");
@@ -376,7 +503,7 @@ unknown_field(parse_ctx *c, st_dynamic dyn, const char *owner, const char *name,
 		           (cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0);
 		return CM_OK; /* already added from an earlier value */
 	}
-	cJSON *spec = dynamic_spec(j);
+	cJSON *spec = dynamic_spec(c, j);
 	if (spec == NULL)
 		return CM_OK;
 	if (c->dyn_props == NULL) {
@@ -599,11 +726,13 @@ st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *sou
 			goto fail;
 	}
 	cJSON_Delete(c.dyn_root);
+	cm_free(CM_MEM_STORAGE, c.nums);
 	if (c.counts != counts_small)
 		cm_free(CM_MEM_STORAGE, c.counts);
 	return CM_OK;
 fail:
 	cJSON_Delete(c.dyn_root);
+	cm_free(CM_MEM_STORAGE, c.nums);
 	if (c.counts != counts_small)
 		cm_free(CM_MEM_STORAGE, c.counts);
 	st_doc_free(out);

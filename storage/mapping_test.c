@@ -487,10 +487,15 @@ test_dynamic_kinds(void)
 	const char *src = "{\"when\":\"2024-01-31T10:00:00Z\",\"year\":\"2015\",\"ok\":true,"
 	                  "\"tags\":[\"a\",\"b\",null,\"c\"],\"empty\":[],\"nothing\":null,"
 	                  "\"pts\":[{\"x\":1},{\"x\":2,\"y\":2.5}],\"a.b\":{\"c\":\"d\"},"
-	                  "\"nested\":[[1,2],[3]]}";
+	                  "\"nested\":[[1,2],[3]],\"one\":1.0,\"exp\":1e3,\"big\":9007199254740993}";
 	CHECKF(parse_dyn(&m, src, &d, &err) == CM_OK, "%s", err.reason);
 	CHECK(fd(m, "when") && fd(m, "when")->type == ST_FT_DATE);
 	CHECK(fd(m, "year") && fd(m, "year")->type == ST_FT_TEXT);
+	CHECK(fd(m, "one") && fd(m, "one")->type == ST_FT_FLOAT);  /* 1.0 */
+	CHECK(fd(m, "exp") && fd(m, "exp")->type == ST_FT_FLOAT);  /* 1e3 */
+	CHECK(fd(m, "big") && fd(m, "big")->type == ST_FT_LONG);
+	CHECK(strcmp(vals(&d, "big", buf, sizeof(buf)), "9007199254740993") == 0);
+	CHECK(strcmp(vals(&d, "one", buf, sizeof(buf)), "1") == 0);
 	CHECK(fd(m, "ok") && fd(m, "ok")->type == ST_FT_BOOLEAN);
 	CHECK(fd(m, "empty") == NULL && fd(m, "nothing") == NULL);
 	CHECK(fd(m, "pts.x")->type == ST_FT_LONG && fd(m, "pts.y")->type == ST_FT_FLOAT);
@@ -596,6 +601,23 @@ test_coercion_and_errors(void)
 	CHECK(strcmp(vals(&d, "t", buf, sizeof(buf)), "3.25") == 0);
 	CHECK(strcmp(vals(&d, "bo", buf, sizeof(buf)), "1|0") == 0);
 	CHECK(strcmp(vals(&d, "d", buf, sizeof(buf)), "1706659200000|1706659200000") == 0);
+	st_doc_free(&d);
+
+	/* numbers keep their written form: exact longs past 2^53, keyword text
+	 * as sent, numbers inside strings do not confuse the pairing */
+	src = "{\"k\":[\"x \\\"12\\\" -3\",1.0,-0.50e1],\"t\":\"9 9\",\"l\":[9007199254740993,"
+	      "-9223372036854775808,1e2],\"o\":{\"x\":12345678901234567}}";
+	cm_error_clear(&err);
+	CHECKF(st_doc_parse(m, "1", 1, src, strlen(src), &d, &add, &err) == CM_OK, "%s", err.reason);
+	CHECKF(strcmp(vals(&d, "l", buf, sizeof(buf)), "9007199254740993|-9223372036854775808|100") ==
+	           0,
+	       "%s", buf);
+	CHECK(strcmp(vals(&d, "o.x", buf, sizeof(buf)), "12345678901234567") == 0);
+	CHECKF(strcmp(vals(&d, "k", buf, sizeof(buf)), "1.0") == 0, "%s", buf); /* others > 3 chars */
+	st_doc_free(&d);
+	src = "{\"l\":9223372036854775808}";
+	cm_error_clear(&err);
+	CHECK(st_doc_parse(m, "1", 1, src, strlen(src), &d, &add, &err) == CM_EMAPPING);
 	st_doc_free(&d);
 
 	struct {
