@@ -113,7 +113,7 @@ def w1(d):
         else:
             shoal_qps[tag] = q
     rows.append("| engine | protocol | warm qps (median, min–max) | p50 ms | p90 ms | p99 ms | p99.9 ms "
-                "| cold pass p99 ms (÷ warm) | driver CPU-s per 1k q | indexing docs/s | private RSS MB | on disk MB | vs Sphinx |")
+                "| cold pass p99 ms (÷ warm) | driver CPU-s per 1k q | indexing docs/s | private RSS MB (RSS) | on disk MB | vs Sphinx |")
     rows.append("|" + "---|" * 13)
     for tag, m, warm, cold in engines:
         qps = [w["qps"] for w in warm]
@@ -121,11 +121,12 @@ def w1(d):
         cpu1k = med([w["driver_cpu_s"] / max(1, w["requests"]) * 1000 for w in warm])
         c99 = cold[0]["p99_us"] / 1000 if cold else None
         rel = ratio(c99, p("p99_us")) if c99 is not None else "n/a"
-        rows.append("| %s | %s | %s | %.2f | %.2f | %.2f | %.2f | %s | %.3f | %s | %.1f | %.2f | %s |" % (
+        rows.append("| %s | %s | %s | %.2f | %.2f | %.2f | %.2f | %s | %.3f | %s | %.1f (%.1f) | %.2f | %s |" % (
             m.get("label", tag), m.get("protocol", ""), rng(qps), p("p50_us") or 0, p("p90_us") or 0,
             p("p99_us") or 0, p("p999_us") or 0,
             ("%.2f (%s)" % (c99, rel)) if c99 is not None else "n/a", cpu1k or 0,
-            fmt(m.get("index_docs_per_s")), m.get("private_kb", 0) / 1024, m.get("disk_bytes", 0) / 1e6,
+            fmt(m.get("index_docs_per_s")), m.get("private_kb", 0) / 1024, m.get("rss_kb", 0) / 1024,
+            m.get("disk_bytes", 0) / 1e6,
             ratio(med(qps), sphinx_qps) if not tag.startswith("sphinx") else "1.00×"))
     return "\n".join(rows)
 
