@@ -424,6 +424,8 @@ emit_field(parse_ctx *c, const st_field_def *f, cJSON *j)
 
 /* ---- dynamic mapping ---- */
 
+#define SLASH_DATES "yyyy/MM/dd HH:mm:ss||yyyy/MM/dd||epoch_millis"
+
 /* ES's date_detection on strings, limited to full dates (yyyy-MM-dd...):
  * a bare "2015" stays text. */
 static bool
@@ -455,8 +457,15 @@ dynamic_spec(parse_ctx *c, const cJSON *j)
 	}
 	cJSON *spec = cJSON_CreateObject();
 	if (cJSON_IsString(j)) {
+		int64_t ms;
+		size_t sn = strlen(j->valuestring);
 		if (looks_like_date(j->valuestring)) {
 			cJSON_AddStringToObject(spec, "type", "date");
+		} else if (sn >= 10 && st_date_parse(j->valuestring, sn,
+		                                      "yyyy/MM/dd HH:mm:ss||yyyy/MM/dd", &ms)) {
+			/* ES's second dynamic date format, kept as the field's format */
+			cJSON_AddStringToObject(spec, "type", "date");
+			cJSON_AddStringToObject(spec, "format", SLASH_DATES);
 		} else {
 			cJSON_AddStringToObject(spec, "type", "text");
 			cJSON *kw = cJSON_AddObjectToObject(cJSON_AddObjectToObject(spec, "fields"),

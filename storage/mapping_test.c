@@ -487,10 +487,14 @@ test_dynamic_kinds(void)
 	const char *src = "{\"when\":\"2024-01-31T10:00:00Z\",\"year\":\"2015\",\"ok\":true,"
 	                  "\"tags\":[\"a\",\"b\",null,\"c\"],\"empty\":[],\"nothing\":null,"
 	                  "\"pts\":[{\"x\":1},{\"x\":2,\"y\":2.5}],\"a.b\":{\"c\":\"d\"},"
-	                  "\"nested\":[[1,2],[3]],\"one\":1.0,\"exp\":1e3,\"big\":9007199254740993}";
+	                  "\"nested\":[[1,2],[3]],\"one\":1.0,\"exp\":1e3,\"big\":9007199254740993,\"slash\":\"2015/09/02\",\"digits\":\"12345678901\"}";
 	CHECKF(parse_dyn(&m, src, &d, &err) == CM_OK, "%s", err.reason);
 	CHECK(fd(m, "when") && fd(m, "when")->type == ST_FT_DATE);
 	CHECK(fd(m, "year") && fd(m, "year")->type == ST_FT_TEXT);
+	CHECK(fd(m, "slash") && fd(m, "slash")->type == ST_FT_DATE &&
+	      strcmp(fd(m, "slash")->format, "yyyy/MM/dd HH:mm:ss||yyyy/MM/dd||epoch_millis") == 0);
+	CHECK(strcmp(vals(&d, "slash", buf, sizeof(buf)), "1441152000000") == 0);
+	CHECK(fd(m, "digits") && fd(m, "digits")->type == ST_FT_TEXT);
 	CHECK(fd(m, "one") && fd(m, "one")->type == ST_FT_FLOAT);  /* 1.0 */
 	CHECK(fd(m, "exp") && fd(m, "exp")->type == ST_FT_FLOAT);  /* 1e3 */
 	CHECK(fd(m, "big") && fd(m, "big")->type == ST_FT_LONG);
