@@ -655,7 +655,7 @@ reply_done(conn *c, int ok)
 }
 
 static int
-run_loop(conn *cs, int nc)
+run_loop(int nc)
 {
 	struct epoll_event evs[256];
 	int busy = nc;
@@ -769,7 +769,7 @@ run_phase(conn *cs, int nc, double secs, long max_req, int record, int validate)
 	int active = 0;
 	for (int i = 0; i < nc; i++)
 		active += cs[i].qi >= 0;
-	run_loop(cs, active ? nc : 0);
+	run_loop(active ? nc : 0);
 }
 
 /* Validation: every query once, in order, on connection 0. */
@@ -787,7 +787,7 @@ validate(conn *cs)
 			start_query(&cs[0], i);
 		else
 			cs[0].qi = i;
-		run_loop(cs, 1);
+		run_loop(1);
 		long got = queries[i].got;
 		if (queries[i].expect >= 0 && got != queries[i].expect) {
 			fprintf(stderr, "loadgen: query %d: expected %ld hits, got %ld\n", i + 1,
