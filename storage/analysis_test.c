@@ -2,6 +2,7 @@
  * stop-word gaps, stemming, long tokens, invalid UTF-8. */
 #include "storage/st_types.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -240,6 +241,45 @@ test_invalid_utf8(void)
 	}
 }
 
+/* Stemmers are per thread: concurrent english analysis gives the same
+ * tokens as a single thread, and thread exit frees the stemmer (LSan). */
+static const char *thread_text = "The runners were running quickly past jumping foxes, "
+                                 "generously organizing nationalistic celebrations";
+static char thread_expected[1024];
+
+static void *
+thread_main(void *arg)
+{
+	int *ok = arg;
+	*ok = 1;
+	for (int i = 0; i < 2000; i++) {
+		collect c;
+		memset(&c, 0, sizeof(c));
+		if (st_analyze(ST_AN_ENGLISH, thread_text, strlen(thread_text), 0, collect_fn, &c,
+		               NULL) != CM_OK ||
+		    strcmp(c.out, thread_expected) != 0)
+			*ok = 0;
+	}
+	return NULL;
+}
+
+static void
+test_threads(void)
+{
+	collect c;
+	snprintf(thread_expected, sizeof(thread_expected), "%s", run(ST_AN_ENGLISH, thread_text, &c));
+	CHECK(strcmp(thread_expected, "runner were run quick past jump fox generous organ "
+	                              "nationalist celebr") == 0);
+	pthread_t t[4];
+	int ok[4];
+	for (int i = 0; i < 4; i++)
+		REQUIRE(pthread_create(&t[i], NULL, thread_main, &ok[i]) == 0);
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		CHECK(ok[i] == 1);
+	}
+}
+
 static void
 bench(void)
 {
@@ -275,6 +315,7 @@ main(void)
 	test_early_stop();
 	test_long_tokens();
 	test_invalid_utf8();
+	test_threads();
 	bench();
 	return check_report("analysis_test");
 }
