@@ -70,21 +70,23 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--qseed", type=int, default=7)
     ap.add_argument("--engines", default="shoal,lucene,xapian")
+    ap.add_argument("--corpus", default="w3", choices=("w3", "w2"),
+                    help="w3: text classes + facet cells; w2: facet cells on the W2 corpus")
     ap.add_argument("--build", default=os.environ.get("BUILD", os.path.join(ROOT, "build")))
     ap.add_argument("--no-doc", action="store_true")
     a = ap.parse_args()
     engines = a.engines.split(",")
-    docs = corpus("w3", a.n, a.seed)
-    qfile = os.path.join(CACHE, "q_w3_%d_s%d_q%d.ndjson" % (a.n, a.seed, a.qseed))
+    docs = corpus(a.corpus, a.n, a.seed)
+    qfile = os.path.join(CACHE, "q_%s_%d_s%d_q%d.ndjson" % (a.corpus, a.n, a.seed, a.qseed))
     if not os.path.exists(qfile):
         subprocess.run([sys.executable, os.path.join(HERE, "gen_queries.py"), docs, qfile + ".tmp",
                         "--seed", str(a.qseed)], check=True)
         os.rename(qfile + ".tmp", qfile)
-    mapping = os.path.join(HERE, "w3_mapping.json")
+    mapping = os.path.join(HERE, "%s_mapping.json" % a.corpus)
     work = tempfile.mkdtemp(prefix="shoal-w5.", dir="/tmp")
     res = os.path.join(work, "results")
     os.makedirs(res)
-    idx = {e: os.path.join(CACHE, "w5_%s_%d_s%d" % (e, a.n, a.seed)) for e in engines}
+    idx = {e: os.path.join(CACHE, "w5_%s_%s_%d_s%d" % (a.corpus, e, a.n, a.seed)) for e in engines}
     try:
         # ---- indexes (rebuilt for Shoal every run: its format may change between commits)
         if "shoal" in engines:
@@ -130,8 +132,8 @@ def main():
         print(table)
         if not a.no_doc:
             nq = sum(1 for _ in open(qfile))
-            text = ("Measured: %s. Command: `tests/bench/w5.sh %d --repeat %d --trials %d --seed %d --qseed %d` "
-                    "(corpus `gen_w3.py %d --seed %d`, %d queries from `gen_queries.py --seed %d`). "
+            text = ("Measured: %s. Command: `tests/bench/w5.sh %d --corpus %s --repeat %d --trials %d --seed %d "
+                    "--qseed %d` (corpus `gen_%s.py %d --seed %d`, %d queries from `gen_queries.py --seed %d`). "
                     "One thread per engine, one segment per index, no query/result caches (Lucene's "
                     "query cache off). qps per class = runs / elapsed over %d rounds of the class's "
                     "queries after a warm-up; medians of %d trials. Lucene 8.8.1 in process "
@@ -140,9 +142,10 @@ def main():
                     "list per query because Xapian 1.4 has no such query; sloppy phrase as OP_NEAR, which "
                     "also matches reversed pairs, so its counts exceed Lucene's). TOP_k = top k by score "
                     "without exact totals (`track_total_hits: false`), COUNT = exact total only.\n\n%s"
-                    % (machine, a.n, a.repeat, a.trials, a.seed, a.qseed, a.n, a.seed, nq, a.qseed,
+                    % (machine, a.n, a.corpus, a.repeat, a.trials, a.seed, a.qseed, a.corpus, a.n, a.seed, nq, a.qseed,
                        a.repeat, a.trials, table))
-            subprocess.run([sys.executable, os.path.join(HERE, "report.py"), "section", "W5"],
+            subprocess.run([sys.executable, os.path.join(HERE, "report.py"), "section",
+                            "W5" if a.corpus == "w3" else "W5_W2"],
                            input=text, text=True, check=True)
             print("(written to docs/benchmarks.md, section W5)")
         print("results: %s" % res)
