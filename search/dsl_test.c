@@ -308,6 +308,8 @@ test_match_family(void)
 	DSL("{\"match\":{\"msg\":{\"query\":\"a\",\"fuzziness\":1}}}", "match(msg:a,fuzz=1)");
 	DSL("{\"match\":{\"msg\":{\"query\":\"a\",\"fuzziness\":\"AUTO:3,6\"}}}",
 	    "match(msg:a,fuzz=AUTO:3,6)");
+	DSL("{\"match\":{\"msg\":{\"query\":\"a\",\"fuzziness\":\"auto:2,5\"}}}",
+	    "match(msg:a,fuzz=AUTO:2,5)");
 	DSL("{\"match\":{\"msg\":{\"query\":\"a\",\"fuzziness\":\"lots\"}}}",
 	    "ERR CM_EPARSE parsing_exception: [match] failed to parse [fuzziness] value [lots]");
 	DSL("{\"match\":{\"n\":5}}", "match(n:5)");

@@ -329,7 +329,7 @@ fuzziness_param(pctx *c, const char *qname, const cJSON *v, sr_query *q)
 		char tail;
 		ok = s[4] == '\0' || (sscanf(s + 4, ":%d,%d%c", &lo, &hi, &tail) == 2 && lo >= 0 &&
 		                      hi >= lo);
-		if (ok && s[4] == '\0')
+		if (ok)
 			memcpy(s, "AUTO", 4);
 	} else {
 		char *end;
