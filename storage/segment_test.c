@@ -2,11 +2,14 @@
  * and missing values, Unicode terms, deletes, stored source, postings
  * (next/advance/next_block/find_block/positions), terms, norms, columns,
  * ordinals, ids; then a merge of three segments with deletes. */
+#define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <lmdb.h>
 
 #include "check.h"
 #include "storage/st_segment.h"
@@ -501,6 +504,201 @@ build(const char *path, mdoc *docs, uint32_t n, const uint64_t *del, uint64_t ge
 	st_segbuild_destroy(b);
 }
 
+/* Accounts sample x20 (the W1 data): indexing rate, segment bytes, merge. */
+static st_mapping *
+converge_mapping(char **lines, size_t n)
+{
+	st_mapping *m = st_mapping_new();
+	for (size_t i = 0; i < n; i++) {
+		for (int attempt = 0; attempt < 3; attempt++) {
+			st_doc d = {0};
+			st_mapping *add = NULL;
+			cm_error err = {0};
+			if (st_doc_parse(m, "1", 1, lines[i], strlen(lines[i]), &d, &add, &err)) {
+				st_mapping_unref(add);
+				break;
+			}
+			st_doc_free(&d);
+			if (!add)
+				break;
+			st_mapping *merged = NULL;
+			if (st_mapping_merge(m, add, &merged, &err) == CM_OK) {
+				st_mapping_unref(m);
+				m = merged;
+			}
+			st_mapping_unref(add);
+		}
+	}
+	return m;
+}
+
+static void
+bench_accounts(const char *dir, cm_pool *pool)
+{
+	FILE *f = fopen("../cluster-scripts/sample/accounts-es.ndjson", "r");
+	if (!f)
+		f = fopen("cluster-scripts/sample/accounts-es.ndjson", "r");
+	if (!f) {
+		printf("accounts sample not found; skipping the benchmark\n");
+		return;
+	}
+	char *line = NULL;
+	size_t cap = 0, n = 0, lcap = 0;
+	char **lines = NULL;
+	ssize_t len;
+	while ((len = getline(&line, &cap, f)) > 0) {
+		if (len < 3)
+			continue;
+		if (n == lcap)
+			lines = realloc(lines, (lcap = lcap ? lcap * 2 : 1024) * sizeof(char *));
+		line[strcspn(line, "\n")] = 0;
+		lines[n++] = strdup(line);
+	}
+	free(line);
+	fclose(f);
+	st_mapping *m = converge_mapping(lines, n);
+	const int copies = 20;
+	size_t total = n * copies;
+	st_doc *docs = calloc(total, sizeof(st_doc));
+	char (*ids)[24] = calloc(total, 24);
+	uint64_t t0 = cm_now_ns();
+	double pc0 = cm_cpu_seconds();
+	size_t src_bytes = 0;
+	for (size_t i = 0; i < total; i++) {
+		snprintf(ids[i], 24, "%zu", i);
+		st_mapping *add = NULL;
+		cm_error err = {0};
+		const char *src = lines[i % n];
+		src_bytes += strlen(src);
+		REQUIRE(st_doc_parse(m, ids[i], strlen(ids[i]), src, strlen(src), &docs[i], &add, &err) ==
+		        CM_OK);
+		REQUIRE(add == NULL);
+	}
+	uint64_t t1 = cm_now_ns();
+	printf("accounts: parse %.0f docs/cpu-s\n", total / (cm_cpu_seconds() - pc0));
+	/* four buffers of 5,000 docs, then a merge to one segment */
+	st_segment *segs[4];
+	uint64_t bytes4 = 0;
+	double add_s = 0, write_s = 0, add_cpu = 0, write_cpu = 0;
+	size_t ram = 0;
+	for (int s = 0; s < 4; s++) {
+		uint64_t a = cm_now_ns();
+		double ca = cm_cpu_seconds();
+		st_segbuild *b = st_segbuild_create();
+		for (size_t i = s * total / 4; i < (s + 1) * total / 4; i++) {
+			uint32_t no;
+			cm_error err = {0};
+			REQUIRE(st_segbuild_add(b, &docs[i], i, 1, 1, &no, &err) == CM_OK);
+		}
+		uint64_t w = cm_now_ns();
+		double cw = cm_cpu_seconds();
+		ram += st_segbuild_ram(b);
+		char path[256];
+		snprintf(path, sizeof(path), "%s/acc-%d.mdb", dir, s);
+		cm_error err = {0};
+		REQUIRE(st_segbuild_write(b, NULL, path, 100 + s, pool, &err) == CM_OK);
+		st_segbuild_destroy(b);
+		add_cpu += cw - ca;
+		write_cpu += cm_cpu_seconds() - cw;
+		add_s += (double)(w - a) / 1e9;
+		write_s += (double)(cm_now_ns() - w) / 1e9;
+		REQUIRE(st_segment_open(path, &segs[s], &err) == CM_OK);
+		bytes4 += st_segment_bytes(segs[s]);
+	}
+	char path[256];
+	snprintf(path, sizeof(path), "%s/acc-merged.mdb", dir);
+	cm_error err = {0};
+	double cpu0 = cm_cpu_seconds();
+	uint64_t m0 = cm_now_ns();
+	REQUIRE(st_segment_merge(segs, NULL, 4, path, 200, pool, 256u << 20, &err) == CM_OK);
+	double merge_s = (double)(cm_now_ns() - m0) / 1e9, merge_cpu = cm_cpu_seconds() - cpu0;
+	st_segment *merged;
+	REQUIRE(st_segment_open(path, &merged, &err) == CM_OK);
+	CHECK(st_segment_max_doc(merged) == total);
+	printf("accounts x%d: %zu docs, %.1f MB source; parse %.0f docs/s; add %.0f docs/s "
+	       "(builder %.1f MB); write %.2f s; add+write %.0f docs/s\n",
+	       copies, total, src_bytes / 1e6, total / ((double)(t1 - t0) / 1e9), total / add_s,
+	       ram / 1e6, write_s, total / (add_s + write_s));
+	printf("accounts x%d: cpu: add %.3f s (%.0f docs/cpu-s), write %.3f cpu-s\n", copies, add_cpu,
+	       total / add_cpu, write_cpu);
+	printf("accounts x%d: 4 segments %.2f MB; merged %.2f MB in %.2f s (%.2f cpu-s, %.2f busy "
+	       "threads)\n",
+	       copies, bytes4 / 1e6, st_segment_bytes(merged) / 1e6, merge_s, merge_cpu,
+	       merge_cpu / merge_s);
+	/* where the bytes go: value bytes per section (and per field for T, P, C) */
+	{
+		MDB_env *env;
+		MDB_txn *txn;
+		MDB_dbi dbi;
+		MDB_cursor *cur;
+		REQUIRE(mdb_env_create(&env) == 0);
+		REQUIRE(mdb_env_open(env, path, MDB_RDONLY | MDB_NOLOCK | MDB_NOSUBDIR, 0) == 0);
+		REQUIRE(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0);
+		REQUIRE(mdb_dbi_open(txn, NULL, 0, &dbi) == 0);
+		MDB_stat st;
+		mdb_stat(txn, dbi, &st);
+		printf("  pages: branch %zu leaf %zu overflow %zu entries %zu\n", st.ms_branch_pages,
+		       st.ms_leaf_pages, st.ms_overflow_pages, st.ms_entries);
+		REQUIRE(mdb_cursor_open(txn, dbi, &cur) == 0);
+		MDB_val k, v;
+		uint64_t sec[256] = {0}, keys[256] = {0}, cnt[256] = {0};
+		uint64_t fsz[4][1024] = {{0}};
+		for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+		     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+			uint8_t tag = *(uint8_t *)k.mv_data;
+			sec[tag] += v.mv_size;
+			keys[tag] += k.mv_size;
+			cnt[tag]++;
+			int which = tag == 'T' ? 0 : tag == 'P' ? 1 : tag == 'C' ? 2 : tag == 'K' ? 3 : -1;
+			if (which >= 0 && k.mv_size >= 3) {
+				unsigned fid = ((uint8_t *)k.mv_data)[1] << 8 | ((uint8_t *)k.mv_data)[2];
+				if (fid < 1024)
+					fsz[which][fid] += v.mv_size + k.mv_size;
+			}
+		}
+		for (int tg = 0; tg < 256; tg++)
+			if (cnt[tg])
+				printf("  %c: %llu entries, %.2f MB values, %.2f MB keys\n", tg,
+				       (unsigned long long)cnt[tg], sec[tg] / 1e6, keys[tg] / 1e6);
+		for (size_t fi = 0; fi < st_segment_nfields(merged) && fi < 1024; fi++) {
+			const st_field_info *info = st_segment_field_at(merged, fi);
+			if (fsz[0][fi] + fsz[1][fi] + fsz[2][fi] + fsz[3][fi] > 100000)
+				printf("    %-28s T %.2f P %.2f C %.2f K %.2f MB (%llu terms)\n", info->name,
+				       fsz[0][fi] / 1e6, fsz[1][fi] / 1e6, fsz[2][fi] / 1e6, fsz[3][fi] / 1e6,
+				       (unsigned long long)info->num_terms);
+		}
+		mdb_cursor_close(cur);
+		mdb_txn_abort(txn);
+		mdb_env_close(env);
+	}
+	/* spot-check the merged segment */
+	st_seg_txn *t;
+	REQUIRE(st_seg_txn_begin(merged, &t) == CM_OK);
+	cm_buf idb, srcb;
+	cm_buf_init(&idb, CM_MEM_STORAGE);
+	cm_buf_init(&srcb, CM_MEM_STORAGE);
+	for (size_t i = 0; i < total; i += 997) {
+		cm_buf_reset(&idb);
+		cm_buf_reset(&srcb);
+		REQUIRE(st_stored_get(t, (uint32_t)i, &idb, &srcb) == CM_OK);
+		CHECK(srcb.len == strlen(lines[i % n]) && memcmp(srcb.data, lines[i % n], srcb.len) == 0);
+	}
+	cm_buf_free(&idb);
+	cm_buf_free(&srcb);
+	st_seg_txn_end(t);
+	st_segment_close(merged);
+	for (int s = 0; s < 4; s++)
+		st_segment_close(segs[s]);
+	for (size_t i = 0; i < total; i++)
+		st_doc_free(&docs[i]);
+	free(docs);
+	free(ids);
+	st_mapping_unref(m);
+	for (size_t i = 0; i < n; i++)
+		free(lines[i]);
+	free(lines);
+}
+
 int
 main(void)
 {
@@ -521,6 +719,13 @@ main(void)
 	REQUIRE(mkdtemp(dir));
 	char path[256];
 	cm_pool *pool = cm_pool_create(2, "segtest");
+	/* SEGMENT_BENCH=1 ./segment_test: the accounts figures only */
+	if (getenv("SEGMENT_BENCH")) {
+		bench_accounts(dir, pool);
+		cm_pool_destroy(pool);
+		cm_rm_rf(dir);
+		return check_report("segment_test");
+	}
 
 	/* 1. small segment, no deletes, inline (no pool) */
 	{
