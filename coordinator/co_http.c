@@ -535,8 +535,16 @@ co_reply_text(co_req *r, int status, const char *ctype, const char *text, size_t
 	r->content_type = ctype;
 }
 
+static cJSON *error_json_uuid(const cm_error *e, const char *index, const char *uuid);
+
 cJSON *
 co_error_json(const cm_error *e, const char *index)
+{
+	return error_json_uuid(e, index, "_na_");
+}
+
+static cJSON *
+error_json_uuid(const cm_error *e, const char *index, const char *uuid)
 {
 	cJSON *err = cJSON_CreateObject(), *rc = cJSON_AddArrayToObject(err, "root_cause");
 	cJSON *cause = cJSON_CreateObject();
@@ -552,7 +560,7 @@ co_error_json(const cm_error *e, const char *index)
 			cJSON_AddStringToObject(o, "resource.id", index);
 		}
 		if (index) {
-			cJSON_AddStringToObject(o, "index_uuid", "_na_");
+			cJSON_AddStringToObject(o, "index_uuid", uuid);
 			cJSON_AddStringToObject(o, "index", index);
 		}
 	}
@@ -573,9 +581,23 @@ void
 co_reply_error(co_req *r, const cm_error *e, const char *index)
 {
 	cm_error tmp = *e;
+	char uuid[32] = "_na_";
+	cJSON *doc;
+
 	if (tmp.code == CM_OK)
 		tmp.code = CM_EINTERNAL;
-	finish_json(r, cm_err_status(tmp.code), co_error_doc(&tmp, index));
+	if (index && tmp.code != CM_ENOINDEX && tmp.code != CM_EBADNAME) {
+		/* errors about an existing index carry its uuid, as in ES */
+		nd_index *ix = nd_index_get(r->node, index);
+		if (ix) {
+			snprintf(uuid, sizeof(uuid), "%s", nd_index_uuid(ix));
+			nd_index_release(ix);
+		}
+	}
+	doc = cJSON_CreateObject();
+	cJSON_AddItemToObject(doc, "error", error_json_uuid(&tmp, index, uuid));
+	cJSON_AddNumberToObject(doc, "status", cm_err_status(tmp.code));
+	finish_json(r, cm_err_status(tmp.code), doc);
 }
 
 void

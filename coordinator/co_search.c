@@ -349,7 +349,7 @@ co_h_search(co_req *r)
 	cm_error_clear(&err);
 	if (run_search(r, ixs, n, body, scroll_ms, &out, &err)) {
 		if (err.code == CM_EPARSE || err.code == CM_EVALIDATE || err.code == CM_EINVAL ||
-		    !n)
+		    err.code == CM_EBUSY || err.code == CM_ELIMIT || err.code == CM_EMAPPING || !n)
 			co_reply_error(r, &err, NULL);
 		else
 			reply_all_shards_failed(r, &err, ixs, n);

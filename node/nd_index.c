@@ -401,6 +401,11 @@ index_load(nd_node *n, const char *uuid, nd_index **out, cm_error *err)
 		goto fail;
 	if ((rc = index_open_shards(ix, err)))
 		goto fail;
+	/* Operations replayed from the log sit in the buffer: make them
+	 * searchable now, as a recovered Elasticsearch shard is. */
+	for (int i = 0; i < ix->settings.number_of_shards; i++)
+		if (st_shard_refresh(ix->shards[i]))
+			cm_warn("node", "refresh of [%s][%d] after recovery failed", ix->name, i);
 	cJSON_Delete(root);
 	*out = ix;
 	return CM_OK;
@@ -444,7 +449,7 @@ registry_find(nd_node *n, const char *name)
 cm_err
 nd_registry_load(nd_node *n, cm_error *err)
 {
-	char path[PATH_MAX];
+	char path[1100];
 	DIR *d;
 	struct dirent *e;
 
@@ -454,7 +459,7 @@ nd_registry_load(nd_node *n, cm_error *err)
 	if (!(d = opendir(path)))
 		return cm_error_set(err, CM_EIO, "cannot list %s", path);
 	while ((e = readdir(d))) {
-		nd_index *ix;
+		nd_index *ix = NULL;
 		char meta[PATH_MAX];
 		if (e->d_name[0] == '.')
 			continue;

@@ -115,6 +115,10 @@ nd_node_open(const nd_node_opts *o, nd_node **out, cm_error *err)
 	n->lock_fd = -1;
 	n->start_ms = cm_wall_ms();
 	n->destructive_requires_name = o->destructive_requires_name;
+	if (strlen(o->data_dir) >= sizeof(n->data_dir)) {
+		cm_free(CM_MEM_NODE, n);
+		return cm_error_set(err, CM_EINVAL, "data directory path is too long");
+	}
 	snprintf(n->data_dir, sizeof(n->data_dir), "%s", o->data_dir);
 	if (o->name && *o->name) {
 		snprintf(n->name, sizeof(n->name), "%s", o->name);

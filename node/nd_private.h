@@ -13,7 +13,7 @@ struct nd_index {
 	_Atomic int refs;
 	char name[256];
 	char uuid[23];
-	char dir[PATH_MAX];
+	char dir[2048];
 	int64_t creation_ms;
 	nd_settings settings;
 	pthread_mutex_t lock; /* mapping and settings changes */
@@ -37,7 +37,7 @@ struct nd_scroll {
 };
 
 struct nd_node {
-	char data_dir[PATH_MAX];
+	char data_dir[1024];
 	char name[128];
 	char node_id[23];
 	char cluster_uuid[23];
@@ -58,7 +58,10 @@ struct nd_node {
 	struct nd_scroll *scrolls;
 	uint64_t scroll_seq;
 	nd_node_counters counters;
+	_Atomic size_t search_queued; /* shard searches queued or running */
 };
+
+#define ND_SEARCH_QUEUE 4096
 
 void nd_uuid(char out[23]);
 cm_err nd_registry_load(nd_node *n, cm_error *err);

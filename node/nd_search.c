@@ -115,8 +115,22 @@ cm_err
 nd_search(nd_node *n, nd_target *t, size_t nt, const sr_request *req, cm_buf *out, cm_error *err)
 {
 	size_t ntasks;
-	shard_task *tasks = make_tasks(t, nt, &ntasks);
+	shard_task *tasks;
 	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+	/* A bounded queue, as ES's search thread pool: past it, 429. */
+	size_t total = 0;
+	for (size_t i = 0; i < nt; i++)
+		total += (size_t)t[i].nshards;
+	if (atomic_fetch_add(&n->search_queued, total) + total > ND_SEARCH_QUEUE) {
+		atomic_fetch_sub(&n->search_queued, total);
+		atomic_fetch_add((_Atomic uint64_t *)&n->counters.search_rejected, 1);
+		return cm_error_set(err, CM_EBUSY,
+		                    "rejected execution of search: the search queue (capacity %d) is "
+		                    "full",
+		                    ND_SEARCH_QUEUE);
+	}
+	tasks = make_tasks(t, nt, &ntasks);
 	uint64_t t0 = cm_now_ns();
 	sr_merger *m = sr_merger_create(req, ntasks);
 	cm_wait *w = NULL;
@@ -151,6 +165,7 @@ nd_search(nd_node *n, nd_target *t, size_t nt, const sr_request *req, cm_buf *ou
 					*err = tasks[i].err;
 			}
 		}
+	atomic_fetch_sub(&n->search_queued, total);
 	if (ntasks > 0 && failed == ntasks) {
 		sr_merger_destroy(m);
 		cm_free(CM_MEM_NODE, tasks);

@@ -109,17 +109,29 @@ class Node:
         return self.start()
 
     def cleanup(self):
+        """Stops the node (SIGTERM) and removes its data; returns the exit
+        code (nonzero after a sanitizer report or an unclean shutdown)."""
+        rc = None
+        try:
+            rc = self.stop()
+        except RuntimeError:
+            rc = -1
         self.kill()
         if self.log:
             self.log.close()
+        if rc not in (0, None):
+            sys.stdout.write("node exited with %s; log tail:\n%s\n" % (rc, self.log_tail(6000)))
         if self.own_data:
             shutil.rmtree(self.data, ignore_errors=True)
+        return rc
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.cleanup()
+        rc = self.cleanup()
+        if rc not in (0, None) and exc[0] is None:
+            raise AssertionError("node exited with %s" % rc)
 
     # -- HTTP --
     def close_conn(self):
@@ -222,9 +234,10 @@ def error_is(resp, status, etype, reason_part=None):
         raise AssertionError("reason %r lacks %r" % (err["reason"], reason_part))
 
 
-def run_tests(budget_s=110):
+def run_tests(budget_s=110, teardown=None):
     """Runs every @test in order; prints one line each and the summary
-    line 'N passed, M failed'. Exits 0 only when all pass."""
+    line 'N passed, M failed'. Exits 0 only when all pass. teardown()
+    returning a nonzero exit code of a shared node counts as a failure."""
     passed = failed = 0
     t_all = time.time()
     only = os.environ.get("SHOAL_TEST_ONLY")
@@ -244,5 +257,10 @@ def run_tests(budget_s=110):
             failed += 1
             print("FAIL %-45s %.2fs" % (fn.__name__, time.time() - t0), flush=True)
             traceback.print_exc(limit=4)
+    if teardown:
+        rc = teardown()
+        if rc not in (0, None):
+            print("FAIL %-45s" % "shared node shutdown (exit %s)" % rc, flush=True)
+            failed += 1
     print("%d passed, %d failed" % (passed, failed), flush=True)
     sys.exit(0 if failed == 0 else 1)

@@ -270,9 +270,5 @@ def model_search_after_walk_3_shards():
 
 
 if __name__ == "__main__":
-    try:
-        print("seed %d" % SEED)
-        run_tests(budget_s=110)
-    finally:
-        if N:
-            N.cleanup()
+    print("seed %d" % SEED)
+    run_tests(budget_s=110, teardown=lambda: N.cleanup() if N else None)

@@ -937,8 +937,4 @@ def bad_command_lines():
 
 
 if __name__ == "__main__":
-    try:
-        run_tests(budget_s=150)
-    finally:
-        if N:
-            N.cleanup()
+    run_tests(budget_s=150, teardown=lambda: N.cleanup() if N else None)
