@@ -24,14 +24,21 @@ typedef struct bkt {
 typedef struct btab {
 	bkt *v;
 	size_t n, cap;
-	uint32_t *idx; /* bucket index + 1, 0 = empty */
+	uint64_t *idx; /* (hash >> 32) << 32 | (bucket index + 1); 0 = empty */
 	size_t icap;
 } btab;
 
-static uint64_t
+static inline uint64_t
 bkt_hash(const void *k, size_t len)
 {
 	return XXH3_64bits(k, len);
+}
+
+static inline uint64_t
+num_hash(int64_t l)
+{
+	uint64_t x = (uint64_t)l * 0x9E3779B97F4A7C15ull;
+	return x ^ (x >> 29);
 }
 
 static const void *
@@ -45,6 +52,12 @@ bkt_keyp(const bkt *b, size_t *len)
 	return &b->l;
 }
 
+static inline uint64_t
+bkt_hash_of(const bkt *b)
+{
+	return b->key ? bkt_hash(b->key, b->klen) : num_hash(b->l);
+}
+
 static void
 btab_rehash(btab *t, size_t icap)
 {
@@ -52,30 +65,18 @@ btab_rehash(btab *t, size_t icap)
 	t->idx = cm_calloc(AGG_MEM, icap, sizeof *t->idx);
 	t->icap = icap;
 	for (size_t i = 0; i < t->n; i++) {
-		size_t len;
-		const void *k = bkt_keyp(&t->v[i], &len);
-		size_t h = (size_t)bkt_hash(k, len) & (icap - 1);
-		while (t->idx[h])
-			h = (h + 1) & (icap - 1);
-		t->idx[h] = (uint32_t)i + 1;
+		uint64_t h = bkt_hash_of(&t->v[i]);
+		size_t s = (size_t)h & (icap - 1);
+		while (t->idx[s])
+			s = (s + 1) & (icap - 1);
+		t->idx[s] = (h & 0xffffffff00000000ull) | ((uint64_t)i + 1);
 	}
 }
 
-/* Finds or creates the bucket for key; str selects a string key. */
 static bkt *
-btab_get(btab *t, const sr_agg *spec, const void *k, size_t len, bool str, bool *created)
+btab_add(btab *t, const sr_agg *spec, size_t slot, uint64_t h, const void *k, size_t len,
+         bool str, bool *created)
 {
-	if ((t->n + 1) * 2 > t->icap)
-		btab_rehash(t, t->icap ? t->icap * 2 : 16);
-	size_t h = (size_t)bkt_hash(k, len) & (t->icap - 1);
-	while (t->idx[h]) {
-		bkt *b = &t->v[t->idx[h] - 1];
-		size_t bl;
-		const void *bk = bkt_keyp(b, &bl);
-		if (bl == len && !memcmp(bk, k, len))
-			return b;
-		h = (h + 1) & (t->icap - 1);
-	}
 	if (t->n == t->cap) {
 		t->cap = t->cap ? t->cap * 2 : 8;
 		t->v = cm_realloc(AGG_MEM, t->v, t->cap * sizeof *t->v);
@@ -89,10 +90,33 @@ btab_get(btab *t, const sr_agg *spec, const void *k, size_t len, bool str, bool 
 	} else
 		memcpy(&b->l, k, 8);
 	b->subs = spec ? agg_subs_new(spec) : NULL; /* NULL spec: caller moves subs in */
-	t->idx[h] = (uint32_t)++t->n;
+	t->idx[slot] = (h & 0xffffffff00000000ull) | (uint64_t)++t->n;
 	if (created)
 		*created = true;
 	return b;
+}
+
+/* Finds or creates the bucket for key; str selects a string key. */
+static bkt *
+btab_get(btab *t, const sr_agg *spec, const void *k, size_t len, bool str, bool *created)
+{
+	if ((t->n + 1) * 2 > t->icap)
+		btab_rehash(t, t->icap ? t->icap * 2 : 16);
+	int64_t l = 0;
+	if (!str)
+		memcpy(&l, k, 8);
+	uint64_t h = str ? bkt_hash(k, len) : num_hash(l);
+	uint64_t tag = h & 0xffffffff00000000ull;
+	size_t s = (size_t)h & (t->icap - 1);
+	for (uint64_t e; (e = t->idx[s]) != 0; s = (s + 1) & (t->icap - 1)) {
+		if ((e & 0xffffffff00000000ull) != tag)
+			continue;
+		bkt *b = &t->v[(e & 0xffffffff) - 1];
+		if (str ? (b->key && b->klen == len && !memcmp(b->key, k, len))
+		        : (!b->key && b->l == l))
+			return b;
+	}
+	return btab_add(t, spec, s, h, k, len, str, created);
 }
 
 static bkt *
@@ -1243,18 +1267,59 @@ order_is_key(const terms_params *p)
 	return p->order[0].kind == ORD_KEY;
 }
 
-/* Sorted pointers to the buckets with count >= min. */
-static bkt **
-terms_sorted(const sr_agg *a, const terms_state *s, uint64_t min, size_t *n)
+/* "worse" heap on top: the root is the bucket that sorts last */
+static void
+heap_down(bkt **h, size_t n, size_t i, const terms_cmp_ctx *ctx)
 {
-	bkt **v = cm_malloc(AGG_MEM, (s->t.n ? s->t.n : 1) * sizeof *v);
-	size_t k = 0;
-	for (size_t i = 0; i < s->t.n; i++)
-		if (s->t.v[i].count >= min)
-			v[k++] = &s->t.v[i];
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+		if (l < n && terms_cmp(ctx, h[l], h[m]) > 0)
+			m = l;
+		if (r < n && terms_cmp(ctx, h[r], h[m]) > 0)
+			m = r;
+		if (m == i)
+			return;
+		bkt *t = h[i];
+		h[i] = h[m];
+		h[m] = t;
+		i = m;
+	}
+}
+
+/* The first `limit` buckets with count >= min in order; *n gets how many,
+ * *rest the summed doc counts of qualifying buckets left out. Selection
+ * with a bounded heap keeps a 10-bucket answer over 100k terms cheap. */
+static bkt **
+terms_sorted(const sr_agg *a, const terms_state *s, uint64_t min, uint64_t limit, size_t *n,
+             uint64_t *rest)
+{
 	terms_cmp_ctx ctx = {a, a->p, s->key_kind};
+	size_t cap = s->t.n < limit ? s->t.n : (size_t)limit;
+	bkt **v = cm_malloc(AGG_MEM, (cap ? cap : 1) * sizeof *v);
+	size_t k = 0;
+	uint64_t total = 0, kept = 0;
+	for (size_t i = 0; i < s->t.n; i++) {
+		bkt *b = &s->t.v[i];
+		if (b->count < min)
+			continue;
+		total += b->count;
+		if (cap == 0)
+			continue;
+		if (k < cap) {
+			v[k++] = b;
+			if (k == cap)
+				for (size_t j = k / 2; j-- > 0;)
+					heap_down(v, k, j, &ctx);
+		} else if (terms_cmp(&ctx, b, v[0]) < 0) {
+			v[0] = b;
+			heap_down(v, k, 0, &ctx);
+		}
+	}
 	bsort(v, k, terms_cmp, &ctx);
+	for (size_t i = 0; i < k; i++)
+		kept += v[i]->count;
 	*n = k;
+	*rest = total - kept;
 	return v;
 }
 
@@ -1266,9 +1331,9 @@ terms_finish(const sr_agg *a, agg_node *n)
 	terms_state *s = n->d;
 	const terms_params *p = a->p;
 	if (s->nshards == 0) {
-		size_t k;
-		bkt **v = terms_sorted(a, s, p->shard_min_doc_count, &k);
-		size_t keep = k < p->shard_size ? k : p->shard_size;
+		size_t keep;
+		uint64_t rest;
+		bkt **v = terms_sorted(a, s, p->shard_min_doc_count, p->shard_size, &keep, &rest);
 		btab nt;
 		memset(&nt, 0, sizeof nt);
 		for (size_t i = 0; i < keep; i++) {
@@ -1279,8 +1344,7 @@ terms_finish(const sr_agg *a, agg_node *n)
 			b->subs = v[i]->subs;
 			v[i]->subs = NULL;
 		}
-		for (size_t i = keep; i < k; i++)
-			s->other += v[i]->count;
+		s->other += rest;
 		int64_t e;
 		if (keep < p->shard_size || order_is_key(p))
 			e = 0;
@@ -1342,12 +1406,10 @@ terms_render(const sr_agg *a, const agg_node *n, agg_render *r)
 	const terms_state *s = n->d;
 	const terms_params *p = a->p;
 	cm_buf *b = r->out;
-	size_t k;
-	bkt **v = terms_sorted(a, s, p->min_doc_count ? p->min_doc_count : 0, &k);
-	size_t keep = k < p->size ? k : p->size;
-	uint64_t other = s->other;
-	for (size_t i = keep; i < k; i++)
-		other += v[i]->count;
+	size_t keep;
+	uint64_t rest;
+	bkt **v = terms_sorted(a, s, p->min_doc_count, p->size, &keep, &rest);
+	uint64_t other = s->other + rest;
 	int64_t e = s->nshards <= 1 ? 0 : s->err_sum;
 	r->buckets += keep;
 	if (r->buckets > SR_MAX_BUCKETS) {
@@ -1981,18 +2043,16 @@ hist_render(const sr_agg *a, const agg_node *n, agg_render *r)
 				}
 				bool created = false;
 				/* is this key real? */
-				size_t h;
-				(void)h;
 				bkt *real = NULL;
 				if (s->t.icap) {
-					size_t hh = (size_t)bkt_hash(&key, 8) & (s->t.icap - 1);
-					while (s->t.idx[hh]) {
-						bkt *c = &s->t.v[s->t.idx[hh] - 1];
+					uint64_t hh = num_hash(key);
+					size_t sl = (size_t)hh & (s->t.icap - 1);
+					for (uint64_t e; (e = s->t.idx[sl]) != 0; sl = (sl + 1) & (s->t.icap - 1)) {
+						bkt *c = &s->t.v[(e & 0xffffffff) - 1];
 						if (!c->key && c->l == key) {
 							real = c;
 							break;
 						}
-						hh = (hh + 1) & (s->t.icap - 1);
 					}
 				}
 				if (!real) {

@@ -27,7 +27,7 @@ agg_td_new(double compression)
 {
 	agg_tdigest *t = cm_calloc(AGG_MEM, 1, sizeof *t);
 	t->compression = compression;
-	t->bcap = (size_t)(compression * 5) + 16;
+	t->bcap = (size_t)(compression * 10) + 16;
 	t->buf = cm_malloc(AGG_MEM, t->bcap * sizeof *t->buf);
 	t->min = INFINITY;
 	t->max = -INFINITY;
