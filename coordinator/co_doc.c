@@ -258,8 +258,11 @@ doc_index(co_req *r, bool create)
 	}
 	/* the body must be one JSON object */
 	body = co_body_json(r, &bad);
-	if (bad)
+	if (bad) {
+		/* ES reports a malformed document as a mapping failure */
+		co_reply_errorf(r, CM_EMAPPING, NULL, "failed to parse");
 		return;
+	}
 	if (!cJSON_IsObject(body)) {
 		cJSON_Delete(body);
 		if (!body)

@@ -58,6 +58,11 @@ static const co_route routes[] = {
 	 "wait_for_no_relocating_shards,wait_for_no_initializing_shards,wait_for_active_shards," P_INDEX_READ,
 	 false},
 	{CO_GET, "/_cluster/state", co_h_cluster_state, "local,master_timeout," P_INDEX_READ, false},
+	{CO_GET, "/_cluster/settings", co_h_cluster_settings,
+	 "flat_settings,include_defaults,local,master_timeout,timeout", false},
+	{CO_PUT, "/_cluster/settings", co_h_cluster_settings,
+	 "flat_settings,master_timeout,timeout", false},
+	{CO_GET, "/_cat", co_h_cat_help, "", false},
 	{CO_GET, "/_cat/{what}", co_h_cat, P_CAT, false},
 	{CO_GET, "/_cat/{what}/{index}", co_h_cat, P_CAT, false},
 	{CO_GET, "/_nodes/stats", co_h_nodes_stats, "level,types,timeout,groups,fields", false},
@@ -877,6 +882,8 @@ send_reply(struct MHD_Connection *c, co_req *r)
 	}
 	MHD_add_response_header(resp, "content-type",
 	                        r->content_type ? r->content_type : "application/json; charset=UTF-8");
+	/* Elasticsearch clients 7.14+ check this header on every reply. */
+	MHD_add_response_header(resp, "X-elastic-product", "Elasticsearch");
 	ret = MHD_queue_response(c, (unsigned)r->status, resp);
 	MHD_destroy_response(resp);
 	return ret;
@@ -927,6 +934,20 @@ access_cb(void *cls, struct MHD_Connection *c, const char *url, const char *meth
 }
 
 static void
+connection_cb(void *cls, struct MHD_Connection *c, void **socket_context,
+              enum MHD_ConnectionNotificationCode toe)
+{
+	co_server *s = cls;
+	nd_node_counters *nc = nd_counters(s->node);
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		atomic_fetch_add((_Atomic uint64_t *)&nc->http_open, 1);
+		atomic_fetch_add((_Atomic uint64_t *)&nc->http_opened, 1);
+	} else {
+		atomic_fetch_sub((_Atomic uint64_t *)&nc->http_open, 1);
+	}
+}
+
+static void
 completed_cb(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
 	co_req *r = *con_cls;
@@ -961,6 +982,7 @@ co_server_start(nd_node *n, const co_opts *o, co_server **out, cm_error *err)
 	                        NULL, NULL, access_cb, s, MHD_OPTION_SOCK_ADDR, &addr,
 	                        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
 	                        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, s,
+	                        MHD_OPTION_NOTIFY_CONNECTION, connection_cb, s,
 	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
 	                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
 	                        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);

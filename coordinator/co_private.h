@@ -97,6 +97,8 @@ cJSON *co_filter_path(cJSON *j, const char *filter); /* consumes j */
 void co_h_root(co_req *r);
 void co_h_health(co_req *r);
 void co_h_cluster_state(co_req *r);
+void co_h_cluster_settings(co_req *r);
+void co_h_cat_help(co_req *r);
 void co_h_cat(co_req *r);
 void co_h_nodes_stats(co_req *r);
 void co_h_nodes(co_req *r);

@@ -211,6 +211,62 @@ co_h_cluster_state(co_req *r)
 	co_reply_json(r, 200, j);
 }
 
+void
+co_h_cluster_settings(co_req *r)
+{
+	cJSON *j, *body = NULL, *c, *sec;
+	bool bad;
+
+	if (r->method == CO_PUT) {
+		body = co_body_json(r, &bad);
+		if (bad)
+			return;
+		/* only the one setting a solo node has; anything else is refused
+		 * before anything is applied */
+		for (int pass = 0; pass < 2; pass++) {
+			const char *secs[] = {"persistent", "transient"};
+			for (int k = 0; k < 2; k++) {
+				sec = cJSON_GetObjectItemCaseSensitive(body, secs[k]);
+				cJSON_ArrayForEach(c, sec)
+				{
+					bool named = strcmp(c->string, "action.destructive_requires_name") == 0;
+					if (!named || !(cJSON_IsBool(c) || cJSON_IsNull(c) || cJSON_IsString(c))) {
+						co_reply_errorf(r, CM_EINVAL, NULL,
+						                "%s setting [%.100s], not dynamically updateable",
+						                named ? "invalid value for" : "transient", c->string);
+						cJSON_Delete(body);
+						return;
+					}
+					if (pass == 1)
+						nd_set_destructive_requires_name(
+						    r->node, cJSON_IsNull(c) || cJSON_IsTrue(c) ||
+						                 (cJSON_IsString(c) && strcmp(c->valuestring, "false")));
+				}
+			}
+		}
+		cJSON_Delete(body);
+	}
+	j = cJSON_CreateObject();
+	if (r->method == CO_PUT)
+		cJSON_AddBoolToObject(j, "acknowledged", true);
+	sec = cJSON_AddObjectToObject(j, "persistent");
+	c = cJSON_AddObjectToObject(j, "transient");
+	if (!nd_destructive_requires_name(r->node)) {
+		cJSON *a = cJSON_AddObjectToObject(c, "action");
+		cJSON_AddStringToObject(a, "destructive_requires_name", "false");
+	}
+	co_reply_json(r, 200, j);
+}
+
+void
+co_h_cat_help(co_req *r)
+{
+	static const char text[] = "=^.^=\n/_cat/indices\n/_cat/indices/{index}\n/_cat/shards\n"
+	                           "/_cat/shards/{index}\n/_cat/nodes\n/_cat/count\n"
+	                           "/_cat/count/{index}\n/_cat/health\n";
+	co_reply_text(r, 200, "text/plain; charset=UTF-8", text, sizeof(text) - 1);
+}
+
 /* ---- _cat ---- */
 
 typedef struct cat_table {
@@ -705,8 +761,12 @@ co_h_nodes_stats(co_req *r)
 	}
 	cJSON_AddNumberToObject(mm, "total_in_bytes", (double)total);
 	o = cJSON_AddObjectToObject(me, "http");
-	cJSON_AddNumberToObject(o, "current_open", 0);
-	cJSON_AddNumberToObject(o, "total_opened", (double)ld(&nc->http_requests));
+	cJSON_AddNumberToObject(o, "current_open", (double)ld(&nc->http_open));
+	cJSON_AddNumberToObject(o, "total_opened", (double)ld(&nc->http_opened));
+	cJSON_AddNumberToObject(o, "requests_total", (double)ld(&nc->http_requests));
+	o = cJSON_AddObjectToObject(me, "thread_pool");
+	cJSON *sp = cJSON_AddObjectToObject(o, "search");
+	cJSON_AddNumberToObject(sp, "rejected", (double)ld(&nc->search_rejected));
 	co_reply_json(r, 200, j);
 }
 
@@ -791,10 +851,16 @@ co_h_prometheus(co_req *r)
 	              "shoal_process_cpu_seconds_total %.3f\n"
 	              "# HELP shoal_http_requests_total HTTP requests received.\n"
 	              "# TYPE shoal_http_requests_total counter\nshoal_http_requests_total %llu\n"
+	              "# HELP shoal_http_open_connections Open HTTP connections.\n"
+	              "# TYPE shoal_http_open_connections gauge\nshoal_http_open_connections %llu\n"
+	              "# HELP shoal_search_rejected_total Searches rejected with 429.\n"
+	              "# TYPE shoal_search_rejected_total counter\nshoal_search_rejected_total %llu\n"
 	              "# HELP shoal_uptime_seconds Seconds since the node started.\n"
 	              "# TYPE shoal_uptime_seconds gauge\nshoal_uptime_seconds %.3f\n",
 	              (unsigned long long)rss_bytes(), cm_cpu_seconds(),
 	              (unsigned long long)ld(&nc->http_requests),
+	              (unsigned long long)ld(&nc->http_open),
+	              (unsigned long long)ld(&nc->search_rejected),
 	              (cm_wall_ms() - nd_start_ms(r->node)) / 1000.0);
 	co_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", (const char *)b.data, b.len);
 	cm_buf_free(&b);

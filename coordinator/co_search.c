@@ -153,6 +153,16 @@ fold_search_params(co_req *r, cJSON *body, bool count_only)
 			obj_set(body, "_source", o);
 		}
 	}
+	if ((v = co_param_get(r, "min_score"))) {
+		char *end;
+		double ms = strtod(v, &end);
+		if (!*v || *end) {
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "Failed to parse float parameter [min_score] with value [%.60s]", v);
+			return false;
+		}
+		obj_set(body, "min_score", cJSON_CreateNumber(ms));
+	}
 	if ((v = co_param_get(r, "track_scores")))
 		obj_set(body, "track_scores", cJSON_CreateBool(strcmp(v, "false") != 0));
 	if ((v = co_param_get(r, "explain")))
@@ -168,7 +178,7 @@ fold_search_params(co_req *r, cJSON *body, bool count_only)
 	                             "max_concurrent_shard_requests", "ccs_minimize_roundtrips",
 	                             "allow_no_indices", "expand_wildcards", "ignore_throttled",
 	                             "stats", "fanout", "stored_fields", "docvalue_fields",
-	                             "min_score", "analyze_wildcard", "lenient"};
+	                             "analyze_wildcard", "lenient"};
 	for (size_t i = 0; i < sizeof(noop) / sizeof(noop[0]); i++)
 		co_param_get(r, noop[i]);
 	return true;

@@ -39,6 +39,8 @@ const char *nd_cluster_uuid(const nd_node *n);
 const char *nd_cluster_name(const nd_node *n);
 const char *nd_data_dir(const nd_node *n);
 bool nd_destructive_requires_name(const nd_node *n);
+/* Cluster setting action.destructive_requires_name (not persisted). */
+void nd_set_destructive_requires_name(nd_node *n, bool v);
 int64_t nd_start_ms(const nd_node *n);
 
 /* ---- indices ---- */
@@ -176,7 +178,7 @@ size_t nd_scroll_clear_all(nd_node *n);
 
 /* Node-wide counters for _nodes/stats. */
 typedef struct nd_node_counters {
-	uint64_t http_requests, http_open;
+	uint64_t http_requests, http_open, http_opened;
 	uint64_t search_rejected;
 } nd_node_counters;
 nd_node_counters *nd_counters(nd_node *n);

@@ -213,6 +213,12 @@ nd_destructive_requires_name(const nd_node *n)
 {
 	return n->destructive_requires_name;
 }
+void
+nd_set_destructive_requires_name(nd_node *n, bool v)
+{
+	n->destructive_requires_name = v;
+}
+
 int64_t
 nd_start_ms(const nd_node *n)
 {

@@ -304,6 +304,38 @@ def destructive_requires_name_false():
 
 
 @test
+def cluster_settings_destructive():
+    n = node()
+    eq(n.req("GET", "/_cluster/settings"), (200, {"persistent": {}, "transient": {}}))
+    fresh("cs1")
+    st, b = n.req("PUT", "/_cluster/settings",
+                  {"transient": {"action.destructive_requires_name": False}})
+    eq((st, b["acknowledged"]), (200, True))
+    eq(b["transient"], {"action": {"destructive_requires_name": "false"}})
+    try:
+        st, b = n.req("DELETE", "/cs*")
+        eq(st, 200)
+        eq(n.raw("HEAD", "/cs1")[0], 404)
+    finally:
+        st, b = n.req("PUT", "/_cluster/settings",
+                      {"transient": {"action.destructive_requires_name": None}})
+        eq(st, 200)
+    error_is(n.req("DELETE", "/_all"), 400, "illegal_argument_exception")
+    error_is(n.req("PUT", "/_cluster/settings", {"persistent": {"cluster.x": 1}}), 400,
+             "illegal_argument_exception")
+
+
+@test
+def headers_and_cat_help():
+    n = node()
+    st, h, data = n.raw("GET", "/")
+    eq(h.get("x-elastic-product"), "Elasticsearch")
+    eq(h.get("content-type"), "application/json; charset=UTF-8")
+    st, text = n.req("GET", "/_cat")
+    assert text.startswith("=^.^=") and "/_cat/indices" in text, text
+
+
+@test
 def mappings_put_get_dynamic():
     n = fresh("map1", {"mappings": {"properties": {"title": {"type": "text"}}}})
     st, b = n.req("PUT", "/map1/_mapping", {"properties": {"tag": {"type": "keyword"}}})
@@ -475,7 +507,7 @@ def doc_concurrency_control():
 @test
 def doc_body_errors_and_refresh_param():
     n = fresh("be1")
-    error_is(n.req("PUT", "/be1/_doc/1", "{bad json"), 400, "parse_exception")
+    error_is(n.req("PUT", "/be1/_doc/1", "{bad json"), 400, "mapper_parsing_exception")
     error_is(n.req("PUT", "/be1/_doc/1", "[1,2]"), 400, "mapper_parsing_exception")
     error_is(n.req("PUT", "/be1/_doc/1"), 400, "action_request_validation_exception")
     error_is(n.req("PUT", "/be1/_doc/1?refresh=soon", {"a": 1}), 400, "illegal_argument_exception")
@@ -786,6 +818,7 @@ def search_multi_index_and_errors():
     error_is(n.req("POST", "/mi-a/_search", {"from": 9995, "size": 10}), 400,
              "illegal_argument_exception", "Result window is too large")
     error_is(n.req("GET", "/mi-a/_search?size=abc"), 400, "illegal_argument_exception")
+    error_is(n.req("GET", "/mi-a/_search?min_score=abc"), 400, "illegal_argument_exception")
 
 
 @test
