@@ -1976,10 +1976,15 @@ bool_build(sr_exec *x, size_t si, const sr_plan *pl, uint32_t max_doc)
 		else
 			neg[nneg++] = k;
 	}
+	size_t plan_req = 0, plan_opt = 0;
+	for (size_t i = 0; i < n; i++) {
+		plan_req += pl->occur[i] == OCC_MUST || pl->occur[i] == OCC_FILTER;
+		plan_opt += pl->occur[i] == OCC_SHOULD;
+	}
 	if (!dead && (size_t)(pl->msm > 0 ? pl->msm : 0) > nopt)
 		dead = true;
-	if (!dead && !nreq && !nopt && !nneg)
-		dead = true; /* all optional clauses absent */
+	if (!dead && !plan_req && plan_opt && !nopt)
+		dead = true; /* a pure disjunction whose clauses are all absent */
 	if (dead) {
 		for (size_t i = 0; i < nreq; i++)
 			sr_it_free(req[i]);

@@ -364,8 +364,8 @@ test_counts(void)
 	sr_exec x;
 	REQUIRE(sr_exec_open(&x, reader, 0, &err) == CM_OK);
 	q = sr_query_new(SR_Q_TERM);
-	q->field = strdup("title");
-	q->value = strdup("quick");
+	q->field = cm_strdup(CM_MEM_SEARCH, "title");
+	q->value = cm_strdup(CM_MEM_SEARCH, "quick");
 	uint64_t total = 0;
 	for (size_t si = 0; si < x.nseg; si++) {
 		uint32_t md = st_segment_max_doc(x.segs[si].seg);
