@@ -79,6 +79,37 @@ typedef struct vm_entry {
 	bool deleted;
 } vm_entry;
 
+/* An indexing buffer with its version map: docs buffered since the last
+ * refresh, their sources (for realtime get), deleted bits. */
+typedef struct membuf {
+	st_segbuild *b;
+	uint64_t *del;
+	size_t del_words;
+	uint32_t ndel;
+	cm_buf src;
+	uint64_t *src_off;
+	uint32_t *src_len;
+	size_t src_cap;
+	vm_entry *vm;
+	size_t vm_cap, vm_count;
+	cm_buf vm_ids;
+} membuf;
+
+/* A buffer a refresh is writing without the write lock. Deletes that hit
+ * its docs meanwhile go to `late` and become the new segment's deleted
+ * bits; `pend` holds every segment's deleted bits as of the freeze, which
+ * is what the refresh commits and publishes. */
+typedef struct frozen_buf {
+	membuf m;
+	uint64_t *late;
+	int64_t ckp;  /* checkpoint at the freeze: the commit's seq_no */
+	uint64_t ops; /* ops_since_commit at the freeze */
+	uint64_t gen;
+	size_t npend;
+	struct seg_ref **pend_ref;
+	struct live_ref **pend_live;
+} frozen_buf;
+
 typedef struct commit_point {
 	uint64_t next_gen;
 	int64_t committed_seq; /* all ops <= it are in the listed segments; -1 none */
@@ -92,7 +123,7 @@ struct st_shard {
 	MDB_env *env;
 	MDB_dbi db_meta, db_deletes, db_oplog;
 
-	pthread_mutex_t wmu, rmu, map_mu, sync_mu;
+	pthread_mutex_t refresh_mu, wmu, rmu, map_mu, sync_mu;
 	pthread_cond_t sync_cv, merge_cv;
 
 	st_mapping *mapping;
@@ -109,18 +140,8 @@ struct st_shard {
 	uint64_t ops_since_commit;
 	int64_t retain_above; /* flush keeps ops > it; INT64_MAX = no marker */
 
-	st_segbuild *buf;
-	uint64_t *buf_del;
-	size_t buf_del_words;
-	uint32_t buf_ndel;
-	cm_buf buf_src;
-	uint64_t *src_off;
-	uint32_t *src_len;
-	size_t src_cap;
-
-	vm_entry *vm;
-	size_t vm_cap, vm_count;
-	cm_buf vm_ids;
+	membuf act;       /* takes new ops */
+	frozen_buf *frz;  /* being written by a refresh, still readable; NULL if none */
 
 	/* group commit (sync_mu) */
 	atomic_uint_fast64_t commit_ticket;
@@ -135,6 +156,23 @@ struct st_shard {
 	atomic_uint_fast64_t n_refresh, n_merge, n_flush, n_syncs;
 	cm_buf scratch;
 };
+
+/* Lock order everywhere: refresh_mu, then wmu. */
+static void
+lock_both(st_shard *s)
+{
+	pthread_mutex_lock(&s->refresh_mu);
+	pthread_mutex_lock(&s->wmu);
+}
+
+static void
+unlock_both(st_shard *s)
+{
+	pthread_mutex_unlock(&s->wmu);
+	pthread_mutex_unlock(&s->refresh_mu);
+}
+
+static cm_err refresh_run(st_shard *s);
 
 /* ---------------------------------------------------------------- */
 /* refcounting */
@@ -292,58 +330,56 @@ id_hash(const char *id, size_t len)
 }
 
 static vm_entry *
-vm_find(st_shard *s, const char *id, size_t len, uint64_t h)
+vm_find(const membuf *m, const char *id, size_t len, uint64_t h)
 {
-	if (s->vm_cap == 0)
+	if (m->vm_cap == 0)
 		return NULL;
-	size_t mask = s->vm_cap - 1;
+	size_t mask = m->vm_cap - 1;
 	for (size_t i = h & mask;; i = (i + 1) & mask) {
-		vm_entry *e = &s->vm[i];
+		vm_entry *e = &m->vm[i];
 		if (e->hash == 0)
 			return NULL;
 		if (e->hash == h && e->id_len == len &&
-		    memcmp(s->vm_ids.data + e->id_off, id, len) == 0)
+		    memcmp(m->vm_ids.data + e->id_off, id, len) == 0)
 			return e;
 	}
 }
 
-static void vm_put(st_shard *s, const char *id, size_t len, uint64_t h, const vm_entry *val);
-
 static void
-vm_grow(st_shard *s)
+vm_grow(membuf *m)
 {
-	vm_entry *old = s->vm;
-	size_t oldcap = s->vm_cap;
-	s->vm_cap = oldcap ? oldcap * 2 : 1024;
-	s->vm = cm_calloc(CM_MEM_STORAGE, s->vm_cap, sizeof(*s->vm));
-	size_t mask = s->vm_cap - 1;
+	vm_entry *old = m->vm;
+	size_t oldcap = m->vm_cap;
+	m->vm_cap = oldcap ? oldcap * 2 : 1024;
+	m->vm = cm_calloc(CM_MEM_STORAGE, m->vm_cap, sizeof(*m->vm));
+	size_t mask = m->vm_cap - 1;
 	for (size_t i = 0; i < oldcap; i++) {
 		if (old[i].hash == 0)
 			continue;
 		size_t j = old[i].hash & mask;
-		while (s->vm[j].hash)
+		while (m->vm[j].hash)
 			j = (j + 1) & mask;
-		s->vm[j] = old[i];
+		m->vm[j] = old[i];
 	}
 	cm_free(CM_MEM_STORAGE, old);
 }
 
 static void
-vm_put(st_shard *s, const char *id, size_t len, uint64_t h, const vm_entry *val)
+vm_put(membuf *m, const char *id, size_t len, uint64_t h, const vm_entry *val)
 {
-	vm_entry *e = vm_find(s, id, len, h);
+	vm_entry *e = vm_find(m, id, len, h);
 	if (e == NULL) {
-		if ((s->vm_count + 1) * 4 > s->vm_cap * 3)
-			vm_grow(s);
-		size_t mask = s->vm_cap - 1, i = h & mask;
-		while (s->vm[i].hash)
+		if ((m->vm_count + 1) * 4 > m->vm_cap * 3)
+			vm_grow(m);
+		size_t mask = m->vm_cap - 1, i = h & mask;
+		while (m->vm[i].hash)
 			i = (i + 1) & mask;
-		e = &s->vm[i];
+		e = &m->vm[i];
 		e->hash = h;
-		e->id_off = (uint32_t)s->vm_ids.len;
+		e->id_off = (uint32_t)m->vm_ids.len;
 		e->id_len = (uint32_t)len;
-		cm_buf_put(&s->vm_ids, id, len);
-		s->vm_count++;
+		cm_buf_put(&m->vm_ids, id, len);
+		m->vm_count++;
 	}
 	e->seq_no = val->seq_no;
 	e->term = val->term;
@@ -352,88 +388,103 @@ vm_put(st_shard *s, const char *id, size_t len, uint64_t h, const vm_entry *val)
 	e->deleted = val->deleted;
 }
 
-/* After a refresh: buffered docs are in a segment now; tombstones stay
- * while their seq_no is above the local checkpoint, so a replica can
- * still recognise an older, reordered op for a deleted id. */
+/* When a frozen buffer retires: its docs are in a segment now, but
+ * tombstones stay while their seq_no is above the local checkpoint, so a
+ * replica still recognises an older, reordered op for a deleted id. */
 static void
-vm_prune(st_shard *s)
+vm_carry_tombstones(membuf *to, const membuf *from, int64_t ckp)
 {
-	vm_entry *old = s->vm;
-	size_t oldcap = s->vm_cap;
-	cm_buf ids = s->vm_ids;
-	s->vm = NULL;
-	s->vm_cap = s->vm_count = 0;
-	cm_buf_init(&s->vm_ids, CM_MEM_STORAGE);
-	for (size_t i = 0; i < oldcap; i++) {
-		vm_entry *e = &old[i];
-		if (e->hash == 0 || !e->deleted || (int64_t)e->seq_no <= s->ckp)
+	for (size_t i = 0; i < from->vm_cap; i++) {
+		const vm_entry *e = &from->vm[i];
+		if (e->hash == 0 || !e->deleted || (int64_t)e->seq_no <= ckp)
 			continue;
-		vm_entry v = *e;
-		vm_put(s, (const char *)ids.data + e->id_off, e->id_len, e->hash, &v);
+		const char *id = (const char *)from->vm_ids.data + e->id_off;
+		if (vm_find(to, id, e->id_len, e->hash))
+			continue; /* a newer op on the id */
+		vm_put(to, id, e->id_len, e->hash, e);
 	}
-	cm_free(CM_MEM_STORAGE, old);
-	cm_buf_free(&ids);
 }
 
 /* ---------------------------------------------------------------- */
 /* indexing buffer */
 
 static void
-buffer_reset(st_shard *s)
+membuf_init(membuf *m)
 {
-	if (s->buf)
-		st_segbuild_destroy(s->buf);
-	s->buf = st_segbuild_create();
-	if (s->buf_del)
-		memset(s->buf_del, 0, s->buf_del_words * sizeof(uint64_t));
-	s->buf_ndel = 0;
-	cm_buf_reset(&s->buf_src);
-	/* Give back a large arena after a big refresh. */
-	if (s->buf_src.cap > 64 * MB) {
-		cm_buf_free(&s->buf_src);
-		cm_buf_init(&s->buf_src, CM_MEM_STORAGE);
-	}
+	memset(m, 0, sizeof(*m));
+	m->b = st_segbuild_create();
+	cm_buf_init(&m->src, CM_MEM_STORAGE);
+	cm_buf_init(&m->vm_ids, CM_MEM_STORAGE);
 }
 
 static void
-buffer_note_doc(st_shard *s, uint32_t docno, const char *src, size_t len)
+membuf_free(membuf *m)
 {
-	if (docno >= s->src_cap) {
-		size_t cap = s->src_cap ? s->src_cap : 1024;
+	if (m->b)
+		st_segbuild_destroy(m->b);
+	cm_free(CM_MEM_STORAGE, m->del);
+	cm_free(CM_MEM_STORAGE, m->src_off);
+	cm_free(CM_MEM_STORAGE, m->src_len);
+	cm_free(CM_MEM_STORAGE, m->vm);
+	cm_buf_free(&m->src);
+	cm_buf_free(&m->vm_ids);
+	memset(m, 0, sizeof(*m));
+}
+
+static void
+buffer_note_doc(membuf *m, uint32_t docno, const char *src, size_t len)
+{
+	if (docno >= m->src_cap) {
+		size_t cap = m->src_cap ? m->src_cap : 1024;
 		while (cap <= docno)
 			cap *= 2;
-		s->src_off = cm_realloc(CM_MEM_STORAGE, s->src_off, cap * sizeof(*s->src_off));
-		s->src_len = cm_realloc(CM_MEM_STORAGE, s->src_len, cap * sizeof(*s->src_len));
-		s->src_cap = cap;
+		m->src_off = cm_realloc(CM_MEM_STORAGE, m->src_off, cap * sizeof(*m->src_off));
+		m->src_len = cm_realloc(CM_MEM_STORAGE, m->src_len, cap * sizeof(*m->src_len));
+		m->src_cap = cap;
 	}
 	size_t words = st_bit_words(docno + 1);
-	if (words > s->buf_del_words) {
-		size_t nw = s->buf_del_words ? s->buf_del_words : 16;
+	if (words > m->del_words) {
+		size_t nw = m->del_words ? m->del_words : 16;
 		while (nw < words)
 			nw *= 2;
-		s->buf_del = cm_realloc(CM_MEM_STORAGE, s->buf_del, nw * sizeof(uint64_t));
-		memset(s->buf_del + s->buf_del_words, 0, (nw - s->buf_del_words) * sizeof(uint64_t));
-		s->buf_del_words = nw;
+		m->del = cm_realloc(CM_MEM_STORAGE, m->del, nw * sizeof(uint64_t));
+		memset(m->del + m->del_words, 0, (nw - m->del_words) * sizeof(uint64_t));
+		m->del_words = nw;
 	}
-	s->src_off[docno] = s->buf_src.len;
-	s->src_len[docno] = (uint32_t)len;
-	cm_buf_put(&s->buf_src, src, len);
+	m->src_off[docno] = m->src.len;
+	m->src_len[docno] = (uint32_t)len;
+	cm_buf_put(&m->src, src, len);
 }
 
 static void
-buffer_delete(st_shard *s, uint32_t docno)
+buffer_delete(membuf *m, uint32_t docno)
 {
-	if (!st_bit_get(s->buf_del, docno)) {
-		st_bit_set(s->buf_del, docno);
-		s->buf_ndel++;
+	if (!st_bit_get(m->del, docno)) {
+		st_bit_set(m->del, docno);
+		m->ndel++;
 	}
 }
 
 static size_t
-buffer_ram(const st_shard *s)
+buffer_ram(const membuf *m)
 {
-	return st_segbuild_ram(s->buf) + s->buf_src.cap + s->vm_cap * sizeof(vm_entry) +
-	       s->vm_ids.cap;
+	return st_segbuild_ram(m->b) + m->src.cap + m->vm_cap * sizeof(vm_entry) + m->vm_ids.cap;
+}
+
+static void
+frozen_free(frozen_buf *f)
+{
+	if (f == NULL)
+		return;
+	membuf_free(&f->m);
+	cm_free(CM_MEM_STORAGE, f->late);
+	for (size_t i = 0; i < f->npend; i++) {
+		live_release(f->pend_live[i]);
+		seg_ref_release(f->pend_ref[i]);
+	}
+	cm_free(CM_MEM_STORAGE, f->pend_ref);
+	cm_free(CM_MEM_STORAGE, f->pend_live);
+	cm_free(CM_MEM_STORAGE, f);
 }
 
 /* Clears doc in the writer's live bits of segment i (copy-on-write). */
@@ -457,7 +508,7 @@ segment_delete(st_shard *s, size_t i, uint32_t doc)
 /* ---------------------------------------------------------------- */
 /* looking up an id's current state */
 
-enum { LOC_NONE, LOC_BUFFER, LOC_SEGMENT };
+enum { LOC_NONE, LOC_BUFFER, LOC_FROZEN, LOC_SEGMENT };
 
 typedef struct id_state {
 	bool exists, tombstone;
@@ -535,14 +586,19 @@ static cm_err
 lookup_id(st_shard *s, lookup_ctx *lc, const char *id, size_t len, uint64_t h, id_state *st)
 {
 	memset(st, 0, sizeof(*st));
-	vm_entry *e = vm_find(s, id, len, h);
+	vm_entry *e = vm_find(&s->act, id, len, h);
+	int loc = LOC_BUFFER;
+	if (e == NULL && s->frz) {
+		e = vm_find(&s->frz->m, id, len, h);
+		loc = LOC_FROZEN;
+	}
 	if (e) {
 		st->exists = !e->deleted;
 		st->tombstone = e->deleted;
 		st->seq_no = e->seq_no;
 		st->term = e->term;
 		st->version = e->version;
-		st->loc = e->deleted ? LOC_NONE : LOC_BUFFER;
+		st->loc = e->deleted ? LOC_NONE : loc;
 		st->doc = e->buf_doc;
 		return CM_OK;
 	}
@@ -1024,9 +1080,11 @@ apply_batch(st_shard *s, const st_op *ops, batch *b, size_t n, st_op_result *res
 		if (p->prev_batch >= 0) {
 			const op_plan *q = &b->plan[p->prev_batch];
 			if (ops[p->prev_batch].type == ST_OP_INDEX && q->docno != NO_DOC)
-				buffer_delete(s, q->docno);
+				buffer_delete(&s->act, q->docno);
 		} else if (p->prev.exists && p->prev.loc == LOC_BUFFER) {
-			buffer_delete(s, p->prev.doc);
+			buffer_delete(&s->act, p->prev.doc);
+		} else if (p->prev.exists && p->prev.loc == LOC_FROZEN) {
+			st_bit_set(s->frz->late, p->prev.doc);
 		} else if (p->prev.exists && p->prev.loc == LOC_SEGMENT) {
 			segment_delete(s, p->prev.seg, p->prev.doc);
 		}
@@ -1037,7 +1095,7 @@ apply_batch(st_shard *s, const st_op *ops, batch *b, size_t n, st_op_result *res
 			cm_error err;
 			cm_error_clear(&err);
 			uint32_t docno;
-			cm_err e = st_segbuild_add(s->buf, &p->doc, p->seq, p->term, p->version, &docno,
+			cm_err e = st_segbuild_add(s->act.b, &p->doc, p->seq, p->term, p->version, &docno,
 			                           &err);
 			if (e) {
 				/* Logged but not indexable: surface it; the id reads as
@@ -1049,16 +1107,15 @@ apply_batch(st_shard *s, const st_op *ops, batch *b, size_t n, st_op_result *res
 			} else {
 				p->docno = docno;
 				v.buf_doc = docno;
-				buffer_note_doc(s, docno, op->source, op->source_len);
+				buffer_note_doc(&s->act, docno, op->source, op->source_len);
 			}
 		}
-		vm_put(s, op->id, op->id_len, p->hash, &v);
+		vm_put(&s->act, op->id, op->id_len, p->hash, &v);
 		ckp_mark(s, (int64_t)p->seq);
 		s->ops_since_commit++;
 	}
 }
 
-static cm_err refresh_locked(st_shard *s);
 
 static size_t
 budget_bytes(const st_shard *s)
@@ -1166,7 +1223,7 @@ apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool repla
 		if (next_seq > s->max_seq)
 			s->max_seq = next_seq;
 	}
-	bool over = err == CM_OK && !replay && buffer_ram(s) > budget_bytes(s);
+	bool over = err == CM_OK && !replay && buffer_ram(&s->act) > budget_bytes(s);
 	pthread_mutex_unlock(&s->wmu);
 
 	for (size_t i = 0; i < n; i++)
@@ -1194,9 +1251,9 @@ apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool repla
 	if (over) {
 		/* Re-check under the lock: concurrent callers over the budget
 		 * at once make one segment, not several tiny ones. */
-		pthread_mutex_lock(&s->wmu);
-		cm_err e = buffer_ram(s) > budget_bytes(s) ? refresh_locked(s) : CM_OK;
-		pthread_mutex_unlock(&s->wmu);
+		lock_both(s);
+		cm_err e = buffer_ram(&s->act) > budget_bytes(s) ? refresh_run(s) : CM_OK;
+		unlock_both(s);
 		if (e)
 			cm_warn("storage", "shard %s: refresh over the memory budget failed: %s", s->dir,
 			            cm_err_msg(e));
@@ -1232,7 +1289,10 @@ st_shard_get(st_shard *s, const char *id, size_t len, st_doc_meta *meta, cm_buf 
 			meta->version = st.version;
 		}
 		if (source && st.loc == LOC_BUFFER) {
-			cm_buf_put(source, s->buf_src.data + s->src_off[st.doc], s->src_len[st.doc]);
+			cm_buf_put(source, s->act.src.data + s->act.src_off[st.doc], s->act.src_len[st.doc]);
+		} else if (source && st.loc == LOC_FROZEN) {
+			const membuf *f = &s->frz->m;
+			cm_buf_put(source, f->src.data + f->src_off[st.doc], f->src_len[st.doc]);
 		} else if (source && st.loc == LOC_SEGMENT) {
 			cm_buf idb;
 			cm_buf_init(&idb, CM_MEM_STORAGE);
@@ -1297,66 +1357,138 @@ wseg_drop(wseg *w)
 	seg_ref_release(w->ref);
 }
 
-static cm_err
-refresh_locked(st_shard *s)
+/* Moves the active buffer aside for a refresh (wmu held). */
+static void
+freeze(st_shard *s)
 {
-	uint32_t ndocs = st_segbuild_docs(s->buf);
-	if (ndocs == 0 && s->ops_since_commit == 0)
-		return CM_OK;
+	frozen_buf *f = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*f));
+	f->m = s->act;
+	membuf_init(&s->act);
+	uint32_t ndocs = st_segbuild_docs(f->m.b);
+	f->late = cm_calloc(CM_MEM_STORAGE, st_bit_words(ndocs) + 1, sizeof(uint64_t));
+	f->ckp = s->ckp;
+	f->ops = s->ops_since_commit;
+	f->gen = s->cp.next_gen++;
+	f->npend = s->nsegs;
+	f->pend_ref = cm_calloc(CM_MEM_STORAGE, s->nsegs + 1, sizeof(*f->pend_ref));
+	f->pend_live = cm_calloc(CM_MEM_STORAGE, s->nsegs + 1, sizeof(*f->pend_live));
+	for (size_t i = 0; i < s->nsegs; i++) {
+		f->pend_ref[i] = s->segs[i].ref;
+		atomic_fetch_add(&f->pend_ref[i]->refs, 1);
+		/* Shared from now on, so later deletes copy the bits first. */
+		f->pend_live[i] = live_ref_get(s->segs[i].live);
+	}
+	s->frz = f;
+}
+
+/* The new segment's writer bits: deletes that reached frozen docs while
+ * the segment was written, mapped past the docs the write left out. */
+static cm_err
+late_deletes(const frozen_buf *f, const seg_ref *nref, live_ref **out)
+{
+	uint32_t ndocs = st_segbuild_docs(f->m.b), nd = 0;
+	live_ref *l = NULL;
+	for (uint32_t d = 0; d < ndocs; d++) {
+		if (f->m.del && d < f->m.del_words * 64 && st_bit_get(f->m.del, d))
+			continue;
+		if (st_bit_get(f->late, d) && nd < nref->max_doc) {
+			if (l == NULL)
+				l = live_new(nref->max_doc, true);
+			l->bits[nd >> 6] &= ~((uint64_t)1 << (nd & 63));
+			l->count--;
+		}
+		nd++;
+	}
+	*out = l;
+	if (nd != nref->max_doc) {
+		live_release(l);
+		*out = NULL;
+		return CM_EINTERNAL;
+	}
+	return CM_OK;
+}
+
+/* Refresh: freeze the buffer, write it as a segment without the write
+ * lock (indexing continues into a fresh buffer), then commit the new
+ * segment list with every segment's deletes as of the freeze. Called with
+ * refresh_mu and wmu held; returns with both held. A failed write leaves
+ * the frozen buffer in place for the next refresh to retry. */
+static cm_err
+refresh_run(st_shard *s)
+{
+	if (s->frz == NULL) {
+		if (st_segbuild_docs(s->act.b) == 0 && s->ops_since_commit == 0)
+			return CM_OK;
+		freeze(s);
+	}
+	frozen_buf *f = s->frz;
 	cm_error cerr;
 	cm_error_clear(&cerr);
 	seg_ref *nref = NULL;
-	uint64_t gen = s->cp.next_gen;
-	if (ndocs > s->buf_ndel) {
-		char path[4096];
-		seg_path(s, gen, path, sizeof(path));
-		cm_err e = st_segbuild_write(s->buf, s->buf_del, path, gen, s->opts.merge_pool, &cerr);
+	char path[4096];
+	seg_path(s, f->gen, path, sizeof(path));
+	cm_err e = CM_OK;
+	pthread_mutex_unlock(&s->wmu);
+	if (st_segbuild_docs(f->m.b) > f->m.ndel) {
+		e = st_segbuild_write(f->m.b, f->m.del, path, f->gen, s->opts.merge_pool, &cerr);
 		if (e == CM_OK)
 			e = cm_fsync_dir(s->dir);
 		if (e == CM_OK)
-			e = open_seg_ref(s, gen, &nref, &cerr);
-		if (e) {
-			cm_errorlog("storage", "shard %s: refresh failed: %s %s", s->dir, cm_err_msg(e),
-			             cerr.reason);
-			unlink(path);
-			return e;
-		}
+			e = open_seg_ref(s, f->gen, &nref, &cerr);
 	}
-	/* The new list: surviving segments (writer views become published)
-	 * plus the new one. Fully deleted segments leave the list. */
+	pthread_mutex_lock(&s->wmu);
+	wseg nw = {.ref = nref};
+	if (e == CM_OK && nref)
+		e = late_deletes(f, nref, &nw.live);
+	/* Merges cannot commit while refresh_mu is held, so the list is the
+	 * one frozen, in the same order. */
+	if (e == CM_OK && s->nsegs != f->npend)
+		e = CM_EINTERNAL;
+	for (size_t i = 0; i < s->nsegs && e == CM_OK; i++)
+		if (s->segs[i].ref != f->pend_ref[i])
+			e = CM_EINTERNAL;
+	if (e) {
+		cm_errorlog("storage", "shard %s: refresh failed: %s %s", s->dir, cm_err_msg(e),
+		            cerr.reason);
+		if (nref) {
+			atomic_store(&nref->drop, true);
+			seg_ref_release(nref);
+		} else {
+			unlink(path);
+		}
+		return e;
+	}
+	/* The new list: surviving segments with their views as of the freeze,
+	 * plus the new one. Segments fully deleted by then leave the list. */
 	wseg *list = cm_calloc(CM_MEM_STORAGE, s->nsegs + 1, sizeof(*list));
 	size_t n = 0;
 	for (size_t i = 0; i < s->nsegs; i++) {
 		wseg w = s->segs[i];
-		if (!w.merging && w.live && w.live->count == 0)
+		w.pub = f->pend_live[i];
+		if (!w.merging && w.pub && w.pub->count == 0)
 			continue;
-		w.pub = w.live;
 		list[n++] = w;
 	}
 	if (nref)
-		list[n++] = (wseg){.ref = nref};
+		list[n++] = nw;
 	commit_point saved = s->cp;
-	s->cp.next_gen = gen + 1;
-	s->cp.committed_seq = s->ckp;
+	s->cp.committed_seq = f->ckp;
 	st_mapping *m = mapping_get(s);
 	s->cp.mapping_version = m->version;
 	mapping_put(s, m);
 	/* Keep the log bounded without waiting for an explicit flush (like
 	 * Elasticsearch's translog flush threshold), minus what the retention
 	 * marker holds back. */
-	int64_t trim = -1, upto = s->cp.committed_seq < s->retain_above ? s->cp.committed_seq
-	                                                                 : s->retain_above;
-	if (upto - s->cp.oplog_trimmed > LOG_TRIM_OPS)
+	int64_t trim = -1, upto = f->ckp < s->retain_above ? f->ckp : s->retain_above;
+	if (upto - s->cp.oplog_trimmed > LOG_TRIM_OPS) {
 		trim = upto;
-	int64_t saved_trim = s->cp.oplog_trimmed;
-	if (trim >= 0)
 		s->cp.oplog_trimmed = trim;
-	cm_err e = commit_write(s, list, n, trim);
-	if (e)
-		s->cp.oplog_trimmed = saved_trim;
+	}
+	e = commit_write(s, list, n, trim);
 	if (e) {
 		s->cp = saved;
 		cm_free(CM_MEM_STORAGE, list);
+		live_release(nw.live);
 		if (nref) {
 			atomic_store(&nref->drop, true);
 			seg_ref_release(nref);
@@ -1383,9 +1515,10 @@ refresh_locked(st_shard *s)
 	s->nsegs = n;
 	cm_free(CM_MEM_STORAGE, list);
 	publish_reader(s);
-	buffer_reset(s);
-	vm_prune(s);
-	s->ops_since_commit = 0;
+	vm_carry_tombstones(&s->act, &f->m, s->ckp);
+	s->ops_since_commit -= f->ops;
+	s->frz = NULL;
+	frozen_free(f);
 	atomic_fetch_add(&s->n_refresh, 1);
 	if (s->merge_thread_started) {
 		s->merge_wanted = true;
@@ -1397,17 +1530,17 @@ refresh_locked(st_shard *s)
 cm_err
 st_shard_refresh(st_shard *s)
 {
-	pthread_mutex_lock(&s->wmu);
-	cm_err e = refresh_locked(s);
-	pthread_mutex_unlock(&s->wmu);
+	lock_both(s);
+	cm_err e = refresh_run(s);
+	unlock_both(s);
 	return e;
 }
 
 cm_err
 st_shard_flush(st_shard *s)
 {
-	pthread_mutex_lock(&s->wmu);
-	cm_err e = refresh_locked(s);
+	lock_both(s);
+	cm_err e = refresh_run(s);
 	if (e == CM_OK) {
 		int64_t upto = s->cp.committed_seq;
 		if (s->retain_above < upto)
@@ -1422,7 +1555,7 @@ st_shard_flush(st_shard *s)
 	}
 	if (e == CM_OK)
 		atomic_fetch_add(&s->n_flush, 1);
-	pthread_mutex_unlock(&s->wmu);
+	unlock_both(s);
 	return e;
 }
 
@@ -1439,7 +1572,7 @@ st_shard_set_oplog_retention(st_shard *s, uint64_t keep_above)
 void
 st_shard_set_primary_term(st_shard *s, uint64_t term)
 {
-	pthread_mutex_lock(&s->wmu);
+	lock_both(s);
 	if (term != s->cp.primary_term) {
 		s->cp.primary_term = term;
 		cm_err e = commit_write(s, s->segs, s->nsegs, -1);
@@ -1447,7 +1580,7 @@ st_shard_set_primary_term(st_shard *s, uint64_t term)
 			cm_errorlog("storage", "shard %s: persisting primary term failed: %s", s->dir,
 			             cm_err_msg(e));
 	}
-	pthread_mutex_unlock(&s->wmu);
+	unlock_both(s);
 }
 
 /* ---------------------------------------------------------------- */
@@ -1534,7 +1667,9 @@ merge_run(st_shard *s, const size_t *idx, size_t k)
 		}
 	}
 
-	pthread_mutex_lock(&s->wmu);
+	/* refresh_mu first: a refresh in flight relies on the segment list
+	 * it froze. */
+	lock_both(s);
 	s->merges_running--;
 	size_t *pos = cm_calloc(CM_MEM_STORAGE, k, sizeof(*pos));
 	for (size_t i = 0; i < k && e == CM_OK; i++) {
@@ -1621,6 +1756,7 @@ merge_run(st_shard *s, const size_t *idx, size_t k)
 	cm_free(CM_MEM_STORAGE, segs);
 	cm_free(CM_MEM_STORAGE, live);
 	pthread_cond_broadcast(&s->merge_cv);
+	pthread_mutex_unlock(&s->refresh_mu);
 	return e;
 }
 
@@ -2001,6 +2137,7 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 		s->opts = *o;
 	else
 		st_shard_opts_default(&s->opts);
+	pthread_mutex_init(&s->refresh_mu, NULL);
 	pthread_mutex_init(&s->wmu, NULL);
 	pthread_mutex_init(&s->rmu, NULL);
 	pthread_mutex_init(&s->map_mu, NULL);
@@ -2008,8 +2145,6 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 	pthread_cond_init(&s->sync_cv, NULL);
 	pthread_cond_init(&s->merge_cv, NULL);
 	s->mapping = st_mapping_ref((st_mapping *)m);
-	cm_buf_init(&s->buf_src, CM_MEM_STORAGE);
-	cm_buf_init(&s->vm_ids, CM_MEM_STORAGE);
 	cm_buf_init(&s->scratch, CM_MEM_STORAGE);
 	s->cp = (commit_point){.next_gen = 1, .committed_seq = -1, .oplog_trimmed = -1,
 	                       .primary_term = 1};
@@ -2019,7 +2154,7 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 	atomic_init(&s->n_merge, 0);
 	atomic_init(&s->n_flush, 0);
 	atomic_init(&s->n_syncs, 0);
-	buffer_reset(s);
+	membuf_init(&s->act);
 
 	if ((e = open_env(s, err)) != CM_OK)
 		goto fail;
@@ -2074,18 +2209,13 @@ st_shard_close(st_shard *s)
 		mdb_env_sync(s->env, 1);
 		mdb_env_close(s->env);
 	}
-	if (s->buf)
-		st_segbuild_destroy(s->buf);
-	cm_free(CM_MEM_STORAGE, s->buf_del);
-	cm_free(CM_MEM_STORAGE, s->src_off);
-	cm_free(CM_MEM_STORAGE, s->src_len);
-	cm_free(CM_MEM_STORAGE, s->vm);
+	membuf_free(&s->act);
+	frozen_free(s->frz);
 	cm_free(CM_MEM_STORAGE, s->pending);
-	cm_buf_free(&s->buf_src);
-	cm_buf_free(&s->vm_ids);
 	cm_buf_free(&s->scratch);
 	if (s->mapping)
 		st_mapping_unref(s->mapping);
+	pthread_mutex_destroy(&s->refresh_mu);
 	pthread_mutex_destroy(&s->wmu);
 	pthread_mutex_destroy(&s->rmu);
 	pthread_mutex_destroy(&s->map_mu);
@@ -2117,7 +2247,9 @@ st_shard_stats_get(st_shard *s, st_shard_stats *out)
 	if (stat(path, &sb) == 0)
 		out->store_bytes += (uint64_t)sb.st_size;
 	pthread_mutex_lock(&s->wmu);
-	out->buffered_docs = st_segbuild_docs(s->buf) - s->buf_ndel;
+	out->buffered_docs = st_segbuild_docs(s->act.b) - s->act.ndel;
+	if (s->frz)
+		out->buffered_docs += st_segbuild_docs(s->frz->m.b) - s->frz->m.ndel;
 	out->max_seq_no = (uint64_t)s->max_seq;
 	out->local_checkpoint = (uint64_t)s->ckp;
 	out->committed_seq_no = (uint64_t)s->cp.committed_seq;

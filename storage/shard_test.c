@@ -688,7 +688,7 @@ replication(const char *dir_a, const char *dir_b, st_mapping *map)
 /* ---- concurrency: writers, a refresher and searchers at once ---- */
 
 #define CW 4
-#define CW_OPS 600
+#define CW_OPS 1200
 
 typedef struct cw_arg {
 	st_shard *s;
