@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <unistd.h>
 
 #include "../common/cm_alloc.h"
@@ -701,6 +702,36 @@ check_params(co_req *r)
 	return false;
 }
 
+/* %XX decoding (and '+' as a space in query strings, as ES decodes
+ * them); in place, returns the new length. */
+static size_t
+url_decode(char *s, size_t n, bool plus_space)
+{
+	size_t o = 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (c == '%' && i + 2 < n && isxdigit((unsigned char)s[i + 1]) &&
+		    isxdigit((unsigned char)s[i + 2])) {
+			char hex[3] = {s[i + 1], s[i + 2], 0};
+			c = (char)strtol(hex, NULL, 16);
+			i += 2;
+		} else if (c == '+' && plus_space) {
+			c = ' ';
+		}
+		s[o++] = c;
+	}
+	s[o] = 0;
+	return o;
+}
+
+/* MHD would decode the whole path before we split it, turning an id's
+ * "%2F" into a separator; we decode each segment after splitting. */
+static size_t
+unescape_none(void *cls, struct MHD_Connection *c, char *s)
+{
+	return strlen(s);
+}
+
 static enum MHD_Result
 collect_param(void *cls, enum MHD_ValueKind kind, const char *key, size_t klen,
               const char *value, size_t vlen)
@@ -708,9 +739,12 @@ collect_param(void *cls, enum MHD_ValueKind kind, const char *key, size_t klen,
 	co_req *r = cls;
 	if (r->nparams >= CO_MAX_PARAMS)
 		return MHD_NO;
-	r->params[r->nparams].key = cm_strndup(MEM, key, klen);
-	r->params[r->nparams].value = value ? cm_strndup(MEM, value, vlen) : NULL;
-	r->nparams++;
+	co_param *p = &r->params[r->nparams++];
+	p->key = cm_strndup(MEM, key, klen);
+	url_decode(p->key, klen, true);
+	p->value = value ? cm_strndup(MEM, value, vlen) : NULL;
+	if (p->value)
+		url_decode(p->value, vlen, true);
 	return MHD_YES;
 }
 
@@ -747,7 +781,9 @@ req_new(co_server *s, struct MHD_Connection *c, const char *url, const char *met
 			r->nsegs = CO_MAX_SEGS + 1;
 			break;
 		}
-		r->segs[r->nsegs++] = cm_strdup(MEM, tok);
+		r->segs[r->nsegs] = cm_strdup(MEM, tok);
+		url_decode(r->segs[r->nsegs], strlen(tok), false);
+		r->nsegs++;
 	}
 	cm_free(MEM, copy);
 	if (r->nsegs > CO_MAX_SEGS)
@@ -983,6 +1019,7 @@ co_server_start(nd_node *n, const co_opts *o, co_server **out, cm_error *err)
 	                        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
 	                        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, s,
 	                        MHD_OPTION_NOTIFY_CONNECTION, connection_cb, s,
+	                        MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, s,
 	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
 	                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
 	                        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);

@@ -312,9 +312,11 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 	if (!rc && scroll_ms > 0) {
 		char id[64];
 		char *text = cJSON_PrintUnformatted(body);
-		nd_scroll_put(r->node, t, n, cm_strdup(CM_MEM_NODE, text), req.size, scroll_ms, id);
+		rc = nd_scroll_put(r->node, t, n, cm_strdup(CM_MEM_NODE, text), req.size, scroll_ms, id,
+		                   err);
 		cJSON_free(text);
-		add_scroll_id(out, id);
+		if (!rc)
+			add_scroll_id(out, id);
 	} else {
 		nd_targets_close(t, n);
 	}

@@ -165,9 +165,11 @@ cm_err nd_count(nd_node *n, nd_target *t, size_t nt, const sr_query *q, uint64_t
 /* Scroll contexts: a search's request body and shard snapshots kept alive
  * until their expiry. */
 typedef struct nd_scroll nd_scroll;
-/* Stores a context (takes ownership of t and body); writes its id. */
-void nd_scroll_put(nd_node *n, nd_target *t, size_t nt, char *body_json, uint32_t size,
-                   int64_t keep_alive_ms, char id_out[64]);
+/* Stores a context (takes ownership of t and body, also on failure);
+ * writes its id. More than ND_MAX_SCROLLS open contexts → CM_EBUSY. */
+#define ND_MAX_SCROLLS 500
+cm_err nd_scroll_put(nd_node *n, nd_target *t, size_t nt, char *body_json, uint32_t size,
+                     int64_t keep_alive_ms, char id_out[64], cm_error *err);
 /* Runs the next page of a scroll into out; CM_ENOTFOUND when the context
  * is gone (search_context_missing_exception). */
 cm_err nd_scroll_next(nd_node *n, const char *id, int64_t keep_alive_ms, cm_buf *out,

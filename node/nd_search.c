@@ -234,12 +234,15 @@ nd_apply_batches(nd_node *n, nd_batch *b, size_t nb)
 
 /* ---- scroll ---- */
 
-void
+static void scroll_free(struct nd_scroll *s);
+
+cm_err
 nd_scroll_put(nd_node *n, nd_target *t, size_t nt, char *body_json, uint32_t size,
-              int64_t keep_alive_ms, char id_out[64])
+              int64_t keep_alive_ms, char id_out[64], cm_error *err)
 {
-	struct nd_scroll *s = cm_calloc(CM_MEM_NODE, 1, sizeof(*s));
+	struct nd_scroll *s = cm_calloc(CM_MEM_NODE, 1, sizeof(*s)), *it;
 	char rnd[23];
+	size_t open_count = 0;
 
 	nd_uuid(rnd);
 	s->targets = t;
@@ -249,6 +252,17 @@ nd_scroll_put(nd_node *n, nd_target *t, size_t nt, char *body_json, uint32_t siz
 	s->offset = size; /* the first page was served by the search itself */
 	s->expires_ms = cm_wall_ms() + keep_alive_ms;
 	pthread_mutex_lock(&n->scroll_lock);
+	for (it = n->scrolls; it; it = it->next)
+		open_count++;
+	if (open_count >= ND_MAX_SCROLLS) {
+		pthread_mutex_unlock(&n->scroll_lock);
+		scroll_free(s);
+		return cm_error_set(err, CM_EBUSY,
+		                    "Trying to create too many scroll contexts. Must be less than or "
+		                    "equal to: [%d]. This limit can be set by changing the "
+		                    "[search.max_open_scroll_context] setting.",
+		                    ND_MAX_SCROLLS);
+	}
 	/* A unique, unguessable id, base64url like ES's scroll ids. */
 	snprintf(s->id, sizeof(s->id), "FGluY2x1ZGVfY29udGV4dF91dWlk%s%llu", rnd,
 	         (unsigned long long)++n->scroll_seq);
@@ -256,6 +270,7 @@ nd_scroll_put(nd_node *n, nd_target *t, size_t nt, char *body_json, uint32_t siz
 	n->scrolls = s;
 	pthread_mutex_unlock(&n->scroll_lock);
 	snprintf(id_out, 64, "%s", s->id);
+	return CM_OK;
 }
 
 static void

@@ -442,6 +442,23 @@ def doc_index_get_delete():
 
 
 @test
+def doc_ids_with_reserved_characters():
+    from urllib.parse import quote
+    n = fresh("esc1")
+    for doc_id in ["a/b", "a b", "x+y", "q?&=#", "\u2713 unicode", "100%"]:
+        path = "/esc1/_doc/" + quote(doc_id, safe="")
+        st, b = n.req("PUT", path, {"v": doc_id})
+        eq((st, b["_id"]), (201, doc_id), doc_id)
+        st, b = n.req("GET", path)
+        eq((b["_id"], b["_source"]), (doc_id, {"v": doc_id}), doc_id)
+    n.refresh("esc1")
+    st, b = n.req("GET", "/esc1/_search?q=" + quote("v:x+y") + "&filter_path=hits.hits._id")
+    eq(st, 200)
+    st, b = n.req("GET", "/esc1/_search?size=0&q=_id:a+OR+_id:b")   # '+' is a space
+    eq(st, 200)
+
+
+@test
 def doc_source_filtering():
     n = fresh("sf1")
     n.req("PUT", "/sf1/_doc/1", {"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]})
