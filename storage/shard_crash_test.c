@@ -118,6 +118,7 @@ child(const char *dir, int fd, uint64_t seed)
 		fprintf(stderr, "child open: %s\n", err.reason);
 		_exit(2);
 	}
+	write_all(fd, "S", 1); /* open (and replay) done: the kill timer starts now */
 	static const char *words[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta"};
 	st_op ops[MAX_BATCH];
 	st_op_result res[MAX_BATCH];
@@ -226,8 +227,16 @@ main(void)
 		}
 		close(pfd[1]);
 		stream st = {0};
+		/* Wait for the child's open to finish (slow under sanitizers),
+		 * so every trial kills it while it works. */
+		char ready = 0;
+		struct pollfd rp = {.fd = pfd[0], .events = POLLIN};
+		if (poll(&rp, 1, 20000) > 0 && read(pfd[0], &ready, 1) == 1)
+			CHECK(ready == 'S');
+		else
+			CHECKF(false, "trial %d: child did not open the shard", trial);
 		/* Read while the child runs, so it never blocks on a full pipe. */
-		int ms = 40 + rndn(260);
+		int ms = 10 + rndn(200);
 		uint64_t until = cm_now_ns() + (uint64_t)ms * 1000000;
 		while (cm_now_ns() < until) {
 			struct pollfd p = {.fd = pfd[0], .events = POLLIN};
@@ -324,7 +333,7 @@ main(void)
 		cm_buf *srcs = calloc(NIDS, sizeof(*srcs));
 		int match_model = 0, match_alt = 0;
 		for (int k = 0; k < NIDS; k++) {
-			char id[8];
+			char id[16];
 			snprintf(id, sizeof(id), "c%d", k);
 			cm_buf_init(&srcs[k], CM_MEM_STORAGE);
 			cm_err ge = st_shard_get(s, id, strlen(id), &meta[k], &srcs[k]);
