@@ -197,6 +197,10 @@ merge_terms(mtask *t, st_seg_txn **txns, uint32_t **ordmap)
 		             mf->info.id, term, tl, keyword, nout, b.docs, b.freqs, df,
 		             positions ? b.pos : NULL, mf->norms);
 		nout++;
+		if (!e)
+			e = segw_spill_out(c->w, &part->sec[SEC_TERM], &part->spill[SEC_TERM], c->w->spill_at);
+		if (!e)
+			e = segw_spill_out(c->w, &part->sec[SEC_POS], &part->spill[SEC_POS], c->w->spill_at);
 		t->sum_df += df;
 		for (uint32_t k = 0; k < df; k++)
 			t->sum_ttf += b.freqs[k];
@@ -279,6 +283,8 @@ merge_column(mtask *t, st_seg_txn **txns, uint32_t **ordmap)
 		if (!e)
 			colenc_block(&part->sec[SEC_COL], info->id, blk, counts, n, vals, (uint32_t)nv,
 			             &tmp);
+		if (!e)
+			e = segw_spill_out(c->w, &part->sec[SEC_COL], &part->spill[SEC_COL], c->w->spill_at);
 	}
 	for (size_t i = 0; i < c->n; i++)
 		st_colblock_free(&cbs[i]);
@@ -337,6 +343,9 @@ task_field(mtask *t, st_seg_txn **txns)
 			cm_free(CM_MEM_STORAGE, ordmap[i]);
 		cm_free(CM_MEM_STORAGE, ordmap);
 	}
+	segw_part *part = &c->w->parts[mf->first_part + t->range];
+	for (int s = 0; s < SEC_N && !e; s++)
+		e = segw_spill_out(c->w, &part->sec[s], &part->spill[s], 1);
 	return e;
 }
 
@@ -358,8 +367,13 @@ task_stored(mtask *t, st_seg_txn **txns)
 		e = st_stored_get(txns[c->inv_seg[nd]], c->inv_doc[nd], &id, &src);
 		if (!e)
 			storedenc_add(&se, (const char *)id.data, id.len, (const char *)src.data, src.len);
+		if (!e)
+			e = segw_spill_out(c->w, &c->w->stored[t->out], &c->w->stored_spill[t->out],
+			               c->w->spill_at);
 	}
 	storedenc_finish(&se);
+	if (!e)
+		e = segw_spill_out(c->w, &c->w->stored[t->out], &c->w->stored_spill[t->out], 1);
 	cm_buf_free(&id);
 	cm_buf_free(&src);
 	return e;
@@ -412,7 +426,11 @@ task_ids(mtask *t, st_seg_txn **txns)
 		}
 		if (!e && out != NONE)
 			ids_put(&c->w->ids, (const uint8_t *)key.mv_data + 1, key.mv_size - 1, out);
+		if (!e)
+			e = segw_spill_out(c->w, &c->w->ids, &c->w->ids_spill, c->w->spill_at);
 	}
+	if (!e)
+		e = segw_spill_out(c->w, &c->w->ids, &c->w->ids_spill, 1);
 	cm_free(CM_MEM_STORAGE, cur);
 	cm_free(CM_MEM_STORAGE, k);
 	cm_free(CM_MEM_STORAGE, v);
@@ -613,7 +631,6 @@ cm_err
 st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n, const char *path,
                  uint64_t gen, cm_pool *pool, size_t ram_budget, cm_error *err)
 {
-	(void)ram_budget;
 	mctx c = {.segs = segs, .n = n};
 	segw w;
 	segw_init(&w);
@@ -682,6 +699,19 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 		nstored = c.max_doc / 256 + 1;
 	w.nstored = nstored;
 	w.stored = cm_calloc(CM_MEM_STORAGE, nstored, sizeof(cm_buf));
+	w.stored_spill = cm_calloc(CM_MEM_STORAGE, nstored, sizeof(segw_spill));
+	/* Over the budget, finished output goes to a spill file instead of
+	 * waiting in memory for the append (the merged segment is about as big
+	 * as its inputs). */
+	uint64_t in_bytes = 0;
+	for (size_t i = 0; i < n; i++)
+		in_bytes += segs[i]->bytes;
+	if (ram_budget && in_bytes > ram_budget / 2) {
+		size_t at = ram_budget / (8 * (size_t)threads);
+		e = segw_spill_open(&w, path, at < 65536 ? 65536 : at, err);
+		if (e)
+			goto fail;
+	}
 	for (size_t i = 0; i < nstored; i++)
 		cm_buf_init(&w.stored[i], CM_MEM_STORAGE);
 

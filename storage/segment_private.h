@@ -122,10 +122,19 @@ enum { SEC_COL, SEC_KDICT, SEC_NORMS, SEC_POS, SEC_TERM, SEC_N };
 size_t kv_begin(cm_buf *s, const void *key, size_t klen);
 void kv_end(cm_buf *s, size_t at, bool checksum); /* appends the xxh32 when asked */
 
+/* Output that went to the segment's spill file (merges over the memory
+ * budget): chunks of whole entries, in order, before what is still in the
+ * stream's cm_buf. */
+typedef struct segw_spill {
+	uint64_t *off, *len;
+	size_t n, cap;
+} segw_spill;
+
 /* One field's output, or one term range of it: its pieces of the C, K, N,
  * P and T sections. */
 typedef struct segw_part {
 	cm_buf sec[SEC_N];
+	segw_spill spill[SEC_N];
 } segw_part;
 
 typedef struct segw {
@@ -134,8 +143,15 @@ typedef struct segw {
 	segw_part *parts; /* ordered by field id, then term range */
 	size_t nparts;
 	cm_buf *stored; /* S pieces in doc order */
+	segw_spill *stored_spill;
 	size_t nstored;
 	cm_buf ids;  /* I stream */
+	segw_spill ids_spill;
+	/* Spilling: off when spill_at == 0; else streams holding spill_at bytes
+	 * or more move to an unlinked temp file beside the output. */
+	size_t spill_at;
+	int spill_fd;
+	_Atomic uint64_t spill_end;
 	cm_buf dict; /* Z value (raw dictionary), empty when none */
 	uint32_t max_doc, stored_docs;
 	uint64_t gen;
@@ -145,6 +161,12 @@ void segw_init(segw *w);
 void segw_free(segw *w);
 void segw_part_init(segw_part *p);
 void segw_part_free(segw_part *p);
+/* Opens the spill file in path's directory (unlinked at once). */
+cm_err segw_spill_open(segw *w, const char *path, size_t spill_at, cm_error *err);
+/* Moves s to the spill file if spilling is on and s holds >= at bytes
+ * (callers pass w->spill_at while producing, 1 when done). Thread-safe
+ * across distinct streams. */
+cm_err segw_spill_out(segw *w, cm_buf *s, segw_spill *sp, size_t at);
 /* Writes the file (tmp, sync, trailer, rename, fsync dir). */
 cm_err segw_write_file(const segw *w, const char *path, cm_error *err);
 

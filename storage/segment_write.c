@@ -49,6 +49,14 @@ seg_term_key(uint8_t *key, uint8_t tag, uint16_t field, const void *term, size_t
 	return 3 + len;
 }
 
+static void
+spill_free(segw_spill *sp)
+{
+	cm_free(CM_MEM_STORAGE, sp->off);
+	cm_free(CM_MEM_STORAGE, sp->len);
+	memset(sp, 0, sizeof(*sp));
+}
+
 void
 segw_part_init(segw_part *p)
 {
@@ -59,14 +67,62 @@ segw_part_init(segw_part *p)
 void
 segw_part_free(segw_part *p)
 {
-	for (int i = 0; i < SEC_N; i++)
+	for (int i = 0; i < SEC_N; i++) {
 		cm_buf_free(&p->sec[i]);
+		spill_free(&p->spill[i]);
+	}
+}
+
+cm_err
+segw_spill_open(segw *w, const char *path, size_t spill_at, cm_error *err)
+{
+	size_t pl = strlen(path);
+	char *tmpl = cm_malloc(CM_MEM_STORAGE, pl + 16);
+	memcpy(tmpl, path, pl);
+	memcpy(tmpl + pl, ".spill.XXXXXX", 14);
+	int fd = mkstemp(tmpl);
+	if (fd >= 0)
+		unlink(tmpl);
+	cm_free(CM_MEM_STORAGE, tmpl);
+	if (fd < 0)
+		return cm_error_set(err, CM_EIO, "spill file for %s: %s", path, strerror(errno));
+	w->spill_fd = fd;
+	w->spill_at = spill_at ? spill_at : 1;
+	atomic_store(&w->spill_end, 0);
+	return CM_OK;
+}
+
+cm_err
+segw_spill_out(segw *w, cm_buf *s, segw_spill *sp, size_t at)
+{
+	if (!w->spill_at || s->len == 0 || s->len < at)
+		return CM_OK;
+	uint64_t off = atomic_fetch_add(&w->spill_end, s->len);
+	size_t done = 0;
+	while (done < s->len) {
+		ssize_t n = pwrite(w->spill_fd, s->data + done, s->len - done, (off_t)(off + done));
+		if (n <= 0)
+			return CM_EIO;
+		done += (size_t)n;
+	}
+	if (sp->n == sp->cap) {
+		sp->cap = sp->cap ? sp->cap * 2 : 8;
+		sp->off = cm_realloc(CM_MEM_STORAGE, sp->off, sp->cap * sizeof(uint64_t));
+		sp->len = cm_realloc(CM_MEM_STORAGE, sp->len, sp->cap * sizeof(uint64_t));
+	}
+	sp->off[sp->n] = off;
+	sp->len[sp->n] = s->len;
+	sp->n++;
+	/* give the memory back: the point of spilling */
+	cm_buf_free(s);
+	return CM_OK;
 }
 
 void
 segw_init(segw *w)
 {
 	memset(w, 0, sizeof(*w));
+	w->spill_fd = -1;
 	cm_buf_init(&w->ids, CM_MEM_STORAGE);
 	cm_buf_init(&w->dict, CM_MEM_STORAGE);
 }
@@ -80,12 +136,20 @@ segw_free(segw *w)
 	for (size_t i = 0; i < w->nparts; i++)
 		segw_part_free(&w->parts[i]);
 	cm_free(CM_MEM_STORAGE, w->parts);
-	for (size_t i = 0; i < w->nstored; i++)
+	for (size_t i = 0; i < w->nstored; i++) {
 		cm_buf_free(&w->stored[i]);
+		if (w->stored_spill)
+			spill_free(&w->stored_spill[i]);
+	}
 	cm_free(CM_MEM_STORAGE, w->stored);
+	cm_free(CM_MEM_STORAGE, w->stored_spill);
 	cm_buf_free(&w->ids);
+	spill_free(&w->ids_spill);
 	cm_buf_free(&w->dict);
+	if (w->spill_fd >= 0)
+		close(w->spill_fd);
 	memset(w, 0, sizeof(*w));
+	w->spill_fd = -1;
 }
 
 /* ---- postings ---- */
@@ -453,19 +517,29 @@ entry_cost(size_t klen, size_t vlen)
 }
 
 static size_t
-stream_cost(const cm_buf *s)
+bytes_cost(const uint8_t *d, size_t len)
 {
 	size_t cost = 0, i = 0;
-	while (i + 2 <= s->len) {
-		size_t kl = s->data[i] | (size_t)s->data[i + 1] << 8;
-		size_t vl = cm_get_u32(s->data + i + 2 + kl);
+	while (i + 2 <= len) {
+		size_t kl = d[i] | (size_t)d[i + 1] << 8;
+		size_t vl = cm_get_u32(d + i + 2 + kl);
 		cost += entry_cost(kl, vl);
 		i += 2 + kl + 4 + vl;
 	}
 	return cost;
 }
 
+static size_t
+stream_cost(const uint8_t *map, const cm_buf *s, const segw_spill *sp)
+{
+	size_t cost = bytes_cost(s->data, s->len);
+	for (size_t c = 0; sp && c < sp->n; c++)
+		cost += bytes_cost(map + sp->off[c], sp->len[c]);
+	return cost;
+}
+
 typedef struct writer {
+	const uint8_t *spill_map;
 	MDB_env *env;
 	MDB_txn *txn;
 	MDB_dbi dbi;
@@ -502,18 +576,29 @@ writer_put(writer *wr, const void *key, size_t klen, const void *val, size_t vle
 }
 
 static cm_err
-writer_stream(writer *wr, const cm_buf *s)
+writer_bytes(writer *wr, const uint8_t *d, size_t len)
 {
 	size_t i = 0;
-	while (i + 2 <= s->len) {
-		size_t kl = s->data[i] | (size_t)s->data[i + 1] << 8;
-		size_t vl = cm_get_u32(s->data + i + 2 + kl);
-		cm_err e = writer_put(wr, s->data + i + 2, kl, s->data + i + 2 + kl + 4, vl);
+	while (i + 2 <= len) {
+		size_t kl = d[i] | (size_t)d[i + 1] << 8;
+		size_t vl = cm_get_u32(d + i + 2 + kl);
+		cm_err e = writer_put(wr, d + i + 2, kl, d + i + 2 + kl + 4, vl);
 		if (e)
 			return e;
 		i += 2 + kl + 4 + vl;
 	}
 	return CM_OK;
+}
+
+static cm_err
+writer_stream(writer *wr, const cm_buf *s, const segw_spill *sp)
+{
+	for (size_t c = 0; sp && c < sp->n; c++) {
+		cm_err e = writer_bytes(wr, wr->spill_map + sp->off[c], sp->len[c]);
+		if (e)
+			return e;
+	}
+	return writer_bytes(wr, s->data, s->len);
 }
 
 static void
@@ -542,23 +627,23 @@ write_all(const segw *w, writer *wr, const cm_buf *fv, const cm_buf *mv)
 	cm_err e = CM_OK;
 	/* Section order is key order: C F I K M N P S T Z. */
 	for (size_t i = 0; i < w->nparts && !e; i++)
-		e = writer_stream(wr, &w->parts[i].sec[SEC_COL]);
+		e = writer_stream(wr, &w->parts[i].sec[SEC_COL], &w->parts[i].spill[SEC_COL]);
 	if (!e)
 		e = writer_put(wr, "F", 1, fv->data, fv->len);
 	if (!e)
-		e = writer_stream(wr, &w->ids);
+		e = writer_stream(wr, &w->ids, &w->ids_spill);
 	for (size_t i = 0; i < w->nparts && !e; i++)
-		e = writer_stream(wr, &w->parts[i].sec[SEC_KDICT]);
+		e = writer_stream(wr, &w->parts[i].sec[SEC_KDICT], &w->parts[i].spill[SEC_KDICT]);
 	if (!e)
 		e = writer_put(wr, "M", 1, mv->data, mv->len);
 	for (size_t i = 0; i < w->nparts && !e; i++)
-		e = writer_stream(wr, &w->parts[i].sec[SEC_NORMS]);
+		e = writer_stream(wr, &w->parts[i].sec[SEC_NORMS], &w->parts[i].spill[SEC_NORMS]);
 	for (size_t i = 0; i < w->nparts && !e; i++)
-		e = writer_stream(wr, &w->parts[i].sec[SEC_POS]);
+		e = writer_stream(wr, &w->parts[i].sec[SEC_POS], &w->parts[i].spill[SEC_POS]);
 	for (size_t i = 0; i < w->nstored && !e; i++)
-		e = writer_stream(wr, &w->stored[i]);
+		e = writer_stream(wr, &w->stored[i], w->stored_spill ? &w->stored_spill[i] : NULL);
 	for (size_t i = 0; i < w->nparts && !e; i++)
-		e = writer_stream(wr, &w->parts[i].sec[SEC_TERM]);
+		e = writer_stream(wr, &w->parts[i].sec[SEC_TERM], &w->parts[i].spill[SEC_TERM]);
 	if (!e && w->dict.len) {
 		cm_buf z;
 		cm_buf_init(&z, CM_MEM_STORAGE);
@@ -619,13 +704,24 @@ segw_write_file(const segw *w, const char *path, cm_error *err)
 	cm_buf_put_varint(&mv, w->stored_docs);
 	cm_buf_put_checksum(&mv, 0);
 
+	const uint8_t *map = NULL;
+	size_t map_len = (size_t)atomic_load(&((segw *)w)->spill_end);
+	if (w->spill_fd >= 0 && map_len) {
+		void *m = mmap(NULL, map_len, PROT_READ, MAP_SHARED, w->spill_fd, 0);
+		if (m == MAP_FAILED) {
+			cm_buf_free(&fv);
+			cm_buf_free(&mv);
+			return cm_error_set(err, CM_EIO, "spill map: %s", strerror(errno));
+		}
+		map = m;
+	}
 	size_t est = entry_cost(1, fv.len) + entry_cost(1, mv.len) + entry_cost(1, w->dict.len) +
-	             stream_cost(&w->ids);
+	             stream_cost(map, &w->ids, &w->ids_spill);
 	for (size_t i = 0; i < w->nparts; i++)
 		for (int s = 0; s < SEC_N; s++)
-			est += stream_cost(&w->parts[i].sec[s]);
+			est += stream_cost(map, &w->parts[i].sec[s], &w->parts[i].spill[s]);
 	for (size_t i = 0; i < w->nstored; i++)
-		est += stream_cost(&w->stored[i]);
+		est += stream_cost(map, &w->stored[i], w->stored_spill ? &w->stored_spill[i] : NULL);
 	size_t mapsize = est + est / 2 + (4u << 20);
 
 	size_t plen = strlen(path);
@@ -635,7 +731,7 @@ segw_write_file(const segw *w, const char *path, cm_error *err)
 	cm_err e = CM_OK;
 	for (int attempt = 0; attempt < 8; attempt++) {
 		unlink(tmp);
-		writer wr = {.err = err};
+		writer wr = {.err = err, .spill_map = map};
 		int rc = mdb_env_create(&wr.env);
 		if (rc == 0)
 			rc = mdb_env_set_mapsize(wr.env, mapsize);
@@ -697,6 +793,8 @@ segw_write_file(const segw *w, const char *path, cm_error *err)
 	}
 	if (e)
 		unlink(tmp);
+	if (map)
+		munmap((void *)map, map_len);
 	cm_free(CM_MEM_STORAGE, tmp);
 	cm_buf_free(&fv);
 	cm_buf_free(&mv);
