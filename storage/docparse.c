@@ -77,6 +77,8 @@ preview(const cJSON *j, char *buf, size_t cap)
 static cm_err
 type_error(parse_ctx *c, const st_field_def *f, const cJSON *j)
 {
+	if (f->ignore_malformed)
+		return CM_OK; /* skipped; the value stays in _source */
 	char pv[256];
 	preview(j, pv, sizeof(pv));
 	const st_doc *d = c->doc;
@@ -302,13 +304,15 @@ emit_integer(parse_ctx *c, const st_field_def *f, cJSON *j)
 			if (!string_number(buf, &d, &v, &is_int))
 				return type_error(c, f, j);
 		}
-	} else if (cJSON_IsString(j)) {
+	} else if (cJSON_IsString(j) && !f->no_coerce) {
 		if (!string_number(j->valuestring, &d, &v, &is_int))
 			return type_error(c, f, j);
 	} else {
 		return type_error(c, f, j);
 	}
 	if (!is_int) {
+		if (f->no_coerce && d != trunc(d))
+			return type_error(c, f, j);
 		/* coerce: fractions truncate toward zero, like ES */
 		if (!isfinite(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0)
 			return type_error(c, f, j);
@@ -352,7 +356,8 @@ emit_scalar(parse_ctx *c, const st_field_def *f, cJSON *j)
 		bool is_int;
 		if (cJSON_IsNumber(j))
 			d = j->valuedouble;
-		else if (!cJSON_IsString(j) || !string_number(j->valuestring, &d, &i, &is_int))
+		else if (!cJSON_IsString(j) || f->no_coerce ||
+		         !string_number(j->valuestring, &d, &i, &is_int))
 			return type_error(c, f, j);
 		if (!isfinite(d))
 			return type_error(c, f, j);
@@ -538,8 +543,19 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 		return cm_error_set(c->err, CM_EMAPPING,
 		                    "failed to parse: the document is nested deeper than [%d] levels",
 		                    MAX_DOC_DEPTH);
-	if (cJSON_IsNull(j))
-		return CM_OK;
+	if (cJSON_IsNull(j)) {
+		if (known == NULL || known->null_value == NULL || known->type == ST_FT_OBJECT)
+			return CM_OK;
+		/* index the field's null_value: the node becomes that string,
+		 * so the value's bytes live as long as the tree */
+		size_t n = strlen(known->null_value);
+		char *s = cJSON_malloc(n + 1);
+		if (s == NULL)
+			return cm_error_set(c->err, CM_ENOMEM, "out of memory");
+		memcpy(s, known->null_value, n + 1);
+		j->type = cJSON_String;
+		j->valuestring = s;
+	}
 	if (cJSON_IsArray(j)) {
 		cJSON *it;
 		cJSON_ArrayForEach(it, j)

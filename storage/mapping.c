@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,7 @@ fdef_free(st_field_def *f)
 	cm_free(CM_MEM_STORAGE, f->path);
 	cm_free(CM_MEM_STORAGE, f->parent);
 	cm_free(CM_MEM_STORAGE, f->format);
+	cm_free(CM_MEM_STORAGE, f->null_value);
 }
 
 static void
@@ -32,6 +34,7 @@ fdef_copy(st_field_def *dst, const st_field_def *src)
 	dst->path = cm_strdup(CM_MEM_STORAGE, src->path);
 	dst->parent = src->parent ? cm_strdup(CM_MEM_STORAGE, src->parent) : NULL;
 	dst->format = src->format ? cm_strdup(CM_MEM_STORAGE, src->format) : NULL;
+	dst->null_value = src->null_value ? cm_strdup(CM_MEM_STORAGE, src->null_value) : NULL;
 }
 
 static void
@@ -298,6 +301,28 @@ join_path(const char *prefix, const char *name, size_t name_len)
 	return p;
 }
 
+/* The null_value must be a value the field itself would accept. */
+static bool
+null_value_valid(const st_field_def *f)
+{
+	const char *v = f->null_value;
+	int64_t ms;
+	char *end;
+	switch (f->type) {
+	case ST_FT_KEYWORD:
+		return true;
+	case ST_FT_BOOLEAN:
+		return strcmp(v, "true") == 0 || strcmp(v, "false") == 0;
+	case ST_FT_DATE:
+		return st_date_parse(v, strlen(v), f->format, &ms);
+	default:
+		if (*v == '\0')
+			return false;
+		strtod(v, &end);
+		return *end == '\0';
+	}
+}
+
 static cm_err parse_properties(fbuf *b, const char *prefix, const cJSON *props, int depth,
                                cm_error *err);
 
@@ -397,6 +422,37 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 				ok = false;
 			if (ok)
 				f.format = cm_strdup(CM_MEM_STORAGE, it->valuestring);
+		} else if (strcmp(k, "null_value") == 0 && type != ST_FT_OBJECT &&
+		           type != ST_FT_TEXT) {
+			if (cJSON_IsNull(it))
+				continue;
+			char num[64];
+			const char *text = NULL;
+			if (cJSON_IsString(it) && strlen(it->valuestring) <= 256) {
+				text = it->valuestring;
+			} else if (cJSON_IsNumber(it)) {
+				for (int prec = 15; prec <= 17; prec++) {
+					snprintf(num, sizeof(num), "%.*g", prec, it->valuedouble);
+					if (strtod(num, NULL) == it->valuedouble)
+						break;
+				}
+				text = num;
+			} else if (cJSON_IsBool(it)) {
+				text = cJSON_IsTrue(it) ? "true" : "false";
+			}
+			ok = text != NULL;
+			if (ok) {
+				cm_free(CM_MEM_STORAGE, f.null_value);
+				f.null_value = cm_strdup(CM_MEM_STORAGE, text);
+			}
+		} else if (strcmp(k, "ignore_malformed") == 0 &&
+		           (st_field_type_is_numeric(type) && type != ST_FT_BOOLEAN)) {
+			ok = json_bool(it, &f.ignore_malformed);
+		} else if (strcmp(k, "coerce") == 0 && st_field_type_is_numeric(type) &&
+		           type != ST_FT_BOOLEAN && type != ST_FT_DATE) {
+			bool coerce = true;
+			ok = json_bool(it, &coerce);
+			f.no_coerce = !coerce;
 		} else if (strcmp(k, "dynamic") == 0 && type == ST_FT_OBJECT) {
 			ok = json_dynamic(it, &f.dynamic);
 			f.dynamic_set = true;
@@ -407,7 +463,7 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			fields = it;
 		} else if (type != ST_FT_OBJECT &&
 		           (strcmp(k, "store") == 0 || strcmp(k, "boost") == 0 ||
-		            strcmp(k, "coerce") == 0 || strcmp(k, "similarity") == 0 ||
+		            strcmp(k, "similarity") == 0 ||
 		            strcmp(k, "eager_global_ordinals") == 0 ||
 		            strcmp(k, "index_options") == 0 || strcmp(k, "norms") == 0 ||
 		            strcmp(k, "term_vector") == 0 ||
@@ -433,6 +489,13 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 	}
 	if (!search_analyzer_set)
 		f.search_analyzer = f.analyzer;
+	if (f.null_value != NULL && !null_value_valid(&f)) {
+		cm_error_set(err, CM_EMAPPING,
+		             "Failed to parse mapping: Error parsing [null_value] on field [%s]: [%s] is "
+		             "not a valid %s",
+		             f.path, f.null_value, st_field_type_name(type));
+		goto fail_f;
+	}
 	if (source != NULL)
 		f.parent = cm_strdup(CM_MEM_STORAGE, source);
 	const char *mypath = f.path; /* stays valid: the buffer owns the string */
@@ -612,6 +675,12 @@ render_field(cJSON *o, const st_field_def *f)
 		cJSON_AddBoolToObject(o, "doc_values", false);
 	if (f->format != NULL)
 		cJSON_AddStringToObject(o, "format", f->format);
+	if (f->null_value != NULL)
+		cJSON_AddStringToObject(o, "null_value", f->null_value);
+	if (f->ignore_malformed)
+		cJSON_AddBoolToObject(o, "ignore_malformed", true);
+	if (f->no_coerce)
+		cJSON_AddBoolToObject(o, "coerce", false);
 }
 
 cJSON *
@@ -725,9 +794,16 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 		return param_conflict(err, f->path, "format",
 		                      old->format ? old->format : "strict_date_optional_time||epoch_millis",
 		                      f->format ? f->format : "strict_date_optional_time||epoch_millis");
-	if (old->search_analyzer != f->search_analyzer || old->ignore_above != f->ignore_above) {
+	if (!str_eq(old->null_value, f->null_value))
+		return param_conflict(err, f->path, "null_value",
+		                      old->null_value ? old->null_value : "null",
+		                      f->null_value ? f->null_value : "null");
+	if (old->search_analyzer != f->search_analyzer || old->ignore_above != f->ignore_above ||
+	    old->ignore_malformed != f->ignore_malformed || old->no_coerce != f->no_coerce) {
 		dst->search_analyzer = f->search_analyzer;
 		dst->ignore_above = f->ignore_above;
+		dst->ignore_malformed = f->ignore_malformed;
+		dst->no_coerce = f->no_coerce;
 		*changed = true;
 	}
 	return CM_OK;

@@ -576,6 +576,76 @@ test_strict_and_false(void)
 }
 
 static void
+test_null_malformed_coerce(void)
+{
+	cm_error err;
+	st_mapping *m = mapping_of(
+	    "{\"properties\":{\"k\":{\"type\":\"keyword\",\"null_value\":\"NULL\",\"fields\":{"
+	    "\"t\":{\"type\":\"text\"}}},\"n\":{\"type\":\"long\",\"null_value\":-1,"
+	    "\"ignore_malformed\":true},\"c\":{\"type\":\"integer\",\"coerce\":false},"
+	    "\"d\":{\"type\":\"date\",\"ignore_malformed\":\"true\",\"null_value\":"
+	    "\"2024-01-31\"},\"f\":{\"type\":\"float\",\"null_value\":0.1}}}",
+	    &err);
+	REQUIRE(m != NULL);
+	CHECK(strcmp(fd(m, "k")->null_value, "NULL") == 0 && strcmp(fd(m, "n")->null_value, "-1") == 0);
+	CHECK(strcmp(fd(m, "f")->null_value, "0.1") == 0);
+	CHECK(fd(m, "n")->ignore_malformed && fd(m, "c")->no_coerce && !fd(m, "n")->no_coerce);
+	char *r = render(m);
+	st_mapping *m2 = mapping_of(r, &err);
+	REQUIRE(m2 != NULL);
+	char *r2 = render(m2);
+	CHECK(strcmp(r, r2) == 0);
+	CHECK(strstr(r, "\"coerce\":false") && strstr(r, "\"null_value\":\"-1\""));
+	free(r);
+	free(r2);
+	st_mapping_unref(m2);
+
+	st_doc d;
+	st_mapping *add = NULL;
+	char buf[256];
+	const char *src = "{\"k\":[null,\"x\"],\"n\":[null,\"oops\",7,{\"a\":1}],\"c\":5,\"d\":[\"bad\","
+	                  "null],\"f\":null}";
+	cm_error_clear(&err);
+	CHECKF(st_doc_parse(m, "1", 1, src, strlen(src), &d, &add, &err) == CM_OK, "%s", err.reason);
+	CHECK(strcmp(vals(&d, "k", buf, sizeof(buf)), "NULL|x") == 0);
+	CHECK(strcmp(vals(&d, "k.t", buf, sizeof(buf)), "NULL|x") == 0);
+	CHECK(strcmp(vals(&d, "n", buf, sizeof(buf)), "-1|7") == 0);
+	CHECK(strcmp(vals(&d, "d", buf, sizeof(buf)), "1706659200000") == 0);
+	CHECK(strcmp(vals(&d, "f", buf, sizeof(buf)), "0.1") == 0);
+	st_doc_free(&d);
+	const char *refused[] = {"{\"c\":\"5\"}", "{\"c\":5.5}"};
+	for (int i = 0; i < 2; i++) {
+		cm_error_clear(&err);
+		CHECK(st_doc_parse(m, "1", 1, refused[i], strlen(refused[i]), &d, &add, &err) ==
+		      CM_EMAPPING);
+		CHECK(strstr(err.reason, "failed to parse field [c] of type [integer]") != NULL);
+		st_doc_free(&d);
+	}
+	/* null_value cannot change; coerce and ignore_malformed can */
+	st_mapping *chg = mapping_of("{\"properties\":{\"k\":{\"type\":\"keyword\",\"null_value\":"
+	                             "\"N\"}}}",
+	                             &err);
+	st_mapping *out = NULL;
+	cm_error_clear(&err);
+	CHECK(st_mapping_merge(m, chg, &out, &err) == CM_EINVAL);
+	CHECK(strstr(err.reason, "Cannot update parameter [null_value] from [NULL] to [N]") != NULL);
+	st_mapping_unref(chg);
+	chg = mapping_of("{\"properties\":{\"c\":{\"type\":\"integer\"}}}", &err);
+	cm_error_clear(&err);
+	CHECK(st_mapping_merge(m, chg, &out, &err) == CM_OK && !fd(out, "c")->no_coerce);
+	st_mapping_unref(out);
+	st_mapping_unref(chg);
+	st_mapping_unref(m);
+
+	expect_mapping_error("{\"properties\":{\"n\":{\"type\":\"long\",\"null_value\":\"abc\"}}}",
+	                     CM_EMAPPING, "Error parsing [null_value] on field [n]");
+	expect_mapping_error("{\"properties\":{\"t\":{\"type\":\"text\",\"null_value\":\"x\"}}}",
+	                     CM_EMAPPING, "unknown parameter [null_value]");
+	expect_mapping_error("{\"properties\":{\"k\":{\"type\":\"keyword\",\"coerce\":true}}}",
+	                     CM_EMAPPING, "unknown parameter [coerce]");
+}
+
+static void
 test_coercion_and_errors(void)
 {
 	cm_error err;
@@ -761,6 +831,7 @@ main(void)
 	test_dynamic_kinds();
 	test_strict_and_false();
 	test_coercion_and_errors();
+	test_null_malformed_coerce();
 	bench_sample();
 	return check_report("mapping_test");
 }

@@ -75,6 +75,9 @@ typedef struct st_field_def {
 	char *format;                     /* date format, NULL = strict_date_optional_time||epoch_millis */
 	st_dynamic dynamic;               /* object fields only; effective (inherited) value */
 	bool dynamic_set;                 /* object: "dynamic" given explicitly (else inherited) */
+	char *null_value;      /* indexed in place of a JSON null (as if sent as this text); NULL = none */
+	bool ignore_malformed; /* numeric/date: a value that does not parse is skipped, not an error */
+	bool no_coerce;        /* numeric: "coerce": false (no strings, no fractions into integers) */
 } st_field_def;
 
 /* An immutable mapping version. Fields are sorted by path. Object fields
