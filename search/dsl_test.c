@@ -1017,6 +1017,72 @@ test_merge_scored(void)
 	free(f2);
 }
 
+/* Per-node mode: nodes merge their shards, the coordinator merges nodes;
+ * the response equals a flat merge of every shard. */
+static void
+test_merge_per_node(void)
+{
+	static const uint32_t flat[3] = {2, 0, 1};
+	char *want = merge_scored(flat, 3, "{\"from\":1,\"size\":4}", false);
+	for (int variant = 0; variant < 2; variant++) {
+		sr_request req;
+		cm_error err;
+		REQUIRE(req_parse("{\"from\":1,\"size\":4}", &req, &err) == CM_OK);
+		sr_merger *top = sr_merger_create(&req, 3);
+		sr_merger_set_index(top, "idx");
+		/* node A holds shards 0 and 1, node B shard 2 */
+		sr_merger *a = sr_merger_create(&req, 2), *b = sr_merger_create(&req, 1);
+		sr_shard_result r;
+		make_scored(&r, variant ? 1 : 0);
+		sr_merger_add(a, &r);
+		make_scored(&r, variant ? 0 : 1);
+		sr_merger_add(a, &r);
+		make_scored(&r, 2);
+		sr_merger_add(b, &r);
+		sr_shard_result na, nb;
+		sr_merger_take(b, 2, &nb);
+		sr_merger_take(a, 0, &na);
+		CHECK(na.shards_merged == 2 && na.total == 14 && na.nhits == 5);
+		sr_merger_add(top, variant ? &na : &nb);
+		sr_merger_add(top, variant ? &nb : &na);
+		cm_buf out;
+		cm_buf_init(&out, CM_MEM_SEARCH);
+		sr_merger_render(top, 3, &out);
+		CHECKF(out.len == strlen(want) && !memcmp(out.data, want, out.len), "\n got  %.*s\n want %s",
+		       (int)out.len, (const char *)out.data, want);
+		cm_buf_free(&out);
+		sr_merger_destroy(a);
+		sr_merger_destroy(b);
+		sr_merger_destroy(top);
+		sr_request_free(&req);
+	}
+	free(want);
+
+	/* failures survive the node-level merge */
+	sr_request req;
+	cm_error err;
+	REQUIRE(req_parse("{}", &req, &err) == CM_OK);
+	sr_merger *a = sr_merger_create(&req, 2);
+	cm_error e = {0};
+	cm_error_set(&e, CM_EIO, "gone");
+	sr_merger_fail_at(a, 1, "x", "n1", &e);
+	sr_shard_result r;
+	make_scored(&r, 0);
+	sr_merger_add(a, &r);
+	CHECK(sr_merger_failed(a) == 1);
+	uint32_t shard;
+	const char *index, *node;
+	const cm_error *why;
+	sr_merger_failure(a, 0, &shard, &index, &node, &why);
+	CHECK(shard == 1 && !strcmp(index, "x") && !strcmp(node, "n1") && why->code == CM_EIO);
+	sr_shard_result na;
+	sr_merger_take(a, 0, &na);
+	CHECK(na.shards_merged == 1 && na.error.code == CM_OK);
+	sr_shard_result_free(&na);
+	sr_merger_destroy(a);
+	sr_request_free(&req);
+}
+
 static void
 test_merge_field_sort(void)
 {
@@ -1579,7 +1645,7 @@ main(void)
 	                         test_errors,          test_query_string,     test_query_string_dsl,
 	                         test_request,         test_source_filter,    test_merge_scored,
 	                         test_merge_field_sort, test_merge_misc, test_source_filter_model,
-	                         test_merge_model};
+	                         test_merge_model,     test_merge_per_node};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		tests[i]();
 		/* every allocation made by the code under test is returned */

@@ -326,7 +326,7 @@ sr_merger_add(sr_merger *m, sr_shard_result *res)
 		memset(res, 0, sizeof(*res));
 		return;
 	}
-	m->nsuccess++;
+	m->nsuccess += res->shards_merged ? res->shards_merged : 1;
 	m->total += res->total;
 	m->total_gte |= res->total_is_lower_bound;
 	if ((res->nhits > 0 || res->total > 0) && !isnan(res->max_score) &&
@@ -337,7 +337,7 @@ sr_merger_add(sr_merger *m, sr_shard_result *res)
 	m->timed_out |= res->timed_out;
 	m->terminated_early |= res->terminated_early;
 	for (size_t i = 0; i < res->nhits; i++)
-		offer_hit(m, &res->hits[i], res->index);
+		offer_hit(m, &res->hits[i], res->hits[i].index ? res->hits[i].index : res->index);
 	cm_free(T, res->hits);
 	sr_agg_state *aggs = res->aggs;
 	uint32_t shard = res->shard;
@@ -392,6 +392,52 @@ sr_merger_reduce(sr_merger *m, cm_error *err)
 	if (m->reduce_rc && err && !err->code)
 		*err = m->reduce_err;
 	return m->reduce_rc;
+}
+
+void
+sr_merger_failure(const sr_merger *m, size_t i, uint32_t *shard, const char **index,
+                  const char **node, const cm_error **why)
+{
+	const mfail *f = &m->fails[i];
+	*shard = f->shard;
+	*index = f->index;
+	*node = f->node;
+	*why = &f->e;
+}
+
+static void sort_hits(sr_merger *m);
+
+void
+sr_merger_take(sr_merger *m, uint32_t ordinal, sr_shard_result *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (m->nfails > 1)
+		qsort(m->fails, m->nfails, sizeof(mfail), cmp_fail);
+	for (size_t i = 0; m->pending && i < m->expected; i++) {
+		fold_agg(m, m->pending[i]);
+		m->pending[i] = NULL;
+	}
+	sort_hits(m);
+	out->shard = ordinal;
+	out->total = m->total;
+	out->total_is_lower_bound = m->total_gte;
+	out->max_score = m->has_max ? m->max_score : NAN;
+	out->timed_out = m->timed_out;
+	out->terminated_early = m->terminated_early;
+	out->shards_merged = (uint32_t)m->nsuccess;
+	out->nhits = m->nheap;
+	out->hits = cm_calloc(T, m->nheap + 1, sizeof(sr_hit));
+	for (size_t i = 0; i < m->nheap; i++) {
+		sr_hit_move(&out->hits[i], &m->heap[i].h);
+		out->hits[i].index = m->heap[i].index; /* borrowed from the shard results */
+	}
+	m->nheap = 0;
+	out->aggs = m->agg;
+	m->agg = NULL;
+	if (!out->aggs && m->req->aggs && m->nsuccess)
+		out->aggs = sr_agg_state_new(m->req->aggs);
+	if (m->nsuccess == 0 && m->nfails)
+		out->error = m->fails[0].e;
 }
 
 /* ---- rendering ---- */

@@ -220,6 +220,9 @@ typedef struct sr_hit {
 	uint32_t shard, doc;   /* tie-breaking: shard index, then global doc */
 	uint64_t seq_no, primary_term;
 	int64_t version;
+	/* "_index" of this hit when it differs from its shard result's (a
+	 * node-level merge over several indices); borrowed, usually NULL. */
+	const char *index;
 } sr_hit;
 
 typedef struct sr_agg_state sr_agg_state; /* mergeable partial aggregation state */
@@ -239,6 +242,9 @@ typedef struct sr_shard_result {
 	 * sr_merger_add; borrowed, must outlive the merger. */
 	const char *index;
 	const char *node; /* node that served the shard, for failures; borrowed, may be NULL */
+	/* A node-level merge (sr_merger_take) standing for this many successful
+	 * shards; 0 means one. */
+	uint32_t shards_merged;
 } sr_shard_result;
 
 /* Runs req over one shard's point-in-time view. Returns the top from+size
@@ -282,6 +288,17 @@ cm_err sr_merger_reduce(sr_merger *m, cm_error *err);
 /* Renders the ES _search response body ({"took","timed_out","_shards",
  * "hits","aggregations"}) into out (reduces first if not done). */
 void sr_merger_render(sr_merger *m, uint64_t took_ms, cm_buf *out);
+/* Per-node mode: instead of rendering, hands the merged partial result
+ * (the best from+size hits in rank order, summed total and relation,
+ * max_score, timed_out, the merged aggregation state) to out, which the
+ * coordinator then sr_merger_add()s like one shard's result. out->shard
+ * is set to `ordinal`; out->shards_merged to the successful shards. The
+ * failures stay readable with sr_merger_failure() to forward them. */
+void sr_merger_take(sr_merger *m, uint32_t ordinal, sr_shard_result *out);
+/* The i-th failed shard (i < sr_merger_failed(m)); pointers valid while m
+ * lives. */
+void sr_merger_failure(const sr_merger *m, size_t i, uint32_t *shard, const char **index,
+                       const char **node, const cm_error **why);
 /* Counters for the caller (e.g. _count, logging). */
 uint64_t sr_merger_total(const sr_merger *m);
 size_t sr_merger_failed(const sr_merger *m);
