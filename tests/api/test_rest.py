@@ -937,6 +937,42 @@ def delete_by_query_api():
              "index_not_found_exception")
 
 
+@test
+def garbage_never_crashes():
+    """Malformed input of every kind gets a 4xx, never a crash or a 5xx."""
+    import random
+    n = fresh("gb1")
+    n.req("PUT", "/gb1/_doc/1?refresh=true", {"a": "x", "n": 1})
+    rng = random.Random(5)
+    deep = "[" * 5000 + "]" * 5000
+    deep_q = '{"query":' + '{"bool":{"must":' * 300 + '{"match_all":{}}' + '}}' * 300 + '}'
+    bodies = ["", "{", "}", "null", "[]", "123", '"str"', "{\"a\":}", deep, deep_q,
+              '{"query":{"match":{"a":{"query":["x"]}}}}', '{"size":-1}', '{"from":"x"}',
+              '{"query":{"range":{"n":{"gte":"abc"}}}}', '{"sort":[{"n":"sideways"}]}',
+              '{"aggs":{"x":{"terms":{"field":"n","size":-5}}}}', '{"query":{"term":{}}}',
+              '{"query":{"bool":{"must":{"bogus":1}}}}', "\xff\xfe garbage",
+              '{"query":{"query_string":{"query":"a AND (b OR"}}}',
+              '{"query":{"regexp":{"a":"[[[["}}}', '{"query":{"wildcard":{"a":"' + "*" * 500 + '"}}}',
+              '{"size":100000000}', '{"track_total_hits":"yes"}',
+              '{"search_after":[1,2,3]}', '{"_source":{"includes":5}}']
+    bodies += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
+               for _ in range(10)]
+    paths = [("POST", "/gb1/_search"), ("POST", "/gb1/_count"), ("POST", "/_msearch"),
+             ("POST", "/gb1/_delete_by_query"), ("PUT", "/gb1/_doc/g"), ("POST", "/gb1/_update/1"),
+             ("POST", "/_mget"), ("POST", "/_bulk"), ("PUT", "/gb1/_mapping"),
+             ("PUT", "/gb1/_settings"), ("PUT", "/gbx"), ("POST", "/_search/scroll")]
+    for method, path in paths:
+        for body in bodies:
+            st, h, data = n.raw(method, path, body)
+            assert 200 <= st < 500, (method, path, body[:80], st, data[:300])
+    for q in ["a:(", "\"unterminated", "a:[1 TO", "/re[gex/", "*:*", "a:b:c", "((((((", "NOT",
+              "a~5", "a^x", "n:>=abc"]:
+        from urllib.parse import quote
+        st, h, data = n.raw("GET", "/gb1/_search?q=" + quote(q))
+        assert 200 <= st < 500, (q, st, data[:300])
+    eq(n.req("GET", "/")[0], 200, "still alive")
+
+
 # ---------------- process ----------------
 
 @test
