@@ -19,8 +19,7 @@ typedef struct sb {
 	size_t len;
 } sb;
 
-static void
-put(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #include <stdarg.h>
 static void
@@ -31,7 +30,8 @@ put(sb *b, const char *fmt, ...)
 	int n = vsnprintf(b->buf + b->len, sizeof(b->buf) - b->len, fmt, ap);
 	va_end(ap);
 	if (n > 0)
-		b->len += (size_t)n < sizeof(b->buf) - b->len ? (size_t)n : sizeof(b->buf) - b->len - 1;
+		b->len +=
+		    (size_t)n < sizeof(b->buf) - b->len ? (size_t)n : sizeof(b->buf) - b->len - 1;
 }
 
 static void dump(sb *b, const sr_query *q);
@@ -73,8 +73,8 @@ dump(sb *b, const sr_query *q)
 		break;
 	case SR_Q_MATCH_PHRASE:
 	case SR_Q_MATCH_PHRASE_PREFIX:
-		put(b, "%s(%s:%s", q->kind == SR_Q_MATCH_PHRASE ? "phrase" : "phrase_prefix", q->field,
-		    q->value);
+		put(b, "%s(%s:%s", q->kind == SR_Q_MATCH_PHRASE ? "phrase" : "phrase_prefix",
+		    q->field, q->value);
 		if (q->slop)
 			put(b, "~%d", q->slop);
 		put(b, ")");
@@ -173,8 +173,8 @@ dsl(const char *json)
 	cm_err rc = sr_query_from_json(j, &q, &err);
 	cJSON_Delete(j);
 	if (rc) {
-		snprintf(result, sizeof(result), "ERR %s %s: %s", cm_err_name(rc), cm_error_type(&err),
-		         err.reason);
+		snprintf(result, sizeof(result), "ERR %s %s: %s", cm_err_name(rc),
+		         cm_error_type(&err), err.reason);
 		return result;
 	}
 	snprintf(result, sizeof(result), "%s", tree(q));
@@ -182,10 +182,10 @@ dsl(const char *json)
 	return result;
 }
 
-#define DSL(json, want)                                                                    \
-	do {                                                                               \
-		const char *got_ = dsl(json);                                              \
-		CHECKF(strcmp(got_, want) == 0, "%s\n   got  %s\n   want %s", json, got_, want); \
+#define DSL(json, want)                                                                            \
+	do {                                                                                       \
+		const char *got_ = dsl(json);                                                      \
+		CHECKF(strcmp(got_, want) == 0, "%s\n   got  %s\n   want %s", json, got_, want);   \
 	} while (0)
 
 static const char *
@@ -195,8 +195,8 @@ qs_full(const char *text, const char *df, bool and_op)
 	cm_error err = {0};
 	cm_err rc = sr_query_string_parse(text, df, and_op, &q, &err);
 	if (rc) {
-		snprintf(result, sizeof(result), "ERR %s %s: %s", cm_err_name(rc), cm_error_type(&err),
-		         err.reason);
+		snprintf(result, sizeof(result), "ERR %s %s: %s", cm_err_name(rc),
+		         cm_error_type(&err), err.reason);
 		return result;
 	}
 	snprintf(result, sizeof(result), "%s", tree(q));
@@ -204,15 +204,15 @@ qs_full(const char *text, const char *df, bool and_op)
 	return result;
 }
 
-#define QS(text, want)                                                                     \
-	do {                                                                               \
-		const char *got_ = qs_full(text, "f", false);                              \
-		CHECKF(strcmp(got_, want) == 0, "%s\n   got  %s\n   want %s", text, got_, want); \
+#define QS(text, want)                                                                             \
+	do {                                                                                       \
+		const char *got_ = qs_full(text, "f", false);                                      \
+		CHECKF(strcmp(got_, want) == 0, "%s\n   got  %s\n   want %s", text, got_, want);   \
 	} while (0)
-#define QS_AND(text, want)                                                                 \
-	do {                                                                               \
-		const char *got_ = qs_full(text, "f", true);                               \
-		CHECKF(strcmp(got_, want) == 0, "%s\n   got  %s\n   want %s", text, got_, want); \
+#define QS_AND(text, want)                                                                         \
+	do {                                                                                       \
+		const char *got_ = qs_full(text, "f", true);                                       \
+		CHECKF(strcmp(got_, want) == 0, "%s\n   got  %s\n   want %s", text, got_, want);   \
 	} while (0)
 
 /* Expands a query_string / simple_query_string DSL node. */
@@ -227,8 +227,8 @@ expand(const char *json)
 	if (!rc)
 		rc = sr_query_string_expand(q, &t, &err);
 	if (rc)
-		snprintf(result, sizeof(result), "ERR %s %s: %s", cm_err_name(rc), cm_error_type(&err),
-		         err.reason);
+		snprintf(result, sizeof(result), "ERR %s %s: %s", cm_err_name(rc),
+		         cm_error_type(&err), err.reason);
 	else
 		snprintf(result, sizeof(result), "%s", tree(t));
 	sr_query_free(q);
@@ -236,10 +236,10 @@ expand(const char *json)
 	return result;
 }
 
-#define EXPAND(json, want)                                                                 \
-	do {                                                                               \
-		const char *got_ = expand(json);                                           \
-		CHECKF(strcmp(got_, want) == 0, "%s\n   got  %s\n   want %s", json, got_, want); \
+#define EXPAND(json, want)                                                                         \
+	do {                                                                                       \
+		const char *got_ = expand(json);                                                   \
+		CHECKF(strcmp(got_, want) == 0, "%s\n   got  %s\n   want %s", json, got_, want);   \
 	} while (0)
 
 static void
@@ -262,14 +262,16 @@ test_leaf_queries(void)
 	    "prefix(user:ki)");
 	DSL("{\"wildcard\":{\"user\":{\"value\":\"ki*y\",\"boost\":1.0}}}", "wildcard(user:ki*y)");
 	DSL("{\"wildcard\":{\"user\":{\"wildcard\":\"k?m*\"}}}", "wildcard(user:k?m*)");
-	DSL("{\"regexp\":{\"user\":{\"value\":\"k.*y\",\"flags\":\"ALL\",\"max_determinized_states\":"
+	DSL("{\"regexp\":{\"user\":{\"value\":\"k.*y\",\"flags\":\"ALL\",\"max_determinized_"
+	    "states\":"
 	    "10000,\"case_insensitive\":true}}}",
 	    "regexp(user:k.*y,ci)");
 	DSL("{\"fuzzy\":{\"user\":\"ki\"}}", "fuzzy(user:ki~AUTO)");
 	DSL("{\"fuzzy\":{\"user\":{\"value\":\"ki\",\"fuzziness\":2,\"prefix_length\":1,"
 	    "\"max_expansions\":10,\"transpositions\":false}}}",
 	    "fuzzy(user:ki~2)");
-	DSL("{\"range\":{\"age\":{\"gte\":10,\"lte\":20,\"boost\":2}}}", "range(age:gte=10,lte=20)^2");
+	DSL("{\"range\":{\"age\":{\"gte\":10,\"lte\":20,\"boost\":2}}}",
+	    "range(age:gte=10,lte=20)^2");
 	DSL("{\"range\":{\"age\":{\"gt\":10,\"lt\":20}}}", "range(age:gt=10,lt=20)");
 	DSL("{\"range\":{\"age\":{\"from\":10,\"to\":20}}}", "range(age:gte=10,lte=20)");
 	DSL("{\"range\":{\"age\":{\"from\":10,\"to\":20,\"include_lower\":false,"
@@ -353,14 +355,16 @@ test_match_family(void)
 	DSL("{\"multi_match\":{\"query\":\"x\",\"type\":\"phrase_prefix\",\"fields\":[\"t*\"]}}",
 	    "multi(phrase_prefix:x:t*^1)");
 	DSL("{\"multi_match\":{\"query\":\"x\",\"type\":\"nope\"}}",
-	    "ERR CM_EPARSE parsing_exception: failed to parse [multi_match] query type [nope]. unknown "
+	    "ERR CM_EPARSE parsing_exception: failed to parse [multi_match] query type [nope]. "
+	    "unknown "
 	    "type.");
 	DSL("{\"multi_match\":{\"fields\":[\"a\"]}}",
 	    "ERR CM_EINVAL illegal_argument_exception: No text specified for multi_match query");
 	DSL("{\"multi_match\":{\"query\":\"x\",\"type\":\"phrase\",\"fuzziness\":1}}",
 	    "ERR CM_EPARSE parsing_exception: Fuzziness not allowed for type [phrase]");
-	j = cJSON_Parse("{\"multi_match\":{\"query\":\"x\",\"fields\":[\"a\",\"b\"],\"tie_breaker\":"
-	                "0.3,\"operator\":\"and\",\"minimum_should_match\":\"2<75%\"}}");
+	j = cJSON_Parse(
+	    "{\"multi_match\":{\"query\":\"x\",\"fields\":[\"a\",\"b\"],\"tie_breaker\":"
+	    "0.3,\"operator\":\"and\",\"minimum_should_match\":\"2<75%\"}}");
 	REQUIRE(sr_query_from_json(j, &q, &err) == CM_OK);
 	CHECK(fabsf(q->tie_breaker - 0.3f) < 1e-6 && q->op_and);
 	CHECK(!strcmp(q->minimum_should_match, "2<75%"));
@@ -390,12 +394,15 @@ test_compound(void)
 	DSL("{\"dis_max\":{\"queries\":[]}}",
 	    "ERR CM_EPARSE parsing_exception: [dis_max] requires 'queries' field with at least one "
 	    "clause");
-	DSL("{\"boosting\":{\"positive\":{\"term\":{\"t\":\"apple\"}},\"negative\":{\"term\":{\"t\":"
+	DSL("{\"boosting\":{\"positive\":{\"term\":{\"t\":\"apple\"}},\"negative\":{\"term\":{"
+	    "\"t\":"
 	    "\"pie\"}},\"negative_boost\":0.5}}",
 	    "boosting(term(t:apple),term(t:pie),0.5)");
-	DSL("{\"boosting\":{\"positive\":{\"term\":{\"t\":\"apple\"}},\"negative\":{\"term\":{\"t\":"
+	DSL("{\"boosting\":{\"positive\":{\"term\":{\"t\":\"apple\"}},\"negative\":{\"term\":{"
+	    "\"t\":"
 	    "\"pie\"}}}}",
-	    "ERR CM_EPARSE parsing_exception: [boosting] query requires 'negative_boost' to be set to "
+	    "ERR CM_EPARSE parsing_exception: [boosting] query requires 'negative_boost' to be set "
+	    "to "
 	    "be a positive value'");
 	DSL("{\"boosting\":{\"negative\":{\"term\":{\"t\":\"pie\"}},\"negative_boost\":0.5}}",
 	    "ERR CM_EPARSE parsing_exception: [boosting] query requires 'positive' query");
@@ -409,46 +416,54 @@ test_errors(void)
 	    "ERR CM_EPARSE parsing_exception: unknown query [nope]");
 	DSL("{\"nested\":{\"path\":\"x\"}}",
 	    "ERR CM_EPARSE parsing_exception: [nested] query is not supported");
-	DSL("{\"term\":{\"a\":\"x\",\"b\":\"y\"}}",
-	    "ERR CM_EPARSE parsing_exception: [term] query doesn't support multiple fields, found [a] "
-	    "and [b]");
+	DSL("{\"term\":{\"a\":\"x\",\"b\":\"y\"}}", "ERR CM_EPARSE parsing_exception: [term] query "
+	                                            "doesn't support multiple fields, found [a] "
+	                                            "and [b]");
 	DSL("{\"match\":{\"a\":\"x\",\"b\":{\"query\":\"y\"}}}",
-	    "ERR CM_EPARSE parsing_exception: [match] query doesn't support multiple fields, found [a] "
+	    "ERR CM_EPARSE parsing_exception: [match] query doesn't support multiple fields, found "
+	    "[a] "
 	    "and [b]");
 	DSL("{\"range\":{\"a\":{\"gte\":1},\"b\":{\"lte\":2}}}",
-	    "ERR CM_EPARSE parsing_exception: [range] query doesn't support multiple fields, found [a] "
+	    "ERR CM_EPARSE parsing_exception: [range] query doesn't support multiple fields, found "
+	    "[a] "
 	    "and [b]");
 	DSL("{\"terms\":{\"a\":[\"x\"],\"b\":[\"y\"]}}",
-	    "ERR CM_EPARSE parsing_exception: [terms] query does not support multiple fields, found "
+	    "ERR CM_EPARSE parsing_exception: [terms] query does not support multiple fields, "
+	    "found "
 	    "[a] and [b]");
 	DSL("{\"term\":{\"a\":{\"value\":\"x\",\"bogus\":1}}}",
 	    "ERR CM_EPARSE parsing_exception: [term] query does not support [bogus]");
-	DSL("{\"term\":{\"a\":[1,2]}}",
-	    "ERR CM_EPARSE parsing_exception: [term] query does not support array of values for [a]");
+	DSL("{\"term\":{\"a\":[1,2]}}", "ERR CM_EPARSE parsing_exception: [term] query does not "
+	                                "support array of values for [a]");
 	DSL("{\"term\":{\"a\":{\"value\":{\"x\":1}}}}",
 	    "ERR CM_EPARSE parsing_exception: [term] query does not support [value] of type "
 	    "START_OBJECT");
 	DSL("{\"match\":{\"a\":{\"query\":\"x\",\"operator\":\"xor\"}}}",
 	    "ERR CM_EINVAL illegal_argument_exception: No enum constant match.Operator.xor");
 	DSL("{\"match\":{\"a\":{\"boost\":\"high\",\"query\":\"x\"}}}",
-	    "ERR CM_EPARSE parsing_exception: [match] failed to parse [boost]: expected a number, found "
+	    "ERR CM_EPARSE parsing_exception: [match] failed to parse [boost]: expected a number, "
+	    "found "
 	    "VALUE_STRING");
 	DSL("{\"bool\":{\"must\":[{\"term\":{\"a\":\"x\"}}],\"foo\":1}}",
 	    "ERR CM_EPARSE parsing_exception: [bool] query does not support [foo]");
 	DSL("{\"bool\":{\"must\":\"x\"}}",
 	    "ERR CM_EPARSE parsing_exception: [bool] query does not support [must]");
 	DSL("{\"term\":{\"a\":\"x\"},\"match\":{\"b\":\"y\"}}",
-	    "ERR CM_EPARSE parsing_exception: [term] malformed query, expected [END_OBJECT] but found "
+	    "ERR CM_EPARSE parsing_exception: [term] malformed query, expected [END_OBJECT] but "
+	    "found "
 	    "[FIELD_NAME]");
 	DSL("{}", "ERR CM_EPARSE parsing_exception: query malformed, empty clause found");
 	DSL("{\"terms\":{\"a\":{\"index\":\"i\",\"id\":\"1\",\"path\":\"p\"}}}",
 	    "ERR CM_EINVAL illegal_argument_exception: [terms] query lookup (terms from another "
 	    "document) is not supported");
-	DSL("{\"exists\":{}}", "ERR CM_EPARSE parsing_exception: [exists] must be provided with a [field]");
+	DSL("{\"exists\":{}}",
+	    "ERR CM_EPARSE parsing_exception: [exists] must be provided with a [field]");
 	DSL("{\"match\":{\"a\":{\"operator\":\"and\"}}}",
 	    "ERR CM_EINVAL illegal_argument_exception: [match] requires query value");
-	DSL("{\"term\":{}}", "ERR CM_EPARSE parsing_exception: [term] query malformed, no field specified");
-	DSL("[1]", "ERR CM_EPARSE parsing_exception: [_na] query malformed, must start with start_object");
+	DSL("{\"term\":{}}",
+	    "ERR CM_EPARSE parsing_exception: [term] query malformed, no field specified");
+	DSL("[1]",
+	    "ERR CM_EPARSE parsing_exception: [_na] query malformed, must start with start_object");
 
 	/* 1025 bool clauses → too_many_clauses */
 	cJSON *root = cJSON_CreateObject();
@@ -569,8 +584,9 @@ test_query_string(void)
 	QS("x:y^0.5", "match(x:y)^0.5");
 
 	/* syntax errors, like ES's query_shard_exception */
-	const char *bad[] = {"foo AND", "(foo", "foo)", "\"foo", "title:", "[1 TO", "foo^",
-	                     "a:b:c", "/abc", "foo\\", "AND", "quikc~1.5", "a OR", "()", "a:(b"};
+	const char *bad[] = {
+	    "foo AND", "(foo",  "foo)", "\"foo",     "title:", "[1 TO", "foo^", "a:b:c",
+	    "/abc",    "foo\\", "AND",  "quikc~1.5", "a OR",   "()",    "a:(b"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		const char *got = qs_full(bad[i], "f", false);
 		char want[256];
@@ -619,9 +635,10 @@ test_query_string_dsl(void)
 	EXPAND("{\"query_string\":{\"query\":\"x y\",\"default_field\":\"t\",\"boost\":2,"
 	       "\"minimum_should_match\":\"2\"}}",
 	       "bool(match(t:x),match(t:y),msm=2)^2");
-	EXPAND("{\"query_string\":{\"query\":\"\\\"a b\\\"\",\"default_field\":\"t\",\"phrase_slop\":"
-	       "2}}",
-	       "phrase(t:a b~2)");
+	EXPAND(
+	    "{\"query_string\":{\"query\":\"\\\"a b\\\"\",\"default_field\":\"t\",\"phrase_slop\":"
+	    "2}}",
+	    "phrase(t:a b~2)");
 	EXPAND("{\"query_string\":{\"query\":\"x~\",\"default_field\":\"t\",\"fuzziness\":1}}",
 	       "fuzzy(t:x~1)");
 	DSL("{\"query_string\":{\"query\":\"a AND\"}}",
@@ -631,16 +648,18 @@ test_query_string_dsl(void)
 	DSL("{\"query_string\":{\"query\":\"x\",\"default_field\":\"a\",\"fields\":[\"b\"]}}",
 	    "ERR CM_EPARSE parsing_exception: [query_string] cannot use [fields] parameter in "
 	    "conjunction with [default_field]");
-	DSL("{\"query_string\":{\"query\":\"x\",\"analyze_wildcard\":true,\"allow_leading_wildcard\":"
+	DSL("{\"query_string\":{\"query\":\"x\",\"analyze_wildcard\":true,\"allow_leading_"
+	    "wildcard\":"
 	    "false}}",
 	    "query_string(x)");
 
 	/* simple_query_string: Lucene SimpleQueryParser */
 	EXPAND("{\"simple_query_string\":{\"query\":\"a b\",\"fields\":[\"t\"]}}",
 	       "bool(match(t:a),match(t:b))");
-	EXPAND("{\"simple_query_string\":{\"query\":\"a b\",\"fields\":[\"t\"],\"default_operator\":"
-	       "\"and\"}}",
-	       "bool(+match(t:a,and),+match(t:b,and))");
+	EXPAND(
+	    "{\"simple_query_string\":{\"query\":\"a b\",\"fields\":[\"t\"],\"default_operator\":"
+	    "\"and\"}}",
+	    "bool(+match(t:a,and),+match(t:b,and))");
 	EXPAND("{\"simple_query_string\":{\"query\":\"a + b | c\",\"fields\":[\"t\"]}}",
 	       "bool(bool(+match(t:a),+match(t:b)),match(t:c))");
 	EXPAND("{\"simple_query_string\":{\"query\":\"a -b\",\"fields\":[\"t\"]}}",
@@ -656,14 +675,17 @@ test_query_string_dsl(void)
 	EXPAND("{\"simple_query_string\":{\"query\":\"(a \\\"b\",\"fields\":[\"t\"]}}",
 	       "bool(match(t:a),match(t:b))");
 	EXPAND("{\"simple_query_string\":{\"query\":\"\",\"fields\":[\"t\"]}}", "none");
-	EXPAND("{\"simple_query_string\":{\"query\":\"a|b\",\"fields\":[\"t\"],\"flags\":\"NONE\"}}",
-	       "match(t:a|b)");
+	EXPAND(
+	    "{\"simple_query_string\":{\"query\":\"a|b\",\"fields\":[\"t\"],\"flags\":\"NONE\"}}",
+	    "match(t:a|b)");
 	EXPAND("{\"simple_query_string\":{\"query\":\"a -b\",\"fields\":[\"t\"],\"flags\":"
 	       "\"OR|AND|PREFIX|WHITESPACE\"}}",
 	       "bool(match(t:a),match(t:-b))");
-	EXPAND("{\"simple_query_string\":{\"query\":\"a\",\"flags\":\"BOGUS\"}}",
-	       "ERR CM_EINVAL illegal_argument_exception: Unknown simple_query_string flag [BOGUS]");
-	EXPAND("{\"simple_query_string\":{\"query\":\"a\\\\+b\",\"fields\":[\"t\"]}}", "match(t:a+b)");
+	EXPAND(
+	    "{\"simple_query_string\":{\"query\":\"a\",\"flags\":\"BOGUS\"}}",
+	    "ERR CM_EINVAL illegal_argument_exception: Unknown simple_query_string flag [BOGUS]");
+	EXPAND("{\"simple_query_string\":{\"query\":\"a\\\\+b\",\"fields\":[\"t\"]}}",
+	       "match(t:a+b)");
 	/* a non-query-string node is copied */
 	EXPAND("{\"term\":{\"a\":\"b\"}}", "term(a:b)");
 }
@@ -682,14 +704,14 @@ req_parse(const char *json, sr_request *r, cm_error *err)
 	return rc;
 }
 
-#define REQ_ERR(json, code, why)                                                           \
-	do {                                                                               \
-		sr_request r_;                                                             \
-		cm_error e_;                                                               \
-		cm_err rc_ = req_parse(json, &r_, &e_);                                    \
-		CHECKF(rc_ == (code) && !strcmp(e_.reason, why), "%s → %s: %s", json,        \
-		       cm_err_name(rc_), e_.reason);                                       \
-		sr_request_free(&r_);                                                      \
+#define REQ_ERR(json, code, why)                                                                   \
+	do {                                                                                       \
+		sr_request r_;                                                                     \
+		cm_error e_;                                                                       \
+		cm_err rc_ = req_parse(json, &r_, &e_);                                            \
+		CHECKF(rc_ == (code) && !strcmp(e_.reason, why), "%s → %s: %s", json,              \
+		       cm_err_name(rc_), e_.reason);                                               \
+		sr_request_free(&r_);                                                              \
 	} while (0)
 
 static void
@@ -705,20 +727,21 @@ test_request(void)
 	sr_request_free(&r);
 
 	uint64_t before = cm_now_ns();
-	REQUIRE(req_parse("{\"query\":{\"term\":{\"a\":\"b\"}},\"from\":5,\"size\":\"20\",\"sort\":["
-	                  "\"_score\",{\"date\":\"desc\"},{\"name\":{\"order\":\"asc\",\"missing\":"
-	                  "\"_first\",\"mode\":\"max\",\"unmapped_type\":\"keyword\"}},\"_doc\","
-	                  "\"plain\",{\"_score\":{\"order\":\"asc\"}}],"
-	                  "\"track_total_hits\":true,\"timeout\":\"5s\",\"terminate_after\":100,"
-	                  "\"_source\":{\"includes\":[\"a.*\",\"b\"],\"excludes\":\"a.secret\"},"
-	                  "\"version\":true,\"seq_no_primary_term\":true,\"track_scores\":true}",
-	                  &r, &err) == CM_OK);
+	REQUIRE(
+	    req_parse("{\"query\":{\"term\":{\"a\":\"b\"}},\"from\":5,\"size\":\"20\",\"sort\":["
+	              "\"_score\",{\"date\":\"desc\"},{\"name\":{\"order\":\"asc\",\"missing\":"
+	              "\"_first\",\"mode\":\"max\",\"unmapped_type\":\"keyword\"}},\"_doc\","
+	              "\"plain\",{\"_score\":{\"order\":\"asc\"}}],"
+	              "\"track_total_hits\":true,\"timeout\":\"5s\",\"terminate_after\":100,"
+	              "\"_source\":{\"includes\":[\"a.*\",\"b\"],\"excludes\":\"a.secret\"},"
+	              "\"version\":true,\"seq_no_primary_term\":true,\"track_scores\":true}",
+	              &r, &err) == CM_OK);
 	CHECK(r.query && r.query->kind == SR_Q_TERM);
 	CHECK(r.from == 5 && r.size == 20);
 	REQUIRE(r.nsort == 6);
 	CHECK(r.sort[0].kind == SR_SORT_SCORE && r.sort[0].desc);
-	CHECK(r.sort[1].kind == SR_SORT_FIELD && !strcmp(r.sort[1].field, "date") && r.sort[1].desc &&
-	      !r.sort[1].missing_first);
+	CHECK(r.sort[1].kind == SR_SORT_FIELD && !strcmp(r.sort[1].field, "date") &&
+	      r.sort[1].desc && !r.sort[1].missing_first);
 	CHECK(!strcmp(r.sort[2].field, "name") && !r.sort[2].desc && r.sort[2].missing_first &&
 	      r.sort[2].mode == SR_SORT_MODE_MAX && !strcmp(r.sort[2].unmapped_type, "keyword"));
 	CHECK(r.sort[3].kind == SR_SORT_DOC && !r.sort[3].desc);
@@ -763,19 +786,22 @@ test_request(void)
 	REQ_ERR("{\"highlight\":{}}", CM_EINVAL, "[highlight] is not supported");
 	REQ_ERR("{\"size\":-1}", CM_EINVAL, "[size] parameter cannot be negative, found [-1]");
 	REQ_ERR("{\"from\":-2}", CM_EINVAL, "[from] parameter cannot be negative but was [-2]");
-	REQ_ERR("{\"timeout\":\"10\"}", CM_EPARSE,
-	        "failed to parse setting [timeout] with value [10] as a time value: unit is missing "
-	        "or unrecognized");
+	REQ_ERR(
+	    "{\"timeout\":\"10\"}", CM_EPARSE,
+	    "failed to parse setting [timeout] with value [10] as a time value: unit is missing "
+	    "or unrecognized");
 	REQ_ERR("{\"sort\":[\"a\"],\"search_after\":[1,2]}", CM_EINVAL,
 	        "search_after has 2 value(s) but sort has 1.");
 	REQ_ERR("{\"sort\":[\"a\"],\"search_after\":[1],\"from\":3}", CM_EVALIDATE,
-	        "Validation Failed: 1: `from` parameter must be set to 0 when `search_after` is used.;");
+	        "Validation Failed: 1: `from` parameter must be set to 0 when `search_after` is "
+	        "used.;");
 	REQ_ERR("{\"sort\":[{\"a\":\"sideways\"}]}", CM_EINVAL, "Unknown SortOrder [sideways]");
 	REQ_ERR("{\"sort\":[{\"a\":{\"order\":\"asc\",\"bogus\":1}}]}", CM_EPARSE,
 	        "[field_sort] unknown field [bogus]");
-	REQ_ERR("{\"track_total_hits\":-5}", CM_EVALIDATE,
-	        "Validation Failed: 1: [track_total_hits] parameter must be positive or equals to -1, "
-	        "got -5;");
+	REQ_ERR(
+	    "{\"track_total_hits\":-5}", CM_EVALIDATE,
+	    "Validation Failed: 1: [track_total_hits] parameter must be positive or equals to -1, "
+	    "got -5;");
 	REQ_ERR("{\"query\":{\"foo\":{}}}", CM_EPARSE, "unknown query [foo]");
 	REQ_ERR("{\"_source\":{\"includes\":\"a\",\"what\":1}}", CM_EPARSE,
 	        "Unknown key for a VALUE_NUMBER in [what].");
@@ -784,8 +810,8 @@ test_request(void)
 	sr_request_init(&r);
 	memset(&err, 0, sizeof(err));
 	CHECK(sr_request_sort_param(&r, "age:desc,name,_score", &err) == CM_OK);
-	CHECK(r.nsort == 3 && r.sort[0].desc && !strcmp(r.sort[0].field, "age") && !r.sort[1].desc &&
-	      r.sort[2].kind == SR_SORT_SCORE && r.sort[2].desc);
+	CHECK(r.nsort == 3 && r.sort[0].desc && !strcmp(r.sort[0].field, "age") &&
+	      !r.sort[1].desc && r.sort[2].kind == SR_SORT_SCORE && r.sort[2].desc);
 	CHECK(sr_request_source_params(&r, "false", NULL, NULL, &err) == CM_OK && !r.fetch_source);
 	CHECK(sr_request_source_params(&r, NULL, "a,b.*", "b.c", &err) == CM_OK && r.fetch_source &&
 	      r.nincludes == 2 && r.nexcludes == 1);
@@ -830,11 +856,11 @@ filt(const char *src, const char *inc, const char *exc)
 	return result;
 }
 
-#define FILT(src, inc, exc, want)                                                         \
-	do {                                                                              \
-		const char *got_ = filt(src, inc, exc);                                   \
-		CHECKF(!strcmp(got_, want), "%s inc=%s exc=%s\n   got  %s\n   want %s", src, \
-		       inc ? inc : "-", exc ? exc : "-", got_, want);                     \
+#define FILT(src, inc, exc, want)                                                                  \
+	do {                                                                                       \
+		const char *got_ = filt(src, inc, exc);                                            \
+		CHECKF(!strcmp(got_, want), "%s inc=%s exc=%s\n   got  %s\n   want %s", src,       \
+		       inc ? inc : "-", exc ? exc : "-", got_, want);                              \
 	} while (0)
 
 static void
@@ -858,16 +884,19 @@ test_source_filter(void)
 	FILT(doc, "list", NULL, "{\"list\":[{\"a\":1,\"b\":2},{\"b\":3},5]}");
 	FILT(doc, "missing", NULL, "{}");
 	FILT(doc, "name.first.more", NULL, "{}");
-	FILT(doc, NULL, "name", "{\"firstName\":\"x\",\"age\":1.50,\"tags\":[\"a\",\"b\"],\"obj\":{"
-	                        "\"sub\":{\"deep\":1,\"other\":2}},\"list\":[{\"a\":1,\"b\":2},{"
-	                        "\"b\":3},5]}");
+	FILT(doc, NULL, "name",
+	     "{\"firstName\":\"x\",\"age\":1.50,\"tags\":[\"a\",\"b\"],\"obj\":{"
+	     "\"sub\":{\"deep\":1,\"other\":2}},\"list\":[{\"a\":1,\"b\":2},{"
+	     "\"b\":3},5]}");
 	FILT(doc, NULL, "*", "{}");
 	FILT(doc, "obj", "obj.sub.other", "{\"obj\":{\"sub\":{\"deep\":1}}}");
 	FILT(doc, "obj,age", "obj.sub.*", "{\"age\":1.50,\"obj\":{\"sub\":{}}}");
-	FILT(doc, "name,list", "*.b", "{\"name\":{\"first\":\"A\",\"last\":\"B\"},\"list\":[{\"a\":1},5]}");
-	FILT(doc, NULL, "list.a,tags", "{\"name\":{\"first\":\"A\",\"last\":\"B\"},\"firstName\":"
-	                               "\"x\",\"age\":1.50,\"obj\":{\"sub\":{\"deep\":1,\"other\":2}},"
-	                               "\"list\":[{\"b\":2},{\"b\":3},5]}");
+	FILT(doc, "name,list", "*.b",
+	     "{\"name\":{\"first\":\"A\",\"last\":\"B\"},\"list\":[{\"a\":1},5]}");
+	FILT(doc, NULL, "list.a,tags",
+	     "{\"name\":{\"first\":\"A\",\"last\":\"B\"},\"firstName\":"
+	     "\"x\",\"age\":1.50,\"obj\":{\"sub\":{\"deep\":1,\"other\":2}},"
+	     "\"list\":[{\"b\":2},{\"b\":3},5]}");
 	/* dotted keys in the source are paths too */
 	FILT("{\"a.b\":1,\"a\":{\"c\":2}}", "a.b", NULL, "{\"a.b\":1}");
 	FILT("{\"a.b\":1,\"a\":{\"c\":2}}", "a", NULL, "{\"a.b\":1,\"a\":{\"c\":2}}");
@@ -958,8 +987,10 @@ test_merge_scored(void)
 	                                      {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
 	char *first = merge_scored(orders[0], 3, "{\"size\":4}", false);
 	const char *want =
-	    "{\"took\":3,\"timed_out\":false,\"_shards\":{\"total\":3,\"successful\":3,\"skipped\":0,"
-	    "\"failed\":0},\"hits\":{\"total\":{\"value\":21,\"relation\":\"eq\"},\"max_score\":5.5,"
+	    "{\"took\":3,\"timed_out\":false,\"_shards\":{\"total\":3,\"successful\":3,\"skipped\":"
+	    "0,"
+	    "\"failed\":0},\"hits\":{\"total\":{\"value\":21,\"relation\":\"eq\"},\"max_score\":5."
+	    "5,"
 	    "\"hits\":["
 	    "{\"_index\":\"idx\",\"_type\":\"_doc\",\"_id\":\"s1d0\",\"_score\":5.5,\"_source\":{"
 	    "\"id\":\"s1d0\"}},"
@@ -979,7 +1010,8 @@ test_merge_scored(void)
 
 	/* pagination: from 2, size 3 over the same 15 hits */
 	char *page = merge_scored(orders[3], 3, "{\"from\":2,\"size\":3}", false);
-	CHECKF(strstr(page, "\"hits\":[{\"_index\":\"idx\",\"_type\":\"_doc\",\"_id\":\"s2d0\"") != NULL,
+	CHECKF(strstr(page, "\"hits\":[{\"_index\":\"idx\",\"_type\":\"_doc\",\"_id\":\"s2d0\"") !=
+	           NULL,
 	       "%s", page);
 	CHECK(strstr(page, "\"_id\":\"s1d1\"") && strstr(page, "\"_id\":\"s0d1\"") &&
 	      !strstr(page, "\"_id\":\"s2d1\""));
@@ -1048,8 +1080,8 @@ test_merge_per_node(void)
 		cm_buf out;
 		cm_buf_init(&out, CM_MEM_SEARCH);
 		sr_merger_render(top, 3, &out);
-		CHECKF(out.len == strlen(want) && !memcmp(out.data, want, out.len), "\n got  %.*s\n want %s",
-		       (int)out.len, (const char *)out.data, want);
+		CHECKF(out.len == strlen(want) && !memcmp(out.data, want, out.len),
+		       "\n got  %.*s\n want %s", (int)out.len, (const char *)out.data, want);
 		cm_buf_free(&out);
 		sr_merger_destroy(a);
 		sr_merger_destroy(b);
@@ -1087,7 +1119,8 @@ static void
 test_merge_field_sort(void)
 {
 	/* sort by price asc (missing last), then _score: values given by the shards */
-	const char *req_json = "{\"sort\":[{\"price\":{\"order\":\"asc\"}},\"_score\"],\"size\":10}";
+	const char *req_json =
+	    "{\"sort\":[{\"price\":{\"order\":\"asc\"}},\"_score\"],\"size\":10}";
 	static const uint32_t orders[3][2] = {{0, 1}, {1, 0}, {0, 1}};
 	char *outs[2];
 	for (int o = 0; o < 2; o++) {
@@ -1111,7 +1144,8 @@ test_merge_field_sort(void)
 				snprintf(id, sizeof(id), "s%ud%u", s, d);
 				res.hits[d] = mkhit(s, d, 1.0f + (float)d, id);
 				res.hits[d].nsort = 2;
-				res.hits[d].sort = cm_calloc(CM_MEM_SEARCH, 2, sizeof(sr_sort_value));
+				res.hits[d].sort =
+				    cm_calloc(CM_MEM_SEARCH, 2, sizeof(sr_sort_value));
 				if (d == 2 && s == 0)
 					res.hits[d].sort[0].type = SR_SV_NULL; /* missing */
 				else {
@@ -1186,7 +1220,8 @@ test_merge_field_sort(void)
 	cm_buf_init(&out, CM_MEM_SEARCH);
 	sr_merger_render(m, 0, &out);
 	const char *want =
-	    "\"hits\":[{\"_index\":\"k\",\"_type\":\"_doc\",\"_id\":\"1\",\"_version\":3,\"_seq_no\":8,"
+	    "\"hits\":[{\"_index\":\"k\",\"_type\":\"_doc\",\"_id\":\"1\",\"_version\":3,\"_seq_"
+	    "no\":8,"
 	    "\"_primary_term\":1,\"_score\":null,\"_source\":{\"id\":\"1\"},\"sort\":[null]},"
 	    "{\"_index\":\"k\",\"_type\":\"_doc\",\"_id\":\"2\",\"_version\":3,\"_seq_no\":9,"
 	    "\"_primary_term\":1,\"_score\":null,\"_source\":{\"id\":\"2\"},\"sort\":[\"zebra\"]},"
@@ -1223,7 +1258,8 @@ test_merge_misc(void)
 	/* identical failures are grouped (one entry) as ES does */
 	CHECKF(strstr((const char *)out.data,
 	              "\"failed\":2,\"failures\":[{\"shard\":0,\"index\":\"a\",\"node\":\"node-0\","
-	              "\"reason\":{\"type\":\"parsing_exception\",\"reason\":\"bad thing\"}}]}") != NULL,
+	              "\"reason\":{\"type\":\"parsing_exception\",\"reason\":\"bad thing\"}}]}") !=
+	           NULL,
 	       "%.*s", (int)out.len, (const char *)out.data);
 	cm_buf_free(&out);
 	sr_merger_destroy(m);
@@ -1236,9 +1272,10 @@ test_merge_misc(void)
 	CHECK(sr_merger_reduce(m, &err) == CM_OK);
 	cm_buf_init(&out, CM_MEM_SEARCH);
 	sr_merger_render(m, 2, &out);
-	const char *want = "{\"took\":2,\"timed_out\":false,\"_shards\":{\"total\":0,\"successful\":0,"
-	                   "\"skipped\":0,\"failed\":0},\"hits\":{\"total\":{\"value\":0,\"relation\":"
-	                   "\"eq\"},\"max_score\":null,\"hits\":[]}}";
+	const char *want =
+	    "{\"took\":2,\"timed_out\":false,\"_shards\":{\"total\":0,\"successful\":0,"
+	    "\"skipped\":0,\"failed\":0},\"hits\":{\"total\":{\"value\":0,\"relation\":"
+	    "\"eq\"},\"max_score\":null,\"hits\":[]}}";
 	CHECKF(out.len == strlen(want) && !memcmp(out.data, want, out.len), "%.*s", (int)out.len,
 	       (const char *)out.data);
 	cm_buf_free(&out);
@@ -1275,8 +1312,8 @@ test_merge_misc(void)
 	sr_request_free(&req);
 
 	/* aggregations: empty partials from each shard merge and render */
-	REQUIRE(req_parse("{\"size\":0,\"aggs\":{\"hi\":{\"max\":{\"field\":\"n\"}}}}", &req, &err) ==
-	        CM_OK);
+	REQUIRE(req_parse("{\"size\":0,\"aggs\":{\"hi\":{\"max\":{\"field\":\"n\"}}}}", &req,
+	                  &err) == CM_OK);
 	char *outs[2];
 	for (int o = 0; o < 2; o++) {
 		m = sr_merger_create(&req, 3);
@@ -1294,7 +1331,8 @@ test_merge_misc(void)
 		cm_buf_free(&out);
 		sr_merger_destroy(m);
 	}
-	CHECKF(strstr(outs[0], ",\"aggregations\":{\"hi\":{\"value\":null}}}") != NULL, "%s", outs[0]);
+	CHECKF(strstr(outs[0], ",\"aggregations\":{\"hi\":{\"value\":null}}}") != NULL, "%s",
+	       outs[0]);
 	CHECK(!strcmp(outs[0], outs[1]));
 	free(outs[0]);
 	free(outs[1]);
@@ -1470,8 +1508,8 @@ random_value(int depth)
 static void
 test_source_filter_model(void)
 {
-	static const char *pats[] = {"a",   "b",   "a.b", "a.*", "*b",  "*",   "b.c",
-	                             "a*",  "*.c", "c",   "ab",  "a.b.c", "*.a1", "bc.*"};
+	static const char *pats[] = {"a",  "b",   "a.b", "a.*", "*b",    "*",    "b.c",
+	                             "a*", "*.c", "c",   "ab",  "a.b.c", "*.a1", "bc.*"};
 	int mismatches = 0;
 	for (int iter = 0; iter < 3000; iter++) {
 		cJSON *doc = cJSON_CreateObject();
@@ -1557,11 +1595,12 @@ test_merge_model(void)
 		ref_missing_first = rnd(2);
 		uint32_t from = rnd(8), size = rnd(12);
 		char body[256];
-		snprintf(body, sizeof(body),
-		         ref_by_field ? "{\"from\":%u,\"size\":%u,\"sort\":[{\"v\":{\"order\":\"%s\","
-		                        "\"missing\":\"%s\"}}]}"
-		                      : "{\"from\":%u,\"size\":%u}",
-		         from, size, ref_desc ? "desc" : "asc", ref_missing_first ? "_first" : "_last");
+		snprintf(
+		    body, sizeof(body),
+		    ref_by_field ? "{\"from\":%u,\"size\":%u,\"sort\":[{\"v\":{\"order\":\"%s\","
+		                   "\"missing\":\"%s\"}}]}"
+		                 : "{\"from\":%u,\"size\":%u}",
+		    from, size, ref_desc ? "desc" : "asc", ref_missing_first ? "_first" : "_last");
 		sr_request req;
 		cm_error err;
 		REQUIRE(req_parse(body, &req, &err) == CM_OK);
@@ -1588,8 +1627,10 @@ test_merge_model(void)
 				res[s].hits[d] = mkhit(s, h->doc, h->score, id);
 				if (ref_by_field) {
 					res[s].hits[d].nsort = 1;
-					res[s].hits[d].sort = cm_calloc(CM_MEM_SEARCH, 1, sizeof(sr_sort_value));
-					res[s].hits[d].sort[0].type = h->has_v ? SR_SV_LONG : SR_SV_NULL;
+					res[s].hits[d].sort =
+					    cm_calloc(CM_MEM_SEARCH, 1, sizeof(sr_sort_value));
+					res[s].hits[d].sort[0].type =
+					    h->has_v ? SR_SV_LONG : SR_SV_NULL;
 					res[s].hits[d].sort[0].l = h->v;
 				}
 			}
@@ -1628,8 +1669,8 @@ test_merge_model(void)
 		snprintf(tot, sizeof(tot), "\"total\":{\"value\":%zu,\"relation\":\"eq\"}", nall);
 		if (strcmp(got, want) || !strstr((const char *)out.data, tot)) {
 			if (bad++ < 3)
-				fprintf(stderr, "merge model mismatch (%s):\n got  %s\n want %s\n", body, got,
-				        want);
+				fprintf(stderr, "merge model mismatch (%s):\n got  %s\n want %s\n",
+				        body, got, want);
 		}
 		cm_buf_free(&out);
 		sr_merger_destroy(m);
@@ -1641,11 +1682,11 @@ test_merge_model(void)
 int
 main(void)
 {
-	void (*tests[])(void) = {test_leaf_queries,    test_match_family,     test_compound,
-	                         test_errors,          test_query_string,     test_query_string_dsl,
-	                         test_request,         test_source_filter,    test_merge_scored,
-	                         test_merge_field_sort, test_merge_misc, test_source_filter_model,
-	                         test_merge_model,     test_merge_per_node};
+	void (*tests[])(void) = {
+	    test_leaf_queries, test_match_family,     test_compound,   test_errors,
+	    test_query_string, test_query_string_dsl, test_request,    test_source_filter,
+	    test_merge_scored, test_merge_field_sort, test_merge_misc, test_source_filter_model,
+	    test_merge_model,  test_merge_per_node};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		tests[i]();
 		/* every allocation made by the code under test is returned */

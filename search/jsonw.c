@@ -21,13 +21,27 @@ sr_jw_str(cm_buf *b, const char *s, size_t n)
 		run = i + 1;
 		char esc[7] = {'\\', 0};
 		switch (c) {
-		case '"': esc[1] = '"'; break;
-		case '\\': esc[1] = '\\'; break;
-		case '\n': esc[1] = 'n'; break;
-		case '\r': esc[1] = 'r'; break;
-		case '\t': esc[1] = 't'; break;
-		case '\b': esc[1] = 'b'; break;
-		case '\f': esc[1] = 'f'; break;
+		case '"':
+			esc[1] = '"';
+			break;
+		case '\\':
+			esc[1] = '\\';
+			break;
+		case '\n':
+			esc[1] = 'n';
+			break;
+		case '\r':
+			esc[1] = 'r';
+			break;
+		case '\t':
+			esc[1] = 't';
+			break;
+		case '\b':
+			esc[1] = 'b';
+			break;
+		case '\f':
+			esc[1] = 'f';
+			break;
 		default:
 			memcpy(esc, "\\u00", 4);
 			esc[4] = hex[c >> 4];

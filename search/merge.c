@@ -578,8 +578,10 @@ sr_merger_render(sr_merger *m, uint64_t took_ms, cm_buf *out)
 	cm_buf_printf(out, "{\"took\":%llu,\"timed_out\":%s", (unsigned long long)took_ms,
 	              m->timed_out ? "true" : "false");
 	if (req->terminate_after)
-		cm_buf_printf(out, ",\"terminated_early\":%s", m->terminated_early ? "true" : "false");
-	cm_buf_printf(out, ",\"_shards\":{\"total\":%zu,\"successful\":%zu,\"skipped\":0,\"failed\":%zu",
+		cm_buf_printf(out, ",\"terminated_early\":%s",
+		              m->terminated_early ? "true" : "false");
+	cm_buf_printf(out,
+	              ",\"_shards\":{\"total\":%zu,\"successful\":%zu,\"skipped\":0,\"failed\":%zu",
 	              m->expected, m->nsuccess, m->nfails);
 	if (m->nfails)
 		render_failures(m, out);
@@ -587,7 +589,8 @@ sr_merger_render(sr_merger *m, uint64_t took_ms, cm_buf *out)
 	if (req->track_total_hits != 0) {
 		uint64_t value = m->total;
 		bool gte = m->total_gte;
-		if (req->track_total_hits != SR_TRACK_ALL && value > (uint64_t)req->track_total_hits) {
+		if (req->track_total_hits != SR_TRACK_ALL &&
+		    value > (uint64_t)req->track_total_hits) {
 			value = (uint64_t)req->track_total_hits;
 			gte = true;
 		}

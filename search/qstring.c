@@ -143,8 +143,8 @@ typedef enum {
 	TK_LPAREN,
 	TK_RPAREN,
 	TK_COLON,
-	TK_BOOST,  /* ^N */
-	TK_FUZZY,  /* ~ or ~N */
+	TK_BOOST, /* ^N */
+	TK_FUZZY, /* ~ or ~N */
 	TK_TERM,
 	TK_QUOTED,
 	TK_REGEX,
@@ -154,13 +154,13 @@ typedef enum {
 
 typedef struct tok {
 	tk_type type;
-	size_t end;      /* input offset after the token */
-	char *text;      /* TERM/QUOTED/REGEX: unescaped text */
-	char *pattern;   /* TERM with wildcards: text with \-escapes kept for * ? \ */
-	bool wild;       /* TERM: an unescaped * or ? */
-	bool escaped;    /* TERM: some character was escaped */
-	bool has_num;    /* FUZZY */
-	double num;      /* BOOST / FUZZY */
+	size_t end;    /* input offset after the token */
+	char *text;    /* TERM/QUOTED/REGEX: unescaped text */
+	char *pattern; /* TERM with wildcards: text with \-escapes kept for * ? \ */
+	bool wild;     /* TERM: an unescaped * or ? */
+	bool escaped;  /* TERM: some character was escaped */
+	bool has_num;  /* FUZZY */
+	double num;    /* BOOST / FUZZY */
 	/* RANGE */
 	char *lo, *hi;
 	bool incl_lo, incl_hi;
@@ -255,8 +255,9 @@ put_escaped(const char *s, size_t n, size_t i, sbuf *b, char *ch_out)
 		for (size_t k = i + 2; k < i + 6; k++) {
 			if (!isxdigit((unsigned char)s[k]))
 				return 0;
-			cp = cp * 16 + (unsigned)(isdigit((unsigned char)s[k]) ? s[k] - '0'
-			                                                     : (tolower((unsigned char)s[k]) - 'a' + 10));
+			cp = cp * 16 + (unsigned)(isdigit((unsigned char)s[k])
+			                              ? s[k] - '0'
+			                              : (tolower((unsigned char)s[k]) - 'a' + 10));
 		}
 		char u[4];
 		size_t un;
@@ -381,12 +382,24 @@ lex(const qp *p, size_t i, tok *t)
 	char ch = s[i];
 	t->end = i + 1;
 	switch (ch) {
-	case '(': t->type = TK_LPAREN; return;
-	case ')': t->type = TK_RPAREN; return;
-	case ':': t->type = TK_COLON; return;
-	case '+': t->type = TK_PLUS; return;
-	case '-': t->type = TK_MINUS; return;
-	case '!': t->type = TK_NOT; return;
+	case '(':
+		t->type = TK_LPAREN;
+		return;
+	case ')':
+		t->type = TK_RPAREN;
+		return;
+	case ':':
+		t->type = TK_COLON;
+		return;
+	case '+':
+		t->type = TK_PLUS;
+		return;
+	case '-':
+		t->type = TK_MINUS;
+		return;
+	case '!':
+		t->type = TK_NOT;
+		return;
 	case '^': {
 		size_t k = i + 1;
 		bool ok;
@@ -653,7 +666,8 @@ term_query(qp *p, const char *field, tok *t, bool fuzzy, bool fuzzy_num, double 
 			return on_fields(c, field, sr_query_new(SR_Q_EXISTS));
 		}
 		size_t len = strlen(t->pattern);
-		bool prefix = t->pattern[len - 1] == '*' && (len < 2 || t->pattern[len - 2] != '\\');
+		bool prefix =
+		    t->pattern[len - 1] == '*' && (len < 2 || t->pattern[len - 2] != '\\');
 		if (prefix)
 			for (size_t k = 0; k + 1 < len; k++) {
 				if (t->pattern[k] == '\\') {
@@ -689,7 +703,8 @@ term_query(qp *p, const char *field, tok *t, bool fuzzy, bool fuzzy_num, double 
 		const char *v = s + (eq ? 2 : 1);
 		if (*v) {
 			sr_query *q = sr_query_new(SR_Q_RANGE);
-			char **dst = s[0] == '>' ? (eq ? &q->gte : &q->gt) : (eq ? &q->lte : &q->lt);
+			char **dst =
+			    s[0] == '>' ? (eq ? &q->gte : &q->gt) : (eq ? &q->lte : &q->lt);
 			*dst = cm_strdup(T, v);
 			if (c->o->time_zone)
 				q->time_zone = cm_strdup(T, c->o->time_zone);
@@ -948,11 +963,13 @@ simple_flags(const char *s, unsigned *out, cm_error *err)
 	static const struct {
 		const char *name;
 		unsigned bit;
-	} names[] = {{"ALL", F_ALL},         {"NONE", 0},           {"AND", F_AND},
-	             {"NOT", F_NOT},         {"OR", F_OR},          {"PREFIX", F_PREFIX},
-	             {"PHRASE", F_PHRASE},   {"PRECEDENCE", F_PRECEDENCE},
-	             {"ESCAPE", F_ESCAPE},   {"WHITESPACE", F_WHITESPACE},
-	             {"FUZZY", F_FUZZY},     {"NEAR", F_NEAR},      {"SLOP", F_NEAR}};
+	} names[] = {{"ALL", F_ALL},       {"NONE", 0},
+	             {"AND", F_AND},       {"NOT", F_NOT},
+	             {"OR", F_OR},         {"PREFIX", F_PREFIX},
+	             {"PHRASE", F_PHRASE}, {"PRECEDENCE", F_PRECEDENCE},
+	             {"ESCAPE", F_ESCAPE}, {"WHITESPACE", F_WHITESPACE},
+	             {"FUZZY", F_FUZZY},   {"NEAR", F_NEAR},
+	             {"SLOP", F_NEAR}};
 	if (!s) {
 		*out = F_ALL;
 		return CM_OK;
@@ -973,8 +990,8 @@ simple_flags(const char *s, unsigned *out, cm_error *err)
 			if (strlen(names[i].name) == len && !strncasecmp(names[i].name, p, len))
 				break;
 		if (i == sizeof(names) / sizeof(names[0]))
-			return cm_error_set(err, CM_EINVAL, "Unknown simple_query_string flag [%.*s]",
-			                    (int)len, p);
+			return cm_error_set(err, CM_EINVAL,
+			                    "Unknown simple_query_string flag [%.*s]", (int)len, p);
 		if (names[i].bit == 0 && len == 4) /* NONE */
 			*out = 0;
 		else
@@ -991,7 +1008,7 @@ typedef struct sstate {
 	size_t index, length;
 	sr_query *top;
 	int cur_op, prev_op; /* -1 = none */
-	int not;
+	int not ;
 } sstate;
 
 typedef struct sp {
@@ -1106,8 +1123,11 @@ consume_sub(sp *p, sstate *st)
 		st->cur_op = -1;
 		st->index++;
 	} else {
-		sstate sub = {.data = st->data, .index = start, .length = st->index,
-		              .cur_op = -1, .prev_op = -1};
+		sstate sub = {.data = st->data,
+		              .index = start,
+		              .length = st->index,
+		              .cur_op = -1,
+		              .prev_op = -1};
 		if (p->depth < MAX_DEPTH) {
 			p->depth++;
 			s_parse_sub(p, &sub);
@@ -1230,7 +1250,7 @@ s_parse_sub(sp *p, sstate *st)
 				st->cur_op = OCC_SHOULD;
 			st->index++;
 		} else if (ch == '-' && (p->flags & F_NOT)) {
-			st->not++;
+			st->not ++;
 			st->index++;
 			continue; /* the not applies to what follows */
 		} else if ((ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') &&
@@ -1264,12 +1284,16 @@ simple_parse(qs_ctx *c, const char *text, unsigned flags, sr_query **out)
 /* ---- public entry points ---- */
 
 cm_err
-sr_query_string_parse(const char *text, const char *default_field, bool default_and,
-                      sr_query **out, cm_error *err)
+sr_query_string_parse(const char *text, const char *default_field, bool default_and, sr_query **out,
+                      cm_error *err)
 {
 	char *f = (char *)(default_field ? default_field : "*");
-	qs_opts o = {.fields = &f, .nfields = 1, .default_and = default_and,
-	             .fuzziness = "AUTO", .max_expansions = 50, .transpositions = true,
+	qs_opts o = {.fields = &f,
+	             .nfields = 1,
+	             .default_and = default_and,
+	             .fuzziness = "AUTO",
+	             .max_expansions = 50,
+	             .transpositions = true,
 	             .max_det_states = 10000};
 	qs_ctx c = {.o = &o, .err = err};
 	return classic_parse(&c, text ? text : "", out);

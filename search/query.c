@@ -12,9 +12,9 @@
 #include "sr.h"
 
 #define T CM_MEM_SEARCH
-#define MAX_DEPTH 100       /* nesting bound: a deep query must not blow the stack */
-#define MAX_CLAUSES 1024    /* indices.query.bool.max_clause_count */
-#define MAX_TERMS 65536     /* index.max_terms_count */
+#define MAX_DEPTH 100    /* nesting bound: a deep query must not blow the stack */
+#define MAX_CLAUSES 1024 /* indices.query.bool.max_clause_count */
+#define MAX_TERMS 65536  /* index.max_terms_count */
 
 sr_query *
 sr_query_new(sr_query_kind kind)
@@ -42,9 +42,14 @@ sr_query_free(sr_query *q)
 {
 	if (!q)
 		return;
-	char **strs[] = {&q->field, &q->name, &q->value, &q->gt, &q->gte, &q->lt, &q->lte,
-	                 &q->format, &q->time_zone, &q->minimum_should_match, &q->fuzziness,
-	                 &q->analyzer, &q->multi_type, &q->default_field, &q->flags};
+	char **strs[] = {&q->field,      &q->name,
+	                 &q->value,      &q->gt,
+	                 &q->gte,        &q->lt,
+	                 &q->lte,        &q->format,
+	                 &q->time_zone,  &q->minimum_should_match,
+	                 &q->fuzziness,  &q->analyzer,
+	                 &q->multi_type, &q->default_field,
+	                 &q->flags};
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
 		cm_free(T, *strs[i]);
 	for (size_t i = 0; i < q->nvalues; i++)
@@ -65,10 +70,26 @@ const char *
 sr_query_kind_name(sr_query_kind k)
 {
 	static const char *names[] = {
-	    "match_all", "match_none", "term",  "terms",  "ids",
-	    "exists",    "range",      "prefix", "wildcard", "regexp",
-	    "fuzzy",     "match",      "match_phrase", "match_phrase_prefix", "multi_match",
-	    "bool",      "constant_score", "dis_max", "boosting", "query_string",
+	    "match_all",
+	    "match_none",
+	    "term",
+	    "terms",
+	    "ids",
+	    "exists",
+	    "range",
+	    "prefix",
+	    "wildcard",
+	    "regexp",
+	    "fuzzy",
+	    "match",
+	    "match_phrase",
+	    "match_phrase_prefix",
+	    "multi_match",
+	    "bool",
+	    "constant_score",
+	    "dis_max",
+	    "boosting",
+	    "query_string",
 	    "simple_query_string",
 	};
 	if ((size_t)k < sizeof(names) / sizeof(names[0]))
@@ -100,9 +121,14 @@ sr_query_clone(const sr_query *q)
 		return NULL;
 	sr_query *c = cm_malloc(T, sizeof(*c));
 	*c = *q;
-	char **strs[] = {&c->field, &c->name, &c->value, &c->gt, &c->gte, &c->lt, &c->lte,
-	                 &c->format, &c->time_zone, &c->minimum_should_match, &c->fuzziness,
-	                 &c->analyzer, &c->multi_type, &c->default_field, &c->flags};
+	char **strs[] = {&c->field,      &c->name,
+	                 &c->value,      &c->gt,
+	                 &c->gte,        &c->lt,
+	                 &c->lte,        &c->format,
+	                 &c->time_zone,  &c->minimum_should_match,
+	                 &c->fuzziness,  &c->analyzer,
+	                 &c->multi_type, &c->default_field,
+	                 &c->flags};
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
 		*strs[i] = dup_or_null(*strs[i]);
 	if (q->nvalues) {
@@ -180,8 +206,8 @@ scalar_text(pctx *c, const char *qname, const char *key, const cJSON *v, char **
 		*out = cm_strdup(T, cJSON_IsTrue(v) ? "true" : "false");
 		return CM_OK;
 	}
-	return cm_error_set(c->err, CM_EPARSE, "[%s] query does not support [%s] of type %s",
-	                    qname, key, token_name(v));
+	return cm_error_set(c->err, CM_EPARSE, "[%s] query does not support [%s] of type %s", qname,
+	                    key, token_name(v));
 }
 
 static cm_err
@@ -211,8 +237,9 @@ get_float(pctx *c, const char *qname, const cJSON *v, float *out)
 			return CM_OK;
 		}
 	}
-	return cm_error_set(c->err, CM_EPARSE, "[%s] failed to parse [%s]: expected a number, found %s",
-	                    qname, v->string ? v->string : "?", token_name(v));
+	return cm_error_set(c->err, CM_EPARSE,
+	                    "[%s] failed to parse [%s]: expected a number, found %s", qname,
+	                    v->string ? v->string : "?", token_name(v));
 }
 
 static cm_err
@@ -245,7 +272,8 @@ get_bool(pctx *c, const char *qname, const cJSON *v, bool *out)
 		*out = cJSON_IsTrue(v);
 		return CM_OK;
 	}
-	if (cJSON_IsString(v) && (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false"))) {
+	if (cJSON_IsString(v) &&
+	    (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false"))) {
 		*out = v->valuestring[0] == 't';
 		return CM_OK;
 	}
@@ -310,9 +338,8 @@ zero_terms_param(pctx *c, const char *qname, const cJSON *v, sr_query *q)
 		q->zero_terms_all = true;
 		return CM_OK;
 	}
-	return cm_error_set(c->err, CM_EPARSE,
-	                    "[%s] Unsupported zero_terms_query value [%s]", qname,
-	                    cJSON_IsString(v) ? v->valuestring : token_name(v));
+	return cm_error_set(c->err, CM_EPARSE, "[%s] Unsupported zero_terms_query value [%s]",
+	                    qname, cJSON_IsString(v) ? v->valuestring : token_name(v));
 }
 
 static cm_err
@@ -327,8 +354,8 @@ fuzziness_param(pctx *c, const char *qname, const cJSON *v, sr_query *q)
 	if (!strncasecmp(s, "AUTO", 4)) {
 		int lo, hi;
 		char tail;
-		ok = s[4] == '\0' || (sscanf(s + 4, ":%d,%d%c", &lo, &hi, &tail) == 2 && lo >= 0 &&
-		                      hi >= lo);
+		ok = s[4] == '\0' ||
+		     (sscanf(s + 4, ":%d,%d%c", &lo, &hi, &tail) == 2 && lo >= 0 && hi >= lo);
 		if (ok)
 			memcpy(s, "AUTO", 4);
 	} else {
@@ -382,14 +409,16 @@ single_field(pctx *c, const char *qname, const cJSON *body, bool allow_outer_com
 			return unsupported(c, qname, v);
 		}
 		if (f) {
-			return cm_error_set(c->err, CM_EPARSE,
-			                    "[%s] query doesn't support multiple fields, found [%s] and [%s]",
-			                    qname, f->string, v->string);
+			return cm_error_set(
+			    c->err, CM_EPARSE,
+			    "[%s] query doesn't support multiple fields, found [%s] and [%s]",
+			    qname, f->string, v->string);
 		}
 		f = v;
 	}
 	if (!f)
-		return cm_error_set(c->err, CM_EPARSE, "[%s] query malformed, no field specified", qname);
+		return cm_error_set(c->err, CM_EPARSE, "[%s] query malformed, no field specified",
+		                    qname);
 	if (f->string[0] == '\0')
 		return cm_error_set(c->err, CM_EINVAL, "field name is null or empty");
 	q->field = cm_strdup(T, f->string);
@@ -411,9 +440,9 @@ parse_leaf(pctx *c, const char *qname, const char *value_key, const cJSON *body,
 		return rc;
 	if (!cJSON_IsObject(f)) {
 		if (cJSON_IsArray(f) || cJSON_IsNull(f))
-			return cm_error_set(c->err, CM_EPARSE, "[%s] query does not support %s for [%s]",
-			                    qname, cJSON_IsArray(f) ? "array of values" : "null values",
-			                    f->string);
+			return cm_error_set(
+			    c->err, CM_EPARSE, "[%s] query does not support %s for [%s]", qname,
+			    cJSON_IsArray(f) ? "array of values" : "null values", f->string);
 		return scalar_text(c, qname, f->string, f, &q->value);
 	}
 	for (const cJSON *v = f->child; v; v = v->next) {
@@ -423,12 +452,11 @@ parse_leaf(pctx *c, const char *qname, const char *value_key, const cJSON *body,
 				return rc;
 			continue;
 		}
-		if (is(v, value_key) ||
-		    (!strcmp(qname, "wildcard") && is(v, "wildcard"))) {
+		if (is(v, value_key) || (!strcmp(qname, "wildcard") && is(v, "wildcard"))) {
 			if (cJSON_IsObject(v) || cJSON_IsArray(v) || cJSON_IsNull(v))
 				return cm_error_set(c->err, CM_EPARSE,
-				                    "[%s] query does not support [%s] of type %s", qname,
-				                    v->string, token_name(v));
+				                    "[%s] query does not support [%s] of type %s",
+				                    qname, v->string, token_name(v));
 			if ((rc = set_str(c, qname, v, &q->value)))
 				return rc;
 			continue;
@@ -515,7 +543,8 @@ match_params(pctx *c, const char *qname, const cJSON *v, sr_query *q, bool *hand
 			return CM_OK; /* no synonyms; rewrite does not change results */
 		if (is(v, "cutoff_frequency"))
 			return cm_error_set(c->err, CM_EPARSE,
-			                    "[%s] query does not support [cutoff_frequency]", qname);
+			                    "[%s] query does not support [cutoff_frequency]",
+			                    qname);
 	}
 	*handled = false;
 	return CM_OK;
@@ -530,7 +559,8 @@ parse_range(pctx *c, const cJSON *body, sr_query *q)
 	if (rc)
 		return rc;
 	if (!cJSON_IsObject(f))
-		return cm_error_set(c->err, CM_EPARSE, "[range] query does not support [%s]", f->string);
+		return cm_error_set(c->err, CM_EPARSE, "[range] query does not support [%s]",
+		                    f->string);
 	/* from/to with include_lower/include_upper are the old spelling of
 	 * gte/lte; resolve them after all keys are read, as ES does. */
 	char *from = NULL, *to = NULL;
@@ -601,8 +631,10 @@ parse_range(pctx *c, const cJSON *body, sr_query *q)
 			if (!cJSON_IsString(v) || (strcasecmp(v->valuestring, "intersects") &&
 			                           strcasecmp(v->valuestring, "within") &&
 			                           strcasecmp(v->valuestring, "contains")))
-				rc = cm_error_set(c->err, CM_EPARSE, "[range] query does not support relation [%s]",
-				                  cJSON_IsString(v) ? v->valuestring : token_name(v));
+				rc = cm_error_set(c->err, CM_EPARSE,
+				                  "[range] query does not support relation [%s]",
+				                  cJSON_IsString(v) ? v->valuestring
+				                                    : token_name(v));
 			/* for single-valued points every relation selects the same docs */
 		} else
 			rc = unsupported(c, qn, v);
@@ -655,9 +687,10 @@ parse_clauses(pctx *c, const char *qname, const cJSON *v, sr_query ***list, size
 		                    v->string);
 	for (const cJSON *e = v->child; e; e = e->next) {
 		if (!cJSON_IsObject(e))
-			return cm_error_set(c->err, CM_EPARSE,
-			                    "[%s] query malformed, expected START_OBJECT in [%s] but found [%s]",
-			                    qname, v->string, token_name(e));
+			return cm_error_set(
+			    c->err, CM_EPARSE,
+			    "[%s] query malformed, expected START_OBJECT in [%s] but found [%s]",
+			    qname, v->string, token_name(e));
 		if ((rc = parse_query(c, e, &q)))
 			return rc;
 		if ((rc = push_clause(c, list, n, q)))
@@ -690,7 +723,8 @@ parse_bool(pctx *c, const cJSON *body, sr_query *q)
 			bool b;
 			rc = get_bool(c, "bool", v, &b);
 		} else if (cJSON_IsObject(v) || cJSON_IsArray(v))
-			rc = cm_error_set(c->err, CM_EPARSE, "[bool] query does not support [%s]", v->string);
+			rc = cm_error_set(c->err, CM_EPARSE, "[bool] query does not support [%s]",
+			                  v->string);
 		else
 			rc = unsupported(c, "bool", v);
 	}
@@ -701,8 +735,8 @@ static cm_err
 parse_inner(pctx *c, const cJSON *v, sr_query **dst)
 {
 	if (!cJSON_IsObject(v))
-		return cm_error_set(c->err, CM_EPARSE, "[%s] query malformed, expected START_OBJECT",
-		                    v->string);
+		return cm_error_set(c->err, CM_EPARSE,
+		                    "[%s] query malformed, expected START_OBJECT", v->string);
 	sr_query_free(*dst);
 	*dst = NULL;
 	return parse_query(c, v, dst);
@@ -721,11 +755,13 @@ parse_constant_score(pctx *c, const cJSON *body, sr_query *q)
 		if (is(v, "filter"))
 			rc = parse_inner(c, v, &q->inner);
 		else
-			rc = cm_error_set(c->err, CM_EPARSE, "[constant_score] query does not support [%s]",
-			                  v->string);
+			rc =
+			    cm_error_set(c->err, CM_EPARSE,
+			                 "[constant_score] query does not support [%s]", v->string);
 	}
 	if (!rc && !q->inner)
-		rc = cm_error_set(c->err, CM_EPARSE, "[constant_score] requires a 'filter' element");
+		rc =
+		    cm_error_set(c->err, CM_EPARSE, "[constant_score] requires a 'filter' element");
 	return rc;
 }
 
@@ -734,8 +770,8 @@ parse_dis_max(pctx *c, const cJSON *body, sr_query *q)
 {
 	cm_err rc = CM_OK;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]", "dis_max",
-		            token_name(body));
+		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]",
+		            "dis_max", token_name(body));
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		if (common_param(c, "dis_max", v, q, &rc))
 			continue;
@@ -744,8 +780,8 @@ parse_dis_max(pctx *c, const cJSON *body, sr_query *q)
 		else if (is(v, "tie_breaker"))
 			rc = get_float(c, "dis_max", v, &q->tie_breaker);
 		else
-			rc = cm_error_set(c->err, CM_EPARSE, "[dis_max] query does not support [%s]",
-			                  v->string);
+			rc = cm_error_set(c->err, CM_EPARSE,
+			                  "[dis_max] query does not support [%s]", v->string);
 	}
 	if (!rc && q->nqueries == 0)
 		rc = cm_error_set(c->err, CM_EPARSE,
@@ -759,8 +795,8 @@ parse_boosting(pctx *c, const cJSON *body, sr_query *q)
 	cm_err rc = CM_OK;
 	bool has_nb = false;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]", "boosting",
-		            token_name(body));
+		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]",
+		            "boosting", token_name(body));
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		if (common_param(c, "boosting", v, q, &rc))
 			continue;
@@ -772,15 +808,17 @@ parse_boosting(pctx *c, const cJSON *body, sr_query *q)
 			rc = get_float(c, "boosting", v, &q->negative_boost);
 			has_nb = true;
 		} else
-			rc = cm_error_set(c->err, CM_EPARSE, "[boosting] query does not support [%s]",
-			                  v->string);
+			rc = cm_error_set(c->err, CM_EPARSE,
+			                  "[boosting] query does not support [%s]", v->string);
 	}
 	if (rc)
 		return rc;
 	if (!q->inner)
-		return cm_error_set(c->err, CM_EPARSE, "[boosting] query requires 'positive' query");
+		return cm_error_set(c->err, CM_EPARSE,
+		                    "[boosting] query requires 'positive' query");
 	if (!q->negative)
-		return cm_error_set(c->err, CM_EPARSE, "[boosting] query requires 'negative' query");
+		return cm_error_set(c->err, CM_EPARSE,
+		                    "[boosting] query requires 'negative' query");
 	if (!has_nb || q->negative_boost < 0)
 		return cm_error_set(c->err, CM_EPARSE,
 		                    "[boosting] query requires 'negative_boost' to be set to be a "
@@ -800,16 +838,17 @@ value_array(pctx *c, const char *qname, const cJSON *arr, sr_query *q)
 {
 	int n = cJSON_GetArraySize(arr);
 	if (n > MAX_TERMS)
-		return cm_error_set(c->err, CM_EINVAL,
-		                    "The number of terms [%d] used in the Terms Query request has exceeded "
-		                    "the allowed maximum of [%d]. This maximum can be set by changing the "
-		                    "[index.max_terms_count] index level setting.",
-		                    n, MAX_TERMS);
+		return cm_error_set(
+		    c->err, CM_EINVAL,
+		    "The number of terms [%d] used in the Terms Query request has exceeded "
+		    "the allowed maximum of [%d]. This maximum can be set by changing the "
+		    "[index.max_terms_count] index level setting.",
+		    n, MAX_TERMS);
 	for (const cJSON *e = arr->child; e; e = e->next) {
 		char *s;
 		if (cJSON_IsNull(e) || cJSON_IsObject(e) || cJSON_IsArray(e))
-			return cm_error_set(c->err, CM_EPARSE, "[%s] %s values are not supported", qname,
-			                    cJSON_IsNull(e) ? "null" : "object or array");
+			return cm_error_set(c->err, CM_EPARSE, "[%s] %s values are not supported",
+			                    qname, cJSON_IsNull(e) ? "null" : "object or array");
 		cm_err rc = scalar_text(c, qname, arr->string, e, &s);
 		if (rc)
 			return rc;
@@ -824,17 +863,18 @@ parse_terms(pctx *c, const cJSON *body, sr_query *q)
 	cm_err rc = CM_OK;
 	const cJSON *f = NULL;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]", "terms",
-		            token_name(body));
+		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]",
+		            "terms", token_name(body));
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		if (common_param(c, "terms", v, q, &rc))
 			continue;
 		if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
 			if (f)
-				return cm_error_set(c->err, CM_EPARSE,
-				                    "[terms] query does not support multiple fields, found [%s] "
-				                    "and [%s]",
-				                    f->string, v->string);
+				return cm_error_set(
+				    c->err, CM_EPARSE,
+				    "[terms] query does not support multiple fields, found [%s] "
+				    "and [%s]",
+				    f->string, v->string);
 			f = v;
 		} else
 			rc = cm_error_set(c->err, CM_EPARSE, "[terms] query does not support [%s]",
@@ -845,8 +885,9 @@ parse_terms(pctx *c, const cJSON *body, sr_query *q)
 	if (!f)
 		return cm_error_set(c->err, CM_EINVAL, "No value specified for terms query");
 	if (cJSON_IsObject(f))
-		return cm_error_set(c->err, CM_EINVAL,
-		                    "[terms] query lookup (terms from another document) is not supported");
+		return cm_error_set(
+		    c->err, CM_EINVAL,
+		    "[terms] query lookup (terms from another document) is not supported");
 	q->field = cm_strdup(T, f->string);
 	return value_array(c, "terms", f, q);
 }
@@ -863,13 +904,16 @@ parse_ids(pctx *c, const cJSON *body, sr_query *q)
 			continue;
 		if (is(v, "values")) {
 			if (!cJSON_IsArray(v))
-				return cm_error_set(c->err, CM_EPARSE, "[ids] query does not support [values] of type %s",
-				                    token_name(v));
+				return cm_error_set(
+				    c->err, CM_EPARSE,
+				    "[ids] query does not support [values] of type %s",
+				    token_name(v));
 			rc = value_array(c, "ids", v, q);
 		} else if (is(v, "type") || is(v, "types"))
 			continue; /* mapping types are gone; ES 7 only warns */
 		else
-			rc = cm_error_set(c->err, CM_EPARSE, "[ids] query does not support [%s]", v->string);
+			rc = cm_error_set(c->err, CM_EPARSE, "[ids] query does not support [%s]",
+			                  v->string);
 	}
 	return rc;
 }
@@ -879,8 +923,8 @@ parse_exists(pctx *c, const cJSON *body, sr_query *q)
 {
 	cm_err rc = CM_OK;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]", "exists",
-		            token_name(body));
+		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]",
+		            "exists", token_name(body));
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		if (common_param(c, "exists", v, q, &rc))
 			continue;
@@ -922,8 +966,9 @@ push_field(pctx *c, const char *qname, const char *spec, sr_query *q)
 		char *end;
 		boost = strtof(caret + 1, &end);
 		if (end == caret + 1 || *end != '\0')
-			return cm_error_set(c->err, CM_EPARSE, "[%s] failed to parse field boost in [%s]",
-			                    qname, spec);
+			return cm_error_set(c->err, CM_EPARSE,
+			                    "[%s] failed to parse field boost in [%s]", qname,
+			                    spec);
 		n = (size_t)(caret - spec);
 	}
 	if (q->nvalues >= 1024)
@@ -940,11 +985,13 @@ fields_param(pctx *c, const char *qname, const cJSON *v, sr_query *q)
 	if (cJSON_IsString(v))
 		return push_field(c, qname, v->valuestring, q);
 	if (!cJSON_IsArray(v))
-		return cm_error_set(c->err, CM_EPARSE, "[%s] query does not support [fields] of type %s",
-		                    qname, token_name(v));
+		return cm_error_set(c->err, CM_EPARSE,
+		                    "[%s] query does not support [fields] of type %s", qname,
+		                    token_name(v));
 	for (const cJSON *e = v->child; e; e = e->next) {
 		if (!cJSON_IsString(e))
-			return cm_error_set(c->err, CM_EPARSE, "[%s] query does not support [fields] of type %s",
+			return cm_error_set(c->err, CM_EPARSE,
+			                    "[%s] query does not support [fields] of type %s",
 			                    qname, token_name(e));
 		cm_err rc = push_field(c, qname, e->valuestring, q);
 		if (rc)
@@ -987,9 +1034,10 @@ parse_multi_match(pctx *c, const cJSON *body, sr_query *q)
 				if (cJSON_IsString(v) && !strcasecmp(v->valuestring, types[i]))
 					break;
 			if (i == 5)
-				return cm_error_set(c->err, CM_EPARSE,
-				                    "failed to parse [multi_match] query type [%s]. unknown type.",
-				                    cJSON_IsString(v) ? v->valuestring : token_name(v));
+				return cm_error_set(
+				    c->err, CM_EPARSE,
+				    "failed to parse [multi_match] query type [%s]. unknown type.",
+				    cJSON_IsString(v) ? v->valuestring : token_name(v));
 			/* cross_fields blends term statistics across fields; the
 			 * executor scores it as most_fields (documented difference). */
 			cm_free(T, q->multi_type);
@@ -1003,8 +1051,8 @@ parse_multi_match(pctx *c, const cJSON *body, sr_query *q)
 		else if ((rc = match_params(c, "match", v, q, &handled)) || handled)
 			continue;
 		else
-			rc = cm_error_set(c->err, CM_EPARSE, "[multi_match] query does not support [%s]",
-			                  v->string);
+			rc = cm_error_set(c->err, CM_EPARSE,
+			                  "[multi_match] query does not support [%s]", v->string);
 	}
 	if (rc)
 		return rc;
@@ -1012,7 +1060,8 @@ parse_multi_match(pctx *c, const cJSON *body, sr_query *q)
 		return cm_error_set(c->err, CM_EINVAL, "No text specified for multi_match query");
 	if (!q->multi_type)
 		q->multi_type = cm_strdup(T, "best_fields");
-	if (q->fuzziness && (!strcmp(q->multi_type, "phrase") || !strcmp(q->multi_type, "phrase_prefix")))
+	if (q->fuzziness &&
+	    (!strcmp(q->multi_type, "phrase") || !strcmp(q->multi_type, "phrase_prefix")))
 		return cm_error_set(c->err, CM_EPARSE, "Fuzziness not allowed for type [%s]",
 		                    q->multi_type);
 	default_all_fields(q);
@@ -1025,12 +1074,21 @@ parse_multi_match(pctx *c, const cJSON *body, sr_query *q)
 static bool
 ignored_qs_param(const cJSON *v)
 {
-	static const char *names[] = {"allow_leading_wildcard", "analyze_wildcard",
+	static const char *names[] = {"allow_leading_wildcard",
+	                              "analyze_wildcard",
 	                              "auto_generate_synonyms_phrase_query",
-	                              "enable_position_increments", "escape", "rewrite",
-	                              "fuzzy_rewrite", "quote_analyzer", "quote_field_suffix",
-	                              "split_on_whitespace", "auto_generate_phrase_queries",
-	                              "all_fields", "use_dis_max", "locale", "lowercase_expanded_terms"};
+	                              "enable_position_increments",
+	                              "escape",
+	                              "rewrite",
+	                              "fuzzy_rewrite",
+	                              "quote_analyzer",
+	                              "quote_field_suffix",
+	                              "split_on_whitespace",
+	                              "auto_generate_phrase_queries",
+	                              "all_fields",
+	                              "use_dis_max",
+	                              "locale",
+	                              "lowercase_expanded_terms"};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (is(v, names[i]))
 			return true;
@@ -1095,9 +1153,9 @@ parse_query_string(pctx *c, const char *qn, const cJSON *body, sr_query *q)
 				if (cJSON_IsString(v) && !strcasecmp(v->valuestring, types[i]))
 					break;
 			if (i == 5)
-				return cm_error_set(c->err, CM_EPARSE,
-				                    "[query_string] unknown type [%s]",
-				                    cJSON_IsString(v) ? v->valuestring : token_name(v));
+				return cm_error_set(
+				    c->err, CM_EPARSE, "[query_string] unknown type [%s]",
+				    cJSON_IsString(v) ? v->valuestring : token_name(v));
 			cm_free(T, q->multi_type);
 			q->multi_type = cm_strdup(T, types[i]);
 			/* most_fields sums field scores: a dis_max with tie 1.0 */
@@ -1114,9 +1172,9 @@ parse_query_string(pctx *c, const char *qn, const cJSON *body, sr_query *q)
 	if (!q->value)
 		return cm_error_set(c->err, CM_EPARSE, "[%s] must be provided with a [query]", qn);
 	if (q->default_field && q->nvalues)
-		return cm_error_set(c->err, CM_EPARSE,
-		                    "[%s] cannot use [fields] parameter in conjunction with [default_field]",
-		                    qn);
+		return cm_error_set(
+		    c->err, CM_EPARSE,
+		    "[%s] cannot use [fields] parameter in conjunction with [default_field]", qn);
 	/* Syntax errors are the user's to see now, not per shard. */
 	sr_query *tree = NULL;
 	rc = sr_query_string_expand(q, &tree, c->err);
@@ -1154,13 +1212,38 @@ static const struct {
 /* Known to Elasticsearch, not implemented here: a clearer answer than
  * "unknown query". */
 static const char *es_only_queries[] = {
-    "nested",        "has_child",      "has_parent",   "parent_id",     "geo_shape",
-    "geo_bounding_box", "geo_distance", "geo_polygon", "shape",        "more_like_this",
-    "script",        "script_score",   "percolate",    "wrapper",       "pinned",
-    "function_score", "distance_feature", "rank_feature", "terms_set",  "intervals",
-    "span_term",     "span_multi",     "span_first",   "span_near",     "span_or",
-    "span_not",      "span_containing", "span_within", "field_masking_span",
-    "match_bool_prefix", "combined_fields", "type",
+    "nested",
+    "has_child",
+    "has_parent",
+    "parent_id",
+    "geo_shape",
+    "geo_bounding_box",
+    "geo_distance",
+    "geo_polygon",
+    "shape",
+    "more_like_this",
+    "script",
+    "script_score",
+    "percolate",
+    "wrapper",
+    "pinned",
+    "function_score",
+    "distance_feature",
+    "rank_feature",
+    "terms_set",
+    "intervals",
+    "span_term",
+    "span_multi",
+    "span_first",
+    "span_near",
+    "span_or",
+    "span_not",
+    "span_containing",
+    "span_within",
+    "field_masking_span",
+    "match_bool_prefix",
+    "combined_fields",
+    "type",
 };
 
 static cm_err
@@ -1176,9 +1259,9 @@ parse_query(pctx *c, const cJSON *j, sr_query **out)
 	const cJSON *body = j->child;
 	const char *name = body->string;
 	if (body->next)
-		return cm_error_set(c->err, CM_EPARSE,
-		                    "[%s] malformed query, expected [END_OBJECT] but found [FIELD_NAME]",
-		                    name);
+		return cm_error_set(
+		    c->err, CM_EPARSE,
+		    "[%s] malformed query, expected [END_OBJECT] but found [FIELD_NAME]", name);
 	size_t i;
 	for (i = 0; i < sizeof(query_names) / sizeof(query_names[0]); i++)
 		if (!strcmp(query_names[i].name, name))
@@ -1186,7 +1269,8 @@ parse_query(pctx *c, const cJSON *j, sr_query **out)
 	if (i == sizeof(query_names) / sizeof(query_names[0])) {
 		for (size_t k = 0; k < sizeof(es_only_queries) / sizeof(es_only_queries[0]); k++)
 			if (!strcmp(es_only_queries[k], name))
-				return cm_error_set(c->err, CM_EPARSE, "[%s] query is not supported", name);
+				return cm_error_set(c->err, CM_EPARSE,
+				                    "[%s] query is not supported", name);
 		return cm_error_set(c->err, CM_EPARSE, "unknown query [%s]", name);
 	}
 	if (c->depth >= MAX_DEPTH)
@@ -1265,6 +1349,7 @@ sr_query_from_json(const cJSON *json, sr_query **out, cm_error *err)
 	pctx c = {.err = err};
 	*out = NULL;
 	if (!json)
-		return cm_error_set(err, CM_EPARSE, "query malformed, no start_object after query name");
+		return cm_error_set(err, CM_EPARSE,
+		                    "query malformed, no start_object after query name");
 	return parse_query(&c, json, out);
 }

@@ -96,8 +96,8 @@ sr_parse_time_value(const char *s, const char *setting, uint64_t *ns, cm_error *
 	static const struct {
 		const char *unit;
 		double ns;
-	} units[] = {{"nanos", 1},          {"micros", 1e3},   {"ms", 1e6},   {"s", 1e9},
-	             {"m", 60e9},           {"h", 3600e9},     {"d", 86400e9}};
+	} units[] = {{"nanos", 1}, {"micros", 1e3}, {"ms", 1e6},   {"s", 1e9},
+	             {"m", 60e9},  {"h", 3600e9},   {"d", 86400e9}};
 	char *end;
 	*ns = 0;
 	if (!strcmp(s, "-1") || !strcmp(s, "0"))
@@ -152,7 +152,8 @@ bool_param(const cJSON *v, const char *name, bool *out, cm_error *err)
 		*out = cJSON_IsTrue(v);
 		return CM_OK;
 	}
-	if (cJSON_IsString(v) && (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false"))) {
+	if (cJSON_IsString(v) &&
+	    (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false"))) {
 		*out = v->valuestring[0] == 't';
 		return CM_OK;
 	}
@@ -164,7 +165,8 @@ static cm_err
 add_sort_key(sr_request *r, const char *field, cm_error *err, sr_sort_key **out)
 {
 	if (r->nsort >= MAX_SORT_KEYS)
-		return cm_error_set(err, CM_EINVAL, "too many sort keys (at most %d)", MAX_SORT_KEYS);
+		return cm_error_set(err, CM_EINVAL, "too many sort keys (at most %d)",
+		                    MAX_SORT_KEYS);
 	if (!field[0])
 		return cm_error_set(err, CM_EPARSE, "[sort] field name is empty");
 	r->sort = cm_realloc(T, r->sort, (r->nsort + 1) * sizeof(*r->sort));
@@ -205,7 +207,8 @@ sort_options(sr_sort_key *k, const char *field, const cJSON *o, cm_error *err)
 		cm_err rc = CM_OK;
 		if (!strcmp(n, "order")) {
 			if (!cJSON_IsString(v))
-				return cm_error_set(err, CM_EPARSE, "[%s] order must be a string", field);
+				return cm_error_set(err, CM_EPARSE, "[%s] order must be a string",
+				                    field);
 			rc = order_value(v->valuestring, &k->desc, err);
 		} else if (!strcmp(n, "missing") && k->kind == SR_SORT_FIELD) {
 			if (cJSON_IsString(v) && !strcmp(v->valuestring, "_first"))
@@ -213,9 +216,10 @@ sort_options(sr_sort_key *k, const char *field, const cJSON *o, cm_error *err)
 			else if (cJSON_IsString(v) && !strcmp(v->valuestring, "_last"))
 				k->missing_first = false;
 			else
-				rc = cm_error_set(err, CM_EINVAL,
-				                  "[sort] a custom [missing] value is not supported, use "
-				                  "_first or _last");
+				rc = cm_error_set(
+				    err, CM_EINVAL,
+				    "[sort] a custom [missing] value is not supported, use "
+				    "_first or _last");
 		} else if (!strcmp(n, "mode") && k->kind == SR_SORT_FIELD) {
 			static const char *modes[] = {"", "min", "max", "sum", "avg", "median"};
 			size_t i;
@@ -224,12 +228,14 @@ sort_options(sr_sort_key *k, const char *field, const cJSON *o, cm_error *err)
 					break;
 			if (i == 6)
 				rc = cm_error_set(err, CM_EINVAL, "Unknown SortMode [%s]",
-				                  cJSON_IsString(v) ? v->valuestring : token_name(v));
+				                  cJSON_IsString(v) ? v->valuestring
+				                                    : token_name(v));
 			else
 				k->mode = (sr_sort_mode)i;
 		} else if (!strcmp(n, "unmapped_type") && k->kind == SR_SORT_FIELD) {
 			if (!cJSON_IsString(v))
-				return cm_error_set(err, CM_EPARSE, "[field_sort] unmapped_type must be a string");
+				return cm_error_set(err, CM_EPARSE,
+				                    "[field_sort] unmapped_type must be a string");
 			cm_free(T, k->unmapped_type);
 			k->unmapped_type = cm_strdup(T, v->valuestring);
 		} else if ((!strcmp(n, "numeric_type") || !strcmp(n, "format")) &&
@@ -257,7 +263,8 @@ sort_entry(sr_request *r, const cJSON *e, cm_error *err)
 		                    token_name(e));
 	for (const cJSON *f = e->child; f; f = f->next) {
 		if (!strcmp(f->string, "_geo_distance") || !strcmp(f->string, "_script"))
-			return cm_error_set(err, CM_EINVAL, "[sort] %s is not supported", f->string);
+			return cm_error_set(err, CM_EINVAL, "[sort] %s is not supported",
+			                    f->string);
 		if ((rc = add_sort_key(r, f->string, err, &k)))
 			return rc;
 		if (cJSON_IsString(f)) {
@@ -319,9 +326,10 @@ parse_search_after(sr_request *r, const cJSON *v, cm_error *err)
 			sv->l = cJSON_IsTrue(e);
 			sv->d = (double)sv->l;
 		} else
-			return cm_error_set(err, CM_EPARSE,
-			                    "[search_after] values must be numbers, strings or null, found %s",
-			                    token_name(e));
+			return cm_error_set(
+			    err, CM_EPARSE,
+			    "[search_after] values must be numbers, strings or null, found %s",
+			    token_name(e));
 	}
 	return CM_OK;
 }
@@ -389,9 +397,9 @@ parse_source(sr_request *r, const cJSON *v, cm_error *err)
  * name rather than silently ignored (an ignored post_filter would return
  * wrong hits). */
 static const char *unsupported_keys[] = {
-    "highlight", "post_filter",   "rescore",         "suggest",     "collapse",
-    "script_fields", "docvalue_fields", "stored_fields", "indices_boost", "slice",
-    "pit",       "runtime_mappings", "min_score",    "ext",         "fields",
+    "highlight",     "post_filter",      "rescore",       "suggest",       "collapse",
+    "script_fields", "docvalue_fields",  "stored_fields", "indices_boost", "slice",
+    "pit",           "runtime_mappings", "min_score",     "ext",           "fields",
 };
 
 cm_err
@@ -410,15 +418,18 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 			sr_query_free(r->query);
 			r->query = NULL;
 			if (!cJSON_IsObject(v))
-				rc = cm_error_set(err, CM_EPARSE, "[_na] query malformed, must start with start_object");
+				rc = cm_error_set(
+				    err, CM_EPARSE,
+				    "[_na] query malformed, must start with start_object");
 			else
 				rc = sr_query_from_json(v, &r->query, err);
 		} else if (!strcmp(k, "from")) {
 			if (!(rc = int_param(v, k, &n, err))) {
 				if (n < 0)
-					rc = cm_error_set(err, CM_EINVAL,
-					                  "[from] parameter cannot be negative but was [%lld]",
-					                  (long long)n);
+					rc = cm_error_set(
+					    err, CM_EINVAL,
+					    "[from] parameter cannot be negative but was [%lld]",
+					    (long long)n);
 				else if (n > UINT32_MAX / 2)
 					rc = cm_error_set(err, CM_EINVAL, "[from] is too large");
 				else
@@ -427,9 +438,10 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 		} else if (!strcmp(k, "size")) {
 			if (!(rc = int_param(v, k, &n, err))) {
 				if (n < 0)
-					rc = cm_error_set(err, CM_EINVAL,
-					                  "[size] parameter cannot be negative, found [%lld]",
-					                  (long long)n);
+					rc = cm_error_set(
+					    err, CM_EINVAL,
+					    "[size] parameter cannot be negative, found [%lld]",
+					    (long long)n);
 				else if (n > UINT32_MAX / 2)
 					rc = cm_error_set(err, CM_EINVAL, "[size] is too large");
 				else
@@ -447,7 +459,8 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 			else if (!(rc = int_param(v, k, &n, err))) {
 				if (n < -1)
 					rc = cm_error_set(err, CM_EVALIDATE,
-					                  "Validation Failed: 1: [track_total_hits] parameter must "
+					                  "Validation Failed: 1: "
+					                  "[track_total_hits] parameter must "
 					                  "be positive or equals to -1, got %lld;",
 					                  (long long)n);
 				else
@@ -455,23 +468,27 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 			}
 		} else if (!strcmp(k, "timeout")) {
 			if (!cJSON_IsString(v))
-				rc = cm_error_set(err, CM_EPARSE,
-				                  "failed to parse setting [timeout] with value [%s] as a time "
-				                  "value: unit is missing or unrecognized",
-				                  token_name(v));
-			else if (!(rc = sr_parse_time_value(v->valuestring, "timeout", &r->timeout_ns, err)))
+				rc = cm_error_set(
+				    err, CM_EPARSE,
+				    "failed to parse setting [timeout] with value [%s] as a time "
+				    "value: unit is missing or unrecognized",
+				    token_name(v));
+			else if (!(rc = sr_parse_time_value(v->valuestring, "timeout",
+			                                    &r->timeout_ns, err)))
 				r->deadline_ns = r->timeout_ns ? cm_now_ns() + r->timeout_ns : 0;
 		} else if (!strcmp(k, "terminate_after")) {
 			if (!(rc = int_param(v, k, &n, err))) {
 				if (n < 0)
-					rc = cm_error_set(err, CM_EINVAL, "terminateAfter must be > 0");
+					rc = cm_error_set(err, CM_EINVAL,
+					                  "terminateAfter must be > 0");
 				else
 					r->terminate_after = (uint64_t)n;
 			}
 		} else if (!strcmp(k, "aggs") || !strcmp(k, "aggregations")) {
 			if (have_aggs)
 				rc = cm_error_set(err, CM_EPARSE,
-				                  "Found two aggregation type definitions in [%s]", k);
+				                  "Found two aggregation type definitions in [%s]",
+				                  k);
 			else if (!cJSON_IsObject(v))
 				rc = cm_error_set(err, CM_EPARSE, "Unknown key for a %s in [%s].",
 				                  token_name(v), k);
@@ -514,9 +531,10 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 			                    "search_after has %zu value(s) but sort has %zu.",
 			                    r->nsearch_after, want);
 		if (r->from > 0)
-			return cm_error_set(err, CM_EVALIDATE,
-			                    "Validation Failed: 1: `from` parameter must be set to 0 when "
-			                    "`search_after` is used.;");
+			return cm_error_set(
+			    err, CM_EVALIDATE,
+			    "Validation Failed: 1: `from` parameter must be set to 0 when "
+			    "`search_after` is used.;");
 	}
 	return CM_OK;
 }

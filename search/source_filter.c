@@ -92,8 +92,8 @@ typedef struct fst {
 static void
 ws(sf *f)
 {
-	while (f->i < f->n &&
-	       (f->s[f->i] == ' ' || f->s[f->i] == '\t' || f->s[f->i] == '\n' || f->s[f->i] == '\r'))
+	while (f->i < f->n && (f->s[f->i] == ' ' || f->s[f->i] == '\t' || f->s[f->i] == '\n' ||
+	                       f->s[f->i] == '\r'))
 		f->i++;
 }
 
@@ -495,8 +495,8 @@ cm_err
 sr_source_filter(const char *src, size_t len, char *const *includes, size_t ni,
                  char *const *excludes, size_t ne, cm_buf *out)
 {
-	sf f = {.inc = includes, .exc = excludes, .ni = ni, .ne = ne, .s = src, .n = len,
-	        .out = out};
+	sf f = {
+	    .inc = includes, .exc = excludes, .ni = ni, .ne = ne, .s = src, .n = len, .out = out};
 	size_t start = out->len;
 	bool ok, nonempty;
 	ws(&f);
