@@ -529,10 +529,65 @@ unknown_field(parse_ctx *c, st_dynamic dyn, const char *owner, const char *name,
 	return CM_OK;
 }
 
+/* The mapping of the first n bytes of path, if any. */
+static const st_field_def *
+find_prefix(const st_mapping *m, const char *path, size_t n)
+{
+	char buf[1024 + 2];
+	if (n >= sizeof(buf))
+		return NULL;
+	memcpy(buf, path, n);
+	buf[n] = '\0';
+	return st_mapping_find(m, buf);
+}
+
 /* ---- the walk ---- */
 
 static cm_err walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn,
                           const char *owner, int depth);
+
+/* copy_to: the value is also indexed into each target field (not
+ * transitively). A missing target is mapped dynamically like a new field
+ * under its closest mapped object. */
+static cm_err
+copy_values(parse_ctx *c, const st_field_def *f, cJSON *j)
+{
+	char saved[sizeof(c->path)];
+	memcpy(saved, c->path, sizeof(saved));
+	cm_err e = CM_OK;
+	for (int i = 0; i < f->ncopy_to && e == CM_OK; i++) {
+		const char *t = f->copy_to[i];
+		const st_field_def *tf = st_mapping_find(c->m, t);
+		if (tf != NULL && tf->type == ST_FT_OBJECT) {
+			e = cm_error_set(c->err, CM_EMAPPING,
+			                 "Cannot copy to field [%s] since it is mapped as an object", t);
+		} else if (tf != NULL) {
+			e = emit_field(c, tf, j);
+		} else {
+			size_t tn = strlen(t);
+			if (tn >= sizeof(c->path))
+				continue;
+			memcpy(c->path, t, tn + 1);
+			st_dynamic dyn = c->m->dynamic;
+			const char *owner = NULL, *leaf = t;
+			for (size_t q = tn; q > 0; q--) {
+				if (t[q - 1] != '.')
+					continue;
+				const st_field_def *o = find_prefix(c->m, t, q - 1);
+				if (o != NULL) {
+					if (o->type == ST_FT_OBJECT)
+						dyn = o->dynamic, owner = o->path;
+					leaf = t + q;
+					break;
+				}
+			}
+			bool descend;
+			e = unknown_field(c, dyn, owner, leaf, j, &descend);
+		}
+	}
+	memcpy(c->path, saved, sizeof(saved));
+	return e;
+}
 
 /* Value j at c->path (length plen). `known` is its mapping, if any. */
 static cm_err
@@ -543,6 +598,8 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 		return cm_error_set(c->err, CM_EMAPPING,
 		                    "failed to parse: the document is nested deeper than [%d] levels",
 		                    MAX_DOC_DEPTH);
+	if (known != NULL && known->disabled)
+		return CM_OK; /* "enabled": false: anything goes, nothing is indexed */
 	if (cJSON_IsNull(j)) {
 		if (known == NULL || known->null_value == NULL || known->type == ST_FT_OBJECT)
 			return CM_OK;
@@ -600,7 +657,10 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 		                    "object mapping for [%s] tried to parse field [%s] as object, but "
 		                    "found a concrete value",
 		                    known->path, name);
-	return emit_field(c, known, j);
+	cm_err e = emit_field(c, known, j);
+	if (e == CM_OK && known->ncopy_to > 0)
+		e = copy_values(c, known, j);
+	return e;
 }
 
 static cm_err

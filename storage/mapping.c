@@ -25,6 +25,9 @@ fdef_free(st_field_def *f)
 	cm_free(CM_MEM_STORAGE, f->parent);
 	cm_free(CM_MEM_STORAGE, f->format);
 	cm_free(CM_MEM_STORAGE, f->null_value);
+	for (int i = 0; i < f->ncopy_to; i++)
+		cm_free(CM_MEM_STORAGE, f->copy_to[i]);
+	cm_free(CM_MEM_STORAGE, f->copy_to);
 }
 
 static void
@@ -35,6 +38,57 @@ fdef_copy(st_field_def *dst, const st_field_def *src)
 	dst->parent = src->parent ? cm_strdup(CM_MEM_STORAGE, src->parent) : NULL;
 	dst->format = src->format ? cm_strdup(CM_MEM_STORAGE, src->format) : NULL;
 	dst->null_value = src->null_value ? cm_strdup(CM_MEM_STORAGE, src->null_value) : NULL;
+	dst->copy_to = NULL;
+	if (src->ncopy_to > 0) {
+		dst->copy_to = cm_malloc(CM_MEM_STORAGE, (size_t)src->ncopy_to * sizeof(char *));
+		for (int i = 0; i < src->ncopy_to; i++)
+			dst->copy_to[i] = cm_strdup(CM_MEM_STORAGE, src->copy_to[i]);
+	}
+}
+
+#define MAX_COPY_TO 16
+
+/* "copy_to": "a" or ["a", "b"]. Replaces any earlier list. */
+static bool
+parse_copy_to(st_field_def *f, const cJSON *v)
+{
+	const cJSON *it;
+	int n = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+	if (n < 0 || n > MAX_COPY_TO)
+		return false;
+	if (cJSON_IsArray(v)) {
+		cJSON_ArrayForEach(it, v)
+		{
+			if (!cJSON_IsString(it) || it->valuestring[0] == '\0' ||
+			    strlen(it->valuestring) > MAX_PATH)
+				return false;
+		}
+	} else if (v->valuestring[0] == '\0' || strlen(v->valuestring) > MAX_PATH) {
+		return false;
+	}
+	for (int i = 0; i < f->ncopy_to; i++)
+		cm_free(CM_MEM_STORAGE, f->copy_to[i]);
+	cm_free(CM_MEM_STORAGE, f->copy_to);
+	f->copy_to = n ? cm_malloc(CM_MEM_STORAGE, (size_t)n * sizeof(char *)) : NULL;
+	f->ncopy_to = 0;
+	if (cJSON_IsString(v)) {
+		f->copy_to[f->ncopy_to++] = cm_strdup(CM_MEM_STORAGE, v->valuestring);
+	} else {
+		cJSON_ArrayForEach(it, v) f->copy_to[f->ncopy_to++] =
+		    cm_strdup(CM_MEM_STORAGE, it->valuestring);
+	}
+	return true;
+}
+
+static bool
+copy_to_equal(const st_field_def *a, const st_field_def *b)
+{
+	if (a->ncopy_to != b->ncopy_to)
+		return false;
+	for (int i = 0; i < a->ncopy_to; i++)
+		if (strcmp(a->copy_to[i], b->copy_to[i]) != 0)
+			return false;
+	return true;
 }
 
 static void
@@ -348,7 +402,9 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		goto fail;
 	}
 	if (type_j == NULL) {
-		if (props == NULL && source == NULL) {
+		if (props == NULL && source == NULL &&
+		    cJSON_GetObjectItemCaseSensitive(spec, "enabled") == NULL &&
+		    cJSON_GetObjectItemCaseSensitive(spec, "dynamic") == NULL) {
 			cm_error_set(err, CM_EMAPPING, "No type specified for field [%s]", path);
 			goto fail;
 		}
@@ -453,6 +509,18 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			bool coerce = true;
 			ok = json_bool(it, &coerce);
 			f.no_coerce = !coerce;
+		} else if (strcmp(k, "copy_to") == 0 && type != ST_FT_OBJECT) {
+			if (source != NULL) {
+				cm_error_set(err, CM_EMAPPING,
+				             "[copy_to] may not be used to copy from a multi-field: [%s]",
+				             f.path);
+				goto fail_f;
+			}
+			ok = parse_copy_to(&f, it);
+		} else if (strcmp(k, "enabled") == 0 && type == ST_FT_OBJECT) {
+			bool en = true;
+			ok = json_bool(it, &en);
+			f.disabled = !en;
 		} else if (strcmp(k, "dynamic") == 0 && type == ST_FT_OBJECT) {
 			ok = json_dynamic(it, &f.dynamic);
 			f.dynamic_set = true;
@@ -652,14 +720,23 @@ dynamic_name(st_dynamic d)
 }
 
 static void
-render_field(cJSON *o, const st_field_def *f)
+render_field(cJSON *o, const st_field_def *f, bool has_children)
 {
 	if (f->type == ST_FT_OBJECT) {
+		if (!has_children) /* ES names the type only of an empty object */
+			cJSON_AddStringToObject(o, "type", "object");
 		if (f->dynamic_set)
 			cJSON_AddStringToObject(o, "dynamic", dynamic_name(f->dynamic));
+		if (f->disabled)
+			cJSON_AddBoolToObject(o, "enabled", false);
 		return;
 	}
 	cJSON_AddStringToObject(o, "type", st_field_type_name(f->type));
+	if (f->ncopy_to > 0) {
+		cJSON *a = cJSON_AddArrayToObject(o, "copy_to");
+		for (int i = 0; i < f->ncopy_to; i++)
+			cJSON_AddItemToArray(a, cJSON_CreateString(f->copy_to[i]));
+	}
 	if (f->type == ST_FT_TEXT) {
 		if (f->analyzer != ST_AN_STANDARD)
 			cJSON_AddStringToObject(o, "analyzer", st_analyzer_name(f->analyzer));
@@ -727,7 +804,23 @@ st_mapping_to_json(const st_mapping *m)
 		if (container == NULL) /* orphan (should not happen): keep it visible */
 			container = props;
 		cJSON *o = cJSON_AddObjectToObject(container, key);
-		render_field(o, f);
+		size_t pn = strlen(f->path);
+		bool has_children = i + 1 < m->nfields &&
+		                    strncmp(m->fields[i + 1].path, f->path, pn) == 0 &&
+		                    m->fields[i + 1].path[pn] == '.';
+		if (f->type == ST_FT_OBJECT && !has_children) {
+			/* children sort right after, or after siblings like "a-b" */
+			for (size_t k = i + 1; k < m->nfields; k++) {
+				const char *p = m->fields[k].path;
+				if (strncmp(p, f->path, pn) != 0 || p[pn] > '.')
+					break;
+				if (p[pn] == '.') {
+					has_children = true;
+					break;
+				}
+			}
+		}
+		render_field(o, f, has_children);
 		nodes[i] = o;
 	}
 	cm_free(CM_MEM_STORAGE, nodes);
@@ -769,6 +862,9 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 		                    f->path);
 	}
 	if (old->type == ST_FT_OBJECT) {
+		if (old->disabled != f->disabled)
+			return param_conflict(err, f->path, "enabled", old->disabled ? "false" : "true",
+			                      f->disabled ? "false" : "true");
 		if (f->dynamic_set && (!old->dynamic_set || old->dynamic != f->dynamic)) {
 			dst->dynamic = f->dynamic;
 			dst->dynamic_set = true;
@@ -804,6 +900,19 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 		dst->ignore_above = f->ignore_above;
 		dst->ignore_malformed = f->ignore_malformed;
 		dst->no_coerce = f->no_coerce;
+		*changed = true;
+	}
+	if (!copy_to_equal(old, f)) {
+		for (int i = 0; i < dst->ncopy_to; i++)
+			cm_free(CM_MEM_STORAGE, dst->copy_to[i]);
+		cm_free(CM_MEM_STORAGE, dst->copy_to);
+		st_field_def tmp;
+		fdef_copy(&tmp, f); /* borrow the deep copy of f's list */
+		dst->copy_to = tmp.copy_to;
+		dst->ncopy_to = tmp.ncopy_to;
+		tmp.copy_to = NULL;
+		tmp.ncopy_to = 0;
+		fdef_free(&tmp);
 		*changed = true;
 	}
 	return CM_OK;

@@ -646,6 +646,75 @@ test_null_malformed_coerce(void)
 }
 
 static void
+test_copy_to_enabled(void)
+{
+	cm_error err;
+	st_mapping *m = mapping_of(
+	    "{\"properties\":{\"first\":{\"type\":\"text\",\"copy_to\":\"all\"},\"last\":{\"type\":"
+	    "\"keyword\",\"copy_to\":[\"all\",\"extra.names\"]},\"all\":{\"type\":\"text\",\"fields\":"
+	    "{\"kw\":{\"type\":\"keyword\"}}},\"blob\":{\"type\":\"object\",\"enabled\":false},"
+	    "\"o\":{\"properties\":{\"x\":{\"type\":\"long\"}}},\"bad\":{\"type\":\"long\","
+	    "\"copy_to\":\"o\"}}}",
+	    &err);
+	REQUIRE(m != NULL);
+	CHECK(fd(m, "last")->ncopy_to == 2 && strcmp(fd(m, "last")->copy_to[1], "extra.names") == 0);
+	CHECK(fd(m, "blob")->disabled && !fd(m, "o")->disabled);
+	char *r = render(m);
+	CHECK(strstr(r, "\"copy_to\":[\"all\",\"extra.names\"]") != NULL);
+	CHECK(strstr(r, "\"blob\":{\"type\":\"object\",\"enabled\":false}") != NULL);
+	st_mapping *m2 = mapping_of(r, &err);
+	REQUIRE(m2 != NULL);
+	char *r2 = render(m2);
+	CHECK(strcmp(r, r2) == 0);
+	free(r);
+	free(r2);
+	st_mapping_unref(m2);
+
+	st_doc d;
+	char buf[256];
+	const char *src = "{\"first\":\"John\",\"last\":[\"Smith\",\"Jones\"],\"blob\":{\"any\":[1,"
+	                  "{\"x\":\"y\"}],\"n\":null}}";
+	CHECKF(parse_dyn(&m, src, &d, &err) == CM_OK, "%s", err.reason);
+	CHECK(strcmp(vals(&d, "all", buf, sizeof(buf)), "John|Smith|Jones") == 0);
+	CHECK(strcmp(vals(&d, "all.kw", buf, sizeof(buf)), "John|Smith|Jones") == 0);
+	/* the missing target was mapped dynamically (text + keyword) */
+	CHECK(fd(m, "extra") && fd(m, "extra")->type == ST_FT_OBJECT);
+	CHECK(fd(m, "extra.names") && fd(m, "extra.names")->type == ST_FT_TEXT);
+	CHECK(strcmp(vals(&d, "extra.names", buf, sizeof(buf)), "Smith|Jones") == 0);
+	CHECK(fd(m, "blob.any") == NULL);
+	size_t nblob = 0;
+	for (size_t i = 0; i < d.nvalues; i++)
+		nblob += strncmp(d.values[i].field->path, "blob", 4) == 0;
+	CHECK(nblob == 0);
+	st_doc_free(&d);
+	/* a disabled object takes even a scalar */
+	CHECK(parse_dyn(&m, "{\"blob\":5}", &d, &err) == CM_OK && d.nvalues == 0);
+	st_doc_free(&d);
+	CHECK(parse_dyn(&m, "{\"bad\":5}", &d, &err) == CM_EMAPPING);
+	CHECK(strstr(err.reason, "Cannot copy to field [o] since it is mapped as an object") != NULL);
+	st_doc_free(&d);
+	/* enabled cannot change; copy_to can */
+	st_mapping *chg = mapping_of("{\"properties\":{\"blob\":{\"properties\":{}}}}", &err);
+	st_mapping *out = NULL;
+	cm_error_clear(&err);
+	CHECK(st_mapping_merge(m, chg, &out, &err) == CM_EINVAL);
+	CHECK(strstr(err.reason, "Cannot update parameter [enabled]") != NULL);
+	st_mapping_unref(chg);
+	chg = mapping_of("{\"properties\":{\"first\":{\"type\":\"text\"}}}", &err);
+	cm_error_clear(&err);
+	CHECK(st_mapping_merge(m, chg, &out, &err) == CM_OK && fd(out, "first")->ncopy_to == 0);
+	CHECK(out->version == m->version + 1);
+	st_mapping_unref(out);
+	st_mapping_unref(chg);
+	st_mapping_unref(m);
+	expect_mapping_error("{\"properties\":{\"t\":{\"type\":\"text\",\"fields\":{\"k\":{\"type\":"
+	                     "\"keyword\",\"copy_to\":\"x\"}}}}}",
+	                     CM_EMAPPING, "may not be used to copy from a multi-field");
+	expect_mapping_error("{\"properties\":{\"t\":{\"type\":\"text\",\"copy_to\":5}}}",
+	                     CM_EMAPPING, "invalid value for [copy_to]");
+}
+
+static void
 test_coercion_and_errors(void)
 {
 	cm_error err;
@@ -832,6 +901,7 @@ main(void)
 	test_strict_and_false();
 	test_coercion_and_errors();
 	test_null_malformed_coerce();
+	test_copy_to_enabled();
 	bench_sample();
 	return check_report("mapping_test");
 }

@@ -78,6 +78,9 @@ typedef struct st_field_def {
 	char *null_value;      /* indexed in place of a JSON null (as if sent as this text); NULL = none */
 	bool ignore_malformed; /* numeric/date: a value that does not parse is skipped, not an error */
 	bool no_coerce;        /* numeric: "coerce": false (no strings, no fractions into integers) */
+	bool disabled;         /* object: "enabled": false (contents kept in _source only) */
+	char **copy_to;        /* paths this field's values are also indexed into */
+	int ncopy_to;
 } st_field_def;
 
 /* An immutable mapping version. Fields are sorted by path. Object fields
