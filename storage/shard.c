@@ -86,8 +86,11 @@ typedef struct membuf {
 	uint64_t *del;
 	size_t del_words;
 	uint32_t ndel;
-	cm_buf src;
-	uint64_t *src_off;
+	/* Sources for realtime get, in fixed blocks so they never move or get
+	 * copied again as the buffer grows. */
+	uint8_t **blocks;
+	size_t nblocks, blocks_cap, block_used, src_bytes;
+	const char **src_ptr;
 	uint32_t *src_len;
 	size_t src_cap;
 	vm_entry *vm;
@@ -413,7 +416,6 @@ membuf_init(membuf *m)
 {
 	memset(m, 0, sizeof(*m));
 	m->b = st_segbuild_create();
-	cm_buf_init(&m->src, CM_MEM_STORAGE);
 	cm_buf_init(&m->vm_ids, CM_MEM_STORAGE);
 }
 
@@ -423,12 +425,51 @@ membuf_free(membuf *m)
 	if (m->b)
 		st_segbuild_destroy(m->b);
 	cm_free(CM_MEM_STORAGE, m->del);
-	cm_free(CM_MEM_STORAGE, m->src_off);
+	for (size_t i = 0; i < m->nblocks; i++)
+		cm_free(CM_MEM_STORAGE, m->blocks[i]);
+	cm_free(CM_MEM_STORAGE, m->blocks);
+	cm_free(CM_MEM_STORAGE, m->src_ptr);
 	cm_free(CM_MEM_STORAGE, m->src_len);
 	cm_free(CM_MEM_STORAGE, m->vm);
-	cm_buf_free(&m->src);
 	cm_buf_free(&m->vm_ids);
 	memset(m, 0, sizeof(*m));
+}
+
+#define SRC_BLOCK ((size_t)1 << 20)
+
+static const char *
+src_store(membuf *m, const char *src, size_t len)
+{
+	bool own = len > SRC_BLOCK / 4; /* big sources get a block of their own */
+	if (own || m->nblocks == 0 || m->block_used + len > SRC_BLOCK) {
+		if (m->nblocks == m->blocks_cap) {
+			m->blocks_cap = m->blocks_cap ? m->blocks_cap * 2 : 16;
+			m->blocks =
+			    cm_realloc(CM_MEM_STORAGE, m->blocks, m->blocks_cap * sizeof(*m->blocks));
+		}
+		size_t sz = own ? (len ? len : 1) : SRC_BLOCK;
+		uint8_t *blk = cm_malloc(CM_MEM_STORAGE, sz);
+		m->src_bytes += sz;
+		if (own && m->nblocks > 0) {
+			/* Keep the partly filled block last, so it keeps filling. */
+			m->blocks[m->nblocks] = m->blocks[m->nblocks - 1];
+			m->blocks[m->nblocks - 1] = blk;
+			m->nblocks++;
+			memcpy(blk, src, len);
+			return (const char *)blk;
+		}
+		m->blocks[m->nblocks++] = blk;
+		m->block_used = 0;
+		if (own) {
+			memcpy(blk, src, len);
+			m->block_used = SRC_BLOCK; /* full: the next source starts a new block */
+			return (const char *)blk;
+		}
+	}
+	uint8_t *dst = m->blocks[m->nblocks - 1] + m->block_used;
+	memcpy(dst, src, len);
+	m->block_used += len;
+	return (const char *)dst;
 }
 
 static void
@@ -438,7 +479,7 @@ buffer_note_doc(membuf *m, uint32_t docno, const char *src, size_t len)
 		size_t cap = m->src_cap ? m->src_cap : 1024;
 		while (cap <= docno)
 			cap *= 2;
-		m->src_off = cm_realloc(CM_MEM_STORAGE, m->src_off, cap * sizeof(*m->src_off));
+		m->src_ptr = cm_realloc(CM_MEM_STORAGE, m->src_ptr, cap * sizeof(*m->src_ptr));
 		m->src_len = cm_realloc(CM_MEM_STORAGE, m->src_len, cap * sizeof(*m->src_len));
 		m->src_cap = cap;
 	}
@@ -451,9 +492,8 @@ buffer_note_doc(membuf *m, uint32_t docno, const char *src, size_t len)
 		memset(m->del + m->del_words, 0, (nw - m->del_words) * sizeof(uint64_t));
 		m->del_words = nw;
 	}
-	m->src_off[docno] = m->src.len;
+	m->src_ptr[docno] = src_store(m, src, len);
 	m->src_len[docno] = (uint32_t)len;
-	cm_buf_put(&m->src, src, len);
 }
 
 static void
@@ -468,7 +508,7 @@ buffer_delete(membuf *m, uint32_t docno)
 static size_t
 buffer_ram(const membuf *m)
 {
-	return st_segbuild_ram(m->b) + m->src.cap + m->vm_cap * sizeof(vm_entry) + m->vm_ids.cap;
+	return st_segbuild_ram(m->b) + m->src_bytes + m->vm_cap * sizeof(vm_entry) + m->vm_ids.cap;
 }
 
 static void
@@ -1289,10 +1329,10 @@ st_shard_get(st_shard *s, const char *id, size_t len, st_doc_meta *meta, cm_buf 
 			meta->version = st.version;
 		}
 		if (source && st.loc == LOC_BUFFER) {
-			cm_buf_put(source, s->act.src.data + s->act.src_off[st.doc], s->act.src_len[st.doc]);
+			cm_buf_put(source, s->act.src_ptr[st.doc], s->act.src_len[st.doc]);
 		} else if (source && st.loc == LOC_FROZEN) {
 			const membuf *f = &s->frz->m;
-			cm_buf_put(source, f->src.data + f->src_off[st.doc], f->src_len[st.doc]);
+			cm_buf_put(source, f->src_ptr[st.doc], f->src_len[st.doc]);
 		} else if (source && st.loc == LOC_SEGMENT) {
 			cm_buf idb;
 			cm_buf_init(&idb, CM_MEM_STORAGE);

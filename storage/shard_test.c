@@ -473,6 +473,37 @@ conditions(const char *dir, st_mapping *map)
 	CHECK(r.err == CM_ECONFLICT);
 	CHECKF(strstr(r.reason, "but no document was found") != NULL, "%s", r.reason);
 
+	/* Large sources (their own arena block) round-trip through realtime get. */
+	{
+		size_t big = 300000;
+		char *bs = malloc(big + 32);
+		int l = sprintf(bs, "{\"body\":\"");
+		for (size_t i = 0; i < big; i++)
+			bs[l + i] = i % 7 == 6 ? ' ' : (char)('a' + i % 26);
+		strcpy(bs + l + big, "\"}");
+		st_op bo = index_op("big", bs);
+		apply1(s, &bo, &r);
+		CHECKF(r.err == CM_OK, "%s", r.reason);
+		st_op so = index_op("small", "{\"k\":\"after-big\"}");
+		apply1(s, &so, &r);
+		cm_buf b1;
+		cm_buf_init(&b1, CM_MEM_STORAGE);
+		CHECK(st_shard_get(s, "big", 3, NULL, &b1) == CM_OK && b1.len == strlen(bs) &&
+		      memcmp(b1.data, bs, b1.len) == 0);
+		cm_buf_reset(&b1);
+		CHECK(st_shard_get(s, "small", 5, NULL, &b1) == CM_OK && b1.len == 17 &&
+		      memcmp(b1.data, "{\"k\":\"after-big\"}", 17) == 0);
+		cm_buf_free(&b1);
+		st_op d1 = {.type = ST_OP_DELETE, .id = "big", .id_len = 3, .seq_no = ST_NO_SEQ,
+		            .if_seq_no = ST_NO_SEQ};
+		st_op d2 = d1;
+		d2.id = "small";
+		d2.id_len = 5;
+		apply1(s, &d1, &r);
+		apply1(s, &d2, &r);
+		free(bs);
+	}
+
 	/* Realtime get sees unrefreshed writes, the reader does not. */
 	st_doc_meta meta;
 	cm_buf src;
