@@ -667,9 +667,13 @@ coll_collect(void *self, const uint32_t *docs, const float *scores, size_t n)
 static void
 coll_end(void *self)
 {
+	extern void agg_terms_touch(agg_rt * rt, agg_node * n);
 	sr_agg_state *s = self;
 	if (!s->root.in_segment)
 		return;
+	for (size_t i = 0; i < s->root.spec->nsubs; i++)
+		if (s->root.spec->subs[i]->kind == AGG_TERMS)
+			agg_terms_touch(&s->root.rts[s->root.spec->subs[i]->id], s->subs[i]);
 	for (size_t i = 0; i < s->root.spec->nsubs; i++)
 		agg_rt_end(&s->root, s->root.spec->subs[i]);
 	s->root.in_segment = false;

@@ -1184,8 +1184,10 @@ terms_flush(agg_rt *rt, agg_node *n)
 			bkt *b = terms_bucket_str(s, rt->spec, t, len);
 			b->count += s->counts[o];
 		}
-	} else if (p->min_doc_count == 0 && rt->fi) {
+	} else if (p->min_doc_count == 0 && rt->fi && rt->is_keyword) {
 		/* min_doc_count 0: every term of the field shows, even unmatched */
+		if (!s->nords)
+			s->nords = rt->fi->num_terms;
 		for (size_t o = 0; o < s->nords; o++)
 			if (!s->ord2b || !s->ord2b[o])
 				terms_resolve(rt, s, o);
@@ -1201,6 +1203,16 @@ static cm_err
 terms_seg_begin(agg_rt *rt, cm_error *err)
 {
 	return CM_OK;
+}
+
+/* A top-level terms agg with min_doc_count 0 lists the terms of segments
+ * where nothing matched too (ES reads them from the field's dictionary). */
+void
+agg_terms_touch(agg_rt *rt, agg_node *n)
+{
+	const terms_params *p = rt->spec->p;
+	if (p->min_doc_count == 0 && rt->is_keyword && n->epoch != rt->epoch)
+		agg_mark_dirty(rt, n);
 }
 
 /* ---- ordering ---- */

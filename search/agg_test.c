@@ -58,11 +58,13 @@ rndn(int n)
 	return (int)(rnd() % (uint64_t)n);
 }
 
+static bool select_none;
+
 /* the "query": which docs the collector sees */
 static bool
 selected(const mdoc *d)
 {
-	return !d->deleted && d->uid % 4 != 0;
+	return !select_none && !d->deleted && d->uid % 4 != 0;
 }
 
 static float
@@ -1292,6 +1294,43 @@ test_merge_orders(void)
 	sr_agg_free(a);
 }
 
+/* min_doc_count 0 lists the field's terms even where nothing matched */
+static void
+test_terms_zero(void)
+{
+	sr_agg *a = parse_aggs("{\"z\":{\"terms\":{\"field\":\"kw\",\"size\":100,"
+	                       "\"min_doc_count\":0}}}");
+	select_none = true;
+	sr_agg_state *st = sr_agg_state_new(a);
+	REQUIRE(collect_shard(1, st) == CM_OK);
+	select_none = false;
+	cJSON *j = render_json(st);
+	bool want[NKW] = {0};
+	int nwant = 0;
+	for (int i = 0; i < NDOCS; i++)
+		if (docs[i].shard == 1)
+			for (int k = 0; k < docs[i].nkw; k++)
+				if (!want[kw_index(docs[i].kw[k])]) {
+					want[kw_index(docs[i].kw[k])] = true;
+					nwant++;
+				}
+	const cJSON *e;
+	int n = 0;
+	const char *prev = "";
+	cJSON_ArrayForEach(e, jget(j, "z.buckets"))
+	{
+		const char *k = jget(e, "key")->valuestring;
+		CHECK(want[kw_index(k)] && jnum(e, "doc_count") == 0);
+		CHECK(strcmp(k, prev) > 0); /* equal counts: by key */
+		prev = k;
+		n++;
+	}
+	CHECK(n == nwant && n > 0);
+	cJSON_Delete(j);
+	sr_agg_state_free(st);
+	sr_agg_free(a);
+}
+
 static void
 expect_parse_error(const char *json, cm_err code, const char *msg_prefix)
 {
@@ -1461,6 +1500,7 @@ main(void)
 	test_metrics();
 	test_top_hits_and_depth();
 	test_merge_orders();
+	test_terms_zero();
 	test_errors();
 	for (int s = 0; s < NSHARDS; s++)
 		st_shard_close(shards[s]);
