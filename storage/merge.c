@@ -47,6 +47,7 @@ typedef struct mtask {
 	/* per-task accumulators merged after the run */
 	uint64_t sum_df, sum_ttf, nterms;
 	uint64_t *present; /* postings fields without norms: docs seen */
+	uint64_t cost;     /* estimate, for ordering */
 	cm_err err;
 } mtask;
 
@@ -627,6 +628,32 @@ train_merge_dict(mctx *c, st_seg_txn **txns)
 	cm_buf_free(&src);
 }
 
+/* Rough work estimate: postings entries (positions count again) plus
+ * column values, split over the field's term ranges. */
+static uint64_t
+field_cost(const mctx *c, const mfield *mf)
+{
+	uint64_t cost = 0;
+	for (size_t i = 0; i < c->n; i++) {
+		const st_field_info *sf = mf->src[i];
+		if (!sf)
+			continue;
+		cost += sf->sum_doc_freq + sf->num_terms;
+		if (sf->flags & ST_FI_POSITIONS)
+			cost += sf->sum_total_term_freq;
+		if (sf->flags & ST_FI_COLUMN)
+			cost += c->segs[i]->max_doc;
+	}
+	return cost / mf->nranges;
+}
+
+static int
+cmp_cost(const void *a, const void *b)
+{
+	const mtask *x = a, *y = b;
+	return (x->cost < y->cost) - (x->cost > y->cost);
+}
+
 cm_err
 st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n, const char *path,
                  uint64_t gen, cm_pool *pool, size_t ram_budget, cm_error *err)
@@ -718,14 +745,19 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 	void *cdict = stored_cdict_create(&w.dict);
 	c.cdict = cdict;
 	tasks = cm_calloc(CM_MEM_STORAGE, nparts + nstored + 1, sizeof(mtask));
-	/* Biggest work first so the pool's FIFO order keeps both cores busy. */
-	for (size_t f = 0; f < c.nfields; f++)
-		for (uint32_t r = 0; r < c.fields[f].nranges; r++)
-			tasks[ntasks++] = (mtask){.c = &c, .kind = MT_FIELD, .field = f, .range = r};
+	/* Biggest work first so the pool's FIFO order keeps every core busy to
+	 * the end: stored-doc ranges (decompress + compress everything), then
+	 * fields by estimated cost, ids last. */
 	for (size_t i = 0; i < nstored; i++)
 		tasks[ntasks++] = (mtask){.c = &c, .kind = MT_STORED, .out = i,
 		                          .lo = (uint32_t)((uint64_t)c.max_doc * i / nstored),
 		                          .hi = (uint32_t)((uint64_t)c.max_doc * (i + 1) / nstored)};
+	size_t first_field = ntasks;
+	for (size_t f = 0; f < c.nfields; f++)
+		for (uint32_t r = 0; r < c.fields[f].nranges; r++)
+			tasks[ntasks++] = (mtask){.c = &c, .kind = MT_FIELD, .field = f, .range = r,
+			                          .cost = field_cost(&c, &c.fields[f])};
+	qsort(tasks + first_field, ntasks - first_field, sizeof(mtask), cmp_cost);
 	tasks[ntasks++] = (mtask){.c = &c, .kind = MT_IDS};
 	cm_pool_run_all(pool, run_mtask, tasks, sizeof(mtask), ntasks);
 	stored_cdict_free(cdict);

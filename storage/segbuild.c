@@ -45,6 +45,7 @@ typedef struct bfield {
 	st_field_type type;
 	st_analyzer_kind analyzer;
 	bool postings, positions, norms, column, multi;
+	bool none; /* neither indexed nor with doc values: nothing to keep */
 	/* terms */
 	bterm *terms;
 	uint32_t nterms, terms_cap;
@@ -275,7 +276,7 @@ field_setup(bfield *f, const char *name, st_field_type type, st_analyzer_kind an
 	cm_buf_init(&f->arena, CM_MEM_STORAGE);
 	switch (type) {
 	case ST_FT_TEXT:
-		f->postings = f->positions = f->norms = true;
+		f->postings = f->positions = f->norms = index;
 		break;
 	case ST_FT_KEYWORD:
 		/* The term dictionary doubles as the ordinal dictionary, so a
@@ -285,12 +286,13 @@ field_setup(bfield *f, const char *name, st_field_type type, st_analyzer_kind an
 		break;
 	case ST_FT_BOOLEAN:
 		f->postings = index;
-		f->column = true;
+		f->column = index || doc_values;
 		break;
 	default:
-		f->column = true;
+		f->column = index || doc_values;
 		break;
 	}
+	f->none = !f->postings && !f->column;
 }
 
 static bfield *
@@ -511,6 +513,8 @@ st_segbuild_add(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t pri
 		f->cur_values++;
 		switch (f->type) {
 		case ST_FT_TEXT: {
+			if (f->none)
+				break;
 			tokctx c = {b, f};
 			uint32_t first = f->cur_values > 1 ? f->next_pos + POS_GAP : 0;
 			e = st_analyze(f->analyzer, v->s, v->n, first, on_token, &c, &f->next_pos);
@@ -526,6 +530,8 @@ st_segbuild_add(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t pri
 			break;
 		}
 		case ST_FT_BOOLEAN:
+			if (f->none)
+				break;
 			if (f->postings) {
 				const char *s = v->i ? "true" : "false";
 				term_occurs(b, f, term_get(b, f, s, strlen(s)), 0);
@@ -535,10 +541,14 @@ st_segbuild_add(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t pri
 			break;
 		case ST_FT_DOUBLE:
 		case ST_FT_FLOAT:
+			if (f->none)
+				break;
 			col_add(b, f, d, st_double_to_sortable(v->d));
 			mark_present(b, f, d);
 			break;
 		default:
+			if (f->none)
+				break;
 			col_add(b, f, d, v->i);
 			mark_present(b, f, d);
 			break;
