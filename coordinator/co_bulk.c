@@ -587,7 +587,7 @@ co_bulk_end(co_stream *s)
 	if (s->dflt.refresh != CO_REFRESH_NONE)
 		for (size_t i = 0; i < s->ncache; i++)
 			if (s->cache[i].ix)
-				nd_index_refresh(s->cache[i].ix);
+				co_refresh_after(s->cache[i].ix, s->dflt.refresh);
 	cm_buf_init(&body, MEM);
 	cm_buf_printf(&body, "{\"took\":%llu,\"errors\":%s,\"items\":[",
 	              (unsigned long long)((cm_now_ns() - s->t0) / 1000000),

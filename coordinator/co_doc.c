@@ -215,8 +215,12 @@ co_refresh_after(nd_index *ix, int mode)
 {
 	if (mode == CO_REFRESH_NONE)
 		return false;
+	if (mode == CO_REFRESH_WAIT_FOR) {
+		nd_index_wait_refresh(ix);
+		return false;
+	}
 	nd_index_refresh(ix);
-	return mode == CO_REFRESH_TRUE;
+	return true;
 }
 
 /* ---- index / create ---- */

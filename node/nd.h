@@ -128,6 +128,10 @@ typedef struct nd_batch {
 /* Applies the batches, all shards at once on the node's pool, and waits. */
 void nd_apply_batches(nd_node *n, nd_batch *b, size_t nb);
 cm_err nd_index_refresh(nd_index *ix);
+/* refresh=wait_for: returns once a refresh that started after the call
+ * has finished (the scheduled one, or a forced one when the interval is
+ * off or the wait passes twice the interval). */
+cm_err nd_index_wait_refresh(nd_index *ix);
 cm_err nd_index_flush(nd_index *ix);
 cm_err nd_index_force_merge(nd_index *ix, int max_segments);
 /* Sum of the shards' stats. */

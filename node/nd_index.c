@@ -329,6 +329,8 @@ index_free(nd_index *ix)
 	if (ix->deleted)
 		cm_rm_rf(ix->dir);
 	pthread_mutex_destroy(&ix->lock);
+	pthread_mutex_destroy(&ix->refresh_lock);
+	pthread_cond_destroy(&ix->refresh_cond);
 	cm_free(CM_MEM_NODE, ix);
 }
 
@@ -364,6 +366,8 @@ index_alloc(nd_node *n, const char *name, const char *uuid)
 	snprintf(ix->uuid, sizeof(ix->uuid), "%s", uuid);
 	snprintf(ix->dir, sizeof(ix->dir), "%s/indices/%s", n->data_dir, uuid);
 	pthread_mutex_init(&ix->lock, NULL);
+	pthread_mutex_init(&ix->refresh_lock, NULL);
+	pthread_cond_init(&ix->refresh_cond, NULL);
 	ix->last_refresh_ns = cm_now_ns();
 	return ix;
 }
@@ -916,6 +920,11 @@ cm_err
 nd_index_refresh(nd_index *ix)
 {
 	cm_err rc = CM_OK, r;
+	uint64_t my_no;
+
+	pthread_mutex_lock(&ix->refresh_lock);
+	my_no = ++ix->refresh_started;
+	pthread_mutex_unlock(&ix->refresh_lock);
 	for (int i = 0; i < ix->settings.number_of_shards; i++) {
 		uint64_t d = atomic_load(&ix->dirty[i]);
 		if ((r = st_shard_refresh(ix->shards[i])) && !rc)
@@ -925,7 +934,41 @@ nd_index_refresh(nd_index *ix)
 	}
 	ix->last_refresh_ns = cm_now_ns();
 	atomic_fetch_add((_Atomic uint64_t *)&ix->stats.refresh_total, 1);
+	pthread_mutex_lock(&ix->refresh_lock);
+	if (my_no > ix->refresh_done_max)
+		ix->refresh_done_max = my_no;
+	pthread_cond_broadcast(&ix->refresh_cond);
+	pthread_mutex_unlock(&ix->refresh_lock);
 	return rc;
+}
+
+cm_err
+nd_index_wait_refresh(nd_index *ix)
+{
+	int64_t iv = ix->settings.refresh_interval_ms;
+	uint64_t after;
+	bool seen = false;
+	struct timespec ts;
+
+	/* With scheduled refreshes off (or rare), waiting would hang: refresh. */
+	if (iv < 0 || iv > 30000)
+		return nd_index_refresh(ix);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t wait_ms = 2 * iv + 1000;
+	ts.tv_sec += wait_ms / 1000;
+	ts.tv_nsec += (wait_ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&ix->refresh_lock);
+	after = ix->refresh_started;
+	while (!(seen = ix->refresh_done_max > after))
+		if (pthread_cond_timedwait(&ix->refresh_cond, &ix->refresh_lock, &ts) != 0)
+			break;
+	seen = ix->refresh_done_max > after;
+	pthread_mutex_unlock(&ix->refresh_lock);
+	return seen ? CM_OK : nd_index_refresh(ix);
 }
 
 cm_err

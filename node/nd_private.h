@@ -21,6 +21,11 @@ struct nd_index {
 	st_shard **shards;
 	_Atomic uint64_t *dirty; /* writes per shard since its last refresh */
 	uint64_t last_refresh_ns;
+	/* refresh=wait_for: refreshes are numbered as they start; a waiter
+	 * needs one that started after its write to have finished. */
+	pthread_mutex_t refresh_lock;
+	pthread_cond_t refresh_cond;
+	uint64_t refresh_started, refresh_done_max;
 	bool deleted; /* files removed when the last reference drops */
 	nd_index_stats stats;
 };
