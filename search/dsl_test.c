@@ -9,6 +9,7 @@
 #include "../common/cm_alloc.h"
 #include "../common/cm_sys.h"
 #include "check.h"
+#include "search/jsonw.h"
 #include "search/sr.h"
 #include "search/sr_agg.h"
 
@@ -1679,14 +1680,75 @@ test_merge_model(void)
 	CHECKF(bad == 0, "%d merge model mismatches", bad);
 }
 
+static const char *
+fmt_num(double v, bool is_float)
+{
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_SEARCH);
+	if (is_float)
+		sr_jw_float(&b, (float)v);
+	else
+		sr_jw_double(&b, v);
+	snprintf(result, sizeof(result), "%.*s", (int)b.len, (const char *)b.data);
+	cm_buf_free(&b);
+	return result;
+}
+
+/* Java's Float/Double.toString forms, as Elasticsearch writes numbers */
+static void
+test_number_format(void)
+{
+	static const struct {
+		double v;
+		bool f;
+		const char *want;
+	} cases[] = {
+	    {5.5, true, "5.5"},
+	    {1.0, true, "1.0"},
+	    {0.29767057, true, "0.29767057"},
+	    {1e-4, true, "1.0E-4"},
+	    {1e7, true, "1.0E7"},
+	    {123456.78, true, "123456.78"},
+	    {0.001, true, "0.001"},
+	    {-2.5, true, "-2.5"},
+	    {0.0, true, "0.0"},
+	    {1.3862944, true, "1.3862944"},
+	    {9999999.0, true, "9999999.0"},
+	    {0.1, false, "0.1"},
+	    {1234567.0, false, "1234567.0"},
+	    {1e21, false, "1.0E21"},
+	    {3.0000000000000004, false, "3.0000000000000004"},
+	    {1.5e-7, false, "1.5E-7"},
+	    {NAN, true, "null"},
+	    {INFINITY, false, "null"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *got = fmt_num(cases[i].v, cases[i].f);
+		CHECKF(!strcmp(got, cases[i].want), "%g → %s, want %s", cases[i].v, got,
+		       cases[i].want);
+	}
+	char t[32];
+	sr_jw_number_text(5, t, sizeof(t));
+	CHECK(!strcmp(t, "5"));
+	sr_jw_number_text(-0.25, t, sizeof(t));
+	CHECK(!strcmp(t, "-0.25"));
+	sr_jw_number_text(0.1, t, sizeof(t));
+	CHECK(!strcmp(t, "0.1"));
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_SEARCH);
+	sr_jw_str(&b, "a\"b\\c\n\x01\xc3\xa9", 9);
+	CHECK(b.len == 19 && !memcmp(b.data, "\"a\\\"b\\\\c\\n\\u0001\xc3\xa9\"", 19));
+	cm_buf_free(&b);
+}
+
 int
 main(void)
 {
 	void (*tests[])(void) = {
-	    test_leaf_queries, test_match_family,     test_compound,   test_errors,
-	    test_query_string, test_query_string_dsl, test_request,    test_source_filter,
-	    test_merge_scored, test_merge_field_sort, test_merge_misc, test_source_filter_model,
-	    test_merge_model,  test_merge_per_node};
+	    test_leaf_queries, test_match_family,     test_compound,     test_errors,
+	    test_query_string, test_query_string_dsl, test_request,      test_source_filter,
+	    test_merge_scored, test_merge_field_sort, test_merge_misc,   test_source_filter_model,
+	    test_merge_model,  test_merge_per_node,   test_number_format};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		tests[i]();
 		/* every allocation made by the code under test is returned */

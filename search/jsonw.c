@@ -67,7 +67,9 @@ shortest_digits(double v, bool is_float, char *mant, int *exp10)
 {
 	char tmp[40];
 	int p;
-	for (p = 1; p <= 17; p++) {
+	/* Digits below 6 (float) / 15 (double) always round to the shortest
+	 * form padded with zeros, which are stripped below: start there. */
+	for (p = is_float ? 6 : 15; p <= 17; p++) {
 		snprintf(tmp, sizeof(tmp), "%.*e", p - 1, v);
 		double back = strtod(tmp, NULL);
 		if (is_float ? (float)back == (float)v : back == v)

@@ -20,6 +20,14 @@ static void
 glob_eval(const char *pat, const char *s, size_t n, bool *accept, bool *live)
 {
 	size_t m = strlen(pat);
+	if (!memchr(pat, '*', m)) {
+		/* a literal: the path is the pattern or below it, or on the way */
+		size_t k = n < m ? n : m;
+		bool same = memcmp(pat, s, k) == 0;
+		*accept = same && n >= m && (n == m || s[m] == '.');
+		*live = *accept || (same && n < m);
+		return;
+	}
 	unsigned char stack_a[256], stack_b[256];
 	unsigned char *cur = m + 1 <= sizeof(stack_a) ? stack_a : cm_malloc(T, m + 1);
 	unsigned char *nxt = m + 1 <= sizeof(stack_b) ? stack_b : cm_malloc(T, m + 1);
