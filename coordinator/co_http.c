@@ -67,8 +67,12 @@ static const co_route routes[] = {
 	{CO_GET, "/_cat/{what}", co_h_cat, P_CAT, false},
 	{CO_GET, "/_cat/{what}/{index}", co_h_cat, P_CAT, false},
 	{CO_GET, "/_nodes/stats", co_h_nodes_stats, "level,types,timeout,groups,fields", false},
-	{CO_GET, "/_nodes/_local/stats", co_h_nodes_stats, "level,types,timeout,groups,fields",
+	{CO_GET, "/_nodes/stats/{metric}", co_h_nodes_stats, "level,types,timeout,groups,fields",
 	 false},
+	{CO_GET, "/_nodes/{node}/stats", co_h_nodes_stats, "level,types,timeout,groups,fields",
+	 false},
+	{CO_GET, "/_nodes/{node}/stats/{metric}", co_h_nodes_stats,
+	 "level,types,timeout,groups,fields", false},
 	{CO_GET, "/_nodes", co_h_nodes, "timeout", false},
 	{CO_GET, "/_prometheus/metrics", co_h_prometheus, "", false},
 	{CO_POST, "/_bulk", NULL, P_WRITE ",_source,_source_includes,_source_excludes,type", true},
@@ -340,9 +344,6 @@ fp_include(cJSON *j, fp_pat *pats, int *off, int npats)
 	for (; c; c = next) {
 		next = c->next;
 		bool whole = false, deeper = false;
-		int nn = 0;
-		fp_pat *np = NULL;
-		(void)np;
 		if (cJSON_IsArray(j)) {
 			/* arrays are transparent: elements see the same patterns */
 			if ((cJSON_IsObject(c) || cJSON_IsArray(c)) && fp_include(c, pats, off, npats)) {
@@ -386,7 +387,6 @@ fp_include(cJSON *j, fp_pat *pats, int *off, int npats)
 					deeper = true;
 				}
 			}
-			nn++;
 		}
 		if (whole) {
 			any = true;
