@@ -739,6 +739,19 @@ def max_content_length_413():
         eq(st, 413)
         st, b = m.req("PUT", "/t/_doc/1", {"a": 1})
         eq(st, 201, "small bodies still fine")
+        # chunked uploads carry no Content-Length: the limit applies as bytes arrive
+        import http.client
+        for chunks, want in [([b'{"index":{"_index":"t","_id":"c"}}\n', b'{"a":1}\n'], 200),
+                             ([b'{"index":{"_index":"t"}}\n{"a":1}\n'] * 100, 413)]:
+            c = http.client.HTTPConnection("127.0.0.1", m.port, timeout=30)
+            c.request("POST", "/_bulk", body=iter(chunks), encode_chunked=True,
+                      headers={"Content-Type": "application/x-ndjson",
+                               "Transfer-Encoding": "chunked"})
+            resp = c.getresponse()
+            data = resp.read()
+            c.close()
+            eq(resp.status, want, "chunked upload: %s" % data[:200])
+        eq(m.req("GET", "/t/_doc/c")[1]["found"], True)
 
 
 # ---------------- search ----------------
