@@ -1266,6 +1266,23 @@ test_merge_misc(void)
 	sr_merger_destroy(m);
 	sr_request_free(&req);
 
+	/* a failure reported without an index takes the one the other shards named */
+	REQUIRE(req_parse("{}", &req, &err) == CM_OK);
+	m = sr_merger_create(&req, 2);
+	sr_shard_result ok;
+	memset(&ok, 0, sizeof(ok));
+	ok.shard = 0;
+	ok.index = "logs";
+	sr_merger_add(m, &ok);
+	sr_merger_fail(m, 1, &e1);
+	cm_buf_init(&out, CM_MEM_SEARCH);
+	sr_merger_render(m, 0, &out);
+	CHECKF(strstr((const char *)out.data, "\"failures\":[{\"shard\":1,\"index\":\"logs\",") != NULL,
+	       "%.*s", (int)out.len, (const char *)out.data);
+	cm_buf_free(&out);
+	sr_merger_destroy(m);
+	sr_request_free(&req);
+
 	/* no shards at all: an empty, valid answer */
 	REQUIRE(req_parse("{}", &req, &err) == CM_OK);
 	m = sr_merger_create(&req, 0);

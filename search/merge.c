@@ -53,6 +53,10 @@ struct sr_merger {
 	cm_err reduce_rc;
 	cm_error reduce_err;
 	cm_buf aggs_json;
+	/* the one index every successful shard named, for failures reported
+	 * without one (NULL when none or several) */
+	const char *seen_index;
+	bool mixed_index;
 };
 
 void
@@ -327,6 +331,12 @@ sr_merger_add(sr_merger *m, sr_shard_result *res)
 		return;
 	}
 	m->nsuccess += res->shards_merged ? res->shards_merged : 1;
+	if (res->index && !m->mixed_index) {
+		if (m->seen_index && strcmp(m->seen_index, res->index))
+			m->mixed_index = true;
+		else
+			m->seen_index = res->index;
+	}
 	m->total += res->total;
 	m->total_gte |= res->total_is_lower_bound;
 	if ((res->nhits > 0 || res->total > 0) && !isnan(res->max_score) &&
@@ -550,9 +560,10 @@ render_failures(sr_merger *m, cm_buf *b)
 			cm_buf_put_u8(b, ',');
 		first = false;
 		cm_buf_printf(b, "{\"shard\":%u", f->shard);
-		if (f->index) {
+		const char *index = f->index ? f->index : m->mixed_index ? NULL : m->seen_index;
+		if (index) {
 			cm_buf_put(b, ",\"index\":", 9);
-			sr_jw_cstr(b, f->index);
+			sr_jw_cstr(b, index);
 		}
 		if (f->node) {
 			cm_buf_put(b, ",\"node\":", 8);
