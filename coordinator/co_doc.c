@@ -244,9 +244,7 @@ doc_index(co_req *r, bool create)
 	if (create)
 		w.create = true;
 	if (!id) {
-		if (w.create && !create) {
-			/* POST /{index}/_doc?op_type=create with no id still gets one */
-		}
+		/* POST /{index}/_doc, also with op_type=create, gets a new id */
 		nd_gen_id(gen);
 		id = gen;
 		if (w.version || w.if_seq_no != ST_NO_SEQ) {

@@ -647,6 +647,7 @@ static void
 route_request(co_req *r)
 {
 	char allowed[128] = "";
+	const co_route *get_route = NULL;
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
 		if (!route_match(routes[i].pattern, r))
 			continue;
@@ -654,11 +655,18 @@ route_request(co_req *r)
 			r->route = &routes[i];
 			return;
 		}
+		if (routes[i].method == CO_GET && !get_route)
+			get_route = &routes[i];
 		if (!strstr(allowed, method_name(routes[i].method))) {
 			size_t l = strlen(allowed);
 			snprintf(allowed + l, sizeof(allowed) - l, "%s%s", l ? "," : "",
 			         method_name(routes[i].method));
 		}
+	}
+	if (r->method == CO_HEAD && get_route) {
+		/* HEAD is GET without the body (MHD drops it) */
+		r->route = get_route;
+		return;
 	}
 	char msg[600];
 	if (allowed[0]) {
