@@ -1863,6 +1863,25 @@ cal_next_local(cal_unit u, int64_t local_floor)
 	return agg_days_from_civil(y, m, 1) * 86400000;
 }
 
+/* Offsets hold for long spans between DST changes: remember the last one
+ * (per collect call; params are shared between threads). */
+typedef struct tzc {
+	int64_t lo, hi, off;
+} tzc;
+
+static inline int64_t
+tz_off_c(const hist_params *p, tzc *c, int64_t utc)
+{
+	if (!p->tz)
+		return 0;
+	if (c && utc >= c->lo && utc < c->hi)
+		return c->off;
+	if (!c)
+		return agg_tz_offset(p->tz, utc);
+	c->off = agg_tz_offset_span(p->tz, utc, &c->lo, &c->hi);
+	return c->off;
+}
+
 static inline int64_t
 tz_off(const hist_params *p, int64_t utc)
 {
@@ -1879,11 +1898,11 @@ tz_utc(const hist_params *p, int64_t local)
  * back with t's own offset when that is consistent, so the repeated hour
  * of a DST fall-back gets its own bucket as in ES. */
 static int64_t
-dh_round(const hist_params *p, int64_t t)
+dh_round_c(const hist_params *p, tzc *c, int64_t t)
 {
 	int64_t off = (int64_t)p->offset;
 	int64_t x = t - off;
-	int64_t ox = tz_off(p, x);
+	int64_t ox = tz_off_c(p, c, x);
 	int64_t local = x + ox;
 	int64_t rl;
 	if (p->cal != CAL_NONE)
@@ -1891,11 +1910,17 @@ dh_round(const hist_params *p, int64_t t)
 	else
 		rl = floordiv(local, (int64_t)p->interval) * (int64_t)p->interval;
 	int64_t key = rl - ox;
-	if (p->tz && (key > x || tz_off(p, key) != ox))
+	if (p->tz && (key > x || tz_off_c(p, c, key) != ox))
 		key = tz_utc(p, rl);
 	if (key > x) /* rl fell in a gap that ends after x: cannot happen, but stay sane */
 		key = x;
 	return key + off;
+}
+
+static int64_t
+dh_round(const hist_params *p, int64_t t)
+{
+	return dh_round_c(p, NULL, t);
 }
 
 static int64_t
@@ -1939,6 +1964,7 @@ hist_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 		return;
 	if (rt->is_double)
 		s->is_double = true;
+	tzc cache = {0, 0, 0};
 	for (size_t i = 0; i < cnt; i++) {
 		const int64_t *v;
 		int64_t mv;
@@ -1964,7 +1990,7 @@ hist_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 		}
 		int64_t last = 0;
 		for (int j = 0; j < k; j++) {
-			int64_t key = date ? dh_round(p, v[j]) : hist_index(p, agg_num(rt, v[j]));
+			int64_t key = date ? dh_round_c(p, &cache, v[j]) : hist_index(p, agg_num(rt, v[j]));
 			if (j > 0 && key == last)
 				continue; /* one count per doc per bucket */
 			last = key;

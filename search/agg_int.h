@@ -221,6 +221,9 @@ void agg_tz_free(agg_tz *tz);
 bool agg_tz_is_utc(const agg_tz *tz);
 /* Offset east of UTC in ms at instant utc_ms. */
 int64_t agg_tz_offset(const agg_tz *tz, int64_t utc_ms);
+/* Same, plus the span [*lo, *hi) of instants sharing that offset (a
+ * single instant when unknown), so callers can cache it. */
+int64_t agg_tz_offset_span(const agg_tz *tz, int64_t utc_ms, int64_t *lo, int64_t *hi);
 /* The UTC instant for local time local_ms (gaps: moved forward, overlaps:
  * the earlier instant, like java.time). */
 int64_t agg_tz_local_to_utc(const agg_tz *tz, int64_t local_ms);

@@ -409,6 +409,37 @@ agg_tz_offset(const agg_tz *tz, int64_t utc_ms)
 }
 
 int64_t
+agg_tz_offset_span(const agg_tz *tz, int64_t utc_ms, int64_t *lo, int64_t *hi)
+{
+	*lo = utc_ms;
+	*hi = utc_ms + 1;
+	if (!tz || tz->fixed) {
+		*lo = INT64_MIN;
+		*hi = INT64_MAX;
+		return tz ? tz->fixed_ms : 0;
+	}
+	int64_t s = fdiv(utc_ms, 1000);
+	if (tz->ntrans == 0 || (s >= tz->trans[tz->ntrans - 1] && tz->rule.valid))
+		return agg_tz_offset(tz, utc_ms); /* rule region: no span cached */
+	if (s < tz->trans[0]) {
+		*lo = INT64_MIN;
+		*hi = tz->trans[0] * 1000;
+		return (int64_t)tz->first_off * 1000;
+	}
+	size_t l = 0, h = tz->ntrans;
+	while (h - l > 1) {
+		size_t mid = (l + h) / 2;
+		if (tz->trans[mid] <= s)
+			l = mid;
+		else
+			h = mid;
+	}
+	*lo = tz->trans[l] * 1000;
+	*hi = l + 1 < tz->ntrans ? tz->trans[l + 1] * 1000 : INT64_MAX;
+	return (int64_t)tz->toff[l] * 1000;
+}
+
+int64_t
 agg_tz_local_to_utc(const agg_tz *tz, int64_t local_ms)
 {
 	if (!tz)
