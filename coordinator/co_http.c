@@ -128,6 +128,10 @@ static const co_route routes[] = {
 	 P_INDEX_READ ",level,fields,groups,completion_fields,fielddata_fields,"
 	              "include_segment_file_sizes",
 	 false},
+	{CO_GET, "/_alias", co_h_aliases_get, P_INDEX_READ ",local", false},
+	{CO_GET, "/_aliases", co_h_aliases_get, P_INDEX_READ ",local", false},
+	{CO_GET, "/{index}/_alias", co_h_aliases_get, P_INDEX_READ ",local", false},
+	{CO_GET, "/{index}/_aliases", co_h_aliases_get, P_INDEX_READ ",local", false},
 	{CO_GET, "/_mapping", co_h_mapping_get, P_INDEX_READ ",local,master_timeout,include_type_name",
 	 false},
 	{CO_GET, "/{index}/_mapping", co_h_mapping_get,

@@ -988,6 +988,25 @@ co_h_mapping_get(co_req *r)
 	co_reply_json(r, 200, j);
 }
 
+/* Aliases are not supported: every index answers with none. */
+void
+co_h_aliases_get(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	cJSON *j;
+
+	if (!co_resolve(r, index_expr(r), &ixs, &n))
+		return;
+	j = cJSON_CreateObject();
+	for (size_t i = 0; i < n; i++) {
+		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
+		cJSON_AddObjectToObject(o, "aliases");
+	}
+	co_release_all(ixs, n);
+	co_reply_json(r, 200, j);
+}
+
 void
 co_h_mapping_put(co_req *r)
 {

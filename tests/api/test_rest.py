@@ -229,6 +229,7 @@ def index_create_get_settings():
     st, b = n.req("GET", "/ix1")
     eq(sorted(b["ix1"]), ["aliases", "mappings", "settings"])
     eq(b["ix1"]["mappings"]["properties"]["n"], {"type": "integer"})
+    eq(n.req("GET", "/ix1/_alias"), (200, {"ix1": {"aliases": {}}}))
     st, h, data = n.raw("HEAD", "/ix1")
     eq((st, data), (200, b""))
     st, h, data = n.raw("HEAD", "/nope")
