@@ -21,11 +21,38 @@ count_tok(void *ctx, const st_token *t)
 	return 0;
 }
 
-static void
-fuzz_doc(const char *s, size_t n, st_dynamic dyn)
+/* A mapping with every feature, for documents to collide with. */
+static const char *rich_mapping =
+    "{\"properties\":{\"k\":{\"type\":\"keyword\",\"ignore_above\":5,\"null_value\":\"N\","
+    "\"copy_to\":[\"all\",\"x.y\"]},\"all\":{\"type\":\"text\",\"analyzer\":\"english\","
+    "\"fields\":{\"kw\":{\"type\":\"keyword\"}}},\"n\":{\"type\":\"byte\",\"coerce\":false},"
+    "\"l\":{\"type\":\"long\",\"ignore_malformed\":true,\"copy_to\":\"all\"},\"d\":{\"type\":"
+    "\"date\",\"format\":\"yyyy/MM/dd||epoch_second\"},\"b\":{\"type\":\"boolean\"},\"o\":{"
+    "\"dynamic\":\"strict\",\"properties\":{\"f\":{\"type\":\"float\"}}},\"off\":{\"type\":"
+    "\"object\",\"enabled\":false},\"q\":{\"dynamic\":false,\"properties\":{}}}}";
+
+static st_mapping *
+start_mapping(st_dynamic dyn, bool rich)
 {
-	st_mapping *m = st_mapping_new();
+	st_mapping *m = NULL;
+	if (rich) {
+		cJSON *j = cJSON_Parse(rich_mapping);
+		cm_error err;
+		cm_error_clear(&err);
+		if (j == NULL || st_mapping_from_json(j, &m, &err) != CM_OK)
+			abort();
+		cJSON_Delete(j);
+	} else {
+		m = st_mapping_new();
+	}
 	m->dynamic = dyn;
+	return m;
+}
+
+static void
+fuzz_doc(const char *s, size_t n, st_dynamic dyn, bool rich)
+{
+	st_mapping *m = start_mapping(dyn, rich);
 	st_doc d;
 	cm_error err;
 	for (int attempt = 0; attempt < 3; attempt++) {
@@ -90,12 +117,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	const char *s = (const char *)data + 1;
 	size_t n = size - 1;
-	switch (data[0] % 6) {
+	switch (data[0] % 8) {
 	case 0:
-		fuzz_doc(s, n, ST_DYNAMIC_TRUE);
+		fuzz_doc(s, n, ST_DYNAMIC_TRUE, false);
 		break;
 	case 1:
-		fuzz_doc(s, n, ST_DYNAMIC_STRICT);
+		fuzz_doc(s, n, ST_DYNAMIC_STRICT, false);
+		break;
+	case 6:
+		fuzz_doc(s, n, ST_DYNAMIC_TRUE, true);
+		break;
+	case 7:
+		fuzz_doc(s, n, ST_DYNAMIC_STRICT, true);
 		break;
 	case 2:
 		fuzz_mapping(s, n);
