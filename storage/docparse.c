@@ -464,9 +464,15 @@ dynamic_spec(parse_ctx *c, const cJSON *j)
 	if (cJSON_IsString(j)) {
 		int64_t ms;
 		size_t sn = strlen(j->valuestring);
-		if (looks_like_date(j->valuestring)) {
+		double nd;
+		int64_t ni;
+		bool nint;
+		if (c->m->numeric_detection > 0 && string_number(j->valuestring, &nd, &ni, &nint)) {
+			cJSON_AddStringToObject(spec, "type", nint ? "long" : "float");
+		} else if (c->m->date_detection >= 0 && looks_like_date(j->valuestring)) {
 			cJSON_AddStringToObject(spec, "type", "date");
-		} else if (sn >= 10 && st_date_parse(j->valuestring, sn,
+		} else if (c->m->date_detection >= 0 && sn >= 10 &&
+		           st_date_parse(j->valuestring, sn,
 		                                      "yyyy/MM/dd HH:mm:ss||yyyy/MM/dd", &ms)) {
 			/* ES's second dynamic date format, kept as the field's format */
 			cJSON_AddStringToObject(spec, "type", "date");

@@ -656,7 +656,8 @@ st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 {
 	fbuf b = {0};
 	st_dynamic dyn = ST_DYNAMIC_TRUE;
-	bool dyn_set = false;
+	bool dyn_set = false, flag;
+	int8_t date_det = 0, num_det = 0;
 	cm_err e;
 	*out = NULL;
 	if (json == NULL)
@@ -679,6 +680,11 @@ st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 				return cm_error_set(err, CM_EMAPPING,
 				                    "Failed to parse mapping: [properties] must be an "
 				                    "object");
+		} else if (strcmp(k, "date_detection") == 0 || strcmp(k, "numeric_detection") == 0) {
+			if (!json_bool(it, &flag))
+				return cm_error_set(err, CM_EMAPPING,
+				                    "Failed to parse mapping: invalid value for [%s]", k);
+			*(k[0] == 'd' ? &date_det : &num_det) = flag ? 1 : -1;
 		} else if (strcmp(k, "_source") == 0 || strcmp(k, "_meta") == 0 ||
 		           strcmp(k, "_routing") == 0) {
 			/* _source is always kept whole; _meta is informational */
@@ -696,6 +702,8 @@ st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 		goto fail;
 	if ((e = finish(&b, dyn, dyn_set, out, err)) != CM_OK)
 		goto fail;
+	(*out)->date_detection = date_det;
+	(*out)->numeric_detection = num_det;
 	return CM_OK;
 fail:
 	fbuf_free(&b);
@@ -768,6 +776,10 @@ st_mapping_to_json(const st_mapping *m)
 		return root;
 	if (m->dynamic_set)
 		cJSON_AddStringToObject(root, "dynamic", dynamic_name(m->dynamic));
+	if (m->date_detection != 0)
+		cJSON_AddBoolToObject(root, "date_detection", m->date_detection > 0);
+	if (m->numeric_detection != 0)
+		cJSON_AddBoolToObject(root, "numeric_detection", m->numeric_detection > 0);
 	if (m->nfields == 0)
 		return root;
 	cJSON **nodes = cm_calloc(CM_MEM_STORAGE, m->nfields, sizeof(*nodes));
@@ -926,6 +938,7 @@ st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out
 	bool changed = false;
 	st_dynamic dyn = base->dynamic;
 	bool dyn_set = base->dynamic_set;
+	int8_t date_det = base->date_detection, num_det = base->numeric_detection;
 	*out = NULL;
 	/* copies of base's fields keep base's (sorted) order: index i of b is
 	 * index i of base, so lookups into base locate the copy */
@@ -935,6 +948,14 @@ st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out
 		if (add->dynamic_set && (!dyn_set || add->dynamic != dyn)) {
 			dyn = add->dynamic;
 			dyn_set = true;
+			changed = true;
+		}
+		if (add->date_detection != 0 && add->date_detection != date_det) {
+			date_det = add->date_detection;
+			changed = true;
+		}
+		if (add->numeric_detection != 0 && add->numeric_detection != num_det) {
+			num_det = add->numeric_detection;
 			changed = true;
 		}
 		for (size_t i = 0; i < add->nfields; i++) {
@@ -1000,6 +1021,8 @@ st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out
 	}
 	if ((e = finish(&b, dyn, dyn_set, out, err)) != CM_OK)
 		goto fail;
+	(*out)->date_detection = date_det;
+	(*out)->numeric_detection = num_det;
 	(*out)->version = base->version + (changed ? 1 : 0);
 	return CM_OK;
 fail:

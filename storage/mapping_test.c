@@ -715,6 +715,35 @@ test_copy_to_enabled(void)
 }
 
 static void
+test_detection_settings(void)
+{
+	cm_error err;
+	st_mapping *m = mapping_of("{\"date_detection\":false,\"numeric_detection\":true}", &err);
+	REQUIRE(m != NULL);
+	CHECK(m->date_detection == -1 && m->numeric_detection == 1);
+	char *r = render(m);
+	CHECK(strcmp(r, "{\"date_detection\":false,\"numeric_detection\":true}") == 0);
+	free(r);
+	st_doc d;
+	CHECK(parse_dyn(&m, "{\"a\":\"2024-01-31\",\"b\":\"42\",\"c\":\"4.5\",\"e\":\"x1\"}", &d, &err) ==
+	      CM_OK);
+	CHECK(fd(m, "a")->type == ST_FT_TEXT && fd(m, "b")->type == ST_FT_LONG &&
+	      fd(m, "c")->type == ST_FT_FLOAT && fd(m, "e")->type == ST_FT_TEXT);
+	CHECK(m->date_detection == -1); /* kept through the dynamic merge */
+	st_doc_free(&d);
+	/* a later PUT without the settings keeps them; one with them changes them */
+	st_mapping *add = mapping_of("{\"date_detection\":true}", &err), *out = NULL;
+	cm_error_clear(&err);
+	CHECK(st_mapping_merge(m, add, &out, &err) == CM_OK && out->date_detection == 1 &&
+	      out->numeric_detection == 1 && out->version == m->version + 1);
+	st_mapping_unref(out);
+	st_mapping_unref(add);
+	st_mapping_unref(m);
+	expect_mapping_error("{\"date_detection\":\"maybe\"}", CM_EMAPPING,
+	                     "invalid value for [date_detection]");
+}
+
+static void
 test_coercion_and_errors(void)
 {
 	cm_error err;
@@ -902,6 +931,7 @@ main(void)
 	test_coercion_and_errors();
 	test_null_malformed_coerce();
 	test_copy_to_enabled();
+	test_detection_settings();
 	bench_sample();
 	return check_report("mapping_test");
 }

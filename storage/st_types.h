@@ -92,6 +92,8 @@ typedef struct st_mapping {
 	uint64_t version;
 	int refs;
 	bool dynamic_set; /* root "dynamic" given explicitly (a merge keeps base's otherwise) */
+	int8_t date_detection;    /* root "date_detection": 0 unset (on), 1 true, -1 false */
+	int8_t numeric_detection; /* root "numeric_detection": 0 unset (off), 1 true, -1 false */
 } st_mapping;
 
 st_mapping *st_mapping_new(void); /* empty, dynamic=true, refs=1 */
