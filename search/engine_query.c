@@ -1,15 +1,20 @@
-/* `shoal-engine query --index DIR --queries Q.ndjson [--repeat N]`: runs
+/* `shoal-engine query --index DIR --queries Q.ndjson [--repeat N] [--fetch]`: runs
  * Elasticsearch _search bodies against one shard directory in process,
  * single-threaded. Each line is {"class":..,"body":{..}[,"expect":N]} or a
  * plain body. Every query runs once untimed with an exact total (the hit
  * count), then N timed rounds; one JSON line per class is printed
- * (engine, class, queries, runs, qps, p50_us, p99_us, counts, mismatches).
- * Exits 1 if a query matched nothing or a count differs from "expect". */
+ * (engine, class, queries, runs, qps, p50_us, p99_us, cpu_us (mean thread CPU
+ * time per run, steadier than wall time on a shared machine), counts,
+ * mismatches). Timed runs are ES's query phase only (hits without _id or
+ * _source, like Lucene's TopDocs) unless --fetch is given. Exits 1 if a
+ * query matched nothing or a count differs from "expect". */
+#define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../common/cm_alloc.h"
 #include "../common/cm_sys.h"
@@ -31,8 +36,16 @@ static int
 usage(void)
 {
 	fprintf(stderr, "usage: shoal-engine query --index DIR --queries Q.ndjson [--repeat N] "
-	                "[--mapping M.json]\n");
+	                "[--mapping M.json] [--fetch]\n");
 	return 2;
+}
+
+static uint64_t
+thread_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static int
@@ -155,8 +168,13 @@ sr_engine_query_main(int argc, char **argv)
 {
 	const char *index = NULL, *queries = NULL, *mapping = NULL;
 	long repeat = 10;
+	bool fetch = false;
 	for (int i = 1; i < argc; i++) {
 		const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(k, "--fetch")) {
+			fetch = true;
+			continue;
+		}
 		if (!v)
 			return usage();
 		if (!strcmp(k, "--index"))
@@ -190,6 +208,8 @@ sr_engine_query_main(int argc, char **argv)
 	equery *qs = NULL;
 	size_t nq = 0;
 	int status = read_queries(queries, &qs, &nq) ? 2 : 0;
+	for (size_t i = 0; i < nq; i++)
+		qs[i].req.query_phase_only = !fetch;
 	/* untimed: exact counts */
 	for (size_t i = 0; i < nq && !status; i++) {
 		sr_request exact = qs[i].req;
@@ -221,7 +241,7 @@ sr_engine_query_main(int argc, char **argv)
 		size_t nl = 0;
 		for (size_t k = 0; k < nidx; k++) /* warm-up */
 			run_one(r, &qs[idx[k]].req, NULL);
-		uint64_t t0 = cm_now_ns();
+		uint64_t t0 = cm_now_ns(), c0 = thread_cpu_ns();
 		for (long rep = 0; rep < repeat; rep++) {
 			for (size_t k = 0; k < nidx; k++) {
 				uint64_t q0 = cm_now_ns();
@@ -231,13 +251,14 @@ sr_engine_query_main(int argc, char **argv)
 			}
 		}
 		double el = (double)(cm_now_ns() - t0) / 1e9;
+		double cpu_us = nl ? (double)(thread_cpu_ns() - c0) / 1e3 / (double)nl : 0.0;
 		qsort(lat, nl, sizeof(uint64_t), cmp_u64);
 		int mism = 0;
 		printf("{\"engine\":\"shoal\",\"class\":\"%s\",\"queries\":%zu,\"runs\":%zu,\"qps\":%.1f,"
-		       "\"p50_us\":%.1f,\"p99_us\":%.1f,\"counts\":[",
+		       "\"p50_us\":%.1f,\"p99_us\":%.1f,\"cpu_us\":%.1f,\"counts\":[",
 		       qs[i].cls, nidx, nl, el > 0 ? (double)nl / el : 0.0,
 		       nl ? (double)lat[(nl - 1) / 2] / 1e3 : 0.0,
-		       nl ? (double)lat[(size_t)((nl - 1) * 0.99)] / 1e3 : 0.0);
+		       nl ? (double)lat[(size_t)((nl - 1) * 0.99)] / 1e3 : 0.0, cpu_us);
 		for (size_t k = 0; k < nidx; k++) {
 			const equery *q = &qs[idx[k]];
 			printf("%s%" PRIu64, k ? "," : "", q->count);

@@ -335,7 +335,7 @@ term_new(sr_exec *x, size_t si, const sr_plan *pl)
 	t->base.scoring = pl->scoring;
 	t->base.cost = t->p.doc_freq;
 	t->norms = (fi->flags & ST_FI_NORMS) ? st_norms(c->txn, fi) : NULL;
-	t->cache = pl->fs->cache;
+	t->cache = sr_fstat_cache(pl->fs);
 	t->weight = pl->weight;
 	t->base.doc = st_postings_next(&t->p);
 	return &t->base;
@@ -1893,7 +1893,7 @@ phrase_new(sr_exec *x, size_t si, const sr_plan *pl)
 	ph->order = cm_calloc(CM_MEM_SEARCH, ph->n, sizeof(size_t));
 	ph->slop = pl->slop;
 	ph->norms = (fi->flags & ST_FI_NORMS) ? st_norms(c->txn, fi) : NULL;
-	ph->cache = pl->fs->cache;
+	ph->cache = sr_fstat_cache(pl->fs);
 	ph->weight = pl->weight;
 	uint64_t mincost = UINT64_MAX;
 	for (size_t k = 0; k < ph->n; k++) {

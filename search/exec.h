@@ -28,6 +28,7 @@ typedef struct sr_fstat {
 	uint64_t doc_count;     /* summed over segments, deleted docs included (as Lucene) */
 	uint64_t sum_ttf;
 	float avgdl;
+	bool cache_ready;       /* cache is filled on first scoring use */
 	float cache[256];       /* 1 / (k1 * (1 - b + b * len / avgdl)) per norm byte */
 } sr_fstat;
 
@@ -39,6 +40,14 @@ sr_bm25(float weight, const float *cache, float freq, uint8_t norm)
 }
 float sr_idf(uint64_t df, uint64_t doc_count);
 void sr_fstat_init_cache(sr_fstat *fs);
+/* The field's BM25 cache, computed on first use. */
+static inline const float *
+sr_fstat_cache(const sr_fstat *fs)
+{
+	if (!fs->cache_ready)
+		sr_fstat_init_cache((sr_fstat *)fs);
+	return fs->cache;
+}
 
 /* ---- automata (multiterm.c) ---- */
 

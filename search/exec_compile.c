@@ -71,8 +71,6 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 			fs->sum_ttf += fi->sum_total_term_freq;
 		}
 	}
-	for (size_t i = 0; i < x->nfstats; i++)
-		sr_fstat_init_cache(&x->fstats[i]);
 	return CM_OK;
 }
 

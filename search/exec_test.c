@@ -328,7 +328,7 @@ test_scores(void)
 	sr_request_free(&ra);
 	sr_request_free(&rb);
 	/* seq_no / version are carried */
-	REQUIRE(search("{\"query\":{\"ids\":{\"values\":[\"1\"]}}}", &req, &res, &err) == CM_OK);
+	REQUIRE(search("{\"query\":{\"ids\":{\"values\":[\"1\"]}},\"version\":true,\"seq_no_primary_term\":true}", &req, &res, &err) == CM_OK);
 	CHECK(res.nhits == 1 && res.hits[0].version == 1 && res.hits[0].primary_term >= 1);
 	CHECK(res.hits[0].source && strstr(res.hits[0].source, "quick brown fox"));
 	sr_shard_result_free(&res);

@@ -24,4 +24,5 @@ sr_fstat_init_cache(sr_fstat *fs)
 		float len = (float)st_norm_decode((uint8_t)i);
 		fs->cache[i] = 1.0f / (BM25_K1 * ((1 - BM25_B) + BM25_B * len / avgdl));
 	}
+	fs->cache_ready = true;
 }

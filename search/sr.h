@@ -175,6 +175,10 @@ typedef struct sr_request {
 	bool version;             /* render _version per hit */
 	bool seq_no_primary_term; /* render _seq_no and _primary_term per hit */
 	bool track_scores;        /* compute scores even when sorting by fields */
+	/* ES's query phase alone: hits carry score, sort values and doc
+	 * numbers but no _id/_source/metadata (no stored-document reads).
+	 * Used by benchmarks; default false. */
+	bool query_phase_only;
 } sr_request;
 
 void sr_request_init(sr_request *r);

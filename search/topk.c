@@ -193,31 +193,56 @@ entry_rank_cmp(const void *a, const void *b, void *self)
 	return 0;
 }
 
-static cm_err
-col_long(sr_exec *x, size_t si, const char *field, uint32_t doc, st_colblock *cb, int64_t *out)
+/* Per-segment metadata columns, reused across hits of one segment. */
+typedef struct meta_cols {
+	size_t seg;
+	const st_field_info *fi[3];
+	st_colblock cb[3];
+} meta_cols;
+
+static const char *const meta_names[3] = {ST_FIELD_SEQ_NO, ST_FIELD_PRIMARY_TERM,
+                                          ST_FIELD_VERSION};
+
+static int64_t
+meta_value(sr_exec *x, meta_cols *m, size_t si, uint32_t doc, int which)
 {
-	const st_field_info *fi = st_segment_field(x->segs[si].seg, field);
-	*out = 0;
-	if (!fi || !(fi->flags & ST_FI_COLUMN))
-		return CM_OK;
-	memset(cb, 0, sizeof *cb);
+	if (m->seg != si) {
+		for (int i = 0; i < 3; i++) {
+			st_colblock_free(&m->cb[i]);
+			memset(&m->cb[i], 0, sizeof m->cb[i]);
+			const st_field_info *fi = st_segment_field(x->segs[si].seg, meta_names[i]);
+			m->fi[i] = fi && (fi->flags & ST_FI_COLUMN) ? fi : NULL;
+		}
+		m->seg = si;
+	}
+	if (!m->fi[which])
+		return 0;
 	const int64_t *v;
-	int n = st_col_values(x->segs[si].txn, fi, cb, doc, &v);
-	if (n > 0)
-		*out = v[0];
-	st_colblock_free(cb);
-	return n < 0 ? CM_ECORRUPT : CM_OK;
+	int n = st_col_values(x->segs[si].txn, m->fi[which], &m->cb[which], doc, &v);
+	return n > 0 ? v[0] : 0;
 }
 
 static cm_err
-fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *idb, cm_buf *src)
+fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *idb, cm_buf *src,
+          meta_cols *meta)
 {
 	sr_exec *x = t->x;
 	const sr_request *req = t->req;
 	memset(h, 0, sizeof *h);
+	if (req->query_phase_only) {
+		h->score = t->scored ? e->score : NAN;
+		h->shard = shard;
+		h->doc = e->gdoc;
+		if (t->nkeys) {
+			h->sort = cm_calloc(CM_MEM_SEARCH, t->nkeys, sizeof(sr_sort_value));
+			h->nsort = t->nkeys;
+			sr_sorter_export(&t->sorter, e->vals, h->sort);
+		}
+		return CM_OK;
+	}
 	cm_buf_reset(idb);
 	cm_buf_reset(src);
-	cm_err rc = st_stored_get(x->segs[e->seg].txn, e->doc, idb, src);
+	cm_err rc = st_stored_get(x->segs[e->seg].txn, e->doc, idb, req->fetch_source ? src : NULL);
 	if (rc)
 		return cm_error_set(x->err, rc, "cannot read stored document");
 	h->id = cm_strndup(CM_MEM_SEARCH, (const char *)idb->data, idb->len);
@@ -247,15 +272,22 @@ fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *id
 		h->nsort = t->nkeys;
 		sr_sorter_export(&t->sorter, e->vals, h->sort);
 	}
-	st_colblock cb;
-	int64_t v;
-	if (col_long(x, e->seg, ST_FIELD_SEQ_NO, e->doc, &cb, &v) == CM_OK)
-		h->seq_no = (uint64_t)v;
-	if (col_long(x, e->seg, ST_FIELD_PRIMARY_TERM, e->doc, &cb, &v) == CM_OK)
-		h->primary_term = (uint64_t)v;
-	if (col_long(x, e->seg, ST_FIELD_VERSION, e->doc, &cb, &v) == CM_OK)
-		h->version = v;
+	if (req->seq_no_primary_term || req->version) {
+		h->seq_no = (uint64_t)meta_value(x, meta, e->seg, e->doc, 0);
+		h->primary_term = (uint64_t)meta_value(x, meta, e->seg, e->doc, 1);
+		h->version = meta_value(x, meta, e->seg, e->doc, 2);
+	}
 	return CM_OK;
+}
+
+static int
+by_seg_doc(const void *a, const void *b, void *heap)
+{
+	const sr_topk_entry *h = heap;
+	const sr_topk_entry *x = &h[*(const size_t *)a], *y = &h[*(const size_t *)b];
+	if (x->seg != y->seg)
+		return x->seg < y->seg ? -1 : 1;
+	return (x->doc > y->doc) - (x->doc < y->doc);
 }
 
 cm_err
@@ -352,11 +384,20 @@ sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_re
 		cm_buf idb, src;
 		cm_buf_init(&idb, CM_MEM_SEARCH);
 		cm_buf_init(&src, CM_MEM_SEARCH);
-		for (size_t i = 0; i < t.n && !rc; i++) {
-			rc = fetch_hit(&t, &t.heap[i], shard, &out->hits[i], &idb, &src);
-			if (!rc)
-				out->nhits++;
-		}
+		/* fetch in storage order: hits sharing a stored block decode it once */
+		size_t *order = cm_malloc(CM_MEM_SEARCH, t.n * sizeof(size_t));
+		for (size_t i = 0; i < t.n; i++)
+			order[i] = i;
+		qsort_r(order, t.n, sizeof(size_t), by_seg_doc, t.heap);
+		meta_cols meta;
+		memset(&meta, 0, sizeof meta);
+		meta.seg = SIZE_MAX;
+		for (size_t i = 0; i < t.n && !rc; i++)
+			rc = fetch_hit(&t, &t.heap[order[i]], shard, &out->hits[order[i]], &idb, &src, &meta);
+		out->nhits = t.n;
+		for (int i = 0; i < 3; i++)
+			st_colblock_free(&meta.cb[i]);
+		cm_free(CM_MEM_SEARCH, order);
 		cm_buf_free(&idb);
 		cm_buf_free(&src);
 	}
