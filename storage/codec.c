@@ -114,6 +114,8 @@ load64(const uint8_t *p)
 void
 codec_unpack32(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint32_t *out)
 {
+	if (n == 0)
+		return;
 	if (bits == 0) {
 		memset(out, 0, n * sizeof(*out));
 		return;
@@ -177,6 +179,8 @@ codec_unpack32(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint32
 void
 codec_unpack64(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint64_t *out)
 {
+	if (n == 0)
+		return;
 	if (bits == 0) {
 		memset(out, 0, n * sizeof(*out));
 		return;

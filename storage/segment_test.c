@@ -699,6 +699,151 @@ bench_accounts(const char *dir, cm_pool *pool)
 	free(lines);
 }
 
+/* Merge of segments whose big text field is split by term range, and of
+ * segments with different field sets. */
+#define BIGV 30000
+static void
+test_range_merge(const char *dir, cm_pool *pool)
+{
+	st_field_def fb = {.path = "body", .type = ST_FT_TEXT, .analyzer = ST_AN_WHITESPACE,
+	                   .index = true};
+	st_field_def fo = {.path = "only0", .type = ST_FT_LONG, .index = true, .doc_values = true};
+	st_field_def fk = {.path = "only2", .type = ST_FT_KEYWORD, .index = true, .doc_values = true};
+	enum { NSEG = 3, NDOC = 3000, NW = 12 };
+	static uint32_t words[NSEG][NDOC][NW];
+	uint64_t *live[NSEG];
+	st_segment *segs[NSEG];
+	char path[256];
+	for (int s = 0; s < NSEG; s++) {
+		live[s] = calloc(st_bit_words(NDOC), 8);
+		st_segbuild *b = st_segbuild_create();
+		for (uint32_t d = 0; d < NDOC; d++) {
+			char text[NW * 8 + 1] = "", id[32], kw[16];
+			for (int w = 0; w < NW; w++) {
+				words[s][d][w] = (uint32_t)(rnd() % BIGV);
+				char wb[8];
+				snprintf(wb, sizeof(wb), "w%05u ", words[s][d][w]);
+				strcat(text, wb);
+			}
+			snprintf(id, sizeof(id), "r%d-%u", s, d);
+			snprintf(kw, sizeof(kw), "k%u", d % 7);
+			st_value vals[3] = {{.field = &fb, .s = text, .n = strlen(text)}};
+			size_t nv = 1;
+			if (s == 0)
+				vals[nv++] = (st_value){.field = &fo, .i = d};
+			if (s == 2)
+				vals[nv++] = (st_value){.field = &fk, .s = kw, .n = strlen(kw)};
+			st_doc doc = {.id = id, .id_len = strlen(id), .source = text, .source_len = strlen(text),
+			              .values = vals, .nvalues = nv};
+			uint32_t no;
+			cm_error err = {0};
+			REQUIRE(st_segbuild_add(b, &doc, d, 1, 1, &no, &err) == CM_OK);
+			if (rnd() % 5)
+				st_bit_set(live[s], d);
+		}
+		snprintf(path, sizeof(path), "%s/range-%d.mdb", dir, s);
+		cm_error err = {0};
+		REQUIRE(st_segbuild_write(b, NULL, path, 50 + s, NULL, &err) == CM_OK);
+		st_segbuild_destroy(b);
+		REQUIRE(st_segment_open(path, &segs[s], &err) == CM_OK);
+	}
+	snprintf(path, sizeof(path), "%s/range-merged.mdb", dir);
+	cm_error err = {0};
+	cm_err rc = st_segment_merge(segs, (const uint64_t *const *)live, NSEG, path, 60, pool,
+	                             8u << 20, &err);
+	if (rc)
+		fprintf(stderr, "merge: %s\n", err.reason);
+	REQUIRE(rc == CM_OK);
+	st_segment *m;
+	REQUIRE(st_segment_open(path, &m, &err) == CM_OK);
+	/* model: per word, the live (new doc, position) pairs in order */
+	uint32_t *cnt = calloc(BIGV, sizeof(uint32_t));
+	uint32_t nd = 0;
+	for (int s = 0; s < NSEG; s++)
+		for (uint32_t d = 0; d < NDOC; d++)
+			if (st_bit_get(live[s], d)) {
+				for (int w = 0; w < NW; w++)
+					cnt[words[s][d][w]]++;
+				nd++;
+			}
+	CHECK(st_segment_max_doc(m) == nd);
+	st_seg_txn *t;
+	REQUIRE(st_seg_txn_begin(m, &t) == CM_OK);
+	const st_field_info *f = st_segment_field(m, "body");
+	REQUIRE(f);
+	uint64_t nterms = 0;
+	for (uint32_t w = 0; w < BIGV; w++)
+		nterms += cnt[w] > 0;
+	CHECK(f->num_terms == nterms);
+	/* walk a sample of words fully: docs, freqs, positions */
+	for (uint32_t w = 0; w < BIGV; w += 7) {
+		char term[8];
+		snprintf(term, sizeof(term), "w%05u", w);
+		st_postings p;
+		rc = st_postings_open(t, f, term, strlen(term), &p);
+		if (!cnt[w]) {
+			CHECK(rc == CM_ENOTFOUND);
+			continue;
+		}
+		REQUIRE(rc == CM_OK);
+		uint32_t nnd = 0, seen = 0;
+		bool ok = true;
+		uint32_t doc = st_postings_next(&p);
+		for (int s = 0; s < NSEG && ok; s++)
+			for (uint32_t d = 0; d < NDOC && ok; d++) {
+				if (!st_bit_get(live[s], d))
+					continue;
+				uint32_t pos[NW], np = 0;
+				for (int k = 0; k < NW; k++)
+					if (words[s][d][k] == w)
+						pos[np++] = (uint32_t)k;
+				if (np) {
+					uint32_t got[NW + 4];
+					ok = doc == nnd && p.freq == np &&
+					     st_postings_positions(&p, got, NW + 4) == (int)np &&
+					     memcmp(got, pos, np * 4) == 0;
+					seen += np;
+					doc = st_postings_next(&p);
+				}
+				nnd++;
+			}
+		CHECKF(ok && doc == ST_NO_MORE_DOCS && seen == cnt[w], "word %u", w);
+	}
+	/* fields present in one input only */
+	const st_field_info *o0 = st_segment_field(m, "only0"), *o2 = st_segment_field(m, "only2");
+	REQUIRE(o0 && o2);
+	st_colblock cb0 = {0}, cb2 = {0};
+	uint32_t d = 0;
+	for (int s = 0; s < NSEG; s++)
+		for (uint32_t od = 0; od < NDOC; od++) {
+			if (!st_bit_get(live[s], od))
+				continue;
+			const int64_t *v;
+			int n0 = st_col_values(t, o0, &cb0, d, &v);
+			CHECK(n0 == (s == 0) && (!n0 || v[0] == od));
+			int n2 = st_col_values(t, o2, &cb2, d, &v);
+			CHECK(n2 == (s == 2));
+			if (n2 == 1) {
+				const uint8_t *term;
+				size_t len;
+				char want[16];
+				snprintf(want, sizeof(want), "k%u", od % 7);
+				CHECK(st_ord_term(t, o2, (uint64_t)v[0], &term, &len) == CM_OK &&
+				      len == strlen(want) && memcmp(term, want, len) == 0);
+			}
+			d++;
+		}
+	st_colblock_free(&cb0);
+	st_colblock_free(&cb2);
+	st_seg_txn_end(t);
+	st_segment_close(m);
+	for (int s = 0; s < NSEG; s++) {
+		st_segment_close(segs[s]);
+		free(live[s]);
+	}
+	free(cnt);
+}
+
 int
 main(void)
 {
@@ -812,6 +957,7 @@ main(void)
 		}
 		free(live);
 	}
+	test_range_merge(dir, pool);
 	/* 4. empty segment (every doc deleted) */
 	{
 		uint64_t alld[1] = {~0ull};
