@@ -844,6 +844,63 @@ test_range_merge(const char *dir, cm_pool *pool)
 	free(cnt);
 }
 
+/* Longest keys: a 508-byte keyword term and a 510-byte id fit; one more
+ * byte is refused at add time, never at write time. */
+static void
+test_long_keys(const char *dir)
+{
+	st_field_def fk = {.path = "k", .type = ST_FT_KEYWORD, .index = true, .doc_values = true};
+	char term[600], id[600];
+	memset(term, 'x', sizeof(term));
+	memset(id, 'i', sizeof(id));
+	st_segbuild *b = st_segbuild_create();
+	st_value v = {.field = &fk, .s = term, .n = 508};
+	st_doc d = {.id = id, .id_len = 510, .source = "{}", .source_len = 2, .values = &v,
+	            .nvalues = 1};
+	uint32_t no;
+	cm_error err = {0};
+	CHECK(st_segbuild_add(b, &d, 1, 1, 1, &no, &err) == CM_OK);
+	v.n = 509;
+	d.id_len = 3;
+	CHECK(st_segbuild_add(b, &d, 2, 1, 1, &no, &err) == CM_EINVAL);
+	v.n = 10;
+	d.id_len = 511;
+	CHECK(st_segbuild_add(b, &d, 3, 1, 1, &no, &err) == CM_EINVAL);
+	d.id_len = 4;
+	CHECK(st_segbuild_add(b, &d, 4, 1, 1, &no, &err) == CM_OK);
+	char path[256];
+	snprintf(path, sizeof(path), "%s/long.mdb", dir);
+	REQUIRE(st_segbuild_write(b, NULL, path, 70, NULL, &err) == CM_OK);
+	st_segbuild_destroy(b);
+	st_segment *s;
+	REQUIRE(st_segment_open(path, &s, &err) == CM_OK);
+	CHECK(st_segment_max_doc(s) == 2);
+	st_seg_txn *t;
+	REQUIRE(st_seg_txn_begin(s, &t) == CM_OK);
+	const st_field_info *f = st_segment_field(s, "k");
+	REQUIRE(f);
+	uint32_t doc;
+	CHECK(st_id_lookup(t, id, 510, &doc) == CM_OK && doc == 0);
+	CHECK(st_id_lookup(t, id, 4, &doc) == CM_OK && doc == 1);
+	CHECK(st_id_lookup(t, id, 600, &doc) == CM_ENOTFOUND);
+	st_postings p;
+	CHECK(st_postings_open(t, f, term, 508, &p) == CM_OK && st_postings_next(&p) == 0);
+	CHECK(st_postings_open(t, f, term, 600, &p) == CM_ENOTFOUND);
+	uint64_t ord;
+	CHECK(st_term_ord(t, f, term, 10, &ord) == CM_OK && ord == 0);
+	CHECK(st_term_ord(t, f, term, 508, &ord) == CM_OK && ord == 1);
+	CHECK(st_term_ord(t, f, term, 600, &ord) == CM_ENOTFOUND && ord == 2);
+	CHECK(st_term_ord(t, f, term, 300, &ord) == CM_ENOTFOUND && ord == 1);
+	st_terms *it;
+	REQUIRE(st_terms_open(t, f, &it) == CM_OK);
+	size_t len;
+	CHECK(st_terms_seek(it, term, 300) && (st_terms_term(it, &len), len == 508));
+	CHECK(!st_terms_seek(it, term, 600));
+	st_terms_close(it);
+	st_seg_txn_end(t);
+	st_segment_close(s);
+}
+
 int
 main(void)
 {
@@ -958,6 +1015,7 @@ main(void)
 		free(live);
 	}
 	test_range_merge(dir, pool);
+	test_long_keys(dir);
 	/* 4. empty segment (every doc deleted) */
 	{
 		uint64_t alld[1] = {~0ull};
