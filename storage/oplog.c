@@ -82,20 +82,22 @@ st_oplog_decode(const void *val, size_t len, uint64_t seq_no, st_op *op, int64_t
 }
 
 cm_err
-st_oplog_trim(MDB_txn *txn, MDB_dbi dbi, uint64_t upto)
+st_oplog_trim(MDB_txn *txn, MDB_dbi dbi, uint64_t upto, size_t max, size_t *deleted)
 {
 	MDB_cursor *c;
+	*deleted = 0;
 	int rc = mdb_cursor_open(txn, dbi, &c);
 	if (rc)
 		return st_mdb_err(rc);
 	MDB_val k, v;
 	/* Re-seek the first record each time: simpler than reasoning about
 	 * where LMDB leaves a cursor after a delete. */
-	while ((rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) == 0) {
+	while (*deleted < max && (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) == 0) {
 		if (k.mv_size != 8 || cm_get_u64_be(k.mv_data) > upto)
 			break;
 		if ((rc = mdb_cursor_del(c, 0)) != 0)
 			break;
+		(*deleted)++;
 	}
 	mdb_cursor_close(c);
 	return rc == MDB_NOTFOUND || rc == 0 ? CM_OK : st_mdb_err(rc);

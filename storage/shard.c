@@ -692,7 +692,7 @@ encode_commit(st_shard *s, cm_buf *b, const wseg *segs, size_t n)
 /* Writes the commit point for `segs` (their `pub` views) and syncs it.
  * Also makes every earlier log transaction durable. */
 static cm_err
-commit_write(st_shard *s, const wseg *segs, size_t n, int64_t trim_upto)
+commit_write(st_shard *s, const wseg *segs, size_t n)
 {
 	MDB_txn *txn;
 	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
@@ -725,13 +725,6 @@ commit_write(st_shard *s, const wseg *segs, size_t n, int64_t trim_upto)
 		MDB_val dk = {8, kb}, dv = {b->len, b->data};
 		if ((rc = mdb_put(txn, s->db_deletes, &dk, &dv, 0)) != 0)
 			goto fail;
-	}
-	if (trim_upto >= 0) {
-		cm_err e = st_oplog_trim(txn, s->db_oplog, (uint64_t)trim_upto);
-		if (e) {
-			mdb_txn_abort(txn);
-			return e;
-		}
 	}
 	uint64_t ticket = atomic_load(&s->commit_ticket);
 	if ((rc = mdb_txn_commit(txn)) != 0)
@@ -1448,6 +1441,35 @@ late_deletes(const frozen_buf *f, const seg_ref *nref, live_ref **out)
 	return CM_OK;
 }
 
+/* Deletes log records <= upto in small transactions without the write
+ * lock, so indexing is not stalled behind a large trim. Called with wmu
+ * held; returns with it held. */
+static void
+trim_log(st_shard *s, int64_t upto)
+{
+	pthread_mutex_unlock(&s->wmu);
+	size_t deleted = 0;
+	cm_err e = CM_OK;
+	do {
+		MDB_txn *txn;
+		int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+		if (rc) {
+			e = st_mdb_err(rc);
+			break;
+		}
+		e = st_oplog_trim(txn, s->db_oplog, (uint64_t)upto, 8192, &deleted);
+		if (e) {
+			mdb_txn_abort(txn);
+			break;
+		}
+		if ((rc = mdb_txn_commit(txn)) != 0)
+			e = st_mdb_err(rc);
+	} while (e == CM_OK && deleted == 8192);
+	if (e)
+		cm_warn("storage", "shard %s: trimming the log failed: %s", s->dir, cm_err_msg(e));
+	pthread_mutex_lock(&s->wmu);
+}
+
 /* Refresh: freeze the buffer, write it as a segment without the write
  * lock (indexing continues into a fresh buffer), then commit the new
  * segment list with every segment's deletes as of the freeze. Called with
@@ -1521,10 +1543,12 @@ refresh_run(st_shard *s)
 	 * marker holds back. */
 	int64_t trim = -1, upto = f->ckp < s->retain_above ? f->ckp : s->retain_above;
 	if (upto - s->cp.oplog_trimmed > LOG_TRIM_OPS) {
+		/* The commit records the trim point first; the records go after
+		 * it (a crash in between only leaves records nobody reads). */
 		trim = upto;
 		s->cp.oplog_trimmed = trim;
 	}
-	e = commit_write(s, list, n, trim);
+	e = commit_write(s, list, n);
 	if (e) {
 		s->cp = saved;
 		cm_free(CM_MEM_STORAGE, list);
@@ -1564,6 +1588,8 @@ refresh_run(st_shard *s)
 		s->merge_wanted = true;
 		pthread_cond_broadcast(&s->merge_cv);
 	}
+	if (trim >= 0)
+		trim_log(s, trim);
 	return CM_OK;
 }
 
@@ -1588,9 +1614,11 @@ st_shard_flush(st_shard *s)
 		if (upto > s->cp.oplog_trimmed) {
 			int64_t saved = s->cp.oplog_trimmed;
 			s->cp.oplog_trimmed = upto;
-			e = commit_write(s, s->segs, s->nsegs, upto);
+			e = commit_write(s, s->segs, s->nsegs);
 			if (e)
 				s->cp.oplog_trimmed = saved;
+			else
+				trim_log(s, upto);
 		}
 	}
 	if (e == CM_OK)
@@ -1615,7 +1643,7 @@ st_shard_set_primary_term(st_shard *s, uint64_t term)
 	lock_both(s);
 	if (term != s->cp.primary_term) {
 		s->cp.primary_term = term;
-		cm_err e = commit_write(s, s->segs, s->nsegs, -1);
+		cm_err e = commit_write(s, s->segs, s->nsegs);
 		if (e)
 			cm_errorlog("storage", "shard %s: persisting primary term failed: %s", s->dir,
 			             cm_err_msg(e));
@@ -1752,7 +1780,7 @@ merge_run(st_shard *s, const size_t *idx, size_t k)
 		bool kept_new = false;
 		for (size_t j = 0; j < n; j++)
 			kept_new |= list[j].ref == out && out;
-		e = commit_write(s, list, n, -1);
+		e = commit_write(s, list, n);
 		if (e || !kept_new) {
 			live_release(nw.pub);
 			live_release(nw.live);

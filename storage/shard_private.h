@@ -23,8 +23,9 @@ void st_oplog_encode(cm_buf *out, st_op_type type, const char *id, size_t id_len
 /* Decodes a record; op's id/source point into val (valid as long as val).
  * CM_ECORRUPT on a bad checksum or a truncated record. */
 cm_err st_oplog_decode(const void *val, size_t len, uint64_t seq_no, st_op *op, int64_t *version);
-/* Deletes every record with seq_no <= upto inside txn. */
-cm_err st_oplog_trim(MDB_txn *txn, MDB_dbi dbi, uint64_t upto);
+/* Deletes up to `max` records with seq_no <= upto inside txn; *deleted
+ * says how many (fewer than max: nothing left to trim). */
+cm_err st_oplog_trim(MDB_txn *txn, MDB_dbi dbi, uint64_t upto, size_t max, size_t *deleted);
 /* Calls fn for records with seq_no > from, in order, until it returns
  * nonzero. Records are decoded inside txn. */
 cm_err st_oplog_scan(MDB_txn *txn, MDB_dbi dbi, uint64_t from, st_oplog_fn fn, void *ctx);

@@ -702,6 +702,25 @@ replication(const char *dir_a, const char *dir_b, st_mapping *map)
 	st_shard_stats_get(a, &sa);
 	st_shard_stats_get(b, &sb);
 	CHECK(sa.docs == sb.docs);
+	/* Flush trims the log up to the retention marker, and no further. */
+	st_shard_set_oplog_retention(a, 299);
+	REQUIRE(st_shard_flush(a) == CM_OK);
+	collect c3 = {0};
+	CHECK(st_shard_oplog_read(a, 299, collect_fn, &c3) == CM_OK && c3.n == 100);
+	CHECK(st_shard_oplog_read(a, 250, collect_fn, &c3) == CM_ENOTFOUND);
+	st_shard_set_oplog_retention(a, ST_NO_SEQ);
+	REQUIRE(st_shard_flush(a) == CM_OK);
+	size_t before = c3.n;
+	CHECK(st_shard_oplog_read(a, 399, collect_fn, &c3) == CM_OK && c3.n == before);
+	CHECK(st_shard_oplog_read(a, 300, collect_fn, &c3) == CM_ENOTFOUND);
+	st_shard_close(a);
+	a = open_shard(dir_a, map, NULL);
+	CHECK(st_shard_oplog_read(a, 300, collect_fn, &c3) == CM_ENOTFOUND);
+	compare_shards(a, b, "after trim and reopen");
+	for (size_t i = 0; i < c3.n; i++)
+		cm_buf_free(&c3.store[i]);
+	free(c3.ops);
+	free(c3.store);
 	st_shard_close(a);
 	st_shard_close(b);
 	for (size_t i = 0; i < c.n; i++)
