@@ -1,0 +1,504 @@
+#include "nd_transport.h"
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/util/platform.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_log.h"
+#include "../proto/pr.h"
+
+#define T CM_MEM_NODE
+#define DEFAULT_MAX_MSG (64u << 20)
+#define DEFAULT_TIMEOUT_NS (30ull * 1000000000ull)
+
+typedef struct opts_copy {
+	char *cluster, *secret;
+	size_t max_msg;
+} opts_copy;
+
+static void
+opts_set(opts_copy *c, const nd_transport_opts *o)
+{
+	c->cluster = cm_strdup(T, o && o->cluster ? o->cluster : "shoal");
+	c->secret = cm_strdup(T, o && o->secret ? o->secret : "");
+	c->max_msg = o && o->max_msg_bytes ? o->max_msg_bytes : DEFAULT_MAX_MSG;
+}
+
+static void
+opts_free(opts_copy *c)
+{
+	cm_free(T, c->cluster);
+	cm_free(T, c->secret);
+}
+
+static cm_err
+nng_to_cm(int rv)
+{
+	switch (rv) {
+	case 0:
+		return CM_OK;
+	case NNG_ETIMEDOUT:
+		return CM_ETIMEDOUT;
+	case NNG_ENOMEM:
+		return CM_ENOMEM;
+	case NNG_EMSGSIZE:
+		return CM_ETOOLARGE;
+	default:
+		return CM_EUNAVAIL;
+	}
+}
+
+static nng_msg *
+envelope_msg(const opts_copy *o, uint32_t type, uint64_t deadline_ns, const void *payload,
+             size_t len)
+{
+	cm_buf b;
+	nng_msg *m = NULL;
+	uint64_t now = cm_now_ns();
+	uint64_t left_ms = deadline_ns > now ? (deadline_ns - now) / 1000000 + 1 : 0;
+
+	cm_buf_init(&b, T);
+	pr_envelope_pack(o->cluster, o->secret, type, deadline_ns ? left_ms : 0, payload, len, &b);
+	if (nng_msg_alloc(&m, b.len) == 0)
+		memcpy(nng_msg_body(m), b.data, b.len);
+	cm_buf_free(&b);
+	return m;
+}
+
+/* ---- server ---- */
+
+enum { SRV_RECV, SRV_WORK, SRV_SEND };
+
+typedef struct srv_ctx {
+	nd_server *s;
+	nng_ctx ctx;
+	nng_aio *aio;
+	int state;
+	nng_msg *req;
+} srv_ctx;
+
+struct nd_server {
+	nng_socket sock;
+	opts_copy o;
+	cm_pool *pool;
+	nd_serve_fn fn;
+	void *fn_ctx;
+	srv_ctx *ctxs;
+	int nctx;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int busy; /* contexts in SRV_WORK */
+	bool stopping;
+	_Atomic uint64_t refused;
+};
+
+static void srv_cb(void *arg);
+
+static void
+srv_recv(srv_ctx *c)
+{
+	c->state = SRV_RECV;
+	nng_ctx_recv(c->ctx, c->aio);
+}
+
+static void
+srv_work(void *arg)
+{
+	srv_ctx *c = arg;
+	nd_server *s = c->s;
+	pr_envelope env;
+	cm_error err = {0};
+	cm_buf reply;
+	uint32_t reply_type = PR_ACK;
+	uint64_t deadline = 0;
+
+	cm_buf_init(&reply, T);
+	if (pr_envelope_unpack(nng_msg_body(c->req), nng_msg_len(c->req), s->o.cluster, s->o.secret,
+	                       &env, &err) != CM_OK) {
+		atomic_fetch_add(&s->refused, 1);
+		cm_warn("transport", "refused a message: %s", err.reason);
+		reply_type = PR_ERROR;
+		pr_ack_encode(&err, NULL, 0, &reply);
+	} else {
+		if (env.deadline_ms)
+			deadline = cm_now_ns() + env.deadline_ms * 1000000ull;
+		s->fn(s->fn_ctx, env.type, env.payload, env.len, deadline, &reply, &reply_type);
+		pr_envelope_free(&env);
+	}
+	nng_msg_free(c->req);
+	c->req = NULL;
+
+	pthread_mutex_lock(&s->mu);
+	bool stopping = s->stopping;
+	pthread_mutex_unlock(&s->mu);
+	nng_msg *m = stopping ? NULL : envelope_msg(&s->o, reply_type, 0, reply.data, reply.len);
+	cm_buf_free(&reply);
+	if (m != NULL) {
+		c->state = SRV_SEND;
+		nng_aio_set_msg(c->aio, m);
+		nng_ctx_send(c->ctx, c->aio);
+	}
+	pthread_mutex_lock(&s->mu);
+	s->busy--;
+	if (m == NULL)
+		c->state = SRV_RECV; /* idle: stopping */
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	if (m == NULL && !stopping)
+		srv_recv(c);
+}
+
+static void
+srv_cb(void *arg)
+{
+	srv_ctx *c = arg;
+	nd_server *s = c->s;
+	int rv = nng_aio_result(c->aio);
+
+	if (c->state == SRV_SEND) {
+		if (rv != 0)
+			nng_msg_free(nng_aio_get_msg(c->aio));
+	} else if (c->state == SRV_RECV && rv == 0) {
+		pthread_mutex_lock(&s->mu);
+		if (s->stopping) {
+			pthread_mutex_unlock(&s->mu);
+			nng_msg_free(nng_aio_get_msg(c->aio));
+			return;
+		}
+		s->busy++;
+		pthread_mutex_unlock(&s->mu);
+		c->req = nng_aio_get_msg(c->aio);
+		c->state = SRV_WORK;
+		cm_pool_submit(s->pool, srv_work, c);
+		return;
+	}
+	if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
+		return;
+	pthread_mutex_lock(&s->mu);
+	bool stopping = s->stopping;
+	pthread_mutex_unlock(&s->mu);
+	if (!stopping)
+		srv_recv(c);
+}
+
+cm_err
+nd_server_start(const char *url, const nd_transport_opts *o, int contexts, cm_pool *pool,
+                nd_serve_fn fn, void *ctx, nd_server **out, cm_error *err)
+{
+	nd_server *s = cm_calloc(T, 1, sizeof(*s));
+	int rv;
+
+	opts_set(&s->o, o);
+	s->pool = pool;
+	s->fn = fn;
+	s->fn_ctx = ctx;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	if ((rv = nng_rep0_open(&s->sock)) != 0)
+		goto fail;
+	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, s->o.max_msg);
+	if ((rv = nng_listen(s->sock, url, NULL, 0)) != 0) {
+		nng_close(s->sock);
+		goto fail;
+	}
+	s->nctx = contexts > 0 ? contexts : 16;
+	s->ctxs = cm_calloc(T, (size_t)s->nctx, sizeof(srv_ctx));
+	for (int i = 0; i < s->nctx; i++) {
+		srv_ctx *c = &s->ctxs[i];
+		c->s = s;
+		nng_ctx_open(&c->ctx, s->sock);
+		nng_aio_alloc(&c->aio, srv_cb, c);
+		srv_recv(c);
+	}
+	*out = s;
+	return CM_OK;
+fail:
+	cm_error_set(err, rv == NNG_EADDRINUSE ? CM_EBUSY : CM_EINVAL,
+	             "cannot listen on transport address [%s]: %s", url, nng_strerror(rv));
+	opts_free(&s->o);
+	cm_free(T, s);
+	return err ? err->code : CM_EINVAL;
+}
+
+void
+nd_server_stop(nd_server *s)
+{
+	if (s == NULL)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->stopping = true;
+	while (s->busy > 0)
+		pthread_cond_wait(&s->cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	nng_close(s->sock);
+	for (int i = 0; i < s->nctx; i++) {
+		nng_aio_free(s->ctxs[i].aio); /* waits for a callback in progress */
+		nng_ctx_close(s->ctxs[i].ctx);
+	}
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	cm_free(T, s->ctxs);
+	opts_free(&s->o);
+	cm_free(T, s);
+}
+
+uint64_t
+nd_server_refused(const nd_server *s)
+{
+	return atomic_load(&((nd_server *)s)->refused);
+}
+
+/* ---- client ---- */
+
+typedef struct call call;
+
+struct nd_peer {
+	nng_socket sock;
+	opts_copy o;
+	char *url;
+	pthread_mutex_t mu;
+	call *inflight; /* doubly linked, for cancelling on disconnect */
+	int pipes;
+};
+
+enum { CALL_SEND, CALL_RECV };
+
+struct call {
+	nd_peer *p;
+	nng_ctx ctx;
+	nng_aio *aio;
+	int state;
+	uint64_t deadline_ns;
+	nd_reply_fn cb;
+	void *arg;
+	call *prev, *next;
+};
+
+static void
+call_unlink(call *c)
+{
+	nd_peer *p = c->p;
+	pthread_mutex_lock(&p->mu);
+	if (c->prev)
+		c->prev->next = c->next;
+	else if (p->inflight == c)
+		p->inflight = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void
+call_finish(call *c, cm_err rc, uint32_t type, const uint8_t *payload, size_t len)
+{
+	call_unlink(c);
+	c->cb(c->arg, rc, type, payload, len);
+	nng_ctx_close(c->ctx);
+	nng_aio_reap(c->aio); /* we are inside its callback: free it from the reaper */
+	cm_free(T, c);
+}
+
+static nng_duration
+ms_left(uint64_t deadline_ns)
+{
+	uint64_t now = cm_now_ns();
+	if (deadline_ns <= now)
+		return 1;
+	return (nng_duration)((deadline_ns - now) / 1000000 + 1);
+}
+
+static void
+call_cb(void *arg)
+{
+	call *c = arg;
+	int rv = nng_aio_result(c->aio);
+
+	if (c->state == CALL_SEND) {
+		if (rv != 0) {
+			nng_msg_free(nng_aio_get_msg(c->aio));
+			call_finish(c, rv == NNG_ECANCELED ? CM_EUNAVAIL : nng_to_cm(rv), 0, NULL, 0);
+			return;
+		}
+		c->state = CALL_RECV;
+		nng_aio_set_timeout(c->aio, ms_left(c->deadline_ns));
+		nng_ctx_recv(c->ctx, c->aio);
+		return;
+	}
+	if (rv != 0) {
+		call_finish(c, rv == NNG_ECANCELED ? CM_EUNAVAIL : nng_to_cm(rv), 0, NULL, 0);
+		return;
+	}
+	nng_msg *m = nng_aio_get_msg(c->aio);
+	pr_envelope env;
+	cm_error err = {0};
+	if (pr_envelope_unpack(nng_msg_body(m), nng_msg_len(m), c->p->o.cluster, c->p->o.secret,
+	                       &env, &err) != CM_OK) {
+		cm_warn("transport", "refused a reply from %s: %s", c->p->url, err.reason);
+		call_finish(c, CM_EINVAL, 0, NULL, 0);
+	} else {
+		call_finish(c, CM_OK, env.type, env.payload, env.len);
+		pr_envelope_free(&env);
+	}
+	nng_msg_free(m);
+}
+
+/* A peer that drops its last connection fails its in-flight calls at once
+ * instead of leaving them to wait for their deadline (or to be resent to
+ * the node when it comes back). */
+static void
+peer_pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg)
+{
+	nd_peer *p = arg;
+	(void)pipe;
+	pthread_mutex_lock(&p->mu);
+	if (ev == NNG_PIPE_EV_ADD_POST)
+		p->pipes++;
+	else if (ev == NNG_PIPE_EV_REM_POST && p->pipes > 0)
+		p->pipes--;
+	if (ev == NNG_PIPE_EV_REM_POST && p->pipes == 0)
+		for (call *c = p->inflight; c; c = c->next)
+			nng_aio_cancel(c->aio);
+	pthread_mutex_unlock(&p->mu);
+}
+
+cm_err
+nd_peer_open(const char *url, const nd_transport_opts *o, nd_peer **out, cm_error *err)
+{
+	nd_peer *p = cm_calloc(T, 1, sizeof(*p));
+	int rv;
+
+	opts_set(&p->o, o);
+	p->url = cm_strdup(T, url);
+	pthread_mutex_init(&p->mu, NULL);
+	if ((rv = nng_req0_open(&p->sock)) != 0)
+		goto fail;
+	nng_socket_set_ms(p->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	nng_socket_set_size(p->sock, NNG_OPT_RECVMAXSZ, p->o.max_msg);
+	nng_socket_set_ms(p->sock, NNG_OPT_RECONNMINT, 50);
+	nng_socket_set_ms(p->sock, NNG_OPT_RECONNMAXT, 1000);
+	nng_pipe_notify(p->sock, NNG_PIPE_EV_ADD_POST, peer_pipe_event, p);
+	nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, peer_pipe_event, p);
+	if ((rv = nng_dial(p->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+		nng_close(p->sock);
+		goto fail;
+	}
+	*out = p;
+	return CM_OK;
+fail:
+	cm_error_set(err, CM_EINVAL, "cannot dial transport address [%s]: %s", url, nng_strerror(rv));
+	pthread_mutex_destroy(&p->mu);
+	opts_free(&p->o);
+	cm_free(T, p->url);
+	cm_free(T, p);
+	return CM_EINVAL;
+}
+
+void
+nd_peer_close(nd_peer *p)
+{
+	if (p == NULL)
+		return;
+	nng_close(p->sock); /* in-flight calls complete with an error */
+	for (;;) {
+		pthread_mutex_lock(&p->mu);
+		bool empty = p->inflight == NULL;
+		pthread_mutex_unlock(&p->mu);
+		if (empty)
+			break;
+		nng_msleep(1);
+	}
+	pthread_mutex_destroy(&p->mu);
+	opts_free(&p->o);
+	cm_free(T, p->url);
+	cm_free(T, p);
+}
+
+void
+nd_peer_call(nd_peer *p, uint32_t type, const void *payload, size_t len, uint64_t deadline_ns,
+             nd_reply_fn cb, void *arg)
+{
+	call *c = cm_calloc(T, 1, sizeof(*c));
+	nng_msg *m = NULL;
+
+	if (deadline_ns == 0)
+		deadline_ns = cm_now_ns() + DEFAULT_TIMEOUT_NS;
+	c->p = p;
+	c->cb = cb;
+	c->arg = arg;
+	c->deadline_ns = deadline_ns;
+	pthread_mutex_lock(&p->mu);
+	int pipes = p->pipes;
+	pthread_mutex_unlock(&p->mu);
+	if (pipes == 0 || (m = envelope_msg(&p->o, type, deadline_ns, payload, len)) == NULL ||
+	    nng_ctx_open(&c->ctx, p->sock) != 0) {
+		if (m != NULL)
+			nng_msg_free(m);
+		cm_free(T, c);
+		cb(arg, CM_EUNAVAIL, 0, NULL, 0);
+		return;
+	}
+	if (nng_aio_alloc(&c->aio, call_cb, c) != 0) {
+		nng_msg_free(m);
+		nng_ctx_close(c->ctx);
+		cm_free(T, c);
+		cb(arg, CM_ENOMEM, 0, NULL, 0);
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	c->next = p->inflight;
+	if (p->inflight)
+		p->inflight->prev = c;
+	p->inflight = c;
+	pthread_mutex_unlock(&p->mu);
+	c->state = CALL_SEND;
+	nng_aio_set_timeout(c->aio, ms_left(deadline_ns));
+	nng_aio_set_msg(c->aio, m);
+	nng_ctx_send(c->ctx, c->aio);
+}
+
+typedef struct sync_call {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+	cm_err rc;
+	uint32_t type;
+	cm_buf *reply;
+} sync_call;
+
+static void
+sync_cb(void *arg, cm_err rc, uint32_t type, const uint8_t *payload, size_t len)
+{
+	sync_call *s = arg;
+	pthread_mutex_lock(&s->mu);
+	s->rc = rc;
+	s->type = type;
+	if (rc == CM_OK && s->reply)
+		cm_buf_put(s->reply, payload, len);
+	s->done = true;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+cm_err
+nd_peer_call_sync(nd_peer *p, uint32_t type, const void *payload, size_t len, uint64_t deadline_ns,
+                  uint32_t *reply_type, cm_buf *reply)
+{
+	sync_call s = {.reply = reply};
+	pthread_mutex_init(&s.mu, NULL);
+	pthread_cond_init(&s.cv, NULL);
+	nd_peer_call(p, type, payload, len, deadline_ns, sync_cb, &s);
+	pthread_mutex_lock(&s.mu);
+	while (!s.done)
+		pthread_cond_wait(&s.cv, &s.mu);
+	pthread_mutex_unlock(&s.mu);
+	pthread_mutex_destroy(&s.mu);
+	pthread_cond_destroy(&s.cv);
+	if (reply_type)
+		*reply_type = s.type;
+	return s.rc;
+}

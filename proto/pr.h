@@ -1,0 +1,116 @@
+/* Wire messages (proto/shoal.proto) to and from engine types. The only
+ * module that includes the generated *.pb-c.h. Every decode is bounded by
+ * the message it reads and fails cleanly on bad bytes. */
+#ifndef PR_H
+#define PR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/cm_buf.h"
+#include "../common/cm_err.h"
+#include "../search/sr.h"
+#include "../storage/st_shard.h"
+
+typedef enum {
+	PR_PING = 1,
+	PR_PONG = 2,
+	PR_SEARCH = 3,
+	PR_SEARCH_REPLY = 4,
+	PR_BULK = 5,
+	PR_BULK_REPLY = 6,
+	PR_METADATA = 7,
+	PR_ACK = 8,
+	PR_ERROR = 9,
+	PR_ADMIN = 10,
+} pr_type;
+
+/* ---- envelope ---- */
+
+cm_err pr_envelope_pack(const char *cluster, const char *secret, uint32_t type,
+                        uint64_t deadline_ms, const void *payload, size_t len, cm_buf *out);
+/* Checks cluster name and secret (constant-time) before anything else;
+ * a mismatch is CM_EINVAL with a log-safe reason. *payload points into
+ * *keep, which the caller frees with pr_envelope_free. */
+typedef struct pr_envelope {
+	uint32_t type;
+	uint64_t deadline_ms;
+	const uint8_t *payload;
+	size_t len;
+	void *keep;
+} pr_envelope;
+cm_err pr_envelope_unpack(const void *msg, size_t len, const char *cluster, const char *secret,
+                          pr_envelope *out, cm_error *err);
+void pr_envelope_free(pr_envelope *e);
+
+/* ---- search ---- */
+
+typedef struct pr_search_req {
+	char *index, *index_uuid;
+	uint32_t *shards;
+	size_t nshards;
+	char *body; /* NUL-terminated; may be empty */
+	size_t body_len;
+	char *params; /* JSON object text */
+	bool per_node, count_only;
+} pr_search_req;
+
+cm_err pr_search_req_encode(const pr_search_req *r, cm_buf *out);
+cm_err pr_search_req_decode(const void *p, size_t n, pr_search_req *out, cm_error *err);
+void pr_search_req_free(pr_search_req *r);
+
+/* Results keep everything sr_merger needs: hits with _source, totals,
+ * aggregation partials (sr_agg_state_encode), failures. */
+cm_err pr_shard_results_encode(sr_shard_result *const *res, size_t n, cm_buf *out);
+/* Decodes into a cm_malloc'd array of results (free each with
+ * sr_shard_result_free, then the array with cm_free(CM_MEM_NODE, ..)).
+ * Aggregation partials are decoded against `aggs` (may be NULL).
+ * index/node strings of the results are interned in *strings (freed by
+ * the caller with pr_strings_free once the merger is done). */
+typedef struct pr_strings pr_strings;
+cm_err pr_shard_results_decode(const void *p, size_t n, const sr_agg *aggs, sr_shard_result **out,
+                               size_t *nout, pr_strings **strings, cm_error *err);
+void pr_strings_free(pr_strings *s);
+
+/* ---- bulk ---- */
+
+typedef struct pr_bulk_req {
+	char *index, *index_uuid;
+	uint32_t shard;
+	st_op *ops; /* strings owned by the request */
+	size_t nops;
+	bool replica;
+	uint64_t primary_term;
+	void *keep;
+} pr_bulk_req;
+
+cm_err pr_bulk_req_encode(const pr_bulk_req *r, cm_buf *out);
+cm_err pr_bulk_req_decode(const void *p, size_t n, pr_bulk_req *out, cm_error *err);
+void pr_bulk_req_free(pr_bulk_req *r);
+
+cm_err pr_bulk_reply_encode(const st_op_result *res, size_t n, cm_err whole, const char *reason,
+                            cm_buf *out);
+/* res must have room for n results; a count mismatch is CM_EPARSE. */
+cm_err pr_bulk_reply_decode(const void *p, size_t len, st_op_result *res, size_t n,
+                            cm_error *err);
+
+/* ---- metadata, admin, acks ---- */
+
+cm_err pr_metadata_encode(uint64_t version, const char *state, size_t len, cm_buf *out);
+/* *state is cm_malloc'd (CM_MEM_NODE), NUL-terminated. */
+cm_err pr_metadata_decode(const void *p, size_t n, uint64_t *version, char **state, size_t *len,
+                          cm_error *err);
+cm_err pr_admin_encode(const char *action, const char *index, const char *body, size_t len,
+                       cm_buf *out);
+typedef struct pr_admin {
+	char *action, *index, *body;
+	size_t body_len;
+} pr_admin;
+cm_err pr_admin_decode(const void *p, size_t n, pr_admin *out, cm_error *err);
+void pr_admin_free(pr_admin *a);
+/* An Ack carries a cm_error (code 0 = success) and an optional JSON body. */
+cm_err pr_ack_encode(const cm_error *e, const char *body, size_t len, cm_buf *out);
+cm_err pr_ack_decode(const void *p, size_t n, cm_error *e, char **body, size_t *len);
+
+#endif
