@@ -134,7 +134,16 @@ def kv_lines(text):
     return out
 
 
-def run_shoal(build, docs, mapping, threads, work):
+def keep_or_remove(path, keep):
+    if keep:
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.move(path, keep)
+        open(keep + ".done", "w").close()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def run_shoal(build, docs, mapping, threads, work, keep=None):
     out = os.path.join(work, "shoal-idx")
     shutil.rmtree(out, ignore_errors=True)
     cmd = [os.path.join(build, "bin", "shoal-engine"), "index", "--mapping", mapping, "--in", docs,
@@ -160,7 +169,7 @@ def run_shoal(build, docs, mapping, threads, work):
         # not reported: CPU over the last tm seconds of the process, from the samples
         busy = round((cpu - cpu_at(samples, max(0.0, wall - tm))) / tm, 2) if tm > 0.05 else None
     r["merge_busy_threads"] = busy
-    shutil.rmtree(out, ignore_errors=True)
+    keep_or_remove(out, keep)
     return r
 
 
@@ -184,7 +193,7 @@ def lucene_cp():
     return ":".join(jars)
 
 
-def run_lucene(docs, mapping, threads, work):
+def run_lucene(docs, mapping, threads, work, keep=None):
     out = os.path.join(work, "lucene-idx")
     shutil.rmtree(out, ignore_errors=True)
     cmd = ["java", "-Xms2g", "-Xmx2g", "-cp", lucene_classes(work) + ":" + lucene_cp(), "LuceneBench",
@@ -198,7 +207,7 @@ def run_lucene(docs, mapping, threads, work):
          "cpu_s": round(cpu, 3),
          "cpu_merge_s": o["cpu_merge_s"], "merge_busy_threads": o["merge_busy_threads"],
          "index_bytes": o["index_bytes"], "segments": o["segments"], "raw": o}
-    shutil.rmtree(out, ignore_errors=True)
+    keep_or_remove(out, keep)
     return r
 
 
@@ -227,6 +236,8 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--results", help="directory for the JSON results (default: a temp dir)")
     ap.add_argument("--no-doc", action="store_true")
+    ap.add_argument("--keep-w5", action="store_true",
+                    help="keep the last trial's Shoal and Lucene indexes where w5.sh --reuse finds them")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="shoal-index-bench.", dir="/tmp")
     res = a.results or os.path.join(work, "results")
@@ -242,10 +253,13 @@ def main():
                 order = engines if trial % 2 else list(reversed(engines))
                 for e in order:
                     try:
+                        keep = None
+                        if a.keep_w5 and trial == a.trials and e in ("shoal", "lucene"):
+                            keep = os.path.join(CACHE, "w5_%s_%s_%d_s%d" % (kind, e, sizes[kind], a.seed))
                         if e == "shoal":
-                            r = run_shoal(a.build, docs, mapping, a.threads, work)
+                            r = run_shoal(a.build, docs, mapping, a.threads, work, keep)
                         elif e == "lucene":
-                            r = run_lucene(docs, mapping, a.threads, work)
+                            r = run_lucene(docs, mapping, a.threads, work, keep)
                         else:
                             r = run_sphinx(docs, work)
                     except Exception as ex:  # one engine failing must not hide the others

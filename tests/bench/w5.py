@@ -74,6 +74,8 @@ def main():
                     help="w3: text classes + facet cells; w2: facet cells on the W2 corpus")
     ap.add_argument("--build", default=os.environ.get("BUILD", os.path.join(ROOT, "build")))
     ap.add_argument("--no-doc", action="store_true")
+    ap.add_argument("--reuse", action="store_true",
+                    help="reuse a Shoal index left by index_bench.py --keep-w5 (same build)")
     a = ap.parse_args()
     engines = a.engines.split(",")
     docs = corpus(a.corpus, a.n, a.seed)
@@ -89,15 +91,15 @@ def main():
     idx = {e: os.path.join(CACHE, "w5_%s_%s_%d_s%d" % (a.corpus, e, a.n, a.seed)) for e in engines}
     try:
         # ---- indexes (rebuilt for Shoal every run: its format may change between commits)
-        if "shoal" in engines:
+        if "shoal" in engines and not (a.reuse and os.path.exists(idx["shoal"] + ".done")):
             shutil.rmtree(idx["shoal"], ignore_errors=True)
             run([os.path.join(a.build, "bin", "shoal-engine"), "index", "--mapping", mapping, "--in", docs,
                  "--out", idx["shoal"], "--force-merge", "1", "--threads", "2", "--id-field", "id"])
-        if "lucene" in engines and not os.path.exists(os.path.join(idx["lucene"], "done")):
+        if "lucene" in engines and not os.path.exists(idx["lucene"] + ".done"):
             shutil.rmtree(idx["lucene"], ignore_errors=True)
             run(["java", "-Xms2g", "-Xmx2g", "-cp", lucene_classes(work) + ":" + lucene_cp(), "LuceneBench",
                  "index", docs, mapping, idx["lucene"], "--threads", "2"])
-            open(os.path.join(idx["lucene"], "done"), "w").close()
+            open(idx["lucene"] + ".done", "w").close()
         if "xapian" in engines and not os.path.exists(idx["xapian"] + ".done"):
             shutil.rmtree(idx["xapian"], ignore_errors=True)
             run(["/usr/bin/python3", os.path.join(HERE, "xapian_bench.py"), "index", docs, idx["xapian"]])
