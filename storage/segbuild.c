@@ -161,6 +161,16 @@ stream_byte(st_segbuild *b, bstream *s, uint8_t v)
 static inline void
 stream_varint(st_segbuild *b, bstream *s, uint32_t v)
 {
+	if (s->end - s->upto >= 5) { /* common case: room in the slice */
+		uint8_t *p = pool_at(&b->pool, s->upto), *q = p;
+		while (v >= 0x80) {
+			*q++ = (uint8_t)(v | 0x80);
+			v >>= 7;
+		}
+		*q++ = (uint8_t)v;
+		s->upto += (uint32_t)(q - p);
+		return;
+	}
 	while (v >= 0x80) {
 		stream_byte(b, s, (uint8_t)(v | 0x80));
 		v >>= 7;
