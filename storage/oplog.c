@@ -124,7 +124,8 @@ st_oplog_scan(MDB_txn *txn, MDB_dbi dbi, uint64_t from, st_oplog_fn fn, void *ct
 		}
 		st_op op;
 		int64_t version;
-		err = st_oplog_decode(v.mv_data, v.mv_size, cm_get_u64_be(k.mv_data), &op, &version);
+		err =
+		    st_oplog_decode(v.mv_data, v.mv_size, cm_get_u64_be(k.mv_data), &op, &version);
 		if (err || fn(ctx, &op, version))
 			break;
 		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);

@@ -8,7 +8,20 @@
  * sync runs outside wmu so concurrent batches share one fsync. Background
  * merges run on a per-shard thread (never on merge_pool itself: a merge
  * waits for its own tasks on that pool, and a pool worker waiting for the
- * pool can deadlock it); the merge work is spread over merge_pool. */
+ * pool can deadlock it); the merge work is spread over merge_pool.
+ *
+ * Durability: shard.mdb runs MDB_NOSYNC and every write that must be
+ * durable is followed by mdb_env_sync, so an acknowledged op survives
+ * kill -9 (the kernel holds the pages) and a machine crash once its sync
+ * returned. LMDB's NOSYNC mode gives no ordering between data and meta
+ * pages of *unsynced* transactions, so a power loss in the window between
+ * a log commit and its shared sync could leave shard.mdb needing repair;
+ * a leader that writes all waiting batches in one synced transaction would
+ * close that window at the cost of a second fsync per group.
+ *
+ * Refresh: the buffer is frozen under wmu, written without it (indexing
+ * goes on into a fresh buffer; realtime get reads the frozen one), and
+ * committed with every segment's deletes as of the freeze. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -143,8 +156,8 @@ struct st_shard {
 	uint64_t ops_since_commit;
 	int64_t retain_above; /* flush keeps ops > it; INT64_MAX = no marker */
 
-	membuf act;       /* takes new ops */
-	frozen_buf *frz;  /* being written by a refresh, still readable; NULL if none */
+	membuf act;      /* takes new ops */
+	frozen_buf *frz; /* being written by a refresh, still readable; NULL if none */
 
 	/* group commit (sync_mu) */
 	atomic_uint_fast64_t commit_ticket;
@@ -444,8 +457,8 @@ src_store(membuf *m, const char *src, size_t len)
 	if (own || m->nblocks == 0 || m->block_used + len > SRC_BLOCK) {
 		if (m->nblocks == m->blocks_cap) {
 			m->blocks_cap = m->blocks_cap ? m->blocks_cap * 2 : 16;
-			m->blocks =
-			    cm_realloc(CM_MEM_STORAGE, m->blocks, m->blocks_cap * sizeof(*m->blocks));
+			m->blocks = cm_realloc(CM_MEM_STORAGE, m->blocks,
+			                       m->blocks_cap * sizeof(*m->blocks));
 		}
 		size_t sz = own ? (len ? len : 1) : SRC_BLOCK;
 		uint8_t *blk = cm_malloc(CM_MEM_STORAGE, sz);
@@ -655,7 +668,7 @@ lookup_id(st_shard *s, lookup_ctx *lc, const char *id, size_t len, uint64_t h, i
 		if (doc >= s->segs[i].ref->max_doc || !live_get(s->segs[i].live, doc))
 			continue;
 		int64_t seq = col_value(c, 0, doc), ver = col_value(c, 1, doc),
-			term = col_value(c, 2, doc);
+		        term = col_value(c, 2, doc);
 		if (seq < 0 || ver < 0 || term < 0)
 			return CM_ECORRUPT;
 		st->exists = true;
@@ -798,7 +811,8 @@ ckp_mark(st_shard *s, int64_t seq)
 	}
 	if (s->npending == s->pending_cap) {
 		s->pending_cap = s->pending_cap ? s->pending_cap * 2 : 64;
-		s->pending = cm_realloc(CM_MEM_STORAGE, s->pending, s->pending_cap * sizeof(int64_t));
+		s->pending =
+		    cm_realloc(CM_MEM_STORAGE, s->pending, s->pending_cap * sizeof(int64_t));
 	}
 	size_t lo = 0, hi = s->npending;
 	while (lo < hi) {
@@ -943,7 +957,8 @@ parse_op(st_shard *s, batch *b, const st_op *op, op_plan *p, st_op_result *r)
 			 * within one batch. */
 			st_mapping_unref(merged);
 			r->err = CM_EMAPPING;
-			snprintf(r->reason, sizeof(r->reason), "too many mapping updates in one batch");
+			snprintf(r->reason, sizeof(r->reason),
+			         "too many mapping updates in one batch");
 			return;
 		}
 		batch_keep_mapping(b, merged);
@@ -968,8 +983,7 @@ batch_slot(batch *b, const st_op *ops, uint64_t h, const st_op *op)
 	}
 }
 
-static void
-conflict(st_op_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void conflict(st_op_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void
 conflict(st_op_result *r, const char *fmt, ...)
 {
@@ -1025,10 +1039,11 @@ plan_op(st_shard *s, const st_op *op, op_plan *p, const id_state *cur, int64_t *
 			if (cur->seq_no != op->if_seq_no || cur->term != op->if_primary_term) {
 				conflict(r,
 				         "[%.*s]: version conflict, required seqNo [%" PRIu64
-				         "], primary term [%" PRIu64 "]. current document has seqNo [%" PRIu64
+				         "], primary term [%" PRIu64
+				         "]. current document has seqNo [%" PRIu64
 				         "] and primary term [%" PRIu64 "]",
-				         idl, op->id, op->if_seq_no, op->if_primary_term, cur->seq_no,
-				         cur->term);
+				         idl, op->id, op->if_seq_no, op->if_primary_term,
+				         cur->seq_no, cur->term);
 				return;
 			}
 		}
@@ -1040,13 +1055,14 @@ plan_op(st_shard *s, const st_op *op, op_plan *p, const id_state *cur, int64_t *
 			return;
 		}
 		if (op->create_only && op->type == ST_OP_INDEX && cur->exists) {
-			conflict(r,
-			         "[%.*s]: version conflict, document already exists (current version "
-			         "[%" PRId64 "])",
-			         idl, op->id, cur->version);
+			conflict(
+			    r,
+			    "[%.*s]: version conflict, document already exists (current version "
+			    "[%" PRId64 "])",
+			    idl, op->id, cur->version);
 			return;
 		}
-		p->seq = (uint64_t)++*next_seq;
+		p->seq = (uint64_t)++ * next_seq;
 		p->term = s->cp.primary_term;
 		p->version = op->version > 0 ? op->version : (known ? cur->version + 1 : 1);
 	}
@@ -1121,15 +1137,18 @@ apply_batch(st_shard *s, const st_op *ops, batch *b, size_t n, st_op_result *res
 		} else if (p->prev.exists && p->prev.loc == LOC_SEGMENT) {
 			segment_delete(s, p->prev.seg, p->prev.doc);
 		}
-		vm_entry v = {.seq_no = p->seq, .term = p->term, .version = p->version,
-		              .buf_doc = NO_DOC, .deleted = op->type == ST_OP_DELETE};
+		vm_entry v = {.seq_no = p->seq,
+		              .term = p->term,
+		              .version = p->version,
+		              .buf_doc = NO_DOC,
+		              .deleted = op->type == ST_OP_DELETE};
 		p->docno = NO_DOC;
 		if (op->type == ST_OP_INDEX) {
 			cm_error err;
 			cm_error_clear(&err);
 			uint32_t docno;
-			cm_err e = st_segbuild_add(s->act.b, &p->doc, p->seq, p->term, p->version, &docno,
-			                           &err);
+			cm_err e = st_segbuild_add(s->act.b, &p->doc, p->seq, p->term, p->version,
+			                           &docno, &err);
 			if (e) {
 				/* Logged but not indexable: surface it; the id reads as
 				 * deleted until the op is replayed successfully. */
@@ -1148,7 +1167,6 @@ apply_batch(st_shard *s, const st_op *ops, batch *b, size_t n, st_op_result *res
 		s->ops_since_commit++;
 	}
 }
-
 
 static size_t
 budget_bytes(const st_shard *s)
@@ -1182,10 +1200,12 @@ apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool repla
 		if (op->id == NULL || op->id_len == 0 || op->id_len > MAX_ID_LEN) {
 			r->err = CM_EVALIDATE;
 			if (op->id_len == 0)
-				snprintf(r->reason, sizeof(r->reason), "if _id is specified it must not be empty");
+				snprintf(r->reason, sizeof(r->reason),
+				         "if _id is specified it must not be empty");
 			else
 				snprintf(r->reason, sizeof(r->reason),
-				         "id [%.32s...] is too long, must be no longer than 512 bytes but was: %zu",
+				         "id [%.32s...] is too long, must be no longer than 512 "
+				         "bytes but was: %zu",
 				         op->id, op->id_len);
 			continue;
 		}
@@ -1220,8 +1240,8 @@ apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool repla
 			cm_err e = lookup_id(s, &lc, ops[i].id, ops[i].id_len, p->hash, &cur);
 			if (e) {
 				res[i].err = e;
-				snprintf(res[i].reason, sizeof(res[i].reason), "id lookup failed: %s",
-				         cm_err_msg(e));
+				snprintf(res[i].reason, sizeof(res[i].reason),
+				         "id lookup failed: %s", cm_err_msg(e));
 				continue;
 			}
 			p->prev = cur;
@@ -1288,8 +1308,8 @@ apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool repla
 		cm_err e = buffer_ram(&s->act) > budget_bytes(s) ? refresh_run(s) : CM_OK;
 		unlock_both(s);
 		if (e)
-			cm_warn("storage", "shard %s: refresh over the memory budget failed: %s", s->dir,
-			            cm_err_msg(e));
+			cm_warn("storage", "shard %s: refresh over the memory budget failed: %s",
+			        s->dir, cm_err_msg(e));
 	}
 	return CM_OK;
 }
@@ -1631,7 +1651,7 @@ void
 st_shard_set_oplog_retention(st_shard *s, uint64_t keep_above)
 {
 	pthread_mutex_lock(&s->wmu);
-	s->retain_above = keep_above == ST_NO_SEQ ? INT64_MAX
+	s->retain_above = keep_above == ST_NO_SEQ            ? INT64_MAX
 	                  : keep_above > (uint64_t)INT64_MAX ? INT64_MAX
 	                                                     : (int64_t)keep_above;
 	pthread_mutex_unlock(&s->wmu);
@@ -1645,8 +1665,8 @@ st_shard_set_primary_term(st_shard *s, uint64_t term)
 		s->cp.primary_term = term;
 		cm_err e = commit_write(s, s->segs, s->nsegs);
 		if (e)
-			cm_errorlog("storage", "shard %s: persisting primary term failed: %s", s->dir,
-			             cm_err_msg(e));
+			cm_errorlog("storage", "shard %s: persisting primary term failed: %s",
+			            s->dir, cm_err_msg(e));
 	}
 	unlock_both(s);
 }
@@ -1729,8 +1749,8 @@ merge_run(st_shard *s, const size_t *idx, size_t k)
 		if (e == CM_OK)
 			e = open_seg_ref(s, gen, &out, &cerr);
 		if (e == CM_OK && out->max_doc != expect) {
-			cm_errorlog("storage", "shard %s: merge produced %u docs, expected %u", s->dir,
-			             out->max_doc, expect);
+			cm_errorlog("storage", "shard %s: merge produced %u docs, expected %u",
+			            s->dir, out->max_doc, expect);
 			e = CM_EINTERNAL;
 		}
 	}
@@ -1801,7 +1821,8 @@ merge_run(st_shard *s, const size_t *idx, size_t k)
 		publish_reader(s);
 		atomic_fetch_add(&s->n_merge, 1);
 	} else {
-		cm_errorlog("storage", "shard %s: merge failed: %s %s", s->dir, cm_err_msg(e), cerr.reason);
+		cm_errorlog("storage", "shard %s: merge failed: %s %s", s->dir, cm_err_msg(e),
+		            cerr.reason);
 		for (size_t j = 0; j < k; j++) {
 			size_t p = find_wseg(s, in[j]);
 			if (p != SIZE_MAX)
@@ -2047,8 +2068,9 @@ replay_flush(replay_ctx *rc)
 		rc->err = e;
 	for (size_t i = 0; i < rc->n; i++) {
 		if (rc->res[i].err)
-			cm_warn("storage", "shard %s: replay of seq_no %" PRIu64 " failed: %s %s", rc->s->dir,
-			            rc->ops[i].seq_no, cm_err_msg(rc->res[i].err), rc->res[i].reason);
+			cm_warn("storage", "shard %s: replay of seq_no %" PRIu64 " failed: %s %s",
+			        rc->s->dir, rc->ops[i].seq_no, cm_err_msg(rc->res[i].err),
+			        rc->res[i].reason);
 		else if (rc->res[i].result != ST_RESULT_NOOP)
 			rc->replayed++;
 	}
@@ -2097,7 +2119,7 @@ replay_log(st_shard *s)
 		e = rc.err;
 	if (rc.replayed)
 		cm_info("storage", "shard %s: replayed %" PRIu64 " operations from the log", s->dir,
-		            rc.replayed);
+		        rc.replayed);
 	for (size_t i = 0; i < rc.cap; i++)
 		cm_buf_free(&rc.bufs[i]);
 	cm_free(CM_MEM_STORAGE, rc.ops);
@@ -2113,7 +2135,8 @@ open_env(st_shard *s, cm_error *err)
 	snprintf(path, sizeof(path), "%s/shard.mdb", s->dir);
 	int rc = mdb_env_create(&s->env);
 	if (rc)
-		return cm_error_set(err, st_mdb_err(rc), "shard: mdb_env_create: %s", mdb_strerror(rc));
+		return cm_error_set(err, st_mdb_err(rc), "shard: mdb_env_create: %s",
+		                    mdb_strerror(rc));
 	mdb_env_set_maxdbs(s->env, 4);
 	mdb_env_set_mapsize(s->env, SHARD_MAP_SIZE);
 	/* NOSYNC: commits that must be durable sync explicitly, so batches
@@ -2176,8 +2199,10 @@ load_commit(st_shard *s, cm_error *err)
 			s->segs[s->nsegs++] = (wseg){.ref = r};
 			e = load_deletes(s, txn, &s->segs[s->nsegs - 1]);
 			if (e)
-				cm_error_set(err, e, "shard %s: deleted-docs bitset of segment %" PRIu64
-				                     " is corrupt", s->dir, gens[i]);
+				cm_error_set(err, e,
+				             "shard %s: deleted-docs bitset of segment %" PRIu64
+				             " is corrupt",
+				             s->dir, gens[i]);
 		}
 	}
 	if (e == CM_OK) {
@@ -2214,8 +2239,8 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 	pthread_cond_init(&s->merge_cv, NULL);
 	s->mapping = st_mapping_ref((st_mapping *)m);
 	cm_buf_init(&s->scratch, CM_MEM_STORAGE);
-	s->cp = (commit_point){.next_gen = 1, .committed_seq = -1, .oplog_trimmed = -1,
-	                       .primary_term = 1};
+	s->cp = (commit_point){
+	    .next_gen = 1, .committed_seq = -1, .oplog_trimmed = -1, .primary_term = 1};
 	s->retain_above = INT64_MAX;
 	atomic_init(&s->commit_ticket, 0);
 	atomic_init(&s->n_refresh, 0);

@@ -18,8 +18,7 @@
 
 /* Appends one record to `out` (reset first). */
 void st_oplog_encode(cm_buf *out, st_op_type type, const char *id, size_t id_len,
-                     const char *source, size_t source_len, uint64_t primary_term,
-                     int64_t version);
+                     const char *source, size_t source_len, uint64_t primary_term, int64_t version);
 /* Decodes a record; op's id/source point into val (valid as long as val).
  * CM_ECORRUPT on a bad checksum or a truncated record. */
 cm_err st_oplog_decode(const void *val, size_t len, uint64_t seq_no, st_op *op, int64_t *version);

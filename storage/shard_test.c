@@ -167,7 +167,8 @@ check_gets(st_shard *s, const model *m, const char *when)
 		CHECKF(src.len == strlen(d->src) && memcmp(src.data, d->src, src.len) == 0,
 		       "%s: get %s: source %.*s, expected %s", when, id, (int)src.len, src.data,
 		       d->src);
-		CHECKF(meta.seq_no == d->seq && meta.version == d->ver && meta.primary_term == d->term,
+		CHECKF(meta.seq_no == d->seq && meta.version == d->ver &&
+		           meta.primary_term == d->term,
 		       "%s: get %s: seq %" PRIu64 " ver %" PRId64 ", expected %" PRIu64 " %" PRId64,
 		       when, id, meta.seq_no, meta.version, d->seq, d->ver);
 	}
@@ -204,9 +205,10 @@ check_reader(st_reader *r, const bool *vis, char (*vsrc)[SRC_MAX], const char *w
 			seen[k]++;
 			CHECKF(vis[k], "%s: d%d visible but should not be", when, k);
 			if (vis[k])
-				CHECKF(src.len == strlen(vsrc[k]) && memcmp(src.data, vsrc[k], src.len) == 0,
-				       "%s: d%d source %.*s expected %s", when, k, (int)src.len, src.data,
-				       vsrc[k]);
+				CHECKF(src.len == strlen(vsrc[k]) &&
+				           memcmp(src.data, vsrc[k], src.len) == 0,
+				       "%s: d%d source %.*s expected %s", when, k, (int)src.len,
+				       src.data, vsrc[k]);
 		}
 		CHECK(nlive == st_reader_live_count(r, i));
 		live += nlive;
@@ -225,7 +227,8 @@ check_reader(st_reader *r, const bool *vis, char (*vsrc)[SRC_MAX], const char *w
 static void
 make_source(char *out, int k)
 {
-	static const char *words[] = {"quick", "brown", "fox", "jumps", "lazy", "dog", "élan", "数据"};
+	static const char *words[] = {"quick", "brown", "fox",  "jumps",
+	                              "lazy",  "dog",   "élan", "数据"};
 	snprintf(out, SRC_MAX, "{\"k\":\"v%d\",\"n\":%d,\"body\":\"%s %s d%d\"}", rndn(50),
 	         rndn(100000), words[rndn(8)], words[rndn(8)], k);
 }
@@ -284,12 +287,14 @@ random_run(const char *dir, st_mapping *map, cm_pool *pool, int steps)
 				int c = rndn(100);
 				const mdoc *d = &m->d[k];
 				if (c < 8) {
-					op->if_seq_no = d->exists && rndn(2) ? d->seq : (uint64_t)rndn(50);
+					op->if_seq_no =
+					    d->exists && rndn(2) ? d->seq : (uint64_t)rndn(50);
 					op->if_primary_term = 1;
 				} else if (c < 14 && op->type == ST_OP_INDEX) {
 					op->create_only = true;
 				} else if (c < 18) {
-					op->version = (d->exists || d->tomb) ? d->ver + rndn(3) - 1 : 1 + rndn(3);
+					op->version = (d->exists || d->tomb) ? d->ver + rndn(3) - 1
+					                                     : 1 + rndn(3);
 					if (op->version <= 0)
 						op->version = 1;
 				}
@@ -297,24 +302,26 @@ random_run(const char *dir, st_mapping *map, cm_pool *pool, int steps)
 			/* Expected results come from applying in order: within a
 			 * batch later ops see earlier ones. */
 			for (int i = 0; i < n; i++)
-				ex[i] = model_apply(m, &ops[i], parse_id((const uint8_t *)ids[i],
-				                                         strlen(ids[i])));
+				ex[i] = model_apply(
+				    m, &ops[i], parse_id((const uint8_t *)ids[i], strlen(ids[i])));
 			cm_err e = st_shard_apply(s, ops, (size_t)n, res);
 			REQUIRE(e == CM_OK);
 			for (int i = 0; i < n; i++) {
-				CHECKF(res[i].err == ex[i].err, "step %d op %d (%s): err %s (%s), expected %s",
-				       step, i, ids[i], cm_err_name(res[i].err), res[i].reason,
+				CHECKF(res[i].err == ex[i].err,
+				       "step %d op %d (%s): err %s (%s), expected %s", step, i,
+				       ids[i], cm_err_name(res[i].err), res[i].reason,
 				       cm_err_name(ex[i].err));
 				if (ex[i].err) {
 					conflicts++;
 					continue;
 				}
-				CHECKF(res[i].result == ex[i].result && res[i].seq_no == ex[i].seq &&
+				CHECKF(res[i].result == ex[i].result &&
+				           res[i].seq_no == ex[i].seq &&
 				           res[i].version == ex[i].ver && res[i].primary_term == 1,
 				       "step %d op %d (%s): result %d seq %" PRIu64 " ver %" PRId64
 				       ", expected %d %" PRIu64 " %" PRId64,
-				       step, i, ids[i], res[i].result, res[i].seq_no, res[i].version,
-				       ex[i].result, ex[i].seq, ex[i].ver);
+				       step, i, ids[i], res[i].result, res[i].seq_no,
+				       res[i].version, ex[i].result, ex[i].seq, ex[i].ver);
 			}
 		} else if (what < 88) {
 			REQUIRE(st_shard_refresh(s) == CM_OK);
@@ -338,8 +345,8 @@ random_run(const char *dir, st_mapping *map, cm_pool *pool, int steps)
 			REQUIRE(st_shard_force_merge(s, max) == CM_OK);
 			merges++;
 			st_reader *r = st_shard_reader(s);
-			CHECKF(st_reader_nsegments(r) <= (size_t)max, "force merge to %d left %zu", max,
-			       st_reader_nsegments(r));
+			CHECKF(st_reader_nsegments(r) <= (size_t)max, "force merge to %d left %zu",
+			       max, st_reader_nsegments(r));
 			check_reader(r, m->vis, m->vsrc, "after force merge");
 			st_reader_release(r);
 		} else if (what < 97) {
@@ -396,8 +403,13 @@ apply1(st_shard *s, st_op *op, st_op_result *r)
 static st_op
 index_op(const char *id, const char *src)
 {
-	return (st_op){.type = ST_OP_INDEX, .id = id, .id_len = strlen(id), .source = src,
-	               .source_len = strlen(src), .seq_no = ST_NO_SEQ, .if_seq_no = ST_NO_SEQ};
+	return (st_op){.type = ST_OP_INDEX,
+	               .id = id,
+	               .id_len = strlen(id),
+	               .source = src,
+	               .source_len = strlen(src),
+	               .seq_no = ST_NO_SEQ,
+	               .if_seq_no = ST_NO_SEQ};
 }
 
 static void
@@ -444,7 +456,10 @@ conditions(const char *dir, st_mapping *map)
 	CHECK(r.err == CM_OK && r.version == 11 && r.result == ST_RESULT_UPDATED);
 
 	/* Delete of a missing doc: logged, not_found, a tombstone with version 1. */
-	st_op del = {.type = ST_OP_DELETE, .id = "zz", .id_len = 2, .seq_no = ST_NO_SEQ,
+	st_op del = {.type = ST_OP_DELETE,
+	             .id = "zz",
+	             .id_len = 2,
+	             .seq_no = ST_NO_SEQ,
 	             .if_seq_no = ST_NO_SEQ};
 	apply1(s, &del, &r);
 	CHECK(r.err == CM_OK && r.result == ST_RESULT_NOT_FOUND && r.version == 1);
@@ -494,7 +509,10 @@ conditions(const char *dir, st_mapping *map)
 		CHECK(st_shard_get(s, "small", 5, NULL, &b1) == CM_OK && b1.len == 17 &&
 		      memcmp(b1.data, "{\"k\":\"after-big\"}", 17) == 0);
 		cm_buf_free(&b1);
-		st_op d1 = {.type = ST_OP_DELETE, .id = "big", .id_len = 3, .seq_no = ST_NO_SEQ,
+		st_op d1 = {.type = ST_OP_DELETE,
+		            .id = "big",
+		            .id_len = 3,
+		            .seq_no = ST_NO_SEQ,
 		            .if_seq_no = ST_NO_SEQ};
 		st_op d2 = d1;
 		d2.id = "small";
@@ -518,7 +536,10 @@ conditions(const char *dir, st_mapping *map)
 	CHECK(st_reader_doc_count(r1) == 3);
 	CHECK(st_reader_doc_count(r0) == 0);
 	/* Delete after refresh: the old reader keeps the doc. */
-	st_op da = {.type = ST_OP_DELETE, .id = "a", .id_len = 1, .seq_no = ST_NO_SEQ,
+	st_op da = {.type = ST_OP_DELETE,
+	            .id = "a",
+	            .id_len = 1,
+	            .seq_no = ST_NO_SEQ,
 	            .if_seq_no = ST_NO_SEQ};
 	apply1(s, &da, &r);
 	CHECK(r.result == ST_RESULT_DELETED && r.version == 4);
@@ -638,8 +659,11 @@ replication(const char *dir_a, const char *dir_b, st_mapping *map)
 		mkid(k, ids);
 		st_op op;
 		if (rndn(5) == 0) {
-			op = (st_op){.type = ST_OP_DELETE, .id = ids, .id_len = strlen(ids),
-			             .seq_no = ST_NO_SEQ, .if_seq_no = ST_NO_SEQ};
+			op = (st_op){.type = ST_OP_DELETE,
+			             .id = ids,
+			             .id_len = strlen(ids),
+			             .seq_no = ST_NO_SEQ,
+			             .if_seq_no = ST_NO_SEQ};
 		} else {
 			make_source(src, k);
 			op = index_op(ids, src);
@@ -734,7 +758,6 @@ replication(const char *dir_a, const char *dir_b, st_mapping *map)
 	free(res);
 }
 
-
 /* ---- concurrency: writers, a refresher and searchers at once ---- */
 
 #define CW 4
@@ -764,9 +787,12 @@ cw_writer(void *p)
 			snprintf(ids[j], sizeof(ids[j]), "w%d-%d", a->w, k);
 			bool del = ((x >> 20) & 7) == 0;
 			snprintf(srcs[j], SRC_MAX, "{\"k\":\"w%d\",\"n\":%d}", a->w, i + j);
-			ops[j] = (st_op){.type = del ? ST_OP_DELETE : ST_OP_INDEX, .id = ids[j],
-			                 .id_len = strlen(ids[j]), .source = del ? NULL : srcs[j],
-			                 .source_len = del ? 0 : strlen(srcs[j]), .seq_no = ST_NO_SEQ,
+			ops[j] = (st_op){.type = del ? ST_OP_DELETE : ST_OP_INDEX,
+			                 .id = ids[j],
+			                 .id_len = strlen(ids[j]),
+			                 .source = del ? NULL : srcs[j],
+			                 .source_len = del ? 0 : strlen(srcs[j]),
+			                 .seq_no = ST_NO_SEQ,
 			                 .if_seq_no = ST_NO_SEQ};
 			a->exists[k] = !del;
 			if (!del)
@@ -845,8 +871,8 @@ concurrency(const char *dir, st_mapping *map, cm_pool *pool)
 	st_shard_stats_get(s, &st);
 	CHECK(st.log_batches == CW * CW_OPS / 6);
 	CHECK(st.log_syncs <= st.log_batches);
-	printf("concurrency: %d writers, %" PRIu64 " log batches shared %" PRIu64
-	       " syncs, %" PRIu64 " refreshes, %" PRIu64 " merges\n",
+	printf("concurrency: %d writers, %" PRIu64 " log batches shared %" PRIu64 " syncs, %" PRIu64
+	       " refreshes, %" PRIu64 " merges\n",
 	       CW, st.log_batches, st.log_syncs, st.refreshes, st.merges);
 	for (int round = 0; round < 2; round++) {
 		cm_buf src;

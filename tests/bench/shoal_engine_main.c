@@ -42,10 +42,10 @@ typedef struct feeder {
 static int
 usage(void)
 {
-	fprintf(stderr,
-	        "usage: shoal-engine index --mapping M.json --in docs.ndjson --out DIR\n"
-	        "                          [--ram-mb N] [--threads N] [--force-merge N] [--id-field F]\n"
-	        "       shoal-engine query ...\n");
+	fprintf(stderr, "usage: shoal-engine index --mapping M.json --in docs.ndjson --out DIR\n"
+	                "                          [--ram-mb N] [--threads N] [--force-merge N] "
+	                "[--id-field F]\n"
+	                "       shoal-engine query ...\n");
 	return 2;
 }
 
@@ -181,9 +181,12 @@ feed_main(void *arg)
 		}
 		for (size_t i = 0; i < n; i++) {
 			size_t s0 = i ? ends[i - 1] : 0, i0 = i ? id_ends[i - 1] : 0;
-			ops[i] = (st_op){.type = ST_OP_INDEX, .id = (char *)ids.data + i0,
-			                 .id_len = id_ends[i] - i0, .source = (char *)text.data + s0,
-			                 .source_len = ends[i] - s0, .seq_no = ST_NO_SEQ,
+			ops[i] = (st_op){.type = ST_OP_INDEX,
+			                 .id = (char *)ids.data + i0,
+			                 .id_len = id_ends[i] - i0,
+			                 .source = (char *)text.data + s0,
+			                 .source_len = ends[i] - s0,
+			                 .seq_no = ST_NO_SEQ,
 			                 .if_seq_no = ST_NO_SEQ};
 		}
 		cm_err e = st_shard_apply(fd->shard, ops, n, res);
@@ -246,7 +249,8 @@ cmd_index(int argc, char **argv)
 	for (int i = 0; i < a.threads; i++)
 		pthread_join(th[i], NULL);
 	cm_err e = st_shard_refresh(fd.shard);
-	double searchable = (double)(cm_now_ns() - t0) / 1e9, cpu_searchable = cm_cpu_seconds() - c0;
+	double searchable = (double)(cm_now_ns() - t0) / 1e9,
+	       cpu_searchable = cm_cpu_seconds() - c0;
 	double fm_wall = 0, fm_cpu = 0;
 	if (e == CM_OK && a.force_merge > 0) {
 		uint64_t f0 = cm_now_ns();
