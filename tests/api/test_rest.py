@@ -987,6 +987,51 @@ def garbage_never_crashes():
     eq(n.req("GET", "/")[0], 200, "still alive")
 
 
+@test
+def concurrent_mixed_load():
+    """Bulk, search, update, scroll, _cat, count and delete from 12 threads
+    at once: no 5xx, no hang, and the counts agree afterwards."""
+    import random
+    import threading
+    n = fresh("cm1", {"settings": {"number_of_shards": 3, "refresh_interval": "100ms"}})
+    errors = []
+
+    def worker(k):
+        m = Node(data=n.data, start=False)
+        m.port = n.port
+        rng = random.Random(k)
+        for i in range(60):
+            r = rng.random()
+            if r < 0.3:
+                st, b = m.bulk([{"index": {"_id": str(rng.randrange(300))}},
+                                {"n": i, "t": "word%d" % (i % 7)}] * 5, "/cm1/_bulk")
+            elif r < 0.5:
+                st, b = m.req("POST", "/cm1/_search", {"query": {"match": {"t": "word3"}}})
+            elif r < 0.6:
+                st, b = m.req("POST", "/cm1/_update/%d?retry_on_conflict=5" % rng.randrange(300),
+                              {"doc": {"u": i}, "doc_as_upsert": True})
+            elif r < 0.7:
+                st, b = m.req("GET", "/cm1/_search?scroll=1m&size=2")
+            elif r < 0.8:
+                st, b = m.req("GET", "/_cat/indices?format=json")
+            elif r < 0.9:
+                st, b = m.req("POST", "/cm1/_count", {"query": {"range": {"n": {"gte": 10}}}})
+            else:
+                st, b = m.req("DELETE", "/cm1/_doc/%d" % rng.randrange(300))
+            if st >= 500 or (st >= 400 and st != 404):
+                errors.append((st, b))
+        m.close_conn()
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(12)]
+    [t.start() for t in ts]
+    [t.join(90) for t in ts]
+    assert not any(t.is_alive() for t in ts), "hung"
+    eq(errors[:3], [], "errors under load")
+    n.refresh("cm1")
+    st, b = n.req("POST", "/cm1/_search", {"size": 0, "track_total_hits": True})
+    eq(b["hits"]["total"]["value"], n.req("GET", "/cm1/_count")[1]["count"])
+    n.req("DELETE", "/_search/scroll/_all")
+
+
 # ---------------- process ----------------
 
 @test
