@@ -173,6 +173,9 @@ typedef struct qp {
 	size_t n, pos;
 	int depth;
 	const char *why; /* first syntax error */
+	tok la;          /* the token peeked at la_pos, so it is lexed once */
+	size_t la_pos;
+	bool la_ok;
 } qp;
 
 static void
@@ -558,17 +561,24 @@ lex(const qp *p, size_t i, tok *t)
 static tk_type
 peek(qp *p)
 {
-	tok t;
-	lex(p, p->pos, &t);
-	tk_type ty = t.type;
-	tok_clear(&t);
-	return ty;
+	if (!p->la_ok || p->la_pos != p->pos) {
+		if (p->la_ok)
+			tok_clear(&p->la);
+		lex(p, p->pos, &p->la);
+		p->la_pos = p->pos;
+		p->la_ok = true;
+	}
+	return p->la.type;
 }
 
 static void
 next(qp *p, tok *t)
 {
-	lex(p, p->pos, t);
+	if (p->la_ok && p->la_pos == p->pos) {
+		*t = p->la; /* hand the peeked token over */
+		p->la_ok = false;
+	} else
+		lex(p, p->pos, t);
 	p->pos = t->end;
 }
 
@@ -921,6 +931,7 @@ classic_parse(qs_ctx *c, const char *text, sr_query **out)
 	*out = NULL;
 	if (peek(&p) == TK_EOF) {
 		/* ES: an empty query string matches nothing */
+		tok_clear(&p.la);
 		*out = sr_query_new(SR_Q_MATCH_NONE);
 		return CM_OK;
 	}
@@ -929,6 +940,8 @@ classic_parse(qs_ctx *c, const char *text, sr_query **out)
 		sr_query_free(q);
 		q = fail(&p, "unexpected trailing input");
 	}
+	if (p.la_ok)
+		tok_clear(&p.la);
 	if (c->limit_hit) {
 		sr_query_free(q);
 		return cm_error_set_type(c->err, CM_ELIMIT, "too_many_clauses",
