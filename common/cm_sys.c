@@ -239,7 +239,7 @@ cm_pool_create(int nthreads, const char *name)
 		pthread_create(&p->threads[i], NULL, pool_worker, p);
 		if (name) {
 			char tn[16];
-			snprintf(tn, sizeof(tn), "%.8s-%d", name, i);
+			snprintf(tn, sizeof(tn), "%.8s-%d", name, i % 1000);
 			pthread_setname_np(p->threads[i], tn);
 		}
 	}
