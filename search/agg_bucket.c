@@ -280,6 +280,78 @@ bucket_doc(agg_rt *rt, agg_node **subs, uint32_t doc, const float *scores, size_
 		agg_subs_collect(rt->root, rt->spec, subs, &doc, scores ? &scores[i] : NULL, 1);
 }
 
+/* Sub-aggregations see a batch's docs grouped per bucket (docs ascending
+ * within each group) instead of one call per doc: (bucket, position)
+ * pairs are gathered while counting, then sorted stably by bucket. */
+typedef struct grp {
+	uint64_t *p;
+	size_t n, cap;
+} grp;
+
+static inline void
+grp_add(grp *g, size_t bucket, size_t i)
+{
+	if (g->n == g->cap) {
+		g->cap = g->cap ? g->cap * 2 : 256;
+		g->p = cm_realloc(AGG_MEM, g->p, g->cap * sizeof *g->p);
+	}
+	g->p[g->n++] = (uint64_t)bucket << 32 | (uint32_t)i;
+}
+
+static int
+u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static void
+grp_flush(agg_rt *rt, grp *g, const btab *t, const uint32_t *docs, const float *scores)
+{
+	if (!g->n) {
+		cm_free(AGG_MEM, g->p);
+		return;
+	}
+	size_t n = g->n;
+	uint64_t *v = g->p;
+	if (t->n <= 65536 && t->n <= 8 * n) {
+		/* counting sort: stable, so positions stay ascending per bucket */
+		uint32_t *cnt = cm_calloc(AGG_MEM, t->n + 1, sizeof *cnt);
+		uint64_t *out = cm_malloc(AGG_MEM, n * sizeof *out);
+		for (size_t i = 0; i < n; i++)
+			cnt[(v[i] >> 32) + 1]++;
+		for (size_t b = 1; b <= t->n; b++)
+			cnt[b] += cnt[b - 1];
+		for (size_t i = 0; i < n; i++)
+			out[cnt[v[i] >> 32]++] = v[i];
+		cm_free(AGG_MEM, cnt);
+		cm_free(AGG_MEM, v);
+		v = out;
+	} else
+		qsort(v, n, sizeof *v, u64_cmp);
+	uint32_t *d = cm_malloc(AGG_MEM, n * sizeof *d);
+	float *sc = scores ? cm_malloc(AGG_MEM, n * sizeof *sc) : NULL;
+	for (size_t i = 0; i < n; i++) {
+		size_t pos = (uint32_t)v[i];
+		d[i] = docs[pos];
+		if (sc)
+			sc[i] = scores[pos];
+	}
+	for (size_t i = 0; i < n;) {
+		size_t j = i;
+		uint64_t b = v[i] >> 32;
+		while (j < n && v[j] >> 32 == b)
+			j++;
+		agg_subs_collect(rt->root, rt->spec, t->v[b].subs, d + i, sc ? sc + i : NULL, j - i);
+		i = j;
+	}
+	cm_free(AGG_MEM, d);
+	cm_free(AGG_MEM, sc);
+	cm_free(AGG_MEM, v);
+	g->p = NULL;
+	g->n = g->cap = 0;
+}
+
 /* value for ordering a parent terms agg by "filter>metric" or "filter" */
 bool
 agg_single_bucket_value(const sr_agg *a, const agg_node *n, const char *rest, double *v)
@@ -1057,7 +1129,7 @@ dbits(double d)
 }
 
 static void
-terms_missing(agg_rt *rt, terms_state *s, uint32_t doc, const float *scores, size_t i)
+terms_missing(agg_rt *rt, terms_state *s, grp *g, size_t i)
 {
 	const sr_agg *a = rt->spec;
 	bkt *b;
@@ -1075,7 +1147,8 @@ terms_missing(agg_rt *rt, terms_state *s, uint32_t doc, const float *scores, siz
 		b = terms_bucket_num(s, a, a->missing.l, false);
 	}
 	b->count++;
-	bucket_doc(rt, b->subs, doc, scores, i);
+	if (g)
+		grp_add(g, (size_t)(b - s->t.v), i);
 }
 
 static uint32_t
@@ -1100,6 +1173,8 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 	terms_state *s = n->d;
 	const sr_agg *a = rt->spec;
 	const terms_params *p = a->p;
+	grp gs = {NULL, 0, 0};
+	grp *g = a->nsubs ? &gs : NULL;
 	if (rt->is_keyword) {
 		size_t nords = rt->fi->num_terms;
 		bool fast = !a->nsubs && !terms_filtered(p) && nords <= TERMS_ARRAY_MAX;
@@ -1117,7 +1192,7 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 			int k = agg_values(rt, docs[i], &v);
 			if (k == 0) {
 				if (a->missing.set)
-					terms_missing(rt, s, docs[i], scores, i);
+					terms_missing(rt, s, g, i);
 				continue;
 			}
 			for (int j = 0; j < k; j++) {
@@ -1137,11 +1212,13 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 					bi = terms_resolve(rt, s, ord);
 				if (bi == ORD_REJECT)
 					continue;
-				bkt *b = &s->t.v[bi - 1];
-				b->count++;
-				bucket_doc(rt, b->subs, docs[i], scores, i);
+				s->t.v[bi - 1].count++;
+				if (g)
+					grp_add(g, bi - 1, i);
 			}
 		}
+		if (g)
+			grp_flush(rt, g, &s->t, docs, scores);
 		return;
 	}
 	for (size_t i = 0; i < cnt; i++) {
@@ -1149,7 +1226,7 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 		int k = agg_values(rt, docs[i], &v);
 		if (k == 0) {
 			if (a->missing.set)
-				terms_missing(rt, s, docs[i], scores, i);
+				terms_missing(rt, s, g, i);
 			continue;
 		}
 		for (int j = 0; j < k; j++) {
@@ -1160,9 +1237,12 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 				continue;
 			bkt *b = terms_bucket_num(s, a, key, rt->is_double);
 			b->count++;
-			bucket_doc(rt, b->subs, docs[i], scores, i);
+			if (g)
+				grp_add(g, (size_t)(b - s->t.v), i);
 		}
 	}
+	if (g)
+		grp_flush(rt, g, &s->t, docs, scores);
 }
 
 static void
@@ -1965,6 +2045,7 @@ hist_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 	if (rt->is_double)
 		s->is_double = true;
 	tzc cache = {0, 0, 0};
+	grp gs = {NULL, 0, 0};
 	for (size_t i = 0; i < cnt; i++) {
 		const int64_t *v;
 		int64_t mv;
@@ -1996,12 +2077,17 @@ hist_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 			last = key;
 			bool created = false;
 			bkt *b = btab_get_l(&s->t, a, key, &created);
-			if (created && !agg_bucket_guard(rt->root, 1))
+			if (created && !agg_bucket_guard(rt->root, 1)) {
+				cm_free(AGG_MEM, gs.p);
 				return;
+			}
 			b->count++;
-			bucket_doc(rt, b->subs, docs[i], scores, i);
+			if (a->nsubs)
+				grp_add(&gs, (size_t)(b - s->t.v), i);
 		}
 	}
+	if (a->nsubs)
+		grp_flush(rt, &gs, &s->t, docs, scores);
 }
 
 static void
