@@ -369,6 +369,7 @@ index_alloc(nd_node *n, const char *name, const char *uuid)
 	pthread_mutex_init(&ix->refresh_lock, NULL);
 	pthread_cond_init(&ix->refresh_cond, NULL);
 	ix->last_refresh_ns = cm_now_ns();
+	ix->last_flush_ns = ix->last_refresh_ns;
 	return ix;
 }
 
@@ -913,6 +914,7 @@ nd_index_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result
 		}
 	}
 	atomic_fetch_add(&ix->dirty[shard], 1);
+	atomic_fetch_add(&ix->unflushed, 1);
 	return rc;
 }
 
@@ -975,10 +977,15 @@ cm_err
 nd_index_flush(nd_index *ix)
 {
 	cm_err rc = CM_OK, r;
+	uint64_t pending = atomic_load(&ix->unflushed);
+
+	ix->last_flush_ns = cm_now_ns();
 	for (int i = 0; i < ix->settings.number_of_shards; i++)
 		if ((r = st_shard_flush(ix->shards[i])) && !rc)
 			rc = r;
 	atomic_fetch_add((_Atomic uint64_t *)&ix->stats.flush_total, 1);
+	if (!rc)
+		atomic_fetch_sub(&ix->unflushed, pending);
 	return rc;
 }
 
@@ -1040,6 +1047,14 @@ nd_refresh_tick(nd_node *n)
 			} else {
 				ix->last_refresh_ns = now;
 			}
+		}
+		/* A flush also refreshes here, so indices with refreshes turned
+		 * off are flushed only when asked. */
+		if (iv >= 0 && atomic_load(&ix->unflushed) > 0 &&
+		    now - ix->last_flush_ns >= ND_FLUSH_INTERVAL_NS) {
+			cm_err rc = nd_index_flush(ix);
+			if (rc)
+				cm_warn("node", "scheduled flush of [%s] failed: %s", ix->name, cm_err_msg(rc));
 		}
 		nd_index_release(ix);
 	}

@@ -21,6 +21,8 @@ struct nd_index {
 	st_shard **shards;
 	_Atomic uint64_t *dirty; /* writes per shard since its last refresh */
 	uint64_t last_refresh_ns;
+	_Atomic uint64_t unflushed; /* writes since the last flush */
+	uint64_t last_flush_ns;
 	/* refresh=wait_for: refreshes are numbered as they start; a waiter
 	 * needs one that started after its write to have finished. */
 	pthread_mutex_t refresh_lock;
@@ -67,6 +69,9 @@ struct nd_node {
 };
 
 #define ND_SEARCH_QUEUE 4096
+/* Writes are durable in the log at once; a periodic flush makes segments
+ * durable and trims the log, so a restart replays little. */
+#define ND_FLUSH_INTERVAL_NS (60ull * 1000000000ull)
 
 void nd_uuid(char out[23]);
 cm_err nd_registry_load(nd_node *n, cm_error *err);
