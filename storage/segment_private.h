@@ -24,8 +24,12 @@
  *                             then deltas). One block: bytes + xxh32. More:
  *                             nblocks x (u32 end, u32 xxh32), u32 xxh32 of the
  *                             table, then the bytes.
- *   S last_doc(BE32)          varint first_doc, varint raw length, zstd frame of
- *                             (str id, str source) per doc
+ *   S 0 last_doc(BE32)        block index: varint first_doc, varint raw length,
+ *                             varint offset, varint length of its zstd frame
+ *                             (of str id, str source per doc) in the chunk stream
+ *   S 1 chunk(BE32)           the concatenated frames in STORED_CHUNK-byte
+ *                             pieces: each fills exactly one LMDB overflow page,
+ *                             where whole frames would waste ~2 KB apiece
  *   T field(BE16) term        varint df, varint ttf, [keyword: varint ord]
  *                             df == 1: varint doc (freq = ttf)
  *                             df <= 128: varint last, varint max_freq, u8 min_norm,
@@ -52,6 +56,7 @@
 #define KDICT_STEP 32         /* one K entry per this many ordinals */
 #define SKIP_ENTRY 17         /* u32 last, u32 end offset, u32 max freq, u8 min norm, u32 xxh32 */
 #define STORED_BLOCK_BYTES (16 * 1024)
+#define STORED_CHUNK (4096 - 16 - 4) /* page - LMDB page header - checksum */
 #define STORED_MAX_RAW (256u * 1024 * 1024) /* bound on one stored block's raw size */
 #define POS_GAP 100           /* ES position_increment_gap between values */
 #define MAX_FIELDS 65535
@@ -95,6 +100,7 @@ struct st_seg_txn {
 	MDB_cursor *cur;
 	void *dctx; /* ZSTD_DCtx, made on first stored read */
 	cm_buf raw; /* decompressed stored block */
+	cm_buf frame; /* its compressed frame, gathered from chunks */
 	uint32_t raw_first, raw_last; /* docs held in raw (raw_last < raw_first: none) */
 };
 
@@ -142,7 +148,8 @@ typedef struct segw {
 	size_t nfields;
 	segw_part *parts; /* ordered by field id, then term range */
 	size_t nparts;
-	cm_buf *stored; /* S pieces in doc order */
+	cm_buf *stored; /* block records in doc order: key S last_doc(BE32),
+	                 * value varint first, varint raw length, frame */
 	segw_spill *stored_spill;
 	size_t nstored;
 	cm_buf ids;  /* I stream */

@@ -262,6 +262,7 @@ st_seg_txn_begin(const st_segment *s, st_seg_txn **out)
 	t->raw_first = 1;
 	t->raw_last = 0;
 	cm_buf_init(&t->raw, CM_MEM_STORAGE);
+	cm_buf_init(&t->frame, CM_MEM_STORAGE);
 	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &t->txn);
 	if (rc == 0)
 		rc = mdb_cursor_open(t->txn, s->dbi, &t->cur);
@@ -286,6 +287,7 @@ st_seg_txn_end(st_seg_txn *t)
 	if (t->dctx)
 		ZSTD_freeDCtx(t->dctx);
 	cm_buf_free(&t->raw);
+	cm_buf_free(&t->frame);
 	cm_free(CM_MEM_STORAGE, t);
 }
 
@@ -1026,24 +1028,48 @@ load_dict(st_seg_txn *t)
 static cm_err
 load_stored_block(st_seg_txn *t, uint32_t doc)
 {
-	uint8_t key[5] = {TAG_STORED, (uint8_t)(doc >> 24), (uint8_t)(doc >> 16), (uint8_t)(doc >> 8),
-	                  (uint8_t)doc};
-	MDB_val k = {5, key}, v;
+	uint8_t key[6] = {TAG_STORED, 0, (uint8_t)(doc >> 24), (uint8_t)(doc >> 16),
+	                  (uint8_t)(doc >> 8), (uint8_t)doc};
+	MDB_val k = {6, key}, v;
 	int rc = mdb_cursor_get(t->cur, &k, &v, MDB_SET_RANGE);
-	if (rc == MDB_NOTFOUND || (rc == 0 && (k.mv_size != 5 || *(uint8_t *)k.mv_data != TAG_STORED)))
+	if (rc == MDB_NOTFOUND || (rc == 0 && (k.mv_size != 6 || memcmp(k.mv_data, key, 2) != 0)))
 		return CM_ECORRUPT; /* doc < max_doc must have a block */
 	if (rc)
 		return seg_err(rc);
-	uint32_t last = cm_get_u32_be((const uint8_t *)k.mv_data + 1);
+	uint32_t last = cm_get_u32_be((const uint8_t *)k.mv_data + 2);
 	size_t len = v.mv_size;
 	if (!cm_checksum_ok(v.mv_data, &len))
 		return CM_ECORRUPT;
 	cm_rd r;
 	cm_rd_init(&r, v.mv_data, len);
-	uint64_t first, raw_len;
-	if (!cm_rd_varint(&r, &first) || !cm_rd_varint(&r, &raw_len) || first > doc || last < doc ||
-	    raw_len > STORED_MAX_RAW)
+	uint64_t first, raw_len, off, flen;
+	if (!cm_rd_varint(&r, &first) || !cm_rd_varint(&r, &raw_len) || !cm_rd_varint(&r, &off) ||
+	    !cm_rd_varint(&r, &flen) || first > doc || last < doc || raw_len > STORED_MAX_RAW ||
+	    flen == 0 || flen > ZSTD_compressBound(raw_len) || off > UINT64_MAX / 2)
 		return CM_ECORRUPT;
+	/* gather the frame from its chunks */
+	cm_buf_reset(&t->frame);
+	cm_buf_reserve(&t->frame, flen);
+	for (uint64_t c = off / STORED_CHUNK; t->frame.len < flen; c++) {
+		if (c > UINT32_MAX)
+			return CM_ECORRUPT;
+		uint8_t ck[6] = {TAG_STORED, 1, (uint8_t)(c >> 24), (uint8_t)(c >> 16), (uint8_t)(c >> 8),
+		                 (uint8_t)c};
+		MDB_val cv;
+		cm_err e = seg_get(t, ck, sizeof(ck), &cv);
+		if (e)
+			return e == CM_ENOTFOUND ? CM_ECORRUPT : e;
+		size_t cl = cv.mv_size;
+		if (!cm_checksum_ok(cv.mv_data, &cl) || cl > STORED_CHUNK)
+			return CM_ECORRUPT;
+		uint64_t start = c * STORED_CHUNK;
+		size_t from = off > start ? (size_t)(off - start) : 0;
+		size_t want = flen - t->frame.len;
+		if (from >= cl)
+			return CM_ECORRUPT;
+		size_t take = cl - from < want ? cl - from : want;
+		cm_buf_put(&t->frame, (const uint8_t *)cv.mv_data + from, take);
+	}
 	cm_err e = load_dict(t);
 	if (e)
 		return e;
@@ -1055,10 +1081,10 @@ load_stored_block(st_seg_txn *t, uint32_t doc)
 	t->raw_last = 0;
 	size_t n;
 	if (t->seg->ddict)
-		n = ZSTD_decompress_usingDDict(t->dctx, t->raw.data, raw_len, r.p, cm_rd_left(&r),
+		n = ZSTD_decompress_usingDDict(t->dctx, t->raw.data, raw_len, t->frame.data, flen,
 		                               t->seg->ddict);
 	else
-		n = ZSTD_decompressDCtx(t->dctx, t->raw.data, raw_len, r.p, cm_rd_left(&r));
+		n = ZSTD_decompressDCtx(t->dctx, t->raw.data, raw_len, t->frame.data, flen);
 	if (ZSTD_isError(n) || n != raw_len)
 		return CM_ECORRUPT;
 	t->raw.len = n;

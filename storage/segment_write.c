@@ -413,7 +413,7 @@ storedenc_flush(storedenc *e)
 	if (ZSTD_isError(n))
 		abort(); /* only on a programming error: the bound was reserved */
 	e->stream->len += n;
-	kv_end(e->stream, at, true);
+	kv_end(e->stream, at, false); /* a record: segw_write_file chunks it */
 	cm_buf_reset(&e->raw);
 	e->first = e->next;
 }
@@ -601,6 +601,135 @@ writer_stream(writer *wr, const cm_buf *s, const segw_spill *sp)
 	return writer_bytes(wr, s->data, s->len);
 }
 
+/* ---- stored section: block index, then the frames in exact chunks ---- */
+
+typedef cm_err (*record_fn)(writer *wr, void *ctx, const uint8_t *key, size_t klen,
+                            const uint8_t *val, size_t vlen);
+
+static cm_err
+records_bytes(writer *wr, const uint8_t *d, size_t len, record_fn fn, void *ctx)
+{
+	size_t i = 0;
+	while (i + 2 <= len) {
+		size_t kl = d[i] | (size_t)d[i + 1] << 8;
+		size_t vl = cm_get_u32(d + i + 2 + kl);
+		cm_err e = fn(wr, ctx, d + i + 2, kl, d + i + 2 + kl + 4, vl);
+		if (e)
+			return e;
+		i += 2 + kl + 4 + vl;
+	}
+	return CM_OK;
+}
+
+static cm_err
+stored_records(const segw *w, writer *wr, record_fn fn, void *ctx)
+{
+	for (size_t i = 0; i < w->nstored; i++) {
+		const segw_spill *sp = w->stored_spill ? &w->stored_spill[i] : NULL;
+		for (size_t c = 0; sp && c < sp->n; c++) {
+			cm_err e = records_bytes(wr, wr->spill_map + sp->off[c], sp->len[c], fn, ctx);
+			if (e)
+				return e;
+		}
+		cm_err e = records_bytes(wr, w->stored[i].data, w->stored[i].len, fn, ctx);
+		if (e)
+			return e;
+	}
+	return CM_OK;
+}
+
+typedef struct stored_out {
+	uint64_t off;
+	uint32_t chunk;
+	cm_buf buf;
+} stored_out;
+
+static bool
+parse_record(const uint8_t *val, size_t vlen, uint64_t *first, uint64_t *raw,
+             const uint8_t **frame, size_t *flen)
+{
+	const uint8_t *p = val, *end = val + vlen;
+	if (!codec_varint(&p, end, first) || !codec_varint(&p, end, raw))
+		return false;
+	*frame = p;
+	*flen = (size_t)(end - p);
+	return true;
+}
+
+static cm_err
+put_index(writer *wr, void *ctx, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+	stored_out *o = ctx;
+	uint64_t first, raw;
+	const uint8_t *frame;
+	size_t flen;
+	if (klen != 5 || !parse_record(val, vlen, &first, &raw, &frame, &flen))
+		return cm_error_set(wr->err, CM_EINTERNAL, "bad stored record");
+	uint8_t ik[6] = {TAG_STORED, 0, key[1], key[2], key[3], key[4]};
+	cm_buf_reset(&o->buf);
+	cm_buf_put_varint(&o->buf, first);
+	cm_buf_put_varint(&o->buf, raw);
+	cm_buf_put_varint(&o->buf, o->off);
+	cm_buf_put_varint(&o->buf, flen);
+	cm_buf_put_checksum(&o->buf, 0);
+	o->off += flen;
+	return writer_put(wr, ik, sizeof(ik), o->buf.data, o->buf.len);
+}
+
+static cm_err
+flush_chunk(writer *wr, stored_out *o)
+{
+	uint32_t c = o->chunk++;
+	uint8_t ck[6] = {TAG_STORED, 1, (uint8_t)(c >> 24), (uint8_t)(c >> 16), (uint8_t)(c >> 8),
+	                 (uint8_t)c};
+	cm_buf_put_checksum(&o->buf, 0);
+	cm_err e = writer_put(wr, ck, sizeof(ck), o->buf.data, o->buf.len);
+	cm_buf_reset(&o->buf);
+	return e;
+}
+
+static cm_err
+put_chunks(writer *wr, void *ctx, const uint8_t *key, size_t klen, const uint8_t *val,
+           size_t vlen)
+{
+	stored_out *o = ctx;
+	uint64_t first, raw;
+	const uint8_t *frame;
+	size_t flen;
+	if (!parse_record(val, vlen, &first, &raw, &frame, &flen))
+		return cm_error_set(wr->err, CM_EINTERNAL, "bad stored record");
+	while (flen) {
+		size_t take = STORED_CHUNK - o->buf.len;
+		if (take > flen)
+			take = flen;
+		cm_buf_put(&o->buf, frame, take);
+		frame += take;
+		flen -= take;
+		if (o->buf.len == STORED_CHUNK) {
+			cm_err e = flush_chunk(wr, o);
+			if (e)
+				return e;
+		}
+	}
+	return CM_OK;
+}
+
+static cm_err
+write_stored_section(const segw *w, writer *wr)
+{
+	stored_out o = {0};
+	cm_buf_init(&o.buf, CM_MEM_STORAGE);
+	cm_err e = stored_records(w, wr, put_index, &o);
+	o.off = 0;
+	cm_buf_reset(&o.buf);
+	if (!e)
+		e = stored_records(w, wr, put_chunks, &o);
+	if (!e && o.buf.len)
+		e = flush_chunk(wr, &o);
+	cm_buf_free(&o.buf);
+	return e;
+}
+
 static void
 build_fields_value(const segw *w, cm_buf *b)
 {
@@ -640,8 +769,8 @@ write_all(const segw *w, writer *wr, const cm_buf *fv, const cm_buf *mv)
 		e = writer_stream(wr, &w->parts[i].sec[SEC_NORMS], &w->parts[i].spill[SEC_NORMS]);
 	for (size_t i = 0; i < w->nparts && !e; i++)
 		e = writer_stream(wr, &w->parts[i].sec[SEC_POS], &w->parts[i].spill[SEC_POS]);
-	for (size_t i = 0; i < w->nstored && !e; i++)
-		e = writer_stream(wr, &w->stored[i], w->stored_spill ? &w->stored_spill[i] : NULL);
+	if (!e)
+		e = write_stored_section(w, wr);
 	for (size_t i = 0; i < w->nparts && !e; i++)
 		e = writer_stream(wr, &w->parts[i].sec[SEC_TERM], &w->parts[i].spill[SEC_TERM]);
 	if (!e && w->dict.len) {
