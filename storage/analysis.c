@@ -33,7 +33,7 @@ enum {
 
 static const uint8_t ascii_word_class[128] = {
     ['0' ... '9'] = W_NUM, ['A' ... 'Z'] = W_LETTER, ['a' ... 'z'] = W_LETTER,
-    ['\''] = W_MIDNUMLET,  ['.'] = W_MIDNUMLET,       [':'] = W_MIDLET,
+    ['\''] = W_MIDNUMLET,  ['.'] = W_MIDNUMLET,      [':'] = W_MIDLET,
     [','] = W_MIDNUM,      [';'] = W_MIDNUM,         ['_'] = W_ENL,
 };
 
@@ -42,24 +42,11 @@ static const uint8_t ascii_space[128] = {
     [0x1c] = 1, [0x1d] = 1, [0x1e] = 1, [0x1f] = 1, [' '] = 1,
 };
 
-static const uint8_t ascii_lower[128] = {
-#define L(c) [c] = c
-#define U(c) [c] = c + 32
-    L(0),   L(1),   L(2),   L(3),   L(4),   L(5),   L(6),   L(7),   L(8),   L(9),   L(10),
-    L(11),  L(12),  L(13),  L(14),  L(15),  L(16),  L(17),  L(18),  L(19),  L(20),  L(21),
-    L(22),  L(23),  L(24),  L(25),  L(26),  L(27),  L(28),  L(29),  L(30),  L(31),  L(32),
-    L(33),  L(34),  L(35),  L(36),  L(37),  L(38),  L(39),  L(40),  L(41),  L(42),  L(43),
-    L(44),  L(45),  L(46),  L(47),  L(48),  L(49),  L(50),  L(51),  L(52),  L(53),  L(54),
-    L(55),  L(56),  L(57),  L(58),  L(59),  L(60),  L(61),  L(62),  L(63),  L(64),  U(65),
-    U(66),  U(67),  U(68),  U(69),  U(70),  U(71),  U(72),  U(73),  U(74),  U(75),  U(76),
-    U(77),  U(78),  U(79),  U(80),  U(81),  U(82),  U(83),  U(84),  U(85),  U(86),  U(87),
-    U(88),  U(89),  U(90),  L(91),  L(92),  L(93),  L(94),  L(95),  L(96),  L(97),  L(98),
-    L(99),  L(100), L(101), L(102), L(103), L(104), L(105), L(106), L(107), L(108), L(109),
-    L(110), L(111), L(112), L(113), L(114), L(115), L(116), L(117), L(118), L(119), L(120),
-    L(121), L(122), L(123), L(124), L(125), L(126), L(127),
-#undef L
-#undef U
-};
+static inline char
+ascii_lower(uint8_t c)
+{
+	return (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+}
 
 /* Decodes one UTF-8 sequence; returns -1 (length 1) for any malformed,
  * overlong, surrogate or truncated sequence. */
@@ -125,6 +112,7 @@ is_katakana(int32_t c)
 static int
 word_class_slow(int32_t c)
 {
+	/* clang-format off */
 	switch (c) {
 	case 0x00B7: case 0x0387: case 0x05F4: case 0x2027: case 0xFE13: case 0xFE55:
 	case 0xFF1A:
@@ -142,6 +130,7 @@ word_class_slow(int32_t c)
 	default:
 		break;
 	}
+	/* clang-format on */
 	if (is_katakana(c))
 		return W_KATA;
 	utf8proc_category_t cat = utf8proc_category(c);
@@ -198,10 +187,9 @@ typedef struct an_state {
 
 /* Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET, sorted. */
 static const char *const english_stop[] = {
-    "a",    "an",   "and",  "are",  "as",    "at",    "be",   "but",  "by",
-    "for",  "if",   "in",   "into", "is",    "it",    "no",   "not",  "of",
-    "on",   "or",   "such", "that", "the",   "their", "then", "there", "these",
-    "they", "this", "to",   "was",  "will",  "with",
+    "a",   "an",    "and",  "are",   "as",    "at",   "be",   "but", "by",  "for",  "if",
+    "in",  "into",  "is",   "it",    "no",    "not",  "of",   "on",  "or",  "such", "that",
+    "the", "their", "then", "there", "these", "they", "this", "to",  "was", "will", "with",
 };
 
 static bool
@@ -278,7 +266,8 @@ fold_unicode(an_state *st, const uint8_t *s, size_t n, const char **out, void **
 	size_t cap = sizeof(st->ubuf) / sizeof(st->ubuf[0]);
 	utf8proc_int32_t *buf = st->ubuf;
 	*heap = NULL;
-	utf8proc_ssize_t r = utf8proc_decompose(s, (utf8proc_ssize_t)n, buf, (utf8proc_ssize_t)cap, opt);
+	utf8proc_ssize_t r =
+	    utf8proc_decompose(s, (utf8proc_ssize_t)n, buf, (utf8proc_ssize_t)cap, opt);
 	if (r > (utf8proc_ssize_t)cap) {
 		/* Rare: a token whose decomposition outgrows the stack buffer. */
 		buf = cm_malloc(CM_MEM_STORAGE, (size_t)r * sizeof(*buf) + 4);
@@ -314,7 +303,7 @@ emit(an_state *st, size_t start, size_t end, bool nonascii)
 	if (!nonascii) {
 		/* n <= ST_MAX_TOKEN_LEN here: ASCII tokens are one byte per char. */
 		for (size_t i = 0; i < n; i++)
-			st->term[i] = (char)ascii_lower[s[i]];
+			st->term[i] = ascii_lower(s[i]);
 		t = st->term;
 	} else {
 		n = fold_unicode(st, s, n, &t, &heap);
@@ -396,13 +385,13 @@ tokenize_standard(an_state *st, size_t len)
 			} else if (word_joins(last, c2)) {
 				take = cl2;
 				next = c2;
-			} else if ((last == W_LETTER &&
-			            (c2 == W_MIDLET || c2 == W_MIDNUMLET)) ||
+			} else if ((last == W_LETTER && (c2 == W_MIDLET || c2 == W_MIDNUMLET)) ||
 			           (last == W_NUM && (c2 == W_MIDNUM || c2 == W_MIDNUMLET))) {
 				/* WB6/7, WB11/12: a letter/number on both sides */
 				size_t q = p + cl2, cl3;
 				int c3;
-				while (q < len && (c3 = word_class_at(s, len, q, &cl3)) == W_EXTEND) {
+				while (q < len &&
+				       (c3 = word_class_at(s, len, q, &cl3)) == W_EXTEND) {
 					q += cl3;
 					add++;
 				}
@@ -452,14 +441,16 @@ tokenize_runs(an_state *st, size_t len, bool letters)
 			size_t cl = 1;
 			bool in;
 			if (s[p] < 0x80) {
-				in = letters ? ascii_word_class[s[p]] == W_LETTER : !ascii_space[s[p]];
+				in = letters ? ascii_word_class[s[p]] == W_LETTER
+				             : !ascii_space[s[p]];
 			} else {
 				int32_t c = utf8_decode(s + p, len - p, &cl);
 				if (c < 0) {
 					in = false;
 				} else if (letters) {
 					utf8proc_category_t cat = utf8proc_category(c);
-					in = (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
+					in = (cat >= UTF8PROC_CATEGORY_LU &&
+					      cat <= UTF8PROC_CATEGORY_LO) ||
 					     (ncp > 0 && cat >= UTF8PROC_CATEGORY_MN &&
 					      cat <= UTF8PROC_CATEGORY_ME);
 				} else {

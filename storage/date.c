@@ -313,7 +313,8 @@ run_pattern(const char *pat, const char *end, pat_state *st, bool *bad)
 					return false;
 				st->c.year = 2000 + v;
 			} else {
-				if (digits(st->s, st->n, &st->p, count < 4 ? 1 : 4, count < 4 ? 9 : count, &v) == 0)
+				if (digits(st->s, st->n, &st->p, count < 4 ? 1 : 4,
+				           count < 4 ? 9 : count, &v) == 0)
 					return false;
 				st->c.year = v;
 			}
@@ -510,9 +511,12 @@ pattern_valid(const char *f, size_t fn)
 static bool
 alternative_valid(const char *f, size_t fn)
 {
-	static const char *const special[] = {
-	    "strict_date_optional_time", "strict_date_optional_time_nanos", "date_optional_time",
-	    "iso8601", "epoch_millis", "epoch_second"};
+	static const char *const special[] = {"strict_date_optional_time",
+	                                      "strict_date_optional_time_nanos",
+	                                      "date_optional_time",
+	                                      "iso8601",
+	                                      "epoch_millis",
+	                                      "epoch_second"};
 	if (fn == 0)
 		return false;
 	for (size_t i = 0; i < sizeof(special) / sizeof(special[0]); i++)

@@ -20,10 +20,10 @@ typedef struct parse_ctx {
 	const st_mapping *m;
 	st_doc *doc;
 	cm_error *err;
-	uint32_t *counts;   /* per mapping field: values emitted so far */
-	cJSON *dyn_props;   /* "properties" of the dynamic addition, or NULL */
+	uint32_t *counts; /* per mapping field: values emitted so far */
+	cJSON *dyn_props; /* "properties" of the dynamic addition, or NULL */
 	cJSON *dyn_root;
-	bool want_dynamic;  /* caller asked for additions */
+	bool want_dynamic; /* caller asked for additions */
 	/* number tokens as written in the source, built on first need */
 	struct numtok *nums;
 	size_t nnums;
@@ -39,9 +39,10 @@ typedef struct numtok {
 } numtok;
 
 static const char *const metadata_fields[] = {
-    "_id",      "_index",        "_source", "_routing",     "_type",  "_version",
-    "_seq_no",  "_primary_term", "_ignored", "_field_names", "_nested_path",
-    "_data_stream_timestamp", "_tier", "_doc_count",
+    "_id",      "_index",       "_source",      "_routing",
+    "_type",    "_version",     "_seq_no",      "_primary_term",
+    "_ignored", "_field_names", "_nested_path", "_data_stream_timestamp",
+    "_tier",    "_doc_count",
 };
 
 /* ---- values ---- */
@@ -148,8 +149,9 @@ build_numbers(parse_ctx *c)
 			i++;
 		} else if (ch == '-' || (ch >= '0' && ch <= '9')) {
 			size_t st = i;
-			while (i < len && ((s[i] >= '0' && s[i] <= '9') || s[i] == '-' || s[i] == '+' ||
-			                   s[i] == '.' || s[i] == 'e' || s[i] == 'E'))
+			while (i < len &&
+			       ((s[i] >= '0' && s[i] <= '9') || s[i] == '-' || s[i] == '+' ||
+			        s[i] == '.' || s[i] == 'e' || s[i] == 'E'))
 				i++;
 			if (k >= n || i - st > 1024) {
 				ok = false;
@@ -262,8 +264,8 @@ string_number(const char *s, double *d, int64_t *i, bool *is_int)
 		return false;
 	/* strtod takes "nan", "inf" and hex; ES takes only decimal numbers */
 	for (const char *p = s; *p; p++)
-		if (!((*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '+' || *p == 'e' ||
-		      *p == 'E'))
+		if (!((*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '+' ||
+		      *p == 'e' || *p == 'E'))
 			return false;
 	*d = v;
 	*is_int = false;
@@ -405,7 +407,8 @@ static cm_err
 emit_field(parse_ctx *c, const st_field_def *f, cJSON *j)
 {
 	if (c->doc->nvalues >= MAX_DOC_VALUES)
-		return cm_error_set(c->err, CM_EMAPPING, "failed to parse: too many values in one document");
+		return cm_error_set(c->err, CM_EMAPPING,
+		                    "failed to parse: too many values in one document");
 	cm_err e = emit_scalar(c, f, j);
 	if (e != CM_OK)
 		return e;
@@ -472,8 +475,8 @@ dynamic_spec(parse_ctx *c, const cJSON *j)
 		} else if (c->m->date_detection >= 0 && looks_like_date(j->valuestring)) {
 			cJSON_AddStringToObject(spec, "type", "date");
 		} else if (c->m->date_detection >= 0 && sn >= 10 &&
-		           st_date_parse(j->valuestring, sn,
-		                                      "yyyy/MM/dd HH:mm:ss||yyyy/MM/dd", &ms)) {
+		           st_date_parse(j->valuestring, sn, "yyyy/MM/dd HH:mm:ss||yyyy/MM/dd",
+		                         &ms)) {
 			/* ES's second dynamic date format, kept as the field's format */
 			cJSON_AddStringToObject(spec, "type", "date");
 			cJSON_AddStringToObject(spec, "format", SLASH_DATES);
@@ -507,20 +510,20 @@ dynamic_spec(parse_ctx *c, const cJSON *j)
  * of its enclosing object. *descend tells whether an object's members
  * should still be walked (to collect their additions). */
 static cm_err
-unknown_field(parse_ctx *c, st_dynamic dyn, const char *owner, const char *name,
-              const cJSON *j, bool *descend)
+unknown_field(parse_ctx *c, st_dynamic dyn, const char *owner, const char *name, const cJSON *j,
+              bool *descend)
 {
 	*descend = false;
 	if (dyn == ST_DYNAMIC_STRICT)
-		return cm_error_set_type(c->err, CM_EMAPPING, "strict_dynamic_mapping_exception",
-		                         "mapping set to strict, dynamic introduction of [%s] within "
-		                         "[%s] is not allowed",
-		                         name, owner ? owner : "_doc");
+		return cm_error_set_type(
+		    c->err, CM_EMAPPING, "strict_dynamic_mapping_exception",
+		    "mapping set to strict, dynamic introduction of [%s] within "
+		    "[%s] is not allowed",
+		    name, owner ? owner : "_doc");
 	if (dyn == ST_DYNAMIC_FALSE || !c->want_dynamic)
 		return CM_OK;
 	if (cJSON_GetObjectItemCaseSensitive(c->dyn_props, c->path) != NULL) {
-		*descend = cJSON_IsObject(j) ||
-		           (cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0);
+		*descend = cJSON_IsObject(j) || (cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0);
 		return CM_OK; /* already added from an earlier value */
 	}
 	cJSON *spec = dynamic_spec(c, j);
@@ -549,8 +552,8 @@ find_prefix(const st_mapping *m, const char *path, size_t n)
 
 /* ---- the walk ---- */
 
-static cm_err walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn,
-                          const char *owner, int depth);
+static cm_err walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn, const char *owner,
+                          int depth);
 
 /* copy_to: the value is also indexed into each target field (not
  * transitively). A missing target is mapped dynamically like a new field
@@ -565,8 +568,9 @@ copy_values(parse_ctx *c, const st_field_def *f, cJSON *j)
 		const char *t = f->copy_to[i];
 		const st_field_def *tf = st_mapping_find(c->m, t);
 		if (tf != NULL && tf->type == ST_FT_OBJECT) {
-			e = cm_error_set(c->err, CM_EMAPPING,
-			                 "Cannot copy to field [%s] since it is mapped as an object", t);
+			e = cm_error_set(
+			    c->err, CM_EMAPPING,
+			    "Cannot copy to field [%s] since it is mapped as an object", t);
 		} else if (tf != NULL) {
 			e = emit_field(c, tf, j);
 		} else {
@@ -601,9 +605,10 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
            const char *owner, const char *name, int depth)
 {
 	if (depth > MAX_DOC_DEPTH)
-		return cm_error_set(c->err, CM_EMAPPING,
-		                    "failed to parse: the document is nested deeper than [%d] levels",
-		                    MAX_DOC_DEPTH);
+		return cm_error_set(
+		    c->err, CM_EMAPPING,
+		    "failed to parse: the document is nested deeper than [%d] levels",
+		    MAX_DOC_DEPTH);
 	if (known != NULL && known->disabled)
 		return CM_OK; /* "enabled": false: anything goes, nothing is indexed */
 	if (cJSON_IsNull(j)) {
@@ -645,13 +650,14 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 	if (known->parent != NULL) {
 		/* a multi-field gets its parent's values; a document cannot
 		 * address it as a sub-field */
-		return cm_error_set(c->err, CM_EMAPPING,
-		                    "Could not dynamically add mapping for field [%s]. Existing mapping "
-		                    "for [%s] must be of type object but found [%s].",
-		                    known->path, known->parent,
-		                    st_field_type_name(st_mapping_find(c->m, known->parent)
-		                                           ? st_mapping_find(c->m, known->parent)->type
-		                                           : ST_FT_TEXT));
+		return cm_error_set(
+		    c->err, CM_EMAPPING,
+		    "Could not dynamically add mapping for field [%s]. Existing mapping "
+		    "for [%s] must be of type object but found [%s].",
+		    known->path, known->parent,
+		    st_field_type_name(st_mapping_find(c->m, known->parent)
+		                           ? st_mapping_find(c->m, known->parent)->type
+		                           : ST_FT_TEXT));
 	}
 	if (cJSON_IsObject(j)) {
 		if (known->type != ST_FT_OBJECT)
@@ -659,10 +665,11 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 		return walk_object(c, j, plen, known->dynamic, known->path, depth + 1);
 	}
 	if (known->type == ST_FT_OBJECT)
-		return cm_error_set(c->err, CM_EMAPPING,
-		                    "object mapping for [%s] tried to parse field [%s] as object, but "
-		                    "found a concrete value",
-		                    known->path, name);
+		return cm_error_set(
+		    c->err, CM_EMAPPING,
+		    "object mapping for [%s] tried to parse field [%s] as object, but "
+		    "found a concrete value",
+		    known->path, name);
 	cm_err e = emit_field(c, known, j);
 	if (e == CM_OK && known->ncopy_to > 0)
 		e = copy_values(c, known, j);
@@ -682,18 +689,20 @@ check_field_name(parse_ctx *c, const char *k, bool root)
 		                    "field name cannot contain only whitespace: ['%s']", k);
 	size_t n = strlen(k);
 	if (k[0] == '.' || k[n - 1] == '.' || strstr(k, "..") != NULL)
-		return cm_error_set(c->err, CM_EMAPPING,
-		                    "object field starting or ending with a [.] makes object resolution "
-		                    "ambiguous: [%s]",
-		                    k);
+		return cm_error_set(
+		    c->err, CM_EMAPPING,
+		    "object field starting or ending with a [.] makes object resolution "
+		    "ambiguous: [%s]",
+		    k);
 	if (root && k[0] == '_') {
 		for (size_t i = 0; i < sizeof(metadata_fields) / sizeof(metadata_fields[0]); i++)
 			if (strcmp(k, metadata_fields[i]) == 0)
-				return cm_error_set(c->err, CM_EMAPPING,
-				                    "Field [%s] is a metadata field and cannot be added "
-				                    "inside a document. Use the index API request "
-				                    "parameters.",
-				                    k);
+				return cm_error_set(
+				    c->err, CM_EMAPPING,
+				    "Field [%s] is a metadata field and cannot be added "
+				    "inside a document. Use the index API request "
+				    "parameters.",
+				    k);
 	}
 	return CM_OK;
 }
@@ -703,9 +712,10 @@ static cm_err
 walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn, const char *owner, int depth)
 {
 	if (depth > MAX_DOC_DEPTH)
-		return cm_error_set(c->err, CM_EMAPPING,
-		                    "failed to parse: the document is nested deeper than [%d] levels",
-		                    MAX_DOC_DEPTH);
+		return cm_error_set(
+		    c->err, CM_EMAPPING,
+		    "failed to parse: the document is nested deeper than [%d] levels",
+		    MAX_DOC_DEPTH);
 	cJSON *it;
 	cJSON_ArrayForEach(it, obj)
 	{
@@ -715,7 +725,8 @@ walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn, const char *o
 			return e;
 		size_t kn = strlen(k), np = plen + (plen ? 1 : 0) + kn;
 		if (np > sizeof(c->path) - 2)
-			return cm_error_set(c->err, CM_EMAPPING, "failed to parse: field path too long");
+			return cm_error_set(c->err, CM_EMAPPING,
+			                    "failed to parse: field path too long");
 		if (plen)
 			c->path[plen] = '.';
 		memcpy(c->path + plen + (plen ? 1 : 0), k, kn);
@@ -736,11 +747,13 @@ walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn, const char *o
 				if (o != NULL && o->type != ST_FT_OBJECT) {
 					size_t on = strlen(c->path);
 					c->path[q - 1] = '.';
-					return cm_error_set(
-					    c->err, CM_EMAPPING,
-					    "Could not dynamically add mapping for field [%s]. Existing "
-					    "mapping for [%.*s] must be of type object but found [%s].",
-					    c->path, (int)on, c->path, st_field_type_name(o->type));
+					return cm_error_set(c->err, CM_EMAPPING,
+					                    "Could not dynamically add mapping for "
+					                    "field [%s]. Existing "
+					                    "mapping for [%.*s] must be of type "
+					                    "object but found [%s].",
+					                    c->path, (int)on, c->path,
+					                    st_field_type_name(o->type));
 				}
 				if (o != NULL) {
 					d = o->dynamic;

@@ -329,12 +329,13 @@ check_name(const char *name, const char *where, bool allow_dots, cm_error *err)
 	for (const char *p = name; *p; p++)
 		blank &= isspace((unsigned char)*p) != 0;
 	if (blank)
-		return cm_error_set(err, CM_EMAPPING, "field name cannot contain only whitespace: ['%s']",
-		                    name);
-	if (!allow_dots && strchr(name, '.') != NULL)
 		return cm_error_set(err, CM_EMAPPING,
-		                    "Field name [%s] which is a multi field of [%s] cannot contain '.'",
-		                    name, where);
+		                    "field name cannot contain only whitespace: ['%s']", name);
+	if (!allow_dots && strchr(name, '.') != NULL)
+		return cm_error_set(
+		    err, CM_EMAPPING,
+		    "Field name [%s] which is a multi field of [%s] cannot contain '.'", name,
+		    where);
 	size_t n = strlen(name);
 	if (name[0] == '.' || name[n - 1] == '.' || strstr(name, "..") != NULL)
 		return cm_error_set(err, CM_EMAPPING, "Invalid field name [%s]", name);
@@ -391,14 +392,16 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 	const cJSON *fields = NULL;
 	st_field_type type;
 	if (!cJSON_IsObject(spec)) {
-		cm_error_set(err, CM_EMAPPING, "Expected map for property [fields] on field [%s] but got %s",
-		             path, json_kind(spec));
+		cm_error_set(err, CM_EMAPPING,
+		             "Expected map for property [fields] on field [%s] but got %s", path,
+		             json_kind(spec));
 		goto fail;
 	}
 	if (depth > MAX_DEPTH + 1) {
-		cm_error_set(err, CM_EINVAL,
-		             "Limit of mapping depth [%d] has been exceeded due to object field [%s]",
-		             MAX_DEPTH, path);
+		cm_error_set(
+		    err, CM_EINVAL,
+		    "Limit of mapping depth [%d] has been exceeded due to object field [%s]",
+		    MAX_DEPTH, path);
 		goto fail;
 	}
 	if (type_j == NULL) {
@@ -471,7 +474,8 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		} else if (strcmp(k, "format") == 0 && type == ST_FT_DATE) {
 			ok = cJSON_IsString(it);
 			if (ok && !st_date_format_valid(it->valuestring)) {
-				cm_error_set(err, CM_EMAPPING, "Invalid format: [%s]", it->valuestring);
+				cm_error_set(err, CM_EMAPPING, "Invalid format: [%s]",
+				             it->valuestring);
 				goto fail_f;
 			}
 			if (ok && strlen(it->valuestring) > 256)
@@ -511,9 +515,10 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			f.no_coerce = !coerce;
 		} else if (strcmp(k, "copy_to") == 0 && type != ST_FT_OBJECT) {
 			if (source != NULL) {
-				cm_error_set(err, CM_EMAPPING,
-				             "[copy_to] may not be used to copy from a multi-field: [%s]",
-				             f.path);
+				cm_error_set(
+				    err, CM_EMAPPING,
+				    "[copy_to] may not be used to copy from a multi-field: [%s]",
+				    f.path);
 				goto fail_f;
 			}
 			ok = parse_copy_to(&f, it);
@@ -544,24 +549,27 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			known = false;
 		}
 		if (!known) {
-			cm_error_set(err, CM_EMAPPING, "unknown parameter [%s] on mapper [%s] of type [%s]",
-			             k, f.path, st_field_type_name(type));
+			cm_error_set(err, CM_EMAPPING,
+			             "unknown parameter [%s] on mapper [%s] of type [%s]", k,
+			             f.path, st_field_type_name(type));
 			goto fail_f;
 		}
 		if (!ok) {
-			cm_error_set(err, CM_EMAPPING,
-			             "Failed to parse mapping: invalid value for [%s] on field [%s]", k,
-			             f.path);
+			cm_error_set(
+			    err, CM_EMAPPING,
+			    "Failed to parse mapping: invalid value for [%s] on field [%s]", k,
+			    f.path);
 			goto fail_f;
 		}
 	}
 	if (!search_analyzer_set)
 		f.search_analyzer = f.analyzer;
 	if (f.null_value != NULL && !null_value_valid(&f)) {
-		cm_error_set(err, CM_EMAPPING,
-		             "Failed to parse mapping: Error parsing [null_value] on field [%s]: [%s] is "
-		             "not a valid %s",
-		             f.path, f.null_value, st_field_type_name(type));
+		cm_error_set(
+		    err, CM_EMAPPING,
+		    "Failed to parse mapping: Error parsing [null_value] on field [%s]: [%s] is "
+		    "not a valid %s",
+		    f.path, f.null_value, st_field_type_name(type));
 		goto fail_f;
 	}
 	if (source != NULL)
@@ -584,8 +592,8 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		{
 			e = check_name(it->string, base, false, err);
 			if (e == CM_OK && strlen(base) + strlen(it->string) + 1 > MAX_PATH)
-				e = cm_error_set(err, CM_EMAPPING, "field path too long: [%s.%s]", base,
-				                 it->string);
+				e = cm_error_set(err, CM_EMAPPING, "field path too long: [%s.%s]",
+				                 base, it->string);
 			if (e == CM_OK)
 				e = parse_field(b, join_path(base, it->string, strlen(it->string)),
 				                srccopy, it, depth, err);
@@ -626,9 +634,10 @@ parse_properties(fbuf *b, const char *prefix, const cJSON *props, int depth, cm_
 			char *opath = join_path(scope, seg, (size_t)(dot - seg));
 			st_field_def *old = fbuf_find(b, opath, strlen(opath));
 			if (old != NULL && old->type != ST_FT_OBJECT) {
-				cm_error_set(err, CM_EMAPPING,
-				             "can't merge a non object mapping [%s] with an object mapping",
-				             opath);
+				cm_error_set(
+				    err, CM_EMAPPING,
+				    "can't merge a non object mapping [%s] with an object mapping",
+				    opath);
 				cm_free(CM_MEM_STORAGE, opath);
 				cm_free(CM_MEM_STORAGE, scope);
 				return CM_EMAPPING;
@@ -672,27 +681,32 @@ st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 		const char *k = it->string;
 		if (strcmp(k, "dynamic") == 0) {
 			if (!json_dynamic(it, &dyn))
-				return cm_error_set(err, CM_EMAPPING,
-				                    "Failed to parse mapping: invalid value for [dynamic]");
+				return cm_error_set(
+				    err, CM_EMAPPING,
+				    "Failed to parse mapping: invalid value for [dynamic]");
 			dyn_set = true;
 		} else if (strcmp(k, "properties") == 0) {
 			if (!cJSON_IsObject(it))
-				return cm_error_set(err, CM_EMAPPING,
-				                    "Failed to parse mapping: [properties] must be an "
-				                    "object");
-		} else if (strcmp(k, "date_detection") == 0 || strcmp(k, "numeric_detection") == 0) {
+				return cm_error_set(
+				    err, CM_EMAPPING,
+				    "Failed to parse mapping: [properties] must be an "
+				    "object");
+		} else if (strcmp(k, "date_detection") == 0 ||
+		           strcmp(k, "numeric_detection") == 0) {
 			if (!json_bool(it, &flag))
-				return cm_error_set(err, CM_EMAPPING,
-				                    "Failed to parse mapping: invalid value for [%s]", k);
+				return cm_error_set(
+				    err, CM_EMAPPING,
+				    "Failed to parse mapping: invalid value for [%s]", k);
 			*(k[0] == 'd' ? &date_det : &num_det) = flag ? 1 : -1;
 		} else if (strcmp(k, "_source") == 0 || strcmp(k, "_meta") == 0 ||
 		           strcmp(k, "_routing") == 0) {
 			/* _source is always kept whole; _meta is informational */
 		} else {
 			char *v = cJSON_PrintUnformatted(it);
-			cm_error_set(err, CM_EMAPPING,
-			             "Root mapping definition has unsupported parameters:  [%s : %.200s]",
-			             k, v ? v : "");
+			cm_error_set(
+			    err, CM_EMAPPING,
+			    "Root mapping definition has unsupported parameters:  [%s : %.200s]", k,
+			    v ? v : "");
 			free(v);
 			return CM_EMAPPING;
 		}
@@ -806,9 +820,11 @@ st_mapping_to_json(const st_mapping *m)
 			if (dot == NULL) {
 				container = props;
 			} else {
-				const st_field_def *p = find_len(m, f->path, (size_t)(dot - f->path));
+				const st_field_def *p =
+				    find_len(m, f->path, (size_t)(dot - f->path));
 				if (p != NULL && nodes[p - m->fields] != NULL) {
-					container = child_object(nodes[p - m->fields], "properties");
+					container =
+					    child_object(nodes[p - m->fields], "properties");
 					key = dot + 1;
 				}
 			}
@@ -848,8 +864,7 @@ str_eq(const char *a, const char *b)
 }
 
 static cm_err
-param_conflict(cm_error *err, const char *path, const char *param, const char *from,
-               const char *to)
+param_conflict(cm_error *err, const char *path, const char *param, const char *from, const char *to)
 {
 	return cm_error_set(err, CM_EINVAL,
 	                    "Mapper for [%s] conflicts with existing mapper:\n\tCannot update "
@@ -875,7 +890,8 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 	}
 	if (old->type == ST_FT_OBJECT) {
 		if (old->disabled != f->disabled)
-			return param_conflict(err, f->path, "enabled", old->disabled ? "false" : "true",
+			return param_conflict(err, f->path, "enabled",
+			                      old->disabled ? "false" : "true",
 			                      f->disabled ? "false" : "true");
 		if (f->dynamic_set && (!old->dynamic_set || old->dynamic != f->dynamic)) {
 			dst->dynamic = f->dynamic;
@@ -885,10 +901,12 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 		return CM_OK;
 	}
 	if (old->type != f->type)
-		return cm_error_set(err, CM_EINVAL, "mapper [%s] cannot be changed from type [%s] to [%s]",
-		                    f->path, st_field_type_name(old->type), st_field_type_name(f->type));
+		return cm_error_set(err, CM_EINVAL,
+		                    "mapper [%s] cannot be changed from type [%s] to [%s]", f->path,
+		                    st_field_type_name(old->type), st_field_type_name(f->type));
 	if (!str_eq(old->parent, f->parent))
-		return cm_error_set(err, CM_EINVAL, "mapper [%s] conflicts with existing mapper", f->path);
+		return cm_error_set(err, CM_EINVAL, "mapper [%s] conflicts with existing mapper",
+		                    f->path);
 	if (old->analyzer != f->analyzer)
 		return param_conflict(err, f->path, "analyzer", st_analyzer_name(old->analyzer),
 		                      st_analyzer_name(f->analyzer));
@@ -896,12 +914,14 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 		return param_conflict(err, f->path, "index", old->index ? "true" : "false",
 		                      f->index ? "true" : "false");
 	if (old->doc_values != f->doc_values)
-		return param_conflict(err, f->path, "doc_values", old->doc_values ? "true" : "false",
+		return param_conflict(err, f->path, "doc_values",
+		                      old->doc_values ? "true" : "false",
 		                      f->doc_values ? "true" : "false");
 	if (!str_eq(old->format, f->format))
-		return param_conflict(err, f->path, "format",
-		                      old->format ? old->format : "strict_date_optional_time||epoch_millis",
-		                      f->format ? f->format : "strict_date_optional_time||epoch_millis");
+		return param_conflict(
+		    err, f->path, "format",
+		    old->format ? old->format : "strict_date_optional_time||epoch_millis",
+		    f->format ? f->format : "strict_date_optional_time||epoch_millis");
 	if (!str_eq(old->null_value, f->null_value))
 		return param_conflict(err, f->path, "null_value",
 		                      old->null_value ? old->null_value : "null",
@@ -977,22 +997,24 @@ st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out
 					p = find_len(add, f->path, pn);
 				if (f->parent != NULL) {
 					if (p == NULL || p->type == ST_FT_OBJECT) {
-						e = cm_error_set(err, CM_EINVAL,
-						                 "multi field [%s] has no parent field",
-						                 f->path);
+						e = cm_error_set(
+						    err, CM_EINVAL,
+						    "multi field [%s] has no parent field",
+						    f->path);
 						goto fail;
 					}
 				} else if (p != NULL && p->type != ST_FT_OBJECT) {
-					e = cm_error_set(err, CM_EINVAL,
-					                 "Could not dynamically add mapping for field [%s]. "
-					                 "Existing mapping for [%.*s] must be of type object "
-					                 "but found [%s].",
-					                 f->path, (int)pn, f->path,
-					                 st_field_type_name(p->type));
+					e = cm_error_set(
+					    err, CM_EINVAL,
+					    "Could not dynamically add mapping for field [%s]. "
+					    "Existing mapping for [%.*s] must be of type object "
+					    "but found [%s].",
+					    f->path, (int)pn, f->path, st_field_type_name(p->type));
 					goto fail;
 				} else if (p == NULL) {
 					/* add every missing ancestor object */
-					for (const char *q = f->path; (q = strchr(q, '.')) != NULL; q++) {
+					for (const char *q = f->path; (q = strchr(q, '.')) != NULL;
+					     q++) {
 						size_t an = (size_t)(q - f->path);
 						const st_field_def *a = find_len(base, f->path, an);
 						if (a == NULL)
@@ -1000,17 +1022,21 @@ st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out
 						if (a != NULL && a->type != ST_FT_OBJECT) {
 							e = cm_error_set(
 							    err, CM_EINVAL,
-							    "Could not dynamically add mapping for field [%s]. "
-							    "Existing mapping for [%.*s] must be of type "
+							    "Could not dynamically add mapping for "
+							    "field [%s]. "
+							    "Existing mapping for [%.*s] must be "
+							    "of type "
 							    "object but found [%s].",
 							    f->path, (int)an, f->path,
 							    st_field_type_name(a->type));
 							goto fail;
 						}
-						if (a == NULL && fbuf_find(&b, f->path, an) == NULL) {
+						if (a == NULL &&
+						    fbuf_find(&b, f->path, an) == NULL) {
 							st_field_def *o = fbuf_push(&b);
 							fdef_init(o, ST_FT_OBJECT);
-							o->path = cm_strndup(CM_MEM_STORAGE, f->path, an);
+							o->path =
+							    cm_strndup(CM_MEM_STORAGE, f->path, an);
 						}
 					}
 				}

@@ -192,8 +192,9 @@ test_mapping_parse_render(void)
 	CHECK(strstr(r1, "\"dynamic\":\"strict\"") != NULL);
 	CHECK(strstr(r1, "\"a\":{\"properties\":{\"b\":{\"properties\":{\"c\":{\"type\":"
 	                 "\"boolean\"}}}}}") != NULL);
-	CHECK(strstr(r1, "\"title\":{\"type\":\"text\",\"analyzer\":\"english\",\"fields\":{\"raw\":"
-	                 "{\"type\":\"keyword\",\"ignore_above\":10}}}") != NULL);
+	CHECK(strstr(r1,
+	             "\"title\":{\"type\":\"text\",\"analyzer\":\"english\",\"fields\":{\"raw\":"
+	             "{\"type\":\"keyword\",\"ignore_above\":10}}}") != NULL);
 	free(r1);
 	free(r2);
 	st_mapping_unref(m2);
@@ -229,10 +230,12 @@ test_mapping_errors(void)
 	                     "No handler for type [strng] declared on field [f]");
 	expect_mapping_error("{\"properties\":{\"o\":{\"properties\":{\"g\":{\"type\":\"x\"}}}}}",
 	                     CM_EMAPPING, "No handler for type [x] declared on field [o.g]");
-	expect_mapping_error("{\"properties\":{\"f\":{\"type\":\"text\",\"analyzer\":\"klingon\"}}}",
-	                     CM_EMAPPING, "analyzer [klingon] has not been configured");
+	expect_mapping_error(
+	    "{\"properties\":{\"f\":{\"type\":\"text\",\"analyzer\":\"klingon\"}}}", CM_EMAPPING,
+	    "analyzer [klingon] has not been configured");
 	expect_mapping_error("{\"properties\":{\"f\":{\"type\":\"long\",\"analyzer\":\"simple\"}}}",
-	                     CM_EMAPPING, "unknown parameter [analyzer] on mapper [f] of type [long]");
+	                     CM_EMAPPING,
+	                     "unknown parameter [analyzer] on mapper [f] of type [long]");
 	expect_mapping_error("{\"properties\":{\"f\":{\"analyzer\":\"simple\"}}}", CM_EMAPPING,
 	                     "No type specified for field [f]");
 	expect_mapping_error("{\"properties\":{\"f\":{\"type\":\"date\",\"format\":\"yyyy-QQ\"}}}",
@@ -266,16 +269,17 @@ test_mapping_errors(void)
 	char *big = malloc(cap);
 	size_t n = (size_t)snprintf(big, cap, "{\"properties\":{");
 	for (int i = 0; i < 1001; i++)
-		n += (size_t)snprintf(big + n, cap - n, "%s\"f%d\":{\"type\":\"long\"}", i ? "," : "",
-		                      i);
+		n += (size_t)snprintf(big + n, cap - n, "%s\"f%d\":{\"type\":\"long\"}",
+		                      i ? "," : "", i);
 	snprintf(big + n, cap - n, "}}");
 	expect_mapping_error(big, CM_EINVAL, "Limit of total fields [1000] has been exceeded");
 	free(big);
 	/* accepted compatibility parameters */
 	cm_error err;
-	st_mapping *m = mapping_of("{\"_source\":{\"enabled\":true},\"properties\":{\"f\":{\"type\":"
-	                           "\"text\",\"norms\":false,\"store\":true}}}",
-	                           &err);
+	st_mapping *m =
+	    mapping_of("{\"_source\":{\"enabled\":true},\"properties\":{\"f\":{\"type\":"
+	               "\"text\",\"norms\":false,\"store\":true}}}",
+	               &err);
 	CHECK(m != NULL);
 	st_mapping_unref(m);
 	m = mapping_of("{\"dynamic\":\"false\",\"properties\":{\"o\":{\"type\":\"object\","
@@ -324,14 +328,16 @@ test_merge(void)
 	cm_error_clear(&err);
 	out = NULL;
 	CHECK(st_mapping_merge(base, add, &out, &err) == CM_EINVAL && out == NULL);
-	CHECKF(strcmp(err.reason, "mapper [n] cannot be changed from type [integer] to [text]") == 0,
+	CHECKF(strcmp(err.reason, "mapper [n] cannot be changed from type [integer] to [text]") ==
+	           0,
 	       "%s", err.reason);
 	st_mapping_unref(add);
 	/* analyzer conflict */
 	add = mapping_of("{\"properties\":{\"title\":{\"type\":\"text\"}}}", &err);
 	cm_error_clear(&err);
 	CHECK(st_mapping_merge(base, add, &out, &err) == CM_EINVAL);
-	CHECK(strstr(err.reason, "Cannot update parameter [analyzer] from [english] to [standard]"));
+	CHECK(
+	    strstr(err.reason, "Cannot update parameter [analyzer] from [english] to [standard]"));
 	st_mapping_unref(add);
 	/* object vs concrete */
 	add = mapping_of("{\"properties\":{\"user\":{\"type\":\"keyword\"}}}", &err);
@@ -487,7 +493,8 @@ test_dynamic_kinds(void)
 	const char *src = "{\"when\":\"2024-01-31T10:00:00Z\",\"year\":\"2015\",\"ok\":true,"
 	                  "\"tags\":[\"a\",\"b\",null,\"c\"],\"empty\":[],\"nothing\":null,"
 	                  "\"pts\":[{\"x\":1},{\"x\":2,\"y\":2.5}],\"a.b\":{\"c\":\"d\"},"
-	                  "\"nested\":[[1,2],[3]],\"one\":1.0,\"exp\":1e3,\"big\":9007199254740993,\"slash\":\"2015/09/02\",\"digits\":\"12345678901\"}";
+	                  "\"nested\":[[1,2],[3]],\"one\":1.0,\"exp\":1e3,\"big\":9007199254740993,"
+	                  "\"slash\":\"2015/09/02\",\"digits\":\"12345678901\"}";
 	CHECKF(parse_dyn(&m, src, &d, &err) == CM_OK, "%s", err.reason);
 	CHECK(fd(m, "when") && fd(m, "when")->type == ST_FT_DATE);
 	CHECK(fd(m, "year") && fd(m, "year")->type == ST_FT_TEXT);
@@ -495,8 +502,8 @@ test_dynamic_kinds(void)
 	      strcmp(fd(m, "slash")->format, "yyyy/MM/dd HH:mm:ss||yyyy/MM/dd||epoch_millis") == 0);
 	CHECK(strcmp(vals(&d, "slash", buf, sizeof(buf)), "1441152000000") == 0);
 	CHECK(fd(m, "digits") && fd(m, "digits")->type == ST_FT_TEXT);
-	CHECK(fd(m, "one") && fd(m, "one")->type == ST_FT_FLOAT);  /* 1.0 */
-	CHECK(fd(m, "exp") && fd(m, "exp")->type == ST_FT_FLOAT);  /* 1e3 */
+	CHECK(fd(m, "one") && fd(m, "one")->type == ST_FT_FLOAT); /* 1.0 */
+	CHECK(fd(m, "exp") && fd(m, "exp")->type == ST_FT_FLOAT); /* 1e3 */
 	CHECK(fd(m, "big") && fd(m, "big")->type == ST_FT_LONG);
 	CHECK(strcmp(vals(&d, "big", buf, sizeof(buf)), "9007199254740993") == 0);
 	CHECK(strcmp(vals(&d, "one", buf, sizeof(buf)), "1") == 0);
@@ -535,10 +542,11 @@ static void
 test_strict_and_false(void)
 {
 	cm_error err;
-	st_mapping *m = mapping_of("{\"dynamic\":\"strict\",\"properties\":{\"a\":{\"type\":\"long\"},"
-	                           "\"o\":{\"dynamic\":false,\"properties\":{\"k\":{\"type\":"
-	                           "\"keyword\"}}},\"s\":{\"properties\":{}}}}",
-	                           &err);
+	st_mapping *m =
+	    mapping_of("{\"dynamic\":\"strict\",\"properties\":{\"a\":{\"type\":\"long\"},"
+	               "\"o\":{\"dynamic\":false,\"properties\":{\"k\":{\"type\":"
+	               "\"keyword\"}}},\"s\":{\"properties\":{}}}}",
+	               &err);
 	REQUIRE(m != NULL);
 	st_doc d;
 	st_mapping *add = NULL;
@@ -547,8 +555,9 @@ test_strict_and_false(void)
 	CHECK(st_doc_parse(m, "1", 1, src, strlen(src), &d, &add, &err) == CM_EMAPPING);
 	CHECK(add == NULL);
 	CHECK(strcmp(cm_error_type(&err), "strict_dynamic_mapping_exception") == 0);
-	CHECKF(strcmp(err.reason, "mapping set to strict, dynamic introduction of [b] within [_doc] "
-	                          "is not allowed") == 0,
+	CHECKF(strcmp(err.reason,
+	              "mapping set to strict, dynamic introduction of [b] within [_doc] "
+	              "is not allowed") == 0,
 	       "%s", err.reason);
 	st_doc_free(&d);
 	/* strict inherited by s */
@@ -587,7 +596,8 @@ test_null_malformed_coerce(void)
 	    "\"2024-01-31\"},\"f\":{\"type\":\"float\",\"null_value\":0.1}}}",
 	    &err);
 	REQUIRE(m != NULL);
-	CHECK(strcmp(fd(m, "k")->null_value, "NULL") == 0 && strcmp(fd(m, "n")->null_value, "-1") == 0);
+	CHECK(strcmp(fd(m, "k")->null_value, "NULL") == 0 &&
+	      strcmp(fd(m, "n")->null_value, "-1") == 0);
 	CHECK(strcmp(fd(m, "f")->null_value, "0.1") == 0);
 	CHECK(fd(m, "n")->ignore_malformed && fd(m, "c")->no_coerce && !fd(m, "n")->no_coerce);
 	char *r = render(m);
@@ -603,10 +613,12 @@ test_null_malformed_coerce(void)
 	st_doc d;
 	st_mapping *add = NULL;
 	char buf[256];
-	const char *src = "{\"k\":[null,\"x\"],\"n\":[null,\"oops\",7,{\"a\":1}],\"c\":5,\"d\":[\"bad\","
-	                  "null],\"f\":null}";
+	const char *src =
+	    "{\"k\":[null,\"x\"],\"n\":[null,\"oops\",7,{\"a\":1}],\"c\":5,\"d\":[\"bad\","
+	    "null],\"f\":null}";
 	cm_error_clear(&err);
-	CHECKF(st_doc_parse(m, "1", 1, src, strlen(src), &d, &add, &err) == CM_OK, "%s", err.reason);
+	CHECKF(st_doc_parse(m, "1", 1, src, strlen(src), &d, &add, &err) == CM_OK, "%s",
+	       err.reason);
 	CHECK(strcmp(vals(&d, "k", buf, sizeof(buf)), "NULL|x") == 0);
 	CHECK(strcmp(vals(&d, "k.t", buf, sizeof(buf)), "NULL|x") == 0);
 	CHECK(strcmp(vals(&d, "n", buf, sizeof(buf)), "-1|7") == 0);
@@ -628,7 +640,8 @@ test_null_malformed_coerce(void)
 	st_mapping *out = NULL;
 	cm_error_clear(&err);
 	CHECK(st_mapping_merge(m, chg, &out, &err) == CM_EINVAL);
-	CHECK(strstr(err.reason, "Cannot update parameter [null_value] from [NULL] to [N]") != NULL);
+	CHECK(strstr(err.reason, "Cannot update parameter [null_value] from [NULL] to [N]") !=
+	      NULL);
 	st_mapping_unref(chg);
 	chg = mapping_of("{\"properties\":{\"c\":{\"type\":\"integer\"}}}", &err);
 	cm_error_clear(&err);
@@ -651,13 +664,15 @@ test_copy_to_enabled(void)
 	cm_error err;
 	st_mapping *m = mapping_of(
 	    "{\"properties\":{\"first\":{\"type\":\"text\",\"copy_to\":\"all\"},\"last\":{\"type\":"
-	    "\"keyword\",\"copy_to\":[\"all\",\"extra.names\"]},\"all\":{\"type\":\"text\",\"fields\":"
+	    "\"keyword\",\"copy_to\":[\"all\",\"extra.names\"]},\"all\":{\"type\":\"text\","
+	    "\"fields\":"
 	    "{\"kw\":{\"type\":\"keyword\"}}},\"blob\":{\"type\":\"object\",\"enabled\":false},"
 	    "\"o\":{\"properties\":{\"x\":{\"type\":\"long\"}}},\"bad\":{\"type\":\"long\","
 	    "\"copy_to\":\"o\"}}}",
 	    &err);
 	REQUIRE(m != NULL);
-	CHECK(fd(m, "last")->ncopy_to == 2 && strcmp(fd(m, "last")->copy_to[1], "extra.names") == 0);
+	CHECK(fd(m, "last")->ncopy_to == 2 &&
+	      strcmp(fd(m, "last")->copy_to[1], "extra.names") == 0);
 	CHECK(fd(m, "blob")->disabled && !fd(m, "o")->disabled);
 	char *r = render(m);
 	CHECK(strstr(r, "\"copy_to\":[\"all\",\"extra.names\"]") != NULL);
@@ -691,7 +706,8 @@ test_copy_to_enabled(void)
 	CHECK(parse_dyn(&m, "{\"blob\":5}", &d, &err) == CM_OK && d.nvalues == 0);
 	st_doc_free(&d);
 	CHECK(parse_dyn(&m, "{\"bad\":5}", &d, &err) == CM_EMAPPING);
-	CHECK(strstr(err.reason, "Cannot copy to field [o] since it is mapped as an object") != NULL);
+	CHECK(strstr(err.reason, "Cannot copy to field [o] since it is mapped as an object") !=
+	      NULL);
 	st_doc_free(&d);
 	/* enabled cannot change; copy_to can */
 	st_mapping *chg = mapping_of("{\"properties\":{\"blob\":{\"properties\":{}}}}", &err);
@@ -707,9 +723,10 @@ test_copy_to_enabled(void)
 	st_mapping_unref(out);
 	st_mapping_unref(chg);
 	st_mapping_unref(m);
-	expect_mapping_error("{\"properties\":{\"t\":{\"type\":\"text\",\"fields\":{\"k\":{\"type\":"
-	                     "\"keyword\",\"copy_to\":\"x\"}}}}}",
-	                     CM_EMAPPING, "may not be used to copy from a multi-field");
+	expect_mapping_error(
+	    "{\"properties\":{\"t\":{\"type\":\"text\",\"fields\":{\"k\":{\"type\":"
+	    "\"keyword\",\"copy_to\":\"x\"}}}}}",
+	    CM_EMAPPING, "may not be used to copy from a multi-field");
 	expect_mapping_error("{\"properties\":{\"t\":{\"type\":\"text\",\"copy_to\":5}}}",
 	                     CM_EMAPPING, "invalid value for [copy_to]");
 }
@@ -725,8 +742,8 @@ test_detection_settings(void)
 	CHECK(strcmp(r, "{\"date_detection\":false,\"numeric_detection\":true}") == 0);
 	free(r);
 	st_doc d;
-	CHECK(parse_dyn(&m, "{\"a\":\"2024-01-31\",\"b\":\"42\",\"c\":\"4.5\",\"e\":\"x1\"}", &d, &err) ==
-	      CM_OK);
+	CHECK(parse_dyn(&m, "{\"a\":\"2024-01-31\",\"b\":\"42\",\"c\":\"4.5\",\"e\":\"x1\"}", &d,
+	                &err) == CM_OK);
 	CHECK(fd(m, "a")->type == ST_FT_TEXT && fd(m, "b")->type == ST_FT_LONG &&
 	      fd(m, "c")->type == ST_FT_FLOAT && fd(m, "e")->type == ST_FT_TEXT);
 	CHECK(m->date_detection == -1); /* kept through the dynamic merge */
@@ -762,7 +779,8 @@ test_coercion_and_errors(void)
 	                  "\"f\":\"1.5\",\"dbl\":2,\"k\":[\"abc\",\"abcd\",12,true],\"t\":3.25,"
 	                  "\"bo\":[\"true\",false,\"\"],\"d\":[\"2024/01/31\",1706659200000]}";
 	cm_error_clear(&err);
-	CHECKF(st_doc_parse(m, "1", 1, src, strlen(src), &d, &add, &err) == CM_OK, "%s", err.reason);
+	CHECKF(st_doc_parse(m, "1", 1, src, strlen(src), &d, &add, &err) == CM_OK, "%s",
+	       err.reason);
 	CHECK(add == NULL);
 	CHECK(strcmp(vals(&d, "l", buf, sizeof(buf)), "5|5|-5|9007199254740993") == 0);
 	CHECK(strcmp(vals(&d, "i", buf, sizeof(buf)), "-12") == 0);
@@ -780,12 +798,14 @@ test_coercion_and_errors(void)
 	src = "{\"k\":[\"x \\\"12\\\" -3\",1.0,-0.50e1],\"t\":\"9 9\",\"l\":[9007199254740993,"
 	      "-9223372036854775808,1e2],\"o\":{\"x\":12345678901234567}}";
 	cm_error_clear(&err);
-	CHECKF(st_doc_parse(m, "1", 1, src, strlen(src), &d, &add, &err) == CM_OK, "%s", err.reason);
-	CHECKF(strcmp(vals(&d, "l", buf, sizeof(buf)), "9007199254740993|-9223372036854775808|100") ==
-	           0,
+	CHECKF(st_doc_parse(m, "1", 1, src, strlen(src), &d, &add, &err) == CM_OK, "%s",
+	       err.reason);
+	CHECKF(strcmp(vals(&d, "l", buf, sizeof(buf)),
+	              "9007199254740993|-9223372036854775808|100") == 0,
 	       "%s", buf);
 	CHECK(strcmp(vals(&d, "o.x", buf, sizeof(buf)), "12345678901234567") == 0);
-	CHECKF(strcmp(vals(&d, "k", buf, sizeof(buf)), "1.0") == 0, "%s", buf); /* others > 3 chars */
+	CHECKF(strcmp(vals(&d, "k", buf, sizeof(buf)), "1.0") == 0, "%s",
+	       buf); /* others > 3 chars */
 	st_doc_free(&d);
 	src = "{\"l\":9223372036854775808}";
 	cm_error_clear(&err);
@@ -824,7 +844,8 @@ test_coercion_and_errors(void)
 		add = NULL;
 		cm_err e = st_doc_parse(m, "1", 1, bad[i].src, strlen(bad[i].src), &d, &add, &err);
 		CHECKF(e == CM_EMAPPING, "%s: %s", bad[i].src, cm_err_name(e));
-		CHECKF(strstr(err.reason, bad[i].reason) != NULL, "%s: [%s]", bad[i].src, err.reason);
+		CHECKF(strstr(err.reason, bad[i].reason) != NULL, "%s: [%s]", bad[i].src,
+		       err.reason);
 		CHECK(add == NULL);
 		CHECK(strcmp(cm_error_type(&err), "mapper_parsing_exception") == 0);
 		st_doc_free(&d);
@@ -857,7 +878,8 @@ test_coercion_and_errors(void)
 	st_doc_free(&d);
 	/* without dynamic_add, unknown fields are skipped */
 	src = "{\"x\":1}";
-	CHECK(st_doc_parse(dm, "1", 1, src, strlen(src), &d, NULL, &err) == CM_OK && d.nvalues == 0);
+	CHECK(st_doc_parse(dm, "1", 1, src, strlen(src), &d, NULL, &err) == CM_OK &&
+	      d.nvalues == 0);
 	st_doc_free(&d);
 	st_mapping_unref(dm);
 	st_mapping_unref(m);
@@ -900,7 +922,8 @@ bench_sample(void)
 	for (int r = 0; r < rounds; r++) {
 		for (size_t i = 0; i < nlines; i++) {
 			st_mapping *add = NULL;
-			cm_err e = st_doc_parse(m, "1", 1, lines[i], strlen(lines[i]), &d, &add, &err);
+			cm_err e =
+			    st_doc_parse(m, "1", 1, lines[i], strlen(lines[i]), &d, &add, &err);
 			CHECK(e == CM_OK && add == NULL);
 			for (size_t k = 0; k < d.nvalues; k++)
 				if (d.values[k].field->type == ST_FT_TEXT)
@@ -911,8 +934,9 @@ bench_sample(void)
 	}
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
 	double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
-	printf("accounts sample: %.0f docs per CPU-second parsed+analyzed (%.1f MB/s, %zu fields)\n",
-	       (double)nlines * rounds / s, (double)bytes * rounds / s / 1e6, m->nfields);
+	printf(
+	    "accounts sample: %.0f docs per CPU-second parsed+analyzed (%.1f MB/s, %zu fields)\n",
+	    (double)nlines * rounds / s, (double)bytes * rounds / s / 1e6, m->nfields);
 	st_mapping_unref(m);
 	for (size_t i = 0; i < nlines; i++)
 		free(lines[i]);
