@@ -248,6 +248,8 @@ typedef struct sr_sorter {
 	/* per-segment state */
 	const st_field_info **fi;
 	st_colblock *cb;
+	struct sr_ordterm **ordc; /* keyword keys: ordinal -> term, filled lazily */
+	size_t *nordc;
 } sr_sorter;
 
 cm_err sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err);

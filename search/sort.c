@@ -7,6 +7,13 @@
 #include "../common/cm_alloc.h"
 #include "exec.h"
 
+#define ORD_CACHE_MAX 65536 /* distinct terms cached per keyword sort key and segment */
+
+typedef struct sr_ordterm {
+	const uint8_t *p; /* NULL until looked up */
+	size_t n;
+} sr_ordterm;
+
 static cm_err
 after_value(const sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_error *err)
 {
@@ -80,6 +87,8 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 	s->keys = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(sr_sort_field));
 	s->fi = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(st_field_info *));
 	s->cb = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(st_colblock));
+	s->ordc = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(sr_ordterm *));
+	s->nordc = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(size_t));
 	for (size_t i = 0; i < s->nkeys; i++) {
 		const sr_sort_key *rk = &req->sort[i];
 		sr_sort_field *k = &s->keys[i];
@@ -132,8 +141,12 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 void
 sr_sorter_free(sr_sorter *s)
 {
-	for (size_t i = 0; i < s->nkeys && s->cb; i++)
+	for (size_t i = 0; i < s->nkeys && s->cb; i++) {
 		st_colblock_free(&s->cb[i]);
+		cm_free(CM_MEM_SEARCH, s->ordc[i]);
+	}
+	cm_free(CM_MEM_SEARCH, s->ordc);
+	cm_free(CM_MEM_SEARCH, s->nordc);
 	cm_free(CM_MEM_SEARCH, s->cb);
 	cm_free(CM_MEM_SEARCH, s->fi);
 	cm_free(CM_MEM_SEARCH, s->keys);
@@ -147,12 +160,20 @@ sr_sorter_segment(sr_sorter *s, sr_exec *x, size_t si)
 	for (size_t i = 0; i < s->nkeys; i++) {
 		st_colblock_free(&s->cb[i]);
 		memset(&s->cb[i], 0, sizeof s->cb[i]);
+		cm_free(CM_MEM_SEARCH, s->ordc[i]);
+		s->ordc[i] = NULL;
+		s->nordc[i] = 0;
 		s->fi[i] = NULL;
 		if (s->keys[i].kind != SR_SORT_FIELD || !s->keys[i].fs)
 			continue;
 		const st_field_info *fi = st_segment_field(x->segs[si].seg, s->keys[i].fs->name);
 		if (fi && (fi->flags & ST_FI_COLUMN))
 			s->fi[i] = fi;
+		if (s->fi[i] && s->keys[i].is_keyword && fi->num_terms <= ORD_CACHE_MAX) {
+			s->nordc[i] = fi->num_terms;
+			s->ordc[i] = cm_calloc(CM_MEM_SEARCH, fi->num_terms ? fi->num_terms : 1,
+			                       sizeof(sr_ordterm));
+		}
 	}
 	return CM_OK;
 }
@@ -226,9 +247,19 @@ sr_sorter_values(sr_sorter *s, sr_exec *x, size_t si, uint32_t doc, uint32_t gdo
 		}
 		v->l = pick(k, cv, n);
 		if (k->is_keyword) {
+			sr_ordterm *c = (uint64_t)v->l < s->nordc[i] ? &s->ordc[i][v->l] : NULL;
+			if (c && c->p) {
+				v->s = c->p;
+				v->n = c->n;
+				continue;
+			}
 			cm_err rc = st_ord_term(x->segs[si].txn, s->fi[i], (uint64_t)v->l, &v->s, &v->n);
 			if (rc)
 				return cm_error_set(x->err, rc, "cannot read term of [%s]", s->fi[i]->name);
+			if (c) {
+				c->p = v->s ? v->s : (const uint8_t *)"";
+				c->n = v->n;
+			}
 		}
 	}
 	return CM_OK;
