@@ -707,6 +707,52 @@ check_field_name(parse_ctx *c, const char *k, bool root)
 	return CM_OK;
 }
 
+/* ES's JSON parser refuses an object that names a member twice. Small
+ * objects compare pairwise; larger ones go through a hash table. */
+static const char *
+duplicate_key(const cJSON *obj)
+{
+	size_t n = 0;
+	const cJSON *a, *b;
+	for (a = obj->child; a != NULL; a = a->next)
+		n++;
+	if (n < 2)
+		return NULL;
+	if (n <= 12) {
+		for (a = obj->child; a != NULL; a = a->next)
+			for (b = a->next; b != NULL; b = b->next)
+				if (a->string[0] == b->string[0] &&
+				    strcmp(a->string, b->string) == 0)
+					return a->string;
+		return NULL;
+	}
+	size_t cap = 32;
+	while (cap < 2 * n)
+		cap *= 2;
+	const cJSON *small[64];
+	const cJSON **tab = cap <= 64 ? small : cm_malloc(CM_MEM_STORAGE, cap * sizeof(*tab));
+	memset(tab, 0, cap * sizeof(*tab));
+	const char *dup = NULL;
+	for (a = obj->child; a != NULL && dup == NULL; a = a->next) {
+		uint32_t h = 2166136261u; /* FNV-1a */
+		for (const unsigned char *p = (const unsigned char *)a->string; *p; p++)
+			h = (h ^ *p) * 16777619u;
+		for (size_t i = h & (cap - 1);; i = (i + 1) & (cap - 1)) {
+			if (tab[i] == NULL) {
+				tab[i] = a;
+				break;
+			}
+			if (strcmp(tab[i]->string, a->string) == 0) {
+				dup = a->string;
+				break;
+			}
+		}
+	}
+	if (tab != small)
+		cm_free(CM_MEM_STORAGE, tab);
+	return dup;
+}
+
 /* Members of obj, whose own path is c->path[0..plen) (empty at the root). */
 static cm_err
 walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn, const char *owner, int depth)
@@ -716,6 +762,10 @@ walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn, const char *o
 		    c->err, CM_EMAPPING,
 		    "failed to parse: the document is nested deeper than [%d] levels",
 		    MAX_DOC_DEPTH);
+	const char *dup = duplicate_key(obj);
+	if (dup != NULL)
+		return cm_error_set(c->err, CM_EMAPPING,
+		                    "failed to parse: Duplicate field '%.200s'", dup);
 	cJSON *it;
 	cJSON_ArrayForEach(it, obj)
 	{

@@ -838,6 +838,8 @@ test_coercion_and_errors(void)
 	    {"\"str\"", "failed to parse"},
 	    {"", "failed to parse"},
 	    {"{\"a\":1} trailing", "failed to parse"},
+	    {"{\"a\":1,\"b\":2,\"a\":3}", "Duplicate field 'a'"},
+	    {"{\"o\":{\"x\":1,\"x\":1}}", "Duplicate field 'x'"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		cm_error_clear(&err);
@@ -852,6 +854,25 @@ test_coercion_and_errors(void)
 		CHECK(d.values == NULL && d.json == NULL);
 	}
 
+	/* duplicates in a large object (hash path), and none */
+	{
+		char big[8192];
+		size_t bn = (size_t)snprintf(big, sizeof(big), "{");
+		for (int i = 0; i < 200; i++)
+			bn += (size_t)snprintf(big + bn, sizeof(big) - bn, "%s\"f%d\":%d",
+			                       i ? "," : "", i, i);
+		snprintf(big + bn, sizeof(big) - bn, "}");
+		st_mapping *bm = st_mapping_new();
+		cm_error_clear(&err);
+		CHECK(st_doc_parse(bm, "1", 1, big, strlen(big), &d, NULL, &err) == CM_OK);
+		st_doc_free(&d);
+		snprintf(big + bn, sizeof(big) - bn, ",\"f150\":1}");
+		cm_error_clear(&err);
+		CHECK(st_doc_parse(bm, "1", 1, big, strlen(big), &d, NULL, &err) == CM_EMAPPING);
+		CHECK(strstr(err.reason, "Duplicate field 'f150'") != NULL);
+		st_doc_free(&d);
+		st_mapping_unref(bm);
+	}
 	/* nesting bound: 150 levels of objects, and of arrays */
 	char deep[1024];
 	size_t n = 0;
