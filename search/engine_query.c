@@ -121,18 +121,18 @@ read_queries(const char *path, equery **out, size_t *n)
 		}
 		if (nq == qcap) {
 			qcap = qcap ? qcap * 2 : 64;
-			qs = realloc(qs, qcap * sizeof(equery));
+			qs = cm_realloc(CM_MEM_SEARCH, qs, qcap * sizeof(equery));
 		}
 		equery *q = &qs[nq];
 		memset(q, 0, sizeof *q);
-		q->cls = strdup(cls ? cls->valuestring : "default");
+		q->cls = cm_strdup(CM_MEM_SEARCH, cls ? cls->valuestring : "default");
 		q->expect = cJSON_IsNumber(expect) ? (int64_t)expect->valuedouble : -1;
 		sr_request_init(&q->req);
 		cm_error err = {0};
 		if (sr_request_from_json(body, &q->req, &err)) {
 			fprintf(stderr, "line %zu: %s\n", lineno, err.reason);
 			sr_request_free(&q->req);
-			free(q->cls);
+			cm_free(CM_MEM_SEARCH, q->cls);
 			cJSON_Delete(j);
 			rc = -1;
 			break;
@@ -232,12 +232,12 @@ sr_engine_query_main(int argc, char **argv)
 		if (!first)
 			continue;
 		size_t nidx = 0;
-		size_t *idx = malloc(nq * sizeof(size_t));
+		size_t *idx = cm_malloc(CM_MEM_SEARCH, nq * sizeof(size_t));
 		for (size_t j = i; j < nq; j++)
 			if (!strcmp(qs[j].cls, qs[i].cls))
 				idx[nidx++] = j;
 		size_t runs = nidx * (size_t)repeat;
-		uint64_t *lat = malloc((runs ? runs : 1) * sizeof(uint64_t));
+		uint64_t *lat = cm_malloc(CM_MEM_SEARCH, (runs ? runs : 1) * sizeof(uint64_t));
 		size_t nl = 0;
 		for (size_t k = 0; k < nidx; k++) /* warm-up */
 			run_one(r, &qs[idx[k]].req, NULL);
@@ -269,14 +269,14 @@ sr_engine_query_main(int argc, char **argv)
 		fflush(stdout);
 		if (mism)
 			status = status ? status : 1;
-		free(lat);
-		free(idx);
+		cm_free(CM_MEM_SEARCH, lat);
+		cm_free(CM_MEM_SEARCH, idx);
 	}
 	for (size_t i = 0; i < nq; i++) {
 		sr_request_free(&qs[i].req);
-		free(qs[i].cls);
+		cm_free(CM_MEM_SEARCH, qs[i].cls);
 	}
-	free(qs);
+	cm_free(CM_MEM_SEARCH, qs);
 	st_reader_release(r);
 	st_shard_close(s);
 	st_mapping_unref(m);

@@ -258,8 +258,8 @@ term_fill(sr_it *it, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores, fl
 		d = st_postings_advance(p, lo);
 	while (d < hi) {
 		if (skip && term_block_max(t, p->block) < min) {
-			uint32_t last = st_postings_block_last(p, p->block);
-			d = last + 1 >= hi ? st_postings_advance(p, last + 1) : st_postings_advance(p, last + 1);
+			/* no doc of this block can enter the top-k: skip it undecoded */
+			d = st_postings_advance(p, st_postings_block_last(p, p->block) + 1);
 			continue;
 		}
 		uint32_t k = p->i, n = p->n;
@@ -1216,11 +1216,6 @@ disj_new(sr_it **k, size_t n, int msm, bool dismax, float tie)
 		cm_free(CM_MEM_SEARCH, k);
 		return r;
 	}
-	if (msm > 1 && (size_t)msm == n && !dismax) {
-		/* all required: a conjunction scores the same */
-		uint32_t md = 0;
-		(void)md;
-	}
 	disj_it *d = cm_calloc(CM_MEM_SEARCH, 1, sizeof *d);
 	d->base.ops = &disj_ops;
 	d->k = k;
@@ -1918,8 +1913,6 @@ phrase_new(sr_exec *x, size_t si, const sr_plan *pl)
 		ph->order[k] = k;
 		/* insertion by cost */
 		size_t j = k;
-		uint64_t *costs = NULL;
-		(void)costs;
 		while (j && ph->p[ph->order[j - 1]].alts[0].doc_freq > pp->alts[0].doc_freq) {
 			ph->order[j] = ph->order[j - 1];
 			j--;
@@ -1947,8 +1940,7 @@ bool_build(sr_exec *x, size_t si, const sr_plan *pl, uint32_t max_doc)
 	bool dead = false;
 	for (size_t i = 0; i < n && !dead; i++) {
 		uint8_t occ = pl->occur[i];
-		if (occ == OCC_SHOULD && !pl->scoring && pl->msm <= 0 &&
-		    (pl->nkids > 0)) {
+		if (occ == OCC_SHOULD && !pl->scoring && pl->msm <= 0) {
 			/* optional clauses only add scores; without scores they are moot
 			 * unless they are what matches */
 			bool has_req = false;
