@@ -1471,6 +1471,42 @@ test_hll_tdigest(void)
 	      agg_td_quantile(t, 1) == 4);
 	agg_td_free(t);
 
+	/* dates: parsing with zones and date math, formatting with patterns */
+	agg_tz *paris = NULL, *ist = NULL;
+	cm_error e;
+	cm_error_clear(&e);
+	REQUIRE(agg_tz_parse("Europe/Paris", &paris, &e) == CM_OK);
+	REQUIRE(agg_tz_parse("+05:30", &ist, &e) == CM_OK);
+	int64_t ms;
+	CHECK(agg_date_parse("2020-03-29T02:30:00", NULL, paris, false, &ms) &&
+	      ms == 1585445400000LL); /* in the gap: moved to 03:30 CEST = 01:30Z */
+	CHECK(agg_date_parse("2020-10-25T02:30:00", NULL, paris, false, &ms) &&
+	      ms == 1603585800000LL); /* overlap: the earlier instant, 00:30Z */
+	CHECK(agg_date_parse("2020-01-01", NULL, ist, false, &ms) && ms == 1577817000000LL);
+	CHECK(agg_date_parse("2020-01-01T00:00:00Z||+1M/M", NULL, NULL, false, &ms) &&
+	      ms == 1580515200000LL);
+	CHECK(agg_date_parse("2020-01-15||/M", NULL, NULL, true, &ms) && ms == 1580515199999LL);
+	CHECK(agg_date_parse("1577836800000", NULL, NULL, false, &ms) && ms == 1577836800000LL);
+	int64_t now = cm_wall_ms();
+	CHECK(agg_date_parse("now-1d/d", NULL, NULL, false, &ms) && ms % 86400000 == 0 &&
+	      now - ms >= 86400000 && now - ms < 2 * 86400000);
+	CHECK(!agg_date_parse("2020-13-01", NULL, NULL, false, &ms));
+	CHECK(!agg_date_parse("now+1x", NULL, NULL, false, &ms));
+	char fb[64];
+	agg_date_format(paris, NULL, 1585519200000LL, fb, sizeof fb);
+	CHECK(!strcmp(fb, "2020-03-30T00:00:00.000+02:00"));
+	agg_date_format(NULL, "yyyy/MM/dd HH:mm:ss EEE MMM", 1585519200000LL, fb, sizeof fb);
+	CHECK(!strcmp(fb, "2020/03/29 22:00:00 Sun Mar"));
+	agg_date_format(NULL, "epoch_millis", 1585519200000LL, fb, sizeof fb);
+	CHECK(!strcmp(fb, "1585519200000"));
+	agg_date_format(ist, "date||epoch_millis", 1585519200000LL, fb, sizeof fb);
+	CHECK(!strcmp(fb, "2020-03-30"));
+	/* far future: past the TZif table, the POSIX rule decides */
+	CHECK(agg_tz_offset(paris, 4102444800000LL + 200LL * 86400000) == 7200000); /* 2100 July */
+	CHECK(agg_tz_offset(paris, 4102444800000LL) == 3600000);                    /* 2100 Jan */
+	agg_tz_free(paris);
+	agg_tz_free(ist);
+
 	/* Java-style doubles */
 	char b[64];
 	agg_double_str(b, sizeof b, 1);
