@@ -469,6 +469,39 @@ eval_leaf(const sr_query *q, const mdoc *d, int id)
 		}
 		return false;
 	}
+	case SR_Q_MULTI_MATCH: {
+		if (has_tok(d, q->value))
+			return true;
+		for (int j = 0; j < d->nk; j++)
+			if (!strcmp(kws[d->k[j]], q->value))
+				return true;
+		return false;
+	}
+	case SR_Q_MATCH_PHRASE_PREFIX: {
+		char buf[64];
+		snprintf(buf, sizeof buf, "%s", q->value);
+		char *sp = strchr(buf, ' ');
+		if (!sp) {
+			for (int j = 0; j < d->ntok; j++)
+				if (!strncmp(vocab[d->tok[j]], buf, strlen(buf)))
+					return true;
+			return false;
+		}
+		*sp = 0;
+		const char *pre = sp + 1;
+		for (int j = 0; j + 1 < d->ntok; j++)
+			if (!strcmp(vocab[d->tok[j]], buf) && !strncmp(vocab[d->tok[j + 1]], pre, strlen(pre)))
+				return true;
+		return false;
+	}
+	case SR_Q_QUERY_STRING: {
+		char buf[64];
+		snprintf(buf, sizeof buf, "%s", q->value);
+		char *sp = strchr(buf, ' ');
+		*sp = 0;
+		bool a = has_tok(d, buf), b = has_tok(d, sp + 1);
+		return q->default_op_and ? a && b : a || b;
+	}
 	default:
 		return false;
 	}
@@ -534,7 +567,7 @@ static sr_query *
 gen_leaf(void)
 {
 	sr_query *q;
-	int kind = rn(15);
+	int kind = rn(18);
 	switch (kind) {
 	case 0:
 		q = sr_query_new(rn(6) ? SR_Q_TERM : SR_Q_MATCH_ALL);
@@ -701,6 +734,43 @@ gen_leaf(void)
 		q->values = cm_calloc(CM_MEM_SEARCH, q->nvalues, sizeof(char *));
 		for (size_t i = 0; i < q->nvalues; i++)
 			q->values[i] = Sfmt("%lld", rn(NDOCS));
+		return q;
+	}
+	case 14: {
+		q = sr_query_new(SR_Q_MULTI_MATCH);
+		q->value = S(rn(2) ? vocab[zipf(NVOCAB)] : kws[zipf(NKW)]);
+		q->nvalues = 2;
+		q->values = cm_calloc(CM_MEM_SEARCH, 2, sizeof(char *));
+		q->values[0] = S("t");
+		q->values[1] = S("k^2");
+		q->multi_type = S(rn(2) ? "best_fields" : "most_fields");
+		return q;
+	}
+	case 15: {
+		q = sr_query_new(SR_Q_MATCH_PHRASE_PREFIX);
+		q->field = S("t");
+		const mdoc *d = &M[rn(NDOCS)];
+		char b[64];
+		if (d->ntok >= 2) {
+			int st = rn(d->ntok - 1);
+			char last[8];
+			snprintf(last, sizeof last, "%s", vocab[d->tok[st + 1]]);
+			last[1 + rn((int)strlen(last))] = 0;
+			snprintf(b, sizeof b, "%s %s", vocab[d->tok[st]], last);
+		} else {
+			snprintf(b, sizeof b, "%s", vocab[0]);
+			b[1] = 0;
+		}
+		q->value = S(b);
+		return q;
+	}
+	case 16: {
+		q = sr_query_new(SR_Q_QUERY_STRING);
+		char b[64];
+		snprintf(b, sizeof b, "%s %s", vocab[zipf(NVOCAB)], vocab[zipf(NVOCAB)]);
+		q->value = S(b);
+		q->default_field = S("t");
+		q->default_op_and = rn(2);
 		return q;
 	}
 	default:
