@@ -360,7 +360,7 @@ task_stored(mtask *t, st_seg_txn **txns)
 	cm_buf id, src;
 	cm_buf_init(&id, CM_MEM_STORAGE);
 	cm_buf_init(&src, CM_MEM_STORAGE);
-	storedenc_init(&se, &c->w->stored[t->out], c->cdict, t->lo);
+	storedenc_init(&se, &c->w->stored[t->out], c->cdict, STORED_LEVEL_MERGE, t->lo);
 	cm_err e = CM_OK;
 	for (uint32_t nd = t->lo; nd < t->hi && !e; nd++) {
 		cm_buf_reset(&id);
@@ -742,7 +742,7 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 	for (size_t i = 0; i < nstored; i++)
 		cm_buf_init(&w.stored[i], CM_MEM_STORAGE);
 
-	void *cdict = stored_cdict_create(&w.dict);
+	void *cdict = stored_cdict_create(&w.dict, STORED_LEVEL_MERGE);
 	c.cdict = cdict;
 	tasks = cm_calloc(CM_MEM_STORAGE, nparts + nstored + 1, sizeof(mtask));
 	/* Biggest work first so the pool's FIFO order keeps every core busy to

@@ -865,7 +865,7 @@ write_stored(wtask *t)
 	if (first == NONE)
 		return;
 	storedenc se;
-	storedenc_init(&se, &c->w->stored[t->out], c->cdict, first);
+	storedenc_init(&se, &c->w->stored[t->out], c->cdict, STORED_LEVEL_FLUSH, first);
 	for (uint32_t d = t->lo; d < t->hi; d++) {
 		if (c->docmap[d] == NONE)
 			continue;
@@ -973,9 +973,11 @@ train_dict(wctx *c)
 		uint32_t od = c->inv[nd];
 		total += b->stored_off[od + 1] - b->stored_off[od];
 	}
-	if (total / c->max_doc >= 4096)
+	/* Training costs ~0.04 s: worth it for big flushes only; small refresh
+	 * segments are merged (and get a dictionary) soon. */
+	if (total / c->max_doc >= 4096 || total < (1u << 20))
 		return;
-	const size_t budget = 512 * 1024;
+	size_t budget = total / 4 < 512 * 1024 ? total / 4 : 512 * 1024;
 	uint32_t step = total > budget ? (uint32_t)(total / budget) + 1 : 1;
 	cm_buf samples;
 	cm_buf_init(&samples, CM_MEM_STORAGE);
@@ -1064,7 +1066,7 @@ st_segbuild_write(st_segbuild *b, const uint64_t *deleted, const char *path, uin
 	}
 	tasks[k++] = (wtask){.c = &c, .kind = TASK_IDS};
 	train_dict(&c);
-	void *cdict = stored_cdict_create(&w.dict);
+	void *cdict = stored_cdict_create(&w.dict, STORED_LEVEL_FLUSH);
 	c.cdict = cdict;
 	cm_pool_run_all(pool, run_task, tasks, sizeof(wtask), k);
 	stored_cdict_free(cdict);

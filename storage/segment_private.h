@@ -207,14 +207,19 @@ typedef struct storedenc {
 	uint32_t first, next; /* doc range in raw */
 	void *cctx;
 	const void *cdict;
+	int level;
 } storedenc;
-void storedenc_init(storedenc *e, cm_buf *stream, const void *cdict, uint32_t first_doc);
+/* Refresh segments compress at level 1 (they are merged soon, and merges
+ * recompress at level 3). */
+#define STORED_LEVEL_FLUSH 1
+#define STORED_LEVEL_MERGE 3
+void storedenc_init(storedenc *e, cm_buf *stream, const void *cdict, int level, uint32_t first_doc);
 void storedenc_add(storedenc *e, const char *id, size_t id_len, const char *src, size_t src_len);
 void storedenc_finish(storedenc *e); /* flushes and frees the context */
 /* Trains a dictionary from samples (concatenated, sizes[]) into dict;
  * leaves dict empty when training fails or is not worth it. */
 void stored_train_dict(cm_buf *dict, const void *samples, const size_t *sizes, size_t n);
-void *stored_cdict_create(const cm_buf *dict); /* NULL when dict is empty */
+void *stored_cdict_create(const cm_buf *dict, int level); /* NULL when dict is empty */
 void stored_cdict_free(void *cdict);
 
 /* ids: sorted (key order) list written into the I stream. */

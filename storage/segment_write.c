@@ -380,8 +380,9 @@ ids_put(cm_buf *istream, const uint8_t *id, size_t len, uint32_t doc)
 /* ---- stored documents ---- */
 
 void
-storedenc_init(storedenc *e, cm_buf *stream, const void *cdict, uint32_t first_doc)
+storedenc_init(storedenc *e, cm_buf *stream, const void *cdict, int level, uint32_t first_doc)
 {
+	e->level = level;
 	cm_buf_init(&e->raw, CM_MEM_STORAGE);
 	cm_buf_init(&e->out, CM_MEM_STORAGE);
 	e->stream = stream;
@@ -409,7 +410,7 @@ storedenc_flush(storedenc *e)
 		                             e->raw.data, e->raw.len, e->cdict);
 	else
 		n = ZSTD_compressCCtx(e->cctx, e->stream->data + e->stream->len, bound, e->raw.data,
-		                      e->raw.len, 3);
+		                      e->raw.len, e->level);
 	if (ZSTD_isError(n))
 		abort(); /* only on a programming error: the bound was reserved */
 	e->stream->len += n;
@@ -468,11 +469,11 @@ stored_train_dict(cm_buf *dict, const void *samples, const size_t *sizes, size_t
 }
 
 void *
-stored_cdict_create(const cm_buf *dict)
+stored_cdict_create(const cm_buf *dict, int level)
 {
 	if (dict->len == 0)
 		return NULL;
-	return ZSTD_createCDict(dict->data, dict->len, 3);
+	return ZSTD_createCDict(dict->data, dict->len, level);
 }
 
 void
