@@ -12,6 +12,7 @@
 #include "common/cm_sys.h"
 #include "search/exec.h"
 #include "search/sr.h"
+#include "search/sr_agg.h"
 #include "storage/st_shard.h"
 
 static st_shard *shard;
@@ -383,6 +384,32 @@ test_counts(void)
 	expect_error(Q("{\"prefix\":{\"n\":\"1\"}}"), "Can only use prefix queries");
 }
 
+/* Aggregations ride the same windows: terms over the matches, deletes applied. */
+static void
+test_aggs(void)
+{
+	sr_request req;
+	sr_shard_result res;
+	cm_error err = {0};
+	REQUIRE(search("{\"query\":{\"match\":{\"title\":\"quick fox dog\"}},\"size\":0,"
+	               "\"aggs\":{\"t\":{\"terms\":{\"field\":\"tag\"}}}}",
+	               &req, &res, &err) == CM_OK);
+	REQUIRE(res.aggs != NULL);
+	cm_buf out;
+	cm_buf_init(&out, CM_MEM_SEARCH);
+	CHECK(sr_agg_render(res.aggs, &out, &err) == CM_OK);
+	cm_buf_put_u8(&out, 0);
+	/* matches 1 (a), 2 (b), 3 (a,c), 4 (c); doc 7 (a) is deleted */
+	CHECKF(strstr((char *)out.data, "{\"key\":\"a\",\"doc_count\":2}") &&
+	           strstr((char *)out.data, "{\"key\":\"c\",\"doc_count\":2}") &&
+	           strstr((char *)out.data, "{\"key\":\"b\",\"doc_count\":1}"),
+	       "aggs: %s", (char *)out.data);
+	CHECK(res.total == 4 && res.nhits == 0);
+	cm_buf_free(&out);
+	sr_shard_result_free(&res);
+	sr_request_free(&req);
+}
+
 static void
 test_automata(void)
 {
@@ -423,6 +450,7 @@ main(void)
 	test_sorting();
 	test_scores();
 	test_counts();
+	test_aggs();
 	test_automata();
 	st_reader_release(reader);
 	st_shard_close(shard);
