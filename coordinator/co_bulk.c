@@ -321,7 +321,11 @@ pending_flush(co_stream *s, pending *p, size_t first, size_t last)
 		p->b[i].ops = p->ops[i];
 		p->b[i].res = cm_calloc(MEM, p->b[i].n + 1, sizeof(st_op_result));
 	}
-	nd_apply_batches(s->r->node, p->b, p->nb);
+	if (nd_cluster_of(s->r->node))
+		/* Cluster: every batch goes to its shard's primary copy. */
+		nd_cluster_apply_batches(nd_cluster_of(s->r->node), p->b, p->nb);
+	else
+		nd_apply_batches(s->r->node, p->b, p->nb);
 	for (size_t k = first; k < last; k++) {
 		bulk_item *it = &s->items[k];
 		if (it->failed || it->kind == A_UPDATE || it->batch == SIZE_MAX)

@@ -155,7 +155,7 @@ co_doc_write(nd_index *ix, st_op *op, const char *routing, size_t routing_len, s
 	}
 	shard = routing ? nd_index_route(ix, routing, routing_len)
 	                : nd_index_route(ix, op->id, op->id_len);
-	rc = nd_index_apply(ix, shard, op, 1, res);
+	rc = nd_routed_apply(ix, shard, op, 1, res);
 	if (rc)
 		return cm_error_set(err, rc, "%s", cm_err_msg(rc));
 	if (res->err) {
@@ -383,7 +383,7 @@ get_doc_json(nd_index *ix, const char *id, const char *routing, const char *incl
 	cm_err rc;
 
 	cm_buf_init(&src, MEM);
-	rc = st_shard_get(nd_index_shard(ix, shard), id, strlen(id), &meta, &src);
+	rc = nd_routed_get(ix, shard, id, strlen(id), &meta, &src);
 	atomic_fetch_add((_Atomic uint64_t *)&nd_index_counters(ix)->get_total, 1);
 	atomic_fetch_add((_Atomic uint64_t *)&nd_index_counters(ix)->get_time_ns, cm_now_ns() - t0);
 	cJSON_AddStringToObject(j, "_index", nd_index_name(ix));
@@ -481,9 +481,8 @@ co_h_source_get(co_req *r)
 		return;
 	}
 	cm_buf_init(&src, MEM);
-	rc = st_shard_get(nd_index_shard(ix, nd_index_route(ix, routing ? routing : id,
-	                                                    strlen(routing ? routing : id))),
-	                  id, strlen(id), &meta, &src);
+	rc = nd_routed_get(ix, nd_index_route(ix, routing ? routing : id,
+	                                                    strlen(routing ? routing : id)), id, strlen(id), &meta, &src);
 	nd_index_release(ix);
 	if (rc) {
 		if (rc == CM_ENOTFOUND)
@@ -697,7 +696,7 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 
 		cm_buf_reset(&src);
 		cm_error_clear(err);
-		rc = st_shard_get(nd_index_shard(ix, shard), id, strlen(id), &meta, &src);
+		rc = nd_routed_get(ix, shard, id, strlen(id), &meta, &src);
 		memset(&op, 0, sizeof(op));
 		op.type = ST_OP_INDEX;
 		op.id = id;

@@ -10,6 +10,7 @@
 #include "../common/cm_buf.h"
 #include "../common/cm_err.h"
 #include "../node/nd.h"
+#include "../node/nd_cluster.h"
 #include "co.h"
 
 typedef struct cJSON cJSON;
@@ -147,5 +148,16 @@ char *co_source_filter(const char *src, size_t len, const char *spec_includes,
                        const char *spec_excludes, bool *fetch);
 /* _shards object {"total","successful","failed"}. */
 cJSON *co_shards_json(int total, int successful, int failed);
+
+/* ---- cluster (co_cluster.c): false when no cluster runs ---- */
+bool co_cluster_admin(co_req *r, const char *action, const char *index, const cJSON *body);
+bool co_cluster_delete(co_req *r, nd_index **ixs, size_t n);
+bool co_cluster_put_mapping(co_req *r, nd_index **ixs, size_t n, const cJSON *body);
+bool co_cluster_broadcast(co_req *r, const char *action, nd_index **ixs, size_t n);
+bool co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
+                       cm_error *err, cm_err *rc);
+bool co_cluster_count(co_req *r, nd_index **ixs, size_t n, cJSON *body);
+bool co_cluster_health(co_req *r);
+bool co_cluster_cat(co_req *r, const char *what);
 
 #endif

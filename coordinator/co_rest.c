@@ -110,6 +110,8 @@ co_h_health(co_req *r)
 	int status = 200;
 	cm_error err;
 
+	if (co_cluster_health(r))
+		return;
 	cm_error_clear(&err);
 	if (nd_resolve(r->node, expr ? expr : "_all", false, &ixs, &n, &err)) {
 		/* ES waits for the index to appear, then gives up with 408 red. */
@@ -480,6 +482,8 @@ co_h_cat(co_req *r)
 	time_t secs = (time_t)(now / 1000);
 	struct tm tm;
 
+	if (co_cluster_cat(r, what))
+		return;
 	gmtime_r(&secs, &tm);
 	strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
 	if (strcmp(what, "indices") && strcmp(what, "shards") && strcmp(what, "nodes") &&
@@ -879,6 +883,10 @@ co_h_index_put(co_req *r)
 
 	if (bad)
 		return;
+	if (co_cluster_admin(r, "create", name, body)) {
+		cJSON_Delete(body);
+		return;
+	}
 	cm_error_clear(&err);
 	if (nd_index_create(r->node, name, body, &ix, &err)) {
 		cJSON_Delete(body);
@@ -917,6 +925,10 @@ co_h_index_delete(co_req *r)
 	}
 	if (!co_resolve(r, expr, &ixs, &n))
 		return;
+	if (co_cluster_delete(r, ixs, n)) {
+		co_release_all(ixs, n);
+		return;
+	}
 	for (size_t i = 0; i < n; i++) {
 		cm_error err;
 		cm_error_clear(&err);
@@ -1022,6 +1034,11 @@ co_h_mapping_put(co_req *r)
 		return;
 	}
 	if (!co_resolve(r, co_seg(r, 0), &ixs, &n)) {
+		cJSON_Delete(body);
+		return;
+	}
+	if (co_cluster_put_mapping(r, ixs, n, body)) {
+		co_release_all(ixs, n);
 		cJSON_Delete(body);
 		return;
 	}
@@ -1147,6 +1164,11 @@ index_op(co_req *r, index_op_fn fn, int arg)
 
 	if (!co_resolve(r, index_expr(r), &ixs, &n))
 		return;
+	if (co_cluster_broadcast(r, fn == op_refresh ? "refresh" : fn == op_flush ? "flush" : "forcemerge",
+	                         ixs, n)) {
+		co_release_all(ixs, n);
+		return;
+	}
 	for (size_t i = 0; i < n; i++) {
 		int ns = nd_index_nshards(ixs[i]);
 		total += ns * (1 + nd_index_settings(ixs[i])->number_of_replicas);

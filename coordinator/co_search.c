@@ -153,6 +153,13 @@ fold_search_params(co_req *r, cJSON *body, bool count_only)
 			obj_set(body, "_source", o);
 		}
 	}
+	if ((v = co_param_get(r, "fanout")) && strcmp(v, "serial") && strcmp(v, "per_shard") &&
+	    strcmp(v, "per_node")) {
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "[fanout] must be one of [serial], [per_shard], [per_node], got [%.60s]",
+		                v);
+		return false;
+	}
 	if ((v = co_param_get(r, "min_score"))) {
 		char *end;
 		double ms = strtod(v, &end);
@@ -177,7 +184,7 @@ fold_search_params(co_req *r, cJSON *body, bool count_only)
 	                             "batched_reduce_size", "pre_filter_shard_size",
 	                             "max_concurrent_shard_requests", "ccs_minimize_roundtrips",
 	                             "allow_no_indices", "expand_wildcards", "ignore_throttled",
-	                             "stats", "fanout", "stored_fields", "docvalue_fields",
+	                             "stats", "stored_fields", "docvalue_fields",
 	                             "analyze_wildcard", "lenient"};
 	for (size_t i = 0; i < sizeof(noop) / sizeof(noop[0]); i++)
 		co_param_get(r, noop[i]);
@@ -272,6 +279,17 @@ parse_keep_alive(co_req *r, const char *v, int64_t *ms)
 	return true;
 }
 
+static nd_fanout
+fanout_mode(co_req *r)
+{
+	const char *f = co_param_get(r, "fanout");
+	if (f && strcmp(f, "serial") == 0)
+		return ND_FANOUT_SERIAL;
+	if (f && strcmp(f, "per_node") == 0)
+		return ND_FANOUT_PER_NODE;
+	return ND_FANOUT_PER_SHARD;
+}
+
 /* Runs one search over the resolved indices; renders into out or fills
  * err. scroll_ms > 0 keeps a scroll context. */
 static cm_err
@@ -307,8 +325,16 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 		                    "Validation Failed: 1: using [from] is not allowed in a scroll "
 		                    "context;");
 	}
+	if (nd_cluster_of(r->node)) {
+		sr_request_free(&req);
+		if (scroll_ms > 0)
+			return cm_error_set(err, CM_EINVAL,
+			                    "scroll is not supported on a cluster node yet (phase 1)");
+		co_cluster_search(r, ixs, n, body, out, err, &rc);
+		return rc;
+	}
 	t = nd_targets_open(ixs, n);
-	rc = nd_search(r->node, t, n, &req, out, err);
+	rc = nd_search_fanout(r->node, t, n, &req, fanout_mode(r), out, err);
 	if (!rc && scroll_ms > 0) {
 		char id[64];
 		char *text = cJSON_PrintUnformatted(body);
@@ -420,6 +446,12 @@ co_h_count(co_req *r)
 		return;
 	}
 	if (!co_resolve(r, search_index_expr(r), &ixs, &n)) {
+		sr_query_free(q);
+		cJSON_Delete(body);
+		return;
+	}
+	if (co_cluster_count(r, ixs, n, body)) {
+		co_release_all(ixs, n);
 		sr_query_free(q);
 		cJSON_Delete(body);
 		return;
@@ -711,7 +743,7 @@ dbq_shard(nd_index *ix, int shard, st_reader *rd, const sr_query *q, uint64_t *d
 					ops[k].seq_no = ST_NO_SEQ;
 					ops[k].if_seq_no = ST_NO_SEQ;
 				}
-				rc = nd_index_apply(ix, shard, ops, nids, res);
+				rc = nd_routed_apply(ix, shard, ops, nids, res);
 				for (size_t k = 0; k < nids; k++) {
 					if (!rc && !res[k].err && res[k].result == ST_RESULT_DELETED)
 						(*deleted)++;
@@ -734,7 +766,7 @@ dbq_shard(nd_index *ix, int shard, st_reader *rd, const sr_query *q, uint64_t *d
 			ops[k].seq_no = ST_NO_SEQ;
 			ops[k].if_seq_no = ST_NO_SEQ;
 		}
-		rc = nd_index_apply(ix, shard, ops, nids, res);
+		rc = nd_routed_apply(ix, shard, ops, nids, res);
 		for (size_t k = 0; k < nids; k++)
 			if (!rc && !res[k].err && res[k].result == ST_RESULT_DELETED)
 				(*deleted)++;

@@ -1,5 +1,7 @@
 /* shoal: one node speaking the Elasticsearch REST dialect.
- *   shoal --solo --data DIR [--http HOST:PORT] [--name NAME] [--log-level LEVEL] */
+ *   shoal --solo --data DIR [--http HOST:PORT] [--name NAME] [--log-level LEVEL]
+ *   shoal --cluster FILE --name NAME --data DIR [--role coordinator]
+ *         [--fanout serial|per_shard|per_node] */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
@@ -9,6 +11,7 @@
 #include <unistd.h>
 
 #include "../common/cm_log.h"
+#include "../node/nd_cluster.h"
 #include "co.h"
 
 static void
@@ -16,7 +19,11 @@ usage(FILE *f)
 {
 	fprintf(f, "usage: shoal --solo --data DIR [--http HOST:PORT] [--name NAME]\n"
 	           "             [--log-level debug|info|warn|error] [-E setting=value]\n"
-	           "  --solo       one node holding every shard of its indices (the only mode yet)\n"
+	           "       shoal --cluster FILE --name NAME --data DIR [--role coordinator]\n"
+	           "             [--fanout serial|per_shard|per_node]\n"
+	           "  --solo       one node holding every shard of its indices\n"
+	           "  --cluster    a static cluster described by FILE (see docs); --name picks\n"
+	           "               this node; its HTTP address comes from the file\n"
 	           "  --data DIR   data directory (indices, metadata, lock file)\n"
 	           "  --http       HTTP address, default 127.0.0.1:9200\n"
 	           "  -E action.destructive_requires_name=false   allow DELETE /_all and /*\n"
@@ -27,7 +34,10 @@ int
 main(int argc, char **argv)
 {
 	const char *data = NULL, *http = "127.0.0.1:9200", *name = NULL, *level = "info";
-	bool solo = false, drn_false = false;
+	bool solo = false, drn_false = false, coord_only = false;
+	const char *cluster_file = NULL, *fanout_s = NULL;
+	nd_cl_fanout fanout = ND_CL_FANOUT_PER_SHARD;
+	nd_cluster *cl = NULL;
 	uint64_t max_content = 100ull << 20;
 	char host[64];
 	int port;
@@ -44,6 +54,23 @@ main(int argc, char **argv)
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (strcmp(a, "--solo") == 0)
 			solo = true;
+		else if (strcmp(a, "--cluster") == 0 && v)
+			cluster_file = argv[++i];
+		else if (strcmp(a, "--role") == 0 && v) {
+			const char *role = argv[++i];
+			if (strcmp(role, "coordinator") == 0)
+				coord_only = true;
+			else if (strcmp(role, "data") != 0) {
+				fprintf(stderr, "shoal: --role wants coordinator or data, got %s\n", role);
+				return 2;
+			}
+		} else if (strcmp(a, "--fanout") == 0 && v) {
+			fanout_s = argv[++i];
+			if (!nd_fanout_parse(fanout_s, &fanout)) {
+				fprintf(stderr, "shoal: --fanout wants serial, per_shard or per_node\n");
+				return 2;
+			}
+		}
 		else if (strcmp(a, "--data") == 0 && v)
 			data = argv[++i];
 		else if (strcmp(a, "--http") == 0 && v)
@@ -86,10 +113,22 @@ main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!solo || !data) {
-		fprintf(stderr, "shoal: %s is required\n", !solo ? "--solo" : "--data DIR");
+	if ((!solo && !cluster_file) || !data || (cluster_file && (solo || !name))) {
+		fprintf(stderr, "shoal: %s\n",
+		        solo && cluster_file ? "--solo and --cluster exclude each other"
+		        : cluster_file && !name ? "--cluster needs --name NAME"
+		        : !data                 ? "--data DIR is required"
+		                                : "--solo or --cluster FILE is required");
 		usage(stderr);
 		return 2;
+	}
+	if (cluster_file) {
+		cm_error_clear(&err);
+		if (nd_cluster_open(cluster_file, name, coord_only, fanout, &cl, &err)) {
+			fprintf(stderr, "shoal: %s\n", err.reason);
+			return 2;
+		}
+		http = nd_cluster_http(cl);
 	}
 	const char *colon = strrchr(http, ':');
 	if (!colon || (size_t)(colon - http) >= sizeof(host) || (port = atoi(colon + 1)) <= 0 ||
@@ -123,11 +162,18 @@ main(int argc, char **argv)
 		fprintf(stderr, "shoal: %s\n", err.reason[0] ? err.reason : cm_err_msg(err.code));
 		return 1;
 	}
+	if (cl && nd_cluster_start(cl, node, &err)) {
+		fprintf(stderr, "shoal: %s\n", err.reason[0] ? err.reason : cm_err_msg(err.code));
+		nd_cluster_stop(cl);
+		nd_node_close(node);
+		return 1;
+	}
 	co.host = host;
 	co.port = port;
 	co.max_content_length = max_content;
 	if (co_server_start(node, &co, &srv, &err)) {
 		fprintf(stderr, "shoal: %s\n", err.reason);
+		nd_cluster_stop(cl);
 		nd_node_close(node);
 		return 1;
 	}
@@ -136,6 +182,7 @@ main(int argc, char **argv)
 	sigwait(&sigs, &sig);
 	cm_info("main", "%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	co_server_stop(srv);
+	nd_cluster_stop(cl);
 	nd_node_close(node);
 	cm_info("main", "stopped");
 	return 0;

@@ -162,6 +162,12 @@ void nd_targets_close(nd_target *t, size_t n);
  * _search body into out. */
 cm_err nd_search(nd_node *n, nd_target *t, size_t nt, const sr_request *req, cm_buf *out,
                  cm_error *err);
+/* Fan-out modes for experiments (fanout=serial|per_shard|per_node): serial
+ * runs the shards one after another on the caller's thread; the others
+ * overlap them on the pool (on one node, per_node is per_shard). */
+typedef enum { ND_FANOUT_PER_SHARD, ND_FANOUT_SERIAL, ND_FANOUT_PER_NODE } nd_fanout;
+cm_err nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req,
+                        nd_fanout mode, cm_buf *out, cm_error *err);
 /* Total count over the targets. */
 cm_err nd_count(nd_node *n, nd_target *t, size_t nt, const sr_query *q, uint64_t deadline_ns,
                 uint64_t *count, cm_error *err);

@@ -114,6 +114,13 @@ make_tasks(nd_target *t, size_t nt, size_t *ntasks)
 cm_err
 nd_search(nd_node *n, nd_target *t, size_t nt, const sr_request *req, cm_buf *out, cm_error *err)
 {
+	return nd_search_fanout(n, t, nt, req, ND_FANOUT_PER_SHARD, out, err);
+}
+
+cm_err
+nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req, nd_fanout mode,
+                 cm_buf *out, cm_error *err)
+{
 	size_t ntasks;
 	shard_task *tasks;
 	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -140,9 +147,10 @@ nd_search(nd_node *n, nd_target *t, size_t nt, const sr_request *req, cm_buf *ou
 		tasks[i].merger = m;
 		tasks[i].merge_lock = &lock;
 	}
-	if (ntasks == 1) {
+	if (ntasks == 1 || mode == ND_FANOUT_SERIAL) {
 		/* One shard: no hand-off to the pool, it only adds latency. */
-		run_search_shard(&tasks[0]);
+		for (size_t i = 0; i < ntasks; i++)
+			run_search_shard(&tasks[i]);
 	} else if (ntasks > 1) {
 		w = cm_wait_create((int)ntasks);
 		for (size_t i = 0; i < ntasks; i++) {

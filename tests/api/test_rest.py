@@ -820,6 +820,10 @@ def search_pagination_across_shards():
         st, b = n.req("POST", "/s2/_search", {"sort": [{"n": "asc"}], "from": frm, "size": 7})
         seen += [x["_id"] for x in b["hits"]["hits"]]
     eq(seen, [str(i) for i in range(25)])
+    for mode in ["serial", "per_shard", "per_node"]:
+        st, b = n.req("POST", "/s2/_search?fanout=" + mode, {"sort": [{"n": "asc"}], "size": 25})
+        eq([x["_id"] for x in b["hits"]["hits"]], [str(i) for i in range(25)], mode)
+    error_is(n.req("POST", "/s2/_search?fanout=sideways"), 400, "illegal_argument_exception")
     st, b = n.req("POST", "/s2/_search", {"sort": [{"n": "asc"}], "size": 5,
                                           "search_after": [9]})
     eq([x["_id"] for x in b["hits"]["hits"]], ["10", "11", "12", "13", "14"])

@@ -1,0 +1,300 @@
+/* REST handlers of a cluster node: metadata changes through the master,
+ * searches and counts over the shard copies, broadcasts, health, _cat.
+ * Each returns false when no cluster runs (the solo handler goes on). */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_sys.h"
+#include "co_private.h"
+
+#define MEM CM_MEM_COORDINATOR
+
+static void
+reply_admin(co_req *r, cm_err rc, const cm_error *err, char *reply, const char *index)
+{
+	if (rc) {
+		co_reply_error(r, err, index);
+	} else {
+		cJSON *j = reply ? cJSON_Parse(reply) : NULL;
+		if (!j) {
+			j = cJSON_CreateObject();
+			cJSON_AddBoolToObject(j, "acknowledged", true);
+		}
+		co_reply_json(r, 200, j);
+	}
+	cm_free(CM_MEM_NODE, reply);
+}
+
+bool
+co_cluster_admin(co_req *r, const char *action, const char *index, const cJSON *body)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	char *text = NULL, *reply = NULL;
+	cm_error err;
+	if (!cl)
+		return false;
+	cm_error_clear(&err);
+	if (body)
+		text = cJSON_PrintUnformatted(body);
+	cm_err rc = nd_cluster_admin(cl, action, index, text, &reply, &err);
+	if (text)
+		cJSON_free(text);
+	reply_admin(r, rc, &err, reply, strcmp(action, "create") == 0 ? index : NULL);
+	return true;
+}
+
+bool
+co_cluster_delete(co_req *r, nd_index **ixs, size_t n)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	cm_buf names;
+	if (!cl)
+		return false;
+	cm_buf_init(&names, MEM);
+	for (size_t i = 0; i < n; i++)
+		cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
+	cm_buf_put_u8(&names, 0);
+	co_cluster_admin(r, "delete", (const char *)names.data, NULL);
+	cm_buf_free(&names);
+	return true;
+}
+
+bool
+co_cluster_put_mapping(co_req *r, nd_index **ixs, size_t n, const cJSON *body)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	cm_buf names;
+	if (!cl)
+		return false;
+	cm_buf_init(&names, MEM);
+	for (size_t i = 0; i < n; i++)
+		cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
+	cm_buf_put_u8(&names, 0);
+	co_cluster_admin(r, "put_mapping", (const char *)names.data, body);
+	cm_buf_free(&names);
+	return true;
+}
+
+bool
+co_cluster_broadcast(co_req *r, const char *action, nd_index **ixs, size_t n)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	cm_buf names;
+	cm_error err;
+	int nodes, failed, shards = 0, copies = 0;
+	if (!cl)
+		return false;
+	cm_buf_init(&names, MEM);
+	for (size_t i = 0; i < n; i++) {
+		cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
+		shards += nd_index_nshards(ixs[i]);
+		copies += nd_index_nshards(ixs[i]) * (1 + nd_index_settings(ixs[i])->number_of_replicas);
+	}
+	cm_buf_put_u8(&names, 0);
+	cm_error_clear(&err);
+	nd_cluster_broadcast(cl, action, (const char *)names.data, &nodes, &failed, &err);
+	cm_buf_free(&names);
+	/* Copies on nodes that did not answer count as failed, spread evenly. */
+	int bad = nodes ? copies * failed / nodes : 0;
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddItemToObject(j, "_shards", co_shards_json(copies, copies - bad, 0));
+	(void)shards;
+	co_reply_json(r, 200, j);
+	return true;
+}
+
+static void
+search_opts(co_req *r, nd_cl_search_opts *o, cJSON *body)
+{
+	const char *f = co_param_get(r, "fanout"), *t;
+	memset(o, 0, sizeof(*o));
+	o->preference = co_param_get(r, "preference");
+	if (f && nd_fanout_parse(f, &o->fanout))
+		o->fanout_set = true;
+	/* The request's timeout bounds retries on other copies too. */
+	const cJSON *tj = cJSON_GetObjectItemCaseSensitive(body, "timeout");
+	int64_t ms;
+	t = cJSON_IsString(tj) ? tj->valuestring : NULL;
+	if (t && nd_parse_time(t, &ms) && ms > 0)
+		o->deadline_ns = cm_now_ns() + (uint64_t)ms * 1000000ull;
+}
+
+bool
+co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out, cm_error *err,
+                  cm_err *rc)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	nd_cl_search_opts o;
+	if (!cl)
+		return false;
+	const char *f = co_param_get(r, "fanout");
+	nd_cl_fanout fm;
+	if (f && !nd_fanout_parse(f, &fm)) {
+		*rc = cm_error_set(err, CM_EINVAL,
+		                   "fanout must be serial, per_shard or per_node, got [%.40s]", f);
+		return true;
+	}
+	search_opts(r, &o, body);
+	char *text = cJSON_PrintUnformatted(body);
+	*rc = nd_cluster_search(cl, ixs, n, text, "{}", &o, out, err);
+	cJSON_free(text);
+	return true;
+}
+
+bool
+co_cluster_count(co_req *r, nd_index **ixs, size_t n, cJSON *body)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	cJSON *b, *j, *res, *t;
+	cm_buf out;
+	cm_error err;
+	nd_cl_search_opts o;
+	if (!cl)
+		return false;
+	b = cJSON_CreateObject();
+	if (cJSON_GetObjectItemCaseSensitive(body, "query"))
+		cJSON_AddItemToObject(b, "query",
+		                      cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(body, "query"), 1));
+	cJSON_AddNumberToObject(b, "size", 0);
+	cJSON_AddBoolToObject(b, "track_total_hits", true);
+	search_opts(r, &o, b);
+	char *text = cJSON_PrintUnformatted(b);
+	cJSON_Delete(b);
+	cm_buf_init(&out, MEM);
+	cm_error_clear(&err);
+	cm_err rc = nd_cluster_search(cl, ixs, n, text, "{}", &o, &out, &err);
+	cJSON_free(text);
+	if (rc) {
+		co_reply_error(r, &err, NULL);
+		cm_buf_free(&out);
+		return true;
+	}
+	res = cJSON_ParseWithLength((const char *)out.data, out.len);
+	cm_buf_free(&out);
+	t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "hits"), "total");
+	j = cJSON_CreateObject();
+	cJSON_AddNumberToObject(
+	    j, "count",
+	    cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "value")->valuedouble : 0);
+	cJSON *sh = cJSON_DetachItemFromObjectCaseSensitive(res, "_shards");
+	cJSON_AddItemToObject(j, "_shards", sh ? sh : cJSON_CreateObject());
+	cJSON_Delete(res);
+	co_reply_json(r, 200, j);
+	return true;
+}
+
+static int
+rank(const char *s)
+{
+	return strcmp(s, "green") == 0 ? 0 : strcmp(s, "yellow") == 0 ? 1 : 2;
+}
+
+bool
+co_cluster_health(co_req *r)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	const char *want = co_param_get(r, "wait_for_status"), *to = co_param_get(r, "timeout");
+	int64_t ms = 30000;
+	cm_buf out;
+	cJSON *j;
+	if (!cl)
+		return false;
+	if (to && !nd_parse_time(to, &ms))
+		ms = 30000;
+	co_param_get(r, "level");
+	co_param_get(r, "wait_for_nodes");
+	co_param_get(r, "wait_for_no_relocating_shards");
+	co_param_get(r, "wait_for_active_shards");
+	uint64_t until = cm_now_ns() + (uint64_t)ms * 1000000ull;
+	cm_buf_init(&out, MEM);
+	for (;;) {
+		cm_buf_reset(&out);
+		nd_cluster_health(cl, &out);
+		j = cJSON_ParseWithLength((const char *)out.data, out.len);
+		const char *st = cJSON_GetObjectItemCaseSensitive(j, "status")->valuestring;
+		if (!want || rank(st) <= rank(want))
+			break;
+		if (cm_now_ns() >= until) {
+			cJSON_ReplaceItemInObjectCaseSensitive(j, "timed_out", cJSON_CreateTrue());
+			cm_buf_free(&out);
+			co_reply_json(r, 408, j);
+			return true;
+		}
+		cJSON_Delete(j);
+		struct timespec ts = {0, 100000000L};
+		nanosleep(&ts, NULL);
+	}
+	cm_buf_free(&out);
+	co_reply_json(r, 200, j);
+	return true;
+}
+
+/* A _cat table from space-separated rows; ?format=json gives objects. */
+static void
+cat_reply(co_req *r, const char *const *cols, int ncols, const cm_buf *rows)
+{
+	const char *fmt = co_param_get(r, "format");
+	bool v = co_param_bool(r, "v", false);
+	char *text = cm_malloc(MEM, rows->len + 1), *save = NULL, *line;
+	cJSON *arr = cJSON_CreateArray();
+	cm_buf out;
+
+	co_param_get(r, "h");
+	co_param_get(r, "s");
+	co_param_get(r, "bytes");
+	memcpy(text, rows->data, rows->len);
+	text[rows->len] = 0;
+	cm_buf_init(&out, MEM);
+	if (v) {
+		for (int c = 0; c < ncols; c++)
+			cm_buf_printf(&out, "%s%s", c ? " " : "", cols[c]);
+		cm_buf_put_u8(&out, '\n');
+	}
+	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		cJSON *o = cJSON_CreateObject();
+		char *s2 = NULL, *tok = strtok_r(line, " ", &s2);
+		for (int c = 0; c < ncols; c++) {
+			cJSON_AddItemToObject(o, cols[c], tok ? cJSON_CreateString(tok) : cJSON_CreateNull());
+			cm_buf_printf(&out, "%s%s", c ? " " : "", tok ? tok : "");
+			tok = tok ? strtok_r(NULL, " ", &s2) : NULL;
+		}
+		cm_buf_put_u8(&out, '\n');
+		cJSON_AddItemToArray(arr, o);
+	}
+	if (fmt && strcmp(fmt, "json") == 0)
+		co_reply_json(r, 200, arr);
+	else {
+		cJSON_Delete(arr);
+		co_reply_text(r, 200, "text/plain; charset=UTF-8", (const char *)out.data, out.len);
+	}
+	cm_buf_free(&out);
+	cm_free(MEM, text);
+}
+
+bool
+co_cluster_cat(co_req *r, const char *what)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	cm_buf rows;
+	if (!cl || !what || (strcmp(what, "nodes") && strcmp(what, "shards")))
+		return false;
+	cm_buf_init(&rows, MEM);
+	if (strcmp(what, "nodes") == 0) {
+		static const char *const cols[] = {"ip", "name", "node.role", "master", "status",
+		                                   "transport", "latency_us"};
+		nd_cluster_cat_nodes(cl, &rows);
+		cat_reply(r, cols, 7, &rows);
+	} else {
+		static const char *const cols[] = {"index", "shard", "prirep", "state",
+		                                   "docs", "ip", "node"};
+		nd_cluster_cat_shards(cl, &rows);
+		cat_reply(r, cols, 7, &rows);
+	}
+	cm_buf_free(&rows);
+	return true;
+}

@@ -1,0 +1,92 @@
+/* The static cluster (phase 1): membership from a cluster file, the
+ * metadata master, deterministic copy placement, replicated writes through
+ * the primary, and the search fan-out over local and remote shard copies
+ * into the shared merger. One cluster per process (nd_cluster_of). */
+#ifndef ND_CLUSTER_H
+#define ND_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/cm_buf.h"
+#include "../common/cm_err.h"
+#include "../search/sr.h"
+#include "nd.h"
+
+typedef struct nd_cluster nd_cluster;
+
+typedef enum { ND_CL_FANOUT_SERIAL, ND_CL_FANOUT_PER_SHARD, ND_CL_FANOUT_PER_NODE } nd_cl_fanout;
+
+/* "serial" | "per_shard" | "per_node"; false when unknown. */
+bool nd_fanout_parse(const char *s, nd_cl_fanout *out);
+
+/* Reads the cluster file and finds `name` in it. coordinator_only asserts
+ * the node's role (it must agree with the file's "roles"). *out is owned
+ * by the caller (nd_cluster_stop). */
+cm_err nd_cluster_open(const char *file, const char *name, bool coordinator_only,
+                       nd_cl_fanout fanout, nd_cluster **out, cm_error *err);
+/* This node's HTTP address ("127.0.0.1:9200"), borrowed. */
+const char *nd_cluster_http(const nd_cluster *cl);
+const char *nd_cluster_self(const nd_cluster *cl);
+/* Starts the transport server, dials the peers, loads the persisted
+ * metadata and, on other nodes, fetches the master's. n is borrowed. */
+cm_err nd_cluster_start(nd_cluster *cl, nd_node *n, cm_error *err);
+void nd_cluster_stop(nd_cluster *cl);
+/* The running cluster of node n, or NULL (solo). */
+nd_cluster *nd_cluster_of(const nd_node *n);
+
+/* ---- metadata through the master ---- */
+/* action: "create" (index, body = create body), "delete" (index),
+ * "put_mapping" (index, body = mappings). On success *reply (cm_malloc'd
+ * NODE, may be NULL) is the JSON to answer with. Master unreachable →
+ * CM_EUNAVAIL with the reason. */
+cm_err nd_cluster_admin(nd_cluster *cl, const char *action, const char *index, const char *body,
+                        char **reply, cm_error *err);
+/* refresh / flush / forcemerge of the named indices on every data node;
+ * *failed counts nodes that did not answer. */
+cm_err nd_cluster_broadcast(nd_cluster *cl, const char *action, const char *indices,
+                            int *total, int *failed, cm_error *err);
+
+/* ---- writes ---- */
+/* Sends every batch to its shard's primary at once (in-process when it is
+ * here); the primary forwards to the replicas before acknowledging. A
+ * primary that cannot be reached fails its items with 503. */
+void nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb);
+
+/* ---- reads ---- */
+typedef struct nd_cl_search_opts {
+	const char *preference; /* may be NULL */
+	nd_cl_fanout fanout;
+	bool fanout_set;        /* false: the node's default */
+	uint64_t deadline_ns;   /* absolute; 0 = 30 s */
+} nd_cl_search_opts;
+
+/* The one way an sr_request is built from a _search body and the URL
+ * parameters that travel with it (JSON object text, may be NULL): the
+ * coordinator and the data nodes call it alike. */
+cm_err nd_cl_request_build(const char *body, size_t len, const char *params, sr_request *req,
+                           cm_error *err);
+/* Runs a search over every shard of ixs (sorted as nd_resolve returns
+ * them), one copy each, rendering the ES body into out. */
+cm_err nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body,
+                         const char *params, const nd_cl_search_opts *o, cm_buf *out,
+                         cm_error *err);
+/* Realtime get of one document from a copy of its shard. */
+cm_err nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id,
+                      const char *preference, st_doc_meta *meta, cm_buf *source, cm_error *err);
+
+/* Hooks for the solo code paths: through the cluster when one runs in
+ * this process, else straight to the local shard. */
+cm_err nd_routed_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result *res);
+cm_err nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *meta,
+                     cm_buf *source);
+
+/* ---- cluster APIs ---- */
+/* _cluster/health as JSON text into out (cm_buf). */
+void nd_cluster_health(nd_cluster *cl, cm_buf *out);
+/* _cat/nodes and _cat/shards rows, tab separated, with a header line. */
+void nd_cluster_cat_nodes(nd_cluster *cl, cm_buf *out);
+void nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out);
+
+#endif

@@ -1,0 +1,1136 @@
+/* Cluster writes (primary then replicas), reads (one copy per shard,
+ * local in-process, else the fastest live copy, retried within the
+ * deadline), gets, and the cluster views (health, _cat). */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <fnmatch.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_log.h"
+#include "../proto/pr.h"
+#include "../search/sr_agg.h"
+#include "nd_cluster_private.h"
+
+#define MEM CM_MEM_NODE
+#define DEFAULT_DEADLINE_NS 30000000000ull
+
+/* ================= writes ================= */
+
+/* Applies ops on this node's copy. As primary (replica = false) the shard
+ * assigns sequence numbers; the successful ops then go to every replica
+ * copy, synchronously, before this returns. prepare: parse documents
+ * under the local mapping first (dynamic fields) when the coordinator was
+ * another node. */
+static cm_err
+apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
+           st_op_result *res, bool replica, bool prepare, uint64_t deadline_ns);
+
+typedef struct rep_call {
+	cm_wait *w;
+	nd_cluster *cl;
+	int node;
+	cm_err rc;
+	st_op_result *res;
+	size_t n;
+} rep_call;
+
+static void
+rep_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
+{
+	rep_call *c = arg;
+	cm_error e;
+	(void)type;
+	if (!rc && c->res)
+		rc = pr_bulk_reply_decode(p, len, c->res, c->n, &e);
+	c->rc = rc;
+	if (rc == CM_EUNAVAIL)
+		cl_mark(c->cl, c->node, false, 0);
+	cm_wait_done(c->w);
+}
+
+static void
+replicate(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
+          const st_op_result *res, uint64_t deadline_ns)
+{
+	int nc = cl_ncopies(cl, ix);
+	st_op *rops = cm_calloc(MEM, n + 1, sizeof(st_op));
+	size_t k = 0;
+	cm_buf b;
+	rep_call calls[ND_CL_MAX_COPIES];
+	cm_wait *w;
+
+	if (nc < 2) {
+		cm_free(MEM, rops);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (res[i].err)
+			continue;
+		/* The replica applies the op as the primary numbered it. */
+		rops[k] = ops[i];
+		rops[k].seq_no = res[i].seq_no;
+		rops[k].primary_term = res[i].primary_term;
+		rops[k].version = res[i].version;
+		rops[k].if_seq_no = ST_NO_SEQ;
+		rops[k].if_primary_term = 0;
+		rops[k].create_only = false;
+		k++;
+	}
+	if (k == 0) {
+		cm_free(MEM, rops);
+		return;
+	}
+	pr_bulk_req rq = {.index = (char *)nd_index_name(ix),
+	                  .index_uuid = (char *)"",
+	                  .shard = (uint32_t)shard,
+	                  .ops = rops,
+	                  .nops = k,
+	                  .replica = true};
+	cm_buf_init(&b, MEM);
+	pr_bulk_req_encode(&rq, &b);
+	if (nc > ND_CL_MAX_COPIES)
+		nc = ND_CL_MAX_COPIES;
+	w = cm_wait_create(nc - 1);
+	for (int c = 1; c < nc; c++) {
+		int node = cl_copy_node(cl, shard, c);
+		calls[c] = (rep_call){w, cl, node, CM_OK, NULL, 0};
+		nd_peer_call(cl->nodes[node].peer, PR_BULK, b.data, b.len, deadline_ns, rep_done,
+		             &calls[c]);
+	}
+	cm_wait_wait(w);
+	cm_wait_destroy(w);
+	for (int c = 1; c < nc; c++)
+		if (calls[c].rc)
+			cm_warn("cluster", "replica [%s][%d] on [%s] missed %zu ops: %s", nd_index_name(ix),
+			        shard, cl->nodes[calls[c].node].name, k, cm_err_msg(calls[c].rc));
+	cm_buf_free(&b);
+	cm_free(MEM, rops);
+}
+
+static cm_err
+apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
+           st_op_result *res, bool replica, bool prepare, uint64_t deadline_ns)
+{
+	st_op *ok = cm_calloc(MEM, n + 1, sizeof(st_op));
+	size_t *map = cm_calloc(MEM, n + 1, sizeof(size_t));
+	st_op_result *ores = cm_calloc(MEM, n + 1, sizeof(st_op_result));
+	size_t k = 0;
+	cm_err rc = CM_OK;
+
+	for (size_t i = 0; i < n; i++) {
+		memset(&res[i], 0, sizeof(res[i]));
+		if (prepare && ops[i].type == ST_OP_INDEX) {
+			cm_error e;
+			cm_error_clear(&e);
+			if (nd_index_prepare_doc(ix, ops[i].id, ops[i].id_len, ops[i].source,
+			                         ops[i].source_len, &e)) {
+				res[i].err = e.code ? e.code : CM_EMAPPING;
+				snprintf(res[i].reason, sizeof(res[i].reason), "%.250s", e.reason);
+				continue;
+			}
+		}
+		map[k] = i;
+		ok[k++] = ops[i];
+	}
+	if (k) {
+		rc = nd_index_apply(ix, shard, ok, k, ores);
+		for (size_t j = 0; j < k; j++) {
+			res[map[j]] = ores[j];
+			if (rc && !ores[j].err) {
+				res[map[j]].err = rc;
+				snprintf(res[map[j]].reason, sizeof(res[map[j]].reason), "%s", cm_err_msg(rc));
+			}
+		}
+		if (!rc && !replica)
+			replicate(cl, ix, shard, ok, k, ores, deadline_ns);
+	}
+	cm_free(MEM, ok);
+	cm_free(MEM, map);
+	cm_free(MEM, ores);
+	return rc;
+}
+
+void
+cl_serve_bulk(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
+              uint32_t *reply_type)
+{
+	pr_bulk_req rq;
+	cm_error err;
+	nd_index *ix = NULL;
+	st_op_result *res = NULL;
+
+	cm_error_clear(&err);
+	*reply_type = PR_BULK_REPLY;
+	if (pr_bulk_req_decode(p, len, &rq, &err)) {
+		pr_bulk_reply_encode(NULL, 0, CM_EPARSE, err.reason, reply);
+		return;
+	}
+	if (!(ix = nd_index_get(cl->node, rq.index))) {
+		char why[300];
+		snprintf(why, sizeof(why), "no such index [%s] on node [%s]", rq.index,
+		         cl->nodes[cl->self].name);
+		pr_bulk_reply_encode(NULL, 0, CM_ENOINDEX, why, reply);
+	} else if ((int)rq.shard >= nd_index_nshards(ix)) {
+		pr_bulk_reply_encode(NULL, 0, CM_EINVAL, "no such shard", reply);
+	} else {
+		res = cm_calloc(MEM, rq.nops + 1, sizeof(st_op_result));
+		cm_err rc = apply_copy(cl, ix, (int)rq.shard, rq.ops, rq.nops, res, rq.replica, true,
+		                       deadline_ns ? deadline_ns : cm_now_ns() + DEFAULT_DEADLINE_NS);
+		pr_bulk_reply_encode(res, rq.nops, rc, rc ? cm_err_msg(rc) : NULL, reply);
+	}
+	if (ix)
+		nd_index_release(ix);
+	cm_free(MEM, res);
+	pr_bulk_req_free(&rq);
+}
+
+typedef struct wr_job {
+	nd_cluster *cl;
+	nd_batch *b;
+	int node;
+	cm_wait *w;
+	uint64_t deadline_ns;
+} wr_job;
+
+static void
+fail_batch(wr_job *j, cm_err rc, const char *why)
+{
+	for (size_t i = 0; i < j->b->n; i++) {
+		j->b->res[i].err = CM_EUNAVAIL;
+		snprintf(j->b->res[i].reason, sizeof(j->b->res[i].reason),
+		         "primary shard [%s][%d] is not available: node [%s] %s (%s)",
+		         nd_index_name(j->b->ix), j->b->shard, j->cl->nodes[j->node].name, why,
+		         cm_err_msg(rc));
+	}
+}
+
+static void
+wr_local(void *arg)
+{
+	wr_job *j = arg;
+	j->b->rc = apply_copy(j->cl, j->b->ix, j->b->shard, j->b->ops, j->b->n, j->b->res, false,
+	                      false, j->deadline_ns);
+	cm_wait_done(j->w);
+}
+
+static void
+wr_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
+{
+	wr_job *j = arg;
+	cm_error e;
+	(void)type;
+	cm_error_clear(&e);
+	if (!rc) {
+		cm_err r = pr_bulk_reply_decode(p, len, j->b->res, j->b->n, &e);
+		if (r && e.code == CM_ENOINDEX)
+			fail_batch(j, r, "does not have the index");
+		else if (r)
+			j->b->rc = e.code ? e.code : r;
+	} else {
+		if (rc == CM_EUNAVAIL)
+			cl_mark(j->cl, j->node, false, 0);
+		fail_batch(j, rc, rc == CM_EINVAL ? "refused the request" : "cannot be reached");
+	}
+	cm_wait_done(j->w);
+}
+
+void
+nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb)
+{
+	wr_job *jobs = cm_calloc(MEM, nb + 1, sizeof(wr_job));
+	cm_wait *w = cm_wait_create((int)nb);
+	uint64_t deadline = cm_now_ns() + DEFAULT_DEADLINE_NS;
+	cm_buf *bufs = cm_calloc(MEM, nb + 1, sizeof(cm_buf));
+
+	for (size_t i = 0; i < nb; i++) {
+		int primary = cl_copy_node(cl, b[i].shard, 0);
+		jobs[i] = (wr_job){cl, &b[i], primary, w, deadline};
+		b[i].rc = CM_OK;
+		if (primary == cl->self) {
+			cm_pool_submit(cl->spool, wr_local, &jobs[i]);
+			continue;
+		}
+		pr_bulk_req rq = {.index = (char *)nd_index_name(b[i].ix),
+		                  .index_uuid = (char *)"",
+		                  .shard = (uint32_t)b[i].shard,
+		                  .ops = (st_op *)b[i].ops,
+		                  .nops = b[i].n,
+		                  .replica = false};
+		cm_buf_init(&bufs[i], MEM);
+		pr_bulk_req_encode(&rq, &bufs[i]);
+		nd_peer_call(cl->nodes[primary].peer, PR_BULK, bufs[i].data, bufs[i].len, deadline,
+		             wr_done, &jobs[i]);
+	}
+	cm_wait_wait(w);
+	cm_wait_destroy(w);
+	for (size_t i = 0; i < nb; i++)
+		if (bufs[i].data)
+			cm_buf_free(&bufs[i]);
+	cm_free(MEM, bufs);
+	cm_free(MEM, jobs);
+}
+
+/* ================= reads ================= */
+
+cm_err
+nd_cl_request_build(const char *body, size_t len, const char *params, sr_request *req,
+                    cm_error *err)
+{
+	cJSON *j = len ? cJSON_ParseWithLength(body, len) : cJSON_CreateObject();
+	cJSON *pj = params && *params ? cJSON_Parse(params) : NULL, *v;
+	cm_err rc;
+
+	if (!j || !cJSON_IsObject(j)) {
+		cJSON_Delete(j);
+		cJSON_Delete(pj);
+		return cm_error_set(err, CM_EPARSE, "malformed search body");
+	}
+	/* URL parameters that shape the request itself override the body, as
+	 * on a solo node (the coordinator folds the rest into the body). */
+	if (cJSON_IsObject(pj))
+		cJSON_ArrayForEach(v, pj)
+		{
+			if (strcmp(v->string, "from") && strcmp(v->string, "size") &&
+			    strcmp(v->string, "track_total_hits"))
+				continue;
+			cJSON_DeleteItemFromObjectCaseSensitive(j, v->string);
+			cJSON_AddItemToObject(j, v->string, cJSON_Duplicate(v, true));
+		}
+	rc = sr_request_from_json(j, req, err);
+	cJSON_Delete(j);
+	cJSON_Delete(pj);
+	return rc;
+}
+
+/* Runs shards of one index here, in order, into res (one per shard). */
+typedef struct local_shard {
+	nd_index *ix;
+	int shard;
+	uint32_t ordinal;
+	const sr_request *req;
+	sr_shard_result res;
+} local_shard;
+
+static void
+run_local_shard(void *arg)
+{
+	local_shard *t = arg;
+	st_reader *r = st_shard_reader(nd_index_shard(t->ix, t->shard));
+	cm_error e;
+	cm_error_clear(&e);
+	memset(&t->res, 0, sizeof(t->res));
+	cm_err rc = sr_search_shard(r, t->ordinal, t->req, &t->res, &e);
+	st_reader_release(r);
+	if (rc) {
+		sr_shard_result_free(&t->res);
+		memset(&t->res, 0, sizeof(t->res));
+		if (!e.code)
+			cm_error_set(&e, rc, "%s", cm_err_msg(rc));
+		t->res.error = e;
+	}
+	t->res.shard = t->ordinal;
+	atomic_fetch_add((_Atomic uint64_t *)&nd_index_counters(t->ix)->query_total, 1);
+}
+
+void
+cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
+                uint32_t *reply_type)
+{
+	pr_search_req rq;
+	cm_error err;
+	sr_request req;
+	nd_index *ix = NULL;
+	local_shard *ts = NULL;
+	sr_shard_result **ptrs = NULL;
+	(void)deadline_ns;
+
+	cm_error_clear(&err);
+	sr_request_init(&req);
+	*reply_type = PR_SEARCH_REPLY;
+	if (pr_search_req_decode(p, len, &rq, &err))
+		goto fail;
+	if (!(ix = nd_index_get(cl->node, rq.index))) {
+		cm_error_set(&err, CM_ENOINDEX, "no such index [%s] on node [%s]", rq.index,
+		             cl->nodes[cl->self].name);
+		goto fail;
+	}
+	if (nd_cl_request_build(rq.body, rq.body_len, rq.params, &req, &err))
+		goto fail;
+	ts = cm_calloc(MEM, rq.nshards + 1, sizeof(local_shard));
+	ptrs = cm_calloc(MEM, rq.nshards + 1, sizeof(*ptrs));
+	for (size_t i = 0; i < rq.nshards; i++) {
+		if ((int)rq.shards[i] >= nd_index_nshards(ix)) {
+			cm_error_set(&err, CM_EINVAL, "no shard [%u] in [%s]", rq.shards[i], rq.index);
+			goto fail;
+		}
+		ts[i] = (local_shard){ix, (int)rq.shards[i], rq.shards[i], &req, {0}};
+	}
+	/* Several shards (per-node mode) run side by side on this node. */
+	cm_pool_run_all(rq.nshards > 1 ? cl->spool : NULL, run_local_shard, ts, sizeof(local_shard),
+	                rq.nshards);
+	for (size_t i = 0; i < rq.nshards; i++)
+		ptrs[i] = &ts[i].res;
+	pr_shard_results_encode(ptrs, rq.nshards, reply);
+	for (size_t i = 0; i < rq.nshards; i++)
+		sr_shard_result_free(&ts[i].res);
+	goto done;
+fail:
+	*reply_type = PR_ERROR;
+	cm_buf_reset(reply);
+	pr_ack_encode(&err, NULL, 0, reply);
+done:
+	cm_free(MEM, ts);
+	cm_free(MEM, ptrs);
+	if (ix)
+		nd_index_release(ix);
+	sr_request_free(&req);
+	pr_search_req_free(&rq);
+}
+
+/* ---- the coordinator's fan-out ---- */
+
+typedef struct search_st search_st;
+
+typedef struct shard_job {
+	search_st *S;
+	nd_index *ix;
+	int shard;
+	uint32_t ordinal;
+	int order[ND_CL_MAX_COPIES];
+	int norder, next; /* next copy to try */
+	int node;         /* node of the current attempt */
+	uint64_t t_sent;
+	cm_error last;
+	local_shard local;
+} shard_job;
+
+typedef struct node_group {
+	search_st *S;
+	int node;
+	shard_job **jobs;
+	size_t n;
+	uint64_t t_sent;
+	cm_buf msg;
+} node_group;
+
+struct search_st {
+	nd_cluster *cl;
+	sr_request req;
+	sr_merger *m;
+	pthread_mutex_t lock;
+	cm_wait *w;
+	const char *body, *params;
+	uint64_t deadline_ns;
+	pr_strings **strings;
+	size_t nstrings, capstrings;
+	size_t failed;
+	cm_error first_err;
+};
+
+static void dispatch(shard_job *j);
+
+static void
+job_finish_ok(shard_job *j, sr_shard_result *res, pr_strings *strings)
+{
+	search_st *S = j->S;
+	res->shard = j->ordinal;
+	/* Ties break by the request-wide shard number, as on a solo node. */
+	for (size_t i = 0; i < res->nhits; i++)
+		res->hits[i].shard = j->ordinal;
+	res->index = nd_index_name(j->ix);
+	res->node = S->cl->nodes[j->node].name;
+	pthread_mutex_lock(&S->lock);
+	if (strings) {
+		if (S->nstrings == S->capstrings) {
+			S->capstrings = S->capstrings ? 2 * S->capstrings : 8;
+			S->strings = cm_realloc(MEM, S->strings, S->capstrings * sizeof(*S->strings));
+		}
+		S->strings[S->nstrings++] = strings;
+	}
+	if (res->error.code) {
+		S->failed++;
+		if (!S->first_err.code)
+			S->first_err = res->error;
+		sr_merger_fail_at(S->m, j->ordinal, nd_index_name(j->ix), res->node, &res->error);
+		sr_shard_result_free(res);
+	} else {
+		sr_merger_add(S->m, res);
+	}
+	pthread_mutex_unlock(&S->lock);
+	cm_wait_done(S->w);
+}
+
+static void
+job_failed(shard_job *j, cm_err rc, const char *why)
+{
+	search_st *S = j->S;
+	if (rc == CM_EUNAVAIL)
+		cl_mark(S->cl, j->node, false, 0);
+	cm_error_clear(&j->last);
+	cm_error_set(&j->last, rc, "shard [%s][%d] on node [%s]: %s", nd_index_name(j->ix), j->shard,
+	             S->cl->nodes[j->node].name, why);
+	/* Another copy, while the deadline allows. */
+	dispatch(j);
+}
+
+static void
+run_job_local(void *arg)
+{
+	shard_job *j = arg;
+	j->local = (local_shard){j->ix, j->shard, j->ordinal, &j->S->req, {0}};
+	run_local_shard(&j->local);
+	job_finish_ok(j, &j->local.res, NULL);
+}
+
+static void
+group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
+{
+	node_group *g = arg;
+	search_st *S = g->S;
+	sr_shard_result *res = NULL;
+	size_t nres = 0;
+	pr_strings *strings = NULL;
+	cm_error e;
+
+	cm_error_clear(&e);
+	if (!rc && type == PR_ERROR) {
+		char *b = NULL;
+		size_t bl;
+		pr_ack_decode(p, len, &e, &b, &bl);
+		cm_free(MEM, b);
+		rc = e.code ? e.code : CM_EINTERNAL;
+	} else if (!rc &&
+	           (rc = pr_shard_results_decode(p, len, S->req.aggs, &res, &nres, &strings, &e)) ==
+	               CM_OK &&
+	           nres != g->n) {
+		rc = cm_error_set(&e, CM_EPARSE, "%zu results for %zu shards", nres, g->n);
+	}
+	if (rc) {
+		if (rc == CM_ENOINDEX || rc == CM_EPARSE || (e.code && rc != CM_EUNAVAIL &&
+		                                              rc != CM_ETIMEDOUT && rc != CM_EINVAL)) {
+			/* The request itself is bad: every copy would say the same. */
+			for (size_t i = 0; i < g->n; i++) {
+				sr_shard_result fr;
+				memset(&fr, 0, sizeof(fr));
+				if (e.code)
+					fr.error = e;
+				else
+					cm_error_set(&fr.error, rc, "%s", cm_err_msg(rc));
+				g->jobs[i]->node = g->node;
+				job_finish_ok(g->jobs[i], &fr, NULL);
+			}
+		} else {
+			for (size_t i = 0; i < g->n; i++)
+				job_failed(g->jobs[i], rc,
+				           rc == CM_EINVAL    ? "refused (wrong cluster name or secret?)"
+				           : rc == CM_ETIMEDOUT ? "timed out"
+				                                : "node not reachable");
+		}
+		if (res) {
+			for (size_t i = 0; i < nres; i++)
+				sr_shard_result_free(&res[i]);
+			cm_free(MEM, res);
+		}
+		if (strings)
+			pr_strings_free(strings);
+	} else {
+		cl_mark(S->cl, g->node, true, cm_now_ns() - g->t_sent);
+		for (size_t i = 0; i < g->n; i++)
+			job_finish_ok(g->jobs[i], &res[i], i == 0 ? strings : NULL);
+		cm_free(MEM, res);
+	}
+	cm_buf_free(&g->msg);
+	cm_free(MEM, g->jobs);
+	cm_free(MEM, g);
+}
+
+/* Sends shards (all of one index) to one remote node in one message. */
+static void
+send_group(search_st *S, int node, shard_job **jobs, size_t n)
+{
+	node_group *g = cm_calloc(MEM, 1, sizeof(*g));
+	uint32_t *shards = cm_calloc(MEM, n + 1, sizeof(uint32_t));
+	g->S = S;
+	g->node = node;
+	g->jobs = cm_calloc(MEM, n + 1, sizeof(shard_job *));
+	g->n = n;
+	for (size_t i = 0; i < n; i++) {
+		g->jobs[i] = jobs[i];
+		jobs[i]->node = node;
+		shards[i] = (uint32_t)jobs[i]->shard;
+	}
+	pr_search_req rq = {.index = (char *)nd_index_name(jobs[0]->ix),
+	                    .index_uuid = (char *)"",
+	                    .shards = shards,
+	                    .nshards = n,
+	                    .body = (char *)S->body,
+	                    .body_len = strlen(S->body),
+	                    .params = (char *)S->params,
+	                    .per_node = n > 1};
+	cm_buf_init(&g->msg, MEM);
+	pr_search_req_encode(&rq, &g->msg);
+	cm_free(MEM, shards);
+	g->t_sent = cm_now_ns();
+	nd_peer_call(S->cl->nodes[node].peer, PR_SEARCH, g->msg.data, g->msg.len, S->deadline_ns,
+	             group_reply, g);
+}
+
+/* Tries the job's next copy, or records the shard as failed. */
+static void
+dispatch(shard_job *j)
+{
+	search_st *S = j->S;
+	while (j->next < j->norder) {
+		int node = j->order[j->next++];
+		if (cm_now_ns() >= S->deadline_ns)
+			break;
+		/* A copy known dead is skipped while another remains. */
+		if (!cl_alive(S->cl, node) && j->next < j->norder)
+			continue;
+		j->node = node;
+		if (node == S->cl->self) {
+			cm_pool_submit(S->cl->spool, run_job_local, j);
+			return;
+		}
+		send_group(S, node, &j, 1);
+		return;
+	}
+	sr_shard_result fr;
+	memset(&fr, 0, sizeof(fr));
+	if (j->last.code)
+		fr.error = j->last;
+	else
+		cm_error_set(&fr.error, j->norder ? CM_ETIMEDOUT : CM_EUNAVAIL,
+		             j->norder ? "shard [%s][%d]: no copy answered within the deadline"
+		                       : "shard [%s][%d]: no copy matches the preference",
+		             nd_index_name(j->ix), j->shard);
+	if (fr.error.code == CM_EUNAVAIL)
+		cm_error_set_type(&fr.error, CM_EUNAVAIL, "no_shard_available_action_exception", "%s",
+		                  fr.error.reason);
+	if (j->norder == 0 || j->next == 0)
+		j->node = S->cl->self;
+	job_finish_ok(j, &fr, NULL);
+}
+
+static uint32_t
+str_hash(const char *s)
+{
+	uint32_t h = 2166136261u;
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 16777619u;
+	return h;
+}
+
+static bool
+name_in(const char *list, const char *name)
+{
+	char *copy = cm_strdup(MEM, list), *save = NULL, *tok;
+	bool hit = false;
+	for (tok = strtok_r(copy, ",", &save); tok && !hit; tok = strtok_r(NULL, ",", &save))
+		hit = fnmatch(tok, name, 0) == 0;
+	cm_free(MEM, copy);
+	return hit;
+}
+
+/* The copies of a shard in the order to try them. */
+static void
+copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref, shard_job *j)
+{
+	int nc = cl_ncopies(cl, ix), cand[ND_CL_MAX_COPIES], n = 0;
+	if (nc > ND_CL_MAX_COPIES)
+		nc = ND_CL_MAX_COPIES;
+	for (int c = 0; c < nc; c++)
+		cand[n++] = cl_copy_node(cl, shard, c);
+	j->norder = 0;
+	if (pref && strcmp(pref, "_primary") == 0) {
+		j->order[j->norder++] = cand[0];
+		return;
+	}
+	if (pref && strcmp(pref, "_only_local") == 0) {
+		for (int i = 0; i < n; i++)
+			if (cand[i] == cl->self)
+				j->order[j->norder++] = cand[i];
+		return;
+	}
+	if (pref && strncmp(pref, "_only_nodes:", 12) == 0) {
+		for (int i = 0; i < n; i++)
+			if (name_in(pref + 12, cl->nodes[cand[i]].name))
+				j->order[j->norder++] = cand[i];
+		return;
+	}
+	if (pref && *pref && *pref != '_') {
+		/* Custom string: the same copy every time (while it lives). */
+		int rot = (int)(str_hash(pref) % (uint32_t)n);
+		for (int i = 0; i < n; i++)
+			j->order[j->norder++] = cand[(rot + i) % n];
+		return;
+	}
+	/* Default and _local: the local copy, then live copies by latency. */
+	double lat[ND_CL_MAX_COPIES];
+	pthread_mutex_lock(&cl->lock);
+	for (int i = 0; i < n; i++)
+		lat[i] = cand[i] == cl->self           ? -1.0
+		         : !cl_alive(cl, cand[i])       ? 1e18
+		                                        : cl->nodes[cand[i]].ewma_us;
+	pthread_mutex_unlock(&cl->lock);
+	for (int i = 0; i < n; i++) {
+		int best = -1;
+		for (int k = 0; k < n; k++)
+			if (lat[k] < 1e300 && (best < 0 || lat[k] < lat[best]))
+				best = k;
+		j->order[j->norder++] = cand[best];
+		lat[best] = 1e301;
+	}
+}
+
+cm_err
+nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, const char *params,
+                  const nd_cl_search_opts *o, cm_buf *out, cm_error *err)
+{
+	search_st S;
+	size_t njobs = 0, k = 0;
+	shard_job *jobs;
+	nd_cl_fanout mode = o && o->fanout_set ? o->fanout : cl->fanout;
+	uint64_t t0 = cm_now_ns();
+	cm_err rc;
+
+	memset(&S, 0, sizeof(S));
+	S.cl = cl;
+	S.body = body ? body : "";
+	S.params = params ? params : "{}";
+	S.deadline_ns = o && o->deadline_ns ? o->deadline_ns : t0 + DEFAULT_DEADLINE_NS;
+	pthread_mutex_init(&S.lock, NULL);
+	sr_request_init(&S.req);
+	if ((rc = nd_cl_request_build(S.body, strlen(S.body), S.params, &S.req, err))) {
+		sr_request_free(&S.req);
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++)
+		njobs += (size_t)nd_index_nshards(ixs[i]);
+	jobs = cm_calloc(MEM, njobs + 1, sizeof(shard_job));
+	for (size_t i = 0; i < n; i++)
+		for (int s = 0; s < nd_index_nshards(ixs[i]); s++, k++) {
+			jobs[k].S = &S;
+			jobs[k].ix = ixs[i];
+			jobs[k].shard = s;
+			jobs[k].ordinal = (uint32_t)k;
+			jobs[k].node = cl->self;
+			copy_order(cl, ixs[i], s, o ? o->preference : NULL, &jobs[k]);
+		}
+	S.m = sr_merger_create(&S.req, njobs);
+	if (mode == ND_CL_FANOUT_SERIAL) {
+		/* One shard after another, the same code otherwise. */
+		for (size_t i = 0; i < njobs; i++) {
+			S.w = cm_wait_create(1);
+			dispatch(&jobs[i]);
+			cm_wait_wait(S.w);
+			cm_wait_destroy(S.w);
+		}
+	} else {
+		S.w = cm_wait_create((int)njobs);
+		if (mode == ND_CL_FANOUT_PER_NODE) {
+			/* One message per (node, index) carrying all its shards; local
+			 * and retried shards go one by one. */
+			shard_job **grp = cm_calloc(MEM, njobs + 1, sizeof(*grp));
+			bool *sent = cm_calloc(MEM, njobs + 1, sizeof(bool));
+			for (size_t i = 0; i < njobs; i++) {
+				if (sent[i])
+					continue;
+				int node = -1;
+				while (jobs[i].next < jobs[i].norder) {
+					node = jobs[i].order[jobs[i].next];
+					if (cl_alive(cl, node) || jobs[i].next + 1 >= jobs[i].norder)
+						break;
+					jobs[i].next++;
+					node = -1;
+				}
+				if (node < 0 || node == cl->self) {
+					sent[i] = true;
+					dispatch(&jobs[i]);
+					continue;
+				}
+				size_t g = 0;
+				for (size_t q = i; q < njobs; q++) {
+					if (sent[q] || jobs[q].ix != jobs[i].ix)
+						continue;
+					if (jobs[q].next < jobs[q].norder && jobs[q].order[jobs[q].next] == node) {
+						jobs[q].next++;
+						sent[q] = true;
+						grp[g++] = &jobs[q];
+					}
+				}
+				send_group(&S, node, grp, g);
+			}
+			cm_free(MEM, grp);
+			cm_free(MEM, sent);
+		} else {
+			for (size_t i = 0; i < njobs; i++)
+				dispatch(&jobs[i]);
+		}
+		cm_wait_wait(S.w);
+		cm_wait_destroy(S.w);
+	}
+	if (njobs > 0 && S.failed == njobs) {
+		*err = S.first_err;
+		rc = S.first_err.code ? S.first_err.code : CM_EUNAVAIL;
+	} else {
+		sr_merger_render(S.m, (cm_now_ns() - t0) / 1000000, out);
+	}
+	sr_merger_destroy(S.m);
+	for (size_t i = 0; i < S.nstrings; i++)
+		pr_strings_free(S.strings[i]);
+	cm_free(MEM, S.strings);
+	cm_free(MEM, jobs);
+	sr_request_free(&S.req);
+	pthread_mutex_destroy(&S.lock);
+	return rc;
+}
+
+/* ================= gets and stats ================= */
+
+static cm_err
+local_get(nd_index *ix, int shard, const char *id, st_doc_meta *meta, cm_buf *src)
+{
+	return st_shard_get(nd_index_shard(ix, shard), id, strlen(id), meta, src);
+}
+
+void
+cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *body, size_t len,
+            cm_error *err, char **out)
+{
+	cJSON *j = cJSON_ParseWithLength(body, len), *r;
+	nd_index *ix = index ? nd_index_get(cl->node, index) : NULL;
+
+	*out = NULL;
+	if (strcmp(action, "rw_stats") == 0) {
+		/* docs of every local copy: {"index":[docs per shard or -1]} */
+		nd_index **all;
+		size_t nall;
+		r = cJSON_CreateObject();
+		nd_index_list(cl->node, &all, &nall);
+		for (size_t i = 0; i < nall; i++) {
+			cJSON *a = cJSON_AddArrayToObject(r, nd_index_name(all[i]));
+			for (int s = 0; s < nd_index_nshards(all[i]); s++) {
+				st_shard_stats st;
+				st_shard_stats_get(nd_index_shard(all[i], s), &st);
+				cJSON_AddItemToArray(a, cJSON_CreateNumber((double)st.docs));
+			}
+			nd_index_release(all[i]);
+		}
+		cm_free(MEM, all);
+	} else if (strcmp(action, "rw_get") == 0 && ix && j) {
+		const cJSON *idv = cJSON_GetObjectItemCaseSensitive(j, "id");
+		const cJSON *sv = cJSON_GetObjectItemCaseSensitive(j, "shard");
+		st_doc_meta meta;
+		cm_buf src;
+		if (!cJSON_IsString(idv) || !cJSON_IsNumber(sv) || sv->valueint < 0 ||
+		    sv->valueint >= nd_index_nshards(ix)) {
+			cm_error_set(err, CM_EINVAL, "bad get request");
+			goto done;
+		}
+		cm_buf_init(&src, MEM);
+		cm_err rc = local_get(ix, sv->valueint, idv->valuestring, &meta, &src);
+		r = cJSON_CreateObject();
+		cJSON_AddBoolToObject(r, "found", rc == CM_OK);
+		if (rc == CM_OK) {
+			cJSON_AddNumberToObject(r, "seq_no", (double)meta.seq_no);
+			cJSON_AddNumberToObject(r, "primary_term", (double)meta.primary_term);
+			cJSON_AddNumberToObject(r, "version", (double)meta.version);
+			cm_buf_put_u8(&src, 0);
+			cJSON_AddStringToObject(r, "source", (const char *)src.data);
+		} else if (rc != CM_ENOTFOUND) {
+			cm_error_set(err, rc, "get failed on node [%s]", cl->nodes[cl->self].name);
+		}
+		cm_buf_free(&src);
+	} else {
+		cm_error_set(err, ix ? CM_EINVAL : CM_ENOINDEX, "bad %s request", action);
+		goto done;
+	}
+	{
+		char *s = cJSON_PrintUnformatted(r);
+		*out = cm_strdup(MEM, s);
+		cJSON_free(s);
+		cJSON_Delete(r);
+	}
+done:
+	cJSON_Delete(j);
+	if (ix)
+		nd_index_release(ix);
+}
+
+static cm_err
+remote_rw(nd_cluster *cl, int node, const char *action, const char *index, const char *body,
+          cJSON **out, cm_error *err)
+{
+	cm_buf req, rep;
+	uint32_t type;
+	cm_error remote;
+	char *rb = NULL;
+	size_t rl;
+	cm_err rc;
+
+	*out = NULL;
+	cm_buf_init(&req, MEM);
+	cm_buf_init(&rep, MEM);
+	pr_admin_encode(action, index, body, body ? strlen(body) : 0, &req);
+	uint64_t t0 = cm_now_ns();
+	rc = nd_peer_call_sync(cl->nodes[node].peer, PR_ADMIN, req.data, req.len,
+	                       t0 + 5000000000ull, &type, &rep);
+	if (rc) {
+		if (rc == CM_EUNAVAIL)
+			cl_mark(cl, node, false, 0);
+		cm_error_set(err, rc, "node [%s] did not answer (%s)", cl->nodes[node].name,
+		             cm_err_msg(rc));
+	} else if ((cm_error_clear(&remote), rc = pr_ack_decode(rep.data, rep.len, &remote, &rb,
+	                                                          &rl)) &&
+	           !remote.code) {
+		cm_error_set(err, rc, "malformed reply from [%s]", cl->nodes[node].name);
+	} else if (remote.code) {
+		*err = remote;
+		rc = remote.code;
+	} else {
+		cl_mark(cl, node, true, cm_now_ns() - t0);
+		*out = rb ? cJSON_ParseWithLength(rb, rl) : NULL;
+		if (!*out)
+			rc = cm_error_set(err, CM_EINTERNAL, "empty reply from [%s]", cl->nodes[node].name);
+	}
+	cm_free(MEM, rb);
+	cm_buf_free(&req);
+	cm_buf_free(&rep);
+	return rc;
+}
+
+cm_err
+nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const char *preference,
+               st_doc_meta *meta, cm_buf *source, cm_error *err)
+{
+	shard_job j;
+	cm_err rc = CM_EUNAVAIL;
+
+	memset(&j, 0, sizeof(j));
+	copy_order(cl, ix, shard, preference, &j);
+	cm_error_set(err, CM_EUNAVAIL, "no copy of shard [%s][%d] is available", nd_index_name(ix),
+	             shard);
+	for (int i = 0; i < j.norder; i++) {
+		int node = j.order[i];
+		if (node == cl->self) {
+			cm_error_clear(err);
+			return local_get(ix, shard, id, meta, source);
+		}
+		if (!cl_alive(cl, node) && i + 1 < j.norder)
+			continue;
+		cJSON *req = cJSON_CreateObject(), *r = NULL;
+		cJSON_AddStringToObject(req, "id", id);
+		cJSON_AddNumberToObject(req, "shard", shard);
+		char *body = cJSON_PrintUnformatted(req);
+		cm_error e;
+		cm_error_clear(&e);
+		rc = remote_rw(cl, node, "rw_get", nd_index_name(ix), body, &r, &e);
+		cJSON_free(body);
+		cJSON_Delete(req);
+		if (rc) {
+			*err = e;
+			if (rc == CM_EUNAVAIL || rc == CM_ETIMEDOUT)
+				continue;
+			return rc;
+		}
+		cm_error_clear(err);
+		if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "found"))) {
+			cJSON_Delete(r);
+			return CM_ENOTFOUND;
+		}
+		const cJSON *src = cJSON_GetObjectItemCaseSensitive(r, "source");
+		meta->seq_no = (uint64_t)cJSON_GetObjectItemCaseSensitive(r, "seq_no")->valuedouble;
+		meta->primary_term =
+		    (uint64_t)cJSON_GetObjectItemCaseSensitive(r, "primary_term")->valuedouble;
+		meta->version = (int64_t)cJSON_GetObjectItemCaseSensitive(r, "version")->valuedouble;
+		if (cJSON_IsString(src))
+			cm_buf_put(source, src->valuestring, strlen(src->valuestring));
+		cJSON_Delete(r);
+		return CM_OK;
+	}
+	return rc ? rc : CM_EUNAVAIL;
+}
+
+/* ================= cluster views ================= */
+
+static int
+alive_count(nd_cluster *cl, bool data_only)
+{
+	int c = 0;
+	for (int i = 0; i < cl->nn; i++)
+		if ((!data_only || cl->nodes[i].data) && cl_alive(cl, i))
+			c++;
+	return c;
+}
+
+void
+nd_cluster_health(nd_cluster *cl, cm_buf *out)
+{
+	nd_index **all;
+	size_t nall;
+	int prim = 0, active = 0, unassigned = 0, red = 0, yellow = 0;
+	cJSON *j = cJSON_CreateObject();
+
+	nd_index_list(cl->node, &all, &nall);
+	for (size_t i = 0; i < nall; i++) {
+		int want = 1 + nd_index_settings(all[i])->number_of_replicas;
+		int nc = cl_ncopies(cl, all[i]);
+		for (int s = 0; s < nd_index_nshards(all[i]); s++) {
+			int up = 0;
+			bool p_up = cl_alive(cl, cl_copy_node(cl, s, 0));
+			for (int c = 0; c < nc; c++)
+				if (cl_alive(cl, cl_copy_node(cl, s, c)))
+					up++;
+			/* A live replica stands in for a dead primary (it would be
+			 * promoted); with no live copy the shard is red. */
+			if (up > 0)
+				prim++;
+			else
+				red++;
+			(void)p_up;
+			active += up;
+			unassigned += want - up;
+			if (up < want)
+				yellow++;
+		}
+		nd_index_release(all[i]);
+	}
+	cm_free(MEM, all);
+	const char *status = red ? "red" : yellow ? "yellow" : "green";
+	int total = active + unassigned;
+	cJSON_AddStringToObject(j, "cluster_name", cl->cluster_name);
+	cJSON_AddStringToObject(j, "status", status);
+	cJSON_AddBoolToObject(j, "timed_out", false);
+	cJSON_AddNumberToObject(j, "number_of_nodes", alive_count(cl, false));
+	cJSON_AddNumberToObject(j, "number_of_data_nodes", alive_count(cl, true));
+	cJSON_AddNumberToObject(j, "active_primary_shards", prim);
+	cJSON_AddNumberToObject(j, "active_shards", active);
+	cJSON_AddNumberToObject(j, "relocating_shards", 0);
+	cJSON_AddNumberToObject(j, "initializing_shards", 0);
+	cJSON_AddNumberToObject(j, "unassigned_shards", unassigned);
+	cJSON_AddNumberToObject(j, "delayed_unassigned_shards", 0);
+	cJSON_AddNumberToObject(j, "number_of_pending_tasks", 0);
+	cJSON_AddNumberToObject(j, "number_of_in_flight_fetch", 0);
+	cJSON_AddNumberToObject(j, "task_max_waiting_in_queue_millis", 0);
+	cJSON_AddNumberToObject(j, "active_shards_percent_as_number",
+	                        total ? 100.0 * active / total : 100.0);
+	cJSON_AddBoolToObject(j, "master_available", cl->master >= 0 && cl_alive(cl, cl->master));
+	char *s = cJSON_PrintUnformatted(j);
+	cm_buf_put(out, s, strlen(s));
+	cJSON_free(s);
+	cJSON_Delete(j);
+}
+
+void
+nd_cluster_cat_nodes(nd_cluster *cl, cm_buf *out)
+{
+	for (int i = 0; i < cl->nn; i++) {
+		nd_cl_node *nd = &cl->nodes[i];
+		char ip[ND_CL_ADDR];
+		snprintf(ip, sizeof(ip), "%s", nd->http);
+		char *colon = strrchr(ip, ':');
+		if (colon)
+			*colon = 0;
+		pthread_mutex_lock(&cl->lock);
+		double lat = nd->ewma_us;
+		pthread_mutex_unlock(&cl->lock);
+		cm_buf_printf(out, "%s %s %s %s %s %s %.0f\n", ip, nd->name,
+		              nd->data && nd->master ? "dm"
+		              : nd->data             ? "d"
+		              : nd->master           ? "m"
+		                                     : "-",
+		              i == cl->master ? "*" : "-", cl_alive(cl, i) ? "up" : "down",
+		              i == cl->self ? "self" : nd->connect, i == cl->self ? 0.0 : lat);
+	}
+}
+
+void
+nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
+{
+	cJSON **stats = cm_calloc(MEM, (size_t)cl->nn, sizeof(cJSON *));
+	nd_index **all;
+	size_t nall;
+
+	for (int i = 0; i < cl->nn; i++) {
+		cm_error e;
+		cm_error_clear(&e);
+		if (!cl->nodes[i].data || i == cl->self || !cl_alive(cl, i))
+			continue;
+		remote_rw(cl, i, "rw_stats", "", "{}", &stats[i], &e);
+	}
+	nd_index_list(cl->node, &all, &nall);
+	for (size_t x = 0; x < nall; x++) {
+		const char *name = nd_index_name(all[x]);
+		int nc = cl_ncopies(cl, all[x]);
+		int want = 1 + nd_index_settings(all[x])->number_of_replicas;
+		for (int s = 0; s < nd_index_nshards(all[x]); s++) {
+			for (int c = 0; c < want; c++) {
+				if (c >= nc) {
+					cm_buf_printf(out, "%s %d r UNASSIGNED\n", name, s);
+					continue;
+				}
+				int node = cl_copy_node(cl, s, c);
+				long long docs = -1;
+				if (node == cl->self) {
+					st_shard_stats st;
+					st_shard_stats_get(nd_index_shard(all[x], s), &st);
+					docs = (long long)st.docs;
+				} else if (stats[node]) {
+					cJSON *a = cJSON_GetObjectItemCaseSensitive(stats[node], name);
+					cJSON *d = cJSON_GetArrayItem(a, s);
+					if (cJSON_IsNumber(d))
+						docs = (long long)d->valuedouble;
+				}
+				bool up = cl_alive(cl, node);
+				if (up && docs >= 0)
+					cm_buf_printf(out, "%s %d %s STARTED %lld 127.0.0.1 %s\n", name, s,
+					              c == 0 ? "p" : "r", docs, cl->nodes[node].name);
+				else
+					cm_buf_printf(out, "%s %d %s UNASSIGNED\n", name, s, c == 0 ? "p" : "r");
+			}
+		}
+		nd_index_release(all[x]);
+	}
+	cm_free(MEM, all);
+	for (int i = 0; i < cl->nn; i++)
+		cJSON_Delete(stats[i]);
+	cm_free(MEM, stats);
+}
+
+/* ================= hooks ================= */
+
+cm_err
+nd_routed_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result *res)
+{
+	nd_cluster *cl = cl_current();
+	if (!cl)
+		return nd_index_apply(ix, shard, ops, n, res);
+	nd_batch b = {.ix = ix, .shard = shard, .ops = ops, .n = n, .res = res};
+	nd_cluster_apply_batches(cl, &b, 1);
+	return b.rc;
+}
+
+cm_err
+nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *meta,
+              cm_buf *source)
+{
+	nd_cluster *cl = cl_current();
+	cm_error e;
+	char idbuf[1024];
+	if (!cl)
+		return st_shard_get(nd_index_shard(ix, shard), id, len, meta, source);
+	if (len >= sizeof(idbuf))
+		return CM_EINVAL;
+	memcpy(idbuf, id, len);
+	idbuf[len] = 0;
+	cm_error_clear(&e);
+	cm_err rc = nd_cluster_get(cl, ix, shard, idbuf, NULL, meta, source, &e);
+	if (rc && rc != CM_ENOTFOUND)
+		cm_warn("cluster", "get [%s][%d] failed: %s", nd_index_name(ix), shard, e.reason);
+	return rc;
+}
