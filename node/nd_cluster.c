@@ -490,7 +490,7 @@ nd_cluster_admin(nd_cluster *cl, const char *action, const char *index, const ch
 		                  cl->nodes[cl->master].name, action);
 	} else if (rc) {
 		cl_mark(cl, cl->master, false, 0);
-		rc = cm_error_set(err, CM_EUNAVAIL,
+		rc = cm_error_set_type(err, CM_EUNAVAIL, "master_not_discovered_exception",
 		                  "master node [%s] is not available (%s): metadata change [%s] not "
 		                  "applied; searches and writes go on",
 		                  cl->nodes[cl->master].name, cm_err_msg(rc), action);
