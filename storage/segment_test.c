@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <lmdb.h>
@@ -901,6 +902,69 @@ test_long_keys(const char *dir)
 	st_segment_close(s);
 }
 
+static const char *
+path_of(const char *dir, int gen)
+{
+	static char p[256];
+	snprintf(p, sizeof(p), "%s/seg-%d.mdb", dir, gen);
+	return p;
+}
+
+/* Several threads reading one segment through their own txns: the lazily
+ * loaded dictionary and norms state are shared. */
+typedef struct reader_arg {
+	st_segment *s;
+	int bad;
+} reader_arg;
+
+static void *
+reader_main(void *arg)
+{
+	reader_arg *a = arg;
+	st_seg_txn *t;
+	if (st_seg_txn_begin(a->s, &t)) {
+		a->bad++;
+		return NULL;
+	}
+	cm_buf id, src;
+	cm_buf_init(&id, CM_MEM_STORAGE);
+	cm_buf_init(&src, CM_MEM_STORAGE);
+	const st_field_info *ft = st_segment_field(a->s, "title");
+	for (uint32_t d = 0; d < st_segment_max_doc(a->s); d += 3) {
+		cm_buf_reset(&id);
+		cm_buf_reset(&src);
+		a->bad += st_stored_get(t, d, &id, &src) != CM_OK;
+	}
+	a->bad += ft && !st_norms(t, ft);
+	st_postings p;
+	if (ft && st_postings_open(t, ft, "the", 3, &p) == CM_OK)
+		while (st_postings_next_block(&p))
+			;
+	cm_buf_free(&id);
+	cm_buf_free(&src);
+	st_seg_txn_end(t);
+	return NULL;
+}
+
+static void
+test_concurrent_readers(const char *path)
+{
+	st_segment *s;
+	cm_error err = {0};
+	REQUIRE(st_segment_open(path, &s, &err) == CM_OK);
+	pthread_t th[4];
+	reader_arg args[4];
+	for (int i = 0; i < 4; i++) {
+		args[i] = (reader_arg){s, 0};
+		pthread_create(&th[i], NULL, reader_main, &args[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		CHECK(args[i].bad == 0);
+	}
+	st_segment_close(s);
+}
+
 int
 main(void)
 {
@@ -999,6 +1063,7 @@ main(void)
 			fprintf(stderr, "merge: %s\n", err.reason);
 		REQUIRE(rc == CM_OK);
 		check_segment(path, live, nl, 20);
+		test_concurrent_readers(path_of(dir, 20));
 		/* merge again with everything live (NULL bitsets) */
 		nl = 0;
 		for (int s = 0; s < 3; s++)
