@@ -383,7 +383,10 @@ render_item(co_stream *s, bulk_item *it)
 		cJSON_AddStringToObject(e, "index", it->index);
 		s->errors = true;
 	} else {
-		o = co_write_result_json(it->ix, id, strlen(id), &it->res, false);
+		/* refresh=true runs before the reply goes out, as ES reports it */
+		o = co_write_result_json(it->ix, id, strlen(id), &it->res,
+		                         s->dflt.refresh == CO_REFRESH_TRUE &&
+		                             it->res.result != ST_RESULT_NOOP);
 		status = it->res.result == ST_RESULT_CREATED     ? 201
 		         : it->res.result == ST_RESULT_NOT_FOUND ? 404
 		                                                 : 200;

@@ -659,9 +659,10 @@ def bulk_items_shape():
     eq([list(x)[0] for x in it], ["index", "create", "update", "delete", "index", "index",
                                    "update", "delete"])
     i0 = it[0]["index"]
-    eq(list(i0), ["_index", "_type", "_id", "_version", "result", "_shards", "_seq_no",
-                  "_primary_term", "status"])
-    eq((i0["status"], i0["result"], i0["_version"]), (201, "created", 1))
+    eq(list(i0), ["_index", "_type", "_id", "_version", "result", "forced_refresh", "_shards",
+                  "_seq_no", "_primary_term", "status"])
+    eq((i0["status"], i0["result"], i0["_version"], i0["forced_refresh"]),
+       (201, "created", 1, True))
     c = it[1]["create"]
     eq(c["status"], 409)
     eq(c["error"]["type"], "version_conflict_engine_exception")
