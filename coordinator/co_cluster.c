@@ -207,7 +207,8 @@ co_cluster_health(co_req *r)
 	if (to && !nd_parse_time(to, &ms))
 		ms = 30000;
 	co_param_get(r, "level");
-	co_param_get(r, "wait_for_nodes");
+	const char *wn = co_param_get(r, "wait_for_nodes");
+	int want_nodes = wn ? atoi(wn[0] == '>' ? wn + 1 + (wn[1] == '=') : wn) : 0;
 	co_param_get(r, "wait_for_no_relocating_shards");
 	co_param_get(r, "wait_for_active_shards");
 	uint64_t until = cm_now_ns() + (uint64_t)ms * 1000000ull;
@@ -217,7 +218,8 @@ co_cluster_health(co_req *r)
 		nd_cluster_health(cl, &out);
 		j = cJSON_ParseWithLength((const char *)out.data, out.len);
 		const char *st = cJSON_GetObjectItemCaseSensitive(j, "status")->valuestring;
-		if (!want || rank(st) <= rank(want))
+		int nodes = cJSON_GetObjectItemCaseSensitive(j, "number_of_nodes")->valueint;
+		if ((!want || rank(st) <= rank(want)) && nodes >= want_nodes)
 			break;
 		if (cm_now_ns() >= until) {
 			cJSON_ReplaceItemInObjectCaseSensitive(j, "timed_out", cJSON_CreateTrue());

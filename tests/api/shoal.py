@@ -55,13 +55,10 @@ class Node:
 
     # -- process --
     def start(self):
-        self.port = free_port()
+        if not getattr(self, "fixed_port", False):
+            self.port = free_port()
         self.log = open(os.path.join(self.data, "test-node.log"), "ab")
-        self.proc = subprocess.Popen(
-            [shoal_bin(), "--solo", "--data", self.data, "--http",
-             "127.0.0.1:%d" % self.port, "--name", "test-node", "--log-level", "warn"]
-            + self.args,
-            stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.command(), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + self.start_timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -76,6 +73,11 @@ class Node:
             time.sleep(0.05)
         self.kill()
         raise RuntimeError("shoal did not answer within %ss" % self.start_timeout)
+
+    def command(self):
+        return ([shoal_bin(), "--solo", "--data", self.data, "--http",
+                 "127.0.0.1:%d" % self.port, "--name", "test-node", "--log-level", "warn"]
+                + self.args)
 
     def log_tail(self, n=2000):
         try:
@@ -264,3 +266,41 @@ def run_tests(budget_s=110, teardown=None):
             failed += 1
     print("%d passed, %d failed" % (passed, failed), flush=True)
     sys.exit(0 if failed == 0 else 1)
+
+
+class ClusterNode(Node):
+    """One `shoal --cluster FILE --name NAME` process; its HTTP port is
+    the one the cluster file gives it."""
+
+    def __init__(self, cluster_file, name, port, data=None, args=(), start=True):
+        self.cluster_file = cluster_file
+        self.name = name
+        self.fixed_port = True
+        self.port = port
+        Node.__init__(self, data=data, args=args, start=False)
+        self.port = port
+        if start:
+            self.start()
+
+    def command(self):
+        return ([shoal_bin(), "--cluster", self.cluster_file, "--name", self.name,
+                 "--data", self.data, "--log-level", "warn"] + self.args)
+
+
+def cluster_file(path, nodes, name="shoal-test", secret="test-secret", extra=None):
+    """Writes a cluster file. nodes: list of (name, roles or None).
+    Returns {name: (http_port, transport_port)}."""
+    spec = {"cluster_name": name, "secret": secret, "nodes": []}
+    ports = {}
+    for n, roles in nodes:
+        hp, tp = free_port(), free_port()
+        ports[n] = (hp, tp)
+        e = {"name": n, "http": "127.0.0.1:%d" % hp, "transport": "127.0.0.1:%d" % tp}
+        if roles:
+            e["roles"] = roles
+        spec["nodes"].append(e)
+    if extra:
+        spec.update(extra)
+    with open(path, "w") as f:
+        json.dump(spec, f, indent=1)
+    return ports
