@@ -692,6 +692,11 @@ check_params(co_req *r)
 {
 	char bad[400] = "";
 	int nbad = 0;
+	if (r->too_many_params) {
+		co_reply_errorf(r, CM_EINVAL, NULL, "request [%.300s] has more than %d URL parameters",
+		                r->path, CO_MAX_PARAMS);
+		return false;
+	}
 	for (int i = 0; i < r->nparams; i++) {
 		const char *k = r->params[i].key;
 		if (list_has(global_params, k) || list_has(r->route->params, k))
@@ -749,8 +754,10 @@ collect_param(void *cls, enum MHD_ValueKind kind, const char *key, size_t klen,
               const char *value, size_t vlen)
 {
 	co_req *r = cls;
-	if (r->nparams >= CO_MAX_PARAMS)
+	if (r->nparams >= CO_MAX_PARAMS) {
+		r->too_many_params = true;
 		return MHD_NO;
+	}
 	co_param *p = &r->params[r->nparams++];
 	p->key = cm_strndup(MEM, key, klen);
 	url_decode(p->key, klen, true);

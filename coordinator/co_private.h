@@ -40,6 +40,7 @@ struct co_req {
 	int nsegs;
 	co_param params[CO_MAX_PARAMS];
 	int nparams;
+	bool too_many_params;
 	const co_route *route;
 	bool gzip;
 	z_stream z;

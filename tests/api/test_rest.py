@@ -88,6 +88,8 @@ def unknown_params_routes_methods():
              "request [/up1/_search] contains unrecognized parameter: [foo]")
     error_is(n.req("GET", "/up1/_search?foo=1&bar=2"), 400, "illegal_argument_exception",
              "contains unrecognized parameters: [foo], [bar]")
+    error_is(n.req("GET", "/up1/_search?" + "&".join("pretty=%d" % i for i in range(40))), 400,
+             "illegal_argument_exception", "more than")
     st, b = n.req("GET", "/a/b/c/d/e")
     eq(st, 400)
     assert "no handler found for uri [/a/b/c/d/e] and method [GET]" in b["error"], b
