@@ -1600,6 +1600,7 @@ typedef struct ppos {
 	uint32_t npos, cap;
 	uint32_t idx; /* sloppy matcher cursor */
 	int64_t cur;  /* position - offset */
+	int group;    /* first position with the same (single) term: repeats */
 } ppos;
 
 typedef struct phrase_it {
@@ -1612,7 +1613,7 @@ typedef struct phrase_it {
 	const uint8_t *norms;
 	const float *cache;
 	float weight, freq;
-	bool corrupt;
+	bool corrupt, has_rpts;
 } phrase_it;
 
 static uint32_t
@@ -1690,11 +1691,26 @@ exact_freq(phrase_it *ph)
 
 /* Lucene's SloppyPhraseMatcher (without its handling of repeated terms):
  * the sum over matches of 1 / (1 + match length). */
+/* Repeated terms never share a position (Lucene's advanceRpts, simplified:
+ * the moving one skips positions its twins hold). */
 static bool
-pp_step(ppos *pp, int64_t *end)
+rpt_taken(const phrase_it *ph, const ppos *pp)
 {
-	if (++pp->idx >= pp->npos)
-		return false;
+	for (size_t k = 0; k < ph->n; k++) {
+		const ppos *o = &ph->p[k];
+		if (o != pp && o->group == pp->group && o->idx == pp->idx)
+			return true;
+	}
+	return false;
+}
+
+static bool
+pp_step(phrase_it *ph, ppos *pp, int64_t *end)
+{
+	do {
+		if (++pp->idx >= pp->npos)
+			return false;
+	} while (ph->has_rpts && rpt_taken(ph, pp));
 	pp->cur = (int64_t)pp->pos[pp->idx] - pp->off;
 	if (pp->cur > *end)
 		*end = pp->cur;
@@ -1758,7 +1774,14 @@ sloppy_freq(phrase_it *ph)
 	for (size_t k = 0; k < n; k++) {
 		ppos *pp = &ph->p[k];
 		pp->idx = 0;
-		pp->cur = (int64_t)pp->pos[0] - pp->off;
+		if (ph->has_rpts) /* the j-th twin starts on the j-th occurrence */
+			for (size_t o = 0; o < k; o++)
+				pp->idx += ph->p[o].group == pp->group;
+		if (pp->idx >= pp->npos) {
+			cm_free(CM_MEM_SEARCH, h);
+			return 0;
+		}
+		pp->cur = (int64_t)pp->pos[pp->idx] - pp->off;
 		if (pp->cur > end)
 			end = pp->cur;
 		pq_push(h, &hn, pp);
@@ -1770,7 +1793,7 @@ sloppy_freq(phrase_it *ph)
 		int64_t ml = end - pp->cur;
 		int64_t next = h[0]->cur;
 		bool matched = false;
-		while (pp_step(pp, &end)) {
+		while (pp_step(ph, pp, &end)) {
 			if (pp->cur > next) {
 				pq_push(h, &hn, pp);
 				if (ml <= ph->slop) {
@@ -1910,6 +1933,15 @@ phrase_new(sr_exec *x, size_t si, const sr_plan *pl)
 			return none_it();
 		}
 		pp->doc = pp_advance(pp, 0);
+		pp->group = (int)k;
+		for (size_t o = 0; o < k && pl->pos_nterms[k] == 1; o++) {
+			if (pl->pos_nterms[o] == 1 && pl->pos_terms[o][0].n == pl->pos_terms[k][0].n &&
+			    !memcmp(pl->pos_terms[o][0].p, pl->pos_terms[k][0].p, pl->pos_terms[k][0].n)) {
+				pp->group = ph->p[o].group;
+				ph->has_rpts = true;
+				break;
+			}
+		}
 		ph->order[k] = k;
 		/* insertion by cost */
 		size_t j = k;

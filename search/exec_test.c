@@ -216,6 +216,13 @@ test_queries(void)
 	expect_ids(Q("{\"match_phrase\":{\"title\":{\"query\":\"fox quick\",\"slop\":3}}}"), "1",
 	           false);
 	expect_ids(Q("{\"match_phrase\":{\"title\":\"brown brown\"}}"), "5", false);
+	/* repeated terms need distinct occurrences, also when sloppy */
+	expect_ids(Q("{\"match_phrase\":{\"title\":{\"query\":\"brown brown\",\"slop\":3}}}"), "5",
+	           false);
+	expect_ids(Q("{\"match_phrase\":{\"title\":{\"query\":\"brown brown brown\",\"slop\":2}}}"),
+	           "5", false);
+	expect_ids(Q("{\"match_phrase\":{\"title\":{\"query\":\"brown fox brown\",\"slop\":4}}}"),
+	           "", false);
 	expect_ids(Q("{\"match_phrase_prefix\":{\"title\":\"quick br\"}}"), "1,2", false);
 	expect_ids(Q("{\"match_phrase_prefix\":{\"title\":\"fo\"}}"), "1,4,6", false);
 	expect_ids(Q("{\"multi_match\":{\"query\":\"a fox\",\"fields\":[\"title\",\"tag\"]}}"),
