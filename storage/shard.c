@@ -25,6 +25,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -45,6 +46,7 @@
 #define COMMIT_FORMAT 1
 #define MERGE_FLOOR_BYTES (2 * MB) /* segments below this share the lowest tier */
 #define NO_DOC UINT32_MAX
+#define COMPACT_MIN_FREE ((uint64_t)1 << 20) /* flush compacts shard.mdb past this much free */
 #define LOG_TRIM_OPS 262144 /* a refresh trims the log once this many committed ops pile up */
 
 /* ---- refcounted pieces a reader shares with the writer ---- */
@@ -140,6 +142,10 @@ struct st_shard {
 	MDB_dbi db_meta, db_deletes, db_oplog;
 
 	pthread_mutex_t refresh_mu, wmu, rmu, map_mu, sync_mu;
+	/* Read-held by users of the env outside refresh_mu and wmu (log syncs,
+	 * log readers); write-held while shard.mdb is swapped for a compact
+	 * copy. Order: refresh_mu, env_lock, wmu. */
+	pthread_rwlock_t env_lock;
 	pthread_cond_t sync_cv, merge_cv;
 
 	st_mapping *mapping;
@@ -769,7 +775,9 @@ sync_wait(st_shard *s, uint64_t ticket)
 		s->syncing = true;
 		uint64_t target = atomic_load(&s->commit_ticket);
 		pthread_mutex_unlock(&s->sync_mu);
+		pthread_rwlock_rdlock(&s->env_lock);
 		int rc = mdb_env_sync(s->env, 1);
+		pthread_rwlock_unlock(&s->env_lock);
 		atomic_fetch_add(&s->n_syncs, 1);
 		pthread_mutex_lock(&s->sync_mu);
 		s->syncing = false;
@@ -1490,6 +1498,99 @@ trim_log(st_shard *s, int64_t upto)
 	pthread_mutex_lock(&s->wmu);
 }
 
+static cm_err open_env(st_shard *s, cm_error *err);
+
+/* Bytes of shard.mdb in use (pages below the high-water mark minus the
+ * free list) and the file's size. */
+static void
+env_usage(st_shard *s, uint64_t *used, uint64_t *file)
+{
+	MDB_envinfo info;
+	MDB_stat st;
+	*used = *file = 0;
+	if (mdb_env_info(s->env, &info) || mdb_env_stat(s->env, &st))
+		return;
+	uint64_t free_pages = 0;
+	MDB_txn *txn;
+	if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) == 0) {
+		MDB_cursor *c;
+		if (mdb_cursor_open(txn, 0 /* LMDB's free-page DB */, &c) == 0) {
+			MDB_val k, v;
+			while (mdb_cursor_get(c, &k, &v, MDB_NEXT) == 0) {
+				size_t n = 0; /* an MDB_IDL: count, then page numbers */
+				if (v.mv_size >= sizeof(n))
+					memcpy(&n, v.mv_data, sizeof(n));
+				free_pages += n;
+			}
+			mdb_cursor_close(c);
+		}
+		mdb_txn_abort(txn);
+	}
+	uint64_t pages = (uint64_t)info.me_last_pgno + 1;
+	*used = (pages > free_pages ? pages - free_pages : 0) * st.ms_psize;
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/shard.mdb", s->dir);
+	struct stat sb;
+	if (stat(path, &sb) == 0)
+		*file = (uint64_t)sb.st_size;
+}
+
+/* LMDB files never shrink: after the log was trimmed, shard.mdb is
+ * replaced by a compact copy (written to a temp file, synced, renamed).
+ * Called with refresh_mu held and wmu not held. */
+static cm_err
+compact_env(st_shard *s)
+{
+	char path[4096], tmp[4200];
+	snprintf(path, sizeof(path), "%s/shard.mdb", s->dir);
+	snprintf(tmp, sizeof(tmp), "%s.compact.tmp", path);
+	pthread_rwlock_wrlock(&s->env_lock);
+	pthread_mutex_lock(&s->wmu);
+	uint64_t used, file;
+	env_usage(s, &used, &file);
+	cm_err e = CM_OK;
+	if (file < 2 * used || file - used < COMPACT_MIN_FREE)
+		goto out;
+	unlink(tmp);
+	int rc = mdb_env_copy2(s->env, tmp, MDB_CP_COMPACT);
+	if (rc == 0) {
+		int fd = open(tmp, O_RDONLY);
+		rc = fd < 0 || fsync(fd) != 0 ? EIO : 0;
+		if (fd >= 0)
+			close(fd);
+	}
+	if (rc) {
+		unlink(tmp);
+		e = st_mdb_err(rc);
+		goto out;
+	}
+	mdb_env_close(s->env);
+	s->env = NULL;
+	if (rename(tmp, path) != 0) {
+		unlink(tmp);
+		e = CM_EIO;
+	} else {
+		cm_fsync_dir(s->dir);
+	}
+	cm_error cerr;
+	cm_error_clear(&cerr);
+	cm_err oe = open_env(s, &cerr);
+	if (oe) {
+		/* Nothing can be written now; the files on disk are intact. */
+		cm_errorlog("storage", "shard %s: reopening after compaction failed: %s", s->dir,
+		            cerr.reason);
+		e = oe;
+	} else if (e == CM_OK) {
+		cm_info("storage",
+		        "shard %s: compacted shard.mdb from %" PRIu64 " to %" PRIu64 " bytes",
+		        s->dir, file, used);
+	}
+out:
+	pthread_mutex_unlock(&s->wmu);
+	pthread_rwlock_unlock(&s->env_lock);
+	return e;
+}
+
 /* Refresh: freeze the buffer, write it as a segment without the write
  * lock (indexing continues into a fresh buffer), then commit the new
  * segment list with every segment's deletes as of the freeze. Called with
@@ -1641,9 +1742,12 @@ st_shard_flush(st_shard *s)
 				trim_log(s, upto);
 		}
 	}
+	pthread_mutex_unlock(&s->wmu);
+	if (e == CM_OK)
+		e = compact_env(s);
 	if (e == CM_OK)
 		atomic_fetch_add(&s->n_flush, 1);
-	unlock_both(s);
+	pthread_mutex_unlock(&s->refresh_mu);
 	return e;
 }
 
@@ -2231,6 +2335,7 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 	else
 		st_shard_opts_default(&s->opts);
 	pthread_mutex_init(&s->refresh_mu, NULL);
+	pthread_rwlock_init(&s->env_lock, NULL);
 	pthread_mutex_init(&s->wmu, NULL);
 	pthread_mutex_init(&s->rmu, NULL);
 	pthread_mutex_init(&s->map_mu, NULL);
@@ -2309,6 +2414,7 @@ st_shard_close(st_shard *s)
 	if (s->mapping)
 		st_mapping_unref(s->mapping);
 	pthread_mutex_destroy(&s->refresh_mu);
+	pthread_rwlock_destroy(&s->env_lock);
 	pthread_mutex_destroy(&s->wmu);
 	pthread_mutex_destroy(&s->rmu);
 	pthread_mutex_destroy(&s->map_mu);
@@ -2358,17 +2464,21 @@ st_shard_stats_get(st_shard *s, st_shard_stats *out)
 cm_err
 st_shard_oplog_read(st_shard *s, uint64_t from, st_oplog_fn fn, void *ctx)
 {
+	pthread_rwlock_rdlock(&s->env_lock);
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	if (rc) {
+		pthread_rwlock_unlock(&s->env_lock);
+		return st_mdb_err(rc);
+	}
+	/* Checked after the snapshot began: a trim point is recorded before
+	 * its records go, so the snapshot holds everything above it. */
 	pthread_mutex_lock(&s->wmu);
 	int64_t trimmed = s->cp.oplog_trimmed;
 	pthread_mutex_unlock(&s->wmu);
 	int64_t f = from == ST_NO_SEQ ? -1 : (int64_t)from;
-	if (f < trimmed)
-		return CM_ENOTFOUND;
-	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-	if (rc)
-		return st_mdb_err(rc);
-	cm_err e = st_oplog_scan(txn, s->db_oplog, from, fn, ctx);
+	cm_err e = f < trimmed ? CM_ENOTFOUND : st_oplog_scan(txn, s->db_oplog, from, fn, ctx);
 	mdb_txn_abort(txn);
+	pthread_rwlock_unlock(&s->env_lock);
 	return e;
 }

@@ -901,6 +901,75 @@ concurrency(const char *dir, st_mapping *map, cm_pool *pool)
 	free(seqs);
 }
 
+/* ---- flush compacts shard.mdb once the log is trimmed ---- */
+
+static long
+file_size(const char *dir, const char *name)
+{
+	char path[700];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return -1;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fclose(f);
+	return n;
+}
+
+static void
+compaction(const char *dir, st_mapping *map)
+{
+	st_shard *s = open_shard(dir, map, NULL);
+	char body[600];
+	memset(body, 'x', 500);
+	body[500] = 0;
+	static char srcs[100][620], ids[100][16];
+	for (int b = 0; b < 40; b++) {
+		st_op ops[100];
+		st_op_result res[100];
+		for (int i = 0; i < 100; i++) {
+			snprintf(ids[i], sizeof(ids[i]), "c%d", b * 100 + i);
+			snprintf(srcs[i], sizeof(srcs[i]), "{\"body\":\"%s %d\"}", body,
+			         b * 100 + i);
+			ops[i] = index_op(ids[i], srcs[i]);
+		}
+		REQUIRE(st_shard_apply(s, ops, 100, res) == CM_OK);
+	}
+	long before = file_size(dir, "shard.mdb");
+	REQUIRE(st_shard_flush(s) == CM_OK);
+	long after = file_size(dir, "shard.mdb");
+	CHECKF(before > 2000000 && after < before / 4, "shard.mdb %ld -> %ld bytes", before, after);
+	CHECK(file_size(dir, "shard.mdb.compact.tmp") < 0);
+	/* Still a working shard: log, reads, writes, reopen. */
+	CHECK(st_shard_oplog_read(s, 100, NULL, NULL) == CM_ENOTFOUND);
+	collect c = {0};
+	CHECK(st_shard_oplog_read(s, 3999, collect_fn, &c) == CM_OK && c.n == 0);
+	st_op one = index_op("c7", "{\"k\":\"again\"}");
+	st_op_result r;
+	apply1(s, &one, &r);
+	CHECK(r.err == CM_OK && r.seq_no == 4000 && r.version == 2);
+	CHECK(st_shard_oplog_read(s, 3999, collect_fn, &c) == CM_OK && c.n == 1);
+	st_shard_close(s);
+	s = open_shard(dir, map, NULL);
+	st_doc_meta meta;
+	cm_buf src;
+	cm_buf_init(&src, CM_MEM_STORAGE);
+	CHECK(st_shard_get(s, "c7", 2, &meta, &src) == CM_OK && meta.version == 2 &&
+	      src.len == strlen("{\"k\":\"again\"}"));
+	cm_buf_reset(&src);
+	CHECK(st_shard_get(s, "c3999", 5, &meta, &src) == CM_OK && meta.seq_no == 3999);
+	st_shard_stats st;
+	st_shard_stats_get(s, &st);
+	CHECK(st.docs == 4000 && st.max_seq_no == 4000);
+	cm_buf_free(&src);
+	for (size_t i = 0; i < c.n; i++)
+		cm_buf_free(&c.store[i]);
+	free(c.ops);
+	free(c.store);
+	st_shard_close(s);
+}
+
 /* ---- merge policy ---- */
 
 static void
@@ -926,17 +995,19 @@ main(void)
 {
 	char base[] = "/tmp/shard_test.XXXXXX";
 	REQUIRE(mkdtemp(base) != NULL);
-	char d1[600], d2[600], d3[600], d4[600], d5[600];
+	char d1[600], d2[600], d3[600], d4[600], d5[600], d6[600];
 	snprintf(d1, sizeof(d1), "%s/random", base);
 	snprintf(d2, sizeof(d2), "%s/cond", base);
 	snprintf(d3, sizeof(d3), "%s/primary", base);
 	snprintf(d4, sizeof(d4), "%s/replica", base);
 	snprintf(d5, sizeof(d5), "%s/concurrent", base);
+	snprintf(d6, sizeof(d6), "%s/compact", base);
 	st_mapping *map = test_mapping();
 	cm_pool *pool = cm_pool_create(2, "merge");
 	policy();
 	conditions(d2, map);
 	replication(d3, d4, map);
+	compaction(d6, map);
 	random_run(d1, map, pool, 1000);
 	concurrency(d5, map, pool);
 	cm_pool_destroy(pool);
