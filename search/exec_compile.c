@@ -1620,6 +1620,8 @@ compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 		c->depth--;
 		return cm_error_set(c->err, CM_ELIMIT, "query nested too deeply");
 	}
+	bool saved_lenient = c->lenient;
+	c->lenient |= q->lenient;
 	float b = boost * (q->boost > 0 || q->boost < 0 ? q->boost : 1.0f);
 	if (q->boost == 0)
 		b = 0;
@@ -1633,11 +1635,13 @@ compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 		char *f[1] = {q->field};
 		rc = compile_over_fields(c, q, f, NULL, 1, 0.0f, false, b, scoring, out);
 		c->depth--;
+		c->lenient = saved_lenient;
 		return rc;
 	}
 	const sr_fstat *fs = field_level ? field_or_null(c, q->field) : NULL;
 	if (field_level && !q->field) {
 		c->depth--;
+		c->lenient = saved_lenient;
 		return cm_error_set(c->err, CM_EPARSE, "[%s] query requires a field",
 		                    sr_query_kind_name(q->kind));
 	}
@@ -1797,6 +1801,7 @@ compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 	}
 	}
 	c->depth--;
+	c->lenient = saved_lenient;
 	if (!rc && !*out)
 		*out = none();
 	return rc;

@@ -389,6 +389,8 @@ test_counts(void)
 	expect_error(Q("{\"regexp\":{\"title\":\"(a|b)*a(a|b){20}\"}}"), "more than 10000 states");
 	expect_error(Q("{\"range\":{\"n\":{\"gte\":\"abc\"}}}"), "failed to parse value [abc]");
 	expect_error(Q("{\"prefix\":{\"n\":\"1\"}}"), "Can only use prefix queries");
+	expect_ids(Q("{\"match\":{\"n\":{\"query\":\"abc\",\"lenient\":true}}}"), "", false);
+	expect_error(Q("{\"match\":{\"n\":{\"query\":\"abc\"}}}"), "failed to parse value [abc]");
 }
 
 /* Aggregations ride the same windows: terms over the matches, deletes applied. */
