@@ -1,30 +1,43 @@
 #!/usr/bin/env bash
-# A local Shoal node on 127.0.0.1:9200 with the sample accounts loaded.
-#   cluster-scripts/local-cluster.sh up       install what is missing, build on first run,
-#                                             start, load 1,000 accounts, show example queries
-#   cluster-scripts/local-cluster.sh down     stop it
-#   cluster-scripts/local-cluster.sh status   is it running, and what does it hold
-# Data, pid and log live in ./data/node-1 (relative to the repository root).
-# Environment: SHOAL_HTTP (default 127.0.0.1:9200), SHOAL_BUILD_DIR (default build).
+# A local Shoal cluster on 127.0.0.1 with the sample accounts loaded.
+#   cluster-scripts/local-cluster.sh up [--nodes N] [--shards S] [--replicas R] [--no-sample]
+#       install what is missing, build on first run, write the cluster file,
+#       start N nodes (default 2) detached, wait for green, load 1,000 accounts
+#       (S shards, R replicas; default 2 and 1), show example queries
+#   cluster-scripts/local-cluster.sh down          stop every node
+#   cluster-scripts/local-cluster.sh status        which nodes run, health, shards
+#   cluster-scripts/local-cluster.sh kill NODE     kill -9 one node (node-2, ...)
+#   cluster-scripts/local-cluster.sh restart NODE  start it again (after kill)
+# Node i listens on HTTP 9200+i-1 and transport 9300+i-1; data, pid and log
+# of each live in ./data/node-i, the cluster file is ./data/cluster.json.
+# Environment: SHOAL_BASE_PORT (default 9200), SHOAL_BUILD_DIR (default build),
+# SHOAL_DATA_DIR (default ./data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-HTTP=${SHOAL_HTTP:-127.0.0.1:9200}
+BASE=${SHOAL_BASE_PORT:-9200}
+TBASE=$((BASE + 100))
 BUILD_DIR=${SHOAL_BUILD_DIR:-build}
 BIN="$ROOT/$BUILD_DIR/bin/shoal"
-DATA="$ROOT/data/node-1"
-PIDFILE="$DATA/shoal.pid"
-LOG="$DATA/shoal.log"
+DATA_ROOT=${SHOAL_DATA_DIR:-"$ROOT/data"}
+CFILE="$DATA_ROOT/cluster.json"
 SAMPLE="$ROOT/cluster-scripts/sample/accounts-es.ndjson"
-URL="http://$HTTP"
+URL="http://127.0.0.1:$BASE"
+NODES=2
+SHARDS=2
+REPLICAS=1
+SAMPLE_ON=1
 
 say() { printf '%s\n' "$*"; }
 die() { printf 'local-cluster: %s\n' "$*" >&2; exit 1; }
 
+pidfile() { echo "$DATA_ROOT/$1/shoal.pid"; }
+
 running_pid() {
-	[ -f "$PIDFILE" ] || return 1
-	local pid
-	pid=$(cat "$PIDFILE" 2>/dev/null || true)
+	local f pid
+	f=$(pidfile "$1")
+	[ -f "$f" ] || return 1
+	pid=$(cat "$f" 2>/dev/null || true)
 	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && { echo "$pid"; return 0; }
 	return 1
 }
@@ -32,16 +45,64 @@ running_pid() {
 # curl with a bounded wait; prints the body.
 http() { curl -sS --max-time 60 "$@"; }
 
+# The nodes named in the cluster file, in order.
+cluster_nodes() {
+	[ -f "$CFILE" ] || return 0
+	python3 -c 'import json,sys; [print(n["name"]) for n in json.load(open(sys.argv[1]))["nodes"]]' "$CFILE"
+}
+
+node_url() {
+	python3 -c 'import json,sys
+for n in json.load(open(sys.argv[1]))["nodes"]:
+    if n["name"] == sys.argv[2]: print("http://" + n["http"])' "$CFILE" "$1"
+}
+
+write_cluster_file() {
+	mkdir -p "$DATA_ROOT"
+	python3 - "$CFILE" "$NODES" "$BASE" "$TBASE" <<'PY'
+import json, secrets, sys
+path, n, base, tbase = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+spec = {"cluster_name": "shoal-local", "secret": secrets.token_hex(16), "nodes": [
+    {"name": "node-%d" % (i + 1), "http": "127.0.0.1:%d" % (base + i),
+     "transport": "127.0.0.1:%d" % (tbase + i)} for i in range(n)]}
+with open(path, "w") as f:
+    json.dump(spec, f, indent=1)
+PY
+}
+
+start_node() {
+	local name=$1 dir="$DATA_ROOT/$1" pid
+	mkdir -p "$dir"
+	if pid=$(running_pid "$name"); then
+		say "$name already running (pid $pid)"
+		return 0
+	fi
+	nohup "$BIN" --cluster "$CFILE" --name "$name" --data "$dir" >>"$dir/shoal.log" 2>&1 &
+	echo $! >"$(pidfile "$name")"
+	say "started $name (pid $!) on $(node_url "$name"), log $dir/shoal.log"
+}
+
 wait_up() {
+	local name=$1 url
+	url=$(node_url "$name")
 	for _ in $(seq 1 150); do
-		if curl -s --max-time 1 "$URL/" >/dev/null 2>&1; then return 0; fi
-		if ! running_pid >/dev/null; then
-			tail -n 20 "$LOG" >&2 || true
-			die "the node exited during start (log above, full log: $LOG)"
+		if curl -s --max-time 1 "$url/" >/dev/null 2>&1; then return 0; fi
+		if ! running_pid "$name" >/dev/null; then
+			tail -n 20 "$DATA_ROOT/$name/shoal.log" >&2 || true
+			die "$name exited during start (log above)"
 		fi
 		sleep 0.2
 	done
-	die "the node did not answer on $URL within 30 s (log: $LOG)"
+	die "$name did not answer on $url within 30 s"
+}
+
+wait_green() {
+	local n want
+	want=$(cluster_nodes | wc -l)
+	say "waiting for the cluster to turn green ($want nodes) ..."
+	n=$(http "$URL/_cluster/health?wait_for_status=green&wait_for_nodes=$want&timeout=30s" |
+		python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["status"], r["number_of_nodes"])')
+	say "cluster health: $n nodes"
 }
 
 build() {
@@ -54,7 +115,8 @@ build() {
 }
 
 doc_count() {
-	http "$URL/_cat/count/$1?h=count" 2>/dev/null | tr -d ' \n' || true
+	http "$URL/$1/_count" 2>/dev/null |
+		python3 -c 'import json,sys; print(json.load(sys.stdin).get("count", ""))' 2>/dev/null || true
 }
 
 load_accounts() {
@@ -68,7 +130,7 @@ load_accounts() {
 		http -X DELETE "$URL/accounts" >/dev/null
 	fi
 	http -X PUT "$URL/accounts" -H 'Content-Type: application/json' \
-		-d '{"settings":{"number_of_shards":1,"number_of_replicas":0}}' >/dev/null
+		-d "{\"settings\":{\"number_of_shards\":$SHARDS,\"number_of_replicas\":$REPLICAS}}" >/dev/null
 	start=$(date +%s%N)
 	BODY=$(mktemp)
 	trap 'rm -f "$BODY"' EXIT
@@ -122,69 +184,131 @@ for name, a in (r.get("aggregations") or {}).items():
 '
 }
 
+
 up() {
-	mkdir -p "$DATA"
+	while [ $# -gt 0 ]; do
+		case "$1" in
+		--nodes) NODES=$2; shift 2 ;;
+		--shards) SHARDS=$2; shift 2 ;;
+		--replicas) REPLICAS=$2; shift 2 ;;
+		--no-sample) SAMPLE_ON=0; shift ;;
+		*) die "unknown option $1 (up [--nodes N] [--shards S] [--replicas R] [--no-sample])" ;;
+		esac
+	done
+	[ "$NODES" -ge 1 ] 2>/dev/null || die "--nodes wants a number >= 1"
 	bash "$ROOT/cluster-scripts/install-deps.sh" || die "missing packages (see above)"
 	build
-	if pid=$(running_pid); then
-		say "node already running (pid $pid) on $URL"
+	local running=0 name
+	for name in $(cluster_nodes); do
+		running_pid "$name" >/dev/null && running=1
+	done
+	if [ "$running" = 1 ]; then
+		say "a cluster is already running (cluster-scripts/local-cluster.sh status); reusing it"
 	else
-		say "starting node-1 on $URL (data $DATA, log $LOG)"
-		nohup "$BIN" --solo --data "$DATA" --http "$HTTP" --name node-1 >>"$LOG" 2>&1 &
-		echo $! >"$PIDFILE"
-		wait_up
+		write_cluster_file
 	fi
-	load_accounts
-	example "full-text search (the q= query string)" \
-		"curl '$URL/accounts/_search?q=michael&pretty'" \
-		"$URL/accounts/_search?q=michael"
-	example "a bool query with filters: women aged 30 to 35" \
-		"curl -H 'Content-Type: application/json' '$URL/accounts/_search?pretty' -d '{\"query\":{\"bool\":{\"filter\":[{\"term\":{\"gender.keyword\":\"female\"}},{\"range\":{\"age\":{\"gte\":30,\"lte\":35}}}]}}}'" \
-		-H 'Content-Type: application/json' "$URL/accounts/_search" \
-		-d '{"query":{"bool":{"filter":[{"term":{"gender.keyword":"female"}},{"range":{"age":{"gte":30,"lte":35}}}]}}}'
-	example "aggregations: favourite fruit and the average balance" \
-		"curl -H 'Content-Type: application/json' '$URL/accounts/_search?pretty' -d '{\"size\":0,\"aggs\":{\"fruit\":{\"terms\":{\"field\":\"favoriteFruit.keyword\"}},\"avg_balance\":{\"avg\":{\"field\":\"balance\"}}}}'" \
-		-H 'Content-Type: application/json' "$URL/accounts/_search" \
-		-d '{"size":0,"aggs":{"fruit":{"terms":{"field":"favoriteFruit.keyword"}},"avg_balance":{"avg":{"field":"balance"}}}}'
+	for name in $(cluster_nodes); do
+		start_node "$name"
+	done
+	for name in $(cluster_nodes); do
+		wait_up "$name"
+	done
+	wait_green
+	if [ "$SAMPLE_ON" = 1 ]; then
+		load_accounts
+		wait_green
+		example "full-text search (the q= query string)" \
+			"curl '$URL/accounts/_search?q=michael&pretty'" \
+			"$URL/accounts/_search?q=michael"
+		example "a bool query with filters: women aged 30 to 35" \
+			"curl -H 'Content-Type: application/json' '$URL/accounts/_search?pretty' -d '{\"query\":{\"bool\":{\"filter\":[{\"term\":{\"gender.keyword\":\"female\"}},{\"range\":{\"age\":{\"gte\":30,\"lte\":35}}}]}}}'" \
+			-H 'Content-Type: application/json' "$URL/accounts/_search" \
+			-d '{"query":{"bool":{"filter":[{"term":{"gender.keyword":"female"}},{"range":{"age":{"gte":30,"lte":35}}}]}}}'
+		example "aggregations: favourite fruit and the average balance" \
+			"curl -H 'Content-Type: application/json' '$URL/accounts/_search?pretty' -d '{\"size\":0,\"aggs\":{\"fruit\":{\"terms\":{\"field\":\"favoriteFruit.keyword\"}},\"avg_balance\":{\"avg\":{\"field\":\"balance\"}}}}'" \
+			-H 'Content-Type: application/json' "$URL/accounts/_search" \
+			-d '{"size":0,"aggs":{"fruit":{"terms":{"field":"favoriteFruit.keyword"}},"avg_balance":{"avg":{"field":"balance"}}}}'
+	fi
 	say ""
-	say "node-1 is up on $URL; stop it with: cluster-scripts/local-cluster.sh down"
+	say "the cluster is up; every node answers any request:"
+	for name in $(cluster_nodes); do
+		say "  $name  $(node_url "$name")"
+	done
+	say "shards:  curl '$URL/_cat/shards?v'    nodes: curl '$URL/_cat/nodes?v'"
+	say "stop it with: cluster-scripts/local-cluster.sh down"
 }
 
-down() {
-	local pid
-	if ! pid=$(running_pid); then
-		say "not running"
-		rm -f "$PIDFILE"
+stop_node() {
+	local name=$1 pid
+	if ! pid=$(running_pid "$name"); then
+		rm -f "$(pidfile "$name")"
 		return 0
 	fi
 	kill -TERM "$pid"
 	for _ in $(seq 1 100); do
-		kill -0 "$pid" 2>/dev/null || { rm -f "$PIDFILE"; say "stopped node-1 (pid $pid)"; return 0; }
+		kill -0 "$pid" 2>/dev/null || { rm -f "$(pidfile "$name")"; say "stopped $name (pid $pid)"; return 0; }
 		sleep 0.2
 	done
-	say "node-1 did not stop within 20 s; killing it"
+	say "$name did not stop within 20 s; killing it"
 	kill -KILL "$pid" 2>/dev/null || true
-	rm -f "$PIDFILE"
+	rm -f "$(pidfile "$name")"
+}
+
+down() {
+	local name any=0
+	for name in $(cluster_nodes); do
+		running_pid "$name" >/dev/null && any=1
+		stop_node "$name"
+	done
+	[ "$any" = 1 ] || say "not running"
 }
 
 status() {
-	local pid
-	if pid=$(running_pid); then
-		say "node-1 running (pid $pid) on $URL, data $DATA"
-		http "$URL/_cluster/health?pretty" || true
-		http "$URL/_cat/indices?v" || true
-	else
-		say "node-1 not running"
-		return 1
-	fi
+	local name pid up=""
+	for name in $(cluster_nodes); do
+		if pid=$(running_pid "$name"); then
+			say "$name running (pid $pid) on $(node_url "$name")"
+			[ -z "$up" ] && up=$(node_url "$name")
+		else
+			say "$name not running"
+		fi
+	done
+	[ -n "$up" ] || return 1
+	http "$up/_cluster/health?pretty" || true
+	http "$up/_cat/nodes?v" || true
+	http "$up/_cat/shards?v" || true
 }
 
-case "${1:-}" in
-up) up ;;
+kill_node() {
+	local name=${1:-} pid
+	[ -n "$name" ] || die "kill wants a node name ($(cluster_nodes | tr '\n' ' '))"
+	pid=$(running_pid "$name") || die "$name is not running"
+	kill -KILL "$pid"
+	rm -f "$(pidfile "$name")"
+	say "killed $name (pid $pid) with SIGKILL"
+}
+
+restart_node() {
+	local name=${1:-}
+	[ -n "$name" ] || die "restart wants a node name ($(cluster_nodes | tr '\n' ' '))"
+	cluster_nodes | grep -qx "$name" || die "no node $name in $CFILE"
+	build
+	stop_node "$name"
+	start_node "$name"
+	wait_up "$name"
+	wait_green
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+up) up "$@" ;;
 down) down ;;
 status) status ;;
+kill) kill_node "$@" ;;
+restart) restart_node "$@" ;;
 *)
-	echo "usage: $0 up|down|status" >&2
+	echo "usage: $0 up [--nodes N] [--shards S] [--replicas R] [--no-sample] | down | status | kill NODE | restart NODE" >&2
 	exit 2
 	;;
 esac
