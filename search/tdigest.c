@@ -44,11 +44,52 @@ agg_td_free(agg_tdigest *t)
 	cm_free(AGG_MEM, t);
 }
 
-static int
-cent_cmp(const void *a, const void *b)
+/* Inline quicksort by mean: the buffer sort is the digest's hot spot, and
+ * qsort's indirect comparisons cost several times more. */
+static void
+cent_sort(centroid *v, size_t n)
 {
-	double x = ((const centroid *)a)->mean, y = ((const centroid *)b)->mean;
-	return (x > y) - (x < y);
+	while (n > 16) {
+		centroid *a = &v[0], *b = &v[n / 2], *c = &v[n - 1], *m;
+		if (a->mean < b->mean)
+			m = b->mean < c->mean ? b : (a->mean < c->mean ? c : a);
+		else
+			m = a->mean < c->mean ? a : (b->mean < c->mean ? c : b);
+		double pivot = m->mean;
+		size_t i = 0, j = n - 1;
+		for (;;) {
+			while (v[i].mean < pivot)
+				i++;
+			while (v[j].mean > pivot)
+				j--;
+			if (i >= j)
+				break;
+			centroid t = v[i];
+			v[i] = v[j];
+			v[j] = t;
+			i++;
+			j--;
+		}
+		/* recurse into the smaller side, loop on the larger */
+		size_t left = j + 1;
+		if (left < n - left) {
+			cent_sort(v, left);
+			v += left;
+			n -= left;
+		} else {
+			cent_sort(v + left, n - left);
+			n = left;
+		}
+	}
+	for (size_t i = 1; i < n; i++) {
+		centroid x = v[i];
+		size_t j = i;
+		while (j > 0 && v[j - 1].mean > x.mean) {
+			v[j] = v[j - 1];
+			j--;
+		}
+		v[j] = x;
+	}
 }
 
 static double
@@ -72,12 +113,17 @@ td_compress(agg_tdigest *t)
 	if (t->bn == 0)
 		return;
 	size_t all = t->n + t->bn;
+	/* sort only the buffer, then merge it with the sorted centroids */
+	cent_sort(t->buf, t->bn);
 	centroid *v = cm_malloc(AGG_MEM, all * sizeof *v);
-	if (t->n)
-		memcpy(v, t->c, t->n * sizeof *v);
-	memcpy(v + t->n, t->buf, t->bn * sizeof *v);
+	size_t i = 0, j = 0, k = 0;
+	while (i < t->n && j < t->bn)
+		v[k++] = t->c[i].mean <= t->buf[j].mean ? t->c[i++] : t->buf[j++];
+	while (i < t->n)
+		v[k++] = t->c[i++];
+	while (j < t->bn)
+		v[k++] = t->buf[j++];
 	t->bn = 0;
-	qsort(v, all, sizeof *v, cent_cmp);
 	double total = 0;
 	for (size_t i = 0; i < all; i++)
 		total += v[i].w;
@@ -86,7 +132,7 @@ td_compress(agg_tdigest *t)
 	centroid cur = v[0];
 	double wsofar = 0;
 	double qlimit = k1_inv(k1(0, d) + 1, d);
-	for (size_t i = 1; i < all; i++) {
+	for (i = 1; i < all; i++) {
 		double q = (wsofar + cur.w + v[i].w) / total;
 		if (q <= qlimit) {
 			cur.w += v[i].w;
