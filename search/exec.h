@@ -258,8 +258,12 @@ cm_err sr_sorter_segment(sr_sorter *s, sr_exec *x, size_t si);
 /* Fills vals (nkeys) for doc of the current segment. */
 cm_err sr_sorter_values(sr_sorter *s, sr_exec *x, size_t si, uint32_t doc, uint32_t gdoc,
                         float score, sr_sortval *vals);
+/* One key's value (the others untouched). */
+cm_err sr_sorter_key_value(sr_sorter *s, sr_exec *x, size_t si, size_t key, uint32_t doc,
+                           uint32_t gdoc, float score, sr_sortval *v);
 /* <0 when a sorts before b. */
 int sr_sorter_cmp(const sr_sorter *s, const sr_sortval *a, const sr_sortval *b);
+int sr_sorter_cmp_key(const sr_sorter *s, size_t key, const sr_sortval *a, const sr_sortval *b);
 void sr_sorter_export(const sr_sorter *s, const sr_sortval *v, sr_sort_value *out);
 
 /* ---- top-k (topk.c) ---- */

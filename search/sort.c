@@ -218,78 +218,91 @@ pick(const sr_sort_field *k, const int64_t *v, int n)
 }
 
 cm_err
+sr_sorter_key_value(sr_sorter *s, sr_exec *x, size_t si, size_t i, uint32_t doc, uint32_t gdoc,
+                    float score, sr_sortval *v)
+{
+	const sr_sort_field *k = &s->keys[i];
+	memset(v, 0, sizeof *v);
+	if (k->kind == SR_SORT_SCORE) {
+		v->f = score;
+		return CM_OK;
+	}
+	if (k->kind == SR_SORT_DOC) {
+		v->l = gdoc;
+		return CM_OK;
+	}
+	if (!s->fi[i]) {
+		v->missing = true;
+		return CM_OK;
+	}
+	const int64_t *cv;
+	int n = st_col_values(x->segs[si].txn, s->fi[i], &s->cb[i], doc, &cv);
+	if (n < 0)
+		return cm_error_set(x->err, CM_ECORRUPT, "cannot read column [%s]", s->fi[i]->name);
+	if (n == 0) {
+		v->missing = true;
+		return CM_OK;
+	}
+	v->l = pick(k, cv, n);
+	if (k->is_keyword) {
+		sr_ordterm *c = (uint64_t)v->l < s->nordc[i] ? &s->ordc[i][v->l] : NULL;
+		if (c && c->p) {
+			v->s = c->p;
+			v->n = c->n;
+			return CM_OK;
+		}
+		cm_err rc = st_ord_term(x->segs[si].txn, s->fi[i], (uint64_t)v->l, &v->s, &v->n);
+		if (rc)
+			return cm_error_set(x->err, rc, "cannot read term of [%s]", s->fi[i]->name);
+		if (c) {
+			c->p = v->s ? v->s : (const uint8_t *)"";
+			c->n = v->n;
+		}
+	}
+	return CM_OK;
+}
+
+cm_err
 sr_sorter_values(sr_sorter *s, sr_exec *x, size_t si, uint32_t doc, uint32_t gdoc, float score,
                  sr_sortval *vals)
 {
 	for (size_t i = 0; i < s->nkeys; i++) {
-		const sr_sort_field *k = &s->keys[i];
-		sr_sortval *v = &vals[i];
-		memset(v, 0, sizeof *v);
-		if (k->kind == SR_SORT_SCORE) {
-			v->f = score;
-			continue;
-		}
-		if (k->kind == SR_SORT_DOC) {
-			v->l = gdoc;
-			continue;
-		}
-		if (!s->fi[i]) {
-			v->missing = true;
-			continue;
-		}
-		const int64_t *cv;
-		int n = st_col_values(x->segs[si].txn, s->fi[i], &s->cb[i], doc, &cv);
-		if (n < 0)
-			return cm_error_set(x->err, CM_ECORRUPT, "cannot read column [%s]", s->fi[i]->name);
-		if (n == 0) {
-			v->missing = true;
-			continue;
-		}
-		v->l = pick(k, cv, n);
-		if (k->is_keyword) {
-			sr_ordterm *c = (uint64_t)v->l < s->nordc[i] ? &s->ordc[i][v->l] : NULL;
-			if (c && c->p) {
-				v->s = c->p;
-				v->n = c->n;
-				continue;
-			}
-			cm_err rc = st_ord_term(x->segs[si].txn, s->fi[i], (uint64_t)v->l, &v->s, &v->n);
-			if (rc)
-				return cm_error_set(x->err, rc, "cannot read term of [%s]", s->fi[i]->name);
-			if (c) {
-				c->p = v->s ? v->s : (const uint8_t *)"";
-				c->n = v->n;
-			}
-		}
+		cm_err rc = sr_sorter_key_value(s, x, si, i, doc, gdoc, score, &vals[i]);
+		if (rc)
+			return rc;
 	}
 	return CM_OK;
+}
+
+int
+sr_sorter_cmp_key(const sr_sorter *s, size_t i, const sr_sortval *x, const sr_sortval *y)
+{
+	const sr_sort_field *k = &s->keys[i];
+	int c = 0;
+	if (k->kind == SR_SORT_FIELD && (x->missing || y->missing)) {
+		if (x->missing != y->missing)
+			return (x->missing ? -1 : 1) * (k->missing_first ? 1 : -1);
+		return 0;
+	}
+	if (k->kind == SR_SORT_SCORE) {
+		c = x->f < y->f ? -1 : x->f > y->f;
+	} else if (k->is_keyword) {
+		size_t n = x->n < y->n ? x->n : y->n;
+		c = memcmp(x->s, y->s, n);
+		if (!c)
+			c = (x->n > y->n) - (x->n < y->n);
+		c = c < 0 ? -1 : c > 0;
+	} else {
+		c = x->l < y->l ? -1 : x->l > y->l;
+	}
+	return k->desc ? -c : c;
 }
 
 int
 sr_sorter_cmp(const sr_sorter *s, const sr_sortval *a, const sr_sortval *b)
 {
 	for (size_t i = 0; i < s->nkeys; i++) {
-		const sr_sort_field *k = &s->keys[i];
-		const sr_sortval *x = &a[i], *y = &b[i];
-		int c = 0;
-		if (k->kind == SR_SORT_FIELD && (x->missing || y->missing)) {
-			if (x->missing != y->missing)
-				return (x->missing ? -1 : 1) * (k->missing_first ? 1 : -1);
-			continue;
-		}
-		if (k->kind == SR_SORT_SCORE) {
-			c = x->f < y->f ? -1 : x->f > y->f;
-		} else if (k->is_keyword) {
-			size_t n = x->n < y->n ? x->n : y->n;
-			c = memcmp(x->s, y->s, n);
-			if (!c)
-				c = (x->n > y->n) - (x->n < y->n);
-			c = c < 0 ? -1 : c > 0;
-		} else {
-			c = x->l < y->l ? -1 : x->l > y->l;
-		}
-		if (k->desc)
-			c = -c;
+		int c = sr_sorter_cmp_key(s, i, &a[i], &b[i]);
 		if (c)
 			return c;
 	}

@@ -158,6 +158,14 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 				offer(t, s, base + doc, doc);
 				continue;
 			}
+			if (t->nkeys && t->n == t->k) {
+				/* cheap reject on the first key against the current worst */
+				cm_err rc = sr_sorter_key_value(&t->sorter, x, si, 0, doc, base + doc, s, t->cand);
+				if (rc)
+					return rc;
+				if (sr_sorter_cmp_key(&t->sorter, 0, t->cand, t->heap[0].vals) > 0)
+					continue;
+			}
 			if (t->nkeys) {
 				cm_err rc = sr_sorter_values(&t->sorter, x, si, doc, base + doc, s, t->cand);
 				if (rc)
