@@ -265,7 +265,7 @@ cache_get(co_stream *s, const char *name, bool create, cm_error *err)
 			if (!s->cache[i].ix && create && s->cache[i].err.code == CM_ENOINDEX) {
 				/* a delete saw it missing; an index action may create it */
 				cm_error_clear(&s->cache[i].err);
-				nd_index_get_or_create(s->r->node, name, &s->cache[i].ix, &s->cache[i].err);
+				co_get_or_create(s->r->node, name, &s->cache[i].ix, &s->cache[i].err);
 			}
 			*err = s->cache[i].err;
 			return s->cache[i].ix;
@@ -276,7 +276,7 @@ cache_get(co_stream *s, const char *name, bool create, cm_error *err)
 	c->ix = NULL;
 	cm_error_clear(&c->err);
 	if (create)
-		nd_index_get_or_create(s->r->node, name, &c->ix, &c->err);
+		co_get_or_create(s->r->node, name, &c->ix, &c->err);
 	else if (!(c->ix = nd_index_get(s->r->node, name)))
 		cm_error_set(&c->err, CM_ENOINDEX, "no such index [%s]", name);
 	*err = c->err;

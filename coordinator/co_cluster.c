@@ -300,3 +300,27 @@ co_cluster_cat(co_req *r, const char *what)
 	cm_buf_free(&rows);
 	return true;
 }
+
+cm_err
+co_get_or_create(nd_node *n, const char *name, nd_index **out, cm_error *err)
+{
+	nd_cluster *cl = nd_cluster_of(n);
+	char *reply = NULL;
+	cm_err rc;
+	if (!cl || (*out = nd_index_get(n, name)))
+		return cl ? CM_OK : nd_index_get_or_create(n, name, out, err);
+	if ((rc = nd_index_name_check(name, err)))
+		return rc;
+	rc = nd_cluster_admin(cl, "create", name, NULL, &reply, err);
+	cm_free(CM_MEM_NODE, reply);
+	/* Created meanwhile by another request: fine. */
+	if (rc == CM_EEXISTS) {
+		cm_error_clear(err);
+		rc = CM_OK;
+	}
+	if (rc)
+		return rc;
+	if (!(*out = nd_index_get(n, name)))
+		return cm_error_set(err, CM_EUNAVAIL, "index [%s] was created but is not here yet", name);
+	return CM_OK;
+}

@@ -215,6 +215,8 @@ co_refresh_after(nd_index *ix, int mode)
 {
 	if (mode == CO_REFRESH_NONE)
 		return false;
+	if (nd_routed_refresh(ix))
+		return mode == CO_REFRESH_TRUE; /* cluster: every copy refreshed */
 	if (mode == CO_REFRESH_WAIT_FOR) {
 		nd_index_wait_refresh(ix);
 		return false;
@@ -274,7 +276,7 @@ doc_index(co_req *r, bool create)
 		return;
 	}
 	cJSON_Delete(body);
-	if (nd_index_get_or_create(r->node, name, &ix, &err)) {
+	if (co_get_or_create(r->node, name, &ix, &err)) {
 		co_reply_error(r, &err, name);
 		return;
 	}
@@ -802,7 +804,7 @@ co_h_update(co_req *r)
 		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: script or doc is missing;");
 		return;
 	}
-	if (nd_index_get_or_create(r->node, name, &ix, &err)) {
+	if (co_get_or_create(r->node, name, &ix, &err)) {
 		cJSON_Delete(body);
 		co_reply_error(r, &err, name);
 		return;

@@ -512,6 +512,32 @@ nd_cluster_admin(nd_cluster *cl, const char *action, const char *index, const ch
 	return rc;
 }
 
+void
+cl_publish_mapping(nd_cluster *cl, nd_index *ix)
+{
+	st_mapping *m = nd_index_mapping(ix);
+	cJSON *local = st_mapping_to_json(m);
+	bool same;
+	st_mapping_unref(m);
+	pthread_mutex_lock(&cl->meta_lock);
+	cJSON *e = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cl->meta,
+	                                                                            "indices"),
+	                                            nd_index_name(ix));
+	same = !e || cJSON_Compare(cJSON_GetObjectItemCaseSensitive(e, "mappings"), local, true);
+	pthread_mutex_unlock(&cl->meta_lock);
+	if (!same) {
+		char *text = cJSON_PrintUnformatted(local), *reply = NULL;
+		cm_error err;
+		cm_error_clear(&err);
+		if (nd_cluster_admin(cl, "put_mapping", nd_index_name(ix), text, &reply, &err))
+			cm_warn("cluster", "dynamic mapping update of [%s] not published: %s",
+			        nd_index_name(ix), err.reason);
+		cm_free(MEM, reply);
+		cJSON_free(text);
+	}
+	cJSON_Delete(local);
+}
+
 /* ---- transport handlers ---- */
 
 static void

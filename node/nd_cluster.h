@@ -82,6 +82,11 @@ cm_err nd_routed_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_o
 cm_err nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *meta,
                      cm_buf *source);
 
+/* refresh=true|wait_for after a write: on a cluster, refreshes every copy
+ * of ix (a forced refresh also stands in for wait_for) and returns true;
+ * false when solo (the caller refreshes locally). */
+bool nd_routed_refresh(nd_index *ix);
+
 /* ---- cluster APIs ---- */
 /* _cluster/health as JSON text into out (cm_buf). */
 void nd_cluster_health(nd_cluster *cl, cm_buf *out);

@@ -49,6 +49,10 @@ struct nd_cluster {
 };
 
 nd_cluster *cl_current(void);
+/* Dynamic mapping updates: when the local mapping of ix holds more than
+ * the published metadata, sends it to the master (which merges and
+ * publishes it). */
+void cl_publish_mapping(nd_cluster *cl, nd_index *ix);
 int cl_ncopies(const nd_cluster *cl, nd_index *ix);
 int cl_copy_node(const nd_cluster *cl, int shard, int copy);
 bool cl_alive(nd_cluster *cl, int node);

@@ -272,6 +272,13 @@ nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb)
 			cm_buf_free(&bufs[i]);
 	cm_free(MEM, bufs);
 	cm_free(MEM, jobs);
+	for (size_t i = 0; i < nb; i++) {
+		bool seen = false;
+		for (size_t k = 0; k < i && !seen; k++)
+			seen = b[k].ix == b[i].ix;
+		if (!seen)
+			cl_publish_mapping(cl, b[i].ix);
+	}
 }
 
 /* ================= reads ================= */
@@ -1113,6 +1120,19 @@ nd_routed_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_resul
 	nd_batch b = {.ix = ix, .shard = shard, .ops = ops, .n = n, .res = res};
 	nd_cluster_apply_batches(cl, &b, 1);
 	return b.rc;
+}
+
+bool
+nd_routed_refresh(nd_index *ix)
+{
+	nd_cluster *cl = cl_current();
+	int total, failed;
+	cm_error e;
+	if (!cl)
+		return false;
+	cm_error_clear(&e);
+	nd_cluster_broadcast(cl, "refresh", nd_index_name(ix), &total, &failed, &e);
+	return true;
 }
 
 cm_err

@@ -214,6 +214,35 @@ def t05_preference():
 
 
 @test
+def t05b_dynamic_mapping_and_auto_create():
+    # a new field through a non-master coordinator reaches every node's
+    # mapping through the master; an index auto-created by a bulk exists
+    # everywhere and takes writes on every primary
+    st, b = NODES["coord"].bulk([{"index": {"_index": "ix", "_id": "extra"}},
+                                 {"n": 10000, "color": "teal"},
+                                 {"index": {"_index": "auto", "_id": "a1"}}, {"x": 1},
+                                 {"index": {"_index": "auto", "_id": "a2"}}, {"x": 2},
+                                 {"index": {"_index": "auto", "_id": "a3"}}, {"x": 3}])
+    eq(b["errors"], False, "bulk with a new field and a new index: %s" % b)
+    time.sleep(0.2)
+    for n in ALL:
+        st, m = NODES[n].req("GET", "/ix/_mapping")
+        if "color" not in m["ix"]["mappings"]["properties"]:
+            raise AssertionError("dynamic field missing on %s" % n)
+        st, _ = NODES[n].req("HEAD", "/auto")
+        eq(st, 200, "auto-created index on " + n)
+    NODES["node-3"].req("POST", "/ix,auto/_refresh")
+    st, b = NODES["node-1"].req("GET", "/auto/_count")
+    eq(b["count"], 3, "auto index count")
+    st, b = NODES["node-2"].req("GET", "/ix/_search?q=color:teal")
+    eq([h["_id"] for h in b["hits"]["hits"]], ["extra"], "search on the new field")
+    st, b = NODES["node-2"].req("DELETE", "/ix/_doc/extra?refresh=true")
+    eq(st, 200, "delete through a node: %s" % b)
+    st, b = NODES["coord"].req("GET", "/ix/_count")
+    eq(b["count"], N_DOCS, "count after the delete")
+
+
+@test
 def t06_kill_one_node():
     st, before = NODES["coord"].req("POST", "/ix/_search", QUERIES[1])
     NODES["node-2"].kill()
