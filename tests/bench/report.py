@@ -34,9 +34,10 @@ def machine():
     mem = sh("awk '/MemTotal/ {printf \"%.0f GB\", $2/1048576}' /proc/meminfo")
     commit = sh("git -C %s rev-parse --short HEAD" % ROOT)
     dirty = " (+uncommitted changes)" if sh("git -C %s status --porcelain -- . ':!docs/benchmarks.md'" % ROOT) else ""
-    return "%s, %s cores, %s RAM, Linux %s, commit %s%s, %s" % (
+    load = open("/proc/loadavg").read().split()[:3]
+    return "%s, %s cores, %s RAM, Linux %s, commit %s%s, %s, load average at the end %s" % (
         cpu or platform.processor(), os.cpu_count(), mem, platform.release(), commit, dirty,
-        sh("date -u '+%Y-%m-%d %H:%M UTC'"))
+        sh("date -u '+%Y-%m-%d %H:%M UTC'"), " ".join(load))
 
 
 def replace_section(name, text, doc=None):
