@@ -18,8 +18,8 @@ typedef struct cJSON cJSON;
 typedef struct nd_cl_node {
 	char name[64];
 	char http[ND_CL_ADDR];
-	char transport[ND_CL_ADDR]; /* tcp://... this node listens on */
-	char connect[ND_CL_ADDR];   /* tcp://... the others dial */
+	char transport[ND_CL_ADDR + 8]; /* tcp://... this node listens on */
+	char connect[ND_CL_ADDR + 8];   /* tcp://... the others dial */
 	bool master, data;
 	int data_ord; /* -1: no data */
 	nd_peer *peer; /* NULL for self */
