@@ -283,9 +283,48 @@ co_cluster_cat(co_req *r, const char *what)
 {
 	nd_cluster *cl = nd_cluster_of(r->node);
 	cm_buf rows;
-	if (!cl || !what || (strcmp(what, "nodes") && strcmp(what, "shards")))
-		return false;
 	cm_buf_init(&rows, MEM);
+	if (!cl || !what || (strcmp(what, "nodes") && strcmp(what, "shards") && strcmp(what, "count")))
+		return false;
+	if (strcmp(what, "count") == 0) {
+		/* The total over one copy of every shard, as _count. */
+		nd_index **ixs;
+		size_t n;
+		cm_buf out;
+		cm_error err;
+		nd_cl_search_opts o;
+		const char *expr = co_seg(r, 2);
+		if (!co_resolve(r, expr ? expr : "_all", &ixs, &n))
+			return true;
+		memset(&o, 0, sizeof(o));
+		cm_buf_init(&out, MEM);
+		cm_error_clear(&err);
+		if (nd_cluster_search(cl, ixs, n, "{\"size\":0,\"track_total_hits\":true}", "{}", &o,
+		                      &out, &err)) {
+			co_reply_error(r, &err, NULL);
+		} else {
+			static const char *const cols[] = {"epoch", "timestamp", "count"};
+			cJSON *res = cJSON_ParseWithLength((const char *)out.data, out.len);
+			cJSON *t = cJSON_GetObjectItemCaseSensitive(
+			    cJSON_GetObjectItemCaseSensitive(res, "hits"), "total");
+			cJSON *v = cJSON_GetObjectItemCaseSensitive(t, "value");
+			int64_t now = cm_wall_ms();
+			time_t secs = (time_t)(now / 1000);
+			struct tm tm;
+			char ts[16];
+			gmtime_r(&secs, &tm);
+			strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
+			cm_buf_reset(&rows);
+			cm_buf_printf(&rows, "%lld %s %.0f\n", (long long)(now / 1000), ts,
+			              cJSON_IsNumber(v) ? v->valuedouble : 0.0);
+			cJSON_Delete(res);
+			cat_reply(r, cols, 3, &rows);
+		}
+		cm_buf_free(&out);
+		co_release_all(ixs, n);
+		cm_buf_free(&rows);
+		return true;
+	}
 	if (strcmp(what, "nodes") == 0) {
 		static const char *const cols[] = {"ip", "name", "node.role", "master", "status",
 		                                   "transport", "latency_us"};

@@ -175,6 +175,8 @@ def t03_every_node_equals_model():
         eq(b["aggregations"]["s"]["value"], sum(d["price"] for d in DOCS.values()), "sum")
         st, b = NODES[n].req("GET", "/ix/_doc/17")
         eq((st, b["_source"]), (200, DOCS["17"]), "GET via " + n)
+        st, b = NODES[n].req("GET", "/_cat/count/ix?format=json")
+        eq(b[0]["count"], str(N_DOCS), "_cat/count via " + n)
         st, b = NODES[n].req("GET", "/ix/_search?q=tag:blue&size=0")
         eq(b["hits"]["total"]["value"], sum(1 for d in DOCS.values() if d["tag"] == "blue"),
            "q= via " + n)
