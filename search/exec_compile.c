@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../common/cm_alloc.h"
+#include "agg_int.h"
 #include "exec.h"
 
 /* ---- exec context ---- */
@@ -551,17 +552,36 @@ date_round_up_missing(const char *s, size_t n, int64_t v, int64_t off)
 	return v;
 }
 
-/* Date math: "now-1d/d", "2020-01-01||+1M/M", plain dates in `format`. */
+/* Date math: "now-1d/d", "2020-01-01||+1M/M", plain dates in `format`.
+ * An IANA time_zone applies its offset at the anchor instant. */
+static bool parse_date_math_in(const char *s, const char *format, int64_t off, const agg_tz *ztz,
+                               bool round_up, int64_t *out);
+
 static bool
 parse_date_math(const char *s, const char *format, const char *tz, bool round_up, int64_t *out)
 {
 	int64_t off;
-	if (!parse_tz(tz, &off))
+	if (parse_tz(tz, &off))
+		return parse_date_math_in(s, format, off, NULL, round_up, out);
+	agg_tz *ztz = NULL;
+	cm_error e = {0};
+	if (agg_tz_parse(tz, &ztz, &e))
 		return false;
+	bool ok = parse_date_math_in(s, format, 0, ztz, round_up, out);
+	agg_tz_free(ztz);
+	return ok;
+}
+
+static bool
+parse_date_math_in(const char *s, const char *format, int64_t off, const agg_tz *ztz,
+                   bool round_up, int64_t *out)
+{
 	const char *math;
 	int64_t t;
 	if (!strncmp(s, "now", 3)) {
 		t = cm_wall_ms();
+		if (ztz)
+			off = agg_tz_offset(ztz, t);
 		math = s + 3;
 	} else {
 		const char *bars = strstr(s, "||");
@@ -578,8 +598,14 @@ parse_date_math(const char *s, const char *format, const char *tz, bool round_up
 		for (size_t i = 0; i < n; i++)
 			if (!isdigit((unsigned char)s[i]) && s[i] != '-')
 				epoch = false;
-		if (!has_off && !(epoch && n != 4 && n != 7 && n != 10))
-			t -= off;
+		if (!has_off && !(epoch && n != 4 && n != 7 && n != 10)) {
+			if (ztz)
+				t = agg_tz_local_to_utc(ztz, t);
+			else
+				t -= off;
+		}
+		if (ztz)
+			off = agg_tz_offset(ztz, t);
 		if (round_up && !bars)
 			t = date_round_up_missing(s, n, t, off);
 		if (!bars) {

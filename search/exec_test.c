@@ -176,6 +176,13 @@ test_queries(void)
 	expect_ids(Q("{\"range\":{\"d\":{\"gte\":\"now-100y/d\",\"lte\":\"now\"}}}"), "1,2,3", false);
 	expect_ids(Q("{\"range\":{\"d\":{\"gte\":\"01/06/2021\",\"format\":\"dd/MM/yyyy\"}}}"), "3",
 	           false);
+	/* 2020-02-15T10:00Z is 19:00 in Tokyo; 2020-01-01 local Tokyo starts 2019-12-31T15:00Z */
+	expect_ids(Q("{\"range\":{\"d\":{\"gte\":\"2020-02-15T18:00:00\",\"time_zone\":\"Asia/Tokyo\"}}}"),
+	           "2,3", false);
+	expect_ids(Q("{\"range\":{\"d\":{\"gte\":\"2020-02-15T20:00:00\",\"time_zone\":\"+09:00\"}}}"),
+	           "3", false);
+	expect_ids(Q("{\"range\":{\"d\":{\"lt\":\"2020-01-01\",\"time_zone\":\"America/New_York\"}}}"),
+	           "1", false);
 	expect_ids(Q("{\"range\":{\"tag\":{\"gte\":\"b\",\"lt\":\"d\"}}}"), "2,3,4", false);
 	expect_ids(Q("{\"range\":{\"tag\":{\"gt\":\"a\"}}}"), "2,3,4,5", false);
 	expect_ids(Q("{\"range\":{\"b\":{\"lt\":true}}}"), "2", false);
