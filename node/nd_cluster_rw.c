@@ -435,6 +435,7 @@ struct search_st {
 	pr_strings **strings;
 	size_t nstrings, capstrings;
 	size_t failed;
+	bool timed_out; /* a shard failed on the deadline */
 	cm_error first_err;
 };
 
@@ -460,6 +461,8 @@ job_finish_ok(shard_job *j, sr_shard_result *res, pr_strings *strings)
 	}
 	if (res->error.code) {
 		S->failed++;
+		if (res->error.code == CM_ETIMEDOUT)
+			S->timed_out = true;
 		if (!S->first_err.code)
 			S->first_err = res->error;
 		sr_merger_fail_at(S->m, j->ordinal, nd_index_name(j->ix), res->node, &res->error);
@@ -582,7 +585,15 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n)
 	pr_search_req_encode(&rq, &g->msg);
 	cm_free(MEM, shards);
 	g->t_sent = cm_now_ns();
-	nd_peer_call(S->cl->nodes[node].peer, PR_SEARCH, g->msg.data, g->msg.len, S->deadline_ns,
+	/* With another copy left to try, this attempt gets half the time left,
+	 * so a copy that hangs still leaves room for the retry. */
+	uint64_t deadline = S->deadline_ns;
+	bool more = false;
+	for (size_t i = 0; i < n; i++)
+		more = more || jobs[i]->next < jobs[i]->norder;
+	if (more && deadline > g->t_sent)
+		deadline = g->t_sent + (deadline - g->t_sent) / 2;
+	nd_peer_call(S->cl->nodes[node].peer, PR_SEARCH, g->msg.data, g->msg.len, deadline,
 	             group_reply, g);
 }
 
@@ -785,7 +796,17 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 		*err = S.first_err;
 		rc = S.first_err.code ? S.first_err.code : CM_EUNAVAIL;
 	} else {
+		size_t at = out->len;
 		sr_merger_render(S.m, (cm_now_ns() - t0) / 1000000, out);
+		/* A shard lost to the deadline makes the whole reply timed out. */
+		static const char key[] = "\"timed_out\":false";
+		if (S.timed_out) {
+			for (size_t i = at; i + sizeof(key) - 1 <= out->len; i++)
+				if (memcmp(out->data + i, key, sizeof(key) - 1) == 0) {
+					memcpy(out->data + i, "\"timed_out\":true ", sizeof(key) - 1);
+					break;
+				}
+		}
 	}
 	sr_merger_destroy(S.m);
 	for (size_t i = 0; i < S.nstrings; i++)

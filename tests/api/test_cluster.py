@@ -245,6 +245,29 @@ def t05b_dynamic_mapping_and_auto_create():
 
 
 @test
+def t05c_hung_node_retried_within_deadline():
+    # SIGSTOP: the node holds its connections but never answers; the
+    # coordinator gives each attempt half the time left, then retries on
+    # another copy, within the request's timeout
+    import signal
+    p = NODES["node-3"].proc
+    p.send_signal(signal.SIGSTOP)
+    try:
+        t0 = time.time()
+        st, b = NODES["coord"].req("POST", "/ix/_search?preference=_only_nodes:node-3,node-1,node-2",
+                                   dict(QUERIES[1], timeout="3s"), timeout=20)
+        took = time.time() - t0
+        eq(st, 200, "search with a hung node")
+        eq(b["_shards"]["successful"], 6, "every shard from a live copy: %s" % b["_shards"])
+        if took > 4:
+            raise AssertionError("took %.1fs with a 3s timeout" % took)
+    finally:
+        p.send_signal(signal.SIGCONT)
+    st, b = health("coord", "green")
+    eq(b["status"], "green", "green once it runs again")
+
+
+@test
 def t06_kill_one_node():
     st, before = NODES["coord"].req("POST", "/ix/_search", QUERIES[1])
     NODES["node-2"].kill()
