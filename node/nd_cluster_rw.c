@@ -369,19 +369,64 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 		goto fail;
 	ts = cm_calloc(MEM, rq.nshards + 1, sizeof(local_shard));
 	ptrs = cm_calloc(MEM, rq.nshards + 1, sizeof(*ptrs));
+	/* The request-wide shard numbers, so ties break as on the coordinator. */
+	cJSON *pj = rq.params ? cJSON_Parse(rq.params) : NULL;
+	cJSON *ords = cJSON_GetObjectItemCaseSensitive(pj, "ordinals");
+	bool use_ords = cJSON_IsArray(ords) && (size_t)cJSON_GetArraySize(ords) == rq.nshards;
+	uint32_t max_ord = 0;
 	for (size_t i = 0; i < rq.nshards; i++) {
 		if ((int)rq.shards[i] >= nd_index_nshards(ix)) {
+			cJSON_Delete(pj);
 			cm_error_set(&err, CM_EINVAL, "no shard [%u] in [%s]", rq.shards[i], rq.index);
 			goto fail;
 		}
-		ts[i] = (local_shard){ix, (int)rq.shards[i], rq.shards[i], &req, {0}};
+		cJSON *o = use_ords ? cJSON_GetArrayItem(ords, (int)i) : NULL;
+		uint32_t ord = cJSON_IsNumber(o) && o->valuedouble >= 0 && o->valuedouble < 1e6
+		                   ? (uint32_t)o->valuedouble
+		                   : rq.shards[i];
+		if (ord > max_ord)
+			max_ord = ord;
+		ts[i] = (local_shard){ix, (int)rq.shards[i], ord, &req, {0}};
 	}
+	cJSON_Delete(pj);
 	/* Several shards (per-node mode) run side by side on this node. */
 	cm_pool_run_all(rq.nshards > 1 ? cl->spool : NULL, run_local_shard, ts, sizeof(local_shard),
 	                rq.nshards);
-	for (size_t i = 0; i < rq.nshards; i++)
-		ptrs[i] = &ts[i].res;
-	pr_shard_results_encode(ptrs, rq.nshards, reply);
+	if (rq.per_node && rq.nshards > 1 && use_ords) {
+		/* Per-node mode: merged here into one result standing for the
+		 * successful shards, followed by one result per failed shard. */
+		sr_merger *m = sr_merger_create(&req, (size_t)max_ord + 1);
+		sr_shard_result merged, *fails;
+		size_t nf, k = 0;
+		sr_merger_set_index(m, rq.index);
+		for (size_t i = 0; i < rq.nshards; i++) {
+			ts[i].res.index = nd_index_name(ix);
+			ts[i].res.node = cl->nodes[cl->self].name;
+			sr_merger_add(m, &ts[i].res);
+		}
+		sr_merger_take(m, ts[0].ordinal, &merged);
+		nf = sr_merger_failed(m);
+		fails = cm_calloc(MEM, nf + 1, sizeof(*fails));
+		if (merged.shards_merged > 0)
+			ptrs[k++] = &merged;
+		for (size_t i = 0; i < nf; i++) {
+			uint32_t sh;
+			const char *fi, *fn;
+			const cm_error *why;
+			sr_merger_failure(m, i, &sh, &fi, &fn, &why);
+			fails[i].shard = sh;
+			fails[i].error = *why;
+			ptrs[k++] = &fails[i];
+		}
+		pr_shard_results_encode(ptrs, k, reply);
+		sr_shard_result_free(&merged);
+		cm_free(MEM, fails);
+		sr_merger_destroy(m);
+	} else {
+		for (size_t i = 0; i < rq.nshards; i++)
+			ptrs[i] = &ts[i].res;
+		pr_shard_results_encode(ptrs, rq.nshards, reply);
+	}
 	for (size_t i = 0; i < rq.nshards; i++)
 		sr_shard_result_free(&ts[i].res);
 	goto done;
@@ -516,7 +561,52 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 	} else if (!rc &&
 	           (rc = pr_shard_results_decode(p, len, S->req.aggs, &res, &nres, &strings, &e)) ==
 	               CM_OK &&
-	           nres != g->n) {
+	           nres > 0 && g->n > 1 && (res[0].shards_merged > 0 || res[0].error.code)) {
+		/* Merged on the node: one result for the successful shards, then
+		 * one per failed shard. */
+		size_t covered = 0;
+		for (size_t i = 0; i < nres; i++)
+			covered += res[i].error.code ? 1 : res[i].shards_merged;
+		if (covered != g->n) {
+			rc = cm_error_set(&e, CM_EPARSE, "merged results cover %zu of %zu shards", covered,
+			                  g->n);
+		} else {
+			cl_mark(S->cl, g->node, true, cm_now_ns() - g->t_sent);
+			for (size_t i = 0; i < nres; i++) {
+				if (res[i].error.code) {
+					shard_job *j = NULL;
+					for (size_t q = 0; q < g->n && !j; q++)
+						if (g->jobs[q]->ordinal == res[i].shard)
+							j = g->jobs[q];
+					if (!j) /* unknown ordinal: charge it to the first job */
+						j = g->jobs[0];
+					job_finish_ok(j, &res[i], i == 0 ? strings : NULL);
+					continue;
+				}
+				uint32_t k = res[i].shards_merged;
+				res[i].index = nd_index_name(g->jobs[0]->ix);
+				res[i].node = S->cl->nodes[g->node].name;
+				pthread_mutex_lock(&S->lock);
+				if (i == 0 && strings) {
+					if (S->nstrings == S->capstrings) {
+						S->capstrings = S->capstrings ? 2 * S->capstrings : 8;
+						S->strings =
+						    cm_realloc(MEM, S->strings, S->capstrings * sizeof(*S->strings));
+					}
+					S->strings[S->nstrings++] = strings;
+				}
+				sr_merger_add(S->m, &res[i]);
+				pthread_mutex_unlock(&S->lock);
+				for (uint32_t q = 0; q < k; q++)
+					cm_wait_done(S->w);
+			}
+			cm_free(MEM, res);
+			cm_buf_free(&g->msg);
+			cm_free(MEM, g->jobs);
+			cm_free(MEM, g);
+			return;
+		}
+	} else if (!rc && nres != g->n) {
 		rc = cm_error_set(&e, CM_EPARSE, "%zu results for %zu shards", nres, g->n);
 	}
 	if (rc) {
@@ -573,16 +663,31 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n)
 		jobs[i]->node = node;
 		shards[i] = (uint32_t)jobs[i]->shard;
 	}
+	cm_buf params;
+	cm_buf_init(&params, MEM);
+	if (n > 1) {
+		/* {"ordinals":[..], <the request's params>} */
+		cm_buf_printf(&params, "{\"ordinals\":[");
+		for (size_t i = 0; i < n; i++)
+			cm_buf_printf(&params, "%s%u", i ? "," : "", jobs[i]->ordinal);
+		const char *rest = strchr(S->params, '{');
+		bool empty = !rest || strspn(rest + 1, " \t\n}") == strlen(rest + 1);
+		cm_buf_printf(&params, "]%s%s", empty ? "}" : ",", empty ? "" : rest + 1);
+	} else {
+		cm_buf_put(&params, S->params, strlen(S->params));
+	}
+	cm_buf_put_u8(&params, 0);
 	pr_search_req rq = {.index = (char *)nd_index_name(jobs[0]->ix),
 	                    .index_uuid = (char *)"",
 	                    .shards = shards,
 	                    .nshards = n,
 	                    .body = (char *)S->body,
 	                    .body_len = strlen(S->body),
-	                    .params = (char *)S->params,
+	                    .params = (char *)params.data,
 	                    .per_node = n > 1};
 	cm_buf_init(&g->msg, MEM);
 	pr_search_req_encode(&rq, &g->msg);
+	cm_buf_free(&params);
 	cm_free(MEM, shards);
 	g->t_sent = cm_now_ns();
 	/* With another copy left to try, this attempt gets half the time left,

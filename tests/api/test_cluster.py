@@ -333,6 +333,9 @@ def t08_both_copies_down_partial_never_hangs():
     eq(b["_shards"]["failures"][0]["shard"], 1, "the failed shard")
     if took > 10:
         raise AssertionError("partial search took %.1fs" % took)
+    for mode in ("serial", "per_node"):
+        st, b = NODES["coord"].req("GET", "/small/_search?size=100&fanout=" + mode, timeout=20)
+        eq((b["_shards"]["failed"], b["_shards"]["successful"]), (1, 2), "partial " + mode)
     # a timeout bounds it too
     st, b = NODES["coord"].req("GET", "/small/_search?size=0&timeout=2s", timeout=20)
     eq(b["_shards"]["failed"], 1, "with timeout")
