@@ -1544,7 +1544,11 @@ compact_env(st_shard *s)
 	char path[4096], tmp[4200];
 	snprintf(path, sizeof(path), "%s/shard.mdb", s->dir);
 	snprintf(tmp, sizeof(tmp), "%s.compact.tmp", path);
-	pthread_rwlock_wrlock(&s->env_lock);
+	/* A log reader (a recovering replica) may hold the env for long:
+	 * then skip, rather than stall refreshes behind it; the next flush
+	 * compacts. */
+	if (pthread_rwlock_trywrlock(&s->env_lock) != 0)
+		return CM_OK;
 	pthread_mutex_lock(&s->wmu);
 	uint64_t used, file;
 	env_usage(s, &used, &file);

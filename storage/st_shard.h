@@ -123,7 +123,8 @@ typedef struct st_shard_stats {
 void st_shard_stats_get(st_shard *s, st_shard_stats *out);
 
 /* Operation log access for replication: ops with seq_no > from, in order,
- * until fn returns nonzero. CM_ENOTFOUND if the log was trimmed past from. */
+ * until fn returns nonzero. CM_ENOTFOUND if the log was trimmed past from.
+ * The op's pointers are valid during the call only. */
 typedef int (*st_oplog_fn)(void *ctx, const st_op *op, int64_t version);
 cm_err st_shard_oplog_read(st_shard *s, uint64_t from, st_oplog_fn fn, void *ctx);
 /* Persists the new term; ops this shard numbers from now on carry it. */
