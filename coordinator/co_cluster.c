@@ -81,6 +81,22 @@ co_cluster_put_mapping(co_req *r, nd_index **ixs, size_t n, const cJSON *body)
 }
 
 bool
+co_cluster_put_settings(co_req *r, nd_index **ixs, size_t n, const cJSON *settings)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	cm_buf names;
+	if (!cl)
+		return false;
+	cm_buf_init(&names, MEM);
+	for (size_t i = 0; i < n; i++)
+		cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
+	cm_buf_put_u8(&names, 0);
+	co_cluster_admin(r, "put_settings", (const char *)names.data, settings);
+	cm_buf_free(&names);
+	return true;
+}
+
+bool
 co_cluster_broadcast(co_req *r, const char *action, nd_index **ixs, size_t n)
 {
 	nd_cluster *cl = nd_cluster_of(r->node);

@@ -154,6 +154,7 @@ cJSON *co_shards_json(int total, int successful, int failed);
 bool co_cluster_admin(co_req *r, const char *action, const char *index, const cJSON *body);
 bool co_cluster_delete(co_req *r, nd_index **ixs, size_t n);
 bool co_cluster_put_mapping(co_req *r, nd_index **ixs, size_t n, const cJSON *body);
+bool co_cluster_put_settings(co_req *r, nd_index **ixs, size_t n, const cJSON *settings);
 bool co_cluster_broadcast(co_req *r, const char *action, nd_index **ixs, size_t n);
 bool co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
                        cm_error *err, cm_err *rc);

@@ -1119,6 +1119,11 @@ co_h_settings_put(co_req *r)
 		return;
 	}
 	s = cJSON_GetObjectItemCaseSensitive(body, "settings");
+	if (co_cluster_put_settings(r, ixs, n, s ? s : body)) {
+		co_release_all(ixs, n);
+		cJSON_Delete(body);
+		return;
+	}
 	for (size_t i = 0; i < n; i++) {
 		cm_error err;
 		cm_error_clear(&err);

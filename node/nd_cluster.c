@@ -274,6 +274,13 @@ state_apply_locked(nd_cluster *cl, cJSON *st)
 		}
 		if (cJSON_IsObject(maps) && nd_index_put_mapping(ix, maps, &err))
 			cm_warn("cluster", "cannot merge mapping of [%s]: %s", e->string, err.reason);
+		const cJSON *log = cJSON_GetObjectItemCaseSensitive(e, "settings_log"), *sb;
+		cJSON_ArrayForEach(sb, log)
+		{
+			cm_error_clear(&err);
+			if (nd_index_put_settings(ix, sb, &err))
+				cm_warn("cluster", "cannot apply settings of [%s]: %s", e->string, err.reason);
+		}
 		nd_index_release(ix);
 	}
 	nd_index_list(cl->node, &all, &nall);
@@ -397,8 +404,16 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		cJSON_AddItemToObject(indices, index, e);
 		nd_index_release(ix);
 		out = ack_json(index);
-	} else if (strcmp(action, "delete") == 0 || strcmp(action, "put_mapping") == 0) {
-		bool del = action[0] == 'd';
+	} else if (strcmp(action, "delete") == 0 || strcmp(action, "put_mapping") == 0 ||
+	           strcmp(action, "put_settings") == 0) {
+		bool del = action[0] == 'd', settings = strcmp(action, "put_settings") == 0;
+		if (settings && body && strstr(body, "number_of_replicas")) {
+			/* New copies would start empty: there is no recovery yet. */
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "number_of_replicas cannot change on a cluster yet: new replica "
+			                  "copies would need recovery, which phase 1 does not have");
+			goto done;
+		}
 		char *copy = cm_strdup(MEM, index), *save = NULL, *tok;
 		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 			nd_index *ix = nd_index_get(cl->node, tok);
@@ -415,7 +430,8 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 				cm_error_clear(err);
 				cJSON_DeleteItemFromObjectCaseSensitive(indices, tok);
 			} else {
-				if ((rc = nd_index_put_mapping(ix, bj, err))) {
+				if ((rc = settings ? nd_index_put_settings(ix, bj, err)
+				                   : nd_index_put_mapping(ix, bj, err))) {
 					nd_index_release(ix);
 					break;
 				}
@@ -423,6 +439,15 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 				if (!e) {
 					e = cJSON_AddObjectToObject(indices, tok);
 					cJSON_AddItemToObject(e, "body", cJSON_CreateObject());
+				}
+				if (settings) {
+					/* Every node replays the dynamic settings changes in order. */
+					cJSON *log = cJSON_GetObjectItemCaseSensitive(e, "settings_log");
+					if (!log)
+						log = cJSON_AddArrayToObject(e, "settings_log");
+					cJSON_AddItemToArray(log, cJSON_Duplicate(bj, true));
+					nd_index_release(ix);
+					continue;
 				}
 				st_mapping *m = nd_index_mapping(ix);
 				cJSON_DeleteItemFromObjectCaseSensitive(e, "mappings");
