@@ -37,6 +37,11 @@ void codec_pack64(cm_buf *out, const uint64_t *v, size_t n, unsigned bits);
 void codec_unpack32(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint32_t *out);
 void codec_unpack64(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint64_t *out);
 
+/* Decodes n values starting at value index `first` (positions inside a
+ * block); the caller checks the bytes cover them. */
+void codec_unpack32_at(const uint8_t *in, size_t in_len, size_t first, size_t n, unsigned bits,
+                       uint32_t *out);
+
 /* Postings block: n (1..128) docs ascending after `prev` (UINT32_MAX for
  * none: the first doc may then be 0) and their freqs (>= 1):
  *   u8 doc_bits, u8 freq_bits, packed (doc - prev - 1), packed (freq - 1).

@@ -20,8 +20,9 @@
  *   M                         u32 format, varint max_doc, varint generation,
  *                             varint stored docs
  *   N field(BE16)             max_doc norm bytes
- *   P field(BE16) term        positions: per doc freq varints (first absolute,
- *                             then deltas). One block: bytes + xxh32. More:
+ *   P field(BE16) term        positions per postings block: u8 bits, then per
+ *                             doc its first position and deltas, bit-packed.
+ *                             One block: bytes + xxh32. More:
  *                             nblocks x (u32 end, u32 xxh32), u32 xxh32 of the
  *                             table, then the bytes.
  *   S 0 last_doc(BE32)        block index: varint first_doc, varint raw length,

@@ -609,24 +609,21 @@ locate_positions(st_postings *p)
 		    XXH32(p->pos_data + start, end - start, 0) != cm_get_u32(e + 4))
 			return false;
 	}
-	p->pos_cur = p->pos_data + start;
+	if (end - start < 1 || p->pos_data[start] > 32)
+		return false;
+	/* the block must hold every position its docs' freqs promise */
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < p->n; i++)
+		total += p->freqs[i];
+	unsigned bits = p->pos_data[start];
+	if (codec_packed_size(total, bits) > end - start - 1)
+		return false;
+	p->pos_bits = (uint8_t)bits;
+	p->pos_cur = p->pos_data + start + 1;
 	p->pos_end = p->pos_data + end;
 	p->pos_block = p->block;
 	p->pos_i = 0;
-	return true;
-}
-
-static bool
-skip_varints(const uint8_t **pp, const uint8_t *end, uint32_t n)
-{
-	const uint8_t *q = *pp;
-	while (n) {
-		if (q >= end)
-			return false;
-		if (!(*q++ & 0x80))
-			n--;
-	}
-	*pp = q;
+	p->pos_idx = 0;
 	return true;
 }
 
@@ -641,21 +638,19 @@ st_postings_positions(st_postings *p, uint32_t *pos, uint32_t cap)
 		if (!locate_positions(p))
 			return -1;
 	}
-	while (p->pos_i < p->i) {
-		if (!skip_varints(&p->pos_cur, p->pos_end, p->freqs[p->pos_i]))
-			return -1;
-		p->pos_i++;
-	}
+	while (p->pos_i < p->i)
+		p->pos_idx += p->freqs[p->pos_i++];
+	/* locate_positions checked the block holds all of them */
+	codec_unpack32_at(p->pos_cur, (size_t)(p->pos_end - p->pos_cur), p->pos_idx, p->freq,
+	                  p->pos_bits, pos);
 	uint64_t acc = 0;
 	for (uint32_t k = 0; k < p->freq; k++) {
-		uint64_t d;
-		if (!codec_varint(&p->pos_cur, p->pos_end, &d))
-			return -1;
-		acc += d;
+		acc += pos[k];
 		if (acc > UINT32_MAX)
 			return -1;
 		pos[k] = (uint32_t)acc;
 	}
+	p->pos_idx += p->freq;
 	p->pos_i++;
 	return (int)p->freq;
 }

@@ -179,14 +179,30 @@ put_u32_at(uint8_t *p, uint32_t v)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* One block's positions: per doc, the first position then deltas, all
+ * bit-packed at one width (u8 bits, packed values). */
 static void
-put_positions(cm_buf *out, const uint32_t *pos, uint32_t freq)
+put_block_positions(postenc *e, cm_buf *out, const uint32_t *pos, const uint32_t *freqs,
+                    uint32_t n)
 {
-	uint32_t prev = 0;
-	for (uint32_t j = 0; j < freq; j++) {
-		cm_buf_put_varint(out, pos[j] - prev);
-		prev = pos[j];
+	size_t total = 0;
+	for (uint32_t i = 0; i < n; i++)
+		total += freqs[i];
+	cm_buf_reset(&e->tmp);
+	cm_buf_reserve(&e->tmp, total * sizeof(uint32_t));
+	uint32_t *v = (uint32_t *)e->tmp.data, or = 0;
+	size_t k = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t prev = 0;
+		for (uint32_t j = 0; j < freqs[i]; j++, k++) {
+			v[k] = pos[k] - prev;
+			prev = pos[k];
+			or |= v[k];
+		}
 	}
+	unsigned bits = codec_bits32(or);
+	cm_buf_put_u8(out, (uint8_t)bits);
+	codec_pack32(out, v, total, bits);
 }
 
 static void
@@ -198,10 +214,7 @@ postenc_positions(postenc *e, cm_buf *pstream, uint16_t field, const uint8_t *te
 	size_t at = kv_begin(pstream, key, kl);
 	uint32_t nblocks = (df + ST_BLOCK - 1) / ST_BLOCK;
 	if (nblocks <= 1) {
-		for (uint32_t i = 0; i < df; i++) {
-			put_positions(pstream, pos, freqs[i]);
-			pos += freqs[i];
-		}
+		put_block_positions(e, pstream, pos, freqs, df);
 		kv_end(pstream, at, true);
 		return;
 	}
@@ -211,11 +224,11 @@ postenc_positions(postenc *e, cm_buf *pstream, uint16_t field, const uint8_t *te
 	pstream->len += (size_t)nblocks * 8;
 	for (uint32_t b = 0; b < nblocks; b++) {
 		size_t start = e->pos.len;
-		uint32_t hi = (b + 1) * ST_BLOCK < df ? (b + 1) * ST_BLOCK : df;
-		for (uint32_t i = b * ST_BLOCK; i < hi; i++) {
-			put_positions(&e->pos, pos, freqs[i]);
+		uint32_t lo = b * ST_BLOCK;
+		uint32_t n = df - lo < ST_BLOCK ? df - lo : ST_BLOCK;
+		put_block_positions(e, &e->pos, pos, freqs + lo, n);
+		for (uint32_t i = lo; i < lo + n; i++)
 			pos += freqs[i];
-		}
 		put_u32_at(pstream->data + table + b * 8, (uint32_t)e->pos.len);
 		put_u32_at(pstream->data + table + b * 8 + 4,
 		           XXH32(e->pos.data + start, e->pos.len - start, 0));

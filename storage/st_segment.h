@@ -86,6 +86,8 @@ typedef struct st_postings {
 	const uint8_t *pos_table, *pos_end;
 	uint32_t one_last, one_maxf; /* single-block terms keep their skip data here */
 	uint8_t one_norm;
+	uint8_t pos_bits;  /* width of the located block's packed positions */
+	uint32_t pos_idx;  /* index of doc pos_i's first position in the block */
 	bool with_freqs;
 	uint16_t pos_key_len; /* 'P' key, looked up on the first positions call */
 	uint8_t pos_key[3 + ST_MAX_TOKEN_LEN];
