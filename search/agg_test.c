@@ -158,43 +158,51 @@ build_shards(void)
 		gen_doc(i, srcs[i], sizeof srcs[i]);
 		snprintf(ids[i], sizeof ids[i], "d%d", i);
 	}
-	/* index in chunks with refreshes in between → several segments */
+	/* index in chunks with refreshes in between → several segments; one
+	 * synced batch per shard and chunk keeps the test fast */
+	static st_op ops[NSHARDS][700];
+	static st_op_result res[700];
+	size_t nops[NSHARDS] = {0};
 	for (int i = 0; i < NDOCS; i++) {
-		st_op op;
-		memset(&op, 0, sizeof op);
-		op.type = ST_OP_INDEX;
-		op.id = ids[i];
-		op.id_len = strlen(ids[i]);
-		op.source = srcs[i];
-		op.source_len = strlen(srcs[i]);
-		op.seq_no = ST_NO_SEQ;
-		op.if_seq_no = ST_NO_SEQ;
-		st_op_result res;
-		REQUIRE(st_shard_apply(shards[docs[i].shard], &op, 1, &res) == CM_OK);
-		if (res.err)
-			fprintf(stderr, "index %s: %s\n", ids[i], res.reason);
-		REQUIRE(res.err == CM_OK);
-		if (i % 700 == 699)
-			for (int s = 0; s < NSHARDS; s++)
+		st_op *op = &ops[docs[i].shard][nops[docs[i].shard]++];
+		memset(op, 0, sizeof *op);
+		op->type = ST_OP_INDEX;
+		op->id = ids[i];
+		op->id_len = strlen(ids[i]);
+		op->source = srcs[i];
+		op->source_len = strlen(srcs[i]);
+		op->seq_no = ST_NO_SEQ;
+		op->if_seq_no = ST_NO_SEQ;
+		if (i % 700 == 699 || i == NDOCS - 1)
+			for (int s = 0; s < NSHARDS; s++) {
+				REQUIRE(st_shard_apply(shards[s], ops[s], nops[s], res) == CM_OK);
+				for (size_t k = 0; k < nops[s]; k++) {
+					if (res[k].err)
+						fprintf(stderr, "index: %s\n", res[k].reason);
+					REQUIRE(res[k].err == CM_OK);
+				}
+				nops[s] = 0;
 				REQUIRE(st_shard_refresh(shards[s]) == CM_OK);
+			}
 	}
-	for (int s = 0; s < NSHARDS; s++)
-		REQUIRE(st_shard_refresh(shards[s]) == CM_OK);
 	/* deletes land in already written segments */
 	for (int i = 0; i < NDOCS; i++) {
 		if (rndn(20))
 			continue;
-		st_op op;
-		memset(&op, 0, sizeof op);
-		op.type = ST_OP_DELETE;
-		op.id = ids[i];
-		op.id_len = strlen(ids[i]);
-		op.seq_no = ST_NO_SEQ;
-		op.if_seq_no = ST_NO_SEQ;
-		st_op_result res;
-		REQUIRE(st_shard_apply(shards[docs[i].shard], &op, 1, &res) == CM_OK);
-		REQUIRE(res.err == CM_OK);
+		st_op *op = &ops[docs[i].shard][nops[docs[i].shard]++];
+		memset(op, 0, sizeof *op);
+		op->type = ST_OP_DELETE;
+		op->id = ids[i];
+		op->id_len = strlen(ids[i]);
+		op->seq_no = ST_NO_SEQ;
+		op->if_seq_no = ST_NO_SEQ;
 		docs[i].deleted = true;
+	}
+	for (int s = 0; s < NSHARDS; s++) {
+		REQUIRE(nops[s] <= 700);
+		REQUIRE(st_shard_apply(shards[s], ops[s], nops[s], res) == CM_OK);
+		for (size_t k = 0; k < nops[s]; k++)
+			REQUIRE(res[k].err == CM_OK);
 	}
 	for (int s = 0; s < NSHARDS; s++)
 		REQUIRE(st_shard_refresh(shards[s]) == CM_OK);
@@ -329,7 +337,7 @@ run_merged(const sr_agg *a, const int *order, bool wire)
 			/* bytes corrupted behind a valid checksum: an error, never a crash */
 			if (b.len > 8) {
 				b.data[b.len / 2] ^= 0x5a; /* undo */
-				for (int t = 0; t < 200; t++) {
+				for (int t = 0; t < 40; t++) {
 					cm_buf c;
 					cm_buf_init(&c, CM_MEM_SEARCH);
 					size_t cut = 4 + (size_t)rndn((int)(b.len - 4));
