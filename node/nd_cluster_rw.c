@@ -610,8 +610,11 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 		rc = cm_error_set(&e, CM_EPARSE, "%zu results for %zu shards", nres, g->n);
 	}
 	if (rc) {
-		if (rc == CM_ENOINDEX || rc == CM_EPARSE || (e.code && rc != CM_EUNAVAIL &&
-		                                              rc != CM_ETIMEDOUT && rc != CM_EINVAL)) {
+		/* Unreachable, late, refused, or behind on the metadata: another
+		 * copy may answer. Anything else every copy would say alike. */
+		bool retry = rc == CM_EUNAVAIL || rc == CM_ETIMEDOUT || rc == CM_EINVAL ||
+		             rc == CM_ENOINDEX;
+		if (!retry) {
 			/* The request itself is bad: every copy would say the same. */
 			for (size_t i = 0; i < g->n; i++) {
 				sr_shard_result fr;
@@ -626,8 +629,9 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 		} else {
 			for (size_t i = 0; i < g->n; i++)
 				job_failed(g->jobs[i], rc,
-				           rc == CM_EINVAL    ? "refused (wrong cluster name or secret?)"
+				           rc == CM_EINVAL      ? "refused (wrong cluster name or secret?)"
 				           : rc == CM_ETIMEDOUT ? "timed out"
+				           : rc == CM_ENOINDEX  ? "the node does not have the index yet"
 				                                : "node not reachable");
 		}
 		if (res) {
