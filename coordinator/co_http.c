@@ -16,6 +16,7 @@
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
 #include "../common/cm_sys.h"
+#include "co_guard.h"
 #include "co_private.h"
 
 #define MEM CM_MEM_COORDINATOR
@@ -254,6 +255,12 @@ co_body_json(co_req *r, bool *bad)
 		i++;
 	if (i == r->body.len)
 		return NULL;
+	char why[160];
+	if (!co_json_guard((const char *)r->body.data, r->body.len, why, sizeof(why))) {
+		co_reply_errorf(r, CM_EPARSE, "parse_exception", "Failed to parse request body: %s", why);
+		*bad = true;
+		return NULL;
+	}
 	j = cJSON_ParseWithLengthOpts((const char *)r->body.data, r->body.len, &end, false);
 	if (!j) {
 		size_t off = end ? (size_t)(end - (const char *)r->body.data) : 0;
@@ -954,6 +961,74 @@ run_handler(co_req *r)
 	r->route->handler(r);
 }
 
+/* ---- limits on the request head (Elasticsearch's names and statuses) ---- */
+
+#define CO_MAX_INITIAL_LINE 4096   /* http.max_initial_line_length */
+#define CO_MAX_HEADER_SIZE 8192    /* http.max_header_size */
+
+static void
+reply_status_error(co_req *r, int status, const char *type, const char *reason)
+{
+	cJSON *doc = cJSON_CreateObject(), *e = cJSON_CreateObject(), *rc = cJSON_CreateArray();
+	cJSON *one = cJSON_CreateObject();
+	cJSON_AddStringToObject(one, "type", type);
+	cJSON_AddStringToObject(one, "reason", reason);
+	cJSON_AddItemToArray(rc, one);
+	cJSON_AddItemToObject(e, "root_cause", rc);
+	cJSON_AddStringToObject(e, "type", type);
+	cJSON_AddStringToObject(e, "reason", reason);
+	cJSON_AddItemToObject(doc, "error", e);
+	cJSON_AddNumberToObject(doc, "status", status);
+	finish_json(r, status, doc);
+}
+
+static enum MHD_Result
+sum_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t klen, const char *value,
+           size_t vlen)
+{
+	*(size_t *)cls += klen + vlen + 4; /* "k: v\r\n" */
+	return MHD_YES;
+}
+
+/* Refuses what no handler should see: an over-long request line, too many
+ * header bytes, path segments or parameters that are not UTF-8 (they end
+ * up in index names, file names and JSON replies). */
+static bool
+head_ok(struct MHD_Connection *c, co_req *r, const char *url)
+{
+	size_t line = strlen(url) + 16, hdr = 0;
+
+	for (int i = 0; i < r->nparams; i++)
+		line += strlen(r->params[i].key) + 2 + (r->params[i].value ? strlen(r->params[i].value) : 0);
+	if (line > CO_MAX_INITIAL_LINE) {
+		reply_status_error(r, 414, "too_long_http_line_exception",
+		                   "An HTTP line is larger than 4096 bytes.");
+		return false;
+	}
+	MHD_get_connection_values_n(c, MHD_HEADER_KIND, sum_header, &hdr);
+	if (hdr > CO_MAX_HEADER_SIZE) {
+		reply_status_error(r, 431, "too_long_http_header_exception",
+		                   "HTTP header is larger than 8192 bytes.");
+		return false;
+	}
+	for (int i = 0; i < r->nsegs; i++)
+		if (!co_utf8_valid((const unsigned char *)r->segs[i], strlen(r->segs[i]), NULL) ||
+		    r->segs[i][0] == 0 || strcasestr(url, "%00")) {
+			reply_status_error(r, 400, "illegal_argument_exception",
+			                   "the request path is not valid UTF-8 (or holds a NUL byte)");
+			return false;
+		}
+	for (int i = 0; i < r->nparams; i++)
+		if (!co_utf8_valid((const unsigned char *)r->params[i].key, strlen(r->params[i].key), NULL) ||
+		    (r->params[i].value && !co_utf8_valid((const unsigned char *)r->params[i].value,
+		                                          strlen(r->params[i].value), NULL))) {
+			reply_status_error(r, 400, "illegal_argument_exception",
+			                   "a request parameter is not valid UTF-8");
+			return false;
+		}
+	return true;
+}
+
 static enum MHD_Result
 access_cb(void *cls, struct MHD_Connection *c, const char *url, const char *method,
           const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls)
@@ -966,7 +1041,10 @@ access_cb(void *cls, struct MHD_Connection *c, const char *url, const char *meth
 		r = req_new(s, c, url, method);
 		*con_cls = r;
 		atomic_fetch_add((_Atomic uint64_t *)&nd_counters(s->node)->http_requests, 1);
-		route_request(r);
+		if (!head_ok(c, r, url))
+			r->failed = true;
+		else
+			route_request(r);
 		if (!r->failed && !check_params(r))
 			r->failed = true;
 		cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
