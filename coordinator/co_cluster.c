@@ -109,7 +109,8 @@ co_cluster_broadcast(co_req *r, const char *action, nd_index **ixs, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
 		shards += nd_index_nshards(ixs[i]);
-		copies += nd_index_nshards(ixs[i]) * (1 + nd_index_settings(ixs[i])->number_of_replicas);
+		copies +=
+		    nd_index_nshards(ixs[i]) * (1 + nd_index_settings(ixs[i])->number_of_replicas);
 	}
 	cm_buf_put_u8(&names, 0);
 	cm_error_clear(&err);
@@ -174,8 +175,9 @@ co_cluster_count(co_req *r, nd_index **ixs, size_t n, cJSON *body)
 		return false;
 	b = cJSON_CreateObject();
 	if (cJSON_GetObjectItemCaseSensitive(body, "query"))
-		cJSON_AddItemToObject(b, "query",
-		                      cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(body, "query"), 1));
+		cJSON_AddItemToObject(
+		    b, "query",
+		    cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(body, "query"), 1));
 	cJSON_AddNumberToObject(b, "size", 0);
 	cJSON_AddBoolToObject(b, "track_total_hits", true);
 	search_opts(r, &o, b);
@@ -192,7 +194,8 @@ co_cluster_count(co_req *r, nd_index **ixs, size_t n, cJSON *body)
 	}
 	res = cJSON_ParseWithLength((const char *)out.data, out.len);
 	cm_buf_free(&out);
-	t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "hits"), "total");
+	t = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "hits"),
+	                                     "total");
 	j = cJSON_CreateObject();
 	cJSON_AddNumberToObject(
 	    j, "count",
@@ -277,7 +280,8 @@ cat_reply(co_req *r, const char *const *cols, int ncols, const cm_buf *rows)
 		cJSON *o = cJSON_CreateObject();
 		char *s2 = NULL, *tok = strtok_r(line, " ", &s2);
 		for (int c = 0; c < ncols; c++) {
-			cJSON_AddItemToObject(o, cols[c], tok ? cJSON_CreateString(tok) : cJSON_CreateNull());
+			cJSON_AddItemToObject(o, cols[c],
+			                      tok ? cJSON_CreateString(tok) : cJSON_CreateNull());
 			cm_buf_printf(&out, "%s%s", c ? " " : "", tok ? tok : "");
 			tok = tok ? strtok_r(NULL, " ", &s2) : NULL;
 		}
@@ -300,7 +304,8 @@ co_cluster_cat(co_req *r, const char *what)
 	nd_cluster *cl = nd_cluster_of(r->node);
 	cm_buf rows;
 	cm_buf_init(&rows, MEM);
-	if (!cl || !what || (strcmp(what, "nodes") && strcmp(what, "shards") && strcmp(what, "count")))
+	if (!cl || !what ||
+	    (strcmp(what, "nodes") && strcmp(what, "shards") && strcmp(what, "count")))
 		return false;
 	if (strcmp(what, "count") == 0) {
 		/* The total over one copy of every shard, as _count. */
@@ -315,8 +320,8 @@ co_cluster_cat(co_req *r, const char *what)
 		memset(&o, 0, sizeof(o));
 		cm_buf_init(&out, MEM);
 		cm_error_clear(&err);
-		if (nd_cluster_search(cl, ixs, n, "{\"size\":0,\"track_total_hits\":true}", "{}", &o,
-		                      &out, &err)) {
+		if (nd_cluster_search(cl, ixs, n, "{\"size\":0,\"track_total_hits\":true}", "{}",
+		                      &o, &out, &err)) {
 			co_reply_error(r, &err, NULL);
 		} else {
 			static const char *const cols[] = {"epoch", "timestamp", "count"};
@@ -342,13 +347,13 @@ co_cluster_cat(co_req *r, const char *what)
 		return true;
 	}
 	if (strcmp(what, "nodes") == 0) {
-		static const char *const cols[] = {"ip", "name", "node.role", "master", "status",
-		                                   "transport", "latency_us"};
+		static const char *const cols[] = {"ip",     "name",      "node.role", "master",
+		                                   "status", "transport", "latency_us"};
 		nd_cluster_cat_nodes(cl, &rows);
 		cat_reply(r, cols, 7, &rows);
 	} else {
 		static const char *const cols[] = {"index", "shard", "prirep", "state",
-		                                   "docs", "ip", "node"};
+		                                   "docs",  "ip",    "node"};
 		nd_cluster_cat_shards(cl, &rows);
 		cat_reply(r, cols, 7, &rows);
 	}
@@ -376,6 +381,7 @@ co_get_or_create(nd_node *n, const char *name, nd_index **out, cm_error *err)
 	if (rc)
 		return rc;
 	if (!(*out = nd_index_get(n, name)))
-		return cm_error_set(err, CM_EUNAVAIL, "index [%s] was created but is not here yet", name);
+		return cm_error_set(err, CM_EUNAVAIL, "index [%s] was created but is not here yet",
+		                    name);
 	return CM_OK;
 }

@@ -73,9 +73,10 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 	pthread_cond_init(&cl->stop_cv, NULL);
 	if (!copy_str(cl->cluster_name, sizeof(cl->cluster_name),
 	              cJSON_GetObjectItemCaseSensitive(j, "cluster_name")) ||
-	    !copy_str(cl->secret, sizeof(cl->secret), cJSON_GetObjectItemCaseSensitive(j, "secret"))) {
-		rc = cm_error_set(err, CM_EINVAL, "cluster file %s: cluster_name and secret are required",
-		                  file);
+	    !copy_str(cl->secret, sizeof(cl->secret),
+	              cJSON_GetObjectItemCaseSensitive(j, "secret"))) {
+		rc = cm_error_set(err, CM_EINVAL,
+		                  "cluster file %s: cluster_name and secret are required", file);
 		goto fail;
 	}
 	it = cJSON_GetObjectItemCaseSensitive(j, "max_message_bytes");
@@ -83,8 +84,8 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 	nodes = cJSON_GetObjectItemCaseSensitive(j, "nodes");
 	int nn = cJSON_GetArraySize(nodes);
 	if (!cJSON_IsArray(nodes) || nn < 1 || nn > ND_CL_MAX_NODES) {
-		rc = cm_error_set(err, CM_EINVAL, "cluster file %s: nodes must list 1..%d nodes", file,
-		                  ND_CL_MAX_NODES);
+		rc = cm_error_set(err, CM_EINVAL, "cluster file %s: nodes must list 1..%d nodes",
+		                  file, ND_CL_MAX_NODES);
 		goto fail;
 	}
 	cl->nodes = cm_calloc(MEM, (size_t)nn, sizeof(nd_cl_node));
@@ -93,16 +94,20 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 		nd_cl_node *nd = &cl->nodes[cl->nn];
 		const cJSON *roles = cJSON_GetObjectItemCaseSensitive(it, "roles"), *r;
 		char addr[ND_CL_ADDR];
-		if (!copy_str(nd->name, sizeof(nd->name), cJSON_GetObjectItemCaseSensitive(it, "name")) ||
-		    !copy_str(nd->http, sizeof(nd->http), cJSON_GetObjectItemCaseSensitive(it, "http")) ||
-		    !copy_str(addr, sizeof(addr) - 8, cJSON_GetObjectItemCaseSensitive(it, "transport"))) {
+		if (!copy_str(nd->name, sizeof(nd->name),
+		              cJSON_GetObjectItemCaseSensitive(it, "name")) ||
+		    !copy_str(nd->http, sizeof(nd->http),
+		              cJSON_GetObjectItemCaseSensitive(it, "http")) ||
+		    !copy_str(addr, sizeof(addr) - 8,
+		              cJSON_GetObjectItemCaseSensitive(it, "transport"))) {
 			rc = cm_error_set(err, CM_EINVAL,
-			                  "cluster file %s: node %d needs name, http and transport", file,
-			                  cl->nn);
+			                  "cluster file %s: node %d needs name, http and transport",
+			                  file, cl->nn);
 			goto fail;
 		}
 		snprintf(nd->transport, sizeof(nd->transport), "tcp://%s", addr);
-		if (copy_str(addr, sizeof(addr) - 8, cJSON_GetObjectItemCaseSensitive(it, "connect")))
+		if (copy_str(addr, sizeof(addr) - 8,
+		             cJSON_GetObjectItemCaseSensitive(it, "connect")))
 			snprintf(nd->connect, sizeof(nd->connect), "tcp://%s", addr);
 		else
 			strcpy(nd->connect, nd->transport);
@@ -119,7 +124,8 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 		}
 		for (int k = 0; k < cl->nn; k++)
 			if (strcmp(cl->nodes[k].name, nd->name) == 0) {
-				rc = cm_error_set(err, CM_EINVAL, "cluster file %s: node name [%s] twice", file,
+				rc = cm_error_set(err, CM_EINVAL,
+				                  "cluster file %s: node name [%s] twice", file,
 				                  nd->name);
 				goto fail;
 			}
@@ -133,7 +139,8 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 		cl->nn++;
 	}
 	if (cl->self < 0) {
-		rc = cm_error_set(err, CM_EINVAL, "node [%s] is not in cluster file %s", name, file);
+		rc =
+		    cm_error_set(err, CM_EINVAL, "node [%s] is not in cluster file %s", name, file);
 		goto fail;
 	}
 	if (cl->ndata == 0) {
@@ -141,10 +148,11 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 		goto fail;
 	}
 	if (coordinator_only && cl->nodes[cl->self].data) {
-		rc = cm_error_set(err, CM_EINVAL,
-		                  "--role coordinator but node [%s] has the data role in %s (give it "
-		                  "\"roles\": [\"coordinator\"])",
-		                  name, file);
+		rc = cm_error_set(
+		    err, CM_EINVAL,
+		    "--role coordinator but node [%s] has the data role in %s (give it "
+		    "\"roles\": [\"coordinator\"])",
+		    name, file);
 		goto fail;
 	}
 	cl->data_nodes = cm_calloc(MEM, (size_t)cl->ndata, sizeof(int));
@@ -215,7 +223,8 @@ cl_mark(nd_cluster *cl, int node, bool alive, uint64_t latency_ns)
 	nd_cl_node *nd = &cl->nodes[node];
 	bool was = atomic_exchange(&nd->alive, alive);
 	if (was != alive)
-		cm_info("cluster", "node [%s] is %s", nd->name, alive ? "reachable" : "unreachable");
+		cm_info("cluster", "node [%s] is %s", nd->name,
+		        alive ? "reachable" : "unreachable");
 	if (alive && latency_ns) {
 		pthread_mutex_lock(&cl->lock);
 		nd->ewma_us = 0.8 * nd->ewma_us + 0.2 * (double)latency_ns / 1000.0;
@@ -266,20 +275,23 @@ state_apply_locked(nd_cluster *cl, cJSON *st)
 		const cJSON *body = cJSON_GetObjectItemCaseSensitive(e, "body");
 		const cJSON *maps = cJSON_GetObjectItemCaseSensitive(e, "mappings");
 		cm_error_clear(&err);
-		if (!ix && nd_index_create(cl->node, e->string, cJSON_IsObject(body) ? body : NULL, &ix,
-		                           &err)) {
-			cm_warn("cluster", "cannot create index [%s] from the master's metadata: %s",
+		if (!ix && nd_index_create(cl->node, e->string, cJSON_IsObject(body) ? body : NULL,
+		                           &ix, &err)) {
+			cm_warn("cluster",
+			        "cannot create index [%s] from the master's metadata: %s",
 			        e->string, err.reason);
 			continue;
 		}
 		if (cJSON_IsObject(maps) && nd_index_put_mapping(ix, maps, &err))
-			cm_warn("cluster", "cannot merge mapping of [%s]: %s", e->string, err.reason);
+			cm_warn("cluster", "cannot merge mapping of [%s]: %s", e->string,
+			        err.reason);
 		const cJSON *log = cJSON_GetObjectItemCaseSensitive(e, "settings_log"), *sb;
 		cJSON_ArrayForEach(sb, log)
 		{
 			cm_error_clear(&err);
 			if (nd_index_put_settings(ix, sb, &err))
-				cm_warn("cluster", "cannot apply settings of [%s]: %s", e->string, err.reason);
+				cm_warn("cluster", "cannot apply settings of [%s]: %s", e->string,
+				        err.reason);
 		}
 		nd_index_release(ix);
 	}
@@ -332,8 +344,8 @@ pub_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 	pub_call *c = arg;
 	(void)type, (void)p, (void)len;
 	if (rc)
-		cm_warn("cluster", "node [%s] did not take the metadata: %s", c->cl->nodes[c->node].name,
-		        cm_err_msg(rc));
+		cm_warn("cluster", "node [%s] did not take the metadata: %s",
+		        c->cl->nodes[c->node].name, cm_err_msg(rc));
 	cm_wait_done(c->w);
 }
 
@@ -380,8 +392,8 @@ ack_json(const char *index)
  * validates it with the solo node's messages), versions it, persists and
  * publishes it. */
 static cm_err
-master_admin(nd_cluster *cl, const char *action, const char *index, const char *body,
-             char **reply, cm_error *err)
+master_admin(nd_cluster *cl, const char *action, const char *index, const char *body, char **reply,
+             cm_error *err)
 {
 	cJSON *bj = body && *body ? cJSON_Parse(body) : NULL, *indices, *out = NULL;
 	cm_err rc = CM_OK;
@@ -396,7 +408,8 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		if ((rc = nd_index_create(cl->node, index, bj, &ix, err)))
 			goto done;
 		cJSON *e = cJSON_CreateObject();
-		cJSON_AddItemToObject(e, "body", bj ? cJSON_Duplicate(bj, true) : cJSON_CreateObject());
+		cJSON_AddItemToObject(e, "body",
+		                      bj ? cJSON_Duplicate(bj, true) : cJSON_CreateObject());
 		st_mapping *m = nd_index_mapping(ix);
 		cJSON_AddItemToObject(e, "mappings", st_mapping_to_json(m));
 		st_mapping_unref(m);
@@ -409,9 +422,10 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		bool del = action[0] == 'd', settings = strcmp(action, "put_settings") == 0;
 		if (settings && body && strstr(body, "number_of_replicas")) {
 			/* New copies would start empty: there is no recovery yet. */
-			rc = cm_error_set(err, CM_EINVAL,
-			                  "number_of_replicas cannot change on a cluster yet: new replica "
-			                  "copies would need recovery, which phase 1 does not have");
+			rc = cm_error_set(
+			    err, CM_EINVAL,
+			    "number_of_replicas cannot change on a cluster yet: new replica "
+			    "copies would need recovery, which phase 1 does not have");
 			goto done;
 		}
 		char *copy = cm_strdup(MEM, index), *save = NULL, *tok;
@@ -419,7 +433,8 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 			nd_index *ix = nd_index_get(cl->node, tok);
 			if (!ix) {
 				if (!del) {
-					rc = cm_error_set(err, CM_ENOINDEX, "no such index [%s]", tok);
+					rc = cm_error_set(err, CM_ENOINDEX, "no such index [%s]",
+					                  tok);
 					break;
 				}
 				cJSON_DeleteItemFromObjectCaseSensitive(indices, tok);
@@ -441,8 +456,10 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 					cJSON_AddItemToObject(e, "body", cJSON_CreateObject());
 				}
 				if (settings) {
-					/* Every node replays the dynamic settings changes in order. */
-					cJSON *log = cJSON_GetObjectItemCaseSensitive(e, "settings_log");
+					/* Every node replays the dynamic settings changes in order.
+					 */
+					cJSON *log =
+					    cJSON_GetObjectItemCaseSensitive(e, "settings_log");
 					if (!log)
 						log = cJSON_AddArrayToObject(e, "settings_log");
 					cJSON_AddItemToArray(log, cJSON_Duplicate(bj, true));
@@ -469,8 +486,8 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		rc = cm_error_set(err, CM_EINVAL, "unknown metadata action [%s]", action);
 		goto done;
 	}
-	cJSON_ReplaceItemInObjectCaseSensitive(cl->meta, "version",
-	                                       cJSON_CreateNumber((double)(state_version(cl->meta) + 1)));
+	cJSON_ReplaceItemInObjectCaseSensitive(
+	    cl->meta, "version", cJSON_CreateNumber((double)(state_version(cl->meta) + 1)));
 	state_persist(cl);
 	state_publish_locked(cl);
 	{
@@ -498,9 +515,10 @@ nd_cluster_admin(nd_cluster *cl, const char *action, const char *index, const ch
 
 	*reply = NULL;
 	if (cl->master < 0)
-		return cm_error_set(err, CM_EUNAVAIL,
-		                    "no master-eligible node in the cluster file: metadata changes are "
-		                    "not possible");
+		return cm_error_set(
+		    err, CM_EUNAVAIL,
+		    "no master-eligible node in the cluster file: metadata changes are "
+		    "not possible");
 	if (cl->master == cl->self)
 		return master_admin(cl, action, index, body, reply, err);
 	cm_buf_init(&req, MEM);
@@ -509,18 +527,20 @@ nd_cluster_admin(nd_cluster *cl, const char *action, const char *index, const ch
 	rc = nd_peer_call_sync(cl->nodes[cl->master].peer, PR_ADMIN, req.data, req.len,
 	                       cm_now_ns() + 10000000000ull, &type, &rep);
 	if (rc == CM_EINVAL) {
-		rc = cm_error_set(err, CM_EUNAVAIL,
-		                  "master node [%s] refused this node's messages (wrong cluster name or "
-		                  "secret?): metadata change [%s] not applied",
-		                  cl->nodes[cl->master].name, action);
+		rc = cm_error_set(
+		    err, CM_EUNAVAIL,
+		    "master node [%s] refused this node's messages (wrong cluster name or "
+		    "secret?): metadata change [%s] not applied",
+		    cl->nodes[cl->master].name, action);
 	} else if (rc) {
 		cl_mark(cl, cl->master, false, 0);
-		rc = cm_error_set_type(err, CM_EUNAVAIL, "master_not_discovered_exception",
-		                  "master node [%s] is not available (%s): metadata change [%s] not "
-		                  "applied; searches and writes go on",
-		                  cl->nodes[cl->master].name, cm_err_msg(rc), action);
-	} else if ((cm_error_clear(&remote), pr_ack_decode(rep.data, rep.len, &remote, &rbody,
-	                                                     &rlen)) &&
+		rc = cm_error_set_type(
+		    err, CM_EUNAVAIL, "master_not_discovered_exception",
+		    "master node [%s] is not available (%s): metadata change [%s] not "
+		    "applied; searches and writes go on",
+		    cl->nodes[cl->master].name, cm_err_msg(rc), action);
+	} else if ((cm_error_clear(&remote),
+	            pr_ack_decode(rep.data, rep.len, &remote, &rbody, &rlen)) &&
 	           !remote.code) {
 		rc = cm_error_set(err, CM_EINTERNAL, "malformed reply from the master");
 		cm_free(MEM, rbody);
@@ -545,9 +565,8 @@ cl_publish_mapping(nd_cluster *cl, nd_index *ix)
 	bool same;
 	st_mapping_unref(m);
 	pthread_mutex_lock(&cl->meta_lock);
-	cJSON *e = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cl->meta,
-	                                                                            "indices"),
-	                                            nd_index_name(ix));
+	cJSON *e = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(cl->meta, "indices"), nd_index_name(ix));
 	same = !e || cJSON_Compare(cJSON_GetObjectItemCaseSensitive(e, "mappings"), local, true);
 	pthread_mutex_unlock(&cl->meta_lock);
 	if (!same) {
@@ -585,7 +604,8 @@ local_broadcast(nd_cluster *cl, const char *action, const char *indices, cm_erro
 		           : strcmp(action, "flush") == 0 ? nd_index_flush(ixs[i])
 		                                          : nd_index_force_merge(ixs[i], 1);
 		if (r && !rc)
-			rc = cm_error_set(err, r, "%s of [%s] failed", action, nd_index_name(ixs[i]));
+			rc = cm_error_set(err, r, "%s of [%s] failed", action,
+			                  nd_index_name(ixs[i]));
 		nd_index_release(ixs[i]);
 	}
 	cm_free(MEM, ixs);
@@ -745,8 +765,8 @@ nd_cluster_start(nd_cluster *cl, nd_node *n, cm_error *err)
 	cl->pool = cm_pool_create(16, "cl-rpc");
 	cl->spool = cm_pool_create(4, "cl-search");
 	for (int i = 0; i < cl->nn; i++)
-		if (i != cl->self && (rc = nd_peer_open(cl->nodes[i].connect, &o, &cl->nodes[i].peer,
-		                                        err)))
+		if (i != cl->self &&
+		    (rc = nd_peer_open(cl->nodes[i].connect, &o, &cl->nodes[i].peer, err)))
 			return rc;
 	if ((rc = nd_server_start(cl->nodes[cl->self].transport, &o, 32, cl->pool, serve, cl,
 	                          &cl->server, err)))
@@ -756,10 +776,10 @@ nd_cluster_start(nd_cluster *cl, nd_node *n, cm_error *err)
 		fetch_state(cl);
 	pthread_create(&cl->monitor, NULL, monitor_main, cl);
 	cl->monitor_started = true;
-	cm_info("cluster", "node [%s] in cluster [%s]: %d nodes, %d data, master [%s], transport %s",
-	        cl->nodes[cl->self].name, cl->cluster_name, cl->nn, cl->ndata,
-	        cl->master >= 0 ? cl->nodes[cl->master].name : "none",
-	        cl->nodes[cl->self].transport);
+	cm_info(
+	    "cluster", "node [%s] in cluster [%s]: %d nodes, %d data, master [%s], transport %s",
+	    cl->nodes[cl->self].name, cl->cluster_name, cl->nn, cl->ndata,
+	    cl->master >= 0 ? cl->nodes[cl->master].name : "none", cl->nodes[cl->self].transport);
 	return CM_OK;
 }
 
@@ -837,8 +857,8 @@ nd_cluster_broadcast(nd_cluster *cl, const char *action, const char *indices, in
 		if (i == cl->self || !cl->nodes[i].data)
 			continue;
 		calls[i].w = w;
-		nd_peer_call(cl->nodes[i].peer, PR_ADMIN, b.data, b.len, cm_now_ns() + 30000000000ull,
-		             bc_done, &calls[i]);
+		nd_peer_call(cl->nodes[i].peer, PR_ADMIN, b.data, b.len,
+		             cm_now_ns() + 30000000000ull, bc_done, &calls[i]);
 	}
 	if (cl->nodes[cl->self].data) {
 		(*total)++;

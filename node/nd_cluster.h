@@ -45,8 +45,8 @@ cm_err nd_cluster_admin(nd_cluster *cl, const char *action, const char *index, c
                         char **reply, cm_error *err);
 /* refresh / flush / forcemerge of the named indices on every data node;
  * *failed counts nodes that did not answer. */
-cm_err nd_cluster_broadcast(nd_cluster *cl, const char *action, const char *indices,
-                            int *total, int *failed, cm_error *err);
+cm_err nd_cluster_broadcast(nd_cluster *cl, const char *action, const char *indices, int *total,
+                            int *failed, cm_error *err);
 
 /* ---- writes ---- */
 /* Sends every batch to its shard's primary at once (in-process when it is
@@ -58,8 +58,8 @@ void nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb);
 typedef struct nd_cl_search_opts {
 	const char *preference; /* may be NULL */
 	nd_cl_fanout fanout;
-	bool fanout_set;        /* false: the node's default */
-	uint64_t deadline_ns;   /* absolute; 0 = 30 s */
+	bool fanout_set;      /* false: the node's default */
+	uint64_t deadline_ns; /* absolute; 0 = 30 s */
 } nd_cl_search_opts;
 
 /* The one way an sr_request is built from a _search body and the URL

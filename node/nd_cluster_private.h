@@ -21,7 +21,7 @@ typedef struct nd_cl_node {
 	char transport[ND_CL_ADDR + 8]; /* tcp://... this node listens on */
 	char connect[ND_CL_ADDR + 8];   /* tcp://... the others dial */
 	bool master, data;
-	int data_ord; /* -1: no data */
+	int data_ord;  /* -1: no data */
 	nd_peer *peer; /* NULL for self */
 	_Atomic bool alive;
 	double ewma_us; /* recent round-trip latency, under nd_cluster.lock */
@@ -40,7 +40,7 @@ struct nd_cluster {
 	cm_pool *spool; /* local shard searches and applies of the coordinator */
 	pthread_mutex_t lock;
 	pthread_mutex_t meta_lock; /* serializes metadata changes */
-	cJSON *meta; /* {"version":N,"indices":{name:{"body":..,"mappings":..}}} */
+	cJSON *meta;               /* {"version":N,"indices":{name:{"body":..,"mappings":..}}} */
 	pthread_t monitor;
 	bool monitor_started;
 	pthread_mutex_t stop_mu;

@@ -25,9 +25,8 @@
  * copy, synchronously, before this returns. prepare: parse documents
  * under the local mapping first (dynamic fields) when the coordinator was
  * another node. */
-static cm_err
-apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
-           st_op_result *res, bool replica, bool prepare, uint64_t deadline_ns);
+static cm_err apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
+                         st_op_result *res, bool replica, bool prepare, uint64_t deadline_ns);
 
 typedef struct rep_call {
 	cm_wait *w;
@@ -105,15 +104,16 @@ replicate(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
 	cm_wait_destroy(w);
 	for (int c = 1; c < nc; c++)
 		if (calls[c].rc)
-			cm_warn("cluster", "replica [%s][%d] on [%s] missed %zu ops: %s", nd_index_name(ix),
-			        shard, cl->nodes[calls[c].node].name, k, cm_err_msg(calls[c].rc));
+			cm_warn("cluster", "replica [%s][%d] on [%s] missed %zu ops: %s",
+			        nd_index_name(ix), shard, cl->nodes[calls[c].node].name, k,
+			        cm_err_msg(calls[c].rc));
 	cm_buf_free(&b);
 	cm_free(MEM, rops);
 }
 
 static cm_err
-apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
-           st_op_result *res, bool replica, bool prepare, uint64_t deadline_ns)
+apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result *res,
+           bool replica, bool prepare, uint64_t deadline_ns)
 {
 	st_op *ok = cm_calloc(MEM, n + 1, sizeof(st_op));
 	size_t *map = cm_calloc(MEM, n + 1, sizeof(size_t));
@@ -142,7 +142,8 @@ apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
 			res[map[j]] = ores[j];
 			if (rc && !ores[j].err) {
 				res[map[j]].err = rc;
-				snprintf(res[map[j]].reason, sizeof(res[map[j]].reason), "%s", cm_err_msg(rc));
+				snprintf(res[map[j]].reason, sizeof(res[map[j]].reason), "%s",
+				         cm_err_msg(rc));
 			}
 		}
 		if (!rc && !replica)
@@ -178,8 +179,9 @@ cl_serve_bulk(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns
 		pr_bulk_reply_encode(NULL, 0, CM_EINVAL, "no such shard", reply);
 	} else {
 		res = cm_calloc(MEM, rq.nops + 1, sizeof(st_op_result));
-		cm_err rc = apply_copy(cl, ix, (int)rq.shard, rq.ops, rq.nops, res, rq.replica, true,
-		                       deadline_ns ? deadline_ns : cm_now_ns() + DEFAULT_DEADLINE_NS);
+		cm_err rc =
+		    apply_copy(cl, ix, (int)rq.shard, rq.ops, rq.nops, res, rq.replica, true,
+		               deadline_ns ? deadline_ns : cm_now_ns() + DEFAULT_DEADLINE_NS);
 		pr_bulk_reply_encode(res, rq.nops, rc, rc ? cm_err_msg(rc) : NULL, reply);
 	}
 	if (ix)
@@ -377,7 +379,8 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 	for (size_t i = 0; i < rq.nshards; i++) {
 		if ((int)rq.shards[i] >= nd_index_nshards(ix)) {
 			cJSON_Delete(pj);
-			cm_error_set(&err, CM_EINVAL, "no shard [%u] in [%s]", rq.shards[i], rq.index);
+			cm_error_set(&err, CM_EINVAL, "no shard [%u] in [%s]", rq.shards[i],
+			             rq.index);
 			goto fail;
 		}
 		cJSON *o = use_ords ? cJSON_GetArrayItem(ords, (int)i) : NULL;
@@ -500,7 +503,8 @@ job_finish_ok(shard_job *j, sr_shard_result *res, pr_strings *strings)
 	if (strings) {
 		if (S->nstrings == S->capstrings) {
 			S->capstrings = S->capstrings ? 2 * S->capstrings : 8;
-			S->strings = cm_realloc(MEM, S->strings, S->capstrings * sizeof(*S->strings));
+			S->strings =
+			    cm_realloc(MEM, S->strings, S->capstrings * sizeof(*S->strings));
 		}
 		S->strings[S->nstrings++] = strings;
 	}
@@ -526,8 +530,8 @@ job_failed(shard_job *j, cm_err rc, const char *why)
 	if (rc == CM_EUNAVAIL)
 		cl_mark(S->cl, j->node, false, 0);
 	cm_error_clear(&j->last);
-	cm_error_set(&j->last, rc, "shard [%s][%d] on node [%s]: %s", nd_index_name(j->ix), j->shard,
-	             S->cl->nodes[j->node].name, why);
+	cm_error_set(&j->last, rc, "shard [%s][%d] on node [%s]: %s", nd_index_name(j->ix),
+	             j->shard, S->cl->nodes[j->node].name, why);
 	/* Another copy, while the deadline allows. */
 	dispatch(j);
 }
@@ -568,8 +572,8 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 		for (size_t i = 0; i < nres; i++)
 			covered += res[i].error.code ? 1 : res[i].shards_merged;
 		if (covered != g->n) {
-			rc = cm_error_set(&e, CM_EPARSE, "merged results cover %zu of %zu shards", covered,
-			                  g->n);
+			rc = cm_error_set(&e, CM_EPARSE, "merged results cover %zu of %zu shards",
+			                  covered, g->n);
 		} else {
 			cl_mark(S->cl, g->node, true, cm_now_ns() - g->t_sent);
 			for (size_t i = 0; i < nres; i++) {
@@ -589,9 +593,11 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 				pthread_mutex_lock(&S->lock);
 				if (i == 0 && strings) {
 					if (S->nstrings == S->capstrings) {
-						S->capstrings = S->capstrings ? 2 * S->capstrings : 8;
+						S->capstrings =
+						    S->capstrings ? 2 * S->capstrings : 8;
 						S->strings =
-						    cm_realloc(MEM, S->strings, S->capstrings * sizeof(*S->strings));
+						    cm_realloc(MEM, S->strings,
+						               S->capstrings * sizeof(*S->strings));
 					}
 					S->strings[S->nstrings++] = strings;
 				}
@@ -612,8 +618,8 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 	if (rc) {
 		/* Unreachable, late, refused, or behind on the metadata: another
 		 * copy may answer. Anything else every copy would say alike. */
-		bool retry = rc == CM_EUNAVAIL || rc == CM_ETIMEDOUT || rc == CM_EINVAL ||
-		             rc == CM_ENOINDEX;
+		bool retry =
+		    rc == CM_EUNAVAIL || rc == CM_ETIMEDOUT || rc == CM_EINVAL || rc == CM_ENOINDEX;
 		if (!retry) {
 			/* The request itself is bad: every copy would say the same. */
 			for (size_t i = 0; i < g->n; i++) {
@@ -628,11 +634,12 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 			}
 		} else {
 			for (size_t i = 0; i < g->n; i++)
-				job_failed(g->jobs[i], rc,
-				           rc == CM_EINVAL      ? "refused (wrong cluster name or secret?)"
-				           : rc == CM_ETIMEDOUT ? "timed out"
-				           : rc == CM_ENOINDEX  ? "the node does not have the index yet"
-				                                : "node not reachable");
+				job_failed(
+				    g->jobs[i], rc,
+				    rc == CM_EINVAL      ? "refused (wrong cluster name or secret?)"
+				    : rc == CM_ETIMEDOUT ? "timed out"
+				    : rc == CM_ENOINDEX  ? "the node does not have the index yet"
+				                         : "node not reachable");
 		}
 		if (res) {
 			for (size_t i = 0; i < nres; i++)
@@ -736,8 +743,8 @@ dispatch(shard_job *j)
 		                       : "shard [%s][%d]: no copy matches the preference",
 		             nd_index_name(j->ix), j->shard);
 	if (fr.error.code == CM_EUNAVAIL)
-		cm_error_set_type(&fr.error, CM_EUNAVAIL, "no_shard_available_action_exception", "%s",
-		                  fr.error.reason);
+		cm_error_set_type(&fr.error, CM_EUNAVAIL, "no_shard_available_action_exception",
+		                  "%s", fr.error.reason);
 	if (j->norder == 0 || j->next == 0)
 		j->node = S->cl->self;
 	job_finish_ok(j, &fr, NULL);
@@ -800,9 +807,9 @@ copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref, shard_job 
 	double lat[ND_CL_MAX_COPIES];
 	pthread_mutex_lock(&cl->lock);
 	for (int i = 0; i < n; i++)
-		lat[i] = cand[i] == cl->self           ? -1.0
-		         : !cl_alive(cl, cand[i])       ? 1e18
-		                                        : cl->nodes[cand[i]].ewma_us;
+		lat[i] = cand[i] == cl->self      ? -1.0
+		         : !cl_alive(cl, cand[i]) ? 1e18
+		                                  : cl->nodes[cand[i]].ewma_us;
 	pthread_mutex_unlock(&cl->lock);
 	for (int i = 0; i < n; i++) {
 		int best = -1;
@@ -870,7 +877,8 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 				int node = -1;
 				while (jobs[i].next < jobs[i].norder) {
 					node = jobs[i].order[jobs[i].next];
-					if (cl_alive(cl, node) || jobs[i].next + 1 >= jobs[i].norder)
+					if (cl_alive(cl, node) ||
+					    jobs[i].next + 1 >= jobs[i].norder)
 						break;
 					jobs[i].next++;
 					node = -1;
@@ -884,7 +892,8 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 				for (size_t q = i; q < njobs; q++) {
 					if (sent[q] || jobs[q].ix != jobs[i].ix)
 						continue;
-					if (jobs[q].next < jobs[q].norder && jobs[q].order[jobs[q].next] == node) {
+					if (jobs[q].next < jobs[q].norder &&
+					    jobs[q].order[jobs[q].next] == node) {
 						jobs[q].next++;
 						sent[q] = true;
 						grp[g++] = &jobs[q];
@@ -912,7 +921,8 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 		if (S.timed_out) {
 			for (size_t i = at; i + sizeof(key) - 1 <= out->len; i++)
 				if (memcmp(out->data + i, key, sizeof(key) - 1) == 0) {
-					memcpy(out->data + i, "\"timed_out\":true ", sizeof(key) - 1);
+					memcpy(out->data + i, "\"timed_out\":true ",
+					       sizeof(key) - 1);
 					break;
 				}
 		}
@@ -1022,8 +1032,8 @@ remote_rw(nd_cluster *cl, int node, const char *action, const char *index, const
 			cl_mark(cl, node, false, 0);
 		cm_error_set(err, rc, "node [%s] did not answer (%s)", cl->nodes[node].name,
 		             cm_err_msg(rc));
-	} else if ((cm_error_clear(&remote), rc = pr_ack_decode(rep.data, rep.len, &remote, &rb,
-	                                                          &rl)) &&
+	} else if ((cm_error_clear(&remote),
+	            rc = pr_ack_decode(rep.data, rep.len, &remote, &rb, &rl)) &&
 	           !remote.code) {
 		cm_error_set(err, rc, "malformed reply from [%s]", cl->nodes[node].name);
 	} else if (remote.code) {
@@ -1033,7 +1043,8 @@ remote_rw(nd_cluster *cl, int node, const char *action, const char *index, const
 		cl_mark(cl, node, true, cm_now_ns() - t0);
 		*out = rb ? cJSON_ParseWithLength(rb, rl) : NULL;
 		if (!*out)
-			rc = cm_error_set(err, CM_EINTERNAL, "empty reply from [%s]", cl->nodes[node].name);
+			rc = cm_error_set(err, CM_EINTERNAL, "empty reply from [%s]",
+			                  cl->nodes[node].name);
 	}
 	cm_free(MEM, rb);
 	cm_buf_free(&req);
@@ -1084,7 +1095,8 @@ nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const ch
 		meta->seq_no = (uint64_t)cJSON_GetObjectItemCaseSensitive(r, "seq_no")->valuedouble;
 		meta->primary_term =
 		    (uint64_t)cJSON_GetObjectItemCaseSensitive(r, "primary_term")->valuedouble;
-		meta->version = (int64_t)cJSON_GetObjectItemCaseSensitive(r, "version")->valuedouble;
+		meta->version =
+		    (int64_t)cJSON_GetObjectItemCaseSensitive(r, "version")->valuedouble;
 		if (cJSON_IsString(src))
 			cm_buf_put(source, src->valuestring, strlen(src->valuestring));
 		cJSON_Delete(r);
@@ -1218,17 +1230,20 @@ nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
 					st_shard_stats_get(nd_index_shard(all[x], s), &st);
 					docs = (long long)st.docs;
 				} else if (stats[node]) {
-					cJSON *a = cJSON_GetObjectItemCaseSensitive(stats[node], name);
+					cJSON *a =
+					    cJSON_GetObjectItemCaseSensitive(stats[node], name);
 					cJSON *d = cJSON_GetArrayItem(a, s);
 					if (cJSON_IsNumber(d))
 						docs = (long long)d->valuedouble;
 				}
 				bool up = cl_alive(cl, node);
 				if (up && docs >= 0)
-					cm_buf_printf(out, "%s %d %s STARTED %lld 127.0.0.1 %s\n", name, s,
-					              c == 0 ? "p" : "r", docs, cl->nodes[node].name);
+					cm_buf_printf(out, "%s %d %s STARTED %lld 127.0.0.1 %s\n",
+					              name, s, c == 0 ? "p" : "r", docs,
+					              cl->nodes[node].name);
 				else
-					cm_buf_printf(out, "%s %d %s UNASSIGNED\n", name, s, c == 0 ? "p" : "r");
+					cm_buf_printf(out, "%s %d %s UNASSIGNED\n", name, s,
+					              c == 0 ? "p" : "r");
 			}
 		}
 		nd_index_release(all[x]);
