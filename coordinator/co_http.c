@@ -251,7 +251,7 @@ co_body_json(co_req *r, bool *bad)
 	size_t i = 0;
 
 	*bad = false;
-	while (i < r->body.len && strchr(" \t\r\n", r->body.data[i]))
+	while (i < r->body.len && r->body.data[i] && strchr(" \t\r\n", r->body.data[i]))
 		i++;
 	if (i == r->body.len)
 		return NULL;
@@ -269,6 +269,18 @@ co_body_json(co_req *r, bool *bad)
 		*bad = true;
 		return NULL;
 	}
+	/* one JSON value per body: trailing bytes are an error, as in ES */
+	for (size_t k = end ? (size_t)(end - (const char *)r->body.data) : r->body.len;
+	     k < r->body.len; k++)
+		if (!strchr(" \t\r\n", r->body.data[k]) || !r->body.data[k]) {
+			cJSON_Delete(j);
+			co_reply_errorf(r, CM_EPARSE, "parse_exception",
+			                "Failed to parse request body: unexpected content after the JSON "
+			                "value at byte %zu",
+			                k);
+			*bad = true;
+			return NULL;
+		}
 	return j;
 }
 

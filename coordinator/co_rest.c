@@ -229,6 +229,13 @@ co_h_cluster_settings(co_req *r)
 			const char *secs[] = {"persistent", "transient"};
 			for (int k = 0; k < 2; k++) {
 				sec = cJSON_GetObjectItemCaseSensitive(body, secs[k]);
+				/* a non-object body or section would iterate unnamed items */
+				if ((body && !cJSON_IsObject(body)) || (sec && !cJSON_IsObject(sec))) {
+					co_reply_errorf(r, CM_EPARSE, NULL,
+					                "[%s] must be an object of settings", secs[k]);
+					cJSON_Delete(body);
+					return;
+				}
 				cJSON_ArrayForEach(c, sec)
 				{
 					bool named = strcmp(c->string, "action.destructive_requires_name") == 0;

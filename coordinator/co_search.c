@@ -415,6 +415,11 @@ co_h_count(co_req *r)
 
 	if (bad)
 		return;
+	if (body && !cJSON_IsObject(body)) {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EPARSE, NULL, "Unknown key for a VALUE in [body].");
+		return;
+	}
 	if (!body)
 		body = cJSON_CreateObject();
 	cJSON_ArrayForEach(c, body)

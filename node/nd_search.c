@@ -181,6 +181,17 @@ nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req, nd_
 	}
 	if (err)
 		cm_error_clear(err);
+	/* aggregations over search.max_buckets fail the request (400), they
+	 * are not silently left out of the reply */
+	cm_error rerr;
+	cm_error_clear(&rerr);
+	if ((rc = sr_merger_reduce(m, &rerr))) {
+		if (err)
+			*err = rerr;
+		sr_merger_destroy(m);
+		cm_free(CM_MEM_NODE, tasks);
+		return rc;
+	}
 	sr_merger_render(m, (cm_now_ns() - t0) / 1000000, out);
 	sr_merger_destroy(m);
 	cm_free(CM_MEM_NODE, tasks);
