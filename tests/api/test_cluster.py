@@ -464,12 +464,16 @@ def t12_oversized_transport_message_refused():
 
 def teardown():
     rc = 0
-    for n in list(NODES.values()):
-        r = n.cleanup()
+    # every node is stopped even when one of them fails to
+    for n in list(NODES.values()) + ([SOLO] if SOLO else []):
+        try:
+            r = n.cleanup()
+        except Exception as e:  # noqa: BLE001
+            print("cleanup failed: %r" % (e,))
+            n.kill()
+            r = -1
         if r not in (0, None):
             rc = r
-    if SOLO:
-        SOLO.cleanup()
     shutil.rmtree(TMP, ignore_errors=True)
     return rc
 
