@@ -8,10 +8,16 @@ BUILD_PKGS=(build-essential cmake pkg-config python3 curl
   libmicrohttpd-dev libcjson-dev libutf8proc-dev libstemmer-dev libstreamvbyte-dev
   libxxhash-dev libroaring-dev zlib1g-dev)
 # Tests also use these (clients, peers for the BM25 check, sanitizer runtime).
-TEST_PKGS=(clang libclang-rt-14-dev python3-elasticsearch default-jre-headless liblucene8-java)
+TEST_PKGS=(clang libclang-rt-14-dev python3-elasticsearch default-jdk-headless liblucene8-java
+  dict-gcide)
 
 want=("${BUILD_PKGS[@]}")
-[ "${1:-}" = "--with-tests" ] && want+=("${TEST_PKGS[@]}")
+if [ "${1:-}" = "--with-tests" ]; then
+  want+=("${TEST_PKGS[@]}")
+  # The OpenSearch JS client test needs node and npm; machines that ship
+  # them from elsewhere keep theirs.
+  command -v npm >/dev/null 2>&1 || want+=(nodejs npm)
+fi
 
 missing=()
 for p in "${want[@]}"; do
