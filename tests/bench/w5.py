@@ -149,7 +149,7 @@ def main():
             subprocess.run([sys.executable, os.path.join(HERE, "report.py"), "section",
                             "W5" if a.corpus == "w3" else "W5_W2"],
                            input=text, text=True, check=True)
-            print("(written to docs/benchmarks.md, section W5)")
+            print("(written to docs/benchmarks.md, section %s)" % ("W5" if a.corpus == "w3" else "W5_W2"))
         print("results: %s" % res)
     finally:
         shutil.rmtree(os.path.join(work, "lucene-classes"), ignore_errors=True)
