@@ -603,14 +603,20 @@ cm_err
 pr_ack_decode(const void *p, size_t n, cm_error *e, char **body, size_t *len)
 {
 	Shoal__Ack *m = shoal__ack__unpack(&pr_allocator, n, p);
+	/* the body is only handed out with a success: callers that free it
+	 * only then (nd_cluster's state fetch) leaked it (found by fuzzing) */
+	if (body)
+		*body = NULL;
+	if (len)
+		*len = 0;
 	if (m == NULL)
 		return cm_error_set(e, CM_EPARSE, "malformed acknowledgement");
 	if (m->error != 0)
 		cm_error_set_type(e, m->error > 0 && m->error < CM_ERR_COUNT ? (cm_err)m->error : CM_EINTERNAL,
 		                  m->type[0] ? m->type : NULL, "%s", m->reason);
-	if (body)
-		*body = dup_bin(&m->body, len);
 	cm_err rc = m->error ? e->code : CM_OK;
+	if (body && rc == CM_OK)
+		*body = dup_bin(&m->body, len);
 	shoal__ack__free_unpacked(m, &pr_allocator);
 	return rc;
 }

@@ -111,6 +111,7 @@ cm_err pr_admin_decode(const void *p, size_t n, pr_admin *out, cm_error *err);
 void pr_admin_free(pr_admin *a);
 /* An Ack carries a cm_error (code 0 = success) and an optional JSON body. */
 cm_err pr_ack_encode(const cm_error *e, const char *body, size_t len, cm_buf *out);
+/* *body (cm_malloc'd, caller frees) is set only on success, else NULL. */
 cm_err pr_ack_decode(const void *p, size_t n, cm_error *e, char **body, size_t *len);
 
 #endif

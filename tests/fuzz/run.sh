@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan) into build-fuzz/
+# and runs each for SECONDS (default 30) from its seed corpus.
+#   tests/fuzz/run.sh [SECONDS]
+# Targets: tests/fuzz/*_fuzz.c (transport decoders), search/dsl_fuzz.c
+# (query DSL, _search body, q= query strings, _source filters),
+# storage/docparse_fuzz.c (documents, mappings, analyzers, dates).
+# Exits nonzero on a build failure or any crash; crash inputs are left in
+# build-fuzz/crashes/<target>/ (add them to tests/fuzz/corpus/<target>/
+# once fixed, as regression seeds).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SECS=${1:-30}
+B=build-fuzz
+command -v clang >/dev/null || { echo "clang not installed" >&2; exit 77; }
+
+# The libraries, instrumented for coverage and the sanitizers.
+FLAGS="-g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
+cmake -S . -B "$B" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
+	-DCMAKE_C_FLAGS="$FLAGS" >/dev/null
+cmake --build "$B" -j"$(nproc)" --target shoal_common shoal_storage shoal_search shoal_proto \
+	>"$B.log" 2>&1 || { tail -30 "$B.log"; exit 1; }
+LIBS="$B/libshoal_proto.a $B/libshoal_search.a $B/libshoal_storage.a $B/libshoal_common.a \
+	$(pkg-config --libs libcjson libzstd lmdb libutf8proc libxxhash libprotobuf-c zlib) \
+	-lstemmer -lstreamvbyte -lroaring -lm -lpthread"
+
+build() { # name source...
+	local name=$1
+	shift
+	clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+		-I. -I"$B" -I"$B/proto" "$@" $LIBS -o "$B/$name"
+}
+build proto_fuzz tests/fuzz/proto_fuzz.c
+build dsl_fuzz search/dsl_fuzz.c
+build docparse_fuzz storage/docparse_fuzz.c
+
+fail=0
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+for t in proto_fuzz dsl_fuzz docparse_fuzz; do
+	c=tests/fuzz/corpus/${t%_fuzz}
+	work=$B/corpus/${t%_fuzz}
+	mkdir -p "$c" "$work" "$B/crashes/$t"
+	if "$B/$t" -max_total_time="$SECS" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+		-artifact_prefix="$B/crashes/$t/" -print_final_stats=1 "$work" "$c" \
+		>"$B/$t.log" 2>&1; then
+		echo "ok   $t: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$B/$t.log" | grep -o '[0-9]*$') inputs in ${SECS}s"
+	else
+		echo "FAIL $t (log $B/$t.log, inputs in $B/crashes/$t/)"
+		grep -m5 -E 'ERROR|runtime error|SUMMARY' "$B/$t.log" || true
+		fail=1
+	fi
+done
+exit $fail
