@@ -187,6 +187,14 @@ perr(pctx *c, const char *fmt, const char *a, const char *b)
 	return cm_error_set(c->err, CM_EPARSE, fmt, a, b);
 }
 
+/* The error for a query body that is not an object, as ES words it. */
+static cm_err
+not_object(pctx *c, const char *qname, const cJSON *body)
+{
+	return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]", qname,
+	            token_name(body));
+}
+
 /* A scalar JSON value as the text ES would see: strings as is, numbers
  * in their shortest form, booleans as "true"/"false". */
 static cm_err
@@ -396,8 +404,7 @@ single_field(pctx *c, const char *qname, const cJSON *body, bool allow_outer_com
 {
 	const cJSON *f = NULL;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]", qname,
-		            token_name(body));
+		return not_object(c, qname, body);
 	for (const cJSON *v = body->child; v; v = v->next) {
 		if (allow_outer_common && !cJSON_IsObject(v)) {
 			cm_err rc = CM_OK;
@@ -704,8 +711,7 @@ parse_bool(pctx *c, const cJSON *body, sr_query *q)
 {
 	cm_err rc = CM_OK;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]", "bool",
-		            token_name(body));
+		return not_object(c, "bool", body);
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		if (common_param(c, "bool", v, q, &rc))
 			continue;
@@ -747,8 +753,7 @@ parse_constant_score(pctx *c, const cJSON *body, sr_query *q)
 {
 	cm_err rc = CM_OK;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]",
-		            "constant_score", token_name(body));
+		return not_object(c, "constant_score", body);
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		if (common_param(c, "constant_score", v, q, &rc))
 			continue;
@@ -770,8 +775,7 @@ parse_dis_max(pctx *c, const cJSON *body, sr_query *q)
 {
 	cm_err rc = CM_OK;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]",
-		            "dis_max", token_name(body));
+		return not_object(c, "dis_max", body);
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		if (common_param(c, "dis_max", v, q, &rc))
 			continue;
@@ -795,8 +799,7 @@ parse_boosting(pctx *c, const cJSON *body, sr_query *q)
 	cm_err rc = CM_OK;
 	bool has_nb = false;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]",
-		            "boosting", token_name(body));
+		return not_object(c, "boosting", body);
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		if (common_param(c, "boosting", v, q, &rc))
 			continue;
@@ -863,8 +866,7 @@ parse_terms(pctx *c, const cJSON *body, sr_query *q)
 	cm_err rc = CM_OK;
 	const cJSON *f = NULL;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]",
-		            "terms", token_name(body));
+		return not_object(c, "terms", body);
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		if (common_param(c, "terms", v, q, &rc))
 			continue;
@@ -897,8 +899,7 @@ parse_ids(pctx *c, const cJSON *body, sr_query *q)
 {
 	cm_err rc = CM_OK;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]", "ids",
-		            token_name(body));
+		return not_object(c, "ids", body);
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		if (common_param(c, "ids", v, q, &rc))
 			continue;
@@ -923,8 +924,7 @@ parse_exists(pctx *c, const cJSON *body, sr_query *q)
 {
 	cm_err rc = CM_OK;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]",
-		            "exists", token_name(body));
+		return not_object(c, "exists", body);
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		if (common_param(c, "exists", v, q, &rc))
 			continue;
@@ -944,8 +944,7 @@ parse_match_all(pctx *c, const char *qname, const cJSON *body, sr_query *q)
 {
 	cm_err rc = CM_OK;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]", qname,
-		            token_name(body));
+		return not_object(c, qname, body);
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		if (common_param(c, qname, v, q, &rc))
 			continue;
@@ -1016,8 +1015,7 @@ parse_multi_match(pctx *c, const cJSON *body, sr_query *q)
 	const char *qn = "multi_match";
 	cm_err rc = CM_OK;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]", qn,
-		            token_name(body));
+		return not_object(c, qn, body);
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		bool handled;
 		if (common_param(c, qn, v, q, &rc))
@@ -1101,8 +1099,7 @@ parse_query_string(pctx *c, const char *qn, const cJSON *body, sr_query *q)
 	bool simple = q->kind == SR_Q_SIMPLE_QUERY_STRING;
 	cm_err rc = CM_OK;
 	if (!cJSON_IsObject(body))
-		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]", qn,
-		            token_name(body));
+		return not_object(c, qn, body);
 	q->tie_breaker = simple ? 1.0f : 0.0f;
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
 		if (common_param(c, qn, v, q, &rc))
