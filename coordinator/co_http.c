@@ -977,6 +977,8 @@ run_handler(co_req *r)
 
 #define CO_MAX_INITIAL_LINE 4096   /* http.max_initial_line_length */
 #define CO_MAX_HEADER_SIZE 8192    /* http.max_header_size */
+#define CO_HTTP_IDLE_TIMEOUT_S 10  /* headers and body bytes must keep coming */
+#define CO_HTTP_MAX_CONNECTIONS 1000
 
 static void
 reply_status_error(co_req *r, int status, const char *type, const char *reason)
@@ -1129,7 +1131,12 @@ co_server_start(nd_node *n, const co_opts *o, co_server **out, cm_error *err)
 	                        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, s,
 	                        MHD_OPTION_NOTIFY_CONNECTION, connection_cb, s,
 	                        MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, s,
-	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+	                        /* a client silent for 10 s (slow headers, a stalled
+	                         * body, an idle keep-alive) is dropped, so slowloris
+	                         * sockets cannot pile up; past the limit new
+	                         * connections are refused (MHD cannot answer them) */
+	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CO_HTTP_IDLE_TIMEOUT_S,
+	                        MHD_OPTION_CONNECTION_LIMIT, (unsigned)CO_HTTP_MAX_CONNECTIONS,
 	                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
 	                        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
 	if (!s->d) {

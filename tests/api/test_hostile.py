@@ -509,6 +509,18 @@ def slowloris_does_not_block():
         print("  %d slow sockets open, %d/20 other clients served in %.1fs" % (opened, served, time.time() - t0))
         if served < 20:
             raise AssertionError("only %d of 20 clients served beside %d slow sockets" % (served, opened))
+        # headers must arrive within 10 s: the server drops the slow sockets
+        time.sleep(11)
+        s = socks[0]
+        s.settimeout(5)
+        try:
+            gone = s.recv(1) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            gone = True
+        except socket.timeout:
+            gone = False
+        if not gone:
+            raise AssertionError("a socket that sent half its headers 11 s ago is still open")
     finally:
         for s in socks:
             s.close()

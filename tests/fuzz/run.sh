@@ -19,7 +19,7 @@ FLAGS="-g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=
 cmake -S . -B "$B" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
 	-DCMAKE_C_FLAGS="$FLAGS" >/dev/null
 cmake --build "$B" -j"$(nproc)" --target shoal_common shoal_storage shoal_search shoal_proto \
-	>"$B.log" 2>&1 || { tail -30 "$B.log"; exit 1; }
+	>"$B/build.log" 2>&1 || { tail -30 "$B/build.log"; exit 1; }
 LIBS="$B/libshoal_proto.a $B/libshoal_search.a $B/libshoal_storage.a $B/libshoal_common.a \
 	$(pkg-config --libs libcjson libzstd lmdb libutf8proc libxxhash libprotobuf-c zlib) \
 	-lstemmer -lstreamvbyte -lroaring -lm -lpthread"
