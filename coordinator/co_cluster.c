@@ -48,8 +48,10 @@ co_cluster_admin(co_req *r, const char *action, const char *index, const cJSON *
 	return true;
 }
 
-bool
-co_cluster_delete(co_req *r, nd_index **ixs, size_t n)
+/* One admin action through the master over the comma-joined names of
+ * ixs; body (may be NULL) stays the caller's. */
+static bool
+admin_on_indices(co_req *r, const char *action, nd_index **ixs, size_t n, const cJSON *body)
 {
 	nd_cluster *cl = nd_cluster_of(r->node);
 	cm_buf names;
@@ -59,41 +61,27 @@ co_cluster_delete(co_req *r, nd_index **ixs, size_t n)
 	for (size_t i = 0; i < n; i++)
 		cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
 	cm_buf_put_u8(&names, 0);
-	co_cluster_admin(r, "delete", (const char *)names.data, NULL);
+	co_cluster_admin(r, action, (const char *)names.data, body);
 	cm_buf_free(&names);
 	return true;
+}
+
+bool
+co_cluster_delete(co_req *r, nd_index **ixs, size_t n)
+{
+	return admin_on_indices(r, "delete", ixs, n, NULL);
 }
 
 bool
 co_cluster_put_mapping(co_req *r, nd_index **ixs, size_t n, const cJSON *body)
 {
-	nd_cluster *cl = nd_cluster_of(r->node);
-	cm_buf names;
-	if (!cl)
-		return false;
-	cm_buf_init(&names, MEM);
-	for (size_t i = 0; i < n; i++)
-		cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
-	cm_buf_put_u8(&names, 0);
-	co_cluster_admin(r, "put_mapping", (const char *)names.data, body);
-	cm_buf_free(&names);
-	return true;
+	return admin_on_indices(r, "put_mapping", ixs, n, body);
 }
 
 bool
 co_cluster_put_settings(co_req *r, nd_index **ixs, size_t n, const cJSON *settings)
 {
-	nd_cluster *cl = nd_cluster_of(r->node);
-	cm_buf names;
-	if (!cl)
-		return false;
-	cm_buf_init(&names, MEM);
-	for (size_t i = 0; i < n; i++)
-		cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
-	cm_buf_put_u8(&names, 0);
-	co_cluster_admin(r, "put_settings", (const char *)names.data, settings);
-	cm_buf_free(&names);
-	return true;
+	return admin_on_indices(r, "put_settings", ixs, n, settings);
 }
 
 bool
