@@ -179,6 +179,11 @@ main(int argc, char **argv)
 	}
 	cm_info("main", "node [%s] serving http://%s:%d data %s", nd_node_name(node), host, port,
 	        data);
+	if (strncmp(host, "127.", 4) != 0)
+		cm_warn("main",
+		        "HTTP is bound to %s, reachable from other machines, and has no "
+		        "authentication: anyone who can connect can read, write and delete",
+		        host);
 	sigwait(&sigs, &sig);
 	cm_info("main", "%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	co_server_stop(srv);
