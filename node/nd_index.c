@@ -993,9 +993,14 @@ cm_err
 nd_index_force_merge(nd_index *ix, int max_segments)
 {
 	cm_err rc = CM_OK, r;
-	for (int i = 0; i < ix->settings.number_of_shards; i++)
+	/* Elasticsearch's _forcemerge flushes afterwards by default: the log is
+	 * trimmed and shard.mdb compacted, so the index shows its merged size. */
+	for (int i = 0; i < ix->settings.number_of_shards; i++) {
 		if ((r = st_shard_force_merge(ix->shards[i], max_segments)) && !rc)
 			rc = r;
+		if (!r && (r = st_shard_flush(ix->shards[i])) && !rc)
+			rc = r;
+	}
 	return rc;
 }
 
