@@ -350,27 +350,37 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 	return rc;
 }
 
+/* The request body as an object, an empty one when there is none: false
+ * when a reply has already gone out; *out is the caller's to delete. */
+static bool
+object_body(co_req *r, cJSON **out)
+{
+	bool bad;
+	cJSON *body = co_body_json(r, &bad);
+	if (bad)
+		return false;
+	if (body && !cJSON_IsObject(body)) {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EPARSE, NULL, "Unknown key for a VALUE in [body].");
+		return false;
+	}
+	*out = body ? body : cJSON_CreateObject();
+	return true;
+}
+
 void
 co_h_search(co_req *r)
 {
 	nd_index **ixs;
 	size_t n;
-	bool bad;
-	cJSON *body = co_body_json(r, &bad);
+	cJSON *body;
 	const char *scroll = co_param_get(r, "scroll");
 	int64_t scroll_ms = 0;
 	cm_buf out;
 	cm_error err;
 
-	if (bad)
+	if (!object_body(r, &body))
 		return;
-	if (body && !cJSON_IsObject(body)) {
-		cJSON_Delete(body);
-		co_reply_errorf(r, CM_EPARSE, NULL, "Unknown key for a VALUE in [body].");
-		return;
-	}
-	if (!body)
-		body = cJSON_CreateObject();
 	if (scroll && !parse_keep_alive(r, scroll, &scroll_ms)) {
 		cJSON_Delete(body);
 		return;
@@ -406,22 +416,14 @@ co_h_count(co_req *r)
 {
 	nd_index **ixs;
 	size_t n;
-	bool bad;
-	cJSON *body = co_body_json(r, &bad), *c, *qj;
+	cJSON *body, *c, *qj;
 	sr_query *q = NULL;
 	cm_error err;
 	uint64_t count = 0;
 	int shards = 0;
 
-	if (bad)
+	if (!object_body(r, &body))
 		return;
-	if (body && !cJSON_IsObject(body)) {
-		cJSON_Delete(body);
-		co_reply_errorf(r, CM_EPARSE, NULL, "Unknown key for a VALUE in [body].");
-		return;
-	}
-	if (!body)
-		body = cJSON_CreateObject();
 	cJSON_ArrayForEach(c, body)
 	{
 		if (strcmp(c->string, "query")) {
