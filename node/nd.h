@@ -67,6 +67,10 @@ typedef struct nd_index_stats {
  * existing → CM_EEXISTS. *out (optional) is a new reference. */
 cm_err nd_index_create(nd_node *n, const char *name, const cJSON *body, nd_index **out,
                        cm_error *err);
+/* Same, with the uuid the metadata master gave the index (cluster mode:
+ * every node names the index alike); NULL or invalid generates one. */
+cm_err nd_index_create_as(nd_node *n, const char *name, const char *uuid, const cJSON *body,
+                          nd_index **out, cm_error *err);
 /* Checks an index name; CM_EBADNAME with ES's reason. */
 cm_err nd_index_name_check(const char *name, cm_error *err);
 /* Removes the index and its files (files go when the last reference drops). */

@@ -275,8 +275,10 @@ state_apply_locked(nd_cluster *cl, cJSON *st)
 		const cJSON *body = cJSON_GetObjectItemCaseSensitive(e, "body");
 		const cJSON *maps = cJSON_GetObjectItemCaseSensitive(e, "mappings");
 		cm_error_clear(&err);
-		if (!ix && nd_index_create(cl->node, e->string, cJSON_IsObject(body) ? body : NULL,
-		                           &ix, &err)) {
+		const cJSON *uuid = cJSON_GetObjectItemCaseSensitive(e, "uuid");
+		if (!ix && nd_index_create_as(cl->node, e->string,
+		                              cJSON_IsString(uuid) ? uuid->valuestring : NULL,
+		                              cJSON_IsObject(body) ? body : NULL, &ix, &err)) {
 			cm_warn("cluster",
 			        "cannot create index [%s] from the master's metadata: %s",
 			        e->string, err.reason);
@@ -408,6 +410,7 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		if ((rc = nd_index_create(cl->node, index, bj, &ix, err)))
 			goto done;
 		cJSON *e = cJSON_CreateObject();
+		cJSON_AddStringToObject(e, "uuid", nd_index_uuid(ix));
 		cJSON_AddItemToObject(e, "body",
 		                      bj ? cJSON_Duplicate(bj, true) : cJSON_CreateObject());
 		st_mapping *m = nd_index_mapping(ix);

@@ -533,6 +533,13 @@ nd_index_name_check(const char *name, cm_error *err)
 cm_err
 nd_index_create(nd_node *n, const char *name, const cJSON *body, nd_index **out, cm_error *err)
 {
+	return nd_index_create_as(n, name, NULL, body, out, err);
+}
+
+cm_err
+nd_index_create_as(nd_node *n, const char *name, const char *given_uuid, const cJSON *body,
+                   nd_index **out, cm_error *err)
+{
 	nd_index *ix = NULL;
 	char uuid[23];
 	const cJSON *c;
@@ -554,7 +561,11 @@ nd_index_create(nd_node *n, const char *name, const cJSON *body, nd_index **out,
 		if (c && cJSON_GetArraySize(c) > 0)
 			return cm_error_set(err, CM_EINVAL, "aliases are not supported");
 	}
-	nd_uuid(uuid);
+	if (given_uuid && given_uuid[0] && strlen(given_uuid) < sizeof(uuid) &&
+	    !strchr(given_uuid, '/') && given_uuid[0] != '.')
+		snprintf(uuid, sizeof(uuid), "%s", given_uuid);
+	else
+		nd_uuid(uuid);
 	ix = index_alloc(n, name, uuid);
 	ix->creation_ms = cm_wall_ms();
 	settings_default(&ix->settings);

@@ -134,6 +134,12 @@ def t01_start_and_create():
     for n in ALL:
         st, m = NODES[n].req("GET", "/ix/_mapping")
         eq(m["ix"]["mappings"]["properties"]["tag"], {"type": "keyword"}, "mapping on " + n)
+    # ... and names the index with the master's uuid
+    uuids = set()
+    for n in ALL:
+        st, s = NODES[n].req("GET", "/ix/_settings")
+        uuids.add(s["ix"]["settings"]["index"]["uuid"])
+    eq(len(uuids), 1, "one uuid for [ix] on every node: %s" % uuids)
 
 
 @test
