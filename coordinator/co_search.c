@@ -697,6 +697,28 @@ co_h_scroll_clear(co_req *r)
 
 #define DBQ_BATCH 1000
 
+/* Deletes one batch of ids (still the caller's) through ops and res
+ * (scratch of nids entries); counts the deletes and the batch. */
+static cm_err
+dbq_flush(nd_index *ix, int shard, char **ids, size_t nids, st_op *ops, st_op_result *res,
+          uint64_t *deleted, uint64_t *batches)
+{
+	for (size_t k = 0; k < nids; k++) {
+		memset(&ops[k], 0, sizeof(st_op));
+		ops[k].type = ST_OP_DELETE;
+		ops[k].id = ids[k];
+		ops[k].id_len = strlen(ids[k]);
+		ops[k].seq_no = ST_NO_SEQ;
+		ops[k].if_seq_no = ST_NO_SEQ;
+	}
+	cm_err rc = nd_routed_apply(ix, shard, ops, nids, res);
+	for (size_t k = 0; k < nids; k++)
+		if (!rc && !res[k].err && res[k].result == ST_RESULT_DELETED)
+			(*deleted)++;
+	(*batches)++;
+	return rc;
+}
+
 /* Deletes the docs of one shard's snapshot that match q; counts them. */
 static cm_err
 dbq_shard(nd_index *ix, int shard, st_reader *rd, const sr_query *q, uint64_t *deleted,
@@ -742,21 +764,9 @@ dbq_shard(nd_index *ix, int shard, st_reader *rd, const sr_query *q, uint64_t *d
 			ids[nids++] = cm_strndup(MEM, (const char *)idb.data, idb.len);
 			if (nids == DBQ_BATCH) {
 				/* flush below, outside the read transaction's hot loop */
-				for (size_t k = 0; k < nids; k++) {
-					memset(&ops[k], 0, sizeof(st_op));
-					ops[k].type = ST_OP_DELETE;
-					ops[k].id = ids[k];
-					ops[k].id_len = strlen(ids[k]);
-					ops[k].seq_no = ST_NO_SEQ;
-					ops[k].if_seq_no = ST_NO_SEQ;
-				}
-				rc = nd_routed_apply(ix, shard, ops, nids, res);
-				for (size_t k = 0; k < nids; k++) {
-					if (!rc && !res[k].err && res[k].result == ST_RESULT_DELETED)
-						(*deleted)++;
+				rc = dbq_flush(ix, shard, ids, nids, ops, res, deleted, batches);
+				for (size_t k = 0; k < nids; k++)
 					cm_free(MEM, ids[k]);
-				}
-				(*batches)++;
 				nids = 0;
 			}
 		}
@@ -764,21 +774,8 @@ dbq_shard(nd_index *ix, int shard, st_reader *rd, const sr_query *q, uint64_t *d
 		cm_free(MEM, bits);
 		base += max;
 	}
-	if (!rc && nids) {
-		for (size_t k = 0; k < nids; k++) {
-			memset(&ops[k], 0, sizeof(st_op));
-			ops[k].type = ST_OP_DELETE;
-			ops[k].id = ids[k];
-			ops[k].id_len = strlen(ids[k]);
-			ops[k].seq_no = ST_NO_SEQ;
-			ops[k].if_seq_no = ST_NO_SEQ;
-		}
-		rc = nd_routed_apply(ix, shard, ops, nids, res);
-		for (size_t k = 0; k < nids; k++)
-			if (!rc && !res[k].err && res[k].result == ST_RESULT_DELETED)
-				(*deleted)++;
-		(*batches)++;
-	}
+	if (!rc && nids)
+		rc = dbq_flush(ix, shard, ids, nids, ops, res, deleted, batches);
 	for (size_t k = 0; k < nids; k++)
 		cm_free(MEM, ids[k]);
 	cm_buf_free(&idb);
