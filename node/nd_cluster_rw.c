@@ -914,18 +914,16 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 		*err = S.first_err;
 		rc = S.first_err.code ? S.first_err.code : CM_EUNAVAIL;
 	} else {
-		size_t at = out->len;
-		sr_merger_render(S.m, (cm_now_ns() - t0) / 1000000, out);
-		/* A shard lost to the deadline makes the whole reply timed out. */
-		static const char key[] = "\"timed_out\":false";
-		if (S.timed_out) {
-			for (size_t i = at; i + sizeof(key) - 1 <= out->len; i++)
-				if (memcmp(out->data + i, key, sizeof(key) - 1) == 0) {
-					memcpy(out->data + i, "\"timed_out\":true ",
-					       sizeof(key) - 1);
-					break;
-				}
-		}
+		cm_error rerr;
+		cm_error_clear(&rerr);
+		if (S.timed_out)
+			sr_merger_mark_timed_out(S.m);
+		/* aggregations over search.max_buckets fail the request (400), as
+		 * on a solo node */
+		if ((rc = sr_merger_reduce(S.m, &rerr)))
+			*err = rerr;
+		else
+			sr_merger_render(S.m, (cm_now_ns() - t0) / 1000000, out);
 	}
 	sr_merger_destroy(S.m);
 	for (size_t i = 0; i < S.nstrings; i++)

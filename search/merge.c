@@ -316,6 +316,12 @@ sr_merger_fail_at(sr_merger *m, uint32_t shard, const char *index, const char *n
 }
 
 void
+sr_merger_mark_timed_out(sr_merger *m)
+{
+	m->timed_out = true;
+}
+
+void
 sr_merger_fail(sr_merger *m, uint32_t shard, const cm_error *why)
 {
 	sr_merger_fail_at(m, shard, NULL, NULL, why);

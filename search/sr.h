@@ -283,6 +283,9 @@ void sr_merger_fail(sr_merger *m, uint32_t shard, const cm_error *why);
 /* Same with the index and node to report (either may be NULL). */
 void sr_merger_fail_at(sr_merger *m, uint32_t shard, const char *index, const char *node,
                        const cm_error *why);
+/* The reply says "timed_out": true (a shard lost to the deadline before it
+ * could even report, e.g. a remote copy that never answered). */
+void sr_merger_mark_timed_out(sr_merger *m);
 /* Finishes the reduce: the error the whole request should fail with, if
  * any — every shard failed (first failure's status, type
  * "search_phase_execution_exception", "all shards failed"), or the
