@@ -28,6 +28,19 @@ typedef struct btab {
 	size_t icap;
 } btab;
 
+/* Adds n rendered buckets to the response's count: CM_ELIMIT, with the
+ * error set, once the total passes search.max_buckets. */
+static cm_err
+count_buckets(agg_render *r, uint64_t n)
+{
+	r->buckets += n;
+	if (r->buckets > SR_MAX_BUCKETS) {
+		agg_too_many_buckets(r->err, r->buckets);
+		return CM_ELIMIT;
+	}
+	return CM_OK;
+}
+
 static inline uint64_t
 bkt_hash(const void *k, size_t len)
 {
@@ -699,11 +712,8 @@ filters_render(const sr_agg *a, const agg_node *n, agg_render *r)
 	const filters_state *s = n->d;
 	const filt_params *p = a->p;
 	cm_buf *b = r->out;
-	r->buckets += s->n;
-	if (r->buckets > SR_MAX_BUCKETS) {
-		agg_too_many_buckets(r->err, r->buckets);
+	if (count_buckets(r, s->n))
 		return CM_ELIMIT;
-	}
 	cm_buf_put(b, p->keyed ? "{\"buckets\":{" : "{\"buckets\":[", 12);
 	for (size_t i = 0; i < s->n; i++) {
 		if (i)
@@ -1503,10 +1513,8 @@ terms_render(const sr_agg *a, const agg_node *n, agg_render *r)
 	bkt **v = terms_sorted(a, s, p->min_doc_count, p->size, &keep, &rest);
 	uint64_t other = s->other + rest;
 	int64_t e = s->nshards <= 1 ? 0 : s->err_sum;
-	r->buckets += keep;
-	if (r->buckets > SR_MAX_BUCKETS) {
+	if (count_buckets(r, keep)) {
 		cm_free(AGG_MEM, v);
-		agg_too_many_buckets(r->err, r->buckets);
 		return CM_ELIMIT;
 	}
 	cm_buf_printf(b, "{\"doc_count_error_upper_bound\":%lld,\"sum_other_doc_count\":%llu,"
@@ -2204,12 +2212,8 @@ hist_render(const sr_agg *a, const agg_node *n, agg_render *r)
 	for (size_t i = 0; i < fill.n; i++)
 		v[k++] = &fill.v[i];
 	bsort(v, k, hist_cmp, p);
-	r->buckets += k;
-	if (r->buckets > SR_MAX_BUCKETS) {
-		agg_too_many_buckets(r->err, r->buckets);
-		rc = CM_ELIMIT;
+	if ((rc = count_buckets(r, k)))
 		goto out;
-	}
 	cm_buf_put(b, p->keyed ? "{\"buckets\":{" : "{\"buckets\":[", 12);
 	for (size_t i = 0; i < k && !rc; i++) {
 		const bkt *bk = v[i];
@@ -2513,11 +2517,8 @@ range_render(const sr_agg *a, const agg_node *n, agg_render *r)
 	const range_state *s = n->d;
 	const range_params *p = a->p;
 	cm_buf *b = r->out;
-	r->buckets += s->n;
-	if (r->buckets > SR_MAX_BUCKETS) {
-		agg_too_many_buckets(r->err, r->buckets);
+	if (count_buckets(r, s->n))
 		return CM_ELIMIT;
-	}
 	cm_buf_put(b, p->keyed ? "{\"buckets\":{" : "{\"buckets\":[", 12);
 	for (size_t i = 0; i < s->n; i++) {
 		const rng *g = &p->r[i];
