@@ -436,7 +436,7 @@ if command -v gnuplot >/dev/null; then
     gnuplot loop.gp
     # 2: injected delay, 1 client, p50, log y; colour = D, dashed = serial
     {
-      echo "$common; set output 'fanout-delay.png'; set title 'W4 with D injected each way on every link, 2 data nodes, 1 client (dashed: serial, solid: per_shard, dotted: per_node)'; set ylabel 'p50 ms (log scale)'; set logscale y"
+      echo "$common; set terminal pngcairo size 1150,600 font 'DejaVu Sans,11'; set key outside right top box; set output 'fanout-delay.png'; set title 'W4 with D injected each way on every link, 2 data nodes, 1 client (dashed: serial, solid: per_shard, dotted: per_node)'; set ylabel 'p50 ms (log scale)'; set logscale y"
       p="plot"; i=0
       dcols=("#7f7f7f" "#1f77b4" "#ff7f0e" "#d62728" "#9467bd")
       for d in $DELAYS_DONE; do
