@@ -2,6 +2,7 @@
  * booleans, keyword ordinals resolved to terms so segments compare), the
  * comparison with missing first/last, and search_after. */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../common/cm_alloc.h"
@@ -77,6 +78,20 @@ after_value(const sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_
 	return CM_OK;
 }
 
+static const char *
+text_sort_reason(const char *field)
+{
+	static _Thread_local char buf[512];
+	snprintf(buf, sizeof(buf),
+	         "Text fields are not optimised for operations that require per-document field "
+	         "data like aggregations and sorting, so these operations are disabled by default. "
+	         "Please use a keyword field instead. Alternatively, set fielddata=true on [%s] in "
+	         "order to load field data by uninverting the inverted index. Note that this can use "
+	         "significant memory.",
+	         field);
+	return buf;
+}
+
 cm_err
 sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 {
@@ -100,26 +115,30 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 			continue;
 		k->fs = sr_exec_field(x, rk->field);
 		if (!k->fs) {
-			if (!rk->unmapped_type)
+			/* Mapped but absent from this shard's segments (a shard with
+			 * none of its documents yet): every doc here is missing the
+			 * value, as in Elasticsearch. Only an unmapped field fails;
+			 * a text field fails as below. */
+			const st_mapping *m = x->reader ? st_reader_mapping(x->reader) : NULL;
+			const st_field_def *def = m ? st_mapping_find(m, rk->field) : NULL;
+			const char *type = rk->unmapped_type;
+			if (def && def->type == ST_FT_TEXT)
+				return cm_error_set(err, CM_EINVAL, "%s", text_sort_reason(rk->field));
+			if (def && def->type != ST_FT_OBJECT && !type)
+				type = st_field_type_name(def->type);
+			if (!type)
 				return cm_error_set_type(err, CM_EINVAL, "query_shard_exception",
 				                         "No mapping found for [%s] in order to sort on",
 				                         rk->field);
 			st_field_type t;
-			if (st_field_type_from_name(rk->unmapped_type, &t)) {
+			if (st_field_type_from_name(type, &t)) {
 				k->is_keyword = t == ST_FT_KEYWORD;
 				k->is_double = t == ST_FT_DOUBLE || t == ST_FT_FLOAT;
 			}
 			continue;
 		}
 		if (k->fs->type == ST_FT_TEXT)
-			return cm_error_set(err, CM_EINVAL,
-			                    "Text fields are not optimised for operations that require "
-			                    "per-document field data like aggregations and sorting, so these "
-			                    "operations are disabled by default. Please use a keyword field "
-			                    "instead. Alternatively, set fielddata=true on [%s] in order to "
-			                    "load field data by uninverting the inverted index. Note that this "
-			                    "can use significant memory.",
-			                    rk->field);
+			return cm_error_set(err, CM_EINVAL, "%s", text_sort_reason(rk->field));
 		k->is_keyword = k->fs->type == ST_FT_KEYWORD;
 		k->is_double = k->fs->type == ST_FT_DOUBLE || k->fs->type == ST_FT_FLOAT;
 	}

@@ -73,6 +73,7 @@ struct st_reader {
 	seg_ref **segs;
 	live_ref **live; /* NULL entry = all live */
 	uint64_t docs;
+	st_mapping *mapping; /* the shard's mapping when the view was published */
 };
 
 /* The writer's view of one segment: `live` takes unrefreshed deletes
@@ -268,7 +269,15 @@ reader_free(st_reader *r)
 	}
 	cm_free(CM_MEM_STORAGE, r->segs);
 	cm_free(CM_MEM_STORAGE, r->live);
+	if (r->mapping)
+		st_mapping_unref(r->mapping);
 	cm_free(CM_MEM_STORAGE, r);
+}
+
+const st_mapping *
+st_reader_mapping(const st_reader *r)
+{
+	return r->mapping;
 }
 
 void
@@ -318,6 +327,8 @@ st_shard_reader(st_shard *s)
 	return r;
 }
 
+static st_mapping *mapping_get(st_shard *s);
+
 /* Builds a reader from the writer's published views and swaps it in. */
 static void
 publish_reader(st_shard *s)
@@ -333,6 +344,7 @@ publish_reader(st_shard *s)
 		r->live[i] = live_ref_get(s->segs[i].pub);
 		r->docs += r->live[i] ? r->live[i]->count : r->segs[i]->max_doc;
 	}
+	r->mapping = mapping_get(s);
 	pthread_mutex_lock(&s->rmu);
 	st_reader *old = s->cur;
 	s->cur = r;

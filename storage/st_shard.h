@@ -110,6 +110,9 @@ st_segment *st_reader_segment(const st_reader *r, size_t i);
 const uint64_t *st_reader_live(const st_reader *r, size_t i); /* NULL = all live */
 uint32_t st_reader_live_count(const st_reader *r, size_t i);
 uint64_t st_reader_doc_count(const st_reader *r);            /* live docs */
+/* The shard's mapping as of the view (borrowed, lives as long as r): lets
+ * a shard whose segments lack a mapped field still treat it as mapped. */
+const st_mapping *st_reader_mapping(const st_reader *r);
 
 typedef struct st_shard_stats {
 	uint64_t docs, deleted_docs, segments;

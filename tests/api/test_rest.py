@@ -1088,5 +1088,28 @@ def bad_command_lines():
         assert b"usage" in p.stderr or b"--http" in p.stderr, p.stderr
 
 
+
+@test
+def sort_on_mapped_field_with_empty_shards():
+    # 4 shards, 1 document: three shards hold no value of "age"; the field is
+    # mapped, so they count as missing values, not as an unmapped field.
+    n = node()
+    st, _ = n.req("PUT", "/sparse", {"settings": {"number_of_shards": 4},
+                                     "mappings": {"properties": {"age": {"type": "long"},
+                                                                 "title": {"type": "text"}}}})
+    eq(st, 200)
+    st, _ = n.req("PUT", "/sparse/_doc/1?refresh=true", {"age": 7, "title": "x"})
+    eq(st, 201)
+    st, b = n.req("POST", "/sparse/_search", {"sort": [{"age": "desc"}]})
+    eq(st, 200, "sort %s" % b)
+    eq(b["_shards"]["failed"], 0, "no shard fails the sort")
+    eq([h["_id"] for h in b["hits"]["hits"]], ["1"])
+    eq(b["hits"]["hits"][0]["sort"], [7])
+    st, b = n.req("POST", "/sparse/_search", {"sort": [{"nope": "asc"}]})
+    eq(st, 400, "unmapped %s" % b)
+    st, b = n.req("POST", "/sparse/_search", {"sort": [{"title": "asc"}]})
+    eq(st, 400, "text %s" % b)
+    n.req("DELETE", "/sparse")
+
 if __name__ == "__main__":
     run_tests(budget_s=150, teardown=lambda: N.cleanup() if N else None)
