@@ -3,6 +3,7 @@
 #   tests/run.sh            release build (build/), all tests
 #   SHOAL_SANITIZE=address,undefined BUILD_DIR=build-asan tests/run.sh
 #   TEST_LABEL=unit tests/run.sh   only the C unit tests
+#   TEST_REGEX='api_test_rest' tests/run.sh   tests whose name matches
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash cluster-scripts/install-deps.sh --with-tests
@@ -15,6 +16,7 @@ cmake --build "$BUILD_DIR" -j"$(nproc)" >/dev/null   # fails the run on a build 
 
 args=(--test-dir "$BUILD_DIR" --output-on-failure --timeout 600)
 [ -n "${TEST_LABEL:-}" ] && args+=(-L "$TEST_LABEL")
+[ -n "${TEST_REGEX:-}" ] && args+=(-R "$TEST_REGEX")
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 ctest "${args[@]}"
