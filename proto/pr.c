@@ -332,7 +332,8 @@ hit_from_pb(const Shoal__Hit *pb, sr_hit *h, pr_strings *ps)
 	}
 	if (pb->has_source) {
 		h->source = cm_malloc(HIT_MEM, pb->source.len + 1);
-		memcpy(h->source, pb->source.data, pb->source.len);
+		if (pb->source.len) /* has_source with empty bytes: data may be NULL */
+			memcpy(h->source, pb->source.data, pb->source.len);
 		h->source[pb->source.len] = '\0';
 		h->source_len = pb->source.len;
 	}
