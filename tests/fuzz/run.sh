@@ -11,6 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-30}
+# A fixed seed makes the default test run repeatable (the same inputs in
+# the same order, as far as the time allows); FUZZ_SEED=0 lets libFuzzer
+# pick one, for exploring.
+SEED=${FUZZ_SEED:-1}
 B=build-fuzz
 command -v clang >/dev/null || { echo "clang not installed" >&2; exit 77; }
 
@@ -40,7 +44,7 @@ for t in proto_fuzz dsl_fuzz docparse_fuzz; do
 	c=tests/fuzz/corpus/${t%_fuzz}
 	work=$B/corpus/${t%_fuzz}
 	mkdir -p "$c" "$work" "$B/crashes/$t"
-	if "$B/$t" -max_total_time="$SECS" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+	if "$B/$t" -seed="$SEED" -max_total_time="$SECS" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
 		-artifact_prefix="$B/crashes/$t/" -print_final_stats=1 "$work" "$c" \
 		>"$B/$t.log" 2>&1; then
 		echo "ok   $t: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$B/$t.log" | grep -o '[0-9]*$') inputs in ${SECS}s"
