@@ -259,6 +259,7 @@ typedef struct call call;
 
 struct nd_peer {
 	nng_socket sock;
+	nng_dialer dialer;
 	opts_copy o;
 	char *url;
 	pthread_mutex_t mu;
@@ -383,7 +384,7 @@ nd_peer_open(const char *url, const nd_transport_opts *o, nd_peer **out, cm_erro
 	nng_socket_set_ms(p->sock, NNG_OPT_RECONNMAXT, 1000);
 	nng_pipe_notify(p->sock, NNG_PIPE_EV_ADD_POST, peer_pipe_event, p);
 	nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, peer_pipe_event, p);
-	if ((rv = nng_dial(p->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
+	if ((rv = nng_dial(p->sock, url, &p->dialer, NNG_FLAG_NONBLOCK)) != 0) {
 		nng_close(p->sock);
 		goto fail;
 	}
@@ -403,6 +404,11 @@ nd_peer_close(nd_peer *p)
 {
 	if (p == NULL)
 		return;
+	/* nng 1.5 can hang in nng_close when the socket's dialer has a
+	 * reconnect task prepared but not started (nng issue #1543): stop the
+	 * dialer first and let that task run out before closing the socket. */
+	nng_dialer_close(p->dialer);
+	nng_msleep(50);
 	nng_close(p->sock); /* in-flight calls complete with an error */
 	for (;;) {
 		pthread_mutex_lock(&p->mu);
