@@ -1,4 +1,5 @@
-/* _bulk: NDJSON parsed line by line as the body streams in.
+/* _bulk: NDJSON parsed line by line as the body streams in (the parsing
+ * itself is co_bulk_parse.c; this file applies what it yields).
  *
  * Action lines are validated as they arrive; items collect in a chunk
  * (up to CHUNK_BYTES of source). A chunk is applied only once every action
@@ -11,7 +12,6 @@
  * that item's error, never the request's). */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +19,7 @@
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
 #include "../common/cm_sys.h"
+#include "co_bulk_parse.h"
 #include "co_doc.h"
 #include "co_private.h"
 
@@ -26,17 +27,8 @@
 #define CHUNK_BYTES (8u << 20)
 #define CHUNK_ITEMS 20000
 
-typedef enum { A_INDEX, A_CREATE, A_UPDATE, A_DELETE } action_kind;
-
-static const char *action_names[] = {"index", "create", "update", "delete"};
-
 typedef struct bulk_item {
-	action_kind kind;
-	char *index; /* owned */
-	char *id;    /* owned; NULL = generate */
-	char *routing;
-	co_write_opts w;
-	long retries;
+	co_bulk_action a;
 	size_t src_off, src_len; /* into the chunk's source buffer */
 	/* result */
 	nd_index *ix;
@@ -55,16 +47,11 @@ typedef struct ix_cache {
 
 struct co_stream {
 	co_req *r;
-	const char *dflt_index;
 	co_write_opts dflt;
-	const char *dflt_routing;
-	cm_buf line;   /* a partial line carried to the next chunk */
+	co_bulk_parser parser;
 	bulk_item *items;
 	size_t nitems, capitems;
 	cm_buf src;    /* sources of the chunk's items */
-	bool want_source;
-	uint64_t line_no;
-	uint64_t total_items;
 	cm_buf out;    /* rendered items, comma separated */
 	bool errors;
 	bool failed;
@@ -72,6 +59,30 @@ struct co_stream {
 	size_t ncache;
 	uint64_t t0;
 };
+
+static void apply_chunk(co_stream *s);
+
+/* A complete item from the parser: kept with its source until the chunk
+ * is full (or the body ends). */
+static void
+on_item(void *ctx, co_bulk_action *a, const char *src, size_t len)
+{
+	co_stream *s = ctx;
+	if (s->nitems == s->capitems) {
+		s->capitems = s->capitems ? s->capitems * 2 : 256;
+		s->items = cm_realloc(MEM, s->items, s->capitems * sizeof(bulk_item));
+	}
+	bulk_item *it = &s->items[s->nitems++];
+	memset(it, 0, sizeof(*it));
+	it->a = *a;
+	memset(a, 0, sizeof(*a));
+	it->src_off = s->src.len;
+	it->src_len = len;
+	if (len)
+		cm_buf_put(&s->src, src, len);
+	if (s->src.len >= CHUNK_BYTES || s->nitems >= CHUNK_ITEMS)
+		apply_chunk(s);
+}
 
 co_stream *
 co_bulk_begin(co_req *r)
@@ -81,9 +92,9 @@ co_bulk_begin(co_req *r)
 
 	s->r = r;
 	s->t0 = cm_now_ns();
-	s->dflt_index = co_seg(r, 0) && strcmp(co_seg(r, 0), "_bulk") ? co_seg(r, 0) : NULL;
-	s->dflt_routing = co_param_get(r, "routing");
-	cm_buf_init(&s->line, MEM);
+	co_bulk_parser_init(&s->parser,
+	                    co_seg(r, 0) && strcmp(co_seg(r, 0), "_bulk") ? co_seg(r, 0) : NULL,
+	                    co_param_get(r, "routing"), r->max_body, on_item, s);
 	cm_buf_init(&s->src, MEM);
 	cm_buf_init(&s->out, MEM);
 	cm_error_clear(&err);
@@ -97,164 +108,6 @@ co_bulk_begin(co_req *r)
 		s->failed = true;
 	}
 	return s;
-}
-
-static void
-item_clear(bulk_item *it)
-{
-	cm_free(MEM, it->index);
-	cm_free(MEM, it->id);
-	cm_free(MEM, it->routing);
-}
-
-static void fail_request(co_stream *s, cm_err code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-fail_request(co_stream *s, cm_err code, const char *fmt, ...)
-{
-	cm_error e;
-	va_list ap;
-	if (s->failed)
-		return;
-	cm_error_clear(&e);
-	e.code = code;
-	va_start(ap, fmt);
-	vsnprintf(e.reason, sizeof(e.reason), fmt, ap);
-	va_end(ap);
-	co_reply_error(s->r, &e, NULL);
-	s->failed = true;
-}
-
-/* A metadata value as a string (ids and versions may be numbers). */
-static char *
-meta_str(const cJSON *v)
-{
-	char buf[64];
-	if (cJSON_IsString(v))
-		return cm_strdup(MEM, v->valuestring);
-	if (cJSON_IsNumber(v)) {
-		snprintf(buf, sizeof(buf), "%.0f", v->valuedouble);
-		return cm_strdup(MEM, buf);
-	}
-	return NULL;
-}
-
-static bool
-parse_action(co_stream *s, const char *line, size_t len)
-{
-	cJSON *j = cJSON_ParseWithLength(line, len), *a, *c;
-	bulk_item it;
-	char *ver = NULL, *vt = NULL, *sq = NULL, *pt = NULL, *opt = NULL;
-	cm_error err;
-	bool ok = false;
-
-	memset(&it, 0, sizeof(it));
-	if (!j || !cJSON_IsObject(j)) {
-		fail_request(s, CM_EINVAL,
-		             "Malformed action/metadata line [%llu], expected START_OBJECT but found "
-		             "[%s]",
-		             (unsigned long long)s->line_no, j ? "VALUE" : "malformed JSON");
-		goto done;
-	}
-	a = j->child;
-	if (!a || a->next) {
-		fail_request(s, CM_EINVAL,
-		             "Malformed action/metadata line [%llu], expected a single action",
-		             (unsigned long long)s->line_no);
-		goto done;
-	}
-	if (strcmp(a->string, "index") == 0)
-		it.kind = A_INDEX;
-	else if (strcmp(a->string, "create") == 0)
-		it.kind = A_CREATE;
-	else if (strcmp(a->string, "update") == 0)
-		it.kind = A_UPDATE;
-	else if (strcmp(a->string, "delete") == 0)
-		it.kind = A_DELETE;
-	else {
-		fail_request(s, CM_EINVAL,
-		             "Malformed action/metadata line [%llu], expected field [create], [delete], "
-		             "[index] or [update] but found [%.60s]",
-		             (unsigned long long)s->line_no, a->string);
-		goto done;
-	}
-	if (!cJSON_IsObject(a)) {
-		fail_request(s, CM_EINVAL, "Malformed action/metadata line [%llu], expected START_OBJECT",
-		             (unsigned long long)s->line_no);
-		goto done;
-	}
-	cJSON_ArrayForEach(c, a)
-	{
-		const char *k = c->string;
-		if (strcmp(k, "_index") == 0 && cJSON_IsString(c))
-			it.index = cm_strdup(MEM, c->valuestring);
-		else if (strcmp(k, "_id") == 0 && (cJSON_IsString(c) || cJSON_IsNumber(c)))
-			it.id = meta_str(c);
-		else if ((strcmp(k, "routing") == 0 || strcmp(k, "_routing") == 0) &&
-		         (it.routing = meta_str(c)))
-			;
-		else if (strcmp(k, "version") == 0 || strcmp(k, "_version") == 0)
-			ver = meta_str(c);
-		else if (strcmp(k, "version_type") == 0 || strcmp(k, "_version_type") == 0)
-			vt = meta_str(c);
-		else if (strcmp(k, "if_seq_no") == 0)
-			sq = meta_str(c);
-		else if (strcmp(k, "if_primary_term") == 0)
-			pt = meta_str(c);
-		else if (strcmp(k, "op_type") == 0)
-			opt = meta_str(c);
-		else if (strcmp(k, "retry_on_conflict") == 0 && cJSON_IsNumber(c))
-			it.retries = (long)c->valuedouble;
-		else if (strcmp(k, "_type") == 0 || strcmp(k, "pipeline") == 0 ||
-		         strcmp(k, "require_alias") == 0 || strcmp(k, "_source") == 0)
-			;
-		else {
-			fail_request(s, CM_EINVAL,
-			             "Action/metadata line [%llu] contains an unknown parameter [%.60s]",
-			             (unsigned long long)s->line_no, k);
-			goto done;
-		}
-	}
-	if (!it.index && s->dflt_index)
-		it.index = cm_strdup(MEM, s->dflt_index);
-	if (!it.index) {
-		fail_request(s, CM_EVALIDATE, "Validation Failed: 1: index is missing;");
-		goto done;
-	}
-	if (!it.routing && s->dflt_routing)
-		it.routing = cm_strdup(MEM, s->dflt_routing);
-	if ((it.kind == A_DELETE || it.kind == A_UPDATE) && (!it.id || !*it.id)) {
-		fail_request(s, CM_EVALIDATE, "Validation Failed: 1: id is missing;");
-		goto done;
-	}
-	cm_error_clear(&err);
-	if (co_write_opts_parse(it.kind == A_CREATE ? "create" : opt, ver, vt, sq, pt, NULL, &it.w,
-	                        &err)) {
-		fail_request(s, err.code, "%s", err.reason);
-		goto done;
-	}
-	if (it.id && !co_id_check(it.id, strlen(it.id), &err)) {
-		fail_request(s, err.code, "%s", err.reason);
-		goto done;
-	}
-	if (s->nitems == s->capitems) {
-		s->capitems = s->capitems ? s->capitems * 2 : 256;
-		s->items = cm_realloc(MEM, s->items, s->capitems * sizeof(bulk_item));
-	}
-	s->items[s->nitems++] = it;
-	memset(&it, 0, sizeof(it));
-	s->want_source = s->items[s->nitems - 1].kind != A_DELETE;
-	ok = true;
-done:
-	item_clear(&it);
-	cm_free(MEM, ver);
-	cm_free(MEM, vt);
-	cm_free(MEM, sq);
-	cm_free(MEM, pt);
-	cm_free(MEM, opt);
-	cJSON_Delete(j);
-	return ok;
 }
 
 static nd_index *
@@ -328,7 +181,7 @@ pending_flush(co_stream *s, pending *p, size_t first, size_t last)
 		nd_apply_batches(s->r->node, p->b, p->nb);
 	for (size_t k = first; k < last; k++) {
 		bulk_item *it = &s->items[k];
-		if (it->failed || it->kind == A_UPDATE || it->batch == SIZE_MAX)
+		if (it->failed || it->a.kind == CO_BULK_UPDATE || it->batch == SIZE_MAX)
 			continue;
 		nd_batch *b = &p->b[it->batch];
 		if (b->rc) {
@@ -358,12 +211,12 @@ static void
 render_item(co_stream *s, bulk_item *it)
 {
 	cJSON *wrap = cJSON_CreateObject(), *o;
-	const char *id = it->id ? it->id : "";
+	const char *id = it->a.id ? it->a.id : "";
 	int status;
 
 	if (it->failed) {
-		o = cJSON_AddObjectToObject(wrap, action_names[it->kind]);
-		cJSON_AddStringToObject(o, "_index", it->index);
+		o = cJSON_AddObjectToObject(wrap, co_bulk_action_names[it->a.kind]);
+		cJSON_AddStringToObject(o, "_index", it->a.index);
 		cJSON_AddStringToObject(o, "_type", "_doc");
 		cJSON_AddStringToObject(o, "_id", id);
 		status = cm_err_status(it->err.code);
@@ -380,7 +233,7 @@ render_item(co_stream *s, bulk_item *it)
 		} else {
 			cJSON_AddStringToObject(e, "index_uuid", "_na_");
 		}
-		cJSON_AddStringToObject(e, "index", it->index);
+		cJSON_AddStringToObject(e, "index", it->a.index);
 		s->errors = true;
 	} else {
 		/* refresh=true runs before the reply goes out, as ES reports it */
@@ -391,7 +244,7 @@ render_item(co_stream *s, bulk_item *it)
 		         : it->res.result == ST_RESULT_NOT_FOUND ? 404
 		                                                 : 200;
 		cJSON_AddNumberToObject(o, "status", status);
-		cJSON_AddItemToObject(wrap, action_names[it->kind], o);
+		cJSON_AddItemToObject(wrap, co_bulk_action_names[it->a.kind], o);
 	}
 	char *text = cJSON_PrintUnformatted(wrap);
 	if (s->out.len)
@@ -417,19 +270,19 @@ apply_chunk(co_stream *s)
 
 		cm_error_clear(&err);
 		it->batch = SIZE_MAX;
-		it->ix = cache_get(s, it->index, it->kind != A_DELETE, &err);
+		it->ix = cache_get(s, it->a.index, it->a.kind != CO_BULK_DELETE, &err);
 		if (!it->ix) {
 			it->failed = true;
 			it->err = err;
 			continue;
 		}
-		if (!it->id) {
+		if (!it->a.id) {
 			nd_gen_id(gen);
-			it->id = cm_strdup(MEM, gen);
+			it->a.id = cm_strdup(MEM, gen);
 		}
-		const char *rt = it->routing ? it->routing : it->id;
+		const char *rt = it->a.routing ? it->a.routing : it->a.id;
 		it->shard = nd_index_route(it->ix, rt, strlen(rt));
-		if (it->kind == A_UPDATE) {
+		if (it->a.kind == CO_BULK_UPDATE) {
 			/* an update reads the current doc: earlier writes must land first */
 			pending_flush(s, &p, first, k);
 			first = k + 1;
@@ -439,15 +292,15 @@ apply_chunk(co_stream *s)
 				it->failed = true;
 				cm_error_set_type(&it->err, CM_EPARSE, "x_content_parse_exception",
 				                  "failed to parse the update request body");
-			} else if (co_update_doc(it->ix, it->id, it->routing, body, &it->w, it->retries,
+			} else if (co_update_doc(it->ix, it->a.id, it->a.routing, body, &it->a.w, it->a.retries,
 			                         &it->res, &it->err)) {
 				it->failed = true;
 			}
 			cJSON_Delete(body);
 			continue;
 		}
-		if (it->kind != A_DELETE &&
-		    nd_index_prepare_doc(it->ix, it->id, strlen(it->id),
+		if (it->a.kind != CO_BULK_DELETE &&
+		    nd_index_prepare_doc(it->ix, it->a.id, strlen(it->a.id),
 		                         (const char *)s->src.data + it->src_off, it->src_len, &it->err)) {
 			it->failed = true;
 			continue;
@@ -460,18 +313,18 @@ apply_chunk(co_stream *s)
 		}
 		st_op *op = &p.ops[bi][b->n];
 		memset(op, 0, sizeof(*op));
-		op->type = it->kind == A_DELETE ? ST_OP_DELETE : ST_OP_INDEX;
-		op->id = it->id;
-		op->id_len = strlen(it->id);
+		op->type = it->a.kind == CO_BULK_DELETE ? ST_OP_DELETE : ST_OP_INDEX;
+		op->id = it->a.id;
+		op->id_len = strlen(it->a.id);
 		if (op->type == ST_OP_INDEX) {
 			op->source = (const char *)s->src.data + it->src_off;
 			op->source_len = it->src_len;
 		}
 		op->seq_no = ST_NO_SEQ;
-		op->if_seq_no = it->w.if_seq_no;
-		op->if_primary_term = it->w.if_primary_term;
-		op->version = it->w.version;
-		op->create_only = it->w.create;
+		op->if_seq_no = it->a.w.if_seq_no;
+		op->if_primary_term = it->a.w.if_primary_term;
+		op->version = it->a.w.version;
+		op->create_only = it->a.w.create;
 		it->batch = bi;
 		it->pos = b->n++;
 	}
@@ -481,9 +334,8 @@ apply_chunk(co_stream *s)
 	cm_free(MEM, p.cap);
 	for (size_t k = 0; k < s->nitems; k++) {
 		render_item(s, &s->items[k]);
-		item_clear(&s->items[k]);
+		co_bulk_action_clear(&s->items[k].a);
 	}
-	s->total_items += s->nitems;
 	s->nitems = 0;
 	cm_buf_reset(&s->src);
 }
@@ -492,72 +344,21 @@ static void
 discard_chunk(co_stream *s)
 {
 	for (size_t k = 0; k < s->nitems; k++)
-		item_clear(&s->items[k]);
+		co_bulk_action_clear(&s->items[k].a);
 	s->nitems = 0;
 	cm_buf_reset(&s->src);
-}
-
-static bool
-blank(const char *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!strchr(" \t\r", p[i]))
-			return false;
-	return true;
-}
-
-static void
-process_line(co_stream *s, const char *p, size_t n)
-{
-	s->line_no++;
-	if (n && p[n - 1] == '\r')
-		n--;
-	if (s->want_source) {
-		bulk_item *it = &s->items[s->nitems - 1];
-		it->src_off = s->src.len;
-		it->src_len = n;
-		cm_buf_put(&s->src, p, n);
-		s->want_source = false;
-		if (s->src.len >= CHUNK_BYTES || s->nitems >= CHUNK_ITEMS)
-			apply_chunk(s);
-		return;
-	}
-	if (blank(p, n))
-		return;
-	if (!parse_action(s, p, n))
-		return;
-	if (!s->want_source && (s->src.len >= CHUNK_BYTES || s->nitems >= CHUNK_ITEMS))
-		apply_chunk(s);
 }
 
 bool
 co_bulk_feed(co_stream *s, const char *data, size_t len)
 {
-	const char *p = data, *end = data + len;
 	if (s->failed)
 		return false;
-	while (p < end && !s->failed) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		if (!nl) {
-			if (s->line.len + (size_t)(end - p) > s->r->max_body) {
-				fail_request(s, CM_ETOOLARGE, "bulk line [%llu] is too long",
-				             (unsigned long long)s->line_no + 1);
-				break;
-			}
-			cm_buf_put(&s->line, p, (size_t)(end - p));
-			break;
-		}
-		if (s->line.len) {
-			cm_buf_put(&s->line, p, (size_t)(nl - p));
-			process_line(s, (const char *)s->line.data, s->line.len);
-			cm_buf_reset(&s->line);
-		} else {
-			process_line(s, p, (size_t)(nl - p));
-		}
-		p = nl + 1;
-	}
-	if (s->failed)
+	if (!co_bulk_parser_feed(&s->parser, data, len)) {
+		co_reply_error(s->r, &s->parser.err, NULL);
+		s->failed = true;
 		discard_chunk(s);
+	}
 	return !s->failed;
 }
 
@@ -567,27 +368,10 @@ co_bulk_end(co_stream *s)
 	cm_buf body;
 	if (s->failed)
 		return;
-	if (s->line.len && !blank((const char *)s->line.data, s->line.len)) {
-		/* ES requires the final newline; accept it missing only for a
-		 * source line, which is unambiguous. */
-		if (s->want_source) {
-			process_line(s, (const char *)s->line.data, s->line.len);
-		} else {
-			fail_request(s, CM_EINVAL, "The bulk request must be terminated by a newline [\\n]");
-		}
-		cm_buf_reset(&s->line);
-	}
-	if (!s->failed && s->want_source) {
-		fail_request(s, CM_EINVAL,
-		             "Malformed action/metadata line [%llu], the action is missing its source line",
-		             (unsigned long long)s->line_no);
-	}
-	if (s->failed) {
+	if (!co_bulk_parser_end(&s->parser)) {
+		co_reply_error(s->r, &s->parser.err, NULL);
+		s->failed = true;
 		discard_chunk(s);
-		return;
-	}
-	if (s->nitems == 0 && s->total_items == 0) {
-		co_reply_errorf(s->r, CM_EVALIDATE, NULL, "Validation Failed: 1: no requests added;");
 		return;
 	}
 	apply_chunk(s);
@@ -615,7 +399,7 @@ co_bulk_free(co_stream *s)
 	}
 	cm_free(MEM, s->cache);
 	cm_free(MEM, s->items);
-	cm_buf_free(&s->line);
+	co_bulk_parser_free(&s->parser);
 	cm_buf_free(&s->src);
 	cm_buf_free(&s->out);
 	cm_free(MEM, s);
