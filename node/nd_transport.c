@@ -3,6 +3,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
 #include <nng/supplemental/util/platform.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -15,6 +16,8 @@
 #define T CM_MEM_NODE
 #define DEFAULT_MAX_MSG (64u << 20)
 #define DEFAULT_TIMEOUT_NS (30ull * 1000000000ull)
+#define MAX_PEM_BYTES (1u << 20) /* a certificate chain or a key: far less */
+#define TLS_WARN_EVERY_NS (10ull * 1000000000ull)
 
 typedef struct opts_copy {
 	char *cluster, *secret;
@@ -51,6 +54,172 @@ nng_to_cm(int rv)
 	default:
 		return CM_EUNAVAIL;
 	}
+}
+
+/* ---- TLS ---- */
+
+/* Reads one PEM file into *out (NUL-terminated, as mbedTLS wants it).
+ * `what` names the file's role in the error. Caller frees with pem_free. */
+static cm_err
+pem_read(const char *path, const char *what, char **out, cm_error *err)
+{
+	size_t len;
+	cm_err rc = cm_file_read(path, MAX_PEM_BYTES, out, &len);
+	if (rc == CM_ENOTFOUND)
+		return cm_error_set(err, CM_EINVAL, "TLS %s file [%s] does not exist", what, path);
+	if (rc == CM_ETOOLARGE)
+		return cm_error_set(err, CM_EINVAL, "TLS %s file [%s] is larger than %u bytes",
+		                    what, path, MAX_PEM_BYTES);
+	if (rc != CM_OK)
+		return cm_error_set(err, CM_EINVAL, "TLS %s file [%s] cannot be read", what, path);
+	if (len == 0 || strstr(*out, "-----BEGIN ") == NULL) {
+		cm_free(CM_MEM_COMMON, *out);
+		*out = NULL;
+		return cm_error_set(err, CM_EINVAL, "TLS %s file [%s] holds no PEM block", what,
+		                    path);
+	}
+	return CM_OK;
+}
+
+static void
+pem_free(char *pem)
+{
+	if (pem == NULL)
+		return;
+	/* The key is the node's proof of membership: leave no copy behind. */
+	volatile char *v = pem;
+	while (*v)
+		*v++ = 0;
+	cm_free(CM_MEM_COMMON, pem);
+}
+
+/* Builds the nng TLS config of one listener (server) or dialer (client)
+ * from the option files. The caller owns *out (nng_tls_config_free). */
+static cm_err
+tls_config(const nd_transport_opts *o, bool server, nng_tls_config **out, cm_error *err)
+{
+	char *cert = NULL, *key = NULL, *ca = NULL;
+	nng_tls_config *cfg = NULL;
+	nng_tls_auth_mode mode;
+	cm_err rc;
+	int rv;
+
+	switch (o->tls_verify) {
+	case ND_TLS_VERIFY_REQUIRED:
+		mode = NNG_TLS_AUTH_MODE_REQUIRED;
+		break;
+	case ND_TLS_VERIFY_OPTIONAL:
+		mode = NNG_TLS_AUTH_MODE_OPTIONAL;
+		break;
+	case ND_TLS_VERIFY_NONE:
+		mode = NNG_TLS_AUTH_MODE_NONE;
+		break;
+	default:
+		return cm_error_set(err, CM_EINVAL, "unknown TLS verify mode %d", o->tls_verify);
+	}
+	if (o->tls_key == NULL)
+		return cm_error_set(err, CM_EINVAL, "TLS certificate [%s] given without a key file",
+		                    o->tls_cert);
+	if (o->tls_ca == NULL && mode != NNG_TLS_AUTH_MODE_NONE)
+		return cm_error_set(err, CM_EINVAL,
+		                    "TLS needs a CA file to check peers (or verify \"none\")");
+	if ((rc = pem_read(o->tls_cert, "certificate", &cert, err)) ||
+	    (rc = pem_read(o->tls_key, "key", &key, err)) ||
+	    (o->tls_ca && (rc = pem_read(o->tls_ca, "CA", &ca, err))))
+		goto fail;
+	if ((rv = nng_tls_config_alloc(&cfg, server ? NNG_TLS_MODE_SERVER : NNG_TLS_MODE_CLIENT))) {
+		rc = cm_error_set(err, CM_EINVAL, "TLS is not available: %s", nng_strerror(rv));
+		goto fail;
+	}
+	/* The client presents its certificate too: with verify "required"
+	 * the server checks it (mutual TLS). */
+	if ((rv = nng_tls_config_own_cert(cfg, cert, key, NULL))) {
+		rc = cm_error_set(err, CM_EINVAL,
+		                  "TLS certificate [%s] with key [%s] cannot be used: %s (not PEM, "
+		                  "encrypted key, or a key of another certificate)",
+		                  o->tls_cert, o->tls_key, nng_strerror(rv));
+		goto fail;
+	}
+	if (ca && (rv = nng_tls_config_ca_chain(cfg, ca, NULL))) {
+		rc = cm_error_set(err, CM_EINVAL, "TLS CA file [%s] cannot be used: %s", o->tls_ca,
+		                  nng_strerror(rv));
+		goto fail;
+	}
+	/* No nng_tls_config_server_name: the dialer's default config would
+	 * check the url's host against the certificate, and nodes are named by
+	 * IP. Our own config leaves the host unchecked; the chain to the
+	 * cluster's CA is what is verified. */
+	if ((rv = nng_tls_config_auth_mode(cfg, mode))) {
+		rc = cm_error_set(err, CM_EINVAL, "TLS verify mode refused: %s", nng_strerror(rv));
+		goto fail;
+	}
+	pem_free(cert);
+	pem_free(key);
+	pem_free(ca);
+	*out = cfg;
+	return CM_OK;
+fail:
+	if (cfg)
+		nng_tls_config_free(cfg);
+	pem_free(cert);
+	pem_free(key);
+	pem_free(ca);
+	return rc;
+}
+
+static bool
+tls_on(const nd_transport_opts *o)
+{
+	return o && o->tls_cert;
+}
+
+/* A url and the options must agree: TLS files with tcp:// would silently
+ * send in the clear, tls+tcp:// without files cannot handshake. */
+static cm_err
+tls_check_url(const char *url, const nd_transport_opts *o, cm_error *err)
+{
+	bool tls_url = strncmp(url, "tls+", 4) == 0;
+	if (tls_on(o) && !tls_url)
+		return cm_error_set(err, CM_EINVAL,
+		                    "transport address [%s]: TLS is configured, the url must be "
+		                    "tls+tcp://",
+		                    url);
+	if (!tls_on(o) && tls_url)
+		return cm_error_set(err, CM_EINVAL,
+		                    "transport address [%s]: tls+tcp:// needs a TLS certificate",
+		                    url);
+	return CM_OK;
+}
+
+/* Connection attempts of a dialer that failed in the TLS handshake or in
+ * the SP negotiation behind it (nng counts them per dialer/listener:
+ * "auth" for certificate and crypto errors, "proto" for a peer that does
+ * not speak the same protocol, such as plain tcp against TLS). */
+static uint64_t
+stat_value(nng_stat *st, const char *name)
+{
+	for (nng_stat *c = st ? nng_stat_child(st) : NULL; c; c = nng_stat_next(c))
+		if (strcmp(nng_stat_name(c), name) == 0)
+			return nng_stat_value(c);
+	return 0;
+}
+
+/* The scope "dialer" whose "id" is `id`. (nng 1.5's nng_stat_find_dialer
+ * returns the first dialer of the snapshot whatever the id.) */
+static nng_stat *
+stat_find_dialer(nng_stat *st, int id)
+{
+	for (; st; st = nng_stat_next(st)) {
+		if (nng_stat_type(st) != NNG_STAT_SCOPE)
+			continue;
+		if (strcmp(nng_stat_name(st), "dialer") == 0 &&
+		    stat_value(st, "id") == (uint64_t)id)
+			return st;
+		nng_stat *in = stat_find_dialer(nng_stat_child(st), id);
+		if (in)
+			return in;
+	}
+	return NULL;
 }
 
 static nng_msg *
@@ -190,9 +359,17 @@ cm_err
 nd_server_start(const char *url, const nd_transport_opts *o, int contexts, cm_pool *pool,
                 nd_serve_fn fn, void *ctx, nd_server **out, cm_error *err)
 {
-	nd_server *s = cm_calloc(T, 1, sizeof(*s));
+	nd_server *s;
+	nng_tls_config *tls = NULL;
+	nng_listener l;
+	cm_err rc;
 	int rv;
 
+	if ((rc = tls_check_url(url, o, err)))
+		return rc;
+	if (tls_on(o) && (rc = tls_config(o, true, &tls, err)))
+		return rc;
+	s = cm_calloc(T, 1, sizeof(*s));
 	opts_set(&s->o, o);
 	s->pool = pool;
 	s->fn = fn;
@@ -202,10 +379,16 @@ nd_server_start(const char *url, const nd_transport_opts *o, int contexts, cm_po
 	if ((rv = nng_rep0_open(&s->sock)) != 0)
 		goto fail;
 	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, s->o.max_msg);
-	if ((rv = nng_listen(s->sock, url, NULL, 0)) != 0) {
+	/* Created, configured, then started: a listener started by nng_listen
+	 * would accept its first connections without the TLS config. */
+	if ((rv = nng_listener_create(&l, s->sock, url)) != 0 ||
+	    (tls && (rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, tls)) != 0) ||
+	    (rv = nng_listener_start(l, 0)) != 0) {
 		nng_close(s->sock);
 		goto fail;
 	}
+	if (tls)
+		nng_tls_config_free(tls); /* the listener holds its own reference */
 	s->nctx = contexts > 0 ? contexts : 16;
 	s->ctxs = cm_calloc(T, (size_t)s->nctx, sizeof(srv_ctx));
 	for (int i = 0; i < s->nctx; i++) {
@@ -220,6 +403,10 @@ nd_server_start(const char *url, const nd_transport_opts *o, int contexts, cm_po
 fail:
 	cm_error_set(err, rv == NNG_EADDRINUSE ? CM_EBUSY : CM_EINVAL,
 	             "cannot listen on transport address [%s]: %s", url, nng_strerror(rv));
+	if (tls)
+		nng_tls_config_free(tls);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
 	opts_free(&s->o);
 	cm_free(T, s);
 	return err ? err->code : CM_EINVAL;
@@ -265,6 +452,10 @@ struct nd_peer {
 	pthread_mutex_t mu;
 	call *inflight; /* doubly linked, for cancelling on disconnect */
 	int pipes;
+	bool tls;
+	uint64_t hs_failed;  /* handshake failures already reported, under mu */
+	uint64_t hs_checked; /* cm_now_ns() of the last look at them */
+	uint64_t hs_warned;  /* cm_now_ns() of the last WARN */
 };
 
 enum { CALL_SEND, CALL_RECV };
@@ -322,7 +513,8 @@ call_cb(void *arg)
 	if (c->state == CALL_SEND) {
 		if (rv != 0) {
 			nng_msg_free(nng_aio_get_msg(c->aio));
-			call_finish(c, rv == NNG_ECANCELED ? CM_EUNAVAIL : nng_to_cm(rv), 0, NULL, 0);
+			call_finish(c, rv == NNG_ECANCELED ? CM_EUNAVAIL : nng_to_cm(rv), 0, NULL,
+			            0);
 			return;
 		}
 		c->state = CALL_RECV;
@@ -370,11 +562,19 @@ peer_pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg)
 cm_err
 nd_peer_open(const char *url, const nd_transport_opts *o, nd_peer **out, cm_error *err)
 {
-	nd_peer *p = cm_calloc(T, 1, sizeof(*p));
+	nd_peer *p;
+	nng_tls_config *tls = NULL;
+	cm_err rc;
 	int rv;
 
+	if ((rc = tls_check_url(url, o, err)))
+		return rc;
+	if (tls_on(o) && (rc = tls_config(o, false, &tls, err)))
+		return rc;
+	p = cm_calloc(T, 1, sizeof(*p));
 	opts_set(&p->o, o);
 	p->url = cm_strdup(T, url);
+	p->tls = tls != NULL;
 	pthread_mutex_init(&p->mu, NULL);
 	if ((rv = nng_req0_open(&p->sock)) != 0)
 		goto fail;
@@ -384,14 +584,22 @@ nd_peer_open(const char *url, const nd_transport_opts *o, nd_peer **out, cm_erro
 	nng_socket_set_ms(p->sock, NNG_OPT_RECONNMAXT, 1000);
 	nng_pipe_notify(p->sock, NNG_PIPE_EV_ADD_POST, peer_pipe_event, p);
 	nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, peer_pipe_event, p);
-	if ((rv = nng_dial(p->sock, url, &p->dialer, NNG_FLAG_NONBLOCK)) != 0) {
+	/* Created, configured, then started, as the listener. */
+	if ((rv = nng_dialer_create(&p->dialer, p->sock, url)) != 0 ||
+	    (tls && (rv = nng_dialer_set_ptr(p->dialer, NNG_OPT_TLS_CONFIG, tls)) != 0) ||
+	    (rv = nng_dialer_start(p->dialer, NNG_FLAG_NONBLOCK)) != 0) {
 		nng_close(p->sock);
 		goto fail;
 	}
+	if (tls)
+		nng_tls_config_free(tls); /* the dialer holds its own reference */
 	*out = p;
 	return CM_OK;
 fail:
-	cm_error_set(err, CM_EINVAL, "cannot dial transport address [%s]: %s", url, nng_strerror(rv));
+	cm_error_set(err, CM_EINVAL, "cannot dial transport address [%s]: %s", url,
+	             nng_strerror(rv));
+	if (tls)
+		nng_tls_config_free(tls);
 	pthread_mutex_destroy(&p->mu);
 	opts_free(&p->o);
 	cm_free(T, p->url);
@@ -424,6 +632,44 @@ nd_peer_close(nd_peer *p)
 	cm_free(T, p);
 }
 
+/* Says why a TLS peer stays unreachable when its handshakes are what
+ * fails: a node with a certificate from another CA, or a plain tcp://
+ * listener, looks like a node that is down otherwise. Looks at nng's
+ * per-dialer counters at most every 200 ms, warns at most every 10 s. */
+static void
+peer_tls_check(nd_peer *p)
+{
+	uint64_t now = cm_now_ns();
+	nng_stat *root = NULL;
+
+	if (!p->tls)
+		return;
+	pthread_mutex_lock(&p->mu);
+	bool look = now - p->hs_checked >= 200000000ull || p->hs_checked == 0;
+	if (look)
+		p->hs_checked = now;
+	pthread_mutex_unlock(&p->mu);
+	if (!look || nng_stats_get(&root) != 0)
+		return;
+	nng_stat *ds = stat_find_dialer(root, nng_dialer_id(p->dialer));
+	uint64_t auth = stat_value(ds, "auth"), proto = stat_value(ds, "proto");
+	nng_stats_free(root);
+	pthread_mutex_lock(&p->mu);
+	bool warn = auth + proto > p->hs_failed &&
+	            (p->hs_warned == 0 || now - p->hs_warned >= TLS_WARN_EVERY_NS);
+	if (warn) {
+		p->hs_failed = auth + proto;
+		p->hs_warned = now;
+	}
+	pthread_mutex_unlock(&p->mu);
+	if (warn)
+		cm_warn("transport",
+		        "TLS handshake with peer %s failed (%llu certificate/crypto errors, %llu "
+		        "protocol errors so far): is its certificate signed by our CA, and "
+		        "does it listen with TLS?",
+		        p->url, (unsigned long long)auth, (unsigned long long)proto);
+}
+
 void
 nd_peer_call(nd_peer *p, uint32_t type, const void *payload, size_t len, uint64_t deadline_ns,
              nd_reply_fn cb, void *arg)
@@ -440,6 +686,8 @@ nd_peer_call(nd_peer *p, uint32_t type, const void *payload, size_t len, uint64_
 	pthread_mutex_lock(&p->mu);
 	int pipes = p->pipes;
 	pthread_mutex_unlock(&p->mu);
+	if (pipes == 0)
+		peer_tls_check(p);
 	if (pipes == 0 || (m = envelope_msg(&p->o, type, deadline_ns, payload, len)) == NULL ||
 	    nng_ctx_open(&c->ctx, p->sock) != 0) {
 		if (m != NULL)

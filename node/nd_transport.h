@@ -13,10 +13,33 @@
 #include "../common/cm_err.h"
 #include "../common/cm_sys.h"
 
+/* How a TLS peer's certificate is checked (nd_transport_opts.tls_verify). */
+enum {
+	/* Both sides present a certificate signed by the CA in tls_ca, or the
+	 * handshake fails (mutual TLS: the certificate proves membership, the
+	 * secret in the envelope stays as a second check). The default. */
+	ND_TLS_VERIFY_REQUIRED = 0,
+	/* Certificates are checked against tls_ca when presented but a failed
+	 * check does not end the handshake: encryption, membership by secret. */
+	ND_TLS_VERIFY_OPTIONAL = 1,
+	/* No certificate checks at all (tls_ca may be NULL): encryption only,
+	 * open to a man in the middle. */
+	ND_TLS_VERIFY_NONE = 2,
+};
+
 typedef struct nd_transport_opts {
-	const char *cluster;   /* cluster name every message must carry */
-	const char *secret;    /* shared secret every message must carry */
-	size_t max_msg_bytes;  /* NNG_OPT_RECVMAXSZ on every socket (default 64 MiB) */
+	const char *cluster;  /* cluster name every message must carry */
+	const char *secret;   /* shared secret every message must carry */
+	size_t max_msg_bytes; /* NNG_OPT_RECVMAXSZ on every socket (default 64 MiB) */
+	/* TLS (nng's tls+tcp:// transport over mbedTLS): PEM file paths. With
+	 * tls_cert NULL the transport is plain tcp:// and the other tls_ fields
+	 * are ignored; otherwise urls must be tls+tcp:// and tls_key is
+	 * required, tls_ca too unless tls_verify is ND_TLS_VERIFY_NONE. The
+	 * files are read once, at nd_server_start / nd_peer_open. Host names
+	 * are not checked (nodes are usually named by IP): the chain to tls_ca
+	 * is what identifies a cluster member. */
+	const char *tls_cert, *tls_key, *tls_ca;
+	int tls_verify; /* ND_TLS_VERIFY_* */
 } nd_transport_opts;
 
 /* ---- server ---- */
@@ -28,8 +51,10 @@ typedef struct nd_server nd_server;
 typedef void (*nd_serve_fn)(void *ctx, uint32_t type, const uint8_t *payload, size_t len,
                             uint64_t deadline_ns, cm_buf *reply, uint32_t *reply_type);
 
-/* Listens on url ("tcp://127.0.0.1:9300") with `contexts` concurrent
- * receive contexts; handlers run on `pool` (borrowed). */
+/* Listens on url ("tcp://127.0.0.1:9300", or "tls+tcp://..." with the TLS
+ * options) with `contexts` concurrent receive contexts; handlers run on
+ * `pool` (borrowed). A TLS file that is missing, unreadable or not valid
+ * PEM fails here with a message naming it. */
 cm_err nd_server_start(const char *url, const nd_transport_opts *o, int contexts, cm_pool *pool,
                        nd_serve_fn fn, void *ctx, nd_server **out, cm_error *err);
 void nd_server_stop(nd_server *s);
@@ -39,7 +64,11 @@ uint64_t nd_server_refused(const nd_server *s); /* envelopes refused (name/secre
 
 typedef struct nd_peer nd_peer;
 
-/* Dials url in the background (reconnecting on its own); never blocks. */
+/* Dials url in the background (reconnecting on its own); never blocks on
+ * the network. With TLS options, loads the files first (errors name the
+ * file); a peer whose handshake keeps failing (certificate from another
+ * CA, plain tcp on the other end) stays unreachable: calls fail at once
+ * with CM_EUNAVAIL and a WARN line names the peer's url. */
 cm_err nd_peer_open(const char *url, const nd_transport_opts *o, nd_peer **out, cm_error *err);
 void nd_peer_close(nd_peer *p);
 
@@ -52,8 +81,8 @@ typedef void (*nd_reply_fn)(void *arg, cm_err rc, uint32_t type, const uint8_t *
 
 /* Sends without waiting; the request is never resent behind our back
  * (NNG_OPT_REQ_RESENDTIME is infinite). deadline_ns absolute, 0 = 30 s. */
-void nd_peer_call(nd_peer *p, uint32_t type, const void *payload, size_t len,
-                  uint64_t deadline_ns, nd_reply_fn cb, void *arg);
+void nd_peer_call(nd_peer *p, uint32_t type, const void *payload, size_t len, uint64_t deadline_ns,
+                  nd_reply_fn cb, void *arg);
 
 /* Blocking form: copies the reply payload into `reply`. */
 cm_err nd_peer_call_sync(nd_peer *p, uint32_t type, const void *payload, size_t len,
