@@ -162,6 +162,7 @@ struct st_shard {
 	int64_t log_last;
 	uint64_t ops_since_commit;
 	int64_t retain_above; /* flush keeps ops > it; INT64_MAX = no marker */
+	int64_t gcp;          /* global checkpoint as persisted; -1 none */
 
 	membuf act;      /* takes new ops */
 	frozen_buf *frz; /* being written by a refresh, still readable; NULL if none */
@@ -1481,6 +1482,22 @@ late_deletes(const frozen_buf *f, const seg_ref *nref, live_ref **out)
 	return CM_OK;
 }
 
+/* Highest seq_no a log trim may remove (-1: none) when the commit covers
+ * ops <= committed: the log keeps every op above min(committed, global
+ * checkpoint, retention marker), so a copy can always serve, and read back
+ * after a restart, what lies above its global checkpoint. A replicated copy
+ * that has no global checkpoint yet keeps its whole log. wmu held. */
+static int64_t
+trim_bound(const st_shard *s, int64_t committed)
+{
+	int64_t upto = committed < s->retain_above ? committed : s->retain_above;
+	if (s->gcp >= 0)
+		upto = s->gcp < upto ? s->gcp : upto;
+	else if (s->opts.replicated)
+		upto = -1;
+	return upto;
+}
+
 /* Deletes log records <= upto in small transactions without the write
  * lock, so indexing is not stalled behind a large trim. Called with wmu
  * held; returns with it held. */
@@ -1678,7 +1695,7 @@ refresh_run(st_shard *s)
 	/* Keep the log bounded without waiting for an explicit flush (like
 	 * Elasticsearch's translog flush threshold), minus what the retention
 	 * marker holds back. */
-	int64_t trim = -1, upto = f->ckp < s->retain_above ? f->ckp : s->retain_above;
+	int64_t trim = -1, upto = trim_bound(s, f->ckp);
 	if (upto - s->cp.oplog_trimmed > LOG_TRIM_OPS) {
 		/* The commit records the trim point first; the records go after
 		 * it (a crash in between only leaves records nobody reads). */
@@ -1745,9 +1762,7 @@ st_shard_flush(st_shard *s)
 	lock_both(s);
 	cm_err e = refresh_run(s);
 	if (e == CM_OK) {
-		int64_t upto = s->cp.committed_seq;
-		if (s->retain_above < upto)
-			upto = s->retain_above;
+		int64_t upto = trim_bound(s, s->cp.committed_seq);
 		if (upto > s->cp.oplog_trimmed) {
 			int64_t saved = s->cp.oplog_trimmed;
 			s->cp.oplog_trimmed = upto;
@@ -1776,6 +1791,83 @@ st_shard_set_oplog_retention(st_shard *s, uint64_t keep_above)
 	                                                     : (int64_t)keep_above;
 	pthread_mutex_unlock(&s->wmu);
 }
+
+/* The global checkpoint lives under its own meta key, apart from the commit
+ * point: it changes with nearly every replicated batch, and a commit is a
+ * synced rewrite of the segment list and deletes. */
+#define GCP_KEY "gcp"
+
+static cm_err
+gcp_write(st_shard *s, int64_t gcp)
+{
+	if (s->env == NULL)
+		return CM_EIO; /* a failed reopen after compaction */
+	uint8_t val[12];
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_STORAGE);
+	cm_buf_put_u64(&b, (uint64_t)gcp);
+	cm_buf_put_checksum(&b, 0);
+	memcpy(val, b.data, sizeof(val));
+	cm_buf_free(&b);
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	if (rc)
+		return st_mdb_err(rc);
+	MDB_val k = {sizeof(GCP_KEY) - 1, GCP_KEY}, v = {sizeof(val), val};
+	if ((rc = mdb_put(txn, s->db_meta, &k, &v, 0)) != 0) {
+		mdb_txn_abort(txn);
+		return st_mdb_err(rc);
+	}
+	/* No sync of its own: a trim it allows is committed with a sync,
+	 * which makes this transaction durable first. */
+	return st_mdb_err(mdb_txn_commit(txn));
+}
+
+/* Reads the persisted global checkpoint inside txn (-1 when none). */
+static cm_err
+gcp_load(MDB_txn *txn, MDB_dbi dbi, int64_t *gcp)
+{
+	*gcp = -1;
+	MDB_val k = {sizeof(GCP_KEY) - 1, GCP_KEY}, v;
+	int rc = mdb_get(txn, dbi, &k, &v);
+	if (rc == MDB_NOTFOUND)
+		return CM_OK;
+	if (rc)
+		return st_mdb_err(rc);
+	size_t len = v.mv_size;
+	if (!cm_checksum_ok(v.mv_data, &len) || len != 8)
+		return CM_ECORRUPT;
+	uint64_t g = cm_get_u64(v.mv_data);
+	if (g > (uint64_t)INT64_MAX)
+		return CM_ECORRUPT;
+	*gcp = (int64_t)g;
+	return CM_OK;
+}
+
+cm_err
+st_shard_set_global_checkpoint(st_shard *s, uint64_t gcp)
+{
+	if (gcp == ST_NO_SEQ)
+		return CM_OK;
+	if (gcp > (uint64_t)INT64_MAX)
+		return CM_EINVAL;
+	pthread_mutex_lock(&s->wmu);
+	/* Never claim more than this copy holds: the stored value bounds
+	 * trimming and is where the copy reads its own log from. */
+	int64_t v = (int64_t)gcp < s->ckp ? (int64_t)gcp : s->ckp;
+	cm_err e = CM_OK;
+	if (v > s->gcp) {
+		e = gcp_write(s, v);
+		if (e == CM_OK)
+			s->gcp = v;
+		else
+			cm_warn("storage", "shard %s: persisting the global checkpoint failed: %s",
+			        s->dir, cm_err_msg(e));
+	}
+	pthread_mutex_unlock(&s->wmu);
+	return e;
+}
+
 
 void
 st_shard_set_primary_term(st_shard *s, uint64_t term)
@@ -2330,6 +2422,13 @@ load_commit(st_shard *s, cm_error *err)
 		uint64_t last;
 		e = st_oplog_last(txn, s->db_oplog, &last, &found);
 		s->log_last = found ? (int64_t)last : -1;
+		if (e)
+			cm_error_set(err, e, "shard %s: operation log is unreadable", s->dir);
+	}
+	if (e == CM_OK) {
+		e = gcp_load(txn, s->db_meta, &s->gcp);
+		if (e)
+			cm_error_set(err, e, "shard %s: global checkpoint is corrupt", s->dir);
 	}
 	mdb_txn_abort(txn);
 	cm_free(CM_MEM_STORAGE, gens);
@@ -2363,6 +2462,7 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 	s->cp = (commit_point){
 	    .next_gen = 1, .committed_seq = -1, .oplog_trimmed = -1, .primary_term = 1};
 	s->retain_above = INT64_MAX;
+	s->gcp = -1;
 	atomic_init(&s->commit_ticket, 0);
 	atomic_init(&s->n_refresh, 0);
 	atomic_init(&s->n_merge, 0);
@@ -2383,6 +2483,14 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 	}
 	if (s->log_last > s->max_seq)
 		s->max_seq = s->log_last;
+	if (s->gcp > s->ckp) {
+		/* Only after a machine crash lost log pages the gcp had covered:
+		 * never claim more than this copy holds. */
+		cm_warn("storage",
+		        "shard %s: global checkpoint %" PRId64 " above local checkpoint %" PRId64,
+		        s->dir, s->gcp, s->ckp);
+		s->gcp = s->ckp;
+	}
 	if (s->opts.background_merges) {
 		/* Segments left from before may already warrant a merge. */
 		s->merge_wanted = true;
@@ -2468,6 +2576,7 @@ st_shard_stats_get(st_shard *s, st_shard_stats *out)
 	out->max_seq_no = (uint64_t)s->max_seq;
 	out->local_checkpoint = (uint64_t)s->ckp;
 	out->committed_seq_no = (uint64_t)s->cp.committed_seq;
+	out->global_checkpoint = (uint64_t)s->gcp;
 	out->primary_term = s->cp.primary_term;
 	pthread_mutex_unlock(&s->wmu);
 	out->refreshes = atomic_load(&s->n_refresh);
@@ -2497,4 +2606,279 @@ st_shard_oplog_read(st_shard *s, uint64_t from, st_oplog_fn fn, void *ctx)
 	mdb_txn_abort(txn);
 	pthread_rwlock_unlock(&s->env_lock);
 	return e;
+}
+
+/* ---------------------------------------------------------------- */
+/* snapshot for file-based recovery */
+
+/* Creates dst (and its parent when missing); CM_EEXISTS if it exists. */
+static cm_err
+make_fresh_dir(const char *dst, cm_error *err)
+{
+	if (mkdir(dst, 0755) == 0)
+		return CM_OK;
+	if (errno == EEXIST)
+		return cm_error_set(err, CM_EEXISTS, "snapshot: %s already exists", dst);
+	if (errno != ENOENT)
+		return cm_error_set(err, CM_EIO, "snapshot: cannot create %s: %s", dst,
+		                    strerror(errno));
+	char parent[4096];
+	if (snprintf(parent, sizeof(parent), "%s", dst) >= (int)sizeof(parent))
+		return cm_error_set(err, CM_EINVAL, "snapshot: path too long");
+	char *slash = strrchr(parent, '/');
+	if (slash && slash != parent) {
+		*slash = '\0';
+		if (cm_mkdir_p(parent) != CM_OK)
+			return cm_error_set(err, CM_EIO, "snapshot: cannot create %s", parent);
+	}
+	if (mkdir(dst, 0755) == 0)
+		return CM_OK;
+	if (errno == EEXIST)
+		return cm_error_set(err, CM_EEXISTS, "snapshot: %s already exists", dst);
+	return cm_error_set(err, CM_EIO, "snapshot: cannot create %s: %s", dst, strerror(errno));
+}
+
+/* Byte copy for when a hard link cannot cross file systems. */
+static cm_err
+copy_file(const char *src, const char *dst)
+{
+	int in = open(src, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return CM_EIO;
+	int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (out < 0) {
+		close(in);
+		return CM_EIO;
+	}
+	size_t cap = (size_t)1 << 20;
+	char *buf = cm_malloc(CM_MEM_STORAGE, cap);
+	cm_err e = CM_OK;
+	for (;;) {
+		ssize_t n = read(in, buf, cap);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			e = n < 0 ? CM_EIO : CM_OK;
+			break;
+		}
+		for (ssize_t off = 0; off < n && e == CM_OK;) {
+			ssize_t w = write(out, buf + off, (size_t)(n - off));
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0)
+				e = CM_EIO;
+			else
+				off += w;
+		}
+		if (e)
+			break;
+	}
+	if (e == CM_OK && fsync(out) != 0)
+		e = CM_EIO;
+	cm_free(CM_MEM_STORAGE, buf);
+	close(in);
+	if (close(out) != 0 && e == CM_OK)
+		e = CM_EIO;
+	return e;
+}
+
+/* The highest seq_no a copied shard.mdb holds (commit or log), read from
+ * the copy itself: the copy's read transaction is LMDB's, so only the file
+ * can say where its log ends. -1 when none. */
+static cm_err
+copy_max_seq(const char *path, int64_t *max, cm_error *err)
+{
+	MDB_env *env;
+	int rc = mdb_env_create(&env);
+	if (rc)
+		return cm_error_set(err, st_mdb_err(rc), "snapshot: %s", mdb_strerror(rc));
+	MDB_txn *txn = NULL;
+	mdb_env_set_maxdbs(env, 4);
+	mdb_env_set_mapsize(env, SHARD_MAP_SIZE);
+	/* NOLOCK: no lock file appears beside the copy. */
+	rc = mdb_env_open(env, path, MDB_RDONLY | MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOTLS, 0644);
+	if (rc == 0)
+		rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn);
+	MDB_dbi meta, log;
+	if (rc == 0)
+		rc = mdb_dbi_open(txn, "meta", 0, &meta);
+	if (rc == 0)
+		rc = mdb_dbi_open(txn, "oplog", 0, &log);
+	cm_err e = st_mdb_err(rc);
+	*max = -1;
+	if (e == CM_OK) {
+		MDB_val k = {6, "commit"}, v;
+		rc = mdb_get(txn, meta, &k, &v);
+		if (rc == 0) {
+			commit_point cp;
+			uint64_t *gens = NULL;
+			size_t ngens = 0;
+			e = decode_commit(v.mv_data, v.mv_size, &cp, &gens, &ngens);
+			cm_free(CM_MEM_STORAGE, gens);
+			if (e == CM_OK)
+				*max = cp.committed_seq;
+		} else if (rc != MDB_NOTFOUND) {
+			e = st_mdb_err(rc);
+		}
+	}
+	if (e == CM_OK) {
+		uint64_t last;
+		bool found;
+		e = st_oplog_last(txn, log, &last, &found);
+		if (e == CM_OK && found && (int64_t)last > *max)
+			*max = (int64_t)last;
+	}
+	if (txn)
+		mdb_txn_abort(txn);
+	mdb_env_close(env);
+	if (e)
+		cm_error_set(err, e, "snapshot: the copy of shard.mdb is unreadable");
+	return e;
+}
+
+/* Links (or copies) the committed segment files and copies shard.mdb into
+ * dst while no commit can happen. Called with refresh_mu held, wmu not. */
+static cm_err
+snapshot_files(st_shard *s, const char *dst, cm_error *err)
+{
+	/* Every commit (refresh, merge, flush, primary term) holds refresh_mu
+	 * and installs its list before letting go, so with refresh_mu held
+	 * the writer's list is the committed one and stays so. */
+	pthread_mutex_lock(&s->wmu);
+	size_t n = s->nsegs;
+	uint64_t *gens = cm_calloc(CM_MEM_STORAGE, n ? n : 1, sizeof(*gens));
+	for (size_t i = 0; i < n; i++)
+		gens[i] = s->segs[i].ref->gen;
+	bool have_env = s->env != NULL;
+	pthread_mutex_unlock(&s->wmu);
+	cm_err e = CM_OK;
+	char src[4096], to[4096];
+	if (!have_env)
+		e = cm_error_set(err, CM_EIO, "snapshot: shard %s has no open store", s->dir);
+	for (size_t i = 0; i < n && e == CM_OK; i++) {
+		seg_path(s, gens[i], src, sizeof(src));
+		snprintf(to, sizeof(to), "%s/seg-%" PRIu64 ".mdb", dst, gens[i]);
+		if (link(src, to) == 0)
+			continue;
+		int lerr = errno;
+		/* Another file system, or one without hard links. */
+		e = lerr == EXDEV || lerr == EPERM || lerr == EMLINK ? copy_file(src, to) : CM_EIO;
+		if (e)
+			cm_error_set(err, e, "snapshot: cannot link or copy %s to %s: %s", src, to,
+			             strerror(lerr));
+	}
+	cm_free(CM_MEM_STORAGE, gens);
+	if (e)
+		return e;
+	snprintf(to, sizeof(to), "%s/shard.mdb", dst);
+	int fd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return cm_error_set(err, CM_EIO, "snapshot: cannot create %s: %s", to,
+		                    strerror(errno));
+	/* One read transaction: the commit point and the log as of one moment.
+	 * Log appends go on meanwhile (the copy just misses them); compaction
+	 * needs refresh_mu, so the env stays put. */
+	int rc = mdb_env_copyfd2(s->env, fd, MDB_CP_COMPACT);
+	if (rc == 0 && fsync(fd) != 0)
+		rc = errno ? errno : EIO;
+	if (close(fd) != 0 && rc == 0)
+		rc = EIO;
+	if (rc)
+		return cm_error_set(err, st_mdb_err(rc), "snapshot: copying shard.mdb failed: %s",
+		                    mdb_strerror(rc));
+	return CM_OK;
+}
+
+cm_err
+st_shard_snapshot(st_shard *s, const char *dst_dir, uint64_t *max_seq_no, cm_error *err)
+{
+	*max_seq_no = ST_NO_SEQ;
+	cm_err e = make_fresh_dir(dst_dir, err);
+	if (e)
+		return e;
+	e = st_shard_flush(s);
+	if (e) {
+		cm_error_set(err, e, "snapshot: flushing shard %s failed", s->dir);
+		goto fail;
+	}
+	uint64_t t0 = cm_now_ns();
+	pthread_mutex_lock(&s->refresh_mu);
+	e = snapshot_files(s, dst_dir, err);
+	pthread_mutex_unlock(&s->refresh_mu);
+	uint64_t held_ms = (cm_now_ns() - t0) / 1000000;
+	if (e)
+		goto fail;
+	if ((e = cm_fsync_dir(dst_dir)) != CM_OK) {
+		cm_error_set(err, e, "snapshot: cannot sync %s", dst_dir);
+		goto fail;
+	}
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/shard.mdb", dst_dir);
+	int64_t max;
+	if ((e = copy_max_seq(path, &max, err)) != CM_OK)
+		goto fail;
+	*max_seq_no = max < 0 ? ST_NO_SEQ : (uint64_t)max;
+	cm_info("storage", "shard %s: snapshot to %s up to seq_no %" PRId64 " (commits held %" PRIu64
+	        " ms)",
+	        s->dir, dst_dir, max, held_ms);
+	return CM_OK;
+fail:
+	cm_rm_rf(dst_dir);
+	return e;
+}
+
+static int
+cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool
+ends_with(const char *s, const char *suffix)
+{
+	size_t l = strlen(s), m = strlen(suffix);
+	return l >= m && strcmp(s + l - m, suffix) == 0;
+}
+
+cm_err
+st_shard_dir_files(const char *dir, char ***names, size_t *n)
+{
+	*names = NULL;
+	*n = 0;
+	DIR *d = opendir(dir);
+	if (d == NULL)
+		return errno == ENOENT || errno == ENOTDIR ? CM_ENOTFOUND : CM_EIO;
+	int dfd = dirfd(d);
+	size_t cap = 16, cnt = 0;
+	char **out = cm_malloc(CM_MEM_STORAGE, cap * sizeof(*out));
+	struct dirent *de;
+	errno = 0;
+	while ((de = readdir(d)) != NULL) {
+		const char *nm = de->d_name;
+		struct stat sb;
+		if (fstatat(dfd, nm, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
+			continue;
+		if (ends_with(nm, "-lock") || ends_with(nm, ".tmp"))
+			continue;
+		if (cnt == cap) {
+			cap *= 2;
+			out = cm_realloc(CM_MEM_STORAGE, out, cap * sizeof(*out));
+		}
+		out[cnt++] = cm_strdup(CM_MEM_STORAGE, nm);
+	}
+	closedir(d);
+	qsort(out, cnt, sizeof(*out), cmp_name);
+	*names = out;
+	*n = cnt;
+	return CM_OK;
+}
+
+void
+st_shard_dir_files_free(char **names, size_t n)
+{
+	if (names == NULL)
+		return;
+	for (size_t i = 0; i < n; i++)
+		cm_free(CM_MEM_STORAGE, names[i]);
+	cm_free(CM_MEM_STORAGE, names);
 }

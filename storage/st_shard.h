@@ -29,6 +29,10 @@ typedef struct st_shard_opts {
 	cm_pool *merge_pool;        /* shared pool for merges; NULL = shard makes none, merges inline */
 	bool background_merges;     /* tiered merge policy after refreshes (default true) */
 	int merge_factor;           /* segments per tier before merging (default 10) */
+	/* A copy of a replicated shard (default false): until the primary has
+	 * told it a global checkpoint, no flush or refresh trims its log (see
+	 * st_shard_set_global_checkpoint). */
+	bool replicated;
 } st_shard_opts;
 
 void st_shard_opts_default(st_shard_opts *o);
@@ -96,7 +100,13 @@ typedef struct st_doc_meta {
 cm_err st_shard_get(st_shard *s, const char *id, size_t len, st_doc_meta *meta, cm_buf *source);
 
 cm_err st_shard_refresh(st_shard *s);
-/* Makes segments durable and trims the log below the checkpoint. */
+/* Makes segments durable and trims the log. Log trimming (here, and the
+ * automatic trim a refresh does once many committed ops pile up) keeps every
+ * op with seq_no > min(committed seq_no, global checkpoint, retention
+ * marker). With no global checkpoint ever set, the gcp term is dropped from
+ * the min for a solo shard, and for a `replicated` shard nothing is trimmed
+ * at all. So a copy can always read its own log from its persisted global
+ * checkpoint, also after a restart. */
 cm_err st_shard_flush(st_shard *s);
 cm_err st_shard_force_merge(st_shard *s, int max_segments);
 
@@ -119,6 +129,7 @@ typedef struct st_shard_stats {
 	uint64_t store_bytes;
 	uint64_t buffered_docs;
 	uint64_t max_seq_no, local_checkpoint, committed_seq_no;
+	uint64_t global_checkpoint; /* as persisted; ST_NO_SEQ = none set (like the others) */
 	uint64_t primary_term;
 	uint64_t refreshes, merges, flushes;
 	uint64_t log_batches, log_syncs; /* group commit: syncs shared by batches */
@@ -127,7 +138,10 @@ void st_shard_stats_get(st_shard *s, st_shard_stats *out);
 
 /* Operation log access for replication: ops with seq_no > from, in order,
  * until fn returns nonzero. CM_ENOTFOUND if the log was trimmed past from.
- * The op's pointers are valid during the call only. */
+ * Every op this copy processed is there, including those a replica found
+ * stale (ST_RESULT_NOOP above its checkpoint), each with the type, id,
+ * source, primary_term and version it arrived with. The op's pointers are
+ * valid during the call only. */
 typedef int (*st_oplog_fn)(void *ctx, const st_op *op, int64_t version);
 cm_err st_shard_oplog_read(st_shard *s, uint64_t from, st_oplog_fn fn, void *ctx);
 /* Persists the new term; ops this shard numbers from now on carry it. */
@@ -135,6 +149,40 @@ void st_shard_set_primary_term(st_shard *s, uint64_t term);
 /* Retention marker: flushes keep log ops with seq_no > keep_above (e.g. what
  * a recovering replica still needs); ST_NO_SEQ removes the marker. */
 void st_shard_set_oplog_retention(st_shard *s, uint64_t keep_above);
+/* Global checkpoint from the primary: every op <= gcp is on every in-sync
+ * copy. Stored as min(gcp, this copy's local checkpoint) at the time of the
+ * call, and only ever raised (a lower or equal value, or ST_NO_SEQ, is a
+ * no-op returning CM_OK). Written to shard.mdb in its own transaction
+ * without a sync: the next log sync or commit makes it durable, and a trim
+ * is only ever committed after the gcp that allowed it. Reloaded on open.
+ * CM_EINVAL for a value above INT64_MAX; I/O errors as cm_err. */
+cm_err st_shard_set_global_checkpoint(st_shard *s, uint64_t gcp);
+
+/* Snapshot for file-based recovery. Flushes, then creates dst_dir (it must
+ * not exist: CM_EEXISTS; its parent is created if missing) as an openable
+ * shard directory holding this shard's last commit plus its operation log:
+ * every segment file the commit lists is hard-linked (copied when dst_dir
+ * is on another file system), which also pins it against a merge deleting
+ * the original, and shard.mdb is copied (compacted) from one LMDB read
+ * transaction. Commits wait while the links and the copy are made, so the
+ * commit point and the file list agree; indexing and searches go on.
+ * st_shard_open(dst_dir) gives the same docs, versions, seq_nos, primary
+ * term and checkpoints, replaying the log above the commit. Nothing in the
+ * files depends on the directory's path, so the files may be moved to
+ * another node. *max_seq_no = the highest seq_no the copy holds (commit or
+ * log; ST_NO_SEQ when none): every op acknowledged before the call is in
+ * it, and on a primary every op <= *max_seq_no is. On failure dst_dir is
+ * removed again; err says why. */
+cm_err st_shard_snapshot(st_shard *s, const char *dst_dir, uint64_t *max_seq_no, cm_error *err);
+
+/* Regular files of a shard directory, sorted by name, without LMDB lock
+ * files (`*-lock`) and partial files (`*.tmp`): what to send to another
+ * node after st_shard_snapshot. *names is a cm_malloc'd (CM_MEM_STORAGE)
+ * array of cm_malloc'd basenames; the caller frees it with
+ * st_shard_dir_files_free. CM_ENOTFOUND if dir does not exist. */
+cm_err st_shard_dir_files(const char *dir, char ***names, size_t *n);
+void st_shard_dir_files_free(char **names, size_t n);
+
 /* The shard's current mapping, referenced (caller unrefs). It can be ahead
  * of the one last set when documents brought dynamic fields the caller had
  * not merged yet. */
