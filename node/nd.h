@@ -27,6 +27,7 @@ typedef struct nd_node_opts {
 	const char *name;       /* NULL: host name */
 	int search_threads;     /* 0: number of cores */
 	bool destructive_requires_name; /* action.destructive_requires_name (default true) */
+	bool replicated; /* shard copies of a cluster: the log is kept above the global checkpoint */
 } nd_node_opts;
 
 /* Opens the data directory: takes its lock file (a second node on the same

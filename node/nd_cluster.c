@@ -13,7 +13,7 @@
 #include "../common/cm_log.h"
 #include "../common/cm_sys.h"
 #include "../proto/pr.h"
-#include "nd_cluster_private.h"
+#include "nd_cluster_rep.h"
 
 #define MEM CM_MEM_NODE
 #define MAX_CLUSTER_FILE (1u << 20)
@@ -71,6 +71,7 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 	pthread_mutex_init(&cl->lock, NULL);
 	pthread_mutex_init(&cl->stop_mu, NULL);
 	pthread_cond_init(&cl->stop_cv, NULL);
+	cl_rep_init(cl);
 	if (!copy_str(cl->cluster_name, sizeof(cl->cluster_name),
 	              cJSON_GetObjectItemCaseSensitive(j, "cluster_name")) ||
 	    !copy_str(cl->secret, sizeof(cl->secret),
@@ -223,6 +224,10 @@ cl_mark(nd_cluster *cl, int node, bool alive, uint64_t latency_ns)
 	nd_cl_node *nd = &cl->nodes[node];
 	bool was = atomic_exchange(&nd->alive, alive);
 	if (was != alive)
+		atomic_store(&nd->down_since_ns, alive ? 0 : cm_now_ns());
+	if (!alive && !atomic_load(&nd->down_since_ns))
+		atomic_store(&nd->down_since_ns, cm_now_ns());
+	if (was != alive)
 		cm_info("cluster", "node [%s] is %s", nd->name,
 		        alive ? "reachable" : "unreachable");
 	if (alive && latency_ns) {
@@ -327,6 +332,7 @@ state_receive(nd_cluster *cl, const char *text, size_t len)
 		cl->meta = st;
 		st = NULL;
 		state_persist(cl);
+		cl_routes_rebuild_locked(cl);
 		cm_info("cluster", "metadata version %llu applied",
 		        (unsigned long long)state_version(cl->meta));
 	}
@@ -378,6 +384,16 @@ state_publish_locked(nd_cluster *cl)
 	cJSON_free(s);
 }
 
+void
+cl_state_commit_locked(nd_cluster *cl)
+{
+	cJSON_ReplaceItemInObjectCaseSensitive(
+	    cl->meta, "version", cJSON_CreateNumber((double)(state_version(cl->meta) + 1)));
+	state_persist(cl);
+	cl_routes_rebuild_locked(cl);
+	state_publish_locked(cl);
+}
+
 static cJSON *
 ack_json(const char *index)
 {
@@ -405,7 +421,11 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		return cm_error_set(err, CM_EPARSE, "malformed metadata request body");
 	pthread_mutex_lock(&cl->meta_lock);
 	indices = cJSON_GetObjectItemCaseSensitive(cl->meta, "indices");
-	if (strcmp(action, "create") == 0) {
+	if (cl_rep_is_master_action(action)) {
+		if ((rc = cl_rep_master_action(cl, action, bj, err)))
+			goto done;
+		out = ack_json(NULL);
+	} else if (strcmp(action, "create") == 0) {
 		nd_index *ix = NULL;
 		if ((rc = nd_index_create(cl->node, index, bj, &ix, err)))
 			goto done;
@@ -416,6 +436,8 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		st_mapping *m = nd_index_mapping(ix);
 		cJSON_AddItemToObject(e, "mappings", st_mapping_to_json(m));
 		st_mapping_unref(m);
+		cl_rep_meta_new_index(cl, e, nd_index_nshards(ix),
+		                      1 + nd_index_settings(ix)->number_of_replicas);
 		cJSON_DeleteItemFromObjectCaseSensitive(indices, index);
 		cJSON_AddItemToObject(indices, index, e);
 		nd_index_release(ix);
@@ -489,10 +511,7 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		rc = cm_error_set(err, CM_EINVAL, "unknown metadata action [%s]", action);
 		goto done;
 	}
-	cJSON_ReplaceItemInObjectCaseSensitive(
-	    cl->meta, "version", cJSON_CreateNumber((double)(state_version(cl->meta) + 1)));
-	state_persist(cl);
-	state_publish_locked(cl);
+	cl_state_commit_locked(cl);
 	{
 		char *s = cJSON_PrintUnformatted(out);
 		*reply = cm_strdup(MEM, s);
@@ -641,7 +660,16 @@ serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_
 	case PR_ADMIN: {
 		pr_admin a;
 		char *out = NULL;
-		if (pr_admin_decode(p, len, &a, &err) == CM_OK) {
+		if (pr_admin_decode(p, len, &a, &err) == CM_OK && cl_rep_is_rec_action(a.action)) {
+			size_t olen = 0;
+			cl_rep_serve_rec(cl, a.action, a.index, a.body, a.body_len, &err, &out, &olen);
+			pr_admin_free(&a);
+			pr_ack_encode(&err, out, olen, reply);
+			*reply_type = PR_ACK;
+			cm_free(MEM, out);
+			return;
+		}
+		if (!err.code) {
 			if (strcmp(a.action, "refresh") == 0 || strcmp(a.action, "flush") == 0 ||
 			    strcmp(a.action, "forcemerge") == 0)
 				local_broadcast(cl, a.action, a.index, &err);
@@ -741,6 +769,7 @@ monitor_main(void *arg)
 		if (cl->master >= 0 && cl->master != cl->self && cl_alive(cl, cl->master) &&
 		    round++ % 4 == 0)
 			fetch_state(cl);
+		cl_rep_tick(cl);
 	} while (!wait_stop(cl, 500));
 	return NULL;
 }
@@ -777,6 +806,7 @@ nd_cluster_start(nd_cluster *cl, nd_node *n, cm_error *err)
 	g_cluster = cl;
 	if (cl->master >= 0 && cl->master != cl->self)
 		fetch_state(cl);
+	cl_rep_start(cl);
 	pthread_create(&cl->monitor, NULL, monitor_main, cl);
 	cl->monitor_started = true;
 	cm_info(
@@ -797,6 +827,7 @@ nd_cluster_stop(nd_cluster *cl)
 	pthread_mutex_unlock(&cl->stop_mu);
 	if (cl->monitor_started)
 		pthread_join(cl->monitor, NULL);
+	cl_rep_stop(cl);
 	if (cl->server)
 		nd_server_stop(cl->server);
 	for (int i = 0; i < cl->nn; i++)

@@ -26,6 +26,11 @@ bool nd_fanout_parse(const char *s, nd_cl_fanout *out);
  * by the caller (nd_cluster_stop). */
 cm_err nd_cluster_open(const char *file, const char *name, bool coordinator_only,
                        nd_cl_fanout fanout, nd_cluster **out, cm_error *err);
+/* A -E cluster.* setting ("key=value"): cluster.primary_failover_timeout,
+ * cluster.replica_timeout, cluster.recovery_max_bytes_per_sec. */
+cm_err nd_cluster_setting(nd_cluster *cl, const char *kv, cm_error *err);
+/* _cat/recovery rows of this node (tab separated, no header). */
+void nd_cluster_cat_recovery(nd_cluster *cl, cm_buf *out);
 /* This node's HTTP address ("127.0.0.1:9200"), borrowed. */
 const char *nd_cluster_http(const nd_cluster *cl);
 const char *nd_cluster_self(const nd_cluster *cl);

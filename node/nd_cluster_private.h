@@ -24,6 +24,7 @@ typedef struct nd_cl_node {
 	int data_ord;  /* -1: no data */
 	nd_peer *peer; /* NULL for self */
 	_Atomic bool alive;
+	_Atomic uint64_t down_since_ns; /* monotonic time it became unreachable, 0 = up */
 	double ewma_us; /* recent round-trip latency, under nd_cluster.lock */
 } nd_cl_node;
 
@@ -46,6 +47,7 @@ struct nd_cluster {
 	pthread_mutex_t stop_mu;
 	pthread_cond_t stop_cv;
 	bool stopping;
+	struct cl_repl *repl; /* replication state (nd_cluster_rep.c) */
 };
 
 nd_cluster *cl_current(void);
@@ -62,6 +64,14 @@ void cl_serve_bulk(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadli
                    cm_buf *reply, uint32_t *reply_type);
 void cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
                      cm_buf *reply, uint32_t *reply_type);
+/* Applies ops as a replica copy would (numbered by the primary). */
+cm_err cl_apply_replica(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
+                        st_op_result *res);
+/* Master, meta_lock held: versions, persists and publishes cl->meta after
+ * a change, and rebuilds the routing table. */
+void cl_state_commit_locked(nd_cluster *cl);
+void cl_rep_init(nd_cluster *cl);
+
 /* Small read requests carried by PR_ADMIN ("rw_get", "rw_stats"). */
 void cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *body,
                  size_t len, cm_error *err, char **out);

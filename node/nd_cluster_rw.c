@@ -13,7 +13,7 @@
 #include "../common/cm_log.h"
 #include "../proto/pr.h"
 #include "../search/sr_agg.h"
-#include "nd_cluster_private.h"
+#include "nd_cluster_rep.h"
 
 #define MEM CM_MEM_NODE
 #define DEFAULT_DEADLINE_NS 30000000000ull
@@ -21,95 +21,12 @@
 /* ================= writes ================= */
 
 /* Applies ops on this node's copy. As primary (replica = false) the shard
- * assigns sequence numbers; the successful ops then go to every replica
- * copy, synchronously, before this returns. prepare: parse documents
+ * assigns sequence numbers and the replication path (nd_cluster_rep.c)
+ * forwards them to every in-sync copy before this returns. prepare: parse documents
  * under the local mapping first (dynamic fields) when the coordinator was
  * another node. */
 static cm_err apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
                          st_op_result *res, bool replica, bool prepare, uint64_t deadline_ns);
-
-typedef struct rep_call {
-	cm_wait *w;
-	nd_cluster *cl;
-	int node;
-	cm_err rc;
-	st_op_result *res;
-	size_t n;
-} rep_call;
-
-static void
-rep_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
-{
-	rep_call *c = arg;
-	cm_error e;
-	(void)type;
-	if (!rc && c->res)
-		rc = pr_bulk_reply_decode(p, len, c->res, c->n, &e);
-	c->rc = rc;
-	if (rc == CM_EUNAVAIL)
-		cl_mark(c->cl, c->node, false, 0);
-	cm_wait_done(c->w);
-}
-
-static void
-replicate(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
-          const st_op_result *res, uint64_t deadline_ns)
-{
-	int nc = cl_ncopies(cl, ix);
-	st_op *rops = cm_calloc(MEM, n + 1, sizeof(st_op));
-	size_t k = 0;
-	cm_buf b;
-	rep_call calls[ND_CL_MAX_COPIES];
-	cm_wait *w;
-
-	if (nc < 2) {
-		cm_free(MEM, rops);
-		return;
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (res[i].err)
-			continue;
-		/* The replica applies the op as the primary numbered it. */
-		rops[k] = ops[i];
-		rops[k].seq_no = res[i].seq_no;
-		rops[k].primary_term = res[i].primary_term;
-		rops[k].version = res[i].version;
-		rops[k].if_seq_no = ST_NO_SEQ;
-		rops[k].if_primary_term = 0;
-		rops[k].create_only = false;
-		k++;
-	}
-	if (k == 0) {
-		cm_free(MEM, rops);
-		return;
-	}
-	pr_bulk_req rq = {.index = (char *)nd_index_name(ix),
-	                  .index_uuid = (char *)"",
-	                  .shard = (uint32_t)shard,
-	                  .ops = rops,
-	                  .nops = k,
-	                  .replica = true};
-	cm_buf_init(&b, MEM);
-	pr_bulk_req_encode(&rq, &b);
-	if (nc > ND_CL_MAX_COPIES)
-		nc = ND_CL_MAX_COPIES;
-	w = cm_wait_create(nc - 1);
-	for (int c = 1; c < nc; c++) {
-		int node = cl_copy_node(cl, shard, c);
-		calls[c] = (rep_call){w, cl, node, CM_OK, NULL, 0};
-		nd_peer_call(cl->nodes[node].peer, PR_BULK, b.data, b.len, deadline_ns, rep_done,
-		             &calls[c]);
-	}
-	cm_wait_wait(w);
-	cm_wait_destroy(w);
-	for (int c = 1; c < nc; c++)
-		if (calls[c].rc)
-			cm_warn("cluster", "replica [%s][%d] on [%s] missed %zu ops: %s",
-			        nd_index_name(ix), shard, cl->nodes[calls[c].node].name, k,
-			        cm_err_msg(calls[c].rc));
-	cm_buf_free(&b);
-	cm_free(MEM, rops);
-}
 
 static cm_err
 apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result *res,
@@ -137,7 +54,8 @@ apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n, 
 		ok[k++] = ops[i];
 	}
 	if (k) {
-		rc = nd_index_apply(ix, shard, ok, k, ores);
+		rc = replica ? nd_index_apply(ix, shard, ok, k, ores)
+		             : cl_rep_primary_apply(cl, ix, shard, ok, k, ores, deadline_ns);
 		for (size_t j = 0; j < k; j++) {
 			res[map[j]] = ores[j];
 			if (rc && !ores[j].err) {
@@ -146,13 +64,18 @@ apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n, 
 				         cm_err_msg(rc));
 			}
 		}
-		if (!rc && !replica)
-			replicate(cl, ix, shard, ok, k, ores, deadline_ns);
 	}
 	cm_free(MEM, ok);
 	cm_free(MEM, map);
 	cm_free(MEM, ores);
 	return rc;
+}
+
+cm_err
+cl_apply_replica(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
+                 st_op_result *res)
+{
+	return apply_copy(cl, ix, shard, ops, n, res, true, true, 0);
 }
 
 void
@@ -177,6 +100,8 @@ cl_serve_bulk(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns
 		pr_bulk_reply_encode(NULL, 0, CM_ENOINDEX, why, reply);
 	} else if ((int)rq.shard >= nd_index_nshards(ix)) {
 		pr_bulk_reply_encode(NULL, 0, CM_EINVAL, "no such shard", reply);
+	} else if (rq.replica) {
+		cl_rep_serve_replica(cl, ix, &rq, reply);
 	} else {
 		res = cm_calloc(MEM, rq.nops + 1, sizeof(st_op_result));
 		cm_err rc =
@@ -249,7 +174,11 @@ nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb)
 	cm_buf *bufs = cm_calloc(MEM, nb + 1, sizeof(cm_buf));
 
 	for (size_t i = 0; i < nb; i++) {
-		int primary = cl_copy_node(cl, b[i].shard, 0);
+		cl_route ro;
+		int primary = cl_route_get(cl, nd_index_name(b[i].ix), b[i].shard, &ro) &&
+		                      ro.primary >= 0
+		                  ? ro.primary
+		                  : cl_copy_node(cl, b[i].shard, 0);
 		jobs[i] = (wr_job){cl, &b[i], primary, w, deadline};
 		b[i].rc = CM_OK;
 		if (primary == cl->self) {
@@ -775,24 +704,36 @@ static void
 copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref, shard_job *j)
 {
 	int nc = cl_ncopies(cl, ix), cand[ND_CL_MAX_COPIES], n = 0;
+	cl_route ro;
+	bool routed = cl_route_get(cl, nd_index_name(ix), shard, &ro);
 	if (nc > ND_CL_MAX_COPIES)
 		nc = ND_CL_MAX_COPIES;
-	for (int c = 0; c < nc; c++)
-		cand[n++] = cl_copy_node(cl, shard, c);
 	j->norder = 0;
+	if (pref && strncmp(pref, "_only_nodes:", 12) == 0) {
+		/* Asked for by name: any copy, in sync or not (to inspect it). */
+		for (int c = 0; c < nc; c++) {
+			int node = cl_copy_node(cl, shard, c);
+			if (name_in(pref + 12, cl->nodes[node].name))
+				j->order[j->norder++] = node;
+		}
+		return;
+	}
+	/* Only copies in the in-sync set answer: a copy that is recovering or
+	 * was dropped may be missing acknowledged writes. */
+	for (int c = 0; c < nc; c++) {
+		int node = cl_copy_node(cl, shard, c);
+		if (!routed || ((ro.in_sync >> node) & 1))
+			cand[n++] = node;
+	}
+	if (n == 0)
+		return;
 	if (pref && strcmp(pref, "_primary") == 0) {
-		j->order[j->norder++] = cand[0];
+		j->order[j->norder++] = routed && ro.primary >= 0 ? ro.primary : cand[0];
 		return;
 	}
 	if (pref && strcmp(pref, "_only_local") == 0) {
 		for (int i = 0; i < n; i++)
 			if (cand[i] == cl->self)
-				j->order[j->norder++] = cand[i];
-		return;
-	}
-	if (pref && strncmp(pref, "_only_nodes:", 12) == 0) {
-		for (int i = 0; i < n; i++)
-			if (name_in(pref + 12, cl->nodes[cand[i]].name))
 				j->order[j->norder++] = cand[i];
 		return;
 	}
@@ -1120,7 +1061,7 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 {
 	nd_index **all;
 	size_t nall;
-	int prim = 0, active = 0, unassigned = 0, red = 0, yellow = 0;
+	int prim = 0, active = 0, unassigned = 0, red = 0, yellow = 0, initializing = 0;
 	cJSON *j = cJSON_CreateObject();
 
 	nd_index_list(cl->node, &all, &nall);
@@ -1128,20 +1069,29 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 		int want = 1 + nd_index_settings(all[i])->number_of_replicas;
 		int nc = cl_ncopies(cl, all[i]);
 		for (int s = 0; s < nd_index_nshards(all[i]); s++) {
-			int up = 0;
-			bool p_up = cl_alive(cl, cl_copy_node(cl, s, 0));
-			for (int c = 0; c < nc; c++)
-				if (cl_alive(cl, cl_copy_node(cl, s, c)))
+			int up = 0, init = 0;
+			cl_route ro;
+			bool routed = cl_route_get(cl, nd_index_name(all[i]), s, &ro);
+			bool p_up = routed ? ro.primary >= 0 && cl_alive(cl, ro.primary)
+			                   : cl_alive(cl, cl_copy_node(cl, s, 0));
+			/* A copy counts when its node is up and it is in sync; a live
+			 * copy outside the set is initializing (recovering). */
+			for (int c = 0; c < nc; c++) {
+				int node = cl_copy_node(cl, s, c);
+				if (!cl_alive(cl, node))
+					continue;
+				if (!routed || ((ro.in_sync >> node) & 1))
 					up++;
-			/* A live replica stands in for a dead primary (it would be
-			 * promoted); with no live copy the shard is red. */
-			if (up > 0)
+				else
+					init++;
+			}
+			if (p_up)
 				prim++;
 			else
 				red++;
-			(void)p_up;
 			active += up;
-			unassigned += want - up;
+			initializing += init;
+			unassigned += want - up - init;
 			if (up < want)
 				yellow++;
 		}
@@ -1149,7 +1099,7 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 	}
 	cm_free(MEM, all);
 	const char *status = red ? "red" : yellow ? "yellow" : "green";
-	int total = active + unassigned;
+	int total = active + unassigned + initializing;
 	cJSON_AddStringToObject(j, "cluster_name", cl->cluster_name);
 	cJSON_AddStringToObject(j, "status", status);
 	cJSON_AddBoolToObject(j, "timed_out", false);
@@ -1158,7 +1108,7 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 	cJSON_AddNumberToObject(j, "active_primary_shards", prim);
 	cJSON_AddNumberToObject(j, "active_shards", active);
 	cJSON_AddNumberToObject(j, "relocating_shards", 0);
-	cJSON_AddNumberToObject(j, "initializing_shards", 0);
+	cJSON_AddNumberToObject(j, "initializing_shards", initializing);
 	cJSON_AddNumberToObject(j, "unassigned_shards", unassigned);
 	cJSON_AddNumberToObject(j, "delayed_unassigned_shards", 0);
 	cJSON_AddNumberToObject(j, "number_of_pending_tasks", 0);
@@ -1223,6 +1173,10 @@ nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
 				}
 				int node = cl_copy_node(cl, s, c);
 				long long docs = -1;
+				cl_route ro;
+				bool routed = cl_route_get(cl, name, s, &ro);
+				bool prim = routed ? ro.primary == node : c == 0;
+				bool insync = !routed || ((ro.in_sync >> node) & 1);
 				if (node == cl->self) {
 					st_shard_stats st;
 					st_shard_stats_get(nd_index_shard(all[x], s), &st);
@@ -1236,12 +1190,13 @@ nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
 				}
 				bool up = cl_alive(cl, node);
 				if (up && docs >= 0)
-					cm_buf_printf(out, "%s %d %s STARTED %lld 127.0.0.1 %s\n",
-					              name, s, c == 0 ? "p" : "r", docs,
+					cm_buf_printf(out, "%s %d %s %s %lld 127.0.0.1 %s\n", name,
+					              s, prim ? "p" : "r",
+					              insync ? "STARTED" : "INITIALIZING", docs,
 					              cl->nodes[node].name);
 				else
 					cm_buf_printf(out, "%s %d %s UNASSIGNED\n", name, s,
-					              c == 0 ? "p" : "r");
+					              prim ? "p" : "r");
 			}
 		}
 		nd_index_release(all[x]);
@@ -1296,4 +1251,10 @@ nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *
 	if (rc && rc != CM_ENOTFOUND)
 		cm_warn("cluster", "get [%s][%d] failed: %s", nd_index_name(ix), shard, e.reason);
 	return rc;
+}
+
+void
+nd_cluster_cat_recovery(nd_cluster *cl, cm_buf *out)
+{
+	cl_rep_cat_recovery(cl, out);
 }

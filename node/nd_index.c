@@ -343,6 +343,7 @@ index_open_shards(nd_index *ix, cm_error *err)
 
 	st_shard_opts_default(&o);
 	o.merge_pool = ix->node->merge_pool;
+	o.replicated = ix->node->replicated;
 	ix->shards = cm_calloc(CM_MEM_NODE, (size_t)ns, sizeof(st_shard *));
 	ix->dirty = cm_calloc(CM_MEM_NODE, (size_t)ns, sizeof(*ix->dirty));
 	for (int i = 0; i < ns; i++) {

@@ -115,6 +115,7 @@ nd_node_open(const nd_node_opts *o, nd_node **out, cm_error *err)
 	n->lock_fd = -1;
 	n->start_ms = cm_wall_ms();
 	n->destructive_requires_name = o->destructive_requires_name;
+	n->replicated = o->replicated;
 	if (strlen(o->data_dir) >= sizeof(n->data_dir)) {
 		cm_free(CM_MEM_NODE, n);
 		return cm_error_set(err, CM_EINVAL, "data directory path is too long");

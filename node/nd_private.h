@@ -52,6 +52,7 @@ struct nd_node {
 	int lock_fd;
 	int64_t start_ms;
 	bool destructive_requires_name;
+	bool replicated;
 	pthread_rwlock_t reg_lock;
 	nd_index **indices;
 	size_t nindices, capindices;

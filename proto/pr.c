@@ -412,6 +412,9 @@ pr_bulk_req_encode(const pr_bulk_req *r, cm_buf *out)
 	m.shard = r->shard;
 	m.replica = r->replica;
 	m.primary_term = r->primary_term;
+	m.has_gcp = r->global_checkpoint != ST_NO_SEQ && r->replica;
+	m.global_checkpoint = m.has_gcp ? r->global_checkpoint : 0;
+	m.source_node = str(r->source_node);
 	m.n_ops = r->nops;
 	m.ops = ptrs;
 	for (size_t i = 0; i < r->nops; i++) {
@@ -446,6 +449,8 @@ pr_bulk_req_decode(const void *p, size_t n, pr_bulk_req *out, cm_error *err)
 	out->shard = m->shard;
 	out->replica = m->replica;
 	out->primary_term = m->primary_term;
+	out->global_checkpoint = m->has_gcp ? m->global_checkpoint : ST_NO_SEQ;
+	out->source_node = cm_strdup(PR_MEM, m->source_node);
 	out->nops = m->n_ops;
 	out->ops = cm_calloc(PR_MEM, m->n_ops ? m->n_ops : 1, sizeof(st_op));
 	for (size_t i = 0; i < m->n_ops; i++) {
@@ -472,6 +477,7 @@ pr_bulk_req_free(pr_bulk_req *r)
 {
 	cm_free(PR_MEM, r->index);
 	cm_free(PR_MEM, r->index_uuid);
+	cm_free(PR_MEM, r->source_node);
 	cm_free(PR_MEM, r->ops);
 	if (r->keep)
 		shoal__bulk_request__free_unpacked(r->keep, &pr_allocator);
@@ -482,7 +488,35 @@ cm_err
 pr_bulk_reply_encode(const st_op_result *res, size_t n, cm_err whole, const char *reason,
                      cm_buf *out)
 {
+	return pr_bulk_reply_encode_ckp(res, n, whole, reason, ST_NO_SEQ, out);
+}
+
+cm_err
+pr_bulk_reply_whole(const void *p, size_t len, uint64_t *local_ckp, cm_error *err)
+{
+	Shoal__BulkReply *m = shoal__bulk_reply__unpack(&pr_allocator, len, p);
+	cm_err rc = CM_OK;
+	*local_ckp = ST_NO_SEQ;
+	if (m == NULL)
+		return cm_error_set(err, CM_EPARSE, "malformed bulk reply");
+	if (m->error != 0)
+		rc = cm_error_set(err,
+		                  m->error > 0 && m->error < CM_ERR_COUNT ? (cm_err)m->error
+		                                                          : CM_EINTERNAL,
+		                  "%s", m->reason);
+	else if (m->has_ckp)
+		*local_ckp = m->local_checkpoint;
+	shoal__bulk_reply__free_unpacked(m, &pr_allocator);
+	return rc;
+}
+
+cm_err
+pr_bulk_reply_encode_ckp(const st_op_result *res, size_t n, cm_err whole, const char *reason,
+                         uint64_t local_ckp, cm_buf *out)
+{
 	Shoal__BulkReply m = SHOAL__BULK_REPLY__INIT;
+	m.has_ckp = local_ckp != ST_NO_SEQ;
+	m.local_checkpoint = m.has_ckp ? local_ckp : 0;
 	Shoal__OpResult *rs = cm_calloc(PR_MEM, n ? n : 1, sizeof(*rs));
 	Shoal__OpResult **ptrs = cm_calloc(PR_MEM, n ? n : 1, sizeof(*ptrs));
 	m.n_results = n;

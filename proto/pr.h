@@ -82,6 +82,8 @@ typedef struct pr_bulk_req {
 	size_t nops;
 	bool replica;
 	uint64_t primary_term;
+	uint64_t global_checkpoint; /* replica requests; ST_NO_SEQ = none */
+	char *source_node;          /* may be NULL when encoding */
 	void *keep;
 } pr_bulk_req;
 
@@ -91,6 +93,12 @@ void pr_bulk_req_free(pr_bulk_req *r);
 
 cm_err pr_bulk_reply_encode(const st_op_result *res, size_t n, cm_err whole, const char *reason,
                             cm_buf *out);
+/* The same, carrying the replying copy's local checkpoint (ST_NO_SEQ = none). */
+cm_err pr_bulk_reply_encode_ckp(const st_op_result *res, size_t n, cm_err whole,
+                                const char *reason, uint64_t local_ckp, cm_buf *out);
+/* The whole-batch outcome of a bulk reply and the local checkpoint it
+ * carries (ST_NO_SEQ if none), without the per-op results. */
+cm_err pr_bulk_reply_whole(const void *p, size_t len, uint64_t *local_ckp, cm_error *err);
 /* res must have room for n results; a count mismatch is CM_EPARSE. */
 cm_err pr_bulk_reply_decode(const void *p, size_t len, st_op_result *res, size_t n,
                             cm_error *err);
