@@ -49,137 +49,8 @@
 #define COMPACT_MIN_FREE ((uint64_t)1 << 20) /* flush compacts shard.mdb past this much free */
 #define LOG_TRIM_OPS 262144 /* a refresh trims the log once this many committed ops pile up */
 
-/* ---- refcounted pieces a reader shares with the writer ---- */
-
-typedef struct seg_ref {
-	st_segment *seg;
-	uint64_t gen;
-	uint64_t bytes;
-	uint32_t max_doc;
-	atomic_int refs;
-	atomic_bool drop; /* unlink the file when the last reference goes */
-	char *path;
-} seg_ref;
-
-typedef struct live_ref {
-	atomic_int refs;
-	uint32_t nbits, count; /* count = live docs */
-	uint64_t bits[];
-} live_ref;
-
-struct st_reader {
-	atomic_int refs;
-	size_t n;
-	seg_ref **segs;
-	live_ref **live; /* NULL entry = all live */
-	uint64_t docs;
-	st_mapping *mapping; /* the shard's mapping when the view was published */
-};
-
-/* The writer's view of one segment: `live` takes unrefreshed deletes
- * (copy-on-write while a reader shares it); `pub` is what the current
- * reader sees and what a commit persists. */
-typedef struct wseg {
-	seg_ref *ref;
-	live_ref *live, *pub;
-	bool merging;
-} wseg;
-
-/* Live version map: every id touched since the last refresh. */
-typedef struct vm_entry {
-	uint64_t hash; /* 0 = empty slot */
-	uint32_t id_off, id_len;
-	uint64_t seq_no, term;
-	int64_t version;
-	uint32_t buf_doc; /* NO_DOC for tombstones */
-	bool deleted;
-} vm_entry;
-
-/* An indexing buffer with its version map: docs buffered since the last
- * refresh, their sources (for realtime get), deleted bits. */
-typedef struct membuf {
-	st_segbuild *b;
-	uint64_t *del;
-	size_t del_words;
-	uint32_t ndel;
-	/* Sources for realtime get, in fixed blocks so they never move or get
-	 * copied again as the buffer grows. */
-	uint8_t **blocks;
-	size_t nblocks, blocks_cap, block_used, src_bytes;
-	const char **src_ptr;
-	uint32_t *src_len;
-	size_t src_cap;
-	vm_entry *vm;
-	size_t vm_cap, vm_count;
-	cm_buf vm_ids;
-} membuf;
-
-/* A buffer a refresh is writing without the write lock. Deletes that hit
- * its docs meanwhile go to `late` and become the new segment's deleted
- * bits; `pend` holds every segment's deleted bits as of the freeze, which
- * is what the refresh commits and publishes. */
-typedef struct frozen_buf {
-	membuf m;
-	uint64_t *late;
-	int64_t ckp;  /* checkpoint at the freeze: the commit's seq_no */
-	uint64_t ops; /* ops_since_commit at the freeze */
-	uint64_t gen;
-	size_t npend;
-	struct seg_ref **pend_ref;
-	struct live_ref **pend_live;
-} frozen_buf;
-
-typedef struct commit_point {
-	uint64_t next_gen;
-	int64_t committed_seq; /* all ops <= it are in the listed segments; -1 none */
-	int64_t oplog_trimmed; /* ops <= it may be gone from the log; -1 none */
-	uint64_t mapping_version, primary_term;
-} commit_point;
-
-struct st_shard {
-	char *dir;
-	st_shard_opts opts;
-	MDB_env *env;
-	MDB_dbi db_meta, db_deletes, db_oplog;
-
-	pthread_mutex_t refresh_mu, wmu, rmu, map_mu, sync_mu;
-	/* Read-held by users of the env outside refresh_mu and wmu (log syncs,
-	 * log readers); write-held while shard.mdb is swapped for a compact
-	 * copy. Order: refresh_mu, env_lock, wmu. */
-	pthread_rwlock_t env_lock;
-	pthread_cond_t sync_cv, merge_cv;
-
-	st_mapping *mapping;
-	st_reader *cur;
-
-	/* writer state (wmu) */
-	wseg *segs;
-	size_t nsegs, segs_cap;
-	commit_point cp;
-	int64_t max_seq, ckp; /* -1 none */
-	int64_t *pending;     /* applied seq_nos above ckp, sorted (replica gaps) */
-	size_t npending, pending_cap;
-	int64_t log_last;
-	uint64_t ops_since_commit;
-	int64_t retain_above; /* flush keeps ops > it; INT64_MAX = no marker */
-	int64_t gcp;          /* global checkpoint as persisted; -1 none */
-
-	membuf act;      /* takes new ops */
-	frozen_buf *frz; /* being written by a refresh, still readable; NULL if none */
-
-	/* group commit (sync_mu) */
-	atomic_uint_fast64_t commit_ticket;
-	uint64_t synced_ticket;
-	bool syncing;
-
-	/* merges (wmu) */
-	pthread_t merge_thread;
-	bool merge_thread_started, closing, merge_wanted;
-	int merges_running, force_merging;
-
-	atomic_uint_fast64_t n_refresh, n_merge, n_flush, n_syncs;
-	cm_buf scratch;
-};
+/* The shard's structures (seg_ref, live_ref, st_reader, wseg, membuf,
+ * frozen_buf, commit_point, struct st_shard) are in shard_private.h. */
 
 /* Lock order everywhere: refresh_mu, then wmu. */
 static void
@@ -207,8 +78,9 @@ seg_ref_release(seg_ref *r)
 	if (r == NULL || atomic_fetch_sub(&r->refs, 1) != 1)
 		return;
 	st_segment_close(r->seg);
-	if (atomic_load(&r->drop) && unlink(r->path) != 0 && errno != ENOENT)
-		cm_warn("storage", "shard: cannot remove %s: %s", r->path, strerror(errno));
+	if (atomic_load(&r->drop))
+		st__seg_dir_unlink(r->sdir, r->path);
+	st__seg_dir_release(r->sdir);
 	cm_free(CM_MEM_STORAGE, r->path);
 	cm_free(CM_MEM_STORAGE, r);
 }
@@ -1405,6 +1277,7 @@ open_seg_ref(st_shard *s, uint64_t gen, seg_ref **out, cm_error *err)
 	atomic_init(&r->refs, 1);
 	atomic_init(&r->drop, false);
 	r->path = cm_strdup(CM_MEM_STORAGE, path);
+	r->sdir = st__seg_dir_ref(s->sdir);
 	*out = r;
 	return CM_OK;
 }
@@ -1868,7 +1741,6 @@ st_shard_set_global_checkpoint(st_shard *s, uint64_t gcp)
 	return e;
 }
 
-
 void
 st_shard_set_primary_term(st_shard *s, uint64_t term)
 {
@@ -2114,6 +1986,8 @@ cm_err
 st_shard_force_merge(st_shard *s, int max_segments)
 {
 	pthread_mutex_lock(&s->wmu);
+	while (s->resetting) /* then merge what the reset brought */
+		pthread_cond_wait(&s->merge_cv, &s->wmu);
 	s->force_merging++;
 	while (s->merges_running > 0)
 		pthread_cond_wait(&s->merge_cv, &s->wmu);
@@ -2443,7 +2317,10 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 	cm_err e = cm_mkdir_p(dir);
 	if (e)
 		return cm_error_set(err, e, "shard: cannot create %s", dir);
+	if ((e = st__reset_recover(dir, err)) != CM_OK)
+		return e;
 	st_shard *s = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*s));
+	s->sdir = st__seg_dir_new();
 	s->dir = cm_strdup(CM_MEM_STORAGE, dir);
 	if (o)
 		s->opts = *o;
@@ -2527,6 +2404,7 @@ st_shard_close(st_shard *s)
 		seg_ref_release(s->segs[i].ref);
 	}
 	cm_free(CM_MEM_STORAGE, s->segs);
+	st__seg_dir_release(s->sdir);
 	if (s->env) {
 		mdb_env_sync(s->env, 1);
 		mdb_env_close(s->env);
@@ -2582,7 +2460,9 @@ st_shard_stats_get(st_shard *s, st_shard_stats *out)
 	out->refreshes = atomic_load(&s->n_refresh);
 	out->merges = atomic_load(&s->n_merge);
 	out->flushes = atomic_load(&s->n_flush);
-	out->log_batches = atomic_load(&s->commit_ticket);
+	pthread_mutex_lock(&s->wmu);
+	out->log_batches = atomic_load(&s->commit_ticket) - s->ticket_base;
+	pthread_mutex_unlock(&s->wmu);
 	out->log_syncs = atomic_load(&s->n_syncs);
 }
 

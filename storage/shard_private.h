@@ -1,14 +1,17 @@
-/* Shard internals shared by shard.c, oplog.c and merge_policy.c. */
+/* Shard internals shared by shard.c, shard_reset.c, oplog.c and merge_policy.c. */
 #ifndef ST_SHARD_PRIVATE_H
 #define ST_SHARD_PRIVATE_H
 
 #include <lmdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "../common/cm_buf.h"
 #include "../common/cm_err.h"
+#include "st_segment.h"
 #include "st_shard.h"
 
 /* ---- operation log (oplog.c) ----
@@ -48,5 +51,163 @@ size_t st_merge_pick_tiered(const uint64_t *bytes, const bool *busy, size_t n, i
  * else nothing. */
 size_t st_merge_pick_forced(const uint64_t *bytes, const bool *has_deletes, size_t n,
                             int max_segments, size_t *out);
+
+/* ---- directory content (shard_reset.c) ----
+ * One per content of the shard directory, shared (refcounted) by every
+ * seg_ref opened under it. A reset marks it stale before it replaces the
+ * files, so a segment of the old content released later never unlinks a
+ * new file that happens to have the same name. */
+typedef struct seg_dir {
+	atomic_int refs;
+	pthread_mutex_t mu; /* orders drops by name against the reset */
+	bool stale;
+} seg_dir;
+
+seg_dir *st__seg_dir_new(void);
+seg_dir *st__seg_dir_ref(seg_dir *d);
+void st__seg_dir_release(seg_dir *d);
+/* Unlinks path unless d went stale (the file is no longer d's). */
+void st__seg_dir_unlink(seg_dir *d, const char *path);
+/* Called first by st_shard_open: a directory left by a reset that did
+ * not finish (kill -9) is wiped, so it opens empty. */
+cm_err st__reset_recover(const char *dir, cm_error *err);
+
+/* ---- the shard (shard.c) ---- */
+
+/* ---- refcounted pieces a reader shares with the writer ---- */
+
+typedef struct seg_ref {
+	st_segment *seg;
+	uint64_t gen;
+	uint64_t bytes;
+	uint32_t max_doc;
+	atomic_int refs;
+	atomic_bool drop; /* unlink the file when the last reference goes */
+	char *path;
+	seg_dir *sdir; /* the directory content it belongs to (shard_reset.c) */
+} seg_ref;
+
+typedef struct live_ref {
+	atomic_int refs;
+	uint32_t nbits, count; /* count = live docs */
+	uint64_t bits[];
+} live_ref;
+
+struct st_reader {
+	atomic_int refs;
+	size_t n;
+	seg_ref **segs;
+	live_ref **live; /* NULL entry = all live */
+	uint64_t docs;
+	st_mapping *mapping; /* the shard's mapping when the view was published */
+};
+
+/* The writer's view of one segment: `live` takes unrefreshed deletes
+ * (copy-on-write while a reader shares it); `pub` is what the current
+ * reader sees and what a commit persists. */
+typedef struct wseg {
+	seg_ref *ref;
+	live_ref *live, *pub;
+	bool merging;
+} wseg;
+
+/* Live version map: every id touched since the last refresh. */
+typedef struct vm_entry {
+	uint64_t hash; /* 0 = empty slot */
+	uint32_t id_off, id_len;
+	uint64_t seq_no, term;
+	int64_t version;
+	uint32_t buf_doc; /* NO_DOC for tombstones */
+	bool deleted;
+} vm_entry;
+
+/* An indexing buffer with its version map: docs buffered since the last
+ * refresh, their sources (for realtime get), deleted bits. */
+typedef struct membuf {
+	st_segbuild *b;
+	uint64_t *del;
+	size_t del_words;
+	uint32_t ndel;
+	/* Sources for realtime get, in fixed blocks so they never move or get
+	 * copied again as the buffer grows. */
+	uint8_t **blocks;
+	size_t nblocks, blocks_cap, block_used, src_bytes;
+	const char **src_ptr;
+	uint32_t *src_len;
+	size_t src_cap;
+	vm_entry *vm;
+	size_t vm_cap, vm_count;
+	cm_buf vm_ids;
+} membuf;
+
+/* A buffer a refresh is writing without the write lock. Deletes that hit
+ * its docs meanwhile go to `late` and become the new segment's deleted
+ * bits; `pend` holds every segment's deleted bits as of the freeze, which
+ * is what the refresh commits and publishes. */
+typedef struct frozen_buf {
+	membuf m;
+	uint64_t *late;
+	int64_t ckp;  /* checkpoint at the freeze: the commit's seq_no */
+	uint64_t ops; /* ops_since_commit at the freeze */
+	uint64_t gen;
+	size_t npend;
+	struct seg_ref **pend_ref;
+	struct live_ref **pend_live;
+} frozen_buf;
+
+typedef struct commit_point {
+	uint64_t next_gen;
+	int64_t committed_seq; /* all ops <= it are in the listed segments; -1 none */
+	int64_t oplog_trimmed; /* ops <= it may be gone from the log; -1 none */
+	uint64_t mapping_version, primary_term;
+} commit_point;
+
+struct st_shard {
+	char *dir;
+	st_shard_opts opts;
+	MDB_env *env;
+	MDB_dbi db_meta, db_deletes, db_oplog;
+
+	pthread_mutex_t refresh_mu, wmu, rmu, map_mu, sync_mu;
+	/* Read-held by users of the env outside refresh_mu and wmu (log syncs,
+	 * log readers); write-held while shard.mdb is swapped for a compact
+	 * copy. Order: refresh_mu, env_lock, wmu. */
+	pthread_rwlock_t env_lock;
+	pthread_cond_t sync_cv, merge_cv;
+
+	st_mapping *mapping;
+	st_reader *cur;
+
+	/* writer state (wmu) */
+	wseg *segs;
+	size_t nsegs, segs_cap;
+	commit_point cp;
+	int64_t max_seq, ckp; /* -1 none */
+	int64_t *pending;     /* applied seq_nos above ckp, sorted (replica gaps) */
+	size_t npending, pending_cap;
+	int64_t log_last;
+	uint64_t ops_since_commit;
+	int64_t retain_above; /* flush keeps ops > it; INT64_MAX = no marker */
+	int64_t gcp;          /* global checkpoint as persisted; -1 none */
+
+	membuf act;      /* takes new ops */
+	frozen_buf *frz; /* being written by a refresh, still readable; NULL if none */
+
+	/* group commit (sync_mu) */
+	atomic_uint_fast64_t commit_ticket;
+	uint64_t synced_ticket;
+	bool syncing;
+
+	/* merges (wmu) */
+	pthread_t merge_thread;
+	bool merge_thread_started, closing, merge_wanted;
+	int merges_running, force_merging;
+	bool resetting; /* st_shard_reset_from/wipe in progress: no merge may start */
+
+	atomic_uint_fast64_t n_refresh, n_merge, n_flush, n_syncs;
+	uint64_t ticket_base; /* commit_ticket at the last reset (stats count from it) */
+	seg_dir *sdir;        /* shared with the seg_refs of the current content */
+	cm_buf scratch;
+};
 
 #endif

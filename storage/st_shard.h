@@ -188,4 +188,29 @@ void st_shard_dir_files_free(char **names, size_t n);
  * not merged yet. */
 st_mapping *st_shard_mapping(st_shard *s);
 
+/* In-place reset (shard_reset.c), for file-based recovery and rollback:
+ * replaces the whole content of s (same handle, same directory) with the
+ * shard directory src_dir, e.g. a st_shard_snapshot copied from another
+ * node. src_dir must be on s's file system and is consumed: its files are
+ * moved in (the directory itself is removed when nothing else is left in
+ * it). The copy is first opened on its own as a restart would (a bad copy
+ * fails here and s is untouched). Afterwards everything observable (docs,
+ * versions, seq_nos, max seq_no, checkpoints, primary term, stats, the log
+ * for st_shard_oplog_read) equals what st_shard_open(src_dir) would give,
+ * the log above the copy's commit replayed; the activity counters (refreshes,
+ * merges, flushes, log batches and syncs) start again from 0 and no retention
+ * marker is set. The mapping stays s's own (plus dynamic fields the replay
+ * brought). Concurrent calls on s wait for the reset (merges in flight are
+ * waited for); readers taken before keep reading the old content until
+ * released. Crash safety: a RESETTING marker is durable before the first old
+ * file goes and is removed once the new files are in place, and
+ * st_shard_open wipes a directory holding it, so kill -9 at any point leaves
+ * the old content, the new content, or an empty shard (a copy being reset is
+ * not in the in-sync set and recovers again). Once the old content was
+ * dropped, an I/O error leaves s empty and is returned (err says why). */
+cm_err st_shard_reset_from(st_shard *s, const char *src_dir, cm_error *err);
+/* Resets s to an empty shard (primary term 1, no checkpoints), same rules
+ * as st_shard_reset_from. */
+cm_err st_shard_wipe(st_shard *s, cm_error *err);
+
 #endif
