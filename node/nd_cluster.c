@@ -45,6 +45,60 @@ copy_str(char *dst, size_t cap, const cJSON *v)
 	return true;
 }
 
+/* Takes the keys of one "tls" object (the cluster's, then this node's)
+ * into cl; relative paths are relative to the cluster file's folder. */
+static cm_err
+tls_parse(nd_cluster *cl, const char *file, const cJSON *t, cm_error *err)
+{
+	const cJSON *v;
+	const char *slash = strrchr(file, '/');
+	int dirlen = slash ? (int)(slash - file) : 0;
+
+	if (!cJSON_IsObject(t))
+		return cm_error_set(err, CM_EINVAL, "cluster file %s: \"tls\" must be an object",
+		                    file);
+	cJSON_ArrayForEach(v, t)
+	{
+		char *dst = strcmp(v->string, "cert") == 0  ? cl->tls_cert
+		            : strcmp(v->string, "key") == 0 ? cl->tls_key
+		            : strcmp(v->string, "ca") == 0  ? cl->tls_ca
+		                                            : NULL;
+		if (strcmp(v->string, "verify") == 0) {
+			const char *m = cJSON_IsString(v) ? v->valuestring : "";
+			if (strcmp(m, "required") == 0)
+				cl->tls_verify = ND_TLS_VERIFY_REQUIRED;
+			else if (strcmp(m, "optional") == 0)
+				cl->tls_verify = ND_TLS_VERIFY_OPTIONAL;
+			else if (strcmp(m, "none") == 0)
+				cl->tls_verify = ND_TLS_VERIFY_NONE;
+			else
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "cluster file %s: tls.verify must be \"required\", "
+				    "\"optional\" or \"none\"",
+				    file);
+			continue;
+		}
+		if (!dst)
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "cluster file %s: unknown key tls.%s (cert, key, ca, verify)", file,
+			    v->string);
+		if (!cJSON_IsString(v) || !*v->valuestring)
+			return cm_error_set(err, CM_EINVAL,
+			                    "cluster file %s: tls.%s must be a path", file,
+			                    v->string);
+		int n = v->valuestring[0] == '/' || !slash
+		            ? snprintf(dst, sizeof(cl->tls_cert), "%s", v->valuestring)
+		            : snprintf(dst, sizeof(cl->tls_cert), "%.*s/%s", dirlen, file,
+		                       v->valuestring);
+		if (n < 0 || (size_t)n >= sizeof(cl->tls_cert))
+			return cm_error_set(err, CM_EINVAL, "cluster file %s: tls.%s is too long",
+			                    file, v->string);
+	}
+	return CM_OK;
+}
+
 cm_err
 nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl_fanout fanout,
                 nd_cluster **out, cm_error *err)
@@ -82,6 +136,13 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 	}
 	it = cJSON_GetObjectItemCaseSensitive(j, "max_message_bytes");
 	cl->max_msg = cJSON_IsNumber(it) && it->valuedouble >= 4096 ? (size_t)it->valuedouble : 0;
+	/* TLS is on for the whole cluster when the file or any node has "tls". */
+	bool tls = false;
+	if ((it = cJSON_GetObjectItemCaseSensitive(j, "tls"))) {
+		tls = true;
+		if ((rc = tls_parse(cl, file, it, err)))
+			goto fail;
+	}
 	nodes = cJSON_GetObjectItemCaseSensitive(j, "nodes");
 	int nn = cJSON_GetArraySize(nodes);
 	if (!cJSON_IsArray(nodes) || nn < 1 || nn > ND_CL_MAX_NODES) {
@@ -133,8 +194,13 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 		nd->data_ord = nd->data ? cl->ndata++ : -1;
 		if (nd->master && cl->master < 0)
 			cl->master = cl->nn;
-		if (strcmp(nd->name, name) == 0)
+		const cJSON *nt = cJSON_GetObjectItemCaseSensitive(it, "tls");
+		tls |= nt != NULL;
+		if (strcmp(nd->name, name) == 0) {
 			cl->self = cl->nn;
+			if (nt && (rc = tls_parse(cl, file, nt, err)))
+				goto fail;
+		}
 		atomic_store(&nd->alive, true);
 		nd->ewma_us = 1000.0;
 		cl->nn++;
@@ -143,6 +209,23 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 		rc =
 		    cm_error_set(err, CM_EINVAL, "node [%s] is not in cluster file %s", name, file);
 		goto fail;
+	}
+	if (tls && (!cl->tls_cert[0] || !cl->tls_key[0] ||
+	            (!cl->tls_ca[0] && cl->tls_verify != ND_TLS_VERIFY_NONE))) {
+		rc = cm_error_set(err, CM_EINVAL,
+		                  "cluster file %s: transport TLS is on but node [%s] has no "
+		                  "tls.cert, tls.key and tls.ca (ca only optional with verify "
+		                  "\"none\")",
+		                  file, name);
+		goto fail;
+	}
+	/* tcp://ADDR → tls+tcp://ADDR; ADDR is under ND_CL_ADDR - 8 bytes. */
+	for (int k = 0; tls && k < cl->nn; k++) {
+		char *urls[2] = {cl->nodes[k].transport, cl->nodes[k].connect};
+		for (int u = 0; u < 2; u++) {
+			memmove(urls[u] + 4, urls[u], strlen(urls[u]) + 1);
+			memcpy(urls[u], "tls+", 4);
+		}
 	}
 	if (cl->ndata == 0) {
 		rc = cm_error_set(err, CM_EINVAL, "cluster file %s has no data node", file);
@@ -721,8 +804,8 @@ wait_stop(nd_cluster *cl, int ms)
 	return stop;
 }
 
-static void
-fetch_state(nd_cluster *cl)
+void
+cl_fetch_state(nd_cluster *cl)
 {
 	char *st = NULL;
 	cm_error err;
@@ -768,7 +851,7 @@ monitor_main(void *arg)
 		/* Nodes that were down while the metadata changed catch up here. */
 		if (cl->master >= 0 && cl->master != cl->self && cl_alive(cl, cl->master) &&
 		    round++ % 4 == 0)
-			fetch_state(cl);
+			cl_fetch_state(cl);
 		cl_rep_tick(cl);
 	} while (!wait_stop(cl, 500));
 	return NULL;
@@ -777,7 +860,13 @@ monitor_main(void *arg)
 cm_err
 nd_cluster_start(nd_cluster *cl, nd_node *n, cm_error *err)
 {
-	nd_transport_opts o = {cl->cluster_name, cl->secret, cl->max_msg};
+	nd_transport_opts o = {.cluster = cl->cluster_name,
+	                       .secret = cl->secret,
+	                       .max_msg_bytes = cl->max_msg,
+	                       .tls_cert = cl->tls_cert[0] ? cl->tls_cert : NULL,
+	                       .tls_key = cl->tls_key,
+	                       .tls_ca = cl->tls_ca[0] ? cl->tls_ca : NULL,
+	                       .tls_verify = cl->tls_verify};
 	char path[1024], *text = NULL;
 	size_t len;
 	cm_err rc;
@@ -805,7 +894,7 @@ nd_cluster_start(nd_cluster *cl, nd_node *n, cm_error *err)
 		return rc;
 	g_cluster = cl;
 	if (cl->master >= 0 && cl->master != cl->self)
-		fetch_state(cl);
+		cl_fetch_state(cl);
 	cl_rep_start(cl);
 	pthread_create(&cl->monitor, NULL, monitor_main, cl);
 	cl->monitor_started = true;

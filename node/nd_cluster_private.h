@@ -31,6 +31,10 @@ typedef struct nd_cl_node {
 struct nd_cluster {
 	char cluster_name[128], secret[256];
 	size_t max_msg;
+	/* Transport TLS of this node: the cluster file's "tls" with its own
+	 * node entry's "tls" on top, paths resolved; tls_cert "" = plain tcp. */
+	char tls_cert[1024], tls_key[1024], tls_ca[1024];
+	int tls_verify; /* ND_TLS_VERIFY_* */
 	nd_cl_node *nodes;
 	int nn, self, master, ndata;
 	int *data_nodes; /* data ordinal → node index */
@@ -71,6 +75,10 @@ cm_err cl_apply_replica(nd_cluster *cl, nd_index *ix, int shard, const st_op *op
  * a change, and rebuilds the routing table. */
 void cl_state_commit_locked(nd_cluster *cl);
 void cl_rep_init(nd_cluster *cl);
+/* Fetches the master's metadata now (no-op on the master). */
+void cl_fetch_state(nd_cluster *cl);
+/* Whether the master has taken this node in since it started. */
+bool cl_rep_joined(nd_cluster *cl);
 
 /* Small read requests carried by PR_ADMIN ("rw_get", "rw_stats"). */
 void cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *body,
