@@ -6,7 +6,7 @@ set -euo pipefail
 BUILD_PKGS=(build-essential cmake pkg-config python3 curl
   libnng-dev libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libzstd-dev
   libmicrohttpd-dev libcjson-dev libutf8proc-dev libstemmer-dev libstreamvbyte-dev
-  libxxhash-dev libroaring-dev zlib1g-dev)
+  libxxhash-dev libroaring-dev zlib1g-dev libargon2-dev)
 # Tests also use these (clients, peers for the BM25 check, sanitizer runtime).
 TEST_PKGS=(clang libclang-rt-14-dev python3-elasticsearch default-jdk-headless liblucene8-java
   dict-gcide)

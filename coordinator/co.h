@@ -9,12 +9,15 @@
 #include "../node/nd.h"
 
 typedef struct co_server co_server;
+typedef struct co_auth co_auth;
 
 typedef struct co_opts {
 	const char *host;          /* "127.0.0.1" */
 	int port;                  /* 9200 */
 	int threads;               /* HTTP worker threads; 0 = default */
 	uint64_t max_content_length; /* http.max_content_length, default 100mb */
+	co_auth *auth;             /* users and API keys (borrowed); NULL = no authentication */
+	int max_open_connections;  /* http.max_open_connections: past it, 429; 0 = default */
 } co_opts;
 
 /* Starts serving n (borrowed; must outlive the server). */

@@ -25,7 +25,12 @@ struct co_server {
 	struct MHD_Daemon *d;
 	nd_node *node;
 	co_opts opts;
+	_Atomic int open_conns; /* live connections, for http.max_open_connections */
 };
+
+/* Marks (as MHD's socket context) a connection accepted past the soft
+ * connection limit: its requests are answered 429 and it is closed. */
+static char over_limit_mark;
 
 /* Parameters every endpoint accepts. */
 static const char global_params[] = "pretty,human,error_trace,filter_path,format,source,"
@@ -48,125 +53,197 @@ static const char global_params[] = "pretty,human,error_trace,filter_path,format
 	             "docvalue_fields,stats,fanout,min_score"
 #define P_CAT "v,h,s,help,bytes,time,local,master_timeout,health,pri,expand_wildcards"
 
+/* Every route names the least role that may call it (admin includes write
+ * includes read) and Elasticsearch's action name for the 403 reason. A
+ * route left without one is treated as admin-only (see authorize()), and
+ * co_auth_test fails on it. */
+#define NONE(action) CO_ROLE_NONE, action
+#define READ(action) CO_ROLE_READ, action
+#define WRITE(action) CO_ROLE_WRITE, action
+#define ADMIN(action) CO_ROLE_ADMIN, action
+
 static const co_route routes[] = {
-	{CO_GET, "/", co_h_root, "", false},
-	{CO_HEAD, "/", co_h_root, "", false},
-	{CO_GET, "/_cluster/health", co_h_health,
-	 "level,local,master_timeout,timeout,wait_for_status,wait_for_nodes,wait_for_events,"
-	 "wait_for_no_relocating_shards,wait_for_no_initializing_shards,wait_for_active_shards," P_INDEX_READ,
-	 false},
-	{CO_GET, "/_cluster/health/{index}", co_h_health,
-	 "level,local,master_timeout,timeout,wait_for_status,wait_for_nodes,wait_for_events,"
-	 "wait_for_no_relocating_shards,wait_for_no_initializing_shards,wait_for_active_shards," P_INDEX_READ,
-	 false},
-	{CO_GET, "/_cluster/state", co_h_cluster_state, "local,master_timeout," P_INDEX_READ, false},
-	{CO_GET, "/_cluster/settings", co_h_cluster_settings,
-	 "flat_settings,include_defaults,local,master_timeout,timeout", false},
-	{CO_PUT, "/_cluster/settings", co_h_cluster_settings,
-	 "flat_settings,master_timeout,timeout", false},
-	{CO_GET, "/_cat", co_h_cat_help, "", false},
-	{CO_GET, "/_cat/{what}", co_h_cat, P_CAT, false},
-	{CO_GET, "/_cat/{what}/{index}", co_h_cat, P_CAT, false},
-	{CO_GET, "/_nodes/stats", co_h_nodes_stats, "level,types,timeout,groups,fields", false},
-	{CO_GET, "/_nodes/stats/{metric}", co_h_nodes_stats, "level,types,timeout,groups,fields",
-	 false},
-	{CO_GET, "/_nodes/{node}/stats", co_h_nodes_stats, "level,types,timeout,groups,fields",
-	 false},
-	{CO_GET, "/_nodes/{node}/stats/{metric}", co_h_nodes_stats,
-	 "level,types,timeout,groups,fields", false},
-	{CO_GET, "/_nodes", co_h_nodes, "timeout", false},
-	{CO_GET, "/_prometheus/metrics", co_h_prometheus, "", false},
-	{CO_POST, "/_bulk", NULL, P_WRITE ",_source,_source_includes,_source_excludes,type", true},
-	{CO_PUT, "/_bulk", NULL, P_WRITE ",_source,_source_includes,_source_excludes,type", true},
-	{CO_POST, "/{index}/_bulk", NULL, P_WRITE ",_source,_source_includes,_source_excludes,type",
-	 true},
-	{CO_PUT, "/{index}/_bulk", NULL, P_WRITE ",_source,_source_includes,_source_excludes,type",
-	 true},
-	{CO_GET, "/_mget", co_h_mget, P_GET, false},
-	{CO_POST, "/_mget", co_h_mget, P_GET, false},
-	{CO_GET, "/{index}/_mget", co_h_mget, P_GET, false},
-	{CO_POST, "/{index}/_mget", co_h_mget, P_GET, false},
-	{CO_GET, "/_search/scroll", co_h_scroll, "scroll,scroll_id,rest_total_hits_as_int", false},
-	{CO_POST, "/_search/scroll", co_h_scroll, "scroll,scroll_id,rest_total_hits_as_int", false},
-	{CO_GET, "/_search/scroll/{id}", co_h_scroll, "scroll,scroll_id,rest_total_hits_as_int",
-	 false},
-	{CO_POST, "/_search/scroll/{id}", co_h_scroll, "scroll,scroll_id,rest_total_hits_as_int",
-	 false},
-	{CO_DELETE, "/_search/scroll", co_h_scroll_clear, "", false},
-	{CO_DELETE, "/_search/scroll/{id}", co_h_scroll_clear, "", false},
-	{CO_GET, "/_search", co_h_search, P_SEARCH, false},
-	{CO_POST, "/_search", co_h_search, P_SEARCH, false},
-	{CO_GET, "/{index}/_search", co_h_search, P_SEARCH, false},
-	{CO_POST, "/{index}/_search", co_h_search, P_SEARCH, false},
-	{CO_GET, "/_count", co_h_count, P_SEARCH, false},
-	{CO_POST, "/_count", co_h_count, P_SEARCH, false},
-	{CO_GET, "/{index}/_count", co_h_count, P_SEARCH, false},
-	{CO_POST, "/{index}/_count", co_h_count, P_SEARCH, false},
-	{CO_GET, "/_msearch", co_h_msearch, P_SEARCH ",max_concurrent_searches", false},
-	{CO_POST, "/_msearch", co_h_msearch, P_SEARCH ",max_concurrent_searches", false},
-	{CO_GET, "/{index}/_msearch", co_h_msearch, P_SEARCH ",max_concurrent_searches", false},
-	{CO_POST, "/{index}/_msearch", co_h_msearch, P_SEARCH ",max_concurrent_searches", false},
-	{CO_POST, "/{index}/_delete_by_query", co_h_delete_by_query,
-	 P_SEARCH ",conflicts,refresh,wait_for_completion,wait_for_active_shards,scroll_size,"
-	          "slices,requests_per_second,max_docs,slices",
-	 false},
-	{CO_POST, "/_refresh", co_h_refresh, P_INDEX_READ, false},
-	{CO_GET, "/_refresh", co_h_refresh, P_INDEX_READ, false},
-	{CO_POST, "/{index}/_refresh", co_h_refresh, P_INDEX_READ, false},
-	{CO_GET, "/{index}/_refresh", co_h_refresh, P_INDEX_READ, false},
-	{CO_POST, "/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false},
-	{CO_GET, "/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false},
-	{CO_POST, "/{index}/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false},
-	{CO_GET, "/{index}/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false},
-	{CO_POST, "/_forcemerge", co_h_forcemerge,
-	 P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush", false},
-	{CO_POST, "/{index}/_forcemerge", co_h_forcemerge,
-	 P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush", false},
-	{CO_GET, "/_stats", co_h_stats, P_INDEX_READ ",level,fields,groups,completion_fields,"
-	                                "fielddata_fields,include_segment_file_sizes",
-	 false},
-	{CO_GET, "/{index}/_stats", co_h_stats,
-	 P_INDEX_READ ",level,fields,groups,completion_fields,fielddata_fields,"
-	              "include_segment_file_sizes",
-	 false},
-	{CO_GET, "/_alias", co_h_aliases_get, P_INDEX_READ ",local", false},
-	{CO_GET, "/_aliases", co_h_aliases_get, P_INDEX_READ ",local", false},
-	{CO_GET, "/{index}/_alias", co_h_aliases_get, P_INDEX_READ ",local", false},
-	{CO_GET, "/{index}/_aliases", co_h_aliases_get, P_INDEX_READ ",local", false},
-	{CO_GET, "/_mapping", co_h_mapping_get, P_INDEX_READ ",local,master_timeout,include_type_name",
-	 false},
-	{CO_GET, "/{index}/_mapping", co_h_mapping_get,
-	 P_INDEX_READ ",local,master_timeout,include_type_name", false},
-	{CO_PUT, "/{index}/_mapping", co_h_mapping_put,
-	 P_INDEX_READ ",timeout,master_timeout,include_type_name,write_index_only", false},
-	{CO_POST, "/{index}/_mapping", co_h_mapping_put,
-	 P_INDEX_READ ",timeout,master_timeout,include_type_name,write_index_only", false},
-	{CO_GET, "/_settings", co_h_settings_get,
-	 P_INDEX_READ ",local,master_timeout,include_defaults,flat_settings", false},
-	{CO_GET, "/{index}/_settings", co_h_settings_get,
-	 P_INDEX_READ ",local,master_timeout,include_defaults,flat_settings", false},
-	{CO_PUT, "/{index}/_settings", co_h_settings_put,
-	 P_INDEX_READ ",timeout,master_timeout,preserve_existing,flat_settings", false},
-	{CO_PUT, "/{index}/_doc/{id}", co_h_doc_index, P_WRITE, false},
-	{CO_POST, "/{index}/_doc/{id}", co_h_doc_index, P_WRITE, false},
-	{CO_POST, "/{index}/_doc", co_h_doc_index, P_WRITE, false},
-	{CO_PUT, "/{index}/_create/{id}", co_h_doc_create, P_WRITE, false},
-	{CO_POST, "/{index}/_create/{id}", co_h_doc_create, P_WRITE, false},
-	{CO_GET, "/{index}/_doc/{id}", co_h_doc_get, P_GET, false},
-	{CO_HEAD, "/{index}/_doc/{id}", co_h_doc_get, P_GET, false},
-	{CO_DELETE, "/{index}/_doc/{id}", co_h_doc_delete, P_WRITE, false},
-	{CO_GET, "/{index}/_source/{id}", co_h_source_get, P_GET, false},
-	{CO_HEAD, "/{index}/_source/{id}", co_h_source_get, P_GET, false},
-	{CO_POST, "/{index}/_update/{id}", co_h_update,
-	 P_WRITE ",retry_on_conflict,_source,_source_includes,_source_excludes,lang", false},
-	{CO_PUT, "/{index}", co_h_index_put,
-	 "wait_for_active_shards,timeout,master_timeout,include_type_name", false},
-	{CO_DELETE, "/{index}", co_h_index_delete, P_INDEX_READ ",timeout,master_timeout", false},
-	{CO_HEAD, "/{index}", co_h_index_head,
-	 P_INDEX_READ ",local,include_defaults,flat_settings,include_type_name", false},
-	{CO_GET, "/{index}", co_h_index_get,
-	 P_INDEX_READ ",local,include_defaults,flat_settings,include_type_name,master_timeout", false},
+    {CO_GET, "/", co_h_root, "", false, READ("cluster:monitor/main")},
+    {CO_HEAD, "/", co_h_root, "", false, READ("cluster:monitor/main")},
+    {CO_GET, "/_cluster/health", co_h_health,
+     "level,local,master_timeout,timeout,wait_for_status,wait_for_nodes,wait_for_events,"
+     "wait_for_no_relocating_shards,wait_for_no_initializing_shards,wait_for_active_"
+     "shards," P_INDEX_READ,
+     false, READ("cluster:monitor/health")},
+    {CO_GET, "/_cluster/health/{index}", co_h_health,
+     "level,local,master_timeout,timeout,wait_for_status,wait_for_nodes,wait_for_events,"
+     "wait_for_no_relocating_shards,wait_for_no_initializing_shards,wait_for_active_"
+     "shards," P_INDEX_READ,
+     false, READ("cluster:monitor/health")},
+    {CO_GET, "/_cluster/state", co_h_cluster_state, "local,master_timeout," P_INDEX_READ, false,
+     READ("cluster:monitor/state")},
+    {CO_GET, "/_cluster/settings", co_h_cluster_settings,
+     "flat_settings,include_defaults,local,master_timeout,timeout", false,
+     READ("cluster:monitor/settings")},
+    {CO_PUT, "/_cluster/settings", co_h_cluster_settings, "flat_settings,master_timeout,timeout",
+     false, ADMIN("cluster:admin/settings/update")},
+    {CO_GET, "/_cat", co_h_cat_help, "", false, READ("cluster:monitor/state")},
+    {CO_GET, "/_cat/{what}", co_h_cat, P_CAT, false, READ("cluster:monitor/state")},
+    {CO_GET, "/_cat/{what}/{index}", co_h_cat, P_CAT, false, READ("cluster:monitor/state")},
+    {CO_GET, "/_nodes/stats", co_h_nodes_stats, "level,types,timeout,groups,fields", false,
+     READ("cluster:monitor/nodes/stats")},
+    {CO_GET, "/_nodes/stats/{metric}", co_h_nodes_stats, "level,types,timeout,groups,fields", false,
+     READ("cluster:monitor/nodes/stats")},
+    {CO_GET, "/_nodes/{node}/stats", co_h_nodes_stats, "level,types,timeout,groups,fields", false,
+     READ("cluster:monitor/nodes/stats")},
+    {CO_GET, "/_nodes/{node}/stats/{metric}", co_h_nodes_stats, "level,types,timeout,groups,fields",
+     false, READ("cluster:monitor/nodes/stats")},
+    {CO_GET, "/_nodes", co_h_nodes, "timeout", false, READ("cluster:monitor/nodes/info")},
+    {CO_GET, "/_prometheus/metrics", co_h_prometheus, "", false,
+     READ("cluster:monitor/nodes/stats")},
+    {CO_GET, "/_security/_authenticate", co_h_security_authenticate, "", false,
+     NONE("cluster:admin/xpack/security/user/authenticate")},
+    {CO_POST, "/_security/api_key", co_h_api_key_create, "refresh", false,
+     ADMIN("cluster:admin/xpack/security/api_key/create")},
+    {CO_PUT, "/_security/api_key", co_h_api_key_create, "refresh", false,
+     ADMIN("cluster:admin/xpack/security/api_key/create")},
+    {CO_GET, "/_security/api_key", co_h_api_key_get, "id,name,username,realm_name,owner", false,
+     ADMIN("cluster:admin/xpack/security/api_key/get")},
+    {CO_DELETE, "/_security/api_key", co_h_api_key_invalidate, "", false,
+     ADMIN("cluster:admin/xpack/security/api_key/invalidate")},
+    {CO_POST, "/_bulk", NULL, P_WRITE ",_source,_source_includes,_source_excludes,type", true,
+     WRITE("indices:data/write/bulk")},
+    {CO_PUT, "/_bulk", NULL, P_WRITE ",_source,_source_includes,_source_excludes,type", true,
+     WRITE("indices:data/write/bulk")},
+    {CO_POST, "/{index}/_bulk", NULL, P_WRITE ",_source,_source_includes,_source_excludes,type",
+     true, WRITE("indices:data/write/bulk")},
+    {CO_PUT, "/{index}/_bulk", NULL, P_WRITE ",_source,_source_includes,_source_excludes,type",
+     true, WRITE("indices:data/write/bulk")},
+    {CO_GET, "/_mget", co_h_mget, P_GET, false, READ("indices:data/read/mget")},
+    {CO_POST, "/_mget", co_h_mget, P_GET, false, READ("indices:data/read/mget")},
+    {CO_GET, "/{index}/_mget", co_h_mget, P_GET, false, READ("indices:data/read/mget")},
+    {CO_POST, "/{index}/_mget", co_h_mget, P_GET, false, READ("indices:data/read/mget")},
+    {CO_GET, "/_search/scroll", co_h_scroll, "scroll,scroll_id,rest_total_hits_as_int", false,
+     READ("indices:data/read/scroll")},
+    {CO_POST, "/_search/scroll", co_h_scroll, "scroll,scroll_id,rest_total_hits_as_int", false,
+     READ("indices:data/read/scroll")},
+    {CO_GET, "/_search/scroll/{id}", co_h_scroll, "scroll,scroll_id,rest_total_hits_as_int", false,
+     READ("indices:data/read/scroll")},
+    {CO_POST, "/_search/scroll/{id}", co_h_scroll, "scroll,scroll_id,rest_total_hits_as_int", false,
+     READ("indices:data/read/scroll")},
+    {CO_DELETE, "/_search/scroll", co_h_scroll_clear, "", false,
+     READ("indices:data/read/scroll/clear")},
+    {CO_DELETE, "/_search/scroll/{id}", co_h_scroll_clear, "", false,
+     READ("indices:data/read/scroll/clear")},
+    {CO_GET, "/_search", co_h_search, P_SEARCH, false, READ("indices:data/read/search")},
+    {CO_POST, "/_search", co_h_search, P_SEARCH, false, READ("indices:data/read/search")},
+    {CO_GET, "/{index}/_search", co_h_search, P_SEARCH, false, READ("indices:data/read/search")},
+    {CO_POST, "/{index}/_search", co_h_search, P_SEARCH, false, READ("indices:data/read/search")},
+    {CO_GET, "/_count", co_h_count, P_SEARCH, false, READ("indices:data/read/search")},
+    {CO_POST, "/_count", co_h_count, P_SEARCH, false, READ("indices:data/read/search")},
+    {CO_GET, "/{index}/_count", co_h_count, P_SEARCH, false, READ("indices:data/read/search")},
+    {CO_POST, "/{index}/_count", co_h_count, P_SEARCH, false, READ("indices:data/read/search")},
+    {CO_GET, "/_msearch", co_h_msearch, P_SEARCH ",max_concurrent_searches", false,
+     READ("indices:data/read/msearch")},
+    {CO_POST, "/_msearch", co_h_msearch, P_SEARCH ",max_concurrent_searches", false,
+     READ("indices:data/read/msearch")},
+    {CO_GET, "/{index}/_msearch", co_h_msearch, P_SEARCH ",max_concurrent_searches", false,
+     READ("indices:data/read/msearch")},
+    {CO_POST, "/{index}/_msearch", co_h_msearch, P_SEARCH ",max_concurrent_searches", false,
+     READ("indices:data/read/msearch")},
+    {CO_POST, "/{index}/_delete_by_query", co_h_delete_by_query,
+     P_SEARCH ",conflicts,refresh,wait_for_completion,wait_for_active_shards,scroll_size,"
+              "slices,requests_per_second,max_docs,slices",
+     false, WRITE("indices:data/write/delete/byquery")},
+    {CO_POST, "/_refresh", co_h_refresh, P_INDEX_READ, false, WRITE("indices:admin/refresh")},
+    {CO_GET, "/_refresh", co_h_refresh, P_INDEX_READ, false, WRITE("indices:admin/refresh")},
+    {CO_POST, "/{index}/_refresh", co_h_refresh, P_INDEX_READ, false,
+     WRITE("indices:admin/refresh")},
+    {CO_GET, "/{index}/_refresh", co_h_refresh, P_INDEX_READ, false,
+     WRITE("indices:admin/refresh")},
+    {CO_POST, "/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false,
+     ADMIN("indices:admin/flush")},
+    {CO_GET, "/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false,
+     ADMIN("indices:admin/flush")},
+    {CO_POST, "/{index}/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false,
+     ADMIN("indices:admin/flush")},
+    {CO_GET, "/{index}/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false,
+     ADMIN("indices:admin/flush")},
+    {CO_POST, "/_forcemerge", co_h_forcemerge,
+     P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush", false,
+     ADMIN("indices:admin/forcemerge")},
+    {CO_POST, "/{index}/_forcemerge", co_h_forcemerge,
+     P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush", false,
+     ADMIN("indices:admin/forcemerge")},
+    {CO_GET, "/_stats", co_h_stats,
+     P_INDEX_READ ",level,fields,groups,completion_fields,"
+                  "fielddata_fields,include_segment_file_sizes",
+     false, READ("indices:monitor/stats")},
+    {CO_GET, "/{index}/_stats", co_h_stats,
+     P_INDEX_READ ",level,fields,groups,completion_fields,fielddata_fields,"
+                  "include_segment_file_sizes",
+     false, READ("indices:monitor/stats")},
+    {CO_GET, "/_alias", co_h_aliases_get, P_INDEX_READ ",local", false,
+     READ("indices:admin/aliases/get")},
+    {CO_GET, "/_aliases", co_h_aliases_get, P_INDEX_READ ",local", false,
+     READ("indices:admin/aliases/get")},
+    {CO_GET, "/{index}/_alias", co_h_aliases_get, P_INDEX_READ ",local", false,
+     READ("indices:admin/aliases/get")},
+    {CO_GET, "/{index}/_aliases", co_h_aliases_get, P_INDEX_READ ",local", false,
+     READ("indices:admin/aliases/get")},
+    {CO_GET, "/_mapping", co_h_mapping_get, P_INDEX_READ ",local,master_timeout,include_type_name",
+     false, READ("indices:admin/mappings/get")},
+    {CO_GET, "/{index}/_mapping", co_h_mapping_get,
+     P_INDEX_READ ",local,master_timeout,include_type_name", false,
+     READ("indices:admin/mappings/get")},
+    {CO_PUT, "/{index}/_mapping", co_h_mapping_put,
+     P_INDEX_READ ",timeout,master_timeout,include_type_name,write_index_only", false,
+     ADMIN("indices:admin/mapping/put")},
+    {CO_POST, "/{index}/_mapping", co_h_mapping_put,
+     P_INDEX_READ ",timeout,master_timeout,include_type_name,write_index_only", false,
+     ADMIN("indices:admin/mapping/put")},
+    {CO_GET, "/_settings", co_h_settings_get,
+     P_INDEX_READ ",local,master_timeout,include_defaults,flat_settings", false,
+     READ("indices:monitor/settings/get")},
+    {CO_GET, "/{index}/_settings", co_h_settings_get,
+     P_INDEX_READ ",local,master_timeout,include_defaults,flat_settings", false,
+     READ("indices:monitor/settings/get")},
+    {CO_PUT, "/{index}/_settings", co_h_settings_put,
+     P_INDEX_READ ",timeout,master_timeout,preserve_existing,flat_settings", false,
+     ADMIN("indices:admin/settings/update")},
+    {CO_PUT, "/{index}/_doc/{id}", co_h_doc_index, P_WRITE, false,
+     WRITE("indices:data/write/index")},
+    {CO_POST, "/{index}/_doc/{id}", co_h_doc_index, P_WRITE, false,
+     WRITE("indices:data/write/index")},
+    {CO_POST, "/{index}/_doc", co_h_doc_index, P_WRITE, false, WRITE("indices:data/write/index")},
+    {CO_PUT, "/{index}/_create/{id}", co_h_doc_create, P_WRITE, false,
+     WRITE("indices:data/write/index")},
+    {CO_POST, "/{index}/_create/{id}", co_h_doc_create, P_WRITE, false,
+     WRITE("indices:data/write/index")},
+    {CO_GET, "/{index}/_doc/{id}", co_h_doc_get, P_GET, false, READ("indices:data/read/get")},
+    {CO_HEAD, "/{index}/_doc/{id}", co_h_doc_get, P_GET, false, READ("indices:data/read/get")},
+    {CO_DELETE, "/{index}/_doc/{id}", co_h_doc_delete, P_WRITE, false,
+     WRITE("indices:data/write/delete")},
+    {CO_GET, "/{index}/_source/{id}", co_h_source_get, P_GET, false, READ("indices:data/read/get")},
+    {CO_HEAD, "/{index}/_source/{id}", co_h_source_get, P_GET, false,
+     READ("indices:data/read/get")},
+    {CO_POST, "/{index}/_update/{id}", co_h_update,
+     P_WRITE ",retry_on_conflict,_source,_source_includes,_source_excludes,lang", false,
+     WRITE("indices:data/write/update")},
+    {CO_PUT, "/{index}", co_h_index_put,
+     "wait_for_active_shards,timeout,master_timeout,include_type_name", false,
+     ADMIN("indices:admin/create")},
+    {CO_DELETE, "/{index}", co_h_index_delete, P_INDEX_READ ",timeout,master_timeout", false,
+     ADMIN("indices:admin/delete")},
+    {CO_HEAD, "/{index}", co_h_index_head,
+     P_INDEX_READ ",local,include_defaults,flat_settings,include_type_name", false,
+     READ("indices:admin/get")},
+    {CO_GET, "/{index}", co_h_index_get,
+     P_INDEX_READ ",local,include_defaults,flat_settings,include_type_name,master_timeout", false,
+     READ("indices:admin/get")},
 };
+
+const co_route *
+co_routes(size_t *n)
+{
+	*n = sizeof(routes) / sizeof(routes[0]);
+	return routes;
+}
 
 static const char *
 method_name(co_method m)
@@ -798,6 +875,7 @@ req_new(co_server *s, struct MHD_Connection *c, const char *url, const char *met
 	r->start_ns = cm_now_ns();
 	r->status = 200;
 	r->max_body = s->opts.max_content_length;
+	r->auth = s->opts.auth;
 	cm_buf_init(&r->body, MEM);
 	cm_buf_init(&r->out, MEM);
 	if (strcmp(method, "GET") == 0)
@@ -958,6 +1036,13 @@ send_reply(struct MHD_Connection *c, co_req *r)
 	                        r->content_type ? r->content_type : "application/json; charset=UTF-8");
 	/* Elasticsearch clients 7.14+ check this header on every reply. */
 	MHD_add_response_header(resp, "X-elastic-product", "Elasticsearch");
+	if (r->www_authenticate) {
+		MHD_add_response_header(resp, "WWW-Authenticate",
+		                        "Basic realm=\"security\" charset=\"UTF-8\"");
+		MHD_add_response_header(resp, "WWW-Authenticate", "ApiKey");
+	}
+	if (r->close_conn)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	ret = MHD_queue_response(c, (unsigned)r->status, resp);
 	MHD_destroy_response(resp);
 	return ret;
@@ -978,7 +1063,7 @@ run_handler(co_req *r)
 #define CO_MAX_INITIAL_LINE 4096   /* http.max_initial_line_length */
 #define CO_MAX_HEADER_SIZE 8192    /* http.max_header_size */
 #define CO_HTTP_IDLE_TIMEOUT_S 10  /* headers and body bytes must keep coming */
-#define CO_HTTP_MAX_CONNECTIONS 1000
+#define CO_HTTP_MAX_CONNECTIONS 1000 /* http.max_open_connections default */
 
 static void
 reply_status_error(co_req *r, int status, const char *type, const char *reason)
@@ -1043,6 +1128,118 @@ head_ok(struct MHD_Connection *c, co_req *r, const char *url)
 	return true;
 }
 
+/* ---- security: connection limit, authentication, roles ---- */
+
+/* A security_exception document; a 401 carries the challenge as ES does,
+ * in the body and in the WWW-Authenticate headers. */
+static void
+security_fields(cJSON *o, int status, const char *reason)
+{
+	cJSON_AddStringToObject(o, "type", "security_exception");
+	cJSON_AddStringToObject(o, "reason", reason);
+	if (status == 401) {
+		cJSON *w = cJSON_AddArrayToObject(cJSON_AddObjectToObject(o, "header"), "WWW-Authenticate");
+		cJSON_AddItemToArray(w, cJSON_CreateString("Basic realm=\"security\" charset=\"UTF-8\""));
+		cJSON_AddItemToArray(w, cJSON_CreateString("ApiKey"));
+	}
+}
+
+static void
+reply_security_error(co_req *r, int status, const char *reason)
+{
+	cJSON *doc = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(doc, "error");
+	cJSON *cause = cJSON_CreateObject();
+	security_fields(cause, status, reason);
+	cJSON_AddItemToArray(cJSON_AddArrayToObject(e, "root_cause"), cause);
+	security_fields(e, status, reason);
+	cJSON_AddNumberToObject(doc, "status", status);
+	r->www_authenticate = status == 401;
+	finish_json(r, status, doc);
+}
+
+/* Who is asking: false (a 401 decided) when users are configured and the
+ * request carries no valid credentials. Never logs a credential. */
+static bool
+authenticate(co_req *r, struct MHD_Connection *c)
+{
+	char who[CO_AUTH_MAX_NAME + 1], reason[700];
+	const char *h;
+
+	if (!r->auth)
+		return true;
+	h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	switch (co_auth_check(r->auth, h, &r->principal, who, sizeof(who))) {
+	case CO_AUTH_OK:
+		return true;
+	case CO_AUTH_MISSING:
+		snprintf(reason, sizeof(reason),
+		         "missing authentication credentials for REST request [%.400s]", r->path);
+		break;
+	case CO_AUTH_BAD_USER:
+		if (who[0])
+			snprintf(reason, sizeof(reason),
+			         "unable to authenticate user [%.200s] for REST request [%.400s]", who,
+			         r->path);
+		else
+			snprintf(reason, sizeof(reason),
+			         "unable to authenticate with provided credentials for REST request "
+			         "[%.400s]",
+			         r->path);
+		break;
+	case CO_AUTH_BAD_KEY:
+		snprintf(reason, sizeof(reason),
+		         "unable to authenticate with provided API key for REST request [%.400s]",
+		         r->path);
+		break;
+	}
+	reply_security_error(r, 401, reason);
+	return false;
+}
+
+/* The route's role against the caller's; false (a 403 decided) when short. */
+static bool
+authorize(co_req *r)
+{
+	char reason[800];
+	co_role need;
+
+	if (!r->auth)
+		return true;
+	/* a route without a role fails closed */
+	need = r->route->role == CO_ROLE_UNSET ? CO_ROLE_ADMIN : r->route->role;
+	if (r->principal.role >= need)
+		return true;
+	const char *action = r->route->action ? r->route->action : "unknown";
+	if (r->principal.api_key)
+		snprintf(reason, sizeof(reason),
+		         "action [%s] is unauthorized for API key id [%s] of user [%.200s]", action,
+		         r->principal.key_id, r->principal.user);
+	else
+		snprintf(reason, sizeof(reason), "action [%s] is unauthorized for user [%.200s]",
+		         action, r->principal.user);
+	reply_security_error(r, 403, reason);
+	return false;
+}
+
+static bool
+over_connection_limit(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	return ci && ci->socket_context == &over_limit_mark;
+}
+
+static void
+reply_too_many_connections(co_req *r, int limit)
+{
+	char reason[200];
+	snprintf(reason, sizeof(reason),
+	         "too many connections: http.max_open_connections [%d] reached; retry later", limit);
+	reply_status_error(r, 429, "es_rejected_execution_exception", reason);
+	r->close_conn = true;
+	r->failed = true;
+}
+
 static enum MHD_Result
 access_cb(void *cls, struct MHD_Connection *c, const char *url, const char *method,
           const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls)
@@ -1055,10 +1252,19 @@ access_cb(void *cls, struct MHD_Connection *c, const char *url, const char *meth
 		r = req_new(s, c, url, method);
 		*con_cls = r;
 		atomic_fetch_add((_Atomic uint64_t *)&nd_counters(s->node)->http_requests, 1);
+		if (over_connection_limit(c)) {
+			/* answered at once, before reading any body */
+			reply_too_many_connections(r, s->opts.max_open_connections);
+			return send_reply(c, r);
+		}
 		if (!head_ok(c, r, url))
+			r->failed = true;
+		else if (!authenticate(r, c))
 			r->failed = true;
 		else
 			route_request(r);
+		if (!r->failed && !authorize(r))
+			r->failed = true;
 		if (!r->failed && !check_params(r))
 			r->failed = true;
 		cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -1089,8 +1295,11 @@ connection_cb(void *cls, struct MHD_Connection *c, void **socket_context,
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
 		atomic_fetch_add((_Atomic uint64_t *)&nc->http_open, 1);
 		atomic_fetch_add((_Atomic uint64_t *)&nc->http_opened, 1);
+		int open = atomic_fetch_add(&s->open_conns, 1) + 1;
+		*socket_context = open > s->opts.max_open_connections ? &over_limit_mark : NULL;
 	} else {
 		atomic_fetch_sub((_Atomic uint64_t *)&nc->http_open, 1);
+		atomic_fetch_sub(&s->open_conns, 1);
 	}
 }
 
@@ -1118,6 +1327,13 @@ co_server_start(nd_node *n, const co_opts *o, co_server **out, cm_error *err)
 	s->opts = *o;
 	if (!s->opts.max_content_length)
 		s->opts.max_content_length = 100ull << 20;
+	if (s->opts.max_open_connections <= 0)
+		s->opts.max_open_connections = CO_HTTP_MAX_CONNECTIONS;
+	/* MHD's own limit sits above ours: between the two, clients get a 429
+	 * with a body instead of a silently closed socket */
+	unsigned hard = (unsigned)s->opts.max_open_connections +
+	                (unsigned)(s->opts.max_open_connections / 4 > 64 ? s->opts.max_open_connections / 4
+	                                                                 : 64);
 	memset(&addr, 0, sizeof(addr));
 	addr.sin_family = AF_INET;
 	addr.sin_port = htons((uint16_t)o->port);
@@ -1133,10 +1349,10 @@ co_server_start(nd_node *n, const co_opts *o, co_server **out, cm_error *err)
 	                        MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, s,
 	                        /* a client silent for 10 s (slow headers, a stalled
 	                         * body, an idle keep-alive) is dropped, so slowloris
-	                         * sockets cannot pile up; past the limit new
-	                         * connections are refused (MHD cannot answer them) */
+	                         * sockets cannot pile up; past the soft limit
+	                         * requests get 429, past the hard one MHD refuses */
 	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CO_HTTP_IDLE_TIMEOUT_S,
-	                        MHD_OPTION_CONNECTION_LIMIT, (unsigned)CO_HTTP_MAX_CONNECTIONS,
+	                        MHD_OPTION_CONNECTION_LIMIT, hard,
 	                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
 	                        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
 	if (!s->d) {

@@ -12,6 +12,7 @@
 #include "../node/nd.h"
 #include "../node/nd_cluster.h"
 #include "co.h"
+#include "co_auth.h"
 
 typedef struct cJSON cJSON;
 
@@ -55,6 +56,11 @@ struct co_req {
 	cm_buf out;
 	const char *content_type;
 	uint64_t start_ns;
+	/* security (co_auth.c): NULL auth = no users configured */
+	co_auth *auth;
+	co_principal principal; /* who the request runs as, when auth */
+	bool www_authenticate;  /* a 401: send the WWW-Authenticate challenge */
+	bool close_conn;        /* answer with Connection: close */
 };
 
 struct co_route {
@@ -63,7 +69,12 @@ struct co_route {
 	void (*handler)(co_req *r);
 	const char *params;  /* allowed URL parameters, comma separated */
 	bool stream;         /* body consumed as it arrives (bulk) */
+	co_role role;        /* the least role allowed; UNSET is treated as admin */
+	const char *action;  /* Elasticsearch's action name, for 403 replies */
 };
+
+/* The route table, for tests that check every route has a role. */
+const co_route *co_routes(size_t *n);
 
 /* ---- request accessors ---- */
 /* The value of a URL parameter (marked used), or NULL; "" for "?pretty". */
@@ -131,6 +142,10 @@ void co_h_msearch(co_req *r);
 void co_h_scroll(co_req *r);
 void co_h_scroll_clear(co_req *r);
 void co_h_delete_by_query(co_req *r);
+void co_h_security_authenticate(co_req *r);
+void co_h_api_key_create(co_req *r);
+void co_h_api_key_get(co_req *r);
+void co_h_api_key_invalidate(co_req *r);
 
 /* Bulk: a streaming consumer. */
 co_stream *co_bulk_begin(co_req *r);

@@ -1,18 +1,22 @@
 /* shoal: one node speaking the Elasticsearch REST dialect.
  *   shoal --solo --data DIR [--http HOST:PORT] [--name NAME] [--log-level LEVEL]
  *   shoal --cluster FILE --name NAME --data DIR [--role coordinator]
- *         [--fanout serial|per_shard|per_node] */
+ *         [--fanout serial|per_shard|per_node]
+ *   [--users FILE]   require authentication (users, argon2 hashes, roles)
+ *   shoal --hash-password < password   prints an argon2id hash for FILE */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "../common/cm_log.h"
 #include "../node/nd_cluster.h"
 #include "co.h"
+#include "co_auth.h"
 
 static void
 usage(FILE *f)
@@ -21,13 +25,60 @@ usage(FILE *f)
 	           "             [--log-level debug|info|warn|error] [-E setting=value]\n"
 	           "       shoal --cluster FILE --name NAME --data DIR [--role coordinator]\n"
 	           "             [--fanout serial|per_shard|per_node]\n"
+	           "       shoal --hash-password   (reads a password on stdin, prints its hash)\n"
 	           "  --solo       one node holding every shard of its indices\n"
 	           "  --cluster    a static cluster described by FILE (see docs); --name picks\n"
 	           "               this node; its HTTP address comes from the file\n"
 	           "  --data DIR   data directory (indices, metadata, lock file)\n"
 	           "  --http       HTTP address, default 127.0.0.1:9200\n"
+	           "  --users FILE require HTTP authentication: users with argon2 hashes and\n"
+	           "               roles (read, write, admin); see docs/operations.md\n"
 	           "  -E action.destructive_requires_name=false   allow DELETE /_all and /*\n"
-	           "  -E http.max_content_length=100mb            request body limit\n");
+	           "  -E http.max_content_length=100mb            request body limit\n"
+	           "  -E http.max_open_connections=1000           past it, requests get 429\n");
+}
+
+/* Reads one line from stdin (without echo on a terminal) and prints its
+ * argon2id PHC string; the password is wiped and never printed. */
+static int
+hash_password(void)
+{
+	char pw[CO_AUTH_MAX_SECRET + 2], enc[256];
+	struct termios old, noecho;
+	bool tty = isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &old) == 0;
+	cm_error err;
+	int rc = 0;
+
+	if (tty) {
+		fprintf(stderr, "Password: ");
+		noecho = old;
+		noecho.c_lflag &= ~(tcflag_t)ECHO;
+		tcsetattr(STDIN_FILENO, TCSAFLUSH, &noecho);
+	}
+	if (!fgets(pw, sizeof(pw), stdin))
+		pw[0] = 0;
+	if (tty) {
+		tcsetattr(STDIN_FILENO, TCSAFLUSH, &old);
+		fputc('\n', stderr);
+	}
+	size_t n = strcspn(pw, "\r\n");
+	if (n > CO_AUTH_MAX_SECRET) {
+		fprintf(stderr, "shoal: password longer than %d bytes\n", CO_AUTH_MAX_SECRET);
+		rc = 2;
+	} else if (n == 0) {
+		fprintf(stderr, "shoal: empty password\n");
+		rc = 2;
+	} else {
+		cm_error_clear(&err);
+		if (co_auth_hash_password(pw, n, enc, sizeof(enc), &err)) {
+			fprintf(stderr, "shoal: %s\n", err.reason);
+			rc = 1;
+		} else {
+			printf("%s\n", enc);
+		}
+	}
+	memset(pw, 0, sizeof(pw));
+	return rc;
 }
 
 int
@@ -39,6 +90,9 @@ main(int argc, char **argv)
 	nd_cl_fanout fanout = ND_CL_FANOUT_PER_SHARD;
 	nd_cluster *cl = NULL;
 	uint64_t max_content = 100ull << 20;
+	const char *users_file = NULL;
+	int max_conns = 0;
+	co_auth *auth = NULL;
 	char host[64];
 	int port;
 	sigset_t sigs;
@@ -73,6 +127,10 @@ main(int argc, char **argv)
 		}
 		else if (strcmp(a, "--data") == 0 && v)
 			data = argv[++i];
+		else if (strcmp(a, "--users") == 0 && v)
+			users_file = argv[++i];
+		else if (strcmp(a, "--hash-password") == 0)
+			return hash_password();
 		else if (strcmp(a, "--http") == 0 && v)
 			http = argv[++i];
 		else if (strcmp(a, "--name") == 0 && v)
@@ -99,6 +157,14 @@ main(int argc, char **argv)
 					return 2;
 				}
 				max_content = (uint64_t)(n * mul);
+			} else if (strncmp(kv, "http.max_open_connections=", 26) == 0) {
+				char *end;
+				long n = strtol(kv + 26, &end, 10);
+				if (*end || n < 1 || n > 1000000) {
+					fprintf(stderr, "shoal: bad value in -E %s (1..1000000)\n", kv);
+					return 2;
+				}
+				max_conns = (int)n;
 			} else {
 				fprintf(stderr, "shoal: unknown setting -E %s\n", kv);
 				return 2;
@@ -154,41 +220,55 @@ main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	cm_error_clear(&err);
+	if (users_file && co_auth_open(users_file, data, &auth, &err)) {
+		fprintf(stderr, "shoal: %s\n", err.reason);
+		return 2;
+	}
+	cm_error_clear(&err);
 	no.data_dir = data;
 	no.name = name;
 	no.destructive_requires_name = true;
 	no.destructive_requires_name = !drn_false;
+	no.replicated = cl != NULL;
 	if (nd_node_open(&no, &node, &err)) {
 		fprintf(stderr, "shoal: %s\n", err.reason[0] ? err.reason : cm_err_msg(err.code));
+		co_auth_close(auth);
 		return 1;
 	}
 	if (cl && nd_cluster_start(cl, node, &err)) {
 		fprintf(stderr, "shoal: %s\n", err.reason[0] ? err.reason : cm_err_msg(err.code));
 		nd_cluster_stop(cl);
 		nd_node_close(node);
+		co_auth_close(auth);
 		return 1;
 	}
 	co.host = host;
 	co.port = port;
 	co.max_content_length = max_content;
+	co.auth = auth;
+	co.max_open_connections = max_conns;
 	if (co_server_start(node, &co, &srv, &err)) {
 		fprintf(stderr, "shoal: %s\n", err.reason);
 		nd_cluster_stop(cl);
 		nd_node_close(node);
+		co_auth_close(auth);
 		return 1;
 	}
 	cm_info("main", "node [%s] serving http://%s:%d data %s", nd_node_name(node), host, port,
 	        data);
-	if (strncmp(host, "127.", 4) != 0)
+	if (strncmp(host, "127.", 4) != 0 && !auth)
 		cm_warn("main",
-		        "HTTP is bound to %s, reachable from other machines, and has no "
-		        "authentication: anyone who can connect can read, write and delete",
+		        "HTTP is bound to %s without authentication: anyone who can connect can "
+		        "read, write and delete (start with --users FILE)",
 		        host);
+	if (auth)
+		cm_info("main", "HTTP authentication on: users from %s", users_file);
 	sigwait(&sigs, &sig);
 	cm_info("main", "%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	co_server_stop(srv);
 	nd_cluster_stop(cl);
 	nd_node_close(node);
+	co_auth_close(auth);
 	cm_info("main", "stopped");
 	return 0;
 }
