@@ -5,10 +5,12 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -1467,6 +1469,96 @@ snapshot_concurrent(const char *base, st_mapping *map, cm_pool *pool)
 	free(args);
 }
 
+/* ---- kill -9 while the gcp moves: the log stays readable from it ---- */
+
+typedef struct gcp_rec {
+	uint64_t gcp, acked; /* gcp as the shard stored it; highest acknowledged seq_no */
+} gcp_rec;
+
+static void
+gcp_child(const char *dir, st_mapping *map, int wfd)
+{
+	st_shard *s = open_shard_repl(dir, map, NULL, true);
+	st_shard_stats st;
+	st_shard_stats_get(s, &st);
+	int base = st.max_seq_no == ST_NO_SEQ ? 0 : (int)st.max_seq_no + 1;
+	for (int b = 0;; b++) {
+		char ids[10][16], srcs[10][48];
+		st_op ops[10];
+		st_op_result res[10];
+		for (int j = 0; j < 10; j++) {
+			snprintf(ids[j], sizeof(ids[j]), "g%d", (base + b * 10 + j) % 500);
+			snprintf(srcs[j], sizeof(srcs[j]), "{\"n\":%d}", base + b * 10 + j);
+			ops[j] = index_op(ids[j], srcs[j]);
+		}
+		if (st_shard_apply(s, ops, 10, res) != CM_OK)
+			_exit(2);
+		/* The primary's gcp trails what this copy holds. */
+		uint64_t acked = res[9].seq_no;
+		if (acked >= 25 && st_shard_set_global_checkpoint(s, acked - 25) != CM_OK)
+			_exit(3);
+		st_shard_stats_get(s, &st);
+		gcp_rec r = {st.global_checkpoint, acked};
+		if (write(wfd, &r, sizeof(r)) != (ssize_t)sizeof(r))
+			_exit(4);
+		if (b % 7 == 6 && st_shard_flush(s) != CM_OK)
+			_exit(5);
+		else if (b % 3 == 2 && st_shard_refresh(s) != CM_OK)
+			_exit(6);
+	}
+}
+
+static void
+gcp_crash(const char *dir, st_mapping *map)
+{
+	uint64_t seed = 0x9e3779b97f4a7c15ull;
+	for (int trial = 0; trial < 6; trial++) {
+		int pfd[2];
+		REQUIRE(pipe(pfd) == 0);
+		fflush(NULL);
+		pid_t pid = fork();
+		REQUIRE(pid >= 0);
+		if (pid == 0) {
+			close(pfd[0]);
+			gcp_child(dir, map, pfd[1]);
+			_exit(0);
+		}
+		close(pfd[1]);
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		int target = 20 + (int)((seed >> 33) % 60); /* batches before the kill */
+		gcp_rec last = {ST_NO_SEQ, ST_NO_SEQ}, r;
+		int got = 0;
+		while (got < target && read(pfd[0], &r, sizeof(r)) == (ssize_t)sizeof(r)) {
+			last = r;
+			got++;
+		}
+		kill(pid, SIGKILL);
+		int status;
+		waitpid(pid, &status, 0);
+		/* Records written before the kill may still sit in the pipe. */
+		while (read(pfd[0], &r, sizeof(r)) == (ssize_t)sizeof(r))
+			last = r;
+		close(pfd[0]);
+		CHECKF(WIFSIGNALED(status), "child exited with %d", WEXITSTATUS(status));
+
+		st_shard *s = open_shard_repl(dir, map, NULL, true);
+		st_shard_stats st;
+		st_shard_stats_get(s, &st);
+		CHECKF(st.global_checkpoint != ST_NO_SEQ && st.global_checkpoint >= last.gcp &&
+		           st.global_checkpoint <= st.local_checkpoint &&
+		           st.local_checkpoint >= last.acked,
+		       "trial %d: gcp %" PRIu64 " (reported %" PRIu64 "), ckp %" PRIu64
+		       " (acked %" PRIu64 ")",
+		       trial, st.global_checkpoint, last.gcp, st.local_checkpoint, last.acked);
+		bool contig;
+		long n = log_count(s, st.global_checkpoint, &contig);
+		CHECKF(n >= 0 && contig && (uint64_t)n == st.max_seq_no - st.global_checkpoint,
+		       "trial %d: log from gcp %" PRIu64 ": %ld ops, max %" PRIu64, trial,
+		       st.global_checkpoint, n, st.max_seq_no);
+		st_shard_close(s);
+	}
+}
+
 /* ---- merge policy ---- */
 
 static void
@@ -1516,6 +1608,9 @@ main(void)
 	stale_ops(d9, d10, map);
 	snapshot_basic(base, map);
 	snapshot_concurrent(base, map, pool);
+	char d11[600];
+	snprintf(d11, sizeof(d11), "%s/gcp-crash", base);
+	gcp_crash(d11, map);
 	cm_pool_destroy(pool);
 	st_mapping_unref(map);
 	cm_rm_rf(base);
