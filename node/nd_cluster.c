@@ -440,8 +440,12 @@ pub_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 	cm_wait_done(c->w);
 }
 
-/* Sends the current state to every other node and waits (bounded). The
- * nodes that miss it catch up from the master later. */
+/* Sends the current state to every other node the master can reach and
+ * waits (bounded: a stalled node must not hold every later change). The
+ * nodes that miss it catch up from the master within a few seconds;
+ * nothing depends on a publish arriving (a copy that has not learned a
+ * new primary term can only help the old primary gather acknowledgements
+ * the new primary also holds). */
 static void
 state_publish_locked(nd_cluster *cl)
 {
@@ -449,7 +453,7 @@ state_publish_locked(nd_cluster *cl)
 	char *s = cJSON_PrintUnformatted(cl->meta);
 	pub_call *calls = cm_calloc(MEM, (size_t)cl->nn, sizeof(pub_call));
 	cm_wait *w = cm_wait_create(cl->nn - 1);
-	uint64_t deadline = cm_now_ns() + 5000000000ull;
+	uint64_t deadline = cm_now_ns() + 2000000000ull;
 
 	cm_buf_init(&b, MEM);
 	pr_metadata_encode(state_version(cl->meta), s, strlen(s), &b);
@@ -457,6 +461,10 @@ state_publish_locked(nd_cluster *cl)
 		if (i == cl->self)
 			continue;
 		calls[i] = (pub_call){w, cl, i};
+		if (!cl_alive(cl, i)) {
+			cm_wait_done(w);
+			continue;
+		}
 		nd_peer_call(cl->nodes[i].peer, PR_METADATA, b.data, b.len, deadline, pub_done,
 		             &calls[i]);
 	}

@@ -65,8 +65,9 @@ typedef struct rep_shard {
 	int shard;
 	pthread_rwlock_t lock; /* writers read-hold it; a recovery's final step write-holds it */
 	uint64_t tracking;     /* copies in recovery: forwarded to, not waited for */
-	int64_t ckp[ND_CL_MAX_NODES];
+	int64_t ckp[ND_CL_MAX_NODES]; /* (under cl_repl.mu) */
 	int64_t gcp;
+	uint64_t term; /* the term the checkpoints were gathered in */
 	int recoveries;       /* retention markers set for recoveries in progress */
 	int64_t retain_from;  /* the lowest of them */
 	struct rep_shard *next;
@@ -752,6 +753,13 @@ forward(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n, uin
 			cm_wait_done(w);
 			continue;
 		}
+		if (!cl_alive(cl, i)) {
+			/* Known unreachable: fail it now rather than at the timeout. */
+			calls[i].rc = CM_EUNAVAIL;
+			snprintf(calls[i].why, sizeof(calls[i].why), "node is unreachable");
+			cm_wait_done(w);
+			continue;
+		}
 		nd_peer_call(cl->nodes[i].peer, PR_BULK, b.data, b.len, deadline_ns, fwd_done,
 		             &calls[i]);
 	}
@@ -823,6 +831,15 @@ cl_rep_primary_apply(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, 
 		fail_all(NULL, res, n, CM_EUNAVAIL, "[%s][%d] primary moved; retry", name, shard);
 		return CM_OK;
 	}
+	pthread_mutex_lock(&rp->mu);
+	if (rs->term != r.term) {
+		/* Checkpoints gathered under another primary may predate a
+		 * rollback of the copy: start over. */
+		for (int i = 0; i < ND_CL_MAX_NODES; i++)
+			rs->ckp[i] = NONE;
+		rs->term = r.term;
+	}
+	pthread_mutex_unlock(&rp->mu);
 	if ((rc = nd_index_apply(ix, shard, ops, n, res)))
 		goto out;
 	rops = cm_calloc(MEM, n + 1, sizeof(st_op));
@@ -852,8 +869,10 @@ cl_rep_primary_apply(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, 
 			if (!((mask >> i) & 1))
 				continue;
 			if (calls[i].rc == CM_OK) {
+				pthread_mutex_lock(&rp->mu);
 				if (calls[i].ckp > rs->ckp[i])
-					rs->ckp[i] = calls[i].ckp; /* racy max is fine: a lower bound */
+					rs->ckp[i] = calls[i].ckp;
+				pthread_mutex_unlock(&rp->mu);
 				continue;
 			}
 			if (!((in_sync >> i) & 1)) {
@@ -897,11 +916,14 @@ cl_rep_primary_apply(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, 
 	/* Global checkpoint: the lowest local checkpoint of the in-sync copies. */
 	{
 		st_shard_stats_get(nd_index_shard(ix, shard), &st);
+		pthread_mutex_lock(&rp->mu);
 		int64_t g = gcp_of(cl, rs, in_sync, seq_i(st.local_checkpoint));
-		if (g > rs->gcp) {
+		bool moved = g > rs->gcp;
+		if (moved)
 			rs->gcp = g;
+		pthread_mutex_unlock(&rp->mu);
+		if (moved)
 			st_shard_set_global_checkpoint(nd_index_shard(ix, shard), (uint64_t)g);
-		}
 	}
 out:
 	pthread_rwlock_unlock(&rs->lock);
@@ -1288,7 +1310,9 @@ cl_rep_serve_rec(nd_cluster *cl, const char *action, const char *index, const ch
 				if (ask_master(cl, "shard_started", m, err) == CM_OK) {
 					st_shard_stats st;
 					st_shard_stats_get(s, &st);
+					pthread_mutex_lock(&rp->mu);
 					rs->ckp[target] = c.n ? calls[target].ckp : ckp;
+					pthread_mutex_unlock(&rp->mu);
 					cJSON *rep = cJSON_CreateObject();
 					cJSON_AddNumberToObject(rep, "ops", (double)c.n);
 					reply_json(rep, out, out_len);
@@ -1584,6 +1608,10 @@ rec_main(void *arg)
 	if (rc)
 		goto out;
 	rec_log_set(cl, NULL, "done", 0, 0, 0, true, false);
+	/* The master's publish may not reach us (its dialer reconnects on a
+	 * backoff): learn the in-sync set now, not at the next poll. */
+	if (cl->master != cl->self)
+		cl_fetch_state(cl);
 	cm_info("cluster",
 	        "[%s][%d] recovered from [%s] in %.2fs: %s, %" PRIu64 " ops, %" PRIu64 " bytes",
 	        j->index, j->shard, cl->nodes[j->primary].name, (double)(cm_now_ns() - t0) / 1e9,
@@ -1656,6 +1684,12 @@ maybe_recover(nd_cluster *cl)
 	rp->rec_running = true;
 }
 
+bool
+cl_rep_joined(nd_cluster *cl)
+{
+	return atomic_load(&R(cl)->joined);
+}
+
 void
 cl_rep_tick(nd_cluster *cl)
 {
@@ -1665,8 +1699,11 @@ cl_rep_tick(nd_cluster *cl)
 		cm_error_clear(&err);
 		cJSON *b = cJSON_CreateObject();
 		cJSON_AddStringToObject(b, "node", cl->nodes[cl->self].name);
-		if (ask_master(cl, "node_join", b, &err) == CM_OK)
+		if (ask_master(cl, "node_join", b, &err) == CM_OK) {
 			atomic_store(&rp->joined, true);
+			if (cl->master != cl->self)
+				cl_fetch_state(cl);
+		}
 		else
 			cm_warn("cluster", "cannot join through the master yet: %s", err.reason);
 		cJSON_Delete(b);

@@ -185,6 +185,13 @@ nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb)
 			cm_pool_submit(cl->spool, wr_local, &jobs[i]);
 			continue;
 		}
+		if (!cl_alive(cl, primary)) {
+			/* Fail fast: until the master promotes a replica, waiting on an
+			 * unreachable primary only holds the client. */
+			fail_batch(&jobs[i], CM_EUNAVAIL, "is unreachable");
+			cm_wait_done(w);
+			continue;
+		}
 		pr_bulk_req rq = {.index = (char *)nd_index_name(b[i].ix),
 		                  .index_uuid = (char *)"",
 		                  .shard = (uint32_t)b[i].shard,
@@ -1098,7 +1105,11 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 		nd_index_release(all[i]);
 	}
 	cm_free(MEM, all);
-	const char *status = red ? "red" : yellow ? "yellow" : "green";
+	/* Until the master has taken this node in, its view of the in-sync
+	 * sets predates its restart: never green. */
+	const char *status = red                                ? "red"
+	                     : yellow || !cl_rep_joined(cl)     ? "yellow"
+	                                                        : "green";
 	int total = active + unassigned + initializing;
 	cJSON_AddStringToObject(j, "cluster_name", cl->cluster_name);
 	cJSON_AddStringToObject(j, "status", status);
