@@ -35,7 +35,9 @@ usage(FILE *f)
 	           "               roles (read, write, admin); see docs/operations.md\n"
 	           "  -E action.destructive_requires_name=false   allow DELETE /_all and /*\n"
 	           "  -E http.max_content_length=100mb            request body limit\n"
-	           "  -E http.max_open_connections=1000           past it, requests get 429\n");
+	           "  -E http.max_open_connections=1000           past it, requests get 429\n"
+	           "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
+	           "  -E cluster.replica_timeout=10s              drop a silent replica after this\n");
 }
 
 /* Reads one line from stdin (without echo on a terminal) and prints its
@@ -102,6 +104,8 @@ main(int argc, char **argv)
 	nd_node *node = NULL;
 	co_server *srv = NULL;
 	cm_error err;
+	const char *cl_settings[32]; /* -E cluster.*, applied once the cluster is open */
+	int ncl_settings = 0;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -165,6 +169,8 @@ main(int argc, char **argv)
 					return 2;
 				}
 				max_conns = (int)n;
+			} else if (strncmp(kv, "cluster.", 8) == 0 && ncl_settings < 32) {
+				cl_settings[ncl_settings++] = kv;
 			} else {
 				fprintf(stderr, "shoal: unknown setting -E %s\n", kv);
 				return 2;
@@ -193,6 +199,13 @@ main(int argc, char **argv)
 		if (nd_cluster_open(cluster_file, name, coord_only, fanout, &cl, &err)) {
 			fprintf(stderr, "shoal: %s\n", err.reason);
 			return 2;
+		}
+		for (int k = 0; k < ncl_settings; k++) {
+			cm_error_clear(&err);
+			if (nd_cluster_setting(cl, cl_settings[k], &err)) {
+				fprintf(stderr, "shoal: -E %s: %s\n", cl_settings[k], err.reason);
+				return 2;
+			}
 		}
 		http = nd_cluster_http(cl);
 	}
