@@ -635,6 +635,18 @@ def check_copies(cl, index=INDEX):
             s = json.loads(v[3])
             if s not in union[i]:
                 union[i].append(s)
+    # the real-time GET of a sample, on each copy, agrees with the search
+    for i in random.Random(len(ids)).sample(sorted(ids), min(40, len(ids))):
+        for name in NAMES:
+            if i not in per[name]:
+                continue
+            st, d = cl.req(name, "GET", "/%s/_doc/%s?preference=_only_nodes:%s" % (index, i, name),
+                           timeout=20)
+            got = (d.get("_version"), d.get("_seq_no"), d.get("_primary_term"),
+                   json.dumps(d.get("_source"), sort_keys=True)) if st == 200 and \
+                isinstance(d, dict) else ("GET %s" % st, None, None, str(d)[:80])
+            if got != per[name][i]:
+                differ.append((i, [(name + " search", per[name][i]), (name + " GET", got)]))
     return union, differ
 
 
@@ -753,6 +765,20 @@ def probe_all_shards(cl, via, n=60, prefix="probe"):
                     timeout=20, ndjson=True)
     ok = st == 200 and isinstance(b, dict) and not b.get("errors")
     return ok, b, srcs
+
+
+def probe_summary(b):
+    """What went wrong with a probe bulk, briefly."""
+    if not isinstance(b, dict):
+        return repr(b)[:200]
+    errs = {}
+    for it in b.get("items", []):
+        it = list(it.values())[0]
+        if it.get("status") not in (200, 201):
+            e = it.get("error") or {}
+            key = "%s %s" % (it.get("status"), e.get("type") if isinstance(e, dict) else e)
+            errs[key] = errs.get(key, 0) + 1
+    return ", ".join("%s x%d" % kv for kv in errs.items()) or str(b)[:200]
 
 
 def record_probe(model, b, srcs):
@@ -1022,6 +1048,7 @@ def r4_partition(cl, tag):
         resumed = None
         yellow = False
         k = 0
+        last_probe = ""
         while time.time() < t_cut + FAILOVER_S + 15:
             k += 1
             ok, b, srcs = probe_all_shards(cl, MASTER, prefix="p%d-%d" % (c, k))
@@ -1031,6 +1058,7 @@ def r4_partition(cl, tag):
             if ok:
                 resumed = time.time() - t_cut
                 break
+            last_probe = probe_summary(b)
             time.sleep(0.3)
         hold = t_cut + FAILOVER_S + 5 - time.time()
         if hold > 0:
@@ -1046,9 +1074,11 @@ def r4_partition(cl, tag):
         figures.append("%s: writes_resumed=%s acked_late_in_cut=%d" % (
             mode, "%.1fs" % resumed if resumed is not None else "never", acked_late))
         if resumed is None:
-            problems.append("cut (%s): writes to every shard never resumed on the majority; "
-                            "_cat/shards: %s" % (mode, [(r["shard"], r["prirep"], r["state"],
-                                                         r.get("node")) for r in seen]))
+            problems.append("cut (%s): writes to every shard never resumed on the majority "
+                            "within %.0fs; last probe: %s; _cat/shards: %s" % (
+                                mode, FAILOVER_S + 15, last_probe,
+                                [(r["shard"], r["prirep"], r["state"], r.get("node"))
+                                 for r in seen]))
         if acked_late == 0:
             problems.append("cut (%s): no write acknowledged late in the cut" % mode)
         if not yellow:
@@ -1169,7 +1199,7 @@ def r7_failover(cl, tag):
     problems = []
     cl.kill(victim)
     t_kill = time.time()
-    resumed, terms, k = None, [], 0
+    resumed, terms, k, last_probe = None, [], 0, ""
     while time.time() < t_kill + FAILOVER_S + 20:
         k += 1
         ok, b, srcs = probe_all_shards(cl, MASTER, prefix="p7-%d" % k)
@@ -1179,12 +1209,13 @@ def r7_failover(cl, tag):
             terms = sorted(set(list(it.values())[0].get("_primary_term") for it in b["items"]),
                            key=str)
             break
+        last_probe = probe_summary(b)
         time.sleep(0.3)
     during = cl.shards()
     promoted = {r["shard"]: r.get("node") for r in during if r["prirep"] == "p"}
     if resumed is None:
-        problems.append("writes to every shard never resumed with %s down: %s" % (
-            victim, [(r["shard"], r["prirep"], r["state"], r.get("node")) for r in during]))
+        problems.append("writes to every shard never resumed with %s down; last probe: %s; %s" % (
+            victim, last_probe, [(r["shard"], r["prirep"], r["state"], r.get("node")) for r in during]))
     w.wait_attempted(3000, 30)
     down_s = time.time() - t_kill
     cl.start(victim)
