@@ -9,7 +9,7 @@ BUILD_PKGS=(build-essential cmake pkg-config python3 curl
   libxxhash-dev libroaring-dev zlib1g-dev libargon2-dev)
 # Tests also use these (clients, peers for the BM25 check, sanitizer runtime).
 TEST_PKGS=(clang libclang-rt-14-dev python3-elasticsearch default-jdk-headless liblucene8-java
-  dict-gcide)
+  dict-gcide openssl)
 
 want=("${BUILD_PKGS[@]}")
 if [ "${1:-}" = "--with-tests" ]; then

@@ -665,8 +665,8 @@ peer_tls_check(nd_peer *p)
 	if (warn)
 		cm_warn("transport",
 		        "TLS handshake with peer %s failed (%llu certificate/crypto errors, %llu "
-		        "protocol errors so far): is its certificate signed by our CA, and "
-		        "does it listen with TLS?",
+		        "protocol errors so far): a certificate not signed by the other "
+		        "side's CA, or a peer without TLS",
 		        p->url, (unsigned long long)auth, (unsigned long long)proto);
 }
 
