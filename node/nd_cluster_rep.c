@@ -68,8 +68,8 @@ typedef struct rep_shard {
 	int64_t ckp[ND_CL_MAX_NODES]; /* (under cl_repl.mu) */
 	int64_t gcp;
 	uint64_t term; /* the term the checkpoints were gathered in */
-	int recoveries;       /* retention markers set for recoveries in progress */
-	int64_t retain_from;  /* the lowest of them */
+	int64_t rec_from[ND_CL_MAX_NODES]; /* retention marker per recovering copy */
+	int64_t retain_from;               /* the lowest of them */
 	struct rep_shard *next;
 } rep_shard;
 
@@ -361,6 +361,8 @@ rep_get(nd_cluster *cl, nd_index *ix, int shard)
 			s->ckp[i] = NONE;
 		s->gcp = NONE;
 		s->retain_from = INT64_MAX;
+		for (int i = 0; i < ND_CL_MAX_NODES; i++)
+			s->rec_from[i] = INT64_MAX;
 		s->next = rp->reps;
 		rp->reps = s;
 	}
@@ -1030,20 +1032,26 @@ history_agrees(st_shard *s, int64_t from, const cJSON *hist)
 	return h.ok && h.at == h.n;
 }
 
+/* Retention markers, one per recovering copy: the primary's log keeps
+ * every op above the lowest, so what a copy still needs is not trimmed.
+ * A copy that starts again replaces its own marker (one that never comes
+ * back leaves its marker until this node restarts). from = INT64_MAX
+ * clears the target's marker. */
 static void
-retain(rep_shard *rs, nd_index *ix, int shard, int64_t from, bool add)
+retain(cl_repl *rp, rep_shard *rs, nd_index *ix, int shard, int target, int64_t from)
 {
-	if (add) {
-		rs->recoveries++;
-		if (from < rs->retain_from)
-			rs->retain_from = from;
-	} else if (rs->recoveries > 0 && --rs->recoveries == 0) {
-		rs->retain_from = INT64_MAX;
-	}
+	pthread_mutex_lock(&rp->mu);
+	rs->rec_from[target] = from;
+	int64_t low = INT64_MAX;
+	for (int i = 0; i < ND_CL_MAX_NODES; i++)
+		if (rs->rec_from[i] < low)
+			low = rs->rec_from[i];
+	rs->retain_from = low;
+	pthread_mutex_unlock(&rp->mu);
 	st_shard_set_oplog_retention(nd_index_shard(ix, shard),
-	                             rs->retain_from == INT64_MAX ? ST_NO_SEQ
-	                             : rs->retain_from < 0        ? 0
-	                                                          : (uint64_t)rs->retain_from);
+	                             low == INT64_MAX ? ST_NO_SEQ
+	                             : low < 0        ? 0
+	                                              : (uint64_t)low);
 }
 
 typedef struct ops_ctx {
@@ -1208,7 +1216,7 @@ cl_rep_serve_rec(nd_cluster *cl, const char *action, const char *index, const ch
 			cm_buf_free(&probe.strs);
 		}
 		if (ops) {
-			retain(rs, ix, shard, ckp, true);
+			retain(rp, rs, ix, shard, target, ckp);
 			cJSON_AddStringToObject(rep, "mode", "ops");
 		} else {
 			char snap[128], path[1600];
@@ -1225,9 +1233,9 @@ cl_rep_serve_rec(nd_cluster *cl, const char *action, const char *index, const ch
 			/* Keep the log above the snapshot until the copy has replayed it. */
 			st_shard_stats st;
 			st_shard_stats_get(s, &st);
-			retain(rs, ix, shard, seq_i(st.local_checkpoint), true);
+			retain(rp, rs, ix, shard, target, seq_i(st.local_checkpoint));
 			if (st_shard_snapshot(s, path, &maxseq, err)) {
-				retain(rs, ix, shard, 0, false);
+				retain(rp, rs, ix, shard, target, INT64_MAX);
 				cJSON_Delete(rep);
 				goto done;
 			}
@@ -1324,7 +1332,7 @@ cl_rep_serve_rec(nd_cluster *cl, const char *action, const char *index, const ch
 		pthread_mutex_lock(&rp->mu);
 		rs->tracking &= ~bit;
 		pthread_mutex_unlock(&rp->mu);
-		retain(rs, ix, shard, 0, false);
+		retain(rp, rs, ix, shard, target, INT64_MAX);
 		pthread_rwlock_unlock(&rs->lock);
 		cm_free(MEM, c.ops);
 		cm_buf_free(&c.strs);
@@ -1332,7 +1340,7 @@ cl_rep_serve_rec(nd_cluster *cl, const char *action, const char *index, const ch
 		pthread_mutex_lock(&rp->mu);
 		rs->tracking &= ~bit;
 		pthread_mutex_unlock(&rp->mu);
-		retain(rs, ix, shard, 0, false);
+		retain(rp, rs, ix, shard, target, INT64_MAX);
 	} else {
 		cm_error_set(err, CM_EINVAL, "unknown recovery action [%s]", action);
 	}
