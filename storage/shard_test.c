@@ -1415,6 +1415,11 @@ snapshot_concurrent(const char *base, st_mapping *map, cm_pool *pool)
 	void *rv;
 	pthread_join(th[SW], &rv);
 	CHECK(rv == NULL);
+	st_shard_stats ss;
+	st_shard_stats_get(s, &ss);
+	printf("snapshots under load: source made %" PRIu64 " refreshes and %" PRIu64
+	       " merges meanwhile\n",
+	       ss.refreshes, ss.merges);
 
 	int replayed_any = 0;
 	cm_buf src;
