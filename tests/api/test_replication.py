@@ -580,31 +580,45 @@ class Recoveries:
         return "recoveries ops=%d file=%d" % (ops, files)
 
 
-def read_copy(cl, name, index=INDEX):
+def read_copy(cl, name, index=INDEX, page=5000):
     """{id: (_version, _seq_no, _primary_term, _source)} of the copies on
-    node name, read through that node."""
-    body = {"query": {"match_all": {}}, "size": 10000, "version": True,
-            "seq_no_primary_term": True, "track_total_hits": True}
-    st, b = cl.req(name, "POST", "/%s/_search?preference=_only_nodes:%s" % (index, name), body,
-                   timeout=60)
-    if st != 200 or not isinstance(b, dict):
-        raise AssertionError("read of the copies on %s: %s %s" % (name, st, str(b)[:300]))
-    sh = b.get("_shards", {})
-    # the shards with no copy on this node fail as not matching the
-    # preference; any other failure is an error
-    other = [f for f in sh.get("failures", [])
-             if "preference" not in json.dumps(f.get("reason"))]
-    if other:
-        raise AssertionError("read of the copies on %s: failed shards %s" % (name, other))
-    total = b["hits"]["total"]["value"]
-    hits = b["hits"]["hits"]
-    if total != len(hits):
-        raise AssertionError("%s holds %d docs, more than one page (%d)" % (name, total, len(hits)))
+    node name, read through that node, in pages sorted by the keyword "k"
+    (every source written here carries its id there). Also returns how
+    many shards answered."""
     out = {}
-    for h in hits:
-        out[h["_id"]] = (h.get("_version"), h.get("_seq_no"), h.get("_primary_term"),
-                         json.dumps(h.get("_source"), sort_keys=True))
-    return out, sh.get("successful", 0)
+    after = None
+    successful = None
+    while True:
+        body = {"query": {"match_all": {}}, "size": page, "version": True,
+                "seq_no_primary_term": True, "track_total_hits": True, "sort": [{"k": "asc"}]}
+        if after is not None:
+            body["search_after"] = [after]
+        st, b = cl.req(name, "POST", "/%s/_search?preference=_only_nodes:%s" % (index, name),
+                       body, timeout=60)
+        if st != 200 or not isinstance(b, dict):
+            raise AssertionError("read of the copies on %s: %s %s" % (name, st, str(b)[:300]))
+        sh = b.get("_shards", {})
+        # the shards with no copy on this node fail as not matching the
+        # preference; any other failure is an error
+        other = [f for f in sh.get("failures", [])
+                 if "preference" not in json.dumps(f.get("reason"))]
+        if other:
+            raise AssertionError("read of the copies on %s: failed shards %s" % (name, other))
+        if successful is None:
+            successful = sh.get("successful", 0)
+            total = b["hits"]["total"]["value"]
+        hits = b["hits"]["hits"]
+        for h in hits:
+            if h["_id"] in out:
+                raise AssertionError("%s: id %s twice in the pages" % (name, h["_id"]))
+            out[h["_id"]] = (h.get("_version"), h.get("_seq_no"), h.get("_primary_term"),
+                             json.dumps(h.get("_source"), sort_keys=True))
+        if len(hits) < page:
+            break
+        after = hits[-1]["sort"][0]
+    if len(out) != total:
+        raise AssertionError("%s: %d docs read, total says %d" % (name, len(out), total))
+    return out, successful
 
 
 def check_copies(cl, index=INDEX):
