@@ -323,6 +323,17 @@ def key_never_above_its_creator():
 
 
 @test
+def python_client_with_credentials():
+    """Debian's python3-elasticsearch 7.17 with http_auth and api_key."""
+    k = create_key({"name": "client", "role": "read"})
+    KEYS.append(k)
+    p = subprocess.run(["/usr/bin/python3", "-c", CLIENT_FLOW, "http://127.0.0.1:%d" % node.port,
+                        PASSWORDS["alice"], k["id"], k["api_key"]],
+                       capture_output=True, text=True, timeout=60)
+    assert "client: ok" in p.stdout, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+
+
+@test
 def credentials_absent_from_log():
     # one more 401 with a wrong password that looks like a real one, then grep
     node.raw("GET", "/", headers=basic("alice", "Wrong-pw-Secret-42"))
@@ -470,6 +481,31 @@ def too_many_connections_429():
                 break
             time.sleep(0.1)
         eq(st, 200, "served again once the idle sockets closed")
+
+
+CLIENT_FLOW = r"""
+import sys, warnings
+warnings.simplefilter("ignore")
+from elasticsearch import Elasticsearch, AuthenticationException, AuthorizationException
+url, pw, kid, key = sys.argv[1:5]
+es = Elasticsearch(url, http_auth=("alice", pw))
+assert es.info()["version"]["number"] == "7.10.2"
+es.index(index="cli", id="1", body={"a": 1}, refresh=True)
+assert es.count(index="cli")["count"] == 1
+ek = Elasticsearch(url, api_key=(kid, key))
+assert ek.search(index="cli")["hits"]["total"]["value"] == 1
+try:
+    ek.index(index="cli", id="2", body={"a": 2})
+    raise SystemExit("a read key wrote")
+except AuthorizationException as e:
+    assert e.status_code == 403, e
+try:
+    Elasticsearch(url, http_auth=("alice", "bad")).search(index="cli")
+    raise SystemExit("a bad password passed")
+except AuthenticationException as e:
+    assert e.status_code == 401, e
+print("client: ok")
+"""
 
 
 def teardown():
