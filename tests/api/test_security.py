@@ -14,7 +14,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from shoal import Node, eq, error_is, free_port, run_tests, shoal_bin, test  # noqa: E402
+from shoal import (ClusterNode, Node, cluster_file, eq, error_is, free_port, run_tests,  # noqa: E402
+                   shoal_bin, test)
 
 PASSWORDS = {"alice": "Alice-pw-7Qx!", "bob": "Bob-pw-3Zk?", "carol": "Carol-pw-9Wm#"}
 ROLES = {"alice": ["admin"], "bob": ["read"], "carol": ["read", "write"]}
@@ -72,6 +73,16 @@ class AuthNode(Node):
     def log_text(self):
         with open(os.path.join(self.data, "test-node.log"), "rb") as f:
             return f.read().decode("utf-8", "replace")
+
+
+class AuthClusterNode(ClusterNode):
+    """A cluster node started with --users, requests as in AuthNode."""
+
+    def __init__(self, cfile, name, port, users, auth=None, **kw):
+        self.auth = auth if auth is not None else basic("alice")
+        ClusterNode.__init__(self, cfile, name, port, args=["--users", users], **kw)
+
+    raw = AuthNode.raw
 
 
 node = None
@@ -364,6 +375,41 @@ def no_users_node_unchanged():
         error_is(n.req("GET", "/_security/_authenticate"), 400, "security_exception",
                  "--users")
         error_is(n.req("POST", "/_security/api_key", {"name": "k"}), 400, "security_exception")
+
+
+@test
+def cluster_mode_users_and_node_local_keys():
+    cfile = os.path.join(TMP, "cluster.json")
+    ports = cluster_file(cfile, [("n1", None), ("n2", None)])
+    users = users_file()
+    nodes = []
+    try:
+        for name in ("n1", "n2"):
+            d = os.path.join(TMP, "cl-" + name)
+            os.makedirs(d, exist_ok=True)
+            nodes.append(AuthClusterNode(cfile, name, ports[name][0], users, data=d))
+        a, b = nodes
+        for n in nodes:
+            is_401(n.raw("GET", "/_cluster/health", headers=NOAUTH), "missing authentication")
+        st, r = a.req("PUT", "/cl", {"settings": {"number_of_shards": 2,
+                                                  "number_of_replicas": 1}})
+        eq(st, 200, "create through n1: %s" % r)
+        st, r = b.req("GET", "/_cluster/health/cl?wait_for_status=green&timeout=20s", timeout=40)
+        eq(st, 200, "green: %s" % r)
+        st, r = b.req("PUT", "/cl/_doc/1?refresh=true", {"x": 1}, headers=basic("carol"))
+        eq(st, 201, "carol writes through n2: %s" % r)
+        eq(a.req("GET", "/cl/_count", headers=basic("bob"))[1]["count"], 1, "bob counts on n1")
+        forbidden(b.raw("DELETE", "/cl", None, headers=basic("carol")), "indices:admin/delete",
+                  "user [carol]")
+        # API keys are local to the node that made them (not replicated)
+        st, k = a.req("POST", "/_security/api_key", {"name": "n1-key", "role": "read"})
+        eq(st, 200, "key on n1")
+        KEYS.append(k)
+        eq(a.req("GET", "/cl/_search", headers=apikey(k["encoded"]))[0], 200, "key works on n1")
+        is_401(b.raw("GET", "/cl/_search", headers=apikey(k["encoded"])), "API key")
+    finally:
+        for n in nodes:
+            n.cleanup()
 
 
 def refuses(args, want):
