@@ -1,6 +1,8 @@
-"""Runs the libFuzzer targets (tests/fuzz/run.sh) for 30 s each: the
-transport's protobuf decoders, the query DSL / q= parsers, document
-parsing. Skips, saying so, when clang is missing. Any crash fails.
+"""Runs the libFuzzer targets (tests/fuzz/run.sh) for 30 s each (six
+targets, about 3 min plus the build): the transport's protobuf decoders,
+the query DSL / q= parsers, document parsing, the _bulk NDJSON parser, the
+segment reader over arbitrary files, and the transport message handlers.
+Skips, saying so, when clang is missing. Any crash fails.
     SHOAL_FUZZ_SECONDS=300 python3 tests/api/test_fuzz.py
 """
 import os

@@ -35,6 +35,7 @@
 #include "../../storage/st_segment.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
+void __sanitizer_set_death_callback(void (*callback)(void));
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define SKIP_ENTRY 17  /* storage/segment_private.h */
@@ -523,6 +524,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 		abort();
 	snprintf(path, sizeof(path), "%s/seg-1.mdb", dir);
 	atexit(cleanup);
+	__sanitizer_set_death_callback(cleanup); /* a crash leaves no temp dir */
 	writer_open();
 	const char *seeds = getenv("SEGMENT_FUZZ_SEEDS");
 	if (seeds) {

@@ -1,0 +1,523 @@
+/* libFuzzer target: what a data node does with each transport message it
+ * serves (node/nd_cluster.c serve()), short of the cluster itself. The
+ * first input byte picks the message type, the rest is its payload:
+ *  0 PR_SEARCH   pr_search_req_decode, nd_cl_request_build (body + URL
+ *                params), the "ordinals" param, then the search itself on a
+ *                fixed local index (sr_search_shard, as cl_serve_search
+ *                runs it) and the reply's encode/decode round trip,
+ *                aggregation partials included.
+ *  1 PR_BULK     pr_bulk_req_decode, documents prepared under the index
+ *                mapping (dynamic fields), ops applied to a shard as a
+ *                replica or primary copy would (nd_index_apply).
+ *  2 PR_ADMIN    pr_admin_decode, then what the master or a data node does
+ *                with it locally: create (settings, mappings, name checks),
+ *                put_mapping, put_settings, refresh/flush over an index
+ *                expression.
+ *  3 PR_METADATA pr_metadata_decode, then the state applied as
+ *                state_apply_locked does (create with uuid, merge mappings,
+ *                settings log).
+ * A solo node runs in a temp directory (tmpfs when there is one): index
+ * "fz" (searched, never written by inputs, so runs are repeatable) and
+ * "fzw" (written; recreated every WRITE_RESET inputs to bound its size).
+ * HANDLER_FUZZ_SEEDS=<dir> writes seed inputs there and exits. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../common/cm_alloc.h"
+#include "../../common/cm_log.h"
+#include "../../common/cm_sys.h"
+#include "../../node/nd.h"
+#include "../../node/nd_cluster.h"
+#include "../../proto/pr.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+void __sanitizer_set_death_callback(void (*callback)(void));
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define WRITE_RESET 500
+#define MAX_CREATE_SHARDS 8
+
+static char dir[64];
+static nd_node *node;
+static unsigned writes;
+static bool debug; /* HANDLER_FUZZ_DEBUG: say what each input came to */
+
+static void
+note(const char *what, const cm_error *e)
+{
+	if (debug)
+		fprintf(stderr, "%s: %s\n", what, e && e->code ? e->reason : "ok");
+}
+
+static const char *fz_body =
+    "{\"settings\":{\"number_of_shards\":1},\"mappings\":{\"properties\":{"
+    "\"title\":{\"type\":\"text\",\"fields\":{\"raw\":{\"type\":\"keyword\"}}},"
+    "\"tag\":{\"type\":\"keyword\"},\"n\":{\"type\":\"long\"},\"price\":{\"type\":\"double\"},"
+    "\"at\":{\"type\":\"date\"},\"ok\":{\"type\":\"boolean\"}}}}";
+
+static void
+cleanup(void)
+{
+	if (node)
+		nd_node_close(node);
+	node = NULL;
+	cm_rm_rf(dir);
+}
+
+static void
+remove_dir(void)
+{
+	cm_rm_rf(dir);
+}
+
+static nd_index *
+create(const char *name, const char *body)
+{
+	cJSON *j = cJSON_Parse(body);
+	nd_index *ix = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	if (nd_index_create(node, name, j, &ix, &err)) {
+		fprintf(stderr, "create %s: %s\n", name, err.reason);
+		abort();
+	}
+	cJSON_Delete(j);
+	return ix;
+}
+
+static void
+index_docs(nd_index *ix, int n)
+{
+	static const char *words[] = {"quick", "brown", "fox", "jumps", "over", "lazy", "dog"};
+	for (int i = 0; i < n; i++) {
+		char id[16], src[256];
+		snprintf(id, sizeof(id), "d%d", i);
+		snprintf(src, sizeof(src),
+		         "{\"title\":\"%s %s %s\",\"tag\":\"t%d\",\"n\":%d,\"price\":%d.5,"
+		         "\"at\":\"2024-0%d-1%dT10:00:00Z\",\"ok\":%s}",
+		         words[i % 7], words[(i * 3) % 7], words[(i * 5 + 1) % 7], i % 5, i * 7 - 20,
+		         i % 13, 1 + i % 9, i % 10, i % 2 ? "true" : "false");
+		st_op op = {.type = ST_OP_INDEX, .id = id, .id_len = strlen(id), .source = src,
+		            .source_len = strlen(src), .seq_no = ST_NO_SEQ, .if_seq_no = ST_NO_SEQ};
+		st_op_result res;
+		cm_error err;
+		cm_error_clear(&err);
+		if (nd_index_prepare_doc(ix, id, op.id_len, src, op.source_len, &err) ||
+		    nd_index_apply(ix, 0, &op, 1, &res) || res.err)
+			abort();
+	}
+	nd_index_refresh(ix);
+}
+
+static void
+reset_write_index(void)
+{
+	nd_index *ix = nd_index_get(node, "fzw");
+	cm_error err;
+	cm_error_clear(&err);
+	if (ix) {
+		nd_index_delete(node, ix, &err);
+		nd_index_release(ix);
+	}
+	/* no refresh timer: an input's effect must not depend on timing */
+	ix = create("fzw", "{\"settings\":{\"number_of_shards\":2,\"refresh_interval\":\"-1\"}}");
+	nd_index_release(ix);
+}
+
+/* ---- PR_SEARCH ---- */
+
+static void
+fuzz_search(const uint8_t *p, size_t n)
+{
+	pr_search_req rq;
+	sr_request req;
+	cm_error err;
+	cm_error_clear(&err);
+	sr_request_init(&req);
+	if (pr_search_req_decode(p, n, &rq, &err) != CM_OK) {
+		sr_request_free(&req);
+		return;
+	}
+	nd_index *ix = nd_index_get(node, "fz");
+	if (nd_cl_request_build(rq.body, rq.body_len, rq.params, &req, &err) == CM_OK) {
+		/* the ordinals a per-node request carries, read as the handler does */
+		cJSON *pj = rq.params ? cJSON_Parse(rq.params) : NULL;
+		cJSON *ords = cJSON_GetObjectItemCaseSensitive(pj, "ordinals");
+		bool use_ords = cJSON_IsArray(ords) && (size_t)cJSON_GetArraySize(ords) == rq.nshards;
+		uint32_t ord = 0;
+		if (use_ords && rq.nshards) {
+			cJSON *o = cJSON_GetArrayItem(ords, 0);
+			if (cJSON_IsNumber(o) && o->valuedouble >= 0 && o->valuedouble < 1e6)
+				ord = (uint32_t)o->valuedouble;
+		}
+		cJSON_Delete(pj);
+		/* a hostile request must stop at its deadline */
+		req.deadline_ns = cm_now_ns() + 2000000000ull;
+		st_reader *r = st_shard_reader(nd_index_shard(ix, 0));
+		sr_shard_result res;
+		memset(&res, 0, sizeof(res));
+		cm_error e2;
+		cm_error_clear(&e2);
+		cm_err src = sr_search_shard(r, ord, &req, &res, &e2);
+		if (debug)
+			fprintf(stderr, "search: %s, %llu hits\n", src ? e2.reason : "ok",
+			        (unsigned long long)res.total);
+		if (src == CM_OK) {
+			cm_buf out;
+			sr_shard_result *one = &res, *back = NULL;
+			size_t nback = 0;
+			pr_strings *strs = NULL;
+			cm_buf_init(&out, CM_MEM_NODE);
+			pr_shard_results_encode(&one, 1, &out);
+			cm_error_clear(&e2);
+			if (pr_shard_results_decode(out.data, out.len, req.aggs, &back, &nback, &strs,
+			                            &e2) != CM_OK || nback != 1) {
+				fprintf(stderr, "reply round trip: %s\n", e2.reason);
+				abort(); /* what a shard encodes must decode */
+			}
+			for (size_t i = 0; i < nback; i++)
+				sr_shard_result_free(&back[i]);
+			cm_free(CM_MEM_NODE, back);
+			pr_strings_free(strs);
+			cm_buf_free(&out);
+		}
+		sr_shard_result_free(&res);
+		st_reader_release(r);
+	} else {
+		note("request", &err);
+	}
+	nd_index_release(ix);
+	sr_request_free(&req);
+	pr_search_req_free(&rq);
+}
+
+/* ---- PR_BULK ---- */
+
+static void
+fuzz_bulk(const uint8_t *p, size_t n)
+{
+	pr_bulk_req rq;
+	cm_error err;
+	cm_error_clear(&err);
+	if (pr_bulk_req_decode(p, n, &rq, &err) != CM_OK)
+		return;
+	if (++writes % WRITE_RESET == 0)
+		reset_write_index();
+	/* whatever index the message names, the ops land in fzw */
+	nd_index *ix = nd_index_get(node, "fzw");
+	int shard = (int)(rq.shard % (uint32_t)nd_index_nshards(ix));
+	st_op *ok = cm_calloc(CM_MEM_NODE, rq.nops + 1, sizeof(st_op));
+	st_op_result *res = cm_calloc(CM_MEM_NODE, rq.nops + 1, sizeof(st_op_result));
+	size_t k = 0;
+	for (size_t i = 0; i < rq.nops; i++) {
+		cm_error e;
+		cm_error_clear(&e);
+		if (rq.ops[i].type == ST_OP_INDEX &&
+		    nd_index_prepare_doc(ix, rq.ops[i].id, rq.ops[i].id_len, rq.ops[i].source,
+		                         rq.ops[i].source_len, &e))
+			continue;
+		ok[k++] = rq.ops[i];
+	}
+	if (k)
+		nd_index_apply(ix, shard, ok, k, res);
+	for (size_t i = 0; debug && i < k; i++)
+		fprintf(stderr, "op %zu: %s\n", i, res[i].err ? res[i].reason : "ok");
+	if (rq.nops & 1)
+		nd_index_refresh(ix);
+	cm_free(CM_MEM_NODE, ok);
+	cm_free(CM_MEM_NODE, res);
+	nd_index_release(ix);
+	pr_bulk_req_free(&rq);
+}
+
+/* ---- PR_ADMIN and PR_METADATA ---- */
+
+/* Index creation on a fuzzed body may ask for up to 1024 shards; fine for
+ * the node, too slow for a fuzzer run. */
+static bool
+too_many_shards(const cJSON *body)
+{
+	const cJSON *s = cJSON_GetObjectItemCaseSensitive(body, "settings");
+	const cJSON *c[] = {cJSON_GetObjectItemCaseSensitive(s, "number_of_shards"),
+	                    cJSON_GetObjectItemCaseSensitive(s, "index.number_of_shards"),
+	                    cJSON_GetObjectItemCaseSensitive(
+	                        cJSON_GetObjectItemCaseSensitive(s, "index"), "number_of_shards")};
+	for (int i = 0; i < 3; i++) {
+		if (cJSON_IsNumber(c[i]) && c[i]->valuedouble > MAX_CREATE_SHARDS)
+			return true;
+		if (cJSON_IsString(c[i]) && atof(c[i]->valuestring) > MAX_CREATE_SHARDS)
+			return true;
+	}
+	return false;
+}
+
+static bool
+reserved(const char *name)
+{
+	return strcmp(name, "fz") == 0 || strcmp(name, "fzw") == 0;
+}
+
+static void
+drop(nd_index *ix)
+{
+	cm_error err;
+	cm_error_clear(&err);
+	if (ix && !reserved(nd_index_name(ix)))
+		nd_index_delete(node, ix, &err);
+	nd_index_release(ix);
+}
+
+static void
+fuzz_admin(const uint8_t *p, size_t n)
+{
+	pr_admin a;
+	cm_error err;
+	cm_error_clear(&err);
+	if (pr_admin_decode(p, n, &a, &err) != CM_OK)
+		return;
+	const char *action = a.action ? a.action : "", *index = a.index ? a.index : "";
+	cJSON *bj = a.body && a.body_len ? cJSON_ParseWithLength(a.body, a.body_len) : NULL;
+	if (strcmp(action, "create") == 0) {
+		nd_index *ix = NULL;
+		if (!reserved(index) && !too_many_shards(bj) &&
+		    nd_index_create(node, index, bj, &ix, &err) == CM_OK) {
+			st_mapping *m = nd_index_mapping(ix);
+			cJSON *mj = st_mapping_to_json(m);
+			cJSON_Delete(mj);
+			st_mapping_unref(m);
+			cJSON_Delete(nd_index_settings_json(ix));
+			drop(ix);
+		}
+	} else if (strcmp(action, "put_mapping") == 0 || strcmp(action, "put_settings") == 0) {
+		if (++writes % WRITE_RESET == 0)
+			reset_write_index();
+		nd_index *ix = nd_index_get(node, "fzw");
+		if (bj && action[4] == 'm')
+			nd_index_put_mapping(ix, bj, &err);
+		else if (bj)
+			nd_index_put_settings(ix, bj, &err);
+		nd_index_release(ix);
+	} else if (strcmp(action, "refresh") == 0 || strcmp(action, "flush") == 0) {
+		nd_index **ixs;
+		size_t nix;
+		if (nd_resolve(node, index, true, &ixs, &nix, &err) == CM_OK) {
+			for (size_t i = 0; i < nix; i++) {
+				if (action[0] == 'r')
+					nd_index_refresh(ixs[i]);
+				else
+					nd_index_flush(ixs[i]);
+				nd_index_release(ixs[i]);
+			}
+			cm_free(CM_MEM_NODE, ixs);
+		}
+	}
+	note(action, &err);
+	cJSON_Delete(bj);
+	pr_admin_free(&a);
+}
+
+static void
+fuzz_metadata(const uint8_t *p, size_t n)
+{
+	uint64_t version;
+	char *text = NULL;
+	size_t len;
+	cm_error err;
+	cm_error_clear(&err);
+	if (pr_metadata_decode(p, n, &version, &text, &len, &err) != CM_OK)
+		return;
+	cJSON *st = cJSON_ParseWithLength(text, len), *e;
+	cJSON *indices = cJSON_GetObjectItemCaseSensitive(st, "indices");
+	int count = 0;
+	cJSON_ArrayForEach(e, indices)
+	{
+		if (++count > 4 || !e->string || reserved(e->string))
+			break;
+		const cJSON *body = cJSON_GetObjectItemCaseSensitive(e, "body");
+		const cJSON *maps = cJSON_GetObjectItemCaseSensitive(e, "mappings");
+		const cJSON *uuid = cJSON_GetObjectItemCaseSensitive(e, "uuid");
+		nd_index *ix = nd_index_get(node, e->string);
+		cm_error_clear(&err);
+		if (!ix && (too_many_shards(body) ||
+		            nd_index_create_as(node, e->string,
+		                               cJSON_IsString(uuid) ? uuid->valuestring : NULL,
+		                               cJSON_IsObject(body) ? body : NULL, &ix, &err)))
+			continue;
+		cm_error_clear(&err);
+		if (cJSON_IsObject(maps))
+			nd_index_put_mapping(ix, maps, &err);
+		const cJSON *log = cJSON_GetObjectItemCaseSensitive(e, "settings_log"), *sb;
+		cJSON_ArrayForEach(sb, log)
+		{
+			cm_error_clear(&err);
+			nd_index_put_settings(ix, sb, &err);
+		}
+		note(e->string, &err);
+		drop(ix);
+	}
+	cJSON_Delete(st);
+	cm_free(CM_MEM_NODE, text);
+}
+
+/* ---- seeds ---- */
+
+static void
+seed(const char *outdir, const char *name, uint8_t type, const cm_buf *b)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", outdir, name);
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		abort();
+	fputc(type, f);
+	fwrite(b->data, 1, b->len, f);
+	fclose(f);
+}
+
+static void
+search_seed(const char *outdir, const char *name, const char *body, const char *params)
+{
+	uint32_t shards[1] = {0};
+	pr_search_req r = {.index = "fz", .index_uuid = "u", .shards = shards, .nshards = 1,
+	                   .body = (char *)body, .body_len = strlen(body), .params = (char *)params};
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_NODE);
+	pr_search_req_encode(&r, &b);
+	seed(outdir, name, 0, &b);
+	cm_buf_free(&b);
+}
+
+static void
+write_seeds(const char *outdir)
+{
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_NODE);
+	search_seed(outdir, "search-match", "{\"query\":{\"match\":{\"title\":\"quick fox\"}}}",
+	            "{}");
+	search_seed(outdir, "search-bool-aggs",
+	            "{\"size\":3,\"query\":{\"bool\":{\"must\":[{\"range\":{\"n\":{\"gte\":0}}}],"
+	            "\"should\":[{\"prefix\":{\"tag\":\"t\"}},{\"wildcard\":{\"title.raw\":\"*o*\"}}],"
+	            "\"filter\":{\"term\":{\"ok\":true}}}},\"aggs\":{\"tags\":{\"terms\":{\"field\":"
+	            "\"tag\"},\"aggs\":{\"p\":{\"avg\":{\"field\":\"price\"}}}},\"h\":{\"histogram\":{"
+	            "\"field\":\"n\",\"interval\":10}},\"c\":{\"cardinality\":{\"field\":\"tag\"}},"
+	            "\"pc\":{\"percentiles\":{\"field\":\"price\"}}}}",
+	            "{\"ordinals\":[3],\"from\":0}");
+	search_seed(outdir, "search-sort-dates",
+	            "{\"sort\":[{\"at\":\"desc\"},\"_score\"],\"query\":{\"regexp\":{\"title.raw\":"
+	            "\"(quick|lazy).*\"}},\"aggs\":{\"d\":{\"date_histogram\":{\"field\":\"at\","
+	            "\"calendar_interval\":\"month\"}},\"s\":{\"stats\":{\"field\":\"n\"}},\"top\":{"
+	            "\"top_hits\":{\"size\":1}}},\"_source\":[\"title\"],\"search_after\":["
+	            "\"2030-01-01T00:00:00Z\",1]}",
+	            "{\"track_total_hits\":true}");
+	search_seed(outdir, "search-qs",
+	            "{\"query\":{\"query_string\":{\"query\":\"title:(quick OR dog~1) AND n:[1 TO "
+	            "50]\"}},\"aggs\":{\"r\":{\"range\":{\"field\":\"price\",\"ranges\":[{\"to\":"
+	            "20},{\"from\":20}]}},\"f\":{\"filters\":{\"filters\":{\"a\":{\"match\":{"
+	            "\"title\":\"fox\"}}}}}}}",
+	            "{\"size\":2}");
+
+	st_op ops[3] = {
+	    {.type = ST_OP_INDEX, .id = "a", .id_len = 1, .source = "{\"x\":1,\"s\":\"hello\"}",
+	     .source_len = 19, .seq_no = ST_NO_SEQ, .if_seq_no = ST_NO_SEQ},
+	    {.type = ST_OP_INDEX, .id = "b", .id_len = 1, .source = "{\"x\":\"2\",\"o\":{\"p\":true}}",
+	     .source_len = 23, .seq_no = 5, .primary_term = 1, .if_seq_no = ST_NO_SEQ, .version = 3},
+	    {.type = ST_OP_DELETE, .id = "a", .id_len = 1, .seq_no = ST_NO_SEQ, .if_seq_no = 0,
+	     .if_primary_term = 1},
+	};
+	pr_bulk_req br = {.index = "fzw", .index_uuid = "u", .shard = 1, .ops = ops, .nops = 3,
+	                  .primary_term = 1, .global_checkpoint = ST_NO_SEQ, .source_node = "n1"};
+	cm_buf_reset(&b);
+	pr_bulk_req_encode(&br, &b);
+	seed(outdir, "bulk-primary", 1, &b);
+	br.replica = true;
+	br.nops = 2;
+	cm_buf_reset(&b);
+	pr_bulk_req_encode(&br, &b);
+	seed(outdir, "bulk-replica", 1, &b);
+
+	static const struct {
+		const char *name, *action, *index, *body;
+	} admin[] = {
+	    {"admin-create", "create", "x1",
+	     "{\"settings\":{\"number_of_shards\":2,\"number_of_replicas\":0,\"refresh_interval\":"
+	     "\"5s\"},\"mappings\":{\"dynamic\":\"strict\",\"properties\":{\"a\":{\"type\":"
+	     "\"keyword\",\"ignore_above\":10},\"b\":{\"type\":\"date\",\"format\":"
+	     "\"yyyy-MM-dd||epoch_millis\"},\"c\":{\"properties\":{\"d\":{\"type\":\"float\"}}}}}}"},
+	    {"admin-put-mapping", "put_mapping", "fzw",
+	     "{\"properties\":{\"k\":{\"type\":\"text\",\"analyzer\":\"english\"}}}"},
+	    {"admin-put-settings", "put_settings", "fzw",
+	     "{\"index\":{\"refresh_interval\":\"-1\",\"max_result_window\":500}}"},
+	    {"admin-refresh", "refresh", "fz*,-fzw", ""},
+	};
+	for (size_t i = 0; i < sizeof(admin) / sizeof(admin[0]); i++) {
+		cm_buf_reset(&b);
+		pr_admin_encode(admin[i].action, admin[i].index, admin[i].body, strlen(admin[i].body),
+		                &b);
+		seed(outdir, admin[i].name, 2, &b);
+	}
+	const char *state =
+	    "{\"version\":7,\"indices\":{\"m1\":{\"uuid\":\"abcdefghijklmnopqrstuv\",\"body\":{"
+	    "\"settings\":{\"number_of_shards\":1}},\"mappings\":{\"properties\":{\"t\":{\"type\":"
+	    "\"text\"}}},\"settings_log\":[{\"index\":{\"refresh_interval\":\"2s\"}}]}}}";
+	cm_buf_reset(&b);
+	pr_metadata_encode(7, state, strlen(state), &b);
+	seed(outdir, "metadata", 3, &b);
+	cm_buf_free(&b);
+}
+
+int
+LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+	snprintf(dir, sizeof(dir), "%s/handlerfuzzXXXXXX", base);
+	if (!mkdtemp(dir))
+		abort();
+	atexit(cleanup);
+	__sanitizer_set_death_callback(remove_dir); /* a crash leaves no temp dir */
+	debug = getenv("HANDLER_FUZZ_DEBUG") != NULL;
+	cm_log_set_level(CM_LOG_ERROR);
+	nd_node_opts o = {.data_dir = dir, .name = "fuzz", .search_threads = 1};
+	cm_error err;
+	cm_error_clear(&err);
+	if (nd_node_open(&o, &node, &err)) {
+		fprintf(stderr, "node: %s\n", err.reason);
+		abort();
+	}
+	nd_index *ix = create("fz", fz_body);
+	index_docs(ix, 60);
+	nd_index_release(ix);
+	reset_write_index();
+	const char *seeds = getenv("HANDLER_FUZZ_SEEDS");
+	if (seeds) {
+		write_seeds(seeds);
+		exit(0);
+	}
+	return 0;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (size < 1 || size > 1 << 20)
+		return 0;
+	switch (data[0] % 4) {
+	case 0:
+		fuzz_search(data + 1, size - 1);
+		break;
+	case 1:
+		fuzz_bulk(data + 1, size - 1);
+		break;
+	case 2:
+		fuzz_admin(data + 1, size - 1);
+		break;
+	default:
+		fuzz_metadata(data + 1, size - 1);
+		break;
+	}
+	return 0;
+}
