@@ -86,10 +86,30 @@ class Node:
         except OSError:
             return ""
 
+    def scan_sanitizer(self):
+        """Records AddressSanitizer / UBSan reports in this node's log (a
+        node built with sanitizers aborts at its first report, which a
+        later kill -9 would otherwise hide); run_tests fails on any."""
+        try:
+            with open(os.path.join(self.data, "test-node.log"), "rb") as f:
+                f.seek(getattr(self, "_scanned", 0))
+                text = f.read()
+                self._scanned = f.tell()
+        except OSError:
+            return
+        for marker in (b"ERROR: AddressSanitizer", b"ERROR: LeakSanitizer", b"runtime error:"):
+            i = text.find(marker)
+            if i >= 0:
+                report = text[max(0, i - 200):i + 3000].decode("utf-8", "replace")
+                SANITIZER_REPORTS.append("%s: %s" % (self.data, report))
+                sys.stdout.write("SANITIZER REPORT in %s:\n%s\n" % (self.data, report))
+                break
+
     def stop(self, timeout=20):
         """SIGTERM and wait; returns the exit code."""
         self.close_conn()
         if not self.proc or self.proc.poll() is not None:
+            self.scan_sanitizer()
             return self.proc.returncode if self.proc else None
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -98,6 +118,8 @@ class Node:
             self.proc.kill()
             self.proc.wait(10)
             raise RuntimeError("shoal did not stop within %ss after SIGTERM" % timeout)
+        finally:
+            self.scan_sanitizer()
 
     def kill(self):
         """kill -9, as a crash."""
@@ -105,6 +127,7 @@ class Node:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+        self.scan_sanitizer()
 
     def restart(self):
         self.stop()
@@ -236,6 +259,9 @@ def error_is(resp, status, etype, reason_part=None):
         raise AssertionError("reason %r lacks %r" % (err["reason"], reason_part))
 
 
+SANITIZER_REPORTS = []
+
+
 def run_tests(budget_s=110, teardown=None):
     """Runs every @test in order; prints one line each and the summary
     line 'N passed, M failed'. Exits 0 only when all pass. teardown()
@@ -264,6 +290,10 @@ def run_tests(budget_s=110, teardown=None):
         if rc not in (0, None):
             print("FAIL %-45s" % "shared node shutdown (exit %s)" % rc, flush=True)
             failed += 1
+    if SANITIZER_REPORTS:
+        print("FAIL %-45s" % ("%d sanitizer report(s) in node logs" % len(SANITIZER_REPORTS)),
+              flush=True)
+        failed += 1
     print("%d passed, %d failed" % (passed, failed), flush=True)
     sys.exit(0 if failed == 0 else 1)
 
