@@ -408,8 +408,8 @@ def cluster_mode_users_and_node_local_keys():
         eq(a.req("GET", "/cl/_search", headers=apikey(k["encoded"]))[0], 200, "key works on n1")
         is_401(b.raw("GET", "/cl/_search", headers=apikey(k["encoded"])), "API key")
     finally:
-        for n in nodes:
-            n.cleanup()
+        rcs = [n.cleanup() for n in nodes]
+    eq(rcs, [0, 0], "cluster nodes' exit codes")
 
 
 def refuses(args, want):
