@@ -256,7 +256,8 @@ cat_reply(co_req *r, const char *const *cols, int ncols, const cm_buf *rows)
 	co_param_get(r, "h");
 	co_param_get(r, "s");
 	co_param_get(r, "bytes");
-	memcpy(text, rows->data, rows->len);
+	if (rows->len)
+		memcpy(text, rows->data, rows->len);
 	text[rows->len] = 0;
 	cm_buf_init(&out, MEM);
 	if (v) {
