@@ -308,8 +308,13 @@ tls_tests(cm_pool *pool)
 	nd_peer_close(p);
 	ro.secret = "guess";
 	REQUIRE(nd_peer_open(url, &ro, &p, &err) == CM_OK);
-	usleep(300000);
-	rc = nd_peer_call_sync(p, 5, "hello", 5, cm_now_ns() + 1000000000ull, &type, &reply);
+	rc = CM_EUNAVAIL;
+	for (int i = 0; i < 300 && rc == CM_EUNAVAIL; i++) { /* until connected */
+		rc =
+		    nd_peer_call_sync(p, 5, "hello", 5, cm_now_ns() + 1000000000ull, &type, &reply);
+		if (rc == CM_EUNAVAIL)
+			usleep(10000);
+	}
 	CHECKF(rc == CM_EINVAL, "%s", cm_err_name(rc));
 	nd_peer_close(p);
 	nd_server_stop(srv);
