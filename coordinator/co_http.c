@@ -1176,7 +1176,8 @@ authenticate(co_req *r, struct MHD_Connection *c)
 		         "missing authentication credentials for REST request [%.400s]", r->path);
 		break;
 	case CO_AUTH_BAD_USER:
-		if (who[0])
+		/* echoed into JSON: only a name that is valid UTF-8 */
+		if (who[0] && co_utf8_valid((const unsigned char *)who, strlen(who), NULL))
 			snprintf(reason, sizeof(reason),
 			         "unable to authenticate user [%.200s] for REST request [%.400s]", who,
 			         r->path);
@@ -1309,8 +1310,10 @@ completed_cb(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_Reque
 	co_req *r = *con_cls;
 	if (r) {
 		if (r->route && r->status < 500)
-			cm_debug("http", "%s %s %d %.2fms", method_name(r->method), r->path, r->status,
-			         (cm_now_ns() - r->start_ns) / 1e6);
+			cm_debug("http", "%s %s %d %.2fms%s%s%s", method_name(r->method), r->path,
+			         r->status, (cm_now_ns() - r->start_ns) / 1e6,
+			         r->principal.user[0] ? " user [" : "", r->principal.user,
+			         r->principal.user[0] ? "]" : "");
 		req_free(r);
 	}
 	*con_cls = NULL;
