@@ -188,12 +188,19 @@ test_check(const char *users_path)
 	CHECK(co_auth_check(a, NULL, &p, who, sizeof(who)) == CO_AUTH_MISSING);
 	CHECK(co_auth_check(a, "Bearer abc", &p, who, sizeof(who)) == CO_AUTH_MISSING);
 	basic_header("alice", "secret-a", h, sizeof(h));
-	CHECK(co_auth_check(a, h, &p, who, sizeof(who)) == CO_AUTH_OK);
-	CHECK(strcmp(p.user, "alice") == 0 && p.role == CO_ROLE_ADMIN && !p.api_key);
-	/* the second time comes from the cache, and must be far quicker */
 	uint64_t t0 = cm_now_ns();
 	CHECK(co_auth_check(a, h, &p, who, sizeof(who)) == CO_AUTH_OK);
-	CHECKF(cm_now_ns() - t0 < 3000000, "cached check took %.2f ms", (cm_now_ns() - t0) / 1e6);
+	uint64_t slow = cm_now_ns() - t0, fast = UINT64_MAX;
+	CHECK(strcmp(p.user, "alice") == 0 && p.role == CO_ROLE_ADMIN && !p.api_key);
+	/* later checks come from the cache: far quicker than an argon2 run
+	 * (the best of three, so one descheduling does not fail the test) */
+	for (int i = 0; i < 3; i++) {
+		t0 = cm_now_ns();
+		CHECK(co_auth_check(a, h, &p, who, sizeof(who)) == CO_AUTH_OK);
+		if (cm_now_ns() - t0 < fast)
+			fast = cm_now_ns() - t0;
+	}
+	CHECKF(fast * 4 < slow, "cached check took %.3f ms, argon2 %.3f ms", fast / 1e6, slow / 1e6);
 	basic_header("alice", "secret-b", h, sizeof(h));
 	CHECK(co_auth_check(a, h, &p, who, sizeof(who)) == CO_AUTH_BAD_USER);
 	CHECK(strcmp(who, "alice") == 0);
