@@ -255,7 +255,7 @@ def t06_bench_tls_vs_plain():
     if n <= 0:
         return
     out = {}
-    for mode in ("tls", "plain", "tls"):
+    for mode in ("tls", "plain", "tls", "plain"):
         stop_all()
         write_cluster(CFILE, tls=mode == "tls")
         for name in ALL:
