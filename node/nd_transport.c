@@ -204,22 +204,35 @@ stat_value(nng_stat *st, const char *name)
 	return 0;
 }
 
-/* The scope "dialer" whose "id" is `id`. (nng 1.5's nng_stat_find_dialer
- * returns the first dialer of the snapshot whatever the id.) */
+/* The scope `kind` ("dialer", "listener") whose "id" is `id`. (nng 1.5's
+ * nng_stat_find_dialer returns the first dialer of the snapshot whatever
+ * the id.) */
 static nng_stat *
-stat_find_dialer(nng_stat *st, int id)
+stat_find(nng_stat *st, const char *kind, int id)
 {
 	for (; st; st = nng_stat_next(st)) {
 		if (nng_stat_type(st) != NNG_STAT_SCOPE)
 			continue;
-		if (strcmp(nng_stat_name(st), "dialer") == 0 &&
-		    stat_value(st, "id") == (uint64_t)id)
+		if (strcmp(nng_stat_name(st), kind) == 0 && stat_value(st, "id") == (uint64_t)id)
 			return st;
-		nng_stat *in = stat_find_dialer(nng_stat_child(st), id);
+		nng_stat *in = stat_find(nng_stat_child(st), kind, id);
 		if (in)
 			return in;
 	}
 	return NULL;
+}
+
+/* Handshake failures ("auth" + "proto") of one dialer or listener so far. */
+static uint64_t
+tls_failures(const char *kind, int id)
+{
+	nng_stat *root = NULL;
+	if (nng_stats_get(&root) != 0)
+		return 0;
+	nng_stat *st = stat_find(root, kind, id);
+	uint64_t n = stat_value(st, "auth") + stat_value(st, "proto");
+	nng_stats_free(root);
+	return n;
 }
 
 static nng_msg *
@@ -264,9 +277,47 @@ struct nd_server {
 	int busy; /* contexts in SRV_WORK */
 	bool stopping;
 	_Atomic uint64_t refused;
+	/* TLS: a timer looks at the listener's handshake failures and warns,
+	 * as nng reports them nowhere else. */
+	nng_listener listener;
+	nng_aio *tls_tick;
+	char *url;
+	uint64_t tls_reported, tls_warned_ns; /* tick callback only */
 };
 
 static void srv_cb(void *arg);
+
+#define TLS_TICK_MS 2000
+
+/* Every TLS_TICK_MS: warns (at most every 10 s) when handshakes were
+ * refused since the last warning. The peer's address is not known: nng
+ * drops the connection before it becomes a pipe. */
+static void
+srv_tls_tick(void *arg)
+{
+	nd_server *s = arg;
+	int rv = nng_aio_result(s->tls_tick);
+
+	if (rv == NNG_ECANCELED || rv == NNG_ECLOSED)
+		return;
+	pthread_mutex_lock(&s->mu);
+	bool stopping = s->stopping;
+	pthread_mutex_unlock(&s->mu);
+	if (stopping)
+		return;
+	uint64_t now = cm_now_ns();
+	uint64_t n = tls_failures("listener", nng_listener_id(s->listener));
+	if (n > s->tls_reported &&
+	    (s->tls_warned_ns == 0 || now - s->tls_warned_ns >= TLS_WARN_EVERY_NS)) {
+		cm_warn("transport",
+		        "refused %llu TLS handshake(s) on %s since the last report (%llu in "
+		        "all): peers with a certificate not signed by our CA, or without TLS",
+		        (unsigned long long)(n - s->tls_reported), s->url, (unsigned long long)n);
+		s->tls_reported = n;
+		s->tls_warned_ns = now;
+	}
+	nng_sleep_aio(TLS_TICK_MS, s->tls_tick);
+}
 
 static void
 srv_recv(srv_ctx *c)
@@ -383,12 +434,17 @@ nd_server_start(const char *url, const nd_transport_opts *o, int contexts, cm_po
 	 * would accept its first connections without the TLS config. */
 	if ((rv = nng_listener_create(&l, s->sock, url)) != 0 ||
 	    (tls && (rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, tls)) != 0) ||
-	    (rv = nng_listener_start(l, 0)) != 0) {
+	    (rv = nng_listener_start(l, 0)) != 0 ||
+	    (tls && (rv = nng_aio_alloc(&s->tls_tick, srv_tls_tick, s)) != 0)) {
 		nng_close(s->sock);
 		goto fail;
 	}
-	if (tls)
+	s->listener = l;
+	s->url = cm_strdup(T, url);
+	if (tls) {
 		nng_tls_config_free(tls); /* the listener holds its own reference */
+		nng_sleep_aio(TLS_TICK_MS, s->tls_tick);
+	}
 	s->nctx = contexts > 0 ? contexts : 16;
 	s->ctxs = cm_calloc(T, (size_t)s->nctx, sizeof(srv_ctx));
 	for (int i = 0; i < s->nctx; i++) {
@@ -422,6 +478,8 @@ nd_server_stop(nd_server *s)
 	while (s->busy > 0)
 		pthread_cond_wait(&s->cv, &s->mu);
 	pthread_mutex_unlock(&s->mu);
+	if (s->tls_tick)
+		nng_aio_free(s->tls_tick); /* cancels the timer, waits for its callback */
 	nng_close(s->sock);
 	for (int i = 0; i < s->nctx; i++) {
 		nng_aio_free(s->ctxs[i].aio); /* waits for a callback in progress */
@@ -430,8 +488,15 @@ nd_server_stop(nd_server *s)
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
 	cm_free(T, s->ctxs);
+	cm_free(T, s->url);
 	opts_free(&s->o);
 	cm_free(T, s);
+}
+
+uint64_t
+nd_server_tls_refused(const nd_server *s)
+{
+	return s->tls_tick ? tls_failures("listener", nng_listener_id(s->listener)) : 0;
 }
 
 uint64_t
@@ -651,7 +716,7 @@ peer_tls_check(nd_peer *p)
 	pthread_mutex_unlock(&p->mu);
 	if (!look || nng_stats_get(&root) != 0)
 		return;
-	nng_stat *ds = stat_find_dialer(root, nng_dialer_id(p->dialer));
+	nng_stat *ds = stat_find(root, "dialer", nng_dialer_id(p->dialer));
 	uint64_t auth = stat_value(ds, "auth"), proto = stat_value(ds, "proto");
 	nng_stats_free(root);
 	pthread_mutex_lock(&p->mu);

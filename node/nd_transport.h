@@ -59,6 +59,10 @@ cm_err nd_server_start(const char *url, const nd_transport_opts *o, int contexts
                        nd_serve_fn fn, void *ctx, nd_server **out, cm_error *err);
 void nd_server_stop(nd_server *s);
 uint64_t nd_server_refused(const nd_server *s); /* envelopes refused (name/secret/bad bytes) */
+/* TLS handshakes the listener refused or lost (certificate not accepted,
+ * a peer without TLS); 0 without TLS. Also logged (WARN) every few
+ * seconds while it grows. */
+uint64_t nd_server_tls_refused(const nd_server *s);
 
 /* ---- client ---- */
 

@@ -289,6 +289,11 @@ tls_tests(cm_pool *pool)
 	CHECKF(file_has(log, needle), "no WARN naming %s in %s", url, log);
 	snprintf(needle, sizeof(needle), "TLS handshake with peer %s failed", as_tls);
 	CHECKF(file_has(log, needle), "no WARN naming %s in %s", as_tls, log);
+	/* The listener counts and reports the handshakes it refused. */
+	CHECKF(nd_server_tls_refused(srv) >= 3, "%llu",
+	       (unsigned long long)nd_server_tls_refused(srv));
+	snprintf(needle, sizeof(needle), "TLS handshake(s) on %s since", url);
+	CHECKF(file_has(log, needle), "no WARN from the listener %s in %s", url, log);
 
 	/* The cluster's node still gets through after all that. */
 	rc = call_until_ok(peer, &reply, &type, 100);

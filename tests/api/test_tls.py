@@ -6,8 +6,9 @@ the transport port speaks TLS, not SP in the clear; an index with 2 shards
 and 1 replica is written and searched through every node (the coordinator
 holds no data: its fan-out, and the replication between the two data
 nodes, cross TLS); a node with a certificate from another CA is refused
-(its log names the peer whose handshake failed, its requests fail, the
-cluster stays green without it); a missing certificate file stops a node
+(its log names the peer whose handshake failed, the members log the
+handshakes they refused, its requests fail, the cluster stays green
+without it); a missing certificate file stops a node
 at start with the file named.
 
 SHOAL_TLS_BENCH=N also times N searches through the coordinator over TLS
@@ -212,6 +213,13 @@ def t04_rogue_certificate_refused():
     if want not in rogue.log_tail(20000):
         raise AssertionError("no handshake warning in the rogue's log:\n" +
                              rogue.log_tail(3000))
+    # and the members log the handshakes they refused
+    want = "TLS handshake(s) on tls+tcp://127.0.0.1:%d since" % PORTS["node-1"][1]
+    while time.time() < deadline + 5 and want not in NODES["node-1"].log_tail(20000):
+        time.sleep(0.2)
+    if want not in NODES["node-1"].log_tail(20000):
+        raise AssertionError("no refused-handshake warning in node-1's log:\n" +
+                             NODES["node-1"].log_tail(3000))
     st, _ = NODES["coord"].req("HEAD", "/intrusion")
     eq(st, 404, "nothing created")
     for n in ALL:
