@@ -19,4 +19,5 @@ args=(--test-dir "$BUILD_DIR" --output-on-failure --timeout 600)
 [ -n "${TEST_REGEX:-}" ] && args+=(-R "$TEST_REGEX")
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}
 ctest "${args[@]}"
