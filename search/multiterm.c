@@ -13,6 +13,17 @@
 #define MAX_NFA_STATES 100000
 #define MAX_REPEAT 1000
 #define MAX_PATTERN 4096
+/* Subset construction's work budget, in NFA states and edges visited (the
+ * set of each DFA state scanned per alphabet class, plus the epsilon
+ * closures). The state cap alone let patterns under it run for a minute
+ * ('.{0,1000}(.{0,1000}){0,30}': 18.6 s of CPU, '(.{0,1000}){0,90}': 69 s),
+ * so the work is bounded too: ~10-20 ns a unit here at -O2, ~0.3 s of CPU
+ * before such a pattern is refused (search/multiterm_test.c);
+ * '.{0,1000}.{0,1000}.{0,1000}' (3001 states) needs 21M and compiles. */
+#define MAX_DET_WORK 25000000ull
+/* The DFA's transition table (states x alphabet classes, 4 bytes each):
+ * 16 MB at most. 10000 states over 400 classes fit. */
+#define MAX_DET_TRANSITIONS ((size_t)4 << 20)
 
 /* ---- UTF-8 ---- */
 
@@ -578,17 +589,21 @@ int_cmp(const void *x, const void *y)
 	return (a > b) - (a < b);
 }
 
-static void
+/* Returns the states visited, for the work budget. */
+static uint64_t
 closure(const nfa *m, int *stack, uint8_t *mark, sset *out)
 {
 	int sp = 0;
+	uint64_t visits = 0;
 	for (int k = 0; k < out->n; k++) {
 		mark[out->v[k]] = 1;
 		stack[sp++] = out->v[k];
 	}
 	while (sp) {
 		int s = stack[--sp];
+		visits++;
 		for (int e = m->first[s]; e >= 0; e = m->e[e].next) {
+			visits++;
 			if (m->e[e].lo > m->e[e].hi && !mark[m->e[e].to]) {
 				mark[m->e[e].to] = 1;
 				out->v[out->n++] = m->e[e].to;
@@ -599,6 +614,7 @@ closure(const nfa *m, int *stack, uint8_t *mark, sset *out)
 	for (int k = 0; k < out->n; k++)
 		mark[out->v[k]] = 0;
 	qsort(out->v, out->n, sizeof(int), int_cmp);
+	return visits + (uint64_t)out->n;
 }
 
 static int
@@ -639,6 +655,26 @@ smap_find(const smap *m, const sset *s, size_t *slot)
 	return -1;
 }
 
+/* Lucene's error for an automaton past its determinization limits; a 400,
+ * as Elasticsearch answers it. */
+static cm_err
+too_complex(cm_error *err, int max_states)
+{
+	return cm_error_set_type(err, CM_ELIMIT, "too_complex_to_determinize_exception",
+	                         "Determinizing automaton would result in more than %d states.",
+	                         max_states);
+}
+
+/* The same past the work or transition-table budget. */
+static cm_err
+too_much_work(cm_error *err)
+{
+	return cm_error_set_type(err, CM_ELIMIT, "too_complex_to_determinize_exception",
+	                         "Determinizing automaton would take more than %llu steps or %zu "
+	                         "transitions; simplify the pattern",
+	                         (unsigned long long)MAX_DET_WORK, MAX_DET_TRANSITIONS);
+}
+
 static cm_err
 determinize(const nfa *m, int start, int accept, int max_states, sr_dfa *d, cm_error *err)
 {
@@ -674,6 +710,7 @@ determinize(const nfa *m, int start, int accept, int max_states, sr_dfa *d, cm_e
 	size_t cap_states = 0;
 	int nst = 0;
 	size_t cap_delta = 0;
+	uint64_t work = 0;
 
 	sset s0 = {cm_malloc(CM_MEM_SEARCH, (m->nstates + 1) * sizeof(int)), 1};
 	s0.v[0] = start;
@@ -687,19 +724,32 @@ determinize(const nfa *m, int start, int accept, int max_states, sr_dfa *d, cm_e
 	states[nst++] = s0;
 
 	for (int cur = 0; cur < nst; cur++) {
-		if ((size_t)(cur + 1) * d->nclass > cap_delta) {
+		size_t need = (size_t)(cur + 1) * d->nclass;
+		if (need > MAX_DET_TRANSITIONS) {
+			rc = too_much_work(err);
+			goto out;
+		}
+		if (need > cap_delta) {
 			cap_delta = cap_delta ? cap_delta * 2 : 64 * (size_t)d->nclass;
-			while (cap_delta < (size_t)(cur + 1) * d->nclass)
-				cap_delta *= 2;
+			if (cap_delta > MAX_DET_TRANSITIONS)
+				cap_delta = MAX_DET_TRANSITIONS;
+			if (cap_delta < need)
+				cap_delta = need;
 			d->delta = cm_realloc(CM_MEM_SEARCH, d->delta, cap_delta * sizeof(int));
 		}
 		for (int c = 0; c < d->nclass; c++) {
 			uint32_t rep = b[c];
 			sset nx = {tmp, 0};
 			sset S = states[cur];
+			if (work > MAX_DET_WORK) {
+				rc = too_much_work(err);
+				goto out;
+			}
 			for (int k = 0; k < S.n; k++) {
+				work++;
 				for (int e = m->first[S.v[k]]; e >= 0; e = m->e[e].next) {
 					const edge *ed = &m->e[e];
+					work++;
 					if (ed->lo <= ed->hi && ed->lo <= rep && rep <= ed->hi && !mark[ed->to]) {
 						mark[ed->to] = 1;
 						nx.v[nx.n++] = ed->to;
@@ -712,13 +762,11 @@ determinize(const nfa *m, int start, int accept, int max_states, sr_dfa *d, cm_e
 				d->delta[(size_t)cur * d->nclass + c] = -1;
 				continue;
 			}
-			closure(m, stack, mark, &nx);
+			work += closure(m, stack, mark, &nx);
 			int id = smap_find(&map, &nx, &slot);
 			if (id < 0) {
 				if (nst >= max_states) {
-					rc = cm_error_set(err, CM_ELIMIT,
-					                  "Determinizing automaton would result in more than %d states.",
-					                  max_states);
+					rc = too_complex(err, max_states);
 					goto out;
 				}
 				sset copy = {cm_malloc(CM_MEM_SEARCH, nx.n * sizeof(int)), nx.n};
@@ -853,9 +901,7 @@ compile_ast(ast *a, int max_states, sr_dfa **out, cm_error *err)
 	int t = nfa_build(&m, a, s);
 	cm_err rc;
 	if (m.overflow) {
-		rc = cm_error_set(err, CM_ELIMIT,
-		                  "Determinizing automaton would result in more than %d states.",
-		                  max_states);
+		rc = too_complex(err, max_states);
 		goto out;
 	}
 	sr_dfa *d = cm_calloc(CM_MEM_SEARCH, 1, sizeof *d);
