@@ -1153,9 +1153,12 @@ def r5_sigstop(cl, tag):
                    greens_figure(greens)), problems=problems)
 
 
-@test
-@row
-def r6_node_lost_during_searches(cl, tag):
+def searches_with_a_node_lost(cl, tag, how):
+    """300 searches from 3 threads through node-1 and node-2; after the
+    first 100, node-3 is lost: how="kill" (kill -9, connections reset) or
+    "stall" (its links stall: connections stay open, nothing answers).
+    Every search must come back within its timeout (2 s) plus 3 s,
+    complete or partial with failures."""
     model = Model()
     rec = Recoveries()
     victim = "node-3"  # not the master
@@ -1168,9 +1171,8 @@ def r6_node_lost_during_searches(cl, tag):
     st, b = cl.req(MASTER, "GET", "/%s/_count" % INDEX)
     total = b["count"] if st == 200 else None
     stop = threading.Event()
-    # through the surviving nodes; a random preference string per search
-    # spreads the shard requests over both copies, so the victim's copies
-    # are in use when it dies
+    # a random preference string per search spreads the shard requests
+    # over both copies, so the victim's copies are in use when it is lost
     searchers = [Searcher(cl, lambda: ["node-1", "node-2"], stop, n=100, seed=60 + i,
                           client_timeout=10.0, expect_total=total, spread=True)
                  for i in range(3)]
@@ -1179,7 +1181,10 @@ def r6_node_lost_during_searches(cl, tag):
     deadline = time.time() + 60
     while sum(len(s.results) for s in searchers) < 100 and time.time() < deadline:
         time.sleep(0.005)
-    cl.kill(victim)
+    if how == "kill":
+        cl.kill(victim)
+    else:
+        cl.proxy.cut(victim, "stall")
     for s in searchers:
         s.join(60)
     stop.set()
@@ -1188,17 +1193,33 @@ def r6_node_lost_during_searches(cl, tag):
     outcomes = {}
     for _, _, o in results:
         outcomes[o] = outcomes.get(o, 0) + 1
-    max_lat = max((lat for _, lat, _ in results), default=0)
+    lats = sorted(lat for _, lat, _ in results)
     if len(results) != 300:
         problems.append("%d of 300 searches ran" % len(results))
     bad = {o: k for o, k in outcomes.items() if o not in ("complete", "partial")}
-    slow = [round(lat, 1) for _, lat, _ in results if lat > 2.0 + 3]
+    slow = [round(lat, 1) for lat in lats if lat > 2.0 + 3]
     if bad or slow:
         problems.append("searches failed or past their timeout: %s slow=%s" % (bad, slow[:8]))
-    cl.start(victim)
-    finish_row(cl, "R6 node-lost-during-300-searches", model, w.stats, rec,
-               extra=" searches %d %s max_latency=%.2fs (timeout 2s)" % (
-                   len(results), outcomes, max_lat), problems=problems)
+    if how == "kill":
+        cl.start(victim)
+    else:
+        cl.proxy.heal(victim)
+    finish_row(cl, tag, model, w.stats, rec,
+               extra=" searches %d %s p50=%.2fs max=%.2fs (timeout 2s)" % (
+                   len(results), outcomes, lats[len(lats) // 2] if lats else 0,
+                   lats[-1] if lats else 0), problems=problems)
+
+
+@test
+@row
+def r6_node_lost_during_searches(cl, tag):
+    searches_with_a_node_lost(cl, "R6 node-killed-during-300-searches", "kill")
+
+
+@test
+@row
+def r6b_node_cut_during_searches(cl, tag):
+    searches_with_a_node_lost(cl, "R6b node-stalled-during-300-searches", "stall")
 
 
 @test
