@@ -8,8 +8,9 @@ holds no data: its fan-out, and the replication between the two data
 nodes, cross TLS); a node with a certificate from another CA is refused
 (its log names the peer whose handshake failed, the members log the
 handshakes they refused, its requests fail, the cluster stays green
-without it); a missing certificate file stops a node
-at start with the file named.
+without it); a killed member comes back and is dialed anew; a missing
+certificate file, or a mistake in the tls keys, stops a node at start
+saying which.
 
 SHOAL_TLS_BENCH=N also times N searches through the coordinator over TLS
 and over plain tcp (same data, same processes layout) and prints p50/p99."""
@@ -230,6 +231,21 @@ def t04_rogue_certificate_refused():
 
 
 @test
+def t04b_member_restart_reconnects():
+    """kill -9 a data node and start it again: the others dial it anew
+    (new handshakes) and the cluster is green with every document."""
+    NODES["node-2"].kill()
+    st, b = NODES["coord"].req("GET", "/ix/_count")
+    eq((st, b.get("count")), (200, N_DOCS), "count with node-2 down (replicas on node-1)")
+    NODES["node-2"].start()
+    for n in ALL:
+        green(n)
+    for n in ALL:
+        st, b = NODES[n].req("GET", "/ix/_count")
+        eq((st, b.get("count")), (200, N_DOCS), "count through %s after the restart" % n)
+
+
+@test
 def t05_missing_certificate_stops_the_node():
     bad_file = os.path.join(TMP, "missing.json")
     shutil.copy(CFILE, bad_file)
@@ -245,6 +261,31 @@ def t05_missing_certificate_stops_the_node():
         raise AssertionError("exit %s, stderr: %s" % (r.returncode, r.stderr[-2000:]))
 
 
+@test
+def t06_cluster_file_errors():
+    """Mistakes in the tls keys stop the node at start, saying which."""
+    cases = [
+        (lambda sp: sp["tls"].update(verify="maybe"), "tls.verify"),
+        (lambda sp: sp["tls"].update(certificate="x.pem"), "unknown key tls.certificate"),
+        (lambda sp: sp["nodes"][2].pop("tls"), "has no tls.cert"),
+        (lambda sp: sp["nodes"][2]["tls"].update(key=""), "tls.key must be a path"),
+        (lambda sp: sp.update(tls="on"), "\"tls\" must be an object"),
+    ]
+    data = os.path.join(TMP, "data-bad")
+    os.makedirs(data, exist_ok=True)
+    for i, (change, want) in enumerate(cases):
+        bad_file = os.path.join(TMP, "bad%d.json" % i)
+        spec = json.load(open(CFILE))
+        change(spec)
+        json.dump(spec, open(bad_file, "w"))
+        r = subprocess.run([shoal.shoal_bin(), "--cluster", bad_file, "--name", "coord",
+                            "--data", data, "--role", "coordinator", "--log-level", "warn"],
+                           capture_output=True, timeout=30)
+        if r.returncode == 0 or want.encode() not in r.stderr:
+            raise AssertionError("case %d: exit %s, stderr: %s" % (i, r.returncode,
+                                                                  r.stderr[-1000:]))
+
+
 def searches(node, n):
     body = {"query": {"match": {"body": "bravo"}}, "size": 10}
     lat = []
@@ -258,7 +299,7 @@ def searches(node, n):
 
 
 @test
-def t06_bench_tls_vs_plain():
+def t07_bench_tls_vs_plain():
     n = int(os.environ.get("SHOAL_TLS_BENCH", "0"))
     if n <= 0:
         return
