@@ -34,18 +34,18 @@
 #define MAX_ROLES_PER_USER 16
 #define KEY_SECRET_BYTES 16 /* 128 bits -> 22 base64url characters */
 #define KEY_SECRET_LEN 22
-#define KEY_META_MAX 4096   /* bytes of API key metadata, as JSON */
+#define KEY_META_MAX 4096                         /* bytes of API key metadata, as JSON */
 #define KEY_RETENTION_MS (7ll * 24 * 3600 * 1000) /* ES's delete.retention_period */
 #define CACHE_SLOTS 4096
 #define CACHE_WAYS 8
 #define CACHE_TTL_NS (300ull * 1000000000ull)
-#define SLOW_VERIFIES 4 /* argon2 runs at once (8 MiB each) */
+#define SLOW_VERIFIES 4             /* argon2 runs at once (8 MiB each) */
 #define MAX_ARGON2_M_KIB (1u << 20) /* refuse hashes asking for more than 1 GiB */
 #define MAX_ARGON2_T 64
 
 typedef struct user {
 	char *name;
-	char *hash;  /* PHC string */
+	char *hash; /* PHC string */
 	argon2_type type;
 	co_role role; /* the highest of its roles */
 	char **roles; /* as written in the file */
@@ -78,7 +78,7 @@ struct co_auth {
 	char *keys_dir;
 	user *users;
 	int nusers;
-	char *dummy_hash; /* verified for unknown users so they take as long */
+	char *dummy_hash;   /* verified for unknown users so they take as long */
 	pthread_mutex_t mu; /* keys, cache, gen */
 	api_key *keys;
 	int nkeys;
@@ -137,8 +137,7 @@ static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0
 static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 static size_t
-encode_with(const char *alpha, bool pad, const unsigned char *in, size_t len, char *out,
-            size_t cap)
+encode_with(const char *alpha, bool pad, const unsigned char *in, size_t len, char *out, size_t cap)
 {
 	size_t o = 0;
 	for (size_t i = 0; i < len; i += 3) {
@@ -273,8 +272,9 @@ phc_ok(const char *s, argon2_type *type, char *why, size_t cap)
 		*type = Argon2_d;
 		rest = s + 9;
 	} else {
-		snprintf(why, cap, "not an argon2 PHC string (want $argon2id$v=19$m=..,t=..,p=..$..$..; "
-		                   "make one with shoal --hash-password)");
+		snprintf(why, cap,
+		         "not an argon2 PHC string (want $argon2id$v=19$m=..,t=..,p=..$..$..; "
+		         "make one with shoal --hash-password)");
 		return false;
 	}
 	if (strncmp(rest, "v=", 2) == 0) {
@@ -358,45 +358,51 @@ load_user(co_auth *a, const cJSON *o, int i, cm_error *err)
 	const char *path = a->users_path;
 
 	if (!cJSON_IsObject(o))
-		return cm_error_set(err, CM_EINVAL, "users file %s: users[%d] is not an object", path, i);
+		return cm_error_set(err, CM_EINVAL, "users file %s: users[%d] is not an object",
+		                    path, i);
 	cJSON_ArrayForEach(c, o)
 	{
 		if (strcmp(c->string, "username") && strcmp(c->string, "hash") &&
 		    strcmp(c->string, "roles") && strcmp(c->string, "full_name") &&
 		    strcmp(c->string, "email"))
-			return cm_error_set(err, CM_EINVAL,
-			                    "users file %s: users[%d]: unknown field [%.60s] (username, hash, "
-			                    "roles, full_name, email)",
-			                    path, i, c->string);
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "users file %s: users[%d]: unknown field [%.60s] (username, hash, "
+			    "roles, full_name, email)",
+			    path, i, c->string);
 	}
 	c = cJSON_GetObjectItemCaseSensitive(o, "username");
 	if (!cJSON_IsString(c) || !printable_name(c->valuestring) ||
 	    strlen(c->valuestring) > CO_AUTH_MAX_NAME)
-		return cm_error_set(err, CM_EINVAL,
-		                    "users file %s: users[%d]: username must be a non-empty string of at "
-		                    "most %d bytes without ':' or control characters",
-		                    path, i, CO_AUTH_MAX_NAME);
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "users file %s: users[%d]: username must be a non-empty string of at "
+		    "most %d bytes without ':' or control characters",
+		    path, i, CO_AUTH_MAX_NAME);
 	for (int k = 0; k < a->nusers; k++)
 		if (strcmp(a->users[k].name, c->valuestring) == 0)
-			return cm_error_set(err, CM_EINVAL, "users file %s: user [%.100s] appears twice",
-			                    path, c->valuestring);
+			return cm_error_set(err, CM_EINVAL,
+			                    "users file %s: user [%.100s] appears twice", path,
+			                    c->valuestring);
 	memset(u, 0, sizeof(*u));
 	u->name = cm_strdup(MEM, c->valuestring);
 	a->nusers++; /* from here u is freed with the rest on failure */
 	c = cJSON_GetObjectItemCaseSensitive(o, "hash");
 	if (!cJSON_IsString(c))
-		return cm_error_set(err, CM_EINVAL, "users file %s: user [%.100s]: no \"hash\" string",
-		                    path, u->name);
+		return cm_error_set(err, CM_EINVAL,
+		                    "users file %s: user [%.100s]: no \"hash\" string", path,
+		                    u->name);
 	if (strlen(c->valuestring) > 512 || !phc_ok(c->valuestring, &u->type, why, sizeof(why)))
-		return cm_error_set(err, CM_EINVAL, "users file %s: user [%.100s]: %s", path, u->name,
-		                    strlen(c->valuestring) > 512 ? "hash too long" : why);
+		return cm_error_set(err, CM_EINVAL, "users file %s: user [%.100s]: %s", path,
+		                    u->name, strlen(c->valuestring) > 512 ? "hash too long" : why);
 	u->hash = cm_strdup(MEM, c->valuestring);
 	c = cJSON_GetObjectItemCaseSensitive(o, "roles");
 	if (!cJSON_IsArray(c) || cJSON_GetArraySize(c) > MAX_ROLES_PER_USER)
-		return cm_error_set(err, CM_EINVAL,
-		                    "users file %s: user [%.100s]: \"roles\" must be an array (of read, "
-		                    "write, admin)",
-		                    path, u->name);
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "users file %s: user [%.100s]: \"roles\" must be an array (of read, "
+		    "write, admin)",
+		    path, u->name);
 	u->role = CO_ROLE_NONE;
 	u->roles = cm_calloc(MEM, (size_t)cJSON_GetArraySize(c) + 1, sizeof(char *));
 	const cJSON *rc;
@@ -404,10 +410,11 @@ load_user(co_auth *a, const cJSON *o, int i, cm_error *err)
 	{
 		co_role r;
 		if (!cJSON_IsString(rc) || !co_role_parse(rc->valuestring, &r))
-			return cm_error_set(err, CM_EINVAL,
-			                    "users file %s: user [%.100s]: unknown role [%.60s] (read, write, "
-			                    "admin)",
-			                    path, u->name, cJSON_IsString(rc) ? rc->valuestring : "?");
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "users file %s: user [%.100s]: unknown role [%.60s] (read, write, "
+			    "admin)",
+			    path, u->name, cJSON_IsString(rc) ? rc->valuestring : "?");
 		u->roles[u->nroles++] = cm_strdup(MEM, rc->valuestring);
 		if (r > u->role)
 			u->role = r;
@@ -440,8 +447,7 @@ load_users(co_auth *a, cm_error *err)
 	cm_free(CM_MEM_COMMON, text);
 	arr = cJSON_GetObjectItemCaseSensitive(doc, "users");
 	if (!cJSON_IsObject(doc) || !cJSON_IsArray(arr)) {
-		rc = cm_error_set(err, CM_EINVAL,
-		                  "users file %s: %s", a->users_path,
+		rc = cm_error_set(err, CM_EINVAL, "users file %s: %s", a->users_path,
 		                  doc ? "want {\"users\":[{\"username\",\"hash\",\"roles\"},..]}"
 		                      : "not valid JSON");
 		goto fail;
@@ -570,8 +576,9 @@ load_keys(co_auth *a, cm_error *err)
 		    !cJSON_IsString(role) || !co_role_parse(role->valuestring, &r) ||
 		    !phc_ok(hash->valuestring, &t, why, sizeof(why))) {
 			cJSON_Delete(doc);
-			return cm_error_set(err, CM_ECORRUPT, "API key file %s: entry %d is malformed",
-			                    a->keys_path, a->nkeys);
+			return cm_error_set(err, CM_ECORRUPT,
+			                    "API key file %s: entry %d is malformed", a->keys_path,
+			                    a->nkeys);
 		}
 		api_key *k = &a->keys[a->nkeys++];
 		memcpy(k->id, id->valuestring, CO_AUTH_KEY_ID_LEN + 1);
@@ -608,7 +615,8 @@ co_auth_open(const char *users_file, const char *data_dir, co_auth **out, cm_err
 	a->keys_path = cm_malloc(MEM, n);
 	snprintf(a->keys_path, n, "%s/security/api_keys.json", data_dir);
 	a->cache = cm_calloc(MEM, CACHE_SLOTS, sizeof(cache_ent));
-	if (!random_bytes(a->cache_salt, sizeof(a->cache_salt)) || !random_bytes(salt, sizeof(salt))) {
+	if (!random_bytes(a->cache_salt, sizeof(a->cache_salt)) ||
+	    !random_bytes(salt, sizeof(salt))) {
 		rc = cm_error_set(err, CM_EIO, "getrandom failed: %s", strerror(errno));
 		goto fail;
 	}
@@ -684,8 +692,8 @@ cache_digest(const co_auth *a, const char *const *parts, const size_t *lens, int
 		n += lens[i];
 		buf[n++] = 0;
 	}
-	bool ok = argon2id_hash_raw(1, 8, 1, buf, n, a->cache_salt, sizeof(a->cache_salt), out, 32) ==
-	          ARGON2_OK;
+	bool ok = argon2id_hash_raw(1, 8, 1, buf, n, a->cache_salt, sizeof(a->cache_salt), out,
+	                            32) == ARGON2_OK;
 	memset(buf, 0, sizeof(buf));
 	return ok;
 }
@@ -814,7 +822,8 @@ check_basic(co_auth *a, const char *cred, size_t clen, co_principal *p, char *wh
 	gate_leave(a);
 	if (vr != ARGON2_OK) {
 		cm_warn("auth", "authentication failed for user [%s]%s", u->name,
-		        vr == ARGON2_VERIFY_MISMATCH ? "" : " (the stored hash cannot be verified)");
+		        vr == ARGON2_VERIFY_MISMATCH ? ""
+		                                     : " (the stored hash cannot be verified)");
 		goto done;
 	}
 	fill_user(p, u);
@@ -937,14 +946,19 @@ static cm_err
 descriptors_role(const cJSON *rd, co_role *out, cm_error *err)
 {
 	static const char *const c_read[] = {"monitor", "none", NULL};
-	static const char *const c_admin[] = {"all", "manage", "manage_security", "manage_api_key",
-	                                      "manage_own_api_key", "manage_index_templates", NULL};
-	static const char *const i_read[] = {"read", "view_index_metadata", "monitor",
-	                                     "read_cross_cluster", "none", NULL};
-	static const char *const i_write[] = {"write", "index", "create", "create_doc", "delete",
+	static const char *const c_admin[] = {"all",
+	                                      "manage",
+	                                      "manage_security",
+	                                      "manage_api_key",
+	                                      "manage_own_api_key",
+	                                      "manage_index_templates",
 	                                      NULL};
-	static const char *const i_admin[] = {"all", "manage", "create_index", "delete_index",
-	                                      "maintenance", NULL};
+	static const char *const i_read[] = {
+	    "read", "view_index_metadata", "monitor", "read_cross_cluster", "none", NULL};
+	static const char *const i_write[] = {"write",      "index",  "create",
+	                                      "create_doc", "delete", NULL};
+	static const char *const i_admin[] = {"all",          "manage",      "create_index",
+	                                      "delete_index", "maintenance", NULL};
 	const cJSON *d, *c, *x;
 	co_role role = CO_ROLE_NONE;
 
@@ -953,68 +967,85 @@ descriptors_role(const cJSON *rd, co_role *out, cm_error *err)
 	cJSON_ArrayForEach(d, rd)
 	{
 		if (!cJSON_IsObject(d))
-			return cm_error_set(err, CM_EPARSE, "role descriptor [%.60s] must be an object",
-			                    d->string);
+			return cm_error_set(err, CM_EPARSE,
+			                    "role descriptor [%.60s] must be an object", d->string);
 		cJSON_ArrayForEach(c, d)
 		{
 			if (strcmp(c->string, "cluster") == 0) {
 				if (!cJSON_IsArray(c))
-					return cm_error_set(err, CM_EPARSE, "[cluster] must be an array");
+					return cm_error_set(err, CM_EPARSE,
+					                    "[cluster] must be an array");
 				cJSON_ArrayForEach(x, c)
 				{
 					if (!cJSON_IsString(x))
-						return cm_error_set(err, CM_EPARSE, "[cluster] holds strings");
+						return cm_error_set(err, CM_EPARSE,
+						                    "[cluster] holds strings");
 					if (priv_in(x->valuestring, c_admin))
 						role = CO_ROLE_ADMIN;
 					else if (priv_in(x->valuestring, c_read)) {
-						if (strcmp(x->valuestring, "none") && role < CO_ROLE_READ)
+						if (strcmp(x->valuestring, "none") &&
+						    role < CO_ROLE_READ)
 							role = CO_ROLE_READ;
 					} else
-						return cm_error_set(err, CM_EINVAL,
-						                    "unknown cluster privilege [%.60s]",
-						                    x->valuestring);
+						return cm_error_set(
+						    err, CM_EINVAL,
+						    "unknown cluster privilege [%.60s]",
+						    x->valuestring);
 				}
 			} else if (strcmp(c->string, "indices") == 0) {
 				if (!cJSON_IsArray(c))
-					return cm_error_set(err, CM_EPARSE, "[indices] must be an array");
+					return cm_error_set(err, CM_EPARSE,
+					                    "[indices] must be an array");
 				cJSON_ArrayForEach(x, c)
 				{
-					const cJSON *names = cJSON_GetObjectItemCaseSensitive(x, "names");
-					const cJSON *privs = cJSON_GetObjectItemCaseSensitive(x, "privileges");
+					const cJSON *names =
+					    cJSON_GetObjectItemCaseSensitive(x, "names");
+					const cJSON *privs =
+					    cJSON_GetObjectItemCaseSensitive(x, "privileges");
 					const cJSON *y;
 					if (cJSON_GetObjectItemCaseSensitive(x, "field_security") ||
 					    cJSON_GetObjectItemCaseSensitive(x, "query"))
-						return cm_error_set(err, CM_EINVAL,
-						                    "field and document level security are not "
-						                    "supported");
-					bool all = (cJSON_IsString(names) && strcmp(names->valuestring, "*") == 0) ||
-					           (cJSON_IsArray(names) && cJSON_GetArraySize(names) == 1 &&
-					            cJSON_IsString(cJSON_GetArrayItem(names, 0)) &&
-					            strcmp(cJSON_GetArrayItem(names, 0)->valuestring, "*") == 0);
+						return cm_error_set(
+						    err, CM_EINVAL,
+						    "field and document level security are not "
+						    "supported");
+					bool all =
+					    (cJSON_IsString(names) &&
+					     strcmp(names->valuestring, "*") == 0) ||
+					    (cJSON_IsArray(names) &&
+					     cJSON_GetArraySize(names) == 1 &&
+					     cJSON_IsString(cJSON_GetArrayItem(names, 0)) &&
+					     strcmp(cJSON_GetArrayItem(names, 0)->valuestring,
+					            "*") == 0);
 					if (!all)
-						return cm_error_set(err, CM_EINVAL,
-						                    "API keys limited to some indices are not "
-						                    "supported: use \"names\": [\"*\"] and a role");
+						return cm_error_set(
+						    err, CM_EINVAL,
+						    "API keys limited to some indices are not "
+						    "supported: use \"names\": [\"*\"] and a role");
 					if (!cJSON_IsArray(privs))
-						return cm_error_set(err, CM_EPARSE,
-						                    "[privileges] must be an array");
+						return cm_error_set(
+						    err, CM_EPARSE,
+						    "[privileges] must be an array");
 					cJSON_ArrayForEach(y, privs)
 					{
 						co_role need;
 						if (!cJSON_IsString(y))
-							return cm_error_set(err, CM_EPARSE,
-							                    "[privileges] holds strings");
+							return cm_error_set(
+							    err, CM_EPARSE,
+							    "[privileges] holds strings");
 						if (priv_in(y->valuestring, i_admin))
 							need = CO_ROLE_ADMIN;
 						else if (priv_in(y->valuestring, i_write))
 							need = CO_ROLE_WRITE;
 						else if (priv_in(y->valuestring, i_read))
-							need = strcmp(y->valuestring, "none") ? CO_ROLE_READ
-							                                      : CO_ROLE_NONE;
+							need = strcmp(y->valuestring, "none")
+							           ? CO_ROLE_READ
+							           : CO_ROLE_NONE;
 						else
-							return cm_error_set(err, CM_EINVAL,
-							                    "unknown index privilege [%.60s]",
-							                    y->valuestring);
+							return cm_error_set(
+							    err, CM_EINVAL,
+							    "unknown index privilege [%.60s]",
+							    y->valuestring);
 						if (need > role)
 							role = need;
 					}
@@ -1027,9 +1058,9 @@ descriptors_role(const cJSON *rd, co_role *out, cm_error *err)
 			           cJSON_IsArray(c) && cJSON_GetArraySize(c) == 0) {
 				continue;
 			} else {
-				return cm_error_set(err, CM_EINVAL,
-				                    "role descriptor field [%.60s] is not supported",
-				                    c->string);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "role descriptor field [%.60s] is not supported", c->string);
 			}
 		}
 	}
@@ -1068,33 +1099,38 @@ co_auth_key_create(co_auth *a, const co_principal *creator, const cJSON *body, c
 	cm_err rc;
 
 	if (!cJSON_IsObject(body))
-		return cm_error_set(err, CM_EVALIDATE, "Validation Failed: 1: api key name is required;");
+		return cm_error_set(err, CM_EVALIDATE,
+		                    "Validation Failed: 1: api key name is required;");
 	cJSON_ArrayForEach(c, body)
 	{
 		if (strcmp(c->string, "name") && strcmp(c->string, "expiration") &&
 		    strcmp(c->string, "role_descriptors") && strcmp(c->string, "role") &&
 		    strcmp(c->string, "metadata"))
 			return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
-			                         "[api_key_request] unknown field [%.60s]", c->string);
+			                         "[api_key_request] unknown field [%.60s]",
+			                         c->string);
 	}
 	name = cJSON_GetObjectItemCaseSensitive(body, "name");
 	if (!cJSON_IsString(name) || !name->valuestring[0])
-		return cm_error_set(err, CM_EVALIDATE, "Validation Failed: 1: api key name is required;");
+		return cm_error_set(err, CM_EVALIDATE,
+		                    "Validation Failed: 1: api key name is required;");
 	if (strlen(name->valuestring) > CO_AUTH_MAX_NAME || name->valuestring[0] == '_' ||
 	    !printable_name(name->valuestring) || strchr(name->valuestring, ':') ||
 	    name->valuestring[strlen(name->valuestring) - 1] == ' ' || name->valuestring[0] == ' ')
-		return cm_error_set(err, CM_EVALIDATE,
-		                    "Validation Failed: 1: api key name must be at most %d bytes, not "
-		                    "begin with an underscore or whitespace, and hold no control "
-		                    "characters;",
-		                    CO_AUTH_MAX_NAME);
+		return cm_error_set(
+		    err, CM_EVALIDATE,
+		    "Validation Failed: 1: api key name must be at most %d bytes, not "
+		    "begin with an underscore or whitespace, and hold no control "
+		    "characters;",
+		    CO_AUTH_MAX_NAME);
 	exp = cJSON_GetObjectItemCaseSensitive(body, "expiration");
 	if (exp && !cJSON_IsNull(exp)) {
 		int64_t d = cJSON_IsString(exp) ? co_auth_parse_duration(exp->valuestring) : -1;
 		if (d <= 0)
-			return cm_error_set(err, CM_EPARSE,
-			                    "failed to parse [expiration]: want a positive time value such "
-			                    "as 1d, 12h, 30m");
+			return cm_error_set(
+			    err, CM_EPARSE,
+			    "failed to parse [expiration]: want a positive time value such "
+			    "as 1d, 12h, 30m");
 		exp_ms = now + d;
 	}
 	/* role descriptors (mapped) and our "role" both limit the key; with
@@ -1114,7 +1150,8 @@ co_auth_key_create(co_auth *a, const co_principal *creator, const cJSON *body, c
 	if (role_j && !cJSON_IsNull(role_j)) {
 		co_role r = CO_ROLE_NONE;
 		if (!cJSON_IsString(role_j) || !co_role_parse(role_j->valuestring, &r))
-			return cm_error_set(err, CM_EINVAL, "[role] must be one of read, write, admin");
+			return cm_error_set(err, CM_EINVAL,
+			                    "[role] must be one of read, write, admin");
 		if (!limited || r < role)
 			role = r;
 	}
@@ -1122,15 +1159,17 @@ co_auth_key_create(co_auth *a, const co_principal *creator, const cJSON *body, c
 		return cm_error_set_type(err, CM_EINVAL, "security_exception",
 		                         "an API key cannot hold more than its creator: role [%s] "
 		                         "requested, user [%s] has [%s]",
-		                         co_role_name(role), creator->user, co_role_name(creator->role));
+		                         co_role_name(role), creator->user,
+		                         co_role_name(creator->role));
 	meta = cJSON_GetObjectItemCaseSensitive(body, "metadata");
 	if (meta && !cJSON_IsNull(meta)) {
 		char *m = cJSON_IsObject(meta) ? cJSON_PrintUnformatted(meta) : NULL;
 		bool ok = m && strlen(m) <= KEY_META_MAX;
 		cJSON_free(m);
 		if (!ok)
-			return cm_error_set(err, CM_EINVAL, "[metadata] must be an object of at most %d "
-			                                    "bytes",
+			return cm_error_set(err, CM_EINVAL,
+			                    "[metadata] must be an object of at most %d "
+			                    "bytes",
 			                    KEY_META_MAX);
 	}
 	if (!random_bytes(idraw, sizeof(idraw)) || !random_bytes(secret_raw, sizeof(secret_raw)) ||
@@ -1146,9 +1185,10 @@ co_auth_key_create(co_auth *a, const co_principal *creator, const cJSON *body, c
 	purge_old_keys(a, now);
 	if (a->nkeys >= CO_AUTH_MAX_KEYS) {
 		pthread_mutex_unlock(&a->mu);
-		return cm_error_set(err, CM_EBUSY,
-		                    "this node holds %d API keys, the most it keeps; invalidate some",
-		                    CO_AUTH_MAX_KEYS);
+		return cm_error_set(
+		    err, CM_EBUSY,
+		    "this node holds %d API keys, the most it keeps; invalidate some",
+		    CO_AUTH_MAX_KEYS);
 	}
 	api_key *k = &a->keys[a->nkeys++];
 	memset(k, 0, sizeof(*k));
@@ -1209,8 +1249,9 @@ co_auth_key_list(co_auth *a, const char *id, const char *name, const char *usern
 		cJSON_AddBoolToObject(o, "invalidated", k->invalidation != 0);
 		cJSON_AddStringToObject(o, "username", k->username);
 		cJSON_AddStringToObject(o, "realm", "file");
-		cJSON_AddItemToObject(o, "metadata", k->metadata ? cJSON_Duplicate(k->metadata, true)
-		                                                 : cJSON_CreateObject());
+		cJSON_AddItemToObject(o, "metadata",
+		                      k->metadata ? cJSON_Duplicate(k->metadata, true)
+		                                  : cJSON_CreateObject());
 		cJSON_AddStringToObject(o, "role", co_role_name(k->role));
 		cJSON_AddBoolToObject(o, "expired", k->expiration && k->expiration <= now);
 		cJSON_AddItemToArray(arr, o);
@@ -1242,16 +1283,18 @@ co_auth_key_invalidate(co_auth *a, const co_principal *caller, const cJSON *body
 	cm_err rc = CM_OK;
 
 	if (!cJSON_IsObject(body))
-		return cm_error_set(err, CM_EVALIDATE,
-		                    "Validation Failed: 1: One of [api key id(s), api key name, username, "
-		                    "realm name] must be specified if [owner] flag is false;");
+		return cm_error_set(
+		    err, CM_EVALIDATE,
+		    "Validation Failed: 1: One of [api key id(s), api key name, username, "
+		    "realm name] must be specified if [owner] flag is false;");
 	cJSON_ArrayForEach(c, body)
 	{
-		if (strcmp(c->string, "ids") && strcmp(c->string, "id") && strcmp(c->string, "name") &&
-		    strcmp(c->string, "username") && strcmp(c->string, "realm_name") &&
-		    strcmp(c->string, "owner"))
+		if (strcmp(c->string, "ids") && strcmp(c->string, "id") &&
+		    strcmp(c->string, "name") && strcmp(c->string, "username") &&
+		    strcmp(c->string, "realm_name") && strcmp(c->string, "owner"))
 			return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
-			                         "[invalidate_api_key] unknown field [%.60s]", c->string);
+			                         "[invalidate_api_key] unknown field [%.60s]",
+			                         c->string);
 	}
 	ids = cJSON_GetObjectItemCaseSensitive(body, "ids");
 	id = cJSON_GetObjectItemCaseSensitive(body, "id");
@@ -1267,9 +1310,10 @@ co_auth_key_invalidate(co_auth *a, const co_principal *caller, const cJSON *body
 		                    "[realm_name] are strings; [owner] is a boolean");
 	bool own = cJSON_IsTrue(owner);
 	if (!(ids && cJSON_GetArraySize(ids)) && !id && !name && !username && !realm && !own)
-		return cm_error_set(err, CM_EVALIDATE,
-		                    "Validation Failed: 1: One of [api key id(s), api key name, username, "
-		                    "realm name] must be specified if [owner] flag is false;");
+		return cm_error_set(
+		    err, CM_EVALIDATE,
+		    "Validation Failed: 1: One of [api key id(s), api key name, username, "
+		    "realm name] must be specified if [owner] flag is false;");
 	inv = cJSON_CreateArray();
 	prev = cJSON_CreateArray();
 	pthread_mutex_lock(&a->mu);

@@ -24,7 +24,7 @@ typedef enum {
 	CO_ROLE_ADMIN
 } co_role;
 
-#define CO_AUTH_MAX_NAME 256  /* username, API key name (bytes) */
+#define CO_AUTH_MAX_NAME 256   /* username, API key name (bytes) */
 #define CO_AUTH_MAX_SECRET 512 /* password (bytes) */
 #define CO_AUTH_KEY_ID_LEN 20  /* API key ids, as long as Elasticsearch's */
 #define CO_AUTH_MAX_KEYS 10000 /* API keys held (valid or not) */
@@ -40,9 +40,9 @@ typedef struct co_auth co_auth;
 typedef struct co_principal {
 	char user[CO_AUTH_MAX_NAME + 1];
 	co_role role;
-	bool api_key;                         /* authenticated by an API key */
-	char key_id[CO_AUTH_KEY_ID_LEN + 1];  /* when api_key */
-	char key_name[CO_AUTH_MAX_NAME + 1];  /* when api_key */
+	bool api_key;                        /* authenticated by an API key */
+	char key_id[CO_AUTH_KEY_ID_LEN + 1]; /* when api_key */
+	char key_name[CO_AUTH_MAX_NAME + 1]; /* when api_key */
 } co_principal;
 
 typedef enum {
@@ -73,8 +73,8 @@ cm_err co_auth_hash_password(const char *pw, size_t len, char *out, size_t cap, 
 /* API keys (Elasticsearch's request and reply bodies). The returned cJSON
  * is owned by the caller. Create and invalidate persist the key file
  * atomically before answering. */
-cm_err co_auth_key_create(co_auth *a, const co_principal *creator, const cJSON *body,
-                          cJSON **reply, cm_error *err);
+cm_err co_auth_key_create(co_auth *a, const co_principal *creator, const cJSON *body, cJSON **reply,
+                          cm_error *err);
 cJSON *co_auth_key_list(co_auth *a, const char *id, const char *name, const char *username,
                         const co_principal *owner);
 cm_err co_auth_key_invalidate(co_auth *a, const co_principal *caller, const cJSON *body,

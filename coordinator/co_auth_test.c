@@ -103,7 +103,8 @@ test_routes(void)
 	for (size_t k = 0; k < sizeof(want) / sizeof(want[0]); k++) {
 		bool found = false;
 		for (size_t i = 0; i < n; i++)
-			if (rt[i].method == want[k].m && strcmp(rt[i].pattern, want[k].pattern) == 0) {
+			if (rt[i].method == want[k].m &&
+			    strcmp(rt[i].pattern, want[k].pattern) == 0) {
 				found = true;
 				CHECKF(rt[i].role == want[k].role, "route %s: role %s, want %s",
 				       want[k].pattern, co_role_name(rt[i].role),
@@ -143,21 +144,24 @@ test_users_file(const char *hash)
 	bad_users("{\"users\":[", "not valid JSON");
 	bad_users("[]", "want {\"users\"");
 	bad_users("{\"users\":[]}", "no users");
-	snprintf(text, sizeof(text), "{\"users\":[{\"username\":\"a\",\"hash\":\"%s\",\"roles\":[\"root\"]}]}",
-	         hash);
+	snprintf(text, sizeof(text),
+	         "{\"users\":[{\"username\":\"a\",\"hash\":\"%s\",\"roles\":[\"root\"]}]}", hash);
 	bad_users(text, "unknown role [root]");
 	bad_users("{\"users\":[{\"username\":\"a\",\"hash\":\"plain\",\"roles\":[\"read\"]}]}",
 	          "not an argon2 PHC string");
-	bad_users("{\"users\":[{\"username\":\"a\",\"hash\":\"$argon2id$v=19$m=99999999,t=1,p=1$c2FsdA$"
-	          "aGFzaA\",\"roles\":[\"read\"]}]}",
-	          "cost out of bounds");
-	bad_users("{\"users\":[{\"username\":\"a\",\"hash\":\"$argon2id$v=19$m=8,t=1$x$y\",\"roles\":"
-	          "[\"read\"]}]}",
-	          "malformed");
-	snprintf(text, sizeof(text),
-	         "{\"users\":[{\"username\":\"a\",\"hash\":\"%s\",\"roles\":[]},{\"username\":\"a\","
-	         "\"hash\":\"%s\",\"roles\":[]}]}",
-	         hash, hash);
+	bad_users(
+	    "{\"users\":[{\"username\":\"a\",\"hash\":\"$argon2id$v=19$m=99999999,t=1,p=1$c2FsdA$"
+	    "aGFzaA\",\"roles\":[\"read\"]}]}",
+	    "cost out of bounds");
+	bad_users(
+	    "{\"users\":[{\"username\":\"a\",\"hash\":\"$argon2id$v=19$m=8,t=1$x$y\",\"roles\":"
+	    "[\"read\"]}]}",
+	    "malformed");
+	snprintf(
+	    text, sizeof(text),
+	    "{\"users\":[{\"username\":\"a\",\"hash\":\"%s\",\"roles\":[]},{\"username\":\"a\","
+	    "\"hash\":\"%s\",\"roles\":[]}]}",
+	    hash, hash);
 	bad_users(text, "appears twice");
 	snprintf(text, sizeof(text),
 	         "{\"users\":[{\"username\":\"a:b\",\"hash\":\"%s\",\"roles\":[]}]}", hash);
@@ -200,7 +204,8 @@ test_check(const char *users_path)
 		if (cm_now_ns() - t0 < fast)
 			fast = cm_now_ns() - t0;
 	}
-	CHECKF(fast * 4 < slow, "cached check took %.3f ms, argon2 %.3f ms", fast / 1e6, slow / 1e6);
+	CHECKF(fast * 4 < slow, "cached check took %.3f ms, argon2 %.3f ms", fast / 1e6,
+	       slow / 1e6);
 	basic_header("alice", "secret-b", h, sizeof(h));
 	CHECK(co_auth_check(a, h, &p, who, sizeof(who)) == CO_AUTH_BAD_USER);
 	CHECK(strcmp(who, "alice") == 0);
@@ -282,8 +287,9 @@ test_keys(const char *users_path)
 	               "[\"logs-*\"],\"privileges\":[\"read\"]}]}}}",
 	               &rc, &err);
 	CHECK(rc != CM_OK && strstr(err.reason, "some indices"));
-	k = create_key(a, &admin, "{\"name\":\"d\",\"role_descriptors\":{\"r\":{\"cluster\":[\"x\"]}}}",
-	               &rc, &err);
+	k = create_key(a, &admin,
+	               "{\"name\":\"d\",\"role_descriptors\":{\"r\":{\"cluster\":[\"x\"]}}}", &rc,
+	               &err);
 	CHECK(rc != CM_OK && strstr(err.reason, "unknown cluster privilege"));
 	k = create_key(a, &admin, "{\"role\":\"read\"}", &rc, &err);
 	CHECK(rc != CM_OK && strstr(err.reason, "name is required"));
@@ -324,7 +330,8 @@ test_keys(const char *users_path)
 	CHECK(co_auth_check(a, h, &p, who, sizeof(who)) == CO_AUTH_BAD_KEY);
 	reply = NULL;
 	CHECK(co_auth_key_invalidate(a, &admin, body, &reply, &err) == CM_OK);
-	CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(reply, "previously_invalidated_api_keys")) == 1);
+	CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(reply, "previously_invalidated_api_keys")) ==
+	      1);
 	cJSON_Delete(reply);
 	cJSON_Delete(body);
 	co_auth_close(a);
