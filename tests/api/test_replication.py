@@ -1278,6 +1278,43 @@ def r7_failover(cl, tag):
                          down_s, terms, roles), problems=problems)
 
 
+@test
+@row
+def r8_graceful_restarts(cl, tag):
+    """Not in the issue's matrix: a rolling restart with SIGTERM under
+    writes, each node in turn (the master last), the first one while
+    node-3's links were stalled and have just healed (held-back requests
+    arrive during the shutdown). Every stop must exit 0 within 20 s."""
+    model = Model()
+    rec = Recoveries()
+    w = Writers(cl, model, 3, 1500, all_live(cl), seed=18, bulk_params="?timeout=10s",
+                timeout=40, rate=400).start()
+    greens, problems, codes = [], [], []
+    for c, name in enumerate(["node-2", "node-3", "node-1"]):
+        w.wait_attempted(1000 * (c + 1), 30)
+        if c == 0:
+            cl.proxy.cut("node-3", "stall")
+            time.sleep(3)
+            cl.proxy.heal("node-3")
+        try:
+            rc = cl.nodes[name].stop(timeout=20)
+        except RuntimeError as e:
+            rc = str(e)
+        codes.append(rc)
+        if rc != 0:
+            problems.append("%s: SIGTERM under writes exited with %s; log tail:\n%s" % (
+                name, rc, cl.log_tail(name, 2500)))
+        cl.start(name)
+        if not green_step(cl, greens, problems):
+            break
+        rec.collect(cl)
+    w.wait_attempted(4000, 30)
+    w.finish()
+    finish_row(cl, "R8 sigterm-rolling-restart", model, w.stats, rec,
+               green_s=max(greens) if greens else None,
+               extra=" exit codes %s%s" % (codes, greens_figure(greens)), problems=problems)
+
+
 def teardown():
     log("figures:")
     for line in FIGURES:
