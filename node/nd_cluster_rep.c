@@ -61,13 +61,15 @@ typedef struct route_ix {
 /* Primary-side state of one shard: who else gets its operations, what
  * they have confirmed, the global checkpoint. */
 typedef struct rep_shard {
+	char index[256];
 	char uuid[64];
 	int shard;
 	pthread_rwlock_t lock; /* writers read-hold it; a recovery's final step write-holds it */
 	uint64_t tracking;     /* copies in recovery: forwarded to, not waited for */
 	int64_t ckp[ND_CL_MAX_NODES]; /* (under cl_repl.mu) */
 	int64_t gcp;
-	uint64_t term; /* the term the checkpoints were gathered in */
+	int64_t gcp_sent; /* the last one the copies were told */
+	uint64_t term;    /* the term the checkpoints were gathered in */
 	int64_t rec_from[ND_CL_MAX_NODES]; /* retention marker per recovering copy */
 	int64_t retain_from;               /* the lowest of them */
 	struct rep_shard *next;
@@ -355,6 +357,8 @@ rep_get(nd_cluster *cl, nd_index *ix, int shard)
 	if (!s) {
 		s = cm_calloc(MEM, 1, sizeof(*s));
 		snprintf(s->uuid, sizeof(s->uuid), "%s", nd_index_uuid(ix));
+		snprintf(s->index, sizeof(s->index), "%s", nd_index_name(ix));
+		s->gcp_sent = NONE;
 		s->shard = shard;
 		pthread_rwlock_init(&s->lock, NULL);
 		for (int i = 0; i < ND_CL_MAX_NODES; i++)
@@ -867,6 +871,10 @@ cl_rep_primary_apply(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, 
 			dl = deadline_ns;
 		memset(calls, 0, sizeof(calls));
 		forward(cl, ix, shard, rops, k, r.term, rs->gcp, mask, dl, calls);
+		pthread_mutex_lock(&rp->mu);
+		if (rs->gcp > rs->gcp_sent)
+			rs->gcp_sent = rs->gcp;
+		pthread_mutex_unlock(&rp->mu);
 		for (int i = 0; i < cl->nn; i++) {
 			if (!((mask >> i) & 1))
 				continue;
@@ -1700,6 +1708,58 @@ maybe_recover(nd_cluster *cl)
 	rp->rec_running = true;
 }
 
+/* Primary, when writes stop: the last batch's replies raised the global
+ * checkpoint, but the copies learn it only with the next batch. An empty
+ * batch tells them, so their logs can be trimmed and a restart recovers
+ * from an up-to-date point. */
+static void
+gcp_sync(nd_cluster *cl)
+{
+	cl_repl *rp = R(cl);
+	rep_shard *list[256];
+	int n = 0;
+	pthread_mutex_lock(&rp->mu);
+	for (rep_shard *s = rp->reps; s && n < 256; s = s->next)
+		list[n++] = s;
+	pthread_mutex_unlock(&rp->mu);
+	for (int i = 0; i < n; i++) {
+		rep_shard *rs = list[i];
+		cl_route r;
+		nd_index *ix = nd_index_get(cl->node, rs->index);
+		if (!ix)
+			continue;
+		if (strcmp(nd_index_uuid(ix), rs->uuid) != 0 ||
+		    !cl_route_get(cl, rs->index, rs->shard, &r) || r.primary != cl->self ||
+		    pthread_rwlock_tryrdlock(&rs->lock) != 0) {
+			nd_index_release(ix);
+			continue;
+		}
+		st_shard_stats st;
+		st_shard_stats_get(nd_index_shard(ix, rs->shard), &st);
+		uint64_t in_sync = r.in_sync & ~(1ull << cl->self);
+		pthread_mutex_lock(&rp->mu);
+		int64_t g = rs->term == r.term ? gcp_of(cl, rs, in_sync, seq_i(st.local_checkpoint))
+		                               : NONE;
+		if (g > rs->gcp)
+			rs->gcp = g;
+		g = rs->gcp;
+		bool send = g > rs->gcp_sent && in_sync;
+		if (send)
+			rs->gcp_sent = g;
+		pthread_mutex_unlock(&rp->mu);
+		if (g >= 0)
+			st_shard_set_global_checkpoint(nd_index_shard(ix, rs->shard), (uint64_t)g);
+		if (send) {
+			fwd_call calls[ND_CL_MAX_NODES];
+			memset(calls, 0, sizeof(calls));
+			forward(cl, ix, rs->shard, NULL, 0, r.term, g, in_sync,
+			        cm_now_ns() + 2000000000ull, calls);
+		}
+		pthread_rwlock_unlock(&rs->lock);
+		nd_index_release(ix);
+	}
+}
+
 bool
 cl_rep_joined(nd_cluster *cl)
 {
@@ -1730,6 +1790,8 @@ cl_rep_tick(nd_cluster *cl)
 			cl_state_commit_locked(cl);
 		pthread_mutex_unlock(&cl->meta_lock);
 	}
-	if (atomic_load(&rp->joined) && cl->nodes[cl->self].data)
+	if (atomic_load(&rp->joined) && cl->nodes[cl->self].data) {
 		maybe_recover(cl);
+		gcp_sync(cl);
+	}
 }
