@@ -145,6 +145,42 @@ calls_through(nd_peer *p, int ms, cm_err *last, uint64_t *slowest_ns)
 	return ok;
 }
 
+static int
+cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* p50 of 200 sequential 5-byte round trips and of 3 round trips of `big`
+ * bytes each way. */
+static void
+timing(const char *what, nd_peer *p, const uint8_t *data, size_t big)
+{
+	uint64_t small[200], large[3];
+	cm_buf reply;
+	uint32_t type;
+	cm_buf_init(&reply, CM_MEM_NODE);
+	for (int i = 0; i < 200; i++) {
+		uint64_t t0 = cm_now_ns();
+		cm_buf_reset(&reply);
+		cm_err rc = nd_peer_call_sync(p, 5, "hello", 5, 0, &type, &reply);
+		small[i] = rc == CM_OK ? cm_now_ns() - t0 : UINT64_MAX;
+	}
+	for (int i = 0; i < 3; i++) {
+		uint64_t t0 = cm_now_ns();
+		cm_buf_reset(&reply);
+		cm_err rc = nd_peer_call_sync(p, 5, data, big, 0, &type, &reply);
+		large[i] = rc == CM_OK ? cm_now_ns() - t0 : UINT64_MAX;
+	}
+	qsort(small, 200, sizeof(uint64_t), cmp_u64);
+	qsort(large, 3, sizeof(uint64_t), cmp_u64);
+	printf("transport_test: %s echo p50: 5 B %.1f us, %zu MB %.1f ms (%.0f MB/s each way)\n",
+	       what, small[100] / 1e3, big >> 20, large[1] / 1e6,
+	       (double)big / (1 << 20) / (large[1] / 1e9));
+	cm_buf_free(&reply);
+}
+
 static bool
 file_has(const char *path, const char *needle)
 {
@@ -228,7 +264,6 @@ tls_tests(cm_pool *pool)
 	rc = nd_peer_call_sync(peer, 5, data, big, cm_now_ns() + 10000000000ull, &type, &reply);
 	CHECKF(rc == CM_OK, "%s", cm_err_name(rc));
 	CHECK(reply.len == big && memcmp(reply.data, data, big) == 0);
-	free(data);
 
 	/* The WARN lines of the failures below go to a file we read back. */
 	snprintf(log, sizeof(log), "%s/warn.log", tmpdir);
@@ -279,7 +314,15 @@ tls_tests(cm_pool *pool)
 	CHECKF(through == 0 && rc == CM_EUNAVAIL, "%d through, last %s", through, cm_err_name(rc));
 	CHECK(slowest < 200000000ull);
 	nd_peer_close(p);
+
+	/* Figures (printed, not checked): the same echo over TLS and plain. */
+	REQUIRE(nd_peer_open(plain_url, &po, &p, &err) == CM_OK);
+	CHECK(call_until_ok(p, &reply, &type, 300) == CM_OK);
+	timing("tls  ", peer, data, big);
+	timing("plain", p, data, big);
+	nd_peer_close(p);
 	nd_server_stop(plain_srv);
+	free(data);
 
 	fflush(stderr);
 	dup2(saved, 2);
