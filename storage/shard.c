@@ -2456,13 +2456,11 @@ st_shard_stats_get(st_shard *s, st_shard_stats *out)
 	out->committed_seq_no = (uint64_t)s->cp.committed_seq;
 	out->global_checkpoint = (uint64_t)s->gcp;
 	out->primary_term = s->cp.primary_term;
+	out->log_batches = atomic_load(&s->commit_ticket) - s->ticket_base;
 	pthread_mutex_unlock(&s->wmu);
 	out->refreshes = atomic_load(&s->n_refresh);
 	out->merges = atomic_load(&s->n_merge);
 	out->flushes = atomic_load(&s->n_flush);
-	pthread_mutex_lock(&s->wmu);
-	out->log_batches = atomic_load(&s->commit_ticket) - s->ticket_base;
-	pthread_mutex_unlock(&s->wmu);
 	out->log_syncs = atomic_load(&s->n_syncs);
 }
 

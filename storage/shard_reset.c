@@ -386,6 +386,7 @@ reset_run(st_shard *s, const char *src, cm_error *err)
 	uint64_t t0 = cm_now_ns();
 
 	quiesce(s);
+	uint64_t t1 = cm_now_ns();
 	cm_err e = marker_path(s, marker, sizeof(marker), err);
 	if (e == CM_OK && (e = cm_file_write_atomic(marker, "reset\n", 6)) != CM_OK)
 		cm_error_set(err, e, "shard %s: cannot write %s", s->dir, RESET_MARKER);
@@ -427,6 +428,7 @@ reset_run(st_shard *s, const char *src, cm_error *err)
 	content_swap(s, t, m);
 out:
 	resume(s);
+	uint64_t held_ms = (cm_now_ns() - t1) / 1000000;
 	/* t now holds the old content (or nothing): release it without the
 	 * shard's locks. Old readers keep their own references. */
 	if (t)
@@ -436,8 +438,9 @@ out:
 		st_shard_stats st;
 		st_shard_stats_get(s, &st);
 		cm_info("storage",
-		        "shard %s: reset to %s in %" PRIu64 " ms: %" PRIu64 " docs, max seq_no %" PRId64,
-		        s->dir, src ? src : "empty", (cm_now_ns() - t0) / 1000000, st.docs,
+		        "shard %s: reset to %s in %" PRIu64 " ms (shard held %" PRIu64
+		        " ms): %" PRIu64 " docs, max seq_no %" PRId64,
+		        s->dir, src ? src : "empty", (cm_now_ns() - t0) / 1000000, held_ms, st.docs,
 		        (int64_t)st.max_seq_no);
 	}
 	return e;

@@ -160,6 +160,7 @@ file_exists(const char *dir, const char *name)
  * live doc, plus the count. Also checks the reader is self-consistent. */
 typedef struct view {
 	uint64_t docs, sum, x;
+	bool bad; /* a doc did not read, or the counts disagree */
 } view;
 
 static uint64_t
@@ -184,15 +185,18 @@ reader_view(st_reader *r)
 		const uint64_t *live = st_reader_live(r, i);
 		uint32_t max = st_segment_max_doc(seg), cnt = 0;
 		st_seg_txn *t;
-		REQUIRE(st_seg_txn_begin(seg, &t) == CM_OK);
+		if (st_seg_txn_begin(seg, &t) != CM_OK) {
+			v.bad = true;
+			continue;
+		}
 		for (uint32_t d = 0; d < max; d++) {
 			if (live && !st_bit_get(live, d))
 				continue;
 			cnt++;
 			cm_buf_reset(&id);
 			cm_buf_reset(&src);
-			cm_err e = st_stored_get(t, d, &id, &src);
-			CHECK(e == CM_OK);
+			if (st_stored_get(t, d, &id, &src) != CM_OK)
+				v.bad = true;
 			uint64_t h = fnv(id.data, id.len, 14695981039346656037ull);
 			h = fnv("|", 1, h);
 			h = fnv(src.data, src.len, h);
@@ -201,10 +205,10 @@ reader_view(st_reader *r)
 			v.docs++;
 		}
 		st_seg_txn_end(t);
-		CHECK(cnt == st_reader_live_count(r, i));
+		v.bad |= cnt != st_reader_live_count(r, i);
 		live_total += cnt;
 	}
-	CHECK(live_total == st_reader_doc_count(r));
+	v.bad |= live_total != st_reader_doc_count(r);
 	cm_buf_free(&id);
 	cm_buf_free(&src);
 	return v;
@@ -222,7 +226,7 @@ shard_view(st_shard *s)
 static bool
 view_eq(view a, view b)
 {
-	return a.docs == b.docs && a.sum == b.sum && a.x == b.x;
+	return !a.bad && !b.bad && a.docs == b.docs && a.sum == b.sum && a.x == b.x;
 }
 
 typedef struct oplog {
@@ -444,6 +448,51 @@ reset_basic(const char *base, st_mapping *map, cm_pool *pool)
 	st_shard_close(o);
 }
 
+/* Segments merged away before the reset but still held by a reader carry
+ * "unlink on release"; the copy brings files of the same names (both
+ * shards numbered their segments 1, 2, 3). Releasing the reader after the
+ * reset must not remove the new files. */
+static void
+reset_name_reuse(const char *base, st_mapping *map)
+{
+	char src[700], c1[700], c2[700], tdir[700];
+	snprintf(src, sizeof(src), "%s/reuse-src", base);
+	snprintf(c1, sizeof(c1), "%s/reuse-c1", base);
+	snprintf(c2, sizeof(c2), "%s/reuse-c2", base);
+	snprintf(tdir, sizeof(tdir), "%s/reuse-t", base);
+	st_shard *a = open_shard(src, map, NULL, false);
+	st_shard *t = open_shard(tdir, map, NULL, false);
+	for (int i = 0; i < 3; i++) {
+		write_docs(a, "reuse-src", 40 * i, 40, 0);
+		REQUIRE(st_shard_refresh(a) == CM_OK);
+		write_docs(t, "reuse-tgt", 30 * i, 50, 0);
+		REQUIRE(st_shard_refresh(t) == CM_OK);
+	}
+	st_shard_close(a);
+	copy_dir(src, c1);
+	copy_dir(src, c2);
+	CHECK(file_exists(c1, "seg-1.mdb") && file_exists(tdir, "seg-1.mdb"));
+	st_reader *old = st_shard_reader(t);
+	view before = reader_view(old);
+	REQUIRE(st_shard_force_merge(t, 1) == CM_OK); /* seg-1..3 dropped, held by old */
+	cm_error err;
+	cm_error_clear(&err);
+	CHECKF(st_shard_reset_from(t, c1, &err) == CM_OK, "reset: %s", err.reason);
+	CHECK(view_eq(reader_view(old), before));
+	st_reader_release(old);
+	char lt[4096], lo[4096];
+	dir_listing(tdir, lt, sizeof(lt));
+	dir_listing(c2, lo, sizeof(lo));
+	CHECKF(strcmp(lt, lo) == 0, "files: [%s] vs [%s]", lt, lo);
+	st_shard *o = open_shard(c2, map, NULL, false);
+	compare_exact(t, o, "segment names reused", CMP_ALL);
+	st_shard_close(t);
+	t = open_shard(tdir, map, NULL, false);
+	compare_exact(t, o, "segment names reused, reopened", CMP_ALL);
+	st_shard_close(t);
+	st_shard_close(o);
+}
+
 /* A copy made by st_shard_snapshot of a live shard, twice. */
 static void
 reset_snapshot(const char *base, st_mapping *map, cm_pool *pool)
@@ -598,46 +647,59 @@ reset_marker(const char *base, st_mapping *map)
 
 /* ---- kill -9 during a reset ---- */
 
-/* Which content a directory opens with: 1 old, 2 new, 0 empty, -1 none of
- * them. Compared with reference shards opened from the templates. */
-static int
-classify(st_shard *t, st_shard *ref_old, st_shard *ref_new)
-{
+/* What a shard holds, for telling contents apart: stats, the searchable
+ * docs, and every id's realtime state. */
+typedef struct content {
 	st_shard_stats st;
-	st_shard_stats_get(t, &st);
-	if (st.max_seq_no == ST_NO_SEQ && st.docs == 0 && st.buffered_docs == 0)
-		return 0;
-	st_shard *refs[2] = {ref_old, ref_new};
-	for (int r = 0; r < 2; r++) {
-		st_shard_stats rs;
-		st_shard_stats_get(refs[r], &rs);
-		if (rs.max_seq_no != st.max_seq_no || rs.primary_term != st.primary_term ||
-		    rs.docs != st.docs || rs.buffered_docs != st.buffered_docs)
-			continue;
-		if (!view_eq(shard_view(t), shard_view(refs[r])))
-			continue;
-		bool same = true;
-		cm_buf a, b;
-		cm_buf_init(&a, CM_MEM_STORAGE);
-		cm_buf_init(&b, CM_MEM_STORAGE);
-		for (int k = 0; k < NIDS && same; k++) {
-			char id[16];
-			snprintf(id, sizeof(id), "d%d", k);
-			st_doc_meta ma, mb;
-			cm_buf_reset(&a);
-			cm_buf_reset(&b);
-			cm_err ea = st_shard_get(t, id, strlen(id), &ma, &a);
-			cm_err eb = st_shard_get(refs[r], id, strlen(id), &mb, &b);
-			same = ea == eb && (ea != CM_OK || (ma.seq_no == mb.seq_no &&
-			                                    ma.version == mb.version && a.len == b.len &&
-			                                    memcmp(a.data, b.data, a.len) == 0));
+	view v;
+	uint64_t ids[NIDS]; /* hash of (err, seq_no, version, source) */
+} content;
+
+static void
+content_of(st_shard *s, content *c)
+{
+	st_shard_stats_get(s, &c->st);
+	c->v = shard_view(s);
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_STORAGE);
+	for (int k = 0; k < NIDS; k++) {
+		char id[16];
+		snprintf(id, sizeof(id), "d%d", k);
+		st_doc_meta m = {0};
+		cm_buf_reset(&b);
+		cm_err e = st_shard_get(s, id, strlen(id), &m, &b);
+		uint64_t h = fnv(&e, sizeof(e), 14695981039346656037ull);
+		if (e == CM_OK) {
+			h = fnv(&m.seq_no, sizeof(m.seq_no), h);
+			h = fnv(&m.version, sizeof(m.version), h);
+			h = fnv(b.data, b.len, h);
 		}
-		cm_buf_free(&a);
-		cm_buf_free(&b);
-		if (same)
-			return r + 1;
+		c->ids[k] = h;
 	}
-	return -1;
+	cm_buf_free(&b);
+}
+
+/* Which content a directory opened with: 1 old, 2 new, 0 empty, -1 none
+ * of them. */
+static int
+classify(st_shard *t, const content *old, const content *new)
+{
+	content *c = malloc(sizeof(*c));
+	content_of(t, c);
+	int kind = -1;
+	if (c->st.max_seq_no == ST_NO_SEQ && c->st.docs == 0 && c->st.buffered_docs == 0)
+		kind = 0;
+	const content *refs[2] = {old, new};
+	for (int r = 0; r < 2 && kind < 0; r++) {
+		const st_shard_stats *x = &c->st, *y = &refs[r]->st;
+		if (x->max_seq_no == y->max_seq_no && x->local_checkpoint == y->local_checkpoint &&
+		    x->primary_term == y->primary_term && x->docs == y->docs &&
+		    x->buffered_docs == y->buffered_docs && view_eq(c->v, refs[r]->v) &&
+		    memcmp(c->ids, refs[r]->ids, sizeof(c->ids)) == 0)
+			kind = r + 1;
+	}
+	free(c);
+	return kind;
 }
 
 static void
@@ -659,7 +721,15 @@ reset_crash(const char *base, st_mapping *map)
 	copy_dir(told, rold);
 	copy_dir(tnew, rnew);
 
-	enum { ROUNDS = 30 };
+	content *ref = malloc(2 * sizeof(*ref));
+	st_shard *r = open_shard(rold, map, NULL, false);
+	content_of(r, &ref[0]);
+	st_shard_close(r);
+	r = open_shard(rnew, map, NULL, false);
+	content_of(r, &ref[1]);
+	st_shard_close(r);
+	CHECK(ref[0].st.docs > 0 && ref[1].st.docs > 0 && ref[0].v.sum != ref[1].v.sum);
+	enum { ROUNDS = 24 };
 	int seen[4] = {0};
 	uint64_t full_us = 0;
 	for (int round = 0; round < ROUNDS; round++) {
@@ -667,11 +737,13 @@ reset_crash(const char *base, st_mapping *map)
 		cm_rm_rf(src);
 		copy_dir(told, tdir);
 		copy_dir(tnew, src);
-		/* No shard is open here, so the child starts with no other thread. */
-		uint64_t t0 = cm_now_ns();
+		/* It tells us through the pipe when the reset starts. */
+		int pfd[2];
+		REQUIRE(pipe(pfd) == 0);
 		pid_t pid = fork();
 		REQUIRE(pid >= 0);
 		if (pid == 0) {
+			close(pfd[0]);
 			st_shard_opts o;
 			st_shard_opts_default(&o);
 			o.background_merges = false;
@@ -679,10 +751,18 @@ reset_crash(const char *base, st_mapping *map)
 			cm_error err;
 			if (st_shard_open(tdir, map, &o, &t, &err) != CM_OK)
 				_exit(2);
+			if (write(pfd[1], "x", 1) != 1)
+				_exit(4);
 			cm_err e = st_shard_reset_from(t, src, &err);
 			st_shard_close(t);
 			_exit(e == CM_OK ? 0 : 3);
 		}
+		close(pfd[1]);
+		char x;
+		bool started = read(pfd[0], &x, 1) == 1;
+		uint64_t t0 = cm_now_ns();
+		close(pfd[0]);
+		CHECK(started);
 		int status = 0;
 		if (round == 0) {
 			/* A full run first: how long a reset takes here. */
@@ -690,26 +770,22 @@ reset_crash(const char *base, st_mapping *map)
 			CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 			full_us = (cm_now_ns() - t0) / 1000;
 		} else {
-			/* Mostly past the checks that come first (opening the
-			 * shard, then the copy), where the files change. */
-			usleep((useconds_t)(full_us / 4 + rnd() % (full_us + 1)));
+			/* Anywhere in the reset, or just after it. */
+			usleep((useconds_t)(rnd() % (full_us + full_us / 8 + 1)));
 			kill(pid, SIGKILL);
 			REQUIRE(waitpid(pid, &status, 0) == pid);
 		}
 		st_shard *t = open_shard(tdir, map, NULL, false);
-		st_shard *ro = open_shard(rold, map, NULL, false);
-		st_shard *rn = open_shard(rnew, map, NULL, false);
-		int c = classify(t, ro, rn);
+		int c = classify(t, &ref[0], &ref[1]);
 		CHECKF(c >= 0, "round %d: the directory holds neither old, new nor empty content",
 		       round);
 		seen[c + 1]++;
 		st_shard_close(t);
-		st_shard_close(ro);
-		st_shard_close(rn);
 		if (round == 0)
 			CHECK(c == 2);
 	}
-	printf("kill -9 during reset (full run %.1f ms): %d old, %d new, %d empty, %d bad\n",
+	free(ref);
+	printf("kill -9 during reset (a reset takes %.1f ms): %d old, %d new, %d empty, %d bad\n",
 	       (double)full_us / 1000, seen[2], seen[3], seen[1], seen[0]);
 }
 
@@ -778,11 +854,15 @@ conc_searcher(void *p)
 	cm_buf_init(&b, CM_MEM_STORAGE);
 	uint64_t rs = 0x853c49e6748fea9bull;
 	while (!atomic_load(&c->stop_others)) {
+		/* Every live doc reads, the counts agree, and the view stays
+		 * the same however many resets go by meanwhile. */
 		st_reader *r = st_shard_reader(c->s);
-		reader_view(r); /* reads every live doc, checks the counts */
+		view v1 = reader_view(r);
 		usleep(500);
-		reader_view(r); /* the same view, still readable */
+		view v2 = reader_view(r);
 		st_reader_release(r);
+		if (!view_eq(v1, v2))
+			atomic_fetch_add(&c->failures, 1);
 		char id[16];
 		snprintf(id, sizeof(id), "d%d", (int)(trnd(&rs) % NIDS));
 		cm_buf_reset(&b);
@@ -892,15 +972,23 @@ main(void)
 	char base[] = "/tmp/shard_reset_test.XXXXXX";
 	REQUIRE(mkdtemp(base) != NULL);
 	st_mapping *map = test_mapping();
+	uint64_t t0 = cm_now_ns();
+#define STEP(call)                                                                     \
+	do {                                                                           \
+		call;                                                                  \
+		printf("%-40s %6.2f s\n", #call, (double)(cm_now_ns() - t0) / 1e9);     \
+		t0 = cm_now_ns();                                                      \
+	} while (0)
 	/* The crash test forks: it runs before any pool or shard thread. */
-	reset_crash(base, map);
-	reset_marker(base, map);
-	reset_refused(base, map);
+	STEP(reset_crash(base, map));
+	STEP(reset_marker(base, map));
+	STEP(reset_refused(base, map));
 	cm_pool *pool = cm_pool_create(2, "merge");
-	reset_basic(base, map, pool);
-	reset_snapshot(base, map, pool);
-	reset_wipe(base, map, pool);
-	reset_concurrent(base, map, pool);
+	STEP(reset_name_reuse(base, map));
+	STEP(reset_basic(base, map, pool));
+	STEP(reset_snapshot(base, map, pool));
+	STEP(reset_wipe(base, map, pool));
+	STEP(reset_concurrent(base, map, pool));
 	cm_pool_destroy(pool);
 	st_mapping_unref(map);
 	cm_rm_rf(base);
