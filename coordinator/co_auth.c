@@ -42,6 +42,7 @@
 #define SLOW_VERIFIES 4             /* argon2 runs at once (8 MiB each) */
 #define MAX_ARGON2_M_KIB (1u << 20) /* refuse hashes asking for more than 1 GiB */
 #define MAX_ARGON2_T 64
+#define FAIL_LOGS_PER_SEC 10 /* failed-login lines; the rest are counted */
 
 typedef struct user {
 	char *name;
@@ -88,6 +89,10 @@ struct co_auth {
 	pthread_mutex_t gate_mu;
 	pthread_cond_t gate_cv;
 	int slow_running;
+	pthread_mutex_t log_mu;
+	uint64_t log_second; /* the second fail_logs counts in */
+	int fail_logs;
+	uint64_t fail_suppressed;
 };
 
 /* ---- small pieces ---- */
@@ -608,6 +613,7 @@ co_auth_open(const char *users_file, const char *data_dir, co_auth **out, cm_err
 
 	pthread_mutex_init(&a->mu, NULL);
 	pthread_mutex_init(&a->gate_mu, NULL);
+	pthread_mutex_init(&a->log_mu, NULL);
 	pthread_cond_init(&a->gate_cv, NULL);
 	a->users_path = cm_strdup(MEM, users_file);
 	a->keys_dir = cm_malloc(MEM, n);
@@ -659,6 +665,7 @@ co_auth_close(co_auth *a)
 	cm_free(MEM, a->keys_dir);
 	pthread_mutex_destroy(&a->mu);
 	pthread_mutex_destroy(&a->gate_mu);
+	pthread_mutex_destroy(&a->log_mu);
 	pthread_cond_destroy(&a->gate_cv);
 	cm_free(MEM, a);
 }
@@ -762,6 +769,34 @@ cache_put(co_auth *a, const uint8_t d[32], const co_principal *p, int64_t key_ex
 
 /* ---- checking credentials ---- */
 
+/* A failed login is logged, but at most FAIL_LOGS_PER_SEC lines a second,
+ * so password guessing cannot flood the log; the rest are counted and
+ * reported once the second is over. */
+static bool
+fail_log_ok(co_auth *a)
+{
+	uint64_t sec = cm_now_ns() / 1000000000ull, skipped = 0;
+	bool ok;
+
+	pthread_mutex_lock(&a->log_mu);
+	if (sec != a->log_second) {
+		skipped = a->fail_suppressed;
+		a->fail_suppressed = 0;
+		a->fail_logs = 0;
+		a->log_second = sec;
+	}
+	ok = a->fail_logs < FAIL_LOGS_PER_SEC;
+	if (ok)
+		a->fail_logs++;
+	else
+		a->fail_suppressed++;
+	pthread_mutex_unlock(&a->log_mu);
+	if (skipped)
+		cm_warn("auth", "%llu more authentication failures were not logged",
+		        (unsigned long long)skipped);
+	return ok;
+}
+
 static uint64_t
 cur_gen(co_auth *a)
 {
@@ -806,7 +841,8 @@ check_basic(co_auth *a, const char *cred, size_t clen, co_principal *p, char *wh
 		gate_enter(a);
 		argon2_verify(a->dummy_hash, pw, pwlen, Argon2_id);
 		gate_leave(a);
-		cm_warn("auth", "authentication failed: unknown user");
+		if (fail_log_ok(a))
+			cm_warn("auth", "authentication failed: unknown user");
 		goto done;
 	}
 	uint64_t gen = cur_gen(a);
@@ -821,9 +857,11 @@ check_basic(co_auth *a, const char *cred, size_t clen, co_principal *p, char *wh
 	int vr = argon2_verify(u->hash, pw, pwlen, u->type);
 	gate_leave(a);
 	if (vr != ARGON2_OK) {
-		cm_warn("auth", "authentication failed for user [%s]%s", u->name,
-		        vr == ARGON2_VERIFY_MISMATCH ? ""
-		                                     : " (the stored hash cannot be verified)");
+		if (fail_log_ok(a))
+			cm_warn("auth", "authentication failed for user [%s]%s", u->name,
+			        vr == ARGON2_VERIFY_MISMATCH
+			            ? ""
+			            : " (the stored hash cannot be verified)");
 		goto done;
 	}
 	fill_user(p, u);
@@ -886,11 +924,14 @@ check_api_key(co_auth *a, const char *cred, size_t clen, co_principal *p)
 	}
 	pthread_mutex_unlock(&a->mu);
 	if (!found) {
-		cm_warn("auth", "authentication failed: unknown, expired or invalidated API key");
+		if (fail_log_ok(a))
+			cm_warn("auth",
+			        "authentication failed: unknown, expired or invalidated API key");
 		goto done;
 	}
 	if (argon2_verify(hash, secret, KEY_SECRET_LEN, Argon2_id) != ARGON2_OK) {
-		cm_warn("auth", "authentication failed for API key [%s]", p->key_id);
+		if (fail_log_ok(a))
+			cm_warn("auth", "authentication failed for API key [%s]", p->key_id);
 		goto done;
 	}
 	if (have_digest)

@@ -364,6 +364,23 @@ def credentials_absent_from_log():
 
 
 @test
+def failed_logins_rate_limited_in_log():
+    bad = apikey(base64.b64encode(b"x" * 20 + b":" + b"y" * 22).decode())
+    before = node.log_text().count("authentication failed")
+    t0 = time.time()
+    for i in range(60):
+        eq(node.raw("GET", "/", headers=bad)[0], 401, "bad key")
+    secs = time.time() - t0
+    time.sleep(1.1)
+    node.raw("GET", "/", headers=bad)  # a new second: the count of the skipped is logged
+    log = node.log_text()
+    logged = log.count("authentication failed") - before
+    assert 1 <= logged <= 10 * (int(secs) + 2) + 1, (logged, secs)
+    if secs < 0.9:
+        assert "more authentication failures were not logged" in log
+
+
+@test
 def no_users_node_unchanged():
     with Node() as n:
         st, h, data = n.raw("GET", "/")
