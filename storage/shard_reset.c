@@ -116,7 +116,8 @@ path_join(char *out, size_t cap, const char *dir, const char *name, cm_error *er
 	return CM_OK;
 }
 
-/* Removes the content files of dir (not the marker). */
+/* Removes the content files of dir (not the marker; not directories,
+ * which no shard makes: whoever put one there owns it). */
 static cm_err
 wipe_files(const char *dir, cm_error *err)
 {
@@ -132,6 +133,9 @@ wipe_files(const char *dir, cm_error *err)
 			continue;
 		if ((e = path_join(path, sizeof(path), dir, de->d_name, err)) != CM_OK)
 			break;
+		struct stat sb;
+		if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+			continue;
 		if (unlink(path) != 0 && errno != ENOENT)
 			e = cm_error_set(err, CM_EIO, "shard reset: cannot remove %s: %s", path,
 			                 strerror(errno));

@@ -619,6 +619,45 @@ reset_refused(const char *base, st_mapping *map)
 	st_shard_close(o);
 }
 
+/* The copy is fine but moving it in fails (a directory squats on one of
+ * its names) after the old files went: the shard ends up empty, usable,
+ * and says why; a reopen finds it empty too. */
+static void
+reset_io_failure(const char *base, st_mapping *map)
+{
+	char tdir[700], src[700], path[800];
+	snprintf(tdir, sizeof(tdir), "%s/iofail-t", base);
+	snprintf(src, sizeof(src), "%s/iofail-src", base);
+	make_source(src, map);
+	st_shard *t = open_shard(tdir, map, NULL, false);
+	write_docs(t, "iofail", 0, 50, 0);
+	REQUIRE(st_shard_refresh(t) == CM_OK);
+	snprintf(path, sizeof(path), "%s/seg-2.mdb", tdir); /* the source has seg-1, seg-2 */
+	REQUIRE(mkdir(path, 0755) == 0);
+	st_reader *old = st_shard_reader(t);
+	view before = reader_view(old);
+	cm_error err;
+	cm_error_clear(&err);
+	cm_err e = st_shard_reset_from(t, src, &err);
+	CHECKF(e != CM_OK && strstr(err.reason, "cannot move"), "reset: %s %s", cm_err_name(e),
+	       err.reason);
+	CHECK(view_eq(reader_view(old), before));
+	st_reader_release(old);
+	st_shard_stats st;
+	st_shard_stats_get(t, &st);
+	CHECK(st.docs == 0 && st.buffered_docs == 0 && st.max_seq_no == ST_NO_SEQ);
+	CHECK(!file_exists(tdir, "RESETTING"));
+	write_docs(t, "iofail-after", 0, 5, 0);
+	st_shard_stats_get(t, &st);
+	CHECK(st.max_seq_no == 4);
+	st_shard_close(t);
+	rmdir(path);
+	t = open_shard(tdir, map, NULL, false);
+	st_shard_stats_get(t, &st);
+	CHECK(st.max_seq_no == 4 && st.buffered_docs == 5);
+	st_shard_close(t);
+}
+
 /* A reset killed before it finished leaves the marker: the next open
  * wipes the directory and starts empty. */
 static void
@@ -983,6 +1022,7 @@ main(void)
 	STEP(reset_crash(base, map));
 	STEP(reset_marker(base, map));
 	STEP(reset_refused(base, map));
+	STEP(reset_io_failure(base, map));
 	cm_pool *pool = cm_pool_create(2, "merge");
 	STEP(reset_name_reuse(base, map));
 	STEP(reset_basic(base, map, pool));
