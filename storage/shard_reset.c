@@ -146,9 +146,9 @@ wipe_files(const char *dir, cm_error *err)
 
 /* Calls fn for each file of a shard copy in src. */
 static cm_err
-each_copy_file(const char *src, cm_err (*fn)(const char *src, const char *name, void *ctx,
-                                             cm_error *err),
-               void *ctx, cm_error *err)
+each_copy_file(const char *src,
+               cm_err (*fn)(const char *src, const char *name, void *ctx, cm_error *err), void *ctx,
+               cm_error *err)
 {
 	DIR *d = opendir(src);
 	if (d == NULL)
@@ -278,11 +278,11 @@ resume(st_shard *s)
 	pthread_mutex_unlock(&s->refresh_mu);
 }
 
-#define SWAP(a, b)                                                                     \
-	do {                                                                           \
-		__typeof__(a) swap_tmp_ = (a);                                         \
-		(a) = (b);                                                             \
-		(b) = swap_tmp_;                                                       \
+#define SWAP(a, b)                                                                                 \
+	do {                                                                                       \
+		__typeof__(a) swap_tmp_ = (a);                                                     \
+		(a) = (b);                                                                         \
+		(b) = swap_tmp_;                                                                   \
 	} while (0)
 
 /* Gives s the content t was opened on, and t the content s had, so that
@@ -361,8 +361,7 @@ content_swap(st_shard *s, st_shard *t, const st_mapping *opened_with)
 /* Opens an empty shard on s's directory after wiping it (marker first).
  * On failure the marker stays, so the next open starts empty too. */
 static cm_err
-open_empty(st_shard *s, const st_mapping *m, const st_shard_opts *o, st_shard **out,
-           cm_error *err)
+open_empty(st_shard *s, const st_mapping *m, const st_shard_opts *o, st_shard **out, cm_error *err)
 {
 	char marker[4096];
 	cm_err e = marker_path(s, marker, sizeof(marker), err);

@@ -84,8 +84,8 @@ write_docs(st_shard *s, const char *tag, int from, int n, int del_every)
 			int d = from + i + j;
 			snprintf(ids[j], sizeof(ids[j]), "d%d", d);
 			snprintf(srcs[j], sizeof(srcs[j]),
-			         "{\"k\":\"%s\",\"n\":%d,\"body\":\"%s words for doc %d\"}", tag, d, tag,
-			         d);
+			         "{\"k\":\"%s\",\"n\":%d,\"body\":\"%s words for doc %d\"}", tag, d,
+			         tag, d);
 			memset(&ops[j], 0, sizeof(ops[j]));
 			ops[j].type = del_every && d % del_every == 0 ? ST_OP_DELETE : ST_OP_INDEX;
 			ops[j].id = ids[j];
@@ -285,8 +285,8 @@ compare_exact(st_shard *a, st_shard *b, const char *when, int what)
 	}
 	CHECKF(x.docs == y.docs && x.deleted_docs == y.deleted_docs && x.segments == y.segments &&
 	           x.buffered_docs == y.buffered_docs,
-	       "%s: docs %" PRIu64 "/%" PRIu64 " deleted %" PRIu64 "/%" PRIu64
-	       " segments %" PRIu64 "/%" PRIu64 " buffered %" PRIu64 "/%" PRIu64,
+	       "%s: docs %" PRIu64 "/%" PRIu64 " deleted %" PRIu64 "/%" PRIu64 " segments %" PRIu64
+	       "/%" PRIu64 " buffered %" PRIu64 "/%" PRIu64,
 	       when, x.docs, y.docs, x.deleted_docs, y.deleted_docs, x.segments, y.segments,
 	       x.buffered_docs, y.buffered_docs);
 	CHECKF(x.max_seq_no == y.max_seq_no && x.local_checkpoint == y.local_checkpoint &&
@@ -321,10 +321,11 @@ compare_exact(st_shard *a, st_shard *b, const char *when, int what)
 		cm_buf_reset(&sb);
 		cm_err ea = st_shard_get(a, id, strlen(id), &ma, &sa);
 		cm_err eb = st_shard_get(b, id, strlen(id), &mb, &sb);
-		bool same = ea == eb && (ea != CM_OK || (ma.seq_no == mb.seq_no &&
-		                                         ma.primary_term == mb.primary_term &&
-		                                         ma.version == mb.version && sa.len == sb.len &&
-		                                         memcmp(sa.data, sb.data, sa.len) == 0));
+		bool same =
+		    ea == eb &&
+		    (ea != CM_OK || (ma.seq_no == mb.seq_no && ma.primary_term == mb.primary_term &&
+		                     ma.version == mb.version && sa.len == sb.len &&
+		                     memcmp(sa.data, sb.data, sa.len) == 0));
 		if (!same && diff++ < 3)
 			CHECKF(same, "%s: %s differs: %s/%s seq %" PRIu64 "/%" PRIu64, when, id,
 			       cm_err_name(ea), cm_err_name(eb), ma.seq_no, mb.seq_no);
@@ -863,8 +864,8 @@ conc_writer(void *p)
 				snprintf(ids[j], sizeof(ids[j]), "w%d-%ld-%d", me, i, j);
 			else
 				snprintf(ids[j], sizeof(ids[j]), "d%d", (int)(trnd(&rs) % NIDS));
-			snprintf(src[j], sizeof(src[j]), "{\"k\":\"w%d\",\"n\":%ld,\"body\":\"x y\"}",
-			         me, i);
+			snprintf(src[j], sizeof(src[j]),
+			         "{\"k\":\"w%d\",\"n\":%ld,\"body\":\"x y\"}", me, i);
 			memset(&ops[j], 0, sizeof(ops[j]));
 			ops[j].type = j == 7 ? ST_OP_DELETE : ST_OP_INDEX;
 			ops[j].id = ids[j];
@@ -1012,11 +1013,11 @@ main(void)
 	REQUIRE(mkdtemp(base) != NULL);
 	st_mapping *map = test_mapping();
 	uint64_t t0 = cm_now_ns();
-#define STEP(call)                                                                     \
-	do {                                                                           \
-		call;                                                                  \
-		printf("%-40s %6.2f s\n", #call, (double)(cm_now_ns() - t0) / 1e9);     \
-		t0 = cm_now_ns();                                                      \
+#define STEP(call)                                                                                 \
+	do {                                                                                       \
+		call;                                                                              \
+		printf("%-40s %6.2f s\n", #call, (double)(cm_now_ns() - t0) / 1e9);                \
+		t0 = cm_now_ns();                                                                  \
 	} while (0)
 	/* The crash test forks: it runs before any pool or shard thread. */
 	STEP(reset_crash(base, map));
