@@ -86,6 +86,10 @@ write_docs(st_shard *s, const char *tag, int from, int n, int del_every)
 			snprintf(srcs[j], sizeof(srcs[j]),
 			         "{\"k\":\"%s\",\"n\":%d,\"body\":\"%s words for doc %d\"}", tag, d,
 			         tag, d);
+			/* A field the mapping lacks, only in the source's log. */
+			if (strcmp(tag, "srclog") == 0 && d == 200)
+				snprintf(srcs[j], sizeof(srcs[j]), "{\"k\":\"%s\",\"dyn\":\"new\"}",
+				         tag);
 			memset(&ops[j], 0, sizeof(ops[j]));
 			ops[j].type = del_every && d % del_every == 0 ? ST_OP_DELETE : ST_OP_INDEX;
 			ops[j].id = ids[j];
@@ -412,6 +416,13 @@ reset_basic(const char *base, st_mapping *map, cm_pool *pool)
 	st_shard_stats st;
 	st_shard_stats_get(t, &st);
 	CHECK(st.primary_term == 3 && st.global_checkpoint == 200 && st.max_seq_no == 309);
+	/* The replay brought a dynamic field: the shard's mapping has it, as
+	 * the copy opened on its own does. */
+	st_mapping *mt = st_shard_mapping(t), *mo = st_shard_mapping(o);
+	CHECK(st_mapping_find(mt, "dyn") != NULL && st_mapping_find(mo, "dyn") != NULL);
+	CHECK(st_mapping_find(map, "dyn") == NULL);
+	st_mapping_unref(mt);
+	st_mapping_unref(mo);
 
 	/* The old reader still reads the old docs. */
 	CHECKF(view_eq(reader_view(old), before), "old reader changed");
