@@ -663,7 +663,10 @@ nd_cluster_admin(nd_cluster *cl, const char *action, const char *index, const ch
 		cm_free(MEM, rbody);
 	} else {
 		*reply = rbody;
-		/* The publish reached us before the ack; nothing more to do. */
+		/* The publish normally reached us before the ack, but the master
+		 * skips nodes it cannot reach (its dialer may still be
+		 * reconnecting): make sure this node sees its own change. */
+		cl_fetch_state(cl);
 	}
 	cm_buf_free(&req);
 	cm_buf_free(&rep);
