@@ -1,4 +1,5 @@
-"""Replication fault matrix R0-R7 (issue #6) against real processes.
+"""Replication fault matrix R0-R7 (issue #6), plus R6b (a stalled node
+during searches) and R8 (SIGTERM rolling restart), against real processes.
 
 Every row starts its own 3-node cluster (node-1 is the metadata master),
 an index with 6 shards and 1 replica, runs Python writer threads against a
@@ -10,7 +11,7 @@ model, injects its fault, waits for green, and then checks:
     "created" for a document the model says must exist also counts as lost;
   - every copy is identical: each id is on exactly two nodes with the same
     _version, _seq_no, _primary_term and _source (read with
-    preference=_only_nodes:NAME).
+    preference=_only_nodes:NAME; a sample also with the real-time GET).
 Each row prints one figure line (writes attempted/acknowledged/lost,
 recoveries ops-based/file-based from _cat/recovery, seconds to green).
 
