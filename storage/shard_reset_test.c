@@ -989,6 +989,28 @@ reset_concurrent(const char *base, st_mapping *map, cm_pool *pool)
 			       st.primary_term);
 		if (r == 3)
 			cm_rm_rf(copy);
+		/* What was written before the reset is gone; a write after it
+		 * lands in the new content, above the copy's max seq_no. */
+		char mark[16];
+		if (r > 0) {
+			snprintf(mark, sizeof(mark), "mark%d", r - 1);
+			CHECK(st_shard_get(c.s, mark, strlen(mark), NULL, NULL) == CM_ENOTFOUND);
+		}
+		snprintf(mark, sizeof(mark), "mark%d", r);
+		st_op op = {.type = ST_OP_INDEX,
+		            .id = mark,
+		            .id_len = strlen(mark),
+		            .source = "{\"k\":\"mark\"}",
+		            .source_len = 12,
+		            .seq_no = ST_NO_SEQ,
+		            .if_seq_no = ST_NO_SEQ};
+		st_op_result res;
+		REQUIRE(st_shard_apply(c.s, &op, 1, &res) == CM_OK);
+		CHECK(res.err == CM_OK && res.result == ST_RESULT_CREATED &&
+		      (r == 3 || res.seq_no > 309));
+		st_doc_meta meta;
+		CHECK(st_shard_get(c.s, mark, strlen(mark), &meta, NULL) == CM_OK &&
+		      meta.seq_no == res.seq_no);
 	}
 	atomic_store(&c.stop_writers, true);
 	for (int i = 0; i < NW; i++)
