@@ -738,6 +738,9 @@ serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_
 
 	switch (type) {
 	case PR_PING:
+		/* The pong carries this process's boot id: the master tells a
+		 * restarted node (not yet joined) from one that stayed up. */
+		cm_buf_put_u64(reply, atomic_load(&cl->nodes[cl->self].boot));
 		*reply_type = PR_PONG;
 		return;
 	case PR_METADATA: {
@@ -856,6 +859,11 @@ monitor_main(void *arg)
 			cm_buf_init(&rep, MEM);
 			cm_err rc = nd_peer_call_sync(cl->nodes[i].peer, PR_PING, "", 0,
 			                              t0 + 1000000000ull, &type, &rep);
+			if (rc == CM_OK && rep.len == 8) {
+				uint64_t boot;
+				memcpy(&boot, rep.data, 8);
+				atomic_store(&cl->nodes[i].boot, boot);
+			}
 			cm_buf_free(&rep);
 			cl_mark(cl, i, rc == CM_OK, rc == CM_OK ? cm_now_ns() - t0 : 0);
 		}

@@ -25,6 +25,8 @@ typedef struct nd_cl_node {
 	nd_peer *peer; /* NULL for self */
 	_Atomic bool alive;
 	_Atomic uint64_t down_since_ns; /* monotonic time it became unreachable, 0 = up */
+	_Atomic uint64_t boot;        /* its process's boot id, from its last pong */
+	_Atomic uint64_t boot_joined; /* master: the boot id it joined with */
 	double ewma_us; /* recent round-trip latency, under nd_cluster.lock */
 } nd_cl_node;
 
@@ -79,6 +81,9 @@ void cl_rep_init(nd_cluster *cl);
 void cl_fetch_state(nd_cluster *cl);
 /* Whether the master has taken this node in since it started. */
 bool cl_rep_joined(nd_cluster *cl);
+/* Whether node i has been taken in by the master since its process
+ * started (exact on the master; elsewhere only for this node). */
+bool cl_node_joined(nd_cluster *cl, int i);
 
 /* Small read requests carried by PR_ADMIN ("rw_get", "rw_stats"). */
 void cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *body,

@@ -313,6 +313,8 @@ void
 cl_rep_start(nd_cluster *cl)
 {
 	char path[1200];
+	uint64_t boot = ((uint64_t)getpid() << 40) ^ (uint64_t)cm_wall_ms() ^ cm_now_ns();
+	atomic_store(&cl->nodes[cl->self].boot, boot ? boot : 1);
 	/* Snapshots and partial copies of an earlier run are useless now. */
 	snap_root(cl, path, sizeof(path));
 	cm_rm_rf(path);
@@ -540,9 +542,13 @@ cm_err
 cl_rep_master_action(nd_cluster *cl, const char *action, const cJSON *body, cm_error *err)
 {
 	const char *node = str_of(body, "node");
-	if (node_by_name(cl, node) < 0)
+	int ni = node_by_name(cl, node);
+	if (ni < 0)
 		return cm_error_set(err, CM_EINVAL, "unknown node [%s]", node);
 	if (strcmp(action, "node_join") == 0) {
+		uint64_t boot = strtoull(str_of(body, "boot"), NULL, 16);
+		atomic_store(&cl->nodes[ni].boot, boot);
+		atomic_store(&cl->nodes[ni].boot_joined, boot);
 		/* A node that (re)starts: its copies are not in sync until they
 		 * recover; where it leads, the replicas resync from it. */
 		cJSON *indices = cJSON_GetObjectItemCaseSensitive(cl->meta, "indices"), *e;
@@ -1766,6 +1772,17 @@ cl_rep_joined(nd_cluster *cl)
 	return atomic_load(&R(cl)->joined);
 }
 
+bool
+cl_node_joined(nd_cluster *cl, int i)
+{
+	if (i == cl->self)
+		return cl_rep_joined(cl);
+	if (cl->master != cl->self)
+		return true; /* only the master knows */
+	uint64_t b = atomic_load(&cl->nodes[i].boot);
+	return b != 0 && b == atomic_load(&cl->nodes[i].boot_joined);
+}
+
 void
 cl_rep_tick(nd_cluster *cl)
 {
@@ -1774,7 +1791,10 @@ cl_rep_tick(nd_cluster *cl)
 		cm_error err;
 		cm_error_clear(&err);
 		cJSON *b = cJSON_CreateObject();
+		char boot[32];
+		snprintf(boot, sizeof(boot), "%" PRIx64, atomic_load(&cl->nodes[cl->self].boot));
 		cJSON_AddStringToObject(b, "node", cl->nodes[cl->self].name);
+		cJSON_AddStringToObject(b, "boot", boot);
 		if (ask_master(cl, "node_join", b, &err) == CM_OK) {
 			atomic_store(&rp->joined, true);
 			if (cl->master != cl->self)

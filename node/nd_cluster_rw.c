@@ -1087,7 +1087,9 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 				int node = cl_copy_node(cl, s, c);
 				if (!cl_alive(cl, node))
 					continue;
-				if (!routed || ((ro.in_sync >> node) & 1))
+				/* A node not yet taken in since it (re)started is about
+				 * to leave the in-sync sets and recover. */
+				if ((!routed || ((ro.in_sync >> node) & 1)) && cl_node_joined(cl, node))
 					up++;
 				else
 					init++;
