@@ -90,13 +90,14 @@ parse_action(co_bulk_parser *p, const char *line, size_t len, co_bulk_action *ou
 	memset(&it, 0, sizeof(it));
 	if (!j || !cJSON_IsObject(j)) {
 		fail(p, CM_EINVAL,
-		     "Malformed action/metadata line [%llu], expected START_OBJECT but found [%s]", ln,
-		     j ? "VALUE" : "malformed JSON");
+		     "Malformed action/metadata line [%llu], expected START_OBJECT but found [%s]",
+		     ln, j ? "VALUE" : "malformed JSON");
 		goto done;
 	}
 	a = j->child;
 	if (!a || a->next) {
-		fail(p, CM_EINVAL, "Malformed action/metadata line [%llu], expected a single action", ln);
+		fail(p, CM_EINVAL,
+		     "Malformed action/metadata line [%llu], expected a single action", ln);
 		goto done;
 	}
 	if (strcmp(a->string, "index") == 0)
@@ -115,7 +116,8 @@ parse_action(co_bulk_parser *p, const char *line, size_t len, co_bulk_action *ou
 		goto done;
 	}
 	if (!cJSON_IsObject(a)) {
-		fail(p, CM_EINVAL, "Malformed action/metadata line [%llu], expected START_OBJECT", ln);
+		fail(p, CM_EINVAL, "Malformed action/metadata line [%llu], expected START_OBJECT",
+		     ln);
 		goto done;
 	}
 	cJSON_ArrayForEach(c, a)
@@ -155,7 +157,8 @@ parse_action(co_bulk_parser *p, const char *line, size_t len, co_bulk_action *ou
 		           strcmp(k, "require_alias") == 0 || strcmp(k, "_source") == 0) {
 			;
 		} else {
-			fail(p, CM_EINVAL, "Action/metadata line [%llu] contains an unknown parameter [%.60s]",
+			fail(p, CM_EINVAL,
+			     "Action/metadata line [%llu] contains an unknown parameter [%.60s]",
 			     ln, k);
 			goto done;
 		}
@@ -285,7 +288,8 @@ co_bulk_parser_end(co_bulk_parser *p)
 		if (p->want_source)
 			process_line(p, (const char *)p->line.data, p->line.len);
 		else
-			fail(p, CM_EINVAL, "The bulk request must be terminated by a newline [\\n]");
+			fail(p, CM_EINVAL,
+			     "The bulk request must be terminated by a newline [\\n]");
 	}
 	cm_buf_reset(&p->line);
 	if (!p->failed && p->want_source)

@@ -25,7 +25,7 @@ typedef struct co_bulk_action {
 	char *id;      /* owned; NULL = generate one */
 	char *routing; /* owned; may be NULL */
 	co_write_opts w;
-	long retries;  /* retry_on_conflict, clamped to [0, 1000000] */
+	long retries; /* retry_on_conflict, clamped to [0, 1000000] */
 } co_bulk_action;
 
 /* Called once per complete item, in body order: a delete at its action
@@ -41,13 +41,13 @@ typedef struct co_bulk_parser {
 	co_bulk_item_fn on_item;
 	void *ctx;
 	/* state */
-	cm_buf line;        /* a partial line carried to the next feed */
+	cm_buf line;         /* a partial line carried to the next feed */
 	co_bulk_action pend; /* the action awaiting its source line */
 	bool want_source;
 	uint64_t line_no;
-	uint64_t items;     /* items handed to on_item */
+	uint64_t items; /* items handed to on_item */
 	bool failed;
-	cm_error err;       /* why, when failed (the whole request's 4xx) */
+	cm_error err; /* why, when failed (the whole request's 4xx) */
 } co_bulk_parser;
 
 /* dflt_index and dflt_routing are borrowed for the parser's life. */

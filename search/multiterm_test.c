@@ -47,8 +47,8 @@ check_refused(const char *re, int max_states, double max_cpu)
 	       rc ? err.reason : "compiled");
 	CHECKF(rc == CM_ELIMIT, "%.60s: rc %d", re, rc);
 	CHECKF(cm_err_status(rc) == 400, "%.60s", re);
-	CHECKF(strcmp(cm_error_type(&err), "too_complex_to_determinize_exception") == 0, "%.60s: %s",
-	       re, cm_error_type(&err));
+	CHECKF(strcmp(cm_error_type(&err), "too_complex_to_determinize_exception") == 0,
+	       "%.60s: %s", re, cm_error_type(&err));
 	CHECKF(t < max_cpu, "%.60s took %.3f s CPU", re, t);
 }
 
@@ -171,10 +171,11 @@ test_search(void)
 			CHECKF(rc == CM_OK && out.total == 25, "rc %d total %llu: %s", rc,
 			       (unsigned long long)out.total, err.reason);
 		} else {
-			printf("  search with the hostile regexp: %.3f s CPU: %s (%s)\n", t, err.reason,
-			       cm_error_type(&err));
+			printf("  search with the hostile regexp: %.3f s CPU: %s (%s)\n", t,
+			       err.reason, cm_error_type(&err));
 			CHECK(rc != CM_OK && cm_err_status(rc) == 400);
-			CHECK(strcmp(cm_error_type(&err), "too_complex_to_determinize_exception") == 0);
+			CHECK(strcmp(cm_error_type(&err), "too_complex_to_determinize_exception") ==
+			      0);
 			CHECKF(t < 2.0, "%.3f s CPU", t);
 		}
 		sr_shard_result_free(&out);

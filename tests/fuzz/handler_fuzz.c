@@ -18,7 +18,8 @@
  *                settings log).
  * A solo node runs in a temp directory (tmpfs when there is one): index
  * "fz" (searched, never written by inputs, so runs are repeatable) and
- * "fzw" (written; recreated every WRITE_RESET inputs to bound its size).
+ * "fzw" (written: recreated every BULK_RESET bulk inputs and every
+ * WRITE_RESET mapping or settings changes, to bound its size).
  * HANDLER_FUZZ_SEEDS=<dir> writes seed inputs there and exits. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
@@ -40,11 +41,12 @@ void __sanitizer_set_death_callback(void (*callback)(void));
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define WRITE_RESET 500
+#define BULK_RESET 16
 #define MAX_CREATE_SHARDS 8
 
 static char dir[64];
 static nd_node *node;
-static unsigned writes;
+static unsigned writes, bulks;
 static bool debug; /* HANDLER_FUZZ_DEBUG: say what each input came to */
 
 static void
@@ -100,10 +102,15 @@ index_docs(nd_index *ix, int n)
 		snprintf(src, sizeof(src),
 		         "{\"title\":\"%s %s %s\",\"tag\":\"t%d\",\"n\":%d,\"price\":%d.5,"
 		         "\"at\":\"2024-0%d-1%dT10:00:00Z\",\"ok\":%s}",
-		         words[i % 7], words[(i * 3) % 7], words[(i * 5 + 1) % 7], i % 5, i * 7 - 20,
-		         i % 13, 1 + i % 9, i % 10, i % 2 ? "true" : "false");
-		st_op op = {.type = ST_OP_INDEX, .id = id, .id_len = strlen(id), .source = src,
-		            .source_len = strlen(src), .seq_no = ST_NO_SEQ, .if_seq_no = ST_NO_SEQ};
+		         words[i % 7], words[(i * 3) % 7], words[(i * 5 + 1) % 7], i % 5,
+		         i * 7 - 20, i % 13, 1 + i % 9, i % 10, i % 2 ? "true" : "false");
+		st_op op = {.type = ST_OP_INDEX,
+		            .id = id,
+		            .id_len = strlen(id),
+		            .source = src,
+		            .source_len = strlen(src),
+		            .seq_no = ST_NO_SEQ,
+		            .if_seq_no = ST_NO_SEQ};
 		st_op_result res;
 		cm_error err;
 		cm_error_clear(&err);
@@ -148,7 +155,8 @@ fuzz_search(const uint8_t *p, size_t n)
 		/* the ordinals a per-node request carries, read as the handler does */
 		cJSON *pj = rq.params ? cJSON_Parse(rq.params) : NULL;
 		cJSON *ords = cJSON_GetObjectItemCaseSensitive(pj, "ordinals");
-		bool use_ords = cJSON_IsArray(ords) && (size_t)cJSON_GetArraySize(ords) == rq.nshards;
+		bool use_ords =
+		    cJSON_IsArray(ords) && (size_t)cJSON_GetArraySize(ords) == rq.nshards;
 		uint32_t ord = 0;
 		if (use_ords && rq.nshards) {
 			cJSON *o = cJSON_GetArrayItem(ords, 0);
@@ -175,8 +183,9 @@ fuzz_search(const uint8_t *p, size_t n)
 			cm_buf_init(&out, CM_MEM_NODE);
 			pr_shard_results_encode(&one, 1, &out);
 			cm_error_clear(&e2);
-			if (pr_shard_results_decode(out.data, out.len, req.aggs, &back, &nback, &strs,
-			                            &e2) != CM_OK || nback != 1) {
+			if (pr_shard_results_decode(out.data, out.len, req.aggs, &back, &nback,
+			                            &strs, &e2) != CM_OK ||
+			    nback != 1) {
 				fprintf(stderr, "reply round trip: %s\n", e2.reason);
 				abort(); /* what a shard encodes must decode */
 			}
@@ -206,7 +215,10 @@ fuzz_bulk(const uint8_t *p, size_t n)
 	cm_error_clear(&err);
 	if (pr_bulk_req_decode(p, n, &rq, &err) != CM_OK)
 		return;
-	if (++writes % WRITE_RESET == 0)
+	/* a fresh index every BULK_RESET inputs: a crash depends on at most
+	 * that many earlier bulk inputs (a fresh one per input would cost
+	 * ~20 ms each, for index creation) */
+	if (++bulks % BULK_RESET == 0)
 		reset_write_index();
 	/* whatever index the message names, the ops land in fzw */
 	nd_index *ix = nd_index_get(node, "fzw");
@@ -383,8 +395,13 @@ static void
 search_seed(const char *outdir, const char *name, const char *body, const char *params)
 {
 	uint32_t shards[1] = {0};
-	pr_search_req r = {.index = "fz", .index_uuid = "u", .shards = shards, .nshards = 1,
-	                   .body = (char *)body, .body_len = strlen(body), .params = (char *)params};
+	pr_search_req r = {.index = "fz",
+	                   .index_uuid = "u",
+	                   .shards = shards,
+	                   .nshards = 1,
+	                   .body = (char *)body,
+	                   .body_len = strlen(body),
+	                   .params = (char *)params};
 	cm_buf b;
 	cm_buf_init(&b, CM_MEM_NODE);
 	pr_search_req_encode(&r, &b);
@@ -399,21 +416,23 @@ write_seeds(const char *outdir)
 	cm_buf_init(&b, CM_MEM_NODE);
 	search_seed(outdir, "search-match", "{\"query\":{\"match\":{\"title\":\"quick fox\"}}}",
 	            "{}");
-	search_seed(outdir, "search-bool-aggs",
-	            "{\"size\":3,\"query\":{\"bool\":{\"must\":[{\"range\":{\"n\":{\"gte\":0}}}],"
-	            "\"should\":[{\"prefix\":{\"tag\":\"t\"}},{\"wildcard\":{\"title.raw\":\"*o*\"}}],"
-	            "\"filter\":{\"term\":{\"ok\":true}}}},\"aggs\":{\"tags\":{\"terms\":{\"field\":"
-	            "\"tag\"},\"aggs\":{\"p\":{\"avg\":{\"field\":\"price\"}}}},\"h\":{\"histogram\":{"
-	            "\"field\":\"n\",\"interval\":10}},\"c\":{\"cardinality\":{\"field\":\"tag\"}},"
-	            "\"pc\":{\"percentiles\":{\"field\":\"price\"}}}}",
-	            "{\"ordinals\":[3],\"from\":0}");
-	search_seed(outdir, "search-sort-dates",
-	            "{\"sort\":[{\"at\":\"desc\"},\"_score\"],\"query\":{\"regexp\":{\"title.raw\":"
-	            "\"(quick|lazy).*\"}},\"aggs\":{\"d\":{\"date_histogram\":{\"field\":\"at\","
-	            "\"calendar_interval\":\"month\"}},\"s\":{\"stats\":{\"field\":\"n\"}},\"top\":{"
-	            "\"top_hits\":{\"size\":1}}},\"_source\":[\"title\"],\"search_after\":["
-	            "\"2030-01-01T00:00:00Z\",1]}",
-	            "{\"track_total_hits\":true}");
+	search_seed(
+	    outdir, "search-bool-aggs",
+	    "{\"size\":3,\"query\":{\"bool\":{\"must\":[{\"range\":{\"n\":{\"gte\":0}}}],"
+	    "\"should\":[{\"prefix\":{\"tag\":\"t\"}},{\"wildcard\":{\"title.raw\":\"*o*\"}}],"
+	    "\"filter\":{\"term\":{\"ok\":true}}}},\"aggs\":{\"tags\":{\"terms\":{\"field\":"
+	    "\"tag\"},\"aggs\":{\"p\":{\"avg\":{\"field\":\"price\"}}}},\"h\":{\"histogram\":{"
+	    "\"field\":\"n\",\"interval\":10}},\"c\":{\"cardinality\":{\"field\":\"tag\"}},"
+	    "\"pc\":{\"percentiles\":{\"field\":\"price\"}}}}",
+	    "{\"ordinals\":[3],\"from\":0}");
+	search_seed(
+	    outdir, "search-sort-dates",
+	    "{\"sort\":[{\"at\":\"desc\"},\"_score\"],\"query\":{\"regexp\":{\"title.raw\":"
+	    "\"(quick|lazy).*\"}},\"aggs\":{\"d\":{\"date_histogram\":{\"field\":\"at\","
+	    "\"calendar_interval\":\"month\"}},\"s\":{\"stats\":{\"field\":\"n\"}},\"top\":{"
+	    "\"top_hits\":{\"size\":1}}},\"_source\":[\"title\"],\"search_after\":["
+	    "\"2030-01-01T00:00:00Z\",1]}",
+	    "{\"track_total_hits\":true}");
 	search_seed(outdir, "search-qs",
 	            "{\"query\":{\"query_string\":{\"query\":\"title:(quick OR dog~1) AND n:[1 TO "
 	            "50]\"}},\"aggs\":{\"r\":{\"range\":{\"field\":\"price\",\"ranges\":[{\"to\":"
@@ -422,15 +441,37 @@ write_seeds(const char *outdir)
 	            "{\"size\":2}");
 
 	st_op ops[3] = {
-	    {.type = ST_OP_INDEX, .id = "a", .id_len = 1, .source = "{\"x\":1,\"s\":\"hello\"}",
-	     .source_len = 19, .seq_no = ST_NO_SEQ, .if_seq_no = ST_NO_SEQ},
-	    {.type = ST_OP_INDEX, .id = "b", .id_len = 1, .source = "{\"x\":\"2\",\"o\":{\"p\":true}}",
-	     .source_len = 23, .seq_no = 5, .primary_term = 1, .if_seq_no = ST_NO_SEQ, .version = 3},
-	    {.type = ST_OP_DELETE, .id = "a", .id_len = 1, .seq_no = ST_NO_SEQ, .if_seq_no = 0,
+	    {.type = ST_OP_INDEX,
+	     .id = "a",
+	     .id_len = 1,
+	     .source = "{\"x\":1,\"s\":\"hello\"}",
+	     .source_len = 19,
+	     .seq_no = ST_NO_SEQ,
+	     .if_seq_no = ST_NO_SEQ},
+	    {.type = ST_OP_INDEX,
+	     .id = "b",
+	     .id_len = 1,
+	     .source = "{\"x\":\"2\",\"o\":{\"p\":true}}",
+	     .source_len = 23,
+	     .seq_no = 5,
+	     .primary_term = 1,
+	     .if_seq_no = ST_NO_SEQ,
+	     .version = 3},
+	    {.type = ST_OP_DELETE,
+	     .id = "a",
+	     .id_len = 1,
+	     .seq_no = ST_NO_SEQ,
+	     .if_seq_no = 0,
 	     .if_primary_term = 1},
 	};
-	pr_bulk_req br = {.index = "fzw", .index_uuid = "u", .shard = 1, .ops = ops, .nops = 3,
-	                  .primary_term = 1, .global_checkpoint = ST_NO_SEQ, .source_node = "n1"};
+	pr_bulk_req br = {.index = "fzw",
+	                  .index_uuid = "u",
+	                  .shard = 1,
+	                  .ops = ops,
+	                  .nops = 3,
+	                  .primary_term = 1,
+	                  .global_checkpoint = ST_NO_SEQ,
+	                  .source_node = "n1"};
 	cm_buf_reset(&b);
 	pr_bulk_req_encode(&br, &b);
 	seed(outdir, "bulk-primary", 1, &b);
@@ -440,6 +481,55 @@ write_seeds(const char *outdir)
 	pr_bulk_req_encode(&br, &b);
 	seed(outdir, "bulk-replica", 1, &b);
 
+	/* findings, kept as regression inputs: an external version at
+	 * INT64_MAX then an internally versioned write of the same id (the
+	 * version overflows; reachable over HTTP), and a replica op carrying
+	 * seq_no INT64_MAX then a primary op (the next seq_no overflows) */
+	st_op vmax[2] = {
+	    {.type = ST_OP_INDEX,
+	     .id = "v",
+	     .id_len = 1,
+	     .source = "{}",
+	     .source_len = 2,
+	     .seq_no = ST_NO_SEQ,
+	     .if_seq_no = ST_NO_SEQ,
+	     .version = INT64_MAX},
+	    {.type = ST_OP_INDEX,
+	     .id = "v",
+	     .id_len = 1,
+	     .source = "{}",
+	     .source_len = 2,
+	     .seq_no = ST_NO_SEQ,
+	     .if_seq_no = ST_NO_SEQ},
+	};
+	br.ops = vmax;
+	br.nops = 2;
+	br.replica = false;
+	cm_buf_reset(&b);
+	pr_bulk_req_encode(&br, &b);
+	seed(outdir, "regress-version-overflow", 1, &b);
+	st_op smax[2] = {
+	    {.type = ST_OP_INDEX,
+	     .id = "s",
+	     .id_len = 1,
+	     .source = "{}",
+	     .source_len = 2,
+	     .seq_no = INT64_MAX,
+	     .primary_term = 1,
+	     .if_seq_no = ST_NO_SEQ},
+	    {.type = ST_OP_INDEX,
+	     .id = "t",
+	     .id_len = 1,
+	     .source = "{}",
+	     .source_len = 2,
+	     .seq_no = ST_NO_SEQ,
+	     .if_seq_no = ST_NO_SEQ},
+	};
+	br.ops = smax;
+	cm_buf_reset(&b);
+	pr_bulk_req_encode(&br, &b);
+	seed(outdir, "regress-seq-no-overflow", 1, &b);
+
 	static const struct {
 		const char *name, *action, *index, *body;
 	} admin[] = {
@@ -447,7 +537,8 @@ write_seeds(const char *outdir)
 	     "{\"settings\":{\"number_of_shards\":2,\"number_of_replicas\":0,\"refresh_interval\":"
 	     "\"5s\"},\"mappings\":{\"dynamic\":\"strict\",\"properties\":{\"a\":{\"type\":"
 	     "\"keyword\",\"ignore_above\":10},\"b\":{\"type\":\"date\",\"format\":"
-	     "\"yyyy-MM-dd||epoch_millis\"},\"c\":{\"properties\":{\"d\":{\"type\":\"float\"}}}}}}"},
+	     "\"yyyy-MM-dd||epoch_millis\"},\"c\":{\"properties\":{\"d\":{\"type\":\"float\"}}}}}"
+	     "}"},
 	    {"admin-put-mapping", "put_mapping", "fzw",
 	     "{\"properties\":{\"k\":{\"type\":\"text\",\"analyzer\":\"english\"}}}"},
 	    {"admin-put-settings", "put_settings", "fzw",
@@ -456,8 +547,8 @@ write_seeds(const char *outdir)
 	};
 	for (size_t i = 0; i < sizeof(admin) / sizeof(admin[0]); i++) {
 		cm_buf_reset(&b);
-		pr_admin_encode(admin[i].action, admin[i].index, admin[i].body, strlen(admin[i].body),
-		                &b);
+		pr_admin_encode(admin[i].action, admin[i].index, admin[i].body,
+		                strlen(admin[i].body), &b);
 		seed(outdir, admin[i].name, 2, &b);
 	}
 	const char *state =

@@ -95,8 +95,8 @@ keyword_fields(const kv *e, size_t n, uint8_t *kw /* 65536 */)
 			const char *name;
 			size_t nl;
 			uint8_t type, an, flags;
-			if (!cm_rd_str(&r, &name, &nl) || !cm_rd_u8(&r, &type) || !cm_rd_u8(&r, &an) ||
-			    !cm_rd_u8(&r, &flags))
+			if (!cm_rd_str(&r, &name, &nl) || !cm_rd_u8(&r, &type) ||
+			    !cm_rd_u8(&r, &an) || !cm_rd_u8(&r, &flags))
 				return;
 			for (int j = 0; j < 6; j++)
 				if (!cm_rd_varint(&r, &x))
@@ -111,7 +111,8 @@ static uint64_t
 term_blocks(const kv *e, size_t n, const uint8_t *key, size_t klen)
 {
 	for (size_t i = 0; i < n; i++)
-		if (e[i].klen == klen && e[i].k[0] == 'T' && memcmp(e[i].k + 1, key + 1, klen - 1) == 0) {
+		if (e[i].klen == klen && e[i].k[0] == 'T' &&
+		    memcmp(e[i].k + 1, key + 1, klen - 1) == 0) {
 			cm_rd r;
 			uint64_t df;
 			cm_rd_init(&r, e[i].v, e[i].vlen);
@@ -193,7 +194,7 @@ reseal(kv *e, size_t n)
 		}
 		case 'F':
 			break; /* done first */
-		default:   /* I, K, M, N, S, Z: a trailing xxh32 of the whole value */
+		default:       /* I, K, M, N, S, Z: a trailing xxh32 of the whole value */
 			seal_tail(v, len);
 			break;
 		}
@@ -213,7 +214,8 @@ write_trailer(const char *p)
 	if (fstat(fd, &st) == 0 && st.st_size > 0) {
 		uint8_t *buf = malloc((size_t)st.st_size), tr[24];
 		if (pread(fd, buf, (size_t)st.st_size, 0) == st.st_size) {
-			uint64_t len = (uint64_t)st.st_size, h = XXH3_64bits(buf, (size_t)st.st_size);
+			uint64_t len = (uint64_t)st.st_size,
+			         h = XXH3_64bits(buf, (size_t)st.st_size);
 			memcpy(tr, "SHOALSG1", 8);
 			for (int i = 0; i < 8; i++) {
 				tr[8 + i] = (uint8_t)(len >> (8 * i));
@@ -362,7 +364,8 @@ sweep(st_segment *s, unsigned variant)
 				st_col_zone(t, f, b, &mn, &mx, &nv);
 				if (st_col_load(t, f, b, &cb) == CM_OK)
 					for (uint32_t d = 0; d < cb.ndocs; d++)
-						if (cb.starts[d] > cb.starts[d + 1] || cb.starts[d + 1] > cb.nvalues)
+						if (cb.starts[d] > cb.starts[d + 1] ||
+						    cb.starts[d + 1] > cb.nvalues)
 							abort(); /* a decoded block is consistent */
 			}
 			const int64_t *vals;
@@ -417,8 +420,8 @@ static void
 make_segment(const char *p, uint32_t ndocs, uint32_t seed)
 {
 	static const char *words[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta"};
-	st_field_def ft = {.path = "body", .type = ST_FT_TEXT, .analyzer = ST_AN_STANDARD,
-	                   .index = true};
+	st_field_def ft = {
+	    .path = "body", .type = ST_FT_TEXT, .analyzer = ST_AN_STANDARD, .index = true};
 	st_field_def fk = {.path = "k", .type = ST_FT_KEYWORD, .index = true, .doc_values = true};
 	st_field_def fl = {.path = "n", .type = ST_FT_LONG, .index = true, .doc_values = true};
 	st_field_def fd = {.path = "d", .type = ST_FT_DOUBLE, .index = true, .doc_values = true};
@@ -439,8 +442,12 @@ make_segment(const char *p, uint32_t ndocs, uint32_t seed)
 		    {.field = &fd, .d = (double)i / 3},
 		    {.field = &fl, .i = (int64_t)i},
 		};
-		st_doc d = {.id = id, .id_len = strlen(id), .source = src, .source_len = strlen(src),
-		            .values = vals, .nvalues = i % 3 ? 4 : 5};
+		st_doc d = {.id = id,
+		            .id_len = strlen(id),
+		            .source = src,
+		            .source_len = strlen(src),
+		            .values = vals,
+		            .nvalues = i % 3 ? 4 : 5};
 		uint32_t no;
 		cm_error err;
 		cm_error_clear(&err);
@@ -483,8 +490,8 @@ write_seeds(const char *outdir)
 			MDB_val k, v;
 			if (!f || mdb_env_create(&env) ||
 			    mdb_env_open(env, path, MDB_RDONLY | MDB_NOLOCK | MDB_NOSUBDIR, 0) ||
-			    mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) || mdb_dbi_open(txn, NULL, 0, &dbi) ||
-			    mdb_cursor_open(txn, dbi, &cur))
+			    mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) ||
+			    mdb_dbi_open(txn, NULL, 0, &dbi) || mdb_cursor_open(txn, dbi, &cur))
 				abort();
 			fputc(mode ? 2 : 0, f);
 			for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
@@ -556,8 +563,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	while (cm_rd_left(&r) > 0 && n < 4096) {
 		uint64_t kl, vl;
 		const uint8_t *k, *v;
-		if (!cm_rd_varint(&r, &kl) || kl > cm_rd_left(&r) || !cm_rd_bytes(&r, (size_t)kl, &k) ||
-		    !cm_rd_varint(&r, &vl) || vl > cm_rd_left(&r) || !cm_rd_bytes(&r, (size_t)vl, &v))
+		if (!cm_rd_varint(&r, &kl) || kl > cm_rd_left(&r) ||
+		    !cm_rd_bytes(&r, (size_t)kl, &k) || !cm_rd_varint(&r, &vl) ||
+		    vl > cm_rd_left(&r) || !cm_rd_bytes(&r, (size_t)vl, &v))
 			break;
 		if (kl == 0 || kl > 511)
 			continue; /* LMDB's key limits */
