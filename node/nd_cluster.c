@@ -935,16 +935,22 @@ nd_cluster_stop(nd_cluster *cl)
 	pthread_mutex_unlock(&cl->stop_mu);
 	if (cl->monitor_started)
 		pthread_join(cl->monitor, NULL);
-	cl_rep_stop(cl);
+	/* Calls to peers fail from here on, so a recovery and the handlers
+	 * waiting on replicas or the master finish; the replication state is
+	 * freed only once no handler or pool task can touch it. */
+	for (int i = 0; i < cl->nn; i++)
+		nd_peer_abort(cl->nodes[i].peer);
+	cl_rep_quiesce(cl);
 	if (cl->server)
 		nd_server_stop(cl->server);
-	for (int i = 0; i < cl->nn; i++)
-		if (cl->nodes[i].peer)
-			nd_peer_close(cl->nodes[i].peer);
 	if (cl->pool)
 		cm_pool_destroy(cl->pool);
 	if (cl->spool)
 		cm_pool_destroy(cl->spool);
+	for (int i = 0; i < cl->nn; i++)
+		if (cl->nodes[i].peer)
+			nd_peer_close(cl->nodes[i].peer);
+	cl_rep_stop(cl);
 	if (g_cluster == cl)
 		g_cluster = NULL;
 	cJSON_Delete(cl->meta);

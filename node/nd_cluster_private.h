@@ -26,7 +26,7 @@ typedef struct nd_cl_node {
 	_Atomic bool alive;
 	_Atomic uint64_t down_since_ns; /* monotonic time it became unreachable, 0 = up */
 	_Atomic uint64_t boot;        /* its process's boot id, from its last pong */
-	_Atomic uint64_t boot_joined; /* master: the boot id it joined with */
+	_Atomic uint64_t boot_joined; /* the boot id it joined with (metadata "joined") */
 	double ewma_us; /* recent round-trip latency, under nd_cluster.lock */
 } nd_cl_node;
 
@@ -81,8 +81,8 @@ void cl_rep_init(nd_cluster *cl);
 void cl_fetch_state(nd_cluster *cl);
 /* Whether the master has taken this node in since it started. */
 bool cl_rep_joined(nd_cluster *cl);
-/* Whether node i has been taken in by the master since its process
- * started (exact on the master; elsewhere only for this node). */
+/* Whether node i's running process has been taken in by the master (the
+ * metadata's "joined" boot id against the one its pongs carry). */
 bool cl_node_joined(nd_cluster *cl, int i);
 
 /* Small read requests carried by PR_ADMIN ("rw_get", "rw_stats"). */

@@ -104,6 +104,8 @@ typedef struct cl_repl {
 	uint64_t snap_seq;
 } cl_repl;
 
+static const char *str_of(const cJSON *o, const char *k);
+
 static cl_repl *
 R(nd_cluster *cl)
 {
@@ -180,6 +182,11 @@ cl_routes_rebuild_locked(nd_cluster *cl)
 			}
 		}
 		nd_index_release(ix);
+	}
+	const cJSON *joined = cJSON_GetObjectItemCaseSensitive(cl->meta, "joined");
+	for (int i = 0; i < cl->nn; i++) {
+		const char *b = str_of(joined, cl->nodes[i].name);
+		atomic_store(&cl->nodes[i].boot_joined, *b ? strtoull(b, NULL, 16) : 0);
 	}
 	pthread_rwlock_wrlock(&rp->route_lock);
 	route_ix *old = rp->routes;
@@ -326,13 +333,22 @@ cl_rep_start(nd_cluster *cl)
 }
 
 void
+cl_rep_quiesce(nd_cluster *cl)
+{
+	cl_repl *rp = R(cl);
+	if (rp && rp->rec_running) {
+		pthread_join(rp->rec_thread, NULL);
+		rp->rec_running = false;
+	}
+}
+
+void
 cl_rep_stop(nd_cluster *cl)
 {
 	cl_repl *rp = R(cl);
 	if (!rp)
 		return;
-	if (rp->rec_running)
-		pthread_join(rp->rec_thread, NULL);
+	cl_rep_quiesce(cl);
 	for (size_t i = 0; i < rp->nroutes; i++)
 		cm_free(MEM, rp->routes[i].shards);
 	cm_free(MEM, rp->routes);
@@ -546,9 +562,16 @@ cl_rep_master_action(nd_cluster *cl, const char *action, const cJSON *body, cm_e
 	if (ni < 0)
 		return cm_error_set(err, CM_EINVAL, "unknown node [%s]", node);
 	if (strcmp(action, "node_join") == 0) {
-		uint64_t boot = strtoull(str_of(body, "boot"), NULL, 16);
-		atomic_store(&cl->nodes[ni].boot, boot);
-		atomic_store(&cl->nodes[ni].boot_joined, boot);
+		/* Which process of each node joined: persisted, so a restarted
+		 * master still tells nodes that stayed up from restarted ones. */
+		cJSON *joined = cJSON_GetObjectItemCaseSensitive(cl->meta, "joined");
+		if (!cJSON_IsObject(joined)) {
+			cJSON_DeleteItemFromObjectCaseSensitive(cl->meta, "joined");
+			joined = cJSON_AddObjectToObject(cl->meta, "joined");
+		}
+		cJSON_DeleteItemFromObjectCaseSensitive(joined, node);
+		cJSON_AddStringToObject(joined, node, str_of(body, "boot"));
+		atomic_store(&cl->nodes[ni].boot, strtoull(str_of(body, "boot"), NULL, 16));
 		/* A node that (re)starts: its copies are not in sync until they
 		 * recover; where it leads, the replicas resync from it. */
 		cJSON *indices = cJSON_GetObjectItemCaseSensitive(cl->meta, "indices"), *e;
@@ -1777,8 +1800,6 @@ cl_node_joined(nd_cluster *cl, int i)
 {
 	if (i == cl->self)
 		return cl_rep_joined(cl);
-	if (cl->master != cl->self)
-		return true; /* only the master knows */
 	uint64_t b = atomic_load(&cl->nodes[i].boot);
 	return b != 0 && b == atomic_load(&cl->nodes[i].boot_joined);
 }

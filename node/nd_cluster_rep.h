@@ -23,6 +23,9 @@ bool cl_route_get(nd_cluster *cl, const char *index, int shard, cl_route *r);
 void cl_routes_rebuild_locked(nd_cluster *cl);
 
 void cl_rep_start(nd_cluster *cl);
+/* Stopping: waits for a recovery in progress (peers already aborted). */
+void cl_rep_quiesce(nd_cluster *cl);
+/* Frees the replication state: no handler or task may run any more. */
 void cl_rep_stop(nd_cluster *cl);
 /* Every monitor round: join, failover (master), recoveries to start. */
 void cl_rep_tick(nd_cluster *cl);

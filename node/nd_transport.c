@@ -518,6 +518,7 @@ struct nd_peer {
 	call *inflight; /* doubly linked, for cancelling on disconnect */
 	int pipes;
 	bool tls;
+	bool aborted;        /* nd_peer_abort: every call fails at once, under mu */
 	uint64_t hs_failed;  /* handshake failures already reported, under mu */
 	uint64_t hs_checked; /* cm_now_ns() of the last look at them */
 	uint64_t hs_warned;  /* cm_now_ns() of the last WARN */
@@ -673,6 +674,18 @@ fail:
 }
 
 void
+nd_peer_abort(nd_peer *p)
+{
+	if (p == NULL)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->aborted = true;
+	for (call *c = p->inflight; c; c = c->next)
+		nng_aio_cancel(c->aio);
+	pthread_mutex_unlock(&p->mu);
+}
+
+void
 nd_peer_close(nd_peer *p)
 {
 	if (p == NULL)
@@ -749,8 +762,13 @@ nd_peer_call(nd_peer *p, uint32_t type, const void *payload, size_t len, uint64_
 	c->arg = arg;
 	c->deadline_ns = deadline_ns;
 	pthread_mutex_lock(&p->mu);
-	int pipes = p->pipes;
+	int pipes = p->aborted ? -1 : p->pipes;
 	pthread_mutex_unlock(&p->mu);
+	if (pipes < 0) {
+		cm_free(T, c);
+		cb(arg, CM_EUNAVAIL, 0, NULL, 0);
+		return;
+	}
 	if (pipes == 0)
 		peer_tls_check(p);
 	if (pipes == 0 || (m = envelope_msg(&p->o, type, deadline_ns, payload, len)) == NULL ||

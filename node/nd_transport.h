@@ -75,6 +75,9 @@ typedef struct nd_peer nd_peer;
  * with CM_EUNAVAIL and a WARN line names the peer's url. */
 cm_err nd_peer_open(const char *url, const nd_transport_opts *o, nd_peer **out, cm_error *err);
 void nd_peer_close(nd_peer *p);
+/* Shutting down: calls in flight complete with CM_EUNAVAIL now, and every
+ * later nd_peer_call fails at once; the peer stays valid until closed. */
+void nd_peer_abort(nd_peer *p);
 
 /* Called exactly once per nd_peer_call: with the reply, or with an error
  * (CM_ETIMEDOUT past the deadline, CM_EUNAVAIL when the peer cannot be
