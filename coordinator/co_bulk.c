@@ -110,6 +110,14 @@ co_bulk_begin(co_req *r)
 	return s;
 }
 
+/* An item's source line; "" when the chunk holds no source bytes yet (an
+ * empty source line leaves the buffer unallocated). */
+static const char *
+item_src(const co_stream *s, const bulk_item *it)
+{
+	return s->src.data ? (const char *)s->src.data + it->src_off : "";
+}
+
 static nd_index *
 cache_get(co_stream *s, const char *name, bool create, cm_error *err)
 {
@@ -286,8 +294,7 @@ apply_chunk(co_stream *s)
 			/* an update reads the current doc: earlier writes must land first */
 			pending_flush(s, &p, first, k);
 			first = k + 1;
-			cJSON *body = cJSON_ParseWithLength((const char *)s->src.data + it->src_off,
-			                                    it->src_len);
+			cJSON *body = cJSON_ParseWithLength(item_src(s, it), it->src_len);
 			if (!body) {
 				it->failed = true;
 				cm_error_set_type(&it->err, CM_EPARSE, "x_content_parse_exception",
@@ -300,8 +307,8 @@ apply_chunk(co_stream *s)
 			continue;
 		}
 		if (it->a.kind != CO_BULK_DELETE &&
-		    nd_index_prepare_doc(it->ix, it->a.id, strlen(it->a.id),
-		                         (const char *)s->src.data + it->src_off, it->src_len, &it->err)) {
+		    nd_index_prepare_doc(it->ix, it->a.id, strlen(it->a.id), item_src(s, it),
+		                         it->src_len, &it->err)) {
 			it->failed = true;
 			continue;
 		}
@@ -317,7 +324,7 @@ apply_chunk(co_stream *s)
 		op->id = it->a.id;
 		op->id_len = strlen(it->a.id);
 		if (op->type == ST_OP_INDEX) {
-			op->source = (const char *)s->src.data + it->src_off;
+			op->source = item_src(s, it);
 			op->source_len = it->src_len;
 		}
 		op->seq_no = ST_NO_SEQ;
