@@ -688,7 +688,8 @@ write_column(wctx *c, const uint32_t *starts, uint32_t col_ndocs, const int64_t 
 				s->vals_cap = (nv + (z - a)) * 2 + 1024;
 				s->vals = cm_realloc(CM_MEM_STORAGE, s->vals, s->vals_cap * sizeof(int64_t));
 			}
-			int64_t *dv = s->vals + nv;
+			/* (z > a here is not guaranteed: never offset a NULL array) */
+			int64_t *dv = s->vals ? s->vals + nv : NULL;
 			for (uint32_t k = a; k < z; k++)
 				dv[k - a] = ordmap ? (int64_t)ordmap[vals[k]] : vals[k];
 			uint32_t cnt = z - a;
@@ -777,7 +778,9 @@ write_postings(wctx *c, bfield *f, uint16_t fid, segw_part *part, st_field_info 
 			continue;
 		}
 		ordmap[tid] = (uint32_t)nout;
-		const uint8_t *text = f->arena.data + t->text_off;
+		/* An empty term in an empty arena: no base to offset. */
+		const uint8_t *text =
+		    f->arena.data ? f->arena.data + t->text_off : (const uint8_t *)"";
 		if (keyword && nout % KDICT_STEP == 0)
 			kdict_put(&part->sec[SEC_KDICT], fid, (uint32_t)(nout / KDICT_STEP), text,
 			          t->text_len);

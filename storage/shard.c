@@ -896,6 +896,22 @@ plan_op(st_shard *s, const st_op *op, op_plan *p, const id_state *cur, int64_t *
 	int idl = (int)(op->id_len > 200 ? 200 : op->id_len);
 	bool replica = op->seq_no != ST_NO_SEQ;
 	bool known = cur->exists || cur->tombstone;
+	/* Sequence numbers and versions are int64 on disk and on the wire;
+	 * refuse what could not be numbered after (found by handler_fuzz). */
+	if ((replica && op->seq_no >= (uint64_t)INT64_MAX) ||
+	    (!replica && *next_seq >= INT64_MAX - 1)) {
+		r->err = CM_EINVAL;
+		snprintf(r->reason, sizeof(r->reason), "[%.*s]: sequence number out of range", idl,
+		         op->id);
+		return;
+	}
+	if (known && cur->version == INT64_MAX && op->version <= 0) {
+		conflict(r,
+		         "[%.*s]: version conflict, current version [%" PRId64
+		         "] cannot be incremented",
+		         idl, op->id, cur->version);
+		return;
+	}
 	if (replica) {
 		/* Idempotence: anything at or below the checkpoint, or not
 		 * newer than what this id already has, was applied before. */
