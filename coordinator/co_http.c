@@ -1241,9 +1241,30 @@ reply_too_many_connections(co_req *r, int limit)
 	r->failed = true;
 }
 
+static enum MHD_Result access_cb_run(void *cls, struct MHD_Connection *c, const char *url,
+                                     const char *method, const char *version,
+                                     const char *upload_data, size_t *upload_data_size,
+                                     void **con_cls);
+
+/* A write's ?timeout bounds its cluster writes (the wait for a primary and
+ * its replicas), whichever callback of the request makes them: the bulk
+ * body is applied chunk by chunk as it arrives. */
 static enum MHD_Result
 access_cb(void *cls, struct MHD_Connection *c, const char *url, const char *method,
           const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls)
+{
+	co_req *r = *con_cls;
+	nd_write_deadline_set(r ? r->write_deadline_ns : 0);
+	enum MHD_Result ret =
+	    access_cb_run(cls, c, url, method, version, upload_data, upload_data_size, con_cls);
+	nd_write_deadline_set(0);
+	return ret;
+}
+
+static enum MHD_Result
+access_cb_run(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+              const char *version, const char *upload_data, size_t *upload_data_size,
+              void **con_cls)
 {
 	co_server *s = cls;
 	co_req *r = *con_cls;
@@ -1273,6 +1294,14 @@ access_cb(void *cls, struct MHD_Connection *c, const char *url, const char *meth
 			too_large(r);
 		if (r->failed && r->status == 413)
 			return send_reply(c, r); /* don't read a body we refuse */
+		if (!r->failed && r->method != CO_GET && r->method != CO_HEAD) {
+			const char *to = co_param_get(r, "timeout");
+			uint64_t ns = 0;
+			cm_error terr;
+			cm_error_clear(&terr);
+			if (to && sr_parse_time_value(to, "timeout", &ns, &terr) == CM_OK && ns)
+				r->write_deadline_ns = r->start_ns + ns;
+		}
 		if (!r->failed && r->route->stream)
 			r->stream = co_bulk_begin(r);
 		return MHD_YES;

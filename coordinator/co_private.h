@@ -56,6 +56,7 @@ struct co_req {
 	cm_buf out;
 	const char *content_type;
 	uint64_t start_ns;
+	uint64_t write_deadline_ns; /* ?timeout of a cluster write (absolute), 0 = default */
 	/* security (co_auth.c): NULL auth = no users configured */
 	co_auth *auth;
 	co_principal principal; /* who the request runs as, when auth */

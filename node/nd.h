@@ -129,7 +129,12 @@ typedef struct nd_batch {
 	size_t n;
 	st_op_result *res;
 	cm_err rc;
+	uint64_t deadline_ns; /* cluster: absolute bound of the write (cm_now_ns), 0 = 30 s */
 } nd_batch;
+/* The bound of the cluster writes this thread makes through
+ * nd_routed_apply from now on (absolute, cm_now_ns; 0 = 30 s): a write's
+ * ?timeout. */
+void nd_write_deadline_set(uint64_t deadline_ns);
 /* Applies the batches, all shards at once on the node's pool, and waits. */
 void nd_apply_batches(nd_node *n, nd_batch *b, size_t nb);
 cm_err nd_index_refresh(nd_index *ix);

@@ -20,6 +20,15 @@
 
 /* ================= writes ================= */
 
+/* A write's ?timeout, set by the HTTP layer for the thread serving it. */
+static _Thread_local uint64_t tl_write_deadline;
+
+void
+nd_write_deadline_set(uint64_t deadline_ns)
+{
+	tl_write_deadline = deadline_ns;
+}
+
 /* Applies ops on this node's copy. As primary (replica = false) the shard
  * assigns sequence numbers and the replication path (nd_cluster_rep.c)
  * forwards them to every in-sync copy before this returns. prepare: parse documents
@@ -170,10 +179,13 @@ nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb)
 {
 	wr_job *jobs = cm_calloc(MEM, nb + 1, sizeof(wr_job));
 	cm_wait *w = cm_wait_create((int)nb);
-	uint64_t deadline = cm_now_ns() + DEFAULT_DEADLINE_NS;
+	uint64_t dflt = cm_now_ns() + DEFAULT_DEADLINE_NS;
 	cm_buf *bufs = cm_calloc(MEM, nb + 1, sizeof(cm_buf));
 
 	for (size_t i = 0; i < nb; i++) {
+		uint64_t deadline = b[i].deadline_ns   ? b[i].deadline_ns
+		                    : tl_write_deadline ? tl_write_deadline
+		                                        : dflt;
 		cl_route ro;
 		int primary = cl_route_get(cl, nd_index_name(b[i].ix), b[i].shard, &ro) &&
 		                      ro.primary >= 0
@@ -1228,7 +1240,12 @@ nd_routed_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_resul
 	nd_cluster *cl = cl_current();
 	if (!cl)
 		return nd_index_apply(ix, shard, ops, n, res);
-	nd_batch b = {.ix = ix, .shard = shard, .ops = ops, .n = n, .res = res};
+	nd_batch b = {.ix = ix,
+	              .shard = shard,
+	              .ops = ops,
+	              .n = n,
+	              .res = res,
+	              .deadline_ns = tl_write_deadline};
 	nd_cluster_apply_batches(cl, &b, 1);
 	return b.rc;
 }
