@@ -207,8 +207,10 @@ class Cluster:
             while True:
                 left = deadline - time.time()
                 if left <= 0:
-                    raise AssertionError("%s: not green within %ss on %s: %s" %
-                                         (self.tag, timeout, name, self.health(name)))
+                    raise AssertionError("%s: not green within %ss on %s: %s; copies not "
+                                         "started there: %s" % (self.tag, timeout, name,
+                                                                self.health_body(name),
+                                                                self.unstarted(name)))
                 st, b = self.req(name, "GET", "/_cluster/health?wait_for_status=green"
                                  "&wait_for_nodes=3&timeout=%ds" % max(1, int(left)),
                                  timeout=left + 10)
@@ -216,6 +218,19 @@ class Cluster:
                     break
                 time.sleep(0.2)
         return time.time() - t0
+
+    def unstarted(self, name):
+        """(index, shard, prirep, state, node) of every copy that name's
+        _cat/shards does not list as STARTED, for failure messages."""
+        st, rows = self.req(name, "GET", "/_cat/shards?format=json", timeout=10)
+        if st != 200 or not isinstance(rows, list):
+            return "_cat/shards: %s %s" % (st, str(rows)[:200])
+        return [(r.get("index"), r.get("shard"), r.get("prirep"), r.get("state"), r.get("node"))
+                for r in rows if r.get("state") != "STARTED"]
+
+    def health_body(self, name):
+        st, b = self.req(name, "GET", "/_cluster/health", timeout=10)
+        return b if st == 200 and isinstance(b, dict) else "%s %s" % (st, b)
 
     def health(self, name=MASTER):
         st, b = self.req(name, "GET", "/_cluster/health", timeout=10)
@@ -837,6 +852,7 @@ class Searcher(threading.Thread):
         self.expect_total = expect_total
         self.rnd = random.Random(seed)
         self.results = []  # (node, latency, outcome)
+        self.odd = []  # the first replies that were neither complete nor partial
         self.error = None
 
     def run(self):
@@ -878,6 +894,9 @@ class Searcher(threading.Thread):
                                 and b["hits"]["total"]["value"] != self.expect_total):
                             outcome = "wrong_total_%s" % b["hits"]["total"]["value"]
                 self.results.append((name, lat, outcome))
+                if outcome not in ("complete", "partial") and len(self.odd) < 3:
+                    self.odd.append("%s via %s after %.1fs: %s" % (outcome, name, lat,
+                                                                 str(b)[:300]))
         except Exception as e:  # noqa: BLE001
             self.error = repr(e)
         finally:
@@ -1145,8 +1164,8 @@ def r5_sigstop(cl, tag):
     max_lat = max((lat for _, lat, _ in s.results), default=0)
     bad = {o: k for o, k in outcomes.items() if o not in ("complete", "partial")}
     if bad or slow or w.stats.hangs:
-        problems.append("requests past their timeout or malformed: %s slow=%s write_hangs=%d"
-                        % (bad, slow[:5], w.stats.hangs))
+        problems.append("requests past their timeout or malformed: %s slow=%s write_hangs=%d %s"
+                        % (bad, slow[:5], w.stats.hangs, s.odd))
     finish_row(cl, "R5 sigstop-5s x3", model, w.stats, rec,
                green_s=max(greens) if greens else None,
                extra=" searches %d %s max_search=%.1fs max_write=%.1fs write_hangs=%d%s" % (
@@ -1200,7 +1219,8 @@ def searches_with_a_node_lost(cl, tag, how):
     bad = {o: k for o, k in outcomes.items() if o not in ("complete", "partial")}
     slow = [round(lat, 1) for lat in lats if lat > 2.0 + 3]
     if bad or slow:
-        problems.append("searches failed or past their timeout: %s slow=%s" % (bad, slow[:8]))
+        problems.append("searches failed or past their timeout: %s slow=%s %s" % (
+            bad, slow[:8], [o for s in searchers for o in s.odd][:3]))
     if how == "kill":
         cl.start(victim)
     else:
