@@ -376,7 +376,8 @@ class Stats:
 
 class Writer(threading.Thread):
     """Writes to its own ids through the nodes targets() names: bulks of
-    10-50 items (some deletes), single PUTs and DELETEs."""
+    10-50 items (some deletes), single PUTs and DELETEs. bulk_params (e.g.
+    "?timeout=10s") goes on every write request."""
 
     def __init__(self, cl, wid, model, stats, ids, targets, seed, stop, bulk_params="",
                  timeout=REQ_TIMEOUT, pause=0.0):
@@ -485,13 +486,15 @@ class Writer(threading.Thread):
             src = self.source(doc_id)
             op = self.model.begin(doc_id, "i", src)
             t0 = time.time()
-            st, b = self.client(name).req("PUT", "/%s/_doc/%s" % (INDEX, doc_id), src,
-                                          timeout=self.timeout)
+            st, b = self.client(name).req("PUT", "/%s/_doc/%s%s" % (INDEX, doc_id,
+                                                                     self.bulk_params),
+                                          src, timeout=self.timeout)
             ok = st in (200, 201)
         else:
             op = self.model.begin(doc_id, "d", None)
             t0 = time.time()
-            st, b = self.client(name).req("DELETE", "/%s/_doc/%s" % (INDEX, doc_id),
+            st, b = self.client(name).req("DELETE", "/%s/_doc/%s%s" % (INDEX, doc_id,
+                                                                        self.bulk_params),
                                           timeout=self.timeout)
             ok = st == 200 or (st == 404 and isinstance(b, dict) and
                                b.get("result") == "not_found")
@@ -1123,6 +1126,9 @@ def r4_partition(cl, tag):
             break
     w.wait_attempted(5000, 30)
     w.finish()
+    if w.stats.hangs:
+        # bulks carry ?timeout=10s, the client waits 20 s
+        problems.append("%d writes got no answer within 20 s (bulk timeout 10s)" % w.stats.hangs)
     finish_row(cl, "R4 partition drop+stall", model, w.stats, rec,
                green_s=max(greens) if greens else None,
                extra=" (%s)%s" % ("; ".join(figures), greens_figure(greens)), problems=problems)
@@ -1297,6 +1303,8 @@ def r7_failover(cl, tag):
         elif (s, "r") not in roles:
             problems.append("shard %s: old primary %s did not return as a replica: %s" %
                             (s, victim, roles))
+    if w.stats.hangs:
+        problems.append("%d writes got no answer within 20 s (bulk timeout 10s)" % w.stats.hangs)
     if resumed is not None and not any(isinstance(t, int) and t >= 2 for t in terms):
         problems.append("primary term not bumped after failover: %s" % terms)
     finish_row(cl, "R7 failover", model, w.stats, rec, green_s=greens[0] if greens else None,
