@@ -440,12 +440,13 @@ pub_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 	cm_wait_done(c->w);
 }
 
-/* Sends the current state to every other node the master can reach and
- * waits (bounded: a stalled node must not hold every later change). The
- * nodes that miss it catch up from the master within a few seconds;
- * nothing depends on a publish arriving (a copy that has not learned a
- * new primary term can only help the old primary gather acknowledgements
- * the new primary also holds). */
+/* Sends the current state to every other node and waits, bounded: 2 s,
+ * and 200 ms for a node the liveness check holds unreachable (it may be
+ * starting and just connected, or stalled: a stalled node must not hold
+ * every later change). The nodes that miss it catch up from the master
+ * within a few seconds; nothing depends on a publish arriving (a copy that
+ * has not learned a new primary term can only help the old primary gather
+ * acknowledgements the new primary also holds). */
 static void
 state_publish_locked(nd_cluster *cl)
 {
@@ -461,11 +462,8 @@ state_publish_locked(nd_cluster *cl)
 		if (i == cl->self)
 			continue;
 		calls[i] = (pub_call){w, cl, i};
-		if (!cl_alive(cl, i)) {
-			cm_wait_done(w);
-			continue;
-		}
-		nd_peer_call(cl->nodes[i].peer, PR_METADATA, b.data, b.len, deadline, pub_done,
+		nd_peer_call(cl->nodes[i].peer, PR_METADATA, b.data, b.len,
+		             cl_alive(cl, i) ? deadline : cm_now_ns() + 200000000ull, pub_done,
 		             &calls[i]);
 	}
 	cm_wait_wait(w);
