@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define BULK_RESET 16
 #define MAX_CREATE_SHARDS 8
 
-static char dir[64];
+static char dir[256];
 static nd_node *node;
 static unsigned writes, bulks;
 static bool debug; /* HANDLER_FUZZ_DEBUG: say what each input came to */
@@ -564,7 +564,11 @@ write_seeds(const char *outdir)
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+	/* run.sh's scratch directory (it removes it: libFuzzer leaves without
+	 * running atexit handlers), else tmpfs, else /tmp */
+	const char *base = getenv("SHOAL_FUZZ_TMP");
+	if (!base || !*base)
+		base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
 	snprintf(dir, sizeof(dir), "%s/handlerfuzzXXXXXX", base);
 	if (!mkdtemp(dir))
 		abort();

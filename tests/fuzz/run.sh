@@ -51,6 +51,12 @@ build handler_fuzz tests/fuzz/handler_fuzz.c
 
 fail=0
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+# Scratch space for targets that write files (segment_fuzz, handler_fuzz):
+# tmpfs when there is one; removed here, since libFuzzer leaves without
+# running atexit handlers.
+SHOAL_FUZZ_TMP=$(mktemp -d "$( [ -w /dev/shm ] && echo /dev/shm || echo /tmp )/shoal-fuzz.XXXXXX")
+export SHOAL_FUZZ_TMP
+trap 'rm -rf "$SHOAL_FUZZ_TMP"' EXIT
 for t in ${FUZZ_TARGETS:-proto_fuzz dsl_fuzz docparse_fuzz bulk_fuzz segment_fuzz handler_fuzz}; do
 	c=tests/fuzz/corpus/${t%_fuzz}
 	work=$B/corpus/${t%_fuzz}

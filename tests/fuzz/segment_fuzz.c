@@ -41,12 +41,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define SKIP_ENTRY 17  /* storage/segment_private.h */
 #define MAX_SWEEP 2000 /* ordinals, docs and column blocks read per input */
 
-static char dir[64], path[128];
+static char dir[256], path[320];
 
 static void
 cleanup(void)
 {
-	char p[160];
+	char p[400];
 	unlink(path);
 	snprintf(p, sizeof(p), "%s/writer.mdb", dir);
 	unlink(p);
@@ -237,7 +237,7 @@ static MDB_dbi wdbi;
 static void
 writer_open(void)
 {
-	char p[160];
+	char p[400];
 	MDB_txn *txn;
 	snprintf(p, sizeof(p), "%s/writer.mdb", dir);
 	if (mdb_env_create(&wenv) || mdb_env_set_mapsize(wenv, 64u << 20) ||
@@ -525,7 +525,11 @@ write_seeds(const char *outdir)
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+	/* run.sh's scratch directory (it removes it: libFuzzer leaves without
+	 * running atexit handlers), else tmpfs, else /tmp */
+	const char *base = getenv("SHOAL_FUZZ_TMP");
+	if (!base || !*base)
+		base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
 	snprintf(dir, sizeof(dir), "%s/segfuzzXXXXXX", base);
 	if (!mkdtemp(dir))
 		abort();
