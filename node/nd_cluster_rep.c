@@ -29,12 +29,12 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <stdarg.h>
-#include <sys/stat.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../common/cm_alloc.h"
@@ -68,8 +68,8 @@ typedef struct rep_shard {
 	uint64_t tracking;     /* copies in recovery: forwarded to, not waited for */
 	int64_t ckp[ND_CL_MAX_NODES]; /* (under cl_repl.mu) */
 	int64_t gcp;
-	int64_t gcp_sent; /* the last one the copies were told */
-	uint64_t term;    /* the term the checkpoints were gathered in */
+	int64_t gcp_sent;                  /* the last one the copies were told */
+	uint64_t term;                     /* the term the checkpoints were gathered in */
 	int64_t rec_from[ND_CL_MAX_NODES]; /* retention marker per recovering copy */
 	int64_t retain_from;               /* the lowest of them */
 	struct rep_shard *next;
@@ -176,7 +176,8 @@ cl_routes_rebuild_locked(nd_cluster *cl)
 			ro->term = cJSON_IsNumber(t) ? (uint64_t)t->valuedouble : 1;
 			cJSON_ArrayForEach(it, in)
 			{
-				int nd = cJSON_IsString(it) ? node_by_name(cl, it->valuestring) : -1;
+				int nd =
+				    cJSON_IsString(it) ? node_by_name(cl, it->valuestring) : -1;
 				if (nd >= 0)
 					ro->in_sync |= 1ull << nd;
 			}
@@ -205,7 +206,8 @@ cl_routes_rebuild_locked(nd_cluster *cl)
 			continue;
 		for (int s = 0; s < rt[i].nshards; s++)
 			if (rt[i].shards[s].primary == cl->self)
-				st_shard_set_primary_term(nd_index_shard(ix, s), rt[i].shards[s].term);
+				st_shard_set_primary_term(nd_index_shard(ix, s),
+				                          rt[i].shards[s].term);
 		nd_index_release(ix);
 	}
 }
@@ -236,10 +238,10 @@ parse_duration_ns(const char *v, uint64_t *out)
 {
 	char *end;
 	double x = strtod(v, &end);
-	double mul = strcmp(end, "ms") == 0            ? 1e6
+	double mul = strcmp(end, "ms") == 0           ? 1e6
 	             : strcmp(end, "s") == 0 || !*end ? 1e9
-	             : strcmp(end, "m") == 0           ? 60e9
-	                                               : -1;
+	             : strcmp(end, "m") == 0          ? 60e9
+	                                              : -1;
 	if (end == v || x < 0 || mul < 0 || x * mul > 86400e9)
 		return false;
 	*out = (uint64_t)(x * mul);
@@ -254,9 +256,10 @@ cl_rep_setting(nd_cluster *cl, const char *key, const char *value, cm_error *err
 	if (strcmp(key, "cluster.primary_failover_timeout") == 0 ||
 	    strcmp(key, "cluster.replica_timeout") == 0) {
 		if (!parse_duration_ns(value, &ns) || ns < 100000000ull)
-			return cm_error_set(err, CM_EINVAL,
-			                    "[%s] wants a duration of at least 100ms like 30s, got [%s]",
-			                    key, value);
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "[%s] wants a duration of at least 100ms like 30s, got [%s]", key,
+			    value);
 		if (key[8] == 'p')
 			rp->failover_ns = ns;
 		else
@@ -269,8 +272,8 @@ cl_rep_setting(nd_cluster *cl, const char *key, const char *value, cm_error *err
 		double mul = strcasecmp(end, "kb") == 0   ? 1024.0
 		             : strcasecmp(end, "mb") == 0 ? 1048576.0
 		             : strcasecmp(end, "gb") == 0 ? 1073741824.0
-		             : !*end                       ? 1.0
-		                                           : -1.0;
+		             : !*end                      ? 1.0
+		                                          : -1.0;
 		if (end == value || x <= 0 || mul < 0)
 			return cm_error_set(err, CM_EINVAL, "[%s] wants a size like 40mb, got [%s]",
 			                    key, value);
@@ -462,8 +465,7 @@ cl_rep_cat_recovery(nd_cluster *cl, cm_buf *out)
 	for (size_t i = 0; i < rp->nlog; i++) {
 		rec_rec *r = &rp->log[i];
 		int64_t t = (r->stop_ms ? r->stop_ms : cm_wall_ms()) - r->start_ms;
-		cm_buf_printf(out, "%s %d %.3fs %s %s %s %s %" PRIu64 " %" PRIu64 " %" PRIu64
-		                   "\n",
+		cm_buf_printf(out, "%s %d %.3fs %s %s %s %s %" PRIu64 " %" PRIu64 " %" PRIu64 "\n",
 		              r->index, r->shard, (double)t / 1000.0, r->type,
 		              r->failed ? "failed" : r->stage, r->source, r->target, r->files,
 		              r->bytes, r->ops);
@@ -524,8 +526,8 @@ static bool
 in_sync_has(const cJSON *in, const char *name)
 {
 	const cJSON *it;
-	cJSON_ArrayForEach(it, in) if (cJSON_IsString(it) && strcmp(it->valuestring, name) == 0)
-	    return true;
+	cJSON_ArrayForEach(it, in) if (cJSON_IsString(it) &&
+	                               strcmp(it->valuestring, name) == 0) return true;
 	return false;
 }
 
@@ -554,6 +556,48 @@ str_of(const cJSON *o, const char *k)
 	return cJSON_IsString(v) ? v->valuestring : "";
 }
 
+typedef bool (*shard_visit)(nd_cluster *cl, const char *index, int shard, cJSON *x, void *ctx);
+
+/* Calls fn on the routing entry of every shard of every index (meta_lock
+ * held); true if any call returned true (changed it). */
+static bool
+each_shard_locked(nd_cluster *cl, shard_visit fn, void *ctx)
+{
+	bool changed = false;
+	cJSON *indices = cJSON_GetObjectItemCaseSensitive(cl->meta, "indices"), *e;
+	cJSON_ArrayForEach(e, indices)
+	{
+		nd_index *ix = nd_index_get(cl->node, e->string);
+		if (!ix)
+			continue;
+		int ns = nd_index_nshards(ix);
+		nd_index_release(ix);
+		for (int s = 0; s < ns; s++) {
+			cJSON *x = shard_entry_locked(cl, e->string, s, NULL);
+			if (x && fn(cl, e->string, s, x, ctx))
+				changed = true;
+		}
+	}
+	return changed;
+}
+
+/* A node that (re)starts: its copies are not in sync until they recover;
+ * where it leads, the replicas resync from it. */
+static bool
+join_shard(nd_cluster *cl, const char *index, int shard, cJSON *x, void *ctx)
+{
+	const char *node = ctx;
+	(void)cl, (void)index, (void)shard;
+	if (strcmp(str_of(x, "primary"), node) == 0) {
+		cJSON *in = cJSON_CreateArray();
+		cJSON_AddItemToArray(in, cJSON_CreateString(node));
+		cJSON_ReplaceItemInObjectCaseSensitive(x, "in_sync", in);
+	} else {
+		in_sync_del(x, node);
+	}
+	return true;
+}
+
 cm_err
 cl_rep_master_action(nd_cluster *cl, const char *action, const cJSON *body, cm_error *err)
 {
@@ -572,29 +616,7 @@ cl_rep_master_action(nd_cluster *cl, const char *action, const cJSON *body, cm_e
 		cJSON_DeleteItemFromObjectCaseSensitive(joined, node);
 		cJSON_AddStringToObject(joined, node, str_of(body, "boot"));
 		atomic_store(&cl->nodes[ni].boot, strtoull(str_of(body, "boot"), NULL, 16));
-		/* A node that (re)starts: its copies are not in sync until they
-		 * recover; where it leads, the replicas resync from it. */
-		cJSON *indices = cJSON_GetObjectItemCaseSensitive(cl->meta, "indices"), *e;
-		cJSON_ArrayForEach(e, indices)
-		{
-			nd_index *ix = nd_index_get(cl->node, e->string);
-			if (!ix)
-				continue;
-			int ns = nd_index_nshards(ix);
-			nd_index_release(ix);
-			for (int s = 0; s < ns; s++) {
-				cJSON *x = shard_entry_locked(cl, e->string, s, NULL);
-				if (!x)
-					continue;
-				if (strcmp(str_of(x, "primary"), node) == 0) {
-					cJSON *in = cJSON_CreateArray();
-					cJSON_AddItemToArray(in, cJSON_CreateString(node));
-					cJSON_ReplaceItemInObjectCaseSensitive(x, "in_sync", in);
-				} else {
-					in_sync_del(x, node);
-				}
-			}
-		}
+		each_shard_locked(cl, join_shard, (void *)node);
 		cm_info("cluster", "node [%s] joined: its copies recover before they count", node);
 		return CM_OK;
 	}
@@ -604,11 +626,10 @@ cl_rep_master_action(nd_cluster *cl, const char *action, const cJSON *body, cm_e
 	cJSON *x = shard_entry_locked(cl, index, shard, NULL);
 	if (!x)
 		return cm_error_set(err, CM_ENOINDEX, "no such shard [%s][%d]", index, shard);
-	if (strcmp(str_of(body, "uuid"), str_of(cJSON_GetObjectItemCaseSensitive(
-	                                            cJSON_GetObjectItemCaseSensitive(cl->meta,
-	                                                                             "indices"),
-	                                            index),
-	                                        "uuid")) != 0)
+	if (strcmp(str_of(body, "uuid"),
+	           str_of(cJSON_GetObjectItemCaseSensitive(
+	                      cJSON_GetObjectItemCaseSensitive(cl->meta, "indices"), index),
+	                  "uuid")) != 0)
 		return cm_error_set(err, CM_ECONFLICT, "index [%s] was re-created", index);
 	if (term != num(x, "term") || strcmp(str_of(body, "primary"), str_of(x, "primary")) != 0)
 		return cm_error_set_type(err, CM_ECONFLICT, "shard_state_exception",
@@ -630,64 +651,55 @@ cl_rep_master_action(nd_cluster *cl, const char *action, const cJSON *body, cm_e
 	return CM_OK;
 }
 
+static bool
+failover_shard(nd_cluster *cl, const char *index, int s, cJSON *x, void *ctx)
+{
+	cl_repl *rp = R(cl);
+	uint64_t now = *(const uint64_t *)ctx;
+	int p = node_by_name(cl, str_of(x, "primary"));
+	if (p < 0 || p == cl->self || cl_alive(cl, p))
+		return false;
+	uint64_t since = atomic_load(&cl->nodes[p].down_since_ns);
+	if (!since || now - since < rp->failover_ns)
+		return false;
+	const cJSON *in = cJSON_GetObjectItemCaseSensitive(x, "in_sync"), *it;
+	const char *pick = NULL;
+	cJSON_ArrayForEach(it, in)
+	{
+		int nd = cJSON_IsString(it) ? node_by_name(cl, it->valuestring) : -1;
+		if (nd >= 0 && nd != p && cl_alive(cl, nd)) {
+			pick = it->valuestring;
+			break;
+		}
+	}
+	if (!pick) {
+		cm_warn("cluster",
+		        "[%s][%d] primary on [%s] is gone and no in-sync copy is reachable: the "
+		        "shard stays red",
+		        index, s, cl->nodes[p].name);
+		return false;
+	}
+	char name[64];
+	snprintf(name, sizeof(name), "%s", pick);
+	uint64_t term = num(x, "term") + 1;
+	cm_warn("cluster",
+	        "[%s][%d] primary on [%s] unreachable for %.1fs: promoting the copy on [%s], "
+	        "primary term %" PRIu64,
+	        index, s, cl->nodes[p].name, (double)(now - since) / 1e9, name, term);
+	cJSON_ReplaceItemInObjectCaseSensitive(x, "primary", cJSON_CreateString(name));
+	cJSON_ReplaceItemInObjectCaseSensitive(x, "term", cJSON_CreateNumber((double)term));
+	in_sync_del(x, cl->nodes[p].name);
+	return true;
+}
+
 /* Master: promotes an in-sync copy of every shard whose primary's node has
  * been unreachable past the failover timeout. Returns true if it changed
  * the metadata (the caller versions, persists and publishes). */
 static bool
 failover_locked(nd_cluster *cl)
 {
-	cl_repl *rp = R(cl);
 	uint64_t now = cm_now_ns();
-	bool changed = false;
-	cJSON *indices = cJSON_GetObjectItemCaseSensitive(cl->meta, "indices"), *e;
-	cJSON_ArrayForEach(e, indices)
-	{
-		nd_index *ix = nd_index_get(cl->node, e->string);
-		if (!ix)
-			continue;
-		int ns = nd_index_nshards(ix);
-		nd_index_release(ix);
-		for (int s = 0; s < ns; s++) {
-			cJSON *x = shard_entry_locked(cl, e->string, s, NULL);
-			int p = x ? node_by_name(cl, str_of(x, "primary")) : -1;
-			if (!x || p < 0 || p == cl->self || cl_alive(cl, p))
-				continue;
-			uint64_t since = atomic_load(&cl->nodes[p].down_since_ns);
-			if (!since || now - since < rp->failover_ns)
-				continue;
-			const cJSON *in = cJSON_GetObjectItemCaseSensitive(x, "in_sync"), *it;
-			const char *pick = NULL;
-			cJSON_ArrayForEach(it, in)
-			{
-				int nd = cJSON_IsString(it) ? node_by_name(cl, it->valuestring) : -1;
-				if (nd >= 0 && nd != p && cl_alive(cl, nd)) {
-					pick = it->valuestring;
-					break;
-				}
-			}
-			if (!pick) {
-				cm_warn("cluster",
-				        "[%s][%d] primary on [%s] is gone and no in-sync copy is "
-				        "reachable: the shard stays red",
-				        e->string, s, cl->nodes[p].name);
-				continue;
-			}
-			char name[64];
-			snprintf(name, sizeof(name), "%s", pick);
-			uint64_t term = num(x, "term") + 1;
-			cm_warn("cluster",
-			        "[%s][%d] primary on [%s] unreachable for %.1fs: promoting the copy on "
-			        "[%s], primary term %" PRIu64,
-			        e->string, s, cl->nodes[p].name, (double)(now - since) / 1e9, name,
-			        term);
-			cJSON_ReplaceItemInObjectCaseSensitive(x, "primary", cJSON_CreateString(name));
-			cJSON_ReplaceItemInObjectCaseSensitive(x, "term",
-			                                       cJSON_CreateNumber((double)term));
-			in_sync_del(x, cl->nodes[p].name);
-			changed = true;
-		}
-	}
-	return changed;
+	return each_shard_locked(cl, failover_shard, &now);
 }
 
 /* ---------------------------------------------------------------- */
@@ -803,9 +815,8 @@ forward(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n, uin
 	cm_buf_free(&b);
 }
 
-static void
-fail_all(const st_op_result *ores, st_op_result *res, size_t n, cm_err code, const char *fmt,
-         ...) __attribute__((format(printf, 5, 6)));
+static void fail_all(const st_op_result *ores, st_op_result *res, size_t n, cm_err code,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 static void
 fail_all(const st_op_result *ores, st_op_result *res, size_t n, cm_err code, const char *fmt, ...)
@@ -848,7 +859,8 @@ cl_rep_primary_apply(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, 
 	if (!cl_route_get(cl, name, shard, &r) || r.primary != cl->self) {
 		fail_all(NULL, res, n, CM_EUNAVAIL,
 		         "[%s][%d] primary is not on node [%s] (it is on [%s]); retry", name, shard,
-		         cl->nodes[cl->self].name, r.primary >= 0 ? cl->nodes[r.primary].name : "?");
+		         cl->nodes[cl->self].name,
+		         r.primary >= 0 ? cl->nodes[r.primary].name : "?");
 		return CM_OK;
 	}
 	if (!atomic_load(&rp->joined)) {
@@ -927,8 +939,8 @@ cl_rep_primary_apply(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, 
 				        " (%s): this node is no longer the primary",
 				        name, shard, cl->nodes[i].name, r.term, calls[i].why);
 				fail_all(res, res, n, CM_EUNAVAIL,
-				         "[%s][%d] this primary was deposed (%s); retry", name, shard,
-				         calls[i].why);
+				         "[%s][%d] this primary was deposed (%s); retry", name,
+				         shard, calls[i].why);
 				goto out;
 			}
 			/* Not acknowledged until the master took the copy out. */
@@ -939,14 +951,16 @@ cl_rep_primary_apply(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, 
 			cm_err mrc = ask_master(cl, "shard_failed", b, &e);
 			cJSON_Delete(b);
 			if (mrc) {
-				cm_warn("cluster",
-				        "[%s][%d] replica on [%s] failed (%s) and the master could not "
-				        "remove it (%s): not acknowledging",
-				        name, shard, cl->nodes[i].name, calls[i].why, e.reason);
-				fail_all(res, res, n, CM_EUNAVAIL,
-				         "[%s][%d] replica on [%s] failed (%s) and could not be removed "
-				         "from the in-sync set (%s)",
-				         name, shard, cl->nodes[i].name, calls[i].why, e.reason);
+				cm_warn(
+				    "cluster",
+				    "[%s][%d] replica on [%s] failed (%s) and the master could not "
+				    "remove it (%s): not acknowledging",
+				    name, shard, cl->nodes[i].name, calls[i].why, e.reason);
+				fail_all(
+				    res, res, n, CM_EUNAVAIL,
+				    "[%s][%d] replica on [%s] failed (%s) and could not be removed "
+				    "from the in-sync set (%s)",
+				    name, shard, cl->nodes[i].name, calls[i].why, e.reason);
 				goto out;
 			}
 			in_sync &= ~(1ull << i);
@@ -989,7 +1003,8 @@ cl_rep_serve_replica(nd_cluster *cl, nd_index *ix, const void *rqp, cm_buf *repl
 		    (r.primary == cl->self && rq->primary_term <= r.term)) {
 			char why[256];
 			snprintf(why, sizeof(why),
-			         "stale primary term %" PRIu64 " from [%s]: [%s][%d] is in term %" PRIu64
+			         "stale primary term %" PRIu64
+			         " from [%s]: [%s][%d] is in term %" PRIu64
 			         " with its primary on [%s]",
 			         rq->primary_term, rq->source_node ? rq->source_node : "?",
 			         nd_index_name(ix), shard, r.term,
@@ -1085,10 +1100,9 @@ retain(cl_repl *rp, rep_shard *rs, nd_index *ix, int shard, int target, int64_t 
 			low = rs->rec_from[i];
 	rs->retain_from = low;
 	pthread_mutex_unlock(&rp->mu);
-	st_shard_set_oplog_retention(nd_index_shard(ix, shard),
-	                             low == INT64_MAX ? ST_NO_SEQ
-	                             : low < 0        ? 0
-	                                              : (uint64_t)low);
+	st_shard_set_oplog_retention(nd_index_shard(ix, shard), low == INT64_MAX ? ST_NO_SEQ
+	                                                        : low < 0        ? 0
+	                                                                         : (uint64_t)low);
 }
 
 typedef struct ops_ctx {
@@ -1185,7 +1199,8 @@ cl_rep_serve_rec(nd_cluster *cl, const char *action, const char *index, const ch
 		snprintf(path + pl, sizeof(path) - pl, "/%s/%s", snap, name);
 		FILE *f = fopen(path, "rb");
 		if (!f) {
-			cm_error_set(err, CM_ENOTFOUND, "snapshot file [%s/%s] is gone", snap, name);
+			cm_error_set(err, CM_ENOTFOUND, "snapshot file [%s/%s] is gone", snap,
+			             name);
 			goto done;
 		}
 		char *buf = cm_malloc(MEM, want + 1);
@@ -1286,8 +1301,8 @@ cl_rep_serve_rec(nd_cluster *cl, const char *action, const char *index, const ch
 					snprintf(fp, sizeof(fp), "%s/%s", path, names[i]);
 					cJSON *f = cJSON_CreateObject();
 					cJSON_AddStringToObject(f, "name", names[i]);
-					cJSON_AddNumberToObject(f, "size",
-					                        stat(fp, &sb) == 0 ? (double)sb.st_size : 0);
+					cJSON_AddNumberToObject(
+					    f, "size", stat(fp, &sb) == 0 ? (double)sb.st_size : 0);
 					cJSON_AddItemToArray(files, f);
 				}
 				st_shard_dir_files_free(names, nn);
@@ -1306,8 +1321,8 @@ cl_rep_serve_rec(nd_cluster *cl, const char *action, const char *index, const ch
 		cm_buf_init(&enc, MEM);
 		if (st_shard_oplog_read(s, seq_u(from), collect_op, &c)) {
 			cm_error_set(err, CM_ENOTFOUND,
-			             "[%s][%d] log no longer holds operations above %" PRId64, index,
-			             shard, from);
+			             "[%s][%d] log no longer holds operations above %" PRId64,
+			             index, shard, from);
 		} else {
 			ops_fix(&c);
 			pr_bulk_req rq = {.index = (char *)index,
@@ -1487,7 +1502,8 @@ rec_files(nd_cluster *cl, rec_job *j, nd_index *ix, const cJSON *rep, uint64_t *
 		snprintf(path, sizeof(path), "%s/%s", dir, name);
 		FILE *out = fopen(path, "wb");
 		if (!out)
-			return cm_error_set(err, CM_EIO, "cannot write %s: %s", path, strerror(errno));
+			return cm_error_set(err, CM_EIO, "cannot write %s: %s", path,
+			                    strerror(errno));
 		for (uint64_t off = 0; off < size && !rc;) {
 			cJSON *q = cJSON_CreateObject();
 			char *data = NULL;
@@ -1495,12 +1511,13 @@ rec_files(nd_cluster *cl, rec_job *j, nd_index *ix, const cJSON *rep, uint64_t *
 			cJSON_AddStringToObject(q, "snapshot", snap);
 			cJSON_AddStringToObject(q, "name", name);
 			cJSON_AddNumberToObject(q, "offset", (double)off);
-			cJSON_AddNumberToObject(q, "length",
-			                        (double)(size - off < REC_CHUNK ? size - off : REC_CHUNK));
+			cJSON_AddNumberToObject(
+			    q, "length", (double)(size - off < REC_CHUNK ? size - off : REC_CHUNK));
 			rc = rec_call(cl, j->primary, "rec_file", j->index, q, &data, &got, err);
 			cJSON_Delete(q);
 			if (!rc && got == 0)
-				rc = cm_error_set(err, CM_EIO, "snapshot file %s ended early", name);
+				rc =
+				    cm_error_set(err, CM_EIO, "snapshot file %s ended early", name);
 			if (!rc && fwrite(data, 1, got, out) != got)
 				rc = cm_error_set(err, CM_EIO, "cannot write %s", path);
 			cm_free(MEM, data);
@@ -1508,7 +1525,8 @@ rec_files(nd_cluster *cl, rec_job *j, nd_index *ix, const cJSON *rep, uint64_t *
 			sent += got;
 			rec_log_set(cl, NULL, NULL, 0, got, 0, false, false);
 			/* Throttle: searches and writes go on while files stream. */
-			uint64_t due = t0 + (uint64_t)((double)sent * 1e9 / (double)rp->rec_bytes_per_s);
+			uint64_t due =
+			    t0 + (uint64_t)((double)sent * 1e9 / (double)rp->rec_bytes_per_s);
 			uint64_t now = cm_now_ns();
 			if (due > now)
 				usleep((useconds_t)((due - now) / 1000));
@@ -1559,7 +1577,8 @@ rec_pull_ops(nd_cluster *cl, rec_job *j, nd_index *ix, uint64_t *nops, cm_error 
 			rc = cl_apply_replica(cl, ix, j->shard, rq.ops, n, res);
 			for (size_t i = 0; i < n && !rc; i++)
 				if (res[i].err)
-					rc = cm_error_set(err, res[i].err, "op %" PRIu64 " not applied: %s",
+					rc = cm_error_set(err, res[i].err,
+					                  "op %" PRIu64 " not applied: %s",
 					                  rq.ops[i].seq_no, res[i].reason);
 			cm_free(MEM, res);
 			if (!rc && rq.ops[n - 1].seq_no != ST_NO_SEQ &&
@@ -1567,7 +1586,8 @@ rec_pull_ops(nd_cluster *cl, rec_job *j, nd_index *ix, uint64_t *nops, cm_error 
 				from = rq.ops[n - 1].seq_no;
 			else if (!rc)
 				rc = cm_error_set(err, CM_EINTERNAL,
-				                  "the primary's log went backwards at %" PRIu64, from);
+				                  "the primary's log went backwards at %" PRIu64,
+				                  from);
 		}
 		if (!rc && rq.global_checkpoint != ST_NO_SEQ)
 			st_shard_set_global_checkpoint(s, rq.global_checkpoint);
@@ -1614,8 +1634,7 @@ rec_main(void *arg)
 	hist_build h = {cJSON_AddArrayToObject(q, "history"), 0};
 	if (st.max_seq_no != ST_NO_SEQ &&
 	    (st.global_checkpoint == ST_NO_SEQ || st.max_seq_no > st.global_checkpoint) &&
-	    (st_shard_oplog_read(s, st.global_checkpoint, hist_add, &h) ||
-	     h.n >= REC_HISTORY_MAX))
+	    (st_shard_oplog_read(s, st.global_checkpoint, hist_add, &h) || h.n >= REC_HISTORY_MAX))
 		cJSON_AddBoolToObject(q, "force_file", true);
 	rc = rec_call(cl, j->primary, "rec_start", j->index, q, &data, &len, &err);
 	cJSON_Delete(q);
@@ -1767,8 +1786,8 @@ gcp_sync(nd_cluster *cl)
 		st_shard_stats_get(nd_index_shard(ix, rs->shard), &st);
 		uint64_t in_sync = r.in_sync & ~(1ull << cl->self);
 		pthread_mutex_lock(&rp->mu);
-		int64_t g = rs->term == r.term ? gcp_of(cl, rs, in_sync, seq_i(st.local_checkpoint))
-		                               : NONE;
+		int64_t g =
+		    rs->term == r.term ? gcp_of(cl, rs, in_sync, seq_i(st.local_checkpoint)) : NONE;
 		if (g > rs->gcp)
 			rs->gcp = g;
 		g = rs->gcp;
@@ -1820,8 +1839,7 @@ cl_rep_tick(nd_cluster *cl)
 			atomic_store(&rp->joined, true);
 			if (cl->master != cl->self)
 				cl_fetch_state(cl);
-		}
-		else
+		} else
 			cm_warn("cluster", "cannot join through the master yet: %s", err.reason);
 		cJSON_Delete(b);
 	}
