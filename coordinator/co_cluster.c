@@ -295,10 +295,9 @@ co_cluster_cat(co_req *r, const char *what)
 	cm_buf_init(&rows, MEM);
 	if (what && strcmp(what, "recovery") == 0) {
 		/* Recoveries this node ran as the target (solo: none). */
-		static const char *const cols[] = {"index",       "shard",       "time",
-		                                   "type",        "stage",       "source_node",
-		                                   "target_node", "files",       "bytes",
-		                                   "ops"};
+		static const char *const cols[] = {"index", "shard",       "time",        "type",
+		                                   "stage", "source_node", "target_node", "files",
+		                                   "bytes", "ops"};
 		if (cl)
 			nd_cluster_cat_recovery(cl, &rows);
 		cat_reply(r, cols, 10, &rows);

@@ -757,7 +757,8 @@ serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_
 		char *out = NULL;
 		if (pr_admin_decode(p, len, &a, &err) == CM_OK && cl_rep_is_rec_action(a.action)) {
 			size_t olen = 0;
-			cl_rep_serve_rec(cl, a.action, a.index, a.body, a.body_len, &err, &out, &olen);
+			cl_rep_serve_rec(cl, a.action, a.index, a.body, a.body_len, &err, &out,
+			                 &olen);
 			pr_admin_free(&a);
 			pr_ack_encode(&err, out, olen, reply);
 			*reply_type = PR_ACK;

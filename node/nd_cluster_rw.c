@@ -183,14 +183,14 @@ nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb)
 	cm_buf *bufs = cm_calloc(MEM, nb + 1, sizeof(cm_buf));
 
 	for (size_t i = 0; i < nb; i++) {
-		uint64_t deadline = b[i].deadline_ns   ? b[i].deadline_ns
+		uint64_t deadline = b[i].deadline_ns    ? b[i].deadline_ns
 		                    : tl_write_deadline ? tl_write_deadline
 		                                        : dflt;
 		cl_route ro;
-		int primary = cl_route_get(cl, nd_index_name(b[i].ix), b[i].shard, &ro) &&
-		                      ro.primary >= 0
-		                  ? ro.primary
-		                  : cl_copy_node(cl, b[i].shard, 0);
+		int primary =
+		    cl_route_get(cl, nd_index_name(b[i].ix), b[i].shard, &ro) && ro.primary >= 0
+		        ? ro.primary
+		        : cl_copy_node(cl, b[i].shard, 0);
 		jobs[i] = (wr_job){cl, &b[i], primary, w, deadline};
 		b[i].rc = CM_OK;
 		if (primary == cl->self) {
@@ -1101,7 +1101,8 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 					continue;
 				/* A node not yet taken in since it (re)started is about
 				 * to leave the in-sync sets and recover. */
-				if ((!routed || ((ro.in_sync >> node) & 1)) && cl_node_joined(cl, node))
+				if ((!routed || ((ro.in_sync >> node) & 1)) &&
+				    cl_node_joined(cl, node))
 					up++;
 				else
 					init++;
@@ -1121,9 +1122,7 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 	cm_free(MEM, all);
 	/* Until the master has taken this node in, its view of the in-sync
 	 * sets predates its restart: never green. */
-	const char *status = red                                ? "red"
-	                     : yellow || !cl_rep_joined(cl)     ? "yellow"
-	                                                        : "green";
+	const char *status = red ? "red" : yellow || !cl_rep_joined(cl) ? "yellow" : "green";
 	int total = active + unassigned + initializing;
 	cJSON_AddStringToObject(j, "cluster_name", cl->cluster_name);
 	cJSON_AddStringToObject(j, "status", status);

@@ -85,7 +85,9 @@ pr_envelope_unpack(const void *msg, size_t len, const char *cluster, const char 
 		return cm_error_set(err, CM_EPARSE, "malformed transport message");
 	if (strcmp(e->cluster, cluster ? cluster : "") != 0 || !same_secret(&e->secret, secret)) {
 		shoal__envelope__free_unpacked(e, &pr_allocator);
-		return cm_error_set(err, CM_EINVAL, "transport message refused: cluster name or secret does not match");
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "transport message refused: cluster name or secret does not match");
 	}
 	out->type = e->type;
 	out->deadline_ms = e->deadline_ms;
@@ -202,7 +204,10 @@ static void
 sort_value_to_pb(const sr_sort_value *v, Shoal__SortValue *pb)
 {
 	shoal__sort_value__init(pb);
-	pb->type = v->type == SR_SV_LONG ? 1 : v->type == SR_SV_DOUBLE ? 2 : v->type == SR_SV_STRING ? 3 : 0;
+	pb->type = v->type == SR_SV_LONG     ? 1
+	           : v->type == SR_SV_DOUBLE ? 2
+	           : v->type == SR_SV_STRING ? 3
+	                                     : 0;
 	pb->l = v->l;
 	pb->d = v->d;
 	pb->s = str(v->s);
@@ -322,8 +327,10 @@ hit_from_pb(const Shoal__Hit *pb, sr_hit *h, pr_strings *ps)
 		h->sort = cm_calloc(HIT_MEM, pb->n_sort, sizeof(*h->sort));
 		for (size_t i = 0; i < pb->n_sort; i++) {
 			const Shoal__SortValue *v = pb->sort[i];
-			h->sort[i].type = v->type == 1 ? SR_SV_LONG : v->type == 2 ? SR_SV_DOUBLE
-			                : v->type == 3 ? SR_SV_STRING : SR_SV_NULL;
+			h->sort[i].type = v->type == 1   ? SR_SV_LONG
+			                  : v->type == 2 ? SR_SV_DOUBLE
+			                  : v->type == 3 ? SR_SV_STRING
+			                                 : SR_SV_NULL;
 			h->sort[i].l = v->l;
 			h->sort[i].d = v->d;
 			if (v->type == 3)
@@ -500,10 +507,9 @@ pr_bulk_reply_whole(const void *p, size_t len, uint64_t *local_ckp, cm_error *er
 	if (m == NULL)
 		return cm_error_set(err, CM_EPARSE, "malformed bulk reply");
 	if (m->error != 0)
-		rc = cm_error_set(err,
-		                  m->error > 0 && m->error < CM_ERR_COUNT ? (cm_err)m->error
-		                                                          : CM_EINTERNAL,
-		                  "%s", m->reason);
+		rc = cm_error_set(
+		    err, m->error > 0 && m->error < CM_ERR_COUNT ? (cm_err)m->error : CM_EINTERNAL,
+		    "%s", m->reason);
 	else if (m->has_ckp)
 		*local_ckp = m->local_checkpoint;
 	shoal__bulk_reply__free_unpacked(m, &pr_allocator);
@@ -547,15 +553,18 @@ pr_bulk_reply_decode(const void *p, size_t len, st_op_result *res, size_t n, cm_
 		return cm_error_set(err, CM_EPARSE, "malformed bulk reply");
 	cm_err rc = CM_OK;
 	if (m->error != 0)
-		rc = cm_error_set(err, m->error > 0 && m->error < CM_ERR_COUNT ? (cm_err)m->error : CM_EINTERNAL,
-		                  "%s", m->reason);
+		rc = cm_error_set(
+		    err, m->error > 0 && m->error < CM_ERR_COUNT ? (cm_err)m->error : CM_EINTERNAL,
+		    "%s", m->reason);
 	else if (m->n_results != n)
 		rc = cm_error_set(err, CM_EPARSE, "bulk reply has %zu results for %zu operations",
 		                  m->n_results, n);
 	for (size_t i = 0; rc == CM_OK && i < n; i++) {
 		const Shoal__OpResult *r = m->results[i];
 		memset(&res[i], 0, sizeof(res[i]));
-		res[i].err = r->err > 0 && r->err < CM_ERR_COUNT ? (cm_err)r->err : r->err ? CM_EINTERNAL : CM_OK;
+		res[i].err = r->err > 0 && r->err < CM_ERR_COUNT ? (cm_err)r->err
+		             : r->err                            ? CM_EINTERNAL
+		                                                 : CM_OK;
 		snprintf(res[i].reason, sizeof(res[i].reason), "%s", r->reason);
 		res[i].result = (st_op_result_kind)r->result;
 		res[i].seq_no = r->seq_no;
@@ -647,8 +656,9 @@ pr_ack_decode(const void *p, size_t n, cm_error *e, char **body, size_t *len)
 	if (m == NULL)
 		return cm_error_set(e, CM_EPARSE, "malformed acknowledgement");
 	if (m->error != 0)
-		cm_error_set_type(e, m->error > 0 && m->error < CM_ERR_COUNT ? (cm_err)m->error : CM_EINTERNAL,
-		                  m->type[0] ? m->type : NULL, "%s", m->reason);
+		cm_error_set_type(
+		    e, m->error > 0 && m->error < CM_ERR_COUNT ? (cm_err)m->error : CM_EINTERNAL,
+		    m->type[0] ? m->type : NULL, "%s", m->reason);
 	cm_err rc = m->error ? e->code : CM_OK;
 	if (body && rc == CM_OK)
 		*body = dup_bin(&m->body, len);
