@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdatomic.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +141,15 @@ co_id_check(const char *id, size_t len, cm_error *err)
 	return true;
 }
 
+/* An int64 as a JSON integer (a double would print 2^63-1 as 9.2e+18). */
+static void
+co_add_int64(cJSON *j, const char *key, int64_t v)
+{
+	char num[32];
+	snprintf(num, sizeof(num), "%" PRId64, v);
+	cJSON_AddItemToObject(j, key, cJSON_CreateRaw(num));
+}
+
 cm_err
 co_doc_write(nd_index *ix, st_op *op, const char *routing, size_t routing_len, st_op_result *res,
              cm_error *err)
@@ -197,7 +207,7 @@ co_write_result_json(nd_index *ix, const char *id, size_t id_len, const st_op_re
 	cJSON_AddStringToObject(j, "_type", "_doc");
 	cJSON_AddStringToObject(j, "_id", idc);
 	cm_free(MEM, idc);
-	cJSON_AddNumberToObject(j, "_version", (double)res->version);
+	co_add_int64(j, "_version", res->version);
 	cJSON_AddStringToObject(j, "result", co_result_name(res->result));
 	if (forced_refresh)
 		cJSON_AddBoolToObject(j, "forced_refresh", true);
@@ -400,7 +410,7 @@ get_doc_json(nd_index *ix, const char *id, const char *routing, const char *incl
 	}
 	if (rc == CM_OK) {
 		bool fetch = true;
-		cJSON_AddNumberToObject(j, "_version", (double)meta.version);
+		co_add_int64(j, "_version", meta.version);
 		cJSON_AddNumberToObject(j, "_seq_no", (double)meta.seq_no);
 		cJSON_AddNumberToObject(j, "_primary_term", (double)meta.primary_term);
 		cJSON_AddBoolToObject(j, "found", true);

@@ -359,8 +359,9 @@ term_get(st_segbuild *b, bfield *f, const char *term, size_t len)
 			if (!v)
 				break;
 			bterm *t = &f->terms[v - 1];
+			/* (the empty term may be there before the arena has a byte) */
 			if (t->hash == h && t->text_len == len &&
-			    memcmp(f->arena.data + t->text_off, term, len) == 0)
+			    (len == 0 || memcmp(f->arena.data + t->text_off, term, len) == 0))
 				return v - 1;
 		}
 	}
