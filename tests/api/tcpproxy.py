@@ -238,8 +238,10 @@ class Proxy:
             link.thread.join(2)
 
 
-if __name__ == "__main__":
-    # self-check: echo server behind a link; forward, stall, heal, drop
+def self_check():
+    """Echo server behind a link: forward (small and 1 MB), stall holds
+    bytes back and heal delivers them, drop resets existing and new
+    connections, heal again. Raises AssertionError on any difference."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(8)
@@ -305,4 +307,8 @@ if __name__ == "__main__":
     assert s3.recv(100) == b"again"
     p.close()
     srv.close()
+
+
+if __name__ == "__main__":
+    self_check()
     print("tcpproxy self-check ok")

@@ -41,7 +41,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from shoal import ClusterNode, free_port, run_tests, test  # noqa: E402
-from tcpproxy import Proxy  # noqa: E402
+from tcpproxy import Proxy, self_check  # noqa: E402
 
 NAMES = ["node-1", "node-2", "node-3"]  # node-1 is the metadata master
 MASTER = "node-1"
@@ -905,6 +905,12 @@ class Searcher(threading.Thread):
         finally:
             for c in clients.values():
                 c.close()
+
+
+@test
+def proxy_self_check():
+    # the rows' partitions are only as good as the proxy
+    self_check()
 
 
 @test
