@@ -1126,6 +1126,13 @@ def r4_partition(cl, tag):
                                  for r in seen]))
         if acked_late == 0:
             problems.append("cut (%s): no write acknowledged late in the cut" % mode)
+        # the cut node's copies left the in-sync set: the master no longer
+        # lists any of them as a started copy
+        still = [(r["shard"], r["prirep"]) for r in seen
+                 if r.get("node") == victim and r.get("state") == "STARTED"]
+        if still:
+            problems.append("cut (%s): the master still lists %s's copies %s as STARTED late "
+                            "in the cut" % (mode, victim, still))
         if not yellow:
             problems.append("cut (%s): health stayed green with a node cut off" % mode)
         if not ok:
