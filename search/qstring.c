@@ -767,8 +767,10 @@ parse_term(qp *p, const char *field)
 		if (peek(p) == TK_FUZZY) {
 			tok f;
 			next(p, &f);
+			/* "~N" on a phrase: N clamped into int range (found by
+			 * dsl_fuzz: "~2e62" was an out-of-range cast) */
 			if (f.has_num)
-				slop = (int)f.num;
+				slop = f.num <= 0 ? 0 : f.num >= 1e6 ? 1000000 : (int)f.num;
 		}
 		q = leaf(p->c, SR_Q_MATCH_PHRASE, t.text);
 		q->slop = slop;

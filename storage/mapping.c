@@ -339,6 +339,19 @@ check_name(const char *name, const char *where, bool allow_dots, cm_error *err)
 	size_t n = strlen(name);
 	if (name[0] == '.' || name[n - 1] == '.' || strstr(name, "..") != NULL)
 		return cm_error_set(err, CM_EMAPPING, "Invalid field name [%s]", name);
+	/* Each part of a dotted name is a field name of its own ("a. " would
+	 * map a field " ", which renders back as something else). */
+	for (const char *part = name; allow_dots && part;) {
+		const char *dot = strchr(part, '.');
+		size_t len = dot ? (size_t)(dot - part) : strlen(part);
+		bool sp = true;
+		for (size_t i = 0; i < len; i++)
+			sp &= isspace((unsigned char)part[i]) != 0;
+		if (sp)
+			return cm_error_set(err, CM_EMAPPING,
+			                    "field name cannot contain only whitespace: ['%s']", name);
+		part = dot ? dot + 1 : NULL;
+	}
 	return CM_OK;
 }
 
