@@ -93,20 +93,32 @@ class Client:
         if isinstance(body, str):
             body = body.encode()
         hdrs = {"Content-Type": "application/x-ndjson" if ndjson else "application/json"}
-        try:
-            if not self.conn:
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-            self.conn.timeout = timeout
-            if self.conn.sock:
-                self.conn.sock.settimeout(timeout)
-            self.conn.request(method, path, body=body, headers=hdrs)
-            resp = self.conn.getresponse()
-            data = resp.read()
-            if resp.getheader("connection", "").lower() == "close":
+        for attempt in range(2):
+            reused = self.conn is not None and self.conn.sock is not None
+            try:
+                if not self.conn:
+                    self.conn = http.client.HTTPConnection("127.0.0.1", self.port,
+                                                           timeout=timeout)
+                self.conn.timeout = timeout
+                if self.conn.sock:
+                    self.conn.sock.settimeout(timeout)
+                self.conn.request(method, path, body=body, headers=hdrs)
+                resp = self.conn.getresponse()
+                data = resp.read()
+                if resp.getheader("connection", "").lower() == "close":
+                    self.close()
+                break
+            except (BrokenPipeError, ConnectionResetError,
+                    http.client.RemoteDisconnected) as e:
+                # the server drops keep-alive connections idle for 10 s:
+                # a reused one may be gone before our request; try once
+                # on a new connection (a dead node refuses that one)
                 self.close()
-        except (OSError, http.client.HTTPException) as e:
-            self.close()
-            return None, e
+                if not reused or attempt == 1:
+                    return None, e
+            except (OSError, http.client.HTTPException) as e:
+                self.close()
+                return None, e
         try:
             return resp.status, json.loads(data) if data else None
         except ValueError:
