@@ -262,6 +262,10 @@ put_escaped(const char *s, size_t n, size_t i, sbuf *b, char *ch_out)
 			                              ? s[k] - '0'
 			                              : (tolower((unsigned char)s[k]) - 'a' + 10));
 		}
+		/* NUL would cut the term short in every C string after this, and a
+		 * lone surrogate is not UTF-8: both are malformed here. */
+		if (cp == 0 || (cp >= 0xD800 && cp <= 0xDFFF))
+			return 0;
 		char u[4];
 		size_t un;
 		if (cp < 0x80) {
@@ -676,8 +680,9 @@ term_query(qp *p, const char *field, tok *t, bool fuzzy, bool fuzzy_num, double 
 			return on_fields(c, field, sr_query_new(SR_Q_EXISTS));
 		}
 		size_t len = strlen(t->pattern);
-		bool prefix =
-		    t->pattern[len - 1] == '*' && (len < 2 || t->pattern[len - 2] != '\\');
+		/* (an escaped NUL can leave the pattern empty: found by dsl_fuzz) */
+		bool prefix = len > 0 && t->pattern[len - 1] == '*' &&
+		              (len < 2 || t->pattern[len - 2] != '\\');
 		if (prefix)
 			for (size_t k = 0; k + 1 < len; k++) {
 				if (t->pattern[k] == '\\') {
