@@ -493,8 +493,11 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			}
 			if (ok && strlen(it->valuestring) > 256)
 				ok = false;
-			if (ok)
+			if (ok) {
+				/* a repeated key: the last one wins (found by docparse_fuzz) */
+				cm_free(CM_MEM_STORAGE, f.format);
 				f.format = cm_strdup(CM_MEM_STORAGE, it->valuestring);
+			}
 		} else if (strcmp(k, "null_value") == 0 && type != ST_FT_OBJECT &&
 		           type != ST_FT_TEXT) {
 			if (cJSON_IsNull(it))
