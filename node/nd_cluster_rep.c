@@ -1035,8 +1035,7 @@ cl_rep_is_rec_action(const char *action)
 }
 
 typedef struct hist_ctx {
-	const cJSON *hist; /* [[seq, term], ...] ascending */
-	int at, n;
+	const cJSON *cur; /* next [seq, term] pair of the copy's history, ascending */
 	bool ok;
 } hist_ctx;
 
@@ -1045,43 +1044,42 @@ hist_cmp(void *ctx, const st_op *op, int64_t version)
 {
 	hist_ctx *h = ctx;
 	(void)version;
-	while (h->at < h->n) {
-		const cJSON *p = cJSON_GetArrayItem(h->hist, h->at);
-		uint64_t s = (uint64_t)cJSON_GetArrayItem(p, 0)->valuedouble;
-		uint64_t t = (uint64_t)cJSON_GetArrayItem(p, 1)->valuedouble;
-		if (s > op->seq_no)
-			return 0;
-		if (s < op->seq_no) {
-			h->ok = false; /* the copy has an op this log lacks */
-			return 1;
-		}
-		h->at++;
-		if (t != op->primary_term) {
-			h->ok = false;
-			return 1;
-		}
+	if (!h->cur)
+		return 1; /* past the copy's history */
+	uint64_t s = (uint64_t)h->cur->child->valuedouble;
+	uint64_t t = (uint64_t)h->cur->child->next->valuedouble;
+	if (s > op->seq_no)
 		return 0;
+	if (s < op->seq_no) {
+		h->ok = false; /* the copy has an op this log lacks */
+		return 1;
 	}
-	return 1; /* past the copy's history */
+	h->cur = h->cur->next;
+	if (t != op->primary_term) {
+		h->ok = false;
+		return 1;
+	}
+	return 0;
 }
 
-/* Whether the copy's history above `from` agrees with this log. */
+/* Whether the copy's history above `from` agrees with this log. The
+ * history is walked as a list: it can hold 200,000 pairs. */
 static bool
 history_agrees(st_shard *s, int64_t from, const cJSON *hist)
 {
-	hist_ctx h = {hist, 0, cJSON_GetArraySize(hist), true};
-	for (int i = 0; i < h.n; i++) {
-		const cJSON *p = cJSON_GetArrayItem(hist, i);
-		if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) != 2 ||
-		    !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)) ||
-		    !cJSON_IsNumber(cJSON_GetArrayItem(p, 1)))
+	const cJSON *p;
+	cJSON_ArrayForEach(p, hist)
+	{
+		if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) != 2 || !cJSON_IsNumber(p->child) ||
+		    !cJSON_IsNumber(p->child->next))
 			return false;
 	}
-	if (h.n == 0)
+	hist_ctx h = {hist ? hist->child : NULL, true};
+	if (!h.cur)
 		return true;
 	if (st_shard_oplog_read(s, seq_u(from), hist_cmp, &h))
 		return false;
-	return h.ok && h.at == h.n;
+	return h.ok && h.cur == NULL;
 }
 
 /* Retention markers, one per recovering copy: the primary's log keeps
