@@ -3,6 +3,7 @@
  * nd_cluster_private.h. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@
 #include "../common/cm_log.h"
 #include "../common/cm_sys.h"
 #include "../proto/pr.h"
-#include "nd_cluster_rep.h"
+#include "nd_cluster_private.h"
 
 #define MEM CM_MEM_NODE
 #define MAX_CLUSTER_FILE (1u << 20)
@@ -125,7 +126,6 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 	pthread_mutex_init(&cl->lock, NULL);
 	pthread_mutex_init(&cl->stop_mu, NULL);
 	pthread_cond_init(&cl->stop_cv, NULL);
-	cl_rep_init(cl);
 	if (!copy_str(cl->cluster_name, sizeof(cl->cluster_name),
 	              cJSON_GetObjectItemCaseSensitive(j, "cluster_name")) ||
 	    !copy_str(cl->secret, sizeof(cl->secret),
@@ -243,6 +243,7 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 	for (int k = 0; k < cl->nn; k++)
 		if (cl->nodes[k].data)
 			cl->data_nodes[cl->nodes[k].data_ord] = k;
+	cl_host_init(cl);
 	cJSON_Delete(j);
 	*out = cl;
 	return CM_OK;
@@ -320,75 +321,78 @@ cl_mark(nd_cluster *cl, int node, bool alive, uint64_t latency_ns)
 	}
 }
 
-/* ---- metadata ---- */
+/* ---- the cluster state ---- */
 
 static void
 state_path(nd_cluster *cl, char *path, size_t cap)
 {
-	snprintf(path, cap, "%s/cluster_state.json", nd_data_dir(cl->node));
+	snprintf(path, cap, "%s/cluster_state.pb", nd_data_dir(cl->node));
 }
 
-static void
-state_persist(nd_cluster *cl)
+/* A durable write (temp file, fsync, rename, fsync of the folder). */
+static cm_err
+state_persist(nd_cluster *cl, const rp_state *st, cm_error *err)
 {
 	char path[1024];
-	char *s = cJSON_PrintUnformatted(cl->meta);
+	cm_buf b;
+	cm_buf_init(&b, MEM);
+	rp_state_encode(st, cl->names, cl->nn, &b);
 	state_path(cl, path, sizeof(path));
-	if (cm_file_write_atomic(path, s, strlen(s)))
-		cm_warn("cluster", "cannot persist cluster metadata to %s", path);
-	cJSON_free(s);
+	cm_err rc = cm_file_write_atomic(path, b.data, b.len);
+	cm_buf_free(&b);
+	if (rc)
+		return cm_error_set(err, rc, "cannot persist the cluster state to %s: %s", path,
+		                    cm_err_msg(rc));
+	return CM_OK;
 }
 
-static uint64_t
-state_version(const cJSON *st)
+static cJSON *
+parse_text(const char *s)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(st, "version");
-	return cJSON_IsNumber(v) ? (uint64_t)v->valuedouble : 0;
+	return s && *s ? cJSON_Parse(s) : NULL;
 }
 
 /* Makes the local registry match a state: creates missing indices,
- * merges their mappings, deletes the indices the state no longer has.
- * Caller holds meta_lock. */
+ * merges their mappings, replays settings, deletes the indices the state
+ * no longer has. Caller holds meta_lock. */
 static void
-state_apply_locked(nd_cluster *cl, cJSON *st)
+state_apply_locked(nd_cluster *cl, const rp_state *st)
 {
-	cJSON *indices = cJSON_GetObjectItemCaseSensitive(st, "indices"), *e;
 	nd_index **all;
 	size_t nall;
 	cm_error err;
 
-	cJSON_ArrayForEach(e, indices)
-	{
-		nd_index *ix = nd_index_get(cl->node, e->string);
-		const cJSON *body = cJSON_GetObjectItemCaseSensitive(e, "body");
-		const cJSON *maps = cJSON_GetObjectItemCaseSensitive(e, "mappings");
+	for (size_t i = 0; i < st->nindices; i++) {
+		const rp_index *e = &st->indices[i];
+		nd_index *ix = nd_index_get(cl->node, e->name);
+		cJSON *body = parse_text(e->body), *maps = parse_text(e->mappings);
 		cm_error_clear(&err);
-		const cJSON *uuid = cJSON_GetObjectItemCaseSensitive(e, "uuid");
-		if (!ix && nd_index_create_as(cl->node, e->string,
-		                              cJSON_IsString(uuid) ? uuid->valuestring : NULL,
+		if (!ix && nd_index_create_as(cl->node, e->name, e->uuid,
 		                              cJSON_IsObject(body) ? body : NULL, &ix, &err)) {
-			cm_warn("cluster",
-			        "cannot create index [%s] from the master's metadata: %s",
-			        e->string, err.reason);
+			cm_warn("cluster", "cannot create index [%s] from the master's state: %s",
+			        e->name, err.reason);
+			cJSON_Delete(body);
+			cJSON_Delete(maps);
 			continue;
 		}
 		if (cJSON_IsObject(maps) && nd_index_put_mapping(ix, maps, &err))
-			cm_warn("cluster", "cannot merge mapping of [%s]: %s", e->string,
-			        err.reason);
-		const cJSON *log = cJSON_GetObjectItemCaseSensitive(e, "settings_log"), *sb;
-		cJSON_ArrayForEach(sb, log)
-		{
+			cm_warn("cluster", "cannot merge mapping of [%s]: %s", e->name, err.reason);
+		for (size_t k = 0; k < e->nsettings; k++) {
+			cJSON *sb = parse_text(e->settings_log[k]);
 			cm_error_clear(&err);
-			if (nd_index_put_settings(ix, sb, &err))
-				cm_warn("cluster", "cannot apply settings of [%s]: %s", e->string,
+			if (sb && nd_index_put_settings(ix, sb, &err))
+				cm_warn("cluster", "cannot apply settings of [%s]: %s", e->name,
 				        err.reason);
+			cJSON_Delete(sb);
 		}
+		cJSON_Delete(body);
+		cJSON_Delete(maps);
 		nd_index_release(ix);
 	}
 	nd_index_list(cl->node, &all, &nall);
 	for (size_t i = 0; i < nall; i++) {
-		if (!cJSON_GetObjectItemCaseSensitive(indices, nd_index_name(all[i]))) {
-			cm_info("cluster", "index [%s] is gone from the metadata: deleting",
+		if (!rp_state_index(st, nd_index_name(all[i]))) {
+			cm_info("cluster", "index [%s] is gone from the cluster state: deleting",
 			        nd_index_name(all[i]));
 			cm_error_clear(&err);
 			nd_index_delete(cl->node, all[i], &err);
@@ -398,70 +402,90 @@ state_apply_locked(nd_cluster *cl, cJSON *st)
 	cm_free(MEM, all);
 }
 
-/* Applies a published state if newer than ours. */
+/* Adopts a state newer than ours: persisted first (a node that cannot
+ * persist keeps its old state and learns the new one again later). */
 static void
-state_receive(nd_cluster *cl, const char *text, size_t len)
+state_receive(nd_cluster *cl, const void *p, size_t len)
 {
-	cJSON *st = cJSON_ParseWithLength(text, len);
-	if (!st || !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(st, "indices"))) {
-		cJSON_Delete(st);
-		cm_warn("cluster", "malformed metadata received");
+	rp_state *st = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	if (rp_state_decode(p, len, cl->names, cl->nn, &st, &err)) {
+		cm_warn("cluster", "malformed cluster state received: %s", err.reason);
 		return;
 	}
 	pthread_mutex_lock(&cl->meta_lock);
-	if (state_version(st) > state_version(cl->meta)) {
-		state_apply_locked(cl, st);
-		cJSON_Delete(cl->meta);
-		cl->meta = st;
-		st = NULL;
-		state_persist(cl);
-		cl_routes_rebuild_locked(cl);
-		cm_info("cluster", "metadata version %llu applied",
-		        (unsigned long long)state_version(cl->meta));
+	if (st->version > cl->state->version) {
+		if (state_persist(cl, st, &err)) {
+			cm_warn("cluster", "cluster state version %" PRIu64 " not adopted: %s",
+			        st->version, err.reason);
+		} else {
+			state_apply_locked(cl, st);
+			rp_state_free(cl->state);
+			cl->state = st;
+			st = NULL;
+			cl_host_adopted(cl);
+			cm_info("cluster", "cluster state version %" PRIu64 " applied",
+			        cl->state->version);
+		}
 	}
 	pthread_mutex_unlock(&cl->meta_lock);
-	cJSON_Delete(st);
+	rp_state_free(st);
 }
 
 typedef struct pub_call {
 	cm_wait *w;
 	nd_cluster *cl;
 	int node;
+	uint64_t version;
+	bool quiet;
 } pub_call;
 
 static void
 pub_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 {
 	pub_call *c = arg;
+	nd_cl_node *nd = &c->cl->nodes[c->node];
 	(void)type, (void)p, (void)len;
-	if (rc)
-		cm_warn("cluster", "node [%s] did not take the metadata: %s",
-		        c->cl->nodes[c->node].name, cm_err_msg(rc));
+	if (rc && !c->quiet)
+		cm_warn("cluster", "node [%s] did not take the cluster state: %s", nd->name,
+		        cm_err_msg(rc));
+	if (!rc) {
+		uint64_t v = atomic_load(&nd->applied);
+		while (v < c->version &&
+		       !atomic_compare_exchange_weak(&nd->applied, &v, c->version))
+			;
+	}
 	cm_wait_done(c->w);
 }
 
-/* Sends the current state to every other node and waits, bounded: 2 s,
+/* Sends the current state to the nodes in mask and waits, bounded: 2 s,
  * and 200 ms for a node the liveness check holds unreachable (it may be
- * starting and just connected, or stalled: a stalled node must not hold
- * every later change). The nodes that miss it catch up from the master
- * within a few seconds; nothing depends on a publish arriving (a copy that
- * has not learned a new primary term can only help the old primary gather
- * acknowledgements the new primary also holds). */
+ * starting and not yet connected, or stalled: a stalled node must not
+ * hold every later change). A node that misses it gets it again from the
+ * monitor (republish) or fetches it; acks are counted per node (applied). */
 static void
-state_publish_locked(nd_cluster *cl)
+state_publish_locked(nd_cluster *cl, uint64_t mask, bool quiet)
 {
-	cm_buf b;
-	char *s = cJSON_PrintUnformatted(cl->meta);
+	cm_buf st, b;
 	pub_call *calls = cm_calloc(MEM, (size_t)cl->nn, sizeof(pub_call));
-	cm_wait *w = cm_wait_create(cl->nn - 1);
+	int cnt = 0;
+	for (int i = 0; i < cl->nn; i++)
+		cnt += i != cl->self && ((mask >> i) & 1);
+	if (!cnt) {
+		cm_free(MEM, calls);
+		return;
+	}
+	cm_wait *w = cm_wait_create(cnt);
 	uint64_t deadline = cm_now_ns() + 2000000000ull;
-
+	cm_buf_init(&st, MEM);
 	cm_buf_init(&b, MEM);
-	pr_metadata_encode(state_version(cl->meta), s, strlen(s), &b);
+	rp_state_encode(cl->state, cl->names, cl->nn, &st);
+	pr_metadata_encode(cl->state->version, (const char *)st.data, st.len, &b);
 	for (int i = 0; i < cl->nn; i++) {
-		if (i == cl->self)
+		if (i == cl->self || !((mask >> i) & 1))
 			continue;
-		calls[i] = (pub_call){w, cl, i};
+		calls[i] = (pub_call){w, cl, i, cl->state->version, quiet};
 		nd_peer_call(cl->nodes[i].peer, PR_METADATA, b.data, b.len,
 		             cl_alive(cl, i) ? deadline : cm_now_ns() + 200000000ull, pub_done,
 		             &calls[i]);
@@ -470,146 +494,220 @@ state_publish_locked(nd_cluster *cl)
 	cm_wait_destroy(w);
 	cm_free(MEM, calls);
 	cm_buf_free(&b);
-	cJSON_free(s);
+	cm_buf_free(&st);
 }
 
-void
-cl_state_commit_locked(nd_cluster *cl)
+cm_err
+cl_state_commit_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 {
-	cJSON_ReplaceItemInObjectCaseSensitive(
-	    cl->meta, "version", cJSON_CreateNumber((double)(state_version(cl->meta) + 1)));
-	state_persist(cl);
-	cl_routes_rebuild_locked(cl);
-	state_publish_locked(cl);
+	next->version = cl->state->version + 1;
+	cm_err rc = state_persist(cl, next, err);
+	if (rc) {
+		rp_state_free(next);
+		return rc;
+	}
+	rp_state_free(cl->state);
+	cl->state = next;
+	cl_host_adopted(cl);
+	state_publish_locked(cl, ~0ull, false);
+	return CM_OK;
+}
+
+/* Master, every monitor round: nodes that missed a publish (not yet
+ * connected, stalled) get the current state again. */
+static void
+state_republish(nd_cluster *cl)
+{
+	uint64_t behind = 0;
+	pthread_mutex_lock(&cl->meta_lock);
+	for (int i = 0; i < cl->nn; i++)
+		if (i != cl->self && atomic_load(&cl->nodes[i].applied) < cl->state->version)
+			behind |= 1ull << i;
+	if (behind)
+		state_publish_locked(cl, behind, true);
+	pthread_mutex_unlock(&cl->meta_lock);
+}
+
+/* Master, after a change of version v: waits (no lock held) until every
+ * node that is up, or went down less than 5 s ago (a node that is still
+ * connecting), has applied it, up to 10 s. ES answers acknowledged:false
+ * past its ack timeout; so does this. */
+static bool
+wait_applied(nd_cluster *cl, uint64_t v)
+{
+	uint64_t until = cm_now_ns() + 10000000000ull;
+	for (;;) {
+		bool all = true;
+		uint64_t now = cm_now_ns();
+		for (int i = 0; i < cl->nn && all; i++) {
+			if (i == cl->self || atomic_load(&cl->nodes[i].applied) >= v)
+				continue;
+			uint64_t since = atomic_load(&cl->nodes[i].down_since_ns);
+			if (cl_alive(cl, i) || (since && now - since < 5000000000ull))
+				all = false;
+		}
+		if (all)
+			return true;
+		if (now >= until)
+			return false;
+		usleep(5000);
+	}
 }
 
 static cJSON *
-ack_json(const char *index)
+ack_json(const char *index, bool acked)
 {
 	cJSON *j = cJSON_CreateObject();
-	cJSON_AddBoolToObject(j, "acknowledged", true);
+	cJSON_AddBoolToObject(j, "acknowledged", acked);
 	if (index) {
-		cJSON_AddBoolToObject(j, "shards_acknowledged", true);
+		cJSON_AddBoolToObject(j, "shards_acknowledged", acked);
 		cJSON_AddStringToObject(j, "index", index);
 	}
 	return j;
 }
 
-/* The master's side of a metadata change: applies it here first (which
- * validates it with the solo node's messages), versions it, persists and
- * publishes it. */
+static char *
+json_text(const cJSON *j)
+{
+	char *s = cJSON_PrintUnformatted(j);
+	char *out = cm_strdup(MEM, s ? s : "");
+	cJSON_free(s);
+	return out;
+}
+
+/* The master's side of a metadata change: validated by applying it here
+ * first, then versioned, persisted and published; the reply waits until
+ * the nodes applied it (wait_applied). A state that cannot be persisted
+ * fails the change and, for a create, the index made here goes again. */
 static cm_err
 master_admin(nd_cluster *cl, const char *action, const char *index, const char *body, char **reply,
              cm_error *err)
 {
-	cJSON *bj = body && *body ? cJSON_Parse(body) : NULL, *indices, *out = NULL;
+	cJSON *bj = body && *body ? cJSON_Parse(body) : NULL;
 	cm_err rc = CM_OK;
+	const char *created = NULL;
+	uint64_t version = 0;
 
 	*reply = NULL;
 	if (body && *body && !bj)
 		return cm_error_set(err, CM_EPARSE, "malformed metadata request body");
 	pthread_mutex_lock(&cl->meta_lock);
-	indices = cJSON_GetObjectItemCaseSensitive(cl->meta, "indices");
-	if (cl_rep_is_master_action(action)) {
-		if ((rc = cl_rep_master_action(cl, action, bj, err)))
-			goto done;
-		out = ack_json(NULL);
-	} else if (strcmp(action, "create") == 0) {
+	rp_state *next = NULL;
+	next = rp_state_dup(cl->state);
+	if (strcmp(action, "create") == 0) {
 		nd_index *ix = NULL;
 		if ((rc = nd_index_create(cl->node, index, bj, &ix, err)))
 			goto done;
-		cJSON *e = cJSON_CreateObject();
-		cJSON_AddStringToObject(e, "uuid", nd_index_uuid(ix));
-		cJSON_AddItemToObject(e, "body",
-		                      bj ? cJSON_Duplicate(bj, true) : cJSON_CreateObject());
+		rp_index *e = rp_state_add_index(
+		    next, index, nd_index_uuid(ix), nd_index_nshards(ix),
+		    nd_index_settings(ix)->number_of_replicas, cl->data_nodes, cl->ndata);
+		char *t = bj ? json_text(bj) : cm_strdup(MEM, "{}");
+		rp_index_set_text(&e->body, t);
+		cm_free(MEM, t);
 		st_mapping *m = nd_index_mapping(ix);
-		cJSON_AddItemToObject(e, "mappings", st_mapping_to_json(m));
+		cJSON *mj = st_mapping_to_json(m);
 		st_mapping_unref(m);
-		cl_rep_meta_new_index(cl, e, nd_index_nshards(ix),
-		                      1 + nd_index_settings(ix)->number_of_replicas);
-		cJSON_DeleteItemFromObjectCaseSensitive(indices, index);
-		cJSON_AddItemToObject(indices, index, e);
+		t = json_text(mj);
+		rp_index_set_text(&e->mappings, t);
+		cm_free(MEM, t);
+		cJSON_Delete(mj);
 		nd_index_release(ix);
-		out = ack_json(index);
+		created = index;
 	} else if (strcmp(action, "delete") == 0 || strcmp(action, "put_mapping") == 0 ||
 	           strcmp(action, "put_settings") == 0) {
 		bool del = action[0] == 'd', settings = strcmp(action, "put_settings") == 0;
 		if (settings && body && strstr(body, "number_of_replicas")) {
-			/* New copies would start empty: there is no recovery yet. */
-			rc = cm_error_set(
-			    err, CM_EINVAL,
-			    "number_of_replicas cannot change on a cluster yet: new replica "
-			    "copies would need recovery, which phase 1 does not have");
+			/* New copies would start empty: there is no allocator yet. */
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "number_of_replicas cannot change on a cluster yet: the "
+			                  "static placement has no allocator to place new copies");
 			goto done;
 		}
 		char *copy = cm_strdup(MEM, index), *save = NULL, *tok;
 		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 			nd_index *ix = nd_index_get(cl->node, tok);
-			if (!ix) {
-				if (!del) {
-					rc = cm_error_set(err, CM_ENOINDEX, "no such index [%s]",
-					                  tok);
-					break;
-				}
-				cJSON_DeleteItemFromObjectCaseSensitive(indices, tok);
+			if (del) {
+				rp_state_remove_index(next, tok);
+				nd_index_release(ix);
 				continue;
 			}
-			if (del) {
-				nd_index_delete(cl->node, ix, err);
-				cm_error_clear(err);
-				cJSON_DeleteItemFromObjectCaseSensitive(indices, tok);
+			if (!ix) {
+				rc = cm_error_set(err, CM_ENOINDEX, "no such index [%s]", tok);
+				break;
+			}
+			if ((rc = settings ? nd_index_put_settings(ix, bj, err)
+			                   : nd_index_put_mapping(ix, bj, err))) {
+				nd_index_release(ix);
+				break;
+			}
+			rp_index *e = rp_state_index(next, tok);
+			if (!e) {
+				e = rp_state_add_index(next, tok, nd_index_uuid(ix),
+				                       nd_index_nshards(ix),
+				                       nd_index_settings(ix)->number_of_replicas,
+				                       cl->data_nodes, cl->ndata);
+				rp_index_set_text(&e->body, "{}");
+			}
+			if (settings) {
+				/* Every node replays the dynamic settings changes in order. */
+				char *t = json_text(bj);
+				rp_index_add_setting(e, t);
+				cm_free(MEM, t);
 			} else {
-				if ((rc = settings ? nd_index_put_settings(ix, bj, err)
-				                   : nd_index_put_mapping(ix, bj, err))) {
-					nd_index_release(ix);
-					break;
-				}
-				cJSON *e = cJSON_GetObjectItemCaseSensitive(indices, tok);
-				if (!e) {
-					e = cJSON_AddObjectToObject(indices, tok);
-					cJSON_AddItemToObject(e, "body", cJSON_CreateObject());
-				}
-				if (settings) {
-					/* Every node replays the dynamic settings changes in order.
-					 */
-					cJSON *log =
-					    cJSON_GetObjectItemCaseSensitive(e, "settings_log");
-					if (!log)
-						log = cJSON_AddArrayToObject(e, "settings_log");
-					cJSON_AddItemToArray(log, cJSON_Duplicate(bj, true));
-					nd_index_release(ix);
-					continue;
-				}
 				st_mapping *m = nd_index_mapping(ix);
-				cJSON_DeleteItemFromObjectCaseSensitive(e, "mappings");
-				cJSON_AddItemToObject(e, "mappings", st_mapping_to_json(m));
+				cJSON *mj = st_mapping_to_json(m);
 				st_mapping_unref(m);
+				char *t = json_text(mj);
+				rp_index_set_text(&e->mappings, t);
+				cm_free(MEM, t);
+				cJSON_Delete(mj);
 			}
 			nd_index_release(ix);
 		}
 		cm_free(MEM, copy);
 		if (rc)
 			goto done;
-		out = ack_json(NULL);
-	} else if (strcmp(action, "state") == 0) {
-		char *s = cJSON_PrintUnformatted(cl->meta);
-		*reply = cm_strdup(MEM, s);
-		cJSON_free(s);
-		goto done;
 	} else {
 		rc = cm_error_set(err, CM_EINVAL, "unknown metadata action [%s]", action);
 		goto done;
 	}
-	cl_state_commit_locked(cl);
-	{
-		char *s = cJSON_PrintUnformatted(out);
-		*reply = cm_strdup(MEM, s);
-		cJSON_free(s);
+	rc = cl_state_commit_locked(cl, next, err);
+	next = NULL;
+	if (rc) {
+		if (created) {
+			/* not half-applied: the index made here goes again */
+			nd_index *ix = nd_index_get(cl->node, created);
+			cm_error e2;
+			cm_error_clear(&e2);
+			if (ix)
+				nd_index_delete(cl->node, ix, &e2);
+			nd_index_release(ix);
+		}
+		goto done;
+	}
+	version = cl->state->version;
+	if (strcmp(action, "delete") == 0) {
+		/* the state no longer has them: the local copies go now */
+		char *copy = cm_strdup(MEM, index), *save = NULL, *tok;
+		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			nd_index *ix = nd_index_get(cl->node, tok);
+			cm_error e2;
+			cm_error_clear(&e2);
+			if (ix)
+				nd_index_delete(cl->node, ix, &e2);
+			nd_index_release(ix);
+		}
+		cm_free(MEM, copy);
 	}
 done:
+	rp_state_free(next);
 	pthread_mutex_unlock(&cl->meta_lock);
+	if (!rc) {
+		cJSON *out = ack_json(created, wait_applied(cl, version));
+		*reply = json_text(out);
+		cJSON_Delete(out);
+	}
 	cJSON_Delete(bj);
-	cJSON_Delete(out);
 	return rc;
 }
 
@@ -636,7 +734,7 @@ nd_cluster_admin(nd_cluster *cl, const char *action, const char *index, const ch
 	cm_buf_init(&rep, MEM);
 	pr_admin_encode(action, index, body, body ? strlen(body) : 0, &req);
 	rc = nd_peer_call_sync(cl->nodes[cl->master].peer, PR_ADMIN, req.data, req.len,
-	                       cm_now_ns() + 10000000000ull, &type, &rep);
+	                       cm_now_ns() + 20000000000ull, &type, &rep);
 	if (rc == CM_EINVAL) {
 		rc = cm_error_set(
 		    err, CM_EUNAVAIL,
@@ -679,10 +777,11 @@ cl_publish_mapping(nd_cluster *cl, nd_index *ix)
 	bool same;
 	st_mapping_unref(m);
 	pthread_mutex_lock(&cl->meta_lock);
-	cJSON *e = cJSON_GetObjectItemCaseSensitive(
-	    cJSON_GetObjectItemCaseSensitive(cl->meta, "indices"), nd_index_name(ix));
-	same = !e || cJSON_Compare(cJSON_GetObjectItemCaseSensitive(e, "mappings"), local, true);
+	const rp_index *e = rp_state_index(cl->state, nd_index_name(ix));
+	cJSON *pub = e ? parse_text(e->mappings) : NULL;
+	same = !e || (pub && cJSON_Compare(pub, local, true));
 	pthread_mutex_unlock(&cl->meta_lock);
+	cJSON_Delete(pub);
 	if (!same) {
 		char *text = cJSON_PrintUnformatted(local), *reply = NULL;
 		cm_error err;
@@ -752,17 +851,40 @@ serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_
 		reply_ack(&err, NULL, reply, reply_type);
 		return;
 	}
+	case PR_SHARD_EVENT: {
+		rp_event ev;
+		void *keep = NULL;
+		if (cl->master != cl->self)
+			cm_error_set(&err, CM_EUNAVAIL, "node [%s] is not the master",
+			             cl->nodes[cl->self].name);
+		else if (rp_event_decode(p, len, cl->names, cl->nn, &ev, &keep, &err) == CM_OK) {
+			pthread_mutex_lock(&cl->meta_lock);
+			cl_master_event_locked(cl, &ev, &err);
+			pthread_mutex_unlock(&cl->meta_lock);
+		}
+		rp_event_free(keep);
+		reply_ack(&err, NULL, reply, reply_type);
+		return;
+	}
 	case PR_ADMIN: {
 		pr_admin a;
 		char *out = NULL;
-		if (pr_admin_decode(p, len, &a, &err) == CM_OK && cl_rep_is_rec_action(a.action)) {
-			size_t olen = 0;
-			cl_rep_serve_rec(cl, a.action, a.index, a.body, a.body_len, &err, &out,
-			                 &olen);
+		if (pr_admin_decode(p, len, &a, &err) == CM_OK && strcmp(a.action, "state") == 0) {
+			/* The state, binary: its length travels in the Ack. */
+			cm_buf b;
+			cm_buf_init(&b, MEM);
 			pr_admin_free(&a);
-			pr_ack_encode(&err, out, olen, reply);
+			if (cl->master != cl->self) {
+				cm_error_set(&err, CM_EUNAVAIL, "node [%s] is not the master",
+				             cl->nodes[cl->self].name);
+			} else {
+				pthread_mutex_lock(&cl->meta_lock);
+				rp_state_encode(cl->state, cl->names, cl->nn, &b);
+				pthread_mutex_unlock(&cl->meta_lock);
+			}
+			pr_ack_encode(&err, (const char *)b.data, b.len, reply);
 			*reply_type = PR_ACK;
-			cm_free(MEM, out);
+			cm_buf_free(&b);
 			return;
 		}
 		if (!err.code) {
@@ -789,6 +911,10 @@ serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_
 		cl_serve_search(cl, p, len, deadline_ns, reply, reply_type);
 		return;
 	default:
+		if (rp_handles(type)) {
+			rp_serve(cl->rp, type, p, len, reply, reply_type);
+			return;
+		}
 		cm_error_set(&err, CM_EINVAL, "unknown message type %u", type);
 		*reply_type = PR_ERROR;
 		pr_ack_encode(&err, NULL, 0, reply);
@@ -827,6 +953,8 @@ cl_fetch_state(nd_cluster *cl)
 	cm_error remote;
 	size_t len;
 
+	if (cl->master < 0 || cl->master == cl->self)
+		return;
 	cm_error_clear(&err);
 	cm_error_clear(&remote);
 	cm_buf_init(&req, MEM);
@@ -866,13 +994,116 @@ monitor_main(void *arg)
 			cm_buf_free(&rep);
 			cl_mark(cl, i, rc == CM_OK, rc == CM_OK ? cm_now_ns() - t0 : 0);
 		}
-		/* Nodes that were down while the metadata changed catch up here. */
-		if (cl->master >= 0 && cl->master != cl->self && cl_alive(cl, cl->master) &&
-		    round++ % 4 == 0)
+		/* Nodes that were down while the state changed catch up here. */
+		if (cl->master == cl->self)
+			state_republish(cl);
+		else if (cl->master >= 0 && cl_alive(cl, cl->master) && round++ % 4 == 0)
 			cl_fetch_state(cl);
-		cl_rep_tick(cl);
+		cl_host_tick(cl);
 	} while (!wait_stop(cl, 500));
 	return NULL;
+}
+
+/* A data folder written before the state was typed: its
+ * cluster_state.json read into a state, once. */
+static rp_state *
+state_from_json(nd_cluster *cl, const char *text, size_t len)
+{
+	cJSON *j = cJSON_ParseWithLength(text, len), *e;
+	const cJSON *indices = cJSON_GetObjectItemCaseSensitive(j, "indices");
+	if (!cJSON_IsObject(indices)) {
+		cJSON_Delete(j);
+		return NULL;
+	}
+	rp_state *st = rp_state_new();
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "version");
+	st->version = cJSON_IsNumber(v) ? (uint64_t)v->valuedouble : 0;
+	cJSON_ArrayForEach(e, indices)
+	{
+		nd_index *ix = nd_index_get(cl->node, e->string);
+		const cJSON *uuid = cJSON_GetObjectItemCaseSensitive(e, "uuid");
+		if (!ix)
+			continue;
+		rp_index *x = rp_state_add_index(
+		    st, e->string, cJSON_IsString(uuid) ? uuid->valuestring : nd_index_uuid(ix),
+		    nd_index_nshards(ix), nd_index_settings(ix)->number_of_replicas, cl->data_nodes,
+		    cl->ndata);
+		char *t = json_text(cJSON_GetObjectItemCaseSensitive(e, "body"));
+		rp_index_set_text(&x->body, t);
+		cm_free(MEM, t);
+		t = json_text(cJSON_GetObjectItemCaseSensitive(e, "mappings"));
+		rp_index_set_text(&x->mappings, t);
+		cm_free(MEM, t);
+		const cJSON *sb, *sh = cJSON_GetObjectItemCaseSensitive(e, "shards");
+		cJSON_ArrayForEach(sb, cJSON_GetObjectItemCaseSensitive(e, "settings_log"))
+		{
+			t = json_text(sb);
+			rp_index_add_setting(x, t);
+			cm_free(MEM, t);
+		}
+		int s = 0;
+		cJSON_ArrayForEach(sb, sh)
+		{
+			if (s >= x->nshards)
+				break;
+			rp_route *ro = &x->routes[s++];
+			const cJSON *p = cJSON_GetObjectItemCaseSensitive(sb, "primary"), *it;
+			const cJSON *t2 = cJSON_GetObjectItemCaseSensitive(sb, "term");
+			ro->primary = -1;
+			for (int i = 0; i < cl->nn; i++)
+				if (cJSON_IsString(p) && strcmp(cl->names[i], p->valuestring) == 0)
+					ro->primary = i;
+			ro->term = cJSON_IsNumber(t2) ? (uint64_t)t2->valuedouble : 1;
+			ro->in_sync = 0;
+			cJSON_ArrayForEach(
+			    it, cJSON_GetObjectItemCaseSensitive(
+			            sb, "in_sync")) for (int i = 0; i < cl->nn;
+			                                 i++) if (cJSON_IsString(it) &&
+			                                          strcmp(cl->names[i],
+			                                                 it->valuestring) == 0)
+			    ro->in_sync |= 1ull << i;
+		}
+		nd_index_release(ix);
+	}
+	const cJSON *joined = cJSON_GetObjectItemCaseSensitive(j, "joined");
+	for (int i = 0; i < cl->nn; i++) {
+		const cJSON *b = cJSON_GetObjectItemCaseSensitive(joined, cl->names[i]);
+		st->joined[i] = cJSON_IsString(b) ? strtoull(b->valuestring, NULL, 16) : 0;
+	}
+	cJSON_Delete(j);
+	return st;
+}
+
+static cm_err
+state_load(nd_cluster *cl, cm_error *err)
+{
+	char path[1024], *text = NULL;
+	size_t len;
+	state_path(cl, path, sizeof(path));
+	if (cm_file_read(path, 256u << 20, &text, &len) == CM_OK) {
+		cm_err rc = rp_state_decode(text, len, cl->names, cl->nn, &cl->state, err);
+		cm_free(MEM, text);
+		if (rc)
+			return cm_error_set(err, rc, "cluster state %s is unreadable: %s", path,
+			                    err->reason);
+		return CM_OK;
+	}
+	snprintf(path, sizeof(path), "%s/cluster_state.json", nd_data_dir(cl->node));
+	if (cm_file_read(path, 256u << 20, &text, &len) == CM_OK) {
+		cl->state = state_from_json(cl, text, len);
+		cm_free(MEM, text);
+		if (cl->state) {
+			cm_err rc = state_persist(cl, cl->state, err);
+			if (rc)
+				return rc;
+			cm_info("cluster", "cluster state version %" PRIu64 " read from %s",
+			        cl->state->version, path);
+			unlink(path);
+		}
+	}
+	if (!cl->state)
+		cl->state = rp_state_new();
+	return CM_OK;
 }
 
 cm_err
@@ -885,22 +1116,17 @@ nd_cluster_start(nd_cluster *cl, nd_node *n, cm_error *err)
 	                       .tls_key = cl->tls_key,
 	                       .tls_ca = cl->tls_ca[0] ? cl->tls_ca : NULL,
 	                       .tls_verify = cl->tls_verify};
-	char path[1024], *text = NULL;
-	size_t len;
 	cm_err rc;
 
 	cl->node = n;
-	state_path(cl, path, sizeof(path));
-	if (cm_file_read(path, 64u << 20, &text, &len) == CM_OK) {
-		cl->meta = cJSON_ParseWithLength(text, len);
-		cm_free(MEM, text);
-	}
-	if (!cl->meta || !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(cl->meta, "indices"))) {
-		cJSON_Delete(cl->meta);
-		cl->meta = cJSON_CreateObject();
-		cJSON_AddNumberToObject(cl->meta, "version", 0);
-		cJSON_AddObjectToObject(cl->meta, "indices");
-	}
+	uint64_t boot = ((uint64_t)getpid() << 40) ^ (uint64_t)cm_wall_ms() ^ cm_now_ns();
+	atomic_store(&cl->nodes[cl->self].boot, boot ? boot : 1);
+	if ((rc = state_load(cl, err)))
+		return rc;
+	rp_start(cl->rp, nd_data_dir(n));
+	pthread_mutex_lock(&cl->meta_lock);
+	cl_host_adopted(cl);
+	pthread_mutex_unlock(&cl->meta_lock);
 	cl->pool = cm_pool_create(16, "cl-rpc");
 	cl->spool = cm_pool_create(4, "cl-search");
 	for (int i = 0; i < cl->nn; i++)
@@ -911,9 +1137,7 @@ nd_cluster_start(nd_cluster *cl, nd_node *n, cm_error *err)
 	                          &cl->server, err)))
 		return rc;
 	g_cluster = cl;
-	if (cl->master >= 0 && cl->master != cl->self)
-		cl_fetch_state(cl);
-	cl_rep_start(cl);
+	cl_fetch_state(cl);
 	pthread_create(&cl->monitor, NULL, monitor_main, cl);
 	cl->monitor_started = true;
 	cm_info(
@@ -939,7 +1163,7 @@ nd_cluster_stop(nd_cluster *cl)
 	 * freed only once no handler or pool task can touch it. */
 	for (int i = 0; i < cl->nn; i++)
 		nd_peer_abort(cl->nodes[i].peer);
-	cl_rep_quiesce(cl);
+	rp_quiesce(cl->rp);
 	if (cl->server)
 		nd_server_stop(cl->server);
 	if (cl->pool)
@@ -949,10 +1173,12 @@ nd_cluster_stop(nd_cluster *cl)
 	for (int i = 0; i < cl->nn; i++)
 		if (cl->nodes[i].peer)
 			nd_peer_close(cl->nodes[i].peer);
-	cl_rep_stop(cl);
+	rp_destroy(cl->rp);
+	cl->rp = NULL;
 	if (g_cluster == cl)
 		g_cluster = NULL;
-	cJSON_Delete(cl->meta);
+	rp_state_free(cl->state);
+	cm_free(MEM, cl->names);
 	cm_free(MEM, cl->data_nodes);
 	cm_free(MEM, cl->nodes);
 	cm_free(MEM, cl);

@@ -1,4 +1,16 @@
-/* Cluster internals shared by nd_cluster.c and nd_cluster_rw.c. */
+/* Cluster internals shared by nd_cluster.c (membership, the master, the
+ * state), nd_cluster_host.c (replication's host) and nd_cluster_rw.c
+ * (writes and reads).
+ *
+ * Lock order (take left before right, never the other way):
+ *   nd_cluster.meta_lock -> nd_node.reg_lock -> nd_index locks -> storage
+ *   nd_cluster.meta_lock -> rp route_lock (rp_set_state)
+ *   nd_cluster.lock is a leaf (latency figures only).
+ * meta_lock is held across the master's publish (bounded: 2 s, 200 ms for
+ * a node held unreachable) so changes reach the nodes in version order;
+ * nothing else holds it across a network call. replication/rp_private.h
+ * has the order of replication's own locks, which are never taken with
+ * meta_lock held except route_lock. */
 #ifndef ND_CLUSTER_PRIVATE_H
 #define ND_CLUSTER_PRIVATE_H
 
@@ -6,14 +18,17 @@
 #include <stdatomic.h>
 
 #include "../common/cm_sys.h"
+#include "../replication/rp.h"
 #include "nd_cluster.h"
 #include "nd_transport.h"
 
 typedef struct cJSON cJSON;
 
-#define ND_CL_MAX_NODES 64
+#define ND_CL_MAX_NODES RP_MAX_NODES
 #define ND_CL_ADDR 128
-#define ND_CL_MAX_COPIES 8
+#define ND_CL_MAX_COPIES RP_MAX_COPIES
+
+typedef rp_route cl_route;
 
 typedef struct nd_cl_node {
 	char name[64];
@@ -25,9 +40,10 @@ typedef struct nd_cl_node {
 	nd_peer *peer; /* NULL for self */
 	_Atomic bool alive;
 	_Atomic uint64_t down_since_ns; /* monotonic time it became unreachable, 0 = up */
-	_Atomic uint64_t boot;        /* its process's boot id, from its last pong */
-	_Atomic uint64_t boot_joined; /* the boot id it joined with (metadata "joined") */
-	double ewma_us; /* recent round-trip latency, under nd_cluster.lock */
+	_Atomic uint64_t boot;          /* its process's boot id, from its last pong */
+	_Atomic uint64_t boot_joined;   /* the boot id it joined with (the state's "joined") */
+	_Atomic uint64_t applied;       /* master: the newest state version it acknowledged */
+	double ewma_us;                 /* recent round-trip latency, under nd_cluster.lock */
 } nd_cl_node;
 
 struct nd_cluster {
@@ -46,14 +62,15 @@ struct nd_cluster {
 	cm_pool *pool;  /* transport handlers */
 	cm_pool *spool; /* local shard searches and applies of the coordinator */
 	pthread_mutex_t lock;
-	pthread_mutex_t meta_lock; /* serializes metadata changes */
-	cJSON *meta;               /* {"version":N,"indices":{name:{"body":..,"mappings":..}}} */
+	pthread_mutex_t meta_lock; /* serializes state changes; see the lock order */
+	rp_state *state;           /* the adopted cluster state (under meta_lock) */
+	const char **names;        /* node names by number, for rp */
 	pthread_t monitor;
 	bool monitor_started;
 	pthread_mutex_t stop_mu;
 	pthread_cond_t stop_cv;
 	bool stopping;
-	struct cl_repl *repl; /* replication state (nd_cluster_rep.c) */
+	rp *rp; /* replication (replication/rp.h) */
 };
 
 nd_cluster *cl_current(void);
@@ -73,17 +90,26 @@ void cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t dead
 /* Applies ops as a replica copy would (numbered by the primary). */
 cm_err cl_apply_replica(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
                         st_op_result *res);
-/* Master, meta_lock held: versions, persists and publishes cl->meta after
- * a change, and rebuilds the routing table. */
-void cl_state_commit_locked(nd_cluster *cl);
-void cl_rep_init(nd_cluster *cl);
-/* Fetches the master's metadata now (no-op on the master). */
+/* Master, meta_lock held: next (owned) becomes the state with the next
+ * version once persisted; then it is adopted and published. A persist
+ * that fails is the caller's error and nothing changes. */
+cm_err cl_state_commit_locked(nd_cluster *cl, rp_state *next, cm_error *err);
+/* Fetches the master's state now (no-op on the master). */
 void cl_fetch_state(nd_cluster *cl);
+/* Routing of a shard as this node's state has it; false if unknown. */
+bool cl_route_get(nd_cluster *cl, const char *index, int shard, cl_route *r);
 /* Whether the master has taken this node in since it started. */
 bool cl_rep_joined(nd_cluster *cl);
 /* Whether node i's running process has been taken in by the master (the
- * metadata's "joined" boot id against the one its pongs carry). */
+ * state's "joined" boot id against the one its pongs carry). */
 bool cl_node_joined(nd_cluster *cl, int i);
+
+/* Replication's host (nd_cluster_host.c). */
+void cl_host_init(nd_cluster *cl);
+void cl_host_adopted(nd_cluster *cl); /* meta_lock held: cl->state is new */
+void cl_host_tick(nd_cluster *cl);    /* join, failover (master), rp_tick */
+/* Master, meta_lock held: a PR_SHARD_EVENT from a node (or this one). */
+cm_err cl_master_event_locked(nd_cluster *cl, const rp_event *ev, cm_error *err);
 
 /* Small read requests carried by PR_ADMIN ("rw_get", "rw_stats"). */
 void cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *body,

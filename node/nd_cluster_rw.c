@@ -13,7 +13,7 @@
 #include "../common/cm_log.h"
 #include "../proto/pr.h"
 #include "../search/sr_agg.h"
-#include "nd_cluster_rep.h"
+#include "nd_cluster_private.h"
 
 #define MEM CM_MEM_NODE
 #define DEFAULT_DEADLINE_NS 30000000000ull
@@ -64,7 +64,8 @@ apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n, 
 	}
 	if (k) {
 		rc = replica ? nd_index_apply(ix, shard, ok, k, ores)
-		             : cl_rep_primary_apply(cl, ix, shard, ok, k, ores, deadline_ns);
+		             : rp_primary_apply(cl->rp, ix, nd_index_name(ix), nd_index_uuid(ix),
+		                                shard, ok, k, ores, deadline_ns);
 		for (size_t j = 0; j < k; j++) {
 			res[map[j]] = ores[j];
 			if (rc && !ores[j].err) {
@@ -110,7 +111,7 @@ cl_serve_bulk(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns
 	} else if ((int)rq.shard >= nd_index_nshards(ix)) {
 		pr_bulk_reply_encode(NULL, 0, CM_EINVAL, "no such shard", reply);
 	} else if (rq.replica) {
-		cl_rep_serve_replica(cl, ix, &rq, reply);
+		rp_serve_replica(cl->rp, ix, nd_index_uuid(ix), &rq, reply);
 	} else {
 		res = cm_calloc(MEM, rq.nops + 1, sizeof(st_op_result));
 		cm_err rc =
@@ -1285,5 +1286,5 @@ nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *
 void
 nd_cluster_cat_recovery(nd_cluster *cl, cm_buf *out)
 {
-	cl_rep_cat_recovery(cl, out);
+	rp_cat_recovery(cl->rp, out);
 }

@@ -1,5 +1,6 @@
-/* Wire messages (proto/shoal.proto) to and from engine types. The only
- * module that includes the generated *.pb-c.h. Every decode is bounded by
+/* Wire messages (proto/shoal.proto) to and from engine types. The
+ * generated *.pb-c.h is included here and by replication/, which encodes
+ * its own typed messages (cluster state, recovery, shard events). Every decode is bounded by
  * the message it reads and fails cleanly on bad bytes. */
 #ifndef PR_H
 #define PR_H
@@ -24,6 +25,14 @@ typedef enum {
 	PR_ACK = 8,
 	PR_ERROR = 9,
 	PR_ADMIN = 10,
+	/* replication/ (typed, see proto/shoal.proto) */
+	PR_REC_START = 11,
+	PR_REC_OPS = 12,
+	PR_REC_FILE = 13,
+	PR_REC_FINALIZE = 14,
+	PR_REC_CANCEL = 15,
+	PR_REC_RELEASE = 16,
+	PR_SHARD_EVENT = 17,
 } pr_type;
 
 /* ---- envelope ---- */

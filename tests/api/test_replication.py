@@ -870,6 +870,17 @@ class Searcher(threading.Thread):
         self.odd = []  # the first replies that were neither complete nor partial
         self.error = None
 
+    def who(self, name):
+        """What the node at name's port says of itself and its indices right
+        after an odd reply (a fresh connection), for the failure message."""
+        c = Client(self.cl.port(name))
+        try:
+            st1, b1 = c.req("GET", "/", timeout=5)
+            st2, b2 = c.req("GET", "/_cat/indices?format=json&h=index,uuid,health", timeout=5)
+            return "GET / %s %s; indices %s %s" % (st1, str(b1)[:200], st2, str(b2)[:300])
+        finally:
+            c.close()
+
     def run(self):
         clients = {}
         try:
@@ -910,8 +921,8 @@ class Searcher(threading.Thread):
                             outcome = "wrong_total_%s" % b["hits"]["total"]["value"]
                 self.results.append((name, lat, outcome))
                 if outcome not in ("complete", "partial") and len(self.odd) < 3:
-                    self.odd.append("%s via %s after %.1fs: %s" % (outcome, name, lat,
-                                                                 str(b)[:300]))
+                    self.odd.append("%s via %s after %.1fs: %s | %s" % (
+                        outcome, name, lat, str(b)[:300], self.who(name)))
         except Exception as e:  # noqa: BLE001
             self.error = repr(e)
         finally:

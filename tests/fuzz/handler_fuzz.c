@@ -13,9 +13,11 @@
  *                with it locally: create (settings, mappings, name checks),
  *                put_mapping, put_settings, refresh/flush over an index
  *                expression.
- *  3 PR_METADATA pr_metadata_decode, then the state applied as
+ *  3 PR_METADATA pr_metadata_decode, the typed cluster state decoded,
+ *                re-encoded (the same bytes twice), applied as
  *                state_apply_locked does (create with uuid, merge mappings,
- *                settings log).
+ *                settings log); the same bytes as a shard event applied to
+ *                it twice (the second changes nothing), and a failover.
  * A solo node runs in a temp directory (tmpfs when there is one): index
  * "fz" (searched, never written by inputs, so runs are repeatable) and
  * "fzw" (written: recreated every BULK_RESET bulk inputs and every
@@ -35,6 +37,7 @@
 #include "../../node/nd.h"
 #include "../../node/nd_cluster.h"
 #include "../../proto/pr.h"
+#include "../../replication/rp.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 void __sanitizer_set_death_callback(void (*callback)(void));
@@ -333,6 +336,11 @@ fuzz_admin(const uint8_t *p, size_t n)
 	pr_admin_free(&a);
 }
 
+static const char *fz_names[] = {"node-1", "node-2", "node-3"};
+
+/* A published state: decoded (replication/rp_state_decode), encoded back
+ * and decoded again to the same bytes, then applied as state_apply_locked
+ * does (create with uuid, merge mappings, replay the settings log). */
 static void
 fuzz_metadata(const uint8_t *p, size_t n)
 {
@@ -340,39 +348,70 @@ fuzz_metadata(const uint8_t *p, size_t n)
 	char *text = NULL;
 	size_t len;
 	cm_error err;
+	rp_state *st = NULL, *again = NULL;
 	cm_error_clear(&err);
 	if (pr_metadata_decode(p, n, &version, &text, &len, &err) != CM_OK)
 		return;
-	cJSON *st = cJSON_ParseWithLength(text, len), *e;
-	cJSON *indices = cJSON_GetObjectItemCaseSensitive(st, "indices");
-	int count = 0;
-	cJSON_ArrayForEach(e, indices)
-	{
-		if (++count > 4 || !e->string || reserved(e->string))
-			break;
-		const cJSON *body = cJSON_GetObjectItemCaseSensitive(e, "body");
-		const cJSON *maps = cJSON_GetObjectItemCaseSensitive(e, "mappings");
-		const cJSON *uuid = cJSON_GetObjectItemCaseSensitive(e, "uuid");
-		nd_index *ix = nd_index_get(node, e->string);
+	if (rp_state_decode(text, len, fz_names, 3, &st, &err) != CM_OK) {
+		note("state", &err);
+		cm_free(CM_MEM_NODE, text);
+		return;
+	}
+	cm_buf b1, b2;
+	cm_buf_init(&b1, CM_MEM_NODE);
+	cm_buf_init(&b2, CM_MEM_NODE);
+	rp_state_encode(st, fz_names, 3, &b1);
+	if (rp_state_decode(b1.data, b1.len, fz_names, 3, &again, &err) != CM_OK)
+		abort();
+	rp_state_encode(again, fz_names, 3, &b2);
+	if (b1.len != b2.len || memcmp(b1.data, b2.data, b1.len) != 0)
+		abort();
+	for (size_t i = 0; i < st->nindices && i < 4; i++) {
+		const rp_index *e = &st->indices[i];
+		if (reserved(e->name))
+			continue;
+		cJSON *body = cJSON_Parse(e->body), *maps = cJSON_Parse(e->mappings);
+		nd_index *ix = nd_index_get(node, e->name);
 		cm_error_clear(&err);
 		if (!ix && (too_many_shards(body) ||
-		            nd_index_create_as(node, e->string,
-		                               cJSON_IsString(uuid) ? uuid->valuestring : NULL,
-		                               cJSON_IsObject(body) ? body : NULL, &ix, &err)))
+		            nd_index_create_as(node, e->name, e->uuid,
+		                               cJSON_IsObject(body) ? body : NULL, &ix, &err))) {
+			cJSON_Delete(body);
+			cJSON_Delete(maps);
 			continue;
+		}
 		cm_error_clear(&err);
 		if (cJSON_IsObject(maps))
 			nd_index_put_mapping(ix, maps, &err);
-		const cJSON *log = cJSON_GetObjectItemCaseSensitive(e, "settings_log"), *sb;
-		cJSON_ArrayForEach(sb, log)
-		{
+		for (size_t k = 0; k < e->nsettings; k++) {
+			cJSON *sb = cJSON_Parse(e->settings_log[k]);
 			cm_error_clear(&err);
-			nd_index_put_settings(ix, sb, &err);
+			if (sb)
+				nd_index_put_settings(ix, sb, &err);
+			cJSON_Delete(sb);
 		}
-		note(e->string, &err);
+		note(e->name, &err);
 		drop(ix);
+		cJSON_Delete(body);
+		cJSON_Delete(maps);
 	}
-	cJSON_Delete(st);
+	/* the shard events a master applies to it, from the same bytes */
+	rp_event ev;
+	void *keep = NULL;
+	cm_error_clear(&err);
+	if (rp_event_decode(text, len, fz_names, 3, &ev, &keep, &err) == CM_OK) {
+		bool changed;
+		rp_state_apply(st, &ev, &changed, &err);
+		rp_state_apply(st, &ev, &changed, &err);
+		if (changed)
+			abort(); /* an event applied twice changes nothing the second time */
+	}
+	rp_event_free(keep);
+	rp_state_failover(st, 1, 6);
+	cm_buf_free(&b1);
+	cm_buf_free(&b2);
+	rp_state_free(again);
+	rp_state_free(st);
 	cm_free(CM_MEM_NODE, text);
 }
 
@@ -551,12 +590,21 @@ write_seeds(const char *outdir)
 		                strlen(admin[i].body), &b);
 		seed(outdir, admin[i].name, 2, &b);
 	}
-	const char *state =
-	    "{\"version\":7,\"indices\":{\"m1\":{\"uuid\":\"abcdefghijklmnopqrstuv\",\"body\":{"
-	    "\"settings\":{\"number_of_shards\":1}},\"mappings\":{\"properties\":{\"t\":{\"type\":"
-	    "\"text\"}}},\"settings_log\":[{\"index\":{\"refresh_interval\":\"2s\"}}]}}}";
+	rp_state *st = rp_state_new();
+	static const int data3[] = {0, 1, 2};
+	rp_index *mi = rp_state_add_index(st, "m1", "abcdefghijklmnopqrstuv", 1, 1, data3, 3);
+	rp_index_set_text(&mi->body, "{\"settings\":{\"number_of_shards\":1}}");
+	rp_index_set_text(&mi->mappings, "{\"properties\":{\"t\":{\"type\":\"text\"}}}");
+	rp_index_add_setting(mi, "{\"index\":{\"refresh_interval\":\"2s\"}}");
+	st->version = 7;
+	st->joined[1] = 0x1234;
+	cm_buf sb;
+	cm_buf_init(&sb, CM_MEM_NODE);
+	rp_state_encode(st, fz_names, 3, &sb);
 	cm_buf_reset(&b);
-	pr_metadata_encode(7, state, strlen(state), &b);
+	pr_metadata_encode(7, (const char *)sb.data, sb.len, &b);
+	cm_buf_free(&sb);
+	rp_state_free(st);
 	seed(outdir, "metadata", 3, &b);
 	cm_buf_free(&b);
 }

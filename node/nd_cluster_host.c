@@ -1,0 +1,272 @@
+/* The node as replication's host (replication/rp.h): local shard copies,
+ * applying batches, peer calls, liveness and the master; plus what stays
+ * the node's: joining through the master and, on the master, applying
+ * shard events and failing over primaries whose node is gone. */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_log.h"
+#include "../proto/pr.h"
+#include "nd_cluster_private.h"
+
+#define MEM CM_MEM_NODE
+
+/* ---- host operations ---- */
+
+static st_shard *
+host_take(void *h, const char *index, const char *uuid, int shard, void **ref)
+{
+	nd_cluster *cl = h;
+	nd_index *ix = nd_index_get(cl->node, index);
+	*ref = NULL;
+	if (!ix)
+		return NULL;
+	if ((uuid[0] && strcmp(uuid, nd_index_uuid(ix)) != 0) || shard < 0 ||
+	    shard >= nd_index_nshards(ix)) {
+		nd_index_release(ix);
+		return NULL;
+	}
+	*ref = ix;
+	return nd_index_shard(ix, shard);
+}
+
+static void
+host_release(void *h, void *ref)
+{
+	(void)h;
+	nd_index_release(ref);
+}
+
+static cm_err
+host_apply(void *h, void *ref, int shard, const st_op *ops, size_t n, st_op_result *res,
+           bool replica)
+{
+	nd_cluster *cl = h;
+	return replica ? cl_apply_replica(cl, ref, shard, ops, n, res)
+	               : nd_index_apply(ref, shard, ops, n, res);
+}
+
+static void
+host_call(void *h, int node, uint32_t type, const void *p, size_t len, uint64_t deadline_ns,
+          rp_reply_fn fn, void *arg)
+{
+	nd_cluster *cl = h;
+	if (node < 0 || node >= cl->nn || !cl->nodes[node].peer) {
+		fn(arg, CM_EUNAVAIL, 0, NULL, 0);
+		return;
+	}
+	nd_peer_call(cl->nodes[node].peer, type, p, len, deadline_ns, fn, arg);
+}
+
+static bool
+host_alive(void *h, int node)
+{
+	return cl_alive(h, node);
+}
+
+static void
+host_mark_down(void *h, int node)
+{
+	cl_mark(h, node, false, 0);
+}
+
+static cm_err
+host_master_event(void *h, const rp_event *ev, cm_error *err)
+{
+	nd_cluster *cl = h;
+	cm_buf req, rep;
+	uint32_t type;
+	cm_error remote;
+	char *body = NULL;
+	size_t bl;
+	cm_err rc;
+
+	if (cl->master < 0)
+		return cm_error_set(err, CM_EUNAVAIL, "no master-eligible node");
+	if (cl->master == cl->self) {
+		pthread_mutex_lock(&cl->meta_lock);
+		rc = cl_master_event_locked(cl, ev, err);
+		pthread_mutex_unlock(&cl->meta_lock);
+		return rc;
+	}
+	cm_buf_init(&req, MEM);
+	cm_buf_init(&rep, MEM);
+	rp_event_encode(ev, cl->names, &req);
+	rc = nd_peer_call_sync(cl->nodes[cl->master].peer, PR_SHARD_EVENT, req.data, req.len,
+	                       cm_now_ns() + 10000000000ull, &type, &rep);
+	cm_error_clear(&remote);
+	if (rc) {
+		cl_mark(cl, cl->master, false, 0);
+		rc = cm_error_set_type(err, CM_EUNAVAIL, "master_not_discovered_exception",
+		                       "master node [%s] is not available (%s)",
+		                       cl->nodes[cl->master].name, cm_err_msg(rc));
+	} else if (pr_ack_decode(rep.data, rep.len, &remote, &body, &bl) && !remote.code) {
+		rc = cm_error_set(err, CM_EINTERNAL, "malformed reply from the master");
+	} else if (remote.code) {
+		*err = remote;
+		rc = remote.code;
+	}
+	cm_free(MEM, body);
+	cm_buf_free(&req);
+	cm_buf_free(&rep);
+	return rc;
+}
+
+static void
+host_refresh(void *h)
+{
+	cl_fetch_state(h);
+}
+
+static const rp_host_ops host_ops = {
+    .take = host_take,
+    .release = host_release,
+    .apply = host_apply,
+    .call = host_call,
+    .alive = host_alive,
+    .mark_down = host_mark_down,
+    .master_event = host_master_event,
+    .refresh_state = host_refresh,
+};
+
+void
+cl_host_init(nd_cluster *cl)
+{
+	cl->names = cm_calloc(MEM, (size_t)cl->nn + 1, sizeof(char *));
+	for (int i = 0; i < cl->nn; i++)
+		cl->names[i] = cl->nodes[i].name;
+	rp_config cfg = {.nn = cl->nn, .self = cl->self, .names = cl->names};
+	cl->rp = rp_create(&host_ops, cl, &cfg);
+}
+
+/* ---- routes and joins ---- */
+
+bool
+cl_route_get(nd_cluster *cl, const char *index, int shard, cl_route *r)
+{
+	return rp_route_get(cl->rp, index, shard, r);
+}
+
+void
+cl_host_adopted(nd_cluster *cl)
+{
+	for (int i = 0; i < cl->nn; i++)
+		atomic_store(&cl->nodes[i].boot_joined, cl->state->joined[i]);
+	rp_set_state(cl->rp, cl->state);
+}
+
+bool
+cl_rep_joined(nd_cluster *cl)
+{
+	return rp_joined(cl->rp);
+}
+
+bool
+cl_node_joined(nd_cluster *cl, int i)
+{
+	if (i == cl->self)
+		return cl_rep_joined(cl);
+	uint64_t b = atomic_load(&cl->nodes[i].boot);
+	return b != 0 && b == atomic_load(&cl->nodes[i].boot_joined);
+}
+
+/* ---- the master's side ---- */
+
+cm_err
+cl_master_event_locked(nd_cluster *cl, const rp_event *ev, cm_error *err)
+{
+	rp_state *next = rp_state_dup(cl->state);
+	bool changed = false;
+	cm_err rc = rp_state_apply(next, ev, &changed, err);
+	if (rc || !changed) {
+		rp_state_free(next);
+		return rc;
+	}
+	const char *node = cl->nodes[ev->node].name;
+	if ((rc = cl_state_commit_locked(cl, next, err)))
+		return rc;
+	if (ev->kind == RP_EV_JOIN) {
+		atomic_store(&cl->nodes[ev->node].boot, ev->boot);
+		cm_info("cluster", "node [%s] joined: its copies recover before they count", node);
+	} else if (ev->kind == RP_EV_FAILED) {
+		cm_warn("cluster", "[%s][%d] copy on [%s] leaves the in-sync set: %s", ev->index,
+		        ev->shard, node, ev->reason ? ev->reason : "");
+	} else {
+		cm_info("cluster", "[%s][%d] copy on [%s] recovered and is in sync", ev->index,
+		        ev->shard, node);
+	}
+	return CM_OK;
+}
+
+/* Master: promotes an in-sync copy of every shard whose primary's node
+ * has been unreachable past the failover timeout. */
+static void
+failover(nd_cluster *cl)
+{
+	uint64_t now = cm_now_ns(), gone = 0, alive = 0;
+	for (int i = 0; i < cl->nn; i++) {
+		if (cl_alive(cl, i)) {
+			alive |= 1ull << i;
+			continue;
+		}
+		uint64_t since = atomic_load(&cl->nodes[i].down_since_ns);
+		if (i != cl->self && since && now - since >= rp_failover_ns(cl->rp))
+			gone |= 1ull << i;
+	}
+	if (!gone)
+		return;
+	pthread_mutex_lock(&cl->meta_lock);
+	rp_state *next = rp_state_dup(cl->state);
+	if (rp_state_failover(next, gone, alive)) {
+		cm_error err;
+		cm_error_clear(&err);
+		if (cl_state_commit_locked(cl, next, &err))
+			cm_warn("cluster", "failover not applied: %s", err.reason);
+	} else {
+		rp_state_free(next);
+	}
+	pthread_mutex_unlock(&cl->meta_lock);
+}
+
+void
+cl_host_tick(nd_cluster *cl)
+{
+	if (!rp_joined(cl->rp) && cl->master >= 0 && cl_alive(cl, cl->master)) {
+		cm_error err;
+		cm_error_clear(&err);
+		rp_event ev = {.kind = RP_EV_JOIN,
+		               .node = cl->self,
+		               .primary = -1,
+		               .boot = atomic_load(&cl->nodes[cl->self].boot)};
+		if (host_master_event(cl, &ev, &err) == CM_OK) {
+			rp_set_joined(cl->rp, true);
+			if (cl->master != cl->self)
+				cl_fetch_state(cl);
+		} else {
+			cm_warn("cluster", "cannot join through the master yet: %s", err.reason);
+		}
+	}
+	if (cl->master == cl->self)
+		failover(cl);
+	if (cl->nodes[cl->self].data)
+		rp_tick(cl->rp);
+}
+
+/* ---- settings ---- */
+
+cm_err
+nd_cluster_setting(nd_cluster *cl, const char *kv, cm_error *err)
+{
+	const char *eq = strchr(kv, '=');
+	char key[128];
+	if (!eq || (size_t)(eq - kv) >= sizeof(key))
+		return cm_error_set(err, CM_EINVAL, "settings are key=value");
+	memcpy(key, kv, (size_t)(eq - kv));
+	key[eq - kv] = 0;
+	return rp_setting(cl->rp, key, eq + 1, err);
+}

@@ -1,0 +1,161 @@
+/* Replication: the typed cluster state (indices, shard routing: primary,
+ * term, in-sync set, copies), the primary's write path, global
+ * checkpoints and peer recovery. The node supplies storage, transport and
+ * the master through rp_host_ops; this module includes only common/,
+ * storage/ and proto/. The rules are in rp_core.c; docs/replication.md. */
+#ifndef RP_H
+#define RP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/cm_buf.h"
+#include "../common/cm_err.h"
+#include "../storage/st_shard.h"
+
+#define RP_MAX_NODES 64
+#define RP_MAX_COPIES 8
+
+/* ---- the cluster state ---- */
+
+/* Nodes are numbered by their place in the cluster's node table (the same
+ * on every node); on the wire they travel by name. */
+typedef struct rp_route {
+	int primary;      /* node number; -1: none or unknown */
+	uint64_t term;    /* primary term */
+	uint64_t in_sync; /* bit per node number */
+	int ncopies;
+	int copies[RP_MAX_COPIES]; /* placement order */
+} rp_route;
+
+typedef struct rp_index {
+	char *name, *uuid;
+	int nshards, nreplicas;
+	char *body, *mappings; /* JSON text, owned; "" when none */
+	char **settings_log;   /* JSON texts, in order */
+	size_t nsettings;
+	rp_route *routes; /* nshards */
+} rp_index;
+
+typedef struct rp_state {
+	uint64_t version;
+	rp_index *indices;
+	size_t nindices;
+	uint64_t joined[RP_MAX_NODES]; /* boot id each node joined with; 0 = none */
+} rp_state;
+
+rp_state *rp_state_new(void);
+rp_state *rp_state_dup(const rp_state *st);
+void rp_state_free(rp_state *st);
+rp_index *rp_state_index(const rp_state *st, const char *name);
+/* Adds (or replaces) an index: copy c of shard s on data node
+ * data[(s + c) % ndata], copy 0 the primary in term 1, all in sync. */
+rp_index *rp_state_add_index(rp_state *st, const char *name, const char *uuid, int nshards,
+                             int nreplicas, const int *data, int ndata);
+bool rp_state_remove_index(rp_state *st, const char *name);
+void rp_index_set_text(char **field, const char *text);
+void rp_index_add_setting(rp_index *ix, const char *json);
+
+/* Protobuf ClusterState; names[] maps node numbers to names. A name the
+ * table lacks decodes as -1 (not a copy, not in sync). */
+void rp_state_encode(const rp_state *st, const char *const *names, int nn, cm_buf *out);
+cm_err rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_state **out,
+                       cm_error *err);
+
+/* Events the master applies. Applying one twice changes nothing the
+ * second time; a stale one (another primary or term) is CM_ECONFLICT. */
+typedef enum { RP_EV_FAILED = 1, RP_EV_STARTED = 2, RP_EV_JOIN = 3 } rp_event_kind;
+typedef struct rp_event {
+	rp_event_kind kind;
+	const char *index, *uuid; /* FAILED, STARTED */
+	int shard;
+	int node;      /* the copy's node; JOIN: the node that joins */
+	int primary;   /* the asking primary (FAILED, STARTED) */
+	uint64_t term; /* its term */
+	uint64_t boot; /* JOIN */
+	const char *reason;
+} rp_event;
+
+cm_err rp_state_apply(rp_state *st, const rp_event *ev, bool *changed, cm_error *err);
+/* Promotes, with term + 1, an in-sync copy on a node in `alive` for every
+ * shard whose primary is in `gone`. True if anything changed. */
+bool rp_state_failover(rp_state *st, uint64_t gone, uint64_t alive);
+void rp_event_encode(const rp_event *ev, const char *const *names, cm_buf *out);
+/* Strings point into *keep (free with rp_event_free). */
+cm_err rp_event_decode(const void *p, size_t len, const char *const *names, int nn, rp_event *ev,
+                       void **keep, cm_error *err);
+void rp_event_free(void *keep);
+
+/* ---- the replication runtime of one node ---- */
+
+typedef struct rp rp;
+typedef void (*rp_reply_fn)(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len);
+
+typedef struct rp_host_ops {
+	/* The local copy of index shard (uuid "" matches any), held until
+	 * release; NULL when this node has none. */
+	st_shard *(*take)(void *host, const char *index, const char *uuid, int shard, void **ref);
+	void (*release)(void *host, void *ref);
+	/* Applies a batch to the copy taken as ref: numbered here (primary)
+	 * or as the primary numbered it (replica), with dynamic mappings. */
+	cm_err (*apply)(void *host, void *ref, int shard, const st_op *ops, size_t n,
+	                st_op_result *res, bool replica);
+	/* Sends a message to node; fn runs exactly once, on any thread. */
+	void (*call)(void *host, int node, uint32_t type, const void *p, size_t len,
+	             uint64_t deadline_ns, rp_reply_fn fn, void *arg);
+	bool (*alive)(void *host, int node);
+	void (*mark_down)(void *host, int node);
+	/* Has the master apply ev, persist and publish it; CM_OK once it did. */
+	cm_err (*master_event)(void *host, const rp_event *ev, cm_error *err);
+	/* Learns the newest state from the master now (after a recovery). */
+	void (*refresh_state)(void *host);
+} rp_host_ops;
+
+typedef struct rp_config {
+	int nn, self;
+	const char *const *names; /* nn node names, borrowed for rp's life */
+} rp_config;
+
+rp *rp_create(const rp_host_ops *ops, void *host, const rp_config *cfg);
+/* recovery-out/ and recovery-in/ go under data_dir; what an earlier run
+ * left there is removed. Before the first message or tick. */
+void rp_start(rp *r, const char *data_dir);
+/* Stops the recovery thread (peer calls must fail by now) and frees. */
+void rp_quiesce(rp *r);
+void rp_destroy(rp *r);
+/* cluster.primary_failover_timeout, cluster.replica_timeout,
+ * cluster.recovery_max_bytes_per_sec. */
+cm_err rp_setting(rp *r, const char *key, const char *value, cm_error *err);
+uint64_t rp_failover_ns(const rp *r);
+
+/* The node adopted st: routes are rebuilt from it (rp copies what it
+ * needs); where this node leads, the shards learn their term. */
+void rp_set_state(rp *r, const rp_state *st);
+bool rp_route_get(rp *r, const char *index, int shard, rp_route *out);
+/* Whether the master has taken this process in (writes wait for it). */
+void rp_set_joined(rp *r, bool joined);
+bool rp_joined(const rp *r);
+
+/* Primary write path: numbers and applies ops here, forwards them to
+ * every in-sync and recovering copy, acknowledges only what every in-sync
+ * copy logged (a failed one is removed through the master first). */
+cm_err rp_primary_apply(rp *r, void *ref, const char *index, const char *uuid, int shard,
+                        const st_op *ops, size_t n, st_op_result *res, uint64_t deadline_ns);
+/* A copy's side of a forwarded batch (PR_BULK with replica set): term
+ * check, apply, checkpoint; the BulkReply goes into reply. uuid is the
+ * local copy's index uuid. */
+void rp_serve_replica(rp *r, void *ref, const char *uuid, const void *bulk_req, cm_buf *reply);
+
+/* Recovery messages (PR_REC_*): whether type is one, and serving it. */
+bool rp_handles(uint32_t type);
+void rp_serve(rp *r, uint32_t type, const uint8_t *p, size_t len, cm_buf *reply,
+              uint32_t *reply_type);
+
+/* Every monitor round: recoveries to start, idle global checkpoints. */
+void rp_tick(rp *r);
+/* _cat/recovery rows: index shard time type stage source target files
+ * bytes ops, space separated, one per line. */
+void rp_cat_recovery(rp *r, cm_buf *out);
+
+#endif

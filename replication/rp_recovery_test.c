@@ -1,0 +1,471 @@
+/* Recovery between two rp instances wired through a fake host over shards
+ * in temp dirs: ops-based, file-based (a copy whose history diverged),
+ * cancel mid-file, the primary dying mid-recovery; and the write path
+ * (a replica that fails leaves the in-sync set before the write is
+ * acknowledged; a deposed primary acknowledges nothing). */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "common/cm_alloc.h"
+#include "common/cm_sys.h"
+#include "proto/pr.h"
+#include "replication/rp_private.h"
+
+#define NODES 2
+static const char *names[NODES] = {"node-1", "node-2"};
+static const int data[NODES] = {0, 1};
+
+typedef struct fake {
+	int id;
+	rp *r;
+	st_shard *s;
+	char dir[256];
+} fake;
+
+static fake nodes[NODES];
+static pthread_mutex_t master_mu = PTHREAD_MUTEX_INITIALIZER;
+static rp_state *master; /* the fake master's state */
+static _Atomic bool down[NODES];
+static _Atomic int fail_file_chunks; /* PR_REC_FILE calls to fail */
+static _Atomic int file_chunks, fail_replica_bulks;
+static st_mapping *mapping;
+
+static st_shard *
+f_take(void *h, const char *index, const char *uuid, int shard, void **ref)
+{
+	fake *f = h;
+	*ref = NULL;
+	if (strcmp(index, "ix") || (uuid[0] && strcmp(uuid, "u1")) || shard != 0)
+		return NULL;
+	*ref = f;
+	return f->s;
+}
+
+static void
+f_release(void *h, void *ref)
+{
+	(void)h, (void)ref;
+}
+
+static cm_err
+f_apply(void *h, void *ref, int shard, const st_op *ops, size_t n, st_op_result *res, bool replica)
+{
+	fake *f = h;
+	(void)ref, (void)shard, (void)replica;
+	return st_shard_apply(f->s, ops, n, res);
+}
+
+static void
+f_call(void *h, int node, uint32_t type, const void *p, size_t len, uint64_t deadline_ns,
+       rp_reply_fn fn, void *arg)
+{
+	fake *f = h;
+	(void)deadline_ns;
+	if (node < 0 || node >= NODES || atomic_load(&down[node]) || atomic_load(&down[f->id])) {
+		fn(arg, CM_EUNAVAIL, 0, NULL, 0);
+		return;
+	}
+	fake *to = &nodes[node];
+	cm_buf reply;
+	uint32_t rtype = 0;
+	cm_buf_init(&reply, CM_MEM_COMMON);
+	if (type == PR_REC_FILE) {
+		atomic_fetch_add(&file_chunks, 1);
+		if (atomic_load(&fail_file_chunks) > 0) {
+			atomic_fetch_sub(&fail_file_chunks, 1);
+			cm_buf_free(&reply);
+			fn(arg, CM_ETIMEDOUT, 0, NULL, 0);
+			return;
+		}
+	}
+	if (type == PR_BULK) {
+		pr_bulk_req rq;
+		cm_error err;
+		cm_error_clear(&err);
+		if (atomic_load(&fail_replica_bulks) > 0) {
+			atomic_fetch_sub(&fail_replica_bulks, 1);
+			cm_buf_free(&reply);
+			fn(arg, CM_ETIMEDOUT, 0, NULL, 0);
+			return;
+		}
+		REQUIRE(pr_bulk_req_decode(p, len, &rq, &err) == CM_OK);
+		rp_serve_replica(to->r, to, "u1", &rq, &reply);
+		pr_bulk_req_free(&rq);
+		rtype = PR_BULK_REPLY;
+	} else {
+		REQUIRE(rp_handles(type));
+		rp_serve(to->r, type, p, len, &reply, &rtype);
+	}
+	fn(arg, CM_OK, rtype, reply.data, reply.len);
+	cm_buf_free(&reply);
+}
+
+static bool
+f_alive(void *h, int node)
+{
+	(void)h;
+	return !atomic_load(&down[node]);
+}
+
+static void
+f_mark_down(void *h, int node)
+{
+	(void)h, (void)node;
+}
+
+static void
+publish(void)
+{
+	for (int i = 0; i < NODES; i++)
+		rp_set_state(nodes[i].r, master);
+}
+
+static cm_err
+f_master_event(void *h, const rp_event *ev, cm_error *err)
+{
+	fake *f = h;
+	bool changed;
+	if (atomic_load(&down[f->id]))
+		return cm_error_set(err, CM_EUNAVAIL, "master unreachable");
+	pthread_mutex_lock(&master_mu);
+	cm_err rc = rp_state_apply(master, ev, &changed, err);
+	if (!rc && changed) {
+		master->version++;
+		publish();
+	}
+	pthread_mutex_unlock(&master_mu);
+	return rc;
+}
+
+static void
+f_refresh(void *h)
+{
+	(void)h;
+}
+
+static const rp_host_ops ops = {f_take,  f_release,   f_apply,        f_call,
+                                f_alive, f_mark_down, f_master_event, f_refresh};
+
+static st_shard *
+open_shard(const char *dir)
+{
+	st_shard_opts o;
+	st_shard *s = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	st_shard_opts_default(&o);
+	o.replicated = true;
+	o.background_merges = false;
+	REQUIRE(st_shard_open(dir, mapping, &o, &s, &err) == CM_OK);
+	return s;
+}
+
+static void
+setup(void)
+{
+	cJSON *j = cJSON_Parse("{\"properties\":{\"n\":{\"type\":\"long\"}}}");
+	cm_error err;
+	cm_error_clear(&err);
+	REQUIRE(st_mapping_from_json(j, &mapping, &err) == CM_OK);
+	cJSON_Delete(j);
+	master = rp_state_new();
+	rp_state_add_index(master, "ix", "u1", 1, 1, data, NODES);
+	master->version = 1;
+	for (int i = 0; i < NODES; i++) {
+		fake *f = &nodes[i];
+		f->id = i;
+		snprintf(f->dir, sizeof(f->dir), "/tmp/rp_recovery_test.%d.%d", (int)getpid(), i);
+		cm_rm_rf(f->dir);
+		REQUIRE(cm_mkdir_p(f->dir) == CM_OK);
+		char sd[300];
+		snprintf(sd, sizeof(sd), "%s/shard", f->dir);
+		f->s = open_shard(sd);
+		rp_config cfg = {.nn = NODES, .self = i, .names = names};
+		f->r = rp_create(&ops, f, &cfg);
+		rp_start(f->r, f->dir);
+		REQUIRE(rp_setting(f->r, "cluster.replica_timeout", "1s", &err) == CM_OK);
+		rp_set_joined(f->r, true);
+	}
+	publish();
+}
+
+static void
+teardown(void)
+{
+	for (int i = 0; i < NODES; i++) {
+		rp_destroy(nodes[i].r);
+		st_shard_close(nodes[i].s);
+		cm_rm_rf(nodes[i].dir);
+	}
+	rp_state_free(master);
+	st_mapping_unref(mapping);
+}
+
+/* Writes docs [from, to) through the primary (node-1). Returns how many
+ * were acknowledged. */
+static int
+write_docs(int from, int to)
+{
+	int acked = 0;
+	for (int k = from; k < to; k++) {
+		char id[32], src[64];
+		snprintf(id, sizeof(id), "d%d", k);
+		snprintf(src, sizeof(src), "{\"n\":%d}", k);
+		st_op op = {.type = ST_OP_INDEX,
+		            .id = id,
+		            .id_len = strlen(id),
+		            .source = src,
+		            .source_len = strlen(src),
+		            .seq_no = ST_NO_SEQ,
+		            .if_seq_no = ST_NO_SEQ};
+		st_op_result res;
+		memset(&res, 0, sizeof(res));
+		CHECK(rp_primary_apply(nodes[0].r, &nodes[0], "ix", "u1", 0, &op, 1, &res, 0) ==
+		      CM_OK);
+		acked += res.err == CM_OK;
+	}
+	return acked;
+}
+
+static uint64_t
+in_sync(void)
+{
+	rp_route ro;
+	pthread_mutex_lock(&master_mu);
+	ro = rp_state_index(master, "ix")->routes[0];
+	pthread_mutex_unlock(&master_mu);
+	return ro.in_sync;
+}
+
+static void
+drop_replica(void)
+{
+	pthread_mutex_lock(&master_mu);
+	rp_state_index(master, "ix")->routes[0].in_sync = 1;
+	master->version++;
+	publish();
+	pthread_mutex_unlock(&master_mu);
+}
+
+/* Runs the copy's ticks until it is in sync or `ms` pass. */
+static bool
+recover(int ms)
+{
+	for (int t = 0; t < ms / 10; t++) {
+		rp_tick(nodes[1].r);
+		if (in_sync() == 3)
+			break;
+		usleep(10000);
+	}
+	rp_quiesce(nodes[1].r);
+	return in_sync() == 3;
+}
+
+/* Every doc of the primary is on the copy with the same seq_no/version. */
+static int
+same_docs(int n)
+{
+	int diff = 0;
+	for (int k = 0; k < n; k++) {
+		char id[32];
+		st_doc_meta a, b;
+		cm_buf sa, sb;
+		cm_buf_init(&sa, CM_MEM_COMMON);
+		cm_buf_init(&sb, CM_MEM_COMMON);
+		snprintf(id, sizeof(id), "d%d", k);
+		cm_err ra = st_shard_get(nodes[0].s, id, strlen(id), &a, &sa);
+		cm_err rb = st_shard_get(nodes[1].s, id, strlen(id), &b, &sb);
+		if (ra != rb || (!ra && (a.seq_no != b.seq_no || a.version != b.version ||
+		                         sa.len != sb.len || memcmp(sa.data, sb.data, sa.len))))
+			diff++;
+		cm_buf_free(&sa);
+		cm_buf_free(&sb);
+	}
+	return diff;
+}
+
+static const char *
+last_recovery(char *buf, size_t cap)
+{
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_COMMON);
+	rp_cat_recovery(nodes[1].r, &b);
+	cm_buf_put_u8(&b, 0);
+	const char *s = (const char *)b.data, *last = s, *nl;
+	while ((nl = strchr(s, '\n')) && nl[1]) {
+		s = nl + 1;
+		last = s;
+	}
+	snprintf(buf, cap, "%s", last);
+	cm_buf_free(&b);
+	return buf;
+}
+
+static void
+test_write_path(void)
+{
+	CHECK(write_docs(0, 50) == 50);
+	CHECK(same_docs(50) == 0);
+	/* the replica fails: it leaves the in-sync set, then the write is acked */
+	atomic_store(&fail_replica_bulks, 1);
+	CHECK(write_docs(50, 51) == 1);
+	CHECK(in_sync() == 1);
+	CHECK(write_docs(51, 60) == 9); /* not forwarded: not in sync, not tracking */
+	/* the master cannot be asked: nothing is acknowledged */
+	pthread_mutex_lock(&master_mu);
+	rp_state_index(master, "ix")->routes[0].in_sync = 3;
+	master->version++;
+	publish();
+	pthread_mutex_unlock(&master_mu);
+	atomic_store(&fail_replica_bulks, 1);
+	atomic_store(&down[0], true); /* node-1 cannot reach the master or node-2 */
+	CHECK(write_docs(60, 61) == 0);
+	CHECK(in_sync() == 3); /* not acknowledged, and not removed either */
+	atomic_store(&down[0], false);
+	atomic_store(&fail_replica_bulks, 0);
+	drop_replica();
+}
+
+static void
+test_ops_based(void)
+{
+	char row[512];
+	CHECK(recover(10000));
+	CHECK(same_docs(61) == 0);
+	CHECKF(strstr(last_recovery(row, sizeof(row)), "ops_based done"), "%s", row);
+	/* in sync: writes reach it again */
+	CHECK(write_docs(61, 80) == 19);
+	CHECK(same_docs(80) == 0);
+	rp_shard *rs = rp_shard_get(nodes[0].r, "ix", "u1", 0);
+	CHECK(rs->tracking == 0 && rs->pending == 0);
+}
+
+/* The copy holds an op the primary never had: its history disagrees, so
+ * it is replaced by the primary's files (the rollback of a deposed
+ * primary's unacknowledged ops). */
+static void
+test_file_based(void)
+{
+	char row[512];
+	drop_replica();
+	const char *id = "ghost", *src = "{\"n\":-1}";
+	st_op ghost = {.type = ST_OP_INDEX,
+	               .id = id,
+	               .id_len = strlen(id),
+	               .source = src,
+	               .source_len = strlen(src),
+	               .seq_no = 80,
+	               .primary_term = 7,
+	               .version = 1,
+	               .if_seq_no = ST_NO_SEQ};
+	st_op_result res;
+	CHECK(st_shard_apply(nodes[1].s, &ghost, 1, &res) == CM_OK && res.err == CM_OK);
+	CHECK(write_docs(80, 100) == 20);
+	/* the first file chunk fails: the recovery is cancelled, the primary
+	 * stops tracking the copy, and the next attempt starts over */
+	atomic_store(&fail_file_chunks, 1);
+	atomic_store(&file_chunks, 0);
+	for (int t = 0; t < 300 && atomic_load(&file_chunks) == 0; t++) {
+		rp_tick(nodes[1].r);
+		usleep(10000);
+	}
+	rp_quiesce(nodes[1].r);
+	CHECKF(strstr(last_recovery(row, sizeof(row)), "file_based failed"), "%s", row);
+	rp_shard *rs = rp_shard_get(nodes[0].r, "ix", "u1", 0);
+	CHECK(rs->tracking == 0 && rs->pending == 0);
+	CHECK(in_sync() == 1);
+	pthread_mutex_lock(&nodes[1].r->mu);
+	nodes[1].r->next_rec_ns = 0; /* skip the 2 s back-off */
+	pthread_mutex_unlock(&nodes[1].r->mu);
+	CHECK(recover(15000));
+	CHECKF(strstr(last_recovery(row, sizeof(row)), "file_based done"), "%s", row);
+	CHECK(same_docs(100) == 0);
+	st_doc_meta m;
+	cm_buf sb;
+	cm_buf_init(&sb, CM_MEM_COMMON);
+	CHECK(st_shard_get(nodes[1].s, "ghost", 5, &m, &sb) == CM_ENOTFOUND);
+	cm_buf_free(&sb);
+}
+
+/* The primary goes away mid-recovery: the recovery fails, the copy stays
+ * out of the in-sync set, nothing hangs; once it is back, the copy
+ * recovers. */
+static void
+test_primary_dies(void)
+{
+	char row[512];
+	drop_replica();
+	CHECK(write_docs(100, 130) == 30);
+	atomic_store(&down[0], true);
+	pthread_mutex_lock(&nodes[1].r->mu);
+	nodes[1].r->next_rec_ns = 0;
+	pthread_mutex_unlock(&nodes[1].r->mu);
+	/* the copy does not even start while the primary is unreachable */
+	CHECK(!recover(300));
+	/* now it dies during the recovery: the first file chunk times out */
+	atomic_store(&down[0], false);
+	atomic_store(&fail_file_chunks, 0);
+	st_op ghost = {.type = ST_OP_INDEX,
+	               .id = "g2",
+	               .id_len = 2,
+	               .source = "{}",
+	               .source_len = 2,
+	               .seq_no = 130,
+	               .primary_term = 9,
+	               .version = 1,
+	               .if_seq_no = ST_NO_SEQ};
+	st_op_result res;
+	CHECK(st_shard_apply(nodes[1].s, &ghost, 1, &res) == CM_OK);
+	CHECK(write_docs(130, 131) == 1);
+	atomic_store(&fail_file_chunks, 1000000);
+	atomic_store(&file_chunks, 0);
+	for (int t = 0; t < 300 && atomic_load(&file_chunks) == 0; t++) {
+		rp_tick(nodes[1].r);
+		usleep(10000);
+	}
+	atomic_store(&down[0], true);
+	rp_quiesce(nodes[1].r);
+	CHECKF(strstr(last_recovery(row, sizeof(row)), "failed"), "%s", row);
+	CHECK(in_sync() == 1);
+	atomic_store(&down[0], false);
+	atomic_store(&fail_file_chunks, 0);
+	pthread_mutex_lock(&nodes[1].r->mu);
+	nodes[1].r->next_rec_ns = 0;
+	pthread_mutex_unlock(&nodes[1].r->mu);
+	CHECK(recover(15000));
+	CHECK(same_docs(131) == 0);
+}
+
+/* A deposed primary (the copy learned a newer term) acknowledges nothing. */
+static void
+test_deposed(void)
+{
+	pthread_mutex_lock(&master_mu);
+	rp_route *ro = &rp_state_index(master, "ix")->routes[0];
+	ro->term = 5;
+	ro->primary = 1;
+	master->version++;
+	rp_set_state(nodes[1].r, master); /* node-1 misses the change */
+	pthread_mutex_unlock(&master_mu);
+	CHECK(write_docs(200, 201) == 0);
+}
+
+int
+main(void)
+{
+	setup();
+	test_write_path();
+	test_ops_based();
+	test_file_based();
+	test_primary_dies();
+	test_deposed();
+	teardown();
+	CHECK(cm_mem_used(CM_MEM_REPLICATION) == 0);
+	return check_report("rp_recovery_test");
+}

@@ -1,0 +1,491 @@
+/* The typed cluster state: indices with their routing, the boot ids the
+ * master took in, a version; its protobuf form (ClusterState) and the
+ * events the master applies to it (ShardEvent). Pure data: no locks, no
+ * host. */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_log.h"
+#include "proto/shoal.pb-c.h"
+#include "rp_private.h"
+
+static void *
+pb_alloc(void *d, size_t n)
+{
+	(void)d;
+	return cm_malloc(MEM, n ? n : 1);
+}
+
+static void
+pb_free(void *d, void *p)
+{
+	(void)d;
+	cm_free(MEM, p);
+}
+
+static ProtobufCAllocator pb_mem = {pb_alloc, pb_free, NULL};
+
+static char *
+dup_or_empty(const char *s)
+{
+	return cm_strdup(MEM, s ? s : "");
+}
+
+rp_state *
+rp_state_new(void)
+{
+	return cm_calloc(MEM, 1, sizeof(rp_state));
+}
+
+static void
+index_clear(rp_index *ix)
+{
+	cm_free(MEM, ix->name);
+	cm_free(MEM, ix->uuid);
+	cm_free(MEM, ix->body);
+	cm_free(MEM, ix->mappings);
+	for (size_t i = 0; i < ix->nsettings; i++)
+		cm_free(MEM, ix->settings_log[i]);
+	cm_free(MEM, ix->settings_log);
+	cm_free(MEM, ix->routes);
+	memset(ix, 0, sizeof(*ix));
+}
+
+static void
+index_copy(rp_index *dst, const rp_index *src)
+{
+	dst->name = dup_or_empty(src->name);
+	dst->uuid = dup_or_empty(src->uuid);
+	dst->nshards = src->nshards;
+	dst->nreplicas = src->nreplicas;
+	dst->body = dup_or_empty(src->body);
+	dst->mappings = dup_or_empty(src->mappings);
+	dst->nsettings = src->nsettings;
+	dst->settings_log = cm_calloc(MEM, src->nsettings + 1, sizeof(char *));
+	for (size_t i = 0; i < src->nsettings; i++)
+		dst->settings_log[i] = dup_or_empty(src->settings_log[i]);
+	dst->routes = cm_calloc(MEM, (size_t)src->nshards + 1, sizeof(rp_route));
+	if (src->nshards)
+		memcpy(dst->routes, src->routes, (size_t)src->nshards * sizeof(rp_route));
+}
+
+void
+rp_state_free(rp_state *st)
+{
+	if (!st)
+		return;
+	for (size_t i = 0; i < st->nindices; i++)
+		index_clear(&st->indices[i]);
+	cm_free(MEM, st->indices);
+	cm_free(MEM, st);
+}
+
+rp_state *
+rp_state_dup(const rp_state *st)
+{
+	rp_state *d = rp_state_new();
+	d->version = st->version;
+	memcpy(d->joined, st->joined, sizeof(d->joined));
+	d->indices = cm_calloc(MEM, st->nindices + 1, sizeof(rp_index));
+	for (size_t i = 0; i < st->nindices; i++)
+		index_copy(&d->indices[i], &st->indices[i]);
+	d->nindices = st->nindices;
+	return d;
+}
+
+rp_index *
+rp_state_index(const rp_state *st, const char *name)
+{
+	for (size_t i = 0; i < st->nindices; i++)
+		if (strcmp(st->indices[i].name, name) == 0)
+			return &st->indices[i];
+	return NULL;
+}
+
+bool
+rp_state_remove_index(rp_state *st, const char *name)
+{
+	rp_index *ix = rp_state_index(st, name);
+	if (!ix)
+		return false;
+	size_t i = (size_t)(ix - st->indices);
+	index_clear(ix);
+	memmove(&st->indices[i], &st->indices[i + 1], (st->nindices - i - 1) * sizeof(rp_index));
+	st->nindices--;
+	return true;
+}
+
+rp_index *
+rp_state_add_index(rp_state *st, const char *name, const char *uuid, int nshards, int nreplicas,
+                   const int *data, int ndata)
+{
+	rp_state_remove_index(st, name);
+	st->indices = cm_realloc(MEM, st->indices, (st->nindices + 1) * sizeof(rp_index));
+	rp_index *ix = &st->indices[st->nindices++];
+	memset(ix, 0, sizeof(*ix));
+	ix->name = dup_or_empty(name);
+	ix->uuid = dup_or_empty(uuid);
+	ix->nshards = nshards;
+	ix->nreplicas = nreplicas;
+	ix->body = dup_or_empty("");
+	ix->mappings = dup_or_empty("");
+	ix->settings_log = cm_calloc(MEM, 1, sizeof(char *));
+	ix->routes = cm_calloc(MEM, (size_t)nshards + 1, sizeof(rp_route));
+	int nc = 1 + nreplicas;
+	if (nc > ndata)
+		nc = ndata;
+	if (nc > RP_MAX_COPIES)
+		nc = RP_MAX_COPIES;
+	for (int s = 0; s < nshards; s++) {
+		rp_route *ro = &ix->routes[s];
+		ro->primary = ndata ? data[s % ndata] : -1;
+		ro->term = 1;
+		ro->ncopies = ndata ? nc : 0;
+		for (int c = 0; c < ro->ncopies; c++) {
+			ro->copies[c] = data[(s + c) % ndata];
+			ro->in_sync |= 1ull << ro->copies[c];
+		}
+	}
+	return ix;
+}
+
+void
+rp_index_set_text(char **field, const char *text)
+{
+	cm_free(MEM, *field);
+	*field = dup_or_empty(text);
+}
+
+void
+rp_index_add_setting(rp_index *ix, const char *json)
+{
+	ix->settings_log = cm_realloc(MEM, ix->settings_log, (ix->nsettings + 2) * sizeof(char *));
+	ix->settings_log[ix->nsettings++] = dup_or_empty(json);
+}
+
+/* ---- protobuf form ---- */
+
+static int
+name_num(const char *const *names, int nn, const char *name)
+{
+	for (int i = 0; i < nn; i++)
+		if (strcmp(names[i], name) == 0)
+			return i;
+	return -1;
+}
+
+static ProtobufCBinaryData
+text_bin(const char *s)
+{
+	return (ProtobufCBinaryData){strlen(s), (uint8_t *)(uintptr_t)s};
+}
+
+void
+rp_state_encode(const rp_state *st, const char *const *names, int nn, cm_buf *out)
+{
+	Shoal__ClusterState m = SHOAL__CLUSTER_STATE__INIT;
+	size_t nrt = 0, nstr = 0;
+	for (size_t i = 0; i < st->nindices; i++) {
+		nrt += (size_t)st->indices[i].nshards;
+		for (int s = 0; s < st->indices[i].nshards; s++)
+			nstr += (size_t)(2 * st->indices[i].routes[s].ncopies);
+	}
+	Shoal__IndexState *ixs = cm_calloc(MEM, st->nindices + 1, sizeof(*ixs));
+	Shoal__IndexState **ixp = cm_calloc(MEM, st->nindices + 1, sizeof(*ixp));
+	Shoal__ShardRouting *rts = cm_calloc(MEM, nrt + 1, sizeof(*rts));
+	Shoal__ShardRouting **rtp = cm_calloc(MEM, nrt + 1, sizeof(*rtp));
+	char **strs = cm_calloc(MEM, nstr + 1, sizeof(char *));
+	ProtobufCBinaryData *sets = NULL;
+	size_t nsets = 0, k = 0, q = 0, z = 0;
+	for (size_t i = 0; i < st->nindices; i++)
+		nsets += st->indices[i].nsettings;
+	sets = cm_calloc(MEM, nsets + 1, sizeof(*sets));
+	Shoal__NodeBoot boots[RP_MAX_NODES], *bootp[RP_MAX_NODES];
+	size_t nboot = 0;
+
+	for (size_t i = 0; i < st->nindices; i++) {
+		const rp_index *x = &st->indices[i];
+		Shoal__IndexState *pb = &ixs[i];
+		shoal__index_state__init(pb);
+		pb->name = x->name;
+		pb->uuid = x->uuid;
+		pb->shards = (uint32_t)x->nshards;
+		pb->replicas = (uint32_t)x->nreplicas;
+		pb->body = text_bin(x->body);
+		pb->mappings = text_bin(x->mappings);
+		pb->n_settings_log = x->nsettings;
+		pb->settings_log = &sets[z];
+		for (size_t j = 0; j < x->nsettings; j++)
+			sets[z++] = text_bin(x->settings_log[j]);
+		pb->n_routing = (size_t)x->nshards;
+		pb->routing = &rtp[k];
+		for (int s = 0; s < x->nshards; s++, k++) {
+			const rp_route *ro = &x->routes[s];
+			Shoal__ShardRouting *r = &rts[k];
+			shoal__shard_routing__init(r);
+			rtp[k] = r;
+			r->primary = (char *)(uintptr_t)(ro->primary >= 0 && ro->primary < nn
+			                                     ? names[ro->primary]
+			                                     : "");
+			r->term = ro->term;
+			r->copies = &strs[q];
+			for (int c = 0; c < ro->ncopies; c++)
+				if (ro->copies[c] >= 0 && ro->copies[c] < nn)
+					strs[q + r->n_copies++] =
+					    (char *)(uintptr_t)names[ro->copies[c]];
+			q += r->n_copies;
+			r->in_sync = &strs[q];
+			for (int c = 0; c < nn && c < RP_MAX_NODES; c++)
+				if ((ro->in_sync >> c) & 1 && r->n_in_sync < (size_t)RP_MAX_COPIES)
+					strs[q + r->n_in_sync++] = (char *)(uintptr_t)names[c];
+			q += r->n_in_sync;
+		}
+		ixp[i] = pb;
+	}
+	for (int i = 0; i < nn && i < RP_MAX_NODES; i++) {
+		if (!st->joined[i])
+			continue;
+		shoal__node_boot__init(&boots[nboot]);
+		boots[nboot].node = (char *)(uintptr_t)names[i];
+		boots[nboot].boot = st->joined[i];
+		bootp[nboot] = &boots[nboot];
+		nboot++;
+	}
+	m.version = st->version;
+	m.n_indices = st->nindices;
+	m.indices = ixp;
+	m.n_joined = nboot;
+	m.joined = bootp;
+	size_t len = shoal__cluster_state__get_packed_size(&m);
+	cm_buf_reserve(out, len);
+	shoal__cluster_state__pack(&m, (uint8_t *)out->data + out->len);
+	out->len += len;
+	cm_free(MEM, ixs);
+	cm_free(MEM, ixp);
+	cm_free(MEM, rts);
+	cm_free(MEM, rtp);
+	cm_free(MEM, strs);
+	cm_free(MEM, sets);
+}
+
+static char *
+bin_text(ProtobufCBinaryData b)
+{
+	return cm_strndup(MEM, (const char *)(b.data ? b.data : (const uint8_t *)""), b.len);
+}
+
+cm_err
+rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_state **out,
+                cm_error *err)
+{
+	Shoal__ClusterState *m = shoal__cluster_state__unpack(&pb_mem, len, p);
+	*out = NULL;
+	if (!m)
+		return cm_error_set(err, CM_EPARSE, "malformed cluster state");
+	rp_state *st = rp_state_new();
+	st->version = m->version;
+	st->indices = cm_calloc(MEM, m->n_indices + 1, sizeof(rp_index));
+	for (size_t i = 0; i < m->n_indices; i++) {
+		const Shoal__IndexState *pb = m->indices[i];
+		rp_index *x = &st->indices[st->nindices];
+		if (pb->shards > 100000 || pb->n_routing != pb->shards) {
+			shoal__cluster_state__free_unpacked(m, &pb_mem);
+			rp_state_free(st);
+			return cm_error_set(err, CM_EPARSE,
+			                    "malformed cluster state: index [%s] has %u shards "
+			                    "and %zu routing entries",
+			                    pb->name, pb->shards, pb->n_routing);
+		}
+		st->nindices++;
+		x->name = dup_or_empty(pb->name);
+		x->uuid = dup_or_empty(pb->uuid);
+		x->nshards = (int)pb->shards;
+		x->nreplicas = (int)pb->replicas;
+		x->body = bin_text(pb->body);
+		x->mappings = bin_text(pb->mappings);
+		x->settings_log = cm_calloc(MEM, pb->n_settings_log + 1, sizeof(char *));
+		for (size_t j = 0; j < pb->n_settings_log; j++)
+			x->settings_log[x->nsettings++] = bin_text(pb->settings_log[j]);
+		x->routes = cm_calloc(MEM, pb->shards + 1, sizeof(rp_route));
+		for (size_t s = 0; s < pb->n_routing; s++) {
+			const Shoal__ShardRouting *r = pb->routing[s];
+			rp_route *ro = &x->routes[s];
+			ro->primary = name_num(names, nn, r->primary);
+			ro->term = r->term;
+			for (size_t c = 0; c < r->n_copies && ro->ncopies < RP_MAX_COPIES; c++) {
+				int n = name_num(names, nn, r->copies[c]);
+				if (n >= 0)
+					ro->copies[ro->ncopies++] = n;
+			}
+			for (size_t c = 0; c < r->n_in_sync; c++) {
+				int n = name_num(names, nn, r->in_sync[c]);
+				if (n >= 0 && n < RP_MAX_NODES)
+					ro->in_sync |= 1ull << n;
+			}
+		}
+	}
+	for (size_t i = 0; i < m->n_joined; i++) {
+		int n = name_num(names, nn, m->joined[i]->node);
+		if (n >= 0 && n < RP_MAX_NODES)
+			st->joined[n] = m->joined[i]->boot;
+	}
+	shoal__cluster_state__free_unpacked(m, &pb_mem);
+	*out = st;
+	return CM_OK;
+}
+
+/* ---- events ---- */
+
+static const char *
+name_of(const char *const *names, int n)
+{
+	return n >= 0 ? names[n] : "";
+}
+
+void
+rp_event_encode(const rp_event *ev, const char *const *names, cm_buf *out)
+{
+	Shoal__ShardEvent m = SHOAL__SHARD_EVENT__INIT;
+	Shoal__ShardRef ref = SHOAL__SHARD_REF__INIT;
+	m.kind = (Shoal__ShardEvent__Kind)ev->kind;
+	ref.index = (char *)(uintptr_t)(ev->index ? ev->index : "");
+	ref.uuid = (char *)(uintptr_t)(ev->uuid ? ev->uuid : "");
+	ref.shard = (uint32_t)(ev->shard < 0 ? 0 : ev->shard);
+	ref.node = (char *)(uintptr_t)name_of(names, ev->node);
+	m.ref = &ref;
+	m.term = ev->term;
+	m.primary = (char *)(uintptr_t)name_of(names, ev->primary);
+	m.reason = (char *)(uintptr_t)(ev->reason ? ev->reason : "");
+	m.boot = ev->boot;
+	size_t len = shoal__shard_event__get_packed_size(&m);
+	cm_buf_reserve(out, len);
+	shoal__shard_event__pack(&m, (uint8_t *)out->data + out->len);
+	out->len += len;
+}
+
+cm_err
+rp_event_decode(const void *p, size_t len, const char *const *names, int nn, rp_event *ev,
+                void **keep, cm_error *err)
+{
+	Shoal__ShardEvent *m = shoal__shard_event__unpack(&pb_mem, len, p);
+	memset(ev, 0, sizeof(*ev));
+	*keep = NULL;
+	if (!m || !m->ref || m->kind < 1 || m->kind > 3) {
+		if (m)
+			shoal__shard_event__free_unpacked(m, &pb_mem);
+		return cm_error_set(err, CM_EPARSE, "malformed shard event");
+	}
+	ev->kind = (rp_event_kind)m->kind;
+	ev->index = m->ref->index;
+	ev->uuid = m->ref->uuid;
+	ev->shard = (int)m->ref->shard;
+	ev->node = name_num(names, nn, m->ref->node);
+	ev->primary = name_num(names, nn, m->primary);
+	ev->term = m->term;
+	ev->boot = m->boot;
+	ev->reason = m->reason;
+	*keep = m;
+	if (ev->node < 0)
+		return cm_error_set(err, CM_EINVAL, "unknown node [%s]", m->ref->node);
+	return CM_OK;
+}
+
+void
+rp_event_free(void *keep)
+{
+	if (keep)
+		shoal__shard_event__free_unpacked(keep, &pb_mem);
+}
+
+cm_err
+rp_state_apply(rp_state *st, const rp_event *ev, bool *changed, cm_error *err)
+{
+	*changed = false;
+	if (ev->node < 0 || ev->node >= RP_MAX_NODES)
+		return cm_error_set(err, CM_EINVAL, "unknown node");
+	uint64_t bit = 1ull << ev->node;
+	if (ev->kind == RP_EV_JOIN) {
+		/* A process joins once: its copies recover before they count;
+		 * where it leads, the replicas resync from it (it may hold
+		 * operations they lack). The same boot again changes nothing. */
+		if (st->joined[ev->node] == ev->boot)
+			return CM_OK;
+		st->joined[ev->node] = ev->boot;
+		for (size_t i = 0; i < st->nindices; i++)
+			for (int s = 0; s < st->indices[i].nshards; s++) {
+				rp_route *ro = &st->indices[i].routes[s];
+				if (ro->primary == ev->node)
+					ro->in_sync = bit;
+				else
+					ro->in_sync &= ~bit;
+			}
+		*changed = true;
+		return CM_OK;
+	}
+	rp_index *ix = rp_state_index(st, ev->index ? ev->index : "");
+	if (!ix || ev->shard < 0 || ev->shard >= ix->nshards)
+		return cm_error_set(err, CM_ENOINDEX, "no such shard [%s][%d]",
+		                    ev->index ? ev->index : "", ev->shard);
+	if (strcmp(ix->uuid, ev->uuid ? ev->uuid : "") != 0)
+		return cm_error_set(err, CM_ECONFLICT, "index [%s] was re-created", ix->name);
+	rp_route *ro = &ix->routes[ev->shard];
+	if (ev->term != ro->term || ev->primary != ro->primary)
+		return cm_error_set_type(err, CM_ECONFLICT, "shard_state_exception",
+		                         "[%s][%d] primary term %" PRIu64
+		                         " is stale: the shard is in term %" PRIu64,
+		                         ix->name, ev->shard, ev->term, ro->term);
+	if (ev->kind == RP_EV_FAILED) {
+		*changed = (ro->in_sync & bit) != 0;
+		ro->in_sync &= ~bit;
+	} else {
+		bool copy = false;
+		for (int c = 0; c < ro->ncopies; c++)
+			copy |= ro->copies[c] == ev->node;
+		if (!copy)
+			return cm_error_set(err, CM_EINVAL, "[%s][%d] has no copy on that node",
+			                    ix->name, ev->shard);
+		*changed = (ro->in_sync & bit) == 0;
+		ro->in_sync |= bit;
+	}
+	return CM_OK;
+}
+
+bool
+rp_state_failover(rp_state *st, uint64_t gone, uint64_t alive)
+{
+	bool changed = false;
+	for (size_t i = 0; i < st->nindices; i++)
+		for (int s = 0; s < st->indices[i].nshards; s++) {
+			rp_route *ro = &st->indices[i].routes[s];
+			if (ro->primary < 0 || !((gone >> ro->primary) & 1))
+				continue;
+			int pick = -1;
+			for (int c = 0; c < ro->ncopies && pick < 0; c++) {
+				int n = ro->copies[c];
+				if (n != ro->primary && ((ro->in_sync >> n) & 1) &&
+				    ((alive >> n) & 1))
+					pick = n;
+			}
+			if (pick < 0) {
+				cm_warn(
+				    "replication",
+				    "[%s][%d] primary is gone and no in-sync copy is reachable: "
+				    "the shard stays red",
+				    st->indices[i].name, s);
+				continue;
+			}
+			cm_warn("replication",
+			        "[%s][%d] primary unreachable past the failover timeout: promoting "
+			        "a copy, primary term %" PRIu64,
+			        st->indices[i].name, s, ro->term + 1);
+			ro->in_sync &= ~(1ull << ro->primary);
+			ro->primary = pick;
+			ro->term++;
+			changed = true;
+		}
+	return changed;
+}
