@@ -465,17 +465,6 @@ fmt_bytes(co_req *r, uint64_t b, char *buf, size_t cap)
 		snprintf(buf, cap, "%.1fgb", b / 1073741824.0);
 }
 
-static uint64_t
-visible_docs(nd_index *ix)
-{
-	nd_target *t = nd_targets_open(&ix, 1);
-	uint64_t n = 0;
-	for (int s = 0; s < t[0].nshards; s++)
-		n += st_reader_doc_count(t[0].readers[s]);
-	nd_targets_close(t, 1);
-	return n;
-}
-
 void
 co_h_cat(co_req *r)
 {
@@ -518,7 +507,8 @@ co_h_cat(co_req *r)
 			nd_index_shard_stats(ixs[i], &st);
 			snprintf(b1, sizeof(b1), "%d", nd_index_nshards(ixs[i]));
 			snprintf(b2, sizeof(b2), "%d", nd_index_settings(ixs[i])->number_of_replicas);
-			snprintf(b3, sizeof(b3), "%llu", (unsigned long long)visible_docs(ixs[i]));
+			snprintf(b3, sizeof(b3), "%llu",
+			         (unsigned long long)nd_index_visible_docs(ixs[i]));
 			snprintf(b4, sizeof(b4), "%llu", (unsigned long long)st.deleted_docs);
 			fmt_bytes(r, st.store_bytes, b5, sizeof(b5));
 			fmt_bytes(r, st.store_bytes, b6, sizeof(b6));
@@ -566,7 +556,7 @@ co_h_cat(co_req *r)
 		cat_init(&t, cols, 3);
 		t.numeric[0] = t.numeric[2] = true;
 		for (size_t i = 0; i < n; i++)
-			total += visible_docs(ixs[i]);
+			total += nd_index_visible_docs(ixs[i]);
 		snprintf(b1, sizeof(b1), "%lld", (long long)(now / 1000));
 		snprintf(b2, sizeof(b2), "%llu", (unsigned long long)total);
 		cat_row(&t, b1, ts, b2);

@@ -695,97 +695,6 @@ co_h_scroll_clear(co_req *r)
 
 /* ---- _delete_by_query ---- */
 
-#define DBQ_BATCH 1000
-
-/* Deletes one batch of ids (still the caller's) through ops and res
- * (scratch of nids entries); counts the deletes and the batch. */
-static cm_err
-dbq_flush(nd_index *ix, int shard, char **ids, size_t nids, st_op *ops, st_op_result *res,
-          uint64_t *deleted, uint64_t *batches)
-{
-	for (size_t k = 0; k < nids; k++) {
-		memset(&ops[k], 0, sizeof(st_op));
-		ops[k].type = ST_OP_DELETE;
-		ops[k].id = ids[k];
-		ops[k].id_len = strlen(ids[k]);
-		ops[k].seq_no = ST_NO_SEQ;
-		ops[k].if_seq_no = ST_NO_SEQ;
-	}
-	cm_err rc = nd_routed_apply(ix, shard, ops, nids, res);
-	for (size_t k = 0; k < nids; k++)
-		if (!rc && !res[k].err && res[k].result == ST_RESULT_DELETED)
-			(*deleted)++;
-	(*batches)++;
-	return rc;
-}
-
-/* Deletes the docs of one shard's snapshot that match q; counts them. */
-static cm_err
-dbq_shard(nd_index *ix, int shard, st_reader *rd, const sr_query *q, uint64_t *deleted,
-          uint64_t *batches, cm_error *err)
-{
-	uint32_t base = 0;
-	cm_err rc = CM_OK;
-	char **ids = cm_calloc(MEM, DBQ_BATCH, sizeof(char *));
-	size_t nids = 0;
-	st_op *ops = cm_calloc(MEM, DBQ_BATCH, sizeof(st_op));
-	st_op_result *res = cm_calloc(MEM, DBQ_BATCH, sizeof(st_op_result));
-	cm_buf idb, srcb;
-
-	cm_buf_init(&idb, MEM);
-	cm_buf_init(&srcb, MEM);
-	for (size_t si = 0; si < st_reader_nsegments(rd) && !rc; si++) {
-		st_segment *seg = st_reader_segment(rd, si);
-		uint32_t max = st_segment_max_doc(seg);
-		uint64_t *bits = cm_calloc(MEM, (max + 63) / 64 + 1, sizeof(uint64_t));
-		st_seg_txn *txn = NULL;
-		sr_seg_ctx ctx;
-
-		if ((rc = st_seg_txn_begin(seg, &txn))) {
-			cm_free(MEM, bits);
-			cm_error_set(err, rc, "cannot read a segment");
-			break;
-		}
-		memset(&ctx, 0, sizeof(ctx));
-		ctx.reader = rd;
-		ctx.seg_index = si;
-		ctx.txn = txn;
-		ctx.seg = seg;
-		ctx.live = st_reader_live(rd, si);
-		ctx.doc_base = base;
-		rc = sr_query_bitset(q, &ctx, bits, err);
-		for (uint32_t d = 0; !rc && d < max; d++) {
-			if (!(bits[d / 64] >> (d % 64) & 1))
-				continue;
-			cm_buf_reset(&idb);
-			cm_buf_reset(&srcb);
-			if (st_stored_get(txn, d, &idb, &srcb))
-				continue;
-			ids[nids++] = cm_strndup(MEM, (const char *)idb.data, idb.len);
-			if (nids == DBQ_BATCH) {
-				/* flush below, outside the read transaction's hot loop */
-				rc = dbq_flush(ix, shard, ids, nids, ops, res, deleted, batches);
-				for (size_t k = 0; k < nids; k++)
-					cm_free(MEM, ids[k]);
-				nids = 0;
-			}
-		}
-		st_seg_txn_end(txn);
-		cm_free(MEM, bits);
-		base += max;
-	}
-	if (!rc && nids)
-		rc = dbq_flush(ix, shard, ids, nids, ops, res, deleted, batches);
-	for (size_t k = 0; k < nids; k++)
-		cm_free(MEM, ids[k]);
-	cm_buf_free(&idb);
-	cm_buf_free(&srcb);
-	cm_free(MEM, ids);
-	cm_free(MEM, ops);
-	cm_free(MEM, res);
-	return rc;
-}
-
 void
 co_h_delete_by_query(co_req *r)
 {
@@ -844,10 +753,7 @@ co_h_delete_by_query(co_req *r)
 		return;
 	}
 	nd_target *t = nd_targets_open(ixs, n);
-	cm_err rc = CM_OK;
-	for (size_t i = 0; i < n && !rc; i++)
-		for (int s = 0; s < t[i].nshards && !rc; s++)
-			rc = dbq_shard(t[i].ix, s, t[i].readers[s], q, &deleted, &batches, &err);
+	cm_err rc = nd_delete_by_query(t, n, q, &deleted, &batches, &err);
 	nd_targets_close(t, n);
 	if (rc) {
 		co_reply_error(r, &err, NULL);

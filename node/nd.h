@@ -166,6 +166,9 @@ typedef struct nd_target {
 /* Takes reader snapshots of every shard of each index (references ix). */
 nd_target *nd_targets_open(nd_index **ixs, size_t n);
 void nd_targets_close(nd_target *t, size_t n);
+/* Documents a search of ix sees now: the live docs of a fresh snapshot
+ * of every shard (docs.count of _cat/indices and _cat/count). */
+uint64_t nd_index_visible_docs(nd_index *ix);
 
 /* Runs req over every shard of the targets on the search pool, handing
  * each shard's result to the merger as it completes; renders the ES
@@ -181,6 +184,13 @@ cm_err nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *r
 /* Total count over the targets. */
 cm_err nd_count(nd_node *n, nd_target *t, size_t nt, const sr_query *q, uint64_t deadline_ns,
                 uint64_t *count, cm_error *err);
+
+/* _delete_by_query over the targets' local snapshots: deletes every
+ * document matching q, in batches of 1000 ids through nd_routed_apply;
+ * adds the deletes and the batches to *deleted and *batches. Stops at the
+ * first error (err says which). */
+cm_err nd_delete_by_query(nd_target *t, size_t nt, const sr_query *q, uint64_t *deleted,
+                          uint64_t *batches, cm_error *err);
 
 /* Scroll contexts: a search's request body and shard snapshots kept alive
  * until their expiry. */

@@ -28,13 +28,14 @@ FLAGS="-g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=
 	-fsanitize-ignorelist=$PWD/tests/fuzz/ignorelist.txt"
 cmake -S . -B "$B" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
 	-DCMAKE_C_FLAGS="$FLAGS" >/dev/null
-cmake --build "$B" -j"$(nproc)" --target shoal_common shoal_storage shoal_search shoal_proto \
-	shoal_node shoal_coordinator \
+# The module libraries, top layer first, as CMake lists them (a module
+# whose folder does not exist yet has no library).
+MODS=$(tr ';' ' ' <"$B/shoal_modules.txt")
+cmake --build "$B" -j"$(nproc)" --target $MODS \
 	>"$B/build.log" 2>&1 || { tail -30 "$B/build.log"; exit 1; }
-LIBS="$B/libshoal_coordinator.a $B/libshoal_node.a $B/libshoal_proto.a $B/libshoal_search.a \
-	$B/libshoal_storage.a $B/libshoal_common.a \
+LIBS="$(for m in $MODS; do printf '%s ' "$B/lib$m.a"; done) \
 	$(pkg-config --libs libcjson libzstd lmdb libutf8proc libxxhash libprotobuf-c zlib libmicrohttpd) \
-	$(pkg-config --libs libargon2 2>/dev/null || true) -lnng -lstemmer -lstreamvbyte -lroaring -lm -lpthread"
+	$(pkg-config --libs libargon2 2>/dev/null || true) -lnng -lstemmer -lm -lpthread"
 
 build() { # name source...
 	local name=$1
