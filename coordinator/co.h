@@ -18,6 +18,8 @@ typedef struct co_opts {
 	uint64_t max_content_length; /* http.max_content_length, default 100mb */
 	co_auth *auth;             /* users and API keys (borrowed); NULL = no authentication */
 	int max_open_connections;  /* http.max_open_connections: past it, 429; 0 = default */
+	uint64_t header_timeout_ns; /* http.header_timeout: the whole request head; 0 = 10 s */
+	uint64_t body_timeout_ns;   /* http.body_timeout: the whole body; 0 = 60 s */
 } co_opts;
 
 /* Starts serving n (borrowed; must outlive the server). */

@@ -16,6 +16,7 @@
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
 #include "../common/cm_sys.h"
+#include "co_conn.h"
 #include "co_guard.h"
 #include "co_private.h"
 
@@ -25,12 +26,8 @@ struct co_server {
 	struct MHD_Daemon *d;
 	nd_node *node;
 	co_opts opts;
-	_Atomic int open_conns; /* live connections, for http.max_open_connections */
+	co_conns *conns; /* deadlines and the connection limit (co_conn.c) */
 };
-
-/* Marks (as MHD's socket context) a connection accepted past the soft
- * connection limit: its requests are answered 429 and it is closed. */
-static char over_limit_mark;
 
 /* Parameters every endpoint accepts. */
 static const char global_params[] = "pretty,human,error_trace,filter_path,format,source,"
@@ -1045,6 +1042,7 @@ send_reply(struct MHD_Connection *c, co_req *r)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	ret = MHD_queue_response(c, (unsigned)r->status, resp);
 	MHD_destroy_response(resp);
+	r->replied = true;
 	return ret;
 }
 
@@ -1062,8 +1060,10 @@ run_handler(co_req *r)
 
 #define CO_MAX_INITIAL_LINE 4096   /* http.max_initial_line_length */
 #define CO_MAX_HEADER_SIZE 8192    /* http.max_header_size */
-#define CO_HTTP_IDLE_TIMEOUT_S 10  /* headers and body bytes must keep coming */
+#define CO_HTTP_IDLE_TIMEOUT_S 10  /* a peer silent this long is dropped, in any phase */
 #define CO_HTTP_MAX_CONNECTIONS 1000 /* http.max_open_connections default */
+#define CO_HTTP_HEADER_TIMEOUT_NS 10000000000ull /* http.header_timeout default */
+#define CO_HTTP_BODY_TIMEOUT_NS 60000000000ull   /* http.body_timeout default */
 
 static void
 reply_status_error(co_req *r, int status, const char *type, const char *reason)
@@ -1222,12 +1222,13 @@ authorize(co_req *r)
 	return false;
 }
 
-static bool
-over_connection_limit(struct MHD_Connection *c)
+/* The registry's record of c (MHD's socket context), or NULL. */
+static co_conn *
+conn_of(struct MHD_Connection *c)
 {
 	const union MHD_ConnectionInfo *ci =
 	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-	return ci && ci->socket_context == &over_limit_mark;
+	return ci ? ci->socket_context : NULL;
 }
 
 static void
@@ -1248,16 +1249,23 @@ static enum MHD_Result access_cb_run(void *cls, struct MHD_Connection *c, const 
 
 /* A write's ?timeout bounds its cluster writes (the wait for a primary and
  * its replicas), whichever callback of the request makes them: the bulk
- * body is applied chunk by chunk as it arrives. */
+ * body is applied chunk by chunk as it arrives. The body deadline counts
+ * only the time between callbacks, waiting for the client. */
 static enum MHD_Result
 access_cb(void *cls, struct MHD_Connection *c, const char *url, const char *method,
           const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls)
 {
+	co_server *s = cls;
 	co_req *r = *con_cls;
+	co_conn *k = conn_of(c);
+	co_conn_busy(s->conns, k);
 	nd_write_deadline_set(r ? r->write_deadline_ns : 0);
 	enum MHD_Result ret =
 	    access_cb_run(cls, c, url, method, version, upload_data, upload_data_size, con_cls);
 	nd_write_deadline_set(0);
+	r = *con_cls;
+	if (ret == MHD_YES && r && !r->replied)
+		co_conn_wait_body(s->conns, k); /* more body (or its end) to come */
 	return ret;
 }
 
@@ -1274,8 +1282,9 @@ access_cb_run(void *cls, struct MHD_Connection *c, const char *url, const char *
 		r = req_new(s, c, url, method);
 		*con_cls = r;
 		atomic_fetch_add((_Atomic uint64_t *)&nd_counters(s->node)->http_requests, 1);
-		if (over_connection_limit(c)) {
-			/* answered at once, before reading any body */
+		if (!co_conn_admit(s->conns, conn_of(c))) {
+			/* past the limit with no slot to free: answered at once,
+			 * before reading any body */
 			reply_too_many_connections(r, s->opts.max_open_connections);
 			return send_reply(c, r);
 		}
@@ -1323,20 +1332,25 @@ connection_cb(void *cls, struct MHD_Connection *c, void **socket_context,
 	co_server *s = cls;
 	nd_node_counters *nc = nd_counters(s->node);
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci =
+		    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 		atomic_fetch_add((_Atomic uint64_t *)&nc->http_open, 1);
 		atomic_fetch_add((_Atomic uint64_t *)&nc->http_opened, 1);
-		int open = atomic_fetch_add(&s->open_conns, 1) + 1;
-		*socket_context = open > s->opts.max_open_connections ? &over_limit_mark : NULL;
+		*socket_context = ci ? co_conn_opened(s->conns, ci->connect_fd) : NULL;
 	} else {
 		atomic_fetch_sub((_Atomic uint64_t *)&nc->http_open, 1);
-		atomic_fetch_sub(&s->open_conns, 1);
+		/* MHD closes the socket only after this returns */
+		co_conn_closed(s->conns, *socket_context);
+		*socket_context = NULL;
 	}
 }
 
 static void
 completed_cb(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
+	co_server *s = cls;
 	co_req *r = *con_cls;
+	co_conn_request_done(s->conns, conn_of(c));
 	if (r) {
 		if (r->route && r->status < 500)
 			cm_debug("http", "%s %s %d %.2fms%s%s%s", method_name(r->method), r->path,
@@ -1366,6 +1380,13 @@ co_server_start(nd_node *n, const co_opts *o, co_server **out, cm_error *err)
 	unsigned hard = (unsigned)s->opts.max_open_connections +
 	                (unsigned)(s->opts.max_open_connections / 4 > 64 ? s->opts.max_open_connections / 4
 	                                                                 : 64);
+	co_conns_opts ko = {
+	    .soft_limit = s->opts.max_open_connections,
+	    .hard_limit = (int)hard,
+	    .header_ns =
+	        s->opts.header_timeout_ns ? s->opts.header_timeout_ns : CO_HTTP_HEADER_TIMEOUT_NS,
+	    .body_ns = s->opts.body_timeout_ns ? s->opts.body_timeout_ns : CO_HTTP_BODY_TIMEOUT_NS,
+	};
 	memset(&addr, 0, sizeof(addr));
 	addr.sin_family = AF_INET;
 	addr.sin_port = htons((uint16_t)o->port);
@@ -1373,21 +1394,29 @@ co_server_start(nd_node *n, const co_opts *o, co_server **out, cm_error *err)
 		cm_free(MEM, s);
 		return cm_error_set(err, CM_EINVAL, "bad HTTP host [%s] (an IPv4 address)", o->host);
 	}
+	cm_err rc = co_conns_start(&ko, &s->conns, err);
+	if (rc) {
+		cm_free(MEM, s);
+		return rc;
+	}
 	s->d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG, (uint16_t)o->port,
 	                        NULL, NULL, access_cb, s, MHD_OPTION_SOCK_ADDR, &addr,
 	                        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
 	                        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, s,
 	                        MHD_OPTION_NOTIFY_CONNECTION, connection_cb, s,
 	                        MHD_OPTION_UNESCAPE_CALLBACK, unescape_none, s,
-	                        /* a client silent for 10 s (slow headers, a stalled
-	                         * body, an idle keep-alive) is dropped, so slowloris
-	                         * sockets cannot pile up; past the soft limit
-	                         * requests get 429, past the hard one MHD refuses */
+	                        /* a client silent for 10 s is dropped in any phase
+	                         * (co_conn.c adds total deadlines on the head and
+	                         * the body, which trickled bytes do not extend);
+	                         * past the soft limit requests get 429 unless a
+	                         * slow connection can be closed to make room, past
+	                         * the hard one MHD stops accepting */
 	                        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CO_HTTP_IDLE_TIMEOUT_S,
 	                        MHD_OPTION_CONNECTION_LIMIT, hard,
 	                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
 	                        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
 	if (!s->d) {
+		co_conns_stop(s->conns);
 		cm_free(MEM, s);
 		return cm_error_set(err, CM_EIO, "cannot listen on %s:%d (address in use?)", o->host,
 		                    o->port);
@@ -1402,5 +1431,6 @@ co_server_stop(co_server *s)
 	if (!s)
 		return;
 	MHD_stop_daemon(s->d);
+	co_conns_stop(s->conns);
 	cm_free(MEM, s);
 }

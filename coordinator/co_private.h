@@ -62,6 +62,7 @@ struct co_req {
 	co_principal principal; /* who the request runs as, when auth */
 	bool www_authenticate;  /* a 401: send the WWW-Authenticate challenge */
 	bool close_conn;        /* answer with Connection: close */
+	bool replied;           /* the reply is queued (no more body to wait for) */
 };
 
 struct co_route {

@@ -36,8 +36,27 @@ usage(FILE *f)
 	           "  -E action.destructive_requires_name=false   allow DELETE /_all and /*\n"
 	           "  -E http.max_content_length=100mb            request body limit\n"
 	           "  -E http.max_open_connections=1000           past it, requests get 429\n"
+	           "  -E http.header_timeout=10s                  whole request head, else closed\n"
+	           "  -E http.body_timeout=60s                    whole request body, else closed\n"
 	           "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
 	           "  -E cluster.replica_timeout=10s              drop a silent replica after this\n");
+}
+
+/* An http.*_timeout value: 100ms..1d, as "500ms", "10s", "2m" (a bare
+ * number is seconds, as for the cluster.* timeouts). */
+static bool
+parse_timeout(const char *v, uint64_t *ns)
+{
+	char *end;
+	double x = strtod(v, &end);
+	double mul = strcmp(end, "ms") == 0           ? 1e6
+	             : strcmp(end, "s") == 0 || !*end ? 1e9
+	             : strcmp(end, "m") == 0          ? 60e9
+	                                              : -1;
+	if (end == v || !(x > 0) || mul < 0 || x * mul < 1e8 || x * mul > 86400e9)
+		return false;
+	*ns = (uint64_t)(x * mul);
+	return true;
 }
 
 /* Reads one line from stdin (without echo on a terminal) and prints its
@@ -94,6 +113,7 @@ main(int argc, char **argv)
 	uint64_t max_content = 100ull << 20;
 	const char *users_file = NULL;
 	int max_conns = 0;
+	uint64_t header_timeout = 0, body_timeout = 0;
 	co_auth *auth = NULL;
 	char host[64];
 	int port;
@@ -169,6 +189,14 @@ main(int argc, char **argv)
 					return 2;
 				}
 				max_conns = (int)n;
+			} else if (strncmp(kv, "http.header_timeout=", 20) == 0 ||
+			           strncmp(kv, "http.body_timeout=", 18) == 0) {
+				bool head = kv[5] == 'h';
+				uint64_t *to = head ? &header_timeout : &body_timeout;
+				if (!parse_timeout(kv + (head ? 20 : 18), to)) {
+					fprintf(stderr, "shoal: bad value in -E %s (100ms..1d)\n", kv);
+					return 2;
+				}
 			} else if (strncmp(kv, "cluster.", 8) == 0 && ncl_settings < 32) {
 				cl_settings[ncl_settings++] = kv;
 			} else {
@@ -260,6 +288,8 @@ main(int argc, char **argv)
 	co.max_content_length = max_content;
 	co.auth = auth;
 	co.max_open_connections = max_conns;
+	co.header_timeout_ns = header_timeout;
+	co.body_timeout_ns = body_timeout;
 	if (co_server_start(node, &co, &srv, &err)) {
 		fprintf(stderr, "shoal: %s\n", err.reason);
 		nd_cluster_stop(cl);
