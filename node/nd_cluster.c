@@ -296,6 +296,22 @@ cl_copy_node(const nd_cluster *cl, int shard, int copy)
 	return cl->data_nodes[(shard + copy) % cl->ndata];
 }
 
+int
+cl_shard_copies(nd_cluster *cl, nd_index *ix, int shard, int *out)
+{
+	cl_route ro;
+	if (cl_route_get(cl, nd_index_name(ix), shard, &ro) && ro.ncopies > 0) {
+		memcpy(out, ro.copies, (size_t)ro.ncopies * sizeof(int));
+		return ro.ncopies;
+	}
+	int nc = cl_ncopies(cl, ix);
+	if (nc > ND_CL_MAX_COPIES)
+		nc = ND_CL_MAX_COPIES;
+	for (int c = 0; c < nc; c++)
+		out[c] = cl_copy_node(cl, shard, c);
+	return nc;
+}
+
 bool
 cl_alive(nd_cluster *cl, int node)
 {
@@ -462,10 +478,12 @@ pub_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 /* Sends the current state to the nodes in mask and waits, bounded: 2 s,
  * and 200 ms for a node the liveness check holds unreachable (it may be
  * starting and not yet connected, or stalled: a stalled node must not
- * hold every later change). A node that misses it gets it again from the
- * monitor (republish) or fetches it; acks are counted per node (applied). */
+ * hold every later change). No lock is held while it sends: two publishes
+ * may cross, and a node simply ignores a version older than its own. A
+ * node that misses one gets it again from the monitor (republish) or
+ * fetches it; acks are counted per node (applied). */
 static void
-state_publish_locked(nd_cluster *cl, uint64_t mask, bool quiet)
+state_publish(nd_cluster *cl, uint64_t mask, bool quiet)
 {
 	cm_buf st, b;
 	pub_call *calls = cm_calloc(MEM, (size_t)cl->nn, sizeof(pub_call));
@@ -476,16 +494,19 @@ state_publish_locked(nd_cluster *cl, uint64_t mask, bool quiet)
 		cm_free(MEM, calls);
 		return;
 	}
-	cm_wait *w = cm_wait_create(cnt);
-	uint64_t deadline = cm_now_ns() + 2000000000ull;
 	cm_buf_init(&st, MEM);
 	cm_buf_init(&b, MEM);
+	pthread_mutex_lock(&cl->meta_lock);
+	uint64_t version = cl->state->version;
 	rp_state_encode(cl->state, cl->names, cl->nn, &st);
-	pr_metadata_encode(cl->state->version, (const char *)st.data, st.len, &b);
+	pthread_mutex_unlock(&cl->meta_lock);
+	pr_metadata_encode(version, (const char *)st.data, st.len, &b);
+	cm_wait *w = cm_wait_create(cnt);
+	uint64_t deadline = cm_now_ns() + 2000000000ull;
 	for (int i = 0; i < cl->nn; i++) {
 		if (i == cl->self || !((mask >> i) & 1))
 			continue;
-		calls[i] = (pub_call){w, cl, i, cl->state->version, quiet};
+		calls[i] = (pub_call){w, cl, i, version, quiet};
 		nd_peer_call(cl->nodes[i].peer, PR_METADATA, b.data, b.len,
 		             cl_alive(cl, i) ? deadline : cm_now_ns() + 200000000ull, pub_done,
 		             &calls[i]);
@@ -495,6 +516,13 @@ state_publish_locked(nd_cluster *cl, uint64_t mask, bool quiet)
 	cm_free(MEM, calls);
 	cm_buf_free(&b);
 	cm_buf_free(&st);
+}
+
+void
+cl_state_publish(nd_cluster *cl)
+{
+	if (cl->master == cl->self)
+		state_publish(cl, ~0ull, false);
 }
 
 cm_err
@@ -509,7 +537,6 @@ cl_state_commit_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 	rp_state_free(cl->state);
 	cl->state = next;
 	cl_host_adopted(cl);
-	state_publish_locked(cl, ~0ull, false);
 	return CM_OK;
 }
 
@@ -523,9 +550,9 @@ state_republish(nd_cluster *cl)
 	for (int i = 0; i < cl->nn; i++)
 		if (i != cl->self && atomic_load(&cl->nodes[i].applied) < cl->state->version)
 			behind |= 1ull << i;
-	if (behind)
-		state_publish_locked(cl, behind, true);
 	pthread_mutex_unlock(&cl->meta_lock);
+	if (behind)
+		state_publish(cl, behind, true);
 }
 
 /* Master, after a change of version v: waits (no lock held) until every
@@ -616,13 +643,6 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 	} else if (strcmp(action, "delete") == 0 || strcmp(action, "put_mapping") == 0 ||
 	           strcmp(action, "put_settings") == 0) {
 		bool del = action[0] == 'd', settings = strcmp(action, "put_settings") == 0;
-		if (settings && body && strstr(body, "number_of_replicas")) {
-			/* New copies would start empty: there is no allocator yet. */
-			rc = cm_error_set(err, CM_EINVAL,
-			                  "number_of_replicas cannot change on a cluster yet: the "
-			                  "static placement has no allocator to place new copies");
-			goto done;
-		}
 		char *copy = cm_strdup(MEM, index), *save = NULL, *tok;
 		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 			nd_index *ix = nd_index_get(cl->node, tok);
@@ -648,6 +668,12 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 				                       cl->data_nodes, cl->ndata);
 				rp_index_set_text(&e->body, "{}");
 			}
+			if (settings && strstr(body ? body : "", "number_of_replicas"))
+				/* new copies start out of sync and recover; dropped
+				 * copies leave the routing */
+				rp_state_set_replicas(next, tok,
+				                      nd_index_settings(ix)->number_of_replicas,
+				                      cl->data_nodes, cl->ndata);
 			if (settings) {
 				/* Every node replays the dynamic settings changes in order. */
 				char *t = json_text(bj);
@@ -702,6 +728,8 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 done:
 	rp_state_free(next);
 	pthread_mutex_unlock(&cl->meta_lock);
+	if (!rc)
+		cl_state_publish(cl);
 	if (!rc) {
 		cJSON *out = ack_json(created, wait_applied(cl, version));
 		*reply = json_text(out);
@@ -859,8 +887,10 @@ serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_
 			             cl->nodes[cl->self].name);
 		else if (rp_event_decode(p, len, cl->names, cl->nn, &ev, &keep, &err) == CM_OK) {
 			pthread_mutex_lock(&cl->meta_lock);
-			cl_master_event_locked(cl, &ev, &err);
+			cm_err erc = cl_master_event_locked(cl, &ev, &err);
 			pthread_mutex_unlock(&cl->meta_lock);
+			if (!erc)
+				cl_state_publish(cl);
 		}
 		rp_event_free(keep);
 		reply_ack(&err, NULL, reply, reply_type);

@@ -92,6 +92,8 @@ host_master_event(void *h, const rp_event *ev, cm_error *err)
 		pthread_mutex_lock(&cl->meta_lock);
 		rc = cl_master_event_locked(cl, ev, err);
 		pthread_mutex_unlock(&cl->meta_lock);
+		if (!rc)
+			cl_state_publish(cl);
 		return rc;
 	}
 	cm_buf_init(&req, MEM);
@@ -220,6 +222,7 @@ failover(nd_cluster *cl)
 	}
 	if (!gone)
 		return;
+	bool publish = false;
 	pthread_mutex_lock(&cl->meta_lock);
 	rp_state *next = rp_state_dup(cl->state);
 	if (rp_state_failover(next, gone, alive)) {
@@ -227,10 +230,14 @@ failover(nd_cluster *cl)
 		cm_error_clear(&err);
 		if (cl_state_commit_locked(cl, next, &err))
 			cm_warn("cluster", "failover not applied: %s", err.reason);
+		else
+			publish = true;
 	} else {
 		rp_state_free(next);
 	}
 	pthread_mutex_unlock(&cl->meta_lock);
+	if (publish)
+		cl_state_publish(cl);
 }
 
 void

@@ -6,9 +6,9 @@
  *   nd_cluster.meta_lock -> nd_node.reg_lock -> nd_index locks -> storage
  *   nd_cluster.meta_lock -> rp route_lock (rp_set_state)
  *   nd_cluster.lock is a leaf (latency figures only).
- * meta_lock is held across the master's publish (bounded: 2 s, 200 ms for
- * a node held unreachable) so changes reach the nodes in version order;
- * nothing else holds it across a network call. replication/rp_private.h
+ * No lock of the node is held across a network call: the master persists
+ * and adopts a state under meta_lock, then publishes it after unlocking (a
+ * node ignores a version older than its own, so publishes may cross). replication/rp_private.h
  * has the order of replication's own locks, which are never taken with
  * meta_lock held except route_lock. */
 #ifndef ND_CLUSTER_PRIVATE_H
@@ -80,6 +80,9 @@ nd_cluster *cl_current(void);
 void cl_publish_mapping(nd_cluster *cl, nd_index *ix);
 int cl_ncopies(const nd_cluster *cl, nd_index *ix);
 int cl_copy_node(const nd_cluster *cl, int shard, int copy);
+/* The nodes holding copies of a shard, in placement order: the state's
+ * routing (copies change with number_of_replicas), else the formula. */
+int cl_shard_copies(nd_cluster *cl, nd_index *ix, int shard, int *out);
 bool cl_alive(nd_cluster *cl, int node);
 void cl_mark(nd_cluster *cl, int node, bool alive, uint64_t latency_ns);
 
@@ -91,9 +94,12 @@ void cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t dead
 cm_err cl_apply_replica(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
                         st_op_result *res);
 /* Master, meta_lock held: next (owned) becomes the state with the next
- * version once persisted; then it is adopted and published. A persist
- * that fails is the caller's error and nothing changes. */
+ * version once persisted (a durable write), and is adopted. A persist that
+ * fails is the caller's error and nothing changes. Publish after
+ * unlocking (cl_state_publish). */
 cm_err cl_state_commit_locked(nd_cluster *cl, rp_state *next, cm_error *err);
+/* Master, no lock held: sends the current state to every node, bounded. */
+void cl_state_publish(nd_cluster *cl);
 /* Fetches the master's state now (no-op on the master). */
 void cl_fetch_state(nd_cluster *cl);
 /* Routing of a shard as this node's state has it; false if unknown. */

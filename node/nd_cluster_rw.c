@@ -723,28 +723,23 @@ name_in(const char *list, const char *name)
 static void
 copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref, shard_job *j)
 {
-	int nc = cl_ncopies(cl, ix), cand[ND_CL_MAX_COPIES], n = 0;
+	int copies[ND_CL_MAX_COPIES], cand[ND_CL_MAX_COPIES], n = 0;
+	int nc = cl_shard_copies(cl, ix, shard, copies);
 	cl_route ro;
 	bool routed = cl_route_get(cl, nd_index_name(ix), shard, &ro);
-	if (nc > ND_CL_MAX_COPIES)
-		nc = ND_CL_MAX_COPIES;
 	j->norder = 0;
 	if (pref && strncmp(pref, "_only_nodes:", 12) == 0) {
 		/* Asked for by name: any copy, in sync or not (to inspect it). */
-		for (int c = 0; c < nc; c++) {
-			int node = cl_copy_node(cl, shard, c);
-			if (name_in(pref + 12, cl->nodes[node].name))
-				j->order[j->norder++] = node;
-		}
+		for (int c = 0; c < nc; c++)
+			if (name_in(pref + 12, cl->nodes[copies[c]].name))
+				j->order[j->norder++] = copies[c];
 		return;
 	}
 	/* Only copies in the in-sync set answer: a copy that is recovering or
 	 * was dropped may be missing acknowledged writes. */
-	for (int c = 0; c < nc; c++) {
-		int node = cl_copy_node(cl, shard, c);
-		if (!routed || ((ro.in_sync >> node) & 1))
-			cand[n++] = node;
-	}
+	for (int c = 0; c < nc; c++)
+		if (!routed || ((ro.in_sync >> copies[c]) & 1))
+			cand[n++] = copies[c];
 	if (n == 0)
 		return;
 	if (pref && strcmp(pref, "_primary") == 0) {
@@ -1087,17 +1082,17 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 	nd_index_list(cl->node, &all, &nall);
 	for (size_t i = 0; i < nall; i++) {
 		int want = 1 + nd_index_settings(all[i])->number_of_replicas;
-		int nc = cl_ncopies(cl, all[i]);
 		for (int s = 0; s < nd_index_nshards(all[i]); s++) {
-			int up = 0, init = 0;
+			int up = 0, init = 0, copies[ND_CL_MAX_COPIES];
+			int nc = cl_shard_copies(cl, all[i], s, copies);
 			cl_route ro;
 			bool routed = cl_route_get(cl, nd_index_name(all[i]), s, &ro);
 			bool p_up = routed ? ro.primary >= 0 && cl_alive(cl, ro.primary)
-			                   : cl_alive(cl, cl_copy_node(cl, s, 0));
+			                   : cl_alive(cl, copies[0]);
 			/* A copy counts when its node is up and it is in sync; a live
 			 * copy outside the set is initializing (recovering). */
 			for (int c = 0; c < nc; c++) {
-				int node = cl_copy_node(cl, s, c);
+				int node = copies[c];
 				if (!cl_alive(cl, node))
 					continue;
 				/* A node not yet taken in since it (re)started is about
@@ -1188,15 +1183,16 @@ nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
 	nd_index_list(cl->node, &all, &nall);
 	for (size_t x = 0; x < nall; x++) {
 		const char *name = nd_index_name(all[x]);
-		int nc = cl_ncopies(cl, all[x]);
 		int want = 1 + nd_index_settings(all[x])->number_of_replicas;
 		for (int s = 0; s < nd_index_nshards(all[x]); s++) {
+			int copies[ND_CL_MAX_COPIES];
+			int nc = cl_shard_copies(cl, all[x], s, copies);
 			for (int c = 0; c < want; c++) {
 				if (c >= nc) {
 					cm_buf_printf(out, "%s %d r UNASSIGNED\n", name, s);
 					continue;
 				}
-				int node = cl_copy_node(cl, s, c);
+				int node = copies[c];
 				long long docs = -1;
 				cl_route ro;
 				bool routed = cl_route_get(cl, name, s, &ro);

@@ -176,28 +176,33 @@ setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm
 		k += 6;
 	if (strcmp(k, "number_of_shards") == 0) {
 		if (!creating)
-			return cm_error_set(err, CM_EINVAL,
-			                    "final index setting [index.number_of_shards], not updateable");
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "final index setting [index.number_of_shards], not updateable");
 		if (!json_int(v, &n))
-			return cm_error_set(err, CM_EINVAL,
-			                    "Failed to parse value for setting [index.number_of_shards]");
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "Failed to parse value for setting [index.number_of_shards]");
 		if (n < 1 || n > ND_MAX_SHARDS)
-			return cm_error_set(err, CM_EINVAL,
-			                    "Failed to parse value [%lld] for setting [index.number_of_shards] "
-			                    "must be >= 1 and <= %d",
-			                    n, ND_MAX_SHARDS);
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "Failed to parse value [%lld] for setting [index.number_of_shards] "
+			    "must be >= 1 and <= %d",
+			    n, ND_MAX_SHARDS);
 		s->number_of_shards = (int)n;
 	} else if (strcmp(k, "number_of_replicas") == 0) {
 		if (!json_int(v, &n) || n < 0 || n > 64)
-			return cm_error_set(err, CM_EINVAL,
-			                    "Failed to parse value for setting [index.number_of_replicas] "
-			                    "must be >= 0");
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "Failed to parse value for setting [index.number_of_replicas] "
+			    "must be >= 0");
 		s->number_of_replicas = (int)n;
 	} else if (strcmp(k, "max_result_window") == 0) {
 		if (!json_int(v, &n) || n < 1 || n > INT32_MAX)
-			return cm_error_set(err, CM_EINVAL,
-			                    "Failed to parse value for setting [index.max_result_window] "
-			                    "must be >= 1");
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "Failed to parse value for setting [index.max_result_window] "
+			    "must be >= 1");
 		s->max_result_window = (int)n;
 	} else if (strcmp(k, "refresh_interval") == 0) {
 		int64_t ms;
@@ -210,24 +215,26 @@ setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm
 		else
 			buf[0] = 0;
 		if (!nd_parse_time(buf, &ms))
-			return cm_error_set(err, CM_EINVAL,
-			                    "failed to parse setting [index.refresh_interval] with value [%s] "
-			                    "as a time value: unit is missing or unrecognized",
-			                    buf);
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "failed to parse setting [index.refresh_interval] with value [%s] "
+			    "as a time value: unit is missing or unrecognized",
+			    buf);
 		s->refresh_interval_ms = ms;
 		snprintf(s->refresh_interval, sizeof(s->refresh_interval), "%s", buf);
 	} else if (strcmp(k, "uuid") == 0 || strcmp(k, "creation_date") == 0 ||
 	           strcmp(k, "provided_name") == 0 || strncmp(k, "version.", 8) == 0) {
 		if (!creating)
-			return cm_error_set(err, CM_EINVAL, "final index setting [index.%s], not updateable",
-			                    k);
+			return cm_error_set(err, CM_EINVAL,
+			                    "final index setting [index.%s], not updateable", k);
 		/* private settings: ignored on create like ES ignores them on restore */
 	} else {
-		return cm_error_set(err, CM_EINVAL,
-		                    "unknown setting [index.%s] please check that any required plugins are "
-		                    "installed, or check the breaking changes documentation for removed "
-		                    "settings",
-		                    k);
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "unknown setting [index.%s] please check that any required plugins are "
+		    "installed, or check the breaking changes documentation for removed "
+		    "settings",
+		    k);
 	}
 	return CM_OK;
 }
@@ -300,7 +307,8 @@ index_persist_locked(nd_index *ix)
 	cJSON_AddNumberToObject(settings, "number_of_replicas", ix->settings.number_of_replicas);
 	cJSON_AddNumberToObject(settings, "max_result_window", ix->settings.max_result_window);
 	if (ix->settings.refresh_interval[0])
-		cJSON_AddStringToObject(settings, "refresh_interval", ix->settings.refresh_interval);
+		cJSON_AddStringToObject(settings, "refresh_interval",
+		                        ix->settings.refresh_interval);
 	cJSON_AddItemToObject(root, "settings", settings);
 	cJSON_AddItemToObject(root, "mappings", st_mapping_to_json(ix->mapping));
 	text = cJSON_PrintUnformatted(root);
@@ -437,7 +445,8 @@ registry_add(nd_node *n, nd_index *ix)
 {
 	if (n->nindices == n->capindices) {
 		n->capindices = n->capindices ? n->capindices * 2 : 16;
-		n->indices = cm_realloc(CM_MEM_NODE, n->indices, n->capindices * sizeof(nd_index *));
+		n->indices =
+		    cm_realloc(CM_MEM_NODE, n->indices, n->capindices * sizeof(nd_index *));
 	}
 	n->indices[n->nindices++] = ix;
 	qsort(n->indices, n->nindices, sizeof(nd_index *), cmp_index_name);
@@ -484,7 +493,8 @@ nd_registry_load(nd_node *n, cm_error *err)
 			return rc;
 		}
 		registry_add(n, ix);
-		cm_info("node", "loaded index [%s] (%d shards)", ix->name, ix->settings.number_of_shards);
+		cm_info("node", "loaded index [%s] (%d shards)", ix->name,
+		        ix->settings.number_of_shards);
 	}
 	closedir(d);
 	return CM_OK;
@@ -507,27 +517,30 @@ nd_index_name_check(const char *name, cm_error *err)
 	static const char bad[] = "\\/*?\"<>| ,#:";
 
 	if (len == 0)
-		return cm_error_set(err, CM_EBADNAME, "Invalid index name [%s], must not be empty", name);
+		return cm_error_set(err, CM_EBADNAME, "Invalid index name [%s], must not be empty",
+		                    name);
 	for (const char *p = name; *p; p++)
 		if (isupper((unsigned char)*p))
-			return cm_error_set(err, CM_EBADNAME, "Invalid index name [%s], must be lowercase",
-			                    name);
+			return cm_error_set(err, CM_EBADNAME,
+			                    "Invalid index name [%s], must be lowercase", name);
 	for (const char *p = name; *p; p++)
 		if (strchr(bad, *p))
-			return cm_error_set(err, CM_EBADNAME,
-			                    "Invalid index name [%s], must not contain the following "
-			                    "characters [ , \", *, \\, <, |, ,, >, /, ?]",
-			                    name);
+			return cm_error_set(
+			    err, CM_EBADNAME,
+			    "Invalid index name [%s], must not contain the following "
+			    "characters [ , \", *, \\, <, |, ,, >, /, ?]",
+			    name);
 	if (name[0] == '_' || name[0] == '-' || name[0] == '+')
 		return cm_error_set(err, CM_EBADNAME,
-		                    "Invalid index name [%s], must not start with '_', '-', or '+'", name);
-	if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-		return cm_error_set(err, CM_EBADNAME, "Invalid index name [%s], must not be '.' or '..'",
+		                    "Invalid index name [%s], must not start with '_', '-', or '+'",
 		                    name);
+	if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return cm_error_set(err, CM_EBADNAME,
+		                    "Invalid index name [%s], must not be '.' or '..'", name);
 	if (len > 255)
 		return cm_error_set(err, CM_EBADNAME,
-		                    "Invalid index name [%s], index name is too long, (%zu > 255)", name,
-		                    len);
+		                    "Invalid index name [%s], index name is too long, (%zu > 255)",
+		                    name, len);
 	return CM_OK;
 }
 
@@ -555,8 +568,8 @@ nd_index_create_as(nd_node *n, const char *name, const char *given_uuid, const c
 		{
 			if (strcmp(c->string, "settings") && strcmp(c->string, "mappings") &&
 			    strcmp(c->string, "aliases"))
-				return cm_error_set(err, CM_EPARSE, "unknown key [%s] for create index",
-				                    c->string);
+				return cm_error_set(err, CM_EPARSE,
+				                    "unknown key [%s] for create index", c->string);
 		}
 		c = cJSON_GetObjectItemCaseSensitive(body, "aliases");
 		if (c && cJSON_GetArraySize(c) > 0)
@@ -1031,7 +1044,8 @@ nd_index_shard_stats(nd_index *ix, st_shard_stats *sum)
 		sum->refreshes += s.refreshes;
 		sum->merges += s.merges;
 		sum->flushes += s.flushes;
-		if (s.max_seq_no != ST_NO_SEQ && (sum->max_seq_no == 0 || s.max_seq_no > sum->max_seq_no))
+		if (s.max_seq_no != ST_NO_SEQ &&
+		    (sum->max_seq_no == 0 || s.max_seq_no > sum->max_seq_no))
 			sum->max_seq_no = s.max_seq_no;
 		sum->primary_term = s.primary_term;
 	}
@@ -1059,8 +1073,8 @@ nd_refresh_tick(nd_node *n)
 			if (dirty) {
 				cm_err rc = nd_index_refresh(ix);
 				if (rc)
-					cm_warn("node", "scheduled refresh of [%s] failed: %s", ix->name,
-					        cm_err_msg(rc));
+					cm_warn("node", "scheduled refresh of [%s] failed: %s",
+					        ix->name, cm_err_msg(rc));
 			} else {
 				ix->last_refresh_ns = now;
 			}
@@ -1071,7 +1085,8 @@ nd_refresh_tick(nd_node *n)
 		    now - ix->last_flush_ns >= ND_FLUSH_INTERVAL_NS) {
 			cm_err rc = nd_index_flush(ix);
 			if (rc)
-				cm_warn("node", "scheduled flush of [%s] failed: %s", ix->name, cm_err_msg(rc));
+				cm_warn("node", "scheduled flush of [%s] failed: %s", ix->name,
+				        cm_err_msg(rc));
 		}
 		nd_index_release(ix);
 	}

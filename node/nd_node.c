@@ -25,15 +25,17 @@ take_lock(nd_node *n, cm_error *err)
 	snprintf(path, sizeof(path), "%s/node.lock", n->data_dir);
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
-		return cm_error_set(err, CM_EIO, "cannot open lock file %s: %s", path, strerror(errno));
+		return cm_error_set(err, CM_EIO, "cannot open lock file %s: %s", path,
+		                    strerror(errno));
 	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
 		ssize_t r = pread(fd, pid, sizeof(pid) - 1, 0);
 		pid[r > 0 ? r : 0] = 0;
 		pid[strcspn(pid, "\n")] = 0;
 		close(fd);
-		return cm_error_set(err, CM_EBUSY,
-		                    "data directory %s is in use by another shoal node (pid %s holds %s)",
-		                    n->data_dir, pid[0] ? pid : "?", path);
+		return cm_error_set(
+		    err, CM_EBUSY,
+		    "data directory %s is in use by another shoal node (pid %s holds %s)",
+		    n->data_dir, pid[0] ? pid : "?", path);
 	}
 	if (ftruncate(fd, 0) == 0) {
 		int len = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
@@ -141,8 +143,8 @@ nd_node_open(const nd_node_opts *o, nd_node **out, cm_error *err)
 		goto fail;
 	if (ncpu < 1)
 		ncpu = 1;
-	n->search_pool = cm_pool_create(o->search_threads > 0 ? o->search_threads : (int)ncpu,
-	                                "search");
+	n->search_pool =
+	    cm_pool_create(o->search_threads > 0 ? o->search_threads : (int)ncpu, "search");
 	n->merge_pool = cm_pool_create(1, "merge");
 	if ((rc = nd_registry_load(n, err)))
 		goto fail;

@@ -57,8 +57,8 @@ nd_index_visible_docs(nd_index *ix)
 
 typedef struct shard_task {
 	nd_target *target;
-	int shard;         /* within the index */
-	uint32_t ordinal;  /* across the whole request: the merger's shard number */
+	int shard;        /* within the index */
+	uint32_t ordinal; /* across the whole request: the merger's shard number */
 	const sr_request *req;
 	sr_merger *merger;
 	pthread_mutex_t *merge_lock;
@@ -144,10 +144,11 @@ nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req, nd_
 	if (atomic_fetch_add(&n->search_queued, total) + total > ND_SEARCH_QUEUE) {
 		atomic_fetch_sub(&n->search_queued, total);
 		atomic_fetch_add((_Atomic uint64_t *)&n->counters.search_rejected, 1);
-		return cm_error_set(err, CM_EBUSY,
-		                    "rejected execution of search: the search queue (capacity %d) is "
-		                    "full",
-		                    ND_SEARCH_QUEUE);
+		return cm_error_set(
+		    err, CM_EBUSY,
+		    "rejected execution of search: the search queue (capacity %d) is "
+		    "full",
+		    ND_SEARCH_QUEUE);
 	}
 	tasks = make_tasks(t, nt, &ntasks);
 	uint64_t t0 = cm_now_ns();
@@ -393,11 +394,12 @@ nd_scroll_put(nd_node *n, nd_target *t, size_t nt, char *body_json, uint32_t siz
 	if (open_count >= ND_MAX_SCROLLS) {
 		pthread_mutex_unlock(&n->scroll_lock);
 		scroll_free(s);
-		return cm_error_set(err, CM_EBUSY,
-		                    "Trying to create too many scroll contexts. Must be less than or "
-		                    "equal to: [%d]. This limit can be set by changing the "
-		                    "[search.max_open_scroll_context] setting.",
-		                    ND_MAX_SCROLLS);
+		return cm_error_set(
+		    err, CM_EBUSY,
+		    "Trying to create too many scroll contexts. Must be less than or "
+		    "equal to: [%d]. This limit can be set by changing the "
+		    "[search.max_open_scroll_context] setting.",
+		    ND_MAX_SCROLLS);
 	}
 	/* A unique, unguessable id, base64url like ES's scroll ids. */
 	snprintf(s->id, sizeof(s->id), "FGluY2x1ZGVfY29udGV4dF91dWlk%s%llu", rnd,
@@ -457,8 +459,8 @@ nd_scroll_next(nd_node *n, const char *id, int64_t keep_alive_ms, cm_buf *out, c
 	}
 	sr_request_free(&req);
 	for (size_t i = 0; i < s->ntargets; i++)
-		atomic_fetch_add((_Atomic uint64_t *)&nd_index_counters(s->targets[i].ix)->scroll_total,
-		                 1);
+		atomic_fetch_add(
+		    (_Atomic uint64_t *)&nd_index_counters(s->targets[i].ix)->scroll_total, 1);
 	pthread_mutex_lock(&n->scroll_lock);
 	s->offset += s->size;
 	s->busy = false;

@@ -15,8 +15,8 @@
 static nd_node *
 open_node(const char *dir)
 {
-	nd_node_opts o = {.data_dir = dir, .name = "t", .search_threads = 2,
-	                  .destructive_requires_name = true};
+	nd_node_opts o = {
+	    .data_dir = dir, .name = "t", .search_threads = 2, .destructive_requires_name = true};
 	nd_node *n = NULL;
 	cm_error err;
 	cm_error_clear(&err);
@@ -63,8 +63,8 @@ static void
 test_names(void)
 {
 	cm_error e;
-	const char *bad[] = {"", "UP", "_x", "-x", "+x", "a b", "a*", "a?", "a,b", "a/b", "a\\b",
-	                     "a#b", "a:b", ".", ".."};
+	const char *bad[] = {"",    "UP",  "_x",   "-x",  "+x",  "a b", "a*", "a?",
+	                     "a,b", "a/b", "a\\b", "a#b", "a:b", ".",   ".."};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		cm_error_clear(&e);
 		CHECKF(nd_index_name_check(bad[i], &e) == CM_EBADNAME, "%s", bad[i]);

@@ -54,6 +54,13 @@ rp_index *rp_state_index(const rp_state *st, const char *name);
 rp_index *rp_state_add_index(rp_state *st, const char *name, const char *uuid, int nshards,
                              int nreplicas, const int *data, int ndata);
 bool rp_state_remove_index(rp_state *st, const char *name);
+/* number_of_replicas of a live index: every shard gets min(1 + n, ndata)
+ * copies; a new copy goes to the data node with the fewest copies of any
+ * index and starts out of sync (it recovers from the primary); a copy
+ * that goes is an out-of-sync one first, never the primary. True if any
+ * routing changed. */
+bool rp_state_set_replicas(rp_state *st, const char *name, int nreplicas, const int *data,
+                           int ndata);
 void rp_index_set_text(char **field, const char *text);
 void rp_index_add_setting(rp_index *ix, const char *json);
 

@@ -153,6 +153,78 @@ rp_state_add_index(rp_state *st, const char *name, const char *uuid, int nshards
 	return ix;
 }
 
+static int
+copies_on(const rp_state *st, int node)
+{
+	int n = 0;
+	for (size_t i = 0; i < st->nindices; i++)
+		for (int s = 0; s < st->indices[i].nshards; s++)
+			for (int c = 0; c < st->indices[i].routes[s].ncopies; c++)
+				n += st->indices[i].routes[s].copies[c] == node;
+	return n;
+}
+
+static bool
+has_copy(const rp_route *ro, int node)
+{
+	for (int c = 0; c < ro->ncopies; c++)
+		if (ro->copies[c] == node)
+			return true;
+	return false;
+}
+
+bool
+rp_state_set_replicas(rp_state *st, const char *name, int nreplicas, const int *data, int ndata)
+{
+	rp_index *ix = rp_state_index(st, name);
+	bool changed = false;
+	if (!ix || nreplicas < 0)
+		return false;
+	int want = 1 + nreplicas;
+	if (want > ndata)
+		want = ndata;
+	if (want > RP_MAX_COPIES)
+		want = RP_MAX_COPIES;
+	changed = ix->nreplicas != nreplicas;
+	ix->nreplicas = nreplicas;
+	for (int s = 0; s < ix->nshards; s++) {
+		rp_route *ro = &ix->routes[s];
+		while (ro->ncopies < want) {
+			int pick = -1, best = 0;
+			for (int k = 0; k < ndata; k++) {
+				int n = data[(s + k) % ndata];
+				if (has_copy(ro, n))
+					continue;
+				int load = copies_on(st, n);
+				if (pick < 0 || load < best)
+					pick = n, best = load;
+			}
+			if (pick < 0)
+				break;
+			ro->copies[ro->ncopies++] = pick; /* out of sync: it recovers */
+			changed = true;
+		}
+		while (ro->ncopies > want && ro->ncopies > 1) {
+			int drop = -1;
+			for (int c = ro->ncopies - 1; c >= 0 && drop < 0; c--)
+				if (ro->copies[c] != ro->primary &&
+				    !((ro->in_sync >> ro->copies[c]) & 1))
+					drop = c;
+			for (int c = ro->ncopies - 1; c >= 0 && drop < 0; c--)
+				if (ro->copies[c] != ro->primary)
+					drop = c;
+			if (drop < 0)
+				break;
+			ro->in_sync &= ~(1ull << ro->copies[drop]);
+			memmove(&ro->copies[drop], &ro->copies[drop + 1],
+			        (size_t)(ro->ncopies - drop - 1) * sizeof(int));
+			ro->ncopies--;
+			changed = true;
+		}
+	}
+	return changed;
+}
+
 void
 rp_index_set_text(char **field, const char *text)
 {

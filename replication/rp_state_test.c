@@ -164,6 +164,41 @@ test_failover(void)
 }
 
 static void
+test_replicas(void)
+{
+	rp_state *st = three_shards();
+	rp_index *ix = rp_state_index(st, "logs");
+	/* 1 -> 2: a third copy per shard, out of sync, on the missing node */
+	CHECK(rp_state_set_replicas(st, "logs", 2, data, 3));
+	for (int s = 0; s < 3; s++) {
+		rp_route *ro = &ix->routes[s];
+		CHECK(ro->ncopies == 3);
+		CHECK(ro->copies[2] == (s + 2) % 3);
+		CHECK(!((ro->in_sync >> ro->copies[2]) & 1));
+		CHECK(ro->primary == s);
+	}
+	CHECK(!rp_state_set_replicas(st, "logs", 2, data, 3));
+	/* more than the data nodes: capped */
+	CHECK(rp_state_set_replicas(st, "logs", 5, data, 3));
+	CHECK(ix->routes[0].ncopies == 3 && ix->nreplicas == 5);
+	/* 2 -> 1: the out-of-sync copy goes first */
+	CHECK(rp_state_set_replicas(st, "logs", 1, data, 3));
+	for (int s = 0; s < 3; s++) {
+		rp_route *ro = &ix->routes[s];
+		CHECK(ro->ncopies == 2 && ro->copies[0] == s && ro->copies[1] == (s + 1) % 3);
+		CHECK(ro->in_sync == ((1ull << s) | (1ull << ((s + 1) % 3))));
+	}
+	/* -> 0: only the primary stays, even when it is not copy 0 */
+	ix->routes[1].primary = 2;
+	CHECK(rp_state_set_replicas(st, "logs", 0, data, 3));
+	CHECK(ix->routes[1].ncopies == 1 && ix->routes[1].copies[0] == 2);
+	CHECK(ix->routes[1].in_sync == (1ull << 2));
+	CHECK(!rp_state_set_replicas(st, "nope", 1, data, 3));
+	CHECK(!rp_state_set_replicas(st, "logs", -1, data, 3));
+	rp_state_free(st);
+}
+
+static void
 test_wire(void)
 {
 	rp_state *st = three_shards();
@@ -221,6 +256,7 @@ main(void)
 	test_failed_started();
 	test_join();
 	test_failover();
+	test_replicas();
 	test_wire();
 	CHECK(cm_mem_used(CM_MEM_REPLICATION) == 0);
 	return check_report("rp_state_test");
