@@ -47,7 +47,7 @@ static ProtobufCAllocator pb_mem = {pb_alloc, pb_free, NULL};
 #define PACK(kind, m, out)                                                                         \
 	do {                                                                                       \
 		size_t n_ = shoal__##kind##__get_packed_size(m);                                   \
-		cm_buf_reserve(out, n_);                                                           \
+		cm_buf_reserve(out, n_ + 1);                                                       \
 		shoal__##kind##__pack(m, (out)->data + (out)->len);                                \
 		(out)->len += n_;                                                                  \
 	} while (0)
@@ -273,7 +273,7 @@ serve_file(rp *r, const Shoal__RecFileChunk *m, cm_error *err, cm_buf *body)
 		             m->name);
 		return;
 	}
-	cm_buf_reserve(body, m->length);
+	cm_buf_reserve(body, m->length + 1);
 	size_t got = 0;
 	if (fseeko(f, (off_t)m->offset, SEEK_SET) == 0)
 		got = fread(body->data + body->len, 1, m->length, f);

@@ -333,7 +333,7 @@ rp_state_encode(const rp_state *st, const char *const *names, int nn, cm_buf *ou
 	m.n_joined = nboot;
 	m.joined = bootp;
 	size_t len = shoal__cluster_state__get_packed_size(&m);
-	cm_buf_reserve(out, len);
+	cm_buf_reserve(out, len + 1); /* never NULL + 0 */
 	shoal__cluster_state__pack(&m, (uint8_t *)out->data + out->len);
 	out->len += len;
 	cm_free(MEM, ixs);
@@ -434,7 +434,7 @@ rp_event_encode(const rp_event *ev, const char *const *names, cm_buf *out)
 	m.reason = (char *)(uintptr_t)(ev->reason ? ev->reason : "");
 	m.boot = ev->boot;
 	size_t len = shoal__shard_event__get_packed_size(&m);
-	cm_buf_reserve(out, len);
+	cm_buf_reserve(out, len + 1); /* never NULL + 0 */
 	shoal__shard_event__pack(&m, (uint8_t *)out->data + out->len);
 	out->len += len;
 }
