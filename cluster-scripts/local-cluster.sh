@@ -10,15 +10,27 @@
 #   cluster-scripts/local-cluster.sh restart NODE  start it again (after kill)
 # Node i listens on HTTP 9200+i-1 and transport 9300+i-1; data, pid and log
 # of each live in ./data/node-i, the cluster file is ./data/cluster.json.
-# Environment: SHOAL_BASE_PORT (default 9200), SHOAL_BUILD_DIR (default build),
-# SHOAL_DATA_DIR (default ./data).
+# Environment: SHOAL_BASE_PORT (default 9200; transport ports are 100 higher),
+# SHOAL_BUILD_DIR (default build, relative to the repository or absolute),
+# SHOAL_BIN (a directory holding an already built shoal: used as is, never
+# rebuilt), SHOAL_DATA_DIR (default ./data), SHOAL_NODE_ARGS (extra arguments
+# for every node, e.g. "-E cluster.primary_failover_timeout=3s").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BASE=${SHOAL_BASE_PORT:-9200}
 TBASE=$((BASE + 100))
 BUILD_DIR=${SHOAL_BUILD_DIR:-build}
-BIN="$ROOT/$BUILD_DIR/bin/shoal"
+case "$BUILD_DIR" in
+/*) ;;
+*) BUILD_DIR="$ROOT/$BUILD_DIR" ;;
+esac
+if [ -n "${SHOAL_BIN:-}" ]; then
+	BIN="$SHOAL_BIN/shoal"
+else
+	BIN="$BUILD_DIR/bin/shoal"
+fi
+read -r -a NODE_ARGS <<<"${SHOAL_NODE_ARGS:-}"
 DATA_ROOT=${SHOAL_DATA_DIR:-"$ROOT/data"}
 CFILE="$DATA_ROOT/cluster.json"
 SAMPLE="$ROOT/cluster-scripts/sample/accounts-es.ndjson"
@@ -77,7 +89,8 @@ start_node() {
 		say "$name already running (pid $pid)"
 		return 0
 	fi
-	nohup "$BIN" --cluster "$CFILE" --name "$name" --data "$dir" >>"$dir/shoal.log" 2>&1 &
+	nohup "$BIN" --cluster "$CFILE" --name "$name" --data "$dir" ${NODE_ARGS[@]+"${NODE_ARGS[@]}"} \
+		>>"$dir/shoal.log" 2>&1 &
 	echo $! >"$(pidfile "$name")"
 	say "started $name (pid $!) on $(node_url "$name"), log $dir/shoal.log"
 }
@@ -96,20 +109,29 @@ wait_up() {
 	die "$name did not answer on $url within 30 s"
 }
 
+# Fails unless the cluster is green with every node within 30 s.
 wait_green() {
-	local n want
+	local n want body
 	want=$(cluster_nodes | wc -l)
 	say "waiting for the cluster to turn green ($want nodes) ..."
-	n=$(http "$URL/_cluster/health?wait_for_status=green&wait_for_nodes=$want&timeout=30s" |
-		python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["status"], r["number_of_nodes"])')
+	body=$(http "$URL/_cluster/health?wait_for_status=green&wait_for_nodes=$want&timeout=30s") ||
+		die "no health answer from $URL"
+	n=$(printf '%s' "$body" |
+		python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["status"], r["number_of_nodes"])') ||
+		die "bad health answer from $URL: ${body:0:300}"
 	say "cluster health: $n nodes"
+	[ "$n" = "green $want" ] || die "the cluster is not green with $want nodes after 30 s ($n)"
 }
 
 build() {
+	if [ -n "${SHOAL_BIN:-}" ]; then
+		[ -x "$BIN" ] || die "SHOAL_BIN=$SHOAL_BIN holds no executable shoal"
+		return 0
+	fi
 	if [ ! -x "$BIN" ]; then
 		say "building Shoal into $BUILD_DIR/ (first run) ..."
-		cmake -S "$ROOT" -B "$ROOT/$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-		cmake --build "$ROOT/$BUILD_DIR" -j"$(nproc)" --target shoal >/dev/null ||
+		cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+		cmake --build "$BUILD_DIR" -j"$(nproc)" --target shoal >/dev/null ||
 			die "build failed: run cmake --build $BUILD_DIR to see why"
 	fi
 }
@@ -126,7 +148,8 @@ load_accounts() {
 		say "index [accounts] already holds $total documents"
 		return 0
 	fi
-	if curl -s -o /dev/null -w '%{http_code}' -I "$URL/accounts" | grep -q 200; then
+	# (no `| grep -q`: under pipefail its early exit can fail the pipeline)
+	if [ "$(curl -s -o /dev/null -w '%{http_code}' -I "$URL/accounts" || true)" = 200 ]; then
 		http -X DELETE "$URL/accounts" >/dev/null
 	fi
 	http -X PUT "$URL/accounts" -H 'Content-Type: application/json' \
@@ -289,9 +312,12 @@ kill_node() {
 }
 
 restart_node() {
-	local name=${1:-}
+	local name=${1:-} nodes
 	[ -n "$name" ] || die "restart wants a node name ($(cluster_nodes | tr '\n' ' '))"
-	cluster_nodes | grep -qx "$name" || die "no node $name in $CFILE"
+	# The whole list first: `cluster_nodes | grep -qx` failed at random under
+	# pipefail (grep -q exits at the first match, python3 dies of SIGPIPE).
+	nodes=$(cluster_nodes)
+	[[ $'\n'"$nodes"$'\n' == *$'\n'"$name"$'\n'* ]] || die "no node $name in $CFILE"
 	build
 	stop_node "$name"
 	start_node "$name"

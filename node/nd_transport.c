@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
@@ -252,6 +253,110 @@ envelope_msg(const opts_copy *o, uint32_t type, uint64_t deadline_ns, const void
 	return m;
 }
 
+/* ---- closing a socket at shutdown ---- */
+
+/* nng 1.5.2 can hang in nng_close for ever. When a pipe is closed while
+ * its TCP transport is between reading a message's length and reading its
+ * body (tcptran_pipe_recv_cb), the body read is started on an aio that the
+ * close has just stopped; the start is refused without a callback, so the
+ * protocol's receive (rep0/req0 aio_recv) never completes, the reaper
+ * thread waits for it in pipe_stop for ever, and nng_close waits for that
+ * pipe to be reaped. The reaper is shared, so every later close waits too.
+ * Peers send requests until they see us go, so a SIGTERM under load hits
+ * this now and then. A close that has not finished by its deadline is left
+ * to the process exit: the caller must then keep everything nng callbacks
+ * can touch (left_to_exit). */
+#define CLOSE_WAIT_NS (2000ull * 1000000ull)
+#define CLOSE_WAIT_AFTER_HANG_NS (100ull * 1000000ull)
+
+typedef struct closer {
+	nng_socket sock;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+	bool abandoned; /* the waiter gave up: the thread frees the closer */
+} closer;
+
+static atomic_bool close_hung; /* a close was left behind: later ones will hang too */
+static pthread_mutex_t left_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *left[64]; /* kept reachable for the process exit (and leak checkers) */
+static int nleft;
+
+static void
+left_to_exit(void *obj)
+{
+	pthread_mutex_lock(&left_mu);
+	if (nleft < (int)(sizeof(left) / sizeof(left[0])))
+		left[nleft++] = obj;
+	pthread_mutex_unlock(&left_mu);
+}
+
+static void
+closer_free(closer *c)
+{
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cv);
+	cm_free(T, c);
+}
+
+static void *
+closer_main(void *arg)
+{
+	closer *c = arg;
+	nng_close(c->sock);
+	pthread_mutex_lock(&c->mu);
+	c->done = true;
+	bool abandoned = c->abandoned;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	if (abandoned)
+		closer_free(c);
+	return NULL;
+}
+
+/* nng_close(sock), waiting for it until deadline_ns (cm_now_ns) at most;
+ * returns false when it was left running. */
+static bool
+close_bounded(nng_socket sock, uint64_t deadline_ns)
+{
+	closer *c = cm_calloc(T, 1, sizeof(*c));
+	pthread_condattr_t ca;
+	pthread_t th;
+	bool done;
+
+	c->sock = sock;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (pthread_create(&th, NULL, closer_main, c) != 0) {
+		closer_free(c);
+		nng_close(sock);
+		return true;
+	}
+	pthread_detach(th);
+	struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000ull),
+	                      .tv_nsec = (long)(deadline_ns % 1000000000ull)};
+	pthread_mutex_lock(&c->mu);
+	while (!c->done && cm_now_ns() < deadline_ns)
+		pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+	done = c->done;
+	c->abandoned = !done;
+	pthread_mutex_unlock(&c->mu);
+	if (done)
+		closer_free(c);
+	else
+		atomic_store(&close_hung, true);
+	return done;
+}
+
+static uint64_t
+close_deadline(void)
+{
+	return cm_now_ns() + (atomic_load(&close_hung) ? CLOSE_WAIT_AFTER_HANG_NS : CLOSE_WAIT_NS);
+}
+
 /* ---- server ---- */
 
 enum { SRV_RECV, SRV_WORK, SRV_SEND };
@@ -480,7 +585,15 @@ nd_server_stop(nd_server *s)
 	pthread_mutex_unlock(&s->mu);
 	if (s->tls_tick)
 		nng_aio_free(s->tls_tick); /* cancels the timer, waits for its callback */
-	nng_close(s->sock);
+	if (!close_bounded(s->sock, close_deadline())) {
+		/* srv_cb may still run on s and its contexts: keep them */
+		cm_warn("transport",
+		        "transport server on %s did not close within its deadline (nng pipe "
+		        "teardown); leaving it to the process exit",
+		        s->url);
+		left_to_exit(s);
+		return;
+	}
 	for (int i = 0; i < s->nctx; i++) {
 		nng_aio_free(s->ctxs[i].aio); /* waits for a callback in progress */
 		nng_ctx_close(s->ctxs[i].ctx);
@@ -695,14 +808,28 @@ nd_peer_close(nd_peer *p)
 	 * dialer first and let that task run out before closing the socket. */
 	nng_dialer_close(p->dialer);
 	nng_msleep(50);
-	nng_close(p->sock); /* in-flight calls complete with an error */
+	uint64_t deadline = close_deadline();
+	bool closed = close_bounded(p->sock, deadline); /* in-flight calls complete with an error */
 	for (;;) {
 		pthread_mutex_lock(&p->mu);
 		bool empty = p->inflight == NULL;
 		pthread_mutex_unlock(&p->mu);
 		if (empty)
 			break;
+		if (cm_now_ns() >= deadline) {
+			closed = false;
+			break;
+		}
 		nng_msleep(1);
+	}
+	if (!closed) {
+		/* pipe events and call callbacks may still run on p: keep it */
+		cm_warn("transport",
+		        "connection to %s did not close within its deadline (nng pipe "
+		        "teardown); leaving it to the process exit",
+		        p->url);
+		left_to_exit(p);
+		return;
 	}
 	pthread_mutex_destroy(&p->mu);
 	opts_free(&p->o);
@@ -787,6 +914,17 @@ nd_peer_call(nd_peer *p, uint32_t type, const void *payload, size_t len, uint64_
 		return;
 	}
 	pthread_mutex_lock(&p->mu);
+	if (p->aborted) {
+		/* nd_peer_abort ran since the check above: it cannot cancel a call
+		 * it does not see, which would then wait for its deadline */
+		pthread_mutex_unlock(&p->mu);
+		nng_msg_free(m);
+		nng_aio_free(c->aio);
+		nng_ctx_close(c->ctx);
+		cm_free(T, c);
+		cb(arg, CM_EUNAVAIL, 0, NULL, 0);
+		return;
+	}
 	c->next = p->inflight;
 	if (p->inflight)
 		p->inflight->prev = c;

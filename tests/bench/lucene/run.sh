@@ -10,8 +10,9 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 JARS=/usr/share/java
 CP=""
 for j in lucene-core lucene-analyzers-common; do
-  f=$(ls "$JARS/$j"-8*.jar 2>/dev/null | head -1)
-  [ -n "$f" ] || { echo "lucene/run.sh: $JARS/$j-8*.jar missing: apt-get install liblucene8-java" >&2; exit 2; }
+  jars=("$JARS/$j"-8*.jar) # a glob, not `ls | head -1` (SIGPIPE under pipefail)
+  f=${jars[0]}
+  [ -e "$f" ] || { echo "lucene/run.sh: $JARS/$j-8*.jar missing: apt-get install liblucene8-java" >&2; exit 2; }
   CP="$CP${CP:+:}$f"
 done
 command -v javac >/dev/null || { echo "lucene/run.sh: javac missing (a JDK >= 11)" >&2; exit 2; }
