@@ -27,4 +27,10 @@ cm_err co_server_start(nd_node *n, const co_opts *o, co_server **out, cm_error *
 /* Stops accepting, finishes in-flight requests, frees the server. */
 void co_server_stop(co_server *s);
 
+/* This node's _nodes entry (kind "info") or _nodes/stats entry ("stats");
+ * node is the nd_node. main registers it with nd_cluster_set_info so every
+ * node of a cluster answers for itself. */
+typedef struct cJSON cJSON;
+cJSON *co_node_entry(void *node, const char *kind);
+
 #endif

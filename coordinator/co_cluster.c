@@ -305,8 +305,72 @@ co_cluster_cat(co_req *r, const char *what)
 		return true;
 	}
 	if (!cl || !what ||
-	    (strcmp(what, "nodes") && strcmp(what, "shards") && strcmp(what, "count")))
+	    (strcmp(what, "nodes") && strcmp(what, "shards") && strcmp(what, "count") &&
+	     strcmp(what, "health") && strcmp(what, "indices")))
 		return false;
+	if (strcmp(what, "health") == 0) {
+		/* the cluster's health, as _cluster/health has it */
+		static const char *const cols[] = {"epoch",
+		                                   "timestamp",
+		                                   "cluster",
+		                                   "status",
+		                                   "node.total",
+		                                   "node.data",
+		                                   "shards",
+		                                   "pri",
+		                                   "relo",
+		                                   "init",
+		                                   "unassign",
+		                                   "pending_tasks",
+		                                   "max_task_wait_time",
+		                                   "active_shards_percent"};
+		cm_buf h;
+		cm_buf_init(&h, MEM);
+		nd_cluster_health(cl, &h);
+		cJSON *j = cJSON_ParseWithLength((const char *)h.data, h.len);
+		cm_buf_free(&h);
+		int64_t now = cm_wall_ms();
+		time_t secs = (time_t)(now / 1000);
+		struct tm tm;
+		char ts[16];
+		gmtime_r(&secs, &tm);
+		strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
+#define HN(k)                                                                                      \
+	(cJSON_GetObjectItemCaseSensitive(j, k)                                                    \
+	     ? cJSON_GetObjectItemCaseSensitive(j, k)->valuedouble                                 \
+	     : 0)
+		const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
+		const cJSON *cn = cJSON_GetObjectItemCaseSensitive(j, "cluster_name");
+		cm_buf_printf(
+		    &rows, "%lld %s %s %s %.0f %.0f %.0f %.0f %.0f %.0f %.0f 0 - %.1f%%\n",
+		    (long long)(now / 1000), ts, cJSON_IsString(cn) ? cn->valuestring : "",
+		    cJSON_IsString(st) ? st->valuestring : "red", HN("number_of_nodes"),
+		    HN("number_of_data_nodes"), HN("active_shards"), HN("active_primary_shards"),
+		    HN("relocating_shards"), HN("initializing_shards"), HN("unassigned_shards"),
+		    HN("active_shards_percent_as_number"));
+#undef HN
+		cJSON_Delete(j);
+		cat_reply(r, cols, 14, &rows);
+		cm_buf_free(&rows);
+		return true;
+	}
+	if (strcmp(what, "indices") == 0) {
+		static const char *const cols[] = {
+		    "health", "status",     "index",        "uuid",       "pri",
+		    "rep",    "docs.count", "docs.deleted", "store.size", "pri.store.size"};
+		nd_index **ixs;
+		size_t n;
+		const char *expr = co_seg(r, 2);
+		if (!co_resolve(r, expr ? expr : "_all", &ixs, &n)) {
+			cm_buf_free(&rows);
+			return true;
+		}
+		nd_cluster_cat_indices(cl, ixs, n, &rows);
+		co_release_all(ixs, n);
+		cat_reply(r, cols, 10, &rows);
+		cm_buf_free(&rows);
+		return true;
+	}
 	if (strcmp(what, "count") == 0) {
 		/* The total over one copy of every shard, as _count. */
 		nd_index **ixs;

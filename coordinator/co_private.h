@@ -117,6 +117,7 @@ void co_h_cat_help(co_req *r);
 void co_h_cat(co_req *r);
 void co_h_nodes_stats(co_req *r);
 void co_h_nodes(co_req *r);
+
 void co_h_prometheus(co_req *r);
 void co_h_index_put(co_req *r);
 void co_h_index_delete(co_req *r);

@@ -186,19 +186,31 @@ co_h_cluster_state(co_req *r)
 	cJSON *j = cJSON_CreateObject(), *meta, *ind, *nodes, *me;
 	char addr[64];
 
+	nd_cluster *cl = nd_cluster_of(r->node);
+	cJSON *cs = cl ? nd_cluster_state_json(cl) : NULL;
 	nd_index_list(r->node, &ixs, &n);
 	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
 	cJSON_AddStringToObject(j, "cluster_uuid", nd_cluster_uuid(r->node));
-	cJSON_AddNumberToObject(j, "version", 1);
-	cJSON_AddStringToObject(j, "state_uuid", nd_cluster_uuid(r->node));
-	cJSON_AddStringToObject(j, "master_node", nd_node_id(r->node));
-	nodes = cJSON_AddObjectToObject(j, "nodes");
-	me = cJSON_AddObjectToObject(nodes, nd_node_id(r->node));
-	cJSON_AddStringToObject(me, "name", nd_node_name(r->node));
-	cJSON_AddStringToObject(me, "ephemeral_id", nd_node_id(r->node));
-	snprintf(addr, sizeof(addr), "127.0.0.1:9300");
-	cJSON_AddStringToObject(me, "transport_address", addr);
-	cJSON_AddObjectToObject(me, "attributes");
+	if (cs) {
+		/* the cluster's: state version, master, live nodes, routing */
+		cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(cs, "version");
+		cJSON_AddItemToObject(j, "version", v);
+		cJSON_AddStringToObject(j, "state_uuid", nd_cluster_uuid(r->node));
+		cJSON_AddItemToObject(j, "master_node",
+		                      cJSON_DetachItemFromObjectCaseSensitive(cs, "master_node"));
+		cJSON_AddItemToObject(j, "nodes", cJSON_DetachItemFromObjectCaseSensitive(cs, "nodes"));
+	} else {
+		cJSON_AddNumberToObject(j, "version", 1);
+		cJSON_AddStringToObject(j, "state_uuid", nd_cluster_uuid(r->node));
+		cJSON_AddStringToObject(j, "master_node", nd_node_id(r->node));
+		nodes = cJSON_AddObjectToObject(j, "nodes");
+		me = cJSON_AddObjectToObject(nodes, nd_node_id(r->node));
+		cJSON_AddStringToObject(me, "name", nd_node_name(r->node));
+		cJSON_AddStringToObject(me, "ephemeral_id", nd_node_id(r->node));
+		snprintf(addr, sizeof(addr), "127.0.0.1:9300");
+		cJSON_AddStringToObject(me, "transport_address", addr);
+		cJSON_AddObjectToObject(me, "attributes");
+	}
 	meta = cJSON_AddObjectToObject(j, "metadata");
 	cJSON_AddStringToObject(meta, "cluster_uuid", nd_cluster_uuid(r->node));
 	ind = cJSON_AddObjectToObject(meta, "indices");
@@ -210,6 +222,11 @@ co_h_cluster_state(co_req *r)
 		cJSON_AddItemToObject(o, "aliases", cJSON_CreateArray());
 	}
 	co_release_all(ixs, n);
+	if (cs) {
+		cJSON_AddItemToObject(j, "routing_table",
+		                      cJSON_DetachItemFromObjectCaseSensitive(cs, "routing_table"));
+		cJSON_Delete(cs);
+	}
 	co_reply_json(r, 200, j);
 }
 
@@ -712,29 +729,23 @@ rss_bytes(void)
 	return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
-void
-co_h_nodes_stats(co_req *r)
+/* This node's _nodes/stats entry. */
+static cJSON *
+node_stats_entry(nd_node *node)
 {
 	nd_index **ixs;
 	size_t n;
 	agg_stats all;
-	cJSON *j = cJSON_CreateObject(), *nodes, *me, *o, *mem;
-	nd_node_counters *nc = nd_counters(r->node);
+	cJSON *me = cJSON_CreateObject(), *o, *mem;
+	nd_node_counters *nc = nd_counters(node);
 
-	nd_index_list(r->node, &ixs, &n);
+	nd_index_list(node, &ixs, &n);
 	memset(&all, 0, sizeof(all));
 	for (size_t i = 0; i < n; i++)
 		collect_stats(ixs[i], &all);
 	co_release_all(ixs, n);
-	o = cJSON_AddObjectToObject(j, "_nodes");
-	cJSON_AddNumberToObject(o, "total", 1);
-	cJSON_AddNumberToObject(o, "successful", 1);
-	cJSON_AddNumberToObject(o, "failed", 0);
-	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
-	nodes = cJSON_AddObjectToObject(j, "nodes");
-	me = cJSON_AddObjectToObject(nodes, nd_node_id(r->node));
 	cJSON_AddNumberToObject(me, "timestamp", (double)cm_wall_ms());
-	cJSON_AddStringToObject(me, "name", nd_node_name(r->node));
+	cJSON_AddStringToObject(me, "name", nd_node_name(node));
 	cJSON_AddStringToObject(me, "transport_address", "127.0.0.1:9300");
 	cJSON_AddStringToObject(me, "host", "127.0.0.1");
 	cJSON_AddStringToObject(me, "ip", "127.0.0.1:9300");
@@ -768,21 +779,15 @@ co_h_nodes_stats(co_req *r)
 	o = cJSON_AddObjectToObject(me, "thread_pool");
 	cJSON *sp = cJSON_AddObjectToObject(o, "search");
 	cJSON_AddNumberToObject(sp, "rejected", (double)ld(&nc->search_rejected));
-	co_reply_json(r, 200, j);
+	return me;
 }
 
-void
-co_h_nodes(co_req *r)
+/* This node's _nodes entry. */
+static cJSON *
+node_info_entry(nd_node *node)
 {
-	cJSON *j = cJSON_CreateObject(), *o, *nodes, *me;
-	o = cJSON_AddObjectToObject(j, "_nodes");
-	cJSON_AddNumberToObject(o, "total", 1);
-	cJSON_AddNumberToObject(o, "successful", 1);
-	cJSON_AddNumberToObject(o, "failed", 0);
-	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
-	nodes = cJSON_AddObjectToObject(j, "nodes");
-	me = cJSON_AddObjectToObject(nodes, nd_node_id(r->node));
-	cJSON_AddStringToObject(me, "name", nd_node_name(r->node));
+	cJSON *me = cJSON_CreateObject(), *o;
+	cJSON_AddStringToObject(me, "name", nd_node_name(node));
 	cJSON_AddStringToObject(me, "transport_address", "127.0.0.1:9300");
 	cJSON_AddStringToObject(me, "host", "127.0.0.1");
 	cJSON_AddStringToObject(me, "ip", "127.0.0.1");
@@ -794,8 +799,50 @@ co_h_nodes(co_req *r)
 	cJSON_AddItemToArray(o, cJSON_CreateString("ingest"));
 	cJSON_AddItemToArray(o, cJSON_CreateString("master"));
 	o = cJSON_AddObjectToObject(me, "http");
-	cJSON_AddStringToObject(o, "publish_address", "127.0.0.1:9200");
+	nd_cluster *cl = nd_cluster_of(node);
+	cJSON_AddStringToObject(o, "publish_address", cl ? nd_cluster_http(cl) : "127.0.0.1:9200");
+	return me;
+}
+
+cJSON *
+co_node_entry(void *node, const char *kind)
+{
+	return strcmp(kind, "stats") == 0 ? node_stats_entry(node) : node_info_entry(node);
+}
+
+/* _nodes and _nodes/stats: every node of a cluster (each asked, bounded),
+ * the nodes that did not answer counted in _nodes.failed. */
+static void
+nodes_reply(co_req *r, const char *kind)
+{
+	cJSON *j = cJSON_CreateObject(), *o, *nodes;
+	nd_cluster *cl = nd_cluster_of(r->node);
+	int total = 1, failed = 0;
+	if (cl) {
+		nodes = nd_cluster_nodes_info(cl, kind, &total, &failed);
+	} else {
+		nodes = cJSON_CreateObject();
+		cJSON_AddItemToObject(nodes, nd_node_id(r->node), co_node_entry(r->node, kind));
+	}
+	o = cJSON_AddObjectToObject(j, "_nodes");
+	cJSON_AddNumberToObject(o, "total", total);
+	cJSON_AddNumberToObject(o, "successful", total - failed);
+	cJSON_AddNumberToObject(o, "failed", failed);
+	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
+	cJSON_AddItemToObject(j, "nodes", nodes);
 	co_reply_json(r, 200, j);
+}
+
+void
+co_h_nodes_stats(co_req *r)
+{
+	nodes_reply(r, "stats");
+}
+
+void
+co_h_nodes(co_req *r)
+{
+	nodes_reply(r, "info");
 }
 
 void

@@ -276,6 +276,8 @@ main(int argc, char **argv)
 		co_auth_close(auth);
 		return 1;
 	}
+	if (cl)
+		nd_cluster_set_info(cl, co_node_entry, node);
 	if (cl && nd_cluster_start(cl, node, &err)) {
 		fprintf(stderr, "shoal: %s\n", err.reason[0] ? err.reason : cm_err_msg(err.code));
 		nd_cluster_stop(cl);

@@ -98,5 +98,18 @@ void nd_cluster_health(nd_cluster *cl, cm_buf *out);
 /* _cat/nodes and _cat/shards rows, tab separated, with a header line. */
 void nd_cluster_cat_nodes(nd_cluster *cl, cm_buf *out);
 void nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out);
+/* _cat/indices rows over the cluster (health from the routing, docs and
+ * sizes gathered from the nodes holding the copies): health status index
+ * uuid pri rep docs.count docs.deleted store.size pri.store.size. */
+void nd_cluster_cat_indices(nd_cluster *cl, nd_index **ixs, size_t n, cm_buf *out);
+/* The coordinator's upcall for this node's own _nodes entry: kind is
+ * "info" (_nodes) or "stats" (_nodes/stats); returns a cJSON object. */
+typedef struct cJSON cJSON;
+void nd_cluster_set_info(nd_cluster *cl, cJSON *(*fn)(void *arg, const char *kind), void *arg);
+/* {name: entry} of every node that answered (bounded per node); *failed
+ * counts those that did not. */
+cJSON *nd_cluster_nodes_info(nd_cluster *cl, const char *kind, int *total, int *failed);
+/* version, master_node, nodes and routing_table of the cluster state. */
+cJSON *nd_cluster_state_json(nd_cluster *cl);
 
 #endif

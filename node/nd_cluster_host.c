@@ -159,6 +159,11 @@ cl_host_adopted(nd_cluster *cl)
 {
 	for (int i = 0; i < cl->nn; i++)
 		atomic_store(&cl->nodes[i].boot_joined, cl->state->joined[i]);
+	/* The state shows this process taken in: joined, even before the
+	 * master's answer to our join arrives. */
+	uint64_t boot = atomic_load(&cl->nodes[cl->self].boot);
+	if (boot && cl->state->joined[cl->self] == boot)
+		rp_set_joined(cl->rp, true);
 	rp_set_state(cl->rp, cl->state);
 }
 

@@ -71,6 +71,8 @@ struct nd_cluster {
 	pthread_cond_t stop_cv;
 	bool stopping;
 	rp *rp; /* replication (replication/rp.h) */
+	cJSON *(*info)(void *arg, const char *kind); /* this node\'s _nodes entry */
+	void *info_arg;
 };
 
 nd_cluster *cl_current(void);

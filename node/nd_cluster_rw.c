@@ -899,6 +899,37 @@ local_get(nd_index *ix, int shard, const char *id, st_doc_meta *meta, cm_buf *sr
 	return st_shard_get(nd_index_shard(ix, shard), id, strlen(id), meta, src);
 }
 
+static void gather_stats(nd_cluster *cl, cJSON **stats);
+
+/* docs and store bytes of every local copy:
+ * {"index":[docs per shard], "index/bytes":[..], "index/deleted":[..]}. */
+static cJSON *
+local_stats(nd_cluster *cl)
+{
+	nd_index **all;
+	size_t nall;
+	cJSON *r = cJSON_CreateObject();
+	nd_index_list(cl->node, &all, &nall);
+	for (size_t i = 0; i < nall; i++) {
+		char key[300];
+		cJSON *a = cJSON_AddArrayToObject(r, nd_index_name(all[i]));
+		snprintf(key, sizeof(key), "%s/bytes", nd_index_name(all[i]));
+		cJSON *b = cJSON_AddArrayToObject(r, key);
+		snprintf(key, sizeof(key), "%s/deleted", nd_index_name(all[i]));
+		cJSON *d = cJSON_AddArrayToObject(r, key);
+		for (int s = 0; s < nd_index_nshards(all[i]); s++) {
+			st_shard_stats st;
+			st_shard_stats_get(nd_index_shard(all[i], s), &st);
+			cJSON_AddItemToArray(a, cJSON_CreateNumber((double)st.docs));
+			cJSON_AddItemToArray(b, cJSON_CreateNumber((double)st.store_bytes));
+			cJSON_AddItemToArray(d, cJSON_CreateNumber((double)st.deleted_docs));
+		}
+		nd_index_release(all[i]);
+	}
+	cm_free(MEM, all);
+	return r;
+}
+
 void
 cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *body, size_t len,
             cm_error *err, char **out)
@@ -908,21 +939,24 @@ cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *b
 
 	*out = NULL;
 	if (strcmp(action, "rw_stats") == 0) {
-		/* docs of every local copy: {"index":[docs per shard or -1]} */
-		nd_index **all;
-		size_t nall;
+		r = local_stats(cl);
+	} else if (strcmp(action, "rw_recovery") == 0) {
+		cm_buf rows;
+		cm_buf_init(&rows, MEM);
+		rp_cat_recovery(cl->rp, &rows);
+		cm_buf_put_u8(&rows, 0);
 		r = cJSON_CreateObject();
-		nd_index_list(cl->node, &all, &nall);
-		for (size_t i = 0; i < nall; i++) {
-			cJSON *a = cJSON_AddArrayToObject(r, nd_index_name(all[i]));
-			for (int s = 0; s < nd_index_nshards(all[i]); s++) {
-				st_shard_stats st;
-				st_shard_stats_get(nd_index_shard(all[i], s), &st);
-				cJSON_AddItemToArray(a, cJSON_CreateNumber((double)st.docs));
-			}
-			nd_index_release(all[i]);
+		cJSON_AddStringToObject(r, "rows", (const char *)rows.data);
+		cm_buf_free(&rows);
+	} else if (strcmp(action, "rw_node") == 0) {
+		const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "kind");
+		r = cl->info ? cl->info(cl->info_arg, cJSON_IsString(k) ? k->valuestring : "info")
+		             : NULL;
+		if (!r) {
+			cm_error_set(err, CM_EINVAL, "node [%s] has no node information",
+			             cl->nodes[cl->self].name);
+			goto done;
 		}
-		cm_free(MEM, all);
 	} else if (strcmp(action, "rw_get") == 0 && ix && j) {
 		const cJSON *idv = cJSON_GetObjectItemCaseSensitive(j, "id");
 		const cJSON *sv = cJSON_GetObjectItemCaseSensitive(j, "shard");
@@ -979,8 +1013,11 @@ remote_rw(nd_cluster *cl, int node, const char *action, const char *index, const
 	cm_buf_init(&rep, MEM);
 	pr_admin_encode(action, index, body, body ? strlen(body) : 0, &req);
 	uint64_t t0 = cm_now_ns();
+	/* a node held unreachable may be back already (its pings lag): asked
+	 * too, with a short deadline */
 	rc = nd_peer_call_sync(cl->nodes[node].peer, PR_ADMIN, req.data, req.len,
-	                       t0 + 5000000000ull, &type, &rep);
+	                       t0 + (cl_alive(cl, node) ? 5000000000ull : 300000000ull), &type,
+	                       &rep);
 	if (rc) {
 		if (rc == CM_EUNAVAIL)
 			cl_mark(cl, node, false, 0);
@@ -1173,13 +1210,7 @@ nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
 	nd_index **all;
 	size_t nall;
 
-	for (int i = 0; i < cl->nn; i++) {
-		cm_error e;
-		cm_error_clear(&e);
-		if (!cl->nodes[i].data || i == cl->self || !cl_alive(cl, i))
-			continue;
-		remote_rw(cl, i, "rw_stats", "", "{}", &stats[i], &e);
-	}
+	gather_stats(cl, stats);
 	nd_index_list(cl->node, &all, &nall);
 	for (size_t x = 0; x < nall; x++) {
 		const char *name = nd_index_name(all[x]);
@@ -1282,5 +1313,217 @@ nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *
 void
 nd_cluster_cat_recovery(nd_cluster *cl, cm_buf *out)
 {
-	rp_cat_recovery(cl->rp, out);
+	/* every node's recoveries (each node lists those it ran as target) */
+	for (int i = 0; i < cl->nn; i++) {
+		cm_error e;
+		cJSON *r = NULL;
+		cm_error_clear(&e);
+		if (i == cl->self) {
+			rp_cat_recovery(cl->rp, out);
+			continue;
+		}
+		if (!cl->nodes[i].data || remote_rw(cl, i, "rw_recovery", "", "{}", &r, &e))
+			continue;
+		const cJSON *rows = cJSON_GetObjectItemCaseSensitive(r, "rows");
+		if (cJSON_IsString(rows))
+			cm_buf_put(out, rows->valuestring, strlen(rows->valuestring));
+		cJSON_Delete(r);
+	}
+}
+
+void
+nd_cluster_set_info(nd_cluster *cl, cJSON *(*fn)(void *arg, const char *kind), void *arg)
+{
+	cl->info = fn;
+	cl->info_arg = arg;
+}
+
+cJSON *
+nd_cluster_nodes_info(nd_cluster *cl, const char *kind, int *total, int *failed)
+{
+	cJSON *nodes = cJSON_CreateObject();
+	char body[64];
+	snprintf(body, sizeof(body), "{\"kind\":\"%s\"}", kind);
+	*total = cl->nn;
+	*failed = 0;
+	for (int i = 0; i < cl->nn; i++) {
+		cm_error e;
+		cJSON *r = NULL;
+		cm_error_clear(&e);
+		if (i == cl->self)
+			r = cl->info ? cl->info(cl->info_arg, kind) : NULL;
+		else
+			remote_rw(cl, i, "rw_node", "", body, &r, &e);
+		if (!r) {
+			(*failed)++;
+			continue;
+		}
+		cJSON_AddItemToObject(nodes, cl->nodes[i].name, r);
+	}
+	return nodes;
+}
+
+/* One copy per shard as the routing has it, with docs and bytes gathered
+ * from every node that holds one. */
+static void
+gather_stats(nd_cluster *cl, cJSON **stats)
+{
+	for (int i = 0; i < cl->nn; i++) {
+		cm_error e;
+		cm_error_clear(&e);
+		if (i == cl->self)
+			stats[i] = local_stats(cl);
+		else if (cl->nodes[i].data)
+			remote_rw(cl, i, "rw_stats", "", "{}", &stats[i], &e);
+	}
+}
+
+static double
+stat_of(cJSON *const *stats, int node, const char *index, const char *what, int shard)
+{
+	char key[300];
+	snprintf(key, sizeof(key), "%s%s%s", index, *what ? "/" : "", what);
+	const cJSON *d = cJSON_GetArrayItem(
+	    stats[node] ? cJSON_GetObjectItemCaseSensitive(stats[node], key) : NULL, shard);
+	return cJSON_IsNumber(d) ? d->valuedouble : -1;
+}
+
+static const char *
+human_bytes(double b, char *buf, size_t cap)
+{
+	const char *u[] = {"b", "kb", "mb", "gb", "tb"};
+	int k = 0;
+	while (b >= 1024 && k < 4)
+		b /= 1024, k++;
+	if (k == 0)
+		snprintf(buf, cap, "%.0f%s", b, u[k]);
+	else
+		snprintf(buf, cap, "%.1f%s", b, u[k]);
+	return buf;
+}
+
+/* Health of one index from the routing: red while a primary is
+ * unreachable, yellow while a copy is missing or recovering. */
+static const char *
+index_health(nd_cluster *cl, nd_index *ix)
+{
+	bool red = false, yellow = false;
+	int want = 1 + nd_index_settings(ix)->number_of_replicas;
+	for (int s = 0; s < nd_index_nshards(ix); s++) {
+		int copies[ND_CL_MAX_COPIES], up = 0;
+		int nc = cl_shard_copies(cl, ix, s, copies);
+		cl_route ro;
+		bool routed = cl_route_get(cl, nd_index_name(ix), s, &ro);
+		if (!(routed ? ro.primary >= 0 && cl_alive(cl, ro.primary)
+		             : cl_alive(cl, copies[0])))
+			red = true;
+		for (int c = 0; c < nc; c++)
+			if (cl_alive(cl, copies[c]) &&
+			    (!routed || ((ro.in_sync >> copies[c]) & 1)) &&
+			    cl_node_joined(cl, copies[c]))
+				up++;
+		if (up < want)
+			yellow = true;
+	}
+	return red ? "red" : yellow ? "yellow" : "green";
+}
+
+void
+nd_cluster_cat_indices(nd_cluster *cl, nd_index **ixs, size_t n, cm_buf *out)
+{
+	cJSON **stats = cm_calloc(MEM, (size_t)cl->nn, sizeof(cJSON *));
+	gather_stats(cl, stats);
+	for (size_t x = 0; x < n; x++) {
+		const char *name = nd_index_name(ixs[x]);
+		double docs = 0, deleted = 0, bytes = 0, pbytes = 0;
+		for (int s = 0; s < nd_index_nshards(ixs[x]); s++) {
+			int copies[ND_CL_MAX_COPIES];
+			int nc = cl_shard_copies(cl, ixs[x], s, copies);
+			cl_route ro;
+			int p = cl_route_get(cl, name, s, &ro) && ro.primary >= 0 ? ro.primary
+			                                                          : copies[0];
+			double d = stat_of(stats, p, name, "", s);
+			if (d >= 0) {
+				docs += d;
+				deleted += stat_of(stats, p, name, "deleted", s);
+				pbytes += stat_of(stats, p, name, "bytes", s);
+			}
+			for (int c = 0; c < nc; c++) {
+				double b = stat_of(stats, copies[c], name, "bytes", s);
+				if (b > 0)
+					bytes += b;
+			}
+		}
+		char b1[32], b2[32];
+		cm_buf_printf(
+		    out, "%s open %s %s %d %d %.0f %.0f %s %s\n", index_health(cl, ixs[x]), name,
+		    nd_index_uuid(ixs[x]), nd_index_nshards(ixs[x]),
+		    nd_index_settings(ixs[x])->number_of_replicas, docs, deleted,
+		    human_bytes(bytes, b1, sizeof(b1)), human_bytes(pbytes, b2, sizeof(b2)));
+	}
+	for (int i = 0; i < cl->nn; i++)
+		cJSON_Delete(stats[i]);
+	cm_free(MEM, stats);
+}
+
+cJSON *
+nd_cluster_state_json(nd_cluster *cl)
+{
+	cJSON *j = cJSON_CreateObject(), *nodes, *rt, *rti;
+	pthread_mutex_lock(&cl->meta_lock);
+	cJSON_AddNumberToObject(j, "version", (double)cl->state->version);
+	cJSON_AddStringToObject(
+	    j, "master_node",
+	    cl->master >= 0 && cl_alive(cl, cl->master) ? cl->nodes[cl->master].name : "");
+	nodes = cJSON_AddObjectToObject(j, "nodes");
+	for (int i = 0; i < cl->nn; i++) {
+		if (!cl_alive(cl, i))
+			continue;
+		cJSON *o = cJSON_AddObjectToObject(nodes, cl->nodes[i].name);
+		cJSON_AddStringToObject(o, "name", cl->nodes[i].name);
+		cJSON_AddStringToObject(o, "ephemeral_id", cl->nodes[i].name);
+		cJSON_AddStringToObject(o, "transport_address",
+		                        strstr(cl->nodes[i].transport, "://")
+		                            ? strstr(cl->nodes[i].transport, "://") + 3
+		                            : cl->nodes[i].transport);
+		cJSON_AddObjectToObject(o, "attributes");
+		cJSON *roles = cJSON_AddArrayToObject(o, "roles");
+		if (cl->nodes[i].data)
+			cJSON_AddItemToArray(roles, cJSON_CreateString("data"));
+		if (cl->nodes[i].master)
+			cJSON_AddItemToArray(roles, cJSON_CreateString("master"));
+	}
+	rt = cJSON_AddObjectToObject(j, "routing_table");
+	rti = cJSON_AddObjectToObject(rt, "indices");
+	for (size_t x = 0; x < cl->state->nindices; x++) {
+		const rp_index *e = &cl->state->indices[x];
+		cJSON *sh =
+		    cJSON_AddObjectToObject(cJSON_AddObjectToObject(rti, e->name), "shards");
+		for (int s = 0; s < e->nshards; s++) {
+			char k[16];
+			const rp_route *ro = &e->routes[s];
+			snprintf(k, sizeof(k), "%d", s);
+			cJSON *a = cJSON_AddArrayToObject(sh, k);
+			for (int c = 0; c < ro->ncopies; c++) {
+				int nd = ro->copies[c];
+				bool in = (ro->in_sync >> nd) & 1;
+				cJSON *o = cJSON_CreateObject();
+				cJSON_AddStringToObject(o, "state",
+				                        !cl_alive(cl, nd) ? "UNASSIGNED"
+				                        : in              ? "STARTED"
+				                                          : "INITIALIZING");
+				cJSON_AddBoolToObject(o, "primary", nd == ro->primary);
+				if (cl_alive(cl, nd))
+					cJSON_AddStringToObject(o, "node", cl->nodes[nd].name);
+				else
+					cJSON_AddNullToObject(o, "node");
+				cJSON_AddNumberToObject(o, "shard", s);
+				cJSON_AddStringToObject(o, "index", e->name);
+				cJSON_AddNumberToObject(o, "primary_term", (double)ro->term);
+				cJSON_AddItemToArray(a, o);
+			}
+		}
+	}
+	pthread_mutex_unlock(&cl->meta_lock);
+	return j;
 }

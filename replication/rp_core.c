@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
@@ -454,6 +455,13 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 		         r->names[r->self], name_or(r, ro.primary));
 		return CM_OK;
 	}
+	/* A primary that is starting waits for the master to take it in, as
+	 * ES waits for an inactive primary, bounded by the write's deadline. */
+	uint64_t wait_until = cm_now_ns() + 5000000000ull;
+	if (deadline_ns && deadline_ns < wait_until)
+		wait_until = deadline_ns;
+	while (!atomic_load(&r->joined) && cm_now_ns() < wait_until)
+		usleep(10000);
 	if (!atomic_load(&r->joined)) {
 		fail_all(NULL, res, n, CM_EUNAVAIL,
 		         "[%s][%d] primary on [%s] is starting: the master has not taken it in yet",

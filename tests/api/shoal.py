@@ -8,6 +8,7 @@ test runner. Standard library only. Every wait is capped.
 import gzip
 import http.client
 import json
+import random
 import os
 import shutil
 import signal
@@ -30,12 +31,30 @@ def shoal_bin():
     return path
 
 
+_HANDED = set()
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback port below the kernel's ephemeral range (32768-60999
+    here), free when asked and never handed out twice by this process. A
+    port from the ephemeral range could be taken by any outgoing
+    connection between this call and the node's bind (seen as "Address in
+    use" at a node's start)."""
+    rnd = random.Random()
+    for _ in range(1000):
+        port = rnd.randrange(20000, 32700)
+        if port in _HANDED:
+            continue
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        _HANDED.add(port)
+        return port
+    raise RuntimeError("no free loopback port in 20000-32700")
 
 
 class Node:
