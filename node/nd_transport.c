@@ -630,8 +630,6 @@ struct nd_peer {
 	pthread_mutex_t mu;
 	call *inflight; /* doubly linked, for cancelling on disconnect */
 	int pipes;
-	bool ever;          /* had a connection once (under mu) */
-	uint64_t opened_ns; /* cm_now_ns() of nd_peer_open */
 	bool tls;
 	bool aborted;        /* nd_peer_abort: every call fails at once, under mu */
 	uint64_t hs_failed;  /* handshake failures already reported, under mu */
@@ -731,7 +729,7 @@ peer_pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg)
 	(void)pipe;
 	pthread_mutex_lock(&p->mu);
 	if (ev == NNG_PIPE_EV_ADD_POST)
-		p->pipes++, p->ever = true;
+		p->pipes++;
 	else if (ev == NNG_PIPE_EV_REM_POST && p->pipes > 0)
 		p->pipes--;
 	if (ev == NNG_PIPE_EV_REM_POST && p->pipes == 0)
@@ -753,7 +751,6 @@ nd_peer_open(const char *url, const nd_transport_opts *o, nd_peer **out, cm_erro
 	if (tls_on(o) && (rc = tls_config(o, false, &tls, err)))
 		return rc;
 	p = cm_calloc(T, 1, sizeof(*p));
-	p->opened_ns = cm_now_ns();
 	opts_set(&p->o, o);
 	p->url = cm_strdup(T, url);
 	p->tls = tls != NULL;
@@ -893,10 +890,6 @@ nd_peer_call(nd_peer *p, uint32_t type, const void *payload, size_t len, uint64_
 	c->deadline_ns = deadline_ns;
 	pthread_mutex_lock(&p->mu);
 	int pipes = p->aborted ? -1 : p->pipes;
-	/* Just opened and not yet connected (a cluster starting): the request
-	 * waits in nng's queue for the first connection, bounded by its
-	 * deadline. A peer that was connected and lost it fails at once. */
-	bool first = !p->ever && cm_now_ns() - p->opened_ns < 5000000000ull;
 	pthread_mutex_unlock(&p->mu);
 	if (pipes < 0) {
 		cm_free(T, c);
@@ -905,8 +898,7 @@ nd_peer_call(nd_peer *p, uint32_t type, const void *payload, size_t len, uint64_
 	}
 	if (pipes == 0)
 		peer_tls_check(p);
-	if ((pipes == 0 && !first) ||
-	    (m = envelope_msg(&p->o, type, deadline_ns, payload, len)) == NULL ||
+	if (pipes == 0 || (m = envelope_msg(&p->o, type, deadline_ns, payload, len)) == NULL ||
 	    nng_ctx_open(&c->ctx, p->sock) != 0) {
 		if (m != NULL)
 			nng_msg_free(m);

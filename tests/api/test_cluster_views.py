@@ -43,7 +43,8 @@ def cat(node, what):
 def views_describe_the_cluster():
     for n in NAMES:
         start(n)
-    green()
+    for n in NAMES:
+        green(n)  # every node sees the others (calls to a peer not yet connected fail fast)
     st, b = NODES["node-1"].req("PUT", "/v", {"settings": {"number_of_shards": SHARDS,
                                                            "number_of_replicas": 1}})
     eq(st, 200, "create")
