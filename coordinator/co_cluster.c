@@ -418,7 +418,34 @@ co_cluster_cat(co_req *r, const char *what)
 	} else {
 		static const char *const cols[] = {"index", "shard", "prirep", "state",
 		                                   "docs",  "ip",    "node"};
+		const char *expr = co_seg(r, 2);
+		nd_index **ixs = NULL;
+		size_t n = 0;
+		if (expr && !co_resolve(r, expr, &ixs, &n)) {
+			cm_buf_free(&rows);
+			return true;
+		}
 		nd_cluster_cat_shards(cl, &rows);
+		if (expr) {
+			/* only the rows of the indices the expression names */
+			cm_buf keep;
+			cm_buf_init(&keep, MEM);
+			cm_buf_put_u8(&rows, 0);
+			char *save = NULL;
+			for (char *line = strtok_r((char *)rows.data, "\n", &save); line;
+			     line = strtok_r(NULL, "\n", &save)) {
+				size_t l = strcspn(line, " ");
+				for (size_t i = 0; i < n; i++)
+					if (strlen(nd_index_name(ixs[i])) == l &&
+					    strncmp(line, nd_index_name(ixs[i]), l) == 0) {
+						cm_buf_printf(&keep, "%s\n", line);
+						break;
+					}
+			}
+			cm_buf_free(&rows);
+			rows = keep;
+			co_release_all(ixs, n);
+		}
 		cat_reply(r, cols, 7, &rows);
 	}
 	cm_buf_free(&rows);

@@ -264,8 +264,14 @@ def t05a_settings_through_the_master():
     for n in ALL:
         st, b = NODES[n].req("GET", "/ix/_settings")
         eq(b["ix"]["settings"]["index"].get("refresh_interval"), "2s", "settings on " + n)
-    st, b = NODES["coord"].req("PUT", "/ix/_settings", {"index": {"number_of_replicas": 2}})
-    eq(st, 400, "replica count change refused (no recovery yet)")
+    # the replica count changes through the master too (new copies recover;
+    # see test_replica_count.py), and back
+    for reps in (2, 1):
+        st, b = NODES["coord"].req("PUT", "/ix/_settings", {"index": {"number_of_replicas": reps}})
+        eq((st, b.get("acknowledged")), (200, True), "replicas -> %d: %s" % (reps, b))
+        all_green()
+        st, b = NODES["node-2"].req("GET", "/_cat/shards/ix?format=json")
+        eq(len(b), 6 * (1 + reps), "copies with %d replicas" % reps)
 
 
 @test
