@@ -24,6 +24,21 @@ cm_now_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
+bool
+cm_parse_duration_ns(const char *v, uint64_t *out)
+{
+	char *end;
+	double x = strtod(v, &end);
+	double mul = strcmp(end, "ms") == 0           ? 1e6
+	             : strcmp(end, "s") == 0 || !*end ? 1e9
+	             : strcmp(end, "m") == 0          ? 60e9
+	                                              : -1;
+	if (end == v || !(x >= 0) || mul < 0 || x * mul > 86400e9)
+		return false;
+	*out = (uint64_t)(x * mul);
+	return true;
+}
+
 int64_t
 cm_wall_ms(void)
 {
@@ -157,7 +172,8 @@ dir_walk(const char *path, int remove_all)
 		while (d && (e = readdir(d)) != NULL) {
 			if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
 				continue;
-			if (snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name) >= (int)sizeof(sub))
+			if (snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name) >=
+			    (int)sizeof(sub))
 				continue;
 			total += dir_walk(sub, remove_all);
 		}

@@ -2,14 +2,18 @@
 #ifndef CM_SYS_H
 #define CM_SYS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "cm_err.h"
 
-uint64_t cm_now_ns(void);      /* CLOCK_MONOTONIC */
-int64_t cm_wall_ms(void);      /* CLOCK_REALTIME, epoch millis */
-double cm_cpu_seconds(void);   /* this process, user + system */
+uint64_t cm_now_ns(void); /* CLOCK_MONOTONIC */
+int64_t cm_wall_ms(void); /* CLOCK_REALTIME, epoch millis */
+/* A duration setting: "500ms", "10s", "2m", a bare number is seconds;
+ * 0 .. 1 day. False when malformed or out of range. */
+bool cm_parse_duration_ns(const char *v, uint64_t *out);
+double cm_cpu_seconds(void); /* this process, user + system */
 
 /* Temp file, write, fsync, rename, fsync the directory. */
 cm_err cm_file_write_atomic(const char *path, const void *data, size_t len);
@@ -35,8 +39,8 @@ int cm_pool_threads(const cm_pool *p);
 /* A countdown a caller waits on while its tasks run on a pool. */
 typedef struct cm_wait cm_wait;
 cm_wait *cm_wait_create(int count);
-void cm_wait_done(cm_wait *w);   /* one task finished */
-void cm_wait_wait(cm_wait *w);   /* until count reaches 0 */
+void cm_wait_done(cm_wait *w); /* one task finished */
+void cm_wait_wait(cm_wait *w); /* until count reaches 0 */
 void cm_wait_destroy(cm_wait *w);
 
 /* Runs fn(arg_i) for each i in [0,n) on the pool and waits for all. With a

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../common/cm_log.h"
+#include "../common/cm_sys.h"
 #include "../node/nd_cluster.h"
 #include "co.h"
 #include "co_auth.h"
@@ -21,25 +22,26 @@
 static void
 usage(FILE *f)
 {
-	fprintf(f, "usage: shoal --solo --data DIR [--http HOST:PORT] [--name NAME]\n"
-	           "             [--log-level debug|info|warn|error] [-E setting=value]\n"
-	           "       shoal --cluster FILE --name NAME --data DIR [--role coordinator]\n"
-	           "             [--fanout serial|per_shard|per_node]\n"
-	           "       shoal --hash-password   (reads a password on stdin, prints its hash)\n"
-	           "  --solo       one node holding every shard of its indices\n"
-	           "  --cluster    a static cluster described by FILE (see docs); --name picks\n"
-	           "               this node; its HTTP address comes from the file\n"
-	           "  --data DIR   data directory (indices, metadata, lock file)\n"
-	           "  --http       HTTP address, default 127.0.0.1:9200\n"
-	           "  --users FILE require HTTP authentication: users with argon2 hashes and\n"
-	           "               roles (read, write, admin); see docs/operations.md\n"
-	           "  -E action.destructive_requires_name=false   allow DELETE /_all and /*\n"
-	           "  -E http.max_content_length=100mb            request body limit\n"
-	           "  -E http.max_open_connections=1000           past it, requests get 429\n"
-	           "  -E http.header_timeout=10s                  whole request head, else closed\n"
-	           "  -E http.body_timeout=60s                    whole request body, else closed\n"
-	           "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
-	           "  -E cluster.replica_timeout=10s              drop a silent replica after this\n");
+	fprintf(f,
+	        "usage: shoal --solo --data DIR [--http HOST:PORT] [--name NAME]\n"
+	        "             [--log-level debug|info|warn|error] [-E setting=value]\n"
+	        "       shoal --cluster FILE --name NAME --data DIR [--role coordinator]\n"
+	        "             [--fanout serial|per_shard|per_node]\n"
+	        "       shoal --hash-password   (reads a password on stdin, prints its hash)\n"
+	        "  --solo       one node holding every shard of its indices\n"
+	        "  --cluster    a static cluster described by FILE (see docs); --name picks\n"
+	        "               this node; its HTTP address comes from the file\n"
+	        "  --data DIR   data directory (indices, metadata, lock file)\n"
+	        "  --http       HTTP address, default 127.0.0.1:9200\n"
+	        "  --users FILE require HTTP authentication: users with argon2 hashes and\n"
+	        "               roles (read, write, admin); see docs/operations.md\n"
+	        "  -E action.destructive_requires_name=false   allow DELETE /_all and /*\n"
+	        "  -E http.max_content_length=100mb            request body limit\n"
+	        "  -E http.max_open_connections=1000           past it, requests get 429\n"
+	        "  -E http.header_timeout=10s                  whole request head, else closed\n"
+	        "  -E http.body_timeout=60s                    whole request body, else closed\n"
+	        "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
+	        "  -E cluster.replica_timeout=10s              drop a silent replica after this\n");
 }
 
 /* An http.*_timeout value: 100ms..1d, as "500ms", "10s", "2m" (a bare
@@ -47,16 +49,7 @@ usage(FILE *f)
 static bool
 parse_timeout(const char *v, uint64_t *ns)
 {
-	char *end;
-	double x = strtod(v, &end);
-	double mul = strcmp(end, "ms") == 0           ? 1e6
-	             : strcmp(end, "s") == 0 || !*end ? 1e9
-	             : strcmp(end, "m") == 0          ? 60e9
-	                                              : -1;
-	if (end == v || !(x > 0) || mul < 0 || x * mul < 1e8 || x * mul > 86400e9)
-		return false;
-	*ns = (uint64_t)(x * mul);
-	return true;
+	return cm_parse_duration_ns(v, ns) && *ns >= 100000000ull;
 }
 
 /* Reads one line from stdin (without echo on a terminal) and prints its
@@ -139,17 +132,18 @@ main(int argc, char **argv)
 			if (strcmp(role, "coordinator") == 0)
 				coord_only = true;
 			else if (strcmp(role, "data") != 0) {
-				fprintf(stderr, "shoal: --role wants coordinator or data, got %s\n", role);
+				fprintf(stderr, "shoal: --role wants coordinator or data, got %s\n",
+				        role);
 				return 2;
 			}
 		} else if (strcmp(a, "--fanout") == 0 && v) {
 			fanout_s = argv[++i];
 			if (!nd_fanout_parse(fanout_s, &fanout)) {
-				fprintf(stderr, "shoal: --fanout wants serial, per_shard or per_node\n");
+				fprintf(stderr,
+				        "shoal: --fanout wants serial, per_shard or per_node\n");
 				return 2;
 			}
-		}
-		else if (strcmp(a, "--data") == 0 && v)
+		} else if (strcmp(a, "--data") == 0 && v)
 			data = argv[++i];
 		else if (strcmp(a, "--users") == 0 && v)
 			users_file = argv[++i];
@@ -171,9 +165,9 @@ main(int argc, char **argv)
 			else if (strncmp(kv, "http.max_content_length=", 24) == 0) {
 				char *end;
 				double n = strtod(kv + 24, &end);
-				double mul = strcasecmp(end, "kb") == 0   ? 1024.0
-				             : strcasecmp(end, "mb") == 0 ? 1048576.0
-				             : strcasecmp(end, "gb") == 0 ? 1073741824.0
+				double mul = strcasecmp(end, "kb") == 0           ? 1024.0
+				             : strcasecmp(end, "mb") == 0         ? 1048576.0
+				             : strcasecmp(end, "gb") == 0         ? 1073741824.0
 				             : strcasecmp(end, "b") == 0 || !*end ? 1.0
 				                                                  : -1.0;
 				if (n <= 0 || mul < 0) {
@@ -185,7 +179,8 @@ main(int argc, char **argv)
 				char *end;
 				long n = strtol(kv + 26, &end, 10);
 				if (*end || n < 1 || n > 1000000) {
-					fprintf(stderr, "shoal: bad value in -E %s (1..1000000)\n", kv);
+					fprintf(stderr, "shoal: bad value in -E %s (1..1000000)\n",
+					        kv);
 					return 2;
 				}
 				max_conns = (int)n;
@@ -194,7 +189,8 @@ main(int argc, char **argv)
 				bool head = kv[5] == 'h';
 				uint64_t *to = head ? &header_timeout : &body_timeout;
 				if (!parse_timeout(kv + (head ? 20 : 18), to)) {
-					fprintf(stderr, "shoal: bad value in -E %s (100ms..1d)\n", kv);
+					fprintf(stderr, "shoal: bad value in -E %s (100ms..1d)\n",
+					        kv);
 					return 2;
 				}
 			} else if (strncmp(kv, "cluster.", 8) == 0 && ncl_settings < 32) {
@@ -203,8 +199,7 @@ main(int argc, char **argv)
 				fprintf(stderr, "shoal: unknown setting -E %s\n", kv);
 				return 2;
 			}
-		}
-		else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+		} else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
 			usage(stdout);
 			return 0;
 		} else {
@@ -215,7 +210,7 @@ main(int argc, char **argv)
 	}
 	if ((!solo && !cluster_file) || !data || (cluster_file && (solo || !name))) {
 		fprintf(stderr, "shoal: %s\n",
-		        solo && cluster_file ? "--solo and --cluster exclude each other"
+		        solo && cluster_file    ? "--solo and --cluster exclude each other"
 		        : cluster_file && !name ? "--cluster needs --name NAME"
 		        : !data                 ? "--data DIR is required"
 		                                : "--solo or --cluster FILE is required");
@@ -247,7 +242,7 @@ main(int argc, char **argv)
 	host[colon - http] = 0;
 	if (strcmp(host, "localhost") == 0)
 		strcpy(host, "127.0.0.1");
-	cm_log_set_level(strcmp(level, "debug") == 0  ? CM_LOG_DEBUG
+	cm_log_set_level(strcmp(level, "debug") == 0   ? CM_LOG_DEBUG
 	                 : strcmp(level, "warn") == 0  ? CM_LOG_WARN
 	                 : strcmp(level, "error") == 0 ? CM_LOG_ERROR
 	                                               : CM_LOG_INFO);

@@ -98,28 +98,13 @@ rp_destroy(rp *r)
 	cm_free(MEM, r);
 }
 
-static bool
-parse_duration_ns(const char *v, uint64_t *out)
-{
-	char *end;
-	double x = strtod(v, &end);
-	double mul = strcmp(end, "ms") == 0           ? 1e6
-	             : strcmp(end, "s") == 0 || !*end ? 1e9
-	             : strcmp(end, "m") == 0          ? 60e9
-	                                              : -1;
-	if (end == v || x < 0 || mul < 0 || x * mul > 86400e9)
-		return false;
-	*out = (uint64_t)(x * mul);
-	return true;
-}
-
 cm_err
 rp_setting(rp *r, const char *key, const char *value, cm_error *err)
 {
 	uint64_t ns;
 	if (strcmp(key, "cluster.primary_failover_timeout") == 0 ||
 	    strcmp(key, "cluster.replica_timeout") == 0) {
-		if (!parse_duration_ns(value, &ns) || ns < 100000000ull)
+		if (!cm_parse_duration_ns(value, &ns) || ns < 100000000ull)
 			return cm_error_set(
 			    err, CM_EINVAL,
 			    "[%s] wants a duration of at least 100ms like 30s, got [%s]", key,

@@ -99,6 +99,10 @@ seq_u(int64_t v)
 	return v < 0 ? ST_NO_SEQ : (uint64_t)v;
 }
 
+/* protobuf-c allocations under CM_MEM_REPLICATION (rp_state.c). */
+struct ProtobufCAllocator;
+extern struct ProtobufCAllocator rp_pb_mem;
+
 bool rp_take(rp *r, const char *index, const char *uuid, int shard, rp_copy *c);
 void rp_release(rp *r, rp_copy *c);
 rp_shard *rp_shard_get(rp *r, const char *index, const char *uuid, int shard);

@@ -27,7 +27,7 @@ pb_free(void *d, void *p)
 	cm_free(MEM, p);
 }
 
-static ProtobufCAllocator pb_mem = {pb_alloc, pb_free, NULL};
+ProtobufCAllocator rp_pb_mem = {pb_alloc, pb_free, NULL};
 
 static char *
 dup_or_empty(const char *s)
@@ -354,7 +354,7 @@ cm_err
 rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_state **out,
                 cm_error *err)
 {
-	Shoal__ClusterState *m = shoal__cluster_state__unpack(&pb_mem, len, p);
+	Shoal__ClusterState *m = shoal__cluster_state__unpack(&rp_pb_mem, len, p);
 	*out = NULL;
 	if (!m)
 		return cm_error_set(err, CM_EPARSE, "malformed cluster state");
@@ -365,7 +365,7 @@ rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_
 		const Shoal__IndexState *pb = m->indices[i];
 		rp_index *x = &st->indices[st->nindices];
 		if (pb->shards > 100000 || pb->n_routing != pb->shards) {
-			shoal__cluster_state__free_unpacked(m, &pb_mem);
+			shoal__cluster_state__free_unpacked(m, &rp_pb_mem);
 			rp_state_free(st);
 			return cm_error_set(err, CM_EPARSE,
 			                    "malformed cluster state: index [%s] has %u shards "
@@ -405,7 +405,7 @@ rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_
 		if (n >= 0 && n < RP_MAX_NODES)
 			st->joined[n] = m->joined[i]->boot;
 	}
-	shoal__cluster_state__free_unpacked(m, &pb_mem);
+	shoal__cluster_state__free_unpacked(m, &rp_pb_mem);
 	*out = st;
 	return CM_OK;
 }
@@ -443,12 +443,12 @@ cm_err
 rp_event_decode(const void *p, size_t len, const char *const *names, int nn, rp_event *ev,
                 void **keep, cm_error *err)
 {
-	Shoal__ShardEvent *m = shoal__shard_event__unpack(&pb_mem, len, p);
+	Shoal__ShardEvent *m = shoal__shard_event__unpack(&rp_pb_mem, len, p);
 	memset(ev, 0, sizeof(*ev));
 	*keep = NULL;
 	if (!m || !m->ref || m->kind < 1 || m->kind > 3) {
 		if (m)
-			shoal__shard_event__free_unpacked(m, &pb_mem);
+			shoal__shard_event__free_unpacked(m, &rp_pb_mem);
 		return cm_error_set(err, CM_EPARSE, "malformed shard event");
 	}
 	ev->kind = (rp_event_kind)m->kind;
@@ -470,7 +470,7 @@ void
 rp_event_free(void *keep)
 {
 	if (keep)
-		shoal__shard_event__free_unpacked(keep, &pb_mem);
+		shoal__shard_event__free_unpacked(keep, &rp_pb_mem);
 }
 
 cm_err
