@@ -76,6 +76,6 @@ cm_mem_used(cm_mem_tag tag)
 const char *
 cm_mem_tag_name(cm_mem_tag tag)
 {
-	static const char *names[] = {"common", "storage", "search", "replication", "node", "coordinator"};
+	static const char *names[] = {"common", "storage", "search", "replication", "coord", "node", "coordinator"};
 	return (int)tag >= 0 && tag < CM_MEM_COUNT ? names[tag] : "?";
 }

@@ -713,8 +713,9 @@ co_h_stats(co_req *r)
 	co_reply_json(r, 200, j);
 }
 
-static const cm_mem_tag mem_tags[] = {CM_MEM_COMMON,      CM_MEM_STORAGE, CM_MEM_SEARCH,
-                                      CM_MEM_REPLICATION, CM_MEM_NODE,    CM_MEM_COORDINATOR};
+static const cm_mem_tag mem_tags[] = {CM_MEM_COMMON, CM_MEM_STORAGE,     CM_MEM_SEARCH,
+                                      CM_MEM_REPLICATION, CM_MEM_COORD, CM_MEM_NODE,
+                                      CM_MEM_COORDINATOR};
 
 static uint64_t
 rss_bytes(void)

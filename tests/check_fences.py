@@ -21,7 +21,8 @@ import re
 import sys
 
 # Bottom to top. A module without a folder yet (replication) is simply empty.
-LAYERS = ["common", "storage", "search", "proto", "replication", "node", "coordinator"]
+LAYERS = ["common", "storage", "search", "proto", "replication", "coord", "node",
+          "coordinator"]
 
 # The modules below it each module may include and link (CMake SHOAL_USES_<mod>).
 USES = {
@@ -30,7 +31,8 @@ USES = {
     "search": ["common", "storage"],
     "proto": ["common", "storage", "search"],
     "replication": ["common", "storage", "proto"],
-    "node": ["common", "storage", "search", "proto", "replication"],
+    "coord": ["common"],
+    "node": ["common", "storage", "search", "proto", "replication", "coord"],
     "coordinator": ["common", "storage", "search", "node"],
 }
 
@@ -42,6 +44,7 @@ PUBLIC = {
     "search": ["sr.h", "sr_agg.h", "sr_engine.h"],
     "proto": ["pr.h"],
     "replication": None,
+    "coord": ["ec.h"],
     "node": ["nd.h", "nd_cluster.h", "nd_transport.h"],
     "coordinator": ["co.h"],
 }
@@ -60,7 +63,8 @@ THIRD_PARTY = [
     (r"libstemmer\.h$", "stemmer", ["storage"]),
     (r"utf8proc\.h$", "utf8proc", ["storage"]),
     (r"xxhash\.h$", "xxhash", ["common", "storage", "search", "node"]),
-    (r"cjson/", "cjson", ["storage", "search", "node", "coordinator"]),
+    (r"cjson/", "cjson", ["storage", "search", "coord", "node", "coordinator"]),
+    (r"curl/", "curl", ["coord"]),
     (r"protobuf-c/", "protobuf-c", ["proto"]),
     (r"nng/", "nng", ["node/nd_transport.c"]),
     (r"microhttpd\.h$", "microhttpd", ["coordinator/co_http.c"]),
