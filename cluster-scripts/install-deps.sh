@@ -7,9 +7,10 @@ BUILD_PKGS=(build-essential cmake pkg-config python3 curl
   libnng-dev libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libzstd-dev
   libmicrohttpd-dev libcjson-dev libutf8proc-dev libstemmer-dev libstreamvbyte-dev
   libxxhash-dev libroaring-dev zlib1g-dev libargon2-dev)
-# Tests also use these (clients, peers for the BM25 check, sanitizer runtime).
+# Tests also use these (clients, peers for the BM25 check, sanitizer runtime,
+# a headless browser for the cluster page).
 TEST_PKGS=(clang libclang-rt-14-dev python3-elasticsearch default-jdk-headless liblucene8-java
-  dict-gcide openssl)
+  dict-gcide openssl chromium fonts-dejavu-core)
 
 want=("${BUILD_PKGS[@]}")
 if [ "${1:-}" = "--with-tests" ]; then
