@@ -45,6 +45,9 @@ FAILOVER = "-E", "cluster.primary_failover_timeout=1s"
 
 
 def start(name, extra=()):
+    old = NODES.get(name)
+    if old and old.proc and old.proc.poll() is None:
+        old.kill()  # an earlier step failed before its kill: never lose a process
     data = os.path.join(TMP, name)
     os.makedirs(data, exist_ok=True)
     NODES[name] = ClusterNode(CFILE, name, PORTS[name][0], data=data,
