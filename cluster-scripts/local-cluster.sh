@@ -255,7 +255,7 @@ up() {
 	say ""
 	say "the cluster is up; every node answers any request:"
 	for name in $(cluster_nodes); do
-		say "  $name  $(node_url "$name")"
+		say "  $name  $(node_url "$name")    cluster page: $(node_url "$name")/_shoal/ui/"
 	done
 	say "shards:  curl '$URL/_cat/shards?v'    nodes: curl '$URL/_cat/nodes?v'"
 	say "stop it with: cluster-scripts/local-cluster.sh down"

@@ -91,6 +91,10 @@ test_routes(void)
 	    {CO_POST, "/_security/api_key", CO_ROLE_ADMIN},
 	    {CO_DELETE, "/_security/api_key", CO_ROLE_ADMIN},
 	    {CO_GET, "/_security/_authenticate", CO_ROLE_NONE},
+	    {CO_GET, "/_shoal/ui", CO_ROLE_READ},
+	    {CO_GET, "/_shoal/ui/{file}", CO_ROLE_READ},
+	    {CO_GET, "/_shoal/stats/fanout", CO_ROLE_READ},
+	    {CO_GET, "/_shoal/stats/nodes", CO_ROLE_READ},
 	};
 	for (size_t i = 0; i < n; i++) {
 		CHECKF(rt[i].role != CO_ROLE_UNSET, "route %s has no role", rt[i].pattern);

@@ -145,9 +145,41 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
 		return true;
 	}
 	search_opts(r, &o, body);
+	/* ?timings=true (Shoal's): how long each shard took, for the page's
+	 * console, appended as "_shoal": {"shards": [...]} */
+	bool timings = co_param_bool(r, "timings", false);
+	size_t cap = 0, nt = 0;
+	for (size_t i = 0; timings && i < n; i++)
+		cap += (size_t)nd_index_nshards(ixs[i]);
+	if (timings) {
+		o.timings = cm_calloc(MEM, cap + 1, sizeof(*o.timings));
+		o.timings_cap = cap;
+		o.ntimings = &nt;
+	}
 	char *text = cJSON_PrintUnformatted(body);
 	*rc = nd_cluster_search(cl, ixs, n, text, "{}", &o, out, err);
 	cJSON_free(text);
+	if (timings && !*rc && out->len && out->data[out->len - 1] == '}') {
+		cJSON *sh = cJSON_CreateObject();
+		cJSON *arr = cJSON_AddArrayToObject(sh, "shards");
+		for (size_t i = 0; i < nt; i++) {
+			const nd_cl_shard_timing *t = &o.timings[i];
+			cJSON *x = cJSON_CreateObject();
+			cJSON_AddStringToObject(x, "index", t->index);
+			cJSON_AddNumberToObject(x, "shard", t->shard);
+			cJSON_AddStringToObject(x, "node", t->node);
+			cJSON_AddBoolToObject(x, "local", t->local);
+			cJSON_AddBoolToObject(x, "ok", t->ok);
+			cJSON_AddNumberToObject(x, "took_us", (double)(t->took_ns / 1000));
+			cJSON_AddItemToArray(arr, x);
+		}
+		char *st = cJSON_PrintUnformatted(sh);
+		out->len--;
+		cm_buf_printf(out, "%s\"_shoal\":%s}", out->len > 1 ? "," : "", st);
+		cJSON_free(st);
+		cJSON_Delete(sh);
+	}
+	cm_free(MEM, o.timings);
 	return true;
 }
 

@@ -47,7 +47,7 @@ static const char global_params[] = "pretty,human,error_trace,filter_path,format
 	             "rest_total_hits_as_int,typed_keys,track_scores,allow_partial_search_results," \
 	             "batched_reduce_size,pre_filter_shard_size,max_concurrent_shard_requests,"  \
 	             "ccs_minimize_roundtrips,explain,version,seq_no_primary_term,stored_fields," \
-	             "docvalue_fields,stats,fanout,min_score"
+	             "docvalue_fields,stats,fanout,timings,min_score"
 #define P_CAT "v,h,s,help,bytes,time,local,master_timeout,health,pri,expand_wildcards"
 
 /* Every route names the least role that may call it (admin includes write
@@ -93,6 +93,13 @@ static const co_route routes[] = {
     {CO_GET, "/_nodes", co_h_nodes, "timeout", false, READ("cluster:monitor/nodes/info")},
     {CO_GET, "/_prometheus/metrics", co_h_prometheus, "", false,
      READ("cluster:monitor/nodes/stats")},
+    /* the cluster page: its files and the figures only it and scripts read */
+    {CO_GET, "/_shoal/ui", co_h_ui_file, "", false, READ("cluster:monitor/shoal/ui")},
+    {CO_GET, "/_shoal/ui/{file}", co_h_ui_file, "", false, READ("cluster:monitor/shoal/ui")},
+    {CO_GET, "/_shoal/stats/fanout", co_h_stats_fanout, "", false,
+     READ("cluster:monitor/shoal/stats/fanout")},
+    {CO_GET, "/_shoal/stats/nodes", co_h_stats_nodes, "", false,
+     READ("cluster:monitor/shoal/stats/nodes")},
     {CO_GET, "/_security/_authenticate", co_h_security_authenticate, "", false,
      NONE("cluster:admin/xpack/security/user/authenticate")},
     {CO_POST, "/_security/api_key", co_h_api_key_create, "refresh", false,
@@ -630,6 +637,15 @@ co_reply_raw_json(co_req *r, int status, const char *json, size_t len)
 }
 
 void
+co_reply_header(co_req *r, const char *name, const char *value)
+{
+	if (r->nhdr < CO_MAX_REPLY_HEADERS) {
+		r->hdr_name[r->nhdr] = name;
+		r->hdr_value[r->nhdr++] = value;
+	}
+}
+
+void
 co_reply_text(co_req *r, int status, const char *ctype, const char *text, size_t len)
 {
 	cm_buf_reset(&r->out);
@@ -902,6 +918,9 @@ req_new(co_server *s, struct MHD_Connection *c, const char *url, const char *met
 	if (r->nsegs > CO_MAX_SEGS)
 		r->nsegs = CO_MAX_SEGS; /* too deep: no route matches a full list */
 	MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, collect_param, r);
+	ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
+	if (ce)
+		r->if_none_match = cm_strdup(MEM, ce);
 	ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
 	if (ce && (strcasecmp(ce, "gzip") == 0 || strcasecmp(ce, "deflate") == 0)) {
 		r->gzip = true;
@@ -927,6 +946,7 @@ req_free(co_req *r)
 		cm_free(MEM, r->params[i].value);
 	}
 	cm_free(MEM, r->path);
+	cm_free(MEM, r->if_none_match);
 	cm_buf_free(&r->body);
 	cm_buf_free(&r->out);
 	cm_free(MEM, r);
@@ -1038,6 +1058,8 @@ send_reply(struct MHD_Connection *c, co_req *r)
 		                        "Basic realm=\"security\" charset=\"UTF-8\"");
 		MHD_add_response_header(resp, "WWW-Authenticate", "ApiKey");
 	}
+	for (int i = 0; i < r->nhdr; i++)
+		MHD_add_response_header(resp, r->hdr_name[i], r->hdr_value[i]);
 	if (r->close_conn)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	ret = MHD_queue_response(c, (unsigned)r->status, resp);

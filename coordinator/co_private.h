@@ -20,6 +20,7 @@ typedef enum { CO_GET, CO_HEAD, CO_POST, CO_PUT, CO_DELETE, CO_OTHER } co_method
 
 #define CO_MAX_SEGS 8
 #define CO_MAX_PARAMS 32
+#define CO_MAX_REPLY_HEADERS 6
 
 typedef struct co_param {
 	char *key, *value; /* value NULL for "?pretty" */
@@ -63,6 +64,10 @@ struct co_req {
 	bool www_authenticate;  /* a 401: send the WWW-Authenticate challenge */
 	bool close_conn;        /* answer with Connection: close */
 	bool replied;           /* the reply is queued (no more body to wait for) */
+	char *if_none_match;    /* the request's If-None-Match header, or NULL */
+	/* extra reply headers (static strings), co_reply_header */
+	const char *hdr_name[CO_MAX_REPLY_HEADERS], *hdr_value[CO_MAX_REPLY_HEADERS];
+	int nhdr;
 };
 
 struct co_route {
@@ -94,6 +99,9 @@ void co_reply_json(co_req *r, int status, cJSON *j);
 /* A body already rendered as JSON text (e.g. by the merger). */
 void co_reply_raw_json(co_req *r, int status, const char *json, size_t len);
 void co_reply_text(co_req *r, int status, const char *ctype, const char *text, size_t len);
+/* Adds a reply header; name and value must outlive the request (static
+ * strings). Beyond CO_MAX_REPLY_HEADERS headers are dropped. */
+void co_reply_header(co_req *r, const char *name, const char *value);
 /* ES error shape; index (may be NULL) adds "index"/"index_uuid". */
 void co_reply_error(co_req *r, const cm_error *e, const char *index);
 void co_reply_errorf(co_req *r, cm_err code, const char *type, const char *fmt, ...)
@@ -149,6 +157,10 @@ void co_h_security_authenticate(co_req *r);
 void co_h_api_key_create(co_req *r);
 void co_h_api_key_get(co_req *r);
 void co_h_api_key_invalidate(co_req *r);
+/* The cluster page (co_ui.c): static files and its JSON endpoints. */
+void co_h_ui_file(co_req *r);
+void co_h_stats_fanout(co_req *r);
+void co_h_stats_nodes(co_req *r);
 
 /* Bulk: a streaming consumer. */
 co_stream *co_bulk_begin(co_req *r);

@@ -60,11 +60,25 @@ cm_err nd_cluster_broadcast(nd_cluster *cl, const char *action, const char *indi
 void nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb);
 
 /* ---- reads ---- */
+/* How long one shard took, as the coordinator saw it (a remote copy: the
+ * round trip of the message that carried it). */
+typedef struct nd_cl_shard_timing {
+	const char *index; /* borrowed from the searched index */
+	int shard;
+	const char *node; /* borrowed: the cluster's node name */
+	bool local, ok;
+	uint64_t took_ns;
+} nd_cl_shard_timing;
+
 typedef struct nd_cl_search_opts {
 	const char *preference; /* may be NULL */
 	nd_cl_fanout fanout;
 	bool fanout_set;      /* false: the node's default */
 	uint64_t deadline_ns; /* absolute; 0 = 30 s */
+	/* When set, one entry per shard searched (at most timings_cap) and
+	 * their number in *ntimings. */
+	nd_cl_shard_timing *timings;
+	size_t timings_cap, *ntimings;
 } nd_cl_search_opts;
 
 /* The one way an sr_request is built from a _search body and the URL
@@ -111,5 +125,17 @@ void nd_cluster_set_info(nd_cluster *cl, cJSON *(*fn)(void *arg, const char *kin
 cJSON *nd_cluster_nodes_info(nd_cluster *cl, const char *kind, int *total, int *failed);
 /* version, master_node, nodes and routing_table of the cluster state. */
 cJSON *nd_cluster_state_json(nd_cluster *cl);
+
+/* ---- the cluster page (nd_stats.c) ---- */
+/* GET /_shoal/stats/fanout as JSON text: the searches this node
+ * coordinated over the last minute, per index (coordinator time) and per
+ * node copy (shard service time), as p50/p90/p99 and log-scale buckets,
+ * and the fan-out counters. cl may be NULL (solo: no shard figures). */
+void nd_cluster_fanout_json(nd_cluster *cl, cm_buf *out);
+/* GET /_shoal/stats/nodes as JSON text: every node's own summary
+ * (process, memory per module, disk, HTTP, peers' round-trip latency,
+ * docs and bytes of each local shard, its recoveries), asked of all live
+ * nodes at once with a 2 s deadline; the others are marked unreachable. */
+void nd_cluster_nodes_json(nd_cluster *cl, cm_buf *out);
 
 #endif

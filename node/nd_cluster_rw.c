@@ -14,6 +14,7 @@
 #include "../proto/pr.h"
 #include "../search/sr_agg.h"
 #include "nd_cluster_private.h"
+#include "nd_stats.h"
 
 #define MEM CM_MEM_NODE
 #define DEFAULT_DEADLINE_NS 30000000000ull
@@ -408,6 +409,8 @@ typedef struct shard_job {
 	int norder, next; /* next copy to try */
 	int node;         /* node of the current attempt */
 	uint64_t t_sent;
+	uint64_t took_ns; /* the answering attempt, for the page and ?timings */
+	bool ok;
 	cm_error last;
 	local_shard local;
 } shard_job;
@@ -442,6 +445,10 @@ static void
 job_finish_ok(shard_job *j, sr_shard_result *res, pr_strings *strings)
 {
 	search_st *S = j->S;
+	j->took_ns = cm_now_ns() - j->t_sent;
+	j->ok = !res->error.code;
+	if (j->ok)
+		nd_stats_shard(nd_index_name(j->ix), j->node, j->node == S->cl->self, j->took_ns);
 	res->shard = j->ordinal;
 	/* Ties break by the request-wide shard number, as on a solo node. */
 	for (size_t i = 0; i < res->nhits; i++)
@@ -524,7 +531,13 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 			rc = cm_error_set(&e, CM_EPARSE, "merged results cover %zu of %zu shards",
 			                  covered, g->n);
 		} else {
-			cl_mark(S->cl, g->node, true, cm_now_ns() - g->t_sent);
+			uint64_t took = cm_now_ns() - g->t_sent;
+			cl_mark(S->cl, g->node, true, took);
+			for (size_t q = 0; q < g->n; q++) {
+				g->jobs[q]->took_ns = took;
+				g->jobs[q]->ok = true; /* a failed shard is finished below */
+				nd_stats_shard(nd_index_name(g->jobs[q]->ix), g->node, false, took);
+			}
 			for (size_t i = 0; i < nres; i++) {
 				if (res[i].error.code) {
 					shard_job *j = NULL;
@@ -650,6 +663,9 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n)
 	cm_buf_free(&params);
 	cm_free(MEM, shards);
 	g->t_sent = cm_now_ns();
+	for (size_t i = 0; i < n; i++)
+		jobs[i]->t_sent = g->t_sent;
+	nd_stats_message(n);
 	/* With another copy left to try, this attempt gets half the time left,
 	 * so a copy that hangs still leaves room for the retry. */
 	uint64_t deadline = S->deadline_ns;
@@ -675,6 +691,7 @@ dispatch(shard_job *j)
 		if (!cl_alive(S->cl, node) && j->next < j->norder)
 			continue;
 		j->node = node;
+		j->t_sent = cm_now_ns();
 		if (node == S->cl->self) {
 			cm_pool_submit(S->cl->spool, run_job_local, j);
 			return;
@@ -696,6 +713,8 @@ dispatch(shard_job *j)
 		                  "%s", fr.error.reason);
 	if (j->norder == 0 || j->next == 0)
 		j->node = S->cl->self;
+	if (!j->t_sent)
+		j->t_sent = cm_now_ns();
 	job_finish_ok(j, &fr, NULL);
 }
 
@@ -801,6 +820,7 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 	}
 	for (size_t i = 0; i < n; i++)
 		njobs += (size_t)nd_index_nshards(ixs[i]);
+	nd_stats_inflight(1);
 	jobs = cm_calloc(MEM, njobs + 1, sizeof(shard_job));
 	for (size_t i = 0; i < n; i++)
 		for (int s = 0; s < nd_index_nshards(ixs[i]); s++, k++) {
@@ -881,6 +901,18 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 		else
 			sr_merger_render(S.m, (cm_now_ns() - t0) / 1000000, out);
 	}
+	nd_stats_inflight(-1);
+	if (!rc)
+		nd_stats_search(ixs, n, mode, cm_now_ns() - t0);
+	if (o && o->timings && o->ntimings) {
+		size_t k2 = 0;
+		for (size_t i = 0; i < njobs && k2 < o->timings_cap; i++, k2++)
+			o->timings[k2] = (nd_cl_shard_timing){nd_index_name(jobs[i].ix), jobs[i].shard,
+			                                      cl->nodes[jobs[i].node].name,
+			                                      jobs[i].node == cl->self, jobs[i].ok,
+			                                      jobs[i].took_ns};
+		*o->ntimings = k2;
+	}
 	sr_merger_destroy(S.m);
 	for (size_t i = 0; i < S.nstrings; i++)
 		pr_strings_free(S.strings[i]);
@@ -938,7 +970,9 @@ cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *b
 	nd_index *ix = index ? nd_index_get(cl->node, index) : NULL;
 
 	*out = NULL;
-	if (strcmp(action, "rw_stats") == 0) {
+	if (strcmp(action, "rw_summary") == 0) {
+		r = nd_stats_node_json(cl); /* the cluster page (nd_stats.c) */
+	} else if (strcmp(action, "rw_stats") == 0) {
 		r = local_stats(cl);
 	} else if (strcmp(action, "rw_recovery") == 0) {
 		cm_buf rows;
