@@ -6,18 +6,13 @@ set -euo pipefail
 BUILD_PKGS=(build-essential cmake pkg-config python3 curl
   libnng-dev libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libzstd-dev
   libmicrohttpd-dev libcjson-dev libutf8proc-dev libstemmer-dev libstreamvbyte-dev
-<<<<<<< HEAD
   libxxhash-dev libroaring-dev zlib1g-dev libargon2-dev libcurl4-openssl-dev)
 # The cluster's coordination service: local clusters (local-cluster.sh runs
 # this script without --with-tests) and the etcd client's test run it.
 RUN_PKGS=(etcd-server)
-# Tests also use these (clients, peers for the BM25 check, sanitizer runtime;
-# etcd-server from RUN_PKGS for coord/ec_test).
-=======
-  libxxhash-dev libroaring-dev zlib1g-dev libargon2-dev)
 # Tests also use these (clients, peers for the BM25 check, sanitizer runtime,
-# a headless browser for the cluster page).
->>>>>>> helper/ui
+# a headless browser for the cluster page; etcd-server from RUN_PKGS for
+# coord/ec_test).
 TEST_PKGS=(clang libclang-rt-14-dev python3-elasticsearch default-jdk-headless liblucene8-java
   dict-gcide openssl chromium fonts-dejavu-core)
 
