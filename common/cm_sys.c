@@ -24,6 +24,19 @@ cm_now_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
+uint64_t
+cm_rss_bytes(void)
+{
+	long pages = 0, rss = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (f) {
+		if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
+			rss = 0;
+		fclose(f);
+	}
+	return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
 bool
 cm_parse_duration_ns(const char *v, uint64_t *out)
 {

@@ -14,6 +14,7 @@ int64_t cm_wall_ms(void); /* CLOCK_REALTIME, epoch millis */
  * 0 .. 1 day. False when malformed or out of range. */
 bool cm_parse_duration_ns(const char *v, uint64_t *out);
 double cm_cpu_seconds(void); /* this process, user + system */
+uint64_t cm_rss_bytes(void); /* this process's resident set (/proc/self/statm) */
 
 /* Temp file, write, fsync, rename, fsync the directory. */
 cm_err cm_file_write_atomic(const char *path, const void *data, size_t len);

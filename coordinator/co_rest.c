@@ -717,19 +717,6 @@ static const cm_mem_tag mem_tags[] = {CM_MEM_COMMON, CM_MEM_STORAGE,     CM_MEM_
                                       CM_MEM_REPLICATION, CM_MEM_COORD, CM_MEM_NODE,
                                       CM_MEM_COORDINATOR};
 
-static uint64_t
-rss_bytes(void)
-{
-	long pages = 0, rss = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-	if (f) {
-		if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
-			rss = 0;
-		fclose(f);
-	}
-	return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
 /* This node's _nodes/stats entry. */
 static cJSON *
 node_stats_entry(nd_node *node)
@@ -761,7 +748,7 @@ node_stats_entry(nd_node *node)
 	cJSON *cpu = cJSON_AddObjectToObject(o, "cpu");
 	cJSON_AddNumberToObject(cpu, "total_in_millis", (double)(int64_t)(cm_cpu_seconds() * 1000));
 	cJSON *pm = cJSON_AddObjectToObject(o, "mem");
-	cJSON_AddNumberToObject(pm, "resident_in_bytes", (double)rss_bytes());
+	cJSON_AddNumberToObject(pm, "resident_in_bytes", (double)cm_rss_bytes());
 	/* Shoal's own accounting: bytes held per module (cm_alloc tags). */
 	mem = cJSON_AddObjectToObject(me, "shoal");
 	cJSON *mm = cJSON_AddObjectToObject(mem, "memory");
@@ -906,7 +893,7 @@ co_h_prometheus(co_req *r)
 	              "# TYPE shoal_search_rejected_total counter\nshoal_search_rejected_total %llu\n"
 	              "# HELP shoal_uptime_seconds Seconds since the node started.\n"
 	              "# TYPE shoal_uptime_seconds gauge\nshoal_uptime_seconds %.3f\n",
-	              (unsigned long long)rss_bytes(), cm_cpu_seconds(),
+	              (unsigned long long)cm_rss_bytes(), cm_cpu_seconds(),
 	              (unsigned long long)ld(&nc->http_requests),
 	              (unsigned long long)ld(&nc->http_open),
 	              (unsigned long long)ld(&nc->search_rejected),

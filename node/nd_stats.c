@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../common/cm_alloc.h"
+#include "../common/cm_sys.h"
 #include "../proto/pr.h"
 #include "nd_cluster_private.h"
 #include "nd_hist.h"
@@ -215,19 +216,6 @@ nd_cluster_fanout_json(nd_cluster *cl, cm_buf *out)
 
 /* ---- node summaries ---- */
 
-static uint64_t
-rss_bytes(void)
-{
-	long pages = 0, rss = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-	if (f) {
-		if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
-			rss = 0;
-		fclose(f);
-	}
-	return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
 /* A _cat/recovery row ("index shard 1.234s type stage source target
  * files bytes ops") as an object. */
 static cJSON *
@@ -275,7 +263,7 @@ nd_stats_node_json(nd_cluster *cl)
 	o = cJSON_AddObjectToObject(j, "process");
 	cJSON_AddNumberToObject(o, "cpu_seconds", cm_cpu_seconds());
 	cJSON_AddNumberToObject(o, "cpus", (double)sysconf(_SC_NPROCESSORS_ONLN));
-	cJSON_AddNumberToObject(o, "rss_bytes", (double)rss_bytes());
+	cJSON_AddNumberToObject(o, "rss_bytes", (double)cm_rss_bytes());
 	o = cJSON_AddObjectToObject(j, "memory");
 	for (int t = 0; t < CM_MEM_COUNT; t++) {
 		cJSON_AddNumberToObject(o, cm_mem_tag_name((cm_mem_tag)t),
