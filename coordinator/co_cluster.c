@@ -508,3 +508,126 @@ co_get_or_create(nd_node *n, const char *name, nd_index **out, cm_error *err)
 		                    name);
 	return CM_OK;
 }
+
+/* "a.b.c": v into nested objects. */
+static void
+unflatten_into(cJSON *dst, const char *key, const cJSON *v)
+{
+	char part[256];
+	const char *dot = strchr(key, '.');
+	if (!dot || (size_t)(dot - key) >= sizeof(part)) {
+		cJSON_DeleteItemFromObjectCaseSensitive(dst, key);
+		cJSON_AddItemToObject(dst, key, cJSON_Duplicate(v, true));
+		return;
+	}
+	memcpy(part, key, (size_t)(dot - key));
+	part[dot - key] = 0;
+	cJSON *sub = cJSON_GetObjectItemCaseSensitive(dst, part);
+	if (!cJSON_IsObject(sub)) {
+		cJSON_DeleteItemFromObjectCaseSensitive(dst, part);
+		sub = cJSON_AddObjectToObject(dst, part);
+	}
+	unflatten_into(sub, dot + 1, v);
+}
+
+/* _cluster/settings on a cluster: the allocation settings live in the
+ * cluster state (through the master); action.destructive_requires_name
+ * stays this node's. */
+bool
+co_cluster_settings(co_req *r)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	const char *secs[] = {"persistent", "transient"};
+	cJSON *body = NULL, *fwd = NULL, *c;
+	bool bad, drn_set = false, drn = true;
+	if (!cl)
+		return false;
+	if (r->method == CO_PUT) {
+		body = co_body_json(r, &bad);
+		if (bad)
+			return true;
+		if (body && !cJSON_IsObject(body)) {
+			co_reply_errorf(r, CM_EPARSE, NULL, "request body must be an object");
+			cJSON_Delete(body);
+			return true;
+		}
+		fwd = cJSON_CreateObject();
+		for (int k = 0; k < 2; k++) {
+			cJSON *sec = cJSON_GetObjectItemCaseSensitive(body, secs[k]);
+			if (!sec)
+				continue;
+			if (!cJSON_IsObject(sec)) {
+				co_reply_errorf(r, CM_EPARSE, NULL,
+				                "[%s] must be an object of settings", secs[k]);
+				cJSON_Delete(body);
+				cJSON_Delete(fwd);
+				return true;
+			}
+			cJSON *out = cJSON_AddObjectToObject(fwd, secs[k]);
+			cJSON_ArrayForEach(c, sec)
+			{
+				const cJSON *a = cJSON_GetObjectItemCaseSensitive(
+				    c, "destructive_requires_name");
+				if (strcmp(c->string, "action.destructive_requires_name") == 0 ||
+				    (strcmp(c->string, "action") == 0 && a)) {
+					const cJSON *v = a ? a : c;
+					drn_set = true;
+					drn =
+					    cJSON_IsNull(v) || cJSON_IsTrue(v) ||
+					    (cJSON_IsString(v) && strcmp(v->valuestring, "false"));
+					continue;
+				}
+				cJSON_AddItemToObject(out, c->string, cJSON_Duplicate(c, true));
+			}
+		}
+		bool any = false;
+		for (int k = 0; k < 2; k++)
+			any |=
+			    cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(fwd, secs[k])) > 0;
+		if (any) {
+			char *text = cJSON_PrintUnformatted(fwd), *reply = NULL;
+			cm_error err;
+			cm_error_clear(&err);
+			cm_err rc =
+			    nd_cluster_admin(cl, "cluster_settings", "", text, &reply, &err);
+			cJSON_free(text);
+			cm_free(CM_MEM_NODE, reply);
+			if (rc) {
+				co_reply_error(r, &err, NULL);
+				cJSON_Delete(body);
+				cJSON_Delete(fwd);
+				return true;
+			}
+		}
+		if (drn_set)
+			nd_set_destructive_requires_name(r->node, drn);
+		cJSON_Delete(body);
+		cJSON_Delete(fwd);
+	}
+	bool flat = co_param_bool(r, "flat_settings", false);
+	cJSON *j = cJSON_CreateObject(), *st = nd_cluster_settings_json(cl);
+	if (r->method == CO_PUT)
+		cJSON_AddBoolToObject(j, "acknowledged", true);
+	for (int k = 0; k < 2; k++) {
+		cJSON *dst = cJSON_AddObjectToObject(j, secs[k]);
+		cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(st, secs[k]))
+		{
+			if (flat)
+				cJSON_AddItemToObject(dst, c->string, cJSON_Duplicate(c, true));
+			else
+				unflatten_into(dst, c->string, c);
+		}
+		if (k == 1 && !nd_destructive_requires_name(r->node)) {
+			cJSON *f = cJSON_CreateString("false");
+			if (flat)
+				cJSON_AddItemToObject(dst, "action.destructive_requires_name", f);
+			else {
+				unflatten_into(dst, "action.destructive_requires_name", f);
+				cJSON_Delete(f);
+			}
+		}
+	}
+	cJSON_Delete(st);
+	co_reply_json(r, 200, j);
+	return true;
+}

@@ -236,6 +236,8 @@ co_h_cluster_settings(co_req *r)
 	cJSON *j, *body = NULL, *c, *sec;
 	bool bad;
 
+	if (co_cluster_settings(r))
+		return;
 	if (r->method == CO_PUT) {
 		body = co_body_json(r, &bad);
 		if (bad)

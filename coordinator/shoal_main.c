@@ -27,10 +27,16 @@ usage(FILE *f)
 	        "             [--log-level debug|info|warn|error] [-E setting=value]\n"
 	        "       shoal --cluster FILE --name NAME --data DIR [--role coordinator]\n"
 	        "             [--fanout serial|per_shard|per_node]\n"
+	        "       shoal --etcd HOST:PORT[,HOST:PORT..] --cluster-name NAME --name NAME\n"
+	        "             --http HOST:PORT --transport HOST:PORT --data DIR [--secret S]\n"
+	        "             [--role coordinator]\n"
 	        "       shoal --hash-password   (reads a password on stdin, prints its hash)\n"
 	        "  --solo       one node holding every shard of its indices\n"
 	        "  --cluster    a static cluster described by FILE (see docs); --name picks\n"
 	        "               this node; its HTTP address comes from the file\n"
+	        "  --etcd       a live cluster on etcd: membership, master election and the\n"
+	        "               cluster state; the other nodes are found there (docs/cluster.md)\n"
+	        "  --transport  this node's node-to-node address (with --etcd)\n"
 	        "  --data DIR   data directory (indices, metadata, lock file)\n"
 	        "  --http       HTTP address, default 127.0.0.1:9200\n"
 	        "  --users FILE require HTTP authentication: users with argon2 hashes and\n"
@@ -41,7 +47,8 @@ usage(FILE *f)
 	        "  -E http.header_timeout=10s                  whole request head, else closed\n"
 	        "  -E http.body_timeout=60s                    whole request body, else closed\n"
 	        "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
-	        "  -E cluster.replica_timeout=10s              drop a silent replica after this\n");
+	        "  -E cluster.replica_timeout=10s              drop a silent replica after this\n"
+	        "  -E cluster.lease_ttl=10s                    etcd lease of this node (--etcd)\n");
 }
 
 /* An http.*_timeout value: 100ms..1d, as "500ms", "10s", "2m" (a bare
@@ -101,6 +108,7 @@ main(int argc, char **argv)
 	const char *data = NULL, *http = "127.0.0.1:9200", *name = NULL, *level = "info";
 	bool solo = false, drn_false = false, coord_only = false;
 	const char *cluster_file = NULL, *fanout_s = NULL;
+	const char *etcd = NULL, *cluster_name = NULL, *transport = NULL, *secret = NULL;
 	nd_cl_fanout fanout = ND_CL_FANOUT_PER_SHARD;
 	nd_cluster *cl = NULL;
 	uint64_t max_content = 100ull << 20;
@@ -127,6 +135,14 @@ main(int argc, char **argv)
 			solo = true;
 		else if (strcmp(a, "--cluster") == 0 && v)
 			cluster_file = argv[++i];
+		else if (strcmp(a, "--etcd") == 0 && v)
+			etcd = argv[++i];
+		else if (strcmp(a, "--cluster-name") == 0 && v)
+			cluster_name = argv[++i];
+		else if (strcmp(a, "--transport") == 0 && v)
+			transport = argv[++i];
+		else if (strcmp(a, "--secret") == 0 && v)
+			secret = argv[++i];
 		else if (strcmp(a, "--role") == 0 && v) {
 			const char *role = argv[++i];
 			if (strcmp(role, "coordinator") == 0)
@@ -208,16 +224,50 @@ main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if ((!solo && !cluster_file) || !data || (cluster_file && (solo || !name))) {
+	if (etcd && !cluster_file && (solo || !name || !cluster_name || !transport)) {
+		fprintf(stderr, "shoal: %s\n",
+		        solo
+		            ? "--solo and --etcd exclude each other"
+		            : "--etcd needs --cluster-name NAME, --name NAME, --http HOST:PORT and "
+		              "--transport HOST:PORT (or --cluster FILE)");
+		usage(stderr);
+		return 2;
+	}
+	if (etcd && cluster_file) {
+		fprintf(stderr, "shoal: --etcd and --cluster exclude each other (put \"etcd\" in "
+		                "the cluster file)\n");
+		return 2;
+	}
+	if ((!solo && !cluster_file && !etcd) || !data || (cluster_file && (solo || !name))) {
 		fprintf(stderr, "shoal: %s\n",
 		        solo && cluster_file    ? "--solo and --cluster exclude each other"
 		        : cluster_file && !name ? "--cluster needs --name NAME"
 		        : !data                 ? "--data DIR is required"
-		                                : "--solo or --cluster FILE is required");
+		                : "--solo, --cluster FILE or --etcd HOSTS is required");
 		usage(stderr);
 		return 2;
 	}
-	if (cluster_file) {
+	if (etcd) {
+		nd_cl_etcd_opts eo = {.endpoints = etcd,
+		                      .cluster_name = cluster_name,
+		                      .name = name,
+		                      .http = http,
+		                      .transport = transport,
+		                      .secret = secret,
+		                      .coordinator_only = coord_only};
+		cm_error_clear(&err);
+		if (nd_cluster_open_etcd(&eo, fanout, &cl, &err)) {
+			fprintf(stderr, "shoal: %s\n", err.reason);
+			return 2;
+		}
+		for (int k = 0; k < ncl_settings; k++) {
+			cm_error_clear(&err);
+			if (nd_cluster_setting(cl, cl_settings[k], &err)) {
+				fprintf(stderr, "shoal: -E %s: %s\n", cl_settings[k], err.reason);
+				return 2;
+			}
+		}
+	} else if (cluster_file) {
 		cm_error_clear(&err);
 		if (nd_cluster_open(cluster_file, name, coord_only, fanout, &cl, &err)) {
 			fprintf(stderr, "shoal: %s\n", err.reason);

@@ -52,6 +52,7 @@ typedef struct nd_settings {
 	int64_t refresh_interval_ms; /* -1 disables */
 	char refresh_interval[32];   /* as given ("1s"), "" when default */
 	int max_result_window;
+	int64_t delayed_timeout_ms; /* index.unassigned.node_left.delayed_timeout (1m) */
 } nd_settings;
 
 typedef struct nd_index_stats {

@@ -100,27 +100,39 @@ tls_parse(nd_cluster *cl, const char *file, const cJSON *t, cm_error *err)
 	return CM_OK;
 }
 
-cm_err
-nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl_fanout fanout,
-                nd_cluster **out, cm_error *err)
+/* The cluster from a cluster file's JSON (j is the caller's). With
+ * "etcd" the nodes list needs only this node: the others come from etcd. */
+static cm_err
+cluster_from_json(cJSON *j, const char *file, const char *name, bool coordinator_only,
+                  nd_cl_fanout fanout, nd_cluster **out, cm_error *err)
 {
-	char *text = NULL;
-	size_t len;
-	cJSON *j = NULL, *nodes, *it;
+	cJSON *nodes, *it;
 	nd_cluster *cl = NULL;
 	cm_err rc;
+	const cJSON *etcd = cJSON_GetObjectItemCaseSensitive(j, "etcd");
+	char endpoints[1024] = "";
 
-	if (cm_file_read(file, MAX_CLUSTER_FILE, &text, &len))
-		return cm_error_set(err, CM_EIO, "cannot read cluster file %s", file);
-	j = cJSON_ParseWithLength(text, len);
-	cm_free(MEM, text);
-	if (!j) {
-		rc = cm_error_set(err, CM_EPARSE, "cluster file %s is not valid JSON", file);
-		goto fail;
+	if (etcd) {
+		const cJSON *ep;
+		if (cJSON_IsString(etcd))
+			snprintf(endpoints, sizeof(endpoints), "%s", etcd->valuestring);
+		const cJSON *list = cJSON_IsArray(etcd) ? etcd : NULL;
+		cJSON_ArrayForEach(ep, list)
+		{
+			size_t l = strlen(endpoints);
+			if (cJSON_IsString(ep))
+				snprintf(endpoints + l, sizeof(endpoints) - l, "%s%s", l ? "," : "",
+				         ep->valuestring);
+		}
+		if (!endpoints[0])
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "cluster file %s: \"etcd\" must list HOST:PORT endpoints", file);
 	}
 	cl = cm_calloc(MEM, 1, sizeof(*cl));
+	pthread_mutex_init(&cl->members_mu, NULL);
 	cl->self = -1;
-	cl->master = -1;
+	atomic_store(&cl->master, -1);
 	cl->fanout = fanout;
 	pthread_mutex_init(&cl->meta_lock, NULL);
 	pthread_mutex_init(&cl->lock, NULL);
@@ -150,10 +162,16 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 		                  file, ND_CL_MAX_NODES);
 		goto fail;
 	}
-	cl->nodes = cm_calloc(MEM, (size_t)nn, sizeof(nd_cl_node));
+	cl->nodes = cm_calloc(MEM, etcd ? ND_CL_MAX_NODES : (size_t)nn, sizeof(nd_cl_node));
 	cJSON_ArrayForEach(it, nodes)
 	{
 		nd_cl_node *nd = &cl->nodes[cl->nn];
+		if (etcd) {
+			/* the other nodes come from etcd */
+			const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+			if (!cJSON_IsString(nm) || strcmp(nm->valuestring, name) != 0)
+				continue;
+		}
 		const cJSON *roles = cJSON_GetObjectItemCaseSensitive(it, "roles"), *r;
 		char addr[ND_CL_ADDR];
 		if (!copy_str(nd->name, sizeof(nd->name),
@@ -192,7 +210,7 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 				goto fail;
 			}
 		nd->data_ord = nd->data ? cl->ndata++ : -1;
-		if (nd->master && cl->master < 0)
+		if (nd->master && cl->master < 0 && !etcd)
 			cl->master = cl->nn;
 		const cJSON *nt = cJSON_GetObjectItemCaseSensitive(it, "tls");
 		tls |= nt != NULL;
@@ -227,7 +245,7 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 			memcpy(urls[u], "tls+", 4);
 		}
 	}
-	if (cl->ndata == 0) {
+	if (cl->ndata == 0 && !etcd) {
 		rc = cm_error_set(err, CM_EINVAL, "cluster file %s has no data node", file);
 		goto fail;
 	}
@@ -239,20 +257,60 @@ nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl
 		    name, file);
 		goto fail;
 	}
-	cl->data_nodes = cm_calloc(MEM, (size_t)cl->ndata, sizeof(int));
+	cl->data_nodes = cm_calloc(MEM, ND_CL_MAX_NODES, sizeof(int));
 	for (int k = 0; k < cl->nn; k++)
 		if (cl->nodes[k].data)
 			cl->data_nodes[cl->nodes[k].data_ord] = k;
+	if (etcd && (rc = cl_etcd_open(cl, endpoints, err)))
+		goto fail;
 	cl_host_init(cl);
-	cJSON_Delete(j);
 	*out = cl;
 	return CM_OK;
 fail:
-	cJSON_Delete(j);
 	if (cl) {
+		cm_free(MEM, cl->data_nodes);
 		cm_free(MEM, cl->nodes);
 		cm_free(MEM, cl);
 	}
+	return rc;
+}
+
+cm_err
+nd_cluster_open(const char *file, const char *name, bool coordinator_only, nd_cl_fanout fanout,
+                nd_cluster **out, cm_error *err)
+{
+	char *text = NULL;
+	size_t len;
+	if (cm_file_read(file, MAX_CLUSTER_FILE, &text, &len))
+		return cm_error_set(err, CM_EIO, "cannot read cluster file %s", file);
+	cJSON *j = cJSON_ParseWithLength(text, len);
+	cm_free(MEM, text);
+	if (!j)
+		return cm_error_set(err, CM_EPARSE, "cluster file %s is not valid JSON", file);
+	cm_err rc = cluster_from_json(j, file, name, coordinator_only, fanout, out, err);
+	cJSON_Delete(j);
+	return rc;
+}
+
+cm_err
+nd_cluster_open_etcd(const nd_cl_etcd_opts *o, nd_cl_fanout fanout, nd_cluster **out, cm_error *err)
+{
+	cJSON *j = cJSON_CreateObject(), *nodes = cJSON_AddArrayToObject(j, "nodes");
+	cJSON *me = cJSON_CreateObject(), *roles = cJSON_AddArrayToObject(me, "roles");
+	cJSON_AddStringToObject(j, "cluster_name", o->cluster_name);
+	cJSON_AddStringToObject(j, "secret", o->secret && *o->secret ? o->secret : o->cluster_name);
+	cJSON_AddStringToObject(j, "etcd", o->endpoints);
+	cJSON_AddStringToObject(me, "name", o->name);
+	cJSON_AddStringToObject(me, "http", o->http);
+	cJSON_AddStringToObject(me, "transport", o->transport);
+	if (!o->coordinator_only) {
+		cJSON_AddItemToArray(roles, cJSON_CreateString("master"));
+		cJSON_AddItemToArray(roles, cJSON_CreateString("data"));
+	}
+	cJSON_AddItemToArray(nodes, me);
+	cm_err rc =
+	    cluster_from_json(j, "(--etcd)", o->name, o->coordinator_only, fanout, out, err);
+	cJSON_Delete(j);
 	return rc;
 }
 
@@ -418,20 +476,43 @@ state_apply_locked(nd_cluster *cl, const rp_state *st)
 	cm_free(MEM, all);
 }
 
-/* Adopts a state newer than ours: persisted first (a node that cannot
- * persist keeps its old state and learns the new one again later). */
+static void
+reg_name(void *arg, const char *name)
+{
+	cl_node_slot(arg, name);
+}
+
+/* Decodes a state; on etcd the nodes it names get slots first. */
+static cm_err
+state_decode(nd_cluster *cl, const void *p, size_t len, rp_state **st, cm_error *err)
+{
+	if (cl->etcd)
+		rp_state_names(p, len, reg_name, cl);
+	return rp_state_decode(p, len, cl->names, cl->nn, st, err);
+}
+
 static void
 state_receive(nd_cluster *cl, const void *p, size_t len)
 {
 	rp_state *st = NULL;
 	cm_error err;
 	cm_error_clear(&err);
-	if (rp_state_decode(p, len, cl->names, cl->nn, &st, &err)) {
+	if (state_decode(cl, p, len, &st, &err)) {
 		cm_warn("cluster", "malformed cluster state received: %s", err.reason);
 		return;
 	}
+	cl_state_adopt(cl, st, false);
+}
+
+/* Adopts a state newer than ours: persisted first (a node that cannot
+ * persist keeps its old state and learns the new one again later). */
+void
+cl_state_adopt(nd_cluster *cl, rp_state *st, bool force)
+{
+	cm_error err;
+	cm_error_clear(&err);
 	pthread_mutex_lock(&cl->meta_lock);
-	if (st->version > cl->state->version) {
+	if (st->version > cl->state->version || (force && st->version != cl->state->version)) {
 		if (state_persist(cl, st, &err)) {
 			cm_warn("cluster", "cluster state version %" PRIu64 " not adopted: %s",
 			        st->version, err.reason);
@@ -521,18 +602,34 @@ state_publish(nd_cluster *cl, uint64_t mask, bool quiet)
 void
 cl_state_publish(nd_cluster *cl)
 {
-	if (cl->master == cl->self)
+	if (cl_is_master(cl))
 		state_publish(cl, ~0ull, false);
 }
 
 cm_err
 cl_state_commit_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 {
-	next->version = cl->state->version + 1;
-	cm_err rc = state_persist(cl, next, err);
-	if (rc) {
-		rp_state_free(next);
-		return rc;
+	cm_err rc;
+	if (cl->etcd) {
+		/* etcd holds the state; the local copy is a cache for the start */
+		uint64_t v = 0;
+		if ((rc = cl_etcd_commit(cl, cl->state, next, &v, err))) {
+			rp_state_free(next);
+			return rc;
+		}
+		next->version = v;
+		cm_error e2;
+		cm_error_clear(&e2);
+		if (state_persist(cl, next, &e2))
+			cm_warn("cluster",
+			        "state version %" PRIu64 " is in etcd but not cached: %s", v,
+			        e2.reason);
+	} else {
+		next->version = cl->state->version + 1;
+		if ((rc = state_persist(cl, next, err))) {
+			rp_state_free(next);
+			return rc;
+		}
 	}
 	rp_state_free(cl->state);
 	cl->state = next;
@@ -602,6 +699,107 @@ json_text(const cJSON *j)
 	return out;
 }
 
+/* Cluster settings this cluster keeps in its state (the allocator's);
+ * anything else is refused before anything changes. */
+static const char *const cluster_keys[] = {
+    "cluster.routing.allocation.enable",
+    "cluster.routing.allocation.exclude._name",
+    "cluster.routing.allocation.exclude._ip",
+    "cluster.routing.allocation.node_concurrent_recoveries",
+    "cluster.routing.rebalance.enable",
+    NULL,
+};
+
+static bool
+cluster_key(const char *k)
+{
+	for (int i = 0; cluster_keys[i]; i++)
+		if (strcmp(cluster_keys[i], k) == 0)
+			return true;
+	return false;
+}
+
+static void
+flatten(const cJSON *src, const char *prefix, cJSON *dst)
+{
+	const cJSON *c;
+	cJSON_ArrayForEach(c, src)
+	{
+		char key[256];
+		snprintf(key, sizeof(key), "%s%s%s", prefix, *prefix ? "." : "", c->string);
+		if (cJSON_IsObject(c)) {
+			flatten(c, key, dst);
+		} else {
+			cJSON_DeleteItemFromObjectCaseSensitive(dst, key);
+			cJSON_AddItemToObject(dst, key, cJSON_Duplicate(c, true));
+		}
+	}
+}
+
+/* PUT _cluster/settings on the master: {"persistent":{..},"transient":{..}}
+ * merged into the state's settings, flat; null removes a key. */
+static cm_err
+settings_merge(rp_state *next, const cJSON *body, cm_error *err)
+{
+	const char *secs[] = {"persistent", "transient"};
+	cJSON *cur = next->settings ? cJSON_Parse(next->settings) : NULL;
+	if (!cJSON_IsObject(cur)) {
+		cJSON_Delete(cur);
+		cur = cJSON_CreateObject();
+	}
+	for (int k = 0; k < 2; k++) {
+		const cJSON *sec = cJSON_GetObjectItemCaseSensitive(body, secs[k]);
+		if (!sec)
+			continue;
+		cJSON *flat = cJSON_CreateObject(), *c;
+		flatten(sec, "", flat);
+		cJSON_ArrayForEach(c, flat)
+		{
+			if (!cluster_key(c->string) ||
+			    !(cJSON_IsString(c) || cJSON_IsNumber(c) || cJSON_IsNull(c))) {
+				cm_err rc = cm_error_set(
+				    err, CM_EINVAL,
+				    "%s setting [%.100s], not dynamically updateable",
+				    cluster_key(c->string) ? "invalid value for" : secs[k],
+				    c->string);
+				cJSON_Delete(flat);
+				cJSON_Delete(cur);
+				return rc;
+			}
+			if (strcmp(c->string, "cluster.routing.allocation.enable") == 0 &&
+			    cJSON_IsString(c) && strcmp(c->valuestring, "all") &&
+			    strcmp(c->valuestring, "primaries") &&
+			    strcmp(c->valuestring, "new_primaries") &&
+			    strcmp(c->valuestring, "none")) {
+				cm_err rc = cm_error_set(
+				    err, CM_EINVAL,
+				    "illegal value can't update "
+				    "[cluster.routing.allocation.enable] "
+				    "from [all] to [%.60s]: all, primaries, new_primaries or none",
+				    c->valuestring);
+				cJSON_Delete(flat);
+				cJSON_Delete(cur);
+				return rc;
+			}
+		}
+		cJSON *dst = cJSON_GetObjectItemCaseSensitive(cur, secs[k]);
+		if (!dst)
+			dst = cJSON_AddObjectToObject(cur, secs[k]);
+		cJSON_ArrayForEach(c, flat)
+		{
+			cJSON_DeleteItemFromObjectCaseSensitive(dst, c->string);
+			if (!cJSON_IsNull(c))
+				cJSON_AddItemToObject(dst, c->string, cJSON_Duplicate(c, true));
+		}
+		cJSON_Delete(flat);
+	}
+	char *t = cJSON_PrintUnformatted(cur);
+	rp_state_set_settings(next, t);
+	cJSON_free(t);
+	cJSON_Delete(cur);
+	return CM_OK;
+}
+
 /* The master's side of a metadata change: validated by applying it here
  * first, then versioned, persisted and published; the reply waits until
  * the nodes applied it (wait_applied). A state that cannot be persisted
@@ -618,6 +816,19 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 	*reply = NULL;
 	if (body && *body && !bj)
 		return cm_error_set(err, CM_EPARSE, "malformed metadata request body");
+	/* where new copies may go: on etcd the members that may take them */
+	int pdata_buf[ND_CL_MAX_NODES], *pdata = cl->data_nodes, npdata = cl->ndata;
+	if (cl->etcd) {
+		npdata = cl_placeable(cl, pdata_buf);
+		pdata = pdata_buf;
+		if (!npdata && strcmp(action, "create") == 0) {
+			cJSON_Delete(bj);
+			return cm_error_set(err, CM_EUNAVAIL,
+			                    "no data node may take copies (none joined, or all "
+			                    "excluded): index [%s] not created",
+			                    index);
+		}
+	}
 	pthread_mutex_lock(&cl->meta_lock);
 	rp_state *next = NULL;
 	next = rp_state_dup(cl->state);
@@ -625,9 +836,9 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		nd_index *ix = NULL;
 		if ((rc = nd_index_create(cl->node, index, bj, &ix, err)))
 			goto done;
-		rp_index *e = rp_state_add_index(
-		    next, index, nd_index_uuid(ix), nd_index_nshards(ix),
-		    nd_index_settings(ix)->number_of_replicas, cl->data_nodes, cl->ndata);
+		rp_index *e =
+		    rp_state_add_index(next, index, nd_index_uuid(ix), nd_index_nshards(ix),
+		                       nd_index_settings(ix)->number_of_replicas, pdata, npdata);
 		char *t = bj ? json_text(bj) : cm_strdup(MEM, "{}");
 		rp_index_set_text(&e->body, t);
 		cm_free(MEM, t);
@@ -662,10 +873,9 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 			}
 			rp_index *e = rp_state_index(next, tok);
 			if (!e) {
-				e = rp_state_add_index(next, tok, nd_index_uuid(ix),
-				                       nd_index_nshards(ix),
-				                       nd_index_settings(ix)->number_of_replicas,
-				                       cl->data_nodes, cl->ndata);
+				e = rp_state_add_index(
+				    next, tok, nd_index_uuid(ix), nd_index_nshards(ix),
+				    nd_index_settings(ix)->number_of_replicas, pdata, npdata);
 				rp_index_set_text(&e->body, "{}");
 			}
 			if (settings && strstr(body ? body : "", "number_of_replicas"))
@@ -673,7 +883,7 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 				 * copies leave the routing */
 				rp_state_set_replicas(next, tok,
 				                      nd_index_settings(ix)->number_of_replicas,
-				                      cl->data_nodes, cl->ndata);
+				                      pdata, npdata);
 			if (settings) {
 				/* Every node replays the dynamic settings changes in order. */
 				char *t = json_text(bj);
@@ -692,6 +902,9 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		}
 		cm_free(MEM, copy);
 		if (rc)
+			goto done;
+	} else if (strcmp(action, "cluster_settings") == 0) {
+		if ((rc = settings_merge(next, bj, err)))
 			goto done;
 	} else {
 		rc = cm_error_set(err, CM_EINVAL, "unknown metadata action [%s]", action);
@@ -751,31 +964,39 @@ nd_cluster_admin(nd_cluster *cl, const char *action, const char *index, const ch
 	size_t rlen;
 
 	*reply = NULL;
-	if (cl->master < 0)
-		return cm_error_set(
-		    err, CM_EUNAVAIL,
-		    "no master-eligible node in the cluster file: metadata changes are "
-		    "not possible");
-	if (cl->master == cl->self)
+	/* during an election: wait for the new master, bounded */
+	for (int k = 0; cl->etcd && cl->master < 0 && k < 100; k++)
+		usleep(100000);
+	int master = cl->master;
+	if (master < 0)
+		return cl->etcd
+		           ? cm_error_set_type(err, CM_EUNAVAIL, "master_not_discovered_exception",
+		                               "no master elected (is etcd reachable?): "
+		                               "metadata change [%s] not applied",
+		                               action)
+		           : cm_error_set(err, CM_EUNAVAIL,
+		                          "no master-eligible node in the cluster file: "
+		                          "metadata changes are not possible");
+	if (master == cl->self)
 		return master_admin(cl, action, index, body, reply, err);
 	cm_buf_init(&req, MEM);
 	cm_buf_init(&rep, MEM);
 	pr_admin_encode(action, index, body, body ? strlen(body) : 0, &req);
-	rc = nd_peer_call_sync(cl->nodes[cl->master].peer, PR_ADMIN, req.data, req.len,
+	rc = nd_peer_call_sync(cl->nodes[master].peer, PR_ADMIN, req.data, req.len,
 	                       cm_now_ns() + 20000000000ull, &type, &rep);
 	if (rc == CM_EINVAL) {
 		rc = cm_error_set(
 		    err, CM_EUNAVAIL,
 		    "master node [%s] refused this node's messages (wrong cluster name or "
 		    "secret?): metadata change [%s] not applied",
-		    cl->nodes[cl->master].name, action);
+		    cl->nodes[master].name, action);
 	} else if (rc) {
-		cl_mark(cl, cl->master, false, 0);
+		cl_mark(cl, master, false, 0);
 		rc = cm_error_set_type(
 		    err, CM_EUNAVAIL, "master_not_discovered_exception",
 		    "master node [%s] is not available (%s): metadata change [%s] not "
 		    "applied; searches and writes go on",
-		    cl->nodes[cl->master].name, cm_err_msg(rc), action);
+		    cl->nodes[master].name, cm_err_msg(rc), action);
 	} else if ((cm_error_clear(&remote),
 	            pr_ack_decode(rep.data, rep.len, &remote, &rbody, &rlen)) &&
 	           !remote.code) {
@@ -882,7 +1103,7 @@ serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_
 	case PR_SHARD_EVENT: {
 		rp_event ev;
 		void *keep = NULL;
-		if (cl->master != cl->self)
+		if (!cl_is_master(cl))
 			cm_error_set(&err, CM_EUNAVAIL, "node [%s] is not the master",
 			             cl->nodes[cl->self].name);
 		else if (rp_event_decode(p, len, cl->names, cl->nn, &ev, &keep, &err) == CM_OK) {
@@ -904,7 +1125,7 @@ serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_
 			cm_buf b;
 			cm_buf_init(&b, MEM);
 			pr_admin_free(&a);
-			if (cl->master != cl->self) {
+			if (!cl_is_master(cl)) {
 				cm_error_set(&err, CM_EUNAVAIL, "node [%s] is not the master",
 				             cl->nodes[cl->self].name);
 			} else {
@@ -923,7 +1144,7 @@ serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_
 				local_broadcast(cl, a.action, a.index, &err);
 			else if (strncmp(a.action, "rw_", 3) == 0)
 				cl_serve_rw(cl, a.action, a.index, a.body, a.body_len, &err, &out);
-			else if (cl->master != cl->self)
+			else if (!cl_is_master(cl))
 				cm_error_set(&err, CM_EUNAVAIL, "node [%s] is not the master",
 				             cl->nodes[cl->self].name);
 			else
@@ -983,14 +1204,15 @@ cl_fetch_state(nd_cluster *cl)
 	cm_error remote;
 	size_t len;
 
-	if (cl->master < 0 || cl->master == cl->self)
+	int master = cl->master;
+	if (master < 0 || master == cl->self)
 		return;
 	cm_error_clear(&err);
 	cm_error_clear(&remote);
 	cm_buf_init(&req, MEM);
 	cm_buf_init(&rep, MEM);
 	pr_admin_encode("state", "", NULL, 0, &req);
-	if (nd_peer_call_sync(cl->nodes[cl->master].peer, PR_ADMIN, req.data, req.len,
+	if (nd_peer_call_sync(cl->nodes[master].peer, PR_ADMIN, req.data, req.len,
 	                      cm_now_ns() + 2000000000ull, &type, &rep) == CM_OK &&
 	    pr_ack_decode(rep.data, rep.len, &remote, &st, &len) == CM_OK) {
 		if (!remote.code && st)
@@ -1007,9 +1229,14 @@ monitor_main(void *arg)
 	nd_cluster *cl = arg;
 	int round = 0;
 	do {
+		cl_etcd_tick(cl);
 		for (int i = 0; i < cl->nn; i++) {
 			if (i == cl->self)
 				continue;
+			if (cl->etcd && !atomic_load(&cl->nodes[i].registered)) {
+				cl_mark(cl, i, false, 0); /* not a member now: not pinged */
+				continue;
+			}
 			cm_buf rep;
 			uint32_t type;
 			uint64_t t0 = cm_now_ns();
@@ -1025,9 +1252,10 @@ monitor_main(void *arg)
 			cl_mark(cl, i, rc == CM_OK, rc == CM_OK ? cm_now_ns() - t0 : 0);
 		}
 		/* Nodes that were down while the state changed catch up here. */
-		if (cl->master == cl->self)
+		int master = cl->master;
+		if (cl_is_master(cl))
 			state_republish(cl);
-		else if (cl->master >= 0 && cl_alive(cl, cl->master) && round++ % 4 == 0)
+		else if (!cl->etcd && master >= 0 && cl_alive(cl, master) && round++ % 4 == 0)
 			cl_fetch_state(cl);
 		cl_host_tick(cl);
 	} while (!wait_stop(cl, 500));
@@ -1111,7 +1339,7 @@ state_load(nd_cluster *cl, cm_error *err)
 	size_t len;
 	state_path(cl, path, sizeof(path));
 	if (cm_file_read(path, 256u << 20, &text, &len) == CM_OK) {
-		cm_err rc = rp_state_decode(text, len, cl->names, cl->nn, &cl->state, err);
+		cm_err rc = state_decode(cl, text, len, &cl->state, err);
 		cm_free(MEM, text);
 		if (rc)
 			return cm_error_set(err, rc, "cluster state %s is unreadable: %s", path,
@@ -1159,21 +1387,27 @@ nd_cluster_start(nd_cluster *cl, nd_node *n, cm_error *err)
 	pthread_mutex_unlock(&cl->meta_lock);
 	cl->pool = cm_pool_create(16, "cl-rpc");
 	cl->spool = cm_pool_create(4, "cl-search");
-	for (int i = 0; i < cl->nn; i++)
-		if (i != cl->self &&
-		    (rc = nd_peer_open(cl->nodes[i].connect, &o, &cl->nodes[i].peer, err)))
+	for (int i = 0; i < cl->nn; i++) {
+		nd_peer *p = NULL;
+		if (i != cl->self && (rc = nd_peer_open(cl->nodes[i].connect, &o, &p, err)))
 			return rc;
+		cl->nodes[i].peer = p;
+	}
 	if ((rc = nd_server_start(cl->nodes[cl->self].transport, &o, 32, cl->pool, serve, cl,
 	                          &cl->server, err)))
 		return rc;
 	g_cluster = cl;
+	if (cl->etcd && (rc = cl_etcd_start(cl, err)))
+		return rc;
 	cl_fetch_state(cl);
 	pthread_create(&cl->monitor, NULL, monitor_main, cl);
 	cl->monitor_started = true;
-	cm_info(
-	    "cluster", "node [%s] in cluster [%s]: %d nodes, %d data, master [%s], transport %s",
-	    cl->nodes[cl->self].name, cl->cluster_name, cl->nn, cl->ndata,
-	    cl->master >= 0 ? cl->nodes[cl->master].name : "none", cl->nodes[cl->self].transport);
+	int master = cl->master;
+	cm_info("cluster",
+	        "node [%s] in cluster [%s]: %d nodes, %d data, master [%s], transport %s%s",
+	        cl->nodes[cl->self].name, cl->cluster_name, (int)cl->nn, cl->ndata,
+	        master >= 0 ? cl->nodes[master].name : "none", cl->nodes[cl->self].transport,
+	        cl->etcd ? ", membership on etcd" : "");
 	return CM_OK;
 }
 
@@ -1188,6 +1422,7 @@ nd_cluster_stop(nd_cluster *cl)
 	pthread_mutex_unlock(&cl->stop_mu);
 	if (cl->monitor_started)
 		pthread_join(cl->monitor, NULL);
+	cl_etcd_stop(cl);
 	/* Calls to peers fail from here on, so a recovery and the handlers
 	 * waiting on replicas or the master finish; the replication state is
 	 * freed only once no handler or pool task can touch it. */
@@ -1203,6 +1438,9 @@ nd_cluster_stop(nd_cluster *cl)
 	for (int i = 0; i < cl->nn; i++)
 		if (cl->nodes[i].peer)
 			nd_peer_close(cl->nodes[i].peer);
+	for (int i = 0; i < cl->npeers_old; i++)
+		nd_peer_close(cl->peers_old[i]);
+	cl_etcd_free(cl);
 	rp_destroy(cl->rp);
 	cl->rp = NULL;
 	if (g_cluster == cl)
@@ -1282,4 +1520,13 @@ nd_cluster_broadcast(nd_cluster *cl, const char *action, const char *indices, in
 	cm_buf_free(&b);
 	cm_free(MEM, calls);
 	return rc;
+}
+
+cJSON *
+nd_cluster_settings_json(nd_cluster *cl)
+{
+	pthread_mutex_lock(&cl->meta_lock);
+	cJSON *j = cl->state->settings ? cJSON_Parse(cl->state->settings) : NULL;
+	pthread_mutex_unlock(&cl->meta_lock);
+	return cJSON_IsObject(j) ? j : (cJSON_Delete(j), cJSON_CreateObject());
 }

@@ -1,7 +1,9 @@
-/* The static cluster (phase 1): membership from a cluster file, the
- * metadata master, deterministic copy placement, replicated writes through
- * the primary, and the search fan-out over local and remote shard copies
- * into the shared merger. One cluster per process (nd_cluster_of). */
+/* The cluster: membership, the master and the cluster state either on
+ * etcd (leases, election, watched state; nd_cluster_etcd.c) or from a
+ * static cluster file (first master node leads), copy placement by the
+ * master's allocator, replicated writes through the primary, and the
+ * search fan-out over local and remote shard copies into the shared
+ * merger. One cluster per process (nd_cluster_of). */
 #ifndef ND_CLUSTER_H
 #define ND_CLUSTER_H
 
@@ -26,6 +28,16 @@ bool nd_fanout_parse(const char *s, nd_cl_fanout *out);
  * by the caller (nd_cluster_stop). */
 cm_err nd_cluster_open(const char *file, const char *name, bool coordinator_only,
                        nd_cl_fanout fanout, nd_cluster **out, cm_error *err);
+/* A node of a cluster on etcd, started without a cluster file: it knows
+ * etcd, its cluster's name and its own addresses, not the other nodes. */
+typedef struct nd_cl_etcd_opts {
+	const char *endpoints; /* "127.0.0.1:2379,127.0.0.1:2381" */
+	const char *cluster_name, *name, *http, *transport;
+	const char *secret; /* transport secret; NULL: the cluster name */
+	bool coordinator_only;
+} nd_cl_etcd_opts;
+cm_err nd_cluster_open_etcd(const nd_cl_etcd_opts *o, nd_cl_fanout fanout, nd_cluster **out,
+                            cm_error *err);
 /* A -E cluster.* setting ("key=value"): cluster.primary_failover_timeout,
  * cluster.replica_timeout, cluster.recovery_max_bytes_per_sec. */
 cm_err nd_cluster_setting(nd_cluster *cl, const char *kv, cm_error *err);
@@ -107,6 +119,8 @@ cm_err nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc
 bool nd_routed_refresh(nd_index *ix);
 
 /* ---- cluster APIs ---- */
+/* The cluster settings of the state: {"persistent":{flat keys},"transient":{..}}. */
+cJSON *nd_cluster_settings_json(nd_cluster *cl);
 /* _cluster/health as JSON text into out (cm_buf). */
 void nd_cluster_health(nd_cluster *cl, cm_buf *out);
 /* _cat/nodes and _cat/shards rows, tab separated, with a header line. */

@@ -86,9 +86,11 @@ host_master_event(void *h, const rp_event *ev, cm_error *err)
 	size_t bl;
 	cm_err rc;
 
-	if (cl->master < 0)
-		return cm_error_set(err, CM_EUNAVAIL, "no master-eligible node");
-	if (cl->master == cl->self) {
+	int master = cl->master;
+	if (master < 0)
+		return cm_error_set_type(err, CM_EUNAVAIL, "master_not_discovered_exception",
+		                         "no master is known");
+	if (master == cl->self) {
 		pthread_mutex_lock(&cl->meta_lock);
 		rc = cl_master_event_locked(cl, ev, err);
 		pthread_mutex_unlock(&cl->meta_lock);
@@ -99,14 +101,14 @@ host_master_event(void *h, const rp_event *ev, cm_error *err)
 	cm_buf_init(&req, MEM);
 	cm_buf_init(&rep, MEM);
 	rp_event_encode(ev, cl->names, &req);
-	rc = nd_peer_call_sync(cl->nodes[cl->master].peer, PR_SHARD_EVENT, req.data, req.len,
+	rc = nd_peer_call_sync(cl->nodes[master].peer, PR_SHARD_EVENT, req.data, req.len,
 	                       cm_now_ns() + 10000000000ull, &type, &rep);
 	cm_error_clear(&remote);
 	if (rc) {
-		cl_mark(cl, cl->master, false, 0);
+		cl_mark(cl, master, false, 0);
 		rc = cm_error_set_type(err, CM_EUNAVAIL, "master_not_discovered_exception",
 		                       "master node [%s] is not available (%s)",
-		                       cl->nodes[cl->master].name, cm_err_msg(rc));
+		                       cl->nodes[master].name, cm_err_msg(rc));
 	} else if (pr_ack_decode(rep.data, rep.len, &remote, &body, &bl) && !remote.code) {
 		rc = cm_error_set(err, CM_EINTERNAL, "malformed reply from the master");
 	} else if (remote.code) {
@@ -139,10 +141,16 @@ static const rp_host_ops host_ops = {
 void
 cl_host_init(nd_cluster *cl)
 {
-	cl->names = cm_calloc(MEM, (size_t)cl->nn + 1, sizeof(char *));
-	for (int i = 0; i < cl->nn; i++)
+	/* on etcd the table grows: every slot's name buffer is there from
+	 * the start, filled before the count covers it */
+	int slots = cl->etcd ? ND_CL_MAX_NODES : cl->nn;
+	cl->names = cm_calloc(MEM, (size_t)slots + 1, sizeof(char *));
+	for (int i = 0; i < slots; i++)
 		cl->names[i] = cl->nodes[i].name;
-	rp_config cfg = {.nn = cl->nn, .self = cl->self, .names = cl->names};
+	rp_config cfg = {.nn = cl->nn,
+	                 .self = cl->self,
+	                 .names = cl->names,
+	                 .nn_live = cl->etcd ? &cl->nn : NULL};
 	cl->rp = rp_create(&host_ops, cl, &cfg);
 }
 
@@ -217,6 +225,14 @@ failover(nd_cluster *cl)
 {
 	uint64_t now = cm_now_ns(), gone = 0, alive = 0;
 	for (int i = 0; i < cl->nn; i++) {
+		if (cl->etcd) {
+			/* on etcd a node is gone when its lease is */
+			if (i == cl->self || atomic_load(&cl->nodes[i].registered))
+				alive |= 1ull << i;
+			else
+				gone |= 1ull << i;
+			continue;
+		}
 		if (cl_alive(cl, i)) {
 			alive |= 1ull << i;
 			continue;
@@ -245,10 +261,70 @@ failover(nd_cluster *cl)
 		cl_state_publish(cl);
 }
 
+static uint64_t
+delay_of(void *arg, const rp_index *x)
+{
+	nd_cluster *cl = arg;
+	nd_index *ix = nd_index_get(cl->node, x->name);
+	uint64_t ns =
+	    ix ? (uint64_t)nd_index_settings(ix)->delayed_timeout_ms * 1000000ull : 60000000000ull;
+	nd_index_release(ix);
+	return ns;
+}
+
+/* Master on etcd: one allocation round (rp_state_allocate) with what the
+ * membership says and the cluster settings. */
+static void
+allocate(nd_cluster *cl)
+{
+	int data[ND_CL_MAX_NODES];
+	uint64_t gone[RP_MAX_NODES] = {0}, drain = 0, now = cm_now_ns();
+	char v[64];
+	rp_alloc a = {.data = data, .gone_ns = gone, .delay_ns = delay_of, .arg = cl};
+	a.ndata = cl_placeable(cl, data);
+	for (int i = 0; i < cl->nn && i < RP_MAX_NODES; i++) {
+		uint64_t since = atomic_load(&cl->nodes[i].gone_since_ns);
+		if (i != cl->self && !atomic_load(&cl->nodes[i].registered) && since)
+			gone[i] = now - since > 0 ? now - since : 1;
+		if (cl->nodes[i].data && cl_excluded(cl, i))
+			drain |= 1ull << i;
+	}
+	a.drain = drain;
+	a.max_recoveries = 2;
+	if (cl_setting_get(cl, "cluster.routing.allocation.node_concurrent_recoveries", v,
+	                   sizeof(v)))
+		a.max_recoveries = atoi(v) > 0 ? atoi(v) : 2;
+	a.enable = RP_ALLOC_ALL;
+	if (cl_setting_get(cl, "cluster.routing.allocation.enable", v, sizeof(v)))
+		a.enable = strcmp(v, "primaries") == 0       ? RP_ALLOC_PRIMARIES
+		           : strcmp(v, "new_primaries") == 0 ? RP_ALLOC_NEW_PRIMARIES
+		           : strcmp(v, "none") == 0          ? RP_ALLOC_NONE
+		                                             : RP_ALLOC_ALL;
+	if (a.ndata == 0)
+		return;
+	bool publish = false;
+	pthread_mutex_lock(&cl->meta_lock);
+	rp_state *next = rp_state_dup(cl->state);
+	if (rp_state_allocate(next, &a)) {
+		cm_error err;
+		cm_error_clear(&err);
+		if (cl_state_commit_locked(cl, next, &err))
+			cm_warn("cluster", "allocation not applied: %s", err.reason);
+		else
+			publish = true;
+	} else {
+		rp_state_free(next);
+	}
+	pthread_mutex_unlock(&cl->meta_lock);
+	if (publish)
+		cl_state_publish(cl);
+}
+
 void
 cl_host_tick(nd_cluster *cl)
 {
-	if (!rp_joined(cl->rp) && cl->master >= 0 && cl_alive(cl, cl->master)) {
+	int master = cl->master;
+	if (!rp_joined(cl->rp) && master >= 0 && cl_alive(cl, master)) {
 		cm_error err;
 		cm_error_clear(&err);
 		rp_event ev = {.kind = RP_EV_JOIN,
@@ -257,14 +333,17 @@ cl_host_tick(nd_cluster *cl)
 		               .boot = atomic_load(&cl->nodes[cl->self].boot)};
 		if (host_master_event(cl, &ev, &err) == CM_OK) {
 			rp_set_joined(cl->rp, true);
-			if (cl->master != cl->self)
+			if (master != cl->self)
 				cl_fetch_state(cl);
 		} else {
 			cm_warn("cluster", "cannot join through the master yet: %s", err.reason);
 		}
 	}
-	if (cl->master == cl->self)
+	if (cl_is_master(cl)) {
 		failover(cl);
+		if (cl->etcd)
+			allocate(cl);
+	}
 	if (cl->nodes[cl->self].data)
 		rp_tick(cl->rp);
 }
@@ -280,5 +359,8 @@ nd_cluster_setting(nd_cluster *cl, const char *kv, cm_error *err)
 		return cm_error_set(err, CM_EINVAL, "settings are key=value");
 	memcpy(key, kv, (size_t)(eq - kv));
 	key[eq - kv] = 0;
+	cm_err rc = cl_etcd_setting(cl, key, eq + 1, err);
+	if (rc != CM_ENOTFOUND)
+		return rc;
 	return rp_setting(cl->rp, key, eq + 1, err);
 }

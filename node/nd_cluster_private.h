@@ -37,7 +37,12 @@ typedef struct nd_cl_node {
 	char connect[ND_CL_ADDR + 8];   /* tcp://... the others dial */
 	bool master, data;
 	int data_ord;  /* -1: no data */
-	nd_peer *peer; /* NULL for self */
+	nd_peer *_Atomic peer; /* NULL for self, and for a node known by name only */
+	/* etcd membership (nd_cluster_etcd.c): its key is there (lease alive),
+	 * with that boot id; the master's view of since when it is not. */
+	_Atomic bool registered;
+	_Atomic uint64_t reg_boot;
+	_Atomic uint64_t gone_since_ns;
 	_Atomic bool alive;
 	_Atomic uint64_t down_since_ns; /* monotonic time it became unreachable, 0 = up */
 	_Atomic uint64_t boot;          /* its process's boot id, from its last pong */
@@ -53,8 +58,11 @@ struct nd_cluster {
 	 * node entry's "tls" on top, paths resolved; tls_cert "" = plain tcp. */
 	char tls_cert[1024], tls_key[1024], tls_ca[1024];
 	int tls_verify; /* ND_TLS_VERIFY_* */
-	nd_cl_node *nodes;
-	int nn, self, master, ndata;
+	nd_cl_node *nodes; /* ND_CL_MAX_NODES slots with etcd, nn without */
+	_Atomic int nn;     /* slots in use: grows with etcd membership, never shrinks */
+	int self;
+	_Atomic int master; /* node number of the master, -1 none known */
+	int ndata;
 	int *data_nodes; /* data ordinal → node index */
 	nd_cl_fanout fanout;
 	nd_node *node;
@@ -71,6 +79,10 @@ struct nd_cluster {
 	pthread_cond_t stop_cv;
 	bool stopping;
 	rp *rp; /* replication (replication/rp.h) */
+	struct cl_etcd *etcd; /* membership, election, state on etcd; NULL: static cluster */
+	pthread_mutex_t members_mu; /* adds node slots, swaps peers (a leaf) */
+	nd_peer *peers_old[ND_CL_MAX_NODES]; /* replaced dialers, closed at stop */
+	int npeers_old;
 	cJSON *(*info)(void *arg, const char *kind); /* this node\'s _nodes entry */
 	void *info_arg;
 };
@@ -118,6 +130,44 @@ void cl_host_adopted(nd_cluster *cl); /* meta_lock held: cl->state is new */
 void cl_host_tick(nd_cluster *cl);    /* join, failover (master), rp_tick */
 /* Master, meta_lock held: a PR_SHARD_EVENT from a node (or this one). */
 cm_err cl_master_event_locked(nd_cluster *cl, const rp_event *ev, cm_error *err);
+
+/* ---- etcd (nd_cluster_etcd.c) ---- */
+/* endpoints "host:port,host:port". After the node table holds self. */
+cm_err cl_etcd_open(nd_cluster *cl, const char *endpoints, cm_error *err);
+/* Lease, registration, the first read of members and state, the watch and
+ * (master-eligible) the campaign. Before the monitor starts. */
+cm_err cl_etcd_start(nd_cluster *cl, cm_error *err);
+/* Every monitor round: keep-alive, membership, leader, state. */
+void cl_etcd_tick(nd_cluster *cl);
+/* Resigns, revokes the lease, stops the watch and the campaign. */
+void cl_etcd_stop(nd_cluster *cl);
+void cl_etcd_free(nd_cluster *cl);
+/* Master, meta_lock held: writes next to etcd in one transaction guarded
+ * by the master's term; *version becomes the revision it got.
+ * CM_EUNAVAIL (master_not_discovered_exception) when etcd cannot be
+ * reached or this node no longer leads (it steps down). */
+cm_err cl_etcd_commit(nd_cluster *cl, const rp_state *prev, const rp_state *next,
+                      uint64_t *version, cm_error *err);
+/* cluster.lease_ttl; CM_ENOTFOUND for another key. */
+cm_err cl_etcd_setting(nd_cluster *cl, const char *key, const char *value, cm_error *err);
+/* A cluster setting from the state (transient over persistent). */
+bool cl_setting_get(nd_cluster *cl, const char *key, char *out, size_t cap);
+/* Whether cluster.routing.allocation.exclude.* names node i. */
+bool cl_excluded(nd_cluster *cl, int i);
+/* This node acts as master: the elected one, with a lease that cannot
+ * have expired (etcd), or the static cluster's first master node. */
+#define cl_is_master(cl) ((cl)->master == (cl)->self && cl_etcd_leading(cl))
+/* Whether this node leads and its lease cannot have expired yet. */
+bool cl_etcd_leading(nd_cluster *cl);
+/* The slot of node `name`, added (known by name only) when absent; -1
+ * when the table is full. */
+int cl_node_slot(nd_cluster *cl, const char *name);
+/* Adopts st (owned) when newer than the current state, or always when
+ * force (the first read from etcd). */
+void cl_state_adopt(nd_cluster *cl, rp_state *st, bool force);
+/* The data nodes that may take copies now (registered, joined, not
+ * excluded by the cluster settings), into out[ND_CL_MAX_NODES]. */
+int cl_placeable(nd_cluster *cl, int *out);
 
 /* Small read requests carried by PR_ADMIN ("rw_get", "rw_stats"). */
 void cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *body,

@@ -1504,11 +1504,12 @@ cJSON *
 nd_cluster_state_json(nd_cluster *cl)
 {
 	cJSON *j = cJSON_CreateObject(), *nodes, *rt, *rti;
+	int master = cl->master;
 	pthread_mutex_lock(&cl->meta_lock);
 	cJSON_AddNumberToObject(j, "version", (double)cl->state->version);
 	cJSON_AddStringToObject(
 	    j, "master_node",
-	    cl->master >= 0 && cl_alive(cl, cl->master) ? cl->nodes[cl->master].name : "");
+	    master >= 0 && cl_alive(cl, master) ? cl->nodes[master].name : "");
 	nodes = cJSON_AddObjectToObject(j, "nodes");
 	for (int i = 0; i < cl->nn; i++) {
 		if (!cl_alive(cl, i))

@@ -143,6 +143,7 @@ settings_default(nd_settings *s)
 	s->number_of_replicas = 1;
 	s->refresh_interval_ms = 1000;
 	s->max_result_window = 10000;
+	s->delayed_timeout_ms = 60000;
 }
 
 /* A setting value as ES accepts it: number or string holding a number. */
@@ -222,6 +223,14 @@ setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm
 			    buf);
 		s->refresh_interval_ms = ms;
 		snprintf(s->refresh_interval, sizeof(s->refresh_interval), "%s", buf);
+	} else if (strcmp(k, "unassigned.node_left.delayed_timeout") == 0) {
+		int64_t ms;
+		if (!cJSON_IsString(v) || !nd_parse_time(v->valuestring, &ms) || ms < 0)
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "failed to parse setting [index.unassigned.node_left.delayed_timeout]: "
+			    "a time value such as \"1m\" or \"30s\" is expected");
+		s->delayed_timeout_ms = ms;
 	} else if (strcmp(k, "uuid") == 0 || strcmp(k, "creation_date") == 0 ||
 	           strcmp(k, "provided_name") == 0 || strncmp(k, "version.", 8) == 0) {
 		if (!creating)
@@ -280,6 +289,12 @@ nd_index_settings_json(const nd_index *ix)
 		snprintf(buf, sizeof(buf), "%d", s->max_result_window);
 		cJSON_AddStringToObject(idx, "max_result_window", buf);
 	}
+	if (s->delayed_timeout_ms != 60000) {
+		cJSON *u = cJSON_AddObjectToObject(idx, "unassigned");
+		cJSON *nl = cJSON_AddObjectToObject(u, "node_left");
+		snprintf(buf, sizeof(buf), "%lldms", (long long)s->delayed_timeout_ms);
+		cJSON_AddStringToObject(nl, "delayed_timeout", buf);
+	}
 	snprintf(buf, sizeof(buf), "%lld", (long long)ix->creation_ms);
 	cJSON_AddStringToObject(idx, "creation_date", buf);
 	snprintf(buf, sizeof(buf), "%d", s->number_of_replicas);
@@ -309,6 +324,11 @@ index_persist_locked(nd_index *ix)
 	if (ix->settings.refresh_interval[0])
 		cJSON_AddStringToObject(settings, "refresh_interval",
 		                        ix->settings.refresh_interval);
+	if (ix->settings.delayed_timeout_ms != 60000) {
+		char dt[32];
+		snprintf(dt, sizeof(dt), "%lldms", (long long)ix->settings.delayed_timeout_ms);
+		cJSON_AddStringToObject(settings, "unassigned.node_left.delayed_timeout", dt);
+	}
 	cJSON_AddItemToObject(root, "settings", settings);
 	cJSON_AddItemToObject(root, "mappings", st_mapping_to_json(ix->mapping));
 	text = cJSON_PrintUnformatted(root);

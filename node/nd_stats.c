@@ -374,8 +374,9 @@ nd_cluster_nodes_json(nd_cluster *cl, cm_buf *out)
 	}
 	cJSON_AddStringToObject(j, "cluster_name", cl->cluster_name);
 	cJSON_AddStringToObject(j, "self", cl->nodes[cl->self].name);
-	if (cl->master >= 0)
-		cJSON_AddStringToObject(j, "master", cl->nodes[cl->master].name);
+	int master = cl->master;
+	if (master >= 0)
+		cJSON_AddStringToObject(j, "master", cl->nodes[master].name);
 	a = cJSON_AddArrayToObject(j, "nodes");
 	cJSON *mine = nd_stats_node_json(cl); /* while the peers answer */
 	cm_wait_wait(w);

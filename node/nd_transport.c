@@ -879,6 +879,10 @@ void
 nd_peer_call(nd_peer *p, uint32_t type, const void *payload, size_t len, uint64_t deadline_ns,
              nd_reply_fn cb, void *arg)
 {
+	if (p == NULL) { /* a node known by name only: no address yet */
+		cb(arg, CM_EUNAVAIL, 0, NULL, 0);
+		return;
+	}
 	call *c = cm_calloc(T, 1, sizeof(*c));
 	nng_msg *m = NULL;
 

@@ -6,6 +6,7 @@
 #ifndef RP_H
 #define RP_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +28,7 @@ typedef struct rp_route {
 	uint64_t in_sync; /* bit per node number */
 	int ncopies;
 	int copies[RP_MAX_COPIES]; /* placement order */
+	int relocating_from;       /* node whose copy goes once the new one is in sync; -1 none */
 } rp_route;
 
 typedef struct rp_index {
@@ -43,6 +45,7 @@ typedef struct rp_state {
 	rp_index *indices;
 	size_t nindices;
 	uint64_t joined[RP_MAX_NODES]; /* boot id each node joined with; 0 = none */
+	char *settings; /* cluster settings, JSON text ({"persistent":..,"transient":..}); NULL none */
 } rp_state;
 
 rp_state *rp_state_new(void);
@@ -62,6 +65,7 @@ bool rp_state_remove_index(rp_state *st, const char *name);
 bool rp_state_set_replicas(rp_state *st, const char *name, int nreplicas, const int *data,
                            int ndata);
 void rp_index_set_text(char **field, const char *text);
+void rp_state_set_settings(rp_state *st, const char *json);
 void rp_index_add_setting(rp_index *ix, const char *json);
 
 /* Protobuf ClusterState; names[] maps node numbers to names. A name the
@@ -69,6 +73,49 @@ void rp_index_add_setting(rp_index *ix, const char *json);
 void rp_state_encode(const rp_state *st, const char *const *names, int nn, cm_buf *out);
 cm_err rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_state **out,
                        cm_error *err);
+/* The state in parts, as it is kept in etcd: one ClusterState per index
+ * (index i alone) and one for the rest (joined, settings); merging the
+ * parts back (in any order) gives the state. */
+void rp_state_encode_index(const rp_state *st, size_t i, const char *const *names, int nn,
+                           cm_buf *out);
+void rp_state_encode_global(const rp_state *st, const char *const *names, int nn, cm_buf *out);
+cm_err rp_state_merge(rp_state *into, const void *p, size_t len, const char *const *names, int nn,
+                      cm_error *err);
+/* Every node name an encoded state mentions, for fn (a name may come
+ * more than once): a node registers them before decoding. */
+cm_err rp_state_names(const void *p, size_t len, void (*fn)(void *arg, const char *name),
+                      void *arg);
+
+/* ---- allocation (the master's) ---- */
+
+typedef enum {
+	RP_ALLOC_ALL,
+	RP_ALLOC_PRIMARIES,
+	RP_ALLOC_NEW_PRIMARIES,
+	RP_ALLOC_NONE
+} rp_alloc_enable;
+
+typedef struct rp_alloc {
+	const int *data; /* data nodes that may take new copies: up, joined, not excluded */
+	int ndata;
+	/* How long each node has been gone (its lease expired), 0 = present;
+	 * its copies of an index leave once that passes delay_ns(ix). */
+	const uint64_t *gone_ns; /* RP_MAX_NODES, may be NULL */
+	uint64_t (*delay_ns)(void *arg, const rp_index *ix);
+	void *arg;
+	uint64_t drain; /* excluded nodes: their copies move away */
+	int max_recoveries; /* incoming recoveries per node at once (node_concurrent_recoveries) */
+	rp_alloc_enable enable;
+} rp_alloc;
+
+/* One allocation round: drops the copies of evicted nodes; adds copies
+ * where a shard has fewer than 1 + replicas (at most max_recoveries
+ * recovering on a node); moves copies off drained nodes and from the
+ * fullest node to the emptiest while they differ by more than one (the
+ * new copy recovers first, then the old one goes; a primary that must go
+ * hands over to an in-sync copy with term + 1). Never two copies of a
+ * shard on one node. True if the routing changed. */
+bool rp_state_allocate(rp_state *st, const rp_alloc *a);
 
 /* Events the master applies. Applying one twice changes nothing the
  * second time; a stale one (another primary or term) is CM_ECONFLICT. */
@@ -121,6 +168,10 @@ typedef struct rp_host_ops {
 
 typedef struct rp_config {
 	int nn, self;
+	/* When set: the count of a node table that grows (etcd membership);
+	 * names[] must then have room for RP_MAX_NODES, each set before the
+	 * count covers it. */
+	const _Atomic int *nn_live;
 	const char *const *names; /* nn node names, borrowed for rp's life */
 } rp_config;
 

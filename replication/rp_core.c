@@ -47,6 +47,7 @@ rp_create(const rp_host_ops *ops, void *host, const rp_config *cfg)
 	r->ops = *ops;
 	r->host = host;
 	r->nn = cfg->nn;
+	r->nn_live = cfg->nn_live;
 	r->self = cfg->self;
 	r->names = cfg->names;
 	pthread_rwlock_init(&r->route_lock, NULL);
@@ -355,7 +356,7 @@ rp_forward(rp *r, const char *index, const char *uuid, int shard, const st_op *o
 {
 	cm_buf b;
 	int cnt = 0;
-	for (int i = 0; i < r->nn; i++)
+	for (int i = 0; i < rp_nn(r); i++)
 		cnt += (mask >> i) & 1;
 	if (!cnt)
 		return;
@@ -371,7 +372,7 @@ rp_forward(rp *r, const char *index, const char *uuid, int shard, const st_op *o
 	cm_buf_init(&b, MEM);
 	pr_bulk_req_encode(&rq, &b);
 	cm_wait *w = cm_wait_create(cnt);
-	for (int i = 0; i < r->nn; i++) {
+	for (int i = 0; i < rp_nn(r); i++) {
 		if (!((mask >> i) & 1))
 			continue;
 		calls[i] = (fwd_call){.w = w, .r = r, .node = i, .ckp = NONE};
@@ -412,7 +413,7 @@ static int64_t
 gcp_of(rp *r, rp_shard *rs, uint64_t in_sync, int64_t self_ckp)
 {
 	int64_t g = self_ckp;
-	for (int i = 0; i < r->nn; i++)
+	for (int i = 0; i < rp_nn(r); i++)
 		if (i != r->self && ((in_sync >> i) & 1) && rs->ckp[i] < g)
 			g = rs->ckp[i];
 	return g;
@@ -421,7 +422,7 @@ gcp_of(rp *r, rp_shard *rs, uint64_t in_sync, int64_t self_ckp)
 static const char *
 name_or(rp *r, int n)
 {
-	return n >= 0 && n < r->nn ? r->names[n] : "?";
+	return n >= 0 && n < rp_nn(r) ? r->names[n] : "?";
 }
 
 cm_err
@@ -506,7 +507,7 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 		if (rs->gcp > rs->gcp_sent)
 			rs->gcp_sent = rs->gcp;
 		pthread_mutex_unlock(&r->mu);
-		for (int i = 0; i < r->nn; i++) {
+		for (int i = 0; i < rp_nn(r); i++) {
 			uint64_t bit = 1ull << i;
 			if (!(mask & bit))
 				continue;

@@ -65,10 +65,14 @@ typedef struct rec_rec {
 	bool failed;
 } rec_rec;
 
+/* Nodes in the table now (it only grows; a name is set before the count). */
+#define rp_nn(r) ((r)->nn_live ? atomic_load((r)->nn_live) : (r)->nn)
+
 struct rp {
 	rp_host_ops ops;
 	void *host;
 	int nn, self;
+	const _Atomic int *nn_live; /* the node table as it grows, or NULL: nn */
 	const char *const *names;
 	char data_dir[1024];
 	pthread_rwlock_t route_lock;

@@ -62,7 +62,7 @@ rp_rec_reset_dirs(rp *r)
 static int
 node_num(rp *r, const char *name)
 {
-	for (int i = 0; i < r->nn; i++)
+	for (int i = 0; i < rp_nn(r); i++)
 		if (strcmp(r->names[i], name) == 0)
 			return i;
 	return -1;

@@ -81,6 +81,7 @@ rp_state_free(rp_state *st)
 	for (size_t i = 0; i < st->nindices; i++)
 		index_clear(&st->indices[i]);
 	cm_free(MEM, st->indices);
+	cm_free(MEM, st->settings);
 	cm_free(MEM, st);
 }
 
@@ -90,6 +91,7 @@ rp_state_dup(const rp_state *st)
 	rp_state *d = rp_state_new();
 	d->version = st->version;
 	memcpy(d->joined, st->joined, sizeof(d->joined));
+	d->settings = st->settings ? cm_strdup(MEM, st->settings) : NULL;
 	d->indices = cm_calloc(MEM, st->nindices + 1, sizeof(rp_index));
 	for (size_t i = 0; i < st->nindices; i++)
 		index_copy(&d->indices[i], &st->indices[i]);
@@ -142,6 +144,7 @@ rp_state_add_index(rp_state *st, const char *name, const char *uuid, int nshards
 		nc = RP_MAX_COPIES;
 	for (int s = 0; s < nshards; s++) {
 		rp_route *ro = &ix->routes[s];
+		ro->relocating_from = -1;
 		ro->primary = ndata ? data[s % ndata] : -1;
 		ro->term = 1;
 		ro->ncopies = ndata ? nc : 0;
@@ -216,6 +219,8 @@ rp_state_set_replicas(rp_state *st, const char *name, int nreplicas, const int *
 			if (drop < 0)
 				break;
 			ro->in_sync &= ~(1ull << ro->copies[drop]);
+			if (ro->relocating_from == ro->copies[drop])
+				ro->relocating_from = -1;
 			memmove(&ro->copies[drop], &ro->copies[drop + 1],
 			        (size_t)(ro->ncopies - drop - 1) * sizeof(int));
 			ro->ncopies--;
@@ -230,6 +235,13 @@ rp_index_set_text(char **field, const char *text)
 {
 	cm_free(MEM, *field);
 	*field = dup_or_empty(text);
+}
+
+void
+rp_state_set_settings(rp_state *st, const char *json)
+{
+	cm_free(MEM, st->settings);
+	st->settings = json && *json ? cm_strdup(MEM, json) : NULL;
 }
 
 void
@@ -304,6 +316,10 @@ rp_state_encode(const rp_state *st, const char *const *names, int nn, cm_buf *ou
 			                                     ? names[ro->primary]
 			                                     : "");
 			r->term = ro->term;
+			r->relocating_from =
+			    (char *)(uintptr_t)(ro->relocating_from >= 0 && ro->relocating_from < nn
+			                            ? names[ro->relocating_from]
+			                            : "");
 			r->copies = &strs[q];
 			for (int c = 0; c < ro->ncopies; c++)
 				if (ro->copies[c] >= 0 && ro->copies[c] < nn)
@@ -332,6 +348,8 @@ rp_state_encode(const rp_state *st, const char *const *names, int nn, cm_buf *ou
 	m.indices = ixp;
 	m.n_joined = nboot;
 	m.joined = bootp;
+	if (st->settings)
+		m.settings = text_bin(st->settings);
 	size_t len = shoal__cluster_state__get_packed_size(&m);
 	cm_buf_reserve(out, len + 1); /* never NULL + 0 */
 	shoal__cluster_state__pack(&m, (uint8_t *)out->data + out->len);
@@ -387,6 +405,7 @@ rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_
 			const Shoal__ShardRouting *r = pb->routing[s];
 			rp_route *ro = &x->routes[s];
 			ro->primary = name_num(names, nn, r->primary);
+			ro->relocating_from = name_num(names, nn, r->relocating_from);
 			ro->term = r->term;
 			for (size_t c = 0; c < r->n_copies && ro->ncopies < RP_MAX_COPIES; c++) {
 				int n = name_num(names, nn, r->copies[c]);
@@ -405,8 +424,75 @@ rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_
 		if (n >= 0 && n < RP_MAX_NODES)
 			st->joined[n] = m->joined[i]->boot;
 	}
+	if (m->settings.len)
+		st->settings = bin_text(m->settings);
 	shoal__cluster_state__free_unpacked(m, &rp_pb_mem);
 	*out = st;
+	return CM_OK;
+}
+
+void
+rp_state_encode_index(const rp_state *st, size_t i, const char *const *names, int nn, cm_buf *out)
+{
+	rp_state part = {
+	    .version = 0, .indices = (rp_index *)(uintptr_t)&st->indices[i], .nindices = 1};
+	rp_state_encode(&part, names, nn, out);
+}
+
+void
+rp_state_encode_global(const rp_state *st, const char *const *names, int nn, cm_buf *out)
+{
+	rp_state part = {.version = 0, .settings = st->settings};
+	memcpy(part.joined, st->joined, sizeof(part.joined));
+	rp_state_encode(&part, names, nn, out);
+}
+
+cm_err
+rp_state_merge(rp_state *into, const void *p, size_t len, const char *const *names, int nn,
+               cm_error *err)
+{
+	rp_state *part;
+	cm_err rc = rp_state_decode(p, len, names, nn, &part, err);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < part->nindices; i++) {
+		rp_state_remove_index(into, part->indices[i].name);
+		into->indices =
+		    cm_realloc(MEM, into->indices, (into->nindices + 1) * sizeof(rp_index));
+		into->indices[into->nindices++] = part->indices[i]; /* moved */
+	}
+	part->nindices = 0;
+	for (int n = 0; n < RP_MAX_NODES; n++)
+		if (part->joined[n])
+			into->joined[n] = part->joined[n];
+	if (part->settings) {
+		cm_free(MEM, into->settings);
+		into->settings = part->settings;
+		part->settings = NULL;
+	}
+	rp_state_free(part);
+	return CM_OK;
+}
+
+cm_err
+rp_state_names(const void *p, size_t len, void (*fn)(void *arg, const char *name), void *arg)
+{
+	Shoal__ClusterState *m = shoal__cluster_state__unpack(&rp_pb_mem, len, p);
+	if (!m)
+		return CM_EPARSE;
+	for (size_t i = 0; i < m->n_indices; i++)
+		for (size_t s = 0; s < m->indices[i]->n_routing; s++) {
+			const Shoal__ShardRouting *r = m->indices[i]->routing[s];
+			if (*r->primary)
+				fn(arg, r->primary);
+			for (size_t c = 0; c < r->n_copies; c++)
+				fn(arg, r->copies[c]);
+			for (size_t c = 0; c < r->n_in_sync; c++)
+				fn(arg, r->in_sync[c]);
+		}
+	for (size_t i = 0; i < m->n_joined; i++)
+		fn(arg, m->joined[i]->node);
+	shoal__cluster_state__free_unpacked(m, &rp_pb_mem);
 	return CM_OK;
 }
 

@@ -1,0 +1,839 @@
+/* The cluster on etcd: membership under leases, the master elected
+ * through etcd's election API, the cluster state kept in etcd (one key per
+ * index and one for the rest) and watched by every node. Nothing on the
+ * search or write path calls etcd.
+ *
+ * Keys, under /shoal/<cluster>/:
+ *   nodes/<name>          {"name","http","transport","roles","boot"}, under the node's lease
+ *   master                the election (etcd's election API; value: the leader's name)
+ *   state/global          ClusterState without indices: joined boot ids, cluster settings
+ *   state/indices/<name>  ClusterState with that index alone
+ * The state's version is the newest mod revision of the state keys; the
+ * master's term is the create revision of its election key, and every
+ * state write is a transaction that holds only while that key is the one
+ * it created.
+ *
+ * Threads: the lease thread keeps the lease alive (and registers again,
+ * with a new boot id, when it expired); the campaign thread stands for
+ * master; the watch thread only marks the state dirty and wakes the
+ * monitor, which re-reads. Locks: e->mu (lease, leader) is a leaf; the
+ * commit runs with meta_lock held (the serialization point of state
+ * changes), bounded by the etcd request timeout. docs/cluster.md. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_log.h"
+#include "../coord/ec.h"
+#include "nd_cluster_private.h"
+
+#define MEM CM_MEM_NODE
+#define SEC 1000000000ull
+
+typedef struct cl_etcd {
+	ec_client *ec;
+	char prefix[256]; /* /shoal/<cluster>/ */
+	char election[300];
+	int64_t ttl_s;
+	pthread_mutex_t mu; /* lease, leader: a leaf */
+	int64_t lease;
+	uint64_t lease_until_ns; /* monotonic: the lease may have expired after this */
+	ec_leader_key leader;    /* while leading (rev 0: not) */
+	atomic_bool stop;
+	atomic_bool dirty;   /* the watch saw a change: re-read */
+	atomic_bool rewatch; /* the watch ended (compaction): start it again */
+	_Atomic int64_t term;
+	pthread_t lease_thread, campaign_thread;
+	bool lease_started, campaign_started;
+	ec_watch *watch;
+	bool have_state; /* etcd held a state when last read */
+	int round;
+} cl_etcd;
+
+static void
+keyf(const cl_etcd *e, char *buf, size_t cap, const char *rest, const char *name)
+{
+	snprintf(buf, cap, "%s%s%s", e->prefix, rest, name ? name : "");
+}
+
+cm_err
+cl_etcd_open(nd_cluster *cl, const char *endpoints, cm_error *err)
+{
+	char *copy = cm_strdup(MEM, endpoints), *save = NULL, *tok;
+	const char *eps[16];
+	size_t n = 0;
+	for (tok = strtok_r(copy, ",", &save); tok && n < 16; tok = strtok_r(NULL, ",", &save))
+		if (*tok)
+			eps[n++] = tok;
+	if (!n) {
+		cm_free(MEM, copy);
+		return cm_error_set(err, CM_EINVAL, "--etcd needs at least one HOST:PORT");
+	}
+	cl_etcd *e = cm_calloc(MEM, 1, sizeof(*e));
+	ec_opts o = {
+	    .request_timeout_ms = 3000, .connect_timeout_ms = 500, .attempt_timeout_ms = 1500};
+	cm_err rc = ec_open(eps, n, &o, &e->ec, err);
+	cm_free(MEM, copy);
+	if (rc) {
+		cm_free(MEM, e);
+		return rc;
+	}
+	pthread_mutex_init(&e->mu, NULL);
+	snprintf(e->prefix, sizeof(e->prefix), "/shoal/%s/", cl->cluster_name);
+	snprintf(e->election, sizeof(e->election), "%smaster", e->prefix);
+	e->ttl_s = 10;
+	cl->etcd = e;
+	return CM_OK;
+}
+
+/* cluster.lease_ttl (seconds, "10s"). */
+cm_err
+cl_etcd_setting(nd_cluster *cl, const char *key, const char *value, cm_error *err)
+{
+	if (!cl->etcd || strcmp(key, "cluster.lease_ttl") != 0)
+		return CM_ENOTFOUND;
+	uint64_t ns;
+	if (!cm_parse_duration_ns(value, &ns) || ns < 2 * SEC || ns > 600 * SEC)
+		return cm_error_set(err, CM_EINVAL, "cluster.lease_ttl wants 2s..600s, got [%s]",
+		                    value);
+	cl->etcd->ttl_s = (int64_t)(ns / SEC);
+	return CM_OK;
+}
+
+bool
+cl_etcd_leading(nd_cluster *cl)
+{
+	cl_etcd *e = cl->etcd;
+	if (!e)
+		return cl->master == cl->self;
+	pthread_mutex_lock(&e->mu);
+	bool lead = e->leader.rev != 0 && cm_now_ns() < e->lease_until_ns;
+	pthread_mutex_unlock(&e->mu);
+	return lead;
+}
+
+static void
+step_down(nd_cluster *cl, const char *why)
+{
+	cl_etcd *e = cl->etcd;
+	pthread_mutex_lock(&e->mu);
+	bool was = e->leader.rev != 0;
+	ec_leader_key_free(&e->leader);
+	memset(&e->leader, 0, sizeof(e->leader));
+	atomic_store(&e->term, 0);
+	pthread_mutex_unlock(&e->mu);
+	int self = cl->self;
+	atomic_compare_exchange_strong(&cl->master, &self, -1);
+	if (was)
+		cm_warn("cluster", "node [%s] stops acting as master: %s", cl->nodes[cl->self].name,
+		        why);
+}
+
+/* ---- the node table ---- */
+
+int
+cl_node_slot(nd_cluster *cl, const char *name)
+{
+	if (!name || !*name || strlen(name) >= sizeof(cl->nodes[0].name))
+		return -1;
+	pthread_mutex_lock(&cl->members_mu);
+	int nn = cl->nn;
+	for (int i = 0; i < nn; i++)
+		if (strcmp(cl->nodes[i].name, name) == 0) {
+			pthread_mutex_unlock(&cl->members_mu);
+			return i;
+		}
+	if (!cl->etcd || nn >= ND_CL_MAX_NODES) {
+		pthread_mutex_unlock(&cl->members_mu);
+		return -1;
+	}
+	nd_cl_node *nd = &cl->nodes[nn];
+	snprintf(nd->name, sizeof(nd->name), "%s", name);
+	nd->data_ord = -1;
+	nd->ewma_us = 1000.0;
+	atomic_store(&nd->alive, false);
+	atomic_store(&nd->down_since_ns, cm_now_ns());
+	atomic_store(&cl->nn, nn + 1); /* the name is set before the count covers it */
+	pthread_mutex_unlock(&cl->members_mu);
+	return nn;
+}
+
+static void
+reg_name(void *arg, const char *name)
+{
+	cl_node_slot(arg, name);
+}
+
+static void
+member_update(nd_cluster *cl, int i, const cJSON *j)
+{
+	nd_cl_node *nd = &cl->nodes[i];
+	const cJSON *http = cJSON_GetObjectItemCaseSensitive(j, "http");
+	const cJSON *tr = cJSON_GetObjectItemCaseSensitive(j, "transport");
+	const cJSON *roles = cJSON_GetObjectItemCaseSensitive(j, "roles"), *r;
+	const cJSON *boot = cJSON_GetObjectItemCaseSensitive(j, "boot");
+	if (!cJSON_IsString(tr) || strlen(tr->valuestring) >= sizeof(nd->connect) ||
+	    !cJSON_IsString(http) || strlen(http->valuestring) >= sizeof(nd->http))
+		return;
+	pthread_mutex_lock(&cl->members_mu);
+	if (strcmp(nd->http, http->valuestring) != 0)
+		snprintf(nd->http, sizeof(nd->http), "%s", http->valuestring);
+	bool data = false, master = false;
+	cJSON_ArrayForEach(r, roles)
+	{
+		data |= cJSON_IsString(r) && strcmp(r->valuestring, "data") == 0;
+		master |= cJSON_IsString(r) && strcmp(r->valuestring, "master") == 0;
+	}
+	nd->master = master;
+	if (data && !nd->data) {
+		nd->data = true;
+		nd->data_ord = cl->ndata;
+		cl->data_nodes[cl->ndata++] = i;
+	}
+	nd_peer *old = nd->peer;
+	if (!old || strcmp(nd->connect, tr->valuestring) != 0) {
+		nd_transport_opts o = {.cluster = cl->cluster_name,
+		                       .secret = cl->secret,
+		                       .max_msg_bytes = cl->max_msg,
+		                       .tls_cert = cl->tls_cert[0] ? cl->tls_cert : NULL,
+		                       .tls_key = cl->tls_key,
+		                       .tls_ca = cl->tls_ca[0] ? cl->tls_ca : NULL,
+		                       .tls_verify = cl->tls_verify};
+		nd_peer *p = NULL;
+		cm_error err;
+		cm_error_clear(&err);
+		snprintf(nd->connect, sizeof(nd->connect), "%s", tr->valuestring);
+		snprintf(nd->transport, sizeof(nd->transport), "%s", tr->valuestring);
+		if (nd_peer_open(nd->connect, &o, &p, &err) == CM_OK) {
+			nd->peer = p;
+			/* a peer in use may not be closed under its callers: the old
+			 * one stays open until the node stops */
+			if (old && cl->npeers_old < ND_CL_MAX_NODES)
+				cl->peers_old[cl->npeers_old++] = old;
+		} else {
+			cm_warn("cluster", "cannot dial node [%s] at %s: %s", nd->name, nd->connect,
+			        err.reason);
+		}
+	}
+	pthread_mutex_unlock(&cl->members_mu);
+	uint64_t b = cJSON_IsString(boot) ? strtoull(boot->valuestring, NULL, 16) : 0;
+	atomic_store(&nd->reg_boot, b);
+	if (!atomic_exchange(&nd->registered, true))
+		cm_info("cluster", "node [%s] is a member (http %s, transport %s)", nd->name,
+		        nd->http, nd->connect);
+	atomic_store(&nd->gone_since_ns, 0);
+}
+
+/* Reads nodes/ and the leader. */
+static cm_err
+members_read(nd_cluster *cl, cm_error *err)
+{
+	cl_etcd *e = cl->etcd;
+	char key[512];
+	ec_kvs kvs;
+	keyf(e, key, sizeof(key), "nodes/", NULL);
+	cm_err rc = ec_range_prefix(e->ec, key, 0, &kvs, err);
+	if (rc)
+		return rc;
+	bool seen[ND_CL_MAX_NODES] = {0};
+	for (size_t k = 0; k < kvs.n; k++) {
+		cJSON *j =
+		    cJSON_ParseWithLength((const char *)kvs.kv[k].value, kvs.kv[k].value_len);
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+		int i = cJSON_IsString(name) ? cl_node_slot(cl, name->valuestring) : -1;
+		if (i >= 0 && i != cl->self) {
+			member_update(cl, i, j);
+			seen[i] = true;
+		}
+		cJSON_Delete(j);
+	}
+	ec_kvs_free(&kvs);
+	uint64_t now = cm_now_ns();
+	for (int i = 0; i < cl->nn; i++) {
+		if (i == cl->self || seen[i])
+			continue;
+		if (atomic_exchange(&cl->nodes[i].registered, false))
+			cm_warn("cluster",
+			        "node [%s] left the cluster (its lease expired or it stopped)",
+			        cl->nodes[i].name);
+		uint64_t z = 0;
+		atomic_compare_exchange_strong(&cl->nodes[i].gone_since_ns, &z, now);
+		cl_mark(cl, i, false, 0);
+	}
+	/* the leader */
+	ec_kv l;
+	cm_error e2;
+	cm_error_clear(&e2);
+	rc = ec_leader(e->ec, e->election, &l, &e2);
+	if (rc == CM_ENOTFOUND) {
+		if (!cl_etcd_leading(cl))
+			atomic_store(&cl->master, -1);
+		return CM_OK;
+	}
+	if (rc)
+		return CM_OK; /* keep the master we knew */
+	char name[64];
+	snprintf(name, sizeof(name), "%.*s", (int)(l.value_len < 63 ? l.value_len : 63),
+	         (const char *)l.value);
+	int m = cl_node_slot(cl, name);
+	pthread_mutex_lock(&e->mu);
+	bool mine = e->leader.rev != 0 && e->leader.key && strcmp(e->leader.key, l.key) == 0;
+	pthread_mutex_unlock(&e->mu);
+	ec_kv_free(&l);
+	if (m == cl->self && !mine)
+		m = -1; /* a key of this node's earlier process: it expires */
+	if (m != cl->self && cl_etcd_leading(cl))
+		step_down(cl, "another node leads");
+	if (m != cl->self || cl_etcd_leading(cl)) {
+		int was = atomic_exchange(&cl->master, m);
+		if (was != m && m >= 0)
+			cm_info("cluster", "master is node [%s]", cl->nodes[m].name);
+	}
+	return CM_OK;
+}
+
+/* ---- the state in etcd ---- */
+
+static cm_err
+state_read(nd_cluster *cl, bool force, cm_error *err)
+{
+	cl_etcd *e = cl->etcd;
+	char key[512];
+	ec_kvs kvs;
+	keyf(e, key, sizeof(key), "state/", NULL);
+	cm_err rc = ec_range_prefix(e->ec, key, 0, &kvs, err);
+	if (rc)
+		return rc;
+	e->have_state = kvs.n > 0;
+	if (!kvs.n) {
+		ec_kvs_free(&kvs);
+		return CM_OK;
+	}
+	rp_state *st = rp_state_new();
+	int64_t version = 0;
+	for (size_t k = 0; k < kvs.n && !rc; k++) {
+		const ec_kv *kv = &kvs.kv[k];
+		rp_state_names(kv->value, kv->value_len, reg_name, cl);
+		rc = rp_state_merge(st, kv->value, kv->value_len, cl->names, cl->nn, err);
+		if (kv->mod_revision > version)
+			version = kv->mod_revision;
+	}
+	ec_kvs_free(&kvs);
+	if (rc) {
+		rp_state_free(st);
+		return rc;
+	}
+	st->version = (uint64_t)version;
+	cl_state_adopt(cl, st, force);
+	return CM_OK;
+}
+
+typedef struct txn_parts {
+	char **keys;
+	cm_buf *vals;
+	ec_op *ops;
+	size_t n, cap;
+} txn_parts;
+
+static void
+parts_add(txn_parts *t, ec_op_type type, const char *key, cm_buf *val)
+{
+	if (t->n == t->cap) {
+		t->cap = t->cap ? 2 * t->cap : 8;
+		t->keys = cm_realloc(MEM, t->keys, t->cap * sizeof(char *));
+		t->vals = cm_realloc(MEM, t->vals, t->cap * sizeof(cm_buf));
+		t->ops = cm_realloc(MEM, t->ops, t->cap * sizeof(ec_op));
+	}
+	t->keys[t->n] = cm_strdup(MEM, key);
+	cm_buf_init(&t->vals[t->n], MEM);
+	if (val) {
+		t->vals[t->n] = *val;
+		cm_buf_init(val, MEM);
+	}
+	t->ops[t->n] = (ec_op){.type = type, .key = t->keys[t->n]};
+	t->n++;
+}
+
+static void
+parts_free(txn_parts *t)
+{
+	for (size_t i = 0; i < t->n; i++) {
+		cm_free(MEM, t->keys[i]);
+		cm_buf_free(&t->vals[i]);
+	}
+	cm_free(MEM, t->keys);
+	cm_free(MEM, t->vals);
+	cm_free(MEM, t->ops);
+}
+
+static bool
+same_part(const rp_state *a, size_t ia, const rp_state *b, const char *name, const char **names,
+          int nn)
+{
+	rp_index *x = b ? rp_state_index(b, name) : NULL;
+	if (!x)
+		return false;
+	cm_buf p, q;
+	cm_buf_init(&p, MEM);
+	cm_buf_init(&q, MEM);
+	rp_state_encode_index(a, ia, names, nn, &p);
+	rp_state_encode_index(b, (size_t)(x - b->indices), names, nn, &q);
+	bool same = p.len == q.len && memcmp(p.data, q.data, p.len) == 0;
+	cm_buf_free(&p);
+	cm_buf_free(&q);
+	return same;
+}
+
+cm_err
+cl_etcd_commit(nd_cluster *cl, const rp_state *prev, const rp_state *next, uint64_t *version,
+               cm_error *err)
+{
+	cl_etcd *e = cl->etcd;
+	char key[512];
+	int nn = cl->nn;
+	txn_parts t = {0};
+	cm_buf b;
+
+	pthread_mutex_lock(&e->mu);
+	bool lead = e->leader.rev != 0 && cm_now_ns() < e->lease_until_ns;
+	char *lkey = lead ? cm_strdup(MEM, e->leader.key) : NULL;
+	int64_t lrev = e->leader.rev;
+	pthread_mutex_unlock(&e->mu);
+	if (!lead)
+		return cm_error_set_type(err, CM_EUNAVAIL, "master_not_discovered_exception",
+		                         "node [%s] is not the master (any more): the cluster "
+		                         "state was not changed",
+		                         cl->nodes[cl->self].name);
+	for (size_t i = 0; i < next->nindices; i++) {
+		if (same_part(next, i, prev, next->indices[i].name, cl->names, nn))
+			continue;
+		cm_buf_init(&b, MEM);
+		rp_state_encode_index(next, i, cl->names, nn, &b);
+		keyf(e, key, sizeof(key), "state/indices/", next->indices[i].name);
+		parts_add(&t, EC_OP_PUT, key, &b);
+	}
+	for (size_t i = 0; prev && i < prev->nindices; i++)
+		if (!rp_state_index(next, prev->indices[i].name)) {
+			keyf(e, key, sizeof(key), "state/indices/", prev->indices[i].name);
+			parts_add(&t, EC_OP_DELETE, key, NULL);
+		}
+	cm_buf_init(&b, MEM);
+	rp_state_encode_global(next, cl->names, nn, &b);
+	keyf(e, key, sizeof(key), "state/global", NULL);
+	parts_add(&t, EC_OP_PUT, key, &b);
+	for (size_t i = 0; i < t.n; i++) {
+		t.ops[i].value = t.vals[i].data;
+		t.ops[i].value_len = t.vals[i].len;
+	}
+	ec_cmp cmp = {.key = lkey, .target = EC_CMP_CREATE, .op = EC_CMP_EQ, .num = lrev};
+	ec_txn_result res = {0};
+	cm_error e2;
+	cm_error_clear(&e2);
+	cm_err rc = ec_txn(e->ec, &cmp, 1, t.ops, t.n, NULL, 0, &res, &e2);
+	parts_free(&t);
+	cm_free(MEM, lkey);
+	if (rc)
+		return cm_error_set_type(err, CM_EUNAVAIL, "master_not_discovered_exception",
+		                         "cannot write the cluster state to etcd (%s): not changed",
+		                         e2.reason[0] ? e2.reason : cm_err_msg(rc));
+	bool ok = res.succeeded;
+	*version = (uint64_t)res.revision;
+	ec_txn_result_free(&res);
+	if (!ok) {
+		step_down(cl, "its election key is gone (a newer master leads)");
+		return cm_error_set_type(err, CM_EUNAVAIL, "master_not_discovered_exception",
+		                         "node [%s] is no longer the master: the cluster state "
+		                         "was not changed",
+		                         cl->nodes[cl->self].name);
+	}
+	return CM_OK;
+}
+
+/* ---- lease and registration ---- */
+
+static cm_err
+register_self(nd_cluster *cl, int64_t lease, cm_error *err)
+{
+	cl_etcd *e = cl->etcd;
+	nd_cl_node *me = &cl->nodes[cl->self];
+	char key[512], boot[32];
+	cJSON *j = cJSON_CreateObject(), *roles = cJSON_AddArrayToObject(j, "roles");
+	cJSON_AddStringToObject(j, "name", me->name);
+	cJSON_AddStringToObject(j, "http", me->http);
+	cJSON_AddStringToObject(j, "transport", me->connect);
+	if (me->master)
+		cJSON_AddItemToArray(roles, cJSON_CreateString("master"));
+	if (me->data)
+		cJSON_AddItemToArray(roles, cJSON_CreateString("data"));
+	snprintf(boot, sizeof(boot), "%" PRIx64, atomic_load(&me->boot));
+	cJSON_AddStringToObject(j, "boot", boot);
+	char *text = cJSON_PrintUnformatted(j);
+	cJSON_Delete(j);
+	keyf(e, key, sizeof(key), "nodes/", me->name);
+	cm_err rc = ec_put(e->ec, key, text, strlen(text), lease, NULL, err);
+	cJSON_free(text);
+	return rc;
+}
+
+static cm_err
+lease_new(nd_cluster *cl, cm_error *err)
+{
+	cl_etcd *e = cl->etcd;
+	int64_t id, granted;
+	uint64_t t0 = cm_now_ns();
+	cm_err rc = ec_lease_grant(e->ec, e->ttl_s, &id, &granted, err);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&e->mu);
+	e->lease = id;
+	/* the master stops a second before etcd could expire it */
+	e->lease_until_ns = t0 + (uint64_t)granted * SEC - SEC;
+	pthread_mutex_unlock(&e->mu);
+	if ((rc = register_self(cl, id, err)))
+		return rc;
+	atomic_store(&cl->nodes[cl->self].registered, true);
+	return CM_OK;
+}
+
+static bool
+sleep_stop(cl_etcd *e, uint64_t ns)
+{
+	for (uint64_t t = 0; t < ns && !atomic_load(&e->stop); t += 50000000ull)
+		usleep(50000);
+	return atomic_load(&e->stop);
+}
+
+static void *
+lease_main(void *arg)
+{
+	nd_cluster *cl = arg;
+	cl_etcd *e = cl->etcd;
+	uint64_t every = (uint64_t)e->ttl_s * SEC / 3;
+	while (!sleep_stop(e, every)) {
+		cm_error err;
+		cm_error_clear(&err);
+		pthread_mutex_lock(&e->mu);
+		int64_t lease = e->lease;
+		pthread_mutex_unlock(&e->mu);
+		uint64_t t0 = cm_now_ns();
+		int64_t left = 0;
+		cm_err rc = lease ? ec_lease_keepalive(e->ec, lease, &left, &err) : CM_ENOTFOUND;
+		if (rc == CM_OK && left > 0) {
+			pthread_mutex_lock(&e->mu);
+			if (e->lease == lease)
+				e->lease_until_ns = t0 + (uint64_t)left * SEC - SEC;
+			pthread_mutex_unlock(&e->mu);
+			continue;
+		}
+		if (rc != CM_ENOTFOUND && !(rc == CM_OK && left <= 0)) {
+			if (cm_now_ns() >= e->lease_until_ns)
+				step_down(cl, "etcd is unreachable past the lease");
+			cm_warn("cluster", "lease keep-alive failed: %s",
+			        err.reason[0] ? err.reason : cm_err_msg(rc));
+			every = SEC; /* retry sooner */
+			continue;
+		}
+		/* Expired: never renewed. This process registers again as a
+		 * new boot; its copies recover before they count. */
+		step_down(cl, "its lease expired");
+		atomic_store(&cl->nodes[cl->self].registered, false);
+		uint64_t boot = ((uint64_t)getpid() << 40) ^ cm_now_ns();
+		atomic_store(&cl->nodes[cl->self].boot, boot ? boot : 1);
+		rp_set_joined(cl->rp, false);
+		cm_error_clear(&err);
+		if (lease_new(cl, &err))
+			cm_warn("cluster", "cannot register again: %s", err.reason);
+		else
+			cm_warn("cluster",
+			        "lease expired: node [%s] registered again as a new process",
+			        cl->nodes[cl->self].name);
+		every = (uint64_t)e->ttl_s * SEC / 3;
+	}
+	return NULL;
+}
+
+/* ---- the campaign ---- */
+
+static void
+become_master(nd_cluster *cl)
+{
+	cl_etcd *e = cl->etcd;
+	cm_error err;
+	cm_error_clear(&err);
+	/* the newest state first: this node may have missed the last ones */
+	if (state_read(cl, false, &err)) {
+		cm_warn("cluster", "elected, but cannot read the state: %s", err.reason);
+		step_down(cl, "cannot read the cluster state");
+		return;
+	}
+	atomic_store(&cl->master, cl->self);
+	cm_info("cluster", "node [%s] is the master, term %" PRId64, cl->nodes[cl->self].name,
+	        atomic_load(&e->term));
+	if (!e->have_state) {
+		/* a new cluster, or one started from static-cluster data: the
+		 * local state seeds etcd */
+		pthread_mutex_lock(&cl->meta_lock);
+		rp_state *next = rp_state_dup(cl->state);
+		cm_err rc = cl_state_commit_locked(cl, next, &err);
+		pthread_mutex_unlock(&cl->meta_lock);
+		if (rc)
+			cm_warn("cluster", "cannot write the first state to etcd: %s", err.reason);
+		else
+			e->have_state = true;
+	}
+	cl_state_publish(cl);
+}
+
+static void *
+campaign_main(void *arg)
+{
+	nd_cluster *cl = arg;
+	cl_etcd *e = cl->etcd;
+	const char *name = cl->nodes[cl->self].name;
+	while (!atomic_load(&e->stop)) {
+		pthread_mutex_lock(&e->mu);
+		int64_t lease = e->lease;
+		bool valid = cm_now_ns() < e->lease_until_ns;
+		pthread_mutex_unlock(&e->mu);
+		if (!lease || !valid) {
+			sleep_stop(e, 200000000ull);
+			continue;
+		}
+		ec_leader_key lk = {0};
+		cm_error err;
+		cm_error_clear(&err);
+		cm_err rc = ec_campaign(e->ec, e->election, lease, name, strlen(name), 2000,
+		                        &e->stop, &lk, &err);
+		if (rc == CM_ETIMEDOUT)
+			continue;
+		if (rc) {
+			if (rc != CM_ECLOSED)
+				cm_debug("cluster", "campaign: %s", err.reason);
+			sleep_stop(e, 500000000ull);
+			continue;
+		}
+		pthread_mutex_lock(&e->mu);
+		bool current = lease == e->lease && cm_now_ns() < e->lease_until_ns;
+		if (current) {
+			ec_leader_key_free(&e->leader);
+			e->leader = lk;
+			atomic_store(&e->term, lk.rev);
+		}
+		pthread_mutex_unlock(&e->mu);
+		if (!current) {
+			ec_leader_key_free(&lk);
+			continue;
+		}
+		become_master(cl);
+		while (!atomic_load(&e->stop) && cl_etcd_leading(cl))
+			sleep_stop(e, 100000000ull);
+		if (atomic_load(&cl->master) == cl->self)
+			step_down(cl, atomic_load(&e->stop) ? "stopping"
+			                                    : "its lease may have expired");
+	}
+	return NULL;
+}
+
+/* ---- the watch ---- */
+
+static void
+wake_monitor(nd_cluster *cl)
+{
+	pthread_mutex_lock(&cl->stop_mu);
+	pthread_cond_broadcast(&cl->stop_cv);
+	pthread_mutex_unlock(&cl->stop_mu);
+}
+
+static void
+watch_fn(void *arg, const ec_watch_msg *m)
+{
+	nd_cluster *cl = arg;
+	if (m->kind == EC_WATCH_COMPACTED)
+		atomic_store(&cl->etcd->rewatch, true);
+	atomic_store(&cl->etcd->dirty, true);
+	wake_monitor(cl);
+}
+
+static void
+watch_start(nd_cluster *cl, int64_t from)
+{
+	cl_etcd *e = cl->etcd;
+	cm_error err;
+	cm_error_clear(&err);
+	if (ec_watch_start(e->ec, e->prefix, from, watch_fn, cl, &e->watch, &err)) {
+		cm_warn("cluster", "cannot watch %s: %s", e->prefix, err.reason);
+		e->watch = NULL;
+	}
+}
+
+cm_err
+cl_etcd_start(nd_cluster *cl, cm_error *err)
+{
+	cl_etcd *e = cl->etcd;
+	cm_err rc;
+	if ((rc = lease_new(cl, err)))
+		return cm_error_set(err, rc, "cannot register with etcd: %s", err->reason);
+	if ((rc = members_read(cl, err)) || (rc = state_read(cl, true, err)))
+		return cm_error_set(err, rc, "cannot read the cluster from etcd: %s", err->reason);
+	watch_start(cl, 0);
+	pthread_create(&e->lease_thread, NULL, lease_main, cl);
+	e->lease_started = true;
+	if (cl->nodes[cl->self].master) {
+		pthread_create(&e->campaign_thread, NULL, campaign_main, cl);
+		e->campaign_started = true;
+	}
+	return CM_OK;
+}
+
+void
+cl_etcd_tick(nd_cluster *cl)
+{
+	cl_etcd *e = cl->etcd;
+	cm_error err;
+	if (!e)
+		return;
+	if (atomic_exchange(&e->rewatch, false)) {
+		cm_info("cluster", "etcd history was compacted past this node's watch: reading "
+		                   "the state again");
+		ec_watch_stop(e->watch);
+		e->watch = NULL;
+		watch_start(cl, 0);
+		atomic_store(&e->dirty, true);
+	}
+	if (!e->watch)
+		watch_start(cl, 0);
+	/* a watch may lag or drop: every 2 s the node reads anyway */
+	bool dirty = atomic_exchange(&e->dirty, false) || e->round++ % 4 == 0;
+	if (!dirty)
+		return;
+	cm_error_clear(&err);
+	if (members_read(cl, &err) || state_read(cl, false, &err)) {
+		atomic_store(&e->dirty, true);
+		cm_debug("cluster", "etcd read failed: %s", err.reason);
+	}
+}
+
+void
+cl_etcd_stop(nd_cluster *cl)
+{
+	cl_etcd *e = cl->etcd;
+	if (!e)
+		return;
+	atomic_store(&e->stop, true);
+	if (e->campaign_started)
+		pthread_join(e->campaign_thread, NULL);
+	if (e->lease_started)
+		pthread_join(e->lease_thread, NULL);
+	e->campaign_started = e->lease_started = false;
+	ec_watch_stop(e->watch);
+	e->watch = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	pthread_mutex_lock(&e->mu);
+	if (e->leader.rev)
+		ec_resign(e->ec, &e->leader, &err);
+	ec_leader_key_free(&e->leader);
+	memset(&e->leader, 0, sizeof(e->leader));
+	int64_t lease = e->lease;
+	e->lease = 0;
+	pthread_mutex_unlock(&e->mu);
+	/* the others see this node leave at once, not after its lease */
+	if (lease)
+		ec_lease_revoke(e->ec, lease, &err);
+}
+
+void
+cl_etcd_free(nd_cluster *cl)
+{
+	cl_etcd *e = cl->etcd;
+	if (!e)
+		return;
+	ec_close(e->ec);
+	pthread_mutex_destroy(&e->mu);
+	cm_free(MEM, e);
+	cl->etcd = NULL;
+}
+
+/* ---- placement inputs ---- */
+
+/* A cluster setting as the state has it: transient over persistent. */
+bool
+cl_setting_get(nd_cluster *cl, const char *key, char *out, size_t cap)
+{
+	bool found = false;
+	pthread_mutex_lock(&cl->meta_lock);
+	cJSON *j = cl->state && cl->state->settings ? cJSON_Parse(cl->state->settings) : NULL;
+	pthread_mutex_unlock(&cl->meta_lock);
+	const char *secs[] = {"transient", "persistent"};
+	for (int k = 0; k < 2 && !found; k++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(j, secs[k]), key);
+		if (cJSON_IsString(v)) {
+			snprintf(out, cap, "%s", v->valuestring);
+			found = true;
+		} else if (cJSON_IsNumber(v)) {
+			snprintf(out, cap, "%lld", (long long)v->valuedouble);
+			found = true;
+		} else if (cJSON_IsBool(v)) {
+			snprintf(out, cap, "%s", cJSON_IsTrue(v) ? "true" : "false");
+			found = true;
+		}
+	}
+	cJSON_Delete(j);
+	return found;
+}
+
+static bool
+listed(const char *list, const char *value)
+{
+	char *copy = cm_strdup(MEM, list), *save = NULL, *tok;
+	bool hit = false;
+	for (tok = strtok_r(copy, ",", &save); tok && !hit; tok = strtok_r(NULL, ",", &save)) {
+		while (*tok == ' ')
+			tok++;
+		hit = *tok && fnmatch(tok, value, 0) == 0;
+	}
+	cm_free(MEM, copy);
+	return hit;
+}
+
+bool
+cl_excluded(nd_cluster *cl, int i)
+{
+	char v[1024];
+	const nd_cl_node *nd = &cl->nodes[i];
+	if (cl_setting_get(cl, "cluster.routing.allocation.exclude._name", v, sizeof(v)) &&
+	    listed(v, nd->name))
+		return true;
+	if (cl_setting_get(cl, "cluster.routing.allocation.exclude._ip", v, sizeof(v))) {
+		char host[ND_CL_ADDR];
+		snprintf(host, sizeof(host), "%s", nd->http);
+		char *colon = strrchr(host, ':');
+		if (colon)
+			*colon = 0;
+		if (listed(v, host))
+			return true;
+	}
+	return false;
+}
+
+int
+cl_placeable(nd_cluster *cl, int *out)
+{
+	int n = 0;
+	for (int i = 0; i < cl->nn; i++) {
+		const nd_cl_node *nd = &cl->nodes[i];
+		bool up = i == cl->self
+		              ? atomic_load(&nd->registered) || !cl->etcd
+		              : (cl->etcd ? atomic_load(&nd->registered) : cl_alive(cl, i));
+		if (nd->data && up && cl_node_joined(cl, i) && !cl_excluded(cl, i))
+			out[n++] = i;
+	}
+	return n;
+}

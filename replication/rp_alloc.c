@@ -1,0 +1,286 @@
+/* The master's allocator: where shard copies go as nodes come, go and
+ * are drained. A pure function of the state and what the master knows of
+ * the nodes (rp_alloc); the master runs one round every monitor tick and
+ * commits the result like any other state change. docs/cluster.md. */
+#include <inttypes.h>
+#include <string.h>
+
+#include "../common/cm_log.h"
+#include "rp_private.h"
+
+#define BIT(n) (1ull << (n))
+
+static bool
+has_copy(const rp_route *ro, int node)
+{
+	for (int c = 0; c < ro->ncopies; c++)
+		if (ro->copies[c] == node)
+			return true;
+	return false;
+}
+
+static bool
+in_sync(const rp_route *ro, int node)
+{
+	return node >= 0 && node < RP_MAX_NODES && ((ro->in_sync >> node) & 1);
+}
+
+static void
+drop_copy(rp_route *ro, int c)
+{
+	int node = ro->copies[c];
+	ro->in_sync &= ~BIT(node);
+	if (ro->relocating_from == node)
+		ro->relocating_from = -1;
+	memmove(&ro->copies[c], &ro->copies[c + 1], (size_t)(ro->ncopies - c - 1) * sizeof(int));
+	ro->ncopies--;
+}
+
+typedef struct loads {
+	int copies[RP_MAX_NODES];   /* copies on each node */
+	int incoming[RP_MAX_NODES]; /* copies recovering to it */
+} loads;
+
+static void
+count(const rp_state *st, loads *l)
+{
+	memset(l, 0, sizeof(*l));
+	for (size_t i = 0; i < st->nindices; i++)
+		for (int s = 0; s < st->indices[i].nshards; s++) {
+			const rp_route *ro = &st->indices[i].routes[s];
+			for (int c = 0; c < ro->ncopies; c++) {
+				int n = ro->copies[c];
+				if (n < 0 || n >= RP_MAX_NODES)
+					continue;
+				l->copies[n]++;
+				l->incoming[n] += !in_sync(ro, n);
+			}
+		}
+}
+
+static bool
+eligible(const rp_alloc *a, int node)
+{
+	for (int k = 0; k < a->ndata; k++)
+		if (a->data[k] == node)
+			return true;
+	return false;
+}
+
+/* The copies a shard wants: 1 + replicas, at most one per data node. */
+static int
+wanted(const rp_index *ix, const rp_alloc *a, const rp_route *ro)
+{
+	int n = a->ndata;
+	/* copies on nodes that are merely down (not yet evicted) still count
+	 * as places: they come back */
+	for (int c = 0; c < ro->ncopies; c++)
+		if (!eligible(a, ro->copies[c]) && !((a->drain >> ro->copies[c]) & 1))
+			n++;
+	int w = 1 + ix->nreplicas;
+	if (w > n)
+		w = n;
+	if (w > RP_MAX_COPIES)
+		w = RP_MAX_COPIES;
+	return w < 1 ? 1 : w;
+}
+
+/* Hands the primary of ro to an in-sync copy other than `from` that is
+ * not drained; false when there is none. */
+static bool
+hand_over(const char *index, int shard, rp_route *ro, int from, const rp_alloc *a)
+{
+	for (int c = 0; c < ro->ncopies; c++) {
+		int n = ro->copies[c];
+		if (n != from && in_sync(ro, n) && eligible(a, n)) {
+			cm_info("replication",
+			        "[%s][%d] primary moves off its node: the copy on node %d leads in "
+			        "term %" PRIu64,
+			        index, shard, n, ro->term + 1);
+			ro->primary = n;
+			ro->term++;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* A copy goes once enough others are in sync: the one being relocated,
+ * then one on a drained node, then (all in sync) one on the fullest node. */
+static bool
+trim(const char *index, int shard, rp_route *ro, int want, const rp_alloc *a, loads *l)
+{
+	bool changed = false;
+	while (ro->ncopies > want) {
+		int staying = 0, drop = -1;
+		for (int c = 0; c < ro->ncopies; c++)
+			staying += in_sync(ro, ro->copies[c]) &&
+			           !((a->drain >> ro->copies[c]) & 1) &&
+			           ro->copies[c] != ro->relocating_from;
+		/* an out-of-sync copy on a drained node is simply dropped */
+		for (int c = 0; c < ro->ncopies && drop < 0; c++)
+			if (((a->drain >> ro->copies[c]) & 1) && !in_sync(ro, ro->copies[c]) &&
+			    ro->copies[c] != ro->primary)
+				drop = c;
+		if (drop < 0 && staying >= want) {
+			for (int c = 0; c < ro->ncopies && drop < 0; c++)
+				if (ro->copies[c] == ro->relocating_from)
+					drop = c;
+			for (int c = 0; c < ro->ncopies && drop < 0; c++)
+				if ((a->drain >> ro->copies[c]) & 1)
+					drop = c;
+		}
+		if (drop < 0) {
+			bool all = true;
+			for (int c = 0; c < ro->ncopies; c++)
+				all &= in_sync(ro, ro->copies[c]);
+			if (!all)
+				break; /* a recovery is under way: wait for it */
+			int best = -1;
+			for (int c = 0; c < ro->ncopies; c++)
+				if (ro->copies[c] != ro->primary &&
+				    (best < 0 ||
+				     l->copies[ro->copies[c]] > l->copies[ro->copies[best]]))
+					best = c;
+			drop = best;
+		}
+		if (drop < 0)
+			break;
+		int node = ro->copies[drop];
+		if (node == ro->primary && !hand_over(index, shard, ro, node, a))
+			break;
+		cm_info("replication", "[%s][%d] copy on node %d leaves the routing", index, shard,
+		        node);
+		l->copies[node]--;
+		drop_copy(ro, drop);
+		changed = true;
+	}
+	return changed;
+}
+
+/* The emptiest eligible node without a copy of ro that may take one more
+ * recovery; -1 when none. */
+static int
+emptiest(const rp_route *ro, const rp_alloc *a, const loads *l)
+{
+	int pick = -1;
+	for (int k = 0; k < a->ndata; k++) {
+		int n = a->data[k];
+		if (n < 0 || n >= RP_MAX_NODES || has_copy(ro, n) || ((a->drain >> n) & 1) ||
+		    l->incoming[n] >= a->max_recoveries)
+			continue;
+		if (pick < 0 || l->copies[n] < l->copies[pick])
+			pick = n;
+	}
+	return pick;
+}
+
+static void
+add_copy(rp_route *ro, int node, int from, loads *l)
+{
+	ro->copies[ro->ncopies++] = node; /* out of sync: it recovers */
+	if (from >= 0)
+		ro->relocating_from = from;
+	l->copies[node]++;
+	l->incoming[node]++;
+}
+
+/* Moves one copy from the fullest eligible node to the emptiest while
+ * they differ by more than one; true if it started a move. */
+static bool
+rebalance(rp_state *st, const rp_alloc *a, loads *l)
+{
+	int hi = -1, lo = -1;
+	for (int k = 0; k < a->ndata; k++) {
+		int n = a->data[k];
+		if (n < 0 || n >= RP_MAX_NODES)
+			continue;
+		if (hi < 0 || l->copies[n] > l->copies[hi])
+			hi = n;
+		if (lo < 0 || l->copies[n] < l->copies[lo])
+			lo = n;
+	}
+	if (hi < 0 || lo < 0 || l->copies[hi] - l->copies[lo] <= 1 ||
+	    l->incoming[lo] >= a->max_recoveries)
+		return false;
+	for (size_t i = 0; i < st->nindices; i++) {
+		rp_index *ix = &st->indices[i];
+		for (int s = 0; s < ix->nshards; s++) {
+			rp_route *ro = &ix->routes[s];
+			bool settled = ro->relocating_from < 0 && ro->ncopies < RP_MAX_COPIES;
+			for (int c = 0; c < ro->ncopies; c++)
+				settled &= in_sync(ro, ro->copies[c]);
+			if (!settled || !has_copy(ro, hi) || has_copy(ro, lo) || ro->primary == hi)
+				continue;
+			cm_info("replication", "[%s][%d] relocates from node %d to node %d",
+			        ix->name, s, hi, lo);
+			add_copy(ro, lo, hi, l);
+			return true;
+		}
+	}
+	return false;
+}
+
+bool
+rp_state_allocate(rp_state *st, const rp_alloc *a)
+{
+	loads l;
+	bool changed = false;
+	int max = a->max_recoveries > 0 ? a->max_recoveries : 2;
+	rp_alloc al = *a;
+	al.max_recoveries = max;
+
+	/* copies of nodes gone past the delay leave (a primary there has no
+	 * in-sync copy to fail over to: it stays, and the shard red) */
+	for (size_t i = 0; i < st->nindices && a->gone_ns; i++) {
+		uint64_t delay =
+		    a->delay_ns ? a->delay_ns(a->arg, &st->indices[i]) : 60000000000ull;
+		for (int s = 0; s < st->indices[i].nshards; s++) {
+			rp_route *ro = &st->indices[i].routes[s];
+			for (int c = ro->ncopies - 1; c >= 0; c--) {
+				int n = ro->copies[c];
+				if (n >= 0 && n < RP_MAX_NODES && a->gone_ns[n] &&
+				    a->gone_ns[n] >= delay && n != ro->primary) {
+					cm_info(
+					    "replication",
+					    "[%s][%d] copy on node %d is dropped: its node left "
+					    "past the delayed timeout",
+					    st->indices[i].name, s, n);
+					drop_copy(ro, c);
+					changed = true;
+				}
+			}
+		}
+	}
+	count(st, &l);
+	for (size_t i = 0; i < st->nindices; i++) {
+		rp_index *ix = &st->indices[i];
+		for (int s = 0; s < ix->nshards; s++) {
+			rp_route *ro = &ix->routes[s];
+			int want = wanted(ix, &al, ro);
+			changed |= trim(ix->name, s, ro, want, &al, &l);
+			if (al.enable != RP_ALLOC_ALL)
+				continue;
+			int staying = 0, drained = -1;
+			for (int c = 0; c < ro->ncopies; c++) {
+				if ((al.drain >> ro->copies[c]) & 1)
+					drained = ro->copies[c];
+				else
+					staying++;
+			}
+			while (staying < want && ro->ncopies < RP_MAX_COPIES) {
+				int n = emptiest(ro, &al, &l);
+				if (n < 0)
+					break;
+				add_copy(ro, n, ro->relocating_from < 0 ? drained : -1, &l);
+				drained = -1;
+				staying++;
+				changed = true;
+			}
+		}
+	}
+	if (al.enable == RP_ALLOC_ALL)
+		for (int k = 0; k < max * al.ndata && rebalance(st, &al, &l); k++)
+			changed = true;
+	return changed;
+}
