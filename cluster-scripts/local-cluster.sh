@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# A local Shoal cluster on 127.0.0.1 with the sample accounts loaded.
-#   cluster-scripts/local-cluster.sh up [--nodes N] [--shards S] [--replicas R] [--no-sample]
-#       install what is missing, build (incrementally), write the cluster file,
-#       start N nodes (default 2) detached, wait for green, load 1,000 accounts
-#       (S shards, R replicas; default 2 and 1), show example queries
-#   cluster-scripts/local-cluster.sh down          stop every node
+# A local Shoal cluster on 127.0.0.1 with the sample accounts loaded; its
+# membership, master election and cluster state run on etcd.
+#   cluster-scripts/local-cluster.sh up [--nodes N] [--etcd 1|3] [--shards S] [--replicas R] [--no-sample]
+#       install what is missing, build (incrementally), start 1 or 3 etcd
+#       members (default 1) and N nodes (default 2) detached, wait for green,
+#       load 1,000 accounts (S shards, R replicas; default 2 and 1), show
+#       example queries
+#   cluster-scripts/local-cluster.sh down          stop every node and etcd
 #   cluster-scripts/local-cluster.sh status        which nodes run, health, shards
+#   cluster-scripts/local-cluster.sh add           start one more node; copies move to it
+#   cluster-scripts/local-cluster.sh drain NODE    move every copy off NODE (exclude._name)
+#   cluster-scripts/local-cluster.sh remove NODE   drain NODE, then stop it and forget it
 #   cluster-scripts/local-cluster.sh kill NODE     kill -9 one node (node-2, ...)
 #   cluster-scripts/local-cluster.sh restart NODE  start it again (after kill)
-# Node i listens on HTTP 9200+i-1 and transport 9300+i-1; data, pid and log
-# of each live in ./data/node-i, the cluster file is ./data/cluster.json.
+#   cluster-scripts/local-cluster.sh etcd-kill K   kill -9 etcd member K (1..3)
+#   cluster-scripts/local-cluster.sh etcd-restart K  start it again
+# Node i listens on HTTP 9200+i-1 and transport 9300+i-1; etcd member k on
+# 2379+2(k-1) (peer one higher); data, pid and log of each live in
+# ./data/node-i and ./data/etcd-k, the cluster file is ./data/cluster.json.
 # Environment: SHOAL_BASE_PORT (default 9200; transport ports are 100 higher),
+# SHOAL_ETCD_PORT (default 2379),
 # SHOAL_BUILD_DIR (default build, relative to the repository or absolute),
 # SHOAL_BIN (a directory holding an already built shoal: used as is, never
 # rebuilt), SHOAL_DATA_DIR (default ./data), SHOAL_NODE_ARGS (extra arguments
@@ -32,6 +41,8 @@ else
 fi
 read -r -a NODE_ARGS <<<"${SHOAL_NODE_ARGS:-}"
 DATA_ROOT=${SHOAL_DATA_DIR:-"$ROOT/data"}
+EBASE=${SHOAL_ETCD_PORT:-2379}
+ETCD_MEMBERS=1
 CFILE="$DATA_ROOT/cluster.json"
 SAMPLE="$ROOT/cluster-scripts/sample/accounts-es.ndjson"
 URL="http://127.0.0.1:$BASE"
@@ -69,17 +80,89 @@ for n in json.load(open(sys.argv[1]))["nodes"]:
     if n["name"] == sys.argv[2]: print("http://" + n["http"])' "$CFILE" "$1"
 }
 
+# The cluster file: the etcd endpoints and the nodes this script started
+# (each node reads only its own entry; it finds the others in etcd).
 write_cluster_file() {
 	mkdir -p "$DATA_ROOT"
-	python3 - "$CFILE" "$NODES" "$BASE" "$TBASE" <<'PY'
+	python3 - "$CFILE" "$NODES" "$BASE" "$TBASE" "$EBASE" "$ETCD_MEMBERS" <<'PY'
 import json, secrets, sys
-path, n, base, tbase = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-spec = {"cluster_name": "shoal-local", "secret": secrets.token_hex(16), "nodes": [
-    {"name": "node-%d" % (i + 1), "http": "127.0.0.1:%d" % (base + i),
-     "transport": "127.0.0.1:%d" % (tbase + i)} for i in range(n)]}
+path, n, base, tbase, ebase, em = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+spec = {"cluster_name": "shoal-local", "secret": secrets.token_hex(16),
+        "etcd": ["127.0.0.1:%d" % (ebase + 2 * k) for k in range(em)],
+        "nodes": [{"name": "node-%d" % (i + 1), "http": "127.0.0.1:%d" % (base + i),
+                   "transport": "127.0.0.1:%d" % (tbase + i)} for i in range(n)]}
 with open(path, "w") as f:
     json.dump(spec, f, indent=1)
 PY
+}
+
+# Appends node-(N+1) to the cluster file; prints its name.
+add_to_cluster_file() {
+	python3 - "$CFILE" "$BASE" "$TBASE" <<'PY'
+import json, sys
+path, base, tbase = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+spec = json.load(open(path))
+used = {int(n["name"].split("-")[1]) for n in spec["nodes"]}
+i = 1
+while i in used:
+    i += 1
+spec["nodes"].append({"name": "node-%d" % i, "http": "127.0.0.1:%d" % (base + i - 1),
+                      "transport": "127.0.0.1:%d" % (tbase + i - 1)})
+json.dump(spec, open(path + ".tmp", "w"), indent=1)
+print("node-%d" % i)
+PY
+	mv "$CFILE.tmp" "$CFILE"
+}
+
+remove_from_cluster_file() {
+	python3 - "$CFILE" "$1" <<'PY'
+import json, sys
+path, name = sys.argv[1], sys.argv[2]
+spec = json.load(open(path))
+spec["nodes"] = [n for n in spec["nodes"] if n["name"] != name]
+json.dump(spec, open(path + ".tmp", "w"), indent=1)
+PY
+	mv "$CFILE.tmp" "$CFILE"
+}
+
+etcd_members() {
+	[ -f "$CFILE" ] || return 0
+	python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1])).get("etcd", [])))' "$CFILE"
+}
+
+etcd_start() {
+	local k=$1 n dir="$DATA_ROOT/etcd-$1" pid cluster="" i port
+	n=$(etcd_members)
+	mkdir -p "$dir"
+	if pid=$(running_pid "etcd-$k"); then
+		say "etcd-$k already running (pid $pid)"
+		return 0
+	fi
+	for i in $(seq 1 "$n"); do
+		cluster="$cluster${cluster:+,}etcd-$i=http://127.0.0.1:$((EBASE + 2 * (i - 1) + 1))"
+	done
+	port=$((EBASE + 2 * (k - 1)))
+	command -v etcd >/dev/null || die "etcd is not installed (apt-get install etcd-server)"
+	nohup etcd --name "etcd-$k" --data-dir "$dir/data" \
+		--listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+		--listen-peer-urls "http://127.0.0.1:$((port + 1))" \
+		--initial-advertise-peer-urls "http://127.0.0.1:$((port + 1))" \
+		--initial-cluster "$cluster" --initial-cluster-token shoal-local \
+		--logger zap --log-outputs stderr --log-level warn >>"$dir/etcd.log" 2>&1 &
+	echo $! >"$(pidfile "etcd-$k")"
+	say "started etcd-$k (pid $!) on 127.0.0.1:$port, log $dir/etcd.log"
+}
+
+etcd_wait() {
+	local k=$1 port=$((EBASE + 2 * ($1 - 1)))
+	for _ in $(seq 1 150); do
+		if curl -s --max-time 1 -X POST "http://127.0.0.1:$port/v3/kv/range" -d '{"key":"AA=="}' \
+			>/dev/null 2>&1; then return 0; fi
+		running_pid "etcd-$k" >/dev/null || { tail -n 20 "$DATA_ROOT/etcd-$k/etcd.log" >&2 || true; die "etcd-$k exited (log above)"; }
+		sleep 0.2
+	done
+	die "etcd-$k did not answer on 127.0.0.1:$port within 30 s"
 }
 
 start_node() {
@@ -214,13 +297,15 @@ up() {
 	while [ $# -gt 0 ]; do
 		case "$1" in
 		--nodes) NODES=$2; shift 2 ;;
+		--etcd) ETCD_MEMBERS=$2; shift 2 ;;
 		--shards) SHARDS=$2; shift 2 ;;
 		--replicas) REPLICAS=$2; shift 2 ;;
 		--no-sample) SAMPLE_ON=0; shift ;;
-		*) die "unknown option $1 (up [--nodes N] [--shards S] [--replicas R] [--no-sample])" ;;
+		*) die "unknown option $1 (up [--nodes N] [--etcd 1|3] [--shards S] [--replicas R] [--no-sample])" ;;
 		esac
 	done
 	[ "$NODES" -ge 1 ] 2>/dev/null || die "--nodes wants a number >= 1"
+	[ "$ETCD_MEMBERS" = 1 ] || [ "$ETCD_MEMBERS" = 3 ] || die "--etcd wants 1 or 3"
 	bash "$ROOT/cluster-scripts/install-deps.sh" || die "missing packages (see above)"
 	build
 	local running=0 name
@@ -230,8 +315,18 @@ up() {
 	if [ "$running" = 1 ]; then
 		say "a cluster is already running (cluster-scripts/local-cluster.sh status); reusing it"
 	else
+		# a fresh cluster: etcd starts empty too
+		local k
+		for k in 1 2 3; do rm -rf "$DATA_ROOT/etcd-$k"; done
 		write_cluster_file
 	fi
+	local k
+	for k in $(seq 1 "$(etcd_members)"); do
+		etcd_start "$k"
+	done
+	for k in $(seq 1 "$(etcd_members)"); do
+		etcd_wait "$k"
+	done
 	for name in $(cluster_nodes); do
 		start_node "$name"
 	done
@@ -280,12 +375,102 @@ stop_node() {
 }
 
 down() {
-	local name any=0
+	local name any=0 k
 	for name in $(cluster_nodes); do
 		running_pid "$name" >/dev/null && any=1
 		stop_node "$name"
 	done
+	for k in 1 2 3; do
+		running_pid "etcd-$k" >/dev/null && any=1
+		stop_node "etcd-$k"
+	done
 	[ "$any" = 1 ] || say "not running"
+}
+
+# The first node of the file that answers.
+any_url() {
+	local name
+	for name in $(cluster_nodes); do
+		if running_pid "$name" >/dev/null; then node_url "$name"; return 0; fi
+	done
+	die "no node is running"
+}
+
+# Copies on NODE per _cat/shards (every state: a relocating one counts).
+copies_on() {
+	http "$1/_cat/shards" | awk -v n="$2" '$NF == n || $(NF-1) == n { c++ } END { print c + 0 }'
+}
+
+# Sets cluster.routing.allocation.exclude._name to the given list ("" clears).
+set_exclude() {
+	local v
+	if [ -n "$2" ]; then v="\"$2\""; else v=null; fi
+	http -X PUT "$1/_cluster/settings" -H 'Content-Type: application/json' \
+		-d "{\"persistent\":{\"cluster.routing.allocation.exclude._name\":$v}}" >/dev/null ||
+		die "cannot set the allocation exclude list"
+}
+
+excluded_now() {
+	http "$1/_cluster/settings?flat_settings=true" | python3 -c 'import json,sys
+print(json.load(sys.stdin).get("persistent", {}).get("cluster.routing.allocation.exclude._name", ""))'
+}
+
+add_node() {
+	build
+	local name url
+	name=$(add_to_cluster_file)
+	start_node "$name"
+	wait_up "$name"
+	url=$(any_url)
+	say "$name joined; copies move to it while searches and writes go on (curl '$url/_cat/recovery?v')"
+	wait_green
+	http "$url/_cat/allocation?v" 2>/dev/null || http "$url/_cat/shards?v"
+}
+
+drain_node() {
+	local name=${1:-} url list n
+	[ -n "$name" ] || die "drain wants a node name ($(cluster_nodes | tr '\n' ' '))"
+	url=$(any_url)
+	list=$(excluded_now "$url")
+	case ",$list," in *",$name,"*) ;; *) list="$list${list:+,}$name" ;; esac
+	set_exclude "$url" "$list"
+	say "draining $name (cluster.routing.allocation.exclude._name=$list) ..."
+	for _ in $(seq 1 600); do
+		n=$(copies_on "$url" "$name")
+		[ "$n" = 0 ] && { say "$name holds no copies"; wait_green; return 0; }
+		sleep 0.5
+	done
+	die "$name still holds $n copies after 5 minutes"
+}
+
+remove_node() {
+	local name=${1:-} url list
+	[ -n "$name" ] || die "remove wants a node name ($(cluster_nodes | tr '\n' ' '))"
+	drain_node "$name"
+	stop_node "$name"
+	remove_from_cluster_file "$name"
+	url=$(any_url)
+	list=$(excluded_now "$url" | tr ',' '\n' | grep -vx "$name" | paste -sd, - || true)
+	set_exclude "$url" "$list"
+	say "removed $name"
+	wait_green
+}
+
+etcd_kill() {
+	local k=${1:-} pid
+	[ -n "$k" ] || die "etcd-kill wants a member number (1..$(etcd_members))"
+	pid=$(running_pid "etcd-$k") || die "etcd-$k is not running"
+	kill -KILL "$pid"
+	rm -f "$(pidfile "etcd-$k")"
+	say "killed etcd-$k (pid $pid) with SIGKILL"
+}
+
+etcd_restart() {
+	local k=${1:-}
+	[ -n "$k" ] && [ "$k" -ge 1 ] && [ "$k" -le "$(etcd_members)" ] ||
+		die "etcd-restart wants a member number (1..$(etcd_members))"
+	etcd_start "$k"
+	etcd_wait "$k"
 }
 
 status() {
@@ -335,8 +520,13 @@ down) down ;;
 status) status ;;
 kill) kill_node "$@" ;;
 restart) restart_node "$@" ;;
+add) add_node ;;
+drain) drain_node "$@" ;;
+remove) remove_node "$@" ;;
+etcd-kill) etcd_kill "$@" ;;
+etcd-restart) etcd_restart "$@" ;;
 *)
-	echo "usage: $0 up [--nodes N] [--shards S] [--replicas R] [--no-sample] | down | status | kill NODE | restart NODE" >&2
+	echo "usage: $0 up [--nodes N] [--etcd 1|3] [--shards S] [--replicas R] [--no-sample] | down | status | add | drain NODE | remove NODE | kill NODE | restart NODE | etcd-kill K | etcd-restart K" >&2
 	exit 2
 	;;
 esac

@@ -336,6 +336,17 @@ co_cluster_cat(co_req *r, const char *what)
 		cm_buf_free(&rows);
 		return true;
 	}
+	if (cl && what && (strcmp(what, "allocation") == 0 || strcmp(what, "master") == 0)) {
+		static const char *const acols[] = {"shards", "host", "ip", "node"};
+		static const char *const mcols[] = {"id", "host", "ip", "node"};
+		if (what[0] == 'a')
+			nd_cluster_cat_allocation(cl, &rows);
+		else
+			nd_cluster_cat_master(cl, &rows);
+		cat_reply(r, what[0] == 'a' ? acols : mcols, 4, &rows);
+		cm_buf_free(&rows);
+		return true;
+	}
 	if (!cl || !what ||
 	    (strcmp(what, "nodes") && strcmp(what, "shards") && strcmp(what, "count") &&
 	     strcmp(what, "health") && strcmp(what, "indices")))

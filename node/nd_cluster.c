@@ -1361,6 +1361,10 @@ state_load(nd_cluster *cl, cm_error *err)
 	}
 	if (!cl->state)
 		cl->state = rp_state_new();
+	/* On etcd the versions are etcd's revisions: the cached state is
+	 * older than anything etcd holds (even an etcd started anew). */
+	if (cl->etcd)
+		cl->state->version = 0;
 	return CM_OK;
 }
 
@@ -1389,7 +1393,9 @@ nd_cluster_start(nd_cluster *cl, nd_node *n, cm_error *err)
 	cl->spool = cm_pool_create(4, "cl-search");
 	for (int i = 0; i < cl->nn; i++) {
 		nd_peer *p = NULL;
-		if (i != cl->self && (rc = nd_peer_open(cl->nodes[i].connect, &o, &p, err)))
+		/* on etcd, nodes known by name only are dialed once they register */
+		if (i != cl->self && cl->nodes[i].connect[0] &&
+		    (rc = nd_peer_open(cl->nodes[i].connect, &o, &p, err)))
 			return rc;
 		cl->nodes[i].peer = p;
 	}

@@ -126,6 +126,10 @@ void nd_cluster_health(nd_cluster *cl, cm_buf *out);
 /* _cat/nodes and _cat/shards rows, tab separated, with a header line. */
 void nd_cluster_cat_nodes(nd_cluster *cl, cm_buf *out);
 void nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out);
+/* _cat/allocation rows (shards host ip node, and the unassigned copies)
+ * and _cat/master (id host ip node). */
+void nd_cluster_cat_allocation(nd_cluster *cl, cm_buf *out);
+void nd_cluster_cat_master(nd_cluster *cl, cm_buf *out);
 /* _cat/indices rows over the cluster (health from the routing, docs and
  * sizes gathered from the nodes holding the copies): health status index
  * uuid pri rep docs.count docs.deleted store.size pri.store.size. */

@@ -481,6 +481,29 @@ register_self(nd_cluster *cl, int64_t lease, cm_error *err)
 	return rc;
 }
 
+/* A key of this node's name under another lease is this node's earlier
+ * process (killed, or stalled past its lease): its lease goes now, with
+ * its registration and any election key, so the cluster need not wait
+ * out its TTL. */
+static void
+revoke_predecessor(nd_cluster *cl)
+{
+	cl_etcd *e = cl->etcd;
+	char key[512];
+	ec_kv kv;
+	cm_error err;
+	cm_error_clear(&err);
+	keyf(e, key, sizeof(key), "nodes/", cl->nodes[cl->self].name);
+	if (ec_get(e->ec, key, &kv, NULL, &err) != CM_OK)
+		return;
+	if (kv.lease && kv.lease != e->lease) {
+		cm_info("cluster", "revoking lease %" PRIx64 " of this node's earlier process",
+		        (uint64_t)kv.lease);
+		ec_lease_revoke(e->ec, kv.lease, &err);
+	}
+	ec_kv_free(&kv);
+}
+
 static cm_err
 lease_new(nd_cluster *cl, cm_error *err)
 {
@@ -677,6 +700,7 @@ cl_etcd_start(nd_cluster *cl, cm_error *err)
 {
 	cl_etcd *e = cl->etcd;
 	cm_err rc;
+	revoke_predecessor(cl);
 	if ((rc = lease_new(cl, err)))
 		return cm_error_set(err, rc, "cannot register with etcd: %s", err->reason);
 	if ((rc = members_read(cl, err)) || (rc = state_read(cl, true, err)))

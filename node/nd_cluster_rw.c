@@ -1148,6 +1148,7 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 	nd_index **all;
 	size_t nall;
 	int prim = 0, active = 0, unassigned = 0, red = 0, yellow = 0, initializing = 0;
+	int relocating = 0;
 	cJSON *j = cJSON_CreateObject();
 
 	nd_index_list(cl->node, &all, &nall);
@@ -1174,13 +1175,21 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 				else
 					init++;
 			}
+			/* a copy moving: its new copy is the relocation, not one more */
+			if (routed && ro.relocating_from >= 0) {
+				relocating++;
+				if (init > 0)
+					init--;
+			}
+			if (up > want)
+				up = want;
 			if (p_up)
 				prim++;
 			else
 				red++;
 			active += up;
 			initializing += init;
-			unassigned += want - up - init;
+			unassigned += want - up - init > 0 ? want - up - init : 0;
 			if (up < want)
 				yellow++;
 		}
@@ -1198,7 +1207,7 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 	cJSON_AddNumberToObject(j, "number_of_data_nodes", alive_count(cl, true));
 	cJSON_AddNumberToObject(j, "active_primary_shards", prim);
 	cJSON_AddNumberToObject(j, "active_shards", active);
-	cJSON_AddNumberToObject(j, "relocating_shards", 0);
+	cJSON_AddNumberToObject(j, "relocating_shards", relocating);
 	cJSON_AddNumberToObject(j, "initializing_shards", initializing);
 	cJSON_AddNumberToObject(j, "unassigned_shards", unassigned);
 	cJSON_AddNumberToObject(j, "delayed_unassigned_shards", 0);
@@ -1252,7 +1261,7 @@ nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
 		for (int s = 0; s < nd_index_nshards(all[x]); s++) {
 			int copies[ND_CL_MAX_COPIES];
 			int nc = cl_shard_copies(cl, all[x], s, copies);
-			for (int c = 0; c < want; c++) {
+			for (int c = 0; c < (nc > want ? nc : want); c++) {
 				if (c >= nc) {
 					cm_buf_printf(out, "%s %d r UNASSIGNED\n", name, s);
 					continue;
@@ -1275,11 +1284,14 @@ nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
 						docs = (long long)d->valuedouble;
 				}
 				bool up = cl_alive(cl, node);
+				bool moving = routed && ro.relocating_from == node;
 				if (up && docs >= 0)
 					cm_buf_printf(out, "%s %d %s %s %lld 127.0.0.1 %s\n", name,
 					              s, prim ? "p" : "r",
-					              insync ? "STARTED" : "INITIALIZING", docs,
-					              cl->nodes[node].name);
+					              moving    ? "RELOCATING"
+					              : insync ? "STARTED"
+					                       : "INITIALIZING",
+					              docs, cl->nodes[node].name);
 				else
 					cm_buf_printf(out, "%s %d %s UNASSIGNED\n", name, s,
 					              prim ? "p" : "r");
@@ -1561,4 +1573,55 @@ nd_cluster_state_json(nd_cluster *cl)
 	}
 	pthread_mutex_unlock(&cl->meta_lock);
 	return j;
+}
+
+void
+nd_cluster_cat_allocation(nd_cluster *cl, cm_buf *out)
+{
+	int per[ND_CL_MAX_NODES] = {0}, unassigned = 0;
+	nd_index **all;
+	size_t nall;
+	nd_index_list(cl->node, &all, &nall);
+	for (size_t x = 0; x < nall; x++) {
+		int want = 1 + nd_index_settings(all[x])->number_of_replicas;
+		for (int s = 0; s < nd_index_nshards(all[x]); s++) {
+			int copies[ND_CL_MAX_COPIES];
+			int nc = cl_shard_copies(cl, all[x], s, copies), live = 0;
+			for (int c = 0; c < nc; c++)
+				if (copies[c] >= 0 && copies[c] < ND_CL_MAX_NODES) {
+					per[copies[c]]++;
+					live += cl_alive(cl, copies[c]);
+				}
+			unassigned += want > live ? want - live : 0;
+		}
+		nd_index_release(all[x]);
+	}
+	cm_free(MEM, all);
+	for (int i = 0; i < cl->nn; i++) {
+		const nd_cl_node *nd = &cl->nodes[i];
+		if (!nd->data || !cl_alive(cl, i))
+			continue;
+		char host[ND_CL_ADDR];
+		snprintf(host, sizeof(host), "%s", nd->http);
+		char *colon = strrchr(host, ':');
+		if (colon)
+			*colon = 0;
+		cm_buf_printf(out, "%d %s %s %s\n", per[i], host, host, nd->name);
+	}
+	if (unassigned)
+		cm_buf_printf(out, "%d   UNASSIGNED\n", unassigned);
+}
+
+void
+nd_cluster_cat_master(nd_cluster *cl, cm_buf *out)
+{
+	int m = cl->master;
+	if (m < 0 || !cl_alive(cl, m))
+		return;
+	char host[ND_CL_ADDR];
+	snprintf(host, sizeof(host), "%s", cl->nodes[m].http);
+	char *colon = strrchr(host, ':');
+	if (colon)
+		*colon = 0;
+	cm_buf_printf(out, "%s %s %s %s\n", cl->nodes[m].name, host, host, cl->nodes[m].name);
 }

@@ -50,7 +50,8 @@ count(const rp_state *st, loads *l)
 			const rp_route *ro = &st->indices[i].routes[s];
 			for (int c = 0; c < ro->ncopies; c++) {
 				int n = ro->copies[c];
-				if (n < 0 || n >= RP_MAX_NODES)
+				/* a copy moving away counts where it goes, not where it was */
+				if (n < 0 || n >= RP_MAX_NODES || n == ro->relocating_from)
 					continue;
 				l->copies[n]++;
 				l->incoming[n] += !in_sync(ro, n);
@@ -151,7 +152,8 @@ trim(const char *index, int shard, rp_route *ro, int want, const rp_alloc *a, lo
 			break;
 		cm_info("replication", "[%s][%d] copy on node %d leaves the routing", index, shard,
 		        node);
-		l->copies[node]--;
+		if (node != ro->relocating_from)
+			l->copies[node]--;
 		drop_copy(ro, drop);
 		changed = true;
 	}
@@ -179,21 +181,86 @@ static void
 add_copy(rp_route *ro, int node, int from, loads *l)
 {
 	ro->copies[ro->ncopies++] = node; /* out of sync: it recovers */
-	if (from >= 0)
+	if (from >= 0) {
 		ro->relocating_from = from;
+		l->copies[from]--;
+	}
 	l->copies[node]++;
 	l->incoming[node]++;
 }
 
-/* Moves one copy from the fullest eligible node to the emptiest while
- * they differ by more than one; true if it started a move. */
+static bool
+settled(const rp_route *ro)
+{
+	if (ro->relocating_from >= 0 || ro->ncopies >= RP_MAX_COPIES)
+		return false;
+	for (int c = 0; c < ro->ncopies; c++)
+		if (!in_sync(ro, ro->copies[c]))
+			return false;
+	return true;
+}
+
+/* Starts moving a settled copy of ix (any index when NULL) from node hi to
+ * node lo; true if it did. */
+static bool
+move_one(rp_state *st, rp_index *only, int hi, int lo, loads *l)
+{
+	/* a replica when there is one; else a primary (it hands over to an
+	 * in-sync copy, with term + 1, once the new copy is in sync) */
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t i = 0; i < st->nindices; i++) {
+			rp_index *ix = &st->indices[i];
+			if (only && ix != only)
+				continue;
+			for (int s = 0; s < ix->nshards; s++) {
+				rp_route *ro = &ix->routes[s];
+				if (!settled(ro) || !has_copy(ro, hi) || has_copy(ro, lo) ||
+				    (pass == 0 && ro->primary == hi))
+					continue;
+				cm_info("replication", "[%s][%d] relocates from node %d to node %d",
+				        ix->name, s, hi, lo);
+				add_copy(ro, lo, hi, l);
+				return true;
+			}
+		}
+	return false;
+}
+
+/* One move toward balance: first within an index (its copies spread
+ * over the nodes, when that does not make the totals worse), then of the
+ * totals per node; only while the fullest and the emptiest differ by
+ * more than one. */
 static bool
 rebalance(rp_state *st, const rp_alloc *a, loads *l)
 {
+	for (size_t i = 0; i < st->nindices; i++) {
+		rp_index *ix = &st->indices[i];
+		int per[RP_MAX_NODES] = {0}, hi = -1, lo = -1;
+		for (int s = 0; s < ix->nshards; s++)
+			for (int c = 0; c < ix->routes[s].ncopies; c++) {
+				int n = ix->routes[s].copies[c];
+				if (n >= 0 && n < RP_MAX_NODES &&
+				    n != ix->routes[s].relocating_from)
+					per[n]++;
+			}
+		for (int k = 0; k < a->ndata; k++) {
+			int n = a->data[k];
+			if (n < 0 || n >= RP_MAX_NODES || ((a->drain >> n) & 1))
+				continue;
+			if (hi < 0 || per[n] > per[hi])
+				hi = n;
+			if (lo < 0 || per[n] < per[lo] ||
+			    (per[n] == per[lo] && l->copies[n] < l->copies[lo]))
+				lo = n;
+		}
+		if (hi >= 0 && lo >= 0 && per[hi] - per[lo] > 1 && l->copies[lo] <= l->copies[hi] &&
+		    l->incoming[lo] < a->max_recoveries && move_one(st, ix, hi, lo, l))
+			return true;
+	}
 	int hi = -1, lo = -1;
 	for (int k = 0; k < a->ndata; k++) {
 		int n = a->data[k];
-		if (n < 0 || n >= RP_MAX_NODES)
+		if (n < 0 || n >= RP_MAX_NODES || ((a->drain >> n) & 1))
 			continue;
 		if (hi < 0 || l->copies[n] > l->copies[hi])
 			hi = n;
@@ -203,22 +270,7 @@ rebalance(rp_state *st, const rp_alloc *a, loads *l)
 	if (hi < 0 || lo < 0 || l->copies[hi] - l->copies[lo] <= 1 ||
 	    l->incoming[lo] >= a->max_recoveries)
 		return false;
-	for (size_t i = 0; i < st->nindices; i++) {
-		rp_index *ix = &st->indices[i];
-		for (int s = 0; s < ix->nshards; s++) {
-			rp_route *ro = &ix->routes[s];
-			bool settled = ro->relocating_from < 0 && ro->ncopies < RP_MAX_COPIES;
-			for (int c = 0; c < ro->ncopies; c++)
-				settled &= in_sync(ro, ro->copies[c]);
-			if (!settled || !has_copy(ro, hi) || has_copy(ro, lo) || ro->primary == hi)
-				continue;
-			cm_info("replication", "[%s][%d] relocates from node %d to node %d",
-			        ix->name, s, hi, lo);
-			add_copy(ro, lo, hi, l);
-			return true;
-		}
-	}
-	return false;
+	return move_one(st, NULL, hi, lo, l);
 }
 
 bool

@@ -834,6 +834,8 @@ rec_main(void *arg)
 	if ((rc = rec_pull_ops(j, &c, &nops, &err)))
 		goto out;
 	rec_log_set(r, NULL, "finalize", 0, 0, 0, false, false);
+	/* searchable before it counts: once in sync it answers searches */
+	st_shard_refresh(c.s);
 	st_shard_stats_get(c.s, &st);
 	{
 		Shoal__RecShard f = SHOAL__REC_SHARD__INIT;
