@@ -100,6 +100,13 @@ hand_over(const char *index, int shard, rp_route *ro, int from, const rp_alloc *
 			        index, shard, n, ro->term + 1);
 			ro->primary = n;
 			ro->term++;
+			/* The old primary may still have had batches in flight:
+			 * one copy took one before it learned the new term,
+			 * another refused it. The other copies leave the in-sync
+			 * set and resync from the new primary (ops-based, or
+			 * file-based where they hold an op it lacks), so no two
+			 * in-sync copies can differ. */
+			ro->in_sync = 1ull << n;
 			return true;
 		}
 	}

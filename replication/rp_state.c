@@ -640,7 +640,9 @@ rp_state_failover(rp_state *st, uint64_t gone, uint64_t alive)
 			        "[%s][%d] primary unreachable past the failover timeout: promoting "
 			        "a copy, primary term %" PRIu64,
 			        st->indices[i].name, s, ro->term + 1);
-			ro->in_sync &= ~(1ull << ro->primary);
+			/* the other copies resync from the new primary: one may hold
+			 * a batch of the old primary that another never got */
+			ro->in_sync = 1ull << pick;
 			ro->primary = pick;
 			ro->term++;
 			changed = true;

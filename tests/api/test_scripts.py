@@ -33,7 +33,8 @@ SAMPLE_DOCS = 1000
 
 
 def ports_free(base):
-    for p in [base + i for i in range(3)] + [base + 100 + i for i in range(3)]:
+    for p in [base + i for i in range(3)] + [base + 100 + i for i in range(3)] + \
+            [base + 200, base + 201]:
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the nodes listen
         try:
@@ -58,6 +59,7 @@ def pick_base():
 
 BASE = pick_base()
 ENV = dict(os.environ, SHOAL_DATA_DIR=DATA, SHOAL_BASE_PORT=str(BASE),
+           SHOAL_ETCD_PORT=str(BASE + 200),
            SHOAL_BIN=os.path.dirname(shoal_bin()),
            SHOAL_NODE_ARGS="-E cluster.primary_failover_timeout=3s")
 

@@ -1,0 +1,319 @@
+"""The live cluster on etcd, under faults (issue #16's M1-M7): real etcd
+members and real `shoal --etcd` nodes, writers and searchers running
+throughout. One cluster goes through the rows in turn:
+
+  M3 add a fourth node under writes and searches: balanced, green, no
+     failed search
+  M4 drain a node (exclude._name), then stop it: green throughout
+  M5 kill -9 a data node past the delayed timeout: its copies rebuilt on
+     the others, green with N-1
+  M1 kill -9 the master: a new one within lease TTL + 5 s, writes resume
+  M2 SIGSTOP the master past its lease, SIGCONT: it acknowledges nothing
+     with its old term and comes back as a follower
+  M6 three etcd members, kill -9 one: no write or search fails
+  M7 compact etcd while a node is SIGSTOPped and the state changes; resume
+     it: it converges to the current state
+
+Each row prints its figures; after each, every acknowledged write is on
+every copy of its shard and the copies are identical. The replica-count
+row (M8) is test_replica_count.py."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from live import Live, Searcher, Writer, check_copies, log  # noqa: E402
+from shoal import run_tests, test  # noqa: E402
+
+TTL = 5
+INDEX = "live"
+SHARDS = 6
+DELAY = "3s"
+FIGURES = []
+L = None
+W = []
+S = None
+
+
+def cluster():
+    global L, S
+    if L is None:
+        L = Live(nodes=3, etcd_members=3, args=["-E", "cluster.lease_ttl=%ds" % TTL])
+        m, _ = L.wait_master()
+        st, b = L.req(m, "PUT", "/" + INDEX, {"settings": {
+            "number_of_shards": SHARDS, "number_of_replicas": 1,
+            "index.unassigned.node_left.delayed_timeout": DELAY},
+            "mappings": {"properties": {"k": {"type": "keyword"}, "v": {"type": "long"}}}})
+        assert st == 200, (st, b)
+        L.wait_green()
+        for wid in range(2):
+            w = Writer(L, INDEX, wid)
+            w.start()
+            W.append(w)
+        S = Searcher(L, INDEX)
+        S.start()
+    return L
+
+
+def acked():
+    out = set()
+    for w in W:
+        out |= w.acked
+    return out
+
+
+def written():
+    return sum(w.attempted for w in W), sum(len(w.acked) for w in W)
+
+
+def wait_writes(n=200, timeout=30):
+    """Until n more writes were acknowledged."""
+    base = len(acked())
+    t0 = time.time()
+    while len(acked()) < base + n:
+        if time.time() - t0 > timeout:
+            raise AssertionError("writes did not resume within %ss (%d acked since)" %
+                                 (timeout, len(acked()) - base))
+        time.sleep(0.05)
+    return time.time() - t0
+
+
+def finish(row, extra):
+    L.wait_green()
+    # the writers pause (no batch in flight) while every copy is read
+    for w in W:
+        w.idle.clear()
+        w.hold.set()
+    for w in W:
+        assert w.idle.wait(30), "a writer did not pause"
+    try:
+        docs, differ, lost = check_copies(L, INDEX, 2, acked())
+    finally:
+        for w in W:
+            w.hold.clear()
+    att, ack = written()
+    line = "%s: writes attempted %d acknowledged %d lost %d; %d docs, %d differing copies; %s" % (
+        row, att, ack, len(lost), docs, len(differ), extra)
+    FIGURES.append(line)
+    log(line)
+    assert not lost, "%s: %d acknowledged writes lost, e.g. %s" % (row, len(lost), lost[:5])
+    assert not differ, "%s: copies differ: %s" % (row, differ[:5])
+
+
+def balance(counts):
+    return max(counts.values()) - min(counts.values())
+
+
+@test
+def m3_add_a_node():
+    cl = cluster()
+    wait_writes(200)
+    S.reset()
+    t0 = time.time()
+    new = cl.add()
+    # copies move to it: green, nothing moving, balanced (bounded)
+    while True:
+        cl.wait_green(timeout=90)
+        counts = cl.per_node(new)
+        per_index = cl.per_node(new, INDEX)
+        if balance(counts) <= 1 and balance(per_index) <= 1:
+            break
+        assert time.time() - t0 < 90, "not balanced after 90 s: %s" % counts
+        time.sleep(0.2)
+    counts = cl.per_node(new)
+    moved = counts.get(new, 0)
+    assert balance(counts) <= 1, "not balanced: %s" % counts
+    per_index = cl.per_node(new, INDEX)
+    assert balance(per_index) <= 1, "index not balanced: %s" % per_index
+    assert S.failed == 0, "%d of %d searches failed: %s" % (S.failed, S.done, S.failures)
+    finish("M3 add node", "green+settled %.1f s after the start, %d copies moved to %s, "
+           "per-node %s, %d searches 0 failed" % (time.time() - t0, moved, new,
+                                                   sorted(counts.values()), S.done))
+
+
+@test
+def m4_drain_then_stop():
+    cl = cluster()
+    victim = [n for n in cl.live() if n != cl.wait_master()[0]][0]
+    S.reset()
+    t0 = time.time()
+    st, b = cl.any_req("PUT", "/_cluster/settings", {
+        "persistent": {"cluster.routing.allocation.exclude._name": victim}})
+    assert st == 200 and b.get("acknowledged"), (st, b)
+    not_green = red = 0
+    while True:
+        h = cl.health(victim)
+        not_green += h.get("status") != "green"
+        red += h.get("status") == "red"
+        if cl.per_node(victim).get(victim, 0) == 0 and not h.get("relocating_shards"):
+            break
+        assert time.time() - t0 < 120, "drain of %s not done in 120 s: %s" % (
+            victim, cl.per_node(victim))
+        time.sleep(0.1)
+    drained = time.time() - t0
+    cl.nodes[victim].leaving = True  # no new request goes to it
+    time.sleep(0.5)  # the ones under way finish
+    rc = cl.nodes[victim].stop()
+    assert rc == 0, "drained node exited %s" % rc
+    h = cl.health(cl.live()[0])
+    assert h.get("status") == "green", "not green right after the drained node stopped: %s" % h
+    st, b = cl.any_req("PUT", "/_cluster/settings", {
+        "persistent": {"cluster.routing.allocation.exclude._name": None}})
+    assert st == 200, (st, b)
+    # a primary handed over turns its shard yellow while the other copy
+    # resyncs from the new primary (docs/cluster.md); never red
+    assert red == 0, "health red %d times during the drain" % red
+    assert S.failed == 0, "%d searches failed: %s" % (S.failed, S.failures)
+    finish("M4 drain+stop", "drained %s in %.1f s, never red (%d of the 0.1-s health samples "
+           "yellow: primary hand-over resyncs), green at its stop, %d searches 0 failed" %
+           (victim, drained, not_green, S.done))
+
+
+@test
+def m5_data_node_gone_past_delay():
+    cl = cluster()
+    m, _ = cl.wait_master()
+    victim = [n for n in cl.live() if n != m][0]
+    t0 = time.time()
+    cl.nodes[victim].kill()
+    green = cl.wait_green(timeout=60)
+    counts = cl.per_node(cl.live()[0])
+    assert victim not in counts or counts[victim] == 0
+    finish("M5 node left", "%s killed; replicas rebuilt, green with %d nodes %.1f s after "
+           "the kill (lease %d s + delayed_timeout %s)" % (victim, len(cl.live()), green, TTL,
+                                                           DELAY))
+    # it comes back: copies move to it again
+    cl.nodes[victim].start()
+    cl.wait_green(timeout=90)
+
+
+@test
+def m1_kill_master():
+    cl = cluster()
+    m, _ = cl.wait_master()
+    wait_writes(100)
+    t0 = time.time()
+    cl.nodes[m].kill()
+    new, _ = cl.wait_master(not_name=m, timeout=TTL + 10)
+    elected = time.time() - t0
+    resumed = wait_writes(100, timeout=30)
+    cl.wait_green(timeout=60)
+    green = time.time() - t0
+    assert elected <= TTL + 5, "new master after %.1f s (lease %d s)" % (elected, TTL)
+    cl.nodes[m].start()
+    cl.wait_green(timeout=90)
+    finish("M1 kill master", "new master %s after %.1f s (lease %d s), writes resumed %.1f s "
+           "later, green with the others %.1f s after the kill" % (new, elected, TTL, resumed,
+                                                                     green))
+
+
+@test
+def m2_sigstop_master():
+    cl = cluster()
+    m, _ = cl.wait_master()
+    wait_writes(100)
+    t0 = time.time()
+    cl.nodes[m].sigstop()
+    new, _ = cl.wait_master(not_name=m, timeout=TTL + 10)
+    elected = time.time() - t0
+    time.sleep(max(0, TTL + 2 - (time.time() - t0)))
+    cl.nodes[m].sigcont()
+    # it rejoins as a follower: it names the new master, and its lease went
+    t1 = time.time()
+    while cl.master(m) != new:
+        assert time.time() - t1 < 20, "old master %s names %s, not %s" % (m, cl.master(m), new)
+        time.sleep(0.1)
+    log_text = cl.full_log(m)
+    assert "stops acting as master" in log_text, "no step-down in the old master's log"
+    cl.wait_green(timeout=90)
+    finish("M2 sigstop master", "stopped %s for %.1f s; new master %s after %.1f s; it "
+           "followed %.1f s after SIGCONT" % (m, t1 - t0, new, elected, time.time() - t1))
+
+
+@test
+def m6_etcd_member_dies():
+    cl = cluster()
+    wait_writes(100)
+    S.reset()
+    gaps = [w.max_gap for w in W]
+    for w in W:
+        w.max_gap = 0.0
+    failed0 = sum(w.failed for w in W)
+    cl.etcd.kill(0)
+    time.sleep(TTL + 2)  # a lease renewal and more, with one member gone
+    wait_writes(100)
+    failed = sum(w.failed for w in W) - failed0
+    gap = max(w.max_gap for w in W)
+    assert failed == 0, "%d writes failed with one etcd member down: %s" % (
+        failed, [w.why for w in W])
+    assert S.failed == 0, "%d searches failed: %s" % (S.failed, S.failures)
+    # a state change goes through the two members left
+    st, b = cl.any_req("PUT", "/live-m6", {"settings": {"number_of_shards": 1}})
+    assert st == 200, (st, b)
+    cl.etcd.start(0)
+    cl.etcd.wait(0)
+    cl.wait_green()
+    finish("M6 etcd member killed", "0 of %d searches and 0 writes failed, longest pause "
+           "between acknowledged writes %.2f s (before: %.2f s)" % (S.done, gap, max(gaps)))
+
+
+@test
+def m7_compaction_while_stopped():
+    cl = cluster()
+    m, _ = cl.wait_master()
+    victim = [n for n in cl.live() if n != m][0]
+    cl.nodes[victim].sigstop()
+    t0 = time.time()
+    for i in range(3):
+        st, b = cl.req(m, "PUT", "/live-m7-%d" % i, {"settings": {"number_of_shards": 1,
+                                                                "number_of_replicas": 0}})
+        assert st == 200, (st, b)
+    st, b = cl.req(m, "DELETE", "/live-m7-0")
+    assert st == 200, (st, b)
+    rev = cl.etcd.compact()
+    cl.nodes[victim].sigcont()
+    want = cl.req(m, "GET", "/_cluster/state")[1]["version"]
+    t1 = time.time()
+    while True:
+        st, got = cl.req(victim, "GET", "/_cluster/state", timeout=5)
+        if st == 200 and got.get("version", 0) >= want:
+            st, idx = cl.req(victim, "GET", "/_cat/indices/live-m7-*?format=json")
+            names = sorted(r["index"] for r in idx) if st == 200 else None
+            if names == ["live-m7-1", "live-m7-2"]:
+                break
+        assert time.time() - t1 < 20, "%s at state %s, master at %s" % (
+            victim, got.get("version") if isinstance(got, dict) else got, want)
+        time.sleep(0.1)
+    converged = time.time() - t1
+    saw = "compacted" in cl.full_log(victim)
+    cl.wait_green(timeout=60)
+    finish("M7 compaction", "%s stopped %.1f s while the state changed and etcd compacted to "
+           "revision %d; it reached state %d %.2f s after SIGCONT (%s)" % (
+               victim, t1 - t0, rev, want, converged,
+               "its watch was compacted and it read again" if saw else "its watch kept up"))
+
+
+def teardown():
+    rc = 0
+    for w in W:
+        w.stop.set()
+    if S:
+        S.stop.set()
+    for w in W:
+        w.join(20)
+    if S:
+        S.join(20)
+    log("figures:")
+    for f in FIGURES:
+        log("  " + f)
+    if L:
+        rcs = L.close()
+        bad = {k: v for k, v in rcs.items() if v not in (0, None)}
+        if bad:
+            log("nodes exited uncleanly: %s" % bad)
+            rc = 1
+    return rc
+
+
+if __name__ == "__main__":
+    run_tests(budget_s=float(os.environ.get("SHOAL_LIVE_BUDGET", "420")), teardown=teardown)
