@@ -907,10 +907,9 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 	if (o && o->timings && o->ntimings) {
 		size_t k2 = 0;
 		for (size_t i = 0; i < njobs && k2 < o->timings_cap; i++, k2++)
-			o->timings[k2] = (nd_cl_shard_timing){nd_index_name(jobs[i].ix), jobs[i].shard,
-			                                      cl->nodes[jobs[i].node].name,
-			                                      jobs[i].node == cl->self, jobs[i].ok,
-			                                      jobs[i].took_ns};
+			o->timings[k2] = (nd_cl_shard_timing){
+			    nd_index_name(jobs[i].ix), jobs[i].shard, cl->nodes[jobs[i].node].name,
+			    jobs[i].node == cl->self,  jobs[i].ok,    jobs[i].took_ns};
 		*o->ntimings = k2;
 	}
 	sr_merger_destroy(S.m);
@@ -1288,7 +1287,7 @@ nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
 				if (up && docs >= 0)
 					cm_buf_printf(out, "%s %d %s %s %lld 127.0.0.1 %s\n", name,
 					              s, prim ? "p" : "r",
-					              moving    ? "RELOCATING"
+					              moving   ? "RELOCATING"
 					              : insync ? "STARTED"
 					                       : "INITIALIZING",
 					              docs, cl->nodes[node].name);
@@ -1519,9 +1518,8 @@ nd_cluster_state_json(nd_cluster *cl)
 	int master = cl->master;
 	pthread_mutex_lock(&cl->meta_lock);
 	cJSON_AddNumberToObject(j, "version", (double)cl->state->version);
-	cJSON_AddStringToObject(
-	    j, "master_node",
-	    master >= 0 && cl_alive(cl, master) ? cl->nodes[master].name : "");
+	cJSON_AddStringToObject(j, "master_node",
+	                        master >= 0 && cl_alive(cl, master) ? cl->nodes[master].name : "");
 	nodes = cJSON_AddObjectToObject(j, "nodes");
 	for (int i = 0; i < cl->nn; i++) {
 		if (!cl_alive(cl, i))
