@@ -16,6 +16,7 @@
 #include "../common/cm_log.h"
 #include "../common/cm_sys.h"
 #include "../node/nd_cluster.h"
+#include "../node/nd_snap.h"
 #include "co.h"
 #include "co_auth.h"
 
@@ -41,7 +42,8 @@ usage(FILE *f)
 	        "  -E http.header_timeout=10s                  whole request head, else closed\n"
 	        "  -E http.body_timeout=60s                    whole request body, else closed\n"
 	        "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
-	        "  -E cluster.replica_timeout=10s              drop a silent replica after this\n");
+	        "  -E cluster.replica_timeout=10s              drop a silent replica after this\n"
+	        "  -E path.repo=DIR                            where snapshot repositories may lie\n");
 }
 
 /* An http.*_timeout value: 100ms..1d, as "500ms", "10s", "2m" (a bare
@@ -119,6 +121,7 @@ main(int argc, char **argv)
 	cm_error err;
 	const char *cl_settings[32]; /* -E cluster.*, applied once the cluster is open */
 	int ncl_settings = 0;
+	const char *path_repo = NULL;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -193,6 +196,8 @@ main(int argc, char **argv)
 					        kv);
 					return 2;
 				}
+			} else if (strncmp(kv, "path.repo=", 10) == 0) {
+				path_repo = kv + 10;
 			} else if (strncmp(kv, "cluster.", 8) == 0 && ncl_settings < 32) {
 				cl_settings[ncl_settings++] = kv;
 			} else {
@@ -271,6 +276,13 @@ main(int argc, char **argv)
 		co_auth_close(auth);
 		return 1;
 	}
+	if (nd_snap_open(node, path_repo, &err)) {
+		fprintf(stderr, "shoal: %s\n", err.reason);
+		nd_cluster_stop(cl);
+		nd_node_close(node);
+		co_auth_close(auth);
+		return 1;
+	}
 	if (cl)
 		nd_cluster_set_info(cl, co_node_entry, node);
 	if (cl && nd_cluster_start(cl, node, &err)) {
@@ -307,6 +319,7 @@ main(int argc, char **argv)
 	cm_info("main", "%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	co_server_stop(srv);
 	nd_cluster_stop(cl);
+	nd_snap_close();
 	nd_node_close(node);
 	co_auth_close(auth);
 	cm_info("main", "stopped");
