@@ -840,14 +840,16 @@ manifest_keys(const cJSON *m, keyset *s)
 	}
 }
 
-/* The oldest pending marker's mtime (ns since the epoch), or now. */
+/* Blobs and temp files touched at or after the cutoff stay: a snapshot
+ * being taken writes or touches every blob it uses after making its
+ * pending marker, so the cutoff is the oldest marker's mtime less a second
+ * of slack for coarse file times. With no marker (the exclusive lock keeps
+ * new ones out) nothing can be in use: no cutoff. */
 static int64_t
 gc_cutoff(sn_repo *r)
 {
 	char p[PATH_MAX + 16], f[PATH_MAX + SN_NAME_MAX + 16];
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	int64_t cut = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+	int64_t cut = INT64_MAX;
 	snprintf(p, sizeof(p), "%s/pending", r->loc);
 	DIR *d = opendir(p);
 	struct dirent *e;
@@ -864,7 +866,7 @@ gc_cutoff(sn_repo *r)
 	}
 	if (d)
 		closedir(d);
-	return cut - 1000000000; /* a second of slack for coarse file times */
+	return cut == INT64_MAX ? cut : cut - 1000000000;
 }
 
 static void
