@@ -891,7 +891,7 @@ gc_dir(const char *dir, const keyset *keep, int64_t cutoff, bool blobs, uint64_t
 		int64_t t = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
 		if (t >= cutoff)
 			continue;
-		if (blobs && strlen(e->d_name) == 32 &&
+		if (blobs && keep->n && strlen(e->d_name) == 32 &&
 		    bsearch(e->d_name, keep->k, keep->n, sizeof(*keep->k), key_cmp))
 			continue;
 		if (unlink(f) == 0) {
