@@ -317,6 +317,7 @@ main(int argc, char **argv)
 		cm_info("main", "HTTP authentication on: users from %s", users_file);
 	sigwait(&sigs, &sig);
 	cm_info("main", "%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	nd_snap_stop();
 	co_server_stop(srv);
 	nd_cluster_stop(cl);
 	nd_snap_close();

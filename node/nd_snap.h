@@ -24,6 +24,12 @@
  * repository locations may lie. Loads the registered repositories and
  * removes the temporary files a previous run left. */
 cm_err nd_snap_open(nd_node *n, const char *path_repo, cm_error *err);
+/* Stops new snapshot work and cancels copies in progress here; snapshots
+ * being taken end PARTIAL or FAILED. Call before stopping the HTTP server. */
+void nd_snap_stop(void);
+/* nd_snap_stop, then waits for the snapshots being taken to end (a remote
+ * primary's file in flight finishes first, or the transport's close fails
+ * it) and frees everything. */
 void nd_snap_close(void);
 
 cm_err nd_snap_repo_put(nd_node *n, const char *name, const cJSON *body, cJSON **out,

@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "../snapshot/sn.h"
 #include "nd_snap.h"
@@ -31,6 +32,8 @@ typedef struct snap_state {
 	size_t nruns;
 	struct snap_pin *pins; /* commits pinned here for a snapshot */
 	uint64_t seq;
+	_Atomic bool stopping;  /* nd_snap_stop: no new work, copies cancelled */
+	pthread_cond_t runs_cv; /* signalled when a run leaves runs */
 } snap_state;
 
 extern snap_state nd_snap_g;

@@ -22,7 +22,7 @@
 #define REPOS_FILE "snapshot-repositories.json"
 #define PUSH_NS 5000000000ull
 
-snap_state nd_snap_g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+snap_state nd_snap_g = {.mu = PTHREAD_MUTEX_INITIALIZER, .runs_cv = PTHREAD_COND_INITIALIZER};
 #define G nd_snap_g
 
 typedef struct snap_pin {
@@ -187,9 +187,20 @@ nd_snap_open(nd_node *n, const char *path_repo, cm_error *err)
 }
 
 void
+nd_snap_stop(void)
+{
+	atomic_store(&G.stopping, true);
+}
+
+void
 nd_snap_close(void)
 {
+	nd_snap_stop();
 	pthread_mutex_lock(&G.mu);
+	while (G.nruns)
+		pthread_cond_wait(&G.runs_cv, &G.mu);
+	cm_free(MEM, G.runs);
+	G.runs = NULL;
 	pins_clear();
 	cm_free(MEM, G.repos);
 	G.repos = NULL;
@@ -651,6 +662,7 @@ serve_upload(const sn_msg_shard *m, sn_msg_shard_reply *rep, cm_error *err)
 		                    m->file, nd_node_name(G.node));
 	if ((rc = sn_repo_open(loc, m->max_bps, &r, err)))
 		return rc;
+	sn_repo_set_cancel(r, &G.stopping);
 	rep->files = cm_calloc(MEM, 1, sizeof(sn_file));
 	rep->nfiles = 1;
 	snprintf(rep->files[0].name, sizeof(rep->files[0].name), "%s", name);
@@ -688,6 +700,7 @@ serve_restore(const uint8_t *buf, size_t len, cm_error *err)
 	if ((rc = sn_location_check(G.path_repo, m.location, loc, sizeof(loc), err)) ||
 	    (rc = sn_repo_open(loc, m.max_bps, &r, err)))
 		goto out;
+	sn_repo_set_cancel(r, &G.stopping);
 	if (!(ix = index_of(m.index, m.index_uuid, (int)m.shard, err))) {
 		rc = err->code;
 		goto out;
@@ -735,8 +748,10 @@ nd_snap_serve(nd_node *n, uint32_t type, const uint8_t *p, size_t len, cm_buf *r
 	cm_buf body;
 	cm_error_clear(&err);
 	cm_buf_init(&body, MEM);
-	if (!G.node) {
-		cm_error_set(&err, CM_EUNAVAIL, "snapshots are not set up on node [%s]",
+	if (!G.node || atomic_load(&G.stopping)) {
+		cm_error_set(&err, CM_EUNAVAIL,
+		             "snapshots are not set up on node [%s] (or it is "
+		             "shutting down)",
 		             nd_node_name(n));
 	} else if (type == SN_MSG_REPO) {
 		sn_msg_repo m;

@@ -250,7 +250,8 @@ static bool
 node_up(nd_node *n, int node)
 {
 	nd_cluster *cl = nd_cluster_of(n);
-	return !cl || node < 0 || node == cl->self || cl_alive(cl, node);
+	return !atomic_load(&G.stopping) &&
+	       (!cl || node < 0 || node == cl->self || cl_alive(cl, node));
 }
 
 static void
@@ -395,6 +396,7 @@ runs_remove(snap_run *run)
 			G.runs[i] = G.runs[--G.nruns];
 			break;
 		}
+	pthread_cond_broadcast(&G.runs_cv);
 	pthread_mutex_unlock(&G.mu);
 }
 
@@ -584,6 +586,13 @@ nd_snap_create(nd_node *n, const char *repo, const char *snap, const cJSON *body
 	}
 	run->start_ms = cm_wall_ms();
 	pthread_mutex_lock(&G.mu);
+	if (atomic_load(&G.stopping)) {
+		pthread_mutex_unlock(&G.mu);
+		sn_snapshot_abort(run->r, snap);
+		run_free(run);
+		return cm_error_set(err, CM_EUNAVAIL, "node [%s] is shutting down",
+		                    nd_node_name(n));
+	}
 	G.runs = cm_realloc(MEM, G.runs, (G.nruns + 1) * sizeof(*G.runs));
 	G.runs[G.nruns++] = run;
 	pthread_mutex_unlock(&G.mu);

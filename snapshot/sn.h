@@ -43,6 +43,9 @@ cm_err sn_location_check(const char *path_repo, const char *location, char *reso
  * throttles blob writes and reads through this handle (0: unlimited). */
 cm_err sn_repo_open(const char *location, uint64_t max_bps, sn_repo **out, cm_error *err);
 void sn_repo_close(sn_repo *r);
+/* While *flag is true, blob copies through r stop at the next chunk with
+ * CM_ECLOSED (a node shutting down). flag outlives r. */
+void sn_repo_set_cancel(sn_repo *r, const _Atomic bool *flag);
 const char *sn_repo_location(const sn_repo *r);
 
 /* "40mb", "512kb", "1gb", "100b", a bare number of bytes; "0" or "-1"

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,14 @@ struct sn_repo {
 	char loc[PATH_MAX];
 	uint64_t max_bps;
 	int lock_fd;
+	const _Atomic bool *cancel;
 };
+
+void
+sn_repo_set_cancel(sn_repo *r, const _Atomic bool *flag)
+{
+	r->cancel = flag;
+}
 
 const char *
 sn_repo_location(const sn_repo *r)
@@ -276,6 +284,11 @@ copy_hash(const sn_repo *r, const char *src, const char *dst, char key[33], uint
 			off += w;
 		}
 		total += (uint64_t)n;
+		if (r->cancel && *r->cancel) {
+			rc = cm_error_set(err, CM_ECLOSED, "copy to [%s] cancelled: shutting down",
+			                  dst);
+			goto done;
+		}
 		throttle(r, t0, total);
 	}
 	if (n < 0)

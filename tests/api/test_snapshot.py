@@ -235,13 +235,35 @@ def snapshot_under_writes_restores_on_solo_and_renamed():
     n1, n2, n3 = NODES["node-1"], NODES["node-2"], NODES["node-3"]
     create_index(n1, "w", 3, 1)
     green()
+    # the same location under a second, throttled name: s1 takes a few
+    # seconds while writes go on and a force merge replaces the segments
+    ok(put_repo(n1, "thr", os.path.join(REPO, "main"), max_snapshot_bytes_per_sec="150kb"),
+       "throttled name for the main repository")
+    load(n1, "w", 1000000, 2000, "preloaded " * 20)
+    pre = [str(i) for i in range(1000000, 1002000)]
+    ATTEMPTED.append((time.time(), pre))
+    ACKED.append((time.time(), pre))
     stop, counter = threading.Event(), [0]
     th = threading.Thread(target=writer, args=(stop, n2, counter), daemon=True)
     th.start()
     wait_until(lambda: len(ACKED) >= 10, "first writes")
     t0 = time.time()
-    info = snapshot(n3, "main", "s1", {"indices": "w"})
+    ok(n3.req("PUT", "/_snapshot/thr/s1", {"indices": "w"}), "start s1")
+    wait_until(lambda: any(sh["stage"] == "STARTED" for sh in
+                           status(n3, "thr", "s1")["indices"]["w"]["shards"].values()),
+               "s1 copying")
+    ok(n1.req("POST", "/w/_forcemerge?max_num_segments=1", timeout=120), "merge during s1")
+
+    def s1_done():
+        b = ok(n3.req("GET", "/_snapshot/thr/s1"), "GET s1")["snapshots"][0]
+        return b if b["state"] != "IN_PROGRESS" else None
+
+    info = wait_until(s1_done, "s1 to finish", timeout=120)
     t1 = time.time()
+    during = [ts for ts, _ in ACKED if t0 < ts < t1]
+    log("     s1 took %.1f s; %d write batches acknowledged meanwhile" % (t1 - t0, len(during)))
+    if not during:
+        raise AssertionError("no write went through during the snapshot")
     wait_until(lambda: len(ACKED) >= len([a for a in ACKED if a[0] < t1]) + 5,
                "writes after the snapshot")
     stop.set()
@@ -258,6 +280,8 @@ def snapshot_under_writes_restores_on_solo_and_renamed():
     rows = ok(n1.req("GET", "/_cat/snapshots/main?format=json"), "_cat/snapshots")
     eq([(r["id"], r["status"], r["total_shards"]) for r in rows], [("s1", "SUCCESS", "3")],
        "_cat/snapshots")
+    eq(ok(n1.req("GET", "/_snapshot/thr/_all"), "s1 via the other name")["snapshots"][0]["snapshot"],
+       "s1", "both names see one repository")
 
     # restore into a fresh solo node (another cluster)
     s = solo()
