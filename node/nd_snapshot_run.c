@@ -621,6 +621,16 @@ nd_snap_create(nd_node *n, const char *repo, const char *snap, const cJSON *body
 
 /* ---- reading ---- */
 
+/* Whether arr holds a manifest of that snapshot already (one that just
+ * finished is in the catalogue before it leaves the running list). */
+static bool
+listed(const cJSON *arr, const char *name)
+{
+	const cJSON *m;
+	cJSON_ArrayForEach(m, arr) if (strcmp(str(m, "snapshot"), name) == 0) return true;
+	return false;
+}
+
 /* Manifests of the named snapshots (running ones here first), into arr. */
 static cm_err
 collect(nd_node *n, const char *repo, const char *names, bool all_if_star, cJSON *arr,
@@ -651,7 +661,7 @@ collect(nd_node *n, const char *repo, const char *names, bool all_if_star, cJSON
 			}
 		pthread_mutex_unlock(&G.mu);
 		for (size_t i = 0; i < ncat && !rc; i++) {
-			if (fnmatch(pat, cat[i].name, 0) != 0)
+			if (fnmatch(pat, cat[i].name, 0) != 0 || listed(arr, cat[i].name))
 				continue;
 			cJSON *m = NULL;
 			sn_entry e;

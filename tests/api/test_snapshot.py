@@ -442,6 +442,44 @@ def corrupt_truncated_missing_blobs_refuse_restore():
 
 
 @test
+def bad_requests_get_errors_and_change_nothing():
+    n1 = NODES["node-1"]
+    error_is(n1.req("PUT", "/_snapshot/nope/s?wait_for_completion=true", {}), 404,
+             "repository_missing_exception")
+    error_is(n1.req("PUT", "/_snapshot/main/s1?wait_for_completion=true", {}), 400,
+             "invalid_snapshot_name_exception", "already exists")
+    error_is(n1.req("PUT", "/_snapshot/main/x?wait_for_completion=true", {"indices": 5}), 400,
+             "parsing_exception")
+    error_is(n1.req("PUT", "/_snapshot/main/x?wait_for_completion=true", {"bogus": 1}), 400,
+             "parsing_exception")
+    error_is(n1.req("PUT", "/_snapshot/main/x?wait_for_completion=true",
+                    {"indices": "no-such-index"}), 404, "index_not_found_exception")
+    error_is(n1.req("GET", "/_snapshot/main/x"), 404, "snapshot_missing_exception")
+    error_is(n1.req("DELETE", "/_snapshot/main/x"), 404, "snapshot_missing_exception")
+    error_is(n1.req("POST", "/_snapshot/main/x/_restore", {}), 404, "snapshot_missing_exception")
+    error_is(n1.req("POST", "/_snapshot/main/s1/_restore",
+                    {"rename_pattern": "(", "rename_replacement": "y"}), 400,
+             "illegal_argument_exception")
+    error_is(n1.req("POST", "/_snapshot/main/s1/_restore",
+                    {"rename_pattern": "w", "rename_replacement": "y",
+                     "index_settings": {"index.number_of_shards": 5}}), 400,
+             "snapshot_restore_exception")
+    error_is(n1.req("POST", "/_snapshot/main/s1/_restore",
+                    {"rename_pattern": "w", "rename_replacement": "Bad*Name"}), 400,
+             "invalid_index_name_exception")
+    error_is(n1.req("POST", "/_snapshot/main/s1/_restore", {"indices": "absent"}), 404,
+             "snapshot_restore_exception")
+    st, _, _ = n1.raw("POST", "/_snapshot/main/s1/_restore", "[1,")
+    eq(st, 400, "malformed restore body")
+    st, _ = n1.req("GET", "/y")
+    eq(st, 404, "nothing restored as y")
+    all_snaps = ok(n1.req("GET", "/_snapshot/main/_all"), "GET _all")["snapshots"]
+    eq(sorted(s["snapshot"] for s in all_snaps), ["s1", "s2"], "snapshots of main")
+    eq(ok(n1.req("GET", "/_snapshot/main/s*"), "GET s*")["snapshots"][0]["snapshot"], "s1",
+       "pattern")
+
+
+@test
 def kill_primary_mid_snapshot_is_partial_then_new_snapshot_succeeds():
     n1 = NODES["node-1"]
     loc = os.path.join(REPO, "slow")
