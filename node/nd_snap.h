@@ -53,6 +53,10 @@ cm_err nd_snap_restore(nd_node *n, const char *repo, const char *snap, const cJS
 /* _cat/snapshots/{repo}: one JSON object per row, columns as ES's. */
 cm_err nd_snap_cat(nd_node *n, const char *repo, cJSON **rows, cm_error *err);
 
+/* _cat/recovery rows (as rp_cat_recovery's) of the primaries this node
+ * restored from a snapshot: type "snapshot", source "repo/snap". */
+void nd_snap_cat_recovery(cm_buf *out);
+
 /* Transport: the MsgTypes this module serves, and serving one (the reply
  * is an Ack). */
 bool nd_snap_handles(uint32_t type);

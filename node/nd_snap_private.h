@@ -32,6 +32,8 @@ typedef struct snap_state {
 	size_t nruns;
 	struct snap_pin *pins; /* commits pinned here for a snapshot */
 	uint64_t seq;
+	struct snap_rec *recs; /* restores done here, the last SNAP_RECS */
+	size_t nrecs;
 	_Atomic bool stopping;  /* nd_snap_stop: no new work, copies cancelled */
 	pthread_cond_t runs_cv; /* signalled when a run leaves runs */
 } snap_state;

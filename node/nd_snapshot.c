@@ -34,6 +34,44 @@ typedef struct snap_pin {
 	uint64_t *sizes;
 } snap_pin;
 
+#define SNAP_RECS 256
+
+typedef struct snap_rec {
+	char index[SN_NAME_MAX], source[2 * SN_NAME_MAX];
+	int shard;
+	int64_t start_ms, stop_ms;
+	uint64_t files, bytes;
+	bool failed;
+} snap_rec;
+
+static void
+rec_add(const snap_rec *r)
+{
+	pthread_mutex_lock(&G.mu);
+	if (!G.recs)
+		G.recs = cm_calloc(MEM, SNAP_RECS, sizeof(snap_rec));
+	if (G.nrecs == SNAP_RECS)
+		memmove(G.recs, G.recs + 1, (SNAP_RECS - 1) * sizeof(snap_rec));
+	else
+		G.nrecs++;
+	G.recs[G.nrecs - 1] = *r;
+	pthread_mutex_unlock(&G.mu);
+}
+
+void
+nd_snap_cat_recovery(cm_buf *out)
+{
+	pthread_mutex_lock(&G.mu);
+	for (size_t i = 0; i < G.nrecs; i++) {
+		const snap_rec *x = &G.recs[i];
+		cm_buf_printf(out, "%s %d %.3fs snapshot %s %s %s %" PRIu64 " %" PRIu64 " 0\n",
+		              x->index, x->shard, (double)(x->stop_ms - x->start_ms) / 1000.0,
+		              x->failed ? "failed" : "done", x->source[0] ? x->source : "-",
+		              G.node ? nd_node_name(G.node) : "-", x->files, x->bytes);
+	}
+	pthread_mutex_unlock(&G.mu);
+}
+
 void
 snap_token(char *out, size_t cap)
 {
@@ -201,6 +239,9 @@ nd_snap_close(void)
 		pthread_cond_wait(&G.runs_cv, &G.mu);
 	cm_free(MEM, G.runs);
 	G.runs = NULL;
+	cm_free(MEM, G.recs);
+	G.recs = NULL;
+	G.nrecs = 0;
 	pins_clear();
 	cm_free(MEM, G.repos);
 	G.repos = NULL;
@@ -693,6 +734,7 @@ serve_restore(const uint8_t *buf, size_t len, cm_error *err)
 	sn_msg_restore m;
 	char loc[PATH_MAX], dir[PATH_MAX + 80], f[PATH_MAX + 400], token[64];
 	sn_repo *r = NULL;
+	int64_t t0 = cm_wall_ms();
 	cm_err rc;
 	if ((rc = sn_msg_restore_decode(buf, len, &m, err)))
 		return rc;
@@ -732,6 +774,16 @@ serve_restore(const uint8_t *buf, size_t len, cm_error *err)
 			rc = st_shard_refresh(s);
 	}
 	cm_rm_rf(dir);
+	snap_rec rec = {.shard = (int)m.shard,
+	                .start_ms = t0,
+	                .stop_ms = cm_wall_ms(),
+	                .files = m.nfiles,
+	                .failed = rc != CM_OK};
+	snprintf(rec.index, sizeof(rec.index), "%s", m.index);
+	snprintf(rec.source, sizeof(rec.source), "%s", m.source);
+	for (size_t i = 0; i < m.nfiles; i++)
+		rec.bytes += m.files[i].b.size;
+	rec_add(&rec);
 out:
 	if (ix)
 		nd_index_release(ix);

@@ -1072,7 +1072,7 @@ set_replicas(nd_node *n, const char *name, int replicas, cm_error *err)
 
 /* Restores every shard of one created index from the repository. */
 static cm_err
-restore_shards(nd_node *n, const snap_repo *r, const rs_index *x, cm_error *err)
+restore_shards(nd_node *n, const snap_repo *r, const char *snap, const rs_index *x, cm_error *err)
 {
 	nd_cluster *cl = nd_cluster_of(n);
 	nd_index *ix = nd_index_get(n, x->to);
@@ -1094,6 +1094,7 @@ restore_shards(nd_node *n, const snap_repo *r, const rs_index *x, cm_error *err)
 		m.max_bps = 0;
 		snprintf(m.index, sizeof(m.index), "%s", x->to);
 		snprintf(m.index_uuid, sizeof(m.index_uuid), "%s", uuid);
+		snprintf(m.source, sizeof(m.source), "%s/%s", r->name, snap);
 		m.shard = (uint32_t)shard;
 		m.files = cm_calloc(MEM, nf + 1, sizeof(sn_file));
 		cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(s, "files"))
@@ -1306,7 +1307,7 @@ nd_snap_restore(nd_node *n, const char *repo, const char *snap, const cJSON *bod
 		if (rc)
 			break;
 		x->created = true;
-		if ((rc = restore_shards(n, &r, x, err)))
+		if ((rc = restore_shards(n, &r, snap, x, err)))
 			break;
 		if (x->replicas && (rc = set_replicas(n, x->to, x->replicas, err)))
 			break;

@@ -152,6 +152,7 @@ typedef struct sn_msg_restore {
 	uint32_t shard;
 	sn_file *files; /* as above */
 	size_t nfiles;
+	char source[2 * SN_NAME_MAX]; /* "repository/snapshot" */
 } sn_msg_restore;
 
 typedef struct sn_msg_verify {

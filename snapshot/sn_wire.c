@@ -197,6 +197,7 @@ sn_msg_restore_encode(const sn_msg_restore *m, cm_buf *out)
 	p.shard = m->shard;
 	p.n_files = m->nfiles;
 	p.files = files_out(m->files, m->nfiles, store);
+	p.source = (char *)m->source;
 	PACK(snap_restore, &p, out);
 	cm_free(MEM, p.files);
 	cm_free(MEM, store);
@@ -211,6 +212,7 @@ sn_msg_restore_decode(const void *buf, size_t n, sn_msg_restore *m, cm_error *er
 	bool ok = p && cp(m->location, sizeof(m->location), p->location) &&
 	          cp(m->index, sizeof(m->index), p->index) &&
 	          cp(m->index_uuid, sizeof(m->index_uuid), p->index_uuid) &&
+	          cp(m->source, sizeof(m->source), p->source) &&
 	          files_in(p->files, p->n_files, &m->files, &m->nfiles);
 	if (ok) {
 		m->max_bps = p->max_bytes_per_sec;

@@ -297,6 +297,9 @@ def snapshot_under_writes_restores_on_solo_and_renamed():
        % (sorted(missing)[:5], sorted(extra)[:5]))
     st, b = s.req("GET", "/w/_doc/%s" % sorted(before)[0])
     eq((st, b["_source"]["t"]), (200, "w %s" % sorted(before)[0]), "a restored source")
+    rec = ok(s.req("GET", "/_cat/recovery?format=json"), "_cat/recovery on solo")
+    eq(sorted((x["index"], x["shard"], x["type"], x["stage"], x["source_node"]) for x in rec),
+       [("w", str(k), "snapshot", "done", "main/s1") for k in range(3)], "solo _cat/recovery")
     m = ok(s.req("GET", "/w/_mapping"), "restored mapping")
     eq(m["w"]["mappings"]["properties"]["n"]["type"], "long", "mapping came along")
 
@@ -307,6 +310,10 @@ def snapshot_under_writes_restores_on_solo_and_renamed():
            "restore renamed")
     eq(r["snapshot"]["indices"], ["r-w"], "renamed")
     green()
+    rec = ok(n2.req("GET", "/_cat/recovery?format=json"), "_cat/recovery")
+    eq(sorted((x["shard"], x["stage"], x["source_node"]) for x in rec
+              if x["index"] == "r-w" and x["type"] == "snapshot"),
+       [(str(k), "done", "main/s1") for k in range(3)], "restores in _cat/recovery")
     n1.refresh("r-w")
     got2 = ids_of(n2, "r-w")
     eq(got2, got, "cluster restore holds the same documents as the solo restore")
