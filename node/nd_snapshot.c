@@ -620,6 +620,16 @@ index_of(const char *name, const char *uuid, int shard, cm_error *err)
 		cm_error_set(err, CM_EINVAL, "no shard [%d] in index [%s]", shard, name);
 		return NULL;
 	}
+	/* on a cluster only the primary's copy is snapshotted or restored: a
+	 * node that is not (any more) the primary must not answer with its own */
+	nd_cluster *cl = nd_cluster_of(G.node);
+	cl_route ro;
+	if (cl && (!cl_route_get(cl, name, shard, &ro) || ro.primary != cl->self)) {
+		nd_index_release(ix);
+		cm_error_set(err, CM_EUNAVAIL, "node [%s] does not hold the primary of [%s][%d]",
+		             nd_node_name(G.node), name, shard);
+		return NULL;
+	}
 	return ix;
 }
 

@@ -1229,7 +1229,28 @@ nd_snap_restore(nd_node *n, const char *repo, const char *snap, const cJSON *bod
 				goto out;
 			}
 		const cJSON *s;
-		cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(im, "shards"))
+		/* every shard exactly once, or the index would come back short */
+		int ns = (int)num(im, "number_of_shards");
+		const cJSON *sh_arr = cJSON_GetObjectItemCaseSensitive(im, "shards");
+		bool seen[ND_MAX_SHARDS] = {0};
+		bool whole = ns > 0 && ns <= ND_MAX_SHARDS && cJSON_GetArraySize(sh_arr) == ns;
+		cJSON_ArrayForEach(s, sh_arr)
+		{
+			int k = (int)num(s, "shard");
+			if (!whole || k < 0 || k >= ns || seen[k])
+				whole = false;
+			else
+				seen[k] = true;
+		}
+		if (!whole) {
+			rc = cm_error_set_type(
+			    err, CM_ECORRUPT, "snapshot_restore_exception",
+			    "[%s:%s] the manifest of index [%s] does not list each of "
+			    "its shards once",
+			    repo, snap, x->from);
+			goto out;
+		}
+		cJSON_ArrayForEach(s, sh_arr)
 		{
 			if (strcmp(str(s, "state"), "SUCCESS") != 0) {
 				rc = cm_error_set_type(
@@ -1290,6 +1311,10 @@ nd_snap_restore(nd_node *n, const char *repo, const char *snap, const cJSON *bod
 		if (!si)
 			si = cJSON_AddObjectToObject(set, "index");
 		x->replicas = atoi(str(si, "number_of_replicas"));
+		char nsb[16];
+		snprintf(nsb, sizeof(nsb), "%d", (int)num(x->meta, "number_of_shards"));
+		cJSON_DeleteItemFromObject(si, "number_of_shards");
+		cJSON_AddStringToObject(si, "number_of_shards", nsb);
 		if ((rc = index_settings_apply(isets, si, &x->replicas, err))) {
 			cJSON_Delete(set);
 			cJSON_Delete(cb);

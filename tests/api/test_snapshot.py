@@ -443,6 +443,18 @@ def corrupt_truncated_missing_blobs_refuse_restore():
         ok(n1.req("DELETE", "/ca-" + word), "drop")
     with open(path, "wb") as f:
         f.write(good)
+    # a manifest that lost a shard's entry is refused too
+    mfile = os.path.join(loc, "snap-%s.json" % mb["uuid"])
+    with open(mfile) as f:
+        mtext = f.read()
+    short = json.loads(mtext)
+    short["indices"]["cb"]["shards"].pop()
+    with open(mfile, "w") as f:
+        json.dump(short, f)
+    error_is(restore_b(), 500, "snapshot_restore_exception", "each of its shards")
+    error_is(n1.req("GET", "/cb-restored"), 404, "index_not_found_exception")
+    with open(mfile, "w") as f:
+        f.write(mtext)
     ok(restore_b(), "restore sb once its blob is back")
     n1.refresh("cb-restored")
     eq(len(ids_of(n1, "cb-restored")), 500, "sb restored whole")
