@@ -237,7 +237,7 @@ def snapshot_under_writes_restores_on_solo_and_renamed():
     green()
     # the same location under a second, throttled name: s1 takes a few
     # seconds while writes go on and a force merge replaces the segments
-    ok(put_repo(n1, "thr", os.path.join(REPO, "main"), max_snapshot_bytes_per_sec="150kb"),
+    ok(put_repo(n1, "thr", os.path.join(REPO, "main"), max_snapshot_bytes_per_sec="100kb"),
        "throttled name for the main repository")
     load(n1, "w", 1000000, 2000, "preloaded " * 20)
     pre = [str(i) for i in range(1000000, 1002000)]
@@ -502,7 +502,7 @@ def bad_requests_get_errors_and_change_nothing():
 def kill_primary_mid_snapshot_is_partial_then_new_snapshot_succeeds():
     n1 = NODES["node-1"]
     loc = os.path.join(REPO, "slow")
-    ok(put_repo(n1, "slow", loc, max_snapshot_bytes_per_sec="200kb"), "throttled repo")
+    ok(put_repo(n1, "slow", loc, max_snapshot_bytes_per_sec="100kb"), "throttled repo")
     create_index(n1, "k", 3, 0)
     green()
     text = " ".join("k%d" % (k * 7919 % 10007) for k in range(200))
