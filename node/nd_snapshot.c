@@ -263,10 +263,15 @@ snap_call(nd_node *n, int node, uint32_t type, const cm_buf *req, uint64_t deadl
 	*body = NULL;
 	*len = 0;
 	cm_buf_init(&rep, MEM);
+	nd_peer *peer = cl && node >= 0 && node != cl->self ? cl->nodes[node].peer : NULL;
 	if (!cl || node < 0 || node == cl->self) {
 		nd_snap_serve(n, type, req->data, req->len, &rep, &rtype);
-	} else if ((rc = nd_peer_call_sync(cl->nodes[node].peer, type, req->data, req->len,
-	                                   deadline_ns, &rtype, &rep))) {
+	} else if (!peer) {
+		cm_buf_free(&rep);
+		return cm_error_set(err, CM_EUNAVAIL, "node [%s] is not connected",
+		                    cl->nodes[node].name);
+	} else if ((rc = nd_peer_call_sync(peer, type, req->data, req->len, deadline_ns, &rtype,
+	                                   &rep))) {
 		cm_buf_free(&rep);
 		return cm_error_set(err, rc == CM_ETIMEDOUT ? rc : CM_EUNAVAIL,
 		                    "node [%s] did not answer (%s)", cl->nodes[node].name,
