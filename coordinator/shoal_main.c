@@ -41,9 +41,9 @@ usage(FILE *f)
 	        "  -E http.max_open_connections=1000           past it, requests get 429\n"
 	        "  -E http.header_timeout=10s                  whole request head, else closed\n"
 	        "  -E http.body_timeout=60s                    whole request body, else closed\n"
+	        "  -E path.repo=DIR                            where snapshot repositories may lie\n"
 	        "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
-	        "  -E cluster.replica_timeout=10s              drop a silent replica after this\n"
-	        "  -E path.repo=DIR                            where snapshot repositories may lie\n");
+	        "  -E cluster.replica_timeout=10s              drop a silent replica after this\n");
 }
 
 /* An http.*_timeout value: 100ms..1d, as "500ms", "10s", "2m" (a bare
