@@ -150,7 +150,8 @@ co_h_cat_snapshots(co_req *r)
 	cm_buf_init(&t, CM_MEM_COORDINATOR);
 	if (v) {
 		for (size_t c = 0; c < nc; c++)
-			cm_buf_printf(&t, "%-*s%s", (int)w[c], cols[c], c + 1 < nc ? " " : "\n");
+			cm_buf_printf(&t, "%-*s%s", c + 1 < nc ? (int)w[c] : 0, cols[c],
+			              c + 1 < nc ? " " : "\n");
 	}
 	cJSON_ArrayForEach(row, rows)
 	{
