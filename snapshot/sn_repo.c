@@ -222,10 +222,11 @@ throttle(const sn_repo *r, uint64_t t0, uint64_t done)
 	if (!r->max_bps)
 		return;
 	uint64_t due = t0 + (uint64_t)((double)done * 1e9 / (double)r->max_bps);
-	uint64_t now = cm_now_ns();
-	if (due > now) {
-		struct timespec ts = {(time_t)((due - now) / 1000000000ull),
-		                      (long)((due - now) % 1000000000ull)};
+	/* in slices of at most 100 ms, so a cancel is seen soon */
+	for (uint64_t now = cm_now_ns(); due > now && !(r->cancel && *r->cancel);
+	     now = cm_now_ns()) {
+		uint64_t d = due - now < 100000000ull ? due - now : 100000000ull;
+		struct timespec ts = {0, (long)d};
 		nanosleep(&ts, NULL);
 	}
 }

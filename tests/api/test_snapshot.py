@@ -555,6 +555,27 @@ def kill_primary_mid_snapshot_is_partial_then_new_snapshot_succeeds():
     ok(n1.req("DELETE", "/_snapshot/slow/mid"), "partial snapshot deletes")
 
 
+@test
+def sigterm_during_a_snapshot_stops_cleanly_and_marks_it_failed():
+    s = solo()
+    loc = os.path.join(REPO, "stop")
+    ok(put_repo(s, "stop", loc, max_snapshot_bytes_per_sec="50kb"), "throttled repo")
+    create_index(s, "t", 1, 0)
+    load(s, "t", 0, 1000, "stopping " * 40)
+    ok(s.req("PUT", "/_snapshot/stop/busy", {"indices": "t"}), "start async snapshot")
+    wait_until(lambda: status(s, "stop", "busy")["indices"]["t"]["shards"]["0"]["stage"]
+               == "STARTED", "the snapshot copying")
+    t0 = time.time()
+    eq(s.stop(timeout=20), 0, "exit code after SIGTERM mid-snapshot")
+    log("     stopped %.1f s after SIGTERM" % (time.time() - t0))
+    s.start()
+    b = ok(s.req("GET", "/_snapshot/stop/busy"), "GET busy after restart")["snapshots"][0]
+    if b["state"] not in ("PARTIAL", "FAILED"):
+        raise AssertionError("snapshot cut by SIGTERM ended %s" % b["state"])
+    ok(put_repo(s, "stop", loc), "unthrottled")
+    eq(snapshot(s, "stop", "after", {"indices": "t"})["state"], "SUCCESS", "next snapshot")
+
+
 def teardown():
     rc = 0
     for s in SOLOS:
