@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,6 +320,98 @@ test_wire(void)
 	cm_buf_free(&b);
 }
 
+/* Writers add snapshots through their own handles while a reader reads
+ * the catalogue: every read succeeds and sees a prefix-consistent list;
+ * at the end every snapshot is there once. */
+typedef struct cc_arg {
+	const char *loc;
+	int id, n, bad;
+	volatile int *stop;
+} cc_arg;
+
+static void *
+cc_writer(void *p)
+{
+	cc_arg *a = p;
+	sn_repo *r;
+	cm_error err;
+	cm_error_clear(&err);
+	if (sn_repo_open(a->loc, 0, &r, &err)) {
+		a->bad++;
+		return NULL;
+	}
+	for (int i = 0; i < a->n; i++) {
+		sn_entry e = {0};
+		cJSON *m = cJSON_Parse("{\"indices\":{}}");
+		snprintf(e.name, sizeof(e.name), "w%d-%d", a->id, i);
+		snprintf(e.state, sizeof(e.state), "SUCCESS");
+		cm_error_clear(&err);
+		if (sn_snapshot_begin(r, e.name, e.uuid, &err) ||
+		    sn_snapshot_commit(r, &e, m, &err))
+			a->bad++;
+		cJSON_Delete(m);
+	}
+	sn_repo_close(r);
+	return NULL;
+}
+
+static void *
+cc_reader(void *p)
+{
+	cc_arg *a = p;
+	sn_repo *r;
+	cm_error err;
+	cm_error_clear(&err);
+	if (sn_repo_open(a->loc, 0, &r, &err)) {
+		a->bad++;
+		return NULL;
+	}
+	size_t last = 0;
+	while (!*a->stop) {
+		sn_entry *all;
+		size_t n;
+		cm_error_clear(&err);
+		if (sn_catalog_read(r, &all, &n, &err) != CM_OK || n < last)
+			a->bad++;
+		else
+			last = n;
+		cm_free(CM_MEM_NODE, all);
+		a->n++;
+	}
+	sn_repo_close(r);
+	return NULL;
+}
+
+static void
+test_concurrent(void)
+{
+	char loc[300];
+	pthread_t w[2], rd;
+	volatile int stop = 0;
+	snprintf(loc, sizeof(loc), "%s/cc", root);
+	cc_arg wa[2] = {{loc, 0, 25, 0, &stop}, {loc, 1, 25, 0, &stop}};
+	cc_arg ra = {loc, 9, 0, 0, &stop};
+	sn_repo *r;
+	cm_error err;
+	cm_error_clear(&err);
+	REQUIRE(sn_repo_open(loc, 0, &r, &err) == CM_OK);
+	REQUIRE(pthread_create(&rd, NULL, cc_reader, &ra) == 0);
+	for (int i = 0; i < 2; i++)
+		REQUIRE(pthread_create(&w[i], NULL, cc_writer, &wa[i]) == 0);
+	for (int i = 0; i < 2; i++)
+		pthread_join(w[i], NULL);
+	stop = 1;
+	pthread_join(rd, NULL);
+	CHECK(wa[0].bad == 0 && wa[1].bad == 0);
+	CHECKF(ra.bad == 0, "%d of %d catalogue reads failed or went back", ra.bad, ra.n);
+	sn_entry *all;
+	size_t n;
+	REQUIRE(sn_catalog_read(r, &all, &n, &err) == CM_OK);
+	CHECKF(n == 50, "%zu snapshots in the catalogue", n);
+	cm_free(CM_MEM_NODE, all);
+	sn_repo_close(r);
+}
+
 int
 main(void)
 {
@@ -329,6 +422,7 @@ main(void)
 	test_blobs_and_catalogue();
 	test_throttle();
 	test_wire();
+	test_concurrent();
 	cm_rm_rf(root);
 	return check_report("sn_test");
 }
