@@ -172,7 +172,10 @@ start_node() {
 		say "$name already running (pid $pid)"
 		return 0
 	fi
-	nohup "$BIN" --cluster "$CFILE" --name "$name" --data "$dir" ${NODE_ARGS[@]+"${NODE_ARGS[@]}"} \
+	# every node may keep snapshot repositories under DATA_ROOT/repo (shared)
+	mkdir -p "$DATA_ROOT/repo"
+	nohup "$BIN" --cluster "$CFILE" --name "$name" --data "$dir" -E "path.repo=$DATA_ROOT/repo" \
+		${NODE_ARGS[@]+"${NODE_ARGS[@]}"} \
 		>>"$dir/shoal.log" 2>&1 &
 	echo $! >"$(pidfile "$name")"
 	say "started $name (pid $!) on $(node_url "$name"), log $dir/shoal.log"

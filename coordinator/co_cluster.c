@@ -10,6 +10,7 @@
 
 #include "../common/cm_alloc.h"
 #include "../common/cm_sys.h"
+#include "../node/nd_snap.h"
 #include "co_private.h"
 
 #define MEM CM_MEM_COORDINATOR
@@ -332,6 +333,8 @@ co_cluster_cat(co_req *r, const char *what)
 		                                   "bytes", "ops"};
 		if (cl)
 			nd_cluster_cat_recovery(cl, &rows);
+		else
+			nd_snap_cat_recovery(&rows); /* restores from snapshots */
 		cat_reply(r, cols, 10, &rows);
 		cm_buf_free(&rows);
 		return true;

@@ -19,6 +19,7 @@
 #include "co_conn.h"
 #include "co_guard.h"
 #include "co_private.h"
+#include "co_snapshot.h"
 
 #define MEM CM_MEM_COORDINATOR
 
@@ -48,6 +49,7 @@ static const char global_params[] = "pretty,human,error_trace,filter_path,format
 	             "batched_reduce_size,pre_filter_shard_size,max_concurrent_shard_requests,"  \
 	             "ccs_minimize_roundtrips,explain,version,seq_no_primary_term,stored_fields," \
 	             "docvalue_fields,stats,fanout,timings,min_score"
+#define P_SNAP "master_timeout,timeout,local,ignore_unavailable"
 #define P_CAT "v,h,s,help,bytes,time,local,master_timeout,health,pri,expand_wildcards"
 
 /* Every route names the least role that may call it (admin includes write
@@ -80,6 +82,39 @@ static const co_route routes[] = {
     {CO_PUT, "/_cluster/settings", co_h_cluster_settings, "flat_settings,master_timeout,timeout",
      false, ADMIN("cluster:admin/settings/update")},
     {CO_GET, "/_cat", co_h_cat_help, "", false, READ("cluster:monitor/state")},
+    /* snapshots (co_snapshot.c) */
+    {CO_GET, "/_cat/snapshots", co_h_cat_snapshots, P_SNAP ",v", false,
+     READ("cluster:admin/snapshot/get")},
+    {CO_GET, "/_cat/snapshots/{repo}", co_h_cat_snapshots, P_SNAP ",v", false,
+     READ("cluster:admin/snapshot/get")},
+    {CO_GET, "/_snapshot", co_h_snapshot_repo, P_SNAP, false,
+     READ("cluster:admin/repository/get")},
+    {CO_GET, "/_snapshot/_status", co_h_snapshot_status, P_SNAP, false,
+     READ("cluster:admin/snapshot/status")},
+    {CO_GET, "/_snapshot/{repo}", co_h_snapshot_repo, P_SNAP, false,
+     READ("cluster:admin/repository/get")},
+    {CO_PUT, "/_snapshot/{repo}", co_h_snapshot_repo, P_SNAP ",verify", false,
+     ADMIN("cluster:admin/repository/put")},
+    {CO_POST, "/_snapshot/{repo}", co_h_snapshot_repo, P_SNAP ",verify", false,
+     ADMIN("cluster:admin/repository/put")},
+    {CO_DELETE, "/_snapshot/{repo}", co_h_snapshot_repo, P_SNAP, false,
+     ADMIN("cluster:admin/repository/delete")},
+    {CO_POST, "/_snapshot/{repo}/_verify", co_h_snapshot_verify, P_SNAP, false,
+     ADMIN("cluster:admin/repository/verify")},
+    {CO_GET, "/_snapshot/{repo}/_status", co_h_snapshot_status, P_SNAP, false,
+     READ("cluster:admin/snapshot/status")},
+    {CO_GET, "/_snapshot/{repo}/{snap}", co_h_snapshot, P_SNAP ",verbose,index_details", false,
+     READ("cluster:admin/snapshot/get")},
+    {CO_PUT, "/_snapshot/{repo}/{snap}", co_h_snapshot, P_SNAP ",wait_for_completion", false,
+     ADMIN("cluster:admin/snapshot/create")},
+    {CO_POST, "/_snapshot/{repo}/{snap}", co_h_snapshot, P_SNAP ",wait_for_completion", false,
+     ADMIN("cluster:admin/snapshot/create")},
+    {CO_DELETE, "/_snapshot/{repo}/{snap}", co_h_snapshot, P_SNAP, false,
+     ADMIN("cluster:admin/snapshot/delete")},
+    {CO_GET, "/_snapshot/{repo}/{snap}/_status", co_h_snapshot_status, P_SNAP, false,
+     READ("cluster:admin/snapshot/status")},
+    {CO_POST, "/_snapshot/{repo}/{snap}/_restore", co_h_snapshot_restore,
+     P_SNAP ",wait_for_completion", false, ADMIN("cluster:admin/snapshot/restore")},
     {CO_GET, "/_cat/{what}", co_h_cat, P_CAT, false, READ("cluster:monitor/state")},
     {CO_GET, "/_cat/{what}/{index}", co_h_cat, P_CAT, false, READ("cluster:monitor/state")},
     {CO_GET, "/_nodes/stats", co_h_nodes_stats, "level,types,timeout,groups,fields", false,

@@ -16,6 +16,7 @@
 #include "../common/cm_log.h"
 #include "../common/cm_sys.h"
 #include "../node/nd_cluster.h"
+#include "../node/nd_snap.h"
 #include "co.h"
 #include "co_auth.h"
 
@@ -46,6 +47,7 @@ usage(FILE *f)
 	        "  -E http.max_open_connections=1000           past it, requests get 429\n"
 	        "  -E http.header_timeout=10s                  whole request head, else closed\n"
 	        "  -E http.body_timeout=60s                    whole request body, else closed\n"
+	        "  -E path.repo=DIR                            where snapshot repositories may lie\n"
 	        "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
 	        "  -E cluster.replica_timeout=10s              drop a silent replica after this\n"
 	        "  -E cluster.lease_ttl=10s                    etcd lease of this node (--etcd)\n");
@@ -127,6 +129,7 @@ main(int argc, char **argv)
 	cm_error err;
 	const char *cl_settings[32]; /* -E cluster.*, applied once the cluster is open */
 	int ncl_settings = 0;
+	const char *path_repo = NULL;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -209,6 +212,8 @@ main(int argc, char **argv)
 					        kv);
 					return 2;
 				}
+			} else if (strncmp(kv, "path.repo=", 10) == 0) {
+				path_repo = kv + 10;
 			} else if (strncmp(kv, "cluster.", 8) == 0 && ncl_settings < 32) {
 				cl_settings[ncl_settings++] = kv;
 			} else {
@@ -321,6 +326,13 @@ main(int argc, char **argv)
 		co_auth_close(auth);
 		return 1;
 	}
+	if (nd_snap_open(node, path_repo, &err)) {
+		fprintf(stderr, "shoal: %s\n", err.reason);
+		nd_cluster_stop(cl);
+		nd_node_close(node);
+		co_auth_close(auth);
+		return 1;
+	}
 	if (cl)
 		nd_cluster_set_info(cl, co_node_entry, node);
 	if (cl && nd_cluster_start(cl, node, &err)) {
@@ -355,8 +367,10 @@ main(int argc, char **argv)
 		cm_info("main", "HTTP authentication on: users from %s", users_file);
 	sigwait(&sigs, &sig);
 	cm_info("main", "%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	nd_snap_stop();
 	co_server_stop(srv);
 	nd_cluster_stop(cl);
+	nd_snap_close();
 	nd_node_close(node);
 	co_auth_close(auth);
 	cm_info("main", "stopped");

@@ -15,6 +15,7 @@
 #include "../common/cm_sys.h"
 #include "../proto/pr.h"
 #include "nd_cluster_private.h"
+#include "nd_snap.h"
 
 #define MEM CM_MEM_NODE
 #define MAX_CLUSTER_FILE (1u << 20)
@@ -1164,6 +1165,10 @@ serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_
 	default:
 		if (rp_handles(type)) {
 			rp_serve(cl->rp, type, p, len, reply, reply_type);
+			return;
+		}
+		if (nd_snap_handles(type)) { /* snapshots (nd_snapshot.c) */
+			nd_snap_serve(cl->node, type, p, len, reply, reply_type);
 			return;
 		}
 		cm_error_set(&err, CM_EINVAL, "unknown message type %u", type);

@@ -14,6 +14,7 @@
 #include "../proto/pr.h"
 #include "../search/sr_agg.h"
 #include "nd_cluster_private.h"
+#include "nd_snap.h"
 #include "nd_stats.h"
 
 #define MEM CM_MEM_NODE
@@ -977,6 +978,7 @@ cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *b
 		cm_buf rows;
 		cm_buf_init(&rows, MEM);
 		rp_cat_recovery(cl->rp, &rows);
+		nd_snap_cat_recovery(&rows); /* restores from snapshots */
 		cm_buf_put_u8(&rows, 0);
 		r = cJSON_CreateObject();
 		cJSON_AddStringToObject(r, "rows", (const char *)rows.data);
@@ -1365,6 +1367,7 @@ nd_cluster_cat_recovery(nd_cluster *cl, cm_buf *out)
 		cm_error_clear(&e);
 		if (i == cl->self) {
 			rp_cat_recovery(cl->rp, out);
+			nd_snap_cat_recovery(out);
 			continue;
 		}
 		if (!cl->nodes[i].data || remote_rw(cl, i, "rw_recovery", "", "{}", &r, &e))

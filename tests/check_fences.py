@@ -21,8 +21,8 @@ import re
 import sys
 
 # Bottom to top. A module without a folder yet (replication) is simply empty.
-LAYERS = ["common", "storage", "search", "proto", "replication", "coord", "node",
-          "coordinator"]
+LAYERS = ["common", "storage", "search", "proto", "replication", "coord", "snapshot",
+          "node", "coordinator"]
 
 # The modules below it each module may include and link (CMake SHOAL_USES_<mod>).
 USES = {
@@ -32,7 +32,8 @@ USES = {
     "proto": ["common", "storage", "search"],
     "replication": ["common", "storage", "proto"],
     "coord": ["common"],
-    "node": ["common", "storage", "search", "proto", "replication", "coord"],
+    "snapshot": ["common", "proto"],
+    "node": ["common", "storage", "search", "proto", "replication", "coord", "snapshot"],
     "coordinator": ["common", "storage", "search", "node"],
 }
 
@@ -45,7 +46,8 @@ PUBLIC = {
     "proto": ["pr.h"],
     "replication": None,
     "coord": ["ec.h"],
-    "node": ["nd.h", "nd_cluster.h", "nd_transport.h"],
+    "snapshot": ["sn.h"],
+    "node": ["nd.h", "nd_cluster.h", "nd_transport.h", "nd_snap.h"],
     "coordinator": ["co.h"],
 }
 
@@ -62,8 +64,8 @@ THIRD_PARTY = [
     (r"(zstd|zdict)\.h$", "zstd", ["storage"]),
     (r"libstemmer\.h$", "stemmer", ["storage"]),
     (r"utf8proc\.h$", "utf8proc", ["storage"]),
-    (r"xxhash\.h$", "xxhash", ["common", "storage", "search", "node"]),
-    (r"cjson/", "cjson", ["storage", "search", "coord", "node", "coordinator"]),
+    (r"xxhash\.h$", "xxhash", ["common", "storage", "search", "snapshot", "node"]),
+    (r"cjson/", "cjson", ["storage", "search", "coord", "snapshot", "node", "coordinator"]),
     (r"curl/", "curl", ["coord"]),
     (r"protobuf-c/", "protobuf-c", ["proto"]),
     (r"nng/", "nng", ["node/nd_transport.c"]),
@@ -74,7 +76,7 @@ THIRD_PARTY = [
 ]
 # Generated protobuf code: proto/ and replication/ (which encodes its own
 # typed messages: cluster state, recovery, shard events) include it.
-GENERATED = [(r"\.pb-c\.h$", ["proto", "replication"])]
+GENERATED = [(r"\.pb-c\.h$", ["proto", "replication", "snapshot"])]
 
 # (module, identifier pattern, why)
 IDENTS = [

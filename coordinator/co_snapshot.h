@@ -1,0 +1,14 @@
+/* _snapshot and _cat/snapshots handlers (co_snapshot.c). */
+#ifndef CO_SNAPSHOT_H
+#define CO_SNAPSHOT_H
+
+typedef struct co_req co_req;
+
+void co_h_snapshot_repo(co_req *r);    /* GET/PUT/POST/DELETE /_snapshot[/{repo}] */
+void co_h_snapshot_verify(co_req *r);  /* POST /_snapshot/{repo}/_verify */
+void co_h_snapshot(co_req *r);         /* GET/PUT/POST/DELETE /_snapshot/{repo}/{snap} */
+void co_h_snapshot_status(co_req *r);  /* GET /_snapshot[/{repo}[/{snap}]]/_status */
+void co_h_snapshot_restore(co_req *r); /* POST /_snapshot/{repo}/{snap}/_restore */
+void co_h_cat_snapshots(co_req *r);    /* GET /_cat/snapshots[/{repo}] */
+
+#endif
