@@ -645,3 +645,51 @@ co_cluster_settings(co_req *r)
 	co_reply_json(r, 200, j);
 	return true;
 }
+
+/* POST _cluster/reroute: the commands through the master (applied whole
+ * or not at all); GET|POST _cluster/allocation/explain on this node. */
+void
+co_h_cluster_reroute(co_req *r)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	bool bad;
+	if (!cl) {
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "_cluster/reroute needs a cluster: a solo node holds every copy");
+		return;
+	}
+	cJSON *body = co_body_json(r, &bad);
+	if (bad)
+		return;
+	co_cluster_admin(r, "reroute", "", body);
+	cJSON_Delete(body);
+}
+
+void
+co_h_allocation_explain(co_req *r)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	bool bad;
+	if (!cl) {
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "unable to find any unassigned shards to explain (a solo node)");
+		return;
+	}
+	cJSON *body = co_body_json(r, &bad);
+	if (bad)
+		return;
+	char *text = body ? cJSON_PrintUnformatted(body) : NULL, *out = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	cm_err rc = nd_cluster_allocation_explain(cl, text, &out, &err);
+	if (text)
+		cJSON_free(text);
+	cJSON_Delete(body);
+	if (rc) {
+		co_reply_error(r, &err, NULL);
+		return;
+	}
+	cJSON *j = cJSON_Parse(out);
+	cm_free(CM_MEM_NODE, out);
+	co_reply_json(r, 200, j ? j : cJSON_CreateObject());
+}

@@ -191,6 +191,8 @@ bool co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf 
 bool co_cluster_count(co_req *r, nd_index **ixs, size_t n, cJSON *body);
 bool co_cluster_health(co_req *r);
 bool co_cluster_settings(co_req *r);
+void co_h_cluster_reroute(co_req *r);
+void co_h_allocation_explain(co_req *r);
 bool co_cluster_cat(co_req *r, const char *what);
 /* nd_index_get_or_create, with the creation going through the master on a
  * cluster node (auto_create_index). */

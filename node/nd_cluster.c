@@ -907,6 +907,9 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 	} else if (strcmp(action, "cluster_settings") == 0) {
 		if ((rc = settings_merge(next, bj, err)))
 			goto done;
+	} else if (strcmp(action, "reroute") == 0) {
+		if ((rc = cl_reroute_locked(cl, next, bj, pdata, npdata, err)))
+			goto done;
 	} else {
 		rc = cm_error_set(err, CM_EINVAL, "unknown metadata action [%s]", action);
 		goto done;

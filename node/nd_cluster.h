@@ -119,6 +119,11 @@ cm_err nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc
 bool nd_routed_refresh(nd_index *ix);
 
 /* ---- cluster APIs ---- */
+/* GET _cluster/allocation/explain: body (JSON text, may be NULL: the
+ * first unassigned copy) names index, shard, primary, current_node; *out
+ * is the answer (cm_malloc'd NODE). */
+cm_err nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out,
+                                     cm_error *err);
 /* The cluster settings of the state: {"persistent":{flat keys},"transient":{..}}. */
 cJSON *nd_cluster_settings_json(nd_cluster *cl);
 /* _cluster/health as JSON text into out (cm_buf). */

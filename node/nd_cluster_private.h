@@ -169,6 +169,11 @@ void cl_state_adopt(nd_cluster *cl, rp_state *st, bool force);
  * excluded by the cluster settings), into out[ND_CL_MAX_NODES]. */
 int cl_placeable(nd_cluster *cl, int *out);
 
+/* Master, meta_lock held: POST _cluster/reroute's commands applied to
+ * next (nd_cluster_alloc.c); an error leaves next to be dropped whole. */
+cm_err cl_reroute_locked(nd_cluster *cl, rp_state *next, const cJSON *body, const int *pdata,
+                         int npdata, cm_error *err);
+
 /* Small read requests carried by PR_ADMIN ("rw_get", "rw_stats"). */
 void cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *body,
                  size_t len, cm_error *err, char **out);

@@ -132,6 +132,51 @@ def m3_add_a_node():
 
 
 @test
+def reroute_and_explain():
+    """POST _cluster/reroute moves a copy (and refuses bad commands whole);
+    allocation/explain says why a copy is where it is."""
+    cl = cluster()
+    via = cl.live()[0]
+    rows = [r for r in cl.shards(via, INDEX) if r["prirep"] == "r" and r["state"] == "STARTED"]
+    r0 = rows[0]
+    shard, src = int(r0["shard"]), r0["node"]
+    holders = {r["node"] for r in cl.shards(via, INDEX) if int(r["shard"]) == shard}
+    dst = [n for n in cl.live() if n not in holders][0]
+    bad = {"commands": [{"move": {"index": INDEX, "shard": shard, "from_node": src,
+                                  "to_node": dst}},
+                        {"move": {"index": INDEX, "shard": shard, "from_node": dst,
+                                  "to_node": src}}]}
+    st, b = cl.req(via, "POST", "/_cluster/reroute", bad)
+    assert st == 400 and "failed to find it on node" in b["error"]["reason"], (st, b)
+    assert {r["node"] for r in cl.shards(via, INDEX) if int(r["shard"]) == shard} == holders, \
+        "a refused reroute changed the routing"
+    st, b = cl.req(via, "POST", "/_cluster/reroute", {"commands": [{"nope": {}}]})
+    assert st == 400 and "unknown reroute command" in b["error"]["reason"], (st, b)
+    st, b = cl.req(via, "POST", "/_cluster/reroute", {"commands": bad["commands"][:1]})
+    assert st == 200 and b.get("acknowledged"), (st, b)
+    t0 = time.time()
+    while True:
+        now = {r["node"]: r["state"] for r in cl.shards(via, INDEX)
+               if int(r["shard"]) == shard and r["prirep"] == "r"}
+        if dst in now and src not in now and now[dst] == "STARTED":
+            break
+        assert time.time() - t0 < 30, "move not done: %s" % now
+        time.sleep(0.1)
+    st, e = cl.req(via, "POST", "/_cluster/allocation/explain",
+                   {"index": INDEX, "shard": shard, "primary": False, "current_node": dst})
+    assert st == 200 and e["current_state"] == "started" and \
+        e["current_node"]["name"] == dst, (st, e)
+    same = [d for d in e["node_allocation_decisions"] if d["node_name"] == dst][0]
+    assert same["node_decision"] == "no" and \
+        same["deciders"][0]["decider"] == "same_shard", same
+    st, e = cl.req(via, "GET", "/_cluster/allocation/explain")
+    assert st == 400 and "unable to find any unassigned shards" in e["error"]["reason"], (st, e)
+    cl.wait_green()
+    FIGURES.append("reroute: [%s][%d] moved %s -> %s in %.1f s" %
+                   (INDEX, shard, src, dst, time.time() - t0))
+
+
+@test
 def m4_drain_then_stop():
     cl = cluster()
     victim = [n for n in cl.live() if n != cl.wait_master()[0]][0]
@@ -176,6 +221,15 @@ def m5_data_node_gone_past_delay():
     victim = [n for n in cl.live() if n != m][0]
     t0 = time.time()
     cl.nodes[victim].kill()
+    # within the delay: its replicas are unassigned, delayed, and explain says so
+    while True:
+        st, e = cl.req(m, "GET", "/_cluster/allocation/explain")
+        if st == 200:
+            break
+        assert time.time() - t0 < TTL + 5, "no unassigned copy to explain: %s" % e
+        time.sleep(0.1)
+    assert e["unassigned_info"]["reason"] == "NODE_LEFT" and \
+        e["unassigned_info"]["details"] == "node_left [%s]" % victim, e
     green = cl.wait_green(timeout=60)
     counts = cl.per_node(cl.live()[0])
     assert victim not in counts or counts[victim] == 0
