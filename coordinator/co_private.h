@@ -68,6 +68,7 @@ struct co_req {
 	/* extra reply headers (static strings), co_reply_header */
 	const char *hdr_name[CO_MAX_REPLY_HEADERS], *hdr_value[CO_MAX_REPLY_HEADERS];
 	int nhdr;
+	int compat; /* compatible-with version asked for (co_media.c), 0 = none */
 };
 
 struct co_route {
@@ -161,6 +162,18 @@ void co_h_api_key_invalidate(co_req *r);
 void co_h_ui_file(co_req *r);
 void co_h_stats_fanout(co_req *r);
 void co_h_stats_nodes(co_req *r);
+
+/* Wire-level endpoints (co_surface.c): _license, _xpack, and the node and
+ * metric selection of _nodes/{node}/{metric}. co_nodes_parse replies 400
+ * itself (false) on an unknown metric; co_nodes_select drops the nodes
+ * and metric sections not asked for from nodes (an object keyed by id). */
+void co_h_license(co_req *r);
+void co_h_xpack(co_req *r);
+bool co_nodes_parse(co_req *r, const char **node_sel, const char **metric_sel);
+void co_nodes_select(co_req *r, cJSON *nodes, const char *node_sel, const char *metric_sel);
+/* The HTTP server's "host:port" and http.max_content_length (co_http.c). */
+const char *co_http_publish_address(void);
+uint64_t co_http_max_content(void);
 
 /* Bulk: a streaming consumer. */
 co_stream *co_bulk_begin(co_req *r);

@@ -788,7 +788,11 @@ node_info_entry(nd_node *node)
 	cJSON_AddItemToArray(o, cJSON_CreateString("master"));
 	o = cJSON_AddObjectToObject(me, "http");
 	nd_cluster *cl = nd_cluster_of(node);
-	cJSON_AddStringToObject(o, "publish_address", cl ? nd_cluster_http(cl) : "127.0.0.1:9200");
+	const char *http = cl ? nd_cluster_http(cl) : co_http_publish_address();
+	cJSON *bound = cJSON_AddArrayToObject(o, "bound_address");
+	cJSON_AddItemToArray(bound, cJSON_CreateString(http));
+	cJSON_AddStringToObject(o, "publish_address", http);
+	cJSON_AddNumberToObject(o, "max_content_length_in_bytes", (double)co_http_max_content());
 	return me;
 }
 
@@ -803,14 +807,22 @@ co_node_entry(void *node, const char *kind)
 static void
 nodes_reply(co_req *r, const char *kind)
 {
-	cJSON *j = cJSON_CreateObject(), *o, *nodes;
+	cJSON *j, *o, *nodes;
 	nd_cluster *cl = nd_cluster_of(r->node);
 	int total = 1, failed = 0;
+	const char *node_sel = "_all", *metric_sel = "_all";
+	if (strcmp(kind, "info") == 0 && !co_nodes_parse(r, &node_sel, &metric_sel))
+		return;
+	j = cJSON_CreateObject();
 	if (cl) {
 		nodes = nd_cluster_nodes_info(cl, kind, &total, &failed);
 	} else {
 		nodes = cJSON_CreateObject();
 		cJSON_AddItemToObject(nodes, nd_node_id(r->node), co_node_entry(r->node, kind));
+	}
+	if (strcmp(kind, "info") == 0) {
+		co_nodes_select(r, nodes, node_sel, metric_sel);
+		total = cJSON_GetArraySize(nodes) + failed;
 	}
 	o = cJSON_AddObjectToObject(j, "_nodes");
 	cJSON_AddNumberToObject(o, "total", total);

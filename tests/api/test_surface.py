@@ -1,0 +1,197 @@
+"""The Elasticsearch surface tools rely on (issue 13), against a solo node
+and a 3-node cluster, each answer checked for Elasticsearch's shape:
+the wire (X-Elastic-Product, versioned media types, _license, _xpack,
+_nodes/_all/http sniffing) and the fields a search returns (fields,
+docvalue_fields, stored_fields, version, seq_no_primary_term, explain)."""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shoal import ClusterNode, Node, cluster_file, eq, error_is, run_tests, test  # noqa: E402
+
+TMP = tempfile.mkdtemp(prefix="shoal-surface-test-")
+NAMES = ["node-1", "node-2", "node-3"]
+SOLO = None
+CLUSTER = {}
+PORTS = {}
+
+
+def solo():
+    global SOLO
+    if SOLO is None:
+        SOLO = Node()
+    return SOLO
+
+
+def cluster():
+    if not CLUSTER:
+        cfile = os.path.join(TMP, "cluster.json")
+        PORTS.update(cluster_file(cfile, [(n, None) for n in NAMES]))
+        for n in NAMES:
+            d = os.path.join(TMP, n)
+            os.makedirs(d, exist_ok=True)
+            CLUSTER[n] = ClusterNode(cfile, n, PORTS[n][0], data=d)
+        for n in NAMES:
+            st, b = CLUSTER[n].req("GET", "/_cluster/health?wait_for_nodes=3&timeout=60s",
+                                   timeout=80)
+            eq((st, b.get("number_of_nodes")), (200, 3), "3 nodes seen by " + n)
+    return CLUSTER
+
+
+def targets():
+    """(label, node to ask) for the solo node and every cluster node."""
+    out = [("solo", solo())]
+    out += [(n, c) for n, c in cluster().items()]
+    return out
+
+
+def vnd(v, kind="json"):
+    return "application/vnd.elasticsearch+%s; compatible-with=%d" % (kind, v)
+
+
+# ---- the wire ----
+
+@test
+def product_header_on_every_reply():
+    for label, n in targets():
+        for method, path in (("GET", "/"), ("GET", "/_cluster/health"), ("GET", "/nope/_search"),
+                             ("GET", "/_no_such_endpoint")):
+            st, h, _ = n.raw(method, path)
+            eq(h.get("x-elastic-product"), "Elasticsearch",
+               "%s %s on %s (status %d)" % (method, path, label, st))
+
+
+@test
+def versioned_media_types():
+    n = solo()
+    for v in (7, 8):
+        st, h, data = n.raw("GET", "/", headers={"Accept": vnd(v)})
+        eq(st, 200, "GET / compatible-with=%d" % v)
+        eq(h["content-type"], "application/vnd.elasticsearch+json;compatible-with=%d" % v,
+           "answered in kind")
+        eq(json.loads(data)["tagline"], "You Know, for Search", "body")
+        # a body in the versioned type, answered in the same version
+        st, h, data = n.raw("PUT", "/media%d/_doc/1?refresh=true" % v, {"a": v},
+                            headers={"Content-Type": vnd(v), "Accept": vnd(v)})
+        eq((st, json.loads(data)["result"]), (201, "created"), "index with vnd json")
+        eq(h["content-type"], "application/vnd.elasticsearch+json;compatible-with=%d" % v, "type")
+        st, h, data = n.raw("POST", "/media%d/_search" % v, {"query": {"term": {"a": v}}},
+                            headers={"Content-Type": vnd(v), "Accept": vnd(v)})
+        eq((st, json.loads(data)["hits"]["total"]["value"]), (200, 1), "search with vnd json")
+        body = '{"index":{"_index":"media%d","_id":"2"}}\n{"a":%d}\n' % (v, v)
+        st, h, data = n.raw("POST", "/_bulk", body, headers={
+            "Content-Type": vnd(v, "x-ndjson"), "Accept": vnd(v)})
+        eq((st, json.loads(data)["errors"]), (200, False), "bulk with vnd x-ndjson")
+    # text replies keep their type
+    st, h, _ = n.raw("GET", "/_cat/indices", headers={"Accept": vnd(8)})
+    eq((st, h["content-type"].startswith("text/plain")), (200, True), "_cat stays text")
+    # plain JSON stays plain
+    st, h, _ = n.raw("GET", "/")
+    eq(h["content-type"].startswith("application/json"), True, "plain json")
+
+
+@test
+def versioned_media_types_refused():
+    n = solo()
+    cases = [
+        ({"Accept": vnd(9)}, None, "Accept version must be either version 8 or 7, but found 9"),
+        ({"Accept": vnd(6)}, None, "but found 6"),
+        ({"Accept": "application/vnd.elasticsearch+json"}, None, "Accept version"),
+        ({"Content-Type": vnd(7), "Accept": vnd(8)}, {"query": {"match_all": {}}},
+         "the compatible versions must match"),
+        ({"Content-Type": vnd(8), "Accept": "application/json"}, {"query": {"match_all": {}}},
+         "A compatible version is required on both Content-Type and Accept headers"),
+        ({"Content-Type": vnd(10)}, {"query": {"match_all": {}}},
+         "Content-Type version must be either version 8 or 7, but found 10"),
+    ]
+    for hdrs, body, why in cases:
+        st, h, data = n.raw("POST" if body else "GET", "/_search" if body else "/", body,
+                            headers=hdrs)
+        b = json.loads(data)
+        error_is((st, b), 400, "media_type_header_exception",
+                 "Invalid media-type value on headers [Accept, Content-Type]")
+        eq(b["error"]["caused_by"]["type"], "status_exception", "caused_by %s" % hdrs)
+        assert why in b["error"]["caused_by"]["reason"], (why, b)
+        eq(h.get("x-elastic-product"), "Elasticsearch", "header on the error")
+
+
+@test
+def license_and_xpack():
+    uids = set()
+    for label, n in targets():
+        st, b = n.req("GET", "/_license")
+        eq(st, 200, "_license on " + label)
+        lic = b["license"]
+        eq((lic["type"], lic["status"], lic["issuer"], lic["max_nodes"],
+            lic["start_date_in_millis"]), ("basic", "active", "elasticsearch", 1000, -1),
+           "basic license on " + label)
+        for k in ("uid", "issue_date", "issue_date_in_millis", "issued_to"):
+            assert k in lic, (k, lic)
+        st, c = n.req("GET", "/")
+        eq(lic["issued_to"], c["cluster_name"], "issued to the cluster")
+        if label != "solo":
+            uids.add(lic["uid"])
+        st, b = n.req("GET", "/_xpack")
+        eq(st, 200, "_xpack on " + label)
+        eq((b["license"]["type"], b["license"]["mode"], b["license"]["status"]),
+           ("basic", "basic", "active"), "_xpack license")
+        eq(b["license"]["uid"], lic["uid"], "same uid")
+        assert set(b["build"]) == {"hash", "date"}, b["build"]
+        eq(b["features"]["security"], {"available": True, "enabled": False},
+           "security off without users")
+        eq(b["features"]["ml"], {"available": False, "enabled": False}, "ml not in basic")
+        for f in b["features"].values():
+            eq(sorted(f), ["available", "enabled"], "feature shape")
+        st, b = n.req("GET", "/_xpack?categories=license")
+        eq((st, sorted(b)), (200, ["license", "tagline"]), "categories=license")
+        error_is(n.req("GET", "/_xpack?categories=bogus"), 400, "illegal_argument_exception",
+                 "Unknown category [bogus]")
+    eq(len(uids), 1, "one license uid across the cluster")
+
+
+@test
+def nodes_http_for_sniffing():
+    for label, n in targets():
+        expect = ({"127.0.0.1:%d" % n.port} if label == "solo"
+                  else {"127.0.0.1:%d" % PORTS[x][0] for x in NAMES})
+        for path in ("/_nodes/_all/http", "/_nodes/http", "/_nodes/_all/http,transport"):
+            st, b = n.req("GET", path)
+            eq(st, 200, path + " on " + label)
+            got = {e["http"]["publish_address"] for e in b["nodes"].values()}
+            eq(got, expect, "publish addresses via %s %s" % (label, path))
+            eq(b["_nodes"]["total"], len(expect), "total")
+            for e in b["nodes"].values():
+                for k in ("name", "version", "roles", "host", "ip"):
+                    assert k in e, (k, e)
+                eq(e["http"]["bound_address"], [e["http"]["publish_address"]], "bound")
+        # another metric leaves http out; a node selector narrows the list
+        st, b = n.req("GET", "/_nodes/_all/settings")
+        eq(st, 200, "settings metric")
+        eq(any("http" in e for e in b["nodes"].values()), False, "http left out")
+        st, b = n.req("GET", "/_nodes/_local/http")
+        eq(len(b["nodes"]), 1, "_local is one node via " + label)
+        name = list(b["nodes"].values())[0]["name"]
+        if label != "solo":
+            eq(name, label, "_local is the node asked")
+            st, b = n.req("GET", "/_nodes/node-2,node-3/http")
+            eq(sorted(e["name"] for e in b["nodes"].values()), ["node-2", "node-3"],
+               "two named nodes")
+        error_is(n.req("GET", "/_nodes/_all/bogus"), 400, "illegal_argument_exception",
+                 "unrecognized metric: [bogus]")
+
+
+def teardown():
+    rc = 0
+    if SOLO:
+        rc = SOLO.stop() or rc
+    for n in CLUSTER.values():
+        rc = n.stop() or rc
+    shutil.rmtree(TMP, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    run_tests(budget_s=400, teardown=teardown)
