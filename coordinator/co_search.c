@@ -178,14 +178,25 @@ fold_search_params(co_req *r, cJSON *body, bool count_only)
 		obj_set(body, "version", cJSON_CreateBool(strcmp(v, "false") != 0));
 	if ((v = co_param_get(r, "seq_no_primary_term")))
 		obj_set(body, "seq_no_primary_term", cJSON_CreateBool(strcmp(v, "false") != 0));
+	/* comma lists, as the body's arrays */
+	static const char *lists[] = {"stored_fields", "docvalue_fields"};
+	for (size_t i = 0; i < 2; i++) {
+		if (!(v = co_param_get(r, lists[i])))
+			continue;
+		cJSON *a = cJSON_CreateArray();
+		char *copy = cm_strdup(MEM, v), *save = NULL, *tok;
+		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+			cJSON_AddItemToArray(a, cJSON_CreateString(tok));
+		cm_free(MEM, copy);
+		obj_set(body, lists[i], a);
+	}
 	/* accepted, with no effect on a single node */
 	static const char *noop[] = {"search_type", "preference", "request_cache", "routing",
 	                             "typed_keys", "allow_partial_search_results",
 	                             "batched_reduce_size", "pre_filter_shard_size",
 	                             "max_concurrent_shard_requests", "ccs_minimize_roundtrips",
 	                             "allow_no_indices", "expand_wildcards", "ignore_throttled",
-	                             "stats", "stored_fields", "docvalue_fields",
-	                             "analyze_wildcard", "lenient"};
+	                             "stats", "analyze_wildcard", "lenient"};
 	for (size_t i = 0; i < sizeof(noop) / sizeof(noop[0]); i++)
 		co_param_get(r, noop[i]);
 	return true;

@@ -183,6 +183,153 @@ def nodes_http_for_sniffing():
                  "unrecognized metric: [bogus]")
 
 
+# ---- returning fields ----
+
+FMAP = {"properties": {
+    "t": {"type": "text", "fields": {"raw": {"type": "keyword"}}},
+    "k": {"type": "keyword", "ignore_above": 5},
+    "n": {"type": "long"}, "x": {"type": "float"}, "dbl": {"type": "double"},
+    "d": {"type": "date"}, "e": {"type": "date", "format": "yyyy/MM/dd"},
+    "b": {"type": "boolean"}, "o": {"properties": {"s": {"type": "keyword"}}},
+    "off": {"type": "object", "enabled": False}}}
+FDOCS = {
+    "1": {"t": "Hello World", "k": ["b", "a", "b", "toolong"], "n": ["7", 3.9], "x": 0.1,
+          "dbl": 2.5, "d": "2026-12-01T10:00:00Z", "e": "2026/12/01", "b": "true",
+          "o": [{"s": "z"}, {"s": "y"}], "off": {"q": 1}},
+    "2": {"t": "second", "k": "c", "n": 1, "d": 1796083200000, "b": False},
+}
+
+
+def fields_index(n, name, shards):
+    st, b = n.req("PUT", "/" + name, {"settings": {"number_of_shards": shards,
+                                                   "number_of_replicas": 1 if shards > 1 else 0},
+                                      "mappings": FMAP})
+    eq(st, 200, "create %s: %s" % (name, b))
+    lines = []
+    for i, d in FDOCS.items():
+        lines += [{"index": {"_index": name, "_id": i}}, d]
+    st, b = n.bulk(lines, params="?refresh=true")
+    eq((st, b.get("errors")), (200, False), "bulk: %s" % b)
+
+
+def fields_targets():
+    out = []
+    s = solo()
+    fields_index(s, "fv", 1)
+    out.append(("solo", s))
+    c = cluster()
+    fields_index(c["node-1"], "fv", 3)
+    out += [(x, c[x]) for x in NAMES]
+    return out
+
+
+def hits_by_id(b):
+    return {h["_id"]: h for h in b["hits"]["hits"]}
+
+
+FT = []
+
+
+def ftargets():
+    if not FT:
+        FT.extend(fields_targets())
+    return FT
+
+
+@test
+def fields_api():
+    for label, n in ftargets():
+        st, b = n.req("POST", "/fv/_search", {"fields": ["*"], "_source": False,
+                                             "sort": [{"n": "asc"}]})
+        eq(st, 200, "fields on %s: %s" % (label, b))
+        h = hits_by_id(b)
+        eq("_source" in h["1"], False, "_source: false")
+        eq(h["1"]["fields"], {
+            "t": ["Hello World"], "t.raw": ["Hello World"], "k": ["b", "a", "b"], "n": [7, 3],
+            "x": [0.1], "dbl": [2.5], "d": ["2026-12-01T10:00:00.000Z"], "e": ["2026/12/01"],
+            "b": [True], "o.s": ["z", "y"]}, "fields of doc 1 on " + label)
+        eq(h["2"]["fields"], {"t": ["second"], "t.raw": ["second"], "k": ["c"], "n": [1],
+                              "d": ["2026-12-01T00:00:00.000Z"], "b": [False]},
+           "fields of doc 2 on " + label)
+        # patterns, formats, unmapped values
+        st, b = n.req("POST", "/fv/_search", {
+            "query": {"ids": {"values": ["1"]}},
+            "fields": [{"field": "d", "format": "epoch_millis"}, {"field": "e", "format": "yyyy-MM-dd"},
+                       "o.*", {"field": "off*", "include_unmapped": "true"}]})
+        eq(st, 200, "formats on " + label)
+        hit = b["hits"]["hits"][0]
+        eq(hit["fields"], {"d": ["1796119200000"], "e": ["2026-12-01"], "o.s": ["z", "y"],
+                           "off.q": [1]}, "formats and unmapped on " + label)
+        eq(hit["_source"], FDOCS["1"], "_source still there when not turned off")
+        # no value for any asked field: no "fields" key at all
+        st, b = n.req("POST", "/fv/_search", {"query": {"ids": {"values": ["2"]}},
+                                             "fields": ["x", "nope"]})
+        eq("fields" in b["hits"]["hits"][0], False, "no fields key when empty")
+
+
+@test
+def docvalue_fields_and_stored_fields():
+    for label, n in ftargets():
+        st, b = n.req("POST", "/fv/_search", {
+            "query": {"ids": {"values": ["1"]}},
+            "docvalue_fields": ["k", "n", "x", {"field": "d", "format": "yyyy-MM-dd"}, "b",
+                                "o.*", "t.raw", {"field": "e", "format": "use_field_mapping"}],
+            "stored_fields": ["*"], "script_fields": {}, "runtime_mappings": {}})
+        eq(st, 200, "docvalue_fields on %s: %s" % (label, b))
+        hit = b["hits"]["hits"][0]
+        eq(hit["fields"], {"t.raw": ["Hello World"], "k": ["a", "b"], "n": [3, 7],
+                           "x": [0.10000000149011612], "d": ["2026-12-01"], "b": [True],
+                           "o.s": ["y", "z"], "e": ["2026/12/01"]},
+           "doc-value form (sorted, keywords deduplicated, floats widened) on " + label)
+        eq(("_source" in hit, hit["_id"]), (False, "1"), "stored_fields without _source")
+        # the URL forms
+        st, b = n.req("GET", "/fv/_search?q=k:a&stored_fields=_source&docvalue_fields=n,d")
+        hit = b["hits"]["hits"][0]
+        eq((st, hit["_source"], hit["fields"]),
+           (200, FDOCS["1"], {"n": [3, 7], "d": ["2026-12-01T10:00:00.000Z"]}), "URL form")
+        st, b = n.req("POST", "/fv/_search", {"stored_fields": "_none_", "size": 5})
+        eq(st, 200, "_none_")
+        for hit in b["hits"]["hits"]:
+            eq(sorted(hit), ["_index", "_score", "_type"], "_none_ leaves metadata out")
+        st, b = n.req("POST", "/fv/_search", {"stored_fields": ["*"], "_source": True,
+                                             "query": {"ids": {"values": ["2"]}}})
+        eq(b["hits"]["hits"][0]["_source"], FDOCS["2"], "elasticdump's stored_fields + _source")
+        # refusals, each a 400 naming the problem
+        st, b = n.req("POST", "/fv/_search", {"docvalue_fields": ["t"]})
+        eq((st, b["status"], b["error"]["root_cause"][0]["type"]),
+           (400, 400, "illegal_argument_exception"), "docvalue_fields on text via " + label)
+        assert "Text fields are not optimised" in b["error"]["root_cause"][0]["reason"], b
+        error_is(n.req("POST", "/fv/_search", {"stored_fields": "_none_", "_source": True}), 400,
+                 "illegal_argument_exception",
+                 "[stored_fields] cannot be disabled if [_source] is requested")
+        error_is(n.req("POST", "/fv/_search", {"script_fields": {"s": {"script": "1"}}}), 400,
+                 "illegal_argument_exception", "[script_fields] is not supported")
+        error_is(n.req("POST", "/fv/_search", {"runtime_mappings": {"r": {"type": "long"}}}),
+                 400, "illegal_argument_exception", "[runtime_mappings] is not supported")
+        error_is(n.req("POST", "/fv/_search", {"fields": [{"field": "d", "format": "yyyy-qq"}]}),
+                 400, "illegal_argument_exception", "Invalid format")
+        error_is(n.req("POST", "/fv/_search", {"fields": "d"}), 400, "parsing_exception")
+        error_is(n.req("POST", "/fv/_search", {"docvalue_fields": ["f%d" % i for i in range(101)]}),
+                 400, "illegal_argument_exception", "Trying to retrieve too many docvalue_fields")
+
+
+@test
+def version_seq_no_explain():
+    for label, n in ftargets():
+        st, b = n.req("POST", "/fv/_search", {"version": True, "seq_no_primary_term": True,
+                                             "explain": True, "query": {"match": {"t": "hello"}}})
+        eq((st, b["hits"]["total"]["value"]), (200, 1), "search on " + label)
+        hit = b["hits"]["hits"][0]
+        eq((hit["_version"], hit["_primary_term"]), (1, 1), "version and term on " + label)
+        eq(isinstance(hit["_seq_no"], int) and hit["_seq_no"] >= 0, True, "seq_no")
+        ex = hit["_explanation"]
+        eq(abs(ex["value"] - hit["_score"]) < 1e-6, True, "explanation value is the score")
+        eq((isinstance(ex["description"], str), ex["details"]), (True, []), "explanation shape")
+        st, b = n.req("POST", "/fv/_search", {"query": {"match": {"t": "hello"}}})
+        eq(any(k in b["hits"]["hits"][0] for k in ("_version", "_seq_no", "_explanation")),
+           False, "none of them unless asked")
+
+
 def teardown():
     rc = 0
     if SOLO:
