@@ -138,7 +138,7 @@ cache_get(co_stream *s, const char *name, bool create, cm_error *err)
 	cm_error_clear(&c->err);
 	if (create)
 		co_get_or_create(s->r->node, name, &c->ix, &c->err);
-	else if (!(c->ix = nd_index_get(s->r->node, name)))
+	else if (!(c->ix = co_index_or_alias(s->r->node, name, true)))
 		cm_error_set(&c->err, CM_ENOINDEX, "no such index [%s]", name);
 	*err = c->err;
 	return c->ix;

@@ -490,8 +490,12 @@ co_get_or_create(nd_node *n, const char *name, nd_index **out, cm_error *err)
 	nd_cluster *cl = nd_cluster_of(n);
 	char *reply = NULL;
 	cm_err rc;
-	if (!cl || (*out = nd_index_get(n, name)))
-		return cl ? CM_OK : nd_index_get_or_create(n, name, out, err);
+	if (!(*out = nd_index_get(n, name)) && nd_alias_exists(n, name))
+		return nd_alias_write_index(n, name, out, NULL, err); /* a write through an alias */
+	if (*out)
+		return CM_OK;
+	if (!cl)
+		return nd_index_get_or_create(n, name, out, err);
 	if ((rc = nd_index_name_check(name, err)))
 		return rc;
 	rc = nd_cluster_admin(cl, "create", name, NULL, &reply, err);

@@ -337,7 +337,7 @@ co_h_doc_delete(co_req *r)
 	if (!req_write_opts(r, &w))
 		return;
 	cm_error_clear(&err);
-	if (!(ix = nd_index_get(r->node, name))) {
+	if (!(ix = co_index_or_alias(r->node, name, true))) {
 		cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", name);
 		co_reply_error(r, &err, name);
 		return;
@@ -460,7 +460,7 @@ co_h_doc_get(co_req *r)
 	source_params(r, &incl, &excl);
 	co_param_get(r, "realtime");
 	co_param_get(r, "preference");
-	if (!(ix = nd_index_get(r->node, name))) {
+	if (!(ix = co_index_or_alias(r->node, name, false))) {
 		cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", name);
 		co_reply_error(r, &err, name);
 		return;
@@ -487,7 +487,7 @@ co_h_source_get(co_req *r)
 	cm_error_clear(&err);
 	source_params(r, &incl, &excl);
 	routing = co_param_get(r, "routing");
-	if (!(ix = nd_index_get(r->node, name))) {
+	if (!(ix = co_index_or_alias(r->node, name, false))) {
 		cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", name);
 		co_reply_error(r, &err, name);
 		return;
@@ -915,7 +915,7 @@ co_h_mget(co_req *r)
 			di = *dinc ? dinc : NULL;
 		}
 		cm_error_clear(&err);
-		if (!(ix = nd_index_get(r->node, iname))) {
+		if (!(ix = co_index_or_alias(r->node, iname, false))) {
 			cJSON *e = cJSON_CreateObject();
 			cJSON_AddStringToObject(e, "_index", iname);
 			cJSON_AddStringToObject(e, "_type", "_doc");

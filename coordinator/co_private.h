@@ -175,6 +175,17 @@ void co_nodes_select(co_req *r, cJSON *nodes, const char *node_sel, const char *
 const char *co_http_publish_address(void);
 uint64_t co_http_max_content(void);
 
+/* Aliases (co_alias.c). co_alias_filter wraps body's query in the filter
+ * of the aliases a search of expr goes through (nd_alias_filter). */
+void co_h_alias_put(co_req *r);
+void co_h_alias_delete(co_req *r);
+void co_h_aliases_post(co_req *r);
+void co_cat_aliases(co_req *r, const char *names);
+cm_err co_alias_filter(co_req *r, const char *expr, cJSON *body, cm_error *err);
+/* The index name names, or the index behind alias name: its write index
+ * for a write, its only index for a read. A new reference or NULL. */
+nd_index *co_index_or_alias(nd_node *n, const char *name, bool write);
+
 /* Bulk: a streaming consumer. */
 co_stream *co_bulk_begin(co_req *r);
 /* Returns false to stop reading (the reply is already decided). */

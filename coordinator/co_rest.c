@@ -497,6 +497,10 @@ co_h_cat(co_req *r)
 
 	if (co_cluster_cat(r, what))
 		return;
+	if (strcmp(what, "aliases") == 0) {
+		co_cat_aliases(r, expr);
+		return;
+	}
 	gmtime_r(&secs, &tm);
 	strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
 	if (strcmp(what, "indices") && strcmp(what, "shards") && strcmp(what, "nodes") &&
@@ -967,6 +971,23 @@ co_h_index_delete(co_req *r)
 			return;
 		}
 	}
+	{
+		/* an alias names no index to delete (Elasticsearch refuses it) */
+		char *copy = cm_strdup(MEM, expr), *save = NULL, *tok;
+		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			nd_index *ix = strchr(tok, '*') ? NULL : nd_index_get(r->node, tok);
+			if (!ix && !strchr(tok, '*') && nd_alias_exists(r->node, tok)) {
+				co_reply_errorf(r, CM_EINVAL, NULL,
+				                "The provided expression [%.200s] matches an alias, specify the "
+				                "corresponding concrete indices instead.",
+				                tok);
+				cm_free(MEM, copy);
+				return;
+			}
+			nd_index_release(ix);
+		}
+		cm_free(MEM, copy);
+	}
 	if (!co_resolve(r, expr, &ixs, &n))
 		return;
 	if (co_cluster_delete(r, ixs, n)) {
@@ -1011,7 +1032,7 @@ co_h_index_get(co_req *r)
 	j = cJSON_CreateObject();
 	for (size_t i = 0; i < n; i++) {
 		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
-		cJSON_AddObjectToObject(o, "aliases");
+		cJSON_AddItemToObject(o, "aliases", nd_index_aliases_json(ixs[i]));
 		cJSON_AddItemToObject(o, "mappings", index_mappings_json(ixs[i]));
 		cJSON_AddItemToObject(o, "settings", nd_index_settings_json(ixs[i]));
 	}
@@ -1039,25 +1060,6 @@ co_h_mapping_get(co_req *r)
 	for (size_t i = 0; i < n; i++) {
 		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
 		cJSON_AddItemToObject(o, "mappings", index_mappings_json(ixs[i]));
-	}
-	co_release_all(ixs, n);
-	co_reply_json(r, 200, j);
-}
-
-/* Aliases are not supported: every index answers with none. */
-void
-co_h_aliases_get(co_req *r)
-{
-	nd_index **ixs;
-	size_t n;
-	cJSON *j;
-
-	if (!co_resolve(r, index_expr(r), &ixs, &n))
-		return;
-	j = cJSON_CreateObject();
-	for (size_t i = 0; i < n; i++) {
-		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
-		cJSON_AddObjectToObject(o, "aliases");
 	}
 	co_release_all(ixs, n);
 	co_reply_json(r, 200, j);

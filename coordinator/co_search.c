@@ -400,6 +400,12 @@ co_h_search(co_req *r)
 		cJSON_Delete(body);
 		return;
 	}
+	cm_error_clear(&err);
+	if (co_alias_filter(r, search_index_expr(r), body, &err)) {
+		co_reply_error(r, &err, NULL);
+		cJSON_Delete(body);
+		return;
+	}
 	if (!co_resolve(r, search_index_expr(r), &ixs, &n)) {
 		cJSON_Delete(body);
 		return;
@@ -457,6 +463,11 @@ co_h_count(co_req *r)
 	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
 		co_param_get(r, ignored[i]);
 	cm_error_clear(&err);
+	if (co_alias_filter(r, search_index_expr(r), body, &err)) {
+		co_reply_error(r, &err, NULL);
+		cJSON_Delete(body);
+		return;
+	}
 	qj = cJSON_GetObjectItemCaseSensitive(body, "query");
 	if (qj && sr_query_from_json(qj, &q, &err)) {
 		co_reply_error(r, &err, NULL);
@@ -572,6 +583,8 @@ co_h_msearch(co_req *r)
 		cm_buf_reset(&one);
 		if (!cJSON_IsObject(body)) {
 			cm_error_set(&err, CM_EPARSE, "malformed search body on line [%d]", line);
+		} else if (co_alias_filter(r, expr, body, &err)) {
+			/* err says why */
 		} else if (!nd_resolve(r->node, expr,
 		                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(header,
 		                                                                     "ignore_unavailable")),
