@@ -330,6 +330,170 @@ def version_seq_no_explain():
            False, "none of them unless asked")
 
 
+# ---- aliases ----
+
+def alias_setup(n, shards):
+    for name, body in (("al1", {"aliases": {"al-all": {}, "al-w": {"is_write_index": True}}}),
+                       ("al2", {}), ("al3", {})):
+        st, b = n.req("PUT", "/" + name, dict(body, settings={
+            "number_of_shards": shards, "number_of_replicas": 1 if shards > 1 else 0}))
+        eq(st, 200, "create %s: %s" % (name, b))
+    eq(n.req("PUT", "/al2/_alias/al-all"), (200, {"acknowledged": True}), "PUT _alias")
+    st, b = n.req("POST", "/_aliases", {"actions": [
+        {"add": {"index": "al2", "alias": "al-red", "filter": {"term": {"c": "red"}},
+                 "routing": "1"}},
+        {"add": {"indices": ["al1", "al2"], "alias": "al-multi"}},
+        {"add": {"index": "al3", "alias": "al-gone"}}]})
+    eq((st, b), (200, {"acknowledged": True}), "POST _aliases")
+    lines = []
+    for i, (ix, c) in enumerate((("al-w", "red"), ("al2", "red"), ("al2", "blue"),
+                                 ("al2", "blue"))):
+        lines += [{"index": {"_index": ix, "_id": str(i)}}, {"c": c, "i": i}]
+    st, b = n.bulk(lines, params="?refresh=true")
+    eq((st, b["errors"]), (200, False), "bulk through an alias: %s" % b)
+    eq(b["items"][0]["index"]["_index"], "al1", "the write index took it")
+
+
+AT = []
+
+
+def atargets():
+    if not AT:
+        s = solo()
+        alias_setup(s, 1)
+        AT.append(("solo", s))
+        c = cluster()
+        alias_setup(c["node-2"], 3)
+        AT.extend((x, c[x]) for x in NAMES)
+    return AT
+
+
+def total(n, path, body=None):
+    st, b = n.req("POST", path, body or {})
+    eq(st, 200, "%s: %s" % (path, b))
+    return b["hits"]["total"]["value"]
+
+
+@test
+def alias_reads_and_searches():
+    for label, n in atargets():
+        st, b = n.req("GET", "/al*/_alias")
+        eq(st, 200, "GET /al*/_alias on " + label)
+        eq(b, {"al1": {"aliases": {"al-all": {}, "al-w": {"is_write_index": True},
+                                    "al-multi": {}}},
+               "al2": {"aliases": {"al-all": {}, "al-multi": {},
+                                   "al-red": {"filter": {"term": {"c": "red"}},
+                                              "index_routing": "1", "search_routing": "1"}}},
+               "al3": {"aliases": {"al-gone": {}}}}, "aliases via " + label)
+        st, b = n.req("GET", "/_alias/al-red")
+        eq((st, b), (200, {"al2": {"aliases": {"al-red": {
+            "filter": {"term": {"c": "red"}}, "index_routing": "1", "search_routing": "1"}}}}),
+           "GET /_alias/{name} on " + label)
+        st, b = n.req("GET", "/al1/_alias/al-*")
+        eq(sorted(b["al1"]["aliases"]), ["al-all", "al-multi", "al-w"], "index + pattern")
+        st, b = n.req("GET", "/_alias/al-all,nope")
+        eq((st, b["status"], b["error"], sorted(k for k in b if k.startswith("al"))),
+           (404, 404, "alias [nope] missing", ["al1", "al2"]), "a missing alias")
+        st, _, _ = n.raw("HEAD", "/_alias/al-all")
+        eq(st, 200, "HEAD existing")
+        st, _, _ = n.raw("HEAD", "/_alias/nope")
+        eq(st, 404, "HEAD missing")
+        st, b = n.req("GET", "/al1")
+        eq(sorted(b["al1"]["aliases"]), ["al-all", "al-multi", "al-w"], "GET /{index}")
+        st, rows = n.req("GET", "/_cat/aliases/al-*?format=json")
+        eq(sorted((r["alias"], r["index"], r["filter"], r["routing.index"], r["routing.search"],
+                   r["is_write_index"]) for r in rows),
+           [("al-all", "al1", "-", "-", "-", "-"), ("al-all", "al2", "-", "-", "-", "-"),
+            ("al-gone", "al3", "-", "-", "-", "-"),
+            ("al-multi", "al1", "-", "-", "-", "-"), ("al-multi", "al2", "-", "-", "-", "-"),
+            ("al-red", "al2", "*", "1", "1", "-"), ("al-w", "al1", "-", "-", "-", "true")],
+           "_cat/aliases on " + label)
+        st, text = n.req("GET", "/_cat/aliases/al-w?v")
+        eq(text.split("\n")[0].split(), ["alias", "index", "filter", "routing.index",
+                                          "routing.search", "is_write_index"], "header")
+        # searching through aliases: one over several indices, a filtered one
+        eq(total(n, "/al-all/_search"), 4, "al-all searches al1 and al2 on " + label)
+        eq(total(n, "/al-multi,al1/_search"), 4, "an alias and its index: no double count")
+        eq(total(n, "/al-red/_search"), 1, "filtered alias on " + label)
+        eq(total(n, "/al-red/_search", {"query": {"term": {"i": 1}}}), 1, "filter AND query")
+        eq(total(n, "/al-red/_search", {"query": {"term": {"i": 2}}}), 0, "filter excludes")
+        st, b = n.req("POST", "/al-red/_count")
+        eq((st, b["count"]), (200, 1), "_count through a filtered alias")
+        body = '{"index":"al-red"}\n{}\n{"index":"al-all"}\n{}\n'
+        st, b = n.req("POST", "/_msearch", body, {"Content-Type": "application/x-ndjson"})
+        eq([x["hits"]["total"]["value"] for x in b["responses"]], [1, 4], "_msearch")
+        error_is(n.req("POST", "/al-red,al1/_search", {}), 400, "illegal_argument_exception",
+                 "different alias filters")
+        st, b = n.req("GET", "/al-w/_doc/0")
+        eq((st, b["_index"], b["found"]), (200, "al1", True), "GET through an alias")
+
+
+@test
+def alias_writes_and_refusals():
+    for label, n in atargets():
+        error_is(n.req("PUT", "/al-multi/_doc/x", {"c": "x"}), 400, "illegal_argument_exception",
+                 "no write index is defined for alias [al-multi]")
+        error_is(n.req("DELETE", "/al-all"), 400, "illegal_argument_exception",
+                 "matches an alias, specify the corresponding concrete indices instead")
+        error_is(n.req("PUT", "/al-all", {}), 400, "invalid_index_name_exception",
+                 "already exists as alias")
+        error_is(n.req("POST", "/_aliases", {"actions": [
+            {"add": {"index": "al2", "alias": "al-w", "is_write_index": True}}]}), 400,
+            "illegal_state_exception", "alias [al-w] has more than one write index")
+        error_is(n.req("POST", "/_aliases", {"actions": [{"add": {"index": "al2", "alias": "al1"}}]}),
+                 400, "invalid_alias_name_exception", "exists with the same name as the alias")
+        error_is(n.req("PUT", "/al2/_alias/Bad"), 400, "invalid_alias_name_exception",
+                 "must be lowercase")
+        error_is(n.req("PUT", "/nope/_alias/x"), 404, "index_not_found_exception")
+        error_is(n.req("DELETE", "/al2/_alias/nope"), 404, "aliases_not_found_exception",
+                 "aliases [nope] missing")
+        error_is(n.req("POST", "/_aliases", {"actions": [
+            {"add": {"index": "al2", "alias": "al-bad", "filter": {"nosuch": {}}}}]}), 400,
+            "parsing_exception")
+        error_is(n.req("POST", "/_aliases", {"actions": []}), 400,
+                 "action_request_validation_exception")
+        error_is(n.req("POST", "/_aliases", {"actions": [{"explode": {"index": "al2"}}]}), 400,
+                 "parsing_exception", "unknown action [explode]")
+        # nothing half-applied: a good action before a bad one did not happen
+        error_is(n.req("POST", "/_aliases", {"actions": [
+            {"add": {"index": "al2", "alias": "al-half"}},
+            {"add": {"index": "nope", "alias": "al-half"}}]}), 404, "index_not_found_exception")
+        st, b = n.req("GET", "/_alias/al-half")
+        eq(st, 404, "no half-applied alias via " + label)
+
+
+@test
+def alias_atomic_swap_and_remove_index():
+    """The last test on these indices: moves al-w to al2, removes an alias,
+    and drops al3 in one request, seen alike from every node."""
+    n0 = atargets()
+    for group in (["solo"], NAMES):
+        n = dict(n0)[group[0]]
+        st, b = n.req("POST", "/_aliases", {"actions": [
+            {"remove": {"index": "al1", "alias": "al-w"}},
+            {"add": {"index": "al2", "alias": "al-w", "is_write_index": True}},
+            {"remove": {"index": "*", "alias": "al-multi"}},
+            {"remove_index": {"index": "al3"}}]})
+        eq((st, b), (200, {"acknowledged": True}), "swap via " + group[0])
+        for label in group:
+            m = dict(n0)[label]
+            st, b = m.req("GET", "/_alias/al-w")
+            eq(b, {"al2": {"aliases": {"al-w": {"is_write_index": True}}}}, "moved on " + label)
+            eq(m.req("GET", "/_alias/al-multi")[0], 404, "removed on " + label)
+            eq(m.req("HEAD", "/al3")[0], 404, "al3 dropped on " + label)
+            st, b = m.req("PUT", "/al-w/_doc/new-%s?refresh=true" % label, {"c": "green"})
+            eq((st, b["_index"]), (201, "al2"), "writes follow the alias on " + label)
+
+
+@test
+def aliases_survive_a_restart():
+    n = solo()
+    n.restart()
+    st, b = n.req("GET", "/_alias/al-w,al-red")
+    eq((st, sorted(b["al2"]["aliases"])), (200, ["al-red", "al-w"]), "after restart")
+    eq(total(n, "/al-red/_search"), 1, "filter after restart")
+
+
 def teardown():
     rc = 0
     if SOLO:
