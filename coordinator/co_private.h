@@ -186,6 +186,17 @@ cm_err co_alias_filter(co_req *r, const char *expr, cJSON *body, cm_error *err);
  * for a write, its only index for a read. A new reference or NULL. */
 nd_index *co_index_or_alias(nd_node *n, const char *name, bool write);
 
+/* Index templates (co_template.c). co_template_body: the create body of a
+ * new index, its matching templates under req (may be NULL); new JSON,
+ * or NULL when neither gives anything. co_template_upcall applies a
+ * change another node sent (co_node_entry). */
+void co_h_template_put(co_req *r);
+void co_h_template_get(co_req *r);
+void co_h_template_delete(co_req *r);
+void co_h_simulate_index(co_req *r);
+cJSON *co_template_body(nd_node *n, const char *index, const cJSON *req);
+cJSON *co_template_upcall(nd_node *n, const char *text);
+
 /* Bulk: a streaming consumer. */
 co_stream *co_bulk_begin(co_req *r);
 /* Returns false to stop reading (the reply is already decided). */

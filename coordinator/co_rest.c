@@ -803,6 +803,8 @@ node_info_entry(nd_node *node)
 cJSON *
 co_node_entry(void *node, const char *kind)
 {
+	if (kind[0] == '{') /* a template change from another node */
+		return co_template_upcall(node, kind);
 	return strcmp(kind, "stats") == 0 ? node_stats_entry(node) : node_info_entry(node);
 }
 
@@ -931,6 +933,13 @@ co_h_index_put(co_req *r)
 
 	if (bad)
 		return;
+	cm_error_clear(&err);
+	if (nd_index_name_check(name, &err) == CM_OK) {
+		cJSON *full = co_template_body(r->node, name, body); /* the matching templates */
+		cJSON_Delete(body);
+		body = full;
+	}
+	cm_error_clear(&err);
 	if (co_cluster_admin(r, "create", name, body)) {
 		cJSON_Delete(body);
 		return;
