@@ -1,8 +1,9 @@
 """The Elasticsearch surface tools rely on (issue 13), against a solo node
 and a 3-node cluster, each answer checked for Elasticsearch's shape:
 the wire (X-Elastic-Product, versioned media types, _license, _xpack,
-_nodes/_all/http sniffing) and the fields a search returns (fields,
-docvalue_fields, stored_fields, version, seq_no_primary_term, explain)."""
+_nodes/_all/http sniffing), the fields a search returns (fields,
+docvalue_fields, stored_fields, version, seq_no_primary_term, explain),
+aliases and index templates."""
 import json
 import os
 import shutil
@@ -492,6 +493,130 @@ def aliases_survive_a_restart():
     st, b = n.req("GET", "/_alias/al-w,al-red")
     eq((st, sorted(b["al2"]["aliases"])), (200, ["al-red", "al-w"]), "after restart")
     eq(total(n, "/al-red/_search"), 1, "filter after restart")
+
+
+# ---- index templates ----
+
+def put_templates(n):
+    eq(n.req("PUT", "/_component_template/tc-base", {"template": {
+        "settings": {"number_of_shards": 2},
+        "mappings": {"properties": {"ts": {"type": "date"}, "msg": {"type": "text"}}}}}),
+       (200, {"acknowledged": True}), "component template")
+    eq(n.req("PUT", "/_index_template/tlogs", {
+        "index_patterns": ["tlogs-*"], "priority": 10, "composed_of": ["tc-base"],
+        "template": {"settings": {"index": {"number_of_replicas": 0}},
+                     "mappings": {"properties": {"msg": {"type": "keyword"}}},
+                     "aliases": {"tlogs": {}}}}), (200, {"acknowledged": True}), "index template")
+    eq(n.req("PUT", "/_index_template/tlogs-low", {
+        "index_patterns": ["tlogs-*"], "priority": 1,
+        "template": {"settings": {"number_of_shards": 5}}})[0], 200, "a lower priority one")
+    eq(n.req("PUT", "/_template/told", {"index_patterns": ["told-*"], "order": 1,
+                                        "settings": {"number_of_shards": 3},
+                                        "aliases": {"tolds": {}}})[0], 200, "legacy")
+    eq(n.req("PUT", "/_template/told-0", {"index_patterns": ["told-*"], "order": 0,
+                                          "settings": {"number_of_shards": 4,
+                                                       "number_of_replicas": 0}})[0], 200,
+       "legacy, lower order")
+
+
+@test
+def index_templates_on_auto_creation():
+    s = solo()
+    put_templates(s)
+    c = cluster()
+    put_templates(c["node-3"])
+    for label, n in [("solo", s)] + [(x, c[x]) for x in NAMES]:
+        st, b = n.req("GET", "/_index_template/tlogs")
+        eq(st, 200, "GET template on " + label)
+        eq(b["index_templates"][0]["name"], "tlogs", "name")
+        eq(b["index_templates"][0]["index_template"]["composed_of"], ["tc-base"], "composed_of")
+        st, b = n.req("GET", "/_component_template/tc-*")
+        eq([t["name"] for t in b["component_templates"]], ["tc-base"], "component on " + label)
+        st, b = n.req("GET", "/_template/told*")
+        eq((b["told"]["order"], b["told"]["settings"]), (1, {"number_of_shards": 3}), "legacy")
+        st, b = n.req("POST", "/_index_template/_simulate_index/tlogs-x")
+        eq(st, 200, "simulate on " + label)
+        eq(b["template"]["settings"]["index"], {"number_of_shards": "2",
+                                                "number_of_replicas": "0"}, "simulated settings")
+        eq(b["template"]["mappings"], {"properties": {"ts": {"type": "date"},
+                                                      "msg": {"type": "keyword"}}},
+           "component then template mappings")
+        eq(b["template"]["aliases"], {"tlogs": {}}, "simulated aliases")
+        eq([o["name"] for o in b["overlapping"]], ["tlogs-low"], "overlapping")
+    for label, n in (("solo", s), ("node-1", c["node-1"])):
+        day = "tlogs-2026.12.01"
+        st, b = n.bulk([{"index": {"_index": day, "_id": "1"}}, {"msg": "Hello", "ts": "2026-12-01"},
+                        {"index": {"_index": "told-1", "_id": "1"}}, {"a": 1}],
+                       params="?refresh=true")
+        eq((st, b["errors"]), (200, False), "bulk auto-creates via %s: %s" % (label, b))
+        st, b = n.req("GET", "/" + day)
+        ix = b[day]
+        eq((ix["settings"]["index"]["number_of_shards"], ix["settings"]["index"]["number_of_replicas"]),
+           ("2", "0"), "priority 10 wins via " + label)
+        eq(ix["mappings"]["properties"]["msg"], {"type": "keyword"}, "template mapping")
+        eq(ix["aliases"], {"tlogs": {}}, "template alias")
+        st, b = n.req("POST", "/tlogs/_search", {"query": {"term": {"msg": "Hello"}}})
+        eq(b["hits"]["total"]["value"], 1, "keyword search through the template's alias")
+        st, b = n.req("GET", "/told-1")
+        eq((b["told-1"]["settings"]["index"]["number_of_shards"], b["told-1"]["aliases"]),
+           ("3", {"tolds": {}}), "legacy: higher order wins, both merged via " + label)
+        eq(b["told-1"]["settings"]["index"]["number_of_replicas"], "0", "lower order kept")
+        # an explicit create: the request's own settings win
+        st, b = n.req("PUT", "/tlogs-explicit", {"settings": {"number_of_shards": 1}})
+        eq(st, 200, "explicit create")
+        st, b = n.req("GET", "/tlogs-explicit")
+        eq((b["tlogs-explicit"]["settings"]["index"]["number_of_shards"],
+            b["tlogs-explicit"]["aliases"]), ("1", {"tlogs": {}}), "request over template")
+    if True:
+        # every cluster node created the auto-created index alike
+        for x in NAMES:
+            st, b = c[x].req("GET", "/tlogs-2026.12.01/_settings")
+            eq(b["tlogs-2026.12.01"]["settings"]["index"]["number_of_shards"], "2",
+               "same shards on " + x)
+
+
+@test
+def index_template_refusals():
+    for label, n in (("solo", solo()), ("node-2", cluster()["node-2"])):
+        error_is(n.req("PUT", "/_index_template/bad1", {"template": {}}), 400,
+                 "action_request_validation_exception", "index patterns are missing")
+        error_is(n.req("PUT", "/_index_template/bad2", {"index_patterns": ["x*"],
+                                                        "composed_of": ["nope"]}), 400,
+                 "invalid_index_template_exception", "specifies component templates [nope]")
+        error_is(n.req("PUT", "/_index_template/bad3", {"index_patterns": ["tlogs-a*"],
+                                                        "priority": 10}), 400,
+                 "illegal_argument_exception", "same priority [10]")
+        error_is(n.req("PUT", "/_index_template/bad4", {"index_patterns": ["y*"], "template": {
+            "mappings": {"properties": {"f": {"type": "nosuchtype"}}}}}), 400,
+            "mapper_parsing_exception")
+        error_is(n.req("PUT", "/_index_template/bad5", {"index_patterns": ["y*"], "bogus": 1}),
+                 400, "parsing_exception", "unknown field [bogus]")
+        error_is(n.req("PUT", "/_index_template/bad6", {"index_patterns": ["z*"],
+                                                        "data_stream": {}}), 400,
+                 "illegal_argument_exception", "data streams")
+        error_is(n.req("PUT", "/_index_template/tlogs?create=true", {"index_patterns": ["q*"]}),
+                 400, "illegal_argument_exception", "already exists")
+        error_is(n.req("DELETE", "/_component_template/tc-base"), 400,
+                 "illegal_argument_exception", "still in use by index templates [tlogs]")
+        error_is(n.req("GET", "/_index_template/nope"), 404, "resource_not_found_exception")
+        error_is(n.req("DELETE", "/_index_template/nope"), 404, "resource_not_found_exception")
+        eq(n.req("GET", "/_template/nope")[0], 404, "legacy GET missing")
+
+
+@test
+def index_template_delete_reaches_every_node():
+    c = cluster()
+    eq(c["node-1"].req("DELETE", "/_index_template/tlogs-low"), (200, {"acknowledged": True}),
+       "delete")
+    for x in NAMES:
+        eq(c[x].req("GET", "/_index_template/tlogs-low")[0], 404, "gone on " + x)
+    s = solo()
+    eq(s.req("DELETE", "/_template/told-0")[0], 200, "legacy delete")
+    s.restart()
+    st, b = s.req("GET", "/_template/told-0")
+    eq(st, 404, "deleted stays deleted after a restart")
+    st, b = s.req("GET", "/_index_template/tlogs")
+    eq((st, b["index_templates"][0]["name"]), (200, "tlogs"), "kept after a restart")
 
 
 def teardown():
