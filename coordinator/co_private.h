@@ -197,6 +197,14 @@ void co_h_simulate_index(co_req *r);
 cJSON *co_template_body(nd_node *n, const char *index, const cJSON *req);
 cJSON *co_template_upcall(nd_node *n, const char *text);
 
+/* Scrolls on a cluster node (co_scroll.c): each page is the search run
+ * again from the next offset. _next returns -1 when id is none of them. */
+cm_err co_scroll_cluster_start(co_req *r, nd_index **ixs, size_t n, cJSON *body, uint32_t size,
+                               int window, int64_t keep_ms, cm_buf *out, char id[64],
+                               cm_error *err);
+int co_scroll_cluster_next(co_req *r, const char *id, int64_t keep_ms, cm_buf *out, cm_error *err);
+size_t co_scroll_cluster_clear(const char *id); /* NULL = all */
+
 /* Bulk: a streaming consumer. */
 co_stream *co_bulk_begin(co_req *r);
 /* Returns false to stop reading (the reply is already decided). */

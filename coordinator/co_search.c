@@ -337,10 +337,15 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 		                    "context;");
 	}
 	if (nd_cluster_of(r->node)) {
+		uint32_t size = req.size;
 		sr_request_free(&req);
-		if (scroll_ms > 0)
-			return cm_error_set(err, CM_EINVAL,
-			                    "scroll is not supported on a cluster node yet (phase 1)");
+		if (scroll_ms > 0) {
+			char id[64];
+			rc = co_scroll_cluster_start(r, ixs, n, body, size, window, scroll_ms, out, id, err);
+			if (!rc)
+				add_scroll_id(out, id);
+			return rc;
+		}
 		co_cluster_search(r, ixs, n, body, out, err, &rc);
 		return rc;
 	}
@@ -663,7 +668,8 @@ co_h_scroll(co_req *r)
 	}
 	cm_buf_init(&out, MEM);
 	cm_error_clear(&err);
-	if (nd_scroll_next(r->node, id, ms, &out, &err)) {
+	int crc = nd_cluster_of(r->node) ? co_scroll_cluster_next(r, id, ms, &out, &err) : -1;
+	if (crc > 0 || (crc < 0 && nd_scroll_next(r->node, id, ms, &out, &err))) {
 		co_reply_error(r, &err, NULL);
 	} else {
 		add_scroll_id(&out, id);
@@ -687,23 +693,26 @@ co_h_scroll_clear(co_req *r)
 		return;
 	ids = cJSON_GetObjectItemCaseSensitive(body, "scroll_id");
 	if (path_id && strcmp(path_id, "_all") == 0) {
-		freed = nd_scroll_clear_all(r->node);
+		freed = nd_scroll_clear_all(r->node) + co_scroll_cluster_clear(NULL);
 		asked = freed;
 	} else if (path_id) {
 		char *copy = cm_strdup(MEM, path_id), *save = NULL, *tok;
 		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save), asked++)
-			freed += nd_scroll_clear(r->node, tok);
+			freed += nd_scroll_clear(r->node, tok) + co_scroll_cluster_clear(tok);
 		cm_free(MEM, copy);
 	} else if (cJSON_IsString(ids)) {
 		asked = 1;
-		freed = strcmp(ids->valuestring, "_all") == 0 ? (asked = nd_scroll_clear_all(r->node))
-		                                              : nd_scroll_clear(r->node, ids->valuestring);
+		freed = strcmp(ids->valuestring, "_all") == 0
+		            ? (asked = nd_scroll_clear_all(r->node) + co_scroll_cluster_clear(NULL))
+		            : nd_scroll_clear(r->node, ids->valuestring) +
+		                  co_scroll_cluster_clear(ids->valuestring);
 	} else if (cJSON_IsArray(ids)) {
 		const cJSON *e;
 		cJSON_ArrayForEach(e, ids)
 		if (cJSON_IsString(e)) {
 			asked++;
-			freed += nd_scroll_clear(r->node, e->valuestring);
+			freed += nd_scroll_clear(r->node, e->valuestring) +
+			         co_scroll_cluster_clear(e->valuestring);
 		}
 	} else {
 		cJSON_Delete(body);
