@@ -291,3 +291,59 @@ co_index_or_alias(nd_node *n, const char *name, bool write)
 	nd_alias_write_index(n, name, &ix, NULL, &err);
 	return ix;
 }
+
+char *
+co_alias_index_routing(nd_node *n, const char *name)
+{
+	nd_index *ix = nd_index_get(n, name);
+	char *rt = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	if (ix || !nd_alias_exists(n, name)) {
+		nd_index_release(ix);
+		return NULL;
+	}
+	if (nd_alias_write_index(n, name, &ix, &rt, &err) == CM_OK)
+		nd_index_release(ix);
+	char *out = rt ? cm_strdup(MEM, rt) : NULL;
+	cm_free(CM_MEM_NODE, rt);
+	return out;
+}
+
+bool
+co_alias_routing_check(const char *alias, const char *alias_rt, const char *given, cm_error *err)
+{
+	if (!alias_rt || !given || !strcmp(alias_rt, given))
+		return true;
+	cm_error_set(err, CM_EINVAL,
+	             "Alias [%s] has index routing associated with it [%s], and was provided with "
+	             "routing value [%s], rejecting operation",
+	             alias, alias_rt, given);
+	return false;
+}
+
+bool
+co_alias_routing_param(co_req *r, const char *name)
+{
+	char *rt = co_alias_index_routing(r->node, name);
+	const char *have = co_param_get(r, "routing");
+	cm_error err;
+	cm_error_clear(&err);
+	if (!rt)
+		return true;
+	if (!co_alias_routing_check(name, rt, have, &err)) {
+		cm_free(MEM, rt);
+		co_reply_error(r, &err, NULL);
+		return false;
+	}
+	if (!have && r->nparams < CO_MAX_PARAMS) {
+		/* the request goes on as if it had asked for ?routing= itself */
+		co_param *p = &r->params[r->nparams++];
+		p->key = cm_strdup(MEM, "routing");
+		p->value = rt;
+		p->used = true;
+		return true;
+	}
+	cm_free(MEM, rt);
+	return true;
+}

@@ -185,6 +185,16 @@ cm_err co_alias_filter(co_req *r, const char *expr, cJSON *body, cm_error *err);
 /* The index name names, or the index behind alias name: its write index
  * for a write, its only index for a read. A new reference or NULL. */
 nd_index *co_index_or_alias(nd_node *n, const char *name, bool write);
+/* An alias's index_routing (of its write index), a new string (cm_free
+ * COORDINATOR), NULL when name is an index or the alias has none. */
+char *co_alias_index_routing(nd_node *n, const char *name);
+/* False (err set, Elasticsearch's reason) when a routing value given with
+ * a write through an alias differs from the alias's index_routing. */
+bool co_alias_routing_check(const char *alias, const char *alias_rt, const char *given,
+                            cm_error *err);
+/* A one-document request on alias name takes its index_routing as
+ * ?routing=; false when it conflicts (400 replied). */
+bool co_alias_routing_param(co_req *r, const char *name);
 
 /* Index templates (co_template.c). co_template_body: the create body of a
  * new index, its matching templates under req (may be NULL); new JSON,

@@ -455,6 +455,25 @@ def alias_writes_and_refusals():
                  "action_request_validation_exception")
         error_is(n.req("POST", "/_aliases", {"actions": [{"explode": {"index": "al2"}}]}), 400,
                  "parsing_exception", "unknown action [explode]")
+        # index_routing: a write through the alias routes by it, a conflicting one is refused
+        st, b = n.req("PUT", "/al-red/_doc/r1-%s?refresh=true" % label, {"c": "pink"})
+        eq((st, b["_index"]), (201, "al2"), "write through al-red on " + label)
+        st, b = n.req("GET", "/al2/_doc/r1-%s?routing=1" % label)
+        eq((st, b["found"]), (200, True), "stored under the alias's routing on " + label)
+        st, b = n.req("GET", "/al-red/_doc/r1-" + label)
+        eq((st, b["found"]), (200, True), "read back through the alias on " + label)
+        error_is(n.req("PUT", "/al-red/_doc/r2?routing=2", {"c": "pink"}), 400,
+                 "illegal_argument_exception",
+                 "Alias [al-red] has index routing associated with it [1], and was provided "
+                 "with routing value [2], rejecting operation")
+        st, b = n.bulk([{"index": {"_index": "al-red", "_id": "r3-" + label}}, {"c": "pink"},
+                        {"index": {"_index": "al-red", "_id": "r4", "routing": "9"}}, {"c": "pink"}])
+        eq((st, b["errors"], b["items"][0]["index"]["status"], b["items"][1]["index"]["status"]),
+           (200, True, 201, 400), "bulk through a routed alias on " + label)
+        assert "rejecting operation" in b["items"][1]["index"]["error"]["reason"], b
+        n.refresh("al2")
+        st, b = n.req("GET", "/al2/_doc/r3-%s?routing=1" % label)
+        eq(b["found"], True, "bulk item took the alias's routing on " + label)
         # nothing half-applied: a good action before a bad one did not happen
         error_is(n.req("POST", "/_aliases", {"actions": [
             {"add": {"index": "al2", "alias": "al-half"}},
