@@ -775,6 +775,13 @@ co_h_delete_by_query(co_req *r)
 		                "Validation Failed: 1: query is missing;");
 		return;
 	}
+	/* through a filtered alias only what the alias shows goes */
+	if (co_alias_filter(r, co_seg(r, 0), body, &err)) {
+		cJSON_Delete(body);
+		co_reply_error(r, &err, NULL);
+		return;
+	}
+	qj = cJSON_GetObjectItemCaseSensitive(body, "query");
 	if (sr_query_from_json(qj, &q, &err)) {
 		cJSON_Delete(body);
 		co_reply_error(r, &err, NULL);

@@ -506,6 +506,20 @@ def alias_atomic_swap_and_remove_index():
 
 
 @test
+def delete_by_query_through_a_filtered_alias():
+    n = solo()  # _delete_by_query runs on solo nodes only
+    for name, body in (("dq", {"aliases": {"dq-red": {"filter": {"term": {"c": "red"}}}}}),):
+        eq(n.req("PUT", "/" + name, body)[0], 200, "create")
+    lines = []
+    for i, c in enumerate(("red", "red", "blue")):
+        lines += [{"index": {"_index": "dq", "_id": str(i)}}, {"c": c}]
+    eq(n.bulk(lines, params="?refresh=true")[1]["errors"], False, "bulk")
+    st, b = n.req("POST", "/dq-red/_delete_by_query?refresh=true", {"query": {"match_all": {}}})
+    eq((st, b["deleted"]), (200, 2), "only the alias's documents")
+    eq(total(n, "/dq/_search"), 1, "the blue one stays")
+
+
+@test
 def aliases_survive_a_restart():
     n = solo()
     n.restart()
@@ -636,6 +650,36 @@ def index_template_delete_reaches_every_node():
     eq(st, 404, "deleted stays deleted after a restart")
     st, b = s.req("GET", "/_index_template/tlogs")
     eq((st, b["index_templates"][0]["name"]), (200, "tlogs"), "kept after a restart")
+
+
+# ---- scroll on a cluster node ----
+
+@test
+def scroll_on_a_cluster():
+    c = cluster()
+    n = c["node-1"]
+    eq(n.req("PUT", "/sc", {"settings": {"number_of_shards": 3, "number_of_replicas": 1}})[0],
+       200, "create")
+    lines = []
+    for i in range(23):
+        lines += [{"index": {"_index": "sc", "_id": str(i)}}, {"i": i}]
+    eq(c["node-2"].bulk(lines, params="?refresh=true")[1]["errors"], False, "bulk")
+    st, b = n.req("POST", "/sc/_search?scroll=1m", {"size": 10, "sort": ["i"]})
+    eq(st, 200, "scroll start: %s" % b)
+    sid, seen = b["_scroll_id"], [h["_source"]["i"] for h in b["hits"]["hits"]]
+    eq(b["hits"]["total"]["value"], 23, "total")
+    while True:
+        st, b = n.req("POST", "/_search/scroll", {"scroll": "1m", "scroll_id": sid})
+        eq(st, 200, "next page: %s" % b)
+        if not b["hits"]["hits"]:
+            break
+        seen += [h["_source"]["i"] for h in b["hits"]["hits"]]
+        eq(len(seen) <= 23, True, "no page repeats")
+    eq(seen, list(range(23)), "every hit once, in order")
+    st, b = n.req("DELETE", "/_search/scroll", {"scroll_id": sid})
+    eq((st, b["num_freed"]), (200, 1), "cleared")
+    error_is(n.req("POST", "/_search/scroll", {"scroll": "1m", "scroll_id": sid}), 404,
+             "search_context_missing_exception")
 
 
 def teardown():
