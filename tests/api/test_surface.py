@@ -682,6 +682,66 @@ def scroll_on_a_cluster():
              "search_context_missing_exception")
 
 
+# ---- hostile input to the new endpoints: a 4xx, never a crash ----
+
+@test
+def malformed_requests_get_4xx():
+    n = solo()
+    n.req("PUT", "/hx", {"aliases": {"hx-a": {}}})
+    bodies = [
+        ("POST", "/_aliases", {"actions": [{"add": {"index": 5, "alias": "x"}}]}),
+        ("POST", "/_aliases", {"actions": [{"add": {"index": "hx", "alias": ["a", 3]}}]}),
+        ("POST", "/_aliases", {"actions": [{"add": {"index": "hx"}}]}),
+        ("POST", "/_aliases", {"actions": [{"add": {"index": "hx", "alias": "x", "filter": 3}}]}),
+        ("POST", "/_aliases", {"actions": [{"add": {"index": "hx", "alias": "x", "routing": []}}]}),
+        ("POST", "/_aliases", {"actions": [{"add": {"index": "hx", "alias": "x",
+                                                    "is_write_index": "yes"}}]}),
+        ("POST", "/_aliases", {"actions": [{"add": {"index": "hx", "alias": "x"}, "remove": {}}]}),
+        ("POST", "/_aliases", {"actions": [5]}),
+        ("POST", "/_aliases", {"actions": {"add": {}}}),
+        ("POST", "/_aliases", [1, 2]),
+        ("POST", "/_aliases", {"actions": [{"remove_index": {"index": "hx", "alias": "q"}}]}),
+        ("PUT", "/hx/_alias/y", [1]),
+        ("PUT", "/hx/_alias/y", {"index": "other"}),
+        ("PUT", "/hx/_alias/y", {"bogus": 1}),
+        ("PUT", "/hz", {"aliases": {"a": 5}}),
+        ("PUT", "/hz", {"aliases": [1]}),
+        ("PUT", "/hz", {"aliases": {"_bad": {}}}),
+        ("PUT", "/_index_template/t1", {"index_patterns": [1]}),
+        ("PUT", "/_index_template/t1", {"index_patterns": "x*", "composed_of": "c"}),
+        ("PUT", "/_index_template/t1", {"index_patterns": "x*", "priority": -1}),
+        ("PUT", "/_index_template/t1", {"index_patterns": "x*", "template": {"settings": 1}}),
+        ("PUT", "/_index_template/t1", {"index_patterns": "x*", "template": {"what": {}}}),
+        ("PUT", "/_index_template/t1", [1]),
+        ("PUT", "/_component_template/c1", {"template": 5}),
+        ("PUT", "/_component_template/c1", {}),
+        ("PUT", "/_template/l1", {"order": "x", "index_patterns": ["a*"]}),
+        ("PUT", "/_template/l1", {"settings": []}),
+        ("PUT", "/_template/l1", {}),
+        ("POST", "/hx/_search", {"fields": [{"field": 5}]}),
+        ("POST", "/hx/_search", {"fields": [{"format": "x"}]}),
+        ("POST", "/hx/_search", {"fields": [["a"]]}),
+        ("POST", "/hx/_search", {"fields": [{"field": "a", "include_unmapped": 3}]}),
+        ("POST", "/hx/_search", {"docvalue_fields": {"a": 1}}),
+        ("POST", "/hx/_search", {"docvalue_fields": [""]}),
+        ("POST", "/hx/_search", {"stored_fields": 5}),
+        ("POST", "/hx/_search", {"stored_fields": [5]}),
+        ("POST", "/hx/_search", {"stored_fields": ["_none_", "a"]}),
+        ("POST", "/hx/_search", {"script_fields": []}),
+        ("POST", "/hx/_search", {"runtime_mappings": "x"}),
+    ]
+    for method, path, body in bodies:
+        st, b = n.req(method, path, body)
+        assert 400 <= st < 500, (method, path, body, st, b)
+        eq(isinstance(b, dict) and "error" in b and b.get("status") == st, True,
+           "ES-shaped error for %s %s %s: %s" % (method, path, body, b))
+    st, b = n.req("GET", "/_alias/hx-a")
+    eq((st, list(b)), (200, ["hx"]), "nothing changed by the refused requests")
+    eq(n.req("GET", "/_index_template/t1")[0], 404, "no template t1")
+    eq(n.req("HEAD", "/hz")[0], 404, "no index hz")
+    eq(n.req("GET", "/")[0], 200, "still up")
+
+
 def teardown():
     rc = 0
     if SOLO:
