@@ -657,6 +657,8 @@ cJSON *
 co_template_body(nd_node *n, const char *index, const cJSON *req)
 {
 	const char *winner;
+	if (req && !cJSON_IsObject(req))
+		return cJSON_Duplicate(req, true); /* refused as it is by the create */
 	pthread_mutex_lock(&tpl_lock);
 	cJSON *acc = compose(n, index, &winner, NULL);
 	pthread_mutex_unlock(&tpl_lock);

@@ -707,6 +707,8 @@ def malformed_requests_get_4xx():
         ("PUT", "/hz", {"aliases": {"a": 5}}),
         ("PUT", "/hz", {"aliases": [1]}),
         ("PUT", "/hz", {"aliases": {"_bad": {}}}),
+        ("PUT", "/tlogs-hz", [1]),
+        ("PUT", "/tlogs-hz", {"settings": {"number_of_shards": "x"}}),
         ("PUT", "/_index_template/t1", {"index_patterns": [1]}),
         ("PUT", "/_index_template/t1", {"index_patterns": "x*", "composed_of": "c"}),
         ("PUT", "/_index_template/t1", {"index_patterns": "x*", "priority": -1}),
@@ -739,6 +741,7 @@ def malformed_requests_get_4xx():
     eq((st, list(b)), (200, ["hx"]), "nothing changed by the refused requests")
     eq(n.req("GET", "/_index_template/t1")[0], 404, "no template t1")
     eq(n.req("HEAD", "/hz")[0], 404, "no index hz")
+    eq(n.req("HEAD", "/tlogs-hz")[0], 404, "no index tlogs-hz (a template matches it)")
     eq(n.req("GET", "/")[0], 200, "still up")
 
 
