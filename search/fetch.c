@@ -257,6 +257,7 @@ convert(const st_field_def *def, const cJSON *v, fval *out)
 	switch (def->type) {
 	case ST_FT_TEXT:
 	case ST_FT_KEYWORD:
+	case ST_FT_BINARY:
 		out->kind = FV_STR;
 		out->s = leaf_text(v, &out->n);
 		if (!out->s)

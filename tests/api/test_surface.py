@@ -682,6 +682,35 @@ def scroll_on_a_cluster():
              "search_context_missing_exception")
 
 
+# ---- field types ----
+
+@test
+def binary_field_type():
+    for label, n in (("solo", solo()), ("node-3", cluster()["node-3"])):
+        st, b = n.req("PUT", "/bin", {"mappings": {"properties": {"blob": {"type": "binary"},
+                                                                  "k": {"type": "keyword"}}}})
+        eq(st, 200, "create on %s: %s" % (label, b))
+        st, b = n.req("GET", "/bin/_mapping")
+        eq(b["bin"]["mappings"]["properties"]["blob"], {"type": "binary"}, "mapping shown as given")
+        blob = "U29tZSBiaW5hcnkgYmxvYg=="
+        eq(n.req("PUT", "/bin/_doc/1?refresh=true", {"blob": blob, "k": "a"})[0], 201, "index")
+        for bad in ("not base64!", 5, "QQ=x", "Q"):
+            error_is(n.req("PUT", "/bin/_doc/2", {"blob": bad}), 400, "mapper_parsing_exception",
+                     "of type [binary]")
+        st, b = n.req("POST", "/bin/_search", {"fields": ["blob"], "_source": False})
+        eq(b["hits"]["hits"][0]["fields"], {"blob": [blob]}, "fields returns the base64 text")
+        st, b = n.req("GET", "/bin/_doc/1")
+        eq(b["_source"]["blob"], blob, "stored in _source")
+        st, b = n.req("POST", "/bin/_search", {"query": {"term": {"blob": blob}}})
+        eq(b["hits"]["total"]["value"], 0, "not searchable")
+        error_is(n.req("POST", "/bin/_search", {"docvalue_fields": ["blob"]}), 400,
+                 "illegal_argument_exception", "fielddata is unsupported on fields of type [binary]")
+        error_is(n.req("PUT", "/bin2", {"mappings": {"properties": {"b": {"type": "binary",
+                                                                         "index": True}}}}),
+                 400, "mapper_parsing_exception", "unknown parameter [index]")
+        eq(n.req("DELETE", "/bin")[0], 200, "cleanup")
+
+
 # ---- hostile input to the new endpoints: a 4xx, never a crash ----
 
 @test
