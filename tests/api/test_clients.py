@@ -79,6 +79,15 @@ def opensearch_js():
 
 
 @test
+def python_elasticsearch_sniffing_a_cluster():
+    c = cluster2()
+    expect = ",".join("127.0.0.1:%d" % n.port for n in c.values())
+    out = run(["/usr/bin/python3", os.path.join(CLIENTS, "es_sniff_flow.py"),
+               "http://127.0.0.1:%d" % c["node-1"].port, expect])
+    assert "flow: ok" in out, out
+
+
+@test
 def elasticsearch_js_8_on_a_cluster():
     nodejs = npm_packages()
     c = cluster2()
