@@ -986,10 +986,11 @@ co_h_index_delete(co_req *r)
 		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 			nd_index *ix = strchr(tok, '*') ? NULL : nd_index_get(r->node, tok);
 			if (!ix && !strchr(tok, '*') && nd_alias_exists(r->node, tok)) {
-				co_reply_errorf(r, CM_EINVAL, NULL,
-				                "The provided expression [%.200s] matches an alias, specify the "
-				                "corresponding concrete indices instead.",
-				                tok);
+				co_reply_errorf(
+				    r, CM_EINVAL, NULL,
+				    "The provided expression [%.200s] matches an alias, specify "
+				    "the corresponding concrete indices instead.",
+				    tok);
 				cm_free(MEM, copy);
 				return;
 			}

@@ -341,7 +341,8 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 		sr_request_free(&req);
 		if (scroll_ms > 0) {
 			char id[64];
-			rc = co_scroll_cluster_start(r, ixs, n, body, size, window, scroll_ms, out, id, err);
+			rc = co_scroll_cluster_start(r, ixs, n, body, size, window, scroll_ms, out,
+			                             id, err);
 			if (!rc)
 				add_scroll_id(out, id);
 			return rc;

@@ -548,9 +548,10 @@ render_hit(sr_merger *m, cm_buf *b, const mhit *mh, bool scored)
 			sr_jw_float(b, h->score);
 		else
 			cm_buf_put(b, "0.0", 3);
-		cm_buf_printf(b, ",\"description\":\"%s\",\"details\":[]}",
-		              scored ? "score of the whole query (BM25); Shoal gives no per-clause breakdown"
-		                     : "not scored: the hits are sorted by fields without track_scores");
+		cm_buf_printf(
+		    b, ",\"description\":\"%s\",\"details\":[]}",
+		    scored ? "score of the whole query (BM25); Shoal gives no per-clause breakdown"
+		           : "not scored: the hits are sorted by fields without track_scores");
 	}
 	if (req->nsort) {
 		cm_buf_put(b, ",\"sort\":[", 9);

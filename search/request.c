@@ -400,8 +400,8 @@ parse_source(sr_request *r, const cJSON *v, cm_error *err)
  * name rather than silently ignored (an ignored post_filter would return
  * wrong hits). */
 static const char *unsupported_keys[] = {
-    "highlight", "post_filter", "rescore", "suggest", "collapse",
-    "indices_boost", "slice", "pit", "min_score", "ext",
+    "highlight",     "post_filter", "rescore", "suggest",   "collapse",
+    "indices_boost", "slice",       "pit",     "min_score", "ext",
 };
 
 /* "stored_fields": a name or a list. Nothing is stored apart from _source
@@ -414,8 +414,10 @@ parse_stored_fields(sr_request *r, const cJSON *v, bool *source_asked, cm_error 
 		return cm_error_set(err, CM_EPARSE, "[stored_fields] must be a string or an array");
 	for (; e; e = cJSON_IsArray(v) ? e->next : NULL) {
 		if (!cJSON_IsString(e))
-			return cm_error_set(err, CM_EPARSE, "Expected [VALUE_STRING] in [stored_fields] "
-			                                    "but found [%s]", token_name(e));
+			return cm_error_set(err, CM_EPARSE,
+			                    "Expected [VALUE_STRING] in [stored_fields] "
+			                    "but found [%s]",
+			                    token_name(e));
 		if (!strcmp(e->valuestring, "_none_")) {
 			if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 1)
 				return cm_error_set(err, CM_EINVAL,
@@ -436,8 +438,10 @@ empty_only(const cJSON *v, const char *k, cm_error *err)
 	if (!cJSON_IsObject(v))
 		return cm_error_set(err, CM_EPARSE, "[%s] must be an object", k);
 	if (v->child)
-		return cm_error_set(err, CM_EINVAL, "[%s] is not supported (scripts are not run); "
-		                                    "only an empty [%s] is accepted", k, k);
+		return cm_error_set(err, CM_EINVAL,
+		                    "[%s] is not supported (scripts are not run); "
+		                    "only an empty [%s] is accepted",
+		                    k, k);
 	return CM_OK;
 }
 
@@ -577,8 +581,9 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 		/* Elasticsearch: stored_fields without _source leaves _source out
 		 * unless the list names it; _none_ cannot go with _source */
 		if (r->stored_fields_none && have_source && r->fetch_source)
-			return cm_error_set(err, CM_EINVAL,
-			                    "[stored_fields] cannot be disabled if [_source] is requested");
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "[stored_fields] cannot be disabled if [_source] is requested");
 		if (!have_source)
 			r->fetch_source = stored_source && !r->stored_fields_none;
 	}

@@ -234,7 +234,7 @@ typedef struct sr_hit {
 	size_t nsort;
 	char *source;          /* filtered _source JSON, NULL when not fetched */
 	size_t source_len;
-	char *fields;          /* the hit's "fields" object (JSON), NULL when none */
+	char *fields;          /* the hit's "fields" (JSON), NULL when none */
 	size_t fields_len;
 	uint32_t shard, doc;   /* tie-breaking: shard index, then global doc */
 	uint64_t seq_no, primary_term;

@@ -479,7 +479,8 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			}
 			if (ok)
 				f.ignore_above = (int)it->valuedouble;
-		} else if (strcmp(k, "index") == 0 && type != ST_FT_OBJECT && type != ST_FT_BINARY) {
+		} else if (strcmp(k, "index") == 0 && type != ST_FT_OBJECT &&
+		           type != ST_FT_BINARY) {
 			ok = json_bool(it, &f.index);
 		} else if (strcmp(k, "doc_values") == 0 && type == ST_FT_BINARY) {
 			/* binary doc values are not kept: only false is accepted */
