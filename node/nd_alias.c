@@ -356,8 +356,10 @@ nd_alias_filter(nd_node *n, const char *expr, cJSON **filter, cm_error *err)
 		bool pattern = strchr(tok, '*') != NULL || !strcmp(tok, "_all");
 		for (size_t i = 0; i < ni; i++) {
 			nd_index *ix = n->indices[i];
-			if (!strcmp(tok, "_all") ||
-			    (pattern ? glob(tok, ix->name) : !strcmp(tok, ix->name))) {
+			/* the indices nd_resolve picks: other patterns skip '.' names */
+			bool dot_ok = ix->name[0] != '.' || tok[0] == '.';
+			if (!strcmp(tok, "_all") || !strcmp(tok, "*") ||
+			    (pattern ? dot_ok && glob(tok, ix->name) : !strcmp(tok, ix->name))) {
 				whole[i] = reached[i] = true;
 				continue;
 			}
