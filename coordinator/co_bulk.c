@@ -43,6 +43,7 @@ typedef struct ix_cache {
 	char *name;
 	nd_index *ix; /* NULL: missing (deletes) or failed to create */
 	cm_error err;
+	char *alias_rt; /* name is an alias with index_routing: it */
 } ix_cache;
 
 struct co_stream {
@@ -118,6 +119,16 @@ item_src(const co_stream *s, const bulk_item *it)
 	return s->src.data ? (const char *)s->src.data + it->src_off : "";
 }
 
+/* The index_routing of the alias name stands for, or NULL (cached). */
+static const char *
+alias_routing(co_stream *s, const char *name)
+{
+	for (size_t i = 0; i < s->ncache; i++)
+		if (strcmp(s->cache[i].name, name) == 0)
+			return s->cache[i].alias_rt;
+	return NULL;
+}
+
 static nd_index *
 cache_get(co_stream *s, const char *name, bool create, cm_error *err)
 {
@@ -135,10 +146,11 @@ cache_get(co_stream *s, const char *name, bool create, cm_error *err)
 	ix_cache *c = &s->cache[s->ncache++];
 	c->name = cm_strdup(MEM, name);
 	c->ix = NULL;
+	c->alias_rt = co_alias_index_routing(s->r->node, name);
 	cm_error_clear(&c->err);
 	if (create)
 		co_get_or_create(s->r->node, name, &c->ix, &c->err);
-	else if (!(c->ix = nd_index_get(s->r->node, name)))
+	else if (!(c->ix = co_index_or_alias(s->r->node, name, true)))
 		cm_error_set(&c->err, CM_ENOINDEX, "no such index [%s]", name);
 	*err = c->err;
 	return c->ix;
@@ -288,6 +300,14 @@ apply_chunk(co_stream *s)
 			nd_gen_id(gen);
 			it->a.id = cm_strdup(MEM, gen);
 		}
+		const char *art = alias_routing(s, it->a.index);
+		if (!co_alias_routing_check(it->a.index, art, it->a.routing, &err)) {
+			it->failed = true;
+			it->err = err;
+			continue;
+		}
+		if (art && !it->a.routing)
+			it->a.routing = cm_strdup(MEM, art); /* the alias's index_routing */
 		const char *rt = it->a.routing ? it->a.routing : it->a.id;
 		it->shard = nd_index_route(it->ix, rt, strlen(rt));
 		if (it->a.kind == CO_BULK_UPDATE) {
@@ -402,6 +422,7 @@ co_bulk_free(co_stream *s)
 	discard_chunk(s);
 	for (size_t i = 0; i < s->ncache; i++) {
 		cm_free(MEM, s->cache[i].name);
+		cm_free(MEM, s->cache[i].alias_rt);
 		nd_index_release(s->cache[i].ix);
 	}
 	cm_free(MEM, s->cache);

@@ -504,11 +504,29 @@ co_get_or_create(nd_node *n, const char *name, nd_index **out, cm_error *err)
 	nd_cluster *cl = nd_cluster_of(n);
 	char *reply = NULL;
 	cm_err rc;
-	if (!cl || (*out = nd_index_get(n, name)))
-		return cl ? CM_OK : nd_index_get_or_create(n, name, out, err);
+	if (!(*out = nd_index_get(n, name)) && nd_alias_exists(n, name))
+		return nd_alias_write_index(n, name, out, NULL, err); /* a write through an alias */
+	if (*out)
+		return CM_OK;
 	if ((rc = nd_index_name_check(name, err)))
 		return rc;
-	rc = nd_cluster_admin(cl, "create", name, NULL, &reply, err);
+	cJSON *body = co_template_body(n, name, NULL); /* the matching templates */
+	if (!cl && !body)
+		return nd_index_get_or_create(n, name, out, err);
+	if (!cl) {
+		rc = nd_index_create(n, name, body, out, err);
+		cJSON_Delete(body);
+		if (rc == CM_EEXISTS && (*out = nd_index_get(n, name))) {
+			cm_error_clear(err);
+			rc = CM_OK; /* created meanwhile by another request */
+		}
+		return rc;
+	}
+	char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+	cJSON_Delete(body);
+	rc = nd_cluster_admin(cl, "create", name, text, &reply, err);
+	if (text)
+		cJSON_free(text);
 	cm_free(CM_MEM_NODE, reply);
 	/* Created meanwhile by another request: fine. */
 	if (rc == CM_EEXISTS) {

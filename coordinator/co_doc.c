@@ -240,7 +240,7 @@ co_refresh_after(nd_index *ix, int mode)
 static void
 doc_index(co_req *r, bool create)
 {
-	const char *name = co_seg(r, 0), *id = co_seg(r, 2), *routing = co_param_get(r, "routing");
+	const char *name = co_seg(r, 0), *id = co_seg(r, 2), *routing;
 	co_write_opts w;
 	nd_index *ix = NULL;
 	cm_error err;
@@ -248,6 +248,10 @@ doc_index(co_req *r, bool create)
 	st_op_result res;
 	char gen[21];
 	bool bad;
+
+	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
+		return;
+	routing = co_param_get(r, "routing");
 	cJSON *body;
 
 	if (!req_write_opts(r, &w))
@@ -327,17 +331,20 @@ co_h_doc_create(co_req *r)
 void
 co_h_doc_delete(co_req *r)
 {
-	const char *name = co_seg(r, 0), *id = co_seg(r, 2), *routing = co_param_get(r, "routing");
+	const char *name = co_seg(r, 0), *id = co_seg(r, 2), *routing;
 	co_write_opts w;
 	nd_index *ix;
 	cm_error err;
 	st_op op;
 	st_op_result res;
 
+	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
+		return;
+	routing = co_param_get(r, "routing");
 	if (!req_write_opts(r, &w))
 		return;
 	cm_error_clear(&err);
-	if (!(ix = nd_index_get(r->node, name))) {
+	if (!(ix = co_index_or_alias(r->node, name, true))) {
 		cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", name);
 		co_reply_error(r, &err, name);
 		return;
@@ -460,7 +467,9 @@ co_h_doc_get(co_req *r)
 	source_params(r, &incl, &excl);
 	co_param_get(r, "realtime");
 	co_param_get(r, "preference");
-	if (!(ix = nd_index_get(r->node, name))) {
+	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
+		return;
+	if (!(ix = co_index_or_alias(r->node, name, false))) {
 		cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", name);
 		co_reply_error(r, &err, name);
 		return;
@@ -486,8 +495,10 @@ co_h_source_get(co_req *r)
 
 	cm_error_clear(&err);
 	source_params(r, &incl, &excl);
+	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
+		return;
 	routing = co_param_get(r, "routing");
-	if (!(ix = nd_index_get(r->node, name))) {
+	if (!(ix = co_index_or_alias(r->node, name, false))) {
 		cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", name);
 		co_reply_error(r, &err, name);
 		return;
@@ -777,8 +788,11 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 void
 co_h_update(co_req *r)
 {
-	const char *name = co_seg(r, 0), *id = co_seg(r, 2), *routing = co_param_get(r, "routing");
+	const char *name = co_seg(r, 0), *id = co_seg(r, 2), *routing;
 	const char *roc = co_param_get(r, "retry_on_conflict");
+	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
+		return;
+	routing = co_param_get(r, "routing");
 	co_write_opts w;
 	nd_index *ix = NULL;
 	cm_error err;
@@ -915,7 +929,7 @@ co_h_mget(co_req *r)
 			di = *dinc ? dinc : NULL;
 		}
 		cm_error_clear(&err);
-		if (!(ix = nd_index_get(r->node, iname))) {
+		if (!(ix = co_index_or_alias(r->node, iname, false))) {
 			cJSON *e = cJSON_CreateObject();
 			cJSON_AddStringToObject(e, "_index", iname);
 			cJSON_AddStringToObject(e, "_type", "_doc");

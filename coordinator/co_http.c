@@ -18,6 +18,7 @@
 #include "../common/cm_sys.h"
 #include "co_conn.h"
 #include "co_guard.h"
+#include "co_media.h"
 #include "co_private.h"
 #include "co_snapshot.h"
 
@@ -135,6 +136,14 @@ static const co_route routes[] = {
     {CO_GET, "/_nodes/{node}/stats/{metric}", co_h_nodes_stats, "level,types,timeout,groups,fields",
      false, READ("cluster:monitor/nodes/stats")},
     {CO_GET, "/_nodes", co_h_nodes, "timeout", false, READ("cluster:monitor/nodes/info")},
+    {CO_GET, "/_nodes/{metric}", co_h_nodes, "timeout,flat_settings", false,
+     READ("cluster:monitor/nodes/info")},
+    {CO_GET, "/_nodes/{node}/{metric}", co_h_nodes, "timeout,flat_settings", false,
+     READ("cluster:monitor/nodes/info")},
+    {CO_GET, "/_license", co_h_license, "local,accept_enterprise", false,
+     READ("cluster:monitor/xpack/license/get")},
+    {CO_GET, "/_xpack", co_h_xpack, "categories,accept_enterprise", false,
+     READ("cluster:monitor/xpack/info")},
     {CO_GET, "/_prometheus/metrics", co_h_prometheus, "", false,
      READ("cluster:monitor/nodes/stats")},
     /* the cluster page: its files and the figures only it and scripts read */
@@ -228,12 +237,74 @@ static const co_route routes[] = {
      false, READ("indices:monitor/stats")},
     {CO_GET, "/_alias", co_h_aliases_get, P_INDEX_READ ",local", false,
      READ("indices:admin/aliases/get")},
+    {CO_GET, "/_alias/{name}", co_h_aliases_get, P_INDEX_READ ",local", false,
+     READ("indices:admin/aliases/get")},
+    {CO_GET, "/{index}/_alias/{name}", co_h_aliases_get, P_INDEX_READ ",local", false,
+     READ("indices:admin/aliases/get")},
+    {CO_POST, "/_aliases", co_h_aliases_post, "timeout,master_timeout", false,
+     ADMIN("indices:admin/aliases")},
+    {CO_PUT, "/{index}/_alias/{name}", co_h_alias_put, "timeout,master_timeout", false,
+     ADMIN("indices:admin/aliases")},
+    {CO_POST, "/{index}/_alias/{name}", co_h_alias_put, "timeout,master_timeout", false,
+     ADMIN("indices:admin/aliases")},
+    {CO_PUT, "/{index}/_aliases/{name}", co_h_alias_put, "timeout,master_timeout", false,
+     ADMIN("indices:admin/aliases")},
+    {CO_POST, "/{index}/_aliases/{name}", co_h_alias_put, "timeout,master_timeout", false,
+     ADMIN("indices:admin/aliases")},
+    {CO_DELETE, "/{index}/_alias/{name}", co_h_alias_delete, "timeout,master_timeout", false,
+     ADMIN("indices:admin/aliases")},
+    {CO_DELETE, "/{index}/_aliases/{name}", co_h_alias_delete, "timeout,master_timeout", false,
+     ADMIN("indices:admin/aliases")},
     {CO_GET, "/_aliases", co_h_aliases_get, P_INDEX_READ ",local", false,
      READ("indices:admin/aliases/get")},
     {CO_GET, "/{index}/_alias", co_h_aliases_get, P_INDEX_READ ",local", false,
      READ("indices:admin/aliases/get")},
     {CO_GET, "/{index}/_aliases", co_h_aliases_get, P_INDEX_READ ",local", false,
      READ("indices:admin/aliases/get")},
+    {CO_PUT, "/_index_template/{name}", co_h_template_put,
+     "create,master_timeout,cause,order,timeout,include_type_name", false,
+     ADMIN("indices:admin/index_template/put")},
+    {CO_POST, "/_index_template/{name}", co_h_template_put,
+     "create,master_timeout,cause,order,timeout,include_type_name", false,
+     ADMIN("indices:admin/index_template/put")},
+    {CO_GET, "/_index_template", co_h_template_get,
+     "flat_settings,local,master_timeout,include_type_name", false,
+     READ("indices:admin/index_template/get")},
+    {CO_GET, "/_index_template/{name}", co_h_template_get,
+     "flat_settings,local,master_timeout,include_type_name", false,
+     READ("indices:admin/index_template/get")},
+    {CO_DELETE, "/_index_template/{name}", co_h_template_delete, "master_timeout,timeout", false,
+     ADMIN("indices:admin/index_template/delete")},
+    {CO_PUT, "/_component_template/{name}", co_h_template_put,
+     "create,master_timeout,cause,order,timeout,include_type_name", false,
+     ADMIN("cluster:admin/component_template/put")},
+    {CO_POST, "/_component_template/{name}", co_h_template_put,
+     "create,master_timeout,cause,order,timeout,include_type_name", false,
+     ADMIN("cluster:admin/component_template/put")},
+    {CO_GET, "/_component_template", co_h_template_get,
+     "flat_settings,local,master_timeout,include_type_name", false,
+     READ("cluster:admin/component_template/get")},
+    {CO_GET, "/_component_template/{name}", co_h_template_get,
+     "flat_settings,local,master_timeout,include_type_name", false,
+     READ("cluster:admin/component_template/get")},
+    {CO_DELETE, "/_component_template/{name}", co_h_template_delete, "master_timeout,timeout",
+     false, ADMIN("cluster:admin/component_template/delete")},
+    {CO_PUT, "/_template/{name}", co_h_template_put,
+     "create,master_timeout,cause,order,timeout,include_type_name", false,
+     ADMIN("indices:admin/template/put")},
+    {CO_POST, "/_template/{name}", co_h_template_put,
+     "create,master_timeout,cause,order,timeout,include_type_name", false,
+     ADMIN("indices:admin/template/put")},
+    {CO_GET, "/_template", co_h_template_get,
+     "flat_settings,local,master_timeout,include_type_name", false,
+     READ("indices:admin/template/get")},
+    {CO_GET, "/_template/{name}", co_h_template_get,
+     "flat_settings,local,master_timeout,include_type_name", false,
+     READ("indices:admin/template/get")},
+    {CO_DELETE, "/_template/{name}", co_h_template_delete, "master_timeout,timeout", false,
+     ADMIN("indices:admin/template/delete")},
+    {CO_POST, "/_index_template/_simulate_index/{name}", co_h_simulate_index,
+     "master_timeout,cause,create", false, READ("indices:admin/index_template/simulate_index")},
     {CO_GET, "/_mapping", co_h_mapping_get, P_INDEX_READ ",local,master_timeout,include_type_name",
      false, READ("indices:admin/mappings/get")},
     {CO_GET, "/{index}/_mapping", co_h_mapping_get,
@@ -1094,7 +1165,9 @@ send_reply(struct MHD_Connection *c, co_req *r)
 		return MHD_NO;
 	}
 	MHD_add_response_header(resp, "content-type",
-	                        r->content_type ? r->content_type : "application/json; charset=UTF-8");
+	                        co_media_reply_type(r->compat, r->content_type
+	                                                           ? r->content_type
+	                                                           : "application/json; charset=UTF-8"));
 	/* Elasticsearch clients 7.14+ check this header on every reply. */
 	MHD_add_response_header(resp, "X-elastic-product", "Elasticsearch");
 	if (r->www_authenticate) {
@@ -1192,6 +1265,38 @@ head_ok(struct MHD_Connection *c, co_req *r, const char *url)
 			return false;
 		}
 	return true;
+}
+
+/* Accept and Content-Type asking for a compatible version (co_media.c):
+ * false (a 400 decided) when they are invalid, as Elasticsearch 8 answers. */
+static bool
+media_ok(struct MHD_Connection *c, co_req *r)
+{
+	const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
+	const char *ctype = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+	bool body = (cl && strtoull(cl, NULL, 10) > 0) ||
+	            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+	char why[700];
+	int v = co_media_compat(accept, ctype, body, why, sizeof(why));
+	if (v >= 0) {
+		r->compat = v;
+		return true;
+	}
+	static const char reason[] = "Invalid media-type value on headers [Accept, Content-Type]";
+	cJSON *doc = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(doc, "error");
+	cJSON *one = cJSON_CreateObject(), *cause;
+	cJSON_AddStringToObject(one, "type", "media_type_header_exception");
+	cJSON_AddStringToObject(one, "reason", reason);
+	cJSON_AddItemToArray(cJSON_AddArrayToObject(e, "root_cause"), one);
+	cJSON_AddStringToObject(e, "type", "media_type_header_exception");
+	cJSON_AddStringToObject(e, "reason", reason);
+	cause = cJSON_AddObjectToObject(e, "caused_by");
+	cJSON_AddStringToObject(cause, "type", "status_exception");
+	cJSON_AddStringToObject(cause, "reason", why);
+	cJSON_AddNumberToObject(doc, "status", 400);
+	finish_json(r, 400, doc);
+	return false;
 }
 
 /* ---- security: connection limit, authentication, roles ---- */
@@ -1354,7 +1459,7 @@ access_cb_run(void *cls, struct MHD_Connection *c, const char *url, const char *
 			reply_too_many_connections(r, s->opts.max_open_connections);
 			return send_reply(c, r);
 		}
-		if (!head_ok(c, r, url))
+		if (!head_ok(c, r, url) || !media_ok(c, r))
 			r->failed = true;
 		else if (!authenticate(r, c))
 			r->failed = true;
@@ -1428,6 +1533,22 @@ completed_cb(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_Reque
 	*con_cls = NULL;
 }
 
+/* What _nodes reports as this node's HTTP address (one server a process). */
+static char publish_address[64] = "127.0.0.1:9200";
+static _Atomic uint64_t max_content = 100ull << 20;
+
+const char *
+co_http_publish_address(void)
+{
+	return publish_address;
+}
+
+uint64_t
+co_http_max_content(void)
+{
+	return atomic_load(&max_content);
+}
+
 cm_err
 co_server_start(nd_node *n, const co_opts *o, co_server **out, cm_error *err)
 {
@@ -1487,6 +1608,8 @@ co_server_start(nd_node *n, const co_opts *o, co_server **out, cm_error *err)
 		return cm_error_set(err, CM_EIO, "cannot listen on %s:%d (address in use?)", o->host,
 		                    o->port);
 	}
+	snprintf(publish_address, sizeof(publish_address), "%s:%d", o->host, o->port);
+	atomic_store(&max_content, s->opts.max_content_length);
 	*out = s;
 	return CM_OK;
 }

@@ -68,6 +68,7 @@ struct co_req {
 	/* extra reply headers (static strings), co_reply_header */
 	const char *hdr_name[CO_MAX_REPLY_HEADERS], *hdr_value[CO_MAX_REPLY_HEADERS];
 	int nhdr;
+	int compat; /* compatible-with version asked for (co_media.c), 0 = none */
 };
 
 struct co_route {
@@ -161,6 +162,58 @@ void co_h_api_key_invalidate(co_req *r);
 void co_h_ui_file(co_req *r);
 void co_h_stats_fanout(co_req *r);
 void co_h_stats_nodes(co_req *r);
+
+/* Wire-level endpoints (co_surface.c): _license, _xpack, and the node and
+ * metric selection of _nodes/{node}/{metric}. co_nodes_parse replies 400
+ * itself (false) on an unknown metric; co_nodes_select drops the nodes
+ * and metric sections not asked for from nodes (an object keyed by id). */
+void co_h_license(co_req *r);
+void co_h_xpack(co_req *r);
+bool co_nodes_parse(co_req *r, const char **node_sel, const char **metric_sel);
+void co_nodes_select(co_req *r, cJSON *nodes, const char *node_sel, const char *metric_sel);
+/* The HTTP server's "host:port" and http.max_content_length (co_http.c). */
+const char *co_http_publish_address(void);
+uint64_t co_http_max_content(void);
+
+/* Aliases (co_alias.c). co_alias_filter wraps body's query in the filter
+ * of the aliases a search of expr goes through (nd_alias_filter). */
+void co_h_alias_put(co_req *r);
+void co_h_alias_delete(co_req *r);
+void co_h_aliases_post(co_req *r);
+void co_cat_aliases(co_req *r, const char *names);
+cm_err co_alias_filter(co_req *r, const char *expr, cJSON *body, cm_error *err);
+/* The index name names, or the index behind alias name: its write index
+ * for a write, its only index for a read. A new reference or NULL. */
+nd_index *co_index_or_alias(nd_node *n, const char *name, bool write);
+/* An alias's index_routing (of its write index), a new string (cm_free
+ * COORDINATOR), NULL when name is an index or the alias has none. */
+char *co_alias_index_routing(nd_node *n, const char *name);
+/* False (err set, Elasticsearch's reason) when a routing value given with
+ * a write through an alias differs from the alias's index_routing. */
+bool co_alias_routing_check(const char *alias, const char *alias_rt, const char *given,
+                            cm_error *err);
+/* A one-document request on alias name takes its index_routing as
+ * ?routing=; false when it conflicts (400 replied). */
+bool co_alias_routing_param(co_req *r, const char *name);
+
+/* Index templates (co_template.c). co_template_body: the create body of a
+ * new index, its matching templates under req (may be NULL); new JSON,
+ * or NULL when neither gives anything. co_template_upcall applies a
+ * change another node sent (co_node_entry). */
+void co_h_template_put(co_req *r);
+void co_h_template_get(co_req *r);
+void co_h_template_delete(co_req *r);
+void co_h_simulate_index(co_req *r);
+cJSON *co_template_body(nd_node *n, const char *index, const cJSON *req);
+cJSON *co_template_upcall(nd_node *n, const char *text);
+
+/* Scrolls on a cluster node (co_scroll.c): each page is the search run
+ * again from the next offset. _next returns -1 when id is none of them. */
+cm_err co_scroll_cluster_start(co_req *r, nd_index **ixs, size_t n, cJSON *body, uint32_t size,
+                               int window, int64_t keep_ms, cm_buf *out, char id[64],
+                               cm_error *err);
+int co_scroll_cluster_next(co_req *r, const char *id, int64_t keep_ms, cm_buf *out, cm_error *err);
+size_t co_scroll_cluster_clear(const char *id); /* NULL = all */
 
 /* Bulk: a streaming consumer. */
 co_stream *co_bulk_begin(co_req *r);

@@ -499,6 +499,10 @@ co_h_cat(co_req *r)
 
 	if (co_cluster_cat(r, what))
 		return;
+	if (strcmp(what, "aliases") == 0) {
+		co_cat_aliases(r, expr);
+		return;
+	}
 	gmtime_r(&secs, &tm);
 	strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
 	if (strcmp(what, "indices") && strcmp(what, "shards") && strcmp(what, "nodes") &&
@@ -790,13 +794,19 @@ node_info_entry(nd_node *node)
 	cJSON_AddItemToArray(o, cJSON_CreateString("master"));
 	o = cJSON_AddObjectToObject(me, "http");
 	nd_cluster *cl = nd_cluster_of(node);
-	cJSON_AddStringToObject(o, "publish_address", cl ? nd_cluster_http(cl) : "127.0.0.1:9200");
+	const char *http = cl ? nd_cluster_http(cl) : co_http_publish_address();
+	cJSON *bound = cJSON_AddArrayToObject(o, "bound_address");
+	cJSON_AddItemToArray(bound, cJSON_CreateString(http));
+	cJSON_AddStringToObject(o, "publish_address", http);
+	cJSON_AddNumberToObject(o, "max_content_length_in_bytes", (double)co_http_max_content());
 	return me;
 }
 
 cJSON *
 co_node_entry(void *node, const char *kind)
 {
+	if (kind[0] == '{') /* a template change from another node */
+		return co_template_upcall(node, kind);
 	return strcmp(kind, "stats") == 0 ? node_stats_entry(node) : node_info_entry(node);
 }
 
@@ -805,14 +815,22 @@ co_node_entry(void *node, const char *kind)
 static void
 nodes_reply(co_req *r, const char *kind)
 {
-	cJSON *j = cJSON_CreateObject(), *o, *nodes;
+	cJSON *j, *o, *nodes;
 	nd_cluster *cl = nd_cluster_of(r->node);
 	int total = 1, failed = 0;
+	const char *node_sel = "_all", *metric_sel = "_all";
+	if (strcmp(kind, "info") == 0 && !co_nodes_parse(r, &node_sel, &metric_sel))
+		return;
+	j = cJSON_CreateObject();
 	if (cl) {
 		nodes = nd_cluster_nodes_info(cl, kind, &total, &failed);
 	} else {
 		nodes = cJSON_CreateObject();
 		cJSON_AddItemToObject(nodes, nd_node_id(r->node), co_node_entry(r->node, kind));
+	}
+	if (strcmp(kind, "info") == 0) {
+		co_nodes_select(r, nodes, node_sel, metric_sel);
+		total = cJSON_GetArraySize(nodes) + failed;
 	}
 	o = cJSON_AddObjectToObject(j, "_nodes");
 	cJSON_AddNumberToObject(o, "total", total);
@@ -917,6 +935,13 @@ co_h_index_put(co_req *r)
 
 	if (bad)
 		return;
+	cm_error_clear(&err);
+	if (nd_index_name_check(name, &err) == CM_OK) {
+		cJSON *full = co_template_body(r->node, name, body); /* the matching templates */
+		cJSON_Delete(body);
+		body = full;
+	}
+	cm_error_clear(&err);
 	if (co_cluster_admin(r, "create", name, body)) {
 		cJSON_Delete(body);
 		return;
@@ -956,6 +981,24 @@ co_h_index_delete(co_req *r)
 			                "Wildcard expressions or all indices are not allowed");
 			return;
 		}
+	}
+	{
+		/* an alias names no index to delete (Elasticsearch refuses it) */
+		char *copy = cm_strdup(MEM, expr), *save = NULL, *tok;
+		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			nd_index *ix = strchr(tok, '*') ? NULL : nd_index_get(r->node, tok);
+			if (!ix && !strchr(tok, '*') && nd_alias_exists(r->node, tok)) {
+				co_reply_errorf(
+				    r, CM_EINVAL, NULL,
+				    "The provided expression [%.200s] matches an alias, specify "
+				    "the corresponding concrete indices instead.",
+				    tok);
+				cm_free(MEM, copy);
+				return;
+			}
+			nd_index_release(ix);
+		}
+		cm_free(MEM, copy);
 	}
 	if (!co_resolve(r, expr, &ixs, &n))
 		return;
@@ -1001,7 +1044,7 @@ co_h_index_get(co_req *r)
 	j = cJSON_CreateObject();
 	for (size_t i = 0; i < n; i++) {
 		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
-		cJSON_AddObjectToObject(o, "aliases");
+		cJSON_AddItemToObject(o, "aliases", nd_index_aliases_json(ixs[i]));
 		cJSON_AddItemToObject(o, "mappings", index_mappings_json(ixs[i]));
 		cJSON_AddItemToObject(o, "settings", nd_index_settings_json(ixs[i]));
 	}
@@ -1029,25 +1072,6 @@ co_h_mapping_get(co_req *r)
 	for (size_t i = 0; i < n; i++) {
 		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
 		cJSON_AddItemToObject(o, "mappings", index_mappings_json(ixs[i]));
-	}
-	co_release_all(ixs, n);
-	co_reply_json(r, 200, j);
-}
-
-/* Aliases are not supported: every index answers with none. */
-void
-co_h_aliases_get(co_req *r)
-{
-	nd_index **ixs;
-	size_t n;
-	cJSON *j;
-
-	if (!co_resolve(r, index_expr(r), &ixs, &n))
-		return;
-	j = cJSON_CreateObject();
-	for (size_t i = 0; i < n; i++) {
-		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
-		cJSON_AddObjectToObject(o, "aliases");
 	}
 	co_release_all(ixs, n);
 	co_reply_json(r, 200, j);

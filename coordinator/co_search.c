@@ -178,14 +178,25 @@ fold_search_params(co_req *r, cJSON *body, bool count_only)
 		obj_set(body, "version", cJSON_CreateBool(strcmp(v, "false") != 0));
 	if ((v = co_param_get(r, "seq_no_primary_term")))
 		obj_set(body, "seq_no_primary_term", cJSON_CreateBool(strcmp(v, "false") != 0));
+	/* comma lists, as the body's arrays */
+	static const char *lists[] = {"stored_fields", "docvalue_fields"};
+	for (size_t i = 0; i < 2; i++) {
+		if (!(v = co_param_get(r, lists[i])))
+			continue;
+		cJSON *a = cJSON_CreateArray();
+		char *copy = cm_strdup(MEM, v), *save = NULL, *tok;
+		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+			cJSON_AddItemToArray(a, cJSON_CreateString(tok));
+		cm_free(MEM, copy);
+		obj_set(body, lists[i], a);
+	}
 	/* accepted, with no effect on a single node */
 	static const char *noop[] = {"search_type", "preference", "request_cache", "routing",
 	                             "typed_keys", "allow_partial_search_results",
 	                             "batched_reduce_size", "pre_filter_shard_size",
 	                             "max_concurrent_shard_requests", "ccs_minimize_roundtrips",
 	                             "allow_no_indices", "expand_wildcards", "ignore_throttled",
-	                             "stats", "stored_fields", "docvalue_fields",
-	                             "analyze_wildcard", "lenient"};
+	                             "stats", "analyze_wildcard", "lenient"};
 	for (size_t i = 0; i < sizeof(noop) / sizeof(noop[0]); i++)
 		co_param_get(r, noop[i]);
 	return true;
@@ -326,10 +337,16 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 		                    "context;");
 	}
 	if (nd_cluster_of(r->node)) {
+		uint32_t size = req.size;
 		sr_request_free(&req);
-		if (scroll_ms > 0)
-			return cm_error_set(err, CM_EINVAL,
-			                    "scroll is not supported on a cluster node yet (phase 1)");
+		if (scroll_ms > 0) {
+			char id[64];
+			rc = co_scroll_cluster_start(r, ixs, n, body, size, window, scroll_ms, out,
+			                             id, err);
+			if (!rc)
+				add_scroll_id(out, id);
+			return rc;
+		}
 		co_cluster_search(r, ixs, n, body, out, err, &rc);
 		return rc;
 	}
@@ -386,6 +403,12 @@ co_h_search(co_req *r)
 		return;
 	}
 	if (!fold_search_params(r, body, false)) {
+		cJSON_Delete(body);
+		return;
+	}
+	cm_error_clear(&err);
+	if (co_alias_filter(r, search_index_expr(r), body, &err)) {
+		co_reply_error(r, &err, NULL);
 		cJSON_Delete(body);
 		return;
 	}
@@ -446,6 +469,11 @@ co_h_count(co_req *r)
 	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
 		co_param_get(r, ignored[i]);
 	cm_error_clear(&err);
+	if (co_alias_filter(r, search_index_expr(r), body, &err)) {
+		co_reply_error(r, &err, NULL);
+		cJSON_Delete(body);
+		return;
+	}
 	qj = cJSON_GetObjectItemCaseSensitive(body, "query");
 	if (qj && sr_query_from_json(qj, &q, &err)) {
 		co_reply_error(r, &err, NULL);
@@ -561,6 +589,8 @@ co_h_msearch(co_req *r)
 		cm_buf_reset(&one);
 		if (!cJSON_IsObject(body)) {
 			cm_error_set(&err, CM_EPARSE, "malformed search body on line [%d]", line);
+		} else if (co_alias_filter(r, expr, body, &err)) {
+			/* err says why */
 		} else if (!nd_resolve(r->node, expr,
 		                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(header,
 		                                                                     "ignore_unavailable")),
@@ -639,7 +669,8 @@ co_h_scroll(co_req *r)
 	}
 	cm_buf_init(&out, MEM);
 	cm_error_clear(&err);
-	if (nd_scroll_next(r->node, id, ms, &out, &err)) {
+	int crc = nd_cluster_of(r->node) ? co_scroll_cluster_next(r, id, ms, &out, &err) : -1;
+	if (crc > 0 || (crc < 0 && nd_scroll_next(r->node, id, ms, &out, &err))) {
 		co_reply_error(r, &err, NULL);
 	} else {
 		add_scroll_id(&out, id);
@@ -663,23 +694,26 @@ co_h_scroll_clear(co_req *r)
 		return;
 	ids = cJSON_GetObjectItemCaseSensitive(body, "scroll_id");
 	if (path_id && strcmp(path_id, "_all") == 0) {
-		freed = nd_scroll_clear_all(r->node);
+		freed = nd_scroll_clear_all(r->node) + co_scroll_cluster_clear(NULL);
 		asked = freed;
 	} else if (path_id) {
 		char *copy = cm_strdup(MEM, path_id), *save = NULL, *tok;
 		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save), asked++)
-			freed += nd_scroll_clear(r->node, tok);
+			freed += nd_scroll_clear(r->node, tok) + co_scroll_cluster_clear(tok);
 		cm_free(MEM, copy);
 	} else if (cJSON_IsString(ids)) {
 		asked = 1;
-		freed = strcmp(ids->valuestring, "_all") == 0 ? (asked = nd_scroll_clear_all(r->node))
-		                                              : nd_scroll_clear(r->node, ids->valuestring);
+		freed = strcmp(ids->valuestring, "_all") == 0
+		            ? (asked = nd_scroll_clear_all(r->node) + co_scroll_cluster_clear(NULL))
+		            : nd_scroll_clear(r->node, ids->valuestring) +
+		                  co_scroll_cluster_clear(ids->valuestring);
 	} else if (cJSON_IsArray(ids)) {
 		const cJSON *e;
 		cJSON_ArrayForEach(e, ids)
 		if (cJSON_IsString(e)) {
 			asked++;
-			freed += nd_scroll_clear(r->node, e->valuestring);
+			freed += nd_scroll_clear(r->node, e->valuestring) +
+			         co_scroll_cluster_clear(e->valuestring);
 		}
 	} else {
 		cJSON_Delete(body);
@@ -742,6 +776,13 @@ co_h_delete_by_query(co_req *r)
 		                "Validation Failed: 1: query is missing;");
 		return;
 	}
+	/* through a filtered alias only what the alias shows goes */
+	if (co_alias_filter(r, co_seg(r, 0), body, &err)) {
+		cJSON_Delete(body);
+		co_reply_error(r, &err, NULL);
+		return;
+	}
+	qj = cJSON_GetObjectItemCaseSensitive(body, "query");
 	if (sr_query_from_json(qj, &q, &err)) {
 		cJSON_Delete(body);
 		co_reply_error(r, &err, NULL);

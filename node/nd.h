@@ -216,4 +216,25 @@ typedef struct nd_node_counters {
 } nd_node_counters;
 nd_node_counters *nd_counters(nd_node *n);
 
+/* ---- aliases (nd_alias.c) ---- */
+
+/* ix's aliases as Elasticsearch renders them ({"name":{"filter":..}}); new. */
+cJSON *nd_index_aliases_json(nd_index *ix);
+bool nd_alias_exists(nd_node *n, const char *name);
+/* POST /_aliases actions ([{"add":{..}},{"remove":{..}},{"remove_index":{..}}])
+ * on a solo node: planned whole (patterns resolved, checks passed) before
+ * any is applied. */
+cm_err nd_alias_update(nd_node *n, const cJSON *actions, cm_error *err);
+/* The index a write through alias name goes to (its is_write_index, or its
+ * only index), referenced; *routing (optional) its index_routing or NULL
+ * (cm_free NODE). CM_ENOINDEX when name is no alias. */
+cm_err nd_alias_write_index(nd_node *n, const char *name, nd_index **out, char **routing,
+                            cm_error *err);
+/* The only index of alias name, referenced, or NULL. */
+nd_index *nd_alias_single(nd_node *n, const char *name);
+/* The query a search of expr must be filtered with (new JSON, or NULL for
+ * none): the filters of the aliases through which it reaches its indices.
+ * CM_EINVAL when its indices would need different filters. */
+cm_err nd_alias_filter(nd_node *n, const char *expr, cJSON **filter, cm_error *err);
+
 #endif

@@ -15,6 +15,7 @@
 #include "../common/cm_sys.h"
 #include "../proto/pr.h"
 #include "nd_cluster_private.h"
+#include "nd_private.h"
 #include "nd_snap.h"
 
 #define MEM CM_MEM_NODE
@@ -452,6 +453,7 @@ state_apply_locked(nd_cluster *cl, const rp_state *st)
 		}
 		if (cJSON_IsObject(maps) && nd_index_put_mapping(ix, maps, &err))
 			cm_warn("cluster", "cannot merge mapping of [%s]: %s", e->name, err.reason);
+		nd_alias_sync(ix, body); /* aliases live in the create body */
 		for (size_t k = 0; k < e->nsettings; k++) {
 			cJSON *sb = parse_text(e->settings_log[k]);
 			cm_error_clear(&err);
@@ -910,6 +912,9 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 	} else if (strcmp(action, "reroute") == 0) {
 		if ((rc = cl_reroute_locked(cl, next, bj, pdata, npdata, err)))
 			goto done;
+	} else if (strcmp(action, "aliases") == 0) {
+		if ((rc = nd_alias_master(cl->node, next, bj, err)))
+			goto done;
 	} else {
 		rc = cm_error_set(err, CM_EINVAL, "unknown metadata action [%s]", action);
 		goto done;
@@ -929,6 +934,8 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		goto done;
 	}
 	version = cl->state->version;
+	if (strcmp(action, "aliases") == 0)
+		state_apply_locked(cl, cl->state); /* the master applies it as every node does */
 	if (strcmp(action, "delete") == 0) {
 		/* the state no longer has them: the local copies go now */
 		char *copy = cm_strdup(MEM, index), *save = NULL, *tok;

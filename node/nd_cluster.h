@@ -139,6 +139,11 @@ void nd_cluster_cat_master(nd_cluster *cl, cm_buf *out);
  * sizes gathered from the nodes holding the copies): health status index
  * uuid pri rep docs.count docs.deleted store.size pri.store.size. */
 void nd_cluster_cat_indices(nd_cluster *cl, nd_index **ixs, size_t n, cm_buf *out);
+/* Hands kind to the info upcall of every other node (as _nodes does,
+ * each call bounded): the coordinator's cluster-wide state that is not
+ * in the cluster state (index templates). *failed counts the nodes that
+ * did not answer or refused. */
+void nd_cluster_info_all(nd_cluster *cl, const char *kind, int *total, int *failed);
 /* The coordinator's upcall for this node's own _nodes entry: kind is
  * "info" (_nodes) or "stats" (_nodes/stats); returns a cJSON object. */
 typedef struct cJSON cJSON;

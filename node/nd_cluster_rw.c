@@ -1411,6 +1411,28 @@ nd_cluster_nodes_info(nd_cluster *cl, const char *kind, int *total, int *failed)
 	return nodes;
 }
 
+void
+nd_cluster_info_all(nd_cluster *cl, const char *kind, int *total, int *failed)
+{
+	cJSON *b = cJSON_CreateObject();
+	cJSON_AddStringToObject(b, "kind", kind);
+	char *body = cJSON_PrintUnformatted(b);
+	cJSON_Delete(b);
+	*total = cl->nn - 1;
+	*failed = 0;
+	for (int i = 0; i < cl->nn; i++) {
+		cm_error e;
+		cJSON *r = NULL;
+		cm_error_clear(&e);
+		if (i == cl->self)
+			continue;
+		if (!body || remote_rw(cl, i, "rw_node", "", body, &r, &e))
+			(*failed)++;
+		cJSON_Delete(r);
+	}
+	cJSON_free(body);
+}
+
 /* One copy per shard as the routing has it, with docs and bytes gathered
  * from every node that holds one. */
 static void

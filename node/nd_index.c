@@ -331,6 +331,8 @@ index_persist_locked(nd_index *ix)
 	}
 	cJSON_AddItemToObject(root, "settings", settings);
 	cJSON_AddItemToObject(root, "mappings", st_mapping_to_json(ix->mapping));
+	if (ix->aliases)
+		cJSON_AddItemToObject(root, "aliases", cJSON_Duplicate(ix->aliases, true));
 	text = cJSON_PrintUnformatted(root);
 	cJSON_Delete(root);
 	if (!text)
@@ -341,9 +343,16 @@ index_persist_locked(nd_index *ix)
 	return rc;
 }
 
+cm_err
+nd_index_persist_locked(nd_index *ix)
+{
+	return index_persist_locked(ix);
+}
+
 static void
 index_free(nd_index *ix)
 {
+	cJSON_Delete(ix->aliases);
 	if (ix->shards) {
 		for (int i = 0; i < ix->settings.number_of_shards; i++)
 			if (ix->shards[i])
@@ -432,6 +441,9 @@ index_load(nd_node *n, const char *uuid, nd_index **out, cm_error *err)
 	if ((rc = settings_walk(&ix->settings, settings, "", true, err)))
 		goto fail;
 	if ((rc = st_mapping_from_json(mappings, &ix->mapping, err)))
+		goto fail;
+	if ((rc = nd_alias_entries(cJSON_GetObjectItemCaseSensitive(root, "aliases"), &ix->aliases,
+	                           err)))
 		goto fail;
 	if ((rc = index_open_shards(ix, err)))
 		goto fail;
@@ -577,6 +589,7 @@ nd_index_create_as(nd_node *n, const char *name, const char *given_uuid, const c
 	nd_index *ix = NULL;
 	char uuid[23];
 	const cJSON *c;
+	cJSON *aliases = NULL;
 	cm_err rc;
 
 	if ((rc = nd_index_name_check(name, err)))
@@ -592,8 +605,14 @@ nd_index_create_as(nd_node *n, const char *name, const char *given_uuid, const c
 				                    "unknown key [%s] for create index", c->string);
 		}
 		c = cJSON_GetObjectItemCaseSensitive(body, "aliases");
-		if (c && cJSON_GetArraySize(c) > 0)
-			return cm_error_set(err, CM_EINVAL, "aliases are not supported");
+		if (c && (rc = nd_alias_entries(c, &aliases, err)))
+			return rc;
+	}
+	/* a create the master or a solo node decides (not one replayed from
+	 * the cluster state) is checked against the other indices' aliases */
+	if (!given_uuid && (rc = nd_alias_create_check(n, name, aliases, err))) {
+		cJSON_Delete(aliases);
+		return rc;
 	}
 	if (given_uuid && given_uuid[0] && strlen(given_uuid) < sizeof(uuid) &&
 	    !strchr(given_uuid, '/') && given_uuid[0] != '.')
@@ -602,6 +621,10 @@ nd_index_create_as(nd_node *n, const char *name, const char *given_uuid, const c
 		nd_uuid(uuid);
 	ix = index_alloc(n, name, uuid);
 	ix->creation_ms = cm_wall_ms();
+	if (cJSON_GetArraySize(aliases))
+		ix->aliases = aliases;
+	else
+		cJSON_Delete(aliases);
 	settings_default(&ix->settings);
 	if (body && (c = cJSON_GetObjectItemCaseSensitive(body, "settings")) &&
 	    (rc = settings_walk(&ix->settings, c, "", true, err)))
@@ -772,6 +795,7 @@ nd_resolve(nd_node *n, const char *expr, bool ignore_unavailable, nd_index ***ou
 				if (glob_match(tok, n->indices[i]->name) &&
 				    (n->indices[i]->name[0] != '.' || tok[0] == '.'))
 					sel[i] = !neg;
+			nd_alias_select_locked(n, tok, true, sel, !neg);
 			continue;
 		}
 		for (size_t i = 0; i < n->nindices; i++) {
@@ -780,6 +804,8 @@ nd_resolve(nd_node *n, const char *expr, bool ignore_unavailable, nd_index ***ou
 				any = true;
 			}
 		}
+		if (!any)
+			any = nd_alias_select_locked(n, tok, false, sel, !neg);
 		if (!any && !neg && !ignore_unavailable) {
 			rc = cm_error_set(err, CM_ENOINDEX, "no such index [%s]", tok);
 			break;

@@ -30,6 +30,7 @@ struct nd_index {
 	uint64_t refresh_started, refresh_done_max;
 	bool deleted; /* files removed when the last reference drops */
 	nd_index_stats stats;
+	cJSON *aliases; /* name -> entry (nd_alias.c), NULL = none; under lock */
 };
 
 struct nd_scroll {
@@ -79,5 +80,27 @@ cm_err nd_registry_load(nd_node *n, cm_error *err);
 void nd_registry_close(nd_node *n);
 void nd_refresh_tick(nd_node *n);
 void nd_scroll_expire(nd_node *n);
+
+/* ---- aliases (nd_alias.c) ---- */
+typedef struct rp_state rp_state;
+/* index.json rewritten; caller holds ix->lock. */
+cm_err nd_index_persist_locked(nd_index *ix);
+/* An alias entry from its spec (filter checked as a query, routing,
+ * is_write_index, is_hidden): {"filter","index_routing","search_routing",..}. */
+cm_err nd_alias_entry(const char *alias, const cJSON *spec, cJSON **out, cm_error *err);
+/* A create body's "aliases" object, each entry normalized (a new object). */
+cm_err nd_alias_entries(const cJSON *aliases, cJSON **out, cm_error *err);
+/* A create's aliases against the other indices (name taken by an alias,
+ * alias named like an index, a second write index). */
+cm_err nd_alias_create_check(nd_node *n, const char *name, const cJSON *aliases, cm_error *err);
+/* Marks sel[i] = value for indices with an alias matching tok; caller
+ * holds reg_lock. */
+bool nd_alias_select_locked(nd_node *n, const char *tok, bool pattern, bool *sel, bool value);
+/* Makes ix's aliases those of a cluster-state create body. */
+void nd_alias_sync(nd_index *ix, const cJSON *body);
+/* The master's side of POST /_aliases: plans actions against the registry
+ * and writes the result into next (aliases in each index's body, indices
+ * removed by remove_index); the master applies next like any state. */
+cm_err nd_alias_master(nd_node *n, rp_state *next, const cJSON *actions, cm_error *err);
 
 #endif

@@ -64,6 +64,7 @@ sr_hit_clear(sr_hit *h)
 {
 	cm_free(T, h->id);
 	cm_free(T, h->source);
+	cm_free(T, h->fields);
 	for (size_t i = 0; i < h->nsort; i++)
 		sr_sort_value_clear(&h->sort[i]);
 	cm_free(T, h->sort);
@@ -517,8 +518,11 @@ render_hit(sr_merger *m, cm_buf *b, const mhit *mh, bool scored)
 	const char *index = mh->index ? mh->index : m->index_name ? m->index_name : "";
 	cm_buf_put(b, "{\"_index\":", 10);
 	sr_jw_cstr(b, index);
-	cm_buf_put(b, ",\"_type\":\"_doc\",\"_id\":", 22);
-	sr_jw_cstr(b, h->id ? h->id : "");
+	cm_buf_put(b, ",\"_type\":\"_doc\"", 15);
+	if (!req->stored_fields_none) {
+		cm_buf_put(b, ",\"_id\":", 7);
+		sr_jw_cstr(b, h->id ? h->id : "");
+	}
 	if (req->version)
 		cm_buf_printf(b, ",\"_version\":%lld", (long long)h->version);
 	if (req->seq_no_primary_term)
@@ -532,6 +536,22 @@ render_hit(sr_merger *m, cm_buf *b, const mhit *mh, bool scored)
 	if (h->source) {
 		cm_buf_put(b, ",\"_source\":", 11);
 		cm_buf_put(b, h->source, h->source_len);
+	}
+	if (h->fields) {
+		cm_buf_put(b, ",\"fields\":", 10);
+		cm_buf_put(b, h->fields, h->fields_len);
+	}
+	if (req->explain_scores) {
+		/* the score as computed; no per-clause breakdown (docs/api.md) */
+		cm_buf_put(b, ",\"_explanation\":{\"value\":", 25);
+		if (scored && !isnan(h->score))
+			sr_jw_float(b, h->score);
+		else
+			cm_buf_put(b, "0.0", 3);
+		cm_buf_printf(
+		    b, ",\"description\":\"%s\",\"details\":[]}",
+		    scored ? "score of the whole query (BM25); Shoal gives no per-clause breakdown"
+		           : "not scored: the hits are sorted by fields without track_scores");
 	}
 	if (req->nsort) {
 		cm_buf_put(b, ",\"sort\":[", 9);

@@ -7,6 +7,7 @@
 
 #include "../common/cm_alloc.h"
 #include "../common/cm_sys.h"
+#include "fetch.h"
 #include "sr.h"
 #include "sr_agg.h"
 
@@ -65,6 +66,8 @@ sr_request_free(sr_request *r)
 {
 	sr_query_free(r->query);
 	free_sort(r);
+	sr_fetch_free(r->fields, r->nfields);
+	sr_fetch_free(r->docvalue_fields, r->ndocvalue_fields);
 	for (size_t i = 0; i < r->nsearch_after; i++)
 		sr_sort_value_clear(&r->search_after[i]);
 	cm_free(T, r->search_after);
@@ -397,16 +400,56 @@ parse_source(sr_request *r, const cJSON *v, cm_error *err)
  * name rather than silently ignored (an ignored post_filter would return
  * wrong hits). */
 static const char *unsupported_keys[] = {
-    "highlight",     "post_filter",      "rescore",       "suggest",       "collapse",
-    "script_fields", "docvalue_fields",  "stored_fields", "indices_boost", "slice",
-    "pit",           "runtime_mappings", "min_score",     "ext",           "fields",
+    "highlight",     "post_filter", "rescore", "suggest",   "collapse",
+    "indices_boost", "slice",       "pit",     "min_score", "ext",
 };
+
+/* "stored_fields": a name or a list. Nothing is stored apart from _source
+ * (docs/api.md), so it decides whether _id and _source come back. */
+static cm_err
+parse_stored_fields(sr_request *r, const cJSON *v, bool *source_asked, cm_error *err)
+{
+	const cJSON *e = cJSON_IsArray(v) ? v->child : v;
+	if (!cJSON_IsArray(v) && !cJSON_IsString(v))
+		return cm_error_set(err, CM_EPARSE, "[stored_fields] must be a string or an array");
+	for (; e; e = cJSON_IsArray(v) ? e->next : NULL) {
+		if (!cJSON_IsString(e))
+			return cm_error_set(err, CM_EPARSE,
+			                    "Expected [VALUE_STRING] in [stored_fields] "
+			                    "but found [%s]",
+			                    token_name(e));
+		if (!strcmp(e->valuestring, "_none_")) {
+			if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 1)
+				return cm_error_set(err, CM_EINVAL,
+				                    "cannot combine _none_ with other fields");
+			r->stored_fields_none = true;
+		} else if (!strcmp(e->valuestring, "_source")) {
+			*source_asked = true;
+		}
+	}
+	return CM_OK;
+}
+
+/* script_fields and runtime_mappings: Kibana and Grafana send them empty;
+ * scripts are not run here, so a non-empty one is refused by name. */
+static cm_err
+empty_only(const cJSON *v, const char *k, cm_error *err)
+{
+	if (!cJSON_IsObject(v))
+		return cm_error_set(err, CM_EPARSE, "[%s] must be an object", k);
+	if (v->child)
+		return cm_error_set(err, CM_EINVAL,
+		                    "[%s] is not supported (scripts are not run); "
+		                    "only an empty [%s] is accepted",
+		                    k, k);
+	return CM_OK;
+}
 
 cm_err
 sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 {
 	cm_err rc = CM_OK;
-	bool have_aggs = false;
+	bool have_aggs = false, have_source = false, have_stored = false, stored_source = false;
 	if (!body)
 		return CM_OK;
 	if (!cJSON_IsObject(body))
@@ -452,7 +495,17 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 		} else if (!strcmp(k, "search_after")) {
 			rc = parse_search_after(r, v, err);
 		} else if (!strcmp(k, "_source")) {
+			have_source = true;
 			rc = parse_source(r, v, err);
+		} else if (!strcmp(k, "fields")) {
+			rc = sr_fetch_parse(v, k, &r->fields, &r->nfields, err);
+		} else if (!strcmp(k, "docvalue_fields")) {
+			rc = sr_fetch_parse(v, k, &r->docvalue_fields, &r->ndocvalue_fields, err);
+		} else if (!strcmp(k, "stored_fields")) {
+			have_stored = true;
+			rc = parse_stored_fields(r, v, &stored_source, err);
+		} else if (!strcmp(k, "script_fields") || !strcmp(k, "runtime_mappings")) {
+			rc = empty_only(v, k, err);
 		} else if (!strcmp(k, "track_total_hits")) {
 			if (cJSON_IsBool(v))
 				r->track_total_hits = cJSON_IsTrue(v) ? SR_TRACK_ALL : 0;
@@ -524,6 +577,16 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 	}
 	if (rc)
 		return rc;
+	if (have_stored) {
+		/* Elasticsearch: stored_fields without _source leaves _source out
+		 * unless the list names it; _none_ cannot go with _source */
+		if (r->stored_fields_none && have_source && r->fetch_source)
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "[stored_fields] cannot be disabled if [_source] is requested");
+		if (!have_source)
+			r->fetch_source = stored_source && !r->stored_fields_none;
+	}
 	if (r->nsearch_after) {
 		size_t want = r->nsort ? r->nsort : 1;
 		if (r->nsearch_after != want)

@@ -156,6 +156,13 @@ typedef struct sr_agg sr_agg; /* aggregation spec tree: search/sr_agg.h */
 
 #define SR_TRACK_ALL INT64_MAX
 
+/* One entry of "fields" or "docvalue_fields". */
+typedef struct sr_fetch_field {
+	char *field;           /* a name or a pattern with '*' wildcards */
+	char *format;          /* date format to render with; NULL = the field's */
+	bool include_unmapped; /* "fields" only: unmapped source values too, as sent */
+} sr_fetch_field;
+
 typedef struct sr_request {
 	sr_query *query;         /* NULL = match_all */
 	uint32_t from, size;     /* size default 10 */
@@ -175,6 +182,11 @@ typedef struct sr_request {
 	bool version;             /* render _version per hit */
 	bool seq_no_primary_term; /* render _seq_no and _primary_term per hit */
 	bool track_scores;        /* compute scores even when sorting by fields */
+	sr_fetch_field *fields;   /* "fields": values read from _source by the mapping */
+	size_t nfields;
+	sr_fetch_field *docvalue_fields; /* "docvalue_fields": the same in doc-value form */
+	size_t ndocvalue_fields;
+	bool stored_fields_none; /* "stored_fields": "_none_": hits without _id and _source */
 	/* ES's query phase alone: hits carry score, sort values and doc
 	 * numbers but no _id/_source/metadata (no stored-document reads).
 	 * Used by benchmarks; default false. */
@@ -185,7 +197,8 @@ void sr_request_init(sr_request *r);
 void sr_request_free(sr_request *r);
 /* Parses a _search body (query, from, size, sort, search_after, _source,
  * track_total_hits, timeout, terminate_after, aggs/aggregations, version,
- * seq_no_primary_term, track_scores, explain). body may be NULL (all
+ * seq_no_primary_term, track_scores, explain, fields, docvalue_fields,
+ * stored_fields, and empty script_fields and runtime_mappings). body may be NULL (all
  * defaults). Unknown keys → CM_EPARSE "Unknown key for a START_OBJECT in
  * [x]."; ES features not implemented (highlight, post_filter, ...) →
  * CM_EINVAL naming them. On error r holds what was parsed so far; the
@@ -221,6 +234,8 @@ typedef struct sr_hit {
 	size_t nsort;
 	char *source;          /* filtered _source JSON, NULL when not fetched */
 	size_t source_len;
+	char *fields;          /* the hit's "fields" (JSON), NULL when none */
+	size_t fields_len;
 	uint32_t shard, doc;   /* tie-breaking: shard index, then global doc */
 	uint64_t seq_no, primary_term;
 	int64_t version;

@@ -11,6 +11,7 @@
 
 #include "../common/cm_alloc.h"
 #include "exec.h"
+#include "fetch.h"
 #include "sr_agg.h"
 
 #define MAX_TOPK (1u << 20) /* from + size bound (the coordinator caps max_result_window) */
@@ -250,7 +251,8 @@ fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *id
 	}
 	cm_buf_reset(idb);
 	cm_buf_reset(src);
-	cm_err rc = st_stored_get(x->segs[e->seg].txn, e->doc, idb, req->fetch_source ? src : NULL);
+	bool want_src = req->fetch_source || sr_fetch_wanted(req);
+	cm_err rc = st_stored_get(x->segs[e->seg].txn, e->doc, idb, want_src ? src : NULL);
 	if (rc)
 		return cm_error_set(x->err, rc, "cannot read stored document");
 	h->id = cm_strndup(CM_MEM_SEARCH, (const char *)idb->data, idb->len);
@@ -275,6 +277,10 @@ fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *id
 			h->source_len = src->len;
 		}
 	}
+	if (sr_fetch_wanted(req) &&
+	    (rc = sr_fetch_render(st_reader_mapping(x->reader), req, (const char *)src->data,
+	                          src->len, &h->fields, &h->fields_len, x->err)))
+		return rc;
 	if (t->nkeys) {
 		h->sort = cm_calloc(CM_MEM_SEARCH, t->nkeys, sizeof(sr_sort_value));
 		h->nsort = t->nkeys;
@@ -324,6 +330,8 @@ sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_re
 		rc = cm_error_set(x.err, CM_ELIMIT, "from + size must be less than or equal to %u", MAX_TOPK);
 		goto done;
 	}
+	if (sr_fetch_wanted(req) && (rc = sr_fetch_check(st_reader_mapping(r), req, x.err)))
+		goto done;
 	t.k = (size_t)k;
 	t.scored = (t.by_score || score_key || req->track_scores) && (t.k > 0 || req->aggs);
 	t.threshold = req->track_total_hits < 0 ? 0 : (uint64_t)req->track_total_hits;

@@ -326,6 +326,28 @@ emit_integer(parse_ctx *c, const st_field_def *f, cJSON *j)
 	return CM_OK;
 }
 
+/* Base64 as Java's basic decoder reads it: the alphabet, '=' padding
+ * only at the end (optional), no length of 1 mod 4. */
+static bool
+base64_valid(const char *s)
+{
+	size_t n = 0, pad = 0;
+	for (const char *p = s; *p; p++, n++) {
+		char ch = *p;
+		if (ch == '=') {
+			if (++pad > 2)
+				return false;
+			continue;
+		}
+		if (pad || !((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+		             (ch >= '0' && ch <= '9') || ch == '+' || ch == '/'))
+			return false;
+	}
+	if (pad && n % 4)
+		return false;
+	return (n - pad) % 4 != 1;
+}
+
 static cm_err
 emit_scalar(parse_ctx *c, const st_field_def *f, cJSON *j)
 {
@@ -397,6 +419,11 @@ emit_scalar(parse_ctx *c, const st_field_def *f, cJSON *j)
 		push_value(c, f)->i = b;
 		return CM_OK;
 	}
+	case ST_FT_BINARY:
+		/* checked as base64, kept in _source only */
+		if (!cJSON_IsString(j) || !base64_valid(j->valuestring))
+			return type_error(c, f, j);
+		return CM_OK;
 	default:
 		return type_error(c, f, j);
 	}

@@ -98,8 +98,8 @@ fdef_init(st_field_def *f, st_field_type type)
 	f->type = type;
 	f->analyzer = ST_AN_STANDARD;
 	f->search_analyzer = ST_AN_STANDARD;
-	f->index = true;
-	f->doc_values = type != ST_FT_TEXT && type != ST_FT_OBJECT;
+	f->index = type != ST_FT_BINARY; /* binary: kept in _source only */
+	f->doc_values = type != ST_FT_TEXT && type != ST_FT_OBJECT && type != ST_FT_BINARY;
 	f->dynamic = ST_DYNAMIC_TRUE;
 }
 
@@ -479,8 +479,12 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			}
 			if (ok)
 				f.ignore_above = (int)it->valuedouble;
-		} else if (strcmp(k, "index") == 0 && type != ST_FT_OBJECT) {
+		} else if (strcmp(k, "index") == 0 && type != ST_FT_OBJECT &&
+		           type != ST_FT_BINARY) {
 			ok = json_bool(it, &f.index);
+		} else if (strcmp(k, "doc_values") == 0 && type == ST_FT_BINARY) {
+			/* binary doc values are not kept: only false is accepted */
+			ok = cJSON_IsFalse(it);
 		} else if (strcmp(k, "doc_values") == 0 && type != ST_FT_OBJECT &&
 		           type != ST_FT_TEXT) {
 			ok = json_bool(it, &f.doc_values);
@@ -499,7 +503,7 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 				f.format = cm_strdup(CM_MEM_STORAGE, it->valuestring);
 			}
 		} else if (strcmp(k, "null_value") == 0 && type != ST_FT_OBJECT &&
-		           type != ST_FT_TEXT) {
+		           type != ST_FT_TEXT && type != ST_FT_BINARY) {
 			if (cJSON_IsNull(it))
 				continue;
 			char num[64];
@@ -784,9 +788,9 @@ render_field(cJSON *o, const st_field_def *f, bool has_children)
 	}
 	if (f->type == ST_FT_KEYWORD && f->ignore_above > 0)
 		cJSON_AddNumberToObject(o, "ignore_above", f->ignore_above);
-	if (!f->index)
+	if (!f->index && f->type != ST_FT_BINARY)
 		cJSON_AddBoolToObject(o, "index", false);
-	if (f->type != ST_FT_TEXT && !f->doc_values)
+	if (f->type != ST_FT_TEXT && f->type != ST_FT_BINARY && !f->doc_values)
 		cJSON_AddBoolToObject(o, "doc_values", false);
 	if (f->format != NULL)
 		cJSON_AddStringToObject(o, "format", f->format);

@@ -23,6 +23,7 @@ typedef enum {
 	ST_FT_DATE,
 	ST_FT_BOOLEAN,
 	ST_FT_OBJECT, /* only in mappings; never stored as a segment field */
+	ST_FT_BINARY, /* base64 in _source only: not indexed, no doc values */
 } st_field_type;
 
 typedef enum {

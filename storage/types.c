@@ -7,7 +7,7 @@ static const char *const field_type_names[] = {
     [ST_FT_TEXT] = "text",       [ST_FT_KEYWORD] = "keyword", [ST_FT_LONG] = "long",
     [ST_FT_INTEGER] = "integer", [ST_FT_SHORT] = "short",     [ST_FT_BYTE] = "byte",
     [ST_FT_DOUBLE] = "double",   [ST_FT_FLOAT] = "float",     [ST_FT_DATE] = "date",
-    [ST_FT_BOOLEAN] = "boolean", [ST_FT_OBJECT] = "object",
+    [ST_FT_BOOLEAN] = "boolean", [ST_FT_OBJECT] = "object",   [ST_FT_BINARY] = "binary",
 };
 
 static const char *const analyzer_names[] = {

@@ -1,17 +1,23 @@
 """Real Elasticsearch/OpenSearch clients, unmodified, against a real node:
-Debian's python3-elasticsearch 7.17 and the npm package
-@opensearch-project/opensearch (installed here from the lock file)."""
+Debian's python3-elasticsearch 7.17 and the npm packages
+@opensearch-project/opensearch, @elastic/elasticsearch 8 and elasticdump
+(installed here from the lock file); the last two against a 2-node
+cluster."""
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from shoal import Node, run_tests, test  # noqa: E402
+from shoal import ClusterNode, Node, cluster_file, eq, run_tests, test  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLIENTS = os.path.join(ROOT, "tests", "clients")
 N = None
+TMP = tempfile.mkdtemp(prefix="shoal-clients-test-")
+CL = {}
 
 
 def node():
@@ -36,21 +42,106 @@ def python_elasticsearch_7_17():
     assert "flow: ok" in out, out
 
 
-@test
-def opensearch_js():
+def npm_packages():
+    """node, with tests/clients/node_modules installed from the lock file."""
     npm = shutil.which("npm")
     nodejs = shutil.which("node")
     if not npm or not nodejs:
-        raise AssertionError("node and npm are needed for the OpenSearch JS client test")
-    if not os.path.isdir(os.path.join(CLIENTS, "node_modules", "@opensearch-project")):
+        raise AssertionError("node and npm are needed for the JavaScript client tests")
+    mods = os.path.join(CLIENTS, "node_modules")
+    if not all(os.path.isdir(os.path.join(mods, p)) for p in
+               ("@opensearch-project/opensearch", "@elastic/elasticsearch", "elasticdump")):
         run([npm, "ci", "--no-audit", "--no-fund"], cwd=CLIENTS, timeout=300)
+    return nodejs
+
+
+def cluster2():
+    """A 2-node cluster, started once."""
+    if not CL:
+        cfile = os.path.join(TMP, "cluster.json")
+        ports = cluster_file(cfile, [("node-1", None), ("node-2", None)])
+        for n in ("node-1", "node-2"):
+            d = os.path.join(TMP, n)
+            os.makedirs(d, exist_ok=True)
+            CL[n] = ClusterNode(cfile, n, ports[n][0], data=d)
+        for n in CL.values():
+            st, b = n.req("GET", "/_cluster/health?wait_for_nodes=2&timeout=60s", timeout=80)
+            eq((st, b.get("number_of_nodes")), (200, 2), "2 nodes")
+    return CL
+
+
+@test
+def opensearch_js():
+    nodejs = npm_packages()
     out = run([nodejs, os.path.join(CLIENTS, "opensearch_flow.js"),
                "http://127.0.0.1:%d" % node().port], cwd=CLIENTS)
     assert "flow: ok" in out, out
 
 
+@test
+def python_elasticsearch_sniffing_a_cluster():
+    c = cluster2()
+    expect = ",".join("127.0.0.1:%d" % n.port for n in c.values())
+    out = run(["/usr/bin/python3", os.path.join(CLIENTS, "es_sniff_flow.py"),
+               "http://127.0.0.1:%d" % c["node-1"].port, expect])
+    assert "flow: ok" in out, out
+
+
+@test
+def elasticsearch_js_8_on_a_cluster():
+    nodejs = npm_packages()
+    c = cluster2()
+    out = run([nodejs, os.path.join(CLIENTS, "elastic8_flow.js"),
+               "http://127.0.0.1:%d" % c["node-2"].port], cwd=CLIENTS)
+    assert "flow: ok" in out, out
+
+
+@test
+def elasticdump_round_trip_on_a_cluster():
+    """elasticdump exports an index's mapping and data from one node of a
+    2-node cluster to files (its data export scrolls), and imports them
+    into a new index through the other node."""
+    npm_packages()
+    c = cluster2()
+    a, b = c["node-1"], c["node-2"]
+    mapping = {"properties": {"title": {"type": "text"}, "tag": {"type": "keyword"},
+                              "n": {"type": "long"}, "when": {"type": "date"}}}
+    st, r = a.req("PUT", "/dump-src", {"settings": {"number_of_shards": 3,
+                                                    "number_of_replicas": 1},
+                                       "mappings": mapping})
+    eq(st, 200, "create: %s" % r)
+    docs = {"d%d" % i: {"title": "doc %d" % i, "tag": "t%d" % (i % 3), "n": i,
+                        "when": "2026-12-%02d" % (i % 28 + 1)} for i in range(237)}
+    lines = []
+    for i, d in docs.items():
+        lines += [{"index": {"_index": "dump-src", "_id": i}}, d]
+    st, r = b.bulk(lines, params="?refresh=true")
+    eq((st, r["errors"]), (200, False), "bulk")
+    ed = os.path.join(CLIENTS, "node_modules", ".bin", "elasticdump")
+    src = "http://127.0.0.1:%d/dump-src" % a.port
+    dst = "http://127.0.0.1:%d/dump-dst" % b.port
+    mfile, dfile = os.path.join(TMP, "mapping.json"), os.path.join(TMP, "data.json")
+    run([ed, "--input=" + src, "--output=" + mfile, "--type=mapping"], cwd=CLIENTS)
+    run([ed, "--input=" + src, "--output=" + dfile, "--type=data", "--limit=50"], cwd=CLIENTS)
+    with open(dfile) as f:
+        rows = [json.loads(l) for l in f if l.strip()]
+    eq(sorted(x["_id"] for x in rows), sorted(docs), "every document exported once")
+    run([ed, "--input=" + mfile, "--output=" + dst, "--type=mapping"], cwd=CLIENTS)
+    run([ed, "--input=" + dfile, "--output=" + dst, "--type=data"], cwd=CLIENTS)
+    a.refresh("dump-dst")
+    for n in (a, b):
+        st, r = n.req("GET", "/dump-dst/_mapping")
+        eq(r["dump-dst"]["mappings"], mapping, "the mapping came across")
+        st, r = n.req("POST", "/dump-dst/_search", {"size": 300})
+        eq({h["_id"]: h["_source"] for h in r["hits"]["hits"]}, docs, "the data came across")
+
+
 def teardown():
-    return N.stop() if N else 0
+    rc = N.stop() if N else 0
+    for n in CL.values():
+        rc = n.stop() or rc
+    shutil.rmtree(TMP, ignore_errors=True)
+    return rc
 
 
 if __name__ == "__main__":

@@ -1,0 +1,750 @@
+/* Index templates: composable (_index_template, built of
+ * _component_template parts, the highest priority match wins) and legacy
+ * (_template, every match merged by order). A new index (PUT, or created
+ * by its first write) gets its settings, mappings and aliases from them,
+ * under what the request itself gives.
+ *
+ * The templates of a node live in DATA/templates.json. On a cluster a
+ * change is applied here and handed to every other node (through the
+ * nodes' info upcall, bounded); indices are created with the effective
+ * body computed where the request arrived, so every copy of the cluster
+ * state carries the same settings. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_sys.h"
+#include "../storage/st_types.h"
+#include "co_private.h"
+
+#define MEM CM_MEM_COORDINATOR
+#define TEMPLATES_MAX (16u << 20)
+
+static pthread_mutex_t tpl_lock = PTHREAD_MUTEX_INITIALIZER;
+static cJSON *tpl_db; /* {"index":{..},"component":{..},"legacy":{..}} */
+
+static bool
+glob(const char *p, const char *s)
+{
+	if (*p == 0)
+		return *s == 0;
+	if (*p == '*') {
+		for (;; s++) {
+			if (glob(p + 1, s))
+				return true;
+			if (!*s)
+				return false;
+		}
+	}
+	return *p == *s && glob(p + 1, s + 1);
+}
+
+static void
+db_path(nd_node *n, char *path, size_t cap)
+{
+	snprintf(path, cap, "%s/templates.json", nd_data_dir(n));
+}
+
+/* The store, loaded on first use; caller holds tpl_lock. */
+static cJSON *
+db(nd_node *n)
+{
+	static const char *const kinds[] = {"index", "component", "legacy"};
+	if (tpl_db)
+		return tpl_db;
+	char path[1200], *text = NULL;
+	size_t len;
+	db_path(n, path, sizeof(path));
+	if (cm_file_read(path, TEMPLATES_MAX, &text, &len) == CM_OK) {
+		tpl_db = cJSON_ParseWithLength(text, len);
+		cm_free(CM_MEM_COMMON, text);
+	}
+	if (!cJSON_IsObject(tpl_db)) {
+		cJSON_Delete(tpl_db);
+		tpl_db = cJSON_CreateObject();
+	}
+	for (int i = 0; i < 3; i++)
+		if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(tpl_db, kinds[i]))) {
+			cJSON_DeleteItemFromObjectCaseSensitive(tpl_db, kinds[i]);
+			cJSON_AddObjectToObject(tpl_db, kinds[i]);
+		}
+	return tpl_db;
+}
+
+static cm_err
+db_save(nd_node *n)
+{
+	char path[1200], *text = cJSON_PrintUnformatted(tpl_db);
+	if (!text)
+		return CM_ENOMEM;
+	db_path(n, path, sizeof(path));
+	cm_err rc = cm_file_write_atomic(path, text, strlen(text));
+	cJSON_free(text);
+	return rc;
+}
+
+/* Applies one change {"op":"put"|"delete","kind","name","body"} to the
+ * store here and persists it. */
+static cm_err
+apply_op(nd_node *n, const cJSON *op, cm_error *err)
+{
+	const cJSON *o = cJSON_GetObjectItemCaseSensitive(op, "op");
+	const cJSON *k = cJSON_GetObjectItemCaseSensitive(op, "kind");
+	const cJSON *nm = cJSON_GetObjectItemCaseSensitive(op, "name");
+	const cJSON *b = cJSON_GetObjectItemCaseSensitive(op, "body");
+	if (!cJSON_IsString(o) || !cJSON_IsString(k) || !cJSON_IsString(nm))
+		return cm_error_set(err, CM_EPARSE, "malformed template change");
+	pthread_mutex_lock(&tpl_lock);
+	cJSON *set = cJSON_GetObjectItemCaseSensitive(db(n), k->valuestring);
+	if (!set) {
+		pthread_mutex_unlock(&tpl_lock);
+		return cm_error_set(err, CM_EPARSE, "malformed template change");
+	}
+	cJSON *old = cJSON_DetachItemFromObjectCaseSensitive(set, nm->valuestring);
+	if (!strcmp(o->valuestring, "put"))
+		cJSON_AddItemToObject(set, nm->valuestring, cJSON_Duplicate(b, true));
+	cm_err rc = db_save(n);
+	if (rc) {
+		/* not applied: the old one goes back */
+		cJSON_DeleteItemFromObjectCaseSensitive(set, nm->valuestring);
+		if (old)
+			cJSON_AddItemToObject(set, nm->valuestring, old);
+		old = NULL;
+		rc = cm_error_set(err, rc, "cannot persist the templates: %s", cm_err_msg(rc));
+	}
+	cJSON_Delete(old);
+	pthread_mutex_unlock(&tpl_lock);
+	return rc;
+}
+
+/* A change arriving from another node (co_node_entry). */
+cJSON *
+co_template_upcall(nd_node *n, const char *text)
+{
+	cJSON *op = cJSON_Parse(text);
+	cm_error err;
+	cm_error_clear(&err);
+	cm_err rc = op ? apply_op(n, op, &err) : CM_EPARSE;
+	cJSON_Delete(op);
+	if (rc)
+		return NULL;
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddBoolToObject(j, "acknowledged", true);
+	return j;
+}
+
+/* Here, then on every other node of a cluster; acknowledged is false when
+ * a node did not take it. */
+static void
+change(co_req *r, const char *op, const char *kind, const char *name, const cJSON *body)
+{
+	cJSON *o = cJSON_CreateObject();
+	cm_error err;
+	bool acked = true;
+	cm_error_clear(&err);
+	cJSON_AddStringToObject(o, "op", op);
+	cJSON_AddStringToObject(o, "kind", kind);
+	cJSON_AddStringToObject(o, "name", name);
+	if (body)
+		cJSON_AddItemToObject(o, "body", cJSON_Duplicate(body, true));
+	if (apply_op(r->node, o, &err)) {
+		cJSON_Delete(o);
+		co_reply_error(r, &err, NULL);
+		return;
+	}
+	nd_cluster *cl = nd_cluster_of(r->node);
+	if (cl) {
+		char *text = cJSON_PrintUnformatted(o);
+		int total = 0, failed = 0;
+		nd_cluster_info_all(cl, text, &total, &failed);
+		cJSON_free(text);
+		acked = failed == 0;
+	}
+	cJSON_Delete(o);
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddBoolToObject(j, "acknowledged", acked);
+	co_reply_json(r, 200, j);
+}
+
+/* ---- validation ---- */
+
+static const char *
+kind_of(co_req *r)
+{
+	const char *s = co_seg(r, 0);
+	return !strcmp(s, "_index_template")       ? "index"
+	       : !strcmp(s, "_component_template") ? "component"
+	                                           : "legacy";
+}
+
+/* {"settings","mappings","aliases"} parts: objects, a mapping that
+ * parses. */
+static cm_err
+check_parts(const cJSON *t, const char *what, cm_error *err)
+{
+	for (const cJSON *c = t ? t->child : NULL; c; c = c->next) {
+		if (strcmp(c->string, "settings") && strcmp(c->string, "mappings") &&
+		    strcmp(c->string, "aliases"))
+			return cm_error_set(err, CM_EPARSE, "[%s] unknown field [%s]", what,
+			                    c->string);
+		if (!cJSON_IsObject(c))
+			return cm_error_set(err, CM_EPARSE, "[%s.%s] must be an object", what,
+			                    c->string);
+		if (!strcmp(c->string, "mappings")) {
+			st_mapping *m = NULL;
+			cm_err rc = st_mapping_from_json(c, &m, err);
+			if (m)
+				st_mapping_unref(m);
+			if (rc)
+				return rc;
+		}
+	}
+	return CM_OK;
+}
+
+static cm_err
+check_patterns(const cJSON *p, cm_error *err)
+{
+	if (cJSON_IsString(p) && p->valuestring[0])
+		return CM_OK;
+	if (!cJSON_IsArray(p) || !cJSON_GetArraySize(p))
+		return cm_error_set(err, CM_EVALIDATE,
+		                    "Validation Failed: 1: index patterns are missing;");
+	for (const cJSON *e = p->child; e; e = e->next)
+		if (!cJSON_IsString(e) || !e->valuestring[0])
+			return cm_error_set(err, CM_EPARSE, "[index_patterns] must be strings");
+	return CM_OK;
+}
+
+static bool
+patterns_match(const cJSON *p, const char *index)
+{
+	if (cJSON_IsString(p))
+		return glob(p->valuestring, index);
+	for (const cJSON *e = p ? p->child : NULL; e; e = e->next)
+		if (cJSON_IsString(e) && glob(e->valuestring, index))
+			return true;
+	return false;
+}
+
+/* Two pattern sets that could match one name: a pattern of one matches a
+ * pattern of the other read as a name (Elasticsearch's overlap test). */
+static bool
+patterns_overlap(const cJSON *a, const cJSON *b)
+{
+	for (const cJSON *x = cJSON_IsArray(a) ? a->child : a; x;
+	     x = cJSON_IsArray(a) ? x->next : NULL)
+		for (const cJSON *y = cJSON_IsArray(b) ? b->child : b; y;
+		     y = cJSON_IsArray(b) ? y->next : NULL)
+			if (cJSON_IsString(x) && cJSON_IsString(y) &&
+			    (glob(x->valuestring, y->valuestring) ||
+			     glob(y->valuestring, x->valuestring)))
+				return true;
+	return false;
+}
+
+static double
+num(const cJSON *o, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+	return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+/* Caller holds tpl_lock. */
+static cm_err
+check_index_template(nd_node *n, const char *name, const cJSON *b, cm_error *err)
+{
+	cm_err rc;
+	for (const cJSON *c = b->child; c; c = c->next) {
+		const char *k = c->string;
+		if (!strcmp(k, "index_patterns"))
+			continue;
+		else if (!strcmp(k, "template")) {
+			if (!cJSON_IsObject(c))
+				return cm_error_set(err, CM_EPARSE, "[template] must be an object");
+			if ((rc = check_parts(c, "template", err)))
+				return rc;
+		} else if (!strcmp(k, "composed_of")) {
+			if (!cJSON_IsArray(c))
+				return cm_error_set(err, CM_EPARSE,
+				                    "[composed_of] must be an array");
+			const cJSON *comp = cJSON_GetObjectItemCaseSensitive(db(n), "component");
+			for (const cJSON *e = c->child; e; e = e->next)
+				if (!cJSON_IsString(e) ||
+				    !cJSON_GetObjectItemCaseSensitive(comp, e->valuestring))
+					return cm_error_set_type(
+					    err, CM_EINVAL, "invalid_index_template_exception",
+					    "index_template [%s] invalid, cause [index template "
+					    "[%s] specifies "
+					    "component templates [%s] that do not exist]",
+					    name, name, cJSON_IsString(e) ? e->valuestring : "?");
+		} else if (!strcmp(k, "priority") || !strcmp(k, "version")) {
+			if (!cJSON_IsNumber(c) || c->valuedouble < 0 || c->valuedouble > 2147483647)
+				return cm_error_set(err, CM_EPARSE,
+				                    "[%s] must be a non-negative integer", k);
+		} else if (!strcmp(k, "_meta")) {
+			if (!cJSON_IsObject(c))
+				return cm_error_set(err, CM_EPARSE, "[_meta] must be an object");
+		} else if (!strcmp(k, "data_stream")) {
+			return cm_error_set(err, CM_EINVAL,
+			                    "[data_stream] is not supported: Shoal has no "
+			                    "data streams");
+		} else if (!strcmp(k, "allow_auto_create")) {
+			if (!cJSON_IsBool(c))
+				return cm_error_set(err, CM_EPARSE,
+				                    "[allow_auto_create] must be a boolean");
+		} else
+			return cm_error_set(err, CM_EPARSE, "[index_template] unknown field [%s]",
+			                    k);
+	}
+	const cJSON *pats = cJSON_GetObjectItemCaseSensitive(b, "index_patterns");
+	if ((rc = check_patterns(pats, err)))
+		return rc;
+	const cJSON *set = cJSON_GetObjectItemCaseSensitive(db(n), "index");
+	for (const cJSON *t = set->child; t; t = t->next) {
+		if (!strcmp(t->string, name) || num(t, "priority") != num(b, "priority"))
+			continue;
+		if (patterns_overlap(pats, cJSON_GetObjectItemCaseSensitive(t, "index_patterns")))
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "index template [%s] has index patterns matching patterns from "
+			    "an existing index template [%s] that has the same priority "
+			    "[%.0f], multiple index templates may not match during index "
+			    "creation, please use a different priority",
+			    name, t->string, num(b, "priority"));
+	}
+	return CM_OK;
+}
+
+static cm_err
+check_component(const cJSON *b, cm_error *err)
+{
+	cm_err rc;
+	for (const cJSON *c = b->child; c; c = c->next) {
+		const char *k = c->string;
+		if (!strcmp(k, "template")) {
+			if (!cJSON_IsObject(c))
+				return cm_error_set(err, CM_EPARSE, "[template] must be an object");
+			if ((rc = check_parts(c, "template", err)))
+				return rc;
+		} else if (!strcmp(k, "version")) {
+			if (!cJSON_IsNumber(c))
+				return cm_error_set(err, CM_EPARSE, "[version] must be an integer");
+		} else if (strcmp(k, "_meta"))
+			return cm_error_set(err, CM_EPARSE,
+			                    "[component_template] unknown field [%s]", k);
+	}
+	if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(b, "template")))
+		return cm_error_set(err, CM_EVALIDATE,
+		                    "Validation Failed: 1: [template] is required for a component "
+		                    "template;");
+	return CM_OK;
+}
+
+static cm_err
+check_legacy(const cJSON *b, cm_error *err)
+{
+	cm_err rc;
+	for (const cJSON *c = b->child; c; c = c->next) {
+		const char *k = c->string;
+		if (!strcmp(k, "index_patterns") || !strcmp(k, "template"))
+			continue;
+		if (!strcmp(k, "order") || !strcmp(k, "version")) {
+			if (!cJSON_IsNumber(c))
+				return cm_error_set(err, CM_EPARSE, "[%s] must be an integer", k);
+		} else if (!strcmp(k, "settings") || !strcmp(k, "mappings") ||
+		           !strcmp(k, "aliases")) {
+			cJSON one;
+			memset(&one, 0, sizeof(one));
+			one.type = cJSON_Object;
+			cJSON *copy = cJSON_Duplicate(c, true);
+			one.child = copy;
+			rc = check_parts(&one, "template", err);
+			cJSON_Delete(copy);
+			if (rc)
+				return rc;
+		} else
+			return cm_error_set(err, CM_EPARSE, "[template] unknown field [%s]", k);
+	}
+	const cJSON *p = cJSON_GetObjectItemCaseSensitive(b, "index_patterns");
+	return check_patterns(p ? p : cJSON_GetObjectItemCaseSensitive(b, "template"), err);
+}
+
+/* ---- handlers ---- */
+
+void
+co_h_template_put(co_req *r)
+{
+	const char *kind = kind_of(r), *name = co_seg(r, 1);
+	bool bad, create = co_param_bool(r, "create", false);
+	cJSON *body = co_body_json(r, &bad);
+	cm_error err;
+	cm_err rc;
+	co_param_get(r, "cause");
+	if (bad)
+		return;
+	if (!cJSON_IsObject(body)) {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EPARSE, NULL, "the template body must be an object");
+		return;
+	}
+	cm_error_clear(&err);
+	if (!strcmp(kind, "legacy") && co_param_get(r, "order") &&
+	    !cJSON_GetObjectItemCaseSensitive(body, "order"))
+		cJSON_AddNumberToObject(body, "order", atof(co_param_get(r, "order")));
+	if (!name[0] || strchr(name, '*') || strchr(name, ',') || strchr(name, ' '))
+		rc = cm_error_set(&err, CM_EINVAL,
+		                  "template name [%s] must not contain a space, a ',' or a '*'",
+		                  name);
+	else {
+		pthread_mutex_lock(&tpl_lock);
+		const cJSON *set = cJSON_GetObjectItemCaseSensitive(db(r->node), kind);
+		if (create && cJSON_GetObjectItemCaseSensitive(set, name))
+			rc = cm_error_set(&err, CM_EINVAL, "%s template [%s] already exists",
+			                  !strcmp(kind, "component") ? "component" : "index", name);
+		else
+			rc = !strcmp(kind, "index")
+			         ? check_index_template(r->node, name, body, &err)
+			     : !strcmp(kind, "component") ? check_component(body, &err)
+			                                  : check_legacy(body, &err);
+		pthread_mutex_unlock(&tpl_lock);
+	}
+	if (rc)
+		co_reply_error(r, &err, NULL);
+	else
+		change(r, "put", kind, name, body);
+	cJSON_Delete(body);
+}
+
+/* The names of set matching the comma-separated patterns (all for NULL);
+ * names not found (no pattern) in *missing. */
+static cJSON *
+select_names(const cJSON *set, const char *names, bool *missing)
+{
+	cJSON *out = cJSON_CreateArray();
+	*missing = false;
+	if (!names) {
+		for (const cJSON *t = set->child; t; t = t->next)
+			cJSON_AddItemToArray(out, cJSON_CreateString(t->string));
+		return out;
+	}
+	char *copy = cm_strdup(MEM, names), *save = NULL, *tok;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		bool any = false;
+		for (const cJSON *t = set->child; t; t = t->next)
+			if (glob(tok, t->string) || !strcmp(tok, "_all")) {
+				any = true;
+				bool dup = false;
+				for (const cJSON *d = out->child; d && !dup; d = d->next)
+					dup = !strcmp(d->valuestring, t->string);
+				if (!dup)
+					cJSON_AddItemToArray(out, cJSON_CreateString(t->string));
+			}
+		if (!any && !strchr(tok, '*'))
+			*missing = true;
+	}
+	cm_free(MEM, copy);
+	return out;
+}
+
+void
+co_h_template_get(co_req *r)
+{
+	const char *kind = kind_of(r), *names = co_seg(r, 1);
+	bool missing;
+	co_param_get(r, "flat_settings");
+	co_param_get(r, "local");
+	pthread_mutex_lock(&tpl_lock);
+	const cJSON *set = cJSON_GetObjectItemCaseSensitive(db(r->node), kind);
+	cJSON *sel = select_names(set, names, &missing), *j = cJSON_CreateObject(), *arr = NULL;
+	if (strcmp(kind, "legacy"))
+		arr = cJSON_AddArrayToObject(j, !strcmp(kind, "index") ? "index_templates"
+		                                                       : "component_templates");
+	for (const cJSON *s = sel->child; s; s = s->next) {
+		cJSON *t =
+		    cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(set, s->valuestring), true);
+		if (!arr) {
+			/* legacy: the stored template with its parts always present */
+			static const char *const parts[] = {"settings", "mappings", "aliases"};
+			if (!cJSON_GetObjectItemCaseSensitive(t, "order"))
+				cJSON_AddNumberToObject(t, "order", 0);
+			for (int i = 0; i < 3; i++)
+				if (!cJSON_GetObjectItemCaseSensitive(t, parts[i]))
+					cJSON_AddObjectToObject(t, parts[i]);
+			cJSON_AddItemToObject(j, s->valuestring, t);
+			continue;
+		}
+		cJSON *e = cJSON_CreateObject();
+		cJSON_AddStringToObject(e, "name", s->valuestring);
+		cJSON_AddItemToObject(
+		    e, !strcmp(kind, "index") ? "index_template" : "component_template", t);
+		cJSON_AddItemToArray(arr, e);
+	}
+	pthread_mutex_unlock(&tpl_lock);
+	cJSON_Delete(sel);
+	if (missing && (!names || !strchr(names, '*'))) {
+		cJSON_Delete(j);
+		if (!strcmp(kind, "legacy")) {
+			co_reply_json(r, 404, cJSON_CreateObject());
+			return;
+		}
+		co_reply_errorf(r, CM_ENOTFOUND, NULL, "%s template matching [%s] not found",
+		                !strcmp(kind, "index") ? "index" : "component", names);
+		return;
+	}
+	co_reply_json(r, 200, j);
+}
+
+void
+co_h_template_delete(co_req *r)
+{
+	const char *kind = kind_of(r), *name = co_seg(r, 1);
+	cm_error err;
+	cm_err rc = CM_OK;
+	cm_error_clear(&err);
+	pthread_mutex_lock(&tpl_lock);
+	cJSON *d = db(r->node);
+	if (!cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, kind), name))
+		rc = cm_error_set(&err, CM_ENOTFOUND, "%s template matching [%s] not found",
+		                  !strcmp(kind, "component") ? "component" : "index", name);
+	else if (!strcmp(kind, "component")) {
+		const cJSON *set = cJSON_GetObjectItemCaseSensitive(d, "index");
+		for (const cJSON *t = set->child; t && !rc; t = t->next) {
+			const cJSON *e;
+			cJSON_ArrayForEach(e,
+			                   cJSON_GetObjectItemCaseSensitive(
+			                       t, "composed_of")) if (cJSON_IsString(e) &&
+			                                              !strcmp(e->valuestring, name))
+			{
+				rc = cm_error_set(
+				    &err, CM_EINVAL,
+				    "component templates [%s] cannot be removed as they are "
+				    "still in use by index templates [%s]",
+				    name, t->string);
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&tpl_lock);
+	if (rc)
+		co_reply_error(r, &err, NULL);
+	else
+		change(r, "delete", kind, name, NULL);
+}
+
+/* ---- composing a new index's body ---- */
+
+/* Flat "a.b" keys, "index." dropped, later values win. */
+static void
+flat_settings(const cJSON *src, const char *prefix, cJSON *dst)
+{
+	for (const cJSON *c = src ? src->child : NULL; c; c = c->next) {
+		char key[300];
+		snprintf(key, sizeof(key), "%s%s%s", prefix, *prefix ? "." : "", c->string);
+		if (cJSON_IsObject(c)) {
+			flat_settings(c, key, dst);
+			continue;
+		}
+		const char *k = strncmp(key, "index.", 6) ? key : key + 6;
+		cJSON_DeleteItemFromObjectCaseSensitive(dst, k);
+		cJSON_AddItemToObject(dst, k, cJSON_Duplicate(c, true));
+	}
+}
+
+/* Objects merged key by key, recursively; anything else replaced. */
+static void
+deep_merge(cJSON *dst, const cJSON *src)
+{
+	for (const cJSON *c = src ? src->child : NULL; c; c = c->next) {
+		cJSON *have = cJSON_GetObjectItemCaseSensitive(dst, c->string);
+		if (have && cJSON_IsObject(have) && cJSON_IsObject(c)) {
+			deep_merge(have, c);
+			continue;
+		}
+		cJSON_DeleteItemFromObjectCaseSensitive(dst, c->string);
+		cJSON_AddItemToObject(dst, c->string, cJSON_Duplicate(c, true));
+	}
+}
+
+static void
+add_parts(cJSON *acc, const cJSON *parts)
+{
+	flat_settings(cJSON_GetObjectItemCaseSensitive(parts, "settings"), "",
+	              cJSON_GetObjectItemCaseSensitive(acc, "settings"));
+	deep_merge(cJSON_GetObjectItemCaseSensitive(acc, "mappings"),
+	           cJSON_GetObjectItemCaseSensitive(parts, "mappings"));
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(parts, "aliases");
+	cJSON *aa = cJSON_GetObjectItemCaseSensitive(acc, "aliases");
+	for (const cJSON *c = a ? a->child : NULL; c; c = c->next) {
+		cJSON_DeleteItemFromObjectCaseSensitive(aa, c->string);
+		cJSON_AddItemToObject(aa, c->string, cJSON_Duplicate(c, true));
+	}
+}
+
+static int
+by_order(const void *a, const void *b)
+{
+	double x = num(*(const cJSON *const *)a, "order"),
+	       y = num(*(const cJSON *const *)b, "order");
+	return (x > y) - (x < y);
+}
+
+/* The templates' parts for index, composed (caller holds tpl_lock):
+ * {"settings" (flat),"mappings","aliases"}; *winner names the composable
+ * template used (NULL: legacy ones, or none); overlapping (optional) gets
+ * the other composable matches. */
+static cJSON *
+compose(nd_node *n, const char *index, const char **winner, cJSON *overlapping)
+{
+	cJSON *acc = cJSON_CreateObject();
+	cJSON_AddObjectToObject(acc, "settings");
+	cJSON_AddObjectToObject(acc, "mappings");
+	cJSON_AddObjectToObject(acc, "aliases");
+	const cJSON *set = cJSON_GetObjectItemCaseSensitive(db(n), "index"), *best = NULL;
+	*winner = NULL;
+	for (const cJSON *t = set->child; t; t = t->next) {
+		if (!patterns_match(cJSON_GetObjectItemCaseSensitive(t, "index_patterns"), index))
+			continue;
+		if (!best || num(t, "priority") > num(best, "priority"))
+			best = t;
+	}
+	for (const cJSON *t = set->child; t && overlapping; t = t->next)
+		if (t != best &&
+		    patterns_match(cJSON_GetObjectItemCaseSensitive(t, "index_patterns"), index)) {
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddStringToObject(o, "name", t->string);
+			cJSON_AddItemToObject(
+			    o, "index_patterns",
+			    cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(t, "index_patterns"),
+			                    true));
+			cJSON_AddItemToArray(overlapping, o);
+		}
+	if (best) {
+		*winner = best->string;
+		const cJSON *comp = cJSON_GetObjectItemCaseSensitive(db(n), "component"), *e;
+		cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(best, "composed_of"))
+		{
+			const cJSON *c =
+			    cJSON_IsString(e)
+			        ? cJSON_GetObjectItemCaseSensitive(comp, e->valuestring)
+			        : NULL;
+			add_parts(acc, cJSON_GetObjectItemCaseSensitive(c, "template"));
+		}
+		add_parts(acc, cJSON_GetObjectItemCaseSensitive(best, "template"));
+		return acc;
+	}
+	/* legacy templates only when no composable one matches, by order */
+	const cJSON *leg = cJSON_GetObjectItemCaseSensitive(db(n), "legacy");
+	size_t k = 0, cap = (size_t)cJSON_GetArraySize(leg) + 1;
+	const cJSON **m = cm_calloc(MEM, cap, sizeof(*m));
+	for (const cJSON *t = leg->child; t; t = t->next) {
+		const cJSON *p = cJSON_GetObjectItemCaseSensitive(t, "index_patterns");
+		if (patterns_match(p ? p : cJSON_GetObjectItemCaseSensitive(t, "template"), index))
+			m[k++] = t;
+	}
+	qsort(m, k, sizeof(*m), by_order);
+	for (size_t i = 0; i < k; i++)
+		add_parts(acc, m[i]);
+	cm_free(MEM, m);
+	return acc;
+}
+
+cJSON *
+co_template_body(nd_node *n, const char *index, const cJSON *req)
+{
+	const char *winner;
+	if (req && !cJSON_IsObject(req))
+		return cJSON_Duplicate(req, true); /* refused as it is by the create */
+	pthread_mutex_lock(&tpl_lock);
+	cJSON *acc = compose(n, index, &winner, NULL);
+	pthread_mutex_unlock(&tpl_lock);
+	bool any = false;
+	for (const cJSON *c = acc->child; c; c = c->next)
+		any |= c->child != NULL;
+	if (!any) {
+		cJSON_Delete(acc);
+		return req ? cJSON_Duplicate(req, true) : NULL;
+	}
+	if (cJSON_IsObject(req)) {
+		/* the request's own parts win; other keys (refused later) kept */
+		add_parts(acc, req);
+		for (const cJSON *c = req->child; c; c = c->next)
+			if (!cJSON_GetObjectItemCaseSensitive(acc, c->string))
+				cJSON_AddItemToObject(acc, c->string, cJSON_Duplicate(c, true));
+	}
+	for (cJSON *c = acc->child, *next; c; c = next) {
+		next = c->next;
+		if (cJSON_IsObject(c) && !c->child)
+			cJSON_Delete(cJSON_DetachItemViaPointer(acc, c));
+	}
+	return acc;
+}
+
+/* Flat settings as {"index":{...}} with string values (as Elasticsearch
+ * shows settings). */
+static cJSON *
+settings_view(const cJSON *flat)
+{
+	cJSON *out = cJSON_CreateObject(), *ix = cJSON_AddObjectToObject(out, "index");
+	for (const cJSON *c = flat ? flat->child : NULL; c; c = c->next) {
+		cJSON *at = ix;
+		char *copy = cm_strdup(MEM, c->string), *save = NULL, *tok, *next;
+		for (tok = strtok_r(copy, ".", &save); tok; tok = next) {
+			next = strtok_r(NULL, ".", &save);
+			if (!next) {
+				cJSON_DeleteItemFromObjectCaseSensitive(at, tok);
+				if (cJSON_IsString(c))
+					cJSON_AddStringToObject(at, tok, c->valuestring);
+				else if (cJSON_IsNumber(c)) {
+					char buf[64];
+					snprintf(buf, sizeof(buf), "%.15g", c->valuedouble);
+					cJSON_AddStringToObject(at, tok, buf);
+				} else if (cJSON_IsBool(c))
+					cJSON_AddStringToObject(at, tok,
+					                        cJSON_IsTrue(c) ? "true" : "false");
+				else
+					cJSON_AddItemToObject(at, tok, cJSON_Duplicate(c, true));
+				break;
+			}
+			cJSON *sub = cJSON_GetObjectItemCaseSensitive(at, tok);
+			if (!cJSON_IsObject(sub)) {
+				cJSON_DeleteItemFromObjectCaseSensitive(at, tok);
+				sub = cJSON_AddObjectToObject(at, tok);
+			}
+			at = sub;
+		}
+		cm_free(MEM, copy);
+	}
+	return out;
+}
+
+/* POST /_index_template/_simulate_index/{name} */
+void
+co_h_simulate_index(co_req *r)
+{
+	const char *name = co_seg(r, 2), *winner;
+	cm_error err;
+	cm_error_clear(&err);
+	if (nd_index_name_check(name, &err)) {
+		co_reply_error(r, &err, name);
+		return;
+	}
+	cJSON *over = cJSON_CreateArray();
+	pthread_mutex_lock(&tpl_lock);
+	cJSON *acc = compose(r->node, name, &winner, over);
+	pthread_mutex_unlock(&tpl_lock);
+	cJSON *j = cJSON_CreateObject(), *t = cJSON_AddObjectToObject(j, "template");
+	cJSON_AddItemToObject(t, "settings",
+	                      settings_view(cJSON_GetObjectItemCaseSensitive(acc, "settings")));
+	cJSON_AddItemToObject(t, "mappings",
+	                      cJSON_DetachItemFromObjectCaseSensitive(acc, "mappings"));
+	cJSON_AddItemToObject(t, "aliases",
+	                      cJSON_DetachItemFromObjectCaseSensitive(acc, "aliases"));
+	cJSON_AddItemToObject(j, "overlapping", over);
+	cJSON_Delete(acc);
+	co_reply_json(r, 200, j);
+}

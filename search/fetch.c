@@ -1,0 +1,566 @@
+/* "fields" and "docvalue_fields" of a hit, computed from the document's
+ * _source and the shard's mapping: each leaf of the source is read as its
+ * mapped type reads it (a long coerces "5" and 5.5 to 5, a date parses
+ * with the field's format and renders with the requested one, a keyword
+ * drops values over ignore_above), multi-fields get their parent's
+ * values. Doc-value form sorts the values, deduplicates keywords and
+ * widens floats to doubles, as Lucene's doc values hold them. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cm_alloc.h"
+#include "agg_int.h"
+#include "fetch.h"
+#include "jsonw.h"
+
+#define T CM_MEM_SEARCH
+#define MAX_FETCH_FIELDS 100 /* index.max_docvalue_fields_search */
+
+/* ---- the request ---- */
+
+void
+sr_fetch_free(sr_fetch_field *f, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		cm_free(T, f[i].field);
+		cm_free(T, f[i].format);
+	}
+	cm_free(T, f);
+}
+
+static bool
+truthy(const cJSON *v, bool *out)
+{
+	if (cJSON_IsBool(v))
+		*out = cJSON_IsTrue(v);
+	else if (cJSON_IsString(v) &&
+	         (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false")))
+		*out = !strcmp(v->valuestring, "true");
+	else
+		return false;
+	return true;
+}
+
+cm_err
+sr_fetch_parse(const cJSON *v, const char *key, sr_fetch_field **out, size_t *n, cm_error *err)
+{
+	bool dv = !strcmp(key, "docvalue_fields");
+	if (cJSON_IsString(v) && dv) {
+		/* one name, as the URL parameter form gives it */
+	} else if (!cJSON_IsArray(v))
+		return cm_error_set(err, CM_EPARSE,
+		                    "[%s] must be an array of field names or objects", key);
+	size_t count = cJSON_IsArray(v) ? (size_t)cJSON_GetArraySize(v) : 1;
+	if (*n + count > MAX_FETCH_FIELDS)
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "Trying to retrieve too many %s. Must be less than or equal to: [%d] "
+		    "but was [%zu]. This limit can be set by changing the "
+		    "[index.max_docvalue_fields_search] index level setting.",
+		    key, MAX_FETCH_FIELDS, *n + count);
+	*out = cm_realloc(T, *out, (*n + count + 1) * sizeof(sr_fetch_field));
+	const cJSON *e = cJSON_IsArray(v) ? v->child : v;
+	for (; e; e = cJSON_IsArray(v) ? e->next : NULL) {
+		sr_fetch_field f = {0};
+		if (cJSON_IsString(e)) {
+			f.field = cm_strdup(T, e->valuestring);
+		} else if (cJSON_IsObject(e)) {
+			for (const cJSON *k = e->child; k; k = k->next) {
+				if (!strcmp(k->string, "field") && cJSON_IsString(k)) {
+					cm_free(T, f.field);
+					f.field = cm_strdup(T, k->valuestring);
+				} else if (!strcmp(k->string, "format") && cJSON_IsString(k)) {
+					cm_free(T, f.format);
+					/* 6.x's "use_field_mapping" is the default */
+					f.format = strcmp(k->valuestring, "use_field_mapping")
+					               ? cm_strdup(T, k->valuestring)
+					               : NULL;
+				} else if (!strcmp(k->string, "include_unmapped") && !dv &&
+				           truthy(k, &f.include_unmapped)) {
+				} else {
+					cm_free(T, f.field);
+					cm_free(T, f.format);
+					return cm_error_set(err, CM_EPARSE,
+					                    "[%s] unknown or malformed key [%s]",
+					                    key, k->string);
+				}
+			}
+			if (!f.field) {
+				cm_free(T, f.format);
+				return cm_error_set(err, CM_EPARSE,
+				                    "[%s] an entry is missing [field]", key);
+			}
+		} else {
+			return cm_error_set(
+			    err, CM_EPARSE,
+			    "[%s] entries must be field names or objects with [field]", key);
+		}
+		if (!f.field[0] || (f.format && !st_date_format_valid(f.format))) {
+			cm_err rc = f.field[0] ? cm_error_set(err, CM_EINVAL,
+			                                      "Invalid format: [%s] for field [%s]",
+			                                      f.format, f.field)
+			                       : cm_error_set(err, CM_EINVAL,
+			                                      "[%s] field name is empty", key);
+			cm_free(T, f.field);
+			cm_free(T, f.format);
+			return rc;
+		}
+		(*out)[(*n)++] = f;
+	}
+	return CM_OK;
+}
+
+bool
+sr_fetch_wanted(const sr_request *req)
+{
+	return req->nfields > 0 || req->ndocvalue_fields > 0;
+}
+
+/* ---- matching ---- */
+
+/* Elasticsearch's simple wildcard match: '*' matches any run, nothing
+ * else is special. */
+static bool
+glob(const char *p, const char *s)
+{
+	if (*p == 0)
+		return *s == 0;
+	if (*p == '*') {
+		for (;; s++) {
+			if (glob(p + 1, s))
+				return true;
+			if (!*s)
+				return false;
+		}
+	}
+	return *p == *s && glob(p + 1, s + 1);
+}
+
+/* ---- accumulating values ---- */
+
+typedef enum { FV_LONG, FV_DOUBLE, FV_FLOAT, FV_STR, FV_BOOL, FV_DATE, FV_RAW } fv_kind;
+
+typedef struct fval {
+	fv_kind kind;
+	int64_t i;
+	double d;
+	char *s;
+	size_t n;
+	cJSON *raw; /* an unmapped field's value, as in _source */
+} fval;
+
+typedef struct facc {
+	char *path;
+	const sr_fetch_field *spec;
+	bool dv;
+	fval *v;
+	size_t n, cap;
+} facc;
+
+typedef struct fctx {
+	const st_mapping *m;
+	const sr_request *req;
+	facc *acc;
+	size_t nacc, capacc;
+} fctx;
+
+/* The spec that asks for path (fields first, then docvalue_fields), or
+ * NULL; *dv tells which list it came from. */
+static const sr_fetch_field *
+spec_for(const fctx *c, const char *path, const st_field_def *def, bool *dv)
+{
+	for (size_t i = 0; i < c->req->nfields; i++) {
+		const sr_fetch_field *f = &c->req->fields[i];
+		if ((def || f->include_unmapped) && glob(f->field, path)) {
+			*dv = false;
+			return f;
+		}
+	}
+	if (!def || def->type == ST_FT_TEXT || !def->doc_values)
+		return NULL; /* (named ones are refused up front) */
+	for (size_t i = 0; i < c->req->ndocvalue_fields; i++) {
+		const sr_fetch_field *f = &c->req->docvalue_fields[i];
+		if (glob(f->field, path)) {
+			*dv = true;
+			return f;
+		}
+	}
+	return NULL;
+}
+
+static facc *
+acc_for(fctx *c, const char *path, const sr_fetch_field *spec, bool dv)
+{
+	for (size_t i = 0; i < c->nacc; i++)
+		if (!strcmp(c->acc[i].path, path))
+			return &c->acc[i];
+	if (c->nacc == c->capacc) {
+		c->capacc = c->capacc ? c->capacc * 2 : 8;
+		c->acc = cm_realloc(T, c->acc, c->capacc * sizeof(facc));
+	}
+	facc *a = &c->acc[c->nacc++];
+	memset(a, 0, sizeof(*a));
+	a->path = cm_strdup(T, path);
+	a->spec = spec;
+	a->dv = dv;
+	return a;
+}
+
+static void
+acc_push(facc *a, const fval *v)
+{
+	if (a->n == a->cap) {
+		a->cap = a->cap ? a->cap * 2 : 4;
+		a->v = cm_realloc(T, a->v, a->cap * sizeof(fval));
+	}
+	a->v[a->n++] = *v;
+}
+
+static size_t
+utf8_chars(const char *s, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += ((unsigned char)s[i] & 0xc0) != 0x80;
+	return k;
+}
+
+/* A leaf's text: strings as they are, numbers and booleans as written. */
+static char *
+leaf_text(const cJSON *v, size_t *n)
+{
+	char buf[40];
+	const char *s;
+	if (cJSON_IsString(v))
+		s = v->valuestring;
+	else if (cJSON_IsBool(v))
+		s = cJSON_IsTrue(v) ? "true" : "false";
+	else if (cJSON_IsNumber(v)) {
+		sr_jw_number_text(v->valuedouble, buf, sizeof(buf));
+		s = buf;
+	} else
+		return NULL;
+	*n = strlen(s);
+	return cm_strndup(T, s, *n);
+}
+
+/* Reads one source value as def's type; false when it does not read
+ * (the mapping would have refused or ignored it). */
+static bool
+convert(const st_field_def *def, const cJSON *v, fval *out)
+{
+	memset(out, 0, sizeof(*out));
+	switch (def->type) {
+	case ST_FT_TEXT:
+	case ST_FT_KEYWORD:
+	case ST_FT_BINARY:
+		out->kind = FV_STR;
+		out->s = leaf_text(v, &out->n);
+		if (!out->s)
+			return false;
+		if (def->type == ST_FT_KEYWORD && def->ignore_above > 0 &&
+		    utf8_chars(out->s, out->n) > (size_t)def->ignore_above) {
+			cm_free(T, out->s);
+			return false;
+		}
+		return true;
+	case ST_FT_LONG:
+	case ST_FT_INTEGER:
+	case ST_FT_SHORT:
+	case ST_FT_BYTE:
+	case ST_FT_DOUBLE:
+	case ST_FT_FLOAT: {
+		double d;
+		if (cJSON_IsNumber(v))
+			d = v->valuedouble;
+		else if (cJSON_IsString(v) && !def->no_coerce) {
+			char *end;
+			d = strtod(v->valuestring, &end);
+			if (end == v->valuestring || *end)
+				return false;
+		} else
+			return false;
+		if (!isfinite(d))
+			return false;
+		if (def->type == ST_FT_DOUBLE || def->type == ST_FT_FLOAT) {
+			out->kind = def->type == ST_FT_FLOAT ? FV_FLOAT : FV_DOUBLE;
+			out->d = d;
+		} else {
+			if (d >= 9.2e18 || d <= -9.2e18)
+				return false;
+			out->kind = FV_LONG;
+			out->i = (int64_t)d; /* coerced toward zero */
+		}
+		return true;
+	}
+	case ST_FT_DATE: {
+		size_t n;
+		char *s = leaf_text(v, &n);
+		bool ok = s && !cJSON_IsBool(v) && st_date_parse(s, n, def->format, &out->i);
+		cm_free(T, s);
+		out->kind = FV_DATE;
+		return ok;
+	}
+	case ST_FT_BOOLEAN:
+		out->kind = FV_BOOL;
+		if (cJSON_IsBool(v))
+			out->i = cJSON_IsTrue(v);
+		else if (cJSON_IsString(v) &&
+		         (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false")))
+			out->i = !strcmp(v->valuestring, "true");
+		else
+			return false;
+		return true;
+	default:
+		return false;
+	}
+}
+
+static void
+add_value(fctx *c, const char *path, const st_field_def *def, const cJSON *v)
+{
+	bool dv = false;
+	const sr_fetch_field *spec = spec_for(c, path, def, &dv);
+	fval fv;
+	if (!spec)
+		return;
+	if (!def) {
+		memset(&fv, 0, sizeof(fv));
+		fv.kind = FV_RAW;
+		fv.raw = cJSON_Duplicate(v, true);
+	} else if (!convert(def, v, &fv))
+		return;
+	acc_push(acc_for(c, path, spec, dv), &fv);
+}
+
+/* A leaf (or a null) at path: its own field and its multi-fields. */
+static void
+leaf(fctx *c, const char *path, const cJSON *v, bool unmapped)
+{
+	const st_field_def *def = unmapped ? NULL : st_mapping_find(c->m, path);
+	if (cJSON_IsNull(v)) {
+		if (!def || !def->null_value)
+			return;
+		cJSON *nv = cJSON_CreateString(def->null_value);
+		leaf(c, path, nv, false);
+		cJSON_Delete(nv);
+		return;
+	}
+	if (def && def->type == ST_FT_OBJECT)
+		return;
+	add_value(c, path, def, v);
+	if (!def)
+		return;
+	size_t pl = strlen(path);
+	for (size_t i = 0; i < c->m->nfields; i++) {
+		const st_field_def *f = &c->m->fields[i];
+		if (f->parent && !strcmp(f->parent, path) && !strncmp(f->path, path, pl))
+			add_value(c, f->path, f, v);
+	}
+}
+
+/* unmapped: below an "enabled": false object, whose contents are kept in
+ * _source only (include_unmapped returns them as sent). */
+static void
+walk(fctx *c, const cJSON *v, char *path, size_t plen, size_t cap, int depth, bool unmapped)
+{
+	if (depth > 64)
+		return;
+	if (cJSON_IsArray(v)) {
+		for (const cJSON *e = v->child; e; e = e->next)
+			walk(c, e, path, plen, cap, depth + 1, unmapped);
+		return;
+	}
+	if (!cJSON_IsObject(v)) {
+		leaf(c, path, v, unmapped);
+		return;
+	}
+	if (plen && !unmapped) {
+		const st_field_def *def = st_mapping_find(c->m, path);
+		unmapped = def && def->type == ST_FT_OBJECT && def->disabled;
+	}
+	for (const cJSON *e = v->child; e; e = e->next) {
+		size_t kl = strlen(e->string);
+		if (plen + kl + 2 > cap)
+			continue; /* a path longer than any mapping allows */
+		size_t n = plen;
+		if (plen)
+			path[n++] = '.';
+		memcpy(path + n, e->string, kl + 1);
+		walk(c, e, path, n + kl, cap, depth + 1, unmapped);
+		path[plen] = 0;
+	}
+}
+
+/* ---- rendering ---- */
+
+static void
+put_str(cm_buf *b, const char *s)
+{
+	cm_buf_put(b, s, strlen(s));
+}
+
+static int
+cmp_fval(const void *a, const void *b)
+{
+	const fval *x = a, *y = b;
+	switch (x->kind) {
+	case FV_DOUBLE:
+	case FV_FLOAT:
+		return (x->d > y->d) - (x->d < y->d);
+	case FV_STR: {
+		size_t n = x->n < y->n ? x->n : y->n;
+		int r = memcmp(x->s, y->s, n);
+		return r ? r : (x->n > y->n) - (x->n < y->n);
+	}
+	default:
+		return (x->i > y->i) - (x->i < y->i);
+	}
+}
+
+static void
+render_value(cm_buf *b, const facc *a, const fval *v, const st_field_def *def)
+{
+	char buf[128];
+	switch (v->kind) {
+	case FV_LONG:
+		cm_buf_printf(b, "%lld", (long long)v->i);
+		break;
+	case FV_DOUBLE:
+		sr_jw_double(b, v->d);
+		break;
+	case FV_FLOAT:
+		/* doc values hold the float widened to a double */
+		if (a->dv)
+			sr_jw_double(b, (double)(float)v->d);
+		else
+			sr_jw_float(b, (float)v->d);
+		break;
+	case FV_STR:
+		sr_jw_str(b, v->s, v->n);
+		break;
+	case FV_BOOL:
+		put_str(b, v->i ? "true" : "false");
+		break;
+	case FV_DATE:
+		agg_date_format(NULL,
+		                a->spec->format ? a->spec->format
+		                : def           ? def->format
+		                                : NULL,
+		                v->i, buf, sizeof(buf));
+		sr_jw_cstr(b, buf);
+		break;
+	case FV_RAW: {
+		char *s = cJSON_PrintUnformatted(v->raw);
+		if (s) {
+			put_str(b, s);
+			cJSON_free(s);
+		} else
+			put_str(b, "null");
+		break;
+	}
+	}
+}
+
+/* A docvalue_fields entry naming a field exactly must name one with doc
+ * values, as Elasticsearch refuses fielddata on text. */
+cm_err
+sr_fetch_check(const st_mapping *m, const sr_request *req, cm_error *err)
+{
+	if (!m)
+		return CM_OK;
+	for (size_t i = 0; i < req->ndocvalue_fields; i++) {
+		const char *name = req->docvalue_fields[i].field;
+		const st_field_def *def;
+		if (strchr(name, '*') || !(def = st_mapping_find(m, name)))
+			continue;
+		if (def->type == ST_FT_TEXT)
+			return cm_error_set(err, CM_EINVAL,
+			                    "Text fields are not optimised for operations that "
+			                    "require per-document field "
+			                    "data like aggregations and sorting, so these "
+			                    "operations are disabled by "
+			                    "default. Please use a keyword field instead. "
+			                    "Alternatively, set fielddata=true "
+			                    "on [%s] in order to load field data by uninverting "
+			                    "the inverted index. Note "
+			                    "that this can use significant memory.",
+			                    name);
+		if (def->type != ST_FT_OBJECT && !def->doc_values)
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "Can't load fielddata on [%s] because fielddata is unsupported on "
+			    "fields of type [%s]. Use doc values instead.",
+			    name, st_field_type_name(def->type));
+	}
+	return CM_OK;
+}
+
+cm_err
+sr_fetch_render(const st_mapping *m, const sr_request *req, const char *src, size_t len, char **out,
+                size_t *out_len, cm_error *err)
+{
+	st_mapping *none = m ? NULL : st_mapping_new();
+	fctx c = {.m = m ? m : none, .req = req};
+	char path[1024] = "";
+	*out = NULL;
+	*out_len = 0;
+	cJSON *doc = cJSON_ParseWithLength(src, len);
+	bool parsed = doc != NULL;
+	if (doc)
+		walk(&c, doc, path, 0, sizeof(path), 0, false);
+	cJSON_Delete(doc);
+	m = c.m;
+	if (c.nacc) {
+		cm_buf b;
+		cm_buf_init(&b, T);
+		cm_buf_put_u8(&b, '{');
+		for (size_t i = 0; i < c.nacc; i++) {
+			facc *a = &c.acc[i];
+			const st_field_def *def = st_mapping_find(m, a->path);
+			if (a->dv && a->n > 1) {
+				qsort(a->v, a->n, sizeof(fval), cmp_fval);
+				if (a->v[0].kind == FV_STR) { /* sorted sets */
+					size_t k = 1;
+					for (size_t j = 1; j < a->n; j++) {
+						if (cmp_fval(&a->v[k - 1], &a->v[j]) == 0)
+							cm_free(T, a->v[j].s);
+						else
+							a->v[k++] = a->v[j];
+					}
+					a->n = k;
+				}
+			}
+			if (i)
+				cm_buf_put_u8(&b, ',');
+			sr_jw_cstr(&b, a->path);
+			cm_buf_put(&b, ":[", 2);
+			for (size_t j = 0; j < a->n; j++) {
+				if (j)
+					cm_buf_put_u8(&b, ',');
+				render_value(&b, a, &a->v[j], def);
+			}
+			cm_buf_put_u8(&b, ']');
+		}
+		cm_buf_put_u8(&b, '}');
+		*out = cm_strndup(T, (const char *)b.data, b.len);
+		*out_len = b.len;
+		cm_buf_free(&b);
+	}
+	for (size_t i = 0; i < c.nacc; i++) {
+		for (size_t j = 0; j < c.acc[i].n; j++) {
+			cm_free(T, c.acc[i].v[j].s);
+			cJSON_Delete(c.acc[i].v[j].raw);
+		}
+		cm_free(T, c.acc[i].v);
+		cm_free(T, c.acc[i].path);
+	}
+	cm_free(T, c.acc);
+	if (none)
+		st_mapping_unref(none);
+	return parsed ? CM_OK : cm_error_set(err, CM_EINTERNAL, "stored _source does not parse");
+}
