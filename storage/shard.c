@@ -2708,7 +2708,7 @@ st_shard_snapshot(st_shard *s, const char *dst_dir, uint64_t *max_seq_no, cm_err
 	}
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/shard.mdb", dst_dir);
-	int64_t max;
+	int64_t max = -1; /* copy_max_seq sets it on success */
 	if ((e = copy_max_seq(path, &max, err)) != CM_OK)
 		goto fail;
 	*max_seq_no = max < 0 ? ST_NO_SEQ : (uint64_t)max;
