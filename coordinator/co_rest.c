@@ -1,12 +1,12 @@
 /* Cluster, _cat, stats and index-management endpoints. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,7 +29,8 @@ co_resolve(co_req *r, const char *expr, nd_index ***out, size_t *n)
 {
 	cm_error err;
 	cm_error_clear(&err);
-	if (nd_resolve(r->node, expr, co_param_bool(r, "ignore_unavailable", false), out, n, &err)) {
+	if (nd_resolve(r->node, expr, co_param_bool(r, "ignore_unavailable", false), out, n,
+	               &err)) {
 		const char *name = strstr(err.reason, "[");
 		char idx[256] = "";
 		if (name)
@@ -143,10 +144,9 @@ co_h_health(co_req *r)
 	cJSON_AddNumberToObject(j, "number_of_pending_tasks", 0);
 	cJSON_AddNumberToObject(j, "number_of_in_flight_fetch", 0);
 	cJSON_AddNumberToObject(j, "task_max_waiting_in_queue_millis", 0);
-	cJSON_AddNumberToObject(j, "active_shards_percent_as_number",
-	                        h.active + h.unassigned
-	                            ? 100.0 * h.active / (h.active + h.unassigned)
-	                            : 100.0);
+	cJSON_AddNumberToObject(
+	    j, "active_shards_percent_as_number",
+	    h.active + h.unassigned ? 100.0 * h.active / (h.active + h.unassigned) : 100.0);
 	if (co_param_get(r, "level") && strcmp(co_param_get(r, "level"), "indices") == 0) {
 		cJSON *ind = cJSON_AddObjectToObject(j, "indices");
 		for (size_t i = 0; i < n; i++) {
@@ -198,7 +198,8 @@ co_h_cluster_state(co_req *r)
 		cJSON_AddStringToObject(j, "state_uuid", nd_cluster_uuid(r->node));
 		cJSON_AddItemToObject(j, "master_node",
 		                      cJSON_DetachItemFromObjectCaseSensitive(cs, "master_node"));
-		cJSON_AddItemToObject(j, "nodes", cJSON_DetachItemFromObjectCaseSensitive(cs, "nodes"));
+		cJSON_AddItemToObject(j, "nodes",
+		                      cJSON_DetachItemFromObjectCaseSensitive(cs, "nodes"));
 	} else {
 		cJSON_AddNumberToObject(j, "version", 1);
 		cJSON_AddStringToObject(j, "state_uuid", nd_cluster_uuid(r->node));
@@ -249,26 +250,35 @@ co_h_cluster_settings(co_req *r)
 			for (int k = 0; k < 2; k++) {
 				sec = cJSON_GetObjectItemCaseSensitive(body, secs[k]);
 				/* a non-object body or section would iterate unnamed items */
-				if ((body && !cJSON_IsObject(body)) || (sec && !cJSON_IsObject(sec))) {
+				if ((body && !cJSON_IsObject(body)) ||
+				    (sec && !cJSON_IsObject(sec))) {
 					co_reply_errorf(r, CM_EPARSE, NULL,
-					                "[%s] must be an object of settings", secs[k]);
+					                "[%s] must be an object of settings",
+					                secs[k]);
 					cJSON_Delete(body);
 					return;
 				}
 				cJSON_ArrayForEach(c, sec)
 				{
-					bool named = strcmp(c->string, "action.destructive_requires_name") == 0;
-					if (!named || !(cJSON_IsBool(c) || cJSON_IsNull(c) || cJSON_IsString(c))) {
+					bool named =
+					    strcmp(c->string, "action.destructive_requires_name") ==
+					    0;
+					if (!named || !(cJSON_IsBool(c) || cJSON_IsNull(c) ||
+					                cJSON_IsString(c))) {
 						co_reply_errorf(r, CM_EINVAL, NULL,
-						                "%s setting [%.100s], not dynamically updateable",
-						                named ? "invalid value for" : "transient", c->string);
+						                "%s setting [%.100s], not "
+						                "dynamically updateable",
+						                named ? "invalid value for"
+						                      : "transient",
+						                c->string);
 						cJSON_Delete(body);
 						return;
 					}
 					if (pass == 1)
 						nd_set_destructive_requires_name(
 						    r->node, cJSON_IsNull(c) || cJSON_IsTrue(c) ||
-						                 (cJSON_IsString(c) && strcmp(c->valuestring, "false")));
+						                 (cJSON_IsString(c) &&
+						                  strcmp(c->valuestring, "false")));
 				}
 			}
 		}
@@ -362,7 +372,8 @@ static void
 cat_render(co_req *r, cat_table *t)
 {
 	static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
-	const char *h = co_param_get(r, "h"), *s = co_param_get(r, "s"), *fmt = co_param_get(r, "format");
+	const char *h = co_param_get(r, "h"), *s = co_param_get(r, "s"),
+	           *fmt = co_param_get(r, "format");
 	int sel[64], nsel = 0;
 	bool v = co_param_bool(r, "v", false);
 
@@ -372,7 +383,8 @@ cat_render(co_req *r, cat_table *t)
 			size_t n = e ? (size_t)(e - p) : strlen(p);
 			int c = cat_col(t, p, n);
 			if (c < 0) {
-				co_reply_errorf(r, CM_EINVAL, NULL, "unknown column [%.*s]", (int)n, p);
+				co_reply_errorf(r, CM_EINVAL, NULL, "unknown column [%.*s]", (int)n,
+				                p);
 				goto done;
 			}
 			sel[nsel++] = c;
@@ -393,7 +405,8 @@ cat_render(co_req *r, cat_table *t)
 		}
 		int c = cat_col(t, name, strlen(name));
 		if (c < 0) {
-			co_reply_errorf(r, CM_EINVAL, NULL, "Unable to sort by unknown sort key `%s`", name);
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "Unable to sort by unknown sort key `%s`", name);
 			goto done;
 		}
 		pthread_mutex_lock(&sort_lock);
@@ -508,7 +521,8 @@ co_h_cat(co_req *r)
 	if (strcmp(what, "indices") && strcmp(what, "shards") && strcmp(what, "nodes") &&
 	    strcmp(what, "count") && strcmp(what, "health")) {
 		char msg[256];
-		snprintf(msg, sizeof(msg), "no handler found for uri [%.100s] and method [GET]", r->path);
+		snprintf(msg, sizeof(msg), "no handler found for uri [%.100s] and method [GET]",
+		         r->path);
 		co_reply_errorf(r, CM_EINVAL, NULL, "%s", msg);
 		r->status = 400;
 		return;
@@ -518,8 +532,9 @@ co_h_cat(co_req *r)
 	    !co_resolve(r, expr ? expr : "_all", &ixs, &n))
 		return;
 	if (strcmp(what, "indices") == 0) {
-		static const char *cols[] = {"health", "status", "index", "uuid", "pri", "rep",
-		                             "docs.count", "docs.deleted", "store.size", "pri.store.size"};
+		static const char *cols[] = {
+		    "health", "status",     "index",        "uuid",       "pri",
+		    "rep",    "docs.count", "docs.deleted", "store.size", "pri.store.size"};
 		cat_init(&t, cols, 10);
 		for (int c = 4; c < 10; c++)
 			t.numeric[c] = true;
@@ -529,18 +544,19 @@ co_h_cat(co_req *r)
 			health_of(&ixs[i], 1, &h);
 			nd_index_shard_stats(ixs[i], &st);
 			snprintf(b1, sizeof(b1), "%d", nd_index_nshards(ixs[i]));
-			snprintf(b2, sizeof(b2), "%d", nd_index_settings(ixs[i])->number_of_replicas);
+			snprintf(b2, sizeof(b2), "%d",
+			         nd_index_settings(ixs[i])->number_of_replicas);
 			snprintf(b3, sizeof(b3), "%llu",
 			         (unsigned long long)nd_index_visible_docs(ixs[i]));
 			snprintf(b4, sizeof(b4), "%llu", (unsigned long long)st.deleted_docs);
 			fmt_bytes(r, st.store_bytes, b5, sizeof(b5));
 			fmt_bytes(r, st.store_bytes, b6, sizeof(b6));
-			cat_row(&t, h.status, "open", nd_index_name(ixs[i]), nd_index_uuid(ixs[i]), b1, b2,
-			        b3, b4, b5, b6);
+			cat_row(&t, h.status, "open", nd_index_name(ixs[i]), nd_index_uuid(ixs[i]),
+			        b1, b2, b3, b4, b5, b6);
 		}
 	} else if (strcmp(what, "shards") == 0) {
-		static const char *cols[] = {"index", "shard", "prirep", "state", "docs",
-		                             "store", "ip",    "node"};
+		static const char *cols[] = {"index", "shard", "prirep", "state",
+		                             "docs",  "store", "ip",     "node"};
 		cat_init(&t, cols, 8);
 		t.numeric[1] = t.numeric[4] = t.numeric[5] = true;
 		for (size_t i = 0; i < n; i++) {
@@ -550,10 +566,12 @@ co_h_cat(co_req *r)
 				snprintf(b1, sizeof(b1), "%d", s);
 				snprintf(b2, sizeof(b2), "%llu", (unsigned long long)st.docs);
 				fmt_bytes(r, st.store_bytes, b3, sizeof(b3));
-				cat_row(&t, nd_index_name(ixs[i]), b1, "p", "STARTED", b2, b3, "127.0.0.1",
-				        nd_node_name(r->node));
-				for (int k = 0; k < nd_index_settings(ixs[i])->number_of_replicas; k++)
-					cat_row(&t, nd_index_name(ixs[i]), b1, "r", "UNASSIGNED", "", "", "", "");
+				cat_row(&t, nd_index_name(ixs[i]), b1, "p", "STARTED", b2, b3,
+				        "127.0.0.1", nd_node_name(r->node));
+				for (int k = 0; k < nd_index_settings(ixs[i])->number_of_replicas;
+				     k++)
+					cat_row(&t, nd_index_name(ixs[i]), b1, "r", "UNASSIGNED",
+					        "", "", "", "");
 			}
 		}
 	} else if (strcmp(what, "nodes") == 0) {
@@ -572,7 +590,8 @@ co_h_cat(co_req *r)
 		snprintf(b2, sizeof(b2), "%.2f", load[0]);
 		snprintf(b3, sizeof(b3), "%.2f", load[1]);
 		snprintf(b4, sizeof(b4), "%.2f", load[2]);
-		cat_row(&t, "127.0.0.1", "0", b1, "0", b2, b3, b4, "dim", "*", nd_node_name(r->node));
+		cat_row(&t, "127.0.0.1", "0", b1, "0", b2, b3, b4, "dim", "*",
+		        nd_node_name(r->node));
 	} else if (strcmp(what, "count") == 0) {
 		static const char *cols[] = {"epoch", "timestamp", "count"};
 		uint64_t total = 0;
@@ -584,10 +603,20 @@ co_h_cat(co_req *r)
 		snprintf(b2, sizeof(b2), "%llu", (unsigned long long)total);
 		cat_row(&t, b1, ts, b2);
 	} else {
-		static const char *cols[] = {"epoch",  "timestamp", "cluster",  "status",
-		                             "node.total", "node.data", "shards", "pri",
-		                             "relo",   "init",      "unassign", "pending_tasks",
-		                             "max_task_wait_time", "active_shards_percent"};
+		static const char *cols[] = {"epoch",
+		                             "timestamp",
+		                             "cluster",
+		                             "status",
+		                             "node.total",
+		                             "node.data",
+		                             "shards",
+		                             "pri",
+		                             "relo",
+		                             "init",
+		                             "unassign",
+		                             "pending_tasks",
+		                             "max_task_wait_time",
+		                             "active_shards_percent"};
 		health h;
 		char b7[32];
 		nd_index_list(r->node, &ixs, &n);
@@ -600,9 +629,10 @@ co_h_cat(co_req *r)
 		snprintf(b3, sizeof(b3), "%d", h.active_primary);
 		snprintf(b4, sizeof(b4), "%d", h.unassigned);
 		snprintf(b7, sizeof(b7), "%.1f%%",
-		         h.active + h.unassigned ? 100.0 * h.active / (h.active + h.unassigned) : 100.0);
-		cat_row(&t, b1, ts, nd_cluster_name(r->node), h.status, "1", "1", b2, b3, "0", "0", b4,
-		        "0", "-", b7);
+		         h.active + h.unassigned ? 100.0 * h.active / (h.active + h.unassigned)
+		                                 : 100.0);
+		cat_row(&t, b1, ts, nd_cluster_name(r->node), h.status, "1", "1", b2, b3, "0", "0",
+		        b4, "0", "-", b7);
 	}
 	if (ixs)
 		co_release_all(ixs, n);
@@ -661,7 +691,8 @@ stats_json(const agg_stats *a)
 	cJSON_AddNumberToObject(o, "index_current", 0);
 	cJSON_AddNumberToObject(o, "index_failed", (double)a->c.index_failed);
 	cJSON_AddNumberToObject(o, "delete_total", (double)a->c.delete_total);
-	cJSON_AddNumberToObject(o, "delete_time_in_millis", (double)(a->c.delete_time_ns / 1000000));
+	cJSON_AddNumberToObject(o, "delete_time_in_millis",
+	                        (double)(a->c.delete_time_ns / 1000000));
 	cJSON_AddNumberToObject(o, "delete_current", 0);
 	o = cJSON_AddObjectToObject(j, "get");
 	cJSON_AddNumberToObject(o, "total", (double)a->c.get_total);
@@ -684,6 +715,163 @@ stats_json(const agg_stats *a)
 	return j;
 }
 
+/* One node's part of a cluster _stats: per index its counters and the
+ * storage figures of each shard directory (copies it does not host are
+ * empty); the coordinator picks the copies the routing names. */
+static cJSON *
+node_index_stats(nd_node *node)
+{
+	nd_index **ixs;
+	size_t n;
+	cJSON *j = cJSON_CreateObject();
+	nd_index_list(node, &ixs, &n);
+	for (size_t i = 0; i < n; i++) {
+		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
+		cJSON *sh = cJSON_AddArrayToObject(o, "shards");
+		for (int s = 0; s < nd_index_nshards(ixs[i]); s++) {
+			st_shard_stats st;
+			st_shard_stats_get(nd_index_shard(ixs[i], s), &st);
+			double v[] = {(double)st.docs, (double)st.deleted_docs,
+			              (double)st.store_bytes, (double)st.segments,
+			              (double)st.merges};
+			cJSON_AddItemToArray(sh, cJSON_CreateDoubleArray(v, 5));
+		}
+		agg_stats a;
+		memset(&a, 0, sizeof(a));
+		collect_stats(ixs[i], &a);
+		double c[] = {
+		    (double)a.c.index_total,  (double)a.c.index_time_ns,  (double)a.c.index_failed,
+		    (double)a.c.delete_total, (double)a.c.delete_time_ns, (double)a.c.get_total,
+		    (double)a.c.get_time_ns,  (double)a.c.query_total,    (double)a.c.query_time_ns,
+		    (double)a.c.fetch_total,  (double)a.c.scroll_total,   (double)a.c.refresh_total,
+		    (double)a.c.flush_total};
+		cJSON_AddItemToObject(o, "counters", cJSON_CreateDoubleArray(c, 13));
+	}
+	co_release_all(ixs, n);
+	return j;
+}
+
+static double
+num_at(const cJSON *arr, int k)
+{
+	const cJSON *v = cJSON_GetArrayItem(arr, k);
+	return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static void
+add_shard(agg_stats *a, const cJSON *v)
+{
+	a->sh.docs += (uint64_t)num_at(v, 0);
+	a->sh.deleted_docs += (uint64_t)num_at(v, 1);
+	a->sh.store_bytes += (uint64_t)num_at(v, 2);
+	a->sh.segments += (uint64_t)num_at(v, 3);
+	a->sh.merges += (uint64_t)num_at(v, 4);
+}
+
+static void
+add_counters(agg_stats *a, const cJSON *c)
+{
+	uint64_t *f[] = {&a->c.index_total,  &a->c.index_time_ns,  &a->c.index_failed,
+	                 &a->c.delete_total, &a->c.delete_time_ns, &a->c.get_total,
+	                 &a->c.get_time_ns,  &a->c.query_total,    &a->c.query_time_ns,
+	                 &a->c.fetch_total,  &a->c.scroll_total,   &a->c.refresh_total,
+	                 &a->c.flush_total};
+	for (int k = 0; k < 13; k++)
+		*f[k] += (uint64_t)num_at(c, k);
+}
+
+/* _stats over the cluster: every node asked (bounded; those that did not
+ * answer are listed in _nodes.failed); docs and store of the primaries and
+ * of every started copy the routing names, counters summed over nodes. */
+static bool
+cluster_stats(co_req *r, nd_index **ixs, size_t n)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	if (!cl)
+		return false;
+	int nodes_total = 0, nodes_failed = 0, copies = 0, answered = 0;
+	cJSON *per = nd_cluster_nodes_info(cl, "index_stats", &nodes_total, &nodes_failed);
+	cJSON *state = nd_cluster_state_json(cl);
+	cJSON *rt = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(state, "routing_table"), "indices");
+	agg_stats allp, allt;
+	memset(&allp, 0, sizeof(allp));
+	memset(&allt, 0, sizeof(allt));
+	cJSON *j = cJSON_CreateObject(), *ind;
+	cJSON *sh = cJSON_AddObjectToObject(j, "_shards");
+	cJSON *allj = cJSON_AddObjectToObject(j, "_all");
+	ind = cJSON_AddObjectToObject(j, "indices");
+	for (size_t i = 0; i < n; i++) {
+		const char *name = nd_index_name(ixs[i]);
+		agg_stats p, t;
+		memset(&p, 0, sizeof(p));
+		memset(&t, 0, sizeof(t));
+		cJSON *shards = cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(rt, name), "shards");
+		cJSON *list, *copy;
+		cJSON_ArrayForEach(list, shards)
+		{
+			int s = atoi(list->string);
+			cJSON_ArrayForEach(copy, list)
+			{
+				const cJSON *st = cJSON_GetObjectItemCaseSensitive(copy, "state");
+				const cJSON *nd = cJSON_GetObjectItemCaseSensitive(copy, "node");
+				copies++;
+				if (!cJSON_IsString(st) || strcmp(st->valuestring, "STARTED") ||
+				    !cJSON_IsString(nd))
+					continue;
+				const cJSON *mine = cJSON_GetObjectItemCaseSensitive(
+				    cJSON_GetObjectItemCaseSensitive(per, nd->valuestring), name);
+				if (!mine)
+					continue;
+				answered++;
+				const cJSON *v = cJSON_GetArrayItem(
+				    cJSON_GetObjectItemCaseSensitive(mine, "shards"), s);
+				add_shard(&t, v);
+				if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(copy, "primary")))
+					add_shard(&p, v);
+			}
+		}
+		cJSON *nodej;
+		cJSON_ArrayForEach(nodej, per)
+		{
+			const cJSON *mine = cJSON_GetObjectItemCaseSensitive(nodej, name);
+			add_counters(&p, cJSON_GetObjectItemCaseSensitive(mine, "counters"));
+			add_counters(&t, cJSON_GetObjectItemCaseSensitive(mine, "counters"));
+		}
+		cJSON *o = cJSON_AddObjectToObject(ind, name);
+		cJSON_AddStringToObject(o, "uuid", nd_index_uuid(ixs[i]));
+		cJSON_AddItemToObject(o, "primaries", stats_json(&p));
+		cJSON_AddItemToObject(o, "total", stats_json(&t));
+		allp.sh.docs += p.sh.docs, allp.sh.deleted_docs += p.sh.deleted_docs;
+		allp.sh.store_bytes += p.sh.store_bytes, allp.sh.segments += p.sh.segments;
+		allp.sh.merges += p.sh.merges;
+		allt.sh.docs += t.sh.docs, allt.sh.deleted_docs += t.sh.deleted_docs;
+		allt.sh.store_bytes += t.sh.store_bytes, allt.sh.segments += t.sh.segments;
+		allt.sh.merges += t.sh.merges;
+		cJSON_ArrayForEach(nodej, per)
+		{
+			const cJSON *mine = cJSON_GetObjectItemCaseSensitive(nodej, name);
+			add_counters(&allp, cJSON_GetObjectItemCaseSensitive(mine, "counters"));
+			add_counters(&allt, cJSON_GetObjectItemCaseSensitive(mine, "counters"));
+		}
+	}
+	cJSON_AddNumberToObject(sh, "total", copies);
+	cJSON_AddNumberToObject(sh, "successful", answered);
+	cJSON_AddNumberToObject(sh, "failed", copies - answered);
+	cJSON_AddItemToObject(allj, "primaries", stats_json(&allp));
+	cJSON_AddItemToObject(allj, "total", stats_json(&allt));
+	cJSON *nj = cJSON_AddObjectToObject(j, "_nodes");
+	cJSON_AddNumberToObject(nj, "total", nodes_total);
+	cJSON_AddNumberToObject(nj, "successful", nodes_total - nodes_failed);
+	cJSON_AddNumberToObject(nj, "failed", nodes_failed);
+	cJSON_Delete(per);
+	cJSON_Delete(state);
+	co_release_all(ixs, n);
+	co_reply_json(r, 200, j);
+	return true;
+}
+
 void
 co_h_stats(co_req *r)
 {
@@ -695,6 +883,8 @@ co_h_stats(co_req *r)
 
 	if (!co_resolve(r, co_seg(r, 0) && strcmp(co_seg(r, 0), "_stats") ? co_seg(r, 0) : "_all",
 	                &ixs, &n))
+		return;
+	if (cluster_stats(r, ixs, n))
 		return;
 	memset(&all, 0, sizeof(all));
 	j = cJSON_CreateObject();
@@ -719,8 +909,8 @@ co_h_stats(co_req *r)
 	co_reply_json(r, 200, j);
 }
 
-static const cm_mem_tag mem_tags[] = {CM_MEM_COMMON, CM_MEM_STORAGE,     CM_MEM_SEARCH,
-                                      CM_MEM_REPLICATION, CM_MEM_COORD, CM_MEM_NODE,
+static const cm_mem_tag mem_tags[] = {CM_MEM_COMMON,      CM_MEM_STORAGE, CM_MEM_SEARCH,
+                                      CM_MEM_REPLICATION, CM_MEM_COORD,   CM_MEM_NODE,
                                       CM_MEM_COORDINATOR};
 
 /* This node's _nodes/stats entry. */
@@ -802,11 +992,17 @@ node_info_entry(nd_node *node)
 	return me;
 }
 
+static cJSON *prom_entry(nd_node *node);
+
 cJSON *
 co_node_entry(void *node, const char *kind)
 {
 	if (kind[0] == '{') /* a template change from another node */
 		return co_template_upcall(node, kind);
+	if (strcmp(kind, "index_stats") == 0)
+		return node_index_stats(node);
+	if (strcmp(kind, "prometheus") == 0)
+		return prom_entry(node);
 	return strcmp(kind, "stats") == 0 ? node_stats_entry(node) : node_info_entry(node);
 }
 
@@ -853,16 +1049,16 @@ co_h_nodes(co_req *r)
 	nodes_reply(r, "info");
 }
 
-void
-co_h_prometheus(co_req *r)
+/* This node's metrics in the Prometheus text format, into b. */
+static void
+prom_local(nd_node *node, cm_buf *b_out)
 {
 	nd_index **ixs;
 	size_t n;
-	cm_buf b;
-	nd_node_counters *nc = nd_counters(r->node);
+	cm_buf b = *b_out;
+	nd_node_counters *nc = nd_counters(node);
 
-	cm_buf_init(&b, MEM);
-	nd_index_list(r->node, &ixs, &n);
+	nd_index_list(node, &ixs, &n);
 	cm_buf_printf(&b, "# HELP shoal_index_docs Documents in the index (refreshed).\n"
 	                  "# TYPE shoal_index_docs gauge\n");
 	agg_stats *st = cm_calloc(MEM, n + 1, sizeof(agg_stats));
@@ -871,20 +1067,22 @@ co_h_prometheus(co_req *r)
 		cm_buf_printf(&b, "shoal_index_docs{index=\"%s\"} %llu\n", nd_index_name(ixs[i]),
 		              (unsigned long long)st[i].sh.docs);
 	}
-#define PROM(name, type, help, field, scale)                                                  \
-	do {                                                                                      \
-		cm_buf_printf(&b, "# HELP " name " " help "\n# TYPE " name " " type "\n");            \
-		for (size_t i = 0; i < n; i++)                                                        \
-			cm_buf_printf(&b, name "{index=\"%s\"} %.6g\n", nd_index_name(ixs[i]),              \
-			              (double)st[i].field / (scale));                                      \
+#define PROM(name, type, help, field, scale)                                                       \
+	do {                                                                                       \
+		cm_buf_printf(&b, "# HELP " name " " help "\n# TYPE " name " " type "\n");         \
+		for (size_t i = 0; i < n; i++)                                                     \
+			cm_buf_printf(&b, name "{index=\"%s\"} %.6g\n", nd_index_name(ixs[i]),     \
+			              (double)st[i].field / (scale));                              \
 	} while (0)
 	PROM("shoal_index_deleted_docs", "gauge", "Deleted documents not yet merged away.",
 	     sh.deleted_docs, 1);
 	PROM("shoal_index_store_bytes", "gauge", "Bytes on disk.", sh.store_bytes, 1);
 	PROM("shoal_index_segments", "gauge", "Segments.", sh.segments, 1);
 	PROM("shoal_indexing_docs_total", "counter", "Documents indexed.", c.index_total, 1);
-	PROM("shoal_indexing_seconds_total", "counter", "Time spent indexing.", c.index_time_ns, 1e9);
-	PROM("shoal_indexing_failed_total", "counter", "Failed index operations.", c.index_failed, 1);
+	PROM("shoal_indexing_seconds_total", "counter", "Time spent indexing.", c.index_time_ns,
+	     1e9);
+	PROM("shoal_indexing_failed_total", "counter", "Failed index operations.", c.index_failed,
+	     1);
 	PROM("shoal_delete_docs_total", "counter", "Documents deleted.", c.delete_total, 1);
 	PROM("shoal_search_query_total", "counter", "Shard queries run.", c.query_total, 1);
 	PROM("shoal_search_query_seconds_total", "counter", "Time spent in shard queries.",
@@ -899,26 +1097,134 @@ co_h_prometheus(co_req *r)
 	for (size_t i = 0; i < sizeof(mem_tags) / sizeof(mem_tags[0]); i++)
 		cm_buf_printf(&b, "shoal_memory_bytes{module=\"%s\"} %lld\n",
 		              cm_mem_tag_name(mem_tags[i]), (long long)cm_mem_used(mem_tags[i]));
-	cm_buf_printf(&b,
-	              "# HELP shoal_process_resident_bytes Resident memory.\n"
-	              "# TYPE shoal_process_resident_bytes gauge\nshoal_process_resident_bytes %llu\n"
-	              "# HELP shoal_process_cpu_seconds_total CPU time.\n"
-	              "# TYPE shoal_process_cpu_seconds_total counter\n"
-	              "shoal_process_cpu_seconds_total %.3f\n"
-	              "# HELP shoal_http_requests_total HTTP requests received.\n"
-	              "# TYPE shoal_http_requests_total counter\nshoal_http_requests_total %llu\n"
-	              "# HELP shoal_http_open_connections Open HTTP connections.\n"
-	              "# TYPE shoal_http_open_connections gauge\nshoal_http_open_connections %llu\n"
-	              "# HELP shoal_search_rejected_total Searches rejected with 429.\n"
-	              "# TYPE shoal_search_rejected_total counter\nshoal_search_rejected_total %llu\n"
-	              "# HELP shoal_uptime_seconds Seconds since the node started.\n"
-	              "# TYPE shoal_uptime_seconds gauge\nshoal_uptime_seconds %.3f\n",
-	              (unsigned long long)cm_rss_bytes(), cm_cpu_seconds(),
-	              (unsigned long long)ld(&nc->http_requests),
-	              (unsigned long long)ld(&nc->http_open),
-	              (unsigned long long)ld(&nc->search_rejected),
-	              (cm_wall_ms() - nd_start_ms(r->node)) / 1000.0);
-	co_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", (const char *)b.data, b.len);
+	cm_buf_printf(
+	    &b,
+	    "# HELP shoal_process_resident_bytes Resident memory.\n"
+	    "# TYPE shoal_process_resident_bytes gauge\nshoal_process_resident_bytes %llu\n"
+	    "# HELP shoal_process_cpu_seconds_total CPU time.\n"
+	    "# TYPE shoal_process_cpu_seconds_total counter\n"
+	    "shoal_process_cpu_seconds_total %.3f\n"
+	    "# HELP shoal_http_requests_total HTTP requests received.\n"
+	    "# TYPE shoal_http_requests_total counter\nshoal_http_requests_total %llu\n"
+	    "# HELP shoal_http_open_connections Open HTTP connections.\n"
+	    "# TYPE shoal_http_open_connections gauge\nshoal_http_open_connections %llu\n"
+	    "# HELP shoal_search_rejected_total Searches rejected with 429.\n"
+	    "# TYPE shoal_search_rejected_total counter\nshoal_search_rejected_total %llu\n"
+	    "# HELP shoal_uptime_seconds Seconds since the node started.\n"
+	    "# TYPE shoal_uptime_seconds gauge\nshoal_uptime_seconds %.3f\n",
+	    (unsigned long long)cm_rss_bytes(), cm_cpu_seconds(),
+	    (unsigned long long)ld(&nc->http_requests), (unsigned long long)ld(&nc->http_open),
+	    (unsigned long long)ld(&nc->search_rejected),
+	    (cm_wall_ms() - nd_start_ms(node)) / 1000.0);
+	*b_out = b;
+}
+
+static cJSON *
+prom_entry(nd_node *node)
+{
+	cm_buf b;
+	cm_buf_init(&b, MEM);
+	prom_local(node, &b);
+	cm_buf_put_u8(&b, 0);
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddStringToObject(j, "text", (const char *)b.data);
+	cm_buf_free(&b);
+	return j;
+}
+
+typedef struct prom_metric {
+	char name[128];
+	char *head; /* HELP and TYPE lines */
+	cm_buf samples;
+} prom_metric;
+
+/* Every node's metrics, each sample labelled node="NAME", grouped by
+ * metric (HELP and TYPE once); shoal_node_up says who answered. */
+static void
+prom_cluster(nd_cluster *cl, cm_buf *out)
+{
+	int total = 0, failed = 0;
+	cJSON *per = nd_cluster_nodes_info(cl, "prometheus", &total, &failed), *nj;
+	prom_metric *m = NULL;
+	size_t nm = 0;
+	cJSON_ArrayForEach(nj, per)
+	{
+		const cJSON *t = cJSON_GetObjectItemCaseSensitive(nj, "text");
+		if (!cJSON_IsString(t))
+			continue;
+		char *copy = cm_strdup(MEM, t->valuestring), *save = NULL, *line;
+		prom_metric *cur = NULL;
+		for (line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+			char name[128];
+			bool comment = line[0] == '#';
+			const char *p = comment ? line + 7 : line; /* "# HELP " / "# TYPE " */
+			size_t k = 0;
+			if (comment && strlen(line) < 8)
+				continue;
+			while (p[k] && p[k] != ' ' && p[k] != '{' && k < sizeof(name) - 1)
+				name[k] = p[k], k++;
+			name[k] = 0;
+			cur = NULL;
+			for (size_t i = 0; i < nm && !cur; i++)
+				if (strcmp(m[i].name, name) == 0)
+					cur = &m[i];
+			if (!cur) {
+				m = cm_realloc(MEM, m, (nm + 1) * sizeof(*m));
+				cur = &m[nm++];
+				snprintf(cur->name, sizeof(cur->name), "%s", name);
+				cur->head = cm_strdup(MEM, "");
+				cm_buf_init(&cur->samples, MEM);
+			}
+			if (comment) {
+				if (!strstr(cur->head, line)) {
+					size_t l = strlen(cur->head) + strlen(line) + 2;
+					char *h = cm_malloc(MEM, l);
+					snprintf(h, l, "%s%s\n", cur->head, line);
+					cm_free(MEM, cur->head);
+					cur->head = h;
+				}
+				continue;
+			}
+			const char *rest = line + k;
+			if (*rest == '{')
+				cm_buf_printf(&cur->samples, "%s{node=\"%s\",%s\n", name,
+				              nj->string, rest + 1);
+			else
+				cm_buf_printf(&cur->samples, "%s{node=\"%s\"}%s\n", name,
+				              nj->string, rest);
+		}
+		cm_free(MEM, copy);
+	}
+	cm_buf_printf(out, "# HELP shoal_node_up Whether the node answered this scrape.\n"
+	                   "# TYPE shoal_node_up gauge\n");
+	for (int i = 0; i < nd_cluster_nnodes(cl); i++) {
+		const char *nm2 = nd_cluster_node_name(cl, i);
+		cm_buf_printf(out, "shoal_node_up{node=\"%s\"} %d\n", nm2,
+		              cJSON_GetObjectItemCaseSensitive(per, nm2) != NULL);
+	}
+	for (size_t i = 0; i < nm; i++) {
+		cm_buf_printf(out, "%s", m[i].head);
+		if (m[i].samples.len)
+			cm_buf_put(out, m[i].samples.data, m[i].samples.len);
+		cm_free(MEM, m[i].head);
+		cm_buf_free(&m[i].samples);
+	}
+	cm_free(MEM, m);
+	cJSON_Delete(per);
+}
+
+void
+co_h_prometheus(co_req *r)
+{
+	cm_buf b;
+	nd_cluster *cl = nd_cluster_of(r->node);
+	cm_buf_init(&b, MEM);
+	if (cl)
+		prom_cluster(cl, &b);
+	else
+		prom_local(r->node, &b);
+	co_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", (const char *)b.data,
+	              b.len);
 	cm_buf_free(&b);
 }
 
@@ -1088,7 +1394,8 @@ co_h_mapping_put(co_req *r)
 	if (bad)
 		return;
 	if (!body) {
-		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: mapping source is empty;");
+		co_reply_errorf(r, CM_EVALIDATE, NULL,
+		                "Validation Failed: 1: mapping source is empty;");
 		return;
 	}
 	if (!co_resolve(r, co_seg(r, 0), &ixs, &n)) {
@@ -1169,7 +1476,8 @@ co_h_settings_put(co_req *r)
 	if (bad)
 		return;
 	if (!body) {
-		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: no settings to update;");
+		co_reply_errorf(r, CM_EVALIDATE, NULL,
+		                "Validation Failed: 1: no settings to update;");
 		return;
 	}
 	if (!co_resolve(r, co_seg(r, 0), &ixs, &n)) {
@@ -1227,7 +1535,10 @@ index_op(co_req *r, index_op_fn fn, int arg)
 
 	if (!co_resolve(r, index_expr(r), &ixs, &n))
 		return;
-	if (co_cluster_broadcast(r, fn == op_refresh ? "refresh" : fn == op_flush ? "flush" : "forcemerge",
+	if (co_cluster_broadcast(r,
+	                         fn == op_refresh ? "refresh"
+	                         : fn == op_flush ? "flush"
+	                                          : "forcemerge",
 	                         ixs, n)) {
 		co_release_all(ixs, n);
 		return;
@@ -1267,9 +1578,10 @@ co_h_forcemerge(co_req *r)
 		char *end;
 		long v = strtol(m, &end, 10);
 		if (*end || v < 1 || v > 1000000) {
-			co_reply_errorf(r, CM_EINVAL, NULL,
-			                "Failed to parse int parameter [max_num_segments] with value [%.60s]",
-			                m);
+			co_reply_errorf(
+			    r, CM_EINVAL, NULL,
+			    "Failed to parse int parameter [max_num_segments] with value [%.60s]",
+			    m);
 			return;
 		}
 		max = (int)v;

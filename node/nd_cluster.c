@@ -1551,3 +1551,15 @@ nd_cluster_settings_json(nd_cluster *cl)
 	pthread_mutex_unlock(&cl->meta_lock);
 	return cJSON_IsObject(j) ? j : (cJSON_Delete(j), cJSON_CreateObject());
 }
+
+int
+nd_cluster_nnodes(const nd_cluster *cl)
+{
+	return cl->nn;
+}
+
+const char *
+nd_cluster_node_name(const nd_cluster *cl, int i)
+{
+	return i >= 0 && i < cl->nn ? cl->nodes[i].name : "";
+}

@@ -46,6 +46,9 @@ void nd_cluster_cat_recovery(nd_cluster *cl, cm_buf *out);
 /* This node's HTTP address ("127.0.0.1:9200"), borrowed. */
 const char *nd_cluster_http(const nd_cluster *cl);
 const char *nd_cluster_self(const nd_cluster *cl);
+/* The node table (it grows on etcd): how many, and node i's name. */
+int nd_cluster_nnodes(const nd_cluster *cl);
+const char *nd_cluster_node_name(const nd_cluster *cl, int i);
 /* Starts the transport server, dials the peers, loads the persisted
  * metadata and, on other nodes, fetches the master's. n is borrowed. */
 cm_err nd_cluster_start(nd_cluster *cl, nd_node *n, cm_error *err);

@@ -73,6 +73,20 @@ def views_describe_the_cluster():
             eq(e["shoal"]["memory"]["replication_in_bytes"] > 0, True,
                "replication memory is accounted on " + e["name"])
             eq(e["indices"]["docs"]["count"] > 0, True, "docs on " + e["name"])
+        st, b = NODES[n].req("GET", "/v/_stats")
+        v = b["indices"]["v"]
+        eq((st, b["_shards"]["total"], b["_shards"]["successful"], b["_nodes"]["successful"],
+            v["primaries"]["docs"]["count"], v["total"]["docs"]["count"]),
+           (200, 2 * SHARDS, 2 * SHARDS, 3, DOCS, 2 * DOCS), "_stats over the cluster via " + n)
+        eq(v["total"]["store"]["size_in_bytes"] > v["primaries"]["store"]["size_in_bytes"] > 0,
+           True, "store of every copy > primaries' via " + n)
+        st, _, text = NODES[n].raw("GET", "/_prometheus/metrics")
+        text = text.decode() if isinstance(text, bytes) else text
+        for m in NAMES:
+            eq('shoal_node_up{node="%s"} 1' % m in text, True, "%s up in the metrics via %s" % (m, n))
+            eq('shoal_index_docs{node="%s",index="v"}' % m in text, True,
+               "%s's docs in the metrics via %s" % (m, n))
+        eq(text.count("# TYPE shoal_index_docs gauge"), 1, "one TYPE line per metric")
         st, b = NODES[n].req("GET", "/_cluster/state")
         eq((b["master_node"], sorted(b["nodes"])), ("node-1", NAMES), "_cluster/state via " + n)
         rt = b["routing_table"]["indices"]["v"]["shards"]
