@@ -23,34 +23,34 @@
 static void
 usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: shoal --solo --data DIR [--http HOST:PORT] [--name NAME]\n"
-	        "             [--log-level debug|info|warn|error] [-E setting=value]\n"
-	        "       shoal --cluster FILE --name NAME --data DIR [--role coordinator]\n"
-	        "             [--fanout serial|per_shard|per_node]\n"
-	        "       shoal --etcd HOST:PORT[,HOST:PORT..] --cluster-name NAME --name NAME\n"
-	        "             --http HOST:PORT --transport HOST:PORT --data DIR [--secret S]\n"
-	        "             [--role coordinator]\n"
-	        "       shoal --hash-password   (reads a password on stdin, prints its hash)\n"
-	        "  --solo       one node holding every shard of its indices\n"
-	        "  --cluster    a static cluster described by FILE (see docs); --name picks\n"
-	        "               this node; its HTTP address comes from the file\n"
-	        "  --etcd       a live cluster on etcd: membership, master election and the\n"
-	        "               cluster state; the other nodes are found there (docs/cluster.md)\n"
-	        "  --transport  this node's node-to-node address (with --etcd)\n"
-	        "  --data DIR   data directory (indices, metadata, lock file)\n"
-	        "  --http       HTTP address, default 127.0.0.1:9200\n"
-	        "  --users FILE require HTTP authentication: users with argon2 hashes and\n"
-	        "               roles (read, write, admin); see docs/operations.md\n"
-	        "  -E action.destructive_requires_name=false   allow DELETE /_all and /*\n"
-	        "  -E http.max_content_length=100mb            request body limit\n"
-	        "  -E http.max_open_connections=1000           past it, requests get 429\n"
-	        "  -E http.header_timeout=10s                  whole request head, else closed\n"
-	        "  -E http.body_timeout=60s                    whole request body, else closed\n"
-	        "  -E path.repo=DIR                            where snapshot repositories may lie\n"
-	        "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
-	        "  -E cluster.replica_timeout=10s              drop a silent replica after this\n"
-	        "  -E cluster.lease_ttl=10s                    etcd lease of this node (--etcd)\n");
+	fprintf(
+	    f, "usage: shoal --solo --data DIR [--http HOST:PORT] [--name NAME]\n"
+	       "             [--log-level debug|info|warn|error] [-E setting=value]\n"
+	       "       shoal --cluster FILE --name NAME --data DIR [--role coordinator]\n"
+	       "             [--fanout serial|per_shard|per_node]\n"
+	       "       shoal --etcd HOST:PORT[,HOST:PORT..] --cluster-name NAME --name NAME\n"
+	       "             --http HOST:PORT --transport HOST:PORT --data DIR [--secret S]\n"
+	       "             [--role coordinator]\n"
+	       "       shoal --hash-password   (reads a password on stdin, prints its hash)\n"
+	       "  --solo       one node holding every shard of its indices\n"
+	       "  --cluster    a static cluster described by FILE (see docs); --name picks\n"
+	       "               this node; its HTTP address comes from the file\n"
+	       "  --etcd       a live cluster on etcd: membership, master election and the\n"
+	       "               cluster state; the other nodes are found there (docs/cluster.md)\n"
+	       "  --transport  this node's node-to-node address (with --etcd)\n"
+	       "  --data DIR   data directory (indices, metadata, lock file)\n"
+	       "  --http       HTTP address, default 127.0.0.1:9200\n"
+	       "  --users FILE require HTTP authentication: users with argon2 hashes and\n"
+	       "               roles (read, write, admin); see docs/operations.md\n"
+	       "  -E action.destructive_requires_name=false   allow DELETE /_all and /*\n"
+	       "  -E http.max_content_length=100mb            request body limit\n"
+	       "  -E http.max_open_connections=1000           past it, requests get 429\n"
+	       "  -E http.header_timeout=10s                  whole request head, else closed\n"
+	       "  -E http.body_timeout=60s                    whole request body, else closed\n"
+	       "  -E path.repo=DIR                            where snapshot repositories may lie\n"
+	       "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
+	       "  -E cluster.replica_timeout=10s              drop a silent replica after this\n"
+	       "  -E cluster.lease_ttl=10s                    etcd lease of this node (--etcd)\n");
 }
 
 /* An http.*_timeout value: 100ms..1d, as "500ms", "10s", "2m" (a bare
@@ -265,27 +265,20 @@ main(int argc, char **argv)
 			fprintf(stderr, "shoal: %s\n", err.reason);
 			return 2;
 		}
-		for (int k = 0; k < ncl_settings; k++) {
-			cm_error_clear(&err);
-			if (nd_cluster_setting(cl, cl_settings[k], &err)) {
-				fprintf(stderr, "shoal: -E %s: %s\n", cl_settings[k], err.reason);
-				return 2;
-			}
-		}
 	} else if (cluster_file) {
 		cm_error_clear(&err);
 		if (nd_cluster_open(cluster_file, name, coord_only, fanout, &cl, &err)) {
 			fprintf(stderr, "shoal: %s\n", err.reason);
 			return 2;
 		}
-		for (int k = 0; k < ncl_settings; k++) {
-			cm_error_clear(&err);
-			if (nd_cluster_setting(cl, cl_settings[k], &err)) {
-				fprintf(stderr, "shoal: -E %s: %s\n", cl_settings[k], err.reason);
-				return 2;
-			}
-		}
 		http = nd_cluster_http(cl);
+	}
+	for (int k = 0; cl && k < ncl_settings; k++) {
+		cm_error_clear(&err);
+		if (nd_cluster_setting(cl, cl_settings[k], &err)) {
+			fprintf(stderr, "shoal: -E %s: %s\n", cl_settings[k], err.reason);
+			return 2;
+		}
 	}
 	const char *colon = strrchr(http, ':');
 	if (!colon || (size_t)(colon - http) >= sizeof(host) || (port = atoi(colon + 1)) <= 0 ||

@@ -1383,16 +1383,22 @@ state_load(nd_cluster *cl, cm_error *err)
 	return CM_OK;
 }
 
+nd_transport_opts
+cl_transport_opts(const nd_cluster *cl)
+{
+	return (nd_transport_opts){.cluster = cl->cluster_name,
+	                           .secret = cl->secret,
+	                           .max_msg_bytes = cl->max_msg,
+	                           .tls_cert = cl->tls_cert[0] ? cl->tls_cert : NULL,
+	                           .tls_key = cl->tls_key,
+	                           .tls_ca = cl->tls_ca[0] ? cl->tls_ca : NULL,
+	                           .tls_verify = cl->tls_verify};
+}
+
 cm_err
 nd_cluster_start(nd_cluster *cl, nd_node *n, cm_error *err)
 {
-	nd_transport_opts o = {.cluster = cl->cluster_name,
-	                       .secret = cl->secret,
-	                       .max_msg_bytes = cl->max_msg,
-	                       .tls_cert = cl->tls_cert[0] ? cl->tls_cert : NULL,
-	                       .tls_key = cl->tls_key,
-	                       .tls_ca = cl->tls_ca[0] ? cl->tls_ca : NULL,
-	                       .tls_verify = cl->tls_verify};
+	nd_transport_opts o = cl_transport_opts(cl);
 	cm_err rc;
 
 	cl->node = n;

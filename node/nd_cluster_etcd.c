@@ -198,13 +198,7 @@ member_update(nd_cluster *cl, int i, const cJSON *j)
 	}
 	nd_peer *old = nd->peer;
 	if (!old || strcmp(nd->connect, tr->valuestring) != 0) {
-		nd_transport_opts o = {.cluster = cl->cluster_name,
-		                       .secret = cl->secret,
-		                       .max_msg_bytes = cl->max_msg,
-		                       .tls_cert = cl->tls_cert[0] ? cl->tls_cert : NULL,
-		                       .tls_key = cl->tls_key,
-		                       .tls_ca = cl->tls_ca[0] ? cl->tls_ca : NULL,
-		                       .tls_verify = cl->tls_verify};
+		nd_transport_opts o = cl_transport_opts(cl);
 		nd_peer *p = NULL;
 		cm_error err;
 		cm_error_clear(&err);

@@ -218,6 +218,46 @@ cl_master_event_locked(nd_cluster *cl, const rp_event *ev, cm_error *err)
 	return CM_OK;
 }
 
+/* Master: one change of the state by fn (true: changed), committed and
+ * published; a commit that fails is logged and changes nothing. */
+static void
+change_state(nd_cluster *cl, bool (*fn)(rp_state *next, void *arg), void *arg, const char *what)
+{
+	bool publish = false;
+	pthread_mutex_lock(&cl->meta_lock);
+	rp_state *next = rp_state_dup(cl->state);
+	if (fn(next, arg)) {
+		cm_error err;
+		cm_error_clear(&err);
+		if (cl_state_commit_locked(cl, next, &err))
+			cm_warn("cluster", "%s not applied: %s", what, err.reason);
+		else
+			publish = true;
+	} else {
+		rp_state_free(next);
+	}
+	pthread_mutex_unlock(&cl->meta_lock);
+	if (publish)
+		cl_state_publish(cl);
+}
+
+typedef struct failover_arg {
+	uint64_t gone, alive;
+} failover_arg;
+
+static bool
+do_failover(rp_state *next, void *arg)
+{
+	failover_arg *fa = arg;
+	return rp_state_failover(next, fa->gone, fa->alive);
+}
+
+static bool
+do_allocate(rp_state *next, void *arg)
+{
+	return rp_state_allocate(next, arg);
+}
+
 /* Master: promotes an in-sync copy of every shard whose primary's node
  * has been unreachable past the failover timeout. */
 static void
@@ -243,22 +283,8 @@ failover(nd_cluster *cl)
 	}
 	if (!gone)
 		return;
-	bool publish = false;
-	pthread_mutex_lock(&cl->meta_lock);
-	rp_state *next = rp_state_dup(cl->state);
-	if (rp_state_failover(next, gone, alive)) {
-		cm_error err;
-		cm_error_clear(&err);
-		if (cl_state_commit_locked(cl, next, &err))
-			cm_warn("cluster", "failover not applied: %s", err.reason);
-		else
-			publish = true;
-	} else {
-		rp_state_free(next);
-	}
-	pthread_mutex_unlock(&cl->meta_lock);
-	if (publish)
-		cl_state_publish(cl);
+	failover_arg fa = {gone, alive};
+	change_state(cl, do_failover, &fa, "failover");
 }
 
 static uint64_t
@@ -302,22 +328,7 @@ allocate(nd_cluster *cl)
 		                                             : RP_ALLOC_ALL;
 	if (a.ndata == 0)
 		return;
-	bool publish = false;
-	pthread_mutex_lock(&cl->meta_lock);
-	rp_state *next = rp_state_dup(cl->state);
-	if (rp_state_allocate(next, &a)) {
-		cm_error err;
-		cm_error_clear(&err);
-		if (cl_state_commit_locked(cl, next, &err))
-			cm_warn("cluster", "allocation not applied: %s", err.reason);
-		else
-			publish = true;
-	} else {
-		rp_state_free(next);
-	}
-	pthread_mutex_unlock(&cl->meta_lock);
-	if (publish)
-		cl_state_publish(cl);
+	change_state(cl, do_allocate, &a, "allocation");
 }
 
 void

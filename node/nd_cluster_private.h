@@ -88,6 +88,8 @@ struct nd_cluster {
 };
 
 nd_cluster *cl_current(void);
+/* The transport options of this node (cluster name, secret, TLS). */
+nd_transport_opts cl_transport_opts(const nd_cluster *cl);
 /* Dynamic mapping updates: when the local mapping of ix holds more than
  * the published metadata, sends it to the master (which merges and
  * publishes it). */

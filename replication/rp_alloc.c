@@ -10,14 +10,6 @@
 
 #define BIT(n) (1ull << (n))
 
-static bool
-has_copy(const rp_route *ro, int node)
-{
-	for (int c = 0; c < ro->ncopies; c++)
-		if (ro->copies[c] == node)
-			return true;
-	return false;
-}
 
 static bool
 in_sync(const rp_route *ro, int node)

@@ -65,6 +65,16 @@ typedef struct rec_rec {
 	bool failed;
 } rec_rec;
 
+/* Whether the routing lists a copy on node. */
+static inline bool
+has_copy(const rp_route *ro, int node)
+{
+	for (int c = 0; c < ro->ncopies; c++)
+		if (ro->copies[c] == node)
+			return true;
+	return false;
+}
+
 /* Nodes in the table now (it only grows; a name is set before the count). */
 #define rp_nn(r) ((r)->nn_live ? atomic_load((r)->nn_live) : (r)->nn)
 

@@ -167,14 +167,6 @@ copies_on(const rp_state *st, int node)
 	return n;
 }
 
-static bool
-has_copy(const rp_route *ro, int node)
-{
-	for (int c = 0; c < ro->ncopies; c++)
-		if (ro->copies[c] == node)
-			return true;
-	return false;
-}
 
 bool
 rp_state_set_replicas(rp_state *st, const char *name, int nreplicas, const int *data, int ndata)
