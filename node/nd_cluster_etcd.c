@@ -650,9 +650,9 @@ campaign_main(void *arg)
 		become_master(cl);
 		while (!atomic_load(&e->stop) && cl_etcd_leading(cl))
 			sleep_stop(e, 100000000ull);
-		if (atomic_load(&cl->master) == cl->self)
-			step_down(cl, atomic_load(&e->stop) ? "stopping"
-			                                    : "its lease may have expired");
+		/* whoever noticed first (the membership read may already name
+		 * the new master), the leader key this node held goes now */
+		step_down(cl, atomic_load(&e->stop) ? "stopping" : "its lease may have expired");
 	}
 	return NULL;
 }
