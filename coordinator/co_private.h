@@ -150,8 +150,15 @@ void co_h_mget(co_req *r);
 void co_h_search(co_req *r);
 void co_h_count(co_req *r);
 void co_h_msearch(co_req *r);
-void co_h_scroll(co_req *r);
+void co_h_scroll(co_req *r);       /* co_scroll.c */
 void co_h_scroll_clear(co_req *r);
+/* The first page of a ?scroll= search (co_scroll.c), "_scroll_id" first. */
+cm_err co_scroll_start(co_req *r, nd_index **ixs, size_t n, const cJSON *body, int64_t keep_ms,
+                       cm_buf *out, cm_error *err);
+/* co_search.c: a keep-alive ("1m"), replying 400 when bad; hits.total as a
+ * number (rest_total_hits_as_int). */
+bool co_parse_keep_alive(co_req *r, const char *v, int64_t *ms);
+bool co_total_as_int(cm_buf *out);
 void co_h_delete_by_query(co_req *r);
 void co_h_security_authenticate(co_req *r);
 void co_h_api_key_create(co_req *r);

@@ -225,23 +225,9 @@ reply_all_shards_failed(co_req *r, const cm_error *e, nd_index **ixs, size_t n)
 	co_reply_json(r, status, doc);
 }
 
-/* Inserts "_scroll_id" at the front of a rendered search body. */
-static void
-add_scroll_id(cm_buf *out, const char *id)
-{
-	cm_buf b;
-	cm_buf_init(&b, MEM);
-	cm_buf_printf(&b, "{\"_scroll_id\":\"%s\",", id);
-	if (out->len > 1)
-		cm_buf_put(&b, out->data + 1, out->len - 1);
-	cm_buf_reset(out);
-	cm_buf_put(out, b.data, b.len);
-	cm_buf_free(&b);
-}
-
 /* hits.total as a number, for rest_total_hits_as_int=true. */
-static bool
-total_as_int(cm_buf *out)
+bool
+co_total_as_int(cm_buf *out)
 {
 	cJSON *j = cJSON_ParseWithLength((const char *)out->data, out->len), *h, *t, *v;
 	if (!j)
@@ -258,8 +244,8 @@ total_as_int(cm_buf *out)
 	return true;
 }
 
-static bool
-parse_keep_alive(co_req *r, const char *v, int64_t *ms)
+bool
+co_parse_keep_alive(co_req *r, const char *v, int64_t *ms)
 {
 	if (!nd_parse_time(v, ms) || *ms <= 0) {
 		co_reply_errorf(r, CM_EINVAL, NULL,
@@ -325,27 +311,18 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 		                    "Validation Failed: 1: using [from] is not allowed in a scroll "
 		                    "context;");
 	}
+	if (scroll_ms > 0) {
+		sr_request_free(&req);
+		return co_scroll_start(r, ixs, n, body, scroll_ms, out, err);
+	}
 	if (nd_cluster_of(r->node)) {
 		sr_request_free(&req);
-		if (scroll_ms > 0)
-			return cm_error_set(err, CM_EINVAL,
-			                    "scroll is not supported on a cluster node yet (phase 1)");
 		co_cluster_search(r, ixs, n, body, out, err, &rc);
 		return rc;
 	}
 	t = nd_targets_open(ixs, n);
 	rc = nd_search_fanout(r->node, t, n, &req, fanout_mode(r), out, err);
-	if (!rc && scroll_ms > 0) {
-		char id[64];
-		char *text = cJSON_PrintUnformatted(body);
-		rc = nd_scroll_put(r->node, t, n, cm_strdup(CM_MEM_NODE, text), req.size, scroll_ms, id,
-		                   err);
-		cJSON_free(text);
-		if (!rc)
-			add_scroll_id(out, id);
-	} else {
-		nd_targets_close(t, n);
-	}
+	nd_targets_close(t, n);
 	sr_request_free(&req);
 	return rc;
 }
@@ -381,7 +358,7 @@ co_h_search(co_req *r)
 
 	if (!object_body(r, &body))
 		return;
-	if (scroll && !parse_keep_alive(r, scroll, &scroll_ms)) {
+	if (scroll && !co_parse_keep_alive(r, scroll, &scroll_ms)) {
 		cJSON_Delete(body);
 		return;
 	}
@@ -403,7 +380,7 @@ co_h_search(co_req *r)
 			reply_all_shards_failed(r, &err, ixs, n);
 	} else {
 		if (co_param_bool(r, "rest_total_hits_as_int", false))
-			total_as_int(&out);
+			co_total_as_int(&out);
 		co_reply_raw_json(r, 200, (const char *)out.data, out.len);
 	}
 	cm_buf_free(&out);
@@ -606,91 +583,6 @@ co_h_msearch(co_req *r)
 	cm_buf_free(&fin);
 	cm_buf_free(&out);
 	cm_buf_free(&one);
-}
-
-/* ---- scroll ---- */
-
-void
-co_h_scroll(co_req *r)
-{
-	bool bad;
-	cJSON *body = co_body_json(r, &bad);
-	const char *id = co_seg(r, 2), *ka = co_param_get(r, "scroll");
-	int64_t ms = 0;
-	cm_buf out;
-	cm_error err;
-
-	if (bad)
-		return;
-	if (!id)
-		id = co_param_get(r, "scroll_id");
-	if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(body, "scroll_id")))
-		id = cJSON_GetObjectItemCaseSensitive(body, "scroll_id")->valuestring;
-	if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(body, "scroll")))
-		ka = cJSON_GetObjectItemCaseSensitive(body, "scroll")->valuestring;
-	if (!id || !*id) {
-		cJSON_Delete(body);
-		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: scrollId is missing;");
-		return;
-	}
-	if (ka && !parse_keep_alive(r, ka, &ms)) {
-		cJSON_Delete(body);
-		return;
-	}
-	cm_buf_init(&out, MEM);
-	cm_error_clear(&err);
-	if (nd_scroll_next(r->node, id, ms, &out, &err)) {
-		co_reply_error(r, &err, NULL);
-	} else {
-		add_scroll_id(&out, id);
-		if (co_param_bool(r, "rest_total_hits_as_int", false))
-			total_as_int(&out);
-		co_reply_raw_json(r, 200, (const char *)out.data, out.len);
-	}
-	cm_buf_free(&out);
-	cJSON_Delete(body);
-}
-
-void
-co_h_scroll_clear(co_req *r)
-{
-	bool bad;
-	cJSON *body = co_body_json(r, &bad), *ids, *j;
-	const char *path_id = co_seg(r, 2);
-	size_t freed = 0, asked = 0;
-
-	if (bad)
-		return;
-	ids = cJSON_GetObjectItemCaseSensitive(body, "scroll_id");
-	if (path_id && strcmp(path_id, "_all") == 0) {
-		freed = nd_scroll_clear_all(r->node);
-		asked = freed;
-	} else if (path_id) {
-		char *copy = cm_strdup(MEM, path_id), *save = NULL, *tok;
-		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save), asked++)
-			freed += nd_scroll_clear(r->node, tok);
-		cm_free(MEM, copy);
-	} else if (cJSON_IsString(ids)) {
-		asked = 1;
-		freed = strcmp(ids->valuestring, "_all") == 0 ? (asked = nd_scroll_clear_all(r->node))
-		                                              : nd_scroll_clear(r->node, ids->valuestring);
-	} else if (cJSON_IsArray(ids)) {
-		const cJSON *e;
-		cJSON_ArrayForEach(e, ids)
-		if (cJSON_IsString(e)) {
-			asked++;
-			freed += nd_scroll_clear(r->node, e->valuestring);
-		}
-	} else {
-		cJSON_Delete(body);
-		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: no scroll ids specified;");
-		return;
-	}
-	cJSON_Delete(body);
-	j = cJSON_CreateObject();
-	cJSON_AddBoolToObject(j, "succeeded", true);
-	cJSON_AddNumberToObject(j, "num_freed", (double)freed);
-	co_reply_json(r, freed == asked || freed ? 200 : 404, j);
 }
 
 /* ---- _delete_by_query ---- */

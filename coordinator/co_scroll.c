@@ -1,0 +1,165 @@
+/* Scroll: the first page of a ?scroll= search, POST/GET /_search/scroll
+ * and DELETE /_search/scroll. The contexts live on the nodes holding the
+ * shard copies (node/nd_ctx.c); the scroll id says where, so any node
+ * serves the next page. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cm_alloc.h"
+#include "co_private.h"
+
+#define MEM CM_MEM_COORDINATOR
+
+/* Puts "_scroll_id" at the front of a rendered search body. */
+static void
+add_scroll_id(cm_buf *out, const char *id)
+{
+	cm_buf b;
+	cm_buf_init(&b, MEM);
+	cm_buf_printf(&b, "{\"_scroll_id\":\"%s\",", id);
+	if (out->len > 1)
+		cm_buf_put(&b, out->data + 1, out->len - 1);
+	cm_buf_reset(out);
+	cm_buf_put(out, b.data, b.len);
+	cm_buf_free(&b);
+}
+
+cm_err
+co_scroll_start(co_req *r, nd_index **ixs, size_t n, const cJSON *body, int64_t keep_ms,
+                cm_buf *out, cm_error *err)
+{
+	char *text = cJSON_PrintUnformatted(body), *id = NULL;
+	cm_err rc;
+	if (n == 0) {
+		cJSON_free(text);
+		return cm_error_set(err, CM_ENOINDEX, "no such index [_all]");
+	}
+	rc = nd_scroll_open(r->node, ixs, n, text, keep_ms, out, &id, err);
+	cJSON_free(text);
+	if (!rc)
+		add_scroll_id(out, id);
+	cm_free(CM_MEM_NODE, id);
+	return rc;
+}
+
+void
+co_h_scroll(co_req *r)
+{
+	bool bad;
+	cJSON *body = co_body_json(r, &bad), *v;
+	const char *id = co_seg(r, 2), *ka = co_param_get(r, "scroll");
+	int64_t ms = 0;
+	cm_buf out;
+	cm_error err;
+	char *next = NULL;
+
+	if (bad)
+		return;
+	if (body && !cJSON_IsObject(body)) {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EPARSE, NULL, "Unknown key for a VALUE in [body].");
+		return;
+	}
+	if (!id)
+		id = co_param_get(r, "scroll_id");
+	if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(body, "scroll_id")))
+		id = v->valuestring;
+	if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(body, "scroll")))
+		ka = v->valuestring;
+	if (!id || !*id) {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EVALIDATE, NULL,
+		                "Validation Failed: 1: scrollId is missing;");
+		return;
+	}
+	if (ka && !co_parse_keep_alive(r, ka, &ms)) {
+		cJSON_Delete(body);
+		return;
+	}
+	cm_buf_init(&out, MEM);
+	cm_error_clear(&err);
+	if (nd_scroll_next(r->node, id, ms, &out, &next, &err)) {
+		co_reply_error(r, &err, NULL);
+	} else {
+		add_scroll_id(&out, next);
+		if (co_param_bool(r, "rest_total_hits_as_int", false))
+			co_total_as_int(&out);
+		co_reply_raw_json(r, 200, (const char *)out.data, out.len);
+	}
+	cm_free(CM_MEM_NODE, next);
+	cm_buf_free(&out);
+	cJSON_Delete(body);
+}
+
+/* Frees one id's contexts; false (after replying) when it does not parse. */
+static bool
+clear_one(co_req *r, const char *id, size_t *asked, size_t *freed)
+{
+	cm_error err;
+	size_t nctx = 0, f = 0;
+	cm_error_clear(&err);
+	if (strcmp(id, "_all") == 0) {
+		f = nd_scroll_clear_all(r->node);
+		*asked += f;
+		*freed += f;
+		return true;
+	}
+	if (nd_scroll_clear(r->node, id, &nctx, &f, &err)) {
+		co_reply_error(r, &err, NULL);
+		return false;
+	}
+	*asked += nctx;
+	*freed += f;
+	return true;
+}
+
+void
+co_h_scroll_clear(co_req *r)
+{
+	bool bad, ok = true;
+	cJSON *body = co_body_json(r, &bad), *ids, *j;
+	const char *path_id = co_seg(r, 2);
+	size_t freed = 0, asked = 0;
+
+	if (bad)
+		return;
+	ids = cJSON_GetObjectItemCaseSensitive(body, "scroll_id");
+	if (path_id) {
+		char *copy = cm_strdup(MEM, path_id), *save = NULL, *tok;
+		for (tok = strtok_r(copy, ",", &save); tok && ok; tok = strtok_r(NULL, ",", &save))
+			ok = clear_one(r, tok, &asked, &freed);
+		cm_free(MEM, copy);
+	} else if (cJSON_IsString(ids)) {
+		ok = clear_one(r, ids->valuestring, &asked, &freed);
+	} else if (cJSON_IsArray(ids) && cJSON_GetArraySize(ids) > 0) {
+		const cJSON *e;
+		cJSON_ArrayForEach(e, ids)
+		{
+			if (!cJSON_IsString(e)) {
+				co_reply_errorf(
+				    r, CM_EPARSE, NULL,
+				    "[scroll_id] must be a string or an array of strings");
+				ok = false;
+				break;
+			}
+			if (!(ok = clear_one(r, e->valuestring, &asked, &freed)))
+				break;
+		}
+	} else {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EVALIDATE, NULL,
+		                "Validation Failed: 1: no scroll ids specified;");
+		return;
+	}
+	cJSON_Delete(body);
+	if (!ok)
+		return;
+	j = cJSON_CreateObject();
+	cJSON_AddBoolToObject(j, "succeeded", true);
+	cJSON_AddNumberToObject(j, "num_freed", (double)freed);
+	/* ES: 404 when nothing named was found */
+	co_reply_json(r, freed > 0 || asked == 0 ? 200 : 404, j);
+}
