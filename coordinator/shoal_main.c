@@ -41,7 +41,8 @@ usage(FILE *f)
 	        "  -E http.header_timeout=10s                  whole request head, else closed\n"
 	        "  -E http.body_timeout=60s                    whole request body, else closed\n"
 	        "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
-	        "  -E cluster.replica_timeout=10s              drop a silent replica after this\n");
+	        "  -E cluster.replica_timeout=10s              drop a silent replica after this\n"
+	        "  -E search.max_open_scroll_context=500       scroll contexts per node\n");
 }
 
 /* An http.*_timeout value: 100ms..1d, as "500ms", "10s", "2m" (a bare
@@ -193,6 +194,15 @@ main(int argc, char **argv)
 					        kv);
 					return 2;
 				}
+			} else if (strncmp(kv, "search.max_open_scroll_context=", 31) == 0) {
+				char *end;
+				long n = strtol(kv + 31, &end, 10);
+				if (*end || n < 1 || n > 1000000) {
+					fprintf(stderr, "shoal: bad value in -E %s (1..1000000)\n",
+					        kv);
+					return 2;
+				}
+				nd_ctx_set_max_scroll((int)n);
 			} else if (strncmp(kv, "cluster.", 8) == 0 && ncl_settings < 32) {
 				cl_settings[ncl_settings++] = kv;
 			} else {

@@ -1,14 +1,15 @@
 /* Search contexts: a shard copy's point-in-time reader kept alive on the
  * node that holds it (scroll, point in time), and the coordinator side
  * that opens them on every shard, pages through them and frees them.
- *
- * A scroll id is base64url of where every context lives (node name,
- * context id) plus each context's cursor, so any node can serve the next
- * page and nothing is kept on the coordinator. The id changes from page
- * to page (Elasticsearch allows it: use the latest). A cursor is the
- * number of the shard's hits already returned, or, for a scroll sorted by
- * _doc alone, the last returned doc + 1 (the shard then runs a cheap
- * search_after instead of a deeper top-k). */
+ * * A scroll id is base64url of where every context lives (node name,
+ * context id), so any node can serve the next page and nothing is kept on
+ * the coordinator; it stays the same from page to page. Each context
+ * keeps its cursor: the number of the shard's hits already returned, or,
+ * for a scroll sorted by _doc alone, the last returned doc + 1 (the shard
+ * then runs a cheap search_after instead of a deeper top-k). A page over
+ * several shards is query then fetch (as ES's): every context sends the
+ * sort keys of its next `size` hits, the merge decides how many each one
+ * gives, and only those are fetched and passed. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -42,7 +43,8 @@ typedef struct ctx {
 	size_t body_len;
 	int kind;
 	int64_t expires_ms;
-	int refs; /* under g_lock: the registry's one plus pages running */
+	uint64_t cursor; /* under g_lock */
+	int refs;        /* under g_lock: the registry's one plus pages running */
 	struct ctx *next;
 } ctx;
 
@@ -281,6 +283,7 @@ strip_aggs(const char *body, size_t len)
 typedef struct page_job {
 	nd_node *n;
 	pr_ctx_page pg;
+	int phase;
 	uint32_t size;
 	int64_t keep_ms;
 	bool first;
@@ -322,25 +325,31 @@ run_page(void *arg)
 	}
 	sr_request_init(&req);
 	rc = nd_cl_request_build(body, blen, NULL, &req, &e);
-	uint64_t skip = 0;
+	uint64_t skip = 0, cursor = 0;
+	bool by_doc = false;
 	if (!rc && !j->body) {
 		/* a scroll: the context's cursor decides where the page starts */
-		req.size = j->size;
+		pthread_mutex_lock(&g_lock);
+		cursor = c->cursor;
+		pthread_mutex_unlock(&g_lock);
+		req.size = j->phase == 2 ? (uint32_t)(j->pg.take < j->size ? j->pg.take : j->size)
+		                         : j->size;
 		req.track_total_hits = SR_TRACK_ALL;
-		if (doc_order(&req)) {
+		req.query_phase_only = j->phase == 1;
+		if ((by_doc = doc_order(&req))) {
 			req.from = 0;
-			if (j->pg.cursor > 0 && !req.nsearch_after) {
+			if (cursor > 0 && !req.nsearch_after) {
 				req.search_after =
 				    cm_calloc(CM_MEM_SEARCH, 1, sizeof(sr_sort_value));
 				req.search_after[0].type = SR_SV_LONG;
-				req.search_after[0].l = (int64_t)(j->pg.cursor - 1);
+				req.search_after[0].l = (int64_t)(cursor - 1);
 				req.nsearch_after = 1;
 			}
-		} else if (j->pg.cursor > UINT32_MAX - (uint64_t)j->size) {
+		} else if (cursor > UINT32_MAX - (uint64_t)j->size) {
 			rc = cm_error_set(&e, CM_ELIMIT, "scroll is too deep for a sorted scroll");
 		} else {
-			req.from = (uint32_t)j->pg.cursor;
-			skip = j->pg.cursor;
+			req.from = (uint32_t)cursor;
+			skip = cursor;
 		}
 	}
 	if (!rc) {
@@ -364,6 +373,14 @@ run_page(void *arg)
 			sr_hit_clear(&j->res.hits[i]);
 		memmove(j->res.hits, j->res.hits + drop, (j->res.nhits - drop) * sizeof(sr_hit));
 		j->res.nhits -= drop;
+	}
+	if (!rc && !j->body && j->phase != 1 && j->res.nhits) {
+		/* the fetched hits are passed: the next page starts after them */
+		pthread_mutex_lock(&g_lock);
+		if (c->cursor == cursor)
+			c->cursor = by_doc ? (uint64_t)j->res.hits[j->res.nhits - 1].doc + 1
+			                   : cursor + j->res.nhits;
+		pthread_mutex_unlock(&g_lock);
 	}
 	j->res.shard = j->pg.ordinal;
 	for (size_t i = 0; i < j->res.nhits; i++)
@@ -424,6 +441,7 @@ serve_search(nd_node *n, const uint8_t *p, size_t len, cm_buf *reply, uint32_t *
 	for (size_t i = 0; i < s.npages; i++)
 		jobs[i] = (page_job){.n = n,
 		                     .pg = s.pages[i],
+		                     .phase = s.phase,
 		                     .size = s.size,
 		                     .keep_ms = s.keep_alive_ms,
 		                     .first = s.first,
@@ -583,7 +601,7 @@ self_index(nd_node *n)
 typedef struct cref {
 	int node; /* -1: a node this cluster does not know */
 	char name[CTX_NODE_NAME];
-	uint64_t id, cursor;
+	uint64_t id;
 } cref;
 
 static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -661,7 +679,6 @@ id_encode(int magic, uint32_t size, const cref *refs, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		cm_buf_put_str(&b, refs[i].name, strlen(refs[i].name));
 		cm_buf_put_u64(&b, refs[i].id);
-		cm_buf_put_varint(&b, refs[i].cursor);
 	}
 	char *s = b64_encode(b.data, b.len);
 	cm_buf_free(&b);
@@ -692,7 +709,7 @@ id_decode(nd_node *n, const char *id, int magic, uint32_t *size, cref **refs, si
 		size_t sl;
 		cref *c = &(*refs)[i];
 		if (!cm_rd_str(&r, &s, &sl) || sl == 0 || sl >= CTX_NODE_NAME ||
-		    !cm_rd_u64(&r, &c->id) || !cm_rd_varint(&r, &c->cursor))
+		    !cm_rd_u64(&r, &c->id))
 			goto bad;
 		memcpy(c->name, s, sl);
 		c->name[sl] = 0;
@@ -1041,16 +1058,27 @@ page_set_free(page_set *P, size_t nrefs)
 /* Runs one page of every ref (its ordinal is its position), wherever it
  * lives; every result comes back, a failed one with error set. */
 static void
-run_all_pages(nd_node *n, const cref *refs, size_t nrefs, uint32_t size, int64_t keep_ms,
-              bool first, const char *body, const sr_agg *aggs, bool want_body, page_set *P)
+run_all_pages(nd_node *n, const cref *refs, size_t nrefs, const uint64_t *takes, int phase,
+              uint32_t size, int64_t keep_ms, bool first, const char *body, const sr_agg *aggs,
+              bool want_body, page_set *P)
 {
 	nd_cluster *cl = nd_cluster_of(n);
 	groups G;
 	memset(P, 0, sizeof(*P));
 	P->res = cm_calloc(MEM, nrefs + 1, sizeof(sr_shard_result));
 	P->strings = cm_calloc(MEM, nrefs + 1, sizeof(pr_strings *));
-	P->names = cm_calloc(MEM, nrefs + 1, sizeof(char *));
-	group_refs(n, refs, nrefs, &G);
+	P->names = cm_calloc(MEM, nrefs + 1,
+	                     sizeof(char *)); /* phase 2 asks only the contexts that give hits */
+	size_t *sel = cm_calloc(MEM, nrefs + 1, sizeof(size_t)), nsel = 0;
+	cref *picked = cm_calloc(MEM, nrefs + 1, sizeof(cref));
+	for (size_t q = 0; q < nrefs; q++) {
+		P->res[q].shard = (uint32_t)q;
+		if (!takes || takes[q]) {
+			sel[nsel] = q;
+			picked[nsel++] = refs[q];
+		}
+	}
+	group_refs(n, picked, nsel, &G);
 	page_job *local = NULL;
 	size_t nlocal = 0, lg = SIZE_MAX;
 	for (size_t g = 0; g < G.nc; g++) {
@@ -1061,27 +1089,29 @@ run_all_pages(nd_node *n, const cref *refs, size_t nrefs, uint32_t size, int64_t
 			lg = g;
 			local = cm_calloc(MEM, G.nmem[g] + 1, sizeof(*local));
 			for (size_t m = 0; m < G.nmem[g]; m++) {
-				size_t q = G.members[g][m];
-				local[m] =
-				    (page_job){.n = n,
-				               .pg = {refs[q].id, refs[q].cursor, (uint32_t)q},
-				               .size = size,
-				               .keep_ms = keep_ms,
-				               .first = first,
-				               .body = body,
-				               .body_len = body ? strlen(body) : 0,
-				               .want_body = want_body && m == 0};
+				size_t q = sel[G.members[g][m]];
+				local[m] = (page_job){
+				    .n = n,
+				    .pg = {refs[q].id, takes ? takes[q] : 0, (uint32_t)q},
+				    .phase = phase,
+				    .size = size,
+				    .keep_ms = keep_ms,
+				    .first = first,
+				    .body = body,
+				    .body_len = body ? strlen(body) : 0,
+				    .want_body = want_body && m == 0};
 			}
 			nlocal = G.nmem[g];
 			continue;
 		}
 		pr_ctx_page *pages = cm_calloc(MEM, G.nmem[g] + 1, sizeof(*pages));
 		for (size_t m = 0; m < G.nmem[g]; m++) {
-			size_t q = G.members[g][m];
-			pages[m] = (pr_ctx_page){refs[q].id, refs[q].cursor, (uint32_t)q};
+			size_t q = sel[G.members[g][m]];
+			pages[m] = (pr_ctx_page){refs[q].id, takes ? takes[q] : 0, (uint32_t)q};
 		}
 		pr_ctx_search s = {pages, G.nmem[g], size,         keep_ms,
-		                   first, want_body, (char *)body, body ? strlen(body) : 0};
+		                   first, want_body, (char *)body, body ? strlen(body) : 0,
+		                   phase};
 		pr_ctx_search_encode(&s, &G.calls[g].req);
 		cm_free(MEM, pages);
 	}
@@ -1117,9 +1147,8 @@ run_all_pages(nd_node *n, const cref *refs, size_t nrefs, uint32_t size, int64_t
 	} else if (nlocal) {
 		run_pages(n, local, nlocal);
 	}
-	/* local results */
-	for (size_t m = 0; m < nlocal; m++) {
-		size_t q = G.members[lg][m];
+	/* local results */ for (size_t m = 0; m < nlocal; m++) {
+		size_t q = sel[G.members[lg][m]];
 		P->res[q] = local[m].res;
 		memset(&local[m].res, 0, sizeof(local[m].res));
 		if (local[m].index) {
@@ -1174,7 +1203,7 @@ run_all_pages(nd_node *n, const cref *refs, size_t nrefs, uint32_t size, int64_t
 			cm_free(MEM, sb);
 		}
 		for (size_t m = 0; m < G.nmem[g]; m++) {
-			size_t q = G.members[g][m];
+			size_t q = sel[G.members[g][m]];
 			if (!rc) {
 				P->res[q] = res[m];
 				P->res[q].shard = (uint32_t)q;
@@ -1200,9 +1229,9 @@ run_all_pages(nd_node *n, const cref *refs, size_t nrefs, uint32_t size, int64_t
 			for (size_t m = 0; m < nres; m++)
 				sr_shard_result_free(&res[m]);
 		cm_free(MEM, res);
-	}
-	/* refs on nodes this cluster does not know */
-	for (size_t q = 0; q < nrefs; q++)
+	} /* refs on nodes this cluster does not know */
+	for (size_t i = 0; i < nsel; i++) {
+		size_t q = sel[i];
 		if (refs[q].node < 0) {
 			P->res[q].shard = (uint32_t)q;
 			cm_error_set_type(
@@ -1211,6 +1240,9 @@ run_all_pages(nd_node *n, const cref *refs, size_t nrefs, uint32_t size, int64_t
 			    "cluster",
 			    (unsigned long long)refs[q].id, refs[q].name);
 		}
+	}
+	cm_free(MEM, sel);
+	cm_free(MEM, picked);
 	cm_free(MEM, remote);
 	cm_free(MEM, rg);
 	groups_free(&G);
@@ -1227,43 +1259,118 @@ page_failure(const page_set *P, size_t nrefs)
 	return NULL;
 }
 
-/* Merges one page into out; advances refs' cursors. */
+/* Merges results (taking their contents) and renders the page. */
 static cm_err
-merge_page(const sr_request *req, page_set *P, cref *refs, size_t nrefs, uint64_t t0, cm_buf *out,
-           cm_error *err)
+merge_render(const sr_request *req, sr_shard_result *res, size_t nres, uint64_t t0, cm_buf *out,
+             cm_error *err)
 {
-	const cm_error *f = page_failure(P, nrefs);
-	if (f) {
-		*err = *f;
-		return f->code;
-	}
-	sr_merger *m = sr_merger_create(req, nrefs);
-	for (size_t i = 0; i < nrefs; i++)
-		sr_merger_add(m, &P->res[i]);
+	sr_merger *m = sr_merger_create(req, nres);
+	for (size_t i = 0; i < nres; i++)
+		sr_merger_add(m, &res[i]);
 	cm_error rerr;
 	cm_error_clear(&rerr);
 	cm_err rc = sr_merger_reduce(m, &rerr);
-	if (rc) {
+	if (rc)
 		*err = rerr;
-		sr_merger_destroy(m);
-		return rc;
+	else
+		sr_merger_render(m, (cm_now_ns() - t0) / 1000000, out);
+	sr_merger_destroy(m);
+	return rc;
+}
+
+/* One scroll page over refs into out. req_in: the merge's request, NULL
+ * to build it from the body the contexts send back. */
+static cm_err
+scroll_page(nd_node *n, const cref *refs, size_t nrefs, uint32_t size, int64_t keep_ms, bool first,
+            const sr_request *req_in, cm_buf *out, cm_error *err)
+{
+	uint64_t t0 = cm_now_ns();
+	page_set P1, P2;
+	sr_request own;
+	const sr_request *req = req_in;
+	const cm_error *f;
+	cm_err rc = CM_OK;
+	bool single = nrefs == 1;
+	uint64_t *takes = NULL;
+	sr_shard_result *meta = NULL;
+
+	sr_request_init(&own);
+	memset(&P2, 0, sizeof(P2));
+	run_all_pages(n, refs, nrefs, NULL, single ? 0 : 1, size, keep_ms, first, NULL,
+	              req_in ? req_in->aggs : NULL, !req_in, &P1);
+	if ((f = page_failure(&P1, nrefs))) {
+		*err = *f;
+		rc = f->code;
+		goto done;
 	}
-	sr_merger_render(m, (cm_now_ns() - t0) / 1000000, out);
-	bool by_doc = doc_order(req);
-	for (size_t i = 0; i < sr_merger_page_len(m); i++) {
+	if (!req) {
+		if (!P1.body) {
+			rc = cm_error_set(err, CM_EINTERNAL, "no context sent its search back");
+			goto done;
+		}
+		char *stripped = strip_aggs(P1.body, strlen(P1.body));
+		const char *b = stripped ? stripped : P1.body;
+		rc = nd_cl_request_build(b, strlen(b), NULL, &own, err);
+		cm_free(MEM, stripped);
+		if (rc)
+			goto done;
+		own.from = 0;
+		own.size = size;
+		own.track_total_hits = SR_TRACK_ALL;
+		for (size_t i = 0; i < own.nsearch_after; i++)
+			sr_sort_value_clear(&own.search_after[i]);
+		own.nsearch_after = 0;
+		req = &own;
+	}
+	if (single) {
+		rc = merge_render(req, P1.res, nrefs, t0, out, err);
+		goto done;
+	}
+	/* the query phase merged: how many hits each context gives */
+	meta = cm_calloc(MEM, nrefs, sizeof(*meta));
+	for (size_t q = 0; q < nrefs; q++) {
+		meta[q] = P1.res[q];
+		meta[q].hits = NULL;
+		meta[q].nhits = 0;
+		P1.res[q].aggs = NULL;
+	}
+	takes = cm_calloc(MEM, nrefs, sizeof(uint64_t));
+	sr_merger *m = sr_merger_create(req, nrefs);
+	for (size_t q = 0; q < nrefs; q++)
+		sr_merger_add(m, &P1.res[q]);
+	for (size_t i = 0, len = sr_merger_page_len(m); i < len; i++) {
 		uint32_t shard, doc;
 		sr_merger_page_hit(m, i, &shard, &doc);
-		if (shard >= nrefs)
-			continue;
-		if (by_doc) {
-			if ((uint64_t)doc + 1 > refs[shard].cursor)
-				refs[shard].cursor = (uint64_t)doc + 1;
-		} else {
-			refs[shard].cursor++;
-		}
+		if (shard < nrefs)
+			takes[shard]++;
 	}
 	sr_merger_destroy(m);
-	return CM_OK;
+	/* the fetch phase: those hits with their documents; the cursors move */
+	run_all_pages(n, refs, nrefs, takes, 2, size, keep_ms, false, NULL, NULL, false, &P2);
+	if ((f = page_failure(&P2, nrefs))) {
+		*err = *f;
+		rc = f->code;
+		goto done;
+	}
+	for (size_t q = 0; q < nrefs; q++) {
+		meta[q].hits = P2.res[q].hits;
+		meta[q].nhits = P2.res[q].nhits;
+		P2.res[q].hits = NULL;
+		P2.res[q].nhits = 0;
+	}
+	rc = merge_render(req, meta, nrefs, t0, out, err);
+done:
+	if (meta) {
+		for (size_t q = 0; q < nrefs; q++)
+			sr_shard_result_free(&meta[q]);
+		cm_free(MEM, meta);
+	}
+	cm_free(MEM, takes);
+	page_set_free(&P1, nrefs);
+	if (P2.res)
+		page_set_free(&P2, nrefs);
+	sr_request_free(&own);
+	return rc;
 }
 
 /* ---- scroll ---- */
@@ -1275,9 +1382,7 @@ nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t
 	sr_request req;
 	cref *refs = NULL;
 	size_t nrefs = 0;
-	uint64_t t0 = cm_now_ns();
 	cm_err rc;
-	page_set P;
 
 	*id_out = NULL;
 	sr_request_init(&req);
@@ -1293,9 +1398,7 @@ nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t
 	req.track_total_hits = SR_TRACK_ALL;
 	if ((rc = open_all(n, ixs, nix, body, keep_ms, ND_CTX_SCROLL, &refs, &nrefs, err)))
 		goto done;
-	run_all_pages(n, refs, nrefs, req.size, 0, true, NULL, req.aggs, false, &P);
-	rc = merge_page(&req, &P, refs, nrefs, t0, out, err);
-	page_set_free(&P, nrefs);
+	rc = scroll_page(n, refs, nrefs, req.size, 0, true, &req, out, err);
 	if (rc)
 		free_refs(n, refs, nrefs, NULL);
 	else
@@ -1313,41 +1416,14 @@ nd_scroll_next(nd_node *n, const char *id, int64_t keep_ms, cm_buf *out, char **
 	cref *refs;
 	size_t nrefs;
 	uint32_t size;
-	uint64_t t0 = cm_now_ns();
-	page_set P;
-	sr_request req;
 	cm_err rc;
 
 	*next_id = NULL;
 	if ((rc = id_decode(n, id, ID_MAGIC_SCROLL, &size, &refs, &nrefs, err)))
 		return rc;
-	sr_request_init(&req);
-	run_all_pages(n, refs, nrefs, size, keep_ms, false, NULL, NULL, true, &P);
-	const cm_error *f = page_failure(&P, nrefs);
-	if (f) {
-		*err = *f;
-		rc = f->code;
-	} else if (!P.body) {
-		rc = cm_error_set(err, CM_EINTERNAL, "no context sent its search back");
-	} else {
-		char *stripped = strip_aggs(P.body, strlen(P.body));
-		rc = nd_cl_request_build(stripped ? stripped : P.body,
-		                         strlen(stripped ? stripped : P.body), NULL, &req, err);
-		cm_free(MEM, stripped);
-		if (!rc) {
-			req.from = 0;
-			req.size = size;
-			req.track_total_hits = SR_TRACK_ALL;
-			for (size_t i = 0; i < req.nsearch_after; i++)
-				sr_sort_value_clear(&req.search_after[i]);
-			req.nsearch_after = 0;
-			rc = merge_page(&req, &P, refs, nrefs, t0, out, err);
-		}
-	}
-	page_set_free(&P, nrefs);
+	rc = scroll_page(n, refs, nrefs, size, keep_ms, false, NULL, out, err);
 	if (!rc)
-		*next_id = id_encode(ID_MAGIC_SCROLL, size, refs, nrefs);
-	sr_request_free(&req);
+		*next_id = cm_strdup(MEM, id);
 	cm_free(MEM, refs);
 	return rc;
 }

@@ -156,7 +156,7 @@ cm_err pr_ctx_ids_encode(const uint64_t *ids, size_t n, cm_buf *out);
 cm_err pr_ctx_ids_decode(const void *p, size_t n, uint64_t **ids, size_t *nids, cm_error *err);
 
 typedef struct pr_ctx_page {
-	uint64_t id, cursor;
+	uint64_t id, take;
 	uint32_t ordinal;
 } pr_ctx_page;
 typedef struct pr_ctx_search {
@@ -167,6 +167,7 @@ typedef struct pr_ctx_search {
 	bool first, want_body;
 	char *body; /* NULL or NUL-terminated */
 	size_t body_len;
+	int phase; /* 0 query and fetch, 1 query only, 2 fetch `take` */
 } pr_ctx_search;
 cm_err pr_ctx_search_encode(const pr_ctx_search *s, cm_buf *out);
 cm_err pr_ctx_search_decode(const void *p, size_t n, pr_ctx_search *out, cm_error *err);

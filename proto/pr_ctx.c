@@ -132,7 +132,7 @@ pr_ctx_search_encode(const pr_ctx_search *s, cm_buf *out)
 	for (size_t i = 0; i < s->npages; i++) {
 		shoal__ctx_page__init(&pages[i]);
 		pages[i].id = s->pages[i].id;
-		pages[i].cursor = s->pages[i].cursor;
+		pages[i].take = s->pages[i].take;
 		pages[i].ordinal = s->pages[i].ordinal;
 		pp[i] = &pages[i];
 	}
@@ -144,6 +144,7 @@ pr_ctx_search_encode(const pr_ctx_search *s, cm_buf *out)
 	m.want_body = s->want_body;
 	if (s->body)
 		m.body = bin(s->body, s->body_len);
+	m.phase = s->phase;
 	cm_err rc = pack(&m.base, out);
 	cm_free(MEM, pages);
 	cm_free(MEM, pp);
@@ -161,13 +162,14 @@ pr_ctx_search_decode(const void *p, size_t n, pr_ctx_search *out, cm_error *err)
 	out->pages = cm_calloc(MEM, m->n_pages + 1, sizeof(pr_ctx_page));
 	for (size_t i = 0; i < m->n_pages; i++)
 		out->pages[i] =
-		    (pr_ctx_page){m->pages[i]->id, m->pages[i]->cursor, m->pages[i]->ordinal};
+		    (pr_ctx_page){m->pages[i]->id, m->pages[i]->take, m->pages[i]->ordinal};
 	out->size = m->size;
 	out->keep_alive_ms = m->keep_alive_ms;
 	out->first = m->first;
 	out->want_body = m->want_body;
 	if (m->body.len)
 		out->body = dup_bin(&m->body, &out->body_len);
+	out->phase = m->phase;
 	shoal__ctx_search__free_unpacked(m, &alloc);
 	return CM_OK;
 }

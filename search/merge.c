@@ -634,8 +634,9 @@ sr_merger_render(sr_merger *m, uint64_t took_ms, cm_buf *out)
 }
 
 size_t
-sr_merger_page_len(const sr_merger *m)
+sr_merger_page_len(sr_merger *m)
 {
+	sort_hits(m);
 	return m->nheap > m->req->from ? m->nheap - m->req->from : 0;
 }
 

@@ -309,9 +309,9 @@ void sr_merger_failure(const sr_merger *m, size_t i, uint32_t *shard, const char
 /* Counters for the caller (e.g. _count, logging). */
 uint64_t sr_merger_total(const sr_merger *m);
 size_t sr_merger_failed(const sr_merger *m);
-/* After sr_merger_render: how many hits the page rendered, and the shard
- * and doc of its i-th (where a scroll's next page starts on each shard). */
-size_t sr_merger_page_len(const sr_merger *m);
+/* After sr_merger_reduce: how many hits the page holds (ranks them), and
+ * the shard and doc of its i-th (which shard a scroll page takes from). */
+size_t sr_merger_page_len(sr_merger *m);
 void sr_merger_page_hit(const sr_merger *m, size_t i, uint32_t *shard, uint32_t *doc);
 void sr_merger_destroy(sr_merger *m);
 
