@@ -159,6 +159,11 @@ cm_err co_scroll_start(co_req *r, nd_index **ixs, size_t n, const cJSON *body, i
  * number (rest_total_hits_as_int). */
 bool co_parse_keep_alive(co_req *r, const char *v, int64_t *ms);
 bool co_total_as_int(cm_buf *out);
+/* Point in time (co_pit.c): POST /{index}/_pit, DELETE /_pit, and a
+ * _search whose body has "pit" (body is the caller's). */
+void co_h_pit_open(co_req *r);
+void co_h_pit_close(co_req *r);
+void co_pit_search(co_req *r, cJSON *body);
 void co_h_delete_by_query(co_req *r);
 void co_h_security_authenticate(co_req *r);
 void co_h_api_key_create(co_req *r);

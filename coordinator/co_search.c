@@ -366,6 +366,11 @@ co_h_search(co_req *r)
 		cJSON_Delete(body);
 		return;
 	}
+	if (cJSON_GetObjectItemCaseSensitive(body, "pit")) {
+		co_pit_search(r, body);
+		cJSON_Delete(body);
+		return;
+	}
 	if (!co_resolve(r, search_index_expr(r), &ixs, &n)) {
 		cJSON_Delete(body);
 		return;

@@ -218,6 +218,16 @@ cm_err nd_scroll_next(nd_node *n, const char *id, int64_t keep_ms, cm_buf *out, 
 cm_err nd_scroll_clear(nd_node *n, const char *id, size_t *nctx, size_t *freed, cm_error *err);
 /* Frees every scroll context of the cluster (or of this node); the count. */
 size_t nd_scroll_clear_all(nd_node *n);
+/* Point in time: a context on one copy of every shard of ixs, no cursor;
+ * *id (cm_malloc'd NODE) names them. */
+cm_err nd_pit_open(nd_node *n, nd_index **ixs, size_t nix, int64_t keep_ms, char **id,
+                   cm_error *err);
+/* Runs body (a _search body without "pit"; its sort should end with
+ * _shard_doc) on the contexts of a point in time into out; keep_ms > 0
+ * extends them. Errors as nd_scroll_next. */
+cm_err nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, cm_buf *out,
+                     cm_error *err);
+cm_err nd_pit_close(nd_node *n, const char *id, size_t *nctx, size_t *freed, cm_error *err);
 /* Frees every context of this node (it is stopping). */
 size_t nd_ctx_close_node(nd_node *n);
 /* The transport's search context messages (PR_CTX_*), served here. */

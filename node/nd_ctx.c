@@ -1476,3 +1476,69 @@ nd_scroll_clear_all(nd_node *n)
 	cm_free(MEM, calls);
 	return k;
 }
+
+/* ---- point in time ---- */
+
+cm_err
+nd_pit_open(nd_node *n, nd_index **ixs, size_t nix, int64_t keep_ms, char **id, cm_error *err)
+{
+	cref *refs = NULL;
+	size_t nrefs = 0;
+	*id = NULL;
+	cm_err rc = open_all(n, ixs, nix, "{}", keep_ms, ND_CTX_PIT, &refs, &nrefs, err);
+	if (!rc)
+		*id = id_encode(ID_MAGIC_PIT, 0, refs, nrefs);
+	cm_free(MEM, refs);
+	return rc;
+}
+
+cm_err
+nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, cm_buf *out,
+              cm_error *err)
+{
+	cref *refs;
+	size_t nrefs;
+	uint32_t unused;
+	uint64_t t0 = cm_now_ns();
+	sr_request req;
+	page_set P;
+	cm_err rc;
+
+	sr_request_init(&req);
+	if ((rc = nd_cl_request_build(body, strlen(body), NULL, &req, err))) {
+		sr_request_free(&req);
+		return rc;
+	}
+	if ((rc = id_decode(n, id, ID_MAGIC_PIT, &unused, &refs, &nrefs, err))) {
+		sr_request_free(&req);
+		return rc;
+	}
+	/* every shard runs the whole request (from + size) on its context */
+	run_all_pages(n, refs, nrefs, NULL, 0, req.size, keep_ms, true, body, req.aggs, false, &P);
+	const cm_error *f = page_failure(&P, nrefs);
+	if (f) {
+		*err = *f;
+		rc = f->code;
+	} else {
+		rc = merge_render(&req, P.res, nrefs, t0, out, err);
+	}
+	page_set_free(&P, nrefs);
+	cm_free(MEM, refs);
+	sr_request_free(&req);
+	return rc;
+}
+
+cm_err
+nd_pit_close(nd_node *n, const char *id, size_t *nctx, size_t *freed, cm_error *err)
+{
+	cref *refs;
+	size_t nrefs;
+	uint32_t unused;
+	cm_err rc = id_decode(n, id, ID_MAGIC_PIT, &unused, &refs, &nrefs, err);
+	if (rc)
+		return rc;
+	free_refs(n, refs, nrefs, freed);
+	*nctx = nrefs;
+	cm_free(MEM, refs);
+	return CM_OK;
+}

@@ -124,7 +124,9 @@ sr_query *sr_query_clone(const sr_query *q);
 
 /* ---- search request ---- */
 
-typedef enum { SR_SORT_SCORE, SR_SORT_DOC, SR_SORT_FIELD } sr_sort_kind;
+/* SR_SORT_SHARD_DOC: _shard_doc, the request-wide shard number << 32 | the
+ * shard's doc (the tiebreaker of point-in-time paging). */
+typedef enum { SR_SORT_SCORE, SR_SORT_DOC, SR_SORT_FIELD, SR_SORT_SHARD_DOC } sr_sort_kind;
 
 typedef enum {
 	SR_SORT_MODE_DEFAULT, /* ES: min for asc, max for desc */
