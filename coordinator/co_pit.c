@@ -125,7 +125,7 @@ add_tiebreaker(cJSON *body)
 }
 
 void
-co_pit_search(co_req *r, cJSON *body)
+co_pit_search(co_req *r, cJSON *body, int slice_id, int slice_max)
 {
 	cJSON *pit = cJSON_GetObjectItemCaseSensitive(body, "pit"), *id, *ka;
 	const char *path = co_seg(r, 0);
@@ -162,7 +162,7 @@ co_pit_search(co_req *r, cJSON *body)
 	char *text = cJSON_PrintUnformatted(body);
 	cm_buf_init(&out, MEM);
 	cm_error_clear(&err);
-	if (nd_pit_search(r->node, pid, ms, text, &out, &err)) {
+	if (nd_pit_search(r->node, pid, ms, text, slice_id, slice_max, &out, &err)) {
 		co_reply_error(r, &err, NULL);
 	} else {
 		add_pit_id(&out, pid);

@@ -154,7 +154,11 @@ void co_h_scroll(co_req *r);       /* co_scroll.c */
 void co_h_scroll_clear(co_req *r);
 /* The first page of a ?scroll= search (co_scroll.c), "_scroll_id" first. */
 cm_err co_scroll_start(co_req *r, nd_index **ixs, size_t n, const cJSON *body, int64_t keep_ms,
-                       cm_buf *out, cm_error *err);
+                       int slice_id, int slice_max, cm_buf *out, cm_error *err);
+/* Takes "slice" ({"id":i,"max":n}) out of a search body; false after
+ * replying 400 when it is malformed or allowed is false (no scroll or pit).
+ * *max 0: none. */
+bool co_slice_take(co_req *r, cJSON *body, bool allowed, int *id, int *max);
 /* co_search.c: a keep-alive ("1m"), replying 400 when bad; hits.total as a
  * number (rest_total_hits_as_int). */
 bool co_parse_keep_alive(co_req *r, const char *v, int64_t *ms);
@@ -163,7 +167,7 @@ bool co_total_as_int(cm_buf *out);
  * _search whose body has "pit" (body is the caller's). */
 void co_h_pit_open(co_req *r);
 void co_h_pit_close(co_req *r);
-void co_pit_search(co_req *r, cJSON *body);
+void co_pit_search(co_req *r, cJSON *body, int slice_id, int slice_max);
 void co_h_delete_by_query(co_req *r);
 void co_h_security_authenticate(co_req *r);
 void co_h_api_key_create(co_req *r);

@@ -27,17 +27,70 @@ add_scroll_id(cm_buf *out, const char *id)
 	cm_buf_free(&b);
 }
 
+bool
+co_slice_take(co_req *r, cJSON *body, bool allowed, int *id, int *max)
+{
+	cJSON *sl = cJSON_GetObjectItemCaseSensitive(body, "slice"), *i, *m, *e;
+	*id = *max = 0;
+	if (!sl)
+		return true;
+	if (!allowed) {
+		co_reply_errorf(r, CM_EVALIDATE, NULL,
+		                "Validation Failed: 1: [slice] can only be used with [scroll] or "
+		                "[point-in-time] requests;");
+		return false;
+	}
+	i = cJSON_GetObjectItemCaseSensitive(sl, "id");
+	m = cJSON_GetObjectItemCaseSensitive(sl, "max");
+	if (!cJSON_IsObject(sl) || !cJSON_IsNumber(i) || !cJSON_IsNumber(m)) {
+		co_reply_errorf(r, CM_EPARSE, NULL,
+		                "[slice] must be an object with the numbers [id] and [max]");
+		return false;
+	}
+	cJSON_ArrayForEach(e, sl)
+	{
+		if (strcmp(e->string, "id") && strcmp(e->string, "max")) {
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "[slice] [%.60s] is not supported (slices are by shard)",
+			                e->string);
+			return false;
+		}
+	}
+	if (m->valuedouble <= 1 || m->valuedouble > 1024 || m->valuedouble != (int)m->valuedouble) {
+		co_reply_errorf(r, CM_EINVAL, NULL, "max must be greater than 1");
+		return false;
+	}
+	if (i->valuedouble < 0 || i->valuedouble >= m->valuedouble ||
+	    i->valuedouble != (int)i->valuedouble) {
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "id must be greater than or equal to 0 and less than max");
+		return false;
+	}
+	*id = (int)i->valuedouble;
+	*max = (int)m->valuedouble;
+	cJSON_DeleteItemFromObjectCaseSensitive(body, "slice");
+	return true;
+}
+
 cm_err
 co_scroll_start(co_req *r, nd_index **ixs, size_t n, const cJSON *body, int64_t keep_ms,
-                cm_buf *out, cm_error *err)
+                int slice_id, int slice_max, cm_buf *out, cm_error *err)
 {
-	char *text = cJSON_PrintUnformatted(body), *id = NULL;
+	char *text, *id = NULL;
+	size_t shards = 0;
 	cm_err rc;
-	if (n == 0) {
-		cJSON_free(text);
+	if (n == 0)
 		return cm_error_set(err, CM_ENOINDEX, "no such index [_all]");
-	}
-	rc = nd_scroll_open(r->node, ixs, n, text, keep_ms, out, &id, err);
+	for (size_t i = 0; i < n; i++)
+		shards += (size_t)nd_index_nshards(ixs[i]);
+	if (slice_max > 0 && (size_t)slice_max > shards)
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "[slice] max [%d] is more than the [%zu] shards searched: Shoal "
+		    "slices by shard",
+		    slice_max, shards);
+	text = cJSON_PrintUnformatted(body);
+	rc = nd_scroll_open(r->node, ixs, n, text, keep_ms, slice_id, slice_max, out, &id, err);
 	cJSON_free(text);
 	if (!rc)
 		add_scroll_id(out, id);

@@ -279,8 +279,8 @@ fanout_mode(co_req *r)
 /* Runs one search over the resolved indices; renders into out or fills
  * err. scroll_ms > 0 keeps a scroll context. */
 static cm_err
-run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, cm_buf *out,
-           cm_error *err)
+run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, int slice_id,
+           int slice_max, cm_buf *out, cm_error *err)
 {
 	sr_request req;
 	nd_target *t;
@@ -313,7 +313,7 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 	}
 	if (scroll_ms > 0) {
 		sr_request_free(&req);
-		return co_scroll_start(r, ixs, n, body, scroll_ms, out, err);
+		return co_scroll_start(r, ixs, n, body, scroll_ms, slice_id, slice_max, out, err);
 	}
 	if (nd_cluster_of(r->node)) {
 		sr_request_free(&req);
@@ -366,8 +366,14 @@ co_h_search(co_req *r)
 		cJSON_Delete(body);
 		return;
 	}
-	if (cJSON_GetObjectItemCaseSensitive(body, "pit")) {
-		co_pit_search(r, body);
+	int slice_id = 0, slice_max = 0;
+	bool pit = cJSON_GetObjectItemCaseSensitive(body, "pit") != NULL;
+	if (!co_slice_take(r, body, scroll || pit, &slice_id, &slice_max)) {
+		cJSON_Delete(body);
+		return;
+	}
+	if (pit) {
+		co_pit_search(r, body, slice_id, slice_max);
 		cJSON_Delete(body);
 		return;
 	}
@@ -377,7 +383,7 @@ co_h_search(co_req *r)
 	}
 	cm_buf_init(&out, MEM);
 	cm_error_clear(&err);
-	if (run_search(r, ixs, n, body, scroll_ms, &out, &err)) {
+	if (run_search(r, ixs, n, body, scroll_ms, slice_id, slice_max, &out, &err)) {
 		if (err.code == CM_EPARSE || err.code == CM_EVALIDATE || err.code == CM_EINVAL ||
 		    err.code == CM_EBUSY || err.code == CM_ELIMIT || err.code == CM_EMAPPING || !n)
 			co_reply_error(r, &err, NULL);
@@ -547,7 +553,7 @@ co_h_msearch(co_req *r)
 		                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(header,
 		                                                                     "ignore_unavailable")),
 		                       &ixs, &n, &err)) {
-			run_search(r, ixs, n, body, 0, &one, &err);
+			run_search(r, ixs, n, body, 0, 0, 0, &one, &err);
 			co_release_all(ixs, n);
 		}
 		if (err.code) {

@@ -204,9 +204,11 @@ size_t nd_ctx_open_count(nd_node *n);
 /* Opens a context on one copy of every shard of ixs, runs the first page
  * of body (a _search body) into out, and sets *id (cm_malloc'd NODE, the
  * caller frees) to the scroll id. Past the limit on any node → CM_EBUSY
- * and nothing stays open. */
+ * and nothing stays open. slice_max > 0: only the shards whose number in
+ * the request modulo slice_max is slice_id (the caller checks that
+ * slice_max is at most the number of shards). */
 cm_err nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t keep_ms,
-                      cm_buf *out, char **id, cm_error *err);
+                      int slice_id, int slice_max, cm_buf *out, char **id, cm_error *err);
 /* The next page of a scroll into out; *next_id (cm_malloc'd, the caller
  * frees) is the id for the page after. A context that expired, was
  * cleared or whose node is gone → CM_ENOTFOUND
@@ -225,8 +227,8 @@ cm_err nd_pit_open(nd_node *n, nd_index **ixs, size_t nix, int64_t keep_ms, char
 /* Runs body (a _search body without "pit"; its sort should end with
  * _shard_doc) on the contexts of a point in time into out; keep_ms > 0
  * extends them. Errors as nd_scroll_next. */
-cm_err nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, cm_buf *out,
-                     cm_error *err);
+cm_err nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, int slice_id,
+                     int slice_max, cm_buf *out, cm_error *err);
 cm_err nd_pit_close(nd_node *n, const char *id, size_t *nctx, size_t *freed, cm_error *err);
 /* Frees every context of this node (it is stopping). */
 size_t nd_ctx_close_node(nd_node *n);

@@ -767,17 +767,19 @@ open_order(nd_node *n, nd_index *ix, int shard, oshard *o)
 
 static void free_refs(nd_node *n, const cref *refs, size_t nrefs, size_t *freed);
 
-/* Opens a context on one copy of every shard of ixs; refs[k] is shard k
+/* Opens a context on one copy of every shard of ixs (of a slice: the
+ * shards whose number modulo slice_max is slice_id); refs[k] is the k-th
  * in the request's order (the merge's shard number). */
 static cm_err
 open_all(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t keep_ms, int kind,
-         cref **refs_out, size_t *nrefs, cm_error *err)
+         int slice_id, int slice_max, cref **refs_out, size_t *nrefs, cm_error *err)
 {
 	nd_cluster *cl = nd_cluster_of(n);
-	size_t total = 0, k = 0;
+	size_t total = 0, k = 0, all = 0;
 	cm_err rc = CM_OK;
 	for (size_t i = 0; i < nix; i++)
-		total += (size_t)nd_index_nshards(ixs[i]);
+		for (int s = 0; s < nd_index_nshards(ixs[i]); s++, all++)
+			total += slice_max <= 0 || (int)(all % (size_t)slice_max) == slice_id;
 	if (total == 0 || total > CTX_MAX_REFS)
 		return cm_error_set(err, CM_EINVAL,
 		                    "a search context needs 1 to %d shards, not %zu", CTX_MAX_REFS,
@@ -785,12 +787,15 @@ open_all(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t keep_
 	oshard *os = cm_calloc(MEM, total, sizeof(*os));
 	cref *refs = cm_calloc(MEM, total, sizeof(*refs));
 	bool *done = cm_calloc(MEM, total, sizeof(bool));
+	all = 0;
 	for (size_t i = 0; i < nix; i++)
-		for (int s = 0; s < nd_index_nshards(ixs[i]); s++, k++) {
+		for (int s = 0; s < nd_index_nshards(ixs[i]); s++, all++) {
+			if (slice_max > 0 && (int)(all % (size_t)slice_max) != slice_id)
+				continue;
 			os[k].ix = ixs[i];
 			os[k].shard = s;
 			open_order(n, ixs[i], s, &os[k]);
-			refs[k].node = -1;
+			refs[k++].node = -1;
 		}
 	for (int round = 0; round <= ND_CL_MAX_COPIES && !rc; round++) {
 		/* one call per (node, index) of the shards still to open */
@@ -1377,7 +1382,7 @@ done:
 
 cm_err
 nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t keep_ms,
-               cm_buf *out, char **id_out, cm_error *err)
+               int slice_id, int slice_max, cm_buf *out, char **id_out, cm_error *err)
 {
 	sr_request req;
 	cref *refs = NULL;
@@ -1396,7 +1401,8 @@ nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t
 	}
 	req.from = 0;
 	req.track_total_hits = SR_TRACK_ALL;
-	if ((rc = open_all(n, ixs, nix, body, keep_ms, ND_CTX_SCROLL, &refs, &nrefs, err)))
+	if ((rc = open_all(n, ixs, nix, body, keep_ms, ND_CTX_SCROLL, slice_id, slice_max, &refs,
+	                   &nrefs, err)))
 		goto done;
 	rc = scroll_page(n, refs, nrefs, req.size, 0, true, &req, out, err);
 	if (rc)
@@ -1485,7 +1491,7 @@ nd_pit_open(nd_node *n, nd_index **ixs, size_t nix, int64_t keep_ms, char **id, 
 	cref *refs = NULL;
 	size_t nrefs = 0;
 	*id = NULL;
-	cm_err rc = open_all(n, ixs, nix, "{}", keep_ms, ND_CTX_PIT, &refs, &nrefs, err);
+	cm_err rc = open_all(n, ixs, nix, "{}", keep_ms, ND_CTX_PIT, 0, 0, &refs, &nrefs, err);
 	if (!rc)
 		*id = id_encode(ID_MAGIC_PIT, 0, refs, nrefs);
 	cm_free(MEM, refs);
@@ -1493,8 +1499,8 @@ nd_pit_open(nd_node *n, nd_index **ixs, size_t nix, int64_t keep_ms, char **id, 
 }
 
 cm_err
-nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, cm_buf *out,
-              cm_error *err)
+nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, int slice_id,
+              int slice_max, cm_buf *out, cm_error *err)
 {
 	cref *refs;
 	size_t nrefs;
@@ -1512,6 +1518,23 @@ nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, cm_
 	if ((rc = id_decode(n, id, ID_MAGIC_PIT, &unused, &refs, &nrefs, err))) {
 		sr_request_free(&req);
 		return rc;
+	}
+	if (slice_max > 0 && (size_t)slice_max > nrefs) {
+		cm_free(MEM, refs);
+		sr_request_free(&req);
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "[slice] max [%d] is more than the [%zu] shards of the point in "
+		    "time: Shoal slices by shard",
+		    slice_max, nrefs);
+	}
+	if (slice_max > 0) {
+		/* a slice: the contexts whose shard number modulo max is its id */
+		size_t k = 0;
+		for (size_t q = 0; q < nrefs; q++)
+			if ((int)(q % (size_t)slice_max) == slice_id)
+				refs[k++] = refs[q];
+		nrefs = k;
 	}
 	/* every shard runs the whole request (from + size) on its context */
 	run_all_pages(n, refs, nrefs, NULL, 0, req.size, keep_ms, true, body, req.aggs, false, &P);

@@ -154,8 +154,8 @@ test_registry(const char *dir)
 		cm_buf out;
 		cm_buf_init(&out, CM_MEM_NODE);
 		cm_error_clear(&err);
-		CHECK(nd_scroll_open(n, &ix, 1, "{\"size\":5,\"sort\":[\"_doc\"]}", 60000, &out, &sid,
-		                     &err) == CM_OK);
+		CHECK(nd_scroll_open(n, &ix, 1, "{\"size\":5,\"sort\":[\"_doc\"]}", 60000, 0, 0,
+		                     &out, &sid, &err) == CM_OK);
 		CHECK(sid != NULL && nd_ctx_open_count(n) == 3); /* one per shard */
 		for (;;) {
 			cm_buf_put_u8(&out, 0); /* a C string for strstr */
@@ -172,7 +172,8 @@ test_registry(const char *dir)
 		}
 		CHECKF(pages == 4, "%zu pages", pages);
 		cm_error_clear(&err);
-		CHECK(nd_scroll_clear(n, sid, &nctx, &freed, &err) == CM_OK && nctx == 3 && freed == 3);
+		CHECK(nd_scroll_clear(n, sid, &nctx, &freed, &err) == CM_OK && nctx == 3 &&
+		      freed == 3);
 		CHECK(nd_ctx_open_count(n) == 0);
 		cm_buf_reset(&out);
 		cm_error_clear(&err);

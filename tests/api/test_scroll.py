@@ -152,21 +152,24 @@ class Writer(threading.Thread):
 class Scroll:
     """One scroll, paged through the nodes in turn; checks every page."""
 
-    def __init__(self, nodes, index, body, keep="1m"):
+    def __init__(self, nodes, index, body, keep="1m", check_total=True):
         self.nodes, self.keep, self.ids, self.pages, self.done = nodes, keep, [], 0, False
+        self.check_total = check_total
         st, b = nodes[0].req("POST", "/%s/_search?scroll=%s" % (index, keep), body)
         eq(st, 200, "scroll start: %s" % b)
         self.sid = b["_scroll_id"]
         self.take(b)
 
     def take(self, b):
-        eq(b["hits"]["total"], {"value": DOCS, "relation": "eq"}, "total on page %d" % self.pages)
+        if self.check_total:
+            eq(b["hits"]["total"], {"value": DOCS, "relation": "eq"},
+               "total on page %d" % self.pages)
         eq(b["_shards"]["failed"], 0, "shard failures")
         hits = b["hits"]["hits"]
         if not hits:
             self.done = True
             return
-        bad = [h for h in hits if h["_source"]["v"] != 0]
+        bad = [h for h in hits if self.check_total and h["_source"]["v"] != 0]
         eq(bad[:1], [], "a hit written after the scroll started")
         self.ids += [h["_id"] for h in hits]
         assert len(self.ids) <= DOCS, "more hits than documents"
@@ -270,6 +273,138 @@ def bad_requests(n, index):
        "a refused scroll leaves nothing open")
 
 
+class Pit:
+    """search_after paging over a point in time, through the nodes in turn."""
+
+    def __init__(self, nodes, pid, body, size):
+        self.nodes, self.pid, self.body, self.size = nodes, pid, body, size
+        self.ids, self.pages, self.after, self.done = [], 0, None, False
+
+    def next(self):
+        body = dict(self.body, size=self.size, track_total_hits=True,
+                    pit={"id": self.pid, "keep_alive": "1m"})
+        if self.after is not None:
+            body["search_after"] = self.after
+        n = self.nodes[self.pages % len(self.nodes)]
+        st, b = n.req("POST", "/_search", body)
+        eq(st, 200, "pit page %d via %s: %s" % (self.pages, getattr(n, "name", "solo"), b))
+        eq(b["pit_id"], self.pid, "pit_id")
+        eq(b["hits"]["total"], {"value": DOCS, "relation": "eq"}, "pit total")
+        hits = b["hits"]["hits"]
+        if not hits:
+            self.done = True
+            return
+        bad = [h for h in hits if h["_source"]["v"] != 0]
+        eq(bad[:1], [], "a pit hit written after the pit was opened")
+        self.ids += [h["_id"] for h in hits]
+        assert len(self.ids) <= DOCS, "more pit hits than documents"
+        self.after = hits[-1]["sort"]
+        self.pages += 1
+
+
+def pit_under_writes(nodes, index, port, shards):
+    st, b = nodes[0].req("POST", "/%s/_pit?keep_alive=1m" % index)
+    eq(st, 200, "pit open: %s" % b)
+    pid = b["id"]
+    eq(open_contexts(nodes), shards, "one context per shard")
+    pages = {"keyword": Pit(nodes, pid, {"sort": [{"k": "asc"}]}, PAGE),
+             "score": Pit(nodes, pid, {"query": {"match": {"t": "common"}}}, 900),
+             "field desc": Pit(nodes, pid, {"sort": [{"n": "desc"}]}, 1500)}
+    w = Writer(port, index)
+    w.start()
+    try:
+        wait_until("the writer's first batch", lambda: w.batches > 0 or w.error)
+        while not all(p.done for p in pages.values()):
+            for p in pages.values():
+                if not p.done:
+                    p.next()
+    finally:
+        w.stop_ev.set()
+        w.join(60)
+    assert w.error is None, w.error
+    assert w.batches > 1, "the writer ran during the paging (%d batches)" % w.batches
+    for what, p in pages.items():
+        exactly_once(p.ids, "pit " + what)
+    # the sort values end with the implicit _shard_doc tiebreaker
+    st, b = nodes[-1].req("POST", "/_search", {"size": 1, "sort": ["n"],
+                                               "pit": {"id": pid}})
+    eq(len(b["hits"]["hits"][0]["sort"]), 2, "sort values: n and _shard_doc")
+    # sort on _id, paged with search_after over the same point in time
+    sub = Pit(nodes, pid, {"query": {"term": {"k": "k3"}}, "sort": [{"_id": "asc"}]}, 400)
+    sub_total = None
+    while not sub.done:
+        body = dict(sub.body, size=sub.size, pit={"id": pid})
+        if sub.after is not None:
+            body["search_after"] = sub.after
+        st, b = nodes[sub.pages % len(nodes)].req("POST", "/_search", body)
+        eq(st, 200, "_id page: %s" % b)
+        sub_total = b["hits"]["total"]["value"]
+        hits = b["hits"]["hits"]
+        if not hits:
+            break
+        sub.ids += [h["_id"] for h in hits]
+        sub.after = hits[-1]["sort"]
+        sub.pages += 1
+    want = sorted("d%d" % i for i in range(DOCS) if i % 7 == 3)
+    eq(sub.ids, want, "sorted by _id, every k3 document once")
+    eq(sub_total, len(want), "k3 total")
+    # slices of the point in time: disjoint, together everything
+    got = []
+    for i in range(2):
+        sl = Pit(nodes, pid, {"sort": ["_doc"], "slice": {"id": i, "max": 2}}, 2000)
+        while not sl.done:
+            body = dict(sl.body, size=sl.size, pit={"id": pid})
+            if sl.after is not None:
+                body["search_after"] = sl.after
+            st, b = nodes[i % len(nodes)].req("POST", "/_search", body)
+            eq(st, 200, "slice page: %s" % b)
+            if not b["hits"]["hits"]:
+                break
+            sl.ids += [h["_id"] for h in b["hits"]["hits"]]
+            sl.after = b["hits"]["hits"][-1]["sort"]
+        assert 0 < len(sl.ids) < DOCS, "slice %d has %d hits" % (i, len(sl.ids))
+        got += sl.ids
+    exactly_once(got, "pit slices")
+    st, b = nodes[-1].req("DELETE", "/_pit", {"id": pid})
+    eq((st, b), (200, {"succeeded": True, "num_freed": shards}), "pit close")
+    eq(open_contexts(nodes), 0, "pit contexts freed")
+    error_is(nodes[0].req("POST", "/_search", {"pit": {"id": pid}}), 404,
+             "search_context_missing_exception")
+
+
+def scroll_slices(nodes, index, shards):
+    got = []
+    for i in range(3):
+        sc = Scroll(nodes, index, {"size": PAGE, "sort": ["_doc"],
+                                   "slice": {"id": i, "max": 3}}, check_total=False)
+        while not sc.done:
+            sc.next()
+        assert 0 < len(sc.ids) < DOCS, "slice %d has %d hits" % (i, len(sc.ids))
+        got += sc.ids
+        sc.clear()
+    eq(len(got), len(set(got)), "slices are disjoint")
+    eq(len(got) >= DOCS, True, "slices cover the index")
+    error_is(nodes[0].req("POST", "/%s/_search?scroll=1m" % index,
+                          {"slice": {"id": 0, "max": shards + 1}}), 400,
+             "illegal_argument_exception", "slices by shard")
+    error_is(nodes[0].req("POST", "/%s/_search" % index, {"slice": {"id": 0, "max": 2}}),
+             400, "action_request_validation_exception")
+    error_is(nodes[0].req("POST", "/%s/_search?scroll=1m" % index,
+                          {"slice": {"id": 2, "max": 2}}), 400, "illegal_argument_exception")
+
+
+def pit_errors(n, index):
+    error_is(n.req("POST", "/%s/_pit" % index), 400, "action_request_validation_exception")
+    error_is(n.req("POST", "/%s/_pit?keep_alive=soon" % index), 400,
+             "illegal_argument_exception")
+    error_is(n.req("POST", "/nope/_pit?keep_alive=1m"), 404, "index_not_found_exception")
+    error_is(n.req("POST", "/_search", {"pit": {"id": "!!"}}), 400, "illegal_argument_exception")
+    error_is(n.req("POST", "/_search", {"pit": {"id": 5}}), 400, "parsing_exception")
+    error_is(n.req("POST", "/%s/_search" % index, {"pit": {"id": "UAE"}}), 400,
+             "action_request_validation_exception")
+    error_is(n.req("DELETE", "/_pit", {}), 400, "action_request_validation_exception")
+
+
 # ---- solo ----
 
 @test
@@ -286,6 +421,15 @@ def solo_scroll_limit_expiry_clear_and_errors():
     limit_and_clear([n], "s", 3)
     expiry([n], "s")
     bad_requests(n, "s")
+
+
+@test
+def solo_pit_slices_and_id_sort():
+    n = solo()
+    load(n, "sp", 3, 0)
+    pit_under_writes([n], "sp", n.port, 3)
+    scroll_slices([n], "s", 3)
+    pit_errors(n, "s")
 
 
 # ---- 3-node cluster ----
@@ -333,6 +477,18 @@ def cluster_scroll_limit_expiry_clear_and_errors():
     limit_and_clear(nodes, "c", 6)
     expiry(nodes, "c")
     bad_requests(nodes[1], "c")
+
+
+@test
+def cluster_pit_slices_and_id_sort():
+    nodes = [NODES[x] for x in NAMES]
+    load(NODES["node-3"], "cp", 6, 1)
+    st, b = nodes[0].req("GET", "/_cluster/health?wait_for_status=green&timeout=60s",
+                         timeout=80)
+    eq(b.get("status"), "green", "green after the load")
+    pit_under_writes(nodes, "cp", NODES["node-2"].port, 6)
+    scroll_slices(nodes, "c", 6)
+    pit_errors(nodes[1], "c")
 
 
 @test
