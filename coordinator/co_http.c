@@ -157,6 +157,21 @@ static const co_route routes[] = {
      P_SEARCH ",conflicts,refresh,wait_for_completion,wait_for_active_shards,scroll_size,"
               "slices,requests_per_second,max_docs,slices",
      false, WRITE("indices:data/write/delete/byquery")},
+    {CO_POST, "/{index}/_update_by_query", co_h_update_by_query,
+     P_SEARCH ",conflicts,refresh,wait_for_completion,wait_for_active_shards,scroll_size,"
+              "slices,requests_per_second,max_docs",
+     false, WRITE("indices:data/write/update/byquery")},
+    {CO_POST, "/_reindex", co_h_reindex,
+     "refresh,timeout,wait_for_active_shards,wait_for_completion,requests_per_second,scroll,"
+     "slices,max_docs,conflicts",
+     false, WRITE("indices:data/write/reindex")},
+    {CO_GET, "/_tasks", co_h_tasks_list,
+     "actions,detailed,group_by,nodes,parent_task_id,wait_for_completion,timeout", false,
+     READ("cluster:monitor/tasks/lists")},
+    {CO_GET, "/_tasks/{id}", co_h_task_get, "wait_for_completion,timeout", false,
+     READ("cluster:monitor/task/get")},
+    {CO_POST, "/_tasks/{id}/_cancel", co_h_task_cancel, "actions,nodes,parent_task_id", false,
+     WRITE("cluster:admin/tasks/cancel")},
     {CO_POST, "/_refresh", co_h_refresh, P_INDEX_READ, false, WRITE("indices:admin/refresh")},
     {CO_GET, "/_refresh", co_h_refresh, P_INDEX_READ, false, WRITE("indices:admin/refresh")},
     {CO_POST, "/{index}/_refresh", co_h_refresh, P_INDEX_READ, false,

@@ -168,6 +168,29 @@ bool co_total_as_int(cm_buf *out);
 void co_h_pit_open(co_req *r);
 void co_h_pit_close(co_req *r);
 void co_pit_search(co_req *r, cJSON *body, int slice_id, int slice_max);
+
+/* Tasks (co_tasks.c): in memory on the node running them. */
+typedef struct co_task co_task;
+typedef struct co_task_status {
+	uint64_t total, updated, created, deleted, batches, version_conflicts, noops, failures;
+	uint64_t throttled_ms;
+	double requests_per_second; /* -1: unthrottled */
+} co_task_status;
+co_task *co_task_new(nd_node *n, const char *action, const char *desc);
+void co_task_id(const co_task *t, char *buf, size_t cap); /* "nodeid:N" */
+bool co_task_cancelled(co_task *t);                        /* cancel asked or node stopping */
+void co_task_update(co_task *t, const co_task_status *st);
+/* Counts a task that runs on after its request (false: the node is
+ * stopping); co_task_finish(.., detached=true) uncounts it. */
+bool co_task_detach(void);
+/* The task is done; response (JSON) is kept for GET /_tasks/{id}. */
+void co_task_finish(co_task *t, const char *response, bool failed, bool detached);
+void co_h_tasks_list(co_req *r);
+void co_h_task_get(co_req *r);
+void co_h_task_cancel(co_req *r);
+/* _update_by_query and _reindex (co_byquery.c; co_h_delete_by_query too). */
+void co_h_update_by_query(co_req *r);
+void co_h_reindex(co_req *r);
 void co_h_delete_by_query(co_req *r);
 void co_h_security_authenticate(co_req *r);
 void co_h_api_key_create(co_req *r);

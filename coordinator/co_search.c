@@ -1,5 +1,6 @@
 /* Search APIs: _search (URL parameters folded into the body), _count,
- * _msearch, scroll, _delete_by_query. */
+ * _msearch (scroll: co_scroll.c, point in time: co_pit.c, by-query
+ * operations: co_byquery.c). */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -594,93 +595,4 @@ co_h_msearch(co_req *r)
 	cm_buf_free(&fin);
 	cm_buf_free(&out);
 	cm_buf_free(&one);
-}
-
-/* ---- _delete_by_query ---- */
-
-void
-co_h_delete_by_query(co_req *r)
-{
-	nd_index **ixs;
-	size_t n;
-	bool bad;
-	cJSON *body = co_body_json(r, &bad), *qj, *j;
-	sr_query *q = NULL;
-	cm_error err;
-	uint64_t deleted = 0, batches = 0, t0 = cm_now_ns();
-	co_write_opts w;
-
-	if (bad)
-		return;
-	if (nd_cluster_of(r->node)) {
-		/* It walks local shard snapshots: on a cluster it would miss the
-		 * shards held elsewhere, so it says so instead. */
-		cJSON_Delete(body);
-		co_reply_errorf(r, CM_EINVAL, NULL,
-		                "_delete_by_query is not supported on a cluster node yet (phase 1)");
-		return;
-	}
-	cm_error_clear(&err);
-	if (co_write_opts_parse(NULL, NULL, NULL, NULL, NULL, co_param_get(r, "refresh"), &w, &err)) {
-		cJSON_Delete(body);
-		co_reply_error(r, &err, NULL);
-		return;
-	}
-	if (!body)
-		body = cJSON_CreateObject();
-	if (!fold_search_params(r, body, true)) {
-		cJSON_Delete(body);
-		return;
-	}
-	static const char *const ignored[] = {"conflicts", "wait_for_completion", "scroll_size",
-	                                      "slices", "requests_per_second", "max_docs", "timeout",
-	                                      "wait_for_active_shards", "scroll", "from", "size",
-	                                      "sort", "routing", "preference", "search_type"};
-	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
-		co_param_get(r, ignored[i]);
-	qj = cJSON_GetObjectItemCaseSensitive(body, "query");
-	if (!qj) {
-		cJSON_Delete(body);
-		co_reply_errorf(r, CM_EVALIDATE, NULL,
-		                "Validation Failed: 1: query is missing;");
-		return;
-	}
-	if (sr_query_from_json(qj, &q, &err)) {
-		cJSON_Delete(body);
-		co_reply_error(r, &err, NULL);
-		return;
-	}
-	if (!co_resolve(r, co_seg(r, 0), &ixs, &n)) {
-		sr_query_free(q);
-		cJSON_Delete(body);
-		return;
-	}
-	nd_target *t = nd_targets_open(ixs, n);
-	cm_err rc = nd_delete_by_query(t, n, q, &deleted, &batches, &err);
-	nd_targets_close(t, n);
-	if (rc) {
-		co_reply_error(r, &err, NULL);
-	} else {
-		for (size_t i = 0; i < n; i++)
-			co_refresh_after(ixs[i], w.refresh);
-		j = cJSON_CreateObject();
-		cJSON_AddNumberToObject(j, "took", (double)((cm_now_ns() - t0) / 1000000));
-		cJSON_AddBoolToObject(j, "timed_out", false);
-		cJSON_AddNumberToObject(j, "total", (double)deleted);
-		cJSON_AddNumberToObject(j, "deleted", (double)deleted);
-		cJSON_AddNumberToObject(j, "batches", (double)batches);
-		cJSON_AddNumberToObject(j, "version_conflicts", 0);
-		cJSON_AddNumberToObject(j, "noops", 0);
-		cJSON *rt = cJSON_AddObjectToObject(j, "retries");
-		cJSON_AddNumberToObject(rt, "bulk", 0);
-		cJSON_AddNumberToObject(rt, "search", 0);
-		cJSON_AddNumberToObject(j, "throttled_millis", 0);
-		cJSON_AddNumberToObject(j, "requests_per_second", -1.0);
-		cJSON_AddNumberToObject(j, "throttled_until_millis", 0);
-		cJSON_AddArrayToObject(j, "failures");
-		co_reply_json(r, 200, j);
-	}
-	co_release_all(ixs, n);
-	sr_query_free(q);
-	cJSON_Delete(body);
 }

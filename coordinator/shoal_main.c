@@ -316,6 +316,7 @@ main(int argc, char **argv)
 	sigwait(&sigs, &sig);
 	cm_info("main", "%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	co_server_stop(srv);
+	co_tasks_shutdown(); /* by-query tasks stop at their next batch */
 	nd_cluster_stop(cl);
 	nd_node_close(node);
 	co_auth_close(auth);
