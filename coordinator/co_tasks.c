@@ -5,6 +5,7 @@
  * wait_for_completion=false. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <fnmatch.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -203,9 +204,7 @@ action_matches(const char *pattern_list, const char *action)
 	char *copy = cm_strdup(MEM, pattern_list), *save = NULL, *tok;
 	bool hit = false;
 	for (tok = strtok_r(copy, ",", &save); tok && !hit; tok = strtok_r(NULL, ",", &save)) {
-		size_t l = strlen(tok);
-		hit = (l && tok[l - 1] == '*') ? strncmp(action, tok, l - 1) == 0
-		                               : strcmp(action, tok) == 0;
+		hit = fnmatch(tok, action, 0) == 0;
 	}
 	cm_free(MEM, copy);
 	return hit;
