@@ -46,6 +46,9 @@ typedef struct bq_job {
 	int refresh;
 	co_task *task;
 	bool detached;
+	ps_script *script; /* _update_by_query with a script */
+	const cJSON *params;
+	cJSON *script_json; /* owns params */
 	/* the outcome */
 	co_task_status st;
 	cJSON *failures;
@@ -62,6 +65,8 @@ job_free(bq_job *j)
 		nd_index_release(j->dest);
 	cm_free(MEM, j->search);
 	cJSON_Delete(j->failures);
+	ps_free(j->script);
+	cJSON_Delete(j->script_json);
 	cm_free(MEM, j);
 }
 
@@ -93,6 +98,7 @@ typedef struct bq_doc {
 	uint64_t seq_no, term;
 	size_t batch, pos;
 	bool skip; /* failed before the write */
+	bool del;  /* the script said ctx.op = 'delete' */
 } bq_doc;
 
 static nd_index *
@@ -139,8 +145,39 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 			d->skip = true;
 			continue;
 		}
-		if (j->kind != BQ_DELETE) {
+		if (j->script) {
+			/* the script decides: a new source, a noop, or a delete */
+			cJSON *cur = src ? cJSON_Duplicate(src, true) : cJSON_CreateObject();
+			st_doc_meta meta = {d->seq_no, d->term, 0};
+			int sop = CO_SCRIPT_INDEX;
+			cm_error e;
+			cm_error_clear(&e);
+			if (co_script_apply(j->script, j->params, d->ix, d->id, &meta, &cur, &sop,
+			                    &e)) {
+				st_op_result fr;
+				memset(&fr, 0, sizeof(fr));
+				fr.err = e.code;
+				snprintf(fr.reason, sizeof(fr.reason), "%.250s", e.reason);
+				add_failure(j, nd_index_name(d->ix), d->id, &fr, 0);
+				j->aborted = true;
+				d->skip = true;
+				cJSON_Delete(cur);
+				continue;
+			}
+			if (sop == CO_SCRIPT_NOOP) {
+				j->st.noops++;
+				d->skip = true;
+				cJSON_Delete(cur);
+				continue;
+			}
+			d->del = sop == CO_SCRIPT_DELETE;
+			if (!d->del)
+				srcs[k - 1] = cJSON_PrintUnformatted(cur);
+			cJSON_Delete(cur);
+		} else if (j->kind != BQ_DELETE) {
 			srcs[k - 1] = src ? cJSON_PrintUnformatted(src) : NULL;
+		}
+		if (j->kind != BQ_DELETE && !d->del) {
 			d->src = srcs[k - 1] ? srcs[k - 1] : "{}";
 			d->src_len = strlen(d->src);
 			cm_error e;
@@ -169,7 +206,7 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 			nb++;
 		}
 		st_op *op = &ops[bi][b[bi].n];
-		op->type = j->kind == BQ_DELETE ? ST_OP_DELETE : ST_OP_INDEX;
+		op->type = j->kind == BQ_DELETE || d->del ? ST_OP_DELETE : ST_OP_INDEX;
 		op->id = d->id;
 		op->id_len = strlen(d->id);
 		op->source = d->src;
@@ -207,8 +244,8 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 			j->aborted = true;
 			continue;
 		}
-		if (res->err == CM_ECONFLICT ||
-		    (j->kind == BQ_DELETE && !res->err && res->result == ST_RESULT_NOT_FOUND)) {
+		if (res->err == CM_ECONFLICT || ((j->kind == BQ_DELETE || d->del) && !res->err &&
+		                                 res->result == ST_RESULT_NOT_FOUND)) {
 			/* changed or gone since the snapshot */
 			j->st.version_conflicts++;
 			if (!j->proceed) {
@@ -641,7 +678,7 @@ by_query(co_req *r, int kind)
 	cJSON *body = co_body_json(r, &bad), *q;
 	int64_t size;
 	bq_job *j;
-	static const char *const keys[] = {"query", "max_docs", "conflicts"};
+	static const char *const keys[] = {"query", "max_docs", "conflicts", "script"};
 
 	if (bad)
 		return;
@@ -650,7 +687,7 @@ by_query(co_req *r, int kind)
 		co_reply_errorf(r, CM_EPARSE, NULL, "request body must be an object");
 		return;
 	}
-	if (!only_keys(r, body, keys, 3,
+	if (!only_keys(r, body, keys, kind == BQ_DELETE ? 3 : 4,
 	               kind == BQ_DELETE ? "delete_by_query" : "update_by_query")) {
 		cJSON_Delete(body);
 		return;
@@ -682,6 +719,19 @@ by_query(co_req *r, int kind)
 	j->node = r->node;
 	j->kind = kind;
 	j->failures = cJSON_CreateArray();
+	cJSON *sj = cJSON_GetObjectItemCaseSensitive(body, "script");
+	if (sj) {
+		cm_error se;
+		cm_error_clear(&se);
+		j->script_json = cJSON_Duplicate(sj, true); /* the job outlives the body */
+		if (ps_from_json(j->script_json, &j->script, &j->params, &se)) {
+			co_reply_error(r, &se, NULL);
+			job_free(j);
+			cJSON_Delete(qs);
+			cJSON_Delete(body);
+			return;
+		}
+	}
 	if (!co_resolve(r, co_seg(r, 0), &j->ixs, &j->nix)) {
 		j->ixs = NULL;
 		j->nix = 0;

@@ -10,6 +10,7 @@
 #include "../common/cm_buf.h"
 #include "../common/cm_err.h"
 #include "../node/nd.h"
+#include "../script/ps.h"
 #include "../node/nd_cluster.h"
 #include "co.h"
 #include "co_auth.h"
@@ -190,6 +191,12 @@ void co_h_task_get(co_req *r);
 void co_h_task_cancel(co_req *r);
 /* _update_by_query and _reindex (co_byquery.c; co_h_delete_by_query too). */
 void co_h_update_by_query(co_req *r);
+/* Runs an update script (co_script.c) on *cur, a document's _source
+ * (replaced by the script's on success; untouched on failure). meta: the
+ * stored document's, NULL for a scripted upsert. *op: what to write. */
+enum { CO_SCRIPT_INDEX, CO_SCRIPT_NOOP, CO_SCRIPT_DELETE };
+cm_err co_script_apply(const ps_script *s, const cJSON *params, nd_index *ix, const char *id,
+                       const st_doc_meta *meta, cJSON **cur, int *op, cm_error *err);
 void co_h_reindex(co_req *r);
 void co_h_delete_by_query(co_req *r);
 void co_h_security_authenticate(co_req *r);

@@ -1173,6 +1173,8 @@ incdec(run *R, const node *n, val *out)
 	return CM_OK;
 }
 
+static cm_err step(run *R, const node *n);
+
 static cm_err
 call(run *R, const node *n, val *out)
 {
@@ -1192,6 +1194,12 @@ call(run *R, const node *n, val *out)
 	size_t na = n->nargs;
 	if (rc)
 		goto done;
+	/* list and map methods walk the elements: they count as steps */
+	if (cJSON_IsArray(s) || cJSON_IsObject(s)) {
+		R->steps += cJSON_GetArraySize(s) / 16;
+		if ((rc = step(R, n)))
+			goto done;
+	}
 	if (!strcmp(m, "size") && na == 0 && (cJSON_IsArray(s) || cJSON_IsObject(s))) {
 		*out = owned(cJSON_CreateNumber(cJSON_GetArraySize(s)));
 	} else if (!strcmp(m, "isEmpty") && na == 0 && (cJSON_IsArray(s) || cJSON_IsObject(s))) {

@@ -141,14 +141,21 @@ def suite(n, nodes):
     st, r = n.req("POST", "/d/_delete_by_query?refresh=true&slices=auto",
                   {"query": {"term": {"tag": "touched"}}})
     eq((st, r["deleted"], r["slices"]), (200, LATE, 3), "dbq sliced: %s" % r)
-    st, r = n.req("POST", "/d/_update_by_query?max_docs=7")
+    st, r = n.req("POST", "/d/_update_by_query?max_docs=7&refresh=true")
     eq((st, r["total"], r["updated"]), (200, 7, 7), "ubq max_docs: %s" % r)
     error_is(n.req("POST", "/d/_delete_by_query", {}), 400,
              "action_request_validation_exception")
     error_is(n.req("POST", "/d/_delete_by_query", {"query": {"nope": {}}}), 400,
              "parsing_exception")
-    error_is(n.req("POST", "/d/_update_by_query", {"script": {"source": "ctx._source.n++"}}),
-             400, "illegal_argument_exception", "script")
+    error_is(n.req("POST", "/d/_update_by_query", {"script": {"source": "ctx._source.n +"}}),
+             400, "script_exception", "position [15]")
+    st, r = n.req("POST", "/d/_update_by_query?refresh=true",
+                  {"query": {"term": {"k": "even"}},
+                   "script": {"source": "if (ctx._source.n % 4 == 0) { ctx._source.n += params.d }"
+                                        " else { ctx.op = 'noop' }", "params": {"d": 1}}})
+    eq((st, r["updated"] + r["noops"], r["noops"] > 0), (200, r["total"], True),
+       "ubq script: %s" % r)
+    eq(count(n, "d", {"term": {"n": 1}}), 1, "d0 became n=1")
     error_is(n.req("POST", "/d/_delete_by_query?conflicts=maybe", {"query": {"match_all": {}}}),
              400, "action_request_validation_exception")
     error_is(n.req("POST", "/nope/_delete_by_query", {"query": {"match_all": {}}}), 404,
