@@ -15,7 +15,7 @@
 #include "../common/cm_alloc.h"
 
 #define MEM CM_MEM_COORDINATOR
-#define MAX_DEPTH 64
+#define MAX_DEPTH 256 /* nesting and operator chains (a + b + ... is that deep) */
 #define MAX_VARS 64
 
 /* ---- lexer ---- */
@@ -408,8 +408,14 @@ static node *
 postfix(parser *P)
 {
 	node *n = primary(P);
+	int links = 0;
 	while (n) {
 		int pos = cur(P)->pos;
+		if ((is_op(P, ".") || is_op(P, "[") || is_op(P, "++") || is_op(P, "--")) &&
+		    (links++, !enter(P))) {
+			node_free(n);
+			return NULL;
+		}
 		if (is_op(P, ".")) {
 			P->i++;
 			if (cur(P)->k != T_ID) {
@@ -466,6 +472,7 @@ postfix(parser *P)
 			break;
 		}
 	}
+	P->depth -= links;
 	return n;
 }
 
@@ -513,6 +520,7 @@ binary(parser *P, int level)
 	if (level < 0)
 		return unary(P);
 	node *n = binary(P, level - 1);
+	int links = 0;
 	while (n) {
 		const char *const *ops = LEVELS[level];
 		const char *hit = NULL;
@@ -521,6 +529,12 @@ binary(parser *P, int level)
 				hit = ops[k];
 		if (!hit)
 			break;
+		/* each link makes the tree one deeper (evaluation recurses) */
+		links++;
+		if (!enter(P)) {
+			node_free(n);
+			return NULL;
+		}
 		node *b = mk(N_BINARY, cur(P)->pos);
 		snprintf(b->op, sizeof(b->op), "%s", hit);
 		P->i++;
@@ -532,6 +546,7 @@ binary(parser *P, int level)
 		}
 		n = b;
 	}
+	P->depth -= links;
 	return n;
 }
 

@@ -167,6 +167,32 @@ hostile(void)
 	cm_error_clear(&err);
 	CHECK(ps_compile(deep, l, &s, NULL, &err) == CM_EINVAL && strstr(err.reason, "bytes"));
 	free(deep);
+	/* long operator and field chains: bounded like nesting */
+	char *chain = malloc(70000);
+	strcpy(chain, "ctx._source.n = 1");
+	for (size_t i = 0, l = strlen(chain); i < 20000; i++, l += 2)
+		memcpy(chain + l, "+1", 3);
+	cm_error_clear(&err);
+	CHECK(ps_compile(chain, strlen(chain), &s, NULL, &err) == CM_EINVAL &&
+	      strstr(err.reason, "deeply"));
+	strcpy(chain, "ctx._source");
+	for (size_t i = 0, l = strlen(chain); i < 5000; i++, l += 2)
+		memcpy(chain + l, ".a", 3);
+	cm_error_clear(&err);
+	CHECK(ps_compile(chain, strlen(chain), &s, NULL, &err) == CM_EINVAL &&
+	      strstr(err.reason, "deeply"));
+	/* a long but allowed chain runs */
+	strcpy(chain, "ctx._source.n = 1");
+	for (size_t i = 0; i < 200; i++)
+		strcat(chain, " + 1");
+	cm_error_clear(&err);
+	REQUIRE(ps_compile(chain, strlen(chain), &s, NULL, &err) == CM_OK);
+	cJSON *c2 = cJSON_Parse("{\"_source\":{},\"op\":\"index\"}");
+	CHECK(ps_run(s, c2, NULL, &err) == CM_OK &&
+	      cJSON_GetObjectItem(cJSON_GetObjectItem(c2, "_source"), "n")->valuedouble == 201);
+	cJSON_Delete(c2);
+	ps_free(s);
+	free(chain);
 	/* an endless loop stops within the step bound, quickly */
 	clock_t t0 = clock();
 	cm_error_clear(&err);
