@@ -89,15 +89,25 @@ lex(lexer *L, int *epos, cm_error *err)
 			continue;
 		}
 		if (isdigit((unsigned char)c)) {
-			char *end;
-			double d = strtod(L->src + L->i, &end);
-			size_t used = (size_t)(end - (L->src + L->i));
-			bool is_int = !memchr(L->src + L->i, '.', used) &&
-			              !memchr(L->src + L->i, 'e', used) &&
-			              !memchr(L->src + L->i, 'E', used);
+			/* the source need not end in a NUL: parse a bounded copy */
+			char buf[64], *end;
+			size_t k = 0;
+			while (L->i + k < L->len && k < sizeof(buf) - 1 &&
+			       (isdigit((unsigned char)L->src[L->i + k]) ||
+			        L->src[L->i + k] == '.' ||
+			        ((L->src[L->i + k] == 'e' || L->src[L->i + k] == 'E') && k > 0) ||
+			        ((L->src[L->i + k] == '+' || L->src[L->i + k] == '-') && k > 0 &&
+			         (L->src[L->i + k - 1] == 'e' || L->src[L->i + k - 1] == 'E'))))
+				k++;
+			memcpy(buf, L->src + L->i, k);
+			buf[k] = 0;
+			double d = strtod(buf, &end);
+			size_t used = (size_t)(end - buf);
+			bool is_int = !memchr(buf, '.', used) && !memchr(buf, 'e', used) &&
+			              !memchr(buf, 'E', used);
 			L->i += used;
 			/* long / float / double suffixes */
-			if (L->i < L->len && strchr("lLfFdD", L->src[L->i])) {
+			if (L->i < L->len && L->src[L->i] && strchr("lLfFdD", L->src[L->i])) {
 				if (strchr("fFdD", L->src[L->i]))
 					is_int = false;
 				L->i++;
