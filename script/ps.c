@@ -326,6 +326,7 @@ var_slot(parser *P, const char *name)
 
 static node *expr(parser *P);
 static node *stmt(parser *P);
+static bool is_lvalue(const node *n);
 
 static bool
 enter(parser *P)
@@ -472,6 +473,10 @@ postfix(parser *P)
 			}
 			n = x;
 		} else if (is_op(P, "++") || is_op(P, "--")) {
+			if (!is_lvalue(n)) {
+				node_free(n);
+				return fail(P, "cannot increment this");
+			}
 			node *x = mk(N_INCDEC, pos);
 			snprintf(x->op, sizeof(x->op), "%s", cur(P)->op);
 			x->postfix = true;
@@ -507,9 +512,10 @@ unary(parser *P)
 		snprintf(n->op, sizeof(n->op), "%s", cur(P)->op);
 		P->i++;
 		n->a = unary(P);
-		if (!n->a) {
+		if (!n->a || !is_lvalue(n->a)) {
+			bool parsed = n->a != NULL;
 			node_free(n);
-			n = NULL;
+			n = parsed ? fail(P, "cannot increment this") : NULL;
 		}
 	} else {
 		n = postfix(P);
@@ -1061,6 +1067,8 @@ place_of(run *R, const node *n, place *p)
 		p->slot = n->slot;
 		return CM_OK;
 	}
+	if (n->k != N_FIELD && n->k != N_INDEX)
+		return rt_error(R, n, "cannot assign to this%s", NULL);
 	val c = {0}, k = {0};
 	cm_err rc = eval(R, n->a, &c);
 	if (rc)

@@ -94,6 +94,9 @@ static const struct {
     {"5 = ctx", 2},
     {"def ctx = 1", 4},
     {"ctx._source.n = 1 2", 18},
+    {"---8", 4},
+    {"ctx._source.n = ++5", 19},
+    {"(1)++", 3},
 };
 
 static void
