@@ -26,6 +26,9 @@ typedef struct co_opts {
 cm_err co_server_start(nd_node *n, const co_opts *o, co_server **out, cm_error *err);
 /* Stops accepting, finishes in-flight requests, frees the server. */
 void co_server_stop(co_server *s);
+/* Cancels the running by-query tasks and waits (30 s at most) for those
+ * running without a request; call after co_server_stop. */
+void co_tasks_shutdown(void);
 
 /* This node's _nodes entry (kind "info") or _nodes/stats entry ("stats");
  * node is the nd_node. main registers it with nd_cluster_set_info so every

@@ -683,8 +683,9 @@ cm_err
 co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *body,
               const co_write_opts *w, long retries, st_op_result *res, cm_error *err)
 {
-	bool doc_as_upsert = false, detect_noop = true;
-	const cJSON *doc = NULL, *upsert = NULL, *c;
+	bool doc_as_upsert = false, detect_noop = true, scripted_upsert = false;
+	const cJSON *doc = NULL, *upsert = NULL, *c, *script = NULL, *params = NULL;
+	ps_script *ps = NULL;
 	int shard;
 	st_op op;
 	cm_buf src;
@@ -702,14 +703,22 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 			doc_as_upsert = cJSON_IsTrue(c);
 		else if (strcmp(c->string, "detect_noop") == 0)
 			detect_noop = !cJSON_IsFalse(c);
-		else if (strcmp(c->string, "script") == 0 || strcmp(c->string, "scripted_upsert") == 0)
-			return cm_error_set(err, CM_EINVAL, "scripts are not supported by shoal; use [doc]");
+		else if (strcmp(c->string, "script") == 0)
+			script = c;
+		else if (strcmp(c->string, "scripted_upsert") == 0)
+			scripted_upsert = cJSON_IsTrue(c);
 		else if (strcmp(c->string, "_source"))
 			return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
 			                         "[1:2] [UpdateRequest] unknown field [%.60s]", c->string);
 	}
-	if (!doc || !cJSON_IsObject(doc) || (upsert && !cJSON_IsObject(upsert)))
+	if (script && doc)
+		return cm_error_set(err, CM_EVALIDATE,
+		                    "Validation Failed: 1: can't provide both script and doc;");
+	if ((!script && (!doc || !cJSON_IsObject(doc))) || (upsert && !cJSON_IsObject(upsert)))
 		return cm_error_set(err, CM_EVALIDATE, "Validation Failed: 1: script or doc is missing;");
+	/* compiled once, run on every attempt */
+	if (script && (rc = ps_from_json(script, &ps, &params, err)))
+		return rc;
 	shard = nd_index_route(ix, routing ? routing : id, strlen(routing ? routing : id));
 	cm_buf_init(&src, MEM);
 	for (long attempt = 0;; attempt++) {
@@ -727,13 +736,25 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 		op.seq_no = ST_NO_SEQ;
 		op.if_seq_no = ST_NO_SEQ;
 		if (rc == CM_ENOTFOUND) {
-			if (!upsert && !doc_as_upsert) {
+			if (!upsert && !doc_as_upsert && !(ps && scripted_upsert)) {
 				rc = cm_error_set_type(err, CM_ENOTFOUND, "document_missing_exception",
 				                       "[_doc][%s]: document missing", id);
 				break;
 			}
-			cur = cJSON_Duplicate(upsert ? upsert : doc, true);
+			cur = upsert || doc ? cJSON_Duplicate(upsert ? upsert : doc, true)
+			                    : cJSON_CreateObject();
 			op.create_only = true; /* a concurrent creator makes this a conflict, then retry */
+			int sop = CO_SCRIPT_INDEX;
+			if (ps && scripted_upsert &&
+			    ((rc = co_script_apply(ps, params, ix, id, NULL, &cur, &sop, err)) ||
+			     sop != CO_SCRIPT_INDEX)) {
+				cJSON_Delete(cur);
+				if (!rc) {
+					memset(res, 0, sizeof(*res));
+					res->result = ST_RESULT_NOOP;
+				}
+				break;
+			}
 		} else if (rc) {
 			cm_error_set(err, rc, "%s", cm_err_msg(rc));
 			break;
@@ -755,8 +776,15 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 				rc = cm_error_set(err, CM_ECORRUPT, "stored source of [%s] is not JSON", id);
 				break;
 			}
-			bool changed = deep_merge(cur, doc);
-			if (!changed && detect_noop) {
+			int sop = CO_SCRIPT_INDEX;
+			if (ps && (rc = co_script_apply(ps, params, ix, id, &meta, &cur, &sop, err))) {
+				cJSON_Delete(cur);
+				break;
+			}
+			if (sop == CO_SCRIPT_DELETE)
+				op.type = ST_OP_DELETE;
+			bool changed = ps ? sop != CO_SCRIPT_NOOP : deep_merge(cur, doc);
+			if (!changed && (detect_noop || ps)) {
 				memset(res, 0, sizeof(*res));
 				res->result = ST_RESULT_NOOP;
 				res->seq_no = meta.seq_no;
@@ -782,6 +810,7 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 		break;
 	}
 	cm_buf_free(&src);
+	ps_free(ps);
 	return rc;
 }
 

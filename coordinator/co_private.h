@@ -10,6 +10,7 @@
 #include "../common/cm_buf.h"
 #include "../common/cm_err.h"
 #include "../node/nd.h"
+#include "../script/ps.h"
 #include "../node/nd_cluster.h"
 #include "co.h"
 #include "co_auth.h"
@@ -151,8 +152,53 @@ void co_h_mget(co_req *r);
 void co_h_search(co_req *r);
 void co_h_count(co_req *r);
 void co_h_msearch(co_req *r);
-void co_h_scroll(co_req *r);
+void co_h_scroll(co_req *r);       /* co_scroll.c */
 void co_h_scroll_clear(co_req *r);
+/* The first page of a ?scroll= search (co_scroll.c), "_scroll_id" first. */
+cm_err co_scroll_start(co_req *r, nd_index **ixs, size_t n, const cJSON *body, int64_t keep_ms,
+                       int slice_id, int slice_max, cm_buf *out, cm_error *err);
+/* Takes "slice" ({"id":i,"max":n}) out of a search body; false after
+ * replying 400 when it is malformed or allowed is false (no scroll or pit).
+ * *max 0: none. */
+bool co_slice_take(co_req *r, cJSON *body, bool allowed, int *id, int *max);
+/* co_search.c: a keep-alive ("1m"), replying 400 when bad; hits.total as a
+ * number (rest_total_hits_as_int). */
+bool co_parse_keep_alive(co_req *r, const char *v, int64_t *ms);
+bool co_total_as_int(cm_buf *out);
+/* Point in time (co_pit.c): POST /{index}/_pit, DELETE /_pit, and a
+ * _search whose body has "pit" (body is the caller's). */
+void co_h_pit_open(co_req *r);
+void co_h_pit_close(co_req *r);
+void co_pit_search(co_req *r, cJSON *body, int slice_id, int slice_max);
+
+/* Tasks (co_tasks.c): in memory on the node running them. */
+typedef struct co_task co_task;
+typedef struct co_task_status {
+	uint64_t total, updated, created, deleted, batches, version_conflicts, noops, failures;
+	uint64_t throttled_ms;
+	double requests_per_second; /* -1: unthrottled */
+} co_task_status;
+co_task *co_task_new(nd_node *n, const char *action, const char *desc);
+void co_task_id(const co_task *t, char *buf, size_t cap); /* "nodeid:N" */
+bool co_task_cancelled(co_task *t);                        /* cancel asked or node stopping */
+void co_task_update(co_task *t, const co_task_status *st);
+/* Counts a task that runs on after its request (false: the node is
+ * stopping); co_task_finish(.., detached=true) uncounts it. */
+bool co_task_detach(void);
+/* The task is done; response (JSON) is kept for GET /_tasks/{id}. */
+void co_task_finish(co_task *t, const char *response, bool failed, bool detached);
+void co_h_tasks_list(co_req *r);
+void co_h_task_get(co_req *r);
+void co_h_task_cancel(co_req *r);
+/* _update_by_query and _reindex (co_byquery.c; co_h_delete_by_query too). */
+void co_h_update_by_query(co_req *r);
+/* Runs an update script (co_script.c) on *cur, a document's _source
+ * (replaced by the script's on success; untouched on failure). meta: the
+ * stored document's, NULL for a scripted upsert. *op: what to write. */
+enum { CO_SCRIPT_INDEX, CO_SCRIPT_NOOP, CO_SCRIPT_DELETE };
+cm_err co_script_apply(const ps_script *s, const cJSON *params, nd_index *ix, const char *id,
+                       const st_doc_meta *meta, cJSON **cur, int *op, cm_error *err);
+void co_h_reindex(co_req *r);
 void co_h_delete_by_query(co_req *r);
 void co_h_security_authenticate(co_req *r);
 void co_h_api_key_create(co_req *r);
@@ -207,13 +253,6 @@ void co_h_simulate_index(co_req *r);
 cJSON *co_template_body(nd_node *n, const char *index, const cJSON *req);
 cJSON *co_template_upcall(nd_node *n, const char *text);
 
-/* Scrolls on a cluster node (co_scroll.c): each page is the search run
- * again from the next offset. _next returns -1 when id is none of them. */
-cm_err co_scroll_cluster_start(co_req *r, nd_index **ixs, size_t n, cJSON *body, uint32_t size,
-                               int window, int64_t keep_ms, cm_buf *out, char id[64],
-                               cm_error *err);
-int co_scroll_cluster_next(co_req *r, const char *id, int64_t keep_ms, cm_buf *out, cm_error *err);
-size_t co_scroll_cluster_clear(const char *id); /* NULL = all */
 
 /* Bulk: a streaming consumer. */
 co_stream *co_bulk_begin(co_req *r);

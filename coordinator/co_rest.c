@@ -938,6 +938,9 @@ node_stats_entry(nd_node *node)
 	cJSON_AddItemToArray(o, cJSON_CreateString("ingest"));
 	cJSON_AddItemToArray(o, cJSON_CreateString("master"));
 	cJSON_AddItemToObject(me, "indices", stats_json(&all));
+	/* search contexts held here (scroll, point in time), as ES */
+	cJSON_AddNumberToObject(cJSON_GetObjectItem(cJSON_GetObjectItem(me, "indices"), "search"),
+	                        "open_contexts", (double)nd_ctx_open_count(node));
 	o = cJSON_AddObjectToObject(me, "process");
 	cJSON_AddNumberToObject(o, "timestamp", (double)cm_wall_ms());
 	cJSON_AddNumberToObject(o, "open_file_descriptors", 0);

@@ -1,168 +1,218 @@
-/* Scroll on a cluster node: the node keeps the search (its index names
- * and body) and runs each page as the same search from the next offset.
- * Pages are not a point-in-time view (a write between pages can shift
- * them), and a scroll reaches at most index.max_result_window hits; both
- * are in docs/api.md. A scroll continues on the node that started it.
- * Solo nodes keep real point-in-time scrolls (nd_scroll_*). */
+/* Scroll: the first page of a ?scroll= search, POST/GET /_search/scroll
+ * and DELETE /_search/scroll. The contexts live on the nodes holding the
+ * shard copies (node/nd_ctx.c); the scroll id says where, so any node
+ * serves the next page. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/cm_alloc.h"
-#include "../common/cm_sys.h"
 #include "co_private.h"
 
 #define MEM CM_MEM_COORDINATOR
-#define MAX_CL_SCROLLS 500
 
-typedef struct cl_scroll {
-	char id[64];
-	char *names; /* the indices, comma-joined */
-	cJSON *body;
-	uint32_t size, offset;
-	int window;
-	int64_t expires_ms;
-	bool busy;
-} cl_scroll;
-
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static cl_scroll *scrolls[MAX_CL_SCROLLS];
-static uint64_t counter;
-
+/* Puts "_scroll_id" at the front of a rendered search body. */
 static void
-scroll_free(cl_scroll *s)
+add_scroll_id(cm_buf *out, const char *id)
 {
-	cm_free(MEM, s->names);
-	cJSON_Delete(s->body);
-	cm_free(MEM, s);
+	cm_buf b;
+	cm_buf_init(&b, MEM);
+	cm_buf_printf(&b, "{\"_scroll_id\":\"%s\",", id);
+	if (out->len > 1)
+		cm_buf_put(&b, out->data + 1, out->len - 1);
+	cm_buf_reset(out);
+	cm_buf_put(out, b.data, b.len);
+	cm_buf_free(&b);
 }
 
-/* Drops expired contexts; caller holds lock. */
-static void
-expire_locked(int64_t now)
+bool
+co_slice_take(co_req *r, cJSON *body, bool allowed, int *id, int *max)
 {
-	for (int i = 0; i < MAX_CL_SCROLLS; i++)
-		if (scrolls[i] && !scrolls[i]->busy && scrolls[i]->expires_ms < now) {
-			scroll_free(scrolls[i]);
-			scrolls[i] = NULL;
+	cJSON *sl = cJSON_GetObjectItemCaseSensitive(body, "slice"), *i, *m, *e;
+	*id = *max = 0;
+	if (!sl)
+		return true;
+	if (!allowed) {
+		co_reply_errorf(r, CM_EVALIDATE, NULL,
+		                "Validation Failed: 1: [slice] can only be used with [scroll] or "
+		                "[point-in-time] requests;");
+		return false;
+	}
+	i = cJSON_GetObjectItemCaseSensitive(sl, "id");
+	m = cJSON_GetObjectItemCaseSensitive(sl, "max");
+	if (!cJSON_IsObject(sl) || !cJSON_IsNumber(i) || !cJSON_IsNumber(m)) {
+		co_reply_errorf(r, CM_EPARSE, NULL,
+		                "[slice] must be an object with the numbers [id] and [max]");
+		return false;
+	}
+	cJSON_ArrayForEach(e, sl)
+	{
+		if (strcmp(e->string, "id") && strcmp(e->string, "max")) {
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "[slice] [%.60s] is not supported (slices are by shard)",
+			                e->string);
+			return false;
 		}
-}
-
-/* One page from s->offset into out (the search's own rendering). */
-static cm_err
-page(co_req *r, cl_scroll *s, cm_buf *out, cm_error *err)
-{
-	nd_index **ixs;
-	size_t n;
-	cm_err rc;
-	if ((uint64_t)s->offset + s->size > (uint64_t)s->window)
-		return cm_error_set(err, CM_EINVAL,
-		                    "a scroll on a cluster node reaches at most [%d] hits "
-		                    "(index.max_result_window): this one is past it",
-		                    s->window);
-	if ((rc = nd_resolve(r->node, s->names, true, &ixs, &n, err)))
-		return rc;
-	cJSON *b = cJSON_Duplicate(s->body, true);
-	cJSON_DeleteItemFromObjectCaseSensitive(b, "from");
-	cJSON_AddNumberToObject(b, "from", s->offset);
-	cm_err src = CM_OK;
-	co_cluster_search(r, ixs, n, b, out, err, &src);
-	cJSON_Delete(b);
-	co_release_all(ixs, n);
-	return src;
+	}
+	if (m->valuedouble <= 1 || m->valuedouble > 1024 || m->valuedouble != (int)m->valuedouble) {
+		co_reply_errorf(r, CM_EINVAL, NULL, "max must be greater than 1");
+		return false;
+	}
+	if (i->valuedouble < 0 || i->valuedouble >= m->valuedouble ||
+	    i->valuedouble != (int)i->valuedouble) {
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "id must be greater than or equal to 0 and less than max");
+		return false;
+	}
+	*id = (int)i->valuedouble;
+	*max = (int)m->valuedouble;
+	cJSON_DeleteItemFromObjectCaseSensitive(body, "slice");
+	return true;
 }
 
 cm_err
-co_scroll_cluster_start(co_req *r, nd_index **ixs, size_t n, cJSON *body, uint32_t size, int window,
-                        int64_t keep_ms, cm_buf *out, char id[64], cm_error *err)
+co_scroll_start(co_req *r, nd_index **ixs, size_t n, const cJSON *body, int64_t keep_ms,
+                int slice_id, int slice_max, cm_buf *out, cm_error *err)
 {
-	cl_scroll *s = cm_calloc(MEM, 1, sizeof(*s));
-	cm_buf names;
-	cm_buf_init(&names, MEM);
+	char *text, *id = NULL;
+	size_t shards = 0;
+	cm_err rc;
+	if (n == 0)
+		return cm_error_set(err, CM_ENOINDEX, "no such index [_all]");
 	for (size_t i = 0; i < n; i++)
-		cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
-	cm_buf_put_u8(&names, 0);
-	s->names = cm_strdup(MEM, (const char *)names.data);
-	cm_buf_free(&names);
-	s->body = cJSON_Duplicate(body, true);
-	s->size = size;
-	s->window = window;
-	cm_err rc = page(r, s, out, err);
-	if (rc) {
-		scroll_free(s);
-		return rc;
-	}
-	s->offset = size;
-	int64_t now = cm_wall_ms();
-	s->expires_ms = now + keep_ms;
-	pthread_mutex_lock(&lock);
-	expire_locked(now);
-	int slot = -1;
-	for (int i = 0; i < MAX_CL_SCROLLS && slot < 0; i++)
-		if (!scrolls[i])
-			slot = i;
-	if (slot < 0) {
-		pthread_mutex_unlock(&lock);
-		scroll_free(s);
+		shards += (size_t)nd_index_nshards(ixs[i]);
+	if (slice_max > 0 && (size_t)slice_max > shards)
 		return cm_error_set(
-		    err, CM_EBUSY,
-		    "Trying to create too many scroll contexts. Must be less than or "
-		    "equal to: [%d]",
-		    MAX_CL_SCROLLS);
-	}
-	/* "cl" marks a cluster scroll; the node name keeps ids of two nodes apart */
-	snprintf(s->id, sizeof(s->id), "cl%llx%llx", (unsigned long long)(++counter),
-	         (unsigned long long)(now & 0xffffffffff));
-	scrolls[slot] = s;
-	snprintf(id, 64, "%s", s->id);
-	pthread_mutex_unlock(&lock);
-	return CM_OK;
-}
-
-int
-co_scroll_cluster_next(co_req *r, const char *id, int64_t keep_ms, cm_buf *out, cm_error *err)
-{
-	cl_scroll *s = NULL;
-	int64_t now = cm_wall_ms();
-	pthread_mutex_lock(&lock);
-	expire_locked(now);
-	for (int i = 0; i < MAX_CL_SCROLLS && !s; i++)
-		if (scrolls[i] && !strcmp(scrolls[i]->id, id))
-			s = scrolls[i];
-	if (!s || s->busy) {
-		pthread_mutex_unlock(&lock);
-		if (s)
-			return cm_error_set(err, CM_EBUSY, "scroll [%s] is already being read", id);
-		return -1;
-	}
-	s->busy = true;
-	pthread_mutex_unlock(&lock);
-	cm_err rc = page(r, s, out, err);
-	pthread_mutex_lock(&lock);
-	s->busy = false;
-	if (!rc) {
-		s->offset += s->size;
-		if (keep_ms > 0)
-			s->expires_ms = now + keep_ms;
-	}
-	pthread_mutex_unlock(&lock);
+		    err, CM_EINVAL,
+		    "[slice] max [%d] is more than the [%zu] shards searched: Shoal "
+		    "slices by shard",
+		    slice_max, shards);
+	text = cJSON_PrintUnformatted(body);
+	rc = nd_scroll_open(r->node, ixs, n, text, keep_ms, slice_id, slice_max, out, &id, err);
+	cJSON_free(text);
+	if (!rc)
+		add_scroll_id(out, id);
+	cm_free(CM_MEM_NODE, id);
 	return rc;
 }
 
-size_t
-co_scroll_cluster_clear(const char *id)
+void
+co_h_scroll(co_req *r)
 {
-	size_t freed = 0;
-	pthread_mutex_lock(&lock);
-	for (int i = 0; i < MAX_CL_SCROLLS; i++)
-		if (scrolls[i] && !scrolls[i]->busy && (!id || !strcmp(scrolls[i]->id, id))) {
-			scroll_free(scrolls[i]);
-			scrolls[i] = NULL;
-			freed++;
+	bool bad;
+	cJSON *body = co_body_json(r, &bad), *v;
+	const char *id = co_seg(r, 2), *ka = co_param_get(r, "scroll");
+	int64_t ms = 0;
+	cm_buf out;
+	cm_error err;
+	char *next = NULL;
+
+	if (bad)
+		return;
+	if (body && !cJSON_IsObject(body)) {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EPARSE, NULL, "Unknown key for a VALUE in [body].");
+		return;
+	}
+	if (!id)
+		id = co_param_get(r, "scroll_id");
+	if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(body, "scroll_id")))
+		id = v->valuestring;
+	if (cJSON_IsString(v = cJSON_GetObjectItemCaseSensitive(body, "scroll")))
+		ka = v->valuestring;
+	if (!id || !*id) {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EVALIDATE, NULL,
+		                "Validation Failed: 1: scrollId is missing;");
+		return;
+	}
+	if (ka && !co_parse_keep_alive(r, ka, &ms)) {
+		cJSON_Delete(body);
+		return;
+	}
+	cm_buf_init(&out, MEM);
+	cm_error_clear(&err);
+	if (nd_scroll_next(r->node, id, ms, &out, &next, &err)) {
+		co_reply_error(r, &err, NULL);
+	} else {
+		add_scroll_id(&out, next);
+		if (co_param_bool(r, "rest_total_hits_as_int", false))
+			co_total_as_int(&out);
+		co_reply_raw_json(r, 200, (const char *)out.data, out.len);
+	}
+	cm_free(CM_MEM_NODE, next);
+	cm_buf_free(&out);
+	cJSON_Delete(body);
+}
+
+/* Frees one id's contexts; false (after replying) when it does not parse. */
+static bool
+clear_one(co_req *r, const char *id, size_t *asked, size_t *freed)
+{
+	cm_error err;
+	size_t nctx = 0, f = 0;
+	cm_error_clear(&err);
+	if (strcmp(id, "_all") == 0) {
+		f = nd_scroll_clear_all(r->node);
+		*asked += f;
+		*freed += f;
+		return true;
+	}
+	if (nd_scroll_clear(r->node, id, &nctx, &f, &err)) {
+		co_reply_error(r, &err, NULL);
+		return false;
+	}
+	*asked += nctx;
+	*freed += f;
+	return true;
+}
+
+void
+co_h_scroll_clear(co_req *r)
+{
+	bool bad, ok = true;
+	cJSON *body = co_body_json(r, &bad), *ids, *j;
+	const char *path_id = co_seg(r, 2);
+	size_t freed = 0, asked = 0;
+
+	if (bad)
+		return;
+	ids = cJSON_GetObjectItemCaseSensitive(body, "scroll_id");
+	if (path_id) {
+		char *copy = cm_strdup(MEM, path_id), *save = NULL, *tok;
+		for (tok = strtok_r(copy, ",", &save); tok && ok; tok = strtok_r(NULL, ",", &save))
+			ok = clear_one(r, tok, &asked, &freed);
+		cm_free(MEM, copy);
+	} else if (cJSON_IsString(ids)) {
+		ok = clear_one(r, ids->valuestring, &asked, &freed);
+	} else if (cJSON_IsArray(ids) && cJSON_GetArraySize(ids) > 0) {
+		const cJSON *e;
+		cJSON_ArrayForEach(e, ids)
+		{
+			if (!cJSON_IsString(e)) {
+				co_reply_errorf(
+				    r, CM_EPARSE, NULL,
+				    "[scroll_id] must be a string or an array of strings");
+				ok = false;
+				break;
+			}
+			if (!(ok = clear_one(r, e->valuestring, &asked, &freed)))
+				break;
 		}
-	pthread_mutex_unlock(&lock);
-	return freed;
+	} else {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EVALIDATE, NULL,
+		                "Validation Failed: 1: no scroll ids specified;");
+		return;
+	}
+	cJSON_Delete(body);
+	if (!ok)
+		return;
+	j = cJSON_CreateObject();
+	cJSON_AddBoolToObject(j, "succeeded", true);
+	cJSON_AddNumberToObject(j, "num_freed", (double)freed);
+	/* ES: 404 when nothing named was found */
+	co_reply_json(r, freed > 0 || asked == 0 ? 200 : 404, j);
 }

@@ -1,5 +1,6 @@
 /* Search APIs: _search (URL parameters folded into the body), _count,
- * _msearch, scroll, _delete_by_query. */
+ * _msearch (scroll: co_scroll.c, point in time: co_pit.c, by-query
+ * operations: co_byquery.c). */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -236,23 +237,9 @@ reply_all_shards_failed(co_req *r, const cm_error *e, nd_index **ixs, size_t n)
 	co_reply_json(r, status, doc);
 }
 
-/* Inserts "_scroll_id" at the front of a rendered search body. */
-static void
-add_scroll_id(cm_buf *out, const char *id)
-{
-	cm_buf b;
-	cm_buf_init(&b, MEM);
-	cm_buf_printf(&b, "{\"_scroll_id\":\"%s\",", id);
-	if (out->len > 1)
-		cm_buf_put(&b, out->data + 1, out->len - 1);
-	cm_buf_reset(out);
-	cm_buf_put(out, b.data, b.len);
-	cm_buf_free(&b);
-}
-
 /* hits.total as a number, for rest_total_hits_as_int=true. */
-static bool
-total_as_int(cm_buf *out)
+bool
+co_total_as_int(cm_buf *out)
 {
 	cJSON *j = cJSON_ParseWithLength((const char *)out->data, out->len), *h, *t, *v;
 	if (!j)
@@ -269,8 +256,8 @@ total_as_int(cm_buf *out)
 	return true;
 }
 
-static bool
-parse_keep_alive(co_req *r, const char *v, int64_t *ms)
+bool
+co_parse_keep_alive(co_req *r, const char *v, int64_t *ms)
 {
 	if (!nd_parse_time(v, ms) || *ms <= 0) {
 		co_reply_errorf(r, CM_EINVAL, NULL,
@@ -304,8 +291,8 @@ fanout_mode(co_req *r)
 /* Runs one search over the resolved indices; renders into out or fills
  * err. scroll_ms > 0 keeps a scroll context. */
 static cm_err
-run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, cm_buf *out,
-           cm_error *err)
+run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, int slice_id,
+           int slice_max, cm_buf *out, cm_error *err)
 {
 	sr_request req;
 	nd_target *t;
@@ -336,33 +323,18 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 		                    "Validation Failed: 1: using [from] is not allowed in a scroll "
 		                    "context;");
 	}
-	if (nd_cluster_of(r->node)) {
-		uint32_t size = req.size;
+	if (scroll_ms > 0) {
 		sr_request_free(&req);
-		if (scroll_ms > 0) {
-			char id[64];
-			rc = co_scroll_cluster_start(r, ixs, n, body, size, window, scroll_ms, out,
-			                             id, err);
-			if (!rc)
-				add_scroll_id(out, id);
-			return rc;
-		}
+		return co_scroll_start(r, ixs, n, body, scroll_ms, slice_id, slice_max, out, err);
+	}
+	if (nd_cluster_of(r->node)) {
+		sr_request_free(&req);
 		co_cluster_search(r, ixs, n, body, out, err, &rc);
 		return rc;
 	}
 	t = nd_targets_open(ixs, n);
 	rc = nd_search_fanout(r->node, t, n, &req, fanout_mode(r), out, err);
-	if (!rc && scroll_ms > 0) {
-		char id[64];
-		char *text = cJSON_PrintUnformatted(body);
-		rc = nd_scroll_put(r->node, t, n, cm_strdup(CM_MEM_NODE, text), req.size, scroll_ms, id,
-		                   err);
-		cJSON_free(text);
-		if (!rc)
-			add_scroll_id(out, id);
-	} else {
-		nd_targets_close(t, n);
-	}
+	nd_targets_close(t, n);
 	sr_request_free(&req);
 	return rc;
 }
@@ -398,7 +370,7 @@ co_h_search(co_req *r)
 
 	if (!object_body(r, &body))
 		return;
-	if (scroll && !parse_keep_alive(r, scroll, &scroll_ms)) {
+	if (scroll && !co_parse_keep_alive(r, scroll, &scroll_ms)) {
 		cJSON_Delete(body);
 		return;
 	}
@@ -412,13 +384,24 @@ co_h_search(co_req *r)
 		cJSON_Delete(body);
 		return;
 	}
+	int slice_id = 0, slice_max = 0;
+	bool pit = cJSON_GetObjectItemCaseSensitive(body, "pit") != NULL;
+	if (!co_slice_take(r, body, scroll || pit, &slice_id, &slice_max)) {
+		cJSON_Delete(body);
+		return;
+	}
+	if (pit) {
+		co_pit_search(r, body, slice_id, slice_max);
+		cJSON_Delete(body);
+		return;
+	}
 	if (!co_resolve(r, search_index_expr(r), &ixs, &n)) {
 		cJSON_Delete(body);
 		return;
 	}
 	cm_buf_init(&out, MEM);
 	cm_error_clear(&err);
-	if (run_search(r, ixs, n, body, scroll_ms, &out, &err)) {
+	if (run_search(r, ixs, n, body, scroll_ms, slice_id, slice_max, &out, &err)) {
 		if (err.code == CM_EPARSE || err.code == CM_EVALIDATE || err.code == CM_EINVAL ||
 		    err.code == CM_EBUSY || err.code == CM_ELIMIT || err.code == CM_EMAPPING || !n)
 			co_reply_error(r, &err, NULL);
@@ -426,7 +409,7 @@ co_h_search(co_req *r)
 			reply_all_shards_failed(r, &err, ixs, n);
 	} else {
 		if (co_param_bool(r, "rest_total_hits_as_int", false))
-			total_as_int(&out);
+			co_total_as_int(&out);
 		co_reply_raw_json(r, 200, (const char *)out.data, out.len);
 	}
 	cm_buf_free(&out);
@@ -595,7 +578,7 @@ co_h_msearch(co_req *r)
 		                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(header,
 		                                                                     "ignore_unavailable")),
 		                       &ixs, &n, &err)) {
-			run_search(r, ixs, n, body, 0, &one, &err);
+			run_search(r, ixs, n, body, 0, 0, 0, &one, &err);
 			co_release_all(ixs, n);
 		}
 		if (err.code) {
@@ -638,187 +621,3 @@ co_h_msearch(co_req *r)
 	cm_buf_free(&one);
 }
 
-/* ---- scroll ---- */
-
-void
-co_h_scroll(co_req *r)
-{
-	bool bad;
-	cJSON *body = co_body_json(r, &bad);
-	const char *id = co_seg(r, 2), *ka = co_param_get(r, "scroll");
-	int64_t ms = 0;
-	cm_buf out;
-	cm_error err;
-
-	if (bad)
-		return;
-	if (!id)
-		id = co_param_get(r, "scroll_id");
-	if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(body, "scroll_id")))
-		id = cJSON_GetObjectItemCaseSensitive(body, "scroll_id")->valuestring;
-	if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(body, "scroll")))
-		ka = cJSON_GetObjectItemCaseSensitive(body, "scroll")->valuestring;
-	if (!id || !*id) {
-		cJSON_Delete(body);
-		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: scrollId is missing;");
-		return;
-	}
-	if (ka && !parse_keep_alive(r, ka, &ms)) {
-		cJSON_Delete(body);
-		return;
-	}
-	cm_buf_init(&out, MEM);
-	cm_error_clear(&err);
-	int crc = nd_cluster_of(r->node) ? co_scroll_cluster_next(r, id, ms, &out, &err) : -1;
-	if (crc > 0 || (crc < 0 && nd_scroll_next(r->node, id, ms, &out, &err))) {
-		co_reply_error(r, &err, NULL);
-	} else {
-		add_scroll_id(&out, id);
-		if (co_param_bool(r, "rest_total_hits_as_int", false))
-			total_as_int(&out);
-		co_reply_raw_json(r, 200, (const char *)out.data, out.len);
-	}
-	cm_buf_free(&out);
-	cJSON_Delete(body);
-}
-
-void
-co_h_scroll_clear(co_req *r)
-{
-	bool bad;
-	cJSON *body = co_body_json(r, &bad), *ids, *j;
-	const char *path_id = co_seg(r, 2);
-	size_t freed = 0, asked = 0;
-
-	if (bad)
-		return;
-	ids = cJSON_GetObjectItemCaseSensitive(body, "scroll_id");
-	if (path_id && strcmp(path_id, "_all") == 0) {
-		freed = nd_scroll_clear_all(r->node) + co_scroll_cluster_clear(NULL);
-		asked = freed;
-	} else if (path_id) {
-		char *copy = cm_strdup(MEM, path_id), *save = NULL, *tok;
-		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save), asked++)
-			freed += nd_scroll_clear(r->node, tok) + co_scroll_cluster_clear(tok);
-		cm_free(MEM, copy);
-	} else if (cJSON_IsString(ids)) {
-		asked = 1;
-		freed = strcmp(ids->valuestring, "_all") == 0
-		            ? (asked = nd_scroll_clear_all(r->node) + co_scroll_cluster_clear(NULL))
-		            : nd_scroll_clear(r->node, ids->valuestring) +
-		                  co_scroll_cluster_clear(ids->valuestring);
-	} else if (cJSON_IsArray(ids)) {
-		const cJSON *e;
-		cJSON_ArrayForEach(e, ids)
-		if (cJSON_IsString(e)) {
-			asked++;
-			freed += nd_scroll_clear(r->node, e->valuestring) +
-			         co_scroll_cluster_clear(e->valuestring);
-		}
-	} else {
-		cJSON_Delete(body);
-		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: no scroll ids specified;");
-		return;
-	}
-	cJSON_Delete(body);
-	j = cJSON_CreateObject();
-	cJSON_AddBoolToObject(j, "succeeded", true);
-	cJSON_AddNumberToObject(j, "num_freed", (double)freed);
-	co_reply_json(r, freed == asked || freed ? 200 : 404, j);
-}
-
-/* ---- _delete_by_query ---- */
-
-void
-co_h_delete_by_query(co_req *r)
-{
-	nd_index **ixs;
-	size_t n;
-	bool bad;
-	cJSON *body = co_body_json(r, &bad), *qj, *j;
-	sr_query *q = NULL;
-	cm_error err;
-	uint64_t deleted = 0, batches = 0, t0 = cm_now_ns();
-	co_write_opts w;
-
-	if (bad)
-		return;
-	if (nd_cluster_of(r->node)) {
-		/* It walks local shard snapshots: on a cluster it would miss the
-		 * shards held elsewhere, so it says so instead. */
-		cJSON_Delete(body);
-		co_reply_errorf(r, CM_EINVAL, NULL,
-		                "_delete_by_query is not supported on a cluster node yet (phase 1)");
-		return;
-	}
-	cm_error_clear(&err);
-	if (co_write_opts_parse(NULL, NULL, NULL, NULL, NULL, co_param_get(r, "refresh"), &w, &err)) {
-		cJSON_Delete(body);
-		co_reply_error(r, &err, NULL);
-		return;
-	}
-	if (!body)
-		body = cJSON_CreateObject();
-	if (!fold_search_params(r, body, true)) {
-		cJSON_Delete(body);
-		return;
-	}
-	static const char *const ignored[] = {"conflicts", "wait_for_completion", "scroll_size",
-	                                      "slices", "requests_per_second", "max_docs", "timeout",
-	                                      "wait_for_active_shards", "scroll", "from", "size",
-	                                      "sort", "routing", "preference", "search_type"};
-	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
-		co_param_get(r, ignored[i]);
-	qj = cJSON_GetObjectItemCaseSensitive(body, "query");
-	if (!qj) {
-		cJSON_Delete(body);
-		co_reply_errorf(r, CM_EVALIDATE, NULL,
-		                "Validation Failed: 1: query is missing;");
-		return;
-	}
-	/* through a filtered alias only what the alias shows goes */
-	if (co_alias_filter(r, co_seg(r, 0), body, &err)) {
-		cJSON_Delete(body);
-		co_reply_error(r, &err, NULL);
-		return;
-	}
-	qj = cJSON_GetObjectItemCaseSensitive(body, "query");
-	if (sr_query_from_json(qj, &q, &err)) {
-		cJSON_Delete(body);
-		co_reply_error(r, &err, NULL);
-		return;
-	}
-	if (!co_resolve(r, co_seg(r, 0), &ixs, &n)) {
-		sr_query_free(q);
-		cJSON_Delete(body);
-		return;
-	}
-	nd_target *t = nd_targets_open(ixs, n);
-	cm_err rc = nd_delete_by_query(t, n, q, &deleted, &batches, &err);
-	nd_targets_close(t, n);
-	if (rc) {
-		co_reply_error(r, &err, NULL);
-	} else {
-		for (size_t i = 0; i < n; i++)
-			co_refresh_after(ixs[i], w.refresh);
-		j = cJSON_CreateObject();
-		cJSON_AddNumberToObject(j, "took", (double)((cm_now_ns() - t0) / 1000000));
-		cJSON_AddBoolToObject(j, "timed_out", false);
-		cJSON_AddNumberToObject(j, "total", (double)deleted);
-		cJSON_AddNumberToObject(j, "deleted", (double)deleted);
-		cJSON_AddNumberToObject(j, "batches", (double)batches);
-		cJSON_AddNumberToObject(j, "version_conflicts", 0);
-		cJSON_AddNumberToObject(j, "noops", 0);
-		cJSON *rt = cJSON_AddObjectToObject(j, "retries");
-		cJSON_AddNumberToObject(rt, "bulk", 0);
-		cJSON_AddNumberToObject(rt, "search", 0);
-		cJSON_AddNumberToObject(j, "throttled_millis", 0);
-		cJSON_AddNumberToObject(j, "requests_per_second", -1.0);
-		cJSON_AddNumberToObject(j, "throttled_until_millis", 0);
-		cJSON_AddArrayToObject(j, "failures");
-		co_reply_json(r, 200, j);
-	}
-	co_release_all(ixs, n);
-	sr_query_free(q);
-	cJSON_Delete(body);
-}

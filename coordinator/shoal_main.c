@@ -50,7 +50,8 @@ usage(FILE *f)
 	       "  -E path.repo=DIR                            where snapshot repositories may lie\n"
 	       "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
 	       "  -E cluster.replica_timeout=10s              drop a silent replica after this\n"
-	       "  -E cluster.lease_ttl=10s                    etcd lease of this node (--etcd)\n");
+	       "  -E cluster.lease_ttl=10s                    etcd lease of this node (--etcd)\n"
+	       "  -E search.max_open_scroll_context=500       scroll contexts per node\n");
 }
 
 /* An http.*_timeout value: 100ms..1d, as "500ms", "10s", "2m" (a bare
@@ -214,6 +215,15 @@ main(int argc, char **argv)
 				}
 			} else if (strncmp(kv, "path.repo=", 10) == 0) {
 				path_repo = kv + 10;
+			} else if (strncmp(kv, "search.max_open_scroll_context=", 31) == 0) {
+				char *end;
+				long n = strtol(kv + 31, &end, 10);
+				if (*end || n < 1 || n > 1000000) {
+					fprintf(stderr, "shoal: bad value in -E %s (1..1000000)\n",
+					        kv);
+					return 2;
+				}
+				nd_ctx_set_max_scroll((int)n);
 			} else if (strncmp(kv, "cluster.", 8) == 0 && ncl_settings < 32) {
 				cl_settings[ncl_settings++] = kv;
 			} else {
@@ -362,6 +372,7 @@ main(int argc, char **argv)
 	cm_info("main", "%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	nd_snap_stop();
 	co_server_stop(srv);
+	co_tasks_shutdown(); /* by-query tasks stop at their next batch */
 	nd_cluster_stop(cl);
 	nd_snap_close();
 	nd_node_close(node);

@@ -193,21 +193,50 @@ cm_err nd_count(nd_node *n, nd_target *t, size_t nt, const sr_query *q, uint64_t
 cm_err nd_delete_by_query(nd_target *t, size_t nt, const sr_query *q, uint64_t *deleted,
                           uint64_t *batches, cm_error *err);
 
-/* Scroll contexts: a search's request body and shard snapshots kept alive
- * until their expiry. */
-typedef struct nd_scroll nd_scroll;
-/* Stores a context (takes ownership of t and body, also on failure);
- * writes its id. More than ND_MAX_SCROLLS open contexts → CM_EBUSY. */
-#define ND_MAX_SCROLLS 500
-cm_err nd_scroll_put(nd_node *n, nd_target *t, size_t nt, char *body_json, uint32_t size,
-                     int64_t keep_alive_ms, char id_out[64], cm_error *err);
-/* Runs the next page of a scroll into out; CM_ENOTFOUND when the context
- * is gone (search_context_missing_exception). */
-cm_err nd_scroll_next(nd_node *n, const char *id, int64_t keep_alive_ms, cm_buf *out,
+/* Search contexts (nd_ctx.c): one per shard copy, on the node holding
+ * it, each a point-in-time reader with a keep-alive; scroll pages run on
+ * them wherever they live (cluster or solo). */
+#define ND_MAX_SCROLL_CONTEXTS 500 /* search.max_open_scroll_context, per node */
+enum { ND_CTX_SCROLL = 0, ND_CTX_PIT = 1 };
+/* search.max_open_scroll_context of this process (<= 0: the default). */
+void nd_ctx_set_max_scroll(int max);
+/* Contexts open on this node (indices.search.open_contexts). */
+size_t nd_ctx_open_count(nd_node *n);
+/* Opens a context on one copy of every shard of ixs, runs the first page
+ * of body (a _search body) into out, and sets *id (cm_malloc'd NODE, the
+ * caller frees) to the scroll id. Past the limit on any node → CM_EBUSY
+ * and nothing stays open. slice_max > 0: only the shards whose number in
+ * the request modulo slice_max is slice_id (the caller checks that
+ * slice_max is at most the number of shards). */
+cm_err nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t keep_ms,
+                      int slice_id, int slice_max, cm_buf *out, char **id, cm_error *err);
+/* The next page of a scroll into out; *next_id (cm_malloc'd, the caller
+ * frees) is the id for the page after. A context that expired, was
+ * cleared or whose node is gone → CM_ENOTFOUND
+ * (search_context_missing_exception); an id that does not parse →
+ * CM_EINVAL. keep_ms 0 keeps the current expiry. */
+cm_err nd_scroll_next(nd_node *n, const char *id, int64_t keep_ms, cm_buf *out, char **next_id,
                       cm_error *err);
-/* Frees a context; false if it did not exist. */
-bool nd_scroll_clear(nd_node *n, const char *id);
+/* Frees the contexts of a scroll id: *nctx it names, *freed it freed. */
+cm_err nd_scroll_clear(nd_node *n, const char *id, size_t *nctx, size_t *freed, cm_error *err);
+/* Frees every scroll context of the cluster (or of this node); the count. */
 size_t nd_scroll_clear_all(nd_node *n);
+/* Point in time: a context on one copy of every shard of ixs, no cursor;
+ * *id (cm_malloc'd NODE) names them. */
+cm_err nd_pit_open(nd_node *n, nd_index **ixs, size_t nix, int64_t keep_ms, char **id,
+                   cm_error *err);
+/* Runs body (a _search body without "pit"; its sort should end with
+ * _shard_doc) on the contexts of a point in time into out; keep_ms > 0
+ * extends them. Errors as nd_scroll_next. */
+cm_err nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, int slice_id,
+                     int slice_max, cm_buf *out, cm_error *err);
+cm_err nd_pit_close(nd_node *n, const char *id, size_t *nctx, size_t *freed, cm_error *err);
+/* Frees every context of this node (it is stopping). */
+size_t nd_ctx_close_node(nd_node *n);
+/* The transport's search context messages (PR_CTX_*), served here. */
+bool nd_ctx_handles(uint32_t type);
+void nd_ctx_serve(nd_node *n, uint32_t type, const uint8_t *p, size_t len, cm_buf *reply,
+                  uint32_t *reply_type);
 
 /* Node-wide counters for _nodes/stats. */
 typedef struct nd_node_counters {

@@ -1173,6 +1173,10 @@ serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_
 		cl_serve_search(cl, p, len, deadline_ns, reply, reply_type);
 		return;
 	default:
+		if (nd_ctx_handles(type)) {
+			nd_ctx_serve(cl->node, type, p, len, reply, reply_type);
+			return;
+		}
 		if (rp_handles(type)) {
 			rp_serve(cl->rp, type, p, len, reply, reply_type);
 			return;

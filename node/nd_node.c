@@ -132,7 +132,6 @@ nd_node_open(const nd_node_opts *o, nd_node **out, cm_error *err)
 	pthread_rwlock_init(&n->reg_lock, NULL);
 	pthread_mutex_init(&n->timer_lock, NULL);
 	pthread_cond_init(&n->timer_cond, NULL);
-	pthread_mutex_init(&n->scroll_lock, NULL);
 
 	if (cm_mkdir_p(n->data_dir)) {
 		rc = cm_error_set(err, CM_EIO, "cannot create data directory %s: %s", n->data_dir,
@@ -176,7 +175,7 @@ nd_node_close(nd_node *n)
 	pthread_cond_signal(&n->timer_cond);
 	pthread_mutex_unlock(&n->timer_lock);
 	pthread_join(n->timer, NULL);
-	nd_scroll_clear_all(n);
+	nd_ctx_close_node(n);
 	cm_pool_destroy(n->search_pool);
 	nd_registry_close(n);
 	cm_pool_destroy(n->merge_pool);

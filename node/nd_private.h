@@ -33,17 +33,6 @@ struct nd_index {
 	cJSON *aliases; /* name -> entry (nd_alias.c), NULL = none; under lock */
 };
 
-struct nd_scroll {
-	char id[64];
-	nd_target *targets;
-	size_t ntargets;
-	char *body;
-	uint32_t size, offset;
-	int64_t expires_ms;
-	bool busy;
-	struct nd_scroll *next;
-};
-
 struct nd_node {
 	char data_dir[1024];
 	char name[128];
@@ -63,9 +52,6 @@ struct nd_node {
 	pthread_mutex_t timer_lock;
 	pthread_cond_t timer_cond;
 	bool stopping;
-	pthread_mutex_t scroll_lock;
-	struct nd_scroll *scrolls;
-	uint64_t scroll_seq;
 	nd_node_counters counters;
 	_Atomic size_t search_queued; /* shard searches queued or running */
 };
@@ -79,7 +65,7 @@ void nd_uuid(char out[23]);
 cm_err nd_registry_load(nd_node *n, cm_error *err);
 void nd_registry_close(nd_node *n);
 void nd_refresh_tick(nd_node *n);
-void nd_scroll_expire(nd_node *n);
+void nd_scroll_expire(nd_node *n); /* nd_ctx.c: drops expired contexts */
 
 /* ---- aliases (nd_alias.c) ---- */
 typedef struct rp_state rp_state;

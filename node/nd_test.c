@@ -147,18 +147,42 @@ test_registry(const char *dir)
 	CHECK(nd_index_put_settings(ix, s, &err) == CM_EINVAL);
 	cJSON_Delete(s);
 
-	/* scroll contexts keep their snapshot */
-	nd_target *t = nd_targets_open(&ix, 1);
-	char sid[64];
-	cm_error_clear(&err);
-	CHECK(nd_scroll_put(n, t, 1, cm_strdup(CM_MEM_NODE, "{}"), 5, 60000, sid, &err) == CM_OK);
-	CHECK(nd_scroll_clear(n, sid));
-	CHECK(!nd_scroll_clear(n, sid));
-	cm_buf out;
-	cm_buf_init(&out, CM_MEM_NODE);
-	cm_error_clear(&err);
-	CHECK(nd_scroll_next(n, sid, 0, &out, &err) == CM_ENOTFOUND);
-	cm_buf_free(&out);
+	/* scroll contexts: pages of 5 over the 20 docs, each exactly once */
+	{
+		char *sid = NULL, *next = NULL;
+		size_t nctx = 0, freed = 0, pages = 0;
+		cm_buf out;
+		cm_buf_init(&out, CM_MEM_NODE);
+		cm_error_clear(&err);
+		CHECK(nd_scroll_open(n, &ix, 1, "{\"size\":5,\"sort\":[\"_doc\"]}", 60000, 0, 0,
+		                     &out, &sid, &err) == CM_OK);
+		CHECK(sid != NULL && nd_ctx_open_count(n) == 3); /* one per shard */
+		for (;;) {
+			cm_buf_put_u8(&out, 0); /* a C string for strstr */
+			if (!strstr((const char *)out.data, "\"_id\""))
+				break;
+			pages++;
+			cm_buf_reset(&out);
+			cm_error_clear(&err);
+			CHECK(nd_scroll_next(n, sid, 0, &out, &next, &err) == CM_OK);
+			cm_free(CM_MEM_NODE, sid);
+			sid = next;
+			if (pages > 10)
+				break;
+		}
+		CHECKF(pages == 4, "%zu pages", pages);
+		cm_error_clear(&err);
+		CHECK(nd_scroll_clear(n, sid, &nctx, &freed, &err) == CM_OK && nctx == 3 &&
+		      freed == 3);
+		CHECK(nd_ctx_open_count(n) == 0);
+		cm_buf_reset(&out);
+		cm_error_clear(&err);
+		CHECK(nd_scroll_next(n, sid, 0, &out, &next, &err) == CM_ENOTFOUND);
+		cm_error_clear(&err);
+		CHECK(nd_scroll_next(n, "not*base64", 0, &out, &next, &err) == CM_EINVAL);
+		cm_free(CM_MEM_NODE, sid);
+		cm_buf_free(&out);
+	}
 
 	/* resolve */
 	nd_index *tmp = NULL;

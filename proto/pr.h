@@ -33,6 +33,11 @@ typedef enum {
 	PR_REC_CANCEL = 15,
 	PR_REC_RELEASE = 16,
 	PR_SHARD_EVENT = 17,
+	/* search contexts (proto/ctx.proto, pr_ctx.c) */
+	PR_CTX_OPEN = 30,
+	PR_CTX_SEARCH = 31,
+	PR_CTX_SEARCH_REPLY = 32,
+	PR_CTX_FREE = 33,
 } pr_type;
 
 /* ---- envelope ---- */
@@ -130,5 +135,52 @@ void pr_admin_free(pr_admin *a);
 cm_err pr_ack_encode(const cm_error *e, const char *body, size_t len, cm_buf *out);
 /* *body (cm_malloc'd, caller frees) is set only on success, else NULL. */
 cm_err pr_ack_decode(const void *p, size_t n, cm_error *e, char **body, size_t *len);
+
+/* ---- search contexts (pr_ctx.c) ---- */
+
+typedef struct pr_ctx_open {
+	char *index;
+	uint32_t *shards;
+	size_t nshards;
+	char *body; /* NUL-terminated */
+	size_t body_len;
+	int64_t keep_alive_ms;
+	int kind;
+} pr_ctx_open;
+cm_err pr_ctx_open_encode(const pr_ctx_open *o, cm_buf *out);
+/* Strings and arrays are cm_malloc'd; pr_ctx_open_free releases them. */
+cm_err pr_ctx_open_decode(const void *p, size_t n, pr_ctx_open *out, cm_error *err);
+void pr_ctx_open_free(pr_ctx_open *o);
+cm_err pr_ctx_ids_encode(const uint64_t *ids, size_t n, cm_buf *out);
+/* *ids is cm_malloc'd (CM_MEM_NODE). */
+cm_err pr_ctx_ids_decode(const void *p, size_t n, uint64_t **ids, size_t *nids, cm_error *err);
+
+typedef struct pr_ctx_page {
+	uint64_t id, take;
+	uint32_t ordinal;
+} pr_ctx_page;
+typedef struct pr_ctx_search {
+	pr_ctx_page *pages;
+	size_t npages;
+	uint32_t size;
+	int64_t keep_alive_ms;
+	bool first, want_body;
+	char *body; /* NULL or NUL-terminated */
+	size_t body_len;
+	int phase; /* 0 query and fetch, 1 query only, 2 fetch `take` */
+} pr_ctx_search;
+cm_err pr_ctx_search_encode(const pr_ctx_search *s, cm_buf *out);
+cm_err pr_ctx_search_decode(const void *p, size_t n, pr_ctx_search *out, cm_error *err);
+void pr_ctx_search_free(pr_ctx_search *s);
+/* results: an encoded SearchReply (pr_shard_results_encode). */
+cm_err pr_ctx_reply_encode(const void *results, size_t rlen, const char *body, size_t blen,
+                           cm_buf *out);
+/* *results and *body (NUL-terminated, may be empty) are cm_malloc'd. */
+cm_err pr_ctx_reply_decode(const void *p, size_t n, uint8_t **results, size_t *rlen,
+                           char **body, size_t *blen, cm_error *err);
+/* CtxFree: the ids, or all of the node's when all is set. */
+cm_err pr_ctx_free_encode(const uint64_t *ids, size_t n, bool all, cm_buf *out);
+cm_err pr_ctx_free_decode(const void *p, size_t n, uint64_t **ids, size_t *nids, bool *all,
+                          cm_error *err);
 
 #endif

@@ -239,6 +239,7 @@ typedef struct sr_sort_field {
 	sr_sort_mode mode;
 	const sr_fstat *fs;     /* NULL: unknown field (all missing) */
 	bool is_double, is_keyword;
+	bool is_id; /* _id: read from the stored document (ES 7 allows it) */
 } sr_sort_field;
 
 typedef struct sr_sorter {
@@ -250,6 +251,11 @@ typedef struct sr_sorter {
 	st_colblock *cb;
 	struct sr_ordterm **ordc; /* keyword keys: ordinal -> term, filled lazily */
 	size_t *nordc;
+	uint32_t shard; /* the request-wide shard number, for _shard_doc */
+	/* _id sort keys: the ids read so far (live until sr_sorter_free) */
+	char **ids;
+	size_t nids, capids;
+	cm_buf idb;
 } sr_sorter;
 
 cm_err sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err);

@@ -653,6 +653,21 @@ sr_merger_render(sr_merger *m, uint64_t took_ms, cm_buf *out)
 	cm_buf_put_u8(out, '}');
 }
 
+size_t
+sr_merger_page_len(sr_merger *m)
+{
+	sort_hits(m);
+	return m->nheap > m->req->from ? m->nheap - m->req->from : 0;
+}
+
+void
+sr_merger_page_hit(const sr_merger *m, size_t i, uint32_t *shard, uint32_t *doc)
+{
+	const sr_hit *h = &m->heap[m->req->from + i].h;
+	*shard = h->shard;
+	*doc = h->doc;
+}
+
 void
 sr_merger_destroy(sr_merger *m)
 {

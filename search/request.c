@@ -180,6 +180,8 @@ add_sort_key(sr_request *r, const char *field, cm_error *err, sr_sort_key **out)
 		k->desc = true;
 	} else if (!strcmp(field, "_doc")) {
 		k->kind = SR_SORT_DOC;
+	} else if (!strcmp(field, "_shard_doc")) {
+		k->kind = SR_SORT_SHARD_DOC;
 	} else {
 		k->kind = SR_SORT_FIELD;
 		k->field = cm_strdup(T, field);

@@ -29,6 +29,7 @@ after_value(const sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_
 		                                                                       : strtof(v->s, NULL);
 		return CM_OK;
 	case SR_SORT_DOC:
+	case SR_SORT_SHARD_DOC:
 		out->l = v->type == SR_SV_LONG ? v->l : (int64_t)v->d;
 		return CM_OK;
 	case SR_SORT_FIELD:
@@ -113,6 +114,10 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 		k->mode = rk->mode;
 		if (rk->kind != SR_SORT_FIELD)
 			continue;
+		if (!strcmp(rk->field, "_id")) {
+			k->is_id = k->is_keyword = true;
+			continue;
+		}
 		k->fs = sr_exec_field(x, rk->field);
 		if (!k->fs) {
 			/* Mapped but absent from this shard's segments (a shard with
@@ -170,7 +175,33 @@ sr_sorter_free(sr_sorter *s)
 	cm_free(CM_MEM_SEARCH, s->fi);
 	cm_free(CM_MEM_SEARCH, s->keys);
 	cm_free(CM_MEM_SEARCH, s->after);
+	for (size_t i = 0; i < s->nids; i++)
+		cm_free(CM_MEM_SEARCH, s->ids[i]);
+	cm_free(CM_MEM_SEARCH, s->ids);
+	if (s->capids)
+		cm_buf_free(&s->idb);
 	memset(s, 0, sizeof *s);
+}
+
+/* The doc's _id as a sort value (kept until the sorter is freed). */
+static cm_err
+id_value(sr_sorter *s, sr_exec *x, size_t si, uint32_t doc, sr_sortval *v)
+{
+	if (s->nids == s->capids) {
+		if (!s->capids)
+			cm_buf_init(&s->idb, CM_MEM_SEARCH);
+		s->capids = s->capids ? 2 * s->capids : 64;
+		s->ids = cm_realloc(CM_MEM_SEARCH, s->ids, s->capids * sizeof(char *));
+	}
+	cm_buf_reset(&s->idb);
+	cm_err rc = st_stored_get(x->segs[si].txn, doc, &s->idb, NULL);
+	if (rc)
+		return cm_error_set(x->err, rc, "cannot read the _id of a document");
+	char *id = cm_strndup(CM_MEM_SEARCH, (const char *)s->idb.data, s->idb.len);
+	s->ids[s->nids++] = id;
+	v->s = (const uint8_t *)id;
+	v->n = s->idb.len;
+	return CM_OK;
 }
 
 cm_err
@@ -250,6 +281,12 @@ sr_sorter_key_value(sr_sorter *s, sr_exec *x, size_t si, size_t i, uint32_t doc,
 		v->l = gdoc;
 		return CM_OK;
 	}
+	if (k->kind == SR_SORT_SHARD_DOC) {
+		v->l = (int64_t)((uint64_t)s->shard << 32 | gdoc);
+		return CM_OK;
+	}
+	if (k->is_id)
+		return id_value(s, x, si, doc, v);
 	if (!s->fi[i]) {
 		v->missing = true;
 		return CM_OK;
@@ -337,7 +374,7 @@ sr_sorter_export(const sr_sorter *s, const sr_sortval *v, sr_sort_value *out)
 		if (k->kind == SR_SORT_SCORE) {
 			out[i].type = SR_SV_DOUBLE;
 			out[i].d = v[i].f;
-		} else if (k->kind == SR_SORT_DOC) {
+		} else if (k->kind == SR_SORT_DOC || k->kind == SR_SORT_SHARD_DOC) {
 			out[i].type = SR_SV_LONG;
 			out[i].l = v[i].l;
 		} else if (v[i].missing) {

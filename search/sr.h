@@ -124,7 +124,9 @@ sr_query *sr_query_clone(const sr_query *q);
 
 /* ---- search request ---- */
 
-typedef enum { SR_SORT_SCORE, SR_SORT_DOC, SR_SORT_FIELD } sr_sort_kind;
+/* SR_SORT_SHARD_DOC: _shard_doc, the request-wide shard number << 32 | the
+ * shard's doc (the tiebreaker of point-in-time paging). */
+typedef enum { SR_SORT_SCORE, SR_SORT_DOC, SR_SORT_FIELD, SR_SORT_SHARD_DOC } sr_sort_kind;
 
 typedef enum {
 	SR_SORT_MODE_DEFAULT, /* ES: min for asc, max for desc */
@@ -324,6 +326,10 @@ void sr_merger_failure(const sr_merger *m, size_t i, uint32_t *shard, const char
 /* Counters for the caller (e.g. _count, logging). */
 uint64_t sr_merger_total(const sr_merger *m);
 size_t sr_merger_failed(const sr_merger *m);
+/* After sr_merger_reduce: how many hits the page holds (ranks them), and
+ * the shard and doc of its i-th (which shard a scroll page takes from). */
+size_t sr_merger_page_len(sr_merger *m);
+void sr_merger_page_hit(const sr_merger *m, size_t i, uint32_t *shard, uint32_t *doc);
 void sr_merger_destroy(sr_merger *m);
 
 /* ---- execution pieces shared with aggregations ---- */

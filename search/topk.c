@@ -338,6 +338,7 @@ sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_re
 	t.terminate_after = req->terminate_after;
 	t.max_score = -INFINITY;
 	rc = sr_sorter_init(&t.sorter, &x, req, x.err);
+	t.sorter.shard = shard;
 	if (rc)
 		goto done;
 	t.nkeys = t.sorter.nkeys;

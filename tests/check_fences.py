@@ -21,12 +21,13 @@ import re
 import sys
 
 # Bottom to top. A module without a folder yet (replication) is simply empty.
-LAYERS = ["common", "storage", "search", "proto", "replication", "coord", "snapshot",
-          "node", "coordinator"]
+LAYERS = ["common", "script", "storage", "search", "proto", "replication", "coord",
+          "snapshot", "node", "coordinator"]
 
 # The modules below it each module may include and link (CMake SHOAL_USES_<mod>).
 USES = {
     "common": [],
+    "script": ["common"],
     "storage": ["common"],
     "search": ["common", "storage"],
     "proto": ["common", "storage", "search"],
@@ -34,13 +35,14 @@ USES = {
     "coord": ["common"],
     "snapshot": ["common", "proto"],
     "node": ["common", "storage", "search", "proto", "replication", "coord", "snapshot"],
-    "coordinator": ["common", "storage", "search", "node"],
+    "coordinator": ["common", "script", "storage", "search", "node"],
 }
 
 # The headers another module may include; the rest stay inside the folder.
 # None: every header of the folder (a module being written, no list yet).
 PUBLIC = {
     "common": ["cm_alloc.h", "cm_buf.h", "cm_err.h", "cm_log.h", "cm_sys.h"],
+    "script": ["ps.h"],
     "storage": ["st_types.h", "st_segment.h", "st_shard.h"],
     "search": ["sr.h", "sr_agg.h", "sr_engine.h"],
     "proto": ["pr.h"],
@@ -65,7 +67,7 @@ THIRD_PARTY = [
     (r"libstemmer\.h$", "stemmer", ["storage"]),
     (r"utf8proc\.h$", "utf8proc", ["storage"]),
     (r"xxhash\.h$", "xxhash", ["common", "storage", "search", "snapshot", "node"]),
-    (r"cjson/", "cjson", ["storage", "search", "coord", "snapshot", "node", "coordinator"]),
+    (r"cjson/", "cjson", ["script", "storage", "search", "coord", "snapshot", "node", "coordinator"]),
     (r"curl/", "curl", ["coord"]),
     (r"protobuf-c/", "protobuf-c", ["proto"]),
     (r"nng/", "nng", ["node/nd_transport.c"]),

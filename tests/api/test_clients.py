@@ -42,6 +42,34 @@ def python_elasticsearch_7_17():
     assert "flow: ok" in out, out
 
 
+@test
+def python_elasticsearch_7_17_cluster():
+    """The same flow (scan, reindex helper, point in time, by-query, tasks)
+    against a 3-node cluster, with a replica per shard."""
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="shoal-clients-cluster-")
+    names = ["node-1", "node-2", "node-3"]
+    cfile = os.path.join(tmp, "cluster.json")
+    ports = cluster_file(cfile, [(n, None) for n in names])
+    nodes = []
+    try:
+        for n in names:
+            d = os.path.join(tmp, n)
+            os.makedirs(d)
+            nodes.append(ClusterNode(cfile, n, ports[n][0], data=d))
+        for x in nodes:
+            st, b = x.req("GET", "/_cluster/health?wait_for_status=green&wait_for_nodes=3"
+                          "&timeout=60s", timeout=80)
+            assert st == 200 and b.get("status") == "green", b
+        out = run(["/usr/bin/python3", os.path.join(CLIENTS, "es_flow.py"),
+                   "http://127.0.0.1:%d" % nodes[1].port, "1"])
+        assert "flow: ok" in out, out
+    finally:
+        rcs = [x.cleanup() for x in nodes]
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert all(rc in (0, None) for rc in rcs), rcs
+
+
 def npm_packages():
     """node, with tests/clients/node_modules installed from the lock file."""
     npm = shutil.which("npm")

@@ -8,7 +8,8 @@
 # tests/fuzz/bulk_fuzz.c (_bulk NDJSON parser, in random chunkings),
 # tests/fuzz/segment_fuzz.c (segment reader over arbitrary file bytes),
 # tests/fuzz/handler_fuzz.c (transport message handlers: decode, then
-# what the node does with it). FUZZ_TARGETS="bulk_fuzz ..." runs a subset.
+# what the node does with it), script/ps_fuzz.c (update scripts: compile
+# and run). FUZZ_TARGETS="bulk_fuzz ..." runs a subset.
 # Exits nonzero on a build failure or any crash; crash inputs are left in
 # build-fuzz/crashes/<target>/ (add them to tests/fuzz/corpus/<target>/
 # once fixed, as regression seeds).
@@ -49,6 +50,7 @@ build docparse_fuzz storage/docparse_fuzz.c
 build bulk_fuzz tests/fuzz/bulk_fuzz.c
 build segment_fuzz tests/fuzz/segment_fuzz.c
 build handler_fuzz tests/fuzz/handler_fuzz.c
+build ps_fuzz script/ps_fuzz.c
 
 fail=0
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
@@ -58,7 +60,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 SHOAL_FUZZ_TMP=$(mktemp -d "$( [ -w /dev/shm ] && echo /dev/shm || echo /tmp )/shoal-fuzz.XXXXXX")
 export SHOAL_FUZZ_TMP
 trap 'rm -rf "$SHOAL_FUZZ_TMP"' EXIT
-for t in ${FUZZ_TARGETS:-proto_fuzz dsl_fuzz docparse_fuzz bulk_fuzz segment_fuzz handler_fuzz}; do
+for t in ${FUZZ_TARGETS:-proto_fuzz dsl_fuzz docparse_fuzz bulk_fuzz segment_fuzz handler_fuzz ps_fuzz}; do
 	c=tests/fuzz/corpus/${t%_fuzz}
 	work=$B/corpus/${t%_fuzz}
 	mkdir -p "$c" "$work" "$B/crashes/$t"

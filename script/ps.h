@@ -1,0 +1,41 @@
+/* A Painless subset for update scripts (_update, _bulk update,
+ * _update_by_query): ctx._source.f = v, +=, -=, *=, /=, ++, --,
+ * ctx._source.remove('f'), list add/contains/size/remove, map
+ * containsKey/get/put, params.x, local variables (def/int/long/double/
+ * String/boolean), if/else, for/while (bounded), comparisons, boolean
+ * logic, ternaries, string concatenation, ctx.op = 'noop' | 'delete'.
+ * Values are JSON (cJSON): numbers that are integral behave as longs
+ * (5 / 2 == 2). Anything else is refused at compile time. */
+#ifndef PS_H
+#define PS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "../common/cm_err.h"
+
+typedef struct cJSON cJSON;
+typedef struct ps_script ps_script;
+
+#define PS_MAX_SOURCE 65535  /* ES script.max_size_in_bytes */
+#define PS_MAX_STEPS 1000000 /* statements and loop turns per run */
+#define PS_MAX_STRING (1u << 20)
+
+/* Compiles source (len bytes). A script that does not parse → CM_EINVAL
+ * with type script_exception naming the position ("... at position
+ * [N]"); *pos (may be NULL) gets the byte offset. *out is the caller's
+ * (ps_free). */
+cm_err ps_compile(const char *source, size_t len, ps_script **out, int *pos, cm_error *err);
+void ps_free(ps_script *s);
+
+/* Runs s on ctx (a JSON object: "_source" and "op" at least; the script
+ * changes them in place) with params (may be NULL). A failure at run time
+ * → CM_EINVAL script_exception; ctx may then be half changed, so callers
+ * run on a copy. */
+cm_err ps_run(const ps_script *s, cJSON *ctx, const cJSON *params, cm_error *err);
+
+/* A "script" value of a request ({"source", "lang", "params"} or a bare
+ * source string) compiled, and its params (borrowed from v). */
+cm_err ps_from_json(const cJSON *v, ps_script **out, const cJSON **params, cm_error *err);
+
+#endif

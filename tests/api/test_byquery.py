@@ -1,0 +1,247 @@
+"""_delete_by_query, _update_by_query, _reindex and the tasks API (issue #11,
+step 3) on a solo node and a 3-node cluster: batches through scroll
+contexts, per-document optimistic concurrency (documents changed after the
+snapshot are version conflicts, never overwritten or deleted), conflicts=
+proceed|abort, max_docs, _source filtering, dest.op_type=create, slices,
+requests_per_second, refresh, wait_for_completion=false with the task
+listed, cancelled and its result read.
+
+    SHOAL_BIN=build/bin python3 tests/api/test_byquery.py
+"""
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shoal import ClusterNode, Node, cluster_file, eq, error_is, run_tests, test  # noqa: E402
+
+DOCS = 1000
+LATE = 30  # the last documents loaded: processed last in _doc order
+TMP = tempfile.mkdtemp(prefix="shoal-byquery-test-")
+CFILE = os.path.join(TMP, "cluster.json")
+NAMES = ["node-1", "node-2", "node-3"]
+PORTS = cluster_file(CFILE, [(n, None) for n in NAMES])
+NODES = {}
+SOLO = []
+
+
+def wait_until(what, fn, timeout=60.0, step=0.05):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(step)
+    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
+
+
+def load(n, index, shards=3, replicas=None):
+    replicas = (1 if NODES else 0) if replicas is None else replicas
+    n.req("DELETE", "/" + index)
+    st, b = n.req("PUT", "/" + index, {
+        "settings": {"number_of_shards": shards, "number_of_replicas": replicas},
+        "mappings": {"properties": {"n": {"type": "long"}, "k": {"type": "keyword"},
+                                    "tag": {"type": "keyword"}}}})
+    eq(st, 200, "create %s: %s" % (index, b))
+    lines = []
+    for i in range(DOCS):
+        lines += [{"index": {"_index": index, "_id": "d%d" % i}},
+                  {"n": i, "k": "even" if i % 2 == 0 else "odd", "tag": "orig"}]
+    st, b = n.bulk(lines, params="?refresh=true")
+    eq((st, b.get("errors")), (200, False), "bulk")
+
+
+def late_ids():
+    return ["d%d" % i for i in range(DOCS - LATE, DOCS)]
+
+
+def touch_late(n, index):
+    """Updates the last-loaded documents (a concurrent writer)."""
+    lines = []
+    for i in late_ids():
+        lines += [{"index": {"_index": index, "_id": i}}, {"n": -1, "k": "odd", "tag": "touched"}]
+    st, b = n.bulk(lines, params="?refresh=true")
+    eq((st, b.get("errors")), (200, False), "touch")
+
+
+def task_done(n, tid):
+    st, b = n.req("GET", "/_tasks/" + tid)
+    eq(st, 200, "task get: %s" % b)
+    return b if b["completed"] else None
+
+
+def count(n, index, q=None):
+    st, b = n.req("POST", "/%s/_count" % index, {"query": q} if q else None)
+    eq(st, 200, "count")
+    return b["count"]
+
+
+def throttled(n, path, body=None):
+    """Starts a slow by-query task (50 docs a batch, 250 docs/s) and
+    returns its id once it is listed as running."""
+    st, b = n.req("POST", path + ("&" if "?" in path else "?") +
+                  "wait_for_completion=false&scroll_size=50&requests_per_second=250", body)
+    eq(st, 200, "task start: %s" % b)
+    tid = b["task"]
+    st, lst = n.req("GET", "/_tasks?actions=*byquery")
+    node_tasks = [t for e in lst["nodes"].values() for t in e["tasks"]]
+    assert tid in node_tasks or task_done(n, tid), "task %s listed: %s" % (tid, lst)
+    return tid
+
+
+def suite(n, nodes):
+    # update_by_query racing a writer, conflicts=proceed: the touched
+    # documents are conflicts and keep the writer's version
+    load(n, "u")
+    tid = throttled(n, "/u/_update_by_query?conflicts=proceed&refresh=true")
+    touch_late(nodes[-1], "u")
+    t = wait_until("ubq to finish", lambda: task_done(n, tid))
+    r = t["response"]
+    eq((r["total"], r["updated"], r["version_conflicts"], r["failures"]),
+       (DOCS, DOCS - LATE, LATE, []), "ubq with conflicts=proceed: %s" % r)
+    eq(t["task"]["status"]["version_conflicts"], LATE, "task status")
+    assert r["throttled_millis"] > 0, r
+    eq(count(n, "u", {"term": {"tag": "touched"}}), LATE, "the writer's versions survive")
+    st, d = n.req("GET", "/u/_doc/" + late_ids()[0])
+    eq((d["_source"]["n"], d["_version"]), (-1, 2), "a touched doc: the writer's, not redone")
+    st, d = n.req("GET", "/u/_doc/d1")
+    eq(d["_version"], 2, "an untouched doc was re-indexed")
+
+    # the same with conflicts=abort (the default): stops at the first
+    # conflicting batch, reports it the ES way, leaves the rest alone
+    load(n, "a")
+    tid = throttled(n, "/a/_update_by_query")
+    touch_late(nodes[0], "a")
+    t = wait_until("ubq abort", lambda: task_done(n, tid))
+    r = t["response"]
+    assert r["version_conflicts"] >= 1, r
+    assert r["updated"] < DOCS - LATE + 1, r
+    f = r["failures"][0]
+    eq((f["index"], f["status"], f["cause"]["type"]), ("a", 409,
+                                                       "version_conflict_engine_exception"),
+       "failure entry")
+    assert f["id"] in late_ids(), f
+
+    # delete_by_query racing a writer: touched documents are not deleted
+    load(n, "d")
+    tid = throttled(n, "/d/_delete_by_query?conflicts=proceed&refresh=true",
+                    {"query": {"term": {"k": "odd"}}})
+    touch_late(nodes[1 % len(nodes)], "d")
+    t = wait_until("dbq to finish", lambda: task_done(n, tid))
+    r = t["response"]
+    odd_late = sum(1 for i in range(DOCS - LATE, DOCS) if i % 2)
+    eq((r["deleted"], r["version_conflicts"]), (DOCS // 2 - odd_late, odd_late), "dbq: %s" % r)
+    eq(count(n, "d"), DOCS // 2 + odd_late, "evens and every touched doc remain")
+    eq(count(n, "d", {"term": {"tag": "touched"}}), LATE, "touched docs kept")
+
+    # synchronous, slices, max_docs, refresh
+    st, r = n.req("POST", "/d/_delete_by_query?refresh=true&slices=auto",
+                  {"query": {"term": {"tag": "touched"}}})
+    eq((st, r["deleted"], r["slices"]), (200, LATE, 3), "dbq sliced: %s" % r)
+    st, r = n.req("POST", "/d/_update_by_query?max_docs=7&refresh=true")
+    eq((st, r["total"], r["updated"]), (200, 7, 7), "ubq max_docs: %s" % r)
+    error_is(n.req("POST", "/d/_delete_by_query", {}), 400,
+             "action_request_validation_exception")
+    error_is(n.req("POST", "/d/_delete_by_query", {"query": {"nope": {}}}), 400,
+             "parsing_exception")
+    error_is(n.req("POST", "/d/_update_by_query", {"script": {"source": "ctx._source.n +"}}),
+             400, "script_exception", "position [15]")
+    st, r = n.req("POST", "/d/_update_by_query?refresh=true",
+                  {"query": {"term": {"k": "even"}},
+                   "script": {"source": "if (ctx._source.n % 4 == 0) { ctx._source.n += params.d }"
+                                        " else { ctx.op = 'noop' }", "params": {"d": 1}}})
+    eq((st, r["updated"] + r["noops"], r["noops"] > 0), (200, r["total"], True),
+       "ubq script: %s" % r)
+    eq(count(n, "d", {"term": {"n": 1}}), 1, "d0 became n=1")
+    error_is(n.req("POST", "/d/_delete_by_query?conflicts=maybe", {"query": {"match_all": {}}}),
+             400, "action_request_validation_exception")
+    error_is(n.req("POST", "/nope/_delete_by_query", {"query": {"match_all": {}}}), 404,
+             "index_not_found_exception")
+
+    # reindex: query, _source filtering, max_docs, op_type=create conflicts
+    load(n, "src")
+    n.req("DELETE", "/dst")
+    st, r = n.req("POST", "/_reindex?refresh=true", {
+        "source": {"index": "src", "query": {"term": {"k": "even"}}, "_source": ["n"]},
+        "dest": {"index": "dst"}})
+    eq((st, r["total"], r["created"], r["updated"]), (200, DOCS // 2, DOCS // 2, 0),
+       "reindex: %s" % r)
+    st, d = nodes[-1].req("GET", "/dst/_doc/d2")
+    eq((st, d["_source"]), (200, {"n": 2}), "filtered source")
+    st, r = n.req("POST", "/_reindex?refresh=true", {
+        "source": {"index": "src"}, "dest": {"index": "dst", "op_type": "create"}})
+    eq((st, r["created"], r["version_conflicts"] >= 1), (409, r["created"], True),
+       "create into existing docs aborts: %s" % {k: r[k] for k in r if k != "failures"})
+    st, r = n.req("POST", "/_reindex?refresh=true&conflicts=proceed", {
+        "source": {"index": "src"}, "dest": {"index": "dst", "op_type": "create"}})
+    eq(st, 200, "conflicts=proceed")
+    eq(r["created"] + r["version_conflicts"] + (DOCS - r["total"]), DOCS, "every doc: %s" % r)
+    eq(count(n, "dst"), DOCS, "all there")
+    st, r = n.req("POST", "/_reindex", {"source": {"index": "src"}, "dest": {"index": "dst2"},
+                                        "max_docs": 10})
+    eq((st, r["created"]), (200, 10), "max_docs")
+    error_is(n.req("POST", "/_reindex", {"source": {"index": "src"}, "dest": {"index": "src"}}),
+             400, "action_request_validation_exception")
+    error_is(n.req("POST", "/_reindex", {"source": {"index": "src", "remote": {}},
+                                         "dest": {"index": "x"}}), 400, "parsing_exception")
+    error_is(n.req("POST", "/_reindex", {"source": {"index": "src"}}), 400,
+             "action_request_validation_exception")
+
+    # tasks: cancel a running one; its result says so; unknown ids
+    load(n, "c")
+    tid = throttled(n, "/c/_update_by_query")
+    st, b = n.req("POST", "/_tasks/%s/_cancel" % tid)
+    eq(st, 200, "cancel: %s" % b)
+    t = wait_until("the cancelled task", lambda: task_done(n, tid), timeout=20)
+    eq((t["response"].get("canceled"), t["task"]["cancelled"]), ("by user request", True),
+       "cancelled")
+    assert t["response"]["updated"] < DOCS, t["response"]
+    st, b = n.req("POST", "/_tasks/%s/_cancel" % tid)
+    eq(st, 200, "cancel a finished task")
+    assert b.get("node_failures"), b
+    node_id = tid.split(":")[0]
+    error_is(n.req("GET", "/_tasks/%s:999999" % node_id), 404, "resource_not_found_exception")
+    error_is(n.req("GET", "/_tasks/nonsense"), 400, "illegal_argument_exception")
+    st, b = n.req("GET", "/_tasks")
+    eq(st, 200, "list")
+    # no context is left open by any of it
+    for x in nodes:
+        st, s = x.req("GET", "/_nodes/stats")
+        for e in s["nodes"].values():
+            eq(e["indices"]["search"]["open_contexts"], 0, "contexts on " + e["name"])
+
+
+@test
+def solo_by_query_reindex_tasks():
+    SOLO.append(Node())
+    suite(SOLO[0], [SOLO[0]])
+
+
+@test
+def cluster_by_query_reindex_tasks():
+    for name in NAMES:
+        d = os.path.join(TMP, name)
+        os.makedirs(d, exist_ok=True)
+        NODES[name] = ClusterNode(CFILE, name, PORTS[name][0], data=d)
+    for name in NAMES:
+        st, b = NODES[name].req("GET", "/_cluster/health?wait_for_status=green&wait_for_nodes=3"
+                                "&timeout=60s", timeout=80)
+        eq((st, b.get("status")), (200, "green"), "green via %s" % name)
+    suite(NODES["node-2"], [NODES[x] for x in NAMES])
+
+
+def teardown():
+    rc = 0
+    for n in list(NODES.values()) + SOLO:
+        r = n.cleanup()
+        if r not in (0, None):
+            rc = r
+    shutil.rmtree(TMP, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    run_tests(budget_s=600, teardown=teardown)
