@@ -169,8 +169,20 @@ cluster_from_json(cJSON *j, const char *file, const char *name, bool coordinator
 	{
 		nd_cl_node *nd = &cl->nodes[cl->nn];
 		if (etcd) {
-			/* the other nodes come from etcd */
+			/* the other nodes come from etcd; an entry of another node
+			 * with "connect" says how this node dials it (a proxy) */
 			const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+			const cJSON *cn = cJSON_GetObjectItemCaseSensitive(it, "connect");
+			if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) != 0 &&
+			    cJSON_IsString(cn) && cl->ndial < ND_CL_MAX_NODES &&
+			    strlen(nm->valuestring) < sizeof(cl->dial[0].name) &&
+			    strlen(cn->valuestring) < sizeof(cl->dial[0].connect) - 8) {
+				snprintf(cl->dial[cl->ndial].name, sizeof(cl->dial[0].name), "%s",
+				         nm->valuestring);
+				snprintf(cl->dial[cl->ndial].connect, sizeof(cl->dial[0].connect),
+				         "tcp://%s", cn->valuestring);
+				cl->ndial++;
+			}
 			if (!cJSON_IsString(nm) || strcmp(nm->valuestring, name) != 0)
 				continue;
 		}
@@ -246,6 +258,11 @@ cluster_from_json(cJSON *j, const char *file, const char *name, bool coordinator
 			memmove(urls[u] + 4, urls[u], strlen(urls[u]) + 1);
 			memcpy(urls[u], "tls+", 4);
 		}
+	}
+	for (int k = 0; tls && k < cl->ndial; k++) {
+		char *u = cl->dial[k].connect;
+		memmove(u + 4, u, strlen(u) + 1);
+		memcpy(u, "tls+", 4);
 	}
 	if (cl->ndata == 0 && !etcd) {
 		rc = cm_error_set(err, CM_EINVAL, "cluster file %s has no data node", file);

@@ -196,13 +196,17 @@ member_update(nd_cluster *cl, int i, const cJSON *j)
 		nd->data_ord = cl->ndata;
 		cl->data_nodes[cl->ndata++] = i;
 	}
+	const char *addr = tr->valuestring;
+	for (int k = 0; k < cl->ndial; k++)
+		if (strcmp(cl->dial[k].name, nd->name) == 0)
+			addr = cl->dial[k].connect; /* this node dials it through there */
 	nd_peer *old = nd->peer;
-	if (!old || strcmp(nd->connect, tr->valuestring) != 0) {
+	if (!old || strcmp(nd->connect, addr) != 0) {
 		nd_transport_opts o = cl_transport_opts(cl);
 		nd_peer *p = NULL;
 		cm_error err;
 		cm_error_clear(&err);
-		snprintf(nd->connect, sizeof(nd->connect), "%s", tr->valuestring);
+		snprintf(nd->connect, sizeof(nd->connect), "%s", addr);
 		snprintf(nd->transport, sizeof(nd->transport), "%s", tr->valuestring);
 		if (nd_peer_open(nd->connect, &o, &p, &err) == CM_OK) {
 			nd->peer = p;

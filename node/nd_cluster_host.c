@@ -265,12 +265,11 @@ failover(nd_cluster *cl)
 {
 	uint64_t now = cm_now_ns(), gone = 0, alive = 0;
 	for (int i = 0; i < cl->nn; i++) {
-		if (cl->etcd) {
-			/* on etcd a node is gone when its lease is */
-			if (i == cl->self || atomic_load(&cl->nodes[i].registered))
-				alive |= 1ull << i;
-			else
-				gone |= 1ull << i;
+		if (cl->etcd && i != cl->self && !atomic_load(&cl->nodes[i].registered)) {
+			/* on etcd a node is gone when its lease is; one that keeps
+			 * its lease but stops answering the master (a partition)
+			 * goes after the failover timeout, as below */
+			gone |= 1ull << i;
 			continue;
 		}
 		if (cl_alive(cl, i)) {

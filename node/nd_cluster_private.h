@@ -82,6 +82,11 @@ struct nd_cluster {
 	struct cl_etcd *etcd; /* membership, election, state on etcd; NULL: static cluster */
 	pthread_mutex_t members_mu; /* adds node slots, swaps peers (a leaf) */
 	nd_peer *peers_old[ND_CL_MAX_NODES]; /* replaced dialers, closed at stop */
+	struct {
+		char name[64];
+		char connect[ND_CL_ADDR + 8];
+	} dial[ND_CL_MAX_NODES]; /* on etcd: the cluster file's "connect" of other nodes */
+	int ndial;
 	int npeers_old;
 	cJSON *(*info)(void *arg, const char *kind); /* this node\'s _nodes entry */
 	void *info_arg;

@@ -58,6 +58,7 @@ CREATE = {"settings": {"number_of_shards": SHARDS, "number_of_replicas": REPLICA
           "mappings": {"properties": {"w": {"type": "long"}, "op": {"type": "long"},
                                       "k": {"type": "keyword"}, "body": {"type": "text"}}}}
 KEEP = os.environ.get("SHOAL_REPL_KEEP") == "1"
+ETCD = os.environ.get("SHOAL_REPL_ETCD") == "1"
 FIGURES = []
 
 
@@ -158,8 +159,18 @@ class Cluster:
                 if a != b:
                     link[(a, b)] = self.proxy.add((a, b), ("127.0.0.1", self.ports[b][1]))
         self.files = {}
+        self.etcd = None
+        if ETCD:
+            # the same matrix on the live cluster: membership, election and
+            # the state on etcd; each node's file keeps the proxied
+            # "connect" of the others (how it dials them)
+            from live import Etcd
+            self.etcd = Etcd(1)
+            self.args += ["-E", "cluster.lease_ttl=" + FAILOVER]
         for a in NAMES:
             spec = {"cluster_name": "shoal-repl-" + tag, "secret": "repl-secret", "nodes": []}
+            if self.etcd:
+                spec["etcd"] = [self.etcd.endpoints()]
             for b in NAMES:
                 hp, tp = self.ports[b]
                 e = {"name": b, "http": "127.0.0.1:%d" % hp, "transport": "127.0.0.1:%d" % tp}
@@ -291,6 +302,8 @@ class Cluster:
                 log("%s: %s exited with %s at shutdown; log tail:\n%s" %
                     (self.tag, name, r, self.log_tail(name, 3000)))
         self.proxy.close()
+        if self.etcd:
+            self.etcd.close()
         if failed and KEEP:
             log("%s: data and logs kept in %s" % (self.tag, self.tmp))
         else:
