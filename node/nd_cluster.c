@@ -638,6 +638,7 @@ cl_state_commit_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 			return rc;
 		}
 		next->version = v;
+		cl_etcd_stamp_terms(cl->state, next, v);
 		cm_error e2;
 		cm_error_clear(&e2);
 		if (state_persist(cl, next, &e2))

@@ -233,7 +233,7 @@ static cm_err
 members_read(nd_cluster *cl, cm_error *err)
 {
 	cl_etcd *e = cl->etcd;
-	char key[512];
+	char key[1024];
 	ec_kvs kvs;
 	keyf(e, key, sizeof(key), "nodes/", NULL);
 	cm_err rc = ec_range_prefix(e->ec, key, 0, &kvs, err);
@@ -302,7 +302,7 @@ static cm_err
 state_read(nd_cluster *cl, bool force, cm_error *err)
 {
 	cl_etcd *e = cl->etcd;
-	char key[512];
+	char key[1024];
 	ec_kvs kvs;
 	keyf(e, key, sizeof(key), "state/", NULL);
 	cm_err rc = ec_range_prefix(e->ec, key, 0, &kvs, err);
@@ -315,8 +315,28 @@ state_read(nd_cluster *cl, bool force, cm_error *err)
 	}
 	rp_state *st = rp_state_new();
 	int64_t version = 0;
+	char tpfx[512];
+	keyf(e, tpfx, sizeof(tpfx), "state/terms/", NULL);
+	size_t tl = strlen(tpfx);
 	for (size_t k = 0; k < kvs.n && !rc; k++) {
 		const ec_kv *kv = &kvs.kv[k];
+		if (strncmp(kv->key, tpfx, tl) == 0) {
+			/* state/terms/<index>/<shard>: the term is the revision of the
+			 * write that assigned the primary (keys sort after indices/) */
+			const char *slash = strrchr(kv->key + tl, '/');
+			char name[256];
+			if (!slash || (size_t)(slash - (kv->key + tl)) >= sizeof(name))
+				continue;
+			snprintf(name, sizeof(name), "%.*s", (int)(slash - (kv->key + tl)),
+			         kv->key + tl);
+			rp_index *x = rp_state_index(st, name);
+			int s = atoi(slash + 1);
+			if (x && s >= 0 && s < x->nshards)
+				x->routes[s].term = (uint64_t)kv->mod_revision;
+			if (kv->mod_revision > version)
+				version = kv->mod_revision;
+			continue;
+		}
 		rp_state_names(kv->value, kv->value_len, reg_name, cl);
 		rc = rp_state_merge(st, kv->value, kv->value_len, cl->names, cl->nn, err);
 		if (kv->mod_revision > version)
@@ -330,6 +350,26 @@ state_read(nd_cluster *cl, bool force, cm_error *err)
 	st->version = (uint64_t)version;
 	cl_state_adopt(cl, st, force);
 	return CM_OK;
+}
+
+/* Whether the write of next assigns shard s of next's index x a primary
+ * (a new index, or a new term): its term becomes the write's revision. */
+static bool
+term_assigned(const rp_state *prev, const rp_index *x, int s)
+{
+	const rp_index *p = prev ? rp_state_index(prev, x->name) : NULL;
+	if (!p || strcmp(p->uuid, x->uuid) != 0 || s >= p->nshards)
+		return true;
+	return p->routes[s].term != x->routes[s].term;
+}
+
+void
+cl_etcd_stamp_terms(const rp_state *prev, rp_state *next, uint64_t revision)
+{
+	for (size_t i = 0; i < next->nindices; i++)
+		for (int s = 0; s < next->indices[i].nshards; s++)
+			if (term_assigned(prev, &next->indices[i], s))
+				next->indices[i].routes[s].term = revision;
 }
 
 typedef struct txn_parts {
@@ -393,7 +433,7 @@ cl_etcd_commit(nd_cluster *cl, const rp_state *prev, const rp_state *next, uint6
                cm_error *err)
 {
 	cl_etcd *e = cl->etcd;
-	char key[512];
+	char key[1024];
 	int nn = cl->nn;
 	txn_parts t = {0};
 	cm_buf b;
@@ -416,10 +456,34 @@ cl_etcd_commit(nd_cluster *cl, const rp_state *prev, const rp_state *next, uint6
 		keyf(e, key, sizeof(key), "state/indices/", next->indices[i].name);
 		parts_add(&t, EC_OP_PUT, key, &b);
 	}
-	for (size_t i = 0; prev && i < prev->nindices; i++)
-		if (!rp_state_index(next, prev->indices[i].name)) {
-			keyf(e, key, sizeof(key), "state/indices/", prev->indices[i].name);
-			parts_add(&t, EC_OP_DELETE, key, NULL);
+	for (size_t i = 0; prev && i < prev->nindices; i++) {
+		const rp_index *nx = rp_state_index(next, prev->indices[i].name);
+		if (!nx || strcmp(nx->uuid, prev->indices[i].uuid) != 0) {
+			if (!nx) {
+				keyf(e, key, sizeof(key), "state/indices/", prev->indices[i].name);
+				parts_add(&t, EC_OP_DELETE, key, NULL);
+			}
+			char pfx[400];
+			snprintf(pfx, sizeof(pfx), "state/terms/%s/", prev->indices[i].name);
+			keyf(e, key, sizeof(key), pfx, NULL);
+			parts_add(&t, EC_OP_DELETE_PREFIX, key, NULL);
+		}
+	}
+	/* a shard given a primary: its terms key is written, and the term is
+	 * that write's revision (readers take it from the key) */
+	for (size_t i = 0; i < next->nindices; i++)
+		for (int s = 0; s < next->indices[i].nshards; s++) {
+			const rp_route *ro = &next->indices[i].routes[s];
+			if (!term_assigned(prev, &next->indices[i], s))
+				continue;
+			char rest[400];
+			snprintf(rest, sizeof(rest), "state/terms/%s/%d", next->indices[i].name, s);
+			keyf(e, key, sizeof(key), rest, NULL);
+			cm_buf_init(&b, MEM);
+			const char *pn =
+			    ro->primary >= 0 && ro->primary < nn ? cl->names[ro->primary] : "";
+			cm_buf_put(&b, pn, strlen(pn));
+			parts_add(&t, EC_OP_PUT, key, &b);
 		}
 	cm_buf_init(&b, MEM);
 	rp_state_encode_global(next, cl->names, nn, &b);
@@ -460,7 +524,7 @@ register_self(nd_cluster *cl, int64_t lease, cm_error *err)
 {
 	cl_etcd *e = cl->etcd;
 	nd_cl_node *me = &cl->nodes[cl->self];
-	char key[512], boot[32];
+	char key[1024], boot[32];
 	cJSON *j = cJSON_CreateObject(), *roles = cJSON_AddArrayToObject(j, "roles");
 	cJSON_AddStringToObject(j, "name", me->name);
 	cJSON_AddStringToObject(j, "http", me->http);
@@ -487,7 +551,7 @@ static void
 revoke_predecessor(nd_cluster *cl)
 {
 	cl_etcd *e = cl->etcd;
-	char key[512];
+	char key[1024];
 	ec_kv kv;
 	cm_error err;
 	cm_error_clear(&err);

@@ -164,6 +164,9 @@ bool cl_excluded(nd_cluster *cl, int i);
 /* This node acts as master: the elected one, with a lease that cannot
  * have expired (etcd), or the static cluster's first master node. */
 #define cl_is_master(cl) ((cl)->master == (cl)->self && cl_etcd_leading(cl))
+/* After a commit at revision: every shard the commit assigned a primary
+ * (new index, new term) gets that revision as its primary term. */
+void cl_etcd_stamp_terms(const rp_state *prev, rp_state *next, uint64_t revision);
 /* Whether this node leads and its lease cannot have expired yet. */
 bool cl_etcd_leading(nd_cluster *cl);
 /* The slot of node `name`, added (known by name only) when absent; -1
