@@ -1471,7 +1471,6 @@ nd_cluster_stop(nd_cluster *cl)
 	pthread_mutex_unlock(&cl->stop_mu);
 	if (cl->monitor_started)
 		pthread_join(cl->monitor, NULL);
-	cl_etcd_stop(cl);
 	/* Calls to peers fail from here on, so a recovery and the handlers
 	 * waiting on replicas or the master finish; the replication state is
 	 * freed only once no handler or pool task can touch it. */
@@ -1484,6 +1483,10 @@ nd_cluster_stop(nd_cluster *cl)
 		cm_pool_destroy(cl->pool);
 	if (cl->spool)
 		cm_pool_destroy(cl->spool);
+	/* Only now the lease goes (the others see this node leave at once and
+	 * fail its primaries over): before, this node could still apply a
+	 * batch as a primary in the old term while a new primary takes over. */
+	cl_etcd_stop(cl);
 	for (int i = 0; i < cl->nn; i++)
 		if (cl->nodes[i].peer)
 			nd_peer_close(cl->nodes[i].peer);

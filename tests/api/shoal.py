@@ -285,11 +285,19 @@ def run_tests(budget_s=110, teardown=None):
     """Runs every @test in order; prints one line each and the summary
     line 'N passed, M failed'. Exits 0 only when all pass. teardown()
     returning a nonzero exit code of a shared node counts as a failure."""
-    passed = failed = 0
+    passed = failed = skipped = 0
     t_all = time.time()
     only = os.environ.get("SHOAL_TEST_ONLY")
+    # SHOAL_TEST_SKIP: tests left out on purpose (a known defect, named in
+    # SHOAL_TEST_SKIP_WHY), reported as skipped, never as passed
+    skip = [x for x in os.environ.get("SHOAL_TEST_SKIP", "").split(",") if x]
     for fn in _tests:
         if only and only not in fn.__name__:
+            continue
+        if any(x in fn.__name__ for x in skip):
+            skipped += 1
+            print("skip %-45s %s" % (fn.__name__, os.environ.get("SHOAL_TEST_SKIP_WHY", "")),
+                  flush=True)
             continue
         if time.time() - t_all > budget_s:
             print("SKIP %s (time budget of %ss used up)" % (fn.__name__, budget_s), flush=True)
@@ -313,7 +321,8 @@ def run_tests(budget_s=110, teardown=None):
         print("FAIL %-45s" % ("%d sanitizer report(s) in node logs" % len(SANITIZER_REPORTS)),
               flush=True)
         failed += 1
-    print("%d passed, %d failed" % (passed, failed), flush=True)
+    print("%d passed, %d failed%s" % (passed, failed,
+                                      ", %d skipped" % skipped if skipped else ""), flush=True)
     sys.exit(0 if failed == 0 else 1)
 
 
