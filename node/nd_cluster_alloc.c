@@ -235,7 +235,7 @@ node_decision(nd_cluster *cl, const rp_route *ro, int i, int max_rec, const char
 {
 	const nd_cl_node *nd = &cl->nodes[i];
 	const char *verdict = "yes";
-	bool member = i == cl->self ? atomic_load(&nd->registered) : atomic_load(&nd->registered);
+	bool member = atomic_load(&nd->registered);
 	if (!member) {
 		decider(deciders, "node_left", "NO",
 		        "node [%s] is not a member (its lease expired)", nd->name);
@@ -314,7 +314,7 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 
 	/* find the copy: named, or the first unassigned one */
 	char index[256] = "";
-	int shard = -1, node = -1, nrep = 0;
+	int shard = -1, node = -1;
 	bool primary = wp && cJSON_IsTrue(wp), found = false, unassigned = false;
 	rp_route ro;
 	uint64_t delay_ms = 60000;
@@ -364,7 +364,6 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 			snprintf(index, sizeof(index), "%s", ix->name);
 			shard = s;
 			ro = *r;
-			nrep = ix->nreplicas;
 			found = true;
 		}
 	}
@@ -388,7 +387,6 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 	cJSON_AddStringToObject(j, "index", index);
 	cJSON_AddNumberToObject(j, "shard", shard);
 	cJSON_AddBoolToObject(j, "primary", primary);
-	(void)nrep;
 	bool gone = node >= 0 && !(cl_alive(cl, node) &&
 	                           (node == cl->self || atomic_load(&cl->nodes[node].registered)));
 	if (unassigned || gone) {
