@@ -676,9 +676,58 @@ co_h_cluster_reroute(co_req *r)
 		                "_cluster/reroute needs a cluster: a solo node holds every copy");
 		return;
 	}
-	cJSON *body = co_body_json(r, &bad);
+	cJSON *body = co_body_json(r, &bad), *k;
 	if (bad)
 		return;
+	if (body && !cJSON_IsObject(body)) {
+		co_reply_errorf(r, CM_EPARSE, NULL, "reroute body must be an object");
+		cJSON_Delete(body);
+		return;
+	}
+	if (!body)
+		body = cJSON_CreateObject();
+	cJSON_ArrayForEach(k, body)
+	{
+		if (strcmp(k->string, "commands") != 0) {
+			co_reply_errorf(r, CM_EPARSE, NULL, "[cluster_reroute] unknown field [%s]",
+			                k->string);
+			cJSON_Delete(body);
+			return;
+		}
+	}
+	/* the query's options travel to the master inside the body */
+	static const char *flags[] = {"dry_run", "explain", "retry_failed"};
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+		bool on;
+		if (!co_param_flag(r, flags[i], false, &on)) {
+			cJSON_Delete(body);
+			return;
+		}
+		cJSON_AddBoolToObject(body, flags[i], on);
+	}
+	const char *metric = co_param_get(r, "metric");
+	if (metric) {
+		static const char *known[] = {"_all",        "none",  "version",
+		                              "master_node", "nodes", "routing_table"};
+		char *copy = strdup(metric), *save = NULL;
+		for (char *m = strtok_r(copy, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
+			size_t i = 0;
+			while (i < sizeof(known) / sizeof(known[0]) && strcmp(known[i], m))
+				i++;
+			if (i == sizeof(known) / sizeof(known[0])) {
+				co_reply_errorf(r, CM_EINVAL, NULL,
+				                "request [/_cluster/reroute] contains unrecognized metric: "
+				                "[%s] (version, master_node, nodes, routing_table, _all, "
+				                "none)",
+				                m);
+				free(copy);
+				cJSON_Delete(body);
+				return;
+			}
+		}
+		free(copy);
+		cJSON_AddStringToObject(body, "metric", metric);
+	}
 	co_cluster_admin(r, "reroute", "", body);
 	cJSON_Delete(body);
 }

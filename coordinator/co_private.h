@@ -89,6 +89,10 @@ const co_route *co_routes(size_t *n);
 /* The value of a URL parameter (marked used), or NULL; "" for "?pretty". */
 const char *co_param_get(co_req *r, const char *key);
 bool co_param_bool(co_req *r, const char *key, bool dflt);
+/* A boolean parameter parsed as Elasticsearch does: absent is dflt, ""
+ * and "true" are true, "false" is false; anything else answers 400 and
+ * returns false. */
+bool co_param_flag(co_req *r, const char *key, bool dflt, bool *out);
 /* A segment captured by the route pattern ("{index}"), or NULL. */
 const char *co_seg(co_req *r, int i);
 /* Parses the whole body as JSON; NULL for an empty body. On malformed JSON

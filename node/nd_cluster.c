@@ -821,6 +821,25 @@ settings_merge(rp_state *next, const cJSON *body, cm_error *err)
 	return CM_OK;
 }
 
+/* The state a reroute answers with, cut to its ?metric= (meta_lock
+ * held). */
+static cJSON *
+reroute_state(nd_cluster *cl, const rp_state *st, const cJSON *body)
+{
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(body, "metric");
+	const char *ms = cJSON_IsString(m) ? m->valuestring : "_all";
+	if (strstr(ms, "none") && !strstr(ms, "_all"))
+		return cJSON_CreateObject();
+	bool all = strstr(ms, "_all") != NULL;
+	cJSON *j = cl_state_json_locked(cl, st, all || strstr(ms, "nodes"),
+	                                all || strstr(ms, "routing_table"));
+	if (!all && !strstr(ms, "version"))
+		cJSON_DeleteItemFromObjectCaseSensitive(j, "version");
+	if (!all && !strstr(ms, "master_node"))
+		cJSON_DeleteItemFromObjectCaseSensitive(j, "master_node");
+	return j;
+}
+
 /* The master's side of a metadata change: validated by applying it here
  * first, then versioned, persisted and published; the reply waits until
  * the nodes applied it (wait_applied). A state that cannot be persisted
@@ -833,6 +852,8 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 	cm_err rc = CM_OK;
 	const char *created = NULL;
 	uint64_t version = 0;
+	cJSON *rr = NULL; /* a reroute's reply: state and explanations */
+	bool dry = false;
 
 	*reply = NULL;
 	if (body && *body && !bj)
@@ -928,8 +949,22 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		if ((rc = settings_merge(next, bj, err)))
 			goto done;
 	} else if (strcmp(action, "reroute") == 0) {
-		if ((rc = cl_reroute_locked(cl, next, bj, pdata, npdata, err)))
+		cJSON *expl = cJSON_CreateArray();
+		if ((rc = cl_reroute_locked(cl, next, bj, pdata, npdata, expl, err))) {
+			cJSON_Delete(expl);
 			goto done;
+		}
+		rr = cJSON_CreateObject();
+		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bj, "explain")))
+			cJSON_AddItemToObject(rr, "explanations", expl);
+		else
+			cJSON_Delete(expl);
+		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bj, "dry_run"))) {
+			/* what the commands would make, left uncommitted */
+			cJSON_AddItemToObject(rr, "state", reroute_state(cl, next, bj));
+			dry = true;
+			goto done;
+		}
 	} else if (strcmp(action, "aliases") == 0) {
 		if ((rc = nd_alias_master(cl->node, next, bj, err)))
 			goto done;
@@ -952,6 +987,8 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		goto done;
 	}
 	version = cl->state->version;
+	if (rr)
+		cJSON_AddItemToObject(rr, "state", reroute_state(cl, cl->state, bj));
 	if (strcmp(action, "aliases") == 0)
 		state_apply_locked(cl, cl->state); /* the master applies it as every node does */
 	if (strcmp(action, "delete") == 0) {
@@ -970,13 +1007,17 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 done:
 	rp_state_free(next);
 	pthread_mutex_unlock(&cl->meta_lock);
-	if (!rc)
+	if (!rc && !dry)
 		cl_state_publish(cl);
-	if (!rc) {
+	if (!rc && rr) {
+		cJSON_AddBoolToObject(rr, "acknowledged", dry || wait_applied(cl, version));
+		*reply = json_text(rr);
+	} else if (!rc) {
 		cJSON *out = ack_json(created, wait_applied(cl, version));
 		*reply = json_text(out);
 		cJSON_Delete(out);
 	}
+	cJSON_Delete(rr);
 	cJSON_Delete(bj);
 	return rc;
 }

@@ -81,10 +81,6 @@ reroute_one(nd_cluster *cl, rp_state *next, const char *cmd, const cJSON *a, con
             int npdata, cm_error *err)
 {
 	int shard;
-	if (strcmp(cmd, "move") && strcmp(cmd, "cancel") && strcmp(cmd, "allocate_replica"))
-		return cm_error_set(err, CM_EINVAL,
-		                    "unknown reroute command [%s] (move, cancel, allocate_replica)",
-		                    cmd);
 	rp_route *ro = cmd_route(next, cmd, a, &shard, err);
 	const char *index = str_of(a, "index");
 	if (!ro)
@@ -182,21 +178,39 @@ reroute_one(nd_cluster *cl, rp_state *next, const char *cmd, const cJSON *a, con
 		ro->copies[ro->ncopies++] = node;
 		return CM_OK;
 	}
-	return cm_error_set(err, CM_EINVAL,
-	                    "unknown reroute command [%s] (move, cancel, allocate_replica)", cmd);
+	return cm_error_set(err, CM_EINVAL, "unknown reroute command [%s]", cmd);
+}
+
+/* One entry of the reroute reply's explanations, as Elasticsearch's
+ * RerouteExplanation renders it. */
+static void
+explain_cmd(cJSON *explanations, const cJSON *c, const cm_error *failed)
+{
+	char decider[64];
+	cJSON *x = cJSON_CreateObject(), *d = cJSON_CreateObject();
+	cJSON_AddStringToObject(x, "command", c->child->string);
+	cJSON_AddItemToObject(x, "parameters", cJSON_Duplicate(c->child, true));
+	snprintf(decider, sizeof(decider), "%s_allocation_command",
+	         strcmp(c->child->string, "allocate_replica") == 0 ? "allocate_replica"
+	                                                             : c->child->string);
+	cJSON_AddStringToObject(d, "decider", decider);
+	cJSON_AddStringToObject(d, "decision", failed ? "NO" : "YES");
+	cJSON_AddStringToObject(d, "explanation",
+	                        failed ? failed->reason : "the command can be applied");
+	cJSON_AddItemToArray(cJSON_AddArrayToObject(x, "decisions"), d);
+	cJSON_AddItemToArray(explanations, x);
 }
 
 cm_err
 cl_reroute_locked(nd_cluster *cl, rp_state *next, const cJSON *body, const int *pdata, int npdata,
-                  cm_error *err)
+                  cJSON *explanations, cm_error *err)
 {
 	const cJSON *cmds = cJSON_GetObjectItemCaseSensitive(body, "commands"), *c;
+	bool explain = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "explain"));
 	if (!cl->etcd)
 		return cm_error_set(err, CM_EINVAL,
 		                    "_cluster/reroute needs a cluster on etcd (a static cluster "
 		                    "places copies by formula)");
-	if (body && !cmds)
-		return cm_error_set(err, CM_EPARSE, "reroute body needs [commands]");
 	if (cmds && !cJSON_IsArray(cmds))
 		return cm_error_set(err, CM_EPARSE, "[commands] must be an array");
 	cJSON_ArrayForEach(c, cmds)
@@ -204,9 +218,24 @@ cl_reroute_locked(nd_cluster *cl, rp_state *next, const cJSON *body, const int *
 		if (!cJSON_IsObject(c) || !c->child || c->child->next || !cJSON_IsObject(c->child))
 			return cm_error_set(err, CM_EPARSE,
 			                    "each reroute command is an object with one key");
+		const char *k = c->child->string;
+		if (strcmp(k, "move") && strcmp(k, "cancel") && strcmp(k, "allocate_replica"))
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "unknown reroute command [%s] (move, cancel, allocate_replica)", k);
+	}
+	cJSON_ArrayForEach(c, cmds)
+	{
 		cm_err rc = reroute_one(cl, next, c->child->string, c->child, pdata, npdata, err);
+		if (rc && explain && rc != CM_ENOINDEX) {
+			explain_cmd(explanations, c, err); /* reported NO, not applied */
+			cm_error_clear(err);
+			continue;
+		}
 		if (rc)
 			return rc; /* next is dropped whole: nothing is half-applied */
+		if (explain)
+			explain_cmd(explanations, c, NULL);
 	}
 	return CM_OK;
 }

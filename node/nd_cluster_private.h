@@ -180,9 +180,16 @@ void cl_state_adopt(nd_cluster *cl, rp_state *st, bool force);
 int cl_placeable(nd_cluster *cl, int *out);
 
 /* Master, meta_lock held: POST _cluster/reroute's commands applied to
- * next (nd_cluster_alloc.c); an error leaves next to be dropped whole. */
+ * next (nd_cluster_alloc.c); an error leaves next to be dropped whole.
+ * With body's "explain", each command adds its decision to explanations
+ * and a command that cannot run is reported NO and skipped, not an error
+ * (as in Elasticsearch). */
 cm_err cl_reroute_locked(nd_cluster *cl, rp_state *next, const cJSON *body, const int *pdata,
-                         int npdata, cm_error *err);
+                         int npdata, cJSON *explanations, cm_error *err);
+/* meta_lock held: st as _cluster/state renders it (version, master_node,
+ * and the nodes and routing_table when asked). */
+cJSON *cl_state_json_locked(nd_cluster *cl, const rp_state *st, bool with_nodes,
+                            bool with_routing);
 
 /* Small read requests carried by PR_ADMIN ("rw_get", "rw_stats"). */
 void cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *body,

@@ -1539,14 +1539,22 @@ nd_cluster_cat_indices(nd_cluster *cl, nd_index **ixs, size_t n, cm_buf *out)
 cJSON *
 nd_cluster_state_json(nd_cluster *cl)
 {
+	pthread_mutex_lock(&cl->meta_lock);
+	cJSON *j = cl_state_json_locked(cl, cl->state, true, true);
+	pthread_mutex_unlock(&cl->meta_lock);
+	return j;
+}
+
+cJSON *
+cl_state_json_locked(nd_cluster *cl, const rp_state *st, bool with_nodes, bool with_routing)
+{
 	cJSON *j = cJSON_CreateObject(), *nodes, *rt, *rti;
 	int master = cl->master;
-	pthread_mutex_lock(&cl->meta_lock);
-	cJSON_AddNumberToObject(j, "version", (double)cl->state->version);
+	cJSON_AddNumberToObject(j, "version", (double)st->version);
 	cJSON_AddStringToObject(j, "master_node",
 	                        master >= 0 && cl_alive(cl, master) ? cl->nodes[master].name : "");
-	nodes = cJSON_AddObjectToObject(j, "nodes");
-	for (int i = 0; i < cl->nn; i++) {
+	nodes = with_nodes ? cJSON_AddObjectToObject(j, "nodes") : NULL;
+	for (int i = 0; nodes && i < cl->nn; i++) {
 		if (!cl_alive(cl, i))
 			continue;
 		cJSON *o = cJSON_AddObjectToObject(nodes, cl->nodes[i].name);
@@ -1563,10 +1571,12 @@ nd_cluster_state_json(nd_cluster *cl)
 		if (cl->nodes[i].master)
 			cJSON_AddItemToArray(roles, cJSON_CreateString("master"));
 	}
+	if (!with_routing)
+		return j;
 	rt = cJSON_AddObjectToObject(j, "routing_table");
 	rti = cJSON_AddObjectToObject(rt, "indices");
-	for (size_t x = 0; x < cl->state->nindices; x++) {
-		const rp_index *e = &cl->state->indices[x];
+	for (size_t x = 0; x < st->nindices; x++) {
+		const rp_index *e = &st->indices[x];
 		cJSON *sh =
 		    cJSON_AddObjectToObject(cJSON_AddObjectToObject(rti, e->name), "shards");
 		for (int s = 0; s < e->nshards; s++) {
@@ -1594,7 +1604,6 @@ nd_cluster_state_json(nd_cluster *cl)
 			}
 		}
 	}
-	pthread_mutex_unlock(&cl->meta_lock);
 	return j;
 }
 

@@ -156,8 +156,35 @@ def reroute_and_explain():
         "a refused reroute changed the routing"
     st, b = cl.req(via, "POST", "/_cluster/reroute", {"commands": [{"nope": {}}]})
     assert st == 400 and "unknown reroute command" in b["error"]["reason"], (st, b)
+    # dry_run: the reply shows the move, the routing does not change
+    st, b = cl.req(via, "POST", "/_cluster/reroute?dry_run=true&metric=routing_table",
+                   {"commands": bad["commands"][:1]})
+    assert st == 200 and b.get("acknowledged"), (st, b)
+    assert set(b["state"]) == {"routing_table"}, b["state"].keys()
+    would = {c["node"]: c["state"] for c in
+             b["state"]["routing_table"]["indices"][INDEX]["shards"][str(shard)]}
+    assert would.get(dst) == "INITIALIZING" and would.get(src) == "STARTED", would
+    # explain: a command that cannot run is a NO, the others YES; still a dry run
+    st, b = cl.req(via, "POST", "/_cluster/reroute?dry_run&explain=true&metric=none", bad)
+    assert st == 200 and b["state"] == {}, (st, b)
+    got = [(x["command"], x["decisions"][0]["decision"]) for x in b["explanations"]]
+    assert got == [("move", "YES"), ("move", "NO")], b["explanations"]
+    assert "failed to find it on node" in b["explanations"][1]["decisions"][0]["explanation"]
+    time.sleep(1)  # a dry run committed nothing: no move starts
+    assert {r["node"] for r in cl.shards(via, INDEX) if int(r["shard"]) == shard} == holders, \
+        "a dry-run reroute changed the routing"
+    for path, body, why in [
+            ("/_cluster/reroute?dry_run=yes", {}, "only [true] or [false]"),
+            ("/_cluster/reroute?metric=bogus", {}, "unrecognized metric"),
+            ("/_cluster/reroute", {"commands": [], "bogus": 1}, "unknown field [bogus]")]:
+        st, b = cl.req(via, "POST", path, body)
+        assert st == 400 and why in b["error"]["reason"], (path, st, b)
+    # retry_failed with no commands: accepted (allocation never gives up)
+    st, b = cl.req(via, "POST", "/_cluster/reroute?retry_failed=true&metric=version")
+    assert st == 200 and b.get("acknowledged") and set(b["state"]) == {"version"}, (st, b)
     st, b = cl.req(via, "POST", "/_cluster/reroute", {"commands": bad["commands"][:1]})
     assert st == 200 and b.get("acknowledged"), (st, b)
+    assert b["state"]["routing_table"]["indices"][INDEX], b
     t0 = time.time()
     while True:
         now = {r["node"]: r["state"] for r in cl.shards(via, INDEX)
