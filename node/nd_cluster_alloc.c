@@ -259,8 +259,8 @@ decider(cJSON *list, const char *name, const char *decision, const char *fmt, ..
 
 /* Why node i may or may not take a copy of ro: the deciders that say no. */
 static const char *
-node_decision(nd_cluster *cl, const rp_route *ro, int i, int max_rec, const char *enable,
-              cJSON *deciders)
+node_decision(nd_cluster *cl, const cJSON *set, const rp_route *ro, int i, int max_rec,
+              const char *enable, cJSON *deciders)
 {
 	const nd_cl_node *nd = &cl->nodes[i];
 	const char *verdict = "yes";
@@ -275,7 +275,7 @@ node_decision(nd_cluster *cl, const rp_route *ro, int i, int max_rec, const char
 		        "a copy of this shard is already allocated to this node [%s]", nd->name);
 		verdict = "no";
 	}
-	if (cl_excluded(cl, i)) {
+	if (cl_excluded_in(cl, set, i)) {
 		decider(
 		    deciders, "filter", "NO",
 		    "node matches cluster setting [cluster.routing.allocation.exclude] filters");
@@ -334,10 +334,11 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 	}
 	char enable[32] = "all", v[32];
 	int max_rec = 2;
-	if (cl_setting_get(cl, "cluster.routing.allocation.enable", v, sizeof(v)))
+	cJSON *set = cl_settings_read(cl);
+	if (cl_setting_in(set, "cluster.routing.allocation.enable", v, sizeof(v)))
 		snprintf(enable, sizeof(enable), "%s", v);
-	if (cl_setting_get(cl, "cluster.routing.allocation.node_concurrent_recoveries", v,
-	                   sizeof(v)) &&
+	if (cl_setting_in(set, "cluster.routing.allocation.node_concurrent_recoveries", v,
+	                  sizeof(v)) &&
 	    atoi(v) > 0)
 		max_rec = atoi(v);
 
@@ -398,14 +399,18 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 	}
 	pthread_mutex_unlock(&cl->meta_lock);
 	if (!found) {
+		/* the message first: want_index and want_node live in b */
+		cm_err rc =
+		    b ? cm_error_set(err, CM_EINVAL, "no such copy: [%s][%d] %s%s%s", want_index,
+		                     (int)ws->valuedouble, primary ? "primary" : "replica",
+		                     want_node ? " on node " : "", want_node ? want_node : "")
+		      : cm_error_set(
+		            err, CM_EINVAL,
+		            "unable to find any unassigned shards to explain "
+		            "[ClusterAllocationExplainRequest[useAnyUnassignedShard=true]]");
 		cJSON_Delete(b);
-		return b ? cm_error_set(err, CM_EINVAL, "no such copy: [%s][%d] %s%s%s", want_index,
-		                        (int)ws->valuedouble, primary ? "primary" : "replica",
-		                        want_node ? " on node " : "", want_node ? want_node : "")
-		         : cm_error_set(
-		               err, CM_EINVAL,
-		               "unable to find any unassigned shards to explain "
-		               "[ClusterAllocationExplainRequest[useAnyUnassignedShard=true]]");
+		cJSON_Delete(set);
+		return rc;
 	}
 	nd_index *nix = nd_index_get(cl->node, index);
 	if (nix) {
@@ -464,7 +469,7 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 		cJSON *cn = cJSON_AddObjectToObject(j, "current_node");
 		cJSON_AddStringToObject(cn, "name", cl->nodes[node].name);
 		cJSON_AddStringToObject(cn, "transport_address", cl->nodes[node].connect);
-		bool excluded = cl_excluded(cl, node);
+		bool excluded = cl_excluded_in(cl, set, node);
 		cJSON_AddStringToObject(j, "can_remain_on_current_node", excluded ? "no" : "yes");
 		if (excluded) {
 			cJSON *rd = cJSON_AddArrayToObject(j, "can_remain_decisions");
@@ -490,7 +495,7 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 		cJSON_AddStringToObject(d, "node_name", cl->nodes[i].name);
 		cJSON_AddStringToObject(d, "transport_address", cl->nodes[i].connect);
 		cJSON_AddStringToObject(d, "node_decision",
-		                        node_decision(cl, &ro, i, max_rec, enable, dec));
+		                        node_decision(cl, set, &ro, i, max_rec, enable, dec));
 		if (cJSON_GetArraySize(dec))
 			cJSON_AddItemToObject(d, "deciders", dec);
 		else
@@ -502,5 +507,6 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 	cJSON_free(t);
 	cJSON_Delete(j);
 	cJSON_Delete(b);
+	cJSON_Delete(set);
 	return CM_OK;
 }

@@ -3,6 +3,7 @@
  * the node's: joining through the master and, on the master, applying
  * shard events and failing over primaries whose node is gone. */
 #define _GNU_SOURCE
+#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,25 +307,27 @@ allocate(nd_cluster *cl)
 	uint64_t gone[RP_MAX_NODES] = {0}, drain = 0, now = cm_now_ns();
 	char v[64];
 	rp_alloc a = {.data = data, .gone_ns = gone, .delay_ns = delay_of, .arg = cl};
-	a.ndata = cl_placeable(cl, data);
+	cJSON *set = cl_settings_read(cl); /* once per round */
+	a.ndata = cl_placeable_in(cl, set, data);
 	for (int i = 0; i < cl->nn && i < RP_MAX_NODES; i++) {
 		uint64_t since = atomic_load(&cl->nodes[i].gone_since_ns);
 		if (i != cl->self && !atomic_load(&cl->nodes[i].registered) && since)
 			gone[i] = now - since > 0 ? now - since : 1;
-		if (cl->nodes[i].data && cl_excluded(cl, i))
+		if (cl->nodes[i].data && cl_excluded_in(cl, set, i))
 			drain |= 1ull << i;
 	}
 	a.drain = drain;
 	a.max_recoveries = 2;
-	if (cl_setting_get(cl, "cluster.routing.allocation.node_concurrent_recoveries", v,
-	                   sizeof(v)))
+	if (cl_setting_in(set, "cluster.routing.allocation.node_concurrent_recoveries", v,
+	                  sizeof(v)))
 		a.max_recoveries = atoi(v) > 0 ? atoi(v) : 2;
 	a.enable = RP_ALLOC_ALL;
-	if (cl_setting_get(cl, "cluster.routing.allocation.enable", v, sizeof(v)))
+	if (cl_setting_in(set, "cluster.routing.allocation.enable", v, sizeof(v)))
 		a.enable = strcmp(v, "primaries") == 0       ? RP_ALLOC_PRIMARIES
 		           : strcmp(v, "new_primaries") == 0 ? RP_ALLOC_NEW_PRIMARIES
 		           : strcmp(v, "none") == 0          ? RP_ALLOC_NONE
 		                                             : RP_ALLOC_ALL;
+	cJSON_Delete(set);
 	if (a.ndata == 0)
 		return;
 	change_state(cl, do_allocate, &a, "allocation");

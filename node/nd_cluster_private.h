@@ -157,10 +157,15 @@ cm_err cl_etcd_commit(nd_cluster *cl, const rp_state *prev, const rp_state *next
                       uint64_t *version, cm_error *err);
 /* cluster.lease_ttl; CM_ENOTFOUND for another key. */
 cm_err cl_etcd_setting(nd_cluster *cl, const char *key, const char *value, cm_error *err);
-/* A cluster setting from the state (transient over persistent). */
-bool cl_setting_get(nd_cluster *cl, const char *key, char *out, size_t cap);
-/* Whether cluster.routing.allocation.exclude.* names node i. */
-bool cl_excluded(nd_cluster *cl, int i);
+/* The state's cluster settings, parsed (the caller deletes it), so that
+ * one round of decisions reads them once. */
+cJSON *cl_settings_read(nd_cluster *cl);
+/* A cluster setting of parsed settings s (transient over persistent). */
+bool cl_setting_in(const cJSON *s, const char *key, char *out, size_t cap);
+/* Whether s's cluster.routing.allocation.exclude.* names node i. */
+bool cl_excluded_in(nd_cluster *cl, const cJSON *s, int i);
+/* The data nodes that may take copies under s, into out[ND_CL_MAX_NODES]. */
+int cl_placeable_in(nd_cluster *cl, const cJSON *s, int *out);
 /* This node acts as master: the elected one, with a lease that cannot
  * have expired (etcd), or the static cluster's first master node. */
 #define cl_is_master(cl) ((cl)->master == (cl)->self && cl_etcd_leading(cl))
