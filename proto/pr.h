@@ -9,10 +9,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/cm_alloc.h"
 #include "../common/cm_buf.h"
 #include "../common/cm_err.h"
 #include "../search/sr.h"
 #include "../storage/st_shard.h"
+
+struct ProtobufCAllocator;
+/* The allocator every protobuf-c unpack goes through, accounting what it
+ * decodes to memory tag `tag` (cm_alloc.h). */
+struct ProtobufCAllocator *pr_pb_allocator(cm_mem_tag tag);
 
 typedef enum {
 	PR_PING = 1,

@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 
 #include "../common/cm_sys.h"
+#include "../proto/pr.h"
 #include "rp.h"
 
 #define MEM CM_MEM_REPLICATION
@@ -115,7 +116,7 @@ seq_u(int64_t v)
 
 /* protobuf-c allocations under CM_MEM_REPLICATION (rp_state.c). */
 struct ProtobufCAllocator;
-extern struct ProtobufCAllocator rp_pb_mem;
+#define RP_PB pr_pb_allocator(MEM) /* protobuf-c decodes accounted here */
 
 bool rp_take(rp *r, const char *index, const char *uuid, int shard, rp_copy *c);
 void rp_release(rp *r, rp_copy *c);

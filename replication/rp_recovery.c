@@ -499,17 +499,17 @@ rp_rec_serve(rp *r, uint32_t type, const uint8_t *p, size_t len, cm_error *err, 
 
 	switch (type) {
 	case PR_REC_FILE: {
-		Shoal__RecFileChunk *m = shoal__rec_file_chunk__unpack(&rp_pb_mem, len, p);
+		Shoal__RecFileChunk *m = shoal__rec_file_chunk__unpack(RP_PB, len, p);
 		if (!m) {
 			cm_error_set(err, CM_EPARSE, "malformed recovery request");
 			return;
 		}
 		serve_file(r, m, err, body);
-		shoal__rec_file_chunk__free_unpacked(m, &rp_pb_mem);
+		shoal__rec_file_chunk__free_unpacked(m, RP_PB);
 		return;
 	}
 	case PR_REC_RELEASE: {
-		Shoal__RecRelease *m = shoal__rec_release__unpack(&rp_pb_mem, len, p);
+		Shoal__RecRelease *m = shoal__rec_release__unpack(RP_PB, len, p);
 		char path[1600];
 		if (m && snap_name_ok(m->snapshot)) {
 			snap_root(r, path, sizeof(path));
@@ -518,32 +518,32 @@ rp_rec_serve(rp *r, uint32_t type, const uint8_t *p, size_t len, cm_error *err, 
 			cm_rm_rf(path);
 		}
 		if (m)
-			shoal__rec_release__free_unpacked(m, &rp_pb_mem);
+			shoal__rec_release__free_unpacked(m, RP_PB);
 		return;
 	}
 	case PR_REC_START: {
-		Shoal__RecStart *m = shoal__rec_start__unpack(&rp_pb_mem, len, p);
+		Shoal__RecStart *m = shoal__rec_start__unpack(RP_PB, len, p);
 		if (!m)
 			cm_error_set(err, CM_EPARSE, "malformed recovery request");
 		else if (serve_shard(r, m->ref, &c, &rs, &target, &term, err))
 			serve_start(r, m, rs, c.s, target, term, err, body);
 		if (m)
-			shoal__rec_start__free_unpacked(m, &rp_pb_mem);
+			shoal__rec_start__free_unpacked(m, RP_PB);
 		break;
 	}
 	case PR_REC_OPS: {
-		Shoal__RecOps *m = shoal__rec_ops__unpack(&rp_pb_mem, len, p);
+		Shoal__RecOps *m = shoal__rec_ops__unpack(RP_PB, len, p);
 		if (!m)
 			cm_error_set(err, CM_EPARSE, "malformed recovery request");
 		else if (serve_shard(r, m->ref, &c, &rs, &target, &term, err))
 			serve_ops(r, m, rs, c.s, term, err, body);
 		if (m)
-			shoal__rec_ops__free_unpacked(m, &rp_pb_mem);
+			shoal__rec_ops__free_unpacked(m, RP_PB);
 		break;
 	}
 	case PR_REC_FINALIZE:
 	case PR_REC_CANCEL: {
-		Shoal__RecShard *m = shoal__rec_shard__unpack(&rp_pb_mem, len, p);
+		Shoal__RecShard *m = shoal__rec_shard__unpack(RP_PB, len, p);
 		if (!m)
 			cm_error_set(err, CM_EPARSE, "malformed recovery request");
 		else if (serve_shard(r, m->ref, &c, &rs, &target, &term, err)) {
@@ -553,7 +553,7 @@ rp_rec_serve(rp *r, uint32_t type, const uint8_t *p, size_t len, cm_error *err, 
 				serve_cancel(r, rs, c.s, target);
 		}
 		if (m)
-			shoal__rec_shard__free_unpacked(m, &rp_pb_mem);
+			shoal__rec_shard__free_unpacked(m, RP_PB);
 		break;
 	}
 	default:
@@ -804,7 +804,7 @@ rec_main(void *arg)
 	if (rc)
 		goto out;
 	started = true;
-	rep = shoal__rec_start_reply__unpack(&rp_pb_mem, len, data);
+	rep = shoal__rec_start_reply__unpack(RP_PB, len, data);
 	if (!rep) {
 		rc = cm_error_set(&err, CM_EPARSE, "malformed recovery start reply");
 		goto out;
@@ -875,7 +875,7 @@ out:
 	rp_release(r, &c);
 done:
 	if (rep)
-		shoal__rec_start_reply__free_unpacked(rep, &rp_pb_mem);
+		shoal__rec_start_reply__free_unpacked(rep, RP_PB);
 	cm_free(MEM, data);
 	cm_free(MEM, j);
 	atomic_store(&r->rec_busy, false);

@@ -13,21 +13,7 @@
 #include "proto/shoal.pb-c.h"
 #include "rp_private.h"
 
-static void *
-pb_alloc(void *d, size_t n)
-{
-	(void)d;
-	return cm_malloc(MEM, n ? n : 1);
-}
 
-static void
-pb_free(void *d, void *p)
-{
-	(void)d;
-	cm_free(MEM, p);
-}
-
-ProtobufCAllocator rp_pb_mem = {pb_alloc, pb_free, NULL};
 
 static char *
 dup_or_empty(const char *s)
@@ -364,7 +350,7 @@ cm_err
 rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_state **out,
                 cm_error *err)
 {
-	Shoal__ClusterState *m = shoal__cluster_state__unpack(&rp_pb_mem, len, p);
+	Shoal__ClusterState *m = shoal__cluster_state__unpack(RP_PB, len, p);
 	*out = NULL;
 	if (!m)
 		return cm_error_set(err, CM_EPARSE, "malformed cluster state");
@@ -375,7 +361,7 @@ rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_
 		const Shoal__IndexState *pb = m->indices[i];
 		rp_index *x = &st->indices[st->nindices];
 		if (pb->shards > 100000 || pb->n_routing != pb->shards) {
-			shoal__cluster_state__free_unpacked(m, &rp_pb_mem);
+			shoal__cluster_state__free_unpacked(m, RP_PB);
 			rp_state_free(st);
 			return cm_error_set(err, CM_EPARSE,
 			                    "malformed cluster state: index [%s] has %u shards "
@@ -418,7 +404,7 @@ rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_
 	}
 	if (m->settings.len)
 		st->settings = bin_text(m->settings);
-	shoal__cluster_state__free_unpacked(m, &rp_pb_mem);
+	shoal__cluster_state__free_unpacked(m, RP_PB);
 	*out = st;
 	return CM_OK;
 }
@@ -469,7 +455,7 @@ rp_state_merge(rp_state *into, const void *p, size_t len, const char *const *nam
 cm_err
 rp_state_names(const void *p, size_t len, void (*fn)(void *arg, const char *name), void *arg)
 {
-	Shoal__ClusterState *m = shoal__cluster_state__unpack(&rp_pb_mem, len, p);
+	Shoal__ClusterState *m = shoal__cluster_state__unpack(RP_PB, len, p);
 	if (!m)
 		return CM_EPARSE;
 	for (size_t i = 0; i < m->n_indices; i++)
@@ -484,7 +470,7 @@ rp_state_names(const void *p, size_t len, void (*fn)(void *arg, const char *name
 		}
 	for (size_t i = 0; i < m->n_joined; i++)
 		fn(arg, m->joined[i]->node);
-	shoal__cluster_state__free_unpacked(m, &rp_pb_mem);
+	shoal__cluster_state__free_unpacked(m, RP_PB);
 	return CM_OK;
 }
 
@@ -521,12 +507,12 @@ cm_err
 rp_event_decode(const void *p, size_t len, const char *const *names, int nn, rp_event *ev,
                 void **keep, cm_error *err)
 {
-	Shoal__ShardEvent *m = shoal__shard_event__unpack(&rp_pb_mem, len, p);
+	Shoal__ShardEvent *m = shoal__shard_event__unpack(RP_PB, len, p);
 	memset(ev, 0, sizeof(*ev));
 	*keep = NULL;
 	if (!m || !m->ref || m->kind < 1 || m->kind > 3) {
 		if (m)
-			shoal__shard_event__free_unpacked(m, &rp_pb_mem);
+			shoal__shard_event__free_unpacked(m, RP_PB);
 		return cm_error_set(err, CM_EPARSE, "malformed shard event");
 	}
 	ev->kind = (rp_event_kind)m->kind;
@@ -548,7 +534,7 @@ void
 rp_event_free(void *keep)
 {
 	if (keep)
-		shoal__shard_event__free_unpacked(keep, &rp_pb_mem);
+		shoal__shard_event__free_unpacked(keep, RP_PB);
 }
 
 cm_err
