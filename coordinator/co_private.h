@@ -93,6 +93,9 @@ bool co_param_bool(co_req *r, const char *key, bool dflt);
  * and "true" are true, "false" is false; anything else answers 400 and
  * returns false. */
 bool co_param_flag(co_req *r, const char *key, bool dflt, bool *out);
+/* The cluster's uuid (from the cluster state; a solo node's own, or a
+ * cluster node's own before the first state was committed), in buf. */
+const char *co_cluster_uuid(co_req *r, char *buf, size_t cap);
 /* A segment captured by the route pattern ("{index}"), or NULL. */
 const char *co_seg(co_req *r, int i);
 /* Parses the whole body as JSON; NULL for an empty body. On malformed JSON

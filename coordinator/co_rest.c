@@ -51,13 +51,26 @@ co_release_all(nd_index **ixs, size_t n)
 
 /* ---- GET / ---- */
 
+const char *
+co_cluster_uuid(co_req *r, char *buf, size_t cap)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	buf[0] = 0;
+	if (cl)
+		nd_cluster_uuid_of(cl, buf, cap);
+	if (!buf[0])
+		snprintf(buf, cap, "%s", nd_cluster_uuid(r->node));
+	return buf;
+}
+
 void
 co_h_root(co_req *r)
 {
 	cJSON *j = cJSON_CreateObject(), *v;
 	cJSON_AddStringToObject(j, "name", nd_node_name(r->node));
 	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
-	cJSON_AddStringToObject(j, "cluster_uuid", nd_cluster_uuid(r->node));
+	char uuid[64];
+	cJSON_AddStringToObject(j, "cluster_uuid", co_cluster_uuid(r, uuid, sizeof(uuid)));
 	v = cJSON_AddObjectToObject(j, "version");
 	cJSON_AddStringToObject(v, "number", ND_ES_VERSION);
 	cJSON_AddStringToObject(v, "build_flavor", "default");
@@ -190,30 +203,32 @@ co_h_cluster_state(co_req *r)
 	cJSON *cs = cl ? nd_cluster_state_json(cl) : NULL;
 	nd_index_list(r->node, &ixs, &n);
 	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
-	cJSON_AddStringToObject(j, "cluster_uuid", nd_cluster_uuid(r->node));
+	char uuid[64];
+	co_cluster_uuid(r, uuid, sizeof(uuid));
+	cJSON_AddStringToObject(j, "cluster_uuid", uuid);
 	if (cs) {
 		/* the cluster's: state version, master, live nodes, routing */
 		cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(cs, "version");
 		cJSON_AddItemToObject(j, "version", v);
-		cJSON_AddStringToObject(j, "state_uuid", nd_cluster_uuid(r->node));
+		cJSON_AddStringToObject(j, "state_uuid", uuid);
 		cJSON_AddItemToObject(j, "master_node",
 		                      cJSON_DetachItemFromObjectCaseSensitive(cs, "master_node"));
 		cJSON_AddItemToObject(j, "nodes",
 		                      cJSON_DetachItemFromObjectCaseSensitive(cs, "nodes"));
 	} else {
 		cJSON_AddNumberToObject(j, "version", 1);
-		cJSON_AddStringToObject(j, "state_uuid", nd_cluster_uuid(r->node));
+		cJSON_AddStringToObject(j, "state_uuid", uuid);
 		cJSON_AddStringToObject(j, "master_node", nd_node_id(r->node));
 		nodes = cJSON_AddObjectToObject(j, "nodes");
 		me = cJSON_AddObjectToObject(nodes, nd_node_id(r->node));
 		cJSON_AddStringToObject(me, "name", nd_node_name(r->node));
 		cJSON_AddStringToObject(me, "ephemeral_id", nd_node_id(r->node));
-		snprintf(addr, sizeof(addr), "127.0.0.1:9300");
+		snprintf(addr, sizeof(addr), "%s", co_http_publish_address());
 		cJSON_AddStringToObject(me, "transport_address", addr);
 		cJSON_AddObjectToObject(me, "attributes");
 	}
 	meta = cJSON_AddObjectToObject(j, "metadata");
-	cJSON_AddStringToObject(meta, "cluster_uuid", nd_cluster_uuid(r->node));
+	cJSON_AddStringToObject(meta, "cluster_uuid", uuid);
 	ind = cJSON_AddObjectToObject(meta, "indices");
 	for (size_t i = 0; i < n; i++) {
 		cJSON *o = cJSON_AddObjectToObject(ind, nd_index_name(ixs[i]));
@@ -914,6 +929,20 @@ static const cm_mem_tag mem_tags[] = {CM_MEM_COMMON,      CM_MEM_STORAGE, CM_MEM
                                       CM_MEM_COORDINATOR};
 
 /* This node's _nodes/stats entry. */
+/* This node's addresses in _nodes and _cluster/state: its transport on a
+ * cluster node; a solo node has no transport and gives its HTTP address
+ * there (docs/api.md). host is the address without the port. */
+static void
+node_addrs(nd_node *node, char *transport, char *host, size_t cap)
+{
+	nd_cluster *cl = nd_cluster_of(node);
+	snprintf(transport, cap, "%s", cl ? nd_cluster_transport(cl) : co_http_publish_address());
+	snprintf(host, cap, "%s", transport);
+	char *colon = strrchr(host, ':');
+	if (colon)
+		*colon = 0;
+}
+
 static cJSON *
 node_stats_entry(nd_node *node)
 {
@@ -929,10 +958,12 @@ node_stats_entry(nd_node *node)
 		collect_stats(ixs[i], &all);
 	co_release_all(ixs, n);
 	cJSON_AddNumberToObject(me, "timestamp", (double)cm_wall_ms());
+	char ta[128], host[128];
+	node_addrs(node, ta, host, sizeof(ta));
 	cJSON_AddStringToObject(me, "name", nd_node_name(node));
-	cJSON_AddStringToObject(me, "transport_address", "127.0.0.1:9300");
-	cJSON_AddStringToObject(me, "host", "127.0.0.1");
-	cJSON_AddStringToObject(me, "ip", "127.0.0.1:9300");
+	cJSON_AddStringToObject(me, "transport_address", ta);
+	cJSON_AddStringToObject(me, "host", host);
+	cJSON_AddStringToObject(me, "ip", ta);
 	o = cJSON_AddArrayToObject(me, "roles");
 	cJSON_AddItemToArray(o, cJSON_CreateString("data"));
 	cJSON_AddItemToArray(o, cJSON_CreateString("ingest"));
@@ -974,10 +1005,12 @@ static cJSON *
 node_info_entry(nd_node *node)
 {
 	cJSON *me = cJSON_CreateObject(), *o;
+	char ta[128], host[128];
+	node_addrs(node, ta, host, sizeof(ta));
 	cJSON_AddStringToObject(me, "name", nd_node_name(node));
-	cJSON_AddStringToObject(me, "transport_address", "127.0.0.1:9300");
-	cJSON_AddStringToObject(me, "host", "127.0.0.1");
-	cJSON_AddStringToObject(me, "ip", "127.0.0.1");
+	cJSON_AddStringToObject(me, "transport_address", ta);
+	cJSON_AddStringToObject(me, "host", host);
+	cJSON_AddStringToObject(me, "ip", host);
 	cJSON_AddStringToObject(me, "version", ND_ES_VERSION);
 	cJSON_AddStringToObject(me, "build_flavor", "default");
 	cJSON_AddStringToObject(me, "build_type", "tar");

@@ -339,6 +339,21 @@ nd_cluster_http(const nd_cluster *cl)
 	return cl->nodes[cl->self].http;
 }
 
+void
+nd_cluster_uuid_of(nd_cluster *cl, char *out, size_t cap)
+{
+	pthread_mutex_lock(&cl->meta_lock);
+	snprintf(out, cap, "%s", cl->state ? cl->state->cluster_uuid : "");
+	pthread_mutex_unlock(&cl->meta_lock);
+}
+
+const char *
+nd_cluster_transport(const nd_cluster *cl)
+{
+	const char *t = cl->nodes[cl->self].transport, *sep = strstr(t, "://");
+	return sep ? sep + 3 : t;
+}
+
 const char *
 nd_cluster_self(const nd_cluster *cl)
 {
@@ -630,6 +645,11 @@ cm_err
 cl_state_commit_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 {
 	cm_err rc;
+	if (!next->cluster_uuid[0]) {
+		char u[23];
+		nd_uuid(u); /* the cluster's, from its first committed state on */
+		snprintf(next->cluster_uuid, sizeof(next->cluster_uuid), "%s", u);
+	}
 	if (cl->etcd) {
 		/* etcd holds the state; the local copy is a cache for the start */
 		uint64_t v = 0;

@@ -45,6 +45,10 @@ cm_err nd_cluster_setting(nd_cluster *cl, const char *kv, cm_error *err);
 void nd_cluster_cat_recovery(nd_cluster *cl, cm_buf *out);
 /* This node's HTTP address ("127.0.0.1:9200"), borrowed. */
 const char *nd_cluster_http(const nd_cluster *cl);
+/* The cluster's uuid from the state ("" before the first commit). */
+void nd_cluster_uuid_of(nd_cluster *cl, char *out, size_t cap);
+/* This node's transport address, host:port (no scheme). */
+const char *nd_cluster_transport(const nd_cluster *cl);
 const char *nd_cluster_self(const nd_cluster *cl);
 /* The node table (it grows on etcd): how many, and node i's name. */
 int nd_cluster_nnodes(const nd_cluster *cl);

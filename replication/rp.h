@@ -46,6 +46,7 @@ typedef struct rp_state {
 	size_t nindices;
 	uint64_t joined[RP_MAX_NODES]; /* boot id each node joined with; 0 = none */
 	char *settings; /* cluster settings, JSON text ({"persistent":..,"transient":..}); NULL none */
+	char cluster_uuid[24]; /* "" until the first master's commit sets it */
 } rp_state;
 
 rp_state *rp_state_new(void);

@@ -78,6 +78,7 @@ rp_state_dup(const rp_state *st)
 	d->version = st->version;
 	memcpy(d->joined, st->joined, sizeof(d->joined));
 	d->settings = st->settings ? cm_strdup(MEM, st->settings) : NULL;
+	memcpy(d->cluster_uuid, st->cluster_uuid, sizeof(d->cluster_uuid));
 	d->indices = cm_calloc(MEM, st->nindices + 1, sizeof(rp_index));
 	for (size_t i = 0; i < st->nindices; i++)
 		index_copy(&d->indices[i], &st->indices[i]);
@@ -328,6 +329,7 @@ rp_state_encode(const rp_state *st, const char *const *names, int nn, cm_buf *ou
 	m.joined = bootp;
 	if (st->settings)
 		m.settings = text_bin(st->settings);
+	m.cluster_uuid = (char *)st->cluster_uuid;
 	size_t len = shoal__cluster_state__get_packed_size(&m);
 	cm_buf_reserve(out, len + 1); /* never NULL + 0 */
 	shoal__cluster_state__pack(&m, (uint8_t *)out->data + out->len);
@@ -404,6 +406,8 @@ rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_
 	}
 	if (m->settings.len)
 		st->settings = bin_text(m->settings);
+	if (m->cluster_uuid)
+		snprintf(st->cluster_uuid, sizeof(st->cluster_uuid), "%s", m->cluster_uuid);
 	shoal__cluster_state__free_unpacked(m, RP_PB);
 	*out = st;
 	return CM_OK;
@@ -422,6 +426,7 @@ rp_state_encode_global(const rp_state *st, const char *const *names, int nn, cm_
 {
 	rp_state part = {.version = 0, .settings = st->settings};
 	memcpy(part.joined, st->joined, sizeof(part.joined));
+	memcpy(part.cluster_uuid, st->cluster_uuid, sizeof(part.cluster_uuid));
 	rp_state_encode(&part, names, nn, out);
 }
 
@@ -443,6 +448,8 @@ rp_state_merge(rp_state *into, const void *p, size_t len, const char *const *nam
 	for (int n = 0; n < RP_MAX_NODES; n++)
 		if (part->joined[n])
 			into->joined[n] = part->joined[n];
+	if (part->cluster_uuid[0])
+		memcpy(into->cluster_uuid, part->cluster_uuid, sizeof(into->cluster_uuid));
 	if (part->settings) {
 		cm_free(MEM, into->settings);
 		into->settings = part->settings;

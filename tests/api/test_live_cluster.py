@@ -130,6 +130,9 @@ def m3_add_a_node():
     per_index = cl.per_node(new, INDEX)
     assert balance(per_index) <= 1, "index not balanced: %s" % per_index
     assert S.failed == 0, "%d of %d searches failed: %s" % (S.failed, S.done, S.failures)
+    # the new node names the cluster's uuid (kept in etcd), as the others do
+    uuids = {cl.req(n, "GET", "/")[1]["cluster_uuid"] for n in cl.live()}
+    assert len(uuids) == 1, "nodes name different cluster_uuids: %s" % uuids
     finish("M3 add node", "green+settled %.1f s after the start, %d copies moved to %s, "
            "per-node %s, %d searches 0 failed" % (time.time() - t0, moved, new,
                                                    sorted(counts.values()), S.done))
