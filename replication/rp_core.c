@@ -476,8 +476,9 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 		for (int i = 0; i < RP_MAX_NODES; i++)
 			rs->ckp[i] = NONE;
 		rs->term = ro.term;
+		rs->doubt = 0; /* the new term's in-sync set is the master's word */
 	}
-	uint64_t tracking = rs->tracking, pending = rs->pending;
+	uint64_t tracking = rs->tracking, pending = rs->pending, doubt = rs->doubt;
 	pthread_mutex_unlock(&r->mu);
 	if ((rc = r->ops.apply(r->host, ref, shard, ops, n, res, false)))
 		goto out;
@@ -495,7 +496,8 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 		k++;
 	}
 	uint64_t self = 1ull << r->self;
-	uint64_t in_sync = ro.in_sync & ~self;
+	/* A copy the master may count in sync is waited for as one. */
+	uint64_t in_sync = (ro.in_sync | doubt) & ~self;
 	uint64_t mask = (in_sync | tracking | pending) & ~self;
 	if (k && mask) {
 		uint64_t dl = cm_now_ns() + r->replica_ns;
@@ -568,6 +570,9 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 			cm_warn("replication", "[%s][%d] copy on [%s] left the in-sync set: %s",
 			        name, shard, r->names[i], calls[i].why);
 			in_sync &= ~bit;
+			pthread_mutex_lock(&r->mu);
+			rs->doubt &= ~bit; /* the master has it out */
+			pthread_mutex_unlock(&r->mu);
 		}
 	}
 	/* Global checkpoint: the lowest local checkpoint of the in-sync copies. */
@@ -575,7 +580,10 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 		st_shard_stats st;
 		st_shard_stats_get(c.s, &st);
 		pthread_mutex_lock(&r->mu);
-		int64_t g = gcp_of(r, rs, in_sync, seq_i(st.local_checkpoint));
+		/* a finalizing copy counts: the master may count it in before
+		 * this node learns so, and an op it lacks must stay above the
+		 * checkpoint that a later recovery compares histories from */
+		int64_t g = gcp_of(r, rs, in_sync | (rs->pending & ~self), seq_i(st.local_checkpoint));
 		bool moved = g > rs->gcp;
 		if (moved)
 			rs->gcp = g;
@@ -661,6 +669,8 @@ gcp_sync(rp *r)
 		bool routed = rp_route_get(r, rs->index, rs->shard, &ro);
 		pthread_mutex_lock(&r->mu);
 		rs->pending &= ~ro.in_sync; /* finalized copies the routes now show */
+		rs->doubt &= ~ro.in_sync;
+		uint64_t held = rs->pending | rs->doubt;
 		pthread_mutex_unlock(&r->mu);
 		if (!routed || ro.primary != r->self || pthread_rwlock_tryrdlock(&rs->lock) != 0) {
 			rp_release(r, &c);
@@ -670,8 +680,9 @@ gcp_sync(rp *r)
 		st_shard_stats_get(c.s, &st);
 		uint64_t in_sync = ro.in_sync & ~(1ull << r->self);
 		pthread_mutex_lock(&r->mu);
-		int64_t g =
-		    rs->term == ro.term ? gcp_of(r, rs, in_sync, seq_i(st.local_checkpoint)) : NONE;
+		int64_t g = rs->term == ro.term ? gcp_of(r, rs, (in_sync | held) & ~(1ull << r->self),
+		                                         seq_i(st.local_checkpoint))
+		                                : NONE;
 		if (g > rs->gcp)
 			rs->gcp = g;
 		g = rs->gcp;

@@ -47,6 +47,9 @@ typedef struct rp_shard {
 	uint64_t tracking;         /* copies in recovery: forwarded to, not waited for */
 	uint64_t pending;          /* copies finalizing: forwarded to, and a failure is not acked */
 	uint64_t pending_failed;   /* pending copies a forward failed on */
+	uint64_t doubt;            /* copies the master may have counted in (a STARTED ask
+	                            * whose answer was lost): treated as in sync until the
+	                            * routes show them or the master took them out */
 	int64_t ckp[RP_MAX_NODES]; /* (under rp.mu) */
 	int64_t gcp;
 	int64_t gcp_sent;               /* the last one the copies were told */

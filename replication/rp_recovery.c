@@ -382,7 +382,7 @@ serve_finalize(rp *r, const Shoal__RecShard *m, rp_shard *rs, st_shard *s, int t
 	fwd_call calls[RP_MAX_NODES];
 	rp_route ro;
 	ops_ctx c;
-	bool read_ok = false;
+	bool read_ok = false, doubt = false;
 
 	memset(calls, 0, sizeof(calls));
 	memset(&c, 0, sizeof(c));
@@ -412,9 +412,11 @@ serve_finalize(rp *r, const Shoal__RecShard *m, rp_shard *rs, st_shard *s, int t
 		if (c.n && calls[target].rc)
 			cm_error_set(err, CM_EUNAVAIL, "final operations not applied: %s",
 			             calls[target].why);
+		else if (rp_ask_master(r, RP_EV_STARTED, rs->index, rs->uuid, rs->shard, target,
+		                       ro.term, NULL, err) == CM_OK)
+			started = true;
 		else
-			started = rp_ask_master(r, RP_EV_STARTED, rs->index, rs->uuid, rs->shard,
-			                        target, ro.term, NULL, err) == CM_OK;
+			doubt = true; /* the master may have counted it in all the same */
 	}
 	if (started)
 		r->ops.refresh_state(r->host); /* learn the in-sync set before dropping pending */
@@ -426,8 +428,10 @@ serve_finalize(rp *r, const Shoal__RecShard *m, rp_shard *rs, st_shard *s, int t
 	if (!started || failed || (now.in_sync & bit))
 		rs->pending &= ~bit; /* else until the routes show it (rp_tick) */
 	rs->tracking &= ~bit;
-	if (started)
+	if (started || doubt)
 		rs->ckp[target] = c.n ? calls[target].ckp : ckp;
+	if (doubt && !(now.in_sync & bit))
+		rs->doubt |= bit; /* waited for as in sync until the routes or the master say */
 	pthread_mutex_unlock(&r->mu);
 	rp_retain(r, rs, s, target, INT64_MAX);
 	if (started && failed) {
