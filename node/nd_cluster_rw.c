@@ -1386,51 +1386,101 @@ nd_cluster_set_info(nd_cluster *cl, cJSON *(*fn)(void *arg, const char *kind), v
 	cl->info_arg = arg;
 }
 
+/* One node's answer to a parallel rw_node ask (nodes_gather). */
+typedef struct info_call {
+	cm_wait *w;
+	cJSON *out;   /* the parsed answer; NULL when it failed */
+	uint64_t t0; /* when asked; the latency once answered */
+	cm_err rc;
+} info_call;
+
+static void
+info_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
+{
+	info_call *c = arg;
+	(void)type;
+	if (!rc) {
+		cm_error remote;
+		char *rb = NULL;
+		size_t rl;
+		cm_error_clear(&remote);
+		if (pr_ack_decode(p, len, &remote, &rb, &rl) == CM_OK && !remote.code && rb)
+			c->out = cJSON_ParseWithLength(rb, rl);
+		cm_free(MEM, rb);
+		c->t0 = cm_now_ns() - c->t0; /* the latency, marked by the gatherer */
+	}
+	c->rc = rc;
+	cm_wait_done(c->w);
+}
+
+/* Asks every other node for its `kind` entry at once (a dead node costs
+ * one deadline, not one per node); this node answers from cl->info when
+ * with_self. calls[i].out holds node i's answer. */
+static info_call *
+nodes_gather(nd_cluster *cl, const char *kind, bool with_self)
+{
+	int nn = cl->nn;
+	info_call *calls = cm_calloc(MEM, (size_t)nn + 1, sizeof(info_call));
+	cm_buf req;
+	char body[96];
+	snprintf(body, sizeof(body), "{\"kind\":\"%s\"}", kind);
+	cm_buf_init(&req, MEM);
+	pr_admin_encode("rw_node", "", body, strlen(body), &req);
+	cm_wait *w = cm_wait_create(nn > 0 ? nn - 1 : 0);
+	uint64_t now = cm_now_ns();
+	for (int i = 0; i < nn; i++) {
+		if (i == cl->self)
+			continue;
+		calls[i] = (info_call){.w = w, .t0 = now};
+		/* a node held unreachable may be back already: asked too, briefly */
+		nd_peer_call(cl->nodes[i].peer, PR_ADMIN, req.data, req.len,
+		             now + (cl_alive(cl, i) ? 5000000000ull : 300000000ull), info_done,
+		             &calls[i]);
+	}
+	if (with_self && cl->self >= 0 && cl->self < nn)
+		calls[cl->self].out = cl->info ? cl->info(cl->info_arg, kind) : NULL;
+	cm_wait_wait(w);
+	cm_wait_destroy(w);
+	cm_buf_free(&req);
+	for (int i = 0; i < nn; i++) /* liveness, as remote_rw marks it (not on nng's thread) */
+		if (i != cl->self && (calls[i].out || calls[i].rc == CM_EUNAVAIL))
+			cl_mark(cl, i, calls[i].out != NULL, calls[i].t0);
+	return calls;
+}
+
 cJSON *
 nd_cluster_nodes_info(nd_cluster *cl, const char *kind, int *total, int *failed)
 {
 	cJSON *nodes = cJSON_CreateObject();
-	char body[64];
-	snprintf(body, sizeof(body), "{\"kind\":\"%s\"}", kind);
-	*total = cl->nn;
+	int nn = cl->nn;
+	info_call *calls = nodes_gather(cl, kind, true);
+	*total = nn;
 	*failed = 0;
-	for (int i = 0; i < cl->nn; i++) {
-		cm_error e;
-		cJSON *r = NULL;
-		cm_error_clear(&e);
-		if (i == cl->self)
-			r = cl->info ? cl->info(cl->info_arg, kind) : NULL;
-		else
-			remote_rw(cl, i, "rw_node", "", body, &r, &e);
-		if (!r) {
+	for (int i = 0; i < nn; i++) {
+		if (!calls[i].out) {
 			(*failed)++;
 			continue;
 		}
-		cJSON_AddItemToObject(nodes, cl->nodes[i].name, r);
+		cJSON_AddItemToObject(nodes, cl->nodes[i].name, calls[i].out);
 	}
+	cm_free(MEM, calls);
 	return nodes;
 }
 
 void
 nd_cluster_info_all(nd_cluster *cl, const char *kind, int *total, int *failed)
 {
-	cJSON *b = cJSON_CreateObject();
-	cJSON_AddStringToObject(b, "kind", kind);
-	char *body = cJSON_PrintUnformatted(b);
-	cJSON_Delete(b);
-	*total = cl->nn - 1;
+	int nn = cl->nn;
+	info_call *calls = nodes_gather(cl, kind, false);
+	*total = nn - 1;
 	*failed = 0;
-	for (int i = 0; i < cl->nn; i++) {
-		cm_error e;
-		cJSON *r = NULL;
-		cm_error_clear(&e);
+	for (int i = 0; i < nn; i++) {
 		if (i == cl->self)
 			continue;
-		if (!body || remote_rw(cl, i, "rw_node", "", body, &r, &e))
-			(*failed)++;
-		cJSON_Delete(r);
+		*failed += calls[i].out == NULL;
+		cJSON_Delete(calls[i].out);
 	}
-	cJSON_free(body);
+	cm_free(MEM, calls);
 }
 
 /* One copy per shard as the routing has it, with docs and bytes gathered
