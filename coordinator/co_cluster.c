@@ -356,20 +356,6 @@ co_cluster_cat(co_req *r, const char *what)
 		return false;
 	if (strcmp(what, "health") == 0) {
 		/* the cluster's health, as _cluster/health has it */
-		static const char *const cols[] = {"epoch",
-		                                   "timestamp",
-		                                   "cluster",
-		                                   "status",
-		                                   "node.total",
-		                                   "node.data",
-		                                   "shards",
-		                                   "pri",
-		                                   "relo",
-		                                   "init",
-		                                   "unassign",
-		                                   "pending_tasks",
-		                                   "max_task_wait_time",
-		                                   "active_shards_percent"};
 		cm_buf h;
 		cm_buf_init(&h, MEM);
 		nd_cluster_health(cl, &h);
@@ -396,7 +382,7 @@ co_cluster_cat(co_req *r, const char *what)
 		    HN("active_shards_percent_as_number"));
 #undef HN
 		cJSON_Delete(j);
-		cat_reply(r, cols, 14, &rows);
+		cat_reply(r, co_cat_health_cols, CO_CAT_HEALTH_NCOLS, &rows);
 		cm_buf_free(&rows);
 		return true;
 	}

@@ -93,6 +93,8 @@ bool co_param_bool(co_req *r, const char *key, bool dflt);
  * and "true" are true, "false" is false; anything else answers 400 and
  * returns false. */
 bool co_param_flag(co_req *r, const char *key, bool dflt, bool *out);
+#define CO_CAT_HEALTH_NCOLS 14
+extern const char *const co_cat_health_cols[CO_CAT_HEALTH_NCOLS];
 /* The cluster's uuid (from the cluster state; a solo node's own, or a
  * cluster node's own before the first state was committed), in buf. */
 const char *co_cluster_uuid(co_req *r, char *buf, size_t cap);

@@ -51,6 +51,12 @@ co_release_all(nd_index **ixs, size_t n)
 
 /* ---- GET / ---- */
 
+/* _cat/health's columns, on a solo node (here) and a cluster (co_cluster.c) */
+const char *const co_cat_health_cols[CO_CAT_HEALTH_NCOLS] = {
+    "epoch", "timestamp", "cluster",       "status",  "node.total",         "node.data",
+    "shards", "pri",      "relo",          "init",    "unassign",           "pending_tasks",
+    "max_task_wait_time", "active_shards_percent"};
+
 const char *
 co_cluster_uuid(co_req *r, char *buf, size_t cap)
 {
@@ -323,7 +329,7 @@ co_h_cat_help(co_req *r)
 /* ---- _cat ---- */
 
 typedef struct cat_table {
-	const char **cols;
+	const char *const *cols;
 	int ncols;
 	char ***rows; /* rows[i][c] */
 	int nrows, cap;
@@ -331,7 +337,7 @@ typedef struct cat_table {
 } cat_table;
 
 static void
-cat_init(cat_table *t, const char **cols, int ncols)
+cat_init(cat_table *t, const char *const *cols, int ncols)
 {
 	memset(t, 0, sizeof(*t));
 	t->cols = cols;
@@ -618,25 +624,12 @@ co_h_cat(co_req *r)
 		snprintf(b2, sizeof(b2), "%llu", (unsigned long long)total);
 		cat_row(&t, b1, ts, b2);
 	} else {
-		static const char *cols[] = {"epoch",
-		                             "timestamp",
-		                             "cluster",
-		                             "status",
-		                             "node.total",
-		                             "node.data",
-		                             "shards",
-		                             "pri",
-		                             "relo",
-		                             "init",
-		                             "unassign",
-		                             "pending_tasks",
-		                             "max_task_wait_time",
-		                             "active_shards_percent"};
+		const char *const *cols = co_cat_health_cols;
 		health h;
 		char b7[32];
 		nd_index_list(r->node, &ixs, &n);
 		health_of(ixs, n, &h);
-		cat_init(&t, cols, 14);
+		cat_init(&t, cols, CO_CAT_HEALTH_NCOLS);
 		for (int c = 4; c < 12; c++)
 			t.numeric[c] = true;
 		snprintf(b1, sizeof(b1), "%lld", (long long)(now / 1000));
