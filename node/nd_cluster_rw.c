@@ -1422,10 +1422,14 @@ nodes_gather(nd_cluster *cl, const char *kind, bool with_self)
 	int nn = cl->nn;
 	info_call *calls = cm_calloc(MEM, (size_t)nn + 1, sizeof(info_call));
 	cm_buf req;
-	char body[96];
-	snprintf(body, sizeof(body), "{\"kind\":\"%s\"}", kind);
+	/* kind may be a whole JSON text (a template change): encoded, not pasted */
+	cJSON *b = cJSON_CreateObject();
+	cJSON_AddStringToObject(b, "kind", kind);
+	char *body = cJSON_PrintUnformatted(b);
+	cJSON_Delete(b);
 	cm_buf_init(&req, MEM);
-	pr_admin_encode("rw_node", "", body, strlen(body), &req);
+	pr_admin_encode("rw_node", "", body ? body : "{}", body ? strlen(body) : 2, &req);
+	cJSON_free(body);
 	cm_wait *w = cm_wait_create(nn > 0 ? nn - 1 : 0);
 	uint64_t now = cm_now_ns();
 	for (int i = 0; i < nn; i++) {
