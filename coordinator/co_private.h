@@ -253,14 +253,12 @@ bool co_alias_routing_param(co_req *r, const char *name);
 
 /* Index templates (co_template.c). co_template_body: the create body of a
  * new index, its matching templates under req (may be NULL); new JSON,
- * or NULL when neither gives anything. co_template_upcall applies a
- * change another node sent (co_node_entry). */
+ * or NULL when neither gives anything. */
 void co_h_template_put(co_req *r);
 void co_h_template_get(co_req *r);
 void co_h_template_delete(co_req *r);
 void co_h_simulate_index(co_req *r);
 cJSON *co_template_body(nd_node *n, const char *index, const cJSON *req);
-cJSON *co_template_upcall(nd_node *n, const char *text);
 
 
 /* Bulk: a streaming consumer. */

@@ -1026,8 +1026,6 @@ static cJSON *prom_entry(nd_node *node);
 cJSON *
 co_node_entry(void *node, const char *kind)
 {
-	if (kind[0] == '{') /* a template change from another node */
-		return co_template_upcall(node, kind);
 	if (strcmp(kind, "index_stats") == 0)
 		return node_index_stats(node);
 	if (strcmp(kind, "prometheus") == 0)

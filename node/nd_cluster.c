@@ -339,6 +339,60 @@ nd_cluster_http(const nd_cluster *cl)
 	return cl->nodes[cl->self].http;
 }
 
+char *
+nd_cluster_templates(nd_cluster *cl, uint64_t *seen)
+{
+	char *out = NULL;
+	pthread_mutex_lock(&cl->meta_lock);
+	if (cl->state && cl->state->version != *seen) {
+		*seen = cl->state->version;
+		out = cm_strdup(MEM, cl->state->templates ? cl->state->templates : "");
+	}
+	pthread_mutex_unlock(&cl->meta_lock);
+	return out;
+}
+
+/* The master's side of a template change {"op":"put"|"delete", "kind",
+ * "name", "body"} (validated where it was asked): applied to next's
+ * templates. */
+static cm_err
+templates_change(rp_state *next, const cJSON *op, cm_error *err)
+{
+	static const char *const kinds[] = {"index", "component", "legacy"};
+	const cJSON *o = cJSON_GetObjectItemCaseSensitive(op, "op");
+	const cJSON *k = cJSON_GetObjectItemCaseSensitive(op, "kind");
+	const cJSON *nm = cJSON_GetObjectItemCaseSensitive(op, "name");
+	const cJSON *b = cJSON_GetObjectItemCaseSensitive(op, "body");
+	if (!cJSON_IsString(o) || !cJSON_IsString(k) || !cJSON_IsString(nm) ||
+	    (strcmp(o->valuestring, "put") && strcmp(o->valuestring, "delete")) ||
+	    (!strcmp(o->valuestring, "put") && !cJSON_IsObject(b)))
+		return cm_error_set(err, CM_EPARSE, "malformed template change");
+	cJSON *db = next->templates ? cJSON_Parse(next->templates) : NULL;
+	if (!cJSON_IsObject(db)) {
+		cJSON_Delete(db);
+		db = cJSON_CreateObject();
+	}
+	for (int i = 0; i < 3; i++)
+		if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(db, kinds[i]))) {
+			cJSON_DeleteItemFromObjectCaseSensitive(db, kinds[i]);
+			cJSON_AddObjectToObject(db, kinds[i]);
+		}
+	cJSON *set = cJSON_GetObjectItemCaseSensitive(db, k->valuestring);
+	if (!set) {
+		cJSON_Delete(db);
+		return cm_error_set(err, CM_EPARSE, "unknown template kind [%s]", k->valuestring);
+	}
+	cJSON_DeleteItemFromObjectCaseSensitive(set, nm->valuestring);
+	if (!strcmp(o->valuestring, "put"))
+		cJSON_AddItemToObject(set, nm->valuestring, cJSON_Duplicate(b, true));
+	char *t = cJSON_PrintUnformatted(db);
+	cJSON_Delete(db);
+	cm_free(MEM, next->templates);
+	next->templates = cm_strdup(MEM, t ? t : "{}");
+	cJSON_free(t);
+	return CM_OK;
+}
+
 void
 nd_cluster_uuid_of(nd_cluster *cl, char *out, size_t cap)
 {
@@ -987,6 +1041,9 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		}
 	} else if (strcmp(action, "aliases") == 0) {
 		if ((rc = nd_alias_master(cl->node, next, bj, err)))
+			goto done;
+	} else if (strcmp(action, "templates") == 0) {
+		if ((rc = templates_change(next, bj, err)))
 			goto done;
 	} else {
 		rc = cm_error_set(err, CM_EINVAL, "unknown metadata action [%s]", action);

@@ -45,6 +45,10 @@ cm_err nd_cluster_setting(nd_cluster *cl, const char *kv, cm_error *err);
 void nd_cluster_cat_recovery(nd_cluster *cl, cm_buf *out);
 /* This node's HTTP address ("127.0.0.1:9200"), borrowed. */
 const char *nd_cluster_http(const nd_cluster *cl);
+/* The index templates the cluster state holds (JSON text, "" for none),
+ * copied (free with cm_free(CM_MEM_NODE)); NULL when the state is still
+ * the version *seen names. *seen becomes the current version. */
+char *nd_cluster_templates(nd_cluster *cl, uint64_t *seen);
 /* The cluster's uuid from the state ("" before the first commit). */
 void nd_cluster_uuid_of(nd_cluster *cl, char *out, size_t cap);
 /* This node's transport address, host:port (no scheme). */
@@ -146,11 +150,6 @@ void nd_cluster_cat_master(nd_cluster *cl, cm_buf *out);
  * sizes gathered from the nodes holding the copies): health status index
  * uuid pri rep docs.count docs.deleted store.size pri.store.size. */
 void nd_cluster_cat_indices(nd_cluster *cl, nd_index **ixs, size_t n, cm_buf *out);
-/* Hands kind to the info upcall of every other node (as _nodes does,
- * each call bounded): the coordinator's cluster-wide state that is not
- * in the cluster state (index templates). *failed counts the nodes that
- * did not answer or refused. */
-void nd_cluster_info_all(nd_cluster *cl, const char *kind, int *total, int *failed);
 /* The coordinator's upcall for this node's own _nodes entry: kind is
  * "info" (_nodes) or "stats" (_nodes/stats); returns a cJSON object. */
 typedef struct cJSON cJSON;

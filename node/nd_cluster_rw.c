@@ -1414,15 +1414,14 @@ info_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 }
 
 /* Asks every other node for its `kind` entry at once (a dead node costs
- * one deadline, not one per node); this node answers from cl->info when
- * with_self. calls[i].out holds node i's answer. */
+ * one deadline, not one per node); this node answers from cl->info.
+ * calls[i].out holds node i's answer. */
 static info_call *
-nodes_gather(nd_cluster *cl, const char *kind, bool with_self)
+nodes_gather(nd_cluster *cl, const char *kind)
 {
 	int nn = cl->nn;
 	info_call *calls = cm_calloc(MEM, (size_t)nn + 1, sizeof(info_call));
 	cm_buf req;
-	/* kind may be a whole JSON text (a template change): encoded, not pasted */
 	cJSON *b = cJSON_CreateObject();
 	cJSON_AddStringToObject(b, "kind", kind);
 	char *body = cJSON_PrintUnformatted(b);
@@ -1441,7 +1440,7 @@ nodes_gather(nd_cluster *cl, const char *kind, bool with_self)
 		             now + (cl_alive(cl, i) ? 5000000000ull : 300000000ull), info_done,
 		             &calls[i]);
 	}
-	if (with_self && cl->self >= 0 && cl->self < nn)
+	if (cl->self >= 0 && cl->self < nn)
 		calls[cl->self].out = cl->info ? cl->info(cl->info_arg, kind) : NULL;
 	cm_wait_wait(w);
 	cm_wait_destroy(w);
@@ -1457,7 +1456,7 @@ nd_cluster_nodes_info(nd_cluster *cl, const char *kind, int *total, int *failed)
 {
 	cJSON *nodes = cJSON_CreateObject();
 	int nn = cl->nn;
-	info_call *calls = nodes_gather(cl, kind, true);
+	info_call *calls = nodes_gather(cl, kind);
 	*total = nn;
 	*failed = 0;
 	for (int i = 0; i < nn; i++) {
@@ -1469,22 +1468,6 @@ nd_cluster_nodes_info(nd_cluster *cl, const char *kind, int *total, int *failed)
 	}
 	cm_free(MEM, calls);
 	return nodes;
-}
-
-void
-nd_cluster_info_all(nd_cluster *cl, const char *kind, int *total, int *failed)
-{
-	int nn = cl->nn;
-	info_call *calls = nodes_gather(cl, kind, false);
-	*total = nn - 1;
-	*failed = 0;
-	for (int i = 0; i < nn; i++) {
-		if (i == cl->self)
-			continue;
-		*failed += calls[i].out == NULL;
-		cJSON_Delete(calls[i].out);
-	}
-	cm_free(MEM, calls);
 }
 
 /* One copy per shard as the routing has it, with docs and bytes gathered

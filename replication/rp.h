@@ -47,6 +47,7 @@ typedef struct rp_state {
 	uint64_t joined[RP_MAX_NODES]; /* boot id each node joined with; 0 = none */
 	char *settings; /* cluster settings, JSON text ({"persistent":..,"transient":..}); NULL none */
 	char cluster_uuid[24]; /* "" until the first master's commit sets it */
+	char *templates; /* index templates, JSON text ({"index":..,"component":..,"legacy":..}); NULL none */
 } rp_state;
 
 rp_state *rp_state_new(void);

@@ -68,6 +68,7 @@ rp_state_free(rp_state *st)
 		index_clear(&st->indices[i]);
 	cm_free(MEM, st->indices);
 	cm_free(MEM, st->settings);
+	cm_free(MEM, st->templates);
 	cm_free(MEM, st);
 }
 
@@ -78,6 +79,7 @@ rp_state_dup(const rp_state *st)
 	d->version = st->version;
 	memcpy(d->joined, st->joined, sizeof(d->joined));
 	d->settings = st->settings ? cm_strdup(MEM, st->settings) : NULL;
+	d->templates = st->templates ? cm_strdup(MEM, st->templates) : NULL;
 	memcpy(d->cluster_uuid, st->cluster_uuid, sizeof(d->cluster_uuid));
 	d->indices = cm_calloc(MEM, st->nindices + 1, sizeof(rp_index));
 	for (size_t i = 0; i < st->nindices; i++)
@@ -329,6 +331,8 @@ rp_state_encode(const rp_state *st, const char *const *names, int nn, cm_buf *ou
 	m.joined = bootp;
 	if (st->settings)
 		m.settings = text_bin(st->settings);
+	if (st->templates)
+		m.templates = text_bin(st->templates);
 	m.cluster_uuid = (char *)st->cluster_uuid;
 	size_t len = shoal__cluster_state__get_packed_size(&m);
 	cm_buf_reserve(out, len + 1); /* never NULL + 0 */
@@ -406,6 +410,8 @@ rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_
 	}
 	if (m->settings.len)
 		st->settings = bin_text(m->settings);
+	if (m->templates.len)
+		st->templates = bin_text(m->templates);
 	if (m->cluster_uuid)
 		snprintf(st->cluster_uuid, sizeof(st->cluster_uuid), "%s", m->cluster_uuid);
 	shoal__cluster_state__free_unpacked(m, RP_PB);
@@ -424,7 +430,7 @@ rp_state_encode_index(const rp_state *st, size_t i, const char *const *names, in
 void
 rp_state_encode_global(const rp_state *st, const char *const *names, int nn, cm_buf *out)
 {
-	rp_state part = {.version = 0, .settings = st->settings};
+	rp_state part = {.version = 0, .settings = st->settings, .templates = st->templates};
 	memcpy(part.joined, st->joined, sizeof(part.joined));
 	memcpy(part.cluster_uuid, st->cluster_uuid, sizeof(part.cluster_uuid));
 	rp_state_encode(&part, names, nn, out);
@@ -450,6 +456,11 @@ rp_state_merge(rp_state *into, const void *p, size_t len, const char *const *nam
 			into->joined[n] = part->joined[n];
 	if (part->cluster_uuid[0])
 		memcpy(into->cluster_uuid, part->cluster_uuid, sizeof(into->cluster_uuid));
+	if (part->templates) {
+		cm_free(MEM, into->templates);
+		into->templates = part->templates;
+		part->templates = NULL;
+	}
 	if (part->settings) {
 		cm_free(MEM, into->settings);
 		into->settings = part->settings;

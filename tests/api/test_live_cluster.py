@@ -112,6 +112,11 @@ def balance(counts):
 def m3_add_a_node():
     cl = cluster()
     wait_writes(200)
+    # a template made before the node joins: it lives in the cluster state
+    st, b = cl.any_req("PUT", "/_index_template/late", {
+        "index_patterns": ["late-*"], "priority": 5,
+        "template": {"settings": {"number_of_shards": 2, "number_of_replicas": 1}}})
+    assert st == 200 and b.get("acknowledged"), (st, b)
     S.reset()
     t0 = time.time()
     new = cl.add()
@@ -130,6 +135,15 @@ def m3_add_a_node():
     per_index = cl.per_node(new, INDEX)
     assert balance(per_index) <= 1, "index not balanced: %s" % per_index
     assert S.failed == 0, "%d of %d searches failed: %s" % (S.failed, S.done, S.failures)
+    # the new node has the template, and an index it auto-creates uses it
+    st, b = cl.req(new, "GET", "/_index_template/late")
+    assert st == 200 and b["index_templates"][0]["name"] == "late", (st, b)
+    st, b = cl.req(new, "PUT", "/late-1/_doc/1?refresh=true", {"k": "x"})
+    assert st in (200, 201), (st, b)
+    st, b = cl.req(new, "GET", "/late-1/_settings")
+    assert st == 200 and b["late-1"]["settings"]["index"]["number_of_shards"] == "2", (st, b)
+    st, b = cl.any_req("DELETE", "/late-1")
+    assert st == 200, (st, b)
     # the new node names the cluster's uuid (kept in etcd), as the others do
     uuids = {cl.req(n, "GET", "/")[1]["cluster_uuid"] for n in cl.live()}
     assert len(uuids) == 1, "nodes name different cluster_uuids: %s" % uuids
