@@ -196,6 +196,13 @@ cm_err cl_reroute_locked(nd_cluster *cl, rp_state *next, const cJSON *body, cons
 cJSON *cl_state_json_locked(nd_cluster *cl, const rp_state *st, bool with_nodes,
                             bool with_routing);
 
+/* One PR_ADMIN "rw_*" request to node, its JSON answer in *out. */
+cm_err cl_ask_node(nd_cluster *cl, int node, const char *action, const char *index,
+                   const char *body, cJSON **out, cm_error *err);
+/* The old primary's side of a prepared hand-over ("rw_handoff",
+ * nd_cluster_host.c): {"keep":[node names]}, or NULL with err. */
+cJSON *cl_serve_handoff(nd_cluster *cl, const char *index, const cJSON *body, cm_error *err);
+
 /* Small read requests carried by PR_ADMIN ("rw_get", "rw_stats"). */
 void cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *body,
                  size_t len, cm_error *err, char **out);

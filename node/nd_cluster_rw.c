@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
@@ -177,8 +178,9 @@ wr_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 	cm_wait_done(j->w);
 }
 
-void
-nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb)
+/* One round: every batch to its primary as the routes have it now. */
+static void
+apply_round(nd_cluster *cl, nd_batch *b, size_t nb)
 {
 	wr_job *jobs = cm_calloc(MEM, nb + 1, sizeof(wr_job));
 	cm_wait *w = cm_wait_create((int)nb);
@@ -225,6 +227,82 @@ nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb)
 			cm_buf_free(&bufs[i]);
 	cm_free(MEM, bufs);
 	cm_free(MEM, jobs);
+}
+
+/* Items a primary refused because it no longer leads the shard (CM_EMOVED:
+ * applied nowhere) go again to the new primary once the routes name it,
+ * as Elasticsearch retries a write whose primary relocated; bounded by
+ * each batch's deadline. */
+static void
+retry_moved(nd_cluster *cl, nd_batch *b, size_t nb)
+{
+	uint64_t dflt = cm_now_ns() + DEFAULT_DEADLINE_NS;
+	for (int round = 0; round < 200; round++) {
+		size_t nr = 0, nops = 0;
+		for (size_t i = 0; i < nb; i++) {
+			size_t m = 0;
+			for (size_t k = 0; k < b[i].n; k++)
+				m += b[i].res[k].err == CM_EMOVED;
+			uint64_t dl = b[i].deadline_ns    ? b[i].deadline_ns
+			              : tl_write_deadline ? tl_write_deadline
+			                                  : dflt;
+			if (m && cm_now_ns() + 50000000ull < dl) {
+				nr++;
+				nops += m;
+			}
+		}
+		if (!nr)
+			return;
+		usleep(20000); /* the new primary's route is on its way */
+		nd_batch *rb = cm_calloc(MEM, nr + 1, sizeof(nd_batch));
+		st_op *ops = cm_calloc(MEM, nops + 1, sizeof(st_op));
+		st_op_result *res = cm_calloc(MEM, nops + 1, sizeof(st_op_result));
+		size_t *from = cm_calloc(MEM, nops + 1, sizeof(size_t)), *owner = cm_calloc(
+		                                                          MEM, nops + 1, sizeof(size_t));
+		size_t r = 0, o = 0;
+		for (size_t i = 0; i < nb; i++) {
+			uint64_t dl = b[i].deadline_ns    ? b[i].deadline_ns
+			              : tl_write_deadline ? tl_write_deadline
+			                                  : dflt;
+			size_t start = o;
+			for (size_t k = 0; k < b[i].n; k++)
+				if (b[i].res[k].err == CM_EMOVED && cm_now_ns() + 50000000ull < dl) {
+					ops[o] = b[i].ops[k];
+					from[o] = k;
+					owner[o] = i;
+					o++;
+				}
+			if (o == start)
+				continue;
+			rb[r] = (nd_batch){.ix = b[i].ix,
+			                   .shard = b[i].shard,
+			                   .ops = &ops[start],
+			                   .n = o - start,
+			                   .res = &res[start],
+			                   .deadline_ns = dl};
+			r++;
+		}
+		apply_round(cl, rb, r);
+		for (size_t q = 0; q < o; q++)
+			b[owner[q]].res[from[q]] = res[q];
+		for (size_t q = 0; q < r; q++)
+			if (rb[q].rc)
+				for (size_t i = 0; i < nb; i++)
+					if (b[i].ix == rb[q].ix && b[i].shard == rb[q].shard)
+						b[i].rc = rb[q].rc;
+		cm_free(MEM, rb);
+		cm_free(MEM, ops);
+		cm_free(MEM, res);
+		cm_free(MEM, from);
+		cm_free(MEM, owner);
+	}
+}
+
+void
+nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb)
+{
+	apply_round(cl, b, nb);
+	retry_moved(cl, b, nb);
 	for (size_t i = 0; i < nb; i++) {
 		bool seen = false;
 		for (size_t k = 0; k < i && !seen; k++)
@@ -983,6 +1061,9 @@ cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *b
 		r = cJSON_CreateObject();
 		cJSON_AddStringToObject(r, "rows", (const char *)rows.data);
 		cm_buf_free(&rows);
+	} else if (strcmp(action, "rw_handoff") == 0) {
+		if (!(r = cl_serve_handoff(cl, index, j, err)))
+			goto done;
 	} else if (strcmp(action, "rw_node") == 0) {
 		const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "kind");
 		r = cl->info ? cl->info(cl->info_arg, cJSON_IsString(k) ? k->valuestring : "info")
@@ -1076,6 +1157,13 @@ remote_rw(nd_cluster *cl, int node, const char *action, const char *index, const
 	cm_buf_free(&req);
 	cm_buf_free(&rep);
 	return rc;
+}
+
+cm_err
+cl_ask_node(nd_cluster *cl, int node, const char *action, const char *index, const char *body,
+            cJSON **out, cm_error *err)
+{
+	return remote_rw(cl, node, action, index, body, out, err);
 }
 
 cm_err

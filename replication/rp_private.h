@@ -55,6 +55,7 @@ typedef struct rp_shard {
 	int64_t gcp_sent;               /* the last one the copies were told */
 	uint64_t term;                  /* the term the checkpoints were gathered in */
 	int64_t rec_from[RP_MAX_NODES]; /* retention marker per recovering copy */
+	uint64_t hold_until_ns, hold_term; /* a hand-over being prepared: writes wait (rp.mu) */
 	struct rp_shard *next;
 } rp_shard;
 

@@ -1,7 +1,7 @@
 /* Recovery between two rp instances wired through a fake host over shards
  * in temp dirs: ops-based, file-based (a copy whose history diverged),
  * cancel mid-file, the primary dying mid-recovery, the master's answer to
- * a finalize lost; and the write path
+ * a finalize lost, a prepared hand-over; and the write path
  * (a replica that fails leaves the in-sync set before the write is
  * acknowledged; a deposed primary acknowledges nothing). */
 #define _GNU_SOURCE
@@ -481,6 +481,85 @@ test_started_answer_lost(void)
 	CHECK(same_docs(141) == 0);
 }
 
+typedef struct held_write {
+	int k;
+	st_op_result res;
+	_Atomic bool done;
+} held_write;
+
+static void *
+held_write_main(void *arg)
+{
+	held_write *w = arg;
+	char id[32], src[64];
+	snprintf(id, sizeof(id), "d%d", w->k);
+	snprintf(src, sizeof(src), "{\"n\":%d}", w->k);
+	st_op op = {.type = ST_OP_INDEX,
+	            .id = id,
+	            .id_len = strlen(id),
+	            .source = src,
+	            .source_len = strlen(src),
+	            .seq_no = ST_NO_SEQ,
+	            .if_seq_no = ST_NO_SEQ};
+	memset(&w->res, 0, sizeof(w->res));
+	rp_primary_apply(nodes[0].r, &nodes[0], "ix", "u1", 0, &op, 1, &w->res, 0);
+	atomic_store(&w->done, true);
+	return NULL;
+}
+
+/* A prepared hand-over: with no write in flight both copies hold every
+ * op (both are kept); a write waits while held, and once the routes name
+ * the new primary it fails as moved (applied nowhere, so it may go there);
+ * a released hold lets writes go on at once. */
+static void
+test_handoff(void)
+{
+	cm_error err;
+	uint64_t keep = 0;
+	CHECK(write_docs(141, 150) == 9);
+	pthread_mutex_lock(&master_mu);
+	rp_route ro = rp_state_index(master, "ix")->routes[0];
+	pthread_mutex_unlock(&master_mu);
+	CHECK(ro.primary == 0 && ro.in_sync == 3);
+	cm_error_clear(&err);
+	CHECK(rp_handoff_prepare(nodes[0].r, "ix", "u1", 0, ro.term + 1, 1000000000ull, &keep,
+	                         &err) == CM_ECONFLICT); /* not its term */
+	/* prepared, then released: writes go on */
+	CHECK(rp_handoff_prepare(nodes[0].r, "ix", "u1", 0, ro.term, 10000000000ull, &keep, &err) ==
+	      CM_OK);
+	CHECK(keep == 3);
+	CHECK(rp_handoff_prepare(nodes[0].r, "ix", "u1", 0, ro.term, 0, &keep, &err) == CM_OK);
+	uint64_t t0 = cm_now_ns();
+	CHECK(write_docs(150, 151) == 1 && cm_now_ns() - t0 < 1000000000ull);
+	/* prepared, then handed over: the held write is refused as moved */
+	CHECK(rp_handoff_prepare(nodes[0].r, "ix", "u1", 0, ro.term, 10000000000ull, &keep, &err) ==
+	      CM_OK);
+	CHECK(keep == 3);
+	held_write w = {.k = 151};
+	pthread_t th;
+	pthread_create(&th, NULL, held_write_main, &w);
+	usleep(100000);
+	CHECK(!atomic_load(&w.done)); /* held */
+	pthread_mutex_lock(&master_mu);
+	rp_route *mr = &rp_state_index(master, "ix")->routes[0];
+	mr->primary = 1;
+	mr->term++;
+	mr->in_sync = keep; /* both stay in sync */
+	master->version++;
+	publish();
+	pthread_mutex_unlock(&master_mu);
+	pthread_join(th, NULL);
+	CHECKF(w.res.err == CM_EMOVED, "held write: %s", w.res.reason);
+	CHECK(same_docs(151) == 0); /* the copies are identical: nothing to resync */
+	/* back to node-1 leading, for the rows after */
+	pthread_mutex_lock(&master_mu);
+	mr->primary = 0;
+	mr->term++;
+	master->version++;
+	publish();
+	pthread_mutex_unlock(&master_mu);
+}
+
 /* A deposed primary (the copy learned a newer term) acknowledges nothing. */
 static void
 test_deposed(void)
@@ -504,6 +583,7 @@ main(void)
 	test_file_based();
 	test_primary_dies();
 	test_started_answer_lost();
+	test_handoff();
 	test_deposed();
 	teardown();
 	CHECK(cm_mem_used(CM_MEM_REPLICATION) == 0);
