@@ -19,8 +19,12 @@
 #            (agent_persistent, one searchd per agent) on the same tiny
 #            documents, queried over SphinxQL by the same loadgen
 #
+#   tail     --tail: the tail scenario instead (cluster-scripts/fanout-tail.sh):
+#            3 data nodes with one replica per shard, one of them slowed by its
+#            proxy, adaptive selection and hedging off / on; --quick smoke run
+#
 # Prints the table; writes docs/fanout.md and docs/fanout-*.png (gnuplot).
-# Usage: cluster-scripts/fanout-experiment.sh
+# Usage: cluster-scripts/fanout-experiment.sh [--tail [--quick]]
 # Environment: BUILD (<repo>/build), KS ("1 2 4 8 16"), KN_KS ("4 8"),
 #   DELAYS ("0.5 1 2"), MODES ("serial per_shard per_node"), CLIENTS ("1 16"),
 #   N (2000), CELL_SECS (8; DELAY_CELL_SECS 4 with injected delay), TIME_BOX
@@ -28,6 +32,9 @@
 #   NO_KN=1, NO_DOC=1 (print only), KEEP=1 (keep the temp dir), BASE_PORT (21000).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+case "${1:-}" in
+  --tail | --quick) exec "$HERE/fanout-tail.sh" "$@" ;;
+esac
 ROOT="$(cd "$HERE/.." && pwd)"
 BUILD="${BUILD:-$ROOT/build}"
 KS="${KS-1 2 4 8 16}"
