@@ -478,6 +478,8 @@ fi
 
 if [ "${NO_DOC:-0}" != 1 ]; then
   for p in $PLOTS; do [ -s "$OUTDIR/$p" ] && cp "$OUTDIR/$p" "$ROOT/docs/$p"; done
+  # the hand-written tail section (the last one) is kept as it is
+  TAIL_SECTION=$(sed -n '/^## Tail-tolerant fan-out/,$p' "$ROOT/docs/fanout.md" 2>/dev/null || true)
   {
     cat <<EOF
 # Shard fan-out (W4)
@@ -555,6 +557,7 @@ build/bin/shoal --cluster cluster.json --name coord --role coordinator --data /t
 build/bin/loadgen -p 21002 -f q.ndjson -c 1 -n $N -d $CELL_SECS -w 0.3   # q.ndjson: {"path":"/k4/_search?fanout=serial","body":{...},"expect":100}
 \`\`\`
 EOF
+    [ -z "$TAIL_SECTION" ] || printf '\n%s\n' "$TAIL_SECTION"
   } > "$ROOT/docs/fanout.md"
   echo "wrote docs/fanout.md ${PLOTS:+and docs/{${PLOTS// /,}}}"
 fi
