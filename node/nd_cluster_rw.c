@@ -569,51 +569,68 @@ id_needed_locked(search_st *S, uint64_t id)
 	return false;
 }
 
-/* Claims j for the attempt with id won (0: local or a final failure):
- * false when another attempt got it first. The losers' messages that no
- * other job waits for are cancelled on their nodes. */
+/* Claims jobs[0..n) for the attempt with id won (0: local or a final
+ * failure), all or none: false when another attempt got one of them
+ * first (a result merged on a data node cannot be split). The losers'
+ * messages that no other job waits for are cancelled on their nodes. */
 static bool
-claim(shard_job *j, uint64_t won)
+claim_jobs(shard_job *const *jobs, size_t n, uint64_t won)
 {
-	search_st *S = j->S;
-	int cn[MAX_ATT];
-	uint64_t cid[MAX_ATT];
-	int nc = 0;
+	search_st *S = jobs[0]->S;
+	size_t cap = n * MAX_ATT, nc = 0;
+	int *cn = cm_calloc(MEM, cap + 1, sizeof(int));
+	uint64_t *cid = cm_calloc(MEM, cap + 1, sizeof(uint64_t));
 	uint64_t now = cm_now_ns();
+	bool ok = true;
 	pthread_mutex_lock(&S->lock);
-	if (j->done) {
-		pthread_mutex_unlock(&S->lock);
-		return false;
-	}
-	j->done = true;
-	for (int i = 0; i < j->natt; i++) {
-		attempt *a = &j->att[i];
-		if (a->id == won && won) {
-			j->node = a->node;
-			j->t_sent = a->t_sent;
-			if (a->hedge) {
-				j->hedge_won = true;
-				nd_rank_count_won();
+	for (size_t q = 0; q < n; q++)
+		ok = ok && !jobs[q]->done;
+	for (size_t q = 0; ok && q < n; q++) {
+		shard_job *j = jobs[q];
+		j->done = true;
+		for (int i = 0; i < j->natt; i++) {
+			attempt *a = &j->att[i];
+			if (a->id == won && won) {
+				j->node = a->node;
+				j->t_sent = a->t_sent;
+				if (a->hedge) {
+					j->hedge_won = true;
+					nd_rank_count_won();
+				}
 			}
 		}
 	}
-	for (int i = 0; i < j->natt; i++) {
-		attempt *a = &j->att[i];
-		if (!a->live || a->id == won)
-			continue;
-		/* the loser took at least this long: its hedge delay knows */
-		nd_rank_censored(a->node, now - a->t_sent);
-		if (!id_needed_locked(S, a->id)) {
-			cn[nc] = a->node;
-			cid[nc++] = a->id;
+	for (size_t q = 0; ok && q < n; q++) {
+		shard_job *j = jobs[q];
+		for (int i = 0; i < j->natt; i++) {
+			attempt *a = &j->att[i];
+			if (!a->live || a->id == won)
+				continue;
+			/* the loser took at least this long: its hedge delay knows */
+			nd_rank_censored(a->node, now - a->t_sent);
+			bool dup = false;
+			for (size_t k = 0; k < nc && !dup; k++)
+				dup = cid[k] == a->id;
+			if (!dup && nc < cap && !id_needed_locked(S, a->id)) {
+				cn[nc] = a->node;
+				cid[nc++] = a->id;
+			}
 		}
 	}
 	pthread_mutex_unlock(&S->lock);
-	for (int i = 0; i < nc; i++)
+	for (size_t i = 0; i < nc; i++)
 		send_cancel(S->cl, cn[i], cid[i]);
 	if (nc)
-		nd_rank_count_cancelled((size_t)nc);
-	return true;
+		nd_rank_count_cancelled(nc);
+	cm_free(MEM, cn);
+	cm_free(MEM, cid);
+	return ok;
+}
+
+static bool
+claim(shard_job *j, uint64_t won)
+{
+	return claim_jobs(&j, 1, won);
 }
 
 /* The job's result, once claimed. */
@@ -664,11 +681,13 @@ job_failed(shard_job *j, int node, cm_err rc, const char *why)
 	if (rc == CM_EUNAVAIL)
 		cl_mark(S->cl, node, false, 0);
 	pthread_mutex_lock(&S->lock);
-	cm_error_clear(&j->last);
-	cm_error_set(&j->last, rc, "shard [%s][%d] on node [%s]: %s", j->ixname,
-	             j->shard, S->cl->nodes[node].name, why);
-	j->node = node;
 	bool retry = !j->done && j->inflight == 0;
+	if (!j->done) {
+		cm_error_clear(&j->last);
+		cm_error_set(&j->last, rc, "shard [%s][%d] on node [%s]: %s", j->ixname, j->shard,
+		             S->cl->nodes[node].name, why);
+		j->node = node;
+	}
 	pthread_mutex_unlock(&S->lock);
 	if (retry)
 		dispatch(j);
@@ -772,15 +791,26 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 			cm_free(MEM, meta);
 			group_free(g);
 			return;
+		} else if (!claim_jobs(g->jobs, g->n, g->id)) {
+			/* a hedge answered one of them meanwhile: as above */
+			nd_rank_done(g->node, true, took, meta->service_us, meta->nservice,
+			             meta->queue, censored);
+			for (size_t i = 0; i < nres; i++)
+				sr_shard_result_free(&res[i]);
+			cm_free(MEM, res);
+			if (strings)
+				pr_strings_free(strings);
+			for (size_t q = 0; q < g->n; q++)
+				job_failed(g->jobs[q], g->node, CM_ETIMEDOUT,
+				           "answered with shards already merged from a hedge");
+			cm_free(MEM, meta);
+			group_free(g);
+			return;
 		} else {
 			nd_rank_done(g->node, true, took, meta->service_us, meta->nservice,
 			             meta->queue, censored);
 			cl_mark(S->cl, g->node, true, took);
-			bool claimed[g->n + 1];
 			for (size_t q = 0; q < g->n; q++) {
-				claimed[q] = claim(g->jobs[q], g->id);
-				if (!claimed[q])
-					continue;
 				g->jobs[q]->took_ns = took;
 				g->jobs[q]->ok = true; /* a failed shard is finished below */
 				nd_stats_shard(nd_index_name(g->jobs[q]->ix), g->node, false, took);
@@ -788,16 +818,12 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 			for (size_t i = 0; i < nres; i++) {
 				if (res[i].error.code) {
 					shard_job *j = NULL;
-					size_t jq = 0;
 					for (size_t q = 0; q < g->n && !j; q++)
 						if (g->jobs[q]->ordinal == res[i].shard)
-							j = g->jobs[q], jq = q;
+							j = g->jobs[q];
 					if (!j) /* unknown ordinal: charge it to the first job */
-						j = g->jobs[0], jq = 0;
-					if (claimed[jq])
-						job_finish_ok(j, &res[i], NULL);
-					else
-						sr_shard_result_free(&res[i]);
+						j = g->jobs[0];
+					job_finish_ok(j, &res[i], NULL);
 					continue;
 				}
 				uint32_t k = res[i].shards_merged;
@@ -929,12 +955,25 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n, bool hedge)
 	uint64_t deadline = S->deadline_ns;
 	bool more = false;
 	pthread_mutex_lock(&S->lock);
+	bool moot = hedge;
+	for (size_t i = 0; i < n; i++)
+		moot = moot && jobs[i]->done;
+	if (moot) {
+		/* a hedge whose shards were all answered meanwhile */
+		pthread_mutex_unlock(&S->lock);
+		cm_buf_free(&g->msg);
+		cm_free(MEM, g->jobs);
+		cm_free(MEM, g);
+		return;
+	}
 	S->refs++; /* the message's */
 	for (size_t i = 0; i < n; i++) {
 		shard_job *j = jobs[i];
 		more = more || j->next < j->norder;
-		j->node = node;
-		j->t_sent = g->t_sent;
+		if (!j->done) {
+			j->node = node;
+			j->t_sent = g->t_sent;
+		}
 		if (j->natt < MAX_ATT) {
 			j->att[j->natt++] =
 			    (attempt){.node = node, .id = g->id, .t_sent = g->t_sent, .live = true,

@@ -136,10 +136,13 @@ def query(i, profile=False):
     return b
 
 
-def search(i, pref=None, profile=True, timeout=30):
-    path = "/tail/_search"
+def search(i, pref=None, profile=True, timeout=30, fanout=None):
+    q = []
     if pref:
-        path += "?preference=" + pref
+        q.append("preference=" + pref)
+    if fanout:
+        q.append("fanout=" + fanout)
+    path = "/tail/_search" + ("?" + "&".join(q) if q else "")
     st, b = C.coord.req("POST", path, query(i, profile), timeout=timeout)
     eq(st, 200, "search: %s" % b)
     return b
@@ -354,6 +357,21 @@ def hedge_answers_a_stalled_shard_and_cancels_the_loser():
     h1 = hedging()
     if h1["won"] - h0["won"] < 6 * len(mine) or h1["cancelled"] - h0["cancelled"] < 6:
         raise AssertionError("hedge counters: before %s after %s" % (h0, h1))
+    # per_node: the straggling node's shards are hedged together
+    won = 0
+    seen = []
+    for i in range(6):
+        t = time.time()
+        b = search(i, "_prefer_nodes:" + SLOW, fanout="per_node")
+        took = time.time() - t
+        eq(shape(b), BASE[i], "per_node hedged results of query %d" % i)
+        a = answered(b)
+        seen.append((round(took, 3), a))
+        if all(a[s][0] != SLOW and a[s][1] and a[s][2] for s in mine) and took < 0.3:
+            won += 1
+    if won < 4:
+        raise AssertionError("per_node: only %d of 6 searches answered by hedges: %s" %
+                             (won, seen))
     # the stalled copy's work: its cancels arrive (behind the delayed requests)
     C.proxy(SLOW, ["--stall-ms", "400", "--stall-every-ms", "800"])
     deadline = time.time() + 20
