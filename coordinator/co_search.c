@@ -303,7 +303,8 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 	/* "profile" in a cluster: which copy answered each shard, added by
 	 * co_cluster_search; the shard-level parser does not know it. */
 	cJSON *prof = NULL;
-	if (nd_cluster_of(r->node) && cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(body, "profile")))
+	if (nd_cluster_of(r->node) &&
+	    cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(body, "profile")))
 		prof = cJSON_DetachItemFromObjectCaseSensitive(body, "profile");
 	rc = sr_request_from_json(body, &req, err);
 	if (prof)

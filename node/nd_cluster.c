@@ -15,8 +15,8 @@
 #include "../common/cm_sys.h"
 #include "../proto/pr.h"
 #include "nd_cluster_private.h"
-#include "nd_rank.h"
 #include "nd_private.h"
+#include "nd_rank.h"
 #include "nd_snap.h"
 
 #define MEM CM_MEM_NODE

@@ -448,7 +448,7 @@ typedef struct shard_job {
 	uint64_t t_sent;
 	uint64_t took_ns; /* the answering attempt, for the page and ?timings */
 	bool ok;
-	bool done;      /* claimed (S->lock) */
+	bool done; /* claimed (S->lock) */
 	bool hedged, hedge_won;
 	int inflight; /* remote attempts outstanding (S->lock) */
 	attempt att[MAX_ATT];
@@ -761,8 +761,9 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 		cm_free(MEM, meta);
 		group_free(g);
 		return;
-	} else if (!rc && (rc = pr_shard_results_decode_meta(p, len, S->req.aggs, &res, &nres,
-	                                                     &strings, meta, &e)) == CM_OK &&
+	} else if (!rc &&
+	           (rc = pr_shard_results_decode_meta(p, len, S->req.aggs, &res, &nres, &strings,
+	                                              meta, &e)) == CM_OK &&
 	           nres > 0 && g->n > 1 && (res[0].shards_merged > 0 || res[0].error.code)) {
 		/* Merged on the node: one result for the successful shards, then
 		 * one per failed shard. */
@@ -786,8 +787,9 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 				pr_strings_free(strings);
 			for (size_t q = 0; q < g->n; q++)
 				if (live[q])
-					job_failed(g->jobs[q], g->node, CM_ETIMEDOUT,
-					           "answered with shards already merged from a hedge");
+					job_failed(
+					    g->jobs[q], g->node, CM_ETIMEDOUT,
+					    "answered with shards already merged from a hedge");
 			cm_free(MEM, meta);
 			group_free(g);
 			return;
@@ -872,10 +874,12 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 			for (size_t i = 0; i < g->n; i++)
 				if (live[i])
 					job_failed(g->jobs[i], g->node, rc,
-					           rc == CM_EINVAL      ? "refused (wrong cluster name or secret?)"
+					           rc == CM_EINVAL
+					               ? "refused (wrong cluster name or secret?)"
 					           : rc == CM_ETIMEDOUT ? "timed out"
-					           : rc == CM_ENOINDEX  ? "the node does not have the index yet"
-					                                : "node not reachable");
+					           : rc == CM_ENOINDEX
+					               ? "the node does not have the index yet"
+					               : "node not reachable");
 		}
 		if (res) {
 			for (size_t i = 0; i < nres; i++)
@@ -975,9 +979,11 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n, bool hedge)
 			j->t_sent = g->t_sent;
 		}
 		if (j->natt < MAX_ATT) {
-			j->att[j->natt++] =
-			    (attempt){.node = node, .id = g->id, .t_sent = g->t_sent, .live = true,
-			              .hedge = hedge};
+			j->att[j->natt++] = (attempt){.node = node,
+			                              .id = g->id,
+			                              .t_sent = g->t_sent,
+			                              .live = true,
+			                              .hedge = hedge};
 			j->inflight++;
 		}
 	}
@@ -1000,8 +1006,8 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n, bool hedge)
 		h->id = g->id;
 		h->n = n;
 		memcpy(h->jobs, jobs, n * sizeof(shard_job *));
-		nd_rank_timer(g->t_sent + nd_rank_hedge_delay(node, S->cfg.min_delay_ns), hedge_fire,
-		              h);
+		nd_rank_timer(g->t_sent + nd_rank_hedge_delay(node, S->cfg.min_delay_ns),
+		              hedge_fire, h);
 	}
 	nd_peer_call(S->cl->nodes[node].peer, PR_SEARCH, g->msg.data, g->msg.len, deadline,
 	             group_reply, g);

@@ -18,13 +18,13 @@
 #include "nd_rank.h"
 
 #define MEM CM_MEM_NODE
-#define RING 64                      /* latencies kept per node for its p95 */
-#define TAU_NS 1000000000.0          /* EWMA time constant */
-#define ALPHA_MIN 0.3                /* EWMA weight of a sample at least (ES's) */
-#define PROBE_NS 500000000ull        /* a node idle this long gets one probe */
-#define BURST 10.0                   /* hedge tokens saved up at most */
+#define RING 64               /* latencies kept per node for its p95 */
+#define TAU_NS 500000000.0    /* EWMA time constant */
+#define ALPHA_MIN 0.3         /* EWMA weight of a sample at least (ES's) */
+#define PROBE_NS 500000000ull /* a node idle this long gets one probe */
+#define BURST 10.0            /* hedge tokens saved up at most */
 #define CANCEL_SLOTS 1024
-#define TOMB_NS 10000000000ull       /* an early cancel waits this long for its request */
+#define TOMB_NS 10000000000ull /* an early cancel waits this long for its request */
 
 /* ================= settings ================= */
 
@@ -83,7 +83,7 @@ parse_time_ns(const char *s, uint64_t *ns)
 	static const struct {
 		const char *unit;
 		double ns;
-	} units[] = {{"nanos", 1}, {"micros", 1e3}, {"ms", 1e6}, {"s", 1e9},
+	} units[] = {{"nanos", 1}, {"micros", 1e3}, {"ms", 1e6},   {"s", 1e9},
 	             {"m", 60e9},  {"h", 3600e9},   {"d", 86400e9}};
 	if (*end == 0 && v == 0) {
 		*ns = 0;
@@ -119,10 +119,11 @@ parse_value(int k, const char *text, uint64_t *out, cm_error *err)
 	case K_MIN_DELAY:
 		if (parse_time_ns(text, out))
 			return CM_OK;
-		return cm_error_set(err, CM_EINVAL,
-		                    "failed to parse setting [%s] with value [%.60s] as a time value "
-		                    "(0 to 60s, with a unit: nanos, micros, ms, s)",
-		                    keys[k], text);
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "failed to parse setting [%s] with value [%.60s] as a time value "
+		    "(0 to 60s, with a unit: nanos, micros, ms, s)",
+		    keys[k], text);
 	default: {
 		double v = strtod(text, &end);
 		if (end == text || *end || !isfinite(v))
@@ -130,10 +131,11 @@ parse_value(int k, const char *text, uint64_t *out, cm_error *err)
 			                    "failed to parse value [%.60s] for setting [%s]", text,
 			                    keys[k]);
 		if (v < 0 || v > 1)
-			return cm_error_set(err, CM_EINVAL,
-			                    "failed to parse value [%.60s] for setting [%s], must be "
-			                    "%s [%s]",
-			                    text, keys[k], v < 0 ? ">=" : "<=", v < 0 ? "0.0" : "1.0");
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "failed to parse value [%.60s] for setting [%s], must be "
+			    "%s [%s]",
+			    text, keys[k], v < 0 ? ">=" : "<=", v < 0 ? "0.0" : "1.0");
 		*out = (uint64_t)llround(v * 1e6);
 		return CM_OK;
 	}
@@ -186,7 +188,8 @@ nd_rank_refresh(nd_cluster *cl)
 		uint64_t x;
 		cm_error e;
 		cm_error_clear(&e);
-		if (cl_setting_get(cl, keys[k], v, sizeof(v)) && parse_value(k, v, &x, &e) == CM_OK) {
+		if (cl_setting_get(cl, keys[k], v, sizeof(v)) &&
+		    parse_value(k, v, &x, &e) == CM_OK) {
 			atomic_store(&dyn[k], x);
 			atomic_store(&dyn_set[k], true);
 		} else {
@@ -202,7 +205,7 @@ typedef struct rk_node {
 	double r_us, s_us, q; /* EWMAs: response time, service time, queue */
 	uint64_t last_ns;     /* last sample */
 	uint64_t replies, failures;
-	uint32_t ring[RING];  /* latencies, µs */
+	uint32_t ring[RING]; /* latencies, µs */
 	int nring, pos;
 	_Atomic int outstanding;
 	_Atomic uint64_t sent;
@@ -212,8 +215,8 @@ typedef struct rk_node {
 static rk_node fig[ND_CL_MAX_NODES];
 static pthread_mutex_t rank_mu = PTHREAD_MUTEX_INITIALIZER;
 static double tokens;
-static _Atomic uint64_t shard_requests, hedges_sent, hedges_won, hedges_cancelled,
-    hedges_denied, cancels_received, stopped;
+static _Atomic uint64_t shard_requests, hedges_sent, hedges_won, hedges_cancelled, hedges_denied,
+    cancels_received, stopped;
 static _Atomic uint32_t serving;
 
 static bool
@@ -603,7 +606,7 @@ nd_rank_serve_cancel(const uint8_t *p, size_t len, cm_buf *reply, uint32_t *repl
 			atomic_fetch_add(&cancels_received, 1);
 			if (!r)
 				continue; /* table full: that request runs to its end */
-			if (!found) { /* came before its request: waits for it */
+			if (!found) {     /* came before its request: waits for it */
 				r->id = ids[i];
 				r->used = true;
 				r->running = false;

@@ -50,8 +50,8 @@ void nd_rank_sent(int node);
 /* Its reply (or failure) came after rtt_ns; service_us/queue as the node
  * reported them (nservice 0: none). censored: its latency was already
  * counted for the hedge delay (a lost race). */
-void nd_rank_done(int node, bool ok, uint64_t rtt_ns, const uint64_t *service_us,
-                  size_t nservice, uint32_t queue, bool censored);
+void nd_rank_done(int node, bool ok, uint64_t rtt_ns, const uint64_t *service_us, size_t nservice,
+                  uint32_t queue, bool censored);
 /* A race lost by node after at least ns: counted for its hedge delay. */
 void nd_rank_censored(int node, uint64_t ns);
 /* Orders cand[0..n) (remote candidates; alive[i] says which are alive) by

@@ -382,8 +382,7 @@ pr_shard_results_decode(const void *p, size_t n, const sr_agg *aggs, sr_shard_re
 
 cm_err
 pr_shard_results_decode_meta(const void *p, size_t n, const sr_agg *aggs, sr_shard_result **out,
-                             size_t *nout, pr_strings **strings, pr_reply_meta *meta,
-                             cm_error *err)
+                             size_t *nout, pr_strings **strings, pr_reply_meta *meta, cm_error *err)
 {
 	Shoal__SearchReply *m = shoal__search_reply__unpack(&pr_allocator, n, p);
 	*out = NULL;
@@ -392,7 +391,8 @@ pr_shard_results_decode_meta(const void *p, size_t n, const sr_agg *aggs, sr_sha
 	if (m == NULL)
 		return cm_error_set(err, CM_EPARSE, "malformed search reply");
 	if (meta) {
-		meta->nservice = m->n_service_us < PR_MAX_SERVICE ? m->n_service_us : PR_MAX_SERVICE;
+		meta->nservice =
+		    m->n_service_us < PR_MAX_SERVICE ? m->n_service_us : PR_MAX_SERVICE;
 		for (size_t i = 0; i < meta->nservice; i++)
 			meta->service_us[i] = m->service_us[i];
 		meta->queue = m->queue;
