@@ -477,7 +477,9 @@ co_h_doc_get(co_req *r)
 		co_reply_error(r, &err, name);
 		return;
 	}
+	nd_get_preference_set(co_param_get(r, "preference"));
 	j = get_doc_json(ix, id, co_param_get(r, "routing"), incl, excl, want_parsed(r), &found, &err);
+	nd_get_preference_set(NULL);
 	nd_index_release(ix);
 	if (!j) {
 		co_reply_error(r, &err, name);

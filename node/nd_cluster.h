@@ -106,6 +106,9 @@ cm_err nd_cl_request_build(const char *body, size_t len, const char *params, sr_
 /* A search's ?preference: CM_EINVAL (400) for a form Elasticsearch does
  * not know. NULL is fine. */
 cm_err nd_cl_preference_check(const char *pref, cm_error *err);
+/* The ?preference of the GET this thread serves (borrowed until reset
+ * with NULL): realtime gets on a cluster pick their copy by it. */
+void nd_get_preference_set(const char *pref);
 /* Runs a search over every shard of ixs (sorted as nd_resolve returns
  * them), one copy each, rendering the ES body into out. */
 cm_err nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body,

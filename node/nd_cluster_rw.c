@@ -1824,6 +1824,15 @@ nd_routed_refresh(nd_index *ix)
 	return true;
 }
 
+/* A GET's ?preference, set by the HTTP layer for the thread serving it. */
+static _Thread_local const char *tl_get_pref;
+
+void
+nd_get_preference_set(const char *pref)
+{
+	tl_get_pref = pref;
+}
+
 cm_err
 nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *meta,
               cm_buf *source)
@@ -1838,7 +1847,7 @@ nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *
 	memcpy(idbuf, id, len);
 	idbuf[len] = 0;
 	cm_error_clear(&e);
-	cm_err rc = nd_cluster_get(cl, ix, shard, idbuf, NULL, meta, source, &e);
+	cm_err rc = nd_cluster_get(cl, ix, shard, idbuf, tl_get_pref, meta, source, &e);
 	if (rc && rc != CM_ENOTFOUND)
 		cm_warn("cluster", "get [%s][%d] failed: %s", nd_index_name(ix), shard, e.reason);
 	return rc;

@@ -236,6 +236,16 @@ def preference_values_behave_as_in_es():
                  "illegal_argument_exception", "no Preference for")
         error_is(C.coord.req("GET", "/tail/_doc/1?preference=" + bad), 400,
                  "illegal_argument_exception", "no Preference for")
+    # a get follows the preference too: each shard has copies on two of the
+    # three data nodes, so exactly one _only_nodes:<node> misses the doc
+    for doc in ("1", "2", "3"):
+        got = {}
+        for nd in ("node-0", "node-1", "node-2"):
+            st, b = C.coord.req("GET", "/tail/_doc/%s?preference=_only_nodes:%s" % (doc, nd))
+            got[nd] = st
+        eq(sorted(got.values()), [200, 200, 503], "get %s by node: %s" % (doc, got))
+        st, b = C.coord.req("GET", "/tail/_doc/%s?preference=_prefer_nodes:node-9" % doc)
+        eq((st, b.get("found")), (200, True), "get with _prefer_nodes")
     # _only_nodes: only that node's copies answer; the other shards fail
     b = search(1, "_only_nodes:node-0")
     a = answered(b)
