@@ -212,6 +212,20 @@ def settings_from_e_and_dynamic():
             error_is(C.coord.req("PUT", "/_cluster/settings", {sec: {k: v}}), 400,
                      "illegal_argument_exception", part)
     eq(hedging()["max_ratio"], 0.25, "a refused value changes nothing")
+    # a bad -E value stops the node at start (exit 2, naming the setting)
+    d = tempfile.mkdtemp(prefix="shoal-tail-e-", dir=C.dir)
+    f = os.path.join(d, "one.json")
+    with open(f, "w") as fh:
+        json.dump({"cluster_name": "tail-e", "secret": "s", "nodes": [
+            {"name": "solo", "http": "127.0.0.1:%d" % free_port(),
+             "transport": "127.0.0.1:%d" % free_port()}]}, fh)
+    for kv in ("search.hedge.max_ratio=x", "search.hedge.min_delay=-3ms",
+               "cluster.routing.use_adaptive_replica_selection=maybe"):
+        p = subprocess.run([shoal_bin(), "--cluster", f, "--name", "solo", "--data", d,
+                            "--log-level", "warn", "-E", kv], capture_output=True, timeout=60)
+        eq(p.returncode, 2, "exit code with -E %s (%s)" % (kv, p.stderr[-300:]))
+        if kv.split("=")[0].encode() not in p.stderr:
+            raise AssertionError("-E %s: %s" % (kv, p.stderr[-300:]))
     st, b = C.coord.req("PUT", "/_cluster/settings",
                         {"persistent": {"search": {"hedge": {"max_ratio": 0.5}}},
                          "transient": {"search.hedge.min_delay": "4ms"}})
