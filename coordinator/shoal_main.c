@@ -293,6 +293,7 @@ main(int argc, char **argv)
 		cm_error_clear(&err);
 		if (nd_cluster_setting(cl, cl_settings[k], &err)) {
 			fprintf(stderr, "shoal: -E %s: %s\n", cl_settings[k], err.reason);
+			nd_cluster_stop(cl); /* not started yet: frees what open took */
 			return 2;
 		}
 	}
