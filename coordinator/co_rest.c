@@ -990,6 +990,8 @@ node_stats_entry(nd_node *node)
 	o = cJSON_AddObjectToObject(me, "thread_pool");
 	cJSON *sp = cJSON_AddObjectToObject(o, "search");
 	cJSON_AddNumberToObject(sp, "rejected", (double)ld(&nc->search_rejected));
+	/* copy ranking and hedges (cluster only) */
+	nd_cluster_tail_stats(nd_cluster_of(node), me);
 	return me;
 }
 

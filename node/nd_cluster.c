@@ -16,6 +16,7 @@
 #include "../proto/pr.h"
 #include "nd_cluster_private.h"
 #include "nd_private.h"
+#include "nd_rank.h"
 #include "nd_snap.h"
 
 #define MEM CM_MEM_NODE
@@ -802,6 +803,11 @@ static const char *const cluster_keys[] = {
     "cluster.routing.allocation.exclude._ip",
     "cluster.routing.allocation.node_concurrent_recoveries",
     "cluster.routing.rebalance.enable",
+    /* the tail-tolerant fan-out's (nd_rank.c checks their values) */
+    "cluster.routing.use_adaptive_replica_selection",
+    "search.hedge.enabled",
+    "search.hedge.min_delay",
+    "search.hedge.max_ratio",
     NULL,
 };
 
@@ -846,10 +852,25 @@ settings_merge(rp_state *next, const cJSON *body, cm_error *err)
 		const cJSON *sec = cJSON_GetObjectItemCaseSensitive(body, secs[k]);
 		if (!sec)
 			continue;
-		cJSON *flat = cJSON_CreateObject(), *c;
+		cJSON *flat = cJSON_CreateObject(), *c, *norms = cJSON_CreateObject();
 		flatten(sec, "", flat);
 		cJSON_ArrayForEach(c, flat)
 		{
+			if (nd_rank_key(c->string)) {
+				char *norm = NULL;
+				cm_err rc = nd_rank_check(c->string, c, &norm, err);
+				if (rc) {
+					cJSON_Delete(flat);
+					cJSON_Delete(norms);
+					cJSON_Delete(cur);
+					return rc;
+				}
+				/* stored as text (cl_setting_get reads numbers as integers) */
+				if (norm)
+					cJSON_AddStringToObject(norms, c->string, norm);
+				cm_free(MEM, norm);
+				continue;
+			}
 			if (!cluster_key(c->string) ||
 			    !(cJSON_IsString(c) || cJSON_IsNumber(c) || cJSON_IsNull(c))) {
 				cm_err rc = cm_error_set(
@@ -858,6 +879,7 @@ settings_merge(rp_state *next, const cJSON *body, cm_error *err)
 				    cluster_key(c->string) ? "invalid value for" : secs[k],
 				    c->string);
 				cJSON_Delete(flat);
+				cJSON_Delete(norms);
 				cJSON_Delete(cur);
 				return rc;
 			}
@@ -873,10 +895,17 @@ settings_merge(rp_state *next, const cJSON *body, cm_error *err)
 				    "from [all] to [%.60s]: all, primaries, new_primaries or none",
 				    c->valuestring);
 				cJSON_Delete(flat);
+				cJSON_Delete(norms);
 				cJSON_Delete(cur);
 				return rc;
 			}
 		}
+		cJSON_ArrayForEach(c, norms)
+		{
+			cJSON_ReplaceItemInObjectCaseSensitive(flat, c->string,
+			                                       cJSON_CreateString(c->valuestring));
+		}
+		cJSON_Delete(norms);
 		cJSON *dst = cJSON_GetObjectItemCaseSensitive(cur, secs[k]);
 		if (!dst)
 			dst = cJSON_AddObjectToObject(cur, secs[k]);
@@ -1308,6 +1337,9 @@ serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_
 	case PR_SEARCH:
 		cl_serve_search(cl, p, len, deadline_ns, reply, reply_type);
 		return;
+	case PR_SEARCH_CANCEL: /* a hedged request's losing copy (nd_rank.c) */
+		nd_rank_serve_cancel(p, len, reply, reply_type);
+		return;
 	default:
 		if (nd_ctx_handles(type)) {
 			nd_ctx_serve(cl->node, type, p, len, reply, reply_type);
@@ -1413,6 +1445,7 @@ monitor_main(void *arg)
 		else if (!cl->etcd && master >= 0 && cl_alive(cl, master) && round++ % 4 == 0)
 			cl_fetch_state(cl);
 		cl_host_tick(cl);
+		nd_rank_refresh(cl); /* search.hedge.*, adaptive selection */
 	} while (!wait_stop(cl, 500));
 	return NULL;
 }

@@ -91,6 +91,8 @@ typedef struct nd_cl_shard_timing {
 	const char *node; /* borrowed: the cluster's node name */
 	bool local, ok;
 	uint64_t took_ns;
+	bool hedged;    /* a second copy was asked (tail-tolerant fan-out) */
+	bool hedge_won; /* and answered first */
 } nd_cl_shard_timing;
 
 typedef struct nd_cl_search_opts {
@@ -109,6 +111,12 @@ typedef struct nd_cl_search_opts {
  * coordinator and the data nodes call it alike. */
 cm_err nd_cl_request_build(const char *body, size_t len, const char *params, sr_request *req,
                            cm_error *err);
+/* A search's ?preference: CM_EINVAL (400) for a form Elasticsearch does
+ * not know. NULL is fine. */
+cm_err nd_cl_preference_check(const char *pref, cm_error *err);
+/* The ?preference of the GET this thread serves (borrowed until reset
+ * with NULL): realtime gets on a cluster pick their copy by it. */
+void nd_get_preference_set(const char *pref);
 /* Runs a search over every shard of ixs (sorted as nd_resolve returns
  * them), one copy each, rendering the ES body into out. */
 cm_err nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body,
@@ -137,6 +145,10 @@ cm_err nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **ou
                                      cm_error *err);
 /* The cluster settings of the state: {"persistent":{flat keys},"transient":{..}}. */
 cJSON *nd_cluster_settings_json(nd_cluster *cl);
+/* The tail-tolerant fan-out's figures for _nodes/stats, added to into:
+ * "adaptive_selection" (per remote data node, as ES) and "hedging" (in
+ * into's "shoal" object when it has one). */
+void nd_cluster_tail_stats(nd_cluster *cl, cJSON *into);
 /* _cluster/health as JSON text into out (cm_buf). */
 void nd_cluster_health(nd_cluster *cl, cm_buf *out);
 /* _cat/nodes and _cat/shards rows, tab separated, with a header line. */

@@ -14,6 +14,7 @@
 #include "../common/cm_log.h"
 #include "../proto/pr.h"
 #include "nd_cluster_private.h"
+#include "nd_rank.h"
 
 #define MEM CM_MEM_NODE
 
@@ -560,7 +561,10 @@ nd_cluster_setting(nd_cluster *cl, const char *kv, cm_error *err)
 		return cm_error_set(err, CM_EINVAL, "settings are key=value");
 	memcpy(key, kv, (size_t)(eq - kv));
 	key[eq - kv] = 0;
-	cm_err rc = cl_etcd_setting(cl, key, eq + 1, err);
+	cm_err rc = nd_rank_setting(key, eq + 1, err); /* the tail-tolerant fan-out's */
+	if (rc != CM_ENOTFOUND)
+		return rc;
+	rc = cl_etcd_setting(cl, key, eq + 1, err);
 	if (rc != CM_ENOTFOUND)
 		return rc;
 	return rp_setting(cl->rp, key, eq + 1, err);

@@ -6,6 +6,8 @@
  *   nd_cluster.meta_lock -> nd_node.reg_lock -> nd_index locks -> storage
  *   nd_cluster.meta_lock -> rp route_lock (rp_set_state)
  *   nd_cluster.lock is a leaf (latency figures only).
+ *   a search's search_st.lock (nd_cluster_rw.c) -> nd_rank.c's rank_mu;
+ *   rank_mu, timer_mu, cancel_mu are leaves (nd_rank.h).
  * No lock of the node is held across a network call: the master persists
  * and adopts a state under meta_lock, then publishes it after unlocking (a
  * node ignores a version older than its own, so publishes may cross). replication/rp_private.h

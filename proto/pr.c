@@ -130,6 +130,7 @@ pr_search_req_encode(const pr_search_req *r, cm_buf *out)
 	m.params = bin(r->params, r->params ? strlen(r->params) : 0);
 	m.per_node = r->per_node;
 	m.count_only = r->count_only;
+	m.cancel_id = r->cancel_id;
 	return pack(&m.base, out);
 }
 
@@ -162,6 +163,7 @@ pr_search_req_decode(const void *p, size_t n, pr_search_req *out, cm_error *err)
 	out->params = dup_bin(&m->params, NULL);
 	out->per_node = m->per_node;
 	out->count_only = m->count_only;
+	out->cancel_id = m->cancel_id;
 	shoal__search_request__free_unpacked(m, PB);
 	return CM_OK;
 }
@@ -277,7 +279,19 @@ hit_to_pb(const sr_hit *h, Shoal__Hit *pb, pb_arena *a)
 cm_err
 pr_shard_results_encode(sr_shard_result *const *res, size_t n, cm_buf *out)
 {
+	return pr_shard_results_encode_meta(res, n, NULL, out);
+}
+
+cm_err
+pr_shard_results_encode_meta(sr_shard_result *const *res, size_t n, const pr_reply_meta *meta,
+                             cm_buf *out)
+{
 	Shoal__SearchReply reply = SHOAL__SEARCH_REPLY__INIT;
+	if (meta) {
+		reply.n_service_us = meta->nservice;
+		reply.service_us = (uint64_t *)meta->service_us;
+		reply.queue = meta->queue;
+	}
 	pb_arena a = {0};
 	cm_buf aggs[n ? n : 1];
 	cm_err rc = CM_OK;
@@ -374,12 +388,26 @@ cm_err
 pr_shard_results_decode(const void *p, size_t n, const sr_agg *aggs, sr_shard_result **out,
                         size_t *nout, pr_strings **strings, cm_error *err)
 {
+	return pr_shard_results_decode_meta(p, n, aggs, out, nout, strings, NULL, err);
+}
+
+cm_err
+pr_shard_results_decode_meta(const void *p, size_t n, const sr_agg *aggs, sr_shard_result **out,
+                             size_t *nout, pr_strings **strings, pr_reply_meta *meta, cm_error *err)
+{
 	Shoal__SearchReply *m = shoal__search_reply__unpack(PB, n, p);
 	*out = NULL;
 	*nout = 0;
 	*strings = NULL;
 	if (m == NULL)
 		return cm_error_set(err, CM_EPARSE, "malformed search reply");
+	if (meta) {
+		meta->nservice =
+		    m->n_service_us < PR_MAX_SERVICE ? m->n_service_us : PR_MAX_SERVICE;
+		for (size_t i = 0; i < meta->nservice; i++)
+			meta->service_us[i] = m->service_us[i];
+		meta->queue = m->queue;
+	}
 	pr_strings *ps = cm_calloc(PR_MEM, 1, sizeof(*ps));
 	sr_shard_result *res = cm_calloc(PR_MEM, m->n_results ? m->n_results : 1, sizeof(*res));
 	cm_err rc = CM_OK;
@@ -421,6 +449,31 @@ pr_shard_results_decode(const void *p, size_t n, const sr_agg *aggs, sr_shard_re
 	*out = res;
 	*nout = count;
 	*strings = ps;
+	return CM_OK;
+}
+
+/* ---- search cancel ---- */
+
+cm_err
+pr_search_cancel_encode(const uint64_t *ids, size_t n, cm_buf *out)
+{
+	Shoal__SearchCancel m = SHOAL__SEARCH_CANCEL__INIT;
+	m.n_ids = n;
+	m.ids = (uint64_t *)ids;
+	return pack(&m.base, out);
+}
+
+cm_err
+pr_search_cancel_decode(const void *p, size_t len, uint64_t *ids, size_t cap, size_t *n,
+                        cm_error *err)
+{
+	Shoal__SearchCancel *m = shoal__search_cancel__unpack(PB, len, p);
+	*n = 0;
+	if (m == NULL)
+		return cm_error_set(err, CM_EPARSE, "malformed search cancel");
+	for (size_t i = 0; i < m->n_ids && i < cap; i++)
+		ids[(*n)++] = m->ids[i];
+	shoal__search_cancel__free_unpacked(m, PB);
 	return CM_OK;
 }
 

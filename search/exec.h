@@ -140,6 +140,7 @@ typedef struct sr_exec {
 	sr_fstat *fstats;
 	size_t nfstats;
 	uint64_t deadline_ns;
+	const _Atomic _Bool *cancel; /* sr_request.cancel */
 	bool timed_out;
 	cm_error *err;
 	cm_error own_err; /* when the caller passed none */
@@ -156,6 +157,8 @@ static inline bool
 sr_deadline_passed(sr_exec *x)
 {
 	if (x->deadline_ns && cm_now_ns() > x->deadline_ns)
+		x->timed_out = true;
+	if (x->cancel && *x->cancel)
 		x->timed_out = true;
 	return x->timed_out;
 }

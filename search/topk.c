@@ -317,6 +317,7 @@ sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_re
 		out->error = *x.err;
 		return rc;
 	}
+	x.cancel = req->cancel;
 	topk t;
 	memset(&t, 0, sizeof t);
 	t.x = &x;
