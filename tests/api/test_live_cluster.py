@@ -57,6 +57,7 @@ def cluster():
         # every row starts from a settled cluster, so a row that failed
         # does not leave the next one a shard with a single copy
         L.wait_green()
+    assert S.is_alive() and all(w.is_alive() for w in W), "a writer or the searcher died"
     return L
 
 
@@ -136,6 +137,7 @@ def m3_add_a_node():
     per_index = cl.per_node(new, INDEX)
     assert balance(per_index) <= 1, "index not balanced: %s" % per_index
     assert S.failed == 0, "%d of %d searches failed: %s" % (S.failed, S.done, S.failures)
+    assert S.done > 0 and S.is_alive(), "no search ran while the node joined"
     # the new node has the template, and an index it auto-creates uses it
     st, b = cl.req(new, "GET", "/_index_template/late")
     assert st == 200 and b["index_templates"][0]["name"] == "late", (st, b)
