@@ -207,6 +207,8 @@ sort_value_to_pb(const sr_sort_value *v, Shoal__SortValue *pb)
 	pb->type = v->type == SR_SV_LONG     ? 1
 	           : v->type == SR_SV_DOUBLE ? 2
 	           : v->type == SR_SV_STRING ? 3
+	           : v->type == SR_SV_ULONG  ? 4
+	           : v->type == SR_SV_IP     ? 5
 	                                     : 0;
 	pb->l = v->l;
 	pb->d = v->d;
@@ -331,10 +333,12 @@ hit_from_pb(const Shoal__Hit *pb, sr_hit *h, pr_strings *ps)
 			h->sort[i].type = v->type == 1   ? SR_SV_LONG
 			                  : v->type == 2 ? SR_SV_DOUBLE
 			                  : v->type == 3 ? SR_SV_STRING
+			                  : v->type == 4 ? SR_SV_ULONG
+			                  : v->type == 5 ? SR_SV_IP
 			                                 : SR_SV_NULL;
 			h->sort[i].l = v->l;
 			h->sort[i].d = v->d;
-			if (v->type == 3)
+			if (v->type == 3 || v->type == 5)
 				h->sort[i].s = cm_strdup(HIT_MEM, v->s);
 		}
 	}

@@ -1484,6 +1484,10 @@ static void
 terms_key_string(const sr_agg *a, const agg_node *n, uint8_t kind, const bkt *b, char *buf,
                  size_t cap)
 {
+	if (b->key && n->ftype == ST_FT_IP && b->klen == ST_IP_LEN) {
+		st_ip_format(b->key, buf, cap);
+		return;
+	}
 	if (b->key) {
 		snprintf(buf, cap, "%.*s", (int)b->klen, (const char *)b->key);
 		return;
@@ -1526,7 +1530,11 @@ terms_render(const sr_agg *a, const agg_node *n, agg_render *r)
 		if (i)
 			cm_buf_put_u8(b, ',');
 		cm_buf_put(b, "{\"key\":", 7);
-		if (bk->key)
+		if (bk->key && n->ftype == ST_FT_IP && bk->klen == ST_IP_LEN) {
+			char ip[ST_IP_STRLEN];
+			st_ip_format(bk->key, ip, sizeof ip);
+			agg_json_str(b, ip, strlen(ip));
+		} else if (bk->key)
 			agg_json_str(b, (const char *)bk->key, bk->klen);
 		else if (s->key_kind == 3) {
 			double d;

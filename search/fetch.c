@@ -142,7 +142,18 @@ glob(const char *p, const char *s)
 
 /* ---- accumulating values ---- */
 
-typedef enum { FV_LONG, FV_DOUBLE, FV_FLOAT, FV_STR, FV_BOOL, FV_DATE, FV_RAW } fv_kind;
+/* FV_ULONG: i holds the unsigned_long column value; FV_DATE_NS: i is nanoseconds */
+typedef enum {
+	FV_LONG,
+	FV_DOUBLE,
+	FV_FLOAT,
+	FV_STR,
+	FV_BOOL,
+	FV_DATE,
+	FV_RAW,
+	FV_ULONG,
+	FV_DATE_NS,
+} fv_kind;
 
 typedef struct fval {
 	fv_kind kind;
@@ -305,6 +316,64 @@ convert(const st_field_def *def, const cJSON *v, fval *out)
 		out->kind = FV_DATE;
 		return ok;
 	}
+	case ST_FT_IP: {
+		uint8_t ip[ST_IP_LEN];
+		char txt[ST_IP_STRLEN];
+		if (!cJSON_IsString(v) || !st_ip_parse(v->valuestring, strlen(v->valuestring), ip))
+			return false;
+		st_ip_format(ip, txt, sizeof(txt));
+		out->kind = FV_STR;
+		out->n = strlen(txt);
+		out->s = cm_strndup(T, txt, out->n);
+		return true;
+	}
+	case ST_FT_DATE_NANOS: {
+		size_t n;
+		char *s = leaf_text(v, &n);
+		bool ok = s && !cJSON_IsBool(v) && st_date_parse_ns(s, n, def->format, &out->i);
+		cm_free(T, s);
+		out->kind = FV_DATE_NS;
+		return ok;
+	}
+	case ST_FT_HALF_FLOAT:
+	case ST_FT_SCALED_FLOAT: {
+		double d;
+		char *end;
+		if (cJSON_IsNumber(v))
+			d = v->valuedouble;
+		else if (cJSON_IsString(v) && !def->no_coerce &&
+		         (d = strtod(v->valuestring, &end), end != v->valuestring && !*end))
+			;
+		else
+			return false;
+		if (!isfinite(d))
+			return false;
+		if (def->type == ST_FT_HALF_FLOAT) {
+			d = st_half_round((double)(float)d);
+			out->kind = FV_FLOAT;
+		} else {
+			d = floor(d * def->scaling_factor + 0.5) / def->scaling_factor;
+			out->kind = FV_DOUBLE;
+		}
+		out->d = d;
+		return isfinite(d);
+	}
+	case ST_FT_UNSIGNED_LONG: {
+		uint64_t u;
+		char buf[40];
+		const char *t = NULL;
+		if (cJSON_IsString(v) && !def->no_coerce)
+			t = v->valuestring;
+		else if (cJSON_IsNumber(v)) {
+			snprintf(buf, sizeof(buf), "%.17g", v->valuedouble);
+			t = buf;
+		}
+		if (!t || !st_ulong_parse(t, true, &u))
+			return false;
+		out->kind = FV_ULONG;
+		out->i = st_ulong_to_col(u);
+		return true;
+	}
 	case ST_FT_BOOLEAN:
 		out->kind = FV_BOOL;
 		if (cJSON_IsBool(v))
@@ -452,6 +521,17 @@ render_value(cm_buf *b, const facc *a, const fval *v, const st_field_def *def)
 		                : def           ? def->format
 		                                : NULL,
 		                v->i, buf, sizeof(buf));
+		sr_jw_cstr(b, buf);
+		break;
+	case FV_ULONG:
+		cm_buf_printf(b, "%llu", (unsigned long long)st_col_to_ulong(v->i));
+		break;
+	case FV_DATE_NS:
+		if (a->spec->format || (def && def->format))
+			agg_date_format(NULL, a->spec->format ? a->spec->format : def->format,
+			                v->i / 1000000, buf, sizeof(buf));
+		else
+			st_date_format_ns(v->i, buf, sizeof(buf));
 		sr_jw_cstr(b, buf);
 		break;
 	case FV_RAW: {

@@ -113,7 +113,19 @@ cmp_score(float a, float b) /* descending, NaN last */
 static int
 cmp_value(const sr_sort_value *a, const sr_sort_value *b)
 {
-	bool sa = a->type == SR_SV_STRING, sb = b->type == SR_SV_STRING;
+	if (a->type == SR_SV_IP && b->type == SR_SV_IP) {
+		uint8_t x[ST_IP_LEN], y[ST_IP_LEN];
+		bool okx = a->s && st_ip_parse(a->s, strlen(a->s), x);
+		bool oky = b->s && st_ip_parse(b->s, strlen(b->s), y);
+		if (!okx || !oky)
+			return okx == oky ? 0 : okx ? -1 : 1;
+		int c = memcmp(x, y, ST_IP_LEN);
+		return c < 0 ? -1 : c > 0;
+	}
+	if (a->type == SR_SV_ULONG && b->type == SR_SV_ULONG)
+		return a->l < b->l ? -1 : a->l > b->l;
+	bool sa = a->type == SR_SV_STRING || a->type == SR_SV_IP;
+	bool sb = b->type == SR_SV_STRING || b->type == SR_SV_IP;
 	if (sa && sb) {
 		int c = strcmp(a->s ? a->s : "", b->s ? b->s : "");
 		return c < 0 ? -1 : c > 0;
@@ -500,7 +512,11 @@ render_sort_value(cm_buf *b, const sr_sort_key *k, const sr_hit *h, size_t i)
 		sr_jw_double(b, v->d);
 		break;
 	case SR_SV_STRING:
+	case SR_SV_IP:
 		sr_jw_cstr(b, v->s ? v->s : "");
+		break;
+	case SR_SV_ULONG:
+		cm_buf_printf(b, "%llu", (unsigned long long)st_col_to_ulong(v->l));
 		break;
 	default:
 		if (k->kind == SR_SORT_DOC)

@@ -18,7 +18,7 @@
 void
 sr_sort_value_clear(sr_sort_value *v)
 {
-	if (v->type == SR_SV_STRING)
+	if (v->type == SR_SV_STRING || v->type == SR_SV_IP)
 		cm_free(T, v->s);
 	memset(v, 0, sizeof(*v));
 }

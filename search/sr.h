@@ -148,7 +148,9 @@ typedef struct sr_sort_key {
 
 /* A sort value as it appears in hit.sort / search_after. */
 typedef struct sr_sort_value {
-	enum { SR_SV_NULL, SR_SV_LONG, SR_SV_DOUBLE, SR_SV_STRING } type;
+	/* SR_SV_ULONG: l is an unsigned_long column value (st_col_to_ulong);
+	 * SR_SV_IP: s is the address as ES prints it, ordered as addresses. */
+	enum { SR_SV_NULL, SR_SV_LONG, SR_SV_DOUBLE, SR_SV_STRING, SR_SV_ULONG, SR_SV_IP } type;
 	int64_t l;
 	double d;
 	char *s;

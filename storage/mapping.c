@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -383,6 +384,12 @@ null_value_valid(const st_field_def *f)
 		return strcmp(v, "true") == 0 || strcmp(v, "false") == 0;
 	case ST_FT_DATE:
 		return st_date_parse(v, strlen(v), f->format, &ms);
+	case ST_FT_DATE_NANOS:
+		return st_date_parse_ns(v, strlen(v), f->format, &ms);
+	case ST_FT_IP: {
+		uint8_t ip[ST_IP_LEN];
+		return st_ip_parse(v, strlen(v), ip);
+	}
 	default:
 		if (*v == '\0')
 			return false;
@@ -488,7 +495,31 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		} else if (strcmp(k, "doc_values") == 0 && type != ST_FT_OBJECT &&
 		           type != ST_FT_TEXT) {
 			ok = json_bool(it, &f.doc_values);
-		} else if (strcmp(k, "format") == 0 && type == ST_FT_DATE) {
+		} else if (strcmp(k, "scaling_factor") == 0 && type == ST_FT_SCALED_FLOAT) {
+			ok = cJSON_IsNumber(it) || cJSON_IsString(it);
+			double sf = 0;
+			char *end = NULL;
+			if (cJSON_IsNumber(it))
+				sf = it->valuedouble;
+			else if (ok)
+				sf = strtod(it->valuestring, &end);
+			if (ok && (end && (*end || end == it->valuestring))) {
+				cm_error_set(err, CM_EMAPPING,
+				             "Failed to parse mapping: failed to parse [scaling_factor] "
+				             "on field [%s]: [%s]",
+				             f.path, it->valuestring);
+				goto fail_f;
+			}
+			if (ok && !(isfinite(sf) && sf > 0)) {
+				cm_error_set(err, CM_EMAPPING,
+				             "Failed to parse mapping: [scaling_factor] must be a positive "
+				             "number, got [%g]",
+				             sf);
+				goto fail_f;
+			}
+			f.scaling_factor = sf;
+		} else if (strcmp(k, "format") == 0 &&
+		           (type == ST_FT_DATE || type == ST_FT_DATE_NANOS)) {
 			ok = cJSON_IsString(it);
 			if (ok && !st_date_format_valid(it->valuestring)) {
 				cm_error_set(err, CM_EMAPPING, "Invalid format: [%s]",
@@ -526,10 +557,11 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 				f.null_value = cm_strdup(CM_MEM_STORAGE, text);
 			}
 		} else if (strcmp(k, "ignore_malformed") == 0 &&
-		           (st_field_type_is_numeric(type) && type != ST_FT_BOOLEAN)) {
+		           ((st_field_type_is_numeric(type) && type != ST_FT_BOOLEAN) ||
+		            type == ST_FT_IP)) {
 			ok = json_bool(it, &f.ignore_malformed);
 		} else if (strcmp(k, "coerce") == 0 && st_field_type_is_numeric(type) &&
-		           type != ST_FT_BOOLEAN && type != ST_FT_DATE) {
+		           type != ST_FT_BOOLEAN && type != ST_FT_DATE && type != ST_FT_DATE_NANOS) {
 			bool coerce = true;
 			ok = json_bool(it, &coerce);
 			f.no_coerce = !coerce;
@@ -584,6 +616,11 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 	}
 	if (!search_analyzer_set)
 		f.search_analyzer = f.analyzer;
+	if (type == ST_FT_SCALED_FLOAT && f.scaling_factor == 0) {
+		cm_error_set(err, CM_EMAPPING,
+		             "Failed to parse mapping: Field [scaling_factor] is required");
+		goto fail_f;
+	}
 	if (f.null_value != NULL && !null_value_valid(&f)) {
 		cm_error_set(
 		    err, CM_EMAPPING,
@@ -792,6 +829,8 @@ render_field(cJSON *o, const st_field_def *f, bool has_children)
 		cJSON_AddBoolToObject(o, "index", false);
 	if (f->type != ST_FT_TEXT && f->type != ST_FT_BINARY && !f->doc_values)
 		cJSON_AddBoolToObject(o, "doc_values", false);
+	if (f->type == ST_FT_SCALED_FLOAT)
+		cJSON_AddNumberToObject(o, "scaling_factor", f->scaling_factor);
 	if (f->format != NULL)
 		cJSON_AddStringToObject(o, "format", f->format);
 	if (f->null_value != NULL)
@@ -942,6 +981,12 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 		    err, f->path, "format",
 		    old->format ? old->format : "strict_date_optional_time||epoch_millis",
 		    f->format ? f->format : "strict_date_optional_time||epoch_millis");
+	if (old->scaling_factor != f->scaling_factor) {
+		char a[32], b2[32];
+		snprintf(a, sizeof(a), "%g", old->scaling_factor);
+		snprintf(b2, sizeof(b2), "%g", f->scaling_factor);
+		return param_conflict(err, f->path, "scaling_factor", a, b2);
+	}
 	if (!str_eq(old->null_value, f->null_value))
 		return param_conflict(err, f->path, "null_value",
 		                      old->null_value ? old->null_value : "null",

@@ -1,0 +1,326 @@
+"""Field types ip, date_nanos, half_float, scaled_float and unsigned_long
+(issue 13), on a solo node and a 3-node static cluster: mapping errors,
+document errors, term/terms/range queries, sort values, aggregations and
+`fields`, each against values worked out by hand from Elasticsearch's
+rules (Lucene's InetAddressPoint order, HalfFloatPoint rounding,
+Math.round(value * scaling_factor), unsigned order above 2^63)."""
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shoal import ClusterNode, Node, cluster_file, eq, error_is, run_tests, test  # noqa: E402
+
+TMP = tempfile.mkdtemp(prefix="shoal-fieldtypes-test-")
+NAMES = ["node-1", "node-2", "node-3"]
+SOLO = None
+CLUSTER = {}
+
+
+def solo():
+    global SOLO
+    if SOLO is None:
+        SOLO = Node()
+    return SOLO
+
+
+def cluster():
+    if not CLUSTER:
+        cfile = os.path.join(TMP, "cluster.json")
+        ports = cluster_file(cfile, [(n, None) for n in NAMES])
+        for n in NAMES:
+            d = os.path.join(TMP, n)
+            os.makedirs(d, exist_ok=True)
+            CLUSTER[n] = ClusterNode(cfile, n, ports[n][0], data=d)
+        for n in NAMES:
+            st, b = CLUSTER[n].req("GET", "/_cluster/health?wait_for_nodes=3&timeout=60s",
+                                   timeout=80)
+            eq((st, b.get("number_of_nodes")), (200, 3), "3 nodes seen by " + n)
+    return CLUSTER
+
+
+def targets():
+    """(label, node to write through, nodes to ask)."""
+    c = cluster()
+    return [("solo", solo(), [solo()]), ("cluster", c["node-1"], list(c.values()))]
+
+
+def make_index(n, name, props, docs):
+    st, b = n.req("PUT", "/" + name, {
+        "settings": {"number_of_shards": 3, "number_of_replicas": 0},
+        "mappings": {"properties": props}})
+    eq(st, 200, "create %s: %s" % (name, b))
+    lines = []
+    for i, d in enumerate(docs):
+        lines += [{"index": {"_index": name, "_id": str(i + 1)}}, d]
+    st, b = n.bulk(lines, params="?refresh=true")
+    eq((st, b.get("errors")), (200, False), "bulk into %s: %s" % (name, b))
+
+
+def search(n, index, body):
+    st, b = n.req("POST", "/%s/_search" % index, body)
+    eq(st, 200, "search %s %s: %s" % (index, body, b))
+    return b
+
+
+def ids(b):
+    return sorted(h["_id"] for h in b["hits"]["hits"])
+
+
+def hits_count(n, index, query):
+    return search(n, index, {"query": query, "size": 100})["hits"]["total"]["value"]
+
+
+# ---- mapping errors ----
+
+@test
+def mapping_errors():
+    n = solo()
+    cases = [
+        ({"x": {"type": "scaled_float"}}, "Field [scaling_factor] is required"),
+        ({"x": {"type": "scaled_float", "scaling_factor": -1}}, "scaling_factor"),
+        ({"x": {"type": "scaled_float", "scaling_factor": "abc"}}, "scaling_factor"),
+        ({"x": {"type": "ip", "format": "x"}}, "unknown parameter [format]"),
+        ({"x": {"type": "long", "scaling_factor": 10}}, "unknown parameter [scaling_factor]"),
+        ({"x": {"type": "ip", "null_value": "300.1.1.1"}}, "null_value"),
+        ({"x": {"type": "date_nanos", "format": "no_such_format"}}, "Invalid format"),
+    ]
+    for props, reason in cases:
+        r = n.req("PUT", "/badmap", {"mappings": {"properties": props}})
+        error_is(r, 400, "mapper_parsing_exception", reason)
+        eq(n.req("HEAD", "/badmap")[0], 404, "no index left behind by %s" % props)
+    st, b = n.req("PUT", "/goodmap", {"mappings": {"properties": {
+        "p": {"type": "scaled_float", "scaling_factor": 100},
+        "i": {"type": "ip"}, "n": {"type": "date_nanos"}, "h": {"type": "half_float"},
+        "u": {"type": "unsigned_long"}}}})
+    eq(st, 200, "good mapping")
+    st, b = n.req("GET", "/goodmap/_mapping")
+    eq(b["goodmap"]["mappings"]["properties"], {
+        "p": {"type": "scaled_float", "scaling_factor": 100},
+        "i": {"type": "ip"}, "n": {"type": "date_nanos"}, "h": {"type": "half_float"},
+        "u": {"type": "unsigned_long"}}, "mapping as given")
+    r = n.req("PUT", "/goodmap/_mapping", {"properties": {
+        "p": {"type": "scaled_float", "scaling_factor": 10}}})
+    error_is(r, 400, "illegal_argument_exception", "scaling_factor")
+
+
+@test
+def document_errors():
+    n = solo()
+    st, _ = n.req("PUT", "/docerr", {"mappings": {"properties": {
+        "i": {"type": "ip"}, "n": {"type": "date_nanos"}, "h": {"type": "half_float"},
+        "u": {"type": "unsigned_long"}, "p": {"type": "scaled_float", "scaling_factor": 10}}}})
+    eq(st, 200, "create")
+    bad = [{"i": "300.1.1.1"}, {"i": "1.2.3"}, {"i": "01.2.3.4"}, {"i": "1::2::3"},
+           {"i": "fe80::1%eth0"}, {"i": 5}, {"n": "1969-12-31T23:59:59Z"},
+           {"n": "2300-01-01T00:00:00Z"}, {"n": "nope"}, {"h": 70000}, {"h": "x"},
+           {"u": -1}, {"u": 18446744073709551616}, {"u": "12x"}, {"p": "abc"}]
+    for d in bad:
+        r = n.req("PUT", "/docerr/_doc/1", d)
+        error_is(r, 400, "mapper_parsing_exception", "failed to parse field")
+    eq(n.req("GET", "/docerr/_doc/1")[0], 404, "nothing indexed")
+    # a bulk reports the bad item alone
+    st, b = n.bulk([{"index": {"_index": "docerr", "_id": "a"}}, {"i": "::1"},
+                    {"index": {"_index": "docerr", "_id": "b"}}, {"i": "::g"}])
+    eq([it["index"]["status"] for it in b["items"]], [201, 400], "bulk statuses")
+    eq(b["items"][1]["index"]["error"]["type"], "mapper_parsing_exception", "bulk error type")
+
+
+# ---- ip ----
+
+IPS = ["192.168.1.10", "192.168.2.20", "10.0.0.1", "2001:db8::1", "0:0:0:0:0:0:0:1",
+       "::ffff:10.0.0.2", "10.0.0.1"]
+
+
+@test
+def ip_queries_sort_aggs():
+    for label, w, asks in targets():
+        make_index(w, "ips", {"ip": {"type": "ip"}, "k": {"type": "keyword"}},
+                   [{"ip": ip, "k": "d%d" % i} for i, ip in enumerate(IPS)])
+        for n in asks:
+            what = "%s via %s" % (label, n.port)
+            eq(ids(search(n, "ips", {"query": {"term": {"ip": "192.168.1.10"}}})), ["1"],
+               "term " + what)
+            eq(ids(search(n, "ips", {"query": {"term": {"ip": "192.168.0.0/16"}}})), ["1", "2"],
+               "cidr " + what)
+            eq(ids(search(n, "ips", {"query": {"term": {"ip": "::ffff:192.168.2.20"}}})), ["2"],
+               "mapped v6 form " + what)
+            eq(ids(search(n, "ips", {"query": {"terms": {"ip": ["10.0.0.0/8", "::1"]}}})),
+               ["3", "5", "6", "7"], "terms with cidr " + what)
+            eq(ids(search(n, "ips", {"query": {"term": {"ip": "2001:db8::/32"}}})), ["4"],
+               "v6 cidr " + what)
+            eq(ids(search(n, "ips", {"query": {"range": {"ip": {
+                "gte": "10.0.0.1", "lt": "192.168.2.20"}}}})), ["1", "3", "6", "7"],
+               "range " + what)
+            eq(ids(search(n, "ips", {"query": {"range": {"ip": {"gt": "10.0.0.1"}}}})),
+               ["1", "2", "4", "6"], "open range " + what)
+            eq(ids(search(n, "ips", {"query": {"match": {"ip": "10.0.0.2"}}})), ["6"],
+               "match " + what)
+            b = search(n, "ips", {"query": {"term": {"ip": "10.0.0.1"}}})
+            eq([h["_score"] for h in b["hits"]["hits"]], [1.0, 1.0], "constant score " + what)
+            b = search(n, "ips", {"sort": [{"ip": "asc"}, {"k": "asc"}], "size": 10})
+            eq([h["sort"][0] for h in b["hits"]["hits"]],
+               ["::1", "10.0.0.1", "10.0.0.1", "10.0.0.2", "192.168.1.10", "192.168.2.20",
+                "2001:db8::1"], "sort asc " + what)
+            b = search(n, "ips", {"sort": [{"ip": "desc"}, {"k": "asc"}], "size": 2,
+                                  "search_after": ["192.168.1.10", "d0"]})
+            eq([h["sort"][0] for h in b["hits"]["hits"]], ["10.0.0.2", "10.0.0.1"],
+               "search_after desc " + what)
+            b = search(n, "ips", {"size": 0, "aggs": {"t": {"terms": {"field": "ip"}}}})
+            eq([(x["key"], x["doc_count"]) for x in b["aggregations"]["t"]["buckets"]],
+               [("10.0.0.1", 2), ("::1", 1), ("10.0.0.2", 1), ("192.168.1.10", 1),
+                ("192.168.2.20", 1), ("2001:db8::1", 1)], "terms agg " + what)
+            b = search(n, "ips", {"query": {"ids": {"values": ["5", "6"]}},
+                                  "fields": ["ip"], "docvalue_fields": ["ip"], "sort": ["k"]})
+            eq([h["fields"]["ip"] for h in b["hits"]["hits"]], [["::1"], ["10.0.0.2"]],
+               "fields " + what)
+            eq([h["_source"]["ip"] for h in b["hits"]["hits"]],
+               ["0:0:0:0:0:0:0:1", "::ffff:10.0.0.2"], "_source as sent " + what)
+            r = n.req("POST", "/ips/_search", {"query": {"term": {"ip": "not-an-ip"}}})
+            eq(r[0], 400, "bad ip in a query " + what)
+            eq("is not an IP string literal" in str(r[1]), True, "reason " + what + str(r[1]))
+            r = n.req("POST", "/ips/_search", {"query": {"term": {"ip": "10.0.0.0/33"}}})
+            eq(r[0], 400, "bad prefix length " + what)
+            r = n.req("POST", "/ips/_search", {"aggs": {"s": {"sum": {"field": "ip"}}}})
+            eq(r[0], 400, "sum on ip " + what)
+
+
+# ---- date_nanos ----
+
+NANOS = ["2024-01-01T00:00:00.123456789Z", "2024-01-01T00:00:00.123456788Z",
+         "2024-01-01T00:00:00.123Z", 1704067200000, "2024-01-01T01:00:00.5+01:00"]
+
+
+@test
+def date_nanos():
+    for label, w, asks in targets():
+        make_index(w, "nanos", {"t": {"type": "date_nanos"}}, [{"t": v} for v in NANOS])
+        for n in asks:
+            what = "%s via %s" % (label, n.port)
+            eq(ids(search(n, "nanos", {"query": {"range": {"t": {
+                "gt": "2024-01-01T00:00:00.123456788Z", "lt": "2024-01-01T00:00:00.2Z"}}}})),
+               ["1"], "gt keeps nanos " + what)
+            eq(ids(search(n, "nanos", {"query": {"range": {"t": {
+                "gte": "2024-01-01T00:00:00.123Z", "lt": "2024-01-01T00:00:00.123456789Z"}}}})),
+               ["2", "3"], "range " + what)
+            eq(ids(search(n, "nanos", {"query": {"term": {
+                "t": "2024-01-01T00:00:00.123456789Z"}}})), ["1"], "term " + what)
+            eq(ids(search(n, "nanos", {"query": {"range": {"t": {"lte": "2024-01-01"}}}})),
+               ["1", "2", "3", "4", "5"], "lte a day rounds up " + what)
+            b = search(n, "nanos", {"sort": [{"t": "asc"}], "fields": ["t"]})
+            eq([h["sort"][0] for h in b["hits"]["hits"]],
+               [1704067200000000000, 1704067200123000000, 1704067200123456788,
+                1704067200123456789, 1704067200500000000], "sort values in nanos " + what)
+            eq([h["fields"]["t"][0] for h in b["hits"]["hits"]],
+               ["2024-01-01T00:00:00.000Z", "2024-01-01T00:00:00.123Z",
+                "2024-01-01T00:00:00.123456788Z", "2024-01-01T00:00:00.123456789Z",
+                "2024-01-01T00:00:00.500Z"], "fields " + what)
+            b = search(n, "nanos", {"size": 0, "aggs": {"h": {"date_histogram": {
+                "field": "t", "fixed_interval": "100ms"}}, "mx": {"max": {"field": "t"}}}})
+            eq([(x["key_as_string"], x["doc_count"])
+                for x in b["aggregations"]["h"]["buckets"] if x["doc_count"]],
+               [("2024-01-01T00:00:00.000Z", 1), ("2024-01-01T00:00:00.100Z", 3),
+                ("2024-01-01T00:00:00.500Z", 1)], "date_histogram " + what)
+            eq(b["aggregations"]["mx"]["value"], 1704067200500.0, "max in millis " + what)
+
+
+# ---- half_float and scaled_float ----
+
+@test
+def half_and_scaled_float():
+    for label, w, asks in targets():
+        make_index(w, "floats", {"h": {"type": "half_float"},
+                                 "p": {"type": "scaled_float", "scaling_factor": 100}},
+                   [{"h": 0.1, "p": 1.234}, {"h": 1.5, "p": 2.5}, {"h": 65504, "p": "10"},
+                    {"h": "2049", "p": -0.015}])
+        for n in asks:
+            what = "%s via %s" % (label, n.port)
+            b = search(n, "floats", {"sort": [{"h": "asc"}], "fields": ["h", "p"]})
+            # 0.1 is held as the nearest half, 2^-4 * 1638/1024; 2049 rounds to even 2048
+            eq([h["sort"][0] for h in b["hits"]["hits"]], [0.0999755859375, 1.5, 2048.0, 65504.0],
+               "half sort values " + what)
+            eq([h["_source"]["h"] for h in b["hits"]["hits"]], [0.1, 1.5, "2049", 65504],
+               "half _source as sent " + what)
+            eq(ids(search(n, "floats", {"query": {"term": {"h": 0.1}}})), ["1"],
+               "half term rounds the value " + what)
+            # ES: gte 0.1 starts at the first half >= 0.1f, above the stored 0.0999755859375
+            eq(ids(search(n, "floats", {"query": {"range": {"h": {"gte": 0.1, "lte": 2048}}}})),
+               ["2", "4"], "half range " + what)
+            eq(ids(search(n, "floats", {"query": {"range": {"h": {"gt": 2048}}}})), ["3"],
+               "half gt " + what)
+            b = search(n, "floats", {"sort": [{"p": "desc"}], "fields": ["p"]})
+            eq([h["sort"][0] for h in b["hits"]["hits"]], [10.0, 2.5, 1.23, -0.01],
+               "scaled sort values (Math.round(-1.5) is -1) " + what)
+            eq([h["fields"]["p"][0] for h in b["hits"]["hits"]], [10.0, 2.5, 1.23, -0.01],
+               "scaled fields " + what)
+            eq([h["_source"]["p"] for h in b["hits"]["hits"]], ["10", 2.5, 1.234, -0.015],
+               "scaled _source as sent " + what)
+            eq(ids(search(n, "floats", {"query": {"term": {"p": 1.234}}})), ["1"],
+               "scaled term rounds " + what)
+            eq(ids(search(n, "floats", {"query": {"term": {"p": 1.23}}})), ["1"],
+               "scaled term at the stored value " + what)
+            eq(ids(search(n, "floats", {"query": {"range": {"p": {"gt": 1.23}}}})), ["2", "3"],
+               "scaled gt " + what)
+            eq(ids(search(n, "floats", {"query": {"range": {"p": {"gte": 1.225, "lt": 2.5}}}})),
+               ["1"], "scaled range " + what)
+            b = search(n, "floats", {"size": 0, "aggs": {
+                "s": {"sum": {"field": "p"}}, "mx": {"max": {"field": "h"}},
+                "t": {"terms": {"field": "p", "order": {"_key": "asc"}}}}})
+            eq(round(b["aggregations"]["s"]["value"], 9), 13.72, "scaled sum " + what)
+            eq(b["aggregations"]["mx"]["value"], 65504.0, "half max " + what)
+            eq([x["key"] for x in b["aggregations"]["t"]["buckets"]], [-0.01, 1.23, 2.5, 10.0],
+               "scaled terms keys " + what)
+
+
+# ---- unsigned_long ----
+
+U = [0, 1, 9223372036854775807, 9223372036854775808, 18446744073709551615, "18446744073709551614"]
+
+
+@test
+def unsigned_long():
+    for label, w, asks in targets():
+        make_index(w, "ulong", {"u": {"type": "unsigned_long"}}, [{"u": v} for v in U])
+        for n in asks:
+            what = "%s via %s" % (label, n.port)
+            b = search(n, "ulong", {"sort": [{"u": "desc"}], "fields": ["u"]})
+            eq([h["sort"][0] for h in b["hits"]["hits"]],
+               [18446744073709551615, 18446744073709551614, 9223372036854775808,
+                9223372036854775807, 1, 0], "sort desc above 2^63 " + what)
+            eq([h["_id"] for h in b["hits"]["hits"]], ["5", "6", "4", "3", "2", "1"],
+               "order " + what)
+            eq(ids(search(n, "ulong", {"query": {"range": {"u": {
+                "gte": "9223372036854775808"}}}})), ["4", "5", "6"], "range above 2^63 " + what)
+            eq(ids(search(n, "ulong", {"query": {"range": {"u": {
+                "gt": "9223372036854775807", "lt": "18446744073709551615"}}}})), ["4", "6"],
+               "exclusive bounds " + what)
+            eq(ids(search(n, "ulong", {"query": {"term": {"u": "18446744073709551615"}}})),
+               ["5"], "term max " + what)
+            eq(ids(search(n, "ulong", {"query": {"terms": {"u": [0, "9223372036854775808"]}}})),
+               ["1", "4"], "terms " + what)
+            eq(ids(search(n, "ulong", {"query": {"range": {"u": {"lt": 1}}}})), ["1"],
+               "lt 1 " + what)
+            b = search(n, "ulong", {"sort": [{"u": "asc"}], "size": 2,
+                                    "search_after": ["9223372036854775807"]})
+            eq([h["_id"] for h in b["hits"]["hits"]], ["4", "6"], "search_after " + what)
+            b = search(n, "ulong", {"size": 0, "aggs": {"mx": {"max": {"field": "u"}},
+                                                        "mn": {"min": {"field": "u"}}}})
+            eq((b["aggregations"]["mx"]["value"], b["aggregations"]["mn"]["value"]),
+               (1.8446744073709552e19, 0.0), "max/min as doubles " + what)
+            b = search(n, "ulong", {"query": {"ids": {"values": ["4"]}}, "fields": ["u"]})
+            eq(b["hits"]["hits"][0]["fields"]["u"], [9223372036854775808], "fields " + what)
+
+
+def teardown():
+    rc = 0
+    if SOLO:
+        rc = SOLO.stop() or rc
+    for n in CLUSTER.values():
+        rc = n.stop() or rc
+    shutil.rmtree(TMP, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    run_tests(budget_s=300, teardown=teardown)
