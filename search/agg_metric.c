@@ -1204,7 +1204,7 @@ th_flush(agg_rt *rt, agg_node *n)
 		h->id_len = id.len;
 		if (rt->root->index)
 			h->index = cm_strdup(AGG_MEM, rt->root->index);
-		if (!p->source)
+		if (!p->source || !src.len) /* no source kept (_source disabled) */
 			continue;
 		if (p->nincl || p->nexcl) {
 			/* the same filtering as search hits */

@@ -16,7 +16,7 @@ typedef struct sr_ordterm {
 } sr_ordterm;
 
 static cm_err
-after_value(const sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_error *err)
+after_value(sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_error *err)
 {
 	memset(out, 0, sizeof *out);
 	if (v->type == SR_SV_NULL) {

@@ -259,7 +259,8 @@ fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *id
 	h->score = t->scored ? e->score : NAN;
 	h->shard = shard;
 	h->doc = e->gdoc;
-	if (req->fetch_source) {
+	/* an empty stored source: the mapping has _source disabled */
+	if (req->fetch_source && src->len) {
 		if (req->nincludes || req->nexcludes) {
 			cm_buf f;
 			cm_buf_init(&f, CM_MEM_SEARCH);
@@ -277,7 +278,7 @@ fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *id
 			h->source_len = src->len;
 		}
 	}
-	if (sr_fetch_wanted(req) &&
+	if (sr_fetch_wanted(req) && src->len &&
 	    (rc = sr_fetch_render(st_reader_mapping(x->reader), req, (const char *)src->data,
 	                          src->len, &h->fields, &h->fields_len, x->err)))
 		return rc;

@@ -487,9 +487,12 @@ st_date_parse_ns(const char *s, size_t n, const char *format, int64_t *epoch_ns)
 	if (s == NULL || n == 0 || n > 128 || !parse_formats(s, n, format, &ms, &sub, &bad))
 		return false;
 	/* 2262-04-11T23:47:16.854775807Z is the last nanosecond a long holds */
-	if (ms < 0 || ms > INT64_MAX / 1000000 - 1)
+	if (ms < 0 || ms > INT64_MAX / 1000000)
 		return false;
-	int64_t ns = ms * 1000000 + sub;
+	int64_t base = ms * 1000000;
+	if (sub > INT64_MAX - base)
+		return false;
+	int64_t ns = base + sub;
 	if (ns < 0)
 		return false;
 	*epoch_ns = ns;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../common/cm_alloc.h"
+#include "../common/cm_buf.h"
 
 #define MAX_DOC_DEPTH 100
 #define MAX_DOC_VALUES (1u << 22) /* values per document */
@@ -934,6 +935,37 @@ walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn, const char *o
 	return CM_OK;
 }
 
+/* What a segment keeps of the source under the mapping's _source options. */
+static cm_err
+stored_source(const st_mapping *m, st_doc *d, cm_error *err)
+{
+	d->stored = d->source;
+	d->stored_len = d->source_len;
+	if (!st_mapping_source_filtered(m))
+		return CM_OK;
+	if (m->source_disabled) {
+		d->stored = "";
+		d->stored_len = 0;
+		return CM_OK;
+	}
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_STORAGE);
+	cm_err e = st_source_filter(d->source, d->source_len, m->source_includes,
+	                            m->nsource_includes, m->source_excludes, m->nsource_excludes, &b);
+	if (e == CM_OK) {
+		/* excludes can leave nothing: an empty object, never no source */
+		if (b.len == 0)
+			cm_buf_put(&b, "{}", 2);
+		d->stored = doc_own(d, b.data, b.len);
+		d->stored_len = b.len;
+	} else {
+		cm_error_set(err, CM_EMAPPING, "failed to filter _source");
+		e = CM_EMAPPING;
+	}
+	cm_buf_free(&b);
+	return e;
+}
+
 cm_err
 st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *source,
              size_t source_len, st_doc *out, st_mapping **dynamic_add, cm_error *err)
@@ -988,6 +1020,8 @@ st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *sou
 		if (e != CM_OK)
 			goto fail;
 	}
+	if ((e = stored_source(m, out, err)) != CM_OK)
+		goto fail;
 	cJSON_Delete(c.dyn_root);
 	cm_free(CM_MEM_STORAGE, c.nums);
 	if (c.counts != counts_small)

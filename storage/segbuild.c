@@ -600,7 +600,10 @@ st_segbuild_add(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t pri
 	if (d == 0)
 		b->stored_off[0] = 0;
 	cm_buf_put_str(&b->stored, doc->id, doc->id_len);
-	cm_buf_put_str(&b->stored, doc->source, doc->source_len);
+	if (doc->stored)
+		cm_buf_put_str(&b->stored, doc->stored, doc->stored_len);
+	else
+		cm_buf_put_str(&b->stored, doc->source, doc->source_len);
 	b->stored_off[d + 1] = b->stored.len;
 	b->ndocs = d + 1;
 	*docno = d;

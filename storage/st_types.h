@@ -149,9 +149,16 @@ typedef struct st_mapping {
 	bool dynamic_set; /* root "dynamic" given explicitly (a merge keeps base's otherwise) */
 	int8_t date_detection;    /* root "date_detection": 0 unset (on), 1 true, -1 false */
 	int8_t numeric_detection; /* root "numeric_detection": 0 unset (off), 1 true, -1 false */
+	/* root "_source": what a segment stores of each document */
+	bool source_set;      /* "_source" given (rendered back) */
+	bool source_disabled; /* "enabled": false: nothing stored */
+	char **source_includes, **source_excludes;
+	size_t nsource_includes, nsource_excludes;
 } st_mapping;
 
 st_mapping *st_mapping_new(void); /* empty, dynamic=true, refs=1 */
+/* True when the mapping's _source options change what is stored. */
+bool st_mapping_source_filtered(const st_mapping *m);
 st_mapping *st_mapping_ref(st_mapping *m);
 void st_mapping_unref(st_mapping *m);
 const st_field_def *st_mapping_find(const st_mapping *m, const char *path);
@@ -163,6 +170,20 @@ cJSON *st_mapping_to_json(const st_mapping *m);
  * ("mapper [x] cannot be changed from type [a] to [b]"). */
 cm_err st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out,
                         cm_error *err);
+
+/* ---- _source filtering ---- */
+
+struct cm_buf;
+/* Filters a _source document: keeps paths matching any include pattern
+ * (all when ni == 0) and drops paths matching an exclude pattern, with
+ * ES's rules: patterns use '*' wildcards and match whole dotted paths;
+ * "obj" keeps obj's whole subtree, "obj.*" its children, "*Name" any path
+ * ending in Name; objects emptied by filtering are dropped; arrays are
+ * filtered element by element. Appends the filtered JSON to out, in the
+ * source's key order with its original number text. CM_EPARSE when src
+ * is not valid JSON. */
+cm_err st_source_filter(const char *src, size_t len, char *const *includes, size_t ni,
+                        char *const *excludes, size_t ne, struct cm_buf *out);
 
 /* ---- parsed documents ---- */
 
@@ -183,6 +204,10 @@ typedef struct st_doc {
 	st_value *values;
 	size_t nvalues;
 	cJSON *json; /* parse tree the string values point into */
+	/* what segments store: source, filtered by the mapping's _source
+	 * options (empty when disabled); owned when it differs */
+	const char *stored;
+	size_t stored_len;
 	char **owned; /* value bytes not in the tree (ip addresses), freed with the doc */
 	size_t nowned, owned_cap;
 	size_t cap;

@@ -312,6 +312,86 @@ def unsigned_long():
             eq(b["hits"]["hits"][0]["fields"]["u"], [9223372036854775808], "fields " + what)
 
 
+# ---- _source mapping options ----
+
+@test
+def source_disabled():
+    for label, w, asks in targets():
+        st, b = w.req("PUT", "/nosrc", {
+            "settings": {"number_of_shards": 2, "number_of_replicas": 0},
+            "mappings": {"_source": {"enabled": False},
+                         "properties": {"k": {"type": "keyword"}, "t": {"type": "text"}}}})
+        eq(st, 200, "create " + label)
+        eq(w.req("PUT", "/nosrc/_doc/1", {"k": "v", "t": "hello world"})[0], 201, "index")
+        for n in asks:
+            what = "%s via %s" % (label, n.port)
+            st, b = n.req("GET", "/nosrc/_doc/1")  # realtime, before any refresh
+            eq((st, b["found"], "_source" in b), (200, True, False), "realtime GET " + what)
+        w.refresh("nosrc")
+        for n in asks:
+            what = "%s via %s" % (label, n.port)
+            st, b = n.req("GET", "/nosrc/_doc/1")
+            eq((st, b["found"], b["_version"], "_source" in b), (200, True, 1, False),
+               "GET " + what)
+            b = search(n, "nosrc", {"query": {"match": {"t": "world"}}})
+            eq([(h["_id"], "_source" in h) for h in b["hits"]["hits"]], [("1", False)],
+               "still indexed, no _source in hits " + what)
+            b = search(n, "nosrc", {"query": {"term": {"k": "v"}}, "fields": ["k"]})
+            eq(b["hits"]["hits"][0].get("fields"), None, "fields read _source: none " + what)
+            error_is(n.req("GET", "/nosrc/_source/1"), 404, "resource_not_found_exception")
+            error_is(n.req("POST", "/nosrc/_update/1", {"doc": {"k": "w"}}), 400,
+                     "document_source_missing_exception", "document source missing")
+            st, b = n.req("GET", "/nosrc/_mapping")
+            eq(b["nosrc"]["mappings"]["_source"], {"enabled": False}, "mapping " + what)
+        error_is(w.req("PUT", "/nosrc/_mapping", {"_source": {"enabled": True}}), 400,
+                 "illegal_argument_exception", "Cannot update parameter [enabled]")
+        eq(w.req("PUT", "/nosrc/_mapping", {"_source": {"enabled": False}})[0], 200,
+           "repeating the same _source is fine")
+        error_is(w.req("PUT", "/nosrc2", {"mappings": {"_source": {"enable": False}}}), 400,
+                 "mapper_parsing_exception", "unknown parameter [enable]")
+        error_is(w.req("PUT", "/nosrc2", {"mappings": {"_source": {"includes": [1]}}}), 400,
+                 "mapper_parsing_exception")
+        eq(w.req("HEAD", "/nosrc2")[0], 404, "nothing created")
+
+
+@test
+def source_includes_excludes():
+    for label, w, asks in targets():
+        st, b = w.req("PUT", "/srcf", {
+            "settings": {"number_of_shards": 2, "number_of_replicas": 0},
+            "mappings": {"_source": {"includes": ["a", "meta.*", "secret*"],
+                                     "excludes": ["secret*", "meta.raw"]}}})
+        eq(st, 200, "create " + label)
+        doc = {"a": 1, "b": 2, "secret_x": "s", "meta": {"raw": "r", "k": "v"}}
+        eq(w.req("PUT", "/srcf/_doc/1", doc)[0], 201, "index")
+        for n in asks:
+            st, b = n.req("GET", "/srcf/_doc/1")
+            eq(b["_source"], {"a": 1, "meta": {"k": "v"}}, "realtime GET filtered")
+        w.refresh("srcf")
+        for n in asks:
+            what = "%s via %s" % (label, n.port)
+            st, b = n.req("GET", "/srcf/_doc/1")
+            eq(b["_source"], {"a": 1, "meta": {"k": "v"}}, "GET filtered " + what)
+            eq(n.req("GET", "/srcf/_source/1")[1], {"a": 1, "meta": {"k": "v"}}, "_source " + what)
+            for q in ({"match": {"secret_x": "s"}}, {"term": {"b": 2}},
+                      {"match": {"meta.raw": "r"}}):
+                b = search(n, "srcf", {"query": q})
+                eq([h["_source"] for h in b["hits"]["hits"]], [{"a": 1, "meta": {"k": "v"}}],
+                   "excluded fields stay indexed: %s %s" % (q, what))
+            st, b = n.req("GET", "/srcf/_mapping")
+            eq(b["srcf"]["mappings"]["_source"], {"includes": ["a", "meta.*", "secret*"],
+                                                  "excludes": ["secret*", "meta.raw"]},
+               "mapping " + what)
+        # an update works on what was stored, as in ES
+        st, b = w.req("POST", "/srcf/_update/1?refresh=true", {"doc": {"c": 3, "a": 5}})
+        eq(st, 200, "update %s" % b)
+        eq(w.req("GET", "/srcf/_doc/1")[1]["_source"], {"a": 5, "meta": {"k": "v"}},
+           "update of the stored source, filtered again")
+        error_is(w.req("PUT", "/srcf/_mapping", {"_source": {
+            "includes": ["a", "meta.*", "secret*"], "excludes": ["x"]}}), 400,
+                 "illegal_argument_exception", "Cannot update parameter [excludes]")
+
+
 def teardown():
     rc = 0
     if SOLO:
