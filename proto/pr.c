@@ -257,6 +257,7 @@ hit_to_pb(const sr_hit *h, Shoal__Hit *pb, pb_arena *a)
 	pb->has_source = h->source != NULL;
 	pb->source = bin(h->source, h->source_len);
 	pb->fields = bin(h->fields, h->fields_len);
+	pb->highlight = bin(h->highlight, h->highlight_len);
 	pb->shard = h->shard;
 	pb->doc = h->doc;
 	pb->seq_no = h->seq_no;
@@ -348,6 +349,12 @@ hit_from_pb(const Shoal__Hit *pb, sr_hit *h, pr_strings *ps)
 			memcpy(h->source, pb->source.data, pb->source.len);
 		h->source[pb->source.len] = '\0';
 		h->source_len = pb->source.len;
+	}
+	if (pb->highlight.len) {
+		h->highlight = cm_malloc(HIT_MEM, pb->highlight.len + 1);
+		memcpy(h->highlight, pb->highlight.data, pb->highlight.len);
+		h->highlight[pb->highlight.len] = '\0';
+		h->highlight_len = pb->highlight.len;
 	}
 	if (pb->fields.len) {
 		h->fields = cm_malloc(HIT_MEM, pb->fields.len + 1);

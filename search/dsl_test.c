@@ -784,7 +784,12 @@ test_request(void)
 	REQ_ERR("{\"foo\":{}}", CM_EPARSE, "Unknown key for a START_OBJECT in [foo].");
 	REQ_ERR("{\"foo\":1}", CM_EPARSE, "Unknown key for a VALUE_NUMBER in [foo].");
 	REQ_ERR("{\"foo\":[1]}", CM_EPARSE, "Unknown key for a START_ARRAY in [foo].");
-	REQ_ERR("{\"highlight\":{}}", CM_EINVAL, "[highlight] is not supported");
+	REQ_ERR("{\"highlight\":{}}", CM_EPARSE, "[highlight] requires [fields]");
+	REQ_ERR("{\"highlight\":{\"fields\":{\"a\":{}},\"foo\":1}}", CM_EPARSE,
+	        "[highlight] unknown field [foo]");
+	REQ_ERR("{\"highlight\":{\"fields\":{\"a\":{\"type\":\"x\"}}}}", CM_EINVAL,
+	        "unknown highlighter type [x] for the field [a]");
+	REQ_ERR("{\"post_filter\":{}}", CM_EINVAL, "[post_filter] is not supported");
 	REQ_ERR("{\"size\":-1}", CM_EINVAL, "[size] parameter cannot be negative, found [-1]");
 	REQ_ERR("{\"from\":-2}", CM_EINVAL, "[from] parameter cannot be negative but was [-2]");
 	REQ_ERR(

@@ -70,6 +70,9 @@ void sr_dfa_free(sr_dfa *d);
 int sr_edit_distance(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen, int max,
                      bool transpositions);
 size_t sr_utf8_len(const uint8_t *s, size_t n); /* code points */
+/* Edits a fuzziness ("AUTO", "AUTO:lo,hi", 0-2; NULL = AUTO) allows for a
+ * term of cp_len code points. */
+int sr_fuzzy_edits(const char *fuzziness, size_t cp_len);
 
 /* ---- the plan ---- */
 

@@ -1543,6 +1543,12 @@ auto_edits(const char *fuzziness, size_t cp_len)
 	return e < 0 ? 0 : e > 2 ? 2 : e;
 }
 
+int
+sr_fuzzy_edits(const char *fuzziness, size_t cp_len)
+{
+	return auto_edits(fuzziness ? fuzziness : "AUTO", cp_len);
+}
+
 /* Lucene FuzzyQuery with TopTermsBlendedFreqScoringRewrite: the best
  * max_expansions terms by similarity, each scored with the largest df
  * among them, combined as dis_max with tie breaker 0.01. */

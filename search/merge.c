@@ -65,6 +65,7 @@ sr_hit_clear(sr_hit *h)
 	cm_free(T, h->id);
 	cm_free(T, h->source);
 	cm_free(T, h->fields);
+	cm_free(T, h->highlight);
 	for (size_t i = 0; i < h->nsort; i++)
 		sr_sort_value_clear(&h->sort[i]);
 	cm_free(T, h->sort);
@@ -556,6 +557,10 @@ render_hit(sr_merger *m, cm_buf *b, const mhit *mh, bool scored)
 	if (h->fields) {
 		cm_buf_put(b, ",\"fields\":", 10);
 		cm_buf_put(b, h->fields, h->fields_len);
+	}
+	if (h->highlight) {
+		cm_buf_put(b, ",\"highlight\":", 13);
+		cm_buf_put(b, h->highlight, h->highlight_len);
 	}
 	if (req->explain_scores) {
 		/* the score as computed; no per-clause breakdown (docs/api.md) */

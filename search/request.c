@@ -8,6 +8,7 @@
 #include "../common/cm_alloc.h"
 #include "../common/cm_sys.h"
 #include "fetch.h"
+#include "highlight.h"
 #include "sr.h"
 #include "sr_agg.h"
 
@@ -65,6 +66,7 @@ void
 sr_request_free(sr_request *r)
 {
 	sr_query_free(r->query);
+	sr_highlight_free(r->highlight);
 	free_sort(r);
 	sr_fetch_free(r->fields, r->nfields);
 	sr_fetch_free(r->docvalue_fields, r->ndocvalue_fields);
@@ -402,8 +404,8 @@ parse_source(sr_request *r, const cJSON *v, cm_error *err)
  * name rather than silently ignored (an ignored post_filter would return
  * wrong hits). */
 static const char *unsupported_keys[] = {
-    "highlight",     "post_filter", "rescore", "suggest",   "collapse",
-    "indices_boost", "slice",       "pit",     "min_score", "ext",
+    "post_filter", "rescore", "suggest", "collapse",
+    "indices_boost", "slice", "pit", "min_score", "ext",
 };
 
 /* "stored_fields": a name or a list. Nothing is stored apart from _source
@@ -499,6 +501,10 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 		} else if (!strcmp(k, "_source")) {
 			have_source = true;
 			rc = parse_source(r, v, err);
+		} else if (!strcmp(k, "highlight")) {
+			sr_highlight_free(r->highlight);
+			r->highlight = NULL;
+			rc = sr_highlight_parse(v, &r->highlight, err);
 		} else if (!strcmp(k, "fields")) {
 			rc = sr_fetch_parse(v, k, &r->fields, &r->nfields, err);
 		} else if (!strcmp(k, "docvalue_fields")) {

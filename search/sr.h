@@ -191,6 +191,7 @@ typedef struct sr_request {
 	sr_fetch_field *docvalue_fields; /* "docvalue_fields": the same in doc-value form */
 	size_t ndocvalue_fields;
 	bool stored_fields_none; /* "stored_fields": "_none_": hits without _id and _source */
+	struct sr_highlight *highlight; /* "highlight" (highlight.h), NULL = none */
 	/* ES's query phase alone: hits carry score, sort values and doc
 	 * numbers but no _id/_source/metadata (no stored-document reads).
 	 * Used by benchmarks; default false. */
@@ -237,6 +238,8 @@ typedef struct sr_hit {
 	size_t source_len;
 	char *fields;          /* the hit's "fields" (JSON), NULL when none */
 	size_t fields_len;
+	char *highlight;       /* the hit's "highlight" (JSON), NULL when none */
+	size_t highlight_len;
 	uint32_t shard, doc;   /* tie-breaking: shard index, then global doc */
 	uint64_t seq_no, primary_term;
 	int64_t version;
