@@ -697,7 +697,22 @@ is_space(char c)
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
-/* Start of the sentence holding offset: after ". ", "! ", "? " or a newline. */
+/* A sentence ends after [.!?] and white space unless a lowercase letter
+ * follows ("e.g. this" goes on, as in Unicode's sentence rules). */
+static bool
+ends_before(const char *s, uint32_t len, uint32_t i)
+{
+	if (!(s[i] == '.' || s[i] == '!' || s[i] == '?'))
+		return false;
+	uint32_t j = i + 1;
+	if (j < len && !is_space(s[j]))
+		return false;
+	while (j < len && is_space(s[j]))
+		j++;
+	return j == len || !(s[j] >= 'a' && s[j] <= 'z');
+}
+
+/* Start of the sentence holding offset: after a sentence end or a newline. */
 static uint32_t
 sentence_start(const char *s, uint32_t off)
 {
@@ -710,7 +725,7 @@ sentence_start(const char *s, uint32_t off)
 			uint32_t j = i - 1;
 			while (j > 0 && is_space(s[j - 1]))
 				j--;
-			if (j > 0 && (s[j - 1] == '.' || s[j - 1] == '!' || s[j - 1] == '?'))
+			if (j > 0 && ends_before(s, off + 1 > i ? off + 1 : i, j - 1))
 				break;
 		}
 		i--;
@@ -729,7 +744,7 @@ sentence_end(const char *s, uint32_t len, uint32_t off)
 		char c = s[i];
 		if (c == '\n')
 			return i;
-		if ((c == '.' || c == '!' || c == '?') && (i + 1 == len || is_space(s[i + 1])))
+		if (ends_before(s, len, i))
 			return i + 1;
 		i++;
 	}
