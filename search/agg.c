@@ -595,7 +595,9 @@ agg_subs_collect(agg_root *root, const sr_agg *parent, agg_node **subs, const ui
 		agg_node *s = subs[i];
 		agg_rt *rt = &root->rts[s->spec->id];
 		if (rt->fi && s->ftype < 0)
-			s->ftype = agg_ftype(rt->fi->type);
+			s->ftype = rt->fi->type == ST_FT_UNSIGNED_LONG && s->spec->kind == AGG_TERMS
+			               ? ST_FT_UNSIGNED_LONG
+			               : agg_ftype(rt->fi->type);
 		s->spec->ops->collect(rt, s, docs, scores, n);
 	}
 }
@@ -640,6 +642,11 @@ agg_rt_begin(agg_root *root, const sr_agg *a, const sr_seg_ctx *ctx)
 				rt->conv = fi->type == ST_FT_SCALED_FLOAT ? CONV_SCALED : CONV_ULONG;
 				rt->scale = d && d->scaling_factor > 0 ? d->scaling_factor : 1;
 				rt->is_double = true;
+				if (fi->type == ST_FT_UNSIGNED_LONG && a->kind == AGG_TERMS) {
+					/* exact keys: the column's order-preserving longs */
+					rt->conv = CONV_NONE;
+					rt->is_double = false;
+				}
 			}
 		}
 	}

@@ -1498,7 +1498,9 @@ terms_key_string(const sr_agg *a, const agg_node *n, uint8_t kind, const bkt *b,
 		agg_double_str(buf, cap, d);
 		return;
 	}
-	if (n->ftype == ST_FT_DATE)
+	if (n->ftype == ST_FT_UNSIGNED_LONG)
+		snprintf(buf, cap, "%llu", (unsigned long long)st_col_to_ulong(b->l));
+	else if (n->ftype == ST_FT_DATE)
 		agg_date_format(NULL, a->format, b->l, buf, cap);
 	else if (n->ftype == ST_FT_BOOLEAN)
 		snprintf(buf, cap, "%s", b->l ? "true" : "false");
@@ -1540,7 +1542,9 @@ terms_render(const sr_agg *a, const agg_node *n, agg_render *r)
 			double d;
 			memcpy(&d, &bk->l, 8);
 			agg_json_double(b, d);
-		} else
+		} else if (n->ftype == ST_FT_UNSIGNED_LONG)
+			cm_buf_printf(b, "%llu", (unsigned long long)st_col_to_ulong(bk->l));
+		else
 			cm_buf_printf(b, "%lld", (long long)bk->l);
 		if (!bk->key && (n->ftype == ST_FT_DATE || n->ftype == ST_FT_BOOLEAN)) {
 			char ks[96];

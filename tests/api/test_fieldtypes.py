@@ -305,7 +305,11 @@ def unsigned_long():
                                     "search_after": ["9223372036854775807"]})
             eq([h["_id"] for h in b["hits"]["hits"]], ["4", "6"], "search_after " + what)
             b = search(n, "ulong", {"size": 0, "aggs": {"mx": {"max": {"field": "u"}},
-                                                        "mn": {"min": {"field": "u"}}}})
+                                                        "mn": {"min": {"field": "u"}},
+                                                        "t": {"terms": {"field": "u"}}}})
+            eq([x["key"] for x in b["aggregations"]["t"]["buckets"]],
+               [0, 1, 9223372036854775807, 9223372036854775808, 18446744073709551614,
+                18446744073709551615], "terms keys exact, in unsigned order " + what)
             eq((b["aggregations"]["mx"]["value"], b["aggregations"]["mn"]["value"]),
                (1.8446744073709552e19, 0.0), "max/min as doubles " + what)
             b = search(n, "ulong", {"query": {"ids": {"values": ["4"]}}, "fields": ["u"]})
