@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <fnmatch.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,12 +201,15 @@ parse_opts(const cJSON *j, hl_opts *o, const char *field, cm_error *err)
 				return cm_error_set_type(err, CM_EINVAL, "illegal_argument_exception",
 				                         "Unknown tag schema [%s]",
 				                         cJSON_IsString(v) ? v->valuestring : "?");
-			static const char *styled[] = {
-			    "<em class=\"hlt\">"}; /* ES's styled schema opens with hlt classes */
+			/* ES's styled schema: <em class="hlt1"> .. <em class="hlt10"> */
 			strs_free(o->pre, o->npre);
-			o->pre = cm_malloc(T, sizeof(char *));
-			o->pre[0] = cm_strdup(T, styled[0]);
-			o->npre = 1;
+			o->pre = cm_malloc(T, 10 * sizeof(char *));
+			for (int i = 0; i < 10; i++) {
+				char tag[32];
+				snprintf(tag, sizeof tag, "<em class=\"hlt%d\">", i + 1);
+				o->pre[i] = cm_strdup(T, tag);
+			}
+			o->npre = 10;
 		} else if (!strcmp(k, "matched_fields") && field) {
 			if (!cJSON_IsArray(v) && !cJSON_IsString(v))
 				return bad_value(k, err);
