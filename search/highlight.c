@@ -927,6 +927,8 @@ static size_t
 emit_passages(plist *pl, int nfrags, bool order_score, const char *const *texts,
               const sr_hl_span *spans, const tags *tg, cm_buf *out)
 {
+	if (pl->n == 0)
+		return 0;
 	qsort(pl->v, pl->n, sizeof(passage), by_score);
 	size_t keep = pl->n < (size_t)nfrags ? pl->n : (size_t)nfrags;
 	if (!order_score)
