@@ -57,7 +57,11 @@ after_value(sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_error 
 				snprintf(num, sizeof(num), "%.17g", v->d);
 				t = num;
 			}
-			if (!t || !st_ulong_parse(t, true, &u))
+			/* a JSON number near 2^64 arrives as the double 2^64 */
+			if (v->type == SR_SV_DOUBLE && v->d >= 18446744073709551616.0 &&
+			    v->d < 18446744073709555712.0)
+				u = UINT64_MAX;
+			else if (!t || !st_ulong_parse(t, true, &u))
 				return cm_error_set(err, CM_EINVAL, "failed to parse search_after value [%s]",
 				                    t ? t : "");
 		}

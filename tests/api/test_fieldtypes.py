@@ -304,6 +304,12 @@ def unsigned_long():
             b = search(n, "ulong", {"sort": [{"u": "asc"}], "size": 2,
                                     "search_after": ["9223372036854775807"]})
             eq([h["_id"] for h in b["hits"]["hits"]], ["4", "6"], "search_after " + what)
+            b = search(n, "ulong", {"sort": [{"u": "desc"}], "size": 1,
+                                    "search_after": [18446744073709551615]})
+            eq([h["_id"] for h in b["hits"]["hits"]], ["6"], "search_after the max " + what)
+            r = n.req("POST", "/ulong/_search", {"sort": [{"u": "asc"}],
+                                                 "search_after": ["-5"]})
+            eq(r[0], 400, "negative search_after " + what)
             b = search(n, "ulong", {"size": 0, "aggs": {"mx": {"max": {"field": "u"}},
                                                         "mn": {"min": {"field": "u"}},
                                                         "t": {"terms": {"field": "u"}}}})
