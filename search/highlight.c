@@ -576,44 +576,70 @@ query_analyzer(const matcher *m, const st_field_def *def)
 	return def->search_analyzer;
 }
 
+static bool
+phrase_term_is(const tok *t, const tok *w, bool prefix)
+{
+	return term_eq(t, w->term, w->len, false) ||
+	       (prefix && t->len >= w->len && !memcmp(t->term, w->term, w->len));
+}
+
+/* In idx (token indexes in position order), the first whose position is
+ * at least p. */
+static size_t
+first_at(const toks *ts, const size_t *idx, size_t n, int64_t p)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if ((int64_t)ts->v[idx[mid]].pos < p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Marks the tokens of each occurrence of the phrase: every next phrase
+ * term at its relative position, give or take slop. Each term's tokens
+ * are listed once, so a lookup is a binary search whatever the slop. */
 static void
 mark_phrase(toks *ts, const toks *qt, int slop, bool prefix_last)
 {
-	if (qt->n == 0)
+	if (qt->n == 0 || ts->n == 0)
 		return;
+	size_t **occ = cm_calloc(T, qt->n, sizeof(size_t *));
+	size_t *nocc = cm_calloc(T, qt->n, sizeof(size_t));
+	for (size_t k = 0; k < qt->n; k++) {
+		occ[k] = cm_malloc(T, ts->n * sizeof(size_t));
+		bool prefix = prefix_last && k + 1 == qt->n;
+		for (size_t i = 0; i < ts->n; i++)
+			if (phrase_term_is(&ts->v[i], &qt->v[k], prefix))
+				occ[k][nocc[k]++] = i;
+	}
+	size_t *at = cm_malloc(T, qt->n * sizeof(size_t));
 	uint32_t p0 = qt->v[0].pos;
-	for (size_t i = 0; i < ts->n; i++) {
-		if (!term_eq(&ts->v[i], qt->v[0].term, qt->v[0].len, false) &&
-		    !(qt->n == 1 && prefix_last && ts->v[i].len >= qt->v[0].len &&
-		      !memcmp(ts->v[i].term, qt->v[0].term, qt->v[0].len)))
-			continue;
-		/* each next phrase term at its relative position, give or take slop */
-		size_t *at = cm_malloc(T, qt->n * sizeof(size_t));
+	for (size_t c = 0; c < nocc[0]; c++) {
+		size_t i = occ[0][c];
 		at[0] = i;
 		bool ok = true;
 		for (size_t k = 1; k < qt->n && ok; k++) {
 			int64_t want = (int64_t)ts->v[i].pos + (qt->v[k].pos - p0);
-			ok = false;
-			bool last = k + 1 == qt->n;
-			for (size_t j = 0; j < ts->n && !ok; j++) {
-				int64_t d = (int64_t)ts->v[j].pos - want;
-				if (d < -slop || d > slop || j == at[k - 1])
-					continue;
-				const tok *t = &ts->v[j];
-				const tok *w = &qt->v[k];
-				if (term_eq(t, w->term, w->len, false) ||
-				    (last && prefix_last && t->len >= w->len &&
-				     !memcmp(t->term, w->term, w->len))) {
-					at[k] = j;
-					ok = true;
-				}
-			}
+			size_t j = first_at(ts, occ[k], nocc[k], want - slop);
+			while (j < nocc[k] && occ[k][j] == at[k - 1])
+				j++;
+			ok = j < nocc[k] && (int64_t)ts->v[occ[k][j]].pos <= want + slop;
+			if (ok)
+				at[k] = occ[k][j];
 		}
 		if (ok)
 			for (size_t k = 0; k < qt->n; k++)
 				ts->v[at[k]].hit = true;
-		cm_free(T, at);
 	}
+	cm_free(T, at);
+	for (size_t k = 0; k < qt->n; k++)
+		cm_free(T, occ[k]);
+	cm_free(T, occ);
+	cm_free(T, nocc);
 }
 
 static int
@@ -716,12 +742,17 @@ ends_before(const char *s, uint32_t len, uint32_t i)
 	return j == len || !(s[j] >= 'a' && s[j] <= 'z');
 }
 
-/* Start of the sentence holding offset: after a sentence end or a newline. */
+#define WORD_SCAN 256 /* longest run looked through for a word boundary */
+
+/* Start of the sentence holding offset: after a sentence end or a newline;
+ * UINT32_MAX when it is more than reach bytes back (scans stay bounded). */
 static uint32_t
-sentence_start(const char *s, uint32_t off)
+sentence_start(const char *s, uint32_t off, uint32_t reach)
 {
-	uint32_t i = off;
+	uint32_t i = off, floor = off > reach ? off - reach : 0;
 	while (i > 0) {
+		if (i == floor)
+			return UINT32_MAX;
 		char p = s[i - 1];
 		if (p == '\n')
 			break;
@@ -739,12 +770,15 @@ sentence_start(const char *s, uint32_t off)
 	return i;
 }
 
-/* End of the sentence holding offset (after its terminator). */
+/* End of the sentence holding offset (after its terminator), looking no
+ * further than stop: stop + 1 when it ends later. */
 static uint32_t
-sentence_end(const char *s, uint32_t len, uint32_t off)
+sentence_end(const char *s, uint32_t len, uint32_t off, uint32_t stop)
 {
 	uint32_t i = off;
 	while (i < len) {
+		if (i > stop)
+			return stop + 1;
 		char c = s[i];
 		if (c == '\n')
 			return i;
@@ -755,19 +789,27 @@ sentence_end(const char *s, uint32_t len, uint32_t off)
 	return len;
 }
 
+/* Word boundaries, at most WORD_SCAN bytes away; a longer word is cut
+ * there, on a UTF-8 character boundary. */
 static uint32_t
 word_start(const char *s, uint32_t off)
 {
-	while (off > 0 && !is_space(s[off - 1]))
+	uint32_t floor = off > WORD_SCAN ? off - WORD_SCAN : 0, o = off;
+	while (off > floor && !is_space(s[off - 1]))
 		off--;
+	while (off < o && ((unsigned char)s[off] & 0xC0) == 0x80)
+		off++;
 	return off;
 }
 
 static uint32_t
 word_end(const char *s, uint32_t len, uint32_t off)
 {
-	while (off < len && !is_space(s[off]))
+	uint32_t top = len - off > WORD_SCAN ? off + WORD_SCAN : len, o = off;
+	while (off < top && !is_space(s[off]))
 		off++;
+	while (off > o && off < len && ((unsigned char)s[off] & 0xC0) == 0x80)
+		off--;
 	return off;
 }
 
@@ -779,11 +821,11 @@ static void
 passage_bounds(const char *s, uint32_t len, uint32_t mstart, uint32_t mend, int fsize,
                uint32_t *ps, uint32_t *pe)
 {
-	uint32_t st = sentence_start(s, mstart);
-	if (mstart - st > (uint32_t)fsize)
+	uint32_t st = sentence_start(s, mstart, (uint32_t)fsize + WORD_SCAN);
+	if (st == UINT32_MAX || mstart - st > (uint32_t)fsize)
 		st = word_start(s, mstart);
-	uint32_t en = sentence_end(s, len, mend);
 	uint32_t lim = st + (uint32_t)fsize;
+	uint32_t en = sentence_end(s, len, mend, lim > mend ? lim : mend);
 	if (en > lim)
 		en = word_end(s, len, lim > mend ? lim : mend);
 	while (en > st && is_space(s[en - 1]))
@@ -1111,7 +1153,8 @@ field_render(const st_field_def *def, const eff *e, const mset *ms, const cJSON 
 	if (!nfr && e->no_match > 0) {
 		/* the start of the first value, cut like a passage */
 		const char *s = vs.v[0];
-		uint32_t len = (uint32_t)strlen(s), en = sentence_end(s, len, 0);
+		uint32_t len = (uint32_t)strlen(s);
+		uint32_t en = sentence_end(s, len, 0, (uint32_t)e->no_match);
 		if (en > (uint32_t)e->no_match)
 			en = word_end(s, len, (uint32_t)e->no_match);
 		while (en > 0 && is_space(s[en - 1]))

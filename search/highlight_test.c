@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
+#include "../common/cm_sys.h"
 #include "../tests/support/check.h"
 #include "highlight.h"
 
@@ -127,9 +128,81 @@ test_parse(void)
 	CHECK(parse("[]", &err) == CM_EPARSE);
 }
 
+/* The whole path on a mapping and a query: and a 1 MiB value full of
+ * matches stays fast (every scan is bounded). */
+static char *
+render(const char *mapping, const char *query, const char *hl, const char *src)
+{
+	cJSON *mj = cJSON_Parse(mapping), *qj = cJSON_Parse(query), *hj = cJSON_Parse(hl);
+	st_mapping *m = NULL;
+	sr_query *q = NULL;
+	sr_highlight *h = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	REQUIRE(st_mapping_from_json(mj, &m, &err) == CM_OK);
+	REQUIRE(sr_query_from_json(qj, &q, &err) == CM_OK);
+	REQUIRE(sr_highlight_parse(hj, &h, &err) == CM_OK);
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_SEARCH);
+	REQUIRE(sr_highlight_render(h, m, q, src, strlen(src), &b, &err) == CM_OK);
+	char *out = strndup((const char *)b.data, b.len);
+	cm_buf_free(&b);
+	sr_highlight_free(h);
+	sr_query_free(q);
+	st_mapping_unref(m);
+	cJSON_Delete(mj);
+	cJSON_Delete(qj);
+	cJSON_Delete(hj);
+	return out;
+}
+
+static void
+test_render(void)
+{
+	const char *map = "{\"properties\":{\"t\":{\"type\":\"text\"},\"k\":{\"type\":\"keyword\"},"
+	                  "\"n\":{\"type\":\"long\"}}}";
+	char *o = render(map, "{\"match_phrase\":{\"t\":\"brown fox\"}}", "{\"fields\":{\"*\":{}}}",
+	                 "{\"t\":\"a brown dog, a brown fox\",\"k\":\"fox\",\"n\":5}");
+	CHECKF(!strcmp(o, "{\"t\":[\"a brown dog, a <em>brown</em> <em>fox</em>\"]}"), "%s", o);
+	free(o);
+	o = render(map, "{\"term\":{\"k\":\"fox\"}}", "{\"fields\":{\"k\":{},\"n\":{}}}",
+	           "{\"t\":\"fox\",\"k\":[\"dog\",\"fox\"],\"n\":5}");
+	CHECKF(!strcmp(o, "{\"k\":[\"<em>fox</em>\"]}"), "%s", o);
+	free(o);
+	o = render(map, "{\"match\":{\"t\":\"cat\"}}", "{\"fields\":{\"t\":{}}}",
+	           "{\"t\":\"a brown dog\"}");
+	CHECKF(!strcmp(o, ""), "no fragment, no object: %s", o);
+	free(o);
+
+	size_t n = 1u << 20;
+	char *big = malloc(n + 16);
+	size_t k = strlen(strcpy(big, "{\"t\":\""));
+	while (k < n) {
+		memcpy(big + k, k % 3 ? "brown fox " : "xxxxxxxxx ", 10);
+		k += 10;
+	}
+	strcpy(big + k, "\"}");
+	uint64_t t0 = cm_now_ns();
+	o = render(map, "{\"match_phrase\":{\"t\":{\"query\":\"brown fox\",\"slop\":2}}}",
+	           "{\"fields\":{\"t\":{\"number_of_fragments\":3,\"fragment_size\":50}}}", big);
+	double secs = (double)(cm_now_ns() - t0) / 1e9;
+	CHECKF(secs < 20, "1 MiB value took %.1f s", secs);
+	CHECKF(strstr(o, "<em>brown</em> <em>fox</em>") != NULL, "%.200s", o);
+	free(o);
+	t0 = cm_now_ns();
+	o = render(map, "{\"match_phrase\":{\"t\":{\"query\":\"fox brown\",\"slop\":1000000}}}",
+	           "{\"fields\":{\"t\":{}}}", big);
+	secs = (double)(cm_now_ns() - t0) / 1e9;
+	CHECKF(secs < 20, "a huge slop took %.1f s", secs);
+	CHECK(strstr(o, "<em>fox</em>") != NULL);
+	free(o);
+	free(big);
+}
+
 int
 main(void)
 {
+	test_render();
 	test_sentences();
 	test_bounds();
 	test_parse();
