@@ -100,7 +100,8 @@ parse_tags(const cJSON *v, const char *k, char ***out, size_t *n, cm_error *err)
 	if (cnt < 1 || cnt > MAX_TAGS)
 		return bad_value(k, err);
 	const cJSON *e;
-	cJSON_ArrayForEach(e, v) if (!cJSON_IsString(e) || strlen(e->valuestring) > 256) return bad_value(k, err);
+	cJSON_ArrayForEach(e, v) if (!cJSON_IsString(e) ||
+	                             strlen(e->valuestring) > 256) return bad_value(k, err);
 	strs_free(*out, *n);
 	*out = cm_malloc(T, (size_t)cnt * sizeof(char *));
 	*n = 0;
@@ -111,8 +112,7 @@ parse_tags(const cJSON *v, const char *k, char ***out, size_t *n, cm_error *err)
 static cm_err
 parse_int(const cJSON *v, const char *k, int *out, cm_error *err)
 {
-	if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
-	    v->valuedouble > 1e9)
+	if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble > 1e9)
 		return bad_value(k, err);
 	if (v->valuedouble < 0)
 		return cm_error_set_type(err, CM_EINVAL, "illegal_argument_exception",
@@ -181,15 +181,16 @@ parse_opts(const cJSON *j, hl_opts *o, const char *field, cm_error *err)
 			if (!cJSON_IsString(v))
 				return bad_value(k, err);
 			if (!str_in(v->valuestring, types))
-				return cm_error_set_type(err, CM_EINVAL, "illegal_argument_exception",
-				                         "unknown highlighter type [%s] for the field [%s]",
-				                         v->valuestring, field ? field : "*");
+				return cm_error_set_type(
+				    err, CM_EINVAL, "illegal_argument_exception",
+				    "unknown highlighter type [%s] for the field [%s]",
+				    v->valuestring, field ? field : "*");
 		} else if (!strcmp(k, "order")) {
 			if (!cJSON_IsString(v) ||
 			    (strcmp(v->valuestring, "score") && strcmp(v->valuestring, "none")))
-				return cm_error_set_type(err, CM_EINVAL, "illegal_argument_exception",
-				                         "Unknown Order [%s]",
-				                         cJSON_IsString(v) ? v->valuestring : "?");
+				return cm_error_set_type(
+				    err, CM_EINVAL, "illegal_argument_exception",
+				    "Unknown Order [%s]", cJSON_IsString(v) ? v->valuestring : "?");
 			o->order_score = !strcmp(v->valuestring, "score");
 		} else if (!strcmp(k, "encoder")) {
 			if (!cJSON_IsString(v) ||
@@ -198,7 +199,8 @@ parse_opts(const cJSON *j, hl_opts *o, const char *field, cm_error *err)
 			o->html = !strcmp(v->valuestring, "html");
 		} else if (!strcmp(k, "tags_schema")) {
 			if (!cJSON_IsString(v) || strcmp(v->valuestring, "styled"))
-				return cm_error_set_type(err, CM_EINVAL, "illegal_argument_exception",
+				return cm_error_set_type(err, CM_EINVAL,
+				                         "illegal_argument_exception",
 				                         "Unknown tag schema [%s]",
 				                         cJSON_IsString(v) ? v->valuestring : "?");
 			/* ES's styled schema: <em class="hlt1"> .. <em class="hlt10"> */
@@ -278,9 +280,10 @@ sr_highlight_parse(const cJSON *j, sr_highlight **out, cm_error *err)
 			if (rc)
 				break;
 			if (!cJSON_IsObject(e) || cJSON_GetArraySize(e) != 1)
-				rc = cm_error_set_type(err, CM_EPARSE, "parsing_exception",
-				                       "If highlighter fields is an array it must contain "
-				                       "objects containing a single field");
+				rc = cm_error_set_type(
+				    err, CM_EPARSE, "parsing_exception",
+				    "If highlighter fields is an array it must contain "
+				    "objects containing a single field");
 			else
 				rc = add_field(h, e->child->string, e->child, err);
 		}
@@ -307,7 +310,7 @@ typedef struct matcher {
 	bool caseless;        /* term: case_insensitive */
 	const char *analyzer; /* an explicit analyzer name, NULL = the field's */
 	int slop;
-	bool prefix_last;     /* match_phrase_prefix */
+	bool prefix_last; /* match_phrase_prefix */
 	const char *fuzziness;
 	int prefix_length;
 	bool transpositions;
@@ -374,8 +377,8 @@ add_dfa(mset *s, const sr_query *q)
 	const char *v = q->value ? q->value : "";
 	bool ci = q->case_insensitive || q->analyze_multiterm;
 	if (q->kind == SR_Q_REGEXP) {
-		sr_dfa_regexp(v, ci, q->max_determinized_states ? q->max_determinized_states : 10000,
-		              &d, &e);
+		sr_dfa_regexp(
+		    v, ci, q->max_determinized_states ? q->max_determinized_states : 10000, &d, &e);
 	} else {
 		char *pat = q->kind == SR_Q_PREFIX ? escape_wildcard(v, "*") : cm_strdup(T, v);
 		sr_dfa_wildcard(pat, ci, &d, &e);
@@ -679,8 +682,8 @@ mark(toks *ts, const matcher *m, const st_field_def *def)
 					}
 					if (t->len >= pb && !memcmp(t->term, w->term, pb) &&
 					    sr_edit_distance((const uint8_t *)w->term, w->len,
-					                     (const uint8_t *)t->term, t->len, edits,
-					                     m->transpositions) <= edits)
+					                     (const uint8_t *)t->term, t->len,
+					                     edits, m->transpositions) <= edits)
 						t->hit = true;
 				}
 			}
@@ -705,7 +708,8 @@ mark(toks *ts, const matcher *m, const st_field_def *def)
 			tok *t = &ts->v[i];
 			int lo = m->lo ? bytes_cmp(t->term, t->len, m->lo, strlen(m->lo)) : 1;
 			int hi = m->hi ? bytes_cmp(t->term, t->len, m->hi, strlen(m->hi)) : -1;
-			if ((lo > 0 || (lo == 0 && m->lo_incl)) && (hi < 0 || (hi == 0 && m->hi_incl)))
+			if ((lo > 0 || (lo == 0 && m->lo_incl)) &&
+			    (hi < 0 || (hi == 0 && m->hi_incl)))
 				t->hit = true;
 		}
 		break;
@@ -818,8 +822,8 @@ word_end(const char *s, uint32_t len, uint32_t off)
  * word), and ends at the sentence end, or past fragment_size at the next
  * word boundary. */
 static void
-passage_bounds(const char *s, uint32_t len, uint32_t mstart, uint32_t mend, int fsize,
-               uint32_t *ps, uint32_t *pe)
+passage_bounds(const char *s, uint32_t len, uint32_t mstart, uint32_t mend, int fsize, uint32_t *ps,
+               uint32_t *pe)
 {
 	uint32_t st = sentence_start(s, mstart, (uint32_t)fsize + WORD_SCAN);
 	if (st == UINT32_MAX || mstart - st > (uint32_t)fsize)
@@ -1142,7 +1146,8 @@ field_render(const st_field_def *def, const eff *e, const mset *ms, const cJSON 
 			/* the whole value, for each value that matched */
 			if (nfr++)
 				cm_buf_put_u8(&frags, ',');
-			put_fragment(&frags, s, 0, (uint32_t)len, spans + base, nspans - base, &e->tg);
+			put_fragment(&frags, s, 0, (uint32_t)len, spans + base, nspans - base,
+			             &e->tg);
 		} else {
 			build_passages(s, (uint32_t)len, spans + base, nspans - base, e->fsize,
 			               (uint32_t)v, (uint32_t)base, &pl);
@@ -1186,8 +1191,8 @@ highlightable(const st_field_def *d)
 }
 
 cm_err
-sr_highlight_render(const sr_highlight *h, const st_mapping *m, const sr_query *q,
-                    const char *src, size_t len, cm_buf *out, cm_error *err)
+sr_highlight_render(const sr_highlight *h, const st_mapping *m, const sr_query *q, const char *src,
+                    size_t len, cm_buf *out, cm_error *err)
 {
 	if (!h || !m || !len)
 		return CM_OK;
@@ -1217,7 +1222,8 @@ sr_highlight_render(const sr_highlight *h, const st_mapping *m, const sr_query *
 			const st_field_def *d = &m->fields[k];
 			if (done[k] || !highlightable(d))
 				continue;
-			if (pattern ? fnmatch(f->name, d->path, 0) != 0 : strcmp(f->name, d->path) != 0)
+			if (pattern ? fnmatch(f->name, d->path, 0) != 0
+			            : strcmp(f->name, d->path) != 0)
 				continue;
 			done[k] = true;
 			/* a pattern only takes fields the query names, unless

@@ -14,16 +14,17 @@ static char got[4096];
 /* Fragments of text for the spans of every occurrence of each word in
  * words (NULL-terminated), as the JSON array body they render to. */
 static const char *
-frags(const char *text, const char *const *words, int fsize, int nfrags, bool by_score,
-      bool html)
+frags(const char *text, const char *const *words, int fsize, int nfrags, bool by_score, bool html)
 {
 	sr_hl_span spans[64];
 	size_t n = 0, len = strlen(text);
 	for (size_t i = 0; i < len && n < 64; i++) {
 		for (const char *const *w = words; *w; w++) {
 			size_t wl = strlen(*w);
-			bool left = i == 0 || !((text[i - 1] | 32) >= 'a' && (text[i - 1] | 32) <= 'z');
-			bool right = i + wl == len || !((text[i + wl] | 32) >= 'a' && (text[i + wl] | 32) <= 'z');
+			bool left =
+			    i == 0 || !((text[i - 1] | 32) >= 'a' && (text[i - 1] | 32) <= 'z');
+			bool right = i + wl == len ||
+			             !((text[i + wl] | 32) >= 'a' && (text[i + wl] | 32) <= 'z');
 			if (left && right && !strncmp(text + i, *w, wl)) {
 				spans[n++] = (sr_hl_span){(uint32_t)i, (uint32_t)(i + wl)};
 				break;
@@ -50,7 +51,8 @@ test_sentences(void)
 {
 	const char *t = "One fox here. Two dogs there! Three foxes? Four fox.";
 	const char *fox[] = {"fox", NULL};
-	FRAGS_ARE("\"One <em>fox</em> here.\",\"Four <em>fox</em>.\"", t, fox, 100, 5, false, false);
+	FRAGS_ARE("\"One <em>fox</em> here.\",\"Four <em>fox</em>.\"", t, fox, 100, 5, false,
+	          false);
 	/* the best passage first: the short one wins Lucene's length norm */
 	FRAGS_ARE("\"Four <em>fox</em>.\"", t, fox, 100, 1, false, false);
 	FRAGS_ARE("\"Four <em>fox</em>.\",\"One <em>fox</em> here.\"", t, fox, 100, 2, true, false);
@@ -107,11 +109,12 @@ test_parse(void)
 {
 	cm_error err;
 	CHECK(parse("{\"fields\":{\"a\":{},\"b*\":{\"number_of_fragments\":0}}}", &err) == CM_OK);
-	CHECK(parse("{\"fields\":[{\"a\":{}}],\"pre_tags\":[\"<x>\",\"<y>\"],\"post_tags\":\"</x>\","
-	            "\"order\":\"score\",\"encoder\":\"html\",\"type\":\"fvh\","
-	            "\"boundary_scanner\":\"sentence\",\"fragmenter\":\"span\","
-	            "\"highlight_query\":{\"match\":{\"a\":\"x\"}}}",
-	            &err) == CM_OK);
+	CHECK(
+	    parse("{\"fields\":[{\"a\":{}}],\"pre_tags\":[\"<x>\",\"<y>\"],\"post_tags\":\"</x>\","
+	          "\"order\":\"score\",\"encoder\":\"html\",\"type\":\"fvh\","
+	          "\"boundary_scanner\":\"sentence\",\"fragmenter\":\"span\","
+	          "\"highlight_query\":{\"match\":{\"a\":\"x\"}}}",
+	          &err) == CM_OK);
 	CHECK(parse("{}", &err) == CM_EPARSE && strstr(err.reason, "requires [fields]"));
 	CHECK(parse("{\"fields\":{\"a\":{}},\"x\":1}", &err) == CM_EPARSE &&
 	      strstr(err.reason, "unknown field [x]"));
