@@ -117,6 +117,20 @@ def match_and_phrase():
               {"fields": {"body": {}}}),
            {"1": {"body": ["The <em>quick</em> brown <em>fox</em> jumps over the lazy dog."]}},
            "sloppy phrase " + what)
+        eq(hl(n, {"match_phrase_prefix": {"body": "quick bro"}}, {"fields": {"body": {}}}), {
+            "1": {"body": ["The <em>quick</em> <em>brown</em> fox jumps over the lazy dog.",
+                           "A <em>quick</em> <em>brown</em> dog is rare."]}}, "phrase prefix " + what)
+        eq(hl(n, {"multi_match": {"query": "brown bears", "fields": ["title^2", "body"]}},
+              {"fields": {"title": {}}, "require_field_match": True}), {
+            "1": {"title": ["The quick <em>brown</em> fox"]},
+            "2": {"title": ["<em>Brown</em> <em>bears</em>"]}}, "multi_match " + what)
+        eq(hl(n, {"multi_match": {"query": "quick brown", "type": "phrase", "fields": ["b*"]}},
+              {"fields": {"*": {}}, "require_field_match": True}), {
+            "1": {"body": ["The <em>quick</em> <em>brown</em> fox jumps over the lazy dog.",
+                           "A <em>quick</em> <em>brown</em> dog is rare."]}},
+           "multi_match phrase over a pattern " + what)
+        eq(hl(n, {"bool": {"filter": [{"term": {"title": "bears"}}]}}, {"fields": {"title": {}}}),
+           {"2": {"title": ["Brown <em>bears</em>"]}}, "filter clauses count " + what)
         eq(hl(n, {"bool": {"must": [{"match": {"title": "brown"}}],
                            "must_not": [{"match": {"title": "fox"}}]}},
               {"fields": {"title": {}}}),
