@@ -694,3 +694,72 @@ sr_request_source_params(sr_request *r, const char *source, const char *includes
 	}
 	return CM_OK;
 }
+
+/* ---- exact big integers ---- */
+
+static void
+collect_numbers(cJSON *j, cJSON ***v, size_t *n, size_t *cap)
+{
+	for (; j; j = j->next) {
+		if (cJSON_IsNumber(j)) {
+			if (*n == *cap) {
+				*cap = *cap ? 2 * *cap : 32;
+				*v = cm_realloc(T, *v, *cap * sizeof(cJSON *));
+			}
+			(*v)[(*n)++] = j;
+		} else if (cJSON_IsObject(j) || cJSON_IsArray(j)) {
+			collect_numbers(j->child, v, n, cap);
+		}
+	}
+}
+
+void
+sr_json_exact_integers(cJSON *root, const char *src, size_t len)
+{
+	cJSON **nodes = NULL;
+	size_t n = 0, cap = 0;
+	collect_numbers(root, &nodes, &n, &cap);
+	if (n == 0)
+		return;
+	/* number tokens come in the order of a depth-first walk (cJSON keeps
+	 * member order): pair them in one scan, strings skipped */
+	size_t k = 0;
+	bool ok = true;
+	for (size_t i = 0; i < len && ok;) {
+		char c = src[i];
+		if (c == '"') {
+			for (i++; i < len && src[i] != '"'; i++)
+				if (src[i] == '\\')
+					i++;
+			i++;
+		} else if (c == '-' || (c >= '0' && c <= '9')) {
+			size_t st = i;
+			bool integer = true;
+			while (i < len && ((src[i] >= '0' && src[i] <= '9') || src[i] == '-' ||
+			                   src[i] == '+' || src[i] == '.' || src[i] == 'e' || src[i] == 'E')) {
+				if (src[i] == '.' || src[i] == 'e' || src[i] == 'E')
+					integer = false;
+				i++;
+			}
+			if (k >= n) {
+				ok = false;
+				break;
+			}
+			cJSON *node = nodes[k++];
+			size_t tl = i - st;
+			if (integer && tl < 64 && fabs(node->valuedouble) >= 9007199254740992.0) {
+				char *s = cJSON_malloc(tl + 1);
+				if (s) {
+					memcpy(s, src + st, tl);
+					s[tl] = '\0';
+					node->type = cJSON_String;
+					node->valuestring = s;
+				}
+			}
+		} else {
+			i++;
+		}
+	}
+	(void)ok; /* a mismatch leaves the rest as doubles */
+	cm_free(T, nodes);
+}

@@ -209,6 +209,13 @@ void sr_request_free(sr_request *r);
  * CM_EINVAL naming them. On error r holds what was parsed so far; the
  * caller still calls sr_request_free. */
 cm_err sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err);
+/* cJSON reads numbers as doubles. This turns each number node of root
+ * (parsed from src) that is an integer beyond 2^53 into a string node of
+ * its exact text, which term/range/search_after values read as numbers,
+ * so long and unsigned_long values stay exact (also in the body a
+ * coordinator forwards). A tree whose numbers cannot be paired with the
+ * text is left as it is. */
+void sr_json_exact_integers(cJSON *root, const char *src, size_t len);
 /* URL parameter forms, applied on top of a parsed body: sort=
  * "f1:desc,f2,_score" and _source / _source_includes / _source_excludes
  * (comma lists; _source may be true/false). NULL arguments are skipped. */

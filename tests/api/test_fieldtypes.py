@@ -299,6 +299,19 @@ def unsigned_long():
                ["5"], "term max " + what)
             eq(ids(search(n, "ulong", {"query": {"terms": {"u": [0, "9223372036854775808"]}}})),
                ["1", "4"], "terms " + what)
+            # JSON numbers above 2^53 are read from their text: exact too
+            eq(ids(search(n, "ulong", {"query": {"term": {"u": 18446744073709551614}}})),
+               ["6"], "term as a JSON number " + what)
+            eq(ids(search(n, "ulong", {"query": {"range": {"u": {
+                "gt": 9223372036854775807, "lte": 18446744073709551614}}}})), ["4", "6"],
+               "range with JSON numbers " + what)
+            b = search(n, "ulong", {"sort": [{"u": "desc"}], "size": 1,
+                                    "search_after": [18446744073709551614]})
+            eq([h["_id"] for h in b["hits"]["hits"]], ["4"], "exact search_after " + what)
+            st, b = n.req("POST", "/_msearch", '{"index":"ulong"}\n' +
+                          '{"query":{"term":{"u":9223372036854775809}}}\n',
+                          {"Content-Type": "application/x-ndjson"})
+            eq(b["responses"][0]["hits"]["total"]["value"], 0, "_msearch exact " + what)
             eq(ids(search(n, "ulong", {"query": {"range": {"u": {"lt": 1}}}})), ["1"],
                "lt 1 " + what)
             b = search(n, "ulong", {"sort": [{"u": "asc"}], "size": 2,
@@ -320,6 +333,22 @@ def unsigned_long():
                (1.8446744073709552e19, 0.0), "max/min as doubles " + what)
             b = search(n, "ulong", {"query": {"ids": {"values": ["4"]}}, "fields": ["u"]})
             eq(b["hits"]["hits"][0]["fields"]["u"], [9223372036854775808], "fields " + what)
+
+
+@test
+def long_values_above_2_53_in_queries():
+    for label, w, asks in targets():
+        make_index(w, "bigl", {"l": {"type": "long"}},
+                   [{"l": 9007199254740992}, {"l": 9007199254740993}, {"l": -9007199254740995}])
+        for n in asks:
+            what = "%s via %s" % (label, n.port)
+            eq(ids(search(n, "bigl", {"query": {"term": {"l": 9007199254740993}}})), ["2"],
+               "term " + what)
+            eq(ids(search(n, "bigl", {"query": {"range": {"l": {"lt": -9007199254740994}}}})),
+               ["3"], "negative range " + what)
+            b = search(n, "bigl", {"sort": [{"l": "asc"}], "search_after": [9007199254740992]})
+            eq([h["sort"][0] for h in b["hits"]["hits"]], [9007199254740993],
+               "search_after " + what)
 
 
 # ---- _source mapping options ----
