@@ -722,7 +722,9 @@ sr_json_exact_integers(cJSON *root, const char *src, size_t len)
 	if (n == 0)
 		return;
 	/* number tokens come in the order of a depth-first walk (cJSON keeps
-	 * member order): pair them in one scan, strings skipped */
+	 * member order): pair them in one scan, strings skipped, and convert
+	 * only when every node found its token */
+	size_t *off = cm_malloc(T, n * sizeof(size_t)), *tlen = cm_malloc(T, n * sizeof(size_t));
 	size_t k = 0;
 	bool ok = true;
 	for (size_t i = 0; i < len && ok;) {
@@ -734,32 +736,34 @@ sr_json_exact_integers(cJSON *root, const char *src, size_t len)
 			i++;
 		} else if (c == '-' || (c >= '0' && c <= '9')) {
 			size_t st = i;
-			bool integer = true;
 			while (i < len && ((src[i] >= '0' && src[i] <= '9') || src[i] == '-' ||
-			                   src[i] == '+' || src[i] == '.' || src[i] == 'e' || src[i] == 'E')) {
-				if (src[i] == '.' || src[i] == 'e' || src[i] == 'E')
-					integer = false;
+			                   src[i] == '+' || src[i] == '.' || src[i] == 'e' || src[i] == 'E'))
 				i++;
-			}
 			if (k >= n) {
 				ok = false;
 				break;
 			}
-			cJSON *node = nodes[k++];
-			size_t tl = i - st;
-			if (integer && tl < 64 && fabs(node->valuedouble) >= 9007199254740992.0) {
-				char *s = cJSON_malloc(tl + 1);
-				if (s) {
-					memcpy(s, src + st, tl);
-					s[tl] = '\0';
-					node->type = cJSON_String;
-					node->valuestring = s;
-				}
-			}
+			off[k] = st;
+			tlen[k++] = i - st;
 		} else {
 			i++;
 		}
 	}
-	(void)ok; /* a mismatch leaves the rest as doubles */
+	for (size_t x = 0; ok && k == n && x < n; x++) {
+		const char *t = src + off[x];
+		size_t tl = tlen[x];
+		bool integer = tl < 64 && !memchr(t, '.', tl) && !memchr(t, 'e', tl) && !memchr(t, 'E', tl);
+		if (!integer || fabs(nodes[x]->valuedouble) < 9007199254740992.0)
+			continue;
+		char *str = cJSON_malloc(tl + 1);
+		if (!str)
+			continue;
+		memcpy(str, t, tl);
+		str[tl] = '\0';
+		nodes[x]->type = cJSON_String;
+		nodes[x]->valuestring = str;
+	}
+	cm_free(T, off);
+	cm_free(T, tlen);
 	cm_free(T, nodes);
 }
