@@ -4,8 +4,11 @@ document errors, term/terms/range queries, sort values, aggregations and
 `fields`, each against values worked out by hand from Elasticsearch's
 rules (Lucene's InetAddressPoint order, HalfFloatPoint rounding,
 Math.round(value * scaling_factor), unsigned order above 2^63)."""
+import ipaddress
 import os
+import random
 import shutil
+import struct
 import sys
 import tempfile
 
@@ -186,6 +189,59 @@ def ip_queries_sort_aggs():
             eq(r[0], 400, "sum on ip " + what)
 
 
+def ip_key(a):
+    """Lucene's order: IPv4 as ::ffff:a.b.c.d, then the 16 bytes."""
+    a = ipaddress.ip_address(a)
+    if a.version == 4:
+        a = ipaddress.IPv6Address("::ffff:" + str(a))
+    return a.packed
+
+
+def es_text(a):
+    a = ipaddress.ip_address(a)
+    if a.version == 6 and a.ipv4_mapped:
+        return str(a.ipv4_mapped)
+    return str(a)
+
+
+@test
+def ip_model():
+    """Random addresses and CIDR/range queries against Python's ipaddress."""
+    rnd = random.Random(13)
+    addrs = []
+    for i in range(300):
+        r = rnd.random()
+        if r < 0.5:
+            a = ipaddress.IPv4Address(rnd.choice([10, 172, 192, 8]) << 24 | rnd.getrandbits(24))
+        elif r < 0.8:
+            a = ipaddress.IPv6Address(0x20010db8 << 96 | rnd.getrandbits(rnd.choice([16, 64, 96])))
+        else:
+            a = ipaddress.IPv6Address(rnd.getrandbits(128))
+        addrs.append(str(a) if rnd.random() < 0.7 else a.exploded)
+    for label, w, asks in targets():
+        make_index(w, "ipm", {"ip": {"type": "ip"}}, [{"ip": a} for a in addrs])
+        n = asks[-1]
+        for q in range(40):
+            base = ipaddress.ip_address(rnd.choice(addrs))
+            plen = rnd.randint(0, base.max_prefixlen)
+            net = ipaddress.ip_network("%s/%d" % (base, plen), strict=False)
+            cidr = "%s/%d" % (base, plen)
+            want = sorted(str(i + 1) for i, a in enumerate(addrs)
+                          if ipaddress.ip_address(a).version == net.version and
+                          ipaddress.ip_address(a) in net)
+            b = search(n, "ipm", {"query": {"term": {"ip": cidr}}, "size": 400, "_source": False})
+            eq(ids(b), want, "%s cidr %s on %s" % (q, cidr, label))
+            lo, hi = sorted(rnd.sample(addrs, 2), key=ip_key)
+            want = sorted(str(i + 1) for i, a in enumerate(addrs)
+                          if ip_key(lo) < ip_key(a) <= ip_key(hi))
+            b = search(n, "ipm", {"query": {"range": {"ip": {"gt": lo, "lte": hi}}},
+                                  "size": 400, "_source": False})
+            eq(ids(b), want, "%s range (%s, %s] on %s" % (q, lo, hi, label))
+        b = search(n, "ipm", {"sort": [{"ip": "asc"}], "size": 400, "_source": False})
+        eq([h["sort"][0] for h in b["hits"]["hits"]],
+           [es_text(a) for a in sorted(addrs, key=ip_key)], "sort order on " + label)
+
+
 # ---- date_nanos ----
 
 NANOS = ["2024-01-01T00:00:00.123456789Z", "2024-01-01T00:00:00.123456788Z",
@@ -271,6 +327,39 @@ def half_and_scaled_float():
             eq(b["aggregations"]["mx"]["value"], 65504.0, "half max " + what)
             eq([x["key"] for x in b["aggregations"]["t"]["buckets"]], [-0.01, 1.23, 2.5, 10.0],
                "scaled terms keys " + what)
+
+
+def half(x):
+    """Python's struct 'e' rounds to the nearest half, ties to even."""
+    return struct.unpack("<e", struct.pack("<e", x))[0]
+
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+@test
+def half_float_model():
+    """Stored values and range bounds against struct's half floats and
+    Lucene's HalfFloatPoint rule (a bound moves to the nearest half inside)."""
+    rnd = random.Random(7)
+    vals = [round(rnd.uniform(-3000, 3000), rnd.choice([0, 1, 3, 6])) for _ in range(150)]
+    for label, w, asks in targets():
+        make_index(w, "halfm", {"h": {"type": "half_float"}}, [{"h": v} for v in vals])
+        n = asks[0]
+        b = search(n, "halfm", {"sort": [{"h": "asc"}], "size": 200, "_source": False})
+        eq([h["sort"][0] for h in b["hits"]["hits"]], sorted(half(f32(v)) for v in vals),
+           "stored halves on " + label)
+        for q in range(25):
+            lo, hi = sorted([round(rnd.uniform(-3000, 3000), 2) for _ in range(2)])
+            incl_lo, incl_hi = rnd.random() < 0.5, rnd.random() < 0.5
+            lo_f, hi_f = f32(lo), f32(hi)
+            want = sorted(str(i + 1) for i, v in enumerate(vals)
+                          if (half(f32(v)) >= lo_f if incl_lo else half(f32(v)) > lo_f) and
+                          (half(f32(v)) <= hi_f if incl_hi else half(f32(v)) < hi_f))
+            rq = {("gte" if incl_lo else "gt"): lo, ("lte" if incl_hi else "lt"): hi}
+            b = search(n, "halfm", {"query": {"range": {"h": rq}}, "size": 200, "_source": False})
+            eq(ids(b), want, "%d range %s on %s" % (q, rq, label))
 
 
 # ---- unsigned_long ----
