@@ -153,6 +153,7 @@ typedef enum {
 	FV_RAW,
 	FV_ULONG,
 	FV_DATE_NS,
+	FV_IP, /* s holds the printed address; ordered as addresses */
 } fv_kind;
 
 typedef struct fval {
@@ -322,7 +323,7 @@ convert(const st_field_def *def, const cJSON *v, fval *out)
 		if (!cJSON_IsString(v) || !st_ip_parse(v->valuestring, strlen(v->valuestring), ip))
 			return false;
 		st_ip_format(ip, txt, sizeof(txt));
-		out->kind = FV_STR;
+		out->kind = FV_IP;
 		out->n = strlen(txt);
 		out->s = cm_strndup(T, txt, out->n);
 		return true;
@@ -486,6 +487,12 @@ cmp_fval(const void *a, const void *b)
 		int r = memcmp(x->s, y->s, n);
 		return r ? r : (x->n > y->n) - (x->n < y->n);
 	}
+	case FV_IP: {
+		uint8_t a[ST_IP_LEN], c[ST_IP_LEN];
+		st_ip_parse(x->s, x->n, a);
+		st_ip_parse(y->s, y->n, c);
+		return memcmp(a, c, ST_IP_LEN);
+	}
 	default:
 		return (x->i > y->i) - (x->i < y->i);
 	}
@@ -510,6 +517,7 @@ render_value(cm_buf *b, const facc *a, const fval *v, const st_field_def *def)
 			sr_jw_float(b, (float)v->d);
 		break;
 	case FV_STR:
+	case FV_IP:
 		sr_jw_str(b, v->s, v->n);
 		break;
 	case FV_BOOL:
@@ -604,7 +612,7 @@ sr_fetch_render(const st_mapping *m, const sr_request *req, const char *src, siz
 			const st_field_def *def = st_mapping_find(m, a->path);
 			if (a->dv && a->n > 1) {
 				qsort(a->v, a->n, sizeof(fval), cmp_fval);
-				if (a->v[0].kind == FV_STR) { /* sorted sets */
+				if (a->v[0].kind == FV_STR || a->v[0].kind == FV_IP) { /* sorted sets */
 					size_t k = 1;
 					for (size_t j = 1; j < a->n; j++) {
 						if (cmp_fval(&a->v[k - 1], &a->v[j]) == 0)

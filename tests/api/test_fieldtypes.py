@@ -180,6 +180,9 @@ def ip_queries_sort_aggs():
                "fields " + what)
             eq([h["_source"]["ip"] for h in b["hits"]["hits"]],
                ["0:0:0:0:0:0:0:1", "::ffff:10.0.0.2"], "_source as sent " + what)
+            b = search(n, "ips", {"query": {"ids": {"values": ["7"]}},
+                                  "docvalue_fields": ["ip"], "_source": False})
+            eq(b["hits"]["hits"][0]["fields"]["ip"], ["10.0.0.1"], "docvalue_fields " + what)
             r = n.req("POST", "/ips/_search", {"query": {"term": {"ip": "not-an-ip"}}})
             eq(r[0], 400, "bad ip in a query " + what)
             eq("is not an IP string literal" in str(r[1]), True, "reason " + what + str(r[1]))
@@ -202,6 +205,20 @@ def es_text(a):
     if a.version == 6 and a.ipv4_mapped:
         return str(a.ipv4_mapped)
     return str(a)
+
+
+@test
+def ip_multi_valued():
+    for label, w, asks in targets():
+        make_index(w, "ipmv", {"ip": {"type": "ip"}},
+                   [{"ip": ["10.0.0.2", "9.0.0.1", "::1", "10.0.0.2", "2001:db8::1"]}])
+        for n in asks:
+            b = search(n, "ipmv", {"docvalue_fields": ["ip"], "fields": [], "_source": False})
+            eq(b["hits"]["hits"][0]["fields"]["ip"], ["::1", "9.0.0.1", "10.0.0.2", "2001:db8::1"],
+               "docvalue_fields: a sorted set in address order on " + label)
+            b = search(n, "ipmv", {"query": {"term": {"ip": "9.0.0.0/8"}},
+                                   "sort": [{"ip": {"order": "desc"}}]})
+            eq(b["hits"]["hits"][0]["sort"], ["2001:db8::1"], "desc sorts by the largest")
 
 
 @test
