@@ -1081,7 +1081,7 @@ effective(const sr_highlight *h, const hl_field *f, eff *e)
 	e->fsize = pick(o->fragment_size, g->fragment_size, 100);
 	e->nfrags = pick(o->nfrags, g->nfrags, 5);
 	e->no_match = pick(o->no_match_size, g->no_match_size, 0);
-	e->rfm = pick(o->rfm, g->rfm, 0);
+	e->rfm = pick(o->rfm, g->rfm, 1); /* ES: true by default */
 	e->order_score = pick(o->order_score, g->order_score, 0);
 	e->hq = o->hq ? o->hq : g->hq;
 }

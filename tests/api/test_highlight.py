@@ -154,8 +154,12 @@ def multiterm_queries():
         eq(hl(n, {"query_string": {"query": "title:bear* OR body:rare"}},
               {"fields": {"title": {}, "body": {}}}), {
             "1": {"body": ["A quick brown dog is <em>rare</em>."]},
+            "2": {"title": ["Brown <em>bears</em>"]}}, "query_string " + what)
+        eq(hl(n, {"query_string": {"query": "title:bear* OR body:rare"}},
+              {"fields": {"title": {}, "body": {}}, "require_field_match": False}), {
+            "1": {"body": ["A quick brown dog is <em>rare</em>."]},
             "2": {"title": ["Brown <em>bears</em>"], "body": ["<em>Bears</em> are brown."]}},
-           "query_string (bear* reaches body: require_field_match is false) " + what)
+           "query_string, bear* reaches body without require_field_match " + what)
     each(check)
 
 
@@ -197,10 +201,18 @@ def options():
                           "body": {"no_match_size": 15}}, "require_field_match": True}),
            {"1": {"title": ["The quick brown [fox]"], "body": ["The quick brown"]}},
            "tags, no_match_size, require_field_match " + what)
-        # without require_field_match the title query lights up body too
-        eq(hl(n, {"match": {"title": "fox"}}, {"fields": {"body": {}}}),
+        # require_field_match is true by default: a title query leaves body
+        # alone, unless it is turned off
+        eq(hl(n, {"match": {"title": "fox"}}, {"fields": {"body": {}}}), {"1": None},
+           "require_field_match by default " + what)
+        eq(hl(n, {"match": {"title": "fox"}},
+              {"fields": {"body": {}}, "require_field_match": False}),
            {"1": {"body": ["The quick brown <em>fox</em> jumps over the lazy dog."]}},
            "require_field_match false " + what)
+        eq(hl(n, {"match": {"title": "fox"}},
+              {"fields": {"body": {"require_field_match": False}}, "require_field_match": True}),
+           {"1": {"body": ["The quick brown <em>fox</em> jumps over the lazy dog."]}},
+           "a field's option wins " + what)
         eq(hl(n, {"match": {"title": "fox"}},
               {"fields": {"t*": {}}, "pre_tags": "<b>", "post_tags": "</b>", "type": "plain"}),
            {"1": {"title": ["The quick brown <b>fox</b>"]}}, "pattern, string tags " + what)
@@ -209,11 +221,10 @@ def options():
            {"1": None, "2": {"body": ["<em>Bears</em> are brown."]}}, "highlight_query " + what)
         eq(hl(n, {"match": {"body": "quick"}}, {"fields": [{"title": {}}, {"body": {
             "number_of_fragments": 1, "fragment_size": 200}}]}, _source=False),
-           {"1": {"title": ["The <em>quick</em> brown fox"],
-                  "body": ["A <em>quick</em> brown dog is rare."]},
+           {"1": {"body": ["A <em>quick</em> brown dog is rare."]},
             "2": {"body": ["Foxes are <em>quick</em> and brown too."]}},
            "fields as an array, _source off (Lucene's passage score prefers the shorter "
-           "sentence) " + what)
+           "sentence; title has no match of a body query) " + what)
     each(check)
 
 
