@@ -1226,8 +1226,7 @@ sr_highlight_render(const sr_highlight *h, const st_mapping *m, const sr_query *
 			            : strcmp(f->name, d->path) != 0)
 				continue;
 			done[k] = true;
-			/* a pattern only takes fields the query names, unless
-			 * require_field_match is off (ES: the same) */
+			/* which clauses light it up: applies() */
 			field_render(d, &e, ms, doc, out, &first);
 		}
 	}
