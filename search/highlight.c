@@ -821,14 +821,29 @@ word_end(const char *s, uint32_t len, uint32_t off)
  * that is more than fragment_size before the match (then at the match's
  * word), and ends at the sentence end, or past fragment_size at the next
  * word boundary. */
+/* The byte offset n characters (code points) after from, at most len. */
+static uint32_t
+chars_after(const char *s, uint32_t len, uint32_t from, uint32_t n)
+{
+	uint32_t i = from;
+	while (i < len && n) {
+		i++;
+		while (i < len && ((unsigned char)s[i] & 0xC0) == 0x80)
+			i++;
+		n--;
+	}
+	return i;
+}
+
 static void
 passage_bounds(const char *s, uint32_t len, uint32_t mstart, uint32_t mend, int fsize, uint32_t *ps,
                uint32_t *pe)
 {
-	uint32_t st = sentence_start(s, mstart, (uint32_t)fsize + WORD_SCAN);
-	if (st == UINT32_MAX || mstart - st > (uint32_t)fsize)
+	/* fragment_size counts characters; 4 bytes each at most */
+	uint32_t st = sentence_start(s, mstart, 4 * (uint32_t)fsize + WORD_SCAN);
+	if (st == UINT32_MAX || chars_after(s, mstart, st, (uint32_t)fsize) < mstart)
 		st = word_start(s, mstart);
-	uint32_t lim = st + (uint32_t)fsize;
+	uint32_t lim = chars_after(s, len, st, (uint32_t)fsize);
 	uint32_t en = sentence_end(s, len, mend, lim > mend ? lim : mend);
 	if (en > lim)
 		en = word_end(s, len, lim > mend ? lim : mend);

@@ -83,6 +83,11 @@ test_bounds(void)
 	const char *w4[] = {"gamma", "delta", NULL};
 	FRAGS_ARE("\"alpha beta <em>gamma</em>\",\"<em>delta</em> epsilon\"", t, w4, 12, 5, false,
 	          false);
+	/* fragment_size counts characters, not bytes: 12 two-byte letters fit */
+	const char *g = "\xce\xb1\xce\xb2\xce\xb3\xce\xb4\xce\xb5 fox \xce\xb6\xce\xb7 "
+	                "\xce\xb8\xce\xb9\xce\xba\xce\xbb";
+	FRAGS_ARE("\"\xce\xb1\xce\xb2\xce\xb3\xce\xb4\xce\xb5 <em>fox</em> \xce\xb6\xce\xb7\"", g,
+	          (const char *[]){"fox", NULL}, 12, 5, false, false);
 	/* html encoder escapes the text, not the tags */
 	const char *h = "a <b> & fox";
 	FRAGS_ARE("\"a &lt;b&gt; &amp; <em>fox</em>\"", h, (const char *[]){"fox", NULL}, 100, 5,
