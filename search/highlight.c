@@ -1174,9 +1174,10 @@ field_render(const st_field_def *def, const eff *e, const mset *ms, const cJSON 
 		/* the start of the first value, cut like a passage */
 		const char *s = vs.v[0];
 		uint32_t len = (uint32_t)strlen(s);
-		uint32_t en = sentence_end(s, len, 0, (uint32_t)e->no_match);
-		if (en > (uint32_t)e->no_match)
-			en = word_end(s, len, (uint32_t)e->no_match);
+		uint32_t lim = chars_after(s, len, 0, (uint32_t)e->no_match);
+		uint32_t en = sentence_end(s, len, 0, lim);
+		if (en > lim)
+			en = word_end(s, len, lim);
 		while (en > 0 && is_space(s[en - 1]))
 			en--;
 		if (en) {
