@@ -853,15 +853,38 @@ passage_bounds(const char *s, uint32_t len, uint32_t mstart, uint32_t mend, int 
 	*pe = en;
 }
 
-/* Lucene's PassageScorer (BM25 on the passage, k1 1.2, b 0.75, pivot 87)
- * with every term weighted alike. */
-static double
-passage_score(const sr_hl_span *spans, size_t n, uint32_t pstart, uint32_t plen)
+/* Lucene's PassageScorer: BM25 over the passage (k1 1.2, b 0.75, pivot
+ * 87), each term weighted by how rare it is in the field's content
+ * (weight = (k1 + 1) ln(1 + (numDocs + 0.5) / (ttf + 0.5)) with numDocs
+ * approximated as 1 + contentLength / pivot), times 1 + 1 / ln(pivot +
+ * passage start). */
+static void
+term_weights(const sr_hl_span *spans, size_t n, size_t content_len, double *w)
 {
-	double norm = 1 + 1 / log(87.0 + pstart);
-	double tf = (double)n;
-	double len_norm = 1.2 * (0.25 + 0.75 * plen / 87.0);
-	return norm * (tf * 2.2) / (tf + len_norm);
+	uint32_t ttf[SR_HL_MAX_TERMS] = {0};
+	for (size_t i = 0; i < n; i++)
+		ttf[spans[i].term]++;
+	double docs = 1 + (double)content_len / 87.0;
+	for (size_t t = 0; t < SR_HL_MAX_TERMS; t++)
+		w[t] = ttf[t] ? 2.2 * log(1 + (docs + 0.5) / (ttf[t] + 0.5)) : 0;
+}
+
+static double
+passage_score(const sr_hl_span *spans, size_t n, uint32_t pstart, uint32_t plen, const double *w)
+{
+	double score = 0, len_norm = 1.2 * (0.25 + 0.75 * plen / 87.0);
+	for (size_t i = 0; i < n; i++) {
+		bool seen = false; /* each term once, with its frequency here */
+		for (size_t k = 0; k < i && !seen; k++)
+			seen = spans[k].term == spans[i].term;
+		if (seen)
+			continue;
+		double tf = 0;
+		for (size_t k = i; k < n; k++)
+			tf += spans[k].term == spans[i].term;
+		score += w[spans[i].term] * (tf * 2.2) / (tf + len_norm);
+	}
+	return score * (1 + 1 / log(87.0 + pstart));
 }
 
 typedef struct plist {
@@ -896,7 +919,7 @@ build_passages(const char *s, uint32_t len, const sr_hl_span *spans, size_t n, i
 		p->end = pe;
 		p->first_span = span_base + (uint32_t)i;
 		p->nspans = (uint32_t)(j - i);
-		p->score = passage_score(spans + i, j - i, ps, pe - ps);
+		p->score = 0; /* once every value's terms are counted */
 		i = j;
 	}
 }
@@ -986,10 +1009,18 @@ by_offset(const void *a, const void *b)
 /* Picks the best nfrags passages and writes them; returns how many. */
 static size_t
 emit_passages(plist *pl, int nfrags, bool order_score, const char *const *texts,
-              const sr_hl_span *spans, const tags *tg, cm_buf *out)
+              const sr_hl_span *spans, size_t nspans, size_t content_len, const tags *tg,
+              cm_buf *out)
 {
 	if (pl->n == 0)
 		return 0;
+	double w[SR_HL_MAX_TERMS];
+	term_weights(spans, nspans, content_len, w);
+	for (size_t i = 0; i < pl->n; i++) {
+		passage *p = &pl->v[i];
+		p->score =
+		    passage_score(spans + p->first_span, p->nspans, p->start, p->end - p->start, w);
+	}
 	qsort(pl->v, pl->n, sizeof(passage), by_score);
 	size_t keep = pl->n < (size_t)nfrags ? pl->n : (size_t)nfrags;
 	if (!order_score)
@@ -1018,7 +1049,7 @@ sr_highlight_fragments(const char *text, size_t len, const sr_hl_span *spans, si
 	plist pl = {0};
 	build_passages(text, (uint32_t)len, spans, n, fragment_size, 0, 0, &pl);
 	const char *texts[1] = {text};
-	size_t k = emit_passages(&pl, nfrags, order_score, texts, spans, &tg, out);
+	size_t k = emit_passages(&pl, nfrags, order_score, texts, spans, n, len, &tg, out);
 	cm_free(T, pl.v);
 	return k;
 }
@@ -1109,6 +1140,18 @@ applies(const matcher *m, const char *field, bool rfm)
 	return !strcmp(m->field, field) || fnmatch(m->field, field, 0) == 0;
 }
 
+static uint32_t
+term_id(toks *terms, const tok *t)
+{
+	for (size_t i = 0; i < terms->n; i++)
+		if (term_eq(&terms->v[i], t->term, t->len, false))
+			return (uint32_t)i;
+	if (terms->n == SR_HL_MAX_TERMS)
+		return SR_HL_MAX_TERMS - 1;
+	on_tok(terms, &(st_token){.term = t->term, .len = t->len});
+	return (uint32_t)(terms->n - 1);
+}
+
 /* Highlights one field; appends "name":[...] (with a leading comma when
  * *first is false) when it yields fragments. */
 static void
@@ -1127,10 +1170,12 @@ field_render(const st_field_def *def, const eff *e, const mset *ms, const cJSON 
 	plist pl = {0};
 	cm_buf frags;
 	cm_buf_init(&frags, T);
-	size_t nfr = 0;
+	size_t nfr = 0, content = 0;
+	toks terms = {0}; /* the distinct matched terms: a span's term is its index */
 	for (size_t v = 0; v < vs.n; v++) {
 		const char *s = vs.v[v];
 		size_t len = strlen(s);
+		content += len + (v > 0);
 		if (def->type == ST_FT_KEYWORD && def->ignore_above > 0 &&
 		    sr_utf8_len((const uint8_t *)s, len) > (size_t)def->ignore_above)
 			continue; /* not indexed, not highlighted */
@@ -1152,7 +1197,8 @@ field_render(const st_field_def *def, const eff *e, const mset *ms, const cJSON 
 				cap = cap ? 2 * cap : 16;
 				spans = cm_realloc(T, spans, cap * sizeof(sr_hl_span));
 			}
-			spans[nspans++] = (sr_hl_span){ts.v[i].start, ts.v[i].end};
+			spans[nspans++] =
+			    (sr_hl_span){ts.v[i].start, ts.v[i].end, term_id(&terms, &ts.v[i])};
 		}
 		toks_free(&ts);
 		if (nspans == base)
@@ -1169,7 +1215,9 @@ field_render(const st_field_def *def, const eff *e, const mset *ms, const cJSON 
 		}
 	}
 	if (e->nfrags > 0 && pl.n)
-		nfr = emit_passages(&pl, e->nfrags, e->order_score, vs.v, spans, &e->tg, &frags);
+		nfr = emit_passages(&pl, e->nfrags, e->order_score, vs.v, spans, nspans, content,
+		                    &e->tg, &frags);
+	toks_free(&terms);
 	if (!nfr && e->no_match > 0) {
 		/* the start of the first value, cut like a passage */
 		const char *s = vs.v[0];

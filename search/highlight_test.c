@@ -26,7 +26,8 @@ frags(const char *text, const char *const *words, int fsize, int nfrags, bool by
 			bool right = i + wl == len ||
 			             !((text[i + wl] | 32) >= 'a' && (text[i + wl] | 32) <= 'z');
 			if (left && right && !strncmp(text + i, *w, wl)) {
-				spans[n++] = (sr_hl_span){(uint32_t)i, (uint32_t)(i + wl)};
+				spans[n++] = (sr_hl_span){(uint32_t)i, (uint32_t)(i + wl),
+				                          (uint32_t)(w - words)};
 				break;
 			}
 		}
@@ -56,6 +57,11 @@ test_sentences(void)
 	/* the best passage first: the short one wins Lucene's length norm */
 	FRAGS_ARE("\"Four <em>fox</em>.\"", t, fox, 100, 1, false, false);
 	FRAGS_ARE("\"Four <em>fox</em>.\",\"One <em>fox</em> here.\"", t, fox, 100, 2, true, false);
+	/* a rare term outweighs a frequent one (Lucene's passage term weights):
+	 * one "fox" and the only "cat" beat three "fox" */
+	const char *fc[] = {"fox", "cat", NULL};
+	FRAGS_ARE("\"Then <em>fox</em> <em>cat</em>.\"", "fox fox fox dog. Then fox cat.", fc, 100,
+	          1, false, false);
 	/* 0 fragments: the whole text */
 	FRAGS_ARE("\"One <em>fox</em> here. Two dogs there! Three foxes? Four <em>fox</em>.\"", t,
 	          fox, 100, 0, false, false);
