@@ -21,6 +21,8 @@ frags(const char *text, const char *const *words, int fsize, int nfrags, bool by
 	for (size_t i = 0; i < len && n < 64; i++) {
 		for (const char *const *w = words; *w; w++) {
 			size_t wl = strlen(*w);
+			if (i + wl > len)
+				continue;
 			bool left =
 			    i == 0 || !((text[i - 1] | 32) >= 'a' && (text[i - 1] | 32) <= 'z');
 			bool right = i + wl == len ||
