@@ -7,6 +7,7 @@
  * widens floats to doubles, as Lucene's doc values hold them. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -287,6 +288,17 @@ convert(const st_field_def *def, const cJSON *v, fval *out)
 	case ST_FT_DOUBLE:
 	case ST_FT_FLOAT: {
 		double d;
+		if (cJSON_IsNumber(v) && v->valuestring && def->type == ST_FT_LONG) {
+			/* an integer beyond 2^53, from its text (sr_json_number_texts) */
+			char *end;
+			errno = 0;
+			long long ll = strtoll(v->valuestring, &end, 10);
+			if (*end || errno)
+				return false;
+			out->kind = FV_LONG;
+			out->i = ll;
+			return true;
+		}
 		if (cJSON_IsNumber(v))
 			d = v->valuedouble;
 		else if (cJSON_IsString(v) && !def->no_coerce) {
@@ -365,6 +377,8 @@ convert(const st_field_def *def, const cJSON *v, fval *out)
 		const char *t = NULL;
 		if (cJSON_IsString(v) && !def->no_coerce)
 			t = v->valuestring;
+		else if (cJSON_IsNumber(v) && v->valuestring)
+			t = v->valuestring; /* its exact text */
 		else if (cJSON_IsNumber(v)) {
 			snprintf(buf, sizeof(buf), "%.17g", v->valuedouble);
 			t = buf;
@@ -599,6 +613,8 @@ sr_fetch_render(const st_mapping *m, const sr_request *req, const char *src, siz
 	*out_len = 0;
 	cJSON *doc = cJSON_ParseWithLength(src, len);
 	bool parsed = doc != NULL;
+	if (doc) /* long and unsigned_long values beyond 2^53 read exactly */
+		sr_json_number_texts(doc, src, len);
 	if (doc)
 		walk(&c, doc, path, 0, sizeof(path), 0, false);
 	cJSON_Delete(doc);

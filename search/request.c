@@ -713,8 +713,22 @@ collect_numbers(cJSON *j, cJSON ***v, size_t *n, size_t *cap)
 	}
 }
 
+static void pair_numbers(cJSON *root, const char *src, size_t len, bool to_string);
+
 void
 sr_json_exact_integers(cJSON *root, const char *src, size_t len)
+{
+	pair_numbers(root, src, len, true);
+}
+
+void
+sr_json_number_texts(cJSON *root, const char *src, size_t len)
+{
+	pair_numbers(root, src, len, false);
+}
+
+static void
+pair_numbers(cJSON *root, const char *src, size_t len, bool to_string)
 {
 	cJSON **nodes = NULL;
 	size_t n = 0, cap = 0;
@@ -760,8 +774,9 @@ sr_json_exact_integers(cJSON *root, const char *src, size_t len)
 			continue;
 		memcpy(str, t, tl);
 		str[tl] = '\0';
-		nodes[x]->type = cJSON_String;
-		nodes[x]->valuestring = str;
+		if (to_string)
+			nodes[x]->type = cJSON_String;
+		nodes[x]->valuestring = str; /* cJSON_Delete frees it either way */
 	}
 	cm_free(T, off);
 	cm_free(T, tlen);

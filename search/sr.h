@@ -216,6 +216,9 @@ cm_err sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err);
  * coordinator forwards). A tree whose numbers cannot be paired with the
  * text is left as it is. */
 void sr_json_exact_integers(cJSON *root, const char *src, size_t len);
+/* The same pairing, but the nodes stay numbers and carry their text in
+ * valuestring (for readers that know to look). */
+void sr_json_number_texts(cJSON *root, const char *src, size_t len);
 /* URL parameter forms, applied on top of a parsed body: sort=
  * "f1:desc,f2,_score" and _source / _source_includes / _source_excludes
  * (comma lists; _source may be true/false). NULL arguments are skipped. */

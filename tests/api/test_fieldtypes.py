@@ -437,8 +437,11 @@ def unsigned_long():
                 18446744073709551615], "terms keys exact, in unsigned order " + what)
             eq((b["aggregations"]["mx"]["value"], b["aggregations"]["mn"]["value"]),
                (1.8446744073709552e19, 0.0), "max/min as doubles " + what)
-            b = search(n, "ulong", {"query": {"ids": {"values": ["4"]}}, "fields": ["u"]})
-            eq(b["hits"]["hits"][0]["fields"]["u"], [9223372036854775808], "fields " + what)
+            b = search(n, "ulong", {"query": {"ids": {"values": ["4", "5", "6"]}},
+                                    "fields": ["u"], "sort": ["u"]})
+            eq([h["fields"]["u"] for h in b["hits"]["hits"]],
+               [[9223372036854775808], [18446744073709551614], [18446744073709551615]],
+               "fields exact (numbers and strings in _source) " + what)
 
 
 @test
@@ -455,6 +458,8 @@ def long_values_above_2_53_in_queries():
             b = search(n, "bigl", {"sort": [{"l": "asc"}], "search_after": [9007199254740992]})
             eq([h["sort"][0] for h in b["hits"]["hits"]], [9007199254740993],
                "search_after " + what)
+            b = search(n, "bigl", {"query": {"term": {"l": 9007199254740993}}, "fields": ["l"]})
+            eq(b["hits"]["hits"][0]["fields"]["l"], [9007199254740993], "fields exact " + what)
 
 
 # ---- _source mapping options ----
