@@ -1795,6 +1795,14 @@ test_exact_integers(void)
 	sr_query_free(q);
 	cJSON_Delete(tq);
 	cJSON_Delete(j);
+	/* the variant that keeps numbers numbers, with their text */
+	const char *src2 = "[9007199254740993,2]";
+	j = cJSON_Parse(src2);
+	sr_json_number_texts(j, src2, strlen(src2));
+	CHECK(cJSON_IsNumber(cJSON_GetArrayItem(j, 0)) &&
+	      !strcmp(cJSON_GetArrayItem(j, 0)->valuestring, "9007199254740993"));
+	CHECK(cJSON_GetArrayItem(j, 1)->valuestring == NULL);
+	cJSON_Delete(j);
 	/* a tree whose numbers do not pair with the text stays as it is */
 	j = cJSON_Parse("{\"a\":9007199254740993}");
 	sr_json_exact_integers(j, "{}", 2);
