@@ -106,6 +106,19 @@ def finish(row, extra):
     assert not differ, "%s: copies differ: %s" % (row, differ[:5])
 
 
+def shard_lines(cl, shard, n=40):
+    """The log lines of every node that name [INDEX][shard], the last n."""
+    tag = "[%s][%d]" % (INDEX, shard)
+    out = []
+    for name in list(cl.nodes):
+        try:
+            text = cl.full_log(name)
+        except OSError:
+            continue
+        out += ["%s %s" % (name, line) for line in text.splitlines() if tag in line]
+    return "\n".join(sorted(out, key=lambda l: l.split(" ", 1)[1])[-n:])
+
+
 def balance(counts):
     return max(counts.values()) - min(counts.values())
 
@@ -211,7 +224,8 @@ def reroute_and_explain():
                if int(r["shard"]) == shard and r["prirep"] == "r"}
         if dst in now and src not in now and now[dst] == "STARTED":
             break
-        assert time.time() - t0 < 30, "move not done: %s" % now
+        assert time.time() - t0 < 30, "move not done: %s; the nodes' lines on it:\n%s" % (
+            now, shard_lines(cl, shard))
         time.sleep(0.1)
     st, e = cl.req(via, "POST", "/_cluster/allocation/explain",
                    {"index": INDEX, "shard": shard, "primary": False, "current_node": dst})
