@@ -787,6 +787,32 @@ static const char *const cluster_keys[] = {
     NULL,
 };
 
+/* The settings that take one of a few words: NULL when c is one of them
+ * (or not such a setting), else the words it may be. */
+static const char *
+enum_refused(const cJSON *c)
+{
+	static const struct {
+		const char *key, *words[5], *say;
+	} enums[] = {
+	    {"cluster.routing.allocation.enable",
+	     {"all", "primaries", "new_primaries", "none", NULL},
+	     "all, primaries, new_primaries or none"},
+	    {"cluster.routing.rebalance.enable",
+	     {"all", "primaries", "replicas", "none", NULL},
+	     "all, primaries, replicas or none"},
+	};
+	for (size_t i = 0; i < sizeof(enums) / sizeof(enums[0]); i++) {
+		if (strcmp(c->string, enums[i].key) || !cJSON_IsString(c))
+			continue;
+		for (int w = 0; enums[i].words[w]; w++)
+			if (!strcmp(c->valuestring, enums[i].words[w]))
+				return NULL;
+		return enums[i].say;
+	}
+	return NULL;
+}
+
 static bool
 cluster_key(const char *k)
 {
@@ -859,17 +885,12 @@ settings_merge(rp_state *next, const cJSON *body, cm_error *err)
 				cJSON_Delete(cur);
 				return rc;
 			}
-			if (strcmp(c->string, "cluster.routing.allocation.enable") == 0 &&
-			    cJSON_IsString(c) && strcmp(c->valuestring, "all") &&
-			    strcmp(c->valuestring, "primaries") &&
-			    strcmp(c->valuestring, "new_primaries") &&
-			    strcmp(c->valuestring, "none")) {
-				cm_err rc = cm_error_set(
-				    err, CM_EINVAL,
-				    "illegal value can't update "
-				    "[cluster.routing.allocation.enable] "
-				    "from [all] to [%.60s]: all, primaries, new_primaries or none",
-				    c->valuestring);
+			const char *bad = enum_refused(c);
+			if (bad) {
+				cm_err rc = cm_error_set(err, CM_EINVAL,
+				                         "illegal value can't update [%s] from [all] to "
+				                         "[%.60s]: %s",
+				                         c->string, c->valuestring, bad);
 				cJSON_Delete(flat);
 				cJSON_Delete(norms);
 				cJSON_Delete(cur);

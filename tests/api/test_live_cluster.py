@@ -215,6 +215,14 @@ def reroute_and_explain():
     # retry_failed with no commands: accepted (allocation never gives up)
     st, b = cl.req(via, "POST", "/_cluster/reroute?retry_failed=true&metric=version")
     assert st == 200 and b.get("acknowledged") and set(b["state"]) == {"version"}, (st, b)
+    # the move makes the nodes uneven: balancing would move a copy back at
+    # once (as ES may); an operator stops it with rebalance.enable
+    st, b = cl.req(via, "PUT", "/_cluster/settings",
+                   {"transient": {"cluster.routing.rebalance.enable": "sometimes"}})
+    assert st == 400 and "all, primaries, replicas or none" in b["error"]["reason"], (st, b)
+    st, b = cl.req(via, "PUT", "/_cluster/settings",
+                   {"transient": {"cluster.routing.rebalance.enable": "none"}})
+    assert st == 200 and b.get("acknowledged"), (st, b)
     st, b = cl.req(via, "POST", "/_cluster/reroute", {"commands": bad["commands"][:1]})
     assert st == 200 and b.get("acknowledged"), (st, b)
     assert b["state"]["routing_table"]["indices"][INDEX], b
@@ -236,6 +244,12 @@ def reroute_and_explain():
         same["deciders"][0]["decider"] == "same_shard", same
     st, e = cl.req(via, "GET", "/_cluster/allocation/explain")
     assert st == 400 and "unable to find any unassigned shards" in e["error"]["reason"], (st, e)
+    time.sleep(1)  # with rebalancing off the moved copy stays where it went
+    now = {r["node"] for r in cl.shards(via, INDEX) if int(r["shard"]) == shard}
+    assert dst in now and src not in now, "the moved copy did not stay: %s" % now
+    st, b = cl.req(via, "PUT", "/_cluster/settings",
+                   {"transient": {"cluster.routing.rebalance.enable": None}})
+    assert st == 200, (st, b)
     cl.wait_green()
     FIGURES.append("reroute: [%s][%d] moved %s -> %s in %.1f s" %
                    (INDEX, shard, src, dst, time.time() - t0))
