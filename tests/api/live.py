@@ -254,7 +254,31 @@ class Live:
             if ok:
                 return time.time() - t0
             time.sleep(0.1)
-        raise AssertionError("not green with %d nodes within %ss: %s" % (want, timeout, last))
+        raise AssertionError("not green with %d nodes within %ss: %s\n%s" % (
+            want, timeout, last, self.unsettled()))
+
+    def unsettled(self):
+        """The copies not STARTED, and every node's log lines on their
+        shards (the last 60), for a failure message."""
+        names = self.live()
+        try:
+            st, rows = self.req(names[0], "GET", "/_cat/shards?format=json", timeout=10)
+        except (OSError, IndexError):
+            return "(no node to ask)"
+        bad = [r for r in rows if r.get("state") != "STARTED"] if st == 200 else []
+        tags = {"[%s][%s]" % (r["index"], r["shard"]) for r in bad}
+        lines = []
+        for name in list(self.nodes):
+            try:
+                text = self.full_log(name)
+            except OSError:
+                continue
+            lines += ["%s %s" % (name, l) for l in text.splitlines()
+                      if any(t in l for t in tags)]
+        lines.sort(key=lambda l: l.split(" ", 1)[1])
+        return "unsettled copies: %s\n%s" % (
+            [(r["index"], r["shard"], r["prirep"], r["state"], r.get("node")) for r in bad],
+            "\n".join(lines[-60:]))
 
     def shards(self, via, index):
         st, rows = self.req(via, "GET", "/_cat/shards/%s?format=json" % index, timeout=10)
