@@ -382,6 +382,16 @@ static char *
 render(bq_job *j, int *status)
 {
 	cJSON *o = cJSON_CreateObject(), *r;
+	if (!j->err.code && co_task_stopping(j->task))
+		/* the node stopped it: a failure, never a result that looks done */
+		cm_error_set_type(&j->err, CM_EUNAVAIL, "node_closed_exception",
+		                  "node [%s] stopped while the task ran: it ended after %llu of "
+		                  "%llu documents",
+		                  nd_node_name(j->node),
+		                  (unsigned long long)(j->st.created + j->st.updated +
+		                                       j->st.deleted + j->st.noops +
+		                                       j->st.version_conflicts),
+		                  (unsigned long long)j->st.total);
 	if (j->err.code) {
 		cJSON *d = co_error_doc(&j->err, NULL);
 		*status = cm_err_status(j->err.code);
@@ -411,7 +421,7 @@ render(bq_job *j, int *status)
 	cJSON_AddNumberToObject(o, "throttled_millis", (double)j->st.throttled_ms);
 	cJSON_AddNumberToObject(o, "requests_per_second", j->rps > 0 ? j->rps : -1.0);
 	cJSON_AddNumberToObject(o, "throttled_until_millis", 0);
-	if (co_task_cancelled(j->task))
+	if (co_task_cancelled(j->task) && !co_task_stopping(j->task))
 		cJSON_AddStringToObject(o, "canceled", "by user request");
 	if (j->slices > 1)
 		cJSON_AddNumberToObject(o, "slices", j->slices);
@@ -475,7 +485,7 @@ start(co_req *r, bq_job *j, const char *desc)
 	if (!co_param_bool(r, "wait_for_completion", true)) {
 		pthread_t th;
 		pthread_attr_t at;
-		if (!co_task_detach()) {
+		if (!co_task_detach(j->task)) {
 			co_task_finish(j->task, "{}", true, false);
 			job_free(j);
 			co_reply_errorf(r, CM_EUNAVAIL, NULL, "the node is shutting down");

@@ -171,7 +171,8 @@ void co_h_pit_open(co_req *r);
 void co_h_pit_close(co_req *r);
 void co_pit_search(co_req *r, cJSON *body, int slice_id, int slice_max);
 
-/* Tasks (co_tasks.c): in memory on the node running them. */
+/* Tasks (co_tasks.c): in memory on the node running them, asked by the
+ * others through the upcall; detached ones also kept in .tasks. */
 typedef struct co_task co_task;
 typedef struct co_task_status {
 	uint64_t total, updated, created, deleted, batches, version_conflicts, noops, failures;
@@ -181,12 +182,17 @@ typedef struct co_task_status {
 co_task *co_task_new(nd_node *n, const char *action, const char *desc);
 void co_task_id(const co_task *t, char *buf, size_t cap); /* "nodeid:N" */
 bool co_task_cancelled(co_task *t);                        /* cancel asked or node stopping */
+bool co_task_stopping(co_task *t); /* the node is stopping (no cancel asked) */
 void co_task_update(co_task *t, const co_task_status *st);
 /* Counts a task that runs on after its request (false: the node is
- * stopping); co_task_finish(.., detached=true) uncounts it. */
-bool co_task_detach(void);
+ * stopping) and writes it to .tasks as running; co_task_finish(..,
+ * detached=true) uncounts it after writing its result there. */
+bool co_task_detach(co_task *t);
 /* The task is done; response (JSON) is kept for GET /_tasks/{id}. */
 void co_task_finish(co_task *t, const char *response, bool failed, bool detached);
+/* Another node's question about this node's tasks (co_node_entry, kind
+ * "tasks {json}"); returns a cJSON object or NULL. */
+cJSON *co_tasks_upcall(nd_node *n, const char *json);
 void co_h_tasks_list(co_req *r);
 void co_h_task_get(co_req *r);
 void co_h_task_cancel(co_req *r);

@@ -1002,6 +1002,8 @@ co_node_entry(void *node, const char *kind)
 {
 	if (kind[0] == '{') /* a template change from another node */
 		return co_template_upcall(node, kind);
+	if (strncmp(kind, "tasks ", 6) == 0) /* a question about this node's tasks */
+		return co_tasks_upcall(node, kind + 6);
 	if (strcmp(kind, "index_stats") == 0)
 		return node_index_stats(node);
 	if (strcmp(kind, "prometheus") == 0)

@@ -238,6 +238,15 @@ bool nd_ctx_handles(uint32_t type);
 void nd_ctx_serve(nd_node *n, uint32_t type, const uint8_t *p, size_t len, cm_buf *reply,
                   uint32_t *reply_type);
 
+/* Asks the coordinator's upcall (nd_cluster_set_info) of every cluster
+ * node with which[i] set (NULL: all) at once, kind as its argument, each
+ * bounded (15 s; a node known dead fails at once). out[i] is node i's
+ * answer (the caller deletes it), or NULL with errs[i] saying why. Returns
+ * the number of nodes (indices as nd_cluster_node_name), -1 when solo or
+ * more than cap. */
+int nd_upcall_all(nd_node *n, const char *kind, const bool *which, cJSON **out, cm_error *errs,
+                  int cap);
+
 /* Node-wide counters for _nodes/stats. */
 typedef struct nd_node_counters {
 	uint64_t http_requests, http_open, http_opened;

@@ -1565,3 +1565,59 @@ nd_pit_close(nd_node *n, const char *id, size_t *nctx, size_t *freed, cm_error *
 	cm_free(MEM, refs);
 	return CM_OK;
 }
+
+/* ---- the coordinator's upcall on every node at once ---- */
+
+int
+nd_upcall_all(nd_node *n, const char *kind, const bool *which, cJSON **out, cm_error *errs,
+              int cap)
+{
+	nd_cluster *cl = nd_cluster_of(n);
+	int nn = cl ? cl->nn : 0;
+	if (!cl || nn > cap)
+		return -1;
+	rcall *calls = cm_calloc(MEM, (size_t)nn + 1, sizeof(*calls));
+	cJSON *b = cJSON_CreateObject();
+	cJSON_AddStringToObject(b, "kind", kind);
+	char *body = cJSON_PrintUnformatted(b);
+	cJSON_Delete(b);
+	size_t nc = 0;
+	for (int i = 0; i < nn; i++) {
+		out[i] = NULL;
+		cm_error_clear(&errs[i]);
+		if (which && !which[i])
+			continue;
+		calls[nc].node = i;
+		cm_buf_init(&calls[nc].req, MEM);
+		cm_buf_init(&calls[nc].reply, MEM);
+		pr_admin_encode("rw_node", "", body, strlen(body), &calls[nc].req);
+		nc++;
+	}
+	rcalls_run(cl, calls, nc, PR_ADMIN); /* every remote call in flight at once */
+	for (size_t i = 0; i < nc; i++) {
+		rcall *c = &calls[i];
+		int node = c->node;
+		if (node == cl->self) {
+			out[node] = cl->info ? cl->info(cl->info_arg, kind) : NULL;
+			if (!out[node])
+				cm_error_set(&errs[node], CM_EINTERNAL, "no answer from this node");
+		} else {
+			char *rb = NULL;
+			size_t rl = 0;
+			if (ack_of(c, &errs[node], &rb, &rl)) {
+				if (!errs[node].code)
+					cm_error_set(&errs[node], c->rc, "node [%s] did not answer (%s)",
+					             cl->nodes[node].name, cm_err_msg(c->rc));
+			} else if (!(out[node] = rb ? cJSON_ParseWithLength(rb, rl) : NULL)) {
+				cm_error_set(&errs[node], CM_EPARSE, "malformed reply from [%s]",
+				             cl->nodes[node].name);
+			}
+			cm_free(MEM, rb);
+		}
+		cm_buf_free(&c->req);
+		cm_buf_free(&c->reply);
+	}
+	cJSON_free(body);
+	cm_free(MEM, calls);
+	return nn;
+}

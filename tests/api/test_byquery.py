@@ -233,6 +233,141 @@ def cluster_by_query_reindex_tasks():
     suite(NODES["node-2"], [NODES[x] for x in NAMES])
 
 
+def slow_task(n, path, rps=250, body=None):
+    """Starts a throttled by-query task on n (50 docs a batch) and returns
+    its id."""
+    st, b = n.req("POST", path + ("&" if "?" in path else "?") +
+                  "wait_for_completion=false&scroll_size=50&requests_per_second=%s" % rps, body)
+    eq(st, 200, "task start: %s" % b)
+    return b["task"]
+
+
+def task_answer(n, tid, timeout=30):
+    """GET /_tasks/{id} with a bound on how long it may take."""
+    t0 = time.time()
+    st, b = n.req("GET", "/_tasks/" + tid, timeout=timeout)
+    assert time.time() - t0 < timeout, "GET /_tasks/%s took too long" % tid
+    return st, b
+
+
+def wait_done(n, tid, timeout=60):
+    return wait_until("task %s to finish" % tid, lambda: task_done(n, tid), timeout=timeout)
+
+
+@test
+def solo_task_results_outlive_the_node():
+    n = SOLO[0]
+    load(n, "st")
+    # finished: its result is read back after a restart (from .tasks)
+    tid = slow_task(n, "/st/_update_by_query?max_docs=100")
+    t = wait_done(n, tid)
+    eq(t["response"]["updated"], 100, "ubq: %s" % t)
+    n.restart()
+    st, b = task_answer(n, tid)
+    eq((st, b["completed"], b["response"]["updated"], b["task"]["action"]),
+       (200, True, 100, "indices:data/write/update/byquery"), "after restart: %s" % b)
+    st, b = n.req("POST", "/_tasks/%s/_cancel" % tid)
+    assert st == 200 and b.get("node_failures"), b
+    # SIGTERM mid-task: failed with an error, never done
+    tid = slow_task(n, "/st/_update_by_query", rps=50)
+    wait_until("a batch", lambda: n.req("GET", "/_tasks/" + tid)[1]["task"]["status"]["batches"])
+    n.stop()
+    n.start()
+    st, b = task_answer(n, tid)
+    eq((st, b["completed"], "response" in b, b.get("error", {}).get("type")),
+       (200, True, False, "node_closed_exception"), "SIGTERM mid-task: %s" % b)
+    assert b["task"]["status"]["updated"] < DOCS, b
+    # kill -9 mid-task: after the restart it reads as failed, not running
+    tid = slow_task(n, "/st/_update_by_query", rps=50)
+    n.kill()
+    n.start()
+    st, b = task_answer(n, tid)
+    eq((st, b["completed"], b.get("error", {}).get("type")),
+       (200, True, "node_closed_exception"), "kill -9 mid-task: %s" % b)
+    assert "killed" in b["error"]["reason"], b
+    st, b = n.req("GET", "/.tasks/_doc/" + tid)
+    eq((st, b["_source"]["completed"]), (200, False), "the running record")
+    error_is(n.req("GET", "/_tasks?group_by=bogus"), 400, "illegal_argument_exception")
+
+
+@test
+def cluster_tasks_from_any_node():
+    n1, n2, n3 = (NODES[x] for x in NAMES)
+    load(n1, "ct1")
+    load(n1, "ct3")
+    t1 = slow_task(n1, "/ct1/_update_by_query")
+    t3 = slow_task(n3, "/ct3/_delete_by_query", body={"query": {"match_all": {}}})
+    # listed cluster-wide, from a node running neither
+    st, lst = n2.req("GET", "/_tasks?actions=*byquery&detailed")
+    eq(st, 200, "list: %s" % lst)
+    by_name = {e["name"]: e for e in lst["nodes"].values()}
+    eq(sorted(by_name), NAMES, "every node answers: %s" % lst)
+    ids = {tid: e["tasks"][tid] for e in lst["nodes"].values() for tid in e["tasks"]}
+    assert t1 in ids or task_done(n2, t1), lst
+    assert t3 in ids or task_done(n2, t3), lst
+    if t1 in ids:
+        assert "status" in ids[t1] and "description" in ids[t1], ids[t1]
+        eq(ids[t1]["node"], t1.split(":")[0], "node id")
+        assert t1 in by_name["node-1"]["tasks"], by_name
+    st, lst = n2.req("GET", "/_tasks?actions=*byquery")
+    for e in lst["nodes"].values():
+        for t in e["tasks"].values():
+            assert "status" not in t and "description" not in t, t
+    st, lst = n2.req("GET", "/_tasks?nodes=node-3&actions=*byquery")
+    eq([e["name"] for e in lst["nodes"].values()], ["node-3"], "nodes=node-3")
+    assert t1 not in str(lst), lst
+    st, lst = n2.req("GET", "/_tasks?nodes=_local")
+    eq([e["name"] for e in lst["nodes"].values()], ["node-2"], "nodes=_local")
+    st, lst = n2.req("GET", "/_tasks?group_by=none&actions=*byquery")
+    assert isinstance(lst["tasks"], list), lst
+    st, lst = n2.req("GET", "/_tasks?group_by=parents&actions=*byquery")
+    assert isinstance(lst["tasks"], dict), lst
+    # get and cancel route to the owner from any node
+    st, b = task_answer(n2, t1)
+    eq((st, b["task"]["action"]), (200, "indices:data/write/update/byquery"), "get t1")
+    st, b = n2.req("POST", "/_tasks/%s/_cancel" % t3)
+    eq(st, 200, "cancel t3 from node-2: %s" % b)
+    t = wait_done(n2, t3)
+    if "canceled" not in t["response"]:
+        assert t["response"]["deleted"] == DOCS, t  # it had finished already
+    t = wait_done(n3, t1)
+    eq(t["response"]["updated"], DOCS, "t1 read on node-3")
+    st, b = n2.req("GET", "/_tasks/%s?wait_for_completion=true&timeout=20s" % t1)
+    eq((st, b["completed"]), (200, True), "wait_for_completion")
+
+    # SIGTERM of the owner mid-task: failed, read from the others
+    load(n1, "ct")
+    tid = slow_task(n3, "/ct/_update_by_query", rps=50)
+    wait_until("a batch", lambda: task_answer(n1, tid)[1]["task"]["status"]["batches"])
+    n3.stop()
+    st, b = task_answer(n1, tid)
+    assert st == 200, (st, b)
+    eq((st, b["completed"], b.get("error", {}).get("type")),
+       (200, True, "node_closed_exception"), "SIGTERM: %s" % b)
+    n3.start()
+    # kill -9 of the owner mid-task: 404 naming the node while it is gone,
+    # failed once it is back; never running for ever
+    tid = slow_task(n3, "/ct/_update_by_query?conflicts=proceed", rps=50)
+    n3.kill()
+    st, b = task_answer(n1, tid)
+    eq(st, 404, "owner killed: %s" % b)
+    assert "node-3" in b["error"]["reason"], b
+    st, lst = n1.req("GET", "/_tasks", timeout=30)
+    eq(st, 200, "list without node-3")
+    assert lst.get("node_failures"), lst
+    n3.start()
+    for x in (n1, n2):
+        st, b = x.req("GET", "/_cluster/health?wait_for_nodes=3&timeout=30s", timeout=40)
+        eq(st, 200, "node-3 back: %s" % b)
+    # node-2 may still hold node-3 unreachable for a ping or two (404 then)
+    st, b = wait_until("node-3 to answer for its task",
+                       lambda: (lambda a: a if a[0] == 200 else None)(task_answer(n2, tid)),
+                       timeout=20)
+    eq((st, b["completed"], b.get("error", {}).get("type")),
+       (200, True, "node_closed_exception"), "after the restart: %s" % b)
+    error_is(n2.req("GET", "/_tasks/%s:1" % "nosuchnode"), 404, "resource_not_found_exception")
+
+
 def teardown():
     rc = 0
     for n in list(NODES.values()) + SOLO:
