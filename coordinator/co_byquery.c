@@ -485,10 +485,12 @@ start(co_req *r, bq_job *j, const char *desc)
 	if (!co_param_bool(r, "wait_for_completion", true)) {
 		pthread_t th;
 		pthread_attr_t at;
-		if (!co_task_detach(j->task)) {
+		cm_error de;
+		cm_error_clear(&de);
+		if (co_task_detach(j->task, &de)) {
 			co_task_finish(j->task, "{}", true, false);
 			job_free(j);
-			co_reply_errorf(r, CM_EUNAVAIL, NULL, "the node is shutting down");
+			co_reply_error(r, &de, NULL); /* nothing started */
 			return;
 		}
 		j->detached = true;
@@ -496,7 +498,10 @@ start(co_req *r, bq_job *j, const char *desc)
 		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 		if (pthread_create(&th, &at, detached_main, j) != 0) {
 			pthread_attr_destroy(&at);
-			co_task_finish(j->task, "{}", true, true);
+			co_task_finish(j->task,
+			               "{\"error\":{\"type\":\"exception\",\"reason\":\"cannot "
+			               "start the task\"},\"status\":500}",
+			               true, true);
 			job_free(j);
 			co_reply_errorf(r, CM_EINTERNAL, NULL, "cannot start the task");
 			return;

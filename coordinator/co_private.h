@@ -184,10 +184,11 @@ void co_task_id(const co_task *t, char *buf, size_t cap); /* "nodeid:N" */
 bool co_task_cancelled(co_task *t);                        /* cancel asked or node stopping */
 bool co_task_stopping(co_task *t); /* the node is stopping (no cancel asked) */
 void co_task_update(co_task *t, const co_task_status *st);
-/* Counts a task that runs on after its request (false: the node is
- * stopping) and writes it to .tasks as running; co_task_finish(..,
- * detached=true) uncounts it after writing its result there. */
-bool co_task_detach(co_task *t);
+/* Writes t to .tasks as running and counts it as a task that runs on
+ * after its request; fails (nothing counted) when the node is stopping or
+ * .tasks cannot be written. co_task_finish(.., detached=true) writes its
+ * result there and uncounts it. */
+cm_err co_task_detach(co_task *t, cm_error *err);
 /* The task is done; response (JSON) is kept for GET /_tasks/{id}. */
 void co_task_finish(co_task *t, const char *response, bool failed, bool detached);
 /* Another node's question about this node's tasks (co_node_entry, kind

@@ -223,16 +223,16 @@ tasks_index(nd_node *n, bool create, nd_index **out, cm_error *err)
 	return CM_OK;
 }
 
-/* Writes t's document to .tasks (a failure is logged: the task itself
- * does not fail for it). */
-static void
-store(co_task *t)
+/* Writes t's document to .tasks; a shard held unavailable (a node's
+ * pings lag just after a restart) is tried again for up to ~3 s. */
+static cm_err
+store(co_task *t, cm_error *err)
 {
 	nd_index *ix = NULL;
-	cm_error err;
 	st_op op;
 	st_op_result res;
 	char id[96];
+	cm_err rc;
 
 	pthread_mutex_lock(&g_lock);
 	cJSON *doc = result_json(t);
@@ -242,24 +242,32 @@ store(co_task *t)
 	char *src = cJSON_PrintUnformatted(doc);
 	cJSON_Delete(doc);
 	co_task_id(t, id, sizeof(id));
-	cm_error_clear(&err);
-	if (!src || tasks_index(t->node, true, &ix, &err)) {
-		cm_warn("tasks", "task [%s]: cannot store its result in .tasks: %s", id, err.reason);
-		cJSON_free(src);
-		return;
+	if (!src)
+		return cm_error_set(err, CM_ENOMEM, "cannot render task [%s]", id);
+	for (int attempt = 0;; attempt++) {
+		cm_error_clear(err);
+		rc = tasks_index(t->node, true, &ix, err);
+		if (!rc) {
+			memset(&op, 0, sizeof(op));
+			op.type = ST_OP_INDEX;
+			op.id = id;
+			op.id_len = strlen(id);
+			op.source = src;
+			op.source_len = strlen(src);
+			op.seq_no = ST_NO_SEQ;
+			op.if_seq_no = ST_NO_SEQ;
+			rc = co_doc_write(ix, &op, NULL, 0, &res, err);
+			nd_index_release(ix);
+		}
+		if (rc != CM_EUNAVAIL || attempt == 15)
+			break;
+		struct timespec ts = {0, 200000000L};
+		nanosleep(&ts, NULL);
 	}
-	memset(&op, 0, sizeof(op));
-	op.type = ST_OP_INDEX;
-	op.id = id;
-	op.id_len = strlen(id);
-	op.source = src;
-	op.source_len = strlen(src);
-	op.seq_no = ST_NO_SEQ;
-	op.if_seq_no = ST_NO_SEQ;
-	if (co_doc_write(ix, &op, NULL, 0, &res, &err))
-		cm_warn("tasks", "task [%s]: cannot store its result in .tasks: %s", id, err.reason);
-	nd_index_release(ix);
+	if (rc)
+		cm_warn("tasks", "task [%s]: cannot store it in .tasks: %s", id, err->reason);
 	cJSON_free(src);
+	return rc;
 }
 
 /* The document .tasks keeps for id, or NULL. */
@@ -283,19 +291,24 @@ stored(nd_node *n, const char *id)
 	return doc;
 }
 
-bool
-co_task_detach(co_task *t)
+cm_err
+co_task_detach(co_task *t, cm_error *err)
 {
 	pthread_mutex_lock(&g_lock);
 	bool ok = !g_stopping;
-	if (ok) {
-		g_detached++;
-		t->stored = true;
-	}
 	pthread_mutex_unlock(&g_lock);
-	if (ok)
-		store(t); /* running: a node that dies now leaves this behind */
-	return ok;
+	if (!ok)
+		return cm_error_set_type(err, CM_EUNAVAIL, "node_closed_exception",
+		                         "node [%s] is shutting down", nd_node_name(t->node));
+	/* running: a node that dies from now on leaves this behind */
+	cm_err rc = store(t, err);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&g_lock);
+	g_detached++;
+	t->stored = true;
+	pthread_mutex_unlock(&g_lock);
+	return CM_OK;
 }
 
 void
@@ -307,8 +320,9 @@ co_task_finish(co_task *t, const char *response, bool failed, bool detached)
 	t->response = cm_strdup(MEM, response ? response : "{}");
 	bool keep = t->stored;
 	pthread_mutex_unlock(&g_lock);
+	cm_error err;
 	if (keep)
-		store(t); /* before the shutdown may go on (g_detached) */
+		store(t, &err); /* before the shutdown may go on (g_detached) */
 	pthread_mutex_lock(&g_lock);
 	if (detached && --g_detached == 0)
 		pthread_cond_broadcast(&g_cond);

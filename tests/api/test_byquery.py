@@ -345,6 +345,8 @@ def cluster_tasks_from_any_node():
     eq((st, b["completed"], b.get("error", {}).get("type")),
        (200, True, "node_closed_exception"), "SIGTERM: %s" % b)
     n3.start()
+    st, b = n3.req("GET", "/_cluster/health?wait_for_nodes=3&timeout=30s", timeout=40)
+    eq(st, 200, "node-3 back: %s" % b)
     # kill -9 of the owner mid-task: 404 naming the node while it is gone,
     # failed once it is back; never running for ever
     tid = slow_task(n3, "/ct/_update_by_query?conflicts=proceed", rps=50)
@@ -360,9 +362,14 @@ def cluster_tasks_from_any_node():
         st, b = x.req("GET", "/_cluster/health?wait_for_nodes=3&timeout=30s", timeout=40)
         eq(st, 200, "node-3 back: %s" % b)
     # node-2 may still hold node-3 unreachable for a ping or two (404 then)
-    st, b = wait_until("node-3 to answer for its task",
-                       lambda: (lambda a: a if a[0] == 200 else None)(task_answer(n2, tid)),
-                       timeout=20)
+    seen = []
+    try:
+        st, b = wait_until("node-3 to answer for its task",
+                           lambda: (lambda a: a if a[0] == 200 else seen.append(a))(
+                               task_answer(n2, tid)), timeout=20)
+    except AssertionError:
+        logs = "".join(x.log_tail(3000) for x in (n1, n2, n3))
+        raise AssertionError("node-3 never answered for %s: %s\n%s" % (tid, seen[-1:], logs))
     eq((st, b["completed"], b.get("error", {}).get("type")),
        (200, True, "node_closed_exception"), "after the restart: %s" % b)
     error_is(n2.req("GET", "/_tasks/%s:1" % "nosuchnode"), 404, "resource_not_found_exception")
