@@ -206,8 +206,10 @@ size_t nd_ctx_open_count(nd_node *n);
  * of body (a _search body) into out, and sets *id (cm_malloc'd NODE, the
  * caller frees) to the scroll id. Past the limit on any node → CM_EBUSY
  * and nothing stays open. slice_max > 0: only the shards whose number in
- * the request modulo slice_max is slice_id (the caller checks that
- * slice_max is at most the number of shards). */
+ * the request modulo slice_max is slice_id; with more slices than shards,
+ * as ES, shard slice_id % nshards alone and of it the documents whose _id
+ * hashes (XXH3) to its sub-slice (slice_id / nshards modulo the slices
+ * that shard has). nd_pit_search slices alike. */
 cm_err nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t keep_ms,
                       int slice_id, int slice_max, cm_buf *out, char **id, cm_error *err);
 /* The next page of a scroll into out; *next_id (cm_malloc'd, the caller
