@@ -190,6 +190,52 @@ def suite(n, nodes):
     error_is(n.req("POST", "/_reindex", {"source": {"index": "src"}}), 400,
              "action_request_validation_exception")
 
+    # slices: more than the shards (each shard's docs split by _id hash),
+    # run in parallel, max_docs shared out, counts summed
+    n.req("DELETE", "/sl")
+    st, b = n.req("PUT", "/sl", {"settings": {"number_of_shards": 3,
+                                              "number_of_replicas": 1 if NODES else 0}})
+    eq(st, 200, "create sl: %s" % b)
+    st, r = n.req("POST", "/_reindex?refresh=true&slices=7", {
+        "source": {"index": "src"}, "dest": {"index": "sl"}})
+    eq((st, r["created"], r["slices"], r["failures"]), (200, DOCS, 7, []), "sliced: %s" % r)
+    eq(count(n, "sl"), DOCS, "every doc once")
+    st, r = n.req("POST", "/sl/_update_by_query?slices=5&max_docs=23&refresh=true")
+    eq((st, r["updated"], r["total"]), (200, 23, 23), "sliced max_docs: %s" % r)
+    st, r = n.req("POST", "/sl/_delete_by_query?slices=auto&refresh=true",
+                  {"query": {"term": {"k": "odd"}}})
+    eq((st, r["deleted"], r["slices"]), (200, DOCS // 2, 3), "dbq slices=auto: %s" % r)
+    eq(count(n, "sl"), DOCS // 2, "evens left")
+    tid = slow_task(n, "/src/_update_by_query?slices=4", rps=1000)
+    t = wait_done(n, tid)
+    eq((t["response"]["updated"], t["response"]["slices"], t["task"]["status"]["updated"]),
+       (DOCS, 4, DOCS), "sliced task: %s" % t)
+
+    # reindex with a script: _source edits, ctx._index, noop and delete
+    n.req("DELETE", "/rs")
+    n.req("PUT", "/rs/_doc/d1?refresh=true", {"n": 1, "stale": True})
+    script = {"source": "ctx._source.n2 = ctx._source.n * params.f; ctx._source.from = ctx._index;"
+                        " if (ctx._source.n % 10 == 0) { ctx.op = 'noop' }"
+                        " else if (ctx._source.n % 10 == 1) { ctx.op = 'delete' }",
+              "params": {"f": 2}}
+    st, r = n.req("POST", "/_reindex?refresh=true", {
+        "source": {"index": "src"}, "dest": {"index": "rs"}, "script": script})
+    eq((st, r["created"], r["noops"], r["deleted"], r["failures"]),
+       (200, DOCS * 8 // 10, DOCS // 10, DOCS // 10, []), "reindex script: %s" % r)
+    eq(count(n, "rs"), DOCS * 8 // 10, "noops and deletes not written (d1 deleted)")
+    st, d = nodes[-1].req("GET", "/rs/_doc/d2")
+    eq(d["_source"], {"n": 2, "k": "even", "tag": "orig", "n2": 4, "from": "src"}, "scripted")
+    st, d = nodes[-1].req("GET", "/rs/_doc/d1")
+    eq((st, d.get("found")), (404, False), "ctx.op = 'delete' removed the destination's d1")
+    error_is(n.req("POST", "/_reindex", {"source": {"index": "src"}, "dest": {"index": "rs"},
+                                         "script": {"source": "ctx._source.n = "}}),
+             400, "script_exception", "position")
+    st, r = n.req("POST", "/_reindex?refresh=true&slices=4", {
+        "source": {"index": "src"}, "dest": {"index": "rs2"},
+        "script": {"source": "ctx._source.tag = 'copied'"}})
+    eq((st, r["created"]), (200, DOCS), "sliced scripted reindex: %s" % r)
+    eq(count(n, "rs2", {"term": {"tag": "copied"}}), DOCS, "the script ran on every slice")
+
     # tasks: cancel a running one; its result says so; unknown ids
     load(n, "c")
     tid = throttled(n, "/c/_update_by_query")
