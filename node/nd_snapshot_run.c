@@ -578,8 +578,10 @@ nd_snap_create(nd_node *n, const char *repo, const char *snap, const cJSON *body
 	cm_free(MEM, ixs);
 	if (!rc)
 		rc = sn_repo_open(r.resolved, 0, &run->r, err);
-	if (!rc)
+	if (!rc) {
+		sn_repo_set_compress(run->r, r.compress); /* the manifest and catalogue */
 		rc = sn_snapshot_begin(run->r, snap, run->uuid, err);
+	}
 	if (rc) {
 		run_free(run);
 		return rc;
@@ -830,6 +832,7 @@ nd_snap_delete(nd_node *n, const char *repo, const char *snap, cJSON **out, cm_e
 		return rc;
 	if ((rc = sn_repo_open(r.resolved, 0, &h, err)))
 		return rc;
+	sn_repo_set_compress(h, r.compress); /* the catalogue it rewrites */
 	if (sn_snapshot_pending(h, snap)) {
 		sn_repo_close(h);
 		return cm_error_set_type(

@@ -23,6 +23,7 @@ cluster and solo nodes sharing one path.repo.
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -386,6 +387,75 @@ def second_snapshot_is_incremental_and_delete_collects():
     ok(n1.req("DELETE", "/_snapshot/inc/second"), "delete second")
     eq([f for _, _, fs in os.walk(os.path.join(loc, "blobs")) for f in fs], [], "no blobs left")
     ok(n1.req("DELETE", "/inc2"), "drop inc2")
+
+
+def zstd_json(path):
+    """A compressed metadata file of the repository: a zstd frame of JSON."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    eq(raw[:4], b"\x28\xb5\x2f\xfd", "%s is a zstd frame" % os.path.basename(path))
+    out = subprocess.run(["zstd", "-dc"], input=raw, capture_output=True, timeout=30)
+    eq(out.returncode, 0, "zstd -dc %s: %s" % (path, out.stderr))
+    return json.loads(out.stdout)
+
+
+@test
+def compressed_repository_round_trip_and_mixed_reads():
+    n1 = NODES["node-1"]
+    loc = os.path.join(REPO, "zip")
+    ok(put_repo(n1, "zip", loc, compress=True), "repo zip")
+    b = ok(NODES["node-3"].req("GET", "/_snapshot/zip"), "GET zip via node-3")
+    eq(b["zip"]["settings"]["compress"], "true", "compress shown everywhere")
+    create_index(n1, "zc", 2, 1)
+    green()
+    text = " ".join("common words repeat" for _ in range(40))
+    load(n1, "zc", 0, 1500, text)
+    eq(snapshot(n1, "zip", "z1", {"indices": "zc"})["state"], "SUCCESS", "z1")
+    # every blob is a zstd frame, smaller than the file it holds; the
+    # catalogue and the manifest are compressed too
+    with open(os.path.join(loc, "index.latest")) as f:
+        gen = f.read().strip()
+    cat = zstd_json(os.path.join(loc, "index-" + gen))
+    uuid = [x["uuid"] for x in cat["snapshots"] if x["snapshot"] == "z1"][0]
+    man = zstd_json(os.path.join(loc, "snap-%s.json" % uuid))
+    files = [f for sh in man["indices"]["zc"]["shards"] for f in sh["files"]]
+    stored = 0
+    for f in files:
+        p = blob_path(loc, f["blob"]) + ".zst"
+        eq((os.path.exists(p), os.path.exists(blob_path(loc, f["blob"]))), (True, False),
+           "blob of %s stored compressed" % f["name"])
+        with open(p, "rb") as fh:
+            eq(fh.read(4), b"\x28\xb5\x2f\xfd", "zstd blob")
+        stored += os.path.getsize(p)
+    total = sum(f["size"] for f in files)
+    if not stored < total:
+        raise AssertionError("compressed blobs %d bytes, files %d" % (stored, total))
+    # a solo node registering the location without compress restores it
+    s = solo()
+    ok(put_repo(s, "zip", loc), "zip on solo, compress false")
+    ok(s.req("POST", "/_snapshot/zip/z1/_restore?wait_for_completion=true", {"indices": "zc"},
+             timeout=300), "restore z1 on solo")
+    s.refresh("zc")
+    eq(ids_of(s, "zc"), {str(i) for i in range(1500)}, "compressed snapshot restored")
+    # the same repository, compress off: new blobs raw, old ones shared;
+    # a restore reads both kinds
+    ok(put_repo(n1, "zip", loc, compress=False), "compress off")
+    load(n1, "zc", 1500, 300, text)
+    eq(snapshot(n1, "zip", "z2", {"indices": "zc"})["state"], "SUCCESS", "z2")
+    names = [f for _, _, fs in os.walk(os.path.join(loc, "blobs")) for f in fs]
+    zs = [f for f in names if f.endswith(".zst")]
+    eq((len(zs) > 0, len(zs) < len(names)), (True, True), "both kinds of blob: %s" % names)
+    ok(n1.req("POST", "/_snapshot/zip/z2/_restore?wait_for_completion=true",
+              {"indices": "zc", "rename_pattern": "zc", "rename_replacement": "zc2"},
+              timeout=300), "restore z2 (mixed)")
+    green()
+    n1.refresh("zc2")
+    eq(len(ids_of(n1, "zc2")), 1800, "mixed restore whole")
+    # delete collects compressed blobs like raw ones
+    ok(n1.req("DELETE", "/_snapshot/zip/z1"), "delete z1")
+    ok(n1.req("DELETE", "/_snapshot/zip/z2"), "delete z2")
+    eq([f for _, _, fs in os.walk(os.path.join(loc, "blobs")) for f in fs], [], "no blobs left")
+    ok(n1.req("DELETE", "/zc2"), "drop zc2")
 
 
 @test
