@@ -14,6 +14,7 @@
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
 #include "../common/cm_sys.h"
+#include "../node/nd_snap.h"
 #include "co_private.h"
 
 #define MEM CM_MEM_COORDINATOR
@@ -941,6 +942,9 @@ node_stats_entry(nd_node *node)
 	/* search contexts held here (scroll, point in time), as ES */
 	cJSON_AddNumberToObject(cJSON_GetObjectItem(cJSON_GetObjectItem(me, "indices"), "search"),
 	                        "open_contexts", (double)nd_ctx_open_count(node));
+	/* waits for max_snapshot_bytes_per_sec (snapshot and restore copies) */
+	o = cJSON_AddObjectToObject(me, "snapshots");
+	cJSON_AddNumberToObject(o, "throttle_time_in_millis", (double)nd_snap_throttle_ms());
 	o = cJSON_AddObjectToObject(me, "process");
 	cJSON_AddNumberToObject(o, "timestamp", (double)cm_wall_ms());
 	cJSON_AddNumberToObject(o, "open_file_descriptors", 0);

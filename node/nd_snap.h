@@ -57,6 +57,10 @@ cm_err nd_snap_cat(nd_node *n, const char *repo, cJSON **rows, cm_error *err);
  * restored from a snapshot: type "snapshot", source "repo/snap". */
 void nd_snap_cat_recovery(cm_buf *out);
 
+/* Milliseconds this process waited for max_snapshot_bytes_per_sec
+ * (snapshot and restore copies), for _nodes/stats. */
+uint64_t nd_snap_throttle_ms(void);
+
 /* Transport: the MsgTypes this module serves, and serving one (the reply
  * is an Ack). */
 bool nd_snap_handles(uint32_t type);

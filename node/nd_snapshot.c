@@ -857,3 +857,9 @@ nd_snap_serve(nd_node *n, uint32_t type, const uint8_t *p, size_t len, cm_buf *r
 	*reply_type = PR_ACK;
 	cm_buf_free(&body);
 }
+
+uint64_t
+nd_snap_throttle_ms(void)
+{
+	return sn_throttle_ns() / 1000000u;
+}

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,15 +255,24 @@ hex128(XXH128_hash_t h, char out[33])
 	snprintf(out, 33, "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64, (uint64_t)h.low64);
 }
 
+/* max_bps is a budget of the whole process (every copy, read or write,
+ * through a throttled handle): each chunk reserves its share of time
+ * after the chunks before it, then waits for it. */
+static pthread_mutex_t g_budget_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_budget_next; /* cm_now_ns() when the budget is free again */
+
 static void
-throttle(const sn_repo *r, uint64_t t0, uint64_t done)
+throttle(const sn_repo *r, uint64_t bytes)
 {
-	if (!r->max_bps)
+	if (!r->max_bps || !bytes)
 		return;
-	uint64_t due = t0 + (uint64_t)((double)done * 1e9 / (double)r->max_bps);
+	uint64_t cost = (uint64_t)((double)bytes * 1e9 / (double)r->max_bps), now = cm_now_ns();
+	pthread_mutex_lock(&g_budget_mu);
+	uint64_t due = (g_budget_next > now ? g_budget_next : now) + cost;
+	g_budget_next = due;
+	pthread_mutex_unlock(&g_budget_mu);
 	/* in slices of at most 100 ms, so a cancel is seen soon */
-	for (uint64_t now = cm_now_ns(); due > now && !(r->cancel && *r->cancel);
-	     now = cm_now_ns()) {
+	for (; due > now && !(r->cancel && *r->cancel); now = cm_now_ns()) {
 		uint64_t d = due - now < 100000000ull ? due - now : 100000000ull;
 		struct timespec ts = {0, (long)d};
 		nanosleep(&ts, NULL);
@@ -309,7 +319,7 @@ copy_hash(const sn_repo *r, const char *src, const char *dst, char key[33], uint
 	}
 	XXH3_state_t *st = XXH3_createState();
 	uint8_t *buf = cm_malloc(MEM, CHUNK);
-	uint64_t total = 0, t0 = cm_now_ns();
+	uint64_t total = 0;
 	cm_err rc = CM_OK;
 	ssize_t n;
 	XXH3_128bits_reset(st);
@@ -329,7 +339,7 @@ copy_hash(const sn_repo *r, const char *src, const char *dst, char key[33], uint
 			                  dst);
 			goto done;
 		}
-		throttle(r, t0, total);
+		throttle(r, (uint64_t)n);
 	}
 	if (n < 0)
 		rc = io_err(err, "cannot read", src);
@@ -378,7 +388,7 @@ copy_zstd(const sn_repo *r, const char *src, const char *dst, char key[33], uint
 	ZSTD_CCtx *cc = ZSTD_createCCtx();
 	size_t ocap = ZSTD_CStreamOutSize();
 	uint8_t *buf = cm_malloc(MEM, CHUNK), *obuf = cm_malloc(MEM, ocap);
-	uint64_t total = 0, written = 0, t0 = cm_now_ns();
+	uint64_t total = 0, written = 0, throttled = 0;
 	cm_err rc = CM_OK;
 	ssize_t n;
 	XXH3_128bits_reset(st);
@@ -416,7 +426,8 @@ copy_zstd(const sn_repo *r, const char *src, const char *dst, char key[33], uint
 			                  dst);
 			break;
 		}
-		throttle(r, t0, written);
+		throttle(r, written - throttled);
+		throttled = written;
 	}
 	if (!rc && fsync(out) != 0)
 		rc = io_err(err, "cannot sync", dst);
@@ -453,7 +464,7 @@ unzstd_hash(const sn_repo *r, const char *src, const char *dst, uint64_t limit, 
 	ZSTD_DCtx *dc = ZSTD_createDCtx();
 	size_t ocap = ZSTD_DStreamOutSize();
 	uint8_t *buf = cm_malloc(MEM, CHUNK), *obuf = cm_malloc(MEM, ocap);
-	uint64_t total = 0, consumed = 0, t0 = cm_now_ns();
+	uint64_t total = 0;
 	cm_err rc = CM_OK;
 	bool bad = false;
 	size_t pending = 1;
@@ -464,7 +475,6 @@ unzstd_hash(const sn_repo *r, const char *src, const char *dst, uint64_t limit, 
 			rc = io_err(err, "cannot read", src);
 			break;
 		}
-		consumed += (uint64_t)n;
 		ZSTD_inBuffer ib = {buf, (size_t)n, 0};
 		while (ib.pos < ib.size && !bad && !rc) {
 			ZSTD_outBuffer ob = {obuf, ocap, 0};
@@ -485,7 +495,7 @@ unzstd_hash(const sn_repo *r, const char *src, const char *dst, uint64_t limit, 
 		if (r->cancel && *r->cancel && !rc)
 			rc = cm_error_set(err, CM_ECLOSED, "copy of [%s] cancelled: shutting down",
 			                  src);
-		throttle(r, t0, consumed);
+		throttle(r, (uint64_t)n);
 	}
 	/* an incomplete frame (a cut file): one byte too few or too many makes
 	 * the size and hash wrong */

@@ -263,6 +263,24 @@ test_blobs_and_catalogue(void)
 	sn_repo_close(r);
 }
 
+typedef struct throttle_arg {
+	sn_repo *r;
+	const char *path;
+	cm_err rc;
+} throttle_arg;
+
+static void *
+put_thread(void *p)
+{
+	throttle_arg *a = p;
+	sn_blob b;
+	uint64_t w;
+	cm_error err;
+	cm_error_clear(&err);
+	a->rc = sn_blob_put(a->r, a->path, &b, &w, &err);
+	return NULL;
+}
+
 static void
 test_throttle(void)
 {
@@ -282,6 +300,30 @@ test_throttle(void)
 	CHECK(sn_blob_put(r, f, &b, &w, &err) == CM_OK && w == 512u << 10);
 	double s = (double)(cm_now_ns() - t0) / 1e9;
 	CHECKF(s >= 0.45, "512 KB at 1 MB/s took %.3f s", s);
+	CHECK(sn_throttle_ns() > 0);
+	/* the budget is the process's: two copies at once share 1 MB/s */
+	char f2[300];
+	d = calloc(1, 512 << 10);
+	d[0] = 1; /* another blob */
+	snprintf(f2, sizeof(f2), "%s/half2", root);
+	write_file(f2, d, 512 << 10);
+	d[0] = 2;
+	snprintf(f, sizeof(f), "%s/half3", root);
+	write_file(f, d, 512 << 10);
+	free(d);
+	sn_repo *r2;
+	REQUIRE(sn_repo_open(loc, 1 << 20, &r2, &err) == CM_OK);
+	throttle_arg a1 = {r, f2, CM_OK}, a2 = {r2, f, CM_OK};
+	pthread_t t1, t2;
+	t0 = cm_now_ns();
+	pthread_create(&t1, NULL, put_thread, &a1);
+	pthread_create(&t2, NULL, put_thread, &a2);
+	pthread_join(t1, NULL);
+	pthread_join(t2, NULL);
+	s = (double)(cm_now_ns() - t0) / 1e9;
+	CHECK(a1.rc == CM_OK && a2.rc == CM_OK);
+	CHECKF(s >= 0.9, "2 x 512 KB at once at 1 MB/s took %.3f s", s);
+	sn_repo_close(r2);
 	sn_repo_close(r);
 }
 
