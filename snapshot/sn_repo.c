@@ -255,11 +255,13 @@ hex128(XXH128_hash_t h, char out[33])
 	snprintf(out, 33, "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64, (uint64_t)h.low64);
 }
 
-/* max_bps is a budget of the whole process (every copy, read or write,
- * through a throttled handle): each chunk reserves its share of time
- * after the chunks before it, then waits for it. */
+/* max_bps is a budget of the process per repository (every copy, read or
+ * write, through a throttled handle of that location): each chunk
+ * reserves its share of time after the chunks before it, then waits for
+ * it. Locations share a slot only when their hashes collide. */
+#define BUDGET_SLOTS 64
 static pthread_mutex_t g_budget_mu = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t g_budget_next; /* cm_now_ns() when the budget is free again */
+static uint64_t g_budget_next[BUDGET_SLOTS]; /* cm_now_ns() when free again */
 
 static void
 throttle(const sn_repo *r, uint64_t bytes)
@@ -267,9 +269,10 @@ throttle(const sn_repo *r, uint64_t bytes)
 	if (!r->max_bps || !bytes)
 		return;
 	uint64_t cost = (uint64_t)((double)bytes * 1e9 / (double)r->max_bps), now = cm_now_ns();
+	uint64_t *next = &g_budget_next[XXH3_64bits(r->loc, strlen(r->loc)) % BUDGET_SLOTS];
 	pthread_mutex_lock(&g_budget_mu);
-	uint64_t due = (g_budget_next > now ? g_budget_next : now) + cost;
-	g_budget_next = due;
+	uint64_t due = (*next > now ? *next : now) + cost;
+	*next = due;
 	pthread_mutex_unlock(&g_budget_mu);
 	/* in slices of at most 100 ms, so a cancel is seen soon */
 	for (; due > now && !(r->cancel && *r->cancel); now = cm_now_ns()) {
