@@ -16,6 +16,7 @@
 #include "../common/cm_sys.h"
 #include "../node/nd_snap.h"
 #include "co_private.h"
+#include "co_snapshot.h"
 
 #define MEM CM_MEM_COORDINATOR
 
@@ -1008,6 +1009,8 @@ co_node_entry(void *node, const char *kind)
 		return co_template_upcall(node, kind);
 	if (strncmp(kind, "tasks ", 6) == 0) /* a question about this node's tasks */
 		return co_tasks_upcall(node, kind + 6);
+	if (strncmp(kind, "snapshot ", 9) == 0) /* about a snapshot this node takes */
+		return co_snapshot_upcall(node, kind + 9);
 	if (strcmp(kind, "index_stats") == 0)
 		return node_index_stats(node);
 	if (strcmp(kind, "prometheus") == 0)

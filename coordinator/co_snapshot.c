@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../common/cm_alloc.h"
 #include "../node/nd_snap.h"
 #include "co_private.h"
 #include "co_snapshot.h"
@@ -19,6 +20,8 @@ answer(co_req *r, cm_err rc, const cm_error *err, cJSON *out)
 		co_reply_json(r, 200, out ? out : cJSON_CreateObject());
 	}
 }
+
+static void snap_answer(co_req *r, const char *op, const char *repo, const char *snap);
 
 /* The body as JSON (NULL when empty); false when a reply was sent. */
 static bool
@@ -69,7 +72,8 @@ co_h_snapshot(co_req *r)
 	cm_err rc;
 	cm_error_clear(&err);
 	if (r->method == CO_GET) {
-		rc = nd_snap_get(r->node, repo, snap, &out, &err);
+		snap_answer(r, "get", repo, snap);
+		return;
 	} else if (r->method == CO_DELETE) {
 		rc = nd_snap_delete(r->node, repo, snap, &out, &err);
 	} else {
@@ -82,6 +86,100 @@ co_h_snapshot(co_req *r)
 	answer(r, rc, &err, out);
 }
 
+/* GET of one snapshot (op "get") or its _status (op "status") here. */
+static cm_err
+local_op(nd_node *n, const char *op, const char *repo, const char *snap, cJSON **out,
+         cm_error *err)
+{
+	return strcmp(op, "get") == 0 ? nd_snap_get(n, repo, snap, out, err)
+	                              : nd_snap_status(n, repo, snap, out, err);
+}
+
+cJSON *
+co_snapshot_upcall(nd_node *n, const char *text)
+{
+	cJSON *q = cJSON_Parse(text), *out = NULL;
+	const cJSON *op = cJSON_GetObjectItemCaseSensitive(q, "op");
+	const cJSON *repo = cJSON_GetObjectItemCaseSensitive(q, "repo");
+	const cJSON *snap = cJSON_GetObjectItemCaseSensitive(q, "snap");
+	cm_error err;
+	cm_error_clear(&err);
+	if (!cJSON_IsString(op) || !cJSON_IsString(repo) || !cJSON_IsString(snap)) {
+		cJSON_Delete(q);
+		return NULL;
+	}
+	cm_err rc = local_op(n, op->valuestring, repo->valuestring, snap->valuestring, &out, &err);
+	cJSON_Delete(q);
+	if (rc) { /* relayed as it is */
+		cJSON_Delete(out);
+		return co_error_doc(&err, NULL);
+	}
+	return out;
+}
+
+/* A snapshot that is not here but pending in the repository is being
+ * taken by another node: ask that node (its progress is in its memory). */
+static void
+snap_answer(co_req *r, const char *op, const char *repo, const char *snap)
+{
+	cJSON *out = NULL;
+	cm_error err;
+	char owner[SN_OWNER_MAX];
+	cm_error_clear(&err);
+	cm_err rc = local_op(r->node, op, repo, snap, &out, &err);
+	nd_cluster *cl = nd_cluster_of(r->node);
+	if (rc != CM_ENOTFOUND || !cl || strpbrk(snap, ",*") || !strcmp(snap, "_all")) {
+		answer(r, rc, &err, out);
+		return;
+	}
+	cm_error oe;
+	cm_error_clear(&oe);
+	if (nd_snap_pending_owner(repo, snap, owner, sizeof(owner), &oe) ||
+	    !strcmp(owner, nd_node_name(r->node))) {
+		answer(r, rc, &err, out);
+		return;
+	}
+	int nn = nd_cluster_nnodes(cl), who = -1;
+	for (int i = 0; i < nn; i++)
+		if (!strcmp(nd_cluster_node_name(cl, i), owner))
+			who = i;
+	if (who < 0 || nn > 256) {
+		answer(r, rc, &err, out);
+		return;
+	}
+	bool *which = cm_calloc(CM_MEM_COORDINATOR, (size_t)nn, sizeof(bool));
+	cJSON **outs = cm_calloc(CM_MEM_COORDINATOR, (size_t)nn, sizeof(cJSON *));
+	cm_error *errs = cm_calloc(CM_MEM_COORDINATOR, (size_t)nn, sizeof(cm_error));
+	which[who] = true;
+	cJSON *q = cJSON_CreateObject();
+	cJSON_AddStringToObject(q, "op", op);
+	cJSON_AddStringToObject(q, "repo", repo);
+	cJSON_AddStringToObject(q, "snap", snap);
+	char *qt = cJSON_PrintUnformatted(q);
+	cJSON_Delete(q);
+	char kind[1400];
+	snprintf(kind, sizeof(kind), "snapshot %s", qt);
+	cJSON_free(qt);
+	nd_upcall_all(r->node, kind, which, outs, errs, nn);
+	cJSON *got = outs[who];
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(got, "status");
+	if (!got) {
+		cm_error ue;
+		cm_error_clear(&ue);
+		cm_error_set_type(&ue, CM_EUNAVAIL, "snapshot_exception",
+		                  "[%s:%s] is being taken by node [%s], which did not answer: %s",
+		                  repo, snap, owner, errs[who].reason);
+		co_reply_error(r, &ue, NULL);
+	} else if (cJSON_GetObjectItemCaseSensitive(got, "error") && cJSON_IsNumber(st)) {
+		co_reply_json(r, st->valueint, got); /* the owner's own error */
+	} else {
+		co_reply_json(r, 200, got);
+	}
+	cm_free(CM_MEM_COORDINATOR, which);
+	cm_free(CM_MEM_COORDINATOR, outs);
+	cm_free(CM_MEM_COORDINATOR, errs);
+}
+
 void
 co_h_snapshot_status(co_req *r)
 {
@@ -91,6 +189,10 @@ co_h_snapshot_status(co_req *r)
 	/* /_snapshot/_status, /_snapshot/{repo}/_status, /_snapshot/{repo}/{snap}/_status */
 	const char *repo = r->nsegs >= 3 ? co_seg(r, 1) : NULL;
 	const char *snap = r->nsegs >= 4 ? co_seg(r, 2) : NULL;
+	if (repo && snap) {
+		snap_answer(r, "status", repo, snap);
+		return;
+	}
 	cm_err rc = nd_snap_status(r->node, repo, snap, &out, &err);
 	answer(r, rc, &err, out);
 }

@@ -3,6 +3,14 @@
 #define CO_SNAPSHOT_H
 
 typedef struct co_req co_req;
+typedef struct cJSON cJSON;
+typedef struct nd_node nd_node;
+
+#define SN_OWNER_MAX 256
+/* Another node's question about a snapshot (co_node_entry, kind
+ * "snapshot {json}": op get|status, repo, snap): the answer, or the error
+ * document ({"error":..,"status":N}); NULL when malformed. */
+cJSON *co_snapshot_upcall(nd_node *n, const char *json);
 
 void co_h_snapshot_repo(co_req *r);    /* GET/PUT/POST/DELETE /_snapshot[/{repo}] */
 void co_h_snapshot_verify(co_req *r);  /* POST /_snapshot/{repo}/_verify */

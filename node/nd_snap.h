@@ -47,6 +47,11 @@ cm_err nd_snap_get(nd_node *n, const char *repo, const char *snap, cJSON **out, 
 /* GET /_snapshot/{repo}/{snap}/_status: running ones from memory, finished
  * ones from the repository. */
 cm_err nd_snap_status(nd_node *n, const char *repo, const char *snap, cJSON **out, cm_error *err);
+/* The node taking snapshot snap of repo (from its pending marker in the
+ * repository), for _status asked of another node; CM_ENOTFOUND when it
+ * is not being taken. */
+cm_err nd_snap_pending_owner(const char *repo, const char *snap, char *owner, size_t cap,
+                             cm_error *err);
 cm_err nd_snap_delete(nd_node *n, const char *repo, const char *snap, cJSON **out, cm_error *err);
 cm_err nd_snap_restore(nd_node *n, const char *repo, const char *snap, const cJSON *body, bool wait,
                        cJSON **out, cm_error *err);

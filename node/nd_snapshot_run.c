@@ -580,6 +580,7 @@ nd_snap_create(nd_node *n, const char *repo, const char *snap, const cJSON *body
 		rc = sn_repo_open(r.resolved, 0, &run->r, err);
 	if (!rc) {
 		sn_repo_set_compress(run->r, r.compress); /* the manifest and catalogue */
+		sn_repo_set_node(run->r, nd_node_name(n));
 		rc = sn_snapshot_begin(run->r, snap, run->uuid, err);
 	}
 	if (rc) {
@@ -1380,4 +1381,21 @@ out:
 	sn_repo_close(h);
 	cm_buf_free(&list);
 	return rc;
+}
+
+cm_err
+nd_snap_pending_owner(const char *repo, const char *snap, char *owner, size_t cap,
+                      cm_error *err)
+{
+	snap_repo r;
+	sn_repo *h;
+	cm_err rc;
+	if ((rc = snap_repo_find(repo, &r, err)) || (rc = sn_repo_open(r.resolved, 0, &h, err)))
+		return rc;
+	bool pending = sn_snapshot_pending_owner(h, snap, owner, cap);
+	sn_repo_close(h);
+	if (!pending || !owner[0])
+		return cm_error_set_type(err, CM_ENOTFOUND, "snapshot_missing_exception",
+		                         "[%s:%s] is missing", repo, snap);
+	return CM_OK;
 }

@@ -106,6 +106,12 @@ cm_err sn_snapshot_commit(sn_repo *r, const sn_entry *e, const cJSON *manifest, 
 void sn_snapshot_abort(sn_repo *r, const char *name);
 /* Whether a snapshot of that name is pending (being taken somewhere). */
 bool sn_snapshot_pending(sn_repo *r, const char *name);
+/* The name of the node taking snapshots begun through r (written into
+ * their pending markers). */
+void sn_repo_set_node(sn_repo *r, const char *node);
+/* Whether name is pending, and the node taking it into owner ("" when
+ * the marker names none). */
+bool sn_snapshot_pending_owner(sn_repo *r, const char *name, char *owner, size_t cap);
 /* The manifest (*manifest owned by the caller, cJSON_Delete) and entry of
  * a finished snapshot; CM_ENOTFOUND typed snapshot_missing_exception. */
 cm_err sn_snapshot_read(sn_repo *r, const char *name, cJSON **manifest, sn_entry *e, cm_error *err);

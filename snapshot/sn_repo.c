@@ -37,6 +37,7 @@ struct sn_repo {
 	int lock_fd;
 	const _Atomic bool *cancel;
 	bool compress;
+	char node[SN_NAME_MAX]; /* who takes the snapshots begun here */
 };
 
 /* time spent waiting in throttle(), over every repository of the process */
@@ -52,6 +53,12 @@ void
 sn_repo_set_compress(sn_repo *r, bool on)
 {
 	r->compress = on;
+}
+
+void
+sn_repo_set_node(sn_repo *r, const char *node)
+{
+	snprintf(r->node, sizeof(r->node), "%s", node ? node : "");
 }
 
 void
@@ -944,6 +951,24 @@ catalog_find(const cJSON *cat, const char *name, int *idx)
 }
 
 bool
+sn_snapshot_pending_owner(sn_repo *r, const char *name, char *owner, size_t cap)
+{
+	char p[PATH_MAX + SN_NAME_MAX + 16], buf[40 + SN_NAME_MAX + 2];
+	if (sn_name_check(name, &(cm_error){0}))
+		return false;
+	snprintf(p, sizeof(p), "%s/pending/%s", r->loc, name);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	const char *nl = strchr(buf, '\n');
+	snprintf(owner, cap, "%s", nl ? nl + 1 : "");
+	return true;
+}
+
+bool
 sn_snapshot_pending(sn_repo *r, const char *name)
 {
 	char p[PATH_MAX + SN_NAME_MAX + 16];
@@ -988,7 +1013,10 @@ sn_snapshot_begin(sn_repo *r, const char *name, char uuid[40], cm_error *err)
 	uint64_t a = (uint64_t)cm_wall_ms() ^ ((uint64_t)getpid() << 40);
 	uint64_t b = XXH64(name, strlen(name), cm_now_ns());
 	snprintf(uuid, 40, "%016" PRIx64 "%016" PRIx64, a, b);
-	if (write(fd, uuid, strlen(uuid)) < 0 || fsync(fd) != 0)
+	/* the uuid, then the node taking it (for _status asked elsewhere) */
+	char marker[40 + SN_NAME_MAX + 2];
+	int ml = snprintf(marker, sizeof(marker), "%s\n%s", uuid, r->node);
+	if (write(fd, marker, (size_t)ml) < 0 || fsync(fd) != 0)
 		rc = io_err(err, "cannot write", p);
 	close(fd);
 	if (rc)

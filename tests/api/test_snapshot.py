@@ -492,6 +492,33 @@ def max_snapshot_bytes_per_sec_throttles():
 
 
 @test
+def status_of_a_running_snapshot_from_any_node():
+    n1, n2, n3 = (NODES[x] for x in NAMES)
+    create_index(n1, "lv", 3, 0)
+    text = " ".join("word%d" % (k % 89) for k in range(120))
+    load(n1, "lv", 0, 1200, text)
+    ok(put_repo(n1, "live", os.path.join(REPO, "live"), max_snapshot_bytes_per_sec="48kb"),
+       "throttled repo")
+    ok(n2.req("PUT", "/_snapshot/live/l1", {"indices": "lv"}), "start l1 on node-2")
+    # node-2 takes it; node-3 and node-1 answer with node-2's progress
+    seen = []
+    for n in (n3, n1):
+        b = ok(n.req("GET", "/_snapshot/live/l1/_status"), "status via " + n.name)
+        seen.append(b["snapshots"][0]["state"])
+        eq(b["snapshots"][0]["snapshot"], "l1", "the snapshot")
+    g = ok(n3.req("GET", "/_snapshot/live/l1"), "GET l1 via node-3")
+    eq(g["snapshots"][0]["snapshot"], "l1", "GET running l1 elsewhere")
+    # the snapshot takes seconds at 48kb/s per node, so the first answers
+    # come while it runs (a slower machine only makes it longer)
+    eq(seen[0], "IN_PROGRESS", "status of the running snapshot via node-3")
+    done = wait_until(lambda: (lambda x: x if x["state"] == "SUCCESS" else None)(
+        status(n3, "live", "l1")), "l1 to finish", timeout=120)
+    eq(done["shards_stats"]["failed"], 0, "no failed shard: %s" % done)
+    error_is(n3.req("GET", "/_snapshot/live/nope/_status"), 404, "snapshot_missing_exception")
+    ok(n1.req("DELETE", "/lv"), "drop lv")
+
+
+@test
 def corrupt_truncated_missing_blobs_refuse_restore():
     n1 = NODES["node-1"]
     loc = os.path.join(REPO, "integrity")
