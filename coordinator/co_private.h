@@ -259,6 +259,11 @@ void co_h_template_delete(co_req *r);
 void co_h_simulate_index(co_req *r);
 cJSON *co_template_body(nd_node *n, const char *index, const cJSON *req);
 cJSON *co_template_upcall(nd_node *n, const char *text);
+/* Every template of this node ({"index","component","legacy"}, new), and
+ * putting such a set back (each one replaced or added, here and on every
+ * other node), for snapshots' global state. */
+cJSON *co_template_export(nd_node *n);
+cm_err co_template_import(nd_node *n, const cJSON *all, cm_error *err);
 
 
 /* Bulk: a streaming consumer. */

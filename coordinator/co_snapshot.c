@@ -268,3 +268,60 @@ co_h_cat_snapshots(co_req *r)
 	co_reply_text(r, 200, "text/plain; charset=UTF-8", (const char *)t.data, t.len);
 	cm_buf_free(&t);
 }
+
+/* ---- global state (include_global_state) ---- */
+
+cJSON *
+co_snapshot_global_get(nd_node *n)
+{
+	nd_cluster *cl = nd_cluster_of(n);
+	cJSON *g = cJSON_CreateObject(), *view;
+	cJSON *st = cl ? nd_cluster_settings_json(cl) : NULL;
+	cJSON *p = st ? cJSON_DetachItemFromObjectCaseSensitive(st, "persistent") : NULL;
+	cJSON_AddItemToObject(g, "persistent_settings", p ? p : cJSON_CreateObject());
+	cJSON_Delete(st);
+	cJSON_AddItemToObject(g, "templates", co_template_export(n));
+	/* the aliases' view: every alias and the indices it names */
+	view = cJSON_AddObjectToObject(g, "aliases");
+	nd_index **ixs;
+	size_t nix;
+	nd_index_list(n, &ixs, &nix);
+	for (size_t i = 0; i < nix; i++) {
+		cJSON *a = nd_index_aliases_json(ixs[i]), *e;
+		cJSON_ArrayForEach(e, a)
+		{
+			cJSON *list = cJSON_GetObjectItemCaseSensitive(view, e->string);
+			if (!list)
+				list = cJSON_AddArrayToObject(view, e->string);
+			cJSON_AddItemToArray(list, cJSON_CreateString(nd_index_name(ixs[i])));
+		}
+		cJSON_Delete(a);
+		nd_index_release(ixs[i]);
+	}
+	cm_free(CM_MEM_NODE, ixs);
+	return g;
+}
+
+cm_err
+co_snapshot_global_put(nd_node *n, const cJSON *g, cm_error *err)
+{
+	nd_cluster *cl = nd_cluster_of(n);
+	const cJSON *p = cJSON_GetObjectItemCaseSensitive(g, "persistent_settings");
+	cm_err rc;
+	if (cl && cJSON_IsObject(p) && p->child) {
+		/* through the master, checked there as a PUT _cluster/settings */
+		cJSON *b = cJSON_CreateObject();
+		cJSON_AddItemToObject(b, "persistent", cJSON_Duplicate(p, true));
+		char *text = cJSON_PrintUnformatted(b), *reply = NULL;
+		cJSON_Delete(b);
+		rc = nd_cluster_admin(cl, "cluster_settings", "", text, &reply, err);
+		cJSON_free(text);
+		cm_free(CM_MEM_NODE, reply);
+		if (rc)
+			return rc;
+	}
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(g, "templates");
+	if (cJSON_IsObject(t) && (rc = co_template_import(n, t, err)))
+		return rc;
+	return CM_OK;
+}

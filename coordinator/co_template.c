@@ -137,6 +137,46 @@ co_template_upcall(nd_node *n, const char *text)
 	return j;
 }
 
+cJSON *
+co_template_export(nd_node *n)
+{
+	pthread_mutex_lock(&tpl_lock);
+	cJSON *j = cJSON_Duplicate(db(n), true);
+	pthread_mutex_unlock(&tpl_lock);
+	return j;
+}
+
+cm_err
+co_template_import(nd_node *n, const cJSON *all, cm_error *err)
+{
+	/* components first: the composable templates name them */
+	static const char *const kinds[] = {"component", "legacy", "index"};
+	nd_cluster *cl = nd_cluster_of(n);
+	cm_err rc = CM_OK;
+	for (int k = 0; k < 3 && !rc; k++) {
+		const cJSON *t;
+		cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(all, kinds[k]))
+		{
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddStringToObject(o, "op", "put");
+			cJSON_AddStringToObject(o, "kind", kinds[k]);
+			cJSON_AddStringToObject(o, "name", t->string);
+			cJSON_AddItemToObject(o, "body", cJSON_Duplicate(t, true));
+			rc = apply_op(n, o, err);
+			if (!rc && cl) {
+				char *text = cJSON_PrintUnformatted(o);
+				int total = 0, failed = 0;
+				nd_cluster_info_all(cl, text, &total, &failed);
+				cJSON_free(text);
+			}
+			cJSON_Delete(o);
+			if (rc)
+				break;
+		}
+	}
+	return rc;
+}
+
 /* Here, then on every other node of a cluster; acknowledged is false when
  * a node did not take it. */
 static void

@@ -62,6 +62,13 @@ cm_err nd_snap_cat(nd_node *n, const char *repo, cJSON **rows, cm_error *err);
  * restored from a snapshot: type "snapshot", source "repo/snap". */
 void nd_snap_cat_recovery(cm_buf *out);
 
+/* include_global_state: get returns what a snapshot keeps of the
+ * cluster beyond its indices (the coordinator's: persistent settings,
+ * templates, the aliases' view; a new cJSON), put restores it. Set once
+ * at start. */
+void nd_snap_set_global(cJSON *(*get)(nd_node *n),
+                        cm_err (*put)(nd_node *n, const cJSON *state, cm_error *err));
+
 /* Milliseconds this process waited for max_snapshot_bytes_per_sec
  * (snapshot and restore copies), for _nodes/stats. */
 uint64_t nd_snap_throttle_ms(void);

@@ -519,6 +519,79 @@ def status_of_a_running_snapshot_from_any_node():
 
 
 @test
+def global_state_and_aliases_round_trip():
+    n1, n2, n3 = (NODES[x] for x in NAMES)
+    loc = os.path.join(REPO, "glob")
+    ok(put_repo(n1, "glob", loc), "repo glob")
+    key = "cluster.routing.allocation.node_concurrent_recoveries"
+    ok(n1.req("PUT", "/_cluster/settings", {"persistent": {key: "3"}}), "a persistent setting")
+    ok(n2.req("PUT", "/_component_template/gc1",
+              {"template": {"mappings": {"properties": {"g": {"type": "keyword"}}}}}), "component")
+    ok(n2.req("PUT", "/_index_template/gt1", {"index_patterns": ["g-*"], "composed_of": ["gc1"],
+                                              "priority": 7}), "composable")
+    ok(n2.req("PUT", "/_template/gl1", {"index_patterns": ["gl-*"], "order": 2,
+                                        "settings": {"number_of_shards": 2}}), "legacy")
+    ok(n1.req("PUT", "/ga", {"settings": {"number_of_shards": 2, "number_of_replicas": 0},
+                             "aliases": {"ga-alias": {}, "ga-f": {"filter": {"term": {"n": 1}}}}}),
+       "index with aliases")
+    load(n1, "ga", 0, 50)
+    eq(snapshot(n1, "glob", "g1", {"indices": "ga"})["state"], "SUCCESS", "g1")
+    eq(snapshot(n1, "glob", "g0", {"indices": "ga", "include_global_state": False})["state"],
+       "SUCCESS", "g0")
+    gs = manifest(loc, "g1")["global_state"]
+    eq(gs["persistent_settings"].get(key), "3", "settings kept: %s" % gs["persistent_settings"])
+    eq((sorted(gs["templates"]["index"]), sorted(gs["templates"]["component"]),
+        sorted(gs["templates"]["legacy"])), (["gt1"], ["gc1"], ["gl1"]), "templates kept")
+    eq(gs["aliases"], {"ga-alias": ["ga"], "ga-f": ["ga"]}, "the aliases' view")
+    eq("global_state" in manifest(loc, "g0"), False, "no global state when not asked")
+
+    # a solo node: templates and aliases come back (it has no cluster settings)
+    s = solo()
+    ok(put_repo(s, "glob", loc), "glob on solo")
+    ok(s.req("POST", "/_snapshot/glob/g1/_restore?wait_for_completion=true",
+             {"include_global_state": True}, timeout=300), "restore g1 with global state")
+    eq(ok(s.req("GET", "/_index_template/gt1"), "gt1 on solo")["index_templates"][0]["name"],
+       "gt1", "composable template back")
+    ok(s.req("GET", "/_component_template/gc1"), "component back")
+    ok(s.req("GET", "/_template/gl1"), "legacy back")
+    s.refresh("ga")
+    eq(ok(s.req("POST", "/ga-alias/_count"), "count via alias")["count"], 50, "alias back")
+    eq(ok(s.req("POST", "/ga-f/_count"), "count via filtered alias")["count"], 1,
+       "filtered alias back with its filter")
+    ok(s.req("PUT", "/g-new"), "index matching the restored template")
+    m = ok(s.req("GET", "/g-new/_mapping"), "mapping")
+    eq(m["g-new"]["mappings"]["properties"]["g"]["type"], "keyword", "template applies")
+
+    # the cluster: drop it all, restore, everything back, on every node
+    ok(n1.req("PUT", "/_cluster/settings", {"persistent": {key: None}}), "reset setting")
+    for path in ("/_index_template/gt1", "/_component_template/gc1", "/_template/gl1", "/ga"):
+        ok(n1.req("DELETE", path), "delete " + path)
+    ok(n2.req("POST", "/_snapshot/glob/g1/_restore?wait_for_completion=true",
+              {"include_global_state": True}, timeout=300), "restore g1 on the cluster")
+    b = ok(n3.req("GET", "/_cluster/settings?flat_settings=true"), "settings via node-3")
+    eq(b["persistent"].get(key), "3", "setting back: %s" % b)
+    for n in (n1, n3):
+        ok(n.req("GET", "/_index_template/gt1"), "gt1 via " + n.name)
+        ok(n.req("GET", "/_template/gl1"), "gl1 via " + n.name)
+    n1.refresh("ga")
+    eq(ok(n3.req("POST", "/ga-alias/_count"), "alias on the cluster")["count"], 50, "alias back")
+    # include_aliases: false; a snapshot without global state cannot give one
+    ok(n1.req("POST", "/_snapshot/glob/g1/_restore?wait_for_completion=true",
+              {"include_aliases": False, "rename_pattern": "ga", "rename_replacement": "ga-na"},
+              timeout=300), "restore without aliases")
+    eq(ok(n1.req("GET", "/ga-na"), "ga-na")["ga-na"]["aliases"], {}, "no aliases")
+    error_is(n1.req("POST", "/_snapshot/glob/g0/_restore?wait_for_completion=true",
+                    {"include_global_state": True, "rename_pattern": "ga",
+                     "rename_replacement": "ga-0"}), 400, "snapshot_restore_exception",
+             "no global state")
+    error_is(n1.req("GET", "/ga-0"), 404, "index_not_found_exception")
+    ok(n1.req("PUT", "/_cluster/settings", {"persistent": {key: None}}), "reset setting")
+    for path in ("/_index_template/gt1", "/_component_template/gc1", "/_template/gl1", "/ga",
+                 "/ga-na"):
+        ok(n1.req("DELETE", path), "delete " + path)
+
+
+@test
 def corrupt_truncated_missing_blobs_refuse_restore():
     n1 = NODES["node-1"]
     loc = os.path.join(REPO, "integrity")
