@@ -52,7 +52,7 @@ static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static co_task *g_tasks;
 static uint64_t g_seq;
 static int g_detached; /* running without a waiting request */
-static bool g_stopping;
+static _Atomic bool g_stopping;
 static char g_node_id[64];
 /* node ids of the cluster's nodes (by node number) as their answers said */
 static char g_peer_ids[CO_TASKS_MAX_NODES][64];
@@ -100,13 +100,13 @@ co_task_id(const co_task *t, char *buf, size_t cap)
 bool
 co_task_cancelled(co_task *t)
 {
-	return atomic_load(&t->cancelled) || atomic_load((_Atomic bool *)&g_stopping);
+	return atomic_load(&t->cancelled) || atomic_load(&g_stopping);
 }
 
 bool
 co_task_stopping(co_task *t)
 {
-	return !atomic_load(&t->cancelled) && atomic_load((_Atomic bool *)&g_stopping);
+	return !atomic_load(&t->cancelled) && atomic_load(&g_stopping);
 }
 
 void
@@ -334,7 +334,7 @@ co_tasks_shutdown(void)
 {
 	struct timespec ts;
 	pthread_mutex_lock(&g_lock);
-	atomic_store((_Atomic bool *)&g_stopping, true); /* running tasks stop */
+	atomic_store(&g_stopping, true); /* running tasks stop */
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += 30;
 	while (g_detached > 0)
@@ -626,8 +626,6 @@ co_h_tasks_list(co_req *r)
 		if (nodes) {
 			cJSON *e = cJSON_AddObjectToObject(nodes, id->valuestring);
 			cJSON_AddStringToObject(e, "name", name->valuestring);
-			cJSON *roles = cJSON_AddArrayToObject(e, "roles");
-			cJSON_AddItemToArray(roles, cJSON_CreateString("data"));
 			cJSON_AddItemToObject(e, "tasks", ts);
 			continue;
 		}
