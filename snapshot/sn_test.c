@@ -526,6 +526,18 @@ test_compressed(void)
 	CHECK(sn_catalog_read(plain, &cat, &ncat, &err) == CM_OK && ncat == 1);
 	cm_free(CM_MEM_NODE, cat);
 
+	/* a manifest that is a broken zstd frame, or one claiming a huge size,
+	 * is refused as corrupt, never decoded past the bound */
+	uint8_t bogus[64] = {0x28, 0xb5, 0x2f, 0xfd, 0xe4};
+	memset(bogus + 5, 0xff, 8); /* frame content size: 2^64 - 1 */
+	write_file(mp, bogus, sizeof(bogus));
+	cm_error_clear(&err);
+	CHECK(sn_snapshot_read(plain, "zs", &rm, &e2, &err) == CM_ECORRUPT);
+	uint8_t cut[6] = {0x28, 0xb5, 0x2f, 0xfd, 0x20, 0x10};
+	write_file(mp, cut, sizeof(cut));
+	cm_error_clear(&err);
+	CHECK(sn_snapshot_read(plain, "zs", &rm, &e2, &err) == CM_ECORRUPT);
+
 	/* a flipped byte, then a cut frame */
 	char *zb;
 	size_t zl;
