@@ -197,6 +197,7 @@ cJSON *co_tasks_upcall(nd_node *n, const char *json);
 void co_h_tasks_list(co_req *r);
 void co_h_task_get(co_req *r);
 void co_h_task_cancel(co_req *r);
+void co_h_tasks_cancel_all(co_req *r); /* POST /_tasks/_cancel?actions=&nodes= */
 /* _update_by_query and _reindex (co_byquery.c; co_h_delete_by_query too). */
 void co_h_update_by_query(co_req *r);
 /* Runs an update script (co_script.c) on *cur, a document's _source

@@ -386,6 +386,25 @@ local_list(nd_node *n, const char *actions, bool detailed)
 	return j;
 }
 
+/* Cancels the running tasks whose action matches; {"node_id","name",
+ * "tasks":{id: task}} of those it cancelled. */
+static cJSON *
+local_cancel_matching(nd_node *n, const char *actions)
+{
+	cJSON *j = self_json(n), *tasks = cJSON_AddObjectToObject(j, "tasks");
+	pthread_mutex_lock(&g_lock);
+	for (co_task *t = g_tasks; t; t = t->next) {
+		if (t->completed || !action_matches(actions, t->action))
+			continue;
+		atomic_store(&t->cancelled, true);
+		char id[96];
+		co_task_id(t, id, sizeof(id));
+		cJSON_AddItemToObject(tasks, id, task_json(t, false));
+	}
+	pthread_mutex_unlock(&g_lock);
+	return j;
+}
+
 /* {"node_id","name","known", "result"}: task num of this node; cancel
  * asks it to stop first ("completed": whether it had ended already). */
 static cJSON *
@@ -418,6 +437,8 @@ co_tasks_upcall(nd_node *n, const char *text)
 	else if (strcmp(op->valuestring, "list") == 0)
 		r = local_list(n, cJSON_IsString(a) ? a->valuestring : NULL,
 		               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(q, "detailed")));
+	else if (strcmp(op->valuestring, "cancel_matching") == 0)
+		r = local_cancel_matching(n, cJSON_IsString(a) ? a->valuestring : NULL);
 	else if (cJSON_IsString(num) && strcmp(op->valuestring, "get") == 0)
 		r = local_task(n, strtoull(num->valuestring, NULL, 10), false);
 	else if (cJSON_IsString(num) && strcmp(op->valuestring, "cancel") == 0)
@@ -853,5 +874,93 @@ co_h_task_cancel(co_req *r)
 	}
 	cJSON_Delete(res);
 	cJSON_Delete(a);
+	co_reply_json(r, 200, j);
+}
+
+/* POST /_tasks/_cancel: every running task matching actions= on the
+ * nodes= named (all when neither is given, as ES), every node asked at
+ * once. */
+void
+co_h_tasks_cancel_all(co_req *r)
+{
+	const char *actions = co_param_get(r, "actions");
+	const char *sel = co_param_get(r, "nodes");
+	const char *parent = co_param_get(r, "parent_task_id");
+	nd_cluster *cl = nd_cluster_of(r->node);
+	int nn = cl ? nd_cluster_nnodes(cl) : 1;
+	bool which[CO_TASKS_MAX_NODES];
+	if (nn > CO_TASKS_MAX_NODES)
+		nn = CO_TASKS_MAX_NODES;
+	for (int i = 0; i < nn; i++) {
+		char id[64];
+		pthread_mutex_lock(&g_lock);
+		snprintf(id, sizeof(id), "%s", g_peer_ids[i]);
+		pthread_mutex_unlock(&g_lock);
+		/* a node whose id is not known yet is asked; its answer is
+		 * filtered below (its tasks are cancelled only when it matches) */
+		which[i] = !id[0] || node_matches(r, sel, node_name_of(r, i), id);
+	}
+	cJSON *j = cJSON_CreateObject(), *nodes = cJSON_AddObjectToObject(j, "nodes");
+	cJSON *fails = cJSON_CreateArray();
+	if (parent && *parent && strcmp(parent, "-1")) { /* no task has a parent */
+		cJSON_Delete(fails);
+		co_reply_json(r, 200, j);
+		return;
+	}
+	answers *A = cm_calloc(MEM, 1, sizeof(*A));
+	cJSON *q = cJSON_CreateObject();
+	/* nodes= by id of a node not seen yet: list first, then cancel only there */
+	cJSON_AddStringToObject(q, "op", sel && *sel ? "list" : "cancel_matching");
+	if (actions)
+		cJSON_AddStringToObject(q, "actions", actions);
+	ask(r, q, cl ? which : NULL, A);
+	if (sel && *sel) {
+		for (int i = 0; i < (A->nn < 0 ? 1 : A->nn); i++) {
+			const cJSON *id = cJSON_GetObjectItemCaseSensitive(A->out[i], "node_id");
+			const cJSON *nm = cJSON_GetObjectItemCaseSensitive(A->out[i], "name");
+			if (A->nn >= 0)
+				which[i] = which[i] && cJSON_IsString(id) && cJSON_IsString(nm) &&
+				           node_matches(r, sel, nm->valuestring, id->valuestring);
+		}
+		answers_free(A);
+		memset(A, 0, sizeof(*A));
+		cJSON_ReplaceItemInObjectCaseSensitive(q, "op", cJSON_CreateString("cancel_matching"));
+		bool any = false;
+		for (int i = 0; i < nn; i++)
+			any |= which[i];
+		if (cl && any)
+			ask(r, q, which, A);
+		else if (!cl && node_matches(r, sel, nd_node_name(r->node), nd_node_id(r->node)))
+			ask(r, q, NULL, A);
+		else
+			A->nn = 0;
+	}
+	cJSON_Delete(q);
+	for (int i = 0; i < (A->nn < 0 ? 1 : A->nn); i++) {
+		cJSON *o = A->out[i];
+		if (A->nn >= 0 && !which[i])
+			continue;
+		if (!o) {
+			if (A->nn >= 0 || A->errs[i].code)
+				add_node_failure(fails, node_name_of(r, i), &A->errs[i]);
+			continue;
+		}
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "node_id");
+		const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+		cJSON *ts = cJSON_DetachItemFromObjectCaseSensitive(o, "tasks");
+		if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_GetArraySize(ts)) {
+			cJSON_Delete(ts);
+			continue;
+		}
+		cJSON *e = cJSON_AddObjectToObject(nodes, id->valuestring);
+		cJSON_AddStringToObject(e, "name", name->valuestring);
+		cJSON_AddItemToObject(e, "tasks", ts);
+	}
+	if (cJSON_GetArraySize(fails))
+		cJSON_AddItemToObject(j, "node_failures", fails);
+	else
+		cJSON_Delete(fails);
+	answers_free(A);
+	cm_free(MEM, A);
 	co_reply_json(r, 200, j);
 }

@@ -381,6 +381,24 @@ def cluster_tasks_from_any_node():
     st, b = n2.req("GET", "/_tasks/%s?wait_for_completion=true&timeout=20s" % t1)
     eq((st, b["completed"]), (200, True), "wait_for_completion")
 
+    # cancel by filter: nodes= and actions=, from a third node
+    ta = slow_task(n1, "/ct1/_update_by_query", rps=100)
+    tb = slow_task(n3, "/ct1/_update_by_query?conflicts=proceed", rps=100)
+    st, b = n2.req("POST", "/_tasks/_cancel?actions=*update/byquery&nodes=node-3")
+    eq(st, 200, "cancel by filter: %s" % b)
+    got = [tid for e in b["nodes"].values() for tid in e["tasks"]]
+    assert got == [tb] or (not got and task_done(n2, tb)), b
+    st, b = task_answer(n2, ta)
+    eq(b["task"]["cancelled"], False, "node-1's task untouched: %s" % b)
+    st, b = n2.req("POST", "/_tasks/_cancel?actions=*byquery")
+    eq(st, 200, "cancel every by-query: %s" % b)
+    for tid in (ta, tb):
+        t = wait_done(n2, tid, timeout=30)
+        assert t["response"].get("canceled") == "by user request" or \
+            t["response"]["updated"] + t["response"]["version_conflicts"] == DOCS, t
+    st, b = n2.req("POST", "/_tasks/_cancel?actions=nothing*")
+    eq((st, b["nodes"]), (200, {}), "nothing to cancel")
+
     # SIGTERM of the owner mid-task: failed, read from the others
     load(n1, "ct")
     tid = slow_task(n3, "/ct/_update_by_query", rps=50)
