@@ -157,10 +157,12 @@ snap_answer(co_req *r, const char *op, const char *repo, const char *snap)
 	cJSON_AddStringToObject(q, "snap", snap);
 	char *qt = cJSON_PrintUnformatted(q);
 	cJSON_Delete(q);
-	char kind[1400];
-	snprintf(kind, sizeof(kind), "snapshot %s", qt);
+	size_t klen = strlen(qt) + 10;
+	char *kind = cm_malloc(CM_MEM_COORDINATOR, klen);
+	snprintf(kind, klen, "snapshot %s", qt);
 	cJSON_free(qt);
 	nd_upcall_all(r->node, kind, which, outs, errs, nn);
+	cm_free(CM_MEM_COORDINATOR, kind);
 	cJSON *got = outs[who];
 	const cJSON *st = cJSON_GetObjectItemCaseSensitive(got, "status");
 	if (!got) {

@@ -461,15 +461,20 @@ static void
 ask(co_req *r, cJSON *q, const bool *which, answers *A)
 {
 	char *text = cJSON_PrintUnformatted(q);
-	char kind[1024];
-	snprintf(kind, sizeof(kind), "tasks %s", text ? text : "{}");
+	size_t len = strlen(text ? text : "{}") + 8;
+	char *kind = cm_malloc(MEM, len);
+	snprintf(kind, len, "tasks %s", text ? text : "{}");
 	cJSON_free(text);
 	A->nn = nd_upcall_all(r->node, kind, which, A->out, A->errs, CO_TASKS_MAX_NODES);
 	if (A->nn < 0) {
 		cm_error_clear(&A->errs[0]);
 		A->out[0] = co_tasks_upcall(r->node, kind + 6);
+		if (!A->out[0])
+			cm_error_set(&A->errs[0], CM_EINTERNAL, "this node did not answer");
+		cm_free(MEM, kind);
 		return;
 	}
+	cm_free(MEM, kind);
 	/* remember who is who, for routing by node id */
 	pthread_mutex_lock(&g_lock);
 	for (int i = 0; i < A->nn; i++) {
