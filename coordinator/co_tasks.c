@@ -53,7 +53,6 @@ static co_task *g_tasks;
 static uint64_t g_seq;
 static int g_detached; /* running without a waiting request */
 static _Atomic bool g_stopping;
-static char g_node_id[64];
 /* node ids of the cluster's nodes (by node number) as their answers said */
 static char g_peer_ids[CO_TASKS_MAX_NODES][64];
 
@@ -67,7 +66,6 @@ co_task_new(nd_node *n, const char *action, const char *desc)
 	t->start_ms = cm_wall_ms();
 	t->start_ns = cm_now_ns();
 	pthread_mutex_lock(&g_lock);
-	snprintf(g_node_id, sizeof(g_node_id), "%s", nd_node_id(n));
 	/* numbers grow across restarts too (the node id stays), so an id read
 	 * back from .tasks never names a later task */
 	t->num = ++g_seq;
