@@ -53,10 +53,10 @@ typedef struct bq_job {
 	/* a slice of a sliced run: its run (parent NULL: the whole run) */
 	struct bq_job *parent;
 	int slice_idx;
-	pthread_mutex_t mu;      /* the parent's: per_slice, stop */
+	pthread_mutex_t mu;        /* the parent's: per_slice, stop */
 	co_task_status *per_slice; /* the parent's: each slice's counts */
-	_Atomic bool stop;       /* the parent's: a slice aborted or failed */
-	_Atomic int next_slice;  /* the parent's: the next slice to run */
+	_Atomic bool stop;         /* the parent's: a slice aborted or failed */
+	_Atomic int next_slice;    /* the parent's: the next slice to run */
 	/* the outcome */
 	co_task_status st;
 	cJSON *failures;
@@ -946,7 +946,7 @@ co_h_reindex(co_req *r)
 	bq_job *j;
 	cm_buf names;
 	cm_error err;
-	static const char *const keys[] = {"source", "dest",  "max_docs",
+	static const char *const keys[] = {"source",    "dest", "max_docs",
 	                                   "conflicts", "size", "script"};
 	static const char *const skeys[] = {"index", "query", "_source", "size"};
 	static const char *const dkeys[] = {"index", "op_type", "version_type"};

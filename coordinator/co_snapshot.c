@@ -88,8 +88,7 @@ co_h_snapshot(co_req *r)
 
 /* GET of one snapshot (op "get") or its _status (op "status") here. */
 static cm_err
-local_op(nd_node *n, const char *op, const char *repo, const char *snap, cJSON **out,
-         cm_error *err)
+local_op(nd_node *n, const char *op, const char *repo, const char *snap, cJSON **out, cm_error *err)
 {
 	return strcmp(op, "get") == 0 ? nd_snap_get(n, repo, snap, out, err)
 	                              : nd_snap_status(n, repo, snap, out, err);

@@ -217,7 +217,8 @@ tasks_index(nd_node *n, bool create, nd_index **out, cm_error *err)
 	if (rc)
 		return rc;
 	if (!(*out = nd_index_get(n, CO_TASKS_INDEX)))
-		return cm_error_set(err, CM_EUNAVAIL, "index [.tasks] was created but is not here yet");
+		return cm_error_set(err, CM_EUNAVAIL,
+		                    "index [.tasks] was created but is not here yet");
 	return CM_OK;
 }
 
@@ -702,8 +703,8 @@ parse_id(co_req *r, const char *id, char *node, size_t cap, char *num, size_t nc
  * Returns that node's answer ({"known", "result"}), or NULL; *reached
  * whether that node answered at all, *owner its name when known. */
 static cJSON *
-ask_owner(co_req *r, const char *node_id, const char *num, bool cancel, bool *reached,
-          char *owner, size_t ocap)
+ask_owner(co_req *r, const char *node_id, const char *num, bool cancel, bool *reached, char *owner,
+          size_t ocap)
 {
 	cJSON *q = cJSON_CreateObject(), *res = NULL;
 	nd_cluster *cl = nd_cluster_of(r->node);
@@ -787,10 +788,11 @@ reply_missing(co_req *r, const char *id, bool reached, const char *owner)
 		co_reply_errorf(r, CM_ENOTFOUND, NULL,
 		                "task [%.80s] isn't running and hasn't stored its results", id);
 	else if (owner[0])
-		co_reply_errorf(r, CM_ENOTFOUND, NULL,
-		                "task [%.80s] isn't running and hasn't stored its results: its node "
-		                "[%s] is not reachable",
-		                id, owner);
+		co_reply_errorf(
+		    r, CM_ENOTFOUND, NULL,
+		    "task [%.80s] isn't running and hasn't stored its results: its node "
+		    "[%s] is not reachable",
+		    id, owner);
 	else
 		co_reply_errorf(r, CM_ENOTFOUND, NULL,
 		                "task [%.80s] isn't running and hasn't stored its results: no "
@@ -869,7 +871,8 @@ co_h_task_cancel(co_req *r)
 		const cJSON *name = cJSON_GetObjectItemCaseSensitive(a, "name");
 		cJSON *nodes = cJSON_AddObjectToObject(j, "nodes");
 		cJSON *me = cJSON_AddObjectToObject(nodes, node);
-		cJSON_AddStringToObject(me, "name", cJSON_IsString(name) ? name->valuestring : owner);
+		cJSON_AddStringToObject(me, "name",
+		                        cJSON_IsString(name) ? name->valuestring : owner);
 		cJSON *tasks = cJSON_AddObjectToObject(me, "tasks");
 		cJSON *t = cJSON_DetachItemFromObjectCaseSensitive(res, "task");
 		cJSON_ReplaceItemInObjectCaseSensitive(t, "cancelled", cJSON_CreateTrue());
@@ -927,7 +930,8 @@ co_h_tasks_cancel_all(co_req *r)
 		}
 		answers_free(A);
 		memset(A, 0, sizeof(*A));
-		cJSON_ReplaceItemInObjectCaseSensitive(q, "op", cJSON_CreateString("cancel_matching"));
+		cJSON_ReplaceItemInObjectCaseSensitive(q, "op",
+		                                       cJSON_CreateString("cancel_matching"));
 		bool any = false;
 		for (int i = 0; i < nn; i++)
 			any |= which[i];

@@ -366,9 +366,10 @@ load_ids(ctx *c, cm_error *err)
 		if (!rc)
 			rc = sr_search_shard(c->rd, 0, &req, &res, err);
 		if (!rc) {
-			c->ids = cm_realloc(MEM, c->ids, (c->nids + res.nhits + 1) * sizeof(char *));
-			c->id_hash =
-			    cm_realloc(MEM, c->id_hash, (c->nids + res.nhits + 1) * sizeof(uint64_t));
+			c->ids =
+			    cm_realloc(MEM, c->ids, (c->nids + res.nhits + 1) * sizeof(char *));
+			c->id_hash = cm_realloc(MEM, c->id_hash,
+			                        (c->nids + res.nhits + 1) * sizeof(uint64_t));
 			for (size_t i = 0; i < res.nhits; i++) {
 				const char *id = res.hits[i].id ? res.hits[i].id : "";
 				c->ids[c->nids] = cm_strdup(MEM, id);
@@ -1737,8 +1738,7 @@ nd_pit_close(nd_node *n, const char *id, size_t *nctx, size_t *freed, cm_error *
 /* ---- the coordinator's upcall on every node at once ---- */
 
 int
-nd_upcall_all(nd_node *n, const char *kind, const bool *which, cJSON **out, cm_error *errs,
-              int cap)
+nd_upcall_all(nd_node *n, const char *kind, const bool *which, cJSON **out, cm_error *errs, int cap)
 {
 	nd_cluster *cl = nd_cluster_of(n);
 	int nn = cl ? cl->nn : 0;
@@ -1774,7 +1774,8 @@ nd_upcall_all(nd_node *n, const char *kind, const bool *which, cJSON **out, cm_e
 			size_t rl = 0;
 			if (ack_of(c, &errs[node], &rb, &rl)) {
 				if (!errs[node].code)
-					cm_error_set(&errs[node], c->rc, "node [%s] did not answer (%s)",
+					cm_error_set(&errs[node], c->rc,
+					             "node [%s] did not answer (%s)",
 					             cl->nodes[node].name, cm_err_msg(c->rc));
 			} else if (!(out[node] = rb ? cJSON_ParseWithLength(rb, rl) : NULL)) {
 				cm_error_set(&errs[node], CM_EPARSE, "malformed reply from [%s]",

@@ -42,7 +42,7 @@ struct snap_run {
 	int64_t start_ms, end_ms;
 	bool include_global_state;
 	cJSON *global; /* include_global_state: what the coordinator's hook gave */
-	cJSON *meta; /* {index: {uuid, settings, mappings, aliases, number_of_shards}} */
+	cJSON *meta;   /* {index: {uuid, settings, mappings, aliases, number_of_shards}} */
 	run_shard *shards;
 	size_t nshards, next;
 	const char *state;
@@ -1429,8 +1429,7 @@ out:
 }
 
 cm_err
-nd_snap_pending_owner(const char *repo, const char *snap, char *owner, size_t cap,
-                      cm_error *err)
+nd_snap_pending_owner(const char *repo, const char *snap, char *owner, size_t cap, cm_error *err)
 {
 	snap_repo r;
 	sn_repo *h;

@@ -454,7 +454,6 @@ test_concurrent(void)
 	sn_repo_close(r);
 }
 
-
 /* compress: true: blobs as zstd frames under <key>.zst (same key), the
  * catalogue and manifests compressed; a handle without compress reads
  * them all; a flipped or cut compressed blob is refused by name; delete
