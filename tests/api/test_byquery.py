@@ -4,7 +4,13 @@ contexts, per-document optimistic concurrency (documents changed after the
 snapshot are version conflicts, never overwritten or deleted), conflicts=
 proceed|abort, max_docs, _source filtering, dest.op_type=create, slices,
 requests_per_second, refresh, wait_for_completion=false with the task
-listed, cancelled and its result read.
+listed, cancelled and its result read; slices above the shard count run
+in parallel; _reindex scripts (noop, delete, ctx._index). Tasks over the
+cluster: listed from any node (actions, detailed, nodes, group_by), got
+and cancelled through any node (by id and by filter), results kept in
+.tasks across a restart; SIGTERM mid-task ends it failed
+(node_closed_exception); kill -9 mid-task reads 404 naming the node while
+it is gone and failed once it is back.
 
     SHOAL_BIN=build/bin python3 tests/api/test_byquery.py
 """

@@ -2,7 +2,9 @@
 a solo node: one context per shard copy on the node that holds it, pages
 served by any node, every document exactly once while writes go on (the
 contexts are points in time), open_contexts in _nodes/stats, expiry,
-clear, the search.max_open_scroll_context limit, and a node killed
+clear, the search.max_open_scroll_context limit, slices (by shard, and
+with more slices than shards by _id hash: disjoint, covering, the same
+for a scroll and a point in time), and a node killed
 mid-scroll (the next page fails with search_context_missing_exception in
 bounded time, never hangs).
 

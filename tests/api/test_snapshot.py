@@ -14,6 +14,16 @@ cluster and solo nodes sharing one path.repo.
   - integrity: a corrupt byte, a truncated or a deleted blob makes restore
     fail naming the file, with no index left behind; other snapshots of
     the repository still restore;
+  - compress: true: blobs, catalogue and manifests are zstd frames, a
+    node without compress restores them, a repository holding both kinds
+    restores and deletes cleanly;
+  - max_snapshot_bytes_per_sec: a lower bound on the time taken and the
+    _nodes/stats throttle counter;
+  - _status and GET of a running snapshot from nodes not taking it;
+  - include_global_state: persistent settings, the three kinds of
+    templates and the aliases' view kept; restored onto a solo node and
+    onto the cluster; aliases restored with their indices unless
+    include_aliases: false;
   - kill -9 of a node holding a primary mid-snapshot (throttled with
     max_snapshot_bytes_per_sec) ends PARTIAL or FAILED, never SUCCESS;
     a new snapshot then succeeds.
