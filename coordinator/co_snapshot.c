@@ -282,7 +282,7 @@ co_snapshot_global_get(nd_node *n)
 	cJSON_AddItemToObject(g, "persistent_settings", p ? p : cJSON_CreateObject());
 	cJSON_Delete(st);
 	cJSON_AddItemToObject(g, "templates", co_template_export(n));
-	/* the aliases' view: every alias and the indices it names */
+	/* the aliases' view: every alias, the indices it names, as each has it */
 	view = cJSON_AddObjectToObject(g, "aliases");
 	nd_index **ixs;
 	size_t nix;
@@ -291,16 +291,64 @@ co_snapshot_global_get(nd_node *n)
 		cJSON *a = nd_index_aliases_json(ixs[i]), *e;
 		cJSON_ArrayForEach(e, a)
 		{
-			cJSON *list = cJSON_GetObjectItemCaseSensitive(view, e->string);
-			if (!list)
-				list = cJSON_AddArrayToObject(view, e->string);
-			cJSON_AddItemToArray(list, cJSON_CreateString(nd_index_name(ixs[i])));
+			cJSON *per = cJSON_GetObjectItemCaseSensitive(view, e->string);
+			if (!per)
+				per = cJSON_AddObjectToObject(view, e->string);
+			cJSON_AddItemToObject(per, nd_index_name(ixs[i]), cJSON_Duplicate(e, true));
 		}
 		cJSON_Delete(a);
 		nd_index_release(ixs[i]);
 	}
 	cm_free(CM_MEM_NODE, ixs);
 	return g;
+}
+
+/* The aliases' view back: every alias the view gives an index that
+ * exists now and lacks it is added, with its options (one change, through
+ * the master on a cluster). */
+static cm_err
+aliases_put(nd_node *n, const cJSON *view, cm_error *err)
+{
+	static const char *const opts[] = {"filter",         "index_routing", "search_routing",
+	                                   "is_write_index", "is_hidden"};
+	cJSON *actions = cJSON_CreateArray();
+	const cJSON *a, *per;
+	cJSON_ArrayForEach(a, view)
+	{
+		cJSON_ArrayForEach(per, a)
+		{
+			nd_index *ix = nd_index_get(n, per->string);
+			if (!ix)
+				continue;
+			cJSON *have = nd_index_aliases_json(ix);
+			bool there = cJSON_GetObjectItemCaseSensitive(have, a->string) != NULL;
+			cJSON_Delete(have);
+			nd_index_release(ix);
+			if (there)
+				continue;
+			cJSON *add = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(add, "add");
+			cJSON_AddStringToObject(o, "index", per->string);
+			cJSON_AddStringToObject(o, "alias", a->string);
+			for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++) {
+				const cJSON *v = cJSON_GetObjectItemCaseSensitive(per, opts[k]);
+				if (v)
+					cJSON_AddItemToObject(o, opts[k], cJSON_Duplicate(v, true));
+			}
+			cJSON_AddItemToArray(actions, add);
+		}
+	}
+	cm_err rc = CM_OK;
+	nd_cluster *cl = nd_cluster_of(n);
+	if (cJSON_GetArraySize(actions) && cl) {
+		char *text = cJSON_PrintUnformatted(actions), *reply = NULL;
+		rc = nd_cluster_admin(cl, "aliases", "", text, &reply, err);
+		cJSON_free(text);
+		cm_free(CM_MEM_NODE, reply);
+	} else if (cJSON_GetArraySize(actions)) {
+		rc = nd_alias_update(n, actions, err);
+	}
+	cJSON_Delete(actions);
+	return rc;
 }
 
 cm_err
@@ -324,5 +372,5 @@ co_snapshot_global_put(nd_node *n, const cJSON *g, cm_error *err)
 	const cJSON *t = cJSON_GetObjectItemCaseSensitive(g, "templates");
 	if (cJSON_IsObject(t) && (rc = co_template_import(n, t, err)))
 		return rc;
-	return CM_OK;
+	return aliases_put(n, cJSON_GetObjectItemCaseSensitive(g, "aliases"), err);
 }

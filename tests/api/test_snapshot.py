@@ -545,6 +545,9 @@ def global_state_and_aliases_round_trip():
                              "aliases": {"ga-alias": {}, "ga-f": {"filter": {"term": {"n": 1}}}}}),
        "index with aliases")
     load(n1, "ga", 0, 50)
+    ok(n1.req("PUT", "/gb", {"settings": {"number_of_shards": 1, "number_of_replicas": 0},
+                             "aliases": {"gb-alias": {"index_routing": "r1"}}}),
+       "an index outside the snapshot, with an alias")
     eq(snapshot(n1, "glob", "g1", {"indices": "ga"})["state"], "SUCCESS", "g1")
     eq(snapshot(n1, "glob", "g0", {"indices": "ga", "include_global_state": False})["state"],
        "SUCCESS", "g0")
@@ -552,7 +555,9 @@ def global_state_and_aliases_round_trip():
     eq(gs["persistent_settings"].get(key), "3", "settings kept: %s" % gs["persistent_settings"])
     eq((sorted(gs["templates"]["index"]), sorted(gs["templates"]["component"]),
         sorted(gs["templates"]["legacy"])), (["gt1"], ["gc1"], ["gl1"]), "templates kept")
-    eq(gs["aliases"], {"ga-alias": ["ga"], "ga-f": ["ga"]}, "the aliases' view")
+    eq({a: sorted(v) for a, v in gs["aliases"].items()},
+       {"ga-alias": ["ga"], "ga-f": ["ga"], "gb-alias": ["gb"]}, "the aliases' view")
+    eq(gs["aliases"]["ga-f"]["ga"]["filter"], {"term": {"n": 1}}, "with their options")
     eq("global_state" in manifest(loc, "g0"), False, "no global state when not asked")
 
     # a solo node: templates and aliases come back (it has no cluster settings)
@@ -574,10 +579,13 @@ def global_state_and_aliases_round_trip():
 
     # the cluster: drop it all, restore, everything back, on every node
     ok(n1.req("PUT", "/_cluster/settings", {"persistent": {key: None}}), "reset setting")
-    for path in ("/_index_template/gt1", "/_component_template/gc1", "/_template/gl1", "/ga"):
+    for path in ("/_index_template/gt1", "/_component_template/gc1", "/_template/gl1", "/ga",
+                 "/gb/_alias/gb-alias"):
         ok(n1.req("DELETE", path), "delete " + path)
     ok(n2.req("POST", "/_snapshot/glob/g1/_restore?wait_for_completion=true",
               {"include_global_state": True}, timeout=300), "restore g1 on the cluster")
+    al = ok(n3.req("GET", "/gb/_alias/gb-alias"), "the view's alias of an index kept")
+    eq(al["gb"]["aliases"]["gb-alias"].get("index_routing"), "r1", "with its routing: %s" % al)
     b = ok(n3.req("GET", "/_cluster/settings?flat_settings=true"), "settings via node-3")
     eq(b["persistent"].get(key), "3", "setting back: %s" % b)
     for n in (n1, n3):
@@ -597,7 +605,7 @@ def global_state_and_aliases_round_trip():
     error_is(n1.req("GET", "/ga-0"), 404, "index_not_found_exception")
     ok(n1.req("PUT", "/_cluster/settings", {"persistent": {key: None}}), "reset setting")
     for path in ("/_index_template/gt1", "/_component_template/gc1", "/_template/gl1", "/ga",
-                 "/ga-na"):
+                 "/ga-na", "/gb"):
         ok(n1.req("DELETE", path), "delete " + path)
 
 
