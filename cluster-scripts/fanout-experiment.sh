@@ -19,8 +19,12 @@
 #            (agent_persistent, one searchd per agent) on the same tiny
 #            documents, queried over SphinxQL by the same loadgen
 #
+#   tail     --tail: the tail scenario instead (cluster-scripts/fanout-tail.sh):
+#            3 data nodes with one replica per shard, one of them slowed by its
+#            proxy, adaptive selection and hedging off / on; --quick smoke run
+#
 # Prints the table; writes docs/fanout.md and docs/fanout-*.png (gnuplot).
-# Usage: cluster-scripts/fanout-experiment.sh
+# Usage: cluster-scripts/fanout-experiment.sh [--tail [--quick]]
 # Environment: BUILD (<repo>/build), KS ("1 2 4 8 16"), KN_KS ("4 8"),
 #   DELAYS ("0.5 1 2"), MODES ("serial per_shard per_node"), CLIENTS ("1 16"),
 #   N (2000), CELL_SECS (8; DELAY_CELL_SECS 4 with injected delay), TIME_BOX
@@ -28,6 +32,9 @@
 #   NO_KN=1, NO_DOC=1 (print only), KEEP=1 (keep the temp dir), BASE_PORT (21000).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+case "${1:-}" in
+  --tail | --quick) exec "$HERE/fanout-tail.sh" "$@" ;;
+esac
 ROOT="$(cd "$HERE/.." && pwd)"
 BUILD="${BUILD:-$ROOT/build}"
 KS="${KS-1 2 4 8 16}"
@@ -471,6 +478,8 @@ fi
 
 if [ "${NO_DOC:-0}" != 1 ]; then
   for p in $PLOTS; do [ -s "$OUTDIR/$p" ] && cp "$OUTDIR/$p" "$ROOT/docs/$p"; done
+  # the hand-written tail section (the last one) is kept as it is
+  TAIL_SECTION=$(sed -n '/^## Tail-tolerant fan-out/,$p' "$ROOT/docs/fanout.md" 2>/dev/null || true)
   {
     cat <<EOF
 # Shard fan-out (W4)
@@ -548,6 +557,7 @@ build/bin/shoal --cluster cluster.json --name coord --role coordinator --data /t
 build/bin/loadgen -p 21002 -f q.ndjson -c 1 -n $N -d $CELL_SECS -w 0.3   # q.ndjson: {"path":"/k4/_search?fanout=serial","body":{...},"expect":100}
 \`\`\`
 EOF
+    [ -z "$TAIL_SECTION" ] || printf '\n%s\n' "$TAIL_SECTION"
   } > "$ROOT/docs/fanout.md"
   echo "wrote docs/fanout.md ${PLOTS:+and docs/{${PLOTS// /,}}}"
 fi

@@ -23,6 +23,7 @@
 	X(CM_ELIMIT, 400, "illegal_argument_exception", "limit exceeded")                  \
 	X(CM_EBUSY, 429, "es_rejected_execution_exception", "rejected: queue full")        \
 	X(CM_EUNAVAIL, 503, "unavailable_shards_exception", "shard not available")         \
+	X(CM_EMOVED, 503, "unavailable_shards_exception", "primary moved (not applied)")   \
 	X(CM_ETIMEDOUT, 504, "timeout_exception", "timed out")                             \
 	X(CM_ECLOSED, 500, "already_closed_exception", "closed")                           \
 	X(CM_EBADNAME, 400, "invalid_index_name_exception", "invalid index name")          \

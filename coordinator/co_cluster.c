@@ -149,10 +149,16 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
 	/* ?timings=true (Shoal's): how long each shard took, for the page's
 	 * console, appended as "_shoal": {"shards": [...]} */
 	bool timings = co_param_bool(r, "timings", false);
+	/* "profile": true shows which copy answered each shard and whether
+	 * it was hedged (no per-query breakdown: "searches" stays empty). */
+	const cJSON *pj = cJSON_GetObjectItemCaseSensitive(body, "profile");
+	bool profile = cJSON_IsTrue(pj);
+	if (cJSON_IsBool(pj))
+		cJSON_DeleteItemFromObjectCaseSensitive(body, "profile");
 	size_t cap = 0, nt = 0;
-	for (size_t i = 0; timings && i < n; i++)
+	for (size_t i = 0; (timings || profile) && i < n; i++)
 		cap += (size_t)nd_index_nshards(ixs[i]);
-	if (timings) {
+	if (timings || profile) {
 		o.timings = cm_calloc(MEM, cap + 1, sizeof(*o.timings));
 		o.timings_cap = cap;
 		o.ntimings = &nt;
@@ -179,6 +185,32 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
 		cm_buf_printf(out, "%s\"_shoal\":%s}", out->len > 1 ? "," : "", st);
 		cJSON_free(st);
 		cJSON_Delete(sh);
+	}
+	if (profile && !*rc && out->len && out->data[out->len - 1] == '}') {
+		cJSON *pr = cJSON_CreateObject();
+		cJSON *arr = cJSON_AddArrayToObject(pr, "shards");
+		for (size_t i = 0; i < nt; i++) {
+			const nd_cl_shard_timing *t = &o.timings[i];
+			cJSON *x = cJSON_CreateObject();
+			char id[512];
+			snprintf(id, sizeof(id), "[%s][%s][%d]", t->node, t->index, t->shard);
+			cJSON_AddStringToObject(x, "id", id);
+			cJSON_AddStringToObject(x, "node", t->node);
+			cJSON_AddStringToObject(x, "index", t->index);
+			cJSON_AddNumberToObject(x, "shard", t->shard);
+			cJSON_AddBoolToObject(x, "local", t->local);
+			cJSON_AddBoolToObject(x, "hedged", t->hedged);
+			cJSON_AddBoolToObject(x, "hedge_won", t->hedge_won);
+			cJSON_AddNumberToObject(x, "took_in_nanos", (double)t->took_ns);
+			cJSON_AddArrayToObject(x, "searches");
+			cJSON_AddArrayToObject(x, "aggregations");
+			cJSON_AddItemToArray(arr, x);
+		}
+		char *st = cJSON_PrintUnformatted(pr);
+		out->len--;
+		cm_buf_printf(out, "%s\"profile\":%s}", out->len > 1 ? "," : "", st);
+		cJSON_free(st);
+		cJSON_Delete(pr);
 	}
 	cm_free(MEM, o.timings);
 	return true;
@@ -356,20 +388,6 @@ co_cluster_cat(co_req *r, const char *what)
 		return false;
 	if (strcmp(what, "health") == 0) {
 		/* the cluster's health, as _cluster/health has it */
-		static const char *const cols[] = {"epoch",
-		                                   "timestamp",
-		                                   "cluster",
-		                                   "status",
-		                                   "node.total",
-		                                   "node.data",
-		                                   "shards",
-		                                   "pri",
-		                                   "relo",
-		                                   "init",
-		                                   "unassign",
-		                                   "pending_tasks",
-		                                   "max_task_wait_time",
-		                                   "active_shards_percent"};
 		cm_buf h;
 		cm_buf_init(&h, MEM);
 		nd_cluster_health(cl, &h);
@@ -396,7 +414,7 @@ co_cluster_cat(co_req *r, const char *what)
 		    HN("active_shards_percent_as_number"));
 #undef HN
 		cJSON_Delete(j);
-		cat_reply(r, cols, 14, &rows);
+		cat_reply(r, co_cat_health_cols, CO_CAT_HEALTH_NCOLS, &rows);
 		cm_buf_free(&rows);
 		return true;
 	}
@@ -676,9 +694,58 @@ co_h_cluster_reroute(co_req *r)
 		                "_cluster/reroute needs a cluster: a solo node holds every copy");
 		return;
 	}
-	cJSON *body = co_body_json(r, &bad);
+	cJSON *body = co_body_json(r, &bad), *k;
 	if (bad)
 		return;
+	if (body && !cJSON_IsObject(body)) {
+		co_reply_errorf(r, CM_EPARSE, NULL, "reroute body must be an object");
+		cJSON_Delete(body);
+		return;
+	}
+	if (!body)
+		body = cJSON_CreateObject();
+	cJSON_ArrayForEach(k, body)
+	{
+		if (strcmp(k->string, "commands") != 0) {
+			co_reply_errorf(r, CM_EPARSE, NULL, "[cluster_reroute] unknown field [%s]",
+			                k->string);
+			cJSON_Delete(body);
+			return;
+		}
+	}
+	/* the query's options travel to the master inside the body */
+	static const char *flags[] = {"dry_run", "explain", "retry_failed"};
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+		bool on;
+		if (!co_param_flag(r, flags[i], false, &on)) {
+			cJSON_Delete(body);
+			return;
+		}
+		cJSON_AddBoolToObject(body, flags[i], on);
+	}
+	const char *metric = co_param_get(r, "metric");
+	if (metric) {
+		static const char *known[] = {"_all",        "none",  "version",
+		                              "master_node", "nodes", "routing_table"};
+		char *copy = strdup(metric), *save = NULL;
+		for (char *m = strtok_r(copy, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
+			size_t i = 0;
+			while (i < sizeof(known) / sizeof(known[0]) && strcmp(known[i], m))
+				i++;
+			if (i == sizeof(known) / sizeof(known[0])) {
+				co_reply_errorf(r, CM_EINVAL, NULL,
+				                "request [/_cluster/reroute] contains unrecognized metric: "
+				                "[%s] (version, master_node, nodes, routing_table, _all, "
+				                "none)",
+				                m);
+				free(copy);
+				cJSON_Delete(body);
+				return;
+			}
+		}
+		free(copy);
+		cJSON_AddStringToObject(body, "metric", metric);
+	}
 	co_cluster_admin(r, "reroute", "", body);
 	cJSON_Delete(body);
 }

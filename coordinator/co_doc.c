@@ -466,7 +466,10 @@ co_h_doc_get(co_req *r)
 	cm_error_clear(&err);
 	source_params(r, &incl, &excl);
 	co_param_get(r, "realtime");
-	co_param_get(r, "preference");
+	if (nd_cl_preference_check(co_param_get(r, "preference"), &err)) {
+		co_reply_error(r, &err, name);
+		return;
+	}
 	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
 		return;
 	if (!(ix = co_index_or_alias(r->node, name, false))) {
@@ -474,7 +477,9 @@ co_h_doc_get(co_req *r)
 		co_reply_error(r, &err, name);
 		return;
 	}
+	nd_get_preference_set(co_param_get(r, "preference"));
 	j = get_doc_json(ix, id, co_param_get(r, "routing"), incl, excl, want_parsed(r), &found, &err);
+	nd_get_preference_set(NULL);
 	nd_index_release(ix);
 	if (!j) {
 		co_reply_error(r, &err, name);

@@ -453,6 +453,22 @@ co_param_bool(co_req *r, const char *key, bool dflt)
 	return *v == 0 || strcmp(v, "true") == 0;
 }
 
+bool
+co_param_flag(co_req *r, const char *key, bool dflt, bool *out)
+{
+	const char *v = co_param_get(r, key);
+	*out = dflt;
+	if (!v)
+		return true;
+	if (*v == 0 || strcmp(v, "true") == 0 || strcmp(v, "false") == 0) {
+		*out = strcmp(v, "false") != 0;
+		return true;
+	}
+	co_reply_errorf(r, CM_EINVAL, NULL,
+	                "Failed to parse value [%s] as only [true] or [false] are allowed.", v);
+	return false;
+}
+
 const char *
 co_seg(co_req *r, int i)
 {

@@ -89,6 +89,15 @@ const co_route *co_routes(size_t *n);
 /* The value of a URL parameter (marked used), or NULL; "" for "?pretty". */
 const char *co_param_get(co_req *r, const char *key);
 bool co_param_bool(co_req *r, const char *key, bool dflt);
+/* A boolean parameter parsed as Elasticsearch does: absent is dflt, ""
+ * and "true" are true, "false" is false; anything else answers 400 and
+ * returns false. */
+bool co_param_flag(co_req *r, const char *key, bool dflt, bool *out);
+#define CO_CAT_HEALTH_NCOLS 14
+extern const char *const co_cat_health_cols[CO_CAT_HEALTH_NCOLS];
+/* The cluster's uuid (from the cluster state; a solo node's own, or a
+ * cluster node's own before the first state was committed), in buf. */
+const char *co_cluster_uuid(co_req *r, char *buf, size_t cap);
 /* A segment captured by the route pattern ("{index}"), or NULL. */
 const char *co_seg(co_req *r, int i);
 /* Parses the whole body as JSON; NULL for an empty body. On malformed JSON
@@ -252,17 +261,15 @@ bool co_alias_routing_param(co_req *r, const char *name);
 
 /* Index templates (co_template.c). co_template_body: the create body of a
  * new index, its matching templates under req (may be NULL); new JSON,
- * or NULL when neither gives anything. co_template_upcall applies a
- * change another node sent (co_node_entry). */
+ * or NULL when neither gives anything. */
 void co_h_template_put(co_req *r);
 void co_h_template_get(co_req *r);
 void co_h_template_delete(co_req *r);
 void co_h_simulate_index(co_req *r);
 cJSON *co_template_body(nd_node *n, const char *index, const cJSON *req);
-cJSON *co_template_upcall(nd_node *n, const char *text);
-/* Every template of this node ({"index","component","legacy"}, new), and
- * putting such a set back (each one replaced or added, here and on every
- * other node), for snapshots' global state. */
+/* Every template ({"index","component","legacy"}, new), and putting
+ * such a set back (each one replaced or added; on a cluster through the
+ * master), for snapshots' global state. */
 cJSON *co_template_export(nd_node *n);
 cm_err co_template_import(nd_node *n, const cJSON *all, cm_error *err);
 

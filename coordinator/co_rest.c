@@ -53,13 +53,32 @@ co_release_all(nd_index **ixs, size_t n)
 
 /* ---- GET / ---- */
 
+/* _cat/health's columns, on a solo node (here) and a cluster (co_cluster.c) */
+const char *const co_cat_health_cols[CO_CAT_HEALTH_NCOLS] = {
+    "epoch", "timestamp", "cluster",       "status",  "node.total",         "node.data",
+    "shards", "pri",      "relo",          "init",    "unassign",           "pending_tasks",
+    "max_task_wait_time", "active_shards_percent"};
+
+const char *
+co_cluster_uuid(co_req *r, char *buf, size_t cap)
+{
+	nd_cluster *cl = nd_cluster_of(r->node);
+	buf[0] = 0;
+	if (cl)
+		nd_cluster_uuid_of(cl, buf, cap);
+	if (!buf[0])
+		snprintf(buf, cap, "%s", nd_cluster_uuid(r->node));
+	return buf;
+}
+
 void
 co_h_root(co_req *r)
 {
 	cJSON *j = cJSON_CreateObject(), *v;
 	cJSON_AddStringToObject(j, "name", nd_node_name(r->node));
 	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
-	cJSON_AddStringToObject(j, "cluster_uuid", nd_cluster_uuid(r->node));
+	char uuid[64];
+	cJSON_AddStringToObject(j, "cluster_uuid", co_cluster_uuid(r, uuid, sizeof(uuid)));
 	v = cJSON_AddObjectToObject(j, "version");
 	cJSON_AddStringToObject(v, "number", ND_ES_VERSION);
 	cJSON_AddStringToObject(v, "build_flavor", "default");
@@ -192,30 +211,32 @@ co_h_cluster_state(co_req *r)
 	cJSON *cs = cl ? nd_cluster_state_json(cl) : NULL;
 	nd_index_list(r->node, &ixs, &n);
 	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
-	cJSON_AddStringToObject(j, "cluster_uuid", nd_cluster_uuid(r->node));
+	char uuid[64];
+	co_cluster_uuid(r, uuid, sizeof(uuid));
+	cJSON_AddStringToObject(j, "cluster_uuid", uuid);
 	if (cs) {
 		/* the cluster's: state version, master, live nodes, routing */
 		cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(cs, "version");
 		cJSON_AddItemToObject(j, "version", v);
-		cJSON_AddStringToObject(j, "state_uuid", nd_cluster_uuid(r->node));
+		cJSON_AddStringToObject(j, "state_uuid", uuid);
 		cJSON_AddItemToObject(j, "master_node",
 		                      cJSON_DetachItemFromObjectCaseSensitive(cs, "master_node"));
 		cJSON_AddItemToObject(j, "nodes",
 		                      cJSON_DetachItemFromObjectCaseSensitive(cs, "nodes"));
 	} else {
 		cJSON_AddNumberToObject(j, "version", 1);
-		cJSON_AddStringToObject(j, "state_uuid", nd_cluster_uuid(r->node));
+		cJSON_AddStringToObject(j, "state_uuid", uuid);
 		cJSON_AddStringToObject(j, "master_node", nd_node_id(r->node));
 		nodes = cJSON_AddObjectToObject(j, "nodes");
 		me = cJSON_AddObjectToObject(nodes, nd_node_id(r->node));
 		cJSON_AddStringToObject(me, "name", nd_node_name(r->node));
 		cJSON_AddStringToObject(me, "ephemeral_id", nd_node_id(r->node));
-		snprintf(addr, sizeof(addr), "127.0.0.1:9300");
+		snprintf(addr, sizeof(addr), "%s", co_http_publish_address());
 		cJSON_AddStringToObject(me, "transport_address", addr);
 		cJSON_AddObjectToObject(me, "attributes");
 	}
 	meta = cJSON_AddObjectToObject(j, "metadata");
-	cJSON_AddStringToObject(meta, "cluster_uuid", nd_cluster_uuid(r->node));
+	cJSON_AddStringToObject(meta, "cluster_uuid", uuid);
 	ind = cJSON_AddObjectToObject(meta, "indices");
 	for (size_t i = 0; i < n; i++) {
 		cJSON *o = cJSON_AddObjectToObject(ind, nd_index_name(ixs[i]));
@@ -310,7 +331,7 @@ co_h_cat_help(co_req *r)
 /* ---- _cat ---- */
 
 typedef struct cat_table {
-	const char **cols;
+	const char *const *cols;
 	int ncols;
 	char ***rows; /* rows[i][c] */
 	int nrows, cap;
@@ -318,7 +339,7 @@ typedef struct cat_table {
 } cat_table;
 
 static void
-cat_init(cat_table *t, const char **cols, int ncols)
+cat_init(cat_table *t, const char *const *cols, int ncols)
 {
 	memset(t, 0, sizeof(*t));
 	t->cols = cols;
@@ -605,25 +626,12 @@ co_h_cat(co_req *r)
 		snprintf(b2, sizeof(b2), "%llu", (unsigned long long)total);
 		cat_row(&t, b1, ts, b2);
 	} else {
-		static const char *cols[] = {"epoch",
-		                             "timestamp",
-		                             "cluster",
-		                             "status",
-		                             "node.total",
-		                             "node.data",
-		                             "shards",
-		                             "pri",
-		                             "relo",
-		                             "init",
-		                             "unassign",
-		                             "pending_tasks",
-		                             "max_task_wait_time",
-		                             "active_shards_percent"};
+		const char *const *cols = co_cat_health_cols;
 		health h;
 		char b7[32];
 		nd_index_list(r->node, &ixs, &n);
 		health_of(ixs, n, &h);
-		cat_init(&t, cols, 14);
+		cat_init(&t, cols, CO_CAT_HEALTH_NCOLS);
 		for (int c = 4; c < 12; c++)
 			t.numeric[c] = true;
 		snprintf(b1, sizeof(b1), "%lld", (long long)(now / 1000));
@@ -916,6 +924,20 @@ static const cm_mem_tag mem_tags[] = {CM_MEM_COMMON,      CM_MEM_STORAGE, CM_MEM
                                       CM_MEM_COORDINATOR};
 
 /* This node's _nodes/stats entry. */
+/* This node's addresses in _nodes and _cluster/state: its transport on a
+ * cluster node; a solo node has no transport and gives its HTTP address
+ * there (docs/api.md). host is the address without the port. */
+static void
+node_addrs(nd_node *node, char *transport, char *host, size_t cap)
+{
+	nd_cluster *cl = nd_cluster_of(node);
+	snprintf(transport, cap, "%s", cl ? nd_cluster_transport(cl) : co_http_publish_address());
+	snprintf(host, cap, "%s", transport);
+	char *colon = strrchr(host, ':');
+	if (colon)
+		*colon = 0;
+}
+
 static cJSON *
 node_stats_entry(nd_node *node)
 {
@@ -931,10 +953,12 @@ node_stats_entry(nd_node *node)
 		collect_stats(ixs[i], &all);
 	co_release_all(ixs, n);
 	cJSON_AddNumberToObject(me, "timestamp", (double)cm_wall_ms());
+	char ta[128], host[128];
+	node_addrs(node, ta, host, sizeof(ta));
 	cJSON_AddStringToObject(me, "name", nd_node_name(node));
-	cJSON_AddStringToObject(me, "transport_address", "127.0.0.1:9300");
-	cJSON_AddStringToObject(me, "host", "127.0.0.1");
-	cJSON_AddStringToObject(me, "ip", "127.0.0.1:9300");
+	cJSON_AddStringToObject(me, "transport_address", ta);
+	cJSON_AddStringToObject(me, "host", host);
+	cJSON_AddStringToObject(me, "ip", ta);
 	o = cJSON_AddArrayToObject(me, "roles");
 	cJSON_AddItemToArray(o, cJSON_CreateString("data"));
 	cJSON_AddItemToArray(o, cJSON_CreateString("ingest"));
@@ -971,6 +995,8 @@ node_stats_entry(nd_node *node)
 	o = cJSON_AddObjectToObject(me, "thread_pool");
 	cJSON *sp = cJSON_AddObjectToObject(o, "search");
 	cJSON_AddNumberToObject(sp, "rejected", (double)ld(&nc->search_rejected));
+	/* copy ranking and hedges (cluster only) */
+	nd_cluster_tail_stats(nd_cluster_of(node), me);
 	return me;
 }
 
@@ -979,10 +1005,12 @@ static cJSON *
 node_info_entry(nd_node *node)
 {
 	cJSON *me = cJSON_CreateObject(), *o;
+	char ta[128], host[128];
+	node_addrs(node, ta, host, sizeof(ta));
 	cJSON_AddStringToObject(me, "name", nd_node_name(node));
-	cJSON_AddStringToObject(me, "transport_address", "127.0.0.1:9300");
-	cJSON_AddStringToObject(me, "host", "127.0.0.1");
-	cJSON_AddStringToObject(me, "ip", "127.0.0.1");
+	cJSON_AddStringToObject(me, "transport_address", ta);
+	cJSON_AddStringToObject(me, "host", host);
+	cJSON_AddStringToObject(me, "ip", host);
 	cJSON_AddStringToObject(me, "version", ND_ES_VERSION);
 	cJSON_AddStringToObject(me, "build_flavor", "default");
 	cJSON_AddStringToObject(me, "build_type", "tar");
@@ -1005,8 +1033,6 @@ static cJSON *prom_entry(nd_node *node);
 cJSON *
 co_node_entry(void *node, const char *kind)
 {
-	if (kind[0] == '{') /* a template change from another node */
-		return co_template_upcall(node, kind);
 	if (strncmp(kind, "tasks ", 6) == 0) /* a question about this node's tasks */
 		return co_tasks_upcall(node, kind + 6);
 	if (strncmp(kind, "snapshot ", 9) == 0) /* about a snapshot this node takes */

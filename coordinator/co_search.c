@@ -299,8 +299,21 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 	cm_err rc;
 	int window = INT32_MAX;
 
+	/* ?preference: a form ES does not know is a 400 (a single node has
+	 * one copy of each shard, so the rest has no effect there) */
+	if ((rc = nd_cl_preference_check(co_param_get(r, "preference"), err)))
+		return rc;
 	sr_request_init(&req);
-	if ((rc = sr_request_from_json(body, &req, err))) {
+	/* "profile" in a cluster: which copy answered each shard, added by
+	 * co_cluster_search; the shard-level parser does not know it. */
+	cJSON *prof = NULL;
+	if (nd_cluster_of(r->node) &&
+	    cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(body, "profile")))
+		prof = cJSON_DetachItemFromObjectCaseSensitive(body, "profile");
+	rc = sr_request_from_json(body, &req, err);
+	if (prof)
+		cJSON_AddItemToObject(body, "profile", prof);
+	if (rc) {
 		sr_request_free(&req);
 		return rc;
 	}

@@ -15,15 +15,14 @@
 
 /* ---- _license, _xpack ---- */
 
-/* A stable license uid, the same from every node: on a cluster it comes
- * from the cluster name (each node keeps a cluster_uuid of its own, see
- * docs/api.md), on a solo node from its cluster uuid. Two FNV-1a hashes
- * laid out as a UUID. */
+/* A stable license uid, the same from every node: from the cluster's
+ * uuid (kept in the cluster state). Two FNV-1a hashes laid out as a
+ * UUID. */
 static void
 license_uid(co_req *r, char *out, size_t cap)
 {
-	const char *u =
-	    nd_cluster_of(r->node) ? nd_cluster_name(r->node) : nd_cluster_uuid(r->node);
+	char buf[64];
+	const char *u = co_cluster_uuid(r, buf, sizeof(buf));
 	uint64_t a = 0xcbf29ce484222325ull, b = 0x84222325cbf29ce4ull;
 	for (const char *p = u; *p; p++) {
 		a = (a ^ (unsigned char)*p) * 0x100000001b3ull;

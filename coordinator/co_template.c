@@ -4,9 +4,9 @@
  * by its first write) gets its settings, mappings and aliases from them,
  * under what the request itself gives.
  *
- * The templates of a node live in DATA/templates.json. On a cluster a
- * change is applied here and handed to every other node (through the
- * nodes' info upcall, bounded); indices are created with the effective
+ * A solo node keeps its templates in DATA/templates.json. A cluster keeps
+ * them in the cluster state (a change goes through the master, so a node
+ * that joins later has them too); indices are created with the effective
  * body computed where the request arrived, so every copy of the cluster
  * state carries the same settings. */
 #define _GNU_SOURCE
@@ -49,20 +49,11 @@ db_path(nd_node *n, char *path, size_t cap)
 	snprintf(path, cap, "%s/templates.json", nd_data_dir(n));
 }
 
-/* The store, loaded on first use; caller holds tpl_lock. */
-static cJSON *
-db(nd_node *n)
+/* Every kind present, whatever the stored text was. */
+static void
+db_normalize(void)
 {
 	static const char *const kinds[] = {"index", "component", "legacy"};
-	if (tpl_db)
-		return tpl_db;
-	char path[1200], *text = NULL;
-	size_t len;
-	db_path(n, path, sizeof(path));
-	if (cm_file_read(path, TEMPLATES_MAX, &text, &len) == CM_OK) {
-		tpl_db = cJSON_ParseWithLength(text, len);
-		cm_free(CM_MEM_COMMON, text);
-	}
 	if (!cJSON_IsObject(tpl_db)) {
 		cJSON_Delete(tpl_db);
 		tpl_db = cJSON_CreateObject();
@@ -72,6 +63,38 @@ db(nd_node *n)
 			cJSON_DeleteItemFromObjectCaseSensitive(tpl_db, kinds[i]);
 			cJSON_AddObjectToObject(tpl_db, kinds[i]);
 		}
+}
+
+/* The store; caller holds tpl_lock. A solo node loads its file on first
+ * use; a cluster node reads the cluster state's, again whenever the
+ * state changed. */
+static cJSON *
+db(nd_node *n)
+{
+	static uint64_t seen = UINT64_MAX; /* the state version tpl_db was read at */
+	nd_cluster *cl = nd_cluster_of(n);
+	if (cl) {
+		char *t = nd_cluster_templates(cl, &seen);
+		if (t) {
+			cJSON_Delete(tpl_db);
+			tpl_db = cJSON_Parse(t);
+			cm_free(CM_MEM_NODE, t);
+			db_normalize();
+		}
+		if (!tpl_db)
+			db_normalize();
+		return tpl_db;
+	}
+	if (tpl_db)
+		return tpl_db;
+	char path[1200], *text = NULL;
+	size_t len;
+	db_path(n, path, sizeof(path));
+	if (cm_file_read(path, TEMPLATES_MAX, &text, &len) == CM_OK) {
+		tpl_db = cJSON_ParseWithLength(text, len);
+		cm_free(CM_MEM_COMMON, text);
+	}
+	db_normalize();
 	return tpl_db;
 }
 
@@ -121,22 +144,6 @@ apply_op(nd_node *n, const cJSON *op, cm_error *err)
 	return rc;
 }
 
-/* A change arriving from another node (co_node_entry). */
-cJSON *
-co_template_upcall(nd_node *n, const char *text)
-{
-	cJSON *op = cJSON_Parse(text);
-	cm_error err;
-	cm_error_clear(&err);
-	cm_err rc = op ? apply_op(n, op, &err) : CM_EPARSE;
-	cJSON_Delete(op);
-	if (rc)
-		return NULL;
-	cJSON *j = cJSON_CreateObject();
-	cJSON_AddBoolToObject(j, "acknowledged", true);
-	return j;
-}
-
 cJSON *
 co_template_export(nd_node *n)
 {
@@ -162,12 +169,13 @@ co_template_import(nd_node *n, const cJSON *all, cm_error *err)
 			cJSON_AddStringToObject(o, "kind", kinds[k]);
 			cJSON_AddStringToObject(o, "name", t->string);
 			cJSON_AddItemToObject(o, "body", cJSON_Duplicate(t, true));
-			rc = apply_op(n, o, err);
-			if (!rc && cl) {
-				char *text = cJSON_PrintUnformatted(o);
-				int total = 0, failed = 0;
-				nd_cluster_info_all(cl, text, &total, &failed);
+			if (cl) { /* through the master, into the cluster state */
+				char *text = cJSON_PrintUnformatted(o), *reply = NULL;
+				rc = nd_cluster_admin(cl, "templates", "", text, &reply, err);
 				cJSON_free(text);
+				cm_free(CM_MEM_NODE, reply);
+			} else {
+				rc = apply_op(n, o, err);
 			}
 			cJSON_Delete(o);
 			if (rc)
@@ -177,36 +185,32 @@ co_template_import(nd_node *n, const cJSON *all, cm_error *err)
 	return rc;
 }
 
-/* Here, then on every other node of a cluster; acknowledged is false when
- * a node did not take it. */
+/* On a solo node here, into its file; on a cluster through the master,
+ * into the cluster state (acknowledged is false when a node did not apply
+ * it in time). */
 static void
 change(co_req *r, const char *op, const char *kind, const char *name, const cJSON *body)
 {
 	cJSON *o = cJSON_CreateObject();
 	cm_error err;
-	bool acked = true;
 	cm_error_clear(&err);
 	cJSON_AddStringToObject(o, "op", op);
 	cJSON_AddStringToObject(o, "kind", kind);
 	cJSON_AddStringToObject(o, "name", name);
 	if (body)
 		cJSON_AddItemToObject(o, "body", cJSON_Duplicate(body, true));
-	if (apply_op(r->node, o, &err)) {
+	if (co_cluster_admin(r, "templates", "", o)) {
 		cJSON_Delete(o);
+		return;
+	}
+	cm_err rc = apply_op(r->node, o, &err);
+	cJSON_Delete(o);
+	if (rc) {
 		co_reply_error(r, &err, NULL);
 		return;
 	}
-	nd_cluster *cl = nd_cluster_of(r->node);
-	if (cl) {
-		char *text = cJSON_PrintUnformatted(o);
-		int total = 0, failed = 0;
-		nd_cluster_info_all(cl, text, &total, &failed);
-		cJSON_free(text);
-		acked = failed == 0;
-	}
-	cJSON_Delete(o);
 	cJSON *j = cJSON_CreateObject();
-	cJSON_AddBoolToObject(j, "acknowledged", acked);
+	cJSON_AddBoolToObject(j, "acknowledged", true);
 	co_reply_json(r, 200, j);
 }
 

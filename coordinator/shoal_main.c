@@ -52,6 +52,10 @@ usage(FILE *f)
 	       "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
 	       "  -E cluster.replica_timeout=10s              drop a silent replica after this\n"
 	       "  -E cluster.lease_ttl=10s                    etcd lease of this node (--etcd)\n"
+	       "  -E search.hedge.enabled=true                hedged shard requests (cluster)\n"
+	       "  -E search.hedge.min_delay=2ms               a hedge waits at least this\n"
+	       "  -E search.hedge.max_ratio=0.05              hedges per shard request, at most\n"
+	       "  -E cluster.routing.use_adaptive_replica_selection=true  C3 copy ranking\n"
 	       "  -E search.max_open_scroll_context=500       scroll contexts per node\n");
 }
 
@@ -225,7 +229,9 @@ main(int argc, char **argv)
 					return 2;
 				}
 				nd_ctx_set_max_scroll((int)n);
-			} else if (strncmp(kv, "cluster.", 8) == 0 && ncl_settings < 32) {
+			} else if ((strncmp(kv, "cluster.", 8) == 0 ||
+			            strncmp(kv, "search.hedge.", 13) == 0) &&
+			           ncl_settings < 32) {
 				cl_settings[ncl_settings++] = kv;
 			} else {
 				fprintf(stderr, "shoal: unknown setting -E %s\n", kv);
@@ -288,6 +294,7 @@ main(int argc, char **argv)
 		cm_error_clear(&err);
 		if (nd_cluster_setting(cl, cl_settings[k], &err)) {
 			fprintf(stderr, "shoal: -E %s: %s\n", cl_settings[k], err.reason);
+			nd_cluster_stop(cl); /* not started yet: frees what open took */
 			return 2;
 		}
 	}

@@ -186,13 +186,6 @@ cm_err nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *r
 cm_err nd_count(nd_node *n, nd_target *t, size_t nt, const sr_query *q, uint64_t deadline_ns,
                 uint64_t *count, cm_error *err);
 
-/* _delete_by_query over the targets' local snapshots: deletes every
- * document matching q, in batches of 1000 ids through nd_routed_apply;
- * adds the deletes and the batches to *deleted and *batches. Stops at the
- * first error (err says which). */
-cm_err nd_delete_by_query(nd_target *t, size_t nt, const sr_query *q, uint64_t *deleted,
-                          uint64_t *batches, cm_error *err);
-
 /* Search contexts (nd_ctx.c): one per shard copy, on the node holding
  * it, each a point-in-time reader with a keep-alive; scroll pages run on
  * them wherever they live (cluster or solo). */

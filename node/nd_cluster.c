@@ -16,6 +16,7 @@
 #include "../proto/pr.h"
 #include "nd_cluster_private.h"
 #include "nd_private.h"
+#include "nd_rank.h"
 #include "nd_snap.h"
 
 #define MEM CM_MEM_NODE
@@ -339,6 +340,75 @@ nd_cluster_http(const nd_cluster *cl)
 	return cl->nodes[cl->self].http;
 }
 
+char *
+nd_cluster_templates(nd_cluster *cl, uint64_t *seen)
+{
+	char *out = NULL;
+	pthread_mutex_lock(&cl->meta_lock);
+	if (cl->state && cl->state->version != *seen) {
+		*seen = cl->state->version;
+		out = cm_strdup(MEM, cl->state->templates ? cl->state->templates : "");
+	}
+	pthread_mutex_unlock(&cl->meta_lock);
+	return out;
+}
+
+/* The master's side of a template change {"op":"put"|"delete", "kind",
+ * "name", "body"} (validated where it was asked): applied to next's
+ * templates. */
+static cm_err
+templates_change(rp_state *next, const cJSON *op, cm_error *err)
+{
+	static const char *const kinds[] = {"index", "component", "legacy"};
+	const cJSON *o = cJSON_GetObjectItemCaseSensitive(op, "op");
+	const cJSON *k = cJSON_GetObjectItemCaseSensitive(op, "kind");
+	const cJSON *nm = cJSON_GetObjectItemCaseSensitive(op, "name");
+	const cJSON *b = cJSON_GetObjectItemCaseSensitive(op, "body");
+	if (!cJSON_IsString(o) || !cJSON_IsString(k) || !cJSON_IsString(nm) ||
+	    (strcmp(o->valuestring, "put") && strcmp(o->valuestring, "delete")) ||
+	    (!strcmp(o->valuestring, "put") && !cJSON_IsObject(b)))
+		return cm_error_set(err, CM_EPARSE, "malformed template change");
+	cJSON *db = next->templates ? cJSON_Parse(next->templates) : NULL;
+	if (!cJSON_IsObject(db)) {
+		cJSON_Delete(db);
+		db = cJSON_CreateObject();
+	}
+	for (int i = 0; i < 3; i++)
+		if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(db, kinds[i]))) {
+			cJSON_DeleteItemFromObjectCaseSensitive(db, kinds[i]);
+			cJSON_AddObjectToObject(db, kinds[i]);
+		}
+	cJSON *set = cJSON_GetObjectItemCaseSensitive(db, k->valuestring);
+	if (!set) {
+		cJSON_Delete(db);
+		return cm_error_set(err, CM_EPARSE, "unknown template kind [%s]", k->valuestring);
+	}
+	cJSON_DeleteItemFromObjectCaseSensitive(set, nm->valuestring);
+	if (!strcmp(o->valuestring, "put"))
+		cJSON_AddItemToObject(set, nm->valuestring, cJSON_Duplicate(b, true));
+	char *t = cJSON_PrintUnformatted(db);
+	cJSON_Delete(db);
+	cm_free(MEM, next->templates);
+	next->templates = cm_strdup(MEM, t ? t : "{}");
+	cJSON_free(t);
+	return CM_OK;
+}
+
+void
+nd_cluster_uuid_of(nd_cluster *cl, char *out, size_t cap)
+{
+	pthread_mutex_lock(&cl->meta_lock);
+	snprintf(out, cap, "%s", cl->state ? cl->state->cluster_uuid : "");
+	pthread_mutex_unlock(&cl->meta_lock);
+}
+
+const char *
+nd_cluster_transport(const nd_cluster *cl)
+{
+	const char *t = cl->nodes[cl->self].transport, *sep = strstr(t, "://");
+	return sep ? sep + 3 : t;
+}
+
 const char *
 nd_cluster_self(const nd_cluster *cl)
 {
@@ -630,6 +700,11 @@ cm_err
 cl_state_commit_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 {
 	cm_err rc;
+	if (!next->cluster_uuid[0]) {
+		char u[23];
+		nd_uuid(u); /* the cluster's, from its first committed state on */
+		snprintf(next->cluster_uuid, sizeof(next->cluster_uuid), "%s", u);
+	}
 	if (cl->etcd) {
 		/* etcd holds the state; the local copy is a cache for the start */
 		uint64_t v = 0;
@@ -728,6 +803,11 @@ static const char *const cluster_keys[] = {
     "cluster.routing.allocation.exclude._ip",
     "cluster.routing.allocation.node_concurrent_recoveries",
     "cluster.routing.rebalance.enable",
+    /* the tail-tolerant fan-out's (nd_rank.c checks their values) */
+    "cluster.routing.use_adaptive_replica_selection",
+    "search.hedge.enabled",
+    "search.hedge.min_delay",
+    "search.hedge.max_ratio",
     NULL,
 };
 
@@ -772,10 +852,25 @@ settings_merge(rp_state *next, const cJSON *body, cm_error *err)
 		const cJSON *sec = cJSON_GetObjectItemCaseSensitive(body, secs[k]);
 		if (!sec)
 			continue;
-		cJSON *flat = cJSON_CreateObject(), *c;
+		cJSON *flat = cJSON_CreateObject(), *c, *norms = cJSON_CreateObject();
 		flatten(sec, "", flat);
 		cJSON_ArrayForEach(c, flat)
 		{
+			if (nd_rank_key(c->string)) {
+				char *norm = NULL;
+				cm_err rc = nd_rank_check(c->string, c, &norm, err);
+				if (rc) {
+					cJSON_Delete(flat);
+					cJSON_Delete(norms);
+					cJSON_Delete(cur);
+					return rc;
+				}
+				/* stored as text (cl_setting_get reads numbers as integers) */
+				if (norm)
+					cJSON_AddStringToObject(norms, c->string, norm);
+				cm_free(MEM, norm);
+				continue;
+			}
 			if (!cluster_key(c->string) ||
 			    !(cJSON_IsString(c) || cJSON_IsNumber(c) || cJSON_IsNull(c))) {
 				cm_err rc = cm_error_set(
@@ -784,6 +879,7 @@ settings_merge(rp_state *next, const cJSON *body, cm_error *err)
 				    cluster_key(c->string) ? "invalid value for" : secs[k],
 				    c->string);
 				cJSON_Delete(flat);
+				cJSON_Delete(norms);
 				cJSON_Delete(cur);
 				return rc;
 			}
@@ -799,10 +895,17 @@ settings_merge(rp_state *next, const cJSON *body, cm_error *err)
 				    "from [all] to [%.60s]: all, primaries, new_primaries or none",
 				    c->valuestring);
 				cJSON_Delete(flat);
+				cJSON_Delete(norms);
 				cJSON_Delete(cur);
 				return rc;
 			}
 		}
+		cJSON_ArrayForEach(c, norms)
+		{
+			cJSON_ReplaceItemInObjectCaseSensitive(flat, c->string,
+			                                       cJSON_CreateString(c->valuestring));
+		}
+		cJSON_Delete(norms);
 		cJSON *dst = cJSON_GetObjectItemCaseSensitive(cur, secs[k]);
 		if (!dst)
 			dst = cJSON_AddObjectToObject(cur, secs[k]);
@@ -821,6 +924,25 @@ settings_merge(rp_state *next, const cJSON *body, cm_error *err)
 	return CM_OK;
 }
 
+/* The state a reroute answers with, cut to its ?metric= (meta_lock
+ * held). */
+static cJSON *
+reroute_state(nd_cluster *cl, const rp_state *st, const cJSON *body)
+{
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(body, "metric");
+	const char *ms = cJSON_IsString(m) ? m->valuestring : "_all";
+	if (strstr(ms, "none") && !strstr(ms, "_all"))
+		return cJSON_CreateObject();
+	bool all = strstr(ms, "_all") != NULL;
+	cJSON *j = cl_state_json_locked(cl, st, all || strstr(ms, "nodes"),
+	                                all || strstr(ms, "routing_table"));
+	if (!all && !strstr(ms, "version"))
+		cJSON_DeleteItemFromObjectCaseSensitive(j, "version");
+	if (!all && !strstr(ms, "master_node"))
+		cJSON_DeleteItemFromObjectCaseSensitive(j, "master_node");
+	return j;
+}
+
 /* The master's side of a metadata change: validated by applying it here
  * first, then versioned, persisted and published; the reply waits until
  * the nodes applied it (wait_applied). A state that cannot be persisted
@@ -833,6 +955,8 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 	cm_err rc = CM_OK;
 	const char *created = NULL;
 	uint64_t version = 0;
+	cJSON *rr = NULL; /* a reroute's reply: state and explanations */
+	bool dry = false;
 
 	*reply = NULL;
 	if (body && *body && !bj)
@@ -928,10 +1052,27 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		if ((rc = settings_merge(next, bj, err)))
 			goto done;
 	} else if (strcmp(action, "reroute") == 0) {
-		if ((rc = cl_reroute_locked(cl, next, bj, pdata, npdata, err)))
+		cJSON *expl = cJSON_CreateArray();
+		if ((rc = cl_reroute_locked(cl, next, bj, pdata, npdata, expl, err))) {
+			cJSON_Delete(expl);
 			goto done;
+		}
+		rr = cJSON_CreateObject();
+		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bj, "explain")))
+			cJSON_AddItemToObject(rr, "explanations", expl);
+		else
+			cJSON_Delete(expl);
+		if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(bj, "dry_run"))) {
+			/* what the commands would make, left uncommitted */
+			cJSON_AddItemToObject(rr, "state", reroute_state(cl, next, bj));
+			dry = true;
+			goto done;
+		}
 	} else if (strcmp(action, "aliases") == 0) {
 		if ((rc = nd_alias_master(cl->node, next, bj, err)))
+			goto done;
+	} else if (strcmp(action, "templates") == 0) {
+		if ((rc = templates_change(next, bj, err)))
 			goto done;
 	} else {
 		rc = cm_error_set(err, CM_EINVAL, "unknown metadata action [%s]", action);
@@ -952,6 +1093,8 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		goto done;
 	}
 	version = cl->state->version;
+	if (rr)
+		cJSON_AddItemToObject(rr, "state", reroute_state(cl, cl->state, bj));
 	if (strcmp(action, "aliases") == 0)
 		state_apply_locked(cl, cl->state); /* the master applies it as every node does */
 	if (strcmp(action, "delete") == 0) {
@@ -970,13 +1113,17 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 done:
 	rp_state_free(next);
 	pthread_mutex_unlock(&cl->meta_lock);
-	if (!rc)
+	if (!rc && !dry)
 		cl_state_publish(cl);
-	if (!rc) {
+	if (!rc && rr) {
+		cJSON_AddBoolToObject(rr, "acknowledged", dry || wait_applied(cl, version));
+		*reply = json_text(rr);
+	} else if (!rc) {
 		cJSON *out = ack_json(created, wait_applied(cl, version));
 		*reply = json_text(out);
 		cJSON_Delete(out);
 	}
+	cJSON_Delete(rr);
 	cJSON_Delete(bj);
 	return rc;
 }
@@ -1190,6 +1337,9 @@ serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_
 	case PR_SEARCH:
 		cl_serve_search(cl, p, len, deadline_ns, reply, reply_type);
 		return;
+	case PR_SEARCH_CANCEL: /* a hedged request's losing copy (nd_rank.c) */
+		nd_rank_serve_cancel(p, len, reply, reply_type);
+		return;
 	default:
 		if (nd_ctx_handles(type)) {
 			nd_ctx_serve(cl->node, type, p, len, reply, reply_type);
@@ -1295,6 +1445,7 @@ monitor_main(void *arg)
 		else if (!cl->etcd && master >= 0 && cl_alive(cl, master) && round++ % 4 == 0)
 			cl_fetch_state(cl);
 		cl_host_tick(cl);
+		nd_rank_refresh(cl); /* search.hedge.*, adaptive selection */
 	} while (!wait_stop(cl, 500));
 	return NULL;
 }

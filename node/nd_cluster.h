@@ -45,6 +45,14 @@ cm_err nd_cluster_setting(nd_cluster *cl, const char *kv, cm_error *err);
 void nd_cluster_cat_recovery(nd_cluster *cl, cm_buf *out);
 /* This node's HTTP address ("127.0.0.1:9200"), borrowed. */
 const char *nd_cluster_http(const nd_cluster *cl);
+/* The index templates the cluster state holds (JSON text, "" for none),
+ * copied (free with cm_free(CM_MEM_NODE)); NULL when the state is still
+ * the version *seen names. *seen becomes the current version. */
+char *nd_cluster_templates(nd_cluster *cl, uint64_t *seen);
+/* The cluster's uuid from the state ("" before the first commit). */
+void nd_cluster_uuid_of(nd_cluster *cl, char *out, size_t cap);
+/* This node's transport address, host:port (no scheme). */
+const char *nd_cluster_transport(const nd_cluster *cl);
 const char *nd_cluster_self(const nd_cluster *cl);
 /* The node table (it grows on etcd): how many, and node i's name. */
 int nd_cluster_nnodes(const nd_cluster *cl);
@@ -83,6 +91,8 @@ typedef struct nd_cl_shard_timing {
 	const char *node; /* borrowed: the cluster's node name */
 	bool local, ok;
 	uint64_t took_ns;
+	bool hedged;    /* a second copy was asked (tail-tolerant fan-out) */
+	bool hedge_won; /* and answered first */
 } nd_cl_shard_timing;
 
 typedef struct nd_cl_search_opts {
@@ -101,6 +111,12 @@ typedef struct nd_cl_search_opts {
  * coordinator and the data nodes call it alike. */
 cm_err nd_cl_request_build(const char *body, size_t len, const char *params, sr_request *req,
                            cm_error *err);
+/* A search's ?preference: CM_EINVAL (400) for a form Elasticsearch does
+ * not know. NULL is fine. */
+cm_err nd_cl_preference_check(const char *pref, cm_error *err);
+/* The ?preference of the GET this thread serves (borrowed until reset
+ * with NULL): realtime gets on a cluster pick their copy by it. */
+void nd_get_preference_set(const char *pref);
 /* Runs a search over every shard of ixs (sorted as nd_resolve returns
  * them), one copy each, rendering the ES body into out. */
 cm_err nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body,
@@ -129,6 +145,10 @@ cm_err nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **ou
                                      cm_error *err);
 /* The cluster settings of the state: {"persistent":{flat keys},"transient":{..}}. */
 cJSON *nd_cluster_settings_json(nd_cluster *cl);
+/* The tail-tolerant fan-out's figures for _nodes/stats, added to into:
+ * "adaptive_selection" (per remote data node, as ES) and "hedging" (in
+ * into's "shoal" object when it has one). */
+void nd_cluster_tail_stats(nd_cluster *cl, cJSON *into);
 /* _cluster/health as JSON text into out (cm_buf). */
 void nd_cluster_health(nd_cluster *cl, cm_buf *out);
 /* _cat/nodes and _cat/shards rows, tab separated, with a header line. */
@@ -142,11 +162,6 @@ void nd_cluster_cat_master(nd_cluster *cl, cm_buf *out);
  * sizes gathered from the nodes holding the copies): health status index
  * uuid pri rep docs.count docs.deleted store.size pri.store.size. */
 void nd_cluster_cat_indices(nd_cluster *cl, nd_index **ixs, size_t n, cm_buf *out);
-/* Hands kind to the info upcall of every other node (as _nodes does,
- * each call bounded): the coordinator's cluster-wide state that is not
- * in the cluster state (index templates). *failed counts the nodes that
- * did not answer or refused. */
-void nd_cluster_info_all(nd_cluster *cl, const char *kind, int *total, int *failed);
 /* The coordinator's upcall for this node's own _nodes entry: kind is
  * "info" (_nodes) or "stats" (_nodes/stats); returns a cJSON object. */
 typedef struct cJSON cJSON;

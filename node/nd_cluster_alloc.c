@@ -81,10 +81,6 @@ reroute_one(nd_cluster *cl, rp_state *next, const char *cmd, const cJSON *a, con
             int npdata, cm_error *err)
 {
 	int shard;
-	if (strcmp(cmd, "move") && strcmp(cmd, "cancel") && strcmp(cmd, "allocate_replica"))
-		return cm_error_set(err, CM_EINVAL,
-		                    "unknown reroute command [%s] (move, cancel, allocate_replica)",
-		                    cmd);
 	rp_route *ro = cmd_route(next, cmd, a, &shard, err);
 	const char *index = str_of(a, "index");
 	if (!ro)
@@ -182,21 +178,39 @@ reroute_one(nd_cluster *cl, rp_state *next, const char *cmd, const cJSON *a, con
 		ro->copies[ro->ncopies++] = node;
 		return CM_OK;
 	}
-	return cm_error_set(err, CM_EINVAL,
-	                    "unknown reroute command [%s] (move, cancel, allocate_replica)", cmd);
+	return cm_error_set(err, CM_EINVAL, "unknown reroute command [%s]", cmd);
+}
+
+/* One entry of the reroute reply's explanations, as Elasticsearch's
+ * RerouteExplanation renders it. */
+static void
+explain_cmd(cJSON *explanations, const cJSON *c, const cm_error *failed)
+{
+	char decider[64];
+	cJSON *x = cJSON_CreateObject(), *d = cJSON_CreateObject();
+	cJSON_AddStringToObject(x, "command", c->child->string);
+	cJSON_AddItemToObject(x, "parameters", cJSON_Duplicate(c->child, true));
+	snprintf(decider, sizeof(decider), "%s_allocation_command",
+	         strcmp(c->child->string, "allocate_replica") == 0 ? "allocate_replica"
+	                                                             : c->child->string);
+	cJSON_AddStringToObject(d, "decider", decider);
+	cJSON_AddStringToObject(d, "decision", failed ? "NO" : "YES");
+	cJSON_AddStringToObject(d, "explanation",
+	                        failed ? failed->reason : "the command can be applied");
+	cJSON_AddItemToArray(cJSON_AddArrayToObject(x, "decisions"), d);
+	cJSON_AddItemToArray(explanations, x);
 }
 
 cm_err
 cl_reroute_locked(nd_cluster *cl, rp_state *next, const cJSON *body, const int *pdata, int npdata,
-                  cm_error *err)
+                  cJSON *explanations, cm_error *err)
 {
 	const cJSON *cmds = cJSON_GetObjectItemCaseSensitive(body, "commands"), *c;
+	bool explain = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "explain"));
 	if (!cl->etcd)
 		return cm_error_set(err, CM_EINVAL,
 		                    "_cluster/reroute needs a cluster on etcd (a static cluster "
 		                    "places copies by formula)");
-	if (body && !cmds)
-		return cm_error_set(err, CM_EPARSE, "reroute body needs [commands]");
 	if (cmds && !cJSON_IsArray(cmds))
 		return cm_error_set(err, CM_EPARSE, "[commands] must be an array");
 	cJSON_ArrayForEach(c, cmds)
@@ -204,9 +218,24 @@ cl_reroute_locked(nd_cluster *cl, rp_state *next, const cJSON *body, const int *
 		if (!cJSON_IsObject(c) || !c->child || c->child->next || !cJSON_IsObject(c->child))
 			return cm_error_set(err, CM_EPARSE,
 			                    "each reroute command is an object with one key");
+		const char *k = c->child->string;
+		if (strcmp(k, "move") && strcmp(k, "cancel") && strcmp(k, "allocate_replica"))
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "unknown reroute command [%s] (move, cancel, allocate_replica)", k);
+	}
+	cJSON_ArrayForEach(c, cmds)
+	{
 		cm_err rc = reroute_one(cl, next, c->child->string, c->child, pdata, npdata, err);
+		if (rc && explain && rc != CM_ENOINDEX) {
+			explain_cmd(explanations, c, err); /* reported NO, not applied */
+			cm_error_clear(err);
+			continue;
+		}
 		if (rc)
 			return rc; /* next is dropped whole: nothing is half-applied */
+		if (explain)
+			explain_cmd(explanations, c, NULL);
 	}
 	return CM_OK;
 }
@@ -230,8 +259,8 @@ decider(cJSON *list, const char *name, const char *decision, const char *fmt, ..
 
 /* Why node i may or may not take a copy of ro: the deciders that say no. */
 static const char *
-node_decision(nd_cluster *cl, const rp_route *ro, int i, int max_rec, const char *enable,
-              cJSON *deciders)
+node_decision(nd_cluster *cl, const cJSON *set, const rp_route *ro, int i, int max_rec,
+              const char *enable, cJSON *deciders)
 {
 	const nd_cl_node *nd = &cl->nodes[i];
 	const char *verdict = "yes";
@@ -246,7 +275,7 @@ node_decision(nd_cluster *cl, const rp_route *ro, int i, int max_rec, const char
 		        "a copy of this shard is already allocated to this node [%s]", nd->name);
 		verdict = "no";
 	}
-	if (cl_excluded(cl, i)) {
+	if (cl_excluded_in(cl, set, i)) {
 		decider(
 		    deciders, "filter", "NO",
 		    "node matches cluster setting [cluster.routing.allocation.exclude] filters");
@@ -305,10 +334,11 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 	}
 	char enable[32] = "all", v[32];
 	int max_rec = 2;
-	if (cl_setting_get(cl, "cluster.routing.allocation.enable", v, sizeof(v)))
+	cJSON *set = cl_settings_read(cl);
+	if (cl_setting_in(set, "cluster.routing.allocation.enable", v, sizeof(v)))
 		snprintf(enable, sizeof(enable), "%s", v);
-	if (cl_setting_get(cl, "cluster.routing.allocation.node_concurrent_recoveries", v,
-	                   sizeof(v)) &&
+	if (cl_setting_in(set, "cluster.routing.allocation.node_concurrent_recoveries", v,
+	                  sizeof(v)) &&
 	    atoi(v) > 0)
 		max_rec = atoi(v);
 
@@ -369,14 +399,18 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 	}
 	pthread_mutex_unlock(&cl->meta_lock);
 	if (!found) {
+		/* the message first: want_index and want_node live in b */
+		cm_err rc =
+		    b ? cm_error_set(err, CM_EINVAL, "no such copy: [%s][%d] %s%s%s", want_index,
+		                     (int)ws->valuedouble, primary ? "primary" : "replica",
+		                     want_node ? " on node " : "", want_node ? want_node : "")
+		      : cm_error_set(
+		            err, CM_EINVAL,
+		            "unable to find any unassigned shards to explain "
+		            "[ClusterAllocationExplainRequest[useAnyUnassignedShard=true]]");
 		cJSON_Delete(b);
-		return b ? cm_error_set(err, CM_EINVAL, "no such copy: [%s][%d] %s%s%s", want_index,
-		                        (int)ws->valuedouble, primary ? "primary" : "replica",
-		                        want_node ? " on node " : "", want_node ? want_node : "")
-		         : cm_error_set(
-		               err, CM_EINVAL,
-		               "unable to find any unassigned shards to explain "
-		               "[ClusterAllocationExplainRequest[useAnyUnassignedShard=true]]");
+		cJSON_Delete(set);
+		return rc;
 	}
 	nd_index *nix = nd_index_get(cl->node, index);
 	if (nix) {
@@ -435,7 +469,7 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 		cJSON *cn = cJSON_AddObjectToObject(j, "current_node");
 		cJSON_AddStringToObject(cn, "name", cl->nodes[node].name);
 		cJSON_AddStringToObject(cn, "transport_address", cl->nodes[node].connect);
-		bool excluded = cl_excluded(cl, node);
+		bool excluded = cl_excluded_in(cl, set, node);
 		cJSON_AddStringToObject(j, "can_remain_on_current_node", excluded ? "no" : "yes");
 		if (excluded) {
 			cJSON *rd = cJSON_AddArrayToObject(j, "can_remain_decisions");
@@ -461,7 +495,7 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 		cJSON_AddStringToObject(d, "node_name", cl->nodes[i].name);
 		cJSON_AddStringToObject(d, "transport_address", cl->nodes[i].connect);
 		cJSON_AddStringToObject(d, "node_decision",
-		                        node_decision(cl, &ro, i, max_rec, enable, dec));
+		                        node_decision(cl, set, &ro, i, max_rec, enable, dec));
 		if (cJSON_GetArraySize(dec))
 			cJSON_AddItemToObject(d, "deciders", dec);
 		else
@@ -473,5 +507,6 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 	cJSON_free(t);
 	cJSON_Delete(j);
 	cJSON_Delete(b);
+	cJSON_Delete(set);
 	return CM_OK;
 }

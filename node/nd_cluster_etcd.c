@@ -848,31 +848,34 @@ cl_etcd_free(nd_cluster *cl)
 
 /* ---- placement inputs ---- */
 
-/* A cluster setting as the state has it: transient over persistent. */
-bool
-cl_setting_get(nd_cluster *cl, const char *key, char *out, size_t cap)
+cJSON *
+cl_settings_read(nd_cluster *cl)
 {
-	bool found = false;
 	pthread_mutex_lock(&cl->meta_lock);
 	cJSON *j = cl->state && cl->state->settings ? cJSON_Parse(cl->state->settings) : NULL;
 	pthread_mutex_unlock(&cl->meta_lock);
+	return j;
+}
+
+/* A cluster setting as the state has it: transient over persistent. */
+bool
+cl_setting_in(const cJSON *s, const char *key, char *out, size_t cap)
+{
 	const char *secs[] = {"transient", "persistent"};
-	for (int k = 0; k < 2 && !found; k++) {
+	for (int k = 0; k < 2; k++) {
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(
-		    cJSON_GetObjectItemCaseSensitive(j, secs[k]), key);
-		if (cJSON_IsString(v)) {
+		    cJSON_GetObjectItemCaseSensitive(s, secs[k]), key);
+		if (cJSON_IsString(v))
 			snprintf(out, cap, "%s", v->valuestring);
-			found = true;
-		} else if (cJSON_IsNumber(v)) {
+		else if (cJSON_IsNumber(v))
 			snprintf(out, cap, "%lld", (long long)v->valuedouble);
-			found = true;
-		} else if (cJSON_IsBool(v)) {
+		else if (cJSON_IsBool(v))
 			snprintf(out, cap, "%s", cJSON_IsTrue(v) ? "true" : "false");
-			found = true;
-		}
+		else
+			continue;
+		return true;
 	}
-	cJSON_Delete(j);
-	return found;
+	return false;
 }
 
 static bool
@@ -890,14 +893,14 @@ listed(const char *list, const char *value)
 }
 
 bool
-cl_excluded(nd_cluster *cl, int i)
+cl_excluded_in(nd_cluster *cl, const cJSON *s, int i)
 {
 	char v[1024];
 	const nd_cl_node *nd = &cl->nodes[i];
-	if (cl_setting_get(cl, "cluster.routing.allocation.exclude._name", v, sizeof(v)) &&
+	if (cl_setting_in(s, "cluster.routing.allocation.exclude._name", v, sizeof(v)) &&
 	    listed(v, nd->name))
 		return true;
-	if (cl_setting_get(cl, "cluster.routing.allocation.exclude._ip", v, sizeof(v))) {
+	if (cl_setting_in(s, "cluster.routing.allocation.exclude._ip", v, sizeof(v))) {
 		char host[ND_CL_ADDR];
 		snprintf(host, sizeof(host), "%s", nd->http);
 		char *colon = strrchr(host, ':');
@@ -912,13 +915,22 @@ cl_excluded(nd_cluster *cl, int i)
 int
 cl_placeable(nd_cluster *cl, int *out)
 {
+	cJSON *s = cl_settings_read(cl);
+	int n = cl_placeable_in(cl, s, out);
+	cJSON_Delete(s);
+	return n;
+}
+
+int
+cl_placeable_in(nd_cluster *cl, const cJSON *s, int *out)
+{
 	int n = 0;
 	for (int i = 0; i < cl->nn; i++) {
 		const nd_cl_node *nd = &cl->nodes[i];
 		bool up = i == cl->self
 		              ? atomic_load(&nd->registered) || !cl->etcd
 		              : (cl->etcd ? atomic_load(&nd->registered) : cl_alive(cl, i));
-		if (nd->data && up && cl_node_joined(cl, i) && !cl_excluded(cl, i))
+		if (nd->data && up && cl_node_joined(cl, i) && !cl_excluded_in(cl, s, i))
 			out[n++] = i;
 	}
 	return n;

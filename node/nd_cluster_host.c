@@ -3,6 +3,7 @@
  * the node's: joining through the master and, on the master, applying
  * shard events and failing over primaries whose node is gone. */
 #define _GNU_SOURCE
+#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "../common/cm_log.h"
 #include "../proto/pr.h"
 #include "nd_cluster_private.h"
+#include "nd_rank.h"
 
 #define MEM CM_MEM_NODE
 
@@ -297,37 +299,227 @@ delay_of(void *arg, const rp_index *x)
 	return ns;
 }
 
+/* ---- prepared hand-overs ----
+ *
+ * A primary leaving a live node (drain, rebalance) first has its node hold
+ * the shard's writes with none in flight (rp_handoff_prepare); the copies
+ * that then hold every operation stay in sync under the new primary, so
+ * the shard stays green. The allocator asks through handover_cb; the
+ * master prepares between rounds. Only the monitor thread touches the
+ * table. */
+
+#define CL_MAX_HANDOFFS 16
+/* Writes are held on the old primary at most HANDOFF_HOLD_NS from when
+ * it was asked; the master uses a prepared hand-over only within
+ * HANDOFF_READY_NS of asking, so the old primary learns the new routes
+ * (published at once, and watched in etcd) long before it would take
+ * writes in its term again. Normally the hold lasts milliseconds. */
+#define HANDOFF_HOLD_NS 10000000000ull
+#define HANDOFF_READY_NS 1500000000ull
+
+typedef struct cl_handoff {
+	char index[256];
+	int shard, from, to;
+	uint64_t term, keep, ready_until_ns;
+	bool ready, asked, used; /* asked: by this round's allocator; used: by it */
+	int failures;
+} cl_handoff;
+
+static cl_handoff handoffs[CL_MAX_HANDOFFS];
+static int nhandoffs;
+
+static void
+handoff_drop(int i)
+{
+	handoffs[i] = handoffs[--nhandoffs];
+}
+
+static bool handoff_ask(nd_cluster *cl, cl_handoff *h, uint64_t hold_ns);
+
+static bool
+handover_cb(void *arg, const char *index, int shard, int from, int to, uint64_t term,
+            uint64_t *keep)
+{
+	(void)arg;
+	uint64_t now = cm_now_ns();
+	for (int i = 0; i < nhandoffs; i++) {
+		cl_handoff *h = &handoffs[i];
+		if (strcmp(h->index, index) || h->shard != shard)
+			continue;
+		h->asked = true;
+		if (h->term != term || h->from != from || h->to != to) {
+			*h = (cl_handoff){
+			    .shard = shard, .from = from, .to = to, .term = term, .asked = true};
+			snprintf(h->index, sizeof(h->index), "%s", index);
+			return false;
+		}
+		if (h->used)
+			return false; /* the round that made it failed to commit: next one */
+		if (h->ready && now < h->ready_until_ns) {
+			*keep = h->keep;
+			h->used = true;
+			return true;
+		}
+		if (h->failures >= 3) {
+			/* its node cannot prepare: hand over all the same; the
+			 * other copies resync */
+			*keep = 0;
+			handoff_drop(i);
+			return true;
+		}
+		h->ready = false; /* expired: prepared again */
+		return false;
+	}
+	if (nhandoffs == CL_MAX_HANDOFFS) {
+		*keep = 0; /* too many at once: this one resyncs its other copies */
+		return true;
+	}
+	cl_handoff *h = &handoffs[nhandoffs++];
+	*h = (cl_handoff){.shard = shard, .from = from, .to = to, .term = term, .asked = true};
+	snprintf(h->index, sizeof(h->index), "%s", index);
+	return false;
+}
+
+/* Has the old primary prepare h (hold_ns 0: release it); true when it did. */
+static bool
+handoff_ask(nd_cluster *cl, cl_handoff *h, uint64_t hold_ns)
+{
+	cm_error err;
+	cm_error_clear(&err);
+	nd_index *ix = nd_index_get(cl->node, h->index);
+	if (!ix)
+		return false;
+	char uuid[64];
+	snprintf(uuid, sizeof(uuid), "%s", nd_index_uuid(ix));
+	nd_index_release(ix);
+	uint64_t keep = 0;
+	cm_err rc;
+	if (h->from == cl->self) {
+		rc = rp_handoff_prepare(cl->rp, h->index, uuid, h->shard, h->term, hold_ns, &keep,
+		                        &err);
+	} else {
+		cJSON *b = cJSON_CreateObject(), *out = NULL;
+		cJSON_AddNumberToObject(b, "shard", h->shard);
+		cJSON_AddStringToObject(b, "uuid", uuid);
+		char term[32];
+		snprintf(term, sizeof(term), "%" PRIu64, h->term); /* beyond 2^53 as text */
+		cJSON_AddStringToObject(b, "term", term);
+		if (!hold_ns)
+			cJSON_AddTrueToObject(b, "release");
+		char *text = cJSON_PrintUnformatted(b);
+		cJSON_Delete(b);
+		rc = cl_ask_node(cl, h->from, "rw_handoff", h->index, text, &out, &err);
+		cJSON_free(text);
+		const cJSON *k, *names = cJSON_GetObjectItemCaseSensitive(out, "keep");
+		cJSON_ArrayForEach(k, names)
+		{
+			int n = cJSON_IsString(k) ? cl_node_slot(cl, k->valuestring) : -1;
+			if (n >= 0 && n < RP_MAX_NODES)
+				keep |= 1ull << n;
+		}
+		cJSON_Delete(out);
+	}
+	if (rc) {
+		cm_warn("cluster", "[%s][%d] hand-over from [%s] not prepared: %s", h->index,
+		        h->shard, cl->nodes[h->from].name, err.reason);
+		return false;
+	}
+	h->keep = keep;
+	return true;
+}
+
+cJSON *
+cl_serve_handoff(nd_cluster *cl, const char *index, const cJSON *body, cm_error *err)
+{
+	const cJSON *s = cJSON_GetObjectItemCaseSensitive(body, "shard");
+	const cJSON *u = cJSON_GetObjectItemCaseSensitive(body, "uuid");
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(body, "term");
+	if (!index || !cJSON_IsNumber(s) || !cJSON_IsString(u) || !cJSON_IsString(t)) {
+		cm_error_set(err, CM_EPARSE, "malformed hand-over request");
+		return NULL;
+	}
+	uint64_t keep = 0;
+	bool release = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "release"));
+	if (rp_handoff_prepare(cl->rp, index, u->valuestring, s->valueint,
+	                       strtoull(t->valuestring, NULL, 10), release ? 0 : HANDOFF_HOLD_NS,
+	                       &keep, err))
+		return NULL;
+	cJSON *r = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(r, "keep");
+	for (int i = 0; i < cl->nn && i < RP_MAX_NODES; i++)
+		if ((keep >> i) & 1)
+			cJSON_AddItemToArray(a, cJSON_CreateString(cl->nodes[i].name));
+	return r;
+}
+
 /* Master on etcd: one allocation round (rp_state_allocate) with what the
- * membership says and the cluster settings. */
+ * membership says and the cluster settings; then the hand-overs it asked
+ * for are prepared, and a second round makes them. */
 static void
 allocate(nd_cluster *cl)
 {
 	int data[ND_CL_MAX_NODES];
 	uint64_t gone[RP_MAX_NODES] = {0}, drain = 0, now = cm_now_ns();
 	char v[64];
-	rp_alloc a = {.data = data, .gone_ns = gone, .delay_ns = delay_of, .arg = cl};
-	a.ndata = cl_placeable(cl, data);
+	rp_alloc a = {
+	    .data = data, .gone_ns = gone, .delay_ns = delay_of, .arg = cl, .handover = handover_cb};
+	cJSON *set = cl_settings_read(cl); /* once per round */
+	a.ndata = cl_placeable_in(cl, set, data);
 	for (int i = 0; i < cl->nn && i < RP_MAX_NODES; i++) {
 		uint64_t since = atomic_load(&cl->nodes[i].gone_since_ns);
 		if (i != cl->self && !atomic_load(&cl->nodes[i].registered) && since)
 			gone[i] = now - since > 0 ? now - since : 1;
-		if (cl->nodes[i].data && cl_excluded(cl, i))
+		if (cl->nodes[i].data && cl_excluded_in(cl, set, i))
 			drain |= 1ull << i;
 	}
 	a.drain = drain;
 	a.max_recoveries = 2;
-	if (cl_setting_get(cl, "cluster.routing.allocation.node_concurrent_recoveries", v,
-	                   sizeof(v)))
+	if (cl_setting_in(set, "cluster.routing.allocation.node_concurrent_recoveries", v,
+	                  sizeof(v)))
 		a.max_recoveries = atoi(v) > 0 ? atoi(v) : 2;
 	a.enable = RP_ALLOC_ALL;
-	if (cl_setting_get(cl, "cluster.routing.allocation.enable", v, sizeof(v)))
+	if (cl_setting_in(set, "cluster.routing.allocation.enable", v, sizeof(v)))
 		a.enable = strcmp(v, "primaries") == 0       ? RP_ALLOC_PRIMARIES
 		           : strcmp(v, "new_primaries") == 0 ? RP_ALLOC_NEW_PRIMARIES
 		           : strcmp(v, "none") == 0          ? RP_ALLOC_NONE
 		                                             : RP_ALLOC_ALL;
+	cJSON_Delete(set);
 	if (a.ndata == 0)
 		return;
+	for (int i = 0; i < nhandoffs; i++)
+		handoffs[i].asked = false;
 	change_state(cl, do_allocate, &a, "allocation");
+	bool prepared = false;
+	for (int i = 0; i < nhandoffs; i++) {
+		cl_handoff *h = &handoffs[i];
+		if (!h->asked) { /* no longer wanted (the routing moved on) */
+			if (h->ready)
+				handoff_ask(cl, h, 0); /* its writes go on at once */
+			handoff_drop(i--);
+			continue;
+		}
+		if (h->ready)
+			continue;
+		uint64_t asked = cm_now_ns();
+		if (handoff_ask(cl, h, HANDOFF_HOLD_NS)) {
+			h->ready = true;
+			h->ready_until_ns = asked + HANDOFF_READY_NS;
+			prepared = true;
+		} else {
+			h->failures++;
+		}
+	}
+	if (prepared)
+		change_state(cl, do_allocate, &a, "hand-over");
+	for (int i = 0; i < nhandoffs; i++) {
+		cl_handoff *h = &handoffs[i];
+		if (!h->used)
+			continue;
+		cl_route ro;
+		if (cl_route_get(cl, h->index, h->shard, &ro) && ro.primary == h->from &&
+		    ro.term == h->term)
+			handoff_ask(cl, h, 0); /* not committed: its writes go on */
+		handoff_drop(i--);
+	}
 }
 
 void
@@ -369,7 +561,10 @@ nd_cluster_setting(nd_cluster *cl, const char *kv, cm_error *err)
 		return cm_error_set(err, CM_EINVAL, "settings are key=value");
 	memcpy(key, kv, (size_t)(eq - kv));
 	key[eq - kv] = 0;
-	cm_err rc = cl_etcd_setting(cl, key, eq + 1, err);
+	cm_err rc = nd_rank_setting(key, eq + 1, err); /* the tail-tolerant fan-out's */
+	if (rc != CM_ENOTFOUND)
+		return rc;
+	rc = cl_etcd_setting(cl, key, eq + 1, err);
 	if (rc != CM_ENOTFOUND)
 		return rc;
 	return rp_setting(cl->rp, key, eq + 1, err);

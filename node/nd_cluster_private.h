@@ -6,6 +6,8 @@
  *   nd_cluster.meta_lock -> nd_node.reg_lock -> nd_index locks -> storage
  *   nd_cluster.meta_lock -> rp route_lock (rp_set_state)
  *   nd_cluster.lock is a leaf (latency figures only).
+ *   a search's search_st.lock (nd_cluster_rw.c) -> nd_rank.c's rank_mu;
+ *   rank_mu, timer_mu, cancel_mu are leaves (nd_rank.h).
  * No lock of the node is held across a network call: the master persists
  * and adopts a state under meta_lock, then publishes it after unlocking (a
  * node ignores a version older than its own, so publishes may cross). replication/rp_private.h
@@ -157,10 +159,15 @@ cm_err cl_etcd_commit(nd_cluster *cl, const rp_state *prev, const rp_state *next
                       uint64_t *version, cm_error *err);
 /* cluster.lease_ttl; CM_ENOTFOUND for another key. */
 cm_err cl_etcd_setting(nd_cluster *cl, const char *key, const char *value, cm_error *err);
-/* A cluster setting from the state (transient over persistent). */
-bool cl_setting_get(nd_cluster *cl, const char *key, char *out, size_t cap);
-/* Whether cluster.routing.allocation.exclude.* names node i. */
-bool cl_excluded(nd_cluster *cl, int i);
+/* The state's cluster settings, parsed (the caller deletes it), so that
+ * one round of decisions reads them once. */
+cJSON *cl_settings_read(nd_cluster *cl);
+/* A cluster setting of parsed settings s (transient over persistent). */
+bool cl_setting_in(const cJSON *s, const char *key, char *out, size_t cap);
+/* Whether s's cluster.routing.allocation.exclude.* names node i. */
+bool cl_excluded_in(nd_cluster *cl, const cJSON *s, int i);
+/* The data nodes that may take copies under s, into out[ND_CL_MAX_NODES]. */
+int cl_placeable_in(nd_cluster *cl, const cJSON *s, int *out);
 /* This node acts as master: the elected one, with a lease that cannot
  * have expired (etcd), or the static cluster's first master node. */
 #define cl_is_master(cl) ((cl)->master == (cl)->self && cl_etcd_leading(cl))
@@ -180,9 +187,23 @@ void cl_state_adopt(nd_cluster *cl, rp_state *st, bool force);
 int cl_placeable(nd_cluster *cl, int *out);
 
 /* Master, meta_lock held: POST _cluster/reroute's commands applied to
- * next (nd_cluster_alloc.c); an error leaves next to be dropped whole. */
+ * next (nd_cluster_alloc.c); an error leaves next to be dropped whole.
+ * With body's "explain", each command adds its decision to explanations
+ * and a command that cannot run is reported NO and skipped, not an error
+ * (as in Elasticsearch). */
 cm_err cl_reroute_locked(nd_cluster *cl, rp_state *next, const cJSON *body, const int *pdata,
-                         int npdata, cm_error *err);
+                         int npdata, cJSON *explanations, cm_error *err);
+/* meta_lock held: st as _cluster/state renders it (version, master_node,
+ * and the nodes and routing_table when asked). */
+cJSON *cl_state_json_locked(nd_cluster *cl, const rp_state *st, bool with_nodes,
+                            bool with_routing);
+
+/* One PR_ADMIN "rw_*" request to node, its JSON answer in *out. */
+cm_err cl_ask_node(nd_cluster *cl, int node, const char *action, const char *index,
+                   const char *body, cJSON **out, cm_error *err);
+/* The old primary's side of a prepared hand-over ("rw_handoff",
+ * nd_cluster_host.c): {"keep":[node names]}, or NULL with err. */
+cJSON *cl_serve_handoff(nd_cluster *cl, const char *index, const cJSON *body, cm_error *err);
 
 /* Small read requests carried by PR_ADMIN ("rw_get", "rw_stats"). */
 void cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *body,

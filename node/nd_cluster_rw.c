@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
 #include "../proto/pr.h"
 #include "../search/sr_agg.h"
 #include "nd_cluster_private.h"
+#include "nd_rank.h"
 #include "nd_snap.h"
 #include "nd_stats.h"
 
@@ -177,8 +179,9 @@ wr_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 	cm_wait_done(j->w);
 }
 
-void
-nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb)
+/* One round: every batch to its primary as the routes have it now. */
+static void
+apply_round(nd_cluster *cl, nd_batch *b, size_t nb)
 {
 	wr_job *jobs = cm_calloc(MEM, nb + 1, sizeof(wr_job));
 	cm_wait *w = cm_wait_create((int)nb);
@@ -225,6 +228,82 @@ nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb)
 			cm_buf_free(&bufs[i]);
 	cm_free(MEM, bufs);
 	cm_free(MEM, jobs);
+}
+
+/* Items a primary refused because it no longer leads the shard (CM_EMOVED:
+ * applied nowhere) go again to the new primary once the routes name it,
+ * as Elasticsearch retries a write whose primary relocated; bounded by
+ * each batch's deadline. */
+static void
+retry_moved(nd_cluster *cl, nd_batch *b, size_t nb)
+{
+	uint64_t dflt = cm_now_ns() + DEFAULT_DEADLINE_NS;
+	for (int round = 0; round < 200; round++) {
+		size_t nr = 0, nops = 0;
+		for (size_t i = 0; i < nb; i++) {
+			size_t m = 0;
+			for (size_t k = 0; k < b[i].n; k++)
+				m += b[i].res[k].err == CM_EMOVED;
+			uint64_t dl = b[i].deadline_ns    ? b[i].deadline_ns
+			              : tl_write_deadline ? tl_write_deadline
+			                                  : dflt;
+			if (m && cm_now_ns() + 50000000ull < dl) {
+				nr++;
+				nops += m;
+			}
+		}
+		if (!nr)
+			return;
+		usleep(20000); /* the new primary's route is on its way */
+		nd_batch *rb = cm_calloc(MEM, nr + 1, sizeof(nd_batch));
+		st_op *ops = cm_calloc(MEM, nops + 1, sizeof(st_op));
+		st_op_result *res = cm_calloc(MEM, nops + 1, sizeof(st_op_result));
+		size_t *from = cm_calloc(MEM, nops + 1, sizeof(size_t)), *owner = cm_calloc(
+		                                                          MEM, nops + 1, sizeof(size_t));
+		size_t r = 0, o = 0;
+		for (size_t i = 0; i < nb; i++) {
+			uint64_t dl = b[i].deadline_ns    ? b[i].deadline_ns
+			              : tl_write_deadline ? tl_write_deadline
+			                                  : dflt;
+			size_t start = o;
+			for (size_t k = 0; k < b[i].n; k++)
+				if (b[i].res[k].err == CM_EMOVED && cm_now_ns() + 50000000ull < dl) {
+					ops[o] = b[i].ops[k];
+					from[o] = k;
+					owner[o] = i;
+					o++;
+				}
+			if (o == start)
+				continue;
+			rb[r] = (nd_batch){.ix = b[i].ix,
+			                   .shard = b[i].shard,
+			                   .ops = &ops[start],
+			                   .n = o - start,
+			                   .res = &res[start],
+			                   .deadline_ns = dl};
+			r++;
+		}
+		apply_round(cl, rb, r);
+		for (size_t q = 0; q < o; q++)
+			b[owner[q]].res[from[q]] = res[q];
+		for (size_t q = 0; q < r; q++)
+			if (rb[q].rc)
+				for (size_t i = 0; i < nb; i++)
+					if (b[i].ix == rb[q].ix && b[i].shard == rb[q].shard)
+						b[i].rc = rb[q].rc;
+		cm_free(MEM, rb);
+		cm_free(MEM, ops);
+		cm_free(MEM, res);
+		cm_free(MEM, from);
+		cm_free(MEM, owner);
+	}
+}
+
+void
+nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb)
+{
+	apply_round(cl, b, nb);
+	retry_moved(cl, b, nb);
 	for (size_t i = 0; i < nb; i++) {
 		bool seen = false;
 		for (size_t k = 0; k < i && !seen; k++)
@@ -273,12 +352,14 @@ typedef struct local_shard {
 	uint32_t ordinal;
 	const sr_request *req;
 	sr_shard_result res;
+	uint64_t took_ns; /* service time, reported to the coordinator */
 } local_shard;
 
 static void
 run_local_shard(void *arg)
 {
 	local_shard *t = arg;
+	uint64_t t0 = cm_now_ns();
 	st_reader *r = st_shard_reader(nd_index_shard(t->ix, t->shard));
 	cm_error e;
 	cm_error_clear(&e);
@@ -294,6 +375,7 @@ run_local_shard(void *arg)
 	}
 	t->res.shard = t->ordinal;
 	atomic_fetch_add((_Atomic uint64_t *)&nd_index_counters(t->ix)->query_total, 1);
+	t->took_ns = cm_now_ns() - t0;
 }
 
 void
@@ -306,13 +388,19 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 	nd_index *ix = NULL;
 	local_shard *ts = NULL;
 	sr_shard_result **ptrs = NULL;
+	nd_rank_run *run = NULL;
+	const _Atomic _Bool *cancel = NULL;
+	pr_reply_meta *meta = NULL;
 	(void)deadline_ns;
 
+	nd_rank_serving(1);
 	cm_error_clear(&err);
 	sr_request_init(&req);
 	*reply_type = PR_SEARCH_REPLY;
 	if (pr_search_req_decode(p, len, &rq, &err))
 		goto fail;
+	/* A hedged request: its coordinator may call it off (nd_rank.c). */
+	run = nd_rank_begin(rq.cancel_id, &cancel);
 	if (!(ix = nd_index_get(cl->node, rq.index))) {
 		cm_error_set(&err, CM_ENOINDEX, "no such index [%s] on node [%s]", rq.index,
 		             cl->nodes[cl->self].name);
@@ -320,6 +408,7 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 	}
 	if (nd_cl_request_build(rq.body, rq.body_len, rq.params, &req, &err))
 		goto fail;
+	req.cancel = cancel;
 	ts = cm_calloc(MEM, rq.nshards + 1, sizeof(local_shard));
 	ptrs = cm_calloc(MEM, rq.nshards + 1, sizeof(*ptrs));
 	/* The request-wide shard numbers, so ties break as on the coordinator. */
@@ -340,12 +429,18 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 		                   : rq.shards[i];
 		if (ord > max_ord)
 			max_ord = ord;
-		ts[i] = (local_shard){ix, (int)rq.shards[i], ord, &req, {0}};
+		ts[i] = (local_shard){ix, (int)rq.shards[i], ord, &req, {0}, 0};
 	}
 	cJSON_Delete(pj);
 	/* Several shards (per-node mode) run side by side on this node. */
 	cm_pool_run_all(rq.nshards > 1 ? cl->spool : NULL, run_local_shard, ts, sizeof(local_shard),
 	                rq.nshards);
+	/* Service time per shard and this node's load, for the coordinator's
+	 * ranking (C3). */
+	meta = cm_calloc(MEM, 1, sizeof(*meta));
+	for (size_t i = 0; i < rq.nshards && i < PR_MAX_SERVICE; i++)
+		meta->service_us[meta->nservice++] = ts[i].took_ns / 1000;
+	meta->queue = nd_rank_serving(0) - 1;
 	if (rq.per_node && rq.nshards > 1 && use_ords) {
 		/* Per-node mode: merged here into one result standing for the
 		 * successful shards, followed by one result per failed shard. */
@@ -372,14 +467,14 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 			fails[i].error = *why;
 			ptrs[k++] = &fails[i];
 		}
-		pr_shard_results_encode(ptrs, k, reply);
+		pr_shard_results_encode_meta(ptrs, k, meta, reply);
 		sr_shard_result_free(&merged);
 		cm_free(MEM, fails);
 		sr_merger_destroy(m);
 	} else {
 		for (size_t i = 0; i < rq.nshards; i++)
 			ptrs[i] = &ts[i].res;
-		pr_shard_results_encode(ptrs, rq.nshards, reply);
+		pr_shard_results_encode_meta(ptrs, rq.nshards, meta, reply);
 	}
 	for (size_t i = 0; i < rq.nshards; i++)
 		sr_shard_result_free(&ts[i].res);
@@ -389,6 +484,9 @@ fail:
 	cm_buf_reset(reply);
 	pr_ack_encode(&err, NULL, 0, reply);
 done:
+	nd_rank_end(run);
+	nd_rank_serving(-1);
+	cm_free(MEM, meta);
 	cm_free(MEM, ts);
 	cm_free(MEM, ptrs);
 	if (ix)
@@ -399,19 +497,40 @@ done:
 
 /* ---- the coordinator's fan-out ---- */
 
+/* A shard job is claimed exactly once (done, under S->lock) by the first
+ * attempt that answers it; a hedged job has two attempts in flight, and
+ * the loser's reply, which may come after the search returned, only
+ * updates the figures. search_st is counted (refs): the caller, every
+ * message in flight and every pending hedge timer hold it. */
+
 typedef struct search_st search_st;
+
+#define MAX_ATT (ND_CL_MAX_COPIES + 2)
+
+typedef struct attempt {
+	int node;
+	uint64_t id; /* its message's cancel id */
+	uint64_t t_sent;
+	bool live, hedge;
+} attempt;
 
 typedef struct shard_job {
 	search_st *S;
 	nd_index *ix;
+	const char *ixname;
 	int shard;
 	uint32_t ordinal;
 	int order[ND_CL_MAX_COPIES];
-	int norder, next; /* next copy to try */
-	int node;         /* node of the current attempt */
+	int norder, next; /* next copy to try (S->lock once sent) */
+	int node;         /* node of the current attempt; at the end, the one that answered */
 	uint64_t t_sent;
 	uint64_t took_ns; /* the answering attempt, for the page and ?timings */
 	bool ok;
+	bool done; /* claimed (S->lock) */
+	bool hedged, hedge_won;
+	int inflight; /* remote attempts outstanding (S->lock) */
+	attempt att[MAX_ATT];
+	int natt;
 	cm_error last;
 	local_shard local;
 } shard_job;
@@ -421,7 +540,8 @@ typedef struct node_group {
 	int node;
 	shard_job **jobs;
 	size_t n;
-	uint64_t t_sent;
+	uint64_t t_sent, id;
+	bool hedge;
 	cm_buf msg;
 } node_group;
 
@@ -431,17 +551,167 @@ struct search_st {
 	sr_merger *m;
 	pthread_mutex_t lock;
 	cm_wait *w;
-	const char *body, *params;
+	char *body, *params; /* owned: a hedge may be sent from the timer thread */
 	uint64_t deadline_ns;
 	pr_strings **strings;
 	size_t nstrings, capstrings;
 	size_t failed;
 	bool timed_out; /* a shard failed on the deadline */
 	cm_error first_err;
+	shard_job *jobs;
+	size_t njobs;
+	char **names; /* owned copies of the index names, one per index */
+	size_t nnames;
+	int refs;
+	nd_tail_cfg cfg;
+	bool hedge; /* this search may send hedges */
 };
+
+/* A hedge timer's argument: the jobs sent in one message. */
+typedef struct hedge_arg {
+	search_st *S;
+	int node;
+	uint64_t id;
+	size_t n;
+	shard_job *jobs[];
+} hedge_arg;
 
 static void dispatch(shard_job *j);
 
+static void
+S_unref(search_st *S)
+{
+	pthread_mutex_lock(&S->lock);
+	bool last = --S->refs == 0;
+	pthread_mutex_unlock(&S->lock);
+	if (!last)
+		return;
+	sr_merger_destroy(S->m);
+	for (size_t i = 0; i < S->nstrings; i++)
+		pr_strings_free(S->strings[i]);
+	cm_free(MEM, S->strings);
+	cm_free(MEM, S->jobs);
+	for (size_t i = 0; i < S->nnames; i++)
+		cm_free(MEM, S->names[i]);
+	cm_free(MEM, S->names);
+	sr_request_free(&S->req);
+	cm_free(MEM, S->body);
+	cm_free(MEM, S->params);
+	pthread_mutex_destroy(&S->lock);
+	cm_free(MEM, S);
+}
+
+static void
+cancel_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
+{
+	(void)arg, (void)rc, (void)type, (void)p, (void)len;
+}
+
+/* Tells node to stop the request with cancel id `id` (fire and forget). */
+static void
+send_cancel(nd_cluster *cl, int node, uint64_t id)
+{
+	cm_buf b;
+	cm_buf_init(&b, MEM);
+	pr_search_cancel_encode(&id, 1, &b);
+	nd_peer_call(cl->nodes[node].peer, PR_SEARCH_CANCEL, b.data, b.len,
+	             cm_now_ns() + 1000000000ull, cancel_reply, NULL);
+	cm_buf_free(&b);
+}
+
+/* Locked: the attempt of j whose message had id is over; NULL if none. */
+static attempt *
+att_end_locked(shard_job *j, uint64_t id)
+{
+	for (int i = 0; i < j->natt; i++)
+		if (j->att[i].id == id && j->att[i].live) {
+			j->att[i].live = false;
+			j->inflight--;
+			return &j->att[i];
+		}
+	return NULL;
+}
+
+/* Locked: whether some job not yet done still waits on message id. */
+static bool
+id_needed_locked(search_st *S, uint64_t id)
+{
+	for (size_t q = 0; q < S->njobs; q++) {
+		shard_job *o = &S->jobs[q];
+		if (o->done)
+			continue;
+		for (int i = 0; i < o->natt; i++)
+			if (o->att[i].live && o->att[i].id == id)
+				return true;
+	}
+	return false;
+}
+
+/* Claims jobs[0..n) for the attempt with id won (0: local or a final
+ * failure), all or none: false when another attempt got one of them
+ * first (a result merged on a data node cannot be split). The losers'
+ * messages that no other job waits for are cancelled on their nodes. */
+static bool
+claim_jobs(shard_job *const *jobs, size_t n, uint64_t won)
+{
+	search_st *S = jobs[0]->S;
+	size_t cap = n * MAX_ATT, nc = 0;
+	int *cn = cm_calloc(MEM, cap + 1, sizeof(int));
+	uint64_t *cid = cm_calloc(MEM, cap + 1, sizeof(uint64_t));
+	uint64_t now = cm_now_ns();
+	bool ok = true;
+	pthread_mutex_lock(&S->lock);
+	for (size_t q = 0; q < n; q++)
+		ok = ok && !jobs[q]->done;
+	for (size_t q = 0; ok && q < n; q++) {
+		shard_job *j = jobs[q];
+		j->done = true;
+		for (int i = 0; i < j->natt; i++) {
+			attempt *a = &j->att[i];
+			if (a->id == won && won) {
+				j->node = a->node;
+				j->t_sent = a->t_sent;
+				if (a->hedge) {
+					j->hedge_won = true;
+					nd_rank_count_won();
+				}
+			}
+		}
+	}
+	for (size_t q = 0; ok && q < n; q++) {
+		shard_job *j = jobs[q];
+		for (int i = 0; i < j->natt; i++) {
+			attempt *a = &j->att[i];
+			if (!a->live || a->id == won)
+				continue;
+			/* the loser took at least this long: its hedge delay knows */
+			nd_rank_censored(a->node, now - a->t_sent);
+			bool dup = false;
+			for (size_t k = 0; k < nc && !dup; k++)
+				dup = cid[k] == a->id;
+			if (!dup && nc < cap && !id_needed_locked(S, a->id)) {
+				cn[nc] = a->node;
+				cid[nc++] = a->id;
+			}
+		}
+	}
+	pthread_mutex_unlock(&S->lock);
+	for (size_t i = 0; i < nc; i++)
+		send_cancel(S->cl, cn[i], cid[i]);
+	if (nc)
+		nd_rank_count_cancelled(nc);
+	cm_free(MEM, cn);
+	cm_free(MEM, cid);
+	return ok;
+}
+
+static bool
+claim(shard_job *j, uint64_t won)
+{
+	return claim_jobs(&j, 1, won);
+}
+
+/* The job's result, once claimed. */
 static void
 job_finish_ok(shard_job *j, sr_shard_result *res, pr_strings *strings)
 {
@@ -480,26 +750,59 @@ job_finish_ok(shard_job *j, sr_shard_result *res, pr_strings *strings)
 	cm_wait_done(S->w);
 }
 
+/* An attempt of j on node failed; another copy is tried when no other
+ * attempt is still out. */
 static void
-job_failed(shard_job *j, cm_err rc, const char *why)
+job_failed(shard_job *j, int node, cm_err rc, const char *why)
 {
 	search_st *S = j->S;
 	if (rc == CM_EUNAVAIL)
-		cl_mark(S->cl, j->node, false, 0);
-	cm_error_clear(&j->last);
-	cm_error_set(&j->last, rc, "shard [%s][%d] on node [%s]: %s", nd_index_name(j->ix),
-	             j->shard, S->cl->nodes[j->node].name, why);
-	/* Another copy, while the deadline allows. */
-	dispatch(j);
+		cl_mark(S->cl, node, false, 0);
+	pthread_mutex_lock(&S->lock);
+	bool retry = !j->done && j->inflight == 0;
+	if (!j->done) {
+		cm_error_clear(&j->last);
+		cm_error_set(&j->last, rc, "shard [%s][%d] on node [%s]: %s", j->ixname, j->shard,
+		             S->cl->nodes[node].name, why);
+		j->node = node;
+	}
+	pthread_mutex_unlock(&S->lock);
+	if (retry)
+		dispatch(j);
 }
 
 static void
 run_job_local(void *arg)
 {
 	shard_job *j = arg;
-	j->local = (local_shard){j->ix, j->shard, j->ordinal, &j->S->req, {0}};
+	j->local = (local_shard){j->ix, j->shard, j->ordinal, &j->S->req, {0}, 0};
 	run_local_shard(&j->local);
-	job_finish_ok(j, &j->local.res, NULL);
+	if (claim(j, 0))
+		job_finish_ok(j, &j->local.res, NULL);
+	else
+		sr_shard_result_free(&j->local.res);
+}
+
+static void hedge_fire(void *arg);
+
+static void
+strings_keep_locked(search_st *S, pr_strings *strings)
+{
+	if (S->nstrings == S->capstrings) {
+		S->capstrings = S->capstrings ? 2 * S->capstrings : 8;
+		S->strings = cm_realloc(MEM, S->strings, S->capstrings * sizeof(*S->strings));
+	}
+	S->strings[S->nstrings++] = strings;
+}
+
+static void
+group_free(node_group *g)
+{
+	search_st *S = g->S;
+	cm_buf_free(&g->msg);
+	cm_free(MEM, g->jobs);
+	cm_free(MEM, g);
+	S_unref(S);
 }
 
 static void
@@ -508,10 +811,21 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 	node_group *g = arg;
 	search_st *S = g->S;
 	sr_shard_result *res = NULL;
-	size_t nres = 0;
+	size_t nres = 0, nlive = 0;
 	pr_strings *strings = NULL;
+	pr_reply_meta *meta = cm_calloc(MEM, 1, sizeof(*meta));
+	bool live[g->n + 1], censored = false;
 	cm_error e;
 
+	uint64_t took = cm_now_ns() - g->t_sent;
+	pthread_mutex_lock(&S->lock);
+	for (size_t i = 0; i < g->n; i++) {
+		attempt *a = att_end_locked(g->jobs[i], g->id);
+		live[i] = !g->jobs[i]->done;
+		nlive += live[i];
+		censored = censored || !a;
+	}
+	pthread_mutex_unlock(&S->lock);
 	cm_error_clear(&e);
 	if (!rc && type == PR_ERROR) {
 		char *b = NULL;
@@ -519,9 +833,15 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 		pr_ack_decode(p, len, &e, &b, &bl);
 		cm_free(MEM, b);
 		rc = e.code ? e.code : CM_EINTERNAL;
+	} else if (!rc && nlive == 0) {
+		/* a lost race: the figures only (the payload is not decoded) */
+		nd_rank_done(g->node, true, took, NULL, 0, 0, true);
+		cm_free(MEM, meta);
+		group_free(g);
+		return;
 	} else if (!rc &&
-	           (rc = pr_shard_results_decode(p, len, S->req.aggs, &res, &nres, &strings, &e)) ==
-	               CM_OK &&
+	           (rc = pr_shard_results_decode_meta(p, len, S->req.aggs, &res, &nres, &strings,
+	                                              meta, &e)) == CM_OK &&
 	           nres > 0 && g->n > 1 && (res[0].shards_merged > 0 || res[0].error.code)) {
 		/* Merged on the node: one result for the successful shards, then
 		 * one per failed shard. */
@@ -531,8 +851,44 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 		if (covered != g->n) {
 			rc = cm_error_set(&e, CM_EPARSE, "merged results cover %zu of %zu shards",
 			                  covered, g->n);
+		} else if (nlive < g->n) {
+			/* Some of these shards were answered by a hedge: the merged
+			 * result cannot be split, so the rest wait for their hedges
+			 * (or try another copy). */
+			nd_rank_done(g->node, true, took, meta->service_us, meta->nservice,
+			             meta->queue, censored);
+			cl_mark(S->cl, g->node, true, took);
+			for (size_t i = 0; i < nres; i++)
+				sr_shard_result_free(&res[i]);
+			cm_free(MEM, res);
+			if (strings)
+				pr_strings_free(strings);
+			for (size_t q = 0; q < g->n; q++)
+				if (live[q])
+					job_failed(
+					    g->jobs[q], g->node, CM_ETIMEDOUT,
+					    "answered with shards already merged from a hedge");
+			cm_free(MEM, meta);
+			group_free(g);
+			return;
+		} else if (!claim_jobs(g->jobs, g->n, g->id)) {
+			/* a hedge answered one of them meanwhile: as above */
+			nd_rank_done(g->node, true, took, meta->service_us, meta->nservice,
+			             meta->queue, censored);
+			for (size_t i = 0; i < nres; i++)
+				sr_shard_result_free(&res[i]);
+			cm_free(MEM, res);
+			if (strings)
+				pr_strings_free(strings);
+			for (size_t q = 0; q < g->n; q++)
+				job_failed(g->jobs[q], g->node, CM_ETIMEDOUT,
+				           "answered with shards already merged from a hedge");
+			cm_free(MEM, meta);
+			group_free(g);
+			return;
 		} else {
-			uint64_t took = cm_now_ns() - g->t_sent;
+			nd_rank_done(g->node, true, took, meta->service_us, meta->nservice,
+			             meta->queue, censored);
 			cl_mark(S->cl, g->node, true, took);
 			for (size_t q = 0; q < g->n; q++) {
 				g->jobs[q]->took_ns = took;
@@ -547,38 +903,33 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 							j = g->jobs[q];
 					if (!j) /* unknown ordinal: charge it to the first job */
 						j = g->jobs[0];
-					job_finish_ok(j, &res[i], i == 0 ? strings : NULL);
+					job_finish_ok(j, &res[i], NULL);
 					continue;
 				}
 				uint32_t k = res[i].shards_merged;
 				res[i].index = nd_index_name(g->jobs[0]->ix);
 				res[i].node = S->cl->nodes[g->node].name;
 				pthread_mutex_lock(&S->lock);
-				if (i == 0 && strings) {
-					if (S->nstrings == S->capstrings) {
-						S->capstrings =
-						    S->capstrings ? 2 * S->capstrings : 8;
-						S->strings =
-						    cm_realloc(MEM, S->strings,
-						               S->capstrings * sizeof(*S->strings));
-					}
-					S->strings[S->nstrings++] = strings;
-				}
 				sr_merger_add(S->m, &res[i]);
 				pthread_mutex_unlock(&S->lock);
 				for (uint32_t q = 0; q < k; q++)
 					cm_wait_done(S->w);
 			}
+			if (strings) {
+				pthread_mutex_lock(&S->lock);
+				strings_keep_locked(S, strings);
+				pthread_mutex_unlock(&S->lock);
+			}
 			cm_free(MEM, res);
-			cm_buf_free(&g->msg);
-			cm_free(MEM, g->jobs);
-			cm_free(MEM, g);
+			cm_free(MEM, meta);
+			group_free(g);
 			return;
 		}
 	} else if (!rc && nres != g->n) {
 		rc = cm_error_set(&e, CM_EPARSE, "%zu results for %zu shards", nres, g->n);
 	}
 	if (rc) {
+		nd_rank_done(g->node, false, took, NULL, 0, 0, true);
 		/* Unreachable, late, refused, or behind on the metadata: another
 		 * copy may answer. Anything else every copy would say alike. */
 		bool retry =
@@ -586,6 +937,8 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 		if (!retry) {
 			/* The request itself is bad: every copy would say the same. */
 			for (size_t i = 0; i < g->n; i++) {
+				if (!live[i] || !claim(g->jobs[i], g->id))
+					continue;
 				sr_shard_result fr;
 				memset(&fr, 0, sizeof(fr));
 				if (e.code)
@@ -597,12 +950,14 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 			}
 		} else {
 			for (size_t i = 0; i < g->n; i++)
-				job_failed(
-				    g->jobs[i], rc,
-				    rc == CM_EINVAL      ? "refused (wrong cluster name or secret?)"
-				    : rc == CM_ETIMEDOUT ? "timed out"
-				    : rc == CM_ENOINDEX  ? "the node does not have the index yet"
-				                         : "node not reachable");
+				if (live[i])
+					job_failed(g->jobs[i], g->node, rc,
+					           rc == CM_EINVAL
+					               ? "refused (wrong cluster name or secret?)"
+					           : rc == CM_ETIMEDOUT ? "timed out"
+					           : rc == CM_ENOINDEX
+					               ? "the node does not have the index yet"
+					               : "node not reachable");
 		}
 		if (res) {
 			for (size_t i = 0; i < nres; i++)
@@ -612,19 +967,30 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 		if (strings)
 			pr_strings_free(strings);
 	} else {
-		cl_mark(S->cl, g->node, true, cm_now_ns() - g->t_sent);
-		for (size_t i = 0; i < g->n; i++)
-			job_finish_ok(g->jobs[i], &res[i], i == 0 ? strings : NULL);
+		nd_rank_done(g->node, true, took, meta->service_us, meta->nservice, meta->queue,
+		             censored);
+		cl_mark(S->cl, g->node, true, took);
+		bool kept = false;
+		for (size_t i = 0; i < g->n; i++) {
+			if (live[i] && claim(g->jobs[i], g->id)) {
+				job_finish_ok(g->jobs[i], &res[i], kept ? NULL : strings);
+				kept = true;
+			} else {
+				sr_shard_result_free(&res[i]);
+			}
+		}
+		if (!kept && strings)
+			pr_strings_free(strings);
 		cm_free(MEM, res);
 	}
-	cm_buf_free(&g->msg);
-	cm_free(MEM, g->jobs);
-	cm_free(MEM, g);
+	cm_free(MEM, meta);
+	group_free(g);
 }
 
-/* Sends shards (all of one index) to one remote node in one message. */
+/* Sends shards (all of one index) to one remote node in one message.
+ * hedge: a second attempt for jobs whose first is still out. */
 static void
-send_group(search_st *S, int node, shard_job **jobs, size_t n)
+send_group(search_st *S, int node, shard_job **jobs, size_t n, bool hedge)
 {
 	node_group *g = cm_calloc(MEM, 1, sizeof(*g));
 	uint32_t *shards = cm_calloc(MEM, n + 1, sizeof(uint32_t));
@@ -632,9 +998,10 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n)
 	g->node = node;
 	g->jobs = cm_calloc(MEM, n + 1, sizeof(shard_job *));
 	g->n = n;
+	g->hedge = hedge;
+	g->id = nd_rank_cancel_id();
 	for (size_t i = 0; i < n; i++) {
 		g->jobs[i] = jobs[i];
-		jobs[i]->node = node;
 		shards[i] = (uint32_t)jobs[i]->shard;
 	}
 	cm_buf params;
@@ -651,32 +1018,141 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n)
 		cm_buf_put(&params, S->params, strlen(S->params));
 	}
 	cm_buf_put_u8(&params, 0);
-	pr_search_req rq = {.index = (char *)nd_index_name(jobs[0]->ix),
+	pr_search_req rq = {.index = (char *)jobs[0]->ixname,
 	                    .index_uuid = (char *)"",
 	                    .shards = shards,
 	                    .nshards = n,
-	                    .body = (char *)S->body,
+	                    .body = S->body,
 	                    .body_len = strlen(S->body),
 	                    .params = (char *)params.data,
-	                    .per_node = n > 1};
+	                    .per_node = n > 1,
+	                    .cancel_id = S->hedge ? g->id : 0};
 	cm_buf_init(&g->msg, MEM);
 	pr_search_req_encode(&rq, &g->msg);
 	cm_buf_free(&params);
 	cm_free(MEM, shards);
 	g->t_sent = cm_now_ns();
-	for (size_t i = 0; i < n; i++)
-		jobs[i]->t_sent = g->t_sent;
-	nd_stats_message(n);
 	/* With another copy left to try, this attempt gets half the time left,
 	 * so a copy that hangs still leaves room for the retry. */
 	uint64_t deadline = S->deadline_ns;
 	bool more = false;
+	pthread_mutex_lock(&S->lock);
+	bool moot = hedge;
 	for (size_t i = 0; i < n; i++)
-		more = more || jobs[i]->next < jobs[i]->norder;
+		moot = moot && jobs[i]->done;
+	if (moot) {
+		/* a hedge whose shards were all answered meanwhile */
+		pthread_mutex_unlock(&S->lock);
+		cm_buf_free(&g->msg);
+		cm_free(MEM, g->jobs);
+		cm_free(MEM, g);
+		return;
+	}
+	S->refs++; /* the message's */
+	for (size_t i = 0; i < n; i++) {
+		shard_job *j = jobs[i];
+		more = more || j->next < j->norder;
+		if (!j->done) {
+			j->node = node;
+			j->t_sent = g->t_sent;
+		}
+		if (j->natt < MAX_ATT) {
+			j->att[j->natt++] = (attempt){.node = node,
+			                              .id = g->id,
+			                              .t_sent = g->t_sent,
+			                              .live = true,
+			                              .hedge = hedge};
+			j->inflight++;
+		}
+	}
+	bool arm = S->hedge && !hedge && more;
+	if (arm)
+		S->refs++; /* the timer's */
+	pthread_mutex_unlock(&S->lock);
 	if (more && deadline > g->t_sent)
 		deadline = g->t_sent + (deadline - g->t_sent) / 2;
+	nd_stats_message(n);
+	nd_rank_sent(node);
+	if (hedge)
+		nd_rank_count_hedge(n);
+	else
+		nd_rank_earn(n, S->cfg.max_ratio);
+	if (arm) {
+		hedge_arg *h = cm_calloc(MEM, 1, sizeof(*h) + n * sizeof(shard_job *));
+		h->S = S;
+		h->node = node;
+		h->id = g->id;
+		h->n = n;
+		memcpy(h->jobs, jobs, n * sizeof(shard_job *));
+		nd_rank_timer(g->t_sent + nd_rank_hedge_delay(node, S->cfg.min_delay_ns),
+		              hedge_fire, h);
+	}
 	nd_peer_call(S->cl->nodes[node].peer, PR_SEARCH, g->msg.data, g->msg.len, deadline,
 	             group_reply, g);
+}
+
+/* Locked: the next live copy of j after its current ones, -1 if none. */
+static int
+next_copy_locked(shard_job *j)
+{
+	while (j->next < j->norder) {
+		int node = j->order[j->next++];
+		if (node != j->S->cl->self && cl_alive(j->S->cl, node))
+			return node;
+	}
+	return -1;
+}
+
+/* A first attempt has not answered within its hedge delay: the same
+ * request goes to the next copy of each shard still waiting, when the
+ * budget allows (all of a message's shards or none). */
+static void
+hedge_fire(void *arg)
+{
+	hedge_arg *h = arg;
+	search_st *S = h->S;
+	int target[h->n + 1];
+	size_t want = 0;
+	pthread_mutex_lock(&S->lock);
+	for (size_t i = 0; i < h->n; i++) {
+		shard_job *j = h->jobs[i];
+		target[i] = -1;
+		bool waiting = false;
+		for (int a = 0; a < j->natt; a++)
+			waiting = waiting || (j->att[a].live && j->att[a].id == h->id);
+		if (j->done || !waiting || j->hedged || cm_now_ns() >= S->deadline_ns)
+			continue;
+		int save = j->next;
+		target[i] = next_copy_locked(j);
+		j->next = save;
+		want += target[i] >= 0;
+	}
+	bool go = want > 0 && nd_rank_take(want);
+	if (go)
+		for (size_t i = 0; i < h->n; i++)
+			if (target[i] >= 0) {
+				h->jobs[i]->hedged = true;
+				next_copy_locked(h->jobs[i]);
+			}
+	pthread_mutex_unlock(&S->lock);
+	/* One message per target node (per_node fan-out hedges a straggling
+	 * node's shards together). The jobs cannot be claimed away while
+	 * encoding: their first attempts are still out and the caller waits. */
+	for (size_t i = 0; go && i < h->n; i++) {
+		if (target[i] < 0)
+			continue;
+		shard_job *grp[h->n + 1];
+		size_t g = 0;
+		int node = target[i];
+		for (size_t q = i; q < h->n; q++)
+			if (target[q] == node) {
+				grp[g++] = h->jobs[q];
+				target[q] = -1;
+			}
+		send_group(S, node, grp, g, true);
+	}
+	cm_free(MEM, h);
+	S_unref(S);
 }
 
 /* Tries the job's next copy, or records the shard as failed. */
@@ -684,22 +1160,33 @@ static void
 dispatch(shard_job *j)
 {
 	search_st *S = j->S;
-	while (j->next < j->norder) {
-		int node = j->order[j->next++];
-		if (cm_now_ns() >= S->deadline_ns)
+	for (;;) {
+		pthread_mutex_lock(&S->lock);
+		if (j->done) {
+			pthread_mutex_unlock(&S->lock);
+			return;
+		}
+		if (j->next >= j->norder || cm_now_ns() >= S->deadline_ns) {
+			pthread_mutex_unlock(&S->lock);
 			break;
+		}
+		int node = j->order[j->next++];
+		bool last = j->next >= j->norder;
+		pthread_mutex_unlock(&S->lock);
 		/* A copy known dead is skipped while another remains. */
-		if (!cl_alive(S->cl, node) && j->next < j->norder)
+		if (!cl_alive(S->cl, node) && !last)
 			continue;
-		j->node = node;
-		j->t_sent = cm_now_ns();
 		if (node == S->cl->self) {
+			j->node = node;
+			j->t_sent = cm_now_ns();
 			cm_pool_submit(S->cl->spool, run_job_local, j);
 			return;
 		}
-		send_group(S, node, &j, 1);
+		send_group(S, node, &j, 1, false);
 		return;
 	}
+	if (!claim(j, 0))
+		return;
 	sr_shard_result fr;
 	memset(&fr, 0, sizeof(fr));
 	if (j->last.code)
@@ -708,7 +1195,7 @@ dispatch(shard_job *j)
 		cm_error_set(&fr.error, j->norder ? CM_ETIMEDOUT : CM_EUNAVAIL,
 		             j->norder ? "shard [%s][%d]: no copy answered within the deadline"
 		                       : "shard [%s][%d]: no copy matches the preference",
-		             nd_index_name(j->ix), j->shard);
+		             j->ixname, j->shard);
 	if (fr.error.code == CM_EUNAVAIL)
 		cm_error_set_type(&fr.error, CM_EUNAVAIL, "no_shard_available_action_exception",
 		                  "%s", fr.error.reason);
@@ -739,9 +1226,61 @@ name_in(const char *list, const char *name)
 	return hit;
 }
 
+cm_err
+nd_cl_preference_check(const char *pref, cm_error *err)
+{
+	if (!pref || !*pref || *pref != '_' || strcmp(pref, "_local") == 0 ||
+	    strcmp(pref, "_only_local") == 0 || strcmp(pref, "_primary") == 0)
+		return CM_OK;
+	if ((strncmp(pref, "_prefer_nodes:", 14) == 0 && pref[14]) ||
+	    (strncmp(pref, "_only_nodes:", 12) == 0 && pref[12]))
+		return CM_OK;
+	return cm_error_set(err, CM_EINVAL, "no Preference for [%.100s]", pref);
+}
+
+/* Whether a search with this preference may hedge: not when it pins its
+ * copies (by node, locality, primary or a sticky session string). */
+static bool
+pref_hedges(const char *pref)
+{
+	return !pref || !*pref || strcmp(pref, "_local") == 0 ||
+	       strncmp(pref, "_prefer_nodes:", 14) == 0;
+}
+
+/* Appends cand[0..n) to j's order, best first: by C3 rank with adaptive
+ * selection, else by round-trip latency; dead copies last. */
+static void
+order_ranked(nd_cluster *cl, const int *cand, int n, const nd_tail_cfg *cfg, shard_job *j)
+{
+	if (n <= 0)
+		return;
+	if (cfg && cfg->ars) {
+		bool alive[ND_CL_MAX_COPIES];
+		for (int i = 0; i < n; i++)
+			alive[i] = cl_alive(cl, cand[i]);
+		nd_rank_order(cand, alive, n, cl->nn, j->order + j->norder);
+		j->norder += n;
+		return;
+	}
+	double lat[ND_CL_MAX_COPIES];
+	pthread_mutex_lock(&cl->lock);
+	for (int i = 0; i < n; i++)
+		lat[i] = !cl_alive(cl, cand[i]) ? 1e18 : cl->nodes[cand[i]].ewma_us;
+	pthread_mutex_unlock(&cl->lock);
+	for (int i = 0; i < n; i++) {
+		int best = -1;
+		for (int k = 0; k < n; k++)
+			if (lat[k] < 1e300 && (best < 0 || lat[k] < lat[best]))
+				best = k;
+		j->order[j->norder++] = cand[best];
+		lat[best] = 1e301;
+	}
+}
+
 /* The copies of a shard in the order to try them. */
 static void
-copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref, shard_job *j)
+copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref, const nd_tail_cfg *cfg,
+           shard_job *j)
 {
 	int copies[ND_CL_MAX_COPIES], cand[ND_CL_MAX_COPIES], n = 0;
 	int nc = cl_shard_copies(cl, ix, shard, copies);
@@ -779,21 +1318,29 @@ copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref, shard_job 
 			j->order[j->norder++] = cand[(rot + i) % n];
 		return;
 	}
-	/* Default and _local: the local copy, then live copies by latency. */
-	double lat[ND_CL_MAX_COPIES];
-	pthread_mutex_lock(&cl->lock);
-	for (int i = 0; i < n; i++)
-		lat[i] = cand[i] == cl->self      ? -1.0
-		         : !cl_alive(cl, cand[i]) ? 1e18
-		                                  : cl->nodes[cand[i]].ewma_us;
-	pthread_mutex_unlock(&cl->lock);
+	/* Default and _local: the local copy, then the others ranked;
+	 * _prefer_nodes: those nodes' copies ranked, then the rest. */
+	int first[ND_CL_MAX_COPIES], rest[ND_CL_MAX_COPIES], nf = 0, nr = 0;
+	bool prefer = pref && strncmp(pref, "_prefer_nodes:", 14) == 0;
 	for (int i = 0; i < n; i++) {
-		int best = -1;
-		for (int k = 0; k < n; k++)
-			if (lat[k] < 1e300 && (best < 0 || lat[k] < lat[best]))
-				best = k;
-		j->order[j->norder++] = cand[best];
-		lat[best] = 1e301;
+		if (!prefer && cand[i] == cl->self)
+			j->order[j->norder++] = cand[i];
+		else if (prefer && name_in(pref + 14, cl->nodes[cand[i]].name))
+			first[nf++] = cand[i];
+		else
+			rest[nr++] = cand[i];
+	}
+	/* the local copy among the preferred (or the rest) goes first there */
+	for (int pass = 0; pass < 2; pass++) {
+		int *v = pass ? rest : first, nv = pass ? nr : nf, k = 0, local = -1;
+		for (int i = 0; i < nv; i++)
+			if (v[i] == cl->self)
+				local = i;
+			else
+				v[k++] = v[i];
+		if (local >= 0)
+			j->order[j->norder++] = cl->self;
+		order_ranked(cl, v, k, cfg, j);
 	}
 }
 
@@ -801,48 +1348,58 @@ cm_err
 nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, const char *params,
                   const nd_cl_search_opts *o, cm_buf *out, cm_error *err)
 {
-	search_st S;
+	search_st *S = cm_calloc(MEM, 1, sizeof(*S));
 	size_t njobs = 0, k = 0;
 	shard_job *jobs;
 	nd_cl_fanout mode = o && o->fanout_set ? o->fanout : cl->fanout;
+	const char *pref = o ? o->preference : NULL;
 	uint64_t t0 = cm_now_ns();
 	cm_err rc;
 
-	memset(&S, 0, sizeof(S));
-	S.cl = cl;
-	S.body = body ? body : "";
-	S.params = params ? params : "{}";
-	S.deadline_ns = o && o->deadline_ns ? o->deadline_ns : t0 + DEFAULT_DEADLINE_NS;
-	pthread_mutex_init(&S.lock, NULL);
-	sr_request_init(&S.req);
-	if ((rc = nd_cl_request_build(S.body, strlen(S.body), S.params, &S.req, err))) {
-		sr_request_free(&S.req);
+	S->cl = cl;
+	S->body = cm_strdup(MEM, body ? body : "");
+	S->params = cm_strdup(MEM, params ? params : "{}");
+	S->deadline_ns = o && o->deadline_ns ? o->deadline_ns : t0 + DEFAULT_DEADLINE_NS;
+	S->refs = 1;
+	pthread_mutex_init(&S->lock, NULL);
+	sr_request_init(&S->req);
+	nd_rank_config(&S->cfg);
+	S->hedge = S->cfg.hedge && mode != ND_CL_FANOUT_SERIAL && pref_hedges(pref);
+	if ((rc = nd_cl_preference_check(pref, err)) ||
+	    (rc = nd_cl_request_build(S->body, strlen(S->body), S->params, &S->req, err))) {
+		S_unref(S);
 		return rc;
 	}
 	for (size_t i = 0; i < n; i++)
 		njobs += (size_t)nd_index_nshards(ixs[i]);
 	nd_stats_inflight(1);
-	jobs = cm_calloc(MEM, njobs + 1, sizeof(shard_job));
+	jobs = S->jobs = cm_calloc(MEM, njobs + 1, sizeof(shard_job));
+	S->njobs = njobs;
+	S->names = cm_calloc(MEM, n + 1, sizeof(char *));
+	S->nnames = n;
+	for (size_t i = 0; i < n; i++)
+		S->names[i] = cm_strdup(MEM, nd_index_name(ixs[i]));
 	for (size_t i = 0; i < n; i++)
 		for (int s = 0; s < nd_index_nshards(ixs[i]); s++, k++) {
-			jobs[k].S = &S;
+			jobs[k].S = S;
 			jobs[k].ix = ixs[i];
+			jobs[k].ixname = S->names[i];
 			jobs[k].shard = s;
 			jobs[k].ordinal = (uint32_t)k;
 			jobs[k].node = cl->self;
-			copy_order(cl, ixs[i], s, o ? o->preference : NULL, &jobs[k]);
+			copy_order(cl, ixs[i], s, pref, &S->cfg, &jobs[k]);
 		}
-	S.m = sr_merger_create(&S.req, njobs);
+	S->m = sr_merger_create(&S->req, njobs);
 	if (mode == ND_CL_FANOUT_SERIAL) {
 		/* One shard after another, the same code otherwise. */
 		for (size_t i = 0; i < njobs; i++) {
-			S.w = cm_wait_create(1);
+			S->w = cm_wait_create(1);
 			dispatch(&jobs[i]);
-			cm_wait_wait(S.w);
-			cm_wait_destroy(S.w);
+			cm_wait_wait(S->w);
+			cm_wait_destroy(S->w);
 		}
 	} else {
-		S.w = cm_wait_create((int)njobs);
+		S->w = cm_wait_create((int)njobs);
 		if (mode == ND_CL_FANOUT_PER_NODE) {
 			/* One message per (node, index) carrying all its shards; local
 			 * and retried shards go one by one. */
@@ -876,7 +1433,7 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 						grp[g++] = &jobs[q];
 					}
 				}
-				send_group(&S, node, grp, g);
+				send_group(S, node, grp, g, false);
 			}
 			cm_free(MEM, grp);
 			cm_free(MEM, sent);
@@ -884,42 +1441,46 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 			for (size_t i = 0; i < njobs; i++)
 				dispatch(&jobs[i]);
 		}
-		cm_wait_wait(S.w);
-		cm_wait_destroy(S.w);
+		cm_wait_wait(S->w);
+		cm_wait_destroy(S->w);
 	}
-	if (njobs > 0 && S.failed == njobs) {
-		*err = S.first_err;
-		rc = S.first_err.code ? S.first_err.code : CM_EUNAVAIL;
+	pthread_mutex_lock(&S->lock); /* losers' replies may still come */
+	if (njobs > 0 && S->failed == njobs) {
+		*err = S->first_err;
+		rc = S->first_err.code ? S->first_err.code : CM_EUNAVAIL;
+		pthread_mutex_unlock(&S->lock);
 	} else {
 		cm_error rerr;
 		cm_error_clear(&rerr);
-		if (S.timed_out)
-			sr_merger_mark_timed_out(S.m);
+		if (S->timed_out)
+			sr_merger_mark_timed_out(S->m);
 		/* aggregations over search.max_buckets fail the request (400), as
 		 * on a solo node */
-		if ((rc = sr_merger_reduce(S.m, &rerr)))
+		if ((rc = sr_merger_reduce(S->m, &rerr)))
 			*err = rerr;
 		else
-			sr_merger_render(S.m, (cm_now_ns() - t0) / 1000000, out);
+			sr_merger_render(S->m, (cm_now_ns() - t0) / 1000000, out);
+		pthread_mutex_unlock(&S->lock);
 	}
 	nd_stats_inflight(-1);
 	if (!rc)
 		nd_stats_search(ixs, n, mode, cm_now_ns() - t0);
 	if (o && o->timings && o->ntimings) {
 		size_t k2 = 0;
+		pthread_mutex_lock(&S->lock);
 		for (size_t i = 0; i < njobs && k2 < o->timings_cap; i++, k2++)
-			o->timings[k2] = (nd_cl_shard_timing){
-			    nd_index_name(jobs[i].ix), jobs[i].shard, cl->nodes[jobs[i].node].name,
-			    jobs[i].node == cl->self,  jobs[i].ok,    jobs[i].took_ns};
+			o->timings[k2] = (nd_cl_shard_timing){nd_index_name(jobs[i].ix),
+			                                      jobs[i].shard,
+			                                      cl->nodes[jobs[i].node].name,
+			                                      jobs[i].node == cl->self,
+			                                      jobs[i].ok,
+			                                      jobs[i].took_ns,
+			                                      jobs[i].hedged,
+			                                      jobs[i].hedge_won};
+		pthread_mutex_unlock(&S->lock);
 		*o->ntimings = k2;
 	}
-	sr_merger_destroy(S.m);
-	for (size_t i = 0; i < S.nstrings; i++)
-		pr_strings_free(S.strings[i]);
-	cm_free(MEM, S.strings);
-	cm_free(MEM, jobs);
-	sr_request_free(&S.req);
-	pthread_mutex_destroy(&S.lock);
+	S_unref(S);
 	return rc;
 }
 
@@ -983,6 +1544,9 @@ cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *b
 		r = cJSON_CreateObject();
 		cJSON_AddStringToObject(r, "rows", (const char *)rows.data);
 		cm_buf_free(&rows);
+	} else if (strcmp(action, "rw_handoff") == 0) {
+		if (!(r = cl_serve_handoff(cl, index, j, err)))
+			goto done;
 	} else if (strcmp(action, "rw_node") == 0) {
 		const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "kind");
 		r = cl->info ? cl->info(cl->info_arg, cJSON_IsString(k) ? k->valuestring : "info")
@@ -1079,6 +1643,13 @@ remote_rw(nd_cluster *cl, int node, const char *action, const char *index, const
 }
 
 cm_err
+cl_ask_node(nd_cluster *cl, int node, const char *action, const char *index, const char *body,
+            cJSON **out, cm_error *err)
+{
+	return remote_rw(cl, node, action, index, body, out, err);
+}
+
+cm_err
 nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const char *preference,
                st_doc_meta *meta, cm_buf *source, cm_error *err)
 {
@@ -1086,7 +1657,11 @@ nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const ch
 	cm_err rc = CM_EUNAVAIL;
 
 	memset(&j, 0, sizeof(j));
-	copy_order(cl, ix, shard, preference, &j);
+	nd_tail_cfg cfg;
+	nd_rank_config(&cfg);
+	if (nd_cl_preference_check(preference, err))
+		return err->code;
+	copy_order(cl, ix, shard, preference, &cfg, &j);
 	cm_error_set(err, CM_EUNAVAIL, "no copy of shard [%s][%d] is available", nd_index_name(ix),
 	             shard);
 	for (int i = 0; i < j.norder; i++) {
@@ -1337,6 +1912,15 @@ nd_routed_refresh(nd_index *ix)
 	return true;
 }
 
+/* A GET's ?preference, set by the HTTP layer for the thread serving it. */
+static _Thread_local const char *tl_get_pref;
+
+void
+nd_get_preference_set(const char *pref)
+{
+	tl_get_pref = pref;
+}
+
 cm_err
 nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *meta,
               cm_buf *source)
@@ -1351,7 +1935,7 @@ nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *
 	memcpy(idbuf, id, len);
 	idbuf[len] = 0;
 	cm_error_clear(&e);
-	cm_err rc = nd_cluster_get(cl, ix, shard, idbuf, NULL, meta, source, &e);
+	cm_err rc = nd_cluster_get(cl, ix, shard, idbuf, tl_get_pref, meta, source, &e);
 	if (rc && rc != CM_ENOTFOUND)
 		cm_warn("cluster", "get [%s][%d] failed: %s", nd_index_name(ix), shard, e.reason);
 	return rc;
@@ -1386,51 +1970,88 @@ nd_cluster_set_info(nd_cluster *cl, cJSON *(*fn)(void *arg, const char *kind), v
 	cl->info_arg = arg;
 }
 
-cJSON *
-nd_cluster_nodes_info(nd_cluster *cl, const char *kind, int *total, int *failed)
+/* One node's answer to a parallel rw_node ask (nodes_gather). */
+typedef struct info_call {
+	cm_wait *w;
+	cJSON *out;   /* the parsed answer; NULL when it failed */
+	uint64_t t0; /* when asked; the latency once answered */
+	cm_err rc;
+} info_call;
+
+static void
+info_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 {
-	cJSON *nodes = cJSON_CreateObject();
-	char body[64];
-	snprintf(body, sizeof(body), "{\"kind\":\"%s\"}", kind);
-	*total = cl->nn;
-	*failed = 0;
-	for (int i = 0; i < cl->nn; i++) {
-		cm_error e;
-		cJSON *r = NULL;
-		cm_error_clear(&e);
-		if (i == cl->self)
-			r = cl->info ? cl->info(cl->info_arg, kind) : NULL;
-		else
-			remote_rw(cl, i, "rw_node", "", body, &r, &e);
-		if (!r) {
-			(*failed)++;
-			continue;
-		}
-		cJSON_AddItemToObject(nodes, cl->nodes[i].name, r);
+	info_call *c = arg;
+	(void)type;
+	if (!rc) {
+		cm_error remote;
+		char *rb = NULL;
+		size_t rl;
+		cm_error_clear(&remote);
+		if (pr_ack_decode(p, len, &remote, &rb, &rl) == CM_OK && !remote.code && rb)
+			c->out = cJSON_ParseWithLength(rb, rl);
+		cm_free(MEM, rb);
+		c->t0 = cm_now_ns() - c->t0; /* the latency, marked by the gatherer */
 	}
-	return nodes;
+	c->rc = rc;
+	cm_wait_done(c->w);
 }
 
-void
-nd_cluster_info_all(nd_cluster *cl, const char *kind, int *total, int *failed)
+/* Asks every other node for its `kind` entry at once (a dead node costs
+ * one deadline, not one per node); this node answers from cl->info.
+ * calls[i].out holds node i's answer. */
+static info_call *
+nodes_gather(nd_cluster *cl, const char *kind)
 {
+	int nn = cl->nn;
+	info_call *calls = cm_calloc(MEM, (size_t)nn + 1, sizeof(info_call));
+	cm_buf req;
 	cJSON *b = cJSON_CreateObject();
 	cJSON_AddStringToObject(b, "kind", kind);
 	char *body = cJSON_PrintUnformatted(b);
 	cJSON_Delete(b);
-	*total = cl->nn - 1;
-	*failed = 0;
-	for (int i = 0; i < cl->nn; i++) {
-		cm_error e;
-		cJSON *r = NULL;
-		cm_error_clear(&e);
+	cm_buf_init(&req, MEM);
+	pr_admin_encode("rw_node", "", body ? body : "{}", body ? strlen(body) : 2, &req);
+	cJSON_free(body);
+	cm_wait *w = cm_wait_create(nn > 0 ? nn - 1 : 0);
+	uint64_t now = cm_now_ns();
+	for (int i = 0; i < nn; i++) {
 		if (i == cl->self)
 			continue;
-		if (!body || remote_rw(cl, i, "rw_node", "", body, &r, &e))
-			(*failed)++;
-		cJSON_Delete(r);
+		calls[i] = (info_call){.w = w, .t0 = now};
+		/* a node held unreachable may be back already: asked too, briefly */
+		nd_peer_call(cl->nodes[i].peer, PR_ADMIN, req.data, req.len,
+		             now + (cl_alive(cl, i) ? 5000000000ull : 300000000ull), info_done,
+		             &calls[i]);
 	}
-	cJSON_free(body);
+	if (cl->self >= 0 && cl->self < nn)
+		calls[cl->self].out = cl->info ? cl->info(cl->info_arg, kind) : NULL;
+	cm_wait_wait(w);
+	cm_wait_destroy(w);
+	cm_buf_free(&req);
+	for (int i = 0; i < nn; i++) /* liveness, as remote_rw marks it (not on nng's thread) */
+		if (i != cl->self && (calls[i].out || calls[i].rc == CM_EUNAVAIL))
+			cl_mark(cl, i, calls[i].out != NULL, calls[i].t0);
+	return calls;
+}
+
+cJSON *
+nd_cluster_nodes_info(nd_cluster *cl, const char *kind, int *total, int *failed)
+{
+	cJSON *nodes = cJSON_CreateObject();
+	int nn = cl->nn;
+	info_call *calls = nodes_gather(cl, kind);
+	*total = nn;
+	*failed = 0;
+	for (int i = 0; i < nn; i++) {
+		if (!calls[i].out) {
+			(*failed)++;
+			continue;
+		}
+		cJSON_AddItemToObject(nodes, cl->nodes[i].name, calls[i].out);
+	}
+	cm_free(MEM, calls);
+	return nodes;
 }
 
 /* One copy per shard as the routing has it, with docs and bytes gathered
@@ -1539,14 +2160,22 @@ nd_cluster_cat_indices(nd_cluster *cl, nd_index **ixs, size_t n, cm_buf *out)
 cJSON *
 nd_cluster_state_json(nd_cluster *cl)
 {
+	pthread_mutex_lock(&cl->meta_lock);
+	cJSON *j = cl_state_json_locked(cl, cl->state, true, true);
+	pthread_mutex_unlock(&cl->meta_lock);
+	return j;
+}
+
+cJSON *
+cl_state_json_locked(nd_cluster *cl, const rp_state *st, bool with_nodes, bool with_routing)
+{
 	cJSON *j = cJSON_CreateObject(), *nodes, *rt, *rti;
 	int master = cl->master;
-	pthread_mutex_lock(&cl->meta_lock);
-	cJSON_AddNumberToObject(j, "version", (double)cl->state->version);
+	cJSON_AddNumberToObject(j, "version", (double)st->version);
 	cJSON_AddStringToObject(j, "master_node",
 	                        master >= 0 && cl_alive(cl, master) ? cl->nodes[master].name : "");
-	nodes = cJSON_AddObjectToObject(j, "nodes");
-	for (int i = 0; i < cl->nn; i++) {
+	nodes = with_nodes ? cJSON_AddObjectToObject(j, "nodes") : NULL;
+	for (int i = 0; nodes && i < cl->nn; i++) {
 		if (!cl_alive(cl, i))
 			continue;
 		cJSON *o = cJSON_AddObjectToObject(nodes, cl->nodes[i].name);
@@ -1563,10 +2192,12 @@ nd_cluster_state_json(nd_cluster *cl)
 		if (cl->nodes[i].master)
 			cJSON_AddItemToArray(roles, cJSON_CreateString("master"));
 	}
+	if (!with_routing)
+		return j;
 	rt = cJSON_AddObjectToObject(j, "routing_table");
 	rti = cJSON_AddObjectToObject(rt, "indices");
-	for (size_t x = 0; x < cl->state->nindices; x++) {
-		const rp_index *e = &cl->state->indices[x];
+	for (size_t x = 0; x < st->nindices; x++) {
+		const rp_index *e = &st->indices[x];
 		cJSON *sh =
 		    cJSON_AddObjectToObject(cJSON_AddObjectToObject(rti, e->name), "shards");
 		for (int s = 0; s < e->nshards; s++) {
@@ -1594,7 +2225,6 @@ nd_cluster_state_json(nd_cluster *cl)
 			}
 		}
 	}
-	pthread_mutex_unlock(&cl->meta_lock);
 	return j;
 }
 

@@ -10,22 +10,33 @@
 #define PR_MEM CM_MEM_NODE
 #define HIT_MEM CM_MEM_SEARCH /* hits are freed by sr_hit_clear */
 
-/* protobuf-c allocates through this, so decoded messages are accounted. */
+/* protobuf-c allocates through these, so decoded messages are accounted
+ * to the module that decodes them. */
 static void *
-pr_alloc(void *data, size_t size)
+pb_alloc(void *data, size_t size)
 {
-	(void)data;
-	return cm_malloc(PR_MEM, size);
+	return cm_malloc((cm_mem_tag)(intptr_t)data, size ? size : 1);
 }
 
 static void
-pr_free_fn(void *data, void *p)
+pb_free(void *data, void *p)
 {
-	(void)data;
-	cm_free(PR_MEM, p);
+	cm_free((cm_mem_tag)(intptr_t)data, p);
 }
 
-static ProtobufCAllocator pr_allocator = {pr_alloc, pr_free_fn, NULL};
+#define PB_ENTRY(t) [t] = {pb_alloc, pb_free, (void *)(intptr_t)(t)}
+static ProtobufCAllocator pb_allocators[CM_MEM_COUNT] = {
+    PB_ENTRY(CM_MEM_COMMON), PB_ENTRY(CM_MEM_STORAGE), PB_ENTRY(CM_MEM_SEARCH),
+    PB_ENTRY(CM_MEM_REPLICATION), PB_ENTRY(CM_MEM_COORD), PB_ENTRY(CM_MEM_NODE),
+    PB_ENTRY(CM_MEM_COORDINATOR)};
+
+ProtobufCAllocator *
+pr_pb_allocator(cm_mem_tag tag)
+{
+	return &pb_allocators[tag];
+}
+
+#define PB (&pb_allocators[PR_MEM])
 
 static ProtobufCBinaryData
 bin(const void *p, size_t n)
@@ -79,12 +90,12 @@ cm_err
 pr_envelope_unpack(const void *msg, size_t len, const char *cluster, const char *secret,
                    pr_envelope *out, cm_error *err)
 {
-	Shoal__Envelope *e = shoal__envelope__unpack(&pr_allocator, len, msg);
+	Shoal__Envelope *e = shoal__envelope__unpack(PB, len, msg);
 	memset(out, 0, sizeof(*out));
 	if (e == NULL)
 		return cm_error_set(err, CM_EPARSE, "malformed transport message");
 	if (strcmp(e->cluster, cluster ? cluster : "") != 0 || !same_secret(&e->secret, secret)) {
-		shoal__envelope__free_unpacked(e, &pr_allocator);
+		shoal__envelope__free_unpacked(e, PB);
 		return cm_error_set(
 		    err, CM_EINVAL,
 		    "transport message refused: cluster name or secret does not match");
@@ -101,7 +112,7 @@ void
 pr_envelope_free(pr_envelope *e)
 {
 	if (e->keep)
-		shoal__envelope__free_unpacked(e->keep, &pr_allocator);
+		shoal__envelope__free_unpacked(e->keep, PB);
 	e->keep = NULL;
 }
 
@@ -119,6 +130,7 @@ pr_search_req_encode(const pr_search_req *r, cm_buf *out)
 	m.params = bin(r->params, r->params ? strlen(r->params) : 0);
 	m.per_node = r->per_node;
 	m.count_only = r->count_only;
+	m.cancel_id = r->cancel_id;
 	return pack(&m.base, out);
 }
 
@@ -137,7 +149,7 @@ dup_bin(const ProtobufCBinaryData *b, size_t *len)
 cm_err
 pr_search_req_decode(const void *p, size_t n, pr_search_req *out, cm_error *err)
 {
-	Shoal__SearchRequest *m = shoal__search_request__unpack(&pr_allocator, n, p);
+	Shoal__SearchRequest *m = shoal__search_request__unpack(PB, n, p);
 	memset(out, 0, sizeof(*out));
 	if (m == NULL)
 		return cm_error_set(err, CM_EPARSE, "malformed search request");
@@ -151,7 +163,8 @@ pr_search_req_decode(const void *p, size_t n, pr_search_req *out, cm_error *err)
 	out->params = dup_bin(&m->params, NULL);
 	out->per_node = m->per_node;
 	out->count_only = m->count_only;
-	shoal__search_request__free_unpacked(m, &pr_allocator);
+	out->cancel_id = m->cancel_id;
+	shoal__search_request__free_unpacked(m, PB);
 	return CM_OK;
 }
 
@@ -266,7 +279,19 @@ hit_to_pb(const sr_hit *h, Shoal__Hit *pb, pb_arena *a)
 cm_err
 pr_shard_results_encode(sr_shard_result *const *res, size_t n, cm_buf *out)
 {
+	return pr_shard_results_encode_meta(res, n, NULL, out);
+}
+
+cm_err
+pr_shard_results_encode_meta(sr_shard_result *const *res, size_t n, const pr_reply_meta *meta,
+                             cm_buf *out)
+{
 	Shoal__SearchReply reply = SHOAL__SEARCH_REPLY__INIT;
+	if (meta) {
+		reply.n_service_us = meta->nservice;
+		reply.service_us = (uint64_t *)meta->service_us;
+		reply.queue = meta->queue;
+	}
 	pb_arena a = {0};
 	cm_buf aggs[n ? n : 1];
 	cm_err rc = CM_OK;
@@ -363,12 +388,26 @@ cm_err
 pr_shard_results_decode(const void *p, size_t n, const sr_agg *aggs, sr_shard_result **out,
                         size_t *nout, pr_strings **strings, cm_error *err)
 {
-	Shoal__SearchReply *m = shoal__search_reply__unpack(&pr_allocator, n, p);
+	return pr_shard_results_decode_meta(p, n, aggs, out, nout, strings, NULL, err);
+}
+
+cm_err
+pr_shard_results_decode_meta(const void *p, size_t n, const sr_agg *aggs, sr_shard_result **out,
+                             size_t *nout, pr_strings **strings, pr_reply_meta *meta, cm_error *err)
+{
+	Shoal__SearchReply *m = shoal__search_reply__unpack(PB, n, p);
 	*out = NULL;
 	*nout = 0;
 	*strings = NULL;
 	if (m == NULL)
 		return cm_error_set(err, CM_EPARSE, "malformed search reply");
+	if (meta) {
+		meta->nservice =
+		    m->n_service_us < PR_MAX_SERVICE ? m->n_service_us : PR_MAX_SERVICE;
+		for (size_t i = 0; i < meta->nservice; i++)
+			meta->service_us[i] = m->service_us[i];
+		meta->queue = m->queue;
+	}
 	pr_strings *ps = cm_calloc(PR_MEM, 1, sizeof(*ps));
 	sr_shard_result *res = cm_calloc(PR_MEM, m->n_results ? m->n_results : 1, sizeof(*res));
 	cm_err rc = CM_OK;
@@ -399,7 +438,7 @@ pr_shard_results_decode(const void *p, size_t n, const sr_agg *aggs, sr_shard_re
 		r->shards_merged = pb->shards_merged;
 	}
 	size_t count = m->n_results;
-	shoal__search_reply__free_unpacked(m, &pr_allocator);
+	shoal__search_reply__free_unpacked(m, PB);
 	if (rc != CM_OK) {
 		for (size_t i = 0; i < count; i++)
 			sr_shard_result_free(&res[i]);
@@ -410,6 +449,31 @@ pr_shard_results_decode(const void *p, size_t n, const sr_agg *aggs, sr_shard_re
 	*out = res;
 	*nout = count;
 	*strings = ps;
+	return CM_OK;
+}
+
+/* ---- search cancel ---- */
+
+cm_err
+pr_search_cancel_encode(const uint64_t *ids, size_t n, cm_buf *out)
+{
+	Shoal__SearchCancel m = SHOAL__SEARCH_CANCEL__INIT;
+	m.n_ids = n;
+	m.ids = (uint64_t *)ids;
+	return pack(&m.base, out);
+}
+
+cm_err
+pr_search_cancel_decode(const void *p, size_t len, uint64_t *ids, size_t cap, size_t *n,
+                        cm_error *err)
+{
+	Shoal__SearchCancel *m = shoal__search_cancel__unpack(PB, len, p);
+	*n = 0;
+	if (m == NULL)
+		return cm_error_set(err, CM_EPARSE, "malformed search cancel");
+	for (size_t i = 0; i < m->n_ids && i < cap; i++)
+		ids[(*n)++] = m->ids[i];
+	shoal__search_cancel__free_unpacked(m, PB);
 	return CM_OK;
 }
 
@@ -454,7 +518,7 @@ pr_bulk_req_encode(const pr_bulk_req *r, cm_buf *out)
 cm_err
 pr_bulk_req_decode(const void *p, size_t n, pr_bulk_req *out, cm_error *err)
 {
-	Shoal__BulkRequest *m = shoal__bulk_request__unpack(&pr_allocator, n, p);
+	Shoal__BulkRequest *m = shoal__bulk_request__unpack(PB, n, p);
 	memset(out, 0, sizeof(*out));
 	if (m == NULL)
 		return cm_error_set(err, CM_EPARSE, "malformed bulk request");
@@ -494,7 +558,7 @@ pr_bulk_req_free(pr_bulk_req *r)
 	cm_free(PR_MEM, r->source_node);
 	cm_free(PR_MEM, r->ops);
 	if (r->keep)
-		shoal__bulk_request__free_unpacked(r->keep, &pr_allocator);
+		shoal__bulk_request__free_unpacked(r->keep, PB);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -508,7 +572,7 @@ pr_bulk_reply_encode(const st_op_result *res, size_t n, cm_err whole, const char
 cm_err
 pr_bulk_reply_whole(const void *p, size_t len, uint64_t *local_ckp, cm_error *err)
 {
-	Shoal__BulkReply *m = shoal__bulk_reply__unpack(&pr_allocator, len, p);
+	Shoal__BulkReply *m = shoal__bulk_reply__unpack(PB, len, p);
 	cm_err rc = CM_OK;
 	*local_ckp = ST_NO_SEQ;
 	if (m == NULL)
@@ -519,7 +583,7 @@ pr_bulk_reply_whole(const void *p, size_t len, uint64_t *local_ckp, cm_error *er
 		    "%s", m->reason);
 	else if (m->has_ckp)
 		*local_ckp = m->local_checkpoint;
-	shoal__bulk_reply__free_unpacked(m, &pr_allocator);
+	shoal__bulk_reply__free_unpacked(m, PB);
 	return rc;
 }
 
@@ -555,7 +619,7 @@ pr_bulk_reply_encode_ckp(const st_op_result *res, size_t n, cm_err whole, const 
 cm_err
 pr_bulk_reply_decode(const void *p, size_t len, st_op_result *res, size_t n, cm_error *err)
 {
-	Shoal__BulkReply *m = shoal__bulk_reply__unpack(&pr_allocator, len, p);
+	Shoal__BulkReply *m = shoal__bulk_reply__unpack(PB, len, p);
 	if (m == NULL)
 		return cm_error_set(err, CM_EPARSE, "malformed bulk reply");
 	cm_err rc = CM_OK;
@@ -578,7 +642,7 @@ pr_bulk_reply_decode(const void *p, size_t len, st_op_result *res, size_t n, cm_
 		res[i].primary_term = r->primary_term;
 		res[i].version = r->version;
 	}
-	shoal__bulk_reply__free_unpacked(m, &pr_allocator);
+	shoal__bulk_reply__free_unpacked(m, PB);
 	return rc;
 }
 
@@ -597,12 +661,12 @@ cm_err
 pr_metadata_decode(const void *p, size_t n, uint64_t *version, char **state, size_t *len,
                    cm_error *err)
 {
-	Shoal__Metadata *m = shoal__metadata__unpack(&pr_allocator, n, p);
+	Shoal__Metadata *m = shoal__metadata__unpack(PB, n, p);
 	if (m == NULL)
 		return cm_error_set(err, CM_EPARSE, "malformed metadata message");
 	*version = m->version;
 	*state = dup_bin(&m->state, len);
-	shoal__metadata__free_unpacked(m, &pr_allocator);
+	shoal__metadata__free_unpacked(m, PB);
 	return CM_OK;
 }
 
@@ -619,14 +683,14 @@ pr_admin_encode(const char *action, const char *index, const char *body, size_t 
 cm_err
 pr_admin_decode(const void *p, size_t n, pr_admin *out, cm_error *err)
 {
-	Shoal__AdminRequest *m = shoal__admin_request__unpack(&pr_allocator, n, p);
+	Shoal__AdminRequest *m = shoal__admin_request__unpack(PB, n, p);
 	memset(out, 0, sizeof(*out));
 	if (m == NULL)
 		return cm_error_set(err, CM_EPARSE, "malformed admin request");
 	out->action = cm_strdup(PR_MEM, m->action);
 	out->index = cm_strdup(PR_MEM, m->index);
 	out->body = dup_bin(&m->body, &out->body_len);
-	shoal__admin_request__free_unpacked(m, &pr_allocator);
+	shoal__admin_request__free_unpacked(m, PB);
 	return CM_OK;
 }
 
@@ -653,7 +717,7 @@ pr_ack_encode(const cm_error *e, const char *body, size_t len, cm_buf *out)
 cm_err
 pr_ack_decode(const void *p, size_t n, cm_error *e, char **body, size_t *len)
 {
-	Shoal__Ack *m = shoal__ack__unpack(&pr_allocator, n, p);
+	Shoal__Ack *m = shoal__ack__unpack(PB, n, p);
 	/* the body is only handed out with a success: callers that free it
 	 * only then (nd_cluster's state fetch) leaked it (found by fuzzing) */
 	if (body)
@@ -669,6 +733,6 @@ pr_ack_decode(const void *p, size_t n, cm_error *e, char **body, size_t *len)
 	cm_err rc = m->error ? e->code : CM_OK;
 	if (body && rc == CM_OK)
 		*body = dup_bin(&m->body, len);
-	shoal__ack__free_unpacked(m, &pr_allocator);
+	shoal__ack__free_unpacked(m, PB);
 	return rc;
 }

@@ -9,10 +9,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/cm_alloc.h"
 #include "../common/cm_buf.h"
 #include "../common/cm_err.h"
 #include "../search/sr.h"
 #include "../storage/st_shard.h"
+
+struct ProtobufCAllocator;
+/* The allocator every protobuf-c unpack goes through, accounting what it
+ * decodes to memory tag `tag` (cm_alloc.h). */
+struct ProtobufCAllocator *pr_pb_allocator(cm_mem_tag tag);
 
 typedef enum {
 	PR_PING = 1,
@@ -38,6 +44,8 @@ typedef enum {
 	PR_CTX_SEARCH = 31,
 	PR_CTX_SEARCH_REPLY = 32,
 	PR_CTX_FREE = 33,
+	/* tail-tolerant fan-out (node/nd_rank.c) */
+	PR_SEARCH_CANCEL = 50,
 } pr_type;
 
 /* ---- envelope ---- */
@@ -68,6 +76,7 @@ typedef struct pr_search_req {
 	size_t body_len;
 	char *params; /* JSON object text */
 	bool per_node, count_only;
+	uint64_t cancel_id; /* 0: not cancellable */
 } pr_search_req;
 
 cm_err pr_search_req_encode(const pr_search_req *r, cm_buf *out);
@@ -86,6 +95,27 @@ typedef struct pr_strings pr_strings;
 cm_err pr_shard_results_decode(const void *p, size_t n, const sr_agg *aggs, sr_shard_result **out,
                                size_t *nout, pr_strings **strings, cm_error *err);
 void pr_strings_free(pr_strings *s);
+
+/* What a data node says about its own work besides the results: its time
+ * on each requested shard (µs, request order, at most PR_MAX_SERVICE) and
+ * the searches it was serving. */
+#define PR_MAX_SERVICE 256
+typedef struct pr_reply_meta {
+	uint64_t service_us[PR_MAX_SERVICE];
+	size_t nservice;
+	uint32_t queue;
+} pr_reply_meta;
+/* As pr_shard_results_encode / _decode, with the reply's meta (may be NULL). */
+cm_err pr_shard_results_encode_meta(sr_shard_result *const *res, size_t n,
+                                    const pr_reply_meta *meta, cm_buf *out);
+cm_err pr_shard_results_decode_meta(const void *p, size_t n, const sr_agg *aggs,
+                                    sr_shard_result **out, size_t *nout, pr_strings **strings,
+                                    pr_reply_meta *meta, cm_error *err);
+/* SearchCancel: the cancel ids of requests to stop. */
+cm_err pr_search_cancel_encode(const uint64_t *ids, size_t n, cm_buf *out);
+/* Decodes at most cap ids into ids; *n their number. */
+cm_err pr_search_cancel_decode(const void *p, size_t len, uint64_t *ids, size_t cap, size_t *n,
+                               cm_error *err);
 
 /* ---- bulk ---- */
 

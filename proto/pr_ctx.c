@@ -8,21 +8,7 @@
 
 #define MEM CM_MEM_NODE
 
-static void *
-ctx_alloc(void *data, size_t size)
-{
-	(void)data;
-	return cm_malloc(MEM, size);
-}
-
-static void
-ctx_free_fn(void *data, void *p)
-{
-	(void)data;
-	cm_free(MEM, p);
-}
-
-static ProtobufCAllocator alloc = {ctx_alloc, ctx_free_fn, NULL};
+#define PB pr_pb_allocator(MEM)
 
 static cm_err
 pack(const ProtobufCMessage *m, cm_buf *out)
@@ -77,7 +63,7 @@ pr_ctx_open_encode(const pr_ctx_open *o, cm_buf *out)
 cm_err
 pr_ctx_open_decode(const void *p, size_t n, pr_ctx_open *out, cm_error *err)
 {
-	Shoal__CtxOpen *m = shoal__ctx_open__unpack(&alloc, n, p);
+	Shoal__CtxOpen *m = shoal__ctx_open__unpack(PB, n, p);
 	memset(out, 0, sizeof(*out));
 	if (!m)
 		return cm_error_set(err, CM_EPARSE, "malformed context open request");
@@ -89,7 +75,7 @@ pr_ctx_open_decode(const void *p, size_t n, pr_ctx_open *out, cm_error *err)
 	out->body = dup_bin(&m->body, &out->body_len);
 	out->keep_alive_ms = m->keep_alive_ms;
 	out->kind = m->kind;
-	shoal__ctx_open__free_unpacked(m, &alloc);
+	shoal__ctx_open__free_unpacked(m, PB);
 	return CM_OK;
 }
 
@@ -114,12 +100,12 @@ pr_ctx_ids_encode(const uint64_t *ids, size_t n, cm_buf *out)
 cm_err
 pr_ctx_ids_decode(const void *p, size_t n, uint64_t **ids, size_t *nids, cm_error *err)
 {
-	Shoal__CtxOpenReply *m = shoal__ctx_open_reply__unpack(&alloc, n, p);
+	Shoal__CtxOpenReply *m = shoal__ctx_open_reply__unpack(PB, n, p);
 	if (!m)
 		return cm_error_set(err, CM_EPARSE, "malformed context open reply");
 	*ids = dup_ids(m->ids, m->n_ids);
 	*nids = m->n_ids;
-	shoal__ctx_open_reply__free_unpacked(m, &alloc);
+	shoal__ctx_open_reply__free_unpacked(m, PB);
 	return CM_OK;
 }
 
@@ -154,7 +140,7 @@ pr_ctx_search_encode(const pr_ctx_search *s, cm_buf *out)
 cm_err
 pr_ctx_search_decode(const void *p, size_t n, pr_ctx_search *out, cm_error *err)
 {
-	Shoal__CtxSearch *m = shoal__ctx_search__unpack(&alloc, n, p);
+	Shoal__CtxSearch *m = shoal__ctx_search__unpack(PB, n, p);
 	memset(out, 0, sizeof(*out));
 	if (!m)
 		return cm_error_set(err, CM_EPARSE, "malformed context search request");
@@ -170,7 +156,7 @@ pr_ctx_search_decode(const void *p, size_t n, pr_ctx_search *out, cm_error *err)
 	if (m->body.len)
 		out->body = dup_bin(&m->body, &out->body_len);
 	out->phase = m->phase;
-	shoal__ctx_search__free_unpacked(m, &alloc);
+	shoal__ctx_search__free_unpacked(m, PB);
 	return CM_OK;
 }
 
@@ -196,12 +182,12 @@ cm_err
 pr_ctx_reply_decode(const void *p, size_t n, uint8_t **results, size_t *rlen, char **body,
                     size_t *blen, cm_error *err)
 {
-	Shoal__CtxSearchReply *m = shoal__ctx_search_reply__unpack(&alloc, n, p);
+	Shoal__CtxSearchReply *m = shoal__ctx_search_reply__unpack(PB, n, p);
 	if (!m)
 		return cm_error_set(err, CM_EPARSE, "malformed context search reply");
 	*results = (uint8_t *)dup_bin(&m->results, rlen);
 	*body = dup_bin(&m->body, blen);
-	shoal__ctx_search_reply__free_unpacked(m, &alloc);
+	shoal__ctx_search_reply__free_unpacked(m, PB);
 	return CM_OK;
 }
 
@@ -218,12 +204,12 @@ pr_ctx_free_encode(const uint64_t *ids, size_t n, bool all, cm_buf *out)
 cm_err
 pr_ctx_free_decode(const void *p, size_t n, uint64_t **ids, size_t *nids, bool *all, cm_error *err)
 {
-	Shoal__CtxFree *m = shoal__ctx_free__unpack(&alloc, n, p);
+	Shoal__CtxFree *m = shoal__ctx_free__unpack(PB, n, p);
 	if (!m)
 		return cm_error_set(err, CM_EPARSE, "malformed context free request");
 	*ids = dup_ids(m->ids, m->n_ids);
 	*nids = m->n_ids;
 	*all = m->all;
-	shoal__ctx_free__free_unpacked(m, &alloc);
+	shoal__ctx_free__free_unpacked(m, PB);
 	return CM_OK;
 }

@@ -46,6 +46,8 @@ typedef struct rp_state {
 	size_t nindices;
 	uint64_t joined[RP_MAX_NODES]; /* boot id each node joined with; 0 = none */
 	char *settings; /* cluster settings, JSON text ({"persistent":..,"transient":..}); NULL none */
+	char cluster_uuid[24]; /* "" until the first master's commit sets it */
+	char *templates; /* index templates, JSON text ({"index":..,"component":..,"legacy":..}); NULL none */
 } rp_state;
 
 rp_state *rp_state_new(void);
@@ -106,6 +108,14 @@ typedef struct rp_alloc {
 	uint64_t drain; /* excluded nodes: their copies move away */
 	int max_recoveries; /* incoming recoveries per node at once (node_concurrent_recoveries) */
 	rp_alloc_enable enable;
+	/* A primary leaving a live node (drain, rebalance), when set: whether
+	 * its node has prepared the hand-over to `to` in term (writes held,
+	 * none in flight); *keep then names the copies holding every
+	 * operation, which stay in sync under the new primary. false: not yet
+	 * (the call asks for it), the primary stays this round. NULL: the
+	 * other copies leave the in-sync set and resync. */
+	bool (*handover)(void *arg, const char *index, int shard, int from, int to, uint64_t term,
+	                 uint64_t *keep);
 } rp_alloc;
 
 /* One allocation round: drops the copies of evicted nodes; adds copies
@@ -200,6 +210,16 @@ bool rp_joined(const rp *r);
  * copy logged (a failed one is removed through the master first). */
 cm_err rp_primary_apply(rp *r, void *ref, const char *index, const char *uuid, int shard,
                         const st_op *ops, size_t n, st_op_result *res, uint64_t deadline_ns);
+/* The primary's side of a hand-over (drain, rebalance): waits for the
+ * shard's writes in flight, confirms every in-sync copy's checkpoint
+ * with an empty batch, and holds new writes for hold_ns or until the
+ * routes name another primary (they then fail as moved, not applied).
+ * *keep gets the copies (bit i: node i here; this node included) that
+ * hold every operation: they may stay in sync under the new primary.
+ * CM_ECONFLICT when this node does not lead the shard in term. hold_ns 0
+ * releases a hold the master will not use. */
+cm_err rp_handoff_prepare(rp *r, const char *index, const char *uuid, int shard, uint64_t term,
+                          uint64_t hold_ns, uint64_t *keep, cm_error *err);
 /* A copy's side of a forwarded batch (PR_BULK with replica set): term
  * check, apply, checkpoint; the BulkReply goes into reply. uuid is the
  * local copy's index uuid. */

@@ -86,19 +86,25 @@ hand_over(const char *index, int shard, rp_route *ro, int from, const rp_alloc *
 	for (int c = 0; c < ro->ncopies; c++) {
 		int n = ro->copies[c];
 		if (n != from && in_sync(ro, n) && eligible(a, n)) {
+			/* Without a prepared hand-over the old primary may still
+			 * have had batches in flight: one copy took one before it
+			 * learned the new term, another refused it. The other
+			 * copies then leave the in-sync set and resync from the
+			 * new primary (ops-based, or file-based where they hold
+			 * an op it lacks), so no two in-sync copies can differ.
+			 * Prepared (the old primary held its writes with none in
+			 * flight), the copies holding every op stay in sync. */
+			uint64_t keep = 0;
+			if (a->handover && !a->handover(a->arg, index, shard, from, n, ro->term, &keep))
+				return false;
+			keep = (keep & ro->in_sync & ~(1ull << from)) | (1ull << n);
 			cm_info("replication",
 			        "[%s][%d] primary moves off its node: the copy on node %d leads in "
-			        "term %" PRIu64,
-			        index, shard, n, ro->term + 1);
+			        "term %" PRIu64 " (%d copies stay in sync)",
+			        index, shard, n, ro->term + 1, __builtin_popcountll(keep));
 			ro->primary = n;
 			ro->term++;
-			/* The old primary may still have had batches in flight:
-			 * one copy took one before it learned the new term,
-			 * another refused it. The other copies leave the in-sync
-			 * set and resync from the new primary (ops-based, or
-			 * file-based where they hold an op it lacks), so no two
-			 * in-sync copies can differ. */
-			ro->in_sync = 1ull << n;
+			ro->in_sync = keep;
 			return true;
 		}
 	}

@@ -436,7 +436,7 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 	cm_err rc;
 
 	if (!rp_route_get(r, name, shard, &ro) || ro.primary != r->self) {
-		fail_all(NULL, res, n, CM_EUNAVAIL,
+		fail_all(NULL, res, n, CM_EMOVED,
 		         "[%s][%d] primary is not on node [%s] (it is on [%s]); retry", name, shard,
 		         r->names[r->self], name_or(r, ro.primary));
 		return CM_OK;
@@ -463,10 +463,32 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 	pthread_rwlock_rdlock(&rs->lock);
 	/* The route may have changed while we waited for the lock. */
 	rp_route_get(r, name, shard, &ro);
+	/* A hand-over being prepared: wait for the new primary's route (the
+	 * write then goes there) or the end of the hold. */
+	for (;;) {
+		pthread_mutex_lock(&r->mu);
+		bool held = rs->hold_term == ro.term && cm_now_ns() < rs->hold_until_ns;
+		pthread_mutex_unlock(&r->mu);
+		if (!held || ro.primary != r->self)
+			break;
+		if (deadline_ns && cm_now_ns() >= deadline_ns) {
+			pthread_rwlock_unlock(&rs->lock);
+			rp_release(r, &c);
+			fail_all(NULL, res, n, CM_EUNAVAIL,
+			         "[%s][%d] primary is handing over; timed out waiting for it", name,
+			         shard);
+			return CM_OK;
+		}
+		pthread_rwlock_unlock(&rs->lock);
+		usleep(2000);
+		pthread_rwlock_rdlock(&rs->lock);
+		rp_route_get(r, name, shard, &ro);
+	}
 	if (ro.primary != r->self) {
 		pthread_rwlock_unlock(&rs->lock);
 		rp_release(r, &c);
-		fail_all(NULL, res, n, CM_EUNAVAIL, "[%s][%d] primary moved; retry", name, shard);
+		fail_all(NULL, res, n, CM_EMOVED, "[%s][%d] primary moved to [%s]; retry", name, shard,
+		         name_or(r, ro.primary));
 		return CM_OK;
 	}
 	pthread_mutex_lock(&r->mu);
@@ -476,8 +498,9 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 		for (int i = 0; i < RP_MAX_NODES; i++)
 			rs->ckp[i] = NONE;
 		rs->term = ro.term;
+		rs->doubt = 0; /* the new term's in-sync set is the master's word */
 	}
-	uint64_t tracking = rs->tracking, pending = rs->pending;
+	uint64_t tracking = rs->tracking, pending = rs->pending, doubt = rs->doubt;
 	pthread_mutex_unlock(&r->mu);
 	if ((rc = r->ops.apply(r->host, ref, shard, ops, n, res, false)))
 		goto out;
@@ -495,7 +518,8 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 		k++;
 	}
 	uint64_t self = 1ull << r->self;
-	uint64_t in_sync = ro.in_sync & ~self;
+	/* A copy the master may count in sync is waited for as one. */
+	uint64_t in_sync = (ro.in_sync | doubt) & ~self;
 	uint64_t mask = (in_sync | tracking | pending) & ~self;
 	if (k && mask) {
 		uint64_t dl = cm_now_ns() + r->replica_ns;
@@ -568,6 +592,9 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 			cm_warn("replication", "[%s][%d] copy on [%s] left the in-sync set: %s",
 			        name, shard, r->names[i], calls[i].why);
 			in_sync &= ~bit;
+			pthread_mutex_lock(&r->mu);
+			rs->doubt &= ~bit; /* the master has it out */
+			pthread_mutex_unlock(&r->mu);
 		}
 	}
 	/* Global checkpoint: the lowest local checkpoint of the in-sync copies. */
@@ -575,7 +602,10 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 		st_shard_stats st;
 		st_shard_stats_get(c.s, &st);
 		pthread_mutex_lock(&r->mu);
-		int64_t g = gcp_of(r, rs, in_sync, seq_i(st.local_checkpoint));
+		/* a finalizing copy counts: the master may count it in before
+		 * this node learns so, and an op it lacks must stay above the
+		 * checkpoint that a later recovery compares histories from */
+		int64_t g = gcp_of(r, rs, in_sync | (rs->pending & ~self), seq_i(st.local_checkpoint));
 		bool moved = g > rs->gcp;
 		if (moved)
 			rs->gcp = g;
@@ -637,6 +667,70 @@ rp_serve_replica(rp *r, void *ref, const char *uuid, const void *bulk_req, cm_bu
 	rp_release(r, &c);
 }
 
+/* ---- hand-over ---- */
+
+cm_err
+rp_handoff_prepare(rp *r, const char *index, const char *uuid, int shard, uint64_t term,
+                   uint64_t hold_ns, uint64_t *keep, cm_error *err)
+{
+	rp_route ro;
+	rp_copy c;
+	fwd_call calls[RP_MAX_NODES];
+	*keep = 0;
+	if (hold_ns == 0) { /* released: the master made no hand-over */
+		rp_shard *rs = rp_shard_get(r, index, uuid, shard);
+		pthread_mutex_lock(&r->mu);
+		if (rs->hold_term == term)
+			rs->hold_until_ns = 0;
+		pthread_mutex_unlock(&r->mu);
+		return CM_OK;
+	}
+	if (!rp_route_get(r, index, shard, &ro) || ro.primary != r->self || ro.term != term)
+		return cm_error_set(err, CM_ECONFLICT,
+		                    "[%s][%d] is not led by [%s] in term %" PRIu64, index, shard,
+		                    r->names[r->self], term);
+	if (!rp_take(r, index, uuid, shard, &c))
+		return cm_error_set(err, CM_ENOINDEX, "[%s][%d] has no copy here", index, shard);
+	rp_shard *rs = rp_shard_get(r, index, uuid, shard);
+	/* Nothing in flight from here: every write holds the lock shared. */
+	pthread_rwlock_wrlock(&rs->lock);
+	rp_route_get(r, index, shard, &ro);
+	cm_err rc = CM_OK;
+	if (ro.primary != r->self || ro.term != term) {
+		rc = cm_error_set(err, CM_ECONFLICT, "[%s][%d] moved while it was prepared", index,
+		                  shard);
+		goto out;
+	}
+	st_shard_stats st;
+	st_shard_stats_get(c.s, &st);
+	int64_t mine = seq_i(st.local_checkpoint);
+	uint64_t in_sync = ro.in_sync & ~(1ull << r->self);
+	pthread_mutex_lock(&r->mu);
+	int64_t gcp = rs->gcp;
+	pthread_mutex_unlock(&r->mu);
+	/* an empty batch: each copy answers with its checkpoint now */
+	memset(calls, 0, sizeof(calls));
+	rp_forward(r, index, uuid, shard, NULL, 0, ro.term, gcp, in_sync,
+	           cm_now_ns() + 1000000000ull, calls);
+	uint64_t k = 1ull << r->self;
+	for (int i = 0; i < rp_nn(r); i++)
+		if (((in_sync >> i) & 1) && calls[i].rc == CM_OK && calls[i].ckp == mine)
+			k |= 1ull << i;
+	pthread_mutex_lock(&r->mu);
+	rs->hold_term = term;
+	rs->hold_until_ns = cm_now_ns() + hold_ns;
+	pthread_mutex_unlock(&r->mu);
+	*keep = k;
+	cm_info("replication",
+	        "[%s][%d] hand-over prepared: writes held, %d of %d in-sync copies hold every "
+	        "operation (checkpoint %" PRId64 ")",
+	        index, shard, __builtin_popcountll(k), __builtin_popcountll(ro.in_sync), mine);
+out:
+	pthread_rwlock_unlock(&rs->lock);
+	rp_release(r, &c);
+	return rc;
+}
+
 /* ---- idle global checkpoints ---- */
 
 /* Primary, when writes stop: the last batch's replies raised the global
@@ -661,6 +755,8 @@ gcp_sync(rp *r)
 		bool routed = rp_route_get(r, rs->index, rs->shard, &ro);
 		pthread_mutex_lock(&r->mu);
 		rs->pending &= ~ro.in_sync; /* finalized copies the routes now show */
+		rs->doubt &= ~ro.in_sync;
+		uint64_t held = rs->pending | rs->doubt;
 		pthread_mutex_unlock(&r->mu);
 		if (!routed || ro.primary != r->self || pthread_rwlock_tryrdlock(&rs->lock) != 0) {
 			rp_release(r, &c);
@@ -670,8 +766,9 @@ gcp_sync(rp *r)
 		st_shard_stats_get(c.s, &st);
 		uint64_t in_sync = ro.in_sync & ~(1ull << r->self);
 		pthread_mutex_lock(&r->mu);
-		int64_t g =
-		    rs->term == ro.term ? gcp_of(r, rs, in_sync, seq_i(st.local_checkpoint)) : NONE;
+		int64_t g = rs->term == ro.term ? gcp_of(r, rs, (in_sync | held) & ~(1ull << r->self),
+		                                         seq_i(st.local_checkpoint))
+		                                : NONE;
 		if (g > rs->gcp)
 			rs->gcp = g;
 		g = rs->gcp;

@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 
 #include "../common/cm_sys.h"
+#include "../proto/pr.h"
 #include "rp.h"
 
 #define MEM CM_MEM_REPLICATION
@@ -46,11 +47,15 @@ typedef struct rp_shard {
 	uint64_t tracking;         /* copies in recovery: forwarded to, not waited for */
 	uint64_t pending;          /* copies finalizing: forwarded to, and a failure is not acked */
 	uint64_t pending_failed;   /* pending copies a forward failed on */
+	uint64_t doubt;            /* copies the master may have counted in (a STARTED ask
+	                            * whose answer was lost): treated as in sync until the
+	                            * routes show them or the master took them out */
 	int64_t ckp[RP_MAX_NODES]; /* (under rp.mu) */
 	int64_t gcp;
 	int64_t gcp_sent;               /* the last one the copies were told */
 	uint64_t term;                  /* the term the checkpoints were gathered in */
 	int64_t rec_from[RP_MAX_NODES]; /* retention marker per recovering copy */
+	uint64_t hold_until_ns, hold_term; /* a hand-over being prepared: writes wait (rp.mu) */
 	struct rp_shard *next;
 } rp_shard;
 
@@ -115,7 +120,7 @@ seq_u(int64_t v)
 
 /* protobuf-c allocations under CM_MEM_REPLICATION (rp_state.c). */
 struct ProtobufCAllocator;
-extern struct ProtobufCAllocator rp_pb_mem;
+#define RP_PB pr_pb_allocator(MEM) /* protobuf-c decodes accounted here */
 
 bool rp_take(rp *r, const char *index, const char *uuid, int shard, rp_copy *c);
 void rp_release(rp *r, rp_copy *c);

@@ -382,7 +382,7 @@ serve_finalize(rp *r, const Shoal__RecShard *m, rp_shard *rs, st_shard *s, int t
 	fwd_call calls[RP_MAX_NODES];
 	rp_route ro;
 	ops_ctx c;
-	bool read_ok = false;
+	bool read_ok = false, doubt = false;
 
 	memset(calls, 0, sizeof(calls));
 	memset(&c, 0, sizeof(c));
@@ -412,9 +412,11 @@ serve_finalize(rp *r, const Shoal__RecShard *m, rp_shard *rs, st_shard *s, int t
 		if (c.n && calls[target].rc)
 			cm_error_set(err, CM_EUNAVAIL, "final operations not applied: %s",
 			             calls[target].why);
+		else if (rp_ask_master(r, RP_EV_STARTED, rs->index, rs->uuid, rs->shard, target,
+		                       ro.term, NULL, err) == CM_OK)
+			started = true;
 		else
-			started = rp_ask_master(r, RP_EV_STARTED, rs->index, rs->uuid, rs->shard,
-			                        target, ro.term, NULL, err) == CM_OK;
+			doubt = true; /* the master may have counted it in all the same */
 	}
 	if (started)
 		r->ops.refresh_state(r->host); /* learn the in-sync set before dropping pending */
@@ -426,8 +428,10 @@ serve_finalize(rp *r, const Shoal__RecShard *m, rp_shard *rs, st_shard *s, int t
 	if (!started || failed || (now.in_sync & bit))
 		rs->pending &= ~bit; /* else until the routes show it (rp_tick) */
 	rs->tracking &= ~bit;
-	if (started)
+	if (started || doubt)
 		rs->ckp[target] = c.n ? calls[target].ckp : ckp;
+	if (doubt && !(now.in_sync & bit))
+		rs->doubt |= bit; /* waited for as in sync until the routes or the master say */
 	pthread_mutex_unlock(&r->mu);
 	rp_retain(r, rs, s, target, INT64_MAX);
 	if (started && failed) {
@@ -499,17 +503,17 @@ rp_rec_serve(rp *r, uint32_t type, const uint8_t *p, size_t len, cm_error *err, 
 
 	switch (type) {
 	case PR_REC_FILE: {
-		Shoal__RecFileChunk *m = shoal__rec_file_chunk__unpack(&rp_pb_mem, len, p);
+		Shoal__RecFileChunk *m = shoal__rec_file_chunk__unpack(RP_PB, len, p);
 		if (!m) {
 			cm_error_set(err, CM_EPARSE, "malformed recovery request");
 			return;
 		}
 		serve_file(r, m, err, body);
-		shoal__rec_file_chunk__free_unpacked(m, &rp_pb_mem);
+		shoal__rec_file_chunk__free_unpacked(m, RP_PB);
 		return;
 	}
 	case PR_REC_RELEASE: {
-		Shoal__RecRelease *m = shoal__rec_release__unpack(&rp_pb_mem, len, p);
+		Shoal__RecRelease *m = shoal__rec_release__unpack(RP_PB, len, p);
 		char path[1600];
 		if (m && snap_name_ok(m->snapshot)) {
 			snap_root(r, path, sizeof(path));
@@ -518,32 +522,32 @@ rp_rec_serve(rp *r, uint32_t type, const uint8_t *p, size_t len, cm_error *err, 
 			cm_rm_rf(path);
 		}
 		if (m)
-			shoal__rec_release__free_unpacked(m, &rp_pb_mem);
+			shoal__rec_release__free_unpacked(m, RP_PB);
 		return;
 	}
 	case PR_REC_START: {
-		Shoal__RecStart *m = shoal__rec_start__unpack(&rp_pb_mem, len, p);
+		Shoal__RecStart *m = shoal__rec_start__unpack(RP_PB, len, p);
 		if (!m)
 			cm_error_set(err, CM_EPARSE, "malformed recovery request");
 		else if (serve_shard(r, m->ref, &c, &rs, &target, &term, err))
 			serve_start(r, m, rs, c.s, target, term, err, body);
 		if (m)
-			shoal__rec_start__free_unpacked(m, &rp_pb_mem);
+			shoal__rec_start__free_unpacked(m, RP_PB);
 		break;
 	}
 	case PR_REC_OPS: {
-		Shoal__RecOps *m = shoal__rec_ops__unpack(&rp_pb_mem, len, p);
+		Shoal__RecOps *m = shoal__rec_ops__unpack(RP_PB, len, p);
 		if (!m)
 			cm_error_set(err, CM_EPARSE, "malformed recovery request");
 		else if (serve_shard(r, m->ref, &c, &rs, &target, &term, err))
 			serve_ops(r, m, rs, c.s, term, err, body);
 		if (m)
-			shoal__rec_ops__free_unpacked(m, &rp_pb_mem);
+			shoal__rec_ops__free_unpacked(m, RP_PB);
 		break;
 	}
 	case PR_REC_FINALIZE:
 	case PR_REC_CANCEL: {
-		Shoal__RecShard *m = shoal__rec_shard__unpack(&rp_pb_mem, len, p);
+		Shoal__RecShard *m = shoal__rec_shard__unpack(RP_PB, len, p);
 		if (!m)
 			cm_error_set(err, CM_EPARSE, "malformed recovery request");
 		else if (serve_shard(r, m->ref, &c, &rs, &target, &term, err)) {
@@ -553,7 +557,7 @@ rp_rec_serve(rp *r, uint32_t type, const uint8_t *p, size_t len, cm_error *err, 
 				serve_cancel(r, rs, c.s, target);
 		}
 		if (m)
-			shoal__rec_shard__free_unpacked(m, &rp_pb_mem);
+			shoal__rec_shard__free_unpacked(m, RP_PB);
 		break;
 	}
 	default:
@@ -804,7 +808,7 @@ rec_main(void *arg)
 	if (rc)
 		goto out;
 	started = true;
-	rep = shoal__rec_start_reply__unpack(&rp_pb_mem, len, data);
+	rep = shoal__rec_start_reply__unpack(RP_PB, len, data);
 	if (!rep) {
 		rc = cm_error_set(&err, CM_EPARSE, "malformed recovery start reply");
 		goto out;
@@ -875,7 +879,7 @@ out:
 	rp_release(r, &c);
 done:
 	if (rep)
-		shoal__rec_start_reply__free_unpacked(rep, &rp_pb_mem);
+		shoal__rec_start_reply__free_unpacked(rep, RP_PB);
 	cm_free(MEM, data);
 	cm_free(MEM, j);
 	atomic_store(&r->rec_busy, false);

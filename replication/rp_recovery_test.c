@@ -1,6 +1,7 @@
 /* Recovery between two rp instances wired through a fake host over shards
  * in temp dirs: ops-based, file-based (a copy whose history diverged),
- * cancel mid-file, the primary dying mid-recovery; and the write path
+ * cancel mid-file, the primary dying mid-recovery, the master's answer to
+ * a finalize lost, a prepared hand-over; and the write path
  * (a replica that fails leaves the in-sync set before the write is
  * acknowledged; a deposed primary acknowledges nothing). */
 #define _GNU_SOURCE
@@ -126,6 +127,8 @@ publish(void)
 		rp_set_state(nodes[i].r, master);
 }
 
+static _Atomic bool lose_started; /* the master applies a STARTED, its answer is lost */
+
 static cm_err
 f_master_event(void *h, const rp_event *ev, cm_error *err)
 {
@@ -135,11 +138,17 @@ f_master_event(void *h, const rp_event *ev, cm_error *err)
 		return cm_error_set(err, CM_EUNAVAIL, "master unreachable");
 	pthread_mutex_lock(&master_mu);
 	cm_err rc = rp_state_apply(master, ev, &changed, err);
+	bool lost = !rc && ev->kind == RP_EV_STARTED && atomic_exchange(&lose_started, false);
 	if (!rc && changed) {
 		master->version++;
-		publish();
+		if (lost)
+			rp_set_state(nodes[1].r, master); /* the primary does not learn it */
+		else
+			publish();
 	}
 	pthread_mutex_unlock(&master_mu);
+	if (lost)
+		return cm_error_set(err, CM_EUNAVAIL, "the master's answer was lost");
 	return rc;
 }
 
@@ -442,6 +451,115 @@ test_primary_dies(void)
 	CHECK(same_docs(131) == 0);
 }
 
+/* The master counts the copy in, but its answer to the primary is lost (a
+ * primary stopping aborts its calls): the primary must still wait for the
+ * copy as for an in-sync one, so nothing is acknowledged that the copy
+ * lacks while the master holds it in sync (R8 on etcd lost writes so). */
+static void
+test_started_answer_lost(void)
+{
+	drop_replica();
+	CHECK(write_docs(131, 140) == 9);
+	atomic_store(&lose_started, true);
+	nodes[1].r->next_rec_ns = 0;
+	CHECK(recover(10000)); /* the master has it in sync ... */
+	CHECK(!atomic_load(&lose_started));
+	rp_route ro;
+	CHECK(rp_route_get(nodes[0].r, "ix", 0, &ro) && ro.in_sync == 1); /* ... the primary not */
+	/* the copy goes: a write is acknowledged only once the master took it out */
+	atomic_store(&fail_replica_bulks, 1000);
+	int acked = write_docs(140, 141);
+	atomic_store(&fail_replica_bulks, 0);
+	CHECKF(acked == 0 || in_sync() == 1,
+	       "a write was acknowledged while the master held in sync a copy that lacks it "
+	       "(acked %d, in sync %llu)",
+	       acked, (unsigned long long)in_sync());
+	CHECK(acked == 1 && in_sync() == 1);
+	/* it recovers again and has everything */
+	nodes[1].r->next_rec_ns = 0;
+	CHECK(recover(15000));
+	CHECK(same_docs(141) == 0);
+}
+
+typedef struct held_write {
+	int k;
+	st_op_result res;
+	_Atomic bool done;
+} held_write;
+
+static void *
+held_write_main(void *arg)
+{
+	held_write *w = arg;
+	char id[32], src[64];
+	snprintf(id, sizeof(id), "d%d", w->k);
+	snprintf(src, sizeof(src), "{\"n\":%d}", w->k);
+	st_op op = {.type = ST_OP_INDEX,
+	            .id = id,
+	            .id_len = strlen(id),
+	            .source = src,
+	            .source_len = strlen(src),
+	            .seq_no = ST_NO_SEQ,
+	            .if_seq_no = ST_NO_SEQ};
+	memset(&w->res, 0, sizeof(w->res));
+	rp_primary_apply(nodes[0].r, &nodes[0], "ix", "u1", 0, &op, 1, &w->res, 0);
+	atomic_store(&w->done, true);
+	return NULL;
+}
+
+/* A prepared hand-over: with no write in flight both copies hold every
+ * op (both are kept); a write waits while held, and once the routes name
+ * the new primary it fails as moved (applied nowhere, so it may go there);
+ * a released hold lets writes go on at once. */
+static void
+test_handoff(void)
+{
+	cm_error err;
+	uint64_t keep = 0;
+	CHECK(write_docs(141, 150) == 9);
+	pthread_mutex_lock(&master_mu);
+	rp_route ro = rp_state_index(master, "ix")->routes[0];
+	pthread_mutex_unlock(&master_mu);
+	CHECK(ro.primary == 0 && ro.in_sync == 3);
+	cm_error_clear(&err);
+	CHECK(rp_handoff_prepare(nodes[0].r, "ix", "u1", 0, ro.term + 1, 1000000000ull, &keep,
+	                         &err) == CM_ECONFLICT); /* not its term */
+	/* prepared, then released: writes go on */
+	CHECK(rp_handoff_prepare(nodes[0].r, "ix", "u1", 0, ro.term, 10000000000ull, &keep, &err) ==
+	      CM_OK);
+	CHECK(keep == 3);
+	CHECK(rp_handoff_prepare(nodes[0].r, "ix", "u1", 0, ro.term, 0, &keep, &err) == CM_OK);
+	uint64_t t0 = cm_now_ns();
+	CHECK(write_docs(150, 151) == 1 && cm_now_ns() - t0 < 1000000000ull);
+	/* prepared, then handed over: the held write is refused as moved */
+	CHECK(rp_handoff_prepare(nodes[0].r, "ix", "u1", 0, ro.term, 10000000000ull, &keep, &err) ==
+	      CM_OK);
+	CHECK(keep == 3);
+	held_write w = {.k = 151};
+	pthread_t th;
+	pthread_create(&th, NULL, held_write_main, &w);
+	usleep(100000);
+	CHECK(!atomic_load(&w.done)); /* held */
+	pthread_mutex_lock(&master_mu);
+	rp_route *mr = &rp_state_index(master, "ix")->routes[0];
+	mr->primary = 1;
+	mr->term++;
+	mr->in_sync = keep; /* both stay in sync */
+	master->version++;
+	publish();
+	pthread_mutex_unlock(&master_mu);
+	pthread_join(th, NULL);
+	CHECKF(w.res.err == CM_EMOVED, "held write: %s", w.res.reason);
+	CHECK(same_docs(151) == 0); /* the copies are identical: nothing to resync */
+	/* back to node-1 leading, for the rows after */
+	pthread_mutex_lock(&master_mu);
+	mr->primary = 0;
+	mr->term++;
+	master->version++;
+	publish();
+	pthread_mutex_unlock(&master_mu);
+}
+
 /* A deposed primary (the copy learned a newer term) acknowledges nothing. */
 static void
 test_deposed(void)
@@ -464,6 +582,8 @@ main(void)
 	test_ops_based();
 	test_file_based();
 	test_primary_dies();
+	test_started_answer_lost();
+	test_handoff();
 	test_deposed();
 	teardown();
 	CHECK(cm_mem_used(CM_MEM_REPLICATION) == 0);

@@ -13,21 +13,7 @@
 #include "proto/shoal.pb-c.h"
 #include "rp_private.h"
 
-static void *
-pb_alloc(void *d, size_t n)
-{
-	(void)d;
-	return cm_malloc(MEM, n ? n : 1);
-}
 
-static void
-pb_free(void *d, void *p)
-{
-	(void)d;
-	cm_free(MEM, p);
-}
-
-ProtobufCAllocator rp_pb_mem = {pb_alloc, pb_free, NULL};
 
 static char *
 dup_or_empty(const char *s)
@@ -82,6 +68,7 @@ rp_state_free(rp_state *st)
 		index_clear(&st->indices[i]);
 	cm_free(MEM, st->indices);
 	cm_free(MEM, st->settings);
+	cm_free(MEM, st->templates);
 	cm_free(MEM, st);
 }
 
@@ -92,6 +79,8 @@ rp_state_dup(const rp_state *st)
 	d->version = st->version;
 	memcpy(d->joined, st->joined, sizeof(d->joined));
 	d->settings = st->settings ? cm_strdup(MEM, st->settings) : NULL;
+	d->templates = st->templates ? cm_strdup(MEM, st->templates) : NULL;
+	memcpy(d->cluster_uuid, st->cluster_uuid, sizeof(d->cluster_uuid));
 	d->indices = cm_calloc(MEM, st->nindices + 1, sizeof(rp_index));
 	for (size_t i = 0; i < st->nindices; i++)
 		index_copy(&d->indices[i], &st->indices[i]);
@@ -342,6 +331,9 @@ rp_state_encode(const rp_state *st, const char *const *names, int nn, cm_buf *ou
 	m.joined = bootp;
 	if (st->settings)
 		m.settings = text_bin(st->settings);
+	if (st->templates)
+		m.templates = text_bin(st->templates);
+	m.cluster_uuid = (char *)st->cluster_uuid;
 	size_t len = shoal__cluster_state__get_packed_size(&m);
 	cm_buf_reserve(out, len + 1); /* never NULL + 0 */
 	shoal__cluster_state__pack(&m, (uint8_t *)out->data + out->len);
@@ -364,7 +356,7 @@ cm_err
 rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_state **out,
                 cm_error *err)
 {
-	Shoal__ClusterState *m = shoal__cluster_state__unpack(&rp_pb_mem, len, p);
+	Shoal__ClusterState *m = shoal__cluster_state__unpack(RP_PB, len, p);
 	*out = NULL;
 	if (!m)
 		return cm_error_set(err, CM_EPARSE, "malformed cluster state");
@@ -375,7 +367,7 @@ rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_
 		const Shoal__IndexState *pb = m->indices[i];
 		rp_index *x = &st->indices[st->nindices];
 		if (pb->shards > 100000 || pb->n_routing != pb->shards) {
-			shoal__cluster_state__free_unpacked(m, &rp_pb_mem);
+			shoal__cluster_state__free_unpacked(m, RP_PB);
 			rp_state_free(st);
 			return cm_error_set(err, CM_EPARSE,
 			                    "malformed cluster state: index [%s] has %u shards "
@@ -418,7 +410,11 @@ rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_
 	}
 	if (m->settings.len)
 		st->settings = bin_text(m->settings);
-	shoal__cluster_state__free_unpacked(m, &rp_pb_mem);
+	if (m->templates.len)
+		st->templates = bin_text(m->templates);
+	if (m->cluster_uuid)
+		snprintf(st->cluster_uuid, sizeof(st->cluster_uuid), "%s", m->cluster_uuid);
+	shoal__cluster_state__free_unpacked(m, RP_PB);
 	*out = st;
 	return CM_OK;
 }
@@ -434,8 +430,9 @@ rp_state_encode_index(const rp_state *st, size_t i, const char *const *names, in
 void
 rp_state_encode_global(const rp_state *st, const char *const *names, int nn, cm_buf *out)
 {
-	rp_state part = {.version = 0, .settings = st->settings};
+	rp_state part = {.version = 0, .settings = st->settings, .templates = st->templates};
 	memcpy(part.joined, st->joined, sizeof(part.joined));
+	memcpy(part.cluster_uuid, st->cluster_uuid, sizeof(part.cluster_uuid));
 	rp_state_encode(&part, names, nn, out);
 }
 
@@ -457,6 +454,13 @@ rp_state_merge(rp_state *into, const void *p, size_t len, const char *const *nam
 	for (int n = 0; n < RP_MAX_NODES; n++)
 		if (part->joined[n])
 			into->joined[n] = part->joined[n];
+	if (part->cluster_uuid[0])
+		memcpy(into->cluster_uuid, part->cluster_uuid, sizeof(into->cluster_uuid));
+	if (part->templates) {
+		cm_free(MEM, into->templates);
+		into->templates = part->templates;
+		part->templates = NULL;
+	}
 	if (part->settings) {
 		cm_free(MEM, into->settings);
 		into->settings = part->settings;
@@ -469,7 +473,7 @@ rp_state_merge(rp_state *into, const void *p, size_t len, const char *const *nam
 cm_err
 rp_state_names(const void *p, size_t len, void (*fn)(void *arg, const char *name), void *arg)
 {
-	Shoal__ClusterState *m = shoal__cluster_state__unpack(&rp_pb_mem, len, p);
+	Shoal__ClusterState *m = shoal__cluster_state__unpack(RP_PB, len, p);
 	if (!m)
 		return CM_EPARSE;
 	for (size_t i = 0; i < m->n_indices; i++)
@@ -484,7 +488,7 @@ rp_state_names(const void *p, size_t len, void (*fn)(void *arg, const char *name
 		}
 	for (size_t i = 0; i < m->n_joined; i++)
 		fn(arg, m->joined[i]->node);
-	shoal__cluster_state__free_unpacked(m, &rp_pb_mem);
+	shoal__cluster_state__free_unpacked(m, RP_PB);
 	return CM_OK;
 }
 
@@ -521,12 +525,12 @@ cm_err
 rp_event_decode(const void *p, size_t len, const char *const *names, int nn, rp_event *ev,
                 void **keep, cm_error *err)
 {
-	Shoal__ShardEvent *m = shoal__shard_event__unpack(&rp_pb_mem, len, p);
+	Shoal__ShardEvent *m = shoal__shard_event__unpack(RP_PB, len, p);
 	memset(ev, 0, sizeof(*ev));
 	*keep = NULL;
 	if (!m || !m->ref || m->kind < 1 || m->kind > 3) {
 		if (m)
-			shoal__shard_event__free_unpacked(m, &rp_pb_mem);
+			shoal__shard_event__free_unpacked(m, RP_PB);
 		return cm_error_set(err, CM_EPARSE, "malformed shard event");
 	}
 	ev->kind = (rp_event_kind)m->kind;
@@ -548,7 +552,7 @@ void
 rp_event_free(void *keep)
 {
 	if (keep)
-		shoal__shard_event__free_unpacked(keep, &rp_pb_mem);
+		shoal__shard_event__free_unpacked(keep, RP_PB);
 }
 
 cm_err

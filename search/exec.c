@@ -2147,6 +2147,46 @@ sr_it_build(sr_exec *x, size_t si, const sr_plan *pl, sr_it **out)
 	return x->err->code ? x->err->code : CM_OK;
 }
 
+bool
+sr_plan_seg_count(sr_exec *x, size_t si, const sr_plan *pl, uint64_t *n)
+{
+	const sr_seg_ctx *c = &x->segs[si];
+	uint32_t max_doc = st_segment_max_doc(c->seg);
+	switch (pl->kind) {
+	case P_NONE:
+		*n = 0;
+		return true;
+	case P_ALL:
+		*n = max_doc;
+		if (c->live) {
+			*n = 0;
+			for (size_t w = 0; w < st_bit_words(max_doc); w++)
+				*n += (uint64_t)__builtin_popcountll(c->live[w]);
+		}
+		return true;
+	case P_TERM: {
+		if (c->live)
+			return false; /* deleted docs still count in doc_freq */
+		const st_field_info *fi = st_segment_field(c->seg, pl->fs->name);
+		st_postings p;
+		*n = 0;
+		if (!fi || !(fi->flags & ST_FI_POSTINGS))
+			return true;
+		cm_err rc = st_postings_open(c->txn, fi, pl->term.p, pl->term.n, &p);
+		if (rc == CM_ENOTFOUND)
+			return true;
+		if (rc)
+			return false; /* the iterator reports it */
+		*n = p.doc_freq;
+		return true;
+	}
+	case P_CONST:
+		return sr_plan_seg_count(x, si, pl->kids[0], n);
+	default:
+		return false;
+	}
+}
+
 /* ---- running a segment in windows ---- */
 
 cm_err
@@ -2211,6 +2251,11 @@ sr_count_shard(st_reader *r, const sr_query *q, uint64_t deadline_ns, uint64_t *
 	rc = sr_plan_compile(&x, q, false, &pl);
 	for (size_t si = 0; !rc && si < x.nseg; si++) {
 		sr_it *it;
+		uint64_t known;
+		if (sr_plan_seg_count(&x, si, pl, &known)) {
+			*count += known;
+			continue;
+		}
 		rc = sr_it_build(&x, si, pl, &it);
 		if (!rc)
 			rc = sr_run_windows(&x, si, it, false, count_window, count);

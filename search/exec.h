@@ -140,6 +140,7 @@ typedef struct sr_exec {
 	sr_fstat *fstats;
 	size_t nfstats;
 	uint64_t deadline_ns;
+	const _Atomic _Bool *cancel; /* sr_request.cancel */
 	bool timed_out;
 	cm_error *err;
 	cm_error own_err; /* when the caller passed none */
@@ -156,6 +157,8 @@ static inline bool
 sr_deadline_passed(sr_exec *x)
 {
 	if (x->deadline_ns && cm_now_ns() > x->deadline_ns)
+		x->timed_out = true;
+	if (x->cancel && *x->cancel)
 		x->timed_out = true;
 	return x->timed_out;
 }
@@ -190,6 +193,11 @@ struct sr_it {
 /* Builds the iterator tree of plan p for segment si. NULL on error (set in
  * x->err) or timeout; an empty segment gets a P_NONE iterator. */
 cm_err sr_it_build(sr_exec *x, size_t si, const sr_plan *p, sr_it **out);
+/* How many live documents of segment si p matches, when that is known
+ * without visiting them (Lucene's Weight#count): match_all, match_none,
+ * and a term in a segment without deletions (its doc_freq). false: run
+ * the iterator. */
+bool sr_plan_seg_count(sr_exec *x, size_t si, const sr_plan *p, uint64_t *n);
 static inline void
 sr_it_free(sr_it *it)
 {

@@ -193,6 +193,10 @@ typedef struct sr_request {
 	 * numbers but no _id/_source/metadata (no stored-document reads).
 	 * Used by benchmarks; default false. */
 	bool query_phase_only;
+	/* Set by another thread: the search stops at its next block check, as
+	 * on its deadline (a hedged shard request whose other copy answered
+	 * first). NULL: never. */
+	const _Atomic _Bool *cancel;
 } sr_request;
 
 void sr_request_init(sr_request *r);

@@ -317,6 +317,7 @@ sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_re
 		out->error = *x.err;
 		return rc;
 	}
+	x.cancel = req->cancel;
 	topk t;
 	memset(&t, 0, sizeof t);
 	t.x = &x;
@@ -368,6 +369,12 @@ sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_re
 			break;
 		t.si = si;
 		sr_it *it = NULL;
+		uint64_t known;
+		if (!t.k && !t.has_agg && !t.terminate_after &&
+		    sr_plan_seg_count(&x, si, plan, &known)) {
+			t.total += known; /* a count alone: nothing to visit */
+			continue;
+		}
 		rc = sr_it_build(&x, si, plan, &it);
 		if (!rc && t.nkeys)
 			rc = sr_sorter_segment(&t.sorter, &x, si);

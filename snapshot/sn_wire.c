@@ -3,26 +3,13 @@
 #include <string.h>
 
 #include "../common/cm_alloc.h"
+#include "../proto/pr.h"
 #include "proto/shoal.pb-c.h"
 #include "sn.h"
 
 #define MEM CM_MEM_NODE
 
-static void *
-pb_alloc(void *d, size_t n)
-{
-	(void)d;
-	return cm_malloc(MEM, n ? n : 1);
-}
-
-static void
-pb_free(void *d, void *p)
-{
-	(void)d;
-	cm_free(MEM, p);
-}
-
-static ProtobufCAllocator pb_mem = {pb_alloc, pb_free, NULL};
+#define PB pr_pb_allocator(MEM)
 
 #define PACK(kind, m, out)                                                                         \
 	do {                                                                                       \
@@ -105,7 +92,7 @@ sn_msg_repo_encode(const sn_msg_repo *m, cm_buf *out)
 cm_err
 sn_msg_repo_decode(const void *buf, size_t n, sn_msg_repo *m, cm_error *err)
 {
-	Shoal__SnapRepo *p = shoal__snap_repo__unpack(&pb_mem, n, buf);
+	Shoal__SnapRepo *p = shoal__snap_repo__unpack(PB, n, buf);
 	bool ok = p && cp(m->name, sizeof(m->name), p->name) &&
 	          cp(m->type, sizeof(m->type), p->type) &&
 	          cp(m->location, sizeof(m->location), p->location);
@@ -115,7 +102,7 @@ sn_msg_repo_decode(const void *buf, size_t n, sn_msg_repo *m, cm_error *err)
 		m->remove = p->remove;
 	}
 	if (p)
-		shoal__snap_repo__free_unpacked(p, &pb_mem);
+		shoal__snap_repo__free_unpacked(p, PB);
 	return ok ? CM_OK : bad(err, "SnapRepo");
 }
 
@@ -137,7 +124,7 @@ sn_msg_shard_encode(const sn_msg_shard *m, cm_buf *out)
 cm_err
 sn_msg_shard_decode(const void *buf, size_t n, sn_msg_shard *m, cm_error *err)
 {
-	Shoal__SnapShard *p = shoal__snap_shard__unpack(&pb_mem, n, buf);
+	Shoal__SnapShard *p = shoal__snap_shard__unpack(PB, n, buf);
 	bool ok = p && p->op >= 1 && p->op <= 3 &&
 	          cp(m->location, sizeof(m->location), p->location) &&
 	          cp(m->index, sizeof(m->index), p->index) &&
@@ -150,7 +137,7 @@ sn_msg_shard_decode(const void *buf, size_t n, sn_msg_shard *m, cm_error *err)
 		m->file = p->file;
 	}
 	if (p)
-		shoal__snap_shard__free_unpacked(p, &pb_mem);
+		shoal__snap_shard__free_unpacked(p, PB);
 	return ok ? CM_OK : bad(err, "SnapShard");
 }
 
@@ -172,7 +159,7 @@ sn_msg_shard_reply_encode(const sn_msg_shard_reply *m, cm_buf *out)
 cm_err
 sn_msg_shard_reply_decode(const void *buf, size_t n, sn_msg_shard_reply *m, cm_error *err)
 {
-	Shoal__SnapShardReply *p = shoal__snap_shard_reply__unpack(&pb_mem, n, buf);
+	Shoal__SnapShardReply *p = shoal__snap_shard_reply__unpack(PB, n, buf);
 	memset(m, 0, sizeof(*m));
 	bool ok = p && cp(m->token, sizeof(m->token), p->token) &&
 	          files_in(p->files, p->n_files, &m->files, &m->nfiles);
@@ -181,7 +168,7 @@ sn_msg_shard_reply_decode(const void *buf, size_t n, sn_msg_shard_reply *m, cm_e
 		m->written = p->written;
 	}
 	if (p)
-		shoal__snap_shard_reply__free_unpacked(p, &pb_mem);
+		shoal__snap_shard_reply__free_unpacked(p, PB);
 	return ok ? CM_OK : bad(err, "SnapShardReply");
 }
 
@@ -206,7 +193,7 @@ sn_msg_restore_encode(const sn_msg_restore *m, cm_buf *out)
 cm_err
 sn_msg_restore_decode(const void *buf, size_t n, sn_msg_restore *m, cm_error *err)
 {
-	Shoal__SnapRestore *p = shoal__snap_restore__unpack(&pb_mem, n, buf);
+	Shoal__SnapRestore *p = shoal__snap_restore__unpack(PB, n, buf);
 	m->files = NULL;
 	m->nfiles = 0;
 	bool ok = p && cp(m->location, sizeof(m->location), p->location) &&
@@ -219,7 +206,7 @@ sn_msg_restore_decode(const void *buf, size_t n, sn_msg_restore *m, cm_error *er
 		m->shard = p->shard;
 	}
 	if (p)
-		shoal__snap_restore__free_unpacked(p, &pb_mem);
+		shoal__snap_restore__free_unpacked(p, PB);
 	return ok ? CM_OK : bad(err, "SnapRestore");
 }
 
@@ -236,10 +223,10 @@ sn_msg_verify_encode(const sn_msg_verify *m, cm_buf *out)
 cm_err
 sn_msg_verify_decode(const void *buf, size_t n, sn_msg_verify *m, cm_error *err)
 {
-	Shoal__SnapVerify *p = shoal__snap_verify__unpack(&pb_mem, n, buf);
+	Shoal__SnapVerify *p = shoal__snap_verify__unpack(PB, n, buf);
 	bool ok = p && cp(m->location, sizeof(m->location), p->location) &&
 	          cp(m->token, sizeof(m->token), p->token) && cp(m->node, sizeof(m->node), p->node);
 	if (p)
-		shoal__snap_verify__free_unpacked(p, &pb_mem);
+		shoal__snap_verify__free_unpacked(p, PB);
 	return ok ? CM_OK : bad(err, "SnapVerify");
 }

@@ -54,6 +54,13 @@ def views_describe_the_cluster():
     st, b = NODES["node-2"].bulk(lines, params="?refresh=true")
     eq((st, b.get("errors")), (200, False), "bulk: %s" % [it for it in b.get("items", []) if it["index"].get("error")][:2])
     green()
+    # one cluster, one uuid: every node names the same, in / and the state
+    uuids = set()
+    for n in NAMES:
+        st, b = NODES[n].req("GET", "/")
+        st, cs = NODES[n].req("GET", "/_cluster/state")
+        uuids |= {b["cluster_uuid"], cs["cluster_uuid"], cs["metadata"]["cluster_uuid"]}
+    eq(len(uuids), 1, "the same cluster_uuid from every node: %s" % uuids)
     for n in NAMES:
         h = cat(n, "health")
         eq(len(h), 1, "one health row")
@@ -67,6 +74,12 @@ def views_describe_the_cluster():
         eq((b["_nodes"]["total"], b["_nodes"]["successful"], b["_nodes"]["failed"]),
            (3, 3, 0), "_nodes via " + n)
         eq(sorted(e["name"] for e in b["nodes"].values()), NAMES, "_nodes names via " + n)
+        # each node gives its own transport address, not a made-up one
+        st, cs = NODES[n].req("GET", "/_cluster/state")
+        want = {e["name"]: e["transport_address"] for e in cs["nodes"].values()}
+        eq({e["name"]: e["transport_address"] for e in b["nodes"].values()}, want,
+           "_nodes transport addresses match _cluster/state via " + n)
+        eq(len(set(want.values())), 3, "three distinct transport addresses: %s" % want)
         st, b = NODES[n].req("GET", "/_nodes/stats")
         eq(b["_nodes"]["successful"], 3, "_nodes/stats via " + n)
         for e in b["nodes"].values():

@@ -4,6 +4,8 @@
  *
  *   delay-proxy --listen HOST:PORT --to HOST:PORT [--delay-ms D] [--drop]
  *               [--buf-kb KB] [--max-conns N]
+ *               [--extra-ms X [--extra-pct P]] [--stall-ms S --stall-every-ms E]
+ *               [--impair-off] [--seed N]
  *
  * One thread, epoll. Every chunk read from either side is timestamped and
  * written to the other side no earlier than D ms later (fractional ms
@@ -14,6 +16,14 @@
  * closes both at once. Each direction holds at most --buf-kb of data in
  * flight; past that the proxy stops reading that side (TCP backpressure), so
  * memory stays bounded whatever the peers send.
+ *
+ * A slow node (the tail scenario of the fan-out experiment, test_tail.py):
+ * --extra-ms X adds X ms to P% of the chunks (--extra-pct, default 100;
+ * a pseudo-random draw per chunk, --seed), and --stall-ms S with
+ * --stall-every-ms E holds everything in both directions for S ms out of
+ * every E (a stalled process). Order is kept: a chunk is never due before
+ * the one read before it. These impairments can be switched off and on
+ * with SIGUSR2 (--impair-off starts with them off); the base delay stays.
  *
  * SIGUSR1 toggles "drop": every proxied connection is cut at once and new
  * ones are accepted and closed immediately, as if the link were down, until
@@ -75,6 +85,10 @@ typedef struct {
 
 static struct sockaddr_in listen_addr, to_addr;
 static uint64_t delay_ns;
+static uint64_t extra_ns, stall_ns, stall_every_ns;
+static double extra_pct = 100;
+static int impaired = 1;
+static uint64_t rng = 88172645463325252ull, t_start;
 static size_t buf_cap = 1024 * 1024;
 static int max_pairs = 256;
 static pair *pairs;
@@ -181,6 +195,25 @@ nodelay_nonblock(int fd)
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+static uint64_t
+xorshift(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+/* When a stall covering now ends, or 0 when none does. */
+static uint64_t
+stall_end(uint64_t now)
+{
+	if (!impaired || !stall_ns || !stall_every_ns)
+		return 0;
+	uint64_t in = (now - t_start) % stall_every_ns;
+	return in < stall_ns ? now + (stall_ns - in) : 0;
+}
+
 static int
 enqueue(pair *p, int side, const char *data, size_t len, int eof, uint64_t now)
 {
@@ -189,6 +222,13 @@ enqueue(pair *p, int side, const char *data, size_t len, int eof, uint64_t now)
 		return -1;
 	c->next = NULL;
 	c->due = now + delay_ns;
+	if (impaired && extra_ns && (double)(xorshift() % 10000) < extra_pct * 100)
+		c->due += extra_ns;
+	uint64_t se = stall_end(now);
+	if (se > c->due)
+		c->due = se;
+	if (p->q[side].tail && p->q[side].tail->due > c->due)
+		c->due = p->q[side].tail->due; /* in order */
 	c->len = len;
 	c->off = 0;
 	c->eof = eof;
@@ -212,7 +252,7 @@ flush_dir(int slot, int from, uint64_t now)
 	pair *p = &pairs[slot];
 	int to = 1 - from;
 	dirq *q = &p->q[from];
-	if (p->wblocked[to] || (to == 1 && p->connecting))
+	if (p->wblocked[to] || (to == 1 && p->connecting) || stall_end(now))
 		return 0;
 	size_t before = q->bytes;
 	while (q->head && q->head->due <= now) {
@@ -273,6 +313,9 @@ arm_timer(void)
 				next = p->q[s].head->due;
 		}
 	}
+	uint64_t se = stall_end(now_ns());
+	if (next && se > next)
+		next = se;
 	if (next == armed_at)
 		return;
 	struct itimerspec its = {0};
@@ -315,7 +358,7 @@ on_readable(int slot, int side)
 			break;
 	}
 	set_interest(slot, side);
-	if (delay_ns == 0)
+	if (delay_ns == 0 && !(impaired && extra_ns))
 		flush_dir(slot, side, now);
 }
 
@@ -401,7 +444,10 @@ usage(void)
 {
 	fprintf(stderr,
 	        "usage: delay-proxy --listen HOST:PORT --to HOST:PORT [--delay-ms D] [--drop]\n"
-	        "                   [--buf-kb KB] [--max-conns N]\n");
+	        "                   [--buf-kb KB] [--max-conns N]\n"
+	        "                   [--extra-ms X [--extra-pct P]] [--stall-ms S "
+	        "--stall-every-ms E]\n"
+	        "                   [--impair-off] [--seed N]\n");
 	exit(2);
 }
 
@@ -414,6 +460,10 @@ main(int argc, char **argv)
 		const char *a = argv[i];
 		if (!strcmp(a, "--drop")) {
 			dropping = 1;
+			continue;
+		}
+		if (!strcmp(a, "--impair-off")) {
+			impaired = 0;
 			continue;
 		}
 		const char *v = i + 1 < argc ? argv[++i] : NULL;
@@ -429,9 +479,23 @@ main(int argc, char **argv)
 			buf_cap = (size_t)atol(v) * 1024;
 		else if (!strcmp(a, "--max-conns"))
 			max_pairs = atoi(v);
+		else if (!strcmp(a, "--extra-ms"))
+			extra_ns = (uint64_t)(atof(v) * 1e6 + 0.5);
+		else if (!strcmp(a, "--extra-pct"))
+			extra_pct = atof(v);
+		else if (!strcmp(a, "--stall-ms"))
+			stall_ns = (uint64_t)(atof(v) * 1e6 + 0.5);
+		else if (!strcmp(a, "--stall-every-ms"))
+			stall_every_ns = (uint64_t)(atof(v) * 1e6 + 0.5);
+		else if (!strcmp(a, "--seed"))
+			rng = strtoull(v, NULL, 10) | 1;
 		else
 			usage();
 	}
+	if (extra_pct < 0 || extra_pct > 100 || extra_ns > 60000000000ull ||
+	    (stall_ns && stall_every_ns <= stall_ns))
+		usage();
+	t_start = now_ns();
 	if (!listen_s || !to_s || delay_ms < 0 || delay_ms > 60000 || buf_cap < 1024 ||
 	    buf_cap > (size_t)1 << 30 || max_pairs < 1 || max_pairs > 65536)
 		usage();
@@ -457,6 +521,7 @@ main(int argc, char **argv)
 	sigset_t mask;
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGUSR1);
+	sigaddset(&mask, SIGUSR2);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGINT);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
@@ -495,6 +560,12 @@ main(int argc, char **argv)
 			} else if (tag == TAG_SIGNAL) {
 				struct signalfd_siginfo si;
 				while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+					if (si.ssi_signo == SIGUSR2) {
+						impaired = !impaired;
+						fprintf(stderr, "delay-proxy: impairments %s\n",
+						        impaired ? "on" : "off");
+						continue;
+					}
 					if (si.ssi_signo != SIGUSR1) {
 						fprintf(stderr, "delay-proxy: exiting\n");
 						return 0;
