@@ -15,7 +15,7 @@ typedef struct nd_node nd_node;
 cJSON *co_snapshot_upcall(nd_node *n, const char *json);
 /* The global state a snapshot keeps (persistent cluster settings, every
  * index template, the aliases' view) and restoring it (settings through
- * the master, templates on every node); nd_snap_set_global's hooks. */
+ * the master, templates too on a cluster); nd_snap_set_global's hooks. */
 cJSON *co_snapshot_global_get(nd_node *n);
 cm_err co_snapshot_global_put(nd_node *n, const cJSON *state, cm_error *err);
 
