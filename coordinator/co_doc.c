@@ -422,7 +422,7 @@ get_doc_json(nd_index *ix, const char *id, const char *routing, const char *incl
 		cJSON_AddNumberToObject(j, "_primary_term", (double)meta.primary_term);
 		cJSON_AddBoolToObject(j, "found", true);
 		char *filtered = co_source_filter((const char *)src.data, src.len, incl, excl, &fetch);
-		if (fetch) {
+		if (fetch && src.len) { /* nothing stored: the mapping disables _source */
 			if (filtered)
 				cJSON_AddItemToObject(j, "_source",
 				                      co_source_item(filtered, strlen(filtered), parsed));
@@ -517,6 +517,9 @@ co_h_source_get(co_req *r)
 			cm_error_set(&err, CM_ENOTFOUND, "Document not found [%s]/[_doc]/[%s]", name, id);
 		else
 			cm_error_set(&err, rc, "%s", cm_err_msg(rc));
+		co_reply_error(r, &err, NULL);
+	} else if (src.len == 0) {
+		cm_error_set(&err, CM_ENOTFOUND, "Source not found [%s]/[_doc]/[%s]", name, id);
 		co_reply_error(r, &err, NULL);
 	} else {
 		bool fetch = true;
@@ -774,6 +777,11 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 				                       (unsigned long long)w->if_primary_term,
 				                       (unsigned long long)meta.seq_no,
 				                       (unsigned long long)meta.primary_term);
+				break;
+			}
+			if (src.len == 0) {
+				rc = cm_error_set_type(err, CM_EINVAL, "document_source_missing_exception",
+				                       "[_doc][%s]: document source missing", id);
 				break;
 			}
 			cur = cJSON_ParseWithLength((const char *)src.data, src.len);

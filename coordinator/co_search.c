@@ -361,6 +361,8 @@ object_body(co_req *r, cJSON **out)
 	cJSON *body = co_body_json(r, &bad);
 	if (bad)
 		return false;
+	if (body)
+		sr_json_exact_integers(body, (const char *)r->body.data, r->body.len);
 	if (body && !cJSON_IsObject(body)) {
 		cJSON_Delete(body);
 		co_reply_errorf(r, CM_EPARSE, NULL, "Unknown key for a VALUE in [body].");
@@ -561,6 +563,8 @@ co_h_msearch(co_req *r)
 		}
 		/* one search: its header names the indices */
 		cJSON *body = len ? cJSON_ParseWithLength(lp, len) : cJSON_CreateObject();
+		if (body && len)
+			sr_json_exact_integers(body, lp, len);
 		const cJSON *ixj = cJSON_GetObjectItemCaseSensitive(header, "index");
 		char expr[1024];
 		cm_error err;

@@ -49,22 +49,6 @@ db_path(nd_node *n, char *path, size_t cap)
 	snprintf(path, cap, "%s/templates.json", nd_data_dir(n));
 }
 
-/* Every kind present, whatever the stored text was. */
-static void
-db_normalize(void)
-{
-	static const char *const kinds[] = {"index", "component", "legacy"};
-	if (!cJSON_IsObject(tpl_db)) {
-		cJSON_Delete(tpl_db);
-		tpl_db = cJSON_CreateObject();
-	}
-	for (int i = 0; i < 3; i++)
-		if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(tpl_db, kinds[i]))) {
-			cJSON_DeleteItemFromObjectCaseSensitive(tpl_db, kinds[i]);
-			cJSON_AddObjectToObject(tpl_db, kinds[i]);
-		}
-}
-
 /* The store; caller holds tpl_lock. A solo node loads its file on first
  * use; a cluster node reads the cluster state's, again whenever the
  * state changed. */
@@ -77,12 +61,11 @@ db(nd_node *n)
 		char *t = nd_cluster_templates(cl, &seen);
 		if (t) {
 			cJSON_Delete(tpl_db);
-			tpl_db = cJSON_Parse(t);
+			tpl_db = nd_templates_normalize(cJSON_Parse(t));
 			cm_free(CM_MEM_NODE, t);
-			db_normalize();
 		}
 		if (!tpl_db)
-			db_normalize();
+			tpl_db = nd_templates_normalize(NULL);
 		return tpl_db;
 	}
 	if (tpl_db)
@@ -94,7 +77,7 @@ db(nd_node *n)
 		tpl_db = cJSON_ParseWithLength(text, len);
 		cm_free(CM_MEM_COMMON, text);
 	}
-	db_normalize();
+	tpl_db = nd_templates_normalize(tpl_db);
 	return tpl_db;
 }
 
@@ -111,35 +94,26 @@ db_save(nd_node *n)
 }
 
 /* Applies one change {"op":"put"|"delete","kind","name","body"} to the
- * store here and persists it. */
+ * store here and persists it; nothing changes when it cannot be saved. */
 static cm_err
 apply_op(nd_node *n, const cJSON *op, cm_error *err)
 {
-	const cJSON *o = cJSON_GetObjectItemCaseSensitive(op, "op");
-	const cJSON *k = cJSON_GetObjectItemCaseSensitive(op, "kind");
-	const cJSON *nm = cJSON_GetObjectItemCaseSensitive(op, "name");
-	const cJSON *b = cJSON_GetObjectItemCaseSensitive(op, "body");
-	if (!cJSON_IsString(o) || !cJSON_IsString(k) || !cJSON_IsString(nm))
-		return cm_error_set(err, CM_EPARSE, "malformed template change");
 	pthread_mutex_lock(&tpl_lock);
-	cJSON *set = cJSON_GetObjectItemCaseSensitive(db(n), k->valuestring);
-	if (!set) {
-		pthread_mutex_unlock(&tpl_lock);
-		return cm_error_set(err, CM_EPARSE, "malformed template change");
+	cJSON *cur = db(n), *next = cJSON_Duplicate(cur, true);
+	cm_err rc = nd_templates_apply(next, op, err);
+	if (!rc) {
+		tpl_db = next;
+		rc = db_save(n);
+		tpl_db = cur;
+		if (rc)
+			rc = cm_error_set(err, rc, "cannot persist the templates: %s", cm_err_msg(rc));
 	}
-	cJSON *old = cJSON_DetachItemFromObjectCaseSensitive(set, nm->valuestring);
-	if (!strcmp(o->valuestring, "put"))
-		cJSON_AddItemToObject(set, nm->valuestring, cJSON_Duplicate(b, true));
-	cm_err rc = db_save(n);
 	if (rc) {
-		/* not applied: the old one goes back */
-		cJSON_DeleteItemFromObjectCaseSensitive(set, nm->valuestring);
-		if (old)
-			cJSON_AddItemToObject(set, nm->valuestring, old);
-		old = NULL;
-		rc = cm_error_set(err, rc, "cannot persist the templates: %s", cm_err_msg(rc));
+		cJSON_Delete(next);
+	} else {
+		cJSON_Delete(cur);
+		tpl_db = next;
 	}
-	cJSON_Delete(old);
 	pthread_mutex_unlock(&tpl_lock);
 	return rc;
 }

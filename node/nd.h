@@ -186,6 +186,12 @@ cm_err nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *r
 cm_err nd_count(nd_node *n, nd_target *t, size_t nt, const sr_query *q, uint64_t deadline_ns,
                 uint64_t *count, cm_error *err);
 
+/* Index templates as one JSON object {"index":{..},"component":{..},
+ * "legacy":{..}} (nd_templates.c): normalize gives db (consumed) every
+ * kind; apply makes one change {"op":"put"|"delete","kind","name","body"}. */
+cJSON *nd_templates_normalize(cJSON *db);
+cm_err nd_templates_apply(cJSON *db, const cJSON *op, cm_error *err);
+
 /* Search contexts (nd_ctx.c): one per shard copy, on the node holding
  * it, each a point-in-time reader with a keep-alive; scroll pages run on
  * them wherever they live (cluster or solo). */

@@ -353,45 +353,21 @@ nd_cluster_templates(nd_cluster *cl, uint64_t *seen)
 	return out;
 }
 
-/* The master's side of a template change {"op":"put"|"delete", "kind",
- * "name", "body"} (validated where it was asked): applied to next's
- * templates. */
+/* The master's side of a template change (validated where it was
+ * asked): applied to next's templates. */
 static cm_err
 templates_change(rp_state *next, const cJSON *op, cm_error *err)
 {
-	static const char *const kinds[] = {"index", "component", "legacy"};
-	const cJSON *o = cJSON_GetObjectItemCaseSensitive(op, "op");
-	const cJSON *k = cJSON_GetObjectItemCaseSensitive(op, "kind");
-	const cJSON *nm = cJSON_GetObjectItemCaseSensitive(op, "name");
-	const cJSON *b = cJSON_GetObjectItemCaseSensitive(op, "body");
-	if (!cJSON_IsString(o) || !cJSON_IsString(k) || !cJSON_IsString(nm) ||
-	    (strcmp(o->valuestring, "put") && strcmp(o->valuestring, "delete")) ||
-	    (!strcmp(o->valuestring, "put") && !cJSON_IsObject(b)))
-		return cm_error_set(err, CM_EPARSE, "malformed template change");
-	cJSON *db = next->templates ? cJSON_Parse(next->templates) : NULL;
-	if (!cJSON_IsObject(db)) {
-		cJSON_Delete(db);
-		db = cJSON_CreateObject();
+	cJSON *db = nd_templates_normalize(next->templates ? cJSON_Parse(next->templates) : NULL);
+	cm_err rc = nd_templates_apply(db, op, err);
+	if (!rc) {
+		char *t = cJSON_PrintUnformatted(db);
+		cm_free(MEM, next->templates);
+		next->templates = cm_strdup(MEM, t ? t : "{}");
+		cJSON_free(t);
 	}
-	for (int i = 0; i < 3; i++)
-		if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(db, kinds[i]))) {
-			cJSON_DeleteItemFromObjectCaseSensitive(db, kinds[i]);
-			cJSON_AddObjectToObject(db, kinds[i]);
-		}
-	cJSON *set = cJSON_GetObjectItemCaseSensitive(db, k->valuestring);
-	if (!set) {
-		cJSON_Delete(db);
-		return cm_error_set(err, CM_EPARSE, "unknown template kind [%s]", k->valuestring);
-	}
-	cJSON_DeleteItemFromObjectCaseSensitive(set, nm->valuestring);
-	if (!strcmp(o->valuestring, "put"))
-		cJSON_AddItemToObject(set, nm->valuestring, cJSON_Duplicate(b, true));
-	char *t = cJSON_PrintUnformatted(db);
 	cJSON_Delete(db);
-	cm_free(MEM, next->templates);
-	next->templates = cm_strdup(MEM, t ? t : "{}");
-	cJSON_free(t);
-	return CM_OK;
+	return rc;
 }
 
 void
@@ -811,6 +787,32 @@ static const char *const cluster_keys[] = {
     NULL,
 };
 
+/* The settings that take one of a few words: NULL when c is one of them
+ * (or not such a setting), else the words it may be. */
+static const char *
+enum_refused(const cJSON *c)
+{
+	static const struct {
+		const char *key, *words[5], *say;
+	} enums[] = {
+	    {"cluster.routing.allocation.enable",
+	     {"all", "primaries", "new_primaries", "none", NULL},
+	     "all, primaries, new_primaries or none"},
+	    {"cluster.routing.rebalance.enable",
+	     {"all", "primaries", "replicas", "none", NULL},
+	     "all, primaries, replicas or none"},
+	};
+	for (size_t i = 0; i < sizeof(enums) / sizeof(enums[0]); i++) {
+		if (strcmp(c->string, enums[i].key) || !cJSON_IsString(c))
+			continue;
+		for (int w = 0; enums[i].words[w]; w++)
+			if (!strcmp(c->valuestring, enums[i].words[w]))
+				return NULL;
+		return enums[i].say;
+	}
+	return NULL;
+}
+
 static bool
 cluster_key(const char *k)
 {
@@ -883,17 +885,12 @@ settings_merge(rp_state *next, const cJSON *body, cm_error *err)
 				cJSON_Delete(cur);
 				return rc;
 			}
-			if (strcmp(c->string, "cluster.routing.allocation.enable") == 0 &&
-			    cJSON_IsString(c) && strcmp(c->valuestring, "all") &&
-			    strcmp(c->valuestring, "primaries") &&
-			    strcmp(c->valuestring, "new_primaries") &&
-			    strcmp(c->valuestring, "none")) {
-				cm_err rc = cm_error_set(
-				    err, CM_EINVAL,
-				    "illegal value can't update "
-				    "[cluster.routing.allocation.enable] "
-				    "from [all] to [%.60s]: all, primaries, new_primaries or none",
-				    c->valuestring);
+			const char *bad = enum_refused(c);
+			if (bad) {
+				cm_err rc = cm_error_set(err, CM_EINVAL,
+				                         "illegal value can't update [%s] from [all] to "
+				                         "[%.60s]: %s",
+				                         c->string, c->valuestring, bad);
 				cJSON_Delete(flat);
 				cJSON_Delete(norms);
 				cJSON_Delete(cur);

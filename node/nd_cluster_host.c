@@ -482,6 +482,11 @@ allocate(nd_cluster *cl)
 		           : strcmp(v, "new_primaries") == 0 ? RP_ALLOC_NEW_PRIMARIES
 		           : strcmp(v, "none") == 0          ? RP_ALLOC_NONE
 		                                             : RP_ALLOC_ALL;
+	if (cl_setting_in(set, "cluster.routing.rebalance.enable", v, sizeof(v)))
+		a.rebalance = strcmp(v, "primaries") == 0  ? RP_REBALANCE_PRIMARIES
+		              : strcmp(v, "replicas") == 0 ? RP_REBALANCE_REPLICAS
+		              : strcmp(v, "none") == 0     ? RP_REBALANCE_NONE
+		                                           : RP_REBALANCE_ALL;
 	cJSON_Delete(set);
 	if (a.ndata == 0)
 		return;

@@ -179,6 +179,13 @@ wr_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 	cm_wait_done(j->w);
 }
 
+/* A batch's bound: its own, this thread's write deadline, or dflt. */
+static uint64_t
+batch_deadline(const nd_batch *b, uint64_t dflt)
+{
+	return b->deadline_ns ? b->deadline_ns : tl_write_deadline ? tl_write_deadline : dflt;
+}
+
 /* One round: every batch to its primary as the routes have it now. */
 static void
 apply_round(nd_cluster *cl, nd_batch *b, size_t nb)
@@ -189,9 +196,7 @@ apply_round(nd_cluster *cl, nd_batch *b, size_t nb)
 	cm_buf *bufs = cm_calloc(MEM, nb + 1, sizeof(cm_buf));
 
 	for (size_t i = 0; i < nb; i++) {
-		uint64_t deadline = b[i].deadline_ns    ? b[i].deadline_ns
-		                    : tl_write_deadline ? tl_write_deadline
-		                                        : dflt;
+		uint64_t deadline = batch_deadline(&b[i], dflt);
 		cl_route ro;
 		int primary =
 		    cl_route_get(cl, nd_index_name(b[i].ix), b[i].shard, &ro) && ro.primary >= 0
@@ -244,9 +249,7 @@ retry_moved(nd_cluster *cl, nd_batch *b, size_t nb)
 			size_t m = 0;
 			for (size_t k = 0; k < b[i].n; k++)
 				m += b[i].res[k].err == CM_EMOVED;
-			uint64_t dl = b[i].deadline_ns    ? b[i].deadline_ns
-			              : tl_write_deadline ? tl_write_deadline
-			                                  : dflt;
+			uint64_t dl = batch_deadline(&b[i], dflt);
 			if (m && cm_now_ns() + 50000000ull < dl) {
 				nr++;
 				nops += m;
@@ -262,9 +265,7 @@ retry_moved(nd_cluster *cl, nd_batch *b, size_t nb)
 		                                                          MEM, nops + 1, sizeof(size_t));
 		size_t r = 0, o = 0;
 		for (size_t i = 0; i < nb; i++) {
-			uint64_t dl = b[i].deadline_ns    ? b[i].deadline_ns
-			              : tl_write_deadline ? tl_write_deadline
-			                                  : dflt;
+			uint64_t dl = batch_deadline(&b[i], dflt);
 			size_t start = o;
 			for (size_t k = 0; k < b[i].n; k++)
 				if (b[i].res[k].err == CM_EMOVED && cm_now_ns() + 50000000ull < dl) {

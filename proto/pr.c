@@ -220,6 +220,8 @@ sort_value_to_pb(const sr_sort_value *v, Shoal__SortValue *pb)
 	pb->type = v->type == SR_SV_LONG     ? 1
 	           : v->type == SR_SV_DOUBLE ? 2
 	           : v->type == SR_SV_STRING ? 3
+	           : v->type == SR_SV_ULONG  ? 4
+	           : v->type == SR_SV_IP     ? 5
 	                                     : 0;
 	pb->l = v->l;
 	pb->d = v->d;
@@ -268,6 +270,7 @@ hit_to_pb(const sr_hit *h, Shoal__Hit *pb, pb_arena *a)
 	pb->has_source = h->source != NULL;
 	pb->source = bin(h->source, h->source_len);
 	pb->fields = bin(h->fields, h->fields_len);
+	pb->highlight = bin(h->highlight, h->highlight_len);
 	pb->shard = h->shard;
 	pb->doc = h->doc;
 	pb->seq_no = h->seq_no;
@@ -356,10 +359,12 @@ hit_from_pb(const Shoal__Hit *pb, sr_hit *h, pr_strings *ps)
 			h->sort[i].type = v->type == 1   ? SR_SV_LONG
 			                  : v->type == 2 ? SR_SV_DOUBLE
 			                  : v->type == 3 ? SR_SV_STRING
+			                  : v->type == 4 ? SR_SV_ULONG
+			                  : v->type == 5 ? SR_SV_IP
 			                                 : SR_SV_NULL;
 			h->sort[i].l = v->l;
 			h->sort[i].d = v->d;
-			if (v->type == 3)
+			if (v->type == 3 || v->type == 5)
 				h->sort[i].s = cm_strdup(HIT_MEM, v->s);
 		}
 	}
@@ -369,6 +374,12 @@ hit_from_pb(const Shoal__Hit *pb, sr_hit *h, pr_strings *ps)
 			memcpy(h->source, pb->source.data, pb->source.len);
 		h->source[pb->source.len] = '\0';
 		h->source_len = pb->source.len;
+	}
+	if (pb->highlight.len) {
+		h->highlight = cm_malloc(HIT_MEM, pb->highlight.len + 1);
+		memcpy(h->highlight, pb->highlight.data, pb->highlight.len);
+		h->highlight[pb->highlight.len] = '\0';
+		h->highlight_len = pb->highlight.len;
 	}
 	if (pb->fields.len) {
 		h->fields = cm_malloc(HIT_MEM, pb->fields.len + 1);

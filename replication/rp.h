@@ -108,6 +108,10 @@ typedef struct rp_alloc {
 	uint64_t drain; /* excluded nodes: their copies move away */
 	int max_recoveries; /* incoming recoveries per node at once (node_concurrent_recoveries) */
 	rp_alloc_enable enable;
+	/* cluster.routing.rebalance.enable: which copies balancing may move
+	 * (RP_REBALANCE_ALL is 0, the default) */
+	enum { RP_REBALANCE_ALL, RP_REBALANCE_PRIMARIES, RP_REBALANCE_REPLICAS,
+	       RP_REBALANCE_NONE } rebalance;
 	/* A primary leaving a live node (drain, rebalance), when set: whether
 	 * its node has prepared the hand-over to `to` in term (writes held,
 	 * none in flight); *keep then names the copies holding every

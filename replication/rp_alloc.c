@@ -206,9 +206,9 @@ settled(const rp_route *ro)
 }
 
 /* Starts moving a settled copy of ix (any index when NULL) from node hi to
- * node lo; true if it did. */
+ * node lo, of the kind rebalance.enable lets move; true if it did. */
 static bool
-move_one(rp_state *st, rp_index *only, int hi, int lo, loads *l)
+move_one(rp_state *st, const rp_alloc *a, rp_index *only, int hi, int lo, loads *l)
 {
 	/* a replica when there is one; else a primary (it hands over to an
 	 * in-sync copy, with term + 1, once the new copy is in sync) */
@@ -221,6 +221,9 @@ move_one(rp_state *st, rp_index *only, int hi, int lo, loads *l)
 				rp_route *ro = &ix->routes[s];
 				if (!settled(ro) || !has_copy(ro, hi) || has_copy(ro, lo) ||
 				    (pass == 0 && ro->primary == hi))
+					continue;
+				if ((ro->primary == hi && a->rebalance == RP_REBALANCE_REPLICAS) ||
+				    (ro->primary != hi && a->rebalance == RP_REBALANCE_PRIMARIES))
 					continue;
 				cm_info("replication", "[%s][%d] relocates from node %d to node %d",
 				        ix->name, s, hi, lo);
@@ -259,7 +262,7 @@ rebalance(rp_state *st, const rp_alloc *a, loads *l)
 				lo = n;
 		}
 		if (hi >= 0 && lo >= 0 && per[hi] - per[lo] > 1 && l->copies[lo] <= l->copies[hi] &&
-		    l->incoming[lo] < a->max_recoveries && move_one(st, ix, hi, lo, l))
+		    l->incoming[lo] < a->max_recoveries && move_one(st, a, ix, hi, lo, l))
 			return true;
 	}
 	int hi = -1, lo = -1;
@@ -275,7 +278,7 @@ rebalance(rp_state *st, const rp_alloc *a, loads *l)
 	if (hi < 0 || lo < 0 || l->copies[hi] - l->copies[lo] <= 1 ||
 	    l->incoming[lo] >= a->max_recoveries)
 		return false;
-	return move_one(st, NULL, hi, lo, l);
+	return move_one(st, a, NULL, hi, lo, l);
 }
 
 bool
@@ -336,7 +339,7 @@ rp_state_allocate(rp_state *st, const rp_alloc *a)
 			}
 		}
 	}
-	if (al.enable == RP_ALLOC_ALL)
+	if (al.enable == RP_ALLOC_ALL && al.rebalance != RP_REBALANCE_NONE)
 		for (int k = 0; k < max * al.ndata && rebalance(st, &al, &l); k++)
 			changed = true;
 	return changed;

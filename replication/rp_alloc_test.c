@@ -106,6 +106,28 @@ test_join(void)
 	CHECK(!rp_state_allocate(st, &a)); /* balanced: nothing moves */
 	a.data = three;
 	a.ndata = 3;
+	/* rebalance.enable: none moves nothing to the new node; replicas
+	 * moves only replicas, primaries only primaries */
+	a.rebalance = RP_REBALANCE_NONE;
+	CHECK(!rp_state_allocate(st, &a) && on(st, NULL, 2) == 0);
+	rp_state *t = rp_state_dup(st);
+	a.rebalance = RP_REBALANCE_REPLICAS;
+	CHECK(rp_state_allocate(t, &a));
+	for (size_t i = 0; i < t->nindices; i++)
+		for (int s = 0; s < t->indices[i].nshards; s++)
+			CHECK(t->indices[i].routes[s].relocating_from !=
+			      t->indices[i].routes[s].primary);
+	rp_state_free(t);
+	t = rp_state_dup(st);
+	a.rebalance = RP_REBALANCE_PRIMARIES;
+	CHECK(rp_state_allocate(t, &a));
+	for (size_t i = 0; i < t->nindices; i++)
+		for (int s = 0; s < t->indices[i].nshards; s++) {
+			const rp_route *ro = &t->indices[i].routes[s];
+			CHECK(ro->relocating_from < 0 || ro->relocating_from == ro->primary);
+		}
+	rp_state_free(t);
+	a.rebalance = RP_REBALANCE_ALL;
 	int rounds = converge(st, &a);
 	CHECK(rounds > 0 && rounds < 100);
 	CHECK(sound(st, 2));

@@ -218,21 +218,28 @@ teardown(void)
 
 /* Writes docs [from, to) through the primary (node-1). Returns how many
  * were acknowledged. */
+/* Doc k's index op; id and src are its buffers (32 and 64 bytes). */
+static st_op
+doc_op(int k, char *id, char *src)
+{
+	snprintf(id, 32, "d%d", k);
+	snprintf(src, 64, "{\"n\":%d}", k);
+	return (st_op){.type = ST_OP_INDEX,
+	               .id = id,
+	               .id_len = strlen(id),
+	               .source = src,
+	               .source_len = strlen(src),
+	               .seq_no = ST_NO_SEQ,
+	               .if_seq_no = ST_NO_SEQ};
+}
+
 static int
 write_docs(int from, int to)
 {
 	int acked = 0;
 	for (int k = from; k < to; k++) {
 		char id[32], src[64];
-		snprintf(id, sizeof(id), "d%d", k);
-		snprintf(src, sizeof(src), "{\"n\":%d}", k);
-		st_op op = {.type = ST_OP_INDEX,
-		            .id = id,
-		            .id_len = strlen(id),
-		            .source = src,
-		            .source_len = strlen(src),
-		            .seq_no = ST_NO_SEQ,
-		            .if_seq_no = ST_NO_SEQ};
+		st_op op = doc_op(k, id, src);
 		st_op_result res;
 		memset(&res, 0, sizeof(res));
 		CHECK(rp_primary_apply(nodes[0].r, &nodes[0], "ix", "u1", 0, &op, 1, &res, 0) ==
@@ -492,15 +499,7 @@ held_write_main(void *arg)
 {
 	held_write *w = arg;
 	char id[32], src[64];
-	snprintf(id, sizeof(id), "d%d", w->k);
-	snprintf(src, sizeof(src), "{\"n\":%d}", w->k);
-	st_op op = {.type = ST_OP_INDEX,
-	            .id = id,
-	            .id_len = strlen(id),
-	            .source = src,
-	            .source_len = strlen(src),
-	            .seq_no = ST_NO_SEQ,
-	            .if_seq_no = ST_NO_SEQ};
+	st_op op = doc_op(w->k, id, src);
 	memset(&w->res, 0, sizeof(w->res));
 	rp_primary_apply(nodes[0].r, &nodes[0], "ix", "u1", 0, &op, 1, &w->res, 0);
 	atomic_store(&w->done, true);

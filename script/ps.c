@@ -935,6 +935,32 @@ json_cmp_eq(const cJSON *a, const cJSON *b)
 	return cJSON_Compare(a, b, true);
 }
 
+/* Whether evaluating n may change a variable or a value in place
+ * (assignment, ++/--, a method call). */
+static bool
+has_effects(const node *n)
+{
+	if (!n)
+		return false;
+	if (n->k == N_ASSIGN || n->k == N_INCDEC || n->k == N_CALL)
+		return true;
+	if (has_effects(n->a) || has_effects(n->b) || has_effects(n->c) || has_effects(n->d))
+		return true;
+	for (size_t i = 0; i < n->nargs; i++)
+		if (has_effects(n->args[i]))
+			return true;
+	return false;
+}
+
+/* A value borrowed from a variable or a document may be freed by what is
+ * evaluated next (i * ++i replaces i): it becomes its own copy first. */
+static void
+pin(val *v)
+{
+	if (v->j && !v->owned)
+		*v = owned(cJSON_Duplicate(v->j, true));
+}
+
 static cm_err
 arith(run *R, const node *n, const char *op, const cJSON *a, const cJSON *b, val *out)
 {
@@ -1016,6 +1042,8 @@ binop(run *R, const node *n, val *out)
 	}
 	if ((rc = eval(R, n->a, &a)))
 		return rc;
+	if (has_effects(n->b))
+		pin(&a);
 	if ((rc = eval(R, n->b, &b))) {
 		val_drop(&a);
 		return rc;
@@ -1213,15 +1241,24 @@ call(run *R, const node *n, val *out)
 {
 	val self = {0};
 	val args[4] = {{0}};
-	cm_err rc = eval(R, n->a, &self);
+	if (n->nargs > 4)
+		return rt_error(R, n, "too many arguments to [%s]", n->s);
+	/* Arguments that change things are evaluated before the receiver (a
+	 * method changes its receiver in place, so it cannot be a copy), and
+	 * earlier arguments are pinned before a later one runs. */
+	bool effects = false;
+	for (size_t i = 0; i < n->nargs; i++)
+		effects |= has_effects(n->args[i]);
+	cm_err rc = effects ? CM_OK : eval(R, n->a, &self);
 	if (rc)
 		return rc;
-	if (n->nargs > 4) {
-		val_drop(&self);
-		return rt_error(R, n, "too many arguments to [%s]", n->s);
-	}
-	for (size_t i = 0; i < n->nargs && !rc; i++)
+	for (size_t i = 0; i < n->nargs && !rc; i++) {
+		for (size_t k = 0; k < i && has_effects(n->args[i]); k++)
+			pin(&args[k]);
 		rc = eval(R, n->args[i], &args[i]);
+	}
+	if (!rc && effects)
+		rc = eval(R, n->a, &self);
 	cJSON *s = self.j;
 	const char *m = n->s;
 	size_t na = n->nargs;
@@ -1366,6 +1403,8 @@ eval(run *R, const node *n, val *out)
 				                n->s);
 			}
 		} else {
+			if (has_effects(n->b))
+				pin(&c);
 			if ((rc = eval(R, n->b, &k))) {
 				val_drop(&c);
 				return rc;

@@ -50,6 +50,13 @@ static const tcase CASES[] = {
     {"def t = 0; for (int i = 0; i < 5; i++) { t += i } ctx._source.t = t", "{}", NULL,
      "{\"t\":10}", NULL, NULL},
     {"int i = 0; while (i < 3) { i++; } ctx._source.i = i;", "{}", NULL, "{\"i\":3}", NULL, NULL},
+    /* an operand borrowed from a variable survives what is evaluated after
+     * it (the right side replaces i): 3 * 4, and the arguments in order */
+    {"int i = 3; ctx._source.p = i * ++i", "{}", NULL, "{\"p\":12}", NULL, NULL},
+    {"int i = 1; ctx._source.l = [:]; ctx._source.l.put('k' + i, ++i)", "{}", NULL,
+     "{\"l\":{\"k1\":2}}", NULL, NULL},
+    {"def l = [5, 6]; int i = 0; ctx._source.v = l[i++] + l[i]", "{}", NULL, "{\"v\":11}", NULL,
+     NULL},
     {"ctx._source.a.b = params.v", "{\"a\":{}}", "{\"v\":[1,2]}", "{\"a\":{\"b\":[1,2]}}", NULL,
      NULL},
     {"ctx._source['x y'] = ctx._source.list[1]", "{\"list\":[5,6]}", NULL,

@@ -376,17 +376,13 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 			                    a->kind == AGG_STATS || a->kind == AGG_EXTENDED_STATS ||
 			                    a->kind == AGG_PERCENTILES || a->kind == AGG_HISTOGRAM ||
 			                    a->kind == AGG_RANGE;
-			if (numeric_only && f->type == ST_FT_KEYWORD)
+			if ((numeric_only || a->kind == AGG_DATE_HISTOGRAM ||
+			     a->kind == AGG_DATE_RANGE) &&
+			    st_field_type_is_ordinal(f->type))
 				return cm_error_set(err, CM_EINVAL,
-				                    "Field [%s] of type [keyword] is not supported for "
+				                    "Field [%s] of type [%s] is not supported for "
 				                    "aggregation [%s]",
-				                    a->field, a->ops->name);
-			if ((a->kind == AGG_DATE_HISTOGRAM || a->kind == AGG_DATE_RANGE) &&
-			    f->type == ST_FT_KEYWORD)
-				return cm_error_set(err, CM_EINVAL,
-				                    "Field [%s] of type [keyword] is not supported for "
-				                    "aggregation [%s]",
-				                    a->field, a->ops->name);
+				                    a->field, st_field_type_name(f->type), a->ops->name);
 		}
 	}
 	for (size_t i = 0; i < a->nsubs; i++) {
@@ -464,8 +460,10 @@ sr_agg_state_free(sr_agg_state *s)
 {
 	if (!s)
 		return;
-	for (int i = 0; i < s->root.spec->nspecs; i++)
+	for (int i = 0; i < s->root.spec->nspecs; i++) {
 		st_colblock_free(&s->root.rts[i].cb);
+		cm_free(AGG_MEM, s->root.rts[i].conv_buf);
+	}
 	for (int i = 0; i < s->root.spec->nspecs; i++)
 		cm_free(AGG_MEM, s->root.rts[i].dirty);
 	cm_free(AGG_MEM, s->root.rts);
@@ -503,6 +501,23 @@ agg_mark_dirty(agg_rt *rt, agg_node *n)
 	rt->dirty[rt->ndirty++] = n;
 }
 
+enum { CONV_NONE, CONV_NANOS, CONV_SCALED, CONV_ULONG };
+
+int
+agg_ftype(st_field_type t)
+{
+	switch (t) {
+	case ST_FT_DATE_NANOS:
+		return ST_FT_DATE;
+	case ST_FT_HALF_FLOAT:
+	case ST_FT_SCALED_FLOAT:
+	case ST_FT_UNSIGNED_LONG:
+		return ST_FT_DOUBLE;
+	default:
+		return (int)t;
+	}
+}
+
 int
 agg_values(agg_rt *rt, uint32_t doc, const int64_t **vals)
 {
@@ -514,6 +529,24 @@ agg_values(agg_rt *rt, uint32_t doc, const int64_t **vals)
 		             rt->spec->field);
 		return 0;
 	}
+	if (rt->conv == CONV_NONE || n == 0)
+		return n;
+	if (n > rt->conv_cap) {
+		rt->conv_cap = n > 16 ? n : 16;
+		rt->conv_buf = cm_realloc(AGG_MEM, rt->conv_buf, (size_t)rt->conv_cap * sizeof(int64_t));
+	}
+	const int64_t *in = *vals;
+	for (int i = 0; i < n; i++) {
+		int64_t v = in[i];
+		if (rt->conv == CONV_NANOS) /* floor to the millisecond */
+			v = v >= 0 ? v / 1000000 : -((-v + 999999) / 1000000);
+		else if (rt->conv == CONV_SCALED)
+			v = st_double_to_sortable((double)v / rt->scale);
+		else
+			v = st_double_to_sortable((double)st_col_to_ulong(v));
+		rt->conv_buf[i] = v;
+	}
+	*vals = rt->conv_buf;
 	return n;
 }
 
@@ -543,10 +576,10 @@ agg_bucket_guard(agg_root *root, uint64_t more)
 bool
 agg_field_numeric_or_fail(agg_rt *rt, cm_error *err)
 {
-	if (rt->fi && rt->fi->type == ST_FT_KEYWORD) {
+	if (rt->fi && st_field_type_is_ordinal(rt->fi->type)) {
 		cm_error_set(err, CM_EINVAL,
-		             "Field [%s] of type [keyword] is not supported for aggregation [%s]",
-		             rt->spec->field, rt->spec->ops->name);
+		             "Field [%s] of type [%s] is not supported for aggregation [%s]",
+		             rt->spec->field, st_field_type_name(rt->fi->type), rt->spec->ops->name);
 		return false;
 	}
 	return true;
@@ -562,7 +595,9 @@ agg_subs_collect(agg_root *root, const sr_agg *parent, agg_node **subs, const ui
 		agg_node *s = subs[i];
 		agg_rt *rt = &root->rts[s->spec->id];
 		if (rt->fi && s->ftype < 0)
-			s->ftype = rt->fi->type;
+			s->ftype = rt->fi->type == ST_FT_UNSIGNED_LONG && s->spec->kind == AGG_TERMS
+			               ? ST_FT_UNSIGNED_LONG
+			               : agg_ftype(rt->fi->type);
 		s->spec->ops->collect(rt, s, docs, scores, n);
 	}
 }
@@ -576,6 +611,7 @@ agg_rt_begin(agg_root *root, const sr_agg *a, const sr_seg_ctx *ctx)
 	rt->ctx = ctx;
 	rt->fi = NULL;
 	rt->is_double = rt->is_keyword = false;
+	rt->conv = 0;
 	rt->ndirty = 0;
 	rt->epoch = root->epoch;
 	rt->kd = NULL;
@@ -595,8 +631,23 @@ agg_rt_begin(agg_root *root, const sr_agg *a, const sr_seg_ctx *ctx)
 		}
 		if (fi) {
 			rt->fi = fi;
-			rt->is_double = fi->type == ST_FT_DOUBLE || fi->type == ST_FT_FLOAT;
-			rt->is_keyword = fi->type == ST_FT_KEYWORD;
+			rt->is_double = st_field_type_is_double(fi->type);
+			rt->is_keyword = st_field_type_is_ordinal(fi->type);
+			rt->conv = CONV_NONE;
+			if (fi->type == ST_FT_DATE_NANOS) {
+				rt->conv = CONV_NANOS;
+			} else if (fi->type == ST_FT_SCALED_FLOAT || fi->type == ST_FT_UNSIGNED_LONG) {
+				const st_mapping *m = st_reader_mapping(ctx->reader);
+				const st_field_def *d = m ? st_mapping_find(m, a->field) : NULL;
+				rt->conv = fi->type == ST_FT_SCALED_FLOAT ? CONV_SCALED : CONV_ULONG;
+				rt->scale = d && d->scaling_factor > 0 ? d->scaling_factor : 1;
+				rt->is_double = true;
+				if (fi->type == ST_FT_UNSIGNED_LONG && a->kind == AGG_TERMS) {
+					/* exact keys: the column's order-preserving longs */
+					rt->conv = CONV_NONE;
+					rt->is_double = false;
+				}
+			}
 		}
 	}
 	if (a->ops->seg_begin) {
@@ -1006,7 +1057,7 @@ agg_subs_decode(const sr_agg *parent, agg_node **subs, cm_rd *r)
 {
 	for (size_t i = 0; i < parent->nsubs; i++) {
 		uint64_t ft;
-		if (!cm_rd_varint(r, &ft) || ft > ST_FT_OBJECT + 1)
+		if (!cm_rd_varint(r, &ft) || ft > ST_FT_LAST + 1)
 			return false;
 		subs[i]->ftype = (int)ft - 1;
 		if (!parent->subs[i]->ops->decode(parent->subs[i], subs[i], r))

@@ -1484,6 +1484,10 @@ static void
 terms_key_string(const sr_agg *a, const agg_node *n, uint8_t kind, const bkt *b, char *buf,
                  size_t cap)
 {
+	if (b->key && n->ftype == ST_FT_IP && b->klen == ST_IP_LEN) {
+		st_ip_format(b->key, buf, cap);
+		return;
+	}
 	if (b->key) {
 		snprintf(buf, cap, "%.*s", (int)b->klen, (const char *)b->key);
 		return;
@@ -1494,7 +1498,9 @@ terms_key_string(const sr_agg *a, const agg_node *n, uint8_t kind, const bkt *b,
 		agg_double_str(buf, cap, d);
 		return;
 	}
-	if (n->ftype == ST_FT_DATE)
+	if (n->ftype == ST_FT_UNSIGNED_LONG)
+		snprintf(buf, cap, "%llu", (unsigned long long)st_col_to_ulong(b->l));
+	else if (n->ftype == ST_FT_DATE)
 		agg_date_format(NULL, a->format, b->l, buf, cap);
 	else if (n->ftype == ST_FT_BOOLEAN)
 		snprintf(buf, cap, "%s", b->l ? "true" : "false");
@@ -1526,13 +1532,19 @@ terms_render(const sr_agg *a, const agg_node *n, agg_render *r)
 		if (i)
 			cm_buf_put_u8(b, ',');
 		cm_buf_put(b, "{\"key\":", 7);
-		if (bk->key)
+		if (bk->key && n->ftype == ST_FT_IP && bk->klen == ST_IP_LEN) {
+			char ip[ST_IP_STRLEN];
+			st_ip_format(bk->key, ip, sizeof ip);
+			agg_json_str(b, ip, strlen(ip));
+		} else if (bk->key)
 			agg_json_str(b, (const char *)bk->key, bk->klen);
 		else if (s->key_kind == 3) {
 			double d;
 			memcpy(&d, &bk->l, 8);
 			agg_json_double(b, d);
-		} else
+		} else if (n->ftype == ST_FT_UNSIGNED_LONG)
+			cm_buf_printf(b, "%llu", (unsigned long long)st_col_to_ulong(bk->l));
+		else
 			cm_buf_printf(b, "%lld", (long long)bk->l);
 		if (!bk->key && (n->ftype == ST_FT_DATE || n->ftype == ST_FT_BOOLEAN)) {
 			char ks[96];

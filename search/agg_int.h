@@ -90,6 +90,12 @@ struct agg_rt {
 	const sr_seg_ctx *ctx;
 	const st_field_info *fi; /* NULL: field absent in this segment */
 	bool is_double, is_keyword;
+	/* column values that aggregations see converted: date_nanos to millis,
+	 * scaled_float and unsigned_long to sortable doubles */
+	int conv;
+	double scale;
+	int64_t *conv_buf;
+	int conv_cap;
 	st_colblock cb;
 	void *kd;               /* kind-specific per-segment data */
 	agg_node **dirty;       /* states holding per-segment scratch */
@@ -187,6 +193,9 @@ agg_num(const agg_rt *rt, int64_t v)
 bool agg_bucket_guard(agg_root *root, uint64_t more);
 void agg_too_many_buckets(cm_error *err, uint64_t n);
 bool agg_field_numeric_or_fail(agg_rt *rt, cm_error *err);
+/* The type an aggregation treats a field as (date_nanos as date, the
+ * scaled and unsigned numbers as double). */
+int agg_ftype(st_field_type t);
 
 /* ---- parsing helpers ---- */
 cm_err agg_parse_num(const cJSON *v, const char *agg, const char *key, double *out,

@@ -1117,15 +1117,22 @@ th_sortval(agg_rt *rt, th_rt *t, const th_params *p, size_t i, uint32_t doc, th_
 		return;
 	/* multi-valued: asc sorts by the smallest, desc by the largest (ES mode) */
 	int64_t x = p->sort[i].desc ? v[k - 1] : v[0];
-	if (fi->type == ST_FT_KEYWORD) {
+	if (st_field_type_is_ordinal(fi->type)) {
 		const uint8_t *term;
 		size_t len;
 		if (st_ord_term(rt->ctx->txn, fi, (uint64_t)x, &term, &len))
 			return;
+		char ip[ST_IP_STRLEN];
+		if (fi->type == ST_FT_IP && len == ST_IP_LEN) {
+			/* sort values of ip fields print as addresses (their order is the bytes') */
+			st_ip_format(term, ip, sizeof ip);
+			term = (const uint8_t *)ip;
+			len = strlen(ip);
+		}
 		out->type = 3;
 		out->s = cm_strndup(AGG_MEM, (const char *)term, len);
 		out->slen = len;
-	} else if (fi->type == ST_FT_DOUBLE || fi->type == ST_FT_FLOAT) {
+	} else if (st_field_type_is_double(fi->type)) {
 		out->type = 2;
 		out->d = st_sortable_to_double(x);
 	} else {
@@ -1204,7 +1211,7 @@ th_flush(agg_rt *rt, agg_node *n)
 		h->id_len = id.len;
 		if (rt->root->index)
 			h->index = cm_strdup(AGG_MEM, rt->root->index);
-		if (!p->source)
+		if (!p->source || !src.len) /* no source kept (_source disabled) */
 			continue;
 		if (p->nincl || p->nexcl) {
 			/* the same filtering as search hits */

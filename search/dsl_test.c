@@ -784,7 +784,12 @@ test_request(void)
 	REQ_ERR("{\"foo\":{}}", CM_EPARSE, "Unknown key for a START_OBJECT in [foo].");
 	REQ_ERR("{\"foo\":1}", CM_EPARSE, "Unknown key for a VALUE_NUMBER in [foo].");
 	REQ_ERR("{\"foo\":[1]}", CM_EPARSE, "Unknown key for a START_ARRAY in [foo].");
-	REQ_ERR("{\"highlight\":{}}", CM_EINVAL, "[highlight] is not supported");
+	REQ_ERR("{\"highlight\":{}}", CM_EPARSE, "[highlight] requires [fields]");
+	REQ_ERR("{\"highlight\":{\"fields\":{\"a\":{}},\"foo\":1}}", CM_EPARSE,
+	        "[highlight] unknown field [foo]");
+	REQ_ERR("{\"highlight\":{\"fields\":{\"a\":{\"type\":\"x\"}}}}", CM_EINVAL,
+	        "unknown highlighter type [x] for the field [a]");
+	REQ_ERR("{\"post_filter\":{}}", CM_EINVAL, "[post_filter] is not supported");
 	REQ_ERR("{\"size\":-1}", CM_EINVAL, "[size] parameter cannot be negative, found [-1]");
 	REQ_ERR("{\"from\":-2}", CM_EINVAL, "[from] parameter cannot be negative but was [-2]");
 	REQ_ERR(
@@ -1758,6 +1763,53 @@ test_number_format(void)
 	cm_buf_free(&b);
 }
 
+/* Integers beyond 2^53 in a search body become their exact text. */
+static void
+test_exact_integers(void)
+{
+	const char *src = "{\"a\":9007199254740993, \"b\":\"9007199254740993 7\",\"c\":[1,"
+	                  "-9223372036854775808,1.5e300,18446744073709551615],\"d\":{\"e\":9007199254740992"
+	                  ",\"f\":true,\"g\":null,\"h\":2.5}}";
+	cJSON *j = cJSON_Parse(src);
+	REQUIRE(j);
+	sr_json_exact_integers(j, src, strlen(src));
+	cJSON *a = cJSON_GetObjectItem(j, "a"), *c = cJSON_GetObjectItem(j, "c");
+	cJSON *d = cJSON_GetObjectItem(j, "d");
+	CHECK(cJSON_IsString(a) && !strcmp(a->valuestring, "9007199254740993"));
+	CHECK(cJSON_IsString(cJSON_GetObjectItem(j, "b")));
+	CHECK(cJSON_IsNumber(cJSON_GetArrayItem(c, 0)));
+	CHECK(cJSON_IsString(cJSON_GetArrayItem(c, 1)) &&
+	      !strcmp(cJSON_GetArrayItem(c, 1)->valuestring, "-9223372036854775808"));
+	CHECK(cJSON_IsNumber(cJSON_GetArrayItem(c, 2))); /* not an integer literal */
+	CHECK(cJSON_IsString(cJSON_GetArrayItem(c, 3)) &&
+	      !strcmp(cJSON_GetArrayItem(c, 3)->valuestring, "18446744073709551615"));
+	CHECK(cJSON_IsString(cJSON_GetObjectItem(d, "e")));
+	CHECK(cJSON_IsNumber(cJSON_GetObjectItem(d, "h")));
+	/* the term query reads the text */
+	sr_query *q = NULL;
+	cm_error err;
+	cJSON *tq = cJSON_Parse("{\"term\":{\"x\":0}}");
+	cJSON_ReplaceItemInObject(cJSON_GetObjectItem(tq, "term"), "x",
+	                          cJSON_Duplicate(cJSON_GetObjectItem(j, "a"), 1));
+	CHECK(sr_query_from_json(tq, &q, &err) == CM_OK && q && !strcmp(q->value, "9007199254740993"));
+	sr_query_free(q);
+	cJSON_Delete(tq);
+	cJSON_Delete(j);
+	/* the variant that keeps numbers numbers, with their text */
+	const char *src2 = "[9007199254740993,2]";
+	j = cJSON_Parse(src2);
+	sr_json_number_texts(j, src2, strlen(src2));
+	CHECK(cJSON_IsNumber(cJSON_GetArrayItem(j, 0)) &&
+	      !strcmp(cJSON_GetArrayItem(j, 0)->valuestring, "9007199254740993"));
+	CHECK(cJSON_GetArrayItem(j, 1)->valuestring == NULL);
+	cJSON_Delete(j);
+	/* a tree whose numbers do not pair with the text stays as it is */
+	j = cJSON_Parse("{\"a\":9007199254740993}");
+	sr_json_exact_integers(j, "{}", 2);
+	CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "a")));
+	cJSON_Delete(j);
+}
+
 int
 main(void)
 {
@@ -1765,7 +1817,7 @@ main(void)
 	    test_leaf_queries, test_match_family,     test_compound,     test_errors,
 	    test_query_string, test_query_string_dsl, test_request,      test_source_filter,
 	    test_merge_scored, test_merge_field_sort, test_merge_misc,   test_source_filter_model,
-	    test_merge_model,  test_merge_per_node,   test_number_format};
+	    test_merge_model,  test_merge_per_node,   test_number_format, test_exact_integers};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		tests[i]();
 		/* every allocation made by the code under test is returned */

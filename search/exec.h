@@ -28,6 +28,7 @@ typedef struct sr_fstat {
 	uint64_t doc_count;     /* summed over segments, deleted docs included (as Lucene) */
 	uint64_t sum_ttf;
 	float avgdl;
+	double scale;           /* scaled_float: the mapping's scaling_factor (else 0) */
 	bool cache_ready;       /* cache is filled on first scoring use */
 	float cache[256];       /* 1 / (k1 * (1 - b + b * len / avgdl)) per norm byte */
 } sr_fstat;
@@ -69,6 +70,9 @@ void sr_dfa_free(sr_dfa *d);
 int sr_edit_distance(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen, int max,
                      bool transpositions);
 size_t sr_utf8_len(const uint8_t *s, size_t n); /* code points */
+/* Edits a fuzziness ("AUTO", "AUTO:lo,hi", 0-2; NULL = AUTO) allows for a
+ * term of cp_len code points. */
+int sr_fuzzy_edits(const char *fuzziness, size_t cp_len);
 
 /* ---- the plan ---- */
 
@@ -248,6 +252,9 @@ typedef struct sr_sort_field {
 	const sr_fstat *fs;     /* NULL: unknown field (all missing) */
 	bool is_double, is_keyword;
 	bool is_id; /* _id: read from the stored document (ES 7 allows it) */
+	int ftype;  /* st_field_type when known (else -1): how values are exported */
+	double scale;                /* scaled_float */
+	uint8_t after_ip[ST_IP_LEN]; /* ip: the search_after address */
 } sr_sort_field;
 
 typedef struct sr_sorter {

@@ -72,6 +72,14 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 			fs->sum_ttf += fi->sum_total_term_freq;
 		}
 	}
+	const st_mapping *m = st_reader_mapping(r);
+	for (size_t i = 0; i < x->nfstats; i++) {
+		sr_fstat *fs = &x->fstats[i];
+		if (fs->type != ST_FT_SCALED_FLOAT)
+			continue;
+		const st_field_def *d = m ? st_mapping_find(m, fs->name) : NULL;
+		fs->scale = d && d->scaling_factor > 0 ? d->scaling_factor : 1;
+	}
 	return CM_OK;
 }
 
@@ -646,6 +654,141 @@ parse_date_math_in(const char *s, const char *format, int64_t off, const agg_tz 
 
 typedef enum { B_GT, B_GTE, B_LT, B_LTE } bound_kind;
 
+static bool parse_date_math(const char *s, const char *format, const char *tz, bool round_up,
+                            int64_t *out);
+
+/* date_nanos: a plain date keeps its nanoseconds; date math and time
+ * zones are worked out in millis and widened to the whole millisecond. */
+static int
+nanos_bound(const char *v, bound_kind k, const char *format, const char *tz, int64_t *out)
+{
+	int64_t t;
+	bool up = k == B_GT || k == B_LTE;
+	if (tz == NULL && strncmp(v, "now", 3) != 0 && strstr(v, "||") == NULL &&
+	    st_date_parse_ns(v, strlen(v), format, &t)) {
+		/* rounding up fills fields left out with their largest value */
+		int64_t ms;
+		if (up && parse_date_math(v, format, tz, true, &ms) && ms > t / 1000000 &&
+		    ms <= INT64_MAX / 1000000 - 1)
+			t = ms * 1000000 + 999999;
+	} else {
+		int64_t ms;
+		if (!parse_date_math(v, format, tz, up, &ms))
+			return -1;
+		if (ms < 0)
+			t = up ? (ms < -1 ? -1 : ms * 1000000 + 999999) : INT64_MIN / 2;
+		else if (ms > INT64_MAX / 1000000 - 1)
+			t = INT64_MAX;
+		else
+			t = ms * 1000000 + (up ? 999999 : 0);
+	}
+	if (k == B_GT) {
+		if (t == INT64_MAX)
+			return 0;
+		t++;
+	} else if (k == B_LT) {
+		t--;
+	}
+	*out = t;
+	return 1;
+}
+
+static bool
+number_text(const char *v, double *d)
+{
+	char *end;
+	if (!*v)
+		return false;
+	*d = strtod(v, &end);
+	return !*end && end != v && !isnan(*d);
+}
+
+/* half_float as ES: the nearest halves at or inside the bound. */
+static int
+half_bound(const char *v, bound_kind k, int64_t *out)
+{
+	double d;
+	if (!number_text(v, &d))
+		return -1;
+	d = (double)(float)d; /* ES parses the bound as a float */
+	double h = st_half_round(d);
+	if (k == B_GTE && h < d)
+		h = st_half_next(h, 1);
+	else if (k == B_GT && h <= d)
+		h = st_half_next(h, 1);
+	else if (k == B_LTE && h > d)
+		h = st_half_next(h, -1);
+	else if (k == B_LT && h >= d)
+		h = st_half_next(h, -1);
+	*out = st_double_to_sortable(h);
+	return 1;
+}
+
+/* scaled_float as ES: the bound scaled, then ceil (lower) or floor (upper). */
+static int
+scaled_bound(double scale, const char *v, bound_kind k, int64_t *out)
+{
+	double d;
+	if (!number_text(v, &d))
+		return -1;
+	double x = d * scale;
+	if (k == B_GT)
+		x = nextafter(x, INFINITY);
+	else if (k == B_LT)
+		x = nextafter(x, -INFINITY);
+	x = k == B_GT || k == B_GTE ? ceil(x) : floor(x);
+	if (x >= 9.2233720368547758e18)
+		*out = INT64_MAX;
+	else if (x <= -9.2233720368547758e18)
+		*out = INT64_MIN;
+	else
+		*out = (int64_t)x;
+	return 1;
+}
+
+/* unsigned_long: exact for integer text; numbers beyond the range clamp,
+ * fractions round inward. */
+static int
+ulong_bound(const char *v, bound_kind k, int64_t *out)
+{
+	bool lower = k == B_GT || k == B_GTE;
+	uint64_t u;
+	if (!st_ulong_parse(v, false, &u)) {
+		double d;
+		if (!number_text(v, &d))
+			return -1;
+		double r = lower ? ceil(d) : floor(d);
+		if (r < 0) {
+			if (!lower)
+				return 0;
+			*out = st_ulong_to_col(0);
+			return 1;
+		}
+		if (r >= 18446744073709551616.0) {
+			if (lower)
+				return 0;
+			*out = st_ulong_to_col(UINT64_MAX);
+			return 1;
+		}
+		u = (uint64_t)r;
+		if (r != d) { /* a fraction: already strictly inside */
+			*out = st_ulong_to_col(u);
+			return 1;
+		}
+	}
+	if (k == B_GT) {
+		if (u == UINT64_MAX)
+			return 0;
+		u++;
+	} else if (k == B_LT) {
+		if (u == 0)
+			return 0;
+		u--;
+	}
+	*out = st_ulong_to_col(u);
+	return 1;
+}
+
 /* Parses a bound for a column field into an inclusive column-space
  * value. Returns 1 ok, 0 empty range, -1 parse error. */
 static int
@@ -686,6 +829,14 @@ column_bound(const sr_fstat *fs, const char *v, bound_kind k, const char *format
 		*out = b;
 		return 1;
 	}
+	case ST_FT_DATE_NANOS:
+		return nanos_bound(v, k, format, tz, out);
+	case ST_FT_HALF_FLOAT:
+		return half_bound(v, k, out);
+	case ST_FT_SCALED_FLOAT:
+		return scaled_bound(fs->scale, v, k, out);
+	case ST_FT_UNSIGNED_LONG:
+		return ulong_bound(v, k, out);
 	case ST_FT_DOUBLE:
 	case ST_FT_FLOAT: {
 		char *end;
@@ -759,6 +910,39 @@ column_point(const sr_fstat *fs, const char *v, int64_t *lo, int64_t *hi)
 	if (fs->type == ST_FT_DATE) {
 		if (!parse_date_math(v, NULL, NULL, false, lo) || !parse_date_math(v, NULL, NULL, true, hi))
 			return -1;
+		return 1;
+	}
+	if (fs->type == ST_FT_SCALED_FLOAT) {
+		/* ES: Math.round(value * scaling_factor) */
+		double d;
+		if (!number_text(v, &d))
+			return -1;
+		double x = floor(d * fs->scale + 0.5);
+		if (!(x < 9.2233720368547758e18 && x > -9.2233720368547758e18))
+			return 0;
+		*lo = *hi = (int64_t)x;
+		return 1;
+	}
+	if (fs->type == ST_FT_HALF_FLOAT) {
+		double d;
+		if (!number_text(v, &d))
+			return -1;
+		*lo = *hi = st_double_to_sortable(st_half_round((double)(float)d));
+		return 1;
+	}
+	if (fs->type == ST_FT_UNSIGNED_LONG) {
+		/* a whole number only; a fraction equals no value */
+		uint64_t u;
+		if (st_ulong_parse(v, false, &u)) {
+			*lo = *hi = st_ulong_to_col(u);
+			return 1;
+		}
+		double d;
+		if (!number_text(v, &d))
+			return -1;
+		if (d != floor(d) || d < 0 || d >= 18446744073709551616.0)
+			return 0;
+		*lo = *hi = st_ulong_to_col((uint64_t)d);
 		return 1;
 	}
 	int r = column_bound(fs, v, B_GTE, NULL, NULL, lo);
@@ -912,6 +1096,103 @@ escape_literal(const char *v, char **out)
 	return CM_OK;
 }
 
+/* ---- ip fields: 16-byte terms, matched with constant scores as ES's points ---- */
+
+static cm_err
+ip_error(cctx *c, const char *v)
+{
+	return cm_error_set_type(c->err, CM_EINVAL, "query_shard_exception",
+	                         "failed to create query: '%s' is not an IP string literal.", v);
+}
+
+static sr_plan *
+ip_range_plan(const sr_fstat *fs, const uint8_t *lo, bool lo_incl, const uint8_t *hi,
+              bool hi_incl)
+{
+	sr_plan *p = plan_new(P_TERMRANGE, 1, false);
+	p->fs = fs;
+	p->terms = cm_calloc(CM_MEM_SEARCH, 2, sizeof(sr_bytes));
+	p->nterms = 2;
+	if (lo)
+		p->terms[0] = bytes_dup(lo, ST_IP_LEN);
+	if (hi)
+		p->terms[1] = bytes_dup(hi, ST_IP_LEN);
+	p->lo_incl = lo_incl;
+	p->hi_incl = hi_incl;
+	return p;
+}
+
+/* One value of a term/terms query: an address or a CIDR block. */
+static int
+ip_value_plan(cctx *c, const sr_fstat *fs, const char *v, sr_plan **out)
+{
+	uint8_t lo[ST_IP_LEN], hi[ST_IP_LEN];
+	size_t n = strlen(v);
+	if (memchr(v, '/', n)) {
+		if (!st_cidr_parse(v, n, lo, hi))
+			return -1;
+		*out = ip_range_plan(fs, lo, true, hi, true);
+		return 1;
+	}
+	if (!st_ip_parse(v, n, lo))
+		return -1;
+	*out = term_plan(c->x, fs, lo, ST_IP_LEN, 1, false);
+	return 1;
+}
+
+static sr_plan *
+constant(sr_plan *kid, float boost, bool scoring)
+{
+	sr_plan *cs = plan_new(P_CONST, boost, scoring);
+	plan_add(cs, kid, OCC_FILTER);
+	return cs;
+}
+
+static cm_err
+compile_ip_terms(cctx *c, const sr_fstat *fs, char **vals, size_t n, float boost, bool scoring,
+                 sr_plan **out)
+{
+	sr_plan *any = plan_new(P_BOOL, 1, false);
+	any->msm = 1;
+	for (size_t i = 0; i < n; i++) {
+		sr_plan *k;
+		if (ip_value_plan(c, fs, vals[i], &k) < 0) {
+			if (c->lenient)
+				continue;
+			sr_plan_free(any);
+			return ip_error(c, vals[i]);
+		}
+		plan_add(any, k, OCC_SHOULD);
+	}
+	if (!any->nkids) {
+		sr_plan_free(any);
+		*out = none();
+		return CM_OK;
+	}
+	*out = constant(any, boost, scoring);
+	return CM_OK;
+}
+
+static cm_err
+compile_ip_range(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool scoring,
+                 sr_plan **out)
+{
+	uint8_t lo[ST_IP_LEN], hi[ST_IP_LEN];
+	const char *lv = q->gte ? q->gte : q->gt, *hv = q->lte ? q->lte : q->lt;
+	/* a CIDR bound widens to its block, as ES's InetAddresses.parseCidr */
+	uint8_t tmp[ST_IP_LEN];
+	if (lv && !st_ip_parse(lv, strlen(lv), lo) &&
+	    !(q->gte && st_cidr_parse(lv, strlen(lv), lo, tmp)))
+		return c->lenient ? (*out = none(), CM_OK) : ip_error(c, lv);
+	if (hv && !st_ip_parse(hv, strlen(hv), hi) &&
+	    !(q->lte && st_cidr_parse(hv, strlen(hv), tmp, hi)))
+		return c->lenient ? (*out = none(), CM_OK) : ip_error(c, hv);
+	*out = constant(ip_range_plan(fs, lv ? lo : NULL, q->gte != NULL, hv ? hi : NULL,
+	                              q->lte != NULL),
+	                boost, scoring);
+	return CM_OK;
+}
+
 static cm_err
 compile_term(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool scoring,
              sr_plan **out)
@@ -924,6 +1205,10 @@ compile_term(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool s
 	if (!fs) {
 		*out = none();
 		return CM_OK;
+	}
+	if (fs->type == ST_FT_IP) {
+		char *vals[1] = {(char *)v};
+		return compile_ip_terms(c, fs, vals, 1, boost, scoring, out);
 	}
 	if (!is_text_like(fs->type)) {
 		char *vals[1] = {(char *)v};
@@ -959,6 +1244,8 @@ compile_terms(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 		*out = none();
 		return CM_OK;
 	}
+	if (fs->type == ST_FT_IP)
+		return compile_ip_terms(c, fs, q->values, q->nvalues, boost, scoring, out);
 	if (!is_text_like(fs->type))
 		return compile_column_set(c, fs, q->values, q->nvalues, boost, scoring, out);
 	sr_plan *p = plan_new(P_TERMSET, boost, scoring);
@@ -978,6 +1265,8 @@ compile_range(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 		*out = none();
 		return CM_OK;
 	}
+	if (fs->type == ST_FT_IP)
+		return compile_ip_range(c, q, fs, boost, scoring, out);
 	if (is_text_like(fs->type)) {
 		sr_plan *p = plan_new(P_TERMRANGE, boost, scoring);
 		p->fs = fs;
@@ -1003,7 +1292,7 @@ compile_range(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 	p->fs = fs;
 	p->lo = INT64_MIN;
 	p->hi = INT64_MAX;
-	if (fs->type == ST_FT_DOUBLE || fs->type == ST_FT_FLOAT) {
+	if (st_field_type_is_double(fs->type)) {
 		p->lo = st_double_to_sortable(-INFINITY);
 		p->hi = st_double_to_sortable(INFINITY);
 	}
@@ -1252,6 +1541,12 @@ auto_edits(const char *fuzziness, size_t cp_len)
 	double d = atof(fuzziness);
 	int e = (int)d;
 	return e < 0 ? 0 : e > 2 ? 2 : e;
+}
+
+int
+sr_fuzzy_edits(const char *fuzziness, size_t cp_len)
+{
+	return auto_edits(fuzziness ? fuzziness : "AUTO", cp_len);
 }
 
 /* Lucene FuzzyQuery with TopTermsBlendedFreqScoringRewrite: the best

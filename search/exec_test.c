@@ -355,6 +355,23 @@ test_scores(void)
 	sr_request_free(&req);
 }
 
+/* The matches of q over every segment, from its per-segment bitsets. */
+static uint64_t
+bitset_total(sr_exec *x, const sr_query *q)
+{
+	cm_error err = {0};
+	uint64_t total = 0;
+	for (size_t si = 0; si < x->nseg; si++) {
+		uint32_t md = st_segment_max_doc(x->segs[si].seg);
+		uint64_t *bits = calloc(st_bit_words(md) + 1, 8);
+		CHECK(sr_query_bitset(q, &x->segs[si], bits, &err) == CM_OK);
+		for (size_t w = 0; w < st_bit_words(md); w++)
+			total += (uint64_t)__builtin_popcountll(bits[w]);
+		free(bits);
+	}
+	return total;
+}
+
 static void
 test_counts(void)
 {
@@ -381,16 +398,7 @@ test_counts(void)
 	q = sr_query_new(SR_Q_TERM);
 	q->field = cm_strdup(CM_MEM_SEARCH, "title");
 	q->value = cm_strdup(CM_MEM_SEARCH, "quick");
-	uint64_t total = 0;
-	for (size_t si = 0; si < x.nseg; si++) {
-		uint32_t md = st_segment_max_doc(x.segs[si].seg);
-		uint64_t *bits = calloc(st_bit_words(md) + 1, 8);
-		CHECK(sr_query_bitset(q, &x.segs[si], bits, &err) == CM_OK);
-		for (size_t w = 0; w < st_bit_words(md); w++)
-			total += __builtin_popcountll(bits[w]);
-		free(bits);
-	}
-	CHECK(total == 2);
+	CHECK(bitset_total(&x, q) == 2);
 	sr_query_free(q);
 	/* Counts known without visiting (doc_freq, live docs) equal what the
 	 * iterators find, and are used only where exact: not in a segment
@@ -401,15 +409,7 @@ test_counts(void)
 		q = sr_query_new(SR_Q_TERM);
 		q->field = cm_strdup(CM_MEM_SEARCH, "title");
 		q->value = cm_strdup(CM_MEM_SEARCH, words[w]);
-		uint64_t seen = 0;
-		for (size_t si = 0; si < x.nseg; si++) {
-			uint32_t md = st_segment_max_doc(x.segs[si].seg);
-			uint64_t *bits = calloc(st_bit_words(md) + 1, 8);
-			CHECK(sr_query_bitset(q, &x.segs[si], bits, &err) == CM_OK);
-			for (size_t k = 0; k < st_bit_words(md); k++)
-				seen += __builtin_popcountll(bits[k]);
-			free(bits);
-		}
+		uint64_t seen = bitset_total(&x, q);
 		CHECK(sr_count_shard(reader, q, 0, &n, &err) == CM_OK);
 		CHECKF(n == seen, "count of [%s]: %llu, its iterator finds %llu", words[w],
 		       (unsigned long long)n, (unsigned long long)seen);

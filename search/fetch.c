@@ -7,6 +7,7 @@
  * widens floats to doubles, as Lucene's doc values hold them. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,7 +143,19 @@ glob(const char *p, const char *s)
 
 /* ---- accumulating values ---- */
 
-typedef enum { FV_LONG, FV_DOUBLE, FV_FLOAT, FV_STR, FV_BOOL, FV_DATE, FV_RAW } fv_kind;
+/* FV_ULONG: i holds the unsigned_long column value; FV_DATE_NS: i is nanoseconds */
+typedef enum {
+	FV_LONG,
+	FV_DOUBLE,
+	FV_FLOAT,
+	FV_STR,
+	FV_BOOL,
+	FV_DATE,
+	FV_RAW,
+	FV_ULONG,
+	FV_DATE_NS,
+	FV_IP, /* s holds the printed address; ordered as addresses */
+} fv_kind;
 
 typedef struct fval {
 	fv_kind kind;
@@ -275,6 +288,17 @@ convert(const st_field_def *def, const cJSON *v, fval *out)
 	case ST_FT_DOUBLE:
 	case ST_FT_FLOAT: {
 		double d;
+		if (cJSON_IsNumber(v) && v->valuestring && def->type == ST_FT_LONG) {
+			/* an integer beyond 2^53, from its text (sr_json_number_texts) */
+			char *end;
+			errno = 0;
+			long long ll = strtoll(v->valuestring, &end, 10);
+			if (*end || errno)
+				return false;
+			out->kind = FV_LONG;
+			out->i = ll;
+			return true;
+		}
 		if (cJSON_IsNumber(v))
 			d = v->valuedouble;
 		else if (cJSON_IsString(v) && !def->no_coerce) {
@@ -304,6 +328,66 @@ convert(const st_field_def *def, const cJSON *v, fval *out)
 		cm_free(T, s);
 		out->kind = FV_DATE;
 		return ok;
+	}
+	case ST_FT_IP: {
+		uint8_t ip[ST_IP_LEN];
+		char txt[ST_IP_STRLEN];
+		if (!cJSON_IsString(v) || !st_ip_parse(v->valuestring, strlen(v->valuestring), ip))
+			return false;
+		st_ip_format(ip, txt, sizeof(txt));
+		out->kind = FV_IP;
+		out->n = strlen(txt);
+		out->s = cm_strndup(T, txt, out->n);
+		return true;
+	}
+	case ST_FT_DATE_NANOS: {
+		size_t n;
+		char *s = leaf_text(v, &n);
+		bool ok = s && !cJSON_IsBool(v) && st_date_parse_ns(s, n, def->format, &out->i);
+		cm_free(T, s);
+		out->kind = FV_DATE_NS;
+		return ok;
+	}
+	case ST_FT_HALF_FLOAT:
+	case ST_FT_SCALED_FLOAT: {
+		double d;
+		char *end;
+		if (cJSON_IsNumber(v))
+			d = v->valuedouble;
+		else if (cJSON_IsString(v) && !def->no_coerce &&
+		         (d = strtod(v->valuestring, &end), end != v->valuestring && !*end))
+			;
+		else
+			return false;
+		if (!isfinite(d))
+			return false;
+		if (def->type == ST_FT_HALF_FLOAT) {
+			d = st_half_round((double)(float)d);
+			out->kind = FV_FLOAT;
+		} else {
+			d = floor(d * def->scaling_factor + 0.5) / def->scaling_factor;
+			out->kind = FV_DOUBLE;
+		}
+		out->d = d;
+		return isfinite(d);
+	}
+	case ST_FT_UNSIGNED_LONG: {
+		uint64_t u;
+		char buf[40];
+		const char *t = NULL;
+		if (cJSON_IsString(v) && !def->no_coerce)
+			t = v->valuestring;
+		else if (cJSON_IsNumber(v) && v->valuestring)
+			t = v->valuestring; /* its exact text */
+		else if (cJSON_IsNumber(v)) {
+			snprintf(buf, sizeof(buf), "%.17g", v->valuedouble);
+			t = buf;
+		}
+		if (!t || !st_ulong_parse(t, true, &u))
+			return false;
+		out->kind = FV_ULONG;
+		out->i = st_ulong_to_col(u);
+		return true;
 	}
 	case ST_FT_BOOLEAN:
 		out->kind = FV_BOOL;
@@ -417,6 +501,12 @@ cmp_fval(const void *a, const void *b)
 		int r = memcmp(x->s, y->s, n);
 		return r ? r : (x->n > y->n) - (x->n < y->n);
 	}
+	case FV_IP: {
+		uint8_t a[ST_IP_LEN], c[ST_IP_LEN];
+		st_ip_parse(x->s, x->n, a);
+		st_ip_parse(y->s, y->n, c);
+		return memcmp(a, c, ST_IP_LEN);
+	}
 	default:
 		return (x->i > y->i) - (x->i < y->i);
 	}
@@ -441,6 +531,7 @@ render_value(cm_buf *b, const facc *a, const fval *v, const st_field_def *def)
 			sr_jw_float(b, (float)v->d);
 		break;
 	case FV_STR:
+	case FV_IP:
 		sr_jw_str(b, v->s, v->n);
 		break;
 	case FV_BOOL:
@@ -452,6 +543,17 @@ render_value(cm_buf *b, const facc *a, const fval *v, const st_field_def *def)
 		                : def           ? def->format
 		                                : NULL,
 		                v->i, buf, sizeof(buf));
+		sr_jw_cstr(b, buf);
+		break;
+	case FV_ULONG:
+		cm_buf_printf(b, "%llu", (unsigned long long)st_col_to_ulong(v->i));
+		break;
+	case FV_DATE_NS:
+		if (a->spec->format || (def && def->format))
+			agg_date_format(NULL, a->spec->format ? a->spec->format : def->format,
+			                v->i / 1000000, buf, sizeof(buf));
+		else
+			st_date_format_ns(v->i, buf, sizeof(buf));
 		sr_jw_cstr(b, buf);
 		break;
 	case FV_RAW: {
@@ -511,6 +613,8 @@ sr_fetch_render(const st_mapping *m, const sr_request *req, const char *src, siz
 	*out_len = 0;
 	cJSON *doc = cJSON_ParseWithLength(src, len);
 	bool parsed = doc != NULL;
+	if (doc) /* long and unsigned_long values beyond 2^53 read exactly */
+		sr_json_number_texts(doc, src, len);
 	if (doc)
 		walk(&c, doc, path, 0, sizeof(path), 0, false);
 	cJSON_Delete(doc);
@@ -524,7 +628,7 @@ sr_fetch_render(const st_mapping *m, const sr_request *req, const char *src, siz
 			const st_field_def *def = st_mapping_find(m, a->path);
 			if (a->dv && a->n > 1) {
 				qsort(a->v, a->n, sizeof(fval), cmp_fval);
-				if (a->v[0].kind == FV_STR) { /* sorted sets */
+				if (a->v[0].kind == FV_STR || a->v[0].kind == FV_IP) { /* sorted sets */
 					size_t k = 1;
 					for (size_t j = 1; j < a->n; j++) {
 						if (cmp_fval(&a->v[k - 1], &a->v[j]) == 0)

@@ -65,6 +65,7 @@ sr_hit_clear(sr_hit *h)
 	cm_free(T, h->id);
 	cm_free(T, h->source);
 	cm_free(T, h->fields);
+	cm_free(T, h->highlight);
 	for (size_t i = 0; i < h->nsort; i++)
 		sr_sort_value_clear(&h->sort[i]);
 	cm_free(T, h->sort);
@@ -113,7 +114,19 @@ cmp_score(float a, float b) /* descending, NaN last */
 static int
 cmp_value(const sr_sort_value *a, const sr_sort_value *b)
 {
-	bool sa = a->type == SR_SV_STRING, sb = b->type == SR_SV_STRING;
+	if (a->type == SR_SV_IP && b->type == SR_SV_IP) {
+		uint8_t x[ST_IP_LEN], y[ST_IP_LEN];
+		bool okx = a->s && st_ip_parse(a->s, strlen(a->s), x);
+		bool oky = b->s && st_ip_parse(b->s, strlen(b->s), y);
+		if (!okx || !oky)
+			return okx == oky ? 0 : okx ? -1 : 1;
+		int c = memcmp(x, y, ST_IP_LEN);
+		return c < 0 ? -1 : c > 0;
+	}
+	if (a->type == SR_SV_ULONG && b->type == SR_SV_ULONG)
+		return a->l < b->l ? -1 : a->l > b->l;
+	bool sa = a->type == SR_SV_STRING || a->type == SR_SV_IP;
+	bool sb = b->type == SR_SV_STRING || b->type == SR_SV_IP;
 	if (sa && sb) {
 		int c = strcmp(a->s ? a->s : "", b->s ? b->s : "");
 		return c < 0 ? -1 : c > 0;
@@ -500,7 +513,11 @@ render_sort_value(cm_buf *b, const sr_sort_key *k, const sr_hit *h, size_t i)
 		sr_jw_double(b, v->d);
 		break;
 	case SR_SV_STRING:
+	case SR_SV_IP:
 		sr_jw_cstr(b, v->s ? v->s : "");
+		break;
+	case SR_SV_ULONG:
+		cm_buf_printf(b, "%llu", (unsigned long long)st_col_to_ulong(v->l));
 		break;
 	default:
 		if (k->kind == SR_SORT_DOC)
@@ -540,6 +557,10 @@ render_hit(sr_merger *m, cm_buf *b, const mhit *mh, bool scored)
 	if (h->fields) {
 		cm_buf_put(b, ",\"fields\":", 10);
 		cm_buf_put(b, h->fields, h->fields_len);
+	}
+	if (h->highlight) {
+		cm_buf_put(b, ",\"highlight\":", 13);
+		cm_buf_put(b, h->highlight, h->highlight_len);
 	}
 	if (req->explain_scores) {
 		/* the score as computed; no per-clause breakdown (docs/api.md) */

@@ -8,6 +8,7 @@
 #include "../common/cm_alloc.h"
 #include "../common/cm_sys.h"
 #include "fetch.h"
+#include "highlight.h"
 #include "sr.h"
 #include "sr_agg.h"
 
@@ -18,7 +19,7 @@
 void
 sr_sort_value_clear(sr_sort_value *v)
 {
-	if (v->type == SR_SV_STRING)
+	if (v->type == SR_SV_STRING || v->type == SR_SV_IP)
 		cm_free(T, v->s);
 	memset(v, 0, sizeof(*v));
 }
@@ -65,6 +66,7 @@ void
 sr_request_free(sr_request *r)
 {
 	sr_query_free(r->query);
+	sr_highlight_free(r->highlight);
 	free_sort(r);
 	sr_fetch_free(r->fields, r->nfields);
 	sr_fetch_free(r->docvalue_fields, r->ndocvalue_fields);
@@ -402,8 +404,8 @@ parse_source(sr_request *r, const cJSON *v, cm_error *err)
  * name rather than silently ignored (an ignored post_filter would return
  * wrong hits). */
 static const char *unsupported_keys[] = {
-    "highlight",     "post_filter", "rescore", "suggest",   "collapse",
-    "indices_boost", "slice",       "pit",     "min_score", "ext",
+    "post_filter", "rescore", "suggest", "collapse",
+    "indices_boost", "slice", "pit", "min_score", "ext",
 };
 
 /* "stored_fields": a name or a list. Nothing is stored apart from _source
@@ -499,6 +501,10 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 		} else if (!strcmp(k, "_source")) {
 			have_source = true;
 			rc = parse_source(r, v, err);
+		} else if (!strcmp(k, "highlight")) {
+			sr_highlight_free(r->highlight);
+			r->highlight = NULL;
+			rc = sr_highlight_parse(v, &r->highlight, err);
 		} else if (!strcmp(k, "fields")) {
 			rc = sr_fetch_parse(v, k, &r->fields, &r->nfields, err);
 		} else if (!strcmp(k, "docvalue_fields")) {
@@ -687,4 +693,92 @@ sr_request_source_params(sr_request *r, const char *source, const char *includes
 			return rc;
 	}
 	return CM_OK;
+}
+
+/* ---- exact big integers ---- */
+
+static void
+collect_numbers(cJSON *j, cJSON ***v, size_t *n, size_t *cap)
+{
+	for (; j; j = j->next) {
+		if (cJSON_IsNumber(j)) {
+			if (*n == *cap) {
+				*cap = *cap ? 2 * *cap : 32;
+				*v = cm_realloc(T, *v, *cap * sizeof(cJSON *));
+			}
+			(*v)[(*n)++] = j;
+		} else if (cJSON_IsObject(j) || cJSON_IsArray(j)) {
+			collect_numbers(j->child, v, n, cap);
+		}
+	}
+}
+
+static void pair_numbers(cJSON *root, const char *src, size_t len, bool to_string);
+
+void
+sr_json_exact_integers(cJSON *root, const char *src, size_t len)
+{
+	pair_numbers(root, src, len, true);
+}
+
+void
+sr_json_number_texts(cJSON *root, const char *src, size_t len)
+{
+	pair_numbers(root, src, len, false);
+}
+
+static void
+pair_numbers(cJSON *root, const char *src, size_t len, bool to_string)
+{
+	cJSON **nodes = NULL;
+	size_t n = 0, cap = 0;
+	collect_numbers(root, &nodes, &n, &cap);
+	if (n == 0)
+		return;
+	/* number tokens come in the order of a depth-first walk (cJSON keeps
+	 * member order): pair them in one scan, strings skipped, and convert
+	 * only when every node found its token */
+	size_t *off = cm_malloc(T, n * sizeof(size_t)), *tlen = cm_malloc(T, n * sizeof(size_t));
+	size_t k = 0;
+	bool ok = true;
+	for (size_t i = 0; i < len && ok;) {
+		char c = src[i];
+		if (c == '"') {
+			for (i++; i < len && src[i] != '"'; i++)
+				if (src[i] == '\\')
+					i++;
+			i++;
+		} else if (c == '-' || (c >= '0' && c <= '9')) {
+			size_t st = i;
+			while (i < len && ((src[i] >= '0' && src[i] <= '9') || src[i] == '-' ||
+			                   src[i] == '+' || src[i] == '.' || src[i] == 'e' || src[i] == 'E'))
+				i++;
+			if (k >= n) {
+				ok = false;
+				break;
+			}
+			off[k] = st;
+			tlen[k++] = i - st;
+		} else {
+			i++;
+		}
+	}
+	for (size_t x = 0; ok && k == n && x < n; x++) {
+		const char *t = src + off[x];
+		size_t tl = tlen[x];
+		bool integer = tl < 64 && !memchr(t, '.', tl) && !memchr(t, 'e', tl) && !memchr(t, 'E', tl);
+		if (!integer || fabs(nodes[x]->valuedouble) < 9007199254740992.0)
+			continue;
+		char *str = cJSON_malloc(tl + 1);
+		if (!str)
+			continue;
+		memcpy(str, t, tl);
+		str[tl] = '\0';
+		if (to_string)
+			nodes[x]->type = cJSON_String;
+		nodes[x]->valuestring = str; /* cJSON_Delete frees it either way */
+	}
+	cm_free(T, off);
+	cm_free(T, tlen);
+	cm_free(T, nodes);
 }

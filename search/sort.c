@@ -16,7 +16,7 @@ typedef struct sr_ordterm {
 } sr_ordterm;
 
 static cm_err
-after_value(const sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_error *err)
+after_value(sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_error *err)
 {
 	memset(out, 0, sizeof *out);
 	if (v->type == SR_SV_NULL) {
@@ -34,6 +34,49 @@ after_value(const sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_
 		return CM_OK;
 	case SR_SORT_FIELD:
 		break;
+	}
+	if (k->ftype == ST_FT_IP) {
+		if ((v->type != SR_SV_STRING && v->type != SR_SV_IP) || !v->s ||
+		    !st_ip_parse(v->s, strlen(v->s), k->after_ip))
+			return cm_error_set(err, CM_EINVAL, "failed to parse search_after value [%s]",
+			                    v->s ? v->s : "");
+		out->s = k->after_ip;
+		out->n = ST_IP_LEN;
+		return CM_OK;
+	}
+	if (k->ftype == ST_FT_UNSIGNED_LONG) {
+		uint64_t u;
+		char num[32];
+		const char *t = v->s;
+		if (v->type == SR_SV_LONG || v->type == SR_SV_ULONG) {
+			if (v->type == SR_SV_LONG && v->l < 0)
+				return cm_error_set(err, CM_EINVAL, "failed to parse search_after value");
+			u = v->type == SR_SV_ULONG ? st_col_to_ulong(v->l) : (uint64_t)v->l;
+		} else {
+			if (v->type == SR_SV_DOUBLE) {
+				snprintf(num, sizeof(num), "%.17g", v->d);
+				t = num;
+			}
+			/* a JSON number near 2^64 arrives as the double 2^64 */
+			if (v->type == SR_SV_DOUBLE && v->d >= 18446744073709551616.0 &&
+			    v->d < 18446744073709555712.0)
+				u = UINT64_MAX;
+			else if (!t || !st_ulong_parse(t, true, &u))
+				return cm_error_set(err, CM_EINVAL, "failed to parse search_after value [%s]",
+				                    t ? t : "");
+		}
+		out->l = st_ulong_to_col(u);
+		return CM_OK;
+	}
+	if (k->ftype == ST_FT_SCALED_FLOAT) {
+		double d = v->type == SR_SV_LONG ? (double)v->l : v->d;
+		char *end = NULL;
+		if (v->type == SR_SV_STRING)
+			d = strtod(v->s, &end);
+		if ((end && *end) || v->type == SR_SV_NULL)
+			return cm_error_set(err, CM_EINVAL, "failed to parse search_after value");
+		out->l = (int64_t)floor(d * k->scale + 0.5);
+		return CM_OK;
 	}
 	if (k->is_keyword) {
 		if (v->type != SR_SV_STRING)
@@ -70,6 +113,9 @@ after_value(const sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_
 		if (!*end && end != v->s)
 			out->l = l;
 		else if (k->fs && k->fs->type == ST_FT_DATE && st_date_parse(v->s, strlen(v->s), NULL, &ms))
+			out->l = ms;
+		else if (k->fs && k->fs->type == ST_FT_DATE_NANOS &&
+		         st_date_parse_ns(v->s, strlen(v->s), NULL, &ms))
 			out->l = ms;
 		else if (!strcmp(v->s, "true") || !strcmp(v->s, "false"))
 			out->l = v->s[0] == 't';
@@ -112,6 +158,7 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 		k->desc = rk->desc;
 		k->missing_first = rk->missing_first;
 		k->mode = rk->mode;
+		k->ftype = -1;
 		if (rk->kind != SR_SORT_FIELD)
 			continue;
 		if (!strcmp(rk->field, "_id")) {
@@ -137,15 +184,19 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 				                         rk->field);
 			st_field_type t;
 			if (st_field_type_from_name(type, &t)) {
-				k->is_keyword = t == ST_FT_KEYWORD;
-				k->is_double = t == ST_FT_DOUBLE || t == ST_FT_FLOAT;
+				k->is_keyword = st_field_type_is_ordinal(t);
+				k->is_double = st_field_type_is_double(t);
+				k->ftype = (int)t;
+				k->scale = def && def->scaling_factor > 0 ? def->scaling_factor : 1;
 			}
 			continue;
 		}
 		if (k->fs->type == ST_FT_TEXT)
 			return cm_error_set(err, CM_EINVAL, "%s", text_sort_reason(rk->field));
-		k->is_keyword = k->fs->type == ST_FT_KEYWORD;
-		k->is_double = k->fs->type == ST_FT_DOUBLE || k->fs->type == ST_FT_FLOAT;
+		k->is_keyword = st_field_type_is_ordinal(k->fs->type);
+		k->is_double = st_field_type_is_double(k->fs->type);
+		k->ftype = (int)k->fs->type;
+		k->scale = k->fs->scale > 0 ? k->fs->scale : 1;
 	}
 	if (req->nsearch_after) {
 		if (req->nsearch_after != s->nkeys)
@@ -379,6 +430,20 @@ sr_sorter_export(const sr_sorter *s, const sr_sortval *v, sr_sort_value *out)
 			out[i].l = v[i].l;
 		} else if (v[i].missing) {
 			out[i].type = SR_SV_NULL;
+		} else if (k->ftype == ST_FT_IP) {
+			char ip[ST_IP_STRLEN];
+			if (v[i].n == ST_IP_LEN)
+				st_ip_format(v[i].s, ip, sizeof(ip));
+			else
+				snprintf(ip, sizeof(ip), "::");
+			out[i].type = SR_SV_IP;
+			out[i].s = cm_strdup(CM_MEM_SEARCH, ip);
+		} else if (k->ftype == ST_FT_UNSIGNED_LONG) {
+			out[i].type = SR_SV_ULONG;
+			out[i].l = v[i].l;
+		} else if (k->ftype == ST_FT_SCALED_FLOAT) {
+			out[i].type = SR_SV_DOUBLE;
+			out[i].d = (double)v[i].l / k->scale;
 		} else if (k->is_keyword) {
 			out[i].type = SR_SV_STRING;
 			out[i].s = cm_strndup(CM_MEM_SEARCH, (const char *)v[i].s, v[i].n);

@@ -148,7 +148,9 @@ typedef struct sr_sort_key {
 
 /* A sort value as it appears in hit.sort / search_after. */
 typedef struct sr_sort_value {
-	enum { SR_SV_NULL, SR_SV_LONG, SR_SV_DOUBLE, SR_SV_STRING } type;
+	/* SR_SV_ULONG: l is an unsigned_long column value (st_col_to_ulong);
+	 * SR_SV_IP: s is the address as ES prints it, ordered as addresses. */
+	enum { SR_SV_NULL, SR_SV_LONG, SR_SV_DOUBLE, SR_SV_STRING, SR_SV_ULONG, SR_SV_IP } type;
 	int64_t l;
 	double d;
 	char *s;
@@ -189,6 +191,7 @@ typedef struct sr_request {
 	sr_fetch_field *docvalue_fields; /* "docvalue_fields": the same in doc-value form */
 	size_t ndocvalue_fields;
 	bool stored_fields_none; /* "stored_fields": "_none_": hits without _id and _source */
+	struct sr_highlight *highlight; /* "highlight" (highlight.h), NULL = none */
 	/* ES's query phase alone: hits carry score, sort values and doc
 	 * numbers but no _id/_source/metadata (no stored-document reads).
 	 * Used by benchmarks; default false. */
@@ -210,6 +213,16 @@ void sr_request_free(sr_request *r);
  * CM_EINVAL naming them. On error r holds what was parsed so far; the
  * caller still calls sr_request_free. */
 cm_err sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err);
+/* cJSON reads numbers as doubles. This turns each number node of root
+ * (parsed from src) that is an integer beyond 2^53 into a string node of
+ * its exact text, which term/range/search_after values read as numbers,
+ * so long and unsigned_long values stay exact (also in the body a
+ * coordinator forwards). A tree whose numbers cannot be paired with the
+ * text is left as it is. */
+void sr_json_exact_integers(cJSON *root, const char *src, size_t len);
+/* The same pairing, but the nodes stay numbers and carry their text in
+ * valuestring (for readers that know to look). */
+void sr_json_number_texts(cJSON *root, const char *src, size_t len);
 /* URL parameter forms, applied on top of a parsed body: sort=
  * "f1:desc,f2,_score" and _source / _source_includes / _source_excludes
  * (comma lists; _source may be true/false). NULL arguments are skipped. */
@@ -220,16 +233,13 @@ cm_err sr_request_source_params(sr_request *r, const char *source, const char *i
  * CM_EPARSE with ES's message otherwise. */
 cm_err sr_parse_time_value(const char *s, const char *setting, uint64_t *ns, cm_error *err);
 
-/* Filters a _source document: keeps paths matching any include pattern
- * (all when ni == 0) and drops paths matching an exclude pattern, with
- * ES's rules: patterns use '*' wildcards and match whole dotted paths;
- * "obj" keeps obj's whole subtree, "obj.*" its children, "*Name" any path
- * ending in Name; objects emptied by filtering are dropped; arrays are
- * filtered element by element. Appends the filtered JSON to out, in the
- * source's key order with its original number text. CM_EPARSE when src
- * is not valid JSON. */
-cm_err sr_source_filter(const char *src, size_t len, char *const *includes, size_t ni,
-                        char *const *excludes, size_t ne, cm_buf *out);
+/* _source filtering (st_source_filter in storage/st_types.h). */
+static inline cm_err
+sr_source_filter(const char *src, size_t len, char *const *includes, size_t ni,
+                 char *const *excludes, size_t ne, cm_buf *out)
+{
+	return st_source_filter(src, len, includes, ni, excludes, ne, out);
+}
 
 /* ---- results ---- */
 
@@ -242,6 +252,8 @@ typedef struct sr_hit {
 	size_t source_len;
 	char *fields;          /* the hit's "fields" (JSON), NULL when none */
 	size_t fields_len;
+	char *highlight;       /* the hit's "highlight" (JSON), NULL when none */
+	size_t highlight_len;
 	uint32_t shard, doc;   /* tie-breaking: shard index, then global doc */
 	uint64_t seq_no, primary_term;
 	int64_t version;

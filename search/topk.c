@@ -12,6 +12,7 @@
 #include "../common/cm_alloc.h"
 #include "exec.h"
 #include "fetch.h"
+#include "highlight.h"
 #include "sr_agg.h"
 
 #define MAX_TOPK (1u << 20) /* from + size bound (the coordinator caps max_result_window) */
@@ -251,7 +252,7 @@ fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *id
 	}
 	cm_buf_reset(idb);
 	cm_buf_reset(src);
-	bool want_src = req->fetch_source || sr_fetch_wanted(req);
+	bool want_src = req->fetch_source || sr_fetch_wanted(req) || req->highlight;
 	cm_err rc = st_stored_get(x->segs[e->seg].txn, e->doc, idb, want_src ? src : NULL);
 	if (rc)
 		return cm_error_set(x->err, rc, "cannot read stored document");
@@ -259,7 +260,8 @@ fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *id
 	h->score = t->scored ? e->score : NAN;
 	h->shard = shard;
 	h->doc = e->gdoc;
-	if (req->fetch_source) {
+	/* an empty stored source: the mapping has _source disabled */
+	if (req->fetch_source && src->len) {
 		if (req->nincludes || req->nexcludes) {
 			cm_buf f;
 			cm_buf_init(&f, CM_MEM_SEARCH);
@@ -277,7 +279,20 @@ fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *id
 			h->source_len = src->len;
 		}
 	}
-	if (sr_fetch_wanted(req) &&
+	if (req->highlight && src->len) {
+		cm_buf hb;
+		cm_buf_init(&hb, CM_MEM_SEARCH);
+		rc = sr_highlight_render(req->highlight, st_reader_mapping(x->reader), req->query,
+		                         (const char *)src->data, src->len, &hb, x->err);
+		if (!rc && hb.len) {
+			h->highlight = cm_strndup(CM_MEM_SEARCH, (const char *)hb.data, hb.len);
+			h->highlight_len = hb.len;
+		}
+		cm_buf_free(&hb);
+		if (rc)
+			return rc;
+	}
+	if (sr_fetch_wanted(req) && src->len &&
 	    (rc = sr_fetch_render(st_reader_mapping(x->reader), req, (const char *)src->data,
 	                          src->len, &h->fields, &h->fields_len, x->err)))
 		return rc;

@@ -132,7 +132,7 @@ zone(const char *s, size_t n, size_t *p, int *offset_min)
 /* yyyy[-MM[-dd[THH[:mm[:ss[.fff]]][zone]]]]; `strict` wants two-digit
  * month/day/hour fields (strict_date_optional_time vs date_optional_time). */
 static bool
-parse_iso(const char *s, size_t n, bool strict, int64_t *out)
+parse_iso(const char *s, size_t n, bool strict, int64_t *out, int64_t *sub)
 {
 	civil c = {.month = 1, .day = 1};
 	size_t p = 0;
@@ -181,12 +181,13 @@ parse_iso(const char *s, size_t n, bool strict, int64_t *out)
 			}
 		}
 	}
+	*sub = c.nanos % 1000000;
 	return p == n && civil_to_ms(&c, out);
 }
 
 /* [-]digits[.digits] scaled by `scale` to millis. */
 static bool
-parse_epoch(const char *s, size_t n, int64_t scale, int64_t *out)
+parse_epoch(const char *s, size_t n, int64_t scale, int64_t *out, int64_t *sub)
 {
 	size_t p = 0;
 	bool neg = false;
@@ -209,13 +210,20 @@ parse_epoch(const char *s, size_t n, int64_t scale, int64_t *out)
 		p++;
 		size_t f0 = p;
 		int k = 0;
-		int64_t frac = 0;
+		int64_t frac = 0, ns = 0;
+		/* the digits below a millisecond, for date_nanos */
+		int skip = scale == 1000 ? 3 : 0;
 		while (p < n && s[p] >= '0' && s[p] <= '9') {
 			if (scale == 1000 && k < 3)
 				frac = frac * 10 + (s[p] - '0');
+			else if (k >= skip && k < skip + 6)
+				ns = ns * 10 + (s[p] - '0');
 			k++;
 			p++;
 		}
+		for (int i = k - skip < 0 ? 0 : k - skip; i < 6; i++)
+			ns *= 10;
+		*sub = neg ? -ns : ns;
 		if (p == f0)
 			return false;
 		if (scale == 1000) {
@@ -363,11 +371,13 @@ run_pattern(const char *pat, const char *end, pat_state *st, bool *bad)
 }
 
 static bool
-parse_pattern(const char *pat, size_t plen, const char *s, size_t n, int64_t *out, bool *bad)
+parse_pattern(const char *pat, size_t plen, const char *s, size_t n, int64_t *out, int64_t *sub,
+              bool *bad)
 {
 	pat_state st = {.s = s, .n = n, .c = {.year = 1970, .month = 1, .day = 1}};
 	if (!run_pattern(pat, pat + plen, &st, bad) || st.p != n)
 		return false;
+	*sub = st.c.nanos % 1000000;
 	return civil_to_ms(&st.c, out);
 }
 
@@ -410,21 +420,23 @@ name_is(const char *a, size_t an, const char *b)
 
 /* One alternative. Returns false on mismatch, *bad for an unknown format. */
 static bool
-parse_one(const char *f, size_t fn, const char *s, size_t n, int64_t *out, bool *bad)
+parse_one(const char *f, size_t fn, const char *s, size_t n, int64_t *out, int64_t *sub,
+          bool *bad)
 {
+	*sub = 0;
 	if (name_is(f, fn, "strict_date_optional_time") ||
 	    name_is(f, fn, "strict_date_optional_time_nanos"))
-		return parse_iso(s, n, true, out);
+		return parse_iso(s, n, true, out, sub);
 	if (name_is(f, fn, "date_optional_time") || name_is(f, fn, "iso8601"))
-		return parse_iso(s, n, false, out);
+		return parse_iso(s, n, false, out, sub);
 	if (name_is(f, fn, "epoch_millis"))
-		return parse_epoch(s, n, 1, out);
+		return parse_epoch(s, n, 1, out, sub);
 	if (name_is(f, fn, "epoch_second"))
-		return parse_epoch(s, n, 1000, out);
+		return parse_epoch(s, n, 1000, out, sub);
 	for (size_t i = 0; i < sizeof(named_patterns) / sizeof(named_patterns[0]); i++) {
 		if (name_is(f, fn, named_patterns[i].name)) {
 			const char *p = named_patterns[i].pattern;
-			return parse_pattern(p, strlen(p), s, n, out, bad);
+			return parse_pattern(p, strlen(p), s, n, out, sub, bad);
 		}
 	}
 	/* a name-like word (letters and '_' only, longer than a pattern
@@ -436,11 +448,12 @@ parse_one(const char *f, size_t fn, const char *s, size_t n, int64_t *out, bool 
 		*bad = true;
 		return false;
 	}
-	return parse_pattern(f, fn, s, n, out, bad);
+	return parse_pattern(f, fn, s, n, out, sub, bad);
 }
 
 static bool
-parse_formats(const char *s, size_t n, const char *format, int64_t *epoch_ms, bool *bad)
+parse_formats(const char *s, size_t n, const char *format, int64_t *epoch_ms, int64_t *sub,
+              bool *bad)
 {
 	if (format == NULL)
 		format = "strict_date_optional_time||epoch_millis";
@@ -448,7 +461,7 @@ parse_formats(const char *s, size_t n, const char *format, int64_t *epoch_ms, bo
 	for (;;) {
 		const char *sep = strstr(f, "||");
 		size_t fn = sep ? (size_t)(sep - f) : strlen(f);
-		if (parse_one(f, fn, s, n, epoch_ms, bad))
+		if (parse_one(f, fn, s, n, epoch_ms, sub, bad))
 			return true;
 		if (*bad || sep == NULL)
 			return false;
@@ -462,7 +475,28 @@ st_date_parse(const char *s, size_t n, const char *format, int64_t *epoch_ms)
 	bool bad = false;
 	if (s == NULL || n == 0 || n > 128)
 		return false;
-	return parse_formats(s, n, format, epoch_ms, &bad);
+	int64_t sub;
+	return parse_formats(s, n, format, epoch_ms, &sub, &bad);
+}
+
+bool
+st_date_parse_ns(const char *s, size_t n, const char *format, int64_t *epoch_ns)
+{
+	bool bad = false;
+	int64_t ms, sub;
+	if (s == NULL || n == 0 || n > 128 || !parse_formats(s, n, format, &ms, &sub, &bad))
+		return false;
+	/* 2262-04-11T23:47:16.854775807Z is the last nanosecond a long holds */
+	if (ms < 0 || ms > INT64_MAX / 1000000)
+		return false;
+	int64_t base = ms * 1000000;
+	if (sub > INT64_MAX - base)
+		return false;
+	int64_t ns = base + sub;
+	if (ns < 0)
+		return false;
+	*epoch_ns = ns;
+	return true;
 }
 
 /* Checks a pattern's syntax without input: balanced [] and quotes, known
@@ -560,4 +594,28 @@ st_date_format(int64_t epoch_ms, char *buf, size_t cap)
 	    hour = (int)(rem / 3600000);
 	snprintf(buf, cap, "%04" PRId64 "-%02d-%02dT%02d:%02d:%02d.%03dZ", y, m, d, hour, min, sec,
 	         ms);
+}
+
+void
+st_date_format_ns(int64_t epoch_ns, char *buf, size_t cap)
+{
+	int64_t ms = epoch_ns / 1000000, sub = epoch_ns % 1000000;
+	if (sub < 0) {
+		sub += 1000000;
+		ms--;
+	}
+	char tmp[48];
+	st_date_format(ms, tmp, sizeof(tmp));
+	size_t len = strlen(tmp); /* ends ".fffZ" */
+	if (sub && len >= 1 && len + 6 < sizeof(tmp)) {
+		char digits[8];
+		snprintf(digits, sizeof(digits), "%06d", (int)sub);
+		int keep = 6;
+		while (keep > 0 && digits[keep - 1] == '0')
+			keep--;
+		memcpy(tmp + len - 1, digits, (size_t)keep);
+		tmp[len - 1 + (size_t)keep] = 'Z';
+		tmp[len + (size_t)keep] = '\0';
+	}
+	snprintf(buf, cap, "%s", tmp);
 }

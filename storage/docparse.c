@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../common/cm_alloc.h"
+#include "../common/cm_buf.h"
 
 #define MAX_DOC_DEPTH 100
 #define MAX_DOC_VALUES (1u << 22) /* values per document */
@@ -37,6 +38,20 @@ typedef struct numtok {
 	const cJSON *node;
 	uint32_t off, len;
 } numtok;
+
+/* n bytes owned by the document (values that are not text of the tree). */
+static char *
+doc_own(st_doc *d, const void *p, size_t n)
+{
+	if (d->nowned == d->owned_cap) {
+		d->owned_cap = d->owned_cap ? d->owned_cap * 2 : 8;
+		d->owned = cm_realloc(CM_MEM_STORAGE, d->owned, d->owned_cap * sizeof(*d->owned));
+	}
+	char *b = cm_malloc(CM_MEM_STORAGE, n);
+	memcpy(b, p, n);
+	d->owned[d->nowned++] = b;
+	return b;
+}
 
 static const char *const metadata_fields[] = {
     "_id",      "_index",       "_source",      "_routing",
@@ -417,6 +432,74 @@ emit_scalar(parse_ctx *c, const st_field_def *f, cJSON *j)
 		else
 			return type_error(c, f, j);
 		push_value(c, f)->i = b;
+		return CM_OK;
+	}
+	case ST_FT_IP: {
+		uint8_t ip[ST_IP_LEN];
+		if (!cJSON_IsString(j) || !st_ip_parse(j->valuestring, strlen(j->valuestring), ip))
+			return type_error(c, f, j);
+		st_value *v = push_value(c, f);
+		v->s = doc_own(c->doc, ip, ST_IP_LEN);
+		v->n = ST_IP_LEN;
+		return CM_OK;
+	}
+	case ST_FT_DATE_NANOS: {
+		if (!cJSON_IsString(j) && !cJSON_IsNumber(j))
+			return type_error(c, f, j);
+		size_t n;
+		const char *s = node_text(c, j, &n);
+		int64_t ns;
+		if (s == NULL || !st_date_parse_ns(s, n, f->format, &ns))
+			return type_error(c, f, j);
+		push_value(c, f)->i = ns;
+		return CM_OK;
+	}
+	case ST_FT_HALF_FLOAT:
+	case ST_FT_SCALED_FLOAT: {
+		double d;
+		int64_t i;
+		bool is_int;
+		if (cJSON_IsNumber(j))
+			d = j->valuedouble;
+		else if (!cJSON_IsString(j) || f->no_coerce ||
+		         !string_number(j->valuestring, &d, &i, &is_int))
+			return type_error(c, f, j);
+		if (!isfinite(d))
+			return type_error(c, f, j);
+		if (f->type == ST_FT_HALF_FLOAT) {
+			d = st_half_round((double)(float)d);
+			if (!isfinite(d))
+				return type_error(c, f, j);
+			push_value(c, f)->d = d;
+			return CM_OK;
+		}
+		/* ES: Math.round(value * scaling_factor), a long */
+		double sc = d * f->scaling_factor;
+		if (!isfinite(sc) || sc >= 9223372036854775807.0 || sc <= -9223372036854775808.0)
+			return type_error(c, f, j);
+		push_value(c, f)->i = (int64_t)floor(sc + 0.5);
+		return CM_OK;
+	}
+	case ST_FT_UNSIGNED_LONG: {
+		char buf[64];
+		const char *txt = NULL;
+		if (cJSON_IsString(j) && !f->no_coerce) {
+			txt = j->valuestring;
+		} else if (cJSON_IsNumber(j)) {
+			size_t ln;
+			const char *lex = number_lexeme(c, j, &ln);
+			if (lex != NULL && ln < sizeof(buf)) {
+				memcpy(buf, lex, ln);
+				buf[ln] = '\0';
+			} else {
+				format_number(j->valuedouble, buf, sizeof(buf));
+			}
+			txt = buf;
+		}
+		uint64_t u;
+		if (txt == NULL || !st_ulong_parse(txt, !f->no_coerce, &u))
+			return type_error(c, f, j);
+		push_value(c, f)->i = st_ulong_to_col(u);
 		return CM_OK;
 	}
 	case ST_FT_BINARY:
@@ -852,6 +935,37 @@ walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn, const char *o
 	return CM_OK;
 }
 
+/* What a segment keeps of the source under the mapping's _source options. */
+static cm_err
+stored_source(const st_mapping *m, st_doc *d, cm_error *err)
+{
+	d->stored = d->source;
+	d->stored_len = d->source_len;
+	if (!st_mapping_source_filtered(m))
+		return CM_OK;
+	if (m->source_disabled) {
+		d->stored = "";
+		d->stored_len = 0;
+		return CM_OK;
+	}
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_STORAGE);
+	cm_err e = st_source_filter(d->source, d->source_len, m->source_includes,
+	                            m->nsource_includes, m->source_excludes, m->nsource_excludes, &b);
+	if (e == CM_OK) {
+		/* excludes can leave nothing: an empty object, never no source */
+		if (b.len == 0)
+			cm_buf_put(&b, "{}", 2);
+		d->stored = doc_own(d, b.data, b.len);
+		d->stored_len = b.len;
+	} else {
+		cm_error_set(err, CM_EMAPPING, "failed to filter _source");
+		e = CM_EMAPPING;
+	}
+	cm_buf_free(&b);
+	return e;
+}
+
 cm_err
 st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *source,
              size_t source_len, st_doc *out, st_mapping **dynamic_add, cm_error *err)
@@ -906,6 +1020,8 @@ st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *sou
 		if (e != CM_OK)
 			goto fail;
 	}
+	if ((e = stored_source(m, out, err)) != CM_OK)
+		goto fail;
 	cJSON_Delete(c.dyn_root);
 	cm_free(CM_MEM_STORAGE, c.nums);
 	if (c.counts != counts_small)
@@ -930,6 +1046,11 @@ st_doc_free(st_doc *d)
 	if (d == NULL)
 		return;
 	cm_free(CM_MEM_STORAGE, d->values);
+	for (size_t i = 0; i < d->nowned; i++)
+		cm_free(CM_MEM_STORAGE, d->owned[i]);
+	cm_free(CM_MEM_STORAGE, d->owned);
+	d->owned = NULL;
+	d->nowned = d->owned_cap = 0;
 	cJSON_Delete(d->json);
 	d->values = NULL;
 	d->json = NULL;

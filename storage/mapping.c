@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,100 @@ copy_to_equal(const st_field_def *a, const st_field_def *b)
 	return true;
 }
 
+static bool json_bool(const cJSON *v, bool *out);
+static const char *json_kind(const cJSON *v);
+
+static void
+strv_free(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		cm_free(CM_MEM_STORAGE, v[i]);
+	cm_free(CM_MEM_STORAGE, v);
+}
+
+static char **
+strv_copy(char *const *v, size_t n)
+{
+	if (n == 0)
+		return NULL;
+	char **o = cm_malloc(CM_MEM_STORAGE, n * sizeof(char *));
+	for (size_t i = 0; i < n; i++)
+		o[i] = cm_strdup(CM_MEM_STORAGE, v[i]);
+	return o;
+}
+
+static bool
+strv_eq(char *const *a, size_t na, char *const *b, size_t nb)
+{
+	if (na != nb)
+		return false;
+	for (size_t i = 0; i < na; i++)
+		if (strcmp(a[i], b[i]) != 0)
+			return false;
+	return true;
+}
+
+/* The root "_source" object: enabled, includes, excludes. */
+typedef struct {
+	bool set, disabled;
+	char **inc, **exc;
+	size_t ninc, nexc;
+} source_opts;
+
+static bool
+source_list(const cJSON *v, char ***out, size_t *n)
+{
+	if (cJSON_IsString(v)) {
+		*out = cm_malloc(CM_MEM_STORAGE, sizeof(char *));
+		(*out)[0] = cm_strdup(CM_MEM_STORAGE, v->valuestring);
+		*n = 1;
+		return true;
+	}
+	if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > 1024)
+		return false;
+	const cJSON *e;
+	cJSON_ArrayForEach(e, v) if (!cJSON_IsString(e)) return false;
+	size_t k = (size_t)cJSON_GetArraySize(v);
+	*out = k ? cm_malloc(CM_MEM_STORAGE, k * sizeof(char *)) : NULL;
+	*n = 0;
+	cJSON_ArrayForEach(e, v)(*out)[(*n)++] = cm_strdup(CM_MEM_STORAGE, e->valuestring);
+	return true;
+}
+
+static cm_err
+parse_source(const cJSON *j, source_opts *o, cm_error *err)
+{
+	if (!cJSON_IsObject(j))
+		return cm_error_set(err, CM_EMAPPING,
+		                    "Failed to parse mapping: [_source] must be an object, got %s",
+		                    json_kind(j));
+	o->set = true;
+	const cJSON *it;
+	cJSON_ArrayForEach(it, j)
+	{
+		const char *k = it->string;
+		bool ok;
+		if (strcmp(k, "enabled") == 0) {
+			bool en = true;
+			ok = json_bool(it, &en);
+			o->disabled = !en;
+		} else if (strcmp(k, "includes") == 0 && !o->inc) {
+			ok = source_list(it, &o->inc, &o->ninc);
+		} else if (strcmp(k, "excludes") == 0 && !o->exc) {
+			ok = source_list(it, &o->exc, &o->nexc);
+		} else {
+			return cm_error_set(err, CM_EMAPPING,
+			                    "unknown parameter [%s] on mapper [_source] of type [_source]",
+			                    k);
+		}
+		if (!ok)
+			return cm_error_set(err, CM_EMAPPING,
+			                    "Failed to parse mapping: invalid value for [%s] on [_source]",
+			                    k);
+	}
+	return CM_OK;
+}
+
 static void
 fdef_init(st_field_def *f, st_field_type type)
 {
@@ -172,7 +267,15 @@ st_mapping_unref(st_mapping *m)
 	for (size_t i = 0; i < m->nfields; i++)
 		fdef_free(&m->fields[i]);
 	cm_free(CM_MEM_STORAGE, m->fields);
+	strv_free(m->source_includes, m->nsource_includes);
+	strv_free(m->source_excludes, m->nsource_excludes);
 	cm_free(CM_MEM_STORAGE, m);
+}
+
+bool
+st_mapping_source_filtered(const st_mapping *m)
+{
+	return m && (m->source_disabled || m->nsource_includes || m->nsource_excludes);
 }
 
 /* Binary search on (path, len) so prefixes resolve without a copy. */
@@ -383,6 +486,12 @@ null_value_valid(const st_field_def *f)
 		return strcmp(v, "true") == 0 || strcmp(v, "false") == 0;
 	case ST_FT_DATE:
 		return st_date_parse(v, strlen(v), f->format, &ms);
+	case ST_FT_DATE_NANOS:
+		return st_date_parse_ns(v, strlen(v), f->format, &ms);
+	case ST_FT_IP: {
+		uint8_t ip[ST_IP_LEN];
+		return st_ip_parse(v, strlen(v), ip);
+	}
 	default:
 		if (*v == '\0')
 			return false;
@@ -488,7 +597,31 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		} else if (strcmp(k, "doc_values") == 0 && type != ST_FT_OBJECT &&
 		           type != ST_FT_TEXT) {
 			ok = json_bool(it, &f.doc_values);
-		} else if (strcmp(k, "format") == 0 && type == ST_FT_DATE) {
+		} else if (strcmp(k, "scaling_factor") == 0 && type == ST_FT_SCALED_FLOAT) {
+			ok = cJSON_IsNumber(it) || cJSON_IsString(it);
+			double sf = 0;
+			char *end = NULL;
+			if (cJSON_IsNumber(it))
+				sf = it->valuedouble;
+			else if (ok)
+				sf = strtod(it->valuestring, &end);
+			if (ok && (end && (*end || end == it->valuestring))) {
+				cm_error_set(err, CM_EMAPPING,
+				             "Failed to parse mapping: failed to parse [scaling_factor] "
+				             "on field [%s]: [%s]",
+				             f.path, it->valuestring);
+				goto fail_f;
+			}
+			if (ok && !(isfinite(sf) && sf > 0)) {
+				cm_error_set(err, CM_EMAPPING,
+				             "Failed to parse mapping: [scaling_factor] must be a positive "
+				             "number, got [%g]",
+				             sf);
+				goto fail_f;
+			}
+			f.scaling_factor = sf;
+		} else if (strcmp(k, "format") == 0 &&
+		           (type == ST_FT_DATE || type == ST_FT_DATE_NANOS)) {
 			ok = cJSON_IsString(it);
 			if (ok && !st_date_format_valid(it->valuestring)) {
 				cm_error_set(err, CM_EMAPPING, "Invalid format: [%s]",
@@ -526,10 +659,11 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 				f.null_value = cm_strdup(CM_MEM_STORAGE, text);
 			}
 		} else if (strcmp(k, "ignore_malformed") == 0 &&
-		           (st_field_type_is_numeric(type) && type != ST_FT_BOOLEAN)) {
+		           ((st_field_type_is_numeric(type) && type != ST_FT_BOOLEAN) ||
+		            type == ST_FT_IP)) {
 			ok = json_bool(it, &f.ignore_malformed);
 		} else if (strcmp(k, "coerce") == 0 && st_field_type_is_numeric(type) &&
-		           type != ST_FT_BOOLEAN && type != ST_FT_DATE) {
+		           type != ST_FT_BOOLEAN && type != ST_FT_DATE && type != ST_FT_DATE_NANOS) {
 			bool coerce = true;
 			ok = json_bool(it, &coerce);
 			f.no_coerce = !coerce;
@@ -584,6 +718,11 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 	}
 	if (!search_analyzer_set)
 		f.search_analyzer = f.analyzer;
+	if (type == ST_FT_SCALED_FLOAT && f.scaling_factor == 0) {
+		cm_error_set(err, CM_EMAPPING,
+		             "Failed to parse mapping: Field [scaling_factor] is required");
+		goto fail_f;
+	}
 	if (f.null_value != NULL && !null_value_valid(&f)) {
 		cm_error_set(
 		    err, CM_EMAPPING,
@@ -687,6 +826,7 @@ st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 	st_dynamic dyn = ST_DYNAMIC_TRUE;
 	bool dyn_set = false, flag;
 	int8_t date_det = 0, num_det = 0;
+	source_opts src = {0};
 	cm_err e;
 	*out = NULL;
 	if (json == NULL)
@@ -700,27 +840,35 @@ st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 	{
 		const char *k = it->string;
 		if (strcmp(k, "dynamic") == 0) {
-			if (!json_dynamic(it, &dyn))
-				return cm_error_set(
+			if (!json_dynamic(it, &dyn)) {
+				e = cm_error_set(
 				    err, CM_EMAPPING,
 				    "Failed to parse mapping: invalid value for [dynamic]");
+				goto fail;
+			}
 			dyn_set = true;
 		} else if (strcmp(k, "properties") == 0) {
-			if (!cJSON_IsObject(it))
-				return cm_error_set(
+			if (!cJSON_IsObject(it)) {
+				e = cm_error_set(
 				    err, CM_EMAPPING,
 				    "Failed to parse mapping: [properties] must be an "
 				    "object");
+				goto fail;
+			}
 		} else if (strcmp(k, "date_detection") == 0 ||
 		           strcmp(k, "numeric_detection") == 0) {
-			if (!json_bool(it, &flag))
-				return cm_error_set(
+			if (!json_bool(it, &flag)) {
+				e = cm_error_set(
 				    err, CM_EMAPPING,
 				    "Failed to parse mapping: invalid value for [%s]", k);
+				goto fail;
+			}
 			*(k[0] == 'd' ? &date_det : &num_det) = flag ? 1 : -1;
-		} else if (strcmp(k, "_source") == 0 || strcmp(k, "_meta") == 0 ||
-		           strcmp(k, "_routing") == 0) {
-			/* _source is always kept whole; _meta is informational */
+		} else if (strcmp(k, "_source") == 0) {
+			if ((e = parse_source(it, &src, err)) != CM_OK)
+				goto fail;
+		} else if (strcmp(k, "_meta") == 0 || strcmp(k, "_routing") == 0) {
+			/* _meta is informational */
 		} else {
 			char *v = cJSON_PrintUnformatted(it);
 			cm_error_set(
@@ -728,7 +876,8 @@ st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 			    "Root mapping definition has unsupported parameters:  [%s : %.200s]", k,
 			    v ? v : "");
 			free(v);
-			return CM_EMAPPING;
+			e = CM_EMAPPING;
+			goto fail;
 		}
 	}
 	const cJSON *props = cJSON_GetObjectItemCaseSensitive(json, "properties");
@@ -738,8 +887,16 @@ st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 		goto fail;
 	(*out)->date_detection = date_det;
 	(*out)->numeric_detection = num_det;
+	(*out)->source_set = src.set;
+	(*out)->source_disabled = src.disabled;
+	(*out)->source_includes = src.inc;
+	(*out)->nsource_includes = src.ninc;
+	(*out)->source_excludes = src.exc;
+	(*out)->nsource_excludes = src.nexc;
 	return CM_OK;
 fail:
+	strv_free(src.inc, src.ninc);
+	strv_free(src.exc, src.nexc);
 	fbuf_free(&b);
 	return e;
 }
@@ -792,6 +949,8 @@ render_field(cJSON *o, const st_field_def *f, bool has_children)
 		cJSON_AddBoolToObject(o, "index", false);
 	if (f->type != ST_FT_TEXT && f->type != ST_FT_BINARY && !f->doc_values)
 		cJSON_AddBoolToObject(o, "doc_values", false);
+	if (f->type == ST_FT_SCALED_FLOAT)
+		cJSON_AddNumberToObject(o, "scaling_factor", f->scaling_factor);
 	if (f->format != NULL)
 		cJSON_AddStringToObject(o, "format", f->format);
 	if (f->null_value != NULL)
@@ -814,6 +973,21 @@ st_mapping_to_json(const st_mapping *m)
 		cJSON_AddBoolToObject(root, "date_detection", m->date_detection > 0);
 	if (m->numeric_detection != 0)
 		cJSON_AddBoolToObject(root, "numeric_detection", m->numeric_detection > 0);
+	if (m->source_set) {
+		cJSON *so = cJSON_AddObjectToObject(root, "_source");
+		if (m->source_disabled)
+			cJSON_AddBoolToObject(so, "enabled", false);
+		if (m->nsource_includes) {
+			cJSON *a = cJSON_AddArrayToObject(so, "includes");
+			for (size_t i = 0; i < m->nsource_includes; i++)
+				cJSON_AddItemToArray(a, cJSON_CreateString(m->source_includes[i]));
+		}
+		if (m->nsource_excludes) {
+			cJSON *a = cJSON_AddArrayToObject(so, "excludes");
+			for (size_t i = 0; i < m->nsource_excludes; i++)
+				cJSON_AddItemToArray(a, cJSON_CreateString(m->source_excludes[i]));
+		}
+	}
 	if (m->nfields == 0)
 		return root;
 	cJSON **nodes = cm_calloc(CM_MEM_STORAGE, m->nfields, sizeof(*nodes));
@@ -942,6 +1116,12 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 		    err, f->path, "format",
 		    old->format ? old->format : "strict_date_optional_time||epoch_millis",
 		    f->format ? f->format : "strict_date_optional_time||epoch_millis");
+	if (old->scaling_factor != f->scaling_factor) {
+		char a[32], b2[32];
+		snprintf(a, sizeof(a), "%g", old->scaling_factor);
+		snprintf(b2, sizeof(b2), "%g", f->scaling_factor);
+		return param_conflict(err, f->path, "scaling_factor", a, b2);
+	}
 	if (!str_eq(old->null_value, f->null_value))
 		return param_conflict(err, f->path, "null_value",
 		                      old->null_value ? old->null_value : "null",
@@ -997,6 +1177,24 @@ st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out
 		if (add->numeric_detection != 0 && add->numeric_detection != num_det) {
 			num_det = add->numeric_detection;
 			changed = true;
+		}
+		/* _source options are fixed when the index is created (ES refuses
+		 * to change them); repeating them is fine */
+		if (add->source_set &&
+		    (add->source_disabled != base->source_disabled ||
+		     !strv_eq(add->source_includes, add->nsource_includes, base->source_includes,
+		              base->nsource_includes) ||
+		     !strv_eq(add->source_excludes, add->nsource_excludes, base->source_excludes,
+		              base->nsource_excludes))) {
+			e = cm_error_set(err, CM_EINVAL,
+			                 "Mapper for [_source] conflicts with existing mapper: Cannot "
+			                 "update parameter [%s]",
+			                 add->source_disabled != base->source_disabled ? "enabled"
+			                 : !strv_eq(add->source_includes, add->nsource_includes,
+			                            base->source_includes, base->nsource_includes)
+			                     ? "includes"
+			                     : "excludes");
+			goto fail;
 		}
 		for (size_t i = 0; i < add->nfields; i++) {
 			const st_field_def *f = &add->fields[i];
@@ -1069,6 +1267,12 @@ st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out
 		goto fail;
 	(*out)->date_detection = date_det;
 	(*out)->numeric_detection = num_det;
+	(*out)->source_set = base->source_set;
+	(*out)->source_disabled = base->source_disabled;
+	(*out)->source_includes = strv_copy(base->source_includes, base->nsource_includes);
+	(*out)->nsource_includes = base->nsource_includes;
+	(*out)->source_excludes = strv_copy(base->source_excludes, base->nsource_excludes);
+	(*out)->nsource_excludes = base->nsource_excludes;
 	(*out)->version = base->version + (changed ? 1 : 0);
 	return CM_OK;
 fail:

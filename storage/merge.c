@@ -127,7 +127,7 @@ merge_terms(mtask *t, st_seg_txn **txns, uint32_t **ordmap)
 	mctx *c = t->c;
 	mfield *mf = &c->fields[t->field];
 	segw_part *part = &c->w->parts[mf->first_part + t->range];
-	bool keyword = mf->info.type == ST_FT_KEYWORD;
+	bool keyword = st_field_type_is_ordinal(mf->info.type);
 	bool positions = (mf->info.flags & ST_FI_POSITIONS) != 0;
 	const uint8_t *lo = t->range ? mf->bounds[t->range - 1] : NULL;
 	size_t lo_len = t->range ? mf->bound_len[t->range - 1] : 0;
@@ -233,7 +233,7 @@ merge_column(mtask *t, st_seg_txn **txns, uint32_t **ordmap)
 	cm_buf_init(&tmp, CM_MEM_STORAGE);
 	cm_err e = CM_OK;
 	bool first = true;
-	bool keyword = info->type == ST_FT_KEYWORD;
+	bool keyword = st_field_type_is_ordinal(info->type);
 	uint32_t nblocks = (c->max_doc + ST_COL_BLOCK - 1) / ST_COL_BLOCK;
 	for (uint32_t blk = 0; blk < nblocks && !e; blk++) {
 		uint32_t lo = blk * ST_COL_BLOCK;
@@ -321,7 +321,7 @@ task_field(mtask *t, st_seg_txn **txns)
 	mfield *mf = &c->fields[t->field];
 	uint32_t **ordmap = NULL;
 	cm_err e = CM_OK;
-	bool keyword = mf->info.type == ST_FT_KEYWORD;
+	bool keyword = st_field_type_is_ordinal(mf->info.type);
 	if (keyword) {
 		ordmap = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(uint32_t *));
 		for (size_t i = 0; i < c->n; i++)

@@ -289,6 +289,7 @@ field_setup(bfield *f, const char *name, st_field_type type, st_analyzer_kind an
 		f->postings = f->positions = f->norms = index;
 		break;
 	case ST_FT_KEYWORD:
+	case ST_FT_IP:
 		/* The term dictionary doubles as the ordinal dictionary, so a
 		 * keyword always has postings; the column follows doc_values. */
 		f->postings = true;
@@ -533,7 +534,8 @@ st_segbuild_add(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t pri
 				cm_error_set(err, e, "analysis failed for field [%s]", f->name);
 			break;
 		}
-		case ST_FT_KEYWORD: {
+		case ST_FT_KEYWORD:
+		case ST_FT_IP: {
 			uint32_t tid = term_get(b, f, v->s, v->n);
 			term_occurs(b, f, tid, 0);
 			if (f->column)
@@ -552,6 +554,7 @@ st_segbuild_add(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t pri
 			break;
 		case ST_FT_DOUBLE:
 		case ST_FT_FLOAT:
+		case ST_FT_HALF_FLOAT:
 			if (f->none)
 				break;
 			col_add(b, f, d, st_double_to_sortable(v->d));
@@ -597,7 +600,10 @@ st_segbuild_add(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t pri
 	if (d == 0)
 		b->stored_off[0] = 0;
 	cm_buf_put_str(&b->stored, doc->id, doc->id_len);
-	cm_buf_put_str(&b->stored, doc->source, doc->source_len);
+	if (doc->stored)
+		cm_buf_put_str(&b->stored, doc->stored, doc->stored_len);
+	else
+		cm_buf_put_str(&b->stored, doc->source, doc->source_len);
 	b->stored_off[d + 1] = b->stored.len;
 	b->ndocs = d + 1;
 	*docno = d;
@@ -733,7 +739,7 @@ write_postings(wctx *c, bfield *f, uint16_t fid, segw_part *part, st_field_info 
 	qsort_r(order, f->nterms, sizeof(uint32_t), cmp_terms, f);
 	postenc pe;
 	postenc_init(&pe);
-	bool keyword = f->type == ST_FT_KEYWORD;
+	bool keyword = st_field_type_is_ordinal(f->type);
 	uint64_t nout = 0;
 	for (uint32_t oi = 0; oi < f->nterms; oi++) {
 		uint32_t tid = order[oi];
@@ -830,7 +836,7 @@ write_field(wtask *t)
 	}
 	if (f->column)
 		write_column(c, f->starts, f->col_ndocs, f->vals,
-		             f->type == ST_FT_KEYWORD ? ordmap : NULL, t->fid, &part->sec[SEC_COL],
+		             st_field_type_is_ordinal(f->type) ? ordmap : NULL, t->fid, &part->sec[SEC_COL],
 		             info, &s);
 	if (f->multi)
 		info->flags |= ST_FI_MULTI;

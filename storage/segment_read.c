@@ -68,7 +68,7 @@ seg_get(st_seg_txn *t, const void *key, size_t klen, MDB_val *v)
 static bool
 valid_type(uint8_t t)
 {
-	return t < ST_FT_OBJECT;
+	return st_field_type_stored(t);
 }
 
 static cm_err
@@ -366,7 +366,7 @@ postings_init(st_seg_txn *t, const st_field_info *f, const uint8_t *val, size_t 
 	p->pos_key_len = 0;
 	if ((f->flags & ST_FI_POSITIONS) && tlen <= ST_MAX_TOKEN_LEN)
 		p->pos_key_len = (uint16_t)seg_term_key(p->pos_key, TAG_POS, f->id, term, tlen);
-	if (!parse_term(val, vlen, f->type == ST_FT_KEYWORD, &h)) {
+	if (!parse_term(val, vlen, st_field_type_is_ordinal(f->type), &h)) {
 		p->doc_freq = 0;
 		p->total_term_freq = 0;
 		p->nblocks = 0;
@@ -922,7 +922,7 @@ cm_err
 st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t **term,
             size_t *len)
 {
-	if (f->type != ST_FT_KEYWORD || ord >= f->num_terms)
+	if (!st_field_type_is_ordinal(f->type) || ord >= f->num_terms)
 		return CM_ENOTFOUND;
 	uint8_t key[SEG_MAX_KEY + 1];
 	uint32_t n = (uint32_t)(ord / KDICT_STEP);
@@ -961,7 +961,7 @@ st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t *
 cm_err
 st_term_ord(st_seg_txn *t, const st_field_info *f, const void *term, size_t len, uint64_t *ord)
 {
-	if (f->type != ST_FT_KEYWORD)
+	if (!st_field_type_is_ordinal(f->type))
 		return CM_EINVAL;
 	uint8_t key[SEG_MAX_KEY + 1];
 	size_t kl = seg_term_key(key, TAG_TERM, f->id, term, len > SEG_MAX_TERM ? SEG_MAX_TERM : len);

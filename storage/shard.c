@@ -1068,7 +1068,12 @@ apply_batch(st_shard *s, const st_op *ops, batch *b, size_t n, st_op_result *res
 			} else {
 				p->docno = docno;
 				v.buf_doc = docno;
-				buffer_note_doc(&s->act, docno, op->source, op->source_len);
+				/* what the segment will hold: the mapping may filter _source */
+				if (p->doc.stored)
+					buffer_note_doc(&s->act, docno, p->doc.stored,
+					                p->doc.stored_len);
+				else
+					buffer_note_doc(&s->act, docno, op->source, op->source_len);
 			}
 		}
 		vm_put(&s->act, op->id, op->id_len, p->hash, &v);

@@ -24,7 +24,16 @@ typedef enum {
 	ST_FT_BOOLEAN,
 	ST_FT_OBJECT, /* only in mappings; never stored as a segment field */
 	ST_FT_BINARY, /* base64 in _source only: not indexed, no doc values */
+	/* Added later; the numbers are stored in segment field infos, so they
+	 * only ever grow. */
+	ST_FT_IP,            /* 16-byte terms (IPv4 mapped into IPv6), ordinal column */
+	ST_FT_DATE_NANOS,    /* column of nanoseconds since the epoch */
+	ST_FT_HALF_FLOAT,    /* column of sortable doubles holding half-precision values */
+	ST_FT_SCALED_FLOAT,  /* column of the scaled long: round(value * scaling_factor) */
+	ST_FT_UNSIGNED_LONG, /* column of value ^ 2^63 (signed order = unsigned order) */
 } st_field_type;
+
+#define ST_FT_LAST ST_FT_UNSIGNED_LONG
 
 typedef enum {
 	ST_AN_STANDARD,
@@ -37,6 +46,50 @@ typedef enum {
 const char *st_field_type_name(st_field_type t);
 bool st_field_type_from_name(const char *name, st_field_type *out);
 bool st_field_type_is_numeric(st_field_type t); /* long..float, date, boolean: column-only */
+/* Kept as terms whose ordinals fill the column: keyword and ip. */
+bool st_field_type_is_ordinal(st_field_type t);
+/* Column holds sortable doubles: double, float, half_float. */
+bool st_field_type_is_double(st_field_type t);
+/* Field types a segment may hold (not object or binary). */
+bool st_field_type_stored(unsigned t);
+
+/* ---- ip addresses (Lucene's InetAddressPoint encoding) ---- */
+
+#define ST_IP_LEN 16
+/* Parses an IPv4 (no leading zeros, as ES) or IPv6 address (RFC 4291 text
+ * forms, "::" and a trailing dotted quad) into 16 bytes, IPv4 as
+ * ::ffff:a.b.c.d. False when s is not an address. */
+bool st_ip_parse(const char *s, size_t n, uint8_t out[ST_IP_LEN]);
+/* "addr/len" into the first and last address of the block; len counts
+ * bits of the address as written (0-32 for IPv4, 0-128 for IPv6). */
+bool st_cidr_parse(const char *s, size_t n, uint8_t lo[ST_IP_LEN], uint8_t hi[ST_IP_LEN]);
+/* Renders as ES does: dotted IPv4 for mapped addresses, RFC 5952 IPv6.
+ * buf holds at least ST_IP_STRLEN bytes. */
+#define ST_IP_STRLEN 48
+void st_ip_format(const uint8_t ip[ST_IP_LEN], char *buf, size_t cap);
+
+/* ---- half floats, unsigned longs ---- */
+
+/* The nearest IEEE half-precision value (ties to even), as a double;
+ * +-inf beyond the half range. */
+double st_half_round(double d);
+/* The next half value above (dir > 0) or below h, itself a half value. */
+double st_half_next(double h, int dir);
+/* A whole unsigned_long in 0..2^64-1 from decimal text; with `coerce`,
+ * fractions truncate and exponents are read ("1.5" is 1, "1e3" is 1000).
+ * False for negatives, out of range or not a number. */
+bool st_ulong_parse(const char *s, bool coerce, uint64_t *out);
+/* unsigned_long column encoding, order preserving. */
+static inline int64_t
+st_ulong_to_col(uint64_t u)
+{
+	return (int64_t)(u ^ 0x8000000000000000ull);
+}
+static inline uint64_t
+st_col_to_ulong(int64_t v)
+{
+	return (uint64_t)v ^ 0x8000000000000000ull;
+}
 const char *st_analyzer_name(st_analyzer_kind a);
 bool st_analyzer_from_name(const char *name, st_analyzer_kind *out);
 
@@ -80,6 +133,7 @@ typedef struct st_field_def {
 	bool ignore_malformed; /* numeric/date: a value that does not parse is skipped, not an error */
 	bool no_coerce;        /* numeric: "coerce": false (no strings, no fractions into integers) */
 	bool disabled;         /* object: "enabled": false (contents kept in _source only) */
+	double scaling_factor; /* scaled_float: required, > 0 */
 	char **copy_to;        /* paths this field's values are also indexed into */
 	int ncopy_to;
 } st_field_def;
@@ -95,9 +149,16 @@ typedef struct st_mapping {
 	bool dynamic_set; /* root "dynamic" given explicitly (a merge keeps base's otherwise) */
 	int8_t date_detection;    /* root "date_detection": 0 unset (on), 1 true, -1 false */
 	int8_t numeric_detection; /* root "numeric_detection": 0 unset (off), 1 true, -1 false */
+	/* root "_source": what a segment stores of each document */
+	bool source_set;      /* "_source" given (rendered back) */
+	bool source_disabled; /* "enabled": false: nothing stored */
+	char **source_includes, **source_excludes;
+	size_t nsource_includes, nsource_excludes;
 } st_mapping;
 
 st_mapping *st_mapping_new(void); /* empty, dynamic=true, refs=1 */
+/* True when the mapping's _source options change what is stored. */
+bool st_mapping_source_filtered(const st_mapping *m);
 st_mapping *st_mapping_ref(st_mapping *m);
 void st_mapping_unref(st_mapping *m);
 const st_field_def *st_mapping_find(const st_mapping *m, const char *path);
@@ -109,6 +170,20 @@ cJSON *st_mapping_to_json(const st_mapping *m);
  * ("mapper [x] cannot be changed from type [a] to [b]"). */
 cm_err st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out,
                         cm_error *err);
+
+/* ---- _source filtering ---- */
+
+struct cm_buf;
+/* Filters a _source document: keeps paths matching any include pattern
+ * (all when ni == 0) and drops paths matching an exclude pattern, with
+ * ES's rules: patterns use '*' wildcards and match whole dotted paths;
+ * "obj" keeps obj's whole subtree, "obj.*" its children, "*Name" any path
+ * ending in Name; objects emptied by filtering are dropped; arrays are
+ * filtered element by element. Appends the filtered JSON to out, in the
+ * source's key order with its original number text. CM_EPARSE when src
+ * is not valid JSON. */
+cm_err st_source_filter(const char *src, size_t len, char *const *includes, size_t ni,
+                        char *const *excludes, size_t ne, struct cm_buf *out);
 
 /* ---- parsed documents ---- */
 
@@ -129,6 +204,12 @@ typedef struct st_doc {
 	st_value *values;
 	size_t nvalues;
 	cJSON *json; /* parse tree the string values point into */
+	/* what segments store: source, filtered by the mapping's _source
+	 * options (empty when disabled); owned when it differs */
+	const char *stored;
+	size_t stored_len;
+	char **owned; /* value bytes not in the tree (ip addresses), freed with the doc */
+	size_t nowned, owned_cap;
 	size_t cap;
 } st_doc;
 
@@ -153,6 +234,13 @@ bool st_date_parse(const char *s, size_t n, const char *format, int64_t *epoch_m
 bool st_date_format_valid(const char *format);
 /* Renders epoch millis as "2024-01-31T10:00:00.000Z" into buf (>= 32 bytes). */
 void st_date_format(int64_t epoch_ms, char *buf, size_t cap);
+/* date_nanos: as st_date_parse, keeping the fraction's nanoseconds. False
+ * also outside what a long of nanoseconds holds from 1970 on (ES refuses
+ * dates before the epoch for date_nanos). */
+bool st_date_parse_ns(const char *s, size_t n, const char *format, int64_t *epoch_ns);
+/* Renders nanoseconds as ES's strict_date_optional_time_nanos does: the
+ * fraction with 3 to 9 digits, trailing zeros dropped (>= 40 bytes). */
+void st_date_format_ns(int64_t epoch_ns, char *buf, size_t cap);
 
 /* Lucene's norm: SmallFloat.intToByte4(length) and its inverse. */
 uint8_t st_norm_encode(uint32_t length);

@@ -1,6 +1,9 @@
 /* Name tables for field types and analyzers, as Elasticsearch spells them. */
 #include "st_types.h"
 
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const field_type_names[] = {
@@ -8,6 +11,9 @@ static const char *const field_type_names[] = {
     [ST_FT_INTEGER] = "integer", [ST_FT_SHORT] = "short",     [ST_FT_BYTE] = "byte",
     [ST_FT_DOUBLE] = "double",   [ST_FT_FLOAT] = "float",     [ST_FT_DATE] = "date",
     [ST_FT_BOOLEAN] = "boolean", [ST_FT_OBJECT] = "object",   [ST_FT_BINARY] = "binary",
+    [ST_FT_IP] = "ip",           [ST_FT_DATE_NANOS] = "date_nanos",
+    [ST_FT_HALF_FLOAT] = "half_float", [ST_FT_SCALED_FLOAT] = "scaled_float",
+    [ST_FT_UNSIGNED_LONG] = "unsigned_long",
 };
 
 static const char *const analyzer_names[] = {
@@ -51,10 +57,32 @@ st_field_type_is_numeric(st_field_type t)
 	case ST_FT_FLOAT:
 	case ST_FT_DATE:
 	case ST_FT_BOOLEAN:
+	case ST_FT_DATE_NANOS:
+	case ST_FT_HALF_FLOAT:
+	case ST_FT_SCALED_FLOAT:
+	case ST_FT_UNSIGNED_LONG:
 		return true;
 	default:
 		return false;
 	}
+}
+
+bool
+st_field_type_is_ordinal(st_field_type t)
+{
+	return t == ST_FT_KEYWORD || t == ST_FT_IP;
+}
+
+bool
+st_field_type_is_double(st_field_type t)
+{
+	return t == ST_FT_DOUBLE || t == ST_FT_FLOAT || t == ST_FT_HALF_FLOAT;
+}
+
+bool
+st_field_type_stored(unsigned t)
+{
+	return t < ST_FT_OBJECT || (t > ST_FT_BINARY && t <= ST_FT_LAST);
 }
 
 const char *
@@ -77,4 +105,304 @@ st_analyzer_from_name(const char *name, st_analyzer_kind *out)
 		}
 	}
 	return false;
+}
+
+/* ---- ip addresses ---- */
+
+/* One IPv4 octet: 1-3 digits, no leading zero, at most 255. */
+static bool
+ipv4_octet(const char *s, size_t n, size_t *p, uint8_t *out)
+{
+	size_t st = *p;
+	unsigned v = 0;
+	while (*p < n && s[*p] >= '0' && s[*p] <= '9' && *p - st < 3)
+		v = v * 10 + (unsigned)(s[(*p)++] - '0');
+	size_t len = *p - st;
+	if (len == 0 || v > 255 || (len > 1 && s[st] == '0'))
+		return false;
+	*out = (uint8_t)v;
+	return true;
+}
+
+static bool
+ipv4_parse(const char *s, size_t n, uint8_t out[4])
+{
+	size_t p = 0;
+	for (int i = 0; i < 4; i++) {
+		if (i && (p >= n || s[p++] != '.'))
+			return false;
+		if (!ipv4_octet(s, n, &p, &out[i]))
+			return false;
+	}
+	return p == n;
+}
+
+static int
+hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* RFC 4291 section 2.2: eight groups, one "::", an optional dotted quad
+ * in place of the last two groups. */
+static bool
+ipv6_parse(const char *s, size_t n, uint8_t out[16])
+{
+	uint16_t g[8];
+	int ng = 0, gap = -1;
+	size_t p = 0;
+	if (n >= 2 && s[0] == ':' && s[1] == ':') {
+		gap = 0;
+		p = 2;
+		if (p == n)
+			goto done;
+	} else if (n && s[0] == ':') {
+		return false;
+	}
+	for (;;) {
+		/* a dotted quad ends the address */
+		size_t q = p;
+		while (q < n && s[q] != ':' && s[q] != '.')
+			q++;
+		if (q < n && s[q] == '.') {
+			uint8_t v4[4];
+			if (ng > 6 || !ipv4_parse(s + p, n - p, v4))
+				return false;
+			g[ng++] = (uint16_t)(v4[0] << 8 | v4[1]);
+			g[ng++] = (uint16_t)(v4[2] << 8 | v4[3]);
+			p = n;
+			break;
+		}
+		unsigned v = 0;
+		size_t st = p;
+		int h;
+		while (p < n && p - st < 4 && (h = hexval(s[p])) >= 0) {
+			v = v << 4 | (unsigned)h;
+			p++;
+		}
+		if (p == st || ng == 8)
+			return false;
+		g[ng++] = (uint16_t)v;
+		if (p == n)
+			break;
+		if (s[p] != ':')
+			return false;
+		p++;
+		if (p < n && s[p] == ':') {
+			if (gap >= 0)
+				return false;
+			gap = ng;
+			p++;
+			if (p == n)
+				break;
+		} else if (p == n) {
+			return false; /* a single trailing ':' */
+		}
+	}
+done:
+	if (gap < 0 ? ng != 8 : ng > 7)
+		return false;
+	memset(out, 0, 16);
+	int tail = gap < 0 ? 0 : ng - gap;
+	for (int i = 0; i < ng; i++) {
+		int at = gap < 0 || i < gap ? i : 8 - tail + (i - gap);
+		out[2 * at] = (uint8_t)(g[i] >> 8);
+		out[2 * at + 1] = (uint8_t)g[i];
+	}
+	return true;
+}
+
+bool
+st_ip_parse(const char *s, size_t n, uint8_t out[ST_IP_LEN])
+{
+	if (s == NULL || n == 0 || n > 45)
+		return false;
+	if (memchr(s, ':', n) == NULL) {
+		uint8_t v4[4];
+		if (!ipv4_parse(s, n, v4))
+			return false;
+		memset(out, 0, 10);
+		out[10] = out[11] = 0xff;
+		memcpy(out + 12, v4, 4);
+		return true;
+	}
+	return ipv6_parse(s, n, out);
+}
+
+bool
+st_cidr_parse(const char *s, size_t n, uint8_t lo[ST_IP_LEN], uint8_t hi[ST_IP_LEN])
+{
+	const char *slash = s ? memchr(s, '/', n) : NULL;
+	if (slash == NULL)
+		return false;
+	size_t an = (size_t)(slash - s);
+	if (!st_ip_parse(s, an, lo))
+		return false;
+	bool v4 = memchr(s, ':', an) == NULL;
+	const char *d = slash + 1, *end = s + n;
+	if (d == end || end - d > 3)
+		return false;
+	unsigned len = 0;
+	for (; d < end; d++) {
+		if (*d < '0' || *d > '9')
+			return false;
+		len = len * 10 + (unsigned)(*d - '0');
+	}
+	if (len > (v4 ? 32u : 128u))
+		return false;
+	unsigned bits = v4 ? len + 96 : len;
+	for (unsigned i = 0; i < 16; i++) {
+		unsigned keep = bits > i * 8 ? bits - i * 8 : 0;
+		uint8_t mask = keep >= 8 ? 0xff : (uint8_t)(0xff << (8 - keep));
+		hi[i] = (uint8_t)(lo[i] | ~mask);
+		lo[i] &= mask;
+	}
+	return true;
+}
+
+void
+st_ip_format(const uint8_t ip[ST_IP_LEN], char *buf, size_t cap)
+{
+	static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	if (memcmp(ip, mapped, 12) == 0) {
+		snprintf(buf, cap, "%u.%u.%u.%u", ip[12], ip[13], ip[14], ip[15]);
+		return;
+	}
+	unsigned g[8];
+	for (int i = 0; i < 8; i++)
+		g[i] = (unsigned)ip[2 * i] << 8 | ip[2 * i + 1];
+	/* RFC 5952: the longest run of two or more zero groups, the first on a tie */
+	int best = -1, bestlen = 1;
+	for (int i = 0; i < 8;) {
+		if (g[i]) {
+			i++;
+			continue;
+		}
+		int j = i;
+		while (j < 8 && g[j] == 0)
+			j++;
+		if (j - i > bestlen) {
+			best = i;
+			bestlen = j - i;
+		}
+		i = j;
+	}
+	size_t k = 0;
+	for (int i = 0; i < 8 && k < cap; i++) {
+		if (i == best) {
+			k += (size_t)snprintf(buf + k, cap - k, "::");
+			i += bestlen - 1;
+			continue;
+		}
+		bool sep = i > 0 && i != best + bestlen;
+		k += (size_t)snprintf(buf + k, cap - k, "%s%x", sep ? ":" : "", g[i]);
+	}
+	if (cap)
+		buf[k < cap ? k : cap - 1] = '\0';
+}
+
+/* ---- half floats ---- */
+
+double
+st_half_round(double d)
+{
+	if (!isfinite(d) || d == 0)
+		return d;
+	double a = fabs(d);
+	if (a >= 65520.0)
+		return copysign(INFINITY, d);
+	int e;
+	frexp(a, &e); /* a = m * 2^e, m in [0.5, 1): 11 significant bits */
+	int q = e - 11;
+	if (q < -24) /* subnormal halves share the quantum 2^-24 */
+		q = -24;
+	return copysign(ldexp(nearbyint(ldexp(a, -q)), q), d);
+}
+
+/* The quantum of halves in the binade just above |h| (h itself a half). */
+static double
+half_ulp_above(double a)
+{
+	if (a == 0)
+		return ldexp(1, -24);
+	int e;
+	frexp(a, &e);
+	int q = e - 11;
+	return ldexp(1, q < -24 ? -24 : q);
+}
+
+double
+st_half_next(double h, int dir)
+{
+	if (isnan(h))
+		return h;
+	if (dir < 0)
+		return -st_half_next(-h, 1);
+	if (h == INFINITY)
+		return h;
+	if (h < 0) {
+		/* going toward zero: the step is the quantum of the binade below */
+		double a = -h;
+		int e;
+		double m = frexp(a, &e);
+		double step = m == 0.5 && e - 12 >= -24 ? ldexp(1, e - 12) : half_ulp_above(a);
+		double r = a - step;
+		return r == 0 ? 0.0 : -r;
+	}
+	double r = h + half_ulp_above(h);
+	return r > 65504.0 ? INFINITY : r;
+}
+
+/* ---- unsigned longs ---- */
+
+bool
+st_ulong_parse(const char *s, bool coerce, uint64_t *out)
+{
+	const char *p = s;
+	if (*p == '+')
+		p++;
+	uint64_t v = 0;
+	const char *d0 = p;
+	bool over = false;
+	while (*p >= '0' && *p <= '9') {
+		unsigned dg = (unsigned)(*p++ - '0');
+		if (v > (UINT64_MAX - dg) / 10)
+			over = true;
+		v = v * 10 + dg;
+	}
+	bool digits = p > d0;
+	if (*p == '\0') {
+		if (!digits || over)
+			return false;
+		*out = v;
+		return true;
+	}
+	if (!coerce)
+		return false;
+	if (*p == '.' && !over) {
+		const char *f0 = ++p;
+		while (*p >= '0' && *p <= '9')
+			p++;
+		if (*p == '\0' && (digits || p > f0)) {
+			*out = v; /* truncated, as ES coerces */
+			return true;
+		}
+	}
+	/* exponents and the rest: through a double, exact below 2^53 */
+	char *end;
+	double d = strtod(s, &end);
+	if (*end || end == s || !isfinite(d) || d < 0 || d >= 18446744073709551616.0)
+		return false;
+	for (const char *q = s; *q; q++)
+		if (!((*q >= '0' && *q <= '9') || *q == '.' || *q == '-' || *q == '+' || *q == 'e' ||
+		      *q == 'E'))
+			return false;
+	*out = d <= 0 ? 0 : (uint64_t)d;
+	return true;
 }

@@ -184,7 +184,8 @@ class Live:
         return name
 
     def live(self, exclude=()):
-        return [k for k, n in self.nodes.items()
+        # a copy: add() may insert a node while writer and searcher threads ask
+        return [k for k, n in list(self.nodes.items())
                 if n.running() and not n.stopped and not getattr(n, "leaving", False)
                 and k not in exclude]
 

@@ -292,7 +292,7 @@ def run_tests(budget_s=110, teardown=None):
     # SHOAL_TEST_SKIP_WHY), reported as skipped, never as passed
     skip = [x for x in os.environ.get("SHOAL_TEST_SKIP", "").split(",") if x]
     for fn in _tests:
-        if only and only not in fn.__name__:
+        if only and not any(o in fn.__name__ for o in only.split(",")):
             continue
         if any(x in fn.__name__ for x in skip):
             skipped += 1

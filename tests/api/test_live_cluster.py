@@ -57,6 +57,7 @@ def cluster():
         # every row starts from a settled cluster, so a row that failed
         # does not leave the next one a shard with a single copy
         L.wait_green()
+    assert S.is_alive() and all(w.is_alive() for w in W), "a writer or the searcher died"
     return L
 
 
@@ -105,6 +106,19 @@ def finish(row, extra):
     assert not differ, "%s: copies differ: %s" % (row, differ[:5])
 
 
+def shard_lines(cl, shard, n=40):
+    """The log lines of every node that name [INDEX][shard], the last n."""
+    tag = "[%s][%d]" % (INDEX, shard)
+    out = []
+    for name in list(cl.nodes):
+        try:
+            text = cl.full_log(name)
+        except OSError:
+            continue
+        out += ["%s %s" % (name, line) for line in text.splitlines() if tag in line]
+    return "\n".join(sorted(out, key=lambda l: l.split(" ", 1)[1])[-n:])
+
+
 def balance(counts):
     return max(counts.values()) - min(counts.values())
 
@@ -136,6 +150,7 @@ def m3_add_a_node():
     per_index = cl.per_node(new, INDEX)
     assert balance(per_index) <= 1, "index not balanced: %s" % per_index
     assert S.failed == 0, "%d of %d searches failed: %s" % (S.failed, S.done, S.failures)
+    assert S.done > 0 and S.is_alive(), "no search ran while the node joined"
     # the new node has the template, and an index it auto-creates uses it
     st, b = cl.req(new, "GET", "/_index_template/late")
     assert st == 200 and b["index_templates"][0]["name"] == "late", (st, b)
@@ -200,6 +215,14 @@ def reroute_and_explain():
     # retry_failed with no commands: accepted (allocation never gives up)
     st, b = cl.req(via, "POST", "/_cluster/reroute?retry_failed=true&metric=version")
     assert st == 200 and b.get("acknowledged") and set(b["state"]) == {"version"}, (st, b)
+    # the move makes the nodes uneven: balancing would move a copy back at
+    # once (as ES may); an operator stops it with rebalance.enable
+    st, b = cl.req(via, "PUT", "/_cluster/settings",
+                   {"transient": {"cluster.routing.rebalance.enable": "sometimes"}})
+    assert st == 400 and "all, primaries, replicas or none" in b["error"]["reason"], (st, b)
+    st, b = cl.req(via, "PUT", "/_cluster/settings",
+                   {"transient": {"cluster.routing.rebalance.enable": "none"}})
+    assert st == 200 and b.get("acknowledged"), (st, b)
     st, b = cl.req(via, "POST", "/_cluster/reroute", {"commands": bad["commands"][:1]})
     assert st == 200 and b.get("acknowledged"), (st, b)
     assert b["state"]["routing_table"]["indices"][INDEX], b
@@ -209,7 +232,8 @@ def reroute_and_explain():
                if int(r["shard"]) == shard and r["prirep"] == "r"}
         if dst in now and src not in now and now[dst] == "STARTED":
             break
-        assert time.time() - t0 < 30, "move not done: %s" % now
+        assert time.time() - t0 < 30, "move not done: %s; the nodes' lines on it:\n%s" % (
+            now, shard_lines(cl, shard))
         time.sleep(0.1)
     st, e = cl.req(via, "POST", "/_cluster/allocation/explain",
                    {"index": INDEX, "shard": shard, "primary": False, "current_node": dst})
@@ -220,6 +244,12 @@ def reroute_and_explain():
         same["deciders"][0]["decider"] == "same_shard", same
     st, e = cl.req(via, "GET", "/_cluster/allocation/explain")
     assert st == 400 and "unable to find any unassigned shards" in e["error"]["reason"], (st, e)
+    time.sleep(1)  # with rebalancing off the moved copy stays where it went
+    now = {r["node"] for r in cl.shards(via, INDEX) if int(r["shard"]) == shard}
+    assert dst in now and src not in now, "the moved copy did not stay: %s" % now
+    st, b = cl.req(via, "PUT", "/_cluster/settings",
+                   {"transient": {"cluster.routing.rebalance.enable": None}})
+    assert st == 200, (st, b)
     cl.wait_green()
     FIGURES.append("reroute: [%s][%d] moved %s -> %s in %.1f s" %
                    (INDEX, shard, src, dst, time.time() - t0))

@@ -8,10 +8,12 @@
 #include <string.h>
 
 #include "../common/cm_alloc.h"
-#include "jsonw.h"
-#include "sr.h"
+#include "../common/cm_buf.h"
+#include "st_types.h"
 
-#define T CM_MEM_SEARCH
+/* Here, not in search/, because a mapping's _source includes/excludes
+ * filter what a segment stores; searches use it through sr_source_filter. */
+#define T CM_MEM_STORAGE
 #define MAX_NEST 512
 
 /* One pattern against a path: accepted (the pattern matches the path or
@@ -500,7 +502,7 @@ filter_array(sf *f, fst st, bool inc_here, int depth, bool *nonempty)
 }
 
 cm_err
-sr_source_filter(const char *src, size_t len, char *const *includes, size_t ni,
+st_source_filter(const char *src, size_t len, char *const *includes, size_t ni,
                  char *const *excludes, size_t ne, cm_buf *out)
 {
 	sf f = {

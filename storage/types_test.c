@@ -1,0 +1,217 @@
+/* IP and CIDR parsing and printing, half-float rounding, unsigned_long
+ * text, date_nanos: the value codecs the newer field types rest on. */
+#include <math.h>
+#include <string.h>
+
+#include "../tests/support/check.h"
+#include "st_types.h"
+
+static int
+ip_is(const char *s, const char *hex)
+{
+	uint8_t ip[ST_IP_LEN];
+	if (!st_ip_parse(s, strlen(s), ip))
+		return 0;
+	char got[33];
+	for (int i = 0; i < 16; i++)
+		snprintf(got + 2 * i, 3, "%02x", ip[i]);
+	if (strcmp(got, hex) != 0) {
+		fprintf(stderr, "%s: got %s want %s\n", s, got, hex);
+		return 0;
+	}
+	return 1;
+}
+
+static int
+prints_as(const char *s, const char *want)
+{
+	uint8_t ip[ST_IP_LEN];
+	char buf[ST_IP_STRLEN];
+	if (!st_ip_parse(s, strlen(s), ip))
+		return 0;
+	st_ip_format(ip, buf, sizeof buf);
+	if (strcmp(buf, want) != 0) {
+		fprintf(stderr, "%s: printed %s want %s\n", s, buf, want);
+		return 0;
+	}
+	return 1;
+}
+
+static void
+test_ip_parse(void)
+{
+	CHECK(ip_is("1.2.3.4", "00000000000000000000ffff01020304"));
+	CHECK(ip_is("0.0.0.0", "00000000000000000000ffff00000000"));
+	CHECK(ip_is("255.255.255.255", "00000000000000000000ffffffffffff"));
+	CHECK(ip_is("::", "00000000000000000000000000000000"));
+	CHECK(ip_is("::1", "00000000000000000000000000000001"));
+	CHECK(ip_is("1::", "00010000000000000000000000000000"));
+	CHECK(ip_is("2001:db8::ff00:42:8329", "20010db8000000000000ff0000428329"));
+	CHECK(ip_is("2001:0DB8:0000:0000:0000:ff00:0042:8329", "20010db8000000000000ff0000428329"));
+	CHECK(ip_is("::ffff:1.2.3.4", "00000000000000000000ffff01020304"));
+	CHECK(ip_is("64:ff9b::192.0.2.33", "0064ff9b0000000000000000c0000221"));
+	CHECK(ip_is("1:2:3:4:5:6:7:8", "00010002000300040005000600070008"));
+	CHECK(ip_is("1:2:3:4:5:6::8", "00010002000300040005000600000008"));
+	const char *bad[] = {"",
+	                     "1.2.3",
+	                     "1.2.3.4.5",
+	                     "256.1.1.1",
+	                     "01.2.3.4",
+	                     "1.2.3.-4",
+	                     "1..2.3",
+	                     "1.2.3.4 ",
+	                     " 1.2.3.4",
+	                     "a.b.c.d",
+	                     ":",
+	                     ":::",
+	                     "1::2::3",
+	                     "1:2:3:4:5:6:7:8:9",
+	                     "1:2:3:4:5:6:7",
+	                     "12345::",
+	                     "g::",
+	                     ":1::",
+	                     "1::2:",
+	                     "fe80::1%eth0",
+	                     "::1.2.3",
+	                     "1.2.3.4::",
+	                     "::1.2.3.4:5",
+	                     "1:2:3:4:5:6:7:1.2.3.4",
+	                     "1:2:3:4:5:6:7::8"};
+	uint8_t ip[ST_IP_LEN];
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		CHECKF(!st_ip_parse(bad[i], strlen(bad[i]), ip), "[%s] accepted", bad[i]);
+}
+
+static void
+test_ip_format(void)
+{
+	CHECK(prints_as("1.2.3.4", "1.2.3.4"));
+	CHECK(prints_as("::ffff:10.0.0.2", "10.0.0.2"));
+	CHECK(prints_as("0:0:0:0:0:0:0:1", "::1"));
+	CHECK(prints_as("::", "::"));
+	CHECK(prints_as("2001:0db8:0:0:1:0:0:1", "2001:db8::1:0:0:1"));   /* first longest run */
+	CHECK(prints_as("2001:db8:0:1:1:1:1:1", "2001:db8:0:1:1:1:1:1")); /* one zero group stays */
+	CHECK(prints_as("1:0:0:2:0:0:0:3", "1:0:0:2::3"));
+	CHECK(prints_as("1::", "1::"));
+	CHECK(prints_as("::2:3", "::2:3"));
+	CHECK(prints_as("::1.2.3.4", "::102:304"));
+}
+
+static int
+cidr_is(const char *s, const char *lo_s, const char *hi_s)
+{
+	uint8_t lo[16], hi[16], wl[16], wh[16];
+	if (!st_cidr_parse(s, strlen(s), lo, hi))
+		return 0;
+	st_ip_parse(lo_s, strlen(lo_s), wl);
+	st_ip_parse(hi_s, strlen(hi_s), wh);
+	return memcmp(lo, wl, 16) == 0 && memcmp(hi, wh, 16) == 0;
+}
+
+static void
+test_cidr(void)
+{
+	CHECK(cidr_is("192.168.0.0/16", "192.168.0.0", "192.168.255.255"));
+	CHECK(cidr_is("192.168.7.9/16", "192.168.0.0", "192.168.255.255"));
+	CHECK(cidr_is("10.1.2.3/32", "10.1.2.3", "10.1.2.3"));
+	CHECK(cidr_is("10.1.2.3/0", "0.0.0.0", "255.255.255.255"));
+	CHECK(cidr_is("10.1.2.3/9", "10.0.0.0", "10.127.255.255"));
+	CHECK(cidr_is("2001:db8::/32", "2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"));
+	CHECK(cidr_is("::/0", "::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"));
+	CHECK(cidr_is("::1/128", "::1", "::1"));
+	CHECK(cidr_is("2001:db8::1/127", "2001:db8::", "2001:db8::1"));
+	const char *bad[] = {"10.0.0.0/33", "10.0.0.0/",    "10.0.0.0", "/8",
+	                     "10.0.0.0/-1", "10.0.0.0/8/8", "::/129",   "::/1x",
+	                     "300.0.0.0/8", "10.0.0.0/0008"};
+	uint8_t lo[16], hi[16];
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		CHECKF(!st_cidr_parse(bad[i], strlen(bad[i]), lo, hi), "[%s] accepted", bad[i]);
+}
+
+static void
+test_half(void)
+{
+	CHECK(st_half_round(0.1) == 0.0999755859375);
+	CHECK(st_half_round(1.5) == 1.5);
+	CHECK(st_half_round(2049) == 2048); /* tie to even */
+	CHECK(st_half_round(2051) == 2052);
+	CHECK(st_half_round(65504) == 65504);
+	CHECK(st_half_round(65519) == 65504);
+	CHECK(isinf(st_half_round(65520)));
+	CHECK(st_half_round(-3.14159) == -3.140625);
+	CHECK(st_half_round(ldexp(1, -24)) == ldexp(1, -24)); /* smallest subnormal */
+	CHECK(st_half_round(ldexp(1, -26)) == 0);
+	CHECK(st_half_next(1, 1) == 1 + ldexp(1, -10));
+	CHECK(st_half_next(1, -1) == 1 - ldexp(1, -11));
+	CHECK(st_half_next(0, 1) == ldexp(1, -24));
+	CHECK(st_half_next(0, -1) == -ldexp(1, -24));
+	CHECK(st_half_next(-1, 1) == -(1 - ldexp(1, -11)));
+	CHECK(st_half_next(-1, -1) == -(1 + ldexp(1, -10)));
+	CHECK(isinf(st_half_next(65504, 1)));
+	CHECK(st_half_next(ldexp(1, -14), -1) == ldexp(1, -14) - ldexp(1, -24));
+	/* every step lands on a half and walks them all in order */
+	double h = -65504;
+	int steps = 0;
+	while (h < 65504 && steps < 70000) {
+		double nx = st_half_next(h, 1);
+		CHECK(nx > h && st_half_round(nx) == nx);
+		CHECK(st_half_next(nx, -1) == h || (h == 0 && nx == ldexp(1, -24)));
+		h = nx;
+		steps++;
+	}
+	/* 2 * (30 binades * 1024 + 1023 subnormals) + zero = 63487 finite halves */
+	CHECKF(steps == 63486, "steps %d", steps);
+}
+
+static void
+test_ulong(void)
+{
+	uint64_t u;
+	CHECK(st_ulong_parse("0", false, &u) && u == 0);
+	CHECK(st_ulong_parse("18446744073709551615", false, &u) && u == UINT64_MAX);
+	CHECK(!st_ulong_parse("18446744073709551616", false, &u));
+	CHECK(!st_ulong_parse("-1", true, &u));
+	CHECK(!st_ulong_parse("1.5", false, &u));
+	CHECK(st_ulong_parse("1.5", true, &u) && u == 1);
+	CHECK(st_ulong_parse("1e3", true, &u) && u == 1000);
+	CHECK(!st_ulong_parse("", true, &u));
+	CHECK(!st_ulong_parse("12x", true, &u));
+	CHECK(!st_ulong_parse("nan", true, &u));
+	CHECK(st_ulong_to_col(0) < st_ulong_to_col(1));
+	CHECK(st_ulong_to_col(INT64_MAX) < st_ulong_to_col((uint64_t)INT64_MAX + 1));
+	CHECK(st_col_to_ulong(st_ulong_to_col(UINT64_MAX)) == UINT64_MAX);
+}
+
+static void
+test_nanos(void)
+{
+	int64_t ns;
+	char buf[48];
+	CHECK(st_date_parse_ns("2024-01-01T00:00:00.123456789Z", 30, NULL, &ns) &&
+	      ns == 1704067200123456789LL);
+	CHECK(st_date_parse_ns("1704067200123", 13, NULL, &ns) && ns == 1704067200123000000LL);
+	CHECK(st_date_parse_ns("1704067200123.5", 15, NULL, &ns) && ns == 1704067200123500000LL);
+	CHECK(st_date_parse_ns("1704067200.000000001", 20, "epoch_second", &ns) &&
+	      ns == 1704067200000000001LL);
+	CHECK(!st_date_parse_ns("1969-12-31T23:59:59Z", 20, NULL, &ns));
+	CHECK(st_date_parse_ns("2262-04-11T23:47:16.854775807Z", 30, NULL, &ns) && ns == INT64_MAX);
+	CHECK(!st_date_parse_ns("2262-04-11T23:47:16.854775808Z", 30, NULL, &ns));
+	st_date_format_ns(1704067200123456789LL, buf, sizeof buf);
+	CHECK(strcmp(buf, "2024-01-01T00:00:00.123456789Z") == 0);
+	st_date_format_ns(1704067200120000000LL, buf, sizeof buf);
+	CHECK(strcmp(buf, "2024-01-01T00:00:00.120Z") == 0);
+	st_date_format_ns(1704067200123400000LL, buf, sizeof buf);
+	CHECK(strcmp(buf, "2024-01-01T00:00:00.1234Z") == 0);
+}
+
+int
+main(void)
+{
+	test_ip_parse();
+	test_ip_format();
+	test_cidr();
+	test_half();
+	test_ulong();
+	test_nanos();
+	return check_report("types_test");
+}
