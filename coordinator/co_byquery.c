@@ -1,5 +1,5 @@
-/* _delete_by_query, _update_by_query (no script) and _reindex (local
- * source), on solo nodes and clusters alike: the matching documents are
+/* _delete_by_query, _update_by_query and _reindex (local source; both
+ * with an optional update script), on solo nodes and clusters alike: the matching documents are
  * read in batches through a scroll (node/nd_ctx.c: contexts on the shard
  * copies, a point in time), and each batch is written through the shards'
  * primaries with per-document optimistic concurrency (if_seq_no and
@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,13 @@ typedef struct bq_job {
 	ps_script *script; /* _update_by_query with a script */
 	const cJSON *params;
 	cJSON *script_json; /* owns params */
+	/* a slice of a sliced run: its run (parent NULL: the whole run) */
+	struct bq_job *parent;
+	int slice_idx;
+	pthread_mutex_t mu;        /* the parent's: per_slice, stop */
+	co_task_status *per_slice; /* the parent's: each slice's counts */
+	_Atomic bool stop;         /* the parent's: a slice aborted or failed */
+	_Atomic int next_slice;    /* the parent's: the next slice to run */
 	/* the outcome */
 	co_task_status st;
 	cJSON *failures;
@@ -152,8 +160,10 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 			int sop = CO_SCRIPT_INDEX;
 			cm_error e;
 			cm_error_clear(&e);
-			if (co_script_apply(j->script, j->params, d->ix, d->id, &meta, &cur, &sop,
-			                    &e)) {
+			/* ctx._index: the index the document comes from (reindex too) */
+			nd_index *from = index_of(j, d->index);
+			if (co_script_apply(j->script, j->params, from ? from : d->ix, d->id, &meta,
+			                    &cur, &sop, &e)) {
 				st_op_result fr;
 				memset(&fr, 0, sizeof(fr));
 				fr.err = e.code;
@@ -214,7 +224,8 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 		op->seq_no = ST_NO_SEQ;
 		op->if_seq_no = ST_NO_SEQ;
 		if (j->kind == BQ_REINDEX) {
-			op->create_only = j->dest_create;
+			/* a script's delete removes the destination's copy, whatever it is */
+			op->create_only = j->dest_create && !d->del;
 		} else if (d->seq_no != ST_NO_SEQ && d->term) {
 			/* the document as the snapshot saw it, or a conflict */
 			op->if_seq_no = d->seq_no;
@@ -242,6 +253,10 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 		if (bt->rc) {
 			add_failure(j, nd_index_name(d->ix), d->id, res, bt->rc);
 			j->aborted = true;
+			continue;
+		}
+		if (j->kind == BQ_REINDEX && d->del && !res->err) {
+			j->st.deleted++; /* ES counts every delete a reindex script asks for */
 			continue;
 		}
 		if (res->err == CM_ECONFLICT || ((j->kind == BQ_DELETE || d->del) && !res->err &&
@@ -314,6 +329,42 @@ throttle(bq_job *j, size_t docs, uint64_t batch_start_ns)
 	}
 }
 
+/* Publishes j's counts to its task (a slice: the sum over the slices). */
+static void
+report(bq_job *j)
+{
+	bq_job *p = j->parent;
+	if (!p) {
+		co_task_update(j->task, &j->st);
+		return;
+	}
+	co_task_status sum;
+	memset(&sum, 0, sizeof(sum));
+	pthread_mutex_lock(&p->mu);
+	p->per_slice[j->slice_idx] = j->st;
+	for (int i = 0; i < p->slices; i++) {
+		const co_task_status *x = &p->per_slice[i];
+		sum.total += x->total;
+		sum.updated += x->updated;
+		sum.created += x->created;
+		sum.deleted += x->deleted;
+		sum.batches += x->batches;
+		sum.version_conflicts += x->version_conflicts;
+		sum.noops += x->noops;
+		sum.failures += x->failures;
+		sum.throttled_ms += x->throttled_ms;
+	}
+	sum.requests_per_second = p->st.requests_per_second;
+	pthread_mutex_unlock(&p->mu);
+	co_task_update(j->task, &sum);
+}
+
+static bool
+stopped(bq_job *j)
+{
+	return co_task_cancelled(j->task) || (j->parent && atomic_load(&j->parent->stop));
+}
+
 /* Scrolls one slice (max 0: everything) and writes it. */
 static void
 run_slice(bq_job *j, int slice, int max)
@@ -349,13 +400,16 @@ run_slice(bq_job *j, int slice, int max)
 			if (n > left)
 				n = (size_t)left;
 		}
-		if (n == 0 || co_task_cancelled(j->task))
+		if (n == 0 || stopped(j))
 			break;
 		uint64_t t0 = cm_now_ns();
 		write_batch(j, list, n);
-		co_task_update(j->task, &j->st);
-		if (j->aborted)
+		report(j);
+		if (j->aborted) {
+			if (j->parent)
+				atomic_store(&j->parent->stop, true); /* the others stop too */
 			break;
+		}
 		throttle(j, n, t0);
 		cJSON_Delete(page);
 		page = NULL;
@@ -366,6 +420,8 @@ run_slice(bq_job *j, int slice, int max)
 	}
 	if (rc && !j->err.code)
 		j->err = e;
+	if (rc && j->parent)
+		atomic_store(&j->parent->stop, true);
 	cJSON_Delete(page);
 	if (sid) {
 		size_t nctx, freed;
@@ -382,6 +438,16 @@ static char *
 render(bq_job *j, int *status)
 {
 	cJSON *o = cJSON_CreateObject(), *r;
+	if (!j->err.code && co_task_stopping(j->task))
+		/* the node stopped it: a failure, never a result that looks done */
+		cm_error_set_type(&j->err, CM_EUNAVAIL, "node_closed_exception",
+		                  "node [%s] stopped while the task ran: it ended after %llu of "
+		                  "%llu documents",
+		                  nd_node_name(j->node),
+		                  (unsigned long long)(j->st.created + j->st.updated +
+		                                       j->st.deleted + j->st.noops +
+		                                       j->st.version_conflicts),
+		                  (unsigned long long)j->st.total);
 	if (j->err.code) {
 		cJSON *d = co_error_doc(&j->err, NULL);
 		*status = cm_err_status(j->err.code);
@@ -411,7 +477,7 @@ render(bq_job *j, int *status)
 	cJSON_AddNumberToObject(o, "throttled_millis", (double)j->st.throttled_ms);
 	cJSON_AddNumberToObject(o, "requests_per_second", j->rps > 0 ? j->rps : -1.0);
 	cJSON_AddNumberToObject(o, "throttled_until_millis", 0);
-	if (co_task_cancelled(j->task))
+	if (co_task_cancelled(j->task) && !co_task_stopping(j->task))
 		cJSON_AddStringToObject(o, "canceled", "by user request");
 	if (j->slices > 1)
 		cJSON_AddNumberToObject(o, "slices", j->slices);
@@ -426,19 +492,98 @@ render(bq_job *j, int *status)
 	return s;
 }
 
+#define BQ_MAX_PARALLEL 8 /* slices running at once */
+
+/* A worker of a sliced run: takes the next slice until none is left. */
+static void *
+slice_worker(void *arg)
+{
+	bq_job *subs = arg, *p = subs[0].parent;
+	int s;
+	while ((s = atomic_fetch_add(&p->next_slice, 1)) < p->slices) {
+		if (stopped(&subs[s]))
+			continue;
+		run_slice(&subs[s], s, p->slices);
+	}
+	return NULL;
+}
+
+/* slices > 1: every slice a run of its own (its scroll, its batches),
+ * BQ_MAX_PARALLEL at a time; max_docs and requests_per_second are
+ * shared out among them, as ES does; the outcome is their sum. */
+static void
+run_sliced(bq_job *j)
+{
+	int ns = j->slices, nt = ns < BQ_MAX_PARALLEL ? ns : BQ_MAX_PARALLEL;
+	bq_job *subs = cm_calloc(MEM, (size_t)ns, sizeof(*subs));
+	pthread_t *th = cm_calloc(MEM, (size_t)nt, sizeof(*th));
+	bool *started = cm_calloc(MEM, (size_t)nt, sizeof(bool));
+	pthread_mutex_init(&j->mu, NULL);
+	j->per_slice = cm_calloc(MEM, (size_t)ns, sizeof(co_task_status));
+	atomic_store(&j->next_slice, 0);
+	atomic_store(&j->stop, false);
+	for (int s = 0; s < ns; s++) {
+		bq_job *x = &subs[s];
+		memcpy(x, j, sizeof(*x)); /* shares the indices, body and script (read only) */
+		memset(&x->st, 0, sizeof(x->st));
+		x->failures = cJSON_CreateArray();
+		x->aborted = false;
+		cm_error_clear(&x->err);
+		x->parent = j;
+		x->slice_idx = s;
+		if (j->max_docs >= 0)
+			x->max_docs = j->max_docs / ns + (s < j->max_docs % ns);
+		if (j->rps > 0)
+			x->rps = j->rps / ns;
+	}
+	for (int t = 0; t < nt; t++)
+		started[t] = pthread_create(&th[t], NULL, slice_worker, subs) == 0;
+	if (!started[0])
+		slice_worker(subs); /* no thread: this one runs them */
+	for (int t = 0; t < nt; t++)
+		if (started[t])
+			pthread_join(th[t], NULL);
+	for (int s = 0; s < ns; s++) {
+		bq_job *x = &subs[s];
+		j->st.total += x->st.total;
+		j->st.updated += x->st.updated;
+		j->st.created += x->st.created;
+		j->st.deleted += x->st.deleted;
+		j->st.batches += x->st.batches;
+		j->st.version_conflicts += x->st.version_conflicts;
+		j->st.noops += x->st.noops;
+		j->st.failures += x->st.failures;
+		j->st.throttled_ms += x->st.throttled_ms;
+		j->aborted |= x->aborted;
+		if (x->err.code && !j->err.code)
+			j->err = x->err;
+		cJSON *f;
+		while ((f = x->failures->child)) {
+			cJSON_DetachItemViaPointer(x->failures, f);
+			if (cJSON_GetArraySize(j->failures) < BQ_MAX_FAILURES)
+				cJSON_AddItemToArray(j->failures, f);
+			else
+				cJSON_Delete(f);
+		}
+		cJSON_Delete(x->failures);
+	}
+	pthread_mutex_destroy(&j->mu);
+	cm_free(MEM, j->per_slice);
+	j->per_slice = NULL;
+	cm_free(MEM, started);
+	cm_free(MEM, th);
+	cm_free(MEM, subs);
+}
+
 static char *
 run_job(bq_job *j, int *status)
 {
 	j->t0 = cm_now_ns();
 	j->st.requests_per_second = j->rps > 0 ? j->rps : -1;
-	if (j->slices > 1) {
-		for (int s = 0;
-		     s < j->slices && !j->aborted && !j->err.code && !co_task_cancelled(j->task);
-		     s++)
-			run_slice(j, s, j->slices);
-	} else {
+	if (j->slices > 1)
+		run_sliced(j);
+	else
 		run_slice(j, 0, 0);
-	}
 	if (j->refresh != CO_REFRESH_NONE) {
 		if (j->dest)
 			co_refresh_after(j->dest, CO_REFRESH_TRUE);
@@ -475,10 +620,12 @@ start(co_req *r, bq_job *j, const char *desc)
 	if (!co_param_bool(r, "wait_for_completion", true)) {
 		pthread_t th;
 		pthread_attr_t at;
-		if (!co_task_detach()) {
+		cm_error de;
+		cm_error_clear(&de);
+		if (co_task_detach(j->task, &de)) {
 			co_task_finish(j->task, "{}", true, false);
 			job_free(j);
-			co_reply_errorf(r, CM_EUNAVAIL, NULL, "the node is shutting down");
+			co_reply_error(r, &de, NULL); /* nothing started */
 			return;
 		}
 		j->detached = true;
@@ -486,7 +633,10 @@ start(co_req *r, bq_job *j, const char *desc)
 		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 		if (pthread_create(&th, &at, detached_main, j) != 0) {
 			pthread_attr_destroy(&at);
-			co_task_finish(j->task, "{}", true, true);
+			co_task_finish(j->task,
+			               "{\"error\":{\"type\":\"exception\",\"reason\":\"cannot "
+			               "start the task\"},\"status\":500}",
+			               true, true);
 			job_free(j);
 			co_reply_errorf(r, CM_EINTERNAL, NULL, "cannot start the task");
 			return;
@@ -570,8 +720,6 @@ common_params(co_req *r, bq_job *j, const cJSON *body, int64_t *scroll_size, siz
 			                v);
 			return false;
 		}
-		if ((size_t)s > nshards)
-			s = (long)nshards; /* Shoal slices by shard */
 		j->slices = s < 1 ? 1 : (int)s;
 	}
 	if ((v = co_param_get(r, "scroll_size"))) {
@@ -798,7 +946,8 @@ co_h_reindex(co_req *r)
 	bq_job *j;
 	cm_buf names;
 	cm_error err;
-	static const char *const keys[] = {"source", "dest", "max_docs", "conflicts", "size"};
+	static const char *const keys[] = {"source",    "dest", "max_docs",
+	                                   "conflicts", "size", "script"};
 	static const char *const skeys[] = {"index", "query", "_source", "size"};
 	static const char *const dkeys[] = {"index", "op_type", "version_type"};
 
@@ -814,7 +963,7 @@ co_h_reindex(co_req *r)
 	}
 	src = cJSON_GetObjectItemCaseSensitive(body, "source");
 	dst = cJSON_GetObjectItemCaseSensitive(body, "dest");
-	if (!only_keys(r, body, keys, 5, "reindex") ||
+	if (!only_keys(r, body, keys, 6, "reindex") ||
 	    (src && !only_keys(r, src, skeys, 4, "source")) ||
 	    (dst && !only_keys(r, dst, dkeys, 3, "dest"))) {
 		cJSON_Delete(body);
@@ -866,6 +1015,19 @@ co_h_reindex(co_req *r)
 	j->kind = BQ_REINDEX;
 	j->dest_create = create;
 	j->failures = cJSON_CreateArray();
+	cJSON *sj = cJSON_GetObjectItemCaseSensitive(body, "script");
+	if (sj) {
+		cm_error se;
+		cm_error_clear(&se);
+		j->script_json = cJSON_Duplicate(sj, true); /* the job outlives the body */
+		if (ps_from_json(j->script_json, &j->script, &j->params, &se)) {
+			co_reply_error(r, &se, NULL);
+			cm_buf_free(&names);
+			job_free(j);
+			cJSON_Delete(body);
+			return;
+		}
+	}
 	if (!co_resolve(r, (const char *)names.data, &j->ixs, &j->nix)) {
 		j->ixs = NULL;
 		j->nix = 0;

@@ -223,6 +223,8 @@ static const co_route routes[] = {
      READ("cluster:monitor/tasks/lists")},
     {CO_GET, "/_tasks/{id}", co_h_task_get, "wait_for_completion,timeout", false,
      READ("cluster:monitor/task/get")},
+    {CO_POST, "/_tasks/_cancel", co_h_tasks_cancel_all, "actions,nodes,parent_task_id", false,
+     WRITE("cluster:admin/tasks/cancel")},
     {CO_POST, "/_tasks/{id}/_cancel", co_h_task_cancel, "actions,nodes,parent_task_id", false,
      WRITE("cluster:admin/tasks/cancel")},
     {CO_POST, "/_refresh", co_h_refresh, P_INDEX_READ, false, WRITE("indices:admin/refresh")},

@@ -180,7 +180,8 @@ void co_h_pit_open(co_req *r);
 void co_h_pit_close(co_req *r);
 void co_pit_search(co_req *r, cJSON *body, int slice_id, int slice_max);
 
-/* Tasks (co_tasks.c): in memory on the node running them. */
+/* Tasks (co_tasks.c): in memory on the node running them, asked by the
+ * others through the upcall; detached ones also kept in .tasks. */
 typedef struct co_task co_task;
 typedef struct co_task_status {
 	uint64_t total, updated, created, deleted, batches, version_conflicts, noops, failures;
@@ -190,15 +191,22 @@ typedef struct co_task_status {
 co_task *co_task_new(nd_node *n, const char *action, const char *desc);
 void co_task_id(const co_task *t, char *buf, size_t cap); /* "nodeid:N" */
 bool co_task_cancelled(co_task *t);                        /* cancel asked or node stopping */
+bool co_task_stopping(co_task *t); /* the node is stopping (no cancel asked) */
 void co_task_update(co_task *t, const co_task_status *st);
-/* Counts a task that runs on after its request (false: the node is
- * stopping); co_task_finish(.., detached=true) uncounts it. */
-bool co_task_detach(void);
+/* Writes t to .tasks as running and counts it as a task that runs on
+ * after its request; fails (nothing counted) when the node is stopping or
+ * .tasks cannot be written. co_task_finish(.., detached=true) writes its
+ * result there and uncounts it. */
+cm_err co_task_detach(co_task *t, cm_error *err);
 /* The task is done; response (JSON) is kept for GET /_tasks/{id}. */
 void co_task_finish(co_task *t, const char *response, bool failed, bool detached);
+/* Another node's question about this node's tasks (co_node_entry, kind
+ * "tasks {json}"); returns a cJSON object or NULL. */
+cJSON *co_tasks_upcall(nd_node *n, const char *json);
 void co_h_tasks_list(co_req *r);
 void co_h_task_get(co_req *r);
 void co_h_task_cancel(co_req *r);
+void co_h_tasks_cancel_all(co_req *r); /* POST /_tasks/_cancel?actions=&nodes= */
 /* _update_by_query and _reindex (co_byquery.c; co_h_delete_by_query too). */
 void co_h_update_by_query(co_req *r);
 /* Runs an update script (co_script.c) on *cur, a document's _source
@@ -259,6 +267,11 @@ void co_h_template_get(co_req *r);
 void co_h_template_delete(co_req *r);
 void co_h_simulate_index(co_req *r);
 cJSON *co_template_body(nd_node *n, const char *index, const cJSON *req);
+/* Every template ({"index","component","legacy"}, new), and putting
+ * such a set back (each one replaced or added; on a cluster through the
+ * master), for snapshots' global state. */
+cJSON *co_template_export(nd_node *n);
+cm_err co_template_import(nd_node *n, const cJSON *all, cm_error *err);
 
 
 /* Bulk: a streaming consumer. */

@@ -14,7 +14,9 @@
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
 #include "../common/cm_sys.h"
+#include "../node/nd_snap.h"
 #include "co_private.h"
+#include "co_snapshot.h"
 
 #define MEM CM_MEM_COORDINATOR
 
@@ -965,6 +967,9 @@ node_stats_entry(nd_node *node)
 	/* search contexts held here (scroll, point in time), as ES */
 	cJSON_AddNumberToObject(cJSON_GetObjectItem(cJSON_GetObjectItem(me, "indices"), "search"),
 	                        "open_contexts", (double)nd_ctx_open_count(node));
+	/* waits for max_snapshot_bytes_per_sec (snapshot and restore copies) */
+	o = cJSON_AddObjectToObject(me, "snapshots");
+	cJSON_AddNumberToObject(o, "throttle_time_in_millis", (double)nd_snap_throttle_ms());
 	o = cJSON_AddObjectToObject(me, "process");
 	cJSON_AddNumberToObject(o, "timestamp", (double)cm_wall_ms());
 	cJSON_AddNumberToObject(o, "open_file_descriptors", 0);
@@ -1028,6 +1033,10 @@ static cJSON *prom_entry(nd_node *node);
 cJSON *
 co_node_entry(void *node, const char *kind)
 {
+	if (strncmp(kind, "tasks ", 6) == 0) /* a question about this node's tasks */
+		return co_tasks_upcall(node, kind + 6);
+	if (strncmp(kind, "snapshot ", 9) == 0) /* about a snapshot this node takes */
+		return co_snapshot_upcall(node, kind + 9);
 	if (strcmp(kind, "index_stats") == 0)
 		return node_index_stats(node);
 	if (strcmp(kind, "prometheus") == 0)

@@ -51,7 +51,8 @@ co_slice_take(co_req *r, cJSON *body, bool allowed, int *id, int *max)
 	{
 		if (strcmp(e->string, "id") && strcmp(e->string, "max")) {
 			co_reply_errorf(r, CM_EINVAL, NULL,
-			                "[slice] [%.60s] is not supported (slices are by shard)",
+			                "[slice] [%.60s] is not supported (slices are by shard, "
+			                "then by a hash of _id)",
 			                e->string);
 			return false;
 		}
@@ -77,18 +78,9 @@ co_scroll_start(co_req *r, nd_index **ixs, size_t n, const cJSON *body, int64_t 
                 int slice_id, int slice_max, cm_buf *out, cm_error *err)
 {
 	char *text, *id = NULL;
-	size_t shards = 0;
 	cm_err rc;
 	if (n == 0)
 		return cm_error_set(err, CM_ENOINDEX, "no such index [_all]");
-	for (size_t i = 0; i < n; i++)
-		shards += (size_t)nd_index_nshards(ixs[i]);
-	if (slice_max > 0 && (size_t)slice_max > shards)
-		return cm_error_set(
-		    err, CM_EINVAL,
-		    "[slice] max [%d] is more than the [%zu] shards searched: Shoal "
-		    "slices by shard",
-		    slice_max, shards);
 	text = cJSON_PrintUnformatted(body);
 	rc = nd_scroll_open(r->node, ixs, n, text, keep_ms, slice_id, slice_max, out, &id, err);
 	cJSON_free(text);

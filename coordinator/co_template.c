@@ -118,6 +118,47 @@ apply_op(nd_node *n, const cJSON *op, cm_error *err)
 	return rc;
 }
 
+cJSON *
+co_template_export(nd_node *n)
+{
+	pthread_mutex_lock(&tpl_lock);
+	cJSON *j = cJSON_Duplicate(db(n), true);
+	pthread_mutex_unlock(&tpl_lock);
+	return j;
+}
+
+cm_err
+co_template_import(nd_node *n, const cJSON *all, cm_error *err)
+{
+	/* components first: the composable templates name them */
+	static const char *const kinds[] = {"component", "legacy", "index"};
+	nd_cluster *cl = nd_cluster_of(n);
+	cm_err rc = CM_OK;
+	for (int k = 0; k < 3 && !rc; k++) {
+		const cJSON *t;
+		cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(all, kinds[k]))
+		{
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddStringToObject(o, "op", "put");
+			cJSON_AddStringToObject(o, "kind", kinds[k]);
+			cJSON_AddStringToObject(o, "name", t->string);
+			cJSON_AddItemToObject(o, "body", cJSON_Duplicate(t, true));
+			if (cl) { /* through the master, into the cluster state */
+				char *text = cJSON_PrintUnformatted(o), *reply = NULL;
+				rc = nd_cluster_admin(cl, "templates", "", text, &reply, err);
+				cJSON_free(text);
+				cm_free(CM_MEM_NODE, reply);
+			} else {
+				rc = apply_op(n, o, err);
+			}
+			cJSON_Delete(o);
+			if (rc)
+				break;
+		}
+	}
+	return rc;
+}
+
 /* On a solo node here, into its file; on a cluster through the master,
  * into the cluster state (acknowledged is false when a node did not apply
  * it in time). */

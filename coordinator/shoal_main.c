@@ -19,6 +19,7 @@
 #include "../node/nd_snap.h"
 #include "co.h"
 #include "co_auth.h"
+#include "co_snapshot.h"
 
 static void
 usage(FILE *f)
@@ -343,6 +344,7 @@ main(int argc, char **argv)
 		co_auth_close(auth);
 		return 1;
 	}
+	nd_snap_set_global(co_snapshot_global_get, co_snapshot_global_put);
 	if (cl)
 		nd_cluster_set_info(cl, co_node_entry, node);
 	if (cl && nd_cluster_start(cl, node, &err)) {

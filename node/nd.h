@@ -205,8 +205,10 @@ size_t nd_ctx_open_count(nd_node *n);
  * of body (a _search body) into out, and sets *id (cm_malloc'd NODE, the
  * caller frees) to the scroll id. Past the limit on any node → CM_EBUSY
  * and nothing stays open. slice_max > 0: only the shards whose number in
- * the request modulo slice_max is slice_id (the caller checks that
- * slice_max is at most the number of shards). */
+ * the request modulo slice_max is slice_id; with more slices than shards,
+ * as ES, shard slice_id % nshards alone and of it the documents whose _id
+ * hashes (XXH3) to its sub-slice (slice_id / nshards modulo the slices
+ * that shard has). nd_pit_search slices alike. */
 cm_err nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t keep_ms,
                       int slice_id, int slice_max, cm_buf *out, char **id, cm_error *err);
 /* The next page of a scroll into out; *next_id (cm_malloc'd, the caller
@@ -236,6 +238,15 @@ size_t nd_ctx_close_node(nd_node *n);
 bool nd_ctx_handles(uint32_t type);
 void nd_ctx_serve(nd_node *n, uint32_t type, const uint8_t *p, size_t len, cm_buf *reply,
                   uint32_t *reply_type);
+
+/* Asks the coordinator's upcall (nd_cluster_set_info) of every cluster
+ * node with which[i] set (NULL: all) at once, kind as its argument, each
+ * bounded (15 s; a node known dead fails at once). out[i] is node i's
+ * answer (the caller deletes it), or NULL with errs[i] saying why. Returns
+ * the number of nodes (indices as nd_cluster_node_name), -1 when solo or
+ * more than cap. */
+int nd_upcall_all(nd_node *n, const char *kind, const bool *which, cJSON **out, cm_error *errs,
+                  int cap);
 
 /* Node-wide counters for _nodes/stats. */
 typedef struct nd_node_counters {

@@ -22,6 +22,8 @@
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
 #include "../common/cm_sys.h"
+#include <xxhash.h>
+
 #include "../proto/pr.h"
 #include "nd_cluster_private.h"
 #include "nd_private.h"
@@ -45,6 +47,13 @@ typedef struct ctx {
 	int64_t expires_ms;
 	uint64_t cursor; /* under g_lock */
 	int refs;        /* under g_lock: the registry's one plus pages running */
+	/* the reader's ids, for slices within the shard (read when first
+	 * needed; ids_mu is a leaf) */
+	pthread_mutex_t ids_mu;
+	bool ids_ready;
+	char **ids;
+	uint64_t *id_hash;
+	size_t nids;
 	struct ctx *next;
 } ctx;
 
@@ -65,6 +74,11 @@ ctx_destroy(ctx *c)
 		st_reader_release(c->rd);
 	nd_index_release(c->ix);
 	cm_free(MEM, c->body);
+	for (size_t i = 0; i < c->nids; i++)
+		cm_free(MEM, c->ids[i]);
+	cm_free(MEM, c->ids);
+	cm_free(MEM, c->id_hash);
+	pthread_mutex_destroy(&c->ids_mu);
 	cm_free(MEM, c);
 }
 
@@ -138,6 +152,7 @@ open_local(nd_node *n, const char *index, const uint32_t *shards, size_t ns, con
 		c->kind = kind;
 		c->expires_ms = cm_wall_ms() + keep_ms;
 		c->refs = 1;
+		pthread_mutex_init(&c->ids_mu, NULL);
 		made[i] = c;
 	}
 	nd_index_release(ix);
@@ -264,20 +279,146 @@ doc_order(const sr_request *r)
 	return r->nsort == 1 && r->sort[0].kind == SR_SORT_DOC && !r->sort[0].desc;
 }
 
-/* The body without aggregations (they come with the first page only). */
+/* The body without aggregations when aggs (they come with the first page
+ * only) and without "slice", which in a context's body is a sub-slice of
+ * its shard (ES's split of a shard among several slices: the documents
+ * whose _id hashes to *sk modulo *sm); NULL when there is nothing to take
+ * out. *sm 0: no sub-slice. */
 static char *
-strip_aggs(const char *body, size_t len)
+strip_body(const char *body, size_t len, bool aggs, int *sk, int *sm)
 {
+	*sk = *sm = 0;
+	if (!aggs && !memmem(body, len, "\"slice\"", 7))
+		return NULL;
 	cJSON *j = cJSON_ParseWithLength(body, len);
 	if (!j)
 		return NULL;
-	cJSON_DeleteItemFromObjectCaseSensitive(j, "aggs");
-	cJSON_DeleteItemFromObjectCaseSensitive(j, "aggregations");
+	if (aggs) {
+		cJSON_DeleteItemFromObjectCaseSensitive(j, "aggs");
+		cJSON_DeleteItemFromObjectCaseSensitive(j, "aggregations");
+	}
+	cJSON *sl = cJSON_GetObjectItemCaseSensitive(j, "slice");
+	cJSON *k = cJSON_GetObjectItemCaseSensitive(sl, "id");
+	cJSON *m = cJSON_GetObjectItemCaseSensitive(sl, "max");
+	if (cJSON_IsNumber(k) && cJSON_IsNumber(m) && m->valueint > 0) {
+		*sk = k->valueint;
+		*sm = m->valueint;
+	}
+	cJSON_DeleteItemFromObjectCaseSensitive(j, "slice");
 	char *s = cJSON_PrintUnformatted(j);
 	char *out = cm_strdup(MEM, s);
 	cJSON_free(s);
 	cJSON_Delete(j);
 	return out;
+}
+
+/* body with "slice": {"id": k, "max": m} (a context's sub-slice). */
+static char *
+with_sub_slice(const char *body, int k, int m)
+{
+	cJSON *j = cJSON_Parse(body), *sl;
+	if (!j)
+		return NULL;
+	cJSON_DeleteItemFromObjectCaseSensitive(j, "slice");
+	sl = cJSON_AddObjectToObject(j, "slice");
+	cJSON_AddNumberToObject(sl, "id", k);
+	cJSON_AddNumberToObject(sl, "max", m);
+	char *s = cJSON_PrintUnformatted(j);
+	char *out = cm_strdup(MEM, s);
+	cJSON_free(s);
+	cJSON_Delete(j);
+	return out;
+}
+
+/* ES's slice over more slices than shards: slice id goes to shard
+ * id % nshards, where it is sub-slice id / nshards of the slices that
+ * shard has (max / nshards, one more for the first max % nshards). */
+static void
+sub_slice(size_t nshards, int id, int max, size_t *shard, int *k, int *m)
+{
+	*shard = (size_t)id % nshards;
+	*k = (int)((size_t)id / nshards);
+	*m = (int)((size_t)max / nshards) + ((size_t)id % nshards < (size_t)max % nshards);
+}
+
+/* Every live document's _id of c's reader with its hash, read once (in
+ * _doc order, 10,000 at a time); c->ids_mu held. */
+static cm_err
+load_ids(ctx *c, cm_error *err)
+{
+	static const char body[] =
+	    "{\"size\":10000,\"_source\":false,\"sort\":[\"_doc\"],\"track_total_hits\":false}";
+	uint64_t after = 0;
+	bool more = true;
+	cm_err rc = CM_OK;
+	while (more && !rc) {
+		sr_request req;
+		sr_shard_result res;
+		sr_request_init(&req);
+		memset(&res, 0, sizeof(res));
+		rc = nd_cl_request_build(body, sizeof(body) - 1, NULL, &req, err);
+		if (!rc && after) {
+			req.search_after = cm_calloc(CM_MEM_SEARCH, 1, sizeof(sr_sort_value));
+			req.search_after[0].type = SR_SV_LONG;
+			req.search_after[0].l = (int64_t)(after - 1);
+			req.nsearch_after = 1;
+		}
+		if (!rc)
+			rc = sr_search_shard(c->rd, 0, &req, &res, err);
+		if (!rc) {
+			c->ids =
+			    cm_realloc(MEM, c->ids, (c->nids + res.nhits + 1) * sizeof(char *));
+			c->id_hash = cm_realloc(MEM, c->id_hash,
+			                        (c->nids + res.nhits + 1) * sizeof(uint64_t));
+			for (size_t i = 0; i < res.nhits; i++) {
+				const char *id = res.hits[i].id ? res.hits[i].id : "";
+				c->ids[c->nids] = cm_strdup(MEM, id);
+				c->id_hash[c->nids++] = XXH3_64bits(id, strlen(id));
+			}
+			more = res.nhits == 10000;
+			if (res.nhits)
+				after = (uint64_t)res.hits[res.nhits - 1].doc + 1;
+		}
+		sr_shard_result_free(&res);
+		sr_request_free(&req);
+	}
+	return rc;
+}
+
+/* Narrows req to the documents of sub-slice k of m of c's shard: its
+ * query becomes bool {must: query, filter: ids of the sub-slice}. */
+static cm_err
+narrow_to_sub_slice(ctx *c, sr_request *req, int k, int m, cm_error *err)
+{
+	cm_err rc = CM_OK;
+	pthread_mutex_lock(&c->ids_mu);
+	if (!c->ids_ready) {
+		rc = load_ids(c, err);
+		c->ids_ready = rc == CM_OK;
+	}
+	sr_query *ids = NULL;
+	if (!rc) {
+		size_t n = 0;
+		for (size_t i = 0; i < c->nids; i++)
+			n += c->id_hash[i] % (uint64_t)m == (uint64_t)k;
+		ids = sr_query_new(n ? SR_Q_IDS : SR_Q_MATCH_NONE);
+		ids->values = cm_calloc(CM_MEM_SEARCH, n + 1, sizeof(char *));
+		for (size_t i = 0; i < c->nids; i++)
+			if (c->id_hash[i] % (uint64_t)m == (uint64_t)k)
+				ids->values[ids->nvalues++] = cm_strdup(CM_MEM_SEARCH, c->ids[i]);
+	}
+	pthread_mutex_unlock(&c->ids_mu);
+	if (rc)
+		return rc;
+	sr_query *b = sr_query_new(SR_Q_BOOL);
+	b->must = cm_calloc(CM_MEM_SEARCH, 1, sizeof(sr_query *));
+	b->must[0] = req->query ? req->query : sr_query_new(SR_Q_MATCH_ALL);
+	b->nmust = 1;
+	b->filter = cm_calloc(CM_MEM_SEARCH, 1, sizeof(sr_query *));
+	b->filter[0] = ids;
+	b->nfilter = 1;
+	req->query = b;
+	return CM_OK;
 }
 
 typedef struct page_job {
@@ -318,13 +459,16 @@ run_page(void *arg)
 		j->stored_body = cm_strndup(MEM, c->body, c->body_len);
 	const char *body = j->body ? j->body : c->body;
 	size_t blen = j->body ? j->body_len : c->body_len;
-	char *stripped = j->first ? NULL : strip_aggs(body, blen);
+	int sk, sm;
+	char *stripped = strip_body(body, blen, !j->first, &sk, &sm);
 	if (stripped) {
 		body = stripped;
 		blen = strlen(stripped);
 	}
 	sr_request_init(&req);
 	rc = nd_cl_request_build(body, blen, NULL, &req, &e);
+	if (!rc && sm > 0)
+		rc = narrow_to_sub_slice(c, &req, sk, sm, &e);
 	uint64_t skip = 0, cursor = 0;
 	bool by_doc = false;
 	if (!rc && !j->body) {
@@ -1313,7 +1457,8 @@ scroll_page(nd_node *n, const cref *refs, size_t nrefs, uint32_t size, int64_t k
 			rc = cm_error_set(err, CM_EINTERNAL, "no context sent its search back");
 			goto done;
 		}
-		char *stripped = strip_aggs(P1.body, strlen(P1.body));
+		int sk, sm;
+		char *stripped = strip_body(P1.body, strlen(P1.body), true, &sk, &sm);
 		const char *b = stripped ? stripped : P1.body;
 		rc = nd_cl_request_build(b, strlen(b), NULL, &own, err);
 		cm_free(MEM, stripped);
@@ -1389,6 +1534,7 @@ nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t
 	size_t nrefs = 0;
 	cm_err rc;
 
+	char *sliced = NULL;
 	*id_out = NULL;
 	sr_request_init(&req);
 	if ((rc = nd_cl_request_build(body, strlen(body), NULL, &req, err)))
@@ -1401,8 +1547,23 @@ nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t
 	}
 	req.from = 0;
 	req.track_total_hits = SR_TRACK_ALL;
-	if ((rc = open_all(n, ixs, nix, body, keep_ms, ND_CTX_SCROLL, slice_id, slice_max, &refs,
-	                   &nrefs, err)))
+	size_t nshards = 0;
+	for (size_t i = 0; i < nix; i++)
+		nshards += (size_t)nd_index_nshards(ixs[i]);
+	if (slice_max > 0 && nshards > 0 && (size_t)slice_max > nshards) {
+		/* more slices than shards: one shard, a sub-slice of its docs */
+		size_t q;
+		int k, m;
+		sub_slice(nshards, slice_id, slice_max, &q, &k, &m);
+		if (m > 1 && !(sliced = with_sub_slice(body, k, m))) {
+			rc = cm_error_set(err, CM_EPARSE, "malformed search body");
+			goto done;
+		}
+		slice_id = (int)q;
+		slice_max = (int)nshards;
+	}
+	if ((rc = open_all(n, ixs, nix, sliced ? sliced : body, keep_ms, ND_CTX_SCROLL, slice_id,
+	                   slice_max, &refs, &nrefs, err)))
 		goto done;
 	rc = scroll_page(n, refs, nrefs, req.size, 0, true, &req, out, err);
 	if (rc)
@@ -1410,6 +1571,7 @@ nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t
 	else
 		*id_out = id_encode(ID_MAGIC_SCROLL, req.size, refs, nrefs);
 done:
+	cm_free(MEM, sliced);
 	cm_free(MEM, refs);
 	sr_request_free(&req);
 	return rc;
@@ -1519,16 +1681,22 @@ nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, int
 		sr_request_free(&req);
 		return rc;
 	}
-	if (slice_max > 0 && (size_t)slice_max > nrefs) {
-		cm_free(MEM, refs);
-		sr_request_free(&req);
-		return cm_error_set(
-		    err, CM_EINVAL,
-		    "[slice] max [%d] is more than the [%zu] shards of the point in "
-		    "time: Shoal slices by shard",
-		    slice_max, nrefs);
-	}
-	if (slice_max > 0) {
+	char *sliced = NULL;
+	if (slice_max > 0 && nrefs > 0 && (size_t)slice_max > nrefs) {
+		/* more slices than shards: one context, a sub-slice of its docs */
+		size_t q;
+		int k, m;
+		sub_slice(nrefs, slice_id, slice_max, &q, &k, &m);
+		refs[0] = refs[q];
+		nrefs = 1;
+		if (m > 1 && !(sliced = with_sub_slice(body, k, m))) {
+			cm_free(MEM, refs);
+			sr_request_free(&req);
+			return cm_error_set(err, CM_EPARSE, "malformed search body");
+		}
+		if (sliced)
+			body = sliced;
+	} else if (slice_max > 0) {
 		/* a slice: the contexts whose shard number modulo max is its id */
 		size_t k = 0;
 		for (size_t q = 0; q < nrefs; q++)
@@ -1547,6 +1715,7 @@ nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, int
 	}
 	page_set_free(&P, nrefs);
 	cm_free(MEM, refs);
+	cm_free(MEM, sliced);
 	sr_request_free(&req);
 	return rc;
 }
@@ -1564,4 +1733,60 @@ nd_pit_close(nd_node *n, const char *id, size_t *nctx, size_t *freed, cm_error *
 	*nctx = nrefs;
 	cm_free(MEM, refs);
 	return CM_OK;
+}
+
+/* ---- the coordinator's upcall on every node at once ---- */
+
+int
+nd_upcall_all(nd_node *n, const char *kind, const bool *which, cJSON **out, cm_error *errs, int cap)
+{
+	nd_cluster *cl = nd_cluster_of(n);
+	int nn = cl ? cl->nn : 0;
+	if (!cl || nn > cap)
+		return -1;
+	rcall *calls = cm_calloc(MEM, (size_t)nn + 1, sizeof(*calls));
+	cJSON *b = cJSON_CreateObject();
+	cJSON_AddStringToObject(b, "kind", kind);
+	char *body = cJSON_PrintUnformatted(b);
+	cJSON_Delete(b);
+	size_t nc = 0;
+	for (int i = 0; i < nn; i++) {
+		out[i] = NULL;
+		cm_error_clear(&errs[i]);
+		if (which && !which[i])
+			continue;
+		calls[nc].node = i;
+		cm_buf_init(&calls[nc].req, MEM);
+		cm_buf_init(&calls[nc].reply, MEM);
+		pr_admin_encode("rw_node", "", body, strlen(body), &calls[nc].req);
+		nc++;
+	}
+	rcalls_run(cl, calls, nc, PR_ADMIN); /* every remote call in flight at once */
+	for (size_t i = 0; i < nc; i++) {
+		rcall *c = &calls[i];
+		int node = c->node;
+		if (node == cl->self) {
+			out[node] = cl->info ? cl->info(cl->info_arg, kind) : NULL;
+			if (!out[node])
+				cm_error_set(&errs[node], CM_EINTERNAL, "no answer from this node");
+		} else {
+			char *rb = NULL;
+			size_t rl = 0;
+			if (ack_of(c, &errs[node], &rb, &rl)) {
+				if (!errs[node].code)
+					cm_error_set(&errs[node], c->rc,
+					             "node [%s] did not answer (%s)",
+					             cl->nodes[node].name, cm_err_msg(c->rc));
+			} else if (!(out[node] = rb ? cJSON_ParseWithLength(rb, rl) : NULL)) {
+				cm_error_set(&errs[node], CM_EPARSE, "malformed reply from [%s]",
+				             cl->nodes[node].name);
+			}
+			cm_free(MEM, rb);
+		}
+		cm_buf_free(&c->req);
+		cm_buf_free(&c->reply);
+	}
+	cJSON_free(body);
+	cm_free(MEM, calls);
+	return nn;
 }

@@ -47,6 +47,11 @@ cm_err nd_snap_get(nd_node *n, const char *repo, const char *snap, cJSON **out, 
 /* GET /_snapshot/{repo}/{snap}/_status: running ones from memory, finished
  * ones from the repository. */
 cm_err nd_snap_status(nd_node *n, const char *repo, const char *snap, cJSON **out, cm_error *err);
+/* The node taking snapshot snap of repo (from its pending marker in the
+ * repository), for _status asked of another node; CM_ENOTFOUND when it
+ * is not being taken. */
+cm_err nd_snap_pending_owner(const char *repo, const char *snap, char *owner, size_t cap,
+                             cm_error *err);
 cm_err nd_snap_delete(nd_node *n, const char *repo, const char *snap, cJSON **out, cm_error *err);
 cm_err nd_snap_restore(nd_node *n, const char *repo, const char *snap, const cJSON *body, bool wait,
                        cJSON **out, cm_error *err);
@@ -56,6 +61,17 @@ cm_err nd_snap_cat(nd_node *n, const char *repo, cJSON **rows, cm_error *err);
 /* _cat/recovery rows (as rp_cat_recovery's) of the primaries this node
  * restored from a snapshot: type "snapshot", source "repo/snap". */
 void nd_snap_cat_recovery(cm_buf *out);
+
+/* include_global_state: get returns what a snapshot keeps of the
+ * cluster beyond its indices (the coordinator's: persistent settings,
+ * templates, the aliases' view; a new cJSON), put restores it. Set once
+ * at start. */
+void nd_snap_set_global(cJSON *(*get)(nd_node *n),
+                        cm_err (*put)(nd_node *n, const cJSON *state, cm_error *err));
+
+/* Milliseconds this process waited for max_snapshot_bytes_per_sec
+ * (snapshot and restore copies), for _nodes/stats. */
+uint64_t nd_snap_throttle_ms(void);
 
 /* Transport: the MsgTypes this module serves, and serving one (the reply
  * is an Ack). */

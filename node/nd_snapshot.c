@@ -719,6 +719,12 @@ serve_upload(const sn_msg_shard *m, sn_msg_shard_reply *rep, cm_error *err)
 	if ((rc = sn_repo_open(loc, m->max_bps, &r, err)))
 		return rc;
 	sn_repo_set_cancel(r, &G.stopping);
+	/* compress as the repository registered here at that location says */
+	pthread_mutex_lock(&G.mu);
+	for (size_t i = 0; i < G.nrepos; i++)
+		if (strcmp(G.repos[i].resolved, loc) == 0)
+			sn_repo_set_compress(r, G.repos[i].compress);
+	pthread_mutex_unlock(&G.mu);
 	rep->files = cm_calloc(MEM, 1, sizeof(sn_file));
 	rep->nfiles = 1;
 	snprintf(rep->files[0].name, sizeof(rep->files[0].name), "%s", name);
@@ -850,4 +856,10 @@ nd_snap_serve(nd_node *n, uint32_t type, const uint8_t *p, size_t len, cm_buf *r
 	              reply);
 	*reply_type = PR_ACK;
 	cm_buf_free(&body);
+}
+
+uint64_t
+nd_snap_throttle_ms(void)
+{
+	return sn_throttle_ns() / 1000000u;
 }

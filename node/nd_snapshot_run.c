@@ -41,12 +41,26 @@ struct snap_run {
 	char name[SN_NAME_MAX], uuid[40];
 	int64_t start_ms, end_ms;
 	bool include_global_state;
-	cJSON *meta; /* {index: {uuid, settings, mappings, aliases, number_of_shards}} */
+	cJSON *global; /* include_global_state: what the coordinator's hook gave */
+	cJSON *meta;   /* {index: {uuid, settings, mappings, aliases, number_of_shards}} */
 	run_shard *shards;
 	size_t nshards, next;
 	const char *state;
 	sn_repo *r;
 };
+
+static struct {
+	cJSON *(*get)(nd_node *n);
+	cm_err (*put)(nd_node *n, const cJSON *state, cm_error *err);
+} g_global;
+
+void
+nd_snap_set_global(cJSON *(*get)(nd_node *n),
+                   cm_err (*put)(nd_node *n, const cJSON *state, cm_error *err))
+{
+	g_global.get = get;
+	g_global.put = put;
+}
 
 /* ---- JSON helpers ---- */
 
@@ -155,6 +169,8 @@ run_manifest_locked(const snap_run *run)
 	cJSON_AddStringToObject(m, "state", run->state);
 	cJSON_AddStringToObject(m, "version", ND_ES_VERSION);
 	cJSON_AddBoolToObject(m, "include_global_state", run->include_global_state);
+	if (run->global)
+		cJSON_AddItemToObject(m, "global_state", cJSON_Duplicate(run->global, true));
 	cJSON_AddNumberToObject(m, "start_time_in_millis", (double)run->start_ms);
 	cJSON_AddNumberToObject(m, "end_time_in_millis", (double)run->end_ms);
 	ixs = cJSON_AddObjectToObject(m, "indices");
@@ -383,6 +399,7 @@ run_free(snap_run *run)
 		sn_msg_files_free(run->shards[i].files);
 	cm_free(MEM, run->shards);
 	cJSON_Delete(run->meta);
+	cJSON_Delete(run->global);
 	sn_repo_close(run->r);
 	cm_free(MEM, run);
 }
@@ -416,15 +433,19 @@ run_all(snap_run *run, cm_error *err)
 	size_t ok = 0;
 	for (size_t i = 0; i < run->nshards; i++)
 		ok += strcmp(run->shards[i].stage, "DONE") == 0;
+	/* the run reads IN_PROGRESS until its manifest is in the catalogue: a
+	 * GET that sees it ended can restore it at once */
+	const char *final = ok == run->nshards ? "SUCCESS" : ok ? "PARTIAL" : "FAILED";
 	pthread_mutex_lock(&G.mu);
 	run->end_ms = cm_wall_ms();
-	run->state = ok == run->nshards ? "SUCCESS" : ok ? "PARTIAL" : "FAILED";
+	run->state = final;
 	cJSON *m = run_manifest_locked(run);
+	run->state = "IN_PROGRESS";
 	pthread_mutex_unlock(&G.mu);
 	sn_entry e = {0};
 	snprintf(e.name, sizeof(e.name), "%s", run->name);
 	snprintf(e.uuid, sizeof(e.uuid), "%s", run->uuid);
-	snprintf(e.state, sizeof(e.state), "%s", run->state);
+	snprintf(e.state, sizeof(e.state), "%s", final);
 	e.start_ms = run->start_ms;
 	e.end_ms = run->end_ms;
 	cm_error e2;
@@ -434,11 +455,17 @@ run_all(snap_run *run, cm_error *err)
 		        run->name, e2.reason);
 		if (err)
 			*err = e2;
+		pthread_mutex_lock(&G.mu);
+		run->state = "FAILED";
+		pthread_mutex_unlock(&G.mu);
 		cJSON_Delete(m);
 		return NULL;
 	}
+	pthread_mutex_lock(&G.mu);
+	run->state = final;
+	pthread_mutex_unlock(&G.mu);
 	cm_info("snapshot", "snapshot [%s:%s] %s (%zu of %zu shards)", run->repo.name, run->name,
-	        run->state, ok, run->nshards);
+	        final, ok, run->nshards);
 	cJSON *info = info_json(m);
 	cJSON_Delete(m);
 	return info;
@@ -477,7 +504,7 @@ index_meta(nd_index *ix)
 	st_mapping *m = nd_index_mapping(ix);
 	cJSON_AddItemToObject(j, "mappings", st_mapping_to_json(m));
 	st_mapping_unref(m);
-	cJSON_AddObjectToObject(j, "aliases"); /* Shoal has no aliases yet */
+	cJSON_AddItemToObject(j, "aliases", nd_index_aliases_json(ix));
 	return j;
 }
 
@@ -541,6 +568,8 @@ nd_snap_create(nd_node *n, const char *repo, const char *snap, const cJSON *body
 	run->repo = r;
 	snprintf(run->name, sizeof(run->name), "%s", snap);
 	run->include_global_state = global;
+	if (global && g_global.get) /* the global state as the snapshot starts */
+		run->global = g_global.get(n);
 	run->state = "IN_PROGRESS";
 	run->meta = cJSON_CreateObject();
 	size_t total = 0;
@@ -578,8 +607,11 @@ nd_snap_create(nd_node *n, const char *repo, const char *snap, const cJSON *body
 	cm_free(MEM, ixs);
 	if (!rc)
 		rc = sn_repo_open(r.resolved, 0, &run->r, err);
-	if (!rc)
+	if (!rc) {
+		sn_repo_set_compress(run->r, r.compress); /* the manifest and catalogue */
+		sn_repo_set_node(run->r, nd_node_name(n));
 		rc = sn_snapshot_begin(run->r, snap, run->uuid, err);
+	}
 	if (rc) {
 		run_free(run);
 		return rc;
@@ -830,6 +862,7 @@ nd_snap_delete(nd_node *n, const char *repo, const char *snap, cJSON **out, cm_e
 		return rc;
 	if ((rc = sn_repo_open(r.resolved, 0, &h, err)))
 		return rc;
+	sn_repo_set_compress(h, r.compress); /* the catalogue it rewrites */
 	if (sn_snapshot_pending(h, snap)) {
 		sn_repo_close(h);
 		return cm_error_set_type(
@@ -1166,9 +1199,9 @@ nd_snap_restore(nd_node *n, const char *repo, const char *snap, const cJSON *bod
 	const cJSON *rep = cJSON_GetObjectItemCaseSensitive(body, "rename_replacement");
 	const cJSON *isets = cJSON_GetObjectItemCaseSensitive(body, "index_settings");
 	bool ignore = opt_bool(body, "ignore_unavailable", false, &ok);
-	opt_bool(body, "include_global_state", false, &ok);
+	bool global = opt_bool(body, "include_global_state", false, &ok);
 	opt_bool(body, "partial", false, &ok);
-	opt_bool(body, "include_aliases", true, &ok);
+	bool aliases = opt_bool(body, "include_aliases", true, &ok);
 	if (!ok || (pat && !cJSON_IsString(pat)) || (rep && !cJSON_IsString(rep)) ||
 	    (!pat != !rep) ||
 	    !list_text(cJSON_GetObjectItemCaseSensitive(body, "indices"), &list)) {
@@ -1327,6 +1360,9 @@ nd_snap_restore(nd_node *n, const char *repo, const char *snap, const cJSON *bod
 		const cJSON *mp = cJSON_GetObjectItemCaseSensitive(x->meta, "mappings");
 		if (mp)
 			cJSON_AddItemToObject(cb, "mappings", cJSON_Duplicate(mp, true));
+		const cJSON *al = cJSON_GetObjectItemCaseSensitive(x->meta, "aliases");
+		if (aliases && cJSON_IsObject(al) && al->child)
+			cJSON_AddItemToObject(cb, "aliases", cJSON_Duplicate(al, true));
 		rc = create_index(n, x->to, cb, err);
 		cJSON_Delete(cb);
 		if (rc)
@@ -1343,6 +1379,19 @@ nd_snap_restore(nd_node *n, const char *repo, const char *snap, const cJSON *bod
 			cm_error_clear(&e2);
 			nd_cluster_broadcast(cl, "refresh", x->to, &total, &failed, &e2);
 		}
+	}
+	const cJSON *gs = cJSON_GetObjectItemCaseSensitive(m, "global_state");
+	if (!rc && global && gs) {
+		/* after the indices: a failure here takes them back too */
+		if (!g_global.put)
+			rc = cm_error_set(err, CM_EINTERNAL, "no global state handler");
+		else
+			rc = g_global.put(n, gs, err);
+	} else if (!rc && global && !gs) {
+		rc = cm_error_set_type(err, CM_EINVAL, "snapshot_restore_exception",
+		                       "[%s:%s] the snapshot holds no global state (taken with "
+		                       "include_global_state: false)",
+		                       repo, snap);
 	}
 	if (rc) {
 		for (size_t i = 0; i < nx; i++)
@@ -1377,4 +1426,20 @@ out:
 	sn_repo_close(h);
 	cm_buf_free(&list);
 	return rc;
+}
+
+cm_err
+nd_snap_pending_owner(const char *repo, const char *snap, char *owner, size_t cap, cm_error *err)
+{
+	snap_repo r;
+	sn_repo *h;
+	cm_err rc;
+	if ((rc = snap_repo_find(repo, &r, err)) || (rc = sn_repo_open(r.resolved, 0, &h, err)))
+		return rc;
+	bool pending = sn_snapshot_pending_owner(h, snap, owner, cap);
+	sn_repo_close(h);
+	if (!pending || !owner[0])
+		return cm_error_set_type(err, CM_ENOTFOUND, "snapshot_missing_exception",
+		                         "[%s:%s] is missing", repo, snap);
+	return CM_OK;
 }

@@ -7,7 +7,8 @@
  *                            mappings, per-shard file lists with blob keys)
  *   blobs/<kk>/<key>         file contents, keyed by the XXH3-128 of the
  *                            bytes (32 hex digits): a file the repository
- *                            already holds is never written again
+ *                            already holds is never written again;
+ *                            <key>.zst when written compressed
  *   pending/<name>           a snapshot being taken (its blobs are kept)
  *   tmp/                     partial writes
  *   lock                     flock: exclusive for catalogue changes and
@@ -46,6 +47,13 @@ void sn_repo_close(sn_repo *r);
 /* While *flag is true, blob copies through r stop at the next chunk with
  * CM_ECLOSED (a node shutting down). flag outlives r. */
 void sn_repo_set_cancel(sn_repo *r, const _Atomic bool *flag);
+/* compress: true writes new blobs as zstd frames (blobs/<kk>/<key>.zst,
+ * the key still the hash of the file itself) and the catalogue and
+ * manifests as zstd; reads take both forms whatever the setting. */
+void sn_repo_set_compress(sn_repo *r, bool on);
+/* Nanoseconds spent waiting for max_bps, over every repository (the
+ * node's throttle_time_in_millis). */
+uint64_t sn_throttle_ns(void);
 const char *sn_repo_location(const sn_repo *r);
 
 /* "40mb", "512kb", "1gb", "100b", a bare number of bytes; "0" or "-1"
@@ -98,6 +106,12 @@ cm_err sn_snapshot_commit(sn_repo *r, const sn_entry *e, const cJSON *manifest, 
 void sn_snapshot_abort(sn_repo *r, const char *name);
 /* Whether a snapshot of that name is pending (being taken somewhere). */
 bool sn_snapshot_pending(sn_repo *r, const char *name);
+/* The name of the node taking snapshots begun through r (written into
+ * their pending markers). */
+void sn_repo_set_node(sn_repo *r, const char *node);
+/* Whether name is pending, and the node taking it into owner ("" when
+ * the marker names none). */
+bool sn_snapshot_pending_owner(sn_repo *r, const char *name, char *owner, size_t cap);
 /* The manifest (*manifest owned by the caller, cJSON_Delete) and entry of
  * a finished snapshot; CM_ENOTFOUND typed snapshot_missing_exception. */
 cm_err sn_snapshot_read(sn_repo *r, const char *name, cJSON **manifest, sn_entry *e, cm_error *err);

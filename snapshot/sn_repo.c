@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zstd.h>
 
 #include "../common/cm_alloc.h"
 #include "../common/cm_sys.h"
@@ -24,12 +26,40 @@
 #define CHUNK (64u << 10)
 #define MAX_META (256u << 20) /* manifests and catalogues */
 
+#define ZSTD_LEVEL 3
+/* a zstd frame's first bytes (0xFD2FB528, little endian): a compressed
+ * metadata file; JSON never starts so */
+static const uint8_t ZMAGIC[4] = {0x28, 0xb5, 0x2f, 0xfd};
+
 struct sn_repo {
 	char loc[PATH_MAX];
 	uint64_t max_bps;
 	int lock_fd;
 	const _Atomic bool *cancel;
+	bool compress;
+	char node[SN_NAME_MAX]; /* who takes the snapshots begun here */
 };
+
+/* time spent waiting in throttle(), over every repository of the process */
+static _Atomic uint64_t g_throttle_ns;
+
+uint64_t
+sn_throttle_ns(void)
+{
+	return atomic_load(&g_throttle_ns);
+}
+
+void
+sn_repo_set_compress(sn_repo *r, bool on)
+{
+	r->compress = on;
+}
+
+void
+sn_repo_set_node(sn_repo *r, const char *node)
+{
+	snprintf(r->node, sizeof(r->node), "%s", node ? node : "");
+}
 
 void
 sn_repo_set_cancel(sn_repo *r, const _Atomic bool *flag)
@@ -204,10 +234,26 @@ lock_drop(int fd)
 
 /* ---- blobs ---- */
 
+/* The path of blob key stored raw. */
+static void
+raw_path(const sn_repo *r, const char *key, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/blobs/%.2s/%s", r->loc, key, key);
+}
+
+/* The path of blob key stored compressed (zstd). */
+static void
+zst_path(const sn_repo *r, const char *key, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/blobs/%.2s/%s.zst", r->loc, key, key);
+}
+
 void
 sn_blob_path(const sn_repo *r, const char *key, char *out, size_t cap)
 {
-	snprintf(out, cap, "%s/blobs/%.2s/%s", r->loc, key, key);
+	zst_path(r, key, out, cap);
+	if (access(out, F_OK) != 0)
+		raw_path(r, key, out, cap);
 }
 
 static void
@@ -216,18 +262,31 @@ hex128(XXH128_hash_t h, char out[33])
 	snprintf(out, 33, "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64, (uint64_t)h.low64);
 }
 
+/* max_bps is a budget of the process per repository (every copy, read or
+ * write, through a throttled handle of that location): each chunk
+ * reserves its share of time after the chunks before it, then waits for
+ * it. Locations share a slot only when their hashes collide. */
+#define BUDGET_SLOTS 64
+static pthread_mutex_t g_budget_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_budget_next[BUDGET_SLOTS]; /* cm_now_ns() when free again */
+
 static void
-throttle(const sn_repo *r, uint64_t t0, uint64_t done)
+throttle(const sn_repo *r, uint64_t bytes)
 {
-	if (!r->max_bps)
+	if (!r->max_bps || !bytes)
 		return;
-	uint64_t due = t0 + (uint64_t)((double)done * 1e9 / (double)r->max_bps);
+	uint64_t cost = (uint64_t)((double)bytes * 1e9 / (double)r->max_bps), now = cm_now_ns();
+	uint64_t *next = &g_budget_next[XXH3_64bits(r->loc, strlen(r->loc)) % BUDGET_SLOTS];
+	pthread_mutex_lock(&g_budget_mu);
+	uint64_t due = (*next > now ? *next : now) + cost;
+	*next = due;
+	pthread_mutex_unlock(&g_budget_mu);
 	/* in slices of at most 100 ms, so a cancel is seen soon */
-	for (uint64_t now = cm_now_ns(); due > now && !(r->cancel && *r->cancel);
-	     now = cm_now_ns()) {
+	for (; due > now && !(r->cancel && *r->cancel); now = cm_now_ns()) {
 		uint64_t d = due - now < 100000000ull ? due - now : 100000000ull;
 		struct timespec ts = {0, (long)d};
 		nanosleep(&ts, NULL);
+		atomic_fetch_add(&g_throttle_ns, cm_now_ns() - now);
 	}
 }
 
@@ -270,7 +329,7 @@ copy_hash(const sn_repo *r, const char *src, const char *dst, char key[33], uint
 	}
 	XXH3_state_t *st = XXH3_createState();
 	uint8_t *buf = cm_malloc(MEM, CHUNK);
-	uint64_t total = 0, t0 = cm_now_ns();
+	uint64_t total = 0;
 	cm_err rc = CM_OK;
 	ssize_t n;
 	XXH3_128bits_reset(st);
@@ -290,7 +349,7 @@ copy_hash(const sn_repo *r, const char *src, const char *dst, char key[33], uint
 			                  dst);
 			goto done;
 		}
-		throttle(r, t0, total);
+		throttle(r, (uint64_t)n);
 	}
 	if (n < 0)
 		rc = io_err(err, "cannot read", src);
@@ -305,6 +364,169 @@ done:
 	if (close(out) != 0 && !rc)
 		rc = io_err(err, "cannot write", dst);
 	if (rc)
+		unlink(dst);
+	return rc;
+}
+
+static cm_err
+write_all(int fd, const void *p, size_t n, const char *dst, cm_error *err)
+{
+	for (size_t off = 0; off < n;) {
+		ssize_t w = write(fd, (const uint8_t *)p + off, n - off);
+		if (w < 0)
+			return io_err(err, "cannot write", dst);
+		off += (size_t)w;
+	}
+	return CM_OK;
+}
+
+/* copy_hash for a compressed repository: src is hashed as it is and
+ * written to dst as one zstd frame; the throttle counts bytes written. */
+static cm_err
+copy_zstd(const sn_repo *r, const char *src, const char *dst, char key[33], uint64_t *size,
+          cm_error *err)
+{
+	int in = open(src, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return errno == ENOENT ? CM_ENOTFOUND : io_err(err, "cannot read", src);
+	int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (out < 0) {
+		close(in);
+		return io_err(err, "cannot create", dst);
+	}
+	XXH3_state_t *st = XXH3_createState();
+	ZSTD_CCtx *cc = ZSTD_createCCtx();
+	size_t ocap = ZSTD_CStreamOutSize();
+	uint8_t *buf = cm_malloc(MEM, CHUNK), *obuf = cm_malloc(MEM, ocap);
+	uint64_t total = 0, written = 0, throttled = 0;
+	cm_err rc = CM_OK;
+	ssize_t n;
+	XXH3_128bits_reset(st);
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, ZSTD_LEVEL);
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
+	for (;;) {
+		n = read(in, buf, CHUNK);
+		if (n < 0) {
+			rc = io_err(err, "cannot read", src);
+			break;
+		}
+		XXH3_128bits_update(st, buf, (size_t)n);
+		total += (uint64_t)n;
+		ZSTD_EndDirective mode = n == 0 ? ZSTD_e_end : ZSTD_e_continue;
+		ZSTD_inBuffer ib = {buf, (size_t)n, 0};
+		bool finished = false;
+		do {
+			ZSTD_outBuffer ob = {obuf, ocap, 0};
+			size_t left = ZSTD_compressStream2(cc, &ob, &ib, mode);
+			if (ZSTD_isError(left)) {
+				rc = cm_error_set_type(err, CM_EIO, "repository_exception",
+				                       "cannot compress [%s]: %s", src,
+				                       ZSTD_getErrorName(left));
+				break;
+			}
+			if ((rc = write_all(out, obuf, ob.pos, dst, err)))
+				break;
+			written += ob.pos;
+			finished = mode == ZSTD_e_end ? left == 0 : ib.pos == ib.size;
+		} while (!finished);
+		if (rc || n == 0)
+			break;
+		if (r->cancel && *r->cancel) {
+			rc = cm_error_set(err, CM_ECLOSED, "copy to [%s] cancelled: shutting down",
+			                  dst);
+			break;
+		}
+		throttle(r, written - throttled);
+		throttled = written;
+	}
+	if (!rc && fsync(out) != 0)
+		rc = io_err(err, "cannot sync", dst);
+	hex128(XXH3_128bits_digest(st), key);
+	*size = total;
+	XXH3_freeState(st);
+	ZSTD_freeCCtx(cc);
+	cm_free(MEM, buf);
+	cm_free(MEM, obuf);
+	close(in);
+	if (close(out) != 0 && !rc)
+		rc = io_err(err, "cannot write", dst);
+	if (rc)
+		unlink(dst);
+	return rc;
+}
+
+/* Decompresses the zstd blob at src into dst (NULL: only hashed), hashing
+ * what comes out; stops past limit bytes (a corrupt or hostile frame).
+ * A damaged or cut frame is not an error here: *size and key then
+ * disagree with the manifest's, which the caller reports. */
+static cm_err
+unzstd_hash(const sn_repo *r, const char *src, const char *dst, uint64_t limit, char key[33],
+            uint64_t *size, cm_error *err)
+{
+	int in = open(src, O_RDONLY | O_CLOEXEC), out = -1;
+	if (in < 0)
+		return errno == ENOENT ? CM_ENOTFOUND : io_err(err, "cannot read", src);
+	if (dst && (out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0) {
+		close(in);
+		return io_err(err, "cannot create", dst);
+	}
+	XXH3_state_t *st = XXH3_createState();
+	ZSTD_DCtx *dc = ZSTD_createDCtx();
+	size_t ocap = ZSTD_DStreamOutSize();
+	uint8_t *buf = cm_malloc(MEM, CHUNK), *obuf = cm_malloc(MEM, ocap);
+	uint64_t total = 0;
+	cm_err rc = CM_OK;
+	bool bad = false;
+	size_t pending = 1;
+	ssize_t n;
+	XXH3_128bits_reset(st);
+	while (!bad && !rc && (n = read(in, buf, CHUNK)) != 0) {
+		if (n < 0) {
+			rc = io_err(err, "cannot read", src);
+			break;
+		}
+		ZSTD_inBuffer ib = {buf, (size_t)n, 0};
+		while (ib.pos < ib.size && !bad && !rc) {
+			ZSTD_outBuffer ob = {obuf, ocap, 0};
+			pending = ZSTD_decompressStream(dc, &ob, &ib);
+			if (ZSTD_isError(pending)) {
+				bad = true;
+				break;
+			}
+			XXH3_128bits_update(st, obuf, ob.pos);
+			total += ob.pos;
+			if (total > limit) {
+				bad = true;
+				break;
+			}
+			if (out >= 0)
+				rc = write_all(out, obuf, ob.pos, dst, err);
+		}
+		if (r->cancel && *r->cancel && !rc)
+			rc = cm_error_set(err, CM_ECLOSED, "copy of [%s] cancelled: shutting down",
+			                  src);
+		throttle(r, (uint64_t)n);
+	}
+	/* an incomplete frame (a cut file): one byte too few or too many makes
+	 * the size and hash wrong */
+	if (!rc && !bad && pending != 0 && total == limit)
+		total = limit + 1;
+	if (!rc && out >= 0 && fsync(out) != 0)
+		rc = io_err(err, "cannot sync", dst);
+	hex128(XXH3_128bits_digest(st), key);
+	if (bad) { /* the frame does not decode: reported as a checksum mismatch */
+		total = limit;
+		key[0] = '!';
+	}
+	*size = total;
+	XXH3_freeState(st);
+	ZSTD_freeDCtx(dc);
+	cm_free(MEM, buf);
+	cm_free(MEM, obuf);
+	close(in);
+	if (out >= 0 && close(out) != 0 && !rc)
+		rc = io_err(err, "cannot write", dst);
+	if (rc && out >= 0)
 		unlink(dst);
 	return rc;
 }
@@ -328,16 +550,26 @@ sn_blob_put(sn_repo *r, const char *path, sn_blob *out, uint64_t *written, cm_er
 	*written = 0;
 	if ((rc = hash_file(path, key, &size, err)))
 		return rc;
-	sn_blob_path(r, key, dst, sizeof(dst));
+	/* held already, raw or compressed, whatever this repository writes */
+	char zdst[PATH_MAX + 80];
+	raw_path(r, key, dst, sizeof(dst));
+	zst_path(r, key, zdst, sizeof(zdst));
 	int lk = lock_take(r, false);
 	if (stat(dst, &sb) == 0 && (uint64_t)sb.st_size == size) {
 		utimensat(AT_FDCWD, dst, NULL, 0); /* keep it from a concurrent delete */
 		lock_drop(lk);
 		goto found;
 	}
+	if (stat(zdst, &sb) == 0 && sb.st_size > 0) {
+		utimensat(AT_FDCWD, zdst, NULL, 0);
+		lock_drop(lk);
+		goto found;
+	}
 	lock_drop(lk);
+	if (r->compress)
+		memcpy(dst, zdst, sizeof(zdst));
 	tmp_name(r, tmp, sizeof(tmp));
-	if ((rc = copy_hash(r, path, tmp, key2, &size2, err)))
+	if ((rc = (r->compress ? copy_zstd : copy_hash)(r, path, tmp, key2, &size2, err)))
 		return rc == CM_ENOTFOUND ? io_err(err, "cannot read", path) : rc;
 	if (strcmp(key, key2) != 0 || size != size2) {
 		unlink(tmp);
@@ -371,12 +603,19 @@ blob_verify_to(sn_repo *r, const sn_blob *b, const char *name, const char *dst, 
 {
 	char src[PATH_MAX + 80], key[33], sink[PATH_MAX + 80];
 	uint64_t size;
-	sn_blob_path(r, b->key, src, sizeof(src));
-	if (!dst) {
-		tmp_name(r, sink, sizeof(sink));
-		dst = sink;
+	cm_err rc;
+	zst_path(r, b->key, src, sizeof(src));
+	if (access(src, F_OK) == 0) { /* a compressed blob */
+		rc = unzstd_hash(r, src, dst, b->size, key, &size, err);
+		sink[0] = 0;
+	} else {
+		raw_path(r, b->key, src, sizeof(src));
+		if (!dst) {
+			tmp_name(r, sink, sizeof(sink));
+			dst = sink;
+		}
+		rc = copy_hash(r, src, dst, key, &size, err);
 	}
-	cm_err rc = copy_hash(r, src, dst, key, &size, err);
 	if (dst == sink)
 		unlink(sink);
 	if (rc == CM_ENOTFOUND)
@@ -386,7 +625,7 @@ blob_verify_to(sn_repo *r, const sn_blob *b, const char *name, const char *dst, 
 	if (rc)
 		return rc;
 	if (size != b->size) {
-		if (dst != sink)
+		if (dst && dst != sink)
 			unlink(dst);
 		return cm_error_set_type(
 		    err, CM_ECORRUPT, "snapshot_restore_exception",
@@ -395,7 +634,7 @@ blob_verify_to(sn_repo *r, const sn_blob *b, const char *name, const char *dst, 
 		    name, b->key, size, b->size);
 	}
 	if (strcmp(key, b->key) != 0) {
-		if (dst != sink)
+		if (dst && dst != sink)
 			unlink(dst);
 		return cm_error_set_type(
 		    err, CM_ECORRUPT, "snapshot_restore_exception",
@@ -418,12 +657,23 @@ sn_blob_check(sn_repo *r, const sn_blob *b, const char *name, cm_error *err)
 	/* a plain read-through: no copy needed, but the same checks */
 	char src[PATH_MAX + 80], key[33];
 	uint64_t size;
-	sn_blob_path(r, b->key, src, sizeof(src));
+	cm_err rc;
+	zst_path(r, b->key, src, sizeof(src));
+	if (access(src, F_OK) == 0) {
+		rc = unzstd_hash(r, src, NULL, b->size, key, &size, err);
+		if (rc == CM_ENOTFOUND)
+			return cm_error_set_type(
+			    err, CM_ECORRUPT, "snapshot_restore_exception",
+			    "file [%s] is missing from the repository (blob [%s])", name, b->key);
+		goto check;
+	}
+	raw_path(r, b->key, src, sizeof(src));
 	if (access(src, F_OK) != 0)
 		return cm_error_set_type(err, CM_ECORRUPT, "snapshot_restore_exception",
 		                         "file [%s] is missing from the repository (blob [%s])",
 		                         name, b->key);
-	cm_err rc = hash_file(src, key, &size, err);
+	rc = hash_file(src, key, &size, err);
+check:
 	if (rc)
 		return rc;
 	if (size != b->size)
@@ -487,7 +737,16 @@ json_write(sn_repo *r, const char *file, const cJSON *j, cm_error *err)
 	char p[PATH_MAX + 64];
 	snprintf(p, sizeof(p), "%s/%s", r->loc, file);
 	char *t = cJSON_PrintUnformatted(j);
-	cm_err rc = cm_file_write_atomic(p, t, strlen(t));
+	cm_err rc;
+	if (r->compress) { /* one zstd frame with its size: json_read knows it by its magic */
+		size_t len = strlen(t), cap = ZSTD_compressBound(len);
+		uint8_t *z = cm_malloc(MEM, cap);
+		size_t zn = ZSTD_compress(z, cap, t, len, ZSTD_LEVEL);
+		rc = ZSTD_isError(zn) ? CM_EIO : cm_file_write_atomic(p, z, zn);
+		cm_free(MEM, z);
+	} else {
+		rc = cm_file_write_atomic(p, t, strlen(t));
+	}
 	cJSON_free(t);
 	if (rc)
 		return io_err(err, "cannot write", p);
@@ -504,7 +763,22 @@ json_read(sn_repo *r, const char *file, cJSON **out, cm_error *err)
 	cm_err rc = cm_file_read(p, MAX_META, &buf, &n);
 	if (rc)
 		return rc;
-	*out = cJSON_ParseWithLength(buf, n);
+	if (n >= 4 && memcmp(buf, ZMAGIC, 4) == 0) {
+		/* compressed: its size is in the frame header, bounded first */
+		unsigned long long want = ZSTD_getFrameContentSize(buf, n);
+		char *plain = NULL;
+		size_t got = 0;
+		if (want != ZSTD_CONTENTSIZE_ERROR && want != ZSTD_CONTENTSIZE_UNKNOWN &&
+		    want <= MAX_META) {
+			plain = cm_malloc(MEM, (size_t)want + 1);
+			got = ZSTD_decompress(plain, (size_t)want, buf, n);
+		}
+		if (plain && !ZSTD_isError(got) && got == want)
+			*out = cJSON_ParseWithLength(plain, got);
+		cm_free(MEM, plain);
+	} else {
+		*out = cJSON_ParseWithLength(buf, n);
+	}
 	cm_free(CM_MEM_COMMON, buf);
 	if (!*out)
 		return cm_error_set_type(err, CM_ECORRUPT, "repository_exception",
@@ -677,6 +951,24 @@ catalog_find(const cJSON *cat, const char *name, int *idx)
 }
 
 bool
+sn_snapshot_pending_owner(sn_repo *r, const char *name, char *owner, size_t cap)
+{
+	char p[PATH_MAX + SN_NAME_MAX + 16], buf[40 + SN_NAME_MAX + 2];
+	if (sn_name_check(name, &(cm_error){0}))
+		return false;
+	snprintf(p, sizeof(p), "%s/pending/%s", r->loc, name);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	const char *nl = strchr(buf, '\n');
+	snprintf(owner, cap, "%s", nl ? nl + 1 : "");
+	return true;
+}
+
+bool
 sn_snapshot_pending(sn_repo *r, const char *name)
 {
 	char p[PATH_MAX + SN_NAME_MAX + 16];
@@ -721,7 +1013,10 @@ sn_snapshot_begin(sn_repo *r, const char *name, char uuid[40], cm_error *err)
 	uint64_t a = (uint64_t)cm_wall_ms() ^ ((uint64_t)getpid() << 40);
 	uint64_t b = XXH64(name, strlen(name), cm_now_ns());
 	snprintf(uuid, 40, "%016" PRIx64 "%016" PRIx64, a, b);
-	if (write(fd, uuid, strlen(uuid)) < 0 || fsync(fd) != 0)
+	/* the uuid, then the node taking it (for _status asked elsewhere) */
+	char marker[40 + SN_NAME_MAX + 2];
+	int ml = snprintf(marker, sizeof(marker), "%s\n%s", uuid, r->node);
+	if (write(fd, marker, (size_t)ml) < 0 || fsync(fd) != 0)
 		rc = io_err(err, "cannot write", p);
 	close(fd);
 	if (rc)
@@ -905,8 +1200,12 @@ gc_dir(const char *dir, const keyset *keep, int64_t cutoff, bool blobs, uint64_t
 		int64_t t = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
 		if (t >= cutoff)
 			continue;
-		if (blobs && keep->n && strlen(e->d_name) == 32 &&
-		    bsearch(e->d_name, keep->k, keep->n, sizeof(*keep->k), key_cmp))
+		size_t nl = strlen(e->d_name);
+		char key[33];
+		snprintf(key, sizeof(key), "%.32s", e->d_name);
+		if (blobs && keep->n &&
+		    (nl == 32 || (nl == 36 && strcmp(e->d_name + 32, ".zst") == 0)) &&
+		    bsearch(key, keep->k, keep->n, sizeof(*keep->k), key_cmp))
 			continue;
 		if (unlink(f) == 0) {
 			(*nrm)++;

@@ -63,7 +63,7 @@ DENY = [
 # folders or single files. An empty owner list: no module links it.
 THIRD_PARTY = [
     (r"lmdb\.h$", "lmdb", ["storage"]),
-    (r"(zstd|zdict)\.h$", "zstd", ["storage"]),
+    (r"(zstd|zdict)\.h$", "zstd", ["storage", "snapshot"]),
     (r"libstemmer\.h$", "stemmer", ["storage"]),
     (r"utf8proc\.h$", "utf8proc", ["storage"]),
     (r"xxhash\.h$", "xxhash", ["common", "storage", "search", "snapshot", "node"]),

@@ -125,6 +125,17 @@ def elasticsearch_js_8_on_a_cluster():
 
 
 @test
+def elasticsearch_js_8_scroll_helpers():
+    """helpers.scrollDocuments / helpers.scrollSearch on a solo node and on
+    the 2-node cluster (tests/clients/elastic8_scroll_flow.js)."""
+    nodejs = npm_packages()
+    for port in (node().port, cluster2()["node-1"].port):
+        out = run([nodejs, os.path.join(CLIENTS, "elastic8_scroll_flow.js"),
+                   "http://127.0.0.1:%d" % port], cwd=CLIENTS)
+        assert "flow: ok" in out, out
+
+
+@test
 def elasticdump_round_trip_on_a_cluster():
     """elasticdump exports an index's mapping and data from one node of a
     2-node cluster to files (its data export scrolls), and imports them

@@ -2,7 +2,9 @@
 a solo node: one context per shard copy on the node that holds it, pages
 served by any node, every document exactly once while writes go on (the
 contexts are points in time), open_contexts in _nodes/stats, expiry,
-clear, the search.max_open_scroll_context limit, and a node killed
+clear, the search.max_open_scroll_context limit, slices (by shard, and
+with more slices than shards by _id hash: disjoint, covering, the same
+for a scroll and a point in time), and a node killed
 mid-scroll (the next page fails with search_context_missing_exception in
 bounded time, never hangs).
 
@@ -384,9 +386,46 @@ def scroll_slices(nodes, index, shards):
         sc.clear()
     eq(len(got), len(set(got)), "slices are disjoint")
     eq(len(got) >= DOCS, True, "slices cover the index")
+    # more slices than shards (ES: each shard's documents split by a hash
+    # of _id among the slices it has): disjoint, together every document,
+    # none empty, and sliced the same on every page and for a point in time
+    st, b = nodes[0].req("GET", "/%s/_count" % index)
+    want = b["count"]
+    m = shards * 2 + 1
+    got, sizes = [], []
+    for i in range(m):
+        sc = Scroll(nodes, index, {"size": PAGE, "sort": ["_doc"], "query": {"match_all": {}},
+                                   "slice": {"id": i, "max": m}}, check_total=False)
+        while not sc.done:
+            sc.next()
+        sizes.append(len(sc.ids))
+        got += sc.ids
+        sc.clear()
+    assert min(sizes) > 0 and max(sizes) < want, "slice sizes %s of %d" % (sizes, want)
+    eq((len(got), len(set(got))), (want, want), "%d slices of %d shards" % (m, shards))
+    st, b = nodes[0].req("POST", "/%s/_pit?keep_alive=1m" % index)
+    eq(st, 200, "pit: %s" % b)
+    pid, pgot = b["id"], []
+    for i in range(m):
+        sl = Pit(nodes, pid, {"sort": ["_doc"], "slice": {"id": i, "max": m}}, 2000)
+        sl.ids, after = [], None
+        while True:
+            body = dict(sl.body, size=sl.size, pit={"id": pid})
+            if after is not None:
+                body["search_after"] = after
+            st, b = nodes[i % len(nodes)].req("POST", "/_search", body)
+            eq(st, 200, "pit slice page: %s" % b)
+            if not b["hits"]["hits"]:
+                break
+            sl.ids += [h["_id"] for h in b["hits"]["hits"]]
+            after = b["hits"]["hits"][-1]["sort"]
+        eq(len(sl.ids), sizes[i], "pit slice %d is the scroll's slice %d" % (i, i))
+        pgot += sl.ids
+    eq(sorted(pgot), sorted(got), "pit slices = scroll slices")
+    nodes[0].req("DELETE", "/_pit", {"id": pid})
     error_is(nodes[0].req("POST", "/%s/_search?scroll=1m" % index,
-                          {"slice": {"id": 0, "max": shards + 1}}), 400,
-             "illegal_argument_exception", "slices by shard")
+                          {"slice": {"id": 0, "max": 3, "field": "n"}}), 400,
+             "illegal_argument_exception")
     error_is(nodes[0].req("POST", "/%s/_search" % index, {"slice": {"id": 0, "max": 2}}),
              400, "action_request_validation_exception")
     error_is(nodes[0].req("POST", "/%s/_search?scroll=1m" % index,

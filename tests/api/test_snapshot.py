@@ -14,6 +14,16 @@ cluster and solo nodes sharing one path.repo.
   - integrity: a corrupt byte, a truncated or a deleted blob makes restore
     fail naming the file, with no index left behind; other snapshots of
     the repository still restore;
+  - compress: true: blobs, catalogue and manifests are zstd frames, a
+    node without compress restores them, a repository holding both kinds
+    restores and deletes cleanly;
+  - max_snapshot_bytes_per_sec: a lower bound on the time taken and the
+    _nodes/stats throttle counter;
+  - _status and GET of a running snapshot from nodes not taking it;
+  - include_global_state: persistent settings, the three kinds of
+    templates and the aliases' view kept; restored onto a solo node and
+    onto the cluster; aliases restored with their indices unless
+    include_aliases: false;
   - kill -9 of a node holding a primary mid-snapshot (throttled with
     max_snapshot_bytes_per_sec) ends PARTIAL or FAILED, never SUCCESS;
     a new snapshot then succeeds.
@@ -23,6 +33,7 @@ cluster and solo nodes sharing one path.repo.
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -386,6 +397,216 @@ def second_snapshot_is_incremental_and_delete_collects():
     ok(n1.req("DELETE", "/_snapshot/inc/second"), "delete second")
     eq([f for _, _, fs in os.walk(os.path.join(loc, "blobs")) for f in fs], [], "no blobs left")
     ok(n1.req("DELETE", "/inc2"), "drop inc2")
+
+
+def zstd_json(path):
+    """A compressed metadata file of the repository: a zstd frame of JSON."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    eq(raw[:4], b"\x28\xb5\x2f\xfd", "%s is a zstd frame" % os.path.basename(path))
+    out = subprocess.run(["zstd", "-dc"], input=raw, capture_output=True, timeout=30)
+    eq(out.returncode, 0, "zstd -dc %s: %s" % (path, out.stderr))
+    return json.loads(out.stdout)
+
+
+@test
+def compressed_repository_round_trip_and_mixed_reads():
+    n1 = NODES["node-1"]
+    loc = os.path.join(REPO, "zip")
+    ok(put_repo(n1, "zip", loc, compress=True), "repo zip")
+    b = ok(NODES["node-3"].req("GET", "/_snapshot/zip"), "GET zip via node-3")
+    eq(b["zip"]["settings"]["compress"], "true", "compress shown everywhere")
+    create_index(n1, "zc", 2, 1)
+    green()
+    text = " ".join("common words repeat" for _ in range(40))
+    load(n1, "zc", 0, 1500, text)
+    eq(snapshot(n1, "zip", "z1", {"indices": "zc"})["state"], "SUCCESS", "z1")
+    # every blob is a zstd frame, smaller than the file it holds; the
+    # catalogue and the manifest are compressed too
+    with open(os.path.join(loc, "index.latest")) as f:
+        gen = f.read().strip()
+    cat = zstd_json(os.path.join(loc, "index-" + gen))
+    uuid = [x["uuid"] for x in cat["snapshots"] if x["snapshot"] == "z1"][0]
+    man = zstd_json(os.path.join(loc, "snap-%s.json" % uuid))
+    files = [f for sh in man["indices"]["zc"]["shards"] for f in sh["files"]]
+    stored = 0
+    for f in files:
+        p = blob_path(loc, f["blob"]) + ".zst"
+        eq((os.path.exists(p), os.path.exists(blob_path(loc, f["blob"]))), (True, False),
+           "blob of %s stored compressed" % f["name"])
+        with open(p, "rb") as fh:
+            eq(fh.read(4), b"\x28\xb5\x2f\xfd", "zstd blob")
+        stored += os.path.getsize(p)
+    total = sum(f["size"] for f in files)
+    if not stored < total:
+        raise AssertionError("compressed blobs %d bytes, files %d" % (stored, total))
+    # a solo node registering the location without compress restores it
+    s = solo()
+    ok(put_repo(s, "zip", loc), "zip on solo, compress false")
+    ok(s.req("POST", "/_snapshot/zip/z1/_restore?wait_for_completion=true", {"indices": "zc"},
+             timeout=300), "restore z1 on solo")
+    s.refresh("zc")
+    eq(ids_of(s, "zc"), {str(i) for i in range(1500)}, "compressed snapshot restored")
+    # the same repository, compress off: new blobs raw, old ones shared;
+    # a restore reads both kinds
+    ok(put_repo(n1, "zip", loc, compress=False), "compress off")
+    load(n1, "zc", 1500, 300, text)
+    eq(snapshot(n1, "zip", "z2", {"indices": "zc"})["state"], "SUCCESS", "z2")
+    names = [f for _, _, fs in os.walk(os.path.join(loc, "blobs")) for f in fs]
+    zs = [f for f in names if f.endswith(".zst")]
+    eq((len(zs) > 0, len(zs) < len(names)), (True, True), "both kinds of blob: %s" % names)
+    ok(n1.req("POST", "/_snapshot/zip/z2/_restore?wait_for_completion=true",
+              {"indices": "zc", "rename_pattern": "zc", "rename_replacement": "zc2"},
+              timeout=300), "restore z2 (mixed)")
+    green()
+    n1.refresh("zc2")
+    eq(len(ids_of(n1, "zc2")), 1800, "mixed restore whole")
+    # delete collects compressed blobs like raw ones
+    ok(n1.req("DELETE", "/_snapshot/zip/z1"), "delete z1")
+    ok(n1.req("DELETE", "/_snapshot/zip/z2"), "delete z2")
+    eq([f for _, _, fs in os.walk(os.path.join(loc, "blobs")) for f in fs], [], "no blobs left")
+    ok(n1.req("DELETE", "/zc2"), "drop zc2")
+
+
+def throttle_ms():
+    total = 0
+    for n in NAMES:
+        b = ok(NODES[n].req("GET", "/_nodes/stats"), "_nodes/stats")
+        total += sum(e["snapshots"]["throttle_time_in_millis"] for e in b["nodes"].values()
+                     if e["name"] == n)
+    return total
+
+
+@test
+def max_snapshot_bytes_per_sec_throttles():
+    n1 = NODES["node-1"]
+    create_index(n1, "tz", 3, 0)
+    text = " ".join("word%d" % (k % 89) for k in range(120))
+    load(n1, "tz", 0, 1200, text)
+    rate = 128 << 10
+    ok(put_repo(n1, "thz", os.path.join(REPO, "thz"), max_snapshot_bytes_per_sec="128kb"),
+       "throttled repo")
+    before = throttle_ms()
+    t0 = time.time()
+    eq(snapshot(n1, "thz", "t1", {"indices": "tz"})["state"], "SUCCESS", "t1")
+    took = time.time() - t0
+    size = status(n1, "thz", "t1")["stats"]["total"]["size_in_bytes"]
+    waited = throttle_ms() - before
+    # a lower bound only (a busy machine makes it slower, never faster):
+    # three nodes copy at once, each held to the rate
+    if not took >= 0.8 * size / (3 * rate):
+        raise AssertionError("%d bytes in %.2f s at 128kb/s per node" % (size, took))
+    if not waited > 0:
+        raise AssertionError("throttle_time_in_millis did not grow: %d" % waited)
+    ok(n1.req("DELETE", "/tz"), "drop tz")
+
+
+@test
+def status_of_a_running_snapshot_from_any_node():
+    n1, n2, n3 = (NODES[x] for x in NAMES)
+    create_index(n1, "lv", 3, 0)
+    text = " ".join("word%d" % (k % 89) for k in range(120))
+    load(n1, "lv", 0, 1200, text)
+    ok(put_repo(n1, "live", os.path.join(REPO, "live"), max_snapshot_bytes_per_sec="48kb"),
+       "throttled repo")
+    ok(n2.req("PUT", "/_snapshot/live/l1", {"indices": "lv"}), "start l1 on node-2")
+    # node-2 takes it; node-3 and node-1 answer with node-2's progress
+    seen = []
+    for n in (n3, n1):
+        b = ok(n.req("GET", "/_snapshot/live/l1/_status"), "status via " + n.name)
+        seen.append(b["snapshots"][0]["state"])
+        eq(b["snapshots"][0]["snapshot"], "l1", "the snapshot")
+    g = ok(n3.req("GET", "/_snapshot/live/l1"), "GET l1 via node-3")
+    eq(g["snapshots"][0]["snapshot"], "l1", "GET running l1 elsewhere")
+    # the snapshot takes seconds at 48kb/s per node, so the first answers
+    # come while it runs (a slower machine only makes it longer)
+    eq(seen[0], "IN_PROGRESS", "status of the running snapshot via node-3")
+    done = wait_until(lambda: (lambda x: x if x["state"] == "SUCCESS" else None)(
+        status(n3, "live", "l1")), "l1 to finish", timeout=120)
+    eq(done["shards_stats"]["failed"], 0, "no failed shard: %s" % done)
+    error_is(n3.req("GET", "/_snapshot/live/nope/_status"), 404, "snapshot_missing_exception")
+    ok(n1.req("DELETE", "/lv"), "drop lv")
+
+
+@test
+def global_state_and_aliases_round_trip():
+    n1, n2, n3 = (NODES[x] for x in NAMES)
+    loc = os.path.join(REPO, "glob")
+    ok(put_repo(n1, "glob", loc), "repo glob")
+    key = "cluster.routing.allocation.node_concurrent_recoveries"
+    ok(n1.req("PUT", "/_cluster/settings", {"persistent": {key: "3"}}), "a persistent setting")
+    ok(n2.req("PUT", "/_component_template/gc1",
+              {"template": {"mappings": {"properties": {"g": {"type": "keyword"}}}}}), "component")
+    ok(n2.req("PUT", "/_index_template/gt1", {"index_patterns": ["g-*"], "composed_of": ["gc1"],
+                                              "priority": 7}), "composable")
+    ok(n2.req("PUT", "/_template/gl1", {"index_patterns": ["gl-*"], "order": 2,
+                                        "settings": {"number_of_shards": 2}}), "legacy")
+    ok(n1.req("PUT", "/ga", {"settings": {"number_of_shards": 2, "number_of_replicas": 0},
+                             "aliases": {"ga-alias": {}, "ga-f": {"filter": {"term": {"n": 1}}}}}),
+       "index with aliases")
+    load(n1, "ga", 0, 50)
+    ok(n1.req("PUT", "/gb", {"settings": {"number_of_shards": 1, "number_of_replicas": 0},
+                             "aliases": {"gb-alias": {"index_routing": "r1"}}}),
+       "an index outside the snapshot, with an alias")
+    eq(snapshot(n1, "glob", "g1", {"indices": "ga"})["state"], "SUCCESS", "g1")
+    eq(snapshot(n1, "glob", "g0", {"indices": "ga", "include_global_state": False})["state"],
+       "SUCCESS", "g0")
+    gs = manifest(loc, "g1")["global_state"]
+    eq(gs["persistent_settings"].get(key), "3", "settings kept: %s" % gs["persistent_settings"])
+    eq((sorted(gs["templates"]["index"]), sorted(gs["templates"]["component"]),
+        sorted(gs["templates"]["legacy"])), (["gt1"], ["gc1"], ["gl1"]), "templates kept")
+    eq({a: sorted(v) for a, v in gs["aliases"].items()},
+       {"ga-alias": ["ga"], "ga-f": ["ga"], "gb-alias": ["gb"]}, "the aliases' view")
+    eq(gs["aliases"]["ga-f"]["ga"]["filter"], {"term": {"n": 1}}, "with their options")
+    eq("global_state" in manifest(loc, "g0"), False, "no global state when not asked")
+
+    # a solo node: templates and aliases come back (it has no cluster settings)
+    s = solo()
+    ok(put_repo(s, "glob", loc), "glob on solo")
+    ok(s.req("POST", "/_snapshot/glob/g1/_restore?wait_for_completion=true",
+             {"include_global_state": True}, timeout=300), "restore g1 with global state")
+    eq(ok(s.req("GET", "/_index_template/gt1"), "gt1 on solo")["index_templates"][0]["name"],
+       "gt1", "composable template back")
+    ok(s.req("GET", "/_component_template/gc1"), "component back")
+    ok(s.req("GET", "/_template/gl1"), "legacy back")
+    s.refresh("ga")
+    eq(ok(s.req("POST", "/ga-alias/_count"), "count via alias")["count"], 50, "alias back")
+    eq(ok(s.req("POST", "/ga-f/_count"), "count via filtered alias")["count"], 1,
+       "filtered alias back with its filter")
+    ok(s.req("PUT", "/g-new"), "index matching the restored template")
+    m = ok(s.req("GET", "/g-new/_mapping"), "mapping")
+    eq(m["g-new"]["mappings"]["properties"]["g"]["type"], "keyword", "template applies")
+
+    # the cluster: drop it all, restore, everything back, on every node
+    ok(n1.req("PUT", "/_cluster/settings", {"persistent": {key: None}}), "reset setting")
+    for path in ("/_index_template/gt1", "/_component_template/gc1", "/_template/gl1", "/ga",
+                 "/gb/_alias/gb-alias"):
+        ok(n1.req("DELETE", path), "delete " + path)
+    ok(n2.req("POST", "/_snapshot/glob/g1/_restore?wait_for_completion=true",
+              {"include_global_state": True}, timeout=300), "restore g1 on the cluster")
+    al = ok(n3.req("GET", "/gb/_alias/gb-alias"), "the view's alias of an index kept")
+    eq(al["gb"]["aliases"]["gb-alias"].get("index_routing"), "r1", "with its routing: %s" % al)
+    b = ok(n3.req("GET", "/_cluster/settings?flat_settings=true"), "settings via node-3")
+    eq(b["persistent"].get(key), "3", "setting back: %s" % b)
+    for n in (n1, n3):
+        ok(n.req("GET", "/_index_template/gt1"), "gt1 via " + n.name)
+        ok(n.req("GET", "/_template/gl1"), "gl1 via " + n.name)
+    n1.refresh("ga")
+    eq(ok(n3.req("POST", "/ga-alias/_count"), "alias on the cluster")["count"], 50, "alias back")
+    # include_aliases: false; a snapshot without global state cannot give one
+    ok(n1.req("POST", "/_snapshot/glob/g1/_restore?wait_for_completion=true",
+              {"include_aliases": False, "rename_pattern": "ga", "rename_replacement": "ga-na"},
+              timeout=300), "restore without aliases")
+    eq(ok(n1.req("GET", "/ga-na"), "ga-na")["ga-na"]["aliases"], {}, "no aliases")
+    error_is(n1.req("POST", "/_snapshot/glob/g0/_restore?wait_for_completion=true",
+                    {"include_global_state": True, "rename_pattern": "ga",
+                     "rename_replacement": "ga-0"}), 400, "snapshot_restore_exception",
+             "no global state")
+    error_is(n1.req("GET", "/ga-0"), 404, "index_not_found_exception")
+    ok(n1.req("PUT", "/_cluster/settings", {"persistent": {key: None}}), "reset setting")
+    for path in ("/_index_template/gt1", "/_component_template/gc1", "/_template/gl1", "/ga",
+                 "/ga-na", "/gb"):
+        ok(n1.req("DELETE", path), "delete " + path)
 
 
 @test
