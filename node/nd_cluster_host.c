@@ -367,7 +367,9 @@ handover_cb(void *arg, const char *index, int shard, int from, int to, uint64_t 
 			handoff_drop(i);
 			return true;
 		}
-		h->ready = false; /* expired: prepared again */
+		if (h->ready)
+			h->failures++; /* prepared, not used in time: prepared again */
+		h->ready = false;
 		return false;
 	}
 	if (nhandoffs == CL_MAX_HANDOFFS) {
@@ -505,12 +507,21 @@ allocate(nd_cluster *cl)
 		if (h->ready)
 			continue;
 		uint64_t asked = cm_now_ns();
-		if (handoff_ask(cl, h, HANDOFF_HOLD_NS)) {
+		if (!handoff_ask(cl, h, HANDOFF_HOLD_NS)) {
+			h->failures++;
+		} else if (cm_now_ns() + HANDOFF_READY_NS / 4 >= asked + HANDOFF_READY_NS) {
+			/* prepared too slowly to be used in time: its writes go on,
+			 * and it counts as a failure (three, and the hand-over is
+			 * made without a hold) */
+			cm_warn("cluster", "[%s][%d] hand-over from [%s] prepared too slowly (%.1f s)",
+			        h->index, h->shard, cl->nodes[h->from].name,
+			        (double)(cm_now_ns() - asked) / 1e9);
+			handoff_ask(cl, h, 0);
+			h->failures++;
+		} else {
 			h->ready = true;
 			h->ready_until_ns = asked + HANDOFF_READY_NS;
 			prepared = true;
-		} else {
-			h->failures++;
 		}
 	}
 	if (prepared)
@@ -521,8 +532,12 @@ allocate(nd_cluster *cl)
 			continue;
 		cl_route ro;
 		if (cl_route_get(cl, h->index, h->shard, &ro) && ro.primary == h->from &&
-		    ro.term == h->term)
+		    ro.term == h->term) {
 			handoff_ask(cl, h, 0); /* not committed: its writes go on */
+			h->used = h->ready = false;
+			h->failures++;
+			continue;
+		}
 		handoff_drop(i--);
 	}
 }
