@@ -265,7 +265,7 @@ def m4_drain_then_stop():
     victim = max(sorted(lead), key=lambda n: lead[n])  # the one leading most shards
     primaries = lead[victim]
     assert primaries, "no node but the master leads a shard: nothing is handed over"
-    att_before = written()[0] - written()[1]
+    failed_before = sum(w.failed for w in W)
     S.reset()
     t0 = time.time()
     st, b = cl.any_req("PUT", "/_cluster/settings", {
@@ -302,7 +302,7 @@ def m4_drain_then_stop():
     assert S.failed == 0, "%d searches failed: %s" % (S.failed, S.failures)
     finish("M4 drain+stop", "drained %s in %.1f s (%d primaries handed over), green in every "
            "0.1-s health sample and at its stop, %d searches 0 failed, %d writes failed" %
-           (victim, drained, primaries, S.done, written()[0] - written()[1] - att_before))
+           (victim, drained, primaries, S.done, sum(w.failed for w in W) - failed_before))
 
 
 @test
