@@ -309,47 +309,12 @@ co_cluster_health(co_req *r)
 }
 
 /* A _cat table from space-separated rows; ?format=json gives objects. */
+/* The cluster's _cat rows (space-separated fields) rendered as a solo
+ * node renders its own: h, s, v and format apply. */
 static void
 cat_reply(co_req *r, const char *const *cols, int ncols, const cm_buf *rows)
 {
-	const char *fmt = co_param_get(r, "format");
-	bool v = co_param_bool(r, "v", false);
-	char *text = cm_malloc(MEM, rows->len + 1), *save = NULL, *line;
-	cJSON *arr = cJSON_CreateArray();
-	cm_buf out;
-
-	co_param_get(r, "h");
-	co_param_get(r, "s");
-	co_param_get(r, "bytes");
-	if (rows->len)
-		memcpy(text, rows->data, rows->len);
-	text[rows->len] = 0;
-	cm_buf_init(&out, MEM);
-	if (v) {
-		for (int c = 0; c < ncols; c++)
-			cm_buf_printf(&out, "%s%s", c ? " " : "", cols[c]);
-		cm_buf_put_u8(&out, '\n');
-	}
-	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		cJSON *o = cJSON_CreateObject();
-		char *s2 = NULL, *tok = strtok_r(line, " ", &s2);
-		for (int c = 0; c < ncols; c++) {
-			cJSON_AddItemToObject(o, cols[c],
-			                      tok ? cJSON_CreateString(tok) : cJSON_CreateNull());
-			cm_buf_printf(&out, "%s%s", c ? " " : "", tok ? tok : "");
-			tok = tok ? strtok_r(NULL, " ", &s2) : NULL;
-		}
-		cm_buf_put_u8(&out, '\n');
-		cJSON_AddItemToArray(arr, o);
-	}
-	if (fmt && strcmp(fmt, "json") == 0)
-		co_reply_json(r, 200, arr);
-	else {
-		cJSON_Delete(arr);
-		co_reply_text(r, 200, "text/plain; charset=UTF-8", (const char *)out.data, out.len);
-	}
-	cm_buf_free(&out);
-	cm_free(MEM, text);
+	co_cat_rows(r, cols, ncols, (const char *)rows->data, rows->len);
 }
 
 bool

@@ -93,6 +93,9 @@ bool co_param_bool(co_req *r, const char *key, bool dflt);
  * and "true" are true, "false" is false; anything else answers 400 and
  * returns false. */
 bool co_param_flag(co_req *r, const char *key, bool dflt, bool *out);
+/* _cat rows of space-separated fields under cols, rendered with the
+ * request's h, s, v and format (co_rest.c). */
+void co_cat_rows(co_req *r, const char *const *cols, int ncols, const char *rows, size_t len);
 #define CO_CAT_HEALTH_NCOLS 14
 extern const char *const co_cat_health_cols[CO_CAT_HEALTH_NCOLS];
 /* The cluster's uuid (from the cluster state; a solo node's own, or a

@@ -494,6 +494,32 @@ done:
 	cm_free(MEM, t->numeric);
 }
 
+void
+co_cat_rows(co_req *r, const char *const *cols, int ncols, const char *rows, size_t len)
+{
+	cat_table t;
+	cat_init(&t, cols, ncols);
+	char *text = cm_malloc(MEM, len + 1), *save = NULL, *line;
+	if (len)
+		memcpy(text, rows, len);
+	text[len] = 0;
+	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		if (t.nrows == t.cap) {
+			t.cap = t.cap ? t.cap * 2 : 16;
+			t.rows = cm_realloc(MEM, t.rows, (size_t)t.cap * sizeof(char **));
+		}
+		char **row = cm_calloc(MEM, (size_t)ncols, sizeof(char *));
+		char *s2 = NULL, *tok = strtok_r(line, " ", &s2);
+		for (int c = 0; c < ncols; c++) {
+			row[c] = cm_strdup(MEM, tok ? tok : "");
+			tok = tok ? strtok_r(NULL, " ", &s2) : NULL;
+		}
+		t.rows[t.nrows++] = row;
+	}
+	cm_free(MEM, text);
+	cat_render(r, &t);
+}
+
 static void
 fmt_bytes(co_req *r, uint64_t b, char *buf, size_t cap)
 {

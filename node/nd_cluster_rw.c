@@ -1757,6 +1757,10 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 				relocating++;
 				if (init > 0)
 					init--;
+			} else if (up > want) {
+				/* a copy more than wanted, leaving once its primary has
+				 * handed over: still moving */
+				relocating++;
 			}
 			if (up > want)
 				up = want;

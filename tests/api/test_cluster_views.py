@@ -67,6 +67,15 @@ def views_describe_the_cluster():
         eq((h[0]["status"], h[0]["node.total"], h[0]["shards"], h[0]["pri"],
             h[0]["active_shards_percent"]), ("green", "3", str(2 * SHARDS), str(SHARDS),
                                              "100.0%"), "_cat/health via " + n)
+        # h= picks and orders columns, s= sorts, as on a solo node
+        st, text = NODES[n].req("GET", "/_cat/health?h=node.total,status")
+        eq((st, text.split() if isinstance(text, str) else text), (200, ["3", "green"]),
+           "_cat/health?h= via " + n)
+        st, b = NODES[n].req("GET", "/_cat/shards/v?h=shard,prirep&s=shard:desc&format=json")
+        eq([r["shard"] for r in b][:2], [str(SHARDS - 1)] * 2, "_cat/shards?s= via " + n)
+        eq(set(b[0]), {"shard", "prirep"}, "_cat/shards?h= via " + n)
+        st, b = NODES[n].req("GET", "/_cat/health?h=nope")
+        eq(st, 400, "_cat/health?h=nope via " + n)
         ix = cat(n, "indices")
         eq([(r["index"], r["health"], r["pri"], r["rep"], r["docs.count"]) for r in ix],
            [("v", "green", str(SHARDS), "1", str(DOCS))], "_cat/indices via " + n)
