@@ -120,6 +120,8 @@ typedef struct rp_alloc {
 	 * other copies leave the in-sync set and resync. */
 	bool (*handover)(void *arg, const char *index, int shard, int from, int to, uint64_t term,
 	                 uint64_t *keep);
+	const char *const *names; /* node numbers to names, for the log; may be NULL */
+	int nnames;
 } rp_alloc;
 
 /* One allocation round: drops the copies of evicted nodes; adds copies

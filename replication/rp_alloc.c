@@ -3,6 +3,7 @@
  * the nodes (rp_alloc); the master runs one round every monitor tick and
  * commits the result like any other state change. docs/cluster.md. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../common/cm_log.h"
@@ -10,6 +11,16 @@
 
 #define BIT(n) (1ull << (n))
 
+
+/* A node's name for the log, or its number in brackets. */
+static const char *
+nm(const rp_alloc *a, int node, char *buf, size_t size)
+{
+	if (a->names && node >= 0 && node < a->nnames && a->names[node])
+		return a->names[node];
+	snprintf(buf, size, "#%d", node);
+	return buf;
+}
 
 static bool
 in_sync(const rp_route *ro, int node)
@@ -98,10 +109,12 @@ hand_over(const char *index, int shard, rp_route *ro, int from, const rp_alloc *
 			if (a->handover && !a->handover(a->arg, index, shard, from, n, ro->term, &keep))
 				return false;
 			keep = (keep & ro->in_sync & ~(1ull << from)) | (1ull << n);
+			char b[16];
 			cm_info("replication",
-			        "[%s][%d] primary moves off its node: the copy on node %d leads in "
+			        "[%s][%d] primary moves off its node: the copy on [%s] leads in "
 			        "term %" PRIu64 " (%d copies stay in sync)",
-			        index, shard, n, ro->term + 1, __builtin_popcountll(keep));
+			        index, shard, nm(a, n, b, sizeof(b)), ro->term + 1,
+			        __builtin_popcountll(keep));
 			ro->primary = n;
 			ro->term++;
 			ro->in_sync = keep;
@@ -155,8 +168,9 @@ trim(const char *index, int shard, rp_route *ro, int want, const rp_alloc *a, lo
 		int node = ro->copies[drop];
 		if (node == ro->primary && !hand_over(index, shard, ro, node, a))
 			break;
-		cm_info("replication", "[%s][%d] copy on node %d leaves the routing", index, shard,
-		        node);
+		char b[16];
+		cm_info("replication", "[%s][%d] copy on [%s] leaves the routing", index, shard,
+		        nm(a, node, b, sizeof(b)));
 		if (node != ro->relocating_from)
 			l->copies[node]--;
 		drop_copy(ro, drop);
@@ -205,8 +219,28 @@ settled(const rp_route *ro)
 	return true;
 }
 
+/* Copies of ix on node, a copy moving away counted where it goes. */
+static int
+index_copies(const rp_index *ix, int node)
+{
+	int n = 0;
+	for (int s = 0; s < ix->nshards; s++)
+		for (int c = 0; c < ix->routes[s].ncopies; c++)
+			n += ix->routes[s].copies[c] == node &&
+			     ix->routes[s].copies[c] != ix->routes[s].relocating_from;
+	return n;
+}
+
 /* Starts moving a settled copy of ix (any index when NULL) from node hi to
- * node lo, of the kind rebalance.enable lets move; true if it did. */
+ * node lo, of the kind rebalance.enable lets move; true if it did.
+ *
+ * Balancing must end. A move within an index (only) needs the totals of
+ * lo not above hi's; a move of the totals takes a copy of an index with
+ * more copies on hi than on lo. Then no move makes the sum of squares of
+ * the counts (per index and node, plus per node) grow, a move of the
+ * totals makes it shrink, and moves within indices alone make the
+ * per-index part shrink: no placement comes back. (A move of the totals
+ * from any index once undid the index's own balance, for ever.) */
 static bool
 move_one(rp_state *st, const rp_alloc *a, rp_index *only, int hi, int lo, loads *l)
 {
@@ -215,7 +249,8 @@ move_one(rp_state *st, const rp_alloc *a, rp_index *only, int hi, int lo, loads 
 	for (int pass = 0; pass < 2; pass++)
 		for (size_t i = 0; i < st->nindices; i++) {
 			rp_index *ix = &st->indices[i];
-			if (only && ix != only)
+			if ((only && ix != only) ||
+			    (!only && index_copies(ix, hi) <= index_copies(ix, lo)))
 				continue;
 			for (int s = 0; s < ix->nshards; s++) {
 				rp_route *ro = &ix->routes[s];
@@ -225,8 +260,9 @@ move_one(rp_state *st, const rp_alloc *a, rp_index *only, int hi, int lo, loads 
 				if ((ro->primary == hi && a->rebalance == RP_REBALANCE_REPLICAS) ||
 				    (ro->primary != hi && a->rebalance == RP_REBALANCE_PRIMARIES))
 					continue;
-				cm_info("replication", "[%s][%d] relocates from node %d to node %d",
-				        ix->name, s, hi, lo);
+				char b1[16], b2[16];
+				cm_info("replication", "[%s][%d] relocates from [%s] to [%s]", ix->name,
+				        s, nm(a, hi, b1, sizeof(b1)), nm(a, lo, b2, sizeof(b2)));
 				add_copy(ro, lo, hi, l);
 				return true;
 			}
@@ -301,11 +337,11 @@ rp_state_allocate(rp_state *st, const rp_alloc *a)
 				int n = ro->copies[c];
 				if (n >= 0 && n < RP_MAX_NODES && a->gone_ns[n] &&
 				    a->gone_ns[n] >= delay && n != ro->primary) {
-					cm_info(
-					    "replication",
-					    "[%s][%d] copy on node %d is dropped: its node left "
-					    "past the delayed timeout",
-					    st->indices[i].name, s, n);
+					char b[16];
+					cm_info("replication",
+					        "[%s][%d] copy on [%s] is dropped: its node left "
+					        "past the delayed timeout",
+					        st->indices[i].name, s, nm(a, n, b, sizeof(b)));
 					drop_copy(ro, c);
 					changed = true;
 				}
@@ -321,11 +357,15 @@ rp_state_allocate(rp_state *st, const rp_alloc *a)
 			changed |= trim(ix->name, s, ro, want, &al, &l);
 			if (al.enable != RP_ALLOC_ALL)
 				continue;
+			/* The copy being relocated is leaving: a shard that lost
+			 * another copy meanwhile (its node evicted) gets a new one,
+			 * else the relocation could never end (the source goes only
+			 * while more copies are left than wanted). */
 			int staying = 0, drained = -1;
 			for (int c = 0; c < ro->ncopies; c++) {
 				if ((al.drain >> ro->copies[c]) & 1)
 					drained = ro->copies[c];
-				else
+				else if (ro->copies[c] != ro->relocating_from)
 					staying++;
 			}
 			while (staying < want && ro->ncopies < RP_MAX_COPIES) {

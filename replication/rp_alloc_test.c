@@ -4,6 +4,7 @@
  * term), a node gone past the delayed timeout has its copies rebuilt
  * elsewhere and not before, recoveries are throttled per node, and a
  * balanced state stays as it is. Also the state's parts for etcd. */
+#include <stdio.h>
 #include <string.h>
 
 #include "../common/cm_alloc.h"
@@ -220,6 +221,95 @@ test_node_left(void)
 	rp_state_free(st);
 }
 
+/* A node evicted while a shard relocates: the copy it held is rebuilt
+ * elsewhere and the relocation ends (it once stayed RELOCATING for ever:
+ * the source left only while more copies were left than wanted). Both
+ * the other copy and the relocation's target. */
+static void
+test_lost_during_relocation(void)
+{
+	int all[] = {0, 1, 2, 3}, up[] = {0, 2, 3}, up2[] = {0, 1, 3};
+	for (int lose = 0; lose < 2; lose++) {
+		uint64_t gone[RP_MAX_NODES] = {0};
+		rp_state *st = rp_state_new();
+		rp_state_add_index(st, "a", "ua", 1, 1, all, 2); /* copies on nodes 0 and 1 */
+		rp_route *ro = &st->indices[0].routes[0];
+		CHECK(ro->ncopies == 2 && ro->primary == 0 && ro->copies[1] == 1);
+		ro->copies[ro->ncopies++] = 2; /* the primary relocates to node 2 */
+		ro->relocating_from = 0;
+		int victim = lose ? 2 : 1;
+		if (!lose)
+			ro->in_sync |= 1ull << 2; /* the target caught up */
+		gone[victim] = 11000000000ull;
+		rp_alloc a = {.data = lose ? up2 : up,
+		              .ndata = 3,
+		              .gone_ns = gone,
+		              .delay_ns = delay_10s,
+		              .max_recoveries = 2};
+		converge(st, &a);
+		ro = &st->indices[0].routes[0];
+		CHECKF(sound(st, 2), "lost node %d: %d copies, relocating from %d", victim,
+		       ro->ncopies, ro->relocating_from);
+		CHECK(on(st, NULL, victim) == 0 && on(st, NULL, 0) == 0);
+		rp_state_free(st);
+	}
+}
+
+static bool
+prepared(void *arg, const char *index, int shard, int from, int to, uint64_t term,
+         uint64_t *keep)
+{
+	(void)arg, (void)index, (void)shard, (void)from, (void)to, (void)term;
+	*keep = ~0ull;
+	return true;
+}
+
+/* Balancing ends: from random placements (indices of 1 to 6 shards with
+ * 0 to 2 replicas, the copies put anywhere, 2 to 4 nodes) the rounds stop
+ * moving copies, with the totals per node within one of each other. It
+ * once moved two copies back and forth for ever: a move toward an
+ * index's balance, then one of the totals that undid it. */
+static void
+test_balance_ends(void)
+{
+	uint64_t seed = 88172645463325252ull;
+	int nodes[] = {0, 1, 2, 3};
+	for (int trial = 0; trial < 300; trial++) {
+		seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+		int nn = 2 + (int)(seed % 3), nix = 1 + (int)((seed >> 8) % 4);
+		rp_state *st = rp_state_new();
+		for (int i = 0; i < nix; i++) {
+			char name[8];
+			snprintf(name, sizeof(name), "i%d", i);
+			seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+			int nshards = 1 + (int)(seed % 6), nrep = (int)((seed >> 8) % 3);
+			/* every copy on a node drawn at random (distinct per shard) */
+			int order[4] = {0, 1, 2, 3};
+			for (int k = 3; k > 0; k--) {
+				int j = (int)((seed >> (16 + 2 * k)) % (uint64_t)(k + 1)), t = order[k];
+				order[k] = order[j], order[j] = t;
+			}
+			rp_state_add_index(st, name, name, nshards, nrep, order,
+			                   1 + (int)((seed >> 40) % (uint64_t)nn));
+		}
+		/* hand-overs prepared (an unprepared one resyncs the other
+		 * copies, beyond the throttle) */
+		rp_alloc a = {
+		    .data = nodes, .ndata = nn, .max_recoveries = 2, .handover = prepared};
+		int rounds = converge(st, &a);
+		CHECKF(rounds < 100, "trial %d: %d nodes, %d indices still moving after %d rounds",
+		       trial, nn, nix, rounds);
+		int lo = 1 << 30, hi = 0;
+		for (int n = 0; n < nn; n++) {
+			int c = on(st, NULL, n);
+			lo = c < lo ? c : lo;
+			hi = c > hi ? c : hi;
+		}
+		CHECKF(hi - lo <= 1, "trial %d: totals %d..%d", trial, lo, hi);
+		rp_state_free(st);
+	}
+}
+
 static void
 test_parts(void)
 {
@@ -266,6 +356,8 @@ main(void)
 	test_join();
 	test_drain();
 	test_node_left();
+	test_lost_during_relocation();
+	test_balance_ends();
 	test_parts();
 	CHECK(cm_mem_used(CM_MEM_REPLICATION) == 0);
 	return check_report("rp_alloc_test");
