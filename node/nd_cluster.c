@@ -867,7 +867,7 @@ settings_merge(rp_state *next, const cJSON *body, cm_error *err)
 					cJSON_Delete(cur);
 					return rc;
 				}
-				/* stored as text (cl_setting_get reads numbers as integers) */
+				/* stored as text (cl_setting_in reads numbers as integers) */
 				if (norm)
 					cJSON_AddStringToObject(norms, c->string, norm);
 				cm_free(MEM, norm);
@@ -1647,6 +1647,7 @@ nd_cluster_stop(nd_cluster *cl)
 		g_cluster = NULL;
 	rp_state_free(cl->state);
 	cm_free(MEM, cl->names);
+	cm_free(MEM, cl->handoffs);
 	cm_free(MEM, cl->data_nodes);
 	cm_free(MEM, cl->nodes);
 	cm_free(MEM, cl);

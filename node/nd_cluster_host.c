@@ -306,7 +306,7 @@ delay_of(void *arg, const rp_index *x)
  * that then hold every operation stay in sync under the new primary, so
  * the shard stays green. The allocator asks through handover_cb; the
  * master prepares between rounds. Only the monitor thread touches the
- * table. */
+ * table (cl->handoffs). */
 
 #define CL_MAX_HANDOFFS 16
 /* Writes are held on the old primary at most HANDOFF_HOLD_NS from when
@@ -325,13 +325,15 @@ typedef struct cl_handoff {
 	int failures;
 } cl_handoff;
 
-static cl_handoff handoffs[CL_MAX_HANDOFFS];
-static int nhandoffs;
+struct cl_handoffs {
+	cl_handoff h[CL_MAX_HANDOFFS];
+	int n;
+};
 
 static void
-handoff_drop(int i)
+handoff_drop(struct cl_handoffs *t, int i)
 {
-	handoffs[i] = handoffs[--nhandoffs];
+	t->h[i] = t->h[--t->n];
 }
 
 static bool handoff_ask(nd_cluster *cl, cl_handoff *h, uint64_t hold_ns);
@@ -340,10 +342,10 @@ static bool
 handover_cb(void *arg, const char *index, int shard, int from, int to, uint64_t term,
             uint64_t *keep)
 {
-	(void)arg;
+	struct cl_handoffs *t = ((nd_cluster *)arg)->handoffs;
 	uint64_t now = cm_now_ns();
-	for (int i = 0; i < nhandoffs; i++) {
-		cl_handoff *h = &handoffs[i];
+	for (int i = 0; i < t->n; i++) {
+		cl_handoff *h = &t->h[i];
 		if (strcmp(h->index, index) || h->shard != shard)
 			continue;
 		h->asked = true;
@@ -364,7 +366,7 @@ handover_cb(void *arg, const char *index, int shard, int from, int to, uint64_t 
 			/* its node cannot prepare: hand over all the same; the
 			 * other copies resync */
 			*keep = 0;
-			handoff_drop(i);
+			handoff_drop(t, i);
 			return true;
 		}
 		if (h->ready)
@@ -372,11 +374,11 @@ handover_cb(void *arg, const char *index, int shard, int from, int to, uint64_t 
 		h->ready = false;
 		return false;
 	}
-	if (nhandoffs == CL_MAX_HANDOFFS) {
+	if (t->n == CL_MAX_HANDOFFS) {
 		*keep = 0; /* too many at once: this one resyncs its other copies */
 		return true;
 	}
-	cl_handoff *h = &handoffs[nhandoffs++];
+	cl_handoff *h = &t->h[t->n++];
 	*h = (cl_handoff){.shard = shard, .from = from, .to = to, .term = term, .asked = true};
 	snprintf(h->index, sizeof(h->index), "%s", index);
 	return false;
@@ -463,7 +465,13 @@ allocate(nd_cluster *cl)
 	uint64_t gone[RP_MAX_NODES] = {0}, drain = 0, now = cm_now_ns();
 	char v[64];
 	rp_alloc a = {
-	    .data = data, .gone_ns = gone, .delay_ns = delay_of, .arg = cl, .handover = handover_cb};
+	    .data = data,
+	    .gone_ns = gone,
+	    .delay_ns = delay_of,
+	    .arg = cl,
+	    .handover = handover_cb,
+	    .names = (const char *const *)cl->names,
+	    .nnames = cl->nn};
 	cJSON *set = cl_settings_read(cl); /* once per round */
 	a.ndata = cl_placeable_in(cl, set, data);
 	for (int i = 0; i < cl->nn && i < RP_MAX_NODES; i++) {
@@ -492,16 +500,19 @@ allocate(nd_cluster *cl)
 	cJSON_Delete(set);
 	if (a.ndata == 0)
 		return;
-	for (int i = 0; i < nhandoffs; i++)
-		handoffs[i].asked = false;
+	if (!cl->handoffs) /* the first round as master */
+		cl->handoffs = cm_calloc(MEM, 1, sizeof(*cl->handoffs));
+	struct cl_handoffs *t = cl->handoffs;
+	for (int i = 0; i < t->n; i++)
+		t->h[i].asked = false;
 	change_state(cl, do_allocate, &a, "allocation");
 	bool prepared = false;
-	for (int i = 0; i < nhandoffs; i++) {
-		cl_handoff *h = &handoffs[i];
+	for (int i = 0; i < t->n; i++) {
+		cl_handoff *h = &t->h[i];
 		if (!h->asked) { /* no longer wanted (the routing moved on) */
 			if (h->ready)
 				handoff_ask(cl, h, 0); /* its writes go on at once */
-			handoff_drop(i--);
+			handoff_drop(t, i--);
 			continue;
 		}
 		if (h->ready)
@@ -526,8 +537,8 @@ allocate(nd_cluster *cl)
 	}
 	if (prepared)
 		change_state(cl, do_allocate, &a, "hand-over");
-	for (int i = 0; i < nhandoffs; i++) {
-		cl_handoff *h = &handoffs[i];
+	for (int i = 0; i < t->n; i++) {
+		cl_handoff *h = &t->h[i];
 		if (!h->used)
 			continue;
 		cl_route ro;
@@ -538,7 +549,7 @@ allocate(nd_cluster *cl)
 			h->failures++;
 			continue;
 		}
-		handoff_drop(i--);
+		handoff_drop(t, i--);
 	}
 }
 

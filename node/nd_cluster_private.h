@@ -75,6 +75,7 @@ struct nd_cluster {
 	pthread_mutex_t meta_lock; /* serializes state changes; see the lock order */
 	rp_state *state;           /* the adopted cluster state (under meta_lock) */
 	const char **names;        /* node names by number, for rp */
+	struct cl_handoffs *handoffs; /* prepared hand-overs (master; monitor thread only) */
 	pthread_t monitor;
 	bool monitor_started;
 	pthread_mutex_t stop_mu;

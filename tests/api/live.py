@@ -123,8 +123,17 @@ class LiveNode(Node):
                  "--transport", "127.0.0.1:%d" % self.tport, "--data", self.data,
                  "--log-level", "info"] + self.args)
 
+    def start(self):
+        # not live until it answers: a searcher once picked a node just
+        # spawned, before it listened, and counted the refused connection
+        self.ready = False
+        Node.start(self)
+        self.ready = True
+        return self
+
     def running(self):
-        return self.proc is not None and self.proc.poll() is None
+        return (self.proc is not None and self.proc.poll() is None and
+                getattr(self, "ready", False))
 
     def sigstop(self):
         self.proc.send_signal(signal.SIGSTOP)
