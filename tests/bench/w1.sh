@@ -25,9 +25,11 @@ RES="$TMP/results"; mkdir -p "$RES"
 SERVER_PIN=""; DRIVER_PIN=""
 if [ "${PIN:-0}" = 1 ]; then SERVER_PIN="taskset -c 0"; DRIVER_PIN="taskset -c 1"; fi
 
-SHOAL_PID=""; SPHINX_PIDFILE=""
+SHOAL_PID=""; SHOAL_PIDS=""; SPHINX_PIDFILE=""
 cleanup() {
-  if [ -n "$SHOAL_PID" ] && kill -0 "$SHOAL_PID" 2>/dev/null; then kill -TERM "$SHOAL_PID"; wait "$SHOAL_PID" 2>/dev/null || true; fi
+  for p in $SHOAL_PID $SHOAL_PIDS; do
+    if kill -0 "$p" 2>/dev/null; then kill -TERM "$p"; wait "$p" 2>/dev/null || true; fi
+  done
   if [ -n "$SPHINX_PIDFILE" ] && [ -s "$SPHINX_PIDFILE" ]; then kill -TERM "$(cat "$SPHINX_PIDFILE")" 2>/dev/null || true; sleep 0.5; fi
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
 }
@@ -43,6 +45,8 @@ if [ -n "$need" ]; then
 fi
 LOADGEN="$BUILD/bin/loadgen"; SHOAL="$BUILD/bin/shoal"
 
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "load average at the start: $LOAD0"
 "$PY" "$HERE/w1_data.py" "$ROOT/cluster-scripts/sample/accounts-es.ndjson" "$TMP/data"
 NDOCS=$(grep -c '"_index"' "$TMP/data/bulk.ndjson")
 # bulk bodies of 5,000 documents
@@ -86,17 +90,23 @@ curl_ok() {  # method path [body-file]
   fi
   if [ "$code" != 200 ]; then echo "$1 $2 -> HTTP $code: $(head -c 400 "$out")" >&2; exit 1; fi
 }
-run_trials() {  # tag proto port queries
-  local tag=$1 proto=$2 port=$3 q=$4 t
-  for t in $(seq 1 "$TRIALS"); do
-    $DRIVER_PIN "$LOADGEN" --proto "$proto" -p "$port" -f "$q" -c "$CONNS" -d "$SECS" -w 1 \
-      --label "$tag warm $t" > "$RES/${tag}_warm$t.json"
-  done
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+# Warm trials run after every engine is loaded and has had its cold pass,
+# engines alternating: trial 1 of each, then trial 2 of each, ...
+ENGINES=""  # "tag:proto:port:queries" each
+warm_trial() {  # tag proto port queries t
+  local tag=$1 proto=$2 port=$3 q=$4 t=$5 l0
+  l0=$(loadavg)
+  $DRIVER_PIN "$LOADGEN" --proto "$proto" -p "$port" -f "$q" -c "$CONNS" -d "$SECS" -w 1 \
+    --label "$tag warm $t" > "$RES/${tag}_warm$t.json"
+  echo "   $tag trial $t: load average before $l0, after $(loadavg)"
 }
 
 # ---- Shoal
+BASE_PORT=$PORT
 for S in $SHARDS; do
   tag="shoal_s$S"
+  PORT=$((BASE_PORT + S))  # each Shoal stays up on its own port until the end
   D="$TMP/shoal-$S"; mkdir -p "$D"
   echo "== Shoal, $S shard(s)"
   start_shoal "$D"
@@ -120,14 +130,12 @@ for S in $SHARDS; do
   start_shoal "$D"
   $DRIVER_PIN "$LOADGEN" -p "$PORT" -f "$TMP/data/q_http.ndjson" -c "$CONNS" -n 7000 -d 60 \
     --validate after --label "$tag cold" > "$RES/${tag}_cold.json"
-  run_trials "$tag" http "$PORT" "$TMP/data/q_http.ndjson"
-  pkb=$(private_kb "$SHOAL_PID")
-  rss=$(awk '/^Rss:/ {print $2}' "/proc/$SHOAL_PID/smaps_rollup")
-  stop_shoal
-  disk=$(du -sb "$D" | cut -f1)
-  printf '{"label":"Shoal, %s shard%s","protocol":"HTTP/1.1 + ES JSON","index_docs_per_s":%s,"private_kb":%s,"rss_kb":%s,"disk_bytes":%s}\n' \
-    "$S" "$([ "$S" = 1 ] || echo s)" "$ips" "$pkb" "$rss" "$disk" > "$RES/${tag}_meta.json"
+  ENGINES="$ENGINES $tag:http:$PORT:$TMP/data/q_http.ndjson"
+  SHOAL_PIDS="$SHOAL_PIDS $SHOAL_PID"
+  echo "$S $SHOAL_PID $ips $(du -sb "$D" | cut -f1)" > "$RES/${tag}_pending"
+  SHOAL_PID=""
 done
+PORT=$BASE_PORT
 
 # ---- Sphinx searchd over the same documents
 if [ "${NO_SPHINX:-0}" != 1 ]; then
@@ -185,7 +193,31 @@ EOF
   done
   $DRIVER_PIN "$LOADGEN" --proto mysql -p "$SPHINX_PORT" -f "$TMP/data/q_sphinx.ndjson" -c "$CONNS" -n 7000 -d 60 \
     --validate after --label "sphinx cold" > "$RES/sphinx_cold.json"
-  run_trials sphinx mysql "$SPHINX_PORT" "$TMP/data/q_sphinx.ndjson"
+  ENGINES="$ENGINES sphinx:mysql:$SPHINX_PORT:$TMP/data/q_sphinx.ndjson"
+fi
+
+echo "== warm trials, engines alternating"
+for t in $(seq 1 "$TRIALS"); do
+  for e in $ENGINES; do
+    IFS=: read -r tag proto port q <<< "$e"
+    warm_trial "$tag" "$proto" "$port" "$q" "$t"
+  done
+done
+
+for f in "$RES"/*_pending; do
+  [ -e "$f" ] || continue
+  tag=$(basename "$f" _pending)
+  read -r S pid sips disk < "$f"
+  pkb=$(private_kb "$pid")
+  rss=$(awk '/^Rss:/ {print $2}' "/proc/$pid/smaps_rollup")
+  SHOAL_PID=$pid; stop_shoal
+  printf '{"label":"Shoal, %s shard%s","protocol":"HTTP/1.1 + ES JSON","index_docs_per_s":%s,"private_kb":%s,"rss_kb":%s,"disk_bytes":%s}\n' \
+    "$S" "$([ "$S" = 1 ] || echo s)" "$sips" "$pkb" "$rss" "$disk" > "$RES/${tag}_meta.json"
+  rm -f "$f"
+done
+SHOAL_PIDS=""
+
+if [ "${NO_SPHINX:-0}" != 1 ]; then
   spid=$(cat "$SPHINX_PIDFILE")
   pids="$spid $(cat /proc/"$spid"/task/*/children 2>/dev/null || true)"
   pkb=$(private_kb $pids)
@@ -204,7 +236,8 @@ echo "$TABLE"
 if [ "${NO_DOC:-0}" != 1 ]; then
   {
     echo "Measured: $MACHINE. $NDOCS documents, $CONNS connections, $TRIALS warm trials of $SECS s"
-    echo "(1 s untimed warm-up each; median with min–max), driver \`build/bin/loadgen\` (one epoll"
+    echo "(1 s untimed warm-up each; median with min–max; engines alternating between trials;"
+    echo "load average at the start $LOAD0), driver \`build/bin/loadgen\` (one epoll"
     echo "thread) on the same machine$([ "${PIN:-0}" = 1 ] && echo ', server pinned to CPU 0 and driver to CPU 1' || echo ', not pinned (2 cores shared by server and driver)')."
     echo "Cold pass: the first 7,000 requests right after a restart, counts validated afterwards."
     echo "Indexing: \`_bulk\` in bodies of 5,000 documents + \`_refresh\` (Shoal), \`indexer\` (Sphinx)."

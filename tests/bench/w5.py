@@ -62,6 +62,10 @@ def parse_classes(text, engine):
     return out
 
 
+def loadavg():
+    return " ".join(open("/proc/loadavg").read().split()[:3])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("n", nargs="?", type=int, default=1000000)
@@ -105,9 +109,12 @@ def main():
             run(["/usr/bin/python3", os.path.join(HERE, "xapian_bench.py"), "index", docs, idx["xapian"]])
             open(idx["xapian"] + ".done", "w").close()
         # ---- queries
+        load0 = loadavg()
+        print("w5: load average before the queries %s" % load0, flush=True)
         for trial in range(1, a.trials + 1):
             order = engines if trial % 2 else list(reversed(engines))
             for e in order:
+                l0 = loadavg()
                 if e == "shoal":
                     # exit 1: a count differs from "expect" (shown per class)
                     p = run([os.path.join(a.build, "bin", "shoal-engine"), "query", "--index", idx[e],
@@ -125,8 +132,9 @@ def main():
                 with open(os.path.join(res, "%s_%d.json" % (e, trial)), "w") as f:
                     for r in rows:
                         f.write(json.dumps(r) + "\n")
-                print("w5 trial %d %s: %d classes; %s" % (trial, e, len(rows), p.stderr.strip().splitlines()[-1:]
-                                                          if p.stderr.strip() else ""), flush=True)
+                print("w5 trial %d %s: %d classes; load average before %s, after %s; %s" % (
+                    trial, e, len(rows), l0, loadavg(),
+                    p.stderr.strip().splitlines()[-1:] if p.stderr.strip() else ""), flush=True)
         table = subprocess.run([sys.executable, os.path.join(HERE, "report.py"), "w5", res],
                                capture_output=True, text=True, check=True).stdout
         machine = subprocess.run([sys.executable, os.path.join(HERE, "report.py"), "machine"],
@@ -138,14 +146,15 @@ def main():
                     "--qseed %d` (corpus `gen_%s.py %d --seed %d`, %d queries from `gen_queries.py --seed %d`). "
                     "One thread per engine, one segment per index, no query/result caches (Lucene's "
                     "query cache off). qps per class = runs / elapsed over %d rounds of the class's "
-                    "queries after a warm-up; medians of %d trials. Lucene 8.8.1 in process "
+                    "queries after a warm-up; medians of %d trials, engines alternating (load average %s "
+                    "before the queries). Lucene 8.8.1 in process "
                     "(`LuceneBench query`, StandardAnalyzer without stop words); Xapian 1.4.22 through its "
                     "Python bindings (which adds per-call overhead; wildcard/regexp expanded over the term "
                     "list per query because Xapian 1.4 has no such query; sloppy phrase as OP_NEAR, which "
                     "also matches reversed pairs, so its counts exceed Lucene's). TOP_k = top k by score "
                     "without exact totals (`track_total_hits: false`), COUNT = exact total only.\n\n%s"
                     % (machine, a.n, a.corpus, a.repeat, a.trials, a.seed, a.qseed, a.corpus, a.n, a.seed, nq, a.qseed,
-                       a.repeat, a.trials, table))
+                       a.repeat, a.trials, load0, table))
             subprocess.run([sys.executable, os.path.join(HERE, "report.py"), "section",
                             "W5" if a.corpus == "w3" else "W5_W2"],
                            input=text, text=True, check=True)
