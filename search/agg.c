@@ -523,7 +523,7 @@ agg_values(agg_rt *rt, uint32_t doc, const int64_t **vals)
 {
 	if (!rt->fi)
 		return 0;
-	int n = st_col_values(rt->ctx->txn, rt->fi, &rt->cb, doc, vals);
+	int n = st_col_values_sparse(rt->ctx->txn, rt->fi, &rt->cb, doc, vals);
 	if (n < 0) {
 		cm_error_set(&rt->root->err, CM_ECORRUPT, "could not read column [%s]",
 		             rt->spec->field);

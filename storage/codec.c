@@ -196,6 +196,25 @@ codec_unpack32_at(const uint8_t *in, size_t in_len, size_t first, size_t n, unsi
 }
 
 void
+codec_unpack64_at(const uint8_t *in, size_t in_len, size_t first, size_t n, unsigned bits,
+                  uint64_t *out)
+{
+	if (bits == 0) {
+		if (n)
+			memset(out, 0, n * sizeof(*out));
+		return;
+	}
+	uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
+	for (size_t j = 0; j < n; j++) {
+		size_t bp = (first + j) * bits;
+		if (bits <= 57 && (bp >> 3) + 8 <= in_len)
+			out[j] = (load64(in + (bp >> 3)) >> (bp & 7)) & mask;
+		else
+			out[j] = unpack_one(in, in_len, first + j, bits);
+	}
+}
+
+void
 codec_unpack64(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint64_t *out)
 {
 	if (n == 0)

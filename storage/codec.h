@@ -41,6 +41,8 @@ void codec_unpack64(const uint8_t *in, size_t in_len, size_t n, unsigned bits, u
  * block); the caller checks the bytes cover them. */
 void codec_unpack32_at(const uint8_t *in, size_t in_len, size_t first, size_t n, unsigned bits,
                        uint32_t *out);
+void codec_unpack64_at(const uint8_t *in, size_t in_len, size_t first, size_t n, unsigned bits,
+                       uint64_t *out);
 
 /* Postings block: n (1..128) docs ascending after `prev` (UINT32_MAX for
  * none: the first doc may then be 0) and their freqs (>= 1):

@@ -828,8 +828,19 @@ st_colblock_free(st_colblock *cb)
 	memset(cb, 0, sizeof(*cb));
 }
 
+static cm_err col_decode(st_seg_txn *t, const st_field_info *f, uint32_t block, st_colblock *cb,
+                         bool values);
+
 cm_err
 st_col_load(st_seg_txn *t, const st_field_info *f, uint32_t block, st_colblock *cb)
+{
+	return col_decode(t, f, block, cb, true);
+}
+
+/* Checks and decodes a column block: the per-doc value counts always, the
+ * values themselves when asked (else they stay packed, cb->sparse). */
+static cm_err
+col_decode(st_seg_txn *t, const st_field_info *f, uint32_t block, st_colblock *cb, bool values)
 {
 	MDB_val v;
 	cm_err e = col_get(t, f, block, &v);
@@ -884,13 +895,20 @@ st_col_load(st_seg_txn *t, const st_field_info *f, uint32_t block, st_colblock *
 	unsigned vbits = *b++;
 	if ((size_t)(end - b) < codec_packed_size(nv, vbits) || (vbits == 0 && nv && mn != mx))
 		return CM_ECORRUPT;
-	if (cb->vals_cap < nv) {
-		cb->vals = cm_realloc(CM_MEM_STORAGE, cb->vals, ((size_t)nv + 1) * sizeof(int64_t));
-		cb->vals_cap = nv;
+	cb->sparse = !values;
+	cb->vbits = vbits;
+	cb->packed = b;
+	cb->packed_len = (size_t)(end - b);
+	if (values) {
+		if (cb->vals_cap < nv) {
+			cb->vals =
+			    cm_realloc(CM_MEM_STORAGE, cb->vals, ((size_t)nv + 1) * sizeof(int64_t));
+			cb->vals_cap = nv;
+		}
+		codec_unpack64(b, (size_t)(end - b), nv, vbits, (uint64_t *)cb->vals);
+		for (uint32_t i = 0; i < nv; i++)
+			cb->vals[i] = (int64_t)((uint64_t)cb->vals[i] + (uint64_t)mn);
 	}
-	codec_unpack64(b, (size_t)(end - b), nv, vbits, (uint64_t *)cb->vals);
-	for (uint32_t i = 0; i < nv; i++)
-		cb->vals[i] = (int64_t)((uint64_t)cb->vals[i] + (uint64_t)mn);
 	cb->block = block;
 	cb->first_doc = first;
 	cb->ndocs = nd;
@@ -907,13 +925,54 @@ st_col_values(st_seg_txn *t, const st_field_info *f, st_colblock *cb, uint32_t d
 	if (doc >= t->seg->max_doc)
 		return -1;
 	uint32_t block = doc / ST_COL_BLOCK;
-	if (!cb->starts || cb->block != block || cb->ndocs == 0) {
+	if (!cb->starts || cb->block != block || cb->ndocs == 0 || cb->sparse) {
 		if (st_col_load(t, f, block, cb))
 			return -1;
 	}
 	uint32_t i = doc - cb->first_doc;
 	*vals = cb->vals + cb->starts[i];
 	return (int)(cb->starts[i + 1] - cb->starts[i]);
+}
+
+int
+st_col_values_sparse(st_seg_txn *t, const st_field_info *f, st_colblock *cb, uint32_t doc,
+                     const int64_t **vals)
+{
+	if (doc >= t->seg->max_doc)
+		return -1;
+	uint32_t block = doc / ST_COL_BLOCK;
+	if (!cb->starts || cb->block != block || cb->ndocs == 0) {
+		/* a block read at more than 1 doc in 16 decodes whole: cheaper
+		 * than value by value (and the next block starts so too) */
+		if (cb->starts && cb->ndocs)
+			cb->dense = cb->visits > ST_COL_BLOCK / 16;
+		if (col_decode(t, f, block, cb, cb->dense))
+			return -1;
+		cb->visits = 0;
+	}
+	if (cb->sparse && ++cb->visits > ST_COL_BLOCK / 16) {
+		cb->dense = true;
+		if (col_decode(t, f, block, cb, true))
+			return -1;
+	} else if (!cb->sparse) {
+		cb->visits++;
+	}
+	uint32_t i = doc - cb->first_doc;
+	uint32_t first = cb->starts[i], n = cb->starts[i + 1] - first;
+	if (!cb->sparse) {
+		*vals = cb->vals + first;
+		return (int)n;
+	}
+	if (cb->vals_cap < n || !cb->vals) {
+		size_t cap = n > 16 ? n : 16;
+		cb->vals = cm_realloc(CM_MEM_STORAGE, cb->vals, (cap + 1) * sizeof(int64_t));
+		cb->vals_cap = cap;
+	}
+	codec_unpack64_at(cb->packed, cb->packed_len, first, n, cb->vbits, (uint64_t *)cb->vals);
+	for (uint32_t k = 0; k < n; k++)
+		cb->vals[k] = (int64_t)((uint64_t)cb->vals[k] + (uint64_t)cb->min);
+	*vals = cb->vals;
+	return (int)n;
 }
 
 /* ---- ordinals ---- */

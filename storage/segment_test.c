@@ -440,6 +440,25 @@ check_segment(const char *path, mdoc **live, uint32_t nlive, uint64_t gen)
 	uint32_t got;
 	CHECK(st_id_lookup(t, "missing", 7, &got) == CM_ENOTFOUND);
 	CHECK(st_stored_get(t, nlive, &idb, &srcb) == CM_ENOTFOUND);
+	/* the sparse reader gives what the block reader gives, at strides that
+	 * stay sparse, turn dense within a block, and skip blocks */
+	const st_field_info *cols[] = {fk, fn, fp};
+	const uint32_t strides[] = {1, 2, 15, 17, 97, 1001, 4099};
+	for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
+		for (size_t k = 0; k < sizeof(strides) / sizeof(strides[0]); k++) {
+			st_colblock full = {0}, sp = {0};
+			bool same = true;
+			for (uint32_t d = (uint32_t)k; d < nlive && same; d += strides[k]) {
+				const int64_t *a, *b;
+				int na = st_col_values(t, cols[c], &full, d, &a);
+				int nb = st_col_values_sparse(t, cols[c], &sp, d, &b);
+				same = na == nb && (na <= 0 || memcmp(a, b, (size_t)na * 8) == 0);
+				CHECKF(same, "column %s doc %u stride %u: %d vs %d values",
+				       cols[c]->name, d, strides[k], na, nb);
+			}
+			st_colblock_free(&full);
+			st_colblock_free(&sp);
+		}
 	/* zone maps agree with decoded blocks */
 	for (uint32_t b = 0; b * ST_COL_BLOCK < nlive; b++) {
 		int64_t mn, mx;

@@ -149,8 +149,15 @@ typedef struct st_colblock {
 	uint32_t block, first_doc, ndocs, nvalues;
 	int64_t min, max; /* over present values; meaningless when nvalues == 0 */
 	uint32_t *starts;
-	int64_t *vals;
+	int64_t *vals; /* every value of the block; sparse: the last doc's */
 	size_t starts_cap, vals_cap;
+	/* sparse (st_col_values_sparse): values read per doc from the packed
+	 * block in the segment (valid for the read transaction) */
+	bool sparse, dense; /* dense: the last block had many visits, decode whole */
+	uint32_t visits;    /* docs read in this block */
+	unsigned vbits;
+	const uint8_t *packed;
+	size_t packed_len;
 } st_colblock;
 
 /* Zone map only (no decode): for range queries to skip blocks. */
@@ -163,6 +170,12 @@ void st_colblock_free(st_colblock *cb);
  * and points *vals at them. Negative on error. */
 int st_col_values(st_seg_txn *t, const st_field_info *f, st_colblock *cb, uint32_t doc,
                   const int64_t **vals);
+/* The same for visits of a few docs per block (aggregations over a
+ * filtered set): only the doc's values are decoded, not the block's 4096
+ * docs' (a query matching 1% of the docs decoded them all). *vals is good
+ * until the next call on cb. Do not mix with st_col_values on one cb. */
+int st_col_values_sparse(st_seg_txn *t, const st_field_info *f, st_colblock *cb, uint32_t doc,
+                         const int64_t **vals);
 
 /* Keyword ordinals <-> terms (ordinals are ranks in the sorted dictionary). */
 cm_err st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t **term,
