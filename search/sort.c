@@ -343,7 +343,7 @@ sr_sorter_key_value(sr_sorter *s, sr_exec *x, size_t si, size_t i, uint32_t doc,
 		return CM_OK;
 	}
 	const int64_t *cv;
-	int n = st_col_values(x->segs[si].txn, s->fi[i], &s->cb[i], doc, &cv);
+	int n = st_col_values_sparse(x->segs[si].txn, s->fi[i], &s->cb[i], doc, &cv);
 	if (n < 0)
 		return cm_error_set(x->err, CM_ECORRUPT, "cannot read column [%s]", s->fi[i]->name);
 	if (n == 0) {

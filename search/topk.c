@@ -228,7 +228,7 @@ meta_value(sr_exec *x, meta_cols *m, size_t si, uint32_t doc, int which)
 	if (!m->fi[which])
 		return 0;
 	const int64_t *v;
-	int n = st_col_values(x->segs[si].txn, m->fi[which], &m->cb[which], doc, &v);
+	int n = st_col_values_sparse(x->segs[si].txn, m->fi[which], &m->cb[which], doc, &v);
 	return n > 0 ? v[0] : 0;
 }
 

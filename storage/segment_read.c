@@ -942,15 +942,15 @@ st_col_values_sparse(st_seg_txn *t, const st_field_info *f, st_colblock *cb, uin
 		return -1;
 	uint32_t block = doc / ST_COL_BLOCK;
 	if (!cb->starts || cb->block != block || cb->ndocs == 0) {
-		/* a block read at more than 1 doc in 16 decodes whole: cheaper
+		/* a block read at more than 1 doc in 32 decodes whole: cheaper
 		 * than value by value (and the next block starts so too) */
 		if (cb->starts && cb->ndocs)
-			cb->dense = cb->visits > ST_COL_BLOCK / 16;
+			cb->dense = cb->visits > ST_COL_BLOCK / 32;
 		if (col_decode(t, f, block, cb, cb->dense))
 			return -1;
 		cb->visits = 0;
 	}
-	if (cb->sparse && ++cb->visits > ST_COL_BLOCK / 16) {
+	if (cb->sparse && ++cb->visits > ST_COL_BLOCK / 32) {
 		cb->dense = true;
 		if (col_decode(t, f, block, cb, true))
 			return -1;
