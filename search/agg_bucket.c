@@ -1092,6 +1092,10 @@ typedef struct terms_state {
 	uint32_t *counts; /* per ordinal, no sub-aggs */
 	uint32_t *ord2b;  /* ordinal → bucket + 1; UINT32_MAX rejected */
 	size_t nords;
+	/* the ordinals counted, while few (flush visits them, not every
+	 * ordinal of the segment); touched_cap 0: too many, scan */
+	uint32_t *touched;
+	size_t ntouched, touched_cap;
 	uint8_t key_kind; /* 0 unknown, 1 string, 2 long, 3 double */
 } terms_state;
 
@@ -1111,6 +1115,7 @@ terms_free(const sr_agg *a, void *d)
 	btab_free(&s->t, a);
 	cm_free(AGG_MEM, s->counts);
 	cm_free(AGG_MEM, s->ord2b);
+	cm_free(AGG_MEM, s->touched);
 	cm_free(AGG_MEM, s);
 }
 
@@ -1177,6 +1182,13 @@ terms_resolve(agg_rt *rt, terms_state *s, uint64_t ord)
 	return (uint32_t)(b - s->t.v) + 1;
 }
 
+static int
+cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return (x > y) - (x < y);
+}
+
 static void
 terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
 {
@@ -1192,9 +1204,15 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 		if (n->epoch != rt->epoch) {
 			agg_mark_dirty(rt, n);
 			s->nords = nords;
-			if (fast)
+			if (fast) {
 				s->counts = cm_calloc(AGG_MEM, nords ? nords : 1, sizeof *s->counts);
-			else if (arr)
+				s->ntouched = 0;
+				s->touched_cap = nords / 16;
+				s->touched =
+				    s->touched_cap
+				        ? cm_malloc(AGG_MEM, s->touched_cap * sizeof *s->touched)
+				        : NULL;
+			} else if (arr)
 				s->ord2b = cm_calloc(AGG_MEM, nords ? nords : 1, sizeof *s->ord2b);
 		}
 		for (size_t i = 0; i < cnt; i++) {
@@ -1210,7 +1228,12 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 				if (ord >= nords)
 					continue;
 				if (fast) {
-					s->counts[ord]++;
+					if (!s->counts[ord]++ && s->touched_cap) {
+						if (s->ntouched < s->touched_cap)
+							s->touched[s->ntouched++] = (uint32_t)ord;
+						else
+							s->touched_cap = 0;
+					}
 					continue;
 				}
 				uint32_t bi;
@@ -1261,7 +1284,13 @@ terms_flush(agg_rt *rt, agg_node *n)
 	terms_state *s = n->d;
 	const terms_params *p = rt->spec->p;
 	if (s->counts) {
-		for (size_t o = 0; o < s->nords; o++) {
+		/* few ordinals counted: those, in ordinal order as a scan would */
+		bool few = s->touched_cap && p->min_doc_count > 0;
+		if (few)
+			qsort(s->touched, s->ntouched, sizeof *s->touched, cmp_u32);
+		size_t end = few ? s->ntouched : s->nords;
+		for (size_t i = 0; i < end; i++) {
+			size_t o = few ? s->touched[i] : i;
 			if (!s->counts[o] && p->min_doc_count > 0)
 				continue;
 			const uint8_t *t;
@@ -1284,8 +1313,11 @@ terms_flush(agg_rt *rt, agg_node *n)
 	}
 	cm_free(AGG_MEM, s->counts);
 	cm_free(AGG_MEM, s->ord2b);
+	cm_free(AGG_MEM, s->touched);
 	s->counts = NULL;
 	s->ord2b = NULL;
+	s->touched = NULL;
+	s->ntouched = s->touched_cap = 0;
 	s->nords = 0;
 }
 

@@ -103,6 +103,13 @@ struct st_seg_txn {
 	cm_buf raw; /* decompressed stored block */
 	cm_buf frame; /* its compressed frame, gathered from chunks */
 	uint32_t raw_first, raw_last; /* docs held in raw (raw_last < raw_first: none) */
+	/* st_ord_term's own cursor, left on ordinal ord_at of field ord_fid
+	 * (ord_valid): a later ordinal close ahead steps there (terms
+	 * aggregations resolve their ordinals in ascending order) */
+	MDB_cursor *ord_cur;
+	uint64_t ord_at;
+	uint32_t ord_fid;
+	bool ord_valid;
 };
 
 struct st_terms {

@@ -283,6 +283,8 @@ st_seg_txn_end(st_seg_txn *t)
 	if (!t)
 		return;
 	mdb_cursor_close(t->cur);
+	if (t->ord_cur)
+		mdb_cursor_close(t->ord_cur);
 	mdb_txn_abort(t->txn);
 	if (t->dctx)
 		ZSTD_freeDCtx(t->dctx);
@@ -983,8 +985,20 @@ st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t *
 {
 	if (!st_field_type_is_ordinal(f->type) || ord >= f->num_terms)
 		return CM_ENOTFOUND;
+	if (!t->ord_cur && mdb_cursor_open(t->txn, t->seg->dbi, &t->ord_cur))
+		return CM_EIO;
 	uint8_t key[SEG_MAX_KEY + 1];
 	uint32_t n = (uint32_t)(ord / KDICT_STEP);
+	MDB_val k, tv;
+	int rc;
+	if (t->ord_valid && t->ord_fid == f->id && ord >= t->ord_at &&
+	    ord - t->ord_at <= ord % KDICT_STEP) {
+		/* from where the last lookup left the cursor */
+		rc = mdb_cursor_get(t->ord_cur, &k, &tv, MDB_GET_CURRENT);
+		for (uint64_t i = t->ord_at; rc == 0 && i < ord; i++)
+			rc = mdb_cursor_get(t->ord_cur, &k, &tv, MDB_NEXT);
+		goto check;
+	}
 	key[0] = TAG_KDICT;
 	key[1] = (uint8_t)(f->id >> 8);
 	key[2] = (uint8_t)f->id;
@@ -1000,11 +1014,16 @@ st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t *
 	if (!cm_checksum_ok(v.mv_data, &tl) || tl > SEG_MAX_TERM)
 		return CM_ECORRUPT;
 	size_t kl = seg_term_key(key, TAG_TERM, f->id, v.mv_data, tl);
-	MDB_val k = {kl, key}, tv;
-	int rc = mdb_cursor_get(t->cur, &k, &tv, MDB_SET_KEY);
+	k = (MDB_val){kl, key};
+	rc = mdb_cursor_get(t->ord_cur, &k, &tv, MDB_SET_KEY);
 	for (uint64_t i = n * (uint64_t)KDICT_STEP; rc == 0 && i < ord; i++)
-		rc = mdb_cursor_get(t->cur, &k, &tv, MDB_NEXT);
-	if (rc || k.mv_size < 3 || memcmp(k.mv_data, key, 3) != 0)
+		rc = mdb_cursor_get(t->ord_cur, &k, &tv, MDB_NEXT);
+check:
+	t->ord_valid = false;
+	/* the key's tag and field: TAG_TERM then the field id, big-endian */
+	if (rc || k.mv_size < 3 || ((const uint8_t *)k.mv_data)[0] != TAG_TERM ||
+	    ((const uint8_t *)k.mv_data)[1] != (uint8_t)(f->id >> 8) ||
+	    ((const uint8_t *)k.mv_data)[2] != (uint8_t)f->id)
 		return CM_ECORRUPT;
 	/* The T value names its ordinal: cheap proof we landed right. */
 	const uint8_t *p = tv.mv_data, *pe = p + tv.mv_size;
@@ -1012,6 +1031,9 @@ st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t *
 	if (!codec_varint(&p, pe, &df) || !codec_varint(&p, pe, &ttf) || !codec_varint(&p, pe, &o) ||
 	    o != ord)
 		return CM_ECORRUPT;
+	t->ord_valid = true;
+	t->ord_fid = f->id;
+	t->ord_at = ord;
 	*term = (const uint8_t *)k.mv_data + 3;
 	*len = k.mv_size - 3;
 	return CM_OK;
