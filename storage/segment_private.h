@@ -93,13 +93,13 @@ struct st_segment {
 	pthread_mutex_t dict_mu;
 	bool dict_loaded;
 	void *ddict; /* ZSTD_DDict, NULL when the segment has no dictionary */
+	uint64_t uid; /* names its stored blocks in st_bcache */
 };
 
 struct st_seg_txn {
 	const st_segment *seg;
 	MDB_txn *txn;
 	MDB_cursor *cur;
-	void *dctx; /* ZSTD_DCtx, made on first stored read */
 	cm_buf raw; /* decompressed stored block */
 	cm_buf frame; /* its compressed frame, gathered from chunks */
 	uint32_t raw_first, raw_last; /* docs held in raw (raw_last < raw_first: none) */

@@ -14,6 +14,7 @@
 
 #include "codec.h"
 #include "segment_private.h"
+#include "st_bcache.h"
 
 #define BEFORE_FIRST (UINT32_MAX - 1)
 
@@ -142,6 +143,7 @@ st_segment_open(const char *path, st_segment **out, cm_error *err)
 	*out = NULL;
 	st_segment *s = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*s));
 	pthread_mutex_init(&s->dict_mu, NULL);
+	s->uid = st_bcache_uid();
 	s->path = cm_strdup(CM_MEM_STORAGE, path);
 	MDB_txn *txn = NULL;
 	cm_err e = verify_file(path, &s->bytes, err);
@@ -286,8 +288,6 @@ st_seg_txn_end(st_seg_txn *t)
 	if (t->ord_cur)
 		mdb_cursor_close(t->ord_cur);
 	mdb_txn_abort(t->txn);
-	if (t->dctx)
-		ZSTD_freeDCtx(t->dctx);
 	cm_buf_free(&t->raw);
 	cm_buf_free(&t->frame);
 	cm_free(CM_MEM_STORAGE, t);
@@ -1100,6 +1100,35 @@ load_dict(st_seg_txn *t)
 	pthread_mutex_unlock(&s->dict_mu);
 	return e;
 }
+/* One zstd decompression context per thread (made once, not per read
+ * transaction: that was 5% of a W1 search), freed when the thread ends. */
+static pthread_key_t dctx_key;
+static pthread_once_t dctx_once = PTHREAD_ONCE_INIT;
+
+static void
+dctx_free(void *p)
+{
+	ZSTD_freeDCtx(p);
+}
+
+static void
+dctx_init(void)
+{
+	pthread_key_create(&dctx_key, dctx_free);
+}
+
+static ZSTD_DCtx *
+thread_dctx(void)
+{
+	pthread_once(&dctx_once, dctx_init);
+	ZSTD_DCtx *d = pthread_getspecific(dctx_key);
+	if (!d && (d = ZSTD_createDCtx()) && pthread_setspecific(dctx_key, d)) {
+		ZSTD_freeDCtx(d);
+		d = NULL;
+	}
+	return d;
+}
+
 
 static cm_err
 load_stored_block(st_seg_txn *t, uint32_t doc)
@@ -1123,6 +1152,13 @@ load_stored_block(st_seg_txn *t, uint32_t doc)
 	    !cm_rd_varint(&r, &flen) || first > doc || last < doc || raw_len > STORED_MAX_RAW ||
 	    flen == 0 || flen > ZSTD_compressBound(raw_len) || off > UINT64_MAX / 2)
 		return CM_ECORRUPT;
+	uint32_t cfirst;
+	if (st_bcache_get(t->seg->uid, last, &t->raw, &cfirst) && cfirst == first &&
+	    t->raw.len == raw_len) {
+		t->raw_first = (uint32_t)first;
+		t->raw_last = last;
+		return CM_OK;
+	}
 	/* gather the frame from its chunks */
 	cm_buf_reset(&t->frame);
 	cm_buf_reserve(&t->frame, flen);
@@ -1149,23 +1185,25 @@ load_stored_block(st_seg_txn *t, uint32_t doc)
 	cm_err e = load_dict(t);
 	if (e)
 		return e;
-	if (!t->dctx)
-		t->dctx = ZSTD_createDCtx();
+	ZSTD_DCtx *dctx = thread_dctx();
+	if (!dctx)
+		return CM_ENOMEM;
 	cm_buf_reset(&t->raw);
 	cm_buf_reserve(&t->raw, raw_len + 1);
 	t->raw_first = 1;
 	t->raw_last = 0;
 	size_t n;
 	if (t->seg->ddict)
-		n = ZSTD_decompress_usingDDict(t->dctx, t->raw.data, raw_len, t->frame.data, flen,
+		n = ZSTD_decompress_usingDDict(dctx, t->raw.data, raw_len, t->frame.data, flen,
 		                               t->seg->ddict);
 	else
-		n = ZSTD_decompressDCtx(t->dctx, t->raw.data, raw_len, t->frame.data, flen);
+		n = ZSTD_decompressDCtx(dctx, t->raw.data, raw_len, t->frame.data, flen);
 	if (ZSTD_isError(n) || n != raw_len)
 		return CM_ECORRUPT;
 	t->raw.len = n;
 	t->raw_first = (uint32_t)first;
 	t->raw_last = last;
+	st_bcache_put(t->seg->uid, t->raw_first, last, t->raw.data, n);
 	return CM_OK;
 }
 
