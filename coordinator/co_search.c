@@ -346,6 +346,7 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 		return rc;
 	}
 	t = nd_targets_open(ixs, n);
+	nd_targets_only(t, n, co_param_get(r, "preference")); /* _shards: */
 	rc = nd_search_fanout(r->node, t, n, &req, fanout_mode(r), out, err);
 	nd_targets_close(t, n);
 	sr_request_free(&req);
@@ -461,13 +462,15 @@ co_h_count(co_req *r)
 	                                      "_source_excludes", "track_total_hits", "scroll",
 	                                      "terminate_after", "timeout", "track_scores", "explain",
 	                                      "version", "seq_no_primary_term", "search_type",
-	                                      "preference", "request_cache", "routing", "typed_keys",
+	                                      "request_cache", "routing", "typed_keys",
 	                                      "allow_no_indices", "expand_wildcards", "stats",
 	                                      "min_score", "analyze_wildcard", "lenient"};
 	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
 		co_param_get(r, ignored[i]);
 	cm_error_clear(&err);
-	if (co_alias_filter(r, search_index_expr(r), body, &err)) {
+	const char *pref = co_param_get(r, "preference");
+	if (nd_cl_preference_check(pref, &err) ||
+	    co_alias_filter(r, search_index_expr(r), body, &err)) {
 		co_reply_error(r, &err, NULL);
 		cJSON_Delete(body);
 		return;
@@ -492,8 +495,7 @@ co_h_count(co_req *r)
 	if (!q)
 		q = sr_query_new(SR_Q_MATCH_ALL);
 	nd_target *t = nd_targets_open(ixs, n);
-	for (size_t i = 0; i < n; i++)
-		shards += nd_index_nshards(ixs[i]);
+	shards = (int)nd_targets_only(t, n, pref); /* _shards: */
 	if (nd_count(r->node, t, n, q, 0, &count, &err)) {
 		reply_all_shards_failed(r, &err, ixs, n);
 	} else {
