@@ -516,6 +516,42 @@ co_h_count(co_req *r)
 
 /* ---- _msearch ---- */
 
+/* A URL parameter set for one search of an _msearch (its header's). */
+typedef struct param_override {
+	co_param *slot; /* NULL: no room, nothing changed */
+	char *saved;    /* the slot's value before */
+	bool added;     /* the slot was added (the last one) */
+} param_override;
+
+/* Sets parameter key to value (borrowed) until param_restore. */
+static param_override
+param_set(co_req *r, const char *key, const char *value)
+{
+	param_override o = {0};
+	for (int i = 0; i < r->nparams && !o.slot; i++)
+		if (strcmp(r->params[i].key, key) == 0)
+			o.slot = &r->params[i];
+	if (!o.slot && r->nparams < CO_MAX_PARAMS) {
+		o.slot = &r->params[r->nparams++];
+		*o.slot = (co_param){(char *)key, NULL, true};
+		o.added = true;
+	}
+	if (o.slot) {
+		o.saved = o.slot->value;
+		o.slot->value = (char *)value;
+	}
+	return o;
+}
+
+static void
+param_restore(co_req *r, const param_override *o)
+{
+	if (o->added)
+		r->nparams--;
+	else if (o->slot)
+		o->slot->value = o->saved;
+}
+
 void
 co_h_msearch(co_req *r)
 {
@@ -597,7 +633,15 @@ co_h_msearch(co_req *r)
 		                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(header,
 		                                                                     "ignore_unavailable")),
 		                       &ixs, &n, &err)) {
-			run_search(r, ixs, n, body, 0, 0, 0, &one, &err);
+			const cJSON *pj = cJSON_GetObjectItemCaseSensitive(header, "preference");
+			if (cJSON_IsString(pj)) {
+				/* the header's preference, for this search only */
+				param_override o = param_set(r, "preference", pj->valuestring);
+				run_search(r, ixs, n, body, 0, 0, 0, &one, &err);
+				param_restore(r, &o);
+			} else {
+				run_search(r, ixs, n, body, 0, 0, 0, &one, &err);
+			}
 			co_release_all(ixs, n);
 		}
 		if (err.code) {

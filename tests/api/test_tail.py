@@ -602,6 +602,21 @@ def shards_preference_restricts_the_shards():
                         {"query": {"range": {"n": {"lt": DOCS}}}})
     eq((st, b.get("count"), b.get("_shards", {}).get("total")),
        (200, len(per[0]) + len(per[1]), 2), "_count with _shards:0,1: %s" % b)
+    # _msearch: the header's preference, else the URL's
+    q = {"query": {"range": {"n": {"lt": DOCS}}}, "size": DOCS, "_source": False}
+    body = "".join(json.dumps(x) + "\n" for x in (
+        {"index": "tail", "preference": "_shards:0"}, q, {"index": "tail"}, q,
+        {"index": "tail", "preference": "_shards:x"}, q))
+    st, b = C.coord.req("POST", "/_msearch?preference=_shards:2", body,
+                        {"Content-Type": "application/x-ndjson"})
+    eq(st, 200, "_msearch: %s" % b)
+    r = b["responses"]
+    eq(({h["_id"] for h in r[0]["hits"]["hits"]}, r[0]["_shards"]["total"]), (per[0], 1),
+       "_msearch header _shards:0")
+    eq(({h["_id"] for h in r[1]["hits"]["hits"]}, r[1]["_shards"]["total"]), (per[2], 1),
+       "_msearch URL _shards:2")
+    eq((r[2].get("status"), r[2].get("error", {}).get("type")),
+       (400, "illegal_argument_exception"), "_msearch bad header preference: %s" % r[2])
     # bad forms: 400 with the reason
     for bad, why in (("_shards:", "no shard numbers"), ("_shards:,", "no shard numbers"),
                      ("_shards:x", "not a shard number"), ("_shards:1,2x", "not a shard number"),
