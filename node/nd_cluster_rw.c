@@ -869,8 +869,8 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 			/* Some of these shards were answered by a hedge: the merged
 			 * result cannot be split, so the rest wait for their hedges
 			 * (or try another copy). */
-			group_done(g, true, took, meta->service_us, meta->nservice,
-			             meta->queue, censored);
+			group_done(g, true, took, meta->service_us, meta->nservice, meta->queue,
+			           censored);
 			cl_mark(S->cl, g->node, true, took);
 			for (size_t i = 0; i < nres; i++)
 				sr_shard_result_free(&res[i]);
@@ -887,8 +887,8 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 			return;
 		} else if (!claim_jobs(g->jobs, g->n, g->id)) {
 			/* a hedge answered one of them meanwhile: as above */
-			group_done(g, true, took, meta->service_us, meta->nservice,
-			             meta->queue, censored);
+			group_done(g, true, took, meta->service_us, meta->nservice, meta->queue,
+			           censored);
 			for (size_t i = 0; i < nres; i++)
 				sr_shard_result_free(&res[i]);
 			cm_free(MEM, res);
@@ -901,8 +901,8 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 			group_free(g);
 			return;
 		} else {
-			group_done(g, true, took, meta->service_us, meta->nservice,
-			             meta->queue, censored);
+			group_done(g, true, took, meta->service_us, meta->nservice, meta->queue,
+			           censored);
 			cl_mark(S->cl, g->node, true, took);
 			for (size_t q = 0; q < g->n; q++) {
 				g->jobs[q]->took_ns = took;
@@ -981,8 +981,7 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 		if (strings)
 			pr_strings_free(strings);
 	} else {
-		group_done(g, true, took, meta->service_us, meta->nservice, meta->queue,
-		             censored);
+		group_done(g, true, took, meta->service_us, meta->nservice, meta->queue, censored);
 		cl_mark(S->cl, g->node, true, took);
 		bool kept = false;
 		for (size_t i = 0; i < g->n; i++) {
@@ -1102,8 +1101,8 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n, bool hedge)
 		h->id = g->id;
 		h->n = n;
 		memcpy(h->jobs, jobs, n * sizeof(shard_job *));
-		nd_rank_timer(g->t_sent + nd_rank_hedge_delay(node, jobs[0]->ixname, uuid, copy_shards,
-		                                              n, S->cfg.min_delay_ns),
+		nd_rank_timer(g->t_sent + nd_rank_hedge_delay(node, jobs[0]->ixname, uuid,
+		                                              copy_shards, n, S->cfg.min_delay_ns),
 		              hedge_fire, h);
 	}
 	nd_peer_call(S->cl->nodes[node].peer, PR_SEARCH, g->msg.data, g->msg.len, deadline,
@@ -1282,9 +1281,10 @@ pref_list_check(const char *pref, const char *list, size_t len, cm_error *err)
 				digits = *c >= '0' && *c <= '9';
 			if (!digits || strtoll(d, NULL, 10) > INT32_MAX ||
 			    strtoll(d, NULL, 10) < INT32_MIN)
-				return cm_error_set(err, CM_EINVAL,
-				                    "preference [%.100s]: [%.*s] is not a shard number",
-				                    pref, (int)(t - d > 40 ? 40 : t - d), d);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "preference [%.100s]: [%.*s] is not a shard number", pref,
+				    (int)(t - d > 40 ? 40 : t - d), d);
 			n++;
 		}
 		p = comma ? comma + 1 : end;
@@ -1478,7 +1478,8 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 	pthread_mutex_init(&S->lock, NULL);
 	sr_request_init(&S->req);
 	nd_rank_config(&S->cfg);
-	S->hedge = S->cfg.hedge && mode != ND_CL_FANOUT_SERIAL && pref_hedges(nd_cl_pref_copies(pref));
+	S->hedge =
+	    S->cfg.hedge && mode != ND_CL_FANOUT_SERIAL && pref_hedges(nd_cl_pref_copies(pref));
 	if ((rc = nd_cl_preference_check(pref, err)) ||
 	    (rc = nd_cl_request_build(S->body, strlen(S->body), S->params, &S->req, err))) {
 		S_unref(S);

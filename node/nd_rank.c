@@ -346,9 +346,9 @@ alpha_after(bool seen, uint64_t last_ns, uint64_t now)
 }
 
 void
-nd_rank_done(int node, const char *index, const char *uuid, const int *shards, size_t n,
-             bool ok, uint64_t rtt_ns, const uint64_t *service_us, size_t nservice,
-             uint32_t queue, bool censored)
+nd_rank_done(int node, const char *index, const char *uuid, const int *shards, size_t n, bool ok,
+             uint64_t rtt_ns, const uint64_t *service_us, size_t nservice, uint32_t queue,
+             bool censored)
 {
 	if (!valid(node))
 		return;
@@ -370,7 +370,8 @@ nd_rank_done(int node, const char *index, const char *uuid, const int *shards, s
 			continue;
 		}
 		c->replies++;
-		double s = i < nservice ? (double)service_us[i] : smax, a = alpha_after(c->seen, c->last_ns, now);
+		double s = i < nservice ? (double)service_us[i] : smax,
+		       a = alpha_after(c->seen, c->last_ns, now);
 		c->r_us = c->seen ? ewma(c->r_us, r, a) : r;
 		if (nservice)
 			c->s_us = c->seen ? ewma(c->s_us, s, a) : s;
@@ -412,8 +413,8 @@ nd_rank_censored(int node, const nd_rank_copy *c, uint64_t ns)
 	pthread_mutex_lock(&rank_mu);
 	ring_add(fig[node].ring, &fig[node].nring, &fig[node].pos, ns / 1000);
 	if (c) {
-		rk_copy *k =
-		    copy_locked(node, copy_key(c->index, c->uuid), c->shard, c->index ? c->index : "", now);
+		rk_copy *k = copy_locked(node, copy_key(c->index, c->uuid), c->shard,
+		                         c->index ? c->index : "", now);
 		ring_add(k->ring, &k->nring, &k->pos, ns / 1000);
 	}
 	pthread_mutex_unlock(&rank_mu);
@@ -449,7 +450,8 @@ nd_rank_order(const nd_rank_copy *copy, const int *cand, const bool *alive, int 
 	pthread_mutex_lock(&rank_mu);
 	for (int i = 0; i < n; i++) {
 		c[i] = valid(cand[i]) ? copy_locked(cand[i], key, copy->shard, NULL, now) : NULL;
-		rk[i] = !alive[i] || !valid(cand[i]) ? INFINITY : rank_locked(cand[i], c[i], nnodes);
+		rk[i] =
+		    !alive[i] || !valid(cand[i]) ? INFINITY : rank_locked(cand[i], c[i], nnodes);
 	}
 	for (int i = 1; i < n; i++)
 		if (rk[i] < rk[best])
@@ -846,9 +848,8 @@ copies_json(nd_cluster *cl, int nn, cJSON *into)
 		cJSON_AddNumberToObject(o, "ewma_response_ms", c->seen ? c->r_us / 1000.0 : 0);
 		cJSON_AddNumberToObject(o, "service_ms", c->seen ? c->s_us / 1000.0 : 0);
 		cJSON_AddNumberToObject(o, "outstanding", c->outstanding);
-		cJSON_AddNumberToObject(o, "p95_ms",
-		                        (double)p95_ns(c->ring, c->nring, c->seen ? c->r_us : 0) /
-		                            1e6);
+		cJSON_AddNumberToObject(
+		    o, "p95_ms", (double)p95_ns(c->ring, c->nring, c->seen ? c->r_us : 0) / 1e6);
 		cJSON_AddNumberToObject(o, "requests_sent", (double)c->sent);
 		cJSON_AddNumberToObject(o, "replies", (double)c->replies);
 		cJSON_AddNumberToObject(o, "failures", (double)c->failures);

@@ -56,7 +56,8 @@ nd_targets_only(nd_target *t, size_t n, const char *pref)
 				continue;
 			}
 			if (!t[i].skip)
-				t[i].skip = cm_calloc(CM_MEM_NODE, (size_t)t[i].nshards, sizeof(bool));
+				t[i].skip =
+				    cm_calloc(CM_MEM_NODE, (size_t)t[i].nshards, sizeof(bool));
 			t[i].skip[s] = true;
 		}
 	return left;

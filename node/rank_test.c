@@ -181,7 +181,8 @@ test_per_copy(void)
 	double r, sv;
 	int os;
 	REQUIRE(nd_rank_copy_figures(10, "uuid-pc", 0, &r, &sv, &os));
-	CHECKF(r > 39000 && r < 41000 && sv > 29000 && sv < 31000 && os == 0, "%g %g %d", r, sv, os);
+	CHECKF(r > 39000 && r < 41000 && sv > 29000 && sv < 31000 && os == 0, "%g %g %d", r, sv,
+	       os);
 	REQUIRE(nd_rank_copy_figures(10, "uuid-pc", 1, &r, &sv, &os));
 	CHECKF(r > 1900 && r < 2100 && sv > 900 && sv < 1100, "%g %g", r, sv);
 	/* one per_node message for shards 2, 3 and 4 of node 12: one round
@@ -194,8 +195,8 @@ test_per_copy(void)
 	nd_rank_done(12, "pc", "uuid-pc", sh, 3, true, 10 * MS, svc, 3, 0, false);
 	for (int i = 0; i < 3; i++) {
 		REQUIRE(nd_rank_copy_figures(12, "uuid-pc", sh[i], &r, &sv, &os));
-		CHECKF(os == 0 && r > 9999 && r < 10001 && sv == (double)svc[i], "shard %d: %g %g %d",
-		       sh[i], r, sv, os);
+		CHECKF(os == 0 && r > 9999 && r < 10001 && sv == (double)svc[i],
+		       "shard %d: %g %g %d", sh[i], r, sv, os);
 	}
 	/* a reply with fewer service times than shards: the rest take the
 	 * largest */
