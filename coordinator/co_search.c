@@ -346,6 +346,7 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 		return rc;
 	}
 	t = nd_targets_open(ixs, n);
+	nd_targets_only(t, n, co_param_get(r, "preference")); /* _shards: */
 	rc = nd_search_fanout(r->node, t, n, &req, fanout_mode(r), out, err);
 	nd_targets_close(t, n);
 	sr_request_free(&req);
@@ -461,13 +462,15 @@ co_h_count(co_req *r)
 	                                      "_source_excludes", "track_total_hits", "scroll",
 	                                      "terminate_after", "timeout", "track_scores", "explain",
 	                                      "version", "seq_no_primary_term", "search_type",
-	                                      "preference", "request_cache", "routing", "typed_keys",
+	                                      "request_cache", "routing", "typed_keys",
 	                                      "allow_no_indices", "expand_wildcards", "stats",
 	                                      "min_score", "analyze_wildcard", "lenient"};
 	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
 		co_param_get(r, ignored[i]);
 	cm_error_clear(&err);
-	if (co_alias_filter(r, search_index_expr(r), body, &err)) {
+	const char *pref = co_param_get(r, "preference");
+	if (nd_cl_preference_check(pref, &err) ||
+	    co_alias_filter(r, search_index_expr(r), body, &err)) {
 		co_reply_error(r, &err, NULL);
 		cJSON_Delete(body);
 		return;
@@ -492,8 +495,7 @@ co_h_count(co_req *r)
 	if (!q)
 		q = sr_query_new(SR_Q_MATCH_ALL);
 	nd_target *t = nd_targets_open(ixs, n);
-	for (size_t i = 0; i < n; i++)
-		shards += nd_index_nshards(ixs[i]);
+	shards = (int)nd_targets_only(t, n, pref); /* _shards: */
 	if (nd_count(r->node, t, n, q, 0, &count, &err)) {
 		reply_all_shards_failed(r, &err, ixs, n);
 	} else {
@@ -513,6 +515,42 @@ co_h_count(co_req *r)
 }
 
 /* ---- _msearch ---- */
+
+/* A URL parameter set for one search of an _msearch (its header's). */
+typedef struct param_override {
+	co_param *slot; /* NULL: no room, nothing changed */
+	char *saved;    /* the slot's value before */
+	bool added;     /* the slot was added (the last one) */
+} param_override;
+
+/* Sets parameter key to value (borrowed) until param_restore. */
+static param_override
+param_set(co_req *r, const char *key, const char *value)
+{
+	param_override o = {0};
+	for (int i = 0; i < r->nparams && !o.slot; i++)
+		if (strcmp(r->params[i].key, key) == 0)
+			o.slot = &r->params[i];
+	if (!o.slot && r->nparams < CO_MAX_PARAMS) {
+		o.slot = &r->params[r->nparams++];
+		*o.slot = (co_param){(char *)key, NULL, true};
+		o.added = true;
+	}
+	if (o.slot) {
+		o.saved = o.slot->value;
+		o.slot->value = (char *)value;
+	}
+	return o;
+}
+
+static void
+param_restore(co_req *r, const param_override *o)
+{
+	if (o->added)
+		r->nparams--;
+	else if (o->slot)
+		o->slot->value = o->saved;
+}
 
 void
 co_h_msearch(co_req *r)
@@ -595,7 +633,15 @@ co_h_msearch(co_req *r)
 		                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(header,
 		                                                                     "ignore_unavailable")),
 		                       &ixs, &n, &err)) {
-			run_search(r, ixs, n, body, 0, 0, 0, &one, &err);
+			const cJSON *pj = cJSON_GetObjectItemCaseSensitive(header, "preference");
+			if (cJSON_IsString(pj)) {
+				/* the header's preference, for this search only */
+				param_override o = param_set(r, "preference", pj->valuestring);
+				run_search(r, ixs, n, body, 0, 0, 0, &one, &err);
+				param_restore(r, &o);
+			} else {
+				run_search(r, ixs, n, body, 0, 0, 0, &one, &err);
+			}
 			co_release_all(ixs, n);
 		}
 		if (err.code) {

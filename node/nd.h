@@ -162,11 +162,15 @@ typedef struct nd_target {
 	nd_index *ix;      /* referenced */
 	st_reader **readers; /* one per shard */
 	int nshards;
+	bool *skip; /* NULL: every shard; else skip[s] leaves shard s out (owned) */
 } nd_target;
 
 /* Takes reader snapshots of every shard of each index (references ix). */
 nd_target *nd_targets_open(nd_index **ixs, size_t n);
 void nd_targets_close(nd_target *t, size_t n);
+/* Leaves out of t[0..n) every shard pref (a ?preference) does not list
+ * with _shards:; the number of shards left. */
+size_t nd_targets_only(nd_target *t, size_t n, const char *pref);
 /* Documents a search of ix sees now: the live docs of a fresh snapshot
  * of every shard (docs.count of _cat/indices and _cat/count). */
 uint64_t nd_index_visible_docs(nd_index *ix);

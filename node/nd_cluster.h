@@ -114,6 +114,12 @@ cm_err nd_cl_request_build(const char *body, size_t len, const char *params, sr_
 /* A search's ?preference: CM_EINVAL (400) for a form Elasticsearch does
  * not know. NULL is fine. */
 cm_err nd_cl_preference_check(const char *pref, cm_error *err);
+/* preference=_shards:LIST[|OTHER] (checked): whether shard is listed
+ * (true for every shard without _shards:). */
+bool nd_cl_pref_shard(const char *pref, int shard);
+/* The part of pref that picks the copy: OTHER of _shards:LIST|OTHER, NULL
+ * for _shards:LIST alone, else pref itself. */
+const char *nd_cl_pref_copies(const char *pref);
 /* The ?preference of the GET this thread serves (borrowed until reset
  * with NULL): realtime gets on a cluster pick their copy by it. */
 void nd_get_preference_set(const char *pref);

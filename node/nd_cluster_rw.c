@@ -686,7 +686,8 @@ claim_jobs(shard_job *const *jobs, size_t n, uint64_t won)
 			if (!a->live || a->id == won)
 				continue;
 			/* the loser took at least this long: its hedge delay knows */
-			nd_rank_censored(a->node, now - a->t_sent);
+			nd_rank_copy cp = {j->ixname, nd_index_uuid(j->ix), j->shard};
+			nd_rank_censored(a->node, &cp, now - a->t_sent);
 			bool dup = false;
 			for (size_t k = 0; k < nc && !dup; k++)
 				dup = cid[k] == a->id;
@@ -806,6 +807,18 @@ group_free(node_group *g)
 	S_unref(S);
 }
 
+/* The figures of the group's copies: its reply (or failure) came. */
+static void
+group_done(node_group *g, bool ok, uint64_t took, const uint64_t *service_us, size_t nservice,
+           uint32_t queue, bool censored)
+{
+	int shards[g->n + 1];
+	for (size_t i = 0; i < g->n; i++)
+		shards[i] = g->jobs[i]->shard;
+	nd_rank_done(g->node, g->jobs[0]->ixname, nd_index_uuid(g->jobs[0]->ix), shards, g->n, ok,
+	             took, service_us, nservice, queue, censored);
+}
+
 static void
 group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 {
@@ -836,7 +849,7 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 		rc = e.code ? e.code : CM_EINTERNAL;
 	} else if (!rc && nlive == 0) {
 		/* a lost race: the figures only (the payload is not decoded) */
-		nd_rank_done(g->node, true, took, NULL, 0, 0, true);
+		group_done(g, true, took, NULL, 0, 0, true);
 		cm_free(MEM, meta);
 		group_free(g);
 		return;
@@ -856,8 +869,8 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 			/* Some of these shards were answered by a hedge: the merged
 			 * result cannot be split, so the rest wait for their hedges
 			 * (or try another copy). */
-			nd_rank_done(g->node, true, took, meta->service_us, meta->nservice,
-			             meta->queue, censored);
+			group_done(g, true, took, meta->service_us, meta->nservice, meta->queue,
+			           censored);
 			cl_mark(S->cl, g->node, true, took);
 			for (size_t i = 0; i < nres; i++)
 				sr_shard_result_free(&res[i]);
@@ -874,8 +887,8 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 			return;
 		} else if (!claim_jobs(g->jobs, g->n, g->id)) {
 			/* a hedge answered one of them meanwhile: as above */
-			nd_rank_done(g->node, true, took, meta->service_us, meta->nservice,
-			             meta->queue, censored);
+			group_done(g, true, took, meta->service_us, meta->nservice, meta->queue,
+			           censored);
 			for (size_t i = 0; i < nres; i++)
 				sr_shard_result_free(&res[i]);
 			cm_free(MEM, res);
@@ -888,8 +901,8 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 			group_free(g);
 			return;
 		} else {
-			nd_rank_done(g->node, true, took, meta->service_us, meta->nservice,
-			             meta->queue, censored);
+			group_done(g, true, took, meta->service_us, meta->nservice, meta->queue,
+			           censored);
 			cl_mark(S->cl, g->node, true, took);
 			for (size_t q = 0; q < g->n; q++) {
 				g->jobs[q]->took_ns = took;
@@ -930,7 +943,7 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 		rc = cm_error_set(&e, CM_EPARSE, "%zu results for %zu shards", nres, g->n);
 	}
 	if (rc) {
-		nd_rank_done(g->node, false, took, NULL, 0, 0, true);
+		group_done(g, false, took, NULL, 0, 0, true);
 		/* Unreachable, late, refused, or behind on the metadata: another
 		 * copy may answer. Anything else every copy would say alike. */
 		bool retry =
@@ -968,8 +981,7 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 		if (strings)
 			pr_strings_free(strings);
 	} else {
-		nd_rank_done(g->node, true, took, meta->service_us, meta->nservice, meta->queue,
-		             censored);
+		group_done(g, true, took, meta->service_us, meta->nservice, meta->queue, censored);
 		cl_mark(S->cl, g->node, true, took);
 		bool kept = false;
 		for (size_t i = 0; i < g->n; i++) {
@@ -1073,7 +1085,11 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n, bool hedge)
 	if (more && deadline > g->t_sent)
 		deadline = g->t_sent + (deadline - g->t_sent) / 2;
 	nd_stats_message(n);
-	nd_rank_sent(node);
+	int copy_shards[n + 1];
+	for (size_t i = 0; i < n; i++)
+		copy_shards[i] = jobs[i]->shard;
+	const char *uuid = nd_index_uuid(jobs[0]->ix);
+	nd_rank_sent(node, jobs[0]->ixname, uuid, copy_shards, n);
 	if (hedge)
 		nd_rank_count_hedge(n);
 	else
@@ -1085,7 +1101,8 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n, bool hedge)
 		h->id = g->id;
 		h->n = n;
 		memcpy(h->jobs, jobs, n * sizeof(shard_job *));
-		nd_rank_timer(g->t_sent + nd_rank_hedge_delay(node, S->cfg.min_delay_ns),
+		nd_rank_timer(g->t_sent + nd_rank_hedge_delay(node, jobs[0]->ixname, uuid,
+		                                              copy_shards, n, S->cfg.min_delay_ns),
 		              hedge_fire, h);
 	}
 	nd_peer_call(S->cl->nodes[node].peer, PR_SEARCH, g->msg.data, g->msg.len, deadline,
@@ -1227,9 +1244,103 @@ name_in(const char *list, const char *name)
 	return hit;
 }
 
+#define SHARDS_PREFIX "_shards:"
+#define SHARDS_PREFIX_LEN 8
+
+/* The list of a preference=_shards:LIST[|OTHER] and its length; NULL when
+ * pref is not of that form. */
+static const char *
+pref_list(const char *pref, size_t *len)
+{
+	if (!pref || strncmp(pref, SHARDS_PREFIX, SHARDS_PREFIX_LEN) != 0)
+		return NULL;
+	const char *list = pref + SHARDS_PREFIX_LEN, *bar = strchr(list, '|');
+	*len = bar ? (size_t)(bar - list) : strlen(list);
+	return list;
+}
+
+/* Checks the list of _shards: (comma separated shard numbers, as ES's
+ * Integer.parseInt reads them; a number no index has matches nothing). */
+static cm_err
+pref_list_check(const char *pref, const char *list, size_t len, cm_error *err)
+{
+	const char *p = list, *end = list + len;
+	int n = 0;
+	while (p < end) {
+		const char *comma = memchr(p, ',', (size_t)(end - p)), *e = comma ? comma : end;
+		const char *d = p;
+		while (d < e && (*d == ' ' || *d == '\t'))
+			d++;
+		const char *t = e;
+		while (t > d && (t[-1] == ' ' || t[-1] == '\t'))
+			t--;
+		if (t > d) { /* ES drops empty items of a comma list */
+			const char *q = d + (*d == '-' || *d == '+');
+			bool digits = q < t && (size_t)(t - d) <= 10;
+			for (const char *c = q; c < t && digits; c++)
+				digits = *c >= '0' && *c <= '9';
+			if (!digits || strtoll(d, NULL, 10) > INT32_MAX ||
+			    strtoll(d, NULL, 10) < INT32_MIN)
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "preference [%.100s]: [%.*s] is not a shard number", pref,
+				    (int)(t - d > 40 ? 40 : t - d), d);
+			n++;
+		}
+		p = comma ? comma + 1 : end;
+	}
+	if (n == 0)
+		return cm_error_set(err, CM_EINVAL,
+		                    "preference [%.100s]: no shard numbers after [_shards:]", pref);
+	return CM_OK;
+}
+
+bool
+nd_cl_pref_shard(const char *pref, int shard)
+{
+	size_t len;
+	const char *list = pref_list(pref, &len), *p = list, *end = list + len;
+	if (!list)
+		return true;
+	while (p < end) {
+		const char *comma = memchr(p, ',', (size_t)(end - p));
+		char *e;
+		long v = strtol(p, &e, 10);
+		if (e != p && e <= (comma ? comma : end) && v == shard)
+			return true;
+		p = comma ? comma + 1 : end;
+	}
+	return false;
+}
+
+const char *
+nd_cl_pref_copies(const char *pref)
+{
+	size_t len;
+	const char *list = pref_list(pref, &len);
+	if (!list)
+		return pref;
+	return list[len] == '|' && list[len + 1] ? list + len + 1 : NULL;
+}
+
 cm_err
 nd_cl_preference_check(const char *pref, cm_error *err)
 {
+	size_t len;
+	const char *list = pref_list(pref, &len);
+	if (list) {
+		cm_err rc = pref_list_check(pref, list, len, err);
+		const char *other = nd_cl_pref_copies(pref);
+		if (rc)
+			return rc;
+		if (other && strncmp(other, SHARDS_PREFIX, SHARDS_PREFIX_LEN) == 0)
+			return cm_error_set(err, CM_EINVAL,
+			                    "preference [%.100s]: [_shards:] given twice", pref);
+		if (!other || nd_cl_preference_check(other, err) == CM_OK)
+			return CM_OK;
+		cm_error_clear(err);
+		return cm_error_set(err, CM_EINVAL, "no Preference for [%.100s]", other);
+	}
 	if (!pref || !*pref || *pref != '_' || strcmp(pref, "_local") == 0 ||
 	    strcmp(pref, "_only_local") == 0 || strcmp(pref, "_primary") == 0)
 		return CM_OK;
@@ -1251,15 +1362,17 @@ pref_hedges(const char *pref)
 /* Appends cand[0..n) to j's order, best first: by C3 rank with adaptive
  * selection, else by round-trip latency; dead copies last. */
 static void
-order_ranked(nd_cluster *cl, const int *cand, int n, const nd_tail_cfg *cfg, shard_job *j)
+order_ranked(nd_cluster *cl, nd_index *ix, int shard, const int *cand, int n,
+             const nd_tail_cfg *cfg, shard_job *j)
 {
 	if (n <= 0)
 		return;
 	if (cfg && cfg->ars) {
 		bool alive[ND_CL_MAX_COPIES];
+		nd_rank_copy cp = {nd_index_name(ix), nd_index_uuid(ix), shard};
 		for (int i = 0; i < n; i++)
 			alive[i] = cl_alive(cl, cand[i]);
-		nd_rank_order(cand, alive, n, cl->nn, j->order + j->norder);
+		nd_rank_order(&cp, cand, alive, n, cl->nn, j->order + j->norder);
 		j->norder += n;
 		return;
 	}
@@ -1341,7 +1454,7 @@ copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref, const nd_t
 				v[k++] = v[i];
 		if (local >= 0)
 			j->order[j->norder++] = cl->self;
-		order_ranked(cl, v, k, cfg, j);
+		order_ranked(cl, ix, shard, v, k, cfg, j);
 	}
 }
 
@@ -1365,14 +1478,17 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 	pthread_mutex_init(&S->lock, NULL);
 	sr_request_init(&S->req);
 	nd_rank_config(&S->cfg);
-	S->hedge = S->cfg.hedge && mode != ND_CL_FANOUT_SERIAL && pref_hedges(pref);
+	S->hedge =
+	    S->cfg.hedge && mode != ND_CL_FANOUT_SERIAL && pref_hedges(nd_cl_pref_copies(pref));
 	if ((rc = nd_cl_preference_check(pref, err)) ||
 	    (rc = nd_cl_request_build(S->body, strlen(S->body), S->params, &S->req, err))) {
 		S_unref(S);
 		return rc;
 	}
+	/* preference=_shards: only the listed shards of each index */
 	for (size_t i = 0; i < n; i++)
-		njobs += (size_t)nd_index_nshards(ixs[i]);
+		for (int s = 0; s < nd_index_nshards(ixs[i]); s++)
+			njobs += nd_cl_pref_shard(pref, s);
 	nd_stats_inflight(1);
 	jobs = S->jobs = cm_calloc(MEM, njobs + 1, sizeof(shard_job));
 	S->njobs = njobs;
@@ -1381,14 +1497,17 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 	for (size_t i = 0; i < n; i++)
 		S->names[i] = cm_strdup(MEM, nd_index_name(ixs[i]));
 	for (size_t i = 0; i < n; i++)
-		for (int s = 0; s < nd_index_nshards(ixs[i]); s++, k++) {
+		for (int s = 0; s < nd_index_nshards(ixs[i]); s++) {
+			if (!nd_cl_pref_shard(pref, s))
+				continue;
 			jobs[k].S = S;
 			jobs[k].ix = ixs[i];
 			jobs[k].ixname = S->names[i];
 			jobs[k].shard = s;
 			jobs[k].ordinal = (uint32_t)k;
 			jobs[k].node = cl->self;
-			copy_order(cl, ixs[i], s, pref, &S->cfg, &jobs[k]);
+			copy_order(cl, ixs[i], s, nd_cl_pref_copies(pref), &S->cfg, &jobs[k]);
+			k++;
 		}
 	S->m = sr_merger_create(&S->req, njobs);
 	if (mode == ND_CL_FANOUT_SERIAL) {
@@ -1662,7 +1781,7 @@ nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const ch
 	nd_rank_config(&cfg);
 	if (nd_cl_preference_check(preference, err))
 		return err->code;
-	copy_order(cl, ix, shard, preference, &cfg, &j);
+	copy_order(cl, ix, shard, nd_cl_pref_copies(preference), &cfg, &j);
 	cm_error_set(err, CM_EUNAVAIL, "no copy of shard [%s][%d] is available", nd_index_name(ix),
 	             shard);
 	for (int i = 0; i < j.norder; i++) {

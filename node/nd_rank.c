@@ -25,6 +25,9 @@
 #define BURST 10.0            /* hedge tokens saved up at most */
 #define CANCEL_SLOTS 1024
 #define TOMB_NS 10000000000ull /* an early cancel waits this long for its request */
+#define COPY_SETS 128          /* the copy table: sets of COPY_WAYS copies */
+#define COPY_WAYS 8
+#define COPY_TTL_NS 600000000000ull /* a copy unused this long is free */
 
 /* ================= settings ================= */
 
@@ -200,8 +203,10 @@ nd_rank_refresh(nd_cluster *cl)
 	cJSON_Delete(set);
 }
 
-/* ================= figures per node ================= */
+/* ================= figures per node and per copy ================= */
 
+/* Per node: the queue it reports (C3's server queue) and a summary of its
+ * copies for the per-node view (ES's adaptive_selection). */
 typedef struct rk_node {
 	bool seen;
 	double r_us, s_us, q; /* EWMAs: response time, service time, queue */
@@ -209,12 +214,28 @@ typedef struct rk_node {
 	uint64_t replies, failures;
 	uint32_t ring[RING]; /* latencies, µs */
 	int nring, pos;
-	_Atomic int outstanding;
-	_Atomic uint64_t sent;
-	_Atomic uint64_t last_sent_ns;
+	int outstanding;
+	uint64_t sent;
 } rk_node;
 
+/* Per copy (node, index, shard): what ranks it and sets its hedge delay. */
+typedef struct rk_copy {
+	bool used, seen;
+	int node, shard;
+	char key[256];   /* the index uuid, or its name when it has none */
+	char index[256]; /* the name, for _nodes/stats */
+	double r_us, s_us;
+	uint64_t last_ns;      /* last sample */
+	uint64_t last_used_ns; /* last lookup: the set's LRU order */
+	uint64_t last_sent_ns; /* last request: a probe when long ago */
+	uint64_t sent, replies, failures;
+	int outstanding;
+	uint32_t ring[RING];
+	int nring, pos;
+} rk_copy;
+
 static rk_node fig[ND_CL_MAX_NODES];
+static rk_copy copies[COPY_SETS * COPY_WAYS];
 static pthread_mutex_t rank_mu = PTHREAD_MUTEX_INITIALIZER;
 static double tokens;
 static _Atomic uint64_t shard_requests, hedges_sent, hedges_won, hedges_cancelled, hedges_denied,
@@ -227,14 +248,76 @@ valid(int node)
 	return node >= 0 && node < ND_CL_MAX_NODES;
 }
 
+static const char *
+copy_key(const char *index, const char *uuid)
+{
+	return uuid && *uuid ? uuid : index ? index : "";
+}
+
+static bool
+copy_is(const rk_copy *c, int node, const char *key, int shard, uint64_t now)
+{
+	return c->used && now - c->last_used_ns < COPY_TTL_NS && c->node == node &&
+	       c->shard == shard && strcmp(c->key, key) == 0;
+}
+
+/* Locked: the copy (node, key, shard), touched; NULL when absent and
+ * !index. With index, an absent copy takes a free way of its set, else
+ * the least recently used one (one with nothing outstanding first). */
+static rk_copy *
+copy_locked(int node, const char *key, int shard, const char *index, uint64_t now)
+{
+	uint32_t h = 2166136261u;
+	for (const char *p = key; *p; p++)
+		h = (h ^ (uint8_t)*p) * 16777619u;
+	h = (h ^ (uint32_t)shard * 0x9e3779b1u) * 16777619u;
+	h = (h ^ (uint32_t)node) * 16777619u;
+	rk_copy *set = &copies[(h >> 7) % COPY_SETS], *victim = NULL;
+	for (int w = 0; w < COPY_WAYS; w++)
+		if (copy_is(&set[w], node, key, shard, now)) {
+			set[w].last_used_ns = now;
+			return &set[w];
+		}
+	if (!index)
+		return NULL;
+	for (int w = 0; w < COPY_WAYS; w++) {
+		rk_copy *c = &set[w];
+		if (!c->used || now - c->last_used_ns >= COPY_TTL_NS) {
+			victim = c;
+			break;
+		}
+		bool idle = c->outstanding == 0, vidle = victim && victim->outstanding == 0;
+		if (!victim || (idle && !vidle) ||
+		    (idle == vidle && c->last_used_ns < victim->last_used_ns))
+			victim = c;
+	}
+	memset(victim, 0, sizeof(*victim));
+	victim->used = true;
+	victim->node = node;
+	victim->shard = shard;
+	snprintf(victim->key, sizeof(victim->key), "%s", key);
+	snprintf(victim->index, sizeof(victim->index), "%s", index);
+	victim->last_used_ns = now;
+	return victim;
+}
+
 void
-nd_rank_sent(int node)
+nd_rank_sent(int node, const char *index, const char *uuid, const int *shards, size_t n)
 {
 	if (!valid(node))
 		return;
-	atomic_fetch_add(&fig[node].outstanding, 1);
-	atomic_fetch_add(&fig[node].sent, 1);
-	atomic_store(&fig[node].last_sent_ns, cm_now_ns());
+	uint64_t now = cm_now_ns();
+	const char *key = copy_key(index, uuid);
+	pthread_mutex_lock(&rank_mu);
+	fig[node].outstanding++;
+	fig[node].sent++;
+	for (size_t i = 0; i < n; i++) {
+		rk_copy *c = copy_locked(node, key, shards[i], index ? index : "", now);
+		c->outstanding++;
+		c->sent++;
+		c->last_sent_ns = now;
+	}
+	pthread_mutex_unlock(&rank_mu);
 }
 
 static double
@@ -244,104 +327,148 @@ ewma(double old, double sample, double alpha)
 }
 
 static void
-ring_add(rk_node *f, uint64_t us)
+ring_add(uint32_t *ring, int *nring, int *pos, uint64_t us)
 {
-	f->ring[f->pos] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
-	f->pos = (f->pos + 1) % RING;
-	if (f->nring < RING)
-		f->nring++;
+	ring[*pos] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+	*pos = (*pos + 1) % RING;
+	if (*nring < RING)
+		(*nring)++;
+}
+
+/* A sample after an idle time dt weighs more (time-decayed), so a
+ * recovered node or copy is seen at once. */
+static double
+alpha_after(bool seen, uint64_t last_ns, uint64_t now)
+{
+	double dt = seen ? (double)(now - last_ns) : TAU_NS * 100;
+	double alpha = 1.0 - exp(-dt / TAU_NS);
+	return alpha < ALPHA_MIN ? ALPHA_MIN : alpha;
 }
 
 void
-nd_rank_done(int node, bool ok, uint64_t rtt_ns, const uint64_t *service_us, size_t nservice,
-             uint32_t queue, bool censored)
+nd_rank_done(int node, const char *index, const char *uuid, const int *shards, size_t n, bool ok,
+             uint64_t rtt_ns, const uint64_t *service_us, size_t nservice, uint32_t queue,
+             bool censored)
 {
 	if (!valid(node))
 		return;
 	rk_node *f = &fig[node];
 	uint64_t now = cm_now_ns();
-	atomic_fetch_sub(&f->outstanding, 1);
+	const char *key = copy_key(index, uuid);
+	double r = (double)rtt_ns / 1000.0, smax = 0;
+	for (size_t i = 0; i < nservice; i++)
+		smax = (double)service_us[i] > smax ? (double)service_us[i] : smax;
 	pthread_mutex_lock(&rank_mu);
+	if (f->outstanding > 0)
+		f->outstanding--;
+	for (size_t i = 0; i < n; i++) {
+		rk_copy *c = copy_locked(node, key, shards[i], index ? index : "", now);
+		if (c->outstanding > 0)
+			c->outstanding--; /* 0 when it was evicted meanwhile */
+		if (!ok) {
+			c->failures++;
+			continue;
+		}
+		c->replies++;
+		double s = i < nservice ? (double)service_us[i] : smax,
+		       a = alpha_after(c->seen, c->last_ns, now);
+		c->r_us = c->seen ? ewma(c->r_us, r, a) : r;
+		if (nservice)
+			c->s_us = c->seen ? ewma(c->s_us, s, a) : s;
+		c->seen = true;
+		c->last_ns = now;
+		if (!censored)
+			ring_add(c->ring, &c->nring, &c->pos, rtt_ns / 1000);
+	}
 	if (!ok) {
 		f->failures++;
 		pthread_mutex_unlock(&rank_mu);
 		return;
 	}
 	f->replies++;
-	/* A node idle for a while: the new sample says more than the old
-	 * figure (time-decayed weight), so a recovered node is seen at once. */
-	double dt = f->seen ? (double)(now - f->last_ns) : TAU_NS * 100;
-	double alpha = 1.0 - exp(-dt / TAU_NS);
-	if (alpha < ALPHA_MIN)
-		alpha = ALPHA_MIN;
-	double r = (double)rtt_ns / 1000.0, s = 0;
-	for (size_t i = 0; i < nservice; i++)
-		s = (double)service_us[i] > s ? (double)service_us[i] : s;
+	double a = alpha_after(f->seen, f->last_ns, now);
 	if (!f->seen) {
 		f->r_us = r;
-		f->s_us = s;
+		f->s_us = smax;
 		f->q = queue;
 	} else {
-		f->r_us = ewma(f->r_us, r, alpha);
+		f->r_us = ewma(f->r_us, r, a);
 		if (nservice)
-			f->s_us = ewma(f->s_us, s, alpha);
-		f->q = ewma(f->q, queue, alpha);
+			f->s_us = ewma(f->s_us, smax, a);
+		f->q = ewma(f->q, queue, a);
 	}
 	f->seen = true;
 	f->last_ns = now;
 	if (!censored)
-		ring_add(f, rtt_ns / 1000);
+		ring_add(f->ring, &f->nring, &f->pos, rtt_ns / 1000);
 	pthread_mutex_unlock(&rank_mu);
 }
 
 void
-nd_rank_censored(int node, uint64_t ns)
+nd_rank_censored(int node, const nd_rank_copy *c, uint64_t ns)
 {
 	if (!valid(node))
 		return;
+	uint64_t now = cm_now_ns();
 	pthread_mutex_lock(&rank_mu);
-	ring_add(&fig[node], ns / 1000);
+	ring_add(fig[node].ring, &fig[node].nring, &fig[node].pos, ns / 1000);
+	if (c) {
+		rk_copy *k = copy_locked(node, copy_key(c->index, c->uuid), c->shard,
+		                         c->index ? c->index : "", now);
+		ring_add(k->ring, &k->nring, &k->pos, ns / 1000);
+	}
 	pthread_mutex_unlock(&rank_mu);
 }
 
 /* C3 (Suresh et al., NSDI '15), as Elasticsearch's adaptive replica
  * selection computes it: R - S + q^3 * S, with q = 1 + outstanding * n +
- * the node's queue. Locked. */
+ * the node's queue. R, S and outstanding are the copy's; a copy without a
+ * figure yet borrows its node's R and S (0 when the node has none: try
+ * it). Locked; c may be NULL (the node's own figures). */
 static double
-rank_locked(int node, int nnodes)
+rank_locked(int node, const rk_copy *c, int nnodes)
 {
 	rk_node *f = &fig[node];
-	if (!f->seen)
-		return 0; /* no figure yet: try it */
-	double qhat = 1.0 + (double)atomic_load(&f->outstanding) * nnodes + f->q;
-	return f->r_us - f->s_us + qhat * qhat * qhat * f->s_us;
+	bool seen = c && c->seen;
+	if (!seen && !f->seen)
+		return 0;
+	double r = seen ? c->r_us : f->r_us, s = seen ? c->s_us : f->s_us;
+	int out = c ? c->outstanding : f->outstanding;
+	double qhat = 1.0 + (double)out * nnodes + (f->seen ? f->q : 0);
+	return r - s + qhat * qhat * qhat * s;
 }
 
 void
-nd_rank_order(const int *cand, const bool *alive, int n, int nnodes, int *out)
+nd_rank_order(const nd_rank_copy *copy, const int *cand, const bool *alive, int n, int nnodes,
+              int *out)
 {
 	double rk[ND_CL_MAX_COPIES];
-	int probe = -1;
+	int probe = -1, best = 0;
 	uint64_t now = cm_now_ns();
+	const char *key = copy_key(copy->index, copy->uuid);
+	rk_copy *c[ND_CL_MAX_COPIES];
 	pthread_mutex_lock(&rank_mu);
-	for (int i = 0; i < n; i++)
-		rk[i] = !alive[i] || !valid(cand[i]) ? INFINITY : rank_locked(cand[i], nnodes);
-	pthread_mutex_unlock(&rank_mu);
-	/* The best copy, unless a live one has had nothing for a while: it
-	 * gets this request (one caller wins the exchange), so its figures
-	 * stay current. */
-	int best = 0;
+	for (int i = 0; i < n; i++) {
+		c[i] = valid(cand[i]) ? copy_locked(cand[i], key, copy->shard, NULL, now) : NULL;
+		rk[i] =
+		    !alive[i] || !valid(cand[i]) ? INFINITY : rank_locked(cand[i], c[i], nnodes);
+	}
 	for (int i = 1; i < n; i++)
 		if (rk[i] < rk[best])
 			best = i;
+	/* The best copy, unless a live one has had nothing for a while: it
+	 * gets this request (its clock is reset at once, so one caller
+	 * probes), so its figures stay current. A copy not in the table has
+	 * rank 0 or its node's: it is tried soon enough either way. */
 	for (int i = 0; i < n && probe < 0; i++) {
-		if (i == best || !alive[i] || !valid(cand[i]))
+		if (i == best || !alive[i] || !c[i] || rk[i] == INFINITY)
 			continue;
-		uint64_t last = atomic_load(&fig[cand[i]].last_sent_ns);
-		if (now > last + PROBE_NS &&
-		    atomic_compare_exchange_strong(&fig[cand[i]].last_sent_ns, &last, now))
+		if (now > c[i]->last_sent_ns + PROBE_NS) {
+			c[i]->last_sent_ns = now;
 			probe = i;
+		}
 	}
+	pthread_mutex_unlock(&rank_mu);
 	int k = 0;
 	if (probe >= 0) {
 		out[k++] = cand[probe];
@@ -364,27 +491,75 @@ cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-uint64_t
-nd_rank_hedge_delay(int node, uint64_t min_delay_ns)
+/* The p95 of ring[0..n) in ns, or twice r_us with too few samples. */
+static uint64_t
+p95_ns(uint32_t *v, int n, double r_us)
 {
+	if (n < 16)
+		return (uint64_t)(2 * r_us * 1000);
+	qsort(v, (size_t)n, sizeof(v[0]), cmp_u32);
+	return (uint64_t)v[(n * 95 + 99) / 100 - 1] * 1000;
+}
+
+uint64_t
+nd_rank_hedge_delay(int node, const char *index, const char *uuid, const int *shards, size_t n,
+                    uint64_t min_delay_ns)
+{
+	const char *key = copy_key(index, uuid);
 	uint32_t v[RING];
-	int n;
-	double r;
+	uint64_t d = 0, now = cm_now_ns();
 	if (!valid(node))
 		return min_delay_ns;
-	pthread_mutex_lock(&rank_mu);
-	n = fig[node].nring;
-	memcpy(v, fig[node].ring, sizeof(v));
-	r = fig[node].seen ? fig[node].r_us : 0;
-	pthread_mutex_unlock(&rank_mu);
-	uint64_t d;
-	if (n < 16) {
-		d = (uint64_t)(2 * r * 1000); /* too few samples for a p95 */
-	} else {
-		qsort(v, (size_t)n, sizeof(v[0]), cmp_u32);
-		d = (uint64_t)v[(n * 95 + 99) / 100 - 1] * 1000;
+	for (size_t i = 0; i < n; i++) {
+		int nr = 0;
+		double r = 0;
+		pthread_mutex_lock(&rank_mu);
+		rk_copy *c = copy_locked(node, key, shards[i], NULL, now);
+		if (c) {
+			nr = c->nring;
+			memcpy(v, c->ring, sizeof(v));
+			r = c->seen ? c->r_us : 0;
+		} else if (fig[node].seen) {
+			/* not measured yet: its node's figures stand in */
+			nr = fig[node].nring;
+			memcpy(v, fig[node].ring, sizeof(v));
+			r = fig[node].r_us;
+		}
+		pthread_mutex_unlock(&rank_mu);
+		uint64_t x = p95_ns(v, nr, r);
+		d = x > d ? x : d;
 	}
 	return d > min_delay_ns ? d : min_delay_ns;
+}
+
+size_t
+nd_rank_copies(size_t *cap)
+{
+	size_t k = 0;
+	uint64_t now = cm_now_ns();
+	pthread_mutex_lock(&rank_mu);
+	for (size_t i = 0; i < COPY_SETS * COPY_WAYS; i++)
+		k += copies[i].used && now - copies[i].last_used_ns < COPY_TTL_NS;
+	pthread_mutex_unlock(&rank_mu);
+	if (cap)
+		*cap = COPY_SETS * COPY_WAYS;
+	return k;
+}
+
+bool
+nd_rank_copy_figures(int node, const char *uuid, int shard, double *r_us, double *s_us,
+                     int *outstanding)
+{
+	uint64_t now = cm_now_ns();
+	pthread_mutex_lock(&rank_mu);
+	rk_copy *c = valid(node) ? copy_locked(node, uuid, shard, NULL, now) : NULL;
+	if (c) {
+		*r_us = c->r_us;
+		*s_us = c->s_us;
+		*outstanding = c->outstanding;
+	}
+	pthread_mutex_unlock(&rank_mu);
+	return c != NULL;
 }
 
 /* ================= budget and counters ================= */
@@ -630,6 +805,62 @@ nd_rank_serving(int delta)
 
 /* ================= figures ================= */
 
+static int
+cmp_copy(const void *a, const void *b)
+{
+	const rk_copy *x = a, *y = b;
+	int c = strcmp(x->index, y->index);
+	if (c)
+		return c;
+	if (x->shard != y->shard)
+		return x->shard < y->shard ? -1 : 1;
+	return x->node < y->node ? -1 : x->node > y->node;
+}
+
+/* "copies": one object per remote copy in the table, by index, shard and
+ * node. */
+static void
+copies_json(nd_cluster *cl, int nn, cJSON *into)
+{
+	size_t cap = COPY_SETS * COPY_WAYS, k = 0;
+	rk_copy *v = cm_calloc(MEM, cap, sizeof(*v));
+	double *rk = cm_calloc(MEM, cap, sizeof(double));
+	uint64_t now = cm_now_ns();
+	pthread_mutex_lock(&rank_mu);
+	for (size_t i = 0; i < cap; i++)
+		if (copies[i].used && now - copies[i].last_used_ns < COPY_TTL_NS &&
+		    copies[i].node < nn)
+			v[k++] = copies[i];
+	pthread_mutex_unlock(&rank_mu);
+	qsort(v, k, sizeof(*v), cmp_copy);
+	pthread_mutex_lock(&rank_mu); /* ranks with the nodes' queues of now */
+	for (size_t i = 0; i < k; i++)
+		rk[i] = rank_locked(v[i].node, &v[i], nn);
+	pthread_mutex_unlock(&rank_mu);
+	cJSON *arr = cJSON_AddArrayToObject(into, "copies");
+	for (size_t i = 0; i < k; i++) {
+		rk_copy *c = &v[i];
+		cJSON *o = cJSON_CreateObject();
+		char buf[64];
+		cJSON_AddStringToObject(o, "index", c->index);
+		cJSON_AddNumberToObject(o, "shard", c->shard);
+		cJSON_AddStringToObject(o, "node", cl->nodes[c->node].name);
+		cJSON_AddNumberToObject(o, "ewma_response_ms", c->seen ? c->r_us / 1000.0 : 0);
+		cJSON_AddNumberToObject(o, "service_ms", c->seen ? c->s_us / 1000.0 : 0);
+		cJSON_AddNumberToObject(o, "outstanding", c->outstanding);
+		cJSON_AddNumberToObject(
+		    o, "p95_ms", (double)p95_ns(c->ring, c->nring, c->seen ? c->r_us : 0) / 1e6);
+		cJSON_AddNumberToObject(o, "requests_sent", (double)c->sent);
+		cJSON_AddNumberToObject(o, "replies", (double)c->replies);
+		cJSON_AddNumberToObject(o, "failures", (double)c->failures);
+		snprintf(buf, sizeof(buf), "%.1f", c->seen ? rk[i] / 1000.0 : 0.0);
+		cJSON_AddStringToObject(o, "rank", buf);
+		cJSON_AddItemToArray(arr, o);
+	}
+	cm_free(MEM, rk);
+	cm_free(MEM, v);
+}
+
 void
 nd_rank_stats_json(nd_cluster *cl, cJSON *into)
 {
@@ -641,22 +872,26 @@ nd_rank_stats_json(nd_cluster *cl, cJSON *into)
 		if (i == cl->self || !cl->nodes[i].data)
 			continue;
 		rk_node *f = &fig[i];
+		uint32_t ring[RING];
 		pthread_mutex_lock(&rank_mu);
 		bool seen = f->seen;
-		double r = f->r_us, s = f->s_us, q = f->q, rk = rank_locked(i, nn);
-		uint64_t replies = f->replies, failures = f->failures;
+		double r = f->r_us, s = f->s_us, q = f->q, rk = rank_locked(i, NULL, nn);
+		uint64_t replies = f->replies, failures = f->failures, sent = f->sent;
+		int out = f->outstanding, nring = f->nring;
+		memcpy(ring, f->ring, sizeof(ring));
 		pthread_mutex_unlock(&rank_mu);
+		uint64_t d = p95_ns(ring, nring, seen ? r : 0);
 		cJSON *o = cJSON_AddObjectToObject(as, cl->nodes[i].name);
 		char buf[64];
-		cJSON_AddNumberToObject(o, "outgoing_searches", atomic_load(&f->outstanding));
+		cJSON_AddNumberToObject(o, "outgoing_searches", out);
 		cJSON_AddNumberToObject(o, "avg_queue_size", seen ? llround(q) : 0);
 		cJSON_AddNumberToObject(o, "avg_service_time_ns", seen ? llround(s * 1000) : 0);
 		cJSON_AddNumberToObject(o, "avg_response_time_ns", seen ? llround(r * 1000) : 0);
 		snprintf(buf, sizeof(buf), "%.1f", seen ? rk / 1000.0 : 0.0);
 		cJSON_AddStringToObject(o, "rank", buf);
 		cJSON_AddNumberToObject(o, "hedge_delay_ns",
-		                        (double)nd_rank_hedge_delay(i, c.min_delay_ns));
-		cJSON_AddNumberToObject(o, "requests_sent", (double)atomic_load(&f->sent));
+		                        (double)(d > c.min_delay_ns ? d : c.min_delay_ns));
+		cJSON_AddNumberToObject(o, "requests_sent", (double)sent);
 		cJSON_AddNumberToObject(o, "replies", (double)replies);
 		cJSON_AddNumberToObject(o, "failures", (double)failures);
 	}
@@ -679,6 +914,7 @@ nd_rank_stats_json(nd_cluster *cl, cJSON *into)
 	/* as a data node: cancels received, and requests they stopped */
 	cJSON_AddNumberToObject(h, "cancels_received", (double)atomic_load(&cancels_received));
 	cJSON_AddNumberToObject(h, "stopped", (double)atomic_load(&stopped));
+	copies_json(cl, nn < ND_CL_MAX_NODES ? nn : ND_CL_MAX_NODES, h);
 }
 
 void

@@ -1,10 +1,10 @@
 /* Tail-tolerant fan-out (private to node/): adaptive copy selection (C3
- * ranking from per-node response time, reported service time, queue and
- * requests outstanding), the hedge budget and timer, the cancellation of a
+ * ranking from per-copy response time, reported service time and requests
+ * outstanding, and the node's queue), the hedge budget and timer, the cancellation of a
  * hedged request's losing copy on the data node, and their settings and
  * figures. One registry per process, like the cluster.
  *
- * Locks: rank_mu (figures, budget), timer_mu (pending hedges) and
+ * Locks: rank_mu (figures per copy and node, budget), timer_mu (pending hedges) and
  * cancel_mu (running cancellable requests) are leaves; none is held
  * across a call to another node or a callback. */
 #ifndef ND_RANK_H
@@ -43,25 +43,51 @@ cm_err nd_rank_setting(const char *key, const char *value, cm_error *err);
 /* Monitor round: the dynamic settings from the cluster state. */
 void nd_rank_refresh(nd_cluster *cl);
 
-/* ---- figures per remote node (one per node: its copies share its queue) ---- */
+/* ---- figures per remote copy ----
+ *
+ * A copy is (node, index uuid, shard). Each has its EWMA response time,
+ * the service time the data node reported for that shard, a p95 ring (its
+ * hedge delay) and the requests this coordinator has out to it; the queue
+ * the data node reports is kept per node (C3's server queue). The copies
+ * live in a fixed table (set-associative, least recently used evicted
+ * within a set; a copy unused for ten minutes is free), so copies of
+ * deleted indices do not pin memory. A copy not in the table ranks best
+ * (it is tried, and so measured). */
 
-/* A request went to node (a cluster node number). */
-void nd_rank_sent(int node);
-/* Its reply (or failure) came after rtt_ns; service_us/queue as the node
- * reported them (nservice 0: none). censored: its latency was already
+typedef struct nd_rank_copy {
+	const char *index; /* name (shown in _nodes/stats; borrowed) */
+	const char *uuid;  /* the index's uuid, "" when unknown (borrowed) */
+	int shard;
+} nd_rank_copy;
+
+/* One message went to node for the shards of one index, shards[0..n). */
+void nd_rank_sent(int node, const char *index, const char *uuid, const int *shards, size_t n);
+/* Its reply (or failure) came after rtt_ns; service_us[i] is what the
+ * node reported for shards[i] (nservice 0: none; fewer than n: the rest
+ * take the largest), queue its load. censored: the latency was already
  * counted for the hedge delay (a lost race). */
-void nd_rank_done(int node, bool ok, uint64_t rtt_ns, const uint64_t *service_us, size_t nservice,
+void nd_rank_done(int node, const char *index, const char *uuid, const int *shards, size_t n,
+                  bool ok, uint64_t rtt_ns, const uint64_t *service_us, size_t nservice,
                   uint32_t queue, bool censored);
-/* A race lost by node after at least ns: counted for its hedge delay. */
-void nd_rank_censored(int node, uint64_t ns);
-/* Orders cand[0..n) (remote candidates; alive[i] says which are alive) by
- * C3 rank, best first, into out; a node not sent a request for a while is
- * put first once (a probe) so a recovered node is noticed. nnodes: the
- * cluster's size (C3's client count). */
-void nd_rank_order(const int *cand, const bool *alive, int n, int nnodes, int *out);
-/* The hedge delay for a request to node: its running p95 latency, at
- * least min_delay_ns. */
-uint64_t nd_rank_hedge_delay(int node, uint64_t min_delay_ns);
+/* A race lost by the copy (node, c) after at least ns: counted for its
+ * hedge delay. */
+void nd_rank_censored(int node, const nd_rank_copy *c, uint64_t ns);
+/* Orders cand[0..n) (remote nodes holding copy c; alive[i] says which are
+ * alive) by C3 rank, best first, into out; a copy not sent a request for
+ * a while is put first once (a probe) so a recovered node is noticed.
+ * nnodes: the cluster's size (C3's client count). */
+void nd_rank_order(const nd_rank_copy *c, const int *cand, const bool *alive, int n, int nnodes,
+                   int *out);
+/* The hedge delay for a message to node for shards[0..n) of one index:
+ * the largest of the copies' running p95 latency, at least min_delay_ns. */
+uint64_t nd_rank_hedge_delay(int node, const char *index, const char *uuid, const int *shards,
+                             size_t n, uint64_t min_delay_ns);
+/* Unit tests: copies in the table, and its capacity. */
+size_t nd_rank_copies(size_t *cap);
+/* Unit tests: the figures of a copy (key: the index uuid, or its name when
+ * it has none), false when it is not in the table. */
+bool nd_rank_copy_figures(int node, const char *uuid, int shard, double *r_us, double *s_us,
+                          int *outstanding);
 
 /* ---- hedge budget and counters ---- */
 
@@ -94,7 +120,8 @@ void nd_rank_serve_cancel(const uint8_t *p, size_t len, cm_buf *reply, uint32_t 
 /* Searches this node is serving now (the queue it reports). */
 uint32_t nd_rank_serving(int delta);
 
-/* _nodes/stats: "adaptive_selection" (per node, as ES) and "hedging". */
+/* _nodes/stats: "adaptive_selection" (per node, as ES), and "hedging"
+ * with its "copies" (per remote copy). */
 void nd_rank_stats_json(nd_cluster *cl, cJSON *into);
 
 #endif

@@ -39,9 +39,39 @@ nd_targets_close(nd_target *t, size_t n)
 			if (t[i].readers[s])
 				st_reader_release(t[i].readers[s]);
 		cm_free(CM_MEM_NODE, t[i].readers);
+		cm_free(CM_MEM_NODE, t[i].skip);
 		nd_index_release(t[i].ix);
 	}
 	cm_free(CM_MEM_NODE, t);
+}
+
+size_t
+nd_targets_only(nd_target *t, size_t n, const char *pref)
+{
+	size_t left = 0;
+	for (size_t i = 0; i < n; i++)
+		for (int s = 0; s < t[i].nshards; s++) {
+			if (nd_cl_pref_shard(pref, s)) {
+				left++;
+				continue;
+			}
+			if (!t[i].skip)
+				t[i].skip =
+				    cm_calloc(CM_MEM_NODE, (size_t)t[i].nshards, sizeof(bool));
+			t[i].skip[s] = true;
+		}
+	return left;
+}
+
+/* Shards of t[0..nt) searched (not left out by skip). */
+static size_t
+shards_searched(const nd_target *t, size_t nt)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < nt; i++)
+		for (int s = 0; s < t[i].nshards; s++)
+			total += !(t[i].skip && t[i].skip[s]);
+	return total;
 }
 
 uint64_t
@@ -110,14 +140,16 @@ make_tasks(nd_target *t, size_t nt, size_t *ntasks)
 	size_t total = 0, k = 0;
 	shard_task *tasks;
 
-	for (size_t i = 0; i < nt; i++)
-		total += (size_t)t[i].nshards;
+	total = shards_searched(t, nt);
 	tasks = cm_calloc(CM_MEM_NODE, total + 1, sizeof(*tasks));
 	for (size_t i = 0; i < nt; i++)
-		for (int s = 0; s < t[i].nshards; s++, k++) {
+		for (int s = 0; s < t[i].nshards; s++) {
+			if (t[i].skip && t[i].skip[s])
+				continue;
 			tasks[k].target = &t[i];
 			tasks[k].shard = s;
 			tasks[k].ordinal = (uint32_t)k;
+			k++;
 		}
 	*ntasks = total;
 	return tasks;
@@ -138,9 +170,7 @@ nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req, nd_
 	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 	/* A bounded queue, as ES's search thread pool: past it, 429. */
-	size_t total = 0;
-	for (size_t i = 0; i < nt; i++)
-		total += (size_t)t[i].nshards;
+	size_t total = shards_searched(t, nt);
 	if (atomic_fetch_add(&n->search_queued, total) + total > ND_SEARCH_QUEUE) {
 		atomic_fetch_sub(&n->search_queued, total);
 		atomic_fetch_add((_Atomic uint64_t *)&n->counters.search_rejected, 1);

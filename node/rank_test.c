@@ -3,6 +3,7 @@
  * timers, and the cancel registry. */
 #include <cjson/cJSON.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -82,57 +83,68 @@ test_settings(void)
 	nd_rank_setting("search.hedge.enabled", "true", &e);
 }
 
-/* One reply from node after rtt_ms, the node reporting svc_ms and queue. */
+/* The copy most tests rank: shard 0 of index "ix". */
+static const nd_rank_copy IX0 = {"ix", "uuid-ix", 0};
+
+/* One reply from node for shard `shard` of index (uuid) after rtt_ms,
+ * the node reporting svc_ms and queue. */
+static void
+reply_on(int node, const char *uuid, int shard, double rtt_ms, double svc_ms, uint32_t queue)
+{
+	uint64_t svc = (uint64_t)(svc_ms * 1000);
+	nd_rank_sent(node, "ix", uuid, &shard, 1);
+	nd_rank_done(node, "ix", uuid, &shard, 1, true, (uint64_t)(rtt_ms * MS), &svc, 1, queue,
+	             false);
+}
+
 static void
 reply(int node, double rtt_ms, double svc_ms, uint32_t queue)
 {
-	uint64_t svc = (uint64_t)(svc_ms * 1000);
-	nd_rank_sent(node);
-	nd_rank_done(node, true, (uint64_t)(rtt_ms * MS), &svc, 1, queue, false);
+	reply_on(node, IX0.uuid, IX0.shard, rtt_ms, svc_ms, queue);
 }
 
 static void
 test_order(void)
 {
-	int cand[3] = {1, 2, 3}, out[3];
+	int cand[3] = {1, 2, 3}, out[3], zero = 0;
 	bool alive[3] = {true, true, true};
 	for (int i = 0; i < 5; i++) {
 		reply(1, 100, 1, 0); /* slow */
 		reply(2, 1, 0.5, 0); /* fast */
 		reply(3, 3, 0.5, 0);
 	}
-	nd_rank_order(cand, alive, 3, 4, out);
+	nd_rank_order(&IX0, cand, alive, 3, 4, out);
 	CHECKF(out[0] == 2 && out[1] == 3 && out[2] == 1, "%d %d %d", out[0], out[1], out[2]);
 	/* a dead copy goes last whatever its figures */
 	alive[1] = false;
-	nd_rank_order(cand, alive, 3, 4, out);
+	nd_rank_order(&IX0, cand, alive, 3, 4, out);
 	CHECKF(out[0] == 3 && out[2] == 2, "%d %d %d", out[0], out[1], out[2]);
 	alive[1] = true;
-	/* requests outstanding count cubed: the fast node with 3 in flight
+	/* requests outstanding count cubed: the fast copy with 3 in flight
 	 * ranks below the 3 ms one */
 	for (int i = 0; i < 3; i++)
-		nd_rank_sent(2);
-	nd_rank_order(cand, alive, 3, 4, out);
+		nd_rank_sent(2, "ix", IX0.uuid, &zero, 1);
+	nd_rank_order(&IX0, cand, alive, 3, 4, out);
 	CHECKF(out[0] == 3, "%d %d %d", out[0], out[1], out[2]);
 	for (int i = 0; i < 3; i++)
-		nd_rank_done(2, false, 0, NULL, 0, 0, false);
+		nd_rank_done(2, "ix", IX0.uuid, &zero, 1, false, 0, NULL, 0, 0, false);
 	/* so does a queue the node reports */
 	reply(2, 1, 0.5, 6);
-	nd_rank_order(cand, alive, 3, 4, out);
+	nd_rank_order(&IX0, cand, alive, 3, 4, out);
 	CHECKF(out[0] == 3, "queue: %d %d %d", out[0], out[1], out[2]);
 	reply(2, 1, 0.5, 0);
 	reply(2, 1, 0.5, 0);
 	reply(2, 1, 0.5, 0);
-	/* a node nothing was sent to for 0.5 s gets one probe */
+	/* a copy nothing was sent to for 0.5 s gets one probe */
 	sleep_ms(600);
 	reply(2, 1, 0.5, 0);
 	reply(3, 3, 0.5, 0);
-	nd_rank_order(cand, alive, 3, 4, out);
+	nd_rank_order(&IX0, cand, alive, 3, 4, out);
 	CHECKF(out[0] == 1, "probe: %d %d %d", out[0], out[1], out[2]);
-	nd_rank_order(cand, alive, 3, 4, out);
+	nd_rank_order(&IX0, cand, alive, 3, 4, out);
 	CHECKF(out[0] == 2, "after the probe: %d %d %d", out[0], out[1], out[2]);
-	/* after a pause, a recovered node's first fast reply weighs most: 100
-	 * ms, then 1 ms after >= 1 s idle, beats a node at 50 ms (a fixed
+	/* after a pause, a recovered copy's first fast reply weighs most: 100
+	 * ms, then 1 ms after >= 1 s idle, beats a copy at 50 ms (a fixed
 	 * weight of 0.3 would leave it at 70) */
 	sleep_ms(600);
 	for (int i = 0; i < 5; i++)
@@ -140,30 +152,151 @@ test_order(void)
 	reply(1, 1, 0.5, 0);
 	int c2[2] = {7, 1}, o2[2];
 	bool a2[2] = {true, true};
-	nd_rank_order(c2, a2, 2, 4, o2);
+	nd_rank_order(&IX0, c2, a2, 2, 4, o2);
 	CHECKF(o2[0] == 1, "recovered: %d %d", o2[0], o2[1]);
+}
+
+/* Figures are per copy: two shards on one node rank apart, a per_node
+ * reply's service times go to their shards, outstanding returns to 0,
+ * and an unmeasured copy borrows its node's figures (or ranks first on
+ * an unmeasured node, so it is tried). */
+static void
+test_per_copy(void)
+{
+	int cand[2] = {10, 11}, out[2];
+	bool alive[2] = {true, true};
+	const nd_rank_copy s0 = {"pc", "uuid-pc", 0}, s1 = {"pc", "uuid-pc", 1};
+	/* node 10 is slow for shard 0 and fast for shard 1; node 11 the
+	 * other way round */
+	for (int i = 0; i < 5; i++) {
+		reply_on(10, "uuid-pc", 0, 40, 30, 0);
+		reply_on(10, "uuid-pc", 1, 2, 1, 0);
+		reply_on(11, "uuid-pc", 0, 2, 1, 0);
+		reply_on(11, "uuid-pc", 1, 40, 30, 0);
+	}
+	nd_rank_order(&s0, cand, alive, 2, 4, out);
+	CHECKF(out[0] == 11, "shard 0: %d %d", out[0], out[1]);
+	nd_rank_order(&s1, cand, alive, 2, 4, out);
+	CHECKF(out[0] == 10, "shard 1: %d %d", out[0], out[1]);
+	double r, sv;
+	int os;
+	REQUIRE(nd_rank_copy_figures(10, "uuid-pc", 0, &r, &sv, &os));
+	CHECKF(r > 39000 && r < 41000 && sv > 29000 && sv < 31000 && os == 0, "%g %g %d", r, sv,
+	       os);
+	REQUIRE(nd_rank_copy_figures(10, "uuid-pc", 1, &r, &sv, &os));
+	CHECKF(r > 1900 && r < 2100 && sv > 900 && sv < 1100, "%g %g", r, sv);
+	/* one per_node message for shards 2, 3 and 4 of node 12: one round
+	 * trip, a service time each; outstanding is counted per copy */
+	int sh[3] = {2, 3, 4};
+	uint64_t svc[3] = {1000, 5000, 9000};
+	nd_rank_sent(12, "pc", "uuid-pc", sh, 3);
+	REQUIRE(nd_rank_copy_figures(12, "uuid-pc", 3, &r, &sv, &os));
+	CHECKF(os == 1, "outstanding %d", os);
+	nd_rank_done(12, "pc", "uuid-pc", sh, 3, true, 10 * MS, svc, 3, 0, false);
+	for (int i = 0; i < 3; i++) {
+		REQUIRE(nd_rank_copy_figures(12, "uuid-pc", sh[i], &r, &sv, &os));
+		CHECKF(os == 0 && r > 9999 && r < 10001 && sv == (double)svc[i],
+		       "shard %d: %g %g %d", sh[i], r, sv, os);
+	}
+	/* a reply with fewer service times than shards: the rest take the
+	 * largest */
+	int sh2[2] = {5, 6};
+	nd_rank_sent(12, "pc", "uuid-pc", sh2, 2);
+	nd_rank_done(12, "pc", "uuid-pc", sh2, 2, true, 10 * MS, svc, 1, 0, false);
+	REQUIRE(nd_rank_copy_figures(12, "uuid-pc", 6, &r, &sv, &os));
+	CHECKF(sv == 1000, "%g", sv);
+	/* a done after its copy was gone never makes outstanding negative */
+	nd_rank_done(12, "pc", "uuid-pc", &sh[0], 1, false, 0, NULL, 0, 0, false);
+	REQUIRE(nd_rank_copy_figures(12, "uuid-pc", 2, &r, &sv, &os));
+	CHECK(os == 0);
+	/* shard 7, never measured, follows its nodes' figures (measured on
+	 * another index): node 13 slow, node 14 fast */
+	for (int i = 0; i < 5; i++) {
+		reply_on(13, "uuid-other", 0, 80, 60, 0);
+		reply_on(14, "uuid-other", 0, 1, 0.5, 0);
+	}
+	const nd_rank_copy s7 = {"pc", "uuid-pc", 7};
+	int c3[2] = {13, 14}, o3[2];
+	nd_rank_order(&s7, c3, alive, 2, 4, o3);
+	CHECKF(o3[0] == 14, "unmeasured copy, node figures: %d %d", o3[0], o3[1]);
+	/* on a node never heard from, an unmeasured copy is tried first */
+	int c4[2] = {14, 15}, o4[2];
+	nd_rank_order(&s7, c4, alive, 2, 4, o4);
+	CHECKF(o4[0] == 15, "unmeasured node: %d %d", o4[0], o4[1]);
+	CHECK(!nd_rank_copy_figures(15, "uuid-pc", 7, &r, &sv, &os));
+}
+
+/* The table is bounded: far more copies than it holds evict the least
+ * recently used, and a copy in use all along stays. */
+static void
+test_eviction(void)
+{
+	size_t cap;
+	nd_rank_copies(&cap);
+	REQUIRE(cap >= 64);
+	int keep = 0;
+	double r, sv;
+	int os;
+	char uuid[32];
+	for (size_t i = 0; i < 4 * cap; i++) {
+		int shard = (int)i;
+		snprintf(uuid, sizeof(uuid), "uuid-ev-%zu", i % 7);
+		nd_rank_sent(20 + (int)(i % 3), "ev", uuid, &shard, 1);
+		nd_rank_done(20 + (int)(i % 3), "ev", uuid, &shard, 1, true, MS, NULL, 0, 0, false);
+		/* a copy searched all along */
+		nd_rank_sent(30, "keep", "uuid-keep", &keep, 1);
+		nd_rank_done(30, "keep", "uuid-keep", &keep, 1, true, 3 * MS, NULL, 0, 0, false);
+		CHECK(nd_rank_copies(NULL) <= cap);
+	}
+	CHECK(nd_rank_copies(NULL) <= cap);
+	CHECK(nd_rank_copy_figures(30, "uuid-keep", 0, &r, &sv, &os));
+	CHECK(r > 2900 && r < 3100);
+	/* the first copies went */
+	CHECK(!nd_rank_copy_figures(20, "uuid-ev-0", 0, &r, &sv, &os));
+	CHECK(!nd_rank_copy_figures(21, "uuid-ev-1", 1, &r, &sv, &os));
+	/* the newest are there */
+	int last = (int)(4 * cap - 1);
+	snprintf(uuid, sizeof(uuid), "uuid-ev-%d", last % 7);
+	CHECK(nd_rank_copy_figures(20 + last % 3, uuid, last, &r, &sv, &os));
+	/* an evicted copy is still ranked (as unmeasured, by its node) and
+	 * so tried again */
+	const nd_rank_copy gone = {"ev", "uuid-ev-0", 0};
+	int c[2] = {20, 40}, o[2];
+	bool alive[2] = {true, true};
+	nd_rank_order(&gone, c, alive, 2, 4, o);
+	CHECKF(o[0] == 40 && o[1] == 20, "%d %d", o[0], o[1]);
 }
 
 static void
 test_hedge_delay(void)
 {
+	int z = 0;
 	/* node 5: unknown -> the floor; few samples -> twice the EWMA */
-	CHECK(nd_rank_hedge_delay(5, 2 * MS) == 2 * MS);
+	CHECK(nd_rank_hedge_delay(5, "ix", IX0.uuid, &z, 1, 2 * MS) == 2 * MS);
 	reply(5, 10, 1, 0);
-	uint64_t d = nd_rank_hedge_delay(5, 2 * MS);
+	uint64_t d = nd_rank_hedge_delay(5, "ix", IX0.uuid, &z, 1, 2 * MS);
 	CHECKF(d >= 19 * MS && d <= 21 * MS, "%llu", (unsigned long long)d);
 	/* 64 samples 1..64 ms: the p95 is the 61st */
 	for (int i = 1; i <= 64; i++)
 		reply(6, i, 0.1, 0);
-	d = nd_rank_hedge_delay(6, 2 * MS);
+	d = nd_rank_hedge_delay(6, "ix", IX0.uuid, &z, 1, 2 * MS);
 	CHECKF(d >= 60 * MS && d <= 62 * MS, "%llu", (unsigned long long)d);
-	CHECK(nd_rank_hedge_delay(6, 100 * MS) == 100 * MS);
+	CHECK(nd_rank_hedge_delay(6, "ix", IX0.uuid, &z, 1, 100 * MS) == 100 * MS);
+	/* per copy: shard 1 on node 6 is fast, so a message for shard 1
+	 * alone waits less than one for shards 0 and 1 (the largest) */
+	int one = 1, both[2] = {0, 1};
+	for (int i = 0; i < 20; i++)
+		reply_on(6, IX0.uuid, 1, 3, 0.1, 0);
+	d = nd_rank_hedge_delay(6, "ix", IX0.uuid, &one, 1, 2 * MS);
+	CHECKF(d >= 2 * MS && d <= 4 * MS, "%llu", (unsigned long long)d);
+	d = nd_rank_hedge_delay(6, "ix", IX0.uuid, both, 2, 2 * MS);
+	CHECKF(d >= 60 * MS && d <= 62 * MS, "%llu", (unsigned long long)d);
 	/* a lost race counts its elapsed time */
 	for (int i = 0; i < 64; i++)
-		nd_rank_censored(6, 500 * MS);
-	d = nd_rank_hedge_delay(6, 2 * MS);
+		nd_rank_censored(6, &IX0, 500 * MS);
+	d = nd_rank_hedge_delay(6, "ix", IX0.uuid, &z, 1, 2 * MS);
 	CHECK(d >= 499 * MS && d <= 501 * MS);
-	CHECK(nd_rank_hedge_delay(-1, 3 * MS) == 3 * MS);
+	CHECK(nd_rank_hedge_delay(-1, "ix", IX0.uuid, &z, 1, 3 * MS) == 3 * MS);
 }
 
 static void
@@ -269,6 +402,8 @@ main(void)
 {
 	test_settings();
 	test_order();
+	test_per_copy();
+	test_eviction();
 	test_hedge_delay();
 	test_budget();
 	test_timers();

@@ -397,6 +397,19 @@ def hedge_answers_a_stalled_shard_and_cancels_the_loser():
     if won < 4:
         raise AssertionError("per_node: only %d of 6 searches answered by hedges: %s" %
                              (won, seen))
+    # _shards: restricts the shards and leaves the hedging to what follows it
+    pref = "_shards:%s|_prefer_nodes:%s" % (",".join(map(str, mine)), SLOW)
+    won = 0
+    seen = []
+    for i in range(6):
+        a = answered(search(i, pref))
+        seen.append(a)
+        eq(sorted(a), sorted(mine), "shards searched under %s" % pref)
+        if all(a[s][0] != SLOW and a[s][1] and a[s][2] for s in mine):
+            won += 1
+    if won < 4:
+        raise AssertionError("%s: only %d of 6 searches answered by hedges: %s" %
+                             (pref, won, seen))
     # the stalled copy's work: its cancels arrive (behind the delayed requests)
     C.proxy(SLOW, ["--stall-ms", "400", "--stall-every-ms", "800"])
     deadline = time.time() + 20
@@ -428,6 +441,9 @@ def no_hedge_for_writes_gets_or_pinned_preference():
         eq(shape(b)[0], BASE[i][0], "_only_nodes totals")
         for s, v in answered(b).items():
             eq(v[1], False, "hedged under _only_nodes")
+        b = search(i, "_shards:0,1,2|_only_nodes:%s,node-0,node-2" % SLOW)
+        for s, v in answered(b).items():
+            eq(v[1], False, "hedged under _shards:..|_only_nodes")
         search(i, "sticky-%d" % i)
     h1 = hedging()
     eq(h1["sent"] - h0["sent"], 0, "hedges sent for writes, gets, _only_nodes, custom strings")
@@ -482,6 +498,170 @@ def budget_holds_and_results_match_over_2000_searches():
     C.proxy(SLOW, [])
 
 
+def tail_copies(name="coord"):
+    return [c for c in hedging(name)["copies"] if c["index"] == "tail"]
+
+
+@test
+def per_copy_figures_in_nodes_stats():
+    settings({"search.hedge.enabled": None, "search.hedge.max_ratio": None,
+              "search.hedge.min_delay": None,
+              "cluster.routing.use_adaptive_replica_selection": None})
+    # every copy measured: each node's copies preferred in turn, then ranked
+    for nd in ("node-0", "node-1", "node-2"):
+        for i in range(5):
+            search(i, "_prefer_nodes:" + nd, profile=False)
+    for i in range(40):
+        search(i, profile=False, fanout="per_node" if i % 4 == 0 else None)
+    # losers' replies may still be on their way: outstanding settles to 0
+    deadline = time.time() + 10
+    while True:
+        cps = tail_copies()
+        if all(c["outstanding"] == 0 for c in cps) or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    for c in cps:
+        eq(c["outstanding"], 0, "outstanding after the searches: %s" % c)
+        for k in ("shard", "node", "ewma_response_ms", "service_ms", "p95_ms", "replies",
+                  "failures", "rank", "requests_sent"):
+            if k not in c:
+                raise AssertionError("copy figures lack %s: %s" % (k, c))
+        if c["node"] not in PLACE[c["shard"]].values():
+            raise AssertionError("a copy on a node without that shard: %s (%s)" % (c, PLACE))
+    keys = sorted((c["shard"], c["node"]) for c in cps)
+    eq(len(keys), len(set(keys)), "one entry per copy: %s" % keys)
+    eq(sorted({k[0] for k in keys}), [0, 1, 2], "every shard has a copy ranked: %s" % keys)
+    used = [c for c in cps if c["replies"] > 0]
+    for c in used:
+        if not (c["ewma_response_ms"] > 0 and c["p95_ms"] > 0 and c["service_ms"] > 0):
+            raise AssertionError("a copy that replied without figures: %s" % c)
+    # the figures are the copy's, not its node's: two copies on one node
+    # (each node holds two of the six) differ
+    by_node = {}
+    for c in used:
+        by_node.setdefault(c["node"], []).append(c)
+    pairs = [v for v in by_node.values() if len(v) >= 2]
+    if not pairs:
+        raise AssertionError("no node with two copies measured: %s" % cps)
+    if not any(len({(c["ewma_response_ms"], c["service_ms"]) for c in v}) > 1 for v in pairs):
+        raise AssertionError("copies on one node share their figures: %s" % pairs)
+    # the per-node summary is still there (ES's adaptive_selection)
+    eq(sorted(stats("coord")["adaptive_selection"]), ["node-0", "node-1", "node-2"],
+       "adaptive_selection nodes")
+
+
+def ids_of(st_b, what):
+    st, b = st_b
+    eq(st, 200, "%s: %s" % (what, b))
+    return b, {h["_id"] for h in b["hits"]["hits"]}
+
+
+def shards_search(pref, extra="", body=None):
+    return C.coord.req("POST", "/tail/_search?preference=%s%s" % (pref, extra),
+                       body or {"query": {"range": {"n": {"lt": DOCS}}}, "size": DOCS,
+                                "profile": True, "_source": False})
+
+
+@test
+def shards_preference_restricts_the_shards():
+    per = {}
+    for s in range(3):
+        b, ids = ids_of(shards_search("_shards:%d" % s), "_shards:%d" % s)
+        eq(b["_shards"]["total"], 1, "_shards:%d total" % s)
+        eq(sorted(answered(b)), [s], "_shards:%d searched" % s)
+        eq(b["hits"]["total"]["value"], len(ids), "_shards:%d hits" % s)
+        if not 0 < len(ids) < DOCS:
+            raise AssertionError("_shards:%d: %d docs" % (s, len(ids)))
+        per[s] = ids
+    eq(per[0] | per[1] | per[2], {str(i) for i in range(DOCS)}, "the shards' docs, together")
+    eq(len(per[0]) + len(per[1]) + len(per[2]), DOCS, "each doc in one shard")
+    # a list, with spaces and repeats; per_node fan-out alike
+    for pref, extra in (("_shards:0,2", ""), ("_shards:2,%200,0", ""),
+                        ("_shards:0,2", "&fanout=per_node")):
+        b, ids = ids_of(shards_search(pref, extra), pref + extra)
+        eq((b["_shards"]["total"], ids), (2, per[0] | per[2]), pref + extra)
+    # then another preference picks the copy
+    for kind in ("p", "r"):
+        nd = PLACE[1][kind]
+        b, ids = ids_of(shards_search("_shards:1|_only_nodes:" + nd), "_only_nodes")
+        eq((ids, answered(b)[1][0]), (per[1], nd), "_shards:1|_only_nodes:" + nd)
+        b, ids = ids_of(shards_search("_shards:1|_prefer_nodes:" + nd), "_prefer_nodes")
+        eq((ids, answered(b)[1][0]), (per[1], nd), "_shards:1|_prefer_nodes:" + nd)
+    b, ids = ids_of(shards_search("_shards:1|_primary"), "_primary")
+    eq((ids, answered(b)[1][0]), (per[1], PLACE[1]["p"]), "_shards:1|_primary")
+    for pref in ("_shards:1|sticky", "_shards:1|_local", "_shards:1|"):
+        b, ids = ids_of(shards_search(pref), pref)
+        eq(ids, per[1], pref)
+    # a shard number the index does not have matches nothing (as ES)
+    b, ids = ids_of(shards_search("_shards:1,7"), "_shards:1,7")
+    eq((b["_shards"]["total"], ids), (1, per[1]), "_shards:1,7")
+    b, ids = ids_of(shards_search("_shards:9"), "_shards:9")
+    eq((b["_shards"]["total"], b["hits"]["total"]["value"]), (0, 0), "_shards:9")
+    # _count takes it too
+    st, b = C.coord.req("POST", "/tail/_count?preference=_shards:0,1",
+                        {"query": {"range": {"n": {"lt": DOCS}}}})
+    eq((st, b.get("count"), b.get("_shards", {}).get("total")),
+       (200, len(per[0]) + len(per[1]), 2), "_count with _shards:0,1: %s" % b)
+    # _msearch: the header's preference, else the URL's
+    q = {"query": {"range": {"n": {"lt": DOCS}}}, "size": DOCS, "_source": False}
+    body = "".join(json.dumps(x) + "\n" for x in (
+        {"index": "tail", "preference": "_shards:0"}, q, {"index": "tail"}, q,
+        {"index": "tail", "preference": "_shards:x"}, q))
+    st, b = C.coord.req("POST", "/_msearch?preference=_shards:2", body,
+                        {"Content-Type": "application/x-ndjson"})
+    eq(st, 200, "_msearch: %s" % b)
+    r = b["responses"]
+    eq(({h["_id"] for h in r[0]["hits"]["hits"]}, r[0]["_shards"]["total"]), (per[0], 1),
+       "_msearch header _shards:0")
+    eq(({h["_id"] for h in r[1]["hits"]["hits"]}, r[1]["_shards"]["total"]), (per[2], 1),
+       "_msearch URL _shards:2")
+    eq((r[2].get("status"), r[2].get("error", {}).get("type")),
+       (400, "illegal_argument_exception"), "_msearch bad header preference: %s" % r[2])
+    # bad forms: 400 with the reason
+    for bad, why in (("_shards:", "no shard numbers"), ("_shards:,", "no shard numbers"),
+                     ("_shards:x", "not a shard number"), ("_shards:1,2x", "not a shard number"),
+                     ("_shards:|_local", "no shard numbers"),
+                     ("_shards:1|_bogus", "no Preference for [_bogus]"),
+                     ("_shards:1|_shards:2", "given twice")):
+        error_is(shards_search(bad), 400, "illegal_argument_exception", why)
+        error_is(C.coord.req("POST", "/tail/_count?preference=" + bad, {}), 400,
+                 "illegal_argument_exception", why)
+
+
+@test
+def shards_preference_on_a_solo_node():
+    n = Node()
+    try:
+        st, b = n.req("PUT", "/solo", {"settings": {"number_of_shards": 3}})
+        eq(st, 200, "create: %s" % b)
+        lines = []
+        for i in range(300):
+            lines.append({"index": {"_index": "solo", "_id": str(i)}})
+            lines.append({"n": i})
+        st, b = n.bulk(lines, params="?refresh=true")
+        eq((st, b.get("errors")), (200, False), "bulk")
+        per = {}
+        for s in range(3):
+            st, b = n.req("POST", "/solo/_search?preference=_shards:%d" % s, {"size": 300})
+            eq(st, 200, "solo _shards:%d: %s" % (s, b))
+            eq(b["_shards"]["total"], 1, "solo _shards:%d total" % s)
+            per[s] = {h["_id"] for h in b["hits"]["hits"]}
+            if not 0 < len(per[s]) < 300:
+                raise AssertionError("solo _shards:%d: %d docs" % (s, len(per[s])))
+            st, c = n.req("GET", "/solo/_count?preference=_shards:%d" % s)
+            eq((st, c["count"], c["_shards"]["total"]), (200, len(per[s]), 1), "solo _count")
+        eq(per[0] | per[1] | per[2], {str(i) for i in range(300)}, "solo: the shards together")
+        st, b = n.req("POST", "/solo/_search?preference=_shards:0,2|_local", {"size": 300})
+        eq((st, {h["_id"] for h in b["hits"]["hits"]}), (200, per[0] | per[2]),
+           "solo _shards:0,2|_local")
+        error_is(n.req("POST", "/solo/_search?preference=_shards:a", {}), 400,
+                 "illegal_argument_exception", "not a shard number")
+        error_is(n.req("GET", "/solo/_count?preference=_shards:"), 400,
+                 "illegal_argument_exception", "no shard numbers")
+    finally:
+        n.cleanup()
+
+
 def teardown():
     rcs = C.cleanup() if C else []
     bad = [r for r in rcs if r[1] not in (0, None)]
@@ -490,4 +670,4 @@ def teardown():
 
 if __name__ == "__main__":
     setup()
-    run_tests(budget_s=150, teardown=teardown)
+    run_tests(budget_s=200, teardown=teardown)
