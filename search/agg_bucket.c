@@ -1092,10 +1092,13 @@ typedef struct terms_state {
 	uint32_t *counts; /* per ordinal, no sub-aggs */
 	uint32_t *ord2b;  /* ordinal → bucket + 1; UINT32_MAX rejected */
 	size_t nords;
-	/* the ordinals counted, while few (flush visits them, not every
-	 * ordinal of the segment); touched_cap 0: too many, scan */
-	uint32_t *touched;
-	size_t ntouched, touched_cap;
+	/* counts per ordinal while few ordinals are hit (a query matching a
+	 * few docs of a field with many terms): open addressing on ordinal + 1,
+	 * then the counts array once more than 1 ordinal in 16 is hit (the
+	 * array costs its whole size per segment, the flush a scan of it) */
+	uint32_t *hk, *hv;
+	size_t hn, hcap;
+	bool fast; /* counting without buckets: counts or the table above */
 	uint8_t key_kind; /* 0 unknown, 1 string, 2 long, 3 double */
 } terms_state;
 
@@ -1115,7 +1118,8 @@ terms_free(const sr_agg *a, void *d)
 	btab_free(&s->t, a);
 	cm_free(AGG_MEM, s->counts);
 	cm_free(AGG_MEM, s->ord2b);
-	cm_free(AGG_MEM, s->touched);
+	cm_free(AGG_MEM, s->hk);
+	cm_free(AGG_MEM, s->hv);
 	cm_free(AGG_MEM, s);
 }
 
@@ -1183,10 +1187,77 @@ terms_resolve(agg_rt *rt, terms_state *s, uint64_t ord)
 }
 
 static int
-cmp_u32(const void *a, const void *b)
+cmp_u64(const void *a, const void *b)
 {
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 	return (x > y) - (x < y);
+}
+
+/* (ordinal << 32 | count): count descending, then ordinal ascending */
+static int
+cmp_count_desc(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	uint32_t cx = (uint32_t)x, cy = (uint32_t)y;
+	if (cx != cy)
+		return cx > cy ? -1 : 1;
+	return (x > y) - (x < y);
+}
+
+static bool order_is_count_desc(const terms_params *p);
+
+static void
+sparse_init(terms_state *s)
+{
+	s->hcap = 64;
+	s->hn = 0;
+	s->hk = cm_calloc(AGG_MEM, s->hcap, sizeof *s->hk);
+	s->hv = cm_calloc(AGG_MEM, s->hcap, sizeof *s->hv);
+}
+
+static size_t
+sparse_slot(const uint32_t *hk, size_t cap, uint32_t key)
+{
+	size_t m = cap - 1, i = (key * 0x9E3779B1u) & m;
+	while (hk[i] && hk[i] != key)
+		i = (i + 1) & m;
+	return i;
+}
+
+/* Counts ord in the table; past 1 ordinal in 16 of the segment's, the
+ * counts move to the array. */
+static void
+sparse_add(terms_state *s, uint32_t ord)
+{
+	size_t i = sparse_slot(s->hk, s->hcap, ord + 1);
+	if (s->hk[i]) {
+		s->hv[i]++;
+		return;
+	}
+	s->hk[i] = ord + 1;
+	s->hv[i] = 1;
+	if (++s->hn > s->nords / 16) {
+		s->counts = cm_calloc(AGG_MEM, s->nords, sizeof *s->counts);
+		for (size_t k = 0; k < s->hcap; k++)
+			if (s->hk[k])
+				s->counts[s->hk[k] - 1] = s->hv[k];
+		cm_free(AGG_MEM, s->hk);
+		cm_free(AGG_MEM, s->hv);
+		s->hk = s->hv = NULL;
+		s->hn = s->hcap = 0;
+	} else if (2 * s->hn > s->hcap) {
+		size_t cap = 2 * s->hcap;
+		uint32_t *hk = cm_calloc(AGG_MEM, cap, sizeof *hk), *hv = cm_calloc(AGG_MEM, cap, sizeof *hv);
+		for (size_t k = 0; k < s->hcap; k++)
+			if (s->hk[k]) {
+				size_t j = sparse_slot(hk, cap, s->hk[k]);
+				hk[j] = s->hk[k];
+				hv[j] = s->hv[k];
+			}
+		cm_free(AGG_MEM, s->hk);
+		cm_free(AGG_MEM, s->hv);
+		s->hk = hk, s->hv = hv, s->hcap = cap;
+	}
 }
 
 static void
@@ -1204,15 +1275,12 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 		if (n->epoch != rt->epoch) {
 			agg_mark_dirty(rt, n);
 			s->nords = nords;
-			if (fast) {
+			s->fast = fast;
+			if (fast && (p->min_doc_count == 0 || nords < 1024))
 				s->counts = cm_calloc(AGG_MEM, nords ? nords : 1, sizeof *s->counts);
-				s->ntouched = 0;
-				s->touched_cap = nords / 16;
-				s->touched =
-				    s->touched_cap
-				        ? cm_malloc(AGG_MEM, s->touched_cap * sizeof *s->touched)
-				        : NULL;
-			} else if (arr)
+			else if (fast)
+				sparse_init(s);
+			else if (arr)
 				s->ord2b = cm_calloc(AGG_MEM, nords ? nords : 1, sizeof *s->ord2b);
 		}
 		for (size_t i = 0; i < cnt; i++) {
@@ -1228,12 +1296,10 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 				if (ord >= nords)
 					continue;
 				if (fast) {
-					if (!s->counts[ord]++ && s->touched_cap) {
-						if (s->ntouched < s->touched_cap)
-							s->touched[s->ntouched++] = (uint32_t)ord;
-						else
-							s->touched_cap = 0;
-					}
+					if (s->counts)
+						s->counts[ord]++;
+					else
+						sparse_add(s, (uint32_t)ord);
 					continue;
 				}
 				uint32_t bi;
@@ -1283,14 +1349,41 @@ terms_flush(agg_rt *rt, agg_node *n)
 {
 	terms_state *s = n->d;
 	const terms_params *p = rt->spec->p;
-	if (s->counts) {
+	if (s->fast && !s->counts) {
 		/* few ordinals counted: those, in ordinal order as a scan would */
-		bool few = s->touched_cap && p->min_doc_count > 0;
-		if (few)
-			qsort(s->touched, s->ntouched, sizeof *s->touched, cmp_u32);
-		size_t end = few ? s->ntouched : s->nords;
-		for (size_t i = 0; i < end; i++) {
-			size_t o = few ? s->touched[i] : i;
+		uint64_t *oc = cm_malloc(AGG_MEM, (s->hn ? s->hn : 1) * sizeof *oc);
+		size_t n = 0;
+		for (size_t i = 0; i < s->hcap; i++)
+			if (s->hk[i])
+				oc[n++] = (uint64_t)(s->hk[i] - 1) << 32 | s->hv[i];
+		/* The shard's only segment, ordered by count: only its top
+		 * shard_size ordinals become buckets (terms_finish would cut the
+		 * rest, into sum_other_doc_count, all the same), so only those
+		 * are looked up in the dictionary. Ties go by ordinal, which is
+		 * term order. Not with a min_doc_count above 1: a bucket cut for
+		 * it does not count in sum_other_doc_count on one shard. */
+		if (n > p->shard_size && s->t.n == 0 && p->norder == 1 && order_is_count_desc(p) &&
+		    p->shard_min_doc_count <= 1 && p->min_doc_count <= 1 && rt->ctx->reader &&
+		    st_reader_nsegments(rt->ctx->reader) == 1) {
+			qsort(oc, n, sizeof *oc, cmp_count_desc);
+			for (size_t i = p->shard_size; i < n; i++)
+				s->other += (uint32_t)oc[i];
+			n = p->shard_size;
+		}
+		qsort(oc, n, sizeof *oc, cmp_u64);
+		for (size_t i = 0; i < n; i++) {
+			const uint8_t *t;
+			size_t len;
+			if (st_ord_term(rt->ctx->txn, rt->fi, oc[i] >> 32, &t, &len)) {
+				cm_error_set(&rt->root->err, CM_ECORRUPT, "could not read term of [%s]",
+				             rt->spec->field);
+				break;
+			}
+			terms_bucket_str(s, rt->spec, t, len)->count += (uint32_t)oc[i];
+		}
+		cm_free(AGG_MEM, oc);
+	} else if (s->counts) {
+		for (size_t o = 0; o < s->nords; o++) {
 			if (!s->counts[o] && p->min_doc_count > 0)
 				continue;
 			const uint8_t *t;
@@ -1313,11 +1406,13 @@ terms_flush(agg_rt *rt, agg_node *n)
 	}
 	cm_free(AGG_MEM, s->counts);
 	cm_free(AGG_MEM, s->ord2b);
-	cm_free(AGG_MEM, s->touched);
+	cm_free(AGG_MEM, s->hk);
+	cm_free(AGG_MEM, s->hv);
 	s->counts = NULL;
 	s->ord2b = NULL;
-	s->touched = NULL;
-	s->ntouched = s->touched_cap = 0;
+	s->hk = s->hv = NULL;
+	s->hn = s->hcap = 0;
+	s->fast = false;
 	s->nords = 0;
 }
 
