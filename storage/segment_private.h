@@ -94,6 +94,10 @@ struct st_segment {
 	bool dict_loaded;
 	void *ddict; /* ZSTD_DDict, NULL when the segment has no dictionary */
 	uint64_t uid; /* names its stored blocks in st_bcache */
+	/* Column blocks whose checksum has been verified (field * blocks +
+	 * block): each is checked once, not at every load */
+	_Atomic uint8_t *col_ok;
+	uint32_t col_blocks;
 };
 
 struct st_seg_txn {

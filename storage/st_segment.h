@@ -154,6 +154,7 @@ typedef struct st_colblock {
 	/* sparse (st_col_values_sparse): values read per doc from the packed
 	 * block in the segment (valid for the read transaction) */
 	bool sparse, dense; /* dense: the last block had many visits, decode whole */
+	bool single;        /* sparse, one value per doc: starts not filled */
 	uint32_t visits;    /* docs read in this block */
 	unsigned vbits;
 	const uint8_t *packed;
