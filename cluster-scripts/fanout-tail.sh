@@ -237,7 +237,9 @@ for key, rs in by.items():
     tot = lambda i: str(sum(int(x[i]) for x in rs))
     cell[key] = list(key) + [tot(4), med(5), med(6), med(7), tot(8), tot(9), tot(10)]
 with open(sys.argv[2], "w") as f:
-    for key in sorted(cell):
+    # numeric order for the plot: K, clients, slow, configuration
+    for key in sorted(cell, key=lambda k: (int(k[0]), int(k[1]), k[2],
+                                           "off ars both".split().index(k[3]))):
         f.write("\t".join(cell[key]) + "\n")
 print("| K | clients | config | no slow node p50 / p99 / p99.9 | slow node p50 / p99 / p99.9 "
       "| hedges / shard requests (slow) | n |")
