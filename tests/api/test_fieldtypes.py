@@ -542,6 +542,64 @@ def source_includes_excludes():
                  "illegal_argument_exception", "Cannot update parameter [excludes]")
 
 
+
+@test
+def field_caps():
+    """_field_caps as ES 7.10 answers it: types per field, multi-fields and
+    object paths, searchable/aggregatable from index/doc_values, a field of
+    two types across indices listing its indices, mixed flags, unmapped
+    fields with include_unmapped, metadata fields, and the errors."""
+    for label, w, asks in targets():
+        for name, props in (("fc-a-" + label, {
+                "t": {"type": "text", "fields": {"kw": {"type": "keyword"}}},
+                "n": {"type": "integer", "index": False},
+                "o": {"properties": {"x": {"type": "keyword", "doc_values": False}}},
+                "addr": {"type": "ip"}, "blob": {"type": "binary"}}),
+                ("fc-b-" + label, {"t": {"type": "keyword"}, "n": {"type": "integer"}})):
+            st, b = w.req("PUT", "/" + name, {"settings": {"number_of_shards": 2,
+                                                          "number_of_replicas": 0},
+                                             "mappings": {"properties": props}})
+            eq(st, 200, "create %s: %s" % (name, b))
+        a, b2 = "fc-a-" + label, "fc-b-" + label
+        for n in asks:
+            st, b = n.req("GET", "/%s/_field_caps?fields=*" % a)
+            eq(st, 200, "%s field_caps: %s" % (label, b))
+            f = b["fields"]
+            eq(b["indices"], [a], label)
+            eq(f["t"], {"text": {"type": "text", "searchable": True, "aggregatable": False}}, label)
+            eq(f["t.kw"]["keyword"]["aggregatable"], True, label)
+            eq(f["n"]["integer"], {"type": "integer", "searchable": False, "aggregatable": True},
+               label)
+            eq(f["o"]["object"]["searchable"], False, label)
+            eq(f["o.x"]["keyword"], {"type": "keyword", "searchable": True,
+                                     "aggregatable": False}, label)
+            eq(f["addr"]["ip"]["aggregatable"], True, label)
+            eq(f["blob"]["binary"], {"type": "binary", "searchable": False,
+                                     "aggregatable": False}, label)
+            eq(f["_id"]["_id"]["searchable"], True, label)
+            eq(f["_source"]["_source"]["aggregatable"], False, label)
+            # two indices: t has two types, n mixed flags, addr unmapped in b
+            st, b = n.req("POST", "/%s,%s/_field_caps?include_unmapped=true" % (a, b2),
+                          {"fields": ["t", "n", "addr"]})
+            eq(st, 200, "%s field_caps: %s" % (label, b))
+            f = b["fields"]
+            eq(sorted(b["indices"]), sorted([a, b2]), label)
+            eq(f["t"]["text"]["indices"], [a], label)
+            eq(f["t"]["keyword"]["indices"], [b2], label)
+            eq(f["n"]["integer"], {"type": "integer", "searchable": False, "aggregatable": True,
+                                   "non_searchable_indices": [a]}, label)
+            eq(f["addr"]["unmapped"]["indices"], [b2], label)
+            eq(sorted(f), ["addr", "n", "t"], label)
+            st, b = n.req("GET", "/%s/_field_caps?fields=o.*,nothing*" % a)
+            eq((st, sorted(b["fields"])), (200, ["o.x"]), label)
+            st, b = n.req("GET", "/%s/_field_caps" % a)
+            error_is((st, b), 400, "illegal_argument_exception")
+            st, b = n.req("GET", "/fc-nope/_field_caps?fields=*")
+            error_is((st, b), 404, "index_not_found_exception")
+            st, b = n.req("POST", "/%s/_field_caps" % a, {"fields": 7})
+            error_is((st, b), 400, "illegal_argument_exception")
+
+
 def teardown():
     rc = 0
     if SOLO:
