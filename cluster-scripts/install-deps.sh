@@ -6,7 +6,7 @@ set -euo pipefail
 BUILD_PKGS=(build-essential cmake pkg-config python3 curl
   libnng-dev libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libzstd-dev
   libmicrohttpd-dev libcjson-dev libutf8proc-dev libstemmer-dev libstreamvbyte-dev
-  libxxhash-dev libroaring-dev zlib1g-dev libargon2-dev libcurl4-openssl-dev)
+  libxxhash-dev libroaring-dev zlib1g-dev libargon2-dev libcurl4-openssl-dev libpcre2-dev)
 # The cluster's coordination service: local clusters (local-cluster.sh runs
 # this script without --with-tests) and the etcd client's test run it.
 RUN_PKGS=(etcd-server)

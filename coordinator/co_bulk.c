@@ -36,6 +36,8 @@ typedef struct bulk_item {
 	st_op_result res;
 	cm_error err;
 	bool failed;
+	bool dropped;      /* an ingest pipeline dropped it */
+	char *ingested;    /* the source an ingest pipeline made (owned), or NULL */
 	size_t batch, pos; /* where its op sits */
 } bulk_item;
 
@@ -59,9 +61,12 @@ struct co_stream {
 	ix_cache *cache;
 	size_t ncache;
 	uint64_t t0;
+	const char *pipeline; /* ?pipeline= (borrowed from the request), or NULL */
+	co_ingest *ingest;    /* compiled pipelines, made on first use */
 };
 
 static void apply_chunk(co_stream *s);
+static nd_index *cache_get(co_stream *s, const char *name, bool create, cm_error *err);
 
 /* A complete item from the parser: kept with its source until the chunk
  * is full (or the body ends). */
@@ -101,7 +106,7 @@ co_bulk_begin(co_req *r)
 	cm_error_clear(&err);
 	co_param_get(r, "timeout");
 	co_param_get(r, "wait_for_active_shards");
-	co_param_get(r, "pipeline");
+	s->pipeline = co_param_get(r, "pipeline");
 	co_param_get(r, "type");
 	if (co_write_opts_parse(NULL, NULL, NULL, NULL, NULL, co_param_get(r, "refresh"), &s->dflt,
 	                        &err)) {
@@ -116,7 +121,49 @@ co_bulk_begin(co_req *r)
 static const char *
 item_src(const co_stream *s, const bulk_item *it)
 {
+	if (it->ingested)
+		return it->ingested;
 	return s->src.data ? (const char *)s->src.data + it->src_off : "";
+}
+
+/* Runs the item's ingest pipelines (its own, the request's, or its
+ * index's default, then the final one): its source, index, id and
+ * routing may change. False when it failed or was dropped. */
+static bool
+item_ingest(co_stream *s, bulk_item *it)
+{
+	if (!s->ingest)
+		s->ingest = co_ingest_new(s->r->node);
+	const char *pl = it->a.pipeline ? it->a.pipeline : s->pipeline;
+	char *out = NULL, *old_index = cm_strdup(MEM, it->a.index);
+	size_t out_len;
+	bool dropped;
+	if (co_ingest_run(s->ingest, it->ix, pl, &it->a.index, &it->a.id, &it->a.routing,
+	                  item_src(s, it), it->src_len, &out, &out_len, &dropped, &it->err)) {
+		it->failed = true;
+		cm_free(MEM, old_index);
+		return false;
+	}
+	bool moved = strcmp(old_index, it->a.index) != 0;
+	cm_free(MEM, old_index);
+	if (dropped) {
+		it->dropped = true;
+		return false;
+	}
+	if (out) {
+		it->ingested = out;
+		it->src_len = out_len;
+	}
+	if (moved) { /* the pipeline set _index */
+		cm_error err;
+		cm_error_clear(&err);
+		if (!(it->ix = cache_get(s, it->a.index, true, &err))) {
+			it->failed = true;
+			it->err = err;
+			return false;
+		}
+	}
+	return true;
 }
 
 /* The index_routing of the alias name stands for, or NULL (cached). */
@@ -234,7 +281,17 @@ render_item(co_stream *s, bulk_item *it)
 	const char *id = it->a.id ? it->a.id : "";
 	int status;
 
-	if (it->failed) {
+	if (it->dropped) {
+		/* as ES answers a document a pipeline dropped */
+		o = cJSON_AddObjectToObject(wrap, co_bulk_action_names[it->a.kind]);
+		cJSON_AddStringToObject(o, "_index", it->a.index);
+		cJSON_AddStringToObject(o, "_type", "_doc");
+		cJSON_AddStringToObject(o, "_id", id);
+		cJSON_AddNumberToObject(o, "_version", -3);
+		cJSON_AddStringToObject(o, "result", "noop");
+		cJSON_AddItemToObject(o, "_shards", co_shards_json(0, 0, 0));
+		cJSON_AddNumberToObject(o, "status", 200);
+	} else if (it->failed) {
 		o = cJSON_AddObjectToObject(wrap, co_bulk_action_names[it->a.kind]);
 		cJSON_AddStringToObject(o, "_index", it->a.index);
 		cJSON_AddStringToObject(o, "_type", "_doc");
@@ -300,6 +357,9 @@ apply_chunk(co_stream *s)
 			nd_gen_id(gen);
 			it->a.id = cm_strdup(MEM, gen);
 		}
+		if ((it->a.kind == CO_BULK_INDEX || it->a.kind == CO_BULK_CREATE) &&
+		    !item_ingest(s, it))
+			continue;
 		const char *art = alias_routing(s, it->a.index);
 		if (!co_alias_routing_check(it->a.index, art, it->a.routing, &err)) {
 			it->failed = true;
@@ -362,6 +422,7 @@ apply_chunk(co_stream *s)
 	for (size_t k = 0; k < s->nitems; k++) {
 		render_item(s, &s->items[k]);
 		co_bulk_action_clear(&s->items[k].a);
+		cm_free(MEM, s->items[k].ingested);
 	}
 	s->nitems = 0;
 	cm_buf_reset(&s->src);
@@ -370,8 +431,10 @@ apply_chunk(co_stream *s)
 static void
 discard_chunk(co_stream *s)
 {
-	for (size_t k = 0; k < s->nitems; k++)
+	for (size_t k = 0; k < s->nitems; k++) {
 		co_bulk_action_clear(&s->items[k].a);
+		cm_free(MEM, s->items[k].ingested);
+	}
 	s->nitems = 0;
 	cm_buf_reset(&s->src);
 }
@@ -427,6 +490,7 @@ co_bulk_free(co_stream *s)
 	}
 	cm_free(MEM, s->cache);
 	cm_free(MEM, s->items);
+	co_ingest_free(s->ingest);
 	co_bulk_parser_free(&s->parser);
 	cm_buf_free(&s->src);
 	cm_buf_free(&s->out);

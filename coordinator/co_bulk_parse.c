@@ -35,6 +35,7 @@ co_bulk_action_clear(co_bulk_action *a)
 	cm_free(MEM, a->index);
 	cm_free(MEM, a->id);
 	cm_free(MEM, a->routing);
+	cm_free(MEM, a->pipeline);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -153,8 +154,11 @@ parse_action(co_bulk_parser *p, const char *line, size_t len, co_bulk_action *ou
 			/* clamped before the cast: a huge double into long is undefined */
 			double d = c->valuedouble;
 			it.retries = d > MAX_RETRIES ? MAX_RETRIES : d > 0 ? (long)d : 0;
-		} else if (strcmp(k, "_type") == 0 || strcmp(k, "pipeline") == 0 ||
-		           strcmp(k, "require_alias") == 0 || strcmp(k, "_source") == 0) {
+		} else if (strcmp(k, "pipeline") == 0 && cJSON_IsString(c)) {
+			cm_free(MEM, it.pipeline);
+			it.pipeline = cm_strdup(MEM, c->valuestring);
+		} else if (strcmp(k, "_type") == 0 || strcmp(k, "require_alias") == 0 ||
+		           strcmp(k, "_source") == 0) {
 			;
 		} else {
 			fail(p, CM_EINVAL,

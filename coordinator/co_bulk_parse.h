@@ -24,6 +24,7 @@ typedef struct co_bulk_action {
 	char *index;   /* owned (CM_MEM_COORDINATOR); never NULL */
 	char *id;      /* owned; NULL = generate one */
 	char *routing; /* owned; may be NULL */
+	char *pipeline; /* owned; the action's "pipeline", may be NULL */
 	co_write_opts w;
 	long retries; /* retry_on_conflict, clamped to [0, 1000000] */
 } co_bulk_action;

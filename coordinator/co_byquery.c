@@ -50,6 +50,7 @@ typedef struct bq_job {
 	ps_script *script; /* _update_by_query with a script */
 	const cJSON *params;
 	cJSON *script_json; /* owns params */
+	char *pipeline;     /* ?pipeline= or dest.pipeline; NULL: the index's default */
 	/* a slice of a sliced run: its run (parent NULL: the whole run) */
 	struct bq_job *parent;
 	int slice_idx;
@@ -75,6 +76,7 @@ job_free(bq_job *j)
 	cJSON_Delete(j->failures);
 	ps_free(j->script);
 	cJSON_Delete(j->script_json);
+	cm_free(MEM, j->pipeline);
 	cm_free(MEM, j);
 }
 
@@ -118,6 +120,35 @@ index_of(bq_job *j, const char *name)
 	return NULL;
 }
 
+/* The write's ingest pipelines (j->pipeline, or the destination's
+ * default, then its final one) on d's source: *src gets the new
+ * source (owned, CM_MEM_COORDINATOR) when a pipeline ran. A pipeline here may not move the document to another index
+ * or id (the batch is built on both). */
+static cm_err
+ingest_doc(co_ingest *g, bq_job *j, bq_doc *d, char **src, bool *dropped, cm_error *err)
+{
+	char *index = cm_strdup(MEM, nd_index_name(d->ix)), *id = cm_strdup(MEM, d->id);
+	char *routing = NULL, *out = NULL;
+	size_t out_len;
+	cm_err rc = co_ingest_run(g, d->ix, j->pipeline, &index, &id, &routing, d->src, d->src_len,
+	                          &out, &out_len, dropped, err);
+	if (!rc && out && (strcmp(index, nd_index_name(d->ix)) || strcmp(id, d->id)))
+		rc = cm_error_set(err, CM_EINVAL,
+		                  "a pipeline may not change [_index] or [_id] in %s (Shoal)",
+		                  j->kind == BQ_REINDEX ? "_reindex" : "_update_by_query");
+	if (!rc && out) {
+		*src = out;
+		d->src = out;
+		d->src_len = out_len;
+	} else {
+		cm_free(MEM, out);
+	}
+	cm_free(MEM, index);
+	cm_free(MEM, id);
+	cm_free(MEM, routing);
+	return rc;
+}
+
 /* Writes one page of hits; counts the outcome into j->st. */
 static void
 write_batch(bq_job *j, cJSON *hits, size_t n)
@@ -128,6 +159,8 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 	char **srcs = cm_calloc(MEM, n + 1, sizeof(*srcs));
 	size_t nb = 0, k = 0;
 	cJSON *h;
+	co_ingest *ingest = NULL; /* the batch's pipelines, compiled on first use */
+	char **ingested = cm_calloc(MEM, n + 1, sizeof(*ingested)); /* their sources */
 
 	cJSON_ArrayForEach(h, hits)
 	{
@@ -192,6 +225,24 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 			d->src_len = strlen(d->src);
 			cm_error e;
 			cm_error_clear(&e);
+			bool dropped = false;
+			if (!ingest)
+				ingest = co_ingest_new(j->node);
+			if (ingest_doc(ingest, j, d, &ingested[k - 1], &dropped, &e)) {
+				st_op_result fr;
+				memset(&fr, 0, sizeof(fr));
+				fr.err = e.code;
+				snprintf(fr.reason, sizeof(fr.reason), "%.250s", e.reason);
+				add_failure(j, nd_index_name(d->ix), d->id, &fr, 0);
+				j->aborted = true;
+				d->skip = true;
+				continue;
+			}
+			if (dropped) {
+				j->st.noops++;
+				d->skip = true;
+				continue;
+			}
 			/* dynamic mapping first, as _bulk does (UBQ picks up new mappings) */
 			if (nd_index_prepare_doc(d->ix, d->id, strlen(d->id), d->src, d->src_len,
 			                         &e)) {
@@ -303,10 +354,14 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 		cm_free(MEM, ops[i]);
 		cm_free(MEM, b[i].res);
 	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		if (srcs[i])
 			cJSON_free(srcs[i]);
+		cm_free(MEM, ingested[i]);
+	}
 	cm_free(MEM, srcs);
+	cm_free(MEM, ingested);
+	co_ingest_free(ingest);
 	cm_free(MEM, ops);
 	cm_free(MEM, b);
 	cm_free(MEM, docs);
@@ -882,6 +937,8 @@ by_query(co_req *r, int kind)
 	j->node = r->node;
 	j->kind = kind;
 	j->failures = cJSON_CreateArray();
+	if (kind == BQ_UPDATE && co_param_get(r, "pipeline"))
+		j->pipeline = cm_strdup(MEM, co_param_get(r, "pipeline"));
 	cJSON *sj = cJSON_GetObjectItemCaseSensitive(body, "script");
 	if (sj) {
 		cm_error se;
@@ -949,7 +1006,7 @@ co_h_reindex(co_req *r)
 	static const char *const keys[] = {"source",    "dest", "max_docs",
 	                                   "conflicts", "size", "script"};
 	static const char *const skeys[] = {"index", "query", "_source", "size"};
-	static const char *const dkeys[] = {"index", "op_type", "version_type"};
+	static const char *const dkeys[] = {"index", "op_type", "version_type", "pipeline"};
 
 	if (bad)
 		return;
@@ -965,7 +1022,7 @@ co_h_reindex(co_req *r)
 	dst = cJSON_GetObjectItemCaseSensitive(body, "dest");
 	if (!only_keys(r, body, keys, 6, "reindex") ||
 	    (src && !only_keys(r, src, skeys, 4, "source")) ||
-	    (dst && !only_keys(r, dst, dkeys, 3, "dest"))) {
+	    (dst && !only_keys(r, dst, dkeys, 4, "dest"))) {
 		cJSON_Delete(body);
 		return;
 	}
@@ -1014,6 +1071,9 @@ co_h_reindex(co_req *r)
 	j->node = r->node;
 	j->kind = BQ_REINDEX;
 	j->dest_create = create;
+	cJSON *dpl = cJSON_GetObjectItemCaseSensitive(dst, "pipeline");
+	if (cJSON_IsString(dpl))
+		j->pipeline = cm_strdup(MEM, dpl->valuestring);
 	j->failures = cJSON_CreateArray();
 	cJSON *sj = cJSON_GetObjectItemCaseSensitive(body, "script");
 	if (sj) {

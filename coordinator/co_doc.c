@@ -294,26 +294,67 @@ doc_index(co_req *r, bool create)
 		co_reply_error(r, &err, name);
 		return;
 	}
+	/* ingest pipelines: ?pipeline=, or the index's default, then its final */
+	char *p_index = cm_strdup(MEM, name), *p_id = cm_strdup(MEM, id), *p_src = NULL;
+	char *p_routing = routing ? cm_strdup(MEM, routing) : NULL;
+	size_t p_len = 0;
+	bool dropped = false;
+	co_ingest *g = co_ingest_new(r->node);
+	cm_err prc = co_ingest_run(g, ix, co_param_get(r, "pipeline"), &p_index, &p_id, &p_routing,
+	                           (const char *)r->body.data, r->body.len, &p_src, &p_len, &dropped,
+	                           &err);
+	co_ingest_free(g);
+	if (!prc && !dropped && strcmp(p_index, name)) { /* the pipeline set _index */
+		nd_index_release(ix);
+		ix = NULL;
+		prc = co_get_or_create(r->node, p_index, &ix, &err);
+	}
+	if (prc || dropped) {
+		if (prc) {
+			co_reply_error(r, &err, p_index);
+		} else {
+			cJSON *j = cJSON_CreateObject();
+			cJSON_AddStringToObject(j, "_index", p_index);
+			cJSON_AddStringToObject(j, "_type", "_doc");
+			cJSON_AddStringToObject(j, "_id", p_id);
+			cJSON_AddNumberToObject(j, "_version", -3);
+			cJSON_AddStringToObject(j, "result", "noop");
+			cJSON_AddItemToObject(j, "_shards", co_shards_json(0, 0, 0));
+			co_reply_json(r, 200, j);
+		}
+		if (ix)
+			nd_index_release(ix);
+		cm_free(MEM, p_index);
+		cm_free(MEM, p_id);
+		cm_free(MEM, p_routing);
+		cm_free(MEM, p_src);
+		return;
+	}
+	id = p_id;
+	routing = p_routing;
 	memset(&op, 0, sizeof(op));
 	op.type = ST_OP_INDEX;
 	op.id = id;
 	op.id_len = strlen(id);
-	op.source = (const char *)r->body.data;
-	op.source_len = r->body.len;
+	op.source = p_src ? p_src : (const char *)r->body.data;
+	op.source_len = p_src ? p_len : r->body.len;
 	op.seq_no = ST_NO_SEQ;
 	op.if_seq_no = w.if_seq_no;
 	op.if_primary_term = w.if_primary_term;
 	op.version = w.version;
 	op.create_only = w.create;
 	if (co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, &res, &err)) {
-		co_reply_error(r, &err, name);
-		nd_index_release(ix);
-		return;
+		co_reply_error(r, &err, p_index);
+	} else {
+		bool forced = co_refresh_after(ix, w.refresh);
+		co_reply_json(r, res.result == ST_RESULT_CREATED ? 201 : 200,
+		              co_write_result_json(ix, op.id, op.id_len, &res, forced));
 	}
-	bool forced = co_refresh_after(ix, w.refresh);
-	co_reply_json(r, res.result == ST_RESULT_CREATED ? 201 : 200,
-	              co_write_result_json(ix, op.id, op.id_len, &res, forced));
 	nd_index_release(ix);
+	cm_free(MEM, p_index);
+	cm_free(MEM, p_id);
+	cm_free(MEM, p_routing);
+	cm_free(MEM, p_src);
 }
 
 void

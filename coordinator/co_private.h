@@ -271,11 +271,39 @@ void co_h_template_get(co_req *r);
 void co_h_template_delete(co_req *r);
 void co_h_simulate_index(co_req *r);
 cJSON *co_template_body(nd_node *n, const char *index, const cJSON *req);
-/* Every template ({"index","component","legacy"}, new), and putting
- * such a set back (each one replaced or added; on a cluster through the
- * master), for snapshots' global state. */
+/* Every template ({"index","component","legacy"}) and ingest pipeline
+ * ("pipeline"), new, and putting such a set back (each one replaced or
+ * added; on a cluster through the master), for snapshots' global state. */
 cJSON *co_template_export(nd_node *n);
 cm_err co_template_import(nd_node *n, const cJSON *all, cm_error *err);
+/* The store's entries of one kind ("pipeline", ...), a new object {name:
+ * body}; and a change to one entry (op "put" or "delete") through the
+ * master on a cluster, replying {"acknowledged":..} or the error
+ * (co_store_apply: the same change {"op","kind","name","body"} without
+ * a reply). */
+cJSON *co_store_get(nd_node *n, const char *kind);
+cm_err co_store_apply(nd_node *n, const cJSON *op, cm_error *err); /* no reply */
+void co_store_change(co_req *r, const char *op, const char *kind, const char *name,
+                     const cJSON *body);
+
+/* Ingest pipelines (co_ingest.c): _ingest/pipeline (put, get, delete,
+ * _simulate), and running them on documents before they are routed. A
+ * co_ingest is one request's compiled pipelines (compiled on first use).
+ * co_ingest_run: `pipeline` is the request's or the bulk item's (NULL:
+ * the index's default_pipeline; "_none": no default), then the index's
+ * final_pipeline. *index, *id and *routing (owned, CM_MEM_COORDINATOR)
+ * may be replaced by the pipeline; *out (owned) is the new source, NULL
+ * when no pipeline ran; *dropped when a drop processor ran. */
+typedef struct co_ingest co_ingest;
+co_ingest *co_ingest_new(nd_node *n);
+void co_ingest_free(co_ingest *g);
+cm_err co_ingest_run(co_ingest *g, nd_index *ix, const char *pipeline, char **index, char **id,
+                     char **routing, const char *src, size_t len, char **out, size_t *out_len,
+                     bool *dropped, cm_error *err);
+void co_h_pipeline_put(co_req *r);
+void co_h_pipeline_get(co_req *r);
+void co_h_pipeline_delete(co_req *r);
+void co_h_pipeline_simulate(co_req *r);
 
 
 /* Bulk: a streaming consumer. */

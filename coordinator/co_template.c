@@ -128,13 +128,26 @@ co_template_export(nd_node *n)
 }
 
 cm_err
+co_store_apply(nd_node *n, const cJSON *op, cm_error *err)
+{
+	nd_cluster *cl = nd_cluster_of(n);
+	if (!cl)
+		return apply_op(n, op, err);
+	/* through the master, into the cluster state */
+	char *text = cJSON_PrintUnformatted(op), *reply = NULL;
+	cm_err rc = nd_cluster_admin(cl, "templates", "", text, &reply, err);
+	cJSON_free(text);
+	cm_free(CM_MEM_NODE, reply);
+	return rc;
+}
+
+cm_err
 co_template_import(nd_node *n, const cJSON *all, cm_error *err)
 {
 	/* components first: the composable templates name them */
-	static const char *const kinds[] = {"component", "legacy", "index"};
-	nd_cluster *cl = nd_cluster_of(n);
+	static const char *const kinds[] = {"component", "legacy", "index", "pipeline"};
 	cm_err rc = CM_OK;
-	for (int k = 0; k < 3 && !rc; k++) {
+	for (int k = 0; k < 4 && !rc; k++) {
 		const cJSON *t;
 		cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(all, kinds[k]))
 		{
@@ -143,14 +156,7 @@ co_template_import(nd_node *n, const cJSON *all, cm_error *err)
 			cJSON_AddStringToObject(o, "kind", kinds[k]);
 			cJSON_AddStringToObject(o, "name", t->string);
 			cJSON_AddItemToObject(o, "body", cJSON_Duplicate(t, true));
-			if (cl) { /* through the master, into the cluster state */
-				char *text = cJSON_PrintUnformatted(o), *reply = NULL;
-				rc = nd_cluster_admin(cl, "templates", "", text, &reply, err);
-				cJSON_free(text);
-				cm_free(CM_MEM_NODE, reply);
-			} else {
-				rc = apply_op(n, o, err);
-			}
+			rc = co_store_apply(n, o, err);
 			cJSON_Delete(o);
 			if (rc)
 				break;
@@ -186,6 +192,21 @@ change(co_req *r, const char *op, const char *kind, const char *name, const cJSO
 	cJSON *j = cJSON_CreateObject();
 	cJSON_AddBoolToObject(j, "acknowledged", true);
 	co_reply_json(r, 200, j);
+}
+
+cJSON *
+co_store_get(nd_node *n, const char *kind)
+{
+	pthread_mutex_lock(&tpl_lock);
+	cJSON *j = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(db(n), kind), true);
+	pthread_mutex_unlock(&tpl_lock);
+	return j ? j : cJSON_CreateObject();
+}
+
+void
+co_store_change(co_req *r, const char *op, const char *kind, const char *name, const cJSON *body)
+{
+	change(r, op, kind, name, body);
 }
 
 /* ---- validation ---- */

@@ -53,6 +53,8 @@ typedef struct nd_settings {
 	char refresh_interval[32];   /* as given ("1s"), "" when default */
 	int max_result_window;
 	int64_t delayed_timeout_ms; /* index.unassigned.node_left.delayed_timeout (1m) */
+	char default_pipeline[256]; /* index.default_pipeline, "" = none */
+	char final_pipeline[256];   /* index.final_pipeline, "" = none */
 } nd_settings;
 
 typedef struct nd_index_stats {
@@ -110,6 +112,9 @@ cm_err nd_index_put_mapping(nd_index *ix, const cJSON *mappings, cm_error *err);
 cm_err nd_index_put_settings(nd_index *ix, const cJSON *body, cm_error *err);
 /* Settings rendered as ES does ({"index":{...}}, values as strings). */
 cJSON *nd_index_settings_json(const nd_index *ix);
+/* The index's default and final ingest pipelines, copied under its lock
+ * ("" = none); each buffer holds sizeof(nd_settings.default_pipeline). */
+void nd_index_pipelines(nd_index *ix, char *dflt, char *final);
 
 /* The shard a routing value (or id) maps to: xxh64(seed 0) % shards. */
 int nd_index_route(const nd_index *ix, const char *routing, size_t len);
@@ -190,8 +195,8 @@ cm_err nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *r
 cm_err nd_count(nd_node *n, nd_target *t, size_t nt, const sr_query *q, uint64_t deadline_ns,
                 uint64_t *count, cm_error *err);
 
-/* Index templates as one JSON object {"index":{..},"component":{..},
- * "legacy":{..}} (nd_templates.c): normalize gives db (consumed) every
+/* Index templates and ingest pipelines as one JSON object
+ * {"index":{..},"component":{..},"legacy":{..},"pipeline":{..}} (nd_templates.c): normalize gives db (consumed) every
  * kind; apply makes one change {"op":"put"|"delete","kind","name","body"}. */
 cJSON *nd_templates_normalize(cJSON *db);
 cm_err nd_templates_apply(cJSON *db, const cJSON *op, cm_error *err);

@@ -231,6 +231,18 @@ setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm
 			    "failed to parse setting [index.unassigned.node_left.delayed_timeout]: "
 			    "a time value such as \"1m\" or \"30s\" is expected");
 		s->delayed_timeout_ms = ms;
+	} else if (strcmp(k, "default_pipeline") == 0 || strcmp(k, "final_pipeline") == 0) {
+		/* ingest pipelines (coordinator/co_ingest.c); "_none" or null = none */
+		char *dst = k[0] == 'd' ? s->default_pipeline : s->final_pipeline;
+		if (!cJSON_IsString(v) && !cJSON_IsNull(v))
+			return cm_error_set(err, CM_EINVAL,
+			                    "Failed to parse value for setting [index.%s]: a string is "
+			                    "expected",
+			                    k);
+		const char *pv = cJSON_IsString(v) ? v->valuestring : "";
+		if (strlen(pv) >= sizeof(s->default_pipeline))
+			return cm_error_set(err, CM_EINVAL, "setting [index.%s] is too long", k);
+		snprintf(dst, sizeof(s->default_pipeline), "%s", strcmp(pv, "_none") ? pv : "");
 	} else if (strcmp(k, "uuid") == 0 || strcmp(k, "creation_date") == 0 ||
 	           strcmp(k, "provided_name") == 0 || strncmp(k, "version.", 8) == 0) {
 		if (!creating)
@@ -295,6 +307,10 @@ nd_index_settings_json(const nd_index *ix)
 		snprintf(buf, sizeof(buf), "%lldms", (long long)s->delayed_timeout_ms);
 		cJSON_AddStringToObject(nl, "delayed_timeout", buf);
 	}
+	if (s->default_pipeline[0])
+		cJSON_AddStringToObject(idx, "default_pipeline", s->default_pipeline);
+	if (s->final_pipeline[0])
+		cJSON_AddStringToObject(idx, "final_pipeline", s->final_pipeline);
 	snprintf(buf, sizeof(buf), "%lld", (long long)ix->creation_ms);
 	cJSON_AddStringToObject(idx, "creation_date", buf);
 	snprintf(buf, sizeof(buf), "%d", s->number_of_replicas);
@@ -329,6 +345,10 @@ index_persist_locked(nd_index *ix)
 		snprintf(dt, sizeof(dt), "%lldms", (long long)ix->settings.delayed_timeout_ms);
 		cJSON_AddStringToObject(settings, "unassigned.node_left.delayed_timeout", dt);
 	}
+	if (ix->settings.default_pipeline[0])
+		cJSON_AddStringToObject(settings, "default_pipeline", ix->settings.default_pipeline);
+	if (ix->settings.final_pipeline[0])
+		cJSON_AddStringToObject(settings, "final_pipeline", ix->settings.final_pipeline);
 	cJSON_AddItemToObject(root, "settings", settings);
 	cJSON_AddItemToObject(root, "mappings", st_mapping_to_json(ix->mapping));
 	if (ix->aliases)
@@ -930,6 +950,15 @@ nd_index_put_settings(nd_index *ix, const cJSON *body, cm_error *err)
 	}
 	pthread_mutex_unlock(&ix->lock);
 	return rc;
+}
+
+void
+nd_index_pipelines(nd_index *ix, char *dflt, char *final)
+{
+	pthread_mutex_lock(&ix->lock);
+	memcpy(dflt, ix->settings.default_pipeline, sizeof(ix->settings.default_pipeline));
+	memcpy(final, ix->settings.final_pipeline, sizeof(ix->settings.final_pipeline));
+	pthread_mutex_unlock(&ix->lock);
 }
 
 int

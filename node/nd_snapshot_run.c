@@ -501,6 +501,10 @@ index_meta(nd_index *ix)
 		snprintf(b, sizeof(b), "%d", st->max_result_window);
 		cJSON_AddStringToObject(is, "max_result_window", b);
 	}
+	if (st->default_pipeline[0])
+		cJSON_AddStringToObject(is, "default_pipeline", st->default_pipeline);
+	if (st->final_pipeline[0])
+		cJSON_AddStringToObject(is, "final_pipeline", st->final_pipeline);
 	st_mapping *m = nd_index_mapping(ix);
 	cJSON_AddItemToObject(j, "mappings", st_mapping_to_json(m));
 	st_mapping_unref(m);
