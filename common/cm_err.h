@@ -29,7 +29,8 @@
 	X(CM_EBADNAME, 400, "invalid_index_name_exception", "invalid index name")          \
 	X(CM_EVALIDATE, 400, "action_request_validation_exception", "validation failed")   \
 	X(CM_EFULL, 500, "index_full_exception", "map full")                               \
-	X(CM_EINTERNAL, 500, "exception", "internal error")
+	X(CM_EINTERNAL, 500, "exception", "internal error")                                \
+	X(CM_EBLOCKED, 403, "cluster_block_exception", "blocked by an index block")
 
 typedef enum {
 #define CM_ERR_ENUM(name, status, type, msg) name,

@@ -347,6 +347,15 @@ apply_chunk(co_stream *s)
 
 		cm_error_clear(&err);
 		it->batch = SIZE_MAX;
+		if (strchr(it->a.index, '<')) { /* a date-math index name */
+			char *name;
+			if (co_date_math_names(it->a.index, &name, &it->err)) {
+				it->failed = true;
+				continue;
+			}
+			cm_free(MEM, it->a.index);
+			it->a.index = name;
+		}
 		it->ix = cache_get(s, it->a.index, it->a.kind != CO_BULK_DELETE, &err);
 		if (!it->ix) {
 			it->failed = true;
@@ -360,6 +369,10 @@ apply_chunk(co_stream *s)
 		if ((it->a.kind == CO_BULK_INDEX || it->a.kind == CO_BULK_CREATE) &&
 		    !item_ingest(s, it))
 			continue;
+		if (nd_index_blocked(it->ix, it->a.kind == CO_BULK_DELETE ? 'd' : 'w', &it->err)) {
+			it->failed = true;
+			continue;
+		}
 		const char *art = alias_routing(s, it->a.index);
 		if (!co_alias_routing_check(it->a.index, art, it->a.routing, &err)) {
 			it->failed = true;

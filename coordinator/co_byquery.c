@@ -220,6 +220,18 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 		} else if (j->kind != BQ_DELETE) {
 			srcs[k - 1] = src ? cJSON_PrintUnformatted(src) : NULL;
 		}
+		cm_error be;
+		cm_error_clear(&be);
+		if (nd_index_blocked(d->ix, j->kind == BQ_DELETE || d->del ? 'd' : 'w', &be)) {
+			st_op_result fr;
+			memset(&fr, 0, sizeof(fr));
+			fr.err = be.code;
+			snprintf(fr.reason, sizeof(fr.reason), "%.250s", be.reason);
+			add_failure(j, nd_index_name(d->ix), d->id, &fr, 0);
+			j->aborted = true;
+			d->skip = true;
+			continue;
+		}
 		if (j->kind != BQ_DELETE && !d->del) {
 			d->src = srcs[k - 1] ? srcs[k - 1] : "{}";
 			d->src_len = strlen(d->src);

@@ -158,6 +158,8 @@ co_doc_write(nd_index *ix, st_op *op, const char *routing, size_t routing_len, s
 	cm_err rc;
 
 	memset(res, 0, sizeof(*res));
+	if ((rc = nd_index_blocked(ix, op->type == ST_OP_DELETE ? 'd' : 'w', err)))
+		return rc;
 	if (op->type == ST_OP_INDEX &&
 	    (rc = nd_index_prepare_doc(ix, op->id, op->id_len, op->source, op->source_len, err))) {
 		atomic_fetch_add((_Atomic uint64_t *)&nd_index_counters(ix)->index_failed, 1);
@@ -442,6 +444,11 @@ get_doc_json(nd_index *ix, const char *id, const char *routing, const char *incl
 	int shard = nd_index_route(ix, routing ? routing : id, strlen(routing ? routing : id));
 	cm_err rc;
 
+	*found = false;
+	if ((rc = nd_index_blocked(ix, 'r', err))) {
+		cJSON_Delete(j);
+		return NULL;
+	}
 	cm_buf_init(&src, MEM);
 	rc = nd_routed_get(ix, shard, id, strlen(id), &meta, &src);
 	atomic_fetch_add((_Atomic uint64_t *)&nd_index_counters(ix)->get_total, 1);

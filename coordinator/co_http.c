@@ -937,6 +937,19 @@ route_request(co_req *r)
 {
 	char allowed[128] = "";
 	const co_route *get_route = NULL;
+	if (r->nsegs > 0 && strchr(r->segs[0], '<')) {
+		/* a date-math index name: the route sees the name it stands for */
+		char *name;
+		cm_error err;
+		cm_error_clear(&err);
+		if (co_date_math_names(r->segs[0], &name, &err)) {
+			co_reply_error(r, &err, NULL);
+			r->failed = true;
+			return;
+		}
+		cm_free(MEM, r->segs[0]);
+		r->segs[0] = name;
+	}
 	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
 		if (!route_match(routes[i].pattern, r))
 			continue;

@@ -286,6 +286,10 @@ cm_err co_store_apply(nd_node *n, const cJSON *op, cm_error *err); /* no reply *
 void co_store_change(co_req *r, const char *op, const char *kind, const char *name,
                      const cJSON *body);
 
+/* Date-math index names (co_datemath.c): every "<name-{now/d}>" element
+ * of a comma list resolved, the rest kept; *out is owned. */
+cm_err co_date_math_names(const char *expr, char **out, cm_error *err);
+
 /* Ingest pipelines (co_ingest.c): _ingest/pipeline (put, get, delete,
  * _simulate), and running them on documents before they are routed. A
  * co_ingest is one request's compiled pipelines (compiled on first use).

@@ -1447,6 +1447,42 @@ co_h_mapping_get(co_req *r)
 	co_reply_json(r, 200, j);
 }
 
+/* True when every key of a settings body is an index.blocks.* one (a
+ * read-only index may still have its blocks changed, as in ES). */
+static bool
+only_blocks(const cJSON *o, const char *prefix)
+{
+	const cJSON *c;
+	cJSON_ArrayForEach(c, o)
+	{
+		char k[256];
+		snprintf(k, sizeof(k), "%s%s%s", prefix, *prefix ? "." : "", c->string);
+		const char *f = strncmp(k, "index.", 6) ? k : k + 6;
+		if (cJSON_IsObject(c)) {
+			if (!only_blocks(c, k))
+				return false;
+		} else if (strncmp(f, "blocks.", 7)) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Replies the first index's metadata block (and returns true), if any. */
+static bool
+metadata_blocked(co_req *r, nd_index **ixs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		cm_error err;
+		cm_error_clear(&err);
+		if (nd_index_blocked(ixs[i], 'm', &err)) {
+			co_reply_error(r, &err, NULL);
+			return true;
+		}
+	}
+	return false;
+}
+
 void
 co_h_mapping_put(co_req *r)
 {
@@ -1463,6 +1499,11 @@ co_h_mapping_put(co_req *r)
 		return;
 	}
 	if (!co_resolve(r, co_seg(r, 0), &ixs, &n)) {
+		cJSON_Delete(body);
+		return;
+	}
+	if (metadata_blocked(r, ixs, n)) {
+		co_release_all(ixs, n);
 		cJSON_Delete(body);
 		return;
 	}
@@ -1549,6 +1590,12 @@ co_h_settings_put(co_req *r)
 		return;
 	}
 	s = cJSON_GetObjectItemCaseSensitive(body, "settings");
+	if ((!cJSON_IsObject(s ? s : body) || !only_blocks(s ? s : body, "")) &&
+	    metadata_blocked(r, ixs, n)) {
+		co_release_all(ixs, n);
+		cJSON_Delete(body);
+		return;
+	}
 	if (co_cluster_put_settings(r, ixs, n, s ? s : body)) {
 		co_release_all(ixs, n);
 		cJSON_Delete(body);

@@ -415,6 +415,14 @@ co_h_search(co_req *r)
 		cJSON_Delete(body);
 		return;
 	}
+	cm_error_clear(&err);
+	for (size_t i = 0; i < n; i++)
+		if (nd_index_blocked(ixs[i], 'r', &err)) {
+			co_reply_error(r, &err, NULL);
+			co_release_all(ixs, n);
+			cJSON_Delete(body);
+			return;
+		}
 	cm_buf_init(&out, MEM);
 	cm_error_clear(&err);
 	if (run_search(r, ixs, n, body, scroll_ms, slice_id, slice_max, &out, &err)) {
@@ -486,6 +494,14 @@ co_h_count(co_req *r)
 		cJSON_Delete(body);
 		return;
 	}
+	for (size_t i = 0; i < n; i++)
+		if (nd_index_blocked(ixs[i], 'r', &err)) {
+			co_reply_error(r, &err, NULL);
+			co_release_all(ixs, n);
+			sr_query_free(q);
+			cJSON_Delete(body);
+			return;
+		}
 	if (co_cluster_count(r, ixs, n, body)) {
 		co_release_all(ixs, n);
 		sr_query_free(q);

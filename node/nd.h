@@ -55,7 +55,20 @@ typedef struct nd_settings {
 	int64_t delayed_timeout_ms; /* index.unassigned.node_left.delayed_timeout (1m) */
 	char default_pipeline[256]; /* index.default_pipeline, "" = none */
 	char final_pipeline[256];   /* index.final_pipeline, "" = none */
+	unsigned blocks;            /* ND_BLOCK_*: index.blocks.* set true */
+	/* Settings accepted without an effect here (docs/api.md says why for
+	 * each): flat "key" -> value as given, JSON text, "" when none. */
+	char accepted[2048];
 } nd_settings;
+
+/* index.blocks.*: what each refuses (nd_index_blocked). */
+enum {
+	ND_BLOCK_WRITE = 1,                  /* writes */
+	ND_BLOCK_READ_ONLY = 2,              /* writes and metadata changes */
+	ND_BLOCK_READ_ONLY_ALLOW_DELETE = 4, /* writes but deletes, and metadata changes */
+	ND_BLOCK_READ = 8,                   /* searches and gets */
+	ND_BLOCK_METADATA = 16,              /* mapping and settings changes, and reads of them */
+};
 
 typedef struct nd_index_stats {
 	uint64_t index_total, index_time_ns, index_failed;
@@ -115,6 +128,13 @@ cJSON *nd_index_settings_json(const nd_index *ix);
 /* The index's default and final ingest pipelines, copied under its lock
  * ("" = none); each buffer holds sizeof(nd_settings.default_pipeline). */
 void nd_index_pipelines(nd_index *ix, char *dflt, char *final);
+/* The index block refusing an operation, as ES words it: `op` is 'w'
+ * (a write), 'd' (a delete), 'r' (a read) or 'm' (a metadata change);
+ * CM_EBLOCKED with ES's cluster_block_exception reason, or CM_OK. */
+cm_err nd_index_blocked(nd_index *ix, char op, cm_error *err);
+/* Adds s's blocks and accepted settings to a settings object `idx`, as
+ * nested objects or (flat) as "a.b" keys. */
+void nd_settings_extra_json(const nd_settings *s, cJSON *idx, bool flat);
 
 /* The shard a routing value (or id) maps to: xxh64(seed 0) % shards. */
 int nd_index_route(const nd_index *ix, const char *routing, size_t len);

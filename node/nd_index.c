@@ -165,6 +165,173 @@ json_int(const cJSON *v, long long *out)
 	return false;
 }
 
+/* Index settings Shoal accepts and keeps but that change nothing here
+ * (docs/api.md, "Index settings", says why for each), by the kind of value
+ * ES takes: 'i' integer >= 0, 'b' boolean, 's' string, 't' time value,
+ * 'a' string or list of strings. A key ending in '.' takes any key under
+ * it with a string or number value. */
+static const struct accepted_setting {
+	const char *key;
+	char kind;
+} accepted_settings[] = {
+    {"codec", 's'},
+    {"max_docvalue_fields_search", 'i'},
+    {"max_terms_count", 'i'},
+    {"max_inner_result_window", 'i'},
+    {"max_script_fields", 'i'},
+    {"max_rescore_window", 'i'},
+    {"max_regex_length", 'i'},
+    {"max_slices_per_scroll", 'i'},
+    {"max_refresh_listeners", 'i'},
+    {"max_adjacency_matrix_filters", 'i'},
+    {"mapping.total_fields.limit", 'i'},
+    {"mapping.depth.limit", 'i'},
+    {"mapping.nested_fields.limit", 'i'},
+    {"mapping.nested_objects.limit", 'i'},
+    {"mapping.field_name_length.limit", 'i'},
+    {"mapping.ignore_malformed", 'b'},
+    {"mapping.coerce", 'b'},
+    {"auto_expand_replicas", 's'},
+    {"hidden", 'b'},
+    {"priority", 'i'},
+    {"query.default_field", 'a'},
+    {"number_of_routing_shards", 'i'},
+    {"routing_partition_size", 'i'},
+    {"translog.durability", 's'},
+    {"translog.sync_interval", 't'},
+    {"translog.flush_threshold_size", 's'},
+    {"search.idle.after", 't'},
+    {"highlight.max_analyzed_offset", 'i'},
+    {"shard.check_on_startup", 's'},
+    {"gc_deletes", 't'},
+    {"write.wait_for_active_shards", 's'},
+    {"load_fixed_bitset_filters_eagerly", 'b'},
+    {"sort.field", 'a'},
+    {"sort.order", 'a'},
+    {"format", 'i'},
+    {"lifecycle.", 's'},
+    {"routing.allocation.", 's'},
+    {"routing.rebalance.", 's'},
+    {"merge.", 's'},
+    {"indexing.slowlog.", 's'},
+    {"search.slowlog.", 's'},
+    {"store.", 's'},
+};
+
+static const struct accepted_setting *
+accepted_lookup(const char *k)
+{
+	for (size_t i = 0; i < sizeof(accepted_settings) / sizeof(accepted_settings[0]); i++) {
+		const char *a = accepted_settings[i].key;
+		size_t n = strlen(a);
+		if (a[n - 1] == '.' ? !strncmp(k, a, n) && k[n] : !strcmp(k, a))
+			return &accepted_settings[i];
+	}
+	return NULL;
+}
+
+static bool
+accepted_value_ok(char kind, const cJSON *v)
+{
+	long long n;
+	int64_t ms;
+	const cJSON *e;
+	switch (kind) {
+	case 'i':
+		return json_int(v, &n) && n >= 0;
+	case 'b':
+		return cJSON_IsBool(v) ||
+		       (cJSON_IsString(v) &&
+		        (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false")));
+	case 't':
+		return (cJSON_IsString(v) && nd_parse_time(v->valuestring, &ms)) ||
+		       (cJSON_IsNumber(v) && v->valuedouble >= 0);
+	case 'a':
+		if (cJSON_IsArray(v)) {
+			cJSON_ArrayForEach(e, v) if (!cJSON_IsString(e)) return false;
+			return true;
+		}
+		return cJSON_IsString(v);
+	default:
+		return cJSON_IsString(v) || cJSON_IsNumber(v) || cJSON_IsBool(v);
+	}
+}
+
+/* Keeps (or, for null, drops) an accepted setting in s->accepted. */
+static cm_err
+accepted_put(nd_settings *s, const char *k, const cJSON *v, cm_error *err)
+{
+	cJSON *all = s->accepted[0] ? cJSON_Parse(s->accepted) : NULL;
+	if (!all)
+		all = cJSON_CreateObject();
+	cJSON_DeleteItemFromObjectCaseSensitive(all, k);
+	if (!cJSON_IsNull(v)) {
+		cJSON *val;
+		if (cJSON_IsArray(v)) {
+			val = cJSON_Duplicate(v, true);
+		} else {
+			char buf[64];
+			if (cJSON_IsString(v))
+				val = cJSON_CreateString(v->valuestring);
+			else if (cJSON_IsBool(v))
+				val = cJSON_CreateString(cJSON_IsTrue(v) ? "true" : "false");
+			else {
+				snprintf(buf, sizeof(buf), "%.17g", v->valuedouble);
+				val = cJSON_CreateString(buf);
+			}
+		}
+		cJSON_AddItemToObject(all, k, val);
+	}
+	char *text = cJSON_PrintUnformatted(all);
+	cJSON_Delete(all);
+	size_t len = text ? strlen(text) : 0;
+	if (!text || len >= sizeof(s->accepted)) {
+		cJSON_free(text);
+		return cm_error_set(err, CM_EINVAL, "too many index settings of the accepted kind");
+	}
+	memcpy(s->accepted, len > 2 ? text : "", len > 2 ? len + 1 : 1);
+	cJSON_free(text);
+	return CM_OK;
+}
+
+/* index.blocks.{write,read_only,read_only_allow_delete,read,metadata} */
+static cm_err
+block_apply(nd_settings *s, const char *name, const cJSON *v, cm_error *err)
+{
+	static const struct {
+		const char *name;
+		unsigned bit;
+	} blocks[] = {{"write", ND_BLOCK_WRITE},
+	              {"read_only", ND_BLOCK_READ_ONLY},
+	              {"read_only_allow_delete", ND_BLOCK_READ_ONLY_ALLOW_DELETE},
+	              {"read", ND_BLOCK_READ},
+	              {"metadata", ND_BLOCK_METADATA}};
+	for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++) {
+		if (strcmp(blocks[i].name, name))
+			continue;
+		bool on;
+		if (cJSON_IsNull(v))
+			on = false;
+		else if (cJSON_IsBool(v))
+			on = cJSON_IsTrue(v);
+		else if (cJSON_IsString(v) && (!strcmp(v->valuestring, "true") ||
+		                               !strcmp(v->valuestring, "false")))
+			on = !strcmp(v->valuestring, "true");
+		else
+			return cm_error_set(err, CM_EINVAL,
+			                    "Failed to parse value for setting [index.blocks.%s]: only "
+			                    "[true] or [false] are allowed",
+			                    name);
+		s->blocks = on ? s->blocks | blocks[i].bit : s->blocks & ~blocks[i].bit;
+		return CM_OK;
+	}
+	return cm_error_set(err, CM_EINVAL,
+	                    "unknown setting [index.blocks.%s] please check that any required "
+	                    "plugins are installed, or check the breaking changes documentation for "
+	                    "removed settings",
+	                    name);
+}
+
 /* Applies one flat setting "index.x" = v. `creating` allows static ones. */
 static cm_err
 setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm_error *err)
@@ -243,12 +410,25 @@ setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm
 		if (strlen(pv) >= sizeof(s->default_pipeline))
 			return cm_error_set(err, CM_EINVAL, "setting [index.%s] is too long", k);
 		snprintf(dst, sizeof(s->default_pipeline), "%s", strcmp(pv, "_none") ? pv : "");
+	} else if (strncmp(k, "blocks.", 7) == 0) {
+		return block_apply(s, k + 7, v, err);
 	} else if (strcmp(k, "uuid") == 0 || strcmp(k, "creation_date") == 0 ||
 	           strcmp(k, "provided_name") == 0 || strncmp(k, "version.", 8) == 0) {
 		if (!creating)
 			return cm_error_set(err, CM_EINVAL,
 			                    "final index setting [index.%s], not updateable", k);
 		/* private settings: ignored on create like ES ignores them on restore */
+	} else if (accepted_lookup(k)) {
+		char kind = accepted_lookup(k)->kind;
+		if (!cJSON_IsNull(v) && !accepted_value_ok(kind, v))
+			return cm_error_set(err, CM_EINVAL,
+			                    "Failed to parse value for setting [index.%s]: %s expected", k,
+			                    kind == 'i'   ? "a non-negative integer"
+			                    : kind == 'b' ? "[true] or [false]"
+			                    : kind == 't' ? "a time value such as \"30s\""
+			                    : kind == 'a' ? "a string or a list of strings"
+			                                  : "a string");
+		return accepted_put(s, k, v, err);
 	} else {
 		return cm_error_set(
 		    err, CM_EINVAL,
@@ -286,6 +466,78 @@ settings_walk(nd_settings *s, const cJSON *obj, const char *prefix, bool creatin
 	return CM_OK;
 }
 
+static const char *const block_names[] = {"write", "read_only", "read_only_allow_delete", "read",
+                                          "metadata"};
+
+/* Adds the blocks and the accepted settings to `idx`: nested objects
+ * ("mapping":{"total_fields":{"limit":"5000"}}), or flat keys. */
+void
+nd_settings_extra_json(const nd_settings *s, cJSON *idx, bool flat)
+{
+	for (int i = 0; i < 5; i++) {
+		if (!(s->blocks & (1u << i)))
+			continue;
+		if (flat) {
+			char k[64];
+			snprintf(k, sizeof(k), "blocks.%s", block_names[i]);
+			cJSON_AddStringToObject(idx, k, "true");
+			continue;
+		}
+		cJSON *b = cJSON_GetObjectItemCaseSensitive(idx, "blocks");
+		if (!b)
+			b = cJSON_AddObjectToObject(idx, "blocks");
+		cJSON_AddStringToObject(b, block_names[i], "true");
+	}
+	cJSON *all = s->accepted[0] ? cJSON_Parse(s->accepted) : NULL, *e;
+	cJSON_ArrayForEach(e, all)
+	{
+		if (flat) {
+			cJSON_AddItemToObject(idx, e->string, cJSON_Duplicate(e, true));
+			continue;
+		}
+		char key[256], *save = NULL, *part, *next;
+		snprintf(key, sizeof(key), "%s", e->string);
+		cJSON *at = idx;
+		part = strtok_r(key, ".", &save);
+		while (part && (next = strtok_r(NULL, ".", &save))) {
+			cJSON *c = cJSON_GetObjectItemCaseSensitive(at, part);
+			if (!cJSON_IsObject(c))
+				c = cJSON_AddObjectToObject(at, part);
+			at = c;
+			part = next;
+		}
+		if (part)
+			cJSON_AddItemToObject(at, part, cJSON_Duplicate(e, true));
+	}
+	cJSON_Delete(all);
+}
+
+cm_err
+nd_index_blocked(nd_index *ix, char op, cm_error *err)
+{
+	pthread_mutex_lock(&ix->lock);
+	unsigned b = ix->settings.blocks;
+	pthread_mutex_unlock(&ix->lock);
+	const char *why = NULL;
+	if ((op == 'w' || op == 'd') && (b & ND_BLOCK_READ_ONLY))
+		why = "FORBIDDEN/5/index read-only (api)";
+	else if (op == 'w' && (b & ND_BLOCK_READ_ONLY_ALLOW_DELETE))
+		why = "FORBIDDEN/12/index read-only / allow delete (api)";
+	else if ((op == 'w' || op == 'd') && (b & ND_BLOCK_WRITE))
+		why = "FORBIDDEN/8/index write (api)";
+	else if (op == 'r' && (b & ND_BLOCK_READ))
+		why = "FORBIDDEN/7/index read (api)";
+	else if (op == 'm' && (b & ND_BLOCK_READ_ONLY))
+		why = "FORBIDDEN/5/index read-only (api)";
+	else if (op == 'm' && (b & ND_BLOCK_READ_ONLY_ALLOW_DELETE))
+		why = "FORBIDDEN/12/index read-only / allow delete (api)";
+	else if (op == 'm' && (b & ND_BLOCK_METADATA))
+		why = "FORBIDDEN/9/index metadata (api)";
+	if (!why)
+		return CM_OK;
+	return cm_error_set(err, CM_EBLOCKED, "index [%s] blocked by: [%s];", ix->name, why);
+}
+
 cJSON *
 nd_index_settings_json(const nd_index *ix)
 {
@@ -311,6 +563,7 @@ nd_index_settings_json(const nd_index *ix)
 		cJSON_AddStringToObject(idx, "default_pipeline", s->default_pipeline);
 	if (s->final_pipeline[0])
 		cJSON_AddStringToObject(idx, "final_pipeline", s->final_pipeline);
+	nd_settings_extra_json(s, idx, false);
 	snprintf(buf, sizeof(buf), "%lld", (long long)ix->creation_ms);
 	cJSON_AddStringToObject(idx, "creation_date", buf);
 	snprintf(buf, sizeof(buf), "%d", s->number_of_replicas);
@@ -349,6 +602,7 @@ index_persist_locked(nd_index *ix)
 		cJSON_AddStringToObject(settings, "default_pipeline", ix->settings.default_pipeline);
 	if (ix->settings.final_pipeline[0])
 		cJSON_AddStringToObject(settings, "final_pipeline", ix->settings.final_pipeline);
+	nd_settings_extra_json(&ix->settings, settings, true);
 	cJSON_AddItemToObject(root, "settings", settings);
 	cJSON_AddItemToObject(root, "mappings", st_mapping_to_json(ix->mapping));
 	if (ix->aliases)

@@ -505,6 +505,7 @@ index_meta(nd_index *ix)
 		cJSON_AddStringToObject(is, "default_pipeline", st->default_pipeline);
 	if (st->final_pipeline[0])
 		cJSON_AddStringToObject(is, "final_pipeline", st->final_pipeline);
+	nd_settings_extra_json(st, is, false);
 	st_mapping *m = nd_index_mapping(ix);
 	cJSON_AddItemToObject(j, "mappings", st_mapping_to_json(m));
 	st_mapping_unref(m);

@@ -884,3 +884,39 @@ agg_date_parse(const char *s, const char *format, const agg_tz *tz, bool round_u
 	*out = t;
 	return true;
 }
+
+/* ---- sr.h: dates for the other modules ---- */
+
+static cm_err
+tz_of(const char *tz, agg_tz **out, cm_error *err)
+{
+	*out = NULL;
+	return agg_tz_parse(tz ? tz : "UTC", out, err);
+}
+
+cm_err
+sr_date_parse(const char *s, const char *format, const char *tz, int64_t *out_ms, cm_error *err)
+{
+	agg_tz *z;
+	cm_err rc = tz_of(tz, &z, err);
+	if (rc)
+		return rc;
+	bool ok = agg_date_parse(s, format, z, false, out_ms);
+	agg_tz_free(z);
+	if (!ok)
+		return cm_error_set(err, CM_EINVAL, "failed to parse date field [%.200s]", s);
+	return CM_OK;
+}
+
+cm_err
+sr_date_format(int64_t ms, const char *format, const char *tz, char *buf, size_t cap,
+               cm_error *err)
+{
+	agg_tz *z;
+	cm_err rc = tz_of(tz, &z, err);
+	if (rc)
+		return rc;
+	agg_date_format(z, format, ms, buf, cap);
+	agg_tz_free(z);
+	return CM_OK;
+}

@@ -241,6 +241,19 @@ sr_source_filter(const char *src, size_t len, char *const *includes, size_t ni,
 	return st_source_filter(src, len, includes, ni, excludes, ne, out);
 }
 
+/* ---- dates, for the other modules ---- */
+
+/* A date in `format` (NULL = strict_date_optional_time||epoch_millis),
+ * or date math ("now-1d/d", "2024-01-31||+1M/M"), to epoch ms; a date
+ * without an offset is local to tz ("+01:00", "UTC", an IANA name; NULL =
+ * UTC). CM_EINVAL when tz is unknown or the value does not parse. */
+cm_err sr_date_parse(const char *s, const char *format, const char *tz, int64_t *out_ms,
+                     cm_error *err);
+/* Formats epoch ms with a Java pattern or ES named format (NULL =
+ * strict_date_optional_time) in tz (NULL = UTC). */
+cm_err sr_date_format(int64_t ms, const char *format, const char *tz, char *buf, size_t cap,
+                      cm_error *err);
+
 /* ---- results ---- */
 
 typedef struct sr_hit {

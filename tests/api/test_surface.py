@@ -775,6 +775,131 @@ def malformed_requests_get_4xx():
     eq(n.req("GET", "/")[0], 200, "still up")
 
 
+# ---- index settings ES users set, and index blocks ----
+
+@test
+def index_settings_accepted_and_blocks():
+    for label, n in (("solo", solo()), ("cluster", cluster()["node-1"])):
+        nodes = [n] if label == "solo" else list(cluster().values())
+        body = {"settings": {"number_of_shards": 2, "number_of_replicas": 0,
+                             "index": {"codec": "best_compression",
+                                       "mapping": {"total_fields": {"limit": 5000}},
+                                       "max_docvalue_fields_search": 200,
+                                       "query.default_field": ["a", "b"],
+                                       "routing.allocation.include._tier_preference":
+                                           "data_content",
+                                       "lifecycle": {"name": "logs"},
+                                       "hidden": False, "translog.durability": "async",
+                                       "refresh_interval": "-1"}}}
+        st, b = n.req("PUT", "/st-acc", body)
+        eq(st, 200, label + " create with accepted settings: %s" % b)
+        for m in nodes:
+            st, b = m.req("GET", "/st-acc/_settings")
+            ix = b["st-acc"]["settings"]["index"]
+            eq((ix["codec"], ix["mapping"]["total_fields"]["limit"],
+                ix["max_docvalue_fields_search"], ix["query"]["default_field"],
+                ix["lifecycle"]["name"], ix["hidden"], ix["refresh_interval"]),
+               ("best_compression", "5000", "200", ["a", "b"], "logs", "false", "-1"),
+               label + " settings kept and shown")
+            st, b = m.req("GET", "/st-acc/_settings?flat_settings=true")
+            eq(st, 200, label + " flat settings")
+        error_is(n.req("PUT", "/st-bad", {"settings": {"index.mapping.total_fields.limit": "x"}}),
+                 400, "illegal_argument_exception", "a non-negative integer expected")
+        error_is(n.req("PUT", "/st-bad", {"settings": {"index.colour": "red"}}), 400,
+                 "illegal_argument_exception", "unknown setting [index.colour]")
+        st, _ = n.req("HEAD", "/st-bad")
+        eq(st, 404, label + " a refused create makes nothing")
+        st, b = n.req("PUT", "/st-acc/_settings", {"index.codec": None})
+        eq(st, 200, label + " reset to the default")
+        st, b = n.req("GET", "/st-acc/_settings")
+        eq("codec" in b["st-acc"]["settings"]["index"], False, label + " reset gone")
+        # blocks
+        st, b = n.req("PUT", "/st-acc/_doc/1?refresh=true", {"a": 1})
+        eq(st, 201, label + " write before a block")
+        st, b = n.req("PUT", "/st-acc/_settings", {"index.blocks.write": True})
+        eq(st, 200, label + " set blocks.write: %s" % b)
+        for m in nodes:
+            error_is(m.req("PUT", "/st-acc/_doc/2", {"a": 2}), 403, "cluster_block_exception",
+                     "index [st-acc] blocked by: [FORBIDDEN/8/index write (api)];")
+            error_is(m.req("DELETE", "/st-acc/_doc/1"), 403, "cluster_block_exception")
+            st, b = m.bulk([{"index": {"_index": "st-acc", "_id": "3"}}, {"a": 3}])
+            it = b["items"][0]["index"]
+            eq((st, it["status"], it["error"]["type"]), (200, 403, "cluster_block_exception"),
+               label + " bulk item blocked")
+            st, b = m.req("POST", "/st-acc/_search", {"query": {"match_all": {}}})
+            eq((st, b["hits"]["total"]["value"]), (200, 1), label + " reads go on")
+        st, b = n.req("POST", "/st-acc/_delete_by_query", {"query": {"match_all": {}}})
+        eq((st, b["deleted"], len(b["failures"])), (200, 0, 1), label + " by-query blocked")
+        st, b = n.req("PUT", "/st-acc/_settings", {"index.blocks.write": False,
+                                                   "index.blocks.read_only": True})
+        eq(st, 200, label + " swap to read_only: %s" % b)
+        error_is(n.req("PUT", "/st-acc/_mapping", {"properties": {"z": {"type": "keyword"}}}),
+                 403, "cluster_block_exception", "FORBIDDEN/5/index read-only (api)")
+        error_is(n.req("PUT", "/st-acc/_settings", {"index.codec": "default"}), 403,
+                 "cluster_block_exception")
+        error_is(n.req("PUT", "/st-acc/_doc/2", {"a": 2}), 403, "cluster_block_exception")
+        st, b = n.req("PUT", "/st-acc/_settings", {"index": {"blocks": {"read_only": False,
+                                                                        "read": True}}})
+        eq(st, 200, label + " blocks may change on a read-only index: %s" % b)
+        for m in nodes:
+            error_is(m.req("POST", "/st-acc/_search", {}), 403, "cluster_block_exception",
+                     "FORBIDDEN/7/index read (api)")
+            error_is(m.req("GET", "/st-acc/_doc/1"), 403, "cluster_block_exception")
+            error_is(m.req("POST", "/st-acc/_count", {}), 403, "cluster_block_exception")
+        st, b = n.req("PUT", "/st-acc/_doc/2?refresh=true", {"a": 2})
+        eq(st, 201, label + " writes go on under a read block")
+        st, b = n.req("PUT", "/st-acc/_settings", {"index.blocks.read": None,
+                                                   "index.blocks.read_only_allow_delete": True})
+        eq(st, 200, label + " read_only_allow_delete")
+        error_is(n.req("PUT", "/st-acc/_doc/4", {"a": 4}), 403, "cluster_block_exception",
+                 "read-only / allow delete")
+        st, b = n.req("DELETE", "/st-acc/_doc/2?refresh=true")
+        eq(st, 200, label + " deletes allowed: %s" % b)
+        st, b = n.req("GET", "/st-acc/_settings")
+        eq(b["st-acc"]["settings"]["index"]["blocks"], {"read_only_allow_delete": "true"},
+           label + " blocks shown")
+        n.req("DELETE", "/st-acc")
+
+
+@test
+def date_math_index_names():
+    import datetime
+    from urllib.parse import quote
+
+    def days(off_h=0):
+        # the names for now and a second later (a run may cross midnight)
+        out = set()
+        for _ in range(2):
+            t = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=off_h)
+            out.add(t)
+        return out
+
+    for label, n in (("solo", solo()), ("cluster", cluster()["node-1"])):
+        before = {t.strftime("dm-%Y.%m.%d") for t in days()}
+        st, b = n.req("PUT", "/" + quote("<dm-{now/d}>", safe=""),
+                      {"settings": {"number_of_shards": 1, "number_of_replicas": 0}})
+        eq(st, 200, label + " create by date math: %s" % b)
+        name = b["index"]
+        eq(name in before | {t.strftime("dm-%Y.%m.%d") for t in days()}, True,
+           label + " resolved name %s" % name)
+        st, b = n.bulk([{"index": {"_index": "<dm-{now/d}>", "_id": "1"}}, {"a": 1}],
+                       params="?refresh=true")
+        eq(b["items"][0]["index"]["_index"], name, label + " bulk _index by date math")
+        st, b = n.req("GET", "/%s,%s/_search" % (quote("<dm-{now/d}>", safe=""), name))
+        eq((st, b["hits"]["total"]["value"]), (200, 1), label + " search through a list")
+        st, b = n.req("PUT", "/" + quote("<dm-{now/M{yyyy.MM|+12:00}}-x>", safe=""), {})
+        want = {t.strftime("dm-%Y.%m-x") for t in days(12)}
+        eq((st, b.get("index") in want), (200, True), label + " format and zone: %s" % b)
+        st, b = n.req("PUT", "/" + quote("<dm-\\{lit\\}-{now/y{yyyy}}>", safe=""), {})
+        eq((st, b.get("index")), (200, "dm-{lit}-%d" % datetime.datetime.utcnow().year),
+           label + " escaped braces: %s" % b)
+        for bad_name in ("<dm-{now/d>", "<dm-{yesterday}>", "<dm-{now/d{yyyy|Mars/Base}}>"):
+            error_is(n.req("PUT", "/" + quote(bad_name, safe=""), {}), 400, "parse_exception",
+                     "invalid dynamic name expression")
+        for ix in list(want) + [name, "dm-{lit}-%d" % datetime.datetime.utcnow().year]:
+            n.req("DELETE", "/" + quote(ix, safe=""))
+
+
 def teardown():
     rc = 0
     if SOLO:
