@@ -29,6 +29,7 @@
 #include "../common/cm_alloc.h"
 #include "../common/cm_buf.h"
 #include "../common/cm_sys.h"
+#include "../search/sr.h"
 #include "../storage/st_types.h"
 #include "co_private.h"
 
@@ -93,8 +94,9 @@ struct proc {
 	pcre2_code *re, *re2;       /* split/gsub: pattern; kv: field_split, value_split */
 	char *text;                 /* gsub replacement, join separator, fail message,
 	                             * pipeline name, kv prefix */
-	char **formats;             /* date: st_date_parse formats */
+	char **formats;             /* date: the input formats */
 	size_t nformats;
+	char *tz, *out_format;      /* date: time zone (NULL = UTC), output format */
 	dis_key *keys;              /* dissect */
 	size_t nkeys;
 	char *lead;                 /* dissect: the literal before the first key */
@@ -167,6 +169,8 @@ proc_clear(proc *p)
 		pcre2_code_free(p->re2);
 	cm_free(MEM, p->text);
 	strv_free(p->formats, p->nformats);
+	cm_free(MEM, p->tz);
+	cm_free(MEM, p->out_format);
 	for (size_t i = 0; i < p->nkeys; i++) {
 		cm_free(MEM, p->keys[i].name);
 		cm_free(MEM, p->keys[i].delim);
@@ -572,7 +576,7 @@ compile_proc(const char *type, const cJSON *o, proc *p, int depth, cm_error *err
 			                 "target_field");
 		break;
 	case PR_DATE: {
-		char *tz = NULL, *of2 = NULL, *loc = NULL;
+		char *loc = NULL;
 		if ((rc = opt_str(o, "target_field", false, &p->target, err)) ||
 		    (rc = opt_strv(o, "formats", true, &p->formats, &p->nformats, err)))
 			return rc;
@@ -594,24 +598,20 @@ compile_proc(const char *type, const cJSON *o, proc *p, int depth, cm_error *err
 				                         "[formats] Invalid format: [%.100s]", f);
 			}
 		}
-		rc = opt_str(o, "timezone", false, &tz, err);
-		if (!rc)
-			rc = opt_str(o, "output_format", false, &of2, err);
-		if (!rc)
-			rc = opt_str(o, "locale", false, &loc, err);
-		if (!rc && tz && strcmp(tz, "UTC") && strcmp(tz, "Z") && strcmp(tz, "+00:00") &&
-		    strcmp(tz, "Etc/UTC"))
-			rc = parse_err(err, "[timezone] only UTC is supported by Shoal, not [%.60s]", tz);
-		if (!rc && of2 && strcmp(of2, "yyyy-MM-dd'T'HH:mm:ss.SSSXXX") &&
-		    strcmp(of2, "strict_date_optional_time"))
-			rc = parse_err(err, "[output_format] only the default yyyy-MM-dd'T'HH:mm:ss.SSSXXX is "
-			               "supported by Shoal, not [%.60s]",
-			               of2);
-		cm_free(MEM, tz);
-		cm_free(MEM, of2);
-		cm_free(MEM, loc);
-		if (rc)
+		if ((rc = opt_str(o, "timezone", false, &p->tz, err)) ||
+		    (rc = opt_str(o, "output_format", false, &p->out_format, err)) ||
+		    (rc = opt_str(o, "locale", false, &loc, err)))
 			return rc;
+		cm_free(MEM, loc);
+		if (p->out_format && !st_date_format_valid(p->out_format))
+			return parse_err(err, "[output_format] Invalid format: [%.100s]", p->out_format);
+		if (p->tz && !strstr(p->tz, "{{")) {
+			char probe[64];
+			cm_error e;
+			cm_error_clear(&e);
+			if (sr_date_format(0, NULL, p->tz, probe, sizeof(probe), &e))
+				return parse_err(err, "[timezone] %s", e.reason);
+		}
 		break;
 	}
 	case PR_DISSECT: {
@@ -1373,19 +1373,31 @@ exec_date(const proc *p, idoc *d, const cJSON *v, cm_error *err)
 	cm_buf_init(&t, MEM);
 	value_text(v, &t);
 	cm_buf_put_u8(&t, 0);
+	char *tz = p->tz ? render(d, p->tz) : NULL;
+	const char *s = (const char *)t.data;
 	int64_t ms;
-	bool ok = false;
-	for (size_t i = 0; i < p->nformats && !ok; i++)
-		ok = st_date_parse((const char *)t.data, t.len - 1, p->formats[i], &ms);
-	if (!ok) {
-		cm_error_set(err, CM_EINVAL, "unable to parse date [%.200s]", (const char *)t.data);
-		cm_buf_free(&t);
-		return CM_EINVAL;
+	cm_err rc = CM_EINVAL;
+	cm_error e;
+	for (size_t i = 0; i < p->nformats && rc; i++) {
+		cm_error_clear(&e);
+		/* "now..." is date math to sr_date_parse, not a date */
+		rc = strncmp(s, "now", 3) ? sr_date_parse(s, p->formats[i], tz, &ms, &e) : CM_EINVAL;
 	}
+	if (rc) {
+		cm_error_set(err, CM_EINVAL, "unable to parse date [%.200s]", s);
+	} else {
+		char out[128];
+		cm_error_clear(&e);
+		if ((rc = sr_date_format(ms, p->out_format ? p->out_format
+		                                           : "yyyy-MM-dd'T'HH:mm:ss.SSSXXX",
+		                         tz, out, sizeof(out), &e)))
+			*err = e;
+		else
+			rc = doc_set(d, p->target, cJSON_CreateString(out), false, err);
+	}
+	cm_free(MEM, tz);
 	cm_buf_free(&t);
-	char out[40];
-	st_date_format(ms, out, sizeof(out));
-	return doc_set(d, p->target, cJSON_CreateString(out), false, err);
+	return rc;
 }
 
 static cm_err

@@ -894,6 +894,25 @@ tz_of(const char *tz, agg_tz **out, cm_error *err)
 	return agg_tz_parse(tz ? tz : "UTC", out, err);
 }
 
+/* A Java pattern (not a named format) with no zone letter outside quotes. */
+static bool
+zoneless_pattern(const char *format)
+{
+	if (!format || strstr(format, "||") || !strncmp(format, "epoch_", 6))
+		return false;
+	for (size_t i = 0; i < sizeof named_formats / sizeof named_formats[0]; i++)
+		if (!strcmp(format, named_formats[i].name))
+			return false;
+	bool quoted = false;
+	for (const char *p = format; *p; p++) {
+		if (*p == '\'')
+			quoted = !quoted;
+		else if (!quoted && strchr("XZxzOV", *p))
+			return false;
+	}
+	return true;
+}
+
 cm_err
 sr_date_parse(const char *s, const char *format, const char *tz, int64_t *out_ms, cm_error *err)
 {
@@ -901,7 +920,15 @@ sr_date_parse(const char *s, const char *format, const char *tz, int64_t *out_ms
 	cm_err rc = tz_of(tz, &z, err);
 	if (rc)
 		return rc;
-	bool ok = agg_date_parse(s, format, z, false, out_ms);
+	bool ok;
+	if (strncmp(s, "now", 3) && zoneless_pattern(format)) {
+		/* a pattern without a zone: the local time in tz */
+		ok = st_date_parse(s, strlen(s), format, out_ms);
+		if (ok)
+			*out_ms = agg_tz_local_to_utc(z, *out_ms);
+	} else {
+		ok = agg_date_parse(s, format, z, false, out_ms);
+	}
 	agg_tz_free(z);
 	if (!ok)
 		return cm_error_set(err, CM_EINVAL, "failed to parse date field [%.200s]", s);

@@ -125,8 +125,11 @@ def pipeline_validation():
         ({"processors": [{"split": {"field": "a", "separator": "("}}]},
          "Invalid regex pattern"),
         ({"processors": [{"date": {"field": "a", "formats": ["yyyy-MM-dd"],
-                                    "timezone": "Europe/Amsterdam"}}]},
-         "only UTC is supported"),
+                                    "timezone": "Mars/Base"}}]},
+         "[timezone]"),
+        ({"processors": [{"date": {"field": "a", "formats": ["yyyy-MM-dd"],
+                                    "output_format": "yyyy-QQ"}}]},
+         "[output_format] Invalid format"),
         ({"processors": [{"grok": {"field": "a", "patterns": ["%{IP:x}"]}}]},
          "processor [grok] is not supported"),
         ({"processors": [{"set": {"field": "a", "value": 1, "if": "ctx.b == 1"}}]},
@@ -228,6 +231,14 @@ def processors_parse():
        {"d": "05/03/2024 13:04:05", "@timestamp": "2024-03-05T13:04:05.000Z",
         "u": 1700000000, "u2": "2023-11-14T22:13:20.000Z",
         "m": "1700000000123", "m2": "2023-11-14T22:13:20.123Z"}, "date")
+    eq(one(n, [{"date": {"field": "d", "formats": ["dd/MM/yyyy HH:mm:ss"],
+                         "timezone": "Europe/Amsterdam"}},
+               {"date": {"field": "d", "formats": ["dd/MM/yyyy HH:mm:ss"], "target_field": "o",
+                         "timezone": "{{tz}}", "output_format": "yyyy-MM-dd HH:mm"}}],
+           {"d": "05/07/2024 13:04:05", "tz": "-05:00"}),
+       {"d": "05/07/2024 13:04:05", "tz": "-05:00",
+        "@timestamp": "2024-07-05T13:04:05.000+02:00", "o": "2024-07-05 13:04"},
+       "date with a time zone (summer time) and an output format")
     err = sim_error(n, [{"date": {"field": "d", "formats": ["yyyy-MM-dd"]}}], {"d": "soon"})
     eq(err["reason"], "unable to parse date [soon]", "date error")
     line = "1.2.3.4 - - [30/Apr/1998:22:00:52 +0000] \"GET /a.gif HTTP/1.0\" 200 3171"
