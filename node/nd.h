@@ -56,6 +56,7 @@ typedef struct nd_settings {
 	char default_pipeline[256]; /* index.default_pipeline, "" = none */
 	char final_pipeline[256];   /* index.final_pipeline, "" = none */
 	unsigned blocks;            /* ND_BLOCK_*: index.blocks.* set true */
+	int total_fields_limit;     /* index.mapping.total_fields.limit (1000) */
 	/* Settings accepted without an effect here (docs/api.md says why for
 	 * each): flat "key" -> value as given, JSON text, "" when none. */
 	char accepted[2048];

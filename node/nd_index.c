@@ -144,6 +144,7 @@ settings_default(nd_settings *s)
 	s->refresh_interval_ms = 1000;
 	s->max_result_window = 10000;
 	s->delayed_timeout_ms = 60000;
+	s->total_fields_limit = 1000;
 }
 
 /* A setting value as ES accepts it: number or string holding a number. */
@@ -184,7 +185,6 @@ static const struct accepted_setting {
     {"max_slices_per_scroll", 'i'},
     {"max_refresh_listeners", 'i'},
     {"max_adjacency_matrix_filters", 'i'},
-    {"mapping.total_fields.limit", 'i'},
     {"mapping.depth.limit", 'i'},
     {"mapping.nested_fields.limit", 'i'},
     {"mapping.nested_objects.limit", 'i'},
@@ -410,6 +410,17 @@ setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm
 		if (strlen(pv) >= sizeof(s->default_pipeline))
 			return cm_error_set(err, CM_EINVAL, "setting [index.%s] is too long", k);
 		snprintf(dst, sizeof(s->default_pipeline), "%s", strcmp(pv, "_none") ? pv : "");
+	} else if (strcmp(k, "mapping.total_fields.limit") == 0) {
+		if (cJSON_IsNull(v)) {
+			s->total_fields_limit = 1000;
+			return CM_OK;
+		}
+		if (!json_int(v, &n) || n < 1 || n > 10000)
+			return cm_error_set(err, CM_EINVAL,
+			                    "Failed to parse value for setting "
+			                    "[index.mapping.total_fields.limit]: an integer from 1 to "
+			                    "10000 (Shoal's most) is expected");
+		s->total_fields_limit = (int)n;
 	} else if (strncmp(k, "blocks.", 7) == 0) {
 		return block_apply(s, k + 7, v, err);
 	} else if (strcmp(k, "uuid") == 0 || strcmp(k, "creation_date") == 0 ||
@@ -474,6 +485,18 @@ static const char *const block_names[] = {"write", "read_only", "read_only_allow
 void
 nd_settings_extra_json(const nd_settings *s, cJSON *idx, bool flat)
 {
+	if (s->total_fields_limit != 1000) {
+		char v[16];
+		snprintf(v, sizeof(v), "%d", s->total_fields_limit);
+		if (flat) {
+			cJSON_AddStringToObject(idx, "mapping.total_fields.limit", v);
+		} else {
+			cJSON *m = cJSON_GetObjectItemCaseSensitive(idx, "mapping");
+			if (!m)
+				m = cJSON_AddObjectToObject(idx, "mapping");
+			cJSON_AddStringToObject(cJSON_AddObjectToObject(m, "total_fields"), "limit", v);
+		}
+	}
 	for (int i = 0; i < 5; i++) {
 		if (!(s->blocks & (1u << i)))
 			continue;
@@ -907,6 +930,12 @@ nd_index_create_as(nd_node *n, const char *name, const char *given_uuid, const c
 		/* ES 7 still accepts a type name wrapper only with include_type_name. */
 		if ((rc = st_mapping_from_json(c, &ix->mapping, err)))
 			goto fail;
+		if (!given_uuid && ix->mapping->nfields > (size_t)ix->settings.total_fields_limit) {
+			/* a new index (not one the cluster state replays) */
+			rc = cm_error_set(err, CM_EINVAL, "Limit of total fields [%d] has been exceeded",
+			                  ix->settings.total_fields_limit);
+			goto fail;
+		}
 	} else {
 		ix->mapping = st_mapping_new();
 	}
@@ -1155,6 +1184,12 @@ mapping_install_locked(nd_index *ix, st_mapping *merged, cm_error *err)
 	st_mapping *old = ix->mapping;
 	cm_err rc;
 
+	if (merged->nfields > (size_t)ix->settings.total_fields_limit &&
+	    merged->nfields > old->nfields) {
+		st_mapping_unref(merged);
+		return cm_error_set(err, CM_EINVAL, "Limit of total fields [%d] has been exceeded",
+		                    ix->settings.total_fields_limit);
+	}
 	merged->version = old->version + 1;
 	ix->mapping = merged;
 	if ((rc = index_persist_locked(ix))) {

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <regex.h>
 #include <string.h>
 
 #include "../common/cm_alloc.h"
@@ -557,6 +558,97 @@ looks_like_date(const char *s)
 
 /* The mapping ES would create for value j, or NULL when j adds nothing
  * (null, empty array). */
+/* Dynamic templates: "simple" patterns are globs with '*', "regex"
+ * ones POSIX extended expressions matched against the whole name. */
+static bool
+dt_glob(const char *p, const char *s)
+{
+	if (*p == 0)
+		return *s == 0;
+	if (*p == '*') {
+		for (;; s++) {
+			if (dt_glob(p + 1, s))
+				return true;
+			if (!*s)
+				return false;
+		}
+	}
+	return *p == *s && dt_glob(p + 1, s + 1);
+}
+
+static bool
+dt_match_one(const char *pat, const char *s, bool regex)
+{
+	if (!regex)
+		return dt_glob(pat, s);
+	char whole[600];
+	snprintf(whole, sizeof(whole), "^(%s)$", pat);
+	regex_t re;
+	if (regcomp(&re, whole, REG_EXTENDED | REG_NOSUB))
+		return false;
+	bool ok = regexec(&re, s, 0, NULL, 0) == 0;
+	regfree(&re);
+	return ok;
+}
+
+/* A template's pattern (a string or, as ES 8 takes it, a list). */
+static bool
+dt_match(const cJSON *pat, const char *s, bool regex)
+{
+	if (cJSON_IsString(pat))
+		return dt_match_one(pat->valuestring, s, regex);
+	const cJSON *e;
+	cJSON_ArrayForEach(e, pat) if (cJSON_IsString(e) && dt_match_one(e->valuestring, s, regex))
+		return true;
+	return false;
+}
+
+/* The first of m's dynamic templates for the field at path (of JSON kind
+ * `kind`: string, long, double, boolean, date, object), as the field's
+ * mapping, or NULL. */
+static cJSON *
+dynamic_template_spec(const st_mapping *m, const char *path, const char *kind)
+{
+	if (!m->dynamic_templates)
+		return NULL;
+	cJSON *all = cJSON_Parse(m->dynamic_templates), *e, *out = NULL;
+	const char *dot = strrchr(path, '.');
+	const char *name = dot ? dot + 1 : path;
+	static const struct {
+		const char *kind, *type;
+	} dflt[] = {{"string", "text"},   {"long", "long"},     {"double", "float"},
+	            {"boolean", "boolean"}, {"date", "date"},   {"object", "object"}};
+	const char *dyn_type = kind;
+	for (size_t i = 0; i < sizeof(dflt) / sizeof(dflt[0]); i++)
+		if (!strcmp(dflt[i].kind, kind))
+			dyn_type = dflt[i].type;
+	cJSON_ArrayForEach(e, all)
+	{
+		const cJSON *t = e->child;
+		const cJSON *mp = cJSON_GetObjectItemCaseSensitive(t, "match_pattern");
+		bool regex = cJSON_IsString(mp) && !strcmp(mp->valuestring, "regex");
+		const cJSON *mt = cJSON_GetObjectItemCaseSensitive(t, "match_mapping_type");
+		const cJSON *v;
+		if (cJSON_IsString(mt) && strcmp(mt->valuestring, "*") && strcmp(mt->valuestring, kind))
+			continue;
+		if ((v = cJSON_GetObjectItemCaseSensitive(t, "match")) && !dt_match(v, name, regex))
+			continue;
+		if ((v = cJSON_GetObjectItemCaseSensitive(t, "unmatch")) && dt_match(v, name, regex))
+			continue;
+		if ((v = cJSON_GetObjectItemCaseSensitive(t, "path_match")) && !dt_match(v, path, false))
+			continue;
+		if ((v = cJSON_GetObjectItemCaseSensitive(t, "path_unmatch")) && dt_match(v, path, false))
+			continue;
+		out = st_dynamic_template_mapping(cJSON_GetObjectItemCaseSensitive(t, "mapping"), name,
+		                                  dyn_type);
+		if (!cJSON_GetObjectItemCaseSensitive(out, "type"))
+			cJSON_AddStringToObject(out, "type", dyn_type);
+		break;
+	}
+	cJSON_Delete(all);
+	return out;
+}
+
 static cJSON *
 dynamic_spec(parse_ctx *c, const cJSON *j)
 {
@@ -613,6 +705,16 @@ dynamic_spec(parse_ctx *c, const cJSON *j)
 		cJSON_Delete(spec);
 		return NULL;
 	}
+	if (c->m->dynamic_templates) {
+		/* the kind a template's match_mapping_type names */
+		const char *t = cJSON_GetObjectItemCaseSensitive(spec, "type")->valuestring;
+		const char *kind = !strcmp(t, "text") ? "string" : !strcmp(t, "float") ? "double" : t;
+		cJSON *tpl = dynamic_template_spec(c->m, c->path, kind);
+		if (tpl) {
+			cJSON_Delete(spec);
+			spec = tpl;
+		}
+	}
 	return spec;
 }
 
@@ -643,8 +745,9 @@ unknown_field(parse_ctx *c, st_dynamic dyn, const char *owner, const char *name,
 		c->dyn_root = cJSON_CreateObject();
 		c->dyn_props = cJSON_AddObjectToObject(c->dyn_root, "properties");
 	}
+	/* a template may map an object "enabled": false: nothing under it */
+	*descend = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(spec, "enabled"));
 	cJSON_AddItemToObject(c->dyn_props, c->path, spec);
-	*descend = true;
 	return CM_OK;
 }
 

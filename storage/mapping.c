@@ -13,7 +13,9 @@
 
 #include "../common/cm_alloc.h"
 
-#define MAX_TOTAL_FIELDS 1000 /* index.mapping.total_fields.limit */
+/* The most fields a mapping may have whatever index.mapping.total_fields.limit
+ * says (the index enforces that setting, default 1000, below this). */
+#define MAX_TOTAL_FIELDS 10000
 #define MAX_DEPTH 20          /* index.mapping.depth.limit */
 #define MAX_PATH 1024         /* bytes in a dotted path */
 
@@ -227,7 +229,7 @@ fbuf_free(fbuf *b)
 static st_field_def *
 fbuf_find(fbuf *b, const char *path, size_t len)
 {
-	/* unsorted while building; mappings are small (<= 1000 fields) */
+	/* unsorted while building; mappings are small (<= 10000 fields) */
 	for (size_t i = 0; i < b->n; i++)
 		if (strlen(b->v[i].path) == len && memcmp(b->v[i].path, path, len) == 0)
 			return &b->v[i];
@@ -269,6 +271,7 @@ st_mapping_unref(st_mapping *m)
 	cm_free(CM_MEM_STORAGE, m->fields);
 	strv_free(m->source_includes, m->nsource_includes);
 	strv_free(m->source_excludes, m->nsource_excludes);
+	cm_free(CM_MEM_STORAGE, m->dynamic_templates);
 	cm_free(CM_MEM_STORAGE, m);
 }
 
@@ -819,6 +822,189 @@ parse_properties(fbuf *b, const char *prefix, const cJSON *props, int depth, cm_
 	return CM_OK;
 }
 
+/* ---- dynamic templates ---- */
+
+static const char *const dt_keys[] = {"match",       "unmatch",        "path_match",
+                                      "path_unmatch", "match_mapping_type", "match_pattern",
+                                      "mapping"};
+static const char *const dt_types[] = {"*",      "string", "long",   "double",
+                                       "boolean", "date",  "object", "binary"};
+
+/* Checks "dynamic_templates": [{"name": {match..., "mapping": {...}}}]
+ * and keeps it as text. The mapping of a template is checked as a field
+ * mapping with its placeholders filled in. */
+static cm_err
+parse_dynamic_templates(const cJSON *v, char **out, cm_error *err)
+{
+	const cJSON *e, *k;
+	*out = NULL;
+	if (!cJSON_IsArray(v))
+		return cm_error_set(err, CM_EMAPPING,
+		                    "Failed to parse mapping: Dynamic template syntax error. An array "
+		                    "of named objects is expected.");
+	cJSON_ArrayForEach(e, v)
+	{
+		if (!cJSON_IsObject(e) || cJSON_GetArraySize(e) != 1 || !cJSON_IsObject(e->child))
+			return cm_error_set(err, CM_EMAPPING,
+			                    "Failed to parse mapping: Dynamic template syntax error. An "
+			                    "array of named objects is expected.");
+		const cJSON *t = e->child;
+		cJSON_ArrayForEach(k, t)
+		{
+			bool known = false;
+			for (size_t i = 0; i < sizeof(dt_keys) / sizeof(dt_keys[0]); i++)
+				known |= !strcmp(dt_keys[i], k->string);
+			if (!known)
+				return cm_error_set(err, CM_EMAPPING,
+				                    "Failed to parse mapping: Illegal dynamic template "
+				                    "parameter: [%.100s]",
+				                    k->string);
+			if (strcmp(k->string, "mapping") && !cJSON_IsString(k) &&
+			    !(cJSON_IsArray(k) && strstr(k->string, "match") &&
+			      strcmp(k->string, "match_mapping_type") && strcmp(k->string, "match_pattern")))
+				return cm_error_set(err, CM_EMAPPING,
+				                    "Failed to parse mapping: [%s] of dynamic template [%s] "
+				                    "must be a string",
+				                    k->string, t->string);
+		}
+		const cJSON *mt = cJSON_GetObjectItemCaseSensitive(t, "match_mapping_type");
+		if (mt) {
+			bool ok = false;
+			for (size_t i = 0; i < sizeof(dt_types) / sizeof(dt_types[0]); i++)
+				ok |= !strcmp(dt_types[i], mt->valuestring);
+			if (!ok)
+				return cm_error_set(err, CM_EMAPPING,
+				                    "Failed to parse mapping: No field type matched on [%.60s], "
+				                    "possible values are [object, string, long, double, "
+				                    "boolean, date, binary]",
+				                    mt->valuestring);
+		}
+		const cJSON *mp = cJSON_GetObjectItemCaseSensitive(t, "match_pattern");
+		if (mp && strcmp(mp->valuestring, "simple") && strcmp(mp->valuestring, "regex"))
+			return cm_error_set(err, CM_EMAPPING,
+			                    "Failed to parse mapping: Illegal match_pattern [%.60s] in "
+			                    "dynamic template [%s]",
+			                    mp->valuestring, t->string);
+		const cJSON *m = cJSON_GetObjectItemCaseSensitive(t, "mapping");
+		if (!cJSON_IsObject(m))
+			return cm_error_set(err, CM_EMAPPING,
+			                    "Failed to parse mapping: template [%s] must have either "
+			                    "mapping or runtime set",
+			                    t->string);
+		/* the mapping must make a field once its placeholders are filled,
+		 * for one of the kinds it may be used for (ES 8 refuses it
+		 * otherwise) */
+		static const char *const kinds[] = {"string", "long",   "double", "boolean",
+		                                    "date",   "object", "binary"};
+		static const char *const types[] = {"text", "long",   "float", "boolean",
+		                                    "date", "object", "binary"};
+		cm_err rc = CM_OK;
+		cm_error first;
+		cm_error_clear(&first);
+		for (size_t i = 0; i < 7; i++) {
+			if (mt && strcmp(mt->valuestring, "*") && strcmp(mt->valuestring, kinds[i]))
+				continue;
+			cJSON *probe = st_dynamic_template_mapping(m, "probe", types[i]);
+			if (!cJSON_GetObjectItemCaseSensitive(probe, "type"))
+				cJSON_AddStringToObject(probe, "type", types[i]);
+			cJSON *root = cJSON_CreateObject();
+			cJSON_AddItemToObject(cJSON_AddObjectToObject(root, "properties"), "probe", probe);
+			st_mapping *pm = NULL;
+			cm_error e2;
+			cm_error_clear(&e2);
+			rc = st_mapping_from_json(root, &pm, &e2);
+			cJSON_Delete(root);
+			st_mapping_unref(pm);
+			if (!rc)
+				break;
+			if (!first.code)
+				first = e2;
+		}
+		if (rc) {
+			*err = first;
+			return rc;
+		}
+	}
+	char *text = cJSON_PrintUnformatted(v);
+	*out = cm_strdup(CM_MEM_STORAGE, text);
+	free(text);
+	return CM_OK;
+}
+
+/* Replaces "{name}" and "{dynamic_type}" in every string of m; new. */
+cJSON *
+st_dynamic_template_mapping(const cJSON *m, const char *name, const char *dynamic_type)
+{
+	if (cJSON_IsString(m)) {
+		char out[1024];
+		size_t o = 0;
+		for (const char *p = m->valuestring; *p && o + 1 < sizeof(out);) {
+			const char *rep = NULL;
+			size_t skip = 0;
+			if (!strncmp(p, "{name}", 6))
+				rep = name, skip = 6;
+			else if (!strncmp(p, "{dynamic_type}", 14))
+				rep = dynamic_type, skip = 14;
+			if (rep) {
+				size_t rl = strlen(rep);
+				if (o + rl >= sizeof(out))
+					break;
+				memcpy(out + o, rep, rl);
+				o += rl;
+				p += skip;
+			} else {
+				out[o++] = *p++;
+			}
+		}
+		out[o] = 0;
+		return cJSON_CreateString(out);
+	}
+	if (cJSON_IsObject(m) || cJSON_IsArray(m)) {
+		cJSON *r = cJSON_IsObject(m) ? cJSON_CreateObject() : cJSON_CreateArray(), *e;
+		cJSON_ArrayForEach(e, m)
+		{
+			cJSON *x = st_dynamic_template_mapping(e, name, dynamic_type);
+			if (cJSON_IsObject(m))
+				cJSON_AddItemToObject(r, e->string, x);
+			else
+				cJSON_AddItemToArray(r, x);
+		}
+		return r;
+	}
+	return cJSON_Duplicate(m, true);
+}
+
+/* Merges templates by name: add's replace base's of the same name, new
+ * ones go last (ES 7). New text, or NULL when neither has any. */
+static char *
+merge_dynamic_templates(const char *base, const char *add)
+{
+	if (!add)
+		return base ? cm_strdup(CM_MEM_STORAGE, base) : NULL;
+	if (!base)
+		return cm_strdup(CM_MEM_STORAGE, add);
+	cJSON *b = cJSON_Parse(base), *a = cJSON_Parse(add), *e;
+	cJSON_ArrayForEach(e, a)
+	{
+		bool replaced = false;
+		for (int i = 0; i < cJSON_GetArraySize(b); i++) {
+			cJSON *x = cJSON_GetArrayItem(b, i);
+			if (!strcmp(x->child->string, e->child->string)) {
+				cJSON_ReplaceItemInArray(b, i, cJSON_Duplicate(e, true));
+				replaced = true;
+				break;
+			}
+		}
+		if (!replaced)
+			cJSON_AddItemToArray(b, cJSON_Duplicate(e, true));
+	}
+	char *text = cJSON_PrintUnformatted(b), *out = cm_strdup(CM_MEM_STORAGE, text);
+	free(text);
+	cJSON_Delete(a);
+	cJSON_Delete(b);
+	return out;
+}
+
 cm_err
 st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 {
@@ -827,6 +1013,7 @@ st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 	bool dyn_set = false, flag;
 	int8_t date_det = 0, num_det = 0;
 	source_opts src = {0};
+	char *dyn_tpl = NULL;
 	cm_err e;
 	*out = NULL;
 	if (json == NULL)
@@ -867,6 +1054,10 @@ st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 		} else if (strcmp(k, "_source") == 0) {
 			if ((e = parse_source(it, &src, err)) != CM_OK)
 				goto fail;
+		} else if (strcmp(k, "dynamic_templates") == 0) {
+			cm_free(CM_MEM_STORAGE, dyn_tpl);
+			if ((e = parse_dynamic_templates(it, &dyn_tpl, err)) != CM_OK)
+				goto fail;
 		} else if (strcmp(k, "_meta") == 0 || strcmp(k, "_routing") == 0) {
 			/* _meta is informational */
 		} else {
@@ -893,8 +1084,10 @@ st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 	(*out)->nsource_includes = src.ninc;
 	(*out)->source_excludes = src.exc;
 	(*out)->nsource_excludes = src.nexc;
+	(*out)->dynamic_templates = dyn_tpl;
 	return CM_OK;
 fail:
+	cm_free(CM_MEM_STORAGE, dyn_tpl);
 	strv_free(src.inc, src.ninc);
 	strv_free(src.exc, src.nexc);
 	fbuf_free(&b);
@@ -973,6 +1166,8 @@ st_mapping_to_json(const st_mapping *m)
 		cJSON_AddBoolToObject(root, "date_detection", m->date_detection > 0);
 	if (m->numeric_detection != 0)
 		cJSON_AddBoolToObject(root, "numeric_detection", m->numeric_detection > 0);
+	if (m->dynamic_templates)
+		cJSON_AddItemToObject(root, "dynamic_templates", cJSON_Parse(m->dynamic_templates));
 	if (m->source_set) {
 		cJSON *so = cJSON_AddObjectToObject(root, "_source");
 		if (m->source_disabled)
@@ -1178,6 +1373,10 @@ st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out
 			num_det = add->numeric_detection;
 			changed = true;
 		}
+		if (add->dynamic_templates &&
+		    !(base->dynamic_templates &&
+		      !strcmp(base->dynamic_templates, add->dynamic_templates)))
+			changed = true;
 		/* _source options are fixed when the index is created (ES refuses
 		 * to change them); repeating them is fine */
 		if (add->source_set &&
@@ -1273,6 +1472,8 @@ st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out
 	(*out)->nsource_includes = base->nsource_includes;
 	(*out)->source_excludes = strv_copy(base->source_excludes, base->nsource_excludes);
 	(*out)->nsource_excludes = base->nsource_excludes;
+	(*out)->dynamic_templates =
+	    merge_dynamic_templates(base->dynamic_templates, add ? add->dynamic_templates : NULL);
 	(*out)->version = base->version + (changed ? 1 : 0);
 	return CM_OK;
 fail:

@@ -154,6 +154,9 @@ typedef struct st_mapping {
 	bool source_disabled; /* "enabled": false: nothing stored */
 	char **source_includes, **source_excludes;
 	size_t nsource_includes, nsource_excludes;
+	/* root "dynamic_templates" as validated (a JSON array text), NULL when
+	 * none: new fields take the first template that matches them */
+	char *dynamic_templates;
 } st_mapping;
 
 st_mapping *st_mapping_new(void); /* empty, dynamic=true, refs=1 */
@@ -164,6 +167,10 @@ void st_mapping_unref(st_mapping *m);
 const st_field_def *st_mapping_find(const st_mapping *m, const char *path);
 /* Parses the body of ES `mappings` ({"properties":...,"dynamic":...}). */
 cm_err st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err);
+/* A dynamic template's "mapping" with "{name}" and "{dynamic_type}"
+ * filled in (new JSON). */
+cJSON *st_dynamic_template_mapping(const cJSON *mapping, const char *name,
+                                   const char *dynamic_type);
 /* Renders ES shape {"dynamic":..,"properties":{...}} (nested objects, "fields"). */
 cJSON *st_mapping_to_json(const st_mapping *m);
 /* New version = base + additions. Conflicting type changes are CM_EINVAL

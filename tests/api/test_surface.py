@@ -783,7 +783,8 @@ def index_settings_accepted_and_blocks():
         nodes = [n] if label == "solo" else list(cluster().values())
         body = {"settings": {"number_of_shards": 2, "number_of_replicas": 0,
                              "index": {"codec": "best_compression",
-                                       "mapping": {"total_fields": {"limit": 5000}},
+                                       "mapping": {"total_fields": {"limit": 5000},
+                                                   "depth": {"limit": 20}},
                                        "max_docvalue_fields_search": 200,
                                        "query.default_field": ["a", "b"],
                                        "routing.allocation.include._tier_preference":
@@ -804,7 +805,33 @@ def index_settings_accepted_and_blocks():
             st, b = m.req("GET", "/st-acc/_settings?flat_settings=true")
             eq(st, 200, label + " flat settings")
         error_is(n.req("PUT", "/st-bad", {"settings": {"index.mapping.total_fields.limit": "x"}}),
+                 400, "illegal_argument_exception", "an integer from 1 to 10000")
+        error_is(n.req("PUT", "/st-bad", {"settings": {"index.max_terms_count": -1}}),
                  400, "illegal_argument_exception", "a non-negative integer expected")
+        # total_fields.limit is honoured: creates, mapping changes, dynamic fields
+        error_is(n.req("PUT", "/st-lim", {"settings": {"index.mapping.total_fields.limit": 2},
+                                          "mappings": {"properties": {
+                                              "a": {"type": "long"}, "b": {"type": "long"},
+                                              "c": {"type": "long"}}}}),
+                 400, "illegal_argument_exception", "Limit of total fields [2] has been exceeded")
+        st, b = n.req("PUT", "/st-lim", {"settings": {"number_of_shards": 1,
+                                                      "number_of_replicas": 0,
+                                                      "index.mapping.total_fields.limit": 2}})
+        eq(st, 200, label + " create with a limit")
+        st, b = n.req("PUT", "/st-lim/_doc/1", {"a": 1, "b": 2, "c": 3})
+        error_is((st, b), 400, "illegal_argument_exception", "Limit of total fields [2]")
+        error_is(n.req("PUT", "/st-lim/_mapping", {"properties": {"x": {"type": "long"},
+                                                                  "y": {"type": "long"},
+                                                                  "z": {"type": "long"}}}),
+                 400, "illegal_argument_exception", "Limit of total fields [2]")
+        st, b = n.req("PUT", "/st-lim/_settings", {"index.mapping.total_fields.limit": 5000})
+        eq(st, 200, label + " raise the limit")
+        st, b = n.req("PUT", "/st-lim/_doc/1", {"a": 1, "b": 2, "c": 3})
+        eq(st, 201, label + " fits now: %s" % b)
+        st, b = n.req("GET", "/st-lim/_settings")
+        eq(b["st-lim"]["settings"]["index"]["mapping"]["total_fields"]["limit"], "5000",
+           label + " limit shown")
+        n.req("DELETE", "/st-lim")
         error_is(n.req("PUT", "/st-bad", {"settings": {"index.colour": "red"}}), 400,
                  "illegal_argument_exception", "unknown setting [index.colour]")
         st, _ = n.req("HEAD", "/st-bad")
@@ -898,6 +925,77 @@ def date_math_index_names():
                      "invalid dynamic name expression")
         for ix in list(want) + [name, "dm-{lit}-%d" % datetime.datetime.utcnow().year]:
             n.req("DELETE", "/" + quote(ix, safe=""))
+
+
+@test
+def dynamic_templates():
+    tpl = [{"message_field": {"path_match": "message", "match_mapping_type": "string",
+                              "mapping": {"type": "text", "norms": False}}},
+           {"ints": {"match_mapping_type": "long", "match": "n_*",
+                     "mapping": {"type": "integer"}}},
+           {"ips": {"match_pattern": "regex", "match": "ip_[0-9]+",
+                    "mapping": {"type": "ip"}}},
+           {"raw_obj": {"match_mapping_type": "object", "path_match": "raw",
+                        "mapping": {"type": "object", "enabled": False}}},
+           {"tags": {"path_match": "meta.*", "path_unmatch": "meta.free",
+                     "mapping": {"type": "keyword", "ignore_above": 10}}},
+           {"strings": {"match_mapping_type": "string", "unmatch": "free*",
+                        "mapping": {"type": "{dynamic_type}", "analyzer": "simple",
+                                    "fields": {"raw": {"type": "keyword"}}}}}]
+    for label, n in (("solo", solo()), ("cluster", cluster()["node-1"])):
+        st, b = n.req("PUT", "/dt-x", {"settings": {"number_of_shards": 2,
+                                                    "number_of_replicas": 0},
+                                       "mappings": {"dynamic_templates": tpl}})
+        eq(st, 200, label + " create: %s" % b)
+        st, b = n.req("PUT", "/dt-x/_doc/1?refresh=true",
+                      {"message": "Hello World", "n_count": 5, "other": 7, "ip_1": "10.0.0.1",
+                       "raw": {"anything": [1, "x"]}, "meta": {"env": "prod", "free": "f"},
+                       "title": "Big Red", "free_text": "zz", "price": 2.5})
+        eq(st, 201, label + " index: %s" % b)
+        st, b = n.req("GET", "/dt-x/_mapping")
+        m = b["dt-x"]["mappings"]
+        eq(m["dynamic_templates"], tpl, label + " templates shown as given")
+        p = m["properties"]
+        eq(p["message"], {"type": "text"}, label + " path_match + type (norms is accepted, not shown)")
+        eq(p["n_count"], {"type": "integer"}, label + " long -> integer")
+        eq(p["other"]["type"], "long", label + " unmatched long keeps the default")
+        eq(p["ip_1"], {"type": "ip"}, label + " regex match")
+        eq((p["raw"].get("enabled"), "properties" in p["raw"]), (False, False),
+           label + " object template: disabled, nothing mapped under it")
+        eq(p["meta"]["properties"]["env"], {"type": "keyword", "ignore_above": 10},
+           label + " path_match under an object")
+        eq(p["meta"]["properties"]["free"]["type"], "text", label + " path_unmatch")
+        eq(p["title"], {"type": "text", "analyzer": "simple",
+                        "fields": {"raw": {"type": "keyword"}}}, label + " {dynamic_type}")
+        eq(p["free_text"]["fields"]["keyword"]["type"], "keyword", label + " unmatch: default")
+        eq(p["price"]["type"], "float", label + " double default")
+        st, b = n.req("POST", "/dt-x/_search", {"query": {"term": {"ip_1": "10.0.0.0/8"}}})
+        eq(b["hits"]["total"]["value"], 1, label + " the ip field works")
+        st, b = n.req("POST", "/dt-x/_search", {"query": {"term": {"title.raw": "Big Red"}}})
+        eq(b["hits"]["total"]["value"], 1, label + " the template's sub-field works")
+        # merged by name on a mapping update
+        st, b = n.req("PUT", "/dt-x/_mapping", {"dynamic_templates": [
+            {"ints": {"match": "n_*", "match_mapping_type": "long",
+                      "mapping": {"type": "short"}}},
+            {"extra": {"match": "e_*", "mapping": {"type": "keyword"}}}]})
+        eq(st, 200, label + " put mapping: %s" % b)
+        st, b = n.req("GET", "/dt-x/_mapping")
+        names = [list(t)[0] for t in b["dt-x"]["mappings"]["dynamic_templates"]]
+        eq(names, ["message_field", "ints", "ips", "raw_obj", "tags", "strings", "extra"],
+           label + " merged by name")
+        st, b = n.req("PUT", "/dt-x/_doc/2?refresh=true", {"n_new": 1, "e_k": 3})
+        st, b = n.req("GET", "/dt-x/_mapping")
+        p = b["dt-x"]["mappings"]["properties"]
+        eq((p["n_new"]["type"], p["e_k"]["type"]), ("short", "keyword"), label + " new templates")
+        for bad, why in (([{"a": {"match": "*"}}], "must have either mapping"),
+                         ([{"a": {"match": "*", "mapping": {"type": "bogus"}}}], "bogus"),
+                         ([{"a": {"match_mapping_type": "int", "mapping": {}}}],
+                          "No field type matched on [int]"),
+                         ([{"a": {"colour": 1, "mapping": {}}}], "Illegal dynamic template"),
+                         ({"a": 1}, "An array of named objects is expected")):
+            st, b = n.req("PUT", "/dt-bad", {"mappings": {"dynamic_templates": bad}})
+            error_is((st, b), 400, "mapper_parsing_exception", why)
+        n.req("DELETE", "/dt-x")
 
 
 def teardown():
