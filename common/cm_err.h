@@ -30,7 +30,8 @@
 	X(CM_EVALIDATE, 400, "action_request_validation_exception", "validation failed")   \
 	X(CM_EFULL, 500, "index_full_exception", "map full")                               \
 	X(CM_EINTERNAL, 500, "exception", "internal error")                                \
-	X(CM_EBLOCKED, 403, "cluster_block_exception", "blocked by an index block")
+	X(CM_EBLOCKED, 403, "cluster_block_exception", "blocked by an index block")        \
+	X(CM_EINDEXCLOSED, 400, "index_closed_exception", "closed")
 
 typedef enum {
 #define CM_ERR_ENUM(name, status, type, msg) name,

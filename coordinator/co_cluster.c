@@ -390,7 +390,7 @@ co_cluster_cat(co_req *r, const char *what)
 		nd_index **ixs;
 		size_t n;
 		const char *expr = co_seg(r, 2);
-		if (!co_resolve(r, expr ? expr : "_all", &ixs, &n)) {
+		if (!co_resolve_all(r, expr ? expr : "_all", &ixs, &n)) {
 			cm_buf_free(&rows);
 			return true;
 		}

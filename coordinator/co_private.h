@@ -163,6 +163,8 @@ void co_h_source_get(co_req *r);
 void co_h_update(co_req *r);
 void co_h_mget(co_req *r);
 void co_h_search(co_req *r);
+void co_h_index_open(co_req *r);  /* POST /{index}/_open (co_rest.c) */
+void co_h_index_close(co_req *r); /* POST /{index}/_close */
 void co_h_count(co_req *r);
 void co_h_msearch(co_req *r);
 void co_h_scroll(co_req *r);       /* co_scroll.c */
@@ -318,8 +320,11 @@ void co_bulk_end(co_stream *s); /* replies */
 void co_bulk_free(co_stream *s);
 
 /* ---- shared helpers ---- */
-/* Resolves {index} of the route (or "_all"), replying on error. */
+/* Resolves {index} of the route (or "_all"), replying on error, with the
+ * request's expand_wildcards (default open; co_resolve_all: open and
+ * closed), ignore_unavailable and allow_no_indices. */
 bool co_resolve(co_req *r, const char *expr, nd_index ***out, size_t *n);
+bool co_resolve_all(co_req *r, const char *expr, nd_index ***out, size_t *n);
 void co_release_all(nd_index **ixs, size_t n);
 /* _source filtering of a document for GET/mget (includes/excludes with
  * wildcards). Returns a new string (cm_free COORDINATOR) or NULL = none. */

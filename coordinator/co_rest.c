@@ -26,13 +26,54 @@ ld(const uint64_t *p)
 	return atomic_load((_Atomic uint64_t *)p);
 }
 
-bool
-co_resolve(co_req *r, const char *expr, nd_index ***out, size_t *n)
+/* expand_wildcards (open, closed, hidden, none, all; default `dflt`) and
+ * allow_no_indices as nd_resolve_ex flags; false (a 400 replied) when
+ * a value is not one of them. */
+static bool
+index_options(co_req *r, unsigned dflt, unsigned *flags)
+{
+	const char *ew = co_param_get(r, "expand_wildcards");
+	*flags = dflt;
+	if (ew) {
+		char *copy = cm_strdup(MEM, ew), *save = NULL;
+		*flags = 0;
+		for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+			if (!strcmp(t, "open"))
+				*flags |= ND_RESOLVE_OPEN;
+			else if (!strcmp(t, "closed"))
+				*flags |= ND_RESOLVE_CLOSED;
+			else if (!strcmp(t, "all"))
+				*flags |= ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED;
+			else if (strcmp(t, "hidden") && strcmp(t, "none")) {
+				co_reply_errorf(r, CM_EINVAL, NULL,
+				                "No enum constant "
+				                "org.elasticsearch.action.support.IndicesOptions.WildcardStates."
+				                "%s",
+				                t);
+				cm_free(MEM, copy);
+				return false;
+			}
+		}
+		cm_free(MEM, copy);
+	}
+	if (co_param_bool(r, "ignore_unavailable", false))
+		*flags |= ND_RESOLVE_IGNORE_UNAVAILABLE;
+	if (!co_param_bool(r, "allow_no_indices", true))
+		*flags |= ND_RESOLVE_NONE_FAILS;
+	return true;
+}
+
+static bool
+resolve_with(co_req *r, const char *expr, unsigned dflt, nd_index ***out, size_t *n)
 {
 	cm_error err;
+	unsigned flags;
 	cm_error_clear(&err);
-	if (nd_resolve(r->node, expr, co_param_bool(r, "ignore_unavailable", false), out, n,
-	               &err)) {
+	*out = NULL;
+	*n = 0;
+	if (!index_options(r, dflt, &flags))
+		return false;
+	if (nd_resolve_ex(r->node, expr, flags, out, n, &err)) {
 		const char *name = strstr(err.reason, "[");
 		char idx[256] = "";
 		if (name)
@@ -41,6 +82,18 @@ co_resolve(co_req *r, const char *expr, nd_index ***out, size_t *n)
 		return false;
 	}
 	return true;
+}
+
+bool
+co_resolve(co_req *r, const char *expr, nd_index ***out, size_t *n)
+{
+	return resolve_with(r, expr, ND_RESOLVE_OPEN, out, n);
+}
+
+bool
+co_resolve_all(co_req *r, const char *expr, nd_index ***out, size_t *n)
+{
+	return resolve_with(r, expr, ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, out, n);
 }
 
 void
@@ -240,7 +293,7 @@ co_h_cluster_state(co_req *r)
 	ind = cJSON_AddObjectToObject(meta, "indices");
 	for (size_t i = 0; i < n; i++) {
 		cJSON *o = cJSON_AddObjectToObject(ind, nd_index_name(ixs[i]));
-		cJSON_AddStringToObject(o, "state", "open");
+		cJSON_AddStringToObject(o, "state", nd_index_closed(ixs[i]) ? "close" : "open");
 		cJSON_AddItemToObject(o, "settings", nd_index_settings_json(ixs[i]));
 		cJSON_AddItemToObject(o, "mappings", index_mappings_json(ixs[i]));
 		cJSON_AddItemToObject(o, "aliases", cJSON_CreateArray());
@@ -578,7 +631,7 @@ co_h_cat(co_req *r)
 	}
 	if ((strcmp(what, "indices") == 0 || strcmp(what, "shards") == 0 ||
 	     strcmp(what, "count") == 0) &&
-	    !co_resolve(r, expr ? expr : "_all", &ixs, &n))
+	    !resolve_with(r, expr ? expr : "_all", ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n))
 		return;
 	if (strcmp(what, "indices") == 0) {
 		static const char *cols[] = {
@@ -600,7 +653,9 @@ co_h_cat(co_req *r)
 			snprintf(b4, sizeof(b4), "%llu", (unsigned long long)st.deleted_docs);
 			fmt_bytes(r, st.store_bytes, b5, sizeof(b5));
 			fmt_bytes(r, st.store_bytes, b6, sizeof(b6));
-			cat_row(&t, h.status, "open", nd_index_name(ixs[i]), nd_index_uuid(ixs[i]),
+			cat_row(&t, nd_index_closed(ixs[i]) ? "" : h.status,
+			        nd_index_closed(ixs[i]) ? "close" : "open", nd_index_name(ixs[i]),
+			        nd_index_uuid(ixs[i]),
 			        b1, b2, b3, b4, b5, b6);
 		}
 	} else if (strcmp(what, "shards") == 0) {
@@ -1370,7 +1425,7 @@ co_h_index_delete(co_req *r)
 		}
 		cm_free(MEM, copy);
 	}
-	if (!co_resolve(r, expr, &ixs, &n))
+	if (!resolve_with(r, expr, ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n))
 		return;
 	if (co_cluster_delete(r, ixs, n)) {
 		co_release_all(ixs, n);
@@ -1409,7 +1464,7 @@ co_h_index_get(co_req *r)
 	size_t n;
 	cJSON *j;
 
-	if (!co_resolve(r, co_seg(r, 0), &ixs, &n))
+	if (!resolve_with(r, co_seg(r, 0), ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n))
 		return;
 	j = cJSON_CreateObject();
 	for (size_t i = 0; i < n; i++) {
@@ -1436,7 +1491,7 @@ co_h_mapping_get(co_req *r)
 	size_t n;
 	cJSON *j;
 
-	if (!co_resolve(r, index_expr(r), &ixs, &n))
+	if (!resolve_with(r, index_expr(r), ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n))
 		return;
 	j = cJSON_CreateObject();
 	for (size_t i = 0; i < n; i++) {
@@ -1470,12 +1525,12 @@ only_blocks(const cJSON *o, const char *prefix)
 
 /* Replies the first index's metadata block (and returns true), if any. */
 static bool
-metadata_blocked(co_req *r, nd_index **ixs, size_t n)
+metadata_blocked(co_req *r, nd_index **ixs, size_t n, char op)
 {
 	for (size_t i = 0; i < n; i++) {
 		cm_error err;
 		cm_error_clear(&err);
-		if (nd_index_blocked(ixs[i], 'm', &err)) {
+		if (nd_index_blocked(ixs[i], op, &err)) {
 			co_reply_error(r, &err, NULL);
 			return true;
 		}
@@ -1502,7 +1557,7 @@ co_h_mapping_put(co_req *r)
 		cJSON_Delete(body);
 		return;
 	}
-	if (metadata_blocked(r, ixs, n)) {
+	if (metadata_blocked(r, ixs, n, 'm')) {
 		co_release_all(ixs, n);
 		cJSON_Delete(body);
 		return;
@@ -1552,7 +1607,7 @@ co_h_settings_get(co_req *r)
 	cJSON *j;
 	bool flat = co_param_bool(r, "flat_settings", false);
 
-	if (!co_resolve(r, index_expr(r), &ixs, &n))
+	if (!resolve_with(r, index_expr(r), ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n))
 		return;
 	j = cJSON_CreateObject();
 	for (size_t i = 0; i < n; i++) {
@@ -1585,13 +1640,13 @@ co_h_settings_put(co_req *r)
 		                "Validation Failed: 1: no settings to update;");
 		return;
 	}
-	if (!co_resolve(r, co_seg(r, 0), &ixs, &n)) {
+	if (!resolve_with(r, co_seg(r, 0), ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n)) {
 		cJSON_Delete(body);
 		return;
 	}
 	s = cJSON_GetObjectItemCaseSensitive(body, "settings");
 	if ((!cJSON_IsObject(s ? s : body) || !only_blocks(s ? s : body, "")) &&
-	    metadata_blocked(r, ixs, n)) {
+	    metadata_blocked(r, ixs, n, 's')) {
 		co_release_all(ixs, n);
 		cJSON_Delete(body);
 		return;
@@ -1698,4 +1753,71 @@ co_h_forcemerge(co_req *r)
 		max = (int)v;
 	}
 	index_op(r, op_merge, max);
+}
+
+/* ---- _open / _close ---- */
+
+/* Closing an index (index.verified_before_close, through the master on a
+ * cluster) keeps its shards on disk and open, but refuses every read and
+ * write with index_closed_exception until it is opened again. */
+static void
+open_close(co_req *r, bool close)
+{
+	nd_index **ixs;
+	size_t n;
+	co_param_get(r, "timeout");
+	co_param_get(r, "master_timeout");
+	co_param_get(r, "wait_for_active_shards");
+	if (!resolve_with(r, co_seg(r, 0), close ? ND_RESOLVE_OPEN : ND_RESOLVE_CLOSED, &ixs, &n))
+		return;
+	cJSON *set = cJSON_CreateObject();
+	cJSON_AddBoolToObject(set, "index.verified_before_close", close);
+	cm_error err;
+	cm_error_clear(&err);
+	cm_err rc = CM_OK;
+	nd_cluster *cl = nd_cluster_of(r->node);
+	if (cl && n) {
+		cm_buf names;
+		cm_buf_init(&names, MEM);
+		for (size_t i = 0; i < n; i++)
+			cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
+		cm_buf_put_u8(&names, 0);
+		char *text = cJSON_PrintUnformatted(set), *reply = NULL;
+		rc = nd_cluster_admin(cl, "put_settings", (const char *)names.data, text, &reply, &err);
+		cJSON_free(text);
+		cm_free(CM_MEM_NODE, reply);
+		cm_buf_free(&names);
+	} else {
+		for (size_t i = 0; i < n && !rc; i++)
+			rc = nd_index_put_settings(ixs[i], set, &err);
+	}
+	cJSON_Delete(set);
+	if (rc) {
+		co_reply_error(r, &err, NULL);
+		co_release_all(ixs, n);
+		return;
+	}
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddBoolToObject(j, "acknowledged", true);
+	cJSON_AddBoolToObject(j, "shards_acknowledged", true);
+	if (close) {
+		cJSON *ind = cJSON_AddObjectToObject(j, "indices");
+		for (size_t i = 0; i < n; i++)
+			cJSON_AddBoolToObject(cJSON_AddObjectToObject(ind, nd_index_name(ixs[i])), "closed",
+			                      true);
+	}
+	co_release_all(ixs, n);
+	co_reply_json(r, 200, j);
+}
+
+void
+co_h_index_close(co_req *r)
+{
+	open_close(r, true);
+}
+
+void
+co_h_index_open(co_req *r)
+{
+	open_close(r, false);
 }

@@ -57,6 +57,7 @@ typedef struct nd_settings {
 	char final_pipeline[256];   /* index.final_pipeline, "" = none */
 	unsigned blocks;            /* ND_BLOCK_*: index.blocks.* set true */
 	int total_fields_limit;     /* index.mapping.total_fields.limit (1000) */
+	bool closed;                /* closed (_close): index.verified_before_close */
 	/* Settings accepted without an effect here (docs/api.md says why for
 	 * each): flat "key" -> value as given, JSON text, "" when none. */
 	char accepted[2048];
@@ -107,6 +108,19 @@ void nd_index_release(nd_index *ix);
  * with cm_free(CM_MEM_NODE, ...). */
 cm_err nd_resolve(nd_node *n, const char *expr, bool ignore_unavailable, nd_index ***out,
                   size_t *nout, cm_error *err);
+/* The same with ES's index options: wildcards (and _all) select open
+ * and/or closed indices (expand_wildcards); a concrete name selects its
+ * index whatever its state; ND_RESOLVE_NONE_FAILS: an expression that
+ * selects nothing is CM_ENOINDEX (allow_no_indices=false). */
+enum {
+	ND_RESOLVE_IGNORE_UNAVAILABLE = 1,
+	ND_RESOLVE_OPEN = 2,
+	ND_RESOLVE_CLOSED = 4,
+	ND_RESOLVE_NONE_FAILS = 8,
+};
+cm_err nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out,
+                     size_t *nout, cm_error *err);
+bool nd_index_closed(nd_index *ix);
 /* Every index, sorted by name (same ownership as nd_resolve). */
 void nd_index_list(nd_node *n, nd_index ***out, size_t *nout);
 
@@ -130,8 +144,9 @@ cJSON *nd_index_settings_json(const nd_index *ix);
  * ("" = none); each buffer holds sizeof(nd_settings.default_pipeline). */
 void nd_index_pipelines(nd_index *ix, char *dflt, char *final);
 /* The index block refusing an operation, as ES words it: `op` is 'w'
- * (a write), 'd' (a delete), 'r' (a read) or 'm' (a metadata change);
- * CM_EBLOCKED with ES's cluster_block_exception reason, or CM_OK. */
+ * (a write), 'd' (a delete), 'r' (a read), 'm' (a mapping change) or
+ * 's' (a settings change); CM_EBLOCKED with ES's cluster_block_exception
+ * reason, CM_EINDEXCLOSED for a closed index (but 's'), or CM_OK. */
 cm_err nd_index_blocked(nd_index *ix, char op, cm_error *err);
 /* Adds s's blocks and accepted settings to a settings object `idx`, as
  * nested objects or (flat) as "a.b" keys. */

@@ -2271,7 +2271,8 @@ nd_cluster_cat_indices(nd_cluster *cl, nd_index **ixs, size_t n, cm_buf *out)
 		}
 		char b1[32], b2[32];
 		cm_buf_printf(
-		    out, "%s open %s %s %d %d %.0f %.0f %s %s\n", index_health(cl, ixs[x]), name,
+		    out, "%s %s %s %s %d %d %.0f %.0f %s %s\n", index_health(cl, ixs[x]),
+		    nd_index_closed(ixs[x]) ? "close" : "open", name,
 		    nd_index_uuid(ixs[x]), nd_index_nshards(ixs[x]),
 		    nd_index_settings(ixs[x])->number_of_replicas, docs, deleted,
 		    human_bytes(bytes, b1, sizeof(b1)), human_bytes(pbytes, b2, sizeof(b2)));

@@ -421,6 +421,17 @@ setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm
 			                    "[index.mapping.total_fields.limit]: an integer from 1 to "
 			                    "10000 (Shoal's most) is expected");
 		s->total_fields_limit = (int)n;
+	} else if (strcmp(k, "verified_before_close") == 0) {
+		/* set by _close, cleared by _open (coordinator/co_rest.c) */
+		if (cJSON_IsNull(v) || cJSON_IsFalse(v) ||
+		    (cJSON_IsString(v) && !strcmp(v->valuestring, "false")))
+			s->closed = false;
+		else if (cJSON_IsTrue(v) || (cJSON_IsString(v) && !strcmp(v->valuestring, "true")))
+			s->closed = true;
+		else
+			return cm_error_set(err, CM_EINVAL,
+			                    "Failed to parse value for setting "
+			                    "[index.verified_before_close]");
 	} else if (strncmp(k, "blocks.", 7) == 0) {
 		return block_apply(s, k + 7, v, err);
 	} else if (strcmp(k, "uuid") == 0 || strcmp(k, "creation_date") == 0 ||
@@ -485,6 +496,8 @@ static const char *const block_names[] = {"write", "read_only", "read_only_allow
 void
 nd_settings_extra_json(const nd_settings *s, cJSON *idx, bool flat)
 {
+	if (s->closed)
+		cJSON_AddStringToObject(idx, "verified_before_close", "true");
 	if (s->total_fields_limit != 1000) {
 		char v[16];
 		snprintf(v, sizeof(v), "%d", s->total_fields_limit);
@@ -542,6 +555,10 @@ nd_index_blocked(nd_index *ix, char op, cm_error *err)
 	unsigned b = ix->settings.blocks;
 	pthread_mutex_unlock(&ix->lock);
 	const char *why = NULL;
+	if (nd_index_closed(ix) && op != 's')
+		return cm_error_set(err, CM_EINDEXCLOSED, "closed");
+	if (op == 's')
+		op = 'm';
 	if ((op == 'w' || op == 'd') && (b & ND_BLOCK_READ_ONLY))
 		why = "FORBIDDEN/5/index read-only (api)";
 	else if (op == 'w' && (b & ND_BLOCK_READ_ONLY_ALLOW_DELETE))
@@ -1073,6 +1090,33 @@ cm_err
 nd_resolve(nd_node *n, const char *expr, bool ignore_unavailable, nd_index ***out, size_t *nout,
            cm_error *err)
 {
+	return nd_resolve_ex(n, expr,
+	                     ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED |
+	                         (ignore_unavailable ? ND_RESOLVE_IGNORE_UNAVAILABLE : 0),
+	                     out, nout, err);
+}
+
+bool
+nd_index_closed(nd_index *ix)
+{
+	pthread_mutex_lock(&ix->lock);
+	bool c = ix->settings.closed;
+	pthread_mutex_unlock(&ix->lock);
+	return c;
+}
+
+/* Whether a wildcard may select ix (expand_wildcards). */
+static bool
+wild_ok(nd_index *ix, unsigned flags)
+{
+	return nd_index_closed(ix) ? (flags & ND_RESOLVE_CLOSED) != 0 : (flags & ND_RESOLVE_OPEN) != 0;
+}
+
+cm_err
+nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out, size_t *nout,
+              cm_error *err)
+{
+	bool ignore_unavailable = flags & ND_RESOLVE_IGNORE_UNAVAILABLE;
 	bool *sel;
 	char *copy, *save = NULL, *tok;
 	cm_err rc = CM_OK;
@@ -1090,13 +1134,15 @@ nd_resolve(nd_node *n, const char *expr, bool ignore_unavailable, nd_index ***ou
 		k++;
 		if (strcmp(tok, "_all") == 0 || strcmp(tok, "*") == 0) {
 			for (size_t i = 0; i < n->nindices; i++)
-				sel[i] = !neg;
+				if (neg || wild_ok(n->indices[i], flags))
+					sel[i] = !neg;
 			continue;
 		}
 		if (strchr(tok, '*')) {
 			for (size_t i = 0; i < n->nindices; i++)
 				if (glob_match(tok, n->indices[i]->name) &&
-				    (n->indices[i]->name[0] != '.' || tok[0] == '.'))
+				    (n->indices[i]->name[0] != '.' || tok[0] == '.') &&
+				    (neg || wild_ok(n->indices[i], flags)))
 					sel[i] = !neg;
 			nd_alias_select_locked(n, tok, true, sel, !neg);
 			continue;
@@ -1121,6 +1167,11 @@ nd_resolve(nd_node *n, const char *expr, bool ignore_unavailable, nd_index ***ou
 		for (size_t i = 0; i < n->nindices; i++)
 			if (sel[i])
 				(*out)[(*nout)++] = nd_index_ref(n->indices[i]);
+		if (!*nout && (flags & ND_RESOLVE_NONE_FAILS)) {
+			cm_free(CM_MEM_NODE, *out);
+			*out = NULL;
+			rc = cm_error_set(err, CM_ENOINDEX, "no such index [%s]", expr ? expr : "_all");
+		}
 	}
 	pthread_rwlock_unlock(&n->reg_lock);
 	cm_free(CM_MEM_NODE, copy);

@@ -998,6 +998,55 @@ def dynamic_templates():
         n.req("DELETE", "/dt-x")
 
 
+@test
+def open_close_and_index_options():
+    for label, n in (("solo", solo()), ("cluster", cluster()["node-1"])):
+        nodes = [n] if label == "solo" else list(cluster().values())
+        for name in ("oc-a", "oc-b"):
+            st, b = n.req("PUT", "/" + name, {"settings": {"number_of_shards": 2,
+                                                           "number_of_replicas": 0}})
+            eq(st, 200, label + " create " + name)
+            n.req("PUT", "/%s/_doc/1?refresh=true" % name, {"t": "x"})
+        st, b = n.req("POST", "/oc-a/_close")
+        eq((st, b), (200, {"acknowledged": True, "shards_acknowledged": True,
+                           "indices": {"oc-a": {"closed": True}}}), label + " close")
+        for m in nodes:
+            error_is(m.req("POST", "/oc-a/_search", {}), 400, "index_closed_exception", "closed")
+            error_is(m.req("GET", "/oc-a/_doc/1"), 400, "index_closed_exception")
+            error_is(m.req("PUT", "/oc-a/_doc/2", {"t": "y"}), 400, "index_closed_exception")
+            error_is(m.req("PUT", "/oc-a/_mapping", {"properties": {"z": {"type": "long"}}}),
+                     400, "index_closed_exception")
+            st, b = m.req("POST", "/oc-*/_search", {})
+            eq((st, b["hits"]["total"]["value"]), (200, 1), label + " wildcards skip closed")
+            error_is(m.req("POST", "/oc-*/_search?expand_wildcards=all", {}), 400,
+                     "index_closed_exception")
+            st, b = m.req("GET", "/_cat/indices/oc-*?h=index,status&s=index")
+            eq((st, b.split()), (200, ["oc-a", "close", "oc-b", "open"]), label + " cat status")
+            st, b = m.req("GET", "/oc-a/_settings")
+            eq(b["oc-a"]["settings"]["index"]["verified_before_close"], "true",
+               label + " settings of a closed index")
+        st, b = n.req("PUT", "/oc-a/_settings", {"index.codec": "best_compression"})
+        eq(st, 200, label + " settings change on a closed index: %s" % b)
+        st, b = n.bulk([{"index": {"_index": "oc-a", "_id": "3"}}, {"t": 1}])
+        eq(b["items"][0]["index"]["error"]["type"], "index_closed_exception", label + " bulk")
+        st, b = n.req("POST", "/oc-*/_open")
+        eq((st, b), (200, {"acknowledged": True, "shards_acknowledged": True}), label + " open")
+        for m in nodes:
+            st, b = m.req("POST", "/oc-a/_search", {})
+            eq((st, b["hits"]["total"]["value"]), (200, 1), label + " open again, data kept")
+        # allow_no_indices and expand_wildcards values
+        st, b = n.req("POST", "/nothing-*/_search", {})
+        eq((st, b["hits"]["total"]["value"]), (200, 0), label + " no indices: empty")
+        error_is(n.req("POST", "/nothing-*/_search?allow_no_indices=false", {}), 404,
+                 "index_not_found_exception")
+        error_is(n.req("POST", "/oc-*/_search?expand_wildcards=weird", {}), 400,
+                 "illegal_argument_exception")
+        st, b = n.req("POST", "/oc-*/_search?expand_wildcards=none", {})
+        eq((st, b["hits"]["total"]["value"]), (200, 0), label + " expand none")
+        for name in ("oc-a", "oc-b"):
+            n.req("DELETE", "/" + name)
+
+
 def teardown():
     rc = 0
     if SOLO:
