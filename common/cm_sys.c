@@ -389,3 +389,26 @@ cm_pool_run_all(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n)
 	cm_wait_destroy(w);
 	cm_free(CM_MEM_COMMON, items);
 }
+
+bool
+cm_glob(const char *pat, const char *s)
+{
+	const char *star = NULL, *mark = NULL;
+	while (*s) {
+		if (*pat == '*') {
+			star = pat++;
+			mark = s;
+		} else if (*pat == *s) {
+			pat++;
+			s++;
+		} else if (star) {
+			pat = star + 1;
+			s = ++mark;
+		} else {
+			return false;
+		}
+	}
+	while (*pat == '*')
+		pat++;
+	return *pat == 0;
+}

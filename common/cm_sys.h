@@ -48,4 +48,9 @@ void cm_wait_destroy(cm_wait *w);
  * NULL pool, runs them inline in order. */
 void cm_pool_run_all(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n);
 
+/* Wildcard match of a whole string: '*' stands for any run of bytes
+ * (none too), every other byte for itself; linear in practice (the
+ * classic two-pointer walk, which backs up only to the last '*'). */
+bool cm_glob(const char *pat, const char *s);
+
 #endif

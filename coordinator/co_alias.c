@@ -10,25 +10,11 @@
 #include <string.h>
 
 #include "../common/cm_alloc.h"
+#include "../common/cm_sys.h"
 #include "co_private.h"
 
 #define MEM CM_MEM_COORDINATOR
 
-static bool
-glob(const char *p, const char *s)
-{
-	if (*p == 0)
-		return *s == 0;
-	if (*p == '*') {
-		for (;; s++) {
-			if (glob(p + 1, s))
-				return true;
-			if (!*s)
-				return false;
-		}
-	}
-	return *p == *s && glob(p + 1, s + 1);
-}
 
 /* Applies actions (consumed): through the master on a cluster. */
 static void
@@ -132,7 +118,7 @@ wanted(const char *list, const char *name)
 	bool hit = false;
 	char *copy = cm_strdup(MEM, list), *save = NULL, *tok;
 	for (tok = strtok_r(copy, ",", &save); tok && !hit; tok = strtok_r(NULL, ",", &save))
-		hit = !strcmp(tok, "_all") || glob(tok, name);
+		hit = !strcmp(tok, "_all") || cm_glob(tok, name);
 	cm_free(MEM, copy);
 	return hit;
 }

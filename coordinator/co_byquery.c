@@ -120,6 +120,20 @@ index_of(bq_job *j, const char *name)
 	return NULL;
 }
 
+/* A document that failed before its write: a failure of the run, which
+ * stops after this batch. */
+static void
+fail_doc(bq_job *j, bq_doc *d, const cm_error *e)
+{
+	st_op_result fr;
+	memset(&fr, 0, sizeof(fr));
+	fr.err = e->code;
+	snprintf(fr.reason, sizeof(fr.reason), "%.250s", e->reason);
+	add_failure(j, nd_index_name(d->ix), d->id, &fr, 0);
+	j->aborted = true;
+	d->skip = true;
+}
+
 /* The write's ingest pipelines (j->pipeline, or the destination's
  * default, then its final one) on d's source: *src gets the new
  * source (owned, CM_MEM_COORDINATOR) when a pipeline ran. A pipeline here may not move the document to another index
@@ -197,13 +211,7 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 			nd_index *from = index_of(j, d->index);
 			if (co_script_apply(j->script, j->params, from ? from : d->ix, d->id, &meta,
 			                    &cur, &sop, &e)) {
-				st_op_result fr;
-				memset(&fr, 0, sizeof(fr));
-				fr.err = e.code;
-				snprintf(fr.reason, sizeof(fr.reason), "%.250s", e.reason);
-				add_failure(j, nd_index_name(d->ix), d->id, &fr, 0);
-				j->aborted = true;
-				d->skip = true;
+				fail_doc(j, d, &e);
 				cJSON_Delete(cur);
 				continue;
 			}
@@ -223,13 +231,7 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 		cm_error be;
 		cm_error_clear(&be);
 		if (nd_index_blocked(d->ix, j->kind == BQ_DELETE || d->del ? 'd' : 'w', &be)) {
-			st_op_result fr;
-			memset(&fr, 0, sizeof(fr));
-			fr.err = be.code;
-			snprintf(fr.reason, sizeof(fr.reason), "%.250s", be.reason);
-			add_failure(j, nd_index_name(d->ix), d->id, &fr, 0);
-			j->aborted = true;
-			d->skip = true;
+			fail_doc(j, d, &be);
 			continue;
 		}
 		if (j->kind != BQ_DELETE && !d->del) {
@@ -241,13 +243,7 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 			if (!ingest)
 				ingest = co_ingest_new(j->node);
 			if (ingest_doc(ingest, j, d, &ingested[k - 1], &dropped, &e)) {
-				st_op_result fr;
-				memset(&fr, 0, sizeof(fr));
-				fr.err = e.code;
-				snprintf(fr.reason, sizeof(fr.reason), "%.250s", e.reason);
-				add_failure(j, nd_index_name(d->ix), d->id, &fr, 0);
-				j->aborted = true;
-				d->skip = true;
+				fail_doc(j, d, &e);
 				continue;
 			}
 			if (dropped) {
@@ -258,13 +254,7 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 			/* dynamic mapping first, as _bulk does (UBQ picks up new mappings) */
 			if (nd_index_prepare_doc(d->ix, d->id, strlen(d->id), d->src, d->src_len,
 			                         &e)) {
-				st_op_result fr;
-				memset(&fr, 0, sizeof(fr));
-				fr.err = e.code;
-				snprintf(fr.reason, sizeof(fr.reason), "%.250s", e.reason);
-				add_failure(j, nd_index_name(d->ix), d->id, &fr, 0);
-				j->aborted = true;
-				d->skip = true;
+				fail_doc(j, d, &e);
 				continue;
 			}
 		}

@@ -583,21 +583,6 @@ co_h_source_get(co_req *r)
 
 /* ---- _source filtering ---- */
 
-static bool
-sf_glob(const char *pat, const char *s)
-{
-	if (*pat == 0)
-		return *s == 0;
-	if (*pat == '*') {
-		for (;; s++) {
-			if (sf_glob(pat + 1, s))
-				return true;
-			if (!*s)
-				return false;
-		}
-	}
-	return *s == *pat && sf_glob(pat + 1, s + 1);
-}
 
 /* Does a dotted path match one of the patterns, or is it a prefix of one
  * (so its object must be kept to reach deeper matches)? */
@@ -606,7 +591,7 @@ sf_match(const char *path, char **pats, int n)
 {
 	int best = 0;
 	for (int i = 0; i < n; i++) {
-		if (sf_glob(pats[i], path))
+		if (cm_glob(pats[i], path))
 			return 2;
 		/* "a.b" or "a.*" under path "a" */
 		size_t l = strlen(path);
@@ -617,7 +602,7 @@ sf_match(const char *path, char **pats, int n)
 		/* "a*" matching "ab.c" parent: pattern matches the path prefix */
 		char tmp[512];
 		snprintf(tmp, sizeof(tmp), "%s.", path);
-		if (sf_glob(pats[i], path) || strncmp(pats[i], tmp, strlen(tmp)) == 0)
+		if (cm_glob(pats[i], path) || strncmp(pats[i], tmp, strlen(tmp)) == 0)
 			best = best ? best : 1;
 	}
 	return best;

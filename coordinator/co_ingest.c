@@ -1144,27 +1144,42 @@ trim_ws(const char *s)
 	return cm_strndup(MEM, s, n);
 }
 
-/* lowercase, uppercase, trim: a string or a list of strings. */
+typedef cJSON *(*value_fn)(const proc *p, const cJSON *v, cm_error *err);
+
+/* fn on v, or on each element of the list v (a new list); NULL when fn
+ * failed on one (err says why). */
 static cJSON *
-string_op(const proc *p, const cJSON *v, cm_error *err)
+map_values(const proc *p, const cJSON *v, value_fn fn, cm_error *err)
 {
-	if (cJSON_IsArray(v)) {
-		cJSON *r = cJSON_CreateArray(), *e;
-		cJSON_ArrayForEach(e, v)
-		{
-			cJSON *x = string_op(p, e, err);
-			if (!x) {
-				cJSON_Delete(r);
-				return NULL;
-			}
-			cJSON_AddItemToArray(r, x);
+	if (!cJSON_IsArray(v))
+		return fn(p, v, err);
+	cJSON *r = cJSON_CreateArray(), *e;
+	cJSON_ArrayForEach(e, v)
+	{
+		cJSON *x = fn(p, e, err);
+		if (!x) {
+			cJSON_Delete(r);
+			return NULL;
 		}
-		return r;
+		cJSON_AddItemToArray(r, x);
 	}
+	return r;
+}
+
+/* ES's error for an input of the wrong type. */
+static cm_err
+cast_err(const proc *p, const cJSON *v, const char *to, cm_error *err)
+{
+	return cm_error_set(err, CM_EINVAL, "field [%.200s] of type [%s] cannot be cast to [%s]",
+	                    p->field, java_type(v), to);
+}
+
+/* lowercase, uppercase, trim of one string. */
+static cJSON *
+string_one(const proc *p, const cJSON *v, cm_error *err)
+{
 	if (!cJSON_IsString(v)) {
-		cm_error_set(err, CM_EINVAL,
-		             "field [%.200s] of type [%s] cannot be cast to [java.lang.String]", p->field,
-		             java_type(v));
+		cast_err(p, v, "java.lang.String", err);
 		return NULL;
 	}
 	char *t = p->kind == PR_TRIM ? trim_ws(v->valuestring)
@@ -1333,27 +1348,12 @@ regex_replace(const pcre2_code *re, const char *s, const char *repl, cm_error *e
 	return NULL;
 }
 
-/* Applies fn-like per-string work of split/gsub to a string or list. */
+/* split or gsub of one string. */
 static cJSON *
-regex_op(const proc *p, const cJSON *v, cm_error *err)
+regex_one(const proc *p, const cJSON *v, cm_error *err)
 {
-	if (p->kind == PR_GSUB && cJSON_IsArray(v)) {
-		cJSON *r = cJSON_CreateArray(), *e;
-		cJSON_ArrayForEach(e, v)
-		{
-			cJSON *x = regex_op(p, e, err);
-			if (!x) {
-				cJSON_Delete(r);
-				return NULL;
-			}
-			cJSON_AddItemToArray(r, x);
-		}
-		return r;
-	}
 	if (!cJSON_IsString(v)) {
-		cm_error_set(err, CM_EINVAL,
-		             "field [%.200s] of type [%s] cannot be cast to [java.lang.String]", p->field,
-		             java_type(v));
+		cast_err(p, v, "java.lang.String", err);
 		return NULL;
 	}
 	if (p->kind == PR_SPLIT)
@@ -1431,9 +1431,7 @@ static cm_err
 exec_dissect(const proc *p, idoc *d, const cJSON *v, cm_error *err)
 {
 	if (!cJSON_IsString(v))
-		return cm_error_set(err, CM_EINVAL,
-		                    "field [%.200s] of type [%s] cannot be cast to [java.lang.String]",
-		                    p->field, java_type(v));
+		return cast_err(p, v, "java.lang.String", err);
 	const char *s = v->valuestring, *cur = s;
 	size_t ll = strlen(p->lead);
 	if (strncmp(cur, p->lead, ll))
@@ -1528,9 +1526,7 @@ static cm_err
 exec_kv(const proc *p, idoc *d, const cJSON *v, cm_error *err)
 {
 	if (!cJSON_IsString(v))
-		return cm_error_set(err, CM_EINVAL,
-		                    "field [%.200s] of type [%s] cannot be cast to [java.lang.String]",
-		                    p->field, java_type(v));
+		return cast_err(p, v, "java.lang.String", err);
 	cJSON *parts = regex_split(p->re, v->valuestring, false, 0), *e;
 	cm_err rc = CM_OK;
 	cJSON_ArrayForEach(e, parts)
@@ -1709,36 +1705,22 @@ exec_proc(run_ctx *rx, const proc *p, idoc *d, cm_error *err)
 	case PR_LOWERCASE:
 	case PR_UPPERCASE:
 	case PR_TRIM:
-		if (!(r = string_op(p, v, err)))
+		if (!(r = map_values(p, v, string_one, err)))
 			return CM_EINVAL;
 		return doc_set(d, target, r, false, err);
 	case PR_CONVERT:
-		if (cJSON_IsArray(v)) {
-			cJSON *e;
-			r = cJSON_CreateArray();
-			cJSON_ArrayForEach(e, v)
-			{
-				cJSON *x = convert_one(p, e, err);
-				if (!x) {
-					cJSON_Delete(r);
-					return CM_EINVAL;
-				}
-				cJSON_AddItemToArray(r, x);
-			}
-		} else if (!(r = convert_one(p, v, err))) {
+		if (!(r = map_values(p, v, convert_one, err)))
 			return CM_EINVAL;
-		}
 		return doc_set(d, target, r, false, err);
 	case PR_SPLIT:
 	case PR_GSUB:
-		if (!(r = regex_op(p, v, err)))
+		r = p->kind == PR_GSUB ? map_values(p, v, regex_one, err) : regex_one(p, v, err);
+		if (!r)
 			return CM_EINVAL;
 		return doc_set(d, target, r, false, err);
 	case PR_JOIN: {
 		if (!cJSON_IsArray(v))
-			return cm_error_set(err, CM_EINVAL,
-			                    "field [%.200s] of type [%s] cannot be cast to [java.util.List]",
-			                    p->field, java_type(v));
+			return cast_err(p, v, "java.util.List", err);
 		cm_buf b;
 		cm_buf_init(&b, MEM);
 		cJSON *e;
@@ -1757,9 +1739,7 @@ exec_proc(run_ctx *rx, const proc *p, idoc *d, cm_error *err)
 	}
 	case PR_JSON: {
 		if (!cJSON_IsString(v))
-			return cm_error_set(err, CM_EINVAL,
-			                    "field [%.200s] of type [%s] cannot be cast to [java.lang.String]",
-			                    p->field, java_type(v));
+			return cast_err(p, v, "java.lang.String", err);
 		r = cJSON_Parse(v->valuestring);
 		if (!r)
 			return cm_error_set(err, CM_EINVAL,
@@ -2027,21 +2007,6 @@ co_ingest_run(co_ingest *g, nd_index *ix, const char *pipeline, char **index, ch
 
 /* ---- _ingest/pipeline ---- */
 
-static bool
-name_glob(const char *p, const char *s)
-{
-	if (*p == 0)
-		return *s == 0;
-	if (*p == '*') {
-		for (;; s++) {
-			if (name_glob(p + 1, s))
-				return true;
-			if (!*s)
-				return false;
-		}
-	}
-	return *p == *s && name_glob(p + 1, s + 1);
-}
 
 /* The ids of `all` that the comma list `names` (NULL = every one, "*"
  * patterns) selects, as a new array; *missing when a plain name is not
@@ -2055,7 +2020,7 @@ select_ids(const cJSON *all, const char *names, bool *missing)
 	for (char *n = strtok_r(list, ",", &save); n; n = strtok_r(NULL, ",", &save)) {
 		bool hit = false;
 		for (const cJSON *c = all ? all->child : NULL; c; c = c->next)
-			if (name_glob(n, c->string)) {
+			if (cm_glob(n, c->string)) {
 				hit = true;
 				bool dup = false;
 				const cJSON *e;

@@ -27,21 +27,6 @@
 static pthread_mutex_t tpl_lock = PTHREAD_MUTEX_INITIALIZER;
 static cJSON *tpl_db; /* {"index":{..},"component":{..},"legacy":{..}} */
 
-static bool
-glob(const char *p, const char *s)
-{
-	if (*p == 0)
-		return *s == 0;
-	if (*p == '*') {
-		for (;; s++) {
-			if (glob(p + 1, s))
-				return true;
-			if (!*s)
-				return false;
-		}
-	}
-	return *p == *s && glob(p + 1, s + 1);
-}
 
 static void
 db_path(nd_node *n, char *path, size_t cap)
@@ -263,9 +248,9 @@ static bool
 patterns_match(const cJSON *p, const char *index)
 {
 	if (cJSON_IsString(p))
-		return glob(p->valuestring, index);
+		return cm_glob(p->valuestring, index);
 	for (const cJSON *e = p ? p->child : NULL; e; e = e->next)
-		if (cJSON_IsString(e) && glob(e->valuestring, index))
+		if (cJSON_IsString(e) && cm_glob(e->valuestring, index))
 			return true;
 	return false;
 }
@@ -280,8 +265,8 @@ patterns_overlap(const cJSON *a, const cJSON *b)
 		for (const cJSON *y = cJSON_IsArray(b) ? b->child : b; y;
 		     y = cJSON_IsArray(b) ? y->next : NULL)
 			if (cJSON_IsString(x) && cJSON_IsString(y) &&
-			    (glob(x->valuestring, y->valuestring) ||
-			     glob(y->valuestring, x->valuestring)))
+			    (cm_glob(x->valuestring, y->valuestring) ||
+			     cm_glob(y->valuestring, x->valuestring)))
 				return true;
 	return false;
 }
@@ -475,7 +460,7 @@ select_names(const cJSON *set, const char *names, bool *missing)
 	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		bool any = false;
 		for (const cJSON *t = set->child; t; t = t->next)
-			if (glob(tok, t->string) || !strcmp(tok, "_all")) {
+			if (cm_glob(tok, t->string) || !strcmp(tok, "_all")) {
 				any = true;
 				bool dup = false;
 				for (const cJSON *d = out->child; d && !dup; d = d->next)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../common/cm_alloc.h"
+#include "../common/cm_sys.h"
 #include "check.h"
 #include "co_private.h"
 
@@ -46,6 +47,37 @@ main(void)
 	   "{\"took\":3,\"hits\":{\"hits\":[{\"_id\":\"1\"},{\"_id\":\"2\"}]}}");
 	fp(doc, "nothing", "{}");
 	fp("[{\"a\":1,\"b\":2}]", "a", "[{\"a\":1}]");
+
+	/* cm_glob: the wildcard matcher index names, aliases and patterns use */
+	CHECK(cm_glob("logs-*", "logs-2024") && cm_glob("*", "") && cm_glob("a*b*c", "aXbYbc"));
+	CHECK(!cm_glob("logs-*", "log") && !cm_glob("a*b", "aXbY") && !cm_glob("", "x"));
+	CHECK(cm_glob("**a**", "bab") && cm_glob("a*", "a") && !cm_glob("*a", "b"));
+	{
+		/* a pattern that takes exponential time for a recursive matcher */
+		char pat[64] = "", str[4096];
+		for (int i = 0; i < 20; i++)
+			strcat(pat, "*a");
+		strcat(pat, "*b");
+		memset(str, 'a', sizeof(str) - 1);
+		str[sizeof(str) - 1] = 0;
+		CHECK(!cm_glob(pat, str));
+	}
+
+	/* date-math index names */
+	{
+		char *out = NULL;
+		cm_error de;
+		cm_error_clear(&de);
+		CHECK(co_date_math_names("plain,other", &out, &de) == CM_OK && !strcmp(out, "plain,other"));
+		cm_free(CM_MEM_COORDINATOR, out);
+		CHECK(co_date_math_names("<x-{now/y{yyyy}}>,y", &out, &de) == CM_OK && out[0] == 'x' &&
+		      strlen(out) == strlen("x-2026,y") && !strcmp(out + 6, ",y"));
+		cm_free(CM_MEM_COORDINATOR, out);
+		CHECK(co_date_math_names("<a\\{b\\}>", &out, &de) == CM_OK && !strcmp(out, "a{b}"));
+		cm_free(CM_MEM_COORDINATOR, out);
+		CHECK(co_date_math_names("<x-{now/d>", &out, &de) == CM_EPARSE && !out);
+		CHECK(co_date_math_names("<x-{2024-01-01}>", &out, &de) == CM_EPARSE && !out);
+	}
 
 	sf("{\"a\":1,\"b\":{\"c\":2,\"d\":3}}", "a", NULL, "{\"a\":1}");
 	sf("{\"a\":1,\"b\":{\"c\":2,\"d\":3}}", "b.c", NULL, "{\"b\":{\"c\":2}}");

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../common/cm_alloc.h"
+#include "../common/cm_sys.h"
 #include "../common/cm_log.h"
 #include "../replication/rp.h"
 #include "nd.h"
@@ -19,21 +20,6 @@
 
 #define MEM CM_MEM_NODE
 
-static bool
-glob(const char *p, const char *s)
-{
-	if (*p == 0)
-		return *s == 0;
-	if (*p == '*') {
-		for (;; s++) {
-			if (glob(p + 1, s))
-				return true;
-			if (!*s)
-				return false;
-		}
-	}
-	return *p == *s && glob(p + 1, s + 1);
-}
 
 /* ---- one alias entry ---- */
 
@@ -226,7 +212,7 @@ nd_alias_select_locked(nd_node *n, const char *tok, bool pattern, bool *sel, boo
 		nd_index *ix = n->indices[i];
 		pthread_mutex_lock(&ix->lock);
 		for (const cJSON *a = ix->aliases ? ix->aliases->child : NULL; a; a = a->next)
-			if (pattern ? glob(tok, a->string) && (a->string[0] != '.' || tok[0] == '.')
+			if (pattern ? cm_glob(tok, a->string) && (a->string[0] != '.' || tok[0] == '.')
 			            : !strcmp(tok, a->string)) {
 				sel[i] = value;
 				any = true;
@@ -359,14 +345,14 @@ nd_alias_filter(nd_node *n, const char *expr, cJSON **filter, cm_error *err)
 			/* the indices nd_resolve picks: other patterns skip '.' names */
 			bool dot_ok = ix->name[0] != '.' || tok[0] == '.';
 			if (!strcmp(tok, "_all") || !strcmp(tok, "*") ||
-			    (pattern ? dot_ok && glob(tok, ix->name) : !strcmp(tok, ix->name))) {
+			    (pattern ? dot_ok && cm_glob(tok, ix->name) : !strcmp(tok, ix->name))) {
 				whole[i] = reached[i] = true;
 				continue;
 			}
 			pthread_mutex_lock(&ix->lock);
 			for (const cJSON *a = ix->aliases ? ix->aliases->child : NULL; a;
 			     a = a->next) {
-				if (!(pattern ? glob(tok, a->string) : !strcmp(tok, a->string)))
+				if (!(pattern ? cm_glob(tok, a->string) : !strcmp(tok, a->string)))
 					continue;
 				const cJSON *f = cJSON_GetObjectItemCaseSensitive(a, "filter");
 				reached[i] = true;
@@ -485,7 +471,7 @@ resolve_indices(const cJSON *work, const cJSON *names, cJSON **out, cm_error *er
 		bool pattern = strchr(p, '*') || !strcmp(p, "_all");
 		bool any = false;
 		for (const cJSON *ix = work->child; ix; ix = ix->next) {
-			if (pattern ? (!strcmp(p, "_all") || glob(p, ix->string))
+			if (pattern ? (!strcmp(p, "_all") || cm_glob(p, ix->string))
 			            : !strcmp(p, ix->string)) {
 				any = true;
 				bool dup = false;
@@ -576,7 +562,7 @@ plan_action(cJSON *work, cJSON *drop, const cJSON *act, cm_error *err)
 		for (cJSON *c = set->child; c; c = next) {
 			next = c->next;
 			for (const cJSON *a = aln->child; a; a = a->next)
-				if (glob(a->valuestring, c->string) ||
+				if (cm_glob(a->valuestring, c->string) ||
 				    !strcmp(a->valuestring, "_all")) {
 					cJSON_Delete(cJSON_DetachItemViaPointer(set, c));
 					any = true;

@@ -1070,21 +1070,6 @@ nd_index_list(nd_node *n, nd_index ***out, size_t *nout)
 	pthread_rwlock_unlock(&n->reg_lock);
 }
 
-static bool
-glob_match(const char *pat, const char *s)
-{
-	if (*pat == 0)
-		return *s == 0;
-	if (*pat == '*') {
-		for (;; s++) {
-			if (glob_match(pat + 1, s))
-				return true;
-			if (!*s)
-				return false;
-		}
-	}
-	return *s == *pat && glob_match(pat + 1, s + 1);
-}
 
 cm_err
 nd_resolve(nd_node *n, const char *expr, bool ignore_unavailable, nd_index ***out, size_t *nout,
@@ -1140,7 +1125,7 @@ nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out, siz
 		}
 		if (strchr(tok, '*')) {
 			for (size_t i = 0; i < n->nindices; i++)
-				if (glob_match(tok, n->indices[i]->name) &&
+				if (cm_glob(tok, n->indices[i]->name) &&
 				    (n->indices[i]->name[0] != '.' || tok[0] == '.') &&
 				    (neg || wild_ok(n->indices[i], flags)))
 					sel[i] = !neg;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../common/cm_alloc.h"
+#include "../common/cm_sys.h"
 #include "agg_int.h"
 #include "fetch.h"
 #include "jsonw.h"
@@ -125,21 +126,6 @@ sr_fetch_wanted(const sr_request *req)
 
 /* Elasticsearch's simple wildcard match: '*' matches any run, nothing
  * else is special. */
-static bool
-glob(const char *p, const char *s)
-{
-	if (*p == 0)
-		return *s == 0;
-	if (*p == '*') {
-		for (;; s++) {
-			if (glob(p + 1, s))
-				return true;
-			if (!*s)
-				return false;
-		}
-	}
-	return *p == *s && glob(p + 1, s + 1);
-}
 
 /* ---- accumulating values ---- */
 
@@ -188,7 +174,7 @@ spec_for(const fctx *c, const char *path, const st_field_def *def, bool *dv)
 {
 	for (size_t i = 0; i < c->req->nfields; i++) {
 		const sr_fetch_field *f = &c->req->fields[i];
-		if ((def || f->include_unmapped) && glob(f->field, path)) {
+		if ((def || f->include_unmapped) && cm_glob(f->field, path)) {
 			*dv = false;
 			return f;
 		}
@@ -197,7 +183,7 @@ spec_for(const fctx *c, const char *path, const st_field_def *def, bool *dv)
 		return NULL; /* (named ones are refused up front) */
 	for (size_t i = 0; i < c->req->ndocvalue_fields; i++) {
 		const sr_fetch_field *f = &c->req->docvalue_fields[i];
-		if (glob(f->field, path)) {
+		if (cm_glob(f->field, path)) {
 			*dv = true;
 			return f;
 		}

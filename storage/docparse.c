@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../common/cm_alloc.h"
+#include "../common/cm_sys.h"
 #include "../common/cm_buf.h"
 
 #define MAX_DOC_DEPTH 100
@@ -560,27 +561,12 @@ looks_like_date(const char *s)
  * (null, empty array). */
 /* Dynamic templates: "simple" patterns are globs with '*', "regex"
  * ones POSIX extended expressions matched against the whole name. */
-static bool
-dt_glob(const char *p, const char *s)
-{
-	if (*p == 0)
-		return *s == 0;
-	if (*p == '*') {
-		for (;; s++) {
-			if (dt_glob(p + 1, s))
-				return true;
-			if (!*s)
-				return false;
-		}
-	}
-	return *p == *s && dt_glob(p + 1, s + 1);
-}
 
 static bool
 dt_match_one(const char *pat, const char *s, bool regex)
 {
 	if (!regex)
-		return dt_glob(pat, s);
+		return cm_glob(pat, s);
 	char whole[600];
 	snprintf(whole, sizeof(whole), "^(%s)$", pat);
 	regex_t re;
