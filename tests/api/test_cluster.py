@@ -431,8 +431,33 @@ def t11_wrong_secret_refused():
     json.dump(spec, open(bad_file, "w"))
     d = os.path.join(TMP, "intruder")
     os.makedirs(d, exist_ok=True)
+
+    st, b = NODES["coord"].req("GET", "/_cat/master?h=node")
+    master = NODES.get(b.strip()) if st == 200 else None
+    eq(master is not None, True, "the master is known: %s" % (b,))
+
+    def refusals():
+        # how often the master refused a message (the wrong secret)
+        total = 0
+        for node in (master,):
+            try:
+                with open(os.path.join(node.data, "test-node.log"), "rb") as f:
+                    total += f.read().count(b"refused a message")
+            except OSError:
+                pass
+        return total
+
+    before = refusals()
     bad = ClusterNode(bad_file, "intruder", ihp, data=d, args=["--role", "coordinator"])
     try:
+        # The intruder's first messages go out once its dialers connect,
+        # which its HTTP port does not wait for; until then a change is
+        # "not available" rather than "refused". Wait for the master to
+        # have refused one of them (its state poll), then ask.
+        deadline = time.time() + 30
+        while refusals() == before and time.time() < deadline:
+            time.sleep(0.1)
+        eq(refusals() > before, True, "the master refused the intruder's messages")
         st, b = bad.req("PUT", "/intrusion")
         eq(st, 503, "create through a wrong-secret node: %s" % b)
         if "refused" not in b["error"]["reason"]:
