@@ -370,6 +370,30 @@ static const co_route routes[] = {
     {CO_PUT, "/{index}/_settings", co_h_settings_put,
      P_INDEX_READ ",timeout,master_timeout,preserve_existing,flat_settings", false,
      ADMIN("indices:admin/settings/update")},
+    {CO_GET, "/{index}/_explain/{id}", co_h_explain,
+     "q,df,default_operator,analyzer,analyze_wildcard,lenient,routing,preference,_source,"
+     "_source_includes,_source_excludes,stored_fields",
+     false, READ("indices:data/read/explain")},
+    {CO_POST, "/{index}/_explain/{id}", co_h_explain,
+     "q,df,default_operator,analyzer,analyze_wildcard,lenient,routing,preference,_source,"
+     "_source_includes,_source_excludes,stored_fields",
+     false, READ("indices:data/read/explain")},
+    {CO_GET, "/_validate/query", co_h_validate,
+     P_INDEX_READ ",q,df,default_operator,analyzer,analyze_wildcard,lenient,explain,rewrite,"
+                  "all_shards",
+     false, READ("indices:admin/validate/query")},
+    {CO_POST, "/_validate/query", co_h_validate,
+     P_INDEX_READ ",q,df,default_operator,analyzer,analyze_wildcard,lenient,explain,rewrite,"
+                  "all_shards",
+     false, READ("indices:admin/validate/query")},
+    {CO_GET, "/{index}/_validate/query", co_h_validate,
+     P_INDEX_READ ",q,df,default_operator,analyzer,analyze_wildcard,lenient,explain,rewrite,"
+                  "all_shards",
+     false, READ("indices:admin/validate/query")},
+    {CO_POST, "/{index}/_validate/query", co_h_validate,
+     P_INDEX_READ ",q,df,default_operator,analyzer,analyze_wildcard,lenient,explain,rewrite,"
+                  "all_shards",
+     false, READ("indices:admin/validate/query")},
     {CO_POST, "/{index}/_close", co_h_index_close,
      P_INDEX_READ ",timeout,master_timeout,wait_for_active_shards", false,
      ADMIN("indices:admin/close")},

@@ -700,3 +700,17 @@ co_h_msearch(co_req *r)
 	cm_buf_free(&one);
 }
 
+
+/* ---- for _explain and _validate (co_explain.c) ---- */
+
+bool
+co_search_fold_params(co_req *r, cJSON *body)
+{
+	return fold_search_params(r, body, true);
+}
+
+cm_err
+co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out, cm_error *err)
+{
+	return run_search(r, ixs, n, body, 0, 0, 0, out, err);
+}

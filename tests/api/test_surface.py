@@ -1047,6 +1047,38 @@ def open_close_and_index_options():
             n.req("DELETE", "/" + name)
 
 
+@test
+def explain_and_validate():
+    for label, n in (("solo", solo()), ("cluster", cluster()["node-1"])):
+        n.req("PUT", "/ex-a", {"settings": {"number_of_shards": 3, "number_of_replicas": 0}})
+        n.bulk([{"index": {"_index": "ex-a", "_id": "1"}}, {"t": "quick brown fox"},
+                {"index": {"_index": "ex-a", "_id": "2"}}, {"t": "lazy dog"}],
+               params="?refresh=true")
+        q = {"query": {"match": {"t": "brown fox"}}}
+        st, b = n.req("POST", "/ex-a/_search", dict(q, explain=True))
+        score = b["hits"]["hits"][0]["_score"]
+        st, b = n.req("POST", "/ex-a/_explain/1", q)
+        eq((st, b["matched"], b["_id"], b["_index"]), (200, True, "1", "ex-a"), label + " match")
+        eq(abs(b["explanation"]["value"] - score) < 1e-6, True,
+           label + " the explanation's value is the hit's score")
+        st, b = n.req("POST", "/ex-a/_explain/2", q)
+        eq((st, b["matched"], b["explanation"]["value"]), (200, False, 0.0), label + " no match")
+        st, b = n.req("GET", "/ex-a/_explain/1?q=t:dog")
+        eq((st, b["matched"]), (200, False), label + " q= form")
+        st, b = n.req("GET", "/ex-a/_explain/2?q=t:dog")
+        eq((st, b["matched"]), (200, True), label + " q= form matching")
+        error_is(n.req("POST", "/ex-a/_explain/1", {}), 400, "action_request_validation_exception")
+        error_is(n.req("POST", "/ex-a/_explain/1", {"query": {"bogus": {}}}), 400,
+                 "parsing_exception")
+        st, b = n.req("POST", "/ex-a/_validate/query", q)
+        eq((st, b["valid"]), (200, True), label + " valid")
+        st, b = n.req("POST", "/ex-a/_validate/query", {"query": {"bogus": {}}})
+        eq((st, b["valid"], "bogus" in b["error"]), (200, False, True), label + " invalid")
+        st, b = n.req("POST", "/_validate/query?explain=true", {"query": {"term": {"t": "x"}}})
+        eq((st, b["valid"], len(b["explanations"]) >= 1), (200, True, True), label + " explain")
+        n.req("DELETE", "/ex-a")
+
+
 def teardown():
     rc = 0
     if SOLO:
