@@ -16,13 +16,15 @@
 typedef struct fc_field {
 	const char *type;
 	bool searchable, aggregatable;
+	const cJSON *meta; /* the mapping's "meta", or NULL */
 } fc_field;
 
 static bool
 aggregatable_type(const char *t)
 {
-	static const char *const no[] = {"text",   "binary",     "object", "nested",
-	                                 "_source", "_version",  "_routing", "_ignored"};
+	/* objects never get here (walk() makes them neither) */
+	static const char *const no[] = {"text", "binary", "_source", "_version", "_routing",
+	                                 "_ignored"};
 	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
 		if (!strcmp(t, no[i]))
 			return false;
@@ -61,6 +63,24 @@ add(cJSON *acc, const char *index, const char *name, const fc_field *f)
 	if (!f->aggregatable)
 		cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(t, "non_aggregatable"),
 		                     cJSON_CreateString(index));
+	/* meta: each key's distinct values over the indices */
+	const cJSON *m;
+	cJSON_ArrayForEach(m, f->meta)
+	{
+		if (!cJSON_IsString(m))
+			continue;
+		cJSON *all = cJSON_GetObjectItemCaseSensitive(t, "meta");
+		if (!all)
+			all = cJSON_AddObjectToObject(t, "meta");
+		cJSON *vals = cJSON_GetObjectItemCaseSensitive(all, m->string);
+		if (!vals)
+			vals = cJSON_AddArrayToObject(all, m->string);
+		bool seen = false;
+		const cJSON *v;
+		cJSON_ArrayForEach(v, vals) seen |= !strcmp(v->valuestring, m->valuestring);
+		if (!seen)
+			cJSON_AddItemToArray(vals, cJSON_CreateString(m->valuestring));
+	}
 }
 
 static void
@@ -74,14 +94,15 @@ walk(cJSON *acc, const char *index, const cJSON *props, const char *prefix, char
 		snprintf(name, sizeof(name), "%s%s%s", prefix, *prefix ? "." : "", p->string);
 		const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type");
 		const cJSON *sub = cJSON_GetObjectItemCaseSensitive(p, "properties");
-		const char *type = cJSON_IsString(ty) ? ty->valuestring : sub ? "object" : "object";
+		const char *type = cJSON_IsString(ty) ? ty->valuestring : "object";
 		bool object = !strcmp(type, "object") || !strcmp(type, "nested");
 		fc_field f = {.type = type,
 		              .searchable = !object && !cJSON_IsFalse(
 		                                           cJSON_GetObjectItemCaseSensitive(p, "index")),
 		              .aggregatable = !object && aggregatable_type(type) &&
 		                              !cJSON_IsFalse(
-		                                  cJSON_GetObjectItemCaseSensitive(p, "doc_values"))};
+		                                  cJSON_GetObjectItemCaseSensitive(p, "doc_values")),
+		              .meta = cJSON_GetObjectItemCaseSensitive(p, "meta")};
 		if (!strcmp(type, "binary"))
 			f.searchable = false;
 		if (patterns_match(pat, np, name))
@@ -98,13 +119,13 @@ static const struct {
 	const char *name;
 	fc_field f;
 } META[] = {
-    {"_id", {"_id", true, true}},
-    {"_index", {"_index", true, true}},
-    {"_source", {"_source", false, false}},
-    {"_seq_no", {"_seq_no", true, true}},
-    {"_version", {"_version", false, false}},
-    {"_routing", {"_routing", true, false}},
-    {"_ignored", {"_ignored", true, false}},
+    {"_id", {"_id", true, true, NULL}},
+    {"_index", {"_index", true, true, NULL}},
+    {"_source", {"_source", false, false, NULL}},
+    {"_seq_no", {"_seq_no", true, true, NULL}},
+    {"_version", {"_version", false, false, NULL}},
+    {"_routing", {"_routing", true, false, NULL}},
+    {"_ignored", {"_ignored", true, false, NULL}},
 };
 
 /* The pattern list: ?fields= (comma-separated) or the body's "fields"
@@ -144,6 +165,51 @@ patterns(co_req *r, const cJSON *body, char ***out)
 	return n;
 }
 
+/* index_filter: keeps the indices where the query matches a document
+ * (a count of each, as _search counts); false after replying an error
+ * (ixs is then released). */
+static bool
+filter_indices(co_req *r, const cJSON *filter, nd_index **ixs, size_t *n)
+{
+	size_t kept = 0;
+	for (size_t i = 0; i < *n; i++) {
+		cJSON *b = cJSON_CreateObject();
+		cJSON_AddItemToObject(b, "query", cJSON_Duplicate(filter, true));
+		cJSON_AddNumberToObject(b, "size", 0);
+		cJSON_AddBoolToObject(b, "track_total_hits", true);
+		cm_buf out;
+		cm_error err;
+		cm_buf_init(&out, CM_MEM_COORD);
+		cm_error_clear(&err);
+		cm_err rc = co_search_run(r, &ixs[i], 1, b, &out, &err);
+		cJSON_Delete(b);
+		cJSON *res = rc ? NULL : cJSON_ParseWithLength((const char *)out.data, out.len);
+		cm_buf_free(&out);
+		if (rc) {
+			co_reply_error(r, &err, NULL);
+			for (size_t k = 0; k < kept; k++)
+				nd_index_release(ixs[k]);
+			for (size_t k = i; k < *n; k++)
+				nd_index_release(ixs[k]);
+			cm_free(CM_MEM_NODE, ixs);
+			*n = 0;
+			return false;
+		}
+		const cJSON *tot = cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "hits"),
+		                                     "total"),
+		    "value");
+		bool keep = cJSON_IsNumber(tot) && tot->valuedouble > 0;
+		cJSON_Delete(res);
+		if (keep)
+			ixs[kept++] = ixs[i];
+		else
+			nd_index_release(ixs[i]);
+	}
+	*n = kept;
+	return true;
+}
+
 void
 co_h_field_caps(co_req *r)
 {
@@ -163,11 +229,20 @@ co_h_field_caps(co_req *r)
 		cJSON_Delete(body);
 		return;
 	}
+	cJSON *filter = cJSON_DetachItemFromObjectCaseSensitive(body, "index_filter");
+	if (filter && !cJSON_IsObject(filter)) {
+		cJSON_Delete(filter);
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EPARSE, "parsing_exception",
+		                "[index_filter] must be a query object");
+		return;
+	}
 	char **pat;
 	size_t np = patterns(r, body, &pat);
 	cJSON_Delete(body);
 	if (np == 0) {
 		cm_free(CM_MEM_COORD, pat);
+		cJSON_Delete(filter);
 		co_reply_errorf(r, CM_EINVAL, "illegal_argument_exception",
 		                "specified fields can't be null or empty");
 		return;
@@ -175,12 +250,15 @@ co_h_field_caps(co_req *r)
 	const char *s = co_seg(r, 0);
 	nd_index **ixs;
 	size_t n;
-	if (!co_resolve(r, s && s[0] != '_' ? s : "_all", &ixs, &n)) {
+	if (!co_resolve(r, s && s[0] != '_' ? s : "_all", &ixs, &n) ||
+	    (filter && !filter_indices(r, filter, ixs, &n))) {
 		for (size_t i = 0; i < np; i++)
 			cm_free(CM_MEM_COORD, pat[i]);
 		cm_free(CM_MEM_COORD, pat);
+		cJSON_Delete(filter);
 		return;
 	}
+	cJSON_Delete(filter);
 	cJSON *acc = cJSON_CreateObject(), *names = cJSON_CreateArray();
 	for (size_t i = 0; i < n; i++) {
 		const char *ix = nd_index_name(ixs[i]);
@@ -230,6 +308,9 @@ co_h_field_caps(co_req *r)
 			if (nna && nna < ni)
 				cJSON_AddItemToObject(e, "non_aggregatable_indices",
 				                      cJSON_Duplicate(na, true));
+			const cJSON *meta = cJSON_GetObjectItemCaseSensitive(t, "meta");
+			if (meta)
+				cJSON_AddItemToObject(e, "meta", cJSON_Duplicate(meta, true));
 		}
 		if (unmapped && seen < total) {
 			cJSON *e = cJSON_AddObjectToObject(o, "unmapped"), *list;

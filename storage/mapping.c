@@ -28,6 +28,7 @@ fdef_free(st_field_def *f)
 	cm_free(CM_MEM_STORAGE, f->parent);
 	cm_free(CM_MEM_STORAGE, f->format);
 	cm_free(CM_MEM_STORAGE, f->null_value);
+	cm_free(CM_MEM_STORAGE, f->meta);
 	for (int i = 0; i < f->ncopy_to; i++)
 		cm_free(CM_MEM_STORAGE, f->copy_to[i]);
 	cm_free(CM_MEM_STORAGE, f->copy_to);
@@ -41,6 +42,7 @@ fdef_copy(st_field_def *dst, const st_field_def *src)
 	dst->parent = src->parent ? cm_strdup(CM_MEM_STORAGE, src->parent) : NULL;
 	dst->format = src->format ? cm_strdup(CM_MEM_STORAGE, src->format) : NULL;
 	dst->null_value = src->null_value ? cm_strdup(CM_MEM_STORAGE, src->null_value) : NULL;
+	dst->meta = src->meta ? cm_strdup(CM_MEM_STORAGE, src->meta) : NULL;
 	dst->copy_to = NULL;
 	if (src->ncopy_to > 0) {
 		dst->copy_to = cm_malloc(CM_MEM_STORAGE, (size_t)src->ncopy_to * sizeof(char *));
@@ -506,6 +508,47 @@ null_value_valid(const st_field_def *f)
 static cm_err parse_properties(fbuf *b, const char *prefix, const cJSON *props, int depth,
                                cm_error *err);
 
+/* A field's "meta": at most 5 string entries, keys up to 20 and values
+ * up to 50 characters (ES's limits and messages). */
+static cm_err
+parse_meta(st_field_def *f, const cJSON *v, cm_error *err)
+{
+	const cJSON *e;
+	if (!cJSON_IsObject(v))
+		return cm_error_set(err, CM_EMAPPING,
+		                    "Failed to parse mapping: [meta] must be an object, got %s on "
+		                    "field [%s]",
+		                    json_kind(v), f->path);
+	if (cJSON_GetArraySize(v) > 5)
+		return cm_error_set(err, CM_EMAPPING,
+		                    "Failed to parse mapping: [meta] can't have more than 5 entries, "
+		                    "but got %d on field [%s]",
+		                    cJSON_GetArraySize(v), f->path);
+	cJSON_ArrayForEach(e, v)
+	{
+		if (strlen(e->string) > 20)
+			return cm_error_set(err, CM_EMAPPING,
+			                    "Failed to parse mapping: [meta] keys can't be longer than 20 "
+			                    "chars, but got [%.60s] for field [%s]",
+			                    e->string, f->path);
+		if (!cJSON_IsString(e))
+			return cm_error_set(err, CM_EMAPPING,
+			                    "Failed to parse mapping: [meta] values can only be strings, "
+			                    "but got %s for field [%s]",
+			                    json_kind(e), f->path);
+		if (strlen(e->valuestring) > 50)
+			return cm_error_set(err, CM_EMAPPING,
+			                    "Failed to parse mapping: [meta] values can't be longer than 50 "
+			                    "chars, but got [%.60s] for field [%s]",
+			                    e->valuestring, f->path);
+	}
+	char *text = cJSON_PrintUnformatted(v);
+	cm_free(CM_MEM_STORAGE, f->meta);
+	f->meta = cm_strdup(CM_MEM_STORAGE, text);
+	free(text);
+	return CM_OK;
+}
+
 /* One mapper: `spec` is its JSON object. `source` is the field whose
  * values a multi-field copies (NULL for a top-level or object field). */
 static cm_err
@@ -670,6 +713,9 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			bool coerce = true;
 			ok = json_bool(it, &coerce);
 			f.no_coerce = !coerce;
+		} else if (strcmp(k, "meta") == 0 && type != ST_FT_OBJECT) {
+			if (parse_meta(&f, it, err))
+				goto fail_f;
 		} else if (strcmp(k, "copy_to") == 0 && type != ST_FT_OBJECT) {
 			if (source != NULL) {
 				cm_error_set(
@@ -1152,6 +1198,8 @@ render_field(cJSON *o, const st_field_def *f, bool has_children)
 		cJSON_AddBoolToObject(o, "ignore_malformed", true);
 	if (f->no_coerce)
 		cJSON_AddBoolToObject(o, "coerce", false);
+	if (f->meta)
+		cJSON_AddItemToObject(o, "meta", cJSON_Parse(f->meta));
 }
 
 cJSON *
@@ -1327,6 +1375,11 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 		dst->ignore_above = f->ignore_above;
 		dst->ignore_malformed = f->ignore_malformed;
 		dst->no_coerce = f->no_coerce;
+		*changed = true;
+	}
+	if (f->meta && !str_eq(old->meta, f->meta)) { /* meta may change; absent keeps it */
+		cm_free(CM_MEM_STORAGE, dst->meta);
+		dst->meta = cm_strdup(CM_MEM_STORAGE, f->meta);
 		*changed = true;
 	}
 	if (!copy_to_equal(old, f)) {

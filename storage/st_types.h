@@ -136,6 +136,7 @@ typedef struct st_field_def {
 	double scaling_factor; /* scaled_float: required, > 0 */
 	char **copy_to;        /* paths this field's values are also indexed into */
 	int ncopy_to;
+	char *meta;            /* "meta" as given (JSON object text), NULL when none */
 } st_field_def;
 
 /* An immutable mapping version. Fields are sorted by path. Object fields

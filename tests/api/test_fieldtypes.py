@@ -600,6 +600,55 @@ def field_caps():
             error_is((st, b), 400, "illegal_argument_exception")
 
 
+@test
+def field_meta():
+    for label, n, nodes in targets():
+        st, b = n.req("PUT", "/meta-a", {"settings": {"number_of_shards": 2,
+                                                      "number_of_replicas": 0},
+                                         "mappings": {"properties": {
+                                             "lat": {"type": "long",
+                                                     "meta": {"unit": "ms", "metric": "p99"}},
+                                             "t": {"type": "text"}}}})
+        eq(st, 200, label + " create with meta: %s" % b)
+        n.req("PUT", "/meta-b", {"mappings": {"properties": {
+            "lat": {"type": "long", "meta": {"unit": "s"}}}}})
+        for m in nodes:
+            st, b = m.req("GET", "/meta-a/_mapping")
+            eq(b["meta-a"]["mappings"]["properties"]["lat"]["meta"],
+               {"unit": "ms", "metric": "p99"}, label + " meta shown")
+            st, b = m.req("GET", "/meta-*/_field_caps?fields=lat,t")
+            eq(b["fields"]["lat"]["long"]["meta"], {"unit": ["ms", "s"], "metric": ["p99"]},
+               label + " field caps gathers meta over indices")
+            eq("meta" in b["fields"]["t"]["text"], False, label + " no meta, none shown")
+        st, b = n.req("PUT", "/meta-a/_mapping", {"properties": {
+            "lat": {"type": "long", "meta": {"unit": "us"}}}})
+        eq(st, 200, label + " meta may change: %s" % b)
+        st, b = n.req("PUT", "/meta-a/_mapping", {"properties": {"t": {"type": "text"}}})
+        st, b = n.req("GET", "/meta-a/_mapping")
+        eq(b["meta-a"]["mappings"]["properties"]["lat"]["meta"], {"unit": "us"},
+           label + " changed; a change without meta keeps it")
+        for bad, why in (({"a": 1}, "[meta] values can only be strings"),
+                         ({"k%d" % i: "v" for i in range(6)},
+                          "[meta] can't have more than 5 entries"),
+                         ({"x" * 21: "v"}, "[meta] keys can't be longer than 20 chars"),
+                         ({"k": "v" * 51}, "[meta] values can't be longer than 50 chars"),
+                         ("str", "[meta] must be an object")):
+            error_is(n.req("PUT", "/meta-bad", {"mappings": {"properties": {
+                "f": {"type": "keyword", "meta": bad}}}}), 400, "mapper_parsing_exception", why)
+        # index_filter: the indices where the filter matches a document
+        n.req("PUT", "/meta-a/_doc/1?refresh=true", {"lat": 5})
+        n.req("PUT", "/meta-b/_doc/1?refresh=true", {"lat": 50})
+        st, b = n.req("POST", "/meta-*/_field_caps?fields=lat",
+                      {"index_filter": {"range": {"lat": {"gte": 10}}}})
+        eq((st, b["indices"]), (200, ["meta-b"]), label + " index_filter")
+        eq("meta" in b["fields"]["lat"]["long"], True, label + " filtered caps")
+        error_is(n.req("POST", "/meta-*/_field_caps?fields=lat", {"index_filter": 3}), 400,
+                 "parsing_exception")
+        error_is(n.req("POST", "/meta-*/_field_caps?fields=lat",
+                       {"index_filter": {"bogus": {}}}), 400, "parsing_exception")
+        n.req("DELETE", "/meta-a,meta-b")
+
+
 def teardown():
     rc = 0
     if SOLO:
