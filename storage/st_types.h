@@ -31,9 +31,10 @@ typedef enum {
 	ST_FT_HALF_FLOAT,    /* column of sortable doubles holding half-precision values */
 	ST_FT_SCALED_FLOAT,  /* column of the scaled long: round(value * scaling_factor) */
 	ST_FT_UNSIGNED_LONG, /* column of value ^ 2^63 (signed order = unsigned order) */
+	ST_FT_GEO_POINT,     /* column of st_geo_encode(lat, lon) */
 } st_field_type;
 
-#define ST_FT_LAST ST_FT_UNSIGNED_LONG
+#define ST_FT_LAST ST_FT_GEO_POINT
 
 typedef enum {
 	ST_AN_STANDARD,
@@ -60,6 +61,16 @@ bool st_field_type_stored(unsigned t);
  * forms, "::" and a trailing dotted quad) into 16 bytes, IPv4 as
  * ::ffff:a.b.c.d. False when s is not an address. */
 bool st_ip_parse(const char *s, size_t n, uint8_t out[ST_IP_LEN]);
+
+/* geo_point: a point as ES takes it ({"lat":..,"lon":..}, "lat,lon", a
+ * geohash, "POINT (lon lat)", [lon, lat]; a third coordinate is allowed
+ * and dropped), and its column value: latitude and longitude each as 32
+ * bits (Lucene's LatLonPoint encoding, ~1e-7 degrees), latitude high. */
+bool st_geo_point(const cJSON *j, double *lat, double *lon);
+int64_t st_geo_encode(double lat, double lon);
+void st_geo_decode(int64_t v, double *lat, double *lon);
+/* Great-circle distance in meters (haversine, ES's mean earth radius). */
+double st_geo_distance(double lat1, double lon1, double lat2, double lon2);
 /* "addr/len" into the first and last address of the block; len counts
  * bits of the address as written (0-32 for IPv4, 0-128 for IPv6). */
 bool st_cidr_parse(const char *s, size_t n, uint8_t lo[ST_IP_LEN], uint8_t hi[ST_IP_LEN]);

@@ -1,6 +1,11 @@
 /* Name tables for field types and analyzers, as Elasticsearch spells them. */
+#define _GNU_SOURCE
 #include "st_types.h"
 
+#include <strings.h>
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +18,7 @@ static const char *const field_type_names[] = {
     [ST_FT_BOOLEAN] = "boolean", [ST_FT_OBJECT] = "object",   [ST_FT_BINARY] = "binary",
     [ST_FT_IP] = "ip",           [ST_FT_DATE_NANOS] = "date_nanos",
     [ST_FT_HALF_FLOAT] = "half_float", [ST_FT_SCALED_FLOAT] = "scaled_float",
-    [ST_FT_UNSIGNED_LONG] = "unsigned_long",
+    [ST_FT_UNSIGNED_LONG] = "unsigned_long", [ST_FT_GEO_POINT] = "geo_point",
 };
 
 static const char *const analyzer_names[] = {
@@ -61,6 +66,7 @@ st_field_type_is_numeric(st_field_type t)
 	case ST_FT_HALF_FLOAT:
 	case ST_FT_SCALED_FLOAT:
 	case ST_FT_UNSIGNED_LONG:
+	case ST_FT_GEO_POINT:
 		return true;
 	default:
 		return false;
@@ -405,4 +411,158 @@ st_ulong_parse(const char *s, bool coerce, uint64_t *out)
 			return false;
 	*out = d <= 0 ? 0 : (uint64_t)d;
 	return true;
+}
+
+/* ---- geo_point ---- */
+
+#define LAT_SCALE (4294967296.0 / 180.0)
+#define LON_SCALE (4294967296.0 / 360.0)
+
+int64_t
+st_geo_encode(double lat, double lon)
+{
+	/* Lucene's GeoEncodingUtils: floor(v * 2^32/range), the top value
+	 * folded into the last cell */
+	double la = floor(lat * LAT_SCALE), lo = floor(lon * LON_SCALE);
+	if (la > 2147483647.0)
+		la = 2147483647.0;
+	if (lo > 2147483647.0)
+		lo = 2147483647.0;
+	int32_t a = (int32_t)la, o = (int32_t)lo;
+	return (int64_t)(((uint64_t)(uint32_t)a << 32) | (uint32_t)o);
+}
+
+void
+st_geo_decode(int64_t v, double *lat, double *lon)
+{
+	int32_t a = (int32_t)(uint32_t)((uint64_t)v >> 32), o = (int32_t)(uint32_t)(uint64_t)v;
+	*lat = a / LAT_SCALE;
+	*lon = o / LON_SCALE;
+}
+
+double
+st_geo_distance(double lat1, double lon1, double lat2, double lon2)
+{
+	const double r = 6371008.7714, d2r = M_PI / 180.0; /* ES GeoUtils.EARTH_MEAN_RADIUS */
+	double dlat = (lat2 - lat1) * d2r, dlon = (lon2 - lon1) * d2r;
+	double a = sin(dlat / 2) * sin(dlat / 2) +
+	           cos(lat1 * d2r) * cos(lat2 * d2r) * sin(dlon / 2) * sin(dlon / 2);
+	if (a > 1)
+		a = 1;
+	return 2 * r * asin(sqrt(a));
+}
+
+static bool
+geo_valid(double lat, double lon)
+{
+	return isfinite(lat) && isfinite(lon) && lat >= -90 && lat <= 90 && lon >= -180 &&
+	       lon <= 180;
+}
+
+static bool
+geohash_decode(const char *s, double *lat, double *lon)
+{
+	static const char b32[] = "0123456789bcdefghjkmnpqrstuvwxyz";
+	double la[2] = {-90, 90}, lo[2] = {-180, 180};
+	bool even = true;
+	size_t n = strlen(s);
+	if (n == 0 || n > 12)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		const char *p = strchr(b32, tolower((unsigned char)s[i]));
+		if (!p || !*p)
+			return false;
+		int v = (int)(p - b32);
+		for (int bit = 4; bit >= 0; bit--) {
+			double *r = even ? lo : la;
+			double mid = (r[0] + r[1]) / 2;
+			if (v & (1 << bit))
+				r[0] = mid;
+			else
+				r[1] = mid;
+			even = !even;
+		}
+	}
+	*lat = (la[0] + la[1]) / 2;
+	*lon = (lo[0] + lo[1]) / 2;
+	return true;
+}
+
+static bool
+num_of(const cJSON *v, double *out)
+{
+	char *end;
+	if (cJSON_IsNumber(v)) {
+		*out = v->valuedouble;
+		return true;
+	}
+	if (cJSON_IsString(v) && v->valuestring[0]) {
+		*out = strtod(v->valuestring, &end);
+		while (*end == ' ')
+			end++;
+		return !*end;
+	}
+	return false;
+}
+
+bool
+st_geo_point(const cJSON *j, double *lat, double *lon)
+{
+	if (cJSON_IsObject(j)) {
+		const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "lat");
+		const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "lon");
+		int n = cJSON_GetArraySize(j);
+		const cJSON *z = cJSON_GetObjectItemCaseSensitive(j, "z");
+		if (!a || !o || n > 3 || (n == 3 && !z))
+			return false;
+		return num_of(a, lat) && num_of(o, lon) && geo_valid(*lat, *lon);
+	}
+	if (cJSON_IsArray(j)) {
+		int n = cJSON_GetArraySize(j);
+		if (n < 2 || n > 3)
+			return false;
+		const cJSON *o = cJSON_GetArrayItem(j, 0), *a = cJSON_GetArrayItem(j, 1);
+		if (!cJSON_IsNumber(o) || !cJSON_IsNumber(a))
+			return false;
+		*lon = o->valuedouble;
+		*lat = a->valuedouble;
+		return geo_valid(*lat, *lon);
+	}
+	if (!cJSON_IsString(j))
+		return false;
+	const char *s = j->valuestring;
+	while (*s == ' ')
+		s++;
+	if (!strncasecmp(s, "POINT", 5)) {
+		double x, y;
+		char close = 0;
+		if (sscanf(s + 5, " ( %lf %lf %*[0-9.eE+-] %c", &x, &y, &close) == 3 ||
+		    sscanf(s + 5, " ( %lf %lf %c", &x, &y, &close) == 3) {
+			if (close != ')')
+				return false;
+			*lon = x;
+			*lat = y;
+			return geo_valid(*lat, *lon);
+		}
+		return false;
+	}
+	const char *comma = strchr(s, ',');
+	if (comma) {
+		char *end;
+		*lat = strtod(s, &end);
+		while (*end == ' ')
+			end++;
+		if (end != comma)
+			return false;
+		*lon = strtod(comma + 1, &end);
+		while (*end == ' ')
+			end++;
+		if (*end == ',') { /* "lat,lon,z" */
+			strtod(end + 1, &end);
+			while (*end == ' ')
+				end++;
+		}
+		return !*end && geo_valid(*lat, *lon);
+	}
+	return geohash_decode(s, lat, lon);
 }
