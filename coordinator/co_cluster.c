@@ -149,16 +149,10 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
 	/* ?timings=true (Shoal's): how long each shard took, for the page's
 	 * console, appended as "_shoal": {"shards": [...]} */
 	bool timings = co_param_bool(r, "timings", false);
-	/* "profile": true shows which copy answered each shard and whether
-	 * it was hedged (no per-query breakdown: "searches" stays empty). */
-	const cJSON *pj = cJSON_GetObjectItemCaseSensitive(body, "profile");
-	bool profile = cJSON_IsTrue(pj);
-	if (cJSON_IsBool(pj))
-		cJSON_DeleteItemFromObjectCaseSensitive(body, "profile");
 	size_t cap = 0, nt = 0;
-	for (size_t i = 0; (timings || profile) && i < n; i++)
+	for (size_t i = 0; timings && i < n; i++)
 		cap += (size_t)nd_index_nshards(ixs[i]);
-	if (timings || profile) {
+	if (timings) {
 		o.timings = cm_calloc(MEM, cap + 1, sizeof(*o.timings));
 		o.timings_cap = cap;
 		o.ntimings = &nt;
@@ -185,32 +179,6 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
 		cm_buf_printf(out, "%s\"_shoal\":%s}", out->len > 1 ? "," : "", st);
 		cJSON_free(st);
 		cJSON_Delete(sh);
-	}
-	if (profile && !*rc && out->len && out->data[out->len - 1] == '}') {
-		cJSON *pr = cJSON_CreateObject();
-		cJSON *arr = cJSON_AddArrayToObject(pr, "shards");
-		for (size_t i = 0; i < nt; i++) {
-			const nd_cl_shard_timing *t = &o.timings[i];
-			cJSON *x = cJSON_CreateObject();
-			char id[512];
-			snprintf(id, sizeof(id), "[%s][%s][%d]", t->node, t->index, t->shard);
-			cJSON_AddStringToObject(x, "id", id);
-			cJSON_AddStringToObject(x, "node", t->node);
-			cJSON_AddStringToObject(x, "index", t->index);
-			cJSON_AddNumberToObject(x, "shard", t->shard);
-			cJSON_AddBoolToObject(x, "local", t->local);
-			cJSON_AddBoolToObject(x, "hedged", t->hedged);
-			cJSON_AddBoolToObject(x, "hedge_won", t->hedge_won);
-			cJSON_AddNumberToObject(x, "took_in_nanos", (double)t->took_ns);
-			cJSON_AddArrayToObject(x, "searches");
-			cJSON_AddArrayToObject(x, "aggregations");
-			cJSON_AddItemToArray(arr, x);
-		}
-		char *st = cJSON_PrintUnformatted(pr);
-		out->len--;
-		cm_buf_printf(out, "%s\"profile\":%s}", out->len > 1 ? "," : "", st);
-		cJSON_free(st);
-		cJSON_Delete(pr);
 	}
 	cm_free(MEM, o.timings);
 	return true;

@@ -288,6 +288,50 @@ fanout_mode(co_req *r)
 	return ND_FANOUT_PER_SHARD;
 }
 
+/* indices_boost names indices, aliases or patterns: rewritten here to
+ * concrete names in the array form, the first entry naming an index
+ * winning (as ES), so shards only match names. Malformed shapes are left
+ * for sr_request_from_json to refuse with ES's message. */
+static cm_err
+resolve_indices_boost(co_req *r, cJSON *body, cm_error *err)
+{
+	cJSON *ib = cJSON_GetObjectItemCaseSensitive(body, "indices_boost");
+	if (!ib)
+		return CM_OK;
+	cJSON *out = cJSON_CreateArray();
+	cJSON *e;
+	cJSON_ArrayForEach(e, ib)
+	{
+		const cJSON *entry = cJSON_IsArray(ib) ? e->child : e;
+		if ((cJSON_IsArray(ib) && (!cJSON_IsObject(e) || !entry || entry->next)) ||
+		    !cJSON_IsNumber(entry)) {
+			cJSON_Delete(out);
+			return CM_OK;
+		}
+		nd_index **ixs;
+		size_t n;
+		cm_err rc = nd_resolve(r->node, entry->string, false, &ixs, &n, err);
+		if (rc) {
+			cJSON_Delete(out);
+			return rc;
+		}
+		for (size_t i = 0; i < n; i++) {
+			const char *name = nd_index_name(ixs[i]);
+			bool seen = false;
+			const cJSON *o;
+			cJSON_ArrayForEach(o, out) seen |= !strcmp(o->child->string, name);
+			if (!seen) {
+				cJSON *o2 = cJSON_CreateObject();
+				cJSON_AddNumberToObject(o2, name, entry->valuedouble);
+				cJSON_AddItemToArray(out, o2);
+			}
+		}
+		co_release_all(ixs, n);
+	}
+	obj_set(body, "indices_boost", out);
+	return CM_OK;
+}
+
 /* Runs one search over the resolved indices; renders into out or fills
  * err. scroll_ms > 0 keeps a scroll context. */
 static cm_err
@@ -304,15 +348,9 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 	if ((rc = nd_cl_preference_check(co_param_get(r, "preference"), err)))
 		return rc;
 	sr_request_init(&req);
-	/* "profile" in a cluster: which copy answered each shard, added by
-	 * co_cluster_search; the shard-level parser does not know it. */
-	cJSON *prof = NULL;
-	if (nd_cluster_of(r->node) &&
-	    cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(body, "profile")))
-		prof = cJSON_DetachItemFromObjectCaseSensitive(body, "profile");
+	if ((rc = resolve_indices_boost(r, body, err)))
+		return rc;
 	rc = sr_request_from_json(body, &req, err);
-	if (prof)
-		cJSON_AddItemToObject(body, "profile", prof);
 	if (rc) {
 		sr_request_free(&req);
 		return rc;
@@ -334,6 +372,17 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 		sr_request_free(&req);
 		return cm_error_set(err, CM_EVALIDATE,
 		                    "Validation Failed: 1: using [from] is not allowed in a scroll "
+		                    "context;");
+	}
+	if (scroll_ms > 0 && req.collapse_field) {
+		sr_request_free(&req);
+		return cm_error_set(err, CM_EVALIDATE,
+		                    "Validation Failed: 1: cannot use `collapse` in a scroll context;");
+	}
+	if (scroll_ms > 0 && req.nrescore) {
+		sr_request_free(&req);
+		return cm_error_set(err, CM_EVALIDATE,
+		                    "Validation Failed: 1: using [rescore] is not allowed in a scroll "
 		                    "context;");
 	}
 	if (scroll_ms > 0) {

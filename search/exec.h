@@ -293,6 +293,7 @@ typedef struct sr_topk_entry {
 	float score;
 	uint32_t gdoc, seg, doc;
 	sr_sortval *vals; /* nkeys, field sort only */
+	uint32_t group;   /* collapse: the entry's group */
 } sr_topk_entry;
 
 #endif
