@@ -302,6 +302,14 @@ bool co_cluster_delete(co_req *r, nd_index **ixs, size_t n);
 bool co_cluster_put_mapping(co_req *r, nd_index **ixs, size_t n, const cJSON *body);
 bool co_cluster_put_settings(co_req *r, nd_index **ixs, size_t n, const cJSON *settings);
 bool co_cluster_broadcast(co_req *r, const char *action, nd_index **ixs, size_t n);
+/* One search of body over ixs (co_search.c), rendered into out; no scroll,
+ * no collapse expansion. */
+cm_err co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
+                     cm_error *err);
+/* collapse.inner_hits of body: runs each group's searches and adds the
+ * hits' "inner_hits" to the rendered response in out (co_collapse.c). */
+cm_err co_collapse_expand(co_req *r, nd_index **ixs, size_t n, const cJSON *body, cm_buf *out,
+                          cm_error *err);
 bool co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
                        cm_error *err, cm_err *rc);
 bool co_cluster_count(co_req *r, nd_index **ixs, size_t n, cJSON *body);

@@ -332,11 +332,31 @@ resolve_indices_boost(co_req *r, cJSON *body, cm_error *err)
 	return CM_OK;
 }
 
+static cm_err run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body,
+                              int64_t scroll_ms, int slice_id, int slice_max, cm_buf *out,
+                              cm_error *err);
+
+cm_err
+co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out, cm_error *err)
+{
+	return run_search_once(r, ixs, n, body, 0, 0, 0, out, err);
+}
+
 /* Runs one search over the resolved indices; renders into out or fills
  * err. scroll_ms > 0 keeps a scroll context. */
 static cm_err
 run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, int slice_id,
            int slice_max, cm_buf *out, cm_error *err)
+{
+	cm_err rc = run_search_once(r, ixs, n, body, scroll_ms, slice_id, slice_max, out, err);
+	if (!rc && scroll_ms <= 0)
+		rc = co_collapse_expand(r, ixs, n, body, out, err);
+	return rc;
+}
+
+static cm_err
+run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms,
+                int slice_id, int slice_max, cm_buf *out, cm_error *err)
 {
 	sr_request req;
 	nd_target *t;

@@ -750,7 +750,8 @@ sr_merger_render(sr_merger *m, uint64_t took_ms, cm_buf *out)
 		cm_buf_put(out, m->aggs_json.data, m->aggs_json.len);
 	}
 	if (req->profile) {
-		cm_buf_put(out, ",\"profile\":{\"shards\":[", 21);
+		static const char head[] = ",\"profile\":{\"shards\":[";
+		cm_buf_put(out, head, sizeof(head) - 1);
 		cm_buf_put(out, m->profiles.data, m->profiles.len);
 		cm_buf_put(out, "]}", 2);
 	}

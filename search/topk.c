@@ -554,7 +554,12 @@ render_profile(const topk *t, const prof *p, sr_shard_result *out)
 	cm_buf_printf(&b, "[{\"id\":\"\",\"searches\":[{\"query\":[{\"type\":");
 	sr_jw_cstr(&b, type);
 	cm_buf_printf(&b, ",\"description\":");
-	sr_jw_cstr(&b, req->query && req->query->field ? req->query->field : type);
+	char desc[512];
+	if (req->query && req->query->field && req->query->value)
+		snprintf(desc, sizeof desc, "%.200s:%.200s", req->query->field, req->query->value);
+	else
+		snprintf(desc, sizeof desc, "%.200s", req->query && req->query->field ? req->query->field : type);
+	sr_jw_cstr(&b, desc);
 	cm_buf_printf(&b,
 	              ",\"time_in_nanos\":%llu,\"breakdown\":{\"create_weight\":%llu,"
 	              "\"create_weight_count\":1,\"build_scorer\":%llu,"
