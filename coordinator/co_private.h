@@ -269,6 +269,16 @@ bool co_alias_routing_param(co_req *r, const char *name);
 void co_h_template_put(co_req *r);
 void co_h_template_get(co_req *r);
 void co_h_template_delete(co_req *r);
+/* Stored scripts (mustache search templates), kept with the templates. */
+void co_h_script_put(co_req *r);
+void co_h_script_get(co_req *r);
+void co_h_script_delete(co_req *r);
+/* The source of stored script id (cm_free COORDINATOR), NULL when none. */
+char *co_script_source(nd_node *n, const char *id);
+/* Search templates (co_searchtpl.c). */
+void co_h_search_template(co_req *r);
+void co_h_msearch_template(co_req *r);
+void co_h_render_template(co_req *r);
 void co_h_simulate_index(co_req *r);
 cJSON *co_template_body(nd_node *n, const char *index, const cJSON *req);
 /* Every template ({"index","component","legacy"}, new), and putting

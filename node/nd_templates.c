@@ -1,12 +1,14 @@
 /* Index templates as one JSON object, {"index":{..},"component":{..},
- * "legacy":{..}}: the store a solo node keeps in DATA/templates.json and a
+ * "legacy":{..}}, with stored scripts (search templates) beside them in
+ * "script":{id: {"lang","source"}}: the store a solo node keeps in DATA/templates.json and a
  * cluster keeps in its state (the master applies each change). */
 #include <cjson/cJSON.h>
 #include <string.h>
 
 #include "nd.h"
 
-static const char *const kinds[] = {"index", "component", "legacy"};
+static const char *const kinds[] = {"index", "component", "legacy", "script"};
+#define NKINDS (sizeof(kinds) / sizeof(kinds[0]))
 
 cJSON *
 nd_templates_normalize(cJSON *db)
@@ -15,7 +17,7 @@ nd_templates_normalize(cJSON *db)
 		cJSON_Delete(db);
 		db = cJSON_CreateObject();
 	}
-	for (int i = 0; i < 3; i++)
+	for (size_t i = 0; i < NKINDS; i++)
 		if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(db, kinds[i]))) {
 			cJSON_DeleteItemFromObjectCaseSensitive(db, kinds[i]);
 			cJSON_AddObjectToObject(db, kinds[i]);
