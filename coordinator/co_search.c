@@ -296,7 +296,7 @@ static cm_err
 resolve_indices_boost(co_req *r, cJSON *body, cm_error *err)
 {
 	cJSON *ib = cJSON_GetObjectItemCaseSensitive(body, "indices_boost");
-	if (!ib)
+	if (!cJSON_IsObject(ib) && !cJSON_IsArray(ib))
 		return CM_OK;
 	cJSON *out = cJSON_CreateArray();
 	cJSON *e;
@@ -488,7 +488,8 @@ co_h_search(co_req *r)
 	cm_error_clear(&err);
 	if (run_search(r, ixs, n, body, scroll_ms, slice_id, slice_max, &out, &err)) {
 		if (err.code == CM_EPARSE || err.code == CM_EVALIDATE || err.code == CM_EINVAL ||
-		    err.code == CM_EBUSY || err.code == CM_ELIMIT || err.code == CM_EMAPPING || !n)
+		    err.code == CM_EBUSY || err.code == CM_ELIMIT || err.code == CM_EMAPPING ||
+		    err.code == CM_ENOINDEX || !n)
 			co_reply_error(r, &err, NULL);
 		else
 			reply_all_shards_failed(r, &err, ixs, n);

@@ -71,8 +71,21 @@ render_request(co_req *r, const cJSON *t, cm_buf *out, cm_error *err)
 	cm_buf rendered;
 	cm_buf_init(&rendered, MEM);
 	cm_err rc = sr_mustache_render(text, strlen(text), params, &rendered, err);
+	cm_buf_put_u8(&rendered, 0); /* for the error message; not part of the text */
+	rendered.len--;
 	cm_free(MEM, text);
-	cJSON *body = rc ? NULL : cJSON_ParseWithLength((const char *)rendered.data, rendered.len);
+	cJSON *body = NULL;
+	if (!rc) {
+		/* one JSON object and nothing after it but spaces */
+		const char *end = NULL, *lim = (const char *)rendered.data + rendered.len;
+		body = cJSON_ParseWithLengthOpts((const char *)rendered.data, rendered.len, &end, false);
+		while (body && end && end < lim && strchr(" \t\r\n", *end))
+			end++;
+		if (body && end != lim) {
+			cJSON_Delete(body);
+			body = NULL;
+		}
+	}
 	if (!rc && !cJSON_IsObject(body))
 		rc = cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
 		                       "the rendered template is not a JSON object: %.200s",
