@@ -130,6 +130,59 @@ search_opts(co_req *r, nd_cl_search_opts *o, cJSON *body)
 		o->deadline_ns = cm_now_ns() + (uint64_t)ms * 1000000ull;
 }
 
+/* Adds to each shard of the response's profile.shards the copy that
+ * answered it (node, local, hedged, hedge_won, took_in_nanos as the
+ * coordinator saw it); a shard without a profile of its own (it failed)
+ * gets an entry with empty searches. */
+static void
+add_copy_details(cm_buf *out, const nd_cl_shard_timing *tm, size_t nt)
+{
+	cJSON *res = cJSON_ParseWithLength((const char *)out->data, out->len);
+	cJSON *arr = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(res, "profile"), "shards");
+	if (!cJSON_IsArray(arr)) {
+		cJSON_Delete(res);
+		return;
+	}
+	for (size_t i = 0; i < nt; i++) {
+		const nd_cl_shard_timing *t = &tm[i];
+		char tail[300];
+		snprintf(tail, sizeof(tail), "][%s][%d]", t->index, t->shard);
+		cJSON *x = NULL, *e;
+		cJSON_ArrayForEach(e, arr)
+		{
+			const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+			size_t l = cJSON_IsString(id) ? strlen(id->valuestring) : 0, tl = strlen(tail);
+			if (l > tl && !strcmp(id->valuestring + l - tl, tail) &&
+			    !cJSON_GetObjectItemCaseSensitive(e, "shard")) {
+				x = e;
+				break;
+			}
+		}
+		if (!x) {
+			char id[600];
+			snprintf(id, sizeof(id), "[%s][%s][%d]", t->node, t->index, t->shard);
+			x = cJSON_CreateObject();
+			cJSON_AddStringToObject(x, "id", id);
+			cJSON_AddArrayToObject(x, "searches");
+			cJSON_AddArrayToObject(x, "aggregations");
+			cJSON_AddItemToArray(arr, x);
+		}
+		cJSON_AddStringToObject(x, "node", t->node);
+		cJSON_AddStringToObject(x, "index", t->index);
+		cJSON_AddNumberToObject(x, "shard", t->shard);
+		cJSON_AddBoolToObject(x, "local", t->local);
+		cJSON_AddBoolToObject(x, "hedged", t->hedged);
+		cJSON_AddBoolToObject(x, "hedge_won", t->hedge_won);
+		cJSON_AddNumberToObject(x, "took_in_nanos", (double)t->took_ns);
+	}
+	char *s = cJSON_PrintUnformatted(res);
+	cm_buf_reset(out);
+	cm_buf_put(out, s, strlen(s));
+	cJSON_free(s);
+	cJSON_Delete(res);
+}
+
 bool
 co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out, cm_error *err,
                   cm_err *rc)
@@ -149,10 +202,13 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
 	/* ?timings=true (Shoal's): how long each shard took, for the page's
 	 * console, appended as "_shoal": {"shards": [...]} */
 	bool timings = co_param_bool(r, "timings", false);
+	/* "profile": true: each shard's own profile (the shards time their
+	 * phases) plus which copy answered it and whether it was hedged */
+	bool profile = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "profile"));
 	size_t cap = 0, nt = 0;
-	for (size_t i = 0; timings && i < n; i++)
+	for (size_t i = 0; (timings || profile) && i < n; i++)
 		cap += (size_t)nd_index_nshards(ixs[i]);
-	if (timings) {
+	if (timings || profile) {
 		o.timings = cm_calloc(MEM, cap + 1, sizeof(*o.timings));
 		o.timings_cap = cap;
 		o.ntimings = &nt;
@@ -180,6 +236,8 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
 		cJSON_free(st);
 		cJSON_Delete(sh);
 	}
+	if (profile && !*rc)
+		add_copy_details(out, o.timings, nt);
 	cm_free(MEM, o.timings);
 	return true;
 }

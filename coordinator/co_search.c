@@ -476,6 +476,12 @@ co_h_search(co_req *r)
 		return;
 	}
 	if (pit) {
+		/* a point in time names its indices itself: boosts by concrete name */
+		if (resolve_indices_boost(r, body, &err)) {
+			co_reply_error(r, &err, NULL);
+			cJSON_Delete(body);
+			return;
+		}
 		co_pit_search(r, body, slice_id, slice_max);
 		cJSON_Delete(body);
 		return;

@@ -457,6 +457,10 @@ def profile_times_every_shard():
                         raise AssertionError("rewrite_time")
                     eq(sr[0]["collector"][0]["reason"], "search_top_hits", label)
                     eq(len(s["aggregations"]), 1, label)
+                    if label == "cluster":
+                        eq(sorted(k for k in s if k in ("node", "local", "hedged", "shard")),
+                           ["hedged", "local", "node", "shard"], label)
+                        eq(s["id"], "[%s][%s][%d]" % (s["node"], ix, s["shard"]), label)
                     times.add(qp["time_in_nanos"])
                     times.add(s["aggregations"][0]["time_in_nanos"])
         if len(times) < 3:
