@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../common/cm_alloc.h"
-#include "../search/mustache.h"
+#include "../search/sr.h"
 #include "co_private.h"
 
 #define MEM CM_MEM_COORDINATOR

@@ -1,7 +1,7 @@
-/* The mustache renderer of search templates (mustache.h). A recursive
+/* The mustache renderer of search templates (sr_mustache_render, sr.h). A recursive
  * walk over the template text: sections render their body once per
  * context, found by scanning for the matching close tag. */
-#include "mustache.h"
+#include "sr.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -5,7 +5,7 @@
 
 #include "../common/cm_alloc.h"
 #include "check.h"
-#include "search/mustache.h"
+#include "search/sr.h"
 
 /* Renders tmpl with params (JSON text); "ERR:<type>" on failure. */
 static char out_text[4096];

@@ -265,6 +265,22 @@ void sr_json_number_texts(cJSON *root, const char *src, size_t len);
 cm_err sr_request_sort_param(sr_request *r, const char *sort, cm_error *err);
 cm_err sr_request_source_params(sr_request *r, const char *source, const char *includes,
                                 const char *excludes, cm_error *err);
+/* ---- search templates (mustache.c) ---- */
+
+/* Appends the rendering of tmpl[0..len) with params (an object, or NULL)
+ * to out. {{name}}, {{a.b}} and {{.}} write a value, strings escaped for
+ * a JSON string (ES's JSON-escaping mustache factory), numbers as their
+ * shortest text, true/false, missing and null as nothing, arrays and
+ * objects as JSON; {{{name}}} and {{&name}} unescaped; {{#name}}..{{/name}}
+ * a section (once per array item, once with an object or another truthy
+ * value as context, not at all for missing, null, false or []);
+ * {{^name}}..{{/name}} its inverse; {{#toJson}}name{{/toJson}} the JSON
+ * of a value; {{#join}}name{{/join}} an array's items joined with ",";
+ * {{! comments}}. Unclosed or mismatched tags, partials and delimiter
+ * changes → CM_EINVAL (type general_script_exception) saying where. */
+cm_err sr_mustache_render(const char *tmpl, size_t len, const cJSON *params, cm_buf *out,
+                          cm_error *err);
+
 /* "1ms", "5s", "1m", "2h", "1d", "100micros", "10nanos"; "-1" = none (0).
  * CM_EPARSE with ES's message otherwise. */
 cm_err sr_parse_time_value(const char *s, const char *setting, uint64_t *ns, cm_error *err);
