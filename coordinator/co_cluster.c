@@ -130,43 +130,41 @@ search_opts(co_req *r, nd_cl_search_opts *o, cJSON *body)
 		o->deadline_ns = cm_now_ns() + (uint64_t)ms * 1000000ull;
 }
 
-/* Adds to each shard of the response's profile.shards the copy that
- * answered it (node, local, hedged, hedge_won, took_in_nanos as the
- * coordinator saw it); a shard without a profile of its own (it failed)
- * gets an entry with empty searches. */
+/* profile.shards in the order of the coordinator's shard timings, each
+ * shard's own profile (matched by its id, [node][index][shard]) with the
+ * copy that answered it: node, local, hedged, hedge_won, took_in_nanos as
+ * the coordinator saw it. A copy without a profile of its own (it failed,
+ * or lost a hedge) gets an entry with empty searches. */
 static void
 add_copy_details(cm_buf *out, const nd_cl_shard_timing *tm, size_t nt)
 {
 	cJSON *res = cJSON_ParseWithLength((const char *)out->data, out->len);
-	cJSON *arr = cJSON_GetObjectItemCaseSensitive(
-	    cJSON_GetObjectItemCaseSensitive(res, "profile"), "shards");
+	cJSON *prof = cJSON_GetObjectItemCaseSensitive(res, "profile");
+	cJSON *arr = cJSON_DetachItemFromObjectCaseSensitive(prof, "shards");
 	if (!cJSON_IsArray(arr)) {
+		cJSON_Delete(arr);
 		cJSON_Delete(res);
 		return;
 	}
+	cJSON *sorted = cJSON_AddArrayToObject(prof, "shards");
 	for (size_t i = 0; i < nt; i++) {
 		const nd_cl_shard_timing *t = &tm[i];
-		char tail[300];
-		snprintf(tail, sizeof(tail), "][%s][%d]", t->index, t->shard);
+		char id[600];
+		snprintf(id, sizeof(id), "[%s][%s][%d]", t->node, t->index, t->shard);
 		cJSON *x = NULL, *e;
 		cJSON_ArrayForEach(e, arr)
 		{
-			const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
-			size_t l = cJSON_IsString(id) ? strlen(id->valuestring) : 0, tl = strlen(tail);
-			if (l > tl && !strcmp(id->valuestring + l - tl, tail) &&
-			    !cJSON_GetObjectItemCaseSensitive(e, "shard")) {
-				x = e;
+			const cJSON *eid = cJSON_GetObjectItemCaseSensitive(e, "id");
+			if (cJSON_IsString(eid) && !strcmp(eid->valuestring, id)) {
+				x = cJSON_DetachItemViaPointer(arr, e);
 				break;
 			}
 		}
 		if (!x) {
-			char id[600];
-			snprintf(id, sizeof(id), "[%s][%s][%d]", t->node, t->index, t->shard);
 			x = cJSON_CreateObject();
 			cJSON_AddStringToObject(x, "id", id);
 			cJSON_AddArrayToObject(x, "searches");
 			cJSON_AddArrayToObject(x, "aggregations");
-			cJSON_AddItemToArray(arr, x);
 		}
 		cJSON_AddStringToObject(x, "node", t->node);
 		cJSON_AddStringToObject(x, "index", t->index);
@@ -175,7 +173,11 @@ add_copy_details(cm_buf *out, const nd_cl_shard_timing *tm, size_t nt)
 		cJSON_AddBoolToObject(x, "hedged", t->hedged);
 		cJSON_AddBoolToObject(x, "hedge_won", t->hedge_won);
 		cJSON_AddNumberToObject(x, "took_in_nanos", (double)t->took_ns);
+		cJSON_AddItemToArray(sorted, x);
 	}
+	while (arr->child) /* profiles no timing named (not expected) */
+		cJSON_AddItemToArray(sorted, cJSON_DetachItemViaPointer(arr, arr->child));
+	cJSON_Delete(arr);
 	char *s = cJSON_PrintUnformatted(res);
 	cm_buf_reset(out);
 	cm_buf_put(out, s, strlen(s));
