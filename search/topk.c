@@ -191,8 +191,6 @@ collapse_offer(topk *t, size_t si, float score, uint32_t gdoc, uint32_t doc)
 		return rc;
 	if ((rc = sr_sorter_key_value(&t->csorter, x, si, 0, doc, gdoc, score, &key)))
 		return rc;
-	if (t->csorter.after)
-		return CM_OK;
 	uint64_t h = key_hash(t, &key);
 	if ((t->ngroups + 1) * 2 > t->gmask + 1)
 		gmap_grow(t);
@@ -454,93 +452,10 @@ by_seg_doc(const void *a, const void *b, void *heap)
 	return (x->doc > y->doc) - (x->doc < y->doc);
 }
 
-/* ---- rescore (ES's QueryRescorer, per shard) ---- */
-
-static float
-rescore_combine(const sr_rescore *rs, float first, bool matched, float second)
-{
-	float p = first * rs->query_weight;
-	if (!matched)
-		return p;
-	float q = second * rs->rescore_query_weight;
-	switch (rs->mode) {
-	case SR_RESCORE_MULTIPLY:
-		return p * q;
-	case SR_RESCORE_AVG:
-		return (p + q) / 2;
-	case SR_RESCORE_MAX:
-		return p > q ? p : q;
-	case SR_RESCORE_MIN:
-		return p < q ? p : q;
-	default:
-		return p + q;
-	}
-}
-
-static int
-by_seg_doc_entry(const void *a, const void *b)
-{
-	const sr_topk_entry *x = *(sr_topk_entry *const *)a, *y = *(sr_topk_entry *const *)b;
-	if (x->seg != y->seg)
-		return x->seg < y->seg ? -1 : 1;
-	return (x->doc > y->doc) - (x->doc < y->doc);
-}
-
-static int
-by_score_entry(const void *a, const void *b)
-{
-	const sr_topk_entry *x = a, *y = b;
-	if (x->score != y->score)
-		return x->score > y->score ? -1 : 1;
-	return (x->gdoc > y->gdoc) - (x->gdoc < y->gdoc);
-}
-
-/* Rescores the first window entries (best first) with rs and re-sorts
- * them by their new scores; the rest keep their place after them. */
-static cm_err
-rescore_window(topk *t, const sr_rescore *rs, sr_topk_entry *e, size_t n)
-{
-	sr_exec *x = t->x;
-	size_t w = n < rs->window_size ? n : rs->window_size;
-	if (!w)
-		return CM_OK;
-	sr_plan *plan = NULL;
-	cm_err rc = sr_plan_compile(x, rs->query, true, &plan);
-	if (rc)
-		return rc;
-	sr_topk_entry **order = cm_malloc(CM_MEM_SEARCH, w * sizeof(*order));
-	for (size_t i = 0; i < w; i++)
-		order[i] = &e[i];
-	qsort(order, w, sizeof(*order), by_seg_doc_entry);
-	sr_it *it = NULL;
-	size_t seg = SIZE_MAX;
-	for (size_t i = 0; i < w && !rc; i++) {
-		sr_topk_entry *en = order[i];
-		if (en->seg != seg) {
-			sr_it_free(it);
-			it = NULL;
-			seg = en->seg;
-			if ((rc = sr_it_build(x, seg, plan, &it)))
-				break;
-		}
-		uint32_t d = it->doc;
-		if (d < en->doc)
-			d = it->ops->advance(it, en->doc);
-		bool matched = d == en->doc;
-		en->score = rescore_combine(rs, en->score, matched, matched ? it->ops->score(it) : 0);
-	}
-	sr_it_free(it);
-	sr_plan_free(plan);
-	cm_free(CM_MEM_SEARCH, order);
-	if (!rc)
-		qsort(e, w, sizeof(*e), by_score_entry);
-	return rc;
-}
-
 /* ---- profile ---- */
 
 typedef struct prof {
-	uint64_t rewrite, build, query, fetch, rescore, total;
+	uint64_t rewrite, build, query, fetch, rescore;
 } prof;
 
 static void
@@ -694,7 +609,7 @@ sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_req
 {
 	prof pf;
 	memset(&pf, 0, sizeof pf);
-	uint64_t t_start = cm_now_ns(), t_mark;
+	uint64_t t_mark;
 	memset(out, 0, sizeof *out);
 	out->shard = shard;
 	out->max_score = NAN;
@@ -828,7 +743,7 @@ sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_req
 	qsort_r(t.heap, t.n, sizeof(sr_topk_entry), entry_rank_cmp, &t);
 	t_mark = cm_now_ns();
 	for (size_t i = 0; i < req->nrescore && !rc; i++)
-		rc = rescore_window(&t, &req->rescore[i], t.heap, t.n);
+		rc = sr_rescore_window(&x, &req->rescore[i], t.heap, t.n);
 	pf.rescore = cm_now_ns() - t_mark;
 	if (rc) {
 		sr_shard_result_free(out);
@@ -865,7 +780,6 @@ sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_req
 	}
 	if (!rc && req->profile) {
 		pf.fetch = cm_now_ns() - t_mark;
-		pf.total = cm_now_ns() - t_start;
 		render_profile(&t, &pf, out);
 	}
 	if (rc) {

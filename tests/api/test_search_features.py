@@ -207,6 +207,13 @@ def rescore_every_score_mode():
                     close(got[d], want[d], "%s %s doc %s" % (label, mode, d))
                 ranked = [h["_score"] for h in b["hits"]["hits"]]
                 eq(ranked, sorted(ranked, reverse=True), label + " ranked " + mode)
+                if label == "cluster" and mode == "multiply":
+                    pn = search(n, ix, {"query": q, "size": 100, "_source": False, "rescore": {
+                        "window_size": 100, "query": {
+                            "rescore_query": rq, "query_weight": qw,
+                            "rescore_query_weight": rw, "score_mode": mode}}},
+                        path="_search?fanout=per_node")
+                    eq(pn["hits"], b["hits"], label + " per_node")
                 close(b["hits"]["max_score"], ranked[0], label + " max_score " + mode)
                 eq(b["hits"]["total"]["value"], len(s), label)
 
@@ -301,8 +308,10 @@ def collapse_keeps_the_best_per_value_across_shards():
                 i = str(d["n"])
                 if i in s and (d["g"] not in best or s[i] > best[d["g"]]):
                     best[d["g"]] = s[i]
-            b = search(n, ix, {"query": q, "collapse": {"field": "g"}, "size": 10,
-                               "_source": False})
+            body = {"query": q, "collapse": {"field": "g"}, "size": 10, "_source": False}
+            b = search(n, ix, body)
+            if label == "cluster":  # merged per node first, then on the coordinator
+                eq(search(n, ix, body, path="_search?fanout=per_node")["hits"], b["hits"], label)
             eq(b["hits"]["total"]["value"], len(s), label + " total counts docs")
             got = {h["fields"]["g"][0]: h["_score"] for h in b["hits"]["hits"]}
             eq(sorted(got), sorted(best), label)
