@@ -138,12 +138,15 @@ search_opts(co_req *r, nd_cl_search_opts *o, cJSON *body)
 static void
 add_copy_details(cm_buf *out, const nd_cl_shard_timing *tm, size_t nt)
 {
-	cJSON *res = cJSON_ParseWithLength((const char *)out->data, out->len);
-	cJSON *prof = cJSON_GetObjectItemCaseSensitive(res, "profile");
+	/* only the profile is parsed and rewritten: the hits stay as rendered */
+	size_t po, pl;
+	if (!co_json_member((const char *)out->data, out->len, "profile", &po, &pl))
+		return;
+	cJSON *prof = cJSON_ParseWithLength((const char *)out->data + po, pl);
 	cJSON *arr = cJSON_DetachItemFromObjectCaseSensitive(prof, "shards");
 	if (!cJSON_IsArray(arr)) {
 		cJSON_Delete(arr);
-		cJSON_Delete(res);
+		cJSON_Delete(prof);
 		return;
 	}
 	cJSON *sorted = cJSON_AddArrayToObject(prof, "shards");
@@ -178,11 +181,17 @@ add_copy_details(cm_buf *out, const nd_cl_shard_timing *tm, size_t nt)
 	while (arr->child) /* profiles no timing named (not expected) */
 		cJSON_AddItemToArray(sorted, cJSON_DetachItemViaPointer(arr, arr->child));
 	cJSON_Delete(arr);
-	char *s = cJSON_PrintUnformatted(res);
+	char *s = cJSON_PrintUnformatted(prof);
+	cm_buf next;
+	cm_buf_init(&next, MEM);
+	cm_buf_put(&next, out->data, po);
+	cm_buf_put(&next, s, strlen(s));
+	cm_buf_put(&next, out->data + po + pl, out->len - po - pl);
 	cm_buf_reset(out);
-	cm_buf_put(out, s, strlen(s));
+	cm_buf_put(out, next.data, next.len);
+	cm_buf_free(&next);
 	cJSON_free(s);
-	cJSON_Delete(res);
+	cJSON_Delete(prof);
 }
 
 bool

@@ -12,6 +12,83 @@
 #include "co_private.h"
 
 #define MEM CM_MEM_COORDINATOR
+#define PUTS(b, lit) cm_buf_put((b), (lit), sizeof(lit) - 1)
+
+/* ---- spans of JSON text: the response is edited in place, never
+ * re-serialized (its _source and numbers stay byte for byte) ---- */
+
+static const char *
+skip_ws(const char *p, const char *end)
+{
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+/* Past the JSON value at p (NULL if it is malformed or runs past end). */
+static const char *
+skip_value(const char *p, const char *end)
+{
+	int depth = 0;
+	p = skip_ws(p, end);
+	do {
+		if (p >= end)
+			return NULL;
+		char c = *p;
+		if (c == '"') {
+			for (p++; p < end && *p != '"'; p++)
+				if (*p == '\\')
+					p++;
+			if (p >= end)
+				return NULL;
+			p++;
+		} else if (c == '{' || c == '[') {
+			depth++;
+			p++;
+		} else if (c == '}' || c == ']') {
+			depth--;
+			p++;
+		} else if (c == ',' || c == ':' || c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+			if (!depth)
+				return p;
+			p++;
+		} else {
+			while (p < end && !strchr(",:]} \t\r\n", *p))
+				p++;
+		}
+	} while (depth > 0);
+	return p;
+}
+
+bool
+co_json_member(const char *s, size_t len, const char *key, size_t *off, size_t *vlen)
+{
+	const char *p = skip_ws(s, s + len), *end = s + len;
+	size_t klen = strlen(key);
+	if (p >= end || *p != '{')
+		return false;
+	for (p = skip_ws(p + 1, end); p < end && *p == '"';) {
+		const char *k = p + 1, *ke = skip_value(p, end);
+		if (!ke)
+			return false;
+		bool hit = (size_t)(ke - 1 - k) == klen && !memcmp(k, key, klen);
+		p = skip_ws(ke, end);
+		if (p >= end || *p != ':')
+			return false;
+		const char *v = skip_ws(p + 1, end), *ve = skip_value(v, end);
+		if (!ve)
+			return false;
+		if (hit) {
+			*off = (size_t)(v - s);
+			*vlen = (size_t)(ve - v);
+			return true;
+		}
+		p = skip_ws(ve, end);
+		if (p < end && *p == ',')
+			p = skip_ws(p + 1, end);
+	}
+	return false;
+}
 
 /* The body of one group's search. */
 static cJSON *
@@ -78,42 +155,77 @@ co_collapse_expand(co_req *r, nd_index **ixs, size_t n, const cJSON *body, cm_bu
 				cJSON_Delete(list);
 				return rc;
 			}
-	cJSON *res = cJSON_ParseWithLength((const char *)out->data, out->len);
+	/* the page's hits: their values from a parse, their spans in the text */
+	const char *text = (const char *)out->data;
+	size_t ho, hl, ao, al;
+	cJSON *res = cJSON_ParseWithLength(text, out->len);
 	cJSON *hits = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "hits"),
 	                                               "hits");
-	cm_err rc = CM_OK;
-	cJSON *hit;
-	cm_buf one;
+	if (!cJSON_IsArray(hits) || !hits->child || !co_json_member(text, out->len, "hits", &ho, &hl) ||
+	    !co_json_member(text + ho, hl, "hits", &ao, &al)) {
+		cJSON_Delete(res);
+		cJSON_Delete(list);
+		return CM_OK;
+	}
+	const char *arr = text + ho + ao, *arr_end = arr + al, *p = skip_ws(arr + 1, arr_end);
+	cm_buf next, one;
+	cm_buf_init(&next, MEM);
 	cm_buf_init(&one, MEM);
+	cm_buf_put(&next, text, (size_t)(p - text));
+	cm_err rc = CM_OK;
+	const cJSON *hit;
 	cJSON_ArrayForEach(hit, hits)
 	{
+		const char *he = skip_value(p, arr_end);
+		if (!he || *p != '{') {
+			rc = cm_error_set(err, CM_EINTERNAL, "cannot read the collapsed hits");
+			break;
+		}
 		const cJSON *vals = cJSON_GetObjectItemCaseSensitive(
 		    cJSON_GetObjectItemCaseSensitive(hit, "fields"), field);
 		const cJSON *value = cJSON_GetArrayItem(vals, 0);
-		cJSON *inner = cJSON_CreateObject();
+		/* the hit without its closing brace, then "inner_hits" */
+		const char *close = he - 1;
+		cm_buf_put(&next, p, (size_t)(close - p));
+		PUTS(&next, ",\"inner_hits\":{");
 		for (const cJSON *ih = list->child; ih && !rc; ih = ih->next) {
 			cJSON *gb = group_body(body, field, value, ih);
 			cm_buf_reset(&one);
 			rc = co_search_run(r, ixs, n, gb, &one, err);
 			cJSON_Delete(gb);
-			cJSON *gr = rc ? NULL : cJSON_ParseWithLength((const char *)one.data, one.len);
-			cJSON *gh = cJSON_DetachItemFromObjectCaseSensitive(gr, "hits");
-			cJSON *entry = cJSON_AddObjectToObject(inner, inner_name(ih, field));
-			cJSON_AddItemToObject(entry, "hits", gh ? gh : cJSON_CreateObject());
-			cJSON_Delete(gr);
+			size_t go, gl;
+			if (!rc && !co_json_member((const char *)one.data, one.len, "hits", &go, &gl))
+				rc = cm_error_set(err, CM_EINTERNAL, "cannot read a group's hits");
+			if (rc)
+				break;
+			if (ih != list->child)
+				cm_buf_put_u8(&next, ',');
+			cJSON *nm = cJSON_CreateString(inner_name(ih, field));
+			char *q = cJSON_PrintUnformatted(nm);
+			cm_buf_put(&next, q, strlen(q));
+			cJSON_free(q);
+			cJSON_Delete(nm);
+			PUTS(&next, ":{\"hits\":");
+			cm_buf_put(&next, one.data + go, gl);
+			cm_buf_put_u8(&next, '}');
 		}
-		cJSON_AddItemToObject(hit, "inner_hits", inner);
 		if (rc)
 			break;
+		PUTS(&next, "}}");
+		p = skip_ws(he, arr_end);
+		if (p < arr_end && *p == ',') {
+			cm_buf_put_u8(&next, ',');
+			p = skip_ws(p + 1, arr_end);
+		}
 	}
+	if (!rc) {
+		cm_buf_put(&next, p, out->len - (size_t)(p - text));
+		cm_buf_reset(out);
+		cm_buf_put(out, next.data, next.len);
+	}
+	cm_buf_free(&next);
 	cm_buf_free(&one);
 	cJSON_Delete(list);
-	if (!rc && res) {
-		char *s = cJSON_PrintUnformatted(res);
-		cm_buf_reset(out);
-		cm_buf_put(out, s, strlen(s));
-		cJSON_free(s);
-	}
 	cJSON_Delete(res);
 	return rc;
 }

@@ -316,6 +316,9 @@ bool co_cluster_broadcast(co_req *r, const char *action, nd_index **ixs, size_t 
  * no collapse expansion. */
 cm_err co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
                      cm_error *err);
+/* Finds member key of the JSON object text s[0..len) (top level only):
+ * its value's offset and length. false when absent or malformed. */
+bool co_json_member(const char *s, size_t len, const char *key, size_t *off, size_t *vlen);
 /* collapse.inner_hits of body: runs each group's searches and adds the
  * hits' "inner_hits" to the rendered response in out (co_collapse.c). */
 cm_err co_collapse_expand(co_req *r, nd_index **ixs, size_t n, const cJSON *body, cm_buf *out,

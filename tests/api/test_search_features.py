@@ -354,6 +354,14 @@ def collapse_inner_hits():
             eq([x["_source"]["n"] for x in low["hits"]], ns[:2], label + " low " + g)
             high = h["inner_hits"]["high"]["hits"]["hits"]
             eq([x["_source"] for x in high], [{"n": v} for v in ns[::-1][1:2]], label)
+        # the response is edited, not re-serialized: _source keeps its bytes
+        st, _, raw = n.raw("POST", "/%s/_search" % ix, {"collapse": {"field": "g", "inner_hits": {
+            "name": "x", "size": 1, "sort": ["n"]}}, "size": 1, "sort": [{"n": "asc"}],
+            "profile": True})
+        eq(st, 200, raw)
+        want = __import__("json").dumps(DOCS[min(d["n"] for d in DOCS if d["g"] == DOCS[0]["g"])])
+        if raw.count(want.encode()) != 2:
+            raise AssertionError("%s: _source %s not kept as sent in %s" % (label, want, raw[:600]))
         # a missing value is a group of its own
         extra = "cnull-" + label
         make_index(w, extra, [{"g": "a", "n": 1}, {"n": 2}, {"n": 3}, {"g": "a", "n": 4}])
