@@ -509,6 +509,51 @@ co_h_search(co_req *r)
 	cJSON_Delete(body);
 }
 
+/* _count?min_score=: counting needs scores, so it runs as a search of
+ * size 0 whose total is the count. */
+static void
+count_min_score(co_req *r, cJSON *body)
+{
+	const char *v = co_param_get(r, "min_score");
+	char *end;
+	double ms = strtod(v, &end);
+	nd_index **ixs;
+	size_t n;
+	if (!*v || *end) {
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "Failed to parse float parameter [min_score] with value [%.60s]", v);
+		return;
+	}
+	if (!co_resolve(r, search_index_expr(r), &ixs, &n))
+		return;
+	obj_set(body, "min_score", cJSON_CreateNumber(ms));
+	obj_set(body, "size", cJSON_CreateNumber(0));
+	obj_set(body, "track_total_hits", cJSON_CreateTrue());
+	cm_buf out;
+	cm_error err;
+	cm_buf_init(&out, MEM);
+	cm_error_clear(&err);
+	if (run_search_once(r, ixs, n, body, 0, 0, 0, &out, &err)) {
+		if (err.code == CM_EPARSE || err.code == CM_EINVAL || err.code == CM_EVALIDATE || !n)
+			co_reply_error(r, &err, NULL);
+		else
+			reply_all_shards_failed(r, &err, ixs, n);
+	} else {
+		cJSON *res = cJSON_ParseWithLength((const char *)out.data, out.len);
+		cJSON *total = cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(res, "hits"), "total");
+		const cJSON *value = cJSON_GetObjectItemCaseSensitive(total, "value");
+		cJSON *j = cJSON_CreateObject();
+		cJSON_AddNumberToObject(j, "count", cJSON_IsNumber(value) ? value->valuedouble : 0);
+		cJSON_AddItemToObject(j, "_shards",
+		                      cJSON_DetachItemFromObjectCaseSensitive(res, "_shards"));
+		cJSON_Delete(res);
+		co_reply_json(r, 200, j);
+	}
+	cm_buf_free(&out);
+	co_release_all(ixs, n);
+}
+
 void
 co_h_count(co_req *r)
 {
@@ -540,7 +585,7 @@ co_h_count(co_req *r)
 	                                      "version", "seq_no_primary_term", "search_type",
 	                                      "request_cache", "routing", "typed_keys",
 	                                      "allow_no_indices", "expand_wildcards", "stats",
-	                                      "min_score", "analyze_wildcard", "lenient"};
+	                                      "analyze_wildcard", "lenient"};
 	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
 		co_param_get(r, ignored[i]);
 	cm_error_clear(&err);
@@ -548,6 +593,11 @@ co_h_count(co_req *r)
 	if (nd_cl_preference_check(pref, &err) ||
 	    co_alias_filter(r, search_index_expr(r), body, &err)) {
 		co_reply_error(r, &err, NULL);
+		cJSON_Delete(body);
+		return;
+	}
+	if (co_param_get(r, "min_score")) {
+		count_min_score(r, body);
 		cJSON_Delete(body);
 		return;
 	}

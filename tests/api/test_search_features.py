@@ -163,6 +163,9 @@ def min_score_drops_low_scores_everywhere():
             eq(sorted(h["_id"] for h in b["hits"]["hits"]), keep, label)
             eq(b["hits"]["total"]["value"], len(keep), label)
             eq(b["aggregations"]["c"]["value"], len(keep), label)
+            # _count?min_score= counts the same documents
+            st, c = n.req("POST", "/%s/_count?min_score=%r" % (ix, cut), {"query": q})
+            eq((st, c["count"], c["_shards"]["total"]), (200, len(keep), 3), "%s %s" % (label, c))
             # a numeric string is a float too; sorting by a field still scores
             b = search(n, ix, {"query": q, "min_score": str(cut), "size": 100,
                                "sort": [{"n": "asc"}], "_source": False})
@@ -171,6 +174,8 @@ def min_score_drops_low_scores_everywhere():
                  "x_content_parse_exception")
         error_is(w.req("POST", "/%s/_search" % ix, {"min_score": [1]}), 400,
                  "x_content_parse_exception")
+        error_is(w.req("POST", "/%s/_count?min_score=x" % ix, {}), 400,
+                 "illegal_argument_exception")
 
 
 # ---- rescore ----
