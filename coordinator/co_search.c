@@ -477,7 +477,12 @@ co_h_search(co_req *r)
 	}
 	if (pit) {
 		/* a point in time names its indices itself: boosts by concrete name */
-		if (resolve_indices_boost(r, body, &err)) {
+		if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(body, "collapse"),
+		                                     "inner_hits"))
+			cm_error_set(&err, CM_EINVAL,
+			             "[inner_hits] of [collapse] are not supported in a point in time "
+			             "search");
+		if (err.code || resolve_indices_boost(r, body, &err)) {
 			co_reply_error(r, &err, NULL);
 			cJSON_Delete(body);
 			return;

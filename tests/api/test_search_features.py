@@ -433,6 +433,21 @@ def indices_boost_multiplies_per_index():
                 close(h["_score"], base[h["_id"]] * f, "%s %s" % (label, boost))
             ranked = [h["_score"] for h in r["hits"]["hits"]]
             eq(ranked, sorted(ranked, reverse=True), label)
+        # a point in time takes the boosts too (by concrete index)
+        st, pit = n.req("POST", "/%s/_pit?keep_alive=1m" % both)
+        eq(st, 200, pit)
+        st, r = n.req("POST", "/_search", {
+            "query": q, "indices_boost": [{"ibal-" + label: 5}], "size": 200, "_source": False,
+            "pit": {"id": pit["id"], "keep_alive": "1m"}})
+        eq(st, 200, r)
+        eq(len(r["hits"]["hits"]), len(sa) + len(sb), label)
+        for h in r["hits"]["hits"]:
+            base, f = (sa, 5) if h["_index"] == a else (sb, 1)
+            close(h["_score"], base[h["_id"]] * f, "%s pit" % label)
+        error_is(n.req("POST", "/_search", {"collapse": {"field": "g", "inner_hits": {}},
+                                            "pit": {"id": pit["id"]}}),
+                 400, "illegal_argument_exception", "point in time")
+        n.req("DELETE", "/_pit", {"id": pit["id"]})
         error_is(w.req("POST", "/%s/_search" % both, {"indices_boost": [{"nope": 2}]}), 404,
                  "index_not_found_exception")
         error_is(w.req("POST", "/%s/_search" % both, {"indices_boost": [{a: 2, b2: 3}]}), 400,
