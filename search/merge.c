@@ -233,17 +233,30 @@ sift_down(sr_merger *m, size_t i)
 	}
 }
 
-/* The collapse value of a hit, as the shard put it in its "fields". */
+/* The collapse value of a hit as text: the shard put it first in the
+ * hit's "fields" ({"f":[value],...}); "[null]" when absent. */
 static char *
 collapse_key(const sr_merger *m, const sr_hit *h)
 {
-	cJSON *f = h->fields ? cJSON_ParseWithLength(h->fields, h->fields_len) : NULL;
-	cJSON *v = cJSON_GetObjectItemCaseSensitive(f, m->req->collapse_field);
-	char *s = v ? cJSON_PrintUnformatted(v) : NULL;
-	char *key = cm_strdup(T, s ? s : "[null]");
-	cJSON_free(s);
-	cJSON_Delete(f);
-	return key;
+	cm_buf pre;
+	cm_buf_init(&pre, T);
+	cm_buf_put_u8(&pre, '{');
+	sr_jw_cstr(&pre, m->req->collapse_field);
+	cm_buf_put(&pre, ":[", 2);
+	char *key = NULL;
+	if (h->fields && h->fields_len > pre.len && !memcmp(h->fields, pre.data, pre.len)) {
+		const char *p = h->fields + pre.len - 1, *end = h->fields + h->fields_len;
+		const char *q = p + 1;
+		for (; q < end && *q != ']'; q++)
+			if (*q == '"')
+				for (q++; q < end && *q != '"'; q++)
+					if (*q == '\\')
+						q++;
+		if (q < end)
+			key = cm_strndup(T, p, (size_t)(q + 1 - p));
+	}
+	cm_buf_free(&pre);
+	return key ? key : cm_strdup(T, "[null]");
 }
 
 static void

@@ -527,36 +527,60 @@ sr_profile_set_id(sr_shard_result *res, const char *node, const char *index, int
 	cm_buf_free(&b);
 }
 
-/* Adds the collapse value to the hit's "fields" as ES shows it. */
+/* Puts the collapse value first in the hit's "fields", as ES shows it
+ * ({"f":[value], ...}): the merger reads it back from there. */
 static void
 collapse_fields(topk *t, sr_hit *h, const sr_sortval *key)
 {
+	const char *field = t->req->collapse_field;
 	sr_sort_value v;
 	memset(&v, 0, sizeof v);
-	if (key->missing)
-		v.type = SR_SV_NULL;
-	else
+	if (!key->missing)
 		sr_sorter_export(&t->csorter, key, &v);
-	cJSON *f = h->fields ? cJSON_ParseWithLength(h->fields, h->fields_len) : NULL;
-	if (!f)
-		f = cJSON_CreateObject();
-	cJSON *a = cJSON_CreateArray();
-	if (v.type == SR_SV_STRING || v.type == SR_SV_IP)
-		cJSON_AddItemToArray(a, cJSON_CreateString(v.s));
-	else if (v.type == SR_SV_LONG || v.type == SR_SV_ULONG)
-		cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v.l));
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_SEARCH);
+	cm_buf_put_u8(&b, '{');
+	sr_jw_cstr(&b, field);
+	cm_buf_put(&b, ":[", 2);
+	if (key->missing)
+		cm_buf_put(&b, "null", 4);
+	else if (v.type == SR_SV_STRING || v.type == SR_SV_IP)
+		sr_jw_cstr(&b, v.s ? v.s : "");
+	else if (v.type == SR_SV_ULONG)
+		cm_buf_printf(&b, "%llu", (unsigned long long)st_col_to_ulong(v.l));
+	else if (v.type == SR_SV_LONG)
+		cm_buf_printf(&b, "%lld", (long long)v.l);
 	else if (v.type == SR_SV_DOUBLE)
-		cJSON_AddItemToArray(a, cJSON_CreateNumber(v.d));
+		sr_jw_double(&b, v.d);
 	else
-		cJSON_AddItemToArray(a, cJSON_CreateNull());
-	cJSON_DeleteItemFromObjectCaseSensitive(f, t->req->collapse_field);
-	cJSON_AddItemToObject(f, t->req->collapse_field, a);
-	char *s = cJSON_PrintUnformatted(f);
+		cm_buf_put(&b, "null", 4);
+	cm_buf_put_u8(&b, ']');
+	/* the request's own "fields", without a second entry for the field */
+	char *rest = NULL;
+	if (h->fields) {
+		cJSON *f = cJSON_ParseWithLength(h->fields, h->fields_len);
+		if (cJSON_GetObjectItemCaseSensitive(f, field)) {
+			cJSON_DeleteItemFromObjectCaseSensitive(f, field);
+			char *p = cJSON_PrintUnformatted(f);
+			rest = cm_strdup(CM_MEM_SEARCH, p ? p : "{}");
+			cJSON_free(p);
+		} else {
+			rest = cm_strndup(CM_MEM_SEARCH, h->fields, h->fields_len);
+		}
+		cJSON_Delete(f);
+	}
+	const char *r = rest ? strchr(rest, '{') : NULL;
+	if (r && r[1] && r[1] != '}') {
+		cm_buf_put_u8(&b, ',');
+		cm_buf_put(&b, r + 1, strlen(r + 1));
+	} else {
+		cm_buf_put_u8(&b, '}');
+	}
+	cm_free(CM_MEM_SEARCH, rest);
 	cm_free(CM_MEM_SEARCH, h->fields);
-	h->fields = cm_strdup(CM_MEM_SEARCH, s);
-	h->fields_len = strlen(s);
-	cJSON_free(s);
-	cJSON_Delete(f);
+	h->fields = cm_strndup(CM_MEM_SEARCH, (const char *)b.data, b.len);
+	h->fields_len = b.len;
+	cm_buf_free(&b);
 	sr_sort_value_clear(&v);
 }
 

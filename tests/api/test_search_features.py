@@ -367,6 +367,28 @@ def collapse_inner_hits():
         want = __import__("json").dumps(DOCS[min(d["n"] for d in DOCS if d["g"] == DOCS[0]["g"])])
         if raw.count(want.encode()) != 2:
             raise AssertionError("%s: _source %s not kept as sent in %s" % (label, want, raw[:600]))
+        # values past 2^53 stay distinct groups, exact (long and unsigned_long)
+        big = "cbig-" + label
+        st, r = w.req("PUT", "/" + big, {"settings": {"number_of_shards": 3,
+                                                      "number_of_replicas": 0},
+                                         "mappings": {"properties": {
+                                             "l": {"type": "long"},
+                                             "u": {"type": "unsigned_long"},
+                                             "n": {"type": "integer"}}}})
+        eq(st, 200, r)
+        vals = [2 ** 60, 2 ** 60 + 1, 2 ** 60 + 1, 2 ** 60]
+        lines = []
+        for i, v in enumerate(vals):
+            lines += [{"index": {"_index": big, "_id": str(i)}},
+                      {"l": v, "u": 2 ** 63 + 5 + (i % 2), "n": i}]
+        eq(w.bulk(lines, params="?refresh=true")[0], 200, label)
+        for f, want in (("l", ['[%d]' % 2 ** 60, '[%d]' % (2 ** 60 + 1)]),
+                        ("u", ['[%d]' % (2 ** 63 + 6), '[%d]' % (2 ** 63 + 5)])):
+            st, _, raw = n.raw("POST", "/%s/_search" % big, {
+                "collapse": {"field": f}, "sort": [{"n": "desc"}], "_source": False,
+                "fields": ["n"]})
+            got = re.findall(r'"fields":\{"%s":(\[[0-9]+\]),"n":\[\d\]\}' % f, raw.decode())
+            eq(got, want, "%s %s %s" % (label, f, raw[:400]))
         # a missing value is a group of its own
         extra = "cnull-" + label
         make_index(w, extra, [{"g": "a", "n": 1}, {"n": 2}, {"n": 3}, {"g": "a", "n": 4}])
