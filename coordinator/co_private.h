@@ -165,6 +165,10 @@ void co_h_mget(co_req *r);
 void co_h_search(co_req *r);
 void co_h_count(co_req *r);
 void co_h_msearch(co_req *r);
+/* _msearch over r->body; item_errs[i] (when its code is set) answers the
+ * i-th search's error instead of running it (a template that could not be
+ * rendered). */
+void co_msearch_run(co_req *r, const cm_error *item_errs, size_t nitem_errs);
 void co_h_scroll(co_req *r);       /* co_scroll.c */
 void co_h_scroll_clear(co_req *r);
 /* The first page of a ?scroll= search (co_scroll.c), "_scroll_id" first. */

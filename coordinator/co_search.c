@@ -686,6 +686,12 @@ param_restore(co_req *r, const param_override *o)
 void
 co_h_msearch(co_req *r)
 {
+	co_msearch_run(r, NULL, 0);
+}
+
+void
+co_msearch_run(co_req *r, const cm_error *item_errs, size_t nitem_errs)
+{
 	const char *dflt = search_index_expr(r);
 	const char *p = (const char *)r->body.data, *end = p + r->body.len;
 	cm_buf out, one;
@@ -756,7 +762,9 @@ co_h_msearch(co_req *r)
 		if (nsearch > 1)
 			cm_buf_put_u8(&out, ',');
 		cm_buf_reset(&one);
-		if (!cJSON_IsObject(body)) {
+		if ((size_t)nsearch <= nitem_errs && item_errs[nsearch - 1].code) {
+			err = item_errs[nsearch - 1]; /* this item failed before the search */
+		} else if (!cJSON_IsObject(body)) {
 			cm_error_set(&err, CM_EPARSE, "malformed search body on line [%d]", line);
 		} else if (co_alias_filter(r, expr, body, &err)) {
 			/* err says why */

@@ -180,18 +180,18 @@ co_h_render_template(co_req *r)
 
 /* Header and template lines, each template rendered to a search body:
  * the whole request then runs as an _msearch. A template that cannot be
- * rendered fails the request (400) naming its line. */
+ * rendered answers its error in its place in "responses", as in ES. */
 void
 co_h_msearch_template(co_req *r)
 {
 	const char *p = (const char *)r->body.data, *end = p + r->body.len;
 	cm_buf nd, one;
-	cm_error err;
+	cm_error *errs = NULL;
+	size_t nerrs = 0;
 	int line = 0;
 	bool header = true;
 	cm_buf_init(&nd, MEM);
 	cm_buf_init(&one, MEM);
-	cm_error_clear(&err);
 	while (p < end) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
 		size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
@@ -209,28 +209,31 @@ co_h_msearch_template(co_req *r)
 			continue;
 		}
 		header = true;
-		cJSON *t = cJSON_ParseWithLength(lp, len);
-		cm_buf_reset(&one);
-		cm_err rc = t ? render_request(r, t, &one, &err)
-		              : cm_error_set(&err, CM_EPARSE, "malformed template on line [%d]", line);
-		cJSON_Delete(t);
-		if (rc) {
-			char why[600], type[64];
-			snprintf(why, sizeof why, "%s", err.reason);
-			snprintf(type, sizeof type, "%s", cm_error_type(&err));
-			cm_error_clear(&err);
-			cm_error_set_type(&err, rc, type, "line [%d]: %s", line, why);
-			co_reply_error(r, &err, NULL);
+		if (nerrs >= 4096) {
+			co_reply_errorf(r, CM_EINVAL, NULL, "too many searches in one _msearch/template");
 			cm_buf_free(&nd);
 			cm_buf_free(&one);
+			cm_free(MEM, errs);
 			return;
 		}
-		cm_buf_put(&nd, one.data, one.len);
+		errs = cm_realloc(MEM, errs, (nerrs + 1) * sizeof(*errs));
+		cm_error *e = &errs[nerrs++];
+		cm_error_clear(e);
+		cJSON *t = cJSON_ParseWithLength(lp, len);
+		cm_buf_reset(&one);
+		cm_err rc = t ? render_request(r, t, &one, e)
+		              : cm_error_set(e, CM_EPARSE, "malformed template on line [%d]", line);
+		cJSON_Delete(t);
+		if (rc)
+			cm_buf_put(&nd, "{}", 2);
+		else
+			cm_buf_put(&nd, one.data, one.len);
 		cm_buf_put_u8(&nd, '\n');
 	}
 	cm_buf_reset(&r->body);
 	cm_buf_put(&r->body, nd.data, nd.len);
 	cm_buf_free(&nd);
 	cm_buf_free(&one);
-	co_h_msearch(r);
+	co_msearch_run(r, errs, nerrs);
+	cm_free(MEM, errs);
 }

@@ -610,6 +610,17 @@ def search_template_inline_stored_and_msearch():
         eq([r["status"] for r in b["responses"]], [200, 200], label)
         eq(b["responses"][0]["hits"], direct["hits"], label)
         eq(b["responses"][1]["hits"], search(w, ix, rendered(other))["hits"], label)
+        # a template that cannot be rendered answers its error in its place
+        lines = [{}, {"source": "{{#open}}", "params": {}}, {}, {"source": TEMPLATE,
+                                                               "params": params}]
+        st, _, raw = asks[0].raw("POST", "/%s/_msearch/template" % ix,
+                                 "".join(__import__("json").dumps(x) + "\n" for x in lines),
+                                 headers={"Content-Type": "application/x-ndjson"})
+        b = __import__("json").loads(raw)
+        eq(st, 200, b)
+        eq(b["responses"][0]["status"], 400, label)
+        eq(b["responses"][0]["error"]["type"], "general_script_exception", label)
+        eq(b["responses"][1]["hits"], direct["hits"], label)
         st, b = w.req("DELETE", "/_scripts/tpl-" + label)
         eq((st, b), (200, {"acknowledged": True}), label)
         for n in asks:
