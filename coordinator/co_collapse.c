@@ -48,7 +48,8 @@ skip_value(const char *p, const char *end)
 		} else if (c == '}' || c == ']') {
 			depth--;
 			p++;
-		} else if (c == ',' || c == ':' || c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+		} else if (c == ',' || c == ':' || c == ' ' || c == '\t' || c == '\n' ||
+		           c == '\r') {
 			if (!depth)
 				return p;
 			p++;
@@ -99,7 +100,8 @@ group_body(const cJSON *body, const char *field, const cJSON *value, const cJSON
 	const cJSON *orig = cJSON_GetObjectItemCaseSensitive(body, "query");
 	const cJSON *pf = cJSON_GetObjectItemCaseSensitive(body, "post_filter");
 	if (orig)
-		cJSON_AddItemToArray(cJSON_AddArrayToObject(bq, "must"), cJSON_Duplicate(orig, true));
+		cJSON_AddItemToArray(cJSON_AddArrayToObject(bq, "must"),
+		                     cJSON_Duplicate(orig, true));
 	cJSON *cond = cJSON_CreateObject();
 	if (value && !cJSON_IsNull(value)) {
 		cJSON *t = cJSON_AddObjectToObject(cond, "term");
@@ -149,9 +151,10 @@ co_collapse_expand(co_req *r, nd_index **ixs, size_t n, const cJSON *body, cm_bu
 	for (const cJSON *a = list->child; a; a = a->next)
 		for (const cJSON *b = a->next; b; b = b->next)
 			if (!strcmp(inner_name(a, field), inner_name(b, field))) {
-				cm_err rc = cm_error_set(err, CM_EINVAL,
-				                         "[inner_hits] already contains an entry for key [%s]",
-				                         inner_name(a, field));
+				cm_err rc = cm_error_set(
+				    err, CM_EINVAL,
+				    "[inner_hits] already contains an entry for key [%s]",
+				    inner_name(a, field));
 				cJSON_Delete(list);
 				return rc;
 			}
@@ -159,9 +162,10 @@ co_collapse_expand(co_req *r, nd_index **ixs, size_t n, const cJSON *body, cm_bu
 	const char *text = (const char *)out->data;
 	size_t ho, hl, ao, al;
 	cJSON *res = cJSON_ParseWithLength(text, out->len);
-	cJSON *hits = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "hits"),
-	                                               "hits");
-	if (!cJSON_IsArray(hits) || !hits->child || !co_json_member(text, out->len, "hits", &ho, &hl) ||
+	cJSON *hits =
+	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "hits"), "hits");
+	if (!cJSON_IsArray(hits) || !hits->child ||
+	    !co_json_member(text, out->len, "hits", &ho, &hl) ||
 	    !co_json_member(text + ho, hl, "hits", &ao, &al)) {
 		cJSON_Delete(res);
 		cJSON_Delete(list);
@@ -194,7 +198,8 @@ co_collapse_expand(co_req *r, nd_index **ixs, size_t n, const cJSON *body, cm_bu
 			rc = co_search_run(r, ixs, n, gb, &one, err);
 			cJSON_Delete(gb);
 			size_t go, gl;
-			if (!rc && !co_json_member((const char *)one.data, one.len, "hits", &go, &gl))
+			if (!rc &&
+			    !co_json_member((const char *)one.data, one.len, "hits", &go, &gl))
 				rc = cm_error_set(err, CM_EINTERNAL, "cannot read a group's hits");
 			if (rc)
 				break;

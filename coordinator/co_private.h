@@ -318,8 +318,7 @@ bool co_cluster_put_settings(co_req *r, nd_index **ixs, size_t n, const cJSON *s
 bool co_cluster_broadcast(co_req *r, const char *action, nd_index **ixs, size_t n);
 /* One search of body over ixs (co_search.c), rendered into out; no scroll,
  * no collapse expansion. */
-cm_err co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
-                     cm_error *err);
+cm_err co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out, cm_error *err);
 /* Finds member key of the JSON object text s[0..len) (top level only):
  * its value's offset and length. false when absent or malformed. */
 bool co_json_member(const char *s, size_t len, const char *key, size_t *off, size_t *vlen);

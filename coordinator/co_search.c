@@ -332,9 +332,8 @@ resolve_indices_boost(co_req *r, cJSON *body, cm_error *err)
 	return CM_OK;
 }
 
-static cm_err run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body,
-                              int64_t scroll_ms, int slice_id, int slice_max, cm_buf *out,
-                              cm_error *err);
+static cm_err run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms,
+                              int slice_id, int slice_max, cm_buf *out, cm_error *err);
 
 cm_err
 co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out, cm_error *err)
@@ -355,8 +354,8 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 }
 
 static cm_err
-run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms,
-                int slice_id, int slice_max, cm_buf *out, cm_error *err)
+run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, int slice_id,
+                int slice_max, cm_buf *out, cm_error *err)
 {
 	sr_request req;
 	nd_target *t;
@@ -396,14 +395,16 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 	}
 	if (scroll_ms > 0 && req.collapse_field) {
 		sr_request_free(&req);
-		return cm_error_set(err, CM_EVALIDATE,
-		                    "Validation Failed: 1: cannot use `collapse` in a scroll context;");
+		return cm_error_set(
+		    err, CM_EVALIDATE,
+		    "Validation Failed: 1: cannot use `collapse` in a scroll context;");
 	}
 	if (scroll_ms > 0 && req.nrescore) {
 		sr_request_free(&req);
-		return cm_error_set(err, CM_EVALIDATE,
-		                    "Validation Failed: 1: using [rescore] is not allowed in a scroll "
-		                    "context;");
+		return cm_error_set(
+		    err, CM_EVALIDATE,
+		    "Validation Failed: 1: using [rescore] is not allowed in a scroll "
+		    "context;");
 	}
 	if (scroll_ms > 0) {
 		sr_request_free(&req);
@@ -477,11 +478,12 @@ co_h_search(co_req *r)
 	}
 	if (pit) {
 		/* a point in time names its indices itself: boosts by concrete name */
-		if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(body, "collapse"),
-		                                     "inner_hits"))
-			cm_error_set(&err, CM_EINVAL,
-			             "[inner_hits] of [collapse] are not supported in a point in time "
-			             "search");
+		if (cJSON_GetObjectItemCaseSensitive(
+		        cJSON_GetObjectItemCaseSensitive(body, "collapse"), "inner_hits"))
+			cm_error_set(
+			    &err, CM_EINVAL,
+			    "[inner_hits] of [collapse] are not supported in a point in time "
+			    "search");
 		if (err.code || resolve_indices_boost(r, body, &err)) {
 			co_reply_error(r, &err, NULL);
 			cJSON_Delete(body);
@@ -526,7 +528,8 @@ count_min_score(co_req *r, cJSON *body)
 	size_t n;
 	if (!*v || *end) {
 		co_reply_errorf(r, CM_EINVAL, NULL,
-		                "Failed to parse float parameter [min_score] with value [%.60s]", v);
+		                "Failed to parse float parameter [min_score] with value [%.60s]",
+		                v);
 		return;
 	}
 	if (!co_resolve(r, search_index_expr(r), &ixs, &n))
@@ -539,7 +542,8 @@ count_min_score(co_req *r, cJSON *body)
 	cm_buf_init(&out, MEM);
 	cm_error_clear(&err);
 	if (run_search_once(r, ixs, n, body, 0, 0, 0, &out, &err)) {
-		if (err.code == CM_EPARSE || err.code == CM_EINVAL || err.code == CM_EVALIDATE || !n)
+		if (err.code == CM_EPARSE || err.code == CM_EINVAL || err.code == CM_EVALIDATE ||
+		    !n)
 			co_reply_error(r, &err, NULL);
 		else
 			reply_all_shards_failed(r, &err, ixs, n);
@@ -584,13 +588,29 @@ co_h_count(co_req *r)
 		cJSON_Delete(body);
 		return;
 	}
-	static const char *const ignored[] = {"from", "size", "sort", "_source", "_source_includes",
-	                                      "_source_excludes", "track_total_hits", "scroll",
-	                                      "terminate_after", "timeout", "track_scores", "explain",
-	                                      "version", "seq_no_primary_term", "search_type",
-	                                      "request_cache", "routing", "typed_keys",
-	                                      "allow_no_indices", "expand_wildcards", "stats",
-	                                      "analyze_wildcard", "lenient"};
+	static const char *const ignored[] = {"from",
+	                                      "size",
+	                                      "sort",
+	                                      "_source",
+	                                      "_source_includes",
+	                                      "_source_excludes",
+	                                      "track_total_hits",
+	                                      "scroll",
+	                                      "terminate_after",
+	                                      "timeout",
+	                                      "track_scores",
+	                                      "explain",
+	                                      "version",
+	                                      "seq_no_primary_term",
+	                                      "search_type",
+	                                      "request_cache",
+	                                      "routing",
+	                                      "typed_keys",
+	                                      "allow_no_indices",
+	                                      "expand_wildcards",
+	                                      "stats",
+	                                      "analyze_wildcard",
+	                                      "lenient"};
 	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
 		co_param_get(r, ignored[i]);
 	cm_error_clear(&err);
@@ -769,8 +789,8 @@ co_msearch_run(co_req *r, const cm_error *item_errs, size_t nitem_errs)
 		} else if (co_alias_filter(r, expr, body, &err)) {
 			/* err says why */
 		} else if (!nd_resolve(r->node, expr,
-		                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(header,
-		                                                                     "ignore_unavailable")),
+		                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+		                           header, "ignore_unavailable")),
 		                       &ixs, &n, &err)) {
 			const cJSON *pj = cJSON_GetObjectItemCaseSensitive(header, "preference");
 			if (cJSON_IsString(pj)) {

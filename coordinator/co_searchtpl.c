@@ -78,7 +78,8 @@ render_request(co_req *r, const cJSON *t, cm_buf *out, cm_error *err)
 	if (!rc) {
 		/* one JSON object and nothing after it but spaces */
 		const char *end = NULL, *lim = (const char *)rendered.data + rendered.len;
-		body = cJSON_ParseWithLengthOpts((const char *)rendered.data, rendered.len, &end, false);
+		body = cJSON_ParseWithLengthOpts((const char *)rendered.data, rendered.len, &end,
+		                                 false);
 		while (body && end && end < lim && strchr(" \t\r\n", *end))
 			end++;
 		if (body && end != lim) {
@@ -210,7 +211,8 @@ co_h_msearch_template(co_req *r)
 		}
 		header = true;
 		if (nerrs >= 4096) {
-			co_reply_errorf(r, CM_EINVAL, NULL, "too many searches in one _msearch/template");
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "too many searches in one _msearch/template");
 			cm_buf_free(&nd);
 			cm_buf_free(&one);
 			cm_free(MEM, errs);

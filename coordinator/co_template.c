@@ -777,8 +777,8 @@ co_script_source(nd_node *n, const char *id)
 {
 	char *out = NULL;
 	pthread_mutex_lock(&tpl_lock);
-	const cJSON *s = cJSON_GetObjectItemCaseSensitive(
-	    cJSON_GetObjectItemCaseSensitive(db(n), "script"), id);
+	const cJSON *s =
+	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(db(n), "script"), id);
 	const cJSON *src = cJSON_GetObjectItemCaseSensitive(s, "source");
 	if (cJSON_IsString(src))
 		out = cm_strdup(MEM, src->valuestring);
@@ -803,8 +803,9 @@ co_h_script_put(co_req *r)
 	const cJSON *lang = cJSON_GetObjectItemCaseSensitive(sc, "lang");
 	const cJSON *src = cJSON_GetObjectItemCaseSensitive(sc, "source");
 	if (!cJSON_IsObject(body) || !cJSON_IsObject(sc))
-		rc = cm_error_set(&err, CM_EPARSE, "unable to parse stored script: expected an "
-		                                   "object [script]");
+		rc = cm_error_set(&err, CM_EPARSE,
+		                  "unable to parse stored script: expected an "
+		                  "object [script]");
 	for (const cJSON *k = body ? body->child : NULL; !rc && k; k = k->next)
 		if (strcmp(k->string, "script"))
 			rc = cm_error_set_type(&err, CM_EPARSE, "x_content_parse_exception",

@@ -433,7 +433,8 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 		                   : rq.shards[i];
 		if (ord > max_ord)
 			max_ord = ord;
-		ts[i] = (local_shard){ix, (int)rq.shards[i], ord, &req, {0}, 0, cl->nodes[cl->self].name};
+		ts[i] = (local_shard){ix, (int)rq.shards[i],       ord, &req, {0},
+		                      0,  cl->nodes[cl->self].name};
 	}
 	cJSON_Delete(pj);
 	/* Several shards (per-node mode) run side by side on this node. */
@@ -780,8 +781,8 @@ static void
 run_job_local(void *arg)
 {
 	shard_job *j = arg;
-	j->local = (local_shard){j->ix, j->shard, j->ordinal, &j->S->req, {0}, 0,
-	                         j->S->cl->nodes[j->S->cl->self].name};
+	j->local = (local_shard){
+	    j->ix, j->shard, j->ordinal, &j->S->req, {0}, 0, j->S->cl->nodes[j->S->cl->self].name};
 	run_local_shard(&j->local);
 	if (claim(j, 0))
 		job_finish_ok(j, &j->local.res, NULL);

@@ -450,7 +450,8 @@ pr_shard_results_decode_meta(const void *p, size_t n, const sr_agg *aggs, sr_sha
 		r->node = intern(ps, pb->node);
 		r->shards_merged = pb->shards_merged;
 		if (pb->profile.len) {
-			r->profile = cm_strndup(HIT_MEM, (const char *)pb->profile.data, pb->profile.len);
+			r->profile =
+			    cm_strndup(HIT_MEM, (const char *)pb->profile.data, pb->profile.len);
 			r->profile_len = pb->profile.len;
 		}
 	}

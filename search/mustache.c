@@ -10,7 +10,7 @@
 
 #include "jsonw.h"
 
-#define MAX_DEPTH 64 /* nested sections */
+#define MAX_DEPTH 64        /* nested sections */
 #define MAX_OUT (16u << 20) /* a rendered template's size bound */
 
 typedef struct mctx {
@@ -131,7 +131,7 @@ typedef struct tag {
 	char kind;        /* 0 variable, '{' or '&' unescaped, '#', '^', '/', '!', '>', '=' */
 	const char *name; /* trimmed */
 	size_t nlen;
-	const char *end;  /* just past the closing braces */
+	const char *end; /* just past the closing braces */
 } tag;
 
 static bool

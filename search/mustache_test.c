@@ -27,10 +27,10 @@ render(const char *tmpl, const char *params)
 	return out_text;
 }
 
-#define RENDERS(tmpl, params, want)                                                    \
-	do {                                                                           \
-		const char *got = render(tmpl, params);                                \
-		CHECKF(!strcmp(got, want), "%s -> [%s], want [%s]", tmpl, got, want);  \
+#define RENDERS(tmpl, params, want)                                                                \
+	do {                                                                                       \
+		const char *got = render(tmpl, params);                                            \
+		CHECKF(!strcmp(got, want), "%s -> [%s], want [%s]", tmpl, got, want);              \
 	} while (0)
 
 int
@@ -38,8 +38,8 @@ main(void)
 {
 	/* variables: escaped for a JSON string, numbers, booleans, missing */
 	RENDERS("{\"q\":\"{{q}}\"}", "{\"q\":\"a \\\"b\\\"\\n\"}", "{\"q\":\"a \\\"b\\\"\\n\"}");
-	RENDERS("{{n}}|{{f}}|{{t}}|{{nil}}|{{missing}}|", "{\"n\":10,\"f\":1.5,\"t\":true,\"nil\":null}",
-	        "10|1.5|true|||");
+	RENDERS("{{n}}|{{f}}|{{t}}|{{nil}}|{{missing}}|",
+	        "{\"n\":10,\"f\":1.5,\"t\":true,\"nil\":null}", "10|1.5|true|||");
 	RENDERS("{{{raw}}}|{{&raw}}|{{raw}}", "{\"raw\":\"a\\\"b\"}", "a\"b|a\"b|a\\\"b");
 	RENDERS("{{ a.b.c }}", "{\"a\":{\"b\":{\"c\":\"deep\"}}}", "deep");
 	RENDERS("{{l.1}}", "{\"l\":[\"x\",\"y\"]}", "y");
@@ -53,8 +53,8 @@ main(void)
 	RENDERS("{{#join}}l{{/join}}", "{\"l\":[\"a\",\"b\",3]}", "a,b,3");
 	/* sections: lists, objects, truthy scalars, falsy values, inverted */
 	RENDERS("[{{#l}}{{.}};{{/l}}]", "{\"l\":[1,2,3]}", "[1;2;3;]");
-	RENDERS("{{#l}}{{name}}={{v}} {{/l}}", "{\"l\":[{\"name\":\"a\",\"v\":1},{\"name\":\"b\"}],\"v\":9}",
-	        "a=1 b=9 ");
+	RENDERS("{{#l}}{{name}}={{v}} {{/l}}",
+	        "{\"l\":[{\"name\":\"a\",\"v\":1},{\"name\":\"b\"}],\"v\":9}", "a=1 b=9 ");
 	RENDERS("{{#o}}{{x}}{{/o}}", "{\"o\":{\"x\":\"in\"}}", "in");
 	RENDERS("{{#on}}yes{{/on}}{{^on}}no{{/on}}", "{\"on\":true}", "yes");
 	RENDERS("{{#on}}yes{{/on}}{{^on}}no{{/on}}", "{\"on\":false}", "no");

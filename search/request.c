@@ -412,7 +412,10 @@ parse_source(sr_request *r, const cJSON *v, cm_error *err)
  * name rather than silently ignored (an ignored post_filter would return
  * wrong hits). */
 static const char *unsupported_keys[] = {
-    "suggest", "slice", "pit", "ext",
+    "suggest",
+    "slice",
+    "pit",
+    "ext",
 };
 
 #define MAX_RESCORE_WINDOW 10000 /* index.max_rescore_window */
@@ -430,12 +433,14 @@ float_param(const cJSON *v, const char *ctx, const char *name, float *out, cm_er
 	         *end == '\0')
 		;
 	else
-		return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
-		                         "[%s] failed to parse field [%s]: expected a number, found %s",
-		                         ctx, name, token_name(v));
+		return cm_error_set_type(
+		    err, CM_EPARSE, "x_content_parse_exception",
+		    "[%s] failed to parse field [%s]: expected a number, found %s", ctx, name,
+		    token_name(v));
 	if (!isfinite(d) || fabs(d) > 3.4e38)
 		return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
-		                         "[%s] failed to parse field [%s]: out of range", ctx, name);
+		                         "[%s] failed to parse field [%s]: out of range", ctx,
+		                         name);
 	*out = (float)d;
 	return CM_OK;
 }
@@ -470,8 +475,9 @@ parse_query_rescorer(const cJSON *o, sr_rescore *rs, cm_error *err)
 			sr_query_free(rs->query);
 			rs->query = NULL;
 			if (!cJSON_IsObject(v))
-				rc = cm_error_set(err, CM_EPARSE,
-				                  "[_na] query malformed, must start with start_object");
+				rc = cm_error_set(
+				    err, CM_EPARSE,
+				    "[_na] query malformed, must start with start_object");
 			else
 				rc = sr_query_from_json(v, &rs->query, err);
 		} else if (!strcmp(k, "query_weight")) {
@@ -497,7 +503,8 @@ parse_rescorer(sr_request *r, const cJSON *o, cm_error *err)
 		return cm_error_set(err, CM_EPARSE, "Unknown key for a %s in [rescore].",
 		                    token_name(o));
 	if (r->nrescore >= MAX_RESCORERS)
-		return cm_error_set(err, CM_EINVAL, "too many rescorers (at most %d)", MAX_RESCORERS);
+		return cm_error_set(err, CM_EINVAL, "too many rescorers (at most %d)",
+		                    MAX_RESCORERS);
 	r->rescore = cm_realloc(T, r->rescore, (r->nrescore + 1) * sizeof(*r->rescore));
 	sr_rescore *rs = &r->rescore[r->nrescore++];
 	*rs = (sr_rescore){10, NULL, 1.0f, 1.0f, SR_RESCORE_TOTAL};
@@ -509,20 +516,24 @@ parse_rescorer(sr_request *r, const cJSON *o, cm_error *err)
 			if ((rc = int_param(v, "window_size", &n, err)))
 				return rc;
 			if (n < 0)
-				return cm_error_set(err, CM_EINVAL,
-				                    "[window_size] must be greater than or equal to 0");
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "[window_size] must be greater than or equal to 0");
 			if (n > MAX_RESCORE_WINDOW)
 				return cm_error_set(
 				    err, CM_EINVAL,
-				    "Rescore window [%lld] is too large. It must be less than [%d]. "
-				    "This prevents allocating massive heaps for storing the results to be "
+				    "Rescore window [%lld] is too large. It must be less than "
+				    "[%d]. "
+				    "This prevents allocating massive heaps for storing the "
+				    "results to be "
 				    "rescored. This limit can be set by changing the "
 				    "[index.max_rescore_window] index level setting.",
 				    (long long)n, MAX_RESCORE_WINDOW);
 			rs->window_size = (uint32_t)n;
 		} else if (!strcmp(v->string, "query")) {
 			if (have_query)
-				return cm_error_set(err, CM_EPARSE, "[rescore] has two [query] rescorers");
+				return cm_error_set(err, CM_EPARSE,
+				                    "[rescore] has two [query] rescorers");
 			have_query = true;
 			if ((rc = parse_query_rescorer(v, rs, err)))
 				return rc;
@@ -585,9 +596,10 @@ parse_indices_boost(sr_request *r, const cJSON *v, cm_error *err)
 		                    token_name(v));
 	for (const cJSON *e = v->child; e; e = e->next) {
 		if (!cJSON_IsObject(e))
-			return cm_error_set(err, CM_EPARSE,
-			                    "Expected [START_OBJECT] in [indices_boost] but found [%s]",
-			                    token_name(e));
+			return cm_error_set(
+			    err, CM_EPARSE,
+			    "Expected [START_OBJECT] in [indices_boost] but found [%s]",
+			    token_name(e));
 		if (!e->child)
 			return cm_error_set(err, CM_EPARSE,
 			                    "Expected [FIELD_NAME] in [indices_boost] but found "
@@ -625,12 +637,13 @@ known_key(const char *k, const char *const *keys, size_t n)
 static cm_err
 check_inner_hits(const cJSON *o, cm_error *err)
 {
-	static const char *const keys[] = {"name", "from", "size", "sort", "_source",
-	                                   "version", "seq_no_primary_term", "track_scores",
-	                                   "explain"};
+	static const char *const keys[] = {
+	    "name",         "from",   "size", "sort", "_source", "version", "seq_no_primary_term",
+	    "track_scores", "explain"};
 	if (!cJSON_IsObject(o))
 		return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
-		                         "[inner_hits] expected an object, found %s", token_name(o));
+		                         "[inner_hits] expected an object, found %s",
+		                         token_name(o));
 	sr_request tmp;
 	sr_request_init(&tmp);
 	cm_err rc = CM_OK;
@@ -640,14 +653,15 @@ check_inner_hits(const cJSON *o, cm_error *err)
 			rc = cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
 			                       "[inner_hits] unknown field [%s]", v->string);
 		else if (!strcmp(v->string, "name") && !cJSON_IsString(v))
-			rc = cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
-			                       "[inner_hits] name doesn't support values of type: %s",
-			                       token_name(v));
+			rc = cm_error_set_type(
+			    err, CM_EPARSE, "x_content_parse_exception",
+			    "[inner_hits] name doesn't support values of type: %s", token_name(v));
 		else if (!strcmp(v->string, "from") || !strcmp(v->string, "size")) {
 			if (!(rc = int_param(v, v->string, &n, err)) && (n < 0 || n > 100))
-				rc = cm_error_set(err, CM_EINVAL,
-				                  "[inner_hits] %s must be between 0 and 100, got [%lld]",
-				                  v->string, (long long)n);
+				rc = cm_error_set(
+				    err, CM_EINVAL,
+				    "[inner_hits] %s must be between 0 and 100, got [%lld]",
+				    v->string, (long long)n);
 		} else if (!strcmp(v->string, "sort"))
 			rc = parse_sort(&tmp, v, err);
 		else if (!strcmp(v->string, "_source"))
@@ -673,7 +687,8 @@ parse_collapse(sr_request *r, const cJSON *v, cm_error *err)
 			if (!cJSON_IsString(e))
 				return cm_error_set_type(
 				    err, CM_EPARSE, "x_content_parse_exception",
-				    "[collapse] field doesn't support values of type: %s", token_name(e));
+				    "[collapse] field doesn't support values of type: %s",
+				    token_name(e));
 			cm_free(T, r->collapse_field);
 			r->collapse_field = cm_strdup(T, e->valuestring);
 		} else if (!strcmp(e->string, "inner_hits")) {
@@ -688,9 +703,10 @@ parse_collapse(sr_request *r, const cJSON *v, cm_error *err)
 			if ((rc = int_param(e, e->string, &n, err)))
 				return rc;
 			if (n < 1)
-				return cm_error_set(err, CM_EINVAL,
-				                    "maxConcurrentGroupRequests must be positive, got %lld",
-				                    (long long)n);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "maxConcurrentGroupRequests must be positive, got %lld",
+				    (long long)n);
 		} else {
 			return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
 			                         "[collapse] unknown field [%s]", e->string);
@@ -913,8 +929,9 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 	}
 	if (r->collapse_field) {
 		if (r->nsearch_after)
-			return cm_error_set(err, CM_EINVAL,
-			                    "cannot use `collapse` in conjunction with `search_after`");
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "cannot use `collapse` in conjunction with `search_after`");
 		if (r->nrescore)
 			return cm_error_set(err, CM_EINVAL,
 			                    "cannot use `collapse` in conjunction with `rescore`");

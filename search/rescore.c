@@ -76,7 +76,8 @@ sr_rescore_window(sr_exec *x, const sr_rescore *rs, sr_topk_entry *e, size_t n)
 		if (it && d < en->doc)
 			d = it->ops->advance(it, en->doc);
 		bool matched = it && d == en->doc;
-		en->score = rescore_combine(rs, en->score, matched, matched ? it->ops->score(it) : 0);
+		en->score =
+		    rescore_combine(rs, en->score, matched, matched ? it->ops->score(it) : 0);
 	}
 	sr_it_free(it);
 	sr_plan_free(plan);
@@ -85,4 +86,3 @@ sr_rescore_window(sr_exec *x, const sr_rescore *rs, sr_topk_entry *e, size_t n)
 		qsort(e, w, sizeof(*e), by_score_entry);
 	return rc;
 }
-

@@ -195,9 +195,9 @@ typedef struct sr_request {
 	sr_query *query;         /* NULL = match_all */
 	/* "post_filter": narrows hits and total, not aggregations; NULL = none */
 	sr_query *post_filter;
-	bool has_min_score;      /* "min_score": docs scoring below it are left out */
+	bool has_min_score; /* "min_score": docs scoring below it are left out */
 	float min_score;
-	sr_rescore *rescore;     /* "rescore", applied in order */
+	sr_rescore *rescore; /* "rescore", applied in order */
 	size_t nrescore;
 	sr_index_boost *index_boosts; /* "indices_boost", first match wins */
 	size_t nindex_boosts;

@@ -14,9 +14,9 @@
 #include "../common/cm_alloc.h"
 #include "../common/cm_sys.h"
 #include "exec.h"
-#include "jsonw.h"
 #include "fetch.h"
 #include "highlight.h"
+#include "jsonw.h"
 #include "sr_agg.h"
 
 #define MAX_TOPK (1u << 20) /* from + size bound (the coordinator caps max_result_window) */
@@ -45,17 +45,17 @@ typedef struct topk {
 	uint32_t *docs; /* window doc list for aggregations */
 	float *dscores;
 	size_t si;
-	float boost;           /* indices_boost of this shard's index */
-	sr_it *pf_it;          /* post_filter over the current segment, NULL = none */
+	float boost;  /* indices_boost of this shard's index */
+	sr_it *pf_it; /* post_filter over the current segment, NULL = none */
 	uint64_t pf_bits[SR_WIN_WORDS];
 	/* collapse: the best entry per value of the field */
 	bool collapse;
-	sr_sorter csorter;     /* one key: the collapse field's value */
+	sr_sorter csorter; /* one key: the collapse field's value */
 	struct cgroup *groups;
 	size_t ngroups, capgroups;
-	uint32_t *gmap;        /* open addressing: group index + 1, 0 = empty */
+	uint32_t *gmap; /* open addressing: group index + 1, 0 = empty */
 	size_t gmask;
-	uint64_t agg_ns;       /* profile: time inside the aggregation collector */
+	uint64_t agg_ns; /* profile: time inside the aggregation collector */
 } topk;
 
 typedef struct cgroup {
@@ -473,7 +473,8 @@ render_profile(const topk *t, const prof *p, sr_shard_result *out)
 	if (req->query && req->query->field && req->query->value)
 		snprintf(desc, sizeof desc, "%.200s:%.200s", req->query->field, req->query->value);
 	else
-		snprintf(desc, sizeof desc, "%.200s", req->query && req->query->field ? req->query->field : type);
+		snprintf(desc, sizeof desc, "%.200s",
+		         req->query && req->query->field ? req->query->field : type);
 	sr_jw_cstr(&b, desc);
 	cm_buf_printf(&b,
 	              ",\"time_in_nanos\":%llu,\"breakdown\":{\"create_weight\":%llu,"
@@ -484,23 +485,25 @@ render_profile(const topk *t, const prof *p, sr_shard_result *out)
 	              "\"shallow_advance_count\":0,\"compute_max_score\":0,"
 	              "\"compute_max_score_count\":0,\"set_min_competitive_score\":0,"
 	              "\"set_min_competitive_score_count\":0}}]",
-	              (unsigned long long)(p->rewrite + p->build + q), (unsigned long long)p->rewrite,
-	              (unsigned long long)p->build, t->x->nseg, (unsigned long long)q,
-	              (unsigned long long)t->collected);
-	cm_buf_printf(&b, ",\"rewrite_time\":%llu,\"collector\":[{\"name\":\"%s\","
-	                  "\"reason\":\"search_top_hits\",\"time_in_nanos\":%llu}]}]",
+	              (unsigned long long)(p->rewrite + p->build + q),
+	              (unsigned long long)p->rewrite, (unsigned long long)p->build, t->x->nseg,
+	              (unsigned long long)q, (unsigned long long)t->collected);
+	cm_buf_printf(&b,
+	              ",\"rewrite_time\":%llu,\"collector\":[{\"name\":\"%s\","
+	              "\"reason\":\"search_top_hits\",\"time_in_nanos\":%llu}]}]",
 	              (unsigned long long)p->rewrite,
 	              t->by_score ? "SimpleTopScoreDocCollector" : "SimpleFieldCollector",
 	              (unsigned long long)(q + p->rescore));
 	cm_buf_printf(&b, ",\"aggregations\":[");
 	if (req->aggs)
-		cm_buf_printf(&b,
-		              "{\"type\":\"aggregations\",\"description\":\"all top-level "
-		              "aggregations\",\"time_in_nanos\":%llu,\"breakdown\":{\"collect\":%llu,"
-		              "\"collect_count\":%llu,\"initialize\":0,\"build_aggregation\":0,"
-		              "\"reduce\":0}}",
-		              (unsigned long long)t->agg_ns, (unsigned long long)t->agg_ns,
-		              (unsigned long long)t->collected);
+		cm_buf_printf(
+		    &b,
+		    "{\"type\":\"aggregations\",\"description\":\"all top-level "
+		    "aggregations\",\"time_in_nanos\":%llu,\"breakdown\":{\"collect\":%llu,"
+		    "\"collect_count\":%llu,\"initialize\":0,\"build_aggregation\":0,"
+		    "\"reduce\":0}}",
+		    (unsigned long long)t->agg_ns, (unsigned long long)t->agg_ns,
+		    (unsigned long long)t->collected);
 	cm_buf_printf(&b, "],\"fetch_time_in_nanos\":%llu}]", (unsigned long long)p->fetch);
 	out->profile = cm_strndup(CM_MEM_SEARCH, (const char *)b.data, b.len);
 	out->profile_len = b.len;
@@ -515,7 +518,8 @@ sr_profile_set_id(sr_shard_result *res, const char *node, const char *index, int
 	    memcmp(res->profile, head, sizeof(head) - 1))
 		return;
 	char id[600];
-	snprintf(id, sizeof id, "[%.200s][%.200s][%d]", node ? node : "", index ? index : "", shard);
+	snprintf(id, sizeof id, "[%.200s][%.200s][%d]", node ? node : "", index ? index : "",
+	         shard);
 	cm_buf b;
 	cm_buf_init(&b, CM_MEM_SEARCH);
 	cm_buf_put(&b, "[{\"id\":", 7);
@@ -591,8 +595,8 @@ collapse_init(topk *t, st_reader *r, cm_error *err)
 	const st_mapping *m = st_reader_mapping(r);
 	const st_field_def *def = m ? st_mapping_find(m, field) : NULL;
 	if (!def || def->type == ST_FT_OBJECT)
-		return cm_error_set(err, CM_EINVAL, "no mapping found for `%s` in order to collapse on",
-		                    field);
+		return cm_error_set(err, CM_EINVAL,
+		                    "no mapping found for `%s` in order to collapse on", field);
 	switch (def->type) {
 	case ST_FT_KEYWORD:
 	case ST_FT_LONG:
@@ -606,10 +610,11 @@ collapse_init(topk *t, st_reader *r, cm_error *err)
 	case ST_FT_UNSIGNED_LONG:
 		break;
 	default:
-		return cm_error_set(err, CM_EINVAL,
-		                    "unknown type for collapse field `%s`, only keywords and numbers "
-		                    "are accepted",
-		                    field);
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "unknown type for collapse field `%s`, only keywords and numbers "
+		    "are accepted",
+		    field);
 	}
 	sr_sort_key key = {SR_SORT_FIELD, (char *)field, false, false, SR_SORT_MODE_MIN, NULL};
 	sr_request one;
