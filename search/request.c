@@ -647,8 +647,12 @@ check_inner_hits(const cJSON *o, cm_error *err)
 	sr_request tmp;
 	sr_request_init(&tmp);
 	cm_err rc = CM_OK;
+	int64_t from = 0, size = 3; /* InnerHitBuilder's defaults */
+	const char *name = NULL;
 	for (const cJSON *v = o->child; v && !rc; v = v->next) {
 		int64_t n;
+		if (!strcmp(v->string, "name") && cJSON_IsString(v))
+			name = v->valuestring;
 		if (!known_key(v->string, keys, sizeof(keys) / sizeof(keys[0])))
 			rc = cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
 			                       "[inner_hits] unknown field [%s]", v->string);
@@ -657,11 +661,11 @@ check_inner_hits(const cJSON *o, cm_error *err)
 			    err, CM_EPARSE, "x_content_parse_exception",
 			    "[inner_hits] name doesn't support values of type: %s", token_name(v));
 		else if (!strcmp(v->string, "from") || !strcmp(v->string, "size")) {
-			if (!(rc = int_param(v, v->string, &n, err)) && (n < 0 || n > 100))
-				rc = cm_error_set(
-				    err, CM_EINVAL,
-				    "[inner_hits] %s must be between 0 and 100, got [%lld]",
-				    v->string, (long long)n);
+			if (!(rc = int_param(v, v->string, &n, err)) && n < 0)
+				rc = cm_error_set(err, CM_EINVAL, "[inner_hits] %s must be positive",
+				                  v->string);
+			else if (!rc)
+				*(v->string[0] == 'f' ? &from : &size) = n;
 		} else if (!strcmp(v->string, "sort"))
 			rc = parse_sort(&tmp, v, err);
 		else if (!strcmp(v->string, "_source"))
@@ -670,6 +674,14 @@ check_inner_hits(const cJSON *o, cm_error *err)
 			rc = bool_param(v, v->string, &tmp.version, err);
 	}
 	sr_request_free(&tmp);
+	/* index.max_inner_result_window's default */
+	if (!rc && from + size > 100)
+		rc = cm_error_set(err, CM_EINVAL,
+		                  "Inner result window is too large, the inner hit definition's [%s]'s "
+		                  "from + size must be less than or equal to: [100] but was [%lld]. "
+		                  "This limit can be set by changing the "
+		                  "[index.max_inner_result_window] index level setting.",
+		                  name ? name : "", (long long)(from + size));
 	return rc;
 }
 

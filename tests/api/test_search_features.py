@@ -419,6 +419,10 @@ def collapse_errors():
                  "x_content_parse_exception", "[inner_hits] unknown field [nme]")
         error_is(w.req("POST", p, {"collapse": {"field": "g", "inner_hits": [
             {"name": "x"}, {"name": "x"}]}}), 400, "illegal_argument_exception", "[x]")
+        error_is(w.req("POST", p, {"collapse": {"field": "g", "inner_hits": {
+            "name": "big", "from": 60, "size": 41}}}), 400, "illegal_argument_exception",
+            "Inner result window is too large, the inner hit definition's [big]'s from + size "
+            "must be less than or equal to: [100] but was [101]")
         error_is(w.req("POST", p, {"collapse": {"field": "g"}, "sort": ["n"],
                                    "search_after": [3]}), 400, "illegal_argument_exception",
                  "cannot use `collapse` in conjunction with `search_after`")
