@@ -644,6 +644,20 @@ def search_template_inline_stored_and_msearch():
                        {"source": "{\"query\":{\"bogus\":{}}}"}), 400, "parsing_exception")
 
 
+@test
+def stored_template_survives_a_restart():
+    n = solo()
+    st, b = n.req("PUT", "/_scripts/kept", {"script": {"lang": "mustache", "source": {
+        "query": {"match": {"t": "{{q}}"}}}}})
+    eq((st, b), (200, {"acknowledged": True}), "put")
+    n.restart()
+    st, b = n.req("GET", "/_scripts/kept")
+    eq((st, b["script"]), (200, {"lang": "mustache",
+                                 "source": '{"query":{"match":{"t":"{{q}}"}}}'}), "after restart")
+    st, b = n.req("POST", "/_render/template", {"id": "kept", "params": {"q": "x"}})
+    eq((st, b), (200, {"template_output": {"query": {"match": {"t": "x"}}}}), "render by id")
+
+
 def teardown():
     rc = 0
     if SOLO:
