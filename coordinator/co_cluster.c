@@ -130,6 +130,70 @@ search_opts(co_req *r, nd_cl_search_opts *o, cJSON *body)
 		o->deadline_ns = cm_now_ns() + (uint64_t)ms * 1000000ull;
 }
 
+/* profile.shards in the order of the coordinator's shard timings, each
+ * shard's own profile (matched by its id, [node][index][shard]) with the
+ * copy that answered it: node, local, hedged, hedge_won, took_in_nanos as
+ * the coordinator saw it. A copy without a profile of its own (it failed,
+ * or lost a hedge) gets an entry with empty searches. */
+static void
+add_copy_details(cm_buf *out, const nd_cl_shard_timing *tm, size_t nt)
+{
+	/* only the profile is parsed and rewritten: the hits stay as rendered */
+	size_t po, pl;
+	if (!co_json_member((const char *)out->data, out->len, "profile", &po, &pl))
+		return;
+	cJSON *prof = cJSON_ParseWithLength((const char *)out->data + po, pl);
+	cJSON *arr = cJSON_DetachItemFromObjectCaseSensitive(prof, "shards");
+	if (!cJSON_IsArray(arr)) {
+		cJSON_Delete(arr);
+		cJSON_Delete(prof);
+		return;
+	}
+	cJSON *sorted = cJSON_AddArrayToObject(prof, "shards");
+	for (size_t i = 0; i < nt; i++) {
+		const nd_cl_shard_timing *t = &tm[i];
+		char id[600];
+		snprintf(id, sizeof(id), "[%s][%s][%d]", t->node, t->index, t->shard);
+		cJSON *x = NULL, *e;
+		cJSON_ArrayForEach(e, arr)
+		{
+			const cJSON *eid = cJSON_GetObjectItemCaseSensitive(e, "id");
+			if (cJSON_IsString(eid) && !strcmp(eid->valuestring, id)) {
+				x = cJSON_DetachItemViaPointer(arr, e);
+				break;
+			}
+		}
+		if (!x) {
+			x = cJSON_CreateObject();
+			cJSON_AddStringToObject(x, "id", id);
+			cJSON_AddArrayToObject(x, "searches");
+			cJSON_AddArrayToObject(x, "aggregations");
+		}
+		cJSON_AddStringToObject(x, "node", t->node);
+		cJSON_AddStringToObject(x, "index", t->index);
+		cJSON_AddNumberToObject(x, "shard", t->shard);
+		cJSON_AddBoolToObject(x, "local", t->local);
+		cJSON_AddBoolToObject(x, "hedged", t->hedged);
+		cJSON_AddBoolToObject(x, "hedge_won", t->hedge_won);
+		cJSON_AddNumberToObject(x, "took_in_nanos", (double)t->took_ns);
+		cJSON_AddItemToArray(sorted, x);
+	}
+	while (arr->child) /* profiles no timing named (not expected) */
+		cJSON_AddItemToArray(sorted, cJSON_DetachItemViaPointer(arr, arr->child));
+	cJSON_Delete(arr);
+	char *s = cJSON_PrintUnformatted(prof);
+	cm_buf next;
+	cm_buf_init(&next, MEM);
+	cm_buf_put(&next, out->data, po);
+	cm_buf_put(&next, s, strlen(s));
+	cm_buf_put(&next, out->data + po + pl, out->len - po - pl);
+	cm_buf_reset(out);
+	cm_buf_put(out, next.data, next.len);
+	cm_buf_free(&next);
+	cJSON_free(s);
+	cJSON_Delete(prof);
+}
+
 bool
 co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out, cm_error *err,
                   cm_err *rc)
@@ -149,12 +213,9 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
 	/* ?timings=true (Shoal's): how long each shard took, for the page's
 	 * console, appended as "_shoal": {"shards": [...]} */
 	bool timings = co_param_bool(r, "timings", false);
-	/* "profile": true shows which copy answered each shard and whether
-	 * it was hedged (no per-query breakdown: "searches" stays empty). */
-	const cJSON *pj = cJSON_GetObjectItemCaseSensitive(body, "profile");
-	bool profile = cJSON_IsTrue(pj);
-	if (cJSON_IsBool(pj))
-		cJSON_DeleteItemFromObjectCaseSensitive(body, "profile");
+	/* "profile": true: each shard's own profile (the shards time their
+	 * phases) plus which copy answered it and whether it was hedged */
+	bool profile = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "profile"));
 	size_t cap = 0, nt = 0;
 	for (size_t i = 0; (timings || profile) && i < n; i++)
 		cap += (size_t)nd_index_nshards(ixs[i]);
@@ -186,32 +247,8 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
 		cJSON_free(st);
 		cJSON_Delete(sh);
 	}
-	if (profile && !*rc && out->len && out->data[out->len - 1] == '}') {
-		cJSON *pr = cJSON_CreateObject();
-		cJSON *arr = cJSON_AddArrayToObject(pr, "shards");
-		for (size_t i = 0; i < nt; i++) {
-			const nd_cl_shard_timing *t = &o.timings[i];
-			cJSON *x = cJSON_CreateObject();
-			char id[512];
-			snprintf(id, sizeof(id), "[%s][%s][%d]", t->node, t->index, t->shard);
-			cJSON_AddStringToObject(x, "id", id);
-			cJSON_AddStringToObject(x, "node", t->node);
-			cJSON_AddStringToObject(x, "index", t->index);
-			cJSON_AddNumberToObject(x, "shard", t->shard);
-			cJSON_AddBoolToObject(x, "local", t->local);
-			cJSON_AddBoolToObject(x, "hedged", t->hedged);
-			cJSON_AddBoolToObject(x, "hedge_won", t->hedge_won);
-			cJSON_AddNumberToObject(x, "took_in_nanos", (double)t->took_ns);
-			cJSON_AddArrayToObject(x, "searches");
-			cJSON_AddArrayToObject(x, "aggregations");
-			cJSON_AddItemToArray(arr, x);
-		}
-		char *st = cJSON_PrintUnformatted(pr);
-		out->len--;
-		cm_buf_printf(out, "%s\"profile\":%s}", out->len > 1 ? "," : "", st);
-		cJSON_free(st);
-		cJSON_Delete(pr);
-	}
+	if (profile && !*rc)
+		add_copy_details(out, o.timings, nt);
 	cm_free(MEM, o.timings);
 	return true;
 }

@@ -175,6 +175,10 @@ cm_err co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *o
 void co_h_index_close(co_req *r); /* POST /{index}/_close */
 void co_h_count(co_req *r);
 void co_h_msearch(co_req *r);
+/* _msearch over r->body; item_errs[i] (when its code is set) answers the
+ * i-th search's error instead of running it (a template that could not be
+ * rendered). */
+void co_msearch_run(co_req *r, const cm_error *item_errs, size_t nitem_errs);
 void co_h_scroll(co_req *r);       /* co_scroll.c */
 void co_h_scroll_clear(co_req *r);
 /* The first page of a ?scroll= search (co_scroll.c), "_scroll_id" first. */
@@ -279,6 +283,16 @@ bool co_alias_routing_param(co_req *r, const char *name);
 void co_h_template_put(co_req *r);
 void co_h_template_get(co_req *r);
 void co_h_template_delete(co_req *r);
+/* Stored scripts (mustache search templates), kept with the templates. */
+void co_h_script_put(co_req *r);
+void co_h_script_get(co_req *r);
+void co_h_script_delete(co_req *r);
+/* The source of stored script id (cm_free COORDINATOR), NULL when none. */
+char *co_script_source(nd_node *n, const char *id);
+/* Search templates (co_searchtpl.c). */
+void co_h_search_template(co_req *r);
+void co_h_msearch_template(co_req *r);
+void co_h_render_template(co_req *r);
 void co_h_simulate_index(co_req *r);
 cJSON *co_template_body(nd_node *n, const char *index, const cJSON *req);
 /* Every template ({"index","component","legacy"}) and ingest pipeline
@@ -347,6 +361,16 @@ bool co_cluster_delete(co_req *r, nd_index **ixs, size_t n);
 bool co_cluster_put_mapping(co_req *r, nd_index **ixs, size_t n, const cJSON *body);
 bool co_cluster_put_settings(co_req *r, nd_index **ixs, size_t n, const cJSON *settings);
 bool co_cluster_broadcast(co_req *r, const char *action, nd_index **ixs, size_t n);
+/* One search of body over ixs (co_search.c), rendered into out; no scroll,
+ * no collapse expansion. */
+cm_err co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out, cm_error *err);
+/* Finds member key of the JSON object text s[0..len) (top level only):
+ * its value's offset and length. false when absent or malformed. */
+bool co_json_member(const char *s, size_t len, const char *key, size_t *off, size_t *vlen);
+/* collapse.inner_hits of body: runs each group's searches and adds the
+ * hits' "inner_hits" to the rendered response in out (co_collapse.c). */
+cm_err co_collapse_expand(co_req *r, nd_index **ixs, size_t n, const cJSON *body, cm_buf *out,
+                          cm_error *err);
 bool co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
                        cm_error *err, cm_err *rc);
 bool co_cluster_count(co_req *r, nd_index **ixs, size_t n, cJSON *body);

@@ -288,11 +288,74 @@ fanout_mode(co_req *r)
 	return ND_FANOUT_PER_SHARD;
 }
 
+/* indices_boost names indices, aliases or patterns: rewritten here to
+ * concrete names in the array form, the first entry naming an index
+ * winning (as ES), so shards only match names. Malformed shapes are left
+ * for sr_request_from_json to refuse with ES's message. */
+static cm_err
+resolve_indices_boost(co_req *r, cJSON *body, cm_error *err)
+{
+	cJSON *ib = cJSON_GetObjectItemCaseSensitive(body, "indices_boost");
+	if (!cJSON_IsObject(ib) && !cJSON_IsArray(ib))
+		return CM_OK;
+	cJSON *out = cJSON_CreateArray();
+	cJSON *e;
+	cJSON_ArrayForEach(e, ib)
+	{
+		const cJSON *entry = cJSON_IsArray(ib) ? e->child : e;
+		if ((cJSON_IsArray(ib) && (!cJSON_IsObject(e) || !entry || entry->next)) ||
+		    !cJSON_IsNumber(entry)) {
+			cJSON_Delete(out);
+			return CM_OK;
+		}
+		nd_index **ixs;
+		size_t n;
+		cm_err rc = nd_resolve(r->node, entry->string, false, &ixs, &n, err);
+		if (rc) {
+			cJSON_Delete(out);
+			return rc;
+		}
+		for (size_t i = 0; i < n; i++) {
+			const char *name = nd_index_name(ixs[i]);
+			bool seen = false;
+			const cJSON *o;
+			cJSON_ArrayForEach(o, out) seen |= !strcmp(o->child->string, name);
+			if (!seen) {
+				cJSON *o2 = cJSON_CreateObject();
+				cJSON_AddNumberToObject(o2, name, entry->valuedouble);
+				cJSON_AddItemToArray(out, o2);
+			}
+		}
+		co_release_all(ixs, n);
+	}
+	obj_set(body, "indices_boost", out);
+	return CM_OK;
+}
+
+static cm_err run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms,
+                              int slice_id, int slice_max, cm_buf *out, cm_error *err);
+
+cm_err
+co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out, cm_error *err)
+{
+	return run_search_once(r, ixs, n, body, 0, 0, 0, out, err);
+}
+
 /* Runs one search over the resolved indices; renders into out or fills
  * err. scroll_ms > 0 keeps a scroll context. */
 static cm_err
 run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, int slice_id,
            int slice_max, cm_buf *out, cm_error *err)
+{
+	cm_err rc = run_search_once(r, ixs, n, body, scroll_ms, slice_id, slice_max, out, err);
+	if (!rc && scroll_ms <= 0)
+		rc = co_collapse_expand(r, ixs, n, body, out, err);
+	return rc;
+}
+
+static cm_err
+run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, int slice_id,
+                int slice_max, cm_buf *out, cm_error *err)
 {
 	sr_request req;
 	nd_target *t;
@@ -304,15 +367,9 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 	if ((rc = nd_cl_preference_check(co_param_get(r, "preference"), err)))
 		return rc;
 	sr_request_init(&req);
-	/* "profile" in a cluster: which copy answered each shard, added by
-	 * co_cluster_search; the shard-level parser does not know it. */
-	cJSON *prof = NULL;
-	if (nd_cluster_of(r->node) &&
-	    cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(body, "profile")))
-		prof = cJSON_DetachItemFromObjectCaseSensitive(body, "profile");
+	if ((rc = resolve_indices_boost(r, body, err)))
+		return rc;
 	rc = sr_request_from_json(body, &req, err);
-	if (prof)
-		cJSON_AddItemToObject(body, "profile", prof);
 	if (rc) {
 		sr_request_free(&req);
 		return rc;
@@ -335,6 +392,19 @@ run_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms, 
 		return cm_error_set(err, CM_EVALIDATE,
 		                    "Validation Failed: 1: using [from] is not allowed in a scroll "
 		                    "context;");
+	}
+	if (scroll_ms > 0 && req.collapse_field) {
+		sr_request_free(&req);
+		return cm_error_set(
+		    err, CM_EVALIDATE,
+		    "Validation Failed: 1: cannot use `collapse` in a scroll context;");
+	}
+	if (scroll_ms > 0 && req.nrescore) {
+		sr_request_free(&req);
+		return cm_error_set(
+		    err, CM_EVALIDATE,
+		    "Validation Failed: 1: using [rescore] is not allowed in a scroll "
+		    "context;");
 	}
 	if (scroll_ms > 0) {
 		sr_request_free(&req);
@@ -407,6 +477,18 @@ co_h_search(co_req *r)
 		return;
 	}
 	if (pit) {
+		/* a point in time names its indices itself: boosts by concrete name */
+		if (cJSON_GetObjectItemCaseSensitive(
+		        cJSON_GetObjectItemCaseSensitive(body, "collapse"), "inner_hits"))
+			cm_error_set(
+			    &err, CM_EINVAL,
+			    "[inner_hits] of [collapse] are not supported in a point in time "
+			    "search");
+		if (err.code || resolve_indices_boost(r, body, &err)) {
+			co_reply_error(r, &err, NULL);
+			cJSON_Delete(body);
+			return;
+		}
 		co_pit_search(r, body, slice_id, slice_max);
 		cJSON_Delete(body);
 		return;
@@ -427,7 +509,8 @@ co_h_search(co_req *r)
 	cm_error_clear(&err);
 	if (run_search(r, ixs, n, body, scroll_ms, slice_id, slice_max, &out, &err)) {
 		if (err.code == CM_EPARSE || err.code == CM_EVALIDATE || err.code == CM_EINVAL ||
-		    err.code == CM_EBUSY || err.code == CM_ELIMIT || err.code == CM_EMAPPING || !n)
+		    err.code == CM_EBUSY || err.code == CM_ELIMIT || err.code == CM_EMAPPING ||
+		    err.code == CM_ENOINDEX || !n)
 			co_reply_error(r, &err, NULL);
 		else
 			reply_all_shards_failed(r, &err, ixs, n);
@@ -439,6 +522,53 @@ co_h_search(co_req *r)
 	cm_buf_free(&out);
 	co_release_all(ixs, n);
 	cJSON_Delete(body);
+}
+
+/* _count?min_score=: counting needs scores, so it runs as a search of
+ * size 0 whose total is the count. */
+static void
+count_min_score(co_req *r, cJSON *body)
+{
+	const char *v = co_param_get(r, "min_score");
+	char *end;
+	double ms = strtod(v, &end);
+	nd_index **ixs;
+	size_t n;
+	if (!*v || *end) {
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "Failed to parse float parameter [min_score] with value [%.60s]",
+		                v);
+		return;
+	}
+	if (!co_resolve(r, search_index_expr(r), &ixs, &n))
+		return;
+	obj_set(body, "min_score", cJSON_CreateNumber(ms));
+	obj_set(body, "size", cJSON_CreateNumber(0));
+	obj_set(body, "track_total_hits", cJSON_CreateTrue());
+	cm_buf out;
+	cm_error err;
+	cm_buf_init(&out, MEM);
+	cm_error_clear(&err);
+	if (run_search_once(r, ixs, n, body, 0, 0, 0, &out, &err)) {
+		if (err.code == CM_EPARSE || err.code == CM_EINVAL || err.code == CM_EVALIDATE ||
+		    !n)
+			co_reply_error(r, &err, NULL);
+		else
+			reply_all_shards_failed(r, &err, ixs, n);
+	} else {
+		cJSON *res = cJSON_ParseWithLength((const char *)out.data, out.len);
+		cJSON *total = cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(res, "hits"), "total");
+		const cJSON *value = cJSON_GetObjectItemCaseSensitive(total, "value");
+		cJSON *j = cJSON_CreateObject();
+		cJSON_AddNumberToObject(j, "count", cJSON_IsNumber(value) ? value->valuedouble : 0);
+		cJSON_AddItemToObject(j, "_shards",
+		                      cJSON_DetachItemFromObjectCaseSensitive(res, "_shards"));
+		cJSON_Delete(res);
+		co_reply_json(r, 200, j);
+	}
+	cm_buf_free(&out);
+	co_release_all(ixs, n);
 }
 
 void
@@ -466,13 +596,29 @@ co_h_count(co_req *r)
 		cJSON_Delete(body);
 		return;
 	}
-	static const char *const ignored[] = {"from", "size", "sort", "_source", "_source_includes",
-	                                      "_source_excludes", "track_total_hits", "scroll",
-	                                      "terminate_after", "timeout", "track_scores", "explain",
-	                                      "version", "seq_no_primary_term", "search_type",
-	                                      "request_cache", "routing", "typed_keys",
-	                                      "allow_no_indices", "expand_wildcards", "stats",
-	                                      "min_score", "analyze_wildcard", "lenient"};
+	static const char *const ignored[] = {"from",
+	                                      "size",
+	                                      "sort",
+	                                      "_source",
+	                                      "_source_includes",
+	                                      "_source_excludes",
+	                                      "track_total_hits",
+	                                      "scroll",
+	                                      "terminate_after",
+	                                      "timeout",
+	                                      "track_scores",
+	                                      "explain",
+	                                      "version",
+	                                      "seq_no_primary_term",
+	                                      "search_type",
+	                                      "request_cache",
+	                                      "routing",
+	                                      "typed_keys",
+	                                      "allow_no_indices",
+	                                      "expand_wildcards",
+	                                      "stats",
+	                                      "analyze_wildcard",
+	                                      "lenient"};
 	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
 		co_param_get(r, ignored[i]);
 	cm_error_clear(&err);
@@ -480,6 +626,11 @@ co_h_count(co_req *r)
 	if (nd_cl_preference_check(pref, &err) ||
 	    co_alias_filter(r, search_index_expr(r), body, &err)) {
 		co_reply_error(r, &err, NULL);
+		cJSON_Delete(body);
+		return;
+	}
+	if (co_param_get(r, "min_score")) {
+		count_min_score(r, body);
 		cJSON_Delete(body);
 		return;
 	}
@@ -571,6 +722,12 @@ param_restore(co_req *r, const param_override *o)
 void
 co_h_msearch(co_req *r)
 {
+	co_msearch_run(r, NULL, 0);
+}
+
+void
+co_msearch_run(co_req *r, const cm_error *item_errs, size_t nitem_errs)
+{
 	const char *dflt = search_index_expr(r);
 	const char *p = (const char *)r->body.data, *end = p + r->body.len;
 	cm_buf out, one;
@@ -641,13 +798,15 @@ co_h_msearch(co_req *r)
 		if (nsearch > 1)
 			cm_buf_put_u8(&out, ',');
 		cm_buf_reset(&one);
-		if (!cJSON_IsObject(body)) {
+		if ((size_t)nsearch <= nitem_errs && item_errs[nsearch - 1].code) {
+			err = item_errs[nsearch - 1]; /* this item failed before the search */
+		} else if (!cJSON_IsObject(body)) {
 			cm_error_set(&err, CM_EPARSE, "malformed search body on line [%d]", line);
 		} else if (co_alias_filter(r, expr, body, &err)) {
 			/* err says why */
 		} else if (!nd_resolve(r->node, expr,
-		                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(header,
-		                                                                     "ignore_unavailable")),
+		                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+		                           header, "ignore_unavailable")),
 		                       &ixs, &n, &err)) {
 			const cJSON *pj = cJSON_GetObjectItemCaseSensitive(header, "preference");
 			if (cJSON_IsString(pj)) {

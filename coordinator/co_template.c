@@ -8,7 +8,10 @@
  * them in the cluster state (a change goes through the master, so a node
  * that joins later has them too); indices are created with the effective
  * body computed where the request arrived, so every copy of the cluster
- * state carries the same settings. */
+ * state carries the same settings.
+ *
+ * Stored scripts (PUT /_scripts/{id}: mustache search templates) live in
+ * the same store under "script", so they travel the same way. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -130,9 +133,9 @@ cm_err
 co_template_import(nd_node *n, const cJSON *all, cm_error *err)
 {
 	/* components first: the composable templates name them */
-	static const char *const kinds[] = {"component", "legacy", "index", "pipeline"};
+	static const char *const kinds[] = {"component", "legacy", "index", "pipeline", "script"};
 	cm_err rc = CM_OK;
-	for (int k = 0; k < 4 && !rc; k++) {
+	for (int k = 0; k < 5 && !rc; k++) {
 		const cJSON *t;
 		cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(all, kinds[k]))
 		{
@@ -771,4 +774,114 @@ co_h_simulate_index(co_req *r)
 	cJSON_AddItemToObject(j, "overlapping", over);
 	cJSON_Delete(acc);
 	co_reply_json(r, 200, j);
+}
+
+/* ---- stored scripts ---- */
+
+char *
+co_script_source(nd_node *n, const char *id)
+{
+	char *out = NULL;
+	pthread_mutex_lock(&tpl_lock);
+	const cJSON *s =
+	    cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(db(n), "script"), id);
+	const cJSON *src = cJSON_GetObjectItemCaseSensitive(s, "source");
+	if (cJSON_IsString(src))
+		out = cm_strdup(MEM, src->valuestring);
+	pthread_mutex_unlock(&tpl_lock);
+	return out;
+}
+
+void
+co_h_script_put(co_req *r)
+{
+	const char *id = co_seg(r, 1);
+	bool bad;
+	cJSON *body = co_body_json(r, &bad);
+	cm_error err;
+	cm_err rc = CM_OK;
+	co_param_get(r, "timeout");
+	co_param_get(r, "master_timeout");
+	if (bad)
+		return;
+	cm_error_clear(&err);
+	const cJSON *sc = cJSON_GetObjectItemCaseSensitive(body, "script");
+	const cJSON *lang = cJSON_GetObjectItemCaseSensitive(sc, "lang");
+	const cJSON *src = cJSON_GetObjectItemCaseSensitive(sc, "source");
+	if (!cJSON_IsObject(body) || !cJSON_IsObject(sc))
+		rc = cm_error_set(&err, CM_EPARSE,
+		                  "unable to parse stored script: expected an "
+		                  "object [script]");
+	for (const cJSON *k = body ? body->child : NULL; !rc && k; k = k->next)
+		if (strcmp(k->string, "script"))
+			rc = cm_error_set_type(&err, CM_EPARSE, "x_content_parse_exception",
+			                       "[script] unknown field [%s]", k->string);
+	for (const cJSON *k = sc ? sc->child : NULL; !rc && k; k = k->next)
+		if (strcmp(k->string, "lang") && strcmp(k->string, "source") &&
+		    strcmp(k->string, "options"))
+			rc = cm_error_set_type(&err, CM_EPARSE, "x_content_parse_exception",
+			                       "[script] unknown field [%s]", k->string);
+	if (!rc && !cJSON_IsString(lang))
+		rc = cm_error_set(&err, CM_EINVAL, "must specify lang for stored script");
+	else if (!rc && strcmp(lang->valuestring, "mustache"))
+		rc = cm_error_set(&err, CM_EINVAL,
+		                  "unable to put stored script with unsupported lang [%s]: only "
+		                  "[mustache] search templates can be stored",
+		                  lang->valuestring);
+	else if (!rc && !cJSON_IsString(src) && !cJSON_IsObject(src))
+		rc = cm_error_set(&err, CM_EINVAL, "must specify source for stored script");
+	else if (!rc && (!id[0] || strchr(id, '#') || strlen(id) > 255))
+		rc = cm_error_set(&err, CM_EINVAL, "invalid stored script id [%s]", id);
+	if (rc) {
+		co_reply_error(r, &err, NULL);
+		cJSON_Delete(body);
+		return;
+	}
+	/* an object source is kept as its JSON text, as ES does */
+	cJSON *stored = cJSON_CreateObject();
+	cJSON_AddStringToObject(stored, "lang", "mustache");
+	if (cJSON_IsString(src)) {
+		cJSON_AddStringToObject(stored, "source", src->valuestring);
+	} else {
+		char *t = cJSON_PrintUnformatted(src);
+		cJSON_AddStringToObject(stored, "source", t ? t : "{}");
+		cJSON_free(t);
+	}
+	change(r, "put", "script", id, stored);
+	cJSON_Delete(stored);
+	cJSON_Delete(body);
+}
+
+void
+co_h_script_get(co_req *r)
+{
+	const char *id = co_seg(r, 1);
+	co_param_get(r, "master_timeout");
+	pthread_mutex_lock(&tpl_lock);
+	const cJSON *s = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(db(r->node), "script"), id);
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddStringToObject(j, "_id", id);
+	cJSON_AddBoolToObject(j, "found", s != NULL);
+	if (s)
+		cJSON_AddItemToObject(j, "script", cJSON_Duplicate(s, true));
+	pthread_mutex_unlock(&tpl_lock);
+	co_reply_json(r, s ? 200 : 404, j);
+}
+
+void
+co_h_script_delete(co_req *r)
+{
+	const char *id = co_seg(r, 1);
+	co_param_get(r, "timeout");
+	co_param_get(r, "master_timeout");
+	pthread_mutex_lock(&tpl_lock);
+	bool found = cJSON_GetObjectItemCaseSensitive(
+	                 cJSON_GetObjectItemCaseSensitive(db(r->node), "script"), id) != NULL;
+	pthread_mutex_unlock(&tpl_lock);
+	if (!found) {
+		co_reply_errorf(r, CM_ENOTFOUND, NULL, "stored script [%.200s] does not exist", id);
+		return;
+	}
+	change(r, "delete", "script", id, NULL);
 }

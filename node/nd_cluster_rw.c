@@ -354,6 +354,7 @@ typedef struct local_shard {
 	const sr_request *req;
 	sr_shard_result res;
 	uint64_t took_ns; /* service time, reported to the coordinator */
+	const char *node_id; /* for profile ids */
 } local_shard;
 
 static void
@@ -365,7 +366,9 @@ run_local_shard(void *arg)
 	cm_error e;
 	cm_error_clear(&e);
 	memset(&t->res, 0, sizeof(t->res));
-	cm_err rc = sr_search_shard(r, t->ordinal, t->req, &t->res, &e);
+	cm_err rc = sr_search_shard_in(r, t->ordinal, nd_index_name(t->ix), t->req, &t->res, &e);
+	if (!rc)
+		sr_profile_set_id(&t->res, t->node_id, nd_index_name(t->ix), t->shard);
 	st_reader_release(r);
 	if (rc) {
 		sr_shard_result_free(&t->res);
@@ -430,7 +433,8 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 		                   : rq.shards[i];
 		if (ord > max_ord)
 			max_ord = ord;
-		ts[i] = (local_shard){ix, (int)rq.shards[i], ord, &req, {0}, 0};
+		ts[i] = (local_shard){ix, (int)rq.shards[i],       ord, &req, {0},
+		                      0,  cl->nodes[cl->self].name};
 	}
 	cJSON_Delete(pj);
 	/* Several shards (per-node mode) run side by side on this node. */
@@ -777,7 +781,8 @@ static void
 run_job_local(void *arg)
 {
 	shard_job *j = arg;
-	j->local = (local_shard){j->ix, j->shard, j->ordinal, &j->S->req, {0}, 0};
+	j->local = (local_shard){
+	    j->ix, j->shard, j->ordinal, &j->S->req, {0}, 0, j->S->cl->nodes[j->S->cl->self].name};
 	run_local_shard(&j->local);
 	if (claim(j, 0))
 		job_finish_ok(j, &j->local.res, NULL);

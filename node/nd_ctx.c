@@ -498,7 +498,8 @@ run_page(void *arg)
 	}
 	if (!rc) {
 		uint64_t t0 = cm_now_ns();
-		rc = sr_search_shard(c->rd, j->pg.ordinal, &req, &j->res, &e);
+		rc = sr_search_shard_in(c->rd, j->pg.ordinal, nd_index_name(c->ix), &req, &j->res,
+		                        &e);
 		nd_index_stats *st = nd_index_counters(c->ix);
 		atomic_fetch_add((_Atomic uint64_t *)&st->query_total, 1);
 		atomic_fetch_add((_Atomic uint64_t *)&st->query_time_ns, cm_now_ns() - t0);

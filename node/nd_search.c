@@ -90,6 +90,7 @@ typedef struct shard_task {
 	int shard;        /* within the index */
 	uint32_t ordinal; /* across the whole request: the merger's shard number */
 	const sr_request *req;
+	const char *node_id; /* for profile ids */
 	sr_merger *merger;
 	pthread_mutex_t *merge_lock;
 	cm_wait *wait;
@@ -112,7 +113,11 @@ run_search_shard(void *arg)
 
 	memset(&res, 0, sizeof(res));
 	cm_error_clear(&err);
-	cm_err rc = sr_search_shard(t->target->readers[t->shard], t->ordinal, t->req, &res, &err);
+	const char *ixname = nd_index_name(t->target->ix);
+	cm_err rc = sr_search_shard_in(t->target->readers[t->shard], t->ordinal, ixname, t->req,
+	                               &res, &err);
+	if (!rc)
+		sr_profile_set_id(&res, t->node_id, ixname, t->shard);
 	atomic_fetch_add((_Atomic uint64_t *)&st->query_total, 1);
 	atomic_fetch_add((_Atomic uint64_t *)&st->query_time_ns, cm_now_ns() - t0);
 	pthread_mutex_lock(t->merge_lock);
@@ -187,6 +192,7 @@ nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req, nd_
 
 	for (size_t i = 0; i < ntasks; i++) {
 		tasks[i].req = req;
+		tasks[i].node_id = nd_node_id(n);
 		tasks[i].merger = m;
 		tasks[i].merge_lock = &lock;
 	}

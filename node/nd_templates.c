@@ -1,13 +1,14 @@
-/* Index templates and ingest pipelines as one JSON object,
- * {"index":{..},"component":{..},"legacy":{..},"pipeline":{..}}: the store
- * a solo node keeps in DATA/templates.json and a cluster keeps in its
- * state (the master applies each change). */
+/* Index templates, ingest pipelines and stored scripts (search templates)
+ * as one JSON object, {"index":{..},"component":{..},"legacy":{..},
+ * "pipeline":{..},"script":{id: {"lang","source"}}}: the store a solo node
+ * keeps in DATA/templates.json and a cluster keeps in its state (the
+ * master applies each change). */
 #include <cjson/cJSON.h>
 #include <string.h>
 
 #include "nd.h"
 
-static const char *const kinds[] = {"index", "component", "legacy", "pipeline"};
+static const char *const kinds[] = {"index", "component", "legacy", "pipeline", "script"};
 #define NKINDS (sizeof(kinds) / sizeof(kinds[0]))
 
 cJSON *

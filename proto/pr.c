@@ -334,6 +334,8 @@ pr_shard_results_encode_meta(sr_shard_result *const *res, size_t n, const pr_rep
 		pb->index = str(r->index);
 		pb->node = str(r->node);
 		pb->shards_merged = r->shards_merged;
+		if (r->profile)
+			pb->profile = bin(r->profile, r->profile_len);
 		if (rc != CM_OK)
 			break;
 	}
@@ -447,6 +449,11 @@ pr_shard_results_decode_meta(const void *p, size_t n, const sr_agg *aggs, sr_sha
 		r->index = intern(ps, pb->index);
 		r->node = intern(ps, pb->node);
 		r->shards_merged = pb->shards_merged;
+		if (pb->profile.len) {
+			r->profile =
+			    cm_strndup(HIT_MEM, (const char *)pb->profile.data, pb->profile.len);
+			r->profile_len = pb->profile.len;
+		}
 	}
 	size_t count = m->n_results;
 	shoal__search_reply__free_unpacked(m, PB);

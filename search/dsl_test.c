@@ -789,7 +789,20 @@ test_request(void)
 	        "[highlight] unknown field [foo]");
 	REQ_ERR("{\"highlight\":{\"fields\":{\"a\":{\"type\":\"x\"}}}}", CM_EINVAL,
 	        "unknown highlighter type [x] for the field [a]");
-	REQ_ERR("{\"post_filter\":{}}", CM_EINVAL, "[post_filter] is not supported");
+	REQ_ERR("{\"suggest\":{}}", CM_EINVAL, "[suggest] is not supported");
+	REQ_ERR("{\"post_filter\":{}}", CM_EPARSE, "query malformed, empty clause found");
+	REQ_ERR("{\"rescore\":{\"query\":{\"rescore_query\":{\"match_all\":{}},"
+	        "\"score_mode\":\"sum\"}}}",
+	        CM_EINVAL, "illegal score_mode [sum]");
+	REQ_ERR("{\"rescore\":{\"query\":{}}}", CM_EINVAL, "rescore_query cannot be null");
+	REQ_ERR("{\"indices_boost\":[{\"a\":1,\"b\":2}]}", CM_EPARSE,
+	        "Expected [END_OBJECT] in [indices_boost] but found [FIELD_NAME]");
+	REQ_ERR("{\"collapse\":{\"field\":\"g\"},\"rescore\":{\"query\":{\"rescore_query\":"
+	        "{\"match_all\":{}}}}}",
+	        CM_EINVAL, "cannot use `collapse` in conjunction with `rescore`");
+	REQ_ERR("{\"min_score\":true}", CM_EPARSE,
+	        "[search_source] failed to parse field [min_score]: expected a number, found "
+	        "VALUE_BOOLEAN");
 	REQ_ERR("{\"size\":-1}", CM_EINVAL, "[size] parameter cannot be negative, found [-1]");
 	REQ_ERR("{\"from\":-2}", CM_EINVAL, "[from] parameter cannot be negative but was [-2]");
 	REQ_ERR(

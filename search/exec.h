@@ -293,6 +293,14 @@ typedef struct sr_topk_entry {
 	float score;
 	uint32_t gdoc, seg, doc;
 	sr_sortval *vals; /* nkeys, field sort only */
+	uint32_t group;   /* collapse: the entry's group */
 } sr_topk_entry;
+
+/* ---- rescore (rescore.c) ---- */
+
+/* Rescores the first rs->window_size of e[0..n) (best first) with rs and
+ * re-sorts them by their new scores; the rest keep their place after
+ * them. */
+cm_err sr_rescore_window(sr_exec *x, const sr_rescore *rs, sr_topk_entry *e, size_t n);
 
 #endif

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "../common/cm_alloc.h"
 #include "jsonw.h"
 #include "sr.h"
@@ -21,6 +23,7 @@
 typedef struct mhit {
 	sr_hit h;
 	const char *index;
+	char *ckey; /* collapse: the hit's value as JSON text, owned */
 } mhit;
 
 typedef struct mfail {
@@ -53,6 +56,7 @@ struct sr_merger {
 	cm_err reduce_rc;
 	cm_error reduce_err;
 	cm_buf aggs_json;
+	cm_buf profiles; /* the shards' profile objects, comma-separated */
 	/* the one index every successful shard named, for failures reported
 	 * without one (NULL when none or several) */
 	const char *seen_index;
@@ -92,6 +96,9 @@ sr_shard_result_free(sr_shard_result *res)
 	if (res->aggs)
 		sr_agg_state_free(res->aggs);
 	res->aggs = NULL;
+	cm_free(T, res->profile);
+	res->profile = NULL;
+	res->profile_len = 0;
 }
 
 /* ---- ordering ---- */
@@ -226,8 +233,71 @@ sift_down(sr_merger *m, size_t i)
 	}
 }
 
+/* The collapse value of a hit as text: the shard put it first in the
+ * hit's "fields" ({"f":[value],...}); "[null]" when absent. */
+static char *
+collapse_key(const sr_merger *m, const sr_hit *h)
+{
+	cm_buf pre;
+	cm_buf_init(&pre, T);
+	cm_buf_put_u8(&pre, '{');
+	sr_jw_cstr(&pre, m->req->collapse_field);
+	cm_buf_put(&pre, ":[", 2);
+	char *key = NULL;
+	if (h->fields && h->fields_len > pre.len && !memcmp(h->fields, pre.data, pre.len)) {
+		const char *p = h->fields + pre.len - 1, *end = h->fields + h->fields_len;
+		const char *q = p + 1;
+		for (; q < end && *q != ']'; q++)
+			if (*q == '"')
+				for (q++; q < end && *q != '"'; q++)
+					if (*q == '\\')
+						q++;
+		if (q < end)
+			key = cm_strndup(T, p, (size_t)(q + 1 - p));
+	}
+	cm_buf_free(&pre);
+	return key ? key : cm_strdup(T, "[null]");
+}
+
+static void
+heap_remove(sr_merger *m, size_t i)
+{
+	sr_hit_clear(&m->heap[i].h);
+	cm_free(T, m->heap[i].ckey);
+	m->heap[i] = m->heap[--m->nheap];
+	if (i < m->nheap) {
+		sift_up(m, i);
+		sift_down(m, i);
+	}
+}
+
+static void offer_one(sr_merger *m, sr_hit *h, const char *index, char *ckey);
+
+/* collapse: one hit per value, the best (shards each send their best
+ * per value, so only the hits kept here can hold a duplicate). */
 static void
 offer_hit(sr_merger *m, sr_hit *h, const char *index)
+{
+	char *ckey = NULL;
+	if (m->k && m->req->collapse_field) {
+		ckey = collapse_key(m, h);
+		for (size_t i = 0; i < m->nheap; i++) {
+			if (strcmp(m->heap[i].ckey, ckey))
+				continue;
+			if (cmp_hits(m->req, h, &m->heap[i].h) >= 0) {
+				sr_hit_clear(h);
+				cm_free(T, ckey);
+				return;
+			}
+			heap_remove(m, i);
+			break;
+		}
+	}
+	offer_one(m, h, index, ckey);
+}
+
+static void
+offer_one(sr_merger *m, sr_hit *h, const char *index, char *ckey)
 {
 	if (m->k == 0) {
 		sr_hit_clear(h);
@@ -240,16 +310,20 @@ offer_hit(sr_merger *m, sr_hit *h, const char *index)
 		}
 		sr_hit_move(&m->heap[m->nheap].h, h);
 		m->heap[m->nheap].index = index;
+		m->heap[m->nheap].ckey = ckey;
 		sift_up(m, m->nheap++);
 		return;
 	}
 	if (cmp_hits(m->req, h, &m->heap[0].h) >= 0) {
 		sr_hit_clear(h);
+		cm_free(T, ckey);
 		return;
 	}
 	sr_hit_clear(&m->heap[0].h);
+	cm_free(T, m->heap[0].ckey);
 	sr_hit_move(&m->heap[0].h, h);
 	m->heap[0].index = index;
+	m->heap[0].ckey = ckey;
 	sift_down(m, 0);
 }
 
@@ -270,6 +344,7 @@ sr_merger_create(const sr_request *req, size_t expected_shards)
 		m->arrived = cm_calloc(T, expected_shards, sizeof(*m->arrived));
 	}
 	cm_buf_init(&m->aggs_json, T);
+	cm_buf_init(&m->profiles, T);
 	return m;
 }
 
@@ -366,6 +441,13 @@ sr_merger_add(sr_merger *m, sr_shard_result *res)
 	}
 	m->timed_out |= res->timed_out;
 	m->terminated_early |= res->terminated_early;
+	/* res->profile is a JSON array of shard profiles: keep its items */
+	if (res->profile && res->profile_len > 2) {
+		if (m->profiles.len)
+			cm_buf_put_u8(&m->profiles, ',');
+		cm_buf_put(&m->profiles, res->profile + 1, res->profile_len - 2);
+	}
+	cm_free(T, res->profile);
 	for (size_t i = 0; i < res->nhits; i++)
 		offer_hit(m, &res->hits[i], res->hits[i].index ? res->hits[i].index : res->index);
 	cm_free(T, res->hits);
@@ -460,8 +542,17 @@ sr_merger_take(sr_merger *m, uint32_t ordinal, sr_shard_result *out)
 	for (size_t i = 0; i < m->nheap; i++) {
 		sr_hit_move(&out->hits[i], &m->heap[i].h);
 		out->hits[i].index = m->heap[i].index; /* borrowed from the shard results */
+		cm_free(T, m->heap[i].ckey);
 	}
 	m->nheap = 0;
+	if (m->profiles.len) {
+		out->profile = cm_malloc(T, m->profiles.len + 2);
+		out->profile[0] = '[';
+		memcpy(out->profile + 1, m->profiles.data, m->profiles.len);
+		out->profile[m->profiles.len + 1] = ']';
+		out->profile_len = m->profiles.len + 2;
+		cm_buf_reset(&m->profiles);
+	}
 	out->aggs = m->agg;
 	m->agg = NULL;
 	if (!out->aggs && m->req->aggs && m->nsuccess)
@@ -671,6 +762,12 @@ sr_merger_render(sr_merger *m, uint64_t took_ms, cm_buf *out)
 		cm_buf_put(out, ",\"aggregations\":", 16);
 		cm_buf_put(out, m->aggs_json.data, m->aggs_json.len);
 	}
+	if (req->profile) {
+		static const char head[] = ",\"profile\":{\"shards\":[";
+		cm_buf_put(out, head, sizeof(head) - 1);
+		cm_buf_put(out, m->profiles.data, m->profiles.len);
+		cm_buf_put(out, "]}", 2);
+	}
 	cm_buf_put_u8(out, '}');
 }
 
@@ -694,9 +791,12 @@ sr_merger_destroy(sr_merger *m)
 {
 	if (!m)
 		return;
-	for (size_t i = 0; i < m->nheap; i++)
+	for (size_t i = 0; i < m->nheap; i++) {
 		sr_hit_clear(&m->heap[i].h);
+		cm_free(T, m->heap[i].ckey);
+	}
 	cm_free(T, m->heap);
+	cm_buf_free(&m->profiles);
 	for (size_t i = 0; i < m->nfails; i++) {
 		cm_free(T, m->fails[i].index);
 		cm_free(T, m->fails[i].node);

@@ -66,6 +66,14 @@ void
 sr_request_free(sr_request *r)
 {
 	sr_query_free(r->query);
+	sr_query_free(r->post_filter);
+	for (size_t i = 0; i < r->nrescore; i++)
+		sr_query_free(r->rescore[i].query);
+	cm_free(T, r->rescore);
+	for (size_t i = 0; i < r->nindex_boosts; i++)
+		cm_free(T, r->index_boosts[i].index);
+	cm_free(T, r->index_boosts);
+	cm_free(T, r->collapse_field);
 	sr_highlight_free(r->highlight);
 	free_sort(r);
 	sr_fetch_free(r->fields, r->nfields);
@@ -404,9 +412,322 @@ parse_source(sr_request *r, const cJSON *v, cm_error *err)
  * name rather than silently ignored (an ignored post_filter would return
  * wrong hits). */
 static const char *unsupported_keys[] = {
-    "post_filter", "rescore", "suggest", "collapse",
-    "indices_boost", "slice", "pit", "min_score", "ext",
+    "suggest",
+    "slice",
+    "pit",
+    "ext",
 };
+
+#define MAX_RESCORE_WINDOW 10000 /* index.max_rescore_window */
+#define MAX_RESCORERS 16
+#define MAX_INDEX_BOOSTS 1024
+
+static cm_err
+float_param(const cJSON *v, const char *ctx, const char *name, float *out, cm_error *err)
+{
+	double d;
+	char *end;
+	if (cJSON_IsNumber(v))
+		d = v->valuedouble;
+	else if (cJSON_IsString(v) && (d = strtod(v->valuestring, &end), end != v->valuestring) &&
+	         *end == '\0')
+		;
+	else
+		return cm_error_set_type(
+		    err, CM_EPARSE, "x_content_parse_exception",
+		    "[%s] failed to parse field [%s]: expected a number, found %s", ctx, name,
+		    token_name(v));
+	if (!isfinite(d) || fabs(d) > 3.4e38)
+		return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+		                         "[%s] failed to parse field [%s]: out of range", ctx,
+		                         name);
+	*out = (float)d;
+	return CM_OK;
+}
+
+static cm_err
+parse_score_mode(const cJSON *v, sr_rescore_mode *out, cm_error *err)
+{
+	static const char *names[] = {"total", "multiply", "avg", "max", "min"};
+	if (!cJSON_IsString(v))
+		return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+		                         "[query] score_mode doesn't support values of type: %s",
+		                         token_name(v));
+	for (int i = 0; i < 5; i++)
+		if (!strcasecmp(v->valuestring, names[i])) {
+			*out = (sr_rescore_mode)i;
+			return CM_OK;
+		}
+	return cm_error_set(err, CM_EINVAL, "illegal score_mode [%s]", v->valuestring);
+}
+
+/* The "query" rescorer's body (ES's QueryRescorerBuilder). */
+static cm_err
+parse_query_rescorer(const cJSON *o, sr_rescore *rs, cm_error *err)
+{
+	cm_err rc = CM_OK;
+	if (!cJSON_IsObject(o))
+		return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+		                         "[query] expected an object, found %s", token_name(o));
+	for (const cJSON *v = o->child; v && !rc; v = v->next) {
+		const char *k = v->string;
+		if (!strcmp(k, "rescore_query")) {
+			sr_query_free(rs->query);
+			rs->query = NULL;
+			if (!cJSON_IsObject(v))
+				rc = cm_error_set(
+				    err, CM_EPARSE,
+				    "[_na] query malformed, must start with start_object");
+			else
+				rc = sr_query_from_json(v, &rs->query, err);
+		} else if (!strcmp(k, "query_weight")) {
+			rc = float_param(v, "query", k, &rs->query_weight, err);
+		} else if (!strcmp(k, "rescore_query_weight")) {
+			rc = float_param(v, "query", k, &rs->rescore_query_weight, err);
+		} else if (!strcmp(k, "score_mode")) {
+			rc = parse_score_mode(v, &rs->mode, err);
+		} else {
+			rc = cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+			                       "[query] unknown field [%s]", k);
+		}
+	}
+	if (!rc && !rs->query)
+		rc = cm_error_set(err, CM_EINVAL, "rescore_query cannot be null");
+	return rc;
+}
+
+static cm_err
+parse_rescorer(sr_request *r, const cJSON *o, cm_error *err)
+{
+	if (!cJSON_IsObject(o))
+		return cm_error_set(err, CM_EPARSE, "Unknown key for a %s in [rescore].",
+		                    token_name(o));
+	if (r->nrescore >= MAX_RESCORERS)
+		return cm_error_set(err, CM_EINVAL, "too many rescorers (at most %d)",
+		                    MAX_RESCORERS);
+	r->rescore = cm_realloc(T, r->rescore, (r->nrescore + 1) * sizeof(*r->rescore));
+	sr_rescore *rs = &r->rescore[r->nrescore++];
+	*rs = (sr_rescore){10, NULL, 1.0f, 1.0f, SR_RESCORE_TOTAL};
+	bool have_query = false;
+	for (const cJSON *v = o->child; v; v = v->next) {
+		cm_err rc;
+		int64_t n;
+		if (!strcmp(v->string, "window_size")) {
+			if ((rc = int_param(v, "window_size", &n, err)))
+				return rc;
+			if (n < 0)
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "[window_size] must be greater than or equal to 0");
+			if (n > MAX_RESCORE_WINDOW)
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "Rescore window [%lld] is too large. It must be less than "
+				    "[%d]. "
+				    "This prevents allocating massive heaps for storing the "
+				    "results to be "
+				    "rescored. This limit can be set by changing the "
+				    "[index.max_rescore_window] index level setting.",
+				    (long long)n, MAX_RESCORE_WINDOW);
+			rs->window_size = (uint32_t)n;
+		} else if (!strcmp(v->string, "query")) {
+			if (have_query)
+				return cm_error_set(err, CM_EPARSE,
+				                    "[rescore] has two [query] rescorers");
+			have_query = true;
+			if ((rc = parse_query_rescorer(v, rs, err)))
+				return rc;
+		} else {
+			return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+			                         "unknown rescorer [%s]", v->string);
+		}
+	}
+	if (!have_query)
+		return cm_error_set(err, CM_EPARSE, "missing rescore type");
+	return CM_OK;
+}
+
+static cm_err
+parse_rescore(sr_request *r, const cJSON *v, cm_error *err)
+{
+	if (cJSON_IsArray(v)) {
+		for (const cJSON *e = v->child; e; e = e->next) {
+			cm_err rc = parse_rescorer(r, e, err);
+			if (rc)
+				return rc;
+		}
+		return CM_OK;
+	}
+	return parse_rescorer(r, v, err);
+}
+
+static cm_err
+add_index_boost(sr_request *r, const cJSON *v, cm_error *err)
+{
+	float b;
+	if (!cJSON_IsNumber(v))
+		return cm_error_set(err, CM_EPARSE,
+		                    "Expected [VALUE_NUMBER] in [indices_boost] but found [%s]",
+		                    token_name(v));
+	if (r->nindex_boosts >= MAX_INDEX_BOOSTS)
+		return cm_error_set(err, CM_EINVAL, "[indices_boost] has too many entries");
+	cm_err rc = float_param(v, "indices_boost", v->string, &b, err);
+	if (rc)
+		return rc;
+	r->index_boosts =
+	    cm_realloc(T, r->index_boosts, (r->nindex_boosts + 1) * sizeof(*r->index_boosts));
+	r->index_boosts[r->nindex_boosts++] = (sr_index_boost){cm_strdup(T, v->string), b};
+	return CM_OK;
+}
+
+/* "indices_boost": {"idx": 2} (ES's deprecated form) or [{"idx": 2}, ...]. */
+static cm_err
+parse_indices_boost(sr_request *r, const cJSON *v, cm_error *err)
+{
+	cm_err rc;
+	if (cJSON_IsObject(v)) {
+		for (const cJSON *e = v->child; e; e = e->next)
+			if ((rc = add_index_boost(r, e, err)))
+				return rc;
+		return CM_OK;
+	}
+	if (!cJSON_IsArray(v))
+		return cm_error_set(err, CM_EPARSE, "Unknown key for a %s in [indices_boost].",
+		                    token_name(v));
+	for (const cJSON *e = v->child; e; e = e->next) {
+		if (!cJSON_IsObject(e))
+			return cm_error_set(
+			    err, CM_EPARSE,
+			    "Expected [START_OBJECT] in [indices_boost] but found [%s]",
+			    token_name(e));
+		if (!e->child)
+			return cm_error_set(err, CM_EPARSE,
+			                    "Expected [FIELD_NAME] in [indices_boost] but found "
+			                    "[END_OBJECT]");
+		if (e->child->next)
+			return cm_error_set(err, CM_EPARSE,
+			                    "Expected [END_OBJECT] in [indices_boost] but found "
+			                    "[FIELD_NAME]");
+		if ((rc = add_index_boost(r, e->child, err)))
+			return rc;
+	}
+	return CM_OK;
+}
+
+float
+sr_request_index_boost(const sr_request *req, const char *index)
+{
+	for (size_t i = 0; index && i < req->nindex_boosts; i++)
+		if (!strcmp(req->index_boosts[i].index, index))
+			return req->index_boosts[i].boost;
+	return 1.0f;
+}
+
+static bool
+known_key(const char *k, const char *const *keys, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(k, keys[i]))
+			return true;
+	return false;
+}
+
+/* One inner_hits definition of a collapse: checked here, run by the
+ * coordinator (co_collapse.c). */
+static cm_err
+check_inner_hits(const cJSON *o, cm_error *err)
+{
+	static const char *const keys[] = {
+	    "name",         "from",   "size", "sort", "_source", "version", "seq_no_primary_term",
+	    "track_scores", "explain"};
+	if (!cJSON_IsObject(o))
+		return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+		                         "[inner_hits] expected an object, found %s",
+		                         token_name(o));
+	sr_request tmp;
+	sr_request_init(&tmp);
+	cm_err rc = CM_OK;
+	int64_t from = 0, size = 3; /* InnerHitBuilder's defaults */
+	const char *name = NULL;
+	for (const cJSON *v = o->child; v && !rc; v = v->next) {
+		int64_t n;
+		if (!strcmp(v->string, "name") && cJSON_IsString(v))
+			name = v->valuestring;
+		if (!known_key(v->string, keys, sizeof(keys) / sizeof(keys[0])))
+			rc = cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+			                       "[inner_hits] unknown field [%s]", v->string);
+		else if (!strcmp(v->string, "name") && !cJSON_IsString(v))
+			rc = cm_error_set_type(
+			    err, CM_EPARSE, "x_content_parse_exception",
+			    "[inner_hits] name doesn't support values of type: %s", token_name(v));
+		else if (!strcmp(v->string, "from") || !strcmp(v->string, "size")) {
+			if (!(rc = int_param(v, v->string, &n, err)) && n < 0)
+				rc = cm_error_set(err, CM_EINVAL, "[inner_hits] %s must be positive",
+				                  v->string);
+			else if (!rc)
+				*(v->string[0] == 'f' ? &from : &size) = n;
+		} else if (!strcmp(v->string, "sort"))
+			rc = parse_sort(&tmp, v, err);
+		else if (!strcmp(v->string, "_source"))
+			rc = parse_source(&tmp, v, err);
+		else if (strcmp(v->string, "name"))
+			rc = bool_param(v, v->string, &tmp.version, err);
+	}
+	sr_request_free(&tmp);
+	/* index.max_inner_result_window's default */
+	if (!rc && from + size > 100)
+		rc = cm_error_set(err, CM_EINVAL,
+		                  "Inner result window is too large, the inner hit definition's [%s]'s "
+		                  "from + size must be less than or equal to: [100] but was [%lld]. "
+		                  "This limit can be set by changing the "
+		                  "[index.max_inner_result_window] index level setting.",
+		                  name ? name : "", (long long)(from + size));
+	return rc;
+}
+
+static cm_err
+parse_collapse(sr_request *r, const cJSON *v, cm_error *err)
+{
+	cm_err rc;
+	if (!cJSON_IsObject(v))
+		return cm_error_set(err, CM_EPARSE, "Unknown key for a %s in [collapse].",
+		                    token_name(v));
+	cm_free(T, r->collapse_field);
+	r->collapse_field = NULL;
+	for (const cJSON *e = v->child; e; e = e->next) {
+		if (!strcmp(e->string, "field")) {
+			if (!cJSON_IsString(e))
+				return cm_error_set_type(
+				    err, CM_EPARSE, "x_content_parse_exception",
+				    "[collapse] field doesn't support values of type: %s",
+				    token_name(e));
+			cm_free(T, r->collapse_field);
+			r->collapse_field = cm_strdup(T, e->valuestring);
+		} else if (!strcmp(e->string, "inner_hits")) {
+			if (cJSON_IsArray(e)) {
+				for (const cJSON *x = e->child; x; x = x->next)
+					if ((rc = check_inner_hits(x, err)))
+						return rc;
+			} else if ((rc = check_inner_hits(e, err)))
+				return rc;
+		} else if (!strcmp(e->string, "max_concurrent_group_searches")) {
+			int64_t n;
+			if ((rc = int_param(e, e->string, &n, err)))
+				return rc;
+			if (n < 1)
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "maxConcurrentGroupRequests must be positive, got %lld",
+				    (long long)n);
+		} else {
+			return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+			                         "[collapse] unknown field [%s]", e->string);
+		}
+	}
+	if (!r->collapse_field || !r->collapse_field[0])
+		return cm_error_set(err, CM_EINVAL, "field name is null or empty");
+	return CM_OK;
+}
 
 /* "stored_fields": a name or a list. Nothing is stored apart from _source
  * (docs/api.md), so it decides whether _id and _source come back. */
@@ -566,9 +887,25 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 		} else if (!strcmp(k, "explain")) {
 			rc = bool_param(v, k, &r->explain_scores, err);
 		} else if (!strcmp(k, "profile")) {
-			bool p = false;
-			if (!(rc = bool_param(v, k, &p, err)) && p)
-				rc = cm_error_set(err, CM_EINVAL, "[profile] is not supported");
+			rc = bool_param(v, k, &r->profile, err);
+		} else if (!strcmp(k, "post_filter")) {
+			sr_query_free(r->post_filter);
+			r->post_filter = NULL;
+			if (!cJSON_IsObject(v))
+				rc = cm_error_set(
+				    err, CM_EPARSE,
+				    "[_na] query malformed, must start with start_object");
+			else
+				rc = sr_query_from_json(v, &r->post_filter, err);
+		} else if (!strcmp(k, "min_score")) {
+			if (!(rc = float_param(v, "search_source", k, &r->min_score, err)))
+				r->has_min_score = true;
+		} else if (!strcmp(k, "rescore")) {
+			rc = parse_rescore(r, v, err);
+		} else if (!strcmp(k, "indices_boost")) {
+			rc = parse_indices_boost(r, v, err);
+		} else if (!strcmp(k, "collapse")) {
+			rc = parse_collapse(r, v, err);
 		} else if (!strcmp(k, "stats")) {
 			continue; /* stats groups: bookkeeping only */
 		} else {
@@ -594,6 +931,22 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 			    "[stored_fields] cannot be disabled if [_source] is requested");
 		if (!have_source)
 			r->fetch_source = stored_source && !r->stored_fields_none;
+	}
+	if (r->nrescore) {
+		for (size_t i = 0; i < r->nsort; i++)
+			if (r->sort[i].kind != SR_SORT_SCORE || !r->sort[i].desc)
+				return cm_error_set(err, CM_EINVAL,
+				                    "Cannot use [sort] option in conjunction with "
+				                    "[rescore].");
+	}
+	if (r->collapse_field) {
+		if (r->nsearch_after)
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "cannot use `collapse` in conjunction with `search_after`");
+		if (r->nrescore)
+			return cm_error_set(err, CM_EINVAL,
+			                    "cannot use `collapse` in conjunction with `rescore`");
 	}
 	if (r->nsearch_after) {
 		size_t want = r->nsort ? r->nsort : 1;

@@ -167,8 +167,44 @@ typedef struct sr_fetch_field {
 	bool include_unmapped; /* "fields" only: unmapped source values too, as sent */
 } sr_fetch_field;
 
+/* One query rescorer of "rescore" (ES's QueryRescorer). */
+typedef enum {
+	SR_RESCORE_TOTAL,
+	SR_RESCORE_MULTIPLY,
+	SR_RESCORE_AVG,
+	SR_RESCORE_MAX,
+	SR_RESCORE_MIN,
+} sr_rescore_mode;
+
+typedef struct sr_rescore {
+	uint32_t window_size;       /* default 10 */
+	sr_query *query;            /* rescore_query, owned */
+	float query_weight;         /* default 1 */
+	float rescore_query_weight; /* default 1 */
+	sr_rescore_mode mode;       /* default total */
+} sr_rescore;
+
+/* One "indices_boost" entry: a concrete index name (the coordinator
+ * resolves aliases and patterns before the shards see it) and its boost. */
+typedef struct sr_index_boost {
+	char *index;
+	float boost;
+} sr_index_boost;
+
 typedef struct sr_request {
 	sr_query *query;         /* NULL = match_all */
+	/* "post_filter": narrows hits and total, not aggregations; NULL = none */
+	sr_query *post_filter;
+	bool has_min_score; /* "min_score": docs scoring below it are left out */
+	float min_score;
+	sr_rescore *rescore; /* "rescore", applied in order */
+	size_t nrescore;
+	sr_index_boost *index_boosts; /* "indices_boost", first match wins */
+	size_t nindex_boosts;
+	/* "collapse": one hit per value of this keyword or numeric field (its
+	 * inner_hits are the coordinator's: shards only validate them) */
+	char *collapse_field;
+	bool profile;            /* "profile": time the shard's phases */
 	uint32_t from, size;     /* size default 10 */
 	sr_sort_key *sort;
 	size_t nsort;            /* 0 = by _score desc */
@@ -229,6 +265,22 @@ void sr_json_number_texts(cJSON *root, const char *src, size_t len);
 cm_err sr_request_sort_param(sr_request *r, const char *sort, cm_error *err);
 cm_err sr_request_source_params(sr_request *r, const char *source, const char *includes,
                                 const char *excludes, cm_error *err);
+/* ---- search templates (mustache.c) ---- */
+
+/* Appends the rendering of tmpl[0..len) with params (an object, or NULL)
+ * to out. {{name}}, {{a.b}} and {{.}} write a value, strings escaped for
+ * a JSON string (ES's JSON-escaping mustache factory), numbers as their
+ * shortest text, true/false, missing and null as nothing, arrays and
+ * objects as JSON; {{{name}}} and {{&name}} unescaped; {{#name}}..{{/name}}
+ * a section (once per array item, once with an object or another truthy
+ * value as context, not at all for missing, null, false or []);
+ * {{^name}}..{{/name}} its inverse; {{#toJson}}name{{/toJson}} the JSON
+ * of a value; {{#join}}name{{/join}} an array's items joined with ",";
+ * {{! comments}}. Unclosed or mismatched tags, partials and delimiter
+ * changes → CM_EINVAL (type general_script_exception) saying where. */
+cm_err sr_mustache_render(const char *tmpl, size_t len, const cJSON *params, cm_buf *out,
+                          cm_error *err);
+
 /* "1ms", "5s", "1m", "2h", "1d", "100micros", "10nanos"; "-1" = none (0).
  * CM_EPARSE with ES's message otherwise. */
 cm_err sr_parse_time_value(const char *s, const char *setting, uint64_t *ns, cm_error *err);
@@ -295,6 +347,10 @@ typedef struct sr_shard_result {
 	/* A node-level merge (sr_merger_take) standing for this many successful
 	 * shards; 0 means one. */
 	uint32_t shards_merged;
+	/* "profile": true: this shard's {"searches":[...],"aggregations":[...]}
+	 * (JSON, owned), NULL otherwise */
+	char *profile;
+	size_t profile_len;
 } sr_shard_result;
 
 /* Runs req over one shard's point-in-time view. Returns the top from+size
@@ -302,6 +358,14 @@ typedef struct sr_shard_result {
  * partials. Deadline checked per block/window. */
 cm_err sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_result *out,
                        cm_error *err);
+/* The same for a shard of index `index` (indices_boost applies by name;
+ * NULL = no boost). */
+cm_err sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_request *req,
+                          sr_shard_result *out, cm_error *err);
+/* Names a shard's profile "[node][index][shard]" (after sr_search_shard). */
+void sr_profile_set_id(sr_shard_result *res, const char *node, const char *index, int shard);
+/* The boost indices_boost gives index (1 when none names it). */
+float sr_request_index_boost(const sr_request *req, const char *index);
 cm_err sr_count_shard(st_reader *r, const sr_query *q, uint64_t deadline_ns, uint64_t *count,
                       cm_error *err);
 void sr_shard_result_free(sr_shard_result *res);

@@ -6,13 +6,17 @@
  * worst score down so term iterators skip blocks whose impacts cannot
  * beat it (block-max). Then fetches _id, _source and metadata of the
  * winners. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/cm_alloc.h"
+#include "../common/cm_sys.h"
 #include "exec.h"
 #include "fetch.h"
 #include "highlight.h"
+#include "jsonw.h"
 #include "sr_agg.h"
 
 #define MAX_TOPK (1u << 20) /* from + size bound (the coordinator caps max_result_window) */
@@ -41,7 +45,24 @@ typedef struct topk {
 	uint32_t *docs; /* window doc list for aggregations */
 	float *dscores;
 	size_t si;
+	float boost;  /* indices_boost of this shard's index */
+	sr_it *pf_it; /* post_filter over the current segment, NULL = none */
+	uint64_t pf_bits[SR_WIN_WORDS];
+	/* collapse: the best entry per value of the field */
+	bool collapse;
+	sr_sorter csorter; /* one key: the collapse field's value */
+	struct cgroup *groups;
+	size_t ngroups, capgroups;
+	uint32_t *gmap; /* open addressing: group index + 1, 0 = empty */
+	size_t gmask;
+	uint64_t agg_ns; /* profile: time inside the aggregation collector */
 } topk;
+
+typedef struct cgroup {
+	sr_topk_entry e;
+	sr_sortval key;
+	uint64_t hash;
+} cgroup;
 
 /* true when a ranks after b */
 static bool
@@ -94,7 +115,7 @@ heap_up(topk *t, size_t i)
 static void
 offer(topk *t, float score, uint32_t gdoc, uint32_t doc)
 {
-	sr_topk_entry e = {score, gdoc, (uint32_t)t->si, doc, t->cand};
+	sr_topk_entry e = {score, gdoc, (uint32_t)t->si, doc, t->cand, 0};
 	if (t->n < t->k) {
 		sr_topk_entry *slot = &t->heap[t->n];
 		sr_sortval *row = slot->vals;
@@ -113,6 +134,96 @@ offer(topk *t, float score, uint32_t gdoc, uint32_t doc)
 	e.vals = row;
 	t->heap[0] = e;
 	heap_down(t, 0);
+}
+
+/* ---- collapse: one entry per value ---- */
+
+static uint64_t
+key_hash(const topk *t, const sr_sortval *k)
+{
+	uint64_t h = 1469598103934665603ull;
+	if (k->missing)
+		return 7;
+	if (t->csorter.keys[0].is_keyword) {
+		for (size_t i = 0; i < k->n; i++)
+			h = (h ^ k->s[i]) * 1099511628211ull;
+	} else {
+		h = ((uint64_t)k->l ^ h) * 0x9E3779B97F4A7C15ull;
+		h ^= h >> 29;
+	}
+	return h;
+}
+
+static bool
+key_eq(const topk *t, const sr_sortval *a, const sr_sortval *b)
+{
+	if (a->missing || b->missing)
+		return a->missing == b->missing;
+	if (t->csorter.keys[0].is_keyword)
+		return a->n == b->n && !memcmp(a->s, b->s, a->n);
+	return a->l == b->l;
+}
+
+static void
+gmap_grow(topk *t)
+{
+	size_t cap = t->gmask ? (t->gmask + 1) * 2 : 64;
+	cm_free(CM_MEM_SEARCH, t->gmap);
+	t->gmap = cm_calloc(CM_MEM_SEARCH, cap, sizeof(uint32_t));
+	t->gmask = cap - 1;
+	for (size_t g = 0; g < t->ngroups; g++) {
+		size_t i = t->groups[g].hash & t->gmask;
+		while (t->gmap[i])
+			i = (i + 1) & t->gmask;
+		t->gmap[i] = (uint32_t)g + 1;
+	}
+}
+
+/* The candidate (sort values, if any, in t->cand) replaces its group's
+ * entry when it ranks before it. */
+static cm_err
+collapse_offer(topk *t, size_t si, float score, uint32_t gdoc, uint32_t doc)
+{
+	sr_exec *x = t->x;
+	sr_sortval key;
+	cm_err rc;
+	if (t->nkeys && (rc = sr_sorter_values(&t->sorter, x, si, doc, gdoc, score, t->cand)))
+		return rc;
+	if ((rc = sr_sorter_key_value(&t->csorter, x, si, 0, doc, gdoc, score, &key)))
+		return rc;
+	uint64_t h = key_hash(t, &key);
+	if ((t->ngroups + 1) * 2 > t->gmask + 1)
+		gmap_grow(t);
+	size_t i = h & t->gmask;
+	sr_topk_entry e = {score, gdoc, (uint32_t)si, doc, t->cand, 0};
+	for (; t->gmap[i]; i = (i + 1) & t->gmask) {
+		cgroup *g = &t->groups[t->gmap[i] - 1];
+		if (g->hash != h || !key_eq(t, &g->key, &key))
+			continue;
+		if (worse(t, &g->e, &e)) {
+			sr_sortval *row = g->e.vals;
+			if (t->nkeys)
+				memcpy(row, t->cand, t->nkeys * sizeof(sr_sortval));
+			e.vals = row;
+			g->e = e;
+		}
+		return CM_OK;
+	}
+	if (t->ngroups == t->capgroups) {
+		t->capgroups = t->capgroups ? 2 * t->capgroups : 64;
+		t->groups = cm_realloc(CM_MEM_SEARCH, t->groups, t->capgroups * sizeof(cgroup));
+	}
+	cgroup *g = &t->groups[t->ngroups];
+	g->e = e;
+	g->e.vals = NULL;
+	if (t->nkeys) {
+		g->e.vals = cm_malloc(CM_MEM_SEARCH, t->nkeys * sizeof(sr_sortval));
+		memcpy(g->e.vals, t->cand, t->nkeys * sizeof(sr_sortval));
+	}
+	g->key = key;
+	g->hash = h;
+	t->gmap[i] = (uint32_t)++t->ngroups;
+	return CM_OK;
 }
 
 static cm_err
@@ -137,12 +248,20 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 	}
 	uint32_t base = x->segs[si].doc_base;
 	size_t nd = 0;
-	uint64_t seen = 0;
+	uint64_t seen = 0, hits = 0;
+	if (t->pf_it) {
+		memset(t->pf_bits, 0, nw * sizeof(uint64_t));
+		if (t->pf_it->doc < hi)
+			t->pf_it->ops->fill(t->pf_it, lo, hi, t->pf_bits, NULL, -INFINITY);
+	}
 	for (size_t w = 0; w < nw && seen < limit; w++) {
 		for (uint64_t m = bits[w]; m && seen < limit; m &= m - 1) {
 			uint32_t j = (uint32_t)(w * 64 + __builtin_ctzll(m));
 			uint32_t doc = lo + j;
-			float s = scores ? scores[j] : NAN;
+			float s = scores ? scores[j] * t->boost : NAN;
+			/* min_score drops a doc from everything: hits, total, aggs */
+			if (t->req->has_min_score && !(s >= t->req->min_score))
+				continue;
 			seen++;
 			if (t->has_agg) {
 				t->docs[nd] = doc;
@@ -150,10 +269,20 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 					t->dscores[nd] = s;
 				nd++;
 			}
+			/* post_filter: aggregations saw the doc, hits do not */
+			if (t->pf_it && !(t->pf_bits[j >> 6] & ((uint64_t)1 << (j & 63))))
+				continue;
+			hits++;
 			if (scores && s > t->max_score)
 				t->max_score = s;
 			if (!t->k)
 				continue;
+			if (t->collapse) {
+				cm_err rc = collapse_offer(t, si, s, base + doc, doc);
+				if (rc)
+					return rc;
+				continue;
+			}
 			if (t->by_score && !t->sorter.after) {
 				if (t->n == t->k && s <= t->heap[0].score)
 					continue;
@@ -178,10 +307,14 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 			offer(t, s, base + doc, doc);
 		}
 	}
-	t->total += seen;
+	t->total += hits;
 	t->collected += seen;
-	if (t->has_agg && nd)
+	if (t->has_agg && nd) {
+		uint64_t a0 = t->req->profile ? cm_now_ns() : 0;
 		t->agg.collect(t->agg.self, t->docs, scores ? t->dscores : NULL, nd);
+		if (t->req->profile)
+			t->agg_ns += cm_now_ns() - a0;
+	}
 	if (t->terminated)
 		return CM_ECLOSED; /* stops the segment loop; not an error */
 	if (t->can_skip && t->n == t->k && t->total >= t->threshold) {
@@ -319,10 +452,193 @@ by_seg_doc(const void *a, const void *b, void *heap)
 	return (x->doc > y->doc) - (x->doc < y->doc);
 }
 
+/* ---- profile ---- */
+
+typedef struct prof {
+	uint64_t rewrite, build, query, fetch, rescore;
+} prof;
+
+static void
+render_profile(const topk *t, const prof *p, sr_shard_result *out)
+{
+	const sr_request *req = t->req;
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_SEARCH);
+	uint64_t q = p->query > t->agg_ns ? p->query - t->agg_ns : 0;
+	const char *type = req->query ? sr_query_kind_name(req->query->kind) : "match_all";
+	cm_buf_printf(&b, "[{\"id\":\"\",\"searches\":[{\"query\":[{\"type\":");
+	sr_jw_cstr(&b, type);
+	cm_buf_printf(&b, ",\"description\":");
+	char desc[512];
+	if (req->query && req->query->field && req->query->value)
+		snprintf(desc, sizeof desc, "%.200s:%.200s", req->query->field, req->query->value);
+	else
+		snprintf(desc, sizeof desc, "%.200s",
+		         req->query && req->query->field ? req->query->field : type);
+	sr_jw_cstr(&b, desc);
+	cm_buf_printf(&b,
+	              ",\"time_in_nanos\":%llu,\"breakdown\":{\"create_weight\":%llu,"
+	              "\"create_weight_count\":1,\"build_scorer\":%llu,"
+	              "\"build_scorer_count\":%zu,\"next_doc\":%llu,\"next_doc_count\":%llu,"
+	              "\"score\":0,\"score_count\":0,\"advance\":0,\"advance_count\":0,"
+	              "\"match\":0,\"match_count\":0,\"shallow_advance\":0,"
+	              "\"shallow_advance_count\":0,\"compute_max_score\":0,"
+	              "\"compute_max_score_count\":0,\"set_min_competitive_score\":0,"
+	              "\"set_min_competitive_score_count\":0}}]",
+	              (unsigned long long)(p->rewrite + p->build + q),
+	              (unsigned long long)p->rewrite, (unsigned long long)p->build, t->x->nseg,
+	              (unsigned long long)q, (unsigned long long)t->collected);
+	cm_buf_printf(&b,
+	              ",\"rewrite_time\":%llu,\"collector\":[{\"name\":\"%s\","
+	              "\"reason\":\"search_top_hits\",\"time_in_nanos\":%llu}]}]",
+	              (unsigned long long)p->rewrite,
+	              t->by_score ? "SimpleTopScoreDocCollector" : "SimpleFieldCollector",
+	              (unsigned long long)(q + p->rescore));
+	cm_buf_printf(&b, ",\"aggregations\":[");
+	if (req->aggs)
+		cm_buf_printf(
+		    &b,
+		    "{\"type\":\"aggregations\",\"description\":\"all top-level "
+		    "aggregations\",\"time_in_nanos\":%llu,\"breakdown\":{\"collect\":%llu,"
+		    "\"collect_count\":%llu,\"initialize\":0,\"build_aggregation\":0,"
+		    "\"reduce\":0}}",
+		    (unsigned long long)t->agg_ns, (unsigned long long)t->agg_ns,
+		    (unsigned long long)t->collected);
+	cm_buf_printf(&b, "],\"fetch_time_in_nanos\":%llu}]", (unsigned long long)p->fetch);
+	out->profile = cm_strndup(CM_MEM_SEARCH, (const char *)b.data, b.len);
+	out->profile_len = b.len;
+	cm_buf_free(&b);
+}
+
+void
+sr_profile_set_id(sr_shard_result *res, const char *node, const char *index, int shard)
+{
+	static const char head[] = "[{\"id\":\"\"";
+	if (!res->profile || res->profile_len < sizeof(head) - 1 ||
+	    memcmp(res->profile, head, sizeof(head) - 1))
+		return;
+	char id[600];
+	snprintf(id, sizeof id, "[%.200s][%.200s][%d]", node ? node : "", index ? index : "",
+	         shard);
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_SEARCH);
+	cm_buf_put(&b, "[{\"id\":", 7);
+	sr_jw_cstr(&b, id);
+	cm_buf_put(&b, res->profile + sizeof(head) - 1, res->profile_len - (sizeof(head) - 1));
+	cm_free(CM_MEM_SEARCH, res->profile);
+	res->profile = cm_strndup(CM_MEM_SEARCH, (const char *)b.data, b.len);
+	res->profile_len = b.len;
+	cm_buf_free(&b);
+}
+
+/* Puts the collapse value first in the hit's "fields", as ES shows it
+ * ({"f":[value], ...}): the merger reads it back from there. */
+static void
+collapse_fields(topk *t, sr_hit *h, const sr_sortval *key)
+{
+	const char *field = t->req->collapse_field;
+	sr_sort_value v;
+	memset(&v, 0, sizeof v);
+	if (!key->missing)
+		sr_sorter_export(&t->csorter, key, &v);
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_SEARCH);
+	cm_buf_put_u8(&b, '{');
+	sr_jw_cstr(&b, field);
+	cm_buf_put(&b, ":[", 2);
+	if (key->missing)
+		cm_buf_put(&b, "null", 4);
+	else if (v.type == SR_SV_STRING || v.type == SR_SV_IP)
+		sr_jw_cstr(&b, v.s ? v.s : "");
+	else if (v.type == SR_SV_ULONG)
+		cm_buf_printf(&b, "%llu", (unsigned long long)st_col_to_ulong(v.l));
+	else if (v.type == SR_SV_LONG)
+		cm_buf_printf(&b, "%lld", (long long)v.l);
+	else if (v.type == SR_SV_DOUBLE)
+		sr_jw_double(&b, v.d);
+	else
+		cm_buf_put(&b, "null", 4);
+	cm_buf_put_u8(&b, ']');
+	/* the request's own "fields", without a second entry for the field */
+	char *rest = NULL;
+	if (h->fields) {
+		cJSON *f = cJSON_ParseWithLength(h->fields, h->fields_len);
+		if (cJSON_GetObjectItemCaseSensitive(f, field)) {
+			cJSON_DeleteItemFromObjectCaseSensitive(f, field);
+			char *p = cJSON_PrintUnformatted(f);
+			rest = cm_strdup(CM_MEM_SEARCH, p ? p : "{}");
+			cJSON_free(p);
+		} else {
+			rest = cm_strndup(CM_MEM_SEARCH, h->fields, h->fields_len);
+		}
+		cJSON_Delete(f);
+	}
+	const char *r = rest ? strchr(rest, '{') : NULL;
+	if (r && r[1] && r[1] != '}') {
+		cm_buf_put_u8(&b, ',');
+		cm_buf_put(&b, r + 1, strlen(r + 1));
+	} else {
+		cm_buf_put_u8(&b, '}');
+	}
+	cm_free(CM_MEM_SEARCH, rest);
+	cm_free(CM_MEM_SEARCH, h->fields);
+	h->fields = cm_strndup(CM_MEM_SEARCH, (const char *)b.data, b.len);
+	h->fields_len = b.len;
+	cm_buf_free(&b);
+	sr_sort_value_clear(&v);
+}
+
+static cm_err
+collapse_init(topk *t, st_reader *r, cm_error *err)
+{
+	const char *field = t->req->collapse_field;
+	const st_mapping *m = st_reader_mapping(r);
+	const st_field_def *def = m ? st_mapping_find(m, field) : NULL;
+	if (!def || def->type == ST_FT_OBJECT)
+		return cm_error_set(err, CM_EINVAL,
+		                    "no mapping found for `%s` in order to collapse on", field);
+	switch (def->type) {
+	case ST_FT_KEYWORD:
+	case ST_FT_LONG:
+	case ST_FT_INTEGER:
+	case ST_FT_SHORT:
+	case ST_FT_BYTE:
+	case ST_FT_DOUBLE:
+	case ST_FT_FLOAT:
+	case ST_FT_HALF_FLOAT:
+	case ST_FT_SCALED_FLOAT:
+	case ST_FT_UNSIGNED_LONG:
+		break;
+	default:
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "unknown type for collapse field `%s`, only keywords and numbers "
+		    "are accepted",
+		    field);
+	}
+	sr_sort_key key = {SR_SORT_FIELD, (char *)field, false, false, SR_SORT_MODE_MIN, NULL};
+	sr_request one;
+	memset(&one, 0, sizeof one);
+	one.sort = &key;
+	one.nsort = 1;
+	t->collapse = true;
+	return sr_sorter_init(&t->csorter, t->x, &one, err);
+}
+
 cm_err
 sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_result *out,
                 cm_error *err)
 {
+	return sr_search_shard_in(r, shard, NULL, req, out, err);
+}
+
+cm_err
+sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_request *req,
+                   sr_shard_result *out, cm_error *err)
+{
+	prof pf;
+	memset(&pf, 0, sizeof pf);
+	uint64_t t_mark;
 	memset(out, 0, sizeof *out);
 	out->shard = shard;
 	out->max_score = NAN;
@@ -341,7 +657,12 @@ sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_re
 	bool score_key = false;
 	for (size_t i = 0; i < req->nsort; i++)
 		score_key |= req->sort[i].kind == SR_SORT_SCORE;
-	uint64_t k = (uint64_t)req->from + req->size;
+	uint64_t k = (uint64_t)req->from + req->size, page = k;
+	/* rescoring looks at each rescorer's window of the shard's top hits */
+	for (size_t i = 0; req->size && i < req->nrescore; i++)
+		if (req->rescore[i].window_size > k)
+			k = req->rescore[i].window_size;
+	t.boost = sr_request_index_boost(req, index);
 	if (k > MAX_TOPK) {
 		rc = cm_error_set(x.err, CM_ELIMIT, "from + size must be less than or equal to %u", MAX_TOPK);
 		goto done;
@@ -349,7 +670,8 @@ sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_re
 	if (sr_fetch_wanted(req) && (rc = sr_fetch_check(st_reader_mapping(r), req, x.err)))
 		goto done;
 	t.k = (size_t)k;
-	t.scored = (t.by_score || score_key || req->track_scores) && (t.k > 0 || req->aggs);
+	t.scored = ((t.by_score || score_key || req->track_scores) && (t.k > 0 || req->aggs)) ||
+	           req->has_min_score;
 	t.threshold = req->track_total_hits < 0 ? 0 : (uint64_t)req->track_total_hits;
 	t.terminate_after = req->terminate_after;
 	t.max_score = -INFINITY;
@@ -358,12 +680,21 @@ sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_re
 	if (rc)
 		goto done;
 	t.nkeys = t.sorter.nkeys;
-	sr_plan *plan = NULL;
-	rc = sr_plan_compile(&x, req->query, t.scored, &plan);
-	if (rc)
+	if (req->collapse_field && (rc = collapse_init(&t, r, x.err)))
 		goto done;
+	sr_plan *plan = NULL, *pf_plan = NULL;
+	t_mark = cm_now_ns();
+	rc = sr_plan_compile(&x, req->query, t.scored, &plan);
+	if (!rc && req->post_filter)
+		rc = sr_plan_compile(&x, req->post_filter, false, &pf_plan);
+	pf.rewrite = cm_now_ns() - t_mark;
+	if (rc) {
+		sr_plan_free(plan);
+		goto done;
+	}
 	t.can_skip = t.by_score && t.scored && !req->aggs && !req->terminate_after && t.k > 0 &&
-	             req->track_total_hits != SR_TRACK_ALL;
+	             req->track_total_hits != SR_TRACK_ALL && !req->post_filter &&
+	             !req->has_min_score && !t.collapse && t.boost == 1.0f;
 	t.heap = cm_calloc(CM_MEM_SEARCH, t.k + 1, sizeof(sr_topk_entry));
 	if (t.nkeys) {
 		t.slab = cm_calloc(CM_MEM_SEARCH, (t.k + 1) * t.nkeys, sizeof(sr_sortval));
@@ -385,26 +716,37 @@ sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_re
 		t.si = si;
 		sr_it *it = NULL;
 		uint64_t known;
-		if (!t.k && !t.has_agg && !t.terminate_after &&
+		if (!t.k && !t.has_agg && !t.terminate_after && !pf_plan && !req->has_min_score &&
 		    sr_plan_seg_count(&x, si, plan, &known)) {
 			t.total += known; /* a count alone: nothing to visit */
 			continue;
 		}
+		t_mark = cm_now_ns();
 		rc = sr_it_build(&x, si, plan, &it);
+		if (!rc && pf_plan)
+			rc = sr_it_build(&x, si, pf_plan, &t.pf_it);
+		pf.build += cm_now_ns() - t_mark;
 		if (!rc && t.nkeys)
 			rc = sr_sorter_segment(&t.sorter, &x, si);
+		if (!rc && t.collapse)
+			rc = sr_sorter_segment(&t.csorter, &x, si);
 		if (!rc && t.has_agg && t.agg.begin_segment)
 			rc = t.agg.begin_segment(t.agg.self, &x.segs[si]);
 		if (!rc) {
+			t_mark = cm_now_ns();
 			rc = sr_run_windows(&x, si, it, t.scored, on_window, &t);
 			if (rc == CM_ECLOSED && t.terminated)
 				rc = CM_OK;
 			if (t.has_agg && t.agg.end_segment)
 				t.agg.end_segment(t.agg.self);
+			pf.query += cm_now_ns() - t_mark;
 		}
 		sr_it_free(it);
+		sr_it_free(t.pf_it);
+		t.pf_it = NULL;
 	}
 	sr_plan_free(plan);
+	sr_plan_free(pf_plan);
 	if (rc) {
 		if (aggs)
 			sr_agg_state_free(aggs);
@@ -416,8 +758,31 @@ sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_re
 	out->timed_out = x.timed_out;
 	out->terminated_early = t.terminated;
 	out->max_score = t.scored && t.total ? t.max_score : NAN;
+	if (t.collapse) {
+		/* the groups' best entries stand for the heap */
+		cm_free(CM_MEM_SEARCH, t.heap);
+		t.heap = cm_calloc(CM_MEM_SEARCH, t.ngroups + 1, sizeof(sr_topk_entry));
+		for (size_t g = 0; g < t.ngroups; g++) {
+			t.heap[g] = t.groups[g].e;
+			t.heap[g].group = (uint32_t)g;
+		}
+		t.n = t.ngroups;
+	}
 	/* best first */
 	qsort_r(t.heap, t.n, sizeof(sr_topk_entry), entry_rank_cmp, &t);
+	t_mark = cm_now_ns();
+	for (size_t i = 0; i < req->nrescore && !rc; i++)
+		rc = sr_rescore_window(&x, &req->rescore[i], t.heap, t.n);
+	pf.rescore = cm_now_ns() - t_mark;
+	if (rc) {
+		sr_shard_result_free(out);
+		goto done;
+	}
+	if (req->nrescore && t.n)
+		out->max_score = t.heap[0].score;
+	if (t.n > page)
+		t.n = (size_t)page;
+	t_mark = cm_now_ns();
 	if (t.n) {
 		out->hits = cm_calloc(CM_MEM_SEARCH, t.n, sizeof(sr_hit));
 		cm_buf idb, src;
@@ -434,11 +799,17 @@ sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_shard_re
 		for (size_t i = 0; i < t.n && !rc; i++)
 			rc = fetch_hit(&t, &t.heap[order[i]], shard, &out->hits[order[i]], &idb, &src, &meta);
 		out->nhits = t.n;
+		for (size_t i = 0; t.collapse && !rc && i < t.n; i++)
+			collapse_fields(&t, &out->hits[i], &t.groups[t.heap[i].group].key);
 		for (int i = 0; i < 3; i++)
 			st_colblock_free(&meta.cb[i]);
 		cm_free(CM_MEM_SEARCH, order);
 		cm_buf_free(&idb);
 		cm_buf_free(&src);
+	}
+	if (!rc && req->profile) {
+		pf.fetch = cm_now_ns() - t_mark;
+		render_profile(&t, &pf, out);
 	}
 	if (rc) {
 		sr_shard_result_free(out);
@@ -451,6 +822,12 @@ done:
 	cm_free(CM_MEM_SEARCH, t.slab);
 	cm_free(CM_MEM_SEARCH, t.docs);
 	cm_free(CM_MEM_SEARCH, t.dscores);
+	for (size_t g = 0; g < t.ngroups; g++)
+		cm_free(CM_MEM_SEARCH, t.groups[g].e.vals);
+	cm_free(CM_MEM_SEARCH, t.groups);
+	cm_free(CM_MEM_SEARCH, t.gmap);
+	if (t.collapse)
+		sr_sorter_free(&t.csorter);
 	sr_sorter_free(&t.sorter);
 	sr_exec_close(&x);
 	return rc;
