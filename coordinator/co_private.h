@@ -167,11 +167,9 @@ void co_h_index_open(co_req *r);  /* POST /{index}/_open (co_rest.c) */
 void co_h_explain(co_req *r);     /* GET|POST /{index}/_explain/{id} (co_explain.c) */
 void co_h_validate(co_req *r);    /* GET|POST [/{index}]/_validate/query */
 /* co_search.c, for co_explain.c: the URL's q=, df, ... folded into a
- * body with only a query (false after replying), and a plain search of
- * ixs with body (the rendered response into out). */
+ * body with only a query (false after replying); co_search_run below
+ * runs it. */
 bool co_search_fold_params(co_req *r, cJSON *body);
-cm_err co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
-                     cm_error *err);
 void co_h_index_close(co_req *r); /* POST /{index}/_close */
 void co_h_count(co_req *r);
 void co_h_msearch(co_req *r);

@@ -868,8 +868,3 @@ co_search_fold_params(co_req *r, cJSON *body)
 	return fold_search_params(r, body, true);
 }
 
-cm_err
-co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out, cm_error *err)
-{
-	return run_search(r, ixs, n, body, 0, 0, 0, out, err);
-}
