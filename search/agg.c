@@ -371,6 +371,13 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 				                    "Field [%s] of type [object] is not supported for "
 				                    "aggregation [%s]",
 				                    a->field, a->ops->name);
+			/* geo_point: counting aggregations only (no geo_* aggregations yet) */
+			if (f->type == ST_FT_GEO_POINT && a->kind != AGG_VALUE_COUNT &&
+			    a->kind != AGG_MISSING)
+				return cm_error_set(err, CM_EINVAL,
+				                    "Field [%s] of type [geo_point] is not supported for "
+				                    "aggregation [%s]",
+				                    a->field, a->ops->name);
 			bool numeric_only = a->kind == AGG_MIN || a->kind == AGG_MAX ||
 			                    a->kind == AGG_SUM || a->kind == AGG_AVG ||
 			                    a->kind == AGG_STATS || a->kind == AGG_EXTENDED_STATS ||
@@ -629,6 +636,12 @@ agg_rt_begin(agg_root *root, const sr_agg *a, const sr_seg_ctx *ctx)
 			                    "disabled for it",
 			                    a->field);
 		}
+		if (fi && fi->type == ST_FT_GEO_POINT && a->kind != AGG_VALUE_COUNT &&
+		    a->kind != AGG_MISSING)
+			return cm_error_set(&root->err, CM_EINVAL,
+			                    "Field [%s] of type [geo_point] is not supported for "
+			                    "aggregation [%s]",
+			                    a->field, a->ops->name);
 		if (fi) {
 			rt->fi = fi;
 			rt->is_double = st_field_type_is_double(fi->type);

@@ -141,6 +141,11 @@ dump(sb *b, const sr_query *q)
 	case SR_Q_SIMPLE_QUERY_STRING:
 		put(b, "%s(%s)", sr_query_kind_name(q->kind), q->value);
 		break;
+	case SR_Q_GEO_BOUNDING_BOX:
+	case SR_Q_GEO_DISTANCE:
+		put(b, "%s(%s:%g,%g,%g,%g)", sr_query_kind_name(q->kind), q->field, q->geo[0],
+		    q->geo[1], q->geo[2], q->geo[3]);
+		break;
 	}
 	if (q->boost != 1.0f)
 		put(b, "^%g", q->boost);

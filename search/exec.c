@@ -594,6 +594,74 @@ exists_field(sr_exec *x, size_t si, const st_field_info *fi, uint32_t max_doc, u
 	return CM_OK;
 }
 
+/* Whether a geo_point value is in the plan's box or circle. A box whose
+ * left is east of its right crosses the dateline. */
+static bool
+geo_in(const sr_plan *pl, int64_t v)
+{
+	double lat, lon;
+	st_geo_decode(v, &lat, &lon);
+	if (pl->geo_circle)
+		return st_geo_distance(pl->geo[0], pl->geo[1], lat, lon) <= pl->geo[2];
+	if (lat > pl->geo[0] || lat < pl->geo[2])
+		return false;
+	return pl->geo[1] <= pl->geo[3] ? lon >= pl->geo[1] && lon <= pl->geo[3]
+	                                : lon >= pl->geo[1] || lon <= pl->geo[3];
+}
+
+/* The latitudes a plan can match, to skip column blocks by their zone:
+ * values order by latitude first (st_geo_encode). */
+static void
+geo_lat_range(const sr_plan *pl, double *lo, double *hi)
+{
+	if (!pl->geo_circle) {
+		*lo = pl->geo[2];
+		*hi = pl->geo[0];
+		return;
+	}
+	double d = pl->geo[2] / 111194.9266 + 1e-6; /* meters per degree of latitude */
+	*lo = pl->geo[0] - d;
+	*hi = pl->geo[0] + d;
+}
+
+/* Docs with a value of the geo_point column inside the plan's shape. */
+static cm_err
+geo_scan(sr_exec *x, size_t si, const sr_plan *pl, const st_field_info *fi, uint32_t max_doc,
+         uint64_t *bits)
+{
+	st_seg_txn *txn = x->segs[si].txn;
+	st_colblock cb = {0};
+	cm_err rc = CM_OK;
+	double lo, hi;
+	geo_lat_range(pl, &lo, &hi);
+	int64_t zlo = st_geo_encode(lo < -90 ? -90 : lo, -180);
+	int64_t zhi = st_geo_encode(hi > 90 ? 90 : hi, 180);
+	for (uint32_t b = 0; (uint64_t)b * ST_COL_BLOCK < max_doc; b++) {
+		int64_t mn, mx;
+		uint32_t nv;
+		if ((b & 15) == 15 && sr_deadline_passed(x))
+			break;
+		rc = st_col_zone(txn, fi, b, &mn, &mx, &nv);
+		if (rc)
+			break;
+		if (!nv || mx < zlo || mn > zhi)
+			continue;
+		rc = st_col_load(txn, fi, b, &cb);
+		if (rc)
+			break;
+		for (uint32_t i = 0; i < cb.ndocs; i++)
+			for (uint32_t k = cb.starts[i]; k < cb.starts[i + 1]; k++)
+				if (geo_in(pl, cb.vals[k])) {
+					st_bit_set(bits, cb.first_doc + i);
+					break;
+				}
+	}
+	st_colblock_free(&cb);
+	if (rc)
+		cm_error_set(x->err, rc, "cannot read column [%s]", fi->name);
+	return rc;
+}
+
 static sr_it *
 materialize(sr_exec *x, size_t si, const sr_plan *pl)
 {
@@ -638,6 +706,12 @@ materialize(sr_exec *x, size_t si, const sr_plan *pl)
 		const st_field_info *fi = st_segment_field(c->seg, pl->fs->name);
 		if (fi && (fi->flags & ST_FI_POSTINGS))
 			rc = terms_walk(x, si, pl, fi, bits);
+		break;
+	}
+	case P_GEO: {
+		const st_field_info *fi = st_segment_field(c->seg, pl->fs->name);
+		if (fi && (fi->flags & ST_FI_COLUMN))
+			rc = geo_scan(x, si, pl, fi, max_doc, bits);
 		break;
 	}
 	default:
@@ -2085,6 +2159,7 @@ sr_it_build(sr_exec *x, size_t si, const sr_plan *pl, sr_it **out)
 	case P_MULTI:
 	case P_IDS:
 	case P_EXISTS:
+	case P_GEO:
 		it = materialize(x, si, pl);
 		break;
 	case P_BOOL:

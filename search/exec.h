@@ -91,6 +91,7 @@ typedef enum {
 	P_CONST,
 	P_BOOSTING,
 	P_PHRASE,
+	P_GEO, /* geo_point column: a box (geo: top, left, bottom, right) or a circle (lat, lon, meters) */
 } sr_pkind;
 
 enum { OCC_MUST, OCC_SHOULD, OCC_MUST_NOT, OCC_FILTER };
@@ -135,6 +136,9 @@ struct sr_plan {
 	sr_bytes **pos_terms;
 	size_t *pos_nterms;
 	int slop;
+	/* P_GEO */
+	bool geo_circle;
+	double geo[4];
 };
 
 typedef struct sr_exec {
@@ -255,6 +259,8 @@ typedef struct sr_sort_field {
 	int ftype;  /* st_field_type when known (else -1): how values are exported */
 	double scale;                /* scaled_float */
 	uint8_t after_ip[ST_IP_LEN]; /* ip: the search_after address */
+	bool geo;                    /* _geo_distance from (geo_lat, geo_lon), in geo_unit m */
+	double geo_lat, geo_lon, geo_unit;
 } sr_sort_field;
 
 typedef struct sr_sorter {

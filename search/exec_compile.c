@@ -1966,7 +1966,39 @@ compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 		return cm_error_set(c->err, CM_EPARSE, "[%s] query requires a field",
 		                    sr_query_kind_name(q->kind));
 	}
+	if (fs && fs->type == ST_FT_GEO_POINT && q->kind != SR_Q_GEO_BOUNDING_BOX &&
+	    q->kind != SR_Q_GEO_DISTANCE && q->kind != SR_Q_EXISTS) {
+		/* lenient (a field pattern, query_string over every field): no match */
+		bool lenient = c->lenient;
+		c->depth--;
+		c->lenient = saved_lenient;
+		if (lenient) {
+			*out = none();
+			return CM_OK;
+		}
+		return cm_error_set(c->err, CM_EINVAL,
+		                    "Geometry fields do not support exact searching, use dedicated "
+		                    "geometry queries instead: [%s]",
+		                    fs->name);
+	}
 	switch (q->kind) {
+	case SR_Q_GEO_BOUNDING_BOX:
+	case SR_Q_GEO_DISTANCE:
+		if (!fs) {
+			*out = none(); /* no value of the field here */
+		} else if (fs->type != ST_FT_GEO_POINT) {
+			rc = cm_error_set(c->err, CM_EINVAL,
+			                  "failed to find geo field [%s]: it is of type [%s], not "
+			                  "[geo_point]",
+			                  fs->name, st_field_type_name(fs->type));
+		} else {
+			sr_plan *p = plan_new(P_GEO, b, scoring);
+			p->fs = fs;
+			p->geo_circle = q->kind == SR_Q_GEO_DISTANCE;
+			memcpy(p->geo, q->geo, sizeof(p->geo));
+			*out = p;
+		}
+		break;
 	case SR_Q_MATCH_ALL:
 		*out = plan_new(P_ALL, b, scoring);
 		break;

@@ -140,13 +140,14 @@ typedef enum {
 	FV_RAW,
 	FV_ULONG,
 	FV_DATE_NS,
-	FV_IP, /* s holds the printed address; ordered as addresses */
+	FV_IP,  /* s holds the printed address; ordered as addresses */
+	FV_GEO, /* d: latitude, d2: longitude */
 } fv_kind;
 
 typedef struct fval {
 	fv_kind kind;
 	int64_t i;
-	double d;
+	double d, d2;
 	char *s;
 	size_t n;
 	cJSON *raw; /* an unmapped field's value, as in _source */
@@ -315,6 +316,15 @@ convert(const st_field_def *def, const cJSON *v, fval *out)
 		out->kind = FV_DATE;
 		return ok;
 	}
+	case ST_FT_GEO_POINT: {
+		double lat, lon;
+		if (!st_geo_point(v, &lat, &lon))
+			return false;
+		out->d = lat;
+		out->d2 = lon;
+		out->kind = FV_GEO;
+		return true;
+	}
 	case ST_FT_IP: {
 		uint8_t ip[ST_IP_LEN];
 		char txt[ST_IP_STRLEN];
@@ -440,6 +450,14 @@ walk(fctx *c, const cJSON *v, char *path, size_t plen, size_t cap, int depth, bo
 {
 	if (depth > 64)
 		return;
+	if (!unmapped && plen && (cJSON_IsObject(v) || (cJSON_IsArray(v) && cJSON_IsNumber(v->child)))) {
+		/* a geo_point's {"lat","lon"} or [lon, lat] is one value */
+		const st_field_def *def = st_mapping_find(c->m, path);
+		if (def && def->type == ST_FT_GEO_POINT) {
+			leaf(c, path, v, false);
+			return;
+		}
+	}
 	if (cJSON_IsArray(v)) {
 		for (const cJSON *e = v->child; e; e = e->next)
 			walk(c, e, path, plen, cap, depth + 1, unmapped);
@@ -541,6 +559,25 @@ render_value(cm_buf *b, const facc *a, const fval *v, const st_field_def *def)
 		else
 			st_date_format_ns(v->i, buf, sizeof(buf));
 		sr_jw_cstr(b, buf);
+		break;
+	case FV_GEO:
+		/* fields: GeoJSON of the source's point, as ES 7.10; docvalue_fields:
+		 * lat and lon as the column holds them */
+		if (a->dv) {
+			double lat, lon;
+			st_geo_decode(st_geo_encode(v->d, v->d2), &lat, &lon);
+			put_str(b, "{\"lat\":");
+			sr_jw_double(b, lat);
+			put_str(b, ",\"lon\":");
+			sr_jw_double(b, lon);
+			put_str(b, "}");
+		} else {
+			put_str(b, "{\"type\":\"Point\",\"coordinates\":[");
+			sr_jw_double(b, v->d2);
+			put_str(b, ",");
+			sr_jw_double(b, v->d);
+			put_str(b, "]}");
+		}
 		break;
 	case FV_RAW: {
 		char *s = cJSON_PrintUnformatted(v->raw);

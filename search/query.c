@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "../common/cm_alloc.h"
+#include "../storage/st_types.h"
 #include "jsonw.h"
 #include "sr.h"
 
@@ -91,6 +93,8 @@ sr_query_kind_name(sr_query_kind k)
 	    "boosting",
 	    "query_string",
 	    "simple_query_string",
+	    "geo_bounding_box",
+	    "geo_distance",
 	};
 	if ((size_t)k < sizeof(names) / sizeof(names[0]))
 		return names[k];
@@ -1179,6 +1183,178 @@ parse_query_string(pctx *c, const char *qn, const cJSON *body, sr_query *q)
 	return rc;
 }
 
+/* ---- geo_bounding_box, geo_distance ---- */
+
+/* "12km", "1.5mi", 300 (meters): meters, or a negative value. */
+static double
+geo_meters(const cJSON *v)
+{
+	static const struct {
+		const char *unit;
+		double m;
+	} units[] = {{"mm", 0.001},     {"millimeters", 0.001}, {"cm", 0.01},
+	             {"centimeters", 0.01}, {"km", 1000},       {"kilometers", 1000},
+	             {"mi", 1609.344},  {"miles", 1609.344},    {"yd", 0.9144},
+	             {"yards", 0.9144}, {"ft", 0.3048},         {"feet", 0.3048},
+	             {"in", 0.0254},    {"inch", 0.0254},       {"NM", 1852},
+	             {"nmi", 1852},     {"nauticalmiles", 1852}, {"m", 1},
+	             {"meters", 1}};
+	if (cJSON_IsNumber(v))
+		return v->valuedouble >= 0 ? v->valuedouble : -1;
+	if (!cJSON_IsString(v))
+		return -1;
+	char *end;
+	double d = strtod(v->valuestring, &end);
+	if (end == v->valuestring || !isfinite(d) || d < 0)
+		return -1;
+	while (*end == ' ')
+		end++;
+	if (!*end)
+		return d;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (!strcmp(end, units[i].unit))
+			return d * units[i].m;
+	return -1;
+}
+
+static cm_err
+geo_point_arg(pctx *c, const char *qname, const cJSON *v, double *lat, double *lon)
+{
+	if (!st_geo_point(v, lat, lon))
+		return cm_error_set(c->err, CM_EPARSE,
+		                    "[%s] failed to parse point [%.100s]: expected {\"lat\",\"lon\"}, "
+		                    "\"lat,lon\", a geohash, WKT POINT or [lon, lat], with a latitude "
+		                    "in [-90, 90] and a longitude in [-180, 180]",
+		                    qname, v->string ? v->string : "");
+	return CM_OK;
+}
+
+/* The box of a geo_bounding_box field: top_left/bottom_right,
+ * top_right/bottom_left, top/left/bottom/right or wkt "BBOX (minLon,
+ * maxLon, maxLat, minLat)"; q->geo = top, left, bottom, right. */
+static cm_err
+parse_geo_box(pctx *c, const cJSON *box, sr_query *q)
+{
+	double t = NAN, l = NAN, b = NAN, r = NAN, lat, lon;
+	cm_err rc = CM_OK;
+	const char *qn = "geo_bounding_box";
+	if (!cJSON_IsObject(box))
+		return not_object(c, qn, box);
+	for (const cJSON *v = box->child; v && !rc; v = v->next) {
+		if (is(v, "top_left") || is(v, "topLeft")) {
+			if (!(rc = geo_point_arg(c, qn, v, &lat, &lon)))
+				t = lat, l = lon;
+		} else if (is(v, "bottom_right") || is(v, "bottomRight")) {
+			if (!(rc = geo_point_arg(c, qn, v, &lat, &lon)))
+				b = lat, r = lon;
+		} else if (is(v, "top_right") || is(v, "topRight")) {
+			if (!(rc = geo_point_arg(c, qn, v, &lat, &lon)))
+				t = lat, r = lon;
+		} else if (is(v, "bottom_left") || is(v, "bottomLeft")) {
+			if (!(rc = geo_point_arg(c, qn, v, &lat, &lon)))
+				b = lat, l = lon;
+		} else if (is(v, "top") || is(v, "left") || is(v, "bottom") || is(v, "right")) {
+			if (!cJSON_IsNumber(v))
+				return cm_error_set(c->err, CM_EPARSE, "[%s] [%s] must be a number", qn,
+				                    v->string);
+			*(is(v, "top") ? &t : is(v, "left") ? &l : is(v, "bottom") ? &b : &r) =
+			    v->valuedouble;
+		} else if (is(v, "wkt")) {
+			double minlon, maxlon, maxlat, minlat;
+			char close = 0;
+			if (!cJSON_IsString(v) ||
+			    sscanf(v->valuestring, " BBOX ( %lf , %lf , %lf , %lf %c", &minlon, &maxlon,
+			           &maxlat, &minlat, &close) != 5 ||
+			    close != ')')
+				return cm_error_set(c->err, CM_EPARSE,
+				                    "[%s] failed to parse WKT bounding box [%.100s]", qn,
+				                    cJSON_IsString(v) ? v->valuestring : "");
+			t = maxlat, l = minlon, b = minlat, r = maxlon;
+		} else {
+			return cm_error_set(c->err, CM_EPARSE,
+			                    "failed to parse [%s] query. unexpected field [%s]", qn,
+			                    v->string);
+		}
+	}
+	if (rc)
+		return rc;
+	if (isnan(t) || isnan(l) || isnan(b) || isnan(r))
+		return cm_error_set(c->err, CM_EPARSE,
+		                    "failed to parse [%s] query. the bounding box needs its top, left, "
+		                    "bottom and right",
+		                    qn);
+	if (t < b)
+		return cm_error_set(c->err, CM_EINVAL,
+		                    "top is below bottom corner: %.17g vs. %.17g", t, b);
+	q->geo[0] = t, q->geo[1] = l, q->geo[2] = b, q->geo[3] = r;
+	return CM_OK;
+}
+
+static cm_err
+parse_geo(pctx *c, const char *qname, const cJSON *body, sr_query *q)
+{
+	cm_err rc = CM_OK;
+	bool dist = q->kind == SR_Q_GEO_DISTANCE, have_dist = false;
+	if (!cJSON_IsObject(body))
+		return not_object(c, qname, body);
+	for (const cJSON *v = body->child; v && !rc; v = v->next) {
+		if (common_param(c, qname, v, q, &rc))
+			continue;
+		if (is(v, "ignore_unmapped")) {
+			if (!cJSON_IsBool(v))
+				return cm_error_set(c->err, CM_EPARSE, "[%s] [ignore_unmapped] must be a "
+				                                       "boolean",
+				                    qname);
+			q->ignore_unmapped = cJSON_IsTrue(v);
+		} else if (is(v, "validation_method")) {
+			if (!cJSON_IsString(v) || (strcasecmp(v->valuestring, "strict") &&
+			                           strcasecmp(v->valuestring, "ignore_malformed") &&
+			                           strcasecmp(v->valuestring, "coerce")))
+				return cm_error_set(c->err, CM_EPARSE,
+				                    "[%s] [validation_method] must be STRICT, "
+				                    "IGNORE_MALFORMED or COERCE",
+				                    qname);
+		} else if (!dist && is(v, "type")) {
+			if (!cJSON_IsString(v) || (strcmp(v->valuestring, "indexed") &&
+			                           strcmp(v->valuestring, "memory")))
+				return cm_error_set(c->err, CM_EPARSE,
+				                    "[%s] [type] must be indexed or memory", qname);
+		} else if (dist && is(v, "distance")) {
+			if ((q->geo[2] = geo_meters(v)) < 0)
+				return cm_error_set(c->err, CM_EPARSE,
+				                    "[geo_distance] failed to parse [distance]: a distance "
+				                    "such as \"12km\" or a number of meters is expected");
+			have_dist = true;
+		} else if (dist && is(v, "distance_type")) {
+			if (!cJSON_IsString(v) ||
+			    (strcmp(v->valuestring, "arc") && strcmp(v->valuestring, "plane")))
+				return cm_error_set(c->err, CM_EPARSE,
+				                    "[geo_distance] [distance_type] must be arc or plane");
+		} else if (!dist && (is(v, "coerce") || is(v, "ignore_malformed"))) {
+			continue; /* the pre-7 spellings of validation_method */
+		} else if (q->field) {
+			return cm_error_set(c->err, CM_EPARSE,
+			                    "[%s] query doesn't support multiple fields, found [%s] and "
+			                    "[%s]",
+			                    qname, q->field, v->string);
+		} else {
+			q->field = cm_strdup(T, v->string);
+			if (dist) {
+				double lat, lon;
+				rc = geo_point_arg(c, qname, v, &lat, &lon);
+				q->geo[0] = lat, q->geo[1] = lon;
+			} else {
+				rc = parse_geo_box(c, v, q);
+			}
+		}
+	}
+	if (!rc && !q->field)
+		rc = cm_error_set(c->err, CM_EPARSE, "[%s] query requires a field", qname);
+	if (!rc && dist && !have_dist)
+		rc = cm_error_set(c->err, CM_EPARSE, "geo_distance requires 'distance' to be specified");
+	return rc;
+}
+
 static const struct {
 	const char *name;
 	sr_query_kind kind;
@@ -1204,6 +1380,8 @@ static const struct {
     {"boosting", SR_Q_BOOSTING},
     {"query_string", SR_Q_QUERY_STRING},
     {"simple_query_string", SR_Q_SIMPLE_QUERY_STRING},
+    {"geo_bounding_box", SR_Q_GEO_BOUNDING_BOX},
+    {"geo_distance", SR_Q_GEO_DISTANCE},
 };
 
 /* Known to Elasticsearch, not implemented here: a clearer answer than
@@ -1214,8 +1392,6 @@ static const char *es_only_queries[] = {
     "has_parent",
     "parent_id",
     "geo_shape",
-    "geo_bounding_box",
-    "geo_distance",
     "geo_polygon",
     "shape",
     "more_like_this",
@@ -1327,6 +1503,10 @@ parse_query(pctx *c, const cJSON *j, sr_query **out)
 	case SR_Q_QUERY_STRING:
 	case SR_Q_SIMPLE_QUERY_STRING:
 		rc = parse_query_string(c, name, body, q);
+		break;
+	case SR_Q_GEO_BOUNDING_BOX:
+	case SR_Q_GEO_DISTANCE:
+		rc = parse_geo(c, name, body, q);
 		break;
 	default:
 		rc = cm_error_set(c->err, CM_EINTERNAL, "query kind not handled");

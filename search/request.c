@@ -266,6 +266,101 @@ sort_options(sr_sort_key *k, const char *field, const cJSON *o, cm_error *err)
 	return CM_OK;
 }
 
+/* {"_geo_distance": {"field": point, "order", "unit", "mode",
+ * "distance_type", "ignore_unmapped", "validation_method"}} */
+static cm_err
+geo_sort(sr_request *r, const cJSON *o, cm_error *err)
+{
+	static const struct {
+		const char *name;
+		double m;
+	} units[] = {{"m", 1},         {"meters", 1},       {"km", 1000},          {"kilometers", 1000},
+	             {"mi", 1609.344}, {"miles", 1609.344}, {"yd", 0.9144},        {"yards", 0.9144},
+	             {"ft", 0.3048},   {"feet", 0.3048},    {"in", 0.0254},        {"inch", 0.0254},
+	             {"cm", 0.01},     {"centimeters", 0.01}, {"mm", 0.001},       {"millimeters", 0.001},
+	             {"NM", 1852},     {"nmi", 1852},       {"nauticalmiles", 1852}};
+	if (!cJSON_IsObject(o))
+		return cm_error_set(err, CM_EPARSE, "[_geo_distance] must be an object");
+	const cJSON *point = NULL;
+	bool desc = false, ignore_unmapped = false;
+	double unit = 1;
+	sr_sort_mode mode = SR_SORT_MODE_DEFAULT;
+	for (const cJSON *v = o->child; v; v = v->next) {
+		const char *n = v->string;
+		cm_err rc = CM_OK;
+		if (!strcmp(n, "order")) {
+			if (!cJSON_IsString(v))
+				return cm_error_set(err, CM_EPARSE, "[_geo_distance] order must be a string");
+			rc = order_value(v->valuestring, &desc, err);
+		} else if (!strcmp(n, "unit")) {
+			size_t i, nu = sizeof(units) / sizeof(units[0]);
+			for (i = 0; i < nu; i++)
+				if (cJSON_IsString(v) && !strcmp(v->valuestring, units[i].name))
+					break;
+			if (i == nu)
+				return cm_error_set(err, CM_EINVAL, "No distance unit match [%s]",
+				                    cJSON_IsString(v) ? v->valuestring : token_name(v));
+			unit = units[i].m;
+		} else if (!strcmp(n, "mode")) {
+			if (cJSON_IsString(v) && !strcasecmp(v->valuestring, "min"))
+				mode = SR_SORT_MODE_MIN;
+			else if (cJSON_IsString(v) && !strcasecmp(v->valuestring, "max"))
+				mode = SR_SORT_MODE_MAX;
+			else if (cJSON_IsString(v) && !strcasecmp(v->valuestring, "avg"))
+				mode = SR_SORT_MODE_AVG;
+			else if (cJSON_IsString(v) && !strcasecmp(v->valuestring, "median"))
+				mode = SR_SORT_MODE_MEDIAN;
+			else
+				return cm_error_set(err, CM_EINVAL,
+				                    "[_geo_distance] mode must be min, max, avg or median");
+		} else if (!strcmp(n, "distance_type")) {
+			if (!cJSON_IsString(v) ||
+			    (strcmp(v->valuestring, "arc") && strcmp(v->valuestring, "plane")))
+				return cm_error_set(err, CM_EINVAL,
+				                    "[_geo_distance] distance_type must be arc or plane");
+		} else if (!strcmp(n, "ignore_unmapped")) {
+			if (!cJSON_IsBool(v))
+				return cm_error_set(err, CM_EPARSE,
+				                    "[_geo_distance] ignore_unmapped must be a boolean");
+			ignore_unmapped = cJSON_IsTrue(v);
+		} else if (!strcmp(n, "validation_method") || !strcmp(n, "nested")) {
+			if (!strcmp(n, "nested"))
+				return cm_error_set(err, CM_EINVAL, "[_geo_distance] nested is not supported");
+		} else if (point) {
+			return cm_error_set(err, CM_EPARSE,
+			                    "[_geo_distance] sorts on one field, found [%s] and [%s]",
+			                    point->string, n);
+		} else {
+			point = v;
+		}
+		if (rc)
+			return rc;
+	}
+	if (!point)
+		return cm_error_set(err, CM_EPARSE, "[_geo_distance] needs a field and a point");
+	const cJSON *p = point;
+	if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(p->child))
+		p = p->child; /* [point] */
+	double lat, lon;
+	if (!st_geo_point(p, &lat, &lon))
+		return cm_error_set(err, CM_EPARSE,
+		                    "[_geo_distance] failed to parse the point of [%s] (several "
+		                    "points are not supported)",
+		                    point->string);
+	sr_sort_key *k;
+	cm_err rc = add_sort_key(r, point->string, err, &k);
+	if (rc)
+		return rc;
+	k->geo = true;
+	k->desc = desc;
+	k->mode = mode;
+	k->geo_lat = lat;
+	k->geo_lon = lon;
+	k->geo_unit = unit;
+	k->geo_ignore_unmapped = ignore_unmapped;
+	return CM_OK;
+}
+
 static cm_err
 sort_entry(sr_request *r, const cJSON *e, cm_error *err)
 {
@@ -277,7 +372,12 @@ sort_entry(sr_request *r, const cJSON *e, cm_error *err)
 		return cm_error_set(err, CM_EPARSE, "[sort] malformed sort format, found %s",
 		                    token_name(e));
 	for (const cJSON *f = e->child; f; f = f->next) {
-		if (!strcmp(f->string, "_geo_distance") || !strcmp(f->string, "_script"))
+		if (!strcmp(f->string, "_geo_distance") || !strcmp(f->string, "_geoDistance")) {
+			if ((rc = geo_sort(r, f, err)))
+				return rc;
+			continue;
+		}
+		if (!strcmp(f->string, "_script"))
 			return cm_error_set(err, CM_EINVAL, "[sort] %s is not supported",
 			                    f->string);
 		if ((rc = add_sort_key(r, f->string, err, &k)))

@@ -166,6 +166,31 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 			continue;
 		}
 		k->fs = sr_exec_field(x, rk->field);
+		if (rk->geo) {
+			k->geo = true;
+			k->geo_lat = rk->geo_lat;
+			k->geo_lon = rk->geo_lon;
+			k->geo_unit = rk->geo_unit > 0 ? rk->geo_unit : 1;
+			k->is_double = true;
+			k->ftype = ST_FT_GEO_POINT;
+			k->scale = 1;
+			const st_mapping *m = x->reader ? st_reader_mapping(x->reader) : NULL;
+			const st_field_def *def = m ? st_mapping_find(m, rk->field) : NULL;
+			st_field_type t = k->fs ? k->fs->type : def ? def->type : ST_FT_GEO_POINT;
+			if (!k->fs && !def && !rk->geo_ignore_unmapped)
+				return cm_error_set_type(err, CM_EINVAL, "query_shard_exception",
+				                         "failed to find mapper for [%s] for geo distance "
+				                         "based sort",
+				                         rk->field);
+			if (t != ST_FT_GEO_POINT)
+				return cm_error_set(err, CM_EINVAL, "field [%s] is not a geo_point field",
+				                    rk->field);
+			continue;
+		}
+		if (k->fs && k->fs->type == ST_FT_GEO_POINT)
+			return cm_error_set(err, CM_EINVAL,
+			                    "can't sort on geo_point field without using specific sorting "
+			                    "feature, like geo_distance");
 		if (!k->fs) {
 			/* Mapped but absent from this shard's segments (a shard with
 			 * none of its documents yet): every doc here is missing the
@@ -318,6 +343,37 @@ pick(const sr_sort_field *k, const int64_t *v, int n)
 	return n % 2 ? v[n / 2] : round_half_up(((double)v[n / 2 - 1] + (double)v[n / 2]) / 2);
 }
 
+static int
+dbl_cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The distance of a doc's points from the key's origin, by its mode (ES's
+ * default: the nearest ascending, the farthest descending). */
+static double
+geo_pick(const sr_sort_field *k, const int64_t *v, int n)
+{
+	double d[64], sum = 0;
+	int m = n < 64 ? n : 64;
+	for (int i = 0; i < m; i++) {
+		double lat, lon;
+		st_geo_decode(v[i], &lat, &lon);
+		d[i] = st_geo_distance(k->geo_lat, k->geo_lon, lat, lon) / k->geo_unit;
+		sum += d[i];
+	}
+	sr_sort_mode mode = k->mode;
+	if (mode == SR_SORT_MODE_DEFAULT)
+		mode = k->desc ? SR_SORT_MODE_MAX : SR_SORT_MODE_MIN;
+	if (mode == SR_SORT_MODE_AVG)
+		return sum / m;
+	qsort(d, (size_t)m, sizeof(double), dbl_cmp);
+	if (mode == SR_SORT_MODE_MEDIAN)
+		return m % 2 ? d[m / 2] : (d[m / 2 - 1] + d[m / 2]) / 2;
+	return mode == SR_SORT_MODE_MAX ? d[m - 1] : d[0];
+}
+
 cm_err
 sr_sorter_key_value(sr_sorter *s, sr_exec *x, size_t si, size_t i, uint32_t doc, uint32_t gdoc,
                     float score, sr_sortval *v)
@@ -348,6 +404,10 @@ sr_sorter_key_value(sr_sorter *s, sr_exec *x, size_t si, size_t i, uint32_t doc,
 		return cm_error_set(x->err, CM_ECORRUPT, "cannot read column [%s]", s->fi[i]->name);
 	if (n == 0) {
 		v->missing = true;
+		return CM_OK;
+	}
+	if (k->geo) {
+		v->l = st_double_to_sortable(geo_pick(k, cv, n));
 		return CM_OK;
 	}
 	v->l = pick(k, cv, n);

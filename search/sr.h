@@ -41,6 +41,8 @@ typedef enum {
 	SR_Q_BOOSTING,
 	SR_Q_QUERY_STRING,
 	SR_Q_SIMPLE_QUERY_STRING,
+	SR_Q_GEO_BOUNDING_BOX, /* geo[]: top, left, bottom, right (degrees) */
+	SR_Q_GEO_DISTANCE,     /* geo[]: lat, lon, distance in meters */
 } sr_query_kind;
 
 typedef struct sr_query sr_query;
@@ -94,6 +96,9 @@ struct sr_query {
 	 * text: ES normalizes such values with the field's search analyzer
 	 * (lowercases them for text fields) before matching. */
 	bool analyze_multiterm;
+	/* geo_bounding_box / geo_distance (see the kinds) */
+	double geo[4];
+	bool ignore_unmapped;
 };
 
 sr_query *sr_query_new(sr_query_kind kind);
@@ -144,6 +149,10 @@ typedef struct sr_sort_key {
 	bool missing_first; /* default: last */
 	sr_sort_mode mode;    /* multi-valued fields */
 	char *unmapped_type;  /* NULL, or the type to sort an unmapped field as */
+	/* _geo_distance: distance of the field's points from (lat, lon), in
+	 * units of geo_unit meters */
+	bool geo, geo_ignore_unmapped;
+	double geo_lat, geo_lon, geo_unit;
 } sr_sort_key;
 
 /* A sort value as it appears in hit.sort / search_after. */

@@ -616,7 +616,9 @@ collapse_init(topk *t, st_reader *r, cm_error *err)
 		    "are accepted",
 		    field);
 	}
-	sr_sort_key key = {SR_SORT_FIELD, (char *)field, false, false, SR_SORT_MODE_MIN, NULL};
+	sr_sort_key key = {.kind = SR_SORT_FIELD,
+	                   .field = (char *)field,
+	                   .mode = SR_SORT_MODE_MIN};
 	sr_request one;
 	memset(&one, 0, sizeof one);
 	one.sort = &key;
@@ -748,8 +750,13 @@ sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_req
 	sr_plan_free(plan);
 	sr_plan_free(pf_plan);
 	if (rc) {
-		if (aggs)
+		if (aggs) {
+			/* an aggregation's own error (a field it cannot read) says why */
+			const cm_error *ae = sr_agg_state_error(aggs);
+			if (ae && ae->code && !x.err->code)
+				*x.err = *ae;
 			sr_agg_state_free(aggs);
+		}
 		goto done;
 	}
 	out->aggs = aggs;

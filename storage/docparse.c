@@ -436,6 +436,13 @@ emit_scalar(parse_ctx *c, const st_field_def *f, cJSON *j)
 		push_value(c, f)->i = b;
 		return CM_OK;
 	}
+	case ST_FT_GEO_POINT: {
+		double lat, lon;
+		if (!st_geo_point(j, &lat, &lon))
+			return type_error(c, f, j);
+		push_value(c, f)->i = st_geo_encode(lat, lon);
+		return CM_OK;
+	}
 	case ST_FT_IP: {
 		uint8_t ip[ST_IP_LEN];
 		if (!cJSON_IsString(j) || !st_ip_parse(j->valuestring, strlen(j->valuestring), ip))
@@ -822,6 +829,15 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 		memcpy(s, known->null_value, n + 1);
 		j->type = cJSON_String;
 		j->valuestring = s;
+	}
+	if (known != NULL && known->type == ST_FT_GEO_POINT &&
+	    (cJSON_IsObject(j) || (cJSON_IsArray(j) && cJSON_IsNumber(j->child)))) {
+		/* one point: {"lat","lon"} or [lon, lat] (a list of points is an
+		 * array of those, or of strings) */
+		cm_err e = emit_field(c, known, j);
+		if (e == CM_OK && known->ncopy_to > 0)
+			e = copy_values(c, known, j);
+		return e;
 	}
 	if (cJSON_IsArray(j)) {
 		cJSON *it;

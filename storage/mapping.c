@@ -637,6 +637,12 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		} else if (strcmp(k, "index") == 0 && type != ST_FT_OBJECT &&
 		           type != ST_FT_BINARY) {
 			ok = json_bool(it, &f.index);
+		} else if (strcmp(k, "doc_values") == 0 && type == ST_FT_GEO_POINT) {
+			/* geo_point queries read the column: it cannot be turned off */
+			ok = cJSON_IsTrue(it);
+		} else if (strcmp(k, "ignore_z_value") == 0 && type == ST_FT_GEO_POINT) {
+			bool z = true;
+			ok = json_bool(it, &z) && z; /* a third coordinate is always dropped */
 		} else if (strcmp(k, "doc_values") == 0 && type == ST_FT_BINARY) {
 			/* binary doc values are not kept: only false is accepted */
 			ok = cJSON_IsFalse(it);
@@ -709,7 +715,8 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		            type == ST_FT_IP)) {
 			ok = json_bool(it, &f.ignore_malformed);
 		} else if (strcmp(k, "coerce") == 0 && st_field_type_is_numeric(type) &&
-		           type != ST_FT_BOOLEAN && type != ST_FT_DATE && type != ST_FT_DATE_NANOS) {
+		           type != ST_FT_BOOLEAN && type != ST_FT_DATE && type != ST_FT_DATE_NANOS &&
+		           type != ST_FT_GEO_POINT) {
 			bool coerce = true;
 			ok = json_bool(it, &coerce);
 			f.no_coerce = !coerce;

@@ -1,5 +1,6 @@
 /* IP and CIDR parsing and printing, half-float rounding, unsigned_long
  * text, date_nanos: the value codecs the newer field types rest on. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <string.h>
 
@@ -204,9 +205,53 @@ test_nanos(void)
 	CHECK(strcmp(buf, "2024-01-01T00:00:00.1234Z") == 0);
 }
 
+static bool
+geo_of(const char *json, double *lat, double *lon)
+{
+	cJSON *j = cJSON_Parse(json);
+	bool ok = st_geo_point(j, lat, lon);
+	cJSON_Delete(j);
+	return ok;
+}
+
+static void
+test_geo(void)
+{
+	double lat, lon;
+	CHECK(geo_of("{\"lat\":41.12,\"lon\":-71.34}", &lat, &lon) && lat == 41.12 && lon == -71.34);
+	CHECK(geo_of("\"41.12,-71.34\"", &lat, &lon) && lat == 41.12 && lon == -71.34);
+	CHECK(geo_of("\" 41.12 , -71.34 \"", &lat, &lon) && lat == 41.12);
+	CHECK(geo_of("[-71.34, 41.12]", &lat, &lon) && lat == 41.12 && lon == -71.34);
+	CHECK(geo_of("[-71.34, 41.12, 10]", &lat, &lon) && lat == 41.12); /* z dropped */
+	CHECK(geo_of("\"POINT (-71.34 41.12)\"", &lat, &lon) && lat == 41.12 && lon == -71.34);
+	/* ES's documented geohash: drm3btev3e86 is 41.12, -71.34 */
+	CHECK(geo_of("\"drm3btev3e86\"", &lat, &lon) && fabs(lat - 41.12) < 1e-6 &&
+	      fabs(lon + 71.34) < 1e-6);
+	CHECK(!geo_of("\"91,0\"", &lat, &lon));
+	CHECK(!geo_of("{\"lat\":1}", &lat, &lon));
+	CHECK(!geo_of("[1]", &lat, &lon));
+	CHECK(!geo_of("\"not a hash!\"", &lat, &lon));
+	CHECK(!geo_of("\"POINT (1 2\"", &lat, &lon));
+	CHECK(!geo_of("{\"lat\":1,\"lon\":2,\"x\":3}", &lat, &lon));
+	/* encoding: within a cell of ~1e-7 degrees, monotonic in latitude */
+	double la, lo;
+	st_geo_decode(st_geo_encode(41.12, -71.34), &la, &lo);
+	CHECK(fabs(la - 41.12) < 1e-7 && fabs(lo + 71.34) < 1e-7 && la <= 41.12 && lo <= -71.34);
+	st_geo_decode(st_geo_encode(90, 180), &la, &lo);
+	CHECK(la > 89.9999999 && lo > 179.9999999);
+	st_geo_decode(st_geo_encode(-90, -180), &la, &lo);
+	CHECK(la == -90 && lo == -180);
+	CHECK(st_geo_encode(10, 179) < st_geo_encode(10.001, -179));
+	/* Amsterdam - Paris: 430 km by ES's haversine */
+	double d = st_geo_distance(52.37, 4.89, 48.85, 2.35);
+	CHECK(d > 429000 && d < 432000);
+	CHECK(st_geo_distance(1, 2, 1, 2) == 0);
+}
+
 int
 main(void)
 {
+	test_geo();
 	test_ip_parse();
 	test_ip_format();
 	test_cidr();
