@@ -217,8 +217,20 @@ agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_a
 			subs = c;
 			continue;
 		}
-		if (!strcmp(c->string, "meta"))
+		if (!strcmp(c->string, "meta")) {
+			if (!cJSON_IsObject(c)) {
+				rc = cm_error_set(err, CM_EPARSE,
+				                  "Expected [START_OBJECT] under [meta], but got a [VALUE] "
+				                  "in [%s]",
+				                  name);
+				goto fail;
+			}
+			cm_free(AGG_MEM, a->meta);
+			char *m = cJSON_PrintUnformatted(c);
+			a->meta = cm_strdup(AGG_MEM, m ? m : "{}");
+			cJSON_free(m);
 			continue;
+		}
 		if (type) {
 			rc = cm_error_set(err, CM_EPARSE,
 			                  "Found two aggregation type definitions in [%s]: [%s] and [%s]",
@@ -269,6 +281,65 @@ fail:
 	return rc;
 }
 
+/* A pipeline aggregation's type, or NULL when body declares a regular one. */
+static const char *
+agg_pipe_type_of(const cJSON *body)
+{
+	if (!cJSON_IsObject(body))
+		return NULL;
+	for (const cJSON *c = body->child; c; c = c->next)
+		if (strcmp(c->string, "aggs") && strcmp(c->string, "aggregations") &&
+		    strcmp(c->string, "meta"))
+			return agg_pipe_is_type(c->string) ? c->string : NULL;
+	return NULL;
+}
+
+static cm_err
+agg_parse_pipe(const char *name, const cJSON *body, const char *type, agg_pipe **out,
+               cm_error *err)
+{
+	const cJSON *meta = NULL, *tb = NULL;
+	int ntypes = 0;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		if (!strcmp(c->string, "aggs") || !strcmp(c->string, "aggregations"))
+			return cm_error_set_type(err, CM_EPARSE, "aggregation_initialization_exception",
+			                         "Aggregator [%s] of type [%s] cannot accept "
+			                         "sub-aggregations",
+			                         name, type);
+		if (!strcmp(c->string, "meta")) {
+			if (!cJSON_IsObject(c))
+				return cm_error_set(err, CM_EPARSE,
+				                    "Expected [START_OBJECT] under [meta], but got a [VALUE] "
+				                    "in [%s]",
+				                    name);
+			meta = c;
+			continue;
+		}
+		if (ntypes++)
+			return cm_error_set(err, CM_EPARSE,
+			                    "Found two aggregation type definitions in [%s]: [%s] and [%s]",
+			                    name, type, c->string);
+		tb = c;
+	}
+	if (!cJSON_IsObject(tb))
+		return cm_error_set(err, CM_EPARSE,
+		                    "Expected [START_OBJECT] under [%s], but got a [VALUE] in [%s]", type,
+		                    name);
+	return agg_pipe_parse(name, type, tb, meta, out, err);
+}
+
+static bool
+agg_sibling_taken(const sr_agg *parent, const char *name)
+{
+	for (size_t i = 0; i < parent->nsubs; i++)
+		if (!strcmp(parent->subs[i]->name, name))
+			return true;
+	for (size_t i = 0; i < parent->npipes; i++)
+		if (!strcmp(agg_pipe_name(parent->pipes[i]), name))
+			return true;
+	return false;
+}
+
 static cm_err
 agg_parse_list(const cJSON *aggs, sr_agg *parent, int depth, int *next_id, cm_error *err)
 {
@@ -282,11 +353,26 @@ agg_parse_list(const cJSON *aggs, sr_agg *parent, int depth, int *next_id, cm_er
 		return cm_error_set(err, CM_EINVAL, "too many aggregations [%zu]", n);
 	parent->subs = cm_calloc(AGG_MEM, n ? n : 1, sizeof *parent->subs);
 	for (const cJSON *c = aggs->child; c; c = c->next) {
-		for (size_t i = 0; i < parent->nsubs; i++)
-			if (!strcmp(parent->subs[i]->name, c->string))
+		if (agg_sibling_taken(parent, c->string))
+			return cm_error_set(err, CM_EPARSE,
+			                    "Two sibling aggregations cannot have the same name: [%s]",
+			                    c->string);
+		const char *ptype = agg_pipe_type_of(c);
+		if (ptype) {
+			if (!agg_name_ok(c->string) || strlen(c->string) > AGG_MAX_NAME)
 				return cm_error_set(err, CM_EPARSE,
-				                    "Two sibling aggregations cannot have the same name: [%s]",
+				                    "Invalid aggregation name [%s]. Aggregation names can "
+				                    "contain any character except '[', ']', and '>'",
 				                    c->string);
+			agg_pipe *pp = NULL;
+			cm_err rc = agg_parse_pipe(c->string, c, ptype, &pp, err);
+			if (rc)
+				return rc;
+			if (!parent->pipes)
+				parent->pipes = cm_calloc(AGG_MEM, n, sizeof *parent->pipes);
+			parent->pipes[parent->npipes++] = pp;
+			continue;
+		}
 		sr_agg *a = NULL;
 		cm_err rc = agg_parse_one(c->string, c, depth, next_id, &a, err);
 		if (rc)
@@ -324,6 +410,8 @@ sr_agg_from_json(const cJSON *aggs, sr_agg **out, cm_error *err)
 	cm_err rc = agg_parse_list(aggs, root, 0, &next_id, err);
 	if (!rc)
 		rc = agg_check_tree(root, err);
+	if (!rc)
+		rc = agg_pipe_check(root, err);
 	if (rc) {
 		sr_agg_free(root);
 		return rc;
@@ -341,6 +429,10 @@ sr_agg_free(sr_agg *a)
 	for (size_t i = 0; i < a->nsubs; i++)
 		sr_agg_free(a->subs[i]);
 	cm_free(AGG_MEM, a->subs);
+	for (size_t i = 0; i < a->npipes; i++)
+		agg_pipe_free(a->pipes[i]);
+	cm_free(AGG_MEM, a->pipes);
+	cm_free(AGG_MEM, a->meta);
 	if (a->ops && a->ops->free_params && a->p)
 		a->ops->free_params(a->p);
 	cm_free(AGG_MEM, a->name);
@@ -970,6 +1062,25 @@ agg_json_double_or_null(cm_buf *b, double v, bool present)
 		cm_buf_put(b, "null", 4);
 }
 
+/* ES prints "meta" first in an aggregation's object: splice it in after
+ * the '{' a render wrote at `at`. */
+void
+agg_insert_meta(cm_buf *b, size_t at, const char *meta)
+{
+	if (at >= b->len || b->data[at] != '{')
+		return;
+	bool empty = at + 1 < b->len && b->data[at + 1] == '}';
+	size_t ml = strlen(meta);
+	size_t add = 7 + ml + (empty ? 0 : 1);
+	cm_buf_reserve(b, add);
+	memmove(b->data + at + 1 + add, b->data + at + 1, b->len - at - 1);
+	memcpy(b->data + at + 1, "\"meta\":", 7);
+	memcpy(b->data + at + 8, meta, ml);
+	if (!empty)
+		b->data[at + 8 + ml] = ',';
+	b->len += add;
+}
+
 cm_err
 agg_subs_render(const sr_agg *parent, agg_node *const *subs, agg_render *r)
 {
@@ -978,9 +1089,12 @@ agg_subs_render(const sr_agg *parent, agg_node *const *subs, agg_render *r)
 		cm_buf_put_u8(r->out, ',');
 		agg_json_str(r->out, a->name, strlen(a->name));
 		cm_buf_put_u8(r->out, ':');
+		size_t at = r->out->len;
 		cm_err rc = a->ops->render(a, subs[i], r);
 		if (rc)
 			return rc;
+		if (a->meta)
+			agg_insert_meta(r->out, at, a->meta);
 	}
 	return CM_OK;
 }
@@ -1008,6 +1122,10 @@ sr_agg_render(const sr_agg_state *s, cm_buf *out, cm_error *err)
 		out->len--;
 	}
 	cm_buf_put_u8(out, '}');
+	if (s->root.spec->any_pipes && (rc = agg_pipe_apply(s->root.spec, out, start, err))) {
+		out->len = start;
+		return rc;
+	}
 	return CM_OK;
 }
 

@@ -1754,6 +1754,12 @@ typedef struct hist_params {
 	agg_tz *tz;
 } hist_params;
 
+uint64_t
+agg_hist_min_doc_count(const sr_agg *a)
+{
+	return ((const hist_params *)a->p)->min_doc_count;
+}
+
 static void
 hist_free_params(void *pp)
 {

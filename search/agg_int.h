@@ -71,6 +71,10 @@ struct sr_agg {
 	void *p;      /* kind-specific parameters */
 	int id;       /* index into the root state's runtime array */
 	int nspecs;   /* root only: number of spec nodes */
+	char *meta;   /* "meta" printed as JSON, echoed in the response; or NULL */
+	struct agg_pipe **pipes; /* pipeline aggregations declared beside subs */
+	size_t npipes;
+	bool any_pipes; /* root only: some level declares a pipeline */
 };
 
 /* State of one aggregation inside one bucket. */
@@ -170,6 +174,7 @@ void agg_subs_collect(agg_root *root, const sr_agg *parent, agg_node **subs, con
 /* from's sub states are folded into into's (both non-NULL). */
 void agg_subs_merge(const sr_agg *parent, agg_node **into, agg_node **from);
 void agg_subs_shard_finish(const sr_agg *parent, agg_node **subs);
+void agg_insert_meta(cm_buf *b, size_t at, const char *meta);
 /* Writes ,"name":{...} for each sub (leading comma included). */
 cm_err agg_subs_render(const sr_agg *parent, agg_node *const *subs, agg_render *r);
 void agg_subs_encode(const sr_agg *parent, agg_node *const *subs, cm_buf *b);
@@ -220,6 +225,26 @@ void agg_json_double_or_null(cm_buf *b, double v, bool present);
 void agg_put_double(cm_buf *b, double v);
 bool agg_get_double(cm_rd *r, double *v);
 bool agg_get_count(cm_rd *r, uint64_t max, uint64_t *v);
+
+/* ---- pipelines (agg_pipeline.c): run once on the rendered response ---- */
+typedef struct agg_pipe agg_pipe;
+bool agg_pipe_is_type(const char *type);
+/* Parses the body of one pipeline aggregation; meta (may be NULL) is
+ * copied. *out is the caller's (agg_pipe_free). */
+cm_err agg_pipe_parse(const char *name, const char *type, const cJSON *body, const cJSON *meta,
+                      agg_pipe **out, cm_error *err);
+void agg_pipe_free(agg_pipe *p);
+const char *agg_pipe_name(const agg_pipe *p);
+/* Checks parents and buckets_path over the whole spec tree and orders each
+ * level's pipelines after the ones they read. */
+cm_err agg_pipe_check(sr_agg *root, cm_error *err);
+/* Rewrites out[start..] (the rendered "aggregations" object) with every
+ * pipeline applied. */
+cm_err agg_pipe_apply(const sr_agg *root, cm_buf *out, size_t start, cm_error *err);
+/* histogram/date_histogram min_doc_count (agg_bucket.c) */
+uint64_t agg_hist_min_doc_count(const sr_agg *a);
+bool agg_kind_multi_bucket(agg_kind k);
+bool agg_kind_single_bucket(agg_kind k);
 
 /* ---- dates (agg_tz.c) ---- */
 typedef struct agg_tz agg_tz;
