@@ -33,6 +33,7 @@ static const struct {
     {"cardinality", AGG_CARDINALITY, &agg_ops_cardinality},
     {"percentiles", AGG_PERCENTILES, &agg_ops_percentiles},
     {"top_hits", AGG_TOP_HITS, &agg_ops_top_hits},
+    {"composite", AGG_COMPOSITE, &agg_ops_composite},
 };
 
 static const agg_ops *
@@ -377,6 +378,14 @@ agg_parse_list(const cJSON *aggs, sr_agg *parent, int depth, int *next_id, cm_er
 		cm_err rc = agg_parse_one(c->string, c, depth, next_id, &a, err);
 		if (rc)
 			return rc;
+		if (a->kind == AGG_COMPOSITE && parent->kind != AGG_ROOT) {
+			cm_error_set(err, CM_EINVAL,
+			             "[composite] aggregation cannot be used with a parent aggregation of "
+			             "type: [%s]",
+			             parent->ops->name);
+			sr_agg_free(a);
+			return CM_EINVAL;
+		}
 		parent->subs[parent->nsubs++] = a;
 	}
 	return CM_OK;
@@ -694,19 +703,16 @@ agg_subs_collect(agg_root *root, const sr_agg *parent, agg_node **subs, const ui
 	}
 }
 
-static cm_err
-agg_rt_begin(agg_root *root, const sr_agg *a, const sr_seg_ctx *ctx)
+/* Resolves a's field in the segment of ctx into rt (column, conversions). */
+cm_err
+agg_rt_field(agg_root *root, agg_rt *rt, const sr_agg *a, const sr_seg_ctx *ctx)
 {
-	agg_rt *rt = &root->rts[a->id];
 	rt->spec = a;
 	rt->root = root;
 	rt->ctx = ctx;
 	rt->fi = NULL;
 	rt->is_double = rt->is_keyword = false;
 	rt->conv = 0;
-	rt->ndirty = 0;
-	rt->epoch = root->epoch;
-	rt->kd = NULL;
 	/* A fresh segment invalidates the cached block. */
 	rt->cb.ndocs = 0;
 	rt->cb.first_doc = UINT32_MAX;
@@ -742,6 +748,19 @@ agg_rt_begin(agg_root *root, const sr_agg *a, const sr_seg_ctx *ctx)
 			}
 		}
 	}
+	return CM_OK;
+}
+
+static cm_err
+agg_rt_begin(agg_root *root, const sr_agg *a, const sr_seg_ctx *ctx)
+{
+	agg_rt *rt = &root->rts[a->id];
+	rt->ndirty = 0;
+	rt->epoch = root->epoch;
+	rt->kd = NULL;
+	cm_err frc = agg_rt_field(root, rt, a, ctx);
+	if (frc)
+		return frc;
 	if (a->ops->seg_begin) {
 		cm_err rc = a->ops->seg_begin(rt, &root->err);
 		if (rc)

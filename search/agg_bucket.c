@@ -2180,6 +2180,25 @@ dh_next(const hist_params *p, int64_t key)
 	return next;
 }
 
+double
+agg_hist_round_value(const sr_agg *h, double v)
+{
+	const hist_params *p = h->p;
+	return hist_key(p, hist_index(p, v));
+}
+
+int64_t
+agg_dh_round(const sr_agg *h, int64_t t)
+{
+	return dh_round(h->p, t);
+}
+
+const agg_tz *
+agg_hist_tz(const sr_agg *h)
+{
+	return ((const hist_params *)h->p)->tz;
+}
+
 static cm_err
 hist_seg_begin(agg_rt *rt, cm_error *err)
 {

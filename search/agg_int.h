@@ -42,6 +42,7 @@ typedef enum {
 	AGG_CARDINALITY,
 	AGG_PERCENTILES,
 	AGG_TOP_HITS,
+	AGG_COMPOSITE,
 	AGG_KIND_COUNT
 } agg_kind;
 
@@ -162,6 +163,7 @@ extern const agg_ops agg_ops_terms, agg_ops_histogram, agg_ops_date_histogram, a
 extern const agg_ops agg_ops_min, agg_ops_max, agg_ops_sum, agg_ops_avg, agg_ops_stats,
     agg_ops_extended_stats, agg_ops_value_count, agg_ops_cardinality, agg_ops_percentiles,
     agg_ops_top_hits;
+extern const agg_ops agg_ops_composite;
 
 /* ---- agg.c: shared machinery ---- */
 
@@ -243,6 +245,13 @@ cm_err agg_pipe_check(sr_agg *root, cm_error *err);
 cm_err agg_pipe_apply(const sr_agg *root, cm_buf *out, size_t start, cm_error *err);
 /* histogram/date_histogram min_doc_count (agg_bucket.c) */
 uint64_t agg_hist_min_doc_count(const sr_agg *a);
+/* The bucket key of v under histogram spec h / of instant t (UTC ms) under
+ * date_histogram spec h; h's time zone (NULL = UTC). Composite reuses them. */
+double agg_hist_round_value(const sr_agg *h, double v);
+int64_t agg_dh_round(const sr_agg *h, int64_t t);
+const struct agg_tz *agg_hist_tz(const sr_agg *h);
+/* Resolves a's field in ctx's segment into rt (agg.c). */
+cm_err agg_rt_field(agg_root *root, agg_rt *rt, const sr_agg *a, const sr_seg_ctx *ctx);
 bool agg_kind_multi_bucket(agg_kind k);
 bool agg_kind_single_bucket(agg_kind k);
 

@@ -888,7 +888,7 @@ bool
 agg_kind_multi_bucket(agg_kind k)
 {
 	return k == AGG_TERMS || k == AGG_HISTOGRAM || k == AGG_DATE_HISTOGRAM || k == AGG_RANGE ||
-	       k == AGG_DATE_RANGE || k == AGG_FILTERS;
+	       k == AGG_DATE_RANGE || k == AGG_FILTERS || k == AGG_COMPOSITE;
 }
 
 bool
@@ -1778,7 +1778,7 @@ typedef struct sort_item {
 	const jv **skey; /* per sort field: the "_key" node when sorting on it */
 } sort_item;
 
-static const agg_pipe *sort_pipe; /* qsort has no context argument */
+static _Thread_local const agg_pipe *sort_pipe; /* qsort has no context argument */
 
 static int
 jv_key_cmp(const jv *a, const jv *b)
