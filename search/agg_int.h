@@ -243,6 +243,18 @@ cm_err agg_pipe_check(sr_agg *root, cm_error *err);
 /* Rewrites out[start..] (the rendered "aggregations" object) with every
  * pipeline applied. */
 cm_err agg_pipe_apply(const sr_agg *root, cm_buf *out, size_t start, cm_error *err);
+/* ES's MovingFunctions (NaN values are skipped); holt_winters is false
+ * with fewer than two periods of values. */
+double agg_mf_max(const double *v, size_t n);
+double agg_mf_min(const double *v, size_t n);
+double agg_mf_sum(const double *v, size_t n);
+double agg_mf_unweighted_avg(const double *v, size_t n);
+double agg_mf_linear_weighted_avg(const double *v, size_t n);
+double agg_mf_ewma(const double *v, size_t n, double alpha);
+double agg_mf_holt(const double *v, size_t n, double alpha, double beta);
+bool agg_mf_holt_winters(const double *v, size_t n, double alpha, double beta, double gamma,
+                         int64_t period, bool multiplicative, double *out);
+double agg_mf_std_dev(const double *v, size_t n, double avg);
 /* histogram/date_histogram min_doc_count (agg_bucket.c) */
 uint64_t agg_hist_min_doc_count(const sr_agg *a);
 /* The bucket key of v under histogram spec h / of instant t (UTC ms) under
