@@ -34,6 +34,9 @@ static const struct {
     {"percentiles", AGG_PERCENTILES, &agg_ops_percentiles},
     {"top_hits", AGG_TOP_HITS, &agg_ops_top_hits},
     {"composite", AGG_COMPOSITE, &agg_ops_composite},
+    {"percentile_ranks", AGG_PERCENTILE_RANKS, &agg_ops_percentile_ranks},
+    {"weighted_avg", AGG_WEIGHTED_AVG, &agg_ops_weighted_avg},
+    {"rare_terms", AGG_RARE_TERMS, &agg_ops_rare_terms},
 };
 
 static const agg_ops *
@@ -246,6 +249,20 @@ agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_a
 		goto fail;
 	}
 	a->ops = agg_type_find(type, &a->kind);
+	static const char *const not_here[] = {
+	    "global", "significant_terms", "significant_text", "sampler", "diversified_sampler",
+	    "adjacency_matrix", "auto_date_histogram", "variable_width_histogram", "nested",
+	    "reverse_nested", "children", "parent", "geo_distance", "geohash_grid", "geotile_grid",
+	    "geo_bounds", "geo_centroid", "ip_range", "scripted_metric", "median_absolute_deviation",
+	    "string_stats", "boxplot", "t_test", "top_metrics", "matrix_stats", "moving_avg",
+	    "cumulative_cardinality", "inference", "normalize", "rate"};
+	for (size_t i = 0; !a->ops && i < sizeof not_here / sizeof not_here[0]; i++)
+		if (!strcmp(type, not_here[i])) {
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "aggregation type [%s] of [%s] is not supported by Shoal", type,
+			                  name);
+			goto fail;
+		}
 	if (!a->ops) {
 		rc = cm_error_set(err, CM_EPARSE, "Unknown aggregation type [%s]", type);
 		goto fail;
@@ -476,6 +493,7 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 			                    a->kind == AGG_SUM || a->kind == AGG_AVG ||
 			                    a->kind == AGG_STATS || a->kind == AGG_EXTENDED_STATS ||
 			                    a->kind == AGG_PERCENTILES || a->kind == AGG_HISTOGRAM ||
+			                    a->kind == AGG_PERCENTILE_RANKS ||
 			                    a->kind == AGG_RANGE;
 			if ((numeric_only || a->kind == AGG_DATE_HISTOGRAM ||
 			     a->kind == AGG_DATE_RANGE) &&

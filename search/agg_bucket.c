@@ -801,6 +801,8 @@ typedef struct terms_params {
 	terms_filter inc, exc;
 	bool has_inc, has_exc;
 	int64_t partition, num_partitions; /* num_partitions 0 = none */
+	bool rare;                 /* rare_terms: shards keep every term */
+	uint64_t max_doc_count;    /* rare_terms: rendered when count <= this */
 } terms_params;
 
 static void
@@ -962,6 +964,63 @@ terms_parse(sr_agg *a, const cJSON *body, cm_error *err)
 		p->order[0].desc = true;
 		p->norder = 1;
 	}
+	return CM_OK;
+}
+
+/* rare_terms: a terms aggregation whose shards keep every term (a term
+ * frequent on one shard must not look rare after the merge: exact where
+ * ES's cuckoo filter is approximate), ordered by count then key, and
+ * rendered for counts up to max_doc_count. */
+static cm_err
+rare_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	cJSON *rest = cJSON_CreateObject();
+	uint64_t max = 1;
+	cm_err rc = CM_OK;
+	for (const cJSON *c = body->child; c && !rc; c = c->next) {
+		const char *k = c->string;
+		if (!strcmp(k, "max_doc_count")) {
+			int64_t v;
+			if ((rc = agg_parse_int(c, a->name, k, INT32_MIN, INT32_MAX, &v, err)))
+				;
+			else if (v <= 0)
+				rc = cm_error_set(err, CM_EINVAL,
+				                  "[max_doc_count] must be greater than 0. Found [%lld] in [%s]",
+				                  (long long)v, a->name);
+			else if (v > 100)
+				rc = cm_error_set(err, CM_EINVAL,
+				                  "[max_doc_count] must be smaller than or equal to [100] in "
+				                  "[%s]",
+				                  a->name);
+			else
+				max = (uint64_t)v;
+		} else if (!strcmp(k, "precision")) {
+			double d;
+			if (agg_parse_num(c, a->name, k, &d, err))
+				rc = CM_EPARSE;
+			else if (d < 0.00001)
+				rc = cm_error_set(err, CM_EINVAL,
+				                  "[precision] must be greater than 0.00001");
+		} else if (!strcmp(k, "field") || !strcmp(k, "missing") || !strcmp(k, "format") ||
+		           !strcmp(k, "include") || !strcmp(k, "exclude") || !strcmp(k, "value_type"))
+			cJSON_AddItemToObject(rest, k, cJSON_Duplicate(c, true));
+		else
+			rc = agg_unknown_param(a, k, err);
+	}
+	if (!rc)
+		rc = terms_parse(a, rest, err);
+	cJSON_Delete(rest);
+	if (rc)
+		return rc;
+	terms_params *p = a->p;
+	p->rare = true;
+	p->max_doc_count = max;
+	p->size = p->shard_size = UINT64_MAX;
+	p->order[0].kind = ORD_COUNT;
+	p->order[0].desc = false;
+	p->order[1].kind = ORD_KEY;
+	p->order[1].desc = false;
+	p->norder = 2;
 	return CM_OK;
 }
 
@@ -1519,8 +1578,8 @@ heap_down(bkt **h, size_t n, size_t i, const terms_cmp_ctx *ctx)
  * *rest the summed doc counts of qualifying buckets left out. Selection
  * with a bounded heap keeps a 10-bucket answer over 100k terms cheap. */
 static bkt **
-terms_sorted(const sr_agg *a, const terms_state *s, uint64_t min, uint64_t limit, size_t *n,
-             uint64_t *rest)
+terms_sorted(const sr_agg *a, const terms_state *s, uint64_t min, uint64_t max, uint64_t limit,
+             size_t *n, uint64_t *rest)
 {
 	terms_cmp_ctx ctx = {a, a->p, s->key_kind};
 	size_t cap = s->t.n < limit ? s->t.n : (size_t)limit;
@@ -1529,7 +1588,7 @@ terms_sorted(const sr_agg *a, const terms_state *s, uint64_t min, uint64_t limit
 	uint64_t total = 0, kept = 0;
 	for (size_t i = 0; i < s->t.n; i++) {
 		bkt *b = &s->t.v[i];
-		if (b->count < min)
+		if (b->count < min || b->count > max)
 			continue;
 		total += b->count;
 		if (cap == 0)
@@ -1562,7 +1621,8 @@ terms_finish(const sr_agg *a, agg_node *n)
 	if (s->nshards == 0) {
 		size_t keep;
 		uint64_t rest;
-		bkt **v = terms_sorted(a, s, p->shard_min_doc_count, p->shard_size, &keep, &rest);
+		bkt **v = terms_sorted(a, s, p->shard_min_doc_count, UINT64_MAX, p->shard_size, &keep,
+		                       &rest);
 		btab nt;
 		memset(&nt, 0, sizeof nt);
 		for (size_t i = 0; i < keep; i++) {
@@ -1643,16 +1703,20 @@ terms_render(const sr_agg *a, const agg_node *n, agg_render *r)
 	cm_buf *b = r->out;
 	size_t keep;
 	uint64_t rest;
-	bkt **v = terms_sorted(a, s, p->min_doc_count, p->size, &keep, &rest);
+	bkt **v = terms_sorted(a, s, p->min_doc_count, p->rare ? p->max_doc_count : UINT64_MAX,
+	                       p->size, &keep, &rest);
 	uint64_t other = s->other + rest;
 	int64_t e = s->nshards <= 1 ? 0 : s->err_sum;
 	if (count_buckets(r, keep)) {
 		cm_free(AGG_MEM, v);
 		return CM_ELIMIT;
 	}
-	cm_buf_printf(b, "{\"doc_count_error_upper_bound\":%lld,\"sum_other_doc_count\":%llu,"
-	                 "\"buckets\":[",
-	              (long long)e, (unsigned long long)other);
+	if (p->rare)
+		cm_buf_put(b, "{\"buckets\":[", 12);
+	else
+		cm_buf_printf(b, "{\"doc_count_error_upper_bound\":%lld,\"sum_other_doc_count\":%llu,"
+		                 "\"buckets\":[",
+		              (long long)e, (unsigned long long)other);
 	cm_err rc = CM_OK;
 	for (size_t i = 0; i < keep && !rc; i++) {
 		const bkt *bk = v[i];
@@ -1717,6 +1781,24 @@ const agg_ops agg_ops_terms = {
     .bucket = true,
     .needs_field = true,
     .parse = terms_parse,
+    .free_params = terms_free_params,
+    .state_new = terms_new,
+    .state_free = terms_free,
+    .seg_begin = terms_seg_begin,
+    .collect = terms_collect,
+    .seg_flush = terms_flush,
+    .shard_finish = terms_finish,
+    .merge = terms_merge,
+    .render = terms_render,
+    .encode = terms_encode,
+    .decode = terms_decode,
+};
+
+const agg_ops agg_ops_rare_terms = {
+    .name = "rare_terms",
+    .bucket = true,
+    .needs_field = true,
+    .parse = rare_parse,
     .free_params = terms_free_params,
     .state_new = terms_new,
     .state_free = terms_free,

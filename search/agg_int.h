@@ -43,6 +43,9 @@ typedef enum {
 	AGG_PERCENTILES,
 	AGG_TOP_HITS,
 	AGG_COMPOSITE,
+	AGG_PERCENTILE_RANKS,
+	AGG_WEIGHTED_AVG,
+	AGG_RARE_TERMS,
 	AGG_KIND_COUNT
 } agg_kind;
 
@@ -163,7 +166,8 @@ extern const agg_ops agg_ops_terms, agg_ops_histogram, agg_ops_date_histogram, a
 extern const agg_ops agg_ops_min, agg_ops_max, agg_ops_sum, agg_ops_avg, agg_ops_stats,
     agg_ops_extended_stats, agg_ops_value_count, agg_ops_cardinality, agg_ops_percentiles,
     agg_ops_top_hits;
-extern const agg_ops agg_ops_composite;
+extern const agg_ops agg_ops_composite, agg_ops_percentile_ranks, agg_ops_weighted_avg,
+    agg_ops_rare_terms;
 
 /* ---- agg.c: shared machinery ---- */
 
@@ -312,6 +316,7 @@ void agg_td_free(agg_tdigest *t);
 void agg_td_add(agg_tdigest *t, double x, double w);
 void agg_td_merge(agg_tdigest *into, agg_tdigest *from);
 double agg_td_quantile(agg_tdigest *t, double q); /* NaN when empty */
+double agg_td_cdf(agg_tdigest *t, double x);      /* in [0, 1]; NaN when empty */
 double agg_td_count(const agg_tdigest *t);
 void agg_td_encode(agg_tdigest *t, cm_buf *b);
 agg_tdigest *agg_td_decode(cm_rd *r, double compression);

@@ -596,9 +596,10 @@ const agg_ops agg_ops_cardinality = {
 #define PCT_MAX 512
 
 typedef struct pct_params {
-	double *percents;
+	double *percents; /* percentile_ranks: the values to rank */
 	size_t n;
 	bool keyed;
+	bool ranks;
 	double compression;
 } pct_params;
 
@@ -617,12 +618,19 @@ pct_parse(sr_agg *a, const cJSON *body, cm_error *err)
 	a->p = p;
 	p->keyed = true;
 	p->compression = 100;
+	p->ranks = a->kind == AGG_PERCENTILE_RANKS;
+	const char *list = p->ranks ? "values" : "percents";
 	static const double defaults[] = {1, 5, 25, 50, 75, 95, 99};
 	for (const cJSON *c = body->child; c; c = c->next) {
 		if (!strcmp(c->string, "field") || !strcmp(c->string, "missing") ||
 		    !strcmp(c->string, "format"))
 			continue;
-		if (!strcmp(c->string, "percents")) {
+		if (!strcmp(c->string, list)) {
+			if (p->ranks && !cJSON_IsArray(c))
+				return cm_error_set(err, CM_EPARSE, "[values] must be an array");
+			if (p->ranks && cJSON_GetArraySize(c) == 0)
+				return cm_error_set(err, CM_EINVAL,
+				                    "[values] must not be an empty array: [%s]", a->name);
 			if (!cJSON_IsArray(c))
 				return cm_error_set(err, CM_EPARSE, "[percents] must be an array");
 			int k = cJSON_GetArraySize(c);
@@ -638,7 +646,7 @@ pct_parse(sr_agg *a, const cJSON *body, cm_error *err)
 				double d;
 				if (agg_parse_num(e, a->name, "percents", &d, err))
 					return CM_EPARSE;
-				if (d < 0 || d > 100 || d != d)
+				if (!p->ranks && (d < 0 || d > 100 || d != d))
 					return cm_error_set(err, CM_EINVAL,
 					                    "percent must be in [0,100], got [%g]: [%s]", d,
 					                    a->name);
@@ -666,6 +674,8 @@ pct_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			                    "[hdr] percentiles are not supported; use [tdigest]");
 		return agg_unknown_param(a, c->string, err);
 	}
+	if (!p->percents && p->ranks)
+		return cm_error_set(err, CM_EINVAL, "[values] must not be null: [%s]", a->name);
 	if (!p->percents) {
 		p->n = sizeof defaults / sizeof defaults[0];
 		p->percents = cm_calloc(AGG_MEM, p->n, sizeof *p->percents);
@@ -722,7 +732,13 @@ pct_value(const sr_agg *a, const agg_node *n, const char *key, double *v)
 		return false;
 	char *end;
 	double q = strtod(key, &end);
-	if (*end || q < 0 || q > 100)
+	if (end == key || *end)
+		return false;
+	if (((const pct_params *)a->p)->ranks) {
+		*v = agg_td_cdf(n->d, q) * 100;
+		return true;
+	}
+	if (q < 0 || q > 100)
 		return false;
 	*v = agg_td_quantile(n->d, q / 100);
 	return true;
@@ -737,14 +753,15 @@ pct_render(const sr_agg *a, const agg_node *n, agg_render *r)
 	for (size_t i = 0; i < p->n; i++) {
 		char key[64];
 		agg_double_str(key, sizeof key, p->percents[i]);
-		double v = agg_td_quantile(n->d, p->percents[i] / 100);
+		double v = p->ranks ? agg_td_cdf(n->d, p->percents[i]) * 100
+		                    : agg_td_quantile(n->d, p->percents[i] / 100);
 		if (i)
 			cm_buf_put_u8(b, ',');
 		if (p->keyed) {
 			agg_json_str(b, key, strlen(key));
 			cm_buf_put_u8(b, ':');
 			agg_json_double_or_null(b, v, v == v);
-			if (is_date(n) && v == v) {
+			if (is_date(n) && v == v && !p->ranks) {
 				char k2[80], s[96];
 				snprintf(k2, sizeof k2, "%s_as_string", key);
 				agg_date_format(NULL, a->format, (int64_t)v, s, sizeof s);
@@ -783,6 +800,22 @@ pct_decode(const sr_agg *a, agg_node *n, cm_rd *r)
 
 const agg_ops agg_ops_percentiles = {
     .name = "percentiles",
+    .needs_field = true,
+    .parse = pct_parse,
+    .free_params = pct_free_params,
+    .state_new = pct_new,
+    .state_free = pct_free,
+    .seg_begin = pct_seg_begin,
+    .collect = pct_collect,
+    .merge = pct_merge,
+    .render = pct_render,
+    .encode = pct_encode,
+    .decode = pct_decode,
+    .metric_value = pct_value,
+};
+
+const agg_ops agg_ops_percentile_ranks = {
+    .name = "percentile_ranks",
     .needs_field = true,
     .parse = pct_parse,
     .free_params = pct_free_params,
@@ -1456,3 +1489,229 @@ sr_agg_needs_scores(const sr_agg *a)
 			return true;
 	return false;
 }
+
+/* ================================================================ weighted_avg */
+
+/* "value" and "weight" are each a field (and a missing value), held as
+ * hidden specs so the usual column reading applies to both. */
+typedef struct wavg_params {
+	sr_agg *src[2]; /* value, weight */
+} wavg_params;
+
+typedef struct wavg {
+	double sum, sum_c, w, w_c;
+} wavg;
+
+static void
+wavg_free_params(void *pp)
+{
+	wavg_params *p = pp;
+	sr_agg_free(p->src[0]);
+	sr_agg_free(p->src[1]);
+	cm_free(AGG_MEM, p);
+}
+
+static cm_err
+wavg_parse_src(sr_agg *a, const char *what, const cJSON *v, sr_agg **out, cm_error *err)
+{
+	if (!cJSON_IsObject(v))
+		return cm_error_set(err, CM_EPARSE, "[weighted_avg] failed to parse field [%s]", what);
+	sr_agg *h = cm_calloc(AGG_MEM, 1, sizeof *h);
+	*out = h;
+	h->name = cm_strdup(AGG_MEM, a->name);
+	h->kind = AGG_AVG;
+	h->ops = &agg_ops_avg;
+	for (const cJSON *c = v->child; c; c = c->next) {
+		if (!strcmp(c->string, "field")) {
+			if (!cJSON_IsString(c))
+				return cm_error_set(err, CM_EPARSE, "[%s] field must be a string", what);
+			cm_free(AGG_MEM, h->field);
+			h->field = cm_strdup(AGG_MEM, c->valuestring);
+		} else if (!strcmp(c->string, "missing")) {
+			double d;
+			if (agg_parse_num(c, what, "missing", &d, err))
+				return CM_EPARSE;
+			h->missing.set = h->missing.is_num = true;
+			h->missing.d = d;
+			h->missing.l = (int64_t)d;
+		} else if (!strcmp(c->string, "script"))
+			return cm_error_set(err, CM_EINVAL,
+			                    "[script] is not supported in aggregation [%s]", a->name);
+		else
+			return cm_error_set(err, CM_EPARSE, "[%s] unknown field [%s]", what, c->string);
+	}
+	if (!h->field)
+		return cm_error_set(err, CM_EINVAL,
+		                    "[%s] Required one of fields [field, script], but none were "
+		                    "specified.",
+		                    what);
+	return CM_OK;
+}
+
+static cm_err
+wavg_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	wavg_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
+	a->p = p;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		const char *k = c->string;
+		if (!strcmp(k, "format") || !strcmp(k, "value_type"))
+			continue;
+		if (!strcmp(k, "value") || !strcmp(k, "weight")) {
+			int i = k[0] == 'w';
+			if (p->src[i])
+				return cm_error_set(err, CM_EPARSE, "[weighted_avg] duplicate field [%s]", k);
+			if (wavg_parse_src(a, k, c, &p->src[i], err))
+				return err->code;
+		} else
+			return agg_unknown_param(a, k, err);
+	}
+	if (!p->src[0] || !p->src[1])
+		return cm_error_set(err, CM_EINVAL, "[weighted_avg] Required [%s]",
+		                    p->src[0] ? "weight" : "value");
+	return CM_OK;
+}
+
+static void *
+wavg_new(const sr_agg *a)
+{
+	return cm_calloc(AGG_MEM, 1, sizeof(wavg));
+}
+
+static void
+wavg_state_free(const sr_agg *a, void *d)
+{
+	cm_free(AGG_MEM, d);
+}
+
+static cm_err
+wavg_seg_begin(agg_rt *rt, cm_error *err)
+{
+	const wavg_params *p = rt->spec->p;
+	agg_rt *k = cm_calloc(AGG_MEM, 2, sizeof *k);
+	rt->kd = k;
+	for (int i = 0; i < 2; i++) {
+		cm_err rc = agg_rt_field(rt->root, &k[i], p->src[i], rt->ctx);
+		if (rc)
+			return rc;
+		if (!agg_field_numeric_or_fail(&k[i], err))
+			return CM_EINVAL;
+	}
+	return CM_OK;
+}
+
+static void
+wavg_seg_end(agg_rt *rt)
+{
+	agg_rt *k = rt->kd;
+	if (!k)
+		return;
+	for (int i = 0; i < 2; i++) {
+		st_colblock_free(&k[i].cb);
+		cm_free(AGG_MEM, k[i].conv_buf);
+	}
+	cm_free(AGG_MEM, k);
+}
+
+static void
+wavg_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	const wavg_params *p = rt->spec->p;
+	agg_rt *k = rt->kd;
+	wavg *s = n->d;
+	for (size_t i = 0; i < cnt; i++) {
+		const int64_t *wv, *vv;
+		int nw = k[1].fi ? agg_values(&k[1], docs[i], &wv) : 0;
+		double w;
+		if (nw > 1) {
+			cm_error_set_type(&rt->root->err, CM_EINVAL, "aggregation_execution_exception",
+			                  "Encountered more than one weight for a single document. Use a "
+			                  "script to combine multiple weights-per-doc into a single value.");
+			return;
+		}
+		if (nw == 1)
+			w = agg_num(&k[1], wv[0]);
+		else if (p->src[1]->missing.set)
+			w = p->src[1]->missing.d;
+		else
+			continue;
+		int nv = k[0].fi ? agg_values(&k[0], docs[i], &vv) : 0;
+		if (nv == 0) {
+			if (!p->src[0]->missing.set)
+				continue;
+			kahan_add(&s->sum, &s->sum_c, p->src[0]->missing.d * w);
+			kahan_add(&s->w, &s->w_c, w);
+		}
+		for (int j = 0; j < nv; j++) {
+			kahan_add(&s->sum, &s->sum_c, agg_num(&k[0], vv[j]) * w);
+			kahan_add(&s->w, &s->w_c, w);
+		}
+	}
+}
+
+static void
+wavg_merge(const sr_agg *a, agg_node *into, agg_node *from)
+{
+	wavg *x = into->d, *y = from->d;
+	kahan_add(&x->sum, &x->sum_c, y->sum);
+	kahan_add(&x->sum, &x->sum_c, -y->sum_c);
+	kahan_add(&x->w, &x->w_c, y->w);
+	kahan_add(&x->w, &x->w_c, -y->w_c);
+	memset(y, 0, sizeof *y);
+}
+
+static bool
+wavg_value(const sr_agg *a, const agg_node *n, const char *key, double *v)
+{
+	const wavg *s = n->d;
+	if (key && strcmp(key, "value"))
+		return false;
+	*v = s->w == 0 ? NAN : s->sum / s->w;
+	return true;
+}
+
+static cm_err
+wavg_render(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	double v;
+	wavg_value(a, n, NULL, &v);
+	cm_buf_put(r->out, "{\"value\":", 9);
+	agg_json_double_or_null(r->out, v, v == v);
+	cm_buf_put_u8(r->out, '}');
+	return CM_OK;
+}
+
+static void
+wavg_encode(const sr_agg *a, const agg_node *n, cm_buf *b)
+{
+	const wavg *s = n->d;
+	agg_put_double(b, s->sum);
+	agg_put_double(b, s->sum_c);
+	agg_put_double(b, s->w);
+	agg_put_double(b, s->w_c);
+}
+
+static bool
+wavg_decode(const sr_agg *a, agg_node *n, cm_rd *r)
+{
+	wavg *s = n->d;
+	return agg_get_double(r, &s->sum) && agg_get_double(r, &s->sum_c) &&
+	       agg_get_double(r, &s->w) && agg_get_double(r, &s->w_c);
+}
+
+const agg_ops agg_ops_weighted_avg = {
+    .name = "weighted_avg",
+    .needs_field = false,
+    .parse = wavg_parse,
+    .free_params = wavg_free_params,
+    .state_new = wavg_new,
+    .state_free = wavg_state_free,
+    .seg_begin = wavg_seg_begin,
+    .collect = wavg_collect,
+    .seg_end = wavg_seg_end,
+    .merge = wavg_merge,
+    .render = wavg_render,
+    .encode = wavg_encode,
+    .decode = wavg_decode,
+    .metric_value = wavg_value,
+};

@@ -888,7 +888,8 @@ bool
 agg_kind_multi_bucket(agg_kind k)
 {
 	return k == AGG_TERMS || k == AGG_HISTOGRAM || k == AGG_DATE_HISTOGRAM || k == AGG_RANGE ||
-	       k == AGG_DATE_RANGE || k == AGG_FILTERS || k == AGG_COMPOSITE;
+	       k == AGG_DATE_RANGE || k == AGG_FILTERS || k == AGG_COMPOSITE ||
+	       k == AGG_RARE_TERMS;
 }
 
 bool
