@@ -36,6 +36,8 @@ def make_docs():
              "k": r.choice(KEYS)}
         if r.random() < 0.7:
             d["c"] = r.choice(["red", "green", "blue"])
+        if r.random() < 0.8:
+            d["w"] = r.randrange(1, 5)
         docs.append(d)
     return docs
 
@@ -71,7 +73,8 @@ def load(n):
     st, b = n.req("PUT", "/" + INDEX, {
         "settings": {"number_of_shards": 3, "number_of_replicas": 0},
         "mappings": {"properties": {"t": {"type": "date"}, "v": {"type": "long"},
-                                    "k": {"type": "keyword"}, "c": {"type": "keyword"}}}})
+                                    "k": {"type": "keyword"}, "c": {"type": "keyword"},
+                                    "w": {"type": "integer"}}}})
     eq(st, 200, "create: %s" % b)
     lines = []
     for i, d in enumerate(DOCS):
@@ -417,6 +420,66 @@ def composite_dates():
             for k, _ in rest], label + " formatted keys and after")
 
 
+# ---- metrics and rare_terms ----
+
+@test
+def percentile_ranks_weighted_avg_rare_terms():
+    cut = T0 + 2 * DAY
+    few = sorted(float(d["v"]) for d in DOCS if d["t"] < cut)
+    eq(len(few) < 30, True, "few enough values for an exact t-digest")
+    probes = [few[0] - 1, few[len(few) // 3] + 0.5, (few[0] + few[-1]) / 2, few[-1] + 3]
+
+    def rank(x):
+        if x < few[0]:
+            return 0.0
+        if x >= few[-1]:
+            return 100.0
+        for i in range(len(few) - 1):
+            if few[i] <= x < few[i + 1]:
+                # the last position holding few[i] when values repeat
+                j = max(k for k in range(len(few)) if few[k] == few[i])
+                if j > i:
+                    i = j
+                    if x >= few[min(i + 1, len(few) - 1)]:
+                        continue
+                return (i + (x - few[i]) / (few[i + 1] - few[i])) / (len(few) - 1) * 100
+        return 100.0
+    num = sum(d["v"] * d.get("w", 2) for d in DOCS)
+    den = sum(d.get("w", 2) for d in DOCS)
+    counts = {}
+    for d in DOCS:
+        counts[d["v"]] = counts.get(d["v"], 0) + 1
+    rare = sorted(((c, v) for v, c in counts.items() if c <= 2))
+    eq(any(c > 2 for c in counts.values()) and len(rare) > 5, True, "rare and frequent values")
+    for label, nodes in targets():
+        for n in nodes:
+            a = aggs(n, {
+                "early": {"filter": {"range": {"t": {"lt": cut}}},
+                          "aggs": {"pr": {"percentile_ranks": {"field": "v", "values": probes}},
+                                   "prl": {"percentile_ranks": {"field": "v", "values": probes[1:2],
+                                                                "keyed": False}}}},
+                "wa": {"weighted_avg": {"value": {"field": "v"},
+                                        "weight": {"field": "w", "missing": 2}}},
+                "rt": {"rare_terms": {"field": "v", "max_doc_count": 2}}})
+            vals = a["early"]["pr"]["values"]
+            for x in probes:
+                key = repr(float(x))
+                close(vals[key], rank(x), "%s percentile_rank of %s" % (label, x))
+            eq(a["early"]["prl"]["values"][0]["key"], float(probes[1]), label + " keyed false")
+            close(a["wa"]["value"], num / den, label + " weighted_avg")
+            eq([(b["doc_count"], b["key"]) for b in a["rt"]["buckets"]], rare,
+               label + " rare_terms")
+            st, b = n.req("POST", "/%s/_search" % INDEX, {"size": 0, "aggs": {
+                "x": {"weighted_avg": {"value": {"field": "v"}}}}})
+            error_is((st, b), 400, "illegal_argument_exception", "Required [weight]")
+            st, b = n.req("POST", "/%s/_search" % INDEX, {"size": 0, "aggs": {
+                "x": {"rare_terms": {"field": "v", "max_doc_count": 101}}}})
+            error_is((st, b), 400, "illegal_argument_exception", "[max_doc_count]")
+            st, b = n.req("POST", "/%s/_search" % INDEX, {"size": 0, "aggs": {
+                "x": {"percentile_ranks": {"field": "v"}}}})
+            error_is((st, b), 400, "illegal_argument_exception", "[values] must not be null")
+
+
 # ---- errors ----
 
 @test
@@ -459,6 +522,7 @@ def errors_are_es_shaped():
          "parsing_exception", "unknown field [bogus]"),
         ({"a": {"max_bucket": {"buckets_path": "mx"}}, "mx": {"max": {"field": "v"}}},
          "action_request_validation_exception", "must be a multi-bucket aggregation"),
+        ({"g": {"global": {}}}, "illegal_argument_exception", "not supported by Shoal"),
     ]
     for body, etype, part in cases:
         st, b = n.req("POST", "/%s/_search" % INDEX, {"size": 0, "aggs": body})
