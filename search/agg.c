@@ -37,6 +37,7 @@ static const struct {
     {"percentile_ranks", AGG_PERCENTILE_RANKS, &agg_ops_percentile_ranks},
     {"weighted_avg", AGG_WEIGHTED_AVG, &agg_ops_weighted_avg},
     {"rare_terms", AGG_RARE_TERMS, &agg_ops_rare_terms},
+    {"top_metrics", AGG_TOP_METRICS, &agg_ops_top_metrics},
 };
 
 static const agg_ops *
@@ -254,7 +255,7 @@ agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_a
 	    "adjacency_matrix", "auto_date_histogram", "variable_width_histogram", "nested",
 	    "reverse_nested", "children", "parent", "geo_distance", "geohash_grid", "geotile_grid",
 	    "geo_bounds", "geo_centroid", "ip_range", "scripted_metric", "median_absolute_deviation",
-	    "string_stats", "boxplot", "t_test", "top_metrics", "matrix_stats", "moving_avg",
+	    "string_stats", "boxplot", "t_test", "matrix_stats", "moving_avg",
 	    "cumulative_cardinality", "inference", "normalize", "rate"};
 	for (size_t i = 0; !a->ops && i < sizeof not_here / sizeof not_here[0]; i++)
 		if (!strcmp(type, not_here[i])) {

@@ -1715,3 +1715,392 @@ const agg_ops agg_ops_weighted_avg = {
     .decode = wavg_decode,
     .metric_value = wavg_value,
 };
+
+/* ================================================================ top_metrics */
+
+/* The `size` docs first by one numeric sort field, with the values of some
+ * numeric metric fields. Fields are hidden specs, read like any column. */
+#define TM_MAX_METRICS 10
+#define TM_MAX_SIZE 10
+
+enum { TMV_NULL, TMV_LONG, TMV_DOUBLE, TMV_DATE };
+
+typedef struct tm_val {
+	uint8_t kind;
+	int64_t l;
+	double d; /* the value as a double (longs too), for ordering */
+} tm_val;
+
+typedef struct tm_params {
+	sr_agg *sort;  /* its field */
+	bool desc;
+	sr_agg *metrics[TM_MAX_METRICS];
+	size_t nmetrics;
+	size_t size;
+} tm_params;
+
+typedef struct tm_entry {
+	tm_val sort;
+	tm_val m[TM_MAX_METRICS];
+} tm_entry;
+
+typedef struct tm_state {
+	tm_entry e[TM_MAX_SIZE];
+	size_t n;
+} tm_state;
+
+static void
+tm_free_params(void *pp)
+{
+	tm_params *p = pp;
+	sr_agg_free(p->sort);
+	for (size_t i = 0; i < p->nmetrics; i++)
+		sr_agg_free(p->metrics[i]);
+	cm_free(AGG_MEM, p);
+}
+
+static sr_agg *
+tm_field_spec(const char *name, const char *field)
+{
+	sr_agg *h = cm_calloc(AGG_MEM, 1, sizeof *h);
+	h->name = cm_strdup(AGG_MEM, name);
+	h->kind = AGG_MAX;
+	h->ops = &agg_ops_max;
+	h->field = cm_strdup(AGG_MEM, field);
+	return h;
+}
+
+static cm_err
+tm_parse_metric(sr_agg *a, tm_params *p, const cJSON *m, cm_error *err)
+{
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(m, "field");
+	if (!cJSON_IsObject(m) || !cJSON_IsString(f) || cJSON_GetArraySize(m) != 1)
+		return cm_error_set(err, CM_EPARSE,
+		                    "[top_metrics] each of [metrics] must be {\"field\": name}");
+	if (p->nmetrics == TM_MAX_METRICS)
+		return cm_error_set(err, CM_EINVAL, "[top_metrics] at most %d metrics",
+		                    TM_MAX_METRICS);
+	p->metrics[p->nmetrics++] = tm_field_spec(f->valuestring, f->valuestring);
+	return CM_OK;
+}
+
+static cm_err
+tm_parse_sort(sr_agg *a, tm_params *p, const cJSON *s, cm_error *err)
+{
+	if (cJSON_IsArray(s)) {
+		if (cJSON_GetArraySize(s) != 1)
+			return cm_error_set(err, CM_EINVAL,
+			                    "only one sort is supported by [top_metrics]");
+		s = s->child;
+	}
+	const char *field = NULL;
+	if (cJSON_IsString(s))
+		field = s->valuestring;
+	else if (cJSON_IsObject(s) && s->child && !s->child->next) {
+		field = s->child->string;
+		const cJSON *o = s->child;
+		if (cJSON_IsObject(o))
+			o = cJSON_GetObjectItemCaseSensitive(o, "order");
+		if (o) {
+			if (!cJSON_IsString(o) ||
+			    (strcmp(o->valuestring, "asc") && strcmp(o->valuestring, "desc")))
+				return cm_error_set(err, CM_EINVAL,
+				                    "[top_metrics] sort order must be [asc] or [desc]");
+			p->desc = !strcmp(o->valuestring, "desc");
+		}
+	} else
+		return cm_error_set(err, CM_EPARSE, "[top_metrics] failed to parse field [sort]");
+	if (field[0] == '_')
+		return cm_error_set(err, CM_EINVAL,
+		                    "[top_metrics] sort on [%s] is not supported by Shoal: sort on a "
+		                    "numeric or date field",
+		                    field);
+	p->sort = tm_field_spec(field, field);
+	return CM_OK;
+}
+
+static cm_err
+tm_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	tm_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
+	a->p = p;
+	p->size = 1;
+	bool has_metrics = false;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		const char *k = c->string;
+		cm_err rc = CM_OK;
+		if (!strcmp(k, "metrics")) {
+			has_metrics = true;
+			if (cJSON_IsArray(c)) {
+				for (const cJSON *m = c->child; m && !rc; m = m->next)
+					rc = tm_parse_metric(a, p, m, err);
+			} else
+				rc = tm_parse_metric(a, p, c, err);
+		} else if (!strcmp(k, "sort")) {
+			if (p->sort)
+				return cm_error_set(err, CM_EPARSE, "[top_metrics] duplicate [sort]");
+			rc = tm_parse_sort(a, p, c, err);
+		} else if (!strcmp(k, "size")) {
+			int64_t v;
+			if ((rc = agg_parse_int(c, a->name, k, INT32_MIN, INT32_MAX, &v, err)))
+				return rc;
+			if (v < 1)
+				return cm_error_set(err, CM_EINVAL, "[size] must be more than 0 but was [%lld]",
+				                    (long long)v);
+			if (v > TM_MAX_SIZE)
+				return cm_error_set(err, CM_EINVAL,
+				                    "[top_metrics.size] must not be more than [%d] but was "
+				                    "[%lld]. This limit can be set by changing the "
+				                    "[index.top_metrics_max_size] index level setting.",
+				                    TM_MAX_SIZE, (long long)v);
+			p->size = (size_t)v;
+		} else
+			return agg_unknown_param(a, k, err);
+		if (rc)
+			return rc;
+	}
+	if (!has_metrics || !p->nmetrics)
+		return cm_error_set(err, CM_EINVAL, "[top_metrics] Required [metrics]");
+	if (!p->sort)
+		return cm_error_set(err, CM_EINVAL, "[top_metrics] Required [sort]");
+	return CM_OK;
+}
+
+static void *
+tm_new(const sr_agg *a)
+{
+	return cm_calloc(AGG_MEM, 1, sizeof(tm_state));
+}
+
+static void
+tm_state_free(const sr_agg *a, void *d)
+{
+	cm_free(AGG_MEM, d);
+}
+
+static cm_err
+tm_seg_begin(agg_rt *rt, cm_error *err)
+{
+	const tm_params *p = rt->spec->p;
+	agg_rt *k = cm_calloc(AGG_MEM, p->nmetrics + 1, sizeof *k);
+	rt->kd = k;
+	for (size_t i = 0; i <= p->nmetrics; i++) {
+		const sr_agg *f = i ? p->metrics[i - 1] : p->sort;
+		cm_err rc = agg_rt_field(rt->root, &k[i], f, rt->ctx);
+		if (rc)
+			return rc;
+		if (!agg_field_numeric_or_fail(&k[i], err))
+			return CM_EINVAL;
+	}
+	return CM_OK;
+}
+
+static void
+tm_seg_end(agg_rt *rt)
+{
+	const tm_params *p = rt->spec->p;
+	agg_rt *k = rt->kd;
+	if (!k)
+		return;
+	for (size_t i = 0; i <= p->nmetrics; i++) {
+		st_colblock_free(&k[i].cb);
+		cm_free(AGG_MEM, k[i].conv_buf);
+	}
+	cm_free(AGG_MEM, k);
+}
+
+static tm_val
+tm_make(const agg_rt *rt, int64_t raw)
+{
+	tm_val v = {0};
+	if (rt->is_double) {
+		v.kind = TMV_DOUBLE;
+		v.d = agg_num(rt, raw);
+	} else {
+		v.kind = agg_ftype(rt->fi->type) == ST_FT_DATE ? TMV_DATE : TMV_LONG;
+		v.l = raw;
+		v.d = (double)raw;
+	}
+	return v;
+}
+
+/* true when x sorts before y */
+static bool
+tm_before(const tm_params *p, const tm_val *x, const tm_val *y)
+{
+	return p->desc ? x->d > y->d : x->d < y->d;
+}
+
+static void
+tm_offer(const tm_params *p, tm_state *s, const tm_entry *e)
+{
+	if (s->n == p->size && !tm_before(p, &e->sort, &s->e[s->n - 1].sort))
+		return;
+	size_t i = s->n < p->size ? s->n++ : s->n - 1;
+	while (i > 0 && tm_before(p, &e->sort, &s->e[i - 1].sort)) {
+		s->e[i] = s->e[i - 1];
+		i--;
+	}
+	s->e[i] = *e;
+}
+
+static void
+tm_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	const tm_params *p = rt->spec->p;
+	agg_rt *k = rt->kd;
+	if (!k[0].fi)
+		return;
+	for (size_t i = 0; i < cnt; i++) {
+		const int64_t *v;
+		int nv = agg_values(&k[0], docs[i], &v);
+		if (nv == 0)
+			continue;
+		tm_entry e;
+		memset(&e, 0, sizeof e);
+		/* a multi-valued sort field sorts by its min (asc) or max (desc) */
+		e.sort = tm_make(&k[0], v[p->desc ? nv - 1 : 0]);
+		tm_state *s = n->d;
+		if (s->n == p->size && !tm_before(p, &e.sort, &s->e[s->n - 1].sort))
+			continue;
+		for (size_t m = 0; m < p->nmetrics; m++) {
+			const int64_t *mv;
+			if (k[m + 1].fi && agg_values(&k[m + 1], docs[i], &mv) > 0)
+				e.m[m] = tm_make(&k[m + 1], mv[0]);
+		}
+		tm_offer(p, s, &e);
+	}
+}
+
+static void
+tm_merge(const sr_agg *a, agg_node *into, agg_node *from)
+{
+	tm_state *y = from->d;
+	for (size_t i = 0; i < y->n; i++)
+		tm_offer(a->p, into->d, &y->e[i]);
+	y->n = 0;
+}
+
+static void
+tm_put_val(cm_buf *b, const tm_val *v)
+{
+	char s[96];
+	switch (v->kind) {
+	case TMV_LONG: cm_buf_printf(b, "%lld", (long long)v->l); break;
+	case TMV_DOUBLE: agg_json_double_or_null(b, v->d, v->d == v->d); break;
+	case TMV_DATE:
+		agg_date_format(NULL, NULL, v->l, s, sizeof s);
+		agg_json_str(b, s, strlen(s));
+		break;
+	default: cm_buf_put(b, "null", 4);
+	}
+}
+
+static cm_err
+tm_render(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	const tm_params *p = a->p;
+	const tm_state *s = n->d;
+	cm_buf *b = r->out;
+	cm_buf_put(b, "{\"top\":[", 8);
+	for (size_t i = 0; i < s->n; i++) {
+		cm_buf_put(b, i ? ",{\"sort\":[" : "{\"sort\":[", i ? 10 : 9);
+		tm_put_val(b, &s->e[i].sort);
+		cm_buf_put(b, "],\"metrics\":{", 13);
+		for (size_t m = 0; m < p->nmetrics; m++) {
+			if (m)
+				cm_buf_put_u8(b, ',');
+			agg_json_str(b, p->metrics[m]->name, strlen(p->metrics[m]->name));
+			cm_buf_put_u8(b, ':');
+			tm_put_val(b, &s->e[i].m[m]);
+		}
+		cm_buf_put(b, "}}", 2);
+	}
+	cm_buf_put(b, "]}", 2);
+	return CM_OK;
+}
+
+static bool
+tm_value(const sr_agg *a, const agg_node *n, const char *key, double *v)
+{
+	const tm_params *p = a->p;
+	const tm_state *s = n->d;
+	if (p->size != 1)
+		return false;
+	for (size_t m = 0; m < p->nmetrics; m++)
+		if (key ? !strcmp(key, p->metrics[m]->name) : p->nmetrics == 1) {
+			*v = s->n && s->e[0].m[m].kind != TMV_NULL ? s->e[0].m[m].d : NAN;
+			return true;
+		}
+	return false;
+}
+
+static void
+tm_put(cm_buf *b, const tm_val *v)
+{
+	cm_buf_put_u8(b, v->kind);
+	cm_buf_put_u64(b, (uint64_t)v->l);
+	agg_put_double(b, v->d);
+}
+
+static bool
+tm_get(cm_rd *r, tm_val *v)
+{
+	uint64_t l;
+	if (!cm_rd_u8(r, &v->kind) || v->kind > TMV_DATE || !cm_rd_u64(r, &l) ||
+	    !agg_get_double(r, &v->d))
+		return false;
+	v->l = (int64_t)l;
+	return true;
+}
+
+static void
+tm_encode(const sr_agg *a, const agg_node *n, cm_buf *b)
+{
+	const tm_params *p = a->p;
+	const tm_state *s = n->d;
+	cm_buf_put_varint(b, s->n);
+	for (size_t i = 0; i < s->n; i++) {
+		tm_put(b, &s->e[i].sort);
+		for (size_t m = 0; m < p->nmetrics; m++)
+			tm_put(b, &s->e[i].m[m]);
+	}
+}
+
+static bool
+tm_decode(const sr_agg *a, agg_node *n, cm_rd *r)
+{
+	const tm_params *p = a->p;
+	tm_state *s = n->d;
+	uint64_t cnt;
+	if (!cm_rd_varint(r, &cnt) || cnt > p->size)
+		return false;
+	for (uint64_t i = 0; i < cnt; i++) {
+		tm_entry e;
+		memset(&e, 0, sizeof e);
+		if (!tm_get(r, &e.sort))
+			return false;
+		for (size_t m = 0; m < p->nmetrics; m++)
+			if (!tm_get(r, &e.m[m]))
+				return false;
+		tm_offer(p, s, &e);
+	}
+	return true;
+}
+
+const agg_ops agg_ops_top_metrics = {
+    .name = "top_metrics",
+    .needs_field = false,
+    .parse = tm_parse,
+    .free_params = tm_free_params,
+    .state_new = tm_new,
+    .state_free = tm_state_free,
+    .seg_begin = tm_seg_begin,
+    .collect = tm_collect,
+    .seg_end = tm_seg_end,
+    .merge = tm_merge,
+    .render = tm_render,
+    .encode = tm_encode,
+    .decode = tm_decode,
+    .metric_value = tm_value,
+};

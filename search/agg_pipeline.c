@@ -1468,9 +1468,36 @@ key_num_eq(const char *raw, size_t n, double want)
 }
 
 /* The value named by key inside a metric's rendered object. */
+/* top_metrics: the first doc's metrics (a NULL key: its only metric). */
+static bool
+top_metric(const jv *ao, const char *key, double *v)
+{
+	const jv *top = jv_get(ao, "top");
+	if (!top || top->k != JV_ARR)
+		return false;
+	const jv *m = top->n ? jv_get(top->kids[0], "metrics") : NULL;
+	if (!m) {
+		*v = NAN;
+		return true;
+	}
+	if (!key) {
+		if (m->n != 1)
+			return false;
+		*v = jv_num(m->kids[0]);
+		return true;
+	}
+	const jv *x = jv_get(m, key);
+	if (!x)
+		return false;
+	*v = jv_num(x);
+	return true;
+}
+
 static bool
 metric_key(const jv *ao, const char *key, double *v)
 {
+	if (top_metric(ao, key, v))
+		return true;
 	const jv *vals = jv_get(ao, "values");
 	if (vals) {
 		char *end;
@@ -1550,6 +1577,8 @@ resolve_raw(pl *P, const jv *b, const char *path, double *v)
 				return true;
 			break;
 		}
+		if (top_metric(ao, NULL, v))
+			return true;
 		const jv *val = jv_get(ao, "value");
 		if (val) {
 			*v = jv_num(val);

@@ -480,6 +480,39 @@ def percentile_ranks_weighted_avg_rare_terms():
             error_is((st, b), 400, "illegal_argument_exception", "[values] must not be null")
 
 
+def iso(ms):
+    import datetime
+    d = datetime.datetime.utcfromtimestamp(ms // 1000)
+    return d.strftime("%Y-%m-%dT%H:%M:%S") + ".%03dZ" % (ms % 1000)
+
+
+@test
+def top_metrics_by_date():
+    top = sorted(DOCS, key=lambda d: -d["t"])[:3]
+    for label, nodes in targets():
+        for n in nodes:
+            a = aggs(n, {
+                "tm": {"top_metrics": {"metrics": [{"field": "v"}, {"field": "w"}],
+                                       "sort": {"t": "desc"}, "size": 3}},
+                "lo": {"top_metrics": {"metrics": {"field": "t"}, "sort": [{"v": {"order": "asc"}}]}},
+                "by_k": {"terms": {"field": "k"}, "aggs": {
+                    "last": {"top_metrics": {"metrics": {"field": "v"}, "sort": {"t": "desc"}}},
+                    "o": {"bucket_sort": {"sort": [{"last": {"order": "asc"}}]}}}}})
+            eq(a["tm"]["top"], [{"sort": [iso(d["t"])], "metrics": {"v": d["v"], "w": d.get("w")}}
+                                for d in top], label + " top_metrics")
+            eq(a["lo"]["top"][0]["sort"], [min(d["v"] for d in DOCS)], label + " asc by v")
+            lastv = {}
+            for k in KEYS:
+                lastv[k] = max((d for d in DOCS if d["k"] == k), key=lambda d: d["t"])["v"]
+            got = [(b["key"], b["last"]["top"][0]["metrics"]["v"]) for b in a["by_k"]["buckets"]]
+            eq(sorted(got, key=lambda kv: kv[1]), got, label + " bucket_sort by top_metrics")
+            eq(dict(got), lastv, label + " top_metrics per bucket")
+            st, b = n.req("POST", "/%s/_search" % INDEX, {"size": 0, "aggs": {
+                "x": {"top_metrics": {"metrics": {"field": "v"}, "sort": {"t": "desc"},
+                                      "size": 11}}}})
+            error_is((st, b), 400, "illegal_argument_exception", "[top_metrics.size]")
+
+
 # ---- errors ----
 
 @test
