@@ -1179,11 +1179,13 @@ jv_push(pl *P, jv *o, jv *key, jv *val)
 	if (o->n == o->cap) {
 		size_t cap = o->cap ? o->cap * 2 : 8;
 		jv **kids = pl_alloc(P, cap * sizeof *kids);
-		memcpy(kids, o->kids, o->n * sizeof *kids);
+		if (o->n)
+			memcpy(kids, o->kids, o->n * sizeof *kids);
 		o->kids = kids;
 		if (o->k == JV_OBJ) {
 			jv **keys = pl_alloc(P, cap * sizeof *keys);
-			memcpy(keys, o->keys, o->n * sizeof *keys);
+			if (o->n)
+				memcpy(keys, o->keys, o->n * sizeof *keys);
 			o->keys = keys;
 		}
 		o->cap = cap;
@@ -1880,9 +1882,11 @@ run_bucket_sort(pl *P, const agg_pipe *p, jv *bl)
 	}
 	size_t from = (size_t)p->from < n ? (size_t)p->from : n;
 	size_t to = p->size < 0 ? n : from + (size_t)p->size < n ? from + (size_t)p->size : n;
-	memmove(bl->kids, bl->kids + from, (to - from) * sizeof *bl->kids);
-	if (bl->keys)
-		memmove(bl->keys, bl->keys + from, (to - from) * sizeof *bl->keys);
+	if (to > from && from > 0) {
+		memmove(bl->kids, bl->kids + from, (to - from) * sizeof *bl->kids);
+		if (bl->keys)
+			memmove(bl->keys, bl->keys + from, (to - from) * sizeof *bl->keys);
+	}
 	bl->n = to - from;
 	return CM_OK;
 }
