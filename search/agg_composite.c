@@ -15,7 +15,8 @@
 #include "agg_int.h"
 
 #define COMP_MAX_SOURCES 32
-#define COMP_MAX_VALUES 64 /* per source and doc; more are ignored */
+#define COMP_MAX_VALUES 64    /* per source and doc; more are ignored */
+#define COMP_MAX_COMBOS 65536 /* keys one document may produce */
 
 typedef enum { CS_TERMS, CS_HIST, CS_DATE } cs_type;
 
@@ -545,6 +546,15 @@ comp_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 			ok = source_values(rt, k, &p->src[i], i, docs[d]);
 		if (!ok || rt->root->err.code)
 			continue;
+		uint64_t combos = 1;
+		for (size_t i = 0; i < p->nsrc && combos <= COMP_MAX_COMBOS; i++)
+			combos *= (uint64_t)k->nvals[i];
+		if (combos > COMP_MAX_COMBOS) {
+			cm_error_set(&rt->root->err, CM_ELIMIT,
+			             "[%s] a document has more than %d composite keys", a->name,
+			             COMP_MAX_COMBOS);
+			return;
+		}
 		int at[COMP_MAX_SOURCES] = {0};
 		for (;;) {
 			k->key.len = 0;
