@@ -38,6 +38,7 @@ static const struct {
     {"weighted_avg", AGG_WEIGHTED_AVG, &agg_ops_weighted_avg},
     {"rare_terms", AGG_RARE_TERMS, &agg_ops_rare_terms},
     {"top_metrics", AGG_TOP_METRICS, &agg_ops_top_metrics},
+    {"global", AGG_GLOBAL, &agg_ops_global},
 };
 
 static const agg_ops *
@@ -251,7 +252,7 @@ agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_a
 	}
 	a->ops = agg_type_find(type, &a->kind);
 	static const char *const not_here[] = {
-	    "global", "significant_terms", "significant_text", "sampler", "diversified_sampler",
+	    "significant_terms", "significant_text", "sampler", "diversified_sampler",
 	    "adjacency_matrix", "auto_date_histogram", "variable_width_histogram", "nested",
 	    "reverse_nested", "children", "parent", "geo_distance", "geohash_grid", "geotile_grid",
 	    "geo_bounds", "geo_centroid", "ip_range", "scripted_metric", "median_absolute_deviation",
@@ -396,6 +397,15 @@ agg_parse_list(const cJSON *aggs, sr_agg *parent, int depth, int *next_id, cm_er
 		cm_err rc = agg_parse_one(c->string, c, depth, next_id, &a, err);
 		if (rc)
 			return rc;
+		if (a->kind == AGG_GLOBAL && parent->kind != AGG_ROOT) {
+			cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
+			                  "Aggregation [%s] cannot have a global sub-aggregation [%s]. "
+			                  "Global aggregations can only be defined as top level "
+			                  "aggregations",
+			                  parent->name, a->name);
+			sr_agg_free(a);
+			return CM_EINVAL;
+		}
 		if (a->kind == AGG_COMPOSITE && parent->kind != AGG_ROOT) {
 			cm_error_set(err, CM_EINVAL,
 			             "[composite] aggregation cannot be used with a parent aggregation of "
@@ -827,8 +837,12 @@ coll_begin(void *self, const sr_seg_ctx *ctx)
 	root->in_segment = true;
 	root->seg_index = ctx->seg_index;
 	cm_err rc = CM_OK;
-	for (size_t i = 0; i < root->spec->nsubs && !rc; i++)
+	for (size_t i = 0; i < root->spec->nsubs && !rc; i++) {
 		rc = agg_rt_begin(root, root->spec->subs[i], ctx);
+		/* global reads the whole segment when it ends, matched or not */
+		if (!rc && root->spec->subs[i]->kind == AGG_GLOBAL)
+			agg_mark_dirty(&root->rts[root->spec->subs[i]->id], s->subs[i]);
+	}
 	if (rc) {
 		agg_rt_end(root, root->spec);
 		root->in_segment = false;

@@ -476,6 +476,72 @@ const agg_ops agg_ops_missing = {
     .decode = sbkt_decode,
 };
 
+/* ================================================================ global */
+
+/* Every live doc of the shard, whatever the query: the collector marks a
+ * global aggregation dirty at each segment's start (coll_begin), and its
+ * flush feeds the segment's live docs to the sub-aggregations (scored 1.0,
+ * as under match_all). Query execution visits every segment when a
+ * request has aggregations. */
+static cm_err
+global_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	if (body->child)
+		return agg_unknown_param(a, body->child->string, err);
+	return CM_OK;
+}
+
+static void
+global_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	(void)docs;
+	(void)scores;
+	(void)cnt;
+	agg_mark_dirty(rt, n);
+}
+
+static void
+global_flush(agg_rt *rt, agg_node *n)
+{
+	sbkt *b = n->d;
+	const sr_seg_ctx *ctx = rt->ctx;
+	uint32_t max = st_segment_max_doc(ctx->seg);
+	uint32_t docs[256];
+	float ones[256];
+	for (size_t i = 0; i < 256; i++)
+		ones[i] = 1.0f;
+	size_t k = 0;
+	for (uint32_t d = 0; d < max && !rt->root->err.code; d++) {
+		if (ctx->live && !st_bit_get(ctx->live, d))
+			continue;
+		b->count++;
+		docs[k++] = d;
+		if (k == 256) {
+			if (b->subs)
+				agg_subs_collect(rt->root, rt->spec, b->subs, docs, ones, k);
+			k = 0;
+		}
+	}
+	if (k && b->subs)
+		agg_subs_collect(rt->root, rt->spec, b->subs, docs, ones, k);
+}
+
+const agg_ops agg_ops_global = {
+    .name = "global",
+    .bucket = true,
+    .needs_field = false,
+    .parse = global_parse,
+    .state_new = sbkt_new,
+    .state_free = sbkt_free,
+    .collect = global_collect,
+    .seg_flush = global_flush,
+    .shard_finish = sbkt_finish,
+    .merge = sbkt_merge,
+    .render = sbkt_render_full,
+    .encode = sbkt_encode,
+    .decode = sbkt_decode,
+};
+
 /* ================================================================ filter / filters */
 
 typedef struct filt_params {

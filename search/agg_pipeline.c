@@ -895,7 +895,7 @@ agg_kind_multi_bucket(agg_kind k)
 bool
 agg_kind_single_bucket(agg_kind k)
 {
-	return k == AGG_FILTER || k == AGG_MISSING;
+	return k == AGG_FILTER || k == AGG_MISSING || k == AGG_GLOBAL;
 }
 
 static const sr_agg *

@@ -480,6 +480,25 @@ def percentile_ranks_weighted_avg_rare_terms():
             error_is((st, b), 400, "illegal_argument_exception", "[values] must not be null")
 
 
+@test
+def global_ignores_the_query():
+    alpha = [d for d in DOCS if d["k"] == "alpha"]
+    for label, nodes in targets():
+        for n in nodes:
+            for q in ({"term": {"k": "alpha"}}, {"term": {"k": "none-such"}}):
+                st, b = n.req("POST", "/%s/_search" % INDEX, {"size": 0, "query": q, "aggs": {
+                    "all": {"global": {}, "aggs": {"s": {"sum": {"field": "v"}},
+                                                   "by_k": {"terms": {"field": "k"}}}},
+                    "s": {"sum": {"field": "v"}}}})
+                eq(st, 200, label + ": %s" % b)
+                a = b["aggregations"]
+                eq(a["all"]["doc_count"], len(DOCS), label + " global doc_count")
+                close(a["all"]["s"]["value"], float(sum(d["v"] for d in DOCS)), label)
+                eq(sorted(x["key"] for x in a["all"]["by_k"]["buckets"]), sorted(KEYS), label)
+                want = sum(d["v"] for d in alpha) if q["term"]["k"] == "alpha" else 0
+                close(a["s"]["value"], float(want), label + " the query still applies")
+
+
 def iso(ms):
     import datetime
     d = datetime.datetime.utcfromtimestamp(ms // 1000)
@@ -555,7 +574,10 @@ def errors_are_es_shaped():
          "parsing_exception", "unknown field [bogus]"),
         ({"a": {"max_bucket": {"buckets_path": "mx"}}, "mx": {"max": {"field": "v"}}},
          "action_request_validation_exception", "must be a multi-bucket aggregation"),
-        ({"g": {"global": {}}}, "illegal_argument_exception", "not supported by Shoal"),
+        ({"g": {"significant_terms": {"field": "k"}}}, "illegal_argument_exception",
+         "not supported by Shoal"),
+        ({"t": {"terms": {"field": "k"}, "aggs": {"g": {"global": {}}}}},
+         "aggregation_execution_exception", "Global aggregations can only be defined as top"),
     ]
     for body, etype, part in cases:
         st, b = n.req("POST", "/%s/_search" % INDEX, {"size": 0, "aggs": body})
