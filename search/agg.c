@@ -39,6 +39,7 @@ static const struct {
     {"rare_terms", AGG_RARE_TERMS, &agg_ops_rare_terms},
     {"top_metrics", AGG_TOP_METRICS, &agg_ops_top_metrics},
     {"global", AGG_GLOBAL, &agg_ops_global},
+    {"adjacency_matrix", AGG_ADJACENCY_MATRIX, &agg_ops_adjacency_matrix},
 };
 
 static const agg_ops *
@@ -253,7 +254,7 @@ agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_a
 	a->ops = agg_type_find(type, &a->kind);
 	static const char *const not_here[] = {
 	    "significant_terms", "significant_text", "sampler", "diversified_sampler",
-	    "adjacency_matrix", "auto_date_histogram", "variable_width_histogram", "nested",
+	    "auto_date_histogram", "variable_width_histogram", "nested",
 	    "reverse_nested", "children", "parent", "geo_distance", "geohash_grid", "geotile_grid",
 	    "geo_bounds", "geo_centroid", "ip_range", "scripted_metric", "median_absolute_deviation",
 	    "string_stats", "boxplot", "t_test", "matrix_stats", "moving_avg",

@@ -840,6 +840,167 @@ const agg_ops agg_ops_filters = {
     .decode = filters_decode,
 };
 
+/* ================================================================ adjacency_matrix */
+
+/* Named filters sorted by name; a bucket per filter and per pair of
+ * filters (i < j), "A&B". The pair buckets follow the singles in the
+ * state, so the filters' merge and wire code serve as they are; only
+ * non-empty buckets render, sorted by key as in ES. p->other_key holds the
+ * separator. */
+#define ADJ_MAX_FILTERS 100
+
+static cm_err
+adj_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	filt_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
+	a->p = p;
+	const cJSON *f = NULL;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		if (!strcmp(c->string, "filters"))
+			f = c;
+		else if (!strcmp(c->string, "separator")) {
+			if (agg_parse_str(c, a->name, "separator", &p->other_key, err))
+				return CM_EPARSE;
+		} else
+			return agg_unknown_param(a, c->string, err);
+	}
+	if (!cJSON_IsObject(f) || !f->child)
+		return cm_error_set(err, CM_EPARSE, "[filters] cannot be empty.");
+	int k = cJSON_GetArraySize(f);
+	if (k > ADJ_MAX_FILTERS)
+		return cm_error_set(err, CM_EINVAL,
+		                    "Number of filters is too large, must be less than or equal to: "
+		                    "[%d] but was [%d].This limit can be set by changing the "
+		                    "[index.max_adjacency_matrix_filters] index level setting.",
+		                    ADJ_MAX_FILTERS, k);
+	p->q = cm_calloc(AGG_MEM, (size_t)k, sizeof *p->q);
+	p->names = cm_calloc(AGG_MEM, (size_t)k, sizeof *p->names);
+	for (const cJSON *c = f->child; c; c = c->next) {
+		/* insertion by name keeps the filters sorted */
+		size_t at = p->n;
+		while (at > 0 && strcmp(p->names[at - 1], c->string) > 0) {
+			p->names[at] = p->names[at - 1];
+			p->q[at] = p->q[at - 1];
+			at--;
+		}
+		p->names[at] = cm_strdup(AGG_MEM, c->string);
+		p->q[at] = NULL;
+		p->n++;
+		cm_err rc = sr_query_from_json(c, &p->q[at], err);
+		if (rc)
+			return rc;
+	}
+	if (!p->other_key)
+		p->other_key = cm_strdup(AGG_MEM, "&");
+	return CM_OK;
+}
+
+static void *
+adj_new(const sr_agg *a)
+{
+	const filt_params *p = a->p;
+	filters_state *s = cm_calloc(AGG_MEM, 1, sizeof *s);
+	s->n = p->n + p->n * (p->n - 1) / 2;
+	s->b = cm_calloc(AGG_MEM, s->n ? s->n : 1, sizeof *s->b);
+	for (size_t i = 0; i < s->n; i++)
+		s->b[i].subs = agg_subs_new(a);
+	return s;
+}
+
+static void
+adj_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	filters_state *s = n->d;
+	const filt_params *p = rt->spec->p;
+	filt_rt *f = rt->kd;
+	size_t k = p->n;
+	for (size_t i = 0; i < p->n; i++)
+		for (size_t j = i; j < p->n; j++) {
+			size_t slot = i == j ? i : k++;
+			run r;
+			r.n = 0;
+			for (size_t d = 0; d < cnt; d++)
+				if (st_bit_get(f->bits[i], docs[d]) && st_bit_get(f->bits[j], docs[d])) {
+					s->b[slot].count++;
+					run_add(rt, s->b[slot].subs, &r, docs[d], scores, d);
+				}
+			run_flush(rt, s->b[slot].subs, &r);
+		}
+}
+
+typedef struct adj_out {
+	char *key;
+	size_t slot;
+} adj_out;
+
+static int
+adj_out_cmp(const void *x, const void *y)
+{
+	return strcmp(((const adj_out *)x)->key, ((const adj_out *)y)->key);
+}
+
+static cm_err
+adj_render(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	const filters_state *s = n->d;
+	const filt_params *p = a->p;
+	adj_out *o = cm_calloc(AGG_MEM, s->n ? s->n : 1, sizeof *o);
+	size_t m = 0, k = p->n;
+	for (size_t i = 0; i < p->n; i++)
+		for (size_t j = i; j < p->n; j++) {
+			size_t slot = i == j ? i : k++;
+			if (!s->b[slot].count)
+				continue;
+			cm_buf t;
+			cm_buf_init(&t, AGG_MEM);
+			cm_buf_put(&t, p->names[i], strlen(p->names[i]));
+			if (i != j) {
+				cm_buf_put(&t, p->other_key, strlen(p->other_key));
+				cm_buf_put(&t, p->names[j], strlen(p->names[j]));
+			}
+			cm_buf_put_u8(&t, 0);
+			o[m].key = (char *)t.data;
+			o[m++].slot = slot;
+		}
+	qsort(o, m, sizeof *o, adj_out_cmp);
+	cm_err rc = count_buckets(r, m);
+	cm_buf *b = r->out;
+	if (!rc)
+		cm_buf_put(b, "{\"buckets\":[", 12);
+	for (size_t i = 0; i < m && !rc; i++) {
+		if (i)
+			cm_buf_put_u8(b, ',');
+		cm_buf_put(b, "{\"key\":", 7);
+		agg_json_str(b, o[i].key, strlen(o[i].key));
+		cm_buf_printf(b, ",\"doc_count\":%llu", (unsigned long long)s->b[o[i].slot].count);
+		rc = agg_subs_render(a, s->b[o[i].slot].subs, r);
+		cm_buf_put_u8(b, '}');
+	}
+	if (!rc)
+		cm_buf_put(b, "]}", 2);
+	for (size_t i = 0; i < m; i++)
+		cm_free(AGG_MEM, o[i].key);
+	cm_free(AGG_MEM, o);
+	return rc;
+}
+
+const agg_ops agg_ops_adjacency_matrix = {
+    .name = "adjacency_matrix",
+    .bucket = true,
+    .parse = adj_parse,
+    .free_params = filt_free_params,
+    .state_new = adj_new,
+    .state_free = filters_free,
+    .seg_begin = filt_seg_begin,
+    .collect = adj_collect,
+    .seg_end = filt_seg_end,
+    .shard_finish = filters_finish,
+    .merge = filters_merge,
+    .render = adj_render,
+    .encode = filters_encode,
+    .decode = filters_decode,
+};
+
 /* ================================================================ terms */
 
 typedef enum { ORD_COUNT, ORD_KEY, ORD_PATH } ord_kind;

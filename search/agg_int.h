@@ -48,6 +48,7 @@ typedef enum {
 	AGG_RARE_TERMS,
 	AGG_TOP_METRICS,
 	AGG_GLOBAL,
+	AGG_ADJACENCY_MATRIX,
 	AGG_KIND_COUNT
 } agg_kind;
 
@@ -169,7 +170,8 @@ extern const agg_ops agg_ops_min, agg_ops_max, agg_ops_sum, agg_ops_avg, agg_ops
     agg_ops_extended_stats, agg_ops_value_count, agg_ops_cardinality, agg_ops_percentiles,
     agg_ops_top_hits;
 extern const agg_ops agg_ops_composite, agg_ops_percentile_ranks, agg_ops_weighted_avg,
-    agg_ops_rare_terms, agg_ops_top_metrics, agg_ops_global;
+    agg_ops_rare_terms, agg_ops_top_metrics, agg_ops_global,
+    agg_ops_adjacency_matrix;
 
 /* ---- agg.c: shared machinery ---- */
 

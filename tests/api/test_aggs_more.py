@@ -499,6 +499,28 @@ def global_ignores_the_query():
                 close(a["s"]["value"], float(want), label + " the query still applies")
 
 
+@test
+def adjacency_matrix_pairs():
+    preds = {"hi": lambda d: d["v"] >= 50, "alpha": lambda d: d["k"] == "alpha",
+             "red": lambda d: d.get("c") == "red", "none": lambda d: False}
+    names = sorted(preds)
+    want = []
+    for i, x in enumerate(names):
+        for y in names[i:]:
+            hit = [d for d in DOCS if preds[x](d) and preds[y](d)]
+            if hit:
+                want.append(((x if x == y else x + "|" + y), len(hit), float(sum(d["v"] for d in hit))))
+    want.sort()
+    for label, nodes in targets():
+        for n in nodes:
+            a = aggs(n, {"m": {"adjacency_matrix": {"separator": "|", "filters": {
+                "red": {"term": {"c": "red"}}, "hi": {"range": {"v": {"gte": 50}}},
+                "alpha": {"term": {"k": "alpha"}}, "none": {"term": {"k": "zzz"}}}},
+                "aggs": {"s": {"sum": {"field": "v"}}}}})["m"]["buckets"]
+            eq([(b["key"], b["doc_count"], b["s"]["value"]) for b in a], want,
+               label + " adjacency_matrix")
+
+
 def iso(ms):
     import datetime
     d = datetime.datetime.utcfromtimestamp(ms // 1000)
