@@ -1752,6 +1752,84 @@ test_composite_paging(void)
 	CHECKF(seen == nm, "saw %zu of %zu composite buckets", seen, nm);
 }
 
+/* The new kinds merge in any order and through the wire (with the
+ * corruption rounds of run_merged) to what one state gives; global, rare
+ * and weighted values against the model. */
+static void
+test_new_kinds_merge(void)
+{
+	sr_agg *a = parse_aggs(
+	    "{\"g\":{\"global\":{},\"aggs\":{\"n\":{\"value_count\":{\"field\":\"uid\"}}}},"
+	    "\"rt\":{\"rare_terms\":{\"field\":\"num\",\"max_doc_count\":2}},"
+	    "\"w\":{\"weighted_avg\":{\"value\":{\"field\":\"num\"},\"weight\":{\"field\":\"uid\","
+	    "\"missing\":1}}},"
+	    "\"tm\":{\"top_metrics\":{\"metrics\":[{\"field\":\"num\"},{\"field\":\"dbl\"}],"
+	    "\"sort\":{\"uid\":\"desc\"},\"size\":3}},"
+	    "\"am\":{\"adjacency_matrix\":{\"filters\":{\"f\":{\"term\":{\"flag\":true}},"
+	    "\"k\":{\"term\":{\"kw\":\"k39\"}}}},\"aggs\":{\"m\":{\"max\":{\"field\":\"num\"}}}}}");
+	cJSON *single = run_single(a);
+	static const int orders[][NSHARDS] = {{0, 1, 2}, {2, 0, 1}};
+	for (int o = 0; o < 2; o++)
+		for (int wire = 0; wire < 2; wire++) {
+			cJSON *m = run_merged(a, orders[o], wire);
+			char where[256] = "";
+			CHECKF(json_close(single, m, 1e-9, where, sizeof where), "order %d wire %d: %s", o,
+			       wire, where);
+			cJSON_Delete(m);
+		}
+	uint64_t live = 0, cnt[1000] = {0};
+	double num = 0, den = 0;
+	for (int i = 0; i < NDOCS; i++) {
+		const mdoc *d = &docs[i];
+		if (d->deleted)
+			continue;
+		live++;
+		if (!selected(d) || !d->has_num)
+			continue;
+		cnt[d->num + 100]++;
+		num += (double)d->num * (double)d->uid;
+		den += (double)d->uid;
+	}
+	CHECK((uint64_t)jget(single, "g.doc_count")->valuedouble == live);
+	CHECK((uint64_t)jget(single, "g.n.value")->valuedouble == live);
+	CHECK(fabs(jget(single, "w.value")->valuedouble - num / den) < 1e-9 * fabs(num / den));
+	/* rare_terms: by count, then key */
+	const cJSON *b = jget(single, "rt.buckets")->child;
+	for (uint64_t c = 1; c <= 2; c++)
+		for (int v = 0; v < 1000; v++)
+			if (cnt[v] == c) {
+				CHECKF(b && (int)b->child->valuedouble == v - 100 &&
+				           (uint64_t)jget(b, "doc_count")->valuedouble == c,
+				       "rare term %d", v - 100);
+				b = b ? b->next : NULL;
+			}
+	CHECK(b == NULL);
+	cJSON_Delete(single);
+	sr_agg_free(a);
+
+	/* percentile_ranks: approximate, within a point of the true share */
+	a = parse_aggs("{\"pr\":{\"percentile_ranks\":{\"field\":\"num\",\"values\":[0,450]}}}");
+	int order[NSHARDS] = {2, 1, 0};
+	cJSON *m = run_merged(a, order, true);
+	uint64_t below[2] = {0, 0}, all = 0;
+	for (int i = 0; i < NDOCS; i++)
+		if (selected(&docs[i]) && docs[i].has_num) {
+			all++;
+			below[0] += docs[i].num < 0;
+			below[1] += docs[i].num < 450;
+		}
+	const cJSON *pv = jget(m, "pr.values");
+	const char *keys[2] = {"0.0", "450.0"};
+	for (int i = 0; i < 2; i++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(pv, keys[i]);
+		double want = 100.0 * (double)below[i] / (double)all;
+		CHECKF(cJSON_IsNumber(v) && fabs(v->valuedouble - want) < 1.0, "rank of %s: want %g",
+		       keys[i], want);
+	}
+	cJSON_Delete(m);
+	sr_agg_free(a);
+}
+
 int
 main(void)
 {
@@ -1770,6 +1848,7 @@ main(void)
 	test_moving_functions();
 	test_pipeline_paths();
 	test_composite_paging();
+	test_new_kinds_merge();
 	for (int s = 0; s < NSHARDS; s++)
 		st_shard_close(shards[s]);
 	st_mapping_unref(mapping);
