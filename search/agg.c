@@ -40,6 +40,7 @@ static const struct {
     {"top_metrics", AGG_TOP_METRICS, &agg_ops_top_metrics},
     {"global", AGG_GLOBAL, &agg_ops_global},
     {"adjacency_matrix", AGG_ADJACENCY_MATRIX, &agg_ops_adjacency_matrix},
+    {"significant_terms", AGG_SIGNIFICANT_TERMS, &agg_ops_significant_terms},
 };
 
 static const agg_ops *
@@ -253,7 +254,7 @@ agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_a
 	}
 	a->ops = agg_type_find(type, &a->kind);
 	static const char *const not_here[] = {
-	    "significant_terms", "significant_text", "sampler", "diversified_sampler",
+	    "significant_text", "sampler", "diversified_sampler",
 	    "auto_date_histogram", "variable_width_histogram", "nested",
 	    "reverse_nested", "children", "parent", "geo_distance", "geohash_grid", "geotile_grid",
 	    "geo_bounds", "geo_centroid", "ip_range", "scripted_metric", "median_absolute_deviation",
@@ -592,8 +593,11 @@ sr_agg_state_free(sr_agg_state *s)
 	if (!s)
 		return;
 	for (int i = 0; i < s->root.spec->nspecs; i++) {
-		st_colblock_free(&s->root.rts[i].cb);
-		cm_free(AGG_MEM, s->root.rts[i].conv_buf);
+		agg_rt *rt = &s->root.rts[i];
+		st_colblock_free(&rt->cb);
+		cm_free(AGG_MEM, rt->conv_buf);
+		if (rt->persist && rt->spec && rt->spec->ops->rt_free)
+			rt->spec->ops->rt_free(rt);
 	}
 	for (int i = 0; i < s->root.spec->nspecs; i++)
 		cm_free(AGG_MEM, s->root.rts[i].dirty);

@@ -132,6 +132,29 @@ btab_get(btab *t, const sr_agg *spec, const void *k, size_t len, bool str, bool 
 	return btab_add(t, spec, s, h, k, len, str, created);
 }
 
+/* The count of key in t, 0 when absent (no insert). */
+static uint64_t
+btab_count_of(const btab *t, const void *k, size_t len, bool str)
+{
+	if (!t->icap)
+		return 0;
+	int64_t l = 0;
+	if (!str)
+		memcpy(&l, k, 8);
+	uint64_t h = str ? bkt_hash(k, len) : num_hash(l);
+	uint64_t tag = h & 0xffffffff00000000ull;
+	size_t s = (size_t)h & (t->icap - 1);
+	for (uint64_t e; (e = t->idx[s]) != 0; s = (s + 1) & (t->icap - 1)) {
+		if ((e & 0xffffffff00000000ull) != tag)
+			continue;
+		const bkt *b = &t->v[(e & 0xffffffff) - 1];
+		if (str ? (b->key && b->klen == len && !memcmp(b->key, k, len))
+		        : (!b->key && b->l == l))
+			return b->count;
+	}
+	return 0;
+}
+
 static bkt *
 btab_get_l(btab *t, const sr_agg *spec, int64_t l, bool *created)
 {
@@ -1386,6 +1409,12 @@ typedef struct terms_state {
 	size_t hn, hcap;
 	bool fast; /* counting without buckets: counts or the table above */
 	uint8_t key_kind; /* 0 unknown, 1 string, 2 long, 3 double */
+	/* significant_terms: docs seen (subset) and in the shard (superset),
+	 * background counts of the buckets' terms (no subs), and the runtime
+	 * whose shard-wide table fills bg at the shard cut */
+	uint64_t subset, superset;
+	btab bg;
+	const agg_rt *bg_rt;
 } terms_state;
 
 #define ORD_REJECT UINT32_MAX
@@ -1402,6 +1431,7 @@ terms_free(const sr_agg *a, void *d)
 {
 	terms_state *s = d;
 	btab_free(&s->t, a);
+	btab_free(&s->bg, NULL);
 	cm_free(AGG_MEM, s->counts);
 	cm_free(AGG_MEM, s->ord2b);
 	cm_free(AGG_MEM, s->hk);
@@ -2037,6 +2067,332 @@ const agg_ops agg_ops_rare_terms = {
     .render = terms_render,
     .encode = terms_encode,
     .decode = terms_decode,
+};
+
+/* ================================================================ significant_terms */
+
+/* A terms aggregation whose buckets are scored against the whole shard
+ * (JLH, ES's default heuristic): foreground counts are collected as for
+ * terms, with every term kept on the shard; each segment's live docs are
+ * counted per term once per search (the background, in rt->persist); at
+ * the shard cut every bucket takes its term's background count, so a
+ * merged bucket sums the background of the shards that saw the term in
+ * their foreground, as in ES. */
+typedef struct sig_bg {
+	btab t;
+	uint64_t docs;
+} sig_bg;
+
+static cm_err
+sig_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	cJSON *rest = cJSON_CreateObject();
+	cm_err rc = CM_OK;
+	bool min_set = false;
+	for (const cJSON *c = body->child; c && !rc; c = c->next) {
+		const char *k = c->string;
+		if (!strcmp(k, "jlh")) {
+			if (!cJSON_IsObject(c) || c->child)
+				rc = cm_error_set(err, CM_EPARSE, "[jlh] takes no parameters");
+		} else if (!strcmp(k, "background_filter") || !strcmp(k, "mutual_information") ||
+		           !strcmp(k, "chi_square") || !strcmp(k, "gnd") || !strcmp(k, "percentage") ||
+		           !strcmp(k, "script_heuristic"))
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "[%s] of significant_terms [%s] is not supported by Shoal (JLH "
+			                  "against the whole index only)",
+			                  k, a->name);
+		else if (!strcmp(k, "field") || !strcmp(k, "missing") || !strcmp(k, "format") ||
+		         !strcmp(k, "include") || !strcmp(k, "exclude") || !strcmp(k, "size") ||
+		         !strcmp(k, "shard_size") || !strcmp(k, "min_doc_count") ||
+		         !strcmp(k, "shard_min_doc_count") || !strcmp(k, "execution_hint")) {
+			min_set |= !strcmp(k, "min_doc_count");
+			cJSON_AddItemToObject(rest, k, cJSON_Duplicate(c, true));
+		} else
+			rc = agg_unknown_param(a, k, err);
+	}
+	if (!rc)
+		rc = terms_parse(a, rest, err);
+	cJSON_Delete(rest);
+	if (rc)
+		return rc;
+	terms_params *p = a->p;
+	if (!min_set)
+		p->min_doc_count = 3;
+	p->shard_size = UINT64_MAX; /* shards keep every foreground term */
+	p->shard_min_doc_count = 0;
+	return CM_OK;
+}
+
+/* Counts every live doc of the segment per term of the field. */
+static cm_err
+sig_seg_begin(agg_rt *rt, cm_error *err)
+{
+	sig_bg *bg = rt->persist;
+	if (!bg)
+		rt->persist = bg = cm_calloc(AGG_MEM, 1, sizeof *bg);
+	const sr_seg_ctx *ctx = rt->ctx;
+	uint32_t max = st_segment_max_doc(ctx->seg);
+	uint32_t *counts = NULL;
+	size_t nords = 0;
+	if (rt->fi && rt->is_keyword) {
+		nords = rt->fi->num_terms;
+		if (nords > TERMS_ARRAY_MAX)
+			return cm_error_set(err, CM_ELIMIT, "too many terms in [%s] for significant_terms",
+			                    rt->spec->field);
+		counts = cm_calloc(AGG_MEM, nords ? nords : 1, sizeof *counts);
+	}
+	/* a separate block cache: collection starts again from the first doc */
+	st_colblock saved = rt->cb;
+	memset(&rt->cb, 0, sizeof rt->cb);
+	rt->cb.first_doc = UINT32_MAX;
+	rt->cb.block = UINT32_MAX;
+	for (uint32_t d = 0; d < max && !rt->root->err.code; d++) {
+		if (ctx->live && !st_bit_get(ctx->live, d))
+			continue;
+		bg->docs++;
+		if (!rt->fi)
+			continue;
+		const int64_t *v;
+		int k = agg_values(rt, d, &v);
+		for (int j = 0; j < k; j++) {
+			if (j > 0 && v[j] == v[j - 1])
+				continue;
+			if (counts) {
+				if ((uint64_t)v[j] < nords)
+					counts[v[j]]++;
+			} else {
+				int64_t key = rt->is_double ? dbits(st_sortable_to_double(v[j])) : v[j];
+				btab_get_l(&bg->t, NULL, key, NULL)->count++;
+			}
+		}
+	}
+	st_colblock_free(&rt->cb);
+	rt->cb = saved;
+	for (size_t o = 0; counts && o < nords; o++) {
+		if (!counts[o])
+			continue;
+		const uint8_t *t;
+		size_t len;
+		if (st_ord_term(ctx->txn, rt->fi, o, &t, &len)) {
+			cm_free(AGG_MEM, counts);
+			return cm_error_set(err, CM_ECORRUPT, "could not read term of [%s]",
+			                    rt->spec->field);
+		}
+		btab_get(&bg->t, NULL, t, len, true, NULL)->count += counts[o];
+	}
+	cm_free(AGG_MEM, counts);
+	return rt->root->err.code;
+}
+
+static void
+sig_rt_free(agg_rt *rt)
+{
+	sig_bg *bg = rt->persist;
+	btab_free(&bg->t, NULL);
+	cm_free(AGG_MEM, bg);
+	rt->persist = NULL;
+}
+
+static void
+sig_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	terms_state *s = n->d;
+	s->subset += cnt;
+	s->bg_rt = rt;
+	terms_collect(rt, n, docs, scores, cnt);
+}
+
+static void
+sig_finish(const sr_agg *a, agg_node *n)
+{
+	terms_state *s = n->d;
+	terms_finish(a, n);
+	const sig_bg *bg = s->bg_rt ? s->bg_rt->persist : NULL;
+	s->bg_rt = NULL;
+	if (!bg)
+		return;
+	s->superset = bg->docs;
+	for (size_t i = 0; i < s->t.n; i++) {
+		size_t len;
+		const void *k = bkt_keyp(&s->t.v[i], &len);
+		bool str = s->t.v[i].key != NULL;
+		btab_get(&s->bg, NULL, k, len, str, NULL)->count = btab_count_of(&bg->t, k, len, str);
+	}
+}
+
+static void
+sig_merge(const sr_agg *a, agg_node *into, agg_node *from)
+{
+	terms_state *x = into->d, *y = from->d;
+	x->subset += y->subset;
+	x->superset += y->superset;
+	btab_merge(&x->bg, &y->bg, NULL);
+	terms_merge(a, into, from);
+	y->subset = y->superset = 0;
+}
+
+static double
+jlh(uint64_t fg, uint64_t fg_size, uint64_t bgc, uint64_t bg_size)
+{
+	if (!fg_size || !bg_size)
+		return 0;
+	if (!bgc)
+		bgc = 1;
+	double sub = (double)fg / (double)fg_size, sup = (double)bgc / (double)bg_size;
+	double abs_change = sub - sup;
+	if (abs_change <= 0)
+		return 0;
+	return abs_change * (sub / sup);
+}
+
+typedef struct sig_out {
+	const bkt *b;
+	uint64_t bg;
+	double score;
+} sig_out;
+
+static int
+sig_out_cmp(const void *x, const void *y)
+{
+	const sig_out *a = x, *b = y;
+	if (a->score != b->score)
+		return a->score > b->score ? -1 : 1;
+	size_t la, lb;
+	const void *ka = bkt_keyp(a->b, &la), *kb = bkt_keyp(b->b, &lb);
+	if (a->b->key && b->b->key) {
+		int c = memcmp(ka, kb, la < lb ? la : lb);
+		return c ? c : (la > lb) - (la < lb);
+	}
+	return (a->b->l > b->b->l) - (a->b->l < b->b->l);
+}
+
+static cm_err
+sig_render(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	const terms_state *s = n->d;
+	const terms_params *p = a->p;
+	/* a shard state rendered without its cut still reads the shard's table */
+	const sig_bg *live = s->bg_rt ? s->bg_rt->persist : NULL;
+	const btab *bgt = live ? &live->t : &s->bg;
+	uint64_t superset = live ? live->docs : s->superset;
+	sig_out *o = cm_calloc(AGG_MEM, s->t.n ? s->t.n : 1, sizeof *o);
+	size_t m = 0;
+	for (size_t i = 0; i < s->t.n; i++) {
+		const bkt *b = &s->t.v[i];
+		if (b->count < p->min_doc_count)
+			continue;
+		size_t len;
+		const void *k = bkt_keyp(b, &len);
+		uint64_t bgc = btab_count_of(bgt, k, len, b->key != NULL);
+		if (bgc < b->count)
+			bgc = b->count;
+		double sc = jlh(b->count, s->subset, bgc, superset);
+		if (sc <= 0)
+			continue;
+		o[m++] = (sig_out){b, bgc, sc};
+	}
+	qsort(o, m, sizeof *o, sig_out_cmp);
+	if (m > p->size)
+		m = (size_t)p->size;
+	cm_err rc = count_buckets(r, m);
+	cm_buf *b = r->out;
+	if (!rc)
+		cm_buf_printf(b, "{\"doc_count\":%llu,\"bg_count\":%llu,\"buckets\":[",
+		              (unsigned long long)s->subset, (unsigned long long)superset);
+	for (size_t i = 0; i < m && !rc; i++) {
+		const bkt *bk = o[i].b;
+		if (i)
+			cm_buf_put_u8(b, ',');
+		cm_buf_put(b, "{\"key\":", 7);
+		if (bk->key)
+			agg_json_str(b, (const char *)bk->key, bk->klen);
+		else if (s->key_kind == 3) {
+			double d;
+			memcpy(&d, &bk->l, 8);
+			agg_json_double(b, d);
+		} else
+			cm_buf_printf(b, "%lld", (long long)bk->l);
+		cm_buf_printf(b, ",\"doc_count\":%llu,\"score\":", (unsigned long long)bk->count);
+		agg_json_double(b, o[i].score);
+		cm_buf_printf(b, ",\"bg_count\":%llu", (unsigned long long)o[i].bg);
+		rc = agg_subs_render(a, bk->subs, r);
+		cm_buf_put_u8(b, '}');
+	}
+	if (!rc)
+		cm_buf_put(b, "]}", 2);
+	cm_free(AGG_MEM, o);
+	return rc;
+}
+
+static void
+sig_encode(const sr_agg *a, const agg_node *n, cm_buf *b)
+{
+	const terms_state *s = n->d;
+	terms_encode(a, n, b);
+	cm_buf_put_varint(b, s->subset);
+	cm_buf_put_varint(b, s->superset);
+	cm_buf_put_varint(b, s->bg.n);
+	for (size_t i = 0; i < s->bg.n; i++) {
+		const bkt *k = &s->bg.v[i];
+		cm_buf_put_u8(b, k->key != NULL);
+		if (k->key)
+			cm_buf_put_str(b, (const char *)k->key, k->klen);
+		else
+			cm_buf_put_u64(b, (uint64_t)k->l);
+		cm_buf_put_varint(b, k->count);
+	}
+}
+
+static bool
+sig_decode(const sr_agg *a, agg_node *n, cm_rd *r)
+{
+	terms_state *s = n->d;
+	uint64_t nb;
+	if (!terms_decode(a, n, r) || !cm_rd_varint(r, &s->subset) ||
+	    !cm_rd_varint(r, &s->superset) || !agg_get_count(r, (uint64_t)SR_MAX_BUCKETS * 64, &nb))
+		return false;
+	for (uint64_t i = 0; i < nb; i++) {
+		uint8_t str;
+		const char *k;
+		size_t len;
+		uint64_t l, c;
+		bool created = false;
+		bkt *b;
+		if (!cm_rd_u8(r, &str))
+			return false;
+		if (str) {
+			if (!cm_rd_str(r, &k, &len))
+				return false;
+			b = btab_get(&s->bg, NULL, k, len, true, &created);
+		} else {
+			if (!cm_rd_u64(r, &l))
+				return false;
+			b = btab_get_l(&s->bg, NULL, (int64_t)l, &created);
+		}
+		if (!created || !cm_rd_varint(r, &c))
+			return false;
+		b->count = c;
+	}
+	return true;
+}
+
+const agg_ops agg_ops_significant_terms = {
+    .name = "significant_terms",
+    .bucket = true,
+    .needs_field = true,
+    .parse = sig_parse,
+    .free_params = terms_free_params,
+    .state_new = terms_new,
+    .state_free = terms_free,
+    .seg_begin = sig_seg_begin,
+    .collect = sig_collect,
+    .seg_flush = terms_flush,
+    .shard_finish = sig_finish,
+    .merge = sig_merge,
+    .render = sig_render,
+    .encode = sig_encode,
+    .decode = sig_decode,
+    .rt_free = sig_rt_free,
 };
 
 /* ================================================================ histogram family */

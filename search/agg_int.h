@@ -49,6 +49,7 @@ typedef enum {
 	AGG_TOP_METRICS,
 	AGG_GLOBAL,
 	AGG_ADJACENCY_MATRIX,
+	AGG_SIGNIFICANT_TERMS,
 	AGG_KIND_COUNT
 } agg_kind;
 
@@ -112,6 +113,7 @@ struct agg_rt {
 	agg_node **dirty;       /* states holding per-segment scratch */
 	size_t ndirty, dirty_cap;
 	uint32_t epoch;
+	void *persist;          /* kind-specific, kept across segments (ops->rt_free) */
 };
 
 struct agg_root {
@@ -162,6 +164,7 @@ struct agg_ops {
 	/* value for ordering buckets by this metric; key is the part after
 	 * '.' (NULL for single-value metrics). false when unknown key. */
 	bool (*metric_value)(const sr_agg *a, const agg_node *n, const char *key, double *v);
+	void (*rt_free)(agg_rt *rt); /* frees rt->persist with the state */
 };
 
 extern const agg_ops agg_ops_terms, agg_ops_histogram, agg_ops_date_histogram, agg_ops_range,
@@ -171,7 +174,7 @@ extern const agg_ops agg_ops_min, agg_ops_max, agg_ops_sum, agg_ops_avg, agg_ops
     agg_ops_top_hits;
 extern const agg_ops agg_ops_composite, agg_ops_percentile_ranks, agg_ops_weighted_avg,
     agg_ops_rare_terms, agg_ops_top_metrics, agg_ops_global,
-    agg_ops_adjacency_matrix;
+    agg_ops_adjacency_matrix, agg_ops_significant_terms;
 
 /* ---- agg.c: shared machinery ---- */
 

@@ -1830,6 +1830,63 @@ test_new_kinds_merge(void)
 	sr_agg_free(a);
 }
 
+/* significant_terms in one state (the whole index as one shard) against
+ * the model: JLH over the selected docs and every live doc. */
+static void
+test_significant_terms(void)
+{
+	sr_agg *a = parse_aggs("{\"s\":{\"significant_terms\":{\"field\":\"kw\",\"min_doc_count\":1,"
+	                       "\"size\":5}}}");
+	cJSON *j = run_single(a);
+	uint64_t fg[NKW] = {0}, bg[NKW] = {0}, sub = 0, sup = 0;
+	for (int i = 0; i < NDOCS; i++) {
+		const mdoc *d = &docs[i];
+		if (d->deleted)
+			continue;
+		sup++;
+		bool sel = selected(d);
+		sub += sel;
+		for (int k = 0; k < d->nkw; k++) {
+			int t = atoi(d->kw[k] + 1);
+			bg[t]++;
+			fg[t] += sel;
+		}
+	}
+	double score[NKW];
+	int order[NKW], n = 0;
+	for (int t = 0; t < NKW; t++) {
+		double x = fg[t] ? (double)fg[t] / (double)sub : 0, y = (double)bg[t] / (double)sup;
+		score[t] = fg[t] && x > y ? (x - y) * (x / y) : 0;
+		if (score[t] > 0)
+			order[n++] = t;
+	}
+	for (int i = 1; i < n; i++) /* by score desc, then key */
+		for (int k = i; k > 0 && (score[order[k]] > score[order[k - 1]]); k--) {
+			int t = order[k];
+			order[k] = order[k - 1];
+			order[k - 1] = t;
+		}
+	CHECK((uint64_t)jnum(j, "s.doc_count") == sub && (uint64_t)jnum(j, "s.bg_count") == sup);
+	const cJSON *b = jget(j, "s.buckets")->child;
+	for (int i = 0; i < n && i < 5; i++, b = b ? b->next : NULL) {
+		char key[8];
+		snprintf(key, sizeof key, "k%02d", order[i]);
+		CHECKF(b && !strcmp(jget(b, "key")->valuestring, key) &&
+		           (uint64_t)jnum(b, "doc_count") == fg[order[i]] &&
+		           (uint64_t)jnum(b, "bg_count") == bg[order[i]] &&
+		           close_rel(jnum(b, "score"), score[order[i]], 1e-12),
+		       "significant term %d: want %s", i, key);
+	}
+	CHECK(b == NULL);
+	cJSON_Delete(j);
+	/* through the wire (and its corruption rounds): sizes add up */
+	int ord[NSHARDS] = {1, 2, 0};
+	j = run_merged(a, ord, true);
+	CHECK((uint64_t)jnum(j, "s.doc_count") == sub && (uint64_t)jnum(j, "s.bg_count") == sup);
+	cJSON_Delete(j);
+	sr_agg_free(a);
+}
+
 int
 main(void)
 {
@@ -1849,6 +1906,7 @@ main(void)
 	test_pipeline_paths();
 	test_composite_paging();
 	test_new_kinds_merge();
+	test_significant_terms();
 	for (int s = 0; s < NSHARDS; s++)
 		st_shard_close(shards[s]);
 	st_mapping_unref(mapping);

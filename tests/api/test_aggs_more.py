@@ -521,6 +521,36 @@ def adjacency_matrix_pairs():
                label + " adjacency_matrix")
 
 
+@test
+def significant_terms_jlh():
+    sub = [d for d in DOCS if d["v"] >= 60]
+    want = []
+    for k in KEYS:
+        fg = sum(1 for d in sub if d["k"] == k)
+        bg = sum(1 for d in DOCS if d["k"] == k)
+        a, b = fg / len(sub), bg / len(DOCS)
+        if fg >= 3 and a > b:
+            want.append((k, fg, bg, (a - b) * (a / b)))
+    want.sort(key=lambda x: (-x[3], x[0]))
+    eq(len(want) >= 1 and len(want) < len(KEYS), True, "some keys are significant")
+    for label, nodes in targets():
+        for n in nodes:
+            st, b = n.req("POST", "/%s/_search" % INDEX, {"size": 0,
+                                                          "query": {"range": {"v": {"gte": 60}}},
+                                                          "aggs": {"sig": {"significant_terms": {"field": "k"}}}})
+            eq(st, 200, label + ": %s" % b)
+            sig = b["aggregations"]["sig"]
+            eq((sig["doc_count"], sig["bg_count"]), (len(sub), len(DOCS)), label + " sizes")
+            got = sig["buckets"]
+            eq([(x["key"], x["doc_count"], x["bg_count"]) for x in got],
+               [w[:3] for w in want], label + " significant terms")
+            for x, w in zip(got, want):
+                close(x["score"], w[3], label + " JLH score")
+            st, b = n.req("POST", "/%s/_search" % INDEX, {"size": 0, "aggs": {
+                "sig": {"significant_terms": {"field": "k", "chi_square": {}}}}})
+            error_is((st, b), 400, "illegal_argument_exception", "not supported by Shoal")
+
+
 def iso(ms):
     import datetime
     d = datetime.datetime.utcfromtimestamp(ms // 1000)
@@ -596,7 +626,7 @@ def errors_are_es_shaped():
          "parsing_exception", "unknown field [bogus]"),
         ({"a": {"max_bucket": {"buckets_path": "mx"}}, "mx": {"max": {"field": "v"}}},
          "action_request_validation_exception", "must be a multi-bucket aggregation"),
-        ({"g": {"significant_terms": {"field": "k"}}}, "illegal_argument_exception",
+        ({"g": {"sampler": {"shard_size": 10}}}, "illegal_argument_exception",
          "not supported by Shoal"),
         ({"t": {"terms": {"field": "k"}, "aggs": {"g": {"global": {}}}}},
          "aggregation_execution_exception", "Global aggregations can only be defined as top"),
