@@ -154,9 +154,9 @@ static cm_err
 source_parse(sr_agg *a, csrc *s, const char *name, const cJSON *def, cm_error *err)
 {
 	if (!cJSON_IsObject(def) || !def->child || def->child->next || !cJSON_IsObject(def->child))
-		return cm_error_set(err, CM_EPARSE,
-		                    "[composite] each source of [%s] must be an object with one type",
-		                    a->name);
+		return cm_error_set(
+		    err, CM_EPARSE,
+		    "[composite] each source of [%s] must be an object with one type", a->name);
 	const cJSON *body = def->child;
 	const char *type = body->string;
 	sr_agg *h = cm_calloc(AGG_MEM, 1, sizeof *h);
@@ -175,18 +175,20 @@ source_parse(sr_agg *a, csrc *s, const char *name, const cJSON *def, cm_error *e
 		h->kind = AGG_DATE_HISTOGRAM;
 		h->ops = &agg_ops_date_histogram;
 	} else if (!strcmp(type, "geotile_grid")) {
-		return cm_error_set(err, CM_EINVAL,
-		                    "[composite] source type [geotile_grid] is not supported by Shoal");
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "[composite] source type [geotile_grid] is not supported by Shoal");
 	} else
-		return cm_error_set(err, CM_EPARSE, "Unknown source type [%s] in [composite] [%s]", type,
-		                    a->name);
+		return cm_error_set(err, CM_EPARSE, "Unknown source type [%s] in [composite] [%s]",
+		                    type, a->name);
 	cJSON *rest = cJSON_CreateObject();
 	cm_err rc = CM_OK;
 	for (const cJSON *c = body->child; c; c = c->next) {
 		const char *k = c->string;
 		if (!strcmp(k, "field")) {
 			if (!cJSON_IsString(c)) {
-				rc = cm_error_set(err, CM_EPARSE, "[%s] field must be a string", type);
+				rc = cm_error_set(err, CM_EPARSE, "[%s] field must be a string",
+				                  type);
 				break;
 			}
 			h->field = cm_strdup(AGG_MEM, c->valuestring);
@@ -203,13 +205,14 @@ source_parse(sr_agg *a, csrc *s, const char *name, const cJSON *def, cm_error *e
 				break;
 		} else if (!strcmp(k, "format") && s->type == CS_DATE) {
 			if (!cJSON_IsString(c)) {
-				rc = cm_error_set(err, CM_EPARSE, "[%s] format must be a string", type);
+				rc = cm_error_set(err, CM_EPARSE, "[%s] format must be a string",
+				                  type);
 				break;
 			}
 			h->format = cm_strdup(AGG_MEM, c->valuestring);
 		} else if (!strcmp(k, "script")) {
-			rc = cm_error_set(err, CM_EINVAL, "[script] is not supported in aggregation [%s]",
-			                  a->name);
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "[script] is not supported in aggregation [%s]", a->name);
 			break;
 		} else if (s->type != CS_TERMS &&
 		           (!strcmp(k, "interval") || !strcmp(k, "calendar_interval") ||
@@ -222,8 +225,9 @@ source_parse(sr_agg *a, csrc *s, const char *name, const cJSON *def, cm_error *e
 		}
 	}
 	if (!rc && !h->field)
-		rc = cm_error_set(err, CM_EINVAL,
-		                  "Required one of fields [field, script], but none were specified.");
+		rc = cm_error_set(
+		    err, CM_EINVAL,
+		    "Required one of fields [field, script], but none were specified.");
 	if (!rc && s->type != CS_TERMS)
 		rc = h->ops->parse(h, rest, err);
 	cJSON_Delete(rest);
@@ -238,8 +242,8 @@ after_parse(sr_agg *a, comp_params *p, const cJSON *after, cm_error *err)
 		return cm_error_set(err, CM_EPARSE, "[composite] failed to parse field [after]");
 	size_t n = (size_t)cJSON_GetArraySize(after);
 	if (n != p->nsrc)
-		return cm_error_set(err, CM_EINVAL, "[after] has %zu value(s) but [sources] has %zu", n,
-		                    p->nsrc);
+		return cm_error_set(err, CM_EINVAL,
+		                    "[after] has %zu value(s) but [sources] has %zu", n, p->nsrc);
 	cm_buf b;
 	cm_buf_init(&b, AGG_MEM);
 	for (size_t i = 0; i < p->nsrc; i++) {
@@ -247,21 +251,24 @@ after_parse(sr_agg *a, comp_params *p, const cJSON *after, cm_error *err)
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(after, s->spec->name);
 		if (!v) {
 			cm_buf_free(&b);
-			return cm_error_set(err, CM_EINVAL, "Missing value for [after.%s]", s->spec->name);
+			return cm_error_set(err, CM_EINVAL, "Missing value for [after.%s]",
+			                    s->spec->name);
 		}
 		cval cv = {0};
 		if (cJSON_IsNull(v)) {
 			if (!s->missing_bucket) {
 				cm_buf_free(&b);
-				return cm_error_set(err, CM_EINVAL,
-				                    "Cannot set after key in the composite aggregation [%s] - "
-				                    "invalid value for [%s]: null (missing_bucket is false)",
-				                    a->name, s->spec->name);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "Cannot set after key in the composite aggregation [%s] - "
+				    "invalid value for [%s]: null (missing_bucket is false)",
+				    a->name, s->spec->name);
 			}
 			cv.tag = CV_NULL;
 		} else if (cJSON_IsNumber(v)) {
 			double d = v->valuedouble;
-			if (s->type != CS_HIST && d == (double)(int64_t)d && d > -9.2e18 && d < 9.2e18) {
+			if (s->type != CS_HIST && d == (double)(int64_t)d && d > -9.2e18 &&
+			    d < 9.2e18) {
 				cv.tag = CV_LONG;
 				cv.l = (int64_t)d;
 			} else {
@@ -271,12 +278,13 @@ after_parse(sr_agg *a, comp_params *p, const cJSON *after, cm_error *err)
 		} else if (cJSON_IsString(v)) {
 			int64_t ms;
 			if (s->type == CS_DATE) {
-				if (!agg_date_parse(v->valuestring, s->spec->format, agg_hist_tz(s->spec), false,
-				                    &ms)) {
+				if (!agg_date_parse(v->valuestring, s->spec->format,
+				                    agg_hist_tz(s->spec), false, &ms)) {
 					cm_buf_free(&b);
-					return cm_error_set(err, CM_EINVAL,
-					                    "failed to parse date field [%s] of [after.%s]",
-					                    v->valuestring, s->spec->name);
+					return cm_error_set(
+					    err, CM_EINVAL,
+					    "failed to parse date field [%s] of [after.%s]",
+					    v->valuestring, s->spec->name);
 				}
 				cv.tag = CV_LONG;
 				cv.l = ms;
@@ -286,10 +294,11 @@ after_parse(sr_agg *a, comp_params *p, const cJSON *after, cm_error *err)
 				cv.tag = CV_DOUBLE;
 				if (end == v->valuestring || *end) {
 					cm_buf_free(&b);
-					return cm_error_set(err, CM_EINVAL,
-					                    "Cannot set after key in the composite aggregation [%s]"
-					                    " - invalid value for [%s]",
-					                    a->name, s->spec->name);
+					return cm_error_set(
+					    err, CM_EINVAL,
+					    "Cannot set after key in the composite aggregation [%s]"
+					    " - invalid value for [%s]",
+					    a->name, s->spec->name);
 				}
 			} else {
 				cv.tag = CV_STR;
@@ -301,10 +310,11 @@ after_parse(sr_agg *a, comp_params *p, const cJSON *after, cm_error *err)
 			cv.l = cJSON_IsTrue(v);
 		} else {
 			cm_buf_free(&b);
-			return cm_error_set(err, CM_EINVAL,
-			                    "Cannot set after key in the composite aggregation [%s] - "
-			                    "invalid value for [%s]",
-			                    a->name, s->spec->name);
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "Cannot set after key in the composite aggregation [%s] - "
+			    "invalid value for [%s]",
+			    a->name, s->spec->name);
 		}
 		key_put(&b, &cv);
 	}
@@ -343,17 +353,19 @@ comp_parse(sr_agg *a, const cJSON *body, cm_error *err)
 		                    COMP_MAX_SOURCES);
 	for (const cJSON *c = sources->child; c; c = c->next) {
 		if (!cJSON_IsObject(c) || !c->child || c->child->next)
-			return cm_error_set(err, CM_EPARSE,
-			                    "[composite] each source of [%s] must be an object with one "
-			                    "name",
-			                    a->name);
+			return cm_error_set(
+			    err, CM_EPARSE,
+			    "[composite] each source of [%s] must be an object with one "
+			    "name",
+			    a->name);
 		const char *name = c->child->string;
 		for (size_t i = 0; i < p->nsrc; i++)
 			if (!strcmp(p->src[i].spec->name, name))
-				return cm_error_set(err, CM_EINVAL,
-				                    "Composite source names must be unique, found duplicates: "
-				                    "[%s]",
-				                    name);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "Composite source names must be unique, found duplicates: "
+				    "[%s]",
+				    name);
 		csrc *s = &p->src[p->nsrc++];
 		cm_err rc = source_parse(a, s, name, c->child, err);
 		if (rc)
@@ -498,8 +510,8 @@ source_values(agg_rt *rt, comp_seg *k, const csrc *s, size_t i, uint32_t doc)
 				const uint8_t *t;
 				size_t len;
 				if (st_ord_term(rt->ctx->txn, sr->fi, (uint64_t)raw[j], &t, &len)) {
-					cm_error_set(&rt->root->err, CM_ECORRUPT, "could not read term of [%s]",
-					             s->spec->field);
+					cm_error_set(&rt->root->err, CM_ECORRUPT,
+					             "could not read term of [%s]", s->spec->field);
 					return false;
 				}
 				v.tag = CV_STR;
@@ -517,7 +529,8 @@ source_values(agg_rt *rt, comp_seg *k, const csrc *s, size_t i, uint32_t doc)
 			v.d = agg_hist_round_value(s->spec, agg_num(sr, raw[j]));
 		} else {
 			v.tag = CV_LONG;
-			v.l = agg_dh_round(s->spec, sr->is_double ? (int64_t)agg_num(sr, raw[j]) : raw[j]);
+			v.l = agg_dh_round(s->spec,
+			                   sr->is_double ? (int64_t)agg_num(sr, raw[j]) : raw[j]);
 		}
 		if (m && cval_cmp(&k->vals[i][m - 1], &v) == 0)
 			continue;
@@ -664,13 +677,20 @@ put_key(const sr_agg *a, cm_buf *b, const uint8_t *key, size_t klen)
 		agg_json_str(b, s->spec->name, strlen(s->spec->name));
 		cm_buf_put_u8(b, ':');
 		switch (v[i].tag) {
-		case CV_NULL: cm_buf_put(b, "null", 4); break;
-		case CV_STR: agg_json_str(b, (const char *)v[i].s, v[i].n); break;
-		case CV_DOUBLE: agg_json_double(b, v[i].d); break;
+		case CV_NULL:
+			cm_buf_put(b, "null", 4);
+			break;
+		case CV_STR:
+			agg_json_str(b, (const char *)v[i].s, v[i].n);
+			break;
+		case CV_DOUBLE:
+			agg_json_double(b, v[i].d);
+			break;
 		default:
 			if (s->type == CS_DATE && s->spec->format) {
 				char buf[128];
-				agg_date_format(agg_hist_tz(s->spec), s->spec->format, v[i].l, buf, sizeof buf);
+				agg_date_format(agg_hist_tz(s->spec), s->spec->format, v[i].l, buf,
+				                sizeof buf);
 				agg_json_str(b, buf, strlen(buf));
 			} else
 				cm_buf_printf(b, "%lld", (long long)v[i].l);

@@ -38,10 +38,20 @@ typedef enum {
 } pipe_kind;
 
 static const char *const pipe_names[] = {
-    "derivative",     "cumulative_sum",  "moving_fn",   "serial_diff",
-    "bucket_script",  "bucket_selector", "bucket_sort", "avg_bucket",
-    "max_bucket",     "min_bucket",      "sum_bucket",  "stats_bucket",
-    "extended_stats_bucket", "percentiles_bucket",
+    "derivative",
+    "cumulative_sum",
+    "moving_fn",
+    "serial_diff",
+    "bucket_script",
+    "bucket_selector",
+    "bucket_sort",
+    "avg_bucket",
+    "max_bucket",
+    "min_bucket",
+    "sum_bucket",
+    "stats_bucket",
+    "extended_stats_bucket",
+    "percentiles_bucket",
 };
 
 /* MovingFunctions.<fn>(values, args...): args are numbers or nested calls */
@@ -78,17 +88,17 @@ struct agg_pipe {
 	char *meta;
 	char **vars, **paths; /* buckets_path: vars NULL for the single-path form */
 	size_t npaths;
-	bool insert_zeros;    /* gap_policy */
+	bool insert_zeros; /* gap_policy */
 	char *format;
-	double unit_ms;       /* derivative: 0 = none */
+	double unit_ms; /* derivative: 0 = none */
 	int64_t window, shift, lag;
 	mf_call *mf;
 	ps_script *script;
-	cJSON *params;        /* script params (owned copy) */
+	cJSON *params; /* script params (owned copy) */
 	char **sort_paths;
 	bool *sort_desc;
 	size_t nsort;
-	int64_t from, size;   /* bucket_sort: size -1 = all */
+	int64_t from, size; /* bucket_sort: size -1 = all */
 	double *percents;
 	size_t npercents;
 	bool keyed;
@@ -224,7 +234,8 @@ mf_parse_arg(mf_lex *L, mf_call *c, int i, int depth)
 		memcpy(key, L->s + L->i, n);
 		key[n] = 0;
 		L->i += n;
-		const cJSON *v = L->params ? cJSON_GetObjectItemCaseSensitive(L->params, key) : NULL;
+		const cJSON *v =
+		    L->params ? cJSON_GetObjectItemCaseSensitive(L->params, key) : NULL;
 		if (cJSON_IsNumber(v))
 			c->arg[i] = v->valuedouble;
 		else if (cJSON_IsBool(v))
@@ -428,9 +439,11 @@ agg_mf_holt_winters(const double *values, size_t n, double alpha, double beta, d
 			s = alpha * (vs[i] - seasonal[i - P]) + (1.0 - alpha) * (last_s + last_b);
 		b = beta * (s - last_s) + (1 - beta) * last_b;
 		if (multiplicative)
-			seasonal[i] = gamma * (vs[i] / (last_s + last_b)) + (1 - gamma) * seasonal[i - P];
+			seasonal[i] =
+			    gamma * (vs[i] / (last_s + last_b)) + (1 - gamma) * seasonal[i - P];
 		else
-			seasonal[i] = gamma * (vs[i] - (last_s - last_b)) + (1 - gamma) * seasonal[i - P];
+			seasonal[i] =
+			    gamma * (vs[i] - (last_s - last_b)) + (1 - gamma) * seasonal[i - P];
 		last_s = s;
 		last_b = b;
 	}
@@ -469,21 +482,38 @@ mf_eval(const mf_call *c, const double *v, size_t n, double *out, cm_error *err)
 		}
 	}
 	switch (c->fn) {
-	case MF_MAX: *out = agg_mf_max(v, n); break;
-	case MF_MIN: *out = agg_mf_min(v, n); break;
-	case MF_SUM: *out = agg_mf_sum(v, n); break;
-	case MF_UNWEIGHTED_AVG: *out = agg_mf_unweighted_avg(v, n); break;
-	case MF_LINEAR_WEIGHTED_AVG: *out = agg_mf_linear_weighted_avg(v, n); break;
-	case MF_EWMA: *out = agg_mf_ewma(v, n, a[0]); break;
-	case MF_HOLT: *out = agg_mf_holt(v, n, a[0], a[1]); break;
-	case MF_STD_DEV: *out = agg_mf_std_dev(v, n, a[0]); break;
+	case MF_MAX:
+		*out = agg_mf_max(v, n);
+		break;
+	case MF_MIN:
+		*out = agg_mf_min(v, n);
+		break;
+	case MF_SUM:
+		*out = agg_mf_sum(v, n);
+		break;
+	case MF_UNWEIGHTED_AVG:
+		*out = agg_mf_unweighted_avg(v, n);
+		break;
+	case MF_LINEAR_WEIGHTED_AVG:
+		*out = agg_mf_linear_weighted_avg(v, n);
+		break;
+	case MF_EWMA:
+		*out = agg_mf_ewma(v, n, a[0]);
+		break;
+	case MF_HOLT:
+		*out = agg_mf_holt(v, n, a[0], a[1]);
+		break;
+	case MF_STD_DEV:
+		*out = agg_mf_std_dev(v, n, a[0]);
+		break;
 	case MF_HOLT_WINTERS:
 		if (!agg_mf_holt_winters(v, n, a[0], a[1], a[2], (int64_t)a[3], a[4] != 0, out))
-			return cm_error_set(err, CM_EINVAL,
-			                    "Holt-Winters aggregation requires at least (2 * period == 2 * "
-			                    "%lld == %lld) data-points to function.  Only [%zu] were "
-			                    "provided.",
-			                    (long long)a[3], (long long)(2 * (int64_t)a[3]), n);
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "Holt-Winters aggregation requires at least (2 * period == 2 * "
+			    "%lld == %lld) data-points to function.  Only [%zu] were "
+			    "provided.",
+			    (long long)a[3], (long long)(2 * (int64_t)a[3]), n);
 		break;
 	}
 	return CM_OK;
@@ -589,12 +619,14 @@ pipe_parse_path(agg_pipe *p, const char *type, const cJSON *v, cm_error *err)
 	if (cJSON_IsObject(v) && (p->kind == PK_BUCKET_SCRIPT || p->kind == PK_BUCKET_SELECTOR)) {
 		size_t n = (size_t)cJSON_GetArraySize(v);
 		if (n > 64)
-			return cm_error_set(err, CM_EINVAL, "[%s] too many buckets_path entries", type);
+			return cm_error_set(err, CM_EINVAL, "[%s] too many buckets_path entries",
+			                    type);
 		p->paths = cm_calloc(AGG_MEM, n ? n : 1, sizeof *p->paths);
 		p->vars = cm_calloc(AGG_MEM, n ? n : 1, sizeof *p->vars);
 		for (const cJSON *c = v->child; c; c = c->next) {
 			if (!cJSON_IsString(c))
-				return cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [buckets_path]",
+				return cm_error_set(err, CM_EPARSE,
+				                    "[%s] failed to parse field [buckets_path]",
 				                    type);
 			p->vars[p->npaths] = cm_strdup(AGG_MEM, c->string);
 			p->paths[p->npaths++] = cm_strdup(AGG_MEM, c->valuestring);
@@ -625,15 +657,17 @@ pipe_parse_sort(agg_pipe *p, const cJSON *v, cm_error *err)
 			if (cJSON_IsObject(o))
 				o = cJSON_GetObjectItemCaseSensitive(o, "order");
 			if (o) {
-				if (!cJSON_IsString(o) ||
-				    (strcmp(o->valuestring, "asc") && strcmp(o->valuestring, "desc")))
-					return cm_error_set(err, CM_EINVAL,
-					                    "No sort order for [%s]: must be [asc] or [desc]",
-					                    field);
+				if (!cJSON_IsString(o) || (strcmp(o->valuestring, "asc") &&
+				                           strcmp(o->valuestring, "desc")))
+					return cm_error_set(
+					    err, CM_EINVAL,
+					    "No sort order for [%s]: must be [asc] or [desc]",
+					    field);
 				desc = !strcmp(o->valuestring, "desc");
 			}
 		} else
-			return cm_error_set(err, CM_EPARSE, "[bucket_sort] failed to parse field [sort]");
+			return cm_error_set(err, CM_EPARSE,
+			                    "[bucket_sort] failed to parse field [sort]");
 		p->sort_paths[p->nsort] = cm_strdup(AGG_MEM, field);
 		p->sort_desc[p->nsort++] = desc;
 	}
@@ -648,11 +682,11 @@ parse_unit(const char *s, double *ms)
 		const char *name;
 		double ms;
 	} units[] = {
-	    {"year", 31556952000.0},   {"1y", 31556952000.0},   {"quarter", 7889238000.0},
-	    {"1q", 7889238000.0},      {"month", 2629746000.0}, {"1M", 2629746000.0},
-	    {"week", 604800000.0},     {"1w", 604800000.0},     {"day", 86400000.0},
-	    {"1d", 86400000.0},        {"hour", 3600000.0},     {"1h", 3600000.0},
-	    {"minute", 60000.0},       {"1m", 60000.0},         {"second", 1000.0},
+	    {"year", 31556952000.0}, {"1y", 31556952000.0},   {"quarter", 7889238000.0},
+	    {"1q", 7889238000.0},    {"month", 2629746000.0}, {"1M", 2629746000.0},
+	    {"week", 604800000.0},   {"1w", 604800000.0},     {"day", 86400000.0},
+	    {"1d", 86400000.0},      {"hour", 3600000.0},     {"1h", 3600000.0},
+	    {"minute", 60000.0},     {"1m", 60000.0},         {"second", 1000.0},
 	    {"1s", 1000.0},
 	};
 	for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
@@ -664,11 +698,11 @@ parse_unit(const char *s, double *ms)
 	double d = strtod(s, &end);
 	if (end == s || d < 0)
 		return false;
-	double mul = !strcmp(end, "ms")      ? 1
-	             : !strcmp(end, "s")     ? 1000
-	             : !strcmp(end, "m")     ? 60000
-	             : !strcmp(end, "h")     ? 3600000
-	             : !strcmp(end, "d")     ? 86400000
+	double mul = !strcmp(end, "ms")       ? 1
+	             : !strcmp(end, "s")      ? 1000
+	             : !strcmp(end, "m")      ? 60000
+	             : !strcmp(end, "h")      ? 3600000
+	             : !strcmp(end, "d")      ? 86400000
 	             : !strcmp(end, "micros") ? 0.001
 	             : !strcmp(end, "nanos")  ? 0.000001
 	                                      : -1;
@@ -706,36 +740,40 @@ agg_pipe_parse(const char *name, const char *type, const cJSON *body, const cJSO
 			if ((rc = pipe_parse_path(p, type, c, err)))
 				goto fail;
 		} else if (!strcmp(k, "gap_policy") && p->kind != PK_CUMULATIVE_SUM) {
-			if (!cJSON_IsString(c) ||
-			    (strcmp(c->valuestring, "skip") && strcmp(c->valuestring, "insert_zeros"))) {
-				rc = cm_error_set(err, CM_EPARSE,
-				                  "Invalid gap policy: [%s], accepted values: [insert_zeros, "
-				                  "skip]",
-				                  cJSON_IsString(c) ? c->valuestring : "?");
+			if (!cJSON_IsString(c) || (strcmp(c->valuestring, "skip") &&
+			                           strcmp(c->valuestring, "insert_zeros"))) {
+				rc = cm_error_set(
+				    err, CM_EPARSE,
+				    "Invalid gap policy: [%s], accepted values: [insert_zeros, "
+				    "skip]",
+				    cJSON_IsString(c) ? c->valuestring : "?");
 				goto fail;
 			}
 			p->insert_zeros = !strcmp(c->valuestring, "insert_zeros");
 		} else if (!strcmp(k, "format") && p->kind != PK_BUCKET_SELECTOR &&
 		           p->kind != PK_BUCKET_SORT) {
 			if (!cJSON_IsString(c)) {
-				rc = cm_error_set(err, CM_EPARSE, "[%s] format must be a string", type);
+				rc = cm_error_set(err, CM_EPARSE, "[%s] format must be a string",
+				                  type);
 				goto fail;
 			}
 			if (!fmt_ok(c->valuestring)) {
-				rc = cm_error_set(err, CM_EINVAL,
-				                  "format [%s] of [%s] is not supported by Shoal: only "
-				                  "DecimalFormat digit patterns such as \"#,##0.00\"",
-				                  c->valuestring, name);
+				rc = cm_error_set(
+				    err, CM_EINVAL,
+				    "format [%s] of [%s] is not supported by Shoal: only "
+				    "DecimalFormat digit patterns such as \"#,##0.00\"",
+				    c->valuestring, name);
 				goto fail;
 			}
 			p->format = cm_strdup(AGG_MEM, c->valuestring);
 		} else if (!strcmp(k, "unit") && p->kind == PK_DERIVATIVE) {
 			if (!cJSON_IsString(c) || !parse_unit(c->valuestring, &p->unit_ms) ||
 			    p->unit_ms <= 0) {
-				rc = cm_error_set(err, CM_EPARSE,
-				                  "failed to parse setting [DerivativePipelineAggregator.unit]"
-				                  " with value [%s] as a time value",
-				                  cJSON_IsString(c) ? c->valuestring : "?");
+				rc = cm_error_set(
+				    err, CM_EPARSE,
+				    "failed to parse setting [DerivativePipelineAggregator.unit]"
+				    " with value [%s] as a time value",
+				    cJSON_IsString(c) ? c->valuestring : "?");
 				goto fail;
 			}
 		} else if (!strcmp(k, "window") && p->kind == PK_MOVING_FN) {
@@ -777,14 +815,15 @@ agg_pipe_parse(const char *name, const char *type, const cJSON *body, const cJSO
 			if ((rc = agg_parse_int(c, type, k, INT32_MIN, INT32_MAX, &p->size, err)))
 				goto fail;
 			if (p->size <= 0) {
-				rc = cm_error_set(err, CM_EINVAL, "[size] must be a positive integer: [%lld]",
+				rc = cm_error_set(err, CM_EINVAL,
+				                  "[size] must be a positive integer: [%lld]",
 				                  (long long)p->size);
 				goto fail;
 			}
 		} else if (!strcmp(k, "percents") && p->kind == PK_PERCENTILES_BUCKET) {
 			if (!cJSON_IsArray(c) || cJSON_GetArraySize(c) > 1000) {
-				rc = cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [percents]",
-				                  type);
+				rc = cm_error_set(err, CM_EPARSE,
+				                  "[%s] failed to parse field [percents]", type);
 				goto fail;
 			}
 			size_t n = (size_t)cJSON_GetArraySize(c);
@@ -796,9 +835,10 @@ agg_pipe_parse(const char *name, const char *type, const cJSON *body, const cJSO
 				if ((rc = agg_parse_num(e, type, "percents", &d, err)))
 					goto fail;
 				if (d < 0 || d > 100) {
-					rc = cm_error_set(err, CM_EINVAL,
-					                  "percent must be in [0,100], got [%s]: [%s]",
-					                  cJSON_IsString(e) ? e->valuestring : "?", name);
+					rc = cm_error_set(
+					    err, CM_EINVAL,
+					    "percent must be in [0,100], got [%s]: [%s]",
+					    cJSON_IsString(e) ? e->valuestring : "?", name);
 					goto fail;
 				}
 				p->percents[p->npercents++] = d;
@@ -810,8 +850,9 @@ agg_pipe_parse(const char *name, const char *type, const cJSON *body, const cJSO
 			if ((rc = agg_parse_num(c, type, k, &p->sigma, err)))
 				goto fail;
 			if (p->sigma < 0) {
-				rc = cm_error_set(err, CM_EINVAL, "[sigma] must be greater than or equal to 0. "
-				                                  "Found [%g] in [%s]",
+				rc = cm_error_set(err, CM_EINVAL,
+				                  "[sigma] must be greater than or equal to 0. "
+				                  "Found [%g] in [%s]",
 				                  p->sigma, name);
 				goto fail;
 			}
@@ -821,9 +862,10 @@ agg_pipe_parse(const char *name, const char *type, const cJSON *body, const cJSO
 		}
 	}
 	if (!bp && p->kind != PK_BUCKET_SORT) {
-		rc = cm_error_set(err, CM_EPARSE,
-		                  "Required parameter [buckets_path] missing for %s aggregation [%s]",
-		                  type, name);
+		rc = cm_error_set(
+		    err, CM_EPARSE,
+		    "Required parameter [buckets_path] missing for %s aggregation [%s]", type,
+		    name);
 		goto fail;
 	}
 	if (bp && p->kind == PK_BUCKET_SORT) {
@@ -831,15 +873,16 @@ agg_pipe_parse(const char *name, const char *type, const cJSON *body, const cJSO
 		goto fail;
 	}
 	if (p->kind == PK_MOVING_FN && p->window < 0) {
-		rc = cm_error_set(err, CM_EPARSE, "[window] is required for moving_fn aggregation [%s]",
-		                  name);
+		rc = cm_error_set(err, CM_EPARSE,
+		                  "[window] is required for moving_fn aggregation [%s]", name);
 		goto fail;
 	}
 	if ((p->kind == PK_MOVING_FN || p->kind == PK_BUCKET_SCRIPT ||
 	     p->kind == PK_BUCKET_SELECTOR) &&
 	    !script) {
-		rc = cm_error_set(err, CM_EPARSE, "Required parameter [script] missing for %s "
-		                                  "aggregation [%s]",
+		rc = cm_error_set(err, CM_EPARSE,
+		                  "Required parameter [script] missing for %s "
+		                  "aggregation [%s]",
 		                  type, name);
 		goto fail;
 	}
@@ -855,9 +898,11 @@ agg_pipe_parse(const char *name, const char *type, const cJSON *body, const cJSO
 			if (!cJSON_IsString(src) || !(p->mf = mf_parse(src->valuestring, params))) {
 				rc = cm_error_set_type(
 				    err, CM_EINVAL, "script_exception",
-				    "moving_fn script [%.200s] is not supported by Shoal: it must be one "
+				    "moving_fn script [%.200s] is not supported by Shoal: it must "
+				    "be one "
 				    "call of MovingFunctions (max, min, sum, unweightedAvg, "
-				    "linearWeightedAvg, ewma, holt, holtWinters, stdDev) on values with "
+				    "linearWeightedAvg, ewma, holt, holtWinters, stdDev) on values "
+				    "with "
 				    "numeric arguments",
 				    cJSON_IsString(src) ? src->valuestring : "?");
 				goto fail;
@@ -902,7 +947,8 @@ static const sr_agg *
 sub_named(const sr_agg *parent, const char *name, size_t len)
 {
 	for (size_t i = 0; i < parent->nsubs; i++)
-		if (strlen(parent->subs[i]->name) == len && !memcmp(parent->subs[i]->name, name, len))
+		if (strlen(parent->subs[i]->name) == len &&
+		    !memcmp(parent->subs[i]->name, name, len))
 			return parent->subs[i];
 	return NULL;
 }
@@ -938,11 +984,12 @@ path_check(const sr_agg *ctx, const char *full, const char *path, cm_error *err)
 			if (!a)
 				return no_path(full, err);
 			if (!agg_kind_single_bucket(a->kind))
-				return cm_error_set(err, CM_EINVAL,
-				                    "buckets_path must reference either a number value or a "
-				                    "single value numeric metric aggregation, got: [%s] at "
-				                    "aggregation [%s]",
-				                    a->ops->name, a->name);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "buckets_path must reference either a number value or a "
+				    "single value numeric metric aggregation, got: [%s] at "
+				    "aggregation [%s]",
+				    a->ops->name, a->name);
 			ctx = a;
 			path += len + 1;
 			if (!strcmp(path, "_count"))
@@ -952,10 +999,11 @@ path_check(const sr_agg *ctx, const char *full, const char *path, cm_error *err)
 		if (a) {
 			if (a->ops->metric_value || agg_kind_single_bucket(a->kind))
 				return CM_OK;
-			return cm_error_set(err, CM_EINVAL,
-			                    "buckets_path must reference either a number value or a single "
-			                    "value numeric metric aggregation, got: [%s] at aggregation [%s]",
-			                    a->ops->name, a->name);
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "buckets_path must reference either a number value or a single "
+			    "value numeric metric aggregation, got: [%s] at aggregation [%s]",
+			    a->ops->name, a->name);
 		}
 		if (pipe_named(ctx, path, len))
 			return CM_OK;
@@ -982,30 +1030,34 @@ check_pipe(const sr_agg *parent, const agg_pipe *p, cm_error *err)
 	const char *type = pipe_names[p->kind];
 	if (pipe_is_parent(p->kind)) {
 		if (parent->kind == AGG_ROOT) {
-			snprintf(msg, sizeof msg,
-			         "%s aggregation [%s] must be declared inside of another aggregation", type,
-			         p->name);
+			snprintf(
+			    msg, sizeof msg,
+			    "%s aggregation [%s] must be declared inside of another aggregation",
+			    type, p->name);
 			return validation(err, msg);
 		}
 		if (pipe_is_sequential(p->kind)) {
 			if (parent->kind != AGG_HISTOGRAM && parent->kind != AGG_DATE_HISTOGRAM) {
-				snprintf(msg, sizeof msg,
-				         "%s aggregation [%s] must have a histogram, date_histogram or "
-				         "auto_date_histogram as parent",
-				         type, p->name);
+				snprintf(
+				    msg, sizeof msg,
+				    "%s aggregation [%s] must have a histogram, date_histogram or "
+				    "auto_date_histogram as parent",
+				    type, p->name);
 				return validation(err, msg);
 			}
 			if (agg_hist_min_doc_count(parent) != 0) {
 				snprintf(msg, sizeof msg,
-				         "parent histogram of %s aggregation [%s] must have min_doc_count of 0",
+				         "parent histogram of %s aggregation [%s] must have "
+				         "min_doc_count of 0",
 				         type, p->name);
 				return validation(err, msg);
 			}
 		} else if (!agg_kind_multi_bucket(parent->kind)) {
-			snprintf(msg, sizeof msg,
-			         "%s aggregation [%s] must have a multi-bucket aggregation as parent, "
-			         "found [%s]",
-			         type, p->name, parent->ops->name);
+			snprintf(
+			    msg, sizeof msg,
+			    "%s aggregation [%s] must have a multi-bucket aggregation as parent, "
+			    "found [%s]",
+			    type, p->name, parent->ops->name);
 			return validation(err, msg);
 		}
 		for (size_t i = 0; i < p->npaths; i++) {
@@ -1027,17 +1079,19 @@ check_pipe(const sr_agg *parent, const agg_pipe *p, cm_error *err)
 	if (!a)
 		return no_path(path, err);
 	if (!agg_kind_multi_bucket(a->kind)) {
-		snprintf(msg, sizeof msg,
-		         "The first aggregation in buckets_path must be a multi-bucket aggregation for "
-		         "aggregation [%s] found :%s for buckets path: %s",
-		         p->name, a->ops->name, path);
+		snprintf(
+		    msg, sizeof msg,
+		    "The first aggregation in buckets_path must be a multi-bucket aggregation for "
+		    "aggregation [%s] found :%s for buckets path: %s",
+		    p->name, a->ops->name, path);
 		return validation(err, msg);
 	}
 	if (path[len] != '>')
-		return cm_error_set(err, CM_EINVAL,
-		                    "buckets_path must reference either a number value or a single "
-		                    "value numeric metric aggregation, got: [%s] at aggregation [%s]",
-		                    a->ops->name, a->name);
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "buckets_path must reference either a number value or a single "
+		    "value numeric metric aggregation, got: [%s] at aggregation [%s]",
+		    a->ops->name, a->name);
 	return path_check(a, path, path + len + 1, err);
 }
 
@@ -1062,7 +1116,9 @@ order_pipes(sr_agg *parent, cm_error *err)
 					continue;
 				const char *nm = parent->pipes[j]->name;
 				for (size_t q = 0; q < p->npaths + p->nsort && ready; q++) {
-					const char *path = q < p->npaths ? p->paths[q] : p->sort_paths[q - p->npaths];
+					const char *path = q < p->npaths
+					                       ? p->paths[q]
+					                       : p->sort_paths[q - p->npaths];
 					size_t len = first_len(path);
 					if (strlen(nm) == len && !memcmp(nm, path, len))
 						ready = false;
@@ -1078,7 +1134,8 @@ order_pipes(sr_agg *parent, cm_error *err)
 			for (size_t i = 0; i < n; i++)
 				if (!done[i]) {
 					cm_error_set(err, CM_EINVAL,
-					             "Cyclical dependency found with pipeline aggregator [%s]",
+					             "Cyclical dependency found with pipeline "
+					             "aggregator [%s]",
 					             parent->pipes[i]->name);
 					break;
 				}
@@ -1130,7 +1187,7 @@ struct jv {
 	size_t rawn;
 	double num;
 	jv **kids;
-	jv **keys;       /* OBJ: parallel to kids (STR nodes) */
+	jv **keys; /* OBJ: parallel to kids (STR nodes) */
 	size_t n, cap;
 };
 
@@ -1314,7 +1371,8 @@ jv_print(const jv *v, cm_buf *b)
 		}
 		cm_buf_put_u8(b, v->k == JV_OBJ ? '}' : ']');
 		break;
-	default: cm_buf_put(b, v->raw, v->rawn);
+	default:
+		cm_buf_put(b, v->raw, v->rawn);
 	}
 }
 
@@ -1758,10 +1816,11 @@ run_bucket_script(pl *P, const agg_pipe *p, jv *bl)
 		if (res && !cJSON_IsNull(res)) {
 			if (!cJSON_IsNumber(res)) {
 				cJSON_Delete(res);
-				return cm_error_set_type(P->err, CM_EINVAL, "aggregation_execution_exception",
-				                         "series_arithmetic script for reducer [%s] must return "
-				                         "a Number",
-				                         p->name);
+				return cm_error_set_type(
+				    P->err, CM_EINVAL, "aggregation_execution_exception",
+				    "series_arithmetic script for reducer [%s] must return "
+				    "a Number",
+				    p->name);
 			}
 			obj_put(P, bl->kids[i], p->name, simple_value(P, p, res->valuedouble));
 		}
@@ -1786,9 +1845,9 @@ run_bucket_selector(pl *P, const agg_pipe *p, jv *bl)
 			return rc;
 		if (!cJSON_IsBool(res)) {
 			cJSON_Delete(res);
-			return cm_error_set_type(P->err, CM_EINVAL, "script_exception",
-			                         "bucket_selector script for [%s] must return a boolean",
-			                         p->name);
+			return cm_error_set_type(
+			    P->err, CM_EINVAL, "script_exception",
+			    "bucket_selector script for [%s] must return a boolean", p->name);
 		}
 		bool keep = cJSON_IsTrue(res);
 		cJSON_Delete(res);
@@ -1898,14 +1957,22 @@ run_parent(pl *P, const agg_pipe *p, jv *aggobj)
 	if (!bl)
 		return CM_OK;
 	switch (p->kind) {
-	case PK_DERIVATIVE: return run_derivative(P, p, bl);
-	case PK_CUMULATIVE_SUM: return run_cumulative_sum(P, p, bl);
-	case PK_MOVING_FN: return run_moving_fn(P, p, bl);
-	case PK_SERIAL_DIFF: return run_serial_diff(P, p, bl);
-	case PK_BUCKET_SCRIPT: return run_bucket_script(P, p, bl);
-	case PK_BUCKET_SELECTOR: return run_bucket_selector(P, p, bl);
-	case PK_BUCKET_SORT: return run_bucket_sort(P, p, bl);
-	default: return CM_OK;
+	case PK_DERIVATIVE:
+		return run_derivative(P, p, bl);
+	case PK_CUMULATIVE_SUM:
+		return run_cumulative_sum(P, p, bl);
+	case PK_MOVING_FN:
+		return run_moving_fn(P, p, bl);
+	case PK_SERIAL_DIFF:
+		return run_serial_diff(P, p, bl);
+	case PK_BUCKET_SCRIPT:
+		return run_bucket_script(P, p, bl);
+	case PK_BUCKET_SELECTOR:
+		return run_bucket_selector(P, p, bl);
+	case PK_BUCKET_SORT:
+		return run_bucket_sort(P, p, bl);
+	default:
+		return CM_OK;
 	}
 }
 
@@ -1959,8 +2026,9 @@ run_sibling(pl *P, const agg_pipe *p, jv *container)
 		}
 		if (isnan(v))
 			continue;
-		keys[nv] = bl->kids[i] ? bucket_key_str(P, bl->kids[i], bl->keys ? bl->keys[i] : NULL)
-		                       : NULL;
+		keys[nv] = bl->kids[i]
+		               ? bucket_key_str(P, bl->kids[i], bl->keys ? bl->keys[i] : NULL)
+		               : NULL;
 		vals[nv++] = v;
 	}
 	double sum = 0, sumsq = 0, mn = INFINITY, mx = -INFINITY;
@@ -1974,8 +2042,12 @@ run_sibling(pl *P, const agg_pipe *p, jv *container)
 	}
 	jv *o = NULL;
 	switch (p->kind) {
-	case PK_AVG_BUCKET: o = simple_value(P, p, nv ? sum / (double)nv : NAN); break;
-	case PK_SUM_BUCKET: o = simple_value(P, p, sum); break;
+	case PK_AVG_BUCKET:
+		o = simple_value(P, p, nv ? sum / (double)nv : NAN);
+		break;
+	case PK_SUM_BUCKET:
+		o = simple_value(P, p, sum);
+		break;
 	case PK_MAX_BUCKET:
 	case PK_MIN_BUCKET: {
 		double best = p->kind == PK_MAX_BUCKET ? mx : mn;
@@ -2002,7 +2074,8 @@ run_sibling(pl *P, const agg_pipe *p, jv *container)
 			if (vp < 0)
 				vp = 0;
 			double vs = nv > 1 ? (sumsq - sum * sum / (double)nv) / (double)(nv - 1)
-			                   : has ? 0 : NAN;
+			            : has  ? 0
+			                   : NAN;
 			if (vs < 0)
 				vs = 0;
 			double sp = sqrt(vp), ss = sqrt(vs);
@@ -2058,7 +2131,8 @@ run_sibling(pl *P, const agg_pipe *p, jv *container)
 		obj_put(P, o, "values", vs);
 		break;
 	}
-	default: break;
+	default:
+		break;
 	}
 	cm_free(AGG_MEM, vals);
 	cm_free(AGG_MEM, keys);
@@ -2129,7 +2203,8 @@ agg_pipe_apply(const sr_agg *root, cm_buf *out, size_t start, cm_error *err)
 	cm_err rc = CM_OK;
 	jv *top = jp_value(&P, 0);
 	if (!top || P.bad || top->k != JV_OBJ) {
-		rc = cm_error_set(P.err, CM_EINTERNAL, "pipeline aggregations: unreadable response");
+		rc =
+		    cm_error_set(P.err, CM_EINTERNAL, "pipeline aggregations: unreadable response");
 		goto done;
 	}
 	if ((rc = apply_subs(&P, root, top)))
