@@ -267,8 +267,7 @@ after_parse(sr_agg *a, comp_params *p, const cJSON *after, cm_error *err)
 			cv.tag = CV_NULL;
 		} else if (cJSON_IsNumber(v)) {
 			double d = v->valuedouble;
-			if (s->type != CS_HIST && d == (double)(int64_t)d && d > -9.2e18 &&
-			    d < 9.2e18) {
+			if (s->type != CS_HIST && d > -9.2e18 && d < 9.2e18 && d == (double)(int64_t)d) {
 				cv.tag = CV_LONG;
 				cv.l = (int64_t)d;
 			} else {
@@ -494,6 +493,12 @@ comp_seg_end(agg_rt *rt)
 	cm_free(AGG_MEM, k);
 }
 
+static int64_t
+clamp_ms(double d)
+{
+	return d != d ? 0 : d < -9.2e18 ? INT64_MIN / 2 : d > 9.2e18 ? INT64_MAX / 2 : (int64_t)d;
+}
+
 /* The values of doc for source i, rounded and without repeats; false when
  * the doc has none and no missing bucket. */
 static bool
@@ -530,7 +535,7 @@ source_values(agg_rt *rt, comp_seg *k, const csrc *s, size_t i, uint32_t doc)
 		} else {
 			v.tag = CV_LONG;
 			v.l = agg_dh_round(s->spec,
-			                   sr->is_double ? (int64_t)agg_num(sr, raw[j]) : raw[j]);
+			                   sr->is_double ? clamp_ms(agg_num(sr, raw[j])) : raw[j]);
 		}
 		if (m && cval_cmp(&k->vals[i][m - 1], &v) == 0)
 			continue;

@@ -1533,7 +1533,7 @@ wavg_parse_src(sr_agg *a, const char *what, const cJSON *v, sr_agg **out, cm_err
 				return CM_EPARSE;
 			h->missing.set = h->missing.is_num = true;
 			h->missing.d = d;
-			h->missing.l = (int64_t)d;
+			h->missing.l = d > -9.2e18 && d < 9.2e18 ? (int64_t)d : 0;
 		} else if (!strcmp(c->string, "script"))
 			return cm_error_set(err, CM_EINVAL,
 			                    "[script] is not supported in aggregation [%s]", a->name);

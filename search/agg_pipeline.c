@@ -246,7 +246,7 @@ mf_parse_arg(mf_lex *L, mf_call *c, int i, int depth)
 	}
 	char *end;
 	double d = strtod(p, &end);
-	if (end == p)
+	if (end == p || !isfinite(d))
 		return false;
 	L->i += (size_t)(end - p);
 	c->arg[i] = d;
@@ -406,6 +406,10 @@ agg_mf_holt_winters(const double *values, size_t n, double alpha, double beta, d
                     int64_t period, bool multiplicative, double *out)
 {
 	const double padding = multiplicative ? 0.0000000001 : 0;
+	if (n == 0) { /* as every MovingFunctions method: NaN for no values */
+		*out = NAN;
+		return true;
+	}
 	if (period < 1 || (double)n < 2.0 * (double)period)
 		return false;
 	double *vs = cm_calloc(AGG_MEM, n, sizeof *vs);
@@ -507,6 +511,10 @@ mf_eval(const mf_call *c, const double *v, size_t n, double *out, cm_error *err)
 		*out = agg_mf_std_dev(v, n, a[0]);
 		break;
 	case MF_HOLT_WINTERS:
+		if (!(a[3] >= 1 && a[3] <= 1e9))
+			return cm_error_set(err, CM_EINVAL,
+			                    "Holt-Winters [period] must be a positive integer, got [%g]",
+			                    a[3]);
 		if (!agg_mf_holt_winters(v, n, a[0], a[1], a[2], (int64_t)a[3], a[4] != 0, out))
 			return cm_error_set(
 			    err, CM_EINVAL,

@@ -1558,6 +1558,11 @@ test_moving_functions(void)
 	/* additive, period 2 on 1,2,3,4: level 115/48, trend 11/32, season 13/12 */
 	CHECK(agg_mf_holt_winters(v, 4, 0.5, 0.5, 0.5, 2, false, &hw) && near(hw, 367.0 / 96.0));
 	CHECK(!agg_mf_holt_winters(v, 3, 0.5, 0.5, 0.5, 2, false, &hw));
+	CHECK(agg_mf_holt_winters(v, 0, 0.5, 0.5, 0.5, 2, false, &hw) && isnan(hw));
+	/* multiplicative, period 2 on 1,2,3,4 (padding 1e-10 aside): level 1.5,
+	 * trend 1, seasons 2/3, 4/3, last trend 0; i=2: s 3, b .75, season 4/3;
+	 * i=3: s 3.375, b .5625; forecast (3.375 + .5625) * 4/3 = 5.25 */
+	CHECK(agg_mf_holt_winters(v, 4, 0.5, 0.5, 0.5, 2, true, &hw) && fabs(hw - 5.25) < 1e-6);
 	const double g[] = {NAN, 2, NAN, 4};
 	CHECK(agg_mf_max(g, 4) == 4 && agg_mf_min(g, 4) == 2 && agg_mf_unweighted_avg(g, 4) == 3);
 	CHECK(isnan(agg_mf_max(v, 0)) && agg_mf_sum(v, 0) == 0 && isnan(agg_mf_unweighted_avg(v, 0)));
