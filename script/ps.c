@@ -841,6 +841,8 @@ typedef struct run {
 	cJSON *vars[MAX_VARS];
 	long steps;
 	bool returned;
+	bool keep;      /* ps_eval: keep the value of return / the last expression */
+	cJSON *result;
 	cm_error *err;
 } run;
 
@@ -1513,7 +1515,11 @@ exec(run *R, const node *n)
 	case N_EXPR:
 		if ((rc = eval(R, n->a, &v)))
 			return rc;
-		val_drop(&v);
+		if (R->keep) {
+			cJSON_Delete(R->result);
+			R->result = copy_of(&v);
+		} else
+			val_drop(&v);
 		return CM_OK;
 	case N_DECL:
 		cJSON_Delete(R->vars[n->slot]);
@@ -1578,7 +1584,11 @@ exec(run *R, const node *n)
 		if (n->a) {
 			if ((rc = eval(R, n->a, &v)))
 				return rc;
-			val_drop(&v);
+			if (R->keep) {
+				cJSON_Delete(R->result);
+				R->result = copy_of(&v);
+			} else
+				val_drop(&v);
 		}
 		R->returned = true;
 		return CM_OK;
@@ -1614,6 +1624,35 @@ ps_run(const ps_script *s, cJSON *ctx, const cJSON *params, cm_error *err)
 			                       "runtime error: ctx._source must stay an object");
 	}
 	return rc;
+}
+
+cm_err
+ps_eval(const ps_script *s, const cJSON *params, cJSON **result, cm_error *err)
+{
+	run R;
+	memset(&R, 0, sizeof(R));
+	cJSON *ctx = cJSON_CreateObject();
+	cJSON_AddItemToObject(ctx, "_source", cJSON_CreateObject());
+	R.ctx = ctx;
+	R.params = params;
+	R.err = err;
+	R.keep = true;
+	cm_err rc = exec(&R, s->root);
+	for (int i = 0; i < MAX_VARS; i++)
+		cJSON_Delete(R.vars[i]);
+	cJSON_Delete(ctx);
+	if (rc) {
+		cJSON_Delete(R.result);
+		R.result = NULL;
+	}
+	*result = R.result;
+	return rc;
+}
+
+cJSON *
+ps_double(double d)
+{
+	return num(d, true);
 }
 
 cm_err

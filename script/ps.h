@@ -34,6 +34,14 @@ void ps_free(ps_script *s);
  * run on a copy. */
 cm_err ps_run(const ps_script *s, cJSON *ctx, const cJSON *params, cm_error *err);
 
+/* Runs s as an expression script (bucket_script, bucket_selector): no
+ * ctx, params as given; *result (the caller's, cJSON_Delete) is the value
+ * of the `return` or of the last expression statement, NULL when none. */
+cm_err ps_eval(const ps_script *s, const cJSON *params, cJSON **result, cm_error *err);
+/* A number that scripts treat as a double even when integral (7.0 / 2 is
+ * 3.5), the way ES hands bucket values to scripts. */
+cJSON *ps_double(double d);
+
 /* A "script" value of a request ({"source", "lang", "params"} or a bare
  * source string) compiled, and its params (borrowed from v). */
 cm_err ps_from_json(const cJSON *v, ps_script **out, const cJSON **params, cm_error *err);

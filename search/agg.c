@@ -33,6 +33,14 @@ static const struct {
     {"cardinality", AGG_CARDINALITY, &agg_ops_cardinality},
     {"percentiles", AGG_PERCENTILES, &agg_ops_percentiles},
     {"top_hits", AGG_TOP_HITS, &agg_ops_top_hits},
+    {"composite", AGG_COMPOSITE, &agg_ops_composite},
+    {"percentile_ranks", AGG_PERCENTILE_RANKS, &agg_ops_percentile_ranks},
+    {"weighted_avg", AGG_WEIGHTED_AVG, &agg_ops_weighted_avg},
+    {"rare_terms", AGG_RARE_TERMS, &agg_ops_rare_terms},
+    {"top_metrics", AGG_TOP_METRICS, &agg_ops_top_metrics},
+    {"global", AGG_GLOBAL, &agg_ops_global},
+    {"adjacency_matrix", AGG_ADJACENCY_MATRIX, &agg_ops_adjacency_matrix},
+    {"significant_terms", AGG_SIGNIFICANT_TERMS, &agg_ops_significant_terms},
 };
 
 static const agg_ops *
@@ -217,8 +225,20 @@ agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_a
 			subs = c;
 			continue;
 		}
-		if (!strcmp(c->string, "meta"))
+		if (!strcmp(c->string, "meta")) {
+			if (!cJSON_IsObject(c)) {
+				rc = cm_error_set(err, CM_EPARSE,
+				                  "Expected [START_OBJECT] under [meta], but got a [VALUE] "
+				                  "in [%s]",
+				                  name);
+				goto fail;
+			}
+			cm_free(AGG_MEM, a->meta);
+			char *m = cJSON_PrintUnformatted(c);
+			a->meta = cm_strdup(AGG_MEM, m ? m : "{}");
+			cJSON_free(m);
 			continue;
+		}
 		if (type) {
 			rc = cm_error_set(err, CM_EPARSE,
 			                  "Found two aggregation type definitions in [%s]: [%s] and [%s]",
@@ -233,6 +253,20 @@ agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_a
 		goto fail;
 	}
 	a->ops = agg_type_find(type, &a->kind);
+	static const char *const not_here[] = {
+	    "significant_text", "sampler", "diversified_sampler",
+	    "auto_date_histogram", "variable_width_histogram", "nested",
+	    "reverse_nested", "children", "parent", "geo_distance", "geohash_grid", "geotile_grid",
+	    "geo_bounds", "geo_centroid", "ip_range", "scripted_metric", "median_absolute_deviation",
+	    "string_stats", "boxplot", "t_test", "matrix_stats", "moving_avg",
+	    "cumulative_cardinality", "inference", "normalize", "rate"};
+	for (size_t i = 0; !a->ops && i < sizeof not_here / sizeof not_here[0]; i++)
+		if (!strcmp(type, not_here[i])) {
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "aggregation type [%s] of [%s] is not supported by Shoal", type,
+			                  name);
+			goto fail;
+		}
 	if (!a->ops) {
 		rc = cm_error_set(err, CM_EPARSE, "Unknown aggregation type [%s]", type);
 		goto fail;
@@ -269,6 +303,65 @@ fail:
 	return rc;
 }
 
+/* A pipeline aggregation's type, or NULL when body declares a regular one. */
+static const char *
+agg_pipe_type_of(const cJSON *body)
+{
+	if (!cJSON_IsObject(body))
+		return NULL;
+	for (const cJSON *c = body->child; c; c = c->next)
+		if (strcmp(c->string, "aggs") && strcmp(c->string, "aggregations") &&
+		    strcmp(c->string, "meta"))
+			return agg_pipe_is_type(c->string) ? c->string : NULL;
+	return NULL;
+}
+
+static cm_err
+agg_parse_pipe(const char *name, const cJSON *body, const char *type, agg_pipe **out,
+               cm_error *err)
+{
+	const cJSON *meta = NULL, *tb = NULL;
+	int ntypes = 0;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		if (!strcmp(c->string, "aggs") || !strcmp(c->string, "aggregations"))
+			return cm_error_set_type(err, CM_EPARSE, "aggregation_initialization_exception",
+			                         "Aggregator [%s] of type [%s] cannot accept "
+			                         "sub-aggregations",
+			                         name, type);
+		if (!strcmp(c->string, "meta")) {
+			if (!cJSON_IsObject(c))
+				return cm_error_set(err, CM_EPARSE,
+				                    "Expected [START_OBJECT] under [meta], but got a [VALUE] "
+				                    "in [%s]",
+				                    name);
+			meta = c;
+			continue;
+		}
+		if (ntypes++)
+			return cm_error_set(err, CM_EPARSE,
+			                    "Found two aggregation type definitions in [%s]: [%s] and [%s]",
+			                    name, type, c->string);
+		tb = c;
+	}
+	if (!cJSON_IsObject(tb))
+		return cm_error_set(err, CM_EPARSE,
+		                    "Expected [START_OBJECT] under [%s], but got a [VALUE] in [%s]", type,
+		                    name);
+	return agg_pipe_parse(name, type, tb, meta, out, err);
+}
+
+static bool
+agg_sibling_taken(const sr_agg *parent, const char *name)
+{
+	for (size_t i = 0; i < parent->nsubs; i++)
+		if (!strcmp(parent->subs[i]->name, name))
+			return true;
+	for (size_t i = 0; i < parent->npipes; i++)
+		if (!strcmp(agg_pipe_name(parent->pipes[i]), name))
+			return true;
+	return false;
+}
+
 static cm_err
 agg_parse_list(const cJSON *aggs, sr_agg *parent, int depth, int *next_id, cm_error *err)
 {
@@ -282,15 +375,47 @@ agg_parse_list(const cJSON *aggs, sr_agg *parent, int depth, int *next_id, cm_er
 		return cm_error_set(err, CM_EINVAL, "too many aggregations [%zu]", n);
 	parent->subs = cm_calloc(AGG_MEM, n ? n : 1, sizeof *parent->subs);
 	for (const cJSON *c = aggs->child; c; c = c->next) {
-		for (size_t i = 0; i < parent->nsubs; i++)
-			if (!strcmp(parent->subs[i]->name, c->string))
+		if (agg_sibling_taken(parent, c->string))
+			return cm_error_set(err, CM_EPARSE,
+			                    "Two sibling aggregations cannot have the same name: [%s]",
+			                    c->string);
+		const char *ptype = agg_pipe_type_of(c);
+		if (ptype) {
+			if (!agg_name_ok(c->string) || strlen(c->string) > AGG_MAX_NAME)
 				return cm_error_set(err, CM_EPARSE,
-				                    "Two sibling aggregations cannot have the same name: [%s]",
+				                    "Invalid aggregation name [%s]. Aggregation names can "
+				                    "contain any character except '[', ']', and '>'",
 				                    c->string);
+			agg_pipe *pp = NULL;
+			cm_err rc = agg_parse_pipe(c->string, c, ptype, &pp, err);
+			if (rc)
+				return rc;
+			if (!parent->pipes)
+				parent->pipes = cm_calloc(AGG_MEM, n, sizeof *parent->pipes);
+			parent->pipes[parent->npipes++] = pp;
+			continue;
+		}
 		sr_agg *a = NULL;
 		cm_err rc = agg_parse_one(c->string, c, depth, next_id, &a, err);
 		if (rc)
 			return rc;
+		if (a->kind == AGG_GLOBAL && parent->kind != AGG_ROOT) {
+			cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
+			                  "Aggregation [%s] cannot have a global sub-aggregation [%s]. "
+			                  "Global aggregations can only be defined as top level "
+			                  "aggregations",
+			                  parent->name, a->name);
+			sr_agg_free(a);
+			return CM_EINVAL;
+		}
+		if (a->kind == AGG_COMPOSITE && parent->kind != AGG_ROOT) {
+			cm_error_set(err, CM_EINVAL,
+			             "[composite] aggregation cannot be used with a parent aggregation of "
+			             "type: [%s]",
+			             parent->ops->name);
+			sr_agg_free(a);
+			return CM_EINVAL;
+		}
 		parent->subs[parent->nsubs++] = a;
 	}
 	return CM_OK;
@@ -324,6 +449,8 @@ sr_agg_from_json(const cJSON *aggs, sr_agg **out, cm_error *err)
 	cm_err rc = agg_parse_list(aggs, root, 0, &next_id, err);
 	if (!rc)
 		rc = agg_check_tree(root, err);
+	if (!rc)
+		rc = agg_pipe_check(root, err);
 	if (rc) {
 		sr_agg_free(root);
 		return rc;
@@ -341,6 +468,10 @@ sr_agg_free(sr_agg *a)
 	for (size_t i = 0; i < a->nsubs; i++)
 		sr_agg_free(a->subs[i]);
 	cm_free(AGG_MEM, a->subs);
+	for (size_t i = 0; i < a->npipes; i++)
+		agg_pipe_free(a->pipes[i]);
+	cm_free(AGG_MEM, a->pipes);
+	cm_free(AGG_MEM, a->meta);
 	if (a->ops && a->ops->free_params && a->p)
 		a->ops->free_params(a->p);
 	cm_free(AGG_MEM, a->name);
@@ -382,6 +513,7 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 			                    a->kind == AGG_SUM || a->kind == AGG_AVG ||
 			                    a->kind == AGG_STATS || a->kind == AGG_EXTENDED_STATS ||
 			                    a->kind == AGG_PERCENTILES || a->kind == AGG_HISTOGRAM ||
+			                    a->kind == AGG_PERCENTILE_RANKS ||
 			                    a->kind == AGG_RANGE;
 			if ((numeric_only || a->kind == AGG_DATE_HISTOGRAM ||
 			     a->kind == AGG_DATE_RANGE) &&
@@ -468,8 +600,11 @@ sr_agg_state_free(sr_agg_state *s)
 	if (!s)
 		return;
 	for (int i = 0; i < s->root.spec->nspecs; i++) {
-		st_colblock_free(&s->root.rts[i].cb);
-		cm_free(AGG_MEM, s->root.rts[i].conv_buf);
+		agg_rt *rt = &s->root.rts[i];
+		st_colblock_free(&rt->cb);
+		cm_free(AGG_MEM, rt->conv_buf);
+		if (rt->persist && rt->spec && rt->spec->ops->rt_free)
+			rt->spec->ops->rt_free(rt);
 	}
 	for (int i = 0; i < s->root.spec->nspecs; i++)
 		cm_free(AGG_MEM, s->root.rts[i].dirty);
@@ -609,19 +744,16 @@ agg_subs_collect(agg_root *root, const sr_agg *parent, agg_node **subs, const ui
 	}
 }
 
-static cm_err
-agg_rt_begin(agg_root *root, const sr_agg *a, const sr_seg_ctx *ctx)
+/* Resolves a's field in the segment of ctx into rt (column, conversions). */
+cm_err
+agg_rt_field(agg_root *root, agg_rt *rt, const sr_agg *a, const sr_seg_ctx *ctx)
 {
-	agg_rt *rt = &root->rts[a->id];
 	rt->spec = a;
 	rt->root = root;
 	rt->ctx = ctx;
 	rt->fi = NULL;
 	rt->is_double = rt->is_keyword = false;
 	rt->conv = 0;
-	rt->ndirty = 0;
-	rt->epoch = root->epoch;
-	rt->kd = NULL;
 	/* A fresh segment invalidates the cached block. */
 	rt->cb.ndocs = 0;
 	rt->cb.first_doc = UINT32_MAX;
@@ -663,6 +795,19 @@ agg_rt_begin(agg_root *root, const sr_agg *a, const sr_seg_ctx *ctx)
 			}
 		}
 	}
+	return CM_OK;
+}
+
+static cm_err
+agg_rt_begin(agg_root *root, const sr_agg *a, const sr_seg_ctx *ctx)
+{
+	agg_rt *rt = &root->rts[a->id];
+	rt->ndirty = 0;
+	rt->epoch = root->epoch;
+	rt->kd = NULL;
+	cm_err frc = agg_rt_field(root, rt, a, ctx);
+	if (frc)
+		return frc;
 	if (a->ops->seg_begin) {
 		cm_err rc = a->ops->seg_begin(rt, &root->err);
 		if (rc)
@@ -710,8 +855,12 @@ coll_begin(void *self, const sr_seg_ctx *ctx)
 	root->in_segment = true;
 	root->seg_index = ctx->seg_index;
 	cm_err rc = CM_OK;
-	for (size_t i = 0; i < root->spec->nsubs && !rc; i++)
+	for (size_t i = 0; i < root->spec->nsubs && !rc; i++) {
 		rc = agg_rt_begin(root, root->spec->subs[i], ctx);
+		/* global reads the whole segment when it ends, matched or not */
+		if (!rc && root->spec->subs[i]->kind == AGG_GLOBAL)
+			agg_mark_dirty(&root->rts[root->spec->subs[i]->id], s->subs[i]);
+	}
 	if (rc) {
 		agg_rt_end(root, root->spec);
 		root->in_segment = false;
@@ -983,6 +1132,25 @@ agg_json_double_or_null(cm_buf *b, double v, bool present)
 		cm_buf_put(b, "null", 4);
 }
 
+/* ES prints "meta" first in an aggregation's object: splice it in after
+ * the '{' a render wrote at `at`. */
+void
+agg_insert_meta(cm_buf *b, size_t at, const char *meta)
+{
+	if (at >= b->len || b->data[at] != '{')
+		return;
+	bool empty = at + 1 < b->len && b->data[at + 1] == '}';
+	size_t ml = strlen(meta);
+	size_t add = 7 + ml + (empty ? 0 : 1);
+	cm_buf_reserve(b, add);
+	memmove(b->data + at + 1 + add, b->data + at + 1, b->len - at - 1);
+	memcpy(b->data + at + 1, "\"meta\":", 7);
+	memcpy(b->data + at + 8, meta, ml);
+	if (!empty)
+		b->data[at + 8 + ml] = ',';
+	b->len += add;
+}
+
 cm_err
 agg_subs_render(const sr_agg *parent, agg_node *const *subs, agg_render *r)
 {
@@ -991,9 +1159,12 @@ agg_subs_render(const sr_agg *parent, agg_node *const *subs, agg_render *r)
 		cm_buf_put_u8(r->out, ',');
 		agg_json_str(r->out, a->name, strlen(a->name));
 		cm_buf_put_u8(r->out, ':');
+		size_t at = r->out->len;
 		cm_err rc = a->ops->render(a, subs[i], r);
 		if (rc)
 			return rc;
+		if (a->meta)
+			agg_insert_meta(r->out, at, a->meta);
 	}
 	return CM_OK;
 }
@@ -1021,6 +1192,10 @@ sr_agg_render(const sr_agg_state *s, cm_buf *out, cm_error *err)
 		out->len--;
 	}
 	cm_buf_put_u8(out, '}');
+	if (s->root.spec->any_pipes && (rc = agg_pipe_apply(s->root.spec, out, start, err))) {
+		out->len = start;
+		return rc;
+	}
 	return CM_OK;
 }
 

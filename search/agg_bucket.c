@@ -132,6 +132,29 @@ btab_get(btab *t, const sr_agg *spec, const void *k, size_t len, bool str, bool 
 	return btab_add(t, spec, s, h, k, len, str, created);
 }
 
+/* The count of key in t, 0 when absent (no insert). */
+static uint64_t
+btab_count_of(const btab *t, const void *k, size_t len, bool str)
+{
+	if (!t->icap)
+		return 0;
+	int64_t l = 0;
+	if (!str)
+		memcpy(&l, k, 8);
+	uint64_t h = str ? bkt_hash(k, len) : num_hash(l);
+	uint64_t tag = h & 0xffffffff00000000ull;
+	size_t s = (size_t)h & (t->icap - 1);
+	for (uint64_t e; (e = t->idx[s]) != 0; s = (s + 1) & (t->icap - 1)) {
+		if ((e & 0xffffffff00000000ull) != tag)
+			continue;
+		const bkt *b = &t->v[(e & 0xffffffff) - 1];
+		if (str ? (b->key && b->klen == len && !memcmp(b->key, k, len))
+		        : (!b->key && b->l == l))
+			return b->count;
+	}
+	return 0;
+}
+
 static bkt *
 btab_get_l(btab *t, const sr_agg *spec, int64_t l, bool *created)
 {
@@ -476,6 +499,72 @@ const agg_ops agg_ops_missing = {
     .decode = sbkt_decode,
 };
 
+/* ================================================================ global */
+
+/* Every live doc of the shard, whatever the query: the collector marks a
+ * global aggregation dirty at each segment's start (coll_begin), and its
+ * flush feeds the segment's live docs to the sub-aggregations (scored 1.0,
+ * as under match_all). Query execution visits every segment when a
+ * request has aggregations. */
+static cm_err
+global_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	if (body->child)
+		return agg_unknown_param(a, body->child->string, err);
+	return CM_OK;
+}
+
+static void
+global_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	(void)docs;
+	(void)scores;
+	(void)cnt;
+	agg_mark_dirty(rt, n);
+}
+
+static void
+global_flush(agg_rt *rt, agg_node *n)
+{
+	sbkt *b = n->d;
+	const sr_seg_ctx *ctx = rt->ctx;
+	uint32_t max = st_segment_max_doc(ctx->seg);
+	uint32_t docs[256];
+	float ones[256];
+	for (size_t i = 0; i < 256; i++)
+		ones[i] = 1.0f;
+	size_t k = 0;
+	for (uint32_t d = 0; d < max && !rt->root->err.code; d++) {
+		if (ctx->live && !st_bit_get(ctx->live, d))
+			continue;
+		b->count++;
+		docs[k++] = d;
+		if (k == 256) {
+			if (b->subs)
+				agg_subs_collect(rt->root, rt->spec, b->subs, docs, ones, k);
+			k = 0;
+		}
+	}
+	if (k && b->subs)
+		agg_subs_collect(rt->root, rt->spec, b->subs, docs, ones, k);
+}
+
+const agg_ops agg_ops_global = {
+    .name = "global",
+    .bucket = true,
+    .needs_field = false,
+    .parse = global_parse,
+    .state_new = sbkt_new,
+    .state_free = sbkt_free,
+    .collect = global_collect,
+    .seg_flush = global_flush,
+    .shard_finish = sbkt_finish,
+    .merge = sbkt_merge,
+    .render = sbkt_render_full,
+    .encode = sbkt_encode,
+    .decode = sbkt_decode,
+};
+
 /* ================================================================ filter / filters */
 
 typedef struct filt_params {
@@ -774,6 +863,167 @@ const agg_ops agg_ops_filters = {
     .decode = filters_decode,
 };
 
+/* ================================================================ adjacency_matrix */
+
+/* Named filters sorted by name; a bucket per filter and per pair of
+ * filters (i < j), "A&B". The pair buckets follow the singles in the
+ * state, so the filters' merge and wire code serve as they are; only
+ * non-empty buckets render, sorted by key as in ES. p->other_key holds the
+ * separator. */
+#define ADJ_MAX_FILTERS 100
+
+static cm_err
+adj_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	filt_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
+	a->p = p;
+	const cJSON *f = NULL;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		if (!strcmp(c->string, "filters"))
+			f = c;
+		else if (!strcmp(c->string, "separator")) {
+			if (agg_parse_str(c, a->name, "separator", &p->other_key, err))
+				return CM_EPARSE;
+		} else
+			return agg_unknown_param(a, c->string, err);
+	}
+	if (!cJSON_IsObject(f) || !f->child)
+		return cm_error_set(err, CM_EPARSE, "[filters] cannot be empty.");
+	int k = cJSON_GetArraySize(f);
+	if (k > ADJ_MAX_FILTERS)
+		return cm_error_set(err, CM_EINVAL,
+		                    "Number of filters is too large, must be less than or equal to: "
+		                    "[%d] but was [%d].This limit can be set by changing the "
+		                    "[index.max_adjacency_matrix_filters] index level setting.",
+		                    ADJ_MAX_FILTERS, k);
+	p->q = cm_calloc(AGG_MEM, (size_t)k, sizeof *p->q);
+	p->names = cm_calloc(AGG_MEM, (size_t)k, sizeof *p->names);
+	for (const cJSON *c = f->child; c; c = c->next) {
+		/* insertion by name keeps the filters sorted */
+		size_t at = p->n;
+		while (at > 0 && strcmp(p->names[at - 1], c->string) > 0) {
+			p->names[at] = p->names[at - 1];
+			p->q[at] = p->q[at - 1];
+			at--;
+		}
+		p->names[at] = cm_strdup(AGG_MEM, c->string);
+		p->q[at] = NULL;
+		p->n++;
+		cm_err rc = sr_query_from_json(c, &p->q[at], err);
+		if (rc)
+			return rc;
+	}
+	if (!p->other_key)
+		p->other_key = cm_strdup(AGG_MEM, "&");
+	return CM_OK;
+}
+
+static void *
+adj_new(const sr_agg *a)
+{
+	const filt_params *p = a->p;
+	filters_state *s = cm_calloc(AGG_MEM, 1, sizeof *s);
+	s->n = p->n + p->n * (p->n - 1) / 2;
+	s->b = cm_calloc(AGG_MEM, s->n ? s->n : 1, sizeof *s->b);
+	for (size_t i = 0; i < s->n; i++)
+		s->b[i].subs = agg_subs_new(a);
+	return s;
+}
+
+static void
+adj_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	filters_state *s = n->d;
+	const filt_params *p = rt->spec->p;
+	filt_rt *f = rt->kd;
+	size_t k = p->n;
+	for (size_t i = 0; i < p->n; i++)
+		for (size_t j = i; j < p->n; j++) {
+			size_t slot = i == j ? i : k++;
+			run r;
+			r.n = 0;
+			for (size_t d = 0; d < cnt; d++)
+				if (st_bit_get(f->bits[i], docs[d]) && st_bit_get(f->bits[j], docs[d])) {
+					s->b[slot].count++;
+					run_add(rt, s->b[slot].subs, &r, docs[d], scores, d);
+				}
+			run_flush(rt, s->b[slot].subs, &r);
+		}
+}
+
+typedef struct adj_out {
+	char *key;
+	size_t slot;
+} adj_out;
+
+static int
+adj_out_cmp(const void *x, const void *y)
+{
+	return strcmp(((const adj_out *)x)->key, ((const adj_out *)y)->key);
+}
+
+static cm_err
+adj_render(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	const filters_state *s = n->d;
+	const filt_params *p = a->p;
+	adj_out *o = cm_calloc(AGG_MEM, s->n ? s->n : 1, sizeof *o);
+	size_t m = 0, k = p->n;
+	for (size_t i = 0; i < p->n; i++)
+		for (size_t j = i; j < p->n; j++) {
+			size_t slot = i == j ? i : k++;
+			if (!s->b[slot].count)
+				continue;
+			cm_buf t;
+			cm_buf_init(&t, AGG_MEM);
+			cm_buf_put(&t, p->names[i], strlen(p->names[i]));
+			if (i != j) {
+				cm_buf_put(&t, p->other_key, strlen(p->other_key));
+				cm_buf_put(&t, p->names[j], strlen(p->names[j]));
+			}
+			cm_buf_put_u8(&t, 0);
+			o[m].key = (char *)t.data;
+			o[m++].slot = slot;
+		}
+	qsort(o, m, sizeof *o, adj_out_cmp);
+	cm_err rc = count_buckets(r, m);
+	cm_buf *b = r->out;
+	if (!rc)
+		cm_buf_put(b, "{\"buckets\":[", 12);
+	for (size_t i = 0; i < m && !rc; i++) {
+		if (i)
+			cm_buf_put_u8(b, ',');
+		cm_buf_put(b, "{\"key\":", 7);
+		agg_json_str(b, o[i].key, strlen(o[i].key));
+		cm_buf_printf(b, ",\"doc_count\":%llu", (unsigned long long)s->b[o[i].slot].count);
+		rc = agg_subs_render(a, s->b[o[i].slot].subs, r);
+		cm_buf_put_u8(b, '}');
+	}
+	if (!rc)
+		cm_buf_put(b, "]}", 2);
+	for (size_t i = 0; i < m; i++)
+		cm_free(AGG_MEM, o[i].key);
+	cm_free(AGG_MEM, o);
+	return rc;
+}
+
+const agg_ops agg_ops_adjacency_matrix = {
+    .name = "adjacency_matrix",
+    .bucket = true,
+    .parse = adj_parse,
+    .free_params = filt_free_params,
+    .state_new = adj_new,
+    .state_free = filters_free,
+    .seg_begin = filt_seg_begin,
+    .collect = adj_collect,
+    .seg_end = filt_seg_end,
+    .shard_finish = filters_finish,
+    .merge = filters_merge,
+    .render = adj_render,
+    .encode = filters_encode,
+    .decode = filters_decode,
+};
+
 /* ================================================================ terms */
 
 typedef enum { ORD_COUNT, ORD_KEY, ORD_PATH } ord_kind;
@@ -801,6 +1051,8 @@ typedef struct terms_params {
 	terms_filter inc, exc;
 	bool has_inc, has_exc;
 	int64_t partition, num_partitions; /* num_partitions 0 = none */
+	bool rare;                 /* rare_terms: shards keep every term */
+	uint64_t max_doc_count;    /* rare_terms: rendered when count <= this */
 } terms_params;
 
 static void
@@ -965,6 +1217,63 @@ terms_parse(sr_agg *a, const cJSON *body, cm_error *err)
 	return CM_OK;
 }
 
+/* rare_terms: a terms aggregation whose shards keep every term (a term
+ * frequent on one shard must not look rare after the merge: exact where
+ * ES's cuckoo filter is approximate), ordered by count then key, and
+ * rendered for counts up to max_doc_count. */
+static cm_err
+rare_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	cJSON *rest = cJSON_CreateObject();
+	uint64_t max = 1;
+	cm_err rc = CM_OK;
+	for (const cJSON *c = body->child; c && !rc; c = c->next) {
+		const char *k = c->string;
+		if (!strcmp(k, "max_doc_count")) {
+			int64_t v;
+			if ((rc = agg_parse_int(c, a->name, k, INT32_MIN, INT32_MAX, &v, err)))
+				;
+			else if (v <= 0)
+				rc = cm_error_set(err, CM_EINVAL,
+				                  "[max_doc_count] must be greater than 0. Found [%lld] in [%s]",
+				                  (long long)v, a->name);
+			else if (v > 100)
+				rc = cm_error_set(err, CM_EINVAL,
+				                  "[max_doc_count] must be smaller than or equal to [100] in "
+				                  "[%s]",
+				                  a->name);
+			else
+				max = (uint64_t)v;
+		} else if (!strcmp(k, "precision")) {
+			double d;
+			if (agg_parse_num(c, a->name, k, &d, err))
+				rc = CM_EPARSE;
+			else if (d < 0.00001)
+				rc = cm_error_set(err, CM_EINVAL,
+				                  "[precision] must be greater than 0.00001");
+		} else if (!strcmp(k, "field") || !strcmp(k, "missing") || !strcmp(k, "format") ||
+		           !strcmp(k, "include") || !strcmp(k, "exclude") || !strcmp(k, "value_type"))
+			cJSON_AddItemToObject(rest, k, cJSON_Duplicate(c, true));
+		else
+			rc = agg_unknown_param(a, k, err);
+	}
+	if (!rc)
+		rc = terms_parse(a, rest, err);
+	cJSON_Delete(rest);
+	if (rc)
+		return rc;
+	terms_params *p = a->p;
+	p->rare = true;
+	p->max_doc_count = max;
+	p->size = p->shard_size = UINT64_MAX;
+	p->order[0].kind = ORD_COUNT;
+	p->order[0].desc = false;
+	p->order[1].kind = ORD_KEY;
+	p->order[1].desc = false;
+	p->norder = 2;
+	return CM_OK;
+}
+
 cm_err
 agg_terms_check_order(const sr_agg *a, cm_error *err)
 {
@@ -1100,6 +1409,12 @@ typedef struct terms_state {
 	size_t hn, hcap;
 	bool fast; /* counting without buckets: counts or the table above */
 	uint8_t key_kind; /* 0 unknown, 1 string, 2 long, 3 double */
+	/* significant_terms: docs seen (subset) and in the shard (superset),
+	 * background counts of the buckets' terms (no subs), and the runtime
+	 * whose shard-wide table fills bg at the shard cut */
+	uint64_t subset, superset;
+	btab bg;
+	const agg_rt *bg_rt;
 } terms_state;
 
 #define ORD_REJECT UINT32_MAX
@@ -1116,6 +1431,7 @@ terms_free(const sr_agg *a, void *d)
 {
 	terms_state *s = d;
 	btab_free(&s->t, a);
+	btab_free(&s->bg, NULL);
 	cm_free(AGG_MEM, s->counts);
 	cm_free(AGG_MEM, s->ord2b);
 	cm_free(AGG_MEM, s->hk);
@@ -1519,8 +1835,8 @@ heap_down(bkt **h, size_t n, size_t i, const terms_cmp_ctx *ctx)
  * *rest the summed doc counts of qualifying buckets left out. Selection
  * with a bounded heap keeps a 10-bucket answer over 100k terms cheap. */
 static bkt **
-terms_sorted(const sr_agg *a, const terms_state *s, uint64_t min, uint64_t limit, size_t *n,
-             uint64_t *rest)
+terms_sorted(const sr_agg *a, const terms_state *s, uint64_t min, uint64_t max, uint64_t limit,
+             size_t *n, uint64_t *rest)
 {
 	terms_cmp_ctx ctx = {a, a->p, s->key_kind};
 	size_t cap = s->t.n < limit ? s->t.n : (size_t)limit;
@@ -1529,7 +1845,7 @@ terms_sorted(const sr_agg *a, const terms_state *s, uint64_t min, uint64_t limit
 	uint64_t total = 0, kept = 0;
 	for (size_t i = 0; i < s->t.n; i++) {
 		bkt *b = &s->t.v[i];
-		if (b->count < min)
+		if (b->count < min || b->count > max)
 			continue;
 		total += b->count;
 		if (cap == 0)
@@ -1562,7 +1878,8 @@ terms_finish(const sr_agg *a, agg_node *n)
 	if (s->nshards == 0) {
 		size_t keep;
 		uint64_t rest;
-		bkt **v = terms_sorted(a, s, p->shard_min_doc_count, p->shard_size, &keep, &rest);
+		bkt **v = terms_sorted(a, s, p->shard_min_doc_count, UINT64_MAX, p->shard_size, &keep,
+		                       &rest);
 		btab nt;
 		memset(&nt, 0, sizeof nt);
 		for (size_t i = 0; i < keep; i++) {
@@ -1643,16 +1960,20 @@ terms_render(const sr_agg *a, const agg_node *n, agg_render *r)
 	cm_buf *b = r->out;
 	size_t keep;
 	uint64_t rest;
-	bkt **v = terms_sorted(a, s, p->min_doc_count, p->size, &keep, &rest);
+	bkt **v = terms_sorted(a, s, p->min_doc_count, p->rare ? p->max_doc_count : UINT64_MAX,
+	                       p->size, &keep, &rest);
 	uint64_t other = s->other + rest;
 	int64_t e = s->nshards <= 1 ? 0 : s->err_sum;
 	if (count_buckets(r, keep)) {
 		cm_free(AGG_MEM, v);
 		return CM_ELIMIT;
 	}
-	cm_buf_printf(b, "{\"doc_count_error_upper_bound\":%lld,\"sum_other_doc_count\":%llu,"
-	                 "\"buckets\":[",
-	              (long long)e, (unsigned long long)other);
+	if (p->rare)
+		cm_buf_put(b, "{\"buckets\":[", 12);
+	else
+		cm_buf_printf(b, "{\"doc_count_error_upper_bound\":%lld,\"sum_other_doc_count\":%llu,"
+		                 "\"buckets\":[",
+		              (long long)e, (unsigned long long)other);
 	cm_err rc = CM_OK;
 	for (size_t i = 0; i < keep && !rc; i++) {
 		const bkt *bk = v[i];
@@ -1730,6 +2051,350 @@ const agg_ops agg_ops_terms = {
     .decode = terms_decode,
 };
 
+const agg_ops agg_ops_rare_terms = {
+    .name = "rare_terms",
+    .bucket = true,
+    .needs_field = true,
+    .parse = rare_parse,
+    .free_params = terms_free_params,
+    .state_new = terms_new,
+    .state_free = terms_free,
+    .seg_begin = terms_seg_begin,
+    .collect = terms_collect,
+    .seg_flush = terms_flush,
+    .shard_finish = terms_finish,
+    .merge = terms_merge,
+    .render = terms_render,
+    .encode = terms_encode,
+    .decode = terms_decode,
+};
+
+/* ================================================================ significant_terms */
+
+/* A terms aggregation whose buckets are scored against the whole shard
+ * (JLH, ES's default heuristic): foreground counts are collected as for
+ * terms, with every term kept on the shard; each segment's live docs are
+ * counted per term once per search (the background, in rt->persist); at
+ * the shard cut every bucket takes its term's background count, so a
+ * merged bucket sums the background of the shards that saw the term in
+ * their foreground, as in ES. */
+typedef struct sig_bg {
+	btab t;
+	uint64_t docs;
+} sig_bg;
+
+static cm_err
+sig_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	cJSON *rest = cJSON_CreateObject();
+	cm_err rc = CM_OK;
+	bool min_set = false;
+	for (const cJSON *c = body->child; c && !rc; c = c->next) {
+		const char *k = c->string;
+		if (!strcmp(k, "jlh")) {
+			if (!cJSON_IsObject(c) || c->child)
+				rc = cm_error_set(err, CM_EPARSE, "[jlh] takes no parameters");
+		} else if (!strcmp(k, "background_filter") || !strcmp(k, "mutual_information") ||
+		           !strcmp(k, "chi_square") || !strcmp(k, "gnd") || !strcmp(k, "percentage") ||
+		           !strcmp(k, "script_heuristic"))
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "[%s] of significant_terms [%s] is not supported by Shoal (JLH "
+			                  "against the whole index only)",
+			                  k, a->name);
+		else if (!strcmp(k, "field") || !strcmp(k, "missing") || !strcmp(k, "format") ||
+		         !strcmp(k, "include") || !strcmp(k, "exclude") || !strcmp(k, "size") ||
+		         !strcmp(k, "shard_size") || !strcmp(k, "min_doc_count") ||
+		         !strcmp(k, "shard_min_doc_count") || !strcmp(k, "execution_hint")) {
+			min_set |= !strcmp(k, "min_doc_count");
+			cJSON_AddItemToObject(rest, k, cJSON_Duplicate(c, true));
+		} else
+			rc = agg_unknown_param(a, k, err);
+	}
+	if (!rc)
+		rc = terms_parse(a, rest, err);
+	cJSON_Delete(rest);
+	if (rc)
+		return rc;
+	terms_params *p = a->p;
+	if (!min_set)
+		p->min_doc_count = 3;
+	p->shard_size = UINT64_MAX; /* shards keep every foreground term */
+	p->shard_min_doc_count = 0;
+	return CM_OK;
+}
+
+/* Counts every live doc of the segment per term of the field. */
+static cm_err
+sig_seg_begin(agg_rt *rt, cm_error *err)
+{
+	sig_bg *bg = rt->persist;
+	if (!bg)
+		rt->persist = bg = cm_calloc(AGG_MEM, 1, sizeof *bg);
+	const sr_seg_ctx *ctx = rt->ctx;
+	uint32_t max = st_segment_max_doc(ctx->seg);
+	uint32_t *counts = NULL;
+	size_t nords = 0;
+	if (rt->fi && rt->is_keyword) {
+		nords = rt->fi->num_terms;
+		if (nords > TERMS_ARRAY_MAX)
+			return cm_error_set(err, CM_ELIMIT, "too many terms in [%s] for significant_terms",
+			                    rt->spec->field);
+		counts = cm_calloc(AGG_MEM, nords ? nords : 1, sizeof *counts);
+	}
+	/* a separate block cache: collection starts again from the first doc */
+	st_colblock saved = rt->cb;
+	memset(&rt->cb, 0, sizeof rt->cb);
+	rt->cb.first_doc = UINT32_MAX;
+	rt->cb.block = UINT32_MAX;
+	for (uint32_t d = 0; d < max && !rt->root->err.code; d++) {
+		if (ctx->live && !st_bit_get(ctx->live, d))
+			continue;
+		bg->docs++;
+		if (!rt->fi)
+			continue;
+		const int64_t *v;
+		int k = agg_values(rt, d, &v);
+		for (int j = 0; j < k; j++) {
+			if (j > 0 && v[j] == v[j - 1])
+				continue;
+			if (counts) {
+				if ((uint64_t)v[j] < nords)
+					counts[v[j]]++;
+			} else {
+				int64_t key = rt->is_double ? dbits(st_sortable_to_double(v[j])) : v[j];
+				btab_get_l(&bg->t, NULL, key, NULL)->count++;
+			}
+		}
+	}
+	st_colblock_free(&rt->cb);
+	rt->cb = saved;
+	for (size_t o = 0; counts && o < nords; o++) {
+		if (!counts[o])
+			continue;
+		const uint8_t *t;
+		size_t len;
+		if (st_ord_term(ctx->txn, rt->fi, o, &t, &len)) {
+			cm_free(AGG_MEM, counts);
+			return cm_error_set(err, CM_ECORRUPT, "could not read term of [%s]",
+			                    rt->spec->field);
+		}
+		btab_get(&bg->t, NULL, t, len, true, NULL)->count += counts[o];
+	}
+	cm_free(AGG_MEM, counts);
+	return rt->root->err.code;
+}
+
+static void
+sig_rt_free(agg_rt *rt)
+{
+	sig_bg *bg = rt->persist;
+	btab_free(&bg->t, NULL);
+	cm_free(AGG_MEM, bg);
+	rt->persist = NULL;
+}
+
+static void
+sig_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	terms_state *s = n->d;
+	s->subset += cnt;
+	s->bg_rt = rt;
+	terms_collect(rt, n, docs, scores, cnt);
+}
+
+static void
+sig_finish(const sr_agg *a, agg_node *n)
+{
+	terms_state *s = n->d;
+	terms_finish(a, n);
+	const sig_bg *bg = s->bg_rt ? s->bg_rt->persist : NULL;
+	s->bg_rt = NULL;
+	if (!bg)
+		return;
+	s->superset = bg->docs;
+	for (size_t i = 0; i < s->t.n; i++) {
+		size_t len;
+		const void *k = bkt_keyp(&s->t.v[i], &len);
+		bool str = s->t.v[i].key != NULL;
+		btab_get(&s->bg, NULL, k, len, str, NULL)->count = btab_count_of(&bg->t, k, len, str);
+	}
+}
+
+static void
+sig_merge(const sr_agg *a, agg_node *into, agg_node *from)
+{
+	terms_state *x = into->d, *y = from->d;
+	x->subset += y->subset;
+	x->superset += y->superset;
+	btab_merge(&x->bg, &y->bg, NULL);
+	terms_merge(a, into, from);
+	y->subset = y->superset = 0;
+}
+
+static double
+jlh(uint64_t fg, uint64_t fg_size, uint64_t bgc, uint64_t bg_size)
+{
+	if (!fg_size || !bg_size)
+		return 0;
+	if (!bgc)
+		bgc = 1;
+	double sub = (double)fg / (double)fg_size, sup = (double)bgc / (double)bg_size;
+	double abs_change = sub - sup;
+	if (abs_change <= 0)
+		return 0;
+	return abs_change * (sub / sup);
+}
+
+typedef struct sig_out {
+	const bkt *b;
+	uint64_t bg;
+	double score;
+} sig_out;
+
+static int
+sig_out_cmp(const void *x, const void *y)
+{
+	const sig_out *a = x, *b = y;
+	if (a->score != b->score)
+		return a->score > b->score ? -1 : 1;
+	size_t la, lb;
+	const void *ka = bkt_keyp(a->b, &la), *kb = bkt_keyp(b->b, &lb);
+	if (a->b->key && b->b->key) {
+		int c = memcmp(ka, kb, la < lb ? la : lb);
+		return c ? c : (la > lb) - (la < lb);
+	}
+	return (a->b->l > b->b->l) - (a->b->l < b->b->l);
+}
+
+static cm_err
+sig_render(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	const terms_state *s = n->d;
+	const terms_params *p = a->p;
+	/* a shard state rendered without its cut still reads the shard's table */
+	const sig_bg *live = s->bg_rt ? s->bg_rt->persist : NULL;
+	const btab *bgt = live ? &live->t : &s->bg;
+	uint64_t superset = live ? live->docs : s->superset;
+	sig_out *o = cm_calloc(AGG_MEM, s->t.n ? s->t.n : 1, sizeof *o);
+	size_t m = 0;
+	for (size_t i = 0; i < s->t.n; i++) {
+		const bkt *b = &s->t.v[i];
+		if (b->count < p->min_doc_count)
+			continue;
+		size_t len;
+		const void *k = bkt_keyp(b, &len);
+		uint64_t bgc = btab_count_of(bgt, k, len, b->key != NULL);
+		if (bgc < b->count)
+			bgc = b->count;
+		double sc = jlh(b->count, s->subset, bgc, superset);
+		if (sc <= 0)
+			continue;
+		o[m++] = (sig_out){b, bgc, sc};
+	}
+	qsort(o, m, sizeof *o, sig_out_cmp);
+	if (m > p->size)
+		m = (size_t)p->size;
+	cm_err rc = count_buckets(r, m);
+	cm_buf *b = r->out;
+	if (!rc)
+		cm_buf_printf(b, "{\"doc_count\":%llu,\"bg_count\":%llu,\"buckets\":[",
+		              (unsigned long long)s->subset, (unsigned long long)superset);
+	for (size_t i = 0; i < m && !rc; i++) {
+		const bkt *bk = o[i].b;
+		if (i)
+			cm_buf_put_u8(b, ',');
+		cm_buf_put(b, "{\"key\":", 7);
+		if (bk->key)
+			agg_json_str(b, (const char *)bk->key, bk->klen);
+		else if (s->key_kind == 3) {
+			double d;
+			memcpy(&d, &bk->l, 8);
+			agg_json_double(b, d);
+		} else
+			cm_buf_printf(b, "%lld", (long long)bk->l);
+		cm_buf_printf(b, ",\"doc_count\":%llu,\"score\":", (unsigned long long)bk->count);
+		agg_json_double(b, o[i].score);
+		cm_buf_printf(b, ",\"bg_count\":%llu", (unsigned long long)o[i].bg);
+		rc = agg_subs_render(a, bk->subs, r);
+		cm_buf_put_u8(b, '}');
+	}
+	if (!rc)
+		cm_buf_put(b, "]}", 2);
+	cm_free(AGG_MEM, o);
+	return rc;
+}
+
+static void
+sig_encode(const sr_agg *a, const agg_node *n, cm_buf *b)
+{
+	const terms_state *s = n->d;
+	terms_encode(a, n, b);
+	cm_buf_put_varint(b, s->subset);
+	cm_buf_put_varint(b, s->superset);
+	cm_buf_put_varint(b, s->bg.n);
+	for (size_t i = 0; i < s->bg.n; i++) {
+		const bkt *k = &s->bg.v[i];
+		cm_buf_put_u8(b, k->key != NULL);
+		if (k->key)
+			cm_buf_put_str(b, (const char *)k->key, k->klen);
+		else
+			cm_buf_put_u64(b, (uint64_t)k->l);
+		cm_buf_put_varint(b, k->count);
+	}
+}
+
+static bool
+sig_decode(const sr_agg *a, agg_node *n, cm_rd *r)
+{
+	terms_state *s = n->d;
+	uint64_t nb;
+	if (!terms_decode(a, n, r) || !cm_rd_varint(r, &s->subset) ||
+	    !cm_rd_varint(r, &s->superset) || !agg_get_count(r, (uint64_t)SR_MAX_BUCKETS * 64, &nb))
+		return false;
+	for (uint64_t i = 0; i < nb; i++) {
+		uint8_t str;
+		const char *k;
+		size_t len;
+		uint64_t l, c;
+		bool created = false;
+		bkt *b;
+		if (!cm_rd_u8(r, &str))
+			return false;
+		if (str) {
+			if (!cm_rd_str(r, &k, &len))
+				return false;
+			b = btab_get(&s->bg, NULL, k, len, true, &created);
+		} else {
+			if (!cm_rd_u64(r, &l))
+				return false;
+			b = btab_get_l(&s->bg, NULL, (int64_t)l, &created);
+		}
+		if (!created || !cm_rd_varint(r, &c))
+			return false;
+		b->count = c;
+	}
+	return true;
+}
+
+const agg_ops agg_ops_significant_terms = {
+    .name = "significant_terms",
+    .bucket = true,
+    .needs_field = true,
+    .parse = sig_parse,
+    .free_params = terms_free_params,
+    .state_new = terms_new,
+    .state_free = terms_free,
+    .seg_begin = sig_seg_begin,
+    .collect = sig_collect,
+    .seg_flush = terms_flush,
+    .shard_finish = sig_finish,
+    .merge = sig_merge,
+    .render = sig_render,
+    .encode = sig_encode,
+    .decode = sig_decode,
+    .rt_free = sig_rt_free,
+};
+
 /* ================================================================ histogram family */
 
 typedef enum {
@@ -1753,6 +2418,12 @@ typedef struct hist_params {
 	bool order_count, order_desc;
 	agg_tz *tz;
 } hist_params;
+
+uint64_t
+agg_hist_min_doc_count(const sr_agg *a)
+{
+	return ((const hist_params *)a->p)->min_doc_count;
+}
 
 static void
 hist_free_params(void *pp)
@@ -2172,6 +2843,25 @@ dh_next(const hist_params *p, int64_t key)
 	if (next <= key)
 		next = dh_round(p, tz_utc(p, nl) + off + 3 * 3600000);
 	return next;
+}
+
+double
+agg_hist_round_value(const sr_agg *h, double v)
+{
+	const hist_params *p = h->p;
+	return hist_key(p, hist_index(p, v));
+}
+
+int64_t
+agg_dh_round(const sr_agg *h, int64_t t)
+{
+	return dh_round(h->p, t);
+}
+
+const agg_tz *
+agg_hist_tz(const sr_agg *h)
+{
+	return ((const hist_params *)h->p)->tz;
 }
 
 static cm_err

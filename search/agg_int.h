@@ -42,6 +42,14 @@ typedef enum {
 	AGG_CARDINALITY,
 	AGG_PERCENTILES,
 	AGG_TOP_HITS,
+	AGG_COMPOSITE,
+	AGG_PERCENTILE_RANKS,
+	AGG_WEIGHTED_AVG,
+	AGG_RARE_TERMS,
+	AGG_TOP_METRICS,
+	AGG_GLOBAL,
+	AGG_ADJACENCY_MATRIX,
+	AGG_SIGNIFICANT_TERMS,
 	AGG_KIND_COUNT
 } agg_kind;
 
@@ -71,6 +79,10 @@ struct sr_agg {
 	void *p;      /* kind-specific parameters */
 	int id;       /* index into the root state's runtime array */
 	int nspecs;   /* root only: number of spec nodes */
+	char *meta;   /* "meta" printed as JSON, echoed in the response; or NULL */
+	struct agg_pipe **pipes; /* pipeline aggregations declared beside subs */
+	size_t npipes;
+	bool any_pipes; /* root only: some level declares a pipeline */
 };
 
 /* State of one aggregation inside one bucket. */
@@ -101,6 +113,7 @@ struct agg_rt {
 	agg_node **dirty;       /* states holding per-segment scratch */
 	size_t ndirty, dirty_cap;
 	uint32_t epoch;
+	void *persist;          /* kind-specific, kept across segments (ops->rt_free) */
 };
 
 struct agg_root {
@@ -151,6 +164,7 @@ struct agg_ops {
 	/* value for ordering buckets by this metric; key is the part after
 	 * '.' (NULL for single-value metrics). false when unknown key. */
 	bool (*metric_value)(const sr_agg *a, const agg_node *n, const char *key, double *v);
+	void (*rt_free)(agg_rt *rt); /* frees rt->persist with the state */
 };
 
 extern const agg_ops agg_ops_terms, agg_ops_histogram, agg_ops_date_histogram, agg_ops_range,
@@ -158,6 +172,9 @@ extern const agg_ops agg_ops_terms, agg_ops_histogram, agg_ops_date_histogram, a
 extern const agg_ops agg_ops_min, agg_ops_max, agg_ops_sum, agg_ops_avg, agg_ops_stats,
     agg_ops_extended_stats, agg_ops_value_count, agg_ops_cardinality, agg_ops_percentiles,
     agg_ops_top_hits;
+extern const agg_ops agg_ops_composite, agg_ops_percentile_ranks, agg_ops_weighted_avg,
+    agg_ops_rare_terms, agg_ops_top_metrics, agg_ops_global,
+    agg_ops_adjacency_matrix, agg_ops_significant_terms;
 
 /* ---- agg.c: shared machinery ---- */
 
@@ -170,6 +187,7 @@ void agg_subs_collect(agg_root *root, const sr_agg *parent, agg_node **subs, con
 /* from's sub states are folded into into's (both non-NULL). */
 void agg_subs_merge(const sr_agg *parent, agg_node **into, agg_node **from);
 void agg_subs_shard_finish(const sr_agg *parent, agg_node **subs);
+void agg_insert_meta(cm_buf *b, size_t at, const char *meta);
 /* Writes ,"name":{...} for each sub (leading comma included). */
 cm_err agg_subs_render(const sr_agg *parent, agg_node *const *subs, agg_render *r);
 void agg_subs_encode(const sr_agg *parent, agg_node *const *subs, cm_buf *b);
@@ -221,6 +239,45 @@ void agg_put_double(cm_buf *b, double v);
 bool agg_get_double(cm_rd *r, double *v);
 bool agg_get_count(cm_rd *r, uint64_t max, uint64_t *v);
 
+/* ---- pipelines (agg_pipeline.c): run once on the rendered response ---- */
+typedef struct agg_pipe agg_pipe;
+bool agg_pipe_is_type(const char *type);
+/* Parses the body of one pipeline aggregation; meta (may be NULL) is
+ * copied. *out is the caller's (agg_pipe_free). */
+cm_err agg_pipe_parse(const char *name, const char *type, const cJSON *body, const cJSON *meta,
+                      agg_pipe **out, cm_error *err);
+void agg_pipe_free(agg_pipe *p);
+const char *agg_pipe_name(const agg_pipe *p);
+/* Checks parents and buckets_path over the whole spec tree and orders each
+ * level's pipelines after the ones they read. */
+cm_err agg_pipe_check(sr_agg *root, cm_error *err);
+/* Rewrites out[start..] (the rendered "aggregations" object) with every
+ * pipeline applied. */
+cm_err agg_pipe_apply(const sr_agg *root, cm_buf *out, size_t start, cm_error *err);
+/* ES's MovingFunctions (NaN values are skipped); holt_winters is false
+ * with fewer than two periods of values. */
+double agg_mf_max(const double *v, size_t n);
+double agg_mf_min(const double *v, size_t n);
+double agg_mf_sum(const double *v, size_t n);
+double agg_mf_unweighted_avg(const double *v, size_t n);
+double agg_mf_linear_weighted_avg(const double *v, size_t n);
+double agg_mf_ewma(const double *v, size_t n, double alpha);
+double agg_mf_holt(const double *v, size_t n, double alpha, double beta);
+bool agg_mf_holt_winters(const double *v, size_t n, double alpha, double beta, double gamma,
+                         int64_t period, bool multiplicative, double *out);
+double agg_mf_std_dev(const double *v, size_t n, double avg);
+/* histogram/date_histogram min_doc_count (agg_bucket.c) */
+uint64_t agg_hist_min_doc_count(const sr_agg *a);
+/* The bucket key of v under histogram spec h / of instant t (UTC ms) under
+ * date_histogram spec h; h's time zone (NULL = UTC). Composite reuses them. */
+double agg_hist_round_value(const sr_agg *h, double v);
+int64_t agg_dh_round(const sr_agg *h, int64_t t);
+const struct agg_tz *agg_hist_tz(const sr_agg *h);
+/* Resolves a's field in ctx's segment into rt (agg.c). */
+cm_err agg_rt_field(agg_root *root, agg_rt *rt, const sr_agg *a, const sr_seg_ctx *ctx);
+bool agg_kind_multi_bucket(agg_kind k);
+bool agg_kind_single_bucket(agg_kind k);
+
 /* ---- dates (agg_tz.c) ---- */
 typedef struct agg_tz agg_tz;
 /* "+01:00", "-0530", "Z", "UTC", or an IANA name from the system tz data.
@@ -266,6 +323,7 @@ void agg_td_free(agg_tdigest *t);
 void agg_td_add(agg_tdigest *t, double x, double w);
 void agg_td_merge(agg_tdigest *into, agg_tdigest *from);
 double agg_td_quantile(agg_tdigest *t, double q); /* NaN when empty */
+double agg_td_cdf(agg_tdigest *t, double x);      /* in [0, 1]; NaN when empty */
 double agg_td_count(const agg_tdigest *t);
 void agg_td_encode(agg_tdigest *t, cm_buf *b);
 agg_tdigest *agg_td_decode(cm_rd *r, double compression);

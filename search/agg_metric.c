@@ -596,9 +596,10 @@ const agg_ops agg_ops_cardinality = {
 #define PCT_MAX 512
 
 typedef struct pct_params {
-	double *percents;
+	double *percents; /* percentile_ranks: the values to rank */
 	size_t n;
 	bool keyed;
+	bool ranks;
 	double compression;
 } pct_params;
 
@@ -617,12 +618,19 @@ pct_parse(sr_agg *a, const cJSON *body, cm_error *err)
 	a->p = p;
 	p->keyed = true;
 	p->compression = 100;
+	p->ranks = a->kind == AGG_PERCENTILE_RANKS;
+	const char *list = p->ranks ? "values" : "percents";
 	static const double defaults[] = {1, 5, 25, 50, 75, 95, 99};
 	for (const cJSON *c = body->child; c; c = c->next) {
 		if (!strcmp(c->string, "field") || !strcmp(c->string, "missing") ||
 		    !strcmp(c->string, "format"))
 			continue;
-		if (!strcmp(c->string, "percents")) {
+		if (!strcmp(c->string, list)) {
+			if (p->ranks && !cJSON_IsArray(c))
+				return cm_error_set(err, CM_EPARSE, "[values] must be an array");
+			if (p->ranks && cJSON_GetArraySize(c) == 0)
+				return cm_error_set(err, CM_EINVAL,
+				                    "[values] must not be an empty array: [%s]", a->name);
 			if (!cJSON_IsArray(c))
 				return cm_error_set(err, CM_EPARSE, "[percents] must be an array");
 			int k = cJSON_GetArraySize(c);
@@ -638,7 +646,7 @@ pct_parse(sr_agg *a, const cJSON *body, cm_error *err)
 				double d;
 				if (agg_parse_num(e, a->name, "percents", &d, err))
 					return CM_EPARSE;
-				if (d < 0 || d > 100 || d != d)
+				if (!p->ranks && (d < 0 || d > 100 || d != d))
 					return cm_error_set(err, CM_EINVAL,
 					                    "percent must be in [0,100], got [%g]: [%s]", d,
 					                    a->name);
@@ -666,6 +674,8 @@ pct_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			                    "[hdr] percentiles are not supported; use [tdigest]");
 		return agg_unknown_param(a, c->string, err);
 	}
+	if (!p->percents && p->ranks)
+		return cm_error_set(err, CM_EINVAL, "[values] must not be null: [%s]", a->name);
 	if (!p->percents) {
 		p->n = sizeof defaults / sizeof defaults[0];
 		p->percents = cm_calloc(AGG_MEM, p->n, sizeof *p->percents);
@@ -722,7 +732,13 @@ pct_value(const sr_agg *a, const agg_node *n, const char *key, double *v)
 		return false;
 	char *end;
 	double q = strtod(key, &end);
-	if (*end || q < 0 || q > 100)
+	if (end == key || *end)
+		return false;
+	if (((const pct_params *)a->p)->ranks) {
+		*v = agg_td_cdf(n->d, q) * 100;
+		return true;
+	}
+	if (q < 0 || q > 100)
 		return false;
 	*v = agg_td_quantile(n->d, q / 100);
 	return true;
@@ -737,14 +753,15 @@ pct_render(const sr_agg *a, const agg_node *n, agg_render *r)
 	for (size_t i = 0; i < p->n; i++) {
 		char key[64];
 		agg_double_str(key, sizeof key, p->percents[i]);
-		double v = agg_td_quantile(n->d, p->percents[i] / 100);
+		double v = p->ranks ? agg_td_cdf(n->d, p->percents[i]) * 100
+		                    : agg_td_quantile(n->d, p->percents[i] / 100);
 		if (i)
 			cm_buf_put_u8(b, ',');
 		if (p->keyed) {
 			agg_json_str(b, key, strlen(key));
 			cm_buf_put_u8(b, ':');
 			agg_json_double_or_null(b, v, v == v);
-			if (is_date(n) && v == v) {
+			if (is_date(n) && v == v && !p->ranks) {
 				char k2[80], s[96];
 				snprintf(k2, sizeof k2, "%s_as_string", key);
 				agg_date_format(NULL, a->format, (int64_t)v, s, sizeof s);
@@ -783,6 +800,22 @@ pct_decode(const sr_agg *a, agg_node *n, cm_rd *r)
 
 const agg_ops agg_ops_percentiles = {
     .name = "percentiles",
+    .needs_field = true,
+    .parse = pct_parse,
+    .free_params = pct_free_params,
+    .state_new = pct_new,
+    .state_free = pct_free,
+    .seg_begin = pct_seg_begin,
+    .collect = pct_collect,
+    .merge = pct_merge,
+    .render = pct_render,
+    .encode = pct_encode,
+    .decode = pct_decode,
+    .metric_value = pct_value,
+};
+
+const agg_ops agg_ops_percentile_ranks = {
+    .name = "percentile_ranks",
     .needs_field = true,
     .parse = pct_parse,
     .free_params = pct_free_params,
@@ -1456,3 +1489,618 @@ sr_agg_needs_scores(const sr_agg *a)
 			return true;
 	return false;
 }
+
+/* ================================================================ weighted_avg */
+
+/* "value" and "weight" are each a field (and a missing value), held as
+ * hidden specs so the usual column reading applies to both. */
+typedef struct wavg_params {
+	sr_agg *src[2]; /* value, weight */
+} wavg_params;
+
+typedef struct wavg {
+	double sum, sum_c, w, w_c;
+} wavg;
+
+static void
+wavg_free_params(void *pp)
+{
+	wavg_params *p = pp;
+	sr_agg_free(p->src[0]);
+	sr_agg_free(p->src[1]);
+	cm_free(AGG_MEM, p);
+}
+
+static cm_err
+wavg_parse_src(sr_agg *a, const char *what, const cJSON *v, sr_agg **out, cm_error *err)
+{
+	if (!cJSON_IsObject(v))
+		return cm_error_set(err, CM_EPARSE, "[weighted_avg] failed to parse field [%s]", what);
+	sr_agg *h = cm_calloc(AGG_MEM, 1, sizeof *h);
+	*out = h;
+	h->name = cm_strdup(AGG_MEM, a->name);
+	h->kind = AGG_AVG;
+	h->ops = &agg_ops_avg;
+	for (const cJSON *c = v->child; c; c = c->next) {
+		if (!strcmp(c->string, "field")) {
+			if (!cJSON_IsString(c))
+				return cm_error_set(err, CM_EPARSE, "[%s] field must be a string", what);
+			cm_free(AGG_MEM, h->field);
+			h->field = cm_strdup(AGG_MEM, c->valuestring);
+		} else if (!strcmp(c->string, "missing")) {
+			double d;
+			if (agg_parse_num(c, what, "missing", &d, err))
+				return CM_EPARSE;
+			h->missing.set = h->missing.is_num = true;
+			h->missing.d = d;
+			h->missing.l = d > -9.2e18 && d < 9.2e18 ? (int64_t)d : 0;
+		} else if (!strcmp(c->string, "script"))
+			return cm_error_set(err, CM_EINVAL,
+			                    "[script] is not supported in aggregation [%s]", a->name);
+		else
+			return cm_error_set(err, CM_EPARSE, "[%s] unknown field [%s]", what, c->string);
+	}
+	if (!h->field)
+		return cm_error_set(err, CM_EINVAL,
+		                    "[%s] Required one of fields [field, script], but none were "
+		                    "specified.",
+		                    what);
+	return CM_OK;
+}
+
+static cm_err
+wavg_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	wavg_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
+	a->p = p;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		const char *k = c->string;
+		if (!strcmp(k, "format") || !strcmp(k, "value_type"))
+			continue;
+		if (!strcmp(k, "value") || !strcmp(k, "weight")) {
+			int i = k[0] == 'w';
+			if (p->src[i])
+				return cm_error_set(err, CM_EPARSE, "[weighted_avg] duplicate field [%s]", k);
+			if (wavg_parse_src(a, k, c, &p->src[i], err))
+				return err->code;
+		} else
+			return agg_unknown_param(a, k, err);
+	}
+	if (!p->src[0] || !p->src[1])
+		return cm_error_set(err, CM_EINVAL, "[weighted_avg] Required [%s]",
+		                    p->src[0] ? "weight" : "value");
+	return CM_OK;
+}
+
+static void *
+wavg_new(const sr_agg *a)
+{
+	return cm_calloc(AGG_MEM, 1, sizeof(wavg));
+}
+
+static void
+wavg_state_free(const sr_agg *a, void *d)
+{
+	cm_free(AGG_MEM, d);
+}
+
+static cm_err
+wavg_seg_begin(agg_rt *rt, cm_error *err)
+{
+	const wavg_params *p = rt->spec->p;
+	agg_rt *k = cm_calloc(AGG_MEM, 2, sizeof *k);
+	rt->kd = k;
+	for (int i = 0; i < 2; i++) {
+		cm_err rc = agg_rt_field(rt->root, &k[i], p->src[i], rt->ctx);
+		if (rc)
+			return rc;
+		if (!agg_field_numeric_or_fail(&k[i], err))
+			return CM_EINVAL;
+	}
+	return CM_OK;
+}
+
+static void
+wavg_seg_end(agg_rt *rt)
+{
+	agg_rt *k = rt->kd;
+	if (!k)
+		return;
+	for (int i = 0; i < 2; i++) {
+		st_colblock_free(&k[i].cb);
+		cm_free(AGG_MEM, k[i].conv_buf);
+	}
+	cm_free(AGG_MEM, k);
+}
+
+static void
+wavg_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	const wavg_params *p = rt->spec->p;
+	agg_rt *k = rt->kd;
+	wavg *s = n->d;
+	for (size_t i = 0; i < cnt; i++) {
+		const int64_t *wv, *vv;
+		int nw = k[1].fi ? agg_values(&k[1], docs[i], &wv) : 0;
+		double w;
+		if (nw > 1) {
+			cm_error_set_type(&rt->root->err, CM_EINVAL, "aggregation_execution_exception",
+			                  "Encountered more than one weight for a single document. Use a "
+			                  "script to combine multiple weights-per-doc into a single value.");
+			return;
+		}
+		if (nw == 1)
+			w = agg_num(&k[1], wv[0]);
+		else if (p->src[1]->missing.set)
+			w = p->src[1]->missing.d;
+		else
+			continue;
+		int nv = k[0].fi ? agg_values(&k[0], docs[i], &vv) : 0;
+		if (nv == 0) {
+			if (!p->src[0]->missing.set)
+				continue;
+			kahan_add(&s->sum, &s->sum_c, p->src[0]->missing.d * w);
+			kahan_add(&s->w, &s->w_c, w);
+		}
+		for (int j = 0; j < nv; j++) {
+			kahan_add(&s->sum, &s->sum_c, agg_num(&k[0], vv[j]) * w);
+			kahan_add(&s->w, &s->w_c, w);
+		}
+	}
+}
+
+static void
+wavg_merge(const sr_agg *a, agg_node *into, agg_node *from)
+{
+	wavg *x = into->d, *y = from->d;
+	kahan_add(&x->sum, &x->sum_c, y->sum);
+	kahan_add(&x->sum, &x->sum_c, -y->sum_c);
+	kahan_add(&x->w, &x->w_c, y->w);
+	kahan_add(&x->w, &x->w_c, -y->w_c);
+	memset(y, 0, sizeof *y);
+}
+
+static bool
+wavg_value(const sr_agg *a, const agg_node *n, const char *key, double *v)
+{
+	const wavg *s = n->d;
+	if (key && strcmp(key, "value"))
+		return false;
+	*v = s->w == 0 ? NAN : s->sum / s->w;
+	return true;
+}
+
+static cm_err
+wavg_render(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	double v;
+	wavg_value(a, n, NULL, &v);
+	cm_buf_put(r->out, "{\"value\":", 9);
+	agg_json_double_or_null(r->out, v, v == v);
+	cm_buf_put_u8(r->out, '}');
+	return CM_OK;
+}
+
+static void
+wavg_encode(const sr_agg *a, const agg_node *n, cm_buf *b)
+{
+	const wavg *s = n->d;
+	agg_put_double(b, s->sum);
+	agg_put_double(b, s->sum_c);
+	agg_put_double(b, s->w);
+	agg_put_double(b, s->w_c);
+}
+
+static bool
+wavg_decode(const sr_agg *a, agg_node *n, cm_rd *r)
+{
+	wavg *s = n->d;
+	return agg_get_double(r, &s->sum) && agg_get_double(r, &s->sum_c) &&
+	       agg_get_double(r, &s->w) && agg_get_double(r, &s->w_c);
+}
+
+const agg_ops agg_ops_weighted_avg = {
+    .name = "weighted_avg",
+    .needs_field = false,
+    .parse = wavg_parse,
+    .free_params = wavg_free_params,
+    .state_new = wavg_new,
+    .state_free = wavg_state_free,
+    .seg_begin = wavg_seg_begin,
+    .collect = wavg_collect,
+    .seg_end = wavg_seg_end,
+    .merge = wavg_merge,
+    .render = wavg_render,
+    .encode = wavg_encode,
+    .decode = wavg_decode,
+    .metric_value = wavg_value,
+};
+
+/* ================================================================ top_metrics */
+
+/* The `size` docs first by one numeric sort field, with the values of some
+ * numeric metric fields. Fields are hidden specs, read like any column. */
+#define TM_MAX_METRICS 10
+#define TM_MAX_SIZE 10
+
+enum { TMV_NULL, TMV_LONG, TMV_DOUBLE, TMV_DATE };
+
+typedef struct tm_val {
+	uint8_t kind;
+	int64_t l;
+	double d; /* the value as a double (longs too), for ordering */
+} tm_val;
+
+typedef struct tm_params {
+	sr_agg *sort;  /* its field */
+	bool desc;
+	sr_agg *metrics[TM_MAX_METRICS];
+	size_t nmetrics;
+	size_t size;
+} tm_params;
+
+typedef struct tm_entry {
+	tm_val sort;
+	tm_val m[TM_MAX_METRICS];
+} tm_entry;
+
+typedef struct tm_state {
+	tm_entry e[TM_MAX_SIZE];
+	size_t n;
+} tm_state;
+
+static void
+tm_free_params(void *pp)
+{
+	tm_params *p = pp;
+	sr_agg_free(p->sort);
+	for (size_t i = 0; i < p->nmetrics; i++)
+		sr_agg_free(p->metrics[i]);
+	cm_free(AGG_MEM, p);
+}
+
+static sr_agg *
+tm_field_spec(const char *name, const char *field)
+{
+	sr_agg *h = cm_calloc(AGG_MEM, 1, sizeof *h);
+	h->name = cm_strdup(AGG_MEM, name);
+	h->kind = AGG_MAX;
+	h->ops = &agg_ops_max;
+	h->field = cm_strdup(AGG_MEM, field);
+	return h;
+}
+
+static cm_err
+tm_parse_metric(sr_agg *a, tm_params *p, const cJSON *m, cm_error *err)
+{
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(m, "field");
+	if (!cJSON_IsObject(m) || !cJSON_IsString(f) || cJSON_GetArraySize(m) != 1)
+		return cm_error_set(err, CM_EPARSE,
+		                    "[top_metrics] each of [metrics] must be {\"field\": name}");
+	if (p->nmetrics == TM_MAX_METRICS)
+		return cm_error_set(err, CM_EINVAL, "[top_metrics] at most %d metrics",
+		                    TM_MAX_METRICS);
+	p->metrics[p->nmetrics++] = tm_field_spec(f->valuestring, f->valuestring);
+	return CM_OK;
+}
+
+static cm_err
+tm_parse_sort(sr_agg *a, tm_params *p, const cJSON *s, cm_error *err)
+{
+	if (cJSON_IsArray(s)) {
+		if (cJSON_GetArraySize(s) != 1)
+			return cm_error_set(err, CM_EINVAL,
+			                    "only one sort is supported by [top_metrics]");
+		s = s->child;
+	}
+	const char *field = NULL;
+	if (cJSON_IsString(s))
+		field = s->valuestring;
+	else if (cJSON_IsObject(s) && s->child && !s->child->next) {
+		field = s->child->string;
+		const cJSON *o = s->child;
+		if (cJSON_IsObject(o))
+			o = cJSON_GetObjectItemCaseSensitive(o, "order");
+		if (o) {
+			if (!cJSON_IsString(o) ||
+			    (strcmp(o->valuestring, "asc") && strcmp(o->valuestring, "desc")))
+				return cm_error_set(err, CM_EINVAL,
+				                    "[top_metrics] sort order must be [asc] or [desc]");
+			p->desc = !strcmp(o->valuestring, "desc");
+		}
+	} else
+		return cm_error_set(err, CM_EPARSE, "[top_metrics] failed to parse field [sort]");
+	if (field[0] == '_')
+		return cm_error_set(err, CM_EINVAL,
+		                    "[top_metrics] sort on [%s] is not supported by Shoal: sort on a "
+		                    "numeric or date field",
+		                    field);
+	p->sort = tm_field_spec(field, field);
+	return CM_OK;
+}
+
+static cm_err
+tm_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	tm_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
+	a->p = p;
+	p->size = 1;
+	bool has_metrics = false;
+	for (const cJSON *c = body->child; c; c = c->next) {
+		const char *k = c->string;
+		cm_err rc = CM_OK;
+		if (!strcmp(k, "metrics")) {
+			has_metrics = true;
+			if (cJSON_IsArray(c)) {
+				for (const cJSON *m = c->child; m && !rc; m = m->next)
+					rc = tm_parse_metric(a, p, m, err);
+			} else
+				rc = tm_parse_metric(a, p, c, err);
+		} else if (!strcmp(k, "sort")) {
+			if (p->sort)
+				return cm_error_set(err, CM_EPARSE, "[top_metrics] duplicate [sort]");
+			rc = tm_parse_sort(a, p, c, err);
+		} else if (!strcmp(k, "size")) {
+			int64_t v;
+			if ((rc = agg_parse_int(c, a->name, k, INT32_MIN, INT32_MAX, &v, err)))
+				return rc;
+			if (v < 1)
+				return cm_error_set(err, CM_EINVAL, "[size] must be more than 0 but was [%lld]",
+				                    (long long)v);
+			if (v > TM_MAX_SIZE)
+				return cm_error_set(err, CM_EINVAL,
+				                    "[top_metrics.size] must not be more than [%d] but was "
+				                    "[%lld]. This limit can be set by changing the "
+				                    "[index.top_metrics_max_size] index level setting.",
+				                    TM_MAX_SIZE, (long long)v);
+			p->size = (size_t)v;
+		} else
+			return agg_unknown_param(a, k, err);
+		if (rc)
+			return rc;
+	}
+	if (!has_metrics || !p->nmetrics)
+		return cm_error_set(err, CM_EINVAL, "[top_metrics] Required [metrics]");
+	if (!p->sort)
+		return cm_error_set(err, CM_EINVAL, "[top_metrics] Required [sort]");
+	return CM_OK;
+}
+
+static void *
+tm_new(const sr_agg *a)
+{
+	return cm_calloc(AGG_MEM, 1, sizeof(tm_state));
+}
+
+static void
+tm_state_free(const sr_agg *a, void *d)
+{
+	cm_free(AGG_MEM, d);
+}
+
+static cm_err
+tm_seg_begin(agg_rt *rt, cm_error *err)
+{
+	const tm_params *p = rt->spec->p;
+	agg_rt *k = cm_calloc(AGG_MEM, p->nmetrics + 1, sizeof *k);
+	rt->kd = k;
+	for (size_t i = 0; i <= p->nmetrics; i++) {
+		const sr_agg *f = i ? p->metrics[i - 1] : p->sort;
+		cm_err rc = agg_rt_field(rt->root, &k[i], f, rt->ctx);
+		if (rc)
+			return rc;
+		if (!agg_field_numeric_or_fail(&k[i], err))
+			return CM_EINVAL;
+	}
+	return CM_OK;
+}
+
+static void
+tm_seg_end(agg_rt *rt)
+{
+	const tm_params *p = rt->spec->p;
+	agg_rt *k = rt->kd;
+	if (!k)
+		return;
+	for (size_t i = 0; i <= p->nmetrics; i++) {
+		st_colblock_free(&k[i].cb);
+		cm_free(AGG_MEM, k[i].conv_buf);
+	}
+	cm_free(AGG_MEM, k);
+}
+
+static tm_val
+tm_make(const agg_rt *rt, int64_t raw)
+{
+	tm_val v = {0};
+	if (rt->is_double) {
+		v.kind = TMV_DOUBLE;
+		v.d = agg_num(rt, raw);
+	} else {
+		v.kind = agg_ftype(rt->fi->type) == ST_FT_DATE ? TMV_DATE : TMV_LONG;
+		v.l = raw;
+		v.d = (double)raw;
+	}
+	return v;
+}
+
+/* true when x sorts before y */
+static bool
+tm_before(const tm_params *p, const tm_val *x, const tm_val *y)
+{
+	return p->desc ? x->d > y->d : x->d < y->d;
+}
+
+static void
+tm_offer(const tm_params *p, tm_state *s, const tm_entry *e)
+{
+	if (s->n == p->size && !tm_before(p, &e->sort, &s->e[s->n - 1].sort))
+		return;
+	size_t i = s->n < p->size ? s->n++ : s->n - 1;
+	while (i > 0 && tm_before(p, &e->sort, &s->e[i - 1].sort)) {
+		s->e[i] = s->e[i - 1];
+		i--;
+	}
+	s->e[i] = *e;
+}
+
+static void
+tm_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
+{
+	const tm_params *p = rt->spec->p;
+	agg_rt *k = rt->kd;
+	if (!k[0].fi)
+		return;
+	for (size_t i = 0; i < cnt; i++) {
+		const int64_t *v;
+		int nv = agg_values(&k[0], docs[i], &v);
+		if (nv == 0)
+			continue;
+		tm_entry e;
+		memset(&e, 0, sizeof e);
+		/* a multi-valued sort field sorts by its min (asc) or max (desc) */
+		e.sort = tm_make(&k[0], v[p->desc ? nv - 1 : 0]);
+		tm_state *s = n->d;
+		if (s->n == p->size && !tm_before(p, &e.sort, &s->e[s->n - 1].sort))
+			continue;
+		for (size_t m = 0; m < p->nmetrics; m++) {
+			const int64_t *mv;
+			if (k[m + 1].fi && agg_values(&k[m + 1], docs[i], &mv) > 0)
+				e.m[m] = tm_make(&k[m + 1], mv[0]);
+		}
+		tm_offer(p, s, &e);
+	}
+}
+
+static void
+tm_merge(const sr_agg *a, agg_node *into, agg_node *from)
+{
+	tm_state *y = from->d;
+	for (size_t i = 0; i < y->n; i++)
+		tm_offer(a->p, into->d, &y->e[i]);
+	y->n = 0;
+}
+
+static void
+tm_put_val(cm_buf *b, const tm_val *v)
+{
+	char s[96];
+	switch (v->kind) {
+	case TMV_LONG: cm_buf_printf(b, "%lld", (long long)v->l); break;
+	case TMV_DOUBLE: agg_json_double_or_null(b, v->d, v->d == v->d); break;
+	case TMV_DATE:
+		agg_date_format(NULL, NULL, v->l, s, sizeof s);
+		agg_json_str(b, s, strlen(s));
+		break;
+	default: cm_buf_put(b, "null", 4);
+	}
+}
+
+static cm_err
+tm_render(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	const tm_params *p = a->p;
+	const tm_state *s = n->d;
+	cm_buf *b = r->out;
+	cm_buf_put(b, "{\"top\":[", 8);
+	for (size_t i = 0; i < s->n; i++) {
+		cm_buf_put(b, i ? ",{\"sort\":[" : "{\"sort\":[", i ? 10 : 9);
+		tm_put_val(b, &s->e[i].sort);
+		cm_buf_put(b, "],\"metrics\":{", 13);
+		for (size_t m = 0; m < p->nmetrics; m++) {
+			if (m)
+				cm_buf_put_u8(b, ',');
+			agg_json_str(b, p->metrics[m]->name, strlen(p->metrics[m]->name));
+			cm_buf_put_u8(b, ':');
+			tm_put_val(b, &s->e[i].m[m]);
+		}
+		cm_buf_put(b, "}}", 2);
+	}
+	cm_buf_put(b, "]}", 2);
+	return CM_OK;
+}
+
+static bool
+tm_value(const sr_agg *a, const agg_node *n, const char *key, double *v)
+{
+	const tm_params *p = a->p;
+	const tm_state *s = n->d;
+	if (p->size != 1)
+		return false;
+	for (size_t m = 0; m < p->nmetrics; m++)
+		if (key ? !strcmp(key, p->metrics[m]->name) : p->nmetrics == 1) {
+			*v = s->n && s->e[0].m[m].kind != TMV_NULL ? s->e[0].m[m].d : NAN;
+			return true;
+		}
+	return false;
+}
+
+static void
+tm_put(cm_buf *b, const tm_val *v)
+{
+	cm_buf_put_u8(b, v->kind);
+	cm_buf_put_u64(b, (uint64_t)v->l);
+	agg_put_double(b, v->d);
+}
+
+static bool
+tm_get(cm_rd *r, tm_val *v)
+{
+	uint64_t l;
+	if (!cm_rd_u8(r, &v->kind) || v->kind > TMV_DATE || !cm_rd_u64(r, &l) ||
+	    !agg_get_double(r, &v->d))
+		return false;
+	v->l = (int64_t)l;
+	return true;
+}
+
+static void
+tm_encode(const sr_agg *a, const agg_node *n, cm_buf *b)
+{
+	const tm_params *p = a->p;
+	const tm_state *s = n->d;
+	cm_buf_put_varint(b, s->n);
+	for (size_t i = 0; i < s->n; i++) {
+		tm_put(b, &s->e[i].sort);
+		for (size_t m = 0; m < p->nmetrics; m++)
+			tm_put(b, &s->e[i].m[m]);
+	}
+}
+
+static bool
+tm_decode(const sr_agg *a, agg_node *n, cm_rd *r)
+{
+	const tm_params *p = a->p;
+	tm_state *s = n->d;
+	uint64_t cnt;
+	if (!cm_rd_varint(r, &cnt) || cnt > p->size)
+		return false;
+	for (uint64_t i = 0; i < cnt; i++) {
+		tm_entry e;
+		memset(&e, 0, sizeof e);
+		if (!tm_get(r, &e.sort))
+			return false;
+		for (size_t m = 0; m < p->nmetrics; m++)
+			if (!tm_get(r, &e.m[m]))
+				return false;
+		tm_offer(p, s, &e);
+	}
+	return true;
+}
+
+const agg_ops agg_ops_top_metrics = {
+    .name = "top_metrics",
+    .needs_field = false,
+    .parse = tm_parse,
+    .free_params = tm_free_params,
+    .state_new = tm_new,
+    .state_free = tm_state_free,
+    .seg_begin = tm_seg_begin,
+    .collect = tm_collect,
+    .seg_end = tm_seg_end,
+    .merge = tm_merge,
+    .render = tm_render,
+    .encode = tm_encode,
+    .decode = tm_decode,
+    .metric_value = tm_value,
+};

@@ -1531,6 +1531,367 @@ test_hll_tdigest(void)
 	CHECK(!strcmp(b, "-2.5E-4"));
 }
 
+
+/* ---- pipelines and composite (issue 13) ---- */
+
+static bool
+near(double a, double b)
+{
+	return fabs(a - b) <= 1e-12 * (fabs(b) > 1 ? fabs(b) : 1);
+}
+
+/* MovingFunctions against values worked out by hand. */
+static void
+test_moving_functions(void)
+{
+	const double v[] = {1, 2, 3, 4, 5};
+	CHECK(agg_mf_max(v, 5) == 5 && agg_mf_min(v, 5) == 1 && agg_mf_sum(v, 5) == 15);
+	CHECK(agg_mf_unweighted_avg(v, 5) == 3);
+	/* ES's weights start the total at 1: (1+4+9+16+25) / (1+1+2+3+4+5) */
+	CHECK(near(agg_mf_linear_weighted_avg(v, 5), 55.0 / 16.0));
+	/* 1 → 1.5 → 2.25 → 3.125 → 4.0625 */
+	CHECK(near(agg_mf_ewma(v, 5, 0.5), 4.0625));
+	/* s: 1, 1.5, 2.375, 3.46875, 4.6484375 (b: 0, .25, .5625, .828125) */
+	CHECK(near(agg_mf_holt(v, 5, 0.5, 0.5), 4.6484375));
+	CHECK(near(agg_mf_std_dev(v, 5, 3), sqrt(2.0)));
+	double hw = 0;
+	/* additive, period 2 on 1,2,3,4: level 115/48, trend 11/32, season 13/12 */
+	CHECK(agg_mf_holt_winters(v, 4, 0.5, 0.5, 0.5, 2, false, &hw) && near(hw, 367.0 / 96.0));
+	CHECK(!agg_mf_holt_winters(v, 3, 0.5, 0.5, 0.5, 2, false, &hw));
+	CHECK(agg_mf_holt_winters(v, 0, 0.5, 0.5, 0.5, 2, false, &hw) && isnan(hw));
+	/* multiplicative, period 2 on 1,2,3,4 (padding 1e-10 aside): level 1.5,
+	 * trend 1, seasons 2/3, 4/3, last trend 0; i=2: s 3, b .75, season 4/3;
+	 * i=3: s 3.375, b .5625; forecast (3.375 + .5625) * 4/3 = 5.25 */
+	CHECK(agg_mf_holt_winters(v, 4, 0.5, 0.5, 0.5, 2, true, &hw) && fabs(hw - 5.25) < 1e-6);
+	const double g[] = {NAN, 2, NAN, 4};
+	CHECK(agg_mf_max(g, 4) == 4 && agg_mf_min(g, 4) == 2 && agg_mf_unweighted_avg(g, 4) == 3);
+	CHECK(isnan(agg_mf_max(v, 0)) && agg_mf_sum(v, 0) == 0 && isnan(agg_mf_unweighted_avg(v, 0)));
+	CHECK(isnan(agg_mf_linear_weighted_avg(v, 0)) && isnan(agg_mf_ewma(v, 0, 0.3)));
+	CHECK(isnan(agg_mf_holt(v, 0, 0.3, 0.1)) && isnan(agg_mf_std_dev(v, 0, 0)));
+}
+
+/* Applies the pipelines of spec to a hand-written rendered response. */
+static char *
+apply_pipes(const char *spec, const char *rendered, cm_err *rc_out)
+{
+	sr_agg *a = parse_aggs(spec);
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_SEARCH);
+	cm_buf_put(&b, rendered, strlen(rendered));
+	cm_error err;
+	cm_error_clear(&err);
+	cm_err rc = agg_pipe_apply(a, &b, 0, &err);
+	if (rc_out)
+		*rc_out = rc;
+	char *s = strndup((const char *)b.data, b.len);
+	cm_buf_free(&b);
+	sr_agg_free(a);
+	return s;
+}
+
+static void
+test_pipeline_paths(void)
+{
+	const char *spec =
+	    "{\"h\":{\"histogram\":{\"field\":\"num\",\"interval\":10},\"aggs\":{"
+	    "\"f\":{\"filter\":{\"match_all\":{}},\"aggs\":{\"p\":{\"percentiles\":{\"field\":\"dbl\"}}}},"
+	    "\"st\":{\"stats\":{\"field\":\"num\"}},"
+	    "\"d\":{\"derivative\":{\"buckets_path\":\"f>p[99.0]\"}},"
+	    "\"c\":{\"cumulative_sum\":{\"buckets_path\":\"f>_count\"}},"
+	    "\"z\":{\"derivative\":{\"buckets_path\":\"st.max\",\"gap_policy\":\"insert_zeros\"}}}},"
+	    "\"mx\":{\"max_bucket\":{\"buckets_path\":\"h>st.max\"}}}";
+	const char *in =
+	    "{\"h\":{\"buckets\":["
+	    "{\"key\":0.0,\"doc_count\":2,\"f\":{\"doc_count\":2,\"p\":{\"values\":{\"99.0\":5.5}}},"
+	    "\"st\":{\"count\":2,\"min\":1.0,\"max\":7.0,\"avg\":4.0,\"sum\":8.0}},"
+	    "{\"key\":10.0,\"doc_count\":0,\"f\":{\"doc_count\":0,\"p\":{\"values\":{\"99.0\":null}}},"
+	    "\"st\":{\"count\":0,\"min\":null,\"max\":null,\"avg\":null,\"sum\":0.0}},"
+	    "{\"key\":20.0,\"doc_count\":1,\"f\":{\"doc_count\":1,\"p\":{\"values\":{\"99.0\":1.25}}},"
+	    "\"st\":{\"count\":1,\"min\":7.0,\"max\":7.0,\"avg\":7.0,\"sum\":7.0}}]}}";
+	const char *want =
+	    "{\"h\":{\"buckets\":["
+	    "{\"key\":0.0,\"doc_count\":2,\"f\":{\"doc_count\":2,\"p\":{\"values\":{\"99.0\":5.5}}},"
+	    "\"st\":{\"count\":2,\"min\":1.0,\"max\":7.0,\"avg\":4.0,\"sum\":8.0},"
+	    "\"c\":{\"value\":2.0}},"
+	    "{\"key\":10.0,\"doc_count\":0,\"f\":{\"doc_count\":0,\"p\":{\"values\":{\"99.0\":null}}},"
+	    "\"st\":{\"count\":0,\"min\":null,\"max\":null,\"avg\":null,\"sum\":0.0},"
+	    "\"d\":{\"value\":null},\"c\":{\"value\":2.0},\"z\":{\"value\":-7.0}},"
+	    "{\"key\":20.0,\"doc_count\":1,\"f\":{\"doc_count\":1,\"p\":{\"values\":{\"99.0\":1.25}}},"
+	    "\"st\":{\"count\":1,\"min\":7.0,\"max\":7.0,\"avg\":7.0,\"sum\":7.0},"
+	    "\"d\":{\"value\":null},\"c\":{\"value\":3.0},\"z\":{\"value\":7.0}}]},"
+	    "\"mx\":{\"value\":7.0,\"keys\":[\"0.0\",\"20.0\"]}}";
+	cm_err rc;
+	char *got = apply_pipes(spec, in, &rc);
+	CHECKF(rc == CM_OK && !strcmp(got, want), "got %s", got);
+	free(got);
+
+	/* bucket_sort and bucket_selector, a script reading two paths */
+	const char *spec2 =
+	    "{\"t\":{\"terms\":{\"field\":\"kw\"},\"aggs\":{\"s\":{\"sum\":{\"field\":\"num\"}},"
+	    "\"sel\":{\"bucket_selector\":{\"buckets_path\":{\"a\":\"s\",\"n\":\"_count\"},"
+	    "\"script\":\"params.a / params.n >= 2\"}},"
+	    "\"srt\":{\"bucket_sort\":{\"sort\":[{\"s\":{\"order\":\"asc\"}},\"_key\"],\"size\":2}}}}}";
+	const char *in2 =
+	    "{\"t\":{\"doc_count_error_upper_bound\":0,\"sum_other_doc_count\":0,\"buckets\":["
+	    "{\"key\":\"a\",\"doc_count\":3,\"s\":{\"value\":9.0}},"
+	    "{\"key\":\"b\",\"doc_count\":2,\"s\":{\"value\":3.0}},"
+	    "{\"key\":\"c\",\"doc_count\":2,\"s\":{\"value\":4.0}},"
+	    "{\"key\":\"d\",\"doc_count\":1,\"s\":{\"value\":4.0}}]}}";
+	const char *want2 =
+	    "{\"t\":{\"doc_count_error_upper_bound\":0,\"sum_other_doc_count\":0,\"buckets\":["
+	    "{\"key\":\"c\",\"doc_count\":2,\"s\":{\"value\":4.0}},"
+	    "{\"key\":\"d\",\"doc_count\":1,\"s\":{\"value\":4.0}}]}}";
+	got = apply_pipes(spec2, in2, &rc);
+	CHECKF(rc == CM_OK && !strcmp(got, want2), "got %s", got);
+	free(got);
+
+	/* paths that lead nowhere are refused when parsing */
+	const char *bad[] = {
+	    "{\"h\":{\"histogram\":{\"field\":\"num\",\"interval\":1},\"aggs\":{\"d\":{\"derivative\":"
+	    "{\"buckets_path\":\"nope\"}}}}}",
+	    "{\"h\":{\"histogram\":{\"field\":\"num\",\"interval\":1},\"aggs\":{\"m\":{\"max\":{\"field\":"
+	    "\"num\"}},\"d\":{\"derivative\":{\"buckets_path\":\"m>x\"}}}}}",
+	    "{\"x\":{\"sum_bucket\":{\"buckets_path\":\"h>_count\"}}}",
+	    "{\"h\":{\"histogram\":{\"field\":\"num\",\"interval\":1},\"aggs\":{"
+	    "\"a\":{\"derivative\":{\"buckets_path\":\"b\"}},\"b\":{\"derivative\":{\"buckets_path\":\"a\"}}}}}",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		cJSON *j = cJSON_Parse(bad[i]);
+		sr_agg *a = NULL;
+		cm_error err;
+		cm_error_clear(&err);
+		CHECKF(sr_agg_from_json(j, &a, &err) != CM_OK, "accepted %s", bad[i]);
+		CHECK(i != 0 || strstr(err.reason, "No aggregation found for path [nope]"));
+		CHECK(i != 3 || strstr(err.reason, "Cyclical dependency"));
+		sr_agg_free(a);
+		cJSON_Delete(j);
+	}
+}
+
+typedef struct ckey {
+	const char *kw; /* NULL: no keyword (missing bucket) */
+	int64_t bucket;
+	uint64_t count;
+} ckey;
+
+static int
+ckey_cmp(const void *x, const void *y)
+{
+	const ckey *a = x, *b = y;
+	if (!a->kw != !b->kw)
+		return a->kw ? 1 : -1;
+	int c = a->kw ? strcmp(a->kw, b->kw) : 0;
+	if (c)
+		return c;
+	return (a->bucket < b->bucket) ? 1 : (a->bucket > b->bucket) ? -1 : 0; /* desc */
+}
+
+/* Composite pages through 3 shards merged over the wire, concatenated,
+ * against every (kw, num histogram) pair counted from the documents. */
+static void
+test_composite_paging(void)
+{
+	static ckey model[NDOCS * 3];
+	size_t nm = 0;
+	for (int i = 0; i < NDOCS; i++) {
+		const mdoc *d = &docs[i];
+		if (!selected(d) || !d->has_num)
+			continue;
+		int64_t bk = (int64_t)floor((double)d->num / 100.0) * 100;
+		for (int k = 0; k < (d->nkw ? d->nkw : 1); k++) {
+			const char *kw = d->nkw ? d->kw[k] : NULL;
+			size_t j = 0;
+			for (; j < nm; j++)
+				if (model[j].bucket == bk && (kw && model[j].kw ? !strcmp(kw, model[j].kw)
+				                                                 : kw == model[j].kw))
+					break;
+			if (j == nm)
+				model[nm++] = (ckey){kw, bk, 0};
+			model[j].count++;
+		}
+	}
+	qsort(model, nm, sizeof *model, ckey_cmp);
+	size_t seen = 0;
+	char after[256] = "";
+	const int order[NSHARDS] = {2, 0, 1};
+	for (int page = 0; page < 1000; page++) {
+		char spec[1024];
+		snprintf(spec, sizeof spec,
+		         "{\"c\":{\"composite\":{\"size\":13,%s\"sources\":["
+		         "{\"kw\":{\"terms\":{\"field\":\"kw\",\"missing_bucket\":true}}},"
+		         "{\"h\":{\"histogram\":{\"field\":\"num\",\"interval\":100,\"order\":\"desc\"}}}]}}}",
+		         after);
+		sr_agg *a = parse_aggs(spec);
+		cJSON *j = run_merged(a, order, true);
+		const cJSON *c = cJSON_GetObjectItem(j, "c");
+		const cJSON *bs = cJSON_GetObjectItem(c, "buckets");
+		int n = cJSON_GetArraySize(bs);
+		for (int i = 0; i < n; i++, seen++) {
+			const cJSON *b = cJSON_GetArrayItem(bs, i);
+			const cJSON *key = cJSON_GetObjectItem(b, "key");
+			const cJSON *kw = cJSON_GetObjectItem(key, "kw");
+			double h = cJSON_GetObjectItem(key, "h")->valuedouble;
+			uint64_t cnt = (uint64_t)cJSON_GetObjectItem(b, "doc_count")->valuedouble;
+			REQUIRE(seen < nm);
+			const ckey *m = &model[seen];
+			CHECKF((cJSON_IsNull(kw) ? !m->kw : m->kw && !strcmp(kw->valuestring, m->kw)) &&
+			           h == (double)m->bucket && cnt == m->count,
+			       "bucket %zu: got %s/%g/%llu, want %s/%lld/%llu", seen,
+			       cJSON_IsNull(kw) ? "null" : kw->valuestring, h, (unsigned long long)cnt,
+			       m->kw ? m->kw : "null", (long long)m->bucket,
+			       (unsigned long long)m->count);
+		}
+		const cJSON *ak = cJSON_GetObjectItem(c, "after_key");
+		if (n == 0) {
+			CHECK(ak == NULL);
+			cJSON_Delete(j);
+			sr_agg_free(a);
+			break;
+		}
+		char *aks = cJSON_PrintUnformatted(ak);
+		snprintf(after, sizeof after, "\"after\":%s,", aks);
+		free(aks);
+		cJSON_Delete(j);
+		sr_agg_free(a);
+	}
+	CHECKF(seen == nm, "saw %zu of %zu composite buckets", seen, nm);
+}
+
+/* The new kinds merge in any order and through the wire (with the
+ * corruption rounds of run_merged) to what one state gives; global, rare
+ * and weighted values against the model. */
+static void
+test_new_kinds_merge(void)
+{
+	sr_agg *a = parse_aggs(
+	    "{\"g\":{\"global\":{},\"aggs\":{\"n\":{\"value_count\":{\"field\":\"uid\"}}}},"
+	    "\"rt\":{\"rare_terms\":{\"field\":\"num\",\"max_doc_count\":2}},"
+	    "\"w\":{\"weighted_avg\":{\"value\":{\"field\":\"num\"},\"weight\":{\"field\":\"uid\","
+	    "\"missing\":1}}},"
+	    "\"tm\":{\"top_metrics\":{\"metrics\":[{\"field\":\"num\"},{\"field\":\"dbl\"}],"
+	    "\"sort\":{\"uid\":\"desc\"},\"size\":3}},"
+	    "\"am\":{\"adjacency_matrix\":{\"filters\":{\"f\":{\"term\":{\"flag\":true}},"
+	    "\"k\":{\"term\":{\"kw\":\"k39\"}}}},\"aggs\":{\"m\":{\"max\":{\"field\":\"num\"}}}}}");
+	cJSON *single = run_single(a);
+	static const int orders[][NSHARDS] = {{0, 1, 2}, {2, 0, 1}};
+	for (int o = 0; o < 2; o++)
+		for (int wire = 0; wire < 2; wire++) {
+			cJSON *m = run_merged(a, orders[o], wire);
+			char where[256] = "";
+			CHECKF(json_close(single, m, 1e-9, where, sizeof where), "order %d wire %d: %s", o,
+			       wire, where);
+			cJSON_Delete(m);
+		}
+	uint64_t live = 0, cnt[1000] = {0};
+	double num = 0, den = 0;
+	for (int i = 0; i < NDOCS; i++) {
+		const mdoc *d = &docs[i];
+		if (d->deleted)
+			continue;
+		live++;
+		if (!selected(d) || !d->has_num)
+			continue;
+		cnt[d->num + 100]++;
+		num += (double)d->num * (double)d->uid;
+		den += (double)d->uid;
+	}
+	CHECK((uint64_t)jget(single, "g.doc_count")->valuedouble == live);
+	CHECK((uint64_t)jget(single, "g.n.value")->valuedouble == live);
+	CHECK(fabs(jget(single, "w.value")->valuedouble - num / den) < 1e-9 * fabs(num / den));
+	/* rare_terms: by count, then key */
+	const cJSON *b = jget(single, "rt.buckets")->child;
+	for (uint64_t c = 1; c <= 2; c++)
+		for (int v = 0; v < 1000; v++)
+			if (cnt[v] == c) {
+				CHECKF(b && (int)b->child->valuedouble == v - 100 &&
+				           (uint64_t)jget(b, "doc_count")->valuedouble == c,
+				       "rare term %d", v - 100);
+				b = b ? b->next : NULL;
+			}
+	CHECK(b == NULL);
+	cJSON_Delete(single);
+	sr_agg_free(a);
+
+	/* percentile_ranks: approximate, within a point of the true share */
+	a = parse_aggs("{\"pr\":{\"percentile_ranks\":{\"field\":\"num\",\"values\":[0,450]}}}");
+	int order[NSHARDS] = {2, 1, 0};
+	cJSON *m = run_merged(a, order, true);
+	uint64_t below[2] = {0, 0}, all = 0;
+	for (int i = 0; i < NDOCS; i++)
+		if (selected(&docs[i]) && docs[i].has_num) {
+			all++;
+			below[0] += docs[i].num < 0;
+			below[1] += docs[i].num < 450;
+		}
+	const cJSON *pv = jget(m, "pr.values");
+	const char *keys[2] = {"0.0", "450.0"};
+	for (int i = 0; i < 2; i++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(pv, keys[i]);
+		double want = 100.0 * (double)below[i] / (double)all;
+		CHECKF(cJSON_IsNumber(v) && fabs(v->valuedouble - want) < 1.0, "rank of %s: want %g",
+		       keys[i], want);
+	}
+	cJSON_Delete(m);
+	sr_agg_free(a);
+}
+
+/* significant_terms in one state (the whole index as one shard) against
+ * the model: JLH over the selected docs and every live doc. */
+static void
+test_significant_terms(void)
+{
+	sr_agg *a = parse_aggs("{\"s\":{\"significant_terms\":{\"field\":\"kw\",\"min_doc_count\":1,"
+	                       "\"size\":5}}}");
+	cJSON *j = run_single(a);
+	uint64_t fg[NKW] = {0}, bg[NKW] = {0}, sub = 0, sup = 0;
+	for (int i = 0; i < NDOCS; i++) {
+		const mdoc *d = &docs[i];
+		if (d->deleted)
+			continue;
+		sup++;
+		bool sel = selected(d);
+		sub += sel;
+		for (int k = 0; k < d->nkw; k++) {
+			int t = atoi(d->kw[k] + 1);
+			bg[t]++;
+			fg[t] += sel;
+		}
+	}
+	double score[NKW];
+	int order[NKW], n = 0;
+	for (int t = 0; t < NKW; t++) {
+		double x = fg[t] ? (double)fg[t] / (double)sub : 0, y = (double)bg[t] / (double)sup;
+		score[t] = fg[t] && x > y ? (x - y) * (x / y) : 0;
+		if (score[t] > 0)
+			order[n++] = t;
+	}
+	for (int i = 1; i < n; i++) /* by score desc, then key */
+		for (int k = i; k > 0 && (score[order[k]] > score[order[k - 1]]); k--) {
+			int t = order[k];
+			order[k] = order[k - 1];
+			order[k - 1] = t;
+		}
+	CHECK((uint64_t)jnum(j, "s.doc_count") == sub && (uint64_t)jnum(j, "s.bg_count") == sup);
+	const cJSON *b = jget(j, "s.buckets")->child;
+	for (int i = 0; i < n && i < 5; i++, b = b ? b->next : NULL) {
+		char key[8];
+		snprintf(key, sizeof key, "k%02d", order[i]);
+		CHECKF(b && !strcmp(jget(b, "key")->valuestring, key) &&
+		           (uint64_t)jnum(b, "doc_count") == fg[order[i]] &&
+		           (uint64_t)jnum(b, "bg_count") == bg[order[i]] &&
+		           close_rel(jnum(b, "score"), score[order[i]], 1e-12),
+		       "significant term %d: want %s", i, key);
+	}
+	CHECK(b == NULL);
+	cJSON_Delete(j);
+	/* through the wire (and its corruption rounds): sizes add up */
+	int ord[NSHARDS] = {1, 2, 0};
+	j = run_merged(a, ord, true);
+	CHECK((uint64_t)jnum(j, "s.doc_count") == sub && (uint64_t)jnum(j, "s.bg_count") == sup);
+	cJSON_Delete(j);
+	sr_agg_free(a);
+}
+
 int
 main(void)
 {
@@ -1546,6 +1907,11 @@ main(void)
 	test_merge_orders();
 	test_terms_zero();
 	test_errors();
+	test_moving_functions();
+	test_pipeline_paths();
+	test_composite_paging();
+	test_new_kinds_merge();
+	test_significant_terms();
 	for (int s = 0; s < NSHARDS; s++)
 		st_shard_close(shards[s]);
 	st_mapping_unref(mapping);

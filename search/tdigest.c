@@ -222,6 +222,40 @@ agg_td_quantile(agg_tdigest *t, double q)
 	return prev_m + (t->max - prev_m) * (index - prev_c) / (last - prev_c);
 }
 
+/* The inverse of agg_td_quantile: the fraction q at which the quantile
+ * curve reaches x (0 below min, 1 at or above max). */
+double
+agg_td_cdf(agg_tdigest *t, double x)
+{
+	td_compress(t);
+	if (t->n == 0 || x != x)
+		return NAN;
+	if (x < t->min)
+		return 0;
+	if (x >= t->max || t->total <= 1)
+		return 1;
+	double last = t->total - 1;
+	/* the curve's points: (0, min), (centre_i, mean_i)..., (total - 1, max) */
+	double prev_c = 0, prev_m = t->min, cum = 0, pos = last;
+	bool found = false;
+	for (size_t i = 0; i <= t->n && !found; i++) {
+		double ci = i < t->n ? cum + (t->c[i].w - 1) / 2 : last;
+		double mi = i < t->n ? t->c[i].mean : t->max;
+		if (i < t->n)
+			cum += t->c[i].w;
+		if (ci < prev_c)
+			ci = prev_c;
+		if (mi > x) {
+			pos = mi > prev_m ? prev_c + (ci - prev_c) * (x - prev_m) / (mi - prev_m) : prev_c;
+			found = true;
+		}
+		prev_c = ci;
+		prev_m = mi;
+	}
+	double q = pos / last;
+	return q < 0 ? 0 : q > 1 ? 1 : q;
+}
+
 void
 agg_td_encode(agg_tdigest *t, cm_buf *b)
 {

@@ -29,7 +29,7 @@ USES = {
     "common": [],
     "script": ["common"],
     "storage": ["common"],
-    "search": ["common", "storage"],
+    "search": ["common", "script", "storage"],
     "proto": ["common", "storage", "search"],
     "replication": ["common", "storage", "proto"],
     "coord": ["common"],
