@@ -53,6 +53,8 @@ typedef struct nd_settings {
 	char refresh_interval[32];   /* as given ("1s"), "" when default */
 	int max_result_window;
 	int64_t delayed_timeout_ms; /* index.unassigned.node_left.delayed_timeout (1m) */
+	int max_ngram_diff;         /* index.max_ngram_diff (1) */
+	int max_shingle_diff;       /* index.max_shingle_diff (3) */
 } nd_settings;
 
 typedef struct nd_index_stats {

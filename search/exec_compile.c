@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../common/cm_alloc.h"
+#include "../common/cm_buf.h"
 #include "agg_int.h"
 #include "exec.h"
 
@@ -75,6 +76,15 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 	const st_mapping *m = st_reader_mapping(r);
 	for (size_t i = 0; i < x->nfstats; i++) {
 		sr_fstat *fs = &x->fstats[i];
+		if (fs->type == ST_FT_TEXT || fs->type == ST_FT_KEYWORD) {
+			const st_field_def *d = m ? st_mapping_find(m, fs->name) : NULL;
+			if (d != NULL && d->type == ST_FT_TEXT) {
+				fs->analyzer = d->search_analyzer;
+				fs->custom_analyzer = d->custom_search_analyzer;
+			} else if (d != NULL && d->type == ST_FT_KEYWORD) {
+				fs->normalizer = d->normalizer;
+			}
+		}
 		if (fs->type != ST_FT_SCALED_FLOAT)
 			continue;
 		const st_field_def *d = m ? st_mapping_find(m, fs->name) : NULL;
@@ -1228,6 +1238,16 @@ compile_term(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool s
 		*out = p;
 		return CM_OK;
 	}
+	if (fs->normalizer != NULL) {
+		cm_buf nb;
+		cm_buf_init(&nb, CM_MEM_SEARCH);
+		cm_err rc = st_normalize(fs->normalizer, v, strlen(v), &nb);
+		if (!rc)
+			*out = term_plan(c->x, fs, nb.len ? (const char *)nb.data : "", nb.len, boost,
+			                 scoring);
+		cm_buf_free(&nb);
+		return rc ? cm_error_set(c->err, rc, "normalizer failed") : CM_OK;
+	}
 	*out = term_plan(c->x, fs, v, strlen(v), boost, scoring);
 	return CM_OK;
 }
@@ -1251,8 +1271,17 @@ compile_terms(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 	sr_plan *p = plan_new(P_TERMSET, boost, scoring);
 	p->fs = fs;
 	p->terms = cm_calloc(CM_MEM_SEARCH, q->nvalues, sizeof(sr_bytes));
-	for (size_t i = 0; i < q->nvalues; i++)
+	for (size_t i = 0; i < q->nvalues; i++) {
+		if (fs->normalizer != NULL) {
+			cm_buf nb;
+			cm_buf_init(&nb, CM_MEM_SEARCH);
+			st_normalize(fs->normalizer, q->values[i], strlen(q->values[i]), &nb);
+			p->terms[p->nterms++] = bytes_dup(nb.len ? (const char *)nb.data : "", nb.len);
+			cm_buf_free(&nb);
+			continue;
+		}
 		p->terms[p->nterms++] = bytes_dup(q->values[i], strlen(q->values[i]));
+	}
 	*out = p;
 	return CM_OK;
 }
@@ -1650,9 +1679,11 @@ analyze(cctx *c, const sr_query *q, const sr_fstat *fs, toks *ts)
 	memset(ts, 0, sizeof *ts);
 	const char *v = q->value ? q->value : "";
 	st_analyzer_kind an = fs->type == ST_FT_TEXT ? fs->analyzer : ST_AN_KEYWORD;
-	if (q->analyzer && !st_analyzer_from_name(q->analyzer, &an))
+	const st_analyzer *custom = fs->type == ST_FT_TEXT ? fs->custom_analyzer : fs->normalizer;
+	const st_mapping *m = st_reader_mapping(c->x->reader);
+	if (q->analyzer && !st_analysis_resolve(m ? m->analysis : NULL, q->analyzer, &an, &custom))
 		return cm_error_set(c->err, CM_EINVAL, "analyzer [%s] not found", q->analyzer);
-	cm_err rc = st_analyze(an, v, strlen(v), 0, tok_cb, ts, NULL);
+	cm_err rc = st_analyze_with(custom, an, v, strlen(v), 0, tok_cb, ts, NULL);
 	if (!rc && ts->overflow)
 		rc = cm_error_set_type(c->err, CM_ELIMIT, "too_many_clauses",
 		                       "maxClauseCount is set to %d", SR_MAX_CLAUSES);

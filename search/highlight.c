@@ -553,10 +553,17 @@ toks_free(toks *ts)
 	memset(ts, 0, sizeof *ts);
 }
 
+/* An analyzer: a built-in kind, or a custom chain of the mapping. */
+typedef struct an_pick {
+	st_analyzer_kind kind;
+	const st_analyzer *custom;
+} an_pick;
+
 static void
-analyze(st_analyzer_kind a, const char *s, size_t n, toks *out)
+analyze(an_pick a, const char *s, size_t n, toks *out)
 {
-	st_analyze(a, s, n > MAX_ANALYZED ? MAX_ANALYZED : n, 0, on_tok, out, NULL);
+	st_analyze_with(a.custom, a.kind, s, n > MAX_ANALYZED ? MAX_ANALYZED : n, 0, on_tok, out,
+	                NULL);
 }
 
 static bool
@@ -568,15 +575,15 @@ term_eq(const tok *t, const char *s, size_t n, bool caseless)
 }
 
 /* The field's analyzer for the query text of a match-family matcher. */
-static st_analyzer_kind
+static an_pick
 query_analyzer(const matcher *m, const st_field_def *def)
 {
 	st_analyzer_kind a;
 	if (def->type != ST_FT_TEXT)
-		return ST_AN_KEYWORD;
+		return (an_pick){ST_AN_KEYWORD, def->normalizer};
 	if (m->analyzer && st_analyzer_from_name(m->analyzer, &a))
-		return a;
-	return def->search_analyzer;
+		return (an_pick){a, NULL};
+	return (an_pick){def->search_analyzer, def->custom_search_analyzer};
 }
 
 static bool
@@ -1164,7 +1171,8 @@ field_render(const st_field_def *def, const eff *e, const mset *ms, const cJSON 
 		cm_free(T, vs.v);
 		return;
 	}
-	st_analyzer_kind an = def->type == ST_FT_TEXT ? def->analyzer : ST_AN_KEYWORD;
+	an_pick an = def->type == ST_FT_TEXT ? (an_pick){def->analyzer, def->custom_analyzer}
+	                                     : (an_pick){ST_AN_KEYWORD, def->normalizer};
 	sr_hl_span *spans = NULL;
 	size_t nspans = 0, cap = 0;
 	plist pl = {0};

@@ -11,11 +11,13 @@
 
 #include <libstemmer.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
 #include "../common/cm_alloc.h"
+#include "an_private.h"
 
 /* Word-break classes (a subset of UAX#29's Word_Break property). */
 enum {
@@ -181,6 +183,9 @@ typedef struct an_state {
 	bool stopped;
 	cm_err err;
 	struct sb_stemmer *stemmer;
+	uint32_t max_len;  /* code points per token (ST_MAX_TOKEN_LEN unless raw) */
+	an_raw_fn raw;     /* custom chains: bytes [start,end) go here unfiltered */
+	void *raw_ctx;
 	char term[4 * 1024];
 	utf8proc_int32_t ubuf[1024];
 } an_state;
@@ -292,6 +297,10 @@ fold_unicode(an_state *st, const uint8_t *s, size_t n, const char **out, void **
 static void
 emit(an_state *st, size_t start, size_t end, bool nonascii)
 {
+	if (st->raw != NULL) {
+		st->raw(st->raw_ctx, start, end);
+		return;
+	}
 	const uint8_t *s = st->text + start;
 	size_t n = end - start;
 	if (st->kind == ST_AN_WHITESPACE || st->kind == ST_AN_KEYWORD) {
@@ -403,7 +412,7 @@ tokenize_standard(an_state *st, size_t len)
 					}
 				}
 			}
-			if (take == 0 || ncp + add > ST_MAX_TOKEN_LEN)
+			if (take == 0 || ncp + add > st->max_len)
 				break;
 			for (size_t i = p; i < p + take; i++)
 				nonascii |= s[i] >= 0x80;
@@ -437,7 +446,7 @@ tokenize_runs(an_state *st, size_t len, bool letters)
 		size_t start = p;
 		uint32_t ncp = 0;
 		bool nonascii = false;
-		while (p < len && ncp < ST_MAX_TOKEN_LEN) {
+		while (p < len && ncp < st->max_len) {
 			size_t cl = 1;
 			bool in;
 			if (s[p] < 0x80) {
@@ -492,6 +501,8 @@ st_analyze(st_analyzer_kind a, const char *text, size_t len, uint32_t first_pos,
 	st->stopped = false;
 	st->err = CM_OK;
 	st->stemmer = NULL;
+	st->max_len = ST_MAX_TOKEN_LEN;
+	st->raw = NULL;
 	if (a == ST_AN_ENGLISH && (st->stemmer = stemmer_get()) == NULL)
 		return CM_ENOMEM;
 	switch (a) {
@@ -515,4 +526,69 @@ st_analyze(st_analyzer_kind a, const char *text, size_t len, uint32_t first_pos,
 	if (next_pos != NULL)
 		*next_pos = st->pos;
 	return st->err;
+}
+
+void
+an_tokenize_raw(an_raw_tokenizer which, const char *text, size_t len, uint32_t max_len,
+                an_raw_fn fn, void *ctx)
+{
+	an_state *st = cm_malloc(CM_MEM_STORAGE, sizeof(*st)); /* custom chains only */
+	memset(st, 0, offsetof(an_state, term));
+	st->text = (const uint8_t *)text;
+	st->max_len = max_len;
+	st->raw = fn;
+	st->raw_ctx = ctx;
+	switch (which) {
+	case AN_RAW_STANDARD:
+		tokenize_standard(st, len);
+		break;
+	case AN_RAW_WHITESPACE:
+		tokenize_runs(st, len, false);
+		break;
+	case AN_RAW_LETTER:
+		tokenize_runs(st, len, true);
+		break;
+	}
+	cm_free(CM_MEM_STORAGE, st);
+}
+
+const char *
+an_standard_type(const char *text, size_t len)
+{
+	const uint8_t *s = (const uint8_t *)text;
+	bool num = true;
+	for (size_t p = 0; p < len;) {
+		size_t cl;
+		int32_t c = s[p] < 0x80 ? s[p] : utf8_decode(s + p, len - p, &cl);
+		if (s[p] < 0x80)
+			cl = 1;
+		if (p == 0 && c >= 0x80) {
+			if (is_hiragana(c))
+				return "<HIRAGANA>";
+			if (is_katakana(c))
+				return "<KATAKANA>";
+			if (is_han(c))
+				return "<IDEOGRAPHIC>";
+			if ((c >= 0xAC00 && c <= 0xD7A3) || (c >= 0x1100 && c <= 0x11FF) ||
+			    (c >= 0x3130 && c <= 0x318F))
+				return "<HANGUL>";
+		}
+		int w = c < 0 ? W_SEP : c < 0x80 ? ascii_word_class[c] : word_class_slow(c);
+		if (w == W_LETTER || w == W_KATA || w == W_IDEO)
+			num = false;
+		p += cl;
+	}
+	return num ? "<NUM>" : "<ALPHANUM>";
+}
+
+int32_t
+an_utf8_decode(const uint8_t *s, size_t n, size_t *len)
+{
+	return utf8_decode(s, n, len);
+}
+
+bool
+an_is_space(int32_t c)
+{
+	return c < 0x80 ? ascii_space[c] != 0 : is_space_cp(c);
 }
