@@ -1225,3 +1225,11 @@ st_normalize(const st_analyzer *norm, const char *s, size_t n, cm_buf *out)
 {
 	return st_analyzer_run(norm, s, n, 0, concat_tok, out, NULL);
 }
+
+const char *
+st_token_type(st_analyzer_kind kind, const char *text, size_t n)
+{
+	if (kind == ST_AN_STANDARD || kind == ST_AN_ENGLISH)
+		return an_standard_type(text, n);
+	return "word";
+}

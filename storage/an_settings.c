@@ -1078,8 +1078,8 @@ chain_build(st_analysis *a, an_defs *own, const char *name, const cJSON *tokeniz
 		an->tok = &keyword_tok;
 	} else {
 		if (tokenizer == NULL || !(cJSON_IsString(tokenizer) || cJSON_IsObject(tokenizer))) {
-			rc = request ? cm_error_set(err, CM_EINVAL, "failed to find tokenizer under [%s]",
-			                            ref_name(tokenizer))
+			rc = request ? cm_error_set(err, CM_EINVAL, "failed to find %stokenizer under [%s]",
+			                            a ? "" : "global ", ref_name(tokenizer))
 			             : cm_error_set(err, CM_EINVAL,
 			                            "%s [%s] must be configured with a tokenizer", who, name);
 			goto fail;
@@ -1088,8 +1088,8 @@ chain_build(st_analysis *a, an_defs *own, const char *name, const cJSON *tokeniz
 		if (an->tok == NULL) {
 			if (!err || !err->code)
 				rc = request ? cm_error_set(err, CM_EINVAL,
-				                            "failed to find global tokenizer under [%s]",
-				                            tokenizer->valuestring)
+				                            "failed to find %stokenizer under [%s]",
+				                            a ? "" : "global ", tokenizer->valuestring)
 				             : cm_error_set(err, CM_EINVAL,
 				                            "%s [%s] failed to find tokenizer under name [%s]",
 				                            who, name, tokenizer->valuestring);
@@ -1121,8 +1121,8 @@ chain_build(st_analysis *a, an_defs *own, const char *name, const cJSON *tokeniz
 			if (d == NULL) {
 				rc = inl ? err->code
 				         : request ? cm_error_set(err, CM_EINVAL,
-				                                  "failed to find global char_filter under [%s]",
-				                                  it->valuestring)
+				                                  "failed to find %schar_filter under [%s]",
+				                                  a ? "" : "global ", it->valuestring)
 				                   : cm_error_set(err, CM_EINVAL,
 				                                  "%s [%s] failed to find char_filter under name "
 				                                  "[%s]",
@@ -1165,8 +1165,8 @@ chain_build(st_analysis *a, an_defs *own, const char *name, const cJSON *tokeniz
 			if (d == NULL) {
 				rc = inl ? err->code
 				         : request ? cm_error_set(err, CM_EINVAL,
-				                                  "failed to find global filter under [%s]",
-				                                  it->valuestring)
+				                                  "failed to find %sfilter under [%s]",
+				                                  a ? "" : "global ", it->valuestring)
 				                   : cm_error_set(err, CM_EINVAL,
 				                                  "%s [%s] failed to find filter under name [%s]",
 				                                  who, name, it->valuestring);

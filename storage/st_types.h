@@ -157,6 +157,10 @@ bool st_analyzer_is_normalizer(const st_analyzer *an);
  * synonyms at one position as Lucene). */
 cm_err st_analyzer_run(const st_analyzer *an, const char *text, size_t len, uint32_t first_pos,
                        st_token_fn fn, void *ctx, uint32_t *next_pos);
+/* The type ES reports for a token a built-in analyzer made from
+ * text[0..n): "<ALPHANUM>", "<NUM>", ... for standard and english,
+ * "word" for the others. */
+const char *st_token_type(st_analyzer_kind kind, const char *text, size_t n);
 /* Runs custom when given, else the built-in kind. */
 cm_err st_analyze_with(const st_analyzer *custom, st_analyzer_kind kind, const char *text,
                        size_t len, uint32_t first_pos, st_token_fn fn, void *ctx,
