@@ -865,7 +865,11 @@ f_word_delimiter(const filter_def *d, const tks *in, tks *out)
 				if (d->split_on_numerics && ((prev == 3) != (c == 3)))
 					split = true;
 			}
-			if ((c == 0 || split) && prev != 0 && np < 256) {
+			/* english possessive: an "s" right after an apostrophe that ends a part */
+			bool poss = d->stem_english_possessive && p - ps == 1 && ps >= 2 &&
+			            (t[ps] == 's' || t[ps] == 'S') && t[ps - 1] == '\'' && np > 0 &&
+			            parts[np - 1].e == ps - 1;
+			if ((c == 0 || split) && prev != 0 && np < 256 && !poss) {
 				parts[np].s = ps;
 				parts[np].e = p;
 				parts[np].digit = prev == 3;
@@ -878,11 +882,6 @@ f_word_delimiter(const filter_def *d, const tks *in, tks *out)
 				break;
 			p += cl;
 		}
-		/* english possessive: a trailing "s" part after an apostrophe */
-		if (d->stem_english_possessive && np >= 2 && parts[np - 1].e - parts[np - 1].s == 1 &&
-		    (t[parts[np - 1].s] == 's' || t[parts[np - 1].s] == 'S') && parts[np - 1].s > 0 &&
-		    t[parts[np - 1].s - 1] == '\'')
-			np--;
 		bool single = np == 1 && parts[0].s == 0 && parts[0].e == n;
 		if (np == 0 || single) {
 			if (np == 0 && !d->preserve_original) {

@@ -231,7 +231,44 @@ compile_re(regex_t *re, bool *has, const char *pattern, const char *flags, const
 		}
 		cm_free(M, copy);
 	}
-	int rc = regcomp(re, pattern, cf);
+	/* Java's shorthands that POSIX lacks; (?i) as a leading flag */
+	cm_buf px;
+	cm_buf_init(&px, M);
+	bool in_class = false;
+	if (strncmp(pattern, "(?i)", 4) == 0) {
+		cf |= REG_ICASE;
+		pattern += 4;
+	}
+	for (const char *p = pattern; *p; p++) {
+		if (*p == '\\' && p[1]) {
+			const char *cls = NULL;
+			switch (p[1]) {
+			case 'd': cls = in_class ? "[:digit:]" : "[[:digit:]]"; break;
+			case 'D': cls = in_class ? NULL : "[^[:digit:]]"; break;
+			case 's': cls = in_class ? "[:space:]" : NULL; break;
+			case 'w': cls = in_class ? "[:alnum:]_" : NULL; break;
+			case 't': cls = "\t"; break;
+			case 'n': cls = "\n"; break;
+			default: break;
+			}
+			if (cls != NULL) {
+				cm_buf_put(&px, cls, strlen(cls));
+			} else {
+				cm_buf_put(&px, p, 2);
+			}
+			p++;
+			continue;
+		}
+		if (*p == '[' && !in_class)
+			in_class = true;
+		else if (*p == ']' && in_class && p[-1] != '[' &&
+		         !(p - pattern >= 2 && p[-1] == '^' && p[-2] == '['))
+			in_class = false;
+		cm_buf_put(&px, p, 1);
+	}
+	cm_buf_put(&px, "", 1);
+	int rc = regcomp(re, (const char *)px.data, cf);
+	cm_buf_free(&px);
 	if (rc != 0) {
 		char msg[128];
 		regerror(rc, re, msg, sizeof(msg));
@@ -929,9 +966,25 @@ syn_rule_for(syn_map *m, const tks *lhs, bool keep_orig)
 	return r;
 }
 
+static bool
+tks_same_terms(const tks *a, const tks *b)
+{
+	if (a->n != b->n)
+		return false;
+	for (size_t j = 0; j < a->n; j++)
+		if (a->v[j].len != b->v[j].len ||
+		    memcmp(a->arena.data + a->v[j].off, b->arena.data + b->v[j].off, a->v[j].len))
+			return false;
+	return true;
+}
+
+/* Adds an alternative unless the rule has it (Lucene's builder dedups). */
 static void
 syn_add_alt(syn_rule *r, const tks *alt)
 {
+	for (size_t i = 0; i < r->nalts; i++)
+		if (tks_same_terms(&r->alts[i], alt))
+			return;
 	r->alts = cm_realloc(M, r->alts, (r->nalts + 1) * sizeof(tks));
 	tks *a = &r->alts[r->nalts++];
 	tks_init(a);
