@@ -555,7 +555,7 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 	fdef_init(&f, type);
 	f.path = path;
 	path = NULL; /* owned by f now */
-	bool search_analyzer_set = false;
+	bool search_analyzer_set = false, analyzer_set = false;
 	const cJSON *it;
 	cJSON_ArrayForEach(it, spec)
 	{
@@ -565,6 +565,7 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			continue;
 		} else if (strcmp(k, "analyzer") == 0 && type == ST_FT_TEXT) {
 			ok = cJSON_IsString(it);
+			analyzer_set = true;
 			if (ok && !st_analysis_resolve(b->an, it->valuestring, &f.analyzer,
 			                               &f.custom_analyzer)) {
 				cm_error_set(err, CM_EMAPPING,
@@ -728,6 +729,15 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			    f.path);
 			goto fail_f;
 		}
+	}
+	/* the index's "default" and "default_search" analyzers, as ES */
+	if (type == ST_FT_TEXT && !analyzer_set && st_analysis_analyzer(b->an, "default"))
+		st_analysis_resolve(b->an, "default", &f.analyzer, &f.custom_analyzer);
+	if (type == ST_FT_TEXT && !search_analyzer_set &&
+	    st_analysis_analyzer(b->an, "default_search")) {
+		st_analysis_resolve(b->an, "default_search", &f.search_analyzer,
+		                    &f.custom_search_analyzer);
+		search_analyzer_set = true;
 	}
 	if (!search_analyzer_set) {
 		f.search_analyzer = f.analyzer;
@@ -976,11 +986,15 @@ render_field(cJSON *o, const st_field_def *f, bool has_children)
 			cJSON_AddItemToArray(a, cJSON_CreateString(f->copy_to[i]));
 	}
 	if (f->type == ST_FT_TEXT) {
-		if (f->analyzer != ST_AN_STANDARD)
+		/* "default" and "default_search" come back from the settings */
+		if (f->analyzer != ST_AN_STANDARD &&
+		    strcmp(field_an_name(f->analyzer, f->custom_analyzer), "default") != 0)
 			cJSON_AddStringToObject(o, "analyzer",
 			                        field_an_name(f->analyzer, f->custom_analyzer));
-		if (f->search_analyzer != f->analyzer ||
-		    f->custom_search_analyzer != f->custom_analyzer)
+		if ((f->search_analyzer != f->analyzer ||
+		     f->custom_search_analyzer != f->custom_analyzer) &&
+		    strcmp(field_an_name(f->search_analyzer, f->custom_search_analyzer),
+		           "default_search") != 0)
 			cJSON_AddStringToObject(
 			    o, "search_analyzer",
 			    field_an_name(f->search_analyzer, f->custom_search_analyzer));

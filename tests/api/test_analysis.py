@@ -309,6 +309,29 @@ def invalid_settings_create_nothing():
 
 
 @test
+def default_analyzer():
+    n = solo()
+    st, b = n.req("PUT", "/defan", {"settings": {"analysis": {"analyzer": {
+        "default": {"tokenizer": "whitespace", "filter": ["lowercase"]},
+        "default_search": {"tokenizer": "whitespace", "filter": ["lowercase", "reverse"]}}}},
+        "mappings": {"properties": {"s": {"type": "text", "analyzer": "standard",
+                                          "search_analyzer": "standard"}}}})
+    eq(st, 200, "create: %s" % b)
+    st, b = n.req("PUT", "/defan/_doc/1?refresh=true", {"t": "Foo-Bar", "s": "Foo-Bar"})
+    eq(st, 201, "index: %s" % b)
+    q = lambda f, v: ids(n, "defan", {"match": {f: v}})[0]  # noqa: E731
+    # dynamic field t: indexed with "default" (one token foo-bar), searched with
+    # "default_search" (reversed), so only the reversed text finds it
+    eq(q("t", "RAB-OOF"), ["1"], "default_search on a dynamic field")
+    eq(q("t", "foo-bar"), [], "the search side reverses")
+    eq(q("s", "bar"), ["1"], "explicit analyzers win")
+    st, b = n.req("GET", "/defan/_mapping")
+    eq(b["defan"]["mappings"]["properties"]["t"]["type"], "text", "dynamic text")
+    eq("analyzer" in b["defan"]["mappings"]["properties"]["t"], False,
+       "default analyzer not rendered")
+
+
+@test
 def books_solo_and_restart():
     n = solo()
     make_books(n, "books")
