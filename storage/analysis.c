@@ -19,6 +19,8 @@
 #include "../common/cm_alloc.h"
 #include "an_private.h"
 
+#define AN_KIND_RAW 31 /* an_state.kind of the raw mode (no analyzer has it) */
+
 /* Word-break classes (a subset of UAX#29's Word_Break property). */
 enum {
 	W_SEP,       /* not part of any word */
@@ -184,7 +186,7 @@ typedef struct an_state {
 	cm_err err;
 	struct sb_stemmer *stemmer;
 	uint32_t max_len;  /* code points per token (ST_MAX_TOKEN_LEN unless raw) */
-	an_raw_fn raw;     /* custom chains: bytes [start,end) go here unfiltered */
+	an_raw_fn raw;     /* kind AN_KIND_RAW: custom chains take the bytes here */
 	void *raw_ctx;
 	char term[4 * 1024];
 	utf8proc_int32_t ubuf[1024];
@@ -297,14 +299,14 @@ fold_unicode(an_state *st, const uint8_t *s, size_t n, const char **out, void **
 static void
 emit(an_state *st, size_t start, size_t end, bool nonascii)
 {
-	if (st->raw != NULL) {
-		st->raw(st->raw_ctx, start, end);
-		return;
-	}
 	const uint8_t *s = st->text + start;
 	size_t n = end - start;
-	if (st->kind == ST_AN_WHITESPACE || st->kind == ST_AN_KEYWORD) {
-		deliver(st, (const char *)s, n, start, end);
+	/* one test for the kinds that take the bytes as they are */
+	if ((1u << st->kind) & ((1u << ST_AN_WHITESPACE) | (1u << ST_AN_KEYWORD) | (1u << AN_KIND_RAW))) {
+		if (st->kind == AN_KIND_RAW) /* custom chains: bytes [start,end) unfiltered */
+			st->raw(st->raw_ctx, start, end);
+		else
+			deliver(st, (const char *)s, n, start, end);
 		return;
 	}
 	const char *t;
@@ -344,7 +346,7 @@ out:
 
 /* ---- tokenizers ---- */
 
-static bool
+static inline __attribute__((always_inline)) bool
 word_joins(int last, int next)
 {
 	switch (next) {
@@ -360,10 +362,12 @@ word_joins(int last, int next)
 	}
 }
 
-static void
+/* inlined into st_analyze, as before the raw mode shared it */
+static inline __attribute__((always_inline)) void
 tokenize_standard(an_state *st, size_t len)
 {
 	const uint8_t *s = st->text;
+	const uint32_t max_len = st->max_len; /* a local: fn calls cannot change it */
 	size_t p = 0;
 	while (p < len && !st->stopped) {
 		size_t cl;
@@ -412,7 +416,7 @@ tokenize_standard(an_state *st, size_t len)
 					}
 				}
 			}
-			if (take == 0 || ncp + add > st->max_len)
+			if (take == 0 || ncp + add > max_len)
 				break;
 			for (size_t i = p; i < p + take; i++)
 				nonascii |= s[i] >= 0x80;
@@ -441,12 +445,13 @@ static void
 tokenize_runs(an_state *st, size_t len, bool letters)
 {
 	const uint8_t *s = st->text;
+	const uint32_t max_len = st->max_len;
 	size_t p = 0;
 	while (p < len && !st->stopped) {
 		size_t start = p;
 		uint32_t ncp = 0;
 		bool nonascii = false;
-		while (p < len && ncp < st->max_len) {
+		while (p < len && ncp < max_len) {
 			size_t cl = 1;
 			bool in;
 			if (s[p] < 0x80) {
@@ -502,7 +507,6 @@ st_analyze(st_analyzer_kind a, const char *text, size_t len, uint32_t first_pos,
 	st->err = CM_OK;
 	st->stemmer = NULL;
 	st->max_len = ST_MAX_TOKEN_LEN;
-	st->raw = NULL;
 	if (a == ST_AN_ENGLISH && (st->stemmer = stemmer_get()) == NULL)
 		return CM_ENOMEM;
 	switch (a) {
@@ -534,6 +538,7 @@ an_tokenize_raw(an_raw_tokenizer which, const char *text, size_t len, uint32_t m
 {
 	an_state *st = cm_malloc(CM_MEM_STORAGE, sizeof(*st)); /* custom chains only */
 	memset(st, 0, offsetof(an_state, term));
+	st->kind = (st_analyzer_kind)AN_KIND_RAW;
 	st->text = (const uint8_t *)text;
 	st->max_len = max_len;
 	st->raw = fn;
