@@ -4,6 +4,8 @@
  * the tokens as ES does. Runs on the node that received the request:
  * every node holds every index's settings. */
 #include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../common/cm_alloc.h"
@@ -20,6 +22,7 @@ typedef struct acc {
 	st_analyzer_kind kind; /* built-in: types come from the source bytes */
 	int count;
 	bool too_many;
+	bool explain; /* adds bytes, positionLength, termFrequency */
 } acc;
 
 static int
@@ -41,8 +44,59 @@ on_token(void *ctx, const st_token *t)
 		type = st_token_type(a->kind, a->text + t->start, t->end - t->start);
 	cJSON_AddStringToObject(o, "type", type);
 	cJSON_AddNumberToObject(o, "position", t->position);
+	if (a->explain) {
+		/* Lucene's BytesRef rendering and the attributes ES lists */
+		char *hex = cm_malloc(CM_MEM_COORD, t->len * 3 + 3), *h = hex;
+		*h++ = '[';
+		for (size_t i = 0; i < t->len; i++)
+			h += sprintf(h, i ? " %02x" : "%02x", (unsigned)(uint8_t)t->term[i]);
+		*h++ = ']';
+		*h = 0;
+		cJSON_AddStringToObject(o, "bytes", hex);
+		cm_free(CM_MEM_COORD, hex);
+		cJSON_AddNumberToObject(o, "positionLength", 1);
+		cJSON_AddNumberToObject(o, "termFrequency", 1);
+	}
 	cJSON_AddItemToArray(a->tokens, o);
 	return 0;
+}
+
+/* Analyzes every value into a->tokens: offsets run on one past each
+ * value, positions VALUE_GAP further (ES's gaps). stage SIZE_MAX: the
+ * whole chain (or the built-in a->kind when chain is NULL). */
+static cm_err
+run_values(const cJSON *vals, const st_analyzer *chain, size_t stage, acc *a)
+{
+	const cJSON *it;
+	uint32_t next = 0;
+	int k = 0;
+	cm_err rc = CM_OK;
+	cJSON_ArrayForEach(it, vals)
+	{
+		size_t len = strlen(it->valuestring);
+		const uint8_t *s = (const uint8_t *)it->valuestring;
+		a->text = it->valuestring;
+		a->u16 = cm_malloc(CM_MEM_COORD, (len + 1) * sizeof(uint32_t));
+		uint32_t u = 0;
+		for (size_t i = 0; i <= len; i++) {
+			a->u16[i] = u;
+			if (i < len && (s[i] & 0xC0) != 0x80)
+				u += s[i] >= 0xF0 ? 2 : 1; /* beyond the BMP: a surrogate pair */
+		}
+		uint32_t first = k ? next + VALUE_GAP : 0;
+		if (stage == SIZE_MAX)
+			rc = st_analyze_with(chain, a->kind, it->valuestring, len, first, on_token, a,
+			                     &next);
+		else
+			rc = st_analyzer_run_stage(chain, it->valuestring, len, first, stage, on_token, a,
+			                           &next);
+		cm_free(CM_MEM_COORD, a->u16);
+		if (rc || a->too_many)
+			break;
+		a->offset += u + 1; /* ES's offset gap */
+		k++;
+	}
+	return rc;
 }
 
 static void
@@ -111,11 +165,6 @@ co_h_analyze(co_req *r)
 	if (explain && !cJSON_IsBool(explain)) {
 		co_reply_errorf(r, CM_EPARSE, "x_content_parse_exception",
 		                "[analyze_request] explain must be a boolean");
-		goto out;
-	}
-	if (cJSON_IsTrue(explain)) {
-		co_reply_errorf(r, CM_EINVAL, "illegal_argument_exception",
-		                "[explain] true is not supported by Shoal; ask without it");
 		goto out;
 	}
 	bool text_ok = cJSON_IsString(text) || (cJSON_IsArray(text) && cJSON_GetArraySize(text) > 0);
@@ -200,38 +249,70 @@ co_h_analyze(co_req *r)
 		}
 		chain = built;
 	}
-	uint32_t next = 0;
-	int k = 0;
 	cJSON *one = cJSON_IsString(text) ? cJSON_CreateStringReference(text->valuestring) : NULL;
 	cJSON *arr = NULL;
 	if (one) {
 		arr = cJSON_CreateArray();
 		cJSON_AddItemToArray(arr, one);
 	}
+	const cJSON *vals = arr ? arr : text;
+	cJSON *res = cJSON_CreateObject();
 	cm_err rc = CM_OK;
-	cJSON_ArrayForEach(it, (arr ? arr : text))
-	{
-		size_t len = strlen(it->valuestring);
-		const uint8_t *s = (const uint8_t *)it->valuestring;
-		a.text = it->valuestring;
-		a.u16 = cm_malloc(CM_MEM_COORD, (len + 1) * sizeof(uint32_t));
-		uint32_t u = 0;
-		for (size_t i = 0; i <= len; i++) {
-			a.u16[i] = u;
-			if (i < len && (s[i] & 0xC0) != 0x80)
-				u += s[i] >= 0xF0 ? 2 : 1; /* beyond the BMP: a surrogate pair */
+	size_t ncf = 0, nstages = chain ? st_analyzer_stages(chain, &ncf) : 0;
+	if (!cJSON_IsTrue(explain)) {
+		rc = run_values(vals, chain, SIZE_MAX, &a);
+		cJSON_AddItemToObject(res, "tokens", a.tokens);
+	} else {
+		cJSON_Delete(a.tokens);
+		a.explain = true;
+		cJSON *detail = cJSON_AddObjectToObject(res, "detail");
+		cJSON_AddBoolToObject(detail, "custom_analyzer", nstages > 0);
+		if (nstages == 0) {
+			cJSON *o = cJSON_AddObjectToObject(detail, "analyzer");
+			const char *name = analyzer ? analyzer->valuestring
+			                   : chain  ? st_analyzer_get_name(chain)
+			                            : st_analyzer_name(a.kind);
+			cJSON_AddStringToObject(o, "name", name);
+			a.tokens = cJSON_AddArrayToObject(o, "tokens");
+			rc = run_values(vals, chain, SIZE_MAX, &a);
+		} else {
+			cJSON *cfs = ncf ? cJSON_AddArrayToObject(detail, "charfilters") : NULL;
+			for (size_t i = 0; i < ncf; i++) {
+				cJSON *o = cJSON_CreateObject(), *ft;
+				cJSON_AddItemToArray(cfs, o);
+				cJSON_AddStringToObject(o, "name", st_analyzer_stage_name(chain, true, i));
+				ft = cJSON_AddArrayToObject(o, "filtered_text");
+				cJSON_ArrayForEach(it, vals)
+				{
+					cm_buf b;
+					cm_buf_init(&b, CM_MEM_COORD);
+					st_analyzer_char_filtered(chain, it->valuestring, strlen(it->valuestring),
+					                          i, &b);
+					cm_buf_put(&b, "", 1);
+					cJSON_AddItemToArray(ft, cJSON_CreateString((const char *)b.data));
+					cm_buf_free(&b);
+				}
+			}
+			cJSON *tfs = nstages > 1 ? cJSON_CreateArray() : NULL;
+			for (size_t st = 0; st < nstages && !rc && !a.too_many; st++) {
+				cJSON *o = cJSON_CreateObject();
+				cJSON_AddStringToObject(o, "name", st_analyzer_stage_name(chain, false, st));
+				a.tokens = cJSON_AddArrayToObject(o, "tokens");
+				a.offset = 0;
+				a.count = 0;
+				if (st == 0)
+					cJSON_AddItemToObject(detail, "tokenizer", o);
+				else
+					cJSON_AddItemToArray(tfs, o);
+				rc = run_values(vals, chain, st, &a);
+			}
+			if (tfs)
+				cJSON_AddItemToObject(detail, "tokenfilters", tfs);
 		}
-		rc = st_analyze_with(chain, a.kind, it->valuestring, len, k ? next + VALUE_GAP : 0,
-		                     on_token, &a, &next);
-		cm_free(CM_MEM_COORD, a.u16);
-		if (rc || a.too_many)
-			break;
-		a.offset += u + 1; /* ES's offset gap */
-		k++;
 	}
 	cJSON_Delete(arr);
 	if (a.too_many || rc) {
-		cJSON_Delete(a.tokens);
+		cJSON_Delete(res);
 		if (a.too_many)
 			co_reply_errorf(r, CM_EINVAL, "illegal_argument_exception",
 			                "The number of tokens produced by calling _analyze has exceeded "
@@ -243,8 +324,6 @@ co_h_analyze(co_req *r)
 			                cm_err_msg(rc));
 		goto out;
 	}
-	cJSON *res = cJSON_CreateObject();
-	cJSON_AddItemToObject(res, "tokens", a.tokens);
 	co_reply_json(r, 200, res);
 out:
 	st_analyzer_free(built);

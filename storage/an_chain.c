@@ -1153,24 +1153,71 @@ an_chain_tokens(const st_analyzer *an, const char *s, size_t n, size_t upto, tks
 	return trailing;
 }
 
+static cm_err chain_run(const st_analyzer *an, const char *text, size_t len, uint32_t first_pos,
+                        size_t upto, st_token_fn fn, void *ctx, uint32_t *next_pos);
+
 cm_err
 st_analyzer_run(const st_analyzer *an, const char *text, size_t len, uint32_t first_pos,
                 st_token_fn fn, void *ctx, uint32_t *next_pos)
+{
+	if (an->builtin_kind >= 0)
+		return st_analyze((st_analyzer_kind)an->builtin_kind, text, len, first_pos, fn, ctx,
+		                  next_pos);
+	return chain_run(an, text, len, first_pos, SIZE_MAX, fn, ctx, next_pos);
+}
+
+size_t
+st_analyzer_stages(const st_analyzer *an, size_t *ncharfilters)
+{
+	*ncharfilters = an->builtin_kind >= 0 ? 0 : an->ncf;
+	return an->builtin_kind >= 0 ? 0 : an->nfilters + 1;
+}
+
+const char *
+st_analyzer_stage_name(const st_analyzer *an, bool charfilter, size_t i)
+{
+	if (charfilter)
+		return an->cf[i]->name;
+	return i == 0 ? an->tok->name : an->filters[i - 1].def->name;
+}
+
+cm_err
+st_analyzer_run_stage(const st_analyzer *an, const char *text, size_t len, uint32_t first_pos,
+                      size_t stage, st_token_fn fn, void *ctx, uint32_t *next_pos)
+{
+	return chain_run(an, text, len, first_pos, stage, fn, ctx, next_pos);
+}
+
+void
+st_analyzer_char_filtered(const st_analyzer *an, const char *text, size_t len, size_t k,
+                          cm_buf *out)
+{
+	st_analyzer tmp = *an;
+	tmp.ncf = k + 1 < an->ncf ? k + 1 : an->ncf;
+	cftext cf;
+	if (run_char_filters(&tmp, text, len, &cf)) {
+		cm_buf_put(out, cf.text.data, cf.text.len);
+		cft_free(&cf);
+	} else {
+		cm_buf_put(out, text, len);
+	}
+}
+
+static cm_err
+chain_run(const st_analyzer *an, const char *text, size_t len, uint32_t first_pos, size_t upto,
+          st_token_fn fn, void *ctx, uint32_t *next_pos)
 {
 	if (text == NULL && len > 0)
 		return CM_EINVAL;
 	if (len > UINT32_MAX / 2)
 		return CM_ELIMIT;
-	if (an->builtin_kind >= 0)
-		return st_analyze((st_analyzer_kind)an->builtin_kind, text, len, first_pos, fn, ctx,
-		                  next_pos);
 	cftext cf;
 	bool filtered = run_char_filters(an, text, len, &cf);
 	const char *s = filtered ? (const char *)cf.text.data : text;
 	size_t n = filtered ? cf.text.len : len;
 	tks t;
 	tks_init(&t);
-	uint32_t trailing = an_chain_tokens(an, s ? s : "", n, SIZE_MAX, &t);
+	uint32_t trailing = an_chain_tokens(an, s ? s : "", n, upto, &t);
 	cm_err rc = t.n >= MAX_VALUE_TOKENS ? CM_ELIMIT : CM_OK;
 	/* Lucene starts at -1 and adds each increment; a first token with
 	 * increment 0 still lands on position 0 */

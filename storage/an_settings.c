@@ -841,7 +841,7 @@ resolve_filter(st_analysis *a, an_defs *own, const cJSON *ref, cm_error *err, bo
 	*bad_params = false;
 	if (cJSON_IsObject(ref)) {
 		*bad_params = true;
-		if (parse_filter(a, "_anonymous_filter", ref, &d, err))
+		if (parse_filter(a, "_anonymous_tokenfilter", ref, &d, err))
 			return NULL;
 		PUSH(own->filters, own->nfilters, d);
 		return d;

@@ -120,6 +120,7 @@ cm_err st_analyze(st_analyzer_kind a, const char *text, size_t len, uint32_t fir
  * segments record it so, and readers take the chain from the mapping. */
 #define ST_AN_CUSTOM 5
 
+struct cm_buf;
 typedef struct st_analysis st_analysis; /* an index's parsed analysis settings */
 typedef struct st_analyzer st_analyzer; /* one chain: char filters, tokenizer, filters */
 
@@ -161,13 +162,24 @@ cm_err st_analyzer_run(const st_analyzer *an, const char *text, size_t len, uint
  * text[0..n): "<ALPHANUM>", "<NUM>", ... for standard and english,
  * "word" for the others. */
 const char *st_token_type(st_analyzer_kind kind, const char *text, size_t n);
+/* _analyze's explain: a chain's stages are its tokenizer (stage 0) and
+ * each filter (stage k: after k filters); char filters are counted apart
+ * (*ncharfilters). Built-in analyzers have no stages (0). */
+size_t st_analyzer_stages(const st_analyzer *an, size_t *ncharfilters);
+const char *st_analyzer_stage_name(const st_analyzer *an, bool charfilter, size_t i);
+/* Runs the chain up to a stage (offsets into the original text). */
+cm_err st_analyzer_run_stage(const st_analyzer *an, const char *text, size_t len,
+                             uint32_t first_pos, size_t stage, st_token_fn fn, void *ctx,
+                             uint32_t *next_pos);
+/* The text after the first k+1 char filters, appended to out. */
+void st_analyzer_char_filtered(const st_analyzer *an, const char *text, size_t len, size_t k,
+                               struct cm_buf *out);
 /* Runs custom when given, else the built-in kind. */
 cm_err st_analyze_with(const st_analyzer *custom, st_analyzer_kind kind, const char *text,
                        size_t len, uint32_t first_pos, st_token_fn fn, void *ctx,
                        uint32_t *next_pos);
 /* A normalizer's output for one keyword value, appended to out (the
  * tokens concatenated, as ES's keyword tokenizer yields one). */
-struct cm_buf;
 cm_err st_normalize(const st_analyzer *norm, const char *s, size_t n, struct cm_buf *out);
 
 /* ---- mappings ---- */

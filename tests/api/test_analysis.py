@@ -215,6 +215,22 @@ def analyze_builtin_and_inline():
     eq(toks(analyze(n, {"analyzer": "english", "text": "running foxes"})), ["run", "fox"],
        "english")
     eq(analyze(n, {"analyzer": "standard", "text": "", "explain": False}), [], "empty text")
+    st, b = n.req("POST", "/_analyze", {
+        "tokenizer": "standard", "char_filter": ["html_strip"], "explain": True,
+        "filter": ["lowercase", {"type": "stop", "stopwords": ["a"]}], "text": "<b>A</b> Fox"})
+    eq(st, 200, "explain: %s" % b)
+    d = b["detail"]
+    eq(d["custom_analyzer"], True, "explain custom")
+    eq(d["charfilters"], [{"name": "html_strip", "filtered_text": ["A Fox"]}], "char filter stage")
+    eq(d["tokenizer"]["name"], "standard", "tokenizer stage name")
+    eq(toks(d["tokenizer"]["tokens"], ("token", "start_offset", "end_offset", "bytes")),
+       [("A", 3, 4, "[41]"), ("Fox", 9, 12, "[46 6f 78]")], "tokenizer stage")
+    eq([(f["name"], toks(f["tokens"], ("token", "position"))) for f in d["tokenfilters"]],
+       [("lowercase", [("a", 0), ("fox", 1)]), ("_anonymous_tokenfilter", [("fox", 1)])],
+       "filter stages")
+    st, b = n.req("POST", "/_analyze", {"analyzer": "standard", "text": "A", "explain": True})
+    eq((b["detail"]["custom_analyzer"], b["detail"]["analyzer"]["name"],
+        toks(b["detail"]["analyzer"]["tokens"])), (False, "standard", ["a"]), "explain built-in")
 
 
 @test
