@@ -2,6 +2,7 @@
  * messages; built-in component names resolve to definitions made on use. */
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1301,7 +1302,10 @@ parse_analyzer(st_analysis *a, const char *name, const cJSON *o, st_analyzer **o
 		}
 		if (lower && strcmp(tt, "lowercase") && strcmp(tt, "whitespace") && strcmp(tt, "keyword"))
 			cJSON_AddItemToArray(fj, cJSON_CreateString("lowercase"));
+		/* ES's snowball analyzer stops English words when its language is English */
+		const char *sl = get_str(o, "language");
 		bool stops = !strcmp(type, "stop") || !strcmp(type, "english") ||
+		             (!strcmp(type, "snowball") && (!sl || !strcasecmp(sl, "english"))) ||
 		             cJSON_GetObjectItemCaseSensitive(o, "stopwords") != NULL;
 		if (stops) {
 			filter_def *sd = NULL;
@@ -1542,11 +1546,33 @@ st_analysis_normalizer(const st_analysis *a, const char *name)
 	return NULL;
 }
 
+/* ES's built-in analyzers that Shoal's fast path lacks, as chains made
+ * once per process (never freed: fields point at them for good). */
+static st_analysis *builtins;
+static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
+
+static void
+builtins_init(void)
+{
+	cJSON *j = cJSON_Parse("{\"analyzer\":{\"stop\":{\"type\":\"stop\"},"
+	                       "\"pattern\":{\"type\":\"pattern\"},"
+	                       "\"snowball\":{\"type\":\"snowball\"}}}");
+	cm_error err = {0};
+	if (st_analysis_parse(j, 1, 3, &builtins, &err) != CM_OK)
+		builtins = NULL;
+	cJSON_Delete(j);
+}
+
 bool
 st_analysis_resolve(const st_analysis *a, const char *name, st_analyzer_kind *kind,
                     const st_analyzer **custom)
 {
 	const st_analyzer *an = st_analysis_analyzer(a, name);
+	if (an == NULL && (!strcmp(name, "stop") || !strcmp(name, "pattern") ||
+	                   !strcmp(name, "snowball"))) {
+		pthread_once(&builtins_once, builtins_init);
+		an = st_analysis_analyzer(builtins, name);
+	}
 	if (an != NULL) {
 		if (an->builtin_kind >= 0) {
 			*kind = (st_analyzer_kind)an->builtin_kind;

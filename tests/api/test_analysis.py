@@ -348,6 +348,52 @@ def default_analyzer():
 
 
 @test
+def templates_snapshots_builtins():
+    n = solo()
+    # a template carries analysis settings and a mapping that uses them
+    st, b = n.req("PUT", "/_index_template/an-tpl", {"index_patterns": ["tpl-*"], "template": {
+        "settings": {"analysis": {"analyzer": {"rev": {"tokenizer": "whitespace",
+                                                       "filter": ["reverse"]}}}},
+        "mappings": {"properties": {"r": {"type": "text", "analyzer": "rev"}}}}})
+    eq(st, 200, "template: %s" % b)
+    st, b = n.req("PUT", "/_index_template/an-bad", {"index_patterns": ["bad-*"], "template": {
+        "mappings": {"properties": {"r": {"type": "text", "analyzer": "rev"}}}}})
+    eq(st, 400, "template naming an analyzer it lacks: %s" % b)
+    st, b = n.req("PUT", "/tpl-1/_doc/1?refresh=true", {"r": "abc def"})
+    eq(st, 201, "auto-created from the template: %s" % b)
+    eq(toks(analyze(n, {"field": "r", "text": "abc def"}, "tpl-1")), ["cba", "fed"],
+       "template analyzer")
+    eq(ids(n, "tpl-1", {"term": {"r": "fed"}})[0], ["1"], "indexed reversed")
+    # ES's stop, pattern and snowball analyzers by name
+    eq(toks(analyze(n, {"analyzer": "stop", "text": "The 2 QUICK foxes"})), ["quick", "foxes"],
+       "stop analyzer")
+    eq(toks(analyze(n, {"analyzer": "pattern", "text": "A-b_c d"})), ["a", "b_c", "d"],
+       "pattern analyzer")
+    eq(toks(analyze(n, {"analyzer": "snowball", "text": "the running foxes"})), ["run", "fox"],
+       "snowball analyzer")
+    st, b = n.req("PUT", "/stopan", {"mappings": {"properties": {
+        "t": {"type": "text", "analyzer": "stop"}}}})
+    eq(st, 200, "built-in stop analyzer in a mapping: %s" % b)
+    # a snapshot keeps the analysis settings the mapping relies on
+    repo = os.path.join(TMP, "repo")
+    snode = Node(args=["-E", "path.repo=" + repo])
+    try:
+        make_books(snode, "sbooks")
+        st, b = snode.req("PUT", "/_snapshot/r", {"type": "fs", "settings": {"location": repo}})
+        eq(st, 200, "repo: %s" % b)
+        st, b = snode.req("PUT", "/_snapshot/r/s1?wait_for_completion=true",
+                          {"indices": "sbooks"})
+        eq(st, 200, "snapshot: %s" % b)
+        eq(snode.req("DELETE", "/sbooks")[0], 200, "delete")
+        st, b = snode.req("POST", "/_snapshot/r/s1/_restore?wait_for_completion=true", {})
+        eq(st, 200, "restore: %s" % b)
+        snode.req("GET", "/_cluster/health/sbooks?wait_for_status=yellow&timeout=20s")
+        check_books(snode, "sbooks", "restored")
+    finally:
+        snode.stop()
+
+
+@test
 def books_solo_and_restart():
     n = solo()
     make_books(n, "books")
