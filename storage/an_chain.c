@@ -144,7 +144,7 @@ cache_destroy(void *p)
 	for (int i = 0; i < STEMMER_SLOTS; i++)
 		if (c->st[i])
 			sb_stemmer_delete(c->st[i]);
-	free(c);
+	cm_free(M, c);
 }
 
 static void
@@ -160,7 +160,7 @@ stemmer_for(const char *alg)
 {
 	if (thread_cache == NULL) {
 		pthread_once(&cache_once, cache_key_init);
-		thread_cache = calloc(1, sizeof(*thread_cache));
+		thread_cache = cm_calloc(M, 1, sizeof(*thread_cache));
 		if (thread_cache == NULL)
 			return NULL;
 		pthread_setspecific(cache_key, thread_cache);
@@ -1068,29 +1068,21 @@ run_filter(const filter_inst *fi, tks *in, tks *out)
 			tks_add(out, t + a, b - a, k->start, k->end, k->posinc, k->type);
 		}
 		break;
-	case F_UNIQUE:
+	case F_UNIQUE: {
+		size_t group = 0; /* first output token at the current position */
 		for (size_t i = 0; i < in->n; i++) {
 			const tk *k = &in->v[i];
 			bool dup = false;
-			/* only_on_same_position: compare with the tokens at this position */
-			size_t from = 0;
-			if (d->only_on_same_position) {
-				from = out->n;
-				while (from > 0 && (from == out->n || out->v[from].posinc == 0) &&
-				       out->v[from - 1].posinc == 0)
-					from--;
-				if (k->posinc == 0 && from > 0)
-					from--;
-				if (k->posinc != 0)
-					from = out->n;
-			}
-			for (size_t j = from; j < out->n && !dup; j++)
+			if (d->only_on_same_position && k->posinc > 0)
+				group = out->n;
+			for (size_t j = d->only_on_same_position ? group : 0; j < out->n && !dup; j++)
 				dup = out->v[j].len == k->len &&
 				      memcmp(tk_term(out, &out->v[j]), tk_term(in, k), k->len) == 0;
 			if (!dup)
 				tks_add(out, tk_term(in, k), k->len, k->start, k->end, k->posinc, k->type);
 		}
 		break;
+	}
 	case F_TRUNCATE:
 		for (size_t i = 0; i < in->n; i++) {
 			const tk *k = &in->v[i];

@@ -447,6 +447,15 @@ test_filters(void)
 	CHAIN("\"keyword\"", "[\"trim\"]", NULL, " fox ", "o", "fox[0,5]");
 	CHAIN("\"whitespace\"", "[\"unique\"]", NULL, "the quick fox jumps the lazy fox", "p",
 	      "the@0 quick@1 fox@2 jumps@3 lazy@4");
+	/* folding with the original, folded again: two "e" at position 0 */
+	CHAIN("\"whitespace\"",
+	      "[{\"type\":\"asciifolding\",\"preserve_original\":true},\"asciifolding\","
+	      "{\"type\":\"unique\",\"only_on_same_position\":true}]",
+	      NULL, "é e", "p", "e@0 e@1");
+	CHAIN("\"whitespace\"",
+	      "[{\"type\":\"asciifolding\",\"preserve_original\":true},\"asciifolding\","
+	      "\"unique\"]",
+	      NULL, "é e", "p", "e@0");
 	CHAIN("\"whitespace\"", "[\"truncate\"]", NULL, "the quinquennial extravaganza carried on",
 	      "", "the quinquenni extravagan carried on");
 	CHAIN("\"whitespace\"", "[{\"type\":\"truncate\",\"length\":2}]", NULL, "éèà", "", "éè");

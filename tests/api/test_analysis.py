@@ -94,8 +94,9 @@ DOCS = [
 ]
 
 
-def make_books(n, name):
-    st, b = n.req("PUT", "/" + name, {"settings": SETTINGS, "mappings": MAPPINGS})
+def make_books(n, name, replicas=0):
+    settings = dict(SETTINGS, number_of_replicas=replicas)
+    st, b = n.req("PUT", "/" + name, {"settings": settings, "mappings": MAPPINGS})
     eq(st, 200, "create %s: %s" % (name, b))
     lines = []
     for i, d in enumerate(DOCS):
@@ -425,7 +426,7 @@ def books_solo_and_restart():
 @test
 def books_cluster():
     c = cluster()
-    make_books(c["node-1"], "cbooks")
+    make_books(c["node-1"], "cbooks", replicas=1)  # replicas analyze on their own nodes
     for name, node in c.items():
         check_books(node, "cbooks", name)
     c["node-2"].restart()
