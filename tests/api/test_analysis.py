@@ -427,6 +427,13 @@ def books_solo_and_restart():
 def books_cluster():
     c = cluster()
     make_books(c["node-1"], "cbooks", replicas=1)  # replicas analyze on their own nodes
+    st, b = c["node-2"].req("PUT", "/cbad", {"settings": {"analysis": {"analyzer": {
+        "a": {"tokenizer": "standard", "filter": ["nope"]}}}}})
+    eq(st, 400, "invalid analysis through a cluster node: %s" % b)
+    eq(b["error"]["reason"], "Custom Analyzer [a] failed to find filter under name [nope]",
+       "ES's message on a cluster")
+    for name, node in c.items():
+        eq(node.req("HEAD", "/cbad")[0], 404, "nothing created on " + name)
     for name, node in c.items():
         check_books(node, "cbooks", name)
     c["node-2"].restart()
