@@ -309,6 +309,7 @@ typedef struct matcher {
 	bool analyzed;        /* match family: analyze with the field's search analyzer */
 	bool caseless;        /* term: case_insensitive */
 	const char *analyzer; /* an explicit analyzer name, NULL = the field's */
+	const st_analysis *an; /* resolves a custom analyzer name (the mapping's) */
 	int slop;
 	bool prefix_last; /* match_phrase_prefix */
 	const char *fuzziness;
@@ -325,6 +326,7 @@ typedef struct mset {
 	sr_query **owned; /* expanded query_string trees */
 	size_t nowned;
 	cm_error *err;
+	const st_analysis *an; /* the index's custom analysis */
 } mset;
 
 static matcher *
@@ -409,6 +411,7 @@ add_match(mset *s, const sr_query *q, const char *field, bool phrase, bool prefi
 	m->text = q->value ? q->value : "";
 	m->analyzed = true;
 	m->analyzer = q->analyzer;
+	m->an = s->an;
 	m->slop = q->slop;
 	m->prefix_last = prefix;
 	m->fuzziness = q->fuzziness;
@@ -578,11 +581,11 @@ term_eq(const tok *t, const char *s, size_t n, bool caseless)
 static an_pick
 query_analyzer(const matcher *m, const st_field_def *def)
 {
-	st_analyzer_kind a;
+	an_pick p;
 	if (def->type != ST_FT_TEXT)
 		return (an_pick){ST_AN_KEYWORD, def->normalizer};
-	if (m->analyzer && st_analyzer_from_name(m->analyzer, &a))
-		return (an_pick){a, NULL};
+	if (m->analyzer && st_analysis_resolve(m->an, m->analyzer, &p.kind, &p.custom))
+		return p;
 	return (an_pick){def->search_analyzer, def->custom_search_analyzer};
 }
 
@@ -1271,7 +1274,7 @@ sr_highlight_render(const sr_highlight *h, const st_mapping *m, const sr_query *
 	cJSON *doc = cJSON_ParseWithLength(src, len);
 	if (!doc)
 		return cm_error_set(err, CM_EINTERNAL, "stored _source does not parse");
-	mset base = {0}, alt = {0};
+	mset base = {.an = m->analysis}, alt = {.an = m->analysis};
 	collect(&base, q);
 	size_t start = out->len;
 	bool first = true;
@@ -1286,6 +1289,7 @@ sr_highlight_render(const sr_highlight *h, const st_mapping *m, const sr_query *
 		if (e.hq) {
 			mset_free(&alt);
 			memset(&alt, 0, sizeof alt);
+			alt.an = m->analysis;
 			collect(&alt, e.hq);
 			ms = &alt;
 		}

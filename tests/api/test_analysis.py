@@ -76,6 +76,8 @@ SETTINGS = {
                         "filter": ["lowercase", "asciifolding", "en_stop", "my_syn", "en_stem"]},
             "ac_an": {"tokenizer": "ac", "filter": ["lowercase"]},
             "ac_search": {"tokenizer": "lowercase"},
+            "gadget_q": {"tokenizer": "standard", "filter": [
+                "lowercase", {"type": "synonym", "synonyms": ["gadget => laptop"]}]},
         },
         "normalizer": {"tagnorm": {"type": "custom", "filter": ["lowercase", "asciifolding"]}},
     },
@@ -153,6 +155,12 @@ def check_books(n, index, label):
                {"highlight": {"fields": {"title": {}}}})
     hl = {h["_id"]: h.get("highlight", {}).get("title") for h in b["hits"]["hits"]}
     eq(hl.get("1"), ["<b>Cheap</b> <em>Laptops</em> & Tablets"], label + " highlight offsets")
+    # a query-time custom analyzer, for the query and for the highlighter
+    _, b = ids(n, index, {"match": {"title": {"query": "gadget", "analyzer": "gadget_q"}}},
+               {"highlight": {"fields": {"title": {}}}})
+    hl = {h["_id"]: h.get("highlight", {}).get("title") for h in b["hits"]["hits"]}
+    eq(sorted(hl), ["1", "2"], label + " query analyzer by name")
+    eq(hl["1"], ["<b>Cheap</b> <em>Laptops</em> & Tablets"], label + " highlight, query analyzer")
 
 
 @test
