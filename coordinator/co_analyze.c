@@ -18,7 +18,7 @@ typedef struct acc {
 	cJSON *tokens;
 	uint32_t offset; /* of this value within the concatenated values */
 	const char *text;
-	uint32_t *u16; /* UTF-16 offset of each byte offset: ES counts Java chars */
+	uint32_t *u16;         /* UTF-16 offset of each byte offset: ES counts Java chars */
 	st_analyzer_kind kind; /* built-in: types come from the source bytes */
 	int count;
 	bool too_many;
@@ -85,11 +85,11 @@ run_values(const cJSON *vals, const st_analyzer *chain, size_t stage, acc *a)
 		}
 		uint32_t first = k ? next + VALUE_GAP : 0;
 		if (stage == SIZE_MAX)
-			rc = st_analyze_with(chain, a->kind, it->valuestring, len, first, on_token, a,
-			                     &next);
+			rc = st_analyze_with(chain, a->kind, it->valuestring, len, first, on_token,
+			                     a, &next);
 		else
-			rc = st_analyzer_run_stage(chain, it->valuestring, len, first, stage, on_token, a,
-			                           &next);
+			rc = st_analyzer_run_stage(chain, it->valuestring, len, first, stage,
+			                           on_token, a, &next);
 		cm_free(CM_MEM_COORD, a->u16);
 		if (rc || a->too_many)
 			break;
@@ -113,8 +113,9 @@ str_or_absent(co_req *r, const cJSON *v, const char *key)
 		return true;
 	co_reply_errorf(r, CM_EPARSE, "x_content_parse_exception",
 	                "[analyze_request] %s doesn't support values of type: %s", key,
-	                cJSON_IsNumber(v) ? "VALUE_NUMBER" : cJSON_IsArray(v) ? "START_ARRAY"
-	                                                    : "VALUE_BOOLEAN");
+	                cJSON_IsNumber(v)  ? "VALUE_NUMBER"
+	                : cJSON_IsArray(v) ? "START_ARRAY"
+	                                   : "VALUE_BOOLEAN");
 	return false;
 }
 
@@ -142,9 +143,9 @@ co_h_analyze(co_req *r)
 
 	cJSON_ArrayForEach(it, body)
 	{
-		static const char *const keys[] = {"text",   "analyzer",  "tokenizer", "filter",
-		                                   "char_filter", "normalizer", "field", "explain",
-		                                   "attributes", "index"};
+		static const char *const keys[] = {
+		    "text",       "analyzer", "tokenizer", "filter",     "char_filter",
+		    "normalizer", "field",    "explain",   "attributes", "index"};
 		bool known = false;
 		for (size_t i = 0; i < sizeof(keys) / sizeof(*keys); i++)
 			known |= !strcmp(it->string, keys[i]);
@@ -154,8 +155,8 @@ co_h_analyze(co_req *r)
 			goto out;
 		}
 	}
-	if (!str_or_absent(r, analyzer, "analyzer") || !str_or_absent(r, normalizer, "normalizer") ||
-	    !str_or_absent(r, field, "field"))
+	if (!str_or_absent(r, analyzer, "analyzer") ||
+	    !str_or_absent(r, normalizer, "normalizer") || !str_or_absent(r, field, "field"))
 		goto out;
 	if (tokenizer && !cJSON_IsString(tokenizer) && !cJSON_IsObject(tokenizer)) {
 		co_reply_errorf(r, CM_EPARSE, "x_content_parse_exception",
@@ -167,12 +168,14 @@ co_h_analyze(co_req *r)
 		                "[analyze_request] explain must be a boolean");
 		goto out;
 	}
-	bool text_ok = cJSON_IsString(text) || (cJSON_IsArray(text) && cJSON_GetArraySize(text) > 0);
+	bool text_ok =
+	    cJSON_IsString(text) || (cJSON_IsArray(text) && cJSON_GetArraySize(text) > 0);
 	cJSON_ArrayForEach(it, (cJSON_IsArray(text) ? text : NULL)) text_ok &= cJSON_IsString(it);
 	if (!text_ok) {
 		if (text && !cJSON_IsString(text) && !cJSON_IsArray(text)) {
-			co_reply_errorf(r, CM_EPARSE, "x_content_parse_exception",
-			                "[analyze_request] text must be a string or an array of strings");
+			co_reply_errorf(
+			    r, CM_EPARSE, "x_content_parse_exception",
+			    "[analyze_request] text must be a string or an array of strings");
 			goto out;
 		}
 		invalid(r, "text is missing");
@@ -224,8 +227,8 @@ co_h_analyze(co_req *r)
 		if (!st_analysis_resolve(an, analyzer->valuestring, &a.kind, &chain)) {
 			cJSON_Delete(a.tokens);
 			co_reply_errorf(r, CM_EINVAL, "illegal_argument_exception",
-			                "failed to find %sanalyzer [%s]", has_index ? "" : "global ",
-			                analyzer->valuestring);
+			                "failed to find %sanalyzer [%s]",
+			                has_index ? "" : "global ", analyzer->valuestring);
 			goto out;
 		}
 	} else if (normalizer) {
@@ -233,7 +236,8 @@ co_h_analyze(co_req *r)
 		if (chain == NULL) {
 			cJSON_Delete(a.tokens);
 			co_reply_errorf(r, CM_EINVAL, "illegal_argument_exception",
-			                "failed to find normalizer under [%s]", normalizer->valuestring);
+			                "failed to find normalizer under [%s]",
+			                normalizer->valuestring);
 			goto out;
 		}
 	} else if (tokenizer || filter || char_filter) {
@@ -280,23 +284,26 @@ co_h_analyze(co_req *r)
 			for (size_t i = 0; i < ncf; i++) {
 				cJSON *o = cJSON_CreateObject(), *ft;
 				cJSON_AddItemToArray(cfs, o);
-				cJSON_AddStringToObject(o, "name", st_analyzer_stage_name(chain, true, i));
+				cJSON_AddStringToObject(o, "name",
+				                        st_analyzer_stage_name(chain, true, i));
 				ft = cJSON_AddArrayToObject(o, "filtered_text");
 				cJSON_ArrayForEach(it, vals)
 				{
 					cm_buf b;
 					cm_buf_init(&b, CM_MEM_COORD);
-					st_analyzer_char_filtered(chain, it->valuestring, strlen(it->valuestring),
-					                          i, &b);
+					st_analyzer_char_filtered(chain, it->valuestring,
+					                          strlen(it->valuestring), i, &b);
 					cm_buf_put(&b, "", 1);
-					cJSON_AddItemToArray(ft, cJSON_CreateString((const char *)b.data));
+					cJSON_AddItemToArray(
+					    ft, cJSON_CreateString((const char *)b.data));
 					cm_buf_free(&b);
 				}
 			}
 			cJSON *tfs = nstages > 1 ? cJSON_CreateArray() : NULL;
 			for (size_t st = 0; st < nstages && !rc && !a.too_many; st++) {
 				cJSON *o = cJSON_CreateObject();
-				cJSON_AddStringToObject(o, "name", st_analyzer_stage_name(chain, false, st));
+				cJSON_AddStringToObject(o, "name",
+				                        st_analyzer_stage_name(chain, false, st));
 				a.tokens = cJSON_AddArrayToObject(o, "tokens");
 				a.offset = 0;
 				a.count = 0;
@@ -314,11 +321,12 @@ co_h_analyze(co_req *r)
 	if (a.too_many || rc) {
 		cJSON_Delete(res);
 		if (a.too_many)
-			co_reply_errorf(r, CM_EINVAL, "illegal_argument_exception",
-			                "The number of tokens produced by calling _analyze has exceeded "
-			                "the allowed maximum of [%d]. This limit can be set by changing "
-			                "the [index.analyze.max_token_count] index level setting.",
-			                MAX_ANALYZE_TOKENS);
+			co_reply_errorf(
+			    r, CM_EINVAL, "illegal_argument_exception",
+			    "The number of tokens produced by calling _analyze has exceeded "
+			    "the allowed maximum of [%d]. This limit can be set by changing "
+			    "the [index.analyze.max_token_count] index level setting.",
+			    MAX_ANALYZE_TOKENS);
 		else
 			co_reply_errorf(r, rc, "illegal_argument_exception", "analysis failed: %s",
 			                cm_err_msg(rc));

@@ -9,13 +9,13 @@
 #include "an_chain.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <libstemmer.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <ctype.h>
 #include <utf8proc.h>
 
 #include "../common/cm_alloc.h"
@@ -233,9 +233,10 @@ cft_free(cftext *o)
 }
 
 static const char *const html_blocks[] = {
-    "address", "article", "aside", "blockquote", "br", "dd", "div", "dl", "dt", "fieldset",
-    "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header",
-    "hr", "li", "main", "nav", "ol", "p", "pre", "section", "table", "td", "th", "tr", "ul",
+    "address",  "article",    "aside",  "blockquote", "br",   "dd",   "div", "dl", "dt",
+    "fieldset", "figcaption", "figure", "footer",     "form", "h1",   "h2",  "h3", "h4",
+    "h5",       "h6",         "header", "hr",         "li",   "main", "nav", "ol", "p",
+    "pre",      "section",    "table",  "td",         "th",   "tr",   "ul",
 };
 
 static bool
@@ -250,7 +251,8 @@ tag_in(const char *name, size_t n, char *const *list, size_t nl)
 static bool
 html_block(const char *name, size_t n)
 {
-	return tag_in(name, n, (char *const *)html_blocks, sizeof(html_blocks) / sizeof(*html_blocks));
+	return tag_in(name, n, (char *const *)html_blocks,
+	              sizeof(html_blocks) / sizeof(*html_blocks));
 }
 
 /* An entity at s[0] == '&': its code point and length, or 0. */
@@ -260,10 +262,10 @@ html_entity(const char *s, size_t n, int32_t *cp)
 	static const struct {
 		const char *name;
 		int32_t cp;
-	} named[] = {{"amp", '&'},   {"lt", '<'},     {"gt", '>'},     {"quot", '"'},
-	             {"apos", '\''}, {"nbsp", 0xA0},  {"copy", 0xA9},  {"reg", 0xAE},
-	             {"eacute", 0xE9}, {"egrave", 0xE8}, {"agrave", 0xE0}, {"uuml", 0xFC},
-	             {"ouml", 0xF6}, {"auml", 0xE4},  {"szlig", 0xDF}, {"ccedil", 0xE7},
+	} named[] = {{"amp", '&'},       {"lt", '<'},       {"gt", '>'},      {"quot", '"'},
+	             {"apos", '\''},     {"nbsp", 0xA0},    {"copy", 0xA9},   {"reg", 0xAE},
+	             {"eacute", 0xE9},   {"egrave", 0xE8},  {"agrave", 0xE0}, {"uuml", 0xFC},
+	             {"ouml", 0xF6},     {"auml", 0xE4},    {"szlig", 0xDF},  {"ccedil", 0xE7},
 	             {"hellip", 0x2026}, {"mdash", 0x2014}, {"ndash", 0x2013}};
 	size_t e = 1;
 	while (e < n && e < 12 && s[e] != ';')
@@ -272,7 +274,8 @@ html_entity(const char *s, size_t n, int32_t *cp)
 		return 0;
 	if (s[1] == '#') {
 		char *end;
-		long v = s[2] == 'x' || s[2] == 'X' ? strtol(s + 3, &end, 16) : strtol(s + 2, &end, 10);
+		long v =
+		    s[2] == 'x' || s[2] == 'X' ? strtol(s + 3, &end, 16) : strtol(s + 2, &end, 10);
 		if (end != s + e || v <= 0 || v > 0x10FFFF)
 			return 0;
 		*cp = (int32_t)v;
@@ -298,7 +301,8 @@ cf_html_strip(const cf_def *d, const char *s, size_t n, cftext *o)
 				cm_buf b;
 				cm_buf_init(&b, M);
 				put_cp(&b, cp);
-				cft_put(o, (const char *)b.data, b.len, (uint32_t)p, (uint32_t)(p + el));
+				cft_put(o, (const char *)b.data, b.len, (uint32_t)p,
+				        (uint32_t)(p + el));
 				cm_buf_free(&b);
 				p += el;
 				continue;
@@ -317,25 +321,30 @@ cf_html_strip(const cf_def *d, const char *s, size_t n, cftext *o)
 			if (closing)
 				q++;
 			size_t ns = q;
-			while (q < n && (isalnum((unsigned char)s[q]) || s[q] == '-' || s[q] == ':'))
+			while (q < n &&
+			       (isalnum((unsigned char)s[q]) || s[q] == '-' || s[q] == ':'))
 				q++;
 			if (q > ns || s[p + 1] == '!' || s[p + 1] == '?') {
 				const char *gt = memchr(s + q, '>', n - q);
 				if (gt != NULL) {
 					size_t name_len = q - ns;
 					size_t end = (size_t)(gt - s) + 1;
-					if (tag_in(s + ns, name_len, d->escaped_tags, d->nescaped_tags)) {
-						cft_put(o, s + p, end - p, (uint32_t)p, (uint32_t)end);
+					if (tag_in(s + ns, name_len, d->escaped_tags,
+					           d->nescaped_tags)) {
+						cft_put(o, s + p, end - p, (uint32_t)p,
+						        (uint32_t)end);
 						p = end;
 						continue;
 					}
 					/* script and style lose their contents too */
 					if (!closing && name_len > 0 &&
-					    ((name_len == 6 && strncasecmp(s + ns, "script", 6) == 0) ||
-					     (name_len == 5 && strncasecmp(s + ns, "style", 5) == 0))) {
+					    ((name_len == 6 &&
+					      strncasecmp(s + ns, "script", 6) == 0) ||
+					     (name_len == 5 &&
+					      strncasecmp(s + ns, "style", 5) == 0))) {
 						char close[10];
-						snprintf(close, sizeof(close), "</%.*s", (int)name_len,
-						         s + ns);
+						snprintf(close, sizeof(close), "</%.*s",
+						         (int)name_len, s + ns);
 						size_t k = end;
 						while (k + name_len + 2 <= n &&
 						       strncasecmp(s + k, close, name_len + 2) != 0)
@@ -378,7 +387,8 @@ cf_mapping(const cf_def *d, const char *s, size_t n, cftext *o)
 		}
 		if (p > lit)
 			cft_put(o, s + lit, p - lit, (uint32_t)lit, (uint32_t)p);
-		cft_put(o, d->map_to[best], strlen(d->map_to[best]), (uint32_t)p, (uint32_t)(p + bl));
+		cft_put(o, d->map_to[best], strlen(d->map_to[best]), (uint32_t)p,
+		        (uint32_t)(p + bl));
 		p += bl;
 		lit = p;
 	}
@@ -461,7 +471,8 @@ run_char_filters(const st_analyzer *an, const char *s, size_t n, cftext *out)
 			for (size_t k = 0; k < nx.text.len; k++) {
 				uint32_t a = nx.smap[k], b = nx.emap[k];
 				nx.smap[k] = a < cur.text.len ? cur.smap[a] : (uint32_t)n;
-				nx.emap[k] = b > 0 && b - 1 < cur.text.len ? cur.emap[b - 1] : nx.smap[k];
+				nx.emap[k] =
+				    b > 0 && b - 1 < cur.text.len ? cur.emap[b - 1] : nx.smap[k];
 			}
 			cft_free(&cur);
 		}
@@ -484,8 +495,8 @@ static void
 raw_token(void *ctx, size_t start, size_t end)
 {
 	rawctx *r = ctx;
-	const char *type = r->td->kind == TK_STANDARD ? an_standard_type(r->text + start, end - start)
-	                                              : "word";
+	const char *type =
+	    r->td->kind == TK_STANDARD ? an_standard_type(r->text + start, end - start) : "word";
 	if (r->td->kind == TK_LOWERCASE) {
 		tk *k = tks_add(r->out, "", 0, (uint32_t)start, (uint32_t)end, 1, type);
 		size_t off = r->out->arena.len;
@@ -514,7 +525,8 @@ char_in_classes(int32_t c, unsigned classes, const char *custom)
 		return true;
 	if ((classes & TC_WHITESPACE) && an_is_space(c))
 		return true;
-	if ((classes & TC_PUNCTUATION) && cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO)
+	if ((classes & TC_PUNCTUATION) && cat >= UTF8PROC_CATEGORY_PC &&
+	    cat <= UTF8PROC_CATEGORY_PO)
 		return true;
 	if ((classes & TC_SYMBOL) && cat >= UTF8PROC_CATEGORY_SM && cat <= UTF8PROC_CATEGORY_SO)
 		return true;
@@ -550,8 +562,8 @@ tok_ngram(const tok_def *d, const char *s, size_t n, tks *out)
 		for (size_t start = rs, si = 0; start < re && out->n < MAX_VALUE_TOKENS; si++) {
 			for (int g = d->min_gram; g <= d->max_gram && si + (size_t)g <= ncp; g++) {
 				size_t bl = cp_prefix(s + start, re - start, (size_t)g);
-				tks_add(out, s + start, bl, (uint32_t)start, (uint32_t)(start + bl), 1,
-				        "word");
+				tks_add(out, s + start, bl, (uint32_t)start, (uint32_t)(start + bl),
+				        1, "word");
 			}
 			if (d->kind == TK_EDGE_NGRAM)
 				break;
@@ -575,10 +587,12 @@ tok_pattern(const tok_def *d, const char *s, size_t n, tks *out)
 		size_t ms = p + (size_t)mt[0].rm_so, me = p + (size_t)mt[0].rm_eo;
 		if (d->group < 0) {
 			if (ms > last)
-				tks_add(out, s + last, ms - last, (uint32_t)last, (uint32_t)ms, 1, "word");
+				tks_add(out, s + last, ms - last, (uint32_t)last, (uint32_t)ms, 1,
+				        "word");
 			last = me;
 		} else if (mt[d->group].rm_so >= 0 && mt[d->group].rm_eo > mt[d->group].rm_so) {
-			size_t gs = p + (size_t)mt[d->group].rm_so, ge = p + (size_t)mt[d->group].rm_eo;
+			size_t gs = p + (size_t)mt[d->group].rm_so,
+			       ge = p + (size_t)mt[d->group].rm_eo;
 			tks_add(out, s + gs, ge - gs, (uint32_t)gs, (uint32_t)ge, 1, "word");
 		}
 		if (me == ms) {
@@ -601,10 +615,12 @@ run_tokenizer(const tok_def *d, const char *s, size_t n, tks *out)
 	rawctx r = {out, s, d, true};
 	switch (d->kind) {
 	case TK_STANDARD:
-		an_tokenize_raw(AN_RAW_STANDARD, s, n, (uint32_t)d->max_token_length, raw_token, &r);
+		an_tokenize_raw(AN_RAW_STANDARD, s, n, (uint32_t)d->max_token_length, raw_token,
+		                &r);
 		break;
 	case TK_WHITESPACE:
-		an_tokenize_raw(AN_RAW_WHITESPACE, s, n, (uint32_t)d->max_token_length, raw_token, &r);
+		an_tokenize_raw(AN_RAW_WHITESPACE, s, n, (uint32_t)d->max_token_length, raw_token,
+		                &r);
 		break;
 	case TK_LETTER:
 	case TK_LOWERCASE:
@@ -653,10 +669,10 @@ ascii_fold(const char *s, size_t n, cm_buf *b)
 	static const struct {
 		int32_t cp;
 		const char *to;
-	} extra[] = {{0xDF, "ss"}, {0xC6, "AE"}, {0xE6, "ae"}, {0xD8, "O"},   {0xF8, "o"},
-	             {0x152, "OE"}, {0x153, "oe"}, {0x141, "L"}, {0x142, "l"}, {0x110, "D"},
-	             {0x111, "d"}, {0xDE, "TH"}, {0xFE, "th"}, {0x131, "i"}, {0xD0, "D"},
-	             {0xF0, "d"},  {0x2018, "'"}, {0x2019, "'"}, {0x201C, "\""}, {0x201D, "\""},
+	} extra[] = {{0xDF, "ss"},  {0xC6, "AE"},  {0xE6, "ae"},  {0xD8, "O"},    {0xF8, "o"},
+	             {0x152, "OE"}, {0x153, "oe"}, {0x141, "L"},  {0x142, "l"},   {0x110, "D"},
+	             {0x111, "d"},  {0xDE, "TH"},  {0xFE, "th"},  {0x131, "i"},   {0xD0, "D"},
+	             {0xF0, "d"},   {0x2018, "'"}, {0x2019, "'"}, {0x201C, "\""}, {0x201D, "\""},
 	             {0x2013, "-"}, {0x2014, "-"}};
 	for (size_t p = 0; p < n;) {
 		if ((uint8_t)s[p] < 0x80) {
@@ -675,7 +691,8 @@ ascii_fold(const char *s, size_t n, cm_buf *b)
 		} else {
 			utf8proc_int32_t d[18];
 			utf8proc_ssize_t k = utf8proc_decompose_char(
-			    cp, d, 18, UTF8PROC_COMPAT | UTF8PROC_DECOMPOSE | UTF8PROC_STRIPMARK, NULL);
+			    cp, d, 18, UTF8PROC_COMPAT | UTF8PROC_DECOMPOSE | UTF8PROC_STRIPMARK,
+			    NULL);
 			bool ascii = k > 0 && k <= 18;
 			for (utf8proc_ssize_t i = 0; ascii && i < k; i++)
 				ascii = d[i] < 0x80;
@@ -710,7 +727,8 @@ typedef struct {
 static tk *
 keep(gapper *g, tks *out, const tks *in, const tk *k)
 {
-	tk *o = tks_add(out, tk_term(in, k), k->len, k->start, k->end, k->posinc + g->carry, k->type);
+	tk *o =
+	    tks_add(out, tk_term(in, k), k->len, k->start, k->end, k->posinc + g->carry, k->type);
 	o->keyword = k->keyword;
 	g->carry = 0;
 	return o;
@@ -802,7 +820,8 @@ f_synonym(const syn_map *sm, const tks *in, tks *out)
 			uint32_t inc = j == 0 ? in->v[i].posinc : 1;
 			if (best->keep_orig && j < bl) {
 				const tk *k = &in->v[i + j];
-				tks_add(out, tk_term(in, k), k->len, k->start, k->end, inc, k->type);
+				tks_add(out, tk_term(in, k), k->len, k->start, k->end, inc,
+				        k->type);
 				first_here = false;
 			}
 			for (size_t a = 0; a < best->nalts; a++) {
@@ -899,8 +918,9 @@ f_word_delimiter(const filter_def *d, const tks *in, tks *out)
 		}
 		/* catenations first at the first position, as the graph filter sorts them */
 		for (int mode = 0; mode < 3; mode++) {
-			bool on = mode == 0 ? d->catenate_all : mode == 1 ? d->catenate_words
-			                                                  : d->catenate_numbers;
+			bool on = mode == 0   ? d->catenate_all
+			          : mode == 1 ? d->catenate_words
+			                      : d->catenate_numbers;
 			if (!on)
 				continue;
 			cm_buf_reset(&cat);
@@ -920,7 +940,8 @@ f_word_delimiter(const filter_def *d, const tks *in, tks *out)
 			}
 		}
 		for (size_t j = 0; j < np; j++) {
-			bool on = parts[j].digit ? d->generate_number_parts : d->generate_word_parts;
+			bool on =
+			    parts[j].digit ? d->generate_number_parts : d->generate_word_parts;
 			if (!on)
 				continue;
 			uint32_t ps2 = k->start, pe2 = k->end;
@@ -963,8 +984,8 @@ f_shingle(const filter_def *d, const tks *in, tks *out)
 				}
 				cm_buf_put(&b, tk_term(in, x), x->len);
 			}
-			tks_add(out, (const char *)b.data, b.len, k->start, in->v[i + (size_t)sz - 1].end,
-			        first ? k->posinc : 0, "shingle");
+			tks_add(out, (const char *)b.data, b.len, k->start,
+			        in->v[i + (size_t)sz - 1].end, first ? k->posinc : 0, "shingle");
 			first = false;
 		}
 		if (first) /* no unigrams and no shingle from here: carry the position */
@@ -985,14 +1006,16 @@ f_token_ngram(const filter_def *d, const tks *in, tks *out)
 		for (size_t s = 0, sb = 0; s < ncp; s++) {
 			for (int g = d->min_gram; g <= d->max_gram && s + (size_t)g <= ncp; g++) {
 				size_t bl = cp_prefix(t + sb, k->len - sb, (size_t)g);
-				tks_add(out, t + sb, bl, k->start, k->end, first ? k->posinc : 0, k->type);
+				tks_add(out, t + sb, bl, k->start, k->end, first ? k->posinc : 0,
+				        k->type);
 				first = false;
 			}
 			if (d->kind == F_EDGE_NGRAM)
 				break;
 			sb += cp_prefix(t + sb, k->len - sb, 1);
 		}
-		if (d->preserve_original && (ncp < (size_t)d->min_gram || ncp > (size_t)d->max_gram)) {
+		if (d->preserve_original &&
+		    (ncp < (size_t)d->min_gram || ncp > (size_t)d->max_gram)) {
 			tks_add(out, t, k->len, k->start, k->end, first ? k->posinc : 0, k->type);
 			first = false;
 		}
@@ -1015,7 +1038,8 @@ run_filter(const filter_inst *fi, tks *in, tks *out)
 	case F_UPPERCASE:
 		for (size_t i = 0; i < in->n; i++) {
 			cm_buf_reset(&tmp);
-			map_case(tk_term(in, &in->v[i]), in->v[i].len, d->kind == F_UPPERCASE, &tmp);
+			map_case(tk_term(in, &in->v[i]), in->v[i].len, d->kind == F_UPPERCASE,
+			         &tmp);
 			add_mapped(out, in, &in->v[i], &tmp, in->v[i].posinc);
 		}
 		break;
@@ -1060,10 +1084,11 @@ run_filter(const filter_inst *fi, tks *in, tks *out)
 			const tk *k = &in->v[i];
 			const char *t = tk_term(in, k);
 			size_t a = 0, b = k->len;
-			while (a < b && (t[a] == ' ' || t[a] == '\t' || t[a] == '\n' || t[a] == '\r'))
+			while (a < b &&
+			       (t[a] == ' ' || t[a] == '\t' || t[a] == '\n' || t[a] == '\r'))
 				a++;
-			while (b > a &&
-			       (t[b - 1] == ' ' || t[b - 1] == '\t' || t[b - 1] == '\n' || t[b - 1] == '\r'))
+			while (b > a && (t[b - 1] == ' ' || t[b - 1] == '\t' || t[b - 1] == '\n' ||
+			                 t[b - 1] == '\r'))
 				b--;
 			tks_add(out, t + a, b - a, k->start, k->end, k->posinc, k->type);
 		}
@@ -1075,11 +1100,13 @@ run_filter(const filter_inst *fi, tks *in, tks *out)
 			bool dup = false;
 			if (d->only_on_same_position && k->posinc > 0)
 				group = out->n;
-			for (size_t j = d->only_on_same_position ? group : 0; j < out->n && !dup; j++)
+			for (size_t j = d->only_on_same_position ? group : 0; j < out->n && !dup;
+			     j++)
 				dup = out->v[j].len == k->len &&
 				      memcmp(tk_term(out, &out->v[j]), tk_term(in, k), k->len) == 0;
 			if (!dup)
-				tks_add(out, tk_term(in, k), k->len, k->start, k->end, k->posinc, k->type);
+				tks_add(out, tk_term(in, k), k->len, k->start, k->end, k->posinc,
+				        k->type);
 		}
 		break;
 	}
@@ -1118,7 +1145,8 @@ run_filter(const filter_inst *fi, tks *in, tks *out)
 	case F_KEYWORD_MARKER:
 		for (size_t i = 0; i < in->n; i++) {
 			tk *o = keep(&g, out, in, &in->v[i]);
-			o->keyword = o->keyword || stop_has(d, tk_term(in, &in->v[i]), in->v[i].len);
+			o->keyword =
+			    o->keyword || stop_has(d, tk_term(in, &in->v[i]), in->v[i].len);
 		}
 		break;
 	}

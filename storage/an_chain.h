@@ -43,7 +43,14 @@ typedef enum {
 	TK_EDGE_NGRAM,
 } tok_kind;
 
-enum { TC_LETTER = 1, TC_DIGIT = 2, TC_WHITESPACE = 4, TC_PUNCTUATION = 8, TC_SYMBOL = 16, TC_CUSTOM = 32 };
+enum {
+	TC_LETTER = 1,
+	TC_DIGIT = 2,
+	TC_WHITESPACE = 4,
+	TC_PUNCTUATION = 8,
+	TC_SYMBOL = 16,
+	TC_CUSTOM = 32
+};
 
 typedef struct tok_def {
 	char *name;
@@ -88,9 +95,9 @@ typedef struct filter_def {
 	char **syn_rules;     /* synonym: the rules as given */
 	size_t nsyn;
 	bool expand, lenient;
-	int min, max;       /* length */
+	int min, max; /* length */
 	bool only_on_same_position;
-	int length;         /* truncate */
+	int length; /* truncate */
 	bool generate_word_parts, generate_number_parts, catenate_words, catenate_numbers,
 	    catenate_all, split_on_case_change, split_on_numerics, stem_english_possessive;
 	int min_shingle, max_shingle;

@@ -74,7 +74,8 @@ get_bool(const cJSON *o, const char *k, bool dflt, bool *out)
 		*out = cJSON_IsTrue(v);
 		return true;
 	}
-	if (cJSON_IsString(v) && (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false"))) {
+	if (cJSON_IsString(v) &&
+	    (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false"))) {
 		*out = v->valuestring[0] == 't';
 		return true;
 	}
@@ -203,10 +204,10 @@ defs_free(an_defs *o)
 	memset(o, 0, sizeof(*o));
 }
 
-#define PUSH(arr, n, v)                                                            \
-	do {                                                                       \
-		(arr) = cm_realloc(M, (arr), ((n) + 1) * sizeof(*(arr)));          \
-		(arr)[(n)++] = (v);                                                \
+#define PUSH(arr, n, v)                                                                            \
+	do {                                                                                       \
+		(arr) = cm_realloc(M, (arr), ((n) + 1) * sizeof(*(arr)));                          \
+		(arr)[(n)++] = (v);                                                                \
 	} while (0)
 
 static cm_err
@@ -223,8 +224,9 @@ compile_re(regex_t *re, bool *has, const char *pattern, const char *flags, const
 				cf |= REG_ICASE;
 			else if (!strcmp(f, "MULTILINE"))
 				cf |= REG_NEWLINE;
-			else if (strcmp(f, "UNICODE_CASE") && strcmp(f, "UNICODE_CHARACTER_CLASS") &&
-			         strcmp(f, "COMMENTS") && strcmp(f, "DOTALL")) {
+			else if (strcmp(f, "UNICODE_CASE") &&
+			         strcmp(f, "UNICODE_CHARACTER_CLASS") && strcmp(f, "COMMENTS") &&
+			         strcmp(f, "DOTALL")) {
 				cm_error_set(err, CM_EINVAL, "Unknown regex flag [%s]", f);
 				cm_free(M, copy);
 				return CM_EINVAL;
@@ -244,13 +246,26 @@ compile_re(regex_t *re, bool *has, const char *pattern, const char *flags, const
 		if (*p == '\\' && p[1]) {
 			const char *cls = NULL;
 			switch (p[1]) {
-			case 'd': cls = in_class ? "[:digit:]" : "[[:digit:]]"; break;
-			case 'D': cls = in_class ? NULL : "[^[:digit:]]"; break;
-			case 's': cls = in_class ? "[:space:]" : NULL; break;
-			case 'w': cls = in_class ? "[:alnum:]_" : NULL; break;
-			case 't': cls = "\t"; break;
-			case 'n': cls = "\n"; break;
-			default: break;
+			case 'd':
+				cls = in_class ? "[:digit:]" : "[[:digit:]]";
+				break;
+			case 'D':
+				cls = in_class ? NULL : "[^[:digit:]]";
+				break;
+			case 's':
+				cls = in_class ? "[:space:]" : NULL;
+				break;
+			case 'w':
+				cls = in_class ? "[:alnum:]_" : NULL;
+				break;
+			case 't':
+				cls = "\t";
+				break;
+			case 'n':
+				cls = "\n";
+				break;
+			default:
+				break;
 			}
 			if (cls != NULL) {
 				cm_buf_put(&px, cls, strlen(cls));
@@ -312,14 +327,16 @@ parse_tokenizer(st_analysis *a, const char *name, const cJSON *o, tok_def **out,
 		goto fail;
 	}
 	if (!ok || d->max_token_length < 1 || d->max_token_length > 1024 * 1024) {
-		rc = bad(err, "Failed to parse value for setting [max_token_length] of tokenizer [%s]%s",
+		rc = bad(err,
+		         "Failed to parse value for setting [max_token_length] of tokenizer [%s]%s",
 		         name, "");
 		goto fail;
 	}
 	if (d->kind == TK_PATTERN) {
 		const char *pat = get_str(o, "pattern");
 		if (!get_int(o, "group", -1, &d->group) || d->group < -1 || d->group > 9) {
-			rc = bad(err, "Failed to parse value for setting [group] of tokenizer [%s]%s",
+			rc = bad(err,
+			         "Failed to parse value for setting [group] of tokenizer [%s]%s",
 			         name, "");
 			goto fail;
 		}
@@ -327,28 +344,34 @@ parse_tokenizer(st_analysis *a, const char *name, const cJSON *o, tok_def **out,
 		                     "pattern tokenizer", err)))
 			goto fail;
 		if (d->group > (int)d->re.re_nsub) {
-			rc = bad(err, "pattern tokenizer [%s]: group [%s] is beyond the pattern's groups",
-			         name, "");
+			rc =
+			    bad(err,
+			        "pattern tokenizer [%s]: group [%s] is beyond the pattern's groups",
+			        name, "");
 			goto fail;
 		}
 	}
 	if (d->kind == TK_NGRAM || d->kind == TK_EDGE_NGRAM) {
-		if (!get_int(o, "min_gram", 1, &d->min_gram) || !get_int(o, "max_gram", 2, &d->max_gram) ||
-		    d->min_gram < 1) {
-			rc = bad(err, "Failed to parse ngram settings of tokenizer [%s]%s", name, "");
+		if (!get_int(o, "min_gram", 1, &d->min_gram) ||
+		    !get_int(o, "max_gram", 2, &d->max_gram) || d->min_gram < 1) {
+			rc = bad(err, "Failed to parse ngram settings of tokenizer [%s]%s", name,
+			         "");
 			goto fail;
 		}
 		if (d->min_gram > d->max_gram) {
-			rc = cm_error_set(err, CM_EINVAL, "minGram must not be greater than maxGram");
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "minGram must not be greater than maxGram");
 			goto fail;
 		}
-		if (d->kind == TK_NGRAM && d->max_gram - d->min_gram > (a ? a->max_ngram_diff : 1)) {
-			rc = cm_error_set(
-			    err, CM_EINVAL,
-			    "The difference between max_gram and min_gram in NGram Tokenizer must be "
-			    "less than or equal to: [%d] but was [%d]. This limit can be set by changing "
-			    "the [index.max_ngram_diff] index level setting.",
-			    (a ? a->max_ngram_diff : 1), d->max_gram - d->min_gram);
+		if (d->kind == TK_NGRAM &&
+		    d->max_gram - d->min_gram > (a ? a->max_ngram_diff : 1)) {
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "The difference between max_gram and min_gram in NGram "
+			                  "Tokenizer must be "
+			                  "less than or equal to: [%d] but was [%d]. This limit "
+			                  "can be set by changing "
+			                  "the [index.max_ngram_diff] index level setting.",
+			                  (a ? a->max_ngram_diff : 1), d->max_gram - d->min_gram);
 			goto fail;
 		}
 		char **tc;
@@ -372,19 +395,22 @@ parse_tokenizer(st_analysis *a, const char *name, const cJSON *o, tok_def **out,
 			else if (!strcmp(tc[i], "custom"))
 				d->token_chars |= TC_CUSTOM;
 			else
-				rc = bad(err,
-				         "Unknown token type: '%s', must be one of [symbol, private_use, "
-				         "paragraph_separator, start_punctuation, unassigned, "
-				         "enclosing_mark, connector_punctuation, letter_number, "
-				         "other_number, math_symbol, lowercase_letter, space_separator, "
-				         "surrogate, initial_quote_punctuation, decimal_digit_number, "
-				         "digit, other_punctuation, dash_punctuation, currency_symbol, "
-				         "non_spacing_mark, format, modifier_letter, control, "
-				         "uppercase_letter, other_symbol, end_punctuation, "
-				         "modifier_symbol, other_letter, line_separator, titlecase_letter, "
-				         "letter, punctuation, combining_spacing_mark, "
-				         "final_quote_punctuation, whitespace]%s",
-				         tc[i], "");
+				rc = bad(
+				    err,
+				    "Unknown token type: '%s', must be one of [symbol, "
+				    "private_use, "
+				    "paragraph_separator, start_punctuation, unassigned, "
+				    "enclosing_mark, connector_punctuation, letter_number, "
+				    "other_number, math_symbol, lowercase_letter, space_separator, "
+				    "surrogate, initial_quote_punctuation, decimal_digit_number, "
+				    "digit, other_punctuation, dash_punctuation, currency_symbol, "
+				    "non_spacing_mark, format, modifier_letter, control, "
+				    "uppercase_letter, other_symbol, end_punctuation, "
+				    "modifier_symbol, other_letter, line_separator, "
+				    "titlecase_letter, "
+				    "letter, punctuation, combining_spacing_mark, "
+				    "final_quote_punctuation, whitespace]%s",
+				    tc[i], "");
 		}
 		strv_free(tc, ntc);
 		if (rc)
@@ -392,7 +418,8 @@ parse_tokenizer(st_analysis *a, const char *name, const cJSON *o, tok_def **out,
 		const char *cc = get_str(o, "custom_token_chars");
 		if ((d->token_chars & TC_CUSTOM) && cc == NULL) {
 			rc = bad(err,
-			         "Token type: 'custom' requires setting `custom_token_chars`%s%s", "", "");
+			         "Token type: 'custom' requires setting `custom_token_chars`%s%s",
+			         "", "");
 			goto fail;
 		}
 		if (cc)
@@ -409,10 +436,11 @@ static const char *
 stem_alg_for(const char *lang, bool *possessive, bool snowball)
 {
 	static const char *const algs[] = {
-	    "arabic", "armenian", "basque", "catalan", "danish", "dutch", "english", "finnish",
-	    "french", "german", "greek", "hindi", "hungarian", "indonesian", "irish", "italian",
-	    "lithuanian", "nepali", "norwegian", "porter", "portuguese", "romanian", "russian",
-	    "serbian", "spanish", "swedish", "tamil", "turkish", "yiddish", "lovins"};
+	    "arabic",    "armenian",   "basque",     "catalan",  "danish",     "dutch",
+	    "english",   "finnish",    "french",     "german",   "greek",      "hindi",
+	    "hungarian", "indonesian", "irish",      "italian",  "lithuanian", "nepali",
+	    "norwegian", "porter",     "portuguese", "romanian", "russian",    "serbian",
+	    "spanish",   "swedish",    "tamil",      "turkish",  "yiddish",    "lovins"};
 	char low[64];
 	size_t n = strlen(lang);
 	if (n >= sizeof(low))
@@ -421,7 +449,8 @@ stem_alg_for(const char *lang, bool *possessive, bool snowball)
 		low[i] = (char)tolower((unsigned char)lang[i]);
 	*possessive = false;
 	if (!snowball) {
-		/* ES's stemmer names: english is Lucene's Porter stemmer, porter2 Snowball English */
+		/* ES's stemmer names: english is Lucene's Porter stemmer, porter2 Snowball English
+		 */
 		if (!strcmp(low, "english") || !strcmp(low, "porter"))
 			strcpy(low, "porter");
 		else if (!strcmp(low, "porter2"))
@@ -466,7 +495,8 @@ parse_stopwords(const cJSON *o, const char *key, const char *dflt, filter_def *d
 		return CM_OK;
 	}
 	if (!get_list(o, key, &d->words, &d->nwords))
-		return cm_error_set(err, CM_EINVAL, "[%s] must be a list of words or a set name", key);
+		return cm_error_set(err, CM_EINVAL, "[%s] must be a list of words or a set name",
+		                    key);
 	return CM_OK;
 }
 
@@ -484,7 +514,8 @@ parse_filter(st_analysis *a, const char *name, const cJSON *o, filter_def **out,
 		d->kind = F_LOWERCASE;
 		const char *lang = get_str(o, "language");
 		if (lang != NULL) {
-			rc = bad(err, "lowercase filter [%s]: language [%s] is not supported by Shoal",
+			rc = bad(err,
+			         "lowercase filter [%s]: language [%s] is not supported by Shoal",
 			         name, lang);
 			goto fail;
 		}
@@ -512,31 +543,36 @@ parse_filter(st_analysis *a, const char *name, const cJSON *o, filter_def **out,
 			lang = "porter";
 		d->stem_alg = stem_alg_for(lang, &d->possessive, snow);
 		if (d->stem_alg == NULL) {
-			rc = bad(err, "%s language [%s] is not available in Shoal (libstemmer's "
-			              "Snowball languages, porter, porter2, possessive_english)",
+			rc = bad(err,
+			         "%s language [%s] is not available in Shoal (libstemmer's "
+			         "Snowball languages, porter, porter2, possessive_english)",
 			         snow ? "snowball" : "stemmer", lang);
 			goto fail;
 		}
 	} else if (!strcmp(type, "synonym") || !strcmp(type, "synonym_graph")) {
 		d->kind = F_SYNONYM;
-		ok = get_bool(o, "expand", true, &d->expand) && get_bool(o, "lenient", false, &d->lenient);
+		ok = get_bool(o, "expand", true, &d->expand) &&
+		     get_bool(o, "lenient", false, &d->lenient);
 		if (get_str(o, "synonyms_path") != NULL) {
-			rc = bad(err, "synonym filter [%s]: [synonyms_path] is not supported by Shoal, "
-			              "give [synonyms] inline%s",
+			rc = bad(err,
+			         "synonym filter [%s]: [synonyms_path] is not supported by Shoal, "
+			         "give [synonyms] inline%s",
 			         name, "");
 			goto fail;
 		}
 		const char *fmt = get_str(o, "format");
 		if (fmt != NULL && strcmp(fmt, "solr") != 0) {
-			rc = bad(err, "synonym filter [%s]: format [%s] is not supported by Shoal (solr "
-			              "only)",
+			rc = bad(err,
+			         "synonym filter [%s]: format [%s] is not supported by Shoal (solr "
+			         "only)",
 			         name, fmt);
 			goto fail;
 		}
 		if (!get_list(o, "synonyms", &d->syn_rules, &d->nsyn) ||
 		    !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(o, "synonyms"))) {
-			rc = bad(err, "synonym requires either `synonyms` or `synonyms_path` to be "
-			              "configured%s%s",
+			rc = bad(err,
+			         "synonym requires either `synonyms` or `synonyms_path` to be "
+			         "configured%s%s",
 			         "", "");
 			goto fail;
 		}
@@ -549,8 +585,9 @@ parse_filter(st_analysis *a, const char *name, const cJSON *o, filter_def **out,
 		ok = get_int(o, "min", 0, &d->min) && get_int(o, "max", INT32_MAX, &d->max) &&
 		     d->min >= 0 && d->max >= 0;
 		if (ok && d->min > d->max) {
-			rc = cm_error_set(err, CM_EINVAL,
-			                  "minimum length must be less than or equal to maximum length");
+			rc = cm_error_set(
+			    err, CM_EINVAL,
+			    "minimum length must be less than or equal to maximum length");
 			goto fail;
 		}
 	} else if (!strcmp(type, "trim")) {
@@ -580,8 +617,9 @@ parse_filter(st_analysis *a, const char *name, const cJSON *o, filter_def **out,
 		     get_bool(o, "preserve_original", false, &d->preserve_original);
 		if (cJSON_GetObjectItemCaseSensitive(o, "protected_words") ||
 		    cJSON_GetObjectItemCaseSensitive(o, "type_table")) {
-			rc = bad(err, "word_delimiter filter [%s]: protected_words and type_table are "
-			              "not supported by Shoal%s",
+			rc = bad(err,
+			         "word_delimiter filter [%s]: protected_words and type_table are "
+			         "not supported by Shoal%s",
 			         name, "");
 			goto fail;
 		}
@@ -613,23 +651,27 @@ parse_filter(st_analysis *a, const char *name, const cJSON *o, filter_def **out,
 			    d->max_shingle - d->min_shingle + (d->output_unigrams ? 1 : 0));
 			goto fail;
 		}
-	} else if (!strcmp(type, "ngram") || !strcmp(type, "nGram") || !strcmp(type, "edge_ngram") ||
-	           !strcmp(type, "edgeNGram")) {
+	} else if (!strcmp(type, "ngram") || !strcmp(type, "nGram") ||
+	           !strcmp(type, "edge_ngram") || !strcmp(type, "edgeNGram")) {
 		d->kind = type[0] == 'e' ? F_EDGE_NGRAM : F_NGRAM;
 		ok = get_int(o, "min_gram", 1, &d->min_gram) &&
 		     get_int(o, "max_gram", 2, &d->max_gram) &&
-		     get_bool(o, "preserve_original", false, &d->preserve_original) && d->min_gram >= 1;
+		     get_bool(o, "preserve_original", false, &d->preserve_original) &&
+		     d->min_gram >= 1;
 		if (ok && d->min_gram > d->max_gram) {
-			rc = cm_error_set(err, CM_EINVAL, "minGram must not be greater than maxGram");
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "minGram must not be greater than maxGram");
 			goto fail;
 		}
-		if (ok && d->kind == F_NGRAM && d->max_gram - d->min_gram > (a ? a->max_ngram_diff : 1)) {
-			rc = cm_error_set(
-			    err, CM_EINVAL,
-			    "The difference between max_gram and min_gram in NGram Tokenizer must be "
-			    "less than or equal to: [%d] but was [%d]. This limit can be set by changing "
-			    "the [index.max_ngram_diff] index level setting.",
-			    (a ? a->max_ngram_diff : 1), d->max_gram - d->min_gram);
+		if (ok && d->kind == F_NGRAM &&
+		    d->max_gram - d->min_gram > (a ? a->max_ngram_diff : 1)) {
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "The difference between max_gram and min_gram in NGram "
+			                  "Tokenizer must be "
+			                  "less than or equal to: [%d] but was [%d]. This limit "
+			                  "can be set by changing "
+			                  "the [index.max_ngram_diff] index level setting.",
+			                  (a ? a->max_ngram_diff : 1), d->max_gram - d->min_gram);
 			goto fail;
 		}
 	} else if (!strcmp(type, "keyword_marker")) {
@@ -641,7 +683,8 @@ parse_filter(st_analysis *a, const char *name, const cJSON *o, filter_def **out,
 		goto fail;
 	}
 	if (!ok) {
-		rc = bad(err, "Failed to parse the settings of filter [%s] of type [%s]", name, type);
+		rc = bad(err, "Failed to parse the settings of filter [%s] of type [%s]", name,
+		         type);
 		goto fail;
 	}
 	*out = d;
@@ -704,7 +747,8 @@ parse_char_filter(const char *name, const cJSON *o, cf_def **out, cm_error *err)
 	if (!strcmp(type, "html_strip")) {
 		d->kind = CF_HTML_STRIP;
 		if (!get_list(o, "escaped_tags", &d->escaped_tags, &d->nescaped_tags)) {
-			rc = bad(err, "[escaped_tags] of char_filter [%s] must be a list%s", name, "");
+			rc = bad(err, "[escaped_tags] of char_filter [%s] must be a list%s", name,
+			         "");
 			goto fail;
 		}
 	} else if (!strcmp(type, "mapping")) {
@@ -712,7 +756,8 @@ parse_char_filter(const char *name, const cJSON *o, cf_def **out, cm_error *err)
 		char **rules;
 		size_t nr;
 		if (get_str(o, "mappings_path") != NULL) {
-			rc = bad(err, "char_filter [%s]: [mappings_path] is not supported by Shoal%s",
+			rc = bad(err,
+			         "char_filter [%s]: [mappings_path] is not supported by Shoal%s",
 			         name, "");
 			goto fail;
 		}
@@ -990,7 +1035,8 @@ syn_add_alt(syn_rule *r, const tks *alt)
 	tks *a = &r->alts[r->nalts++];
 	tks_init(a);
 	for (size_t j = 0; j < alt->n; j++)
-		tks_add(a, (const char *)alt->arena.data + alt->v[j].off, alt->v[j].len, 0, 0, 1, NULL);
+		tks_add(a, (const char *)alt->arena.data + alt->v[j].off, alt->v[j].len, 0, 0, 1,
+		        NULL);
 }
 
 /* Splits on unescaped commas. */
@@ -1042,9 +1088,9 @@ build_synonyms(st_analyzer *an, size_t fi, const filter_def *d, cm_error *err)
 		if (nl == 0 || (arrow && nr == 0)) {
 			if (d->lenient)
 				continue;
-			return cm_error_set(err, CM_EINVAL,
-			                    "failed to build synonyms: Invalid synonym rule at line %zu",
-			                    r + 1);
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "failed to build synonyms: Invalid synonym rule at line %zu", r + 1);
 		}
 		tks L[MAX_SYN_TERMS], R[MAX_SYN_TERMS];
 		size_t okl = 0, okr = 0;
@@ -1070,10 +1116,11 @@ build_synonyms(st_analyzer *an, size_t fi, const filter_def *d, cm_error *err)
 				tks_free(&L[i]);
 			for (size_t i = 0; i < okr; i++)
 				tks_free(&R[i]);
-			return cm_error_set(err, CM_EINVAL,
-			                    "failed to build synonyms: term of rule [%s] was completely "
-			                    "eliminated by analyzer",
-			                    d->syn_rules[r]);
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "failed to build synonyms: term of rule [%s] was completely "
+			    "eliminated by analyzer",
+			    d->syn_rules[r]);
 		}
 		if (arrow) {
 			for (size_t i = 0; i < okl && okr > 0; i++) {
@@ -1131,22 +1178,27 @@ chain_build(st_analysis *a, an_defs *own, const char *name, const cJSON *tokeniz
 		static const tok_def keyword_tok = {.name = (char *)"keyword", .kind = TK_KEYWORD};
 		an->tok = &keyword_tok;
 	} else {
-		if (tokenizer == NULL || !(cJSON_IsString(tokenizer) || cJSON_IsObject(tokenizer))) {
-			rc = request ? cm_error_set(err, CM_EINVAL, "failed to find %stokenizer under [%s]",
+		if (tokenizer == NULL ||
+		    !(cJSON_IsString(tokenizer) || cJSON_IsObject(tokenizer))) {
+			rc = request ? cm_error_set(err, CM_EINVAL,
+			                            "failed to find %stokenizer under [%s]",
 			                            a ? "" : "global ", ref_name(tokenizer))
 			             : cm_error_set(err, CM_EINVAL,
-			                            "%s [%s] must be configured with a tokenizer", who, name);
+			                            "%s [%s] must be configured with a tokenizer",
+			                            who, name);
 			goto fail;
 		}
 		an->tok = resolve_tok(a, own, tokenizer, err);
 		if (an->tok == NULL) {
 			if (!err || !err->code)
-				rc = request ? cm_error_set(err, CM_EINVAL,
-				                            "failed to find %stokenizer under [%s]",
-				                            a ? "" : "global ", tokenizer->valuestring)
-				             : cm_error_set(err, CM_EINVAL,
-				                            "%s [%s] failed to find tokenizer under name [%s]",
-				                            who, name, tokenizer->valuestring);
+				rc = request
+				         ? cm_error_set(err, CM_EINVAL,
+				                        "failed to find %stokenizer under [%s]",
+				                        a ? "" : "global ", tokenizer->valuestring)
+				         : cm_error_set(
+				               err, CM_EINVAL,
+				               "%s [%s] failed to find tokenizer under name [%s]",
+				               who, name, tokenizer->valuestring);
 			else
 				rc = err->code;
 			goto fail;
@@ -1168,24 +1220,28 @@ chain_build(st_analysis *a, an_defs *own, const char *name, const cJSON *tokeniz
 		{
 			bool inl;
 			if (!cJSON_IsString(it) && !cJSON_IsObject(it)) {
-				rc = cm_error_set(err, CM_EINVAL, "[char_filter] must be a list of names");
+				rc = cm_error_set(err, CM_EINVAL,
+				                  "[char_filter] must be a list of names");
 				break;
 			}
 			const cf_def *d = resolve_cf(a, own, it, err, &inl);
 			if (d == NULL) {
 				rc = inl ? err->code
-				         : request ? cm_error_set(err, CM_EINVAL,
-				                                  "failed to find %schar_filter under [%s]",
-				                                  a ? "" : "global ", it->valuestring)
-				                   : cm_error_set(err, CM_EINVAL,
-				                                  "%s [%s] failed to find char_filter under name "
-				                                  "[%s]",
-				                                  who, name, it->valuestring);
+				     : request
+				         ? cm_error_set(err, CM_EINVAL,
+				                        "failed to find %schar_filter under [%s]",
+				                        a ? "" : "global ", it->valuestring)
+				         : cm_error_set(
+				               err, CM_EINVAL,
+				               "%s [%s] failed to find char_filter under name "
+				               "[%s]",
+				               who, name, it->valuestring);
 				break;
 			}
 			if (normalizer && d->kind == CF_HTML_STRIP) {
-				rc = cm_error_set(err, CM_EINVAL, "%s [%s] may not use char filter [%s]", who,
-				                  name, d->name);
+				rc = cm_error_set(err, CM_EINVAL,
+				                  "%s [%s] may not use char filter [%s]", who, name,
+				                  d->name);
 				break;
 			}
 			an->cf = cm_realloc(M, an->cf, (an->ncf + 1) * sizeof(*an->cf));
@@ -1207,28 +1263,32 @@ chain_build(st_analysis *a, an_defs *own, const char *name, const cJSON *tokeniz
 			cJSON_Delete(single);
 			goto fail;
 		}
-		an->filters = cm_calloc(M, (size_t)cJSON_GetArraySize(filters) + 1, sizeof(filter_inst));
+		an->filters =
+		    cm_calloc(M, (size_t)cJSON_GetArraySize(filters) + 1, sizeof(filter_inst));
 		cJSON_ArrayForEach(it, filters)
 		{
 			bool inl;
 			if (!cJSON_IsString(it) && !cJSON_IsObject(it)) {
-				rc = cm_error_set(err, CM_EINVAL, "[filter] must be a list of names");
+				rc = cm_error_set(err, CM_EINVAL,
+				                  "[filter] must be a list of names");
 				break;
 			}
 			const filter_def *d = resolve_filter(a, own, it, err, &inl);
 			if (d == NULL) {
 				rc = inl ? err->code
-				         : request ? cm_error_set(err, CM_EINVAL,
-				                                  "failed to find %sfilter under [%s]",
-				                                  a ? "" : "global ", it->valuestring)
-				                   : cm_error_set(err, CM_EINVAL,
-				                                  "%s [%s] failed to find filter under name [%s]",
-				                                  who, name, it->valuestring);
+				     : request
+				         ? cm_error_set(err, CM_EINVAL,
+				                        "failed to find %sfilter under [%s]",
+				                        a ? "" : "global ", it->valuestring)
+				         : cm_error_set(
+				               err, CM_EINVAL,
+				               "%s [%s] failed to find filter under name [%s]", who,
+				               name, it->valuestring);
 				break;
 			}
 			if (normalizer && !normalizer_filter_ok(d)) {
-				rc = cm_error_set(err, CM_EINVAL, "%s [%s] may not use filter [%s]", who, name,
-				                  d->name);
+				rc = cm_error_set(err, CM_EINVAL, "%s [%s] may not use filter [%s]",
+				                  who, name, d->name);
 				break;
 			}
 			size_t fi = an->nfilters++;
@@ -1255,12 +1315,13 @@ parse_analyzer(st_analysis *a, const char *name, const cJSON *o, st_analyzer **o
 	const char *type = get_str(o, "type");
 	const cJSON *tok = cJSON_GetObjectItemCaseSensitive(o, "tokenizer");
 	if (type == NULL && tok == NULL)
-		return bad(err, "analyzer [%s] must specify either an analyzer type, or a tokenizer%s",
+		return bad(err,
+		           "analyzer [%s] must specify either an analyzer type, or a tokenizer%s",
 		           name, "");
 	if (type == NULL || !strcmp(type, "custom"))
-		return chain_build(a, &a->defs, name, tok, cJSON_GetObjectItemCaseSensitive(o, "filter"),
-		                   cJSON_GetObjectItemCaseSensitive(o, "char_filter"), false, false, out,
-		                   err);
+		return chain_build(
+		    a, &a->defs, name, tok, cJSON_GetObjectItemCaseSensitive(o, "filter"),
+		    cJSON_GetObjectItemCaseSensitive(o, "char_filter"), false, false, out, err);
 	st_analyzer_kind k;
 	bool plain = cJSON_GetArraySize(o) == 1; /* only "type" */
 	cJSON *tj = NULL, *fj = cJSON_CreateArray();
@@ -1300,7 +1361,8 @@ parse_analyzer(st_analysis *a, const char *name, const cJSON *o, st_analyzer **o
 			rc = bad(err, "Failed to parse [lowercase] of analyzer [%s]%s", name, "");
 			goto out;
 		}
-		if (lower && strcmp(tt, "lowercase") && strcmp(tt, "whitespace") && strcmp(tt, "keyword"))
+		if (lower && strcmp(tt, "lowercase") && strcmp(tt, "whitespace") &&
+		    strcmp(tt, "keyword"))
 			cJSON_AddItemToArray(fj, cJSON_CreateString("lowercase"));
 		/* ES's snowball analyzer stops English words when its language is English */
 		const char *sl = get_str(o, "language");
@@ -1313,7 +1375,8 @@ parse_analyzer(st_analysis *a, const char *name, const cJSON *o, st_analyzer **o
 			cJSON_AddStringToObject(so, "type", "stop");
 			const cJSON *sw = cJSON_GetObjectItemCaseSensitive(o, "stopwords");
 			cJSON_AddItemToObject(so, "stopwords",
-			                      sw ? cJSON_Duplicate(sw, true) : cJSON_CreateString("_english_"));
+			                      sw ? cJSON_Duplicate(sw, true)
+			                         : cJSON_CreateString("_english_"));
 			snprintf(fname, sizeof(fname), "_%s_stop", name);
 			rc = parse_filter(a, fname, so, &sd, err);
 			cJSON_Delete(so);
@@ -1423,11 +1486,12 @@ st_analysis_parse(const cJSON *json, int max_ngram_diff, int max_shingle_diff, s
 		if (strcmp(it->string, "analyzer") && strcmp(it->string, "tokenizer") &&
 		    strcmp(it->string, "filter") && strcmp(it->string, "char_filter") &&
 		    strcmp(it->string, "normalizer")) {
-			rc = cm_error_set(err, CM_EINVAL,
-			                  "unknown setting [index.analysis.%s] please check that any "
-			                  "required plugins are installed, or check the breaking changes "
-			                  "documentation for removed settings",
-			                  it->string);
+			rc = cm_error_set(
+			    err, CM_EINVAL,
+			    "unknown setting [index.analysis.%s] please check that any "
+			    "required plugins are installed, or check the breaking changes "
+			    "documentation for removed settings",
+			    it->string);
 			goto fail;
 		}
 	}
@@ -1477,8 +1541,9 @@ st_analysis_parse(const cJSON *json, int max_ngram_diff, int max_shingle_diff, s
 	{
 		st_analyzer *an;
 		if (!cJSON_IsObject(it)) {
-			rc = bad(err, "analyzer [%s] must specify either an analyzer type, or a "
-			              "tokenizer%s",
+			rc = bad(err,
+			         "analyzer [%s] must specify either an analyzer type, or a "
+			         "tokenizer%s",
 			         it->string, "");
 			goto fail;
 		}
@@ -1498,14 +1563,14 @@ st_analysis_parse(const cJSON *json, int max_ngram_diff, int max_shingle_diff, s
 			goto fail;
 		}
 		if (cJSON_GetObjectItemCaseSensitive(it, "tokenizer") != NULL) {
-			rc = bad(err, "Custom normalizer [%s] cannot configure a tokenizer%s", it->string,
-			         "");
+			rc = bad(err, "Custom normalizer [%s] cannot configure a tokenizer%s",
+			         it->string, "");
 			goto fail;
 		}
 		if ((rc = chain_build(a, &a->defs, it->string, NULL,
 		                      cJSON_GetObjectItemCaseSensitive(it, "filter"),
-		                      cJSON_GetObjectItemCaseSensitive(it, "char_filter"), true, false,
-		                      &an, err)))
+		                      cJSON_GetObjectItemCaseSensitive(it, "char_filter"), true,
+		                      false, &an, err)))
 			goto fail;
 		PUSH(a->normalizers, a->nnormalizers, an);
 	}
@@ -1568,8 +1633,8 @@ st_analysis_resolve(const st_analysis *a, const char *name, st_analyzer_kind *ki
                     const st_analyzer **custom)
 {
 	const st_analyzer *an = st_analysis_analyzer(a, name);
-	if (an == NULL && (!strcmp(name, "stop") || !strcmp(name, "pattern") ||
-	                   !strcmp(name, "snowball"))) {
+	if (an == NULL &&
+	    (!strcmp(name, "stop") || !strcmp(name, "pattern") || !strcmp(name, "snowball"))) {
 		pthread_once(&builtins_once, builtins_init);
 		an = st_analysis_analyzer(builtins, name);
 	}
