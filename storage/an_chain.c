@@ -397,7 +397,16 @@ cf_mapping(const cf_def *d, const char *s, size_t n, cftext *o)
 }
 
 static void
+pattern_replace_text(const cf_def *d, const char *s, size_t n, bool all, cftext *o);
+
+static void
 cf_pattern_replace(const cf_def *d, const char *s, size_t n, cftext *o)
+{
+	pattern_replace_text(d, s, n, true, o);
+}
+
+static void
+pattern_replace_text(const cf_def *d, const char *s, size_t n, bool all, cftext *o)
 {
 	char *z = cm_strndup(M, s, n); /* regexec wants a NUL-terminated string */
 	size_t p = 0;
@@ -426,6 +435,10 @@ cf_pattern_replace(const cf_def *d, const char *s, size_t n, cftext *o)
 		}
 		cft_put(o, (const char *)rep.data, rep.len, (uint32_t)ms, (uint32_t)me);
 		cm_buf_free(&rep);
+		if (!all) {
+			p = me;
+			break;
+		}
 		if (me == ms) { /* an empty match: step over one character */
 			if (ms >= n)
 				break;
@@ -1149,6 +1162,164 @@ run_filter(const filter_inst *fi, tks *in, tks *out)
 			    o->keyword || stop_has(d, tk_term(in, &in->v[i]), in->v[i].len);
 		}
 		break;
+	case F_LIMIT:
+		for (size_t i = 0; i < in->n && i < (size_t)d->max_count; i++)
+			keep(&g, out, in, &in->v[i]);
+		break;
+	case F_KEEP:
+	case F_KEEP_TYPES:
+		for (size_t i = 0; i < in->n; i++) {
+			const tk *k = &in->v[i];
+			bool hit = false;
+			if (d->kind == F_KEEP) {
+				hit = stop_has(d, tk_term(in, k), k->len);
+			} else {
+				for (size_t w = 0; w < d->nwords && !hit; w++)
+					hit = k->type && !strcmp(d->words[w], k->type);
+				hit = hit != d->exclude;
+			}
+			if (hit)
+				keep(&g, out, in, k);
+			else
+				drop(&g, k);
+		}
+		break;
+	case F_ELISION:
+	case F_APOSTROPHE:
+		for (size_t i = 0; i < in->n; i++) {
+			const tk *k = &in->v[i];
+			const char *t = tk_term(in, k);
+			size_t a = 0, b = k->len, q;
+			/* the first ' or U+2019 */
+			for (q = 0; q < k->len; q++)
+				if (t[q] == '\'' ||
+				    (q + 2 < k->len && !memcmp(t + q, "\xE2\x80\x99", 3)))
+					break;
+			if (q < k->len) {
+				size_t ql = t[q] == '\'' ? 1 : 3;
+				if (d->kind == F_APOSTROPHE)
+					b = q;
+				else if (stop_has(d, t, q))
+					a = q + ql;
+			}
+			tk *o = tks_add(out, t + a, b - a, k->start, k->end, k->posinc, k->type);
+			o->keyword = k->keyword;
+		}
+		break;
+	case F_DECIMAL_DIGIT:
+		for (size_t i = 0; i < in->n; i++) {
+			const tk *k = &in->v[i];
+			const char *t = tk_term(in, k);
+			cm_buf_reset(&tmp);
+			for (size_t p = 0; p < k->len;) {
+				size_t cl;
+				int32_t c = cp_at(t, k->len, p, &cl);
+				if (c >= 0x80 && utf8proc_category(c) == UTF8PROC_CATEGORY_ND) {
+					/* digits come in runs of ten from zero */
+					int32_t z = c;
+					while (z > 0 && utf8proc_category(z - 1) == UTF8PROC_CATEGORY_ND)
+						z--;
+					char dch = (char)('0' + (c - z) % 10);
+					cm_buf_put(&tmp, &dch, 1);
+				} else {
+					cm_buf_put(&tmp, t + p, cl);
+				}
+				p += cl;
+			}
+			add_mapped(out, in, k, &tmp, k->posinc);
+		}
+		break;
+	case F_PATTERN_REPLACE:
+		for (size_t i = 0; i < in->n; i++) {
+			const tk *k = &in->v[i];
+			cftext cf = {0};
+			cm_buf_init(&cf.text, M);
+			cf_def tmpd = {.re = d->re, .replacement = d->replacement};
+			pattern_replace_text(&tmpd, tk_term(in, k), k->len, d->replace_all, &cf);
+			tk *o = tks_add(out, cf.text.len ? (const char *)cf.text.data : "", cf.text.len,
+			                k->start, k->end, k->posinc, k->type);
+			o->keyword = k->keyword;
+			cft_free(&cf);
+		}
+		break;
+	case F_FLATTEN_GRAPH: /* tokens here are already flat */
+		for (size_t i = 0; i < in->n; i++)
+			keep(&g, out, in, &in->v[i]);
+		break;
+	case F_REMOVE_DUPLICATES: {
+		size_t group = 0;
+		for (size_t i = 0; i < in->n; i++) {
+			const tk *k = &in->v[i];
+			bool dup = false;
+			if (k->posinc > 0)
+				group = out->n;
+			for (size_t j = group; j < out->n && !dup; j++)
+				dup = out->v[j].len == k->len &&
+				      memcmp(tk_term(out, &out->v[j]), tk_term(in, k), k->len) == 0;
+			if (!dup)
+				keep(&g, out, in, k);
+		}
+		break;
+	}
+	case F_STEMMER_OVERRIDE:
+		for (size_t i = 0; i < in->n; i++) {
+			const tk *k = &in->v[i];
+			const char *t = tk_term(in, k);
+			size_t r;
+			for (r = 0; r < d->nover; r++)
+				if (strlen(d->over_from[r]) == k->len && !memcmp(d->over_from[r], t, k->len))
+					break;
+			if (r == d->nover || k->keyword) {
+				keep(&g, out, in, k);
+				continue;
+			}
+			tk *o = tks_add(out, d->over_to[r], strlen(d->over_to[r]), k->start, k->end,
+			                k->posinc, k->type);
+			o->keyword = true; /* the stemmers after it leave it */
+		}
+		break;
+	case F_FINGERPRINT: {
+		/* sorted distinct terms joined: one token for the whole value */
+		if (in->n == 0)
+			break;
+		size_t *ix = cm_malloc(M, in->n * sizeof(size_t)), nu = 0;
+		for (size_t i = 0; i < in->n; i++) {
+			const char *t = tk_term(in, &in->v[i]);
+			size_t pos = nu;
+			bool dup = false;
+			for (size_t j = 0; j < nu; j++) {
+				const tk *o = &in->v[ix[j]];
+				size_t m = o->len < in->v[i].len ? o->len : in->v[i].len;
+				int c = memcmp(tk_term(in, o), t, m);
+				if (c == 0)
+					c = (o->len > in->v[i].len) - (o->len < in->v[i].len);
+				if (c == 0) {
+					dup = true;
+					break;
+				}
+				if (c > 0) {
+					pos = j;
+					break;
+				}
+			}
+			if (dup)
+				continue;
+			memmove(ix + pos + 1, ix + pos, (nu - pos) * sizeof(size_t));
+			ix[pos] = i;
+			nu++;
+		}
+		cm_buf_reset(&tmp);
+		for (size_t j = 0; j < nu; j++) {
+			if (j)
+				cm_buf_put(&tmp, d->separator, strlen(d->separator));
+			cm_buf_put(&tmp, tk_term(in, &in->v[ix[j]]), in->v[ix[j]].len);
+		}
+		if (cp_count((const char *)tmp.data, tmp.len) <= (size_t)d->max_count)
+			tks_add(out, (const char *)tmp.data, tmp.len, in->v[0].start,
+			        in->v[in->n - 1].end, 1, "fingerprint");
+		cm_free(M, ix);
+		break;
+	}
 	}
 	cm_buf_free(&tmp);
 	return g.carry;

@@ -81,6 +81,17 @@ typedef enum {
 	F_NGRAM,
 	F_EDGE_NGRAM,
 	F_KEYWORD_MARKER,
+	F_LIMIT,
+	F_KEEP,
+	F_KEEP_TYPES,
+	F_ELISION,
+	F_APOSTROPHE,
+	F_DECIMAL_DIGIT,
+	F_PATTERN_REPLACE,
+	F_FLATTEN_GRAPH,
+	F_REMOVE_DUPLICATES,
+	F_STEMMER_OVERRIDE,
+	F_FINGERPRINT,
 } filter_kind;
 
 typedef struct filter_def {
@@ -104,6 +115,13 @@ typedef struct filter_def {
 	bool output_unigrams;
 	char *separator, *filler;
 	int min_gram, max_gram;
+	int max_count;             /* limit: max_token_count; fingerprint: max_output_size */
+	bool exclude;              /* keep_types: mode exclude */
+	regex_t re;                /* pattern_replace */
+	bool has_re, replace_all;
+	char *replacement;
+	char **over_from, **over_to; /* stemmer_override rules */
+	size_t nover;
 } filter_def;
 
 typedef enum { CF_HTML_STRIP, CF_MAPPING, CF_PATTERN_REPLACE } cf_kind;

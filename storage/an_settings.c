@@ -171,6 +171,11 @@ filter_def_free(filter_def *d)
 	strv_free(d->syn_rules, d->nsyn);
 	cm_free(M, d->separator);
 	cm_free(M, d->filler);
+	if (d->has_re)
+		regfree(&d->re);
+	cm_free(M, d->replacement);
+	strv_free(d->over_from, d->nover);
+	strv_free(d->over_to, d->nover);
 	cm_free(M, d);
 }
 
@@ -500,6 +505,8 @@ parse_stopwords(const cJSON *o, const char *key, const char *dflt, filter_def *d
 	return CM_OK;
 }
 
+static size_t split_commas(const char *s, size_t n, const char **parts, size_t *lens, size_t cap);
+
 static cm_err
 parse_filter(st_analysis *a, const char *name, const cJSON *o, filter_def **out, cm_error *err)
 {
@@ -674,6 +681,131 @@ parse_filter(st_analysis *a, const char *name, const cJSON *o, filter_def **out,
 			                  (a ? a->max_ngram_diff : 1), d->max_gram - d->min_gram);
 			goto fail;
 		}
+	} else if (!strcmp(type, "limit")) {
+		d->kind = F_LIMIT;
+		ok = get_int(o, "max_token_count", 1, &d->max_count) && d->max_count >= 0;
+	} else if (!strcmp(type, "keep")) {
+		d->kind = F_KEEP;
+		bool lower;
+		ok = get_bool(o, "keep_words_case", false, &lower);
+		if (get_str(o, "keep_words_path") != NULL) {
+			rc = bad(err, "keep filter [%s]: [keep_words_path] is not supported by Shoal%s",
+			         name, "");
+			goto fail;
+		}
+		if (!cJSON_GetObjectItemCaseSensitive(o, "keep_words")) {
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "keep requires either `keep_words` or `keep_words_path` to be "
+			                  "configured");
+			goto fail;
+		}
+		ok = ok && get_list(o, "keep_words", &d->words, &d->nwords);
+		for (size_t i = 0; ok && lower && i < d->nwords; i++)
+			for (char *p = d->words[i]; *p; p++)
+				*p = (char)tolower((unsigned char)*p);
+	} else if (!strcmp(type, "keep_types")) {
+		d->kind = F_KEEP_TYPES;
+		const char *mode = get_str(o, "mode");
+		if (mode && strcmp(mode, "include") && strcmp(mode, "exclude")) {
+			rc = bad(err, "`mode` option for keep_types filter [%s] must be one of "
+			              "[include, exclude] but was [%s]",
+			         name, mode);
+			goto fail;
+		}
+		d->exclude = mode && !strcmp(mode, "exclude");
+		if (!cJSON_GetObjectItemCaseSensitive(o, "types")) {
+			rc = cm_error_set(err, CM_EINVAL, "keep_types requires `types` to be configured");
+			goto fail;
+		}
+		ok = get_list(o, "types", &d->words, &d->nwords);
+	} else if (!strcmp(type, "elision")) {
+		d->kind = F_ELISION;
+		static const char *const fr[] = {"l",     "m",      "t",       "qu",     "n",
+		                                 "s",     "j",      "d",       "c",      "jusqu",
+		                                 "quoiqu", "lorsqu", "puisqu"};
+		if (cJSON_GetObjectItemCaseSensitive(o, "articles")) {
+			ok = get_list(o, "articles", &d->words, &d->nwords) &&
+			     get_bool(o, "articles_case", false, &d->ignore_case);
+		} else {
+			/* Lucene's French articles, matched ignoring case */
+			d->ignore_case = true;
+			d->words = cm_calloc(M, sizeof(fr) / sizeof(*fr), sizeof(char *));
+			for (size_t i = 0; i < sizeof(fr) / sizeof(*fr); i++)
+				d->words[d->nwords++] = cm_strdup(M, fr[i]);
+		}
+	} else if (!strcmp(type, "apostrophe")) {
+		d->kind = F_APOSTROPHE;
+	} else if (!strcmp(type, "decimal_digit")) {
+		d->kind = F_DECIMAL_DIGIT;
+	} else if (!strcmp(type, "pattern_replace")) {
+		d->kind = F_PATTERN_REPLACE;
+		const char *pat = get_str(o, "pattern"), *rep = get_str(o, "replacement");
+		if (pat == NULL) {
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "pattern is missing for [%s] token filter of type "
+			                  "'pattern_replace'",
+			                  name);
+			goto fail;
+		}
+		ok = get_bool(o, "all", true, &d->replace_all);
+		if ((rc = compile_re(&d->re, &d->has_re, pat, get_str(o, "flags"),
+		                     "pattern_replace token filter", err)))
+			goto fail;
+		d->replacement = cm_strdup(M, rep ? rep : "");
+	} else if (!strcmp(type, "flatten_graph")) {
+		d->kind = F_FLATTEN_GRAPH;
+	} else if (!strcmp(type, "remove_duplicates")) {
+		d->kind = F_REMOVE_DUPLICATES;
+	} else if (!strcmp(type, "stemmer_override")) {
+		d->kind = F_STEMMER_OVERRIDE;
+		char **rules;
+		size_t nr;
+		if (get_str(o, "rules_path") != NULL) {
+			rc = bad(err, "stemmer_override filter [%s]: [rules_path] is not supported by "
+			              "Shoal%s",
+			         name, "");
+			goto fail;
+		}
+		if (!cJSON_GetObjectItemCaseSensitive(o, "rules") || !get_list(o, "rules", &rules, &nr)) {
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "stemmer override filter requires either `rules` or "
+			                  "`rules_path` to be configured");
+			goto fail;
+		}
+		for (size_t i = 0; i < nr && !rc; i++) {
+			const char *arrow = strstr(rules[i], "=>");
+			const char *lp[64];
+			size_t ll[64], nl;
+			if (arrow == NULL) {
+				rc = bad(err, "Invalid Keyword override Rule:%s%s", rules[i], "");
+				break;
+			}
+			const char *to = arrow + 2;
+			while (isspace((unsigned char)*to))
+				to++;
+			size_t tl = strlen(to);
+			while (tl > 0 && isspace((unsigned char)to[tl - 1]))
+				tl--;
+			nl = split_commas(rules[i], (size_t)(arrow - rules[i]), lp, ll, 64);
+			if (nl == 0 || tl == 0) {
+				rc = bad(err, "Invalid Keyword override Rule:%s%s", rules[i], "");
+				break;
+			}
+			for (size_t j = 0; j < nl; j++) {
+				d->over_from = cm_realloc(M, d->over_from, (d->nover + 1) * sizeof(char *));
+				d->over_to = cm_realloc(M, d->over_to, (d->nover + 1) * sizeof(char *));
+				d->over_from[d->nover] = cm_strndup(M, lp[j], ll[j]);
+				d->over_to[d->nover++] = cm_strndup(M, to, tl);
+			}
+		}
+		strv_free(rules, nr);
+		if (rc)
+			goto fail;
+	} else if (!strcmp(type, "fingerprint")) {
+		d->kind = F_FINGERPRINT;
+		const char *sep = get_str(o, "separator");
+		d->separator = cm_strdup(M, sep ? sep : " ");
+		ok = get_int(o, "max_output_size", 255, &d->max_count) && d->max_count >= 0;
 	} else if (!strcmp(type, "keyword_marker")) {
 		d->kind = F_KEYWORD_MARKER;
 		ok = get_bool(o, "ignore_case", false, &d->ignore_case) &&
@@ -1151,7 +1283,7 @@ static bool
 normalizer_filter_ok(const filter_def *d)
 {
 	return d->kind == F_LOWERCASE || d->kind == F_UPPERCASE || d->kind == F_ASCIIFOLDING ||
-	       d->kind == F_TRIM;
+	       d->kind == F_TRIM || d->kind == F_ELISION || d->kind == F_DECIMAL_DIGIT;
 }
 
 static const char *

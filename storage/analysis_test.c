@@ -473,6 +473,42 @@ test_filters(void)
 	      "Q@0 Qu@0 u@0 ui@0 i@0 ic@0 c@0 ck@0 k@0 f@1 fo@1 o@1 ox@1 x@1");
 	CHAIN("\"standard\"", "[\"edge_ngram\"]", NULL, "the quick brown fox jumps", "",
 	      "t th q qu b br f fo j ju");
+	/* ES's reference examples */
+	CHAIN("\"standard\"", "[{\"type\":\"limit\",\"max_token_count\":2}]", NULL,
+	      "quick fox jumps over lazy dog", "", "quick fox");
+	CHAIN("\"whitespace\"", "[{\"type\":\"keep\",\"keep_words\":[\"dog\",\"elephant\","
+	      "\"fox\"]}]",
+	      NULL, "the quick fox jumps over the lazy dog", "p", "fox@2 dog@7");
+	CHAIN("\"standard\"", "[{\"type\":\"keep_types\",\"types\":[\"<NUM>\"]}]", NULL,
+	      "1 quick fox 2 lazy dogs", "p", "1@0 2@3");
+	CHAIN("\"standard\"",
+	      "[{\"type\":\"keep_types\",\"types\":[\"<NUM>\"],\"mode\":\"exclude\"}]", NULL,
+	      "1 quick fox 2 lazy dogs", "", "quick fox lazy dogs");
+	CHAIN("\"standard\"", "[\"elision\"]", NULL, "j’examine près du wharf", "",
+	      "examine près du wharf");
+	CHAIN("\"standard\"", "[\"elision\"]", NULL, "L'avion", "", "avion");
+	CHAIN("\"standard\"", "[\"apostrophe\"]", NULL, "Istanbul'a veya Istanbul'dan", "",
+	      "Istanbul veya Istanbul");
+	CHAIN("\"standard\"", "[\"decimal_digit\"]", NULL, "१-one two-२ ३", "", "1 one two 2 3");
+	CHAIN("\"standard\"",
+	      "[{\"type\":\"pattern_replace\",\"pattern\":\"(dog)\",\"replacement\":"
+	      "\"watch$1\"}]",
+	      NULL, "foxes jump lazy dogs", "o", "foxes[0,5] jump[6,10] lazy[11,15] watchdogs[16,20]");
+	CHAIN("\"whitespace\"",
+	      "[{\"type\":\"pattern_replace\",\"pattern\":\"a\",\"replacement\":\"x\","
+	      "\"all\":false}]",
+	      NULL, "banana", "", "bxnana");
+	CHAIN("\"whitespace\"",
+	      "[{\"type\":\"asciifolding\",\"preserve_original\":true},\"asciifolding\","
+	      "\"remove_duplicates\"]",
+	      NULL, "é e", "p", "e@0 e@1");
+	CHAIN("\"whitespace\"",
+	      "[{\"type\":\"stemmer_override\",\"rules\":[\"running, runs => run\","
+	      "\"stemmer => stemmer\"]},\"porter_stem\"]",
+	      NULL, "running stemmer jumping", "", "run stemmer jump");
+	CHAIN("\"whitespace\"", "[\"fingerprint\"]", NULL, "zebra jumps over resting resting dog",
+	      "pot", "dog jumps over resting zebra@0[0,36]<fingerprint>");
+	CHAIN("\"whitespace\"", "[\"flatten_graph\"]", NULL, "a b", "p", "a@0 b@1");
 }
 
 static void
