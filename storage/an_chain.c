@@ -622,6 +622,82 @@ tok_pattern(const tok_def *d, const char *s, size_t n, tks *out)
 	cm_free(M, z);
 }
 
+/* char_group: runs of characters that are none of the split classes or
+ * listed characters. */
+static void
+tok_char_group(const tok_def *d, const char *s, size_t n, tks *out)
+{
+	size_t p = 0, start = 0, ncp = 0;
+	while (p <= n) {
+		size_t cl = 1;
+		bool split = p == n;
+		if (!split) {
+			int32_t c = cp_at(s, n, p, &cl);
+			split = char_in_classes(c, d->token_chars, NULL);
+			for (size_t i = 0; i < d->nsplit_on && !split; i++)
+				split = strlen(d->split_on[i]) == cl && !memcmp(d->split_on[i], s + p, cl);
+		}
+		if (!split && ncp >= (size_t)d->max_token_length) {
+			tks_add(out, s + start, p - start, (uint32_t)start, (uint32_t)p, 1, "word");
+			start = p;
+			ncp = 0;
+		}
+		if (split) {
+			if (p > start)
+				tks_add(out, s + start, p - start, (uint32_t)start, (uint32_t)p, 1, "word");
+			start = p + cl;
+			ncp = 0;
+		} else {
+			ncp++;
+		}
+		if (p == n)
+			break;
+		p += cl;
+	}
+}
+
+/* path_hierarchy: "/a/b/c" -> "/a", "/a/b", "/a/b/c", all at one
+ * position; `skip` leading parts are left out. */
+static void
+tok_path(const tok_def *d, const char *s, size_t n, tks *out)
+{
+	size_t dl = strlen(d->delimiter), rl = strlen(d->replacement);
+	size_t p = 0, level = 0, start = 0;
+	cm_buf b;
+	cm_buf_init(&b, M);
+	bool first = true;
+	while (p <= n) {
+		bool at_delim = p < n && n - p >= dl && !memcmp(s + p, d->delimiter, dl);
+		if ((at_delim && p > 0) || p == n) {
+			/* a part ends at p */
+			if ((int)level >= d->skip && p > start) {
+				size_t from = b.len;
+				(void)from;
+				tks_add(out, (const char *)b.data, b.len, (uint32_t)start, (uint32_t)p,
+				        first ? 1 : 0, "word");
+				first = false;
+			}
+			level++;
+			if ((int)level == d->skip) {
+				start = p;
+				cm_buf_reset(&b);
+			}
+			if (p == n)
+				break;
+		}
+		if (at_delim) {
+			if ((int)level >= d->skip)
+				cm_buf_put(&b, d->replacement, rl);
+			p += dl;
+			continue;
+		}
+		if ((int)level >= d->skip)
+			cm_buf_put(&b, s + p, 1);
+		p++;
+	}
+	cm_buf_free(&b);
+}
+
 static void
 run_tokenizer(const tok_def *d, const char *s, size_t n, tks *out)
 {
@@ -649,6 +725,12 @@ run_tokenizer(const tok_def *d, const char *s, size_t n, tks *out)
 	case TK_NGRAM:
 	case TK_EDGE_NGRAM:
 		tok_ngram(d, s, n, out);
+		break;
+	case TK_CHAR_GROUP:
+		tok_char_group(d, s, n, out);
+		break;
+	case TK_PATH_HIERARCHY:
+		tok_path(d, s, n, out);
 		break;
 	}
 }

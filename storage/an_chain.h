@@ -41,6 +41,8 @@ typedef enum {
 	TK_PATTERN,
 	TK_NGRAM,
 	TK_EDGE_NGRAM,
+	TK_CHAR_GROUP,
+	TK_PATH_HIERARCHY,
 } tok_kind;
 
 enum {
@@ -62,6 +64,10 @@ typedef struct tok_def {
 	int min_gram, max_gram;
 	unsigned token_chars;
 	char *custom_chars;
+	char **split_on; /* char_group: single characters (UTF-8) to split on */
+	size_t nsplit_on;
+	char delimiter[8], replacement[8]; /* path_hierarchy (UTF-8 characters) */
+	int skip;
 } tok_def;
 
 typedef enum {

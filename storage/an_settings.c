@@ -158,6 +158,7 @@ tok_def_free(tok_def *d)
 		regfree(&d->re);
 	cm_free(M, d->name);
 	cm_free(M, d->custom_chars);
+	strv_free(d->split_on, d->nsplit_on);
 	cm_free(M, d);
 }
 
@@ -300,6 +301,8 @@ compile_re(regex_t *re, bool *has, const char *pattern, const char *flags, const
 	return CM_OK;
 }
 
+static char *unescape(const char *s, size_t n);
+
 static cm_err
 parse_tokenizer(st_analysis *a, const char *name, const cJSON *o, tok_def **out, cm_error *err)
 {
@@ -311,7 +314,7 @@ parse_tokenizer(st_analysis *a, const char *name, const cJSON *o, tok_def **out,
 	d->group = -1;
 	bool ok = get_int(o, "max_token_length", 255, &d->max_token_length);
 	cm_err rc = CM_OK;
-	if (!strcmp(type, "standard") || !strcmp(type, "classic"))
+	if (!strcmp(type, "standard"))
 		d->kind = TK_STANDARD;
 	else if (!strcmp(type, "whitespace"))
 		d->kind = TK_WHITESPACE;
@@ -323,6 +326,15 @@ parse_tokenizer(st_analysis *a, const char *name, const cJSON *o, tok_def **out,
 		d->kind = TK_LOWERCASE;
 	else if (!strcmp(type, "pattern"))
 		d->kind = TK_PATTERN;
+	else if (!strcmp(type, "simple_pattern")) {
+		d->kind = TK_PATTERN;
+		d->group = 0;
+	} else if (!strcmp(type, "simple_pattern_split"))
+		d->kind = TK_PATTERN;
+	else if (!strcmp(type, "char_group"))
+		d->kind = TK_CHAR_GROUP;
+	else if (!strcmp(type, "path_hierarchy") || !strcmp(type, "PathHierarchy"))
+		d->kind = TK_PATH_HIERARCHY;
 	else if (!strcmp(type, "ngram") || !strcmp(type, "nGram"))
 		d->kind = TK_NGRAM;
 	else if (!strcmp(type, "edge_ngram") || !strcmp(type, "edgeNGram"))
@@ -337,9 +349,67 @@ parse_tokenizer(st_analysis *a, const char *name, const cJSON *o, tok_def **out,
 		         name, "");
 		goto fail;
 	}
+	if (d->kind == TK_CHAR_GROUP) {
+		char **chars;
+		size_t nc;
+		if (!get_list(o, "tokenize_on_chars", &chars, &nc)) {
+			strv_free(chars, nc);
+			rc = bad(err, "[tokenize_on_chars] of tokenizer [%s] must be a list%s", name, "");
+			goto fail;
+		}
+		for (size_t i = 0; i < nc && !rc; i++) {
+			const char *c = chars[i];
+			if (!strcmp(c, "letter"))
+				d->token_chars |= TC_LETTER;
+			else if (!strcmp(c, "digit"))
+				d->token_chars |= TC_DIGIT;
+			else if (!strcmp(c, "whitespace"))
+				d->token_chars |= TC_WHITESPACE;
+			else if (!strcmp(c, "punctuation"))
+				d->token_chars |= TC_PUNCTUATION;
+			else if (!strcmp(c, "symbol"))
+				d->token_chars |= TC_SYMBOL;
+			else {
+				char *u = unescape(c, strlen(c));
+				size_t l = strlen(u), k = 1;
+				while (k < l && ((uint8_t)u[k] & 0xC0) == 0x80)
+					k++;
+				if (l == 0 || k != l) {
+					cm_free(M, u);
+					rc = bad(err, "Invalid escaped char in [%s]%s", c, "");
+					break;
+				}
+				d->split_on = cm_realloc(M, d->split_on, (d->nsplit_on + 1) * sizeof(char *));
+				d->split_on[d->nsplit_on++] = u;
+			}
+		}
+		strv_free(chars, nc);
+		if (rc)
+			goto fail;
+	}
+	if (d->kind == TK_PATH_HIERARCHY) {
+		const char *del = get_str(o, "delimiter"), *rep = get_str(o, "replacement");
+		bool reverse;
+		if (!get_bool(o, "reverse", false, &reverse) || reverse) {
+			rc = bad(err, "path_hierarchy tokenizer [%s]: reverse is not supported by Shoal%s",
+			         name, "");
+			goto fail;
+		}
+		if ((del && (strlen(del) == 0 || strlen(del) > 4)) || (rep && strlen(rep) > 4)) {
+			rc = cm_error_set(err, CM_EINVAL, "delimiter must be a one char value");
+			goto fail;
+		}
+		snprintf(d->delimiter, sizeof(d->delimiter), "%s", del ? del : "/");
+		snprintf(d->replacement, sizeof(d->replacement), "%s", rep ? rep : d->delimiter);
+		if (!get_int(o, "skip", 0, &d->skip) || d->skip < 0) {
+			rc = bad(err, "Failed to parse [skip] of tokenizer [%s]%s", name, "");
+			goto fail;
+		}
+	}
 	if (d->kind == TK_PATTERN) {
 		const char *pat = get_str(o, "pattern");
-		if (!get_int(o, "group", -1, &d->group) || d->group < -1 || d->group > 9) {
+		int dflt_group = d->group;
+		if (!get_int(o, "group", dflt_group, &d->group) || d->group < -1 || d->group > 9) {
 			rc = bad(err,
 			         "Failed to parse value for setting [group] of tokenizer [%s]%s",
 			         name, "");

@@ -396,6 +396,18 @@ test_tokenizers(void)
 	      "ab cd ef");
 	CHAIN("{\"type\":\"pattern\",\"pattern\":\"X\",\"flags\":\"CASE_INSENSITIVE\"}", NULL, NULL,
 	      "axbXc", "", "a b c");
+	CHAIN("{\"type\":\"char_group\",\"tokenize_on_chars\":[\"whitespace\",\"-\",\"\\n\"]}",
+	      NULL, NULL, "The QUICK brown-fox", "o", "The[0,3] QUICK[4,9] brown[10,15] fox[16,19]");
+	CHAIN("{\"type\":\"simple_pattern\",\"pattern\":\"[0123456789]{3}\"}", NULL, NULL,
+	      "fd-786-335-514-x", "", "786 335 514");
+	CHAIN("{\"type\":\"simple_pattern_split\",\"pattern\":\"_\"}", NULL, NULL,
+	      "an_underscored_phrase", "", "an underscored phrase");
+	CHAIN("\"path_hierarchy\"", NULL, NULL, "/one/two/three", "po",
+	      "/one@0[0,4] /one/two@0[0,8] /one/two/three@0[0,14]");
+	CHAIN("{\"type\":\"path_hierarchy\",\"delimiter\":\"-\",\"replacement\":\"/\","
+	      "\"skip\":2}",
+	      NULL, NULL, "one-two-three-four-five", "po",
+	      "/three@0[7,13] /three/four@0[7,18] /three/four/five@0[7,23]");
 	/* ngram: every gram one position on */
 	CHAIN("\"ngram\"", NULL, NULL, "Quick Fox", "p",
 	      "Q@0 Qu@1 u@2 ui@3 i@4 ic@5 c@6 ck@7 k@8 k @9  @10  F@11 F@12 Fo@13 o@14 ox@15 x@16");
