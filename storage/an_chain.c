@@ -396,8 +396,7 @@ cf_mapping(const cf_def *d, const char *s, size_t n, cftext *o)
 		cft_put(o, s + lit, n - lit, (uint32_t)lit, (uint32_t)n);
 }
 
-static void
-pattern_replace_text(const cf_def *d, const char *s, size_t n, bool all, cftext *o);
+static void pattern_replace_text(const cf_def *d, const char *s, size_t n, bool all, cftext *o);
 
 static void
 cf_pattern_replace(const cf_def *d, const char *s, size_t n, cftext *o)
@@ -635,7 +634,8 @@ tok_char_group(const tok_def *d, const char *s, size_t n, tks *out)
 			int32_t c = cp_at(s, n, p, &cl);
 			split = char_in_classes(c, d->token_chars, NULL);
 			for (size_t i = 0; i < d->nsplit_on && !split; i++)
-				split = strlen(d->split_on[i]) == cl && !memcmp(d->split_on[i], s + p, cl);
+				split = strlen(d->split_on[i]) == cl &&
+				        !memcmp(d->split_on[i], s + p, cl);
 		}
 		if (!split && ncp >= (size_t)d->max_token_length) {
 			tks_add(out, s + start, p - start, (uint32_t)start, (uint32_t)p, 1, "word");
@@ -644,7 +644,8 @@ tok_char_group(const tok_def *d, const char *s, size_t n, tks *out)
 		}
 		if (split) {
 			if (p > start)
-				tks_add(out, s + start, p - start, (uint32_t)start, (uint32_t)p, 1, "word");
+				tks_add(out, s + start, p - start, (uint32_t)start, (uint32_t)p, 1,
+				        "word");
 			start = p + cl;
 			ncp = 0;
 		} else {
@@ -673,8 +674,8 @@ tok_path(const tok_def *d, const char *s, size_t n, tks *out)
 			if ((int)level >= d->skip && p > start) {
 				size_t from = b.len;
 				(void)from;
-				tks_add(out, (const char *)b.data, b.len, (uint32_t)start, (uint32_t)p,
-				        first ? 1 : 0, "word");
+				tks_add(out, (const char *)b.data, b.len, (uint32_t)start,
+				        (uint32_t)p, first ? 1 : 0, "word");
 				first = false;
 			}
 			level++;
@@ -1299,7 +1300,8 @@ run_filter(const filter_inst *fi, tks *in, tks *out)
 				if (c >= 0x80 && utf8proc_category(c) == UTF8PROC_CATEGORY_ND) {
 					/* digits come in runs of ten from zero */
 					int32_t z = c;
-					while (z > 0 && utf8proc_category(z - 1) == UTF8PROC_CATEGORY_ND)
+					while (z > 0 &&
+					       utf8proc_category(z - 1) == UTF8PROC_CATEGORY_ND)
 						z--;
 					char dch = (char)('0' + (c - z) % 10);
 					cm_buf_put(&tmp, &dch, 1);
@@ -1318,8 +1320,8 @@ run_filter(const filter_inst *fi, tks *in, tks *out)
 			cm_buf_init(&cf.text, M);
 			cf_def tmpd = {.re = d->re, .replacement = d->replacement};
 			pattern_replace_text(&tmpd, tk_term(in, k), k->len, d->replace_all, &cf);
-			tk *o = tks_add(out, cf.text.len ? (const char *)cf.text.data : "", cf.text.len,
-			                k->start, k->end, k->posinc, k->type);
+			tk *o = tks_add(out, cf.text.len ? (const char *)cf.text.data : "",
+			                cf.text.len, k->start, k->end, k->posinc, k->type);
 			o->keyword = k->keyword;
 			cft_free(&cf);
 		}
@@ -1349,7 +1351,8 @@ run_filter(const filter_inst *fi, tks *in, tks *out)
 			const char *t = tk_term(in, k);
 			size_t r;
 			for (r = 0; r < d->nover; r++)
-				if (strlen(d->over_from[r]) == k->len && !memcmp(d->over_from[r], t, k->len))
+				if (strlen(d->over_from[r]) == k->len &&
+				    !memcmp(d->over_from[r], t, k->len))
 					break;
 			if (r == d->nover || k->keyword) {
 				keep(&g, out, in, k);

@@ -121,9 +121,9 @@ typedef struct filter_def {
 	bool output_unigrams;
 	char *separator, *filler;
 	int min_gram, max_gram;
-	int max_count;             /* limit: max_token_count; fingerprint: max_output_size */
-	bool exclude;              /* keep_types: mode exclude */
-	regex_t re;                /* pattern_replace */
+	int max_count; /* limit: max_token_count; fingerprint: max_output_size */
+	bool exclude;  /* keep_types: mode exclude */
+	regex_t re;    /* pattern_replace */
 	bool has_re, replace_all;
 	char *replacement;
 	char **over_from, **over_to; /* stemmer_override rules */

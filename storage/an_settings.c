@@ -354,7 +354,8 @@ parse_tokenizer(st_analysis *a, const char *name, const cJSON *o, tok_def **out,
 		size_t nc;
 		if (!get_list(o, "tokenize_on_chars", &chars, &nc)) {
 			strv_free(chars, nc);
-			rc = bad(err, "[tokenize_on_chars] of tokenizer [%s] must be a list%s", name, "");
+			rc = bad(err, "[tokenize_on_chars] of tokenizer [%s] must be a list%s",
+			         name, "");
 			goto fail;
 		}
 		for (size_t i = 0; i < nc && !rc; i++) {
@@ -379,7 +380,8 @@ parse_tokenizer(st_analysis *a, const char *name, const cJSON *o, tok_def **out,
 					rc = bad(err, "Invalid escaped char in [%s]%s", c, "");
 					break;
 				}
-				d->split_on = cm_realloc(M, d->split_on, (d->nsplit_on + 1) * sizeof(char *));
+				d->split_on =
+				    cm_realloc(M, d->split_on, (d->nsplit_on + 1) * sizeof(char *));
 				d->split_on[d->nsplit_on++] = u;
 			}
 		}
@@ -391,8 +393,10 @@ parse_tokenizer(st_analysis *a, const char *name, const cJSON *o, tok_def **out,
 		const char *del = get_str(o, "delimiter"), *rep = get_str(o, "replacement");
 		bool reverse;
 		if (!get_bool(o, "reverse", false, &reverse) || reverse) {
-			rc = bad(err, "path_hierarchy tokenizer [%s]: reverse is not supported by Shoal%s",
-			         name, "");
+			rc = bad(
+			    err,
+			    "path_hierarchy tokenizer [%s]: reverse is not supported by Shoal%s",
+			    name, "");
 			goto fail;
 		}
 		if ((del && (strlen(del) == 0 || strlen(del) > 4)) || (rep && strlen(rep) > 4)) {
@@ -759,14 +763,16 @@ parse_filter(st_analysis *a, const char *name, const cJSON *o, filter_def **out,
 		bool lower;
 		ok = get_bool(o, "keep_words_case", false, &lower);
 		if (get_str(o, "keep_words_path") != NULL) {
-			rc = bad(err, "keep filter [%s]: [keep_words_path] is not supported by Shoal%s",
+			rc = bad(err,
+			         "keep filter [%s]: [keep_words_path] is not supported by Shoal%s",
 			         name, "");
 			goto fail;
 		}
 		if (!cJSON_GetObjectItemCaseSensitive(o, "keep_words")) {
-			rc = cm_error_set(err, CM_EINVAL,
-			                  "keep requires either `keep_words` or `keep_words_path` to be "
-			                  "configured");
+			rc = cm_error_set(
+			    err, CM_EINVAL,
+			    "keep requires either `keep_words` or `keep_words_path` to be "
+			    "configured");
 			goto fail;
 		}
 		ok = ok && get_list(o, "keep_words", &d->words, &d->nwords);
@@ -777,21 +783,23 @@ parse_filter(st_analysis *a, const char *name, const cJSON *o, filter_def **out,
 		d->kind = F_KEEP_TYPES;
 		const char *mode = get_str(o, "mode");
 		if (mode && strcmp(mode, "include") && strcmp(mode, "exclude")) {
-			rc = bad(err, "`mode` option for keep_types filter [%s] must be one of "
-			              "[include, exclude] but was [%s]",
+			rc = bad(err,
+			         "`mode` option for keep_types filter [%s] must be one of "
+			         "[include, exclude] but was [%s]",
 			         name, mode);
 			goto fail;
 		}
 		d->exclude = mode && !strcmp(mode, "exclude");
 		if (!cJSON_GetObjectItemCaseSensitive(o, "types")) {
-			rc = cm_error_set(err, CM_EINVAL, "keep_types requires `types` to be configured");
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "keep_types requires `types` to be configured");
 			goto fail;
 		}
 		ok = get_list(o, "types", &d->words, &d->nwords);
 	} else if (!strcmp(type, "elision")) {
 		d->kind = F_ELISION;
-		static const char *const fr[] = {"l",     "m",      "t",       "qu",     "n",
-		                                 "s",     "j",      "d",       "c",      "jusqu",
+		static const char *const fr[] = {"l",      "m",      "t",     "qu", "n",
+		                                 "s",      "j",      "d",     "c",  "jusqu",
 		                                 "quoiqu", "lorsqu", "puisqu"};
 		if (cJSON_GetObjectItemCaseSensitive(o, "articles")) {
 			ok = get_list(o, "articles", &d->words, &d->nwords) &&
@@ -831,12 +839,14 @@ parse_filter(st_analysis *a, const char *name, const cJSON *o, filter_def **out,
 		char **rules;
 		size_t nr;
 		if (get_str(o, "rules_path") != NULL) {
-			rc = bad(err, "stemmer_override filter [%s]: [rules_path] is not supported by "
-			              "Shoal%s",
+			rc = bad(err,
+			         "stemmer_override filter [%s]: [rules_path] is not supported by "
+			         "Shoal%s",
 			         name, "");
 			goto fail;
 		}
-		if (!cJSON_GetObjectItemCaseSensitive(o, "rules") || !get_list(o, "rules", &rules, &nr)) {
+		if (!cJSON_GetObjectItemCaseSensitive(o, "rules") ||
+		    !get_list(o, "rules", &rules, &nr)) {
 			rc = cm_error_set(err, CM_EINVAL,
 			                  "stemmer override filter requires either `rules` or "
 			                  "`rules_path` to be configured");
@@ -862,8 +872,10 @@ parse_filter(st_analysis *a, const char *name, const cJSON *o, filter_def **out,
 				break;
 			}
 			for (size_t j = 0; j < nl; j++) {
-				d->over_from = cm_realloc(M, d->over_from, (d->nover + 1) * sizeof(char *));
-				d->over_to = cm_realloc(M, d->over_to, (d->nover + 1) * sizeof(char *));
+				d->over_from =
+				    cm_realloc(M, d->over_from, (d->nover + 1) * sizeof(char *));
+				d->over_to =
+				    cm_realloc(M, d->over_to, (d->nover + 1) * sizeof(char *));
 				d->over_from[d->nover] = cm_strndup(M, lp[j], ll[j]);
 				d->over_to[d->nover++] = cm_strndup(M, to, tl);
 			}
