@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -673,6 +674,86 @@ test_normalizers_and_settings(void)
 	}
 }
 
+/* Random text (markup, entities, apostrophes, digits, multi-byte and
+ * invalid UTF-8) through chains of every component: offsets stay inside
+ * the input, positions never go back (run under ASan in CI). */
+typedef struct {
+	size_t len;
+	uint32_t last_pos;
+	int bad;
+	int n;
+} sane;
+
+static int
+sane_fn(void *ctx, const st_token *t)
+{
+	sane *c = ctx;
+	if (t->start > t->end || t->end > c->len || (c->n > 0 && t->position < c->last_pos))
+		c->bad++;
+	c->last_pos = t->position;
+	c->n++;
+	return 0;
+}
+
+static void
+test_chain_random(void)
+{
+	static const char *const atoms[] = {"<b>", "</b>", "<br>", "<!-- x -->", "&amp;", "&#233;",
+	                                    "&bogus;", "'s", "’", "-", "_", "Foo", "bar", "42",
+	                                    "é", "ß", "日本", "\xff", "\xc3", " ", "  ", "\n", "ph",
+	                                    "a", "the", "Wi-Fi", "XL500", "/", "<script>x</script>"};
+	const char *chains[][3] = {
+	    {"\"standard\"",
+	     "[\"lowercase\",{\"type\":\"asciifolding\",\"preserve_original\":true},\"stop\","
+	     "{\"type\":\"synonym\",\"synonyms\":[\"foo, bar baz\",\"bar => quick wi\"]},"
+	     "\"word_delimiter_graph\",\"shingle\",\"unique\",\"porter_stem\","
+	     "{\"type\":\"length\",\"max\":6},\"reverse\",\"truncate\",\"edge_ngram\","
+	     "\"remove_duplicates\",\"elision\",\"decimal_digit\",\"trim\"]",
+	     "[\"html_strip\",{\"type\":\"mapping\",\"mappings\":[\"ph => f\",\"a => \"]},"
+	     "{\"type\":\"pattern_replace\",\"pattern\":\"[0-9]+\",\"replacement\":\"<$0>\"}]"},
+	    {"{\"type\":\"ngram\",\"min_gram\":1,\"max_gram\":2}", "[\"uppercase\"]",
+	     "[\"html_strip\"]"},
+	    {"{\"type\":\"edge_ngram\",\"token_chars\":[\"letter\"]}", "[\"fingerprint\"]",
+	     NULL},
+	    {"\"path_hierarchy\"", "[{\"type\":\"keep_types\",\"types\":[\"word\"]}]", NULL},
+	    {"{\"type\":\"char_group\",\"tokenize_on_chars\":[\"whitespace\",\"-\"]}",
+	     "[{\"type\":\"limit\",\"max_token_count\":5}]", NULL},
+	    {"{\"type\":\"pattern\",\"pattern\":\"(a|b)*\"}", "[\"ngram\"]",
+	     "[{\"type\":\"pattern_replace\",\"pattern\":\"x*\",\"replacement\":\"y\"}]"},
+	    {"\"whitespace\"", "[{\"type\":\"stemmer\",\"language\":\"german\"}]", NULL},
+	};
+	unsigned seed = 12345;
+	for (size_t ci = 0; ci < sizeof(chains) / sizeof(chains[0]); ci++) {
+		cJSON *tj = cJSON_Parse(chains[ci][0]), *fj = cJSON_Parse(chains[ci][1]);
+		cJSON *cj = chains[ci][2] ? cJSON_Parse(chains[ci][2]) : NULL;
+		st_analyzer *an = NULL;
+		cm_error err = {0};
+		REQUIRE(tj && fj && (!chains[ci][2] || cj));
+		cm_err rc = st_analyzer_build(NULL, tj, fj, cj, false, &an, &err);
+		CHECKF(rc == CM_OK, "chain %zu: %s", ci, err.reason);
+		for (int it = 0; rc == CM_OK && it < 300; it++) {
+			char text[512];
+			size_t n = 0;
+			int natoms = (int)(rand_r(&seed) % 24);
+			for (int k = 0; k < natoms; k++) {
+				const char *a = atoms[rand_r(&seed) % (sizeof(atoms) / sizeof(*atoms))];
+				size_t l = strlen(a);
+				if (n + l >= sizeof(text))
+					break;
+				memcpy(text + n, a, l);
+				n += l;
+			}
+			sane c = {.len = n};
+			CHECK(st_analyzer_run(an, text, n, 0, sane_fn, &c, NULL) == CM_OK);
+			CHECKF(c.bad == 0, "chain %zu on [%.*s]", ci, (int)n, text);
+		}
+		st_analyzer_free(an);
+		cJSON_Delete(tj);
+		cJSON_Delete(fj);
+		cJSON_Delete(cj);
+	}
+}
+
 static void
 bench(void)
 {
@@ -714,6 +795,7 @@ main(void)
 	test_synonyms();
 	test_char_filters();
 	test_normalizers_and_settings();
+	test_chain_random();
 	bench();
 	return check_report("analysis_test");
 }
