@@ -466,7 +466,8 @@ run_char_filters(const st_analyzer *an, const char *s, size_t n, cftext *out)
 		const cf_def *d = an->cf[i];
 		cftext nx = {0};
 		cm_buf_init(&nx.text, M);
-		const char *in = i == 0 ? s : (const char *)cur.text.data;
+		/* an empty output has no buffer yet */
+		const char *in = i == 0 ? s : cur.text.data ? (const char *)cur.text.data : "";
 		size_t inn = i == 0 ? n : cur.text.len;
 		switch (d->kind) {
 		case CF_HTML_STRIP:
