@@ -1299,7 +1299,8 @@ build_synonyms(st_analyzer *an, size_t fi, const filter_def *d, cm_error *err)
 		                  MAX_SYN_TERMS);
 		if (arrow)
 			nr = split_commas(arrow + 2, strlen(arrow + 2), rp, rl, MAX_SYN_TERMS);
-		if (nl == 0 || (arrow && nr == 0)) {
+		/* Solr: "more than one explicit mapping specified on the same line" */
+		if (nl == 0 || (arrow && nr == 0) || (arrow && strstr(arrow + 2, "=>"))) {
 			if (d->lenient)
 				continue;
 			return cm_error_set(

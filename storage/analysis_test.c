@@ -655,6 +655,9 @@ test_normalizers_and_settings(void)
 	     "\"filter\":{\"s\":{\"type\":\"synonym\",\"synonyms\":[\"the, a\"]}}}",
 	     "failed to build synonyms"},
 	    {"{\"bogus\":{}}", "unknown setting [index.analysis.bogus]"},
+	    {"{\"analyzer\":{\"x\":{\"tokenizer\":\"standard\",\"filter\":[\"s\"]}},"
+	     "\"filter\":{\"s\":{\"type\":\"synonym\",\"synonyms\":[\"a => b => c\"]}}}",
+	     "Invalid synonym rule at line 1"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
 		cJSON *bj = cJSON_Parse(bad[i].json);

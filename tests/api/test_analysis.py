@@ -83,7 +83,8 @@ SETTINGS = {
     },
 }
 MAPPINGS = {"properties": {
-    "title": {"type": "text", "analyzer": "body_an"},
+    "title": {"type": "text", "analyzer": "body_an",
+              "fields": {"folded": {"type": "keyword", "normalizer": "tagnorm"}}},
     "suggest": {"type": "text", "analyzer": "ac_an", "search_analyzer": "ac_search"},
     "tag": {"type": "keyword", "normalizer": "tagnorm"},
 }}
@@ -148,6 +149,8 @@ def check_books(n, index, label):
     eq(q({"match": {"suggest": "notebooks"}}), [], label + " search side is not ngrammed")
     eq(q({"term": {"tag": "ÉLECTRONIQUE"}}), ["1", "2"], label + " term normalized")
     eq(q({"terms": {"tag": ["Maison"]}}), ["3", "4"], label + " terms normalized")
+    eq(q({"term": {"title.folded": "cafés AND RESTAURANTS"}}), ["4"],
+       label + " normalizer on a multi-field")
     _, b = ids(n, index, {"match_all": {}}, {"aggs": {"t": {"terms": {"field": "tag"}}}})
     eq([(x["key"], x["doc_count"]) for x in b["aggregations"]["t"]["buckets"]],
        [("electronique", 2), ("maison", 2)], label + " terms agg sees normalized values")
@@ -416,6 +419,8 @@ def books_solo_and_restart():
        {"type": "text", "analyzer": "ac_an", "search_analyzer": "ac_search"}, "mapping")
     eq(b["books"]["mappings"]["properties"]["tag"], {"type": "keyword", "normalizer": "tagnorm"},
        "normalizer in the mapping")
+    eq(b["books"]["mappings"]["properties"]["title"]["fields"],
+       {"folded": {"type": "keyword", "normalizer": "tagnorm"}}, "multi-field normalizer")
     # analysis is static: ES refuses it on an open index (Shoal has no _close)
     error_is(n.req("PUT", "/books/_settings", {"index": {"analysis": {"analyzer": {
         "x": {"tokenizer": "standard"}}}}}), 400, "illegal_argument_exception",
