@@ -183,6 +183,29 @@ struct st_analyzer {
 	an_defs own; /* transient (_analyze) chains own their inline definitions */
 };
 
+/* ---- an_components.c: definitions from JSON, and shared readers ---- */
+
+typedef struct an_limits {
+	int max_ngram_diff, max_shingle_diff; /* index.max_ngram_diff, index.max_shingle_diff */
+} an_limits;
+
+/* Each parses one definition object (NULL limits: ES's defaults); CM_EINVAL
+ * with ES's message when invalid. *out is the caller's. */
+cm_err an_parse_tokenizer(const an_limits *a, const char *name, const cJSON *o, tok_def **out,
+                          cm_error *err);
+cm_err an_parse_filter(const an_limits *a, const char *name, const cJSON *o, filter_def **out,
+                       cm_error *err);
+cm_err an_parse_char_filter(const char *name, const cJSON *o, cf_def **out, cm_error *err);
+void an_defs_free(an_defs *o);
+/* A CM_EINVAL error from a format with up to two %s. */
+cm_err an_bad(cm_error *err, const char *fmt, const char *a, const char *b);
+bool an_get_bool(const cJSON *o, const char *k, bool dflt, bool *out);
+const char *an_get_str(const cJSON *o, const char *k);
+/* Java-style escapes (\n, \t, \uXXXX) resolved; the caller frees. */
+char *an_unescape(const char *s, size_t n);
+/* Splits s[0..n) on unescaped commas into trimmed parts (at most cap). */
+size_t an_split_commas(const char *s, size_t n, const char **parts, size_t *lens, size_t cap);
+
 /* Tokenizes s and runs the first `upto` filters; returns the position
  * increment of tokens dropped at the end. */
 uint32_t an_chain_tokens(const st_analyzer *an, const char *s, size_t n, size_t upto, tks *t);
