@@ -59,7 +59,9 @@ tks_add(tks *t, const char *s, size_t n, uint32_t start, uint32_t end, uint32_t 
 		t->v = cm_realloc(M, t->v, t->cap * sizeof(tk));
 	}
 	size_t off = t->arena.len;
-	if (s >= (const char *)t->arena.data && s < (const char *)t->arena.data + t->arena.len) {
+	/* a term from this very arena moves when the arena grows */
+	if (t->arena.data != NULL && s >= (const char *)t->arena.data &&
+	    s < (const char *)t->arena.data + t->arena.len) {
 		size_t from = (size_t)(s - (const char *)t->arena.data);
 		cm_buf_reserve(&t->arena, n);
 		memmove(t->arena.data + off, t->arena.data + from, n);
