@@ -147,6 +147,7 @@ void co_h_index_head(co_req *r);
 void co_h_index_get(co_req *r);
 void co_h_mapping_get(co_req *r);
 void co_h_field_caps(co_req *r); /* co_fieldcaps.c */
+void co_h_analyze(co_req *r);    /* co_analyze.c */
 void co_h_aliases_get(co_req *r);
 void co_h_mapping_put(co_req *r);
 void co_h_settings_get(co_req *r);

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "../common/cm_alloc.h"
@@ -222,8 +223,20 @@ check_parts(const cJSON *t, const char *what, cm_error *err)
 			return cm_error_set(err, CM_EPARSE, "[%s.%s] must be an object", what,
 			                    c->string);
 		if (!strcmp(c->string, "mappings")) {
+			/* a template's mapping may name the analyzers of its settings */
+			const cJSON *set = cJSON_GetObjectItemCaseSensitive(t, "settings");
+			const cJSON *aj = cJSON_GetObjectItemCaseSensitive(set, "analysis");
+			const cJSON *ij = cJSON_GetObjectItemCaseSensitive(set, "index");
+			if (!aj)
+				aj = cJSON_GetObjectItemCaseSensitive(ij, "analysis");
+			st_analysis *an = NULL;
+			cm_err rc = st_analysis_parse(cJSON_IsObject(aj) ? aj : NULL, INT32_MAX, INT32_MAX,
+			                              &an, err);
+			if (rc)
+				return rc;
 			st_mapping *m = NULL;
-			cm_err rc = st_mapping_from_json(c, &m, err);
+			rc = st_mapping_from_json_an(c, an, &m, err);
+			st_analysis_unref(an);
 			if (m)
 				st_mapping_unref(m);
 			if (rc)

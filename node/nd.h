@@ -61,6 +61,8 @@ typedef struct nd_settings {
 	/* Settings accepted without an effect here (docs/api.md says why for
 	 * each): flat "key" -> value as given, JSON text, "" when none. */
 	char accepted[2048];
+	int max_ngram_diff;         /* index.max_ngram_diff (1) */
+	int max_shingle_diff;       /* index.max_shingle_diff (3) */
 } nd_settings;
 
 /* index.blocks.*: what each refuses (nd_index_blocked). */

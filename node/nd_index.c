@@ -145,6 +145,8 @@ settings_default(nd_settings *s)
 	s->max_result_window = 10000;
 	s->delayed_timeout_ms = 60000;
 	s->total_fields_limit = 1000;
+	s->max_ngram_diff = 1;
+	s->max_shingle_diff = 3;
 }
 
 /* A setting value as ES accepts it: number or string holding a number. */
@@ -390,6 +392,12 @@ setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm
 			    buf);
 		s->refresh_interval_ms = ms;
 		snprintf(s->refresh_interval, sizeof(s->refresh_interval), "%s", buf);
+	} else if (strcmp(k, "max_ngram_diff") == 0 || strcmp(k, "max_shingle_diff") == 0) {
+		if (!json_int(v, &n) || n < 0 || n > INT32_MAX)
+			return cm_error_set(err, CM_EINVAL,
+			                    "Failed to parse value for setting [index.%s] must be >= 0",
+			                    k);
+		*(k[4] == 'n' ? &s->max_ngram_diff : &s->max_shingle_diff) = (int)n;
 	} else if (strcmp(k, "unassigned.node_left.delayed_timeout") == 0) {
 		int64_t ms;
 		if (!cJSON_IsString(v) || !nd_parse_time(v->valuestring, &ms) || ms < 0)
@@ -462,10 +470,45 @@ setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm
 	return CM_OK;
 }
 
-/* Walks {"index":{"number_of_shards":1}}, {"number_of_shards":1} and
- * {"index.number_of_shards":1} alike. */
+/* Puts leaf v at the dotted path under *root (created on first use), so
+ * {"analysis":{"analyzer":..}} and "index.analysis.analyzer.x.type" build
+ * the same object. */
 static cm_err
-settings_walk(nd_settings *s, const cJSON *obj, const char *prefix, bool creating, cm_error *err)
+analysis_put(cJSON **root, const char *path, const cJSON *v, cm_error *err)
+{
+	char buf[256], *save = NULL, *seg, *next;
+	snprintf(buf, sizeof(buf), "%s", path);
+	if (*root == NULL)
+		*root = cJSON_CreateObject();
+	cJSON *o = *root;
+	seg = strtok_r(buf, ".", &save);
+	while (seg != NULL) {
+		next = strtok_r(NULL, ".", &save);
+		cJSON *c = cJSON_GetObjectItemCaseSensitive(o, seg);
+		if (next == NULL) {
+			if (c != NULL)
+				cJSON_DeleteItemFromObjectCaseSensitive(o, seg);
+			cJSON_AddItemToObject(o, seg, cJSON_Duplicate(v, true));
+			return CM_OK;
+		}
+		if (c == NULL)
+			c = cJSON_AddObjectToObject(o, seg);
+		else if (!cJSON_IsObject(c))
+			return cm_error_set(err, CM_EINVAL, "invalid analysis setting [index.analysis.%s]",
+			                    path);
+		o = c;
+		seg = next;
+	}
+	return cm_error_set(err, CM_EINVAL, "invalid analysis setting [index.analysis]");
+}
+
+/* Walks {"index":{"number_of_shards":1}}, {"number_of_shards":1} and
+ * {"index.number_of_shards":1} alike. `analysis` collects index.analysis
+ * (static: NULL when not creating, and then refused as ES refuses it on
+ * an open index). */
+static cm_err
+settings_walk(nd_index *ix, nd_settings *s, cJSON **analysis, const cJSON *obj, const char *prefix,
+              bool creating, cm_error *err)
 {
 	const cJSON *c;
 	char key[256];
@@ -478,8 +521,19 @@ settings_walk(nd_settings *s, const cJSON *obj, const char *prefix, bool creatin
 		if (snprintf(key, sizeof(key), "%s%s%s", prefix, *prefix ? "." : "", c->string) >=
 		    (int)sizeof(key))
 			return cm_error_set(err, CM_EINVAL, "setting name too long");
+		const char *k = strncmp(key, "index.", 6) == 0 ? key + 6 : key;
+		bool an = strncmp(k, "analysis", 8) == 0 && (k[8] == 0 || k[8] == '.');
+		if (an && analysis == NULL)
+			return cm_error_set(err, CM_EINVAL,
+			                    "Can't update non dynamic settings [[index.%s]] for open "
+			                    "indices [[%s/%s]]",
+			                    k, ix ? ix->name : "", ix ? ix->uuid : "");
 		if (cJSON_IsObject(c))
-			rc = settings_walk(s, c, key, creating, err);
+			rc = settings_walk(ix, s, analysis, c, key, creating, err);
+		else if (an && k[8] == '.')
+			rc = analysis_put(analysis, k + 9, c, err);
+		else if (an)
+			rc = cm_error_set(err, CM_EINVAL, "[index.analysis] must be an object");
 		else
 			rc = setting_apply(s, key, c, creating, err);
 		if (rc)
@@ -612,6 +666,19 @@ nd_index_settings_json(const nd_index *ix)
 	ver = cJSON_AddObjectToObject(idx, "version");
 	cJSON_AddStringToObject(ver, "created", "7100299");
 	cJSON_AddStringToObject(idx, "provided_name", ix->name);
+	if (s->max_ngram_diff != 1) {
+		snprintf(buf, sizeof(buf), "%d", s->max_ngram_diff);
+		cJSON_AddStringToObject(idx, "max_ngram_diff", buf);
+	}
+	if (s->max_shingle_diff != 3) {
+		snprintf(buf, sizeof(buf), "%d", s->max_shingle_diff);
+		cJSON_AddStringToObject(idx, "max_shingle_diff", buf);
+	}
+	st_mapping *m = nd_index_mapping((nd_index *)ix);
+	const cJSON *an = st_analysis_json(m ? m->analysis : NULL);
+	if (an != NULL)
+		cJSON_AddItemToObject(idx, "analysis", cJSON_Duplicate(an, true));
+	st_mapping_unref(m);
 	return root;
 }
 
@@ -643,6 +710,13 @@ index_persist_locked(nd_index *ix)
 	if (ix->settings.final_pipeline[0])
 		cJSON_AddStringToObject(settings, "final_pipeline", ix->settings.final_pipeline);
 	nd_settings_extra_json(&ix->settings, settings, true);
+	if (ix->settings.max_ngram_diff != 1)
+		cJSON_AddNumberToObject(settings, "max_ngram_diff", ix->settings.max_ngram_diff);
+	if (ix->settings.max_shingle_diff != 3)
+		cJSON_AddNumberToObject(settings, "max_shingle_diff", ix->settings.max_shingle_diff);
+	const cJSON *an = st_analysis_json(ix->mapping->analysis);
+	if (an != NULL)
+		cJSON_AddItemToObject(settings, "analysis", cJSON_Duplicate(an, true));
 	cJSON_AddItemToObject(root, "settings", settings);
 	cJSON_AddItemToObject(root, "mappings", st_mapping_to_json(ix->mapping));
 	if (ix->aliases)
@@ -734,6 +808,8 @@ index_load(nd_node *n, const char *uuid, nd_index **out, cm_error *err)
 	cJSON *root = NULL;
 	nd_index *ix = NULL;
 	const cJSON *name, *settings, *mappings, *cd;
+	cJSON *anj = NULL;
+	st_analysis *an = NULL;
 	cm_err rc;
 
 	snprintf(path, sizeof(path), "%s/indices/%s/index.json", n->data_dir, uuid);
@@ -752,9 +828,12 @@ index_load(nd_node *n, const char *uuid, nd_index **out, cm_error *err)
 	ix = index_alloc(n, name->valuestring, uuid);
 	ix->creation_ms = cJSON_IsNumber(cd) ? (int64_t)cd->valuedouble : cm_wall_ms();
 	settings_default(&ix->settings);
-	if ((rc = settings_walk(&ix->settings, settings, "", true, err)))
+	if ((rc = settings_walk(ix, &ix->settings, &anj, settings, "", true, err)))
 		goto fail;
-	if ((rc = st_mapping_from_json(mappings, &ix->mapping, err)))
+	if ((rc = st_analysis_parse(anj, ix->settings.max_ngram_diff, ix->settings.max_shingle_diff,
+	                            &an, err)))
+		goto fail;
+	if ((rc = st_mapping_from_json_an(mappings, an, &ix->mapping, err)))
 		goto fail;
 	if ((rc = nd_alias_entries(cJSON_GetObjectItemCaseSensitive(root, "aliases"), &ix->aliases,
 	                           err)))
@@ -767,10 +846,14 @@ index_load(nd_node *n, const char *uuid, nd_index **out, cm_error *err)
 		if (st_shard_refresh(ix->shards[i]))
 			cm_warn("node", "refresh of [%s][%d] after recovery failed", ix->name, i);
 	cJSON_Delete(root);
+	cJSON_Delete(anj);
+	st_analysis_unref(an);
 	*out = ix;
 	return CM_OK;
 fail:
 	cJSON_Delete(root);
+	cJSON_Delete(anj);
+	st_analysis_unref(an);
 	if (ix)
 		index_free(ix);
 	return rc;
@@ -903,7 +986,8 @@ nd_index_create_as(nd_node *n, const char *name, const char *given_uuid, const c
 	nd_index *ix = NULL;
 	char uuid[23];
 	const cJSON *c;
-	cJSON *aliases = NULL;
+	cJSON *aliases = NULL, *anj = NULL;
+	st_analysis *an = NULL;
 	cm_err rc;
 
 	if ((rc = nd_index_name_check(name, err)))
@@ -941,20 +1025,22 @@ nd_index_create_as(nd_node *n, const char *name, const char *given_uuid, const c
 		cJSON_Delete(aliases);
 	settings_default(&ix->settings);
 	if (body && (c = cJSON_GetObjectItemCaseSensitive(body, "settings")) &&
-	    (rc = settings_walk(&ix->settings, c, "", true, err)))
+	    (rc = settings_walk(ix, &ix->settings, &anj, c, "", true, err)))
 		goto fail;
-	if (body && (c = cJSON_GetObjectItemCaseSensitive(body, "mappings"))) {
-		/* ES 7 still accepts a type name wrapper only with include_type_name. */
-		if ((rc = st_mapping_from_json(c, &ix->mapping, err)))
-			goto fail;
-		if (!given_uuid && ix->mapping->nfields > (size_t)ix->settings.total_fields_limit) {
-			/* a new index (not one the cluster state replays) */
-			rc = cm_error_set(err, CM_EINVAL, "Limit of total fields [%d] has been exceeded",
-			                  ix->settings.total_fields_limit);
-			goto fail;
-		}
-	} else {
-		ix->mapping = st_mapping_new();
+	if ((rc = st_analysis_parse(anj, ix->settings.max_ngram_diff, ix->settings.max_shingle_diff,
+	                            &an, err)))
+		goto fail;
+	/* ES 7 still accepts a type name wrapper only with include_type_name. */
+	c = body ? cJSON_GetObjectItemCaseSensitive(body, "mappings") : NULL;
+	if ((rc = st_mapping_from_json_an(c, an, &ix->mapping, err)))
+		goto fail;
+	cJSON_Delete(anj);
+	anj = NULL;
+	if (!given_uuid && ix->mapping->nfields > (size_t)ix->settings.total_fields_limit) {
+		/* a new index (not one the cluster state replays) */
+		rc = cm_error_set(err, CM_EINVAL, "Limit of total fields [%d] has been exceeded",
+		                  ix->settings.total_fields_limit);
+		goto fail;
 	}
 
 	pthread_rwlock_wrlock(&n->reg_lock);
@@ -980,8 +1066,11 @@ nd_index_create_as(nd_node *n, const char *name, const char *given_uuid, const c
 	        ix->settings.number_of_shards);
 	if (out)
 		*out = nd_index_ref(ix);
+	st_analysis_unref(an);
 	return CM_OK;
 fail:
+	cJSON_Delete(anj);
+	st_analysis_unref(an);
 	index_free(ix);
 	return rc;
 }
@@ -1245,7 +1334,12 @@ nd_index_put_mapping(nd_index *ix, const cJSON *mappings, cm_error *err)
 	st_mapping *add = NULL, *merged = NULL;
 	cm_err rc;
 
-	if ((rc = st_mapping_from_json(mappings, &add, err)))
+	pthread_mutex_lock(&ix->lock);
+	st_analysis *an = st_analysis_ref(ix->mapping->analysis);
+	pthread_mutex_unlock(&ix->lock);
+	rc = st_mapping_from_json_an(mappings, an, &add, err);
+	st_analysis_unref(an);
+	if (rc)
 		return rc;
 	pthread_mutex_lock(&ix->lock);
 	rc = st_mapping_merge(ix->mapping, add, &merged, err);
@@ -1264,7 +1358,7 @@ nd_index_put_settings(nd_index *ix, const cJSON *body, cm_error *err)
 
 	pthread_mutex_lock(&ix->lock);
 	s = ix->settings;
-	rc = settings_walk(&s, body, "", false, err);
+	rc = settings_walk(ix, &s, NULL, body, "", false, err);
 	if (!rc) {
 		nd_settings old = ix->settings;
 		ix->settings = s;

@@ -506,7 +506,19 @@ index_meta(nd_index *ix)
 	if (st->final_pipeline[0])
 		cJSON_AddStringToObject(is, "final_pipeline", st->final_pipeline);
 	nd_settings_extra_json(st, is, false);
+	if (st->max_ngram_diff != 1) {
+		snprintf(b, sizeof(b), "%d", st->max_ngram_diff);
+		cJSON_AddStringToObject(is, "max_ngram_diff", b);
+	}
+	if (st->max_shingle_diff != 3) {
+		snprintf(b, sizeof(b), "%d", st->max_shingle_diff);
+		cJSON_AddStringToObject(is, "max_shingle_diff", b);
+	}
 	st_mapping *m = nd_index_mapping(ix);
+	/* the mapping may name the index's custom analyzers: they go along */
+	const cJSON *an = st_analysis_json(m->analysis);
+	if (an != NULL)
+		cJSON_AddItemToObject(is, "analysis", cJSON_Duplicate(an, true));
 	cJSON_AddItemToObject(j, "mappings", st_mapping_to_json(m));
 	st_mapping_unref(m);
 	cJSON_AddItemToObject(j, "aliases", nd_index_aliases_json(ix));

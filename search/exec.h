@@ -23,7 +23,9 @@
 typedef struct sr_fstat {
 	char *name;
 	st_field_type type;
-	st_analyzer_kind analyzer;
+	st_analyzer_kind analyzer;           /* the query's: the mapping's search analyzer */
+	const st_analyzer *custom_analyzer; /* its chain when custom (owned by the mapping) */
+	const st_analyzer *normalizer;      /* keyword: normalizes query terms */
 	uint8_t flags;          /* union of ST_FI_* over segments */
 	uint64_t doc_count;     /* summed over segments, deleted docs included (as Lucene) */
 	uint64_t sum_ttf;

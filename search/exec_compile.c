@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../common/cm_alloc.h"
+#include "../common/cm_buf.h"
 #include "agg_int.h"
 #include "exec.h"
 
@@ -75,6 +76,15 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 	const st_mapping *m = st_reader_mapping(r);
 	for (size_t i = 0; i < x->nfstats; i++) {
 		sr_fstat *fs = &x->fstats[i];
+		if (fs->type == ST_FT_TEXT || fs->type == ST_FT_KEYWORD) {
+			const st_field_def *d = m ? st_mapping_find(m, fs->name) : NULL;
+			if (d != NULL && d->type == ST_FT_TEXT) {
+				fs->analyzer = d->search_analyzer;
+				fs->custom_analyzer = d->custom_search_analyzer;
+			} else if (d != NULL && d->type == ST_FT_KEYWORD) {
+				fs->normalizer = d->normalizer;
+			}
+		}
 		if (fs->type != ST_FT_SCALED_FLOAT)
 			continue;
 		const st_field_def *d = m ? st_mapping_find(m, fs->name) : NULL;
@@ -1228,6 +1238,16 @@ compile_term(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool s
 		*out = p;
 		return CM_OK;
 	}
+	if (fs->normalizer != NULL) {
+		cm_buf nb;
+		cm_buf_init(&nb, CM_MEM_SEARCH);
+		cm_err rc = st_normalize(fs->normalizer, v, strlen(v), &nb);
+		if (!rc)
+			*out = term_plan(c->x, fs, nb.len ? (const char *)nb.data : "", nb.len, boost,
+			                 scoring);
+		cm_buf_free(&nb);
+		return rc ? cm_error_set(c->err, rc, "normalizer failed") : CM_OK;
+	}
 	*out = term_plan(c->x, fs, v, strlen(v), boost, scoring);
 	return CM_OK;
 }
@@ -1251,8 +1271,17 @@ compile_terms(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 	sr_plan *p = plan_new(P_TERMSET, boost, scoring);
 	p->fs = fs;
 	p->terms = cm_calloc(CM_MEM_SEARCH, q->nvalues, sizeof(sr_bytes));
-	for (size_t i = 0; i < q->nvalues; i++)
+	for (size_t i = 0; i < q->nvalues; i++) {
+		if (fs->normalizer != NULL) {
+			cm_buf nb;
+			cm_buf_init(&nb, CM_MEM_SEARCH);
+			st_normalize(fs->normalizer, q->values[i], strlen(q->values[i]), &nb);
+			p->terms[p->nterms++] = bytes_dup(nb.len ? (const char *)nb.data : "", nb.len);
+			cm_buf_free(&nb);
+			continue;
+		}
 		p->terms[p->nterms++] = bytes_dup(q->values[i], strlen(q->values[i]));
+	}
 	*out = p;
 	return CM_OK;
 }
@@ -1650,9 +1679,11 @@ analyze(cctx *c, const sr_query *q, const sr_fstat *fs, toks *ts)
 	memset(ts, 0, sizeof *ts);
 	const char *v = q->value ? q->value : "";
 	st_analyzer_kind an = fs->type == ST_FT_TEXT ? fs->analyzer : ST_AN_KEYWORD;
-	if (q->analyzer && !st_analyzer_from_name(q->analyzer, &an))
+	const st_analyzer *custom = fs->type == ST_FT_TEXT ? fs->custom_analyzer : fs->normalizer;
+	const st_mapping *m = st_reader_mapping(c->x->reader);
+	if (q->analyzer && !st_analysis_resolve(m ? m->analysis : NULL, q->analyzer, &an, &custom))
 		return cm_error_set(c->err, CM_EINVAL, "analyzer [%s] not found", q->analyzer);
-	cm_err rc = st_analyze(an, v, strlen(v), 0, tok_cb, ts, NULL);
+	cm_err rc = st_analyze_with(custom, an, v, strlen(v), 0, tok_cb, ts, NULL);
 	if (!rc && ts->overflow)
 		rc = cm_error_set_type(c->err, CM_ELIMIT, "too_many_clauses",
 		                       "maxClauseCount is set to %d", SR_MAX_CLAUSES);
@@ -1693,7 +1724,12 @@ compile_match(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 		toks_free(&ts);
 		return CM_OK;
 	}
-	sr_plan *b = ts.n > 1 ? plan_new(P_BOOL, boost, scoring) : NULL;
+	/* tokens sharing a position (synonyms) are one clause: any of them */
+	size_t ngroups = 0;
+	for (size_t i = 0; i < ts.n; i++)
+		ngroups += i == 0 || ts.v[i].pos != ts.v[i - 1].pos;
+	sr_plan *b = ngroups > 1 ? plan_new(P_BOOL, boost, scoring) : NULL;
+	sr_plan *group = NULL;
 	for (size_t i = 0; i < ts.n && !rc; i++) {
 		sr_plan *t;
 		if (q->fuzziness)
@@ -1703,12 +1739,26 @@ compile_match(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 			t = term_plan(c->x, fs, ts.v[i].t.p, ts.v[i].t.n, boost, scoring);
 		if (rc)
 			break;
+		bool same_next = i + 1 < ts.n && ts.v[i + 1].pos == ts.v[i].pos;
+		bool same_prev = i > 0 && ts.v[i - 1].pos == ts.v[i].pos;
+		if (same_next || same_prev) {
+			if (!same_prev) {
+				group = plan_new(P_BOOL, boost, scoring);
+				group->msm = 1;
+			}
+			plan_add(group, t, OCC_SHOULD);
+			if (same_next)
+				continue;
+			t = group;
+			group = NULL;
+		}
 		if (!b) {
 			*out = t;
 			break;
 		}
 		plan_add(b, t, q->op_and ? OCC_MUST : OCC_SHOULD);
 	}
+	sr_plan_free(group);
 	toks_free(&ts);
 	if (rc) {
 		sr_plan_free(b);
@@ -1726,6 +1776,48 @@ compile_match(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 		}
 		*out = b;
 	}
+	return CM_OK;
+}
+
+/* A phrase whose positions may hold several terms (synonyms). */
+static cm_err
+compile_multi_phrase(cctx *c, const sr_query *q, const sr_fstat *fs, toks *ts, float boost,
+                     bool scoring, sr_plan **out)
+{
+	size_t nslots = 0;
+	for (size_t i = 0; i < ts->n; i++)
+		nslots += i == 0 || ts->v[i].pos != ts->v[i - 1].pos;
+	sr_plan *p = plan_new(P_PHRASE, boost, scoring);
+	p->fs = fs;
+	p->slop = q->slop;
+	p->npos = (uint32_t)nslots;
+	p->pos_offset = cm_calloc(CM_MEM_SEARCH, nslots, sizeof(uint32_t));
+	p->pos_terms = cm_calloc(CM_MEM_SEARCH, nslots, sizeof(sr_bytes *));
+	p->pos_nterms = cm_calloc(CM_MEM_SEARCH, nslots, sizeof(size_t));
+	double idf = 0;
+	size_t slot = 0;
+	for (size_t i = 0; i < ts->n; slot++) {
+		size_t j = i;
+		while (j < ts->n && ts->v[j].pos == ts->v[i].pos)
+			j++;
+		p->pos_offset[slot] = ts->v[i].pos - ts->v[0].pos;
+		p->pos_terms[slot] = cm_calloc(CM_MEM_SEARCH, j - i, sizeof(sr_bytes));
+		double slot_idf = 0;
+		for (size_t k = i; k < j; k++) {
+			p->pos_terms[slot][k - i] = ts->v[k].t;
+			ts->v[k].t.p = NULL;
+			if (scoring) {
+				const sr_bytes *t = &p->pos_terms[slot][k - i];
+				double f = sr_idf(term_df(c->x, fs, t->p, t->n), fs->doc_count);
+				slot_idf = f > slot_idf ? f : slot_idf;
+			}
+		}
+		p->pos_nterms[slot] = j - i;
+		idf += slot_idf;
+		i = j;
+	}
+	p->weight = boost * (float)idf;
+	*out = p;
 	return CM_OK;
 }
 
@@ -1783,6 +1875,15 @@ compile_phrase(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool
 		                       "field:[%s] was indexed without position data; cannot run "
 		                       "PhraseQuery",
 		                       fs->name);
+		goto done;
+	}
+	/* synonyms: the tokens of one position become one slot of several
+	 * terms (Lucene's MultiPhraseQuery) */
+	bool stacked = false;
+	for (size_t i = 1; i < ts.n; i++)
+		stacked |= ts.v[i].pos == ts.v[i - 1].pos;
+	if (stacked && !prefix) {
+		rc = compile_multi_phrase(c, q, fs, &ts, boost, scoring, out);
 		goto done;
 	}
 	sr_plan *p = plan_new(P_PHRASE, boost, scoring);

@@ -309,6 +309,7 @@ typedef struct matcher {
 	bool analyzed;        /* match family: analyze with the field's search analyzer */
 	bool caseless;        /* term: case_insensitive */
 	const char *analyzer; /* an explicit analyzer name, NULL = the field's */
+	const st_analysis *an; /* resolves a custom analyzer name (the mapping's) */
 	int slop;
 	bool prefix_last; /* match_phrase_prefix */
 	const char *fuzziness;
@@ -325,6 +326,7 @@ typedef struct mset {
 	sr_query **owned; /* expanded query_string trees */
 	size_t nowned;
 	cm_error *err;
+	const st_analysis *an; /* the index's custom analysis */
 } mset;
 
 static matcher *
@@ -409,6 +411,7 @@ add_match(mset *s, const sr_query *q, const char *field, bool phrase, bool prefi
 	m->text = q->value ? q->value : "";
 	m->analyzed = true;
 	m->analyzer = q->analyzer;
+	m->an = s->an;
 	m->slop = q->slop;
 	m->prefix_last = prefix;
 	m->fuzziness = q->fuzziness;
@@ -553,10 +556,17 @@ toks_free(toks *ts)
 	memset(ts, 0, sizeof *ts);
 }
 
+/* An analyzer: a built-in kind, or a custom chain of the mapping. */
+typedef struct an_pick {
+	st_analyzer_kind kind;
+	const st_analyzer *custom;
+} an_pick;
+
 static void
-analyze(st_analyzer_kind a, const char *s, size_t n, toks *out)
+analyze(an_pick a, const char *s, size_t n, toks *out)
 {
-	st_analyze(a, s, n > MAX_ANALYZED ? MAX_ANALYZED : n, 0, on_tok, out, NULL);
+	st_analyze_with(a.custom, a.kind, s, n > MAX_ANALYZED ? MAX_ANALYZED : n, 0, on_tok, out,
+	                NULL);
 }
 
 static bool
@@ -568,15 +578,15 @@ term_eq(const tok *t, const char *s, size_t n, bool caseless)
 }
 
 /* The field's analyzer for the query text of a match-family matcher. */
-static st_analyzer_kind
+static an_pick
 query_analyzer(const matcher *m, const st_field_def *def)
 {
-	st_analyzer_kind a;
+	an_pick p;
 	if (def->type != ST_FT_TEXT)
-		return ST_AN_KEYWORD;
-	if (m->analyzer && st_analyzer_from_name(m->analyzer, &a))
-		return a;
-	return def->search_analyzer;
+		return (an_pick){ST_AN_KEYWORD, def->normalizer};
+	if (m->analyzer && st_analysis_resolve(m->an, m->analyzer, &p.kind, &p.custom))
+		return p;
+	return (an_pick){def->search_analyzer, def->custom_search_analyzer};
 }
 
 static bool
@@ -1164,7 +1174,8 @@ field_render(const st_field_def *def, const eff *e, const mset *ms, const cJSON 
 		cm_free(T, vs.v);
 		return;
 	}
-	st_analyzer_kind an = def->type == ST_FT_TEXT ? def->analyzer : ST_AN_KEYWORD;
+	an_pick an = def->type == ST_FT_TEXT ? (an_pick){def->analyzer, def->custom_analyzer}
+	                                     : (an_pick){ST_AN_KEYWORD, def->normalizer};
 	sr_hl_span *spans = NULL;
 	size_t nspans = 0, cap = 0;
 	plist pl = {0};
@@ -1263,7 +1274,7 @@ sr_highlight_render(const sr_highlight *h, const st_mapping *m, const sr_query *
 	cJSON *doc = cJSON_ParseWithLength(src, len);
 	if (!doc)
 		return cm_error_set(err, CM_EINTERNAL, "stored _source does not parse");
-	mset base = {0}, alt = {0};
+	mset base = {.an = m->analysis}, alt = {.an = m->analysis};
 	collect(&base, q);
 	size_t start = out->len;
 	bool first = true;
@@ -1278,6 +1289,7 @@ sr_highlight_render(const sr_highlight *h, const st_mapping *m, const sr_query *
 		if (e.hq) {
 			mset_free(&alt);
 			memset(&alt, 0, sizeof alt);
+			alt.an = m->analysis;
 			collect(&alt, e.hq);
 			ms = &alt;
 		}

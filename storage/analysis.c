@@ -11,11 +11,15 @@
 
 #include <libstemmer.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
 #include "../common/cm_alloc.h"
+#include "an_private.h"
+
+#define AN_KIND_RAW 31 /* an_state.kind of the raw mode (no analyzer has it) */
 
 /* Word-break classes (a subset of UAX#29's Word_Break property). */
 enum {
@@ -181,6 +185,9 @@ typedef struct an_state {
 	bool stopped;
 	cm_err err;
 	struct sb_stemmer *stemmer;
+	uint32_t max_len;  /* code points per token (ST_MAX_TOKEN_LEN unless raw) */
+	an_raw_fn raw;     /* kind AN_KIND_RAW: custom chains take the bytes here */
+	void *raw_ctx;
 	char term[4 * 1024];
 	utf8proc_int32_t ubuf[1024];
 } an_state;
@@ -294,8 +301,12 @@ emit(an_state *st, size_t start, size_t end, bool nonascii)
 {
 	const uint8_t *s = st->text + start;
 	size_t n = end - start;
-	if (st->kind == ST_AN_WHITESPACE || st->kind == ST_AN_KEYWORD) {
-		deliver(st, (const char *)s, n, start, end);
+	/* one test for the kinds that take the bytes as they are */
+	if ((1u << st->kind) & ((1u << ST_AN_WHITESPACE) | (1u << ST_AN_KEYWORD) | (1u << AN_KIND_RAW))) {
+		if (st->kind == AN_KIND_RAW) /* custom chains: bytes [start,end) unfiltered */
+			st->raw(st->raw_ctx, start, end);
+		else
+			deliver(st, (const char *)s, n, start, end);
 		return;
 	}
 	const char *t;
@@ -335,7 +346,7 @@ out:
 
 /* ---- tokenizers ---- */
 
-static bool
+static inline __attribute__((always_inline)) bool
 word_joins(int last, int next)
 {
 	switch (next) {
@@ -351,10 +362,12 @@ word_joins(int last, int next)
 	}
 }
 
-static void
+/* inlined into st_analyze, as before the raw mode shared it */
+static inline __attribute__((always_inline)) void
 tokenize_standard(an_state *st, size_t len)
 {
 	const uint8_t *s = st->text;
+	const uint32_t max_len = st->max_len; /* a local: fn calls cannot change it */
 	size_t p = 0;
 	while (p < len && !st->stopped) {
 		size_t cl;
@@ -403,7 +416,7 @@ tokenize_standard(an_state *st, size_t len)
 					}
 				}
 			}
-			if (take == 0 || ncp + add > ST_MAX_TOKEN_LEN)
+			if (take == 0 || ncp + add > max_len)
 				break;
 			for (size_t i = p; i < p + take; i++)
 				nonascii |= s[i] >= 0x80;
@@ -432,12 +445,13 @@ static void
 tokenize_runs(an_state *st, size_t len, bool letters)
 {
 	const uint8_t *s = st->text;
+	const uint32_t max_len = st->max_len;
 	size_t p = 0;
 	while (p < len && !st->stopped) {
 		size_t start = p;
 		uint32_t ncp = 0;
 		bool nonascii = false;
-		while (p < len && ncp < ST_MAX_TOKEN_LEN) {
+		while (p < len && ncp < max_len) {
 			size_t cl = 1;
 			bool in;
 			if (s[p] < 0x80) {
@@ -492,6 +506,7 @@ st_analyze(st_analyzer_kind a, const char *text, size_t len, uint32_t first_pos,
 	st->stopped = false;
 	st->err = CM_OK;
 	st->stemmer = NULL;
+	st->max_len = ST_MAX_TOKEN_LEN;
 	if (a == ST_AN_ENGLISH && (st->stemmer = stemmer_get()) == NULL)
 		return CM_ENOMEM;
 	switch (a) {
@@ -515,4 +530,70 @@ st_analyze(st_analyzer_kind a, const char *text, size_t len, uint32_t first_pos,
 	if (next_pos != NULL)
 		*next_pos = st->pos;
 	return st->err;
+}
+
+void
+an_tokenize_raw(an_raw_tokenizer which, const char *text, size_t len, uint32_t max_len,
+                an_raw_fn fn, void *ctx)
+{
+	an_state *st = cm_malloc(CM_MEM_STORAGE, sizeof(*st)); /* custom chains only */
+	memset(st, 0, offsetof(an_state, term));
+	st->kind = (st_analyzer_kind)AN_KIND_RAW;
+	st->text = (const uint8_t *)text;
+	st->max_len = max_len;
+	st->raw = fn;
+	st->raw_ctx = ctx;
+	switch (which) {
+	case AN_RAW_STANDARD:
+		tokenize_standard(st, len);
+		break;
+	case AN_RAW_WHITESPACE:
+		tokenize_runs(st, len, false);
+		break;
+	case AN_RAW_LETTER:
+		tokenize_runs(st, len, true);
+		break;
+	}
+	cm_free(CM_MEM_STORAGE, st);
+}
+
+const char *
+an_standard_type(const char *text, size_t len)
+{
+	const uint8_t *s = (const uint8_t *)text;
+	bool num = true;
+	for (size_t p = 0; p < len;) {
+		size_t cl;
+		int32_t c = s[p] < 0x80 ? s[p] : utf8_decode(s + p, len - p, &cl);
+		if (s[p] < 0x80)
+			cl = 1;
+		if (p == 0 && c >= 0x80) {
+			if (is_hiragana(c))
+				return "<HIRAGANA>";
+			if (is_katakana(c))
+				return "<KATAKANA>";
+			if (is_han(c))
+				return "<IDEOGRAPHIC>";
+			if ((c >= 0xAC00 && c <= 0xD7A3) || (c >= 0x1100 && c <= 0x11FF) ||
+			    (c >= 0x3130 && c <= 0x318F))
+				return "<HANGUL>";
+		}
+		int w = c < 0 ? W_SEP : c < 0x80 ? ascii_word_class[c] : word_class_slow(c);
+		if (w == W_LETTER || w == W_KATA || w == W_IDEO)
+			num = false;
+		p += cl;
+	}
+	return num ? "<NUM>" : "<ALPHANUM>";
+}
+
+int32_t
+an_utf8_decode(const uint8_t *s, size_t n, size_t *len)
+{
+	return utf8_decode(s, n, len);
+}
+
+bool
+an_is_space(int32_t c)
+{
+	return c < 0x80 ? ascii_space[c] != 0 : is_space_cp(c);
 }

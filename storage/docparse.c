@@ -1121,7 +1121,8 @@ st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *sou
 	if (e != CM_OK)
 		goto fail;
 	if (c.dyn_root != NULL) {
-		e = st_mapping_from_json(c.dyn_root, dynamic_add, err);
+		/* with the index's analysis: new text fields take analyzer "default" */
+		e = st_mapping_from_json_an(c.dyn_root, m->analysis, dynamic_add, err);
 		if (e != CM_OK)
 			goto fail;
 	}

@@ -206,6 +206,7 @@ fdef_init(st_field_def *f, st_field_type type)
 typedef struct {
 	st_field_def *v;
 	size_t n, cap;
+	const st_analysis *an; /* resolves custom analyzer names (may be NULL) */
 } fbuf;
 
 static st_field_def *
@@ -274,6 +275,7 @@ st_mapping_unref(st_mapping *m)
 	strv_free(m->source_includes, m->nsource_includes);
 	strv_free(m->source_excludes, m->nsource_excludes);
 	cm_free(CM_MEM_STORAGE, m->dynamic_templates);
+	st_analysis_unref(m->analysis);
 	cm_free(CM_MEM_STORAGE, m);
 }
 
@@ -599,7 +601,7 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 	fdef_init(&f, type);
 	f.path = path;
 	path = NULL; /* owned by f now */
-	bool search_analyzer_set = false;
+	bool search_analyzer_set = false, analyzer_set = false;
 	const cJSON *it;
 	cJSON_ArrayForEach(it, spec)
 	{
@@ -609,7 +611,9 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			continue;
 		} else if (strcmp(k, "analyzer") == 0 && type == ST_FT_TEXT) {
 			ok = cJSON_IsString(it);
-			if (ok && !st_analyzer_from_name(it->valuestring, &f.analyzer)) {
+			analyzer_set = true;
+			if (ok && !st_analysis_resolve(b->an, it->valuestring, &f.analyzer,
+			                               &f.custom_analyzer)) {
 				cm_error_set(err, CM_EMAPPING,
 				             "analyzer [%s] has not been configured in mappings",
 				             it->valuestring);
@@ -617,13 +621,23 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			}
 		} else if (strcmp(k, "search_analyzer") == 0 && type == ST_FT_TEXT) {
 			ok = cJSON_IsString(it);
-			if (ok && !st_analyzer_from_name(it->valuestring, &f.search_analyzer)) {
+			if (ok && !st_analysis_resolve(b->an, it->valuestring, &f.search_analyzer,
+			                               &f.custom_search_analyzer)) {
 				cm_error_set(err, CM_EMAPPING,
 				             "analyzer [%s] has not been configured in mappings",
 				             it->valuestring);
 				goto fail_f;
 			}
 			search_analyzer_set = true;
+		} else if (strcmp(k, "normalizer") == 0 && type == ST_FT_KEYWORD) {
+			ok = cJSON_IsString(it) || cJSON_IsNull(it);
+			if (ok && cJSON_IsString(it) &&
+			    !(f.normalizer = st_analysis_normalizer(b->an, it->valuestring))) {
+				cm_error_set(err, CM_EMAPPING,
+				             "normalizer [%s] not found for field [%s]",
+				             it->valuestring, f.path);
+				goto fail_f;
+			}
 		} else if (strcmp(k, "ignore_above") == 0 && type == ST_FT_KEYWORD) {
 			ok = cJSON_IsNumber(it) && it->valuedouble == (double)(int)it->valuedouble;
 			if (ok && it->valuedouble < 0) {
@@ -772,8 +786,19 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			goto fail_f;
 		}
 	}
-	if (!search_analyzer_set)
+	/* the index's "default" and "default_search" analyzers, as ES */
+	if (type == ST_FT_TEXT && !analyzer_set && st_analysis_analyzer(b->an, "default"))
+		st_analysis_resolve(b->an, "default", &f.analyzer, &f.custom_analyzer);
+	if (type == ST_FT_TEXT && !search_analyzer_set &&
+	    st_analysis_analyzer(b->an, "default_search")) {
+		st_analysis_resolve(b->an, "default_search", &f.search_analyzer,
+		                    &f.custom_search_analyzer);
+		search_analyzer_set = true;
+	}
+	if (!search_analyzer_set) {
 		f.search_analyzer = f.analyzer;
+		f.custom_search_analyzer = f.custom_analyzer;
+	}
 	if (type == ST_FT_SCALED_FLOAT && f.scaling_factor == 0) {
 		cm_error_set(err, CM_EMAPPING,
 		             "Failed to parse mapping: Field [scaling_factor] is required");
@@ -886,8 +911,10 @@ static const char *const dt_types[] = {"*",      "string", "long",   "double",
 /* Checks "dynamic_templates": [{"name": {match..., "mapping": {...}}}]
  * and keeps it as text. The mapping of a template is checked as a field
  * mapping with its placeholders filled in. */
+static cm_err mapping_from_json(const cJSON *json, fbuf b, st_mapping **out, cm_error *err);
+
 static cm_err
-parse_dynamic_templates(const cJSON *v, char **out, cm_error *err)
+parse_dynamic_templates(const cJSON *v, const st_analysis *an, char **out, cm_error *err)
 {
 	const cJSON *e, *k;
 	*out = NULL;
@@ -965,7 +992,8 @@ parse_dynamic_templates(const cJSON *v, char **out, cm_error *err)
 			st_mapping *pm = NULL;
 			cm_error e2;
 			cm_error_clear(&e2);
-			rc = st_mapping_from_json(root, &pm, &e2);
+			fbuf pb = {.an = an};
+			rc = mapping_from_json(root, pb, &pm, &e2);
 			cJSON_Delete(root);
 			st_mapping_unref(pm);
 			if (!rc)
@@ -1061,7 +1089,25 @@ merge_dynamic_templates(const char *base, const char *add)
 cm_err
 st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 {
-	fbuf b = {0};
+	return st_mapping_from_json_an(json, NULL, out, err);
+}
+
+static cm_err
+mapping_from_json(const cJSON *json, fbuf b, st_mapping **out, cm_error *err);
+
+cm_err
+st_mapping_from_json_an(const cJSON *json, st_analysis *an, st_mapping **out, cm_error *err)
+{
+	fbuf b = {.an = an};
+	cm_err e = mapping_from_json(json, b, out, err);
+	if (e == CM_OK)
+		(*out)->analysis = st_analysis_ref(an);
+	return e;
+}
+
+static cm_err
+mapping_from_json(const cJSON *json, fbuf b, st_mapping **out, cm_error *err)
+{
 	st_dynamic dyn = ST_DYNAMIC_TRUE;
 	bool dyn_set = false, flag;
 	int8_t date_det = 0, num_det = 0;
@@ -1109,7 +1155,7 @@ st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err)
 				goto fail;
 		} else if (strcmp(k, "dynamic_templates") == 0) {
 			cm_free(CM_MEM_STORAGE, dyn_tpl);
-			if ((e = parse_dynamic_templates(it, &dyn_tpl, err)) != CM_OK)
+			if ((e = parse_dynamic_templates(it, b.an, &dyn_tpl, err)) != CM_OK)
 				goto fail;
 		} else if (strcmp(k, "_meta") == 0 || strcmp(k, "_routing") == 0) {
 			/* _meta is informational */
@@ -1164,6 +1210,12 @@ dynamic_name(st_dynamic d)
 	return d == ST_DYNAMIC_STRICT ? "strict" : d == ST_DYNAMIC_FALSE ? "false" : "true";
 }
 
+static const char *
+field_an_name(st_analyzer_kind k, const st_analyzer *custom)
+{
+	return custom != NULL ? st_analyzer_get_name(custom) : st_analyzer_name(k);
+}
+
 static void
 render_field(cJSON *o, const st_field_def *f, bool has_children)
 {
@@ -1183,12 +1235,21 @@ render_field(cJSON *o, const st_field_def *f, bool has_children)
 			cJSON_AddItemToArray(a, cJSON_CreateString(f->copy_to[i]));
 	}
 	if (f->type == ST_FT_TEXT) {
-		if (f->analyzer != ST_AN_STANDARD)
-			cJSON_AddStringToObject(o, "analyzer", st_analyzer_name(f->analyzer));
-		if (f->search_analyzer != f->analyzer)
-			cJSON_AddStringToObject(o, "search_analyzer",
-			                        st_analyzer_name(f->search_analyzer));
+		/* "default" and "default_search" come back from the settings */
+		if (f->analyzer != ST_AN_STANDARD &&
+		    strcmp(field_an_name(f->analyzer, f->custom_analyzer), "default") != 0)
+			cJSON_AddStringToObject(o, "analyzer",
+			                        field_an_name(f->analyzer, f->custom_analyzer));
+		if ((f->search_analyzer != f->analyzer ||
+		     f->custom_search_analyzer != f->custom_analyzer) &&
+		    strcmp(field_an_name(f->search_analyzer, f->custom_search_analyzer),
+		           "default_search") != 0)
+			cJSON_AddStringToObject(
+			    o, "search_analyzer",
+			    field_an_name(f->search_analyzer, f->custom_search_analyzer));
 	}
+	if (f->type == ST_FT_KEYWORD && f->normalizer != NULL)
+		cJSON_AddStringToObject(o, "normalizer", st_analyzer_get_name(f->normalizer));
 	if (f->type == ST_FT_KEYWORD && f->ignore_above > 0)
 		cJSON_AddNumberToObject(o, "ignore_above", f->ignore_above);
 	if (!f->index && f->type != ST_FT_BINARY)
@@ -1351,9 +1412,15 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 	if (!str_eq(old->parent, f->parent))
 		return cm_error_set(err, CM_EINVAL, "mapper [%s] conflicts with existing mapper",
 		                    f->path);
-	if (old->analyzer != f->analyzer)
-		return param_conflict(err, f->path, "analyzer", st_analyzer_name(old->analyzer),
-		                      st_analyzer_name(f->analyzer));
+	if (old->analyzer != f->analyzer || old->custom_analyzer != f->custom_analyzer)
+		return param_conflict(err, f->path, "analyzer",
+		                      field_an_name(old->analyzer, old->custom_analyzer),
+		                      field_an_name(f->analyzer, f->custom_analyzer));
+	if (old->normalizer != f->normalizer)
+		return param_conflict(
+		    err, f->path, "normalizer",
+		    old->normalizer ? st_analyzer_get_name(old->normalizer) : "null",
+		    f->normalizer ? st_analyzer_get_name(f->normalizer) : "null");
 	if (old->index != f->index)
 		return param_conflict(err, f->path, "index", old->index ? "true" : "false",
 		                      f->index ? "true" : "false");
@@ -1376,9 +1443,12 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 		return param_conflict(err, f->path, "null_value",
 		                      old->null_value ? old->null_value : "null",
 		                      f->null_value ? f->null_value : "null");
-	if (old->search_analyzer != f->search_analyzer || old->ignore_above != f->ignore_above ||
+	if (old->search_analyzer != f->search_analyzer ||
+	    old->custom_search_analyzer != f->custom_search_analyzer ||
+	    old->ignore_above != f->ignore_above ||
 	    old->ignore_malformed != f->ignore_malformed || old->no_coerce != f->no_coerce) {
 		dst->search_analyzer = f->search_analyzer;
+		dst->custom_search_analyzer = f->custom_search_analyzer;
 		dst->ignore_above = f->ignore_above;
 		dst->ignore_malformed = f->ignore_malformed;
 		dst->no_coerce = f->no_coerce;
@@ -1535,6 +1605,8 @@ st_mapping_merge(const st_mapping *base, const st_mapping *add, st_mapping **out
 	(*out)->dynamic_templates =
 	    merge_dynamic_templates(base->dynamic_templates, add ? add->dynamic_templates : NULL);
 	(*out)->version = base->version + (changed ? 1 : 0);
+	(*out)->analysis =
+	    st_analysis_ref(base->analysis != NULL ? base->analysis : add ? add->analysis : NULL);
 	return CM_OK;
 fail:
 	fbuf_free(&b);

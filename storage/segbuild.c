@@ -529,14 +529,32 @@ st_segbuild_add(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t pri
 				break;
 			tokctx c = {b, f};
 			uint32_t first = f->cur_values > 1 ? f->next_pos + POS_GAP : 0;
-			e = st_analyze(f->analyzer, v->s, v->n, first, on_token, &c, &f->next_pos);
+			e = st_analyze_with(v->field->custom_analyzer, f->analyzer, v->s, v->n, first,
+			                    on_token, &c, &f->next_pos);
 			if (e)
 				cm_error_set(err, e, "analysis failed for field [%s]", f->name);
 			break;
 		}
 		case ST_FT_KEYWORD:
 		case ST_FT_IP: {
-			uint32_t tid = term_get(b, f, v->s, v->n);
+			uint32_t tid;
+			if (v->field->normalizer != NULL) {
+				/* normalized keywords only: the plain path stays copy-free */
+				cm_buf nb;
+				cm_buf_init(&nb, CM_MEM_STORAGE);
+				e = st_normalize(v->field->normalizer, v->s, v->n, &nb);
+				if (!e && nb.len > SEG_MAX_TERM)
+					e = CM_EINVAL;
+				if (e) {
+					cm_error_set(err, e, "normalizer failed for field [%s]", f->name);
+					cm_buf_free(&nb);
+					break;
+				}
+				tid = term_get(b, f, nb.len ? (const char *)nb.data : "", nb.len);
+				cm_buf_free(&nb);
+			} else {
+				tid = term_get(b, f, v->s, v->n);
+			}
 			term_occurs(b, f, tid, 0);
 			if (f->column)
 				col_add(b, f, d, tid);

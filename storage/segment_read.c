@@ -96,7 +96,7 @@ parse_fields(st_segment *s, const uint8_t *p, size_t len)
 		if (!cm_rd_str(&r, &name, &nl) || !cm_rd_u8(&r, &type) || !cm_rd_u8(&r, &an) ||
 		    !cm_rd_u8(&r, &flags) || !cm_rd_varint(&r, &dc) || !cm_rd_varint(&r, &ttf) ||
 		    !cm_rd_varint(&r, &sdf) || !cm_rd_varint(&r, &nt) || !cm_rd_varint(&r, &mn) ||
-		    !cm_rd_varint(&r, &mx) || !valid_type(type) || an > ST_AN_ENGLISH ||
+		    !cm_rd_varint(&r, &mx) || !valid_type(type) || an > ST_AN_CUSTOM ||
 		    dc > s->max_doc || nt > UINT32_MAX || memchr(name, 0, nl))
 			return CM_ECORRUPT;
 		memcpy(s->names + used, name, nl);

@@ -113,6 +113,7 @@ typedef struct st_token {
 	size_t len;
 	uint32_t position;
 	uint32_t start, end; /* byte offsets into the input */
+	const char *type;    /* custom chains: "<ALPHANUM>", "word", "SYNONYM"...; NULL from st_analyze */
 } st_token;
 
 /* Returns nonzero to stop early. */
@@ -124,6 +125,74 @@ typedef int (*st_token_fn)(void *ctx, const st_token *tok);
 cm_err st_analyze(st_analyzer_kind a, const char *text, size_t len, uint32_t first_pos,
                   st_token_fn fn, void *ctx, uint32_t *next_pos);
 
+/* ---- custom analysis (index settings "analysis") ---- */
+
+/* Marks a field whose analyzer is a custom one (st_field_def.custom_*);
+ * segments record it so, and readers take the chain from the mapping. */
+#define ST_AN_CUSTOM 5
+
+struct cm_buf;
+typedef struct st_analysis st_analysis; /* an index's parsed analysis settings */
+typedef struct st_analyzer st_analyzer; /* one chain: char filters, tokenizer, filters */
+
+/* Parses ES `analysis` settings ({"analyzer":{..},"tokenizer":{..},
+ * "filter":{..},"char_filter":{..},"normalizer":{..}}); json may be NULL
+ * (no custom components). max_ngram_diff and max_shingle_diff are the
+ * index's limits. Errors are CM_EINVAL with ES's messages. *out has one
+ * reference and keeps a copy of json. */
+cm_err st_analysis_parse(const cJSON *json, int max_ngram_diff, int max_shingle_diff,
+                         st_analysis **out, cm_error *err);
+st_analysis *st_analysis_ref(st_analysis *a);
+void st_analysis_unref(st_analysis *a); /* NULL is fine */
+/* The settings as given (borrowed; NULL when none). */
+const cJSON *st_analysis_json(const st_analysis *a);
+/* A custom analyzer or normalizer by name (borrowed from a, which may be
+ * NULL); NULL when a defines none by that name. The built-in "lowercase"
+ * normalizer is found without settings. */
+const st_analyzer *st_analysis_analyzer(const st_analysis *a, const char *name);
+const st_analyzer *st_analysis_normalizer(const st_analysis *a, const char *name);
+/* Resolves an analyzer name as a mapping does: a custom one of a first,
+ * then the built-ins. False when neither has it. */
+bool st_analysis_resolve(const st_analysis *a, const char *name, st_analyzer_kind *kind,
+                         const st_analyzer **custom);
+/* A transient chain for _analyze from a tokenizer and lists of filters
+ * and char filters, each a name (of a or a built-in) or an inline
+ * definition object. tokenizer NULL with normalizer set builds a
+ * normalizer. The caller frees *out with st_analyzer_free. */
+cm_err st_analyzer_build(const st_analysis *a, const cJSON *tokenizer, const cJSON *filters,
+                         const cJSON *char_filters, bool normalizer, st_analyzer **out,
+                         cm_error *err);
+void st_analyzer_free(st_analyzer *an);
+const char *st_analyzer_get_name(const st_analyzer *an);
+bool st_analyzer_is_normalizer(const st_analyzer *an);
+/* Runs a chain like st_analyze (tokens carry a type; stop gaps and
+ * synonyms at one position as Lucene). */
+cm_err st_analyzer_run(const st_analyzer *an, const char *text, size_t len, uint32_t first_pos,
+                       st_token_fn fn, void *ctx, uint32_t *next_pos);
+/* The type ES reports for a token a built-in analyzer made from
+ * text[0..n): "<ALPHANUM>", "<NUM>", ... for standard and english,
+ * "word" for the others. */
+const char *st_token_type(st_analyzer_kind kind, const char *text, size_t n);
+/* _analyze's explain: a chain's stages are its tokenizer (stage 0) and
+ * each filter (stage k: after k filters); char filters are counted apart
+ * (*ncharfilters). Built-in analyzers have no stages (0). */
+size_t st_analyzer_stages(const st_analyzer *an, size_t *ncharfilters);
+const char *st_analyzer_stage_name(const st_analyzer *an, bool charfilter, size_t i);
+/* Runs the chain up to a stage (offsets into the original text). */
+cm_err st_analyzer_run_stage(const st_analyzer *an, const char *text, size_t len,
+                             uint32_t first_pos, size_t stage, st_token_fn fn, void *ctx,
+                             uint32_t *next_pos);
+/* The text after the first k+1 char filters, appended to out. */
+void st_analyzer_char_filtered(const st_analyzer *an, const char *text, size_t len, size_t k,
+                               struct cm_buf *out);
+/* Runs custom when given, else the built-in kind. */
+cm_err st_analyze_with(const st_analyzer *custom, st_analyzer_kind kind, const char *text,
+                       size_t len, uint32_t first_pos, st_token_fn fn, void *ctx,
+                       uint32_t *next_pos);
+/* A normalizer's output for one keyword value, appended to out (the
+ * tokens concatenated, as ES's keyword tokenizer yields one). */
+cm_err st_normalize(const st_analyzer *norm, const char *s, size_t n, struct cm_buf *out);
+
 /* ---- mappings ---- */
 
 typedef enum { ST_DYNAMIC_TRUE, ST_DYNAMIC_FALSE, ST_DYNAMIC_STRICT } st_dynamic;
@@ -134,6 +203,9 @@ typedef struct st_field_def {
 	st_field_type type;
 	st_analyzer_kind analyzer;        /* text only */
 	st_analyzer_kind search_analyzer; /* text only; defaults to analyzer */
+	/* ST_AN_CUSTOM above: the chains, owned by the mapping's analysis */
+	const st_analyzer *custom_analyzer, *custom_search_analyzer;
+	const st_analyzer *normalizer; /* keyword: NULL = none */
 	int ignore_above;                 /* keyword: 0 = unlimited */
 	bool index;                       /* searchable (default true) */
 	bool doc_values;                  /* column (default true except text) */
@@ -169,6 +241,7 @@ typedef struct st_mapping {
 	/* root "dynamic_templates" as validated (a JSON array text), NULL when
 	 * none: new fields take the first template that matches them */
 	char *dynamic_templates;
+	st_analysis *analysis; /* the index's custom analysis (a reference), NULL = none */
 } st_mapping;
 
 st_mapping *st_mapping_new(void); /* empty, dynamic=true, refs=1 */
@@ -183,6 +256,10 @@ cm_err st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err);
  * filled in (new JSON). */
 cJSON *st_dynamic_template_mapping(const cJSON *mapping, const char *name,
                                    const char *dynamic_type);
+/* Same, resolving analyzer and normalizer names in `an` (may be NULL);
+ * the mapping takes a reference to it. */
+cm_err st_mapping_from_json_an(const cJSON *json, st_analysis *an, st_mapping **out,
+                               cm_error *err);
 /* Renders ES shape {"dynamic":..,"properties":{...}} (nested objects, "fields"). */
 cJSON *st_mapping_to_json(const st_mapping *m);
 /* New version = base + additions. Conflicting type changes are CM_EINVAL

@@ -5,6 +5,7 @@
 # Targets: tests/fuzz/proto_fuzz.c (transport decoders), search/dsl_fuzz.c
 # (query DSL, _search body, q= query strings, _source filters),
 # storage/docparse_fuzz.c (documents, mappings, analyzers, dates),
+# storage/analysis_fuzz.c (analysis settings, custom chains over any text),
 # tests/fuzz/bulk_fuzz.c (_bulk NDJSON parser, in random chunkings),
 # tests/fuzz/segment_fuzz.c (segment reader over arbitrary file bytes),
 # tests/fuzz/handler_fuzz.c (transport message handlers: decode, then
@@ -47,6 +48,7 @@ build() { # name source...
 build proto_fuzz tests/fuzz/proto_fuzz.c
 build dsl_fuzz search/dsl_fuzz.c
 build docparse_fuzz storage/docparse_fuzz.c
+build analysis_fuzz storage/analysis_fuzz.c
 build bulk_fuzz tests/fuzz/bulk_fuzz.c
 build segment_fuzz tests/fuzz/segment_fuzz.c
 build handler_fuzz tests/fuzz/handler_fuzz.c
@@ -60,7 +62,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 SHOAL_FUZZ_TMP=$(mktemp -d "$( [ -w /dev/shm ] && echo /dev/shm || echo /tmp )/shoal-fuzz.XXXXXX")
 export SHOAL_FUZZ_TMP
 trap 'rm -rf "$SHOAL_FUZZ_TMP"' EXIT
-for t in ${FUZZ_TARGETS:-proto_fuzz dsl_fuzz docparse_fuzz bulk_fuzz segment_fuzz handler_fuzz ps_fuzz}; do
+for t in ${FUZZ_TARGETS:-proto_fuzz dsl_fuzz docparse_fuzz analysis_fuzz bulk_fuzz segment_fuzz handler_fuzz ps_fuzz}; do
 	c=tests/fuzz/corpus/${t%_fuzz}
 	work=$B/corpus/${t%_fuzz}
 	mkdir -p "$c" "$work" "$B/crashes/$t"
