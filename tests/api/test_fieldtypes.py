@@ -649,6 +649,154 @@ def field_meta():
         n.req("DELETE", "/meta-a,meta-b")
 
 
+# ---- geo_point ----
+
+def haversine(lat1, lon1, lat2, lon2):
+    import math
+    r = 6371008.7714  # ES GeoUtils.EARTH_MEAN_RADIUS
+    p1, p2 = math.radians(lat1), math.radians(lat2)
+    dp, dl = p2 - p1, math.radians(lon2 - lon1)
+    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
+    return 2 * r * math.asin(min(1.0, math.sqrt(a)))
+
+
+def geohash_center(h):
+    b32 = "0123456789bcdefghjkmnpqrstuvwxyz"
+    la, lo, even = [-90.0, 90.0], [-180.0, 180.0], True
+    for ch in h:
+        v = b32.index(ch)
+        for bit in range(4, -1, -1):
+            r = lo if even else la
+            mid = (r[0] + r[1]) / 2
+            if v & (1 << bit):
+                r[0] = mid
+            else:
+                r[1] = mid
+            even = not even
+    return (la[0] + la[1]) / 2, (lo[0] + lo[1]) / 2
+
+
+NYC_HASH = "dr5regw3pg6f"
+CITIES = {  # name: (lat, lon), each written in another of ES's forms below
+    "ams": (52.37, 4.89), "par": (48.85, 2.35), "ber": (52.52, 13.40),
+    "lon": (51.5, -0.12), "nyc": geohash_center(NYC_HASH), "syd": (-33.87, 151.21),
+    "fiji": (-17.7, 178.0), "samoa": (-13.8, -172.1)}
+
+
+@test
+def geo_point():
+    forms = {"ams": lambda la, lo: {"lat": la, "lon": lo},
+             "par": lambda la, lo: "%s,%s" % (la, lo),
+             "ber": lambda la, lo: [lo, la],
+             "lon": lambda la, lo: "POINT (%s %s)" % (lo, la),
+             "nyc": lambda la, lo: NYC_HASH,  # a geohash near 40.71,-74.0
+             "syd": lambda la, lo: {"lat": str(la), "lon": str(lo)},
+             "fiji": lambda la, lo: [lo, la, 12.5],  # z dropped
+             "samoa": lambda la, lo: ["%s,%s" % (la, lo)]}
+    docs = [{"name": n, "loc": forms[n](*CITIES[n])} for n in CITIES]
+    docs.append({"name": "two", "loc": [{"lat": 52.37, "lon": 4.89}, "-33.87,151.21"]})
+    docs.append({"name": "none"})
+    for label, n, nodes in targets():
+        make_index(n, "geo", {"loc": {"type": "geo_point"}, "name": {"type": "keyword"},
+                              "alt": {"type": "geo_point", "ignore_malformed": True}}, docs)
+        for m in nodes:
+            def names(q):
+                b = search(m, "geo", {"query": q, "size": 50, "_source": ["name"]})
+                return sorted(h["_source"]["name"] for h in b["hits"]["hits"])
+            # distances worked out with ES's haversine
+            for km in (100, 500, 1000, 20000):
+                want = sorted(c for c, (la, lo) in CITIES.items()
+                              if haversine(52.37, 4.89, la, lo) <= km * 1000)
+                if km >= 100:
+                    want = sorted(want + ["two"])
+                eq(names({"geo_distance": {"distance": "%dkm" % km, "loc": "52.37,4.89"}}), want,
+                   label + " geo_distance %d km" % km)
+            eq(names({"geo_distance": {"distance": "300mi", "loc": [4.89, 52.37]}}),
+               sorted([c for c, (la, lo) in CITIES.items()
+                       if haversine(52.37, 4.89, la, lo) <= 300 * 1609.344] + ["two"]),
+               label + " miles")
+            box = {"top_left": {"lat": 53, "lon": -1}, "bottom_right": "48,5"}
+            eq(names({"geo_bounding_box": {"loc": box}}), ["ams", "lon", "par", "two"],
+               label + " bounding box")
+            eq(names({"geo_bounding_box": {"loc": {"top": 53, "left": -1, "bottom": 48,
+                                                   "right": 5}}}),
+               ["ams", "lon", "par", "two"], label + " box by edges")
+            eq(names({"geo_bounding_box": {"loc": {"wkt": "BBOX (-1, 5, 53, 48)"}}}),
+               ["ams", "lon", "par", "two"], label + " WKT box")
+            eq(names({"geo_bounding_box": {"loc": {"top_left": "-10,170",
+                                                   "bottom_right": "-20,-170"}}}),
+               ["fiji", "samoa"], label + " a box across the dateline")
+            eq(names({"bool": {"filter": [{"geo_distance": {"distance": "20000km",
+                                                            "loc": "0,0"}}],
+                               "must_not": [{"exists": {"field": "loc"}}]}}),
+               [], label + " exists")
+            eq(names({"geo_bounding_box": {"nothing": box}}), [], label + " absent field")
+            # sort by distance from Berlin, in km
+            b = search(m, "geo", {"size": 20, "_source": ["name"],
+                                  "sort": [{"_geo_distance": {"loc": [13.40, 52.52],
+                                                              "unit": "km"}}]})
+            got = [(h["_source"]["name"], h["sort"][0]) for h in b["hits"]["hits"]]
+            want = sorted(((c, haversine(52.52, 13.40, la, lo) / 1000)
+                           for c, (la, lo) in CITIES.items()), key=lambda x: x[1])
+            want_two = haversine(52.52, 13.40, 52.37, 4.89) / 1000
+            want = sorted(want + [("two", want_two)], key=lambda x: (x[1], x[0]))
+            eq([g[0] for g in got[:-1]], [w[0] for w in want], label + " sort order")
+            for (gn, gd), (wn, wd) in zip(got, want):
+                eq(abs(gd - wd) < 0.01, True, label + " distance of %s: %s vs %s" % (gn, gd, wd))
+            eq((got[-1][0], got[-1][1]), ("none", None), label + " no point sorts last")
+            b = search(m, "geo", {"size": 1, "sort": [{"_geo_distance": {
+                "loc": "52.37,4.89", "order": "desc", "mode": "max"}}], "_source": ["name"]})
+            eq(b["hits"]["hits"][0]["_source"]["name"], "syd", label + " farthest first")
+            # fields and docvalue_fields
+            b = search(m, "geo", {"query": {"term": {"name": "par"}}, "_source": False,
+                                  "fields": ["loc"]})
+            eq(b["hits"]["hits"][0]["fields"]["loc"],
+               [{"type": "Point", "coordinates": [2.35, 48.85]}], label + " fields GeoJSON")
+            b = search(m, "geo", {"query": {"term": {"name": "par"}}, "_source": False,
+                                  "docvalue_fields": ["loc"]})
+            dv = b["hits"]["hits"][0]["fields"]["loc"][0]
+            eq(abs(dv["lat"] - 48.85) < 1e-6 and abs(dv["lon"] - 2.35) < 1e-6, True,
+               label + " docvalue_fields: %s" % dv)
+            b = search(m, "geo", {"size": 0, "aggs": {"c": {"value_count": {"field": "loc"}}}})
+            eq(b["aggregations"]["c"]["value"], 10, label + " value_count")
+            st, b = m.req("GET", "/geo/_field_caps?fields=loc")
+            eq(b["fields"]["loc"]["geo_point"]["type"], "geo_point", label + " field caps")
+            # what ES refuses
+            for body, why in (({"query": {"term": {"loc": "1,2"}}},
+                               "Geometry fields do not support exact searching"),
+                              ({"sort": [{"loc": "asc"}]}, "can't sort on geo_point field"),
+                              ({"aggs": {"t": {"terms": {"field": "loc"}}}},
+                               "is not supported for aggregation [terms]"),
+                              ({"query": {"geo_distance": {"loc": "1,2"}}},
+                               "geo_distance requires 'distance'"),
+                              ({"query": {"geo_distance": {"distance": "3 parsecs",
+                                                           "loc": "1,2"}}},
+                               "failed to parse [distance]"),
+                              ({"query": {"geo_bounding_box": {"loc": {"top_left": "95,1",
+                                                                       "bottom_right": "1,2"}}}},
+                               "failed to parse point"),
+                              ({"query": {"geo_distance": {"distance": 5, "name": "1,2"}}},
+                               "not [geo_point]")):
+                st, b = m.req("POST", "/geo/_search", body)
+                eq(st, 400, label + " refused: %s -> %s" % (body, b))
+                if why not in json_text(b):
+                    raise AssertionError("%s: %r lacks %r" % (label, b, why))
+        for bad in ({"loc": "91,0"}, {"loc": {"lat": 1}}, {"loc": "not a hash!"},
+                    {"loc": [1]}, {"loc": True}):
+            st, b = n.req("PUT", "/geo/_doc/bad", bad)
+            error_is((st, b), 400, "mapper_parsing_exception", "of type [geo_point]")
+        st, b = n.req("PUT", "/geo/_doc/bad?refresh=true", {"alt": "nowhere"})
+        eq(st, 201, label + " ignore_malformed keeps the document")
+        error_is(n.req("PUT", "/geo-bad", {"mappings": {"properties": {
+            "g": {"type": "geo_point", "doc_values": False}}}}), 400, "mapper_parsing_exception")
+        n.req("DELETE", "/geo")
+
+
+def json_text(b):
+    import json
+    return json.dumps(b)
+
+
 def teardown():
     rc = 0
     if SOLO:
