@@ -36,7 +36,7 @@ MODS=$(tr ';' ' ' <"$B/shoal_modules.txt")
 cmake --build "$B" -j"$(nproc)" --target $MODS \
 	>"$B/build.log" 2>&1 || { tail -30 "$B/build.log"; exit 1; }
 LIBS="$(for m in $MODS; do printf '%s ' "$B/lib$m.a"; done) \
-	$(pkg-config --libs libcjson libzstd lmdb libutf8proc libxxhash libprotobuf-c zlib libmicrohttpd libcurl) \
+	$(pkg-config --libs libcjson libzstd lmdb libutf8proc libxxhash libprotobuf-c zlib libmicrohttpd libcurl libpcre2-8) \
 	$(pkg-config --libs libargon2 2>/dev/null || true) -lnng -lstemmer -lm -lpthread"
 
 build() { # name source...
