@@ -157,8 +157,8 @@ co_template_import(nd_node *n, const cJSON *all, cm_error *err)
 /* On a solo node here, into its file; on a cluster through the master,
  * into the cluster state (acknowledged is false when a node did not apply
  * it in time). */
-static void
-change(co_req *r, const char *op, const char *kind, const char *name, const cJSON *body)
+void
+co_store_change(co_req *r, const char *op, const char *kind, const char *name, const cJSON *body)
 {
 	cJSON *o = cJSON_CreateObject();
 	cm_error err;
@@ -190,12 +190,6 @@ co_store_get(nd_node *n, const char *kind)
 	cJSON *j = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(db(n), kind), true);
 	pthread_mutex_unlock(&tpl_lock);
 	return j ? j : cJSON_CreateObject();
-}
-
-void
-co_store_change(co_req *r, const char *op, const char *kind, const char *name, const cJSON *body)
-{
-	change(r, op, kind, name, body);
 }
 
 /* ---- validation ---- */
@@ -456,7 +450,7 @@ co_h_template_put(co_req *r)
 	if (rc)
 		co_reply_error(r, &err, NULL);
 	else
-		change(r, "put", kind, name, body);
+		co_store_change(r, "put", kind, name, body);
 	cJSON_Delete(body);
 }
 
@@ -573,7 +567,7 @@ co_h_template_delete(co_req *r)
 	if (rc)
 		co_reply_error(r, &err, NULL);
 	else
-		change(r, "delete", kind, name, NULL);
+		co_store_change(r, "delete", kind, name, NULL);
 }
 
 /* ---- composing a new index's body ---- */
@@ -860,7 +854,7 @@ co_h_script_put(co_req *r)
 		cJSON_AddStringToObject(stored, "source", t ? t : "{}");
 		cJSON_free(t);
 	}
-	change(r, "put", "script", id, stored);
+	co_store_change(r, "put", "script", id, stored);
 	cJSON_Delete(stored);
 	cJSON_Delete(body);
 }
@@ -896,5 +890,5 @@ co_h_script_delete(co_req *r)
 		co_reply_errorf(r, CM_ENOTFOUND, NULL, "stored script [%.200s] does not exist", id);
 		return;
 	}
-	change(r, "delete", "script", id, NULL);
+	co_store_change(r, "delete", "script", id, NULL);
 }

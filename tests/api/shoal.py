@@ -362,3 +362,50 @@ def cluster_file(path, nodes, name="shoal-test", secret="test-secret", extra=Non
     with open(path, "w") as f:
         json.dump(spec, f, indent=1)
     return ports
+
+
+class SoloAndCluster:
+    """The pair most API suites check against: a solo node and a static
+    cluster of `names`, each started on first use and stopped by
+    teardown() (which returns a nonzero node exit code, for run_tests)."""
+
+    def __init__(self, prefix, names=("node-1", "node-2", "node-3"), solo_data=False):
+        self.tmp = tempfile.mkdtemp(prefix=prefix)
+        self.names = list(names)
+        self.solo_data = solo_data  # the solo node's data in tmp (it may restart)
+        self._solo = None
+        self.nodes = {}
+
+    def solo(self):
+        if self._solo is None:
+            data = None
+            if self.solo_data:
+                data = os.path.join(self.tmp, "solo")
+                os.makedirs(data, exist_ok=True)
+            self._solo = Node(data=data)
+        return self._solo
+
+    def cluster(self):
+        if not self.nodes:
+            cfile = os.path.join(self.tmp, "cluster.json")
+            ports = cluster_file(cfile, [(n, None) for n in self.names])
+            for n in self.names:
+                d = os.path.join(self.tmp, n)
+                os.makedirs(d, exist_ok=True)
+                self.nodes[n] = ClusterNode(cfile, n, ports[n][0], data=d)
+            for n in self.names:
+                st, b = self.nodes[n].req(
+                    "GET", "/_cluster/health?wait_for_nodes=%d&timeout=60s" % len(self.names),
+                    timeout=80)
+                eq((st, b.get("number_of_nodes")), (200, len(self.names)),
+                   "%d nodes seen by %s" % (len(self.names), n))
+        return self.nodes
+
+    def teardown(self):
+        rc = 0
+        if self._solo:
+            rc = self._solo.stop() or rc
+        for n in self.nodes.values():
+            rc = n.stop() or rc
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return rc

@@ -5,40 +5,13 @@ index.final_pipeline, "_none"), on a solo node and a 3-node static
 cluster. Every expected document is worked out by hand from
 Elasticsearch's documented processor behaviour."""
 import os
-import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from shoal import ClusterNode, Node, cluster_file, eq, error_is, run_tests, test  # noqa: E402
+from shoal import SoloAndCluster, eq, error_is, run_tests, test  # noqa: E402
 
-TMP = tempfile.mkdtemp(prefix="shoal-ingest-test-")
-NAMES = ["node-1", "node-2", "node-3"]
-SOLO = None
-CLUSTER = {}
-
-
-def solo():
-    global SOLO
-    if SOLO is None:
-        os.makedirs(os.path.join(TMP, "solo"), exist_ok=True)
-        SOLO = Node(data=os.path.join(TMP, "solo"))
-    return SOLO
-
-
-def cluster():
-    if not CLUSTER:
-        cfile = os.path.join(TMP, "cluster.json")
-        ports = cluster_file(cfile, [(n, None) for n in NAMES])
-        for n in NAMES:
-            d = os.path.join(TMP, n)
-            os.makedirs(d, exist_ok=True)
-            CLUSTER[n] = ClusterNode(cfile, n, ports[n][0], data=d)
-        for n in NAMES:
-            st, b = CLUSTER[n].req("GET", "/_cluster/health?wait_for_nodes=3&timeout=60s",
-                                   timeout=80)
-            eq((st, b.get("number_of_nodes")), (200, 3), "3 nodes seen by " + n)
-    return CLUSTER
+FIX = SoloAndCluster("shoal-ingest-test-", solo_data=True)
+solo, cluster, teardown = FIX.solo, FIX.cluster, FIX.teardown
 
 
 def targets():
@@ -451,15 +424,6 @@ def pipelines_survive_restart():
     eq(st, 201, "write after restart: %s" % b)
     eq(get_source(n, "kp", "1"), {"kept": 1}, "pipeline runs after a restart")
 
-
-def teardown():
-    rc = 0
-    if SOLO:
-        rc = SOLO.stop() or rc
-    for n in CLUSTER.values():
-        rc = n.stop() or rc
-    shutil.rmtree(TMP, ignore_errors=True)
-    return rc
 
 
 if __name__ == "__main__":

@@ -10,41 +10,15 @@ import math
 import os
 import random
 import re
-import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from shoal import ClusterNode, Node, cluster_file, eq, error_is, run_tests, test  # noqa: E402
+from shoal import SoloAndCluster, eq, error_is, run_tests, test  # noqa: E402
 
-TMP = tempfile.mkdtemp(prefix="shoal-search-features-test-")
-NAMES = ["node-1", "node-2", "node-3"]
-SOLO = None
-CLUSTER = {}
+FIX = SoloAndCluster("shoal-search-features-test-")
+solo, cluster, teardown = FIX.solo, FIX.cluster, FIX.teardown
 WORDS = ["foo", "bar", "baz", "qux"]
 GROUPS = ["red", "green", "blue", "gold", "grey"]
-
-
-def solo():
-    global SOLO
-    if SOLO is None:
-        SOLO = Node()
-    return SOLO
-
-
-def cluster():
-    if not CLUSTER:
-        cfile = os.path.join(TMP, "cluster.json")
-        ports = cluster_file(cfile, [(n, None) for n in NAMES])
-        for n in NAMES:
-            d = os.path.join(TMP, n)
-            os.makedirs(d, exist_ok=True)
-            CLUSTER[n] = ClusterNode(cfile, n, ports[n][0], data=d)
-        for n in NAMES:
-            st, b = CLUSTER[n].req("GET", "/_cluster/health?wait_for_nodes=3&timeout=60s",
-                                   timeout=80)
-            eq((st, b.get("number_of_nodes")), (200, 3), "3 nodes seen by " + n)
-    return CLUSTER
 
 
 def targets():
@@ -657,15 +631,6 @@ def stored_template_survives_a_restart():
     st, b = n.req("POST", "/_render/template", {"id": "kept", "params": {"q": "x"}})
     eq((st, b), (200, {"template_output": {"query": {"match": {"t": "x"}}}}), "render by id")
 
-
-def teardown():
-    rc = 0
-    if SOLO:
-        rc = SOLO.stop() or rc
-    for n in CLUSTER.values():
-        rc = n.stop() or rc
-    shutil.rmtree(TMP, ignore_errors=True)
-    return rc
 
 
 if __name__ == "__main__":
