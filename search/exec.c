@@ -517,11 +517,41 @@ terms_walk(sr_exec *x, size_t si, const sr_plan *pl, const st_field_info *fi, ui
 		plen = seek_len = pl->terms[0].n;
 	}
 	size_t seen = 0;
-	for (bool ok = st_terms_seek(it, seek_len ? seek : NULL, seek_len); ok; ok = st_terms_next(it)) {
+	sr_dfa_walk *walk = NULL;
+	uint8_t target[SR_WALK_SEEK_MAX];
+	size_t target_len = 0;
+	if (pl->kind != P_TERMRANGE && pl->dfa) {
+		walk = cm_malloc(CM_MEM_SEARCH, sizeof *walk);
+		sr_dfa_walk_init(walk, pl->dfa);
+	}
+	bool ok = st_terms_seek(it, seek_len ? seek : NULL, seek_len);
+	for (; ok; ok = st_terms_next(it)) {
 		size_t tl;
 		const uint8_t *t = st_terms_term(it, &tl);
 		if ((++seen & 255) == 0 && sr_deadline_passed(x))
 			break;
+		if (walk) {
+			/* The automaton against the dictionary: a term that cannot
+			 * match names the least key worth reading next; the next
+			 * term is read first, and the cursor seeks only when that
+			 * one is still below it. */
+			sr_walk_verdict v;
+			while ((v = sr_dfa_walk_term(walk, t, tl, target, &target_len)) == SR_WALK_SEEK) {
+				if (!(ok = st_terms_next(it)))
+					break;
+				t = st_terms_term(it, &tl);
+				if (bcmp_bytes(t, tl, &(sr_bytes){target, target_len}) < 0) {
+					if (!(ok = st_terms_seek(it, target, target_len)))
+						break;
+					t = st_terms_term(it, &tl);
+				}
+			}
+			if (!ok || v == SR_WALK_END)
+				break;
+			if (v == SR_WALK_NEXT)
+				continue;
+			goto take;
+		}
 		if (pl->kind == P_TERMRANGE) {
 			if (seek && !pl->lo_incl && bcmp_bytes(t, tl, &pl->terms[0]) == 0)
 				continue;
@@ -536,6 +566,7 @@ terms_walk(sr_exec *x, size_t si, const sr_plan *pl, const st_field_info *fi, ui
 			if (!term_matches(pl, t, tl))
 				continue;
 		}
+	take:
 		rc = st_terms_postings(it, p);
 		if (rc) {
 			cm_error_set(x->err, rc, "cannot read postings of [%s]", fi->name);
@@ -543,6 +574,7 @@ terms_walk(sr_exec *x, size_t si, const sr_plan *pl, const st_field_info *fi, ui
 		}
 		postings_or(p, bits);
 	}
+	cm_free(CM_MEM_SEARCH, walk);
 	cm_free(CM_MEM_SEARCH, p);
 	st_terms_close(it);
 	return rc;

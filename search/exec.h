@@ -67,6 +67,27 @@ bool sr_dfa_match(const sr_dfa *d, const uint8_t *s, size_t n);
 const char *sr_dfa_prefix(const sr_dfa *d, size_t *len);
 void sr_dfa_free(sr_dfa *d);
 
+/* Walks a sorted terms dictionary against a DFA (as Lucene's
+ * AutomatonTermsEnum): each term reuses the states of the prefix it shares
+ * with the term before, and a term that cannot match gives the smallest
+ * key the next term that can match is at least (SR_WALK_SEEK), so runs of
+ * terms are skipped by one seek. Terms must come in byte order. */
+#define SR_WALK_MAX 512
+#define SR_WALK_SEEK_MAX (SR_WALK_MAX + 64)
+typedef enum { SR_WALK_MATCH, SR_WALK_NEXT, SR_WALK_SEEK, SR_WALK_END } sr_walk_verdict;
+typedef struct sr_dfa_walk {
+	const sr_dfa *dfa;
+	int st[SR_WALK_MAX + 1]; /* the state after prev[0..i), -2 inside a code point */
+	uint8_t prev[SR_WALK_MAX];
+	size_t prev_valid; /* st[0..prev_valid] hold */
+} sr_dfa_walk;
+void sr_dfa_walk_init(sr_dfa_walk *w, const sr_dfa *d);
+/* SR_WALK_SEEK: seek[0..*seek_len) (at most SR_WALK_SEEK_MAX bytes) is a
+ * lower bound of the next matching term, not always above t; SR_WALK_END:
+ * no later term matches. */
+sr_walk_verdict sr_dfa_walk_term(sr_dfa_walk *w, const uint8_t *t, size_t n, uint8_t *seek,
+                                 size_t *seek_len);
+
 /* Damerau (optimal string alignment) edit distance on code points, or
  * max+1 if it exceeds max. */
 int sr_edit_distance(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen, int max,

@@ -573,6 +573,8 @@ struct sr_dfa {
 	int nstates;
 	int *delta; /* nstates * nclass, -1 dead */
 	bool *accept;
+	bool *live;       /* an accepting state is reachable */
+	int aclass[128];  /* the class of each ASCII code point */
 	char *prefix;
 	size_t prefix_len;
 };
@@ -831,14 +833,21 @@ dfa_class(const sr_dfa *d, uint32_t cp)
 	return lo;
 }
 
+static inline int
+dfa_step(const sr_dfa *d, int st, uint32_t cp)
+{
+	int c = cp < 128 ? d->aclass[cp] : dfa_class(d, cp);
+	return d->delta[(size_t)st * d->nclass + c];
+}
+
 bool
 sr_dfa_match(const sr_dfa *d, const uint8_t *s, size_t n)
 {
 	int st = 0;
 	size_t i = 0;
 	while (i < n) {
-		uint32_t cp = utf8_next(s, n, &i);
-		st = d->delta[(size_t)st * d->nclass + dfa_class(d, cp)];
+		uint32_t cp = s[i] < 0x80 ? s[i++] : utf8_next(s, n, &i);
+		st = dfa_step(d, st, cp);
 		if (st < 0)
 			return false;
 	}
@@ -860,6 +869,7 @@ sr_dfa_free(sr_dfa *d)
 	cm_free(CM_MEM_SEARCH, d->bounds);
 	cm_free(CM_MEM_SEARCH, d->delta);
 	cm_free(CM_MEM_SEARCH, d->accept);
+	cm_free(CM_MEM_SEARCH, d->live);
 	cm_free(CM_MEM_SEARCH, d->prefix);
 	cm_free(CM_MEM_SEARCH, d);
 }
@@ -893,6 +903,48 @@ dfa_compute_prefix(sr_dfa *d)
 	d->prefix_len = n;
 }
 
+/* The ASCII class table, and which states can still reach an accepting
+ * one: the states a term's walk may continue through (reverse reachability
+ * over the transition table, one pass per edge). */
+static void
+dfa_compute_live(sr_dfa *d)
+{
+	for (uint32_t cp = 0; cp < 128; cp++)
+		d->aclass[cp] = dfa_class(d, cp);
+	int n = d->nstates > 0 ? d->nstates : 1;
+	size_t ne = (size_t)d->nstates * d->nclass;
+	d->live = cm_calloc(CM_MEM_SEARCH, (size_t)n, sizeof(bool));
+	int *first = cm_calloc(CM_MEM_SEARCH, (size_t)n + 1, sizeof(int));
+	int *from = cm_malloc(CM_MEM_SEARCH, (ne ? ne : 1) * sizeof(int));
+	int *queue = cm_malloc(CM_MEM_SEARCH, (size_t)n * sizeof(int));
+	for (size_t e = 0; e < ne; e++)
+		if (d->delta[e] >= 0)
+			first[d->delta[e] + 1]++;
+	for (int s = 0; s < n; s++)
+		first[s + 1] += first[s];
+	int *fill = cm_malloc(CM_MEM_SEARCH, (size_t)n * sizeof(int));
+	memcpy(fill, first, (size_t)n * sizeof(int));
+	for (size_t e = 0; e < ne; e++)
+		if (d->delta[e] >= 0)
+			from[fill[d->delta[e]]++] = (int)(e / (size_t)d->nclass);
+	int qn = 0;
+	for (int s = 0; s < d->nstates; s++)
+		if (d->accept[s]) {
+			d->live[s] = true;
+			queue[qn++] = s;
+		}
+	for (int qi = 0; qi < qn; qi++)
+		for (int k = first[queue[qi]]; k < first[queue[qi] + 1]; k++)
+			if (!d->live[from[k]]) {
+				d->live[from[k]] = true;
+				queue[qn++] = from[k];
+			}
+	cm_free(CM_MEM_SEARCH, fill);
+	cm_free(CM_MEM_SEARCH, queue);
+	cm_free(CM_MEM_SEARCH, from);
+	cm_free(CM_MEM_SEARCH, first);
+}
+
 static cm_err
 compile_ast(ast *a, int max_states, sr_dfa **out, cm_error *err)
 {
@@ -911,6 +963,7 @@ compile_ast(ast *a, int max_states, sr_dfa **out, cm_error *err)
 		goto out;
 	}
 	dfa_compute_prefix(d);
+	dfa_compute_live(d);
 	*out = d;
 out:
 	cm_free(CM_MEM_SEARCH, m.first);
@@ -965,6 +1018,152 @@ sr_dfa_wildcard(const char *pat, bool ci, sr_dfa **out, cm_error *err)
 	cm_err rc = p.failed ? err->code : compile_ast(r, SR_MAX_DET_STATES, out, err);
 	ast_free(r);
 	return rc;
+}
+
+/* ---- walking a sorted terms dictionary ---- */
+
+/* The code point at *i, or UINT32_MAX where the bytes are not UTF-8
+ * (overlong forms included): the walk's skips rely on byte order and code
+ * point order agreeing, which only UTF-8 guarantees. */
+static uint32_t
+utf8_strict(const uint8_t *s, size_t n, size_t *i)
+{
+	size_t j = *i;
+	uint32_t cp = utf8_next(s, n, i);
+	size_t l = *i - j;
+	if ((l == 1 && cp >= 0x80) || (l == 2 && cp < 0x80) || (l == 3 && cp < 0x800) ||
+	    (l == 4 && (cp < 0x10000 || cp > MAX_CP)))
+		return UINT32_MAX;
+	return cp;
+}
+
+/* The smallest code point >= lo on which st goes to a live state (*to),
+ * or UINT32_MAX. */
+static uint32_t
+live_above(const sr_dfa *d, int st, uint32_t lo, int *to)
+{
+	if (lo > MAX_CP)
+		return UINT32_MAX;
+	for (int c = lo < 128 ? d->aclass[lo] : dfa_class(d, lo); c < d->nclass; c++) {
+		int t = d->delta[(size_t)st * d->nclass + c];
+		if (t >= 0 && d->live[t]) {
+			*to = t;
+			return d->bounds[c] > lo ? d->bounds[c] : lo;
+		}
+	}
+	return UINT32_MAX;
+}
+
+/* Appends to out[0..n) the smallest completion from st, cut short (so
+ * still a lower bound of it) at a cycle, at a non-ASCII code point or at
+ * cap; returns the new length. */
+static size_t
+walk_fill(const sr_dfa *d, int st, uint8_t *out, size_t n, size_t cap)
+{
+	int seen[16];
+	int ns = 0;
+	while (!d->accept[st] && n < cap && ns < 16) {
+		for (int k = 0; k < ns; k++)
+			if (seen[k] == st)
+				return n;
+		seen[ns++] = st;
+		int to;
+		uint32_t cp = live_above(d, st, 0, &to);
+		if (cp >= 0x80)
+			break;
+		out[n++] = (uint8_t)cp;
+		st = to;
+	}
+	return n;
+}
+
+void
+sr_dfa_walk_init(sr_dfa_walk *w, const sr_dfa *d)
+{
+	w->dfa = d;
+	w->st[0] = 0;
+	w->prev_valid = 0;
+}
+
+/* t[0..i) walks to live states and the code point cp at i does not: the
+ * next term that can match starts past cp at i, or past an earlier code
+ * point when no larger one at i leads anywhere. Skips are taken only over
+ * ASCII code points, where invalid bytes in a term cannot interleave. */
+static sr_walk_verdict
+walk_skip(sr_dfa_walk *w, const uint8_t *t, size_t n, size_t i, uint32_t cp, uint8_t *seek,
+          size_t *seek_len)
+{
+	const sr_dfa *d = w->dfa;
+	for (;;) {
+		if (cp >= 0x80)
+			return SR_WALK_NEXT;
+		int to;
+		uint32_t nx = live_above(d, w->st[i], cp + 1, &to);
+		if (nx < 0x80) {
+			memcpy(seek, t, i);
+			seek[i] = (uint8_t)nx;
+			*seek_len = walk_fill(d, to, seek, i + 1, SR_WALK_SEEK_MAX);
+			return SR_WALK_SEEK;
+		}
+		if (nx != UINT32_MAX)
+			return SR_WALK_NEXT;
+		if (i == 0)
+			return SR_WALK_END;
+		size_t b = i - 1;
+		while (b > 0 && w->st[b] == -2)
+			b--;
+		size_t k = b;
+		cp = utf8_strict(t, n, &k);
+		i = b;
+	}
+}
+
+sr_walk_verdict
+sr_dfa_walk_term(sr_dfa_walk *w, const uint8_t *t, size_t n, uint8_t *seek, size_t *seek_len)
+{
+	const sr_dfa *d = w->dfa;
+	if (n > SR_WALK_MAX) {
+		w->prev_valid = 0;
+		return sr_dfa_match(d, t, n) ? SR_WALK_MATCH : SR_WALK_NEXT;
+	}
+	size_t i = 0, lim = w->prev_valid < n ? w->prev_valid : n;
+	while (i < lim && t[i] == w->prev[i])
+		i++;
+	while (i > 0 && w->st[i] == -2)
+		i--;
+	memcpy(w->prev + i, t + i, n - i);
+	while (i < n) {
+		size_t k = i;
+		uint32_t cp = t[i] < 0x80 ? t[k++] : utf8_strict(t, n, &k);
+		if (cp == UINT32_MAX) {
+			w->prev_valid = i;
+			return sr_dfa_match(d, t, n) ? SR_WALK_MATCH : SR_WALK_NEXT;
+		}
+		int to = dfa_step(d, w->st[i], cp);
+		if (to < 0 || !d->live[to]) {
+			w->prev_valid = i;
+			return walk_skip(w, t, n, i, cp, seek, seek_len);
+		}
+		for (size_t m = i + 1; m < k; m++)
+			w->st[m] = -2;
+		w->st[k] = to;
+		i = k;
+	}
+	w->prev_valid = n;
+	int s = w->st[n];
+	if (d->accept[s])
+		return SR_WALK_MATCH;
+	if (!d->live[s])
+		return n ? SR_WALK_NEXT : SR_WALK_END;
+	/* A live prefix: the next candidate extends it. */
+	int to;
+	uint32_t cp = live_above(d, s, 0, &to);
+	if (cp >= 0x80 || n + 1 > SR_WALK_SEEK_MAX)
+		return SR_WALK_NEXT;
+	memcpy(seek, t, n);
+	seek[n] = (uint8_t)cp;
+	*seek_len = walk_fill(d, to, seek, n + 1, SR_WALK_SEEK_MAX);
+	return SR_WALK_SEEK;
 }
 
 /* ---- edit distance ---- */

@@ -186,11 +186,106 @@ test_search(void)
 	cm_rm_rf(dir);
 }
 
+/* ---- the dictionary walk against brute force ---- */
+
+static int
+bytes_cmp(const void *a, const void *b)
+{
+	const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+	return strcmp(x, y);
+}
+
+/* A sorted "dictionary" and the walk over it with next/seek as exec.c
+ * does; every term the walk takes must be a match and every match taken. */
+static void
+walk_check(const char *pat, bool regexp, char **terms, size_t nt, size_t *seeks)
+{
+	cm_error err = {0};
+	sr_dfa *d = NULL;
+	cm_err rc = regexp ? sr_dfa_regexp(pat, false, 0, &d, &err) : sr_dfa_wildcard(pat, false, &d, &err);
+	CHECKF(rc == CM_OK, "%s: %s", pat, err.reason);
+	if (rc)
+		return;
+	bool *took = calloc(nt, sizeof(bool));
+	sr_dfa_walk w;
+	sr_dfa_walk_init(&w, d);
+	uint8_t target[SR_WALK_SEEK_MAX];
+	size_t tlen;
+	size_t i = 0;
+	while (i < nt) {
+		sr_walk_verdict v = sr_dfa_walk_term(&w, (const uint8_t *)terms[i], strlen(terms[i]), target, &tlen);
+		if (v == SR_WALK_END)
+			break;
+		if (v == SR_WALK_MATCH)
+			took[i] = true;
+		if (v != SR_WALK_SEEK) {
+			i++;
+			continue;
+		}
+		/* next, then seek if still below the target */
+		if (++i >= nt)
+			break;
+		char key[SR_WALK_SEEK_MAX + 1];
+		memcpy(key, target, tlen);
+		key[tlen] = 0;
+		if (strcmp(terms[i], key) < 0) {
+			(*seeks)++;
+			while (i < nt && strcmp(terms[i], key) < 0)
+				i++;
+		}
+	}
+	for (size_t k = 0; k < nt; k++) {
+		bool m = sr_dfa_match(d, (const uint8_t *)terms[k], strlen(terms[k]));
+		CHECKF(m == took[k], "%s on [%s]: match %d, walk took %d", pat, terms[k], m, took[k]);
+	}
+	free(took);
+	sr_dfa_free(d);
+}
+
+static void
+test_walk(void)
+{
+	/* terms over a small alphabet, non-ASCII and invalid UTF-8 included */
+	static const char *alpha[] = {"a", "b", "c", "d", "e", "z", "\xc3\xa9", "\xe2\x82\xac", "\xbf", "\xc3"};
+	srand(7);
+	size_t nt = 4000;
+	char **terms = malloc(nt * sizeof *terms);
+	for (size_t k = 0; k < nt; k++) {
+		char buf[64] = "";
+		int len = rand() % 7;
+		for (int j = 0; j < len; j++)
+			strcat(buf, alpha[rand() % (rand() % 4 ? 6 : 10)]);
+		terms[k] = strdup(buf);
+	}
+	qsort(terms, nt, sizeof *terms, bytes_cmp);
+	size_t u = 0;
+	for (size_t k = 0; k < nt; k++)
+		if (!u || strcmp(terms[k], terms[u - 1]))
+			terms[u++] = terms[k];
+		else
+			free(terms[k]);
+	nt = u;
+	static const char *wild[] = {"a*", "*", "?", "a?c*", "*e", "b*d?e", "c\xc3\xa9*", "*\xe2\x82\xac*", "??", "d*a*z", "ab", ""};
+	static const char *re[] = {"a[b-d]e.*", "(ab|cd)*", "[^a]z.*", "a.{2}", "(a|\xc3\xa9)+e?", "z*", "[c-e]+[ab]", ".*ba.*", "e{2,3}d"};
+	size_t seeks = 0;
+	for (size_t k = 0; k < sizeof wild / sizeof *wild; k++)
+		walk_check(wild[k], false, terms, nt, &seeks);
+	for (size_t k = 0; k < sizeof re / sizeof *re; k++)
+		walk_check(re[k], true, terms, nt, &seeks);
+	printf("  dictionary walk: %zu terms, %zu seeks over %zu patterns\n", nt, seeks,
+	       sizeof wild / sizeof *wild + sizeof re / sizeof *re);
+	CHECK(seeks > 0);
+	for (size_t k = 0; k < nt; k++)
+		free(terms[k]);
+	free(terms);
+}
+
 int
 main(void)
 {
 	test_refused_fast();
 	test_big_but_fine();
 	test_search();
+	test_walk();
 	return check_report("multiterm_test");
 }

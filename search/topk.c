@@ -7,6 +7,7 @@
  * beat it (block-max). Then fetches _id, _source and metadata of the
  * winners. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,6 +239,11 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 		n += (uint64_t)__builtin_popcountll(bits[w]);
 	if (!n)
 		return CM_OK;
+	if (!t->k && !t->has_agg && !t->pf_it && !t->terminate_after && !t->req->has_min_score) {
+		t->total += n; /* a count alone: no doc is looked at */
+		t->collected += n;
+		return CM_OK;
+	}
 	uint64_t limit = UINT64_MAX;
 	if (t->terminate_after) {
 		uint64_t left = t->terminate_after - t->collected;
@@ -318,8 +324,12 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 	if (t->terminated)
 		return CM_ECLOSED; /* stops the segment loop; not an error */
 	if (t->can_skip && t->n == t->k && t->total >= t->threshold) {
+		/* Docs come in increasing order and lose ties to earlier ones,
+		 * so only a strictly higher score competes (as Lucene's
+		 * nextUp(minCompetitiveScore)): a constant-score query stops
+		 * being visited once the heap is full. */
 		t->skipping = true;
-		*min_score = t->heap[0].score;
+		*min_score = t->sorter.after ? t->heap[0].score : nextafterf(t->heap[0].score, INFINITY);
 	}
 	return CM_OK;
 }
