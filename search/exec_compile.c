@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "../common/cm_alloc.h"
@@ -20,22 +21,19 @@
 
 /* ---- exec context ---- */
 
-static sr_fstat *
-fstat_get(sr_exec *x, const st_field_info *fi, size_t *cap)
+/* Segment fields by name, then by segment: per-field statistics are
+ * gathered in one pass over them in that order. */
+typedef struct fref {
+	const st_field_info *fi;
+	size_t seg;
+} fref;
+
+static int
+fref_cmp(const void *a, const void *b)
 {
-	for (size_t i = 0; i < x->nfstats; i++)
-		if (!strcmp(x->fstats[i].name, fi->name))
-			return &x->fstats[i];
-	if (x->nfstats == *cap) {
-		*cap = *cap ? *cap * 2 : 16;
-		x->fstats = cm_realloc(CM_MEM_SEARCH, x->fstats, *cap * sizeof(sr_fstat));
-	}
-	sr_fstat *fs = &x->fstats[x->nfstats++];
-	memset(fs, 0, sizeof *fs);
-	fs->name = cm_strdup(CM_MEM_SEARCH, fi->name);
-	fs->type = fi->type;
-	fs->analyzer = fi->analyzer;
-	return fs;
+	const fref *x = a, *y = b;
+	int c = strcmp(x->fi->name, y->fi->name);
+	return c ? c : (x->seg > y->seg) - (x->seg < y->seg);
 }
 
 cm_err
@@ -48,8 +46,12 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 	x->deadline_ns = deadline_ns;
 	x->nseg = st_reader_nsegments(r);
 	x->segs = cm_calloc(CM_MEM_SEARCH, x->nseg ? x->nseg : 1, sizeof(sr_seg_ctx));
-	size_t cap = 0;
 	uint32_t base = 0;
+	size_t nrefs = 0;
+	for (size_t i = 0; i < x->nseg; i++)
+		nrefs += st_segment_nfields(st_reader_segment(r, i));
+	fref *refs = cm_malloc(CM_MEM_SEARCH, (nrefs ? nrefs : 1) * sizeof *refs);
+	nrefs = 0;
 	for (size_t i = 0; i < x->nseg; i++) {
 		sr_seg_ctx *c = &x->segs[i];
 		st_segment *seg = st_reader_segment(r, i);
@@ -62,17 +64,37 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 		base += st_segment_max_doc(seg);
 		cm_err rc = st_seg_txn_begin(seg, &c->txn);
 		if (rc) {
+			cm_free(CM_MEM_SEARCH, refs);
 			sr_exec_close(x);
 			return cm_error_set(err, rc, "cannot read segment: %s", cm_err_msg(rc));
 		}
-		for (size_t f = 0; f < st_segment_nfields(seg); f++) {
-			const st_field_info *fi = st_segment_field_at(seg, f);
-			sr_fstat *fs = fstat_get(x, fi, &cap);
-			fs->flags |= fi->flags;
-			fs->doc_count += fi->doc_count;
-			fs->sum_ttf += fi->sum_total_term_freq;
-		}
+		for (size_t f = 0; f < st_segment_nfields(seg); f++)
+			refs[nrefs++] = (fref){st_segment_field_at(seg, f), i};
 	}
+	/* A segment's fields are in name order already (storage assigns ids
+	 * so); several segments' are merged. Names are the segments'. */
+	bool sorted = true;
+	for (size_t k = 1; k < nrefs && sorted; k++)
+		sorted = fref_cmp(&refs[k - 1], &refs[k]) < 0;
+	if (!sorted)
+		qsort(refs, nrefs, sizeof *refs, fref_cmp);
+	x->fstats = cm_malloc(CM_MEM_SEARCH, (nrefs ? nrefs : 1) * sizeof(sr_fstat));
+	for (size_t k = 0; k < nrefs; k++) {
+		const st_field_info *fi = refs[k].fi;
+		sr_fstat *fs = x->nfstats ? &x->fstats[x->nfstats - 1] : NULL;
+		if (!fs || strcmp(fs->name, fi->name)) {
+			fs = &x->fstats[x->nfstats++];
+			/* the header only: the 1-KB score cache fills on first use */
+			memset(fs, 0, offsetof(sr_fstat, cache));
+			fs->name = (char *)fi->name;
+			fs->type = fi->type;
+			fs->analyzer = fi->analyzer;
+		}
+		fs->flags |= fi->flags;
+		fs->doc_count += fi->doc_count;
+		fs->sum_ttf += fi->sum_total_term_freq;
+	}
+	cm_free(CM_MEM_SEARCH, refs);
 	const st_mapping *m = st_reader_mapping(r);
 	for (size_t i = 0; i < x->nfstats; i++) {
 		sr_fstat *fs = &x->fstats[i];
@@ -99,8 +121,6 @@ sr_exec_close(sr_exec *x)
 	for (size_t i = 0; i < x->nseg; i++)
 		if (x->segs && x->segs[i].txn)
 			st_seg_txn_end(x->segs[i].txn);
-	for (size_t i = 0; i < x->nfstats; i++)
-		cm_free(CM_MEM_SEARCH, x->fstats[i].name);
 	cm_free(CM_MEM_SEARCH, x->fstats);
 	cm_free(CM_MEM_SEARCH, x->segs);
 	x->segs = NULL;
@@ -111,9 +131,17 @@ sr_exec_close(sr_exec *x)
 const sr_fstat *
 sr_exec_field(const sr_exec *x, const char *name)
 {
-	for (size_t i = 0; i < x->nfstats; i++)
-		if (!strcmp(x->fstats[i].name, name))
-			return &x->fstats[i];
+	size_t lo = 0, hi = x->nfstats;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = strcmp(x->fstats[mid].name, name);
+		if (!c)
+			return &x->fstats[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
 	return NULL;
 }
 

@@ -235,8 +235,14 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 	sr_exec *x = t->x;
 	size_t nw = (hi - lo + 63) / 64;
 	uint64_t n = 0;
+	/* the words with a doc: a sparse window has a few of its 64 */
+	uint8_t nzw[SR_WIN_WORDS];
+	size_t nnz = 0;
 	for (size_t w = 0; w < nw; w++)
-		n += (uint64_t)__builtin_popcountll(bits[w]);
+		if (bits[w]) {
+			nzw[nnz++] = (uint8_t)w;
+			n += (uint64_t)__builtin_popcountll(bits[w]);
+		}
 	if (!n)
 		return CM_OK;
 	if (!t->k && !t->has_agg && !t->pf_it && !t->terminate_after && !t->req->has_min_score) {
@@ -260,7 +266,8 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 		if (t->pf_it->doc < hi)
 			t->pf_it->ops->fill(t->pf_it, lo, hi, t->pf_bits, NULL, -INFINITY);
 	}
-	for (size_t w = 0; w < nw && seen < limit; w++) {
+	for (size_t wi = 0; wi < nnz && seen < limit; wi++) {
+		size_t w = nzw[wi];
 		for (uint64_t m = bits[w]; m && seen < limit; m &= m - 1) {
 			uint32_t j = (uint32_t)(w * 64 + __builtin_ctzll(m));
 			uint32_t doc = lo + j;

@@ -77,6 +77,11 @@ enum {
 
 /* ---- reader ---- */
 
+typedef struct st_col_loc {
+	_Atomic(const void *) data; /* NULL: not looked up yet */
+	_Atomic size_t size;
+} st_col_loc;
+
 struct st_segment {
 	MDB_env *env;
 	MDB_dbi dbi;
@@ -98,6 +103,12 @@ struct st_segment {
 	 * block): each is checked once, not at every load */
 	_Atomic uint8_t *col_ok;
 	uint32_t col_blocks;
+	/* Where each column block's value is in the map (same index as
+	 * col_ok), found once: the file is opened read-only and never written
+	 * again, so LMDB's pointers into it hold until the env closes. A block
+	 * costs a B-tree descent otherwise, 30% of a filtered terms
+	 * aggregation that visits 49 blocks for 244 docs. */
+	st_col_loc *col_loc;
 };
 
 struct st_seg_txn {

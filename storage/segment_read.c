@@ -177,6 +177,7 @@ st_segment_open(const char *path, st_segment **out, cm_error *err)
 	mdb_txn_abort(txn);
 	s->col_blocks = (uint32_t)((s->max_doc + ST_COL_BLOCK - 1) / ST_COL_BLOCK);
 	s->col_ok = cm_calloc(CM_MEM_STORAGE, s->nfields * s->col_blocks + 1, 1);
+	s->col_loc = cm_calloc(CM_MEM_STORAGE, s->nfields * s->col_blocks + 1, sizeof(st_col_loc));
 	*out = s;
 	return CM_OK;
 fail:
@@ -202,6 +203,7 @@ st_segment_close(st_segment *s)
 	cm_free(CM_MEM_STORAGE, s->names);
 	cm_free(CM_MEM_STORAGE, (void *)s->norms_state);
 	cm_free(CM_MEM_STORAGE, (void *)s->col_ok);
+	cm_free(CM_MEM_STORAGE, s->col_loc);
 	cm_free(CM_MEM_STORAGE, s->path);
 	cm_free(CM_MEM_STORAGE, s);
 }
@@ -798,6 +800,14 @@ col_get(st_seg_txn *t, const st_field_info *f, uint32_t block, MDB_val *v)
 	if (!(f->flags & ST_FI_COLUMN) || f->id >= t->seg->nfields ||
 	    (uint64_t)block * ST_COL_BLOCK >= t->seg->max_doc)
 		return CM_ENOTFOUND;
+	st_col_loc *loc =
+	    t->seg->col_loc ? &t->seg->col_loc[(size_t)f->id * t->seg->col_blocks + block] : NULL;
+	const void *at = loc ? atomic_load_explicit(&loc->data, memory_order_acquire) : NULL;
+	if (at) {
+		v->mv_data = (void *)at;
+		v->mv_size = atomic_load_explicit(&loc->size, memory_order_relaxed);
+		return CM_OK;
+	}
 	uint8_t key[7];
 	cm_err e = seg_get(t, key, col_key(key, f->id, block), v);
 	if (e == CM_ENOTFOUND)
@@ -807,6 +817,10 @@ col_get(st_seg_txn *t, const st_field_info *f, uint32_t block, MDB_val *v)
 	if (v->mv_size < 24 + 2 + 4 ||
 	    XXH32(v->mv_data, 20, 0) != cm_get_u32((const uint8_t *)v->mv_data + 20))
 		return CM_ECORRUPT;
+	if (loc) {
+		atomic_store_explicit(&loc->size, v->mv_size, memory_order_relaxed);
+		atomic_store_explicit(&loc->data, v->mv_data, memory_order_release);
+	}
 	return CM_OK;
 }
 
