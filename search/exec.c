@@ -883,14 +883,23 @@ col_fill(sr_it *it, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores, flo
 		col_advance(it, hi);
 		return;
 	}
-	if (lo % ST_COL_BLOCK == 0 && hi - lo <= ST_COL_BLOCK && it->doc <= lo) {
+	if (lo % ST_COL_BLOCK == 0 && hi - lo <= ST_COL_BLOCK) {
+		/* the window is one column block: its match bits from the
+		 * current doc on (a conjunction's window starts below it) */
+		uint32_t from = it->doc > lo ? it->doc - lo : 0;
 		if (col_load(c, lo / ST_COL_BLOCK)) {
 			size_t nw = win_words(lo, hi);
-			if (!scores)
-				for (size_t w = 0; w < nw; w++)
-					bits[w] |= c->bb[w];
-			else
-				win_merge(c->bb, NULL, nw, bits, scores, c->score);
+			for (size_t w = from >> 6; w < nw; w++) {
+				uint64_t m = c->bb[w];
+				if (w == from >> 6)
+					m &= ~(uint64_t)0 << (from & 63);
+				if (!m)
+					continue;
+				if (!scores)
+					bits[w] |= m;
+				else
+					win_merge(&m, NULL, 1, bits + w, scores + w * 64, c->score);
+			}
 		}
 		it->doc = col_from(c, hi);
 		return;

@@ -266,6 +266,25 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 		if (t->pf_it->doc < hi)
 			t->pf_it->ops->fill(t->pf_it, lo, hi, t->pf_bits, NULL, -INFINITY);
 	}
+	if (scores && t->by_score && t->k && !t->sorter.after && !t->collapse && !t->has_agg &&
+	    !t->pf_it && !t->req->has_min_score && limit == UINT64_MAX) {
+		/* top k by score alone: every doc counts, few compete */
+		seen = hits = n;
+		float boost = t->boost;
+		for (size_t wi = 0; wi < nnz; wi++) {
+			size_t w = nzw[wi];
+			for (uint64_t m = bits[w]; m; m &= m - 1) {
+				uint32_t j = (uint32_t)(w * 64 + __builtin_ctzll(m));
+				float sc = scores[j] * boost;
+				if (sc > t->max_score)
+					t->max_score = sc;
+				if (t->n == t->k && sc <= t->heap[0].score)
+					continue;
+				offer(t, sc, base + lo + j, lo + j);
+			}
+		}
+		goto counted;
+	}
 	for (size_t wi = 0; wi < nnz && seen < limit; wi++) {
 		size_t w = nzw[wi];
 		for (uint64_t m = bits[w]; m && seen < limit; m &= m - 1) {
@@ -320,6 +339,7 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 			offer(t, s, base + doc, doc);
 		}
 	}
+counted:
 	t->total += hits;
 	t->collected += seen;
 	if (t->has_agg && nd) {
