@@ -891,9 +891,11 @@ col_decode(st_seg_txn *t, const st_field_info *f, uint32_t block, st_colblock *c
 	if (b >= end || *b > 1)
 		return CM_ECORRUPT;
 	cb->single = false;
+	cb->one_each = false;
 	if (*b++ == 0) {
 		if (nv != nd)
 			return CM_ECORRUPT;
+		cb->one_each = true;
 		if (values)
 			for (uint32_t i = 0; i <= nd; i++)
 				cb->starts[i] = i;

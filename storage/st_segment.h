@@ -155,6 +155,7 @@ typedef struct st_colblock {
 	 * block in the segment (valid for the read transaction) */
 	bool sparse, dense; /* dense: the last block had many visits, decode whole */
 	bool single;        /* sparse, one value per doc: starts not filled */
+	bool one_each;      /* one value per doc (decoded: starts is the identity) */
 	uint32_t visits;    /* docs read in this block */
 	unsigned vbits;
 	const uint8_t *packed;
