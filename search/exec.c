@@ -2322,6 +2322,13 @@ sr_plan_seg_count(sr_exec *x, size_t si, const sr_plan *pl, uint64_t *n)
 cm_err
 sr_run_windows(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn fn, void *self)
 {
+	return sr_run_windows_floor(x, si, it, want_scores, fn, self, NULL);
+}
+
+cm_err
+sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn fn,
+                     void *self, const float *floor)
+{
 	const sr_seg_ctx *c = &x->segs[si];
 	uint32_t max_doc = st_segment_max_doc(c->seg);
 	uint64_t bits[SR_WIN_WORDS];
@@ -2338,11 +2345,14 @@ sr_run_windows(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn 
 		uint32_t hi = max_doc - lo > SR_WIN ? lo + SR_WIN : max_doc;
 		size_t nw = win_words(lo, hi);
 		memset(bits, 0, nw * sizeof(uint64_t));
-		it->ops->fill(it, lo, hi, bits, scores, min);
+		float *sc = scores;
+		if (sc && floor && *floor > -INFINITY && it->ops->upper(it, lo, hi) <= *floor)
+			sc = NULL;
+		it->ops->fill(it, lo, hi, bits, sc, min);
 		if (c->live)
 			for (size_t w = 0; w < nw; w++)
 				bits[w] &= c->live[(lo >> 6) + w];
-		rc = fn(self, si, lo, hi, bits, scores, &min);
+		rc = fn(self, si, lo, hi, bits, sc, &min);
 		if (rc)
 			break;
 		if (x->err->code) {

@@ -248,6 +248,11 @@ typedef cm_err (*sr_window_fn)(void *self, size_t si, uint32_t lo, uint32_t hi,
  * deadline once per window. */
 cm_err sr_run_windows(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn fn,
                       void *self);
+/* The same, and a window whose score bound (ops->upper) is at most *floor
+ * is filled and handed over without scores: none of its docs can compete,
+ * only their count is wanted (a full top-k heap counting every hit). */
+cm_err sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn fn,
+                            void *self, const float *floor);
 
 static inline void
 sr_win_put(uint64_t *bits, float *scores, uint32_t i, float s)

@@ -37,6 +37,7 @@ typedef struct topk {
 	uint64_t total;
 	uint64_t threshold; /* track_total_hits */
 	bool skipping;      /* block-max enabled: total is a lower bound */
+	float floor;        /* windows bounded by this need no scores (-inf: all do) */
 	bool can_skip;
 	uint64_t terminate_after, collected;
 	bool terminated;
@@ -266,6 +267,11 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 		if (t->pf_it->doc < hi)
 			t->pf_it->ops->fill(t->pf_it, lo, hi, t->pf_bits, NULL, -INFINITY);
 	}
+	if (!scores && t->floor > -INFINITY) {
+		/* sr_run_windows_floor: no doc here can reach the full heap */
+		seen = hits = n;
+		goto counted;
+	}
 	if (scores && t->by_score && t->k && !t->sorter.after && !t->collapse && !t->has_agg &&
 	    !t->pf_it && !t->req->has_min_score && limit == UINT64_MAX) {
 		/* top k by score alone: every doc counts, few compete */
@@ -283,6 +289,10 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 				offer(t, sc, base + lo + j, lo + j);
 			}
 		}
+		/* ties lose to earlier docs: a window bounded by the heap's
+		 * minimum needs no scores */
+		if (t->n == t->k && boost == 1.0f && !t->terminate_after)
+			t->floor = t->heap[0].score;
 		goto counted;
 	}
 	for (size_t wi = 0; wi < nnz && seen < limit; wi++) {
@@ -711,6 +721,7 @@ sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_req
 	t.k = (size_t)k;
 	t.scored = ((t.by_score || score_key || req->track_scores) && (t.k > 0 || req->aggs)) ||
 	           req->has_min_score;
+	t.floor = -INFINITY;
 	t.threshold = req->track_total_hits < 0 ? 0 : (uint64_t)req->track_total_hits;
 	t.terminate_after = req->terminate_after;
 	t.max_score = -INFINITY;
@@ -773,7 +784,7 @@ sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_req
 			rc = t.agg.begin_segment(t.agg.self, &x.segs[si]);
 		if (!rc) {
 			t_mark = cm_now_ns();
-			rc = sr_run_windows(&x, si, it, t.scored, on_window, &t);
+			rc = sr_run_windows_floor(&x, si, it, t.scored, on_window, &t, &t.floor);
 			if (rc == CM_ECLOSED && t.terminated)
 				rc = CM_OK;
 			if (t.has_agg && t.agg.end_segment)
