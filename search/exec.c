@@ -812,6 +812,17 @@ col_load(col_it *c, uint32_t b)
 			cm_error_set(c->x->err, rc, "cannot read column [%s]", c->fi->name);
 		return false;
 	}
+	if (!pl->set) {
+		/* one value per doc: compared packed, 64 to a word */
+		int matched;
+		rc = st_col_range_bits(c->txn, c->fi, b, lo, hi, &c->cb, c->bb, &matched);
+		if (rc) {
+			cm_error_set(c->x->err, rc, "cannot read column [%s]", c->fi->name);
+			return false;
+		}
+		if (matched >= 0)
+			return matched;
+	}
 	rc = st_col_load(c->txn, c->fi, b, &c->cb);
 	if (rc) {
 		cm_error_set(c->x->err, rc, "cannot read column [%s]", c->fi->name);
@@ -819,20 +830,6 @@ col_load(col_it *c, uint32_t b)
 	}
 	const st_colblock *cb = &c->cb;
 	bool all_in = !pl->set && mn >= lo && mx <= hi;
-	if (!pl->set && cb->one_each) {
-		/* one value each: 64 comparisons to a word, no branches */
-		uint64_t any = 0;
-		for (uint32_t i0 = 0; i0 < cb->ndocs; i0 += 64) {
-			uint32_t n = cb->ndocs - i0 < 64 ? cb->ndocs - i0 : 64;
-			const int64_t *v = cb->vals + i0;
-			uint64_t m = 0;
-			for (uint32_t k = 0; k < n; k++)
-				m |= (uint64_t)((v[k] >= lo) & (v[k] <= hi)) << k;
-			c->bb[i0 >> 6] = m;
-			any |= m;
-		}
-		return any != 0;
-	}
 	bool any = false;
 	for (uint32_t i = 0; i < cb->ndocs; i++) {
 		uint32_t s = cb->starts[i], e = cb->starts[i + 1];

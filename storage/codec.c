@@ -236,6 +236,42 @@ codec_unpack64(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint64
 		out[i] = unpack_one(in, in_len, i, bits);
 }
 
+bool
+codec_packed_range_bits(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint64_t lo,
+                        uint64_t hi, uint64_t *bb)
+{
+	memset(bb, 0, (n + 63) / 64 * sizeof(uint64_t));
+	uint64_t span = hi - lo, any = 0;
+	if (bits == 0) {
+		if (lo == 0 && n) /* every value is 0 */
+			for (size_t i = 0; i < n; i++)
+				bb[i >> 6] |= (uint64_t)1 << (i & 63);
+		return lo == 0 && n;
+	}
+	uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
+	size_t nf = bits <= 57 ? fast_count(in_len, n, bits) : 0;
+	size_t i = 0;
+	for (; i + 64 <= nf; i += 64) {
+		uint64_t m = 0;
+		for (size_t k = 0; k < 64; k++) {
+			size_t bp = (i + k) * bits;
+			uint64_t v = (load64(in + (bp >> 3)) >> (bp & 7)) & mask;
+			m |= (uint64_t)(v - lo <= span) << k;
+		}
+		bb[i >> 6] = m;
+		any |= m;
+	}
+	for (; i < n; i++) {
+		uint64_t v = i < nf ? (load64(in + ((i * bits) >> 3)) >> ((i * bits) & 7)) & mask
+		                    : unpack_one(in, in_len, i, bits);
+		if (v - lo <= span) {
+			bb[i >> 6] |= (uint64_t)1 << (i & 63);
+			any = 1;
+		}
+	}
+	return any != 0;
+}
+
 /* ---- postings blocks ---- */
 
 void

@@ -57,6 +57,23 @@ test_pack(void)
 			CHECK(b.len == codec_packed_size(n, bits));
 			codec_unpack64(b.data, b.len, n, bits, out64);
 			CHECKF(memcmp(in64, out64, n * 8) == 0, "pack64 bits %u n %zu", bits, n);
+			/* range bits on the packed values, against the unpacked */
+			for (int r = 0; r < 3; r++) {
+				uint64_t a = n ? in64[rnd() % n] : 0, z = n ? in64[rnd() % n] : 0;
+				if (r == 2)
+					a = 0, z = mask;
+				uint64_t lo = a < z ? a : z, hi = a < z ? z : a;
+				uint64_t bb[80], any = 0;
+				bool got = codec_packed_range_bits(b.data, b.len, n, bits, lo, hi, bb);
+				bool ok = true;
+				for (size_t i = 0; i < n; i++) {
+					bool in = in64[i] >= lo && in64[i] <= hi;
+					any |= in;
+					ok &= in == !!(bb[i >> 6] & ((uint64_t)1 << (i & 63)));
+				}
+				CHECKF(ok && got == (any != 0), "range bits %u n %zu [%llu, %llu]", bits, n,
+				       (unsigned long long)lo, (unsigned long long)hi);
+			}
 		}
 	}
 	cm_buf_free(&b);

@@ -856,6 +856,29 @@ st_col_load(st_seg_txn *t, const st_field_info *f, uint32_t block, st_colblock *
 	return col_decode(t, f, block, cb, true);
 }
 
+cm_err
+st_col_range_bits(st_seg_txn *t, const st_field_info *f, uint32_t block, int64_t lo, int64_t hi,
+                  st_colblock *cb, uint64_t *bb, int *matched)
+{
+	*matched = -1;
+	cm_err e = col_decode(t, f, block, cb, false);
+	if (e)
+		return e;
+	if (!cb->single)
+		return CM_OK;
+	if (!cb->nvalues || cb->max < lo || cb->min > hi || lo > hi) {
+		memset(bb, 0, (cb->ndocs + 63) / 64 * sizeof(uint64_t));
+		*matched = 0;
+		return CM_OK;
+	}
+	/* value = min + packed: the bounds relative to min, exact unsigned */
+	uint64_t rlo = lo <= cb->min ? 0 : (uint64_t)lo - (uint64_t)cb->min;
+	uint64_t rhi = (uint64_t)(hi >= cb->max ? cb->max : hi) - (uint64_t)cb->min;
+	*matched = codec_packed_range_bits(cb->packed, cb->packed_len, cb->ndocs, cb->vbits, rlo, rhi,
+	                                   bb);
+	return CM_OK;
+}
+
 /* Checks and decodes a column block: the per-doc value counts always, the
  * values themselves when asked (else they stay packed, cb->sparse). */
 static cm_err
@@ -891,11 +914,9 @@ col_decode(st_seg_txn *t, const st_field_info *f, uint32_t block, st_colblock *c
 	if (b >= end || *b > 1)
 		return CM_ECORRUPT;
 	cb->single = false;
-	cb->one_each = false;
 	if (*b++ == 0) {
 		if (nv != nd)
 			return CM_ECORRUPT;
-		cb->one_each = true;
 		if (values)
 			for (uint32_t i = 0; i <= nd; i++)
 				cb->starts[i] = i;

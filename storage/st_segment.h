@@ -155,7 +155,6 @@ typedef struct st_colblock {
 	 * block in the segment (valid for the read transaction) */
 	bool sparse, dense; /* dense: the last block had many visits, decode whole */
 	bool single;        /* sparse, one value per doc: starts not filled */
-	bool one_each;      /* one value per doc (decoded: starts is the identity) */
 	uint32_t visits;    /* docs read in this block */
 	unsigned vbits;
 	const uint8_t *packed;
@@ -166,6 +165,12 @@ typedef struct st_colblock {
 cm_err st_col_zone(st_seg_txn *t, const st_field_info *f, uint32_t block, int64_t *min,
                    int64_t *max, uint32_t *nvalues);
 cm_err st_col_load(st_seg_txn *t, const st_field_info *f, uint32_t block, st_colblock *cb);
+/* A range over block `block` without decoding it: bit i of bb (the
+ * block's docs, cleared first) set for each doc whose one value is in
+ * [lo, hi]. *matched: 1 some doc is, 0 none, -1 the block is not one
+ * value per doc (bb untouched: decode it with st_col_load). */
+cm_err st_col_range_bits(st_seg_txn *t, const st_field_info *f, uint32_t block, int64_t lo,
+                         int64_t hi, st_colblock *cb, uint64_t *bb, int *matched);
 void st_colblock_free(st_colblock *cb);
 /* Convenience for per-doc access in ascending or random order: loads the
  * doc's block into cb if it is not already there. Returns the value count
