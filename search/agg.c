@@ -643,7 +643,6 @@ agg_mark_dirty(agg_rt *rt, agg_node *n)
 	rt->dirty[rt->ndirty++] = n;
 }
 
-enum { CONV_NONE, CONV_NANOS, CONV_SCALED, CONV_ULONG };
 
 int
 agg_ftype(st_field_type t)

@@ -1599,6 +1599,33 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 			else if (arr)
 				s->ord2b = cm_calloc(AGG_MEM, nords ? nords : 1, sizeof *s->ord2b);
 		}
+		if (fast && s->counts && !a->missing.set && rt->conv == CONV_NONE && rt->fi) {
+			/* counting ordinals: a window's values in one call per
+			 * block, the odd doc of several values on its own */
+			int64_t vb[1024];
+			size_t i = 0;
+			while (i < cnt) {
+				size_t m = cnt - i < 1024 ? cnt - i : 1024;
+				int k = st_col_values_one(rt->ctx->txn, rt->fi, &rt->cb, docs + i, m, vb);
+				if (k < 0) {
+					cm_error_set(&rt->root->err, CM_ECORRUPT, "could not read column [%s]",
+					             a->field);
+					return;
+				}
+				for (int j = 0; j < k; j++)
+					if ((uint64_t)vb[j] < nords)
+						s->counts[vb[j]]++;
+				i += (size_t)k;
+				if ((size_t)k < m) {
+					const int64_t *v;
+					int nv = agg_values(rt, docs[i++], &v);
+					for (int j = 0; j < nv; j++)
+						if ((uint64_t)v[j] < nords)
+							s->counts[v[j]]++;
+				}
+			}
+			return;
+		}
 		for (size_t i = 0; i < cnt; i++) {
 			const int64_t *v;
 			int k = agg_values(rt, docs[i], &v);

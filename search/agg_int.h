@@ -54,6 +54,8 @@ typedef enum {
 } agg_kind;
 
 typedef struct agg_ops agg_ops;
+enum { CONV_NONE, CONV_NANOS, CONV_SCALED, CONV_ULONG };
+
 typedef struct agg_rt agg_rt;
 typedef struct agg_node agg_node;
 
@@ -104,7 +106,7 @@ struct agg_rt {
 	bool is_double, is_keyword;
 	/* column values that aggregations see converted: date_nanos to millis,
 	 * scaled_float and unsigned_long to sortable doubles */
-	int conv;
+	int conv; /* CONV_*: how agg_values converts column values */
 	double scale;
 	int64_t *conv_buf;
 	int conv_cap;

@@ -272,6 +272,25 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 		seen = hits = n;
 		goto counted;
 	}
+	if (t->has_agg && !t->k && !t->pf_it && !t->req->has_min_score && limit == UINT64_MAX) {
+		/* aggregations alone: the window's docs (and scores) in a row */
+		seen = hits = n;
+		float boost = t->boost;
+		for (size_t wi = 0; wi < nnz; wi++) {
+			size_t w = nzw[wi];
+			for (uint64_t m = bits[w]; m; m &= m - 1) {
+				uint32_t j = (uint32_t)(w * 64 + __builtin_ctzll(m));
+				if (scores) {
+					float sc = scores[j] * boost;
+					if (sc > t->max_score)
+						t->max_score = sc;
+					t->dscores[nd] = sc;
+				}
+				t->docs[nd++] = lo + j;
+			}
+		}
+		goto counted;
+	}
 	if (scores && t->by_score && t->k && !t->sorter.after && !t->collapse && !t->has_agg &&
 	    !t->pf_it && !t->req->has_min_score && limit == UINT64_MAX) {
 		/* top k by score alone: every doc counts, few compete */

@@ -236,6 +236,24 @@ codec_unpack64(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint64
 		out[i] = unpack_one(in, in_len, i, bits);
 }
 
+void
+codec_unpack64_gather(const uint8_t *in, size_t in_len, const uint32_t *idx, size_t n,
+                      uint32_t base, unsigned bits, uint64_t *out)
+{
+	if (bits == 0) {
+		memset(out, 0, n * sizeof *out);
+		return;
+	}
+	uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
+	for (size_t j = 0; j < n; j++) {
+		size_t i = idx[j] - base, bp = i * bits;
+		if (bits <= 57 && (bp >> 3) + 8 <= in_len)
+			out[j] = (load64(in + (bp >> 3)) >> (bp & 7)) & mask;
+		else
+			out[j] = unpack_one(in, in_len, i, bits);
+	}
+}
+
 bool
 codec_packed_range_bits(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint64_t lo,
                         uint64_t hi, uint64_t *bb)

@@ -36,6 +36,9 @@ void codec_pack64(cm_buf *out, const uint64_t *v, size_t n, unsigned bits);
  * caller checks). */
 void codec_unpack32(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint32_t *out);
 void codec_unpack64(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint64_t *out);
+/* Gathers out[j] = value idx[j] - base of the packed values (in range). */
+void codec_unpack64_gather(const uint8_t *in, size_t in_len, const uint32_t *idx, size_t n,
+                           uint32_t base, unsigned bits, uint64_t *out);
 /* Without unpacking: sets bit i of bb (cleared first, n bits) for each of
  * the n packed values in [lo, hi]; returns whether any is. */
 bool codec_packed_range_bits(const uint8_t *in, size_t in_len, size_t n, unsigned bits,

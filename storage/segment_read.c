@@ -1028,6 +1028,48 @@ st_col_values_sparse(st_seg_txn *t, const st_field_info *f, st_colblock *cb, uin
 	return (int)n;
 }
 
+int
+st_col_values_one(st_seg_txn *t, const st_field_info *f, st_colblock *cb, const uint32_t *docs,
+                  size_t n, int64_t *out)
+{
+	size_t k = 0;
+	while (k < n) {
+		uint32_t doc = docs[k];
+		if (doc >= t->seg->max_doc)
+			return -1;
+		uint32_t block = doc / ST_COL_BLOCK;
+		if (!cb->starts || cb->block != block || cb->ndocs == 0) {
+			if (col_decode(t, f, block, cb, false))
+				return -1;
+			cb->visits = 0;
+		}
+		if (cb->sparse && !cb->single)
+			return (int)k;
+		uint32_t end = cb->first_doc + cb->ndocs;
+		size_t e = k;
+		while (e < n && docs[e] < end)
+			e++;
+		/* a quarter of the block or more: decoding it whole is cheaper */
+		if (cb->sparse && (e - k) * 4 > cb->ndocs && col_decode(t, f, block, cb, true))
+			return -1;
+		if (cb->sparse) {
+			codec_unpack64_gather(cb->packed, cb->packed_len, docs + k, e - k, cb->first_doc,
+			                      cb->vbits, (uint64_t *)out + k);
+			for (size_t j = k; j < e; j++)
+				out[j] = (int64_t)((uint64_t)out[j] + (uint64_t)cb->min);
+		} else {
+			for (size_t j = k; j < e; j++) {
+				uint32_t i = docs[j] - cb->first_doc;
+				if (cb->starts[i + 1] - cb->starts[i] != 1)
+					return (int)j;
+				out[j] = cb->vals[cb->starts[i]];
+			}
+		}
+		k = e;
+	}
+	return (int)k;
+}
+
 /* ---- ordinals ---- */
 
 cm_err

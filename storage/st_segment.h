@@ -183,6 +183,13 @@ int st_col_values(st_seg_txn *t, const st_field_info *f, st_colblock *cb, uint32
  * until the next call on cb. Do not mix with st_col_values on one cb. */
 int st_col_values_sparse(st_seg_txn *t, const st_field_info *f, st_colblock *cb, uint32_t doc,
                          const int64_t **vals);
+/* The one value of each of n ascending docs into out[0..k), k returned:
+ * k < n when docs[k]'s block is not one value per doc (read it with
+ * st_col_values_sparse, then call again past it), -1 on a bad block.
+ * For per-doc aggregations over whole windows of docs. Shares cb with
+ * st_col_values_sparse. */
+int st_col_values_one(st_seg_txn *t, const st_field_info *f, st_colblock *cb,
+                      const uint32_t *docs, size_t n, int64_t *out);
 
 /* Keyword ordinals <-> terms (ordinals are ranks in the sorted dictionary). */
 cm_err st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t **term,
