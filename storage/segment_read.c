@@ -143,6 +143,7 @@ st_segment_open(const char *path, st_segment **out, cm_error *err)
 	*out = NULL;
 	st_segment *s = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*s));
 	pthread_mutex_init(&s->dict_mu, NULL);
+	pthread_mutex_init(&s->ord_mu, NULL);
 	s->uid = st_bcache_uid();
 	s->path = cm_strdup(CM_MEM_STORAGE, path);
 	MDB_txn *txn = NULL;
@@ -178,6 +179,7 @@ st_segment_open(const char *path, st_segment **out, cm_error *err)
 	s->col_blocks = (uint32_t)((s->max_doc + ST_COL_BLOCK - 1) / ST_COL_BLOCK);
 	s->col_ok = cm_calloc(CM_MEM_STORAGE, s->nfields * s->col_blocks + 1, 1);
 	s->col_loc = cm_calloc(CM_MEM_STORAGE, s->nfields * s->col_blocks + 1, sizeof(st_col_loc));
+	s->ord_tabs = cm_calloc(CM_MEM_STORAGE, s->nfields + 1, sizeof *s->ord_tabs);
 	*out = s;
 	return CM_OK;
 fail:
@@ -189,6 +191,9 @@ fail:
 	return e;
 }
 
+/* Marks a field whose dictionary did not check out: not walked again. */
+static st_ord_tab ord_tab_bad;
+
 void
 st_segment_close(st_segment *s)
 {
@@ -199,6 +204,16 @@ st_segment_close(st_segment *s)
 	if (s->ddict)
 		ZSTD_freeDDict(s->ddict);
 	pthread_mutex_destroy(&s->dict_mu);
+	pthread_mutex_destroy(&s->ord_mu);
+	for (size_t i = 0; s->ord_tabs && i < s->nfields; i++) {
+		st_ord_tab *ot = atomic_load(&s->ord_tabs[i]);
+		if (ot && ot != &ord_tab_bad) {
+			cm_free(CM_MEM_STORAGE, ot->term);
+			cm_free(CM_MEM_STORAGE, ot->len);
+			cm_free(CM_MEM_STORAGE, ot);
+		}
+	}
+	cm_free(CM_MEM_STORAGE, (void *)s->ord_tabs);
 	cm_free(CM_MEM_STORAGE, s->fields);
 	cm_free(CM_MEM_STORAGE, s->names);
 	cm_free(CM_MEM_STORAGE, (void *)s->norms_state);
@@ -1072,12 +1087,89 @@ st_col_values_one(st_seg_txn *t, const st_field_info *f, st_colblock *cb, const 
 
 /* ---- ordinals ---- */
 
+/* One walk of the field's dictionary, checking that the n-th term names
+ * ordinal n; NULL when it does not (the slow path then reports it). */
+static st_ord_tab *
+ord_tab_build(st_seg_txn *t, const st_field_info *f)
+{
+	st_segment *seg = (st_segment *)t->seg;
+	pthread_mutex_lock(&seg->ord_mu);
+	st_ord_tab *ot = atomic_load_explicit(&seg->ord_tabs[f->id], memory_order_acquire);
+	if (ot) {
+		pthread_mutex_unlock(&seg->ord_mu);
+		return ot == &ord_tab_bad ? NULL : ot;
+	}
+	MDB_cursor *cur;
+	if (mdb_cursor_open(t->txn, seg->dbi, &cur)) {
+		pthread_mutex_unlock(&seg->ord_mu);
+		return NULL;
+	}
+	uint64_t n = f->num_terms;
+	ot = cm_calloc(CM_MEM_STORAGE, 1, sizeof *ot);
+	ot->term = cm_malloc(CM_MEM_STORAGE, (n ? n : 1) * sizeof *ot->term);
+	ot->len = cm_malloc(CM_MEM_STORAGE, (n ? n : 1) * sizeof *ot->len);
+	uint8_t key[3];
+	size_t kl = seg_term_key(key, TAG_TERM, f->id, NULL, 0);
+	MDB_val k = {kl, key}, v;
+	uint64_t i = 0;
+	bool ok = true;
+	for (int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0 && i <= n;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		if (k.mv_size < 3 || memcmp(k.mv_data, key, 3) != 0)
+			break;
+		const uint8_t *p = v.mv_data, *pe = p + v.mv_size;
+		uint64_t df, ttf, o;
+		if (i == n || !codec_varint(&p, pe, &df) || !codec_varint(&p, pe, &ttf) ||
+		    !codec_varint(&p, pe, &o) || o != i) {
+			ok = false;
+			break;
+		}
+		ot->term[i] = (const uint8_t *)k.mv_data + 3;
+		ot->len[i] = (uint32_t)(k.mv_size - 3);
+		i++;
+	}
+	mdb_cursor_close(cur);
+	/* the sampled K entries the slow path seeks by must agree with it */
+	for (uint64_t s0 = 0; ok && i == n && s0 < n; s0 += KDICT_STEP) {
+		uint32_t b = (uint32_t)(s0 / KDICT_STEP);
+		uint8_t kk[7] = {TAG_KDICT,          (uint8_t)(f->id >> 8), (uint8_t)f->id,
+		                 (uint8_t)(b >> 24), (uint8_t)(b >> 16),    (uint8_t)(b >> 8),
+		                 (uint8_t)b};
+		MDB_val kv;
+		size_t tl;
+		ok = seg_get(t, kk, 7, &kv) == CM_OK &&
+		     (tl = kv.mv_size, cm_checksum_ok(kv.mv_data, &tl)) && tl == ot->len[s0] &&
+		     memcmp(kv.mv_data, ot->term[s0], tl) == 0;
+	}
+	if (!ok || i != n) {
+		cm_free(CM_MEM_STORAGE, ot->term);
+		cm_free(CM_MEM_STORAGE, ot->len);
+		cm_free(CM_MEM_STORAGE, ot);
+		atomic_store_explicit(&seg->ord_tabs[f->id], &ord_tab_bad, memory_order_release);
+		pthread_mutex_unlock(&seg->ord_mu);
+		return NULL;
+	}
+	atomic_store_explicit(&seg->ord_tabs[f->id], ot, memory_order_release);
+	pthread_mutex_unlock(&seg->ord_mu);
+	return ot;
+}
+
 cm_err
-st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t **term,
-            size_t *len)
+st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t **term, size_t *len)
 {
 	if (!st_field_type_is_ordinal(f->type) || ord >= f->num_terms)
 		return CM_ENOTFOUND;
+	if (f->num_terms <= ORD_TAB_MAX && t->seg->ord_tabs && f->id < t->seg->nfields) {
+		st_ord_tab *ot =
+		    atomic_load_explicit(&t->seg->ord_tabs[f->id], memory_order_acquire);
+		if (!ot)
+			ot = ord_tab_build(t, f);
+		if (ot && ot != &ord_tab_bad) {
+			*term = ot->term[ord];
+			*len = ot->len[ord];
+			return CM_OK;
+		}
+	}
 	if (!t->ord_cur && mdb_cursor_open(t->txn, t->seg->dbi, &t->ord_cur))
 		return CM_EIO;
 	uint8_t key[SEG_MAX_KEY + 1];
