@@ -1151,13 +1151,39 @@ agg_insert_meta(cm_buf *b, size_t at, const char *meta)
 	b->len += add;
 }
 
+/* The type ES names an aggregation's result by
+ * (InternalAggregation.getWriteableName), for typed_keys. */
+static const char *
+agg_typed_name(const sr_agg *a, const agg_node *n)
+{
+	switch (a->kind) {
+	case AGG_TERMS:
+	case AGG_RARE_TERMS:
+	case AGG_SIGNIFICANT_TERMS:
+		return agg_terms_type_name(a, n);
+	case AGG_PERCENTILES:
+		return "tdigest_percentiles";
+	case AGG_PERCENTILE_RANKS:
+		return "tdigest_percentile_ranks";
+	default:
+		return a->ops->name; /* the request's type is the response's */
+	}
+}
+
 cm_err
 agg_subs_render(const sr_agg *parent, agg_node *const *subs, agg_render *r)
 {
 	for (size_t i = 0; i < parent->nsubs; i++) {
 		const sr_agg *a = parent->subs[i];
 		cm_buf_put_u8(r->out, ',');
-		agg_json_str(r->out, a->name, strlen(a->name));
+		if (r->typed) {
+			cm_buf t;
+			cm_buf_init(&t, AGG_MEM);
+			cm_buf_printf(&t, "%s#%s", agg_typed_name(a, subs[i]), a->name);
+			agg_json_str(r->out, (const char *)t.data, t.len);
+			cm_buf_free(&t);
+		} else
+			agg_json_str(r->out, a->name, strlen(a->name));
 		cm_buf_put_u8(r->out, ':');
 		size_t at = r->out->len;
 		cm_err rc = a->ops->render(a, subs[i], r);
@@ -1172,12 +1198,18 @@ agg_subs_render(const sr_agg *parent, agg_node *const *subs, agg_render *r)
 cm_err
 sr_agg_render(const sr_agg_state *s, cm_buf *out, cm_error *err)
 {
+	return sr_agg_render_typed(s, out, false, err);
+}
+
+cm_err
+sr_agg_render_typed(const sr_agg_state *s, cm_buf *out, bool typed_keys, cm_error *err)
+{
 	if (s->root.err.code) {
 		if (err && !err->code)
 			*err = s->root.err;
 		return s->root.err.code;
 	}
-	agg_render r = {out, err, 0};
+	agg_render r = {out, err, 0, typed_keys};
 	size_t start = out->len;
 	cm_buf_put_u8(out, '{');
 	size_t body = out->len;
@@ -1192,7 +1224,7 @@ sr_agg_render(const sr_agg_state *s, cm_buf *out, cm_error *err)
 		out->len--;
 	}
 	cm_buf_put_u8(out, '}');
-	if (s->root.spec->any_pipes && (rc = agg_pipe_apply(s->root.spec, out, start, err))) {
+	if (s->root.spec->any_pipes && (rc = agg_pipe_apply(s->root.spec, out, start, typed_keys, err))) {
 		out->len = start;
 		return rc;
 	}

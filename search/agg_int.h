@@ -139,6 +139,7 @@ typedef struct agg_render {
 	cm_buf *out;
 	cm_error *err;
 	uint64_t buckets;
+	bool typed; /* ?typed_keys: names written as "type#name" */
 } agg_render;
 
 struct agg_ops {
@@ -253,7 +254,7 @@ const char *agg_pipe_name(const agg_pipe *p);
 cm_err agg_pipe_check(sr_agg *root, cm_error *err);
 /* Rewrites out[start..] (the rendered "aggregations" object) with every
  * pipeline applied. */
-cm_err agg_pipe_apply(const sr_agg *root, cm_buf *out, size_t start, cm_error *err);
+cm_err agg_pipe_apply(const sr_agg *root, cm_buf *out, size_t start, bool typed, cm_error *err);
 /* ES's MovingFunctions (NaN values are skipped); holt_winters is false
  * with fewer than two periods of values. */
 double agg_mf_max(const double *v, size_t n);
@@ -266,6 +267,9 @@ double agg_mf_holt(const double *v, size_t n, double alpha, double beta);
 bool agg_mf_holt_winters(const double *v, size_t n, double alpha, double beta, double gamma,
                          int64_t period, bool multiplicative, double *out);
 double agg_mf_std_dev(const double *v, size_t n, double avg);
+/* ES's response type of the terms family (sterms, lterms, dterms, ...)
+ * for typed_keys (agg_bucket.c). */
+const char *agg_terms_type_name(const sr_agg *a, const agg_node *n);
 /* histogram/date_histogram min_doc_count (agg_bucket.c) */
 uint64_t agg_hist_min_doc_count(const sr_agg *a);
 /* The bucket key of v under histogram spec h / of instant t (UTC ms) under

@@ -1580,7 +1580,7 @@ apply_pipes(const char *spec, const char *rendered, cm_err *rc_out)
 	cm_buf_put(&b, rendered, strlen(rendered));
 	cm_error err;
 	cm_error_clear(&err);
-	cm_err rc = agg_pipe_apply(a, &b, 0, &err);
+	cm_err rc = agg_pipe_apply(a, &b, 0, false, &err);
 	if (rc_out)
 		*rc_out = rc;
 	char *s = strndup((const char *)b.data, b.len);

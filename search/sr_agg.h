@@ -25,6 +25,9 @@ void sr_agg_state_merge(sr_agg_state *into, sr_agg_state *from);
 /* Writes the final ES "aggregations" object ({"name":{...},...}) to out,
  * after all merges (terms size cut, min_doc_count, pipeline of order). */
 cm_err sr_agg_render(const sr_agg_state *s, cm_buf *out, cm_error *err);
+/* The same; typed_keys writes each name as ES's "type#name" (sterms#,
+ * date_histogram#, tdigest_percentiles#, simple_value#, ...). */
+cm_err sr_agg_render_typed(const sr_agg_state *s, cm_buf *out, bool typed_keys, cm_error *err);
 /* Wire form of a partial state (the spec itself is not encoded: the
  * receiver decodes against the same sr_agg it parsed from the request).
  * A shard-level state is trimmed (terms shard_size) before encoding. */
