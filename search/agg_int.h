@@ -50,6 +50,12 @@ typedef enum {
 	AGG_GLOBAL,
 	AGG_ADJACENCY_MATRIX,
 	AGG_SIGNIFICANT_TERMS,
+	AGG_SAMPLER,
+	AGG_DIVERSIFIED_SAMPLER,
+	AGG_GEO_BOUNDS,
+	AGG_GEO_CENTROID,
+	AGG_GEOHASH_GRID,
+	AGG_GEOTILE_GRID,
 	AGG_KIND_COUNT
 } agg_kind;
 
@@ -176,6 +182,8 @@ extern const agg_ops agg_ops_min, agg_ops_max, agg_ops_sum, agg_ops_avg, agg_ops
 extern const agg_ops agg_ops_composite, agg_ops_percentile_ranks, agg_ops_weighted_avg,
     agg_ops_rare_terms, agg_ops_top_metrics, agg_ops_global,
     agg_ops_adjacency_matrix, agg_ops_significant_terms;
+extern const agg_ops agg_ops_sampler, agg_ops_diversified_sampler, agg_ops_geo_bounds,
+    agg_ops_geo_centroid, agg_ops_geohash_grid, agg_ops_geotile_grid;
 
 /* ---- agg.c: shared machinery ---- */
 
@@ -197,6 +205,12 @@ bool agg_subs_decode(const sr_agg *parent, agg_node **subs, cm_rd *r);
 bool agg_subs_value(const sr_agg *parent, agg_node *const *subs, const char *path, double *v);
 bool agg_subs_path_ok(const sr_agg *parent, const char *path);
 
+/* Opens / closes the per-segment runtimes of parent's sub-aggregations for
+ * ctx (a sampler's replay feeds them outside the shard's own pass). */
+cm_err agg_subs_rt_begin(agg_root *root, const sr_agg *parent, const sr_seg_ctx *ctx);
+void agg_subs_rt_end(agg_root *root, const sr_agg *parent);
+/* Replays every sampler's chosen docs under a (agg_sampler.c). */
+cm_err agg_sampler_shard_end(agg_root *root, const sr_agg *a);
 /* Registers n for a seg_flush at the end of the current segment. */
 void agg_mark_dirty(agg_rt *rt, agg_node *n);
 /* Values of doc in the current segment for rt's field: raw column values

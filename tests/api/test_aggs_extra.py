@@ -160,5 +160,242 @@ def typed_keys_msearch_and_template():
         eq((st, b.get("aggregations")), (200, {"max#m": {"value": 6.0}}), label + " template")
 
 
+# ---- sampler, diversified_sampler ----
+
+def per_shard(n, body):
+    """The body's answer from each of the 3 shards alone."""
+    out = []
+    for i in range(3):
+        st, b = n.req("POST", "/ax/_search?preference=_shards:%d" % i, body)
+        eq(st, 200, "per-shard search: %s" % b)
+        out.append(b)
+    return out
+
+
+@test
+def sampler_best_docs_per_shard():
+    q = {"match": {"title": "fox"}}
+    for label, n in targets():
+        # every doc fits: the sample is the whole match
+        a = search(n, {"query": q, "aggs": {"s": {"sampler": {}, "aggs": {
+            "t": {"terms": {"field": "tag"}}}}}})
+        eq(a["s"]["doc_count"], 4, label + " sampler of everything")
+        eq([(b["key"], b["doc_count"]) for b in a["s"]["t"]["buckets"]],
+           [("a", 3), ("b", 1)], label + " sub terms over everything")
+        # one doc per shard: the best hit of each shard
+        tops = [r["hits"]["hits"][0] for r in per_shard(n, {"query": q, "size": 1})
+                if r["hits"]["hits"]]
+        want = {}
+        for h in tops:
+            t = DOCS[int(h["_id"]) - 1][0]
+            want[t] = want.get(t, 0) + 1
+        a = search(n, {"query": q, "aggs": {"s": {"sampler": {"shard_size": 1}, "aggs": {
+            "t": {"terms": {"field": "tag"}}, "m": {"max": {"field": "n"}}}}}})
+        eq(a["s"]["doc_count"], len(tops), label + " one per shard")
+        eq(sorted((b["key"], b["doc_count"]) for b in a["s"]["t"]["buckets"]),
+           sorted(want.items()), label + " sub terms of the best docs")
+        eq(a["s"]["m"]["value"], float(max(DOCS[int(h["_id"]) - 1][1] for h in tops)),
+           label + " max over the sample")
+        # typed_keys, and a terms order path through the sampler
+        a = search(n, {"aggs": {"t": {"terms": {"field": "tag", "order": {"s>m": "desc"}},
+                                      "aggs": {"s": {"sampler": {"shard_size": 100},
+                                                     "aggs": {"m": {"min": {"field": "n"}}}}}},
+                                "d": {"diversified_sampler": {"field": "tag"}}}},
+                   "?typed_keys=true")
+        eq([(b["key"], b["sampler#s"]["min#m"]["value"]) for b in a["sterms#t"]["buckets"]],
+           [("c", 5.0), ("b", 3.0), ("a", 1.0)], label + " ordered by s>m, typed")
+        eq(list(a["sampler#d"]), ["doc_count"], label + " diversified typed as sampler")
+
+
+@test
+def diversified_sampler_caps_per_value():
+    for label, n in targets():
+        shards = per_shard(n, {"size": 0, "aggs": {"t": {"terms": {"field": "tag"}}}})
+        distinct = sum(len(r["aggregations"]["t"]["buckets"]) for r in shards)
+        capped2 = sum(min(b["doc_count"], 2) for r in shards
+                      for b in r["aggregations"]["t"]["buckets"])
+        a = search(n, {"aggs": {
+            "d1": {"diversified_sampler": {"field": "tag"}, "aggs": {
+                "t": {"terms": {"field": "tag"}}}},
+            "d2": {"diversified_sampler": {"field": "tag", "max_docs_per_value": 2,
+                                           "shard_size": 50}},
+            "dn": {"diversified_sampler": {"field": "n", "shard_size": 2}}}})
+        eq(a["d1"]["doc_count"], distinct, label + " one doc per tag per shard")
+        for b in a["d1"]["t"]["buckets"]:
+            eq(b["doc_count"] <= 3, True, label + " at most one per shard per tag")
+        eq(a["d2"]["doc_count"], capped2, label + " two per tag per shard")
+        want_n = sum(min(r["hits"]["total"]["value"], 2) for r in shards)
+        eq(a["dn"]["doc_count"], want_n, label + " numeric field, shard_size 2")
+
+
+@test
+def sampler_refusals():
+    for label, n in targets():
+        for body, part in (
+                ({"sampler": {"shard_size": 0}}, "[shard_size] must be greater than 0"),
+                ({"sampler": {"field": "tag"}}, "unknown field [field]"),
+                ({"diversified_sampler": {}}, "Required one of fields [field, script]"),
+                ({"diversified_sampler": {"field": "tag", "max_docs_per_value": 0}},
+                 "[max_docs_per_value] must be greater than 0")):
+            r = n.req("POST", "/ax/_search", {"size": 0, "aggs": {"x": body}})
+            eq(r[0], 400, label + " %s: %s" % (body, r[1]))
+            eq(part in r[1]["error"]["reason"], True, label + " reason %s" % r[1])
+
+
+# ---- geo ----
+
+LAT_SCALE = 4294967296.0 / 180.0
+LON_SCALE = 4294967296.0 / 360.0
+
+
+def quantize(lat, lon):
+    """Lucene's encoding and back, as the column stores a point."""
+    a = min(math.floor(lat * LAT_SCALE), 2147483647)
+    o = min(math.floor(lon * LON_SCALE), 2147483647)
+    return a / LAT_SCALE, o / LON_SCALE
+
+
+def geohash(lat, lon, level):
+    """Plain bisection geohash (an independent model of the cells)."""
+    b32 = "0123456789bcdefghjkmnpqrstuvwxyz"
+    lo = [-90.0, 90.0]
+    ln = [-180.0, 180.0]
+    bits, even, out, ch = 0, True, "", 0
+    while len(out) < level:
+        rng, v = (ln, lon) if even else (lo, lat)
+        mid = (rng[0] + rng[1]) / 2
+        ch <<= 1
+        if v >= mid:
+            ch |= 1
+            rng[0] = mid
+        else:
+            rng[1] = mid
+        even = not even
+        bits += 1
+        if bits == 5:
+            out += b32[ch]
+            bits, ch = 0, 0
+    return out
+
+
+def geotile(lat, lon, z):
+    tiles = 1 << z
+    x = int(math.floor((lon + 180) / 360 * tiles))
+    s = math.sin(math.radians(lat))
+    y = int(math.floor((0.5 - math.log((1 + s) / (1 - s)) / (4 * math.pi)) * tiles))
+    return "%d/%d/%d" % (z, min(max(x, 0), tiles - 1), min(max(y, 0), tiles - 1))
+
+
+def grid_model(keys):
+    """ES's order: doc_count desc, then the cell's long encoding desc
+    (string order for same-length geohashes; x, then y for tiles)."""
+    cnt = {}
+    for k in keys:
+        cnt[k] = cnt.get(k, 0) + 1
+
+    def sk(k):
+        if "/" in k:
+            z, x, y = map(int, k.split("/"))
+            return (-cnt[k], -x, -y)
+        return (-cnt[k], tuple(-ord(c) for c in k))
+    return [{"key": k, "doc_count": cnt[k]} for k in sorted(cnt, key=sk)]
+
+
+@test
+def geo_bounds_and_centroid():
+    pts = [quantize(*d[4]) for d in DOCS]
+    for label, n in targets():
+        a = search(n, {"aggs": {"b": {"geo_bounds": {"field": "loc"}},
+                                "c": {"geo_centroid": {"field": "loc"}}}})
+        eq(a["b"], {"bounds": {
+            "top_left": {"lat": max(p[0] for p in pts), "lon": min(p[1] for p in pts)},
+            "bottom_right": {"lat": min(p[0] for p in pts),
+                             "lon": max(p[1] for p in pts)}}}, label + " bounds")
+        c = a["c"]
+        eq(c["count"], 6, label + " centroid count")
+        eq(abs(c["location"]["lat"] - sum(p[0] for p in pts) / 6) < 1e-9, True,
+           label + " centroid lat %r" % c)
+        eq(abs(c["location"]["lon"] - sum(p[1] for p in pts) / 6) < 1e-9, True,
+           label + " centroid lon %r" % c)
+        # Tokyo, New York, Sydney: narrower across the antimeridian
+        q = {"terms": {"n": [4, 5, 6]}}
+        sub = [pts[3], pts[4], pts[5]]
+        a = search(n, {"query": q, "aggs": {
+            "b": {"geo_bounds": {"field": "loc"}},
+            "nw": {"geo_bounds": {"field": "loc", "wrap_longitude": False}}}})
+        eq(a["b"]["bounds"]["top_left"]["lon"], pts[5][1], label + " wrapped left (Tokyo)")
+        eq(a["b"]["bounds"]["bottom_right"]["lon"], pts[3][1], label + " wrapped right (NY)")
+        eq(a["nw"]["bounds"]["top_left"]["lon"], min(p[1] for p in sub), label + " no wrap")
+        # nothing matched
+        a = search(n, {"query": {"term": {"tag": "zzz"}}, "aggs": {
+            "b": {"geo_bounds": {"field": "loc"}}, "c": {"geo_centroid": {"field": "loc"}}}},
+            "?typed_keys")
+        eq(a, {"geo_bounds#b": {}, "geo_centroid#c": {"count": 0}}, label + " empty, typed")
+        # per tag
+        a = search(n, {"aggs": {"t": {"terms": {"field": "tag"}, "aggs": {
+            "c": {"geo_centroid": {"field": "loc"}}}}}})
+        eq(a["t"]["buckets"][2]["c"], {"location": {"lat": pts[4][0], "lon": pts[4][1]},
+                                       "count": 1}, label + " centroid of one point")
+
+
+@test
+def geohash_and_geotile_grids():
+    raw = [d[4] for d in DOCS]
+    pts = [quantize(*p) for p in raw]
+    for label, n in targets():
+        for prec in (1, 3, 5):
+            a = search(n, {"aggs": {"g": {"geohash_grid": {"field": "loc",
+                                                           "precision": prec}}}})
+            eq(a["g"]["buckets"], grid_model([geohash(la, lo, prec) for la, lo in raw]),
+               label + " geohash precision %d" % prec)
+        for z in (0, 2, 7):
+            a = search(n, {"aggs": {"g": {"geotile_grid": {"field": "loc", "precision": z}}}})
+            eq(a["g"]["buckets"], grid_model([geotile(la, lo, z) for la, lo in pts]),
+               label + " geotile zoom %d" % z)
+        # size, bounds, sub-aggregations, typed_keys
+        a = search(n, {"aggs": {"g": {"geohash_grid": {"field": "loc", "precision": 5,
+                                                       "size": 2},
+                                      "aggs": {"m": {"max": {"field": "n"}}}},
+                                "bb": {"geohash_grid": {"field": "loc", "bounds": {
+                                    "top_left": {"lat": 60, "lon": -10},
+                                    "bottom_right": "40, 10"}}},
+                                "t": {"geotile_grid": {"field": "loc", "precision": 1},
+                                      "aggs": {"c": {"geo_centroid": {"field": "loc"}}}}}},
+                   "?typed_keys=true")
+        g = a["geohash_grid#g"]["buckets"]
+        eq([(b["key"], b["doc_count"], b["max#m"]["value"]) for b in g],
+           [("u09tv", 2, 2.0), ("xn76c", 1, 6.0)], label + " size 2 with a sub")
+        eq(a["geohash_grid#bb"]["buckets"], [{"key": "u09tv", "doc_count": 2},
+                                             {"key": "gcpvj", "doc_count": 1}],
+           label + " bounds")
+        t = a["geotile_grid#t"]["buckets"]
+        eq(sum(b["doc_count"] for b in t), 6, label + " tiles hold every point")
+        eq("geo_centroid#c" in t[0], True, label + " typed sub of a tile")
+
+
+@test
+def geo_refusals():
+    for label, n in targets():
+        for body, part in (
+                ({"geohash_grid": {"field": "loc", "precision": 13}},
+                 "Invalid geohash aggregation precision of 13. Must be between 1 and 12."),
+                ({"geotile_grid": {"field": "loc", "precision": 30}},
+                 "Invalid geotile_grid precision of 30. Must be between 0 and 29."),
+                ({"geohash_grid": {"field": "loc", "size": 0}},
+                 "[size] must be greater than 0"),
+                ({"geohash_grid": {"field": "loc", "precision": "1km"}},
+                 "not supported by Shoal"),
+                ({"geo_bounds": {"field": "loc", "nope": 1}}, "unknown field [nope]"),
+                ({"geo_bounds": {"field": "tag"}},
+                 "Field [tag] of type [keyword] is not supported for aggregation [geo_bounds]"),
+                ({"geo_centroid": {"field": "n"}},
+                 "Field [n] of type [long] is not supported for aggregation [geo_centroid]"),
+                ({"avg": {"field": "loc"}},
+                 "Field [loc] of type [geo_point] is not supported for aggregation [avg]")):
+            st, b = n.req("POST", "/ax/_search", {"size": 0, "aggs": {"x": body}})
+            eq(st, 400, label + " %s: %s" % (body, b))
+            eq(part in str(b["error"]), True, label + " reason: %s" % b)
+
+
 if __name__ == "__main__":
     run_tests(budget_s=120, teardown=teardown)
