@@ -47,6 +47,7 @@ static const struct {
     {"geo_centroid", AGG_GEO_CENTROID, &agg_ops_geo_centroid},
     {"geohash_grid", AGG_GEOHASH_GRID, &agg_ops_geohash_grid},
     {"geotile_grid", AGG_GEOTILE_GRID, &agg_ops_geotile_grid},
+    {"multi_terms", AGG_MULTI_TERMS, &agg_ops_multi_terms},
 };
 
 static const agg_ops *
@@ -430,8 +431,10 @@ static cm_err
 agg_check_tree(const sr_agg *a, cm_error *err)
 {
 	extern cm_err agg_terms_check_order(const sr_agg *a, cm_error *err);
-	if (a->kind == AGG_TERMS) {
-		cm_err rc = agg_terms_check_order(a, err);
+	extern cm_err agg_multi_terms_check_order(const sr_agg *a, cm_error *err);
+	if (a->kind == AGG_TERMS || a->kind == AGG_MULTI_TERMS) {
+		cm_err rc = a->kind == AGG_TERMS ? agg_terms_check_order(a, err)
+		                                 : agg_multi_terms_check_order(a, err);
 		if (rc)
 			return rc;
 	}

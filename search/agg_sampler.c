@@ -212,7 +212,8 @@ smp_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, 
 			if (k == 1) {
 				const uint8_t *t;
 				size_t len;
-				if (rt->is_keyword && st_ord_term(rt->ctx->txn, rt->fi, (uint64_t)v[0], &t, &len))
+				if (rt->is_keyword &&
+				    st_ord_term(rt->ctx->txn, rt->fi, (uint64_t)v[0], &t, &len) == CM_OK)
 					key = XXH3_64bits(t, len) | 1;
 				else
 					key = XXH3_64bits(&v[0], sizeof v[0]) | 1;

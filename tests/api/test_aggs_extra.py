@@ -397,5 +397,85 @@ def geo_refusals():
             eq(part in str(b["error"]), True, label + " reason: %s" % b)
 
 
+# ---- multi_terms ----
+
+def mt_model(fields, size=10, order="count", min_doc_count=1):
+    """Buckets of (field values) combinations over DOCS: count desc then key
+    asc (order="count"), or key asc (order="key")."""
+    idx = {"tag": 0, "n": 1, "price": 2, "ok": 5}
+    cnt = {}
+    for d in DOCS:
+        k = tuple(d[idx[f]] for f in fields)
+        cnt[k] = cnt.get(k, 0) + 1
+    keys = sorted(cnt, key=(lambda k: (-cnt[k], k)) if order == "count" else (lambda k: k))
+    keys = [k for k in keys if cnt[k] >= min_doc_count]
+
+    def text(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return str(v)
+    out = [{"key": list(k), "key_as_string": "|".join(text(v) for v in k),
+            "doc_count": cnt[k]} for k in keys[:size]]
+    return out, sum(cnt[k] for k in keys[size:])
+
+
+@test
+def multi_terms_buckets():
+    for label, n in targets():
+        for fields, size, order in ((["tag", "ok"], 10, "count"), (["tag", "ok"], 2, "count"),
+                                    (["ok", "tag"], 10, "key"), (["tag", "price"], 3, "key")):
+            body = {"multi_terms": {"terms": [{"field": f} for f in fields], "size": size}}
+            if order == "key":
+                body["multi_terms"]["order"] = {"_key": "asc"}
+            a = search(n, {"aggs": {"m": body}})
+            want, other = mt_model(fields, size, order)
+            eq(a["m"]["buckets"], want, label + " %s size %d by %s" % (fields, size, order))
+            eq(a["m"]["sum_other_doc_count"], other, label + " other %s" % fields)
+        # min_doc_count, a sub-aggregation, an order by it, typed_keys, a pipeline
+        a = search(n, {"aggs": {"m": {
+            "multi_terms": {"terms": [{"field": "tag"}, {"field": "ok"}],
+                            "min_doc_count": 2, "order": [{"s": "desc"}]},
+            "aggs": {"s": {"sum": {"field": "n"}},
+                     "half": {"bucket_script": {"buckets_path": {"v": "s"},
+                                                "script": "params.v / 2"}}}}}},
+            "?typed_keys=true")
+        b = a["multi_terms#m"]["buckets"]
+        # (a, true): docs 1, 6 → n 7; (b, true): docs 3, 4 → n 7; tie on 7 → key asc
+        eq([(x["key"], x["doc_count"], x["sum#s"]["value"], x["simple_value#half"]["value"])
+            for x in b], [(["a", True], 2, 7.0, 3.5), (["b", True], 2, 7.0, 3.5)],
+           label + " min_doc_count, order by sub, typed")
+        # missing: a doc without the field joins under the missing value
+        a = search(n, {"aggs": {"m": {"multi_terms": {"terms": [
+            {"field": "tag"}, {"field": "nosuch", "missing": "none"}]}}}})
+        eq([(x["key"], x["doc_count"]) for x in a["m"]["buckets"]],
+           [(["a", "none"], 3), (["b", "none"], 2), (["c", "none"], 1)], label + " missing")
+        a = search(n, {"aggs": {"m": {"multi_terms": {"terms": [
+            {"field": "tag"}, {"field": "nosuch"}]}}}})
+        eq(a["m"]["buckets"], [], label + " a field without values leaves docs out")
+        # dates: epoch millis in key, formatted in key_as_string
+        a = search(n, {"query": {"term": {"n": 3}}, "aggs": {"m": {"multi_terms": {
+            "terms": [{"field": "ts"}, {"field": "tag"}]}}}})
+        eq(a["m"]["buckets"], [{"key": [1704189600000, "b"],
+                                "key_as_string": "2024-01-02T10:00:00.000Z|b",
+                                "doc_count": 1}], label + " date key")
+
+
+@test
+def multi_terms_refusals():
+    for label, n in targets():
+        for body, part in (
+                ({"terms": [{"field": "tag"}]}, "must be present and have at least 2 fields"),
+                ({"terms": [{"field": "tag"}, {"field": "n"}], "size": 0},
+                 "[size] must be greater than 0"),
+                ({"terms": [{"field": "tag"}, {}]}, "Required one of fields [field, script]"),
+                ({"terms": [{"field": "tag"}, {"field": "n"}], "order": {"zz": "asc"}},
+                 "Invalid aggregator order path [zz]"),
+                ({"terms": [{"field": "tag"}, {"field": "n"}], "bogus": 1},
+                 "unknown field [bogus]")):
+            st, b = n.req("POST", "/ax/_search", {"size": 0, "aggs": {"x": {"multi_terms": body}}})
+            eq(st, 400, label + " %s: %s" % (body, b))
+            eq(part in b["error"]["reason"], True, label + " reason: %s" % b)
+
+
 if __name__ == "__main__":
     run_tests(budget_s=120, teardown=teardown)
