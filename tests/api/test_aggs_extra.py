@@ -477,5 +477,124 @@ def multi_terms_refusals():
             eq(part in b["error"]["reason"], True, label + " reason: %s" % b)
 
 
+# ---- auto_date_histogram ----
+
+LADDER = [("s", 1000, [1, 5, 10, 30]), ("m", 60000, [1, 5, 10, 30]),
+          ("h", 3600000, [1, 3, 12]), ("d", 86400000, [1, 7]),
+          ("M", 30 * 86400000, [1, 3]), ("y", 365 * 86400000, [1, 5, 10, 20, 50, 100])]
+
+
+def epoch_ms(ts):
+    import datetime
+    d = datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc)
+    return int(d.timestamp() * 1000)
+
+
+def adh_round(idx, t):
+    import datetime
+    if idx <= 3:
+        step = LADDER[idx][1]
+        return t // step * step
+    d = datetime.datetime.fromtimestamp(t / 1000, datetime.timezone.utc)
+    d = d.replace(month=1 if idx == 5 else d.month, day=1, hour=0, minute=0, second=0)
+    return int(d.timestamp() * 1000)
+
+
+def adh_next(idx, k):
+    import datetime
+    if idx <= 3:
+        return k + LADDER[idx][1]
+    d = datetime.datetime.fromtimestamp(k / 1000, datetime.timezone.utc)
+    m = d.month - 1 + (12 if idx == 5 else 1)
+    return int(d.replace(year=d.year + m // 12, month=m % 12 + 1).timestamp() * 1000)
+
+
+def adh_model(times, target, min_idx=0):
+    """A single shard holding every doc, then ES's final reduce."""
+    idx = min_idx
+    while True:
+        keys = {}
+        for t in times:
+            k = adh_round(idx, t)
+            keys[k] = keys.get(k, 0) + 1
+        mx = LADDER[idx][2][-1]
+        span = max(keys) - min(keys)
+        if idx == 5 or (len(keys) <= target * mx and span <= target * mx * LADDER[idx][1]):
+            break
+        idx += 1
+    k = min(keys)
+    while k < max(keys):
+        keys.setdefault(k, 0)
+        k = adh_next(idx, k)
+    while len(keys) > target * LADDER[idx][2][-1] and idx < 5:
+        idx += 1
+        nk = {}
+        for k, c in keys.items():
+            nk[adh_round(idx, k)] = nk.get(adh_round(idx, k), 0) + c
+        keys = nk
+    ks = sorted(keys)
+    inner = 1
+    if len(ks) > target:
+        for m in LADDER[idx][2]:
+            if (len(ks) + m - 1) // m <= target:
+                inner = m
+                break
+    out = [(ks[i], sum(keys[k] for k in ks[i:i + inner])) for i in range(0, len(ks), inner)]
+    return out, "%d%s" % (inner, LADDER[idx][0])
+
+
+@test
+def auto_date_histogram_intervals():
+    times = [epoch_ms(d[3]) for d in DOCS]
+    for label, n in targets():
+        for target, mi in ((10, None), (3, None), (1, None), (10, "day"), (2, "month"),
+                           (200, None), (40, "minute")):
+            body = {"field": "ts", "buckets": target}
+            if mi:
+                body["minimum_interval"] = mi
+            a = search(n, {"aggs": {"h": {"auto_date_histogram": body}}})["h"]
+            want, interval = adh_model(times, target, [x[0] for x in LADDER].index(
+                {"day": "d", "month": "M", "minute": "m"}[mi]) if mi else 0)
+            eq(a["interval"], interval, label + " interval for %s" % body)
+            eq([(b["key"], b["doc_count"]) for b in a["buckets"]], want,
+               label + " buckets for %s" % body)
+        eq(adh_model(times, 10), (adh_model(times, 10)[0], "12h"), "model sanity")
+        # key_as_string, a sub-aggregation summed over merged buckets, typed_keys
+        a = search(n, {"aggs": {"h": {"auto_date_histogram": {"field": "ts", "buckets": 3},
+                                      "aggs": {"s": {"sum": {"field": "n"}}}}}},
+                   "?typed_keys=true")["auto_date_histogram#h"]
+        eq(a, {"buckets": [{"key_as_string": "2024-01-01T00:00:00.000Z",
+                            "key": 1704067200000, "doc_count": 6,
+                            "sum#s": {"value": 21.0}}], "interval": "7d"}, label + " 7d")
+        # a time zone moves the day boundaries; format
+        a = search(n, {"aggs": {"h": {"auto_date_histogram": {
+            "field": "ts", "buckets": 10, "minimum_interval": "day", "time_zone": "+05:00",
+            "format": "yyyy-MM-dd"}}}})["h"]
+        eq([(b["key_as_string"], b["key"], b["doc_count"]) for b in a["buckets"]][:2],
+           [("2024-01-01", 1704049200000, 2), ("2024-01-02", 1704135600000, 1)],
+           label + " time_zone")
+        eq(a["interval"], "1d", label + " time_zone interval")
+        # nothing matched
+        a = search(n, {"query": {"term": {"tag": "zzz"}},
+                       "aggs": {"h": {"auto_date_histogram": {"field": "ts"}}}})["h"]
+        eq(a, {"buckets": [], "interval": "1s"}, label + " empty")
+
+
+@test
+def auto_date_histogram_refusals():
+    for label, n in targets():
+        for body, part in (
+                ({"field": "ts", "buckets": 0}, "buckets must be greater than 0 for [x]"),
+                ({"field": "ts", "minimum_interval": "week"}, "minimum_interval must be one of"),
+                ({"field": "ts", "time_zone": "Mars/Olympus"}, "Mars/Olympus"),
+                ({"field": "ts", "interval": "1d"}, "unknown field [interval]"),
+                ({"field": "tag"}, "Field [tag] of type [keyword] is not supported")):
+            st, b = n.req("POST", "/ax/_search",
+                          {"size": 0, "aggs": {"x": {"auto_date_histogram": body}}})
+            eq(st, 400, label + " %s: %s" % (body, b))
+            eq(part in b["error"]["reason"], True, label + " reason: %s" % b)
+
+
 if __name__ == "__main__":
     run_tests(budget_s=120, teardown=teardown)
