@@ -49,6 +49,8 @@ static const struct {
     {"geotile_grid", AGG_GEOTILE_GRID, &agg_ops_geotile_grid},
     {"multi_terms", AGG_MULTI_TERMS, &agg_ops_multi_terms},
     {"auto_date_histogram", AGG_AUTO_DATE_HISTOGRAM, &agg_ops_auto_date_histogram},
+    {"variable_width_histogram", AGG_VARIABLE_WIDTH_HISTOGRAM,
+     &agg_ops_variable_width_histogram},
 };
 
 static const agg_ops *
@@ -262,7 +264,7 @@ agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_a
 	}
 	a->ops = agg_type_find(type, &a->kind);
 	static const char *const not_here[] = {
-	    "significant_text", "variable_width_histogram", "nested",
+	    "significant_text", "nested",
 	    "reverse_nested", "children", "parent", "geo_distance", "ip_range", "scripted_metric", "median_absolute_deviation",
 	    "string_stats", "boxplot", "t_test", "matrix_stats", "moving_avg",
 	    "cumulative_cardinality", "inference", "normalize", "rate"};
@@ -528,7 +530,8 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 			                    a->kind == AGG_STATS || a->kind == AGG_EXTENDED_STATS ||
 			                    a->kind == AGG_PERCENTILES || a->kind == AGG_HISTOGRAM ||
 			                    a->kind == AGG_PERCENTILE_RANKS ||
-			                    a->kind == AGG_RANGE;
+			                    a->kind == AGG_RANGE ||
+			                    a->kind == AGG_VARIABLE_WIDTH_HISTOGRAM;
 			if ((numeric_only || a->kind == AGG_DATE_HISTOGRAM ||
 			     a->kind == AGG_DATE_RANGE || a->kind == AGG_AUTO_DATE_HISTOGRAM) &&
 			    st_field_type_is_ordinal(f->type))

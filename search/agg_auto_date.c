@@ -50,6 +50,11 @@ typedef struct adh_bkt {
 	uint64_t count;
 	agg_node **subs;
 	bool used;
+	/* sub-states of buckets folded in while a segment is collected: merging
+	 * them then would free states the segment's flush still holds, so they
+	 * merge once no segment is open (adh_settle) */
+	agg_node ***later;
+	size_t nlater;
 } adh_bkt;
 
 typedef struct adh_state {
@@ -204,8 +209,12 @@ static void
 adh_clear(const sr_agg *a, adh_state *s)
 {
 	for (size_t i = 0; i < s->cap; i++)
-		if (s->v[i].used)
+		if (s->v[i].used) {
 			agg_subs_free(a, s->v[i].subs);
+			for (size_t k = 0; k < s->v[i].nlater; k++)
+				agg_subs_free(a, s->v[i].later[k]);
+			cm_free(AGG_MEM, s->v[i].later);
+		}
 	cm_free(AGG_MEM, s->v);
 	s->v = NULL;
 	s->n = s->cap = 0;
@@ -269,11 +278,36 @@ adh_reround(const sr_agg *a, adh_state *s, int idx)
 			continue;
 		adh_bkt *nb = adh_get(a, &ns, adh_round(p, idx, b->key));
 		nb->count += b->count;
-		if (nb->subs)
-			agg_subs_merge(a, nb->subs, b->subs);
+		if (b->subs) {
+			nb->later = cm_realloc(AGG_MEM, nb->later,
+			                       (nb->nlater + b->nlater + 1) * sizeof *nb->later);
+			nb->later[nb->nlater++] = b->subs;
+			b->subs = NULL;
+		}
+		for (size_t k = 0; k < b->nlater; k++)
+			nb->later[nb->nlater++] = b->later[k];
+		b->nlater = 0;
 	}
 	adh_clear(a, s);
 	*s = ns;
+}
+
+/* Merges the sub-states folded in during collection (no segment open). */
+static void
+adh_settle(const sr_agg *a, adh_state *s)
+{
+	for (size_t i = 0; i < s->cap; i++) {
+		adh_bkt *b = &s->v[i];
+		if (!b->used)
+			continue;
+		for (size_t k = 0; k < b->nlater; k++) {
+			agg_subs_merge(a, b->subs, b->later[k]);
+			agg_subs_free(a, b->later[k]);
+		}
+		cm_free(AGG_MEM, b->later);
+		b->later = NULL;
+		b->nlater = 0;
+	}
 }
 
 /* Moves up the ladder while the buckets do not fit (span: also by the
@@ -341,6 +375,7 @@ static void
 adh_finish(const sr_agg *a, agg_node *n)
 {
 	adh_state *s = n->d;
+	adh_settle(a, s);
 	for (size_t i = 0; i < s->cap; i++)
 		if (s->v[i].used)
 			agg_subs_shard_finish(a, s->v[i].subs);
@@ -357,6 +392,8 @@ adh_merge(const sr_agg *a, agg_node *into, agg_node *from)
 		adh_reround(a, x, idx);
 	x->idx = idx;
 	adh_reround(a, y, idx);
+	adh_settle(a, x);
+	adh_settle(a, y);
 	for (size_t i = 0; i < y->cap; i++) {
 		adh_bkt *yb = &y->v[i];
 		if (!yb->used)
@@ -367,6 +404,7 @@ adh_merge(const sr_agg *a, agg_node *into, agg_node *from)
 			agg_subs_merge(a, xb->subs, yb->subs);
 	}
 	adh_fit(a, x, true);
+	adh_settle(a, x);
 }
 
 /* ---------------------------------------------------------------- render */
@@ -403,6 +441,7 @@ adh_render(const sr_agg *a, const agg_node *n, agg_render *r)
 		adh_fit(a, s, false);
 		idx = s->idx;
 	}
+	adh_settle(a, s);
 	adh_bkt **o = cm_malloc(AGG_MEM, (s->n ? s->n : 1) * sizeof *o);
 	size_t nb = 0;
 	for (size_t i = 0; i < s->cap; i++)

@@ -58,6 +58,7 @@ typedef enum {
 	AGG_GEOTILE_GRID,
 	AGG_MULTI_TERMS,
 	AGG_AUTO_DATE_HISTOGRAM,
+	AGG_VARIABLE_WIDTH_HISTOGRAM,
 	AGG_KIND_COUNT
 } agg_kind;
 
@@ -186,7 +187,7 @@ extern const agg_ops agg_ops_composite, agg_ops_percentile_ranks, agg_ops_weight
     agg_ops_adjacency_matrix, agg_ops_significant_terms;
 extern const agg_ops agg_ops_sampler, agg_ops_diversified_sampler, agg_ops_geo_bounds,
     agg_ops_geo_centroid, agg_ops_geohash_grid, agg_ops_geotile_grid, agg_ops_multi_terms,
-    agg_ops_auto_date_histogram;
+    agg_ops_auto_date_histogram, agg_ops_variable_width_histogram;
 
 /* ---- agg.c: shared machinery ---- */
 

@@ -944,7 +944,7 @@ agg_kind_multi_bucket(agg_kind k)
 	       k == AGG_DATE_RANGE || k == AGG_FILTERS || k == AGG_COMPOSITE ||
 	       k == AGG_RARE_TERMS || k == AGG_ADJACENCY_MATRIX || k == AGG_SIGNIFICANT_TERMS ||
 	       k == AGG_GEOHASH_GRID || k == AGG_GEOTILE_GRID || k == AGG_MULTI_TERMS ||
-	       k == AGG_AUTO_DATE_HISTOGRAM;
+	       k == AGG_AUTO_DATE_HISTOGRAM || k == AGG_VARIABLE_WIDTH_HISTOGRAM;
 }
 
 bool

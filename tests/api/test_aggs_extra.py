@@ -562,11 +562,15 @@ def auto_date_histogram_intervals():
         eq(adh_model(times, 10), (adh_model(times, 10)[0], "12h"), "model sanity")
         # key_as_string, a sub-aggregation summed over merged buckets, typed_keys
         a = search(n, {"aggs": {"h": {"auto_date_histogram": {"field": "ts", "buckets": 3},
-                                      "aggs": {"s": {"sum": {"field": "n"}}}}}},
+                                      "aggs": {"s": {"sum": {"field": "n"}},
+                                               "t": {"terms": {"field": "tag"}}}}}},
                    "?typed_keys=true")["auto_date_histogram#h"]
+        t = a["buckets"][0].pop("sterms#t")
         eq(a, {"buckets": [{"key_as_string": "2024-01-01T00:00:00.000Z",
                             "key": 1704067200000, "doc_count": 6,
                             "sum#s": {"value": 21.0}}], "interval": "7d"}, label + " 7d")
+        eq([(b["key"], b["doc_count"]) for b in t["buckets"]], [("a", 3), ("b", 2), ("c", 1)],
+           label + " terms under re-rounded buckets")
         # a time zone moves the day boundaries; format
         a = search(n, {"aggs": {"h": {"auto_date_histogram": {
             "field": "ts", "buckets": 10, "minimum_interval": "day", "time_zone": "+05:00",
@@ -592,6 +596,60 @@ def auto_date_histogram_refusals():
                 ({"field": "tag"}, "Field [tag] of type [keyword] is not supported")):
             st, b = n.req("POST", "/ax/_search",
                           {"size": 0, "aggs": {"x": {"auto_date_histogram": body}}})
+            eq(st, 400, label + " %s: %s" % (body, b))
+            eq(part in b["error"]["reason"], True, label + " reason: %s" % b)
+
+
+# ---- variable_width_histogram ----
+
+def vwh_model(values, buckets):
+    """Every value its own cluster (no shard merges at these sizes), then
+    the reduce: closest centroids merge, overlapping bounds meet halfway."""
+    cl = {}
+    for v in values:
+        c = cl.setdefault(v, [v, v, 0.0, 0])
+        c[2] += v
+        c[3] += 1
+    cl = sorted(cl.values(), key=lambda c: (c[2] / c[3], c[0]))
+    while len(cl) > buckets:
+        i = min(range(len(cl) - 1), key=lambda i: (cl[i + 1][2] / cl[i + 1][3] - cl[i][2] / cl[i][3], i))
+        a, b = cl[i], cl.pop(i + 1)
+        cl[i] = [min(a[0], b[0]), max(a[1], b[1]), a[2] + b[2], a[3] + b[3]]
+    return [{"min": c[0], "key": c[2] / c[3], "max": c[1], "doc_count": c[3]} for c in cl]
+
+
+@test
+def variable_width_histogram_buckets():
+    for label, n in targets():
+        for field, col, buckets in (("n", 1, 3), ("n", 1, 2), ("n", 1, 10), ("price", 2, 4)):
+            vals = [float(d[col]) for d in DOCS]
+            a = search(n, {"aggs": {"v": {"variable_width_histogram": {
+                "field": field, "buckets": buckets}}}})
+            eq(a["v"]["buckets"], vwh_model(vals, buckets),
+               label + " %s buckets %d" % (field, buckets))
+        # shards merging their own clusters (shard_size 1): one bucket of everything
+        a = search(n, {"aggs": {"v": {"variable_width_histogram": {
+            "field": "n", "buckets": 1, "shard_size": 1, "initial_buffer": 1},
+            "aggs": {"t": {"terms": {"field": "tag"}}}}}}, "?typed_keys")
+        b = a["variable_width_histogram#v"]["buckets"]
+        eq([(x["min"], x["key"], x["max"], x["doc_count"]) for x in b], [(1.0, 3.5, 6.0, 6)],
+           label + " shard-side merges")
+        eq([(t["key"], t["doc_count"]) for t in b[0]["sterms#t"]["buckets"]],
+           [("a", 3), ("b", 2), ("c", 1)], label + " sub-aggregation, typed")
+
+
+@test
+def variable_width_histogram_refusals():
+    for label, n in targets():
+        for body, part in (
+                ({"field": "n", "buckets": 0}, "buckets must be greater than [0] for [x]"),
+                ({"field": "n", "buckets": 10, "shard_size": 5}, "shard_size must be at least"),
+                ({"field": "n", "buckets": 10, "initial_buffer": 5},
+                 "initial_buffer must be at least"),
+                ({"field": "tag"}, "Field [tag] of type [keyword] is not supported"),
+                ({"field": "n", "interval": 3}, "unknown field [interval]")):
+            st, b = n.req("POST", "/ax/_search",
+                          {"size": 0, "aggs": {"x": {"variable_width_histogram": body}}})
             eq(st, 400, label + " %s: %s" % (body, b))
             eq(part in b["error"]["reason"], True, label + " reason: %s" % b)
 
