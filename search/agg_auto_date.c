@@ -517,7 +517,9 @@ adh_decode(const sr_agg *a, agg_node *n, cm_rd *r)
 	s->idx = (int)idx - 1;
 	for (uint64_t i = 0; i < cnt; i++) {
 		uint64_t key, c;
-		if (!cm_rd_u64(r, &key) || !cm_rd_varint(r, &c))
+		/* keys stay within ±275,000 years, so the calendar maths cannot overflow */
+		if (!cm_rd_u64(r, &key) || !cm_rd_varint(r, &c) || (int64_t)key > 8640000000000000LL ||
+		    (int64_t)key < -8640000000000000LL)
 			return false;
 		adh_bkt *b = adh_get(a, s, (int64_t)key);
 		b->count += c;
