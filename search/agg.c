@@ -49,8 +49,7 @@ static const struct {
     {"geotile_grid", AGG_GEOTILE_GRID, &agg_ops_geotile_grid},
     {"multi_terms", AGG_MULTI_TERMS, &agg_ops_multi_terms},
     {"auto_date_histogram", AGG_AUTO_DATE_HISTOGRAM, &agg_ops_auto_date_histogram},
-    {"variable_width_histogram", AGG_VARIABLE_WIDTH_HISTOGRAM,
-     &agg_ops_variable_width_histogram},
+    {"variable_width_histogram", AGG_VARIABLE_WIDTH_HISTOGRAM, &agg_ops_variable_width_histogram},
 };
 
 static const agg_ops *
@@ -264,10 +263,12 @@ agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_a
 	}
 	a->ops = agg_type_find(type, &a->kind);
 	static const char *const not_here[] = {
-	    "significant_text", "nested",
-	    "reverse_nested", "children", "parent", "geo_distance", "ip_range", "scripted_metric", "median_absolute_deviation",
-	    "string_stats", "boxplot", "t_test", "matrix_stats", "moving_avg",
-	    "cumulative_cardinality", "inference", "normalize", "rate"};
+	    "significant_text", "nested",          "reverse_nested",
+	    "children",         "parent",          "geo_distance",
+	    "ip_range",         "scripted_metric", "median_absolute_deviation",
+	    "string_stats",     "boxplot",         "t_test",
+	    "matrix_stats",     "moving_avg",      "cumulative_cardinality",
+	    "inference",        "normalize",       "rate"};
 	for (size_t i = 0; !a->ops && i < sizeof not_here / sizeof not_here[0]; i++)
 		if (!strcmp(type, not_here[i])) {
 			rc = cm_error_set(err, CM_EINVAL,
@@ -521,17 +522,17 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 				                    a->field, a->ops->name);
 			/* geo_point: counting and the geo aggregations */
 			if (f->type == ST_FT_GEO_POINT && !agg_kind_geo_ok(a->kind))
-				return cm_error_set(err, CM_EINVAL,
-				                    "Field [%s] of type [geo_point] is not supported for "
-				                    "aggregation [%s]",
-				                    a->field, a->ops->name);
-			bool numeric_only = a->kind == AGG_MIN || a->kind == AGG_MAX ||
-			                    a->kind == AGG_SUM || a->kind == AGG_AVG ||
-			                    a->kind == AGG_STATS || a->kind == AGG_EXTENDED_STATS ||
-			                    a->kind == AGG_PERCENTILES || a->kind == AGG_HISTOGRAM ||
-			                    a->kind == AGG_PERCENTILE_RANKS ||
-			                    a->kind == AGG_RANGE ||
-			                    a->kind == AGG_VARIABLE_WIDTH_HISTOGRAM;
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "Field [%s] of type [geo_point] is not supported for "
+				    "aggregation [%s]",
+				    a->field, a->ops->name);
+			bool numeric_only =
+			    a->kind == AGG_MIN || a->kind == AGG_MAX || a->kind == AGG_SUM ||
+			    a->kind == AGG_AVG || a->kind == AGG_STATS ||
+			    a->kind == AGG_EXTENDED_STATS || a->kind == AGG_PERCENTILES ||
+			    a->kind == AGG_HISTOGRAM || a->kind == AGG_PERCENTILE_RANKS ||
+			    a->kind == AGG_RANGE || a->kind == AGG_VARIABLE_WIDTH_HISTOGRAM;
 			if ((numeric_only || a->kind == AGG_DATE_HISTOGRAM ||
 			     a->kind == AGG_DATE_RANGE || a->kind == AGG_AUTO_DATE_HISTOGRAM) &&
 			    st_field_type_is_ordinal(f->type))
@@ -1047,8 +1048,8 @@ agg_subs_value(const sr_agg *parent, agg_node *const *subs, const char *path, do
 	if (!a || !subs)
 		return false;
 	if (agg_kind_path_bucket(a->kind))
-		return agg_single_bucket_value(a, subs[idx], path[len] == '>' ? path + len + 1 : NULL,
-		                               v);
+		return agg_single_bucket_value(a, subs[idx],
+		                               path[len] == '>' ? path + len + 1 : NULL, v);
 	if (!a->ops->metric_value)
 		return false;
 	char key[128];
@@ -1283,7 +1284,8 @@ sr_agg_render_typed(const sr_agg_state *s, cm_buf *out, bool typed_keys, cm_erro
 		out->len--;
 	}
 	cm_buf_put_u8(out, '}');
-	if (s->root.spec->any_pipes && (rc = agg_pipe_apply(s->root.spec, out, start, typed_keys, err))) {
+	if (s->root.spec->any_pipes &&
+	    (rc = agg_pipe_apply(s->root.spec, out, start, typed_keys, err))) {
 		out->len = start;
 		return rc;
 	}

@@ -60,7 +60,7 @@ typedef struct adh_bkt {
 typedef struct adh_state {
 	adh_bkt *v; /* open addressing on key */
 	size_t n, cap;
-	int idx;    /* the rounding in use; -1 before the first value */
+	int idx;        /* the rounding in use; -1 before the first value */
 	int64_t lo, hi; /* smallest and largest key (n > 0) */
 } adh_state;
 
@@ -74,7 +74,8 @@ adh_fits(const adh_params *p, const adh_state *s, bool span)
 		return false;
 	if (!span || s->n < 2)
 		return true;
-	return (double)(s->hi - s->lo) <= (double)p->buckets * (double)maxin * (double)ladder[s->idx].rough_ms;
+	return (double)(s->hi - s->lo) <=
+	       (double)p->buckets * (double)maxin * (double)ladder[s->idx].rough_ms;
 }
 
 /* ---------------------------------------------------------------- rounding */
@@ -161,10 +162,12 @@ adh_parse(sr_agg *a, const cJSON *body, cm_error *err)
 		if (!strcmp(k, "field") || !strcmp(k, "format") || !strcmp(k, "missing"))
 			continue;
 		if (!strcmp(k, "buckets")) {
-			if (agg_parse_int(c, a->ops->name, k, INT32_MIN, INT32_MAX, &p->buckets, err))
+			if (agg_parse_int(c, a->ops->name, k, INT32_MIN, INT32_MAX, &p->buckets,
+			                  err))
 				return err->code;
 			if (p->buckets <= 0)
-				return cm_error_set(err, CM_EINVAL, "buckets must be greater than 0 for [%s]",
+				return cm_error_set(err, CM_EINVAL,
+				                    "buckets must be greater than 0 for [%s]",
 				                    a->name);
 		} else if (!strcmp(k, "time_zone")) {
 			if (!cJSON_IsString(c))
@@ -179,15 +182,18 @@ adh_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			}
 		} else if (!strcmp(k, "minimum_interval")) {
 			int i = 0;
-			while (i < R_COUNT && (!cJSON_IsString(c) || strcmp(c->valuestring, ladder[i].name)))
+			while (i < R_COUNT &&
+			       (!cJSON_IsString(c) || strcmp(c->valuestring, ladder[i].name)))
 				i++;
 			if (i == R_COUNT)
-				return cm_error_set(err, CM_EINVAL,
-				                    "minimum_interval must be one of [second, minute, hour, "
-				                    "day, month, year]");
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "minimum_interval must be one of [second, minute, hour, "
+				    "day, month, year]");
 			p->min_idx = i;
 		} else if (!strcmp(k, "script"))
-			return cm_error_set(err, CM_EINVAL, "[script] is not supported in aggregation [%s]",
+			return cm_error_set(err, CM_EINVAL,
+			                    "[script] is not supported in aggregation [%s]",
 			                    a->name);
 		else
 			return agg_unknown_param(a, k, err);
@@ -325,10 +331,9 @@ adh_seg_begin(agg_rt *rt, cm_error *err)
 {
 	if (rt->fi && agg_ftype(rt->fi->type) != ST_FT_DATE &&
 	    (st_field_type_is_ordinal(rt->fi->type) || rt->fi->type == ST_FT_GEO_POINT))
-		return cm_error_set(err, CM_EINVAL,
-		                    "Field [%s] of type [%s] is not supported for aggregation [%s]",
-		                    rt->spec->field, st_field_type_name(rt->fi->type),
-		                    rt->spec->ops->name);
+		return cm_error_set(
+		    err, CM_EINVAL, "Field [%s] of type [%s] is not supported for aggregation [%s]",
+		    rt->spec->field, st_field_type_name(rt->fi->type), rt->spec->ops->name);
 	return CM_OK;
 }
 
@@ -362,7 +367,8 @@ adh_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, 
 				return;
 			b->count++;
 			if (b->subs)
-				agg_subs_collect(rt->root, a, b->subs, &docs[i], scores ? &scores[i] : NULL, 1);
+				agg_subs_collect(rt->root, a, b->subs, &docs[i],
+				                 scores ? &scores[i] : NULL, 1);
 			if (s->n > before && s->idx < R_COUNT - 1 && !adh_fits(p, s, true)) {
 				adh_fit(a, s, true);
 				prev = INT64_MIN;
@@ -512,14 +518,15 @@ adh_decode(const sr_agg *a, agg_node *n, cm_rd *r)
 {
 	adh_state *s = n->d;
 	uint64_t idx, cnt;
-	if (!cm_rd_varint(r, &idx) || idx > R_COUNT || !agg_get_count(r, SR_MAX_BUCKETS * 16ull, &cnt))
+	if (!cm_rd_varint(r, &idx) || idx > R_COUNT ||
+	    !agg_get_count(r, SR_MAX_BUCKETS * 16ull, &cnt))
 		return false;
 	s->idx = (int)idx - 1;
 	for (uint64_t i = 0; i < cnt; i++) {
 		uint64_t key, c;
 		/* keys stay within ±275,000 years, so the calendar maths cannot overflow */
-		if (!cm_rd_u64(r, &key) || !cm_rd_varint(r, &c) || (int64_t)key > 8640000000000000LL ||
-		    (int64_t)key < -8640000000000000LL)
+		if (!cm_rd_u64(r, &key) || !cm_rd_varint(r, &c) ||
+		    (int64_t)key > 8640000000000000LL || (int64_t)key < -8640000000000000LL)
 			return false;
 		adh_bkt *b = adh_get(a, s, (int64_t)key);
 		b->count += c;

@@ -13,10 +13,9 @@ static cm_err
 geo_seg_begin(agg_rt *rt, cm_error *err)
 {
 	if (rt->fi && rt->fi->type != ST_FT_GEO_POINT)
-		return cm_error_set(err, CM_EINVAL,
-		                    "Field [%s] of type [%s] is not supported for aggregation [%s]",
-		                    rt->spec->field, st_field_type_name(rt->fi->type),
-		                    rt->spec->ops->name);
+		return cm_error_set(
+		    err, CM_EINVAL, "Field [%s] of type [%s] is not supported for aggregation [%s]",
+		    rt->spec->field, st_field_type_name(rt->fi->type), rt->spec->ops->name);
 	return CM_OK;
 }
 
@@ -46,7 +45,8 @@ gb_parse(sr_agg *a, const cJSON *body, cm_error *err)
 		if (!strcmp(c->string, "field") || !strcmp(c->string, "missing"))
 			continue;
 		if (!strcmp(c->string, "wrap_longitude")) {
-			if (agg_parse_bool(c, a->ops->name, "wrap_longitude", &p->wrap_longitude, err))
+			if (agg_parse_bool(c, a->ops->name, "wrap_longitude", &p->wrap_longitude,
+			                   err))
 				return CM_EPARSE;
 			continue;
 		}
@@ -387,7 +387,8 @@ grid_key_str(const sr_agg *a, uint64_t key, char *out, size_t cap)
 		geohash_str(key, out);
 	else
 		snprintf(out, cap, "%u/%u/%u", (unsigned)((key & ~GEOTILE_MARK) >> 58),
-		         (unsigned)((key >> 29) & ((1u << 29) - 1)), (unsigned)(key & ((1u << 29) - 1)));
+		         (unsigned)((key >> 29) & ((1u << 29) - 1)),
+		         (unsigned)(key & ((1u << 29) - 1)));
 }
 
 static cm_err
@@ -415,25 +416,29 @@ grid_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			continue;
 		if (!strcmp(k, "precision")) {
 			char *end = NULL;
-			if (cJSON_IsString(c) && (strtod(c->valuestring, &end), end == c->valuestring || *end))
-				return cm_error_set(err, CM_EINVAL,
-				                    "[precision] as a distance is not supported by Shoal in "
-				                    "[%s]",
-				                    a->name);
+			if (cJSON_IsString(c) &&
+			    (strtod(c->valuestring, &end), end == c->valuestring || *end))
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "[precision] as a distance is not supported by Shoal in "
+				    "[%s]",
+				    a->name);
 			double d;
 			if (agg_parse_num(c, a->ops->name, "precision", &d, err))
 				return CM_EPARSE;
 			int lo = hash ? 1 : 0, hi = hash ? 12 : 29;
 			if (d != floor(d) || d < lo || d > hi) {
 				if (hash)
-					return cm_error_set(err, CM_EINVAL,
-					                    "Invalid geohash aggregation precision of %g. Must be "
-					                    "between 1 and 12.",
-					                    d);
-				return cm_error_set(err, CM_EINVAL,
-				                    "Invalid geotile_grid precision of %g. Must be between 0 "
-				                    "and 29.",
-				                    d);
+					return cm_error_set(
+					    err, CM_EINVAL,
+					    "Invalid geohash aggregation precision of %g. Must be "
+					    "between 1 and 12.",
+					    d);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "Invalid geotile_grid precision of %g. Must be between 0 "
+				    "and 29.",
+				    d);
 			}
 			p->precision = (int)d;
 		} else if (!strcmp(k, "size") || !strcmp(k, "shard_size")) {
@@ -441,23 +446,27 @@ grid_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			if (agg_parse_int(c, a->ops->name, k, INT32_MIN, INT32_MAX, &v, err))
 				return err->code;
 			if (v <= 0)
-				return cm_error_set(err, CM_EINVAL,
-				                    "[%s] must be greater than 0. Found [%lld] in [%s]", k,
-				                    (long long)v, a->name);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "[%s] must be greater than 0. Found [%lld] in [%s]", k,
+				    (long long)v, a->name);
 			*(k[0] == 's' && k[1] == 'i' ? &p->size : &p->shard_size) = v;
 		} else if (!strcmp(k, "bounds")) {
 			double t, l, bt, rt;
 			if (!cJSON_IsObject(c))
-				return cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [bounds]",
+				return cm_error_set(err, CM_EPARSE,
+				                    "[%s] failed to parse field [bounds]",
 				                    a->ops->name);
 			for (const cJSON *x = c->child; x; x = x->next)
-				if (strcmp(x->string, "top_left") && strcmp(x->string, "bottom_right"))
-					return cm_error_set(err, CM_EPARSE,
-					                    "[bounds] of [%s]: only top_left and bottom_right "
-					                    "are supported by Shoal, not [%s]",
-					                    a->name, x->string);
-			if (grid_corner(a, cJSON_GetObjectItemCaseSensitive(c, "top_left"), "top_left",
-			                &t, &l, err) ||
+				if (strcmp(x->string, "top_left") &&
+				    strcmp(x->string, "bottom_right"))
+					return cm_error_set(
+					    err, CM_EPARSE,
+					    "[bounds] of [%s]: only top_left and bottom_right "
+					    "are supported by Shoal, not [%s]",
+					    a->name, x->string);
+			if (grid_corner(a, cJSON_GetObjectItemCaseSensitive(c, "top_left"),
+			                "top_left", &t, &l, err) ||
 			    grid_corner(a, cJSON_GetObjectItemCaseSensitive(c, "bottom_right"),
 			                "bottom_right", &bt, &rt, err))
 				return CM_EPARSE;
@@ -470,7 +479,8 @@ grid_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			return agg_unknown_param(a, k, err);
 	}
 	if (p->shard_size < 0)
-		p->shard_size = p->size + p->size / 2 + 10; /* BucketUtils.suggestShardSideQueueSize */
+		p->shard_size =
+		    p->size + p->size / 2 + 10; /* BucketUtils.suggestShardSideQueueSize */
 	if (p->shard_size < p->size)
 		p->shard_size = p->size;
 	return CM_OK;
@@ -559,8 +569,9 @@ grid_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 			st_geo_decode(v[j], &lat, &lon);
 			if (p->bounded && !grid_in_bounds(p, lat, lon))
 				continue;
-			uint64_t key = a->kind == AGG_GEOHASH_GRID ? geohash_long(v[j], p->precision)
-			                                           : geotile_long(lat, lon, p->precision);
+			uint64_t key = a->kind == AGG_GEOHASH_GRID
+			                   ? geohash_long(v[j], p->precision)
+			                   : geotile_long(lat, lon, p->precision);
 			/* a doc counts once per cell */
 			bool seen = false;
 			for (int q = 0; q < nprev; q++)
@@ -574,8 +585,8 @@ grid_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 				return;
 			b->count++;
 			if (b->subs)
-				agg_subs_collect(rt->root, a, b->subs, &docs[i], scores ? &scores[i] : NULL,
-				                 1);
+				agg_subs_collect(rt->root, a, b->subs, &docs[i],
+				                 scores ? &scores[i] : NULL, 1);
 		}
 	}
 }

@@ -49,8 +49,8 @@ typedef struct mt_state {
 	uint32_t *slot; /* open addressing: bucket index + 1 */
 	size_t scap;
 	uint64_t other;
-	int64_t err_sum;  /* -1: unbounded */
-	uint32_t nshards; /* 0: fresh shard state */
+	int64_t err_sum;              /* -1: unbounded */
+	uint32_t nshards;             /* 0: fresh shard state */
 	int8_t ftypes[MT_MAX_FIELDS]; /* st_field_type per source, -1 unknown */
 } mt_state;
 
@@ -80,7 +80,8 @@ mt_parse_src(sr_agg *a, const cJSON *v, sr_agg **out, cm_error *err)
 	for (const cJSON *c = v->child; c; c = c->next) {
 		if (!strcmp(c->string, "field")) {
 			if (!cJSON_IsString(c))
-				return cm_error_set(err, CM_EPARSE, "[terms] field must be a string");
+				return cm_error_set(err, CM_EPARSE,
+				                    "[terms] field must be a string");
 			cm_free(AGG_MEM, h->field);
 			h->field = cm_strdup(AGG_MEM, c->valuestring);
 		} else if (!strcmp(c->string, "missing")) {
@@ -103,14 +104,17 @@ mt_parse_src(sr_agg *a, const cJSON *v, sr_agg **out, cm_error *err)
 				h->missing.l = d > -9.2e18 && d < 9.2e18 ? (int64_t)d : 0;
 			}
 		} else if (!strcmp(c->string, "script"))
-			return cm_error_set(err, CM_EINVAL, "[script] is not supported in aggregation [%s]",
+			return cm_error_set(err, CM_EINVAL,
+			                    "[script] is not supported in aggregation [%s]",
 			                    a->name);
 		else
-			return cm_error_set(err, CM_EPARSE, "[terms] unknown field [%s]", c->string);
+			return cm_error_set(err, CM_EPARSE, "[terms] unknown field [%s]",
+			                    c->string);
 	}
 	if (!h->field)
-		return cm_error_set(err, CM_EINVAL,
-		                    "Required one of fields [field, script], but none were specified.");
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "Required one of fields [field, script], but none were specified.");
 	return CM_OK;
 }
 
@@ -123,7 +127,8 @@ mt_parse_order1(sr_agg *a, mt_params *p, const cJSON *o, cm_error *err)
 	if (strcmp(dir, "asc") && strcmp(dir, "desc"))
 		return cm_error_set(err, CM_EPARSE, "Unknown order direction [%s]", dir);
 	if (p->norder == sizeof p->order / sizeof p->order[0])
-		return cm_error_set(err, CM_EINVAL, "[multi_terms] too many orders in [%s]", a->name);
+		return cm_error_set(err, CM_EINVAL, "[multi_terms] too many orders in [%s]",
+		                    a->name);
 	mt_order *m = &p->order[p->norder++];
 	m->desc = dir[0] == 'd';
 	if (!strcmp(k, "_count"))
@@ -156,24 +161,28 @@ mt_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			if (agg_parse_int(c, "multi_terms", k, INT32_MIN, INT32_MAX, &v, err))
 				return err->code;
 			if (v <= 0)
-				return cm_error_set(err, CM_EINVAL,
-				                    "[%s] must be greater than 0. Found [%lld] in [%s]", k,
-				                    (long long)v, a->name);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "[%s] must be greater than 0. Found [%lld] in [%s]", k,
+				    (long long)v, a->name);
 			*(strcmp(k, "size") ? &p->shard_size : &p->size) = v;
 		} else if (!strcmp(k, "min_doc_count") || !strcmp(k, "shard_min_doc_count")) {
 			int64_t v;
 			if (agg_parse_int(c, "multi_terms", k, INT32_MIN, INT32_MAX, &v, err))
 				return err->code;
 			if (v < 0)
-				return cm_error_set(err, CM_EINVAL,
-				                    "[%s] must be greater than or equal to 0. Found [%lld] in "
-				                    "[%s]",
-				                    k, (long long)v, a->name);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "[%s] must be greater than or equal to 0. Found [%lld] in "
+				    "[%s]",
+				    k, (long long)v, a->name);
 			if (!strcmp(k, "min_doc_count") && v == 0)
-				return cm_error_set(err, CM_EINVAL,
-				                    "[min_doc_count] 0 of [multi_terms] is not supported by "
-				                    "Shoal");
-			*(strcmp(k, "min_doc_count") ? &p->shard_min_doc_count : &p->min_doc_count) = v;
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "[min_doc_count] 0 of [multi_terms] is not supported by "
+				    "Shoal");
+			*(strcmp(k, "min_doc_count") ? &p->shard_min_doc_count
+			                             : &p->min_doc_count) = v;
 		} else if (!strcmp(k, "order")) {
 			if (cJSON_IsArray(c)) {
 				for (const cJSON *o = c->child; o; o = o->next)
@@ -182,18 +191,21 @@ mt_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			} else if (mt_parse_order1(a, p, c, err))
 				return err->code;
 		} else if (!strcmp(k, "show_term_doc_count_error") || !strcmp(k, "collect_mode")) {
-			continue; /* accepted: no per-bucket error; collection is breadth-first anyway */
+			continue; /* accepted: no per-bucket error; collection is breadth-first
+			             anyway */
 		} else
 			return agg_unknown_param(a, k, err);
 	}
 	if (!cJSON_IsArray(terms) || cJSON_GetArraySize(terms) < 2)
-		return cm_error_set(err, CM_EINVAL,
-		                    "The [terms] parameter in the aggregation [%s] must be present and "
-		                    "have at least 2 fields.",
-		                    a->name);
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "The [terms] parameter in the aggregation [%s] must be present and "
+		    "have at least 2 fields.",
+		    a->name);
 	for (const cJSON *t = terms->child; t; t = t->next) {
 		if (p->nsrc == MT_MAX_FIELDS)
-			return cm_error_set(err, CM_EINVAL, "[multi_terms] at most %d fields in [%s]",
+			return cm_error_set(err, CM_EINVAL,
+			                    "[multi_terms] at most %d fields in [%s]",
 			                    MT_MAX_FIELDS, a->name);
 		if (mt_parse_src(a, t, &p->src[p->nsrc++], err))
 			return err->code;
@@ -211,10 +223,11 @@ agg_multi_terms_check_order(const sr_agg *a, cm_error *err)
 	const mt_params *p = a->p;
 	for (size_t i = 0; i < p->norder; i++)
 		if (p->order[i].kind == MO_PATH && !agg_subs_path_ok(a, p->order[i].path))
-			return cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
-			                         "Invalid aggregator order path [%s]. Unknown aggregation "
-			                         "[%s]",
-			                         p->order[i].path, p->order[i].path);
+			return cm_error_set_type(
+			    err, CM_EINVAL, "aggregation_execution_exception",
+			    "Invalid aggregator order path [%s]. Unknown aggregation "
+			    "[%s]",
+			    p->order[i].path, p->order[i].path);
 	return CM_OK;
 }
 
@@ -334,11 +347,15 @@ static char
 mt_tag(int ftype)
 {
 	switch (ftype) {
-	case ST_FT_DATE: return 'T';
-	case ST_FT_BOOLEAN: return 'B';
+	case ST_FT_DATE:
+		return 'T';
+	case ST_FT_BOOLEAN:
+		return 'B';
 	case ST_FT_DOUBLE:
-	case ST_FT_FLOAT: return 'D';
-	default: return 'L';
+	case ST_FT_FLOAT:
+		return 'D';
+	default:
+		return 'L';
 	}
 }
 
@@ -448,7 +465,8 @@ mt_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, s
 				break;
 			b->count++;
 			if (b->subs)
-				agg_subs_collect(rt->root, a, b->subs, &docs[d], scores ? &scores[d] : NULL, 1);
+				agg_subs_collect(rt->root, a, b->subs, &docs[d],
+				                 scores ? &scores[d] : NULL, 1);
 			size_t i = 0;
 			while (i < p->nsrc && ++at[i] == nv[i])
 				at[i++] = 0;
@@ -577,7 +595,8 @@ mt_finish(const sr_agg *a, agg_node *n)
 		size_t kept = 0;
 		for (size_t i = 0; i < s->n; i++) {
 			mt_bkt *b = o[i];
-			if (kept < (size_t)p->shard_size && b->count >= (uint64_t)p->shard_min_doc_count) {
+			if (kept < (size_t)p->shard_size &&
+			    b->count >= (uint64_t)p->shard_min_doc_count) {
 				mt_bkt *nb = mt_get(NULL, a, &ns, b->key, b->klen);
 				agg_subs_free(a, nb->subs);
 				nb->count = b->count;
@@ -663,8 +682,8 @@ mt_render_key(const sr_agg *a, const mt_state *s, const mt_bkt *b, cm_buf *out)
 		} else {
 			cm_buf_printf(out, "%lld", (long long)v);
 			if (tag == 'T')
-				agg_date_format(NULL, f < p->nsrc ? p->src[f]->format : NULL, (int64_t)v, buf,
-				                sizeof buf);
+				agg_date_format(NULL, f < p->nsrc ? p->src[f]->format : NULL,
+				                (int64_t)v, buf, sizeof buf);
 			else
 				snprintf(buf, sizeof buf, "%lld", (long long)v);
 		}
@@ -699,8 +718,9 @@ mt_render(const sr_agg *a, const agg_node *n, agg_render *r)
 		return CM_ELIMIT;
 	}
 	int64_t e = s->nshards <= 1 || !mt_count_desc(p) ? 0 : s->err_sum;
-	cm_buf_printf(r->out, "{\"doc_count_error_upper_bound\":%lld,\"sum_other_doc_count\":%llu,"
-	                      "\"buckets\":[",
+	cm_buf_printf(r->out,
+	              "{\"doc_count_error_upper_bound\":%lld,\"sum_other_doc_count\":%llu,"
+	              "\"buckets\":[",
 	              (long long)e, (unsigned long long)other);
 	cm_err rc = CM_OK;
 	for (size_t i = 0; i < shown && !rc; i++) {

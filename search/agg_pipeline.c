@@ -1198,7 +1198,7 @@ struct jv {
 	size_t rawn;
 	double num;
 	jv **kids;
-	jv **keys; /* OBJ: parallel to kids (STR nodes) */
+	jv **keys;  /* OBJ: parallel to kids (STR nodes) */
 	size_t pfx; /* key under typed_keys: length of its "type#" */
 	size_t n, cap;
 };

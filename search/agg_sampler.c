@@ -61,25 +61,28 @@ smp_parse(sr_agg *a, const cJSON *body, cm_error *err)
 		if (div && !strcmp(c->string, "field"))
 			continue;
 		if (div && !strcmp(c->string, "max_docs_per_value")) {
-			if (agg_parse_int(c, a->ops->name, "max_docs_per_value", INT32_MIN, INT32_MAX,
-			                  &p->max_docs_per_value, err))
+			if (agg_parse_int(c, a->ops->name, "max_docs_per_value", INT32_MIN,
+			                  INT32_MAX, &p->max_docs_per_value, err))
 				return err->code;
 			continue;
 		}
 		if (div && (!strcmp(c->string, "execution_hint") || !strcmp(c->string, "missing")))
 			continue; /* a hint only; missing values are one value */
 		if (div && !strcmp(c->string, "script"))
-			return cm_error_set(err, CM_EINVAL, "[script] is not supported in aggregation [%s]",
+			return cm_error_set(err, CM_EINVAL,
+			                    "[script] is not supported in aggregation [%s]",
 			                    a->name);
 		return agg_unknown_param(a, c->string, err);
 	}
 	if (p->shard_size <= 0)
-		return cm_error_set(err, CM_EINVAL, "[shard_size] must be greater than 0. Found [%lld] in [%s]",
+		return cm_error_set(err, CM_EINVAL,
+		                    "[shard_size] must be greater than 0. Found [%lld] in [%s]",
 		                    (long long)p->shard_size, a->name);
 	if (p->max_docs_per_value <= 0)
-		return cm_error_set(err, CM_EINVAL,
-		                    "[max_docs_per_value] must be greater than 0. Found [%lld] in [%s]",
-		                    (long long)p->max_docs_per_value, a->name);
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "[max_docs_per_value] must be greater than 0. Found [%lld] in [%s]",
+		    (long long)p->max_docs_per_value, a->name);
 	return CM_OK;
 }
 
@@ -118,12 +121,12 @@ smp_rt_free(agg_rt *rt)
 static cm_err
 smp_seg_begin(agg_rt *rt, cm_error *err)
 {
-	if (rt->spec->kind == AGG_DIVERSIFIED_SAMPLER && rt->fi &&
-	    rt->fi->type == ST_FT_GEO_POINT)
-		return cm_error_set(err, CM_EINVAL,
-		                    "Field [%s] of type [geo_point] is not supported for aggregation "
-		                    "[diversified_sampler]",
-		                    rt->spec->field);
+	if (rt->spec->kind == AGG_DIVERSIFIED_SAMPLER && rt->fi && rt->fi->type == ST_FT_GEO_POINT)
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "Field [%s] of type [geo_point] is not supported for aggregation "
+		    "[diversified_sampler]",
+		    rt->spec->field);
 	return CM_OK;
 }
 
@@ -205,15 +208,17 @@ smp_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, 
 			const int64_t *v;
 			int k = agg_values(rt, docs[i], &v);
 			if (k > 1) {
-				cm_error_set(&rt->root->err, CM_EINVAL,
-				             "Sample diversifying key must be a single valued-field");
+				cm_error_set(
+				    &rt->root->err, CM_EINVAL,
+				    "Sample diversifying key must be a single valued-field");
 				return;
 			}
 			if (k == 1) {
 				const uint8_t *t;
 				size_t len;
 				if (rt->is_keyword &&
-				    st_ord_term(rt->ctx->txn, rt->fi, (uint64_t)v[0], &t, &len) == CM_OK)
+				    st_ord_term(rt->ctx->txn, rt->fi, (uint64_t)v[0], &t, &len) ==
+				        CM_OK)
 					key = XXH3_64bits(t, len) | 1;
 				else
 					key = XXH3_64bits(&v[0], sizeof v[0]) | 1;

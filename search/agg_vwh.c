@@ -59,28 +59,31 @@ vwh_parse(sr_agg *a, const cJSON *body, cm_error *err)
 		if (!dst) {
 			if (!strcmp(k, "script"))
 				return cm_error_set(err, CM_EINVAL,
-				                    "[script] is not supported in aggregation [%s]", a->name);
+				                    "[script] is not supported in aggregation [%s]",
+				                    a->name);
 			return agg_unknown_param(a, k, err);
 		}
 		if (agg_parse_int(c, a->ops->name, k, INT32_MIN, INT32_MAX, dst, err))
 			return err->code;
 		if (*dst <= 0)
-			return cm_error_set(err, CM_EINVAL, "%s must be greater than [0] for [%s]", k,
-			                    a->name);
+			return cm_error_set(err, CM_EINVAL, "%s must be greater than [0] for [%s]",
+			                    k, a->name);
 	}
 	if (p->shard_size < 0)
 		p->shard_size = p->buckets * 50;
 	if (p->initial_buffer < 0)
 		p->initial_buffer = p->shard_size * 10 < 50000 ? p->shard_size * 10 : 50000;
 	if (p->shard_size < p->buckets)
-		return cm_error_set(err, CM_EINVAL,
-		                    "shard_size must be at least buckets but was [%lld<%lld] for [%s]",
-		                    (long long)p->shard_size, (long long)p->buckets, a->name);
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "shard_size must be at least buckets but was [%lld<%lld] for [%s]",
+		    (long long)p->shard_size, (long long)p->buckets, a->name);
 	if (p->initial_buffer < p->buckets)
-		return cm_error_set(err, CM_EINVAL,
-		                    "initial_buffer must be at least buckets but was [%lld<%lld] for "
-		                    "[%s]",
-		                    (long long)p->initial_buffer, (long long)p->buckets, a->name);
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "initial_buffer must be at least buckets but was [%lld<%lld] for "
+		    "[%s]",
+		    (long long)p->initial_buffer, (long long)p->buckets, a->name);
 	if (p->initial_buffer < p->shard_size)
 		p->initial_buffer = p->shard_size;
 	return CM_OK;
@@ -129,7 +132,8 @@ vcl_join(const sr_agg *a, vwh_state *s, size_t i)
 	x->values += y->values;
 	x->count += y->count;
 	if (y->subs) {
-		x->later = cm_realloc(AGG_MEM, x->later, (x->nlater + y->nlater + 1) * sizeof *x->later);
+		x->later =
+		    cm_realloc(AGG_MEM, x->later, (x->nlater + y->nlater + 1) * sizeof *x->later);
 		x->later[x->nlater++] = y->subs;
 		for (size_t k = 0; k < y->nlater; k++)
 			x->later[x->nlater++] = y->later[k];
@@ -223,10 +227,11 @@ static cm_err
 vwh_seg_begin(agg_rt *rt, cm_error *err)
 {
 	if (rt->fi && rt->fi->type == ST_FT_GEO_POINT)
-		return cm_error_set(err, CM_EINVAL,
-		                    "Field [%s] of type [geo_point] is not supported for aggregation "
-		                    "[variable_width_histogram]",
-		                    rt->spec->field);
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "Field [%s] of type [geo_point] is not supported for aggregation "
+		    "[variable_width_histogram]",
+		    rt->spec->field);
 	return agg_field_numeric_or_fail(rt, err) ? CM_OK : CM_EINVAL;
 }
 
@@ -258,7 +263,8 @@ vwh_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, 
 			prev = c;
 			c->count++;
 			if (c->subs)
-				agg_subs_collect(rt->root, a, c->subs, &docs[i], scores ? &scores[i] : NULL, 1);
+				agg_subs_collect(rt->root, a, c->subs, &docs[i],
+				                 scores ? &scores[i] : NULL, 1);
 		}
 		if (s->n > (size_t)p->initial_buffer)
 			vwh_shrink(a, s, (size_t)p->shard_size);
