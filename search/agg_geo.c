@@ -365,17 +365,13 @@ static uint64_t
 geotile_long(double lat, double lon, int zoom)
 {
 	int64_t tiles = (int64_t)1 << zoom;
-	int64_t x = (int64_t)floor((lon + 180) / 360 * (double)tiles);
-	double s = sin(lat * M_PI / 180);
-	int64_t y = (int64_t)floor((0.5 - log((1 + s) / (1 - s)) / (4 * M_PI)) * (double)tiles);
-	if (x < 0)
-		x = 0;
-	if (x >= tiles)
-		x = tiles - 1;
-	if (y < 0)
-		y = 0;
-	if (y >= tiles)
-		y = tiles - 1;
+	double sn = sin(lat * M_PI / 180);
+	double xd = floor((lon + 180) / 360 * (double)tiles);
+	/* at the poles the log is infinite: Java's cast saturates, so clamp
+	 * in doubles before converting */
+	double yd = floor((0.5 - log((1 + sn) / (1 - sn)) / (4 * M_PI)) * (double)tiles);
+	int64_t x = !(xd > 0) ? 0 : xd >= (double)tiles ? tiles - 1 : (int64_t)xd;
+	int64_t y = !(yd > 0) ? 0 : yd >= (double)tiles ? tiles - 1 : (int64_t)yd;
 	/* the top bit keeps zoom 0's cell from being key 0 (an empty slot) */
 	return GEOTILE_MARK | ((uint64_t)zoom << 58) | ((uint64_t)x << 29) | (uint64_t)y;
 }

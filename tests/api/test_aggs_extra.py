@@ -397,6 +397,31 @@ def geo_refusals():
             eq(part in str(b["error"]), True, label + " reason: %s" % b)
 
 
+@test
+def geo_grids_at_the_poles():
+    """The poles and the antimeridian: cells clamp to the grid's edge."""
+    for label, n in targets():
+        st, b = n.req("PUT", "/axpole", {"mappings": {"properties": {
+            "loc": {"type": "geo_point"}}}})
+        eq(st, 200, label + " create: %s" % b)
+        lines = []
+        for i, (la, lo) in enumerate([(-90, -180), (90, 180), (0, 0)]):
+            lines += [{"index": {"_index": "axpole", "_id": str(i)}}, {"loc": [lo, la]}]
+        st, b = n.bulk(lines, params="?refresh=true")
+        eq((st, b.get("errors")), (200, False), label + " bulk")
+        st, b = n.req("POST", "/axpole/_search", {"size": 0, "aggs": {
+            "t": {"geotile_grid": {"field": "loc", "precision": 2}},
+            "h": {"geohash_grid": {"field": "loc", "precision": 1}},
+            "b": {"geo_bounds": {"field": "loc"}}}})
+        eq(st, 200, label + " search: %s" % b)
+        a = b["aggregations"]
+        eq(sorted((x["key"], x["doc_count"]) for x in a["t"]["buckets"]),
+           [("2/0/3", 1), ("2/2/2", 1), ("2/3/0", 1)], label + " tiles")
+        eq(sorted((x["key"], x["doc_count"]) for x in a["h"]["buckets"]),
+           [("0", 1), ("s", 1), ("z", 1)], label + " geohashes")
+        eq(a["b"]["bounds"]["bottom_right"]["lat"], -90.0, label + " bottom")
+
+
 # ---- multi_terms ----
 
 def mt_model(fields, size=10, order="count", min_doc_count=1):
