@@ -520,6 +520,13 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 				                    "Field [%s] of type [object] is not supported for "
 				                    "aggregation [%s]",
 				                    a->field, a->ops->name);
+			bool geo_kind = a->kind == AGG_GEO_BOUNDS || a->kind == AGG_GEO_CENTROID ||
+			                a->kind == AGG_GEOHASH_GRID || a->kind == AGG_GEOTILE_GRID;
+			if (geo_kind && f->type != ST_FT_GEO_POINT)
+				return cm_error_set(err, CM_EINVAL,
+				                    "Field [%s] of type [%s] is not supported for "
+				                    "aggregation [%s]",
+				                    a->field, st_field_type_name(f->type), a->ops->name);
 			/* geo_point: counting and the geo aggregations */
 			if (f->type == ST_FT_GEO_POINT && !agg_kind_geo_ok(a->kind))
 				return cm_error_set(
