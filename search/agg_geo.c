@@ -558,7 +558,7 @@ grid_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 	for (size_t i = 0; i < cnt; i++) {
 		const int64_t *v;
 		int k = agg_values(rt, docs[i], &v);
-		uint64_t prev[8];
+		uint64_t stack[16], *prev = k <= 16 ? stack : cm_malloc(AGG_MEM, (size_t)k * 8);
 		int nprev = 0;
 		for (int j = 0; j < k; j++) {
 			double lat, lon;
@@ -574,16 +574,19 @@ grid_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 				seen |= prev[q] == key;
 			if (seen)
 				continue;
-			if (nprev < 8)
-				prev[nprev++] = key;
+			prev[nprev++] = key;
 			grid_bkt *b = grid_get(rt->root, a, s, key);
 			if (!b)
-				return;
+				break;
 			b->count++;
 			if (b->subs)
 				agg_subs_collect(rt->root, a, b->subs, &docs[i],
 				                 scores ? &scores[i] : NULL, 1);
 		}
+		if (prev != stack)
+			cm_free(AGG_MEM, prev);
+		if (rt->root->err.code)
+			return;
 	}
 }
 

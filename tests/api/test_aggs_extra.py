@@ -407,6 +407,9 @@ def geo_grids_at_the_poles():
         lines = []
         for i, (la, lo) in enumerate([(-90, -180), (90, 180), (0, 0)]):
             lines += [{"index": {"_index": "axpole", "_id": str(i)}}, {"loc": [lo, la]}]
+        # several points: a doc counts once per cell
+        lines += [{"index": {"_index": "axpole", "_id": "m"}},
+                  {"loc": [[0, 0], [0.001, 0.001], [100, 10]]}]
         st, b = n.bulk(lines, params="?refresh=true")
         eq((st, b.get("errors")), (200, False), label + " bulk")
         st, b = n.req("POST", "/axpole/_search", {"size": 0, "aggs": {
@@ -416,9 +419,10 @@ def geo_grids_at_the_poles():
         eq(st, 200, label + " search: %s" % b)
         a = b["aggregations"]
         eq(sorted((x["key"], x["doc_count"]) for x in a["t"]["buckets"]),
-           [("2/0/3", 1), ("2/2/2", 1), ("2/3/0", 1)], label + " tiles")
+           [("2/0/3", 1), ("2/2/1", 1), ("2/2/2", 2), ("2/3/0", 1), ("2/3/1", 1)],
+           label + " tiles")
         eq(sorted((x["key"], x["doc_count"]) for x in a["h"]["buckets"]),
-           [("0", 1), ("s", 1), ("z", 1)], label + " geohashes")
+           [("0", 1), ("s", 2), ("w", 1), ("z", 1)], label + " geohashes")
         eq(a["b"]["bounds"]["bottom_right"]["lat"], -90.0, label + " bottom")
 
 
