@@ -240,6 +240,14 @@ def sampler_refusals():
             r = n.req("POST", "/ax/_search", {"size": 0, "aggs": {"x": body}})
             eq(r[0], 400, label + " %s: %s" % (body, r[1]))
             eq(part in r[1]["error"]["reason"], True, label + " reason %s" % r[1])
+        st, b = n.req("PUT", "/axmv", {"mappings": {"properties": {"tag": {"type": "keyword"}}}})
+        eq(st, 200, label + " create axmv: %s" % b)
+        st, b = n.req("PUT", "/axmv/_doc/1?refresh=true", {"tag": ["x", "y"]})
+        eq(st, 201, label + " multi-valued doc: %s" % b)
+        st, b = n.req("POST", "/axmv/_search", {"size": 0, "aggs": {
+            "d": {"diversified_sampler": {"field": "tag"}}}})
+        eq((st, "Sample diversifying key must be a single valued-field" in str(b)), (400, True),
+           label + " multi-valued diversifying field: %s" % b)
 
 
 # ---- geo ----
