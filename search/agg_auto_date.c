@@ -188,8 +188,8 @@ adh_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			if (i == R_COUNT)
 				return cm_error_set(
 				    err, CM_EINVAL,
-				    "minimum_interval must be one of [second, minute, hour, "
-				    "day, month, year]");
+				    "minimum_interval must be one of [[year, month, day, hour, "
+				    "minute, second]]");
 			p->min_idx = i;
 		} else if (!strcmp(k, "script"))
 			return cm_error_set(err, CM_EINVAL,
