@@ -225,7 +225,9 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
 		o.ntimings = &nt;
 	}
 	char *text = cJSON_PrintUnformatted(body);
-	*rc = nd_cluster_search(cl, ixs, n, text, "{}", &o, out, err);
+	/* ?typed_keys travels as a parameter: the coordinator renders */
+	const char *params = co_param_bool(r, "typed_keys", false) ? "{\"typed_keys\":true}" : "{}";
+	*rc = nd_cluster_search(cl, ixs, n, text, params, &o, out, err);
 	cJSON_free(text);
 	if (timings && !*rc && out->len && out->data[out->len - 1] == '}') {
 		cJSON *sh = cJSON_CreateObject();

@@ -374,6 +374,7 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 		sr_request_free(&req);
 		return rc;
 	}
+	req.typed_keys = co_param_bool(r, "typed_keys", false);
 	for (size_t i = 0; i < n; i++)
 		if (nd_index_settings(ixs[i])->max_result_window < window)
 			window = nd_index_settings(ixs[i])->max_result_window;

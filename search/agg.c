@@ -41,6 +41,15 @@ static const struct {
     {"global", AGG_GLOBAL, &agg_ops_global},
     {"adjacency_matrix", AGG_ADJACENCY_MATRIX, &agg_ops_adjacency_matrix},
     {"significant_terms", AGG_SIGNIFICANT_TERMS, &agg_ops_significant_terms},
+    {"sampler", AGG_SAMPLER, &agg_ops_sampler},
+    {"diversified_sampler", AGG_DIVERSIFIED_SAMPLER, &agg_ops_diversified_sampler},
+    {"geo_bounds", AGG_GEO_BOUNDS, &agg_ops_geo_bounds},
+    {"geo_centroid", AGG_GEO_CENTROID, &agg_ops_geo_centroid},
+    {"geohash_grid", AGG_GEOHASH_GRID, &agg_ops_geohash_grid},
+    {"geotile_grid", AGG_GEOTILE_GRID, &agg_ops_geotile_grid},
+    {"multi_terms", AGG_MULTI_TERMS, &agg_ops_multi_terms},
+    {"auto_date_histogram", AGG_AUTO_DATE_HISTOGRAM, &agg_ops_auto_date_histogram},
+    {"variable_width_histogram", AGG_VARIABLE_WIDTH_HISTOGRAM, &agg_ops_variable_width_histogram},
 };
 
 static const agg_ops *
@@ -254,12 +263,12 @@ agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_a
 	}
 	a->ops = agg_type_find(type, &a->kind);
 	static const char *const not_here[] = {
-	    "significant_text", "sampler", "diversified_sampler",
-	    "auto_date_histogram", "variable_width_histogram", "nested",
-	    "reverse_nested", "children", "parent", "geo_distance", "geohash_grid", "geotile_grid",
-	    "geo_bounds", "geo_centroid", "ip_range", "scripted_metric", "median_absolute_deviation",
-	    "string_stats", "boxplot", "t_test", "matrix_stats", "moving_avg",
-	    "cumulative_cardinality", "inference", "normalize", "rate"};
+	    "significant_text", "nested",          "reverse_nested",
+	    "children",         "parent",          "geo_distance",
+	    "ip_range",         "scripted_metric", "median_absolute_deviation",
+	    "string_stats",     "boxplot",         "t_test",
+	    "matrix_stats",     "moving_avg",      "cumulative_cardinality",
+	    "inference",        "normalize",       "rate"};
 	for (size_t i = 0; !a->ops && i < sizeof not_here / sizeof not_here[0]; i++)
 		if (!strcmp(type, not_here[i])) {
 			rc = cm_error_set(err, CM_EINVAL,
@@ -426,8 +435,10 @@ static cm_err
 agg_check_tree(const sr_agg *a, cm_error *err)
 {
 	extern cm_err agg_terms_check_order(const sr_agg *a, cm_error *err);
-	if (a->kind == AGG_TERMS) {
-		cm_err rc = agg_terms_check_order(a, err);
+	extern cm_err agg_multi_terms_check_order(const sr_agg *a, cm_error *err);
+	if (a->kind == AGG_TERMS || a->kind == AGG_MULTI_TERMS) {
+		cm_err rc = a->kind == AGG_TERMS ? agg_terms_check_order(a, err)
+		                                 : agg_multi_terms_check_order(a, err);
 		if (rc)
 			return rc;
 	}
@@ -489,6 +500,13 @@ static const char *text_msg =
     "keyword field instead. Alternatively, set fielddata=true on [%s] in order to load field "
     "data by uninverting the inverted index. Note that this can use significant memory.";
 
+static bool
+agg_kind_geo_ok(agg_kind k)
+{
+	return k == AGG_VALUE_COUNT || k == AGG_MISSING || k == AGG_GEO_BOUNDS ||
+	       k == AGG_GEO_CENTROID || k == AGG_GEOHASH_GRID || k == AGG_GEOTILE_GRID;
+}
+
 static cm_err
 agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 {
@@ -502,21 +520,28 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 				                    "Field [%s] of type [object] is not supported for "
 				                    "aggregation [%s]",
 				                    a->field, a->ops->name);
-			/* geo_point: counting aggregations only (no geo_* aggregations yet) */
-			if (f->type == ST_FT_GEO_POINT && a->kind != AGG_VALUE_COUNT &&
-			    a->kind != AGG_MISSING)
+			bool geo_kind = a->kind == AGG_GEO_BOUNDS || a->kind == AGG_GEO_CENTROID ||
+			                a->kind == AGG_GEOHASH_GRID || a->kind == AGG_GEOTILE_GRID;
+			if (geo_kind && f->type != ST_FT_GEO_POINT)
 				return cm_error_set(err, CM_EINVAL,
-				                    "Field [%s] of type [geo_point] is not supported for "
+				                    "Field [%s] of type [%s] is not supported for "
 				                    "aggregation [%s]",
-				                    a->field, a->ops->name);
-			bool numeric_only = a->kind == AGG_MIN || a->kind == AGG_MAX ||
-			                    a->kind == AGG_SUM || a->kind == AGG_AVG ||
-			                    a->kind == AGG_STATS || a->kind == AGG_EXTENDED_STATS ||
-			                    a->kind == AGG_PERCENTILES || a->kind == AGG_HISTOGRAM ||
-			                    a->kind == AGG_PERCENTILE_RANKS ||
-			                    a->kind == AGG_RANGE;
+				                    a->field, st_field_type_name(f->type), a->ops->name);
+			/* geo_point: counting and the geo aggregations */
+			if (f->type == ST_FT_GEO_POINT && !agg_kind_geo_ok(a->kind))
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "Field [%s] of type [geo_point] is not supported for "
+				    "aggregation [%s]",
+				    a->field, a->ops->name);
+			bool numeric_only =
+			    a->kind == AGG_MIN || a->kind == AGG_MAX || a->kind == AGG_SUM ||
+			    a->kind == AGG_AVG || a->kind == AGG_STATS ||
+			    a->kind == AGG_EXTENDED_STATS || a->kind == AGG_PERCENTILES ||
+			    a->kind == AGG_HISTOGRAM || a->kind == AGG_PERCENTILE_RANKS ||
+			    a->kind == AGG_RANGE || a->kind == AGG_VARIABLE_WIDTH_HISTOGRAM;
 			if ((numeric_only || a->kind == AGG_DATE_HISTOGRAM ||
-			     a->kind == AGG_DATE_RANGE) &&
+			     a->kind == AGG_DATE_RANGE || a->kind == AGG_AUTO_DATE_HISTOGRAM) &&
 			    st_field_type_is_ordinal(f->type))
 				return cm_error_set(err, CM_EINVAL,
 				                    "Field [%s] of type [%s] is not supported for "
@@ -767,8 +792,7 @@ agg_rt_field(agg_root *root, agg_rt *rt, const sr_agg *a, const sr_seg_ctx *ctx)
 			                    "disabled for it",
 			                    a->field);
 		}
-		if (fi && fi->type == ST_FT_GEO_POINT && a->kind != AGG_VALUE_COUNT &&
-		    a->kind != AGG_MISSING)
+		if (fi && fi->type == ST_FT_GEO_POINT && !agg_kind_geo_ok(a->kind))
 			return cm_error_set(&root->err, CM_EINVAL,
 			                    "Field [%s] of type [geo_point] is not supported for "
 			                    "aggregation [%s]",
@@ -818,6 +842,26 @@ agg_rt_begin(agg_root *root, const sr_agg *a, const sr_seg_ctx *ctx)
 			return rc;
 	}
 	return CM_OK;
+}
+
+static void agg_rt_end(agg_root *root, const sr_agg *a);
+
+cm_err
+agg_subs_rt_begin(agg_root *root, const sr_agg *parent, const sr_seg_ctx *ctx)
+{
+	for (size_t i = 0; i < parent->nsubs; i++) {
+		cm_err rc = agg_rt_begin(root, parent->subs[i], ctx);
+		if (rc)
+			return rc;
+	}
+	return CM_OK;
+}
+
+void
+agg_subs_rt_end(agg_root *root, const sr_agg *parent)
+{
+	for (size_t i = 0; i < parent->nsubs; i++)
+		agg_rt_end(root, parent->subs[i]);
 }
 
 static void
@@ -891,6 +935,20 @@ coll_end(void *self)
 	s->root.in_segment = false;
 }
 
+cm_err
+sr_agg_state_shard_end(sr_agg_state *s)
+{
+	agg_root *root = &s->root;
+	if (root->err.code)
+		return root->err.code;
+	for (size_t i = 0; i < root->spec->nsubs; i++) {
+		cm_err rc = agg_sampler_shard_end(root, root->spec->subs[i]);
+		if (rc)
+			return rc;
+	}
+	return root->err.code;
+}
+
 sr_collector
 sr_agg_collector(sr_agg_state *s)
 {
@@ -960,6 +1018,14 @@ agg_sub_find(const sr_agg *parent, const char *name, size_t len, size_t *idx)
 	return NULL;
 }
 
+/* single buckets an order path steps through (their state is an sbkt) */
+static bool
+agg_kind_path_bucket(agg_kind k)
+{
+	return k == AGG_FILTER || k == AGG_MISSING || k == AGG_SAMPLER ||
+	       k == AGG_DIVERSIFIED_SAMPLER;
+}
+
 /* path: "agg" / "agg.key" / "agg[key]"; for a single-bucket agg such as
  * filter, "agg>sub..." descends. */
 bool
@@ -971,9 +1037,8 @@ agg_subs_path_ok(const sr_agg *parent, const char *path)
 	if (!a)
 		return false;
 	if (path[len] == '>')
-		return (a->kind == AGG_FILTER || a->kind == AGG_MISSING) &&
-		       agg_subs_path_ok(a, path + len + 1);
-	if (path[len] == 0 && (a->kind == AGG_FILTER || a->kind == AGG_MISSING))
+		return agg_kind_path_bucket(a->kind) && agg_subs_path_ok(a, path + len + 1);
+	if (path[len] == 0 && agg_kind_path_bucket(a->kind))
 		return true; /* doc_count of the single bucket */
 	return a->ops->metric_value != NULL;
 }
@@ -988,9 +1053,9 @@ agg_subs_value(const sr_agg *parent, agg_node *const *subs, const char *path, do
 	const sr_agg *a = agg_sub_find(parent, path, len, &idx);
 	if (!a || !subs)
 		return false;
-	if (a->kind == AGG_FILTER || a->kind == AGG_MISSING)
-		return agg_single_bucket_value(a, subs[idx], path[len] == '>' ? path + len + 1 : NULL,
-		                               v);
+	if (agg_kind_path_bucket(a->kind))
+		return agg_single_bucket_value(a, subs[idx],
+		                               path[len] == '>' ? path + len + 1 : NULL, v);
 	if (!a->ops->metric_value)
 		return false;
 	char key[128];
@@ -1150,13 +1215,41 @@ agg_insert_meta(cm_buf *b, size_t at, const char *meta)
 	b->len += add;
 }
 
+/* The type ES names an aggregation's result by
+ * (InternalAggregation.getWriteableName), for typed_keys. */
+static const char *
+agg_typed_name(const sr_agg *a, const agg_node *n)
+{
+	switch (a->kind) {
+	case AGG_TERMS:
+	case AGG_RARE_TERMS:
+	case AGG_SIGNIFICANT_TERMS:
+		return agg_terms_type_name(a, n);
+	case AGG_PERCENTILES:
+		return "tdigest_percentiles";
+	case AGG_PERCENTILE_RANKS:
+		return "tdigest_percentile_ranks";
+	case AGG_DIVERSIFIED_SAMPLER:
+		return "sampler"; /* InternalSampler serves both */
+	default:
+		return a->ops->name; /* the request's type is the response's */
+	}
+}
+
 cm_err
 agg_subs_render(const sr_agg *parent, agg_node *const *subs, agg_render *r)
 {
 	for (size_t i = 0; i < parent->nsubs; i++) {
 		const sr_agg *a = parent->subs[i];
 		cm_buf_put_u8(r->out, ',');
-		agg_json_str(r->out, a->name, strlen(a->name));
+		if (r->typed) {
+			cm_buf t;
+			cm_buf_init(&t, AGG_MEM);
+			cm_buf_printf(&t, "%s#%s", agg_typed_name(a, subs[i]), a->name);
+			agg_json_str(r->out, (const char *)t.data, t.len);
+			cm_buf_free(&t);
+		} else
+			agg_json_str(r->out, a->name, strlen(a->name));
 		cm_buf_put_u8(r->out, ':');
 		size_t at = r->out->len;
 		cm_err rc = a->ops->render(a, subs[i], r);
@@ -1171,12 +1264,18 @@ agg_subs_render(const sr_agg *parent, agg_node *const *subs, agg_render *r)
 cm_err
 sr_agg_render(const sr_agg_state *s, cm_buf *out, cm_error *err)
 {
+	return sr_agg_render_typed(s, out, false, err);
+}
+
+cm_err
+sr_agg_render_typed(const sr_agg_state *s, cm_buf *out, bool typed_keys, cm_error *err)
+{
 	if (s->root.err.code) {
 		if (err && !err->code)
 			*err = s->root.err;
 		return s->root.err.code;
 	}
-	agg_render r = {out, err, 0};
+	agg_render r = {out, err, 0, typed_keys};
 	size_t start = out->len;
 	cm_buf_put_u8(out, '{');
 	size_t body = out->len;
@@ -1191,7 +1290,8 @@ sr_agg_render(const sr_agg_state *s, cm_buf *out, cm_error *err)
 		out->len--;
 	}
 	cm_buf_put_u8(out, '}');
-	if (s->root.spec->any_pipes && (rc = agg_pipe_apply(s->root.spec, out, start, err))) {
+	if (s->root.spec->any_pipes &&
+	    (rc = agg_pipe_apply(s->root.spec, out, start, typed_keys, err))) {
 		out->len = start;
 		return rc;
 	}

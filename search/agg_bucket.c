@@ -1950,6 +1950,26 @@ terms_merge(const sr_agg *a, agg_node *into, agg_node *from)
 	y->err_sum = 0;
 }
 
+const char *
+agg_terms_type_name(const sr_agg *a, const agg_node *n)
+{
+	const terms_state *s = n->d;
+	int kind = s->key_kind;
+	if (!kind && n->ftype >= 0) /* no bucket: the field's type decides */
+		kind = st_field_type_is_ordinal((st_field_type)n->ftype)  ? 1
+		       : st_field_type_is_double((st_field_type)n->ftype) ? 3
+		                                                          : 2;
+	static const char *const names[3][4] = {
+	    {"umterms", "sterms", "lterms", "dterms"},
+	    {"umrareterms", "srareterms", "lrareterms", "lrareterms"},
+	    {"umsigterms", "sigsterms", "siglterms", "siglterms"},
+	};
+	int fam = a->kind == AGG_RARE_TERMS ? 1 : a->kind == AGG_SIGNIFICANT_TERMS ? 2 : 0;
+	if (fam == 0 && kind == 2 && n->ftype == ST_FT_UNSIGNED_LONG)
+		return "ulterms";
+	return names[fam][kind];
+}
+
 /* key text for keyed output and key_as_string */
 static void
 terms_key_string(const sr_agg *a, const agg_node *n, uint8_t kind, const bkt *b, char *buf,

@@ -50,6 +50,15 @@ typedef enum {
 	AGG_GLOBAL,
 	AGG_ADJACENCY_MATRIX,
 	AGG_SIGNIFICANT_TERMS,
+	AGG_SAMPLER,
+	AGG_DIVERSIFIED_SAMPLER,
+	AGG_GEO_BOUNDS,
+	AGG_GEO_CENTROID,
+	AGG_GEOHASH_GRID,
+	AGG_GEOTILE_GRID,
+	AGG_MULTI_TERMS,
+	AGG_AUTO_DATE_HISTOGRAM,
+	AGG_VARIABLE_WIDTH_HISTOGRAM,
 	AGG_KIND_COUNT
 } agg_kind;
 
@@ -141,6 +150,7 @@ typedef struct agg_render {
 	cm_buf *out;
 	cm_error *err;
 	uint64_t buckets;
+	bool typed; /* ?typed_keys: names written as "type#name" */
 } agg_render;
 
 struct agg_ops {
@@ -177,6 +187,9 @@ extern const agg_ops agg_ops_min, agg_ops_max, agg_ops_sum, agg_ops_avg, agg_ops
 extern const agg_ops agg_ops_composite, agg_ops_percentile_ranks, agg_ops_weighted_avg,
     agg_ops_rare_terms, agg_ops_top_metrics, agg_ops_global,
     agg_ops_adjacency_matrix, agg_ops_significant_terms;
+extern const agg_ops agg_ops_sampler, agg_ops_diversified_sampler, agg_ops_geo_bounds,
+    agg_ops_geo_centroid, agg_ops_geohash_grid, agg_ops_geotile_grid, agg_ops_multi_terms,
+    agg_ops_auto_date_histogram, agg_ops_variable_width_histogram;
 
 /* ---- agg.c: shared machinery ---- */
 
@@ -198,6 +211,12 @@ bool agg_subs_decode(const sr_agg *parent, agg_node **subs, cm_rd *r);
 bool agg_subs_value(const sr_agg *parent, agg_node *const *subs, const char *path, double *v);
 bool agg_subs_path_ok(const sr_agg *parent, const char *path);
 
+/* Opens / closes the per-segment runtimes of parent's sub-aggregations for
+ * ctx (a sampler's replay feeds them outside the shard's own pass). */
+cm_err agg_subs_rt_begin(agg_root *root, const sr_agg *parent, const sr_seg_ctx *ctx);
+void agg_subs_rt_end(agg_root *root, const sr_agg *parent);
+/* Replays every sampler's chosen docs under a (agg_sampler.c). */
+cm_err agg_sampler_shard_end(agg_root *root, const sr_agg *a);
 /* Registers n for a seg_flush at the end of the current segment. */
 void agg_mark_dirty(agg_rt *rt, agg_node *n);
 /* Values of doc in the current segment for rt's field: raw column values
@@ -255,7 +274,7 @@ const char *agg_pipe_name(const agg_pipe *p);
 cm_err agg_pipe_check(sr_agg *root, cm_error *err);
 /* Rewrites out[start..] (the rendered "aggregations" object) with every
  * pipeline applied. */
-cm_err agg_pipe_apply(const sr_agg *root, cm_buf *out, size_t start, cm_error *err);
+cm_err agg_pipe_apply(const sr_agg *root, cm_buf *out, size_t start, bool typed, cm_error *err);
 /* ES's MovingFunctions (NaN values are skipped); holt_winters is false
  * with fewer than two periods of values. */
 double agg_mf_max(const double *v, size_t n);
@@ -268,6 +287,9 @@ double agg_mf_holt(const double *v, size_t n, double alpha, double beta);
 bool agg_mf_holt_winters(const double *v, size_t n, double alpha, double beta, double gamma,
                          int64_t period, bool multiplicative, double *out);
 double agg_mf_std_dev(const double *v, size_t n, double avg);
+/* ES's response type of the terms family (sterms, lterms, dterms, ...)
+ * for typed_keys (agg_bucket.c). */
+const char *agg_terms_type_name(const sr_agg *a, const agg_node *n);
 /* histogram/date_histogram min_doc_count (agg_bucket.c) */
 uint64_t agg_hist_min_doc_count(const sr_agg *a);
 /* The bucket key of v under histogram spec h / of instant t (UTC ms) under

@@ -1476,6 +1476,8 @@ sr_agg_needs_scores(const sr_agg *a)
 {
 	if (!a)
 		return false;
+	if (a->kind == AGG_SAMPLER || a->kind == AGG_DIVERSIFIED_SAMPLER)
+		return true; /* the best docs by score */
 	if (a->kind == AGG_TOP_HITS) {
 		const th_params *p = a->p;
 		if (p->nsort == 0)

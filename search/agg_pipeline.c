@@ -942,13 +942,16 @@ agg_kind_multi_bucket(agg_kind k)
 {
 	return k == AGG_TERMS || k == AGG_HISTOGRAM || k == AGG_DATE_HISTOGRAM || k == AGG_RANGE ||
 	       k == AGG_DATE_RANGE || k == AGG_FILTERS || k == AGG_COMPOSITE ||
-	       k == AGG_RARE_TERMS || k == AGG_ADJACENCY_MATRIX || k == AGG_SIGNIFICANT_TERMS;
+	       k == AGG_RARE_TERMS || k == AGG_ADJACENCY_MATRIX || k == AGG_SIGNIFICANT_TERMS ||
+	       k == AGG_GEOHASH_GRID || k == AGG_GEOTILE_GRID || k == AGG_MULTI_TERMS ||
+	       k == AGG_AUTO_DATE_HISTOGRAM || k == AGG_VARIABLE_WIDTH_HISTOGRAM;
 }
 
 bool
 agg_kind_single_bucket(agg_kind k)
 {
-	return k == AGG_FILTER || k == AGG_MISSING || k == AGG_GLOBAL;
+	return k == AGG_FILTER || k == AGG_MISSING || k == AGG_GLOBAL || k == AGG_SAMPLER ||
+	       k == AGG_DIVERSIFIED_SAMPLER;
 }
 
 static const sr_agg *
@@ -1195,7 +1198,8 @@ struct jv {
 	size_t rawn;
 	double num;
 	jv **kids;
-	jv **keys; /* OBJ: parallel to kids (STR nodes) */
+	jv **keys;  /* OBJ: parallel to kids (STR nodes) */
+	size_t pfx; /* key under typed_keys: length of its "type#" */
 	size_t n, cap;
 };
 
@@ -1208,6 +1212,7 @@ typedef struct pl {
 	const char *s;
 	size_t len, i;
 	bool bad;
+	bool typed; /* typed_keys: aggregation keys are "type#name" */
 } pl;
 
 static void *
@@ -1288,6 +1293,19 @@ jp_string(pl *P)
 	return v;
 }
 
+/* "sterms#x": the length of "sterms#" (types are [a-z_]+), else 0. */
+static size_t
+type_prefix(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '#')
+			return i ? i + 1 : 0;
+		if (!((s[i] >= 'a' && s[i] <= 'z') || s[i] == '_'))
+			return 0;
+	}
+	return 0;
+}
+
 static jv *
 jp_value(pl *P, int depth)
 {
@@ -1314,6 +1332,8 @@ jp_value(pl *P, int depth)
 					P->bad = true;
 					return NULL;
 				}
+				if (P->typed)
+					key->pfx = type_prefix(key->raw + 1, key->rawn - 2);
 				jp_ws(P);
 				if (P->i >= P->len || P->s[P->i] != ':') {
 					P->bad = true;
@@ -1385,16 +1405,35 @@ jv_print(const jv *v, cm_buf *b)
 }
 
 static bool
-key_is(const jv *k, const char *name)
+key_is_raw(const char *raw, size_t rawn, const char *name)
 {
 	size_t n = strlen(name);
-	if (!strpbrk(name, "\"\\") && k->rawn == n + 2)
-		return !memcmp(k->raw + 1, name, n);
+	if (!strpbrk(name, "\"\\") && rawn == n + 2)
+		return !memcmp(raw + 1, name, n);
 	cm_buf t;
 	cm_buf_init(&t, AGG_MEM);
 	agg_json_str(&t, name, n);
-	bool eq = t.len == k->rawn && !memcmp(t.data, k->raw, t.len);
+	bool eq = t.len == rawn && !memcmp(t.data, raw, t.len);
 	cm_buf_free(&t);
+	return eq;
+}
+
+/* A typed key ("avg#x") also answers to its name alone. */
+static bool
+key_is(const jv *k, const char *name)
+{
+	if (key_is_raw(k->raw, k->rawn, name))
+		return true;
+	if (!k->pfx)
+		return false;
+	/* compare "x" against the raw text past the prefix, quote restored */
+	size_t n = k->rawn - k->pfx;
+	char stack[256], *t = n <= sizeof stack ? stack : cm_malloc(AGG_MEM, n);
+	t[0] = '"';
+	memcpy(t + 1, k->raw + 1 + k->pfx, n - 1);
+	bool eq = key_is_raw(t, n, name);
+	if (t != stack)
+		cm_free(AGG_MEM, t);
 	return eq;
 }
 
@@ -1457,6 +1496,44 @@ static void
 obj_put(pl *P, jv *o, const char *key, jv *val)
 {
 	jv_push(P, o, mk_str(P, key), val);
+}
+
+/* The response type of a pipeline's value (typed_keys), as ES names it. */
+static const char *
+pipe_type_name(pipe_kind k)
+{
+	switch (k) {
+	case PK_DERIVATIVE:
+		return "derivative";
+	case PK_MAX_BUCKET:
+	case PK_MIN_BUCKET:
+		return "bucket_metrics";
+	case PK_STATS_BUCKET:
+	case PK_EXTENDED_STATS_BUCKET:
+	case PK_PERCENTILES_BUCKET:
+		return pipe_names[k];
+	default:
+		return "simple_value";
+	}
+}
+
+/* Adds a pipeline's value under its name ("type#name" with typed_keys). */
+static void
+pipe_put(pl *P, jv *o, const agg_pipe *p, jv *val)
+{
+	if (!P->typed) {
+		obj_put(P, o, p->name, val);
+		return;
+	}
+	cm_buf t;
+	cm_buf_init(&t, AGG_MEM);
+	const char *ty = pipe_type_name(p->kind);
+	cm_buf_printf(&t, "%s#%s", ty, p->name);
+	cm_buf_put_u8(&t, 0);
+	jv *k = mk_str(P, (const char *)t.data);
+	k->pfx = strlen(ty) + 1;
+	cm_buf_free(&t);
+	jv_push(P, o, k, val);
 }
 
 /* An output object: "meta" first, like every aggregation. */
@@ -1697,7 +1774,7 @@ run_derivative(pl *P, const agg_pipe *p, jv *bl)
 				double xdiff = (key - last_key) / p->unit_ms;
 				put_value(P, p, o, "normalized_value", xdiff > 0 ? g / xdiff : g);
 			}
-			obj_put(P, b, p->name, o);
+			pipe_put(P, b, p, o);
 		}
 		have_last = true;
 		last = v;
@@ -1718,7 +1795,7 @@ run_cumulative_sum(pl *P, const agg_pipe *p, jv *bl)
 			return P->err->code;
 		if (!isnan(v) && !isinf(v))
 			sum += v;
-		obj_put(P, bl->kids[i], p->name, simple_value(P, p, sum));
+		pipe_put(P, bl->kids[i], p, simple_value(P, p, sum));
 	}
 	return CM_OK;
 }
@@ -1736,7 +1813,7 @@ run_serial_diff(pl *P, const agg_pipe *p, jv *bl)
 		hist[i] = v;
 		double lagv = (int64_t)i >= p->lag ? hist[i - (size_t)p->lag] : NAN;
 		if (!isnan(v) && !isnan(lagv))
-			obj_put(P, bl->kids[i], p->name, simple_value(P, p, v - lagv));
+			pipe_put(P, bl->kids[i], p, simple_value(P, p, v - lagv));
 	}
 	cm_free(AGG_MEM, hist);
 	return CM_OK;
@@ -1772,7 +1849,7 @@ run_moving_fn(pl *P, const agg_pipe *p, jv *bl)
 		double r;
 		if ((rc = mf_eval(p->mf, vals + from, to > from ? to - from : 0, &r, P->err)))
 			goto done;
-		obj_put(P, bl->kids[i], p->name, simple_value(P, p, r));
+		pipe_put(P, bl->kids[i], p, simple_value(P, p, r));
 		index++;
 	}
 done:
@@ -1830,7 +1907,7 @@ run_bucket_script(pl *P, const agg_pipe *p, jv *bl)
 				    "a Number",
 				    p->name);
 			}
-			obj_put(P, bl->kids[i], p->name, simple_value(P, p, res->valuedouble));
+			pipe_put(P, bl->kids[i], p, simple_value(P, p, res->valuedouble));
 		}
 		cJSON_Delete(res);
 	}
@@ -2145,7 +2222,7 @@ run_sibling(pl *P, const agg_pipe *p, jv *container)
 	cm_free(AGG_MEM, vals);
 	cm_free(AGG_MEM, keys);
 	if (o)
-		obj_put(P, container, p->name, o);
+		pipe_put(P, container, p, o);
 	return CM_OK;
 }
 
@@ -2197,10 +2274,11 @@ apply_agg(pl *P, const sr_agg *x, jv *xo)
 }
 
 cm_err
-agg_pipe_apply(const sr_agg *root, cm_buf *out, size_t start, cm_error *err)
+agg_pipe_apply(const sr_agg *root, cm_buf *out, size_t start, bool typed, cm_error *err)
 {
 	cm_error local = {0};
 	pl P = {0};
+	P.typed = typed;
 	P.err = err ? err : &local;
 	size_t n = out->len - start;
 	char *copy = cm_malloc(AGG_MEM, n + 1);

@@ -1580,7 +1580,7 @@ apply_pipes(const char *spec, const char *rendered, cm_err *rc_out)
 	cm_buf_put(&b, rendered, strlen(rendered));
 	cm_error err;
 	cm_error_clear(&err);
-	cm_err rc = agg_pipe_apply(a, &b, 0, &err);
+	cm_err rc = agg_pipe_apply(a, &b, 0, false, &err);
 	if (rc_out)
 		*rc_out = rc;
 	char *s = strndup((const char *)b.data, b.len);
@@ -1892,6 +1892,97 @@ test_significant_terms(void)
 	sr_agg_free(a);
 }
 
+/* The aggregations added with typed_keys: a merge of shard states (also
+ * through the wire) renders what one state of every doc renders, where
+ * the result does not depend on how docs are spread (auto_date_histogram
+ * by construction; grids, multi_terms and variable_width_histogram when
+ * no shard cuts or clusters anything away). */
+static void
+test_extra_kinds_merge(void)
+{
+	static const char *const specs[] = {
+	    "{\"h\":{\"auto_date_histogram\":{\"field\":\"dt\",\"buckets\":7},"
+	    "\"aggs\":{\"t\":{\"terms\":{\"field\":\"kw\",\"size\":100,\"shard_size\":1000}},"
+	    "\"s\":{\"sum\":{\"field\":\"num\"}}}}}",
+	    "{\"h\":{\"auto_date_histogram\":{\"field\":\"dt\",\"buckets\":50}}}",
+	    "{\"h\":{\"auto_date_histogram\":{\"field\":\"dt\",\"buckets\":400}}}",
+	    "{\"h\":{\"auto_date_histogram\":{\"field\":\"dt\",\"buckets\":3,"
+	    "\"minimum_interval\":\"month\"}}}",
+	    "{\"m\":{\"multi_terms\":{\"terms\":[{\"field\":\"kw\"},{\"field\":\"flag\"}],"
+	    "\"size\":1000,\"shard_size\":100000},\"aggs\":{\"a\":{\"avg\":{\"field\":"
+	    "\"num\"}}}}}",
+	    "{\"m\":{\"multi_terms\":{\"terms\":[{\"field\":\"flag\"},{\"field\":\"num\","
+	    "\"missing\":-1}],\"size\":100000,\"order\":{\"_key\":\"desc\"}}}}",
+	    "{\"v\":{\"variable_width_histogram\":{\"field\":\"num\",\"buckets\":6,"
+	    "\"shard_size\":5000,\"initial_buffer\":50000},\"aggs\":{\"c\":{\"value_count\":"
+	    "{\"field\":\"kw\"}}}}}",
+	};
+	int orders[2][NSHARDS] = {{0, 1, 2}, {2, 0, 1}};
+	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+		sr_agg *a = parse_aggs(specs[i]);
+		cJSON *one = run_single(a);
+		for (int o = 0; o < 2; o++) {
+			cJSON *m = run_merged(a, orders[o], o == 1);
+			CHECKF(cJSON_Compare(one, m, true), "merged differs for %s", specs[i]);
+			cJSON_Delete(m);
+		}
+		cJSON_Delete(one);
+		sr_agg_free(a);
+	}
+	/* auto_date_histogram: the interval is ES's and the buckets fit */
+	sr_agg *a = parse_aggs("{\"h\":{\"auto_date_histogram\":{\"field\":\"dt\","
+	                       "\"buckets\":10}}}");
+	cJSON *j = run_single(a);
+	/* two years of dates: months (24) do not fit 10 but merge by 3 into 8 */
+	CHECK(!strcmp(jget(j, "h.interval")->valuestring, "3M"));
+	CHECK(cJSON_GetArraySize(jget(j, "h.buckets")) == 8);
+	cJSON_Delete(j);
+	sr_agg_free(a);
+	/* variable_width_histogram: buckets never overlap and hold every doc */
+	a = parse_aggs("{\"v\":{\"variable_width_histogram\":{\"field\":\"dbl\","
+	               "\"buckets\":8,\"shard_size\":20,\"initial_buffer\":40}}}");
+	int ord[NSHARDS] = {1, 0, 2};
+	j = run_merged(a, ord, true);
+	const cJSON *bl = jget(j, "v.buckets");
+	CHECK(cJSON_GetArraySize(bl) == 8);
+	double prev_max = -INFINITY, total = 0;
+	for (const cJSON *b = bl ? bl->child : NULL; b; b = b->next) {
+		CHECK(jnum(b, "min") >= prev_max && jnum(b, "min") <= jnum(b, "key") &&
+		      jnum(b, "key") <= jnum(b, "max"));
+		prev_max = jnum(b, "max");
+		total += jnum(b, "doc_count");
+	}
+	double want = 0;
+	for (int d = 0; d < NDOCS; d++)
+		want += selected(&docs[d]) && docs[d].ndbl > 0;
+	CHECK(total >= want && total <= 2 * want); /* two values may fall in two buckets */
+	cJSON_Delete(j);
+	sr_agg_free(a);
+	/* typed_keys: names carry the types, to any depth */
+	a = parse_aggs("{\"m\":{\"multi_terms\":{\"terms\":[{\"field\":\"kw\"},"
+	               "{\"field\":\"flag\"}]},\"aggs\":{\"p\":{\"percentiles\":{\"field\":"
+	               "\"num\"}},\"d\":{\"terms\":{\"field\":\"dbl\"}}}},"
+	               "\"g\":{\"global\":{},\"aggs\":{\"t\":{\"terms\":{\"field\":\"num\"}}}}}");
+	sr_agg_state *st = sr_agg_state_new(a);
+	for (int s = 0; s < NSHARDS; s++)
+		REQUIRE(collect_shard(s, st) == CM_OK);
+	cm_buf out;
+	cm_buf_init(&out, CM_MEM_SEARCH);
+	cm_error err;
+	cm_error_clear(&err);
+	REQUIRE(sr_agg_render_typed(st, &out, true, &err) == CM_OK);
+	j = cJSON_ParseWithLength((const char *)out.data, out.len);
+	REQUIRE(j != NULL);
+	const cJSON *mb = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "multi_terms#m"), "buckets");
+	CHECK(mb && mb->child && cJSON_GetObjectItem(mb->child, "tdigest_percentiles#p") &&
+	      cJSON_GetObjectItem(mb->child, "dterms#d"));
+	CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "global#g"), "lterms#t") != NULL);
+	cJSON_Delete(j);
+	cm_buf_free(&out);
+	sr_agg_state_free(st);
+	sr_agg_free(a);
+}
+
 int
 main(void)
 {
@@ -1912,6 +2003,7 @@ main(void)
 	test_composite_paging();
 	test_new_kinds_merge();
 	test_significant_terms();
+	test_extra_kinds_merge();
 	for (int s = 0; s < NSHARDS; s++)
 		st_shard_close(shards[s]);
 	st_mapping_unref(mapping);

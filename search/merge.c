@@ -498,7 +498,8 @@ sr_merger_reduce(sr_merger *m, cm_error *err)
 		} else if (m->req->aggs) {
 			if (!m->agg)
 				m->agg = sr_agg_state_new(m->req->aggs);
-			m->reduce_rc = sr_agg_render(m->agg, &m->aggs_json, &m->reduce_err);
+			m->reduce_rc = sr_agg_render_typed(m->agg, &m->aggs_json,
+			                                   m->req->typed_keys, &m->reduce_err);
 		}
 	}
 	if (m->reduce_rc && err && !err->code)

@@ -245,6 +245,10 @@ typedef struct sr_request {
 	 * on its deadline (a hedged shard request whose other copy answered
 	 * first). NULL: never. */
 	const _Atomic _Bool *cancel;
+	/* ?typed_keys (a URL parameter, never the body): aggregation names
+	 * rendered as "type#name"; suggesters are to prefix theirs (term#,
+	 * phrase#) by the same flag. Default false. */
+	bool typed_keys;
 } sr_request;
 
 void sr_request_init(sr_request *r);

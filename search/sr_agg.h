@@ -20,11 +20,18 @@ void sr_agg_state_free(sr_agg_state *s);
  * not be merged with sr_agg_state_merge (merge treats each input as a
  * whole shard's result when cutting terms to shard_size). */
 sr_collector sr_agg_collector(sr_agg_state *s);
+/* Call once after the shard's last segment, while its segments are still
+ * open: samplers feed their chosen docs to their sub-aggregations then.
+ * The first error, as sr_agg_state_error. */
+cm_err sr_agg_state_shard_end(sr_agg_state *s);
 /* Folds `from` into `into` (same spec); from is left empty. */
 void sr_agg_state_merge(sr_agg_state *into, sr_agg_state *from);
 /* Writes the final ES "aggregations" object ({"name":{...},...}) to out,
  * after all merges (terms size cut, min_doc_count, pipeline of order). */
 cm_err sr_agg_render(const sr_agg_state *s, cm_buf *out, cm_error *err);
+/* The same; typed_keys writes each name as ES's "type#name" (sterms#,
+ * date_histogram#, tdigest_percentiles#, simple_value#, ...). */
+cm_err sr_agg_render_typed(const sr_agg_state *s, cm_buf *out, bool typed_keys, cm_error *err);
 /* Wire form of a partial state (the spec itself is not encoded: the
  * receiver decodes against the same sr_agg it parsed from the request).
  * A shard-level state is trimmed (terms shard_size) before encoding. */

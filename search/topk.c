@@ -814,6 +814,9 @@ sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_req
 		sr_it_free(t.pf_it);
 		t.pf_it = NULL;
 	}
+	/* samplers replay their chosen docs while the segments are open */
+	if (!rc && aggs)
+		rc = sr_agg_state_shard_end(aggs);
 	sr_plan_free(plan);
 	sr_plan_free(pf_plan);
 	if (rc) {

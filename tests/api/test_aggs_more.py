@@ -626,7 +626,7 @@ def errors_are_es_shaped():
          "parsing_exception", "unknown field [bogus]"),
         ({"a": {"max_bucket": {"buckets_path": "mx"}}, "mx": {"max": {"field": "v"}}},
          "action_request_validation_exception", "must be a multi-bucket aggregation"),
-        ({"g": {"sampler": {"shard_size": 10}}}, "illegal_argument_exception",
+        ({"g": {"ip_range": {"field": "k", "ranges": []}}}, "illegal_argument_exception",
          "not supported by Shoal"),
         ({"t": {"terms": {"field": "k"}, "aggs": {"g": {"global": {}}}}},
          "aggregation_execution_exception", "Global aggregations can only be defined as top"),
