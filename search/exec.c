@@ -1062,13 +1062,18 @@ conj_fill(sr_it *it, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores, fl
 				As[w * 64 + ctz64(m)] = 0.0f;
 	for (size_t i = 1; i < c->n; i++) {
 		sr_it *k = c->k[i];
-		uint64_t any = 0;
+		uint64_t na = 0;
 		for (size_t w = 0; w < nw; w++)
-			any |= A[w];
-		if (!any)
+			na += (uint64_t)__builtin_popcountll(A[w]);
+		if (!na)
 			break;
 		bool ks = As && k->scoring;
-		if (k->cost * DENSE_DIV >= c->max_doc) {
+		/* Filled when dense, unless the docs left are few against the
+		 * child's expected docs in the window: probing those (skip
+		 * data, one block decoded per probe at most) beats decoding and
+		 * scoring all of the child's. */
+		uint64_t expect = k->cost * (uint64_t)(hi - lo) / (c->max_doc ? c->max_doc : 1);
+		if (k->cost * DENSE_DIV >= c->max_doc && na * 4 >= expect) {
 			uint64_t *B = c->b->b;
 			memset(B, 0, nw * sizeof(uint64_t));
 			k->ops->fill(k, lo, hi, B, ks ? c->b->s : NULL, -INFINITY);
