@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Answers before/after: do two builds give the same answers?
+
+Loads N W3 documents (gen_w3.py) into a 2-shard index with BASE's `shoal`,
+unmerged (several segments per shard), then runs every query of
+gen_queries.py against BASE and then NEW on the same data directory, each
+query twice (as generated, and with exact totals and at least 10 hits),
+and compares the whole answers: totals, max_score, every hit's id, score
+and sort values, and aggregations. A speed change that alters an answer
+shows here. Not timed; not part of the test run.
+
+Usage: tests/bench/ab_answers.py BASE_BUILD NEW_BUILD [--n 20000] [--port 19297]
+Needs dict-gcide (gen_w3.py); exits 1 when any answer differs."""
+import argparse, json, os, shutil, subprocess, sys, tempfile, time, urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def req(port, method, path, body=None, ctype="application/json"):
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    r = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data, method=method,
+                               headers={"Content-Type": ctype})
+    try:
+        with urllib.request.urlopen(r, timeout=60) as f:
+            return f.status, json.load(f)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def start(build, data, port):
+    p = subprocess.Popen([os.path.join(build, "bin", "shoal"), "--solo", "--data", data,
+                          "--http", "127.0.0.1:%d" % port],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=1)
+            return p
+        except Exception:
+            time.sleep(0.1)
+    p.kill()
+    sys.exit("shoal of %s did not answer" % build)
+
+
+def stop(p):
+    p.terminate()
+    p.wait(30)
+
+
+def answers(port, queries):
+    out = []
+    for q in queries:
+        b = q["body"]
+        for body in (dict(b), dict(b, track_total_hits=True, size=max(b.get("size", 10), 10))):
+            body.pop("_source", None)
+            st, j = req(port, "POST", "/w3/_search", body)
+            if st != 200:
+                out.append({"class": q["class"], "status": st, "error": j.get("error")})
+                continue
+            h = j["hits"]
+            out.append({"class": q["class"], "total": h.get("total"), "max": h["max_score"],
+                        "hits": [(x["_id"], x["_score"], x.get("sort")) for x in h["hits"]],
+                        "aggs": j.get("aggregations")})
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("base")
+    ap.add_argument("new")
+    ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--port", type=int, default=19297)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="shoal-ab-answers.")
+    try:
+        corpus, qfile = os.path.join(tmp, "w3.ndjson"), os.path.join(tmp, "q.ndjson")
+        subprocess.run([sys.executable, os.path.join(HERE, "gen_w3.py"), str(a.n), "--seed", "42",
+                        "--out", corpus], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, os.path.join(HERE, "gen_queries.py"), corpus, qfile,
+                        "--seed", "7"], check=True, stdout=subprocess.DEVNULL)
+        queries = [json.loads(l) for l in open(qfile)]
+        data = os.path.join(tmp, "node")
+        p = start(a.base, data, a.port)
+        mapping = json.load(open(os.path.join(HERE, "w3_mapping.json")))
+        st, j = req(a.port, "PUT", "/w3", {"settings": {"number_of_shards": 2, "number_of_replicas": 0},
+                                            "mappings": mapping})
+        assert st == 200, j
+        lines = open(corpus).read().splitlines()
+        for i in range(0, len(lines), 4000):
+            bulk = "".join(json.dumps({"index": {"_index": "w3", "_id": json.loads(l)["id"]}}) + "\n" + l + "\n"
+                           for l in lines[i:i + 4000])
+            st, j = req(a.port, "POST", "/_bulk", bulk.encode(), "application/x-ndjson")
+            assert st == 200 and not j["errors"], str(j)[:300]
+        req(a.port, "POST", "/w3/_refresh")
+        res = {}
+        for tag, build in (("base", a.base), ("new", a.new)):
+            if p is None:
+                p = start(build, data, a.port)
+            res[tag] = answers(a.port, queries)
+            stop(p)
+            p = None
+        bad = [(x, y) for x, y in zip(res["base"], res["new"]) if x != y]
+        for x, y in bad[:10]:
+            print("differs: %s\n  base %s\n  new  %s" % (x["class"], str(x)[:400], str(y)[:400]))
+        print("%d answers compared (%d queries x 2), %d differ" % (len(res["base"]), len(queries), len(bad)))
+        return 1 if bad else 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
