@@ -264,7 +264,14 @@ term_fill(sr_it *it, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores, fl
 		}
 		uint32_t k = p->i, n = p->n;
 		const uint32_t *docs = p->docs;
-		if (sc) {
+		if (skip) {
+			/* a doc below the bar cannot enter the top-k: left out */
+			for (; k < n && docs[k] < hi; k++) {
+				float s = term_doc_score(t, docs[k], p->freqs[k]);
+				if (s >= min)
+					sr_win_put(bits, scores, docs[k] - lo, s);
+			}
+		} else if (sc) {
 			for (; k < n && docs[k] < hi; k++)
 				sr_win_put(bits, scores, docs[k] - lo, term_doc_score(t, docs[k], p->freqs[k]));
 		} else if (scores) {
