@@ -247,6 +247,31 @@ st_segment_bytes(const st_segment *s)
 	return s->bytes;
 }
 
+cm_err
+st_segment_sections(const st_segment *s, st_seg_section by_tag[256])
+{
+	memset(by_tag, 0, 256 * sizeof *by_tag);
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn))
+		return CM_EIO;
+	if (mdb_cursor_open(txn, s->dbi, &cur)) {
+		mdb_txn_abort(txn);
+		return CM_EIO;
+	}
+	MDB_val k, v;
+	for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+		st_seg_section *sec = &by_tag[k.mv_size ? ((const uint8_t *)k.mv_data)[0] : 0];
+		sec->entries++;
+		sec->key_bytes += k.mv_size;
+		sec->value_bytes += v.mv_size;
+	}
+	mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	return CM_OK;
+}
+
 size_t
 st_segment_nfields(const st_segment *s)
 {

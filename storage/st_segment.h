@@ -51,6 +51,13 @@ uint32_t st_segment_max_doc(const st_segment *s);
 uint64_t st_segment_generation(const st_segment *s);
 const char *st_segment_path(const st_segment *s);
 uint64_t st_segment_bytes(const st_segment *s); /* file size */
+/* Where a segment's bytes are: the keys and values of each section (a
+ * key's first byte, the tags in segment_private.h) summed, for size
+ * tables; what the file holds beyond them is LMDB's pages and trailer. */
+typedef struct st_seg_section {
+	uint64_t entries, key_bytes, value_bytes;
+} st_seg_section;
+cm_err st_segment_sections(const st_segment *s, st_seg_section by_tag[256]);
 size_t st_segment_nfields(const st_segment *s);
 const st_field_info *st_segment_field_at(const st_segment *s, size_t i);
 const st_field_info *st_segment_field(const st_segment *s, const char *name); /* NULL if absent */

@@ -45,7 +45,8 @@ usage(void)
 	fprintf(stderr, "usage: shoal-engine index --mapping M.json --in docs.ndjson --out DIR\n"
 	                "                          [--ram-mb N] [--threads N] [--force-merge N] "
 	                "[--id-field F]\n"
-	                "       shoal-engine query ...\n");
+	                "       shoal-engine query ...\n"
+	                "       shoal-engine sizes --index DIR   (bytes by segment section)\n");
 	return 2;
 }
 
@@ -292,6 +293,70 @@ cmd_index(int argc, char **argv)
 	return fd.failed ? 3 : 0;
 }
 
+/* The byte table of every segment file under DIR (a shard directory),
+ * by section, summed: where an index's bytes go. */
+static int
+cmd_sizes(int argc, char **argv)
+{
+	if (argc != 4 || strcmp(argv[2], "--index"))
+		return usage();
+	static const struct {
+		char tag;
+		const char *what;
+	} names[] = {{'T', "terms (T keys) + postings (T values)"},
+	             {'P', "positions"},
+	             {'N', "norms"},
+	             {'C', "columns (doc values)"},
+	             {'K', "ordinal samples"},
+	             {'S', "stored _source (zstd)"},
+	             {'Z', "zstd dictionary"},
+	             {'I', "ids"},
+	             {'F', "field infos"},
+	             {'M', "meta"}};
+	st_seg_section tot[256] = {{0}};
+	uint64_t file_bytes = 0, nseg = 0;
+	char cmd[4096];
+	snprintf(cmd, sizeof cmd, "find '%s' -name 'seg-*.mdb' -type f", argv[3]);
+	FILE *f = popen(cmd, "r");
+	char path[4096];
+	while (f && fgets(path, sizeof path, f)) {
+		path[strcspn(path, "\n")] = 0;
+		st_segment *seg;
+		cm_error err;
+		cm_error_clear(&err);
+		if (st_segment_open(path, &seg, &err) != CM_OK) {
+			fprintf(stderr, "%s: %s\n", path, err.reason);
+			continue;
+		}
+		st_seg_section by[256];
+		if (st_segment_sections(seg, by) == CM_OK)
+			for (int t = 0; t < 256; t++) {
+				tot[t].entries += by[t].entries;
+				tot[t].key_bytes += by[t].key_bytes;
+				tot[t].value_bytes += by[t].value_bytes;
+			}
+		file_bytes += st_segment_bytes(seg);
+		nseg++;
+		st_segment_close(seg);
+	}
+	if (f)
+		pclose(f);
+	uint64_t sum = 0;
+	printf("| section | entries | key bytes | value bytes | total | share |\n|---|---|---|---|---|---|\n");
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+		st_seg_section *x = &tot[(uint8_t)names[i].tag];
+		uint64_t b = x->key_bytes + x->value_bytes;
+		sum += b;
+		printf("| %c %s | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | %.1f%% |\n",
+		       names[i].tag, names[i].what, x->entries, x->key_bytes, x->value_bytes, b,
+		       file_bytes ? 100.0 * (double)b / (double)file_bytes : 0);
+	}
+	printf("| LMDB pages, free space and trailer | | | | %" PRIu64 " | %.1f%% |\n",
+	       file_bytes - sum, file_bytes ? 100.0 * (double)(file_bytes - sum) / (double)file_bytes : 0);
+	printf("| all (%" PRIu64 " segment files) | | | | %" PRIu64 " | 100%% |\n", nseg, file_bytes);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -301,5 +366,7 @@ main(int argc, char **argv)
 		return cmd_index(argc, argv);
 	if (strcmp(argv[1], "query") == 0)
 		return sr_engine_query_main(argc - 1, argv + 1);
+	if (strcmp(argv[1], "sizes") == 0)
+		return cmd_sizes(argc, argv);
 	return usage();
 }
