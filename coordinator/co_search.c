@@ -374,6 +374,10 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 		sr_request_free(&req);
 		return rc;
 	}
+	if (req.suggest) { /* typed_keys for suggestions only (aggregations have their own) */
+		const char *tk = co_param_get(r, "typed_keys");
+		sr_suggest_set_typed_keys(req.suggest, tk && (!*tk || !strcmp(tk, "true")));
+	}
 	for (size_t i = 0; i < n; i++)
 		if (nd_index_settings(ixs[i])->max_result_window < window)
 			window = nd_index_settings(ixs[i])->max_result_window;
