@@ -805,6 +805,180 @@ copy_values(parse_ctx *c, const st_field_def *f, cJSON *j)
 	return e;
 }
 
+/* ---- flattened ---- */
+
+#define FLAT_MAX_KEYS 1024 /* distinct keys per document and flattened field */
+#define FLAT_DEFAULT_DEPTH 20
+
+typedef struct flat_ctx {
+	parse_ctx *c;
+	const st_field_def *f; /* the flattened mapping */
+	st_field_def *root;    /* keyword stand-in for the root field */
+	st_field_def **keys;   /* keyword stand-ins for "<path>.<key>" */
+	size_t nkeys;
+	char key[1024];
+} flat_ctx;
+
+/* A keyword field definition owned by the document. */
+static st_field_def *
+flat_def(flat_ctx *x, const char *path, size_t n)
+{
+	st_field_def d;
+	memset(&d, 0, sizeof d);
+	d.path = doc_own(x->c->doc, path, n + 1);
+	d.path[n] = '\0';
+	d.type = ST_FT_KEYWORD;
+	d.index = x->f->index;
+	d.doc_values = x->f->doc_values;
+	return (st_field_def *)doc_own(x->c->doc, &d, sizeof d);
+}
+
+static cm_err
+flat_push(flat_ctx *x, const st_field_def *def, const char *s, size_t n)
+{
+	st_doc *d = x->c->doc;
+	if (d->nvalues >= MAX_DOC_VALUES)
+		return cm_error_set(x->c->err, CM_EMAPPING,
+		                    "failed to parse: too many values in one document");
+	if (d->nvalues == d->cap) {
+		d->cap = d->cap ? d->cap * 2 : 16;
+		d->values = cm_realloc(CM_MEM_STORAGE, d->values, d->cap * sizeof(*d->values));
+	}
+	st_value *v = &d->values[d->nvalues++];
+	memset(v, 0, sizeof(*v));
+	v->field = def;
+	v->s = s;
+	v->n = n;
+	return CM_OK;
+}
+
+/* One leaf: its value under the root field and under "<path>.<key>". */
+static cm_err
+flat_leaf(flat_ctx *x, size_t klen, cJSON *j)
+{
+	const st_field_def *f = x->f;
+	const char *s;
+	size_t n;
+	if (cJSON_IsNull(j)) {
+		if (!f->null_value)
+			return CM_OK;
+		s = f->null_value;
+		n = strlen(s);
+	} else if (!(s = node_text(x->c, j, &n))) {
+		return cm_error_set(x->c->err, CM_ENOMEM, "out of memory");
+	}
+	if (f->ignore_above > 0 && utf8_chars(s, n) > (size_t)f->ignore_above)
+		return CM_OK;
+	if (memchr(x->key, '\0', klen))
+		return cm_error_set(x->c->err, CM_EMAPPING,
+		                    "Keys in [flattened] fields cannot contain the reserved "
+		                    "character \\0. Offending key: [%.*s].",
+		                    (int)klen, x->key);
+	size_t pn = strlen(f->path);
+	const st_field_def *kd = NULL;
+	for (size_t i = 0; i < x->nkeys && !kd; i++)
+		if (!strncmp(x->keys[i]->path + pn + 1, x->key, klen) &&
+		    x->keys[i]->path[pn + 1 + klen] == '\0')
+			kd = x->keys[i];
+	if (!kd) {
+		if (x->nkeys >= FLAT_MAX_KEYS)
+			return cm_error_set(x->c->err, CM_EMAPPING,
+			                    "failed to parse field [%s] of type [flattened]: more than "
+			                    "[%d] distinct keys in one document",
+			                    f->path, FLAT_MAX_KEYS);
+		char path[sizeof(x->key) + 1024 + 2];
+		int pl = snprintf(path, sizeof path, "%s.%.*s", f->path, (int)klen, x->key);
+		x->keys = cm_realloc(CM_MEM_STORAGE, x->keys, (x->nkeys + 1) * sizeof(*x->keys));
+		kd = x->keys[x->nkeys++] = flat_def(x, path, (size_t)pl);
+	}
+	cm_err e = flat_push(x, x->root, s, n);
+	return e ? e : flat_push(x, kd, s, n);
+}
+
+static cm_err flat_object(flat_ctx *x, cJSON *obj, size_t klen, int depth);
+
+/* ES's FlattenedFieldParser.parseFieldValue: name is appended to the key. */
+static cm_err
+flat_value(flat_ctx *x, cJSON *j, size_t klen, const char *name, int depth)
+{
+	size_t nl = strlen(name), kl = klen + (klen ? 1 : 0) + nl;
+	if (kl >= sizeof(x->key))
+		return cm_error_set(x->c->err, CM_EMAPPING, "failed to parse: field path too long");
+	if (klen)
+		x->key[klen] = '.';
+	memcpy(x->key + klen + (klen ? 1 : 0), name, nl);
+	if (cJSON_IsArray(j)) {
+		cJSON *it;
+		cJSON_ArrayForEach(it, j)
+		{
+			cm_err e = cJSON_IsObject(it) || cJSON_IsArray(it)
+			               ? flat_value(x, it, klen, name, depth)
+			               : flat_leaf(x, kl, it);
+			if (e)
+				return e;
+		}
+		return CM_OK;
+	}
+	if (cJSON_IsObject(j)) {
+		int limit = x->f->depth_limit > 0 ? x->f->depth_limit : FLAT_DEFAULT_DEPTH;
+		if (depth + 2 > limit) /* ES: the object's path length + 1 */
+			return cm_error_set(x->c->err, CM_EMAPPING,
+			                    "failed to parse field [%s] of type [flattened]: The "
+			                    "provided [flattened] field [%s] exceeds the maximum depth "
+			                    "limit of [%d].",
+			                    x->f->path, x->f->path, limit);
+		return flat_object(x, j, kl, depth + 1);
+	}
+	return flat_leaf(x, kl, j);
+}
+
+static cm_err
+flat_object(flat_ctx *x, cJSON *obj, size_t klen, int depth)
+{
+	cJSON *it;
+	cJSON_ArrayForEach(it, obj)
+	{
+		cm_err e = flat_value(x, it, klen, it->string ? it->string : "", depth);
+		if (e)
+			return e;
+	}
+	return CM_OK;
+}
+
+/* A flattened field's value: an object (or an array of them, or null). */
+static cm_err
+emit_flattened(parse_ctx *c, const st_field_def *f, cJSON *j)
+{
+	if (cJSON_IsNull(j) || (!f->index && !f->doc_values))
+		return CM_OK;
+	if (cJSON_IsArray(j)) {
+		cJSON *it;
+		cJSON_ArrayForEach(it, j)
+		{
+			cm_err e = emit_flattened(c, f, it);
+			if (e)
+				return e;
+		}
+		return CM_OK;
+	}
+	if (!cJSON_IsObject(j)) {
+		char pv[64];
+		preview(j, pv, sizeof pv);
+		return cm_error_set(c->err, CM_EMAPPING,
+		                    "failed to parse field [%s] of type [flattened]. Preview of "
+		                    "field's value: '%s'",
+		                    f->path, pv);
+	}
+	flat_ctx x;
+	memset(&x, 0, sizeof x);
+	x.c = c;
+	x.f = f;
+	x.root = flat_def(&x, f->path, strlen(f->path));
+	cm_err e = flat_object(&x, j, 0, 0);
+	cm_free(CM_MEM_STORAGE, x.keys);
+	return e;
+}
+
 /* Value j at c->path (length plen). `known` is its mapping, if any. */
 static cm_err
 walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dynamic dyn,
@@ -817,6 +991,8 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 		    MAX_DOC_DEPTH);
 	if (known != NULL && known->disabled)
 		return CM_OK; /* "enabled": false: anything goes, nothing is indexed */
+	if (known != NULL && known->type == ST_FT_FLATTENED)
+		return emit_flattened(c, known, j);
 	if (cJSON_IsNull(j)) {
 		if (known == NULL || known->null_value == NULL || known->type == ST_FT_OBJECT)
 			return CM_OK;

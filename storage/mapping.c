@@ -307,6 +307,21 @@ find_len(const st_mapping *m, const char *path, size_t len)
 }
 
 const st_field_def *
+st_mapping_flattened_owner(const st_mapping *m, const char *path)
+{
+	if (!m || !path)
+		return NULL;
+	for (const char *dot = strchr(path, '.'); dot; dot = strchr(dot + 1, '.')) {
+		const st_field_def *f = find_len(m, path, (size_t)(dot - path));
+		if (f && f->type == ST_FT_FLATTENED)
+			return dot[1] ? f : NULL;
+		if (f && f->type != ST_FT_OBJECT)
+			return NULL;
+	}
+	return NULL;
+}
+
+const st_field_def *
 st_mapping_find(const st_mapping *m, const char *path)
 {
 	if (m == NULL || path == NULL)
@@ -488,6 +503,7 @@ null_value_valid(const st_field_def *f)
 	char *end;
 	switch (f->type) {
 	case ST_FT_KEYWORD:
+	case ST_FT_FLATTENED:
 		return true;
 	case ST_FT_BOOLEAN:
 		return strcmp(v, "true") == 0 || strcmp(v, "false") == 0;
@@ -638,7 +654,18 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 				             it->valuestring, f.path);
 				goto fail_f;
 			}
-		} else if (strcmp(k, "ignore_above") == 0 && type == ST_FT_KEYWORD) {
+		} else if (strcmp(k, "depth_limit") == 0 && type == ST_FT_FLATTENED) {
+			ok = cJSON_IsNumber(it) && it->valuedouble == (double)(int)it->valuedouble;
+			if (ok && it->valuedouble < 1) {
+				cm_error_set(err, CM_EMAPPING,
+				             "[depth_limit] must be positive, got [%d]",
+				             (int)it->valuedouble);
+				goto fail_f;
+			}
+			if (ok)
+				f.depth_limit = (int)it->valuedouble;
+		} else if (strcmp(k, "ignore_above") == 0 &&
+		           (type == ST_FT_KEYWORD || type == ST_FT_FLATTENED)) {
 			ok = cJSON_IsNumber(it) && it->valuedouble == (double)(int)it->valuedouble;
 			if (ok && it->valuedouble < 0) {
 				cm_error_set(err, CM_EMAPPING,
@@ -737,7 +764,8 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		} else if (strcmp(k, "meta") == 0 && type != ST_FT_OBJECT) {
 			if (parse_meta(&f, it, err))
 				goto fail_f;
-		} else if (strcmp(k, "copy_to") == 0 && type != ST_FT_OBJECT) {
+		} else if (strcmp(k, "copy_to") == 0 && type != ST_FT_OBJECT &&
+		           type != ST_FT_FLATTENED) {
 			if (source != NULL) {
 				cm_error_set(
 				    err, CM_EMAPPING,
@@ -755,7 +783,8 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			f.dynamic_set = true;
 		} else if (strcmp(k, "properties") == 0 && type == ST_FT_OBJECT) {
 			ok = cJSON_IsObject(it);
-		} else if (strcmp(k, "fields") == 0 && type != ST_FT_OBJECT) {
+		} else if (strcmp(k, "fields") == 0 && type != ST_FT_OBJECT &&
+		           type != ST_FT_FLATTENED) {
 			ok = cJSON_IsObject(it);
 			fields = it;
 		} else if (type != ST_FT_OBJECT &&
@@ -1250,8 +1279,10 @@ render_field(cJSON *o, const st_field_def *f, bool has_children)
 	}
 	if (f->type == ST_FT_KEYWORD && f->normalizer != NULL)
 		cJSON_AddStringToObject(o, "normalizer", st_analyzer_get_name(f->normalizer));
-	if (f->type == ST_FT_KEYWORD && f->ignore_above > 0)
+	if ((f->type == ST_FT_KEYWORD || f->type == ST_FT_FLATTENED) && f->ignore_above > 0)
 		cJSON_AddNumberToObject(o, "ignore_above", f->ignore_above);
+	if (f->type == ST_FT_FLATTENED && f->depth_limit > 0)
+		cJSON_AddNumberToObject(o, "depth_limit", f->depth_limit);
 	if (!f->index && f->type != ST_FT_BINARY)
 		cJSON_AddBoolToObject(o, "index", false);
 	if (f->type != ST_FT_TEXT && f->type != ST_FT_BINARY && !f->doc_values)
@@ -1445,11 +1476,12 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 		                      f->null_value ? f->null_value : "null");
 	if (old->search_analyzer != f->search_analyzer ||
 	    old->custom_search_analyzer != f->custom_search_analyzer ||
-	    old->ignore_above != f->ignore_above ||
+	    old->ignore_above != f->ignore_above || old->depth_limit != f->depth_limit ||
 	    old->ignore_malformed != f->ignore_malformed || old->no_coerce != f->no_coerce) {
 		dst->search_analyzer = f->search_analyzer;
 		dst->custom_search_analyzer = f->custom_search_analyzer;
 		dst->ignore_above = f->ignore_above;
+		dst->depth_limit = f->depth_limit;
 		dst->ignore_malformed = f->ignore_malformed;
 		dst->no_coerce = f->no_coerce;
 		*changed = true;
