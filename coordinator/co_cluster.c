@@ -225,7 +225,12 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
 		o.ntimings = &nt;
 	}
 	char *text = cJSON_PrintUnformatted(body);
-	*rc = nd_cluster_search(cl, ixs, n, text, "{}", &o, out, err);
+	/* ?typed_keys for suggestion names (the merger renders them) */
+	const char *tk = cJSON_GetObjectItemCaseSensitive(body, "suggest") ? co_param_get(r, "typed_keys")
+	                                                                   : NULL;
+	bool typed = tk && (!*tk || !strcmp(tk, "true"));
+	*rc = nd_cluster_search(cl, ixs, n, text, typed ? "{\"typed_keys\":true}" : "{}", &o, out,
+	                        err);
 	cJSON_free(text);
 	if (timings && !*rc && out->len && out->data[out->len - 1] == '}') {
 		cJSON *sh = cJSON_CreateObject();

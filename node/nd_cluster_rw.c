@@ -341,6 +341,9 @@ nd_cl_request_build(const char *body, size_t len, const char *params, sr_request
 			cJSON_AddItemToObject(j, v->string, cJSON_Duplicate(v, true));
 		}
 	rc = sr_request_from_json(j, req, err);
+	if (!rc && req->suggest)
+		sr_suggest_set_typed_keys(
+		    req->suggest, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pj, "typed_keys")));
 	cJSON_Delete(j);
 	cJSON_Delete(pj);
 	return rc;

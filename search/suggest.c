@@ -437,6 +437,7 @@ parse_one(sg_one *o, const cJSON *def, const char *global_text, cm_error *err)
 {
 	if (!cJSON_IsObject(def))
 		return cm_error_set(err, CM_EINVAL, "suggestion must be an object");
+	o->size = o->shard_size = -1; /* unset */
 	const cJSON *body = NULL;
 	cm_err rc = CM_OK;
 	for (const cJSON *v = def->child; v && !rc; v = v->next) {
@@ -481,14 +482,14 @@ parse_one(sg_one *o, const cJSON *def, const char *global_text, cm_error *err)
 		o->text = cm_strdup(T, global_text);
 	if (!o->text)
 		return cm_error_set(err, CM_EINVAL, "The required text option is missing");
-	if (!o->size)
+	if (o->size == -1)
 		o->size = 5;
 	if (o->size <= 0)
 		return cm_error_set(err, CM_EINVAL, "size must be positive");
-	if (o->shard_size < 0)
-		return cm_error_set(err, CM_EINVAL, "shardSize must be positive");
-	if (!o->shard_size)
+	if (o->shard_size == -1)
 		o->shard_size = o->size > 5 ? o->size : 5;
+	if (o->shard_size <= 0)
+		return cm_error_set(err, CM_EINVAL, "shard_size must be positive");
 	if (o->size > 10000 || o->shard_size > 10000)
 		return cm_error_set(err, CM_EINVAL, "suggestion size too large (at most 10000)");
 	if (o->gen.size < o->shard_size)
