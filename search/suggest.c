@@ -931,7 +931,10 @@ u16_units(const char *s, size_t n)
 static const st_field_def *
 field_def(const st_mapping *m, const char *field, bool phrase, cm_error *err)
 {
+	static const st_field_def flat_key = {.type = ST_FT_KEYWORD, .analyzer = ST_AN_KEYWORD};
 	const st_field_def *d = m ? st_mapping_find(m, field) : NULL;
+	if ((!d && st_mapping_flattened_owner(m, field)) || (d && d->type == ST_FT_FLATTENED))
+		return &flat_key; /* a flattened field's values and keys are keywords */
 	if (!d || d->type == ST_FT_OBJECT) {
 		cm_error_set(err, CM_EINVAL, "%s mapping found for field [%s]", phrase ? "No" : "no",
 		             field);

@@ -195,8 +195,20 @@ def flattened_aggs_sort_and_source():
                                 key=lambda i: (_neg(key(i)[1]), i))
             want = [str(i) for i in with_v] + [str(i) for i in idx if key(i)[0] == 1]
             eq([h["_id"] for h in b["hits"]["hits"]], want, "%s sort %s" % (label, order))
+        # the term suggester reads a key's values as keywords
+        st, b = n.req("POST", "/fl/_search", {"size": 0, "suggest": {"s": {
+            "text": "v1.3", "term": {"field": "labels.release", "size": 2}}}})
+        df = {v: sum(1 for d in DOCS if v in values(d, "release")) for v in ("v1.0", "v1.2")}
+        want = sorted(df, key=lambda v: (-df[v], v))
+        eq((st, [(o["text"], o["score"], o["freq"]) for o in b["suggest"]["s"][0]["options"]]),
+           (200, [(v, 0.75, df[v]) for v in want]), label + ": suggest on a key")
         st, b = n.req("GET", "/fl/_doc/3")
         eq((st, b["_source"]), (200, DOCS[3]), label + ": _source as sent")
+        i = next(k for k, d in enumerate(DOCS) if d.get("labels"))
+        st, b = n.req("POST", "/fl/_search", {"query": {"ids": {"values": [str(i)]}},
+                                             "fields": ["labels"]})
+        eq((st, b["hits"]["hits"][0].get("fields")), (200, {"labels": [DOCS[i]["labels"]]}),
+           label + ": fields returns the object")
 
 
 def _neg(s):
