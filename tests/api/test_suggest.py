@@ -215,6 +215,11 @@ def term_suggester_sums_freqs_over_shards():
                                                                 "term": {"field": "t"}}}})
             eq(b["hits"]["hits"], [], label + ": size 0")
             same_entries(b["suggest"]["s1"], want, label + " defaults")
+        if label == "cluster":  # every fan-out merges the same (per_node: node partials)
+            for fm in ("serial", "per_shard", "per_node"):
+                b = suggest(nodes[1], "ts", {"size": 0, "suggest": {
+                    "s1": {"text": text, "term": {"field": "t"}}}}, params="?fanout=" + fm)
+                same_entries(b["suggest"]["s1"], want, "fanout " + fm)
         # global text, a query beside it, several suggestions, typed_keys
         b = suggest(nodes[-1], "ts", {
             "query": {"match": {"t": "fox"}},
@@ -336,6 +341,11 @@ def phrase_model(text, docs, size=5, confidence=1.0, max_errors=1.0, rwel=0.95,
         if smoothing[0] == "laplace":
             a = smoothing[1]
             return (a + c) / (w1[1] + a * SN)
+        if smoothing[0] == "linear":
+            _, bl, ul = smoothing[1]
+            if c < 1:
+                return ul * uni(w)
+            return bl * (c / (0.5 + w1[1])) + ul * uni(w)
         if c < 1:
             return smoothing[1] * uni(w)
         return c / (w1[1] + 0.00000000001)
@@ -433,13 +443,23 @@ SHINGLE_SETTINGS = {"analysis": {
 def phrase_suggester_bigrams_from_shingles():
     for label, w, nodes in targets():
         make_index(w, "phs", PHRASE_DOCS, 1, SHINGLE_MAPPING, SHINGLE_SETTINGS)
-        for text in ("quikc brwn fox", "lazi dogs jumps"):
+        for text, opts, sm in [
+                ("quikc brwn fox", {}, ("stupid_backoff", 0.4)),
+                ("lazi dogs jumps", {}, ("stupid_backoff", 0.4)),
+                ("quikc brwn fox", {"smoothing": {"stupid_backoff": {"discount": 0.2}}},
+                 ("stupid_backoff", 0.2)),
+                ("quikc brwn fox", {"smoothing": {"laplace": {"alpha": 0.3}}},
+                 ("laplace", 0.3)),
+                ("quikc brwn fox", {"smoothing": {"linear_interpolation": {
+                    "trigram_lambda": 0.1, "bigram_lambda": 0.6, "unigram_lambda": 0.3}}},
+                 ("linear", (0.1, 0.6, 0.3)))]:
+            body = {"field": "t.sh", "direct_generator": [{"field": "t"}]}
+            body.update(opts)
             b = suggest(nodes[0], "phs", {"size": 0, "suggest": {"p": {
-                "text": text, "phrase": {"field": "t.sh",
-                                         "direct_generator": [{"field": "t"}]}}}})
-            want = phrase_model(text, PHRASE_DOCS, gram=2, shingle_docs=True)
+                "text": text, "phrase": body}}})
+            want = phrase_model(text, PHRASE_DOCS, gram=2, shingle_docs=True, smoothing=sm)
             assert want[0]["options"], "model has options for %r" % text
-            same_entries(b["suggest"]["p"], want, "%s %r bigrams" % (label, text))
+            same_entries(b["suggest"]["p"], want, "%s %r bigrams %s" % (label, text, opts))
         # "brown fox" is a seen bigram, "brawn fox" is not: the bigram
         # model ranks the seen one first
         b = suggest(nodes[0], "phs", {"size": 0, "suggest": {"p": {
@@ -497,10 +517,13 @@ def suggest_refusals():
             {"field": "t", "nope": 1}]}}}, 400, "x_content_parse_exception",
             "[direct_generator] unknown field [nope]")
         # an unmapped field fails on every shard, as ES
-        st, b = n.req("POST", "/ts/_search", {"suggest": {"s": {"text": "x", "term": {
-            "field": "nope"}}}})
-        eq(st, 400, label + ": unmapped field: %s" % b)
-        assert "no mapping found for field [nope]" in str(b), b
+        error_is(n.req("POST", "/ts/_search", {"suggest": {"s": {"text": "x", "term": {
+            "field": "nope"}}}}), 400, "illegal_argument_exception",
+            "no mapping found for field [nope]")
+        bad({"s": {"text": "x", "phrase": {"field": "t", "smoothing": {
+            "linear_interpolation": {"trigram_lambda": 0.5, "bigram_lambda": 0.5,
+                                     "unigram_lambda": 0.5}}}}}, 400,
+            "illegal_argument_exception", "must sum to 1")
 
 
 if __name__ == "__main__":
