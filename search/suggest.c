@@ -58,6 +58,14 @@ struct sr_suggest {
 	bool typed_keys;
 };
 
+/* qsort, but an empty array may be NULL */
+static void
+sort_n(void *v, size_t n, size_t size, int (*cmp)(const void *, const void *))
+{
+	if (n > 1)
+		qsort(v, n, size, cmp);
+}
+
 /* ---- parsing ---- */
 
 static void
@@ -763,7 +771,7 @@ fuzzy_pass(sr_exec *x, const sg_gen *g, const char *term, size_t tlen, int edits
 		st_terms_close(it);
 	}
 	/* one entry per term, dfs summed over segments */
-	qsort(all.v, all.n, sizeof(cand), by_term);
+	sort_n(all.v, all.n, sizeof(cand), by_term);
 	size_t w = 0;
 	for (size_t i = 0; i < all.n; i++) {
 		if (w && !by_term(&all.v[w - 1], &all.v[i])) {
@@ -791,7 +799,7 @@ fuzzy_pass(sr_exec *x, const sg_gen *g, const char *term, size_t tlen, int edits
 		if (all.v[i].t)
 			all.v[w++] = all.v[i];
 	all.n = w;
-	qsort(all.v, all.n, sizeof(cand), by_boost);
+	sort_n(all.v, all.n, sizeof(cand), by_boost);
 	for (size_t i = 0; i < all.n; i++) {
 		if (i < keep)
 			cands_push(out, (const uint8_t *)all.v[i].t, all.v[i].n, all.v[i].df,
@@ -848,7 +856,7 @@ spell_check(sr_exec *x, st_postings *p, const sg_gen *g, const char *term, size_
 		}
 		cands_free(&more);
 	}
-	qsort(out->v, out->n, sizeof(cand), g->sort_freq ? by_freq_sw : by_score_sw);
+	sort_n(out->v, out->n, sizeof(cand), g->sort_freq ? by_freq_sw : by_score_sw);
 	while (out->n > num)
 		cm_free(T, out->v[--out->n].t);
 }
@@ -1282,7 +1290,7 @@ draw(lm *l, pset *s, const fstats *gfs)
 			pc->user_input = false;
 		}
 		cands_free(&c);
-		qsort(s->c, s->n, sizeof(pcand), pcand_desc);
+		sort_n(s->c, s->n, sizeof(pcand), pcand_desc);
 	}
 	(void)gfs;
 	stable_by_score(s->c, s->n);
@@ -1648,7 +1656,7 @@ render_entry(const sg_one *o, const cJSON *e, double cut, cm_buf *out)
 		}
 		v[k++] = r;
 	}
-	qsort(v, k, sizeof *v, o->kind == SG_TERM && o->gen.sort_freq ? ropt_freq : ropt_score);
+	sort_n(v, k, sizeof *v, o->kind == SG_TERM && o->gen.sort_freq ? ropt_freq : ropt_score);
 	for (size_t i = 0; i < k && i < (size_t)o->size; i++) {
 		if (i)
 			cm_buf_put_u8(out, ',');
