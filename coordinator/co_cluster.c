@@ -226,8 +226,9 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
 	}
 	char *text = cJSON_PrintUnformatted(body);
 	/* ?typed_keys for suggestion names (the merger renders them) */
-	const char *tk = cJSON_GetObjectItemCaseSensitive(body, "suggest") ? co_param_get(r, "typed_keys")
-	                                                                   : NULL;
+	const char *tk = cJSON_GetObjectItemCaseSensitive(body, "suggest")
+	                     ? co_param_get(r, "typed_keys")
+	                     : NULL;
 	bool typed = tk && (!*tk || !strcmp(tk, "true"));
 	*rc = nd_cluster_search(cl, ixs, n, text, typed ? "{\"typed_keys\":true}" : "{}", &o, out,
 	                        err);

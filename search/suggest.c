@@ -94,8 +94,8 @@ num_opt(const cJSON *v, const char *ctx, double *out, cm_error *err)
 	char *end;
 	if (cJSON_IsNumber(v))
 		*out = v->valuedouble;
-	else if (cJSON_IsString(v) && (*out = strtod(v->valuestring, &end), end != v->valuestring) &&
-	         !*end)
+	else if (cJSON_IsString(v) &&
+	         (*out = strtod(v->valuestring, &end), end != v->valuestring) && !*end)
 		;
 	else
 		return xparse(err, "[%s] failed to parse field [%s]", ctx, v->string);
@@ -165,23 +165,26 @@ gen_opt(sg_gen *g, const cJSON *v, const char *ctx, cm_error *err, cm_err *rc)
 			else if (!strcasecmp(s, "damerau_levenshtein"))
 				g->dist = DIST_DAMERAU;
 			else if (!strcasecmp(s, "jaro_winkler") || !strcasecmp(s, "ngram"))
-				*rc = cm_error_set(err, CM_EINVAL,
-				                   "string_distance [%s] is not supported (internal, "
-				                   "levenshtein and damerau_levenshtein are)",
-				                   s);
+				*rc =
+				    cm_error_set(err, CM_EINVAL,
+				                 "string_distance [%s] is not supported (internal, "
+				                 "levenshtein and damerau_levenshtein are)",
+				                 s);
 			else
 				*rc = cm_error_set(err, CM_EINVAL, "Illegal distance option %s", s);
 		}
 	} else if (!strcmp(k, "max_edits")) {
 		if (!(*rc = int_opt(v, ctx, &g->max_edits, err)) &&
 		    (g->max_edits < 1 || g->max_edits > 2))
-			*rc = cm_error_set(err, CM_EINVAL, "Illegal max_edits value %d", g->max_edits);
+			*rc = cm_error_set(err, CM_EINVAL, "Illegal max_edits value %d",
+			                   g->max_edits);
 	} else if (!strcmp(k, "prefix_length") || !strcmp(k, "prefix_len")) {
 		if (!(*rc = int_opt(v, ctx, &g->prefix_length, err)) && g->prefix_length < 0)
 			*rc = cm_error_set(err, CM_EINVAL, "prefix_length must be non-negative");
 	} else if (!strcmp(k, "min_word_length") || !strcmp(k, "min_word_len")) {
 		if (!(*rc = int_opt(v, ctx, &g->min_word_length, err)) && g->min_word_length < 1)
-			*rc = cm_error_set(err, CM_EINVAL, "minWordLength must be greater or equal to 1");
+			*rc = cm_error_set(err, CM_EINVAL,
+			                   "minWordLength must be greater or equal to 1");
 	} else if (!strcmp(k, "max_inspections")) {
 		if (!(*rc = int_opt(v, ctx, &g->max_inspections, err)) && g->max_inspections < 0)
 			*rc = cm_error_set(err, CM_EINVAL, "maxInspections must be positive");
@@ -197,15 +200,17 @@ gen_opt(sg_gen *g, const cJSON *v, const char *ctx, cm_error *err, cm_err *rc)
 		if (!(*rc = num_opt(v, ctx, &d, err))) {
 			g->max_term_freq = (float)d;
 			if (d < 0 || (d > 1 && d != floor(d)))
-				*rc = cm_error_set(err, CM_EINVAL,
-				                   "maxTermFreq must be positive (or a whole number "
-				                   "above 1)");
+				*rc =
+				    cm_error_set(err, CM_EINVAL,
+				                 "maxTermFreq must be positive (or a whole number "
+				                 "above 1)");
 		}
 	} else if (!strcmp(k, "accuracy")) {
 		if (!(*rc = num_opt(v, ctx, &d, err))) {
 			g->accuracy = (float)d;
 			if (d < 0 || d > 1)
-				*rc = cm_error_set(err, CM_EINVAL, "accuracy must be between 0 and 1");
+				*rc = cm_error_set(err, CM_EINVAL,
+				                   "accuracy must be between 0 and 1");
 		}
 	} else {
 		return 1;
@@ -233,12 +238,13 @@ parse_term(sg_one *o, const cJSON *body, cm_error *err)
 			if (!cJSON_IsBool(v))
 				rc = xparse(err, "[%s] failed to parse field [%s]", "term", k);
 			else if (cJSON_IsTrue(v))
-				rc = cm_error_set(err, CM_EINVAL,
-				                  "[term] suggester option [lowercase_terms] is not "
-				                  "supported");
+				rc =
+				    cm_error_set(err, CM_EINVAL,
+				                 "[term] suggester option [lowercase_terms] is not "
+				                 "supported");
 		} else
-			rc = cm_error_set(err, CM_EPARSE, "suggester[term] doesn't support field [%s]",
-			                  k);
+			rc = cm_error_set(err, CM_EPARSE,
+			                  "suggester[term] doesn't support field [%s]", k);
 	}
 	if (rc)
 		return rc;
@@ -259,7 +265,8 @@ parse_generators(sg_one *o, const cJSON *arr, cm_error *err)
 			return xparse(err, "[%s] failed to parse field [%s]", "phrase",
 			              "direct_generator");
 		if (o->ngens >= 16)
-			return cm_error_set(err, CM_EINVAL, "too many direct generators (at most 16)");
+			return cm_error_set(err, CM_EINVAL,
+			                    "too many direct generators (at most 16)");
 		o->gens = cm_realloc(T, o->gens, (o->ngens + 1) * sizeof *o->gens);
 		sg_gen *dg = &o->gens[o->ngens++];
 		gen_defaults(dg);
@@ -268,20 +275,22 @@ parse_generators(sg_one *o, const cJSON *arr, cm_error *err)
 			if (!gen_opt(dg, v, "direct_generator", err, &rc))
 				continue;
 			if (!strcmp(v->string, "size")) {
-				if (!(rc = int_opt(v, "direct_generator", &dg->size, err)) && dg->size <= 0)
+				if (!(rc = int_opt(v, "direct_generator", &dg->size, err)) &&
+				    dg->size <= 0)
 					rc = cm_error_set(err, CM_EINVAL, "Size must be positive");
-			} else if (!strcmp(v->string, "pre_filter") || !strcmp(v->string, "post_filter"))
+			} else if (!strcmp(v->string, "pre_filter") ||
+			           !strcmp(v->string, "post_filter"))
 				rc = cm_error_set(err, CM_EINVAL,
 				                  "[direct_generator] option [%s] is not supported",
 				                  v->string);
 			else
-				rc = xparse(err, "[%s] unknown field [%s]", "direct_generator", v->string);
+				rc = xparse(err, "[%s] unknown field [%s]", "direct_generator",
+				            v->string);
 		}
 		if (rc)
 			return rc;
 		if (!dg->field)
-			return xparse(err, "[%s] %s", "direct_generator",
-			              "Required [field]");
+			return xparse(err, "[%s] %s", "direct_generator", "Required [field]");
 	}
 	return CM_OK;
 }
@@ -300,9 +309,10 @@ parse_smoothing(sg_one *o, const cJSON *v, cm_error *err)
 			if (!strcmp(e->string, "discount"))
 				rc = num_opt(e, "stupid_backoff", &o->sm[0], err);
 			else
-				rc = cm_error_set(err, CM_EINVAL,
-				                  "[stupid_backoff] unknown token [%s] after [discount]",
-				                  e->string);
+				rc = cm_error_set(
+				    err, CM_EINVAL,
+				    "[stupid_backoff] unknown token [%s] after [discount]",
+				    e->string);
 	} else if (!strcmp(m->string, "laplace")) {
 		o->smooth = SM_LAPLACE;
 		o->sm[0] = 0.5;
@@ -311,7 +321,8 @@ parse_smoothing(sg_one *o, const cJSON *v, cm_error *err)
 				rc = num_opt(e, "laplace", &o->sm[0], err);
 			else
 				rc = cm_error_set(err, CM_EINVAL,
-				                  "[laplace] unknown token [%s] after [alpha]", e->string);
+				                  "[laplace] unknown token [%s] after [alpha]",
+				                  e->string);
 	} else if (!strcmp(m->string, "linear_interpolation") || !strcmp(m->string, "linear")) {
 		o->smooth = SM_LINEAR;
 		bool seen[3] = {false, false, false};
@@ -321,9 +332,10 @@ parse_smoothing(sg_one *o, const cJSON *v, cm_error *err)
 			while (i < 3 && strcmp(e->string, names[i]))
 				i++;
 			if (i == 3)
-				rc = cm_error_set(err, CM_EINVAL,
-				                  "suggester[phrase][smoothing] doesn't support field [%s]",
-				                  e->string);
+				rc = cm_error_set(
+				    err, CM_EINVAL,
+				    "suggester[phrase][smoothing] doesn't support field [%s]",
+				    e->string);
 			else if (!(rc = num_opt(e, "linear_interpolation", &o->sm[i], err)))
 				seen[i] = true;
 		}
@@ -364,50 +376,58 @@ parse_phrase(sg_one *o, const cJSON *body, cm_error *err)
 		else if (!strcmp(k, "gram_size")) {
 			if (!(rc = int_opt(v, "phrase", &o->gram_size, err)) &&
 			    (o->gram_size < 1 || o->gram_size > 3))
-				rc = cm_error_set(err, CM_EINVAL,
-				                  "gram_size must be between 1 and 3 (Shoal scores up "
-				                  "to trigrams)");
+				rc = cm_error_set(
+				    err, CM_EINVAL,
+				    "gram_size must be between 1 and 3 (Shoal scores up "
+				    "to trigrams)");
 		} else if (!strcmp(k, "real_word_error_likelihood")) {
 			if (!(rc = num_opt(v, "phrase", &d, err))) {
 				o->rwel = (float)d;
 				if (d <= 0)
-					rc = cm_error_set(err, CM_EINVAL,
-					                  "real_word_error_likelihood must be > 0.0");
+					rc = cm_error_set(
+					    err, CM_EINVAL,
+					    "real_word_error_likelihood must be > 0.0");
 			}
 		} else if (!strcmp(k, "confidence")) {
 			if (!(rc = num_opt(v, "phrase", &d, err))) {
 				o->confidence = (float)d;
 				if (d < 0)
-					rc = cm_error_set(err, CM_EINVAL, "confidence must be >= 0.0");
+					rc = cm_error_set(err, CM_EINVAL,
+					                  "confidence must be >= 0.0");
 			}
 		} else if (!strcmp(k, "max_errors")) {
 			if (!(rc = num_opt(v, "phrase", &d, err))) {
 				o->max_errors = (float)d;
 				if (d <= 0)
-					rc = cm_error_set(err, CM_EINVAL, "max_error must be > 0.0");
+					rc =
+					    cm_error_set(err, CM_EINVAL, "max_error must be > 0.0");
 			}
 		} else if (!strcmp(k, "token_limit")) {
-			if (!(rc = int_opt(v, "phrase", &o->token_limit, err)) && o->token_limit <= 0)
+			if (!(rc = int_opt(v, "phrase", &o->token_limit, err)) &&
+			    o->token_limit <= 0)
 				rc = cm_error_set(err, CM_EINVAL, "token_limit must be >= 1");
 		} else if (!strcmp(k, "separator"))
 			rc = str_opt(v, "phrase", &o->separator, err);
 		else if (!strcmp(k, "highlight")) {
 			if (!cJSON_IsObject(v))
 				rc = xparse(err, "[%s] failed to parse field [%s]", "phrase", k);
-			for (const cJSON *h = cJSON_IsObject(v) ? v->child : NULL; h && !rc; h = h->next)
+			for (const cJSON *h = cJSON_IsObject(v) ? v->child : NULL; h && !rc;
+			     h = h->next)
 				if (!strcmp(h->string, "pre_tag"))
 					rc = str_opt(h, "highlight", &o->pre_tag, err);
 				else if (!strcmp(h->string, "post_tag"))
 					rc = str_opt(h, "highlight", &o->post_tag, err);
 				else
-					rc = cm_error_set(err, CM_EINVAL,
-					                  "suggester[phrase][highlight] doesn't support "
-					                  "field [%s]",
-					                  h->string);
+					rc = cm_error_set(
+					    err, CM_EINVAL,
+					    "suggester[phrase][highlight] doesn't support "
+					    "field [%s]",
+					    h->string);
 			if (!rc && (!o->pre_tag || !o->post_tag))
-				rc = cm_error_set(err, CM_EINVAL,
-				                  "Pre and post tag must both be null or both not be "
-				                  "null.");
+				rc = cm_error_set(
+				    err, CM_EINVAL,
+				    "Pre and post tag must both be null or both not be "
+				    "null.");
 		} else if (!strcmp(k, "direct_generator"))
 			rc = parse_generators(o, v, err);
 		else if (!strcmp(k, "smoothing"))
@@ -416,15 +436,16 @@ parse_phrase(sg_one *o, const cJSON *body, cm_error *err)
 			if (!cJSON_IsBool(v))
 				rc = xparse(err, "[%s] failed to parse field [%s]", "phrase", k);
 			else if (!cJSON_IsTrue(v))
-				rc = cm_error_set(err, CM_EINVAL,
-				                  "[phrase] suggester option [force_unigrams] false is "
-				                  "not supported");
+				rc = cm_error_set(
+				    err, CM_EINVAL,
+				    "[phrase] suggester option [force_unigrams] false is "
+				    "not supported");
 		} else if (!strcmp(k, "collate"))
 			rc = cm_error_set(err, CM_EINVAL,
 			                  "[phrase] suggester option [collate] is not supported");
 		else
-			rc = cm_error_set(err, CM_EPARSE, "suggester[phrase] doesn't support field [%s]",
-			                  k);
+			rc = cm_error_set(err, CM_EPARSE,
+			                  "suggester[phrase] doesn't support field [%s]", k);
 	}
 	if (rc)
 		return rc;
@@ -460,20 +481,23 @@ parse_one(sg_one *o, const cJSON *def, const char *global_text, cm_error *err)
 		} else if (cJSON_IsObject(v)) {
 			if (body)
 				return cm_error_set(err, CM_EINVAL,
-				                    "suggestion [%s] has more than one suggester", o->name);
+				                    "suggestion [%s] has more than one suggester",
+				                    o->name);
 			if (!strcmp(k, "term"))
 				o->kind = SG_TERM;
 			else if (!strcmp(k, "phrase"))
 				o->kind = SG_PHRASE;
 			else if (!strcmp(k, "completion"))
-				return cm_error_set(err, CM_EINVAL,
-				                    "[completion] suggester is not supported: Shoal has "
-				                    "no completion field type");
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "[completion] suggester is not supported: Shoal has "
+				    "no completion field type");
 			else
-				return cm_error_set_type(
-				    err, CM_EPARSE, "named_object_not_found_exception",
-				    "unable to parse SuggestionBuilder with name [%s]: parser not found",
-				    k);
+				return cm_error_set_type(err, CM_EPARSE,
+				                         "named_object_not_found_exception",
+				                         "unable to parse SuggestionBuilder with "
+				                         "name [%s]: parser not found",
+				                         k);
 			body = v;
 		} else {
 			rc = cm_error_set(err, CM_EPARSE, "suggestion does not support [%s]", k);
@@ -579,10 +603,10 @@ sr_suggest_set_typed_keys(sr_suggest *s, bool on)
 
 typedef struct fstats {
 	const char *name;
-	uint64_t max_doc;   /* the shard's, deleted docs included (as Lucene) */
-	uint64_t sum_ttf;   /* sumTotalTermFreq */
-	int64_t num_terms;  /* one segment: its distinct terms; several: -1 (MultiTerms) */
-	bool present;       /* some segment has terms for it */
+	uint64_t max_doc;  /* the shard's, deleted docs included (as Lucene) */
+	uint64_t sum_ttf;  /* sumTotalTermFreq */
+	int64_t num_terms; /* one segment: its distinct terms; several: -1 (MultiTerms) */
+	bool present;      /* some segment has terms for it */
 } fstats;
 
 static void
@@ -749,7 +773,8 @@ fuzzy_pass(sr_exec *x, const sg_gen *g, const char *term, size_t tlen, int edits
 		if (st_terms_open(x->segs[si].txn, fi, &it))
 			continue;
 		size_t seen = 0;
-		for (bool ok = st_terms_seek(it, plen ? term : NULL, plen); ok; ok = st_terms_next(it)) {
+		for (bool ok = st_terms_seek(it, plen ? term : NULL, plen); ok;
+		     ok = st_terms_next(it)) {
 			size_t n;
 			const uint8_t *t = st_terms_term(it, &n);
 			if (n < plen || memcmp(t, term, plen))
@@ -760,8 +785,8 @@ fuzzy_pass(sr_exec *x, const sg_gen *g, const char *term, size_t tlen, int edits
 			if ((ncp > tcp ? ncp - tcp : tcp - ncp) > (size_t)edits)
 				continue;
 			/* the automaton matches the suffix after the exact prefix */
-			int ed = sr_edit_distance((const uint8_t *)term + plen, tlen - plen, t + plen,
-			                          n - plen, edits, true);
+			int ed = sr_edit_distance((const uint8_t *)term + plen, tlen - plen,
+			                          t + plen, n - plen, edits, true);
 			if (ed > edits)
 				continue;
 			size_t mn = ncp < tcp ? ncp : tcp;
@@ -851,8 +876,8 @@ spell_check(sr_exec *x, st_postings *p, const sg_gen *g, const char *term, size_
 			for (size_t j = 0; j < out->n && !dup; j++)
 				dup = !by_term(&out->v[j], &more.v[i]);
 			if (!dup)
-				cands_push(out, (const uint8_t *)more.v[i].t, more.v[i].n, more.v[i].df,
-				           more.v[i].score);
+				cands_push(out, (const uint8_t *)more.v[i].t, more.v[i].n,
+				           more.v[i].df, more.v[i].score);
 		}
 		cands_free(&more);
 	}
@@ -944,14 +969,14 @@ field_def(const st_mapping *m, const char *field, bool phrase, cm_error *err)
 	if ((!d && st_mapping_flattened_owner(m, field)) || (d && d->type == ST_FT_FLATTENED))
 		return &flat_key; /* a flattened field's values and keys are keywords */
 	if (!d || d->type == ST_FT_OBJECT) {
-		cm_error_set(err, CM_EINVAL, "%s mapping found for field [%s]", phrase ? "No" : "no",
-		             field);
+		cm_error_set(err, CM_EINVAL, "%s mapping found for field [%s]",
+		             phrase ? "No" : "no", field);
 		return NULL;
 	}
 	if (d->type != ST_FT_TEXT && d->type != ST_FT_KEYWORD) {
 		cm_error_set(err, CM_EINVAL,
-		             "suggesters run on text and keyword fields; [%s] is of type [%s]", field,
-		             st_field_type_name(d->type));
+		             "suggesters run on text and keyword fields; [%s] is of type [%s]",
+		             field, st_field_type_name(d->type));
 		return NULL;
 	}
 	return d;
@@ -1005,9 +1030,9 @@ term_shard(sr_exec *x, st_postings *p, const st_mapping *m, const sg_one *o, cm_
 typedef struct pcand {
 	char *t;
 	size_t n;
-	uint64_t freq;   /* totalTermFreq in the generator's field */
-	double dist;     /* stringDistance; 1.0 for the input term */
-	double score;    /* dist * (freq + 1) / (dict + 1) */
+	uint64_t freq; /* totalTermFreq in the generator's field */
+	double dist;   /* stringDistance; 1.0 for the input term */
+	double score;  /* dist * (freq + 1) / (dict + 1) */
 	bool user_input;
 } pcand;
 
@@ -1026,7 +1051,7 @@ typedef struct lm {
 	sr_exec *x;
 	st_postings *p;
 	const sg_one *o;
-	fstats fs;    /* the suggest field */
+	fstats fs; /* the suggest field */
 	const char *sep;
 	size_t sep_len;
 	pset *sets;
@@ -1078,7 +1103,8 @@ bigram(lm *l, const pcand *w, const pcand *w1)
 	double c = (double)lm_freq_join(l, w1, w, NULL);
 	switch (l->o->smooth) {
 	case SM_LAPLACE:
-		return (l->o->sm[0] + c) / ((double)w1->freq + l->o->sm[0] * (double)l->fs.num_terms);
+		return (l->o->sm[0] + c) /
+		       ((double)w1->freq + l->o->sm[0] * (double)l->fs.num_terms);
 	case SM_LINEAR:
 		if (c < 1)
 			return l->o->sm[2] * unigram(l, w);
@@ -1342,7 +1368,8 @@ join_words(cm_buf *b, lm *l, const size_t *pick, const char *pre, const char *po
 		if (pre && !c->user_input && (i == 0 || picked(l, pick, i - 1)->user_input))
 			cm_buf_put(b, pre, strlen(pre));
 		cm_buf_put(b, c->t, c->n);
-		if (pre && !c->user_input && (i + 1 == l->nsets || picked(l, pick, i + 1)->user_input))
+		if (pre && !c->user_input &&
+		    (i + 1 == l->nsets || picked(l, pick, i + 1)->user_input))
 			cm_buf_put(b, post, strlen(post));
 	}
 }
@@ -1385,8 +1412,12 @@ phrase_shard(sr_exec *x, st_postings *p, const st_mapping *m, const sg_one *o, c
 			pset *s = &l.sets[i];
 			uint64_t df, ttf;
 			term_stats(x, p, o->gens[0].field, ts.v[i].t, ts.v[i].n, &df, &ttf);
-			s->orig = (pcand){ts.v[i].t, ts.v[i].n, ttf, 1.0,
-			                  ((double)ttf + 1) / ((double)gfs.sum_ttf + 1), true};
+			s->orig = (pcand){ts.v[i].t,
+			                  ts.v[i].n,
+			                  ttf,
+			                  1.0,
+			                  ((double)ttf + 1) / ((double)gfs.sum_ttf + 1),
+			                  true};
 			ts.v[i].t = NULL;
 			draw(&l, s, &gfs);
 		}
@@ -1515,9 +1546,7 @@ static cJSON *
 find_option(cJSON *opts, const char *text)
 {
 	cJSON *o;
-	cJSON_ArrayForEach(o, opts)
-	if (!strcmp(str(o, "text"), text))
-		return o;
+	cJSON_ArrayForEach(o, opts) if (!strcmp(str(o, "text"), text)) return o;
 	return NULL;
 }
 
@@ -1553,10 +1582,11 @@ fold_entries(cJSON *into, const cJSON *from, bool term)
 			}
 			if (num(bo, "score") > num(ao, "score")) {
 				set_num(ao, "score", num(bo, "score"));
-				const cJSON *hl = cJSON_GetObjectItemCaseSensitive(bo, "highlighted");
+				const cJSON *hl =
+				    cJSON_GetObjectItemCaseSensitive(bo, "highlighted");
 				if (hl)
-					cJSON_ReplaceItemInObjectCaseSensitive(ao, "highlighted",
-					                                       cJSON_Duplicate(hl, true));
+					cJSON_ReplaceItemInObjectCaseSensitive(
+					    ao, "highlighted", cJSON_Duplicate(hl, true));
 			}
 			if (term)
 				set_num(ao, "freq", num(ao, "freq") + num(bo, "freq"));
@@ -1687,7 +1717,8 @@ sr_suggest_acc_render(sr_suggest_acc *a, cm_buf *out)
 		if (a->s->typed_keys) {
 			cm_buf tk;
 			cm_buf_init(&tk, T);
-			cm_buf_printf(&tk, "%s#%s", o->kind == SG_TERM ? "term" : "phrase", o->name);
+			cm_buf_printf(&tk, "%s#%s", o->kind == SG_TERM ? "term" : "phrase",
+			              o->name);
 			sr_jw_str(out, (const char *)tk.data, tk.len);
 			cm_buf_free(&tk);
 		} else {

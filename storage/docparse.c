@@ -882,10 +882,11 @@ flat_leaf(flat_ctx *x, size_t klen, cJSON *j)
 			kd = x->keys[i];
 	if (!kd) {
 		if (x->nkeys >= FLAT_MAX_KEYS)
-			return cm_error_set(x->c->err, CM_EMAPPING,
-			                    "failed to parse field [%s] of type [flattened]: more than "
-			                    "[%d] distinct keys in one document",
-			                    f->path, FLAT_MAX_KEYS);
+			return cm_error_set(
+			    x->c->err, CM_EMAPPING,
+			    "failed to parse field [%s] of type [flattened]: more than "
+			    "[%d] distinct keys in one document",
+			    f->path, FLAT_MAX_KEYS);
 		char path[sizeof(x->key) + 1024 + 2];
 		int pl = snprintf(path, sizeof path, "%s.%.*s", f->path, (int)klen, x->key);
 		x->keys = cm_realloc(CM_MEM_STORAGE, x->keys, (x->nkeys + 1) * sizeof(*x->keys));
@@ -922,11 +923,12 @@ flat_value(flat_ctx *x, cJSON *j, size_t klen, const char *name, int depth)
 	if (cJSON_IsObject(j)) {
 		int limit = x->f->depth_limit > 0 ? x->f->depth_limit : FLAT_DEFAULT_DEPTH;
 		if (depth + 2 > limit) /* ES: the object's path length + 1 */
-			return cm_error_set(x->c->err, CM_EMAPPING,
-			                    "failed to parse field [%s] of type [flattened]: The "
-			                    "provided [flattened] field [%s] exceeds the maximum depth "
-			                    "limit of [%d].",
-			                    x->f->path, x->f->path, limit);
+			return cm_error_set(
+			    x->c->err, CM_EMAPPING,
+			    "failed to parse field [%s] of type [flattened]: The "
+			    "provided [flattened] field [%s] exceeds the maximum depth "
+			    "limit of [%d].",
+			    x->f->path, x->f->path, limit);
 		return flat_object(x, j, kl, depth + 1);
 	}
 	return flat_leaf(x, kl, j);
