@@ -1276,7 +1276,7 @@ stable_by_score(pcand *v, size_t n)
 
 /* The candidates of one token from every generator (MultiCandidateGeneratorWrapper). */
 static void
-draw(lm *l, pset *s, const fstats *gfs)
+draw(lm *l, pset *s)
 {
 	const sg_one *o = l->o;
 	for (size_t g = 0; g < o->ngens; g++) {
@@ -1285,9 +1285,6 @@ draw(lm *l, pset *s, const fstats *gfs)
 		fstats_get(l->x, gen->field, &fs);
 		if (!fs.present)
 			continue;
-		uint64_t df, freq;
-		term_stats(l->x, l->p, gen->field, s->orig.t, s->orig.n, &df, &freq);
-		(void)freq;
 		/* thresholdFrequency uses the input's frequency in the first generator */
 		int64_t thr = 0;
 		double of = (double)s->orig.freq;
@@ -1298,15 +1295,21 @@ draw(lm *l, pset *s, const fstats *gfs)
 		cands c;
 		spell_check(l->x, l->p, gen, s->orig.t, s->orig.n, (size_t)gen->size, thr, &c);
 		for (size_t i = 0; i < c.n; i++) {
-			bool dup = false;
-			for (size_t j = 0; j < s->n && !dup; j++)
-				dup = !bytes_cmp(s->c[j].t, s->c[j].n, c.v[i].t, c.v[i].n);
-			if (dup)
-				continue;
+			/* CandidateSet.addCandidates: a term drawn again takes the
+			 * newer generator's values */
+			size_t at = s->n;
+			for (size_t k = 0; k < s->n && at == s->n; k++)
+				if (!bytes_cmp(s->c[k].t, s->c[k].n, c.v[i].t, c.v[i].n))
+					at = k;
 			uint64_t cdf, cttf;
 			term_stats(l->x, l->p, gen->field, c.v[i].t, c.v[i].n, &cdf, &cttf);
-			s->c = cm_realloc(T, s->c, (s->n + 1) * sizeof(pcand));
-			pcand *pc = &s->c[s->n++];
+			if (at == s->n) {
+				s->c = cm_realloc(T, s->c, (s->n + 1) * sizeof(pcand));
+				s->n++;
+			} else {
+				cm_free(T, s->c[at].t);
+			}
+			pcand *pc = &s->c[at];
 			pc->t = c.v[i].t;
 			pc->n = c.v[i].n;
 			c.v[i].t = NULL;
@@ -1318,7 +1321,6 @@ draw(lm *l, pset *s, const fstats *gfs)
 		cands_free(&c);
 		sort_n(s->c, s->n, sizeof(pcand), pcand_desc);
 	}
-	(void)gfs;
 	stable_by_score(s->c, s->n);
 	while (s->n > (size_t)o->shard_size)
 		cm_free(T, s->c[--s->n].t);
@@ -1419,7 +1421,7 @@ phrase_shard(sr_exec *x, st_postings *p, const st_mapping *m, const sg_one *o, c
 			                  ((double)ttf + 1) / ((double)gfs.sum_ttf + 1),
 			                  true};
 			ts.v[i].t = NULL;
-			draw(&l, s, &gfs);
+			draw(&l, s);
 		}
 		size_t *pick = cm_calloc(T, l.nsets, sizeof(size_t));
 		if (o->confidence > 0) {
