@@ -454,7 +454,8 @@ sr_merger_add(sr_merger *m, sr_shard_result *res)
 	}
 	cm_free(T, res->profile);
 	if (m->suggest && res->suggest)
-		sr_suggest_acc_add(m->suggest, res->suggest, res->suggest_len);
+		sr_suggest_acc_add(m->suggest, res->suggest, res->suggest_len,
+		                   res->index ? res->index : m->index_name);
 	cm_free(T, res->suggest);
 	for (size_t i = 0; i < res->nhits; i++)
 		offer_hit(m, &res->hits[i], res->hits[i].index ? res->hits[i].index : res->index);

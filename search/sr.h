@@ -278,8 +278,7 @@ cm_err sr_request_source_params(sr_request *r, const char *source, const char *i
 /* ---- suggesters (suggest.c) ---- */
 
 typedef struct sr_suggest sr_suggest;
-/* Parses the value of "suggest" (term and phrase suggesters; completion
- * is refused). *out is owned by the caller (sr_suggest_free). */
+/* Parses the value of "suggest" (term, phrase and completion suggesters). *out is owned by the caller (sr_suggest_free). */
 cm_err sr_suggest_from_json(const cJSON *v, sr_suggest **out, cm_error *err);
 void sr_suggest_free(sr_suggest *s);
 /* ?typed_keys=true: the rendered names become "term#name"/"phrase#name". */
@@ -291,7 +290,8 @@ cm_err sr_suggest_shard(const sr_suggest *s, st_reader *r, struct sr_shard_resul
 /* The coordinator's side: partials folded in any order, rendered once. */
 typedef struct sr_suggest_acc sr_suggest_acc;
 sr_suggest_acc *sr_suggest_acc_new(const sr_suggest *s);
-void sr_suggest_acc_add(sr_suggest_acc *a, const char *partial, size_t len);
+/* index names the completion options of a shard's partial that carry none. */
+void sr_suggest_acc_add(sr_suggest_acc *a, const char *partial, size_t len, const char *index);
 /* The folded partial (for a node-level merge), owned by the caller. */
 char *sr_suggest_acc_take(sr_suggest_acc *a, size_t *len);
 /* Appends ,"suggest":{...} to out. */

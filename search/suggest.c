@@ -20,7 +20,7 @@
 #define MAX_TOKENS 256
 #define MAX_PATHS 2000000 /* phrase: correction paths scored per request */
 
-typedef enum { SG_TERM, SG_PHRASE } sg_kind;
+typedef enum { SG_TERM, SG_PHRASE, SG_COMPLETION } sg_kind;
 typedef enum { MODE_MISSING, MODE_POPULAR, MODE_ALWAYS } sg_mode;
 typedef enum { DIST_INTERNAL, DIST_LEVENSHTEIN, DIST_DAMERAU } sg_dist;
 typedef enum { SM_STUPID, SM_LAPLACE, SM_LINEAR } sg_smooth;
@@ -50,6 +50,7 @@ typedef struct sg_one {
 	double sm[3]; /* discount | alpha | trigram, bigram, unigram lambdas */
 	sg_gen *gens;
 	size_t ngens;
+	bool skip_duplicates; /* completion */
 } sg_one;
 
 struct sr_suggest {
@@ -462,22 +463,55 @@ parse_phrase(sg_one *o, const cJSON *body, cm_error *err)
 }
 
 static cm_err
+parse_completion(sg_one *o, const cJSON *body, cm_error *err)
+{
+	cm_err rc = CM_OK;
+	for (const cJSON *v = body->child; v && !rc; v = v->next) {
+		const char *k = v->string;
+		if (!strcmp(k, "field"))
+			rc = str_opt(v, "completion", &o->field, err);
+		else if (!strcmp(k, "analyzer"))
+			rc = str_opt(v, "completion", &o->analyzer, err);
+		else if (!strcmp(k, "size"))
+			rc = int_opt(v, "completion", &o->size, err);
+		else if (!strcmp(k, "shard_size"))
+			rc = int_opt(v, "completion", &o->shard_size, err);
+		else if (!strcmp(k, "skip_duplicates")) {
+			if (!cJSON_IsBool(v))
+				rc =
+				    xparse(err, "[%s] failed to parse field [%s]", "completion", k);
+			o->skip_duplicates = cJSON_IsTrue(v);
+		} else if (!strcmp(k, "fuzzy") || !strcmp(k, "contexts"))
+			rc = cm_error_set(err, CM_EINVAL,
+			                  "[completion] suggester option [%s] is not supported", k);
+		else
+			rc = xparse(err, "[%s] unknown field [%s]", "completion", k);
+	}
+	if (!rc && !o->field)
+		rc = cm_error_set_type(err, CM_EPARSE, "parse_exception",
+		                       "the required field option [field] is missing");
+	return rc;
+}
+
+static cm_err
 parse_one(sg_one *o, const cJSON *def, const char *global_text, cm_error *err)
 {
 	if (!cJSON_IsObject(def))
 		return cm_error_set(err, CM_EINVAL, "suggestion must be an object");
 	o->size = o->shard_size = -1; /* unset */
 	const cJSON *body = NULL;
+	bool has_prefix = false;
 	cm_err rc = CM_OK;
 	for (const cJSON *v = def->child; v && !rc; v = v->next) {
 		const char *k = v->string;
 		if (!strcmp(k, "text")) {
 			rc = str_opt(v, "suggestion", &o->text, err);
-		} else if (!strcmp(k, "prefix") || !strcmp(k, "regex")) {
+		} else if (!strcmp(k, "prefix")) { /* completion's text */
+			rc = str_opt(v, "suggestion", &o->text, err);
+			has_prefix = true;
+		} else if (!strcmp(k, "regex")) {
 			rc = cm_error_set(err, CM_EINVAL,
-			                  "[%s] is only for the completion suggester, which is not "
-			                  "supported",
-			                  k);
+			                  "[regex] of the completion suggester is not supported");
 		} else if (cJSON_IsObject(v)) {
 			if (body)
 				return cm_error_set(err, CM_EINVAL,
@@ -488,10 +522,7 @@ parse_one(sg_one *o, const cJSON *def, const char *global_text, cm_error *err)
 			else if (!strcmp(k, "phrase"))
 				o->kind = SG_PHRASE;
 			else if (!strcmp(k, "completion"))
-				return cm_error_set(
-				    err, CM_EINVAL,
-				    "[completion] suggester is not supported: Shoal has "
-				    "no completion field type");
+				o->kind = SG_COMPLETION;
 			else
 				return cm_error_set_type(err, CM_EPARSE,
 				                         "named_object_not_found_exception",
@@ -507,7 +538,12 @@ parse_one(sg_one *o, const cJSON *def, const char *global_text, cm_error *err)
 		return rc;
 	if (!body)
 		return cm_error_set(err, CM_EINVAL, "suggestion [%s] has no suggester", o->name);
-	rc = o->kind == SG_TERM ? parse_term(o, body, err) : parse_phrase(o, body, err);
+	if (has_prefix && o->kind != SG_COMPLETION)
+		return cm_error_set(err, CM_EINVAL,
+		                    "[prefix] is only for the completion suggester");
+	rc = o->kind == SG_TERM     ? parse_term(o, body, err)
+	     : o->kind == SG_PHRASE ? parse_phrase(o, body, err)
+	                            : parse_completion(o, body, err);
 	if (rc)
 		return rc;
 	if (!o->text && global_text)
@@ -1473,6 +1509,157 @@ phrase_shard(sr_exec *x, st_postings *p, const st_mapping *m, const sg_one *o, c
 	return rc;
 }
 
+/* ---- completion suggester (shard) ---- */
+
+typedef struct comp_hit {
+	uint32_t weight;
+	const char *text; /* into term copies below */
+	size_t n;
+	size_t seg;
+	uint32_t doc;
+} comp_hit;
+
+static int
+comp_hit_cmp(const void *a, const void *b)
+{
+	const comp_hit *x = a, *y = b;
+	if (x->weight != y->weight)
+		return x->weight > y->weight ? -1 : 1;
+	int c = bytes_cmp(x->text, x->n, y->text, y->n);
+	if (c)
+		return c;
+	if (x->seg != y->seg)
+		return x->seg < y->seg ? -1 : 1;
+	return (x->doc > y->doc) - (x->doc < y->doc);
+}
+
+static int
+comp_doc_cmp(const void *a, const void *b)
+{
+	const comp_hit *x = a, *y = b;
+	if (x->seg != y->seg)
+		return x->seg < y->seg ? -1 : 1;
+	if (x->doc != y->doc)
+		return x->doc < y->doc ? -1 : 1;
+	return comp_hit_cmp(a, b);
+}
+
+/* The inputs of docs whose analysed form starts with the analysed prefix,
+ * best weight first, one per document (as Lucene's TopSuggestDocs). */
+static cm_err
+completion_shard(sr_exec *x, st_postings *p, const st_mapping *m, const sg_one *o, cm_buf *b,
+                 cm_error *err)
+{
+	const st_field_def *d = m ? st_mapping_find(m, o->field) : NULL;
+	if (!d)
+		return cm_error_set(err, CM_EINVAL, "no mapping found for field [%s]", o->field);
+	if (d->type != ST_FT_COMPLETION)
+		return cm_error_set(err, CM_EINVAL, "Field [%s] is not a completion suggest field",
+		                    o->field);
+	st_analyzer_kind an = d->search_analyzer;
+	const st_analyzer *custom = d->custom_search_analyzer;
+	if (o->analyzer && !st_analysis_resolve(m->analysis, o->analyzer, &an, &custom))
+		return cm_error_set(err, CM_EINVAL, "analyzer [%s] not found", o->analyzer);
+	stoks ts = {0};
+	cm_err rc = st_analyze_with(custom, an, o->text, strlen(o->text), 0, stok_cb, &ts, NULL);
+	cm_buf key, terms;
+	cm_buf_init(&key, T);
+	cm_buf_init(&terms, T);
+	for (size_t i = 0; !rc && i < ts.n; i++) {
+		if (i)
+			cm_buf_put_u8(&key, ' ');
+		cm_buf_put(&key, ts.v[i].t, ts.v[i].n);
+	}
+	stoks_free(&ts);
+	comp_hit *hits = NULL;
+	size_t nhits = 0, cap = 0;
+	/* hits point into terms by offset until it stops growing */
+	size_t *offs = NULL;
+	for (size_t si = 0; !rc && key.len && si < x->nseg; si++) {
+		const st_field_info *fi = st_segment_field(x->segs[si].seg, o->field);
+		st_terms *it;
+		if (!fi || !(fi->flags & ST_FI_POSTINGS) || st_terms_open(x->segs[si].txn, fi, &it))
+			continue;
+		const uint64_t *live = x->segs[si].live;
+		for (bool ok = st_terms_seek(it, key.data, key.len); ok; ok = st_terms_next(it)) {
+			size_t n;
+			const uint8_t *t = st_terms_term(it, &n);
+			if (n < key.len || memcmp(t, key.data, key.len))
+				break;
+			const uint8_t *sep = memchr(t, ST_COMPLETION_SEP, n);
+			if (!sep || (size_t)(t + n - sep) < 12 || sep[11] != ST_COMPLETION_SEP)
+				continue;
+			uint32_t weight = (uint32_t)strtoul((const char *)sep + 1, NULL, 10);
+			size_t off = terms.len, tl = (size_t)(t + n - (sep + 12));
+			cm_buf_put(&terms, sep + 12, tl);
+			if (st_terms_postings(it, p))
+				continue;
+			for (uint32_t doc = st_postings_next(p); doc != ST_NO_MORE_DOCS;
+			     doc = st_postings_next(p)) {
+				if (live && !st_bit_get(live, doc))
+					continue;
+				if (nhits == cap) {
+					cap = cap ? cap * 2 : 16;
+					hits = cm_realloc(T, hits, cap * sizeof *hits);
+					offs = cm_realloc(T, offs, cap * sizeof *offs);
+				}
+				offs[nhits] = off;
+				hits[nhits++] = (comp_hit){weight, NULL, tl, si, doc};
+			}
+		}
+		st_terms_close(it);
+	}
+	for (size_t i = 0; i < nhits; i++)
+		hits[i].text = (const char *)terms.data + offs[i];
+	cm_free(T, offs);
+	/* one per document: its best input */
+	sort_n(hits, nhits, sizeof *hits, comp_doc_cmp);
+	size_t w = 0;
+	for (size_t i = 0; i < nhits; i++)
+		if (!w || hits[w - 1].seg != hits[i].seg || hits[w - 1].doc != hits[i].doc)
+			hits[w++] = hits[i];
+	nhits = w;
+	sort_n(hits, nhits, sizeof *hits, comp_hit_cmp);
+	cm_buf_put(b, "{\"e\":[{\"text\":", 14);
+	sr_jw_cstr(b, o->text);
+	cm_buf_printf(b, ",\"offset\":0,\"length\":%u,\"options\":[",
+	              u16_units(o->text, strlen(o->text)));
+	cm_buf id, src;
+	cm_buf_init(&id, T);
+	cm_buf_init(&src, T);
+	size_t taken = 0;
+	for (size_t i = 0; !rc && i < nhits && taken < (size_t)o->shard_size; i++) {
+		if (o->skip_duplicates && i &&
+		    !bytes_cmp(hits[i - 1].text, hits[i - 1].n, hits[i].text, hits[i].n))
+			continue;
+		cm_buf_reset(&id);
+		cm_buf_reset(&src);
+		if (st_stored_get(x->segs[hits[i].seg].txn, hits[i].doc, &id, &src))
+			continue;
+		if (taken++)
+			cm_buf_put_u8(b, ',');
+		cm_buf_put(b, "{\"text\":", 8);
+		sr_jw_str(b, hits[i].text, hits[i].n);
+		cm_buf_put(b, ",\"_id\":", 7);
+		sr_jw_str(b, (const char *)id.data, id.len);
+		cm_buf_printf(b, ",\"_score\":%u,\"_source\":", hits[i].weight);
+		if (src.len)
+			cm_buf_put(b, src.data, src.len);
+		else
+			cm_buf_put(b, "{}", 2);
+		cm_buf_put_u8(b, '}');
+	}
+	cm_buf_put(b, "]}]}", 4);
+	cm_buf_free(&id);
+	cm_buf_free(&src);
+	cm_free(T, hits);
+	cm_buf_free(&terms);
+	cm_buf_free(&key);
+	if (rc && !err->code)
+		cm_error_set(err, rc, "analysis failed");
+	return rc;
+}
+
 cm_err
 sr_suggest_shard(const sr_suggest *s, st_reader *r, sr_shard_result *res, cm_error *err)
 {
@@ -1491,8 +1678,9 @@ sr_suggest_shard(const sr_suggest *s, st_reader *r, sr_shard_result *res, cm_err
 			cm_buf_put_u8(&b, ',');
 		sr_jw_cstr(&b, o->name);
 		cm_buf_put_u8(&b, ':');
-		rc = o->kind == SG_TERM ? term_shard(&x, p, m, o, &b, err)
-		                        : phrase_shard(&x, p, m, o, &b, err);
+		rc = o->kind == SG_TERM     ? term_shard(&x, p, m, o, &b, err)
+		     : o->kind == SG_PHRASE ? phrase_shard(&x, p, m, o, &b, err)
+		                            : completion_shard(&x, p, m, o, &b, err);
 	}
 	cm_buf_put_u8(&b, '}');
 	if (!rc) {
@@ -1596,14 +1784,52 @@ fold_entries(cJSON *into, const cJSON *from, bool term)
 	}
 }
 
+/* Completion options are documents: each keeps its own entry, named by
+ * the index it came from. */
+static void
+name_index(cJSON *p, const sr_suggest *s, const char *index)
+{
+	for (size_t i = 0; index && i < s->n; i++) {
+		if (s->v[i].kind != SG_COMPLETION)
+			continue;
+		const cJSON *e;
+		cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(
+		                          cJSON_GetObjectItemCaseSensitive(p, s->v[i].name), "e"))
+		{
+			cJSON *op;
+			cJSON_ArrayForEach(
+			    op,
+			    cJSON_GetObjectItemCaseSensitive(
+			        e, "options")) if (!cJSON_GetObjectItemCaseSensitive(op, "_index"))
+			    cJSON_AddStringToObject(op, "_index", index);
+		}
+	}
+}
+
+static void
+fold_completion(cJSON *into, const cJSON *from)
+{
+	cJSON *ie = cJSON_GetObjectItemCaseSensitive(into, "e");
+	const cJSON *fe = cJSON_GetObjectItemCaseSensitive(from, "e");
+	cJSON *a = ie ? ie->child : NULL;
+	const cJSON *b = fe ? fe->child : NULL;
+	for (; a && b; a = a->next, b = b->next) {
+		cJSON *aopts = cJSON_GetObjectItemCaseSensitive(a, "options");
+		const cJSON *bo;
+		cJSON_ArrayForEach(bo, cJSON_GetObjectItemCaseSensitive(b, "options"))
+		    cJSON_AddItemToArray(aopts, cJSON_Duplicate(bo, true));
+	}
+}
+
 void
-sr_suggest_acc_add(sr_suggest_acc *a, const char *partial, size_t len)
+sr_suggest_acc_add(sr_suggest_acc *a, const char *partial, size_t len, const char *index)
 {
 	cJSON *p = cJSON_ParseWithLength(partial, len);
 	if (!cJSON_IsObject(p)) {
 		cJSON_Delete(p);
 		return;
 	}
+	name_index(p, a->s, index);
 	if (!a->acc) {
 		a->acc = p;
 		return;
@@ -1614,6 +1840,8 @@ sr_suggest_acc_add(sr_suggest_acc *a, const char *partial, size_t len)
 		const cJSON *from = cJSON_GetObjectItemCaseSensitive(p, o->name);
 		if (!into && from)
 			cJSON_AddItemToObject(a->acc, o->name, cJSON_Duplicate(from, true));
+		else if (into && from && o->kind == SG_COMPLETION)
+			fold_completion(into, from);
 		else if (into && from)
 			fold_entries(into, from, o->kind == SG_TERM);
 	}
@@ -1665,6 +1893,62 @@ ropt_freq(const void *a, const void *b)
 	return strcmp(x->text, y->text);
 }
 
+typedef struct copt {
+	const cJSON *o;
+	const char *text, *index, *id;
+	double score;
+} copt;
+
+static int
+copt_cmp(const void *a, const void *b)
+{
+	const copt *x = a, *y = b;
+	if (x->score != y->score)
+		return x->score > y->score ? -1 : 1;
+	int c = strcmp(x->text, y->text);
+	if (c)
+		return c;
+	c = strcmp(x->index, y->index);
+	return c ? c : strcmp(x->id, y->id);
+}
+
+static void
+render_completion(const sg_one *o, const cJSON *e, cm_buf *out)
+{
+	const cJSON *opts = cJSON_GetObjectItemCaseSensitive(e, "options");
+	size_t n = (size_t)cJSON_GetArraySize(opts), k = 0;
+	copt *v = cm_calloc(T, n + 1, sizeof *v);
+	const cJSON *op;
+	cJSON_ArrayForEach(op, opts) v[k++] =
+	    (copt){op, str(op, "text"), str(op, "_index"), str(op, "_id"), num(op, "_score")};
+	sort_n(v, k, sizeof *v, copt_cmp);
+	size_t shown = 0;
+	for (size_t i = 0; i < k && shown < (size_t)o->size; i++) {
+		if (o->skip_duplicates && i && !strcmp(v[i - 1].text, v[i].text))
+			continue;
+		if (shown++)
+			cm_buf_put_u8(out, ',');
+		cm_buf_put(out, "{\"text\":", 8);
+		sr_jw_cstr(out, v[i].text);
+		cm_buf_put(out, ",\"_index\":", 10);
+		sr_jw_cstr(out, v[i].index);
+		cm_buf_put(out, ",\"_type\":\"_doc\",\"_id\":", 22);
+		sr_jw_cstr(out, v[i].id);
+		cm_buf_put(out, ",\"_score\":", 10);
+		sr_jw_float(out, (float)v[i].score);
+		cm_buf_put(out, ",\"_source\":", 11);
+		char *src =
+		    cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(v[i].o, "_source"));
+		if (src)
+			cm_buf_put(out, src, strlen(src));
+		else
+			cm_buf_put(out, "{}", 2);
+		cJSON_free(src);
+		cm_buf_put_u8(out, '}');
+	}
+	cm_free(T, v);
+}
+
 static void
 render_entry(const sg_one *o, const cJSON *e, double cut, cm_buf *out)
 {
@@ -1672,6 +1956,11 @@ render_entry(const sg_one *o, const cJSON *e, double cut, cm_buf *out)
 	sr_jw_cstr(out, str(e, "text"));
 	cm_buf_printf(out, ",\"offset\":%.0f,\"length\":%.0f,\"options\":[", num(e, "offset"),
 	              num(e, "length"));
+	if (o->kind == SG_COMPLETION) {
+		render_completion(o, e, out);
+		cm_buf_put(out, "]}", 2);
+		return;
+	}
 	const cJSON *opts = cJSON_GetObjectItemCaseSensitive(e, "options");
 	size_t n = (size_t)cJSON_GetArraySize(opts), k = 0;
 	ropt *v = cm_calloc(T, n + 1, sizeof *v);
@@ -1719,7 +2008,10 @@ sr_suggest_acc_render(sr_suggest_acc *a, cm_buf *out)
 		if (a->s->typed_keys) {
 			cm_buf tk;
 			cm_buf_init(&tk, T);
-			cm_buf_printf(&tk, "%s#%s", o->kind == SG_TERM ? "term" : "phrase",
+			cm_buf_printf(&tk, "%s#%s",
+			              o->kind == SG_TERM     ? "term"
+			              : o->kind == SG_PHRASE ? "phrase"
+			                                     : "completion",
 			              o->name);
 			sr_jw_str(out, (const char *)tk.data, tk.len);
 			cm_buf_free(&tk);

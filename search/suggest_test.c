@@ -46,8 +46,8 @@ test_parse_errors(void)
 		cm_err rc;
 		const char *why;
 	} cases[] = {
-	    {"{\"s\":{\"text\":\"x\",\"completion\":{\"field\":\"f\"}}}", CM_EINVAL,
-	     "[completion] suggester is not supported"},
+	    {"{\"s\":{\"text\":\"x\",\"completion\":{\"field\":\"f\",\"fuzzy\":{}}}}", CM_EINVAL,
+	     "[completion] suggester option [fuzzy] is not supported"},
 	    {"{\"s\":{\"text\":\"x\",\"term\":{\"field\":\"f\",\"zz\":1}}}", CM_EPARSE,
 	     "suggester[term] doesn't support field [zz]"},
 	    {"{\"s\":{\"text\":\"x\",\"term\":{}}}", CM_EPARSE,
@@ -66,7 +66,7 @@ test_parse_errors(void)
 	     CM_EPARSE, "failed to parse field [direct_generator]"},
 	    {"{\"s\":{\"text\":\"x\",\"term\":{\"field\":\"f\"},\"phrase\":{\"field\":\"f\"}}}",
 	     CM_EINVAL, "has more than one suggester"},
-	    {"{\"s\":{\"text\":\"x\",\"prefix\":\"a\",\"term\":{\"field\":\"f\"}}}", CM_EINVAL,
+	    {"{\"s\":{\"prefix\":\"a\",\"term\":{\"field\":\"f\"}}}", CM_EINVAL,
 	     "only for the completion suggester"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -98,8 +98,8 @@ test_term_fold(void)
 	    "{\"text\":\"thick\",\"score\":0.5,\"freq\":1},{\"text\":\"quack\",\"score\":0.75,"
 	    "\"freq\":3}]}]},\"b\":{\"e\":[{\"text\":\"x\",\"offset\":0,\"length\":1,\"options\":["
 	    "{\"text\":\"xa\",\"score\":0.5,\"freq\":5}]}]}}";
-	sr_suggest_acc_add(acc, p1, strlen(p1));
-	sr_suggest_acc_add(acc, p2, strlen(p2));
+	sr_suggest_acc_add(acc, p1, strlen(p1), "i");
+	sr_suggest_acc_add(acc, p2, strlen(p2), "i");
 	char out[2048];
 	render(acc, out, sizeof out);
 	/* a: by score then freq (quack 3 before quick 2), size 2; b: by freq (xa 6) */
@@ -114,7 +114,7 @@ test_term_fold(void)
 	size_t len;
 	char *part = sr_suggest_acc_take(acc, &len);
 	REQUIRE(part);
-	sr_suggest_acc_add(acc, part, len);
+	sr_suggest_acc_add(acc, part, len, "i");
 	cm_free(CM_MEM_SEARCH, part);
 	sr_suggest_set_typed_keys(s, true);
 	render(acc, out, sizeof out);
@@ -141,8 +141,8 @@ test_phrase_fold(void)
 	    "{\"p\":{\"cut\":0.02,\"e\":[{\"text\":\"qick fox\",\"offset\":0,\"length\":8,"
 	    "\"options\":[{\"text\":\"quick fox\",\"highlighted\":\"<em>quick</em> fox\","
 	    "\"score\":0.3},{\"text\":\"quack fox\",\"score\":0.1}]}]}}";
-	sr_suggest_acc_add(acc, p1, strlen(p1));
-	sr_suggest_acc_add(acc, p2, strlen(p2));
+	sr_suggest_acc_add(acc, p1, strlen(p1), "i");
+	sr_suggest_acc_add(acc, p2, strlen(p2), "i");
 	char out[2048];
 	render(acc, out, sizeof out);
 	const char *want =

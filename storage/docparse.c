@@ -981,6 +981,132 @@ emit_flattened(parse_ctx *c, const st_field_def *f, cJSON *j)
 	return e;
 }
 
+/* ---- completion ---- */
+
+typedef struct comp_tok {
+	cm_buf *b;
+} comp_tok;
+
+static int
+comp_tok_cb(void *ctx, const st_token *t)
+{
+	cm_buf *b = ((comp_tok *)ctx)->b;
+	if (b->len)
+		cm_buf_put_u8(b, ' ');
+	cm_buf_put(b, t->term, t->len);
+	return 0;
+}
+
+static cm_err
+comp_error(parse_ctx *c, const st_field_def *f, const char *what)
+{
+	return cm_error_set(c->err, CM_EMAPPING,
+	                    "failed to parse field [%s] of type [completion]: %s", f->path, what);
+}
+
+/* One input: its term (analysed text, weight, input) under the field. */
+static cm_err
+comp_input(parse_ctx *c, const st_field_def *f, const st_field_def *def, const cJSON *in,
+           long weight)
+{
+	if (!cJSON_IsString(in))
+		return comp_error(c, f, "[input] must be a string or an array of strings");
+	const char *s = in->valuestring;
+	size_t n = strlen(s), cps = 0, cut = 0;
+	while (cut < n && cps < (size_t)f->max_input_length) { /* max_input_length characters */
+		cut++;
+		while (cut < n && ((unsigned char)s[cut] & 0xC0) == 0x80)
+			cut++;
+		cps++;
+	}
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_STORAGE);
+	comp_tok ct = {&b};
+	cm_err e = st_analyze_with(f->custom_analyzer, f->analyzer, s, cut, 0, comp_tok_cb, &ct, NULL);
+	if (e == CM_OK && b.len) {
+		cm_buf_printf(&b, "%c%010ld%c", ST_COMPLETION_SEP, weight, ST_COMPLETION_SEP);
+		cm_buf_put(&b, s, cut);
+		if (c->doc->nvalues >= MAX_DOC_VALUES) {
+			e = cm_error_set(c->err, CM_EMAPPING,
+			                 "failed to parse: too many values in one document");
+		} else {
+			st_value *v = push_value(c, f);
+			v->field = def;
+			v->s = doc_own(c->doc, b.data, b.len);
+			v->n = b.len;
+		}
+	} else if (e) {
+		cm_error_set(c->err, e, "analysis failed for field [%s]", f->path);
+	}
+	cm_buf_free(&b);
+	return e;
+}
+
+static cm_err
+comp_value(parse_ctx *c, const st_field_def *f, const st_field_def *def, const cJSON *j)
+{
+	if (cJSON_IsNull(j))
+		return CM_OK;
+	if (cJSON_IsString(j))
+		return comp_input(c, f, def, j, 1);
+	if (!cJSON_IsObject(j))
+		return comp_error(c, f, "expected a string, an array or an object");
+	const cJSON *input = NULL, *v;
+	long weight = 1;
+	cJSON_ArrayForEach(v, j)
+	{
+		if (!strcmp(v->string, "input")) {
+			input = v;
+		} else if (!strcmp(v->string, "weight")) {
+			double d = cJSON_IsNumber(v) ? v->valuedouble
+			           : cJSON_IsString(v) ? strtod(v->valuestring, NULL)
+			                               : -1;
+			if (d != floor(d) || d < 0 || d > 2147483647.0)
+				return comp_error(c, f, "weight must be an integer between 0 and 2147483647");
+			weight = (long)d;
+		} else if (!strcmp(v->string, "contexts")) {
+			return comp_error(c, f, "[contexts] are not supported");
+		} else {
+			char why[300];
+			snprintf(why, sizeof why, "unknown field name [%.200s]", v->string);
+			return comp_error(c, f, why);
+		}
+	}
+	if (!input)
+		return comp_error(c, f, "[input] is required");
+	if (!cJSON_IsArray(input))
+		return comp_input(c, f, def, input, weight);
+	cJSON_ArrayForEach(v, input)
+	{
+		cm_err e = comp_input(c, f, def, v, weight);
+		if (e)
+			return e;
+	}
+	return CM_OK;
+}
+
+static cm_err
+emit_completion(parse_ctx *c, const st_field_def *f, cJSON *j)
+{
+	st_field_def d;
+	memset(&d, 0, sizeof d);
+	size_t n = strlen(f->path);
+	d.path = doc_own(c->doc, f->path, n + 1);
+	d.type = ST_FT_KEYWORD;
+	d.index = true;
+	const st_field_def *def = (st_field_def *)doc_own(c->doc, &d, sizeof d);
+	if (!cJSON_IsArray(j))
+		return comp_value(c, f, def, j);
+	cJSON *it;
+	cJSON_ArrayForEach(it, j)
+	{
+		cm_err e = comp_value(c, f, def, it);
+		if (e)
+			return e;
+	}
+	return CM_OK;
+}
+
 /* Value j at c->path (length plen). `known` is its mapping, if any. */
 static cm_err
 walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dynamic dyn,
@@ -995,6 +1121,8 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 		return CM_OK; /* "enabled": false: anything goes, nothing is indexed */
 	if (known != NULL && known->type == ST_FT_FLATTENED)
 		return emit_flattened(c, known, j);
+	if (known != NULL && known->type == ST_FT_COMPLETION)
+		return emit_completion(c, known, j);
 	if (cJSON_IsNull(j)) {
 		if (known == NULL || known->null_value == NULL || known->type == ST_FT_OBJECT)
 			return CM_OK;

@@ -36,6 +36,10 @@ typedef enum {
 	 * segment fields "<path>" (every leaf value) and "<path>.<key>"
 	 * (that leaf's values), see docparse.c */
 	ST_FT_FLATTENED,
+	/* Mapping only: each input is a keyword term of the segment field
+	 * "<path>" holding the analysed text, the weight and the input
+	 * (st_completion_term), read by the completion suggester */
+	ST_FT_COMPLETION,
 } st_field_type;
 
 #define ST_FT_LAST ST_FT_GEO_POINT
@@ -225,6 +229,7 @@ typedef struct st_field_def {
 	int ncopy_to;
 	char *meta;            /* "meta" as given (JSON object text), NULL when none */
 	int depth_limit;       /* flattened: object depth allowed (0 = ES's default, 20) */
+	int max_input_length;  /* completion: characters of an input kept (default 50) */
 } st_field_def;
 
 /* An immutable mapping version. Fields are sorted by path. Object fields
@@ -255,6 +260,9 @@ bool st_mapping_source_filtered(const st_mapping *m);
 st_mapping *st_mapping_ref(st_mapping *m);
 void st_mapping_unref(st_mapping *m);
 const st_field_def *st_mapping_find(const st_mapping *m, const char *path);
+/* A completion field's segment term: the analysed input, ST_COMPLETION_SEP,
+ * the weight in 10 digits, ST_COMPLETION_SEP, the input as sent. */
+#define ST_COMPLETION_SEP '\x1f'
 /* The flattened field whose key `path` names ("labels.release" under a
  * flattened "labels"), NULL when there is none. */
 const st_field_def *st_mapping_flattened_owner(const st_mapping *m, const char *path);

@@ -20,6 +20,7 @@ static const char *const field_type_names[] = {
     [ST_FT_HALF_FLOAT] = "half_float", [ST_FT_SCALED_FLOAT] = "scaled_float",
     [ST_FT_UNSIGNED_LONG] = "unsigned_long", [ST_FT_GEO_POINT] = "geo_point",
     [ST_FT_FLATTENED] = "flattened",
+    [ST_FT_COMPLETION] = "completion",
 };
 
 static const char *const analyzer_names[] = {
