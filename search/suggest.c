@@ -1627,15 +1627,19 @@ completion_shard(sr_exec *x, st_postings *p, const st_mapping *m, const sg_one *
 	cm_buf id, src;
 	cm_buf_init(&id, T);
 	cm_buf_init(&src, T);
-	size_t taken = 0;
+	size_t taken = 0, *kept = cm_calloc(T, (size_t)o->shard_size + 1, sizeof(size_t));
 	for (size_t i = 0; !rc && i < nhits && taken < (size_t)o->shard_size; i++) {
-		if (o->skip_duplicates && i &&
-		    !bytes_cmp(hits[i - 1].text, hits[i - 1].n, hits[i].text, hits[i].n))
+		bool dup = false; /* skip_duplicates: a text already taken */
+		for (size_t k = 0; o->skip_duplicates && k < taken && !dup; k++)
+			dup = !bytes_cmp(hits[kept[k]].text, hits[kept[k]].n, hits[i].text,
+			                 hits[i].n);
+		if (dup)
 			continue;
 		cm_buf_reset(&id);
 		cm_buf_reset(&src);
 		if (st_stored_get(x->segs[hits[i].seg].txn, hits[i].doc, &id, &src))
 			continue;
+		kept[taken] = i;
 		if (taken++)
 			cm_buf_put_u8(b, ',');
 		cm_buf_put(b, "{\"text\":", 8);
@@ -1650,6 +1654,7 @@ completion_shard(sr_exec *x, st_postings *p, const st_mapping *m, const sg_one *
 		cm_buf_put_u8(b, '}');
 	}
 	cm_buf_put(b, "]}]}", 4);
+	cm_free(T, kept);
 	cm_buf_free(&id);
 	cm_buf_free(&src);
 	cm_free(T, hits);
@@ -1922,10 +1927,14 @@ render_completion(const sg_one *o, const cJSON *e, cm_buf *out)
 	cJSON_ArrayForEach(op, opts) v[k++] =
 	    (copt){op, str(op, "text"), str(op, "_index"), str(op, "_id"), num(op, "_score")};
 	sort_n(v, k, sizeof *v, copt_cmp);
-	size_t shown = 0;
+	size_t shown = 0, *kept = cm_calloc(T, (size_t)o->size + 1, sizeof(size_t));
 	for (size_t i = 0; i < k && shown < (size_t)o->size; i++) {
-		if (o->skip_duplicates && i && !strcmp(v[i - 1].text, v[i].text))
+		bool dup = false; /* skip_duplicates: a text already shown */
+		for (size_t j = 0; o->skip_duplicates && j < shown && !dup; j++)
+			dup = !strcmp(v[kept[j]].text, v[i].text);
+		if (dup)
 			continue;
+		kept[shown] = i;
 		if (shown++)
 			cm_buf_put_u8(out, ',');
 		cm_buf_put(out, "{\"text\":", 8);
@@ -1946,6 +1955,7 @@ render_completion(const sg_one *o, const cJSON *e, cm_buf *out)
 		cJSON_free(src);
 		cm_buf_put_u8(out, '}');
 	}
+	cm_free(T, kept);
 	cm_free(T, v);
 }
 

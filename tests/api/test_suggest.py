@@ -469,6 +469,113 @@ def phrase_suggester_bigrams_from_shingles():
            label + ": seen bigram first")
 
 
+# ---- completion ----
+
+SONGS = ["Nevermind", "Nirvana", "Nirvana Live at Reading", "Nothing Else Matters",
+         "Never Gonna Give You Up", "No Surprises", "Numb", "November Rain", "Nutshell",
+         "nirvana unplugged", "Other Song", "Night Fever", "Nights in White Satin"]
+
+
+def completion_docs(seed):
+    rnd = random.Random(seed)
+    docs, w = [], 1000
+    for i in range(40):
+        ins = rnd.sample(SONGS, rnd.randint(1, 2))
+        w -= rnd.randint(1, 20)  # distinct weights: one order on every shard layout
+        if rnd.random() < 0.2:
+            docs.append({"s": ins[0], "n": i})  # weight 1
+        else:
+            docs.append({"s": {"input": ins, "weight": w}, "n": i})
+    return docs
+
+
+C_DOCS = completion_docs(5)
+C_MAPPING = {"properties": {"s": {"type": "completion"}, "n": {"type": "integer"}}}
+
+
+def simple(text):
+    """The simple analyzer: lowercase runs of letters."""
+    out, cur = [], ""
+    for ch in text + " ":
+        if ch.isalpha():
+            cur += ch.lower()
+        elif cur:
+            out.append(cur)
+            cur = ""
+    return " ".join(out)
+
+
+def completion_model(prefix, docs, deleted=(), size=5, skip=False):
+    key = simple(prefix)
+    best = []
+    for i, d in enumerate(docs):
+        if str(i) in deleted:
+            continue
+        v = d["s"]
+        ins, w = ([v], 1) if isinstance(v, str) else (v["input"], v["weight"])
+        m = sorted((-w, t) for t in ins if simple(t).startswith(key))
+        if m:
+            best.append((m[0][0], m[0][1], str(i)))
+    best.sort()
+    out, seen = [], set()
+    for nw, t, i in best:
+        if skip and t in seen:
+            continue
+        seen.add(t)
+        out.append({"text": t, "_id": i, "_score": float(-nw)})
+    return out[:size]
+
+
+@test
+def completion_suggester_by_weight():
+    for label, w, nodes in targets():
+        st, b = w.req("PUT", "/songs", {"settings": {"number_of_shards": 3,
+                                                     "number_of_replicas": 0},
+                                        "mappings": C_MAPPING})
+        eq(st, 200, "songs: %s" % b)
+        lines = []
+        for i, d in enumerate(C_DOCS):
+            lines += [{"index": {"_index": "songs", "_id": str(i)}}, d]
+        st, b = w.bulk(lines, params="?refresh=true")
+        eq((st, b.get("errors")), (200, False), "bulk: %s" % b)
+        # a deleted document is not suggested
+        gone = next(str(i) for i, d in enumerate(C_DOCS) if isinstance(d["s"], dict))
+        eq(w.req("DELETE", "/songs/_doc/%s?refresh=true" % gone)[0], 200, "delete")
+        for n in nodes:
+            for prefix, opts, model in [
+                    ("nir", {}, {}), ("N", {"size": 7}, {"size": 7}),
+                    ("n", {"size": 10, "skip_duplicates": True}, {"size": 10, "skip": True}),
+                    ("NEVER gonna", {}, {}), ("zz", {}, {})]:
+                body = {"field": "s"}
+                body.update(opts)
+                b = suggest(n, "songs", {"size": 0, "suggest": {"c": {
+                    "prefix": prefix, "completion": body}}}, params="?typed_keys=true")
+                (entry,) = b["suggest"]["completion#c"]
+                eq((entry["text"], entry["offset"], entry["length"]),
+                   (prefix, 0, len(prefix)), label + " entry")
+                want = completion_model(prefix, C_DOCS, {gone}, **model)
+                got = [{"text": o["text"], "_id": o["_id"], "_score": o["_score"]}
+                       for o in entry["options"]]
+                eq(got, want, "%s %r %s" % (label, prefix, opts))
+                for o in entry["options"]:
+                    eq((o["_index"], o["_type"], o["_source"]),
+                       ("songs", "_doc", C_DOCS[int(o["_id"])]), label + " option")
+        st, b = nodes[0].req("GET", "/songs/_mapping")
+        eq(b["songs"]["mappings"]["properties"]["s"], {
+            "type": "completion", "analyzer": "simple", "preserve_separators": True,
+            "preserve_position_increments": True, "max_input_length": 50}, label + " mapping")
+        st, b = nodes[0].req("GET", "/songs/_field_caps?fields=s")
+        eq(b["fields"]["s"], {"completion": {"type": "completion", "searchable": True,
+                                             "aggregatable": False}}, label + " caps")
+        error_is(w.req("PUT", "/songs/_doc/x", {"s": {"input": "a", "weight": 1.5}}), 400,
+                 "mapper_parsing_exception", "weight must be an integer")
+        error_is(w.req("PUT", "/songs/_doc/x", {"s": {"weight": 2}}), 400,
+                 "mapper_parsing_exception", "[input] is required")
+        error_is(w.req("PUT", "/bad-c", {"mappings": {"properties": {"s": {
+            "type": "completion", "contexts": [{"name": "x", "type": "category"}]}}}}), 400,
+            "mapper_parsing_exception", "[contexts] of completion field [s] are not supported")
+
+
 # ---- refusals ----
 
 @test
@@ -480,8 +587,17 @@ def suggest_refusals():
         def bad(sg, status, etype, part):
             error_is(n.req("POST", "/ts/_search", {"suggest": sg}), status, etype, part)
 
-        bad({"s": {"text": "x", "completion": {"field": "t"}}}, 400,
-            "illegal_argument_exception", "[completion] suggester is not supported")
+        error_is(n.req("POST", "/ts/_search", {"suggest": {"s": {"text": "x", "completion": {
+            "field": "t"}}}}), 400, "illegal_argument_exception",
+            "Field [t] is not a completion suggest field")
+        bad({"s": {"text": "x", "completion": {"field": "t", "fuzzy": {"fuzziness": 1}}}}, 400,
+            "illegal_argument_exception", "[completion] suggester option [fuzzy] is not supported")
+        bad({"s": {"text": "x", "completion": {"field": "t", "contexts": {}}}}, 400,
+            "illegal_argument_exception", "option [contexts] is not supported")
+        bad({"s": {"regex": "x.*", "completion": {"field": "t"}}}, 400,
+            "illegal_argument_exception", "[regex] of the completion suggester is not supported")
+        bad({"s": {"prefix": "x", "term": {"field": "t"}}}, 400,
+            "illegal_argument_exception", "[prefix] is only for the completion suggester")
         bad({"s": {"text": "x", "term": {"field": "t", "bogus": 1}}}, 400,
             "parsing_exception", "suggester[term] doesn't support field [bogus]")
         bad({"s": {"text": "x", "phrase": {"field": "t", "bogus": 1}}}, 400,
