@@ -278,7 +278,8 @@ cm_err sr_request_source_params(sr_request *r, const char *source, const char *i
 /* ---- suggesters (suggest.c) ---- */
 
 typedef struct sr_suggest sr_suggest;
-/* Parses the value of "suggest" (term, phrase and completion suggesters). *out is owned by the caller (sr_suggest_free). */
+/* Parses the value of "suggest" (term, phrase and completion suggesters). *out is owned by the
+ * caller (sr_suggest_free). */
 cm_err sr_suggest_from_json(const cJSON *v, sr_suggest **out, cm_error *err);
 void sr_suggest_free(sr_suggest *s);
 /* ?typed_keys=true: the rendered names become "term#name"/"phrase#name". */

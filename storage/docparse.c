@@ -1022,7 +1022,8 @@ comp_input(parse_ctx *c, const st_field_def *f, const st_field_def *def, const c
 	cm_buf b;
 	cm_buf_init(&b, CM_MEM_STORAGE);
 	comp_tok ct = {&b};
-	cm_err e = st_analyze_with(f->custom_analyzer, f->analyzer, s, cut, 0, comp_tok_cb, &ct, NULL);
+	cm_err e =
+	    st_analyze_with(f->custom_analyzer, f->analyzer, s, cut, 0, comp_tok_cb, &ct, NULL);
 	if (e == CM_OK && b.len) {
 		cm_buf_printf(&b, "%c%010ld%c", ST_COMPLETION_SEP, weight, ST_COMPLETION_SEP);
 		cm_buf_put(&b, s, cut);
@@ -1058,11 +1059,12 @@ comp_value(parse_ctx *c, const st_field_def *f, const st_field_def *def, const c
 		if (!strcmp(v->string, "input")) {
 			input = v;
 		} else if (!strcmp(v->string, "weight")) {
-			double d = cJSON_IsNumber(v) ? v->valuedouble
+			double d = cJSON_IsNumber(v)   ? v->valuedouble
 			           : cJSON_IsString(v) ? strtod(v->valuestring, NULL)
 			                               : -1;
 			if (d != floor(d) || d < 0 || d > 2147483647.0)
-				return comp_error(c, f, "weight must be an integer between 0 and 2147483647");
+				return comp_error(
+				    c, f, "weight must be an integer between 0 and 2147483647");
 			weight = (long)d;
 		} else if (!strcmp(v->string, "contexts")) {
 			return comp_error(c, f, "[contexts] are not supported");

@@ -573,8 +573,11 @@ parse_meta(st_field_def *f, const cJSON *v, cm_error *err)
 static bool
 completion_param(const char *k)
 {
-	static const char *const ok[] = {"analyzer", "search_analyzer", "max_input_length",
-	                                 "preserve_separators", "preserve_position_increments",
+	static const char *const ok[] = {"analyzer",
+	                                 "search_analyzer",
+	                                 "max_input_length",
+	                                 "preserve_separators",
+	                                 "preserve_position_increments",
 	                                 "meta"};
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
 		if (!strcmp(k, ok[i]))
@@ -640,27 +643,31 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			continue;
 		} else if (type == ST_FT_COMPLETION && !completion_param(k)) {
 			if (strcmp(k, "contexts") == 0)
-				cm_error_set(err, CM_EMAPPING,
-				             "[contexts] of completion field [%s] are not supported",
-				             f.path);
+				cm_error_set(
+				    err, CM_EMAPPING,
+				    "[contexts] of completion field [%s] are not supported",
+				    f.path);
 			else
-				cm_error_set(err, CM_EMAPPING,
-				             "unknown parameter [%s] on mapper [%s] of type [completion]", k,
-				             f.path);
+				cm_error_set(
+				    err, CM_EMAPPING,
+				    "unknown parameter [%s] on mapper [%s] of type [completion]", k,
+				    f.path);
 			goto fail_f;
 		} else if (strcmp(k, "max_input_length") == 0 && type == ST_FT_COMPLETION) {
-			ok = cJSON_IsNumber(it) && it->valuedouble == (double)(int)it->valuedouble &&
-			     it->valuedouble > 0;
+			ok = cJSON_IsNumber(it) &&
+			     it->valuedouble == (double)(int)it->valuedouble && it->valuedouble > 0;
 			if (ok)
 				f.max_input_length = (int)it->valuedouble;
-		} else if (type == ST_FT_COMPLETION && (strcmp(k, "preserve_separators") == 0 ||
-		                                         strcmp(k, "preserve_position_increments") == 0)) {
+		} else if (type == ST_FT_COMPLETION &&
+		           (strcmp(k, "preserve_separators") == 0 ||
+		            strcmp(k, "preserve_position_increments") == 0)) {
 			bool on = true;
 			ok = json_bool(it, &on);
 			if (ok && !on) {
-				cm_error_set(err, CM_EMAPPING,
-				             "[%s: false] of completion field [%s] is not supported", k,
-				             f.path);
+				cm_error_set(
+				    err, CM_EMAPPING,
+				    "[%s: false] of completion field [%s] is not supported", k,
+				    f.path);
 				goto fail_f;
 			}
 		} else if (strcmp(k, "analyzer") == 0 &&
