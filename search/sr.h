@@ -282,12 +282,13 @@ typedef struct sr_suggest sr_suggest;
  * caller (sr_suggest_free). */
 cm_err sr_suggest_from_json(const cJSON *v, sr_suggest **out, cm_error *err);
 void sr_suggest_free(sr_suggest *s);
-/* ?typed_keys=true: the rendered names become "term#name"/"phrase#name". */
+/* ?typed_keys=true: names render as "term#name", "phrase#name", "completion#name". */
 void sr_suggest_set_typed_keys(sr_suggest *s, bool on);
-/* Runs the suggesters over one shard's view into res->suggest. */
+/* Runs the suggesters over one shard's view into res->suggest (JSON);
+ * past deadline_ns (0 = none) the term walks stop and res->timed_out is set. */
 struct sr_shard_result;
-cm_err sr_suggest_shard(const sr_suggest *s, st_reader *r, struct sr_shard_result *res,
-                        cm_error *err);
+cm_err sr_suggest_shard(const sr_suggest *s, st_reader *r, uint64_t deadline_ns,
+                        struct sr_shard_result *res, cm_error *err);
 /* The coordinator's side: partials folded in any order, rendered once. */
 typedef struct sr_suggest_acc sr_suggest_acc;
 sr_suggest_acc *sr_suggest_acc_new(const sr_suggest *s);

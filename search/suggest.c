@@ -18,7 +18,7 @@
 #define T CM_MEM_SEARCH
 #define MAX_SUGGESTIONS 64
 #define MAX_TOKENS 256
-#define MAX_PATHS 2000000 /* phrase: correction paths scored per request */
+#define MAX_PATHS 1000000 /* phrase: correction paths scored per shard */
 
 typedef enum { SG_TERM, SG_PHRASE, SG_COMPLETION } sg_kind;
 typedef enum { MODE_MISSING, MODE_POPULAR, MODE_ALWAYS } sg_mode;
@@ -1099,14 +1099,53 @@ typedef struct lm {
 	size_t nbest, cap;
 	double cutoff;
 	uint64_t paths;
+	/* the suggest field's frequencies looked up so far (open addressing) */
+	struct fc_e {
+		char *k;
+		size_t n;
+		uint64_t v;
+	} * fc;
+	size_t fc_cap, fc_n;
 } lm;
 
+static size_t
+fc_slot(const struct fc_e *fc, size_t cap, const char *t, size_t n)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)t[i]) * 1099511628211ull;
+	size_t i = (size_t)h & (cap - 1);
+	while (fc[i].k && (fc[i].n != n || memcmp(fc[i].k, t, n)))
+		i = (i + 1) & (cap - 1);
+	return i;
+}
+
+/* totalTermFreq in the suggest field, cached: a correction search asks
+ * for the same few unigrams and bigrams over and over. */
 static uint64_t
 lm_freq(lm *l, const char *t, size_t n)
 {
-	uint64_t df, ttf;
-	term_stats(l->x, l->p, l->o->field, t, n, &df, &ttf);
-	return ttf;
+	if (l->fc_n * 2 >= l->fc_cap) {
+		size_t cap = l->fc_cap ? l->fc_cap * 2 : 64;
+		struct fc_e *fc = cm_calloc(T, cap, sizeof *fc);
+		for (size_t i = 0; i < l->fc_cap; i++)
+			if (l->fc[i].k)
+				fc[fc_slot(fc, cap, l->fc[i].k, l->fc[i].n)] = l->fc[i];
+		cm_free(T, l->fc);
+		l->fc = fc;
+		l->fc_cap = cap;
+	}
+	size_t i = fc_slot(l->fc, l->fc_cap, t, n);
+	if (!l->fc[i].k) {
+		uint64_t df, ttf;
+		term_stats(l->x, l->p, l->o->field, t, n, &df, &ttf);
+		l->fc[i].k = cm_malloc(T, n ? n : 1);
+		memcpy(l->fc[i].k, t, n);
+		l->fc[i].n = n;
+		l->fc[i].v = ttf;
+		l->fc_n++;
+	}
+	return l->fc[i].v;
 }
 
 static uint64_t
@@ -1505,6 +1544,9 @@ phrase_shard(sr_exec *x, st_postings *p, const st_mapping *m, const sg_one *o, c
 	}
 	cm_free(T, l.sets);
 	cm_buf_free(&l.key);
+	for (size_t i = 0; i < l.fc_cap; i++)
+		cm_free(T, l.fc[i].k);
+	cm_free(T, l.fc);
 	stoks_free(&ts);
 	return rc;
 }
@@ -1666,10 +1708,11 @@ completion_shard(sr_exec *x, st_postings *p, const st_mapping *m, const sg_one *
 }
 
 cm_err
-sr_suggest_shard(const sr_suggest *s, st_reader *r, sr_shard_result *res, cm_error *err)
+sr_suggest_shard(const sr_suggest *s, st_reader *r, uint64_t deadline_ns, sr_shard_result *res,
+                 cm_error *err)
 {
 	sr_exec x;
-	cm_err rc = sr_exec_open(&x, r, 0, err);
+	cm_err rc = sr_exec_open(&x, r, deadline_ns, err);
 	if (rc)
 		return rc;
 	const st_mapping *m = st_reader_mapping(r);
@@ -1692,6 +1735,8 @@ sr_suggest_shard(const sr_suggest *s, st_reader *r, sr_shard_result *res, cm_err
 		cm_free(T, res->suggest);
 		res->suggest = cm_strndup(T, (const char *)b.data, b.len);
 		res->suggest_len = b.len;
+		if (x.timed_out)
+			res->timed_out = true; /* the term walks stopped early */
 	}
 	cm_buf_free(&b);
 	cm_free(T, p);

@@ -819,7 +819,7 @@ sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_req
 		render_profile(&t, &pf, out);
 	}
 	if (!rc && req->suggest)
-		rc = sr_suggest_shard(req->suggest, r, out, x.err);
+		rc = sr_suggest_shard(req->suggest, r, req->deadline_ns, out, x.err);
 	if (rc) {
 		sr_shard_result_free(out);
 		out->shard = shard;
