@@ -1,9 +1,11 @@
 /* Suggesters: "term" (Lucene's DirectSpellChecker over the shard's terms
- * dictionary) and "phrase" (ES's noisy-channel spell checker: direct
+ * dictionary), "phrase" (ES's noisy-channel spell checker: direct
  * candidate generators and an n-gram language model with stupid backoff,
- * laplace or linear interpolation smoothing). A shard writes its partial
- * suggestions as JSON; the coordinator folds partials (options merged by
- * text: term freqs summed, scores max) and renders them once. */
+ * laplace or linear interpolation smoothing) and "completion" (a prefix
+ * walk over a completion field's analysed-input|weight|input terms). A
+ * shard writes its partial suggestions as JSON; the coordinator folds
+ * partials (term/phrase options merged by text: term freqs summed, scores
+ * max; completion options are documents) and renders them once. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -560,8 +562,6 @@ parse_one(sg_one *o, const cJSON *def, const char *global_text, cm_error *err)
 		return cm_error_set(err, CM_EINVAL, "shard_size must be positive");
 	if (o->size > 10000 || o->shard_size > 10000)
 		return cm_error_set(err, CM_EINVAL, "suggestion size too large (at most 10000)");
-	if (o->gen.size < o->shard_size)
-		o->gen.size = o->shard_size;
 	return CM_OK;
 }
 
@@ -861,11 +861,9 @@ fuzzy_pass(sr_exec *x, const sg_gen *g, const char *term, size_t tlen, int edits
 			all.v[w++] = all.v[i];
 	all.n = w;
 	sort_n(all.v, all.n, sizeof(cand), by_boost);
-	for (size_t i = 0; i < all.n; i++) {
-		if (i < keep)
-			cands_push(out, (const uint8_t *)all.v[i].t, all.v[i].n, all.v[i].df,
-			           all.v[i].score);
-	}
+	for (size_t i = 0; i < all.n && i < keep; i++)
+		cands_push(out, (const uint8_t *)all.v[i].t, all.v[i].n, all.v[i].df,
+		           all.v[i].score);
 	cands_free(&all);
 }
 
