@@ -560,6 +560,14 @@ def completion_suggester_by_weight():
                 for o in entry["options"]:
                     eq((o["_index"], o["_type"], o["_source"]),
                        ("songs", "_doc", C_DOCS[int(o["_id"])]), label + " option")
+        if label == "cluster":  # node partials name their options' index too
+            for fm in ("serial", "per_node"):
+                b = suggest(nodes[2], "songs", {"size": 0, "suggest": {"c": {
+                    "prefix": "n", "completion": {"field": "s", "size": 8}}}},
+                    params="?fanout=" + fm)
+                eq([(o["_id"], o["_index"]) for o in b["suggest"]["c"][0]["options"]],
+                   [(o["_id"], "songs") for o in completion_model("n", C_DOCS, {gone}, size=8)],
+                   "fanout " + fm)
         st, b = nodes[0].req("GET", "/songs/_mapping")
         eq(b["songs"]["mappings"]["properties"]["s"], {
             "type": "completion", "analyzer": "simple", "preserve_separators": True,
