@@ -714,6 +714,17 @@ dynamic_spec(parse_ctx *c, const cJSON *j)
 /* Handles a field the mapping lacks, under the effective dynamic setting
  * of its enclosing object. *descend tells whether an object's members
  * should still be walked (to collect their additions). */
+/* Whether a dynamic mapping maps the members of its object as fields. */
+static bool
+spec_has_members(const cJSON *spec)
+{
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(spec, "type");
+	if (cJSON_IsString(t) && strcmp(t->valuestring, "object") != 0 &&
+	    strcmp(t->valuestring, "nested") != 0)
+		return false;
+	return !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(spec, "enabled"));
+}
+
 static cm_err
 unknown_field(parse_ctx *c, st_dynamic dyn, const char *owner, const char *name, const cJSON *j,
               bool *descend)
@@ -727,8 +738,10 @@ unknown_field(parse_ctx *c, st_dynamic dyn, const char *owner, const char *name,
 		    name, owner ? owner : "_doc");
 	if (dyn == ST_DYNAMIC_FALSE || !c->want_dynamic)
 		return CM_OK;
-	if (cJSON_GetObjectItemCaseSensitive(c->dyn_props, c->path) != NULL) {
-		*descend = cJSON_IsObject(j) || (cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0);
+	const cJSON *added = cJSON_GetObjectItemCaseSensitive(c->dyn_props, c->path);
+	if (added != NULL) {
+		*descend = (cJSON_IsObject(j) || (cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0)) &&
+		           spec_has_members(added);
 		return CM_OK; /* already added from an earlier value */
 	}
 	cJSON *spec = dynamic_spec(c, j);
@@ -738,8 +751,9 @@ unknown_field(parse_ctx *c, st_dynamic dyn, const char *owner, const char *name,
 		c->dyn_root = cJSON_CreateObject();
 		c->dyn_props = cJSON_AddObjectToObject(c->dyn_root, "properties");
 	}
-	/* a template may map an object "enabled": false: nothing under it */
-	*descend = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(spec, "enabled"));
+	/* a template may map an object "enabled": false, or to a type that
+	 * takes the whole object (flattened): nothing under it */
+	*descend = spec_has_members(spec);
 	cJSON_AddItemToObject(c->dyn_props, c->path, spec);
 	return CM_OK;
 }

@@ -286,6 +286,21 @@ def flattened_document_errors_and_limits():
            label + ": values as text")
         for i in ("ok", "arr"):
             n.req("DELETE", "/fl/_doc/%s?refresh=true" % i)
+        # a dynamic template may map a new object as flattened: its members
+        # are keys, not new fields
+        st, b = w.req("PUT", "/fl-dyn", {"mappings": {"dynamic_templates": [{"f": {
+            "match": "lab*", "match_mapping_type": "object",
+            "mapping": {"type": "flattened"}}}]}})
+        eq(st, 200, "fl-dyn: %s" % b)
+        st, b = n.req("PUT", "/fl-dyn/_doc/1?refresh=true", {"labels": {"a": {"b": "x"}},
+                                                            "o": {"z": 1}})
+        eq(st, 201, label + ": dynamic flattened: %s" % b)
+        st, b = n.req("GET", "/fl-dyn/_mapping")
+        eq(b["fl-dyn"]["mappings"]["properties"], {
+            "labels": {"type": "flattened"}, "o": {"properties": {"z": {"type": "long"}}}},
+           label + ": dynamic mapping")
+        st, b = n.req("POST", "/fl-dyn/_search", {"query": {"term": {"labels.a.b": "x"}}})
+        eq(b["hits"]["total"]["value"], 1, label + ": dynamic key")
 
 
 if __name__ == "__main__":
