@@ -23,8 +23,8 @@ static bool
 aggregatable_type(const char *t)
 {
 	/* objects never get here (walk() makes them neither) */
-	static const char *const no[] = {"text", "binary", "_source", "_version", "_routing",
-	                                 "_ignored"};
+	static const char *const no[] = {"text",     "binary",   "_source",   "_version",
+	                                 "_routing", "_ignored", "completion"};
 	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
 		if (!strcmp(t, no[i]))
 			return false;

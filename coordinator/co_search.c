@@ -375,6 +375,8 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 		return rc;
 	}
 	req.typed_keys = co_param_bool(r, "typed_keys", false);
+	if (req.suggest)
+		sr_suggest_set_typed_keys(req.suggest, req.typed_keys);
 	for (size_t i = 0; i < n; i++)
 		if (nd_index_settings(ixs[i])->max_result_window < window)
 			window = nd_index_settings(ixs[i])->max_result_window;

@@ -343,6 +343,8 @@ nd_cl_request_build(const char *body, size_t len, const char *params, sr_request
 	rc = sr_request_from_json(j, req, err);
 	if (!rc && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pj, "typed_keys")))
 		req->typed_keys = true;
+	if (!rc && req->suggest)
+		sr_suggest_set_typed_keys(req->suggest, req->typed_keys);
 	cJSON_Delete(j);
 	cJSON_Delete(pj);
 	return rc;

@@ -336,6 +336,8 @@ pr_shard_results_encode_meta(sr_shard_result *const *res, size_t n, const pr_rep
 		pb->shards_merged = r->shards_merged;
 		if (r->profile)
 			pb->profile = bin(r->profile, r->profile_len);
+		if (r->suggest)
+			pb->suggest = bin(r->suggest, r->suggest_len);
 		if (rc != CM_OK)
 			break;
 	}
@@ -453,6 +455,11 @@ pr_shard_results_decode_meta(const void *p, size_t n, const sr_agg *aggs, sr_sha
 			r->profile =
 			    cm_strndup(HIT_MEM, (const char *)pb->profile.data, pb->profile.len);
 			r->profile_len = pb->profile.len;
+		}
+		if (pb->suggest.len) {
+			r->suggest =
+			    cm_strndup(HIT_MEM, (const char *)pb->suggest.data, pb->suggest.len);
+			r->suggest_len = pb->suggest.len;
 		}
 	}
 	size_t count = m->n_results;

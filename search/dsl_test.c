@@ -794,7 +794,11 @@ test_request(void)
 	        "[highlight] unknown field [foo]");
 	REQ_ERR("{\"highlight\":{\"fields\":{\"a\":{\"type\":\"x\"}}}}", CM_EINVAL,
 	        "unknown highlighter type [x] for the field [a]");
-	REQ_ERR("{\"suggest\":{}}", CM_EINVAL, "[suggest] is not supported");
+	REQ_ERR(
+	    "{\"suggest\":{\"s\":{\"text\":\"x\",\"completion\":{\"field\":\"f\",\"fuzzy\":1}}}}",
+	    CM_EINVAL, "[completion] suggester option [fuzzy] is not supported");
+	REQ_ERR("{\"suggest\":{\"s\":{\"text\":\"x\",\"term\":{\"field\":\"f\",\"bogus\":1}}}}",
+	        CM_EPARSE, "suggester[term] doesn't support field [bogus]");
 	REQ_ERR("{\"post_filter\":{}}", CM_EPARSE, "query malformed, empty clause found");
 	REQ_ERR("{\"rescore\":{\"query\":{\"rescore_query\":{\"match_all\":{}},"
 	        "\"score_mode\":\"sum\"}}}",

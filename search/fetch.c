@@ -408,7 +408,7 @@ add_value(fctx *c, const char *path, const st_field_def *def, const cJSON *v)
 	fval fv;
 	if (!spec)
 		return;
-	if (!def) {
+	if (!def || def->type == ST_FT_FLATTENED) { /* flattened: the object as sent */
 		memset(&fv, 0, sizeof(fv));
 		fv.kind = FV_RAW;
 		fv.raw = cJSON_Duplicate(v, true);
@@ -453,7 +453,7 @@ walk(fctx *c, const cJSON *v, char *path, size_t plen, size_t cap, int depth, bo
 	if (!unmapped && plen && (cJSON_IsObject(v) || (cJSON_IsArray(v) && cJSON_IsNumber(v->child)))) {
 		/* a geo_point's {"lat","lon"} or [lon, lat] is one value */
 		const st_field_def *def = st_mapping_find(c->m, path);
-		if (def && def->type == ST_FT_GEO_POINT) {
+		if (def && (def->type == ST_FT_GEO_POINT || def->type == ST_FT_FLATTENED)) {
 			leaf(c, path, v, false);
 			return;
 		}

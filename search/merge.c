@@ -57,6 +57,7 @@ struct sr_merger {
 	cm_error reduce_err;
 	cm_buf aggs_json;
 	cm_buf profiles; /* the shards' profile objects, comma-separated */
+	sr_suggest_acc *suggest; /* folded suggestions, NULL when not asked */
 	/* the one index every successful shard named, for failures reported
 	 * without one (NULL when none or several) */
 	const char *seen_index;
@@ -99,6 +100,9 @@ sr_shard_result_free(sr_shard_result *res)
 	cm_free(T, res->profile);
 	res->profile = NULL;
 	res->profile_len = 0;
+	cm_free(T, res->suggest);
+	res->suggest = NULL;
+	res->suggest_len = 0;
 }
 
 /* ---- ordering ---- */
@@ -345,6 +349,7 @@ sr_merger_create(const sr_request *req, size_t expected_shards)
 	}
 	cm_buf_init(&m->aggs_json, T);
 	cm_buf_init(&m->profiles, T);
+	m->suggest = req->suggest ? sr_suggest_acc_new(req->suggest) : NULL;
 	return m;
 }
 
@@ -448,6 +453,10 @@ sr_merger_add(sr_merger *m, sr_shard_result *res)
 		cm_buf_put(&m->profiles, res->profile + 1, res->profile_len - 2);
 	}
 	cm_free(T, res->profile);
+	if (m->suggest && res->suggest)
+		sr_suggest_acc_add(m->suggest, res->suggest, res->suggest_len,
+		                   res->index ? res->index : m->index_name);
+	cm_free(T, res->suggest);
 	for (size_t i = 0; i < res->nhits; i++)
 		offer_hit(m, &res->hits[i], res->hits[i].index ? res->hits[i].index : res->index);
 	cm_free(T, res->hits);
@@ -554,6 +563,8 @@ sr_merger_take(sr_merger *m, uint32_t ordinal, sr_shard_result *out)
 		out->profile_len = m->profiles.len + 2;
 		cm_buf_reset(&m->profiles);
 	}
+	if (m->suggest)
+		out->suggest = sr_suggest_acc_take(m->suggest, &out->suggest_len);
 	out->aggs = m->agg;
 	m->agg = NULL;
 	if (!out->aggs && m->req->aggs && m->nsuccess)
@@ -763,6 +774,8 @@ sr_merger_render(sr_merger *m, uint64_t took_ms, cm_buf *out)
 		cm_buf_put(out, ",\"aggregations\":", 16);
 		cm_buf_put(out, m->aggs_json.data, m->aggs_json.len);
 	}
+	if (m->suggest)
+		sr_suggest_acc_render(m->suggest, out);
 	if (req->profile) {
 		static const char head[] = ",\"profile\":{\"shards\":[";
 		cm_buf_put(out, head, sizeof(head) - 1);
@@ -798,6 +811,7 @@ sr_merger_destroy(sr_merger *m)
 	}
 	cm_free(T, m->heap);
 	cm_buf_free(&m->profiles);
+	sr_suggest_acc_free(m->suggest);
 	for (size_t i = 0; i < m->nfails; i++) {
 		cm_free(T, m->fails[i].index);
 		cm_free(T, m->fails[i].node);

@@ -75,6 +75,7 @@ sr_request_free(sr_request *r)
 	cm_free(T, r->index_boosts);
 	cm_free(T, r->collapse_field);
 	sr_highlight_free(r->highlight);
+	sr_suggest_free(r->suggest);
 	free_sort(r);
 	sr_fetch_free(r->fields, r->nfields);
 	sr_fetch_free(r->docvalue_fields, r->ndocvalue_fields);
@@ -512,7 +513,6 @@ parse_source(sr_request *r, const cJSON *v, cm_error *err)
  * name rather than silently ignored (an ignored post_filter would return
  * wrong hits). */
 static const char *unsupported_keys[] = {
-    "suggest",
     "slice",
     "pit",
     "ext",
@@ -988,6 +988,10 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 			rc = bool_param(v, k, &r->explain_scores, err);
 		} else if (!strcmp(k, "profile")) {
 			rc = bool_param(v, k, &r->profile, err);
+		} else if (!strcmp(k, "suggest")) {
+			sr_suggest_free(r->suggest);
+			r->suggest = NULL;
+			rc = sr_suggest_from_json(v, &r->suggest, err);
 		} else if (!strcmp(k, "post_filter")) {
 			sr_query_free(r->post_filter);
 			r->post_filter = NULL;

@@ -203,6 +203,9 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 				return cm_error_set(err, CM_EINVAL, "%s", text_sort_reason(rk->field));
 			if (def && def->type != ST_FT_OBJECT && !type)
 				type = st_field_type_name(def->type);
+			/* a flattened field's key none of these docs has */
+			if (!def && !type && st_mapping_flattened_owner(m, rk->field))
+				type = "keyword";
 			if (!type)
 				return cm_error_set_type(err, CM_EINVAL, "query_shard_exception",
 				                         "No mapping found for [%s] in order to sort on",

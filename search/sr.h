@@ -237,6 +237,7 @@ typedef struct sr_request {
 	size_t ndocvalue_fields;
 	bool stored_fields_none; /* "stored_fields": "_none_": hits without _id and _source */
 	struct sr_highlight *highlight; /* "highlight" (highlight.h), NULL = none */
+	struct sr_suggest *suggest;     /* "suggest" (suggest.c), NULL = none */
 	/* ES's query phase alone: hits carry score, sort values and doc
 	 * numbers but no _id/_source/metadata (no stored-document reads).
 	 * Used by benchmarks; default false. */
@@ -278,6 +279,31 @@ void sr_json_number_texts(cJSON *root, const char *src, size_t len);
 cm_err sr_request_sort_param(sr_request *r, const char *sort, cm_error *err);
 cm_err sr_request_source_params(sr_request *r, const char *source, const char *includes,
                                 const char *excludes, cm_error *err);
+/* ---- suggesters (suggest.c) ---- */
+
+typedef struct sr_suggest sr_suggest;
+/* Parses the value of "suggest" (term, phrase and completion suggesters). *out is owned by the
+ * caller (sr_suggest_free). */
+cm_err sr_suggest_from_json(const cJSON *v, sr_suggest **out, cm_error *err);
+void sr_suggest_free(sr_suggest *s);
+/* ?typed_keys=true: names render as "term#name", "phrase#name", "completion#name". */
+void sr_suggest_set_typed_keys(sr_suggest *s, bool on);
+/* Runs the suggesters over one shard's view into res->suggest (JSON);
+ * past deadline_ns (0 = none) the term walks stop and res->timed_out is set. */
+struct sr_shard_result;
+cm_err sr_suggest_shard(const sr_suggest *s, st_reader *r, uint64_t deadline_ns,
+                        struct sr_shard_result *res, cm_error *err);
+/* The coordinator's side: partials folded in any order, rendered once. */
+typedef struct sr_suggest_acc sr_suggest_acc;
+sr_suggest_acc *sr_suggest_acc_new(const sr_suggest *s);
+/* index names the completion options of a shard's partial that carry none. */
+void sr_suggest_acc_add(sr_suggest_acc *a, const char *partial, size_t len, const char *index);
+/* The folded partial (for a node-level merge), owned by the caller. */
+char *sr_suggest_acc_take(sr_suggest_acc *a, size_t *len);
+/* Appends ,"suggest":{...} to out. */
+void sr_suggest_acc_render(sr_suggest_acc *a, cm_buf *out);
+void sr_suggest_acc_free(sr_suggest_acc *a);
+
 /* ---- search templates (mustache.c) ---- */
 
 /* Appends the rendering of tmpl[0..len) with params (an object, or NULL)
@@ -364,6 +390,10 @@ typedef struct sr_shard_result {
 	 * (JSON, owned), NULL otherwise */
 	char *profile;
 	size_t profile_len;
+	/* "suggest": this shard's (or node's) partial suggestions (JSON,
+	 * owned; see suggest.c), NULL when the request has none */
+	char *suggest;
+	size_t suggest_len;
 } sr_shard_result;
 
 /* Runs req over one shard's point-in-time view. Returns the top from+size

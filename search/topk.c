@@ -888,6 +888,8 @@ sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_req
 		pf.fetch = cm_now_ns() - t_mark;
 		render_profile(&t, &pf, out);
 	}
+	if (!rc && req->suggest)
+		rc = sr_suggest_shard(req->suggest, r, req->deadline_ns, out, x.err);
 	if (rc) {
 		sr_shard_result_free(out);
 		out->shard = shard;

@@ -714,6 +714,17 @@ dynamic_spec(parse_ctx *c, const cJSON *j)
 /* Handles a field the mapping lacks, under the effective dynamic setting
  * of its enclosing object. *descend tells whether an object's members
  * should still be walked (to collect their additions). */
+/* Whether a dynamic mapping maps the members of its object as fields. */
+static bool
+spec_has_members(const cJSON *spec)
+{
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(spec, "type");
+	if (cJSON_IsString(t) && strcmp(t->valuestring, "object") != 0 &&
+	    strcmp(t->valuestring, "nested") != 0)
+		return false;
+	return !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(spec, "enabled"));
+}
+
 static cm_err
 unknown_field(parse_ctx *c, st_dynamic dyn, const char *owner, const char *name, const cJSON *j,
               bool *descend)
@@ -727,8 +738,10 @@ unknown_field(parse_ctx *c, st_dynamic dyn, const char *owner, const char *name,
 		    name, owner ? owner : "_doc");
 	if (dyn == ST_DYNAMIC_FALSE || !c->want_dynamic)
 		return CM_OK;
-	if (cJSON_GetObjectItemCaseSensitive(c->dyn_props, c->path) != NULL) {
-		*descend = cJSON_IsObject(j) || (cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0);
+	const cJSON *added = cJSON_GetObjectItemCaseSensitive(c->dyn_props, c->path);
+	if (added != NULL) {
+		*descend = (cJSON_IsObject(j) || (cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0)) &&
+		           spec_has_members(added);
 		return CM_OK; /* already added from an earlier value */
 	}
 	cJSON *spec = dynamic_spec(c, j);
@@ -738,8 +751,9 @@ unknown_field(parse_ctx *c, st_dynamic dyn, const char *owner, const char *name,
 		c->dyn_root = cJSON_CreateObject();
 		c->dyn_props = cJSON_AddObjectToObject(c->dyn_root, "properties");
 	}
-	/* a template may map an object "enabled": false: nothing under it */
-	*descend = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(spec, "enabled"));
+	/* a template may map an object "enabled": false, or to a type that
+	 * takes the whole object (flattened): nothing under it */
+	*descend = spec_has_members(spec);
 	cJSON_AddItemToObject(c->dyn_props, c->path, spec);
 	return CM_OK;
 }
@@ -805,6 +819,310 @@ copy_values(parse_ctx *c, const st_field_def *f, cJSON *j)
 	return e;
 }
 
+/* ---- flattened ---- */
+
+#define FLAT_MAX_KEYS 1024 /* distinct keys per document and flattened field */
+#define FLAT_DEFAULT_DEPTH 20
+
+typedef struct flat_ctx {
+	parse_ctx *c;
+	const st_field_def *f; /* the flattened mapping */
+	st_field_def *root;    /* keyword stand-in for the root field */
+	st_field_def **keys;   /* keyword stand-ins for "<path>.<key>" */
+	size_t nkeys;
+	char key[1024];
+} flat_ctx;
+
+/* A keyword field definition owned by the document. */
+static st_field_def *
+flat_def(flat_ctx *x, const char *path, size_t n)
+{
+	st_field_def d;
+	memset(&d, 0, sizeof d);
+	d.path = doc_own(x->c->doc, path, n + 1);
+	d.path[n] = '\0';
+	d.type = ST_FT_KEYWORD;
+	d.index = x->f->index;
+	d.doc_values = x->f->doc_values;
+	return (st_field_def *)doc_own(x->c->doc, &d, sizeof d);
+}
+
+static cm_err
+flat_push(flat_ctx *x, const st_field_def *def, const char *s, size_t n)
+{
+	st_doc *d = x->c->doc;
+	if (d->nvalues >= MAX_DOC_VALUES)
+		return cm_error_set(x->c->err, CM_EMAPPING,
+		                    "failed to parse: too many values in one document");
+	if (d->nvalues == d->cap) {
+		d->cap = d->cap ? d->cap * 2 : 16;
+		d->values = cm_realloc(CM_MEM_STORAGE, d->values, d->cap * sizeof(*d->values));
+	}
+	st_value *v = &d->values[d->nvalues++];
+	memset(v, 0, sizeof(*v));
+	v->field = def;
+	v->s = s;
+	v->n = n;
+	return CM_OK;
+}
+
+/* One leaf: its value under the root field and under "<path>.<key>". */
+static cm_err
+flat_leaf(flat_ctx *x, size_t klen, cJSON *j)
+{
+	const st_field_def *f = x->f;
+	const char *s;
+	size_t n;
+	if (cJSON_IsNull(j)) {
+		if (!f->null_value)
+			return CM_OK;
+		s = f->null_value;
+		n = strlen(s);
+	} else if (!(s = node_text(x->c, j, &n))) {
+		return cm_error_set(x->c->err, CM_ENOMEM, "out of memory");
+	}
+	if (f->ignore_above > 0 && utf8_chars(s, n) > (size_t)f->ignore_above)
+		return CM_OK;
+	if (memchr(x->key, '\0', klen))
+		return cm_error_set(x->c->err, CM_EMAPPING,
+		                    "Keys in [flattened] fields cannot contain the reserved "
+		                    "character \\0. Offending key: [%.*s].",
+		                    (int)klen, x->key);
+	size_t pn = strlen(f->path);
+	const st_field_def *kd = NULL;
+	for (size_t i = 0; i < x->nkeys && !kd; i++)
+		if (!strncmp(x->keys[i]->path + pn + 1, x->key, klen) &&
+		    x->keys[i]->path[pn + 1 + klen] == '\0')
+			kd = x->keys[i];
+	if (!kd) {
+		if (x->nkeys >= FLAT_MAX_KEYS)
+			return cm_error_set(
+			    x->c->err, CM_EMAPPING,
+			    "failed to parse field [%s] of type [flattened]: more than "
+			    "[%d] distinct keys in one document",
+			    f->path, FLAT_MAX_KEYS);
+		char path[sizeof(x->key) + 1024 + 2];
+		int pl = snprintf(path, sizeof path, "%s.%.*s", f->path, (int)klen, x->key);
+		x->keys = cm_realloc(CM_MEM_STORAGE, x->keys, (x->nkeys + 1) * sizeof(*x->keys));
+		kd = x->keys[x->nkeys++] = flat_def(x, path, (size_t)pl);
+	}
+	cm_err e = flat_push(x, x->root, s, n);
+	return e ? e : flat_push(x, kd, s, n);
+}
+
+static cm_err flat_object(flat_ctx *x, cJSON *obj, size_t klen, int depth);
+
+/* ES's FlattenedFieldParser.parseFieldValue: name is appended to the key. */
+static cm_err
+flat_value(flat_ctx *x, cJSON *j, size_t klen, const char *name, int depth)
+{
+	size_t nl = strlen(name), kl = klen + (klen ? 1 : 0) + nl;
+	if (kl >= sizeof(x->key))
+		return cm_error_set(x->c->err, CM_EMAPPING, "failed to parse: field path too long");
+	if (klen)
+		x->key[klen] = '.';
+	memcpy(x->key + klen + (klen ? 1 : 0), name, nl);
+	if (cJSON_IsArray(j)) {
+		cJSON *it;
+		cJSON_ArrayForEach(it, j)
+		{
+			cm_err e = cJSON_IsObject(it) || cJSON_IsArray(it)
+			               ? flat_value(x, it, klen, name, depth)
+			               : flat_leaf(x, kl, it);
+			if (e)
+				return e;
+		}
+		return CM_OK;
+	}
+	if (cJSON_IsObject(j)) {
+		int limit = x->f->depth_limit > 0 ? x->f->depth_limit : FLAT_DEFAULT_DEPTH;
+		if (depth + 2 > limit) /* ES: the object's path length + 1 */
+			return cm_error_set(
+			    x->c->err, CM_EMAPPING,
+			    "failed to parse field [%s] of type [flattened]: The "
+			    "provided [flattened] field [%s] exceeds the maximum depth "
+			    "limit of [%d].",
+			    x->f->path, x->f->path, limit);
+		return flat_object(x, j, kl, depth + 1);
+	}
+	return flat_leaf(x, kl, j);
+}
+
+static cm_err
+flat_object(flat_ctx *x, cJSON *obj, size_t klen, int depth)
+{
+	cJSON *it;
+	cJSON_ArrayForEach(it, obj)
+	{
+		cm_err e = flat_value(x, it, klen, it->string ? it->string : "", depth);
+		if (e)
+			return e;
+	}
+	return CM_OK;
+}
+
+/* A flattened field's value: an object (or an array of them, or null). */
+static cm_err
+emit_flattened(parse_ctx *c, const st_field_def *f, cJSON *j)
+{
+	if (cJSON_IsNull(j) || (!f->index && !f->doc_values))
+		return CM_OK;
+	if (cJSON_IsArray(j)) {
+		cJSON *it;
+		cJSON_ArrayForEach(it, j)
+		{
+			cm_err e = emit_flattened(c, f, it);
+			if (e)
+				return e;
+		}
+		return CM_OK;
+	}
+	if (!cJSON_IsObject(j)) {
+		char pv[64];
+		preview(j, pv, sizeof pv);
+		return cm_error_set(c->err, CM_EMAPPING,
+		                    "failed to parse field [%s] of type [flattened]. Preview of "
+		                    "field's value: '%s'",
+		                    f->path, pv);
+	}
+	flat_ctx x;
+	memset(&x, 0, sizeof x);
+	x.c = c;
+	x.f = f;
+	x.root = flat_def(&x, f->path, strlen(f->path));
+	cm_err e = flat_object(&x, j, 0, 0);
+	cm_free(CM_MEM_STORAGE, x.keys);
+	return e;
+}
+
+/* ---- completion ---- */
+
+typedef struct comp_tok {
+	cm_buf *b;
+} comp_tok;
+
+static int
+comp_tok_cb(void *ctx, const st_token *t)
+{
+	cm_buf *b = ((comp_tok *)ctx)->b;
+	if (b->len)
+		cm_buf_put_u8(b, ' ');
+	cm_buf_put(b, t->term, t->len);
+	return 0;
+}
+
+static cm_err
+comp_error(parse_ctx *c, const st_field_def *f, const char *what)
+{
+	return cm_error_set(c->err, CM_EMAPPING,
+	                    "failed to parse field [%s] of type [completion]: %s", f->path, what);
+}
+
+/* One input: its term (analysed text, weight, input) under the field. */
+static cm_err
+comp_input(parse_ctx *c, const st_field_def *f, const st_field_def *def, const cJSON *in,
+           long weight)
+{
+	if (!cJSON_IsString(in))
+		return comp_error(c, f, "[input] must be a string or an array of strings");
+	const char *s = in->valuestring;
+	size_t n = strlen(s), cps = 0, cut = 0;
+	while (cut < n && cps < (size_t)f->max_input_length) { /* max_input_length characters */
+		cut++;
+		while (cut < n && ((unsigned char)s[cut] & 0xC0) == 0x80)
+			cut++;
+		cps++;
+	}
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_STORAGE);
+	comp_tok ct = {&b};
+	cm_err e =
+	    st_analyze_with(f->custom_analyzer, f->analyzer, s, cut, 0, comp_tok_cb, &ct, NULL);
+	if (e == CM_OK && b.len) {
+		cm_buf_printf(&b, "%c%010ld%c", ST_COMPLETION_SEP, weight, ST_COMPLETION_SEP);
+		cm_buf_put(&b, s, cut);
+		if (c->doc->nvalues >= MAX_DOC_VALUES) {
+			e = cm_error_set(c->err, CM_EMAPPING,
+			                 "failed to parse: too many values in one document");
+		} else {
+			st_value *v = push_value(c, f);
+			v->field = def;
+			v->s = doc_own(c->doc, b.data, b.len);
+			v->n = b.len;
+		}
+	} else if (e) {
+		cm_error_set(c->err, e, "analysis failed for field [%s]", f->path);
+	}
+	cm_buf_free(&b);
+	return e;
+}
+
+static cm_err
+comp_value(parse_ctx *c, const st_field_def *f, const st_field_def *def, const cJSON *j)
+{
+	if (cJSON_IsNull(j))
+		return CM_OK;
+	if (cJSON_IsString(j))
+		return comp_input(c, f, def, j, 1);
+	if (!cJSON_IsObject(j))
+		return comp_error(c, f, "expected a string, an array or an object");
+	const cJSON *input = NULL, *v;
+	long weight = 1;
+	cJSON_ArrayForEach(v, j)
+	{
+		if (!strcmp(v->string, "input")) {
+			input = v;
+		} else if (!strcmp(v->string, "weight")) {
+			double d = cJSON_IsNumber(v)   ? v->valuedouble
+			           : cJSON_IsString(v) ? strtod(v->valuestring, NULL)
+			                               : -1;
+			if (d != floor(d) || d < 0 || d > 2147483647.0)
+				return comp_error(
+				    c, f, "weight must be an integer between 0 and 2147483647");
+			weight = (long)d;
+		} else if (!strcmp(v->string, "contexts")) {
+			return comp_error(c, f, "[contexts] are not supported");
+		} else {
+			char why[300];
+			snprintf(why, sizeof why, "unknown field name [%.200s]", v->string);
+			return comp_error(c, f, why);
+		}
+	}
+	if (!input)
+		return comp_error(c, f, "[input] is required");
+	if (!cJSON_IsArray(input))
+		return comp_input(c, f, def, input, weight);
+	cJSON_ArrayForEach(v, input)
+	{
+		cm_err e = comp_input(c, f, def, v, weight);
+		if (e)
+			return e;
+	}
+	return CM_OK;
+}
+
+static cm_err
+emit_completion(parse_ctx *c, const st_field_def *f, cJSON *j)
+{
+	st_field_def d;
+	memset(&d, 0, sizeof d);
+	size_t n = strlen(f->path);
+	d.path = doc_own(c->doc, f->path, n + 1);
+	d.type = ST_FT_KEYWORD;
+	d.index = true;
+	const st_field_def *def = (st_field_def *)doc_own(c->doc, &d, sizeof d);
+	if (!cJSON_IsArray(j))
+		return comp_value(c, f, def, j);
+	cJSON *it;
+	cJSON_ArrayForEach(it, j)
+	{
+		cm_err e = comp_value(c, f, def, it);
+		if (e)
+			return e;
+	}
+	return CM_OK;
+}
+
 /* Value j at c->path (length plen). `known` is its mapping, if any. */
 static cm_err
 walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dynamic dyn,
@@ -817,6 +1135,10 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 		    MAX_DOC_DEPTH);
 	if (known != NULL && known->disabled)
 		return CM_OK; /* "enabled": false: anything goes, nothing is indexed */
+	if (known != NULL && known->type == ST_FT_FLATTENED)
+		return emit_flattened(c, known, j);
+	if (known != NULL && known->type == ST_FT_COMPLETION)
+		return emit_completion(c, known, j);
 	if (cJSON_IsNull(j)) {
 		if (known == NULL || known->null_value == NULL || known->type == ST_FT_OBJECT)
 			return CM_OK;

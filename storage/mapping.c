@@ -307,6 +307,21 @@ find_len(const st_mapping *m, const char *path, size_t len)
 }
 
 const st_field_def *
+st_mapping_flattened_owner(const st_mapping *m, const char *path)
+{
+	if (!m || !path)
+		return NULL;
+	for (const char *dot = strchr(path, '.'); dot; dot = strchr(dot + 1, '.')) {
+		const st_field_def *f = find_len(m, path, (size_t)(dot - path));
+		if (f && f->type == ST_FT_FLATTENED)
+			return dot[1] ? f : NULL;
+		if (f && f->type != ST_FT_OBJECT)
+			return NULL;
+	}
+	return NULL;
+}
+
+const st_field_def *
 st_mapping_find(const st_mapping *m, const char *path)
 {
 	if (m == NULL || path == NULL)
@@ -488,6 +503,7 @@ null_value_valid(const st_field_def *f)
 	char *end;
 	switch (f->type) {
 	case ST_FT_KEYWORD:
+	case ST_FT_FLATTENED:
 		return true;
 	case ST_FT_BOOLEAN:
 		return strcmp(v, "true") == 0 || strcmp(v, "false") == 0;
@@ -553,6 +569,22 @@ parse_meta(st_field_def *f, const cJSON *v, cm_error *err)
 
 /* One mapper: `spec` is its JSON object. `source` is the field whose
  * values a multi-field copies (NULL for a top-level or object field). */
+/* The parameters a completion field takes (contexts are not built). */
+static bool
+completion_param(const char *k)
+{
+	static const char *const ok[] = {"analyzer",
+	                                 "search_analyzer",
+	                                 "max_input_length",
+	                                 "preserve_separators",
+	                                 "preserve_position_increments",
+	                                 "meta"};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+		if (!strcmp(k, ok[i]))
+			return true;
+	return false;
+}
+
 static cm_err
 parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int depth, cm_error *err)
 {
@@ -609,7 +641,37 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		bool ok = true, known = true;
 		if (strcmp(k, "type") == 0) {
 			continue;
-		} else if (strcmp(k, "analyzer") == 0 && type == ST_FT_TEXT) {
+		} else if (type == ST_FT_COMPLETION && !completion_param(k)) {
+			if (strcmp(k, "contexts") == 0)
+				cm_error_set(
+				    err, CM_EMAPPING,
+				    "[contexts] of completion field [%s] are not supported",
+				    f.path);
+			else
+				cm_error_set(
+				    err, CM_EMAPPING,
+				    "unknown parameter [%s] on mapper [%s] of type [completion]", k,
+				    f.path);
+			goto fail_f;
+		} else if (strcmp(k, "max_input_length") == 0 && type == ST_FT_COMPLETION) {
+			ok = cJSON_IsNumber(it) &&
+			     it->valuedouble == (double)(int)it->valuedouble && it->valuedouble > 0;
+			if (ok)
+				f.max_input_length = (int)it->valuedouble;
+		} else if (type == ST_FT_COMPLETION &&
+		           (strcmp(k, "preserve_separators") == 0 ||
+		            strcmp(k, "preserve_position_increments") == 0)) {
+			bool on = true;
+			ok = json_bool(it, &on);
+			if (ok && !on) {
+				cm_error_set(
+				    err, CM_EMAPPING,
+				    "[%s: false] of completion field [%s] is not supported", k,
+				    f.path);
+				goto fail_f;
+			}
+		} else if (strcmp(k, "analyzer") == 0 &&
+		           (type == ST_FT_TEXT || type == ST_FT_COMPLETION)) {
 			ok = cJSON_IsString(it);
 			analyzer_set = true;
 			if (ok && !st_analysis_resolve(b->an, it->valuestring, &f.analyzer,
@@ -619,7 +681,8 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 				             it->valuestring);
 				goto fail_f;
 			}
-		} else if (strcmp(k, "search_analyzer") == 0 && type == ST_FT_TEXT) {
+		} else if (strcmp(k, "search_analyzer") == 0 &&
+		           (type == ST_FT_TEXT || type == ST_FT_COMPLETION)) {
 			ok = cJSON_IsString(it);
 			if (ok && !st_analysis_resolve(b->an, it->valuestring, &f.search_analyzer,
 			                               &f.custom_search_analyzer)) {
@@ -638,7 +701,18 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 				             it->valuestring, f.path);
 				goto fail_f;
 			}
-		} else if (strcmp(k, "ignore_above") == 0 && type == ST_FT_KEYWORD) {
+		} else if (strcmp(k, "depth_limit") == 0 && type == ST_FT_FLATTENED) {
+			ok = cJSON_IsNumber(it) && it->valuedouble == (double)(int)it->valuedouble;
+			if (ok && it->valuedouble < 1) {
+				cm_error_set(err, CM_EMAPPING,
+				             "[depth_limit] must be positive, got [%d]",
+				             (int)it->valuedouble);
+				goto fail_f;
+			}
+			if (ok)
+				f.depth_limit = (int)it->valuedouble;
+		} else if (strcmp(k, "ignore_above") == 0 &&
+		           (type == ST_FT_KEYWORD || type == ST_FT_FLATTENED)) {
 			ok = cJSON_IsNumber(it) && it->valuedouble == (double)(int)it->valuedouble;
 			if (ok && it->valuedouble < 0) {
 				cm_error_set(err, CM_EMAPPING,
@@ -737,7 +811,8 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		} else if (strcmp(k, "meta") == 0 && type != ST_FT_OBJECT) {
 			if (parse_meta(&f, it, err))
 				goto fail_f;
-		} else if (strcmp(k, "copy_to") == 0 && type != ST_FT_OBJECT) {
+		} else if (strcmp(k, "copy_to") == 0 && type != ST_FT_OBJECT &&
+		           type != ST_FT_FLATTENED) {
 			if (source != NULL) {
 				cm_error_set(
 				    err, CM_EMAPPING,
@@ -755,7 +830,8 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			f.dynamic_set = true;
 		} else if (strcmp(k, "properties") == 0 && type == ST_FT_OBJECT) {
 			ok = cJSON_IsObject(it);
-		} else if (strcmp(k, "fields") == 0 && type != ST_FT_OBJECT) {
+		} else if (strcmp(k, "fields") == 0 && type != ST_FT_OBJECT &&
+		           type != ST_FT_FLATTENED) {
 			ok = cJSON_IsObject(it);
 			fields = it;
 		} else if (type != ST_FT_OBJECT &&
@@ -794,6 +870,13 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		st_analysis_resolve(b->an, "default_search", &f.search_analyzer,
 		                    &f.custom_search_analyzer);
 		search_analyzer_set = true;
+	}
+	if (type == ST_FT_COMPLETION) { /* ES's defaults: simple, 50 characters */
+		if (!analyzer_set)
+			f.analyzer = ST_AN_SIMPLE;
+		if (!f.max_input_length)
+			f.max_input_length = 50;
+		f.doc_values = false;
 	}
 	if (!search_analyzer_set) {
 		f.search_analyzer = f.analyzer;
@@ -1248,10 +1331,25 @@ render_field(cJSON *o, const st_field_def *f, bool has_children)
 			    o, "search_analyzer",
 			    field_an_name(f->search_analyzer, f->custom_search_analyzer));
 	}
+	if (f->type == ST_FT_COMPLETION) { /* ES renders every parameter */
+		cJSON_AddStringToObject(o, "analyzer",
+		                        field_an_name(f->analyzer, f->custom_analyzer));
+		if (f->search_analyzer != f->analyzer ||
+		    f->custom_search_analyzer != f->custom_analyzer)
+			cJSON_AddStringToObject(
+			    o, "search_analyzer",
+			    field_an_name(f->search_analyzer, f->custom_search_analyzer));
+		cJSON_AddBoolToObject(o, "preserve_separators", true);
+		cJSON_AddBoolToObject(o, "preserve_position_increments", true);
+		cJSON_AddNumberToObject(o, "max_input_length", f->max_input_length);
+		return;
+	}
 	if (f->type == ST_FT_KEYWORD && f->normalizer != NULL)
 		cJSON_AddStringToObject(o, "normalizer", st_analyzer_get_name(f->normalizer));
-	if (f->type == ST_FT_KEYWORD && f->ignore_above > 0)
+	if ((f->type == ST_FT_KEYWORD || f->type == ST_FT_FLATTENED) && f->ignore_above > 0)
 		cJSON_AddNumberToObject(o, "ignore_above", f->ignore_above);
+	if (f->type == ST_FT_FLATTENED && f->depth_limit > 0)
+		cJSON_AddNumberToObject(o, "depth_limit", f->depth_limit);
 	if (!f->index && f->type != ST_FT_BINARY)
 		cJSON_AddBoolToObject(o, "index", false);
 	if (f->type != ST_FT_TEXT && f->type != ST_FT_BINARY && !f->doc_values)
@@ -1445,11 +1543,14 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 		                      f->null_value ? f->null_value : "null");
 	if (old->search_analyzer != f->search_analyzer ||
 	    old->custom_search_analyzer != f->custom_search_analyzer ||
-	    old->ignore_above != f->ignore_above ||
+	    old->ignore_above != f->ignore_above || old->depth_limit != f->depth_limit ||
+	    old->max_input_length != f->max_input_length ||
 	    old->ignore_malformed != f->ignore_malformed || old->no_coerce != f->no_coerce) {
 		dst->search_analyzer = f->search_analyzer;
 		dst->custom_search_analyzer = f->custom_search_analyzer;
 		dst->ignore_above = f->ignore_above;
+		dst->depth_limit = f->depth_limit;
+		dst->max_input_length = f->max_input_length;
 		dst->ignore_malformed = f->ignore_malformed;
 		dst->no_coerce = f->no_coerce;
 		*changed = true;

@@ -32,6 +32,14 @@ typedef enum {
 	ST_FT_SCALED_FLOAT,  /* column of the scaled long: round(value * scaling_factor) */
 	ST_FT_UNSIGNED_LONG, /* column of value ^ 2^63 (signed order = unsigned order) */
 	ST_FT_GEO_POINT,     /* column of st_geo_encode(lat, lon) */
+	/* Mapping only, like object: a document's leaves become keyword
+	 * segment fields "<path>" (every leaf value) and "<path>.<key>"
+	 * (that leaf's values), see docparse.c */
+	ST_FT_FLATTENED,
+	/* Mapping only: each input is a keyword term of the segment field
+	 * "<path>" holding the analysed text, the weight and the input
+	 * (st_completion_term), read by the completion suggester */
+	ST_FT_COMPLETION,
 } st_field_type;
 
 #define ST_FT_LAST ST_FT_GEO_POINT
@@ -220,6 +228,8 @@ typedef struct st_field_def {
 	char **copy_to;        /* paths this field's values are also indexed into */
 	int ncopy_to;
 	char *meta;            /* "meta" as given (JSON object text), NULL when none */
+	int depth_limit;       /* flattened: object depth allowed (0 = ES's default, 20) */
+	int max_input_length;  /* completion: characters of an input kept (default 50) */
 } st_field_def;
 
 /* An immutable mapping version. Fields are sorted by path. Object fields
@@ -250,6 +260,12 @@ bool st_mapping_source_filtered(const st_mapping *m);
 st_mapping *st_mapping_ref(st_mapping *m);
 void st_mapping_unref(st_mapping *m);
 const st_field_def *st_mapping_find(const st_mapping *m, const char *path);
+/* A completion field's segment term: the analysed input, ST_COMPLETION_SEP,
+ * the weight in 10 digits, ST_COMPLETION_SEP, the input as sent. */
+#define ST_COMPLETION_SEP '\x1f'
+/* The flattened field whose key `path` names ("labels.release" under a
+ * flattened "labels"), NULL when there is none. */
+const st_field_def *st_mapping_flattened_owner(const st_mapping *m, const char *path);
 /* Parses the body of ES `mappings` ({"properties":...,"dynamic":...}). */
 cm_err st_mapping_from_json(const cJSON *json, st_mapping **out, cm_error *err);
 /* A dynamic template's "mapping" with "{name}" and "{dynamic_type}"

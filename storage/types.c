@@ -19,6 +19,8 @@ static const char *const field_type_names[] = {
     [ST_FT_IP] = "ip",           [ST_FT_DATE_NANOS] = "date_nanos",
     [ST_FT_HALF_FLOAT] = "half_float", [ST_FT_SCALED_FLOAT] = "scaled_float",
     [ST_FT_UNSIGNED_LONG] = "unsigned_long", [ST_FT_GEO_POINT] = "geo_point",
+    [ST_FT_FLATTENED] = "flattened",
+    [ST_FT_COMPLETION] = "completion",
 };
 
 static const char *const analyzer_names[] = {
@@ -76,7 +78,7 @@ st_field_type_is_numeric(st_field_type t)
 bool
 st_field_type_is_ordinal(st_field_type t)
 {
-	return t == ST_FT_KEYWORD || t == ST_FT_IP;
+	return t == ST_FT_KEYWORD || t == ST_FT_IP || t == ST_FT_FLATTENED;
 }
 
 bool
