@@ -259,6 +259,29 @@ accepted_value_ok(char kind, const cJSON *v)
 	}
 }
 
+/* index.mapping.nested_fields.limit (kept among the accepted settings),
+ * default 50. */
+static long long
+nested_fields_limit(const nd_settings *s)
+{
+	long long n = 50;
+	cJSON *all = s->accepted[0] ? cJSON_Parse(s->accepted) : NULL;
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(all, "mapping.nested_fields.limit");
+	if (v != NULL && !json_int(v, &n))
+		n = 50;
+	cJSON_Delete(all);
+	return n;
+}
+
+static size_t
+mapping_nested_count(const st_mapping *m)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < m->nfields; i++)
+		n += m->fields[i].nested;
+	return n;
+}
+
 /* Keeps (or, for null, drops) an accepted setting in s->accepted. */
 static cm_err
 accepted_put(nd_settings *s, const char *k, const cJSON *v, cm_error *err)
@@ -1042,6 +1065,12 @@ nd_index_create_as(nd_node *n, const char *name, const char *given_uuid, const c
 		                  ix->settings.total_fields_limit);
 		goto fail;
 	}
+	if (!given_uuid &&
+	    (long long)mapping_nested_count(ix->mapping) > nested_fields_limit(&ix->settings)) {
+		rc = cm_error_set(err, CM_EINVAL, "Limit of nested fields [%lld] has been exceeded",
+		                  nested_fields_limit(&ix->settings));
+		goto fail;
+	}
 
 	pthread_rwlock_wrlock(&n->reg_lock);
 	if (registry_find(n, name)) {
@@ -1314,6 +1343,13 @@ mapping_install_locked(nd_index *ix, st_mapping *merged, cm_error *err)
 		st_mapping_unref(merged);
 		return cm_error_set(err, CM_EINVAL, "Limit of total fields [%d] has been exceeded",
 		                    ix->settings.total_fields_limit);
+	}
+	if (mapping_nested_count(merged) > mapping_nested_count(old) &&
+	    (long long)mapping_nested_count(merged) > nested_fields_limit(&ix->settings)) {
+		long long lim = nested_fields_limit(&ix->settings);
+		st_mapping_unref(merged);
+		return cm_error_set(err, CM_EINVAL, "Limit of nested fields [%lld] has been exceeded",
+		                    lim);
 	}
 	merged->version = old->version + 1;
 	ix->mapping = merged;

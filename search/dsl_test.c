@@ -83,6 +83,11 @@ dump(sb *b, const sr_query *q)
 	case SR_Q_EXISTS:
 		put(b, "exists(%s)", q->field);
 		break;
+	case SR_Q_NESTED:
+		put(b, "nested(%s:", q->field);
+		dump(b, q->inner);
+		put(b, ")");
+		break;
 	case SR_Q_RANGE:
 		put(b, "range(%s:", q->field);
 		if (q->gt)

@@ -94,6 +94,7 @@ typedef enum {
 	P_BOOSTING,
 	P_PHRASE,
 	P_GEO, /* geo_point column: a box (geo: top, left, bottom, right) or a circle (lat, lon, meters) */
+	P_NESTED, /* kids[0] over the nested docs of nest_path, joined to their parents */
 } sr_pkind;
 
 enum { OCC_MUST, OCC_SHOULD, OCC_MUST_NOT, OCC_FILTER };
@@ -141,6 +142,10 @@ struct sr_plan {
 	/* P_GEO */
 	bool geo_circle;
 	double geo[4];
+	/* P_NESTED: the nested path, the enclosing nested path (NULL: the
+	 * root docs), how child scores combine */
+	char *nest_path, *nest_parent;
+	sr_nest_mode nest_mode;
 };
 
 typedef struct sr_exec {
@@ -240,6 +245,19 @@ sr_win_put(uint64_t *bits, float *scores, uint32_t i, float s)
 	}
 	bits[i >> 6] |= m;
 }
+
+/* ---- nested documents (nested.c) ---- */
+
+/* The P_NESTED iterator of segment si: the parents of the children of
+ * pl->nest_path that pl->kids[0] matches, scored by pl->nest_mode. NULL
+ * when none match (or on error, set in x->err). */
+sr_it *sr_nested_it_new(sr_exec *x, size_t si, const sr_plan *pl);
+/* The docs of nested path `path` in segment si that are live (their root
+ * is), as a new bitset of max_doc bits; NULL when there are none. */
+uint64_t *sr_nested_docs(sr_exec *x, size_t si, const char *path);
+/* The parent level of a nested path: `parent` NULL means the root docs.
+ * A new bitset of max_doc bits (not filtered for liveness). */
+uint64_t *sr_nested_parents(sr_exec *x, size_t si, const char *parent);
 
 /* ---- sorting (sort.c) ---- */
 

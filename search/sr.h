@@ -43,7 +43,11 @@ typedef enum {
 	SR_Q_SIMPLE_QUERY_STRING,
 	SR_Q_GEO_BOUNDING_BOX, /* geo[]: top, left, bottom, right (degrees) */
 	SR_Q_GEO_DISTANCE,     /* geo[]: lat, lon, distance in meters */
+	SR_Q_NESTED,           /* field: path, inner: query, score_mode, inner_hits */
 } sr_query_kind;
+
+/* nested query score_mode */
+typedef enum { SR_NEST_AVG, SR_NEST_MAX, SR_NEST_MIN, SR_NEST_SUM, SR_NEST_NONE } sr_nest_mode;
 
 typedef struct sr_query sr_query;
 
@@ -99,6 +103,10 @@ struct sr_query {
 	/* geo_bounding_box / geo_distance (see the kinds) */
 	double geo[4];
 	bool ignore_unmapped;
+	/* nested: how children's scores make the parent's, and "inner_hits"
+	 * as given (validated JSON text; NULL when none) */
+	sr_nest_mode score_mode;
+	char *inner_hits;
 };
 
 sr_query *sr_query_new(sr_query_kind kind);

@@ -98,6 +98,8 @@ struct st_segment {
 	 * block): each is checked once, not at every load */
 	_Atomic uint8_t *col_ok;
 	uint32_t col_blocks;
+	uint64_t *nested; /* hidden nested docs (bitset), NULL when none */
+	uint32_t nnested;
 };
 
 struct st_seg_txn {

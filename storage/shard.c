@@ -139,7 +139,12 @@ reader_free(st_reader *r)
 	for (size_t i = 0; i < r->n; i++) {
 		live_release(r->live[i]);
 		seg_ref_release(r->segs[i]);
+		cm_free(CM_MEM_STORAGE, r->plive[i]);
+		cm_free(CM_MEM_STORAGE, r->nlive[i]);
 	}
+	cm_free(CM_MEM_STORAGE, r->plive);
+	cm_free(CM_MEM_STORAGE, r->nlive);
+	cm_free(CM_MEM_STORAGE, r->pcount);
 	cm_free(CM_MEM_STORAGE, r->segs);
 	cm_free(CM_MEM_STORAGE, r->live);
 	if (r->mapping)
@@ -175,13 +180,57 @@ st_reader_segment(const st_reader *r, size_t i)
 const uint64_t *
 st_reader_live(const st_reader *r, size_t i)
 {
+	if (r->plive[i])
+		return r->plive[i];
 	return r->live[i] ? r->live[i]->bits : NULL;
 }
 
 uint32_t
 st_reader_live_count(const st_reader *r, size_t i)
 {
+	if (r->plive[i])
+		return r->pcount[i];
 	return r->live[i] ? r->live[i]->count : r->segs[i]->max_doc;
+}
+
+const uint64_t *
+st_reader_nested_live(const st_reader *r, size_t i)
+{
+	return r->nlive[i];
+}
+
+/* Splits segment i's live docs into live roots and live nested docs (a
+ * nested doc lives while its root, the next doc that is not nested,
+ * does: deletes only ever clear roots). */
+static void
+reader_split_nested(st_reader *r, size_t i)
+{
+	const st_segment *seg = r->segs[i]->seg;
+	const uint64_t *nested = st_segment_nested(seg);
+	if (nested == NULL)
+		return;
+	uint32_t md = r->segs[i]->max_doc;
+	size_t words = st_bit_words(md) + 1;
+	uint64_t *p = cm_calloc(CM_MEM_STORAGE, words, sizeof(uint64_t));
+	uint64_t *nl = cm_calloc(CM_MEM_STORAGE, words, sizeof(uint64_t));
+	const uint64_t *live = r->live[i] ? r->live[i]->bits : NULL;
+	uint32_t count = 0;
+	bool palive = false;
+	for (uint32_t d = md; d-- > 0;) {
+		bool alive = live == NULL || st_bit_get(live, d);
+		if (!st_bit_get(nested, d)) {
+			palive = alive;
+			if (alive) {
+				st_bit_set(p, d);
+				count++;
+			}
+		} else if (alive && palive) {
+			st_bit_set(nl, d);
+		}
+	}
+	r->plive[i] = p;
+	r->nlive[i] = nl;
+	r->pcount[i] = count;
 }
 
 uint64_t
@@ -211,11 +260,15 @@ publish_reader(st_shard *s)
 	r->n = s->nsegs;
 	r->segs = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->segs));
 	r->live = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->live));
+	r->plive = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->plive));
+	r->nlive = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->nlive));
+	r->pcount = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->pcount));
 	for (size_t i = 0; i < r->n; i++) {
 		r->segs[i] = s->segs[i].ref;
 		atomic_fetch_add(&r->segs[i]->refs, 1);
 		r->live[i] = live_ref_get(s->segs[i].pub);
-		r->docs += r->live[i] ? r->live[i]->count : r->segs[i]->max_doc;
+		reader_split_nested(r, i);
+		r->docs += st_reader_live_count(r, i);
 	}
 	r->mapping = mapping_get(s);
 	pthread_mutex_lock(&s->rmu);
@@ -2459,7 +2512,9 @@ st_shard_stats_get(st_shard *s, st_shard_stats *out)
 	out->docs = r->docs;
 	out->segments = r->n;
 	for (size_t i = 0; i < r->n; i++) {
-		out->deleted_docs += r->segs[i]->max_doc - st_reader_live_count(r, i);
+		out->deleted_docs += r->segs[i]->max_doc -
+		                     st_segment_nested_count(r->segs[i]->seg) -
+		                     st_reader_live_count(r, i);
 		out->store_bytes += r->segs[i]->bytes;
 	}
 	st_reader_release(r);

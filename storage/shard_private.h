@@ -98,6 +98,11 @@ struct st_reader {
 	size_t n;
 	seg_ref **segs;
 	live_ref **live; /* NULL entry = all live */
+	/* segments with nested docs: the live root docs (what searches see)
+	 * and the live nested docs (those whose root is live), owned; NULL
+	 * entries elsewhere */
+	uint64_t **plive, **nlive;
+	uint32_t *pcount;
 	uint64_t docs;
 	st_mapping *mapping; /* the shard's mapping when the view was published */
 };

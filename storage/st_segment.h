@@ -185,6 +185,15 @@ cm_err st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const ui
 cm_err st_term_ord(st_seg_txn *t, const st_field_info *f, const void *term, size_t len,
                    uint64_t *ord);
 
+/* ---- nested documents ---- */
+
+/* Bitset (max_doc bits) of the hidden docs of nested objects, NULL when
+ * the segment has none. Each block of them sits right before its root
+ * doc, children before their nested parents (Lucene's block join); they
+ * have no id and an empty _source. Valid as long as s. */
+const uint64_t *st_segment_nested(const st_segment *s);
+uint32_t st_segment_nested_count(const st_segment *s);
+
 /* ---- stored documents and ids ---- */
 
 /* Appends doc's _id and _source (decompressed) to the buffers. */

@@ -120,6 +120,11 @@ st_segment *st_reader_segment(const st_reader *r, size_t i);
 const uint64_t *st_reader_live(const st_reader *r, size_t i); /* NULL = all live */
 uint32_t st_reader_live_count(const st_reader *r, size_t i);
 uint64_t st_reader_doc_count(const st_reader *r);            /* live docs */
+/* st_reader_live and the counts above cover root documents only: a
+ * segment's hidden nested docs are left out of them. This is the bitset
+ * of its live nested docs (those whose root is live), NULL when it has
+ * none. */
+const uint64_t *st_reader_nested_live(const st_reader *r, size_t i);
 /* The shard's mapping as of the view (borrowed, lives as long as r): lets
  * a shard whose segments lack a mapped field still treat it as mapped. */
 const st_mapping *st_reader_mapping(const st_reader *r);

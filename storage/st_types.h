@@ -220,6 +220,10 @@ typedef struct st_field_def {
 	char **copy_to;        /* paths this field's values are also indexed into */
 	int ncopy_to;
 	char *meta;            /* "meta" as given (JSON object text), NULL when none */
+	/* object of type "nested": each object is indexed as its own hidden
+	 * document (st_doc.nested), its fields copied into the parent or root
+	 * document too when asked */
+	bool nested, include_in_parent, include_in_root;
 } st_field_def;
 
 /* An immutable mapping version. Fields are sorted by path. Object fields
@@ -307,7 +311,19 @@ typedef struct st_doc {
 	char **owned; /* value bytes not in the tree (ip addresses), freed with the doc */
 	size_t nowned, owned_cap;
 	size_t cap;
+	/* The hidden documents of the objects under nested fields, children
+	 * before their parents (post-order), all before this root document in
+	 * a segment. Each holds its fields' values plus ST_FIELD_NESTED_PATH
+	 * and ST_FIELD_NESTED_OFFSET; id and source are empty. Root only. */
+	struct st_doc *nested;
+	size_t nnested, nested_cap;
 } st_doc;
+
+/* Hidden fields of nested documents: the nested path (keyword, postings)
+ * and the object's index in its parent's array (long column). */
+#define ST_FIELD_NESTED_PATH "_nested_path"
+#define ST_FIELD_NESTED_OFFSET "_nested_offset"
+#define ST_NESTED_OBJECTS_LIMIT 10000 /* index.mapping.nested_objects.limit */
 
 /* Parses `source` under mapping m. Fields not in m are added to *dynamic_add
  * (a new mapping holding only the additions, or NULL if none) when the
