@@ -259,6 +259,18 @@ uint64_t *sr_nested_docs(sr_exec *x, size_t si, const char *path);
  * A new bitset of max_doc bits (not filtered for liveness). */
 uint64_t *sr_nested_parents(sr_exec *x, size_t si, const char *parent);
 
+/* Compiles q as the query of a nested query on nest_path. */
+cm_err sr_plan_compile_in(sr_exec *x, const sr_query *q, const char *nest_path, bool scoring,
+                          sr_plan **out);
+/* True when q holds a nested query asking for inner_hits. */
+bool sr_nested_wants_inner_hits(const sr_query *q);
+/* The "inner_hits" object of root doc `doc` of segment si (whose stored
+ * _source is src), appended to out; nothing when q asks for none. Each
+ * inner hit starts with a \x01 byte where the merger puts "_index" and
+ * "_type" (a raw control byte never occurs in JSON text). */
+cm_err sr_nested_inner_hits(sr_exec *x, size_t si, uint32_t doc, const sr_query *q,
+                            const char *id, const char *src, size_t src_len, cm_buf *out);
+
 /* ---- sorting (sort.c) ---- */
 
 typedef struct sr_sortval {

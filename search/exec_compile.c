@@ -2310,6 +2310,17 @@ compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 }
 
 cm_err
+sr_plan_compile_in(sr_exec *x, const sr_query *q, const char *nest_path, bool scoring,
+                   sr_plan **out)
+{
+	cctx c = {x, x->err, false, 0, nest_path};
+	cm_err rc = compile(&c, q, 1.0f, scoring, out);
+	if (rc && !x->err->code)
+		cm_error_set(x->err, rc, "%s", cm_err_msg(rc));
+	return rc;
+}
+
+cm_err
 sr_plan_compile(sr_exec *x, const sr_query *q, bool scoring, sr_plan **out)
 {
 	cctx c = {x, x->err, false, 0, NULL};

@@ -6,11 +6,14 @@
  * enclosing nested query's path), and the parent's score combines its
  * matching children's as score_mode says. The matches are materialized
  * per segment: a bitset of parents and their scores. */
+#include <cjson/cJSON.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common/cm_alloc.h"
 #include "exec.h"
+#include "jsonw.h"
 
 #define T CM_MEM_SEARCH
 
@@ -251,4 +254,261 @@ sr_nested_it_new(sr_exec *x, size_t si, const sr_plan *pl)
 	uint32_t d = next_bit(n->bits, 0, max_doc);
 	n->base.doc = d < max_doc ? d : ST_NO_MORE_DOCS;
 	return &n->base;
+}
+
+/* ---- inner hits ---- */
+
+bool
+sr_nested_wants_inner_hits(const sr_query *q)
+{
+	if (q == NULL)
+		return false;
+	switch (q->kind) {
+	case SR_Q_NESTED:
+		return q->inner_hits != NULL;
+	case SR_Q_BOOL:
+		for (size_t i = 0; i < q->nmust; i++)
+			if (sr_nested_wants_inner_hits(q->must[i]))
+				return true;
+		for (size_t i = 0; i < q->nshould; i++)
+			if (sr_nested_wants_inner_hits(q->should[i]))
+				return true;
+		for (size_t i = 0; i < q->nfilter; i++)
+			if (sr_nested_wants_inner_hits(q->filter[i]))
+				return true;
+		return false;
+	case SR_Q_CONSTANT_SCORE:
+	case SR_Q_BOOSTING:
+		return sr_nested_wants_inner_hits(q->inner);
+	case SR_Q_DIS_MAX:
+		for (size_t i = 0; i < q->nqueries; i++)
+			if (sr_nested_wants_inner_hits(q->queries[i]))
+				return true;
+		return false;
+	default:
+		return false;
+	}
+}
+
+typedef struct ihit {
+	uint32_t doc;
+	float score;
+} ihit;
+
+static int
+ihit_cmp(const void *a, const void *b)
+{
+	const ihit *x = a, *y = b;
+	if (x->score != y->score)
+		return x->score > y->score ? -1 : 1;
+	return (x->doc > y->doc) - (x->doc < y->doc);
+}
+
+#define MAX_NEST_LEVELS 16
+
+typedef struct nest_level {
+	const char *path; /* full nested path */
+	uint64_t *docs;   /* its docs in the segment */
+} nest_level;
+
+static int64_t
+nested_offset(sr_exec *x, size_t si, st_colblock *cb, uint32_t doc)
+{
+	const st_field_info *fi = st_segment_field(x->segs[si].seg, ST_FIELD_NESTED_OFFSET);
+	const int64_t *vals;
+	if (fi == NULL || st_col_values(x->segs[si].txn, fi, cb, doc, &vals) < 1)
+		return 0;
+	return vals[0];
+}
+
+/* The object at rel (dotted, relative to obj) and offset. */
+static const cJSON *
+nested_object(const cJSON *obj, const char *rel, int64_t offset)
+{
+	char part[256];
+	const char *p = rel;
+	while (obj && *p) {
+		const char *dot = strchr(p, '.');
+		size_t n = dot ? (size_t)(dot - p) : strlen(p);
+		if (n >= sizeof part)
+			return NULL;
+		memcpy(part, p, n);
+		part[n] = '\0';
+		obj = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, part) : NULL;
+		p += n + (dot ? 1 : 0);
+	}
+	if (cJSON_IsArray(obj))
+		return cJSON_GetArrayItem(obj, (int)offset);
+	return offset == 0 ? obj : NULL;
+}
+
+/* One nested query's inner hits for root doc `doc`. */
+static cm_err
+inner_hits_one(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const char *id,
+               const cJSON *src, cm_buf *out, bool *first)
+{
+	const st_mapping *m = st_reader_mapping(x->reader);
+	const st_field_def *d = m ? st_mapping_find(m, q->field) : NULL;
+	if (d == NULL || !d->nested)
+		return CM_OK; /* ignore_unmapped: no inner hits */
+	cJSON *opts = cJSON_Parse(q->inner_hits);
+	const cJSON *jn = cJSON_GetObjectItemCaseSensitive(opts, "name");
+	const cJSON *jsz = cJSON_GetObjectItemCaseSensitive(opts, "size");
+	const cJSON *jfr = cJSON_GetObjectItemCaseSensitive(opts, "from");
+	const cJSON *jsrc = cJSON_GetObjectItemCaseSensitive(opts, "_source");
+	size_t size = cJSON_IsNumber(jsz) ? (size_t)jsz->valuedouble : 3;
+	size_t from = cJSON_IsNumber(jfr) ? (size_t)jfr->valuedouble : 0;
+	bool want_src = !cJSON_IsFalse(jsrc);
+	cm_buf_put(out, *first ? "" : ",", *first ? 0 : 1);
+	*first = false;
+	sr_jw_cstr(out, cJSON_IsString(jn) ? jn->valuestring : q->field);
+
+	/* the nested levels from the outermost to q's path */
+	nest_level lv[MAX_NEST_LEVELS];
+	size_t nlv = 0;
+	char buf[1024];
+	size_t plen = strlen(d->path);
+	for (size_t i = 0; i <= plen && nlv < MAX_NEST_LEVELS && plen < sizeof buf; i++) {
+		if (d->path[i] != '.' && d->path[i] != '\0')
+			continue;
+		memcpy(buf, d->path, i);
+		buf[i] = '\0';
+		const st_field_def *a = st_mapping_find(m, buf);
+		if (a && a->nested)
+			lv[nlv++] = (nest_level){a->path, NULL};
+	}
+	ihit *hits = NULL;
+	size_t nh = 0, cap = 0;
+	uint64_t *children = sr_nested_docs(x, si, d->path);
+	sr_plan *pl = NULL;
+	sr_it *it = NULL;
+	cm_err rc = CM_OK;
+	uint32_t start = doc;
+	const uint64_t *nested = st_segment_nested(x->segs[si].seg);
+	while (nested && start > 0 && st_bit_get(nested, start - 1))
+		start--;
+	if (children && start < doc) {
+		rc = sr_plan_compile_in(x, q->inner, d->path, true, &pl);
+		if (!rc)
+			rc = sr_it_build(x, si, pl, &it);
+		for (uint32_t c = start; !rc && it && c < doc; c++) {
+			if (!st_bit_get(children, c))
+				continue;
+			if (it->ops->advance(it, c) != c)
+				continue;
+			if (nh == cap) {
+				cap = cap ? cap * 2 : 8;
+				hits = cm_realloc(T, hits, cap * sizeof *hits);
+			}
+			hits[nh++] = (ihit){c, it->ops->score(it)};
+		}
+	}
+	qsort(hits, nh, sizeof *hits, ihit_cmp);
+	float max = nh ? hits[0].score : 0;
+	cm_buf_printf(out, ":{\"hits\":{\"total\":{\"value\":%zu,\"relation\":\"eq\"},\"max_score\":",
+	              nh);
+	if (nh)
+		sr_jw_float(out, max);
+	else
+		cm_buf_put(out, "null", 4);
+	cm_buf_put(out, ",\"hits\":[", 9);
+	st_colblock cb;
+	memset(&cb, 0, sizeof cb);
+	for (size_t l = 0; l + 1 < nlv; l++)
+		lv[l].docs = path_docs(x, si, lv[l].path);
+	for (size_t i = from; !rc && i < nh && i < from + size; i++) {
+		cm_buf_put(out, i > from ? ",{\x01\"_id\":" : "{\x01\"_id\":", i > from ? 9 : 8);
+		sr_jw_cstr(out, id);
+		/* _nested: each level's field (relative to the level above) and
+		 * the offset of the object in its array */
+		int64_t offs[MAX_NEST_LEVELS];
+		cm_buf_put(out, ",\"_nested\":", 11);
+		for (size_t l = 0; l < nlv; l++) {
+			uint32_t ld = hits[i].doc;
+			if (l + 1 < nlv) {
+				uint32_t md = st_segment_max_doc(x->segs[si].seg);
+				ld = lv[l].docs ? next_bit(lv[l].docs, hits[i].doc, md) : md;
+				if (ld >= md)
+					ld = hits[i].doc;
+			}
+			offs[l] = nested_offset(x, si, &cb, ld);
+			const char *rel = l ? lv[l].path + strlen(lv[l - 1].path) + 1 : lv[l].path;
+			cm_buf_put(out, "{\"field\":", 9);
+			sr_jw_cstr(out, rel);
+			cm_buf_printf(out, ",\"offset\":%lld", (long long)offs[l]);
+			if (l + 1 < nlv)
+				cm_buf_put(out, ",\"_nested\":", 11);
+		}
+		for (size_t l = 0; l < nlv; l++)
+			cm_buf_put(out, "}", 1);
+		cm_buf_put(out, ",\"_score\":", 10);
+		sr_jw_float(out, hits[i].score);
+		const cJSON *o = src;
+		for (size_t l = 0; o && l < nlv; l++) {
+			const char *rel = l ? lv[l].path + strlen(lv[l - 1].path) + 1 : lv[l].path;
+			o = nested_object(o, rel, offs[l]);
+		}
+		if (want_src && o) {
+			char *t = cJSON_PrintUnformatted(o);
+			if (t) {
+				cm_buf_put(out, ",\"_source\":", 11);
+				cm_buf_put(out, t, strlen(t));
+				free(t);
+			}
+		}
+		cm_buf_put(out, "}", 1);
+	}
+	cm_buf_put(out, "]}}", 3);
+	st_colblock_free(&cb);
+	for (size_t l = 0; l < nlv; l++)
+		cm_free(T, lv[l].docs);
+	sr_it_free(it);
+	sr_plan_free(pl);
+	cm_free(T, children);
+	cm_free(T, hits);
+	cJSON_Delete(opts);
+	return rc;
+}
+
+static cm_err
+inner_hits_walk(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const char *id,
+                const cJSON *src, cm_buf *out, bool *first)
+{
+	cm_err rc = CM_OK;
+	if (q == NULL)
+		return CM_OK;
+	switch (q->kind) {
+	case SR_Q_NESTED:
+		return q->inner_hits ? inner_hits_one(x, si, doc, q, id, src, out, first) : CM_OK;
+	case SR_Q_BOOL:
+		for (size_t i = 0; !rc && i < q->nmust; i++)
+			rc = inner_hits_walk(x, si, doc, q->must[i], id, src, out, first);
+		for (size_t i = 0; !rc && i < q->nshould; i++)
+			rc = inner_hits_walk(x, si, doc, q->should[i], id, src, out, first);
+		for (size_t i = 0; !rc && i < q->nfilter; i++)
+			rc = inner_hits_walk(x, si, doc, q->filter[i], id, src, out, first);
+		return rc;
+	case SR_Q_CONSTANT_SCORE:
+	case SR_Q_BOOSTING:
+		return inner_hits_walk(x, si, doc, q->inner, id, src, out, first);
+	case SR_Q_DIS_MAX:
+		for (size_t i = 0; !rc && i < q->nqueries; i++)
+			rc = inner_hits_walk(x, si, doc, q->queries[i], id, src, out, first);
+		return rc;
+	default:
+		return CM_OK;
+	}
+}
+
+cm_err
+sr_nested_inner_hits(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const char *id,
+                     const char *src, size_t src_len, cm_buf *out)
+{
+	cJSON *j = src_len ? cJSON_ParseWithLength(src, src_len) : NULL;
+	bool first = true;
+	cm_buf_put(out, "{", 1);
+	cm_err rc = inner_hits_walk(x, si, doc, q, id, j, out, &first);
+	cm_buf_put(out, "}", 1);
+	cJSON_Delete(j);
+	return rc;
 }

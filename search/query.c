@@ -164,6 +164,7 @@ typedef struct pctx {
 	cm_error *err;
 	size_t clauses;
 	int depth;
+	int in_nested; /* parsing a nested query's query */
 } pctx;
 
 static cm_err parse_query(pctx *c, const cJSON *j, sr_query **out);
@@ -824,7 +825,9 @@ parse_nested(pctx *c, const cJSON *body, sr_query *q)
 			cm_free(T, q->field);
 			q->field = cm_strdup(T, v->valuestring);
 		} else if (is(v, "query")) {
+			c->in_nested++;
 			rc = parse_inner(c, v, &q->inner);
+			c->in_nested--;
 			have_query = true;
 		} else if (is(v, "score_mode")) {
 			static const char *modes[] = {"avg", "max", "min", "sum", "none"};
@@ -838,6 +841,10 @@ parse_nested(pctx *c, const cJSON *body, sr_query *q)
 		} else if (is(v, "ignore_unmapped")) {
 			rc = get_bool(c, "nested", v, &q->ignore_unmapped);
 		} else if (is(v, "inner_hits")) {
+			if (c->in_nested)
+				return cm_error_set(c->err, CM_EPARSE,
+				                    "[inner_hits] of a nested query inside another "
+				                    "nested query is not supported");
 			rc = check_inner_hits(c, v);
 			if (!rc) {
 				char *t = cJSON_PrintUnformatted(v);

@@ -336,6 +336,10 @@ typedef struct sr_hit {
 	size_t fields_len;
 	char *highlight;       /* the hit's "highlight" (JSON), NULL when none */
 	size_t highlight_len;
+	/* nested inner hits (JSON; each inner hit opens with a \x01 byte the
+	 * merger replaces with its "_index" and "_type"), NULL when none */
+	char *inner_hits;
+	size_t inner_hits_len;
 	uint32_t shard, doc;   /* tie-breaking: shard index, then global doc */
 	uint64_t seq_no, primary_term;
 	int64_t version;

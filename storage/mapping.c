@@ -419,6 +419,7 @@ add_def(fbuf *b, st_field_def *f, cm_error *err)
 				old->dynamic = f->dynamic;
 				old->dynamic_set = true;
 			}
+			old->implied &= f->implied;
 			if (f->nested) {
 				old->nested = true;
 				old->include_in_parent = f->include_in_parent;
@@ -908,6 +909,7 @@ parse_properties(fbuf *b, const char *prefix, const cJSON *props, int depth, cm_
 				st_field_def *o = fbuf_push(b);
 				fdef_init(o, ST_FT_OBJECT);
 				o->path = cm_strdup(CM_MEM_STORAGE, opath);
+				o->implied = true;
 			}
 			cm_free(CM_MEM_STORAGE, scope);
 			scope = opath;
@@ -1422,12 +1424,12 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 		                    f->path);
 	}
 	if (old->type == ST_FT_OBJECT) {
-		if (old->nested != f->nested)
+		if (old->nested != f->nested && !f->implied)
 			return cm_error_set(err, CM_EINVAL,
 			                    "object mapping [%s] can't be changed from %s to %s",
 			                    f->path, old->nested ? "nested" : "non-nested",
 			                    old->nested ? "non-nested" : "nested");
-		if (old->nested && (old->include_in_parent != f->include_in_parent ||
+		if (old->nested && !f->implied && (old->include_in_parent != f->include_in_parent ||
 		                    old->include_in_root != f->include_in_root))
 			return cm_error_set(err, CM_EINVAL,
 			                    "The [include_in_%s] parameter can't be updated for the "
