@@ -41,6 +41,8 @@ static const struct {
     {"global", AGG_GLOBAL, &agg_ops_global},
     {"adjacency_matrix", AGG_ADJACENCY_MATRIX, &agg_ops_adjacency_matrix},
     {"significant_terms", AGG_SIGNIFICANT_TERMS, &agg_ops_significant_terms},
+    {"nested", AGG_NESTED, &agg_ops_nested},
+    {"reverse_nested", AGG_REVERSE_NESTED, &agg_ops_reverse_nested},
 };
 
 static const agg_ops *
@@ -449,6 +451,8 @@ sr_agg_from_json(const cJSON *aggs, sr_agg **out, cm_error *err)
 	cm_err rc = agg_parse_list(aggs, root, 0, &next_id, err);
 	if (!rc)
 		rc = agg_check_tree(root, err);
+	if (!rc)
+		rc = agg_nested_check(root, err);
 	if (!rc)
 		rc = agg_pipe_check(root, err);
 	if (rc) {
@@ -972,9 +976,11 @@ agg_subs_path_ok(const sr_agg *parent, const char *path)
 	if (!a)
 		return false;
 	if (path[len] == '>')
-		return (a->kind == AGG_FILTER || a->kind == AGG_MISSING) &&
+		return (a->kind == AGG_FILTER || a->kind == AGG_MISSING || a->kind == AGG_NESTED ||
+		        a->kind == AGG_REVERSE_NESTED) &&
 		       agg_subs_path_ok(a, path + len + 1);
-	if (path[len] == 0 && (a->kind == AGG_FILTER || a->kind == AGG_MISSING))
+	if (path[len] == 0 && (a->kind == AGG_FILTER || a->kind == AGG_MISSING ||
+	                       a->kind == AGG_NESTED || a->kind == AGG_REVERSE_NESTED))
 		return true; /* doc_count of the single bucket */
 	return a->ops->metric_value != NULL;
 }
@@ -992,6 +998,8 @@ agg_subs_value(const sr_agg *parent, agg_node *const *subs, const char *path, do
 	if (a->kind == AGG_FILTER || a->kind == AGG_MISSING)
 		return agg_single_bucket_value(a, subs[idx], path[len] == '>' ? path + len + 1 : NULL,
 		                               v);
+	if (a->kind == AGG_NESTED || a->kind == AGG_REVERSE_NESTED)
+		return agg_nested_value(a, subs[idx], path[len] == '>' ? path + len + 1 : NULL, v);
 	if (!a->ops->metric_value)
 		return false;
 	char key[128];

@@ -50,6 +50,8 @@ typedef enum {
 	AGG_GLOBAL,
 	AGG_ADJACENCY_MATRIX,
 	AGG_SIGNIFICANT_TERMS,
+	AGG_NESTED,
+	AGG_REVERSE_NESTED,
 	AGG_KIND_COUNT
 } agg_kind;
 
@@ -175,6 +177,11 @@ extern const agg_ops agg_ops_min, agg_ops_max, agg_ops_sum, agg_ops_avg, agg_ops
 extern const agg_ops agg_ops_composite, agg_ops_percentile_ranks, agg_ops_weighted_avg,
     agg_ops_rare_terms, agg_ops_top_metrics, agg_ops_global,
     agg_ops_adjacency_matrix, agg_ops_significant_terms;
+extern const agg_ops agg_ops_nested, agg_ops_reverse_nested;
+/* agg_nested.c: sets each nested/reverse_nested spec's level and refuses
+ * a reverse_nested outside a nested aggregation. */
+cm_err agg_nested_check(sr_agg *root, cm_error *err);
+bool agg_nested_value(const sr_agg *a, const agg_node *n, const char *rest, double *v);
 
 /* ---- agg.c: shared machinery ---- */
 

@@ -948,7 +948,8 @@ agg_kind_multi_bucket(agg_kind k)
 bool
 agg_kind_single_bucket(agg_kind k)
 {
-	return k == AGG_FILTER || k == AGG_MISSING || k == AGG_GLOBAL;
+	return k == AGG_FILTER || k == AGG_MISSING || k == AGG_GLOBAL || k == AGG_NESTED ||
+	       k == AGG_REVERSE_NESTED;
 }
 
 static const sr_agg *

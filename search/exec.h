@@ -259,6 +259,11 @@ uint64_t *sr_nested_docs(sr_exec *x, size_t si, const char *path);
  * A new bitset of max_doc bits (not filtered for liveness). */
 uint64_t *sr_nested_parents(sr_exec *x, size_t si, const char *parent);
 
+/* The docs of segment c having nested path `path` (live or not), a new
+ * bitset; NULL when none (or on error, set in err). */
+uint64_t *sr_nested_path_docs(const sr_seg_ctx *c, const char *path, cm_error *err);
+/* First set bit of bits >= from, or max_doc when none. */
+uint32_t sr_nested_next_bit(const uint64_t *bits, uint32_t from, uint32_t max_doc);
 /* Compiles q as the query of a nested query on nest_path. */
 cm_err sr_plan_compile_in(sr_exec *x, const sr_query *q, const char *nest_path, bool scoring,
                           sr_plan **out);

@@ -20,7 +20,12 @@
 static uint64_t *
 path_docs(sr_exec *x, size_t si, const char *path)
 {
-	const sr_seg_ctx *c = &x->segs[si];
+	return sr_nested_path_docs(&x->segs[si], path, x->err);
+}
+
+uint64_t *
+sr_nested_path_docs(const sr_seg_ctx *c, const char *path, cm_error *err)
+{
 	uint32_t max_doc = st_segment_max_doc(c->seg);
 	const st_field_info *fi = st_segment_field(c->seg, ST_FIELD_NESTED_PATH);
 	if (fi == NULL || !(fi->flags & ST_FI_POSTINGS) || max_doc == 0)
@@ -30,7 +35,7 @@ path_docs(sr_exec *x, size_t si, const char *path)
 	if (rc == CM_ENOTFOUND)
 		return NULL;
 	if (rc) {
-		cm_error_set(x->err, rc, "cannot read nested docs: %s", cm_err_msg(rc));
+		cm_error_set(err, rc, "cannot read nested docs: %s", cm_err_msg(rc));
 		return NULL;
 	}
 	uint64_t *bits = cm_calloc(T, st_bit_words(max_doc) + 1, sizeof(uint64_t));
@@ -38,7 +43,7 @@ path_docs(sr_exec *x, size_t si, const char *path)
 		if (d < max_doc)
 			st_bit_set(bits, d);
 	if (st_postings_corrupt(&p))
-		cm_error_set(x->err, CM_ECORRUPT, "corrupt postings of nested docs");
+		cm_error_set(err, CM_ECORRUPT, "corrupt postings of nested docs");
 	return bits;
 }
 
@@ -83,9 +88,8 @@ sr_nested_parents(sr_exec *x, size_t si, const char *parent)
 	return b;
 }
 
-/* First set bit >= from, or max_doc. */
-static uint32_t
-next_bit(const uint64_t *bits, uint32_t from, uint32_t max_doc)
+uint32_t
+sr_nested_next_bit(const uint64_t *bits, uint32_t from, uint32_t max_doc)
 {
 	if (from >= max_doc)
 		return max_doc;
@@ -113,7 +117,7 @@ nest_next(sr_it *it)
 	nest_it *n = (nest_it *)it;
 	if (it->doc == ST_NO_MORE_DOCS)
 		return it->doc;
-	uint32_t d = next_bit(n->bits, it->doc + 1, n->max_doc);
+	uint32_t d = sr_nested_next_bit(n->bits, it->doc + 1, n->max_doc);
 	return it->doc = d < n->max_doc ? d : ST_NO_MORE_DOCS;
 }
 
@@ -123,7 +127,7 @@ nest_advance(sr_it *it, uint32_t t)
 	nest_it *n = (nest_it *)it;
 	if (t <= it->doc)
 		return it->doc;
-	uint32_t d = next_bit(n->bits, t, n->max_doc);
+	uint32_t d = sr_nested_next_bit(n->bits, t, n->max_doc);
 	return it->doc = d < n->max_doc ? d : ST_NO_MORE_DOCS;
 }
 
@@ -229,7 +233,7 @@ sr_nested_it_new(sr_exec *x, size_t si, const sr_plan *pl)
 				uint32_t child = lo + i;
 				if (a.parent >= max_doc || child >= a.parent) {
 					acc_flush(n, &a, pl->nest_mode, pl->boost);
-					a.parent = next_bit(parents, child + 1, max_doc);
+					a.parent = sr_nested_next_bit(parents, child + 1, max_doc);
 				}
 				float s = wscores ? wscores[i] : 0.0f;
 				if (a.n == 0 || s < a.min)
@@ -251,7 +255,7 @@ sr_nested_it_new(sr_exec *x, size_t si, const sr_plan *pl)
 		nest_free(&n->base);
 		return NULL;
 	}
-	uint32_t d = next_bit(n->bits, 0, max_doc);
+	uint32_t d = sr_nested_next_bit(n->bits, 0, max_doc);
 	n->base.doc = d < max_doc ? d : ST_NO_MORE_DOCS;
 	return &n->base;
 }
@@ -427,7 +431,7 @@ inner_hits_one(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const cha
 			uint32_t ld = hits[i].doc;
 			if (l + 1 < nlv) {
 				uint32_t md = st_segment_max_doc(x->segs[si].seg);
-				ld = lv[l].docs ? next_bit(lv[l].docs, hits[i].doc, md) : md;
+				ld = lv[l].docs ? sr_nested_next_bit(lv[l].docs, hits[i].doc, md) : md;
 				if (ld >= md)
 					ld = hits[i].doc;
 			}
