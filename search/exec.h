@@ -298,6 +298,8 @@ typedef struct sr_sort_field {
 	uint8_t after_ip[ST_IP_LEN]; /* ip: the search_after address */
 	bool geo;                    /* _geo_distance from (geo_lat, geo_lon), in geo_unit m */
 	double geo_lat, geo_lon, geo_unit;
+	const char *nested_path;          /* the request's: values come from nested docs */
+	const sr_query *nested_filter;
 } sr_sort_field;
 
 typedef struct sr_sorter {
@@ -307,6 +309,7 @@ typedef struct sr_sorter {
 	/* per-segment state */
 	const st_field_info **fi;
 	st_colblock *cb;
+	uint64_t **nchild; /* nested keys: the segment's nested docs to read */
 	struct sr_ordterm **ordc; /* keyword keys: ordinal -> term, filled lazily */
 	size_t *nordc;
 	uint32_t shard; /* the request-wide shard number, for _shard_doc */

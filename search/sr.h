@@ -161,6 +161,10 @@ typedef struct sr_sort_key {
 	 * units of geo_unit meters */
 	bool geo, geo_ignore_unmapped;
 	double geo_lat, geo_lon, geo_unit;
+	/* "nested": {"path", "filter"}: the values of the root doc's nested
+	 * objects of path (those the filter matches) */
+	char *nested_path;
+	sr_query *nested_filter;
 } sr_sort_key;
 
 /* A sort value as it appears in hit.sort / search_after. */

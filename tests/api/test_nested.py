@@ -259,6 +259,42 @@ def inner_hits():
             eq(x["_source"], {"who": "dave"}, label)
 
 
+def sort_model(order, mode, author=None):
+    """(id, sort value) for a nested sort on comments.stars, missing last."""
+    rows = []
+    for i, d in DOCS.items():
+        v = [c["stars"] for c in comments(d) if author is None or c["author"] == author]
+        if not v:
+            rows.append((i, None))
+            continue
+        m = mode or ("max" if order == "desc" else "min")
+        rows.append((i, {"min": min, "max": max, "sum": sum}[m](v)))
+    # ties by the second key, title ascending (the titles sort like the ids)
+    have = sorted((r for r in rows if r[1] is not None),
+                  key=lambda r: (-r[1] if order == "desc" else r[1], r[0]))
+    return have + sorted(r for r in rows if r[1] is None)
+
+
+@test
+def nested_sort():
+    cases = [("asc", None, None), ("desc", None, None), ("asc", "sum", None),
+             ("desc", "max", "alice"), ("asc", "min", "bob")]
+    for label, w, nodes in targets():
+        ensure(label, w)
+        for order, mode, author in cases:
+            key = {"order": order, "nested": {"path": "comments"}}
+            if mode:
+                key["mode"] = mode
+            if author:
+                key["nested"]["filter"] = term("comments.author", author)
+            want = sort_model(order, mode, author)
+            for n in nodes:
+                b = search(n, {"size": 100, "_source": False,
+                               "sort": [{"comments.stars": key}, {"title": "asc"}]})
+                got = [(h["_id"], h["sort"][0]) for h in b["hits"]["hits"]]
+                eq(got, want, "%s sort %s %s %s" % (label, order, mode, author))
+
+
 @test
 def nested_and_reverse_nested_aggs():
     for label, w, nodes in targets():
@@ -375,8 +411,11 @@ def refusals():
             "reverse_nested": {}}}}), 400, "illegal_argument_exception",
             "can only be used inside a [nested] aggregation")
         error_is(n.req("POST", "/nest/_search", {"sort": [{"comments.stars": {
-            "order": "asc", "nested": {"path": "comments"}}}]}), 400, "parsing_exception",
-            "nested")
+            "order": "asc", "nested": {"path": "comments", "max_children": 1}}}]}), 400,
+            "parsing_exception", "[nested] sort option [max_children] is not supported")
+        error_is(n.req("POST", "/nest/_search", {"sort": [{"comments.stars": {
+            "nested": {"path": "title"}}}]}), 400, "query_shard_exception",
+            "is not of nested type")
         error_is(n.req("PUT", "/nest/_mapping", {"properties": {"comments": {
             "type": "object"}}}), 400, "illegal_argument_exception",
             "can't be changed from nested to non-nested")
