@@ -27,8 +27,8 @@ typedef struct nest_state {
 } nest_state;
 
 typedef struct nest_seg {
-	uint64_t *target;       /* nested: live children of path; reverse: the parent level */
-	uint64_t *bound;        /* nested: docs inside a parent's block (owned when own_bound) */
+	uint64_t *target; /* nested: live children of path; reverse: the parent level */
+	uint64_t *bound;  /* nested: docs inside a parent's block (owned when own_bound) */
 	const uint64_t *bound_ref;
 	uint32_t max_doc;
 } nest_seg;
@@ -79,13 +79,21 @@ nest_params_free(void *d)
 static cm_err
 check_walk(sr_agg *a, const char *level, bool inside, cm_error *err)
 {
+	if (a->kind == AGG_TOP_HITS && level != NULL)
+		/* its hits would be the hidden nested docs, which have no _id or
+		 * _source of their own */
+		return cm_error_set(err, CM_EINVAL,
+		                    "[top_hits] aggregation [%s] under a [nested] aggregation is not "
+		                    "supported",
+		                    a->name);
 	if (a->kind == AGG_NESTED || a->kind == AGG_REVERSE_NESTED) {
 		nest_params *p = a->p;
 		if (a->kind == AGG_REVERSE_NESTED && !inside)
-			return cm_error_set(err, CM_EINVAL,
-			                    "Reverse nested aggregation [%s] can only be used inside a "
-			                    "[nested] aggregation",
-			                    a->name);
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "Reverse nested aggregation [%s] can only be used inside a "
+			    "[nested] aggregation",
+			    a->name);
 		p->level = level ? cm_strdup(AGG_MEM, level) : NULL;
 		p->inside = inside;
 		level = p->path;

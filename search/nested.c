@@ -147,8 +147,8 @@ nest_free(sr_it *it)
 	cm_free(T, n);
 }
 
-static const sr_it_ops nest_ops = {nest_next,        nest_advance, nest_score, sr_it_fill_generic,
-                                   sr_it_upper_inf, nest_free};
+static const sr_it_ops nest_ops = {nest_next,          nest_advance,    nest_score,
+                                   sr_it_fill_generic, sr_it_upper_inf, nest_free};
 
 typedef struct nest_acc {
 	uint32_t parent; /* max_doc: none yet */
@@ -409,8 +409,8 @@ inner_hits_one(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const cha
 	}
 	qsort(hits, nh, sizeof *hits, ihit_cmp);
 	float max = nh ? hits[0].score : 0;
-	cm_buf_printf(out, ":{\"hits\":{\"total\":{\"value\":%zu,\"relation\":\"eq\"},\"max_score\":",
-	              nh);
+	cm_buf_printf(
+	    out, ":{\"hits\":{\"total\":{\"value\":%zu,\"relation\":\"eq\"},\"max_score\":", nh);
 	if (nh)
 		sr_jw_float(out, max);
 	else
@@ -431,7 +431,8 @@ inner_hits_one(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const cha
 			uint32_t ld = hits[i].doc;
 			if (l + 1 < nlv) {
 				uint32_t md = st_segment_max_doc(x->segs[si].seg);
-				ld = lv[l].docs ? sr_nested_next_bit(lv[l].docs, hits[i].doc, md) : md;
+				ld = lv[l].docs ? sr_nested_next_bit(lv[l].docs, hits[i].doc, md)
+				                : md;
 				if (ld >= md)
 					ld = hits[i].doc;
 			}

@@ -8,10 +8,12 @@ deletes and merges of documents holding nested objects, and the
 Elasticsearch-shaped 400s. Expected answers come from the small model of
 the documents below (plain Python over DOCS)."""
 import os
+import shutil
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from shoal import SoloAndCluster, eq, error_is, run_tests, test  # noqa: E402
+from shoal import Node, SoloAndCluster, eq, error_is, run_tests, test  # noqa: E402
 
 FIX = SoloAndCluster("shoal-nested-test-")
 solo, cluster, teardown = FIX.solo, FIX.cluster, FIX.teardown
@@ -438,6 +440,57 @@ def nested_fields_limit():
         error_is(w.req("PUT", "/nest-lim/_mapping", {"properties": {
             "b": {"type": "nested"}, "c": {"type": "nested"}}}), 400,
             "illegal_argument_exception", "Limit of nested fields [2] has been exceeded")
+
+
+@test
+def nested_objects_limit_and_top_hits_refusal():
+    for label, w, nodes in targets():
+        ensure(label, w)
+        st, b = w.req("PUT", "/nest/_doc/big", {"title": "big", "comments": [
+            {"author": "x", "stars": 1}] * 10001})
+        eq(st, 400, "%s: %s" % (label, b))
+        eq(b["error"]["type"], "mapper_parsing_exception", label)
+        if "exceeded the allowed limit of [10000]" not in b["error"]["reason"]:
+            raise AssertionError(b)
+        st, b = w.req("GET", "/nest/_doc/big")
+        eq(st, 404, label + " nothing half-applied")
+        error_is(nodes[-1].req("POST", "/nest/_search", {"size": 0, "aggs": {"c": {
+            "nested": {"path": "comments"}, "aggs": {"h": {"top_hits": {}}}}}}), 400,
+            "illegal_argument_exception", "[top_hits] aggregation [h] under a [nested]")
+
+
+@test
+def restart_replay_snapshot_and_restore():
+    repo = tempfile.mkdtemp(prefix="shoal-nested-repo-")
+    n = Node(args=["-E", "path.repo=" + repo])
+    try:
+        make_index(n, "nr", shards=1)
+        # acknowledged, not refreshed: replayed from the log after the restart
+        st, b = n.req("PUT", "/nr/_doc/6", {"title": "f", "comments": [
+            {"author": "zed", "stars": 7}, {"author": "alice", "stars": 2}]})
+        eq(st, 201, b)
+        n.restart()
+        n.refresh("nr")
+        q = nested({"bool": {"must": [term("comments.author", "alice"),
+                                      term("comments.stars", 5)]}})
+        eq(ids(n, q, "nr"), ["2"], "after restart")
+        eq(ids(n, nested(term("comments.author", "zed")), "nr"), ["6"], "replayed")
+        st, b = n.req("PUT", "/_snapshot/r", {"type": "fs", "settings": {"location": repo}})
+        eq(st, 200, b)
+        st, b = n.req("PUT", "/_snapshot/r/s1?wait_for_completion=true", {"indices": "nr"})
+        eq(st, 200, b)
+        st, b = n.req("POST", "/_snapshot/r/s1/_restore?wait_for_completion=true", {
+            "indices": "nr", "rename_pattern": "nr", "rename_replacement": "nr2"})
+        eq(st, 200, b)
+        n.refresh("nr2")
+        eq(ids(n, q, "nr2"), ["2"], "restored")
+        eq(ids(n, nested(term("comments.author", "zed")), "nr2"), ["6"], "restored")
+        st, b = n.req("GET", "/nr2/_count")
+        eq(b["count"], len(DOCS) + 1, "restored count")
+    finally:
+        rc = n.cleanup()
+        shutil.rmtree(repo, ignore_errors=True)
+    eq(rc, 0, "node exit code")
 
 
 if __name__ == "__main__":
