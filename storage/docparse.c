@@ -160,9 +160,9 @@ build_numbers(parse_ctx *c)
 {
 	size_t cap = 0, n = 0;
 	numtok *v = NULL;
-	collect_numbers(c->doc->json, &v, &n, &cap);
-	const char *s = c->doc->source;
-	size_t len = c->doc->source_len, k = 0;
+	collect_numbers(c->root->json, &v, &n, &cap);
+	const char *s = c->root->source;
+	size_t len = c->root->source_len, k = 0;
 	bool ok = true;
 	for (size_t i = 0; i < len && ok;) {
 		char ch = s[i];

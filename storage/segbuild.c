@@ -1067,6 +1067,25 @@ train_dict(wctx *c)
 	cm_buf_free(&samples);
 }
 
+void
+st_segbuild_kept(const st_segbuild *b, const uint64_t *deleted, uint64_t *kept)
+{
+	memset(kept, 0, st_bit_words(b->ndocs) * 8);
+	/* a nested doc goes with its parent, the next doc that is not nested */
+	bool pgone = false;
+	for (uint32_t d = b->ndocs; d-- > 0;) {
+		bool nest = b->nnested && d < b->nested_words * 64 && st_bit_get(b->nested, d);
+		bool g = (deleted && st_bit_get(deleted, d)) ||
+		         (b->nfailed && st_bit_get(b->failed, d));
+		if (!nest)
+			pgone = g;
+		else
+			g = g || pgone;
+		if (!g)
+			st_bit_set(kept, d);
+	}
+}
+
 cm_err
 st_segbuild_write(st_segbuild *b, const uint64_t *deleted, const char *path, uint64_t gen,
                   cm_pool *pool, cm_error *err)
@@ -1077,32 +1096,15 @@ st_segbuild_write(st_segbuild *b, const uint64_t *deleted, const char *path, uin
 	c.w = &w;
 	c.docmap = cm_malloc(CM_MEM_STORAGE, ((size_t)b->ndocs + 1) * sizeof(uint32_t));
 	c.inv = cm_malloc(CM_MEM_STORAGE, ((size_t)b->ndocs + 1) * sizeof(uint32_t));
-	uint64_t *gone_bits = NULL;
-	if (b->nnested) {
-		/* a nested doc goes with its parent, the next doc that is not nested */
-		gone_bits = cm_calloc(CM_MEM_STORAGE, st_bit_words(b->ndocs) + 1, 8);
-		bool pgone = false;
-		for (uint32_t d = b->ndocs; d-- > 0;) {
-			bool nest = d < b->nested_words * 64 && st_bit_get(b->nested, d);
-			bool g = (deleted && st_bit_get(deleted, d)) ||
-			         (b->nfailed && st_bit_get(b->failed, d));
-			if (!nest)
-				pgone = g;
-			else
-				g = g || pgone;
-			if (g)
-				st_bit_set(gone_bits, d);
-		}
-	}
+	uint64_t *kept = cm_malloc(CM_MEM_STORAGE, (st_bit_words(b->ndocs) + 1) * 8);
+	st_segbuild_kept(b, deleted, kept);
 	for (uint32_t d = 0; d < b->ndocs; d++) {
-		bool gone = gone_bits ? st_bit_get(gone_bits, d)
-		                      : (deleted && st_bit_get(deleted, d)) ||
-		                            (b->nfailed && st_bit_get(b->failed, d));
+		bool gone = !st_bit_get(kept, d);
 		c.docmap[d] = gone ? NONE : c.max_doc;
 		if (!gone)
 			c.inv[c.max_doc++] = d;
 	}
-	cm_free(CM_MEM_STORAGE, gone_bits);
+	cm_free(CM_MEM_STORAGE, kept);
 	w.max_doc = w.stored_docs = c.max_doc;
 	w.gen = gen;
 

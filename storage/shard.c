@@ -1409,8 +1409,17 @@ late_deletes(const frozen_buf *f, const seg_ref *nref, live_ref **out)
 {
 	uint32_t ndocs = st_segbuild_docs(f->m.b), nd = 0;
 	live_ref *l = NULL;
+	/* the docs the segment kept, in order (as st_segbuild_write chose them) */
+	uint64_t *del = NULL;
+	if (f->m.del && f->m.del_words < st_bit_words(ndocs)) {
+		del = cm_calloc(CM_MEM_STORAGE, st_bit_words(ndocs) + 1, 8);
+		memcpy(del, f->m.del, f->m.del_words * 8);
+	}
+	uint64_t *kept = cm_malloc(CM_MEM_STORAGE, (st_bit_words(ndocs) + 1) * 8);
+	st_segbuild_kept(f->m.b, del ? del : f->m.del, kept);
+	cm_free(CM_MEM_STORAGE, del);
 	for (uint32_t d = 0; d < ndocs; d++) {
-		if (f->m.del && d < f->m.del_words * 64 && st_bit_get(f->m.del, d))
+		if (!st_bit_get(kept, d))
 			continue;
 		if (st_bit_get(f->late, d) && nd < nref->max_doc) {
 			if (l == NULL)
@@ -1420,6 +1429,7 @@ late_deletes(const frozen_buf *f, const seg_ref *nref, live_ref **out)
 		}
 		nd++;
 	}
+	cm_free(CM_MEM_STORAGE, kept);
 	*out = l;
 	if (nd != nref->max_doc) {
 		live_release(l);
@@ -1843,15 +1853,41 @@ find_wseg(const st_shard *s, const seg_ref *r)
 
 /* Maps the old segments' bitsets onto the merged segment's doc numbers:
  * the merge kept exactly the docs live in `snap`, in order. */
+/* The docs of segment r a merge keeps given its live docs snap: the live
+ * ones, less the nested docs of deleted roots (st_segment_merge drops
+ * those too). NULL when that is just snap (no nested docs). */
+static uint64_t *
+merge_kept(const seg_ref *r, const live_ref *snap, uint32_t *count)
+{
+	const uint64_t *nested = st_segment_nested(r->seg);
+	if (nested == NULL || snap == NULL) {
+		*count = snap ? snap->count : r->max_doc;
+		return NULL;
+	}
+	uint64_t *k = cm_calloc(CM_MEM_STORAGE, st_bit_words(r->max_doc) + 1, 8);
+	bool palive = false;
+	*count = 0;
+	for (uint32_t d = r->max_doc; d-- > 0;) {
+		bool alive = st_bit_get(snap->bits, d);
+		if (!st_bit_get(nested, d))
+			palive = alive;
+		if (alive && palive) {
+			st_bit_set(k, d);
+			(*count)++;
+		}
+	}
+	return k;
+}
+
 static live_ref *
-remap_live(seg_ref *const *in, live_ref *const *snap, live_ref *const *now, size_t k,
-           uint32_t new_max)
+remap_live(seg_ref *const *in, live_ref *const *snap, uint64_t *const *kept,
+           live_ref *const *now, size_t k, uint32_t new_max)
 {
 	live_ref *l = live_new(new_max, true);
 	uint32_t nd = 0;
 	for (size_t i = 0; i < k; i++) {
 		for (uint32_t d = 0; d < in[i]->max_doc; d++) {
-			if (!live_get(snap[i], d))
+			if (kept[i] ? !st_bit_get(kept[i], d) : !live_get(snap[i], d))
 				continue;
 			if (nd < new_max && !live_get(now[i], d)) {
 				l->bits[nd >> 6] &= ~((uint64_t)1 << (nd & 63));
@@ -1876,6 +1912,7 @@ merge_run(st_shard *s, const size_t *idx, size_t k)
 	live_ref **snap = cm_calloc(CM_MEM_STORAGE, k, sizeof(*snap));
 	st_segment **segs = cm_calloc(CM_MEM_STORAGE, k, sizeof(*segs));
 	const uint64_t **live = cm_calloc(CM_MEM_STORAGE, k, sizeof(*live));
+	uint64_t **kept = cm_calloc(CM_MEM_STORAGE, k, sizeof(*kept));
 	uint32_t expect = 0;
 	for (size_t i = 0; i < k; i++) {
 		wseg *w = &s->segs[idx[i]];
@@ -1887,7 +1924,9 @@ merge_run(st_shard *s, const size_t *idx, size_t k)
 		snap[i] = live_ref_get(w->pub);
 		segs[i] = in[i]->seg;
 		live[i] = snap[i] ? snap[i]->bits : NULL;
-		expect += snap[i] ? snap[i]->count : in[i]->max_doc;
+		uint32_t n;
+		kept[i] = merge_kept(in[i], snap[i], &n);
+		expect += n;
 	}
 	uint64_t gen = s->cp.next_gen++;
 	s->merges_running++;
@@ -1935,8 +1974,8 @@ merge_run(st_shard *s, const size_t *idx, size_t k)
 		wseg nw = {0};
 		if (out) {
 			nw.ref = out;
-			nw.pub = remap_live(in, snap, now_pub, k, out->max_doc);
-			nw.live = remap_live(in, snap, now_live, k, out->max_doc);
+			nw.pub = remap_live(in, snap, kept, now_pub, k, out->max_doc);
+			nw.live = remap_live(in, snap, kept, now_live, k, out->max_doc);
 		}
 		cm_free(CM_MEM_STORAGE, now_pub);
 		cm_free(CM_MEM_STORAGE, now_live);
@@ -1994,8 +2033,11 @@ merge_run(st_shard *s, const size_t *idx, size_t k)
 			unlink(path);
 		}
 	}
-	for (size_t j = 0; j < k; j++)
+	for (size_t j = 0; j < k; j++) {
 		live_release(snap[j]);
+		cm_free(CM_MEM_STORAGE, kept[j]);
+	}
+	cm_free(CM_MEM_STORAGE, kept);
 	cm_free(CM_MEM_STORAGE, list);
 	cm_free(CM_MEM_STORAGE, pos);
 	cm_free(CM_MEM_STORAGE, in);

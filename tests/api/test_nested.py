@@ -367,6 +367,11 @@ def update_delete_and_merge():
                    what)
             st, b = w.req("POST", "/%s/_forcemerge?max_num_segments=1" % name)
             eq(st, 200, "forcemerge: %s" % b)
+            st, b = w.req("GET", "/%s/_stats" % name)
+            p = b["_all"]["primaries"]
+            # the merge took (one segment per shard), deletes and all
+            eq((p["segments"]["count"] <= 2, p["docs"]), (True, {"count": 4, "deleted": 0}),
+               label + " merged")
 
 
 @test
