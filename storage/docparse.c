@@ -213,7 +213,7 @@ number_lexeme(parse_ctx *c, const cJSON *j, size_t *len)
 	if (t == NULL)
 		return NULL;
 	*len = t->len;
-	return c->doc->source + t->off;
+	return c->root->source + t->off;
 }
 
 static bool
