@@ -35,6 +35,7 @@ typedef struct parse_ctx {
 	 * end up in the root too (include_in_parent/include_in_root), the
 	 * array index of the object being walked, hidden documents so far */
 	st_doc *root;
+	const char *nest_scope; /* the nested path being walked, NULL at the root */
 	bool cur_to_root;
 	uint32_t nest_ix;
 	size_t nested_total;
@@ -768,6 +769,26 @@ find_prefix(const st_mapping *m, const char *path, size_t n)
 static cm_err walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn, const char *owner,
                           int depth);
 
+/* True when no prefix of path is a nested field. */
+static bool
+copy_to_root(const st_mapping *m, const char *path)
+{
+	char buf[1024 + 2];
+	size_t n = strlen(path);
+	if (n >= sizeof(buf))
+		return false;
+	memcpy(buf, path, n + 1);
+	for (size_t i = n; i > 0; i--) {
+		if (buf[i - 1] != '.')
+			continue;
+		buf[i - 1] = '\0';
+		const st_field_def *o = st_mapping_find(m, buf);
+		if (o && o->nested)
+			return false;
+	}
+	return true;
+}
+
 /* copy_to: the value is also indexed into each target field (not
  * transitively). A missing target is mapped dynamically like a new field
  * under its closest mapped object. */
@@ -784,6 +805,13 @@ copy_values(parse_ctx *c, const st_field_def *f, cJSON *j)
 			e = cm_error_set(
 			    c->err, CM_EMAPPING,
 			    "Cannot copy to field [%s] since it is mapped as an object", t);
+		} else if (tf != NULL && c->nest_scope != NULL && copy_to_root(c->m, t)) {
+			/* from inside a nested object to a field outside every
+			 * nested path: the root document gets the value */
+			st_doc *saved_doc = c->doc;
+			c->doc = c->root;
+			e = emit_field(c, tf, j);
+			c->doc = saved_doc;
 		} else if (tf != NULL) {
 			e = emit_field(c, tf, j);
 		} else {
@@ -878,10 +906,13 @@ walk_nested(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *f, int dept
 	st_doc *parent = c->doc;
 	bool parent_to_root = c->cur_to_root;
 	bool via_parent = f->include_in_parent && parent_to_root;
+	const char *parent_scope = c->nest_scope;
 	c->doc = &sub;
+	c->nest_scope = f->path;
 	c->cur_to_root = via_parent || f->include_in_root;
 	c->nest_ix = 0;
 	cm_err e = walk_object(c, j, plen, f->dynamic, f->path, depth + 1);
+	c->nest_scope = parent_scope;
 	c->doc = parent;
 	c->cur_to_root = parent_to_root;
 	if (e == CM_OK) {

@@ -216,6 +216,18 @@ reader_split_nested(st_reader *r, size_t i)
 	const uint64_t *live = r->live[i] ? r->live[i]->bits : NULL;
 	uint32_t count = 0;
 	bool palive = false;
+	if (live == NULL) {
+		/* no deletes: word operations */
+		size_t nw = st_bit_words(md);
+		for (size_t w = 0; w < nw; w++) {
+			uint64_t all = w + 1 < nw || !(md & 63) ? ~(uint64_t)0
+			                                        : ((uint64_t)1 << (md & 63)) - 1;
+			p[w] = ~nested[w] & all;
+			nl[w] = nested[w] & all;
+			count += (uint32_t)__builtin_popcountll(p[w]);
+		}
+		md = 0; /* skips the loop below */
+	}
 	for (uint32_t d = md; d-- > 0;) {
 		bool alive = live == NULL || st_bit_get(live, d);
 		if (!st_bit_get(nested, d)) {

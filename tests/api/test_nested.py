@@ -396,6 +396,30 @@ def dynamic_fields_under_nested_path():
 
 
 @test
+def copy_to_and_include_in_root():
+    for label, w, nodes in targets():
+        name = "nest-copy"
+        st, b = w.req("PUT", "/" + name, {"settings": {"number_of_shards": 2}, "mappings": {
+            "properties": {"all": {"type": "keyword"}, "c": {"type": "nested", "properties": {
+                "a": {"type": "keyword", "copy_to": "all"},
+                "r": {"type": "nested", "include_in_root": True,
+                      "properties": {"w": {"type": "keyword"}}}}}}}})
+        eq(st, 200, b)
+        st, b = w.req("PUT", "/%s/_doc/1?refresh=true" % name,
+                      {"c": [{"a": "x", "r": [{"w": "q"}]}, {"a": "y"}]})
+        eq(st, 201, b)
+        for n in nodes:
+            eq(ids(n, term("all", "x"), name), ["1"], label + " copy_to to the root")
+            eq(ids(n, term("all", "y"), name), ["1"], label)
+            eq(ids(n, term("c.a", "x"), name), [], label + " not in the root")
+            eq(ids(n, term("c.r.w", "q"), name), ["1"], label + " include_in_root")
+            eq(ids(n, nested(term("c.r.w", "q"), path="c.r"), name), ["1"], label)
+            q = nested({"bool": {"must": [term("c.a", "y"), nested(term("c.r.w", "q"),
+                                                                   path="c.r")]}}, path="c")
+            eq(ids(n, q, name), [], label + " q is under x, not y")
+
+
+@test
 def refusals():
     for label, w, nodes in targets():
         ensure(label, w)
