@@ -393,6 +393,23 @@ def dynamic_fields_under_nested_path():
             eq(ids(n, q, name), [], label + " cross-object")
             q = nested({"bool": {"must": [{"match": {"c.k": "y"}}, term("c.n", 2)]}}, path="c")
             eq(ids(n, q, name), ["1"], label)
+        # a dynamic template mapping new objects as nested
+        name = "nest-dt"
+        st, b = w.req("PUT", "/" + name, {"mappings": {"dynamic_templates": [{"objs": {
+            "match": "n_*", "match_mapping_type": "object", "mapping": {"type": "nested"}}}]}})
+        eq(st, 200, b)
+        st, b = w.req("PUT", "/%s/_doc/1?refresh=true" % name,
+                      {"n_x": [{"a": "p", "b": 1}, {"a": "q", "b": 2}], "o": {"a": "r"}})
+        eq(st, 201, b)
+        for n in nodes:
+            st, b = n.req("GET", "/%s/_mapping" % name)
+            props = b[name]["mappings"]["properties"]
+            eq((props["n_x"]["type"], props["o"].get("type")), ("nested", None), label)
+            q = nested({"bool": {"must": [{"match": {"n_x.a": "p"}}, term("n_x.b", 2)]}},
+                       path="n_x")
+            eq(ids(n, q, name), [], label + " template cross-object")
+            q["nested"]["query"]["bool"]["must"][0] = {"match": {"n_x.a": "q"}}
+            eq(ids(n, q, name), ["1"], label + " template")
 
 
 @test
