@@ -38,6 +38,7 @@ typedef struct parse_ctx {
 	const char *nest_scope; /* the nested path being walked, NULL at the root */
 	bool cur_to_root;
 	uint32_t nest_ix;
+	uint32_t nested_limit; /* index.mapping.nested_objects.limit */
 	size_t nested_total;
 	char path[1024 + 2];
 } parse_ctx;
@@ -882,12 +883,12 @@ copy_nested_values(st_doc *dst, const st_doc *sub)
 static cm_err
 walk_nested(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *f, int depth)
 {
-	if (++c->nested_total > ST_NESTED_OBJECTS_LIMIT)
+	if (++c->nested_total > c->nested_limit)
 		return cm_error_set(c->err, CM_EMAPPING,
 		                    "The number of nested documents has exceeded the allowed limit "
-		                    "of [%d]. This limit can be set by changing the "
+		                    "of [%u]. This limit can be set by changing the "
 		                    "[index.mapping.nested_objects.limit] index level setting.",
-		                    ST_NESTED_OBJECTS_LIMIT);
+		                    c->nested_limit);
 	st_doc sub;
 	memset(&sub, 0, sizeof(sub));
 	sub.id = "";
@@ -1208,6 +1209,15 @@ cm_err
 st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *source,
              size_t source_len, st_doc *out, st_mapping **dynamic_add, cm_error *err)
 {
+	return st_doc_parse_limit(m, id, id_len, source, source_len, ST_NESTED_OBJECTS_LIMIT, out,
+	                          dynamic_add, err);
+}
+
+cm_err
+st_doc_parse_limit(const st_mapping *m, const char *id, size_t id_len, const char *source,
+                   size_t source_len, uint32_t nested_limit, st_doc *out,
+                   st_mapping **dynamic_add, cm_error *err)
+{
 	parse_ctx c;
 	cm_err e = CM_OK;
 	uint32_t counts_small[256];
@@ -1227,6 +1237,7 @@ st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *sou
 	c.want_dynamic = dynamic_add != NULL;
 	c.root = out;
 	c.cur_to_root = true;
+	c.nested_limit = nested_limit ? nested_limit : ST_NESTED_OBJECTS_LIMIT;
 	c.counts = m->nfields <= 256 ? counts_small
 	                             : cm_malloc(CM_MEM_STORAGE, m->nfields * sizeof(uint32_t));
 	memset(c.counts, 0, m->nfields * sizeof(uint32_t));

@@ -808,6 +808,12 @@ mapping_put(st_shard *s, st_mapping *m)
 }
 
 void
+st_shard_set_nested_objects_limit(st_shard *s, uint32_t limit)
+{
+	atomic_store(&s->nested_limit, limit ? limit : ST_NESTED_OBJECTS_LIMIT);
+}
+
+void
 st_shard_set_mapping(st_shard *s, const st_mapping *m)
 {
 	pthread_mutex_lock(&s->map_mu);
@@ -884,7 +890,8 @@ parse_op(st_shard *s, batch *b, const st_op *op, op_plan *p, st_op_result *r)
 	}
 	for (int attempt = 0; attempt < 3; attempt++) {
 		st_mapping *add = NULL;
-		cm_err e = st_doc_parse(m, op->id, op->id_len, op->source, op->source_len, &p->doc,
+		cm_err e = st_doc_parse_limit(m, op->id, op->id_len, op->source, op->source_len,
+		                              atomic_load(&s->nested_limit), &p->doc,
 		                        &add, &err);
 		if (e) {
 			r->err = e;
@@ -2454,6 +2461,8 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 		s->opts = *o;
 	else
 		st_shard_opts_default(&s->opts);
+	atomic_init(&s->nested_limit, s->opts.nested_objects_limit ? s->opts.nested_objects_limit
+	                                                           : ST_NESTED_OBJECTS_LIMIT);
 	pthread_mutex_init(&s->refresh_mu, NULL);
 	pthread_rwlock_init(&s->env_lock, NULL);
 	pthread_mutex_init(&s->wmu, NULL);

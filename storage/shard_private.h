@@ -170,6 +170,7 @@ typedef struct commit_point {
 struct st_shard {
 	char *dir;
 	st_shard_opts opts;
+	_Atomic uint32_t nested_limit; /* index.mapping.nested_objects.limit */
 	MDB_env *env;
 	MDB_dbi db_meta, db_deletes, db_oplog;
 

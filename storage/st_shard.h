@@ -33,6 +33,8 @@ typedef struct st_shard_opts {
 	 * told it a global checkpoint, no flush or refresh trims its log (see
 	 * st_shard_set_global_checkpoint). */
 	bool replicated;
+	/* index.mapping.nested_objects.limit (0: ST_NESTED_OBJECTS_LIMIT) */
+	uint32_t nested_objects_limit;
 } st_shard_opts;
 
 void st_shard_opts_default(st_shard_opts *o);
@@ -45,6 +47,9 @@ cm_err st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *
 void st_shard_close(st_shard *s);
 /* Newer mapping version for documents applied from now on. */
 void st_shard_set_mapping(st_shard *s, const st_mapping *m);
+/* index.mapping.nested_objects.limit for documents parsed from now on
+ * (0: the default). */
+void st_shard_set_nested_objects_limit(st_shard *s, uint32_t limit);
 
 typedef enum { ST_OP_INDEX, ST_OP_DELETE } st_op_type;
 

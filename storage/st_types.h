@@ -335,6 +335,11 @@ typedef struct st_doc {
  * Wrong types ("abc" for a long) → CM_EMAPPING naming the field. */
 cm_err st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *source,
                     size_t source_len, st_doc *out, st_mapping **dynamic_add, cm_error *err);
+/* The same with index.mapping.nested_objects.limit (st_doc_parse: the
+ * default, ST_NESTED_OBJECTS_LIMIT). */
+cm_err st_doc_parse_limit(const st_mapping *m, const char *id, size_t id_len, const char *source,
+                          size_t source_len, uint32_t nested_limit, st_doc *out,
+                          st_mapping **dynamic_add, cm_error *err);
 void st_doc_free(st_doc *d);
 
 /* Dates: ISO-8601 forms (2024-01-31, 2024-01-31T10:00:00Z, with fraction

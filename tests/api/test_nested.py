@@ -500,6 +500,23 @@ def nested_objects_limit_and_top_hits_refusal():
             raise AssertionError(b)
         st, b = w.req("GET", "/nest/_doc/big")
         eq(st, 404, label + " nothing half-applied")
+        # the index setting, at creation and changed later
+        st, b = w.req("PUT", "/nest-objlim", {"settings": {
+            "index.mapping.nested_objects.limit": 2, "number_of_shards": 2},
+            "mappings": MAPPING})
+        eq(st, 200, b)
+        three = {"comments": [{"author": "a", "stars": 1}] * 3}
+        st, b = w.req("PUT", "/nest-objlim/_doc/1", three)
+        eq(st, 400, "%s: %s" % (label, b))
+        if "allowed limit of [2]" not in b["error"]["reason"]:
+            raise AssertionError(b)
+        st, b = w.req("PUT", "/nest-objlim/_doc/2", {"comments": [{"author": "a"}] * 2})
+        eq(st, 201, "%s: %s" % (label, b))
+        st, b = w.req("PUT", "/nest-objlim/_settings", {"index.mapping.nested_objects.limit": 3})
+        eq(st, 200, b)
+        for i in range(4):  # every shard takes it
+            st, b = w.req("PUT", "/nest-objlim/_doc/x%d" % i, three)
+            eq(st, 201, "%s after the change: %s" % (label, b))
         error_is(nodes[-1].req("POST", "/nest/_search", {"size": 0, "aggs": {"c": {
             "nested": {"path": "comments"}, "aggs": {"h": {"top_hits": {}}}}}}), 400,
             "illegal_argument_exception", "[top_hits] aggregation [h] under a [nested]")
