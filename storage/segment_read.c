@@ -128,7 +128,8 @@ parse_meta(st_segment *s, const uint8_t *p, size_t len)
 	cm_rd_init(&r, p, len);
 	uint32_t fmt;
 	uint64_t md, gen, sd;
-	if (!cm_rd_u32(&r, &fmt) || fmt != SEG_FORMAT || !cm_rd_varint(&r, &md) ||
+	if (!cm_rd_u32(&r, &fmt) || (fmt != SEG_FORMAT && fmt != SEG_FORMAT_NESTED) ||
+	    !cm_rd_varint(&r, &md) ||
 	    !cm_rd_varint(&r, &gen) || !cm_rd_varint(&r, &sd) || md > UINT32_MAX - 3 || sd > md)
 		return CM_ECORRUPT;
 	s->max_doc = (uint32_t)md;
