@@ -346,6 +346,31 @@ nested_object(const cJSON *obj, const char *rel, int64_t offset)
 	return offset == 0 ? obj : NULL;
 }
 
+#define MAX_IH_PATTERNS 64
+
+/* inner_hits "_source" patterns, relative to the nested object (a
+ * leading "path." is dropped, so the full names work too). */
+static void
+ih_patterns(const cJSON *v, const char *path, char **out, size_t *n, char *store, size_t cap)
+{
+	const cJSON *e = v;
+	size_t used = 0, pl = strlen(path);
+	bool list = cJSON_IsArray(v);
+	for (e = list ? v->child : v; e && *n < MAX_IH_PATTERNS; e = list ? e->next : NULL) {
+		if (!cJSON_IsString(e))
+			continue;
+		const char *p = e->valuestring;
+		if (strncmp(p, path, pl) == 0 && p[pl] == '.')
+			p += pl + 1;
+		size_t len = strlen(p);
+		if (used + len + 1 > cap)
+			break;
+		memcpy(store + used, p, len + 1);
+		out[(*n)++] = store + used;
+		used += len + 1;
+	}
+}
+
 /* One nested query's inner hits for root doc `doc`. */
 static cm_err
 inner_hits_one(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const char *id,
@@ -363,6 +388,19 @@ inner_hits_one(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const cha
 	size_t size = cJSON_IsNumber(jsz) ? (size_t)jsz->valuedouble : 3;
 	size_t from = cJSON_IsNumber(jfr) ? (size_t)jfr->valuedouble : 0;
 	bool want_src = !cJSON_IsFalse(jsrc);
+	char *inc[MAX_IH_PATTERNS], *exc[MAX_IH_PATTERNS];
+	size_t ninc = 0, nexc = 0;
+	char incs[2048], excs[2048];
+	if (cJSON_IsString(jsrc) || cJSON_IsArray(jsrc))
+		ih_patterns(jsrc, d->path, inc, &ninc, incs, sizeof incs);
+	if (cJSON_IsObject(jsrc)) {
+		const cJSON *ji = cJSON_GetObjectItemCaseSensitive(jsrc, "includes");
+		const cJSON *je = cJSON_GetObjectItemCaseSensitive(jsrc, "excludes");
+		if (ji)
+			ih_patterns(ji, d->path, inc, &ninc, incs, sizeof incs);
+		if (je)
+			ih_patterns(je, d->path, exc, &nexc, excs, sizeof excs);
+	}
 	cm_buf_put(out, *first ? "" : ",", *first ? 0 : 1);
 	*first = false;
 	sr_jw_cstr(out, cJSON_IsString(jn) ? jn->valuestring : q->field);
@@ -455,11 +493,22 @@ inner_hits_one(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const cha
 		}
 		if (want_src && o) {
 			char *t = cJSON_PrintUnformatted(o);
-			if (t) {
+			if (t && (ninc || nexc)) {
+				cm_buf f;
+				cm_buf_init(&f, T);
+				if (st_source_filter(t, strlen(t), inc, ninc, exc, nexc, &f) == CM_OK) {
+					cm_buf_put(out, ",\"_source\":", 11);
+					if (f.len)
+						cm_buf_put(out, f.data, f.len);
+					else
+						cm_buf_put(out, "{}", 2);
+				}
+				cm_buf_free(&f);
+			} else if (t) {
 				cm_buf_put(out, ",\"_source\":", 11);
 				cm_buf_put(out, t, strlen(t));
-				free(t);
 			}
+			free(t);
 		}
 		cm_buf_put(out, "}", 1);
 	}

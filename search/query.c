@@ -794,11 +794,24 @@ check_inner_hits(pctx *c, const cJSON *ih)
 				                    "[inner_hits] [%s] must be a non-negative integer",
 				                    v->string);
 		} else if (is(v, "_source")) {
-			if (!cJSON_IsBool(v))
+			/* true/false, a pattern, a list, or {includes, excludes} */
+			bool ok = cJSON_IsBool(v) || cJSON_IsString(v) || cJSON_IsArray(v) ||
+			          cJSON_IsObject(v);
+			const cJSON *e;
+			if (cJSON_IsArray(v))
+				cJSON_ArrayForEach(e, v) ok &= cJSON_IsString(e);
+			if (cJSON_IsObject(v))
+				for (e = v->child; e && ok; e = e->next) {
+					ok &= is(e, "includes") || is(e, "excludes");
+					ok &= cJSON_IsString(e) || cJSON_IsArray(e);
+					const cJSON *s;
+					if (cJSON_IsArray(e))
+						cJSON_ArrayForEach(s, e) ok &= cJSON_IsString(s);
+				}
+			if (!ok)
 				return cm_error_set(c->err, CM_EPARSE,
-				                    "[inner_hits] [_source] may only be true or false "
-				                    "here (source filtering of inner hits is not "
-				                    "supported)");
+				                    "[inner_hits] [_source] must be a boolean, a pattern, "
+				                    "a list of patterns or {includes, excludes}");
 		} else {
 			return cm_error_set(c->err, CM_EPARSE,
 			                    "[inner_hits] option [%s] is not supported", v->string);

@@ -252,6 +252,15 @@ def inner_hits():
             eq([(x["_nested"]["offset"], x["_score"]) for x in h["hits"]], [(1, 4.0), (0, 0.0)],
                label + " scored")
             eq(h["max_score"], 4.0, label)
+            # _source of inner hits: false, patterns (relative or full), includes/excludes
+            for src, want in [(False, None), ("stars", {"stars": 5}),
+                              (["comments.author"], {"author": "bob"}),
+                              ({"excludes": ["replies", "stars"]}, {"author": "bob"})]:
+                b = search(n, {"query": nested(term("comments.author", "bob"),
+                                               inner_hits={"_source": src}),
+                               "sort": [{"title": "asc"}]})
+                x = b["hits"]["hits"][0]["inner_hits"]["comments"]["hits"]["hits"][0]
+                eq(x.get("_source"), want, "%s inner _source %r" % (label, src))
             # two levels: _nested names both offsets
             b = search(n, {"query": nested(term("comments.replies.who", "dave"),
                                            path="comments.replies", inner_hits={})})
