@@ -82,10 +82,11 @@ check_walk(sr_agg *a, const char *level, bool inside, cm_error *err)
 	if (a->kind == AGG_TOP_HITS && level != NULL)
 		/* its hits would be the hidden nested docs, which have no _id or
 		 * _source of their own */
-		return cm_error_set(err, CM_EINVAL,
-		                    "[top_hits] aggregation [%s] under a [nested] aggregation is not "
-		                    "supported",
-		                    a->name);
+		return cm_error_set(
+		    err, CM_EINVAL,
+		    "[top_hits] aggregation [%s] under a [nested] aggregation is not "
+		    "supported",
+		    a->name);
 	if (a->kind == AGG_NESTED || a->kind == AGG_REVERSE_NESTED) {
 		nest_params *p = a->p;
 		if (a->kind == AGG_REVERSE_NESTED && !inside)

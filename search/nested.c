@@ -496,7 +496,8 @@ inner_hits_one(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const cha
 			if (t && (ninc || nexc)) {
 				cm_buf f;
 				cm_buf_init(&f, T);
-				if (st_source_filter(t, strlen(t), inc, ninc, exc, nexc, &f) == CM_OK) {
+				if (st_source_filter(t, strlen(t), inc, ninc, exc, nexc, &f) ==
+				    CM_OK) {
 					cm_buf_put(out, ",\"_source\":", 11);
 					if (f.len)
 						cm_buf_put(out, f.data, f.len);
