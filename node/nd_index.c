@@ -1364,8 +1364,8 @@ mapping_install_locked(nd_index *ix, st_mapping *merged, cm_error *err)
 	    (long long)mapping_nested_count(merged) > nested_fields_limit(&ix->settings)) {
 		long long lim = nested_fields_limit(&ix->settings);
 		st_mapping_unref(merged);
-		return cm_error_set(err, CM_EINVAL, "Limit of nested fields [%lld] has been exceeded",
-		                    lim);
+		return cm_error_set(err, CM_EINVAL,
+		                    "Limit of nested fields [%lld] has been exceeded", lim);
 	}
 	merged->version = old->version + 1;
 	ix->mapping = merged;

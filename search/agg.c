@@ -257,7 +257,8 @@ agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_a
 	a->ops = agg_type_find(type, &a->kind);
 	static const char *const not_here[] = {
 	    "significant_text", "sampler", "diversified_sampler",
-	    "auto_date_histogram", "variable_width_histogram", "children", "parent", "geo_distance", "geohash_grid", "geotile_grid",
+	    "auto_date_histogram", "variable_width_histogram", "children", "parent",
+	    "geo_distance", "geohash_grid", "geotile_grid",
 	    "geo_bounds", "geo_centroid", "ip_range", "scripted_metric", "median_absolute_deviation",
 	    "string_stats", "boxplot", "t_test", "matrix_stats", "moving_avg",
 	    "cumulative_cardinality", "inference", "normalize", "rate"};

@@ -431,7 +431,8 @@ test_errors(void)
 	    "ERR CM_EPARSE parsing_exception: [nested] requires 'path' field");
 	DSL("{\"nested\":{\"path\":\"c\",\"query\":{\"term\":{\"c.a\":\"x\"}}}}",
 	    "nested(c:term(c.a:x))");
-	DSL("{\"has_child\":{}}", "ERR CM_EPARSE parsing_exception: [has_child] query is not supported");
+	DSL("{\"has_child\":{}}",
+	    "ERR CM_EPARSE parsing_exception: [has_child] query is not supported");
 	DSL("{\"term\":{\"a\":\"x\",\"b\":\"y\"}}", "ERR CM_EPARSE parsing_exception: [term] query "
 	                                            "doesn't support multiple fields, found [a] "
 	                                            "and [b]");

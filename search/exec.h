@@ -94,7 +94,8 @@ typedef enum {
 	P_BOOSTING,
 	P_PHRASE,
 	P_GEO, /* geo_point column: a box (geo: top, left, bottom, right) or a circle (lat, lon, meters) */
-	P_NESTED, /* kids[0] over the nested docs of nest_path, joined to their parents */
+	/* kids[0] over the nested docs of nest_path, joined to their parents */
+	P_NESTED,
 } sr_pkind;
 
 enum { OCC_MUST, OCC_SHOULD, OCC_MUST_NOT, OCC_FILTER };
@@ -273,8 +274,8 @@ bool sr_nested_wants_inner_hits(const sr_query *q);
  * _source is src), appended to out; nothing when q asks for none. Each
  * inner hit starts with a \x01 byte where the merger puts "_index" and
  * "_type" (a raw control byte never occurs in JSON text). */
-cm_err sr_nested_inner_hits(sr_exec *x, size_t si, uint32_t doc, const sr_query *q,
-                            const char *id, const char *src, size_t src_len, cm_buf *out);
+cm_err sr_nested_inner_hits(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const char *id,
+                            const char *src, size_t src_len, cm_buf *out);
 
 /* ---- sorting (sort.c) ---- */
 
@@ -298,7 +299,7 @@ typedef struct sr_sort_field {
 	uint8_t after_ip[ST_IP_LEN]; /* ip: the search_after address */
 	bool geo;                    /* _geo_distance from (geo_lat, geo_lon), in geo_unit m */
 	double geo_lat, geo_lon, geo_unit;
-	const char *nested_path;          /* the request's: values come from nested docs */
+	const char *nested_path; /* the request's: values come from nested docs */
 	const sr_query *nested_filter;
 } sr_sort_field;
 
@@ -309,7 +310,7 @@ typedef struct sr_sorter {
 	/* per-segment state */
 	const st_field_info **fi;
 	st_colblock *cb;
-	uint64_t **nchild; /* nested keys: the segment's nested docs to read */
+	uint64_t **nchild;        /* nested keys: the segment's nested docs to read */
 	struct sr_ordterm **ordc; /* keyword keys: ordinal -> term, filled lazily */
 	size_t *nordc;
 	uint32_t shard; /* the request-wide shard number, for _shard_doc */

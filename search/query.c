@@ -790,9 +790,9 @@ check_inner_hits(pctx *c, const cJSON *ih)
 		} else if (is(v, "size") || is(v, "from")) {
 			if (!cJSON_IsNumber(v) || v->valuedouble < 0 ||
 			    v->valuedouble != (double)(int)v->valuedouble)
-				return cm_error_set(c->err, CM_EPARSE,
-				                    "[inner_hits] [%s] must be a non-negative integer",
-				                    v->string);
+				return cm_error_set(
+				    c->err, CM_EPARSE,
+				    "[inner_hits] [%s] must be a non-negative integer", v->string);
 		} else if (is(v, "_source")) {
 			/* true/false, a pattern, a list, or {includes, excludes} */
 			bool ok = cJSON_IsBool(v) || cJSON_IsString(v) || cJSON_IsArray(v) ||
@@ -809,9 +809,10 @@ check_inner_hits(pctx *c, const cJSON *ih)
 						cJSON_ArrayForEach(s, e) ok &= cJSON_IsString(s);
 				}
 			if (!ok)
-				return cm_error_set(c->err, CM_EPARSE,
-				                    "[inner_hits] [_source] must be a boolean, a pattern, "
-				                    "a list of patterns or {includes, excludes}");
+				return cm_error_set(
+				    c->err, CM_EPARSE,
+				    "[inner_hits] [_source] must be a boolean, a pattern, "
+				    "a list of patterns or {includes, excludes}");
 		} else {
 			return cm_error_set(c->err, CM_EPARSE,
 			                    "[inner_hits] option [%s] is not supported", v->string);
@@ -834,7 +835,8 @@ parse_nested(pctx *c, const cJSON *body, sr_query *q)
 			if (!cJSON_IsString(v))
 				return cm_error_set(c->err, CM_EPARSE,
 				                    "[nested] query does not support [path] as %s",
-				                    cJSON_IsObject(v) ? "an object" : "a non-string");
+				                    cJSON_IsObject(v) ? "an object"
+				                                      : "a non-string");
 			cm_free(T, q->field);
 			q->field = cm_strdup(T, v->valuestring);
 		} else if (is(v, "query")) {

@@ -268,9 +268,10 @@ sort_options(sr_sort_key *k, const char *field, const cJSON *o, cm_error *err)
 					if ((rc = sr_query_from_json(e, &k->nested_filter, err)))
 						return rc;
 				} else {
-					return cm_error_set(err, CM_EPARSE,
-					                    "[nested] sort option [%s] is not supported",
-					                    e->string);
+					return cm_error_set(
+					    err, CM_EPARSE,
+					    "[nested] sort option [%s] is not supported",
+					    e->string);
 				}
 			}
 			if (!k->nested_path)

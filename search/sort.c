@@ -161,10 +161,11 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 			const st_mapping *m = x->reader ? st_reader_mapping(x->reader) : NULL;
 			const st_field_def *d = m ? st_mapping_find(m, rk->nested_path) : NULL;
 			if (d == NULL || !d->nested)
-				return cm_error_set_type(err, CM_EINVAL, "query_shard_exception",
-				                         "[nested] nested object under path [%s] is not "
-				                         "of nested type",
-				                         rk->nested_path);
+				return cm_error_set_type(
+				    err, CM_EINVAL, "query_shard_exception",
+				    "[nested] nested object under path [%s] is not "
+				    "of nested type",
+				    rk->nested_path);
 		}
 		k->kind = rk->kind;
 		k->desc = rk->desc;

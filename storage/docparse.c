@@ -1215,8 +1215,8 @@ st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *sou
 
 cm_err
 st_doc_parse_limit(const st_mapping *m, const char *id, size_t id_len, const char *source,
-                   size_t source_len, uint32_t nested_limit, st_doc *out,
-                   st_mapping **dynamic_add, cm_error *err)
+                   size_t source_len, uint32_t nested_limit, st_doc *out, st_mapping **dynamic_add,
+                   cm_error *err)
 {
 	parse_ctx c;
 	cm_err e = CM_OK;

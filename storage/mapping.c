@@ -600,7 +600,8 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		type = ST_FT_OBJECT;
 		nested = true;
 		if (source != NULL) {
-			cm_error_set(err, CM_EMAPPING, "Type [nested] cannot be used in multi field");
+			cm_error_set(err, CM_EMAPPING,
+			             "Type [nested] cannot be used in multi field");
 			goto fail;
 		}
 	} else if (!st_field_type_from_name(type_j->valuestring, &type)) {
@@ -1429,14 +1430,15 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 			                    "object mapping [%s] can't be changed from %s to %s",
 			                    f->path, old->nested ? "nested" : "non-nested",
 			                    old->nested ? "non-nested" : "nested");
-		if (old->nested && !f->implied && (old->include_in_parent != f->include_in_parent ||
-		                    old->include_in_root != f->include_in_root))
-			return cm_error_set(err, CM_EINVAL,
-			                    "The [include_in_%s] parameter can't be updated for the "
-			                    "nested object mapping [%s].",
-			                    old->include_in_parent != f->include_in_parent ? "parent"
-			                                                                  : "root",
-			                    f->path);
+		if (old->nested && !f->implied &&
+		    (old->include_in_parent != f->include_in_parent ||
+		     old->include_in_root != f->include_in_root))
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "The [include_in_%s] parameter can't be updated for the "
+			    "nested object mapping [%s].",
+			    old->include_in_parent != f->include_in_parent ? "parent" : "root",
+			    f->path);
 		if (old->disabled != f->disabled)
 			return param_conflict(err, f->path, "enabled",
 			                      old->disabled ? "false" : "true",

@@ -526,8 +526,8 @@ st_segbuild_add(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t pri
 }
 
 static cm_err
-add_one(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t primary_term,
-        int64_t version, uint32_t *docno, cm_error *err)
+add_one(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t primary_term, int64_t version,
+        uint32_t *docno, cm_error *err)
 {
 	if (doc->id_len > SEG_MAX_ID)
 		return cm_error_set(err, CM_EINVAL, "id is too long, must be no longer than %d bytes",
@@ -1075,8 +1075,8 @@ st_segbuild_kept(const st_segbuild *b, const uint64_t *deleted, uint64_t *kept)
 	bool pgone = false;
 	for (uint32_t d = b->ndocs; d-- > 0;) {
 		bool nest = b->nnested && d < b->nested_words * 64 && st_bit_get(b->nested, d);
-		bool g = (deleted && st_bit_get(deleted, d)) ||
-		         (b->nfailed && st_bit_get(b->failed, d));
+		bool g =
+		    (deleted && st_bit_get(deleted, d)) || (b->nfailed && st_bit_get(b->failed, d));
 		if (!nest)
 			pgone = g;
 		else

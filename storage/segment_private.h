@@ -17,8 +17,8 @@
  *                             sum_ttf, sum_df, num_terms, zz col_min, zz col_max
  *   I id                      varint doc
  *   K field(BE16) n(BE32)     the term of ordinal n * KDICT_STEP
- *   M                         u32 format (1; 2 with nested docs), varint max_doc, varint generation,
- *                             varint stored docs
+ *   M                         u32 format (1; 2 with nested docs), varint
+ *                             max_doc, varint generation, varint stored docs
  *   N field(BE16)             max_doc norm bytes
  *   P field(BE16) term        positions per postings block: u8 bits, then per
  *                             doc its first position and deltas, bit-packed.

@@ -129,8 +129,8 @@ parse_meta(st_segment *s, const uint8_t *p, size_t len)
 	uint32_t fmt;
 	uint64_t md, gen, sd;
 	if (!cm_rd_u32(&r, &fmt) || (fmt != SEG_FORMAT && fmt != SEG_FORMAT_NESTED) ||
-	    !cm_rd_varint(&r, &md) ||
-	    !cm_rd_varint(&r, &gen) || !cm_rd_varint(&r, &sd) || md > UINT32_MAX - 3 || sd > md)
+	    !cm_rd_varint(&r, &md) || !cm_rd_varint(&r, &gen) || !cm_rd_varint(&r, &sd) ||
+	    md > UINT32_MAX - 3 || sd > md)
 		return CM_ECORRUPT;
 	s->max_doc = (uint32_t)md;
 	s->gen = gen;
@@ -157,7 +157,8 @@ load_nested(st_segment *s, cm_error *err)
 		st_postings p;
 		if ((e = st_terms_postings(it, &p)) != CM_OK)
 			break;
-		for (uint32_t d = st_postings_next(&p); d != ST_NO_MORE_DOCS; d = st_postings_next(&p))
+		for (uint32_t d = st_postings_next(&p); d != ST_NO_MORE_DOCS;
+		     d = st_postings_next(&p))
 			if (d < s->max_doc && !st_bit_get(s->nested, d)) {
 				st_bit_set(s->nested, d);
 				s->nnested++;

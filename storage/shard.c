@@ -891,8 +891,7 @@ parse_op(st_shard *s, batch *b, const st_op *op, op_plan *p, st_op_result *r)
 	for (int attempt = 0; attempt < 3; attempt++) {
 		st_mapping *add = NULL;
 		cm_err e = st_doc_parse_limit(m, op->id, op->id_len, op->source, op->source_len,
-		                              atomic_load(&s->nested_limit), &p->doc,
-		                        &add, &err);
+		                              atomic_load(&s->nested_limit), &p->doc, &add, &err);
 		if (e) {
 			r->err = e;
 			snprintf(r->reason, sizeof(r->reason), "%.250s",
@@ -1899,8 +1898,8 @@ merge_kept(const seg_ref *r, const live_ref *snap, uint32_t *count)
 }
 
 static live_ref *
-remap_live(seg_ref *const *in, live_ref *const *snap, uint64_t *const *kept,
-           live_ref *const *now, size_t k, uint32_t new_max)
+remap_live(seg_ref *const *in, live_ref *const *snap, uint64_t *const *kept, live_ref *const *now,
+           size_t k, uint32_t new_max)
 {
 	live_ref *l = live_new(new_max, true);
 	uint32_t nd = 0;

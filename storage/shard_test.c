@@ -1616,12 +1616,15 @@ nested_docs(const char *dir, cm_pool *pool)
 	REQUIRE(st_shard_open(dir, m, &o, &s, &err) == CM_OK);
 	/* n1: 2 objects, n2: 1, n3: 3; then n2 replaced (buffer delete) */
 	const char *src[] = {"{\"c\":[{\"a\":\"x\"},{\"a\":\"y\"}]}", "{\"c\":{\"a\":\"z\"}}",
-	                     "{\"c\":[{\"a\":\"x\"},{\"a\":\"x\"},{\"a\":\"w\"}]}",
-	                     "{\"c\":[]}"};
+	                     "{\"c\":[{\"a\":\"x\"},{\"a\":\"x\"},{\"a\":\"w\"}]}", "{\"c\":[]}"};
 	const char *ids[] = {"n1", "n2", "n3", "n2"};
 	for (int i = 0; i < 4; i++) {
-		st_op op = {.type = ST_OP_INDEX, .id = ids[i], .id_len = 2, .source = src[i],
-		            .source_len = strlen(src[i]), .seq_no = ST_NO_SEQ,
+		st_op op = {.type = ST_OP_INDEX,
+		            .id = ids[i],
+		            .id_len = 2,
+		            .source = src[i],
+		            .source_len = strlen(src[i]),
+		            .seq_no = ST_NO_SEQ,
 		            .if_seq_no = ST_NO_SEQ};
 		st_op_result r;
 		REQUIRE(st_shard_apply(s, &op, 1, &r) == CM_OK && r.err == CM_OK);
@@ -1641,7 +1644,10 @@ nested_docs(const char *dir, cm_pool *pool)
 	CHECK(nested == 5); /* n1's 2, n3's 3; the replaced n2's object is gone */
 	st_reader_release(r);
 	/* delete n3 (in a segment), then merge everything into one */
-	st_op del = {.type = ST_OP_DELETE, .id = "n3", .id_len = 2, .seq_no = ST_NO_SEQ,
+	st_op del = {.type = ST_OP_DELETE,
+	             .id = "n3",
+	             .id_len = 2,
+	             .seq_no = ST_NO_SEQ,
 	             .if_seq_no = ST_NO_SEQ};
 	st_op_result dr;
 	REQUIRE(st_shard_apply(s, &del, 1, &dr) == CM_OK && dr.err == CM_OK);

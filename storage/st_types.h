@@ -224,7 +224,8 @@ typedef struct st_field_def {
 	 * document (st_doc.nested), its fields copied into the parent or root
 	 * document too when asked */
 	bool nested, include_in_parent, include_in_root;
-	bool implied; /* object made only from a dotted name ("a.b"): takes the existing one's kind */
+	/* object made only from a dotted name ("a.b"): takes the existing one's kind */
+	bool implied;
 } st_field_def;
 
 /* An immutable mapping version. Fields are sorted by path. Object fields
