@@ -371,10 +371,35 @@ ih_patterns(const cJSON *v, const char *path, char **out, size_t *n, char *store
 	}
 }
 
-/* One nested query's inner hits for root doc `doc`. */
+static cm_err inner_hits_walk(sr_exec *x, size_t si, uint32_t start, uint32_t end,
+                              const sr_query *q, const char *id, const cJSON *src, cm_buf *out,
+                              bool *first);
+
+/* Docs of every nested path under `path.` in segment si (new bitset). */
+static uint64_t *
+under_path(sr_exec *x, size_t si, const char *path)
+{
+	const st_mapping *m = st_reader_mapping(x->reader);
+	size_t ln = strlen(path), nw = st_bit_words(st_segment_max_doc(x->segs[si].seg));
+	uint64_t *u = cm_calloc(T, nw + 1, sizeof(uint64_t));
+	for (size_t i = 0; m && i < m->nfields; i++) {
+		const st_field_def *f = &m->fields[i];
+		if (!f->nested || strncmp(f->path, path, ln) != 0 || f->path[ln] != '.')
+			continue;
+		uint64_t *b = path_docs(x, si, f->path);
+		for (size_t w = 0; b && w < nw; w++)
+			u[w] |= b[w];
+		cm_free(T, b);
+	}
+	return u;
+}
+
+/* One nested query's inner hits among docs [start, end) of segment si
+ * (the block of the root doc or nested object they belong to); src is
+ * the root's _source. */
 static cm_err
-inner_hits_one(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const char *id,
-               const cJSON *src, cm_buf *out, bool *first)
+inner_hits_one(sr_exec *x, size_t si, uint32_t start, uint32_t doc, const sr_query *q,
+               const char *id, const cJSON *src, cm_buf *out, bool *first)
 {
 	const st_mapping *m = st_reader_mapping(x->reader);
 	const st_field_def *d = m ? st_mapping_find(m, q->field) : NULL;
@@ -425,10 +450,8 @@ inner_hits_one(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const cha
 	sr_plan *pl = NULL;
 	sr_it *it = NULL;
 	cm_err rc = CM_OK;
-	uint32_t start = doc;
-	const uint64_t *nested = st_segment_nested(x->segs[si].seg);
-	while (nested && start > 0 && st_bit_get(nested, start - 1))
-		start--;
+	bool deeper = sr_nested_wants_inner_hits(q->inner);
+	uint64_t *under = deeper ? under_path(x, si, d->path) : NULL;
 	if (children && start < doc) {
 		rc = sr_plan_compile_in(x, q->inner, d->path, true, &pl);
 		if (!rc)
@@ -511,6 +534,17 @@ inner_hits_one(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const cha
 			}
 			free(t);
 		}
+		if (deeper && under) {
+			/* the inner hits of nested queries inside this one, among
+			 * this object's own nested docs (right before it) */
+			uint32_t s2 = hits[i].doc;
+			while (s2 > 0 && st_bit_get(under, s2 - 1))
+				s2--;
+			bool f2 = true;
+			cm_buf_put(out, ",\"inner_hits\":{", 15);
+			rc = inner_hits_walk(x, si, s2, hits[i].doc, q->inner, id, src, out, &f2);
+			cm_buf_put(out, "}", 1);
+		}
 		cm_buf_put(out, "}", 1);
 	}
 	cm_buf_put(out, "]}}", 3);
@@ -520,35 +554,37 @@ inner_hits_one(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const cha
 	sr_it_free(it);
 	sr_plan_free(pl);
 	cm_free(T, children);
+	cm_free(T, under);
 	cm_free(T, hits);
 	cJSON_Delete(opts);
 	return rc;
 }
 
 static cm_err
-inner_hits_walk(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const char *id,
-                const cJSON *src, cm_buf *out, bool *first)
+inner_hits_walk(sr_exec *x, size_t si, uint32_t start, uint32_t doc, const sr_query *q,
+                const char *id, const cJSON *src, cm_buf *out, bool *first)
 {
 	cm_err rc = CM_OK;
 	if (q == NULL)
 		return CM_OK;
 	switch (q->kind) {
 	case SR_Q_NESTED:
-		return q->inner_hits ? inner_hits_one(x, si, doc, q, id, src, out, first) : CM_OK;
+		return q->inner_hits ? inner_hits_one(x, si, start, doc, q, id, src, out, first)
+		                     : CM_OK;
 	case SR_Q_BOOL:
 		for (size_t i = 0; !rc && i < q->nmust; i++)
-			rc = inner_hits_walk(x, si, doc, q->must[i], id, src, out, first);
+			rc = inner_hits_walk(x, si, start, doc, q->must[i], id, src, out, first);
 		for (size_t i = 0; !rc && i < q->nshould; i++)
-			rc = inner_hits_walk(x, si, doc, q->should[i], id, src, out, first);
+			rc = inner_hits_walk(x, si, start, doc, q->should[i], id, src, out, first);
 		for (size_t i = 0; !rc && i < q->nfilter; i++)
-			rc = inner_hits_walk(x, si, doc, q->filter[i], id, src, out, first);
+			rc = inner_hits_walk(x, si, start, doc, q->filter[i], id, src, out, first);
 		return rc;
 	case SR_Q_CONSTANT_SCORE:
 	case SR_Q_BOOSTING:
-		return inner_hits_walk(x, si, doc, q->inner, id, src, out, first);
+		return inner_hits_walk(x, si, start, doc, q->inner, id, src, out, first);
 	case SR_Q_DIS_MAX:
 		for (size_t i = 0; !rc && i < q->nqueries; i++)
-			rc = inner_hits_walk(x, si, doc, q->queries[i], id, src, out, first);
+			rc = inner_hits_walk(x, si, start, doc, q->queries[i], id, src, out, first);
 		return rc;
 	default:
 		return CM_OK;
@@ -561,8 +597,12 @@ sr_nested_inner_hits(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, con
 {
 	cJSON *j = src_len ? cJSON_ParseWithLength(src, src_len) : NULL;
 	bool first = true;
+	uint32_t start = doc;
+	const uint64_t *nested = st_segment_nested(x->segs[si].seg);
+	while (nested && start > 0 && st_bit_get(nested, start - 1))
+		start--;
 	cm_buf_put(out, "{", 1);
-	cm_err rc = inner_hits_walk(x, si, doc, q, id, j, out, &first);
+	cm_err rc = inner_hits_walk(x, si, start, doc, q, id, j, out, &first);
 	cm_buf_put(out, "}", 1);
 	cJSON_Delete(j);
 	return rc;

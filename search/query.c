@@ -10,6 +10,7 @@
 
 #include "../common/cm_alloc.h"
 #include "../storage/st_types.h"
+#include "exec.h"
 #include "jsonw.h"
 #include "sr.h"
 
@@ -856,10 +857,6 @@ parse_nested(pctx *c, const cJSON *body, sr_query *q)
 		} else if (is(v, "ignore_unmapped")) {
 			rc = get_bool(c, "nested", v, &q->ignore_unmapped);
 		} else if (is(v, "inner_hits")) {
-			if (c->in_nested)
-				return cm_error_set(c->err, CM_EPARSE,
-				                    "[inner_hits] of a nested query inside another "
-				                    "nested query is not supported");
 			rc = check_inner_hits(c, v);
 			if (!rc) {
 				char *t = cJSON_PrintUnformatted(v);
@@ -876,6 +873,10 @@ parse_nested(pctx *c, const cJSON *body, sr_query *q)
 		rc = cm_error_set(c->err, CM_EPARSE, "[nested] requires 'path' field");
 	if (!rc && !have_query)
 		rc = cm_error_set(c->err, CM_EPARSE, "[nested] requires 'query' field");
+	if (!rc && !q->inner_hits && sr_nested_wants_inner_hits(q->inner))
+		rc = cm_error_set(c->err, CM_EPARSE,
+		                  "[inner_hits] of a nested query inside a nested query that has "
+		                  "no inner_hits is not supported");
 	return rc;
 }
 

@@ -261,6 +261,23 @@ def inner_hits():
                                "sort": [{"title": "asc"}]})
                 x = b["hits"]["hits"][0]["inner_hits"]["comments"]["hits"]["hits"][0]
                 eq(x.get("_source"), want, "%s inner _source %r" % (label, src))
+            # inner hits of a nested query inside a nested query: per outer object
+            q = nested({"bool": {"must": [
+                {"range": {"comments.stars": {"gte": 1}}},
+                nested(term("comments.replies.who", "dave"), path="comments.replies",
+                       inner_hits={"name": "r"})]}}, inner_hits={"name": "c"})
+            b = search(n, {"query": q})
+            eq([h["_id"] for h in b["hits"]["hits"]], ["1"], label)
+            outer = b["hits"]["hits"][0]["inner_hits"]["c"]["hits"]["hits"]
+            eq([x["_nested"]["offset"] for x in outer], [1], label + " outer")
+            inner = outer[0]["inner_hits"]["r"]["hits"]
+            eq((inner["total"]["value"], [(x["_nested"], x["_source"]) for x in inner["hits"]]),
+               (1, [({"field": "comments", "offset": 1,
+                      "_nested": {"field": "replies", "offset": 1}}, {"who": "dave"})]),
+               label + " inner")
+            error_is(n.req("POST", "/nest/_search", {"query": nested(nested(
+                {"match_all": {}}, path="comments.replies", inner_hits={}))}), 400,
+                "parsing_exception", "inside a nested query that has no inner_hits")
             # two levels: _nested names both offsets
             b = search(n, {"query": nested(term("comments.replies.who", "dave"),
                                            path="comments.replies", inner_hits={})})
