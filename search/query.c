@@ -165,7 +165,6 @@ typedef struct pctx {
 	cm_error *err;
 	size_t clauses;
 	int depth;
-	int in_nested; /* parsing a nested query's query */
 } pctx;
 
 static cm_err parse_query(pctx *c, const cJSON *j, sr_query **out);
@@ -841,9 +840,7 @@ parse_nested(pctx *c, const cJSON *body, sr_query *q)
 			cm_free(T, q->field);
 			q->field = cm_strdup(T, v->valuestring);
 		} else if (is(v, "query")) {
-			c->in_nested++;
 			rc = parse_inner(c, v, &q->inner);
-			c->in_nested--;
 			have_query = true;
 		} else if (is(v, "score_mode")) {
 			static const char *modes[] = {"avg", "max", "min", "sum", "none"};
