@@ -341,8 +341,17 @@ nested_object(const cJSON *obj, const char *rel, int64_t offset)
 		obj = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, part) : NULL;
 		p += n + (dot ? 1 : 0);
 	}
-	if (cJSON_IsArray(obj))
-		return cJSON_GetArrayItem(obj, (int)offset);
+	if (cJSON_IsArray(obj)) {
+		/* offsets count the array's objects only (nulls are not indexed) */
+		const cJSON *e;
+		int64_t k = 0;
+		cJSON_ArrayForEach(e, obj)
+		{
+			if (cJSON_IsObject(e) && k++ == offset)
+				return e;
+		}
+		return NULL;
+	}
 	return offset == 0 ? obj : NULL;
 }
 

@@ -974,7 +974,9 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 		cJSON_ArrayForEach(it, j)
 		{
 			c->path[plen] = '\0';
-			c->nest_ix = ix++;
+			/* a nested object's offset counts the objects before it */
+			c->nest_ix = ix;
+			ix += cJSON_IsObject(it);
 			cm_err e = walk_value(c, it, plen, known, dyn, owner, name, depth + 1);
 			if (e != CM_OK)
 				return e;

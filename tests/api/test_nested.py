@@ -463,6 +463,21 @@ def copy_to_and_include_in_root():
 
 
 @test
+def offsets_skip_nulls():
+    for label, w, nodes in targets():
+        name = "nest-null"
+        st, b = w.req("PUT", "/" + name, {"mappings": MAPPING})
+        eq(st, 200, b)
+        st, b = w.req("PUT", "/%s/_doc/1?refresh=true" % name, {"comments": [
+            None, {"author": "a", "stars": 1}, None, {"author": "b", "stars": 2}]})
+        eq(st, 201, b)
+        for n in nodes:
+            b = search(n, {"query": nested(term("comments.author", "b"), inner_hits={})}, name)
+            x = b["hits"]["hits"][0]["inner_hits"]["comments"]["hits"]["hits"][0]
+            eq((x["_nested"]["offset"], x["_source"]), (1, {"author": "b", "stars": 2}), label)
+
+
+@test
 def refusals():
     for label, w, nodes in targets():
         ensure(label, w)
