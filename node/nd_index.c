@@ -259,6 +259,42 @@ accepted_value_ok(char kind, const cJSON *v)
 	}
 }
 
+/* index.mapping.nested_fields.limit (kept among the accepted settings),
+ * default 50. */
+static long long
+nested_fields_limit(const nd_settings *s)
+{
+	long long n = 50;
+	cJSON *all = s->accepted[0] ? cJSON_Parse(s->accepted) : NULL;
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(all, "mapping.nested_fields.limit");
+	if (v != NULL && !json_int(v, &n))
+		n = 50;
+	cJSON_Delete(all);
+	return n;
+}
+
+/* index.mapping.nested_objects.limit, default 10000. */
+static uint32_t
+nested_objects_limit(const nd_settings *s)
+{
+	long long n = ST_NESTED_OBJECTS_LIMIT;
+	cJSON *all = s->accepted[0] ? cJSON_Parse(s->accepted) : NULL;
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(all, "mapping.nested_objects.limit");
+	if (v != NULL && (!json_int(v, &n) || n < 1 || n > UINT32_MAX))
+		n = ST_NESTED_OBJECTS_LIMIT;
+	cJSON_Delete(all);
+	return (uint32_t)n;
+}
+
+static size_t
+mapping_nested_count(const st_mapping *m)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < m->nfields; i++)
+		n += m->fields[i].nested;
+	return n;
+}
+
 /* Keeps (or, for null, drops) an accepted setting in s->accepted. */
 static cm_err
 accepted_put(nd_settings *s, const char *k, const cJSON *v, cm_error *err)
@@ -769,6 +805,8 @@ index_open_shards(nd_index *ix, cm_error *err)
 	st_shard_opts_default(&o);
 	o.merge_pool = ix->node->merge_pool;
 	o.replicated = ix->node->replicated;
+	o.nested_objects_limit = nested_objects_limit(&ix->settings);
+	atomic_store(&ix->nested_limit, o.nested_objects_limit);
 	ix->shards = cm_calloc(CM_MEM_NODE, (size_t)ns, sizeof(st_shard *));
 	ix->dirty = cm_calloc(CM_MEM_NODE, (size_t)ns, sizeof(*ix->dirty));
 	for (int i = 0; i < ns; i++) {
@@ -788,6 +826,7 @@ index_alloc(nd_node *n, const char *name, const char *uuid)
 	nd_index *ix = cm_calloc(CM_MEM_NODE, 1, sizeof(*ix));
 	ix->node = n;
 	atomic_init(&ix->refs, 1);
+	atomic_init(&ix->nested_limit, ST_NESTED_OBJECTS_LIMIT);
 	snprintf(ix->name, sizeof(ix->name), "%s", name);
 	snprintf(ix->uuid, sizeof(ix->uuid), "%s", uuid);
 	snprintf(ix->dir, sizeof(ix->dir), "%s/indices/%s", n->data_dir, uuid);
@@ -1040,6 +1079,12 @@ nd_index_create_as(nd_node *n, const char *name, const char *given_uuid, const c
 		/* a new index (not one the cluster state replays) */
 		rc = cm_error_set(err, CM_EINVAL, "Limit of total fields [%d] has been exceeded",
 		                  ix->settings.total_fields_limit);
+		goto fail;
+	}
+	if (!given_uuid &&
+	    (long long)mapping_nested_count(ix->mapping) > nested_fields_limit(&ix->settings)) {
+		rc = cm_error_set(err, CM_EINVAL, "Limit of nested fields [%lld] has been exceeded",
+		                  nested_fields_limit(&ix->settings));
 		goto fail;
 	}
 
@@ -1315,6 +1360,13 @@ mapping_install_locked(nd_index *ix, st_mapping *merged, cm_error *err)
 		return cm_error_set(err, CM_EINVAL, "Limit of total fields [%d] has been exceeded",
 		                    ix->settings.total_fields_limit);
 	}
+	if (mapping_nested_count(merged) > mapping_nested_count(old) &&
+	    (long long)mapping_nested_count(merged) > nested_fields_limit(&ix->settings)) {
+		long long lim = nested_fields_limit(&ix->settings);
+		st_mapping_unref(merged);
+		return cm_error_set(err, CM_EINVAL,
+		                    "Limit of nested fields [%lld] has been exceeded", lim);
+	}
 	merged->version = old->version + 1;
 	ix->mapping = merged;
 	if ((rc = index_persist_locked(ix))) {
@@ -1366,6 +1418,11 @@ nd_index_put_settings(nd_index *ix, const cJSON *body, cm_error *err)
 			ix->settings = old;
 			cm_error_set(err, rc, "cannot persist settings");
 		}
+		uint32_t lim = nested_objects_limit(&ix->settings);
+		atomic_store(&ix->nested_limit, lim);
+		for (int i = 0; !rc && ix->shards && i < ix->settings.number_of_shards; i++)
+			if (ix->shards[i])
+				st_shard_set_nested_objects_limit(ix->shards[i], lim);
 	}
 	pthread_mutex_unlock(&ix->lock);
 	return rc;
@@ -1395,7 +1452,8 @@ nd_index_prepare_doc(nd_index *ix, const char *id, size_t id_len, const char *sr
 	cm_err rc;
 
 	memset(&doc, 0, sizeof(doc));
-	rc = st_doc_parse(m, id, id_len, src, len, &doc, &add, err);
+	rc = st_doc_parse_limit(m, id, id_len, src, len, atomic_load(&ix->nested_limit), &doc, &add,
+	                        err);
 	st_doc_free(&doc);
 	st_mapping_unref(m);
 	if (rc || !add)

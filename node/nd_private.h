@@ -11,6 +11,7 @@
 struct nd_index {
 	nd_node *node;
 	_Atomic int refs;
+	_Atomic uint32_t nested_limit; /* index.mapping.nested_objects.limit, as set */
 	char name[256];
 	char uuid[23];
 	char dir[2048];

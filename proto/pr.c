@@ -271,6 +271,7 @@ hit_to_pb(const sr_hit *h, Shoal__Hit *pb, pb_arena *a)
 	pb->source = bin(h->source, h->source_len);
 	pb->fields = bin(h->fields, h->fields_len);
 	pb->highlight = bin(h->highlight, h->highlight_len);
+	pb->inner_hits = bin(h->inner_hits, h->inner_hits_len);
 	pb->shard = h->shard;
 	pb->doc = h->doc;
 	pb->seq_no = h->seq_no;
@@ -378,6 +379,12 @@ hit_from_pb(const Shoal__Hit *pb, sr_hit *h, pr_strings *ps)
 			memcpy(h->source, pb->source.data, pb->source.len);
 		h->source[pb->source.len] = '\0';
 		h->source_len = pb->source.len;
+	}
+	if (pb->inner_hits.len) {
+		h->inner_hits = cm_malloc(HIT_MEM, pb->inner_hits.len + 1);
+		memcpy(h->inner_hits, pb->inner_hits.data, pb->inner_hits.len);
+		h->inner_hits[pb->inner_hits.len] = '\0';
+		h->inner_hits_len = pb->inner_hits.len;
 	}
 	if (pb->highlight.len) {
 		h->highlight = cm_malloc(HIT_MEM, pb->highlight.len + 1);

@@ -50,6 +50,8 @@ static const struct {
     {"multi_terms", AGG_MULTI_TERMS, &agg_ops_multi_terms},
     {"auto_date_histogram", AGG_AUTO_DATE_HISTOGRAM, &agg_ops_auto_date_histogram},
     {"variable_width_histogram", AGG_VARIABLE_WIDTH_HISTOGRAM, &agg_ops_variable_width_histogram},
+    {"nested", AGG_NESTED, &agg_ops_nested},
+    {"reverse_nested", AGG_REVERSE_NESTED, &agg_ops_reverse_nested},
 };
 
 static const agg_ops *
@@ -263,12 +265,11 @@ agg_parse_one(const char *name, const cJSON *body, int depth, int *next_id, sr_a
 	}
 	a->ops = agg_type_find(type, &a->kind);
 	static const char *const not_here[] = {
-	    "significant_text", "nested",          "reverse_nested",
-	    "children",         "parent",          "geo_distance",
-	    "ip_range",         "scripted_metric", "median_absolute_deviation",
-	    "string_stats",     "boxplot",         "t_test",
-	    "matrix_stats",     "moving_avg",      "cumulative_cardinality",
-	    "inference",        "normalize",       "rate"};
+	    "significant_text", "children",        "parent",
+	    "geo_distance",     "ip_range",        "scripted_metric",
+	    "median_absolute_deviation", "string_stats", "boxplot",
+	    "t_test",           "matrix_stats",    "moving_avg",
+	    "cumulative_cardinality", "inference",  "normalize", "rate"};
 	for (size_t i = 0; !a->ops && i < sizeof not_here / sizeof not_here[0]; i++)
 		if (!strcmp(type, not_here[i])) {
 			rc = cm_error_set(err, CM_EINVAL,
@@ -460,6 +461,8 @@ sr_agg_from_json(const cJSON *aggs, sr_agg **out, cm_error *err)
 	cm_err rc = agg_parse_list(aggs, root, 0, &next_id, err);
 	if (!rc)
 		rc = agg_check_tree(root, err);
+	if (!rc)
+		rc = agg_nested_check(root, err);
 	if (!rc)
 		rc = agg_pipe_check(root, err);
 	if (rc) {
@@ -1023,7 +1026,7 @@ static bool
 agg_kind_path_bucket(agg_kind k)
 {
 	return k == AGG_FILTER || k == AGG_MISSING || k == AGG_SAMPLER ||
-	       k == AGG_DIVERSIFIED_SAMPLER;
+	       k == AGG_DIVERSIFIED_SAMPLER || k == AGG_NESTED || k == AGG_REVERSE_NESTED;
 }
 
 /* path: "agg" / "agg.key" / "agg[key]"; for a single-bucket agg such as
@@ -1053,6 +1056,8 @@ agg_subs_value(const sr_agg *parent, agg_node *const *subs, const char *path, do
 	const sr_agg *a = agg_sub_find(parent, path, len, &idx);
 	if (!a || !subs)
 		return false;
+	if (a->kind == AGG_NESTED || a->kind == AGG_REVERSE_NESTED)
+		return agg_nested_value(a, subs[idx], path[len] == '>' ? path + len + 1 : NULL, v);
 	if (agg_kind_path_bucket(a->kind))
 		return agg_single_bucket_value(a, subs[idx],
 		                               path[len] == '>' ? path + len + 1 : NULL, v);

@@ -59,6 +59,8 @@ typedef enum {
 	AGG_MULTI_TERMS,
 	AGG_AUTO_DATE_HISTOGRAM,
 	AGG_VARIABLE_WIDTH_HISTOGRAM,
+	AGG_NESTED,
+	AGG_REVERSE_NESTED,
 	AGG_KIND_COUNT
 } agg_kind;
 
@@ -190,6 +192,11 @@ extern const agg_ops agg_ops_composite, agg_ops_percentile_ranks, agg_ops_weight
 extern const agg_ops agg_ops_sampler, agg_ops_diversified_sampler, agg_ops_geo_bounds,
     agg_ops_geo_centroid, agg_ops_geohash_grid, agg_ops_geotile_grid, agg_ops_multi_terms,
     agg_ops_auto_date_histogram, agg_ops_variable_width_histogram;
+extern const agg_ops agg_ops_nested, agg_ops_reverse_nested;
+/* agg_nested.c: sets each nested/reverse_nested spec's level and refuses
+ * a reverse_nested outside a nested aggregation. */
+cm_err agg_nested_check(sr_agg *root, cm_error *err);
+bool agg_nested_value(const sr_agg *a, const agg_node *n, const char *rest, double *v);
 
 /* ---- agg.c: shared machinery ---- */
 

@@ -951,7 +951,7 @@ bool
 agg_kind_single_bucket(agg_kind k)
 {
 	return k == AGG_FILTER || k == AGG_MISSING || k == AGG_GLOBAL || k == AGG_SAMPLER ||
-	       k == AGG_DIVERSIFIED_SAMPLER;
+	       k == AGG_DIVERSIFIED_SAMPLER || k == AGG_NESTED || k == AGG_REVERSE_NESTED;
 }
 
 static const sr_agg *

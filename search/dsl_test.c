@@ -83,6 +83,11 @@ dump(sb *b, const sr_query *q)
 	case SR_Q_EXISTS:
 		put(b, "exists(%s)", q->field);
 		break;
+	case SR_Q_NESTED:
+		put(b, "nested(%s:", q->field);
+		dump(b, q->inner);
+		put(b, ")");
+		break;
 	case SR_Q_RANGE:
 		put(b, "range(%s:", q->field);
 		if (q->gt)
@@ -421,7 +426,13 @@ test_errors(void)
 	DSL("{\"bool\":{\"must\":{\"nope\":{\"a\":1}}}}",
 	    "ERR CM_EPARSE parsing_exception: unknown query [nope]");
 	DSL("{\"nested\":{\"path\":\"x\"}}",
-	    "ERR CM_EPARSE parsing_exception: [nested] query is not supported");
+	    "ERR CM_EPARSE parsing_exception: [nested] requires 'query' field");
+	DSL("{\"nested\":{\"query\":{\"match_all\":{}}}}",
+	    "ERR CM_EPARSE parsing_exception: [nested] requires 'path' field");
+	DSL("{\"nested\":{\"path\":\"c\",\"query\":{\"term\":{\"c.a\":\"x\"}}}}",
+	    "nested(c:term(c.a:x))");
+	DSL("{\"has_child\":{}}",
+	    "ERR CM_EPARSE parsing_exception: [has_child] query is not supported");
 	DSL("{\"term\":{\"a\":\"x\",\"b\":\"y\"}}", "ERR CM_EPARSE parsing_exception: [term] query "
 	                                            "doesn't support multiple fields, found [a] "
 	                                            "and [b]");

@@ -115,6 +115,8 @@ typedef enum {
 	P_BOOSTING,
 	P_PHRASE,
 	P_GEO, /* geo_point column: a box (geo: top, left, bottom, right) or a circle (lat, lon, meters) */
+	/* kids[0] over the nested docs of nest_path, joined to their parents */
+	P_NESTED,
 } sr_pkind;
 
 enum { OCC_MUST, OCC_SHOULD, OCC_MUST_NOT, OCC_FILTER };
@@ -162,6 +164,10 @@ struct sr_plan {
 	/* P_GEO */
 	bool geo_circle;
 	double geo[4];
+	/* P_NESTED: the nested path, the enclosing nested path (NULL: the
+	 * root docs), how child scores combine */
+	char *nest_path, *nest_parent;
+	sr_nest_mode nest_mode;
 };
 
 typedef struct sr_exec {
@@ -267,6 +273,36 @@ sr_win_put(uint64_t *bits, float *scores, uint32_t i, float s)
 	bits[i >> 6] |= m;
 }
 
+/* ---- nested documents (nested.c) ---- */
+
+/* The P_NESTED iterator of segment si: the parents of the children of
+ * pl->nest_path that pl->kids[0] matches, scored by pl->nest_mode. NULL
+ * when none match (or on error, set in x->err). */
+sr_it *sr_nested_it_new(sr_exec *x, size_t si, const sr_plan *pl);
+/* The docs of nested path `path` in segment si that are live (their root
+ * is), as a new bitset of max_doc bits; NULL when there are none. */
+uint64_t *sr_nested_docs(sr_exec *x, size_t si, const char *path);
+/* The parent level of a nested path: `parent` NULL means the root docs.
+ * A new bitset of max_doc bits (not filtered for liveness). */
+uint64_t *sr_nested_parents(sr_exec *x, size_t si, const char *parent);
+
+/* The docs of segment c having nested path `path` (live or not), a new
+ * bitset; NULL when none (or on error, set in err). */
+uint64_t *sr_nested_path_docs(const sr_seg_ctx *c, const char *path, cm_error *err);
+/* First set bit of bits >= from, or max_doc when none. */
+uint32_t sr_nested_next_bit(const uint64_t *bits, uint32_t from, uint32_t max_doc);
+/* Compiles q as the query of a nested query on nest_path. */
+cm_err sr_plan_compile_in(sr_exec *x, const sr_query *q, const char *nest_path, bool scoring,
+                          sr_plan **out);
+/* True when q holds a nested query asking for inner_hits. */
+bool sr_nested_wants_inner_hits(const sr_query *q);
+/* The "inner_hits" object of root doc `doc` of segment si (whose stored
+ * _source is src), appended to out; nothing when q asks for none. Each
+ * inner hit starts with a \x01 byte where the merger puts "_index" and
+ * "_type" (a raw control byte never occurs in JSON text). */
+cm_err sr_nested_inner_hits(sr_exec *x, size_t si, uint32_t doc, const sr_query *q, const char *id,
+                            const char *src, size_t src_len, cm_buf *out);
+
 /* ---- sorting (sort.c) ---- */
 
 typedef struct sr_sortval {
@@ -289,6 +325,8 @@ typedef struct sr_sort_field {
 	uint8_t after_ip[ST_IP_LEN]; /* ip: the search_after address */
 	bool geo;                    /* _geo_distance from (geo_lat, geo_lon), in geo_unit m */
 	double geo_lat, geo_lon, geo_unit;
+	const char *nested_path; /* the request's: values come from nested docs */
+	const sr_query *nested_filter;
 } sr_sort_field;
 
 typedef struct sr_sorter {
@@ -298,6 +336,7 @@ typedef struct sr_sorter {
 	/* per-segment state */
 	const st_field_info **fi;
 	st_colblock *cb;
+	uint64_t **nchild;        /* nested keys: the segment's nested docs to read */
 	struct sr_ordterm **ordc; /* keyword keys: ordinal -> term, filled lazily */
 	size_t *nordc;
 	uint32_t shard; /* the request-wide shard number, for _shard_doc */

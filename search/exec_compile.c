@@ -175,6 +175,8 @@ sr_plan_free(sr_plan *p)
 	bytes_free(p->terms, p->nterms);
 	sr_dfa_free(p->dfa);
 	cm_free(CM_MEM_SEARCH, p->fields);
+	cm_free(CM_MEM_SEARCH, p->nest_path);
+	cm_free(CM_MEM_SEARCH, p->nest_parent);
 	for (size_t i = 0; i < p->nkids; i++)
 		sr_plan_free(p->kids[i]);
 	cm_free(CM_MEM_SEARCH, p->kids);
@@ -242,6 +244,7 @@ typedef struct cctx {
 	cm_error *err;
 	bool lenient;
 	int depth;
+	const char *nest_path; /* inside a nested query: its path */
 } cctx;
 
 static bool
@@ -2058,6 +2061,47 @@ compile_bool(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **ou
 	return CM_OK;
 }
 
+static cm_err compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out);
+
+/* nested: the inner query runs over the nested docs of the path and
+ * matches their parents (the root docs, or the enclosing nested query's
+ * docs). */
+static cm_err
+compile_nested(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
+{
+	const st_mapping *m = st_reader_mapping(c->x->reader);
+	const st_field_def *d = m ? st_mapping_find(m, q->field) : NULL;
+	if (d == NULL) {
+		if (q->ignore_unmapped) {
+			*out = none();
+			return CM_OK;
+		}
+		return cm_error_set_type(c->err, CM_EINVAL, "query_shard_exception",
+		                         "[nested] failed to find nested object under path [%s]",
+		                         q->field);
+	}
+	if (d->type != ST_FT_OBJECT || !d->nested)
+		return cm_error_set_type(c->err, CM_EINVAL, "query_shard_exception",
+		                         "[nested] nested object under path [%s] is not of nested "
+		                         "type",
+		                         q->field);
+	const char *saved = c->nest_path;
+	c->nest_path = d->path;
+	sr_plan *k = NULL;
+	bool inner_scoring = scoring && q->score_mode != SR_NEST_NONE;
+	cm_err rc = compile(c, q->inner, 1.0f, inner_scoring, &k);
+	c->nest_path = saved;
+	if (rc)
+		return rc;
+	sr_plan *p = plan_new(P_NESTED, boost, scoring);
+	plan_add(p, k, OCC_MUST);
+	p->nest_path = cm_strdup(CM_MEM_SEARCH, d->path);
+	p->nest_parent = saved ? cm_strdup(CM_MEM_SEARCH, saved) : NULL;
+	p->nest_mode = q->score_mode;
+	*out = p;
+	return CM_OK;
+}
+
 static cm_err
 compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 {
@@ -2080,7 +2124,8 @@ compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 	                   q->kind != SR_Q_IDS && q->kind != SR_Q_BOOL &&
 	                   q->kind != SR_Q_CONSTANT_SCORE && q->kind != SR_Q_DIS_MAX &&
 	                   q->kind != SR_Q_BOOSTING && q->kind != SR_Q_QUERY_STRING &&
-	                   q->kind != SR_Q_SIMPLE_QUERY_STRING && q->kind != SR_Q_MULTI_MATCH;
+	                   q->kind != SR_Q_SIMPLE_QUERY_STRING && q->kind != SR_Q_MULTI_MATCH &&
+	                   q->kind != SR_Q_NESTED;
 	if (field_level && is_pattern(q->field) && q->kind != SR_Q_EXISTS) {
 		char *f[1] = {q->field};
 		rc = compile_over_fields(c, q, f, NULL, 1, 0.0f, false, b, scoring, out);
@@ -2270,6 +2315,9 @@ compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 		*out = p;
 		break;
 	}
+	case SR_Q_NESTED:
+		rc = compile_nested(c, q, b, scoring, out);
+		break;
 	case SR_Q_QUERY_STRING:
 	case SR_Q_SIMPLE_QUERY_STRING: {
 		sr_query *t = NULL;
@@ -2290,9 +2338,20 @@ compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 }
 
 cm_err
+sr_plan_compile_in(sr_exec *x, const sr_query *q, const char *nest_path, bool scoring,
+                   sr_plan **out)
+{
+	cctx c = {x, x->err, false, 0, nest_path};
+	cm_err rc = compile(&c, q, 1.0f, scoring, out);
+	if (rc && !x->err->code)
+		cm_error_set(x->err, rc, "%s", cm_err_msg(rc));
+	return rc;
+}
+
+cm_err
 sr_plan_compile(sr_exec *x, const sr_query *q, bool scoring, sr_plan **out)
 {
-	cctx c = {x, x->err, false, 0};
+	cctx c = {x, x->err, false, 0, NULL};
 	cm_err rc = compile(&c, q, 1.0f, scoring, out);
 	if (rc && !x->err->code)
 		cm_error_set(x->err, rc, "%s", cm_err_msg(rc));

@@ -71,6 +71,7 @@ sr_hit_clear(sr_hit *h)
 	cm_free(T, h->source);
 	cm_free(T, h->fields);
 	cm_free(T, h->highlight);
+	cm_free(T, h->inner_hits);
 	for (size_t i = 0; i < h->nsort; i++)
 		sr_sort_value_clear(&h->sort[i]);
 	cm_free(T, h->sort);
@@ -664,6 +665,18 @@ render_hit(sr_merger *m, cm_buf *b, const mhit *mh, bool scored)
 	if (h->highlight) {
 		cm_buf_put(b, ",\"highlight\":", 13);
 		cm_buf_put(b, h->highlight, h->highlight_len);
+	}
+	if (h->inner_hits) {
+		cm_buf_put(b, ",\"inner_hits\":", 14);
+		for (size_t i = 0; i < h->inner_hits_len; i++) {
+			if (h->inner_hits[i] != '\x01') {
+				cm_buf_put(b, h->inner_hits + i, 1);
+				continue;
+			}
+			cm_buf_put(b, "\"_index\":", 9);
+			sr_jw_cstr(b, index);
+			cm_buf_put(b, ",\"_type\":\"_doc\",", 16);
+		}
 	}
 	if (req->explain_scores) {
 		/* the score as computed; no per-clause breakdown (docs/api.md) */

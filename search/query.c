@@ -10,6 +10,7 @@
 
 #include "../common/cm_alloc.h"
 #include "../storage/st_types.h"
+#include "exec.h"
 #include "jsonw.h"
 #include "sr.h"
 
@@ -51,7 +52,7 @@ sr_query_free(sr_query *q)
 	                 &q->time_zone,  &q->minimum_should_match,
 	                 &q->fuzziness,  &q->analyzer,
 	                 &q->multi_type, &q->default_field,
-	                 &q->flags};
+	                 &q->flags,      &q->inner_hits};
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
 		cm_free(T, *strs[i]);
 	for (size_t i = 0; i < q->nvalues; i++)
@@ -95,6 +96,7 @@ sr_query_kind_name(sr_query_kind k)
 	    "simple_query_string",
 	    "geo_bounding_box",
 	    "geo_distance",
+	    "nested",
 	};
 	if ((size_t)k < sizeof(names) / sizeof(names[0]))
 		return names[k];
@@ -132,7 +134,7 @@ sr_query_clone(const sr_query *q)
 	                 &c->time_zone,  &c->minimum_should_match,
 	                 &c->fuzziness,  &c->analyzer,
 	                 &c->multi_type, &c->default_field,
-	                 &c->flags};
+	                 &c->flags,      &c->inner_hits};
 	for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
 		*strs[i] = dup_or_null(*strs[i]);
 	if (q->nvalues) {
@@ -774,6 +776,107 @@ parse_constant_score(pctx *c, const cJSON *body, sr_query *q)
 	return rc;
 }
 
+/* inner_hits options built here; the others are refused by name. */
+static cm_err
+check_inner_hits(pctx *c, const cJSON *ih)
+{
+	if (!cJSON_IsObject(ih))
+		return cm_error_set(c->err, CM_EPARSE, "[inner_hits] must be an object");
+	for (const cJSON *v = ih->child; v; v = v->next) {
+		if (is(v, "name")) {
+			if (!cJSON_IsString(v))
+				return cm_error_set(c->err, CM_EPARSE,
+				                    "[inner_hits] [name] must be a string");
+		} else if (is(v, "size") || is(v, "from")) {
+			if (!cJSON_IsNumber(v) || v->valuedouble < 0 ||
+			    v->valuedouble != (double)(int)v->valuedouble)
+				return cm_error_set(
+				    c->err, CM_EPARSE,
+				    "[inner_hits] [%s] must be a non-negative integer", v->string);
+		} else if (is(v, "_source")) {
+			/* true/false, a pattern, a list, or {includes, excludes} */
+			bool ok = cJSON_IsBool(v) || cJSON_IsString(v) || cJSON_IsArray(v) ||
+			          cJSON_IsObject(v);
+			const cJSON *e;
+			if (cJSON_IsArray(v))
+				cJSON_ArrayForEach(e, v) ok &= cJSON_IsString(e);
+			if (cJSON_IsObject(v))
+				for (e = v->child; e && ok; e = e->next) {
+					ok &= is(e, "includes") || is(e, "excludes");
+					ok &= cJSON_IsString(e) || cJSON_IsArray(e);
+					const cJSON *s;
+					if (cJSON_IsArray(e))
+						cJSON_ArrayForEach(s, e) ok &= cJSON_IsString(s);
+				}
+			if (!ok)
+				return cm_error_set(
+				    c->err, CM_EPARSE,
+				    "[inner_hits] [_source] must be a boolean, a pattern, "
+				    "a list of patterns or {includes, excludes}");
+		} else {
+			return cm_error_set(c->err, CM_EPARSE,
+			                    "[inner_hits] option [%s] is not supported", v->string);
+		}
+	}
+	return CM_OK;
+}
+
+static cm_err
+parse_nested(pctx *c, const cJSON *body, sr_query *q)
+{
+	cm_err rc = CM_OK;
+	if (!cJSON_IsObject(body))
+		return not_object(c, "nested", body);
+	bool have_query = false;
+	for (const cJSON *v = body->child; v && !rc; v = v->next) {
+		if (common_param(c, "nested", v, q, &rc))
+			continue;
+		if (is(v, "path")) {
+			if (!cJSON_IsString(v))
+				return cm_error_set(c->err, CM_EPARSE,
+				                    "[nested] query does not support [path] as %s",
+				                    cJSON_IsObject(v) ? "an object"
+				                                      : "a non-string");
+			cm_free(T, q->field);
+			q->field = cm_strdup(T, v->valuestring);
+		} else if (is(v, "query")) {
+			rc = parse_inner(c, v, &q->inner);
+			have_query = true;
+		} else if (is(v, "score_mode")) {
+			static const char *modes[] = {"avg", "max", "min", "sum", "none"};
+			size_t m = 0;
+			while (cJSON_IsString(v) && m < 5 && strcmp(v->valuestring, modes[m]))
+				m++;
+			if (!cJSON_IsString(v) || m == 5)
+				return cm_error_set(c->err, CM_EPARSE, "illegal score_mode [%s]",
+				                    cJSON_IsString(v) ? v->valuestring : "?");
+			q->score_mode = (sr_nest_mode)m;
+		} else if (is(v, "ignore_unmapped")) {
+			rc = get_bool(c, "nested", v, &q->ignore_unmapped);
+		} else if (is(v, "inner_hits")) {
+			rc = check_inner_hits(c, v);
+			if (!rc) {
+				char *t = cJSON_PrintUnformatted(v);
+				cm_free(T, q->inner_hits);
+				q->inner_hits = t ? cm_strdup(T, t) : NULL;
+				free(t);
+			}
+		} else {
+			rc = cm_error_set(c->err, CM_EPARSE, "[nested] query does not support [%s]",
+			                  v->string);
+		}
+	}
+	if (!rc && !q->field)
+		rc = cm_error_set(c->err, CM_EPARSE, "[nested] requires 'path' field");
+	if (!rc && !have_query)
+		rc = cm_error_set(c->err, CM_EPARSE, "[nested] requires 'query' field");
+	if (!rc && !q->inner_hits && sr_nested_wants_inner_hits(q->inner))
+		rc = cm_error_set(c->err, CM_EPARSE,
+		                  "[inner_hits] of a nested query inside a nested query that has "
+		                  "no inner_hits is not supported");
+	return rc;
+}
+
 static cm_err
 parse_dis_max(pctx *c, const cJSON *body, sr_query *q)
 {
@@ -1382,12 +1485,12 @@ static const struct {
     {"simple_query_string", SR_Q_SIMPLE_QUERY_STRING},
     {"geo_bounding_box", SR_Q_GEO_BOUNDING_BOX},
     {"geo_distance", SR_Q_GEO_DISTANCE},
+    {"nested", SR_Q_NESTED},
 };
 
 /* Known to Elasticsearch, not implemented here: a clearer answer than
  * "unknown query". */
 static const char *es_only_queries[] = {
-    "nested",
     "has_child",
     "has_parent",
     "parent_id",
@@ -1507,6 +1610,9 @@ parse_query(pctx *c, const cJSON *j, sr_query **out)
 	case SR_Q_GEO_BOUNDING_BOX:
 	case SR_Q_GEO_DISTANCE:
 		rc = parse_geo(c, name, body, q);
+		break;
+	case SR_Q_NESTED:
+		rc = parse_nested(c, body, q);
 		break;
 	default:
 		rc = cm_error_set(c->err, CM_EINTERNAL, "query kind not handled");

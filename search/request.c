@@ -47,6 +47,8 @@ free_sort(sr_request *r)
 	for (size_t i = 0; i < r->nsort; i++) {
 		cm_free(T, r->sort[i].field);
 		cm_free(T, r->sort[i].unmapped_type);
+		cm_free(T, r->sort[i].nested_path);
+		sr_query_free(r->sort[i].nested_filter);
 	}
 	cm_free(T, r->sort);
 	r->sort = NULL;
@@ -254,6 +256,28 @@ sort_options(sr_sort_key *k, const char *field, const cJSON *o, cm_error *err)
 				                    "[field_sort] unmapped_type must be a string");
 			cm_free(T, k->unmapped_type);
 			k->unmapped_type = cm_strdup(T, v->valuestring);
+		} else if (!strcmp(n, "nested") && k->kind == SR_SORT_FIELD) {
+			if (!cJSON_IsObject(v))
+				return cm_error_set(err, CM_EPARSE, "[nested] must be an object");
+			for (const cJSON *e = v->child; e; e = e->next) {
+				if (!strcmp(e->string, "path") && cJSON_IsString(e)) {
+					cm_free(T, k->nested_path);
+					k->nested_path = cm_strdup(T, e->valuestring);
+				} else if (!strcmp(e->string, "filter")) {
+					sr_query_free(k->nested_filter);
+					k->nested_filter = NULL;
+					if ((rc = sr_query_from_json(e, &k->nested_filter, err)))
+						return rc;
+				} else {
+					return cm_error_set(
+					    err, CM_EPARSE,
+					    "[nested] sort option [%s] is not supported",
+					    e->string);
+				}
+			}
+			if (!k->nested_path)
+				return cm_error_set(err, CM_EPARSE,
+				                    "[nested] sort requires a [path] (a string)");
 		} else if ((!strcmp(n, "numeric_type") || !strcmp(n, "format")) &&
 		           k->kind == SR_SORT_FIELD) {
 			continue; /* value presentation only */

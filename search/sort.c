@@ -151,9 +151,22 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 	s->cb = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(st_colblock));
 	s->ordc = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(sr_ordterm *));
 	s->nordc = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(size_t));
+	s->nchild = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(uint64_t *));
 	for (size_t i = 0; i < s->nkeys; i++) {
 		const sr_sort_key *rk = &req->sort[i];
 		sr_sort_field *k = &s->keys[i];
+		k->nested_path = rk->nested_path;
+		k->nested_filter = rk->nested_filter;
+		if (rk->nested_path) {
+			const st_mapping *m = x->reader ? st_reader_mapping(x->reader) : NULL;
+			const st_field_def *d = m ? st_mapping_find(m, rk->nested_path) : NULL;
+			if (d == NULL || !d->nested)
+				return cm_error_set_type(
+				    err, CM_EINVAL, "query_shard_exception",
+				    "[nested] nested object under path [%s] is not "
+				    "of nested type",
+				    rk->nested_path);
+		}
 		k->kind = rk->kind;
 		k->desc = rk->desc;
 		k->missing_first = rk->missing_first;
@@ -247,7 +260,10 @@ sr_sorter_free(sr_sorter *s)
 	for (size_t i = 0; i < s->nkeys && s->cb; i++) {
 		st_colblock_free(&s->cb[i]);
 		cm_free(CM_MEM_SEARCH, s->ordc[i]);
+		if (s->nchild)
+			cm_free(CM_MEM_SEARCH, s->nchild[i]);
 	}
+	cm_free(CM_MEM_SEARCH, s->nchild);
 	cm_free(CM_MEM_SEARCH, s->ordc);
 	cm_free(CM_MEM_SEARCH, s->nordc);
 	cm_free(CM_MEM_SEARCH, s->cb);
@@ -283,6 +299,31 @@ id_value(sr_sorter *s, sr_exec *x, size_t si, uint32_t doc, sr_sortval *v)
 	return CM_OK;
 }
 
+/* A nested key's docs in segment si: the live nested docs of its path
+ * that its filter matches (NULL when none). */
+static cm_err
+nested_children(sr_exec *x, size_t si, const sr_sort_field *k, uint64_t **out)
+{
+	*out = sr_nested_docs(x, si, k->nested_path);
+	if (*out == NULL || k->nested_filter == NULL)
+		return x->err->code;
+	sr_plan *pl = NULL;
+	sr_it *it = NULL;
+	cm_err rc = sr_plan_compile_in(x, k->nested_filter, k->nested_path, false, &pl);
+	if (!rc)
+		rc = sr_it_build(x, si, pl, &it);
+	uint32_t max_doc = st_segment_max_doc(x->segs[si].seg);
+	for (uint32_t d = 0; !rc && it && d < max_doc; d++) {
+		if (!st_bit_get(*out, d))
+			continue;
+		if (it->ops->advance(it, d) != d)
+			(*out)[d >> 6] &= ~((uint64_t)1 << (d & 63));
+	}
+	sr_it_free(it);
+	sr_plan_free(pl);
+	return rc;
+}
+
 cm_err
 sr_sorter_segment(sr_sorter *s, sr_exec *x, size_t si)
 {
@@ -293,8 +334,15 @@ sr_sorter_segment(sr_sorter *s, sr_exec *x, size_t si)
 		s->ordc[i] = NULL;
 		s->nordc[i] = 0;
 		s->fi[i] = NULL;
+		cm_free(CM_MEM_SEARCH, s->nchild[i]);
+		s->nchild[i] = NULL;
 		if (s->keys[i].kind != SR_SORT_FIELD || !s->keys[i].fs)
 			continue;
+		if (s->keys[i].nested_path) {
+			cm_err rc = nested_children(x, si, &s->keys[i], &s->nchild[i]);
+			if (rc)
+				return rc;
+		}
 		const st_field_info *fi = st_segment_field(x->segs[si].seg, s->keys[i].fs->name);
 		if (fi && (fi->flags & ST_FI_COLUMN))
 			s->fi[i] = fi;
@@ -377,6 +425,38 @@ geo_pick(const sr_sort_field *k, const int64_t *v, int n)
 	return mode == SR_SORT_MODE_MAX ? d[m - 1] : d[0];
 }
 
+#define NESTED_SORT_MAX 1024 /* values read per root doc for a nested sort key */
+
+static int
+cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* The values of root doc `doc`'s nested docs for key i, ascending. */
+static int
+nested_values(sr_sorter *s, sr_exec *x, size_t si, size_t i, uint32_t doc, int64_t *out)
+{
+	const uint64_t *nested = st_segment_nested(x->segs[si].seg);
+	uint32_t start = doc;
+	while (nested && start > 0 && st_bit_get(nested, start - 1))
+		start--;
+	int n = 0;
+	for (uint32_t c = start; c < doc && n < NESTED_SORT_MAX; c++) {
+		if (!st_bit_get(s->nchild[i], c))
+			continue;
+		const int64_t *cv;
+		int k = st_col_values_sparse(x->segs[si].txn, s->fi[i], &s->cb[i], c, &cv);
+		if (k < 0)
+			return k;
+		for (int j = 0; j < k && n < NESTED_SORT_MAX; j++)
+			out[n++] = cv[j];
+	}
+	qsort(out, (size_t)n, sizeof(int64_t), cmp_i64);
+	return n;
+}
+
 cm_err
 sr_sorter_key_value(sr_sorter *s, sr_exec *x, size_t si, size_t i, uint32_t doc, uint32_t gdoc,
                     float score, sr_sortval *v)
@@ -397,12 +477,19 @@ sr_sorter_key_value(sr_sorter *s, sr_exec *x, size_t si, size_t i, uint32_t doc,
 	}
 	if (k->is_id)
 		return id_value(s, x, si, doc, v);
-	if (!s->fi[i]) {
+	if (!s->fi[i] || (k->nested_path && !s->nchild[i])) {
 		v->missing = true;
 		return CM_OK;
 	}
 	const int64_t *cv;
-	int n = st_col_values_sparse(x->segs[si].txn, s->fi[i], &s->cb[i], doc, &cv);
+	int n;
+	int64_t nv[NESTED_SORT_MAX];
+	if (k->nested_path) {
+		n = nested_values(s, x, si, i, doc, nv);
+		cv = nv;
+	} else {
+		n = st_col_values_sparse(x->segs[si].txn, s->fi[i], &s->cb[i], doc, &cv);
+	}
 	if (n < 0)
 		return cm_error_set(x->err, CM_ECORRUPT, "cannot read column [%s]", s->fi[i]->name);
 	if (n == 0) {

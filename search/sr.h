@@ -43,7 +43,11 @@ typedef enum {
 	SR_Q_SIMPLE_QUERY_STRING,
 	SR_Q_GEO_BOUNDING_BOX, /* geo[]: top, left, bottom, right (degrees) */
 	SR_Q_GEO_DISTANCE,     /* geo[]: lat, lon, distance in meters */
+	SR_Q_NESTED,           /* field: path, inner: query, score_mode, inner_hits */
 } sr_query_kind;
+
+/* nested query score_mode */
+typedef enum { SR_NEST_AVG, SR_NEST_MAX, SR_NEST_MIN, SR_NEST_SUM, SR_NEST_NONE } sr_nest_mode;
 
 typedef struct sr_query sr_query;
 
@@ -99,6 +103,10 @@ struct sr_query {
 	/* geo_bounding_box / geo_distance (see the kinds) */
 	double geo[4];
 	bool ignore_unmapped;
+	/* nested: how children's scores make the parent's, and "inner_hits"
+	 * as given (validated JSON text; NULL when none) */
+	sr_nest_mode score_mode;
+	char *inner_hits;
 };
 
 sr_query *sr_query_new(sr_query_kind kind);
@@ -153,6 +161,10 @@ typedef struct sr_sort_key {
 	 * units of geo_unit meters */
 	bool geo, geo_ignore_unmapped;
 	double geo_lat, geo_lon, geo_unit;
+	/* "nested": {"path", "filter"}: the values of the root doc's nested
+	 * objects of path (those the filter matches) */
+	char *nested_path;
+	sr_query *nested_filter;
 } sr_sort_key;
 
 /* A sort value as it appears in hit.sort / search_after. */
@@ -358,6 +370,10 @@ typedef struct sr_hit {
 	size_t fields_len;
 	char *highlight;       /* the hit's "highlight" (JSON), NULL when none */
 	size_t highlight_len;
+	/* nested inner hits (JSON; each inner hit opens with a \x01 byte the
+	 * merger replaces with its "_index" and "_type"), NULL when none */
+	char *inner_hits;
+	size_t inner_hits_len;
 	uint32_t shard, doc;   /* tie-breaking: shard index, then global doc */
 	uint64_t seq_no, primary_term;
 	int64_t version;

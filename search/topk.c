@@ -451,7 +451,8 @@ fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *id
 	}
 	cm_buf_reset(idb);
 	cm_buf_reset(src);
-	bool want_src = req->fetch_source || sr_fetch_wanted(req) || req->highlight;
+	bool want_inner = sr_nested_wants_inner_hits(req->query);
+	bool want_src = req->fetch_source || sr_fetch_wanted(req) || req->highlight || want_inner;
 	cm_err rc = st_stored_get(x->segs[e->seg].txn, e->doc, idb, want_src ? src : NULL);
 	if (rc)
 		return cm_error_set(x->err, rc, "cannot read stored document");
@@ -488,6 +489,19 @@ fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *id
 			h->highlight_len = hb.len;
 		}
 		cm_buf_free(&hb);
+		if (rc)
+			return rc;
+	}
+	if (want_inner) {
+		cm_buf ib;
+		cm_buf_init(&ib, CM_MEM_SEARCH);
+		rc = sr_nested_inner_hits(x, e->seg, e->doc, req->query, h->id,
+		                          (const char *)src->data, src->len, &ib);
+		if (!rc) {
+			h->inner_hits = cm_strndup(CM_MEM_SEARCH, (const char *)ib.data, ib.len);
+			h->inner_hits_len = ib.len;
+		}
+		cm_buf_free(&ib);
 		if (rc)
 			return rc;
 	}

@@ -31,6 +31,15 @@ typedef struct parse_ctx {
 	struct numtok *nums;
 	size_t nnums;
 	int nums_state; /* 0 not built, 1 built, -1 unavailable */
+	/* nested: the root document, whether the current document's values
+	 * end up in the root too (include_in_parent/include_in_root), the
+	 * array index of the object being walked, hidden documents so far */
+	st_doc *root;
+	const char *nest_scope; /* the nested path being walked, NULL at the root */
+	bool cur_to_root;
+	uint32_t nest_ix;
+	uint32_t nested_limit; /* index.mapping.nested_objects.limit */
+	size_t nested_total;
 	char path[1024 + 2];
 } parse_ctx;
 
@@ -153,9 +162,9 @@ build_numbers(parse_ctx *c)
 {
 	size_t cap = 0, n = 0;
 	numtok *v = NULL;
-	collect_numbers(c->doc->json, &v, &n, &cap);
-	const char *s = c->doc->source;
-	size_t len = c->doc->source_len, k = 0;
+	collect_numbers(c->root->json, &v, &n, &cap);
+	const char *s = c->root->source;
+	size_t len = c->root->source_len, k = 0;
 	bool ok = true;
 	for (size_t i = 0; i < len && ok;) {
 		char ch = s[i];
@@ -206,7 +215,7 @@ number_lexeme(parse_ctx *c, const cJSON *j, size_t *len)
 	if (t == NULL)
 		return NULL;
 	*len = t->len;
-	return c->doc->source + t->off;
+	return c->root->source + t->off;
 }
 
 static bool
@@ -775,6 +784,26 @@ find_prefix(const st_mapping *m, const char *path, size_t n)
 static cm_err walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn, const char *owner,
                           int depth);
 
+/* True when no prefix of path is a nested field. */
+static bool
+copy_to_root(const st_mapping *m, const char *path)
+{
+	char buf[1024 + 2];
+	size_t n = strlen(path);
+	if (n >= sizeof(buf))
+		return false;
+	memcpy(buf, path, n + 1);
+	for (size_t i = n; i > 0; i--) {
+		if (buf[i - 1] != '.')
+			continue;
+		buf[i - 1] = '\0';
+		const st_field_def *o = st_mapping_find(m, buf);
+		if (o && o->nested)
+			return false;
+	}
+	return true;
+}
+
 /* copy_to: the value is also indexed into each target field (not
  * transitively). A missing target is mapped dynamically like a new field
  * under its closest mapped object. */
@@ -791,6 +820,13 @@ copy_values(parse_ctx *c, const st_field_def *f, cJSON *j)
 			e = cm_error_set(
 			    c->err, CM_EMAPPING,
 			    "Cannot copy to field [%s] since it is mapped as an object", t);
+		} else if (tf != NULL && c->nest_scope != NULL && copy_to_root(c->m, t)) {
+			/* from inside a nested object to a field outside every
+			 * nested path: the root document gets the value */
+			st_doc *saved_doc = c->doc;
+			c->doc = c->root;
+			e = emit_field(c, tf, j);
+			c->doc = saved_doc;
 		} else if (tf != NULL) {
 			e = emit_field(c, tf, j);
 		} else {
@@ -1123,6 +1159,99 @@ emit_completion(parse_ctx *c, const st_field_def *f, cJSON *j)
 	return CM_OK;
 }
 
+/* ---- nested objects ---- */
+
+static const st_field_def nested_path_def = {
+    .path = (char *)ST_FIELD_NESTED_PATH,
+    .type = ST_FT_KEYWORD,
+    .analyzer = ST_AN_KEYWORD,
+    .search_analyzer = ST_AN_KEYWORD,
+    .index = true,
+};
+static const st_field_def nested_offset_def = {
+    .path = (char *)ST_FIELD_NESTED_OFFSET,
+    .type = ST_FT_LONG,
+    .doc_values = true,
+};
+
+static st_value *
+doc_push_raw(st_doc *d, const st_value *v)
+{
+	if (d->nvalues == d->cap) {
+		d->cap = d->cap ? d->cap * 2 : 16;
+		d->values = cm_realloc(CM_MEM_STORAGE, d->values, d->cap * sizeof(*d->values));
+	}
+	d->values[d->nvalues] = *v;
+	return &d->values[d->nvalues++];
+}
+
+/* Copies sub's own values (not its hidden ones) into dst. */
+static void
+copy_nested_values(st_doc *dst, const st_doc *sub)
+{
+	for (size_t i = 0; i < sub->nvalues; i++)
+		if (sub->values[i].field != &nested_path_def &&
+		    sub->values[i].field != &nested_offset_def)
+			doc_push_raw(dst, &sub->values[i]);
+}
+
+/* One object of nested field f: its values go to a hidden document of
+ * their own, appended to the root's list after the documents of its own
+ * nested children (post-order, as Lucene's block join expects). */
+static cm_err
+walk_nested(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *f, int depth)
+{
+	if (++c->nested_total > c->nested_limit)
+		return cm_error_set(c->err, CM_EMAPPING,
+		                    "The number of nested documents has exceeded the allowed limit "
+		                    "of [%u]. This limit can be set by changing the "
+		                    "[index.mapping.nested_objects.limit] index level setting.",
+		                    c->nested_limit);
+	st_doc sub;
+	memset(&sub, 0, sizeof(sub));
+	sub.id = "";
+	sub.source = "";
+	sub.stored = "";
+	st_value hv;
+	memset(&hv, 0, sizeof(hv));
+	hv.field = &nested_path_def;
+	hv.s = f->path;
+	hv.n = strlen(f->path);
+	doc_push_raw(&sub, &hv);
+	memset(&hv, 0, sizeof(hv));
+	hv.field = &nested_offset_def;
+	hv.i = c->nest_ix;
+	doc_push_raw(&sub, &hv);
+	st_doc *parent = c->doc;
+	bool parent_to_root = c->cur_to_root;
+	bool via_parent = f->include_in_parent && parent_to_root;
+	const char *parent_scope = c->nest_scope;
+	c->doc = &sub;
+	c->nest_scope = f->path;
+	c->cur_to_root = via_parent || f->include_in_root;
+	c->nest_ix = 0;
+	cm_err e = walk_object(c, j, plen, f->dynamic, f->path, depth + 1);
+	c->nest_scope = parent_scope;
+	c->doc = parent;
+	c->cur_to_root = parent_to_root;
+	if (e == CM_OK) {
+		if (f->include_in_parent)
+			copy_nested_values(parent, &sub);
+		if (f->include_in_root && !via_parent)
+			copy_nested_values(c->root, &sub);
+		st_doc *r = c->root;
+		if (r->nnested == r->nested_cap) {
+			r->nested_cap = r->nested_cap ? r->nested_cap * 2 : 4;
+			r->nested = cm_realloc(CM_MEM_STORAGE, r->nested,
+			                       r->nested_cap * sizeof(*r->nested));
+		}
+		r->nested[r->nnested++] = sub;
+	} else {
+		st_doc_free(&sub);
+	}
+	return e;
+}
+
 /* Value j at c->path (length plen). `known` is its mapping, if any. */
 static cm_err
 walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dynamic dyn,
@@ -1163,9 +1292,13 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 	}
 	if (cJSON_IsArray(j)) {
 		cJSON *it;
+		uint32_t ix = 0;
 		cJSON_ArrayForEach(it, j)
 		{
 			c->path[plen] = '\0';
+			/* a nested object's offset counts the objects before it */
+			c->nest_ix = ix;
+			ix += cJSON_IsObject(it);
 			cm_err e = walk_value(c, it, plen, known, dyn, owner, name, depth + 1);
 			if (e != CM_OK)
 				return e;
@@ -1199,6 +1332,8 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 	if (cJSON_IsObject(j)) {
 		if (known->type != ST_FT_OBJECT)
 			return type_error(c, known, j);
+		if (known->nested)
+			return walk_nested(c, j, plen, known, depth);
 		return walk_object(c, j, plen, known->dynamic, known->path, depth + 1);
 	}
 	if (known->type == ST_FT_OBJECT)
@@ -1353,6 +1488,7 @@ walk_object(parse_ctx *c, cJSON *obj, size_t plen, st_dynamic dyn, const char *o
 					break;
 			}
 		}
+		c->nest_ix = 0;
 		e = walk_value(c, it, np, f, d, own, name, depth);
 		cm_free(CM_MEM_STORAGE, dotted_owner);
 		if (e != CM_OK)
@@ -1397,6 +1533,15 @@ cm_err
 st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *source,
              size_t source_len, st_doc *out, st_mapping **dynamic_add, cm_error *err)
 {
+	return st_doc_parse_limit(m, id, id_len, source, source_len, ST_NESTED_OBJECTS_LIMIT, out,
+	                          dynamic_add, err);
+}
+
+cm_err
+st_doc_parse_limit(const st_mapping *m, const char *id, size_t id_len, const char *source,
+                   size_t source_len, uint32_t nested_limit, st_doc *out, st_mapping **dynamic_add,
+                   cm_error *err)
+{
 	parse_ctx c;
 	cm_err e = CM_OK;
 	uint32_t counts_small[256];
@@ -1414,6 +1559,9 @@ st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *sou
 	c.doc = out;
 	c.err = err;
 	c.want_dynamic = dynamic_add != NULL;
+	c.root = out;
+	c.cur_to_root = true;
+	c.nested_limit = nested_limit ? nested_limit : ST_NESTED_OBJECTS_LIMIT;
 	c.counts = m->nfields <= 256 ? counts_small
 	                             : cm_malloc(CM_MEM_STORAGE, m->nfields * sizeof(uint32_t));
 	memset(c.counts, 0, m->nfields * sizeof(uint32_t));
@@ -1479,6 +1627,11 @@ st_doc_free(st_doc *d)
 	cm_free(CM_MEM_STORAGE, d->owned);
 	d->owned = NULL;
 	d->nowned = d->owned_cap = 0;
+	for (size_t i = 0; i < d->nnested; i++)
+		st_doc_free(&d->nested[i]);
+	cm_free(CM_MEM_STORAGE, d->nested);
+	d->nested = NULL;
+	d->nnested = d->nested_cap = 0;
 	cJSON_Delete(d->json);
 	d->values = NULL;
 	d->json = NULL;

@@ -434,6 +434,12 @@ add_def(fbuf *b, st_field_def *f, cm_error *err)
 				old->dynamic = f->dynamic;
 				old->dynamic_set = true;
 			}
+			old->implied &= f->implied;
+			if (f->nested) {
+				old->nested = true;
+				old->include_in_parent = f->include_in_parent;
+				old->include_in_root = f->include_in_root;
+			}
 			fdef_free(f);
 			return CM_OK;
 		}
@@ -593,6 +599,7 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 	const cJSON *props = cJSON_GetObjectItemCaseSensitive(spec, "properties");
 	const cJSON *fields = NULL;
 	st_field_type type;
+	bool nested = false;
 	if (!cJSON_IsObject(spec)) {
 		cm_error_set(err, CM_EMAPPING,
 		             "Expected map for property [fields] on field [%s] but got %s", path,
@@ -621,6 +628,14 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 	} else if (!cJSON_IsString(type_j)) {
 		cm_error_set(err, CM_EMAPPING, "No type specified for field [%s]", path);
 		goto fail;
+	} else if (strcmp(type_j->valuestring, "nested") == 0) {
+		type = ST_FT_OBJECT;
+		nested = true;
+		if (source != NULL) {
+			cm_error_set(err, CM_EMAPPING,
+			             "Type [nested] cannot be used in multi field");
+			goto fail;
+		}
 	} else if (!st_field_type_from_name(type_j->valuestring, &type)) {
 		cm_error_set(err, CM_EMAPPING, "No handler for type [%s] declared on field [%s]",
 		             type_j->valuestring, path);
@@ -631,6 +646,7 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		goto fail;
 	}
 	fdef_init(&f, type);
+	f.nested = nested;
 	f.path = path;
 	path = NULL; /* owned by f now */
 	bool search_analyzer_set = false, analyzer_set = false;
@@ -830,6 +846,14 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			f.dynamic_set = true;
 		} else if (strcmp(k, "properties") == 0 && type == ST_FT_OBJECT) {
 			ok = cJSON_IsObject(it);
+		} else if (nested && (strcmp(k, "include_in_parent") == 0 ||
+		                      strcmp(k, "include_in_root") == 0)) {
+			bool v = false;
+			ok = json_bool(it, &v);
+			if (k[11] == 'p')
+				f.include_in_parent = v;
+			else
+				f.include_in_root = v;
 		} else if (strcmp(k, "fields") == 0 && type != ST_FT_OBJECT &&
 		           type != ST_FT_FLATTENED) {
 			ok = cJSON_IsObject(it);
@@ -851,7 +875,7 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		if (!known) {
 			cm_error_set(err, CM_EMAPPING,
 			             "unknown parameter [%s] on mapper [%s] of type [%s]", k,
-			             f.path, st_field_type_name(type));
+			             f.path, nested ? "nested" : st_field_type_name(type));
 			goto fail_f;
 		}
 		if (!ok) {
@@ -969,6 +993,7 @@ parse_properties(fbuf *b, const char *prefix, const cJSON *props, int depth, cm_
 				st_field_def *o = fbuf_push(b);
 				fdef_init(o, ST_FT_OBJECT);
 				o->path = cm_strdup(CM_MEM_STORAGE, opath);
+				o->implied = true;
 			}
 			cm_free(CM_MEM_STORAGE, scope);
 			scope = opath;
@@ -1303,8 +1328,14 @@ static void
 render_field(cJSON *o, const st_field_def *f, bool has_children)
 {
 	if (f->type == ST_FT_OBJECT) {
-		if (!has_children) /* ES names the type only of an empty object */
+		if (f->nested)
+			cJSON_AddStringToObject(o, "type", "nested");
+		else if (!has_children) /* ES names the type only of an empty object */
 			cJSON_AddStringToObject(o, "type", "object");
+		if (f->include_in_parent)
+			cJSON_AddBoolToObject(o, "include_in_parent", true);
+		if (f->include_in_root)
+			cJSON_AddBoolToObject(o, "include_in_root", true);
 		if (f->dynamic_set)
 			cJSON_AddStringToObject(o, "dynamic", dynamic_name(f->dynamic));
 		if (f->disabled)
@@ -1492,6 +1523,20 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 		                    f->path);
 	}
 	if (old->type == ST_FT_OBJECT) {
+		if (old->nested != f->nested && !f->implied)
+			return cm_error_set(err, CM_EINVAL,
+			                    "object mapping [%s] can't be changed from %s to %s",
+			                    f->path, old->nested ? "nested" : "non-nested",
+			                    old->nested ? "non-nested" : "nested");
+		if (old->nested && !f->implied &&
+		    (old->include_in_parent != f->include_in_parent ||
+		     old->include_in_root != f->include_in_root))
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "The [include_in_%s] parameter can't be updated for the "
+			    "nested object mapping [%s].",
+			    old->include_in_parent != f->include_in_parent ? "parent" : "root",
+			    f->path);
 		if (old->disabled != f->disabled)
 			return param_conflict(err, f->path, "enabled",
 			                      old->disabled ? "false" : "true",

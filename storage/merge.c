@@ -671,8 +671,22 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		uint32_t md = segs[i]->max_doc;
 		c.docmap[i] = cm_malloc(CM_MEM_STORAGE, ((size_t)md + 1) * sizeof(uint32_t));
+		const uint64_t *nested = segs[i]->nested;
+		if (nested && live && live[i]) {
+			/* a nested doc lives as long as its parent (the next doc
+			 * that is not nested): NONE marks the dead ones first */
+			bool palive = false;
+			for (uint32_t d = md; d-- > 0;) {
+				bool alive = st_bit_get(live[i], d);
+				if (!st_bit_get(nested, d))
+					palive = alive;
+				c.docmap[i][d] = alive && palive ? 0 : NONE;
+			}
+		}
 		for (uint32_t d = 0; d < md; d++) {
 			bool alive = !live || !live[i] || st_bit_get(live[i], d);
+			if (nested && live && live[i])
+				alive = c.docmap[i][d] != NONE;
 			c.docmap[i][d] = alive ? (uint32_t)total : NONE;
 			total += alive;
 		}

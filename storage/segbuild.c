@@ -84,6 +84,9 @@ struct st_segbuild {
 	uint64_t *stored_off;
 	uint64_t *failed; /* docs whose add failed half way: written as deleted */
 	uint32_t nfailed;
+	uint64_t *nested; /* hidden nested docs, NULL when none */
+	size_t nested_words;
+	uint32_t nnested;
 	size_t ram;
 };
 
@@ -258,6 +261,7 @@ st_segbuild_destroy(st_segbuild *b)
 	cm_free(CM_MEM_STORAGE, b->version);
 	cm_free(CM_MEM_STORAGE, b->stored_off);
 	cm_free(CM_MEM_STORAGE, b->failed);
+	cm_free(CM_MEM_STORAGE, b->nested);
 	cm_buf_free(&b->stored);
 	cm_free(CM_MEM_STORAGE, b);
 }
@@ -486,9 +490,44 @@ field_end_doc(st_segbuild *b, bfield *f, uint32_t doc)
 		f->multi = true;
 }
 
+static cm_err add_one(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t primary_term,
+                      int64_t version, uint32_t *docno, cm_error *err);
+
+/* A doc's hidden nested docs go right before it (Lucene's block join);
+ * the write drops them with their parent. */
 cm_err
 st_segbuild_add(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t primary_term,
                 int64_t version, uint32_t *docno, cm_error *err)
+{
+	cm_err first = CM_OK;
+	for (size_t i = 0; i < doc->nnested; i++) {
+		uint32_t nd;
+		cm_err e = add_one(b, &doc->nested[i], seq_no, primary_term, version, &nd, err);
+		if (e && !first)
+			first = e;
+		if (b->ndocs <= nd)
+			continue;
+		size_t words = st_bit_words((uint32_t)b->docs_cap);
+		if (b->nested == NULL || b->nested_words < words) {
+			b->nested = cm_realloc(CM_MEM_STORAGE, b->nested, words * 8);
+			memset(b->nested + b->nested_words, 0, (words - b->nested_words) * 8);
+			b->nested_words = words;
+		}
+		st_bit_set(b->nested, nd);
+		b->nnested++;
+	}
+	cm_err e = add_one(b, doc, seq_no, primary_term, version, docno, err);
+	if (first && !e && !st_bit_get(b->failed, *docno)) {
+		/* a nested object failed: the whole document is out */
+		st_bit_set(b->failed, *docno);
+		b->nfailed++;
+	}
+	return e ? e : first;
+}
+
+static cm_err
+add_one(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t primary_term, int64_t version,
+        uint32_t *docno, cm_error *err)
 {
 	if (doc->id_len > SEG_MAX_ID)
 		return cm_error_set(err, CM_EINVAL, "id is too long, must be no longer than %d bytes",
@@ -944,6 +983,8 @@ write_ids(wtask *t)
 	}
 	qsort(ids, c->max_doc, sizeof(idref), cmp_ids);
 	for (uint32_t i = 0; i < c->max_doc; i++) {
+		if (ids[i].len == 0)
+			continue; /* hidden nested docs have no id */
 		/* A repeated id keeps its latest doc (keys must be unique). */
 		if (i + 1 < c->max_doc && ids[i].len == ids[i + 1].len &&
 		    memcmp(ids[i].id, ids[i + 1].id, ids[i].len) == 0)
@@ -1026,6 +1067,25 @@ train_dict(wctx *c)
 	cm_buf_free(&samples);
 }
 
+void
+st_segbuild_kept(const st_segbuild *b, const uint64_t *deleted, uint64_t *kept)
+{
+	memset(kept, 0, st_bit_words(b->ndocs) * 8);
+	/* a nested doc goes with its parent, the next doc that is not nested */
+	bool pgone = false;
+	for (uint32_t d = b->ndocs; d-- > 0;) {
+		bool nest = b->nnested && d < b->nested_words * 64 && st_bit_get(b->nested, d);
+		bool g =
+		    (deleted && st_bit_get(deleted, d)) || (b->nfailed && st_bit_get(b->failed, d));
+		if (!nest)
+			pgone = g;
+		else
+			g = g || pgone;
+		if (!g)
+			st_bit_set(kept, d);
+	}
+}
+
 cm_err
 st_segbuild_write(st_segbuild *b, const uint64_t *deleted, const char *path, uint64_t gen,
                   cm_pool *pool, cm_error *err)
@@ -1036,12 +1096,15 @@ st_segbuild_write(st_segbuild *b, const uint64_t *deleted, const char *path, uin
 	c.w = &w;
 	c.docmap = cm_malloc(CM_MEM_STORAGE, ((size_t)b->ndocs + 1) * sizeof(uint32_t));
 	c.inv = cm_malloc(CM_MEM_STORAGE, ((size_t)b->ndocs + 1) * sizeof(uint32_t));
+	uint64_t *kept = cm_malloc(CM_MEM_STORAGE, (st_bit_words(b->ndocs) + 1) * 8);
+	st_segbuild_kept(b, deleted, kept);
 	for (uint32_t d = 0; d < b->ndocs; d++) {
-		bool gone = (deleted && st_bit_get(deleted, d)) || (b->nfailed && st_bit_get(b->failed, d));
+		bool gone = !st_bit_get(kept, d);
 		c.docmap[d] = gone ? NONE : c.max_doc;
 		if (!gone)
 			c.inv[c.max_doc++] = d;
 	}
+	cm_free(CM_MEM_STORAGE, kept);
 	w.max_doc = w.stored_docs = c.max_doc;
 	w.gen = gen;
 

@@ -17,8 +17,8 @@
  *                             sum_ttf, sum_df, num_terms, zz col_min, zz col_max
  *   I id                      varint doc
  *   K field(BE16) n(BE32)     the term of ordinal n * KDICT_STEP
- *   M                         u32 format, varint max_doc, varint generation,
- *                             varint stored docs
+ *   M                         u32 format (1; 2 with nested docs), varint
+ *                             max_doc, varint generation, varint stored docs
  *   N field(BE16)             max_doc norm bytes
  *   P field(BE16) term        positions per postings block: u8 bits, then per
  *                             doc its first position and deltas, bit-packed.
@@ -49,6 +49,9 @@
 #include "st_segment.h"
 
 #define SEG_FORMAT 1
+/* A segment holding hidden nested docs (a _nested_path field): older
+ * binaries refuse it rather than show those docs as documents. */
+#define SEG_FORMAT_NESTED 2
 #define SEG_TRAILER_LEN 24
 #define SEG_MAGIC "SHOALSG1"
 #define SEG_MAX_KEY 511       /* LMDB's default max key size */
@@ -116,6 +119,8 @@ struct st_segment {
 	 * to 31 steps each was a third of a filtered one's CPU. */
 	pthread_mutex_t ord_mu;
 	_Atomic(struct st_ord_tab *) *ord_tabs;
+	uint64_t *nested; /* hidden nested docs (bitset), NULL when none */
+	uint32_t nnested;
 };
 
 #define ORD_TAB_MAX (1u << 18)

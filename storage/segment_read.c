@@ -128,13 +128,62 @@ parse_meta(st_segment *s, const uint8_t *p, size_t len)
 	cm_rd_init(&r, p, len);
 	uint32_t fmt;
 	uint64_t md, gen, sd;
-	if (!cm_rd_u32(&r, &fmt) || fmt != SEG_FORMAT || !cm_rd_varint(&r, &md) ||
-	    !cm_rd_varint(&r, &gen) || !cm_rd_varint(&r, &sd) || md > UINT32_MAX - 3 || sd > md)
+	if (!cm_rd_u32(&r, &fmt) || (fmt != SEG_FORMAT && fmt != SEG_FORMAT_NESTED) ||
+	    !cm_rd_varint(&r, &md) || !cm_rd_varint(&r, &gen) || !cm_rd_varint(&r, &sd) ||
+	    md > UINT32_MAX - 3 || sd > md)
 		return CM_ECORRUPT;
 	s->max_doc = (uint32_t)md;
 	s->gen = gen;
 	s->stored_docs = (uint32_t)sd;
 	return CM_OK;
+}
+
+/* The hidden nested docs: every doc with a _nested_path term. Segments
+ * written before nested existed have no such field (and no mask). */
+static cm_err
+load_nested(st_segment *s, cm_error *err)
+{
+	const st_field_info *f = st_segment_field(s, ST_FIELD_NESTED_PATH);
+	if (f == NULL || !(f->flags & ST_FI_POSTINGS) || s->max_doc == 0)
+		return CM_OK;
+	st_seg_txn *t;
+	cm_err e = st_seg_txn_begin(s, &t);
+	if (e)
+		return cm_error_set(err, e, "segment %s: cannot read nested docs", s->path);
+	st_terms *it = NULL;
+	s->nested = cm_calloc(CM_MEM_STORAGE, st_bit_words(s->max_doc), sizeof(uint64_t));
+	e = st_terms_open(t, f, &it);
+	for (bool ok = !e && st_terms_seek(it, NULL, 0); !e && ok; ok = st_terms_next(it)) {
+		st_postings p;
+		if ((e = st_terms_postings(it, &p)) != CM_OK)
+			break;
+		for (uint32_t d = st_postings_next(&p); d != ST_NO_MORE_DOCS;
+		     d = st_postings_next(&p))
+			if (d < s->max_doc && !st_bit_get(s->nested, d)) {
+				st_bit_set(s->nested, d);
+				s->nnested++;
+			}
+		if (st_postings_corrupt(&p))
+			e = CM_ECORRUPT;
+	}
+	if (it)
+		st_terms_close(it);
+	st_seg_txn_end(t);
+	if (e)
+		return cm_error_set(err, CM_ECORRUPT, "segment %s: bad nested docs", s->path);
+	return CM_OK;
+}
+
+const uint64_t *
+st_segment_nested(const st_segment *s)
+{
+	return s->nested;
+}
+
+uint32_t
+st_segment_nested_count(const st_segment *s)
+{
+	return s->nnested;
 }
 
 cm_err
@@ -180,6 +229,9 @@ st_segment_open(const char *path, st_segment **out, cm_error *err)
 	s->col_ok = cm_calloc(CM_MEM_STORAGE, s->nfields * s->col_blocks + 1, 1);
 	s->col_loc = cm_calloc(CM_MEM_STORAGE, s->nfields * s->col_blocks + 1, sizeof(st_col_loc));
 	s->ord_tabs = cm_calloc(CM_MEM_STORAGE, s->nfields + 1, sizeof *s->ord_tabs);
+	txn = NULL;
+	if ((e = load_nested(s, err)) != CM_OK)
+		goto fail;
 	*out = s;
 	return CM_OK;
 fail:
@@ -219,6 +271,7 @@ st_segment_close(st_segment *s)
 	cm_free(CM_MEM_STORAGE, (void *)s->norms_state);
 	cm_free(CM_MEM_STORAGE, (void *)s->col_ok);
 	cm_free(CM_MEM_STORAGE, s->col_loc);
+	cm_free(CM_MEM_STORAGE, s->nested);
 	cm_free(CM_MEM_STORAGE, s->path);
 	cm_free(CM_MEM_STORAGE, s);
 }

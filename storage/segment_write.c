@@ -841,7 +841,11 @@ segw_write_file(const segw *w, const char *path, cm_error *err)
 	cm_buf_init(&fv, CM_MEM_STORAGE);
 	cm_buf_init(&mv, CM_MEM_STORAGE);
 	build_fields_value(w, &fv);
-	cm_buf_put_u32(&mv, SEG_FORMAT);
+	uint32_t fmt = SEG_FORMAT;
+	for (size_t i = 0; i < w->nfields; i++)
+		if (strcmp(w->fields[i].name, ST_FIELD_NESTED_PATH) == 0)
+			fmt = SEG_FORMAT_NESTED;
+	cm_buf_put_u32(&mv, fmt);
 	cm_buf_put_varint(&mv, w->max_doc);
 	cm_buf_put_varint(&mv, w->gen);
 	cm_buf_put_varint(&mv, w->stored_docs);

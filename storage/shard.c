@@ -139,7 +139,12 @@ reader_free(st_reader *r)
 	for (size_t i = 0; i < r->n; i++) {
 		live_release(r->live[i]);
 		seg_ref_release(r->segs[i]);
+		cm_free(CM_MEM_STORAGE, r->plive[i]);
+		cm_free(CM_MEM_STORAGE, r->nlive[i]);
 	}
+	cm_free(CM_MEM_STORAGE, r->plive);
+	cm_free(CM_MEM_STORAGE, r->nlive);
+	cm_free(CM_MEM_STORAGE, r->pcount);
 	cm_free(CM_MEM_STORAGE, r->segs);
 	cm_free(CM_MEM_STORAGE, r->live);
 	if (r->mapping)
@@ -175,13 +180,69 @@ st_reader_segment(const st_reader *r, size_t i)
 const uint64_t *
 st_reader_live(const st_reader *r, size_t i)
 {
+	if (r->plive[i])
+		return r->plive[i];
 	return r->live[i] ? r->live[i]->bits : NULL;
 }
 
 uint32_t
 st_reader_live_count(const st_reader *r, size_t i)
 {
+	if (r->plive[i])
+		return r->pcount[i];
 	return r->live[i] ? r->live[i]->count : r->segs[i]->max_doc;
+}
+
+const uint64_t *
+st_reader_nested_live(const st_reader *r, size_t i)
+{
+	return r->nlive[i];
+}
+
+/* Splits segment i's live docs into live roots and live nested docs (a
+ * nested doc lives while its root, the next doc that is not nested,
+ * does: deletes only ever clear roots). */
+static void
+reader_split_nested(st_reader *r, size_t i)
+{
+	const st_segment *seg = r->segs[i]->seg;
+	const uint64_t *nested = st_segment_nested(seg);
+	if (nested == NULL)
+		return;
+	uint32_t md = r->segs[i]->max_doc;
+	size_t words = st_bit_words(md) + 1;
+	uint64_t *p = cm_calloc(CM_MEM_STORAGE, words, sizeof(uint64_t));
+	uint64_t *nl = cm_calloc(CM_MEM_STORAGE, words, sizeof(uint64_t));
+	const uint64_t *live = r->live[i] ? r->live[i]->bits : NULL;
+	uint32_t count = 0;
+	bool palive = false;
+	if (live == NULL) {
+		/* no deletes: word operations */
+		size_t nw = st_bit_words(md);
+		for (size_t w = 0; w < nw; w++) {
+			uint64_t all = w + 1 < nw || !(md & 63) ? ~(uint64_t)0
+			                                        : ((uint64_t)1 << (md & 63)) - 1;
+			p[w] = ~nested[w] & all;
+			nl[w] = nested[w] & all;
+			count += (uint32_t)__builtin_popcountll(p[w]);
+		}
+		md = 0; /* skips the loop below */
+	}
+	for (uint32_t d = md; d-- > 0;) {
+		bool alive = live == NULL || st_bit_get(live, d);
+		if (!st_bit_get(nested, d)) {
+			palive = alive;
+			if (alive) {
+				st_bit_set(p, d);
+				count++;
+			}
+		} else if (alive && palive) {
+			st_bit_set(nl, d);
+		}
+	}
+	r->plive[i] = p;
+	r->nlive[i] = nl;
+	r->pcount[i] = count;
 }
 
 uint64_t
@@ -211,11 +272,15 @@ publish_reader(st_shard *s)
 	r->n = s->nsegs;
 	r->segs = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->segs));
 	r->live = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->live));
+	r->plive = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->plive));
+	r->nlive = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->nlive));
+	r->pcount = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->pcount));
 	for (size_t i = 0; i < r->n; i++) {
 		r->segs[i] = s->segs[i].ref;
 		atomic_fetch_add(&r->segs[i]->refs, 1);
 		r->live[i] = live_ref_get(s->segs[i].pub);
-		r->docs += r->live[i] ? r->live[i]->count : r->segs[i]->max_doc;
+		reader_split_nested(r, i);
+		r->docs += st_reader_live_count(r, i);
 	}
 	r->mapping = mapping_get(s);
 	pthread_mutex_lock(&s->rmu);
@@ -743,6 +808,12 @@ mapping_put(st_shard *s, st_mapping *m)
 }
 
 void
+st_shard_set_nested_objects_limit(st_shard *s, uint32_t limit)
+{
+	atomic_store(&s->nested_limit, limit ? limit : ST_NESTED_OBJECTS_LIMIT);
+}
+
+void
 st_shard_set_mapping(st_shard *s, const st_mapping *m)
 {
 	pthread_mutex_lock(&s->map_mu);
@@ -819,8 +890,8 @@ parse_op(st_shard *s, batch *b, const st_op *op, op_plan *p, st_op_result *r)
 	}
 	for (int attempt = 0; attempt < 3; attempt++) {
 		st_mapping *add = NULL;
-		cm_err e = st_doc_parse(m, op->id, op->id_len, op->source, op->source_len, &p->doc,
-		                        &add, &err);
+		cm_err e = st_doc_parse_limit(m, op->id, op->id_len, op->source, op->source_len,
+		                              atomic_load(&s->nested_limit), &p->doc, &add, &err);
 		if (e) {
 			r->err = e;
 			snprintf(r->reason, sizeof(r->reason), "%.250s",
@@ -1356,8 +1427,17 @@ late_deletes(const frozen_buf *f, const seg_ref *nref, live_ref **out)
 {
 	uint32_t ndocs = st_segbuild_docs(f->m.b), nd = 0;
 	live_ref *l = NULL;
+	/* the docs the segment kept, in order (as st_segbuild_write chose them) */
+	uint64_t *del = NULL;
+	if (f->m.del && f->m.del_words < st_bit_words(ndocs)) {
+		del = cm_calloc(CM_MEM_STORAGE, st_bit_words(ndocs) + 1, 8);
+		memcpy(del, f->m.del, f->m.del_words * 8);
+	}
+	uint64_t *kept = cm_malloc(CM_MEM_STORAGE, (st_bit_words(ndocs) + 1) * 8);
+	st_segbuild_kept(f->m.b, del ? del : f->m.del, kept);
+	cm_free(CM_MEM_STORAGE, del);
 	for (uint32_t d = 0; d < ndocs; d++) {
-		if (f->m.del && d < f->m.del_words * 64 && st_bit_get(f->m.del, d))
+		if (!st_bit_get(kept, d))
 			continue;
 		if (st_bit_get(f->late, d) && nd < nref->max_doc) {
 			if (l == NULL)
@@ -1367,6 +1447,7 @@ late_deletes(const frozen_buf *f, const seg_ref *nref, live_ref **out)
 		}
 		nd++;
 	}
+	cm_free(CM_MEM_STORAGE, kept);
 	*out = l;
 	if (nd != nref->max_doc) {
 		live_release(l);
@@ -1790,15 +1871,41 @@ find_wseg(const st_shard *s, const seg_ref *r)
 
 /* Maps the old segments' bitsets onto the merged segment's doc numbers:
  * the merge kept exactly the docs live in `snap`, in order. */
+/* The docs of segment r a merge keeps given its live docs snap: the live
+ * ones, less the nested docs of deleted roots (st_segment_merge drops
+ * those too). NULL when that is just snap (no nested docs). */
+static uint64_t *
+merge_kept(const seg_ref *r, const live_ref *snap, uint32_t *count)
+{
+	const uint64_t *nested = st_segment_nested(r->seg);
+	if (nested == NULL || snap == NULL) {
+		*count = snap ? snap->count : r->max_doc;
+		return NULL;
+	}
+	uint64_t *k = cm_calloc(CM_MEM_STORAGE, st_bit_words(r->max_doc) + 1, 8);
+	bool palive = false;
+	*count = 0;
+	for (uint32_t d = r->max_doc; d-- > 0;) {
+		bool alive = st_bit_get(snap->bits, d);
+		if (!st_bit_get(nested, d))
+			palive = alive;
+		if (alive && palive) {
+			st_bit_set(k, d);
+			(*count)++;
+		}
+	}
+	return k;
+}
+
 static live_ref *
-remap_live(seg_ref *const *in, live_ref *const *snap, live_ref *const *now, size_t k,
-           uint32_t new_max)
+remap_live(seg_ref *const *in, live_ref *const *snap, uint64_t *const *kept, live_ref *const *now,
+           size_t k, uint32_t new_max)
 {
 	live_ref *l = live_new(new_max, true);
 	uint32_t nd = 0;
 	for (size_t i = 0; i < k; i++) {
 		for (uint32_t d = 0; d < in[i]->max_doc; d++) {
-			if (!live_get(snap[i], d))
+			if (kept[i] ? !st_bit_get(kept[i], d) : !live_get(snap[i], d))
 				continue;
 			if (nd < new_max && !live_get(now[i], d)) {
 				l->bits[nd >> 6] &= ~((uint64_t)1 << (nd & 63));
@@ -1823,6 +1930,7 @@ merge_run(st_shard *s, const size_t *idx, size_t k)
 	live_ref **snap = cm_calloc(CM_MEM_STORAGE, k, sizeof(*snap));
 	st_segment **segs = cm_calloc(CM_MEM_STORAGE, k, sizeof(*segs));
 	const uint64_t **live = cm_calloc(CM_MEM_STORAGE, k, sizeof(*live));
+	uint64_t **kept = cm_calloc(CM_MEM_STORAGE, k, sizeof(*kept));
 	uint32_t expect = 0;
 	for (size_t i = 0; i < k; i++) {
 		wseg *w = &s->segs[idx[i]];
@@ -1834,7 +1942,9 @@ merge_run(st_shard *s, const size_t *idx, size_t k)
 		snap[i] = live_ref_get(w->pub);
 		segs[i] = in[i]->seg;
 		live[i] = snap[i] ? snap[i]->bits : NULL;
-		expect += snap[i] ? snap[i]->count : in[i]->max_doc;
+		uint32_t n;
+		kept[i] = merge_kept(in[i], snap[i], &n);
+		expect += n;
 	}
 	uint64_t gen = s->cp.next_gen++;
 	s->merges_running++;
@@ -1882,8 +1992,8 @@ merge_run(st_shard *s, const size_t *idx, size_t k)
 		wseg nw = {0};
 		if (out) {
 			nw.ref = out;
-			nw.pub = remap_live(in, snap, now_pub, k, out->max_doc);
-			nw.live = remap_live(in, snap, now_live, k, out->max_doc);
+			nw.pub = remap_live(in, snap, kept, now_pub, k, out->max_doc);
+			nw.live = remap_live(in, snap, kept, now_live, k, out->max_doc);
 		}
 		cm_free(CM_MEM_STORAGE, now_pub);
 		cm_free(CM_MEM_STORAGE, now_live);
@@ -1941,8 +2051,11 @@ merge_run(st_shard *s, const size_t *idx, size_t k)
 			unlink(path);
 		}
 	}
-	for (size_t j = 0; j < k; j++)
+	for (size_t j = 0; j < k; j++) {
 		live_release(snap[j]);
+		cm_free(CM_MEM_STORAGE, kept[j]);
+	}
+	cm_free(CM_MEM_STORAGE, kept);
 	cm_free(CM_MEM_STORAGE, list);
 	cm_free(CM_MEM_STORAGE, pos);
 	cm_free(CM_MEM_STORAGE, in);
@@ -2347,6 +2460,8 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 		s->opts = *o;
 	else
 		st_shard_opts_default(&s->opts);
+	atomic_init(&s->nested_limit, s->opts.nested_objects_limit ? s->opts.nested_objects_limit
+	                                                           : ST_NESTED_OBJECTS_LIMIT);
 	pthread_mutex_init(&s->refresh_mu, NULL);
 	pthread_rwlock_init(&s->env_lock, NULL);
 	pthread_mutex_init(&s->wmu, NULL);
@@ -2459,7 +2574,9 @@ st_shard_stats_get(st_shard *s, st_shard_stats *out)
 	out->docs = r->docs;
 	out->segments = r->n;
 	for (size_t i = 0; i < r->n; i++) {
-		out->deleted_docs += r->segs[i]->max_doc - st_reader_live_count(r, i);
+		out->deleted_docs += r->segs[i]->max_doc -
+		                     st_segment_nested_count(r->segs[i]->seg) -
+		                     st_reader_live_count(r, i);
 		out->store_bytes += r->segs[i]->bytes;
 	}
 	st_reader_release(r);

@@ -98,6 +98,11 @@ struct st_reader {
 	size_t n;
 	seg_ref **segs;
 	live_ref **live; /* NULL entry = all live */
+	/* segments with nested docs: the live root docs (what searches see)
+	 * and the live nested docs (those whose root is live), owned; NULL
+	 * entries elsewhere */
+	uint64_t **plive, **nlive;
+	uint32_t *pcount;
 	uint64_t docs;
 	st_mapping *mapping; /* the shard's mapping when the view was published */
 };
@@ -165,6 +170,7 @@ typedef struct commit_point {
 struct st_shard {
 	char *dir;
 	st_shard_opts opts;
+	_Atomic uint32_t nested_limit; /* index.mapping.nested_objects.limit */
 	MDB_env *env;
 	MDB_dbi db_meta, db_deletes, db_oplog;
 

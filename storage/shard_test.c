@@ -1584,6 +1584,93 @@ policy(void)
 	CHECK(st_merge_pick_forced(sizes, dels, 1, 1, out) == 1);
 }
 
+/* Nested objects: hidden docs before their root, invisible to the
+ * reader's live docs and counts, dropped with their root by refresh
+ * writes (buffer deletes), merges (segment deletes, and a delete that
+ * lands while the merge runs is not modelled here) and late deletes. */
+static uint32_t
+popcount_bits(const uint64_t *b, uint32_t n)
+{
+	uint32_t c = 0;
+	for (uint32_t i = 0; b && i < n; i++)
+		c += st_bit_get(b, i);
+	return c;
+}
+
+static void
+nested_docs(const char *dir, cm_pool *pool)
+{
+	const char *js = "{\"properties\":{\"c\":{\"type\":\"nested\","
+	                 "\"properties\":{\"a\":{\"type\":\"keyword\"}}}}}";
+	cJSON *j = cJSON_Parse(js);
+	st_mapping *m = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	REQUIRE(st_mapping_from_json(j, &m, &err) == CM_OK);
+	cJSON_Delete(j);
+	st_shard_opts o;
+	st_shard_opts_default(&o);
+	o.merge_pool = pool;
+	o.background_merges = false;
+	st_shard *s;
+	REQUIRE(st_shard_open(dir, m, &o, &s, &err) == CM_OK);
+	/* n1: 2 objects, n2: 1, n3: 3; then n2 replaced (buffer delete) */
+	const char *src[] = {"{\"c\":[{\"a\":\"x\"},{\"a\":\"y\"}]}", "{\"c\":{\"a\":\"z\"}}",
+	                     "{\"c\":[{\"a\":\"x\"},{\"a\":\"x\"},{\"a\":\"w\"}]}", "{\"c\":[]}"};
+	const char *ids[] = {"n1", "n2", "n3", "n2"};
+	for (int i = 0; i < 4; i++) {
+		st_op op = {.type = ST_OP_INDEX,
+		            .id = ids[i],
+		            .id_len = 2,
+		            .source = src[i],
+		            .source_len = strlen(src[i]),
+		            .seq_no = ST_NO_SEQ,
+		            .if_seq_no = ST_NO_SEQ};
+		st_op_result r;
+		REQUIRE(st_shard_apply(s, &op, 1, &r) == CM_OK && r.err == CM_OK);
+		if (i == 1)
+			REQUIRE(st_shard_refresh(s) == CM_OK);
+	}
+	REQUIRE(st_shard_refresh(s) == CM_OK);
+	st_reader *r = st_shard_reader(s);
+	CHECK(st_reader_doc_count(r) == 3);
+	uint32_t nested = 0, roots = 0;
+	for (size_t i = 0; i < st_reader_nsegments(r); i++) {
+		uint32_t md = st_segment_max_doc(st_reader_segment(r, i));
+		nested += popcount_bits(st_reader_nested_live(r, i), md);
+		roots += st_reader_live_count(r, i);
+	}
+	CHECK(roots == 3);
+	CHECK(nested == 5); /* n1's 2, n3's 3; the replaced n2's object is gone */
+	st_reader_release(r);
+	/* delete n3 (in a segment), then merge everything into one */
+	st_op del = {.type = ST_OP_DELETE,
+	             .id = "n3",
+	             .id_len = 2,
+	             .seq_no = ST_NO_SEQ,
+	             .if_seq_no = ST_NO_SEQ};
+	st_op_result dr;
+	REQUIRE(st_shard_apply(s, &del, 1, &dr) == CM_OK && dr.err == CM_OK);
+	REQUIRE(st_shard_refresh(s) == CM_OK);
+	REQUIRE(st_shard_force_merge(s, 1) == CM_OK);
+	r = st_shard_reader(s);
+	CHECK(st_reader_nsegments(r) == 1);
+	if (st_reader_nsegments(r) == 1) {
+		const st_segment *seg = st_reader_segment(r, 0);
+		CHECK(st_segment_max_doc(seg) == 4); /* n1 + 2 objects, n2 */
+		CHECK(st_segment_nested_count(seg) == 2);
+		CHECK(st_reader_live_count(r, 0) == 2);
+		CHECK(popcount_bits(st_reader_nested_live(r, 0), 4) == 2);
+		/* the block structure: objects right before their root */
+		const uint64_t *nb = st_segment_nested(seg);
+		CHECK(nb && st_bit_get(nb, 0) && st_bit_get(nb, 1) && !st_bit_get(nb, 2) &&
+		      !st_bit_get(nb, 3));
+	}
+	st_reader_release(r);
+	st_shard_close(s);
+	st_mapping_unref(m);
+}
+
 int
 main(void)
 {
@@ -1616,6 +1703,9 @@ main(void)
 	char d11[600];
 	snprintf(d11, sizeof(d11), "%s/gcp-crash", base);
 	gcp_crash(d11, map);
+	char d12[600];
+	snprintf(d12, sizeof(d12), "%s/nested", base);
+	nested_docs(d12, pool);
 	cm_pool_destroy(pool);
 	st_mapping_unref(map);
 	cm_rm_rf(base);

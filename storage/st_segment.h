@@ -205,6 +205,15 @@ cm_err st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const ui
 cm_err st_term_ord(st_seg_txn *t, const st_field_info *f, const void *term, size_t len,
                    uint64_t *ord);
 
+/* ---- nested documents ---- */
+
+/* Bitset (max_doc bits) of the hidden docs of nested objects, NULL when
+ * the segment has none. Each block of them sits right before its root
+ * doc, children before their nested parents (Lucene's block join); they
+ * have no id and an empty _source. Valid as long as s. */
+const uint64_t *st_segment_nested(const st_segment *s);
+uint32_t st_segment_nested_count(const st_segment *s);
+
 /* ---- stored documents and ids ---- */
 
 /* Appends doc's _id and _source (decompressed) to the buffers. */
@@ -228,6 +237,10 @@ cm_err st_segbuild_add(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint6
                        int64_t version, uint32_t *docno, cm_error *err);
 uint32_t st_segbuild_docs(const st_segbuild *b);
 size_t st_segbuild_ram(const st_segbuild *b); /* bytes held, for the memory budget */
+/* The docs st_segbuild_write keeps given `deleted` (may be NULL): not
+ * deleted, not failed, and for a hidden nested doc, its root kept too.
+ * kept holds st_bit_words(st_segbuild_docs) words. */
+void st_segbuild_kept(const st_segbuild *b, const uint64_t *deleted, uint64_t *kept);
 /* Writes the buffered docs as segment file `path` (generation gen), docs
  * marked in `deleted` (bitset of st_segbuild_docs bits, may be NULL) left
  * out. Writes to path + ".tmp", syncs, renames; on failure nothing is left

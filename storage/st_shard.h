@@ -33,6 +33,8 @@ typedef struct st_shard_opts {
 	 * told it a global checkpoint, no flush or refresh trims its log (see
 	 * st_shard_set_global_checkpoint). */
 	bool replicated;
+	/* index.mapping.nested_objects.limit (0: ST_NESTED_OBJECTS_LIMIT) */
+	uint32_t nested_objects_limit;
 } st_shard_opts;
 
 void st_shard_opts_default(st_shard_opts *o);
@@ -45,6 +47,9 @@ cm_err st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *
 void st_shard_close(st_shard *s);
 /* Newer mapping version for documents applied from now on. */
 void st_shard_set_mapping(st_shard *s, const st_mapping *m);
+/* index.mapping.nested_objects.limit for documents parsed from now on
+ * (0: the default). */
+void st_shard_set_nested_objects_limit(st_shard *s, uint32_t limit);
 
 typedef enum { ST_OP_INDEX, ST_OP_DELETE } st_op_type;
 
@@ -120,6 +125,11 @@ st_segment *st_reader_segment(const st_reader *r, size_t i);
 const uint64_t *st_reader_live(const st_reader *r, size_t i); /* NULL = all live */
 uint32_t st_reader_live_count(const st_reader *r, size_t i);
 uint64_t st_reader_doc_count(const st_reader *r);            /* live docs */
+/* st_reader_live and the counts above cover root documents only: a
+ * segment's hidden nested docs are left out of them. This is the bitset
+ * of its live nested docs (those whose root is live), NULL when it has
+ * none. */
+const uint64_t *st_reader_nested_live(const st_reader *r, size_t i);
 /* The shard's mapping as of the view (borrowed, lives as long as r): lets
  * a shard whose segments lack a mapped field still treat it as mapped. */
 const st_mapping *st_reader_mapping(const st_reader *r);

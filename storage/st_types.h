@@ -230,6 +230,12 @@ typedef struct st_field_def {
 	char *meta;            /* "meta" as given (JSON object text), NULL when none */
 	int depth_limit;       /* flattened: object depth allowed (0 = ES's default, 20) */
 	int max_input_length;  /* completion: characters of an input kept (default 50) */
+	/* object of type "nested": each object is indexed as its own hidden
+	 * document (st_doc.nested), its fields copied into the parent or root
+	 * document too when asked */
+	bool nested, include_in_parent, include_in_root;
+	/* object made only from a dotted name ("a.b"): takes the existing one's kind */
+	bool implied;
 } st_field_def;
 
 /* An immutable mapping version. Fields are sorted by path. Object fields
@@ -323,7 +329,19 @@ typedef struct st_doc {
 	char **owned; /* value bytes not in the tree (ip addresses), freed with the doc */
 	size_t nowned, owned_cap;
 	size_t cap;
+	/* The hidden documents of the objects under nested fields, children
+	 * before their parents (post-order), all before this root document in
+	 * a segment. Each holds its fields' values plus ST_FIELD_NESTED_PATH
+	 * and ST_FIELD_NESTED_OFFSET; id and source are empty. Root only. */
+	struct st_doc *nested;
+	size_t nnested, nested_cap;
 } st_doc;
+
+/* Hidden fields of nested documents: the nested path (keyword, postings)
+ * and the object's index in its parent's array (long column). */
+#define ST_FIELD_NESTED_PATH "_nested_path"
+#define ST_FIELD_NESTED_OFFSET "_nested_offset"
+#define ST_NESTED_OBJECTS_LIMIT 10000 /* index.mapping.nested_objects.limit */
 
 /* Parses `source` under mapping m. Fields not in m are added to *dynamic_add
  * (a new mapping holding only the additions, or NULL if none) when the
@@ -334,6 +352,11 @@ typedef struct st_doc {
  * Wrong types ("abc" for a long) → CM_EMAPPING naming the field. */
 cm_err st_doc_parse(const st_mapping *m, const char *id, size_t id_len, const char *source,
                     size_t source_len, st_doc *out, st_mapping **dynamic_add, cm_error *err);
+/* The same with index.mapping.nested_objects.limit (st_doc_parse: the
+ * default, ST_NESTED_OBJECTS_LIMIT). */
+cm_err st_doc_parse_limit(const st_mapping *m, const char *id, size_t id_len, const char *source,
+                          size_t source_len, uint32_t nested_limit, st_doc *out,
+                          st_mapping **dynamic_add, cm_error *err);
 void st_doc_free(st_doc *d);
 
 /* Dates: ISO-8601 forms (2024-01-31, 2024-01-31T10:00:00Z, with fraction
