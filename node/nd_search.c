@@ -93,6 +93,7 @@ typedef struct shard_task {
 	const char *node_id; /* for profile ids */
 	sr_merger *merger;
 	pthread_mutex_t *merge_lock;
+	sr_hit_bar *bar; /* the merge's worst kept hit, for shards still to run */
 	cm_wait *wait;
 	/* count mode */
 	const sr_query *count_query;
@@ -114,8 +115,8 @@ run_search_shard(void *arg)
 	memset(&res, 0, sizeof(res));
 	cm_error_clear(&err);
 	const char *ixname = nd_index_name(t->target->ix);
-	cm_err rc = sr_search_shard_in(t->target->readers[t->shard], t->ordinal, ixname, t->req,
-	                               &res, &err);
+	cm_err rc = sr_search_shard_bar(t->target->readers[t->shard], t->ordinal, ixname, t->req,
+	                                t->bar, &res, &err);
 	if (!rc)
 		sr_profile_set_id(&res, t->node_id, ixname, t->shard);
 	atomic_fetch_add((_Atomic uint64_t *)&st->query_total, 1);
@@ -132,6 +133,8 @@ run_search_shard(void *arg)
 		res.shard = t->ordinal;
 		res.index = nd_index_name(t->target->ix);
 		sr_merger_add(t->merger, &res);
+		if (t->bar)
+			sr_merger_bar(t->merger, t->bar);
 		atomic_fetch_add((_Atomic uint64_t *)&st->fetch_total, 1);
 	}
 	pthread_mutex_unlock(t->merge_lock);
@@ -189,8 +192,10 @@ nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req, nd_
 	uint64_t t0 = cm_now_ns();
 	sr_merger *m = sr_merger_create(req, ntasks);
 	cm_wait *w = NULL;
+	sr_hit_bar bar = {0};
 
 	for (size_t i = 0; i < ntasks; i++) {
+		tasks[i].bar = &bar;
 		tasks[i].req = req;
 		tasks[i].node_id = nd_node_id(n);
 		tasks[i].merger = m;

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -498,6 +499,61 @@ test_automata(void)
 	CHECK(sr_edit_distance((const uint8_t *)"", 0, (const uint8_t *)"ab", 2, 2, true) == 2);
 }
 
+/* A shard still to run leaves out the hits ranked after the merge's worst
+ * kept one (sr_hit_bar): by score, then by shard ordinal on ties. */
+static size_t
+bar_hits(const char *body, bool with_bar, float score, uint32_t bar_shard, float *scores)
+{
+	cJSON *j = cJSON_Parse(body);
+	REQUIRE(j != NULL);
+	sr_request req;
+	sr_request_init(&req);
+	cm_error err = {0};
+	REQUIRE(sr_request_from_json(j, &req, &err) == CM_OK);
+	cJSON_Delete(j);
+	sr_hit_bar bar = {0};
+	if (with_bar) {
+		atomic_store(&bar.score, score);
+		atomic_store(&bar.shard, bar_shard);
+		atomic_store(&bar.set, true);
+	}
+	sr_shard_result res;
+	memset(&res, 0, sizeof res);
+	CHECK(sr_search_shard_bar(reader, 5, NULL, &req, &bar, &res, &err) == CM_OK);
+	size_t n = res.nhits;
+	for (size_t i = 0; scores && i < n; i++)
+		scores[i] = res.hits[i].score;
+	sr_shard_result_free(&res);
+	sr_request_free(&req);
+	return n;
+}
+
+static void
+test_bar(void)
+{
+	const char *all = "{\"query\":{\"match_all\":{}},\"size\":10}";
+	float s[16];
+	size_t n = bar_hits(all, false, 0, 0, s);
+	CHECK(n == 6);
+	/* ties with a bar from a lower shard rank after it; from a higher, before */
+	CHECKF(bar_hits(all, true, s[0], 3, NULL) == 0, "ties after the bar's shard left out");
+	CHECKF(bar_hits(all, true, s[0], 7, NULL) == n, "ties before the bar's shard kept");
+	CHECKF(bar_hits(all, true, s[0] + 1.0f, 7, NULL) == 0, "all below the bar left out");
+	const char *scored = "{\"query\":{\"match\":{\"title\":\"quick brown fox\"}},\"size\":10}";
+	n = bar_hits(scored, false, 0, 0, s);
+	REQUIRE(n >= 3);
+	size_t ge = 0, gt = 0;
+	for (size_t i = 0; i < n; i++) {
+		ge += s[i] >= s[2];
+		gt += s[i] > s[2];
+	}
+	CHECKF(bar_hits(scored, true, s[2], 7, NULL) == ge, "a tie with a later shard's bar is kept");
+	CHECKF(bar_hits(scored, true, s[2], 3, NULL) == gt, "a tie with an earlier shard's bar is not");
+	/* sorted searches ignore the bar (the merge publishes none for them) */
+	CHECK(bar_hits("{\"query\":{\"match_all\":{}},\"sort\":[\"n\"]}", true, 1e9f, 0, NULL) ==
+	      6);
+}
+
 int
 main(void)
 {
@@ -510,6 +566,7 @@ main(void)
 	test_counts();
 	test_aggs();
 	test_automata();
+	test_bar();
 	st_reader_release(reader);
 	st_shard_close(shard);
 	cm_rm_rf(dir);

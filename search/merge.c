@@ -470,6 +470,17 @@ sr_merger_add(sr_merger *m, sr_shard_result *res)
 		sr_agg_state_free(aggs);
 }
 
+void
+sr_merger_bar(const sr_merger *m, sr_hit_bar *bar)
+{
+	const sr_request *req = m->req;
+	if (!m->k || m->nheap < m->k || req->nsort || req->collapse_field || req->nrescore)
+		return;
+	atomic_store(&bar->score, m->heap[0].h.score);
+	atomic_store(&bar->shard, m->heap[0].h.shard);
+	atomic_store(&bar->set, true);
+}
+
 uint64_t
 sr_merger_total(const sr_merger *m)
 {

@@ -5,6 +5,7 @@
 #ifndef SR_H
 #define SR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -421,6 +422,17 @@ cm_err sr_search_shard(st_reader *r, uint32_t shard, const sr_request *req, sr_s
  * NULL = no boost). */
 cm_err sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_request *req,
                           sr_shard_result *out, cm_error *err);
+/* The worst hit the merge keeps once it holds from+size of them, for
+ * shards of the same search still to run (sr_merger_bar fills it): a hit
+ * ranked after it cannot reach the page, so the shard neither fetches
+ * nor sends it. Only for searches ranked by score alone. */
+typedef struct sr_hit_bar {
+	_Atomic bool set;
+	_Atomic float score;
+	_Atomic uint32_t shard;
+} sr_hit_bar;
+cm_err sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_request *req,
+                           sr_hit_bar *bar, sr_shard_result *out, cm_error *err);
 /* Names a shard's profile "[node][index][shard]" (after sr_search_shard). */
 void sr_profile_set_id(sr_shard_result *res, const char *node, const char *index, int shard);
 /* The boost indices_boost gives index (1 when none names it). */
@@ -477,6 +489,9 @@ void sr_merger_failure(const sr_merger *m, size_t i, uint32_t *shard, const char
                        const char **node, const cm_error **why);
 /* Counters for the caller (e.g. _count, logging). */
 uint64_t sr_merger_total(const sr_merger *m);
+/* Publishes the merge's worst kept hit to bar once from+size are kept (a
+ * search ranked by score alone, no collapse or rescore); else nothing. */
+void sr_merger_bar(const sr_merger *m, sr_hit_bar *bar);
 size_t sr_merger_failed(const sr_merger *m);
 /* After sr_merger_reduce: how many hits the page holds (ranks them), and
  * the shard and doc of its i-th (which shard a scroll page takes from). */

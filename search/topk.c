@@ -718,6 +718,13 @@ cm_err
 sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_request *req,
                    sr_shard_result *out, cm_error *err)
 {
+	return sr_search_shard_bar(r, shard, index, req, NULL, out, err);
+}
+
+cm_err
+sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_request *req,
+                    sr_hit_bar *bar, sr_shard_result *out, cm_error *err)
+{
 	prof pf;
 	memset(&pf, 0, sizeof pf);
 	uint64_t t_mark;
@@ -873,6 +880,16 @@ sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_req
 		out->max_score = t.heap[0].score;
 	if (t.n > page)
 		t.n = (size_t)page;
+	if (bar && atomic_load(&bar->set) && t.by_score && !req->nsort && !t.collapse &&
+	    !req->nrescore && !t.sorter.after) {
+		/* ranked after the merge's worst kept hit: cannot reach the page
+		 * (the merge's order: score, then shard); not fetched */
+		float bs = atomic_load(&bar->score);
+		uint32_t bsh = atomic_load(&bar->shard);
+		while (t.n > 0 && (t.heap[t.n - 1].score < bs ||
+		                   (t.heap[t.n - 1].score == bs && shard > bsh)))
+			t.n--;
+	}
 	t_mark = cm_now_ns();
 	if (t.n) {
 		out->hits = cm_calloc(CM_MEM_SEARCH, t.n, sizeof(sr_hit));
