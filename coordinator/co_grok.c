@@ -147,6 +147,27 @@ co_grok_builtin(const char *name)
 	return NULL;
 }
 
+static int
+def_cmp(const void *a, const void *b)
+{
+	return strcmp(((const grok_def *)a)->name, ((const grok_def *)b)->name);
+}
+
+cJSON *
+co_grok_library(bool sorted)
+{
+	size_t n = sizeof(LIBRARY) / sizeof(LIBRARY[0]);
+	grok_def *v = cm_malloc(MEM, sizeof(LIBRARY));
+	memcpy(v, LIBRARY, sizeof(LIBRARY));
+	if (sorted)
+		qsort(v, n, sizeof(grok_def), def_cmp);
+	cJSON *j = cJSON_CreateObject();
+	for (size_t i = 0; i < n; i++)
+		cJSON_AddStringToObject(j, v[i].name, v[i].pattern);
+	cm_free(MEM, v);
+	return j;
+}
+
 static const char *
 definition(const expansion *x, const char *name)
 {

@@ -6,6 +6,7 @@
 #ifndef CO_GROK_H
 #define CO_GROK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "../common/cm_err.h"
@@ -33,5 +34,8 @@ int co_grok_match(const co_grok *g, const char *s, cJSON **fields, cm_error *err
 
 /* The built-in definition of name, or NULL. */
 const char *co_grok_builtin(const char *name);
+/* The library as an object NAME -> pattern (new, the caller's), in the
+ * library's order or, sorted, by name. */
+cJSON *co_grok_library(bool sorted);
 
 #endif

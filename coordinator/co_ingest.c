@@ -2323,6 +2323,28 @@ select_ids(const cJSON *all, const char *names, bool *missing)
 	return sel;
 }
 
+/* GET _ingest/processor/grok: the built-in patterns (?s sorts them). */
+void
+co_h_grok_patterns(co_req *r)
+{
+	const char *s = co_param_get(r, "s"), *ecs = co_param_get(r, "ecs_compatibility");
+	if (ecs && strcmp(ecs, "disabled")) {
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "[ecs_compatibility] [%s] is not supported by Shoal: its grok patterns "
+		                "are the legacy (\"disabled\") ones",
+		                ecs);
+		return;
+	}
+	if (s && *s && strcmp(s, "true") && strcmp(s, "false")) {
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "Failed to parse value [%s] as only [true] or [false] are allowed.", s);
+		return;
+	}
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddItemToObject(j, "patterns", co_grok_library(s && (!*s || !strcmp(s, "true"))));
+	co_reply_json(r, 200, j);
+}
+
 void
 co_h_pipeline_put(co_req *r)
 {

@@ -624,6 +624,16 @@ def grok_processor():
         err = sim_error(n, [{"grok": {"field": "k", "patterns": ["%{INT:n}"]}}], {"k": 5})
         eq(err["reason"], "field [k] of type [java.lang.Integer] cannot be cast to "
            "[java.lang.String]", label + " not a string")
+        st, b = n.req("GET", "/_ingest/processor/grok?s=true")
+        names = list(b["patterns"])
+        eq((st, names == sorted(names), b["patterns"]["USER"],
+            b["patterns"]["COMBINEDAPACHELOG"]),
+           (200, True, "%{USERNAME}", "%{COMMONAPACHELOG} %{QS:referrer} %{QS:agent}"),
+           label + " _ingest/processor/grok")
+        eq({"IPV4", "SYSLOGBASE", "TIMESTAMP_ISO8601", "UUID"} <= set(names), True,
+           label + " library names")
+        error_is(n.req("GET", "/_ingest/processor/grok?ecs_compatibility=v1"), 400,
+                 "illegal_argument_exception", "[ecs_compatibility] [v1]")
         # on writes
         put_pipeline(n, "grok-w", {"processors": [
             {"grok": {"field": "m", "patterns": [SYSLOG_PAT]}}, {"remove": {"field": "m"}}]})
