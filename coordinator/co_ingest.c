@@ -65,9 +65,9 @@ typedef enum {
 } proc_kind;
 
 static const char *const proc_names[] = {
-    "set",     "append", "remove",  "rename",  "lowercase", "uppercase",    "trim",
-    "convert", "split",  "join",    "gsub",    "json",      "date",         "dissect",
-    "kv",      "dot_expander", "drop", "fail", "pipeline", "script", "grok", "foreach",
+    "set",   "append", "remove",   "rename", "lowercase", "uppercase", "trim", "convert",
+    "split", "join",   "gsub",     "json",   "date",      "dissect",   "kv",   "dot_expander",
+    "drop",  "fail",   "pipeline", "script", "grok",      "foreach",
 };
 
 typedef enum { CV_INTEGER, CV_LONG, CV_FLOAT, CV_DOUBLE, CV_BOOLEAN, CV_STRING, CV_IP, CV_AUTO } cv_type;
@@ -111,14 +111,14 @@ struct proc {
 	bool strip_brackets;
 	proc *on_failure;
 	size_t non_failure;
-	ps_script *cond;            /* `if` (NULL: always) */
-	char *cond_src;             /* its source, for _simulate's verbose answer */
-	cJSON *cond_params;         /* owned */
-	ps_script *script;          /* script processor */
-	cJSON *params;              /* its params (owned) */
+	ps_script *cond;    /* `if` (NULL: always) */
+	char *cond_src;     /* its source, for _simulate's verbose answer */
+	cJSON *cond_params; /* owned */
+	ps_script *script;  /* script processor */
+	cJSON *params;      /* its params (owned) */
 	co_grok *grok;
 	bool trace_match;
-	proc *sub;                  /* foreach: the one processor */
+	proc *sub; /* foreach: the one processor */
 	size_t nsub;
 };
 
@@ -357,8 +357,12 @@ kind_opts(proc_kind k)
 	static const char *const fail_o[] = {"message", NULL};
 	static const char *const pipe_o[] = {"name", NULL};
 	static const char *const script_o[] = {"source", "id", "lang", "params", NULL};
-	static const char *const grok_o[] = {"field",          "patterns",    "pattern_definitions",
-	                                     "ignore_missing", "trace_match", "ecs_compatibility",
+	static const char *const grok_o[] = {"field",
+	                                     "patterns",
+	                                     "pattern_definitions",
+	                                     "ignore_missing",
+	                                     "trace_match",
+	                                     "ecs_compatibility",
 	                                     NULL};
 	static const char *const foreach_o[] = {"field", "processor", "ignore_missing", NULL};
 	switch (k) {
@@ -438,14 +442,16 @@ compile_script(const cJSON *o, proc *p, cm_error *err)
 	if (src && id)
 		return parse_err(err, "%s", "Only one of [id] or [source] may be configured");
 	if (id)
-		return parse_err(err, "%s",
-		                 "[id] stored scripts are not supported by Shoal's script processor "
-		                 "(only mustache search templates can be stored): use [source]");
+		return parse_err(
+		    err, "%s",
+		    "[id] stored scripts are not supported by Shoal's script processor "
+		    "(only mustache search templates can be stored): use [source]");
 	if (!src)
 		return parse_err(err, "%s",
 		                 "Need [source] for an inline script or [id] for a stored script");
 	if (!cJSON_IsString(src))
-		return parse_err(err, "[%s] property isn't a string, but of type [object]", "source");
+		return parse_err(err, "[%s] property isn't a string, but of type [object]",
+		                 "source");
 	if (lang && !(cJSON_IsString(lang) && !strcmp(lang->valuestring, "painless")))
 		return cm_error_set(err, CM_EINVAL,
 		                    "script_lang not supported [%.40s]: Shoal runs painless only",
@@ -468,10 +474,11 @@ compile_grok(const cJSON *o, proc *p, cm_error *err)
 	    (rc = opt_str(o, "ecs_compatibility", false, &ecs, err)))
 		return rc;
 	if (ecs && strcmp(ecs, "disabled")) {
-		rc = parse_err(err,
-		               "[ecs_compatibility] [%.40s] is not supported by Shoal: its patterns "
-		               "are the legacy (\"disabled\") ones",
-		               ecs);
+		rc =
+		    parse_err(err,
+		              "[ecs_compatibility] [%.40s] is not supported by Shoal: its patterns "
+		              "are the legacy (\"disabled\") ones",
+		              ecs);
 		cm_free(MEM, ecs);
 		return rc;
 	}
@@ -583,8 +590,9 @@ compile_proc(const char *type, const cJSON *o, proc *p, int depth, cm_error *err
 			k = (int)i;
 	memset(p, 0, sizeof(*p));
 	if (k < 0) {
-		if (!strcmp(type, "enrich") || !strcmp(type, "geoip") || !strcmp(type, "user_agent") ||
-		    !strcmp(type, "inference") || !strcmp(type, "attachment"))
+		if (!strcmp(type, "enrich") || !strcmp(type, "geoip") ||
+		    !strcmp(type, "user_agent") || !strcmp(type, "inference") ||
+		    !strcmp(type, "attachment"))
 			return cm_error_set_type(err, CM_EPARSE, "parse_exception",
 			                         "processor [%s] is not supported by Shoal (docs/api.md, "
 			                         "\"Ingest pipelines\")",
@@ -791,7 +799,8 @@ compile_proc(const char *type, const cJSON *o, proc *p, int depth, cm_error *err
 		if (!sub)
 			return parse_err(err, "[%s] required property is missing", "processor");
 		if (!cJSON_IsObject(sub) || cJSON_GetArraySize(sub) != 1)
-			return parse_err(err, "[%s] Must specify exactly one processor type", "processor");
+			return parse_err(err, "[%s] Must specify exactly one processor type",
+			                 "processor");
 		if (depth + 1 > MAX_DEPTH)
 			return parse_err(err, "[%s] nested too deeply", "processor");
 		p->sub = cm_calloc(MEM, 1, sizeof(proc));
@@ -1766,10 +1775,11 @@ cond_eval(const proc *p, const idoc *d, bool *yes, cm_error *err)
 	cJSON *ctx = script_ctx(d), *res = NULL;
 	cm_err rc = ps_exec(p->cond, ctx, p->cond_params, &res, err);
 	if (!rc && !cJSON_IsBool(res))
-		rc = cm_error_set_type(err, CM_EINVAL, "script_exception",
-		                       "runtime error: cannot cast [%s] to [java.lang.Boolean]: the [if] "
-		                       "condition [%.200s] must return a boolean",
-		                       res ? java_type(res) : "null", p->cond_src);
+		rc = cm_error_set_type(
+		    err, CM_EINVAL, "script_exception",
+		    "runtime error: cannot cast [%s] to [java.lang.Boolean]: the [if] "
+		    "condition [%.200s] must return a boolean",
+		    res ? java_type(res) : "null", p->cond_src);
 	else if (!rc)
 		*yes = cJSON_IsTrue(res);
 	cJSON_Delete(res);
@@ -2329,15 +2339,17 @@ co_h_grok_patterns(co_req *r)
 {
 	const char *s = co_param_get(r, "s"), *ecs = co_param_get(r, "ecs_compatibility");
 	if (ecs && strcmp(ecs, "disabled")) {
-		co_reply_errorf(r, CM_EINVAL, NULL,
-		                "[ecs_compatibility] [%s] is not supported by Shoal: its grok patterns "
-		                "are the legacy (\"disabled\") ones",
-		                ecs);
+		co_reply_errorf(
+		    r, CM_EINVAL, NULL,
+		    "[ecs_compatibility] [%s] is not supported by Shoal: its grok patterns "
+		    "are the legacy (\"disabled\") ones",
+		    ecs);
 		return;
 	}
 	if (s && *s && strcmp(s, "true") && strcmp(s, "false")) {
 		co_reply_errorf(r, CM_EINVAL, NULL,
-		                "Failed to parse value [%s] as only [true] or [false] are allowed.", s);
+		                "Failed to parse value [%s] as only [true] or [false] are allowed.",
+		                s);
 		return;
 	}
 	cJSON *j = cJSON_CreateObject();

@@ -422,7 +422,8 @@ postfix(parser *P)
 	int links = 0;
 	while (n) {
 		int pos = cur(P)->pos;
-		if ((is_op(P, ".") || is_op(P, "?.") || is_op(P, "[") || is_op(P, "++") || is_op(P, "--")) &&
+		if ((is_op(P, ".") || is_op(P, "?.") || is_op(P, "[") || is_op(P, "++") ||
+		     is_op(P, "--")) &&
 		    (links++, !enter(P))) {
 			node_free(n);
 			return NULL;
@@ -1305,14 +1306,13 @@ call(run *R, const node *n, val *out)
 	           cJSON_IsString(s) && cJSON_IsString(args[0].j)) {
 		size_t ls = strlen(s->valuestring), la = strlen(args[0].j->valuestring);
 		bool hit = la <= ls && !memcmp(s->valuestring + (m[0] == 's' ? 0 : ls - la),
-		                              args[0].j->valuestring, la);
+		                               args[0].j->valuestring, la);
 		*out = owned(cJSON_CreateBool(hit));
 	} else if (!strcmp(m, "equals") && na == 1) {
 		*out = owned(cJSON_CreateBool(s && !cJSON_IsNull(s) && json_cmp_eq(s, args[0].j)));
 	} else if (!strcmp(m, "isEmpty") && na == 0 && cJSON_IsString(s)) {
 		*out = owned(cJSON_CreateBool(!s->valuestring[0]));
-	} else if ((!strcmp(m, "toLowerCase") || !strcmp(m, "toUpperCase") ||
-	            !strcmp(m, "trim")) &&
+	} else if ((!strcmp(m, "toLowerCase") || !strcmp(m, "toUpperCase") || !strcmp(m, "trim")) &&
 	           na == 0 && cJSON_IsString(s)) {
 		/* ASCII case mapping: other letters keep their case */
 		const char *b = s->valuestring, *e = b + strlen(b);
@@ -1324,7 +1324,8 @@ call(run *R, const node *n, val *out)
 		}
 		char *t = cm_strndup(MEM, b, (size_t)(e - b));
 		for (char *q = t; *q && m[1] == 'o'; q++)
-			*q = m[2] == 'L' ? (char)tolower((unsigned char)*q) : (char)toupper((unsigned char)*q);
+			*q = m[2] == 'L' ? (char)tolower((unsigned char)*q)
+			                 : (char)toupper((unsigned char)*q);
 		*out = owned(cJSON_CreateString(t));
 		cm_free(MEM, t);
 	} else if (!strcmp(m, "indexOf") && na == 1 && cJSON_IsArray(s)) {

@@ -44,8 +44,7 @@ cm_err ps_eval(const ps_script *s, const cJSON *params, cJSON **result, cm_error
  * of _source or op: an ingest pipeline's ctx is the document itself).
  * result (may be NULL) gets, as ps_eval's, the value of the `return` or
  * the last expression statement; the caller's, NULL when none. */
-cm_err ps_exec(const ps_script *s, cJSON *ctx, const cJSON *params, cJSON **result,
-               cm_error *err);
+cm_err ps_exec(const ps_script *s, cJSON *ctx, const cJSON *params, cJSON **result, cm_error *err);
 /* A number that scripts treat as a double even when integral (7.0 / 2 is
  * 3.5), the way ES hands bucket values to scripts. */
 cJSON *ps_double(double d);
