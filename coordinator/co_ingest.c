@@ -1862,7 +1862,10 @@ static cm_err run_list(run_ctx *rx, const proc *v, size_t n, idoc *d, cm_error *
 static cm_err
 exec_foreach(run_ctx *rx, const proc *p, idoc *d, cm_error *err)
 {
-	cJSON *v;
+	cJSON *v = doc_get(d, p->field, NULL);
+	if (cJSON_IsNull(v) && !p->ignore_missing)
+		return cm_error_set(err, CM_EINVAL,
+		                    "field [%.200s] is null, cannot loop over its elements.", p->field);
 	cm_err rc = input(p, d, &v, err);
 	if (rc || !v)
 		return rc;

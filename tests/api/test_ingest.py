@@ -684,6 +684,9 @@ def foreach_processor():
         err = sim_error(n, [{"foreach": {"field": "v", "processor": {
             "uppercase": {"field": "_ingest._value"}}}}], {})
         eq(err["reason"], "field [v] not present as part of path [v]", label + " missing")
+        err = sim_error(n, [{"foreach": {"field": "v", "processor": {
+            "uppercase": {"field": "_ingest._value"}}}}], {"v": None})
+        eq(err["reason"], "field [v] is null, cannot loop over its elements.", label + " null")
         eq(one(n, [{"foreach": {"field": "v", "ignore_missing": True, "processor": {
             "uppercase": {"field": "_ingest._value"}}}}], {"k": 1}), {"k": 1},
            label + " ignore_missing")
