@@ -1777,7 +1777,7 @@ cond_eval(const proc *p, const idoc *d, bool *yes, cm_error *err)
 	if (!rc && !cJSON_IsBool(res))
 		rc = cm_error_set_type(
 		    err, CM_EINVAL, "script_exception",
-		    "runtime error: cannot cast [%s] to [java.lang.Boolean]: the [if] "
+		    "runtime error: %s cannot be cast to java.lang.Boolean: the [if] "
 		    "condition [%.200s] must return a boolean",
 		    res ? java_type(res) : "null", p->cond_src);
 	else if (!rc)

@@ -491,7 +491,8 @@ def if_conditions():
         err = sim_error(n, [{"set": {"field": "x", "value": 1, "if": "ctx.status"}}],
                         {"status": "ok"})
         eq(err["type"], "script_exception", label + " non-boolean type")
-        eq("cannot cast [java.lang.String] to [java.lang.Boolean]" in err["reason"]
+        eq(err["reason"].startswith("runtime error: java.lang.String cannot be cast to "
+                                    "java.lang.Boolean")
            and "must return a boolean" in err["reason"], True, label + " non-boolean: %r" % err)
         err = sim_error(n, [{"set": {"field": "x", "value": 1, "if": "ctx.a.b == 1"}}], {})
         eq((err["type"], "cannot access field [b]" in err["reason"]),
@@ -500,6 +501,9 @@ def if_conditions():
         eq(one(n, [{"set": {"field": "x", "value": 1, "if": "ctx.status",
                             "on_failure": [{"set": {"field": "f", "value": "caught"}}]}}],
                {"status": "ok"}), {"status": "ok", "f": "caught"}, label + " on_failure")
+        eq(one(n, [{"set": {"field": "x", "value": 1, "if": "ctx.status", "ignore_failure": True}},
+                   {"set": {"field": "after", "value": 1}}], {"status": "ok"}),
+           {"status": "ok", "after": 1}, label + " ignore_failure")
         # verbose: a skipped processor
         r = simulate(n, {"processors": [
             {"set": {"field": "a", "value": 1, "tag": "t1", "if": "ctx.k == 2"}},
