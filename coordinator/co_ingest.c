@@ -1789,7 +1789,8 @@ cond_eval(const proc *p, const idoc *d, bool *yes, cm_error *err)
 
 /* script: runs on a copy of the document; a script that fails leaves it
  * as it was. The metadata keys go back to their places, _ingest._value
- * (foreach) back to _ingest, the rest is the new source. */
+ * and _ingest._key (inside foreach only) back to _ingest, the rest is the
+ * new source. */
 static cm_err
 exec_script(const proc *p, idoc *d, cm_error *err)
 {
@@ -1813,10 +1814,15 @@ exec_script(const proc *p, idoc *d, cm_error *err)
 		doc_set(d, keys[i], m, false, &ignore);
 	}
 	cJSON *ing = cJSON_DetachItemFromObjectCaseSensitive(ctx, "_ingest");
-	cJSON *val = cJSON_DetachItemFromObjectCaseSensitive(ing, "_value");
-	if (val) {
-		cJSON_DeleteItemFromObjectCaseSensitive(d->ingest, "_value");
-		cJSON_AddItemToObject(d->ingest, "_value", val);
+	static const char *const loop[] = {"_value", "_key"};
+	for (int i = 0; i < 2; i++) {
+		cJSON *val = cJSON_DetachItemFromObjectCaseSensitive(ing, loop[i]);
+		if (val && cJSON_GetObjectItemCaseSensitive(d->ingest, loop[i])) {
+			cJSON_DeleteItemFromObjectCaseSensitive(d->ingest, loop[i]);
+			cJSON_AddItemToObject(d->ingest, loop[i], val);
+		} else {
+			cJSON_Delete(val);
+		}
 	}
 	cJSON_Delete(ing);
 	cJSON_Delete(d->src);
@@ -1858,7 +1864,9 @@ exec_grok(const proc *p, idoc *d, const cJSON *v, cm_error *err)
 static cm_err run_list(run_ctx *rx, const proc *v, size_t n, idoc *d, cm_error *err);
 
 /* foreach: the processor on each element as _ingest._value, the list of
- * what it left there written back to the field. */
+ * what it left there written back to the field; over an object (ES 8),
+ * on each entry as _ingest._key and _ingest._value, the entries it left
+ * (a changed key renames the entry) written back. */
 static cm_err
 exec_foreach(run_ctx *rx, const proc *p, idoc *d, cm_error *err)
 {
@@ -1869,21 +1877,45 @@ exec_foreach(run_ctx *rx, const proc *p, idoc *d, cm_error *err)
 	cm_err rc = input(p, d, &v, err);
 	if (rc || !v)
 		return rc;
-	if (!cJSON_IsArray(v))
+	bool map = cJSON_IsObject(v);
+	if (!cJSON_IsArray(v) && !map)
 		return cast_err(p, v, "java.util.List", err);
-	cJSON *items = cJSON_Duplicate(v, true), *out = cJSON_CreateArray(), *e;
+	cJSON *items = cJSON_Duplicate(v, true), *e;
+	cJSON *out = map ? cJSON_CreateObject() : cJSON_CreateArray();
 	cJSON *saved = cJSON_DetachItemFromObjectCaseSensitive(d->ingest, "_value");
+	cJSON *saved_key = cJSON_DetachItemFromObjectCaseSensitive(d->ingest, "_key");
 	cJSON_ArrayForEach(e, items)
 	{
+		if (map)
+			cJSON_AddStringToObject(d->ingest, "_key", e->string);
 		cJSON_AddItemToObject(d->ingest, "_value", cJSON_Duplicate(e, true));
 		rc = run_list(rx, p->sub, p->nsub, d, err);
 		cJSON *nv = cJSON_DetachItemFromObjectCaseSensitive(d->ingest, "_value");
-		cJSON_AddItemToArray(out, nv ? nv : cJSON_CreateNull());
+		if (!nv)
+			nv = cJSON_CreateNull();
+		if (map) {
+			cJSON *k = cJSON_DetachItemFromObjectCaseSensitive(d->ingest, "_key");
+			cm_buf kt;
+			cm_buf_init(&kt, MEM);
+			value_text(k, &kt);
+			cm_buf_put_u8(&kt, 0);
+			const char *key = (const char *)kt.data;
+			if (cJSON_GetObjectItemCaseSensitive(out, key))
+				cJSON_ReplaceItemInObjectCaseSensitive(out, key, nv);
+			else
+				cJSON_AddItemToObject(out, key, nv);
+			cm_buf_free(&kt);
+			cJSON_Delete(k);
+		} else {
+			cJSON_AddItemToArray(out, nv);
+		}
 		if (rc || d->dropped)
 			break;
 	}
 	if (saved)
 		cJSON_AddItemToObject(d->ingest, "_value", saved);
+	if (saved_key)
+		cJSON_AddItemToObject(d->ingest, "_key", saved_key);
 	cJSON_Delete(items);
 	if (rc || d->dropped) {
 		cJSON_Delete(out);

@@ -681,6 +681,11 @@ def foreach_processor():
             "field": "_ingest._value", "on_failure": [
                 {"set": {"field": "_ingest._value", "value": "bad"}}]}}}}],
                {"v": ["a", 1]}), {"v": ["A", "bad"]}, label + " nested on_failure")
+        # over an object (ES 8): _ingest._key and _ingest._value, a new key renames
+        eq(one(n, [{"foreach": {"field": "m", "processor": {"script": {
+            "source": "ctx._ingest._value = ctx._ingest._value + 1; "
+                      "ctx._ingest._key = 'k_' + ctx._ingest._key"}}}}],
+               {"m": {"a": 1, "b": 5}}), {"m": {"k_a": 2, "k_b": 6}}, label + " object")
         err = sim_error(n, [{"foreach": {"field": "v", "processor": {
             "uppercase": {"field": "_ingest._value"}}}}], {"v": "a"})
         eq(err["reason"], "field [v] of type [java.lang.String] cannot be cast to "
