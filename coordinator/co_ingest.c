@@ -1873,7 +1873,8 @@ exec_foreach(run_ctx *rx, const proc *p, idoc *d, cm_error *err)
 	cJSON *v = doc_get(d, p->field, NULL);
 	if (cJSON_IsNull(v) && !p->ignore_missing)
 		return cm_error_set(err, CM_EINVAL,
-		                    "field [%.200s] is null, cannot loop over its elements.", p->field);
+		                    "field [%.200s] is null, cannot loop over its elements.",
+		                    p->field);
 	cm_err rc = input(p, d, &v, err);
 	if (rc || !v)
 		return rc;
