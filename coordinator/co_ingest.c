@@ -2575,7 +2575,21 @@ simulate_doc(co_ingest *g, const pipeline *pl, const cJSON *in, bool verbose)
 			}
 		}
 		cm_error_clear(&err);
-		cm_err rc = run_list(&rx, p, 1, &d, &err);
+		/* an ignored failure is reported (ES's error_ignored): run a copy
+		 * that does not ignore it (without on_failure, ignore_failure is
+		 * all that differs) */
+		proc probe = *p;
+		bool report = p->ignore_failure && !p->non_failure;
+		probe.ignore_failure = false;
+		cm_err rc = run_list(&rx, report ? &probe : p, 1, &d, &err);
+		if (rc && report) {
+			cJSON_AddStringToObject(r, "status", "error_ignored");
+			cJSON *ie = cJSON_AddObjectToObject(r, "ignored_error");
+			cJSON_AddItemToObject(ie, "error", error_json(&err));
+			cJSON_AddItemToObject(r, "doc", doc_json(&d));
+			cJSON_AddItemToArray(res, r);
+			continue;
+		}
 		if (rc) {
 			cJSON_AddStringToObject(r, "status", "error");
 			cJSON_AddItemToObject(r, "error", error_json(&err));

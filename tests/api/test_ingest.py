@@ -518,6 +518,15 @@ def if_conditions():
            ({"condition": "ctx.k == 1", "result": True}, {"k": 1, "b": 2}), label + " ran")
         eq(("if" in res[2], res[2]["doc"]["_source"]), (False, {"k": 1, "b": 2, "c": 3}),
            label + " no condition")
+        r = simulate(n, {"processors": [
+            {"grok": {"field": "k", "patterns": ["^%{WORD:w}$"], "ignore_failure": True}},
+            {"set": {"field": "c", "value": 3}}]}, [{"k": "a b"}], "?verbose=true")
+        res = r[0]["processor_results"]
+        eq([(p["processor_type"], p["status"]) for p in res],
+           [("grok", "error_ignored"), ("set", "success")], label + " verbose error_ignored")
+        eq((res[0]["ignored_error"]["error"]["reason"], res[0]["doc"]["_source"]),
+           ("Provided Grok expressions do not match field value: [a b]", {"k": "a b"}),
+           label + " ignored error and the doc")
         # on writes: the pipeline runs where the write arrives
         put_pipeline(n, "cond-w", {"processors": procs[:1] + [
             {"drop": {"if": "ctx.status == 'junk'"}}]})
