@@ -197,7 +197,7 @@ typedef enum {
 	N_BINARY, /* a op b */
 	N_ASSIGN, /* a op= b ("=" too) */
 	N_INCDEC, /* ++/-- a (prefix) or a ++/-- (postfix: flag) */
-	N_TERN,   /* a ? b : c */
+	N_TERN,   /* a ? b : c (b NULL: the elvis a ?: c) */
 	N_DECL,   /* slot = a (may be NULL) */
 	N_BLOCK,  /* args */
 	N_IF,     /* a cond, b then, c else */
@@ -582,7 +582,17 @@ expr(parser *P)
 	if (!enter(P))
 		return NULL;
 	node *n = binary(P, 5);
-	if (n && is_op(P, "?")) {
+	if (n && is_op(P, "?") && P->t[P->i + 1].k == T_OP && !strcmp(P->t[P->i + 1].op, ":")) {
+		node *t = mk(N_TERN, cur(P)->pos);
+		P->i += 2;
+		t->a = n;
+		if (!(t->c = expr(P))) {
+			node_free(t);
+			P->depth--;
+			return NULL;
+		}
+		n = t;
+	} else if (n && is_op(P, "?")) {
 		node *t = mk(N_TERN, cur(P)->pos);
 		P->i++;
 		t->a = n;
@@ -1524,6 +1534,14 @@ eval(run *R, const node *n, val *out)
 		bool b;
 		if ((rc = eval(R, n->a, &c)))
 			return rc;
+		if (!n->b) { /* elvis: a unless it is null */
+			if (c.j && !cJSON_IsNull(c.j)) {
+				*out = c;
+				return CM_OK;
+			}
+			val_drop(&c);
+			return eval(R, n->c, out);
+		}
 		if (!truthy(R, n->a, c.j, &b)) {
 			val_drop(&c);
 			return R->err->code;

@@ -4,7 +4,7 @@
  * containsKey/get/put, params.x, local variables (def/int/long/double/
  * String/boolean), if/else, for/while (bounded), comparisons, boolean
  * logic, ternaries, string concatenation, ctx.op = 'noop' | 'delete',
- * null-safe a?.b and a?.m(), string startsWith/endsWith/equals/
+ * null-safe a?.b and a?.m(), the elvis a ?: b, string startsWith/endsWith/equals/
  * toLowerCase/toUpperCase/trim/isEmpty (ASCII case mapping).
  * Values are JSON (cJSON): numbers that are integral behave as longs
  * (5 / 2 == 2). Anything else is refused at compile time. */

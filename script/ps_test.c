@@ -283,6 +283,10 @@ ingest_ctx(void)
 	exec_case("ctx.a.b == 1", "{}", NULL, "cannot access field [b]");
 	exec_case("ctx.a ?. b", "{}", "null", NULL);
 	exec_case("ctx.n > 1 ? 'y' : 'n'", "{\"n\":2}", "\"y\"", NULL);
+	exec_case("ctx.a ?: 'dflt'", "{}", "\"dflt\"", NULL);
+	exec_case("ctx.a ?: 'dflt'", "{\"a\":\"x\"}", "\"x\"", NULL);
+	exec_case("(ctx?.a?.b ?: 0) + 1 == 3", "{\"a\":{\"b\":2}}", "true", NULL);
+	exec_case("ctx.a ?: ctx.b ?: 'c'", "{\"b\":false}", "false", NULL);
 }
 
 int

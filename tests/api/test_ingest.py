@@ -478,14 +478,15 @@ def if_conditions():
                              "if": "ctx.tags != null && ctx.tags.contains('x')"}},
                  {"set": {"field": "deep", "value": 1, "if": "ctx?.a?.b == 1"}},
                  {"set": {"field": "p", "value": 2,
-                          "if": {"source": "ctx.n > params.min", "params": {"min": 3}}}}]
+                          "if": {"source": "ctx.n > params.min", "params": {"min": 3}}}},
+                 {"set": {"field": "q", "value": 5, "if": "(ctx.n ?: 0) == 0"}}]
         r = simulate(n, {"processors": procs},
                      [{"status": "error", "tags": ["y", "x"], "a": {"b": 1}, "n": 4},
                       {"status": "ok", "n": 3}, {"a": None, "tags": None, "n": 0}])
         eq([d["doc"]["_source"] for d in r],
            [{"status": "error", "tags": ["y", "x"], "a": {"b": 1}, "n": 4, "alert": True,
              "seen": ["x"], "deep": 1, "p": 2},
-            {"status": "ok", "n": 3}, {"a": None, "tags": None, "n": 0}],
+            {"status": "ok", "n": 3}, {"a": None, "tags": None, "n": 0, "q": 5}],
            label + " conditions true and false")
         # a condition that does not give a boolean fails the document ...
         err = sim_error(n, [{"set": {"field": "x", "value": 1, "if": "ctx.status"}}],
