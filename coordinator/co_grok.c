@@ -240,7 +240,7 @@ reference(expansion *x, const char *r, const char *end)
 		         name, MAX_NEST);
 		return false;
 	}
-	if (c1) {
+	if (c1 && c1 + 1 < end && c1[1] != ':') { /* %{NAME:} names no field */
 		const char *f = c1 + 1;
 		const char *c2 = memchr(f, ':', (size_t)(end - f));
 		const char *fend = c2 ? c2 : end;

@@ -173,6 +173,7 @@ main(void)
 		      strstr(err.reason, "circular reference in pattern [A]"));
 		cJSON_Delete(defs);
 	}
+	match_is("%{INT:}-%{INT::int}", NULL, "1-2", "{}");
 	/* not a reference: kept as literal text */
 	match_is("%{ x", NULL, "a%{ x", "{}");
 	return check_report("co_grok_test");
