@@ -364,6 +364,8 @@ static const co_route routes[] = {
      READ("cluster:admin/ingest/pipeline/simulate")},
     {CO_POST, "/_ingest/pipeline/{id}/_simulate", co_h_pipeline_simulate, "verbose", false,
      READ("cluster:admin/ingest/pipeline/simulate")},
+    {CO_GET, "/_ingest/processor/grok", co_h_grok_patterns, "s,ecs_compatibility", false,
+     READ("cluster:admin/ingest/processor/grok/get")},
     {CO_GET, "/_ingest/pipeline", co_h_pipeline_get, "master_timeout,summary", false,
      READ("cluster:admin/ingest/pipeline/get")},
     {CO_GET, "/_ingest/pipeline/{id}", co_h_pipeline_get, "master_timeout,summary", false,

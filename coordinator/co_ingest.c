@@ -31,6 +31,7 @@
 #include "../common/cm_sys.h"
 #include "../search/sr.h"
 #include "../storage/st_types.h"
+#include "co_grok.h"
 #include "co_private.h"
 
 #define MEM CM_MEM_COORDINATOR
@@ -58,12 +59,15 @@ typedef enum {
 	PR_DROP,
 	PR_FAIL,
 	PR_PIPELINE,
+	PR_SCRIPT,
+	PR_GROK,
+	PR_FOREACH,
 } proc_kind;
 
 static const char *const proc_names[] = {
-    "set",     "append", "remove",  "rename",  "lowercase", "uppercase",    "trim",
-    "convert", "split",  "join",    "gsub",    "json",      "date",         "dissect",
-    "kv",      "dot_expander", "drop", "fail", "pipeline",
+    "set",   "append", "remove",   "rename", "lowercase", "uppercase", "trim", "convert",
+    "split", "join",   "gsub",     "json",   "date",      "dissect",   "kv",   "dot_expander",
+    "drop",  "fail",   "pipeline", "script", "grok",      "foreach",
 };
 
 typedef enum { CV_INTEGER, CV_LONG, CV_FLOAT, CV_DOUBLE, CV_BOOLEAN, CV_STRING, CV_IP, CV_AUTO } cv_type;
@@ -107,6 +111,15 @@ struct proc {
 	bool strip_brackets;
 	proc *on_failure;
 	size_t non_failure;
+	ps_script *cond;    /* `if` (NULL: always) */
+	char *cond_src;     /* its source, for _simulate's verbose answer */
+	cJSON *cond_params; /* owned */
+	ps_script *script;  /* script processor */
+	cJSON *params;      /* its params (owned) */
+	co_grok *grok;
+	bool trace_match;
+	proc *sub; /* foreach: the one processor */
+	size_t nsub;
 };
 
 typedef struct pipeline {
@@ -183,6 +196,13 @@ proc_clear(proc *p)
 	cm_free(MEM, p->trim_key);
 	cm_free(MEM, p->trim_value);
 	procs_free(p->on_failure, p->non_failure);
+	ps_free(p->cond);
+	cm_free(MEM, p->cond_src);
+	cJSON_Delete(p->cond_params);
+	ps_free(p->script);
+	cJSON_Delete(p->params);
+	co_grok_free(p->grok);
+	procs_free(p->sub, p->nsub);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -336,6 +356,15 @@ kind_opts(proc_kind k)
 	static const char *const none_o[] = {NULL};
 	static const char *const fail_o[] = {"message", NULL};
 	static const char *const pipe_o[] = {"name", NULL};
+	static const char *const script_o[] = {"source", "id", "lang", "params", NULL};
+	static const char *const grok_o[] = {"field",
+	                                     "patterns",
+	                                     "pattern_definitions",
+	                                     "ignore_missing",
+	                                     "trace_match",
+	                                     "ecs_compatibility",
+	                                     NULL};
+	static const char *const foreach_o[] = {"field", "processor", "ignore_missing", NULL};
 	switch (k) {
 	case PR_SET:
 		return set_o;
@@ -372,8 +401,108 @@ kind_opts(proc_kind k)
 		return fail_o;
 	case PR_PIPELINE:
 		return pipe_o;
+	case PR_SCRIPT:
+		return script_o;
+	case PR_GROK:
+		return grok_o;
+	case PR_FOREACH:
+		return foreach_o;
 	}
 	return none_o;
+}
+
+/* `if`: a Painless condition, a string or a script object, compiled now so
+ * that one that does not compile refuses the pipeline. */
+static cm_err
+compile_cond(const cJSON *o, proc *p, cm_error *err)
+{
+	const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "if"), *params;
+	if (!c || cJSON_IsNull(c))
+		return CM_OK;
+	cm_err rc = ps_from_json(c, &p->cond, &params, err);
+	if (rc)
+		return rc;
+	const cJSON *src = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "source") : c;
+	if (!cJSON_IsString(src))
+		src = cJSON_GetObjectItemCaseSensitive(c, "inline");
+	p->cond_src = cm_strdup(MEM, cJSON_IsString(src) ? src->valuestring : "");
+	if (params)
+		p->cond_params = cJSON_Duplicate(params, true);
+	return CM_OK;
+}
+
+/* script: inline painless only (stored scripts hold mustache only). */
+static cm_err
+compile_script(const cJSON *o, proc *p, cm_error *err)
+{
+	const cJSON *src = cJSON_GetObjectItemCaseSensitive(o, "source");
+	const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+	const cJSON *lang = cJSON_GetObjectItemCaseSensitive(o, "lang");
+	const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "params");
+	if (src && id)
+		return parse_err(err, "%s", "Only one of [id] or [source] may be configured");
+	if (id)
+		return parse_err(
+		    err, "%s",
+		    "[id] stored scripts are not supported by Shoal's script processor "
+		    "(only mustache search templates can be stored): use [source]");
+	if (!src)
+		return parse_err(err, "%s",
+		                 "Need [source] for an inline script or [id] for a stored script");
+	if (!cJSON_IsString(src))
+		return parse_err(err, "[%s] property isn't a string, but of type [object]",
+		                 "source");
+	if (lang && !(cJSON_IsString(lang) && !strcmp(lang->valuestring, "painless")))
+		return cm_error_set(err, CM_EINVAL,
+		                    "script_lang not supported [%.40s]: Shoal runs painless only",
+		                    cJSON_IsString(lang) ? lang->valuestring : "?");
+	if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
+		return parse_err(err, "[%s] property isn't a map, but of type [list]", "params");
+	if (cJSON_IsObject(params))
+		p->params = cJSON_Duplicate(params, true);
+	return ps_compile(src->valuestring, strlen(src->valuestring), &p->script, NULL, err);
+}
+
+static cm_err
+compile_grok(const cJSON *o, proc *p, cm_error *err)
+{
+	char **pats, *ecs;
+	size_t n;
+	cm_err rc;
+	const cJSON *defs = cJSON_GetObjectItemCaseSensitive(o, "pattern_definitions"), *e;
+	if ((rc = opt_bool(o, "trace_match", false, &p->trace_match, err)) ||
+	    (rc = opt_str(o, "ecs_compatibility", false, &ecs, err)))
+		return rc;
+	if (ecs && strcmp(ecs, "disabled")) {
+		rc =
+		    parse_err(err,
+		              "[ecs_compatibility] [%.40s] is not supported by Shoal: its patterns "
+		              "are the legacy (\"disabled\") ones",
+		              ecs);
+		cm_free(MEM, ecs);
+		return rc;
+	}
+	cm_free(MEM, ecs);
+	if (defs && !cJSON_IsNull(defs)) {
+		if (!cJSON_IsObject(defs))
+			return parse_err(err, "[%s] property isn't a map, but of type [list]",
+			                 "pattern_definitions");
+		cJSON_ArrayForEach(e, defs)
+		{
+			if (!cJSON_IsString(e))
+				return parse_err(err, "[%s] pattern [%.100s] must be a string",
+				                 "pattern_definitions", e->string);
+		}
+	}
+	rc = opt_strv(o, "patterns", true, &pats, &n, err);
+	if (rc)
+		;
+	else if (!n)
+		rc = parse_err(err, "[%s] List of patterns must not be empty", "patterns");
+	else
+		rc = co_grok_compile(pats, n, cJSON_IsObject(defs) ? defs : NULL, &p->grok, err);
+	strv_free(pats, n);
+	return rc;
 }
 
 /* "%{a} %{+a} - %{?x}:%{b->} %{}": keys and the literals between them. */
@@ -461,9 +590,9 @@ compile_proc(const char *type, const cJSON *o, proc *p, int depth, cm_error *err
 			k = (int)i;
 	memset(p, 0, sizeof(*p));
 	if (k < 0) {
-		if (!strcmp(type, "grok") || !strcmp(type, "script") || !strcmp(type, "foreach") ||
-		    !strcmp(type, "enrich") || !strcmp(type, "geoip") || !strcmp(type, "user_agent") ||
-		    !strcmp(type, "inference") || !strcmp(type, "attachment"))
+		if (!strcmp(type, "enrich") || !strcmp(type, "geoip") ||
+		    !strcmp(type, "user_agent") || !strcmp(type, "inference") ||
+		    !strcmp(type, "attachment"))
 			return cm_error_set_type(err, CM_EPARSE, "parse_exception",
 			                         "processor [%s] is not supported by Shoal (docs/api.md, "
 			                         "\"Ingest pipelines\")",
@@ -484,11 +613,8 @@ compile_proc(const char *type, const cJSON *o, proc *p, int depth, cm_error *err
 			                         "configuration parameters [%.100s]",
 			                         type, c->string);
 	}
-	if (cJSON_GetObjectItemCaseSensitive(o, "if"))
-		return cm_error_set_type(err, CM_EPARSE, "parse_exception",
-		                         "[if] conditions on processors are not supported by Shoal "
-		                         "(processor [%s])",
-		                         type);
+	if ((rc = compile_cond(o, p, err)))
+		return rc;
 	if ((rc = opt_str(o, "tag", false, &p->tag, err)) ||
 	    (rc = opt_bool(o, "ignore_failure", false, &p->ignore_failure, err)))
 		return rc;
@@ -496,7 +622,8 @@ compile_proc(const char *type, const cJSON *o, proc *p, int depth, cm_error *err
 	if (of && (rc = compile_list(of, "on_failure", &p->on_failure, &p->non_failure, depth + 1,
 	                             err)))
 		return rc;
-	bool needs_field = p->kind != PR_DROP && p->kind != PR_FAIL && p->kind != PR_PIPELINE;
+	bool needs_field = p->kind != PR_DROP && p->kind != PR_FAIL && p->kind != PR_PIPELINE &&
+	                   p->kind != PR_SCRIPT;
 	if (p->kind == PR_REMOVE) {
 		if ((rc = opt_strv(o, "field", true, &p->fields, &p->nfields, err)))
 			return rc;
@@ -663,6 +790,23 @@ compile_proc(const char *type, const cJSON *o, proc *p, int depth, cm_error *err
 		if ((rc = opt_str(o, "name", true, &p->text, err)))
 			return rc;
 		break;
+	case PR_SCRIPT:
+		return compile_script(o, p, err);
+	case PR_GROK:
+		return compile_grok(o, p, err);
+	case PR_FOREACH: {
+		const cJSON *sub = cJSON_GetObjectItemCaseSensitive(o, "processor");
+		if (!sub)
+			return parse_err(err, "[%s] required property is missing", "processor");
+		if (!cJSON_IsObject(sub) || cJSON_GetArraySize(sub) != 1)
+			return parse_err(err, "[%s] Must specify exactly one processor type",
+			                 "processor");
+		if (depth + 1 > MAX_DEPTH)
+			return parse_err(err, "[%s] nested too deeply", "processor");
+		p->sub = cm_calloc(MEM, 1, sizeof(proc));
+		p->nsub = 1;
+		return compile_proc(sub->child->string, sub->child, p->sub, depth + 1, err);
+	}
 	case PR_REMOVE:
 	case PR_DROP:
 		break;
@@ -1602,6 +1746,185 @@ contains_value(const cJSON *arr, const cJSON *v)
 	return false;
 }
 
+/* The ctx a script or a condition sees: the source's fields with _index,
+ * _id, _routing and _ingest beside them (a copy). */
+static cJSON *
+script_ctx(const idoc *d)
+{
+	cJSON *ctx = cJSON_Duplicate(d->src, true);
+	static const char *const keys[] = {"_index", "_id", "_routing"};
+	for (int i = 0; i < 3; i++) {
+		const cJSON *m = cJSON_GetObjectItemCaseSensitive(d->meta, keys[i]);
+		cJSON_DeleteItemFromObjectCaseSensitive(ctx, keys[i]);
+		if (m)
+			cJSON_AddItemToObject(ctx, keys[i], cJSON_Duplicate(m, true));
+	}
+	cJSON_DeleteItemFromObjectCaseSensitive(ctx, "_ingest");
+	cJSON_AddItemToObject(ctx, "_ingest", cJSON_Duplicate(d->ingest, true));
+	return ctx;
+}
+
+/* Evaluates p's `if`: *yes. A condition that fails or does not give a
+ * boolean is the processor's failure. */
+static cm_err
+cond_eval(const proc *p, const idoc *d, bool *yes, cm_error *err)
+{
+	*yes = true;
+	if (!p->cond)
+		return CM_OK;
+	cJSON *ctx = script_ctx(d), *res = NULL;
+	cm_err rc = ps_exec(p->cond, ctx, p->cond_params, &res, err);
+	if (!rc && !cJSON_IsBool(res))
+		rc = cm_error_set_type(
+		    err, CM_EINVAL, "script_exception",
+		    "runtime error: %s cannot be cast to java.lang.Boolean: the [if] "
+		    "condition [%.200s] must return a boolean",
+		    res ? java_type(res) : "null", p->cond_src);
+	else if (!rc)
+		*yes = cJSON_IsTrue(res);
+	cJSON_Delete(res);
+	cJSON_Delete(ctx);
+	return rc;
+}
+
+/* script: runs on a copy of the document; a script that fails leaves it
+ * as it was. The metadata keys go back to their places, _ingest._value
+ * and _ingest._key (inside foreach only) back to _ingest, the rest is the
+ * new source. */
+static cm_err
+exec_script(const proc *p, idoc *d, cm_error *err)
+{
+	cJSON *ctx = script_ctx(d);
+	cm_err rc = ps_exec(p->script, ctx, p->params, NULL, err);
+	if (rc) {
+		cJSON_Delete(ctx);
+		return rc;
+	}
+	static const char *const keys[] = {"_index", "_id", "_routing"};
+	for (int i = 0; i < 3; i++) {
+		cJSON *m = cJSON_DetachItemFromObjectCaseSensitive(ctx, keys[i]);
+		if (!m || cJSON_IsNull(m)) {
+			cJSON_Delete(m);
+			if (i == 2) /* _routing removed: none; _index and _id stay */
+				cJSON_DeleteItemFromObjectCaseSensitive(d->meta, keys[i]);
+			continue;
+		}
+		cm_error ignore;
+		cm_error_clear(&ignore);
+		doc_set(d, keys[i], m, false, &ignore);
+	}
+	cJSON *ing = cJSON_DetachItemFromObjectCaseSensitive(ctx, "_ingest");
+	static const char *const loop[] = {"_value", "_key"};
+	for (int i = 0; i < 2; i++) {
+		cJSON *val = cJSON_DetachItemFromObjectCaseSensitive(ing, loop[i]);
+		if (val && cJSON_GetObjectItemCaseSensitive(d->ingest, loop[i])) {
+			cJSON_DeleteItemFromObjectCaseSensitive(d->ingest, loop[i]);
+			cJSON_AddItemToObject(d->ingest, loop[i], val);
+		} else {
+			cJSON_Delete(val);
+		}
+	}
+	cJSON_Delete(ing);
+	cJSON_Delete(d->src);
+	d->src = ctx;
+	return CM_OK;
+}
+
+static cm_err
+exec_grok(const proc *p, idoc *d, const cJSON *v, cm_error *err)
+{
+	cJSON *fields, *e;
+	if (!cJSON_IsString(v))
+		return cast_err(p, v, "java.lang.String", err);
+	int hit = co_grok_match(p->grok, v->valuestring, &fields, err);
+	if (hit == -2)
+		return CM_EINVAL;
+	if (hit < 0)
+		return cm_error_set(err, CM_EINVAL,
+		                    "Provided Grok expressions do not match field value: [%.300s]",
+		                    v->valuestring);
+	cm_err rc = CM_OK;
+	while (!rc && (e = fields->child)) {
+		cJSON_DetachItemViaPointer(fields, e);
+		char *k = e->string;
+		e->string = NULL;
+		rc = doc_set(d, k, e, false, err);
+		cJSON_free(k);
+	}
+	cJSON_Delete(fields);
+	if (!rc && p->trace_match) {
+		char idx[16];
+		snprintf(idx, sizeof(idx), "%d", hit);
+		cJSON_DeleteItemFromObjectCaseSensitive(d->ingest, "_grok_match_index");
+		cJSON_AddStringToObject(d->ingest, "_grok_match_index", idx);
+	}
+	return rc;
+}
+
+static cm_err run_list(run_ctx *rx, const proc *v, size_t n, idoc *d, cm_error *err);
+
+/* foreach: the processor on each element as _ingest._value, the list of
+ * what it left there written back to the field; over an object (ES 8),
+ * on each entry as _ingest._key and _ingest._value, the entries it left
+ * (a changed key renames the entry) written back. */
+static cm_err
+exec_foreach(run_ctx *rx, const proc *p, idoc *d, cm_error *err)
+{
+	cJSON *v = doc_get(d, p->field, NULL);
+	if (cJSON_IsNull(v) && !p->ignore_missing)
+		return cm_error_set(err, CM_EINVAL,
+		                    "field [%.200s] is null, cannot loop over its elements.",
+		                    p->field);
+	cm_err rc = input(p, d, &v, err);
+	if (rc || !v)
+		return rc;
+	bool map = cJSON_IsObject(v);
+	if (!cJSON_IsArray(v) && !map)
+		return cast_err(p, v, "java.util.List", err);
+	cJSON *items = cJSON_Duplicate(v, true), *e;
+	cJSON *out = map ? cJSON_CreateObject() : cJSON_CreateArray();
+	cJSON *saved = cJSON_DetachItemFromObjectCaseSensitive(d->ingest, "_value");
+	cJSON *saved_key = cJSON_DetachItemFromObjectCaseSensitive(d->ingest, "_key");
+	cJSON_ArrayForEach(e, items)
+	{
+		if (map)
+			cJSON_AddStringToObject(d->ingest, "_key", e->string);
+		cJSON_AddItemToObject(d->ingest, "_value", cJSON_Duplicate(e, true));
+		rc = run_list(rx, p->sub, p->nsub, d, err);
+		cJSON *nv = cJSON_DetachItemFromObjectCaseSensitive(d->ingest, "_value");
+		if (!nv)
+			nv = cJSON_CreateNull();
+		if (map) {
+			cJSON *k = cJSON_DetachItemFromObjectCaseSensitive(d->ingest, "_key");
+			cm_buf kt;
+			cm_buf_init(&kt, MEM);
+			value_text(k, &kt);
+			cm_buf_put_u8(&kt, 0);
+			const char *key = (const char *)kt.data;
+			if (cJSON_GetObjectItemCaseSensitive(out, key))
+				cJSON_ReplaceItemInObjectCaseSensitive(out, key, nv);
+			else
+				cJSON_AddItemToObject(out, key, nv);
+			cm_buf_free(&kt);
+			cJSON_Delete(k);
+		} else {
+			cJSON_AddItemToArray(out, nv);
+		}
+		if (rc || d->dropped)
+			break;
+	}
+	if (saved)
+		cJSON_AddItemToObject(d->ingest, "_value", saved);
+	if (saved_key)
+		cJSON_AddItemToObject(d->ingest, "_key", saved_key);
+	cJSON_Delete(items);
+	if (rc || d->dropped) {
+		cJSON_Delete(out);
+		return rc;
+	}
+	return doc_set(d, p->field, out, false, err);
+}
+
 static cm_err
 exec_proc(run_ctx *rx, const proc *p, idoc *d, cm_error *err)
 {
@@ -1694,6 +2017,10 @@ exec_proc(run_ctx *rx, const proc *p, idoc *d, cm_error *err)
 		return run_pipeline(rx, p->text, d, err);
 	case PR_DOT_EXPANDER:
 		return exec_dot_expander(p, d, err);
+	case PR_SCRIPT:
+		return exec_script(p, d, err);
+	case PR_FOREACH:
+		return exec_foreach(rx, p, d, err);
 	default:
 		break;
 	}
@@ -1772,6 +2099,8 @@ exec_proc(run_ctx *rx, const proc *p, idoc *d, cm_error *err)
 		return exec_dissect(p, d, v, err);
 	case PR_KV:
 		return exec_kv(p, d, v, err);
+	case PR_GROK:
+		return exec_grok(p, d, v, err);
 	default:
 		return cm_error_set(err, CM_EINTERNAL, "processor [%s] has no runner",
 		                    proc_names[p->kind]);
@@ -1803,8 +2132,13 @@ run_list(run_ctx *rx, const proc *v, size_t n, idoc *d, cm_error *err)
 	for (size_t i = 0; i < n && !d->dropped; i++) {
 		const proc *p = &v[i];
 		cm_error e;
+		bool yes;
 		cm_error_clear(&e);
-		cm_err rc = exec_proc(rx, p, d, &e);
+		cm_err rc = cond_eval(p, d, &yes, &e);
+		if (!rc && !yes)
+			continue;
+		if (!rc)
+			rc = exec_proc(rx, p, d, &e);
 		if (!rc || p->ignore_failure)
 			continue;
 		if (!p->non_failure) {
@@ -2035,6 +2369,30 @@ select_ids(const cJSON *all, const char *names, bool *missing)
 	return sel;
 }
 
+/* GET _ingest/processor/grok: the built-in patterns (?s sorts them). */
+void
+co_h_grok_patterns(co_req *r)
+{
+	const char *s = co_param_get(r, "s"), *ecs = co_param_get(r, "ecs_compatibility");
+	if (ecs && strcmp(ecs, "disabled")) {
+		co_reply_errorf(
+		    r, CM_EINVAL, NULL,
+		    "[ecs_compatibility] [%s] is not supported by Shoal: its grok patterns "
+		    "are the legacy (\"disabled\") ones",
+		    ecs);
+		return;
+	}
+	if (s && *s && strcmp(s, "true") && strcmp(s, "false")) {
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "Failed to parse value [%s] as only [true] or [false] are allowed.",
+		                s);
+		return;
+	}
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddItemToObject(j, "patterns", co_grok_library(s && (!*s || !strcmp(s, "true"))));
+	co_reply_json(r, 200, j);
+}
+
 void
 co_h_pipeline_put(co_req *r)
 {
@@ -2153,6 +2511,9 @@ doc_json(const idoc *d)
 	cJSON_AddItemToObject(ing, "timestamp",
 	                      cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(d->ingest, "timestamp"),
 	                                      true));
+	m = cJSON_GetObjectItemCaseSensitive(d->ingest, "_grok_match_index");
+	if (m)
+		cJSON_AddItemToObject(ing, "_grok_match_index", cJSON_Duplicate(m, true));
 	return j;
 }
 
@@ -2200,7 +2561,35 @@ simulate_doc(co_ingest *g, const pipeline *pl, const cJSON *in, bool verbose)
 		if (p->tag)
 			cJSON_AddStringToObject(r, "tag", p->tag);
 		cm_error_clear(&err);
-		cm_err rc = run_list(&rx, p, 1, &d, &err);
+		/* the condition first, to report it (run_list evaluates it again:
+		 * conditions change nothing) */
+		bool yes = true;
+		if (p->cond && !cond_eval(p, &d, &yes, &err)) {
+			cJSON *cj = cJSON_AddObjectToObject(r, "if");
+			cJSON_AddStringToObject(cj, "condition", p->cond_src);
+			cJSON_AddBoolToObject(cj, "result", yes);
+			if (!yes) {
+				cJSON_AddStringToObject(r, "status", "skipped");
+				cJSON_AddItemToArray(res, r);
+				continue;
+			}
+		}
+		cm_error_clear(&err);
+		/* an ignored failure is reported (ES's error_ignored): run a copy
+		 * that does not ignore it (without on_failure, ignore_failure is
+		 * all that differs) */
+		proc probe = *p;
+		bool report = p->ignore_failure && !p->non_failure;
+		probe.ignore_failure = false;
+		cm_err rc = run_list(&rx, report ? &probe : p, 1, &d, &err);
+		if (rc && report) {
+			cJSON_AddStringToObject(r, "status", "error_ignored");
+			cJSON *ie = cJSON_AddObjectToObject(r, "ignored_error");
+			cJSON_AddItemToObject(ie, "error", error_json(&err));
+			cJSON_AddItemToObject(r, "doc", doc_json(&d));
+			cJSON_AddItemToArray(res, r);
+			continue;
+		}
 		if (rc) {
 			cJSON_AddStringToObject(r, "status", "error");
 			cJSON_AddItemToObject(r, "error", error_json(&err));

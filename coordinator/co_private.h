@@ -331,6 +331,7 @@ void co_h_pipeline_put(co_req *r);
 void co_h_pipeline_get(co_req *r);
 void co_h_pipeline_delete(co_req *r);
 void co_h_pipeline_simulate(co_req *r);
+void co_h_grok_patterns(co_req *r);
 
 
 /* Bulk: a streaming consumer. */

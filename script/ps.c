@@ -45,8 +45,8 @@ typedef struct lexer {
 } lexer;
 
 static const char *const OPS[] = {"++", "--", "+=", "-=", "*=", "/=", "==", "!=", "<=", ">=", "&&",
-                                  "||", "+",  "-",  "*",  "/",  "%",  "=",  "<",  ">",  "!",  "(",
-                                  ")",  "{",  "}",  "[",  "]",  ".",  ",",  ";",  "?",  ":"};
+                                  "||", "?.", "+",  "-",  "*",  "/",  "%",  "=",  "<",  ">",  "!",
+                                  "(",  ")",  "{",  "}",  "[",  "]",  ".",  ",",  ";",  "?",  ":"};
 
 static tok *
 push(lexer *L, tok_kind k, int pos)
@@ -188,16 +188,16 @@ typedef enum {
 	N_BOOL,
 	N_NULL,
 	N_VAR,    /* s: name; slot */
-	N_FIELD,  /* a.s */
+	N_FIELD,  /* a.s (postfix: a?.s, null when a is) */
 	N_INDEX,  /* a[b] */
-	N_CALL,   /* a.s(args) */
+	N_CALL,   /* a.s(args) (postfix: a?.s(args)) */
 	N_LIST,   /* [args] */
 	N_MAP,    /* [:] */
 	N_UNARY,  /* op a */
 	N_BINARY, /* a op b */
 	N_ASSIGN, /* a op= b ("=" too) */
 	N_INCDEC, /* ++/-- a (prefix) or a ++/-- (postfix: flag) */
-	N_TERN,   /* a ? b : c */
+	N_TERN,   /* a ? b : c (b NULL: the elvis a ?: c) */
 	N_DECL,   /* slot = a (may be NULL) */
 	N_BLOCK,  /* args */
 	N_IF,     /* a cond, b then, c else */
@@ -422,12 +422,14 @@ postfix(parser *P)
 	int links = 0;
 	while (n) {
 		int pos = cur(P)->pos;
-		if ((is_op(P, ".") || is_op(P, "[") || is_op(P, "++") || is_op(P, "--")) &&
+		if ((is_op(P, ".") || is_op(P, "?.") || is_op(P, "[") || is_op(P, "++") ||
+		     is_op(P, "--")) &&
 		    (links++, !enter(P))) {
 			node_free(n);
 			return NULL;
 		}
-		if (is_op(P, ".")) {
+		if (is_op(P, ".") || is_op(P, "?.")) {
+			bool null_safe = is_op(P, "?.");
 			P->i++;
 			if (cur(P)->k != T_ID) {
 				node_free(n);
@@ -439,6 +441,7 @@ postfix(parser *P)
 				node *c = mk(N_CALL, pos);
 				c->a = n;
 				c->s = name;
+				c->postfix = null_safe;
 				P->i++;
 				while (!is_op(P, ")")) {
 					node *e = expr(P);
@@ -460,6 +463,7 @@ postfix(parser *P)
 				node *f = mk(N_FIELD, pos);
 				f->a = n;
 				f->s = name;
+				f->postfix = null_safe;
 				n = f;
 			}
 		} else if (is_op(P, "[")) {
@@ -578,7 +582,17 @@ expr(parser *P)
 	if (!enter(P))
 		return NULL;
 	node *n = binary(P, 5);
-	if (n && is_op(P, "?")) {
+	if (n && is_op(P, "?") && P->t[P->i + 1].k == T_OP && !strcmp(P->t[P->i + 1].op, ":")) {
+		node *t = mk(N_TERN, cur(P)->pos);
+		P->i += 2;
+		t->a = n;
+		if (!(t->c = expr(P))) {
+			node_free(t);
+			P->depth--;
+			return NULL;
+		}
+		n = t;
+	} else if (n && is_op(P, "?")) {
 		node *t = mk(N_TERN, cur(P)->pos);
 		P->i++;
 		t->a = n;
@@ -1266,6 +1280,10 @@ call(run *R, const node *n, val *out)
 	size_t na = n->nargs;
 	if (rc)
 		goto done;
+	if (n->postfix && (!s || cJSON_IsNull(s))) {
+		*out = owned(cJSON_CreateNull());
+		goto done;
+	}
 	/* list and map methods walk the elements: they count as steps */
 	if (cJSON_IsArray(s) || cJSON_IsObject(s)) {
 		R->steps += cJSON_GetArraySize(s) / 16;
@@ -1294,6 +1312,32 @@ call(run *R, const node *n, val *out)
 	           cJSON_IsString(args[0].j)) {
 		*out =
 		    owned(cJSON_CreateBool(strstr(s->valuestring, args[0].j->valuestring) != NULL));
+	} else if ((!strcmp(m, "startsWith") || !strcmp(m, "endsWith")) && na == 1 &&
+	           cJSON_IsString(s) && cJSON_IsString(args[0].j)) {
+		size_t ls = strlen(s->valuestring), la = strlen(args[0].j->valuestring);
+		bool hit = la <= ls && !memcmp(s->valuestring + (m[0] == 's' ? 0 : ls - la),
+		                               args[0].j->valuestring, la);
+		*out = owned(cJSON_CreateBool(hit));
+	} else if (!strcmp(m, "equals") && na == 1) {
+		*out = owned(cJSON_CreateBool(s && !cJSON_IsNull(s) && json_cmp_eq(s, args[0].j)));
+	} else if (!strcmp(m, "isEmpty") && na == 0 && cJSON_IsString(s)) {
+		*out = owned(cJSON_CreateBool(!s->valuestring[0]));
+	} else if ((!strcmp(m, "toLowerCase") || !strcmp(m, "toUpperCase") || !strcmp(m, "trim")) &&
+	           na == 0 && cJSON_IsString(s)) {
+		/* ASCII case mapping: other letters keep their case */
+		const char *b = s->valuestring, *e = b + strlen(b);
+		if (m[0] == 't' && m[1] == 'r') {
+			while (b < e && (unsigned char)*b <= ' ')
+				b++;
+			while (e > b && (unsigned char)e[-1] <= ' ')
+				e--;
+		}
+		char *t = cm_strndup(MEM, b, (size_t)(e - b));
+		for (char *q = t; *q && m[1] == 'o'; q++)
+			*q = m[2] == 'L' ? (char)tolower((unsigned char)*q)
+			                 : (char)toupper((unsigned char)*q);
+		*out = owned(cJSON_CreateString(t));
+		cm_free(MEM, t);
 	} else if (!strcmp(m, "indexOf") && na == 1 && cJSON_IsArray(s)) {
 		int k = 0, at = -1;
 		const cJSON *e;
@@ -1394,6 +1438,11 @@ eval(run *R, const node *n, val *out)
 		if ((rc = eval(R, n->a, &c)))
 			return rc;
 		cJSON *v = NULL;
+		if (n->k == N_FIELD && n->postfix && (!c.j || cJSON_IsNull(c.j))) {
+			val_drop(&c);
+			*out = owned(cJSON_CreateNull());
+			return CM_OK;
+		}
 		if (n->k == N_FIELD) {
 			if (cJSON_IsObject(c.j))
 				v = cJSON_GetObjectItemCaseSensitive(c.j, n->s);
@@ -1485,6 +1534,14 @@ eval(run *R, const node *n, val *out)
 		bool b;
 		if ((rc = eval(R, n->a, &c)))
 			return rc;
+		if (!n->b) { /* elvis: a unless it is null */
+			if (c.j && !cJSON_IsNull(c.j)) {
+				*out = c;
+				return CM_OK;
+			}
+			val_drop(&c);
+			return eval(R, n->c, out);
+		}
 		if (!truthy(R, n->a, c.j, &b)) {
 			val_drop(&c);
 			return R->err->code;
@@ -1646,6 +1703,27 @@ ps_eval(const ps_script *s, const cJSON *params, cJSON **result, cm_error *err)
 		R.result = NULL;
 	}
 	*result = R.result;
+	return rc;
+}
+
+cm_err
+ps_exec(const ps_script *s, cJSON *ctx, const cJSON *params, cJSON **result, cm_error *err)
+{
+	run R;
+	memset(&R, 0, sizeof(R));
+	R.ctx = ctx;
+	R.params = params;
+	R.err = err;
+	R.keep = result != NULL;
+	cm_err rc = exec(&R, s->root);
+	for (int i = 0; i < MAX_VARS; i++)
+		cJSON_Delete(R.vars[i]);
+	if (rc || !result) {
+		cJSON_Delete(R.result);
+		R.result = NULL;
+	}
+	if (result)
+		*result = R.result;
 	return rc;
 }
 

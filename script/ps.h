@@ -3,7 +3,9 @@
  * ctx._source.remove('f'), list add/contains/size/remove, map
  * containsKey/get/put, params.x, local variables (def/int/long/double/
  * String/boolean), if/else, for/while (bounded), comparisons, boolean
- * logic, ternaries, string concatenation, ctx.op = 'noop' | 'delete'.
+ * logic, ternaries, string concatenation, ctx.op = 'noop' | 'delete',
+ * null-safe a?.b and a?.m(), the elvis a ?: b, string startsWith/endsWith/equals/
+ * toLowerCase/toUpperCase/trim/isEmpty (ASCII case mapping).
  * Values are JSON (cJSON): numbers that are integral behave as longs
  * (5 / 2 == 2). Anything else is refused at compile time. */
 #ifndef PS_H
@@ -38,6 +40,11 @@ cm_err ps_run(const ps_script *s, cJSON *ctx, const cJSON *params, cm_error *err
  * ctx, params as given; *result (the caller's, cJSON_Delete) is the value
  * of the `return` or of the last expression statement, NULL when none. */
 cm_err ps_eval(const ps_script *s, const cJSON *params, cJSON **result, cm_error *err);
+/* Runs s on ctx as it is (any JSON object, changed in place, no checks
+ * of _source or op: an ingest pipeline's ctx is the document itself).
+ * result (may be NULL) gets, as ps_eval's, the value of the `return` or
+ * the last expression statement; the caller's, NULL when none. */
+cm_err ps_exec(const ps_script *s, cJSON *ctx, const cJSON *params, cJSON **result, cm_error *err);
 /* A number that scripts treat as a double even when integral (7.0 / 2 is
  * 3.5), the way ES hands bucket values to scripts. */
 cJSON *ps_double(double d);

@@ -232,10 +232,68 @@ hostile(void)
 	cJSON_Delete(j);
 }
 
+/* ps_exec over a plain ctx, as ingest conditions and the script
+ * processor use it: the value, or an error containing want_err. */
+static void
+exec_case(const char *src, const char *ctx_json, const char *want, const char *want_err)
+{
+	ps_script *s;
+	cm_error err;
+	cm_error_clear(&err);
+	cJSON *ctx = cJSON_Parse(ctx_json), *res = NULL;
+	REQUIRE(ctx);
+	cm_err rc = ps_compile(src, strlen(src), &s, NULL, &err);
+	if (!rc) {
+		rc = ps_exec(s, ctx, NULL, &res, &err);
+		ps_free(s);
+	}
+	if (want_err) {
+		CHECKF(rc && strstr(err.reason, want_err), "%s: %s", src, err.reason);
+	} else {
+		char *got = res ? cJSON_PrintUnformatted(res) : NULL;
+		CHECKF(!rc && got && !strcmp(got, want), "%s: %s %s", src, got ? got : "(none)",
+		       err.reason);
+		cJSON_free(got);
+	}
+	cJSON_Delete(res);
+	cJSON_Delete(ctx);
+}
+
+static void
+ingest_ctx(void)
+{
+	exec_case("ctx.status == 'error'", "{\"status\":\"error\"}", "true", NULL);
+	exec_case("ctx.status == 'error'", "{}", "false", NULL);
+	exec_case("ctx.tags != null && ctx.tags.contains('x')", "{\"tags\":[\"y\",\"x\"]}", "true",
+	          NULL);
+	exec_case("ctx.tags != null && ctx.tags.contains('x')", "{}", "false", NULL);
+	exec_case("ctx?.a?.b == 1", "{\"a\":{\"b\":1}}", "true", NULL);
+	exec_case("ctx?.a?.b == 1", "{}", "false", NULL);
+	exec_case("ctx.a?.b?.c", "{\"a\":null}", "null", NULL);
+	exec_case("ctx.m?.startsWith('GET')", "{}", "null", NULL);
+	exec_case("ctx.m.startsWith('GET') && ctx.m.endsWith('1')", "{\"m\":\"GET /x 1\"}", "true",
+	          NULL);
+	exec_case("ctx.m.endsWith('GET /x 1 2')", "{\"m\":\"GET /x 1\"}", "false", NULL);
+	exec_case("ctx.m.toLowerCase() + ctx.m.toUpperCase()", "{\"m\":\"aB\"}", "\"abAB\"", NULL);
+	exec_case("ctx.m.trim().isEmpty()", "{\"m\":\"  \"}", "true", NULL);
+	exec_case("'x'.equals(ctx.m)", "{\"m\":\"x\"}", "true", NULL);
+	exec_case("ctx.n = 2; ctx._index = 'b-' + ctx._index", "{\"_index\":\"a\"}", "\"b-a\"",
+	          NULL);
+	/* without ?. a field of null is an error */
+	exec_case("ctx.a.b == 1", "{}", NULL, "cannot access field [b]");
+	exec_case("ctx.a ?. b", "{}", "null", NULL);
+	exec_case("ctx.n > 1 ? 'y' : 'n'", "{\"n\":2}", "\"y\"", NULL);
+	exec_case("ctx.a ?: 'dflt'", "{}", "\"dflt\"", NULL);
+	exec_case("ctx.a ?: 'dflt'", "{\"a\":\"x\"}", "\"x\"", NULL);
+	exec_case("(ctx?.a?.b ?: 0) + 1 == 3", "{\"a\":{\"b\":2}}", "true", NULL);
+	exec_case("ctx.a ?: ctx.b ?: 'c'", "{\"b\":false}", "false", NULL);
+}
+
 int
 main(void)
 {
 	table();
+	ingest_ctx();
 	hostile();
 	return check_report("ps_test");
 }

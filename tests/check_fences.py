@@ -74,7 +74,7 @@ THIRD_PARTY = [
     (r"microhttpd\.h$", "microhttpd", ["coordinator/co_http.c"]),
     (r"argon2\.h$", "argon2", ["coordinator/co_auth.c"]),
     (r"zlib\.h$", "zlib", ["coordinator"]),
-    (r"pcre2\.h$", "pcre2", ["coordinator/co_ingest.c"]),
+    (r"pcre2\.h$", "pcre2", ["coordinator/co_ingest.c", "coordinator/co_grok.c"]),
     (r"(streamvbyte|roaring)", "", []),
 ]
 # Generated protobuf code: proto/ and replication/ (which encodes its own

@@ -103,10 +103,31 @@ def pipeline_validation():
         ({"processors": [{"date": {"field": "a", "formats": ["yyyy-MM-dd"],
                                     "output_format": "yyyy-QQ"}}]},
          "[output_format] Invalid format"),
-        ({"processors": [{"grok": {"field": "a", "patterns": ["%{IP:x}"]}}]},
-         "processor [grok] is not supported"),
-        ({"processors": [{"set": {"field": "a", "value": 1, "if": "ctx.b == 1"}}]},
-         "[if] conditions on processors are not supported"),
+        ({"processors": [{"geoip": {"field": "a"}}]}, "processor [geoip] is not supported"),
+        ({"processors": [{"grok": {"field": "a", "patterns": ["%{NOPE:x} %{IP:y}"]}}]},
+         "[patterns] Invalid regex pattern found in: [%{NOPE:x} %{IP:y}]. Unable to find "
+         "pattern [NOPE] in Grok's pattern dictionary"),
+        ({"processors": [{"grok": {"field": "a", "patterns": ["%{WORD:w} ("]}}]},
+         "[patterns] Invalid regex pattern found in: [%{WORD:w} (]"),
+        ({"processors": [{"grok": {"field": "a", "patterns": ["%{A:a}"],
+                                   "pattern_definitions": {"A": "x%{B}", "B": "%{A}"}}}]},
+         "circular reference in pattern [A]"),
+        ({"processors": [{"grok": {"field": "a", "patterns": []}}]},
+         "[patterns] List of patterns must not be empty"),
+        ({"processors": [{"grok": {"field": "a"}}]}, "[patterns] required property is missing"),
+        ({"processors": [{"grok": {"field": "a", "patterns": ["x"], "colour": 1}}]},
+         "processor [grok] doesn't support one or more provided configuration parameters "
+         "[colour]"),
+        ({"processors": [{"grok": {"field": "a", "patterns": ["x"],
+                                   "ecs_compatibility": "v1"}}]}, "[ecs_compatibility] [v1]"),
+        ({"processors": [{"foreach": {"field": "a"}}]}, "[processor] required property is missing"),
+        ({"processors": [{"foreach": {"field": "a", "processor": {"nope": {}}}}]},
+         "No processor type exists with name [nope]"),
+        ({"processors": [{"foreach": {"field": "a", "processor": {"uppercase": {}}}}]},
+         "[field] required property is missing"),
+        ({"processors": [{"script": {"lang": "painless"}}]},
+         "Need [source] for an inline script or [id] for a stored script"),
+        ({"processors": [{"script": {"id": "s1"}}]}, "[id] stored scripts are not supported"),
         ({"processors": [{"json": {"field": "a", "target_field": "b", "add_to_root": True}}]},
          "Cannot set a target field"),
         ({"processors": {"set": {}}}, "[processors] property isn't a list"),
@@ -115,6 +136,18 @@ def pipeline_validation():
     ]
     for body, reason in cases:
         error_is(n.req("PUT", "/_ingest/pipeline/bad", body), 400, "parse_exception", reason)
+    # Painless that does not compile, in a condition or a script processor
+    for body in ({"processors": [{"set": {"field": "a", "value": 1, "if": "ctx.b =="}}]},
+                 {"processors": [{"set": {"field": "a", "value": 1,
+                                          "if": {"source": "ctx.b == (", "lang": "painless"}}}]},
+                 {"processors": [{"script": {"source": "ctx.a = ;"}}]},
+                 {"processors": [{"foreach": {"field": "a", "processor": {
+                     "script": {"source": "ctx.a = ;"}}}}]}):
+        error_is(n.req("PUT", "/_ingest/pipeline/bad", body), 400, "script_exception",
+                 "compile error")
+    error_is(n.req("PUT", "/_ingest/pipeline/bad",
+                   {"processors": [{"script": {"source": "1", "lang": "mustache"}}]}),
+             400, "illegal_argument_exception", "script_lang not supported [mustache]")
     st, b = n.req("GET", "/_ingest/pipeline/bad")
     eq(st, 404, "nothing stored by a failed put")
     st, _, _ = n.raw("PUT", "/_ingest/pipeline/bad", "{not json")
@@ -424,6 +457,267 @@ def pipelines_survive_restart():
     eq(st, 201, "write after restart: %s" % b)
     eq(get_source(n, "kp", "1"), {"kept": 1}, "pipeline runs after a restart")
 
+
+
+# ---- if, script, grok, foreach ----
+
+APACHE = ('83.149.9.216 - - [17/May/2015:10:05:03 +0000] "GET /presentations/logstash-'
+          'monitorama-2013/images/kibana-search.png HTTP/1.1" 200 203023 "http://semicomplete.'
+          'com/presentations/logstash-monitorama-2013/" "Mozilla/5.0 (Macintosh; Intel Mac OS X '
+          '10_9_1) AppleWebKit/537.36"')
+SYSLOG = "Mar  7 04:02:16 web1 sshd[1234]: Accepted publickey for bob"
+SYSLOG_PAT = ("%{SYSLOGTIMESTAMP:ts} %{HOSTNAME:host.name} %{WORD:[proc][name]}"
+              "\\[%{POSINT:[proc][pid]:int}\\]: %{GREEDYDATA:msg}")
+
+
+@test
+def if_conditions():
+    for label, n, nodes in targets():
+        procs = [{"set": {"field": "alert", "value": True, "if": "ctx.status == 'error'"}},
+                 {"append": {"field": "seen", "value": "x",
+                             "if": "ctx.tags != null && ctx.tags.contains('x')"}},
+                 {"set": {"field": "deep", "value": 1, "if": "ctx?.a?.b == 1"}},
+                 {"set": {"field": "p", "value": 2,
+                          "if": {"source": "ctx.n > params.min", "params": {"min": 3}}}},
+                 {"set": {"field": "q", "value": 5, "if": "(ctx.n ?: 0) == 0"}}]
+        r = simulate(n, {"processors": procs},
+                     [{"status": "error", "tags": ["y", "x"], "a": {"b": 1}, "n": 4},
+                      {"status": "ok", "n": 3}, {"a": None, "tags": None, "n": 0}])
+        eq([d["doc"]["_source"] for d in r],
+           [{"status": "error", "tags": ["y", "x"], "a": {"b": 1}, "n": 4, "alert": True,
+             "seen": ["x"], "deep": 1, "p": 2},
+            {"status": "ok", "n": 3}, {"a": None, "tags": None, "n": 0, "q": 5}],
+           label + " conditions true and false")
+        # a condition that does not give a boolean fails the document ...
+        err = sim_error(n, [{"set": {"field": "x", "value": 1, "if": "ctx.status"}}],
+                        {"status": "ok"})
+        eq(err["type"], "script_exception", label + " non-boolean type")
+        eq(err["reason"].startswith("runtime error: java.lang.String cannot be cast to "
+                                    "java.lang.Boolean")
+           and "must return a boolean" in err["reason"], True, label + " non-boolean: %r" % err)
+        err = sim_error(n, [{"set": {"field": "x", "value": 1, "if": "ctx.a.b == 1"}}], {})
+        eq((err["type"], "cannot access field [b]" in err["reason"]),
+           ("script_exception", True), label + " field of null without ?.")
+        # ... through the processor's on_failure like any failure
+        eq(one(n, [{"set": {"field": "x", "value": 1, "if": "ctx.status",
+                            "on_failure": [{"set": {"field": "f", "value": "caught"}}]}}],
+               {"status": "ok"}), {"status": "ok", "f": "caught"}, label + " on_failure")
+        eq(one(n, [{"set": {"field": "x", "value": 1, "if": "ctx.status", "ignore_failure": True}},
+                   {"set": {"field": "after", "value": 1}}], {"status": "ok"}),
+           {"status": "ok", "after": 1}, label + " ignore_failure")
+        # verbose: a skipped processor
+        r = simulate(n, {"processors": [
+            {"set": {"field": "a", "value": 1, "tag": "t1", "if": "ctx.k == 2"}},
+            {"set": {"field": "b", "value": 2, "if": "ctx.k == 1"}},
+            {"set": {"field": "c", "value": 3}}]}, [{"k": 1}], "?verbose=true")
+        res = r[0]["processor_results"]
+        eq([(p["processor_type"], p["status"]) for p in res],
+           [("set", "skipped"), ("set", "success"), ("set", "success")], label + " verbose")
+        eq((res[0]["tag"], res[0]["if"], "doc" in res[0]),
+           ("t1", {"condition": "ctx.k == 2", "result": False}, False), label + " skipped")
+        eq((res[1]["if"], res[1]["doc"]["_source"]),
+           ({"condition": "ctx.k == 1", "result": True}, {"k": 1, "b": 2}), label + " ran")
+        eq(("if" in res[2], res[2]["doc"]["_source"]), (False, {"k": 1, "b": 2, "c": 3}),
+           label + " no condition")
+        r = simulate(n, {"processors": [
+            {"grok": {"field": "k", "patterns": ["^%{WORD:w}$"], "ignore_failure": True}},
+            {"set": {"field": "c", "value": 3}}]}, [{"k": "a b"}], "?verbose=true")
+        res = r[0]["processor_results"]
+        eq([(p["processor_type"], p["status"]) for p in res],
+           [("grok", "error_ignored"), ("set", "success")], label + " verbose error_ignored")
+        eq((res[0]["ignored_error"]["error"]["reason"], res[0]["doc"]["_source"]),
+           ("Provided Grok expressions do not match field value: [a b]", {"k": "a b"}),
+           label + " ignored error and the doc")
+        # on writes: the pipeline runs where the write arrives
+        put_pipeline(n, "cond-w", {"processors": procs[:1] + [
+            {"drop": {"if": "ctx.status == 'junk'"}}]})
+        st, b = n.bulk([{"index": {"_index": "condw", "_id": "1"}}, {"status": "error"},
+                        {"index": {"_index": "condw", "_id": "2"}}, {"status": "ok"},
+                        {"index": {"_index": "condw", "_id": "3"}}, {"status": "junk"}],
+                       params="?pipeline=cond-w&refresh=true")
+        eq((b["errors"], [list(i.values())[0]["result"] for i in b["items"]]),
+           (False, ["created", "created", "noop"]), label + " bulk: %s" % b)
+        for m in nodes:
+            eq(get_source(m, "condw", "1"), {"status": "error", "alert": True}, label + " doc 1")
+            eq(get_source(m, "condw", "2"), {"status": "ok"}, label + " doc 2")
+            eq(m.req("GET", "/condw/_doc/3")[0], 404, label + " doc 3 dropped")
+
+
+@test
+def script_processor():
+    for label, n, nodes in targets():
+        put_pipeline(n, "scr", {"processors": [{"script": {
+            "tag": "s", "lang": "painless", "params": {"r": "r1", "mul": 10},
+            "source": "ctx.total = (ctx.a + ctx.b) * params.mul; ctx._index = 'scr-' + ctx.kind;"
+                      " ctx._id = 'n' + ctx._id; ctx._routing = params.r; ctx.remove('kind');"
+                      " if (ctx.tags == null) { ctx.tags = [] } ctx.tags.add('s')"}}]})
+        n.req("PUT", "/scr-b", {"settings": {"number_of_shards": 4, "number_of_replicas": 0}})
+        st, b = n.req("PUT", "/scr-src/_doc/1?pipeline=scr&refresh=true",
+                      {"a": 1, "b": 2, "kind": "b"})
+        eq((st, b.get("_index"), b.get("_id")), (201, "scr-b", "n1"), label + " put: %s" % b)
+        for m in nodes:
+            st, b = m.req("GET", "/scr-b/_doc/n1?routing=r1")
+            eq((st, b.get("_source")), (200, {"a": 1, "b": 2, "total": 30, "tags": ["s"]}),
+               label + " stored")
+            eq(m.req("GET", "/scr-src/_doc/1")[0], 404, label + " not in the first index")
+        st, b = n.req("POST", "/_ingest/pipeline/scr/_simulate",
+                      {"docs": [{"_index": "i", "_id": "7", "_source": {"a": 2, "b": 3,
+                                                                        "kind": "c"}}]})
+        d = b["docs"][0]["doc"]
+        eq((d["_index"], d["_id"], d["_routing"], d["_source"]),
+           ("scr-c", "n7", "r1", {"a": 2, "b": 3, "total": 50, "tags": ["s"]}),
+           label + " metadata through _simulate")
+        # a failing script leaves nothing written; on_failure sees its message
+        error_is(n.req("PUT", "/scr-src/_doc/2?pipeline=scr", {"a": 1, "b": "x", "kind": "b",
+                                                                "tags": 5}),
+                 400, "script_exception", "runtime error")
+        for m in nodes:
+            eq(m.req("GET", "/scr-b/_doc/n2?routing=r1")[0], 404, label + " nothing written")
+        eq(one(n, [{"script": {"source": "ctx.n = ctx.missing.x",
+                               "on_failure": [{"set": {"field": "t",
+                                                       "value": "{{_ingest.on_failure_processor_type}}"
+                                                       }}]}}],
+               {"k": 1}), {"k": 1, "t": "script"}, label + " on_failure, untouched doc")
+        eq(one(n, [{"script": {"source": "ctx.k2 = ctx.k * 2", "if": "ctx.k > 1"}},
+                   {"script": {"source": "ctx.never = 1", "if": "ctx.k > 5"}}], {"k": 3}),
+           {"k": 3, "k2": 6}, label + " script with if")
+
+
+@test
+def grok_processor():
+    for label, n, nodes in targets():
+        eq(one(n, [{"grok": {"field": "message", "patterns": ["%{COMBINEDAPACHELOG}"]}}],
+               {"message": APACHE}),
+           {"message": APACHE, "clientip": "83.149.9.216", "ident": "-", "auth": "-",
+            "timestamp": "17/May/2015:10:05:03 +0000", "verb": "GET",
+            "request": "/presentations/logstash-monitorama-2013/images/kibana-search.png",
+            "httpversion": "1.1", "response": "200", "bytes": "203023",
+            "referrer": '"http://semicomplete.com/presentations/logstash-monitorama-2013/"',
+            "agent": '"Mozilla/5.0 (Macintosh; Intel Mac OS X 10_9_1) AppleWebKit/537.36"'},
+           label + " apache combined")
+        eq(one(n, [{"grok": {"field": "m", "patterns": [
+            '%{IPORHOST:ip} %{USER} %{USER} \\[%{HTTPDATE:ts}\\] "%{WORD:verb} %{DATA} '
+            'HTTP/%{NUMBER:v:float}" %{NUMBER:status:int} %{NUMBER:bytes:long} %{GREEDYDATA}']}}],
+               {"m": APACHE}),
+           {"m": APACHE, "ip": "83.149.9.216", "ts": "17/May/2015:10:05:03 +0000",
+            "verb": "GET", "v": 1.1, "status": 200, "bytes": 203023}, label + " typed captures")
+        eq(one(n, [{"grok": {"field": "m", "patterns": [SYSLOG_PAT]}}], {"m": SYSLOG}),
+           {"m": SYSLOG, "ts": "Mar  7 04:02:16", "host": {"name": "web1"},
+            "proc": {"name": "sshd", "pid": 1234}, "msg": "Accepted publickey for bob"},
+           label + " syslog, nested names")
+        eq(one(n, [{"grok": {"field": "m", "patterns": ["%{SYSLOGBASE} %{GREEDYDATA:msg}"]}}],
+               {"m": SYSLOG}),
+           {"m": SYSLOG, "timestamp": "Mar  7 04:02:16", "logsource": "web1",
+            "program": "sshd", "pid": "1234", "msg": "Accepted publickey for bob"},
+           label + " SYSLOGBASE")
+        procs = [{"grok": {"field": "m", "trace_match": True,
+                           "patterns": ["^%{INT:n:int}$", "%{ITEM} is %{COLOR:color}"],
+                           "pattern_definitions": {
+                               "COLOR": "red|green|blue",
+                               "ITEM": "%{WORD:item.name}-%{INT:item.n:int}"}}}]
+        r = simulate(n, {"processors": procs}, [{"m": "box-7 is green"}, {"m": "42"}])
+        eq([d["doc"]["_source"] for d in r],
+           [{"m": "box-7 is green", "item": {"name": "box", "n": 7}, "color": "green"},
+            {"m": "42", "n": 42}], label + " pattern_definitions, first match wins")
+        eq([d["doc"]["_ingest"]["_grok_match_index"] for d in r], ["1", "0"],
+           label + " trace_match")
+        # a value no pattern matches: the document fails, or on_failure runs
+        err = sim_error(n, procs, {"m": "box is purple"})
+        eq((err["type"], err["reason"]),
+           ("illegal_argument_exception",
+            "Provided Grok expressions do not match field value: [box is purple]"),
+           label + " no match")
+        eq(one(n, [{"grok": {"field": "m", "patterns": ["^%{INT:n}$"], "on_failure": [
+            {"set": {"field": "err", "value": "{{_ingest.on_failure_message}}"}}]}}],
+               {"m": "zzz"}),
+           {"m": "zzz", "err": "Provided Grok expressions do not match field value: [zzz]"},
+           label + " no match through on_failure")
+        eq(one(n, [{"grok": {"field": "nope", "patterns": ["%{INT:n}"],
+                             "ignore_missing": True}}], {"k": 1}), {"k": 1},
+           label + " ignore_missing")
+        err = sim_error(n, [{"grok": {"field": "k", "patterns": ["%{INT:n}"]}}], {"k": 5})
+        eq(err["reason"], "field [k] of type [java.lang.Integer] cannot be cast to "
+           "[java.lang.String]", label + " not a string")
+        st, b = n.req("GET", "/_ingest/processor/grok?s=true")
+        names = list(b["patterns"])
+        eq((st, names == sorted(names), b["patterns"]["USER"],
+            b["patterns"]["COMBINEDAPACHELOG"]),
+           (200, True, "%{USERNAME}", "%{COMMONAPACHELOG} %{QS:referrer} %{QS:agent}"),
+           label + " _ingest/processor/grok")
+        eq({"IPV4", "SYSLOGBASE", "TIMESTAMP_ISO8601", "UUID"} <= set(names), True,
+           label + " library names")
+        error_is(n.req("GET", "/_ingest/processor/grok?ecs_compatibility=v1"), 400,
+                 "illegal_argument_exception", "[ecs_compatibility] [v1]")
+        # on writes
+        put_pipeline(n, "grok-w", {"processors": [
+            {"grok": {"field": "m", "patterns": [SYSLOG_PAT]}}, {"remove": {"field": "m"}}]})
+        st, b = n.req("PUT", "/grokw/_doc/1?pipeline=grok-w&refresh=true", {"m": SYSLOG})
+        eq(st, 201, label + " write: %s" % b)
+        error_is(n.req("PUT", "/grokw/_doc/2?pipeline=grok-w", {"m": "nothing"}), 400,
+                 "illegal_argument_exception", "Provided Grok expressions do not match")
+        for m in nodes:
+            eq(get_source(m, "grokw", "1"),
+               {"ts": "Mar  7 04:02:16", "host": {"name": "web1"},
+                "proc": {"name": "sshd", "pid": 1234}, "msg": "Accepted publickey for bob"},
+               label + " stored")
+            eq(m.req("GET", "/grokw/_doc/2")[0], 404, label + " failed doc not written")
+
+
+@test
+def foreach_processor():
+    for label, n, nodes in targets():
+        eq(one(n, [{"foreach": {"field": "names",
+                                "processor": {"uppercase": {"field": "_ingest._value"}}}}],
+               {"names": ["a", "bc"]}), {"names": ["A", "BC"]}, label + " uppercase")
+        eq(one(n, [{"foreach": {"field": "items", "processor": {"grok": {
+            "field": "_ingest._value.raw",
+            "patterns": ["%{WORD:_ingest._value.k}=%{INT:_ingest._value.v:int}"]}}}}],
+               {"items": [{"raw": "a=1"}, {"raw": "b=22"}]}),
+           {"items": [{"raw": "a=1", "k": "a", "v": 1}, {"raw": "b=22", "k": "b", "v": 22}]},
+           label + " grok inside")
+        eq(one(n, [{"foreach": {"field": "v", "processor": {"script": {
+            "source": "ctx._ingest._value = ctx._ingest._value * 2; ctx.sum = "
+                      "(ctx.sum == null ? 0 : ctx.sum) + ctx._ingest._value"}}}}],
+               {"v": [1, 2, 3]}), {"v": [2, 4, 6], "sum": 12}, label + " script inside")
+        eq(one(n, [{"foreach": {"field": "v", "processor": {"uppercase": {
+            "field": "_ingest._value", "if": "ctx._ingest._value != 'b'"}}}}],
+               {"v": ["a", "b"]}), {"v": ["A", "b"]}, label + " if inside")
+        # nested failures: the element's error, or its own on_failure
+        err = sim_error(n, [{"foreach": {"field": "v", "processor": {
+            "uppercase": {"field": "_ingest._value"}}}}], {"v": ["a", 1]})
+        eq(err["reason"], "field [_ingest._value] of type [java.lang.Integer] cannot be cast to "
+           "[java.lang.String]", label + " nested failure")
+        eq(one(n, [{"foreach": {"field": "v", "processor": {"uppercase": {
+            "field": "_ingest._value", "on_failure": [
+                {"set": {"field": "_ingest._value", "value": "bad"}}]}}}}],
+               {"v": ["a", 1]}), {"v": ["A", "bad"]}, label + " nested on_failure")
+        # over an object (ES 8): _ingest._key and _ingest._value, a new key renames
+        eq(one(n, [{"foreach": {"field": "m", "processor": {"script": {
+            "source": "ctx._ingest._value = ctx._ingest._value + 1; "
+                      "ctx._ingest._key = 'k_' + ctx._ingest._key"}}}}],
+               {"m": {"a": 1, "b": 5}}), {"m": {"k_a": 2, "k_b": 6}}, label + " object")
+        err = sim_error(n, [{"foreach": {"field": "v", "processor": {
+            "uppercase": {"field": "_ingest._value"}}}}], {"v": "a"})
+        eq(err["reason"], "field [v] of type [java.lang.String] cannot be cast to "
+           "[java.util.List]", label + " not a list")
+        err = sim_error(n, [{"foreach": {"field": "v", "processor": {
+            "uppercase": {"field": "_ingest._value"}}}}], {})
+        eq(err["reason"], "field [v] not present as part of path [v]", label + " missing")
+        err = sim_error(n, [{"foreach": {"field": "v", "processor": {
+            "uppercase": {"field": "_ingest._value"}}}}], {"v": None})
+        eq(err["reason"], "field [v] is null, cannot loop over its elements.", label + " null")
+        eq(one(n, [{"foreach": {"field": "v", "ignore_missing": True, "processor": {
+            "uppercase": {"field": "_ingest._value"}}}}], {"k": 1}), {"k": 1},
+           label + " ignore_missing")
+        put_pipeline(n, "fe-w", {"processors": [{"foreach": {"field": "t", "processor": {
+            "lowercase": {"field": "_ingest._value"}}}}]})
+        st, b = n.req("PUT", "/few/_doc/1?pipeline=fe-w&refresh=true", {"t": ["X", "Yz"]})
+        eq(st, 201, label + " write: %s" % b)
+        error_is(n.req("PUT", "/few/_doc/2?pipeline=fe-w", {"t": ["X", 2]}), 400,
+                 "illegal_argument_exception", "cannot be cast to [java.lang.String]")
+        for m in nodes:
+            eq(get_source(m, "few", "1"), {"t": ["x", "yz"]}, label + " stored")
+            eq(m.req("GET", "/few/_doc/2")[0], 404, label + " failed doc not written")
 
 
 if __name__ == "__main__":
