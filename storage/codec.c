@@ -254,6 +254,30 @@ codec_unpack64_gather(const uint8_t *in, size_t in_len, const uint32_t *idx, siz
 	}
 }
 
+/* 64 values of `bits` bits from in (64 * bits / 8 bytes, plus 8 readable),
+ * compared: a constant `bits` makes every load and shift a constant. */
+static inline __attribute__((always_inline)) uint64_t
+range_word(const uint8_t *in, unsigned bits, uint64_t lo, uint64_t span)
+{
+	uint64_t mask = (1ull << bits) - 1, m = 0;
+#pragma GCC unroll 64
+	for (unsigned k = 0; k < 64; k++) {
+		unsigned bp = k * bits;
+		uint64_t v = (load64(in + (bp >> 3)) >> (bp & 7)) & mask;
+		m |= (uint64_t)(v - lo <= span) << k;
+	}
+	return m;
+}
+
+#define RANGE_CASE(B)                                                                              \
+	case B:                                                                                    \
+		for (; i + 64 <= nf; i += 64) {                                                    \
+			uint64_t m = range_word(in + i * B / 8, B, lo, span);                        \
+			bb[i >> 6] = m;                                                            \
+			any |= m;                                                                  \
+		}                                                                                  \
+		break;
+
 bool
 codec_packed_range_bits(const uint8_t *in, size_t in_len, size_t n, unsigned bits, uint64_t lo,
                         uint64_t hi, uint64_t *bb)
@@ -269,6 +293,58 @@ codec_packed_range_bits(const uint8_t *in, size_t in_len, size_t n, unsigned bit
 	uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
 	size_t nf = bits <= 57 ? fast_count(in_len, n, bits) : 0;
 	size_t i = 0;
+	switch (bits) {
+		RANGE_CASE(1)
+		RANGE_CASE(2)
+		RANGE_CASE(3)
+		RANGE_CASE(4)
+		RANGE_CASE(5)
+		RANGE_CASE(6)
+		RANGE_CASE(7)
+		RANGE_CASE(8)
+		RANGE_CASE(9)
+		RANGE_CASE(10)
+		RANGE_CASE(11)
+		RANGE_CASE(12)
+		RANGE_CASE(13)
+		RANGE_CASE(14)
+		RANGE_CASE(15)
+		RANGE_CASE(16)
+		RANGE_CASE(17)
+		RANGE_CASE(18)
+		RANGE_CASE(19)
+		RANGE_CASE(20)
+		RANGE_CASE(21)
+		RANGE_CASE(22)
+		RANGE_CASE(23)
+		RANGE_CASE(24)
+		RANGE_CASE(25)
+		RANGE_CASE(26)
+		RANGE_CASE(27)
+		RANGE_CASE(28)
+		RANGE_CASE(29)
+		RANGE_CASE(30)
+		RANGE_CASE(31)
+		RANGE_CASE(32)
+		RANGE_CASE(33)
+		RANGE_CASE(34)
+		RANGE_CASE(35)
+		RANGE_CASE(36)
+		RANGE_CASE(37)
+		RANGE_CASE(38)
+		RANGE_CASE(39)
+		RANGE_CASE(40)
+		RANGE_CASE(41)
+		RANGE_CASE(42)
+		RANGE_CASE(43)
+		RANGE_CASE(44)
+		RANGE_CASE(45)
+		RANGE_CASE(46)
+		RANGE_CASE(47)
+		RANGE_CASE(48)
+	default:
+		break;
+	}
 	for (; i + 64 <= nf; i += 64) {
 		uint64_t m = 0;
 		for (size_t k = 0; k < 64; k++) {
