@@ -55,7 +55,9 @@ typedef struct bq_job {
 	/* a slice of a sliced run: its run (parent NULL: the whole run) */
 	struct bq_job *parent;
 	int slice_idx;
-	pthread_mutex_t mu;        /* the parent's: per_slice, stop */
+	pthread_mutex_t mu;        /* the parent's: per_slice, stop, dest */
+	pthread_cond_t dest_cv;    /* the parent's: a slice created dest (or failed to) */
+	bool dest_creating;        /* the parent's: a slice is creating dest */
 	co_task_status *per_slice; /* the parent's: each slice's counts */
 	_Atomic bool stop;         /* the parent's: a slice aborted or failed */
 	_Atomic int next_slice;    /* the parent's: the next slice to run */
@@ -202,30 +204,37 @@ dest_of(bq_job *j)
 	bq_job *root = j->parent ? j->parent : j;
 	nd_index *ix = NULL;
 	cm_error e;
-	if (j->parent)
-		pthread_mutex_lock(&root->mu);
-	ix = root->dest;
-	if (j->parent)
-		pthread_mutex_unlock(&root->mu);
+	cm_err rc;
+	cm_error_clear(&e);
+	if (!j->parent) {
+		if (!root->dest && (rc = co_get_or_create(root->node, root->dest_name, &ix, &e)))
+			goto fail;
+		if (!root->dest)
+			root->dest = ix;
+		return root->dest;
+	}
+	/* one slice creates it; the others wait (no lock held meanwhile) */
+	pthread_mutex_lock(&root->mu);
+	while (!root->dest && root->dest_creating)
+		pthread_cond_wait(&root->dest_cv, &root->mu);
+	if ((ix = root->dest) == NULL)
+		root->dest_creating = true;
+	pthread_mutex_unlock(&root->mu);
 	if (ix)
 		return ix;
-	cm_error_clear(&e);
-	if (co_get_or_create(root->node, root->dest_name, &ix, &e)) {
-		if (!j->err.code)
-			j->err = e;
-		j->aborted = true;
-		return NULL;
-	}
-	if (j->parent)
-		pthread_mutex_lock(&root->mu);
-	if (!root->dest)
-		root->dest = ix; /* a slice that raced us created it too: keep one */
-	else
-		nd_index_release(ix);
-	ix = root->dest;
-	if (j->parent)
-		pthread_mutex_unlock(&root->mu);
-	return ix;
+	rc = co_get_or_create(root->node, root->dest_name, &ix, &e);
+	pthread_mutex_lock(&root->mu);
+	root->dest = rc ? NULL : ix;
+	root->dest_creating = false;
+	pthread_cond_broadcast(&root->dest_cv);
+	pthread_mutex_unlock(&root->mu);
+	if (!rc)
+		return ix;
+fail:
+	if (!j->err.code)
+		j->err = e;
+	j->aborted = true;
+	return NULL;
 }
 
 /* Writes one page of hits; counts the outcome into j->st. */
@@ -646,6 +655,7 @@ run_sliced(bq_job *j)
 	pthread_t *th = cm_calloc(MEM, (size_t)nt, sizeof(*th));
 	bool *started = cm_calloc(MEM, (size_t)nt, sizeof(bool));
 	pthread_mutex_init(&j->mu, NULL);
+	pthread_cond_init(&j->dest_cv, NULL);
 	j->per_slice = cm_calloc(MEM, (size_t)ns, sizeof(co_task_status));
 	atomic_store(&j->next_slice, 0);
 	atomic_store(&j->stop, false);
@@ -695,6 +705,7 @@ run_sliced(bq_job *j)
 		cJSON_Delete(x->failures);
 	}
 	pthread_mutex_destroy(&j->mu);
+	pthread_cond_destroy(&j->dest_cv);
 	cm_free(MEM, j->per_slice);
 	j->per_slice = NULL;
 	cm_free(MEM, started);
