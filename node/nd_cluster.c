@@ -514,8 +514,8 @@ state_apply_locked(nd_cluster *cl, const rp_state *st)
 			cJSON_Delete(maps);
 			continue;
 		}
-		if (cJSON_IsObject(maps) && nd_index_put_mapping(ix, maps, &err))
-			cm_warn("cluster", "cannot merge mapping of [%s]: %s", e->name, err.reason);
+		/* a mapping naming an analyzer the settings log adds merges after it */
+		bool mapped = !cJSON_IsObject(maps) || !nd_index_put_mapping(ix, maps, &err);
 		nd_alias_sync(ix, body); /* aliases live in the create body */
 		for (size_t k = 0; k < e->nsettings; k++) {
 			cJSON *sb = parse_text(e->settings_log[k]);
@@ -525,6 +525,9 @@ state_apply_locked(nd_cluster *cl, const rp_state *st)
 				        err.reason);
 			cJSON_Delete(sb);
 		}
+		cm_error_clear(&err);
+		if (!mapped && nd_index_put_mapping(ix, maps, &err))
+			cm_warn("cluster", "cannot merge mapping of [%s]: %s", e->name, err.reason);
 		cJSON_Delete(body);
 		cJSON_Delete(maps);
 		nd_index_release(ix);

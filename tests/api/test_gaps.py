@@ -216,6 +216,9 @@ def source_disabled_writes():
                   {"source": {"index": "ns"}, "dest": {"index": "ns-dst"}})
         error_is(r, 400, "illegal_argument_exception")
         eq(r[1]["error"]["reason"], "[ns][_doc][1] didn't store _source", label + " reindex")
+        r = n.req("POST", "/_reindex?refresh=true&slices=2",
+                  {"source": {"index": "ns"}, "dest": {"index": "ns-dst"}})
+        error_is(r, 400, "illegal_argument_exception", "[ns][_doc][1] didn't store _source")
         r = n.req("POST", "/ns/_update_by_query?refresh=true")
         error_is(r, 400, "illegal_argument_exception")
         eq(r[1]["error"]["reason"], "[ns][_doc][1] didn't store _source", label + " ubq")
@@ -229,6 +232,14 @@ def source_disabled_writes():
             eq((b["found"], b["_version"], "_source" in b), (True, 1, False),
                label + " the document is unchanged")
             eq(search(m, "ns", {"term": {"a": 1}}, "a"), ["1"], label + " still indexed as 1")
+        # a reindex that matches nothing creates no destination, as ES
+        b = ok(n.req("POST", "/_reindex", {"source": {"index": "ns", "query": {
+            "term": {"a": 9}}}, "dest": {"index": "ns-none"}}), label + " empty reindex")
+        eq((b["total"], b["created"]), (0, 0), label + " nothing to copy")
+        eq(n.req("GET", "/ns-none/_count")[0], 404, label + " no destination created")
+        error_is(n.req("POST", "/_reindex", {"source": {"index": "ns"},
+                                             "dest": {"index": "Bad"}}),
+                 400, "invalid_index_name_exception")
         # a delete needs no source
         b = ok(n.req("POST", "/ns/_delete_by_query?refresh=true", {"query": {"match_all": {}}}),
                label + " dbq")
