@@ -187,8 +187,9 @@ sources_present(bq_job *j, const cJSON *hits, size_t n)
 		    cJSON_GetObjectItemCaseSensitive(h, "_source"))
 			continue;
 		if (!j->err.code)
-			cm_error_set(&j->err, CM_EINVAL, "[%.200s][_doc][%.200s] didn't store _source",
-			             ix->valuestring, id->valuestring);
+			cm_error_set(&j->err, CM_EINVAL,
+			             "[%.200s][_doc][%.200s] didn't store _source", ix->valuestring,
+			             id->valuestring);
 		j->aborted = true;
 		return false;
 	}
@@ -1216,7 +1217,8 @@ co_h_reindex(co_req *r)
 	j->dest = nd_index_get(r->node, dix->valuestring);
 	cm_err drc = CM_OK;
 	if (!j->dest && nd_alias_exists(r->node, dix->valuestring))
-		drc = co_get_or_create(r->node, dix->valuestring, &j->dest, &err); /* its write index */
+		drc = co_get_or_create(r->node, dix->valuestring, &j->dest,
+		                       &err); /* its write index */
 	else if (!j->dest)
 		drc = nd_index_name_check(dix->valuestring, &err); /* created on the first write */
 	if (drc) {

@@ -479,8 +479,9 @@ run_page(void *arg)
 		pthread_mutex_lock(&g_lock);
 		cursor = c->cursor;
 		pthread_mutex_unlock(&g_lock);
-		j->req.size = j->phase == 2 ? (uint32_t)(j->pg.take < j->size ? j->pg.take : j->size)
-		                         : j->size;
+		j->req.size = j->phase == 2
+		                  ? (uint32_t)(j->pg.take < j->size ? j->pg.take : j->size)
+		                  : j->size;
 		j->req.track_total_hits = SR_TRACK_ALL;
 		j->req.query_phase_only = j->phase == 1;
 		if ((by_doc = doc_order(&j->req))) {
@@ -501,8 +502,8 @@ run_page(void *arg)
 	}
 	if (!rc) {
 		uint64_t t0 = cm_now_ns();
-		rc = sr_search_shard_in(c->rd, j->pg.ordinal, nd_index_name(c->ix), &j->req, &j->res,
-		                        &e);
+		rc = sr_search_shard_in(c->rd, j->pg.ordinal, nd_index_name(c->ix), &j->req,
+		                        &j->res, &e);
 		nd_index_stats *st = nd_index_counters(c->ix);
 		atomic_fetch_add((_Atomic uint64_t *)&st->query_total, 1);
 		atomic_fetch_add((_Atomic uint64_t *)&st->query_time_ns, cm_now_ns() - t0);

@@ -1389,9 +1389,9 @@ analysis_open_refused(const nd_index *ix, const cJSON *anj, cm_error *err)
 	list[0] = 0;
 	for (k = 0; k < nk && at < sizeof(list) - 1; k++)
 		at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%s", k ? ", " : "", v[k]);
-	cm_err rc = cm_error_set(err, CM_EINVAL,
-	                         "Can't update non dynamic settings [[%s]] for open indices [[%s/%s]]",
-	                         list, ix->name, ix->uuid);
+	cm_err rc = cm_error_set(
+	    err, CM_EINVAL, "Can't update non dynamic settings [[%s]] for open indices [[%s/%s]]",
+	    list, ix->name, ix->uuid);
 	cm_free(CM_MEM_NODE, v);
 	cJSON_Delete(keys);
 	return rc;
