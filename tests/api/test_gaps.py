@@ -197,6 +197,10 @@ def analysis_changed_on_closed_index():
             eq(search(m, "an-chg", {"match": {"w": "Foo"}}, "after"), ["2"], label + " after")
             eq(search(m, "an-chg", {"term": {"w": "Foo"}}, "old token"), ["1"],
                label + " doc 1 keeps its token")
+    # the merged analysis is persisted with the index: a restart keeps it
+    n = solo()
+    n.restart()
+    eq(search(n, "an-chg", {"match": {"w": "FOO"}}, "restart"), ["2"], "after a restart")
 
 
 # ---- 3. _source disabled ----
