@@ -140,6 +140,10 @@ cm_err nd_index_put_mapping(nd_index *ix, const cJSON *mappings, cm_error *err);
 /* Applies a PUT _settings body (dynamic settings only: number_of_replicas,
  * refresh_interval, max_result_window). */
 cm_err nd_index_put_settings(nd_index *ix, const cJSON *body, cm_error *err);
+/* What nd_index_put_settings would refuse of body on ix (a bad setting,
+ * index.analysis on an open index), without applying anything: a request
+ * over several indices checks them all first. */
+cm_err nd_index_settings_check(nd_index *ix, const cJSON *body, cm_error *err);
 /* Settings rendered as ES does ({"index":{...}}, values as strings). */
 cJSON *nd_index_settings_json(const nd_index *ix);
 /* The index's default and final ingest pipelines, copied under its lock

@@ -1000,7 +1000,19 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 	           strcmp(action, "put_settings") == 0) {
 		bool del = action[0] == 'd', settings = strcmp(action, "put_settings") == 0;
 		char *copy = cm_strdup(MEM, index), *save = NULL, *tok;
-		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		/* a settings change is checked on every index before any applies */
+		char *chk = settings && strchr(index, ',') ? cm_strdup(MEM, index) : NULL;
+		for (tok = chk ? strtok_r(chk, ",", &save) : NULL; tok && !rc;
+		     tok = strtok_r(NULL, ",", &save)) {
+			nd_index *ix = nd_index_get(cl->node, tok);
+			rc = ix ? nd_index_settings_check(ix, bj, err)
+			        : cm_error_set(err, CM_ENOINDEX, "no such index [%s]", tok);
+			nd_index_release(ix);
+		}
+		cm_free(MEM, chk);
+		save = NULL;
+		for (tok = rc ? NULL : strtok_r(copy, ",", &save); tok;
+		     tok = strtok_r(NULL, ",", &save)) {
 			nd_index *ix = nd_index_get(cl->node, tok);
 			if (del) {
 				rp_state_remove_index(next, tok);

@@ -1459,6 +1459,23 @@ analysis_update_locked(nd_index *ix, const nd_settings *s, const cJSON *anj, cm_
 }
 
 cm_err
+nd_index_settings_check(nd_index *ix, const cJSON *body, cm_error *err)
+{
+	nd_settings s;
+	cJSON *anj = NULL;
+	cm_err rc;
+
+	pthread_mutex_lock(&ix->lock);
+	s = ix->settings;
+	rc = settings_walk(ix, &s, &anj, body, "", false, err);
+	if (!rc && anj && !ix->settings.closed)
+		rc = analysis_open_refused(ix, anj, err);
+	pthread_mutex_unlock(&ix->lock);
+	cJSON_Delete(anj);
+	return rc;
+}
+
+cm_err
 nd_index_put_settings(nd_index *ix, const cJSON *body, cm_error *err)
 {
 	nd_settings s;

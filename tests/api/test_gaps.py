@@ -132,6 +132,14 @@ def analysis_refused_on_open_index():
         for m in nodes:
             s = ok(m.req("GET", "/an-open/_settings"), "get")["an-open"]["settings"]["index"]
             eq("analysis" in s, False, label + " nothing applied")
+        # one closed and one open index: refused for both, nothing applied
+        ok(n.req("PUT", "/an-closed"), label + " create an-closed")
+        ok(n.req("POST", "/an-closed/_close"), label + " close an-closed")
+        r = n.req("PUT", "/an-closed,an-open/_settings?expand_wildcards=all", WS)
+        error_is(r, 400, "illegal_argument_exception", "for open indices [[an-open/%s]]" % uuid)
+        for m in nodes:
+            s = ok(m.req("GET", "/an-closed/_settings"), "get")["an-closed"]["settings"]["index"]
+            eq("analysis" in s, False, label + " the closed index unchanged")
         # an analyzer that does not exist, in a mapping
         r = n.req("PUT", "/an-open/_mapping",
                   {"properties": {"w": {"type": "text", "analyzer": "ws"}}})
