@@ -39,7 +39,8 @@ typedef struct bq_job {
 	nd_index **ixs; /* the source indices (references) */
 	size_t nix;
 	char *search;   /* the scroll's _search body */
-	nd_index *dest; /* reindex (reference) */
+	nd_index *dest; /* reindex (reference), NULL until the first write */
+	char *dest_name; /* reindex: the destination as named */
 	bool dest_create, proceed;
 	int64_t max_docs; /* -1: all */
 	double rps;       /* <= 0: unthrottled */
@@ -54,7 +55,9 @@ typedef struct bq_job {
 	/* a slice of a sliced run: its run (parent NULL: the whole run) */
 	struct bq_job *parent;
 	int slice_idx;
-	pthread_mutex_t mu;        /* the parent's: per_slice, stop */
+	pthread_mutex_t mu;        /* the parent's: per_slice, stop, dest */
+	pthread_cond_t dest_cv;    /* the parent's: a slice created dest (or failed to) */
+	bool dest_creating;        /* the parent's: a slice is creating dest */
 	co_task_status *per_slice; /* the parent's: each slice's counts */
 	_Atomic bool stop;         /* the parent's: a slice aborted or failed */
 	_Atomic int next_slice;    /* the parent's: the next slice to run */
@@ -72,6 +75,7 @@ job_free(bq_job *j)
 	co_release_all(j->ixs, j->nix);
 	if (j->dest)
 		nd_index_release(j->dest);
+	cm_free(MEM, j->dest_name);
 	cm_free(MEM, j->search);
 	cJSON_Delete(j->failures);
 	ps_free(j->script);
@@ -163,10 +167,86 @@ ingest_doc(co_ingest *g, bq_job *j, bq_doc *d, char **src, bool *dropped, cm_err
 	return rc;
 }
 
+/* Whether every hit of a page has its _source (an index with _source
+ * disabled stores none); else the whole run fails, as ES's, before the
+ * page writes anything. A delete needs no source. */
+static bool
+sources_present(bq_job *j, const cJSON *hits, size_t n)
+{
+	const cJSON *h;
+	size_t k = 0;
+	if (j->kind == BQ_DELETE)
+		return true;
+	cJSON_ArrayForEach(h, hits)
+	{
+		if (k++ == n)
+			break;
+		const cJSON *ix = cJSON_GetObjectItemCaseSensitive(h, "_index");
+		const cJSON *id = cJSON_GetObjectItemCaseSensitive(h, "_id");
+		if (!cJSON_IsString(ix) || !cJSON_IsString(id) ||
+		    cJSON_GetObjectItemCaseSensitive(h, "_source"))
+			continue;
+		if (!j->err.code)
+			cm_error_set(&j->err, CM_EINVAL,
+			             "[%.200s][_doc][%.200s] didn't store _source", ix->valuestring,
+			             id->valuestring);
+		j->aborted = true;
+		return false;
+	}
+	return true;
+}
+
+/* The reindex destination, got or created on the first write as ES's
+ * bulk auto-creates it (a run that writes nothing leaves no index). The
+ * slices share the run's; no lock is held across the create. */
+static nd_index *
+dest_of(bq_job *j)
+{
+	bq_job *root = j->parent ? j->parent : j;
+	nd_index *ix = NULL;
+	cm_error e;
+	cm_err rc;
+	cm_error_clear(&e);
+	if (!j->parent) {
+		if (!root->dest && (rc = co_get_or_create(root->node, root->dest_name, &ix, &e)))
+			goto fail;
+		if (!root->dest)
+			root->dest = ix;
+		return root->dest;
+	}
+	/* one slice creates it; the others wait (no lock held meanwhile) */
+	pthread_mutex_lock(&root->mu);
+	while (!root->dest && root->dest_creating)
+		pthread_cond_wait(&root->dest_cv, &root->mu);
+	if ((ix = root->dest) == NULL)
+		root->dest_creating = true;
+	pthread_mutex_unlock(&root->mu);
+	if (ix)
+		return ix;
+	rc = co_get_or_create(root->node, root->dest_name, &ix, &e);
+	pthread_mutex_lock(&root->mu);
+	root->dest = rc ? NULL : ix;
+	root->dest_creating = false;
+	pthread_cond_broadcast(&root->dest_cv);
+	pthread_mutex_unlock(&root->mu);
+	if (!rc)
+		return ix;
+fail:
+	if (!j->err.code)
+		j->err = e;
+	j->aborted = true;
+	return NULL;
+}
+
 /* Writes one page of hits; counts the outcome into j->st. */
 static void
 write_batch(bq_job *j, cJSON *hits, size_t n)
 {
+	nd_index *dest = NULL;
+	if (!sources_present(j, hits, n))
+		return;
+	if (j->kind == BQ_REINDEX && !(dest = dest_of(j)))
+		return;
 	bq_doc *docs = cm_calloc(MEM, n + 1, sizeof(*docs));
 	nd_batch *b = cm_calloc(MEM, n + 1, sizeof(*b));
 	st_op **ops = cm_calloc(MEM, n + 1, sizeof(*ops));
@@ -195,7 +275,7 @@ write_batch(bq_job *j, cJSON *hits, size_t n)
 		d->id = id->valuestring;
 		d->seq_no = cJSON_IsNumber(sq) ? (uint64_t)sq->valuedouble : ST_NO_SEQ;
 		d->term = cJSON_IsNumber(pt) ? (uint64_t)pt->valuedouble : 0;
-		d->ix = j->kind == BQ_REINDEX ? j->dest : index_of(j, d->index);
+		d->ix = j->kind == BQ_REINDEX ? dest : index_of(j, d->index);
 		if (!d->ix) {
 			d->skip = true;
 			continue;
@@ -434,8 +514,8 @@ run_slice(bq_job *j, int slice, int max)
 
 	cm_buf_init(&out, MEM);
 	cm_error_clear(&e);
-	rc = nd_scroll_open(j->node, j->ixs, j->nix, j->search, BQ_SCROLL_KEEP_MS, slice, max, &out,
-	                    &sid, &e);
+	rc = nd_scroll_open(j->node, j->ixs, j->nix, j->search, BQ_SCROLL_KEEP_MS, slice, max,
+	                    false, &out, &sid, &e);
 	bool first = true;
 	while (!rc) {
 		page = cJSON_ParseWithLength((const char *)out.data, out.len);
@@ -576,6 +656,7 @@ run_sliced(bq_job *j)
 	pthread_t *th = cm_calloc(MEM, (size_t)nt, sizeof(*th));
 	bool *started = cm_calloc(MEM, (size_t)nt, sizeof(bool));
 	pthread_mutex_init(&j->mu, NULL);
+	pthread_cond_init(&j->dest_cv, NULL);
 	j->per_slice = cm_calloc(MEM, (size_t)ns, sizeof(co_task_status));
 	atomic_store(&j->next_slice, 0);
 	atomic_store(&j->stop, false);
@@ -625,6 +706,7 @@ run_sliced(bq_job *j)
 		cJSON_Delete(x->failures);
 	}
 	pthread_mutex_destroy(&j->mu);
+	pthread_cond_destroy(&j->dest_cv);
 	cm_free(MEM, j->per_slice);
 	j->per_slice = NULL;
 	cm_free(MEM, started);
@@ -1131,7 +1213,15 @@ co_h_reindex(co_req *r)
 	if (cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 10000)
 		size = (int64_t)v->valuedouble;
 	cm_error_clear(&err);
-	if (co_get_or_create(r->node, dix->valuestring, &j->dest, &err)) {
+	j->dest_name = cm_strdup(MEM, dix->valuestring);
+	j->dest = nd_index_get(r->node, dix->valuestring);
+	cm_err drc = CM_OK;
+	if (!j->dest && nd_alias_exists(r->node, dix->valuestring))
+		drc = co_get_or_create(r->node, dix->valuestring, &j->dest,
+		                       &err); /* its write index */
+	else if (!j->dest)
+		drc = nd_index_name_check(dix->valuestring, &err); /* created on the first write */
+	if (drc) {
 		j->dest = NULL;
 		co_reply_error(r, &err, dix->valuestring);
 		cm_buf_free(&names);

@@ -162,7 +162,8 @@ co_pit_search(co_req *r, cJSON *body, int slice_id, int slice_max)
 	char *text = cJSON_PrintUnformatted(body);
 	cm_buf_init(&out, MEM);
 	cm_error_clear(&err);
-	if (nd_pit_search(r->node, pid, ms, text, slice_id, slice_max, &out, &err)) {
+	if (nd_pit_search(r->node, pid, ms, text, slice_id, slice_max,
+	                  co_param_bool(r, "typed_keys", false), &out, &err)) {
 		co_reply_error(r, &err, NULL);
 	} else {
 		add_pit_id(&out, pid);

@@ -1659,6 +1659,17 @@ co_h_settings_put(co_req *r)
 	for (size_t i = 0; i < n; i++) {
 		cm_error err;
 		cm_error_clear(&err);
+		/* every index checked before any changes: never half-applied */
+		if (n > 1 && nd_index_settings_check(ixs[i], s ? s : body, &err)) {
+			co_reply_error(r, &err, NULL);
+			co_release_all(ixs, n);
+			cJSON_Delete(body);
+			return;
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		cm_error err;
+		cm_error_clear(&err);
 		if (nd_index_put_settings(ixs[i], s ? s : body, &err)) {
 			co_reply_error(r, &err, NULL);
 			co_release_all(ixs, n);

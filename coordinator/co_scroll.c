@@ -82,7 +82,8 @@ co_scroll_start(co_req *r, nd_index **ixs, size_t n, const cJSON *body, int64_t 
 	if (n == 0)
 		return cm_error_set(err, CM_ENOINDEX, "no such index [_all]");
 	text = cJSON_PrintUnformatted(body);
-	rc = nd_scroll_open(r->node, ixs, n, text, keep_ms, slice_id, slice_max, out, &id, err);
+	rc = nd_scroll_open(r->node, ixs, n, text, keep_ms, slice_id, slice_max,
+	                    co_param_bool(r, "typed_keys", false), out, &id, err);
 	cJSON_free(text);
 	if (!rc)
 		add_scroll_id(out, id);

@@ -140,6 +140,10 @@ cm_err nd_index_put_mapping(nd_index *ix, const cJSON *mappings, cm_error *err);
 /* Applies a PUT _settings body (dynamic settings only: number_of_replicas,
  * refresh_interval, max_result_window). */
 cm_err nd_index_put_settings(nd_index *ix, const cJSON *body, cm_error *err);
+/* What nd_index_put_settings would refuse of body on ix (a bad setting,
+ * index.analysis on an open index), without applying anything: a request
+ * over several indices checks them all first. */
+cm_err nd_index_settings_check(nd_index *ix, const cJSON *body, cm_error *err);
 /* Settings rendered as ES does ({"index":{...}}, values as strings). */
 cJSON *nd_index_settings_json(const nd_index *ix);
 /* The index's default and final ingest pipelines, copied under its lock
@@ -255,9 +259,12 @@ size_t nd_ctx_open_count(nd_node *n);
  * the request modulo slice_max is slice_id; with more slices than shards,
  * as ES, shard slice_id % nshards alone and of it the documents whose _id
  * hashes (XXH3) to its sub-slice (slice_id / nshards modulo the slices
- * that shard has). nd_pit_search slices alike. */
+ * that shard has). nd_pit_search slices alike. typed_keys: aggregation and
+ * suggestion names carry their type (?typed_keys; only the first page has
+ * aggregations, as ES). */
 cm_err nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t keep_ms,
-                      int slice_id, int slice_max, cm_buf *out, char **id, cm_error *err);
+                      int slice_id, int slice_max, bool typed_keys, cm_buf *out, char **id,
+                      cm_error *err);
 /* The next page of a scroll into out; *next_id (cm_malloc'd, the caller
  * frees) is the id for the page after. A context that expired, was
  * cleared or whose node is gone → CM_ENOTFOUND
@@ -275,9 +282,9 @@ cm_err nd_pit_open(nd_node *n, nd_index **ixs, size_t nix, int64_t keep_ms, char
                    cm_error *err);
 /* Runs body (a _search body without "pit"; its sort should end with
  * _shard_doc) on the contexts of a point in time into out; keep_ms > 0
- * extends them. Errors as nd_scroll_next. */
+ * extends them; typed_keys as nd_scroll_open. Errors as nd_scroll_next. */
 cm_err nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, int slice_id,
-                     int slice_max, cm_buf *out, cm_error *err);
+                     int slice_max, bool typed_keys, cm_buf *out, cm_error *err);
 cm_err nd_pit_close(nd_node *n, const char *id, size_t *nctx, size_t *freed, cm_error *err);
 /* Frees every context of this node (it is stopping). */
 size_t nd_ctx_close_node(nd_node *n);

@@ -514,8 +514,8 @@ state_apply_locked(nd_cluster *cl, const rp_state *st)
 			cJSON_Delete(maps);
 			continue;
 		}
-		if (cJSON_IsObject(maps) && nd_index_put_mapping(ix, maps, &err))
-			cm_warn("cluster", "cannot merge mapping of [%s]: %s", e->name, err.reason);
+		/* a mapping naming an analyzer the settings log adds merges after it */
+		bool mapped = !cJSON_IsObject(maps) || !nd_index_put_mapping(ix, maps, &err);
 		nd_alias_sync(ix, body); /* aliases live in the create body */
 		for (size_t k = 0; k < e->nsettings; k++) {
 			cJSON *sb = parse_text(e->settings_log[k]);
@@ -525,6 +525,9 @@ state_apply_locked(nd_cluster *cl, const rp_state *st)
 				        err.reason);
 			cJSON_Delete(sb);
 		}
+		cm_error_clear(&err);
+		if (!mapped && nd_index_put_mapping(ix, maps, &err))
+			cm_warn("cluster", "cannot merge mapping of [%s]: %s", e->name, err.reason);
 		cJSON_Delete(body);
 		cJSON_Delete(maps);
 		nd_index_release(ix);
@@ -997,7 +1000,19 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 	           strcmp(action, "put_settings") == 0) {
 		bool del = action[0] == 'd', settings = strcmp(action, "put_settings") == 0;
 		char *copy = cm_strdup(MEM, index), *save = NULL, *tok;
-		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		/* a settings change is checked on every index before any applies */
+		char *chk = settings && strchr(index, ',') ? cm_strdup(MEM, index) : NULL;
+		for (tok = chk ? strtok_r(chk, ",", &save) : NULL; tok && !rc;
+		     tok = strtok_r(NULL, ",", &save)) {
+			nd_index *ix = nd_index_get(cl->node, tok);
+			rc = ix ? nd_index_settings_check(ix, bj, err)
+			        : cm_error_set(err, CM_ENOINDEX, "no such index [%s]", tok);
+			nd_index_release(ix);
+		}
+		cm_free(MEM, chk);
+		save = NULL;
+		for (tok = rc ? NULL : strtok_r(copy, ",", &save); tok;
+		     tok = strtok_r(NULL, ",", &save)) {
 			nd_index *ix = nd_index_get(cl->node, tok);
 			if (del) {
 				rp_state_remove_index(next, tok);

@@ -25,6 +25,7 @@
 #include <xxhash.h>
 
 #include "../proto/pr.h"
+#include "../search/sr_agg.h"
 #include "nd_cluster_private.h"
 #include "nd_private.h"
 
@@ -434,13 +435,14 @@ typedef struct page_job {
 	char *stored_body; /* the context's body, when asked */
 	bool want_body;
 	char *index; /* the context's index name */
+	sr_request req; /* the page's request: res's aggregations point into it */
+	bool has_req;
 } page_job;
 
 static void
 run_page(void *arg)
 {
 	page_job *j = arg;
-	sr_request req;
 	cm_error e;
 	cm_err rc;
 	ctx *c = find_ref(j->n, j->pg.id, j->keep_ms);
@@ -465,10 +467,11 @@ run_page(void *arg)
 		body = stripped;
 		blen = strlen(stripped);
 	}
-	sr_request_init(&req);
-	rc = nd_cl_request_build(body, blen, NULL, &req, &e);
+	sr_request_init(&j->req);
+	j->has_req = true;
+	rc = nd_cl_request_build(body, blen, NULL, &j->req, &e);
 	if (!rc && sm > 0)
-		rc = narrow_to_sub_slice(c, &req, sk, sm, &e);
+		rc = narrow_to_sub_slice(c, &j->req, sk, sm, &e);
 	uint64_t skip = 0, cursor = 0;
 	bool by_doc = false;
 	if (!rc && !j->body) {
@@ -476,30 +479,31 @@ run_page(void *arg)
 		pthread_mutex_lock(&g_lock);
 		cursor = c->cursor;
 		pthread_mutex_unlock(&g_lock);
-		req.size = j->phase == 2 ? (uint32_t)(j->pg.take < j->size ? j->pg.take : j->size)
-		                         : j->size;
-		req.track_total_hits = SR_TRACK_ALL;
-		req.query_phase_only = j->phase == 1;
-		if ((by_doc = doc_order(&req))) {
-			req.from = 0;
-			if (cursor > 0 && !req.nsearch_after) {
-				req.search_after =
+		j->req.size = j->phase == 2
+		                  ? (uint32_t)(j->pg.take < j->size ? j->pg.take : j->size)
+		                  : j->size;
+		j->req.track_total_hits = SR_TRACK_ALL;
+		j->req.query_phase_only = j->phase == 1;
+		if ((by_doc = doc_order(&j->req))) {
+			j->req.from = 0;
+			if (cursor > 0 && !j->req.nsearch_after) {
+				j->req.search_after =
 				    cm_calloc(CM_MEM_SEARCH, 1, sizeof(sr_sort_value));
-				req.search_after[0].type = SR_SV_LONG;
-				req.search_after[0].l = (int64_t)(cursor - 1);
-				req.nsearch_after = 1;
+				j->req.search_after[0].type = SR_SV_LONG;
+				j->req.search_after[0].l = (int64_t)(cursor - 1);
+				j->req.nsearch_after = 1;
 			}
 		} else if (cursor > UINT32_MAX - (uint64_t)j->size) {
 			rc = cm_error_set(&e, CM_ELIMIT, "scroll is too deep for a sorted scroll");
 		} else {
-			req.from = (uint32_t)cursor;
+			j->req.from = (uint32_t)cursor;
 			skip = cursor;
 		}
 	}
 	if (!rc) {
 		uint64_t t0 = cm_now_ns();
-		rc = sr_search_shard_in(c->rd, j->pg.ordinal, nd_index_name(c->ix), &req, &j->res,
-		                        &e);
+		rc = sr_search_shard_in(c->rd, j->pg.ordinal, nd_index_name(c->ix), &j->req,
+		                        &j->res, &e);
 		nd_index_stats *st = nd_index_counters(c->ix);
 		atomic_fetch_add((_Atomic uint64_t *)&st->query_total, 1);
 		atomic_fetch_add((_Atomic uint64_t *)&st->query_time_ns, cm_now_ns() - t0);
@@ -530,7 +534,6 @@ run_page(void *arg)
 	j->res.shard = j->pg.ordinal;
 	for (size_t i = 0; i < j->res.nhits; i++)
 		j->res.hits[i].shard = j->pg.ordinal;
-	sr_request_free(&req);
 	cm_free(MEM, stripped);
 	ctx_unref(c);
 }
@@ -554,6 +557,8 @@ page_job_clear(page_job *j)
 	sr_shard_result_free(&j->res);
 	cm_free(MEM, j->stored_body);
 	cm_free(MEM, j->index);
+	if (j->has_req)
+		sr_request_free(&j->req);
 }
 
 /* ---- serving the messages of other nodes ---- */
@@ -1205,6 +1210,29 @@ page_set_free(page_set *P, size_t nrefs)
 	cm_free(MEM, P->body);
 }
 
+/* A local page's aggregation state points into the request its page job
+ * parsed, freed with the job: before that, it is carried over to aggs (the
+ * merge's request) through its wire form, as a remote one is decoded. */
+static void
+rebind_aggs(sr_shard_result *r, const sr_agg *aggs)
+{
+	sr_agg_state *s = r->aggs, *d = NULL;
+	cm_buf b;
+	cm_error e;
+	if (!s)
+		return;
+	r->aggs = NULL;
+	cm_buf_init(&b, MEM);
+	cm_error_clear(&e);
+	if (aggs && !sr_agg_state_encode(s, &b) &&
+	    !sr_agg_state_decode(aggs, b.data, b.len, &d, &e))
+		r->aggs = d;
+	else if (aggs && !r->error.code)
+		cm_error_set(&r->error, CM_EINTERNAL, "cannot carry a shard's aggregations over");
+	cm_buf_free(&b);
+	sr_agg_state_free(s);
+}
+
 /* Runs one page of every ref (its ordinal is its position), wherever it
  * lives; every result comes back, a failed one with error set. */
 static void
@@ -1301,6 +1329,7 @@ run_all_pages(nd_node *n, const cref *refs, size_t nrefs, const uint64_t *takes,
 		size_t q = sel[G.members[lg][m]];
 		P->res[q] = local[m].res;
 		memset(&local[m].res, 0, sizeof(local[m].res));
+		rebind_aggs(&P->res[q], aggs);
 		if (local[m].index) {
 			P->names[P->nnames++] = local[m].index;
 			P->res[q].index = local[m].index;
@@ -1526,9 +1555,13 @@ done:
 
 /* ---- scroll ---- */
 
+/* The merge's parameters for ?typed_keys (read by nd_cl_request_build). */
+#define TYPED_KEYS "{\"typed_keys\":true}"
+
 cm_err
 nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t keep_ms,
-               int slice_id, int slice_max, cm_buf *out, char **id_out, cm_error *err)
+               int slice_id, int slice_max, bool typed_keys, cm_buf *out, char **id_out,
+               cm_error *err)
 {
 	sr_request req;
 	cref *refs = NULL;
@@ -1538,7 +1571,8 @@ nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t
 	char *sliced = NULL;
 	*id_out = NULL;
 	sr_request_init(&req);
-	if ((rc = nd_cl_request_build(body, strlen(body), NULL, &req, err)))
+	if ((rc = nd_cl_request_build(body, strlen(body), typed_keys ? TYPED_KEYS : NULL, &req,
+	                              err)))
 		goto done;
 	if (req.size == 0) {
 		rc =
@@ -1663,7 +1697,7 @@ nd_pit_open(nd_node *n, nd_index **ixs, size_t nix, int64_t keep_ms, char **id, 
 
 cm_err
 nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, int slice_id,
-              int slice_max, cm_buf *out, cm_error *err)
+              int slice_max, bool typed_keys, cm_buf *out, cm_error *err)
 {
 	cref *refs;
 	size_t nrefs;
@@ -1674,7 +1708,8 @@ nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, int
 	cm_err rc;
 
 	sr_request_init(&req);
-	if ((rc = nd_cl_request_build(body, strlen(body), NULL, &req, err))) {
+	if ((rc = nd_cl_request_build(body, strlen(body), typed_keys ? TYPED_KEYS : NULL, &req,
+	                              err))) {
 		sr_request_free(&req);
 		return rc;
 	}

@@ -1402,16 +1402,146 @@ nd_index_put_mapping(nd_index *ix, const cJSON *mappings, cm_error *err)
 	return rc;
 }
 
+/* Appends the leaf keys of an analysis object ("index.analysis.a.b", an
+ * array is one leaf) to keys, one per string. */
+static void
+analysis_keys(const cJSON *o, const char *prefix, cJSON *keys)
+{
+	const cJSON *c;
+	char key[512];
+	cJSON_ArrayForEach(c, o)
+	{
+		snprintf(key, sizeof(key), "%s.%s", prefix, c->string);
+		if (cJSON_IsObject(c))
+			analysis_keys(c, key, keys);
+		else
+			cJSON_AddItemToArray(keys, cJSON_CreateString(key));
+	}
+}
+
+static int
+key_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* ES's refusal of index.analysis.* on an open index, the keys sorted. */
+static cm_err
+analysis_open_refused(const nd_index *ix, const cJSON *anj, cm_error *err)
+{
+	cJSON *keys = cJSON_CreateArray();
+	analysis_keys(anj, "index.analysis", keys);
+	int nk = cJSON_GetArraySize(keys), k = 0;
+	const char **v = cm_calloc(CM_MEM_NODE, (size_t)nk + 1, sizeof(*v));
+	const cJSON *e;
+	cJSON_ArrayForEach(e, keys) v[k++] = e->valuestring;
+	qsort(v, (size_t)nk, sizeof(*v), key_cmp);
+	char list[1024];
+	size_t at = 0;
+	list[0] = 0;
+	for (k = 0; k < nk && at < sizeof(list) - 1; k++)
+		at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%s", k ? ", " : "", v[k]);
+	cm_err rc = cm_error_set(
+	    err, CM_EINVAL, "Can't update non dynamic settings [[%s]] for open indices [[%s/%s]]",
+	    list, ix->name, ix->uuid);
+	cm_free(CM_MEM_NODE, v);
+	cJSON_Delete(keys);
+	return rc;
+}
+
+/* Merges the leaves of add into into (a null leaf removes the key, as a
+ * null setting resets it in ES). */
+static void
+analysis_merge(cJSON *into, const cJSON *add)
+{
+	const cJSON *c;
+	cJSON_ArrayForEach(c, add)
+	{
+		cJSON *have = cJSON_GetObjectItemCaseSensitive(into, c->string);
+		if (cJSON_IsObject(c) && cJSON_IsObject(have)) {
+			analysis_merge(have, c);
+			continue;
+		}
+		if (have)
+			cJSON_DeleteItemFromObjectCaseSensitive(into, c->string);
+		if (!cJSON_IsNull(c))
+			cJSON_AddItemToObject(into, c->string, cJSON_Duplicate(c, true));
+	}
+}
+
+/* Applies index.analysis changes to a closed index: the merged analysis is
+ * parsed and the mapping rebuilt over it (fields name analyzers), then
+ * both are persisted with settings s. Segments keep the tokens they were
+ * indexed with. Caller holds ix->lock; on error nothing changed. */
+static cm_err
+analysis_update_locked(nd_index *ix, const nd_settings *s, const cJSON *anj, cm_error *err)
+{
+	const cJSON *cur = st_analysis_json(ix->mapping->analysis);
+	cJSON *merged = cur ? cJSON_Duplicate(cur, true) : cJSON_CreateObject(), *mj = NULL;
+	st_analysis *an = NULL;
+	st_mapping *m = NULL;
+	nd_settings old = ix->settings;
+	cm_err rc;
+
+	analysis_merge(merged, anj);
+	if (cur && cJSON_Compare(cur, merged, true)) {
+		cJSON_Delete(merged); /* a replay of a change already applied */
+		ix->settings = *s;
+		if ((rc = index_persist_locked(ix))) {
+			ix->settings = old;
+			return cm_error_set(err, rc, "cannot persist settings");
+		}
+		return CM_OK;
+	}
+	rc = st_analysis_parse(cJSON_GetArraySize(merged) ? merged : NULL, s->max_ngram_diff,
+	                       s->max_shingle_diff, &an, err);
+	if (!rc) {
+		mj = st_mapping_to_json(ix->mapping);
+		rc = st_mapping_from_json_an(mj, an, &m, err);
+	}
+	if (!rc) {
+		ix->settings = *s;
+		if ((rc = mapping_install_locked(ix, m, err))) /* takes m */
+			ix->settings = old;
+	}
+	cJSON_Delete(mj);
+	cJSON_Delete(merged);
+	st_analysis_unref(an);
+	return rc;
+}
+
 cm_err
-nd_index_put_settings(nd_index *ix, const cJSON *body, cm_error *err)
+nd_index_settings_check(nd_index *ix, const cJSON *body, cm_error *err)
 {
 	nd_settings s;
+	cJSON *anj = NULL;
 	cm_err rc;
 
 	pthread_mutex_lock(&ix->lock);
 	s = ix->settings;
-	rc = settings_walk(ix, &s, NULL, body, "", false, err);
-	if (!rc) {
+	rc = settings_walk(ix, &s, &anj, body, "", false, err);
+	if (!rc && anj && !ix->settings.closed)
+		rc = analysis_open_refused(ix, anj, err);
+	pthread_mutex_unlock(&ix->lock);
+	cJSON_Delete(anj);
+	return rc;
+}
+
+cm_err
+nd_index_put_settings(nd_index *ix, const cJSON *body, cm_error *err)
+{
+	nd_settings s;
+	cJSON *anj = NULL;
+	cm_err rc;
+
+	pthread_mutex_lock(&ix->lock);
+	s = ix->settings;
+	rc = settings_walk(ix, &s, &anj, body, "", false, err);
+	if (!rc && anj && !ix->settings.closed)
+		rc = analysis_open_refused(ix, anj, err);
+	if (!rc && anj) {
+		rc = analysis_update_locked(ix, &s, anj, err);
+	} else if (!rc) {
 		nd_settings old = ix->settings;
 		ix->settings = s;
 		if ((rc = index_persist_locked(ix))) {
@@ -1425,6 +1555,7 @@ nd_index_put_settings(nd_index *ix, const cJSON *body, cm_error *err)
 				st_shard_set_nested_objects_limit(ix->shards[i], lim);
 	}
 	pthread_mutex_unlock(&ix->lock);
+	cJSON_Delete(anj);
 	return rc;
 }
 

@@ -155,7 +155,7 @@ test_registry(const char *dir)
 		cm_buf_init(&out, CM_MEM_NODE);
 		cm_error_clear(&err);
 		CHECK(nd_scroll_open(n, &ix, 1, "{\"size\":5,\"sort\":[\"_doc\"]}", 60000, 0, 0,
-		                     &out, &sid, &err) == CM_OK);
+		                     false, &out, &sid, &err) == CM_OK);
 		CHECK(sid != NULL && nd_ctx_open_count(n) == 3); /* one per shard */
 		for (;;) {
 			cm_buf_put_u8(&out, 0); /* a C string for strstr */
