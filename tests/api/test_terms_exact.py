@@ -93,5 +93,10 @@ def one_segment():
     check_all("one segment")
 
 
+def teardown():
+    """Stops the node (it used to outlive the run), returning its exit code."""
+    return NODE.stop() if NODE is not None else 0
+
+
 if __name__ == "__main__":
-    run_tests()
+    run_tests(teardown=teardown)
