@@ -27,6 +27,7 @@ usage(FILE *f)
 	fprintf(
 	    f, "usage: shoal --solo --data DIR [--http HOST:PORT] [--name NAME]\n"
 	       "             [--log-level debug|info|warn|error] [-E setting=value]\n"
+	       "             [--http-threads N]   (HTTP worker threads, default 8)\n"
 	       "       shoal --cluster FILE --name NAME --data DIR [--role coordinator]\n"
 	       "             [--fanout serial|per_shard|per_node]\n"
 	       "       shoal --etcd HOST:PORT[,HOST:PORT..] --cluster-name NAME --name NAME\n"
@@ -122,6 +123,7 @@ main(int argc, char **argv)
 	uint64_t max_content = 100ull << 20;
 	const char *users_file = NULL;
 	int max_conns = 0;
+	int http_threads = 0; /* co_http.c's default */
 	uint64_t header_timeout = 0, body_timeout = 0;
 	co_auth *auth = NULL;
 	char host[64];
@@ -180,6 +182,13 @@ main(int argc, char **argv)
 			name = argv[++i];
 		else if (strcmp(a, "--log-level") == 0 && v)
 			level = argv[++i];
+		else if (strcmp(a, "--http-threads") == 0 && v) {
+			http_threads = atoi(argv[++i]);
+			if (http_threads < 1 || http_threads > 256) {
+				fprintf(stderr, "shoal: --http-threads takes 1 to 256\n");
+				return 2;
+			}
+		}
 		else if (strcmp(a, "-E") == 0 && v) {
 			/* Elasticsearch-style settings */
 			const char *kv = argv[++i];
@@ -359,6 +368,7 @@ main(int argc, char **argv)
 	co.max_content_length = max_content;
 	co.auth = auth;
 	co.max_open_connections = max_conns;
+	co.threads = http_threads;
 	co.header_timeout_ns = header_timeout;
 	co.body_timeout_ns = body_timeout;
 	if (co_server_start(node, &co, &srv, &err)) {
