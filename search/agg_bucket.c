@@ -1725,6 +1725,64 @@ terms_flush(agg_rt *rt, agg_node *n)
 			terms_bucket_str(s, rt->spec, t, len)->count += (uint32_t)oc[i];
 		}
 		cm_free(AGG_MEM, oc);
+	} else if (s->counts && p->min_doc_count >= 1 && p->shard_min_doc_count <= 1 &&
+	           p->min_doc_count <= 1 && s->t.n == 0 && p->norder == 1 &&
+	           order_is_count_desc(p) && rt->ctx->reader &&
+	           st_reader_nsegments(rt->ctx->reader) == 1 && p->shard_size > 0) {
+		/* The shard's only segment, by count: its top shard_size
+		 * ordinals (ties by ordinal) become buckets, the rest go to
+		 * sum_other_doc_count, as the sparse path above; a heap keeps
+		 * them, so 100,000 counted ordinals are not sorted nor looked up. */
+		size_t k = p->shard_size, nh = 0;
+		uint64_t *h = cm_malloc(AGG_MEM, (k + 1) * sizeof *h); /* worst at h[0] */
+		for (size_t o = 0; o < s->nords; o++) {
+			uint32_t c = s->counts[o];
+			if (!c)
+				continue;
+			uint64_t e = (uint64_t)o << 32 | c;
+			if (nh == k) {
+				if (cmp_count_desc(&e, &h[0]) >= 0) {
+					s->other += c;
+					continue;
+				}
+				s->other += (uint32_t)h[0];
+				h[0] = e;
+			} else {
+				h[nh++] = e;
+				for (size_t i = nh - 1; i > 0 && cmp_count_desc(&h[(i - 1) / 2], &h[i]) < 0;
+				     i = (i - 1) / 2) {
+					uint64_t t = h[i];
+					h[i] = h[(i - 1) / 2];
+					h[(i - 1) / 2] = t;
+				}
+				continue;
+			}
+			for (size_t i = 0;;) { /* sift the new root down: worst on top */
+				size_t l = 2 * i + 1, r = l + 1, w = i;
+				if (l < nh && cmp_count_desc(&h[l], &h[w]) > 0)
+					w = l;
+				if (r < nh && cmp_count_desc(&h[r], &h[w]) > 0)
+					w = r;
+				if (w == i)
+					break;
+				uint64_t t = h[i];
+				h[i] = h[w];
+				h[w] = t;
+				i = w;
+			}
+		}
+		qsort(h, nh, sizeof *h, cmp_u64); /* ordinal order, as a scan would */
+		for (size_t i = 0; i < nh; i++) {
+			const uint8_t *t;
+			size_t len;
+			if (st_ord_term(rt->ctx->txn, rt->fi, h[i] >> 32, &t, &len)) {
+				cm_error_set(&rt->root->err, CM_ECORRUPT, "could not read term of [%s]",
+				             rt->spec->field);
+				break;
+			}
+			terms_bucket_str(s, rt->spec, t, len)->count += (uint32_t)h[i];
+		}
+		cm_free(AGG_MEM, h);
 	} else if (s->counts) {
 		for (size_t o = 0; o < s->nords; o++) {
 			if (!s->counts[o] && p->min_doc_count > 0)
