@@ -1599,7 +1599,7 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 			else if (arr)
 				s->ord2b = cm_calloc(AGG_MEM, nords ? nords : 1, sizeof *s->ord2b);
 		}
-		if (fast && s->counts && !a->missing.set && rt->conv == CONV_NONE && rt->fi) {
+		if (fast && (s->counts || s->hk) && !a->missing.set && rt->conv == CONV_NONE && rt->fi) {
 			/* counting ordinals: a window's values in one call per
 			 * block, the odd doc of several values on its own */
 			int64_t vb[1024];
@@ -1613,15 +1613,23 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 					return;
 				}
 				for (int j = 0; j < k; j++)
-					if ((uint64_t)vb[j] < nords)
-						s->counts[vb[j]]++;
+					if ((uint64_t)vb[j] < nords) {
+						if (s->counts)
+							s->counts[vb[j]]++;
+						else /* may move to counts */
+							sparse_add(s, (uint32_t)vb[j]);
+					}
 				i += (size_t)k;
 				if ((size_t)k < m) {
 					const int64_t *v;
 					int nv = agg_values(rt, docs[i++], &v);
 					for (int j = 0; j < nv; j++)
-						if ((uint64_t)v[j] < nords)
-							s->counts[v[j]]++;
+						if ((uint64_t)v[j] < nords) {
+							if (s->counts)
+								s->counts[v[j]]++;
+							else
+								sparse_add(s, (uint32_t)v[j]);
+						}
 				}
 			}
 			return;
@@ -1739,6 +1747,10 @@ terms_flush(agg_rt *rt, agg_node *n)
 			uint32_t c = s->counts[o];
 			if (!c)
 				continue;
+			if (nh == k && c < (uint32_t)h[0]) { /* the common case: below the worst kept */
+				s->other += c;
+				continue;
+			}
 			uint64_t e = (uint64_t)o << 32 | c;
 			if (nh == k) {
 				if (cmp_count_desc(&e, &h[0]) >= 0) {
