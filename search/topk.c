@@ -228,6 +228,30 @@ collapse_offer(topk *t, size_t si, float score, uint32_t gdoc, uint32_t doc)
 	return CM_OK;
 }
 
+/* Whether the first sort key's column zone of the block at lo puts every
+ * doc after the heap's worst (a numeric field key, missing values last, a
+ * mode that stays within the doc's values): then the window only counts,
+ * as Lucene's competitive iterators skip non-competitive docs. */
+static bool
+window_beyond_worst(topk *t, size_t si, uint32_t lo)
+{
+	const sr_sort_field *k = &t->sorter.keys[0];
+	const st_field_info *fi = t->sorter.fi[0];
+	if (k->kind != SR_SORT_FIELD || k->is_keyword || k->is_id || k->geo || k->nested_path ||
+	    k->missing_first || k->mode == SR_SORT_MODE_SUM || !fi || lo % ST_COL_BLOCK)
+		return false;
+	const sr_sortval *w = &t->heap[0].vals[0];
+	if (w->missing)
+		return false;
+	int64_t mn, mx;
+	uint32_t nv;
+	if (st_col_zone(t->x->segs[si].txn, fi, lo / ST_COL_BLOCK, &mn, &mx, &nv))
+		return false;
+	if (!nv)
+		return true; /* all missing: after every valued doc */
+	return k->desc ? mx < w->l : mn > w->l;
+}
+
 static cm_err
 on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
           const float *scores, float *min_score)
@@ -289,6 +313,13 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 				t->docs[nd++] = lo + j;
 			}
 		}
+		goto counted;
+	}
+	if (t->nkeys && t->n == t->k && t->k && !t->sorter.after && !t->collapse && !t->has_agg &&
+	    !t->pf_it && !t->req->has_min_score && limit == UINT64_MAX && !scores &&
+	    window_beyond_worst(t, si, lo)) {
+		/* no doc of this column block can sort before the worst kept */
+		seen = hits = n;
 		goto counted;
 	}
 	if (scores && t->by_score && t->k && !t->sorter.after && !t->collapse && !t->has_agg &&

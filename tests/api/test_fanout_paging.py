@@ -5,7 +5,8 @@ the shards finish in, every page must be exactly the slice of one big
 ranking: pages of 7 concatenated equal one page of 70, for scored queries,
 constant-score queries (all ties, ranked by shard then doc) and boosted
 mixes, on a solo node and on a 3-node cluster (whose data nodes merge
-their local shards the same way)."""
+their local shards the same way). Also: field sorts that skip whole
+column blocks once the top 10 is full still answer as the model."""
 import os
 import sys
 
@@ -70,6 +71,70 @@ def pages_are_slices_of_one_ranking_cluster():
     load(c["node-1"], "fpc")
     for name, n in c.items():
         check("cluster via " + name, n, "fpc")
+
+
+def load_sorted(n, index, shards):
+    """12,000 docs over several 4,096-doc column blocks per shard: unique
+    values (a permutation), some docs multi-valued, some without n."""
+    import random
+    rnd = random.Random(11)
+    vals = list(range(30000))
+    rnd.shuffle(vals)
+    docs, lines, at = {}, [], 0
+    for i in range(12000):
+        k = 0 if i % 17 == 0 else (2 if i % 5 == 0 else 1)
+        v = vals[at:at + k]
+        at += k
+        docs[str(i)] = v
+        lines.append({"index": {"_index": index, "_id": str(i)}})
+        lines.append({"n": v if len(v) != 1 else v[0], "g": i % 3})
+    st, b = n.req("PUT", "/" + index, {"settings": {"number_of_shards": shards, "number_of_replicas": 0},
+                                       "mappings": {"properties": {"n": {"type": "long"}}}})
+    eq(st, 200, "create %s: %s" % (index, b))
+    for k in range(0, len(lines), 6000):
+        st, b = n.bulk(lines[k:k + 6000])
+        eq((st, b.get("errors")), (200, False), "bulk into " + index)
+    st, b = n.req("POST", "/%s/_forcemerge?max_num_segments=1" % index)
+    eq(st, 200, "force merge " + index)
+    n.refresh(index)
+    return docs
+
+
+def check_sorts(label, n, index, docs):
+    """Whole column blocks are skipped once the top 10 is full (topk.c,
+    window_beyond_worst): the answers must still be the model's."""
+    for order, mode in (("asc", None), ("desc", None), ("asc", "max"), ("desc", "min"), ("asc", "avg")):
+        def key(v):
+            if mode == "max" or (mode is None and order == "desc"):
+                return max(v)
+            if mode == "avg":
+                return sum(v) / len(v)
+            return min(v)
+        valued = sorted((d for d in docs if docs[d]), key=lambda d: key(docs[d]), reverse=order == "desc")
+        sort = {"n": {"order": order}}
+        if mode:
+            sort["n"]["mode"] = mode
+        for q in ({"match_all": {}}, {"term": {"g": 1}}):
+            want = [d for d in valued if q.get("term") is None or int(d) % 3 == 1][:10]
+            st, b = n.req("POST", "/%s/_search" % index,
+                          {"query": q, "sort": [sort], "size": 10, "track_total_hits": False,
+                           "_source": False})
+            eq(st, 200, label + " sort")
+            eq([h["_id"] for h in b["hits"]["hits"]], want, "%s: top 10 by %s over %s" % (label, sort, q))
+
+
+@test
+def field_sorts_skip_blocks_solo():
+    n = solo()
+    docs = load_sorted(n, "fs", 1)
+    check_sorts("solo", n, "fs", docs)
+
+
+@test
+def field_sorts_skip_blocks_cluster():
+    c = cluster()
+    docs = load_sorted(c["node-1"], "fsc", 2)
+    check_sorts("cluster", c["node-2"], "fsc", docs)
 
 
 if __name__ == "__main__":
