@@ -1163,6 +1163,7 @@ typedef struct disj_it {
 	bool dismax;
 	float tie;
 	wtmp *t;
+	wtmp *ms; /* MaxScore: the essential children's window */
 	uint64_t *acc_bits;
 	float *acc, *mx;
 	uint16_t *cnt;
@@ -1250,6 +1251,70 @@ disj_upper(sr_it *it, uint32_t lo, uint32_t hi)
 	return u;
 }
 
+/* MaxScore (Turtle and Flood; Lucene's MaxScoreBulkScorer): the children
+ * with the smallest bounds, while their bounds add up below min, are
+ * non-essential: a doc only they match cannot compete. The essential ones
+ * fill the window, and the non-essential ones are probed (advance, skip
+ * data) only at the docs that fill gives. Taken when the sums keep their
+ * order (two children, or the non-essential ones last), so scores are
+ * bit-identical to filling every child. Returns false when it does not
+ * apply. */
+static bool
+disj_maxscore(disj_it *d, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores, float min,
+              const float *ups, float total)
+{
+	bool ne[16] = {false};
+	size_t nne = 0;
+	float nes = 0;
+	for (;;) { /* the smallest bound not yet taken, while the sum stays below min */
+		size_t best = d->n;
+		for (size_t i = 0; i < d->n; i++)
+			if (!ne[i] && (best == d->n || ups[i] < ups[best]))
+				best = i;
+		if (best == d->n || !(nes + ups[best] < min))
+			break;
+		nes += ups[best];
+		ne[best] = true;
+		nne++;
+	}
+	if (nne == 0 || nne == d->n)
+		return false;
+	/* probing pays when the essential docs are few against the others' */
+	uint64_t ecost = 0, ncost = 0;
+	for (size_t i = 0; i < d->n; i++)
+		*(ne[i] ? &ncost : &ecost) += d->k[i]->cost;
+	if (ecost * 4 > ncost)
+		return false;
+	if (d->n > 2)
+		for (size_t i = 0; i + 1 < d->n; i++)
+			if (ne[i] && !ne[i + 1])
+				return false; /* the sum's order would change */
+	size_t nw = win_words(lo, hi);
+	if (!d->ms)
+		d->ms = wtmp_new();
+	uint64_t *B = d->ms->b;
+	float *S = d->ms->s;
+	memset(B, 0, nw * sizeof(uint64_t));
+	for (size_t i = 0; i < d->n; i++)
+		if (!ne[i])
+			d->k[i]->ops->fill(d->k[i], lo, hi, B, S, min - (total - ups[i]));
+	for (size_t w = 0; w < nw; w++)
+		for (uint64_t m = B[w]; m; m &= m - 1) {
+			uint32_t j = (uint32_t)(w * 64 + ctz64(m)), doc = lo + j;
+			for (size_t i = 0; i < d->n; i++) {
+				sr_it *k = d->k[i];
+				if (ne[i] && k->doc <= doc && k->ops->advance(k, doc) == doc)
+					S[j] += k->ops->score(k);
+			}
+		}
+	for (size_t i = 0; i < d->n; i++)
+		if (ne[i] && d->k[i]->doc < hi)
+			d->k[i]->ops->advance(d->k[i], hi);
+	win_merge(B, S, nw, bits, scores, 0.0f);
+	disj_settle(d);
+	return true;
+}
+
 static void
 disj_fill(sr_it *it, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores, float min)
 {
@@ -1268,6 +1333,8 @@ disj_fill(sr_it *it, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores, fl
 				total += ups[i];
 			}
 		}
+		if (ups && isfinite(total) && disj_maxscore(d, lo, hi, bits, scores, min, ups, total))
+			return;
 		for (size_t i = 0; i < d->n; i++) {
 			float kmin = ups && isfinite(total) ? min - (total - ups[i]) : -INFINITY;
 			d->k[i]->ops->fill(d->k[i], lo, hi, bits, scores, kmin);
@@ -1330,6 +1397,7 @@ disj_free(sr_it *it)
 		sr_it_free(d->k[i]);
 	cm_free(CM_MEM_SEARCH, d->k);
 	cm_free(CM_MEM_SEARCH, d->t);
+	cm_free(CM_MEM_SEARCH, d->ms);
 	cm_free(CM_MEM_SEARCH, d->acc_bits);
 	cm_free(CM_MEM_SEARCH, d->acc);
 	cm_free(CM_MEM_SEARCH, d->mx);
