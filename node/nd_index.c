@@ -1510,18 +1510,27 @@ analysis_update_locked(nd_index *ix, const nd_settings *s, const cJSON *anj, cm_
 	return rc;
 }
 
+/* The settings body applied to a copy of ix's (*s), its analysis part in
+ * *anj; analysis changes are refused on an open index. ix->lock held. */
+static cm_err
+settings_prepare_locked(nd_index *ix, nd_settings *s, cJSON **anj, const cJSON *body,
+                        cm_error *err)
+{
+	*s = ix->settings;
+	cm_err rc = settings_walk(ix, s, anj, body, "", false, err);
+	if (!rc && *anj && !ix->settings.closed)
+		rc = analysis_open_refused(ix, *anj, err);
+	return rc;
+}
+
 cm_err
 nd_index_settings_check(nd_index *ix, const cJSON *body, cm_error *err)
 {
 	nd_settings s;
 	cJSON *anj = NULL;
-	cm_err rc;
 
 	pthread_mutex_lock(&ix->lock);
-	s = ix->settings;
-	rc = settings_walk(ix, &s, &anj, body, "", false, err);
-	if (!rc && anj && !ix->settings.closed)
-		rc = analysis_open_refused(ix, anj, err);
+	cm_err rc = settings_prepare_locked(ix, &s, &anj, body, err);
 	pthread_mutex_unlock(&ix->lock);
 	cJSON_Delete(anj);
 	return rc;
@@ -1535,10 +1544,7 @@ nd_index_put_settings(nd_index *ix, const cJSON *body, cm_error *err)
 	cm_err rc;
 
 	pthread_mutex_lock(&ix->lock);
-	s = ix->settings;
-	rc = settings_walk(ix, &s, &anj, body, "", false, err);
-	if (!rc && anj && !ix->settings.closed)
-		rc = analysis_open_refused(ix, anj, err);
+	rc = settings_prepare_locked(ix, &s, &anj, body, err);
 	if (!rc && anj) {
 		rc = analysis_update_locked(ix, &s, anj, err);
 	} else if (!rc) {
