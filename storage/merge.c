@@ -194,14 +194,11 @@ merge_terms(mtask *t, st_seg_txn **txns, uint32_t **ordmap)
 				kdict_put(&part->sec[SEC_KDICT], mf->info.id, (uint32_t)(nout / KDICT_STEP),
 				          term, tl);
 		}
-		postenc_term(&pe, &part->sec[SEC_TERM], positions ? &part->sec[SEC_POS] : NULL,
-		             mf->info.id, term, tl, keyword, nout, b.docs, b.freqs, df,
-		             positions ? b.pos : NULL, mf->norms);
+		postenc_term(&pe, &part->sec[SEC_TERM], mf->info.id, term, tl, keyword, nout, b.docs,
+		             b.freqs, df, positions ? b.pos : NULL, mf->norms);
 		nout++;
 		if (!e)
 			e = segw_spill_out(c->w, &part->sec[SEC_TERM], &part->spill[SEC_TERM], c->w->spill_at);
-		if (!e)
-			e = segw_spill_out(c->w, &part->sec[SEC_POS], &part->spill[SEC_POS], c->w->spill_at);
 		t->sum_df += df;
 		for (uint32_t k = 0; k < df; k++)
 			t->sum_ttf += b.freqs[k];

@@ -848,9 +848,8 @@ write_postings(wctx *c, bfield *f, uint16_t fid, segw_part *part, st_field_info 
 		if (keyword && nout % KDICT_STEP == 0)
 			kdict_put(&part->sec[SEC_KDICT], fid, (uint32_t)(nout / KDICT_STEP), text,
 			          t->text_len);
-		postenc_term(&pe, &part->sec[SEC_TERM], f->positions ? &part->sec[SEC_POS] : NULL, fid,
-		             text, t->text_len, keyword, nout, s->docs, s->freqs, df,
-		             f->positions ? s->pos : NULL, norms);
+		postenc_term(&pe, &part->sec[SEC_TERM], fid, text, t->text_len, keyword, nout, s->docs,
+		             s->freqs, df, f->positions ? s->pos : NULL, norms);
 		nout++;
 		info->sum_doc_freq += df;
 		for (uint32_t i = 0; i < df; i++)

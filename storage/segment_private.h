@@ -17,14 +17,11 @@
  *                             sum_ttf, sum_df, num_terms, zz col_min, zz col_max
  *   I id                      varint doc
  *   K field(BE16) n(BE32)     the term of ordinal n * KDICT_STEP
- *   M                         u32 format (1; 2 with nested docs), varint
- *                             max_doc, varint generation, varint stored docs
+ *   M                         u32 format (SEG_FORMAT), varint max_doc, varint
+ *                             generation, varint stored docs
  *   N field(BE16)             max_doc norm bytes
- *   P field(BE16) term        positions per postings block: u8 bits, then per
- *                             doc its first position and deltas, bit-packed.
- *                             One block: bytes + xxh32. More:
- *                             nblocks x (u32 end, u32 xxh32), u32 xxh32 of the
- *                             table, then the bytes.
+ *   P field(BE16) term        formats 1 and 2 only: the positions of a term,
+ *                             as format 3 appends them to its T value
  *   S 0 last_doc(BE32)        block index: varint first_doc, varint raw length,
  *                             varint offset, varint length of its zstd frame
  *                             (of str id, str source per doc) in the chunk stream
@@ -37,6 +34,14 @@
  *                                        one block, xxh32 of all
  *                             else: nblocks x SKIP_ENTRY, u32 xxh32 of all so far,
  *                                   then the blocks
+ *                             format 3, field with positions: then its positions
+ *                             per postings block (u8 bits, then per doc its first
+ *                             position and deltas, bit-packed; one block: bytes
+ *                             + xxh32; more: nblocks x (u32 end, u32 xxh32), u32
+ *                             xxh32 of the table, then the bytes), and last the
+ *                             length of the value up to the positions, a varint
+ *                             written backwards (its low 7 bits in the last byte,
+ *                             0x80 on every byte but its first)
  *   Z                         zstd dictionary for S
  */
 #ifndef ST_SEGMENT_PRIVATE_H
@@ -48,10 +53,13 @@
 
 #include "st_segment.h"
 
-#define SEG_FORMAT 1
-/* A segment holding hidden nested docs (a _nested_path field): older
- * binaries refuse it rather than show those docs as documents. */
+/* Formats: 1 the first; 2 may hold hidden nested docs (a _nested_path
+ * field: older binaries refuse it rather than show those docs as
+ * documents); 3, written now, keeps positions inside the T values (both
+ * read). */
+#define SEG_FORMAT_V1 1
 #define SEG_FORMAT_NESTED 2
+#define SEG_FORMAT 3
 #define SEG_TRAILER_LEN 24
 #define SEG_MAGIC "SHOALSG1"
 #define SEG_MAX_KEY 511       /* LMDB's default max key size */
@@ -92,6 +100,7 @@ struct st_segment {
 	uint64_t gen, bytes;
 	uint32_t max_doc;
 	uint32_t stored_docs;
+	bool pos_inline; /* format 3: positions at the end of T values, no P */
 	st_field_info *fields; /* by id; ids are assigned in name order */
 	size_t nfields;
 	char *names; /* storage for fields[i].name */
@@ -163,7 +172,7 @@ size_t seg_term_key(uint8_t *key, uint8_t tag, uint16_t field, const void *term,
 
 /* ---- writer ---- */
 
-enum { SEC_COL, SEC_KDICT, SEC_NORMS, SEC_POS, SEC_TERM, SEC_N };
+enum { SEC_COL, SEC_KDICT, SEC_NORMS, SEC_TERM, SEC_N };
 
 /* A stream of key/value pairs in key order: u16 klen, key, u32 vlen, value. */
 size_t kv_begin(cm_buf *s, const void *key, size_t klen);
@@ -219,7 +228,7 @@ cm_err segw_spill_out(segw *w, cm_buf *s, segw_spill *sp, size_t at);
 cm_err segw_write_file(const segw *w, const char *path, cm_error *err);
 
 /* Encodes one term's postings (and positions when pos != NULL) into the T
- * and P streams. docs ascending, freqs >= 1; pos holds sum(freqs) positions
+ * stream. docs ascending, freqs >= 1; pos holds sum(freqs) positions
  * in doc order. norms (by doc) feed the per-block min norm, may be NULL. */
 typedef struct postenc {
 	cm_buf blocks, tmp, pos;
@@ -228,10 +237,9 @@ typedef struct postenc {
 } postenc;
 void postenc_init(postenc *e);
 void postenc_free(postenc *e);
-void postenc_term(postenc *e, cm_buf *tstream, cm_buf *pstream, uint16_t field,
-                  const uint8_t *term, size_t tlen, bool with_ord, uint64_t ord,
-                  const uint32_t *docs, const uint32_t *freqs, uint32_t df, const uint32_t *pos,
-                  const uint8_t *norms);
+void postenc_term(postenc *e, cm_buf *tstream, uint16_t field, const uint8_t *term, size_t tlen,
+                  bool with_ord, uint64_t ord, const uint32_t *docs, const uint32_t *freqs,
+                  uint32_t df, const uint32_t *pos, const uint8_t *norms);
 
 /* Encodes column block `block` of a field: counts[i] values for doc i,
  * values in vals (ascending per doc). */

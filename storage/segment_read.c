@@ -128,11 +128,13 @@ parse_meta(st_segment *s, const uint8_t *p, size_t len)
 	cm_rd_init(&r, p, len);
 	uint32_t fmt;
 	uint64_t md, gen, sd;
-	if (!cm_rd_u32(&r, &fmt) || (fmt != SEG_FORMAT && fmt != SEG_FORMAT_NESTED) ||
+	if (!cm_rd_u32(&r, &fmt) ||
+	    (fmt != SEG_FORMAT_V1 && fmt != SEG_FORMAT_NESTED && fmt != SEG_FORMAT) ||
 	    !cm_rd_varint(&r, &md) || !cm_rd_varint(&r, &gen) || !cm_rd_varint(&r, &sd) ||
 	    md > UINT32_MAX - 3 || sd > md)
 		return CM_ECORRUPT;
 	s->max_doc = (uint32_t)md;
+	s->pos_inline = fmt == SEG_FORMAT;
 	s->gen = gen;
 	s->stored_docs = (uint32_t)sd;
 	return CM_OK;
@@ -300,6 +302,9 @@ st_segment_bytes(const st_segment *s)
 	return s->bytes;
 }
 
+static bool term_split(const st_segment *s, const st_field_info *f, const uint8_t *val,
+                       size_t *vlen, const uint8_t **pos, size_t *pos_len);
+
 cm_err
 st_segment_sections(const st_segment *s, st_seg_section by_tag[256])
 {
@@ -312,13 +317,32 @@ st_segment_sections(const st_segment *s, st_seg_section by_tag[256])
 		mdb_txn_abort(txn);
 		return CM_EIO;
 	}
+	MDB_stat ms;
+	size_t psize = mdb_stat(txn, s->dbi, &ms) == 0 ? ms.ms_psize : 4096;
+	/* LMDB's rule: a node (8-byte header, key, value) larger than
+	 * me_nodemax goes to its own run of overflow pages. */
+	size_t nodemax = (((psize - 16) / 2) & ~(size_t)1) - 2;
 	MDB_val k, v;
 	for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		st_seg_section *sec = &by_tag[k.mv_size ? ((const uint8_t *)k.mv_data)[0] : 0];
+		const uint8_t *kp = k.mv_data;
+		st_seg_section *sec = &by_tag[k.mv_size ? kp[0] : 0];
 		sec->entries++;
 		sec->key_bytes += k.mv_size;
 		sec->value_bytes += v.mv_size;
+		size_t fid = k.mv_size >= 3 ? (size_t)kp[1] << 8 | kp[2] : SIZE_MAX;
+		size_t vlen = v.mv_size, pos_len;
+		const uint8_t *pos;
+		if (k.mv_size && kp[0] == TAG_TERM && fid < s->nfields &&
+		    term_split(s, &s->fields[fid], v.mv_data, &vlen, &pos, &pos_len) && pos) {
+			/* format 3: the positions in T values count as P */
+			sec->value_bytes -= pos_len;
+			by_tag[TAG_POS].value_bytes += pos_len;
+		}
+		if (8 + k.mv_size + v.mv_size > nodemax) {
+			sec->big_values++;
+			sec->big_slack += (16 + v.mv_size + psize - 1) / psize * psize - v.mv_size;
+		}
 	}
 	mdb_cursor_close(cur);
 	mdb_txn_abort(txn);
@@ -437,6 +461,34 @@ parse_term(const uint8_t *p, size_t len, bool keyword, term_head *h)
 	return true;
 }
 
+/* Splits a T value of a format-3 segment's positions field into its
+ * postings (*vlen shrinks to them) and its positions. */
+static bool
+term_split(const st_segment *s, const st_field_info *f, const uint8_t *val, size_t *vlen,
+           const uint8_t **pos, size_t *pos_len)
+{
+	*pos = NULL;
+	*pos_len = 0;
+	if (!s->pos_inline || !(f->flags & ST_FI_POSITIONS))
+		return true;
+	/* the postings' length, a varint read backwards from the end */
+	size_t plen = 0, i = *vlen;
+	for (unsigned shift = 0;; shift += 7) {
+		if (i == 0 || shift > 28)
+			return false;
+		uint8_t b = val[--i];
+		plen |= (size_t)(b & 0x7f) << shift;
+		if (!(b & 0x80))
+			break;
+	}
+	if (plen > i)
+		return false;
+	*pos = val + plen;
+	*pos_len = i - plen;
+	*vlen = plen;
+	return true;
+}
+
 static void
 postings_fail(st_postings *p)
 {
@@ -464,9 +516,10 @@ postings_init(st_seg_txn *t, const st_field_info *f, const uint8_t *val, size_t 
 	p->pos_i = 0;
 	p->with_freqs = f->type == ST_FT_TEXT;
 	p->pos_key_len = 0;
-	if ((f->flags & ST_FI_POSITIONS) && tlen <= ST_MAX_TOKEN_LEN)
+	bool split = term_split(t->seg, f, val, &vlen, &p->pos_inl, &p->pos_inl_len);
+	if (split && !p->pos_inl && (f->flags & ST_FI_POSITIONS) && tlen <= ST_MAX_TOKEN_LEN)
 		p->pos_key_len = (uint16_t)seg_term_key(p->pos_key, TAG_POS, f->id, term, tlen);
-	if (!parse_term(val, vlen, st_field_type_is_ordinal(f->type), &h)) {
+	if (!split || !parse_term(val, vlen, st_field_type_is_ordinal(f->type), &h)) {
 		p->doc_freq = 0;
 		p->total_term_freq = 0;
 		p->nblocks = 0;
@@ -673,13 +726,15 @@ st_postings_advance(st_postings *p, uint32_t target)
 static bool
 load_positions(st_postings *p)
 {
-	if (!p->pos_key_len)
-		return false;
-	MDB_val v;
-	if (seg_get(p->txn, p->pos_key, p->pos_key_len, &v))
-		return false;
-	const uint8_t *d = v.mv_data;
-	size_t len = v.mv_size;
+	const uint8_t *d = p->pos_inl;
+	size_t len = p->pos_inl_len;
+	if (!d) {
+		MDB_val v;
+		if (!p->pos_key_len || seg_get(p->txn, p->pos_key, p->pos_key_len, &v))
+			return false;
+		d = v.mv_data;
+		len = v.mv_size;
+	}
 	if (p->nblocks <= 1) {
 		if (!cm_checksum_ok(d, &len))
 			return false;
@@ -1327,7 +1382,10 @@ st_term_ord(st_seg_txn *t, const st_field_info *f, const void *term, size_t len,
 		}
 	}
 	term_head h;
-	if (!parse_term(v.mv_data, v.mv_size, true, &h) || h.ord >= f->num_terms)
+	const uint8_t *pos;
+	size_t vlen = v.mv_size, pos_len;
+	if (!term_split(t->seg, f, v.mv_data, &vlen, &pos, &pos_len) ||
+	    !parse_term(v.mv_data, vlen, true, &h) || h.ord >= f->num_terms)
 		return CM_ECORRUPT;
 	*ord = h.ord;
 	return exact ? CM_OK : CM_ENOTFOUND;

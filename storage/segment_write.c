@@ -205,23 +205,23 @@ put_block_positions(postenc *e, cm_buf *out, const uint32_t *pos, const uint32_t
 	codec_pack32(out, v, total, bits);
 }
 
+/* A term's positions, appended to out from `at` (where its T value
+ * ends): one block's bytes and xxh32, or a table of (end, xxh32) per
+ * block, its xxh32, then the blocks. */
 static void
-postenc_positions(postenc *e, cm_buf *pstream, uint16_t field, const uint8_t *term, size_t tlen,
-                  const uint32_t *freqs, uint32_t df, const uint32_t *pos)
+postenc_positions(postenc *e, cm_buf *out, const uint32_t *freqs, uint32_t df, const uint32_t *pos)
 {
-	uint8_t key[SEG_MAX_KEY + 1];
-	size_t kl = seg_term_key(key, TAG_POS, field, term, tlen);
-	size_t at = kv_begin(pstream, key, kl);
+	size_t at = out->len;
 	uint32_t nblocks = (df + ST_BLOCK - 1) / ST_BLOCK;
 	if (nblocks <= 1) {
-		put_block_positions(e, pstream, pos, freqs, df);
-		kv_end(pstream, at, true);
+		put_block_positions(e, out, pos, freqs, df);
+		cm_buf_put_checksum(out, at);
 		return;
 	}
 	cm_buf_reset(&e->pos);
-	size_t table = pstream->len;
-	cm_buf_reserve(pstream, (size_t)nblocks * 8 + 4);
-	pstream->len += (size_t)nblocks * 8;
+	size_t table = out->len;
+	cm_buf_reserve(out, (size_t)nblocks * 8 + 4);
+	out->len += (size_t)nblocks * 8;
 	for (uint32_t b = 0; b < nblocks; b++) {
 		size_t start = e->pos.len;
 		uint32_t lo = b * ST_BLOCK;
@@ -229,19 +229,18 @@ postenc_positions(postenc *e, cm_buf *pstream, uint16_t field, const uint8_t *te
 		put_block_positions(e, &e->pos, pos, freqs + lo, n);
 		for (uint32_t i = lo; i < lo + n; i++)
 			pos += freqs[i];
-		put_u32_at(pstream->data + table + b * 8, (uint32_t)e->pos.len);
-		put_u32_at(pstream->data + table + b * 8 + 4,
+		put_u32_at(out->data + table + b * 8, (uint32_t)e->pos.len);
+		put_u32_at(out->data + table + b * 8 + 4,
 		           XXH32(e->pos.data + start, e->pos.len - start, 0));
 	}
-	cm_buf_put_checksum(pstream, at);
-	cm_buf_put(pstream, e->pos.data, e->pos.len);
-	kv_end(pstream, at, false);
+	cm_buf_put_checksum(out, at);
+	cm_buf_put(out, e->pos.data, e->pos.len);
 }
 
 void
-postenc_term(postenc *e, cm_buf *tstream, cm_buf *pstream, uint16_t field, const uint8_t *term,
-             size_t tlen, bool with_ord, uint64_t ord, const uint32_t *docs, const uint32_t *freqs,
-             uint32_t df, const uint32_t *pos, const uint8_t *norms)
+postenc_term(postenc *e, cm_buf *tstream, uint16_t field, const uint8_t *term, size_t tlen,
+             bool with_ord, uint64_t ord, const uint32_t *docs, const uint32_t *freqs, uint32_t df,
+             const uint32_t *pos, const uint8_t *norms)
 {
 	uint8_t key[SEG_MAX_KEY + 1];
 	size_t kl = seg_term_key(key, TAG_TERM, field, term, tlen);
@@ -304,8 +303,23 @@ postenc_term(postenc *e, cm_buf *tstream, cm_buf *pstream, uint16_t field, const
 		cm_buf_put(tstream, e->blocks.data, e->blocks.len);
 		kv_end(tstream, at, false);
 	}
-	if (pstream && pos)
-		postenc_positions(e, pstream, field, term, tlen, freqs, df, pos);
+	if (pos) {
+		/* the positions go in the same value, after the postings, and
+		 * the postings' length last: a separate P entry repeated the
+		 * term as its key and cost a node (14% of a text index). */
+		size_t plen = tstream->len - at;
+		postenc_positions(e, tstream, freqs, df, pos);
+		/* read from the end, as seg_rvarint does: the low 7 bits last */
+		uint8_t g[5];
+		int n = 0;
+		do {
+			g[n++] = (uint8_t)(plen & 0x7f);
+			plen >>= 7;
+		} while (plen);
+		for (int i = n - 1; i >= 0; i--)
+			cm_buf_put_u8(tstream, (uint8_t)(g[i] | (i < n - 1 ? 0x80 : 0)));
+		kv_end(tstream, at, false);
+	}
 }
 
 /* ---- columns, ordinals dictionary, norms, ids ---- */
@@ -781,8 +795,6 @@ write_all(const segw *w, writer *wr, const cm_buf *fv, const cm_buf *mv)
 		e = writer_put(wr, "M", 1, mv->data, mv->len);
 	for (size_t i = 0; i < w->nparts && !e; i++)
 		e = writer_stream(wr, &w->parts[i].sec[SEC_NORMS], &w->parts[i].spill[SEC_NORMS]);
-	for (size_t i = 0; i < w->nparts && !e; i++)
-		e = writer_stream(wr, &w->parts[i].sec[SEC_POS], &w->parts[i].spill[SEC_POS]);
 	if (!e)
 		e = write_stored_section(w, wr);
 	for (size_t i = 0; i < w->nparts && !e; i++)
@@ -841,11 +853,7 @@ segw_write_file(const segw *w, const char *path, cm_error *err)
 	cm_buf_init(&fv, CM_MEM_STORAGE);
 	cm_buf_init(&mv, CM_MEM_STORAGE);
 	build_fields_value(w, &fv);
-	uint32_t fmt = SEG_FORMAT;
-	for (size_t i = 0; i < w->nfields; i++)
-		if (strcmp(w->fields[i].name, ST_FIELD_NESTED_PATH) == 0)
-			fmt = SEG_FORMAT_NESTED;
-	cm_buf_put_u32(&mv, fmt);
+	cm_buf_put_u32(&mv, SEG_FORMAT);
 	cm_buf_put_varint(&mv, w->max_doc);
 	cm_buf_put_varint(&mv, w->gen);
 	cm_buf_put_varint(&mv, w->stored_docs);

@@ -56,6 +56,8 @@ uint64_t st_segment_bytes(const st_segment *s); /* file size */
  * tables; what the file holds beyond them is LMDB's pages and trailer. */
 typedef struct st_seg_section {
 	uint64_t entries, key_bytes, value_bytes;
+	/* values on LMDB overflow pages, and those pages' unused bytes */
+	uint64_t big_values, big_slack;
 } st_seg_section;
 cm_err st_segment_sections(const st_segment *s, st_seg_section by_tag[256]);
 size_t st_segment_nfields(const st_segment *s);
@@ -96,7 +98,9 @@ typedef struct st_postings {
 	uint8_t pos_bits;  /* width of the located block's packed positions */
 	uint32_t pos_idx;  /* index of doc pos_i's first position in the block */
 	bool with_freqs;
-	uint16_t pos_key_len; /* 'P' key, looked up on the first positions call */
+	const uint8_t *pos_inl; /* positions inside the T value (format 3) */
+	size_t pos_inl_len;
+	uint16_t pos_key_len; /* formats 1-2: 'P' key, looked up on the first positions call */
 	uint8_t pos_key[3 + ST_MAX_TOKEN_LEN];
 } st_postings;
 

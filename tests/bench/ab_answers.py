@@ -7,9 +7,12 @@ gen_queries.py against BASE and then NEW on the same data directory, each
 query twice (as generated, and with exact totals and at least 10 hits),
 and compares the whole answers: totals, max_score, every hit's id, score
 and sort values, and aggregations. A speed change that alters an answer
-shows here. Not timed; not part of the test run.
+shows here. With --own-copies each build loads the documents itself and
+force-merges every shard to one segment before its queries: a change of
+the segment format shows there (BASE's segments, read by NEW, are the
+default run). Not timed; not part of the test run.
 
-Usage: tests/bench/ab_answers.py BASE_BUILD NEW_BUILD [--n 20000] [--port 19297]
+Usage: tests/bench/ab_answers.py BASE_BUILD NEW_BUILD [--n 20000] [--port 19297] [--own-copies]
 Needs dict-gcide (gen_w3.py); exits 1 when any answer differs."""
 import argparse, json, os, shutil, subprocess, sys, tempfile, time, urllib.request
 
@@ -69,6 +72,7 @@ def main():
     ap.add_argument("new")
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--port", type=int, default=19297)
+    ap.add_argument("--own-copies", action="store_true")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="shoal-ab-answers.")
     try:
@@ -78,22 +82,33 @@ def main():
         subprocess.run([sys.executable, os.path.join(HERE, "gen_queries.py"), corpus, qfile,
                         "--seed", "7"], check=True, stdout=subprocess.DEVNULL)
         queries = [json.loads(l) for l in open(qfile)]
-        data = os.path.join(tmp, "node")
-        p = start(a.base, data, a.port)
         mapping = json.load(open(os.path.join(HERE, "w3_mapping.json")))
-        st, j = req(a.port, "PUT", "/w3", {"settings": {"number_of_shards": 2, "number_of_replicas": 0},
-                                            "mappings": mapping})
-        assert st == 200, j
         lines = open(corpus).read().splitlines()
-        for i in range(0, len(lines), 4000):
-            bulk = "".join(json.dumps({"index": {"_index": "w3", "_id": json.loads(l)["id"]}}) + "\n" + l + "\n"
-                           for l in lines[i:i + 4000])
-            st, j = req(a.port, "POST", "/_bulk", bulk.encode(), "application/x-ndjson")
-            assert st == 200 and not j["errors"], str(j)[:300]
-        req(a.port, "POST", "/w3/_refresh")
+
+        def load(build, data):
+            p = start(build, data, a.port)
+            st, j = req(a.port, "PUT", "/w3", {"settings": {"number_of_shards": 2,
+                                                            "number_of_replicas": 0},
+                                                "mappings": mapping})
+            assert st == 200, j
+            for i in range(0, len(lines), 4000):
+                bulk = "".join(json.dumps({"index": {"_index": "w3", "_id": json.loads(l)["id"]}})
+                               + "\n" + l + "\n" for l in lines[i:i + 4000])
+                st, j = req(a.port, "POST", "/_bulk", bulk.encode(), "application/x-ndjson")
+                assert st == 200 and not j["errors"], str(j)[:300]
+            req(a.port, "POST", "/w3/_refresh")
+            if a.own_copies:
+                st, j = req(a.port, "POST", "/w3/_forcemerge?max_num_segments=1")
+                assert st == 200, j
+            return p
+
         res = {}
+        p = None
         for tag, build in (("base", a.base), ("new", a.new)):
-            if p is None:
+            data = os.path.join(tmp, "node-" + tag if a.own_copies else "node")
+            if a.own_copies or tag == "base":
+                p = load(build, data)
+            else:
                 p = start(build, data, a.port)
             res[tag] = answers(a.port, queries)
             stop(p)

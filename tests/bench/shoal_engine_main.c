@@ -334,6 +334,8 @@ cmd_sizes(int argc, char **argv)
 				tot[t].entries += by[t].entries;
 				tot[t].key_bytes += by[t].key_bytes;
 				tot[t].value_bytes += by[t].value_bytes;
+				tot[t].big_values += by[t].big_values;
+				tot[t].big_slack += by[t].big_slack;
 			}
 		file_bytes += st_segment_bytes(seg);
 		nseg++;
@@ -342,14 +344,17 @@ cmd_sizes(int argc, char **argv)
 	if (f)
 		pclose(f);
 	uint64_t sum = 0;
-	printf("| section | entries | key bytes | value bytes | total | share |\n|---|---|---|---|---|---|\n");
+	printf("| section | entries | key bytes | value bytes | total | share | values on overflow "
+	       "pages | their unused bytes |\n|---|---|---|---|---|---|---|---|\n");
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
 		st_seg_section *x = &tot[(uint8_t)names[i].tag];
 		uint64_t b = x->key_bytes + x->value_bytes;
 		sum += b;
-		printf("| %c %s | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | %.1f%% |\n",
+		printf("| %c %s | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | %.1f%% | %" PRIu64
+		       " | %" PRIu64 " |\n",
 		       names[i].tag, names[i].what, x->entries, x->key_bytes, x->value_bytes, b,
-		       file_bytes ? 100.0 * (double)b / (double)file_bytes : 0);
+		       file_bytes ? 100.0 * (double)b / (double)file_bytes : 0, x->big_values,
+		       x->big_slack);
 	}
 	printf("| LMDB pages, free space and trailer | | | | %" PRIu64 " | %.1f%% |\n",
 	       file_bytes - sum, file_bytes ? 100.0 * (double)(file_bytes - sum) / (double)file_bytes : 0);
