@@ -2402,15 +2402,20 @@ sr_plan_seg_count(sr_exec *x, size_t si, const sr_plan *pl, uint64_t *n)
 cm_err
 sr_run_windows(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn fn, void *self)
 {
-	return sr_run_windows_floor(x, si, it, want_scores, fn, self, NULL);
+	return sr_run_windows_floor(x, si, it, want_scores, fn, self, NULL, NULL);
 }
 
 cm_err
 sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn fn,
-                     void *self, const float *floor)
+                     void *self, const float *floor, bool *rest)
 {
 	const sr_seg_ctx *c = &x->segs[si];
 	uint32_t max_doc = st_segment_max_doc(c->seg);
+	/* the segment's bound, once: a constant-score query (match_all, a
+	 * keyword term) stops as soon as the heap is full */
+	float seg_bound = rest && floor ? it->ops->upper(it, 0, max_doc) : INFINITY;
+	if (rest)
+		*rest = false;
 	uint64_t bits[SR_WIN_WORDS];
 	float *scores = want_scores ? cm_malloc(CM_MEM_SEARCH, SR_WIN * sizeof(float)) : NULL;
 	cm_err rc = CM_OK;
@@ -2422,6 +2427,10 @@ sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_wind
 		}
 		if (sr_deadline_passed(x))
 			break;
+		if (rest && floor && seg_bound <= *floor) {
+			*rest = true;
+			break;
+		}
 		uint32_t hi = max_doc - lo > SR_WIN ? lo + SR_WIN : max_doc;
 		size_t nw = win_words(lo, hi);
 		memset(bits, 0, nw * sizeof(uint64_t));

@@ -256,9 +256,12 @@ cm_err sr_run_windows(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_win
                       void *self);
 /* The same, and a window whose score bound (ops->upper) is at most *floor
  * is filled and handed over without scores: none of its docs can compete,
- * only their count is wanted (a full top-k heap counting every hit). */
+ * only their count is wanted (a full top-k heap counting every hit). With
+ * rest non-NULL the caller knows the segment's count without visiting
+ * (sr_plan_seg_count): the run stops, and sets *rest, once the bound of
+ * every doc left is at most *floor. */
 cm_err sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn fn,
-                            void *self, const float *floor);
+                            void *self, const float *floor, bool *rest);
 
 static inline void
 sr_win_put(uint64_t *bits, float *scores, uint32_t i, float s)

@@ -853,9 +853,19 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 			rc = sr_sorter_segment(&t.csorter, &x, si);
 		if (!rc && t.has_agg && t.agg.begin_segment)
 			rc = t.agg.begin_segment(t.agg.self, &x.segs[si]);
+		/* the segment's count known without visiting it: once no doc left
+		 * can enter the heap, the rest is that count less those seen */
+		bool rest = false, rest_known = t.k && t.by_score && t.scored && !t.has_agg &&
+		                                !pf_plan && !req->has_min_score && !t.terminate_after &&
+		                                !t.collapse && !t.sorter.after &&
+		                                sr_plan_seg_count(&x, si, plan, &known);
+		uint64_t seen_before = t.total;
 		if (!rc) {
 			t_mark = cm_now_ns();
-			rc = sr_run_windows_floor(&x, si, it, t.scored, on_window, &t, &t.floor);
+			rc = sr_run_windows_floor(&x, si, it, t.scored, on_window, &t, &t.floor,
+			                          rest_known ? &rest : NULL);
+			if (!rc && rest)
+				t.total = seen_before + known;
 			if (rc == CM_ECLOSED && t.terminated)
 				rc = CM_OK;
 			if (t.has_agg && t.agg.end_segment)
