@@ -1777,7 +1777,9 @@ test_number_format(void)
 	    {NAN, true, "null"},
 	    {INFINITY, false, "null"},
 	};
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+	/* each twice in a row: the second float comes from sr_jw_float's memo */
+	for (size_t k = 0; k < 2 * sizeof(cases) / sizeof(cases[0]); k++) {
+		size_t i = k / 2;
 		const char *got = fmt_num(cases[i].v, cases[i].f);
 		CHECKF(!strcmp(got, cases[i].want), "%g → %s, want %s", cases[i].v, got,
 		       cases[i].want);

@@ -140,7 +140,25 @@ java_number(cm_buf *b, double v, bool is_float)
 void
 sr_jw_float(cm_buf *b, float f)
 {
+	/* The last float rendered on this thread, and its text: the hits of a
+	 * page often share a score (match_all, a keyword term, a filter), and
+	 * finding the shortest digits is a few snprintf/strtod rounds. */
+	static _Thread_local uint32_t last_bits = 0x7fc00001u; /* a NaN never stored */
+	static _Thread_local char last_text[32];
+	static _Thread_local uint8_t last_len;
+	uint32_t bits;
+	memcpy(&bits, &f, sizeof bits);
+	if (bits == last_bits && last_len) {
+		cm_buf_put(b, last_text, last_len);
+		return;
+	}
+	size_t at = b->len;
 	java_number(b, f, true);
+	if (b->len - at < sizeof last_text) {
+		last_bits = bits;
+		last_len = (uint8_t)(b->len - at);
+		memcpy(last_text, b->data + at, last_len);
+	}
 }
 
 void
