@@ -527,9 +527,12 @@ terms_walk(sr_exec *x, size_t si, const sr_plan *pl, const st_field_info *fi, ui
 	sr_dfa_walk *walk = NULL;
 	uint8_t target[SR_WALK_SEEK_MAX];
 	size_t target_len = 0;
+	const char *sfx = NULL;
+	size_t sfx_len = 0;
 	if (pl->kind != P_TERMRANGE && pl->dfa) {
 		walk = cm_malloc(CM_MEM_SEARCH, sizeof *walk);
 		sr_dfa_walk_init(walk, pl->dfa);
+		sfx = sr_dfa_suffix(pl->dfa, &sfx_len);
 	}
 	bool ok = st_terms_seek(it, seek_len ? seek : NULL, seek_len);
 	for (; ok; ok = st_terms_next(it)) {
@@ -538,6 +541,12 @@ terms_walk(sr_exec *x, size_t si, const sr_plan *pl, const st_field_info *fi, ui
 		if ((++seen & 255) == 0 && sr_deadline_passed(x))
 			break;
 		if (walk) {
+			/* "pre*...suf": a term with the prefix that does not end in
+			 * the suffix cannot match, and none with the prefix makes
+			 * the automaton seek */
+			if (sfx && tl >= plen && memcmp(t, prefix, plen) == 0 &&
+			    (tl < plen + sfx_len || memcmp(t + tl - sfx_len, sfx, sfx_len) != 0))
+				continue;
 			/* The automaton against the dictionary: a term that cannot
 			 * match names the least key worth reading next; the next
 			 * term is read first, and the cursor seeks only when that

@@ -65,6 +65,10 @@ cm_err sr_dfa_wildcard(const char *pat, bool case_insensitive, sr_dfa **out, cm_
 bool sr_dfa_match(const sr_dfa *d, const uint8_t *s, size_t n);
 /* The literal prefix every match starts with (for seeking the terms dict). */
 const char *sr_dfa_prefix(const sr_dfa *d, size_t *len);
+/* A wildcard's literal tail every match ends with, when its first wildcard
+ * is a '*' (then no term with the prefix dies in the automaton, and a term
+ * is dropped by its last bytes without a walk); NULL otherwise. */
+const char *sr_dfa_suffix(const sr_dfa *d, size_t *len);
 void sr_dfa_free(sr_dfa *d);
 
 /* Walks a sorted terms dictionary against a DFA (as Lucene's

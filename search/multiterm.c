@@ -577,6 +577,8 @@ struct sr_dfa {
 	int aclass[128];  /* the class of each ASCII code point */
 	char *prefix;
 	size_t prefix_len;
+	char *suffix; /* sr_dfa_suffix; NULL when none */
+	size_t suffix_len;
 };
 
 typedef struct sset {
@@ -861,6 +863,13 @@ sr_dfa_prefix(const sr_dfa *d, size_t *len)
 	return d->prefix;
 }
 
+const char *
+sr_dfa_suffix(const sr_dfa *d, size_t *len)
+{
+	*len = d->suffix_len;
+	return d->suffix;
+}
+
 void
 sr_dfa_free(sr_dfa *d)
 {
@@ -871,6 +880,7 @@ sr_dfa_free(sr_dfa *d)
 	cm_free(CM_MEM_SEARCH, d->accept);
 	cm_free(CM_MEM_SEARCH, d->live);
 	cm_free(CM_MEM_SEARCH, d->prefix);
+	cm_free(CM_MEM_SEARCH, d->suffix);
 	cm_free(CM_MEM_SEARCH, d);
 }
 
@@ -1000,22 +1010,34 @@ sr_dfa_wildcard(const char *pat, bool ci, sr_dfa **out, cm_error *err)
 		return cm_error_set(err, CM_ELIMIT, "wildcard pattern longer than %d bytes", MAX_PATTERN);
 	parser p = {(const uint8_t *)pat, n, 0, ci, err, false, 0};
 	ast *r = ast_new(&p, A_EPS);
+	/* the literal tail after the last wildcard, and the first wildcard */
+	char *tail = cm_malloc(CM_MEM_SEARCH, 4 * n + 1);
+	size_t tail_len = 0;
+	uint32_t first_wild = 0;
 	while (p.i < p.n && !p.failed) {
 		uint32_t c = take(&p);
 		ast *x;
-		if (c == '*') {
-			x = ast_new(&p, A_STAR);
-			x->a = any_char(&p);
-		} else if (c == '?') {
-			x = any_char(&p);
-		} else if (c == '\\' && p.i < p.n) {
-			x = lit(&p, take(&p));
+		if (c == '*' || c == '?') {
+			if (!first_wild)
+				first_wild = c;
+			tail_len = 0;
+			x = c == '*' ? ast_new(&p, A_STAR) : any_char(&p);
+			if (c == '*')
+				x->a = any_char(&p);
 		} else {
+			if (c == '\\' && p.i < p.n)
+				c = take(&p);
+			tail_len += utf8_put(c, tail + tail_len);
 			x = lit(&p, c);
 		}
 		r = cat(&p, r, x);
 	}
 	cm_err rc = p.failed ? err->code : compile_ast(r, SR_MAX_DET_STATES, out, err);
+	if (!rc && !ci && first_wild == '*' && tail_len) {
+		(*out)->suffix = cm_strndup(CM_MEM_SEARCH, tail, tail_len);
+		(*out)->suffix_len = tail_len;
+	}
+	cm_free(CM_MEM_SEARCH, tail);
 	ast_free(r);
 	return rc;
 }

@@ -210,9 +210,17 @@ walk_check(const char *pat, bool regexp, char **terms, size_t nt, size_t *seeks)
 	sr_dfa_walk w;
 	sr_dfa_walk_init(&w, d);
 	uint8_t target[SR_WALK_SEEK_MAX];
-	size_t tlen;
+	size_t tlen, plen, slen;
+	const char *pre = sr_dfa_prefix(d, &plen), *suf = sr_dfa_suffix(d, &slen);
 	size_t i = 0;
 	while (i < nt) {
+		size_t n = strlen(terms[i]);
+		/* exec.c's drop by the literal suffix, before the walk */
+		if (suf && n >= plen && memcmp(terms[i], pre, plen) == 0 &&
+		    (n < plen + slen || memcmp(terms[i] + n - slen, suf, slen) != 0)) {
+			i++;
+			continue;
+		}
 		sr_walk_verdict v = sr_dfa_walk_term(&w, (const uint8_t *)terms[i], strlen(terms[i]), target, &tlen);
 		if (v == SR_WALK_END)
 			break;
@@ -265,8 +273,29 @@ test_walk(void)
 		else
 			free(terms[k]);
 	nt = u;
-	static const char *wild[] = {"a*", "*", "?", "a?c*", "*e", "b*d?e", "c\xc3\xa9*", "*\xe2\x82\xac*", "??", "d*a*z", "ab", ""};
+	static const char *wild[] = {"a*", "*", "?", "a?c*", "*e", "b*d?e", "c\xc3\xa9*", "*\xe2\x82\xac*", "??", "d*a*z", "ab", "",
+	                             "b*e", "a*\xc3\xa9", "a*b*c", "ab*ba", "a\\*b*z", "e*e"};
 	static const char *re[] = {"a[b-d]e.*", "(ab|cd)*", "[^a]z.*", "a.{2}", "(a|\xc3\xa9)+e?", "z*", "[c-e]+[ab]", ".*ba.*", "e{2,3}d"};
+	/* the literal tail, only behind a first wildcard '*' */
+	static const struct {
+		const char *pat, *suffix;
+	} tails[] = {{"sh*ing", "ing"}, {"coo?ery", NULL}, {"a*b?c", "c"},     {"ab*", NULL},
+	             {"ab", NULL},      {"a\\*b*cd", "cd"}, {"*\xc3\xa9", "\xc3\xa9"}, {"a*\\?", "?"}};
+	for (size_t k = 0; k < sizeof tails / sizeof *tails; k++) {
+		cm_error err = {0};
+		sr_dfa *d = NULL;
+		REQUIRE(sr_dfa_wildcard(tails[k].pat, false, &d, &err) == CM_OK);
+		size_t n;
+		const char *got = sr_dfa_suffix(d, &n);
+		CHECKF(tails[k].suffix ? got && n == strlen(tails[k].suffix) &&
+		                             !memcmp(got, tails[k].suffix, n)
+		                       : !got,
+		       "suffix of %s: %.*s", tails[k].pat, got ? (int)n : 4, got ? got : "none");
+		sr_dfa_free(d);
+		REQUIRE(sr_dfa_wildcard(tails[k].pat, true, &d, &err) == CM_OK);
+		CHECKF(!sr_dfa_suffix(d, &n), "no suffix when case-insensitive: %s", tails[k].pat);
+		sr_dfa_free(d);
+	}
 	size_t seeks = 0;
 	for (size_t k = 0; k < sizeof wild / sizeof *wild; k++)
 		walk_check(wild[k], false, terms, nt, &seeks);
