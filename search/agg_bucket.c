@@ -109,6 +109,24 @@ btab_add(btab *t, const sr_agg *spec, size_t slot, uint64_t h, const void *k, si
 	return b;
 }
 
+/* Room for n more buckets in an empty table, so that adding them neither
+ * grows the array nor rehashes (each rehash hashes every key again). */
+static void
+btab_reserve(btab *t, size_t n)
+{
+	if (t->n || !n)
+		return;
+	size_t icap = 16;
+	while ((n + 1) * 2 > icap)
+		icap *= 2;
+	if (icap > t->icap)
+		btab_rehash(t, icap);
+	if (n > t->cap) {
+		t->cap = n;
+		t->v = cm_realloc(AGG_MEM, t->v, t->cap * sizeof *t->v);
+	}
+}
+
 /* Finds or creates the bucket for key; str selects a string key. */
 static bkt *
 btab_get(btab *t, const sr_agg *spec, const void *k, size_t len, bool str, bool *created)
@@ -1404,8 +1422,12 @@ typedef struct terms_state {
 	/* counts per ordinal while few ordinals are hit (a query matching a
 	 * few docs of a field with many terms): open addressing on ordinal + 1,
 	 * then the counts array once more than 1 ordinal in 16 is hit (the
-	 * array costs its whole size per segment, the flush a scan of it) */
-	uint32_t *hk, *hv;
+	 * array costs its whole size per segment, the flush a scan of it).
+	 * A slot is (ordinal + 1) << 32 | i, 0 when empty, for hl[i] =
+	 * ordinal << 32 | count: the counted ordinals in the order first
+	 * seen, which the flush and a growth read without scanning the
+	 * table, about half of whose slots are empty at random. */
+	uint64_t *ht, *hl;
 	size_t hn, hcap;
 	bool fast; /* counting without buckets: counts or the table above */
 	uint8_t key_kind; /* 0 unknown, 1 string, 2 long, 3 double */
@@ -1434,8 +1456,8 @@ terms_free(const sr_agg *a, void *d)
 	btab_free(&s->bg, NULL);
 	cm_free(AGG_MEM, s->counts);
 	cm_free(AGG_MEM, s->ord2b);
-	cm_free(AGG_MEM, s->hk);
-	cm_free(AGG_MEM, s->hv);
+	cm_free(AGG_MEM, s->ht);
+	cm_free(AGG_MEM, s->hl);
 	cm_free(AGG_MEM, s);
 }
 
@@ -1509,71 +1531,153 @@ cmp_u64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* (ordinal << 32 | count): count descending, then ordinal ascending */
-static int
-cmp_count_desc(const void *a, const void *b)
+static bool order_is_count_desc(const terms_params *p);
+
+/* Ascending. The few dozen a terms agg most often sorts (its top
+ * shard_size) by insertion: qsort's calls of a compare function and its
+ * setup cost several times as much for so few. */
+static void
+sort_u64(uint64_t *v, size_t n)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	uint32_t cx = (uint32_t)x, cy = (uint32_t)y;
-	if (cx != cy)
-		return cx > cy ? -1 : 1;
-	return (x > y) - (x < y);
+	if (n > 32) {
+		qsort(v, n, sizeof *v, cmp_u64);
+		return;
+	}
+	for (size_t i = 1; i < n; i++) {
+		uint64_t x = v[i];
+		size_t j = i;
+		for (; j > 0 && v[j - 1] > x; j--)
+			v[j] = v[j - 1];
+		v[j] = x;
+	}
 }
 
-static bool order_is_count_desc(const terms_params *p);
+/* The best k of (ordinal, count) pairs by count descending, then ordinal
+ * ascending, in a heap of ranks count << 32 | ~ordinal: one integer compare
+ * orders two pairs, and the root is the worst kept. Most pairs of a
+ * selective filter on a field of many terms count 1 and fail the one
+ * compare with the root, so keeping the top costs about a compare per
+ * counted ordinal (sorting them all cost 20 or so calls of a compare
+ * function each). Ordinals fit 32 bits: nords <= TERMS_ARRAY_MAX. */
+typedef struct topk {
+	uint64_t *h;
+	size_t n, k;
+	uint64_t other; /* counts of the pairs not kept */
+} topk;
+
+static void
+topk_init(topk *t, size_t k)
+{
+	t->h = cm_malloc(AGG_MEM, (k ? k : 1) * sizeof *t->h);
+	t->n = 0;
+	t->k = k;
+	t->other = 0;
+}
+
+static inline void
+topk_add(topk *t, uint32_t ord, uint32_t count)
+{
+	uint64_t r = (uint64_t)count << 32 | (uint32_t)~ord, *h = t->h;
+	size_t n = t->n;
+	if (n < t->k) { /* sift up: parents are worse */
+		size_t i = t->n++;
+		for (; i > 0 && h[(i - 1) / 2] > r; i = (i - 1) / 2)
+			h[i] = h[(i - 1) / 2];
+		h[i] = r;
+		return;
+	}
+	if (n == 0 || r <= h[0]) {
+		t->other += count;
+		return;
+	}
+	t->other += h[0] >> 32;
+	for (size_t i = 0;;) { /* sift down from the root */
+		size_t l = 2 * i + 1, w = l;
+		if (l >= n) {
+			h[i] = r;
+			break;
+		}
+		if (l + 1 < n && h[l + 1] < h[l])
+			w = l + 1;
+		if (h[w] >= r) {
+			h[i] = r;
+			break;
+		}
+		h[i] = h[w];
+		i = w;
+	}
+}
+
+/* The kept pairs as ordinal << 32 | count, in ordinal order as a scan of
+ * the ordinals would make buckets; returns how many. */
+static size_t
+topk_by_ordinal(topk *t)
+{
+	for (size_t i = 0; i < t->n; i++)
+		t->h[i] = (uint64_t)(uint32_t)~t->h[i] << 32 | (t->h[i] >> 32);
+	sort_u64(t->h, t->n);
+	return t->n;
+}
 
 static void
 sparse_init(terms_state *s)
 {
 	s->hcap = 64;
 	s->hn = 0;
-	s->hk = cm_calloc(AGG_MEM, s->hcap, sizeof *s->hk);
-	s->hv = cm_calloc(AGG_MEM, s->hcap, sizeof *s->hv);
+	s->ht = cm_calloc(AGG_MEM, s->hcap, sizeof *s->ht);
+	s->hl = cm_malloc(AGG_MEM, (s->hcap / 2 + 1) * sizeof *s->hl);
 }
 
-static size_t
-sparse_slot(const uint32_t *hk, size_t cap, uint32_t key)
-{
-	size_t m = cap - 1, i = (key * 0x9E3779B1u) & m;
-	while (hk[i] && hk[i] != key)
-		i = (i + 1) & m;
-	return i;
-}
-
-/* Counts ord in the table; past 1 ordinal in 16 of the segment's, the
- * counts move to the array. */
+/* The table past half full (hn = hcap / 2 + 1, which hl has room for):
+ * past 1 ordinal in 16 of the segment's, the counts move to the array,
+ * else the table grows. Apart from sparse_add, which runs per value and
+ * is inlined in the collector's loop. */
 static void
-sparse_add(terms_state *s, uint32_t ord)
+sparse_grow(terms_state *s)
 {
-	size_t i = sparse_slot(s->hk, s->hcap, ord + 1);
-	if (s->hk[i]) {
-		s->hv[i]++;
+	if (s->hn > s->nords / 16) {
+		s->counts = cm_calloc(AGG_MEM, s->nords, sizeof *s->counts);
+		for (size_t k = 0; k < s->hn; k++)
+			s->counts[s->hl[k] >> 32] = (uint32_t)s->hl[k];
+		cm_free(AGG_MEM, s->ht);
+		cm_free(AGG_MEM, s->hl);
+		s->ht = s->hl = NULL;
+		s->hn = s->hcap = 0;
 		return;
 	}
-	s->hk[i] = ord + 1;
-	s->hv[i] = 1;
-	if (++s->hn > s->nords / 16) {
-		s->counts = cm_calloc(AGG_MEM, s->nords, sizeof *s->counts);
-		for (size_t k = 0; k < s->hcap; k++)
-			if (s->hk[k])
-				s->counts[s->hk[k] - 1] = s->hv[k];
-		cm_free(AGG_MEM, s->hk);
-		cm_free(AGG_MEM, s->hv);
-		s->hk = s->hv = NULL;
-		s->hn = s->hcap = 0;
-	} else if (2 * s->hn > s->hcap) {
-		size_t cap = 2 * s->hcap;
-		uint32_t *hk = cm_calloc(AGG_MEM, cap, sizeof *hk), *hv = cm_calloc(AGG_MEM, cap, sizeof *hv);
-		for (size_t k = 0; k < s->hcap; k++)
-			if (s->hk[k]) {
-				size_t j = sparse_slot(hk, cap, s->hk[k]);
-				hk[j] = s->hk[k];
-				hv[j] = s->hv[k];
-			}
-		cm_free(AGG_MEM, s->hk);
-		cm_free(AGG_MEM, s->hv);
-		s->hk = hk, s->hv = hv, s->hcap = cap;
+	/* Four times the size: each ordinal is placed again a third of a
+	 * time on average rather than once (doubling), a placing costing
+	 * about what counting did. */
+	size_t cap = 4 * s->hcap, m = cap - 1;
+	cm_free(AGG_MEM, s->ht);
+	uint64_t *ht = s->ht = cm_calloc(AGG_MEM, cap, sizeof *ht);
+	s->hl = cm_realloc(AGG_MEM, s->hl, (cap / 2 + 1) * sizeof *s->hl);
+	s->hcap = cap;
+	for (size_t k = 0; k < s->hn; k++) { /* distinct: no compare of keys */
+		uint32_t key = (uint32_t)(s->hl[k] >> 32) + 1;
+		size_t i = (key * 0x9E3779B1u) & m;
+		while (ht[i])
+			i = (i + 1) & m;
+		ht[i] = (uint64_t)key << 32 | k;
 	}
+}
+
+/* Counts ord in the table (which may move to the counts array). */
+static inline void
+sparse_add(terms_state *s, uint32_t ord)
+{
+	uint32_t key = ord + 1;
+	uint64_t *ht = s->ht;
+	size_t m = s->hcap - 1, i = (key * 0x9E3779B1u) & m;
+	for (; ht[i]; i = (i + 1) & m)
+		if ((uint32_t)(ht[i] >> 32) == key) {
+			s->hl[(uint32_t)ht[i]]++;
+			return;
+		}
+	ht[i] = (uint64_t)key << 32 | s->hn;
+	s->hl[s->hn] = (uint64_t)ord << 32 | 1;
+	if (++s->hn > s->nords / 16 || 2 * s->hn > s->hcap)
+		sparse_grow(s);
 }
 
 static void
@@ -1599,7 +1703,7 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 			else if (arr)
 				s->ord2b = cm_calloc(AGG_MEM, nords ? nords : 1, sizeof *s->ord2b);
 		}
-		if (fast && (s->counts || s->hk) && !a->missing.set && rt->conv == CONV_NONE && rt->fi) {
+		if (fast && (s->counts || s->ht) && !a->missing.set && rt->conv == CONV_NONE && rt->fi) {
 			/* counting ordinals: a window's values in one call per
 			 * block, the odd doc of several values on its own */
 			int64_t vb[1024];
@@ -1700,28 +1804,30 @@ terms_flush(agg_rt *rt, agg_node *n)
 {
 	terms_state *s = n->d;
 	const terms_params *p = rt->spec->p;
+	bool top_only = s->t.n == 0 && p->norder == 1 && order_is_count_desc(p) &&
+	                p->shard_min_doc_count <= 1 && p->min_doc_count <= 1 && rt->ctx->reader &&
+	                st_reader_nsegments(rt->ctx->reader) == 1;
 	if (s->fast && !s->counts) {
-		/* few ordinals counted: those, in ordinal order as a scan would */
-		uint64_t *oc = cm_malloc(AGG_MEM, (s->hn ? s->hn : 1) * sizeof *oc);
-		size_t n = 0;
-		for (size_t i = 0; i < s->hcap; i++)
-			if (s->hk[i])
-				oc[n++] = (uint64_t)(s->hk[i] - 1) << 32 | s->hv[i];
-		/* The shard's only segment, ordered by count: only its top
+		/* few ordinals counted: those, in ordinal order as a scan would.
+		 * The shard's only segment, ordered by count: only its top
 		 * shard_size ordinals become buckets (terms_finish would cut the
 		 * rest, into sum_other_doc_count, all the same), so only those
 		 * are looked up in the dictionary. Ties go by ordinal, which is
 		 * term order. Not with a min_doc_count above 1: a bucket cut for
 		 * it does not count in sum_other_doc_count on one shard. */
-		if (n > p->shard_size && s->t.n == 0 && p->norder == 1 && order_is_count_desc(p) &&
-		    p->shard_min_doc_count <= 1 && p->min_doc_count <= 1 && rt->ctx->reader &&
-		    st_reader_nsegments(rt->ctx->reader) == 1) {
-			qsort(oc, n, sizeof *oc, cmp_count_desc);
-			for (size_t i = p->shard_size; i < n; i++)
-				s->other += (uint32_t)oc[i];
-			n = p->shard_size;
-		}
-		qsort(oc, n, sizeof *oc, cmp_u64);
+		uint64_t *oc = s->hl;
+		size_t n = s->hn;
+		topk t = {NULL, 0, 0, 0};
+		if (n > p->shard_size && top_only) {
+			topk_init(&t, p->shard_size);
+			for (size_t i = 0; i < n; i++)
+				topk_add(&t, (uint32_t)(oc[i] >> 32), (uint32_t)oc[i]);
+			s->other += t.other;
+			n = topk_by_ordinal(&t);
+			oc = t.h;
+		} else
+			sort_u64(oc, n);
+		btab_reserve(&s->t, n);
 		for (size_t i = 0; i < n; i++) {
 			const uint8_t *t;
 			size_t len;
@@ -1732,69 +1838,31 @@ terms_flush(agg_rt *rt, agg_node *n)
 			}
 			terms_bucket_str(s, rt->spec, t, len)->count += (uint32_t)oc[i];
 		}
-		cm_free(AGG_MEM, oc);
-	} else if (s->counts && p->min_doc_count >= 1 && p->shard_min_doc_count <= 1 &&
-	           p->min_doc_count <= 1 && s->t.n == 0 && p->norder == 1 &&
-	           order_is_count_desc(p) && rt->ctx->reader &&
-	           st_reader_nsegments(rt->ctx->reader) == 1 && p->shard_size > 0) {
+		cm_free(AGG_MEM, t.h); /* hl goes below */
+	} else if (s->counts && p->min_doc_count >= 1 && top_only && p->shard_size > 0) {
 		/* The shard's only segment, by count: its top shard_size
 		 * ordinals (ties by ordinal) become buckets, the rest go to
 		 * sum_other_doc_count, as the sparse path above; a heap keeps
 		 * them, so 100,000 counted ordinals are not sorted nor looked up. */
-		size_t k = p->shard_size, nh = 0;
-		uint64_t *h = cm_malloc(AGG_MEM, (k + 1) * sizeof *h); /* worst at h[0] */
-		for (size_t o = 0; o < s->nords; o++) {
-			uint32_t c = s->counts[o];
-			if (!c)
-				continue;
-			if (nh == k && c < (uint32_t)h[0]) { /* the common case: below the worst kept */
-				s->other += c;
-				continue;
-			}
-			uint64_t e = (uint64_t)o << 32 | c;
-			if (nh == k) {
-				if (cmp_count_desc(&e, &h[0]) >= 0) {
-					s->other += c;
-					continue;
-				}
-				s->other += (uint32_t)h[0];
-				h[0] = e;
-			} else {
-				h[nh++] = e;
-				for (size_t i = nh - 1; i > 0 && cmp_count_desc(&h[(i - 1) / 2], &h[i]) < 0;
-				     i = (i - 1) / 2) {
-					uint64_t t = h[i];
-					h[i] = h[(i - 1) / 2];
-					h[(i - 1) / 2] = t;
-				}
-				continue;
-			}
-			for (size_t i = 0;;) { /* sift the new root down: worst on top */
-				size_t l = 2 * i + 1, r = l + 1, w = i;
-				if (l < nh && cmp_count_desc(&h[l], &h[w]) > 0)
-					w = l;
-				if (r < nh && cmp_count_desc(&h[r], &h[w]) > 0)
-					w = r;
-				if (w == i)
-					break;
-				uint64_t t = h[i];
-				h[i] = h[w];
-				h[w] = t;
-				i = w;
-			}
-		}
-		qsort(h, nh, sizeof *h, cmp_u64); /* ordinal order, as a scan would */
+		topk t;
+		topk_init(&t, p->shard_size);
+		for (size_t o = 0; o < s->nords; o++)
+			if (s->counts[o])
+				topk_add(&t, (uint32_t)o, s->counts[o]);
+		s->other += t.other;
+		size_t nh = topk_by_ordinal(&t);
+		btab_reserve(&s->t, nh);
 		for (size_t i = 0; i < nh; i++) {
-			const uint8_t *t;
+			const uint8_t *t8;
 			size_t len;
-			if (st_ord_term(rt->ctx->txn, rt->fi, h[i] >> 32, &t, &len)) {
+			if (st_ord_term(rt->ctx->txn, rt->fi, t.h[i] >> 32, &t8, &len)) {
 				cm_error_set(&rt->root->err, CM_ECORRUPT, "could not read term of [%s]",
 				             rt->spec->field);
 				break;
 			}
-			terms_bucket_str(s, rt->spec, t, len)->count += (uint32_t)h[i];
+			terms_bucket_str(s, rt->spec, t8, len)->count += (uint32_t)t.h[i];
 		}
-		cm_free(AGG_MEM, h);
+		cm_free(AGG_MEM, t.h);
 	} else if (s->counts) {
 		for (size_t o = 0; o < s->nords; o++) {
 			if (!s->counts[o] && p->min_doc_count > 0)
@@ -1819,11 +1887,11 @@ terms_flush(agg_rt *rt, agg_node *n)
 	}
 	cm_free(AGG_MEM, s->counts);
 	cm_free(AGG_MEM, s->ord2b);
-	cm_free(AGG_MEM, s->hk);
-	cm_free(AGG_MEM, s->hv);
+	cm_free(AGG_MEM, s->ht);
+	cm_free(AGG_MEM, s->hl);
 	s->counts = NULL;
 	s->ord2b = NULL;
-	s->hk = s->hv = NULL;
+	s->ht = s->hl = NULL;
 	s->hn = s->hcap = 0;
 	s->fast = false;
 	s->nords = 0;

@@ -1339,6 +1339,170 @@ test_terms_zero(void)
 	sr_agg_free(a);
 }
 
+/* ---------------------------------------------------------------- one segment */
+
+/* A shard of one segment and a keyword field of more than 1024 terms: a
+ * terms agg then counts a filtered set's ordinals in a small table (or,
+ * past 1 ordinal in 16, in a counts array) and keeps only the top
+ * shard_size by count, ties by key, the rest summed into
+ * sum_other_doc_count; checked exactly, for filters from a few docs to
+ * all, against counts made here. Most counts are 1 or 2, so the cut runs
+ * through long ties. */
+#define ONE_DOCS 6000
+#define ONE_TERMS 3000
+
+static int one_val[ONE_DOCS];
+
+static int
+one_sel(int uid, int mod)
+{
+	return uid % mod == 0;
+}
+
+static cJSON *
+one_run(st_shard *sh, const sr_agg *a, int mod)
+{
+	st_reader *r = st_shard_reader(sh);
+	REQUIRE(st_reader_nsegments(r) == 1);
+	sr_agg_state *st = sr_agg_state_new(a);
+	sr_collector c = sr_agg_collector(st);
+	sr_seg_ctx ctx;
+	memset(&ctx, 0, sizeof ctx);
+	ctx.reader = r;
+	ctx.seg = st_reader_segment(r, 0);
+	ctx.live = st_reader_live(r, 0);
+	REQUIRE(st_seg_txn_begin(ctx.seg, &ctx.txn) == CM_OK);
+	REQUIRE(c.begin_segment(c.self, &ctx) == CM_OK);
+	const st_field_info *uidf = st_segment_field(ctx.seg, "uid");
+	st_colblock cb;
+	memset(&cb, 0, sizeof cb);
+	uint32_t batch[64];
+	size_t n = 0;
+	for (uint32_t d = 0; d < st_segment_max_doc(ctx.seg); d++) {
+		const int64_t *v;
+		REQUIRE(st_col_values(ctx.txn, uidf, &cb, d, &v) == 1);
+		if (!one_sel((int)v[0], mod))
+			continue;
+		batch[n++] = d;
+		if (n == 64) {
+			c.collect(c.self, batch, NULL, n);
+			n = 0;
+		}
+	}
+	if (n)
+		c.collect(c.self, batch, NULL, n);
+	c.end_segment(c.self);
+	st_colblock_free(&cb);
+	st_seg_txn_end(ctx.txn);
+	st_reader_release(r);
+	cJSON *j = render_json(st);
+	sr_agg_state_free(st);
+	return j;
+}
+
+static void
+test_terms_one_segment(void)
+{
+	cJSON *mj = cJSON_Parse("{\"properties\":{\"hk\":{\"type\":\"keyword\"},"
+	                        "\"uid\":{\"type\":\"long\"}}}");
+	st_mapping *m = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	REQUIRE(st_mapping_from_json(mj, &m, &err) == CM_OK);
+	cJSON_Delete(mj);
+	char dir[128];
+	snprintf(dir, sizeof dir, "%s/one", tmpdir);
+	st_shard_opts o;
+	st_shard_opts_default(&o);
+	o.background_merges = false;
+	st_shard *sh = NULL;
+	REQUIRE(st_shard_open(dir, m, &o, &sh, &err) == CM_OK);
+	static char srcs[ONE_DOCS][64], ids[ONE_DOCS][16];
+	static st_op ops[ONE_DOCS];
+	static st_op_result res[ONE_DOCS];
+	for (int i = 0; i < ONE_DOCS; i++) {
+		/* skewed: low values are frequent, most of the rest seen once */
+		one_val[i] = rndn(4) ? rndn(ONE_TERMS) : rndn(1 + rndn(ONE_TERMS));
+		snprintf(srcs[i], sizeof srcs[i], "{\"uid\":%d,\"hk\":\"h%05d\"}", i, one_val[i]);
+		snprintf(ids[i], sizeof ids[i], "o%d", i);
+		st_op *op = &ops[i];
+		memset(op, 0, sizeof *op);
+		op->type = ST_OP_INDEX;
+		op->id = ids[i];
+		op->id_len = strlen(ids[i]);
+		op->source = srcs[i];
+		op->source_len = strlen(srcs[i]);
+		op->seq_no = ST_NO_SEQ;
+		op->if_seq_no = ST_NO_SEQ;
+	}
+	REQUIRE(st_shard_apply(sh, ops, ONE_DOCS, res) == CM_OK);
+	for (int i = 0; i < ONE_DOCS; i++)
+		REQUIRE(res[i].err == CM_OK);
+	REQUIRE(st_shard_refresh(sh) == CM_OK);
+
+	/* 1 doc in 97 (62 docs: the table, a cut after 17 of some 60
+	 * ordinals), 1 in 7 (the table spills to the array), all */
+	static const int mods[] = {97, 7, 1};
+	static const char *specs[] = {"\"size\":5", "\"size\":1", "\"size\":3,\"shard_size\":3",
+	                              "\"size\":40"};
+	for (size_t mi = 0; mi < sizeof mods / sizeof *mods; mi++) {
+		static uint64_t cnt[ONE_TERMS];
+		memset(cnt, 0, sizeof cnt);
+		uint64_t total = 0;
+		for (int i = 0; i < ONE_DOCS; i++)
+			if (one_sel(i, mods[mi])) {
+				cnt[one_val[i]]++;
+				total++;
+			}
+		/* terms by count descending, then key (= value) ascending */
+		static int idx[ONE_TERMS];
+		int nidx = 0;
+		for (int v = 0; v < ONE_TERMS; v++)
+			if (cnt[v])
+				idx[nidx++] = v;
+		for (int x = 1; x < nidx; x++)
+			for (int y = x; y > 0 && cnt[idx[y]] > cnt[idx[y - 1]]; y--) {
+				int t = idx[y];
+				idx[y] = idx[y - 1];
+				idx[y - 1] = t;
+			}
+		for (size_t si = 0; si < sizeof specs / sizeof *specs; si++) {
+			char q[128];
+			snprintf(q, sizeof q, "{\"t\":{\"terms\":{\"field\":\"hk\",%s}}}",
+			         specs[si]);
+			sr_agg *a = parse_aggs(q);
+			int size = atoi(strchr(specs[si], ':') + 1);
+			cJSON *j = one_run(sh, a, mods[mi]);
+			const cJSON *e;
+			int i = 0;
+			uint64_t top = 0;
+			cJSON_ArrayForEach(e, jget(j, "t.buckets"))
+			{
+				char key[16];
+				snprintf(key, sizeof key, "h%05d", i < nidx ? idx[i] : -1);
+				uint64_t want = i < nidx ? cnt[idx[i]] : 0;
+				CHECKF(!strcmp(jget(e, "key")->valuestring, key) &&
+				           jnum(e, "doc_count") == (double)want,
+				       "1/%d %s: bucket %d %s %g, want %s %llu", mods[mi],
+				       specs[si], i, jget(e, "key")->valuestring,
+				       jnum(e, "doc_count"), key, (unsigned long long)want);
+				top += (uint64_t)jnum(e, "doc_count");
+				i++;
+			}
+			CHECKF(i == (nidx < size ? nidx : size), "1/%d %s: %d buckets", mods[mi],
+			       specs[si], i);
+			CHECKF(jnum(j, "t.sum_other_doc_count") == (double)(total - top),
+			       "1/%d %s: other %g, want %llu", mods[mi], specs[si],
+			       jnum(j, "t.sum_other_doc_count"), (unsigned long long)(total - top));
+			CHECK(jnum(j, "t.doc_count_error_upper_bound") == 0);
+			cJSON_Delete(j);
+			sr_agg_free(a);
+		}
+	}
+	st_shard_close(sh);
+	st_mapping_unref(m);
+}
+
 static void
 expect_parse_error(const char *json, cm_err code, const char *msg_prefix)
 {
@@ -1997,6 +2161,7 @@ main(void)
 	test_top_hits_and_depth();
 	test_merge_orders();
 	test_terms_zero();
+	test_terms_one_segment();
 	test_errors();
 	test_moving_functions();
 	test_pipeline_paths();
