@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -357,18 +358,50 @@ cm_wait_destroy(cm_wait *w)
 	cm_free(CM_MEM_COMMON, w);
 }
 
-typedef struct {
+/* One cm_pool_run_all: its items are taken in order from `next` by the
+ * caller and by up to nthreads pool tasks alike, so small items mostly run
+ * on the caller without waiting for a worker to wake; a task that wakes
+ * after the last item was taken just leaves. Freed by whoever drops the
+ * last reference (the caller, or a task waking late). */
+typedef struct run_all {
 	cm_task_fn fn;
-	void *arg;
-	cm_wait *w;
-} run_all_item;
+	char *args;
+	size_t stride, n;
+	_Atomic size_t next, done;
+	_Atomic int refs;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+} run_all;
+
+static void
+run_all_unref(run_all *r)
+{
+	if (atomic_fetch_sub(&r->refs, 1) != 1)
+		return;
+	pthread_mutex_destroy(&r->mu);
+	pthread_cond_destroy(&r->cv);
+	cm_free(CM_MEM_COMMON, r);
+}
+
+static void
+run_all_take(run_all *r)
+{
+	for (size_t i; (i = atomic_fetch_add(&r->next, 1)) < r->n;) {
+		r->fn(r->args + i * r->stride);
+		if (atomic_fetch_add(&r->done, 1) + 1 == r->n) {
+			pthread_mutex_lock(&r->mu);
+			pthread_cond_broadcast(&r->cv);
+			pthread_mutex_unlock(&r->mu);
+		}
+	}
+}
 
 static void
 run_all_task(void *arg)
 {
-	run_all_item *it = arg;
-	it->fn(it->arg);
-	cm_wait_done(it->w);
+	run_all *r = arg;
+	run_all_take(r);
+	run_all_unref(r);
 }
 
 void
@@ -379,15 +412,25 @@ cm_pool_run_all(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n)
 			fn((char *)args + i * stride);
 		return;
 	}
-	cm_wait *w = cm_wait_create((int)n);
-	run_all_item *items = cm_malloc(CM_MEM_COMMON, n * sizeof(*items));
-	for (size_t i = 0; i < n; i++) {
-		items[i] = (run_all_item){fn, (char *)args + i * stride, w};
-		cm_pool_submit(p, run_all_task, &items[i]);
-	}
-	cm_wait_wait(w);
-	cm_wait_destroy(w);
-	cm_free(CM_MEM_COMMON, items);
+	size_t k = n - 1 < (size_t)p->nthreads ? n - 1 : (size_t)p->nthreads;
+	run_all *r = cm_malloc(CM_MEM_COMMON, sizeof(*r));
+	r->fn = fn;
+	r->args = args;
+	r->stride = stride;
+	r->n = n;
+	atomic_init(&r->next, 0);
+	atomic_init(&r->done, 0);
+	atomic_init(&r->refs, (int)k + 1);
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
+	for (size_t i = 0; i < k; i++)
+		cm_pool_submit(p, run_all_task, r);
+	run_all_take(r);
+	pthread_mutex_lock(&r->mu);
+	while (atomic_load(&r->done) < n)
+		pthread_cond_wait(&r->cv, &r->mu);
+	pthread_mutex_unlock(&r->mu);
+	run_all_unref(r);
 }
 
 bool

@@ -44,8 +44,9 @@ void cm_wait_done(cm_wait *w); /* one task finished */
 void cm_wait_wait(cm_wait *w); /* until count reaches 0 */
 void cm_wait_destroy(cm_wait *w);
 
-/* Runs fn(arg_i) for each i in [0,n) on the pool and waits for all. With a
- * NULL pool, runs them inline in order. */
+/* Runs fn(arg_i) for each i in [0,n) and waits for all: the caller takes
+ * items too, beside up to the pool's threads (so a run nested in a pool
+ * task cannot starve). With a NULL pool, runs them inline in order. */
 void cm_pool_run_all(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n);
 
 /* Wildcard match of a whole string: '*' stands for any run of bytes
