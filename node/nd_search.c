@@ -94,7 +94,6 @@ typedef struct shard_task {
 	sr_merger *merger;
 	pthread_mutex_t *merge_lock;
 	sr_hit_bar *bar; /* the merge's worst kept hit, for shards still to run */
-	cm_wait *wait;
 	/* count mode */
 	const sr_query *count_query;
 	uint64_t deadline_ns;
@@ -138,8 +137,6 @@ run_search_shard(void *arg)
 		atomic_fetch_add((_Atomic uint64_t *)&st->fetch_total, 1);
 	}
 	pthread_mutex_unlock(t->merge_lock);
-	if (t->wait)
-		cm_wait_done(t->wait);
 }
 
 static shard_task *
@@ -191,7 +188,6 @@ nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req, nd_
 	tasks = make_tasks(t, nt, &ntasks);
 	uint64_t t0 = cm_now_ns();
 	sr_merger *m = sr_merger_create(req, ntasks);
-	cm_wait *w = NULL;
 	sr_hit_bar bar = {0};
 
 	for (size_t i = 0; i < ntasks; i++) {
@@ -201,19 +197,10 @@ nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req, nd_
 		tasks[i].merger = m;
 		tasks[i].merge_lock = &lock;
 	}
-	if (ntasks == 1 || mode == ND_FANOUT_SERIAL) {
-		/* One shard: no hand-off to the pool, it only adds latency. */
-		for (size_t i = 0; i < ntasks; i++)
-			run_search_shard(&tasks[i]);
-	} else if (ntasks > 1) {
-		w = cm_wait_create((int)ntasks);
-		for (size_t i = 0; i < ntasks; i++) {
-			tasks[i].wait = w;
-			cm_pool_submit(n->search_pool, run_search_shard, &tasks[i]);
-		}
-		cm_wait_wait(w);
-		cm_wait_destroy(w);
-	}
+	/* One shard, or serial: no hand-off to the pool, it only adds
+	 * latency; else this thread takes shards too, beside the pool's. */
+	cm_pool_run_all(ntasks == 1 || mode == ND_FANOUT_SERIAL ? NULL : n->search_pool,
+	                run_search_shard, tasks, sizeof(*tasks), ntasks);
 	/* All shards failing is an error for the request, like ES's
 	 * search_phase_execution_exception; some failing is a partial result. */
 	size_t failed = 0;
