@@ -47,12 +47,10 @@ apply(const char *id, const char *src, bool del)
 	CHECKF(res.err == CM_OK, "apply %s: %s", id, res.reason);
 }
 
-static void
-setup(const char *dir)
+/* A fresh shard in dir with mapping mj (JSON), merges by hand only. */
+static st_shard *
+open_shard(const char *dir, const char *mj)
 {
-	const char *mj = "{\"properties\":{\"title\":{\"type\":\"text\"},\"tag\":{\"type\":\"keyword\"},"
-	                 "\"n\":{\"type\":\"long\"},\"price\":{\"type\":\"double\"},"
-	                 "\"d\":{\"type\":\"date\"},\"b\":{\"type\":\"boolean\"}}}";
 	cJSON *j = cJSON_Parse(mj);
 	st_mapping *m = NULL;
 	cm_error err = {0};
@@ -62,8 +60,19 @@ setup(const char *dir)
 	st_shard_opts_default(&o);
 	o.background_merges = false;
 	cm_rm_rf(dir);
-	REQUIRE(st_shard_open(dir, m, &o, &shard, &err) == CM_OK);
+	st_shard *sh = NULL;
+	REQUIRE(st_shard_open(dir, m, &o, &sh, &err) == CM_OK);
 	st_mapping_unref(m);
+	return sh;
+}
+
+static void
+setup(const char *dir)
+{
+	shard = open_shard(dir, "{\"properties\":{\"title\":{\"type\":\"text\"},"
+	                        "\"tag\":{\"type\":\"keyword\"},\"n\":{\"type\":\"long\"},"
+	                        "\"price\":{\"type\":\"double\"},\"d\":{\"type\":\"date\"},"
+	                        "\"b\":{\"type\":\"boolean\"}}}");
 	char id[8];
 	for (int i = 0; i < 4; i++) {
 		snprintf(id, sizeof id, "%d", i + 1);
@@ -563,18 +572,8 @@ test_known_rest(const char *dir)
 {
 	st_shard *keep_shard = shard;
 	st_reader *keep_reader = reader;
-	const char *mj = "{\"properties\":{\"tag\":{\"type\":\"keyword\"}}}";
-	cJSON *j = cJSON_Parse(mj);
-	st_mapping *m = NULL;
 	cm_error err = {0};
-	REQUIRE(st_mapping_from_json(j, &m, &err) == CM_OK);
-	cJSON_Delete(j);
-	st_shard_opts o;
-	st_shard_opts_default(&o);
-	o.background_merges = false;
-	cm_rm_rf(dir);
-	REQUIRE(st_shard_open(dir, m, &o, &shard, &err) == CM_OK);
-	st_mapping_unref(m);
+	shard = open_shard(dir, "{\"properties\":{\"tag\":{\"type\":\"keyword\"}}}");
 	char id[16], src[32];
 	for (int i = 1; i <= 10000; i++) {
 		snprintf(id, sizeof id, "%d", i);
