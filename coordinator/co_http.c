@@ -489,23 +489,21 @@ method_name(co_method m)
 static bool
 route_match(const char *pattern, co_req *r)
 {
-	char buf[256];
 	int i = 0;
 	const char *p = pattern;
 
 	if (strcmp(pattern, "/") == 0)
 		return r->nsegs == 0;
 	while (*p == '/') {
-		const char *e = strchr(p + 1, '/');
-		size_t n = e ? (size_t)(e - p - 1) : strlen(p + 1);
-		if (i >= r->nsegs || n >= sizeof(buf))
+		const char *s = p + 1, *e = strchr(s, '/');
+		size_t n = e ? (size_t)(e - s) : strlen(s);
+		if (i >= r->nsegs)
 			return false;
-		memcpy(buf, p + 1, n);
-		buf[n] = 0;
-		if (buf[0] != '{' && strcmp(buf, r->segs[i]) != 0)
+		/* compared in place: the request's segment is the pattern's n bytes */
+		if (*s != '{' && (strncmp(s, r->segs[i], n) != 0 || r->segs[i][n] != 0))
 			return false;
 		i++;
-		p += n + 1;
+		p = s + n;
 	}
 	return i == r->nsegs;
 }
