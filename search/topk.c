@@ -58,6 +58,8 @@ typedef struct topk {
 	uint32_t *gmap; /* open addressing: group index + 1, 0 = empty */
 	size_t gmask;
 	uint64_t agg_ns; /* profile: time inside the aggregation collector */
+	st_colblock ccb; /* the first sort key's block, for competitive_bits */
+	uint64_t cbits[SR_WIN_WORDS];
 } topk;
 
 typedef struct cgroup {
@@ -252,6 +254,40 @@ window_beyond_worst(topk *t, size_t si, uint32_t lo)
 	return k->desc ? mx < w->l : mn > w->l;
 }
 
+/* The docs of the column block at lo whose first sort key can still
+ * enter the full heap, into t->cbits (Lucene's competitive iterator over
+ * points): the packed values compared with the heap's worst 64 at a time,
+ * instead of reading and comparing each matching doc's value. Equal values
+ * are kept (they may win on doc order or on later keys). The same keys as
+ * window_beyond_worst; only a block with one value per doc (no missing
+ * value, so missing_first cannot matter, and any mode is the value itself
+ * but the sum, average and median of doubles, which round-trip through
+ * double).
+ * Returns 1 with the bits, 0 when no doc competes, -1 when not covered. */
+static int
+competitive_bits(topk *t, size_t si, uint32_t lo, cm_err *rc)
+{
+	const sr_sort_field *k = &t->sorter.keys[0];
+	const st_field_info *fi = t->sorter.fi[0];
+	if (k->kind != SR_SORT_FIELD || k->is_keyword || k->is_id || k->geo || k->nested_path ||
+	    !fi || lo % ST_COL_BLOCK ||
+	    (k->is_double && k->mode != SR_SORT_MODE_DEFAULT && k->mode != SR_SORT_MODE_MIN &&
+	     k->mode != SR_SORT_MODE_MAX))
+		return -1;
+	const sr_sortval *w = &t->heap[0].vals[0];
+	if (w->missing)
+		return -1; /* missing last: every valued doc competes */
+	int64_t rlo = k->desc ? w->l : INT64_MIN, rhi = k->desc ? INT64_MAX : w->l;
+	int matched;
+	*rc = st_col_range_bits(t->x->segs[si].txn, fi, lo / ST_COL_BLOCK, rlo, rhi, &t->ccb,
+	                        t->cbits, &matched);
+	if (*rc) {
+		*rc = cm_error_set(t->x->err, *rc, "cannot read column [%s]", fi->name);
+		return -1;
+	}
+	return matched;
+}
+
 static cm_err
 on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
           const float *scores, float *min_score)
@@ -321,6 +357,38 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 		/* no doc of this column block can sort before the worst kept */
 		seen = hits = n;
 		goto counted;
+	}
+	/* Comparing the block costs about what reading 64 docs' values one by
+	 * one does (~2 us against ~30 ns a doc): sparser windows read them. */
+	if (n >= 64 && t->nkeys && t->n == t->k && t->k && !t->sorter.after && !t->collapse &&
+	    !t->has_agg && !t->pf_it && !t->req->has_min_score && limit == UINT64_MAX && !scores) {
+		cm_err rc = CM_OK;
+		int c = competitive_bits(t, si, lo, &rc);
+		if (rc)
+			return rc;
+		if (c >= 0) {
+			/* every match counts; only the competitive ones are offered,
+			 * each still checked against the worst as the heap improves */
+			seen = hits = n;
+			for (size_t wi = 0; c && wi < nnz; wi++) {
+				size_t w = nzw[wi];
+				for (uint64_t m = bits[w] & t->cbits[w]; m; m &= m - 1) {
+					uint32_t doc = lo + (uint32_t)(w * 64 + __builtin_ctzll(m));
+					rc = sr_sorter_key_value(&t->sorter, x, si, 0, doc,
+					                         base + doc, NAN, t->cand);
+					if (rc)
+						return rc;
+					if (sr_sorter_cmp_key(&t->sorter, 0, t->cand,
+					                      t->heap[0].vals) > 0)
+						continue;
+					if ((rc = sr_sorter_values(&t->sorter, x, si, doc,
+					                           base + doc, NAN, t->cand)))
+						return rc;
+					offer(t, NAN, base + doc, doc);
+				}
+			}
+			goto counted;
+		}
 	}
 	if (scores && t->by_score && t->k && !t->sorter.after && !t->collapse && !t->has_agg &&
 	    !t->pf_it && !t->req->has_min_score && limit == UINT64_MAX) {
@@ -977,6 +1045,7 @@ done:
 		cm_free(CM_MEM_SEARCH, t.groups[g].e.vals);
 	cm_free(CM_MEM_SEARCH, t.groups);
 	cm_free(CM_MEM_SEARCH, t.gmap);
+	st_colblock_free(&t.ccb);
 	if (t.collapse)
 		sr_sorter_free(&t.csorter);
 	sr_sorter_free(&t.sorter);
