@@ -12,9 +12,9 @@ force-merges every shard to one segment before its queries: a change of
 the segment format shows there (BASE's segments, read by NEW, are the
 default run). Not timed; not part of the test run.
 
-Usage: tests/bench/ab_answers.py BASE_BUILD NEW_BUILD [--n 20000] [--port 19297] [--own-copies]
+Usage: tests/bench/ab_answers.py BASE_BUILD NEW_BUILD [--n 20000] [--port P] [--own-copies]
 Needs dict-gcide (gen_w3.py); exits 1 when any answer differs."""
-import argparse, json, os, shutil, subprocess, sys, tempfile, time, urllib.request
+import argparse, json, os, shutil, socket, subprocess, sys, tempfile, time, urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -35,8 +35,13 @@ def start(build, data, port):
                           "--http", "127.0.0.1:%d" % port],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(200):
+        if p.poll() is not None:
+            sys.exit("shoal of %s exited (port %d taken?)" % (build, port))
         try:
             urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=1)
+            time.sleep(0.2)
+            if p.poll() is not None:  # another process answered on the port
+                sys.exit("shoal of %s exited (port %d taken?)" % (build, port))
             return p
         except Exception:
             time.sleep(0.1)
@@ -71,9 +76,13 @@ def main():
     ap.add_argument("base")
     ap.add_argument("new")
     ap.add_argument("--n", type=int, default=20000)
-    ap.add_argument("--port", type=int, default=19297)
+    ap.add_argument("--port", type=int, default=0, help="default: a free one")
     ap.add_argument("--own-copies", action="store_true")
     a = ap.parse_args()
+    if not a.port:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            a.port = s.getsockname()[1]
     tmp = tempfile.mkdtemp(prefix="shoal-ab-answers.")
     try:
         corpus, qfile = os.path.join(tmp, "w3.ndjson"), os.path.join(tmp, "q.ndjson")
