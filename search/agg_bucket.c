@@ -1709,14 +1709,24 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 			int64_t vb[1024];
 			size_t i = 0;
 			while (i < cnt) {
-				size_t m = cnt - i < 1024 ? cnt - i : 1024;
-				int k = st_col_values_one(rt->ctx->txn, rt->fi, &rt->cb, docs + i, m, vb);
+				/* with the array, straight from the packed block into the
+				 * counts (a values array between them cost a third of
+				 * counting a dense filter's docs) */
+				bool direct = s->counts != NULL;
+				size_t m = cnt - i < 1024 || direct ? cnt - i : 1024;
+				int k;
+				if (direct)
+					k = st_col_count_one(rt->ctx->txn, rt->fi, &rt->cb,
+					                     docs + i, m, s->counts, nords);
+				else
+					k = st_col_values_one(rt->ctx->txn, rt->fi, &rt->cb,
+					                      docs + i, m, vb);
 				if (k < 0) {
 					cm_error_set(&rt->root->err, CM_ECORRUPT, "could not read column [%s]",
 					             a->field);
 					return;
 				}
-				for (int j = 0; j < k; j++)
+				for (int j = 0; !direct && j < k; j++)
 					if ((uint64_t)vb[j] < nords) {
 						if (s->counts)
 							s->counts[vb[j]]++;

@@ -1503,6 +1503,95 @@ test_terms_one_segment(void)
 	st_mapping_unref(m);
 }
 
+/* Ten terms, so their counts are an array the collector counts packed
+ * column blocks into: the first block has docs of two values (the doc the
+ * direct count stops at), the others one, or none (missing: not counted). */
+#define DENSE_DOCS 9000
+static void
+test_terms_dense_direct(void)
+{
+	cJSON *mj = cJSON_Parse("{\"properties\":{\"lk\":{\"type\":\"keyword\"},"
+	                        "\"uid\":{\"type\":\"long\"}}}");
+	st_mapping *m = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	REQUIRE(st_mapping_from_json(mj, &m, &err) == CM_OK);
+	cJSON_Delete(mj);
+	char dir[128];
+	snprintf(dir, sizeof dir, "%s/dense", tmpdir);
+	st_shard_opts o;
+	st_shard_opts_default(&o);
+	o.background_merges = false;
+	st_shard *sh = NULL;
+	REQUIRE(st_shard_open(dir, m, &o, &sh, &err) == CM_OK);
+	static char srcs[DENSE_DOCS][64], ids[DENSE_DOCS][16];
+	static st_op ops[DENSE_DOCS];
+	static st_op_result res[DENSE_DOCS];
+	static int va[DENSE_DOCS], vb[DENSE_DOCS]; /* -1: none */
+	for (int i = 0; i < DENSE_DOCS; i++) {
+		va[i] = rndn(10);
+		vb[i] = i < 4096 && i % 7 == 3 ? (va[i] + 1 + rndn(9)) % 10 : -1;
+		if (i % 11 == 5)
+			va[i] = vb[i] = -1;
+		if (vb[i] >= 0)
+			snprintf(srcs[i], sizeof srcs[i], "{\"uid\":%d,\"lk\":[\"l%d\",\"l%d\"]}",
+			         i, va[i], vb[i]);
+		else if (va[i] >= 0)
+			snprintf(srcs[i], sizeof srcs[i], "{\"uid\":%d,\"lk\":\"l%d\"}", i, va[i]);
+		else
+			snprintf(srcs[i], sizeof srcs[i], "{\"uid\":%d}", i);
+		snprintf(ids[i], sizeof ids[i], "d%d", i);
+		st_op *op = &ops[i];
+		memset(op, 0, sizeof *op);
+		op->type = ST_OP_INDEX;
+		op->id = ids[i];
+		op->id_len = strlen(ids[i]);
+		op->source = srcs[i];
+		op->source_len = strlen(srcs[i]);
+		op->seq_no = ST_NO_SEQ;
+		op->if_seq_no = ST_NO_SEQ;
+	}
+	REQUIRE(st_shard_apply(sh, ops, DENSE_DOCS, res) == CM_OK);
+	for (int i = 0; i < DENSE_DOCS; i++)
+		REQUIRE(res[i].err == CM_OK);
+	REQUIRE(st_shard_refresh(sh) == CM_OK);
+	static const int mods[] = {1, 2, 3};
+	for (size_t mi = 0; mi < sizeof mods / sizeof *mods; mi++) {
+		uint64_t cnt[10] = {0};
+		for (int i = 0; i < DENSE_DOCS; i++)
+			if (one_sel(i, mods[mi])) {
+				if (va[i] >= 0)
+					cnt[va[i]]++;
+				if (vb[i] >= 0)
+					cnt[vb[i]]++;
+			}
+		sr_agg *a = parse_aggs("{\"t\":{\"terms\":{\"field\":\"lk\",\"size\":10}}}");
+		cJSON *j = one_run(sh, a, mods[mi]);
+		const cJSON *e;
+		int nb = 0;
+		uint64_t sum = 0;
+		cJSON_ArrayForEach(e, jget(j, "t.buckets"))
+		{
+			int v = atoi(jget(e, "key")->valuestring + 1);
+			CHECKF(v >= 0 && v < 10 && jnum(e, "doc_count") == (double)cnt[v],
+			       "dense 1/%d: %s %g, want %llu", mods[mi],
+			       jget(e, "key")->valuestring, jnum(e, "doc_count"),
+			       (unsigned long long)cnt[v < 0 || v > 9 ? 0 : v]);
+			sum += (uint64_t)jnum(e, "doc_count");
+			nb++;
+		}
+		uint64_t want = 0;
+		for (int v = 0; v < 10; v++)
+			want += cnt[v];
+		CHECKF(nb == 10 && sum == want, "dense 1/%d: %d buckets, %llu counted", mods[mi],
+		       nb, (unsigned long long)sum);
+		cJSON_Delete(j);
+		sr_agg_free(a);
+	}
+	st_shard_close(sh);
+	st_mapping_unref(m);
+}
+
 static void
 expect_parse_error(const char *json, cm_err code, const char *msg_prefix)
 {
@@ -2162,6 +2251,7 @@ main(void)
 	test_merge_orders();
 	test_terms_zero();
 	test_terms_one_segment();
+	test_terms_dense_direct();
 	test_errors();
 	test_moving_functions();
 	test_pipeline_paths();

@@ -79,10 +79,12 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 	if (!sorted)
 		qsort(refs, nrefs, sizeof *refs, fref_cmp);
 	x->fstats = cm_malloc(CM_MEM_SEARCH, (nrefs ? nrefs : 1) * sizeof(sr_fstat));
+	/* one segment's names, strictly ordered, are distinct: no compare */
+	bool distinct = sorted && x->nseg == 1;
 	for (size_t k = 0; k < nrefs; k++) {
 		const st_field_info *fi = refs[k].fi;
 		sr_fstat *fs = x->nfstats ? &x->fstats[x->nfstats - 1] : NULL;
-		if (!fs || strcmp(fs->name, fi->name)) {
+		if (!fs || distinct || strcmp(fs->name, fi->name)) {
 			fs = &x->fstats[x->nfstats++];
 			/* the header only: the 1-KB score cache fills on first use */
 			memset(fs, 0, offsetof(sr_fstat, cache));

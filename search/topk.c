@@ -299,11 +299,22 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 	/* the words with a doc: a sparse window has a few of its 64 */
 	uint8_t nzw[SR_WIN_WORDS];
 	size_t nnz = 0;
-	for (size_t w = 0; w < nw; w++)
-		if (bits[w]) {
-			nzw[nnz++] = (uint8_t)w;
+	for (size_t w0 = 0; w0 < nw; w0 += 4) {
+		/* four words at a time, past empty ones at once: a word at a
+		 * time was a sixth of a selective aggregation's cost */
+		size_t we = w0 + 4 < nw ? w0 + 4 : nw;
+		uint64_t any = 0;
+		if (we == w0 + 4)
+			any = bits[w0] | bits[w0 + 1] | bits[w0 + 2] | bits[w0 + 3];
+		else
+			for (size_t w = w0; w < we; w++)
+				any |= bits[w];
+		for (size_t w = w0; any && w < we; w++) {
+			nzw[nnz] = (uint8_t)w;
+			nnz += bits[w] != 0;
 			n += (uint64_t)__builtin_popcountll(bits[w]);
 		}
+	}
 	if (!n)
 		return CM_OK;
 	if (!t->k && !t->has_agg && !t->pf_it && !t->terminate_after && !t->req->has_min_score) {
@@ -336,19 +347,23 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 		/* aggregations alone: the window's docs (and scores) in a row */
 		seen = hits = n;
 		float boost = t->boost;
+		/* in locals: the stores might alias t, which was read again per doc */
+		float mx = t->max_score, *ds = t->dscores;
+		uint32_t *dd = t->docs;
 		for (size_t wi = 0; wi < nnz; wi++) {
 			size_t w = nzw[wi];
 			for (uint64_t m = bits[w]; m; m &= m - 1) {
 				uint32_t j = (uint32_t)(w * 64 + __builtin_ctzll(m));
 				if (scores) {
 					float sc = scores[j] * boost;
-					if (sc > t->max_score)
-						t->max_score = sc;
-					t->dscores[nd] = sc;
+					if (sc > mx)
+						mx = sc;
+					ds[nd] = sc;
 				}
-				t->docs[nd++] = lo + j;
+				dd[nd++] = lo + j;
 			}
 		}
+		t->max_score = mx;
 		goto counted;
 	}
 	if (t->nkeys && t->n == t->k && t->k && !t->sorter.after && !t->collapse && !t->has_agg &&
@@ -820,6 +835,14 @@ sr_search_shard_in(st_reader *r, uint32_t shard, const char *index, const sr_req
 	return sr_search_shard_bar(r, shard, index, req, NULL, out, err);
 }
 
+/* The phases' clock, read only for a profiled request: eight reads were
+ * 3% of a selective aggregation's cost. */
+static inline uint64_t
+prof_now(const sr_request *req)
+{
+	return req->profile ? cm_now_ns() : 0;
+}
+
 cm_err
 sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_request *req,
                     sr_hit_bar *bar, sr_shard_result *out, cm_error *err)
@@ -872,11 +895,11 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 	if (req->collapse_field && (rc = collapse_init(&t, r, x.err)))
 		goto done;
 	sr_plan *plan = NULL, *pf_plan = NULL;
-	t_mark = cm_now_ns();
+	t_mark = prof_now(req);
 	rc = sr_plan_compile(&x, req->query, t.scored, &plan);
 	if (!rc && req->post_filter)
 		rc = sr_plan_compile(&x, req->post_filter, false, &pf_plan);
-	pf.rewrite = cm_now_ns() - t_mark;
+	pf.rewrite = prof_now(req) - t_mark;
 	if (rc) {
 		sr_plan_free(plan);
 		goto done;
@@ -910,11 +933,11 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 			t.total += known; /* a count alone: nothing to visit */
 			continue;
 		}
-		t_mark = cm_now_ns();
+		t_mark = prof_now(req);
 		rc = sr_it_build(&x, si, plan, &it);
 		if (!rc && pf_plan)
 			rc = sr_it_build(&x, si, pf_plan, &t.pf_it);
-		pf.build += cm_now_ns() - t_mark;
+		pf.build += prof_now(req) - t_mark;
 		if (!rc && t.nkeys)
 			rc = sr_sorter_segment(&t.sorter, &x, si);
 		if (!rc && t.collapse)
@@ -929,7 +952,7 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 		                                sr_plan_seg_count(&x, si, plan, &known);
 		uint64_t seen_before = t.total;
 		if (!rc) {
-			t_mark = cm_now_ns();
+			t_mark = prof_now(req);
 			rc = sr_run_windows_floor(&x, si, it, t.scored, on_window, &t, &t.floor,
 			                          rest_known ? &rest : NULL);
 			if (!rc && rest)
@@ -938,7 +961,7 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 				rc = CM_OK;
 			if (t.has_agg && t.agg.end_segment)
 				t.agg.end_segment(t.agg.self);
-			pf.query += cm_now_ns() - t_mark;
+			pf.query += prof_now(req) - t_mark;
 		}
 		sr_it_free(it);
 		sr_it_free(t.pf_it);
@@ -977,10 +1000,10 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 	}
 	/* best first */
 	qsort_r(t.heap, t.n, sizeof(sr_topk_entry), entry_rank_cmp, &t);
-	t_mark = cm_now_ns();
+	t_mark = prof_now(req);
 	for (size_t i = 0; i < req->nrescore && !rc; i++)
 		rc = sr_rescore_window(&x, &req->rescore[i], t.heap, t.n);
-	pf.rescore = cm_now_ns() - t_mark;
+	pf.rescore = prof_now(req) - t_mark;
 	if (rc) {
 		sr_shard_result_free(out);
 		goto done;
@@ -999,7 +1022,7 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 		                   (t.heap[t.n - 1].score == bs && shard > bsh)))
 			t.n--;
 	}
-	t_mark = cm_now_ns();
+	t_mark = prof_now(req);
 	if (t.n) {
 		out->hits = cm_calloc(CM_MEM_SEARCH, t.n, sizeof(sr_hit));
 		cm_buf idb, src;
@@ -1025,7 +1048,7 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 		cm_buf_free(&src);
 	}
 	if (!rc && req->profile) {
-		pf.fetch = cm_now_ns() - t_mark;
+		pf.fetch = prof_now(req) - t_mark;
 		render_profile(&t, &pf, out);
 	}
 	if (!rc && req->suggest)

@@ -39,6 +39,11 @@ void codec_unpack64(const uint8_t *in, size_t in_len, size_t n, unsigned bits, u
 /* Gathers out[j] = value idx[j] - base of the packed values (in range). */
 void codec_unpack64_gather(const uint8_t *in, size_t in_len, const uint32_t *idx, size_t n,
                            uint32_t base, unsigned bits, uint64_t *out);
+/* counts[v]++ for each gathered value v = (value idx[j] - base) + add
+ * below ncounts (others are skipped): codec_unpack64_gather and a count. */
+void codec_count_gather(const uint8_t *in, size_t in_len, const uint32_t *idx, size_t n,
+                        uint32_t base, unsigned bits, uint64_t add, uint32_t *counts,
+                        uint64_t ncounts);
 /* Without unpacking: sets bit i of bb (cleared first, n bits) for each of
  * the n packed values in [lo, hi]; returns whether any is. */
 bool codec_packed_range_bits(const uint8_t *in, size_t in_len, size_t n, unsigned bits,

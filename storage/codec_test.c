@@ -57,6 +57,36 @@ test_pack(void)
 			CHECK(b.len == codec_packed_size(n, bits));
 			codec_unpack64(b.data, b.len, n, bits, out64);
 			CHECKF(memcmp(in64, out64, n * 8) == 0, "pack64 bits %u n %zu", bits, n);
+			/* a buffer cut short (a byte less, ones after it): the
+			 * missing bits read as 0, as the byte-wise path reads them */
+			if (b.len > 0) {
+				uint8_t cut[8200];
+				memcpy(cut, b.data, b.len);
+				memset(cut + b.len - 1, 0xff, 9);
+				uint64_t want[1000];
+				for (size_t i = 0; i < n; i++) {
+					uint64_t v = 0;
+					for (unsigned q = 0; q < bits; q++) {
+						size_t bit = i * bits + q;
+						if ((bit >> 3) < b.len - 1)
+							v |= (uint64_t)(b.data[bit >> 3] >>
+							                    (bit & 7) &
+							                1)
+							     << q;
+					}
+					want[i] = v;
+				}
+				codec_unpack64(cut, b.len - 1, n, bits, out64);
+				CHECKF(memcmp(want, out64, n * 8) == 0, "cut64 bits %u n %zu", bits,
+				       n);
+				if (bits <= 32) {
+					codec_unpack32(cut, b.len - 1, n, bits, out32);
+					bool ok = true;
+					for (size_t i = 0; i < n; i++)
+						ok &= out32[i] == (uint32_t)want[i];
+					CHECKF(ok, "cut32 bits %u n %zu", bits, n);
+				}
+			}
 			/* range bits on the packed values, against the unpacked */
 			for (int r = 0; r < 3; r++) {
 				uint64_t a = n ? in64[rnd() % n] : 0, z = n ? in64[rnd() % n] : 0;

@@ -1218,6 +1218,47 @@ st_col_values_one(st_seg_txn *t, const st_field_info *f, st_colblock *cb, const 
 	return (int)k;
 }
 
+int
+st_col_count_one(st_seg_txn *t, const st_field_info *f, st_colblock *cb, const uint32_t *docs,
+                 size_t n, uint32_t *counts, uint64_t ncounts)
+{
+	size_t k = 0;
+	while (k < n) {
+		uint32_t doc = docs[k];
+		if (doc >= t->seg->max_doc)
+			return -1;
+		uint32_t block = doc / ST_COL_BLOCK;
+		if (!cb->starts || cb->block != block || cb->ndocs == 0) {
+			if (col_decode(t, f, block, cb, false))
+				return -1;
+			cb->visits = 0;
+		}
+		if (cb->sparse && !cb->single)
+			return (int)k;
+		uint32_t end = cb->first_doc + cb->ndocs;
+		size_t e = k;
+		while (e < n && docs[e] < end)
+			e++;
+		if (cb->sparse) {
+			codec_count_gather(cb->packed, cb->packed_len, docs + k, e - k,
+			                   cb->first_doc, cb->vbits, (uint64_t)cb->min, counts,
+			                   ncounts);
+		} else {
+			/* decoded by st_col_values_sparse on the same cb */
+			for (size_t j = k; j < e; j++) {
+				uint32_t i = docs[j] - cb->first_doc;
+				if (cb->starts[i + 1] - cb->starts[i] != 1)
+					return (int)j;
+				uint64_t v = (uint64_t)cb->vals[cb->starts[i]];
+				if (v < ncounts)
+					counts[v]++;
+			}
+		}
+		k = e;
+	}
+	return (int)k;
+}
+
 /* ---- ordinals ---- */
 
 /* One walk of the field's dictionary, checking that the n-th term names

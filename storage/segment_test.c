@@ -459,6 +459,46 @@ check_segment(const char *path, mdoc **live, uint32_t nlive, uint64_t gen)
 			st_colblock_free(&full);
 			st_colblock_free(&sp);
 		}
+	/* st_col_count_one (the doc it stops at read with st_col_values_sparse
+	 * on the same cb, which may decode the block whole) counts what the
+	 * block reader gives, values at or past ncounts left out */
+	const st_field_info *ccols[] = {fk, fn, fp, fseq};
+	static uint32_t cdocs[1 << 14], cgot[1 << 12], cwant[1 << 12];
+	for (size_t c = 0; c < sizeof(ccols) / sizeof(ccols[0]); c++)
+		for (size_t k = 0; k < sizeof(strides) / sizeof(strides[0]); k++) {
+			st_colblock full = {0}, cb = {0};
+			size_t nd = 0;
+			memset(cgot, 0, sizeof cgot);
+			memset(cwant, 0, sizeof cwant);
+			for (uint32_t d = (uint32_t)k; d < nlive && nd < 1 << 14; d += strides[k]) {
+				const int64_t *a;
+				int na = st_col_values(t, ccols[c], &full, d, &a);
+				for (int i = 0; i < na; i++)
+					if ((uint64_t)a[i] < 1 << 12)
+						cwant[a[i]]++;
+				cdocs[nd++] = d;
+			}
+			bool ok = true;
+			for (size_t i = 0; i < nd && ok;) {
+				int r = st_col_count_one(t, ccols[c], &cb, cdocs + i, nd - i, cgot,
+				                         1 << 12);
+				ok = r >= 0;
+				i += (size_t)(r > 0 ? r : 0);
+				if (ok && i < nd) {
+					const int64_t *b;
+					int nb =
+					    st_col_values_sparse(t, ccols[c], &cb, cdocs[i++], &b);
+					ok = nb >= 0;
+					for (int j = 0; j < nb; j++)
+						if ((uint64_t)b[j] < 1 << 12)
+							cgot[b[j]]++;
+				}
+			}
+			CHECKF(ok && memcmp(cgot, cwant, sizeof cgot) == 0,
+			       "count_one %s stride %u", ccols[c]->name, strides[k]);
+			st_colblock_free(&full);
+			st_colblock_free(&cb);
+		}
 	/* zone maps agree with decoded blocks */
 	for (uint32_t b = 0; b * ST_COL_BLOCK < nlive; b++) {
 		int64_t mn, mx;

@@ -201,6 +201,11 @@ int st_col_values_sparse(st_seg_txn *t, const st_field_info *f, st_colblock *cb,
  * st_col_values_sparse. */
 int st_col_values_one(st_seg_txn *t, const st_field_info *f, st_colblock *cb,
                       const uint32_t *docs, size_t n, int64_t *out);
+/* The same, counted: counts[v]++ for each of those values v below
+ * ncounts (as unsigned; keyword ordinals into a per-ordinal array), k
+ * returned as above, the docs before it counted. */
+int st_col_count_one(st_seg_txn *t, const st_field_info *f, st_colblock *cb, const uint32_t *docs,
+                     size_t n, uint32_t *counts, uint64_t ncounts);
 
 /* Keyword ordinals <-> terms (ordinals are ranks in the sorted dictionary). */
 cm_err st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t **term,
