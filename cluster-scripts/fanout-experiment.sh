@@ -53,6 +53,7 @@ TMP=$(mktemp -d /tmp/shoal-w4.XXXXXX)
 RES="$TMP/results.tsv"
 : > "$RES"
 T_START=$(date +%s)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
 PIDS=()            # shoal nodes and proxies of the current cluster
 SPHINX_PIDFILES=()
@@ -494,8 +495,8 @@ node (\`fanout=per_node\`, merged on the data node). Workload W4 of
 
 - Commit \`$COMMIT\`, $(nproc) cores shared by the nodes, the proxies and the
   driver (no pinning: 2 cores), $(uname -sr), run took $((T_END - T_START)) s
-  on $(date -u +%Y-%m-%d). Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)
-  (other work was running on the machine).
+  on $(date -u +%Y-%m-%d). Load average at the start: $LOAD_START; at the end:
+  $(cut -d' ' -f1-3 /proc/loadavg) (the run's own nodes, proxies and driver).
 - One coordinator-only node (\`--role coordinator\`, holds no data) in front
   of data nodes; every request goes to the coordinator, so every shard is
   remote (a real network hop over nng on loopback).
