@@ -12,6 +12,7 @@ A section is the text between `<!-- NAME:BEGIN -->` and `<!-- NAME:END -->`;
 it is appended when missing, so hand-written text around it survives reruns.
 """
 import glob
+import math
 import json
 import os
 import platform
@@ -95,6 +96,10 @@ def ratio(a, b, nd=2):
     return "%.*f×" % (nd, a / b)
 
 
+def verdict(ok):
+    return "met" if ok else "**missed**"
+
+
 # ------------------------------------------------------------------ W1
 def w1(d):
     rows = []
@@ -129,6 +134,21 @@ def w1(d):
             fmt(m.get("index_docs_per_s")), m.get("private_kb", 0) / 1024, m.get("rss_kb", 0) / 1024,
             m.get("disk_bytes", 0) / 1e6,
             ratio(med(qps), sphinx_qps) if not tag.startswith("sphinx") else "1.00×"))
+    # the targets (BENCHMARKS.md W1, issue #18), on the first Shoal row (1 shard)
+    for tag, m, warm, cold in engines:
+        if tag.startswith("sphinx"):
+            continue
+        q, p99 = med([w["qps"] for w in warm]), med([w["p99_us"] / 1000 for w in warm])
+        disk, priv = m.get("disk_bytes", 0) / 1e6, m.get("private_kb", 0) / 1024
+        rows.append("")
+        rows.append("Targets, %s: qps ≥ 3× Sphinx: %s %s; p99 ≤ 2 ms: %.2f ms %s; on disk ≤ 4.6 MB: "
+                    "%.2f MB %s; private memory ≤ 64 MB: %.1f MB %s (server CPU per query ≤ 60 µs: "
+                    "`tests/bench/ab_w1.sh`)." % (
+                        m.get("label", tag), ratio(q, sphinx_qps),
+                        verdict(q and sphinx_qps and q >= 3 * sphinx_qps) if sphinx_qps else "n/a",
+                        p99 or 0, verdict(p99 is not None and p99 <= 2.0), disk, verdict(disk <= 4.6),
+                        priv, verdict(priv <= 64)))
+        break
     return "\n".join(rows)
 
 
@@ -157,6 +177,20 @@ def index(d):
                 rng(g("cpu_s"), 2), rng(g("docs_per_cpu_s")), (mm(e, "index_bytes") or 0) / 1e6,
                 fmt(mm(e, "merge_busy_threads"), 2) if mm(e, "merge_busy_threads") else "n/a",
                 ratio(mm(e, "docs_per_cpu_s"), luc), ratio(mm(e, "docs_per_cpu_s"), sph)))
+    # the targets (issue #18): docs per CPU-s >= 2x Lucene, index bytes <= 1.1x Lucene
+    lines = []
+    for c in corpora:
+        sd, ld = med([x.get("docs_per_cpu_s") for x in res.get((c, "shoal"), [])]), \
+            med([x.get("docs_per_cpu_s") for x in res.get((c, "lucene"), [])])
+        sb, lb = med([x.get("index_bytes") for x in res.get((c, "shoal"), [])]), \
+            med([x.get("index_bytes") for x in res.get((c, "lucene"), [])])
+        if sd and ld and sb and lb:
+            lines.append("Targets, %s: docs per CPU-s ≥ 2× Lucene: %s %s; index bytes ≤ 1.1× Lucene: "
+                         "%s %s." % (c, ratio(sd, ld), verdict(sd >= 2 * ld), ratio(sb, lb),
+                                     verdict(sb <= 1.1 * lb)))
+    if lines:
+        rows.append("")
+        rows.extend(lines)
     return "\n".join(rows)
 
 
@@ -191,6 +225,17 @@ def w5(d):
         rows.append("| %s | %s | %s | %s | %s | %s | %s |" % (c, fmt(s), fmt(l), fmt(x), ratio(s, l), ratio(s, x), agree))
     rows.append("")
     rows.append("Classes where Shoal is below Lucene: %d of %d." % (below, len(classes)))
+    # the targets (BENCHMARKS.md W5): every class >= 1.0x Lucene, geometric mean >= 1.5x, >= 3x Xapian
+    def geo(eng):
+        rs = [med(res[(c, "shoal")]) / med(res[(c, eng)]) for c in classes
+              if med(res.get((c, "shoal"), [])) and med(res.get((c, eng), []))]
+        return math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else None
+    gl, gx = geo("lucene"), geo("xapian")
+    if gl:
+        rows.append("Targets: every class ≥ 1.0× Lucene: %s (%d below); geometric mean ≥ 1.5× Lucene: "
+                    "%.2f× %s%s." % (verdict(below == 0), below, gl, verdict(gl >= 1.5),
+                                     "; ≥ 3× Xapian (geometric mean): %.2f× %s" % (gx, verdict(gx >= 3))
+                                     if gx else ""))
     return "\n".join(rows)
 
 
