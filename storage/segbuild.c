@@ -529,23 +529,30 @@ static cm_err
 add_one(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t primary_term, int64_t version,
         uint32_t *docno, cm_error *err)
 {
-	if (doc->id_len > SEG_MAX_ID)
-		return cm_error_set(err, CM_EINVAL, "id is too long, must be no longer than %d bytes",
-		                    SEG_MAX_ID);
-	if (b->ndocs >= UINT32_MAX - 3)
+	if (b->ndocs >= ST_SEGBUILD_MAX_DOCS)
 		return cm_error_set(err, CM_ELIMIT, "segment is full");
-	for (size_t i = 0; i < doc->nvalues; i++) {
+	/* Below this point every doc takes its number, a refused one as
+	 * failed (left out like a deleted one): the shard hands out doc
+	 * numbers before the docs are added (st_segbuild_add's contract). */
+	cm_err e = CM_OK;
+	const char *id = doc->id;
+	size_t id_len = doc->id_len;
+	if (doc->id_len > SEG_MAX_ID) {
+		e = cm_error_set(err, CM_EINVAL, "id is too long, must be no longer than %d bytes",
+		                 SEG_MAX_ID);
+		id_len = 0;
+	}
+	for (size_t i = 0; i < doc->nvalues && !e; i++) {
 		const st_value *v = &doc->values[i];
 		if (v->field->type == ST_FT_KEYWORD && v->n > SEG_MAX_TERM)
-			return cm_error_set(err, CM_EINVAL,
-			                    "Document contains at least one immense term in field=\"%s\" "
-			                    "(longer than %d bytes)",
-			                    v->field->path, SEG_MAX_TERM);
+			e = cm_error_set(err, CM_EINVAL,
+			                 "Document contains at least one immense term in field=\"%s\" "
+			                 "(longer than %d bytes)",
+			                 v->field->path, SEG_MAX_TERM);
 	}
 	uint32_t d = b->ndocs;
 	b->ntouched_fields = 0;
-	cm_err e = CM_OK;
-	for (size_t i = 0; i < doc->nvalues; i++) {
+	for (size_t i = 0; i < doc->nvalues && !e; i++) {
 		const st_value *v = &doc->values[i];
 		if (v->field->type == ST_FT_OBJECT)
 			continue;
@@ -656,8 +663,10 @@ add_one(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t primary_ter
 	b->version[d] = version;
 	if (d == 0)
 		b->stored_off[0] = 0;
-	cm_buf_put_str(&b->stored, doc->id, doc->id_len);
-	if (doc->stored)
+	cm_buf_put_str(&b->stored, id, id_len);
+	if (e)
+		cm_buf_put_str(&b->stored, "", 0);
+	else if (doc->stored)
 		cm_buf_put_str(&b->stored, doc->stored, doc->stored_len);
 	else
 		cm_buf_put_str(&b->stored, doc->source, doc->source_len);

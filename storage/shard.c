@@ -302,29 +302,29 @@ id_hash(const char *id, size_t len)
 }
 
 static vm_entry *
-vm_find(const membuf *m, const char *id, size_t len, uint64_t h)
+vm_find(const vmap *m, const char *id, size_t len, uint64_t h)
 {
-	if (m->vm_cap == 0)
+	if (m->cap == 0)
 		return NULL;
-	size_t mask = m->vm_cap - 1;
+	size_t mask = m->cap - 1;
 	for (size_t i = h & mask;; i = (i + 1) & mask) {
 		vm_entry *e = &m->vm[i];
 		if (e->hash == 0)
 			return NULL;
 		if (e->hash == h && e->id_len == len &&
-		    memcmp(m->vm_ids.data + e->id_off, id, len) == 0)
+		    memcmp(m->ids.data + e->id_off, id, len) == 0)
 			return e;
 	}
 }
 
 static void
-vm_grow(membuf *m)
+vm_grow(vmap *m)
 {
 	vm_entry *old = m->vm;
-	size_t oldcap = m->vm_cap;
-	m->vm_cap = oldcap ? oldcap * 2 : 1024;
-	m->vm = cm_calloc(CM_MEM_STORAGE, m->vm_cap, sizeof(*m->vm));
-	size_t mask = m->vm_cap - 1;
+	size_t oldcap = m->cap;
+	m->cap = oldcap ? oldcap * 2 : 1024;
+	m->vm = cm_calloc(CM_MEM_STORAGE, m->cap, sizeof(*m->vm));
+	size_t mask = m->cap - 1;
 	for (size_t i = 0; i < oldcap; i++) {
 		if (old[i].hash == 0)
 			continue;
@@ -337,60 +337,69 @@ vm_grow(membuf *m)
 }
 
 static void
-vm_put(membuf *m, const char *id, size_t len, uint64_t h, const vm_entry *val)
+vm_put(vmap *m, const char *id, size_t len, uint64_t h, const vm_entry *val)
 {
 	vm_entry *e = vm_find(m, id, len, h);
 	if (e == NULL) {
-		if ((m->vm_count + 1) * 4 > m->vm_cap * 3)
+		if ((m->count + 1) * 4 > m->cap * 3)
 			vm_grow(m);
-		size_t mask = m->vm_cap - 1, i = h & mask;
+		size_t mask = m->cap - 1, i = h & mask;
 		while (m->vm[i].hash)
 			i = (i + 1) & mask;
 		e = &m->vm[i];
 		e->hash = h;
-		e->id_off = (uint32_t)m->vm_ids.len;
+		e->id_off = (uint32_t)m->ids.len;
 		e->id_len = (uint32_t)len;
-		cm_buf_put(&m->vm_ids, id, len);
-		m->vm_count++;
+		cm_buf_put(&m->ids, id, len);
+		m->count++;
 	}
 	e->seq_no = val->seq_no;
 	e->term = val->term;
 	e->version = val->version;
 	e->buf_doc = val->buf_doc;
+	e->buf = val->buf;
 	e->deleted = val->deleted;
 }
 
-/* When a frozen buffer retires: its docs are in a segment now, but
+/* When frozen buffers retire: their docs are in segments now, but
  * tombstones stay while their seq_no is above the local checkpoint, so a
  * replica still recognises an older, reordered op for a deleted id. */
 static void
-vm_carry_tombstones(membuf *to, const membuf *from, int64_t ckp)
+vm_carry_tombstones(vmap *to, const vmap *from, int64_t ckp)
 {
-	for (size_t i = 0; i < from->vm_cap; i++) {
+	for (size_t i = 0; i < from->cap; i++) {
 		const vm_entry *e = &from->vm[i];
 		if (e->hash == 0 || !e->deleted || (int64_t)e->seq_no <= ckp)
 			continue;
-		const char *id = (const char *)from->vm_ids.data + e->id_off;
+		const char *id = (const char *)from->ids.data + e->id_off;
 		if (vm_find(to, id, e->id_len, e->hash))
 			continue; /* a newer op on the id */
 		vm_put(to, id, e->id_len, e->hash, e);
 	}
 }
 
-/* ---------------------------------------------------------------- */
-/* indexing buffer */
-
-static void
-membuf_init(membuf *m)
+static size_t
+vm_ram(const vmap *m)
 {
-	memset(m, 0, sizeof(*m));
+	return m->cap * sizeof(vm_entry) + m->ids.cap;
+}
+
+/* ---------------------------------------------------------------- */
+/* indexing buffers */
+
+static membuf *
+membuf_new(void)
+{
+	membuf *m = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*m));
 	m->b = st_segbuild_create();
-	cm_buf_init(&m->vm_ids, CM_MEM_STORAGE);
+	return m;
 }
 
 static void
 membuf_free(membuf *m)
 {
+	if (m == NULL)
+		return;
 	if (m->b)
 		st_segbuild_destroy(m->b);
 	cm_free(CM_MEM_STORAGE, m->del);
@@ -399,9 +408,45 @@ membuf_free(membuf *m)
 	cm_free(CM_MEM_STORAGE, m->blocks);
 	cm_free(CM_MEM_STORAGE, m->src_ptr);
 	cm_free(CM_MEM_STORAGE, m->src_len);
-	cm_free(CM_MEM_STORAGE, m->vm);
-	cm_buf_free(&m->vm_ids);
-	memset(m, 0, sizeof(*m));
+	cm_free(CM_MEM_STORAGE, m);
+}
+
+static void
+bufset_init(bufset *bs)
+{
+	memset(bs, 0, sizeof(*bs));
+	cm_buf_init(&bs->vm.ids, CM_MEM_STORAGE);
+}
+
+static void
+bufset_free(bufset *bs)
+{
+	for (size_t i = 0; i < bs->n; i++)
+		membuf_free(bs->b[i]);
+	cm_free(CM_MEM_STORAGE, bs->b);
+	cm_free(CM_MEM_STORAGE, bs->vm.vm);
+	cm_buf_free(&bs->vm.ids);
+	memset(bs, 0, sizeof(*bs));
+}
+
+/* Docs handed out and not deleted, over every buffer (wmu). */
+static uint64_t
+bufset_docs(const bufset *bs)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; i < bs->n; i++)
+		n += bs->b[i]->reserved - bs->b[i]->ndel;
+	return n;
+}
+
+/* What the buffers hold, for the one memory budget (wmu). */
+static size_t
+bufset_ram(const bufset *bs)
+{
+	size_t n = vm_ram(&bs->vm);
+	for (size_t i = 0; i < bs->n; i++)
+		n += bs->b[i]->ram;
+	return n;
 }
 
 #define SRC_BLOCK ((size_t)1 << 20)
@@ -441,6 +486,7 @@ src_store(membuf *m, const char *src, size_t len)
 	return (const char *)dst;
 }
 
+/* The source of a doc just added (by the buffer's holder). */
 static void
 buffer_note_doc(membuf *m, uint32_t docno, const char *src, size_t len)
 {
@@ -452,7 +498,17 @@ buffer_note_doc(membuf *m, uint32_t docno, const char *src, size_t len)
 		m->src_len = cm_realloc(CM_MEM_STORAGE, m->src_len, cap * sizeof(*m->src_len));
 		m->src_cap = cap;
 	}
-	size_t words = st_bit_words(docno + 1);
+	m->src_ptr[docno] = src_store(m, src, len);
+	m->src_len[docno] = (uint32_t)len;
+}
+
+/* Hands out n doc numbers, the first returned (wmu). */
+static uint32_t
+buffer_reserve(membuf *m, uint32_t n)
+{
+	uint32_t first = m->reserved;
+	m->reserved += n;
+	size_t words = st_bit_words(m->reserved);
 	if (words > m->del_words) {
 		size_t nw = m->del_words ? m->del_words : 16;
 		while (nw < words)
@@ -461,8 +517,7 @@ buffer_note_doc(membuf *m, uint32_t docno, const char *src, size_t len)
 		memset(m->del + m->del_words, 0, (nw - m->del_words) * sizeof(uint64_t));
 		m->del_words = nw;
 	}
-	m->src_ptr[docno] = src_store(m, src, len);
-	m->src_len[docno] = (uint32_t)len;
+	return first;
 }
 
 static void
@@ -474,19 +529,16 @@ buffer_delete(membuf *m, uint32_t docno)
 	}
 }
 
-static size_t
-buffer_ram(const membuf *m)
-{
-	return st_segbuild_ram(m->b) + m->src_bytes + m->vm_cap * sizeof(vm_entry) + m->vm_ids.cap;
-}
-
 static void
 frozen_free(frozen_buf *f)
 {
 	if (f == NULL)
 		return;
-	membuf_free(&f->m);
+	for (size_t i = 0; i < f->set.n; i++)
+		cm_free(CM_MEM_STORAGE, f->late[i]);
 	cm_free(CM_MEM_STORAGE, f->late);
+	cm_free(CM_MEM_STORAGE, f->gen);
+	bufset_free(&f->set);
 	for (size_t i = 0; i < f->npend; i++) {
 		live_release(f->pend_live[i]);
 		seg_ref_release(f->pend_ref[i]);
@@ -525,6 +577,7 @@ typedef struct id_state {
 	int64_t version;
 	int loc;
 	uint32_t doc;
+	uint32_t buf; /* LOC_BUFFER, LOC_FROZEN: which buffer */
 	size_t seg;
 } id_state;
 
@@ -595,10 +648,10 @@ static cm_err
 lookup_id(st_shard *s, lookup_ctx *lc, const char *id, size_t len, uint64_t h, id_state *st)
 {
 	memset(st, 0, sizeof(*st));
-	vm_entry *e = vm_find(&s->act, id, len, h);
+	vm_entry *e = vm_find(&s->act.vm, id, len, h);
 	int loc = LOC_BUFFER;
 	if (e == NULL && s->frz) {
-		e = vm_find(&s->frz->m, id, len, h);
+		e = vm_find(&s->frz->set.vm, id, len, h);
 		loc = LOC_FROZEN;
 	}
 	if (e) {
@@ -609,6 +662,7 @@ lookup_id(st_shard *s, lookup_ctx *lc, const char *id, size_t len, uint64_t h, i
 		st->version = e->version;
 		st->loc = e->deleted ? LOC_NONE : loc;
 		st->doc = e->buf_doc;
+		st->buf = e->buf;
 		return CM_OK;
 	}
 	for (size_t i = s->nsegs; i-- > 0;) {
@@ -857,36 +911,57 @@ typedef struct op_plan {
 	int64_t version;
 	int prev_batch; /* earlier accepted op on the same id in this batch, or -1 */
 	id_state prev;  /* state before the batch, when prev_batch < 0 */
-	uint32_t docno;
+	uint32_t docno; /* its root doc in buffer `buf`, NO_DOC when none */
+	uint32_t buf;
+	bool add_failed;
 } op_plan;
 
 #define MAX_BATCH_MAPPINGS 8
+/* A batch spreads over the index pool in parts of at least this many ops. */
+#define PART_MIN_OPS 64
+#define MAX_PARTS 64
+
+/* A contiguous run of a batch's ops: parsed by one task (with the
+ * mappings its docs point into), then added by one task into one
+ * buffer of its own. */
+typedef struct part {
+	st_shard *s;
+	const st_op *ops;
+	op_plan *plan;
+	st_op_result *res;
+	size_t lo, hi;
+	st_mapping *maps[MAX_BATCH_MAPPINGS];
+	int nmaps;
+	membuf *m;
+	uint32_t buf;
+	uint64_t need; /* doc numbers its accepted ops take */
+} part;
 
 typedef struct batch {
 	op_plan *plan;
-	st_mapping *maps[MAX_BATCH_MAPPINGS];
-	int nmaps;
 	int32_t *slots; /* id → last op index in this batch */
 	size_t nslots;
+	part parts[MAX_PARTS];
+	size_t nparts;
 } batch;
 
 static void
-batch_keep_mapping(batch *b, st_mapping *m)
+part_keep_mapping(part *c, st_mapping *m)
 {
-	b->maps[b->nmaps++] = m;
+	c->maps[c->nmaps++] = m;
 }
 
 /* Parses one INDEX op under the shard mapping, extending the mapping for
  * dynamic fields. Runs without the write lock. */
 static void
-parse_op(st_shard *s, batch *b, const st_op *op, op_plan *p, st_op_result *r)
+parse_op(st_shard *s, part *c, const st_op *op, op_plan *p, st_op_result *r)
 {
 	cm_error err;
 	cm_error_clear(&err);
-	st_mapping *m = b->nmaps ? b->maps[b->nmaps - 1] : NULL;
+	st_mapping *m = c->nmaps ? c->maps[c->nmaps - 1] : NULL;
 	if (m == NULL) {
 		m = mapping_get(s);
-		batch_keep_mapping(b, m);
+		part_keep_mapping(c, m);
 	}
 	for (int attempt = 0; attempt < 3; attempt++) {
 		st_mapping *add = NULL;
@@ -915,22 +990,90 @@ parse_op(st_shard *s, batch *b, const st_op *op, op_plan *p, st_op_result *r)
 			         err.reason[0] ? err.reason : cm_err_msg(e));
 			return;
 		}
-		if (b->nmaps == MAX_BATCH_MAPPINGS) {
+		if (c->nmaps == MAX_BATCH_MAPPINGS) {
 			/* Older mappings may still be pointed to by parsed docs;
 			 * refuse rather than drop them. Rare: 8 mapping changes
-			 * within one batch. */
+			 * within one part of a batch. */
 			st_mapping_unref(merged);
 			r->err = CM_EMAPPING;
 			snprintf(r->reason, sizeof(r->reason),
 			         "too many mapping updates in one batch");
 			return;
 		}
-		batch_keep_mapping(b, merged);
+		part_keep_mapping(c, merged);
 		m = merged;
 	}
 	r->err = CM_EMAPPING;
 	snprintf(r->reason, sizeof(r->reason), "mapping did not settle for [%.*s]",
 	         (int)(op->id_len > 64 ? 64 : op->id_len), op->id);
+}
+
+/* Phase 0 of a part, no lock: validate and parse. */
+static void
+part_parse(void *arg)
+{
+	part *c = arg;
+	for (size_t i = c->lo; i < c->hi; i++) {
+		const st_op *op = &c->ops[i];
+		st_op_result *r = &c->res[i];
+		op_plan *p = &c->plan[i];
+		memset(r, 0, sizeof(*r));
+		r->seq_no = ST_NO_SEQ;
+		p->prev_batch = -1;
+		p->docno = NO_DOC;
+		if (op->id == NULL || op->id_len == 0 || op->id_len > MAX_ID_LEN) {
+			r->err = CM_EVALIDATE;
+			if (op->id_len == 0)
+				snprintf(r->reason, sizeof(r->reason),
+				         "if _id is specified it must not be empty");
+			else
+				snprintf(r->reason, sizeof(r->reason),
+				         "id [%.32s...] is too long, must be no longer than 512 "
+				         "bytes but was: %zu",
+				         op->id, op->id_len);
+			continue;
+		}
+		p->hash = id_hash(op->id, op->id_len);
+		if (op->type == ST_OP_INDEX)
+			parse_op(c->s, c, op, p, r);
+	}
+}
+
+/* Phase 2 of a part, no lock: analyzes its accepted docs into the buffer
+ * it holds, at the doc numbers handed out under the lock. */
+static void
+part_add(void *arg)
+{
+	part *c = arg;
+	membuf *m = c->m;
+	for (size_t i = c->lo; i < c->hi; i++) {
+		op_plan *p = &c->plan[i];
+		if (p->docno == NO_DOC)
+			continue;
+		const st_op *op = &c->ops[i];
+		st_op_result *r = &c->res[i];
+		cm_error err;
+		cm_error_clear(&err);
+		uint32_t docno = NO_DOC;
+		cm_err e = st_segbuild_add(m->b, &p->doc, p->seq, p->term, p->version, &docno, &err);
+		if (e == CM_OK && docno != p->docno)
+			e = cm_error_set(&err, CM_EINTERNAL, "doc number %u, %u handed out", docno,
+			                 p->docno);
+		if (e) {
+			/* Logged but not indexable: surface it; the id reads as
+			 * deleted until the op is replayed successfully. */
+			r->err = e;
+			snprintf(r->reason, sizeof(r->reason), "%.250s",
+			         err.reason[0] ? err.reason : cm_err_msg(e));
+			p->add_failed = true;
+			continue;
+		}
+		/* what the segment will hold: the mapping may filter _source */
+		if (p->doc.stored)
+			buffer_note_doc(m, docno, p->doc.stored, p->doc.stored_len);
+		else
+			buffer_note_doc(m, docno, op->source, op->source_len);
+	}
 }
 
 static int32_t *
@@ -1091,65 +1234,70 @@ log_batch(st_shard *s, const st_op *ops, batch *b, size_t n, uint64_t *ticket)
 	return CM_OK;
 }
 
-/* Applies accepted ops to the buffer and the version map. */
+/* Applies accepted ops to the version map and the deletes, and hands
+ * out the doc numbers each part's buffer will give its docs (wmu). */
 static void
-apply_batch(st_shard *s, const st_op *ops, batch *b, size_t n, st_op_result *res)
+apply_plan(st_shard *s, const st_op *ops, batch *b)
 {
-	for (size_t i = 0; i < n; i++) {
-		op_plan *p = &b->plan[i];
-		if (!p->accept || p->skip)
-			continue;
-		if (p->stale) {
+	for (size_t c = 0; c < b->nparts; c++) {
+		part *pt = &b->parts[c];
+		for (size_t i = pt->lo; i < pt->hi; i++) {
+			op_plan *p = &b->plan[i];
+			if (!p->accept || p->skip)
+				continue;
+			if (p->stale) {
+				ckp_mark(s, (int64_t)p->seq);
+				s->ops_since_commit++;
+				continue;
+			}
+			const st_op *op = &ops[i];
+			/* Remove the id's previous live copy. */
+			if (p->prev_batch >= 0) {
+				const op_plan *q = &b->plan[p->prev_batch];
+				if (ops[p->prev_batch].type == ST_OP_INDEX && q->docno != NO_DOC)
+					buffer_delete(s->act.b[q->buf], q->docno);
+			} else if (p->prev.exists && p->prev.loc == LOC_BUFFER) {
+				buffer_delete(s->act.b[p->prev.buf], p->prev.doc);
+			} else if (p->prev.exists && p->prev.loc == LOC_FROZEN) {
+				st_bit_set(s->frz->late[p->prev.buf], p->prev.doc);
+			} else if (p->prev.exists && p->prev.loc == LOC_SEGMENT) {
+				segment_delete(s, p->prev.seg, p->prev.doc);
+			}
+			vm_entry v = {.seq_no = p->seq,
+			              .term = p->term,
+			              .version = p->version,
+			              .buf_doc = NO_DOC,
+			              .deleted = op->type == ST_OP_DELETE};
+			p->docno = NO_DOC;
+			if (op->type == ST_OP_INDEX) {
+				uint32_t first = buffer_reserve(pt->m, (uint32_t)p->doc.nnested + 1);
+				p->docno = first + (uint32_t)p->doc.nnested;
+				p->buf = pt->buf;
+				v.buf_doc = p->docno;
+				v.buf = pt->buf;
+			}
+			vm_put(&s->act.vm, op->id, op->id_len, p->hash, &v);
 			ckp_mark(s, (int64_t)p->seq);
 			s->ops_since_commit++;
+		}
+	}
+}
+
+/* After the parts were added (wmu): a doc its buffer refused is deleted
+ * there, and its id reads as deleted unless a later op moved on. */
+static void
+apply_failed(st_shard *s, const st_op *ops, batch *b)
+{
+	for (size_t i = 0; i < b->parts[b->nparts - 1].hi; i++) {
+		op_plan *p = &b->plan[i];
+		if (!p->add_failed)
 			continue;
+		buffer_delete(s->act.b[p->buf], p->docno);
+		vm_entry *e = vm_find(&s->act.vm, ops[i].id, ops[i].id_len, p->hash);
+		if (e && !e->deleted && e->buf == p->buf && e->buf_doc == p->docno) {
+			e->deleted = true;
+			e->buf_doc = NO_DOC;
 		}
-		const st_op *op = &ops[i];
-		/* Remove the id's previous live copy. */
-		if (p->prev_batch >= 0) {
-			const op_plan *q = &b->plan[p->prev_batch];
-			if (ops[p->prev_batch].type == ST_OP_INDEX && q->docno != NO_DOC)
-				buffer_delete(&s->act, q->docno);
-		} else if (p->prev.exists && p->prev.loc == LOC_BUFFER) {
-			buffer_delete(&s->act, p->prev.doc);
-		} else if (p->prev.exists && p->prev.loc == LOC_FROZEN) {
-			st_bit_set(s->frz->late, p->prev.doc);
-		} else if (p->prev.exists && p->prev.loc == LOC_SEGMENT) {
-			segment_delete(s, p->prev.seg, p->prev.doc);
-		}
-		vm_entry v = {.seq_no = p->seq,
-		              .term = p->term,
-		              .version = p->version,
-		              .buf_doc = NO_DOC,
-		              .deleted = op->type == ST_OP_DELETE};
-		p->docno = NO_DOC;
-		if (op->type == ST_OP_INDEX) {
-			cm_error err;
-			cm_error_clear(&err);
-			uint32_t docno;
-			cm_err e = st_segbuild_add(s->act.b, &p->doc, p->seq, p->term, p->version,
-			                           &docno, &err);
-			if (e) {
-				/* Logged but not indexable: surface it; the id reads as
-				 * deleted until the op is replayed successfully. */
-				res[i].err = e;
-				snprintf(res[i].reason, sizeof(res[i].reason), "%.250s",
-				         err.reason[0] ? err.reason : cm_err_msg(e));
-				v.deleted = true;
-			} else {
-				p->docno = docno;
-				v.buf_doc = docno;
-				/* what the segment will hold: the mapping may filter _source */
-				if (p->doc.stored)
-					buffer_note_doc(&s->act, docno, p->doc.stored,
-					                p->doc.stored_len);
-				else
-					buffer_note_doc(&s->act, docno, op->source, op->source_len);
-			}
-		}
-		vm_put(&s->act, op->id, op->id_len, p->hash, &v);
-		ckp_mark(s, (int64_t)p->seq);
-		s->ops_since_commit++;
 	}
 }
 
@@ -1159,8 +1307,113 @@ budget_bytes(const st_shard *s)
 	return (s->opts.indexing_max_ram_mb ? s->opts.indexing_max_ram_mb : 64) * MB;
 }
 
+void
+st__bufs_hold(st_shard *s)
+{
+	s->holds++;
+	while (s->busy_bufs > 0)
+		pthread_cond_wait(&s->buf_cv, &s->wmu);
+}
+
+void
+st__bufs_release(st_shard *s)
+{
+	s->holds--;
+	pthread_cond_broadcast(&s->buf_cv);
+}
+
+/* Takes up to `want` buffers for a batch's parts, the fullest idle ones
+ * first, then new ones while the shard has fewer than max_bufs; waits
+ * while a freeze or reset holds the buffers or none can be had. Returns
+ * how many were taken (at least one). wmu held. */
+static size_t
+bufs_take(st_shard *s, part *parts, size_t want)
+{
+	for (;;) {
+		while (s->holds > 0)
+			pthread_cond_wait(&s->buf_cv, &s->wmu);
+		size_t got = 0;
+		while (got < want) {
+			size_t best = SIZE_MAX;
+			for (size_t i = 0; i < s->act.n; i++) {
+				const membuf *m = s->act.b[i];
+				if (!m->busy && (best == SIZE_MAX || m->reserved > s->act.b[best]->reserved))
+					best = i;
+			}
+			if (best == SIZE_MAX) {
+				if (s->act.n >= s->max_bufs)
+					break;
+				if (s->act.n == s->act.cap) {
+					s->act.cap = s->act.cap ? s->act.cap * 2 : 4;
+					s->act.b = cm_realloc(CM_MEM_STORAGE, s->act.b,
+					                      s->act.cap * sizeof(*s->act.b));
+				}
+				best = s->act.n;
+				s->act.b[s->act.n++] = membuf_new();
+			}
+			s->act.b[best]->busy = true;
+			parts[got].m = s->act.b[best];
+			parts[got].buf = (uint32_t)best;
+			got++;
+		}
+		if (got > 0) {
+			s->busy_bufs += (int)got;
+			return got;
+		}
+		pthread_cond_wait(&s->buf_cv, &s->wmu);
+	}
+}
+
+static void
+bufs_return(st_shard *s, part *parts, size_t n)
+{
+	for (size_t c = 0; c < n; c++) {
+		membuf *m = parts[c].m;
+		m->ram = st_segbuild_ram(m->b) + m->src_bytes + m->src_cap * 12 + m->del_words * 8;
+		m->busy = false;
+	}
+	s->busy_bufs -= (int)n;
+	pthread_cond_broadcast(&s->buf_cv);
+}
+
+/* Splits ops [0,n) into k contiguous parts. */
+static void
+parts_split(batch *b, st_shard *s, const st_op *ops, st_op_result *res, size_t n, size_t k)
+{
+	b->nparts = k;
+	for (size_t c = 0; c < k; c++) {
+		part *pt = &b->parts[c];
+		memset(pt, 0, sizeof(*pt));
+		pt->s = s;
+		pt->ops = ops;
+		pt->plan = b->plan;
+		pt->res = res;
+		pt->lo = n * c / k;
+		pt->hi = n * (c + 1) / k;
+	}
+}
+
+/* How many parts a batch of n ops is parsed in: one per index_part_ops,
+ * at most the index pool's threads + 1. */
+static size_t
+parse_parts(const st_shard *s, size_t n)
+{
+	if (s->opts.index_pool == NULL)
+		return 1;
+	size_t per = s->opts.index_part_ops ? s->opts.index_part_ops : PART_MIN_OPS;
+	size_t k = n / per, most = (size_t)cm_pool_threads(s->opts.index_pool) + 1;
+	if (k > most)
+		k = most;
+	if (k > MAX_PARTS)
+		k = MAX_PARTS;
+	return k ? k : 1;
+}
+
 /* The body of st_shard_apply; `replay` applies log records on open (no
- * logging, no sync). */
+ * logging, no sync). Phases: parse (no lock, spread over the index
+ * pool), decide and log (wmu), analyze into buffers the batch holds (no
+ * lock, spread over the pool, one buffer per part), return the buffers
+ * (wmu), wait for the log sync. */
 static cm_err
 apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool replay)
 {
@@ -1174,67 +1427,81 @@ apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool repla
 	b.slots = cm_malloc(CM_MEM_STORAGE, b.nslots * sizeof(*b.slots));
 	memset(b.slots, 0xff, b.nslots * sizeof(*b.slots));
 
-	/* Phase 0, no lock: validate and parse. */
-	for (size_t i = 0; i < n; i++) {
-		const st_op *op = &ops[i];
-		st_op_result *r = &res[i];
-		memset(r, 0, sizeof(*r));
-		r->seq_no = ST_NO_SEQ;
-		b.plan[i].prev_batch = -1;
-		b.plan[i].docno = NO_DOC;
-		if (op->id == NULL || op->id_len == 0 || op->id_len > MAX_ID_LEN) {
-			r->err = CM_EVALIDATE;
-			if (op->id_len == 0)
-				snprintf(r->reason, sizeof(r->reason),
-				         "if _id is specified it must not be empty");
-			else
-				snprintf(r->reason, sizeof(r->reason),
-				         "id [%.32s...] is too long, must be no longer than 512 "
-				         "bytes but was: %zu",
-				         op->id, op->id_len);
-			continue;
-		}
-		b.plan[i].hash = id_hash(op->id, op->id_len);
-		if (op->type == ST_OP_INDEX)
-			parse_op(s, &b, op, &b.plan[i], r);
-	}
+	/* Phase 0, no lock: validate and parse. The mappings the parsed docs
+	 * point into are kept aside until the end. */
+	size_t np = parse_parts(s, n);
+	parts_split(&b, s, ops, res, n, np);
+	cm_pool_run_all(np > 1 ? s->opts.index_pool : NULL, part_parse, b.parts, sizeof(part), np);
+	st_mapping *maps[MAX_PARTS * MAX_BATCH_MAPPINGS];
+	int nmaps = 0;
+	for (size_t c = 0; c < np; c++)
+		for (int i = 0; i < b.parts[c].nmaps; i++)
+			maps[nmaps++] = b.parts[c].maps[i];
 
-	/* Phase 1, write lock: decide every op against the current state. */
+	/* Phase 1, write lock: take buffers, then decide every op against the
+	 * current state, log, and hand out doc numbers. */
 	pthread_mutex_lock(&s->wmu);
+	size_t nb = bufs_take(s, b.parts, np);
+	if (nb != np) {
+		membuf *m[MAX_PARTS];
+		uint32_t idx[MAX_PARTS];
+		for (size_t c = 0; c < nb; c++) {
+			m[c] = b.parts[c].m;
+			idx[c] = b.parts[c].buf;
+		}
+		parts_split(&b, s, ops, res, n, nb);
+		for (size_t c = 0; c < nb; c++) {
+			b.parts[c].m = m[c];
+			b.parts[c].buf = idx[c];
+		}
+	}
 	cm_err err = CM_OK;
 	lookup_ctx lc;
 	lookup_init(&lc, s->nsegs);
 	int64_t next_seq = s->max_seq;
-	for (size_t i = 0; i < n; i++) {
-		op_plan *p = &b.plan[i];
-		if (res[i].err)
-			continue;
-		if (ops[i].type == ST_OP_INDEX && !p->parsed)
-			continue;
-		int32_t *slot = batch_slot(&b, ops, p->hash, &ops[i]);
-		id_state cur;
-		if (*slot >= 0) {
-			const op_plan *q = &b.plan[*slot];
-			memset(&cur, 0, sizeof(cur));
-			cur.exists = ops[*slot].type == ST_OP_INDEX;
-			cur.tombstone = !cur.exists;
-			cur.seq_no = q->seq;
-			cur.term = q->term;
-			cur.version = q->version;
-		} else {
-			cm_err e = lookup_id(s, &lc, ops[i].id, ops[i].id_len, p->hash, &cur);
-			if (e) {
-				res[i].err = e;
+	for (size_t c = 0; c < nb; c++) {
+		part *pt = &b.parts[c];
+		for (size_t i = pt->lo; i < pt->hi; i++) {
+			op_plan *p = &b.plan[i];
+			if (res[i].err)
+				continue;
+			if (ops[i].type == ST_OP_INDEX && !p->parsed)
+				continue;
+			if (ops[i].type == ST_OP_INDEX &&
+			    pt->m->reserved + pt->need + p->doc.nnested + 1 > ST_SEGBUILD_MAX_DOCS) {
+				/* Never in practice: the memory budget refreshes first. */
+				res[i].err = CM_ELIMIT;
 				snprintf(res[i].reason, sizeof(res[i].reason),
-				         "id lookup failed: %s", cm_err_msg(e));
+				         "the indexing buffer is full");
 				continue;
 			}
-			p->prev = cur;
-		}
-		plan_op(s, &ops[i], p, &cur, &next_seq, &res[i]);
-		if (p->accept && !p->skip && !p->stale) {
-			p->prev_batch = *slot;
-			*slot = (int32_t)i;
+			int32_t *slot = batch_slot(&b, ops, p->hash, &ops[i]);
+			id_state cur;
+			if (*slot >= 0) {
+				const op_plan *q = &b.plan[*slot];
+				memset(&cur, 0, sizeof(cur));
+				cur.exists = ops[*slot].type == ST_OP_INDEX;
+				cur.tombstone = !cur.exists;
+				cur.seq_no = q->seq;
+				cur.term = q->term;
+				cur.version = q->version;
+			} else {
+				cm_err e = lookup_id(s, &lc, ops[i].id, ops[i].id_len, p->hash, &cur);
+				if (e) {
+					res[i].err = e;
+					snprintf(res[i].reason, sizeof(res[i].reason),
+					         "id lookup failed: %s", cm_err_msg(e));
+					continue;
+				}
+				p->prev = cur;
+			}
+			plan_op(s, &ops[i], p, &cur, &next_seq, &res[i]);
+			if (p->accept && !p->skip && !p->stale) {
+				p->prev_batch = *slot;
+				*slot = (int32_t)i;
+				if (ops[i].type == ST_OP_INDEX)
+					pt->need += p->doc.nnested + 1;
+			}
 		}
 	}
 	lookup_done(&lc);
@@ -1256,19 +1523,35 @@ apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool repla
 			}
 		}
 	}
+	bool adds = false;
 	if (err == CM_OK && any) {
-		apply_batch(s, ops, &b, n, res);
+		apply_plan(s, ops, &b);
 		if (next_seq > s->max_seq)
 			s->max_seq = next_seq;
+		for (size_t c = 0; c < nb; c++)
+			adds = adds || b.parts[c].need > 0;
 	}
-	bool over = err == CM_OK && !replay && buffer_ram(&s->act) > budget_bytes(s);
+	pthread_mutex_unlock(&s->wmu);
+
+	/* Phase 2, no lock: the docs into the buffers this batch holds. */
+	if (adds)
+		cm_pool_run_all(nb > 1 ? s->opts.index_pool : NULL, part_add, b.parts, sizeof(part),
+		                nb);
+
+	/* Phase 3, write lock: give the buffers back. */
+	pthread_mutex_lock(&s->wmu);
+	if (adds)
+		apply_failed(s, ops, &b);
+	bufs_return(s, b.parts, nb);
+	size_t ram = bufset_ram(&s->act);
+	bool over = err == CM_OK && !replay && ram > budget_bytes(s);
 	pthread_mutex_unlock(&s->wmu);
 
 	for (size_t i = 0; i < n; i++)
 		if (b.plan[i].parsed)
 			st_doc_free(&b.plan[i].doc);
-	for (int i = 0; i < b.nmaps; i++)
-		mapping_put(s, b.maps[i]);
+	for (int i = 0; i < nmaps; i++)
+		mapping_put(s, maps[i]);
 	cm_free(CM_MEM_STORAGE, b.plan);
 	cm_free(CM_MEM_STORAGE, b.slots);
 	if (err)
@@ -1287,10 +1570,17 @@ apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool repla
 		}
 	}
 	if (over) {
-		/* Re-check under the lock: concurrent callers over the budget
-		 * at once make one segment, not several tiny ones. */
-		lock_both(s);
-		cm_err e = buffer_ram(&s->act) > budget_bytes(s) ? refresh_run(s) : CM_OK;
+		/* While another refresh writes, indexing goes on into fresh
+		 * buffers up to twice the budget before it waits for that one.
+		 * Re-check under the lock: concurrent callers over the budget at
+		 * once make one refresh, not several tiny ones. */
+		if (pthread_mutex_trylock(&s->refresh_mu) != 0) {
+			if (ram <= 2 * budget_bytes(s))
+				return CM_OK;
+			pthread_mutex_lock(&s->refresh_mu);
+		}
+		pthread_mutex_lock(&s->wmu);
+		cm_err e = bufset_ram(&s->act) > budget_bytes(s) ? refresh_run(s) : CM_OK;
 		unlock_both(s);
 		if (e)
 			cm_warn("storage", "shard %s: refresh over the memory budget failed: %s",
@@ -1313,11 +1603,21 @@ st_shard_get(st_shard *s, const char *id, size_t len, st_doc_meta *meta, cm_buf 
 {
 	if (len == 0 || len > MAX_ID_LEN)
 		return CM_ENOTFOUND;
+	uint64_t h = id_hash(id, len);
 	pthread_mutex_lock(&s->wmu);
 	lookup_ctx lc;
-	lookup_init(&lc, s->nsegs);
 	id_state st;
-	cm_err err = lookup_id(s, &lc, id, len, id_hash(id, len), &st);
+	cm_err err;
+	for (;;) {
+		lookup_init(&lc, s->nsegs);
+		err = lookup_id(s, &lc, id, len, h, &st);
+		/* A doc whose batch is still adding it to its buffer: wait for
+		 * the buffer to come back (a batch, not a refresh). */
+		if (err || !st.exists || st.loc != LOC_BUFFER || !s->act.b[st.buf]->busy)
+			break;
+		lookup_done(&lc);
+		pthread_cond_wait(&s->buf_cv, &s->wmu);
+	}
 	if (err == CM_OK && !st.exists)
 		err = CM_ENOTFOUND;
 	if (err == CM_OK) {
@@ -1327,10 +1627,11 @@ st_shard_get(st_shard *s, const char *id, size_t len, st_doc_meta *meta, cm_buf 
 			meta->version = st.version;
 		}
 		if (source && st.loc == LOC_BUFFER) {
-			cm_buf_put(source, s->act.src_ptr[st.doc], s->act.src_len[st.doc]);
+			const membuf *m = s->act.b[st.buf];
+			cm_buf_put(source, m->src_ptr[st.doc], m->src_len[st.doc]);
 		} else if (source && st.loc == LOC_FROZEN) {
-			const membuf *f = &s->frz->m;
-			cm_buf_put(source, f->src_ptr[st.doc], f->src_len[st.doc]);
+			const membuf *m = s->frz->set.b[st.buf];
+			cm_buf_put(source, m->src_ptr[st.doc], m->src_len[st.doc]);
 		} else if (source && st.loc == LOC_SEGMENT) {
 			cm_buf idb;
 			cm_buf_init(&idb, CM_MEM_STORAGE);
@@ -1396,18 +1697,25 @@ wseg_drop(wseg *w)
 	seg_ref_release(w->ref);
 }
 
-/* Moves the active buffer aside for a refresh (wmu held). */
+/* Moves the active buffers aside for a refresh, once every batch gave
+ * its buffer back (wmu held; released while it waits). */
 static void
 freeze(st_shard *s)
 {
+	st__bufs_hold(s);
 	frozen_buf *f = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*f));
-	f->m = s->act;
-	membuf_init(&s->act);
-	uint32_t ndocs = st_segbuild_docs(f->m.b);
-	f->late = cm_calloc(CM_MEM_STORAGE, st_bit_words(ndocs) + 1, sizeof(uint64_t));
+	f->set = s->act;
+	bufset_init(&s->act);
+	size_t nb = f->set.n;
+	f->late = cm_calloc(CM_MEM_STORAGE, nb + 1, sizeof(*f->late));
+	f->gen = cm_calloc(CM_MEM_STORAGE, nb + 1, sizeof(*f->gen));
+	for (size_t i = 0; i < nb; i++) {
+		f->late[i] = cm_calloc(CM_MEM_STORAGE, st_bit_words(f->set.b[i]->reserved) + 1,
+		                       sizeof(uint64_t));
+		f->gen[i] = s->cp.next_gen++;
+	}
 	f->ckp = s->ckp;
 	f->ops = s->ops_since_commit;
-	f->gen = s->cp.next_gen++;
 	f->npend = s->nsegs;
 	f->pend_ref = cm_calloc(CM_MEM_STORAGE, s->nsegs + 1, sizeof(*f->pend_ref));
 	f->pend_live = cm_calloc(CM_MEM_STORAGE, s->nsegs + 1, sizeof(*f->pend_live));
@@ -1418,28 +1726,25 @@ freeze(st_shard *s)
 		f->pend_live[i] = live_ref_get(s->segs[i].live);
 	}
 	s->frz = f;
+	st__bufs_release(s);
 }
 
-/* The new segment's writer bits: deletes that reached frozen docs while
- * the segment was written, mapped past the docs the write left out. */
+/* The writer bits of buffer k's new segment: deletes that reached its
+ * frozen docs while the segment was written, mapped past the docs the
+ * write left out. */
 static cm_err
-late_deletes(const frozen_buf *f, const seg_ref *nref, live_ref **out)
+late_deletes(const frozen_buf *f, size_t k, const seg_ref *nref, live_ref **out)
 {
-	uint32_t ndocs = st_segbuild_docs(f->m.b), nd = 0;
+	const membuf *m = f->set.b[k];
+	uint32_t ndocs = st_segbuild_docs(m->b), nd = 0;
 	live_ref *l = NULL;
 	/* the docs the segment kept, in order (as st_segbuild_write chose them) */
-	uint64_t *del = NULL;
-	if (f->m.del && f->m.del_words < st_bit_words(ndocs)) {
-		del = cm_calloc(CM_MEM_STORAGE, st_bit_words(ndocs) + 1, 8);
-		memcpy(del, f->m.del, f->m.del_words * 8);
-	}
 	uint64_t *kept = cm_malloc(CM_MEM_STORAGE, (st_bit_words(ndocs) + 1) * 8);
-	st_segbuild_kept(f->m.b, del ? del : f->m.del, kept);
-	cm_free(CM_MEM_STORAGE, del);
+	st_segbuild_kept(m->b, m->del, kept);
 	for (uint32_t d = 0; d < ndocs; d++) {
 		if (!st_bit_get(kept, d))
 			continue;
-		if (st_bit_get(f->late, d) && nd < nref->max_doc) {
+		if (st_bit_get(f->late[k], d) && nd < nref->max_doc) {
 			if (l == NULL)
 				l = live_new(nref->max_doc, true);
 			l->bits[nd >> 6] &= ~((uint64_t)1 << (nd & 63));
@@ -1599,38 +1904,101 @@ out:
 	return e;
 }
 
-/* Refresh: freeze the buffer, write it as a segment without the write
- * lock (indexing continues into a fresh buffer), then commit the new
- * segment list with every segment's deletes as of the freeze. Called with
- * refresh_mu and wmu held; returns with both held. A failed write leaves
- * the frozen buffer in place for the next refresh to retry. */
+/* One frozen buffer's segment, written on the merge pool beside the
+ * others of the same refresh. */
+typedef struct seg_job {
+	st_shard *s;
+	frozen_buf *f;
+	size_t k;
+	seg_ref *nref;
+	cm_err e;
+	cm_error err;
+} seg_job;
+
+static void
+seg_job_run(void *arg)
+{
+	seg_job *j = arg;
+	const membuf *m = j->f->set.b[j->k];
+	cm_error_clear(&j->err);
+	j->e = CM_OK;
+	j->nref = NULL;
+	if (st_segbuild_docs(m->b) <= m->ndel)
+		return; /* nothing left to write */
+	char path[4096];
+	seg_path(j->s, j->f->gen[j->k], path, sizeof(path));
+	j->e = st_segbuild_write(m->b, m->del, path, j->f->gen[j->k], j->s->opts.merge_pool,
+	                         &j->err);
+	if (j->e == CM_OK)
+		j->e = open_seg_ref(j->s, j->f->gen[j->k], &j->nref, &j->err);
+}
+
+static void
+seg_jobs_drop(seg_job *jobs, size_t n)
+{
+	for (size_t k = 0; k < n; k++) {
+		if (jobs[k].nref) {
+			atomic_store(&jobs[k].nref->drop, true);
+			seg_ref_release(jobs[k].nref);
+			jobs[k].nref = NULL;
+		} else {
+			char path[4096];
+			seg_path(jobs[k].s, jobs[k].f->gen[k], path, sizeof(path));
+			unlink(path);
+		}
+	}
+}
+
+/* Refresh: freeze the buffers, write each as a segment without the write
+ * lock (in parallel; indexing continues into fresh buffers), then commit
+ * the new segment list with every segment's deletes as of the freeze.
+ * Called with refresh_mu and wmu held; returns with both held. A failed
+ * write leaves the frozen buffers in place for the next refresh to retry. */
 static cm_err
 refresh_run(st_shard *s)
 {
 	if (s->frz == NULL) {
-		if (st_segbuild_docs(s->act.b) == 0 && s->ops_since_commit == 0)
+		if (bufset_docs(&s->act) == 0 && s->ops_since_commit == 0) {
+			/* Nothing to write; an unused buffer's memory goes back. */
+			if (s->act.n > 0 && s->busy_bufs == 0 && bufset_docs(&s->act) == 0 &&
+			    s->act.vm.count == 0) {
+				for (size_t i = 0; i < s->act.n; i++)
+					membuf_free(s->act.b[i]);
+				s->act.n = 0;
+			}
 			return CM_OK;
+		}
 		freeze(s);
 	}
 	frozen_buf *f = s->frz;
-	cm_error cerr;
-	cm_error_clear(&cerr);
-	seg_ref *nref = NULL;
-	char path[4096];
-	seg_path(s, f->gen, path, sizeof(path));
+	size_t nb = f->set.n;
+	seg_job *jobs = cm_calloc(CM_MEM_STORAGE, nb + 1, sizeof(*jobs));
+	for (size_t k = 0; k < nb; k++) {
+		jobs[k].s = s;
+		jobs[k].f = f;
+		jobs[k].k = k;
+	}
 	cm_err e = CM_OK;
 	pthread_mutex_unlock(&s->wmu);
-	if (st_segbuild_docs(f->m.b) > f->m.ndel) {
-		e = st_segbuild_write(f->m.b, f->m.del, path, f->gen, s->opts.merge_pool, &cerr);
-		if (e == CM_OK)
-			e = cm_fsync_dir(s->dir);
-		if (e == CM_OK)
-			e = open_seg_ref(s, f->gen, &nref, &cerr);
+	cm_pool_run_all(nb > 1 ? s->opts.merge_pool : NULL, seg_job_run, jobs, sizeof(*jobs), nb);
+	const char *why = "";
+	size_t nnew = 0;
+	for (size_t k = 0; k < nb; k++) {
+		if (jobs[k].e && e == CM_OK) {
+			e = jobs[k].e;
+			why = jobs[k].err.reason;
+		}
+		nnew += jobs[k].nref != NULL;
 	}
+	if (e == CM_OK && nnew)
+		e = cm_fsync_dir(s->dir);
 	pthread_mutex_lock(&s->wmu);
-	wseg nw = {.ref = nref};
-	if (e == CM_OK && nref)
-		e = late_deletes(f, nref, &nw.live);
+	wseg *nw = cm_calloc(CM_MEM_STORAGE, nb + 1, sizeof(*nw));
+	for (size_t k = 0; k < nb && e == CM_OK; k++) {
+		nw[k].ref = jobs[k].nref;
+		if (jobs[k].nref)
+			e = late_deletes(f, k, jobs[k].nref, &nw[k].live);
+	}
 	/* Merges cannot commit while refresh_mu is held, so the list is the
 	 * one frozen, in the same order. */
 	if (e == CM_OK && s->nsegs != f->npend)
@@ -1640,18 +2008,17 @@ refresh_run(st_shard *s)
 			e = CM_EINTERNAL;
 	if (e) {
 		cm_errorlog("storage", "shard %s: refresh failed: %s %s", s->dir, cm_err_msg(e),
-		            cerr.reason);
-		if (nref) {
-			atomic_store(&nref->drop, true);
-			seg_ref_release(nref);
-		} else {
-			unlink(path);
-		}
+		            why);
+		for (size_t k = 0; k < nb; k++)
+			live_release(nw[k].live);
+		cm_free(CM_MEM_STORAGE, nw);
+		seg_jobs_drop(jobs, nb);
+		cm_free(CM_MEM_STORAGE, jobs);
 		return e;
 	}
 	/* The new list: surviving segments with their views as of the freeze,
 	 * plus the new one. Segments fully deleted by then leave the list. */
-	wseg *list = cm_calloc(CM_MEM_STORAGE, s->nsegs + 1, sizeof(*list));
+	wseg *list = cm_calloc(CM_MEM_STORAGE, s->nsegs + nb + 1, sizeof(*list));
 	size_t n = 0;
 	for (size_t i = 0; i < s->nsegs; i++) {
 		wseg w = s->segs[i];
@@ -1660,8 +2027,9 @@ refresh_run(st_shard *s)
 			continue;
 		list[n++] = w;
 	}
-	if (nref)
-		list[n++] = nw;
+	for (size_t k = 0; k < nb; k++)
+		if (nw[k].ref)
+			list[n++] = nw[k];
 	commit_point saved = s->cp;
 	s->cp.committed_seq = f->ckp;
 	st_mapping *m = mapping_get(s);
@@ -1681,11 +2049,11 @@ refresh_run(st_shard *s)
 	if (e) {
 		s->cp = saved;
 		cm_free(CM_MEM_STORAGE, list);
-		live_release(nw.live);
-		if (nref) {
-			atomic_store(&nref->drop, true);
-			seg_ref_release(nref);
-		}
+		for (size_t k = 0; k < nb; k++)
+			live_release(nw[k].live);
+		cm_free(CM_MEM_STORAGE, nw);
+		seg_jobs_drop(jobs, nb);
+		cm_free(CM_MEM_STORAGE, jobs);
 		cm_errorlog("storage", "shard %s: commit failed: %s", s->dir, cm_err_msg(e));
 		return e;
 	}
@@ -1707,8 +2075,10 @@ refresh_run(st_shard *s)
 	}
 	s->nsegs = n;
 	cm_free(CM_MEM_STORAGE, list);
+	cm_free(CM_MEM_STORAGE, nw);
+	cm_free(CM_MEM_STORAGE, jobs);
 	publish_reader(s);
-	vm_carry_tombstones(&s->act, &f->m, s->ckp);
+	vm_carry_tombstones(&s->act.vm, &f->set.vm, s->ckp);
 	s->ops_since_commit -= f->ops;
 	s->frz = NULL;
 	frozen_free(f);
@@ -2481,7 +2851,9 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 	atomic_init(&s->n_merge, 0);
 	atomic_init(&s->n_flush, 0);
 	atomic_init(&s->n_syncs, 0);
-	membuf_init(&s->act);
+	bufset_init(&s->act);
+	pthread_cond_init(&s->buf_cv, NULL);
+	s->max_bufs = s->opts.index_pool ? (size_t)cm_pool_threads(s->opts.index_pool) + 1 : 4;
 
 	if ((e = open_env(s, err)) != CM_OK)
 		goto fail;
@@ -2545,8 +2917,9 @@ st_shard_close(st_shard *s)
 		mdb_env_sync(s->env, 1);
 		mdb_env_close(s->env);
 	}
-	membuf_free(&s->act);
+	bufset_free(&s->act);
 	frozen_free(s->frz);
+	pthread_cond_destroy(&s->buf_cv);
 	cm_free(CM_MEM_STORAGE, s->pending);
 	cm_buf_free(&s->scratch);
 	if (s->mapping)
@@ -2586,9 +2959,11 @@ st_shard_stats_get(st_shard *s, st_shard_stats *out)
 	if (stat(path, &sb) == 0)
 		out->store_bytes += (uint64_t)sb.st_size;
 	pthread_mutex_lock(&s->wmu);
-	out->buffered_docs = st_segbuild_docs(s->act.b) - s->act.ndel;
+	out->buffered_docs = bufset_docs(&s->act);
 	if (s->frz)
-		out->buffered_docs += st_segbuild_docs(s->frz->m.b) - s->frz->m.ndel;
+		out->buffered_docs += bufset_docs(&s->frz->set);
+	out->indexing_buffers = s->act.n;
+	out->indexing_buffer_bytes = bufset_ram(&s->act) + (s->frz ? bufset_ram(&s->frz->set) : 0);
 	out->max_seq_no = (uint64_t)s->max_seq;
 	out->local_checkpoint = (uint64_t)s->ckp;
 	out->committed_seq_no = (uint64_t)s->cp.committed_seq;

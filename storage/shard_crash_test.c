@@ -116,6 +116,10 @@ child(const char *dir, int fd, uint64_t seed)
 	st_mapping *m = test_mapping();
 	cm_pool *pool = cm_pool_create(2, "merge");
 	st_shard_opts o = shard_opts(pool);
+	/* Batches spread over indexing buffers on a pool too (parts of 4
+	 * ops): a kill may land while several buffers are being filled. */
+	o.index_pool = cm_pool_create(3, "index");
+	o.index_part_ops = 4;
 	st_shard *s;
 	cm_error err;
 	cm_error_clear(&err);
@@ -330,6 +334,8 @@ main(void)
 		cm_pool *pool = cm_pool_create(2, "merge");
 		st_shard_opts o = shard_opts(pool);
 		o.background_merges = false; /* so the file count below is stable */
+		o.index_pool = cm_pool_create(2, "index"); /* the replay spreads too */
+		o.index_part_ops = 8;
 		st_shard *s = NULL;
 		cm_error err;
 		cm_error_clear(&err);
@@ -338,6 +344,7 @@ main(void)
 		       err.reason);
 		if (e) {
 			cm_pool_destroy(pool);
+			cm_pool_destroy(o.index_pool);
 			break;
 		}
 		st_doc_meta *meta = calloc(NIDS, sizeof(*meta));
@@ -458,6 +465,7 @@ main(void)
 		       stats.segments);
 		st_shard_close(s);
 		cm_pool_destroy(pool);
+		cm_pool_destroy(o.index_pool);
 		/* Partial and unreferenced files are gone once the shard was
 		 * opened and closed. */
 		int segfiles = 0, tmpfiles = 0;

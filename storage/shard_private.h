@@ -74,6 +74,12 @@ cm_err st__reset_recover(const char *dir, cm_error *err);
 
 /* ---- the shard (shard.c) ---- */
 
+/* With wmu held: waits until no batch holds an indexing buffer and keeps
+ * new batches from taking one until st__bufs_release (a freeze, a reset).
+ * Releases wmu while it waits. */
+void st__bufs_hold(st_shard *s);
+void st__bufs_release(st_shard *s);
+
 /* ---- refcounted pieces a reader shares with the writer ---- */
 
 typedef struct seg_ref {
@@ -116,45 +122,67 @@ typedef struct wseg {
 	bool merging;
 } wseg;
 
-/* Live version map: every id touched since the last refresh. */
+/* Live version map: every id touched since the last freeze. */
 typedef struct vm_entry {
 	uint64_t hash; /* 0 = empty slot */
 	uint32_t id_off, id_len;
 	uint64_t seq_no, term;
 	int64_t version;
 	uint32_t buf_doc; /* NO_DOC for tombstones */
+	uint32_t buf;     /* the indexing buffer holding buf_doc */
 	bool deleted;
 } vm_entry;
 
-/* An indexing buffer with its version map: docs buffered since the last
- * refresh, their sources (for realtime get), deleted bits. */
+typedef struct vmap {
+	vm_entry *vm;
+	size_t cap, count;
+	cm_buf ids;
+} vmap;
+
+/* One indexing buffer: an in-memory segment that one batch at a time
+ * fills without the write lock (Lucene's DocumentsWriterPerThread).
+ * Doc numbers are handed out under wmu (`reserved`) before the docs are
+ * added, so the version map and deletes can name a doc that is still
+ * being analyzed. The builder and the sources belong to the batch that
+ * holds the buffer `busy`; everything else is wmu's. */
 typedef struct membuf {
 	st_segbuild *b;
+	/* wmu */
 	uint64_t *del;
 	size_t del_words;
 	uint32_t ndel;
-	/* Sources for realtime get, in fixed blocks so they never move or get
-	 * copied again as the buffer grows. */
+	uint32_t reserved; /* doc numbers handed out */
+	size_t ram;        /* builder and sources as of the last return */
+	bool busy;
+	/* the holder while busy, wmu otherwise. Sources for realtime get, in
+	 * fixed blocks so they never move or get copied again as the buffer
+	 * grows. */
 	uint8_t **blocks;
 	size_t nblocks, blocks_cap, block_used, src_bytes;
 	const char **src_ptr;
 	uint32_t *src_len;
 	size_t src_cap;
-	vm_entry *vm;
-	size_t vm_cap, vm_count;
-	cm_buf vm_ids;
 } membuf;
 
-/* A buffer a refresh is writing without the write lock. Deletes that hit
- * its docs meanwhile go to `late` and become the new segment's deleted
+/* The buffers taking new ops and the version map over them (wmu). Idle
+ * buffers are taken most recently returned first, so a single writer
+ * keeps filling one buffer and a refresh writes one segment for it. */
+typedef struct bufset {
+	membuf **b;
+	size_t n, cap;
+	vmap vm;
+} bufset;
+
+/* Buffers a refresh is writing without the write lock. Deletes that hit
+ * their docs meanwhile go to `late` and become the new segments' deleted
  * bits; `pend` holds every segment's deleted bits as of the freeze, which
  * is what the refresh commits and publishes. */
 typedef struct frozen_buf {
-	membuf m;
-	uint64_t *late;
-	int64_t ckp;  /* checkpoint at the freeze: the commit's seq_no */
-	uint64_t ops; /* ops_since_commit at the freeze */
-	uint64_t gen;
+	bufset set;
+	uint64_t **late; /* per buffer */
+	uint64_t *gen;   /* per buffer: its segment's generation */
+	int64_t ckp;     /* checkpoint at the freeze: the commit's seq_no */
+	uint64_t ops;    /* ops_since_commit at the freeze */
 	size_t npend;
 	struct seg_ref **pend_ref;
 	struct live_ref **pend_live;
@@ -170,6 +198,7 @@ typedef struct commit_point {
 struct st_shard {
 	char *dir;
 	st_shard_opts opts;
+	size_t max_bufs; /* indexing buffers at most (busy and idle) */
 	_Atomic uint32_t nested_limit; /* index.mapping.nested_objects.limit */
 	MDB_env *env;
 	MDB_dbi db_meta, db_deletes, db_oplog;
@@ -196,8 +225,12 @@ struct st_shard {
 	int64_t retain_above; /* flush keeps ops > it; INT64_MAX = no marker */
 	int64_t gcp;          /* global checkpoint as persisted; -1 none */
 
-	membuf act;      /* takes new ops */
+	bufset act;      /* takes new ops */
 	frozen_buf *frz; /* being written by a refresh, still readable; NULL if none */
+	/* wmu: buffers held by batches; a freeze waiting for them to come back
+	 * (no buffer is handed out meanwhile); buf_cv signals a return */
+	int busy_bufs, holds;
+	pthread_cond_t buf_cv;
 
 	/* group commit (sync_mu) */
 	atomic_uint_fast64_t commit_ticket;

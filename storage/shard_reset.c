@@ -263,6 +263,7 @@ quiesce(st_shard *s)
 	pthread_mutex_lock(&s->refresh_mu);
 	pthread_rwlock_wrlock(&s->env_lock);
 	pthread_mutex_lock(&s->wmu);
+	st__bufs_hold(s);
 }
 
 static void
@@ -273,6 +274,7 @@ resume(st_shard *s)
 	/* The new content may already warrant a merge, as after an open. */
 	s->merge_wanted = true;
 	pthread_cond_broadcast(&s->merge_cv);
+	st__bufs_release(s);
 	pthread_mutex_unlock(&s->wmu);
 	pthread_rwlock_unlock(&s->env_lock);
 	pthread_mutex_unlock(&s->refresh_mu);

@@ -236,12 +236,17 @@ make_source(char *out, int k)
 	         rndn(100000), words[rndn(8)], words[rndn(8)], k);
 }
 
+/* When set, shards opened by open_shard spread batches over it. */
+static cm_pool *g_index_pool;
+
 static st_shard *
 open_shard(const char *dir, st_mapping *m, cm_pool *pool)
 {
 	st_shard_opts o;
 	st_shard_opts_default(&o);
 	o.merge_pool = pool;
+	o.index_pool = g_index_pool;
+	o.index_part_ops = 2;
 	o.merge_factor = 3;
 	st_shard *s = NULL;
 	cm_error err;
@@ -1671,6 +1676,200 @@ nested_docs(const char *dir, cm_pool *pool)
 	st_mapping_unref(m);
 }
 
+/* ---- a batch spread over indexing buffers, against the same batches
+ * applied by one thread into one buffer ---- */
+
+#define PM_IDS 120
+
+static st_mapping *
+pm_mapping(void)
+{
+	const char *js = "{\"properties\":{\"k\":{\"type\":\"keyword\"},\"n\":{\"type\":\"long\"},"
+	                 "\"body\":{\"type\":\"text\"},\"c\":{\"type\":\"nested\","
+	                 "\"properties\":{\"a\":{\"type\":\"keyword\"}}}}}";
+	cJSON *j = cJSON_Parse(js);
+	st_mapping *m = NULL;
+	cm_error err;
+	cm_error_clear(&err);
+	REQUIRE(st_mapping_from_json(j, &m, &err) == CM_OK);
+	cJSON_Delete(j);
+	return m;
+}
+
+static void
+pm_source(char *out, size_t cap, int i)
+{
+	int kind = rndn(100);
+	if (kind < 2) {
+		snprintf(out, cap, "{\"k\":"); /* malformed: refused while parsing */
+	} else if (kind < 4) {
+		snprintf(out, cap, "{\"n\":\"not a number %d\"}", i); /* refused while parsing */
+	} else if (kind < 6) {
+		/* an immense keyword term: refused while its buffer adds it */
+		int len = snprintf(out, cap, "{\"k\":\"");
+		while (len < 700)
+			out[len++] = 'x';
+		snprintf(out + len, cap - (size_t)len, "\",\"n\":%d}", i);
+	} else if (kind < 20) {
+		snprintf(out, cap, "{\"k\":\"v%d\",\"c\":[{\"a\":\"x%d\"},{\"a\":\"y\"}],\"n\":%d}",
+		         rndn(9), rndn(5), i);
+	} else {
+		snprintf(out, cap, "{\"k\":\"v%d\",\"n\":%d,\"body\":\"fox %d dog\"}", rndn(9), i,
+		         rndn(30));
+	}
+}
+
+static bool
+pm_same_gets(st_shard *a, st_shard *b)
+{
+	bool same = true;
+	cm_buf sa, sb;
+	cm_buf_init(&sa, CM_MEM_STORAGE);
+	cm_buf_init(&sb, CM_MEM_STORAGE);
+	for (int k = 0; k < PM_IDS; k++) {
+		char id[16];
+		snprintf(id, sizeof(id), "p%d", k);
+		st_doc_meta ma = {0}, mb = {0};
+		cm_buf_reset(&sa);
+		cm_buf_reset(&sb);
+		cm_err ea = st_shard_get(a, id, strlen(id), &ma, &sa);
+		cm_err eb = st_shard_get(b, id, strlen(id), &mb, &sb);
+		bool ok = ea == eb && ma.seq_no == mb.seq_no && ma.version == mb.version &&
+		          ma.primary_term == mb.primary_term && sa.len == sb.len &&
+		          memcmp(sa.data, sb.data, sa.len) == 0;
+		CHECKF(ok, "get %s: %s/%s seq %" PRIu64 "/%" PRIu64 " version %" PRId64 "/%" PRId64
+		           " source %.*s / %.*s",
+		       id, cm_err_name(ea), cm_err_name(eb), ma.seq_no, mb.seq_no, ma.version,
+		       mb.version, (int)(sa.len > 60 ? 60 : sa.len), (const char *)sa.data,
+		       (int)(sb.len > 60 ? 60 : sb.len), (const char *)sb.data);
+		same &= ok;
+	}
+	cm_buf_free(&sa);
+	cm_buf_free(&sb);
+	return same;
+}
+
+static void
+pm_same_readers(st_shard *a, st_shard *b)
+{
+	st_reader *ra = st_shard_reader(a), *rb = st_shard_reader(b);
+	CHECKF(st_reader_doc_count(ra) == st_reader_doc_count(rb), "docs %" PRIu64 " / %" PRIu64,
+	       st_reader_doc_count(ra), st_reader_doc_count(rb));
+	uint64_t na = 0, nb = 0;
+	for (size_t i = 0; i < st_reader_nsegments(ra); i++)
+		na += popcount_bits(st_reader_nested_live(ra, i),
+		                    st_segment_max_doc(st_reader_segment(ra, i)));
+	for (size_t i = 0; i < st_reader_nsegments(rb); i++)
+		nb += popcount_bits(st_reader_nested_live(rb, i),
+		                    st_segment_max_doc(st_reader_segment(rb, i)));
+	CHECKF(na == nb, "nested docs %" PRIu64 " / %" PRIu64, na, nb);
+	st_reader_release(ra);
+	st_reader_release(rb);
+}
+
+static void
+parallel_model(const char *da, const char *db, cm_pool *pool)
+{
+	st_mapping *m = pm_mapping();
+	cm_pool *ipool = cm_pool_create(3, "index");
+	st_shard_opts oa, ob;
+	st_shard_opts_default(&oa);
+	oa.merge_pool = pool;
+	oa.index_pool = ipool;
+	oa.index_part_ops = 3;
+	oa.background_merges = false;
+	ob = oa;
+	ob.index_pool = NULL;
+	st_shard *a, *b;
+	cm_error err;
+	cm_error_clear(&err);
+	REQUIRE(st_shard_open(da, m, &oa, &a, &err) == CM_OK);
+	REQUIRE(st_shard_open(db, m, &ob, &b, &err) == CM_OK);
+	enum { MAXN = 400 };
+	static st_op ops[MAXN];
+	static st_op_result ra[MAXN], rb[MAXN];
+	static char ids[MAXN][16], srcs[MAXN][800];
+	uint64_t most_buffers = 0, most_segments = 0;
+	int bad = 0;
+	for (int round = 0; round < 60 && bad < 5; round++) {
+		int n = 1 + rndn(round % 3 == 0 ? MAXN : 40);
+		for (int i = 0; i < n; i++) {
+			snprintf(ids[i], sizeof(ids[i]), "p%d", rndn(PM_IDS));
+			int t = rndn(100);
+			pm_source(srcs[i], sizeof(srcs[i]), round * MAXN + i);
+			ops[i] = (st_op){.type = t < 15 ? ST_OP_DELETE : ST_OP_INDEX,
+			                 .id = ids[i],
+			                 .id_len = strlen(ids[i]),
+			                 .source = t < 15 ? NULL : srcs[i],
+			                 .source_len = t < 15 ? 0 : strlen(srcs[i]),
+			                 .seq_no = ST_NO_SEQ,
+			                 .if_seq_no = ST_NO_SEQ};
+			if (t >= 15 && t < 20)
+				ops[i].create_only = true;
+			if (t >= 20 && t < 25) {
+				st_doc_meta md;
+				if (st_shard_get(b, ids[i], strlen(ids[i]), &md, NULL) == CM_OK) {
+					/* right or one behind: both outcomes are compared */
+					ops[i].if_seq_no = md.seq_no - (uint64_t)(rndn(2) && md.seq_no);
+					ops[i].if_primary_term = md.primary_term;
+				}
+			}
+		}
+		CHECK(st_shard_apply(a, ops, (size_t)n, ra) == CM_OK);
+		CHECK(st_shard_apply(b, ops, (size_t)n, rb) == CM_OK);
+		for (int i = 0; i < n; i++) {
+			bool ok = ra[i].err == rb[i].err && ra[i].result == rb[i].result &&
+			          ra[i].seq_no == rb[i].seq_no && ra[i].version == rb[i].version;
+			CHECKF(ok,
+			       "round %d op %d (%s): %s/%s result %d/%d seq %" PRIu64 "/%" PRIu64
+			       " version %" PRId64 "/%" PRId64,
+			       round, i, ids[i], cm_err_name(ra[i].err), cm_err_name(rb[i].err),
+			       (int)ra[i].result, (int)rb[i].result, ra[i].seq_no, rb[i].seq_no,
+			       ra[i].version, rb[i].version);
+			bad += !ok;
+		}
+		st_shard_stats st;
+		st_shard_stats_get(a, &st);
+		if (st.indexing_buffers > most_buffers)
+			most_buffers = st.indexing_buffers;
+		if (!pm_same_gets(a, b))
+			bad++;
+		int w = rndn(10);
+		if (w < 4) {
+			/* both sides: a refresh drops tombstones at or below the
+			 * checkpoint, and with them the version a delete leaves */
+			uint64_t before = st.segments;
+			CHECK(st_shard_refresh(a) == CM_OK);
+			CHECK(st_shard_refresh(b) == CM_OK);
+			st_shard_stats_get(a, &st);
+			if (st.segments > before && st.segments - before > most_segments)
+				most_segments = st.segments - before;
+			pm_same_readers(a, b);
+		} else if (w == 4) {
+			CHECK(st_shard_force_merge(a, 1) == CM_OK);
+		}
+	}
+	/* every batch of a 3-thread pool in parts of 3 ops fills several
+	 * buffers, and a refresh writes one segment per buffer */
+	CHECKF(most_buffers >= 2, "at most %" PRIu64 " buffers", most_buffers);
+	CHECKF(most_segments >= 2, "at most %" PRIu64 " segments by one refresh", most_segments);
+	/* reopen: the log replay also spreads over the pool */
+	st_shard_close(a);
+	REQUIRE(st_shard_open(da, m, &oa, &a, &err) == CM_OK);
+	pm_same_gets(a, b);
+	CHECK(st_shard_refresh(a) == CM_OK && st_shard_refresh(b) == CM_OK);
+	pm_same_readers(a, b);
+	CHECK(st_shard_force_merge(a, 1) == CM_OK);
+	pm_same_readers(a, b);
+	pm_same_gets(a, b);
+	printf("parallel_model: up to %" PRIu64 " buffers, %" PRIu64 " segments by one refresh\n",
+	       most_buffers, most_segments);
+	st_shard_close(a);
+	st_shard_close(b);
+	cm_pool_destroy(ipool);
+	st_mapping_unref(m);
+}
+
 int
 main(void)
 {
@@ -1706,6 +1905,15 @@ main(void)
 	char d12[600];
 	snprintf(d12, sizeof(d12), "%s/nested", base);
 	nested_docs(d12, pool);
+	char d13[600], d14[600], d15[600];
+	snprintf(d13, sizeof(d13), "%s/parallel-a", base);
+	snprintf(d14, sizeof(d14), "%s/parallel-b", base);
+	snprintf(d15, sizeof(d15), "%s/concurrent-pool", base);
+	parallel_model(d13, d14, pool);
+	g_index_pool = cm_pool_create(3, "index");
+	concurrency(d15, map, pool);
+	cm_pool_destroy(g_index_pool);
+	g_index_pool = NULL;
 	cm_pool_destroy(pool);
 	st_mapping_unref(map);
 	cm_rm_rf(base);

@@ -241,7 +241,11 @@ typedef struct st_segbuild st_segbuild;
 st_segbuild *st_segbuild_create(void);
 void st_segbuild_destroy(st_segbuild *b);
 /* Adds a parsed doc with its metadata; text values are analyzed here.
- * *docno receives its number in the future segment. */
+ * *docno receives its number in the future segment: the next one, also
+ * when the doc is refused (it is then kept as failed and never written),
+ * so a doc with n nested objects takes exactly n + 1 numbers. Only a
+ * builder holding ST_SEGBUILD_MAX_DOCS docs takes none (CM_ELIMIT). */
+#define ST_SEGBUILD_MAX_DOCS (UINT32_MAX - 3)
 cm_err st_segbuild_add(st_segbuild *b, const st_doc *doc, uint64_t seq_no, uint64_t primary_term,
                        int64_t version, uint32_t *docno, cm_error *err);
 uint32_t st_segbuild_docs(const st_segbuild *b);

@@ -27,6 +27,13 @@ typedef struct st_shard st_shard;
 typedef struct st_shard_opts {
 	size_t indexing_max_ram_mb; /* buffer budget; a refresh is forced past it (default 64) */
 	cm_pool *merge_pool;        /* shared pool for merges; NULL = shard makes none, merges inline */
+	/* Shared pool a large batch spreads its parsing and analysis over,
+	 * each part into an indexing buffer of its own; it also bounds the
+	 * buffers one shard fills at once (its threads + 1). NULL: each
+	 * caller's batch runs on the caller's thread alone. */
+	cm_pool *index_pool;
+	/* A batch is split into parts of at least this many ops (0: 64). */
+	uint32_t index_part_ops;
 	bool background_merges;     /* tiered merge policy after refreshes (default true) */
 	int merge_factor;           /* segments per tier before merging (default 10) */
 	/* A copy of a replicated shard (default false): until the primary has
@@ -143,6 +150,9 @@ typedef struct st_shard_stats {
 	uint64_t primary_term;
 	uint64_t refreshes, merges, flushes;
 	uint64_t log_batches, log_syncs; /* group commit: syncs shared by batches */
+	/* indexing buffers taking ops, and the bytes they and any being
+	 * written by a refresh hold (what the memory budget counts) */
+	uint64_t indexing_buffers, indexing_buffer_bytes;
 } st_shard_stats;
 void st_shard_stats_get(st_shard *s, st_shard_stats *out);
 

@@ -230,9 +230,13 @@ cmd_index(int argc, char **argv)
 		return 1;
 	}
 	cm_pool *pool = cm_pool_create(a.threads, "merge");
+	/* The feeders' batches spread over --threads cores: each feeder
+	 * runs a part of its batch beside up to threads - 1 helpers. */
+	cm_pool *ipool = a.threads > 1 ? cm_pool_create(a.threads - 1, "index") : NULL;
 	st_shard_opts o;
 	st_shard_opts_default(&o);
 	o.merge_pool = pool;
+	o.index_pool = ipool;
 	o.indexing_max_ram_mb = a.ram_mb;
 	cm_error err;
 	cm_error_clear(&err);
@@ -267,6 +271,8 @@ cmd_index(int argc, char **argv)
 	double total = (double)(cm_now_ns() - t0) / 1e9, cpu = cm_cpu_seconds() - c0;
 	st_shard_close(fd.shard);
 	cm_pool_destroy(pool);
+	if (ipool)
+		cm_pool_destroy(ipool);
 	if (fd.f != stdin)
 		fclose(fd.f);
 	st_mapping_unref(m);
