@@ -74,8 +74,8 @@ fi
 # word-split on purpose below: no path here holds a space (checked)
 case "$HERE" in *' '*) echo "scaleup.sh: the path $HERE holds a space" >&2; exit 1 ;; esac
 SHOAL=$(run_with shoal); ENGINE=$(run_with shoal-engine); LOADGEN=$(run_with loadgen)
-if command -v curl >/dev/null 2>&1; then CURL=curl
-elif [ -x "$HERE/bin/curl" ] && [ -e "$HERE/lib/ld-linux-x86-64.so.2" ]; then CURL=$(run_with curl)
+if command -v curl >/dev/null 2>&1; then CURL=curl; CURL_NOTE="$(command -v curl)"
+elif [ -x "$HERE/bin/curl" ] && [ -e "$HERE/lib/ld-linux-x86-64.so.2" ]; then CURL=$(run_with curl); CURL_NOTE="the bundle's bin/curl"
 else echo "scaleup.sh: needs curl (none on PATH, none in the bundle)" >&2; exit 1; fi
 CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
 
@@ -173,6 +173,7 @@ echo "nproc: $NPROC"
 echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 echo "memory: $(awk '/^MemTotal:/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo), kernel $(uname -r)"
 echo "binaries: $LAYOUT; $VERSION_NOTE"
+echo "http client for _bulk and setup: $CURL_NOTE ($($CURL --version | head -1 | cut -d' ' -f1-2))"
 echo "data: $DATA ($(tr '\n' ';' < "$DATA/MANIFEST" 2>/dev/null | sed 's/;$//; s/;/; /g'))"
 echo "started: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(loadavg)"
 echo "settings: trials $TRIALS, copies $COPIES, threads '$THREADS', streams '$STREAMS', shards '$SHARDS', ${SECS} s per query run, $CONNS connections per generator, $GENERATORS generator(s), ram-mb $RAM_MB, bulk bodies of $BULK_DOCS docs$([ "$QUICK" = 1 ] && echo ', QUICK smoke run (tiny sizes: numbers mean nothing)')"
@@ -186,14 +187,15 @@ case " $SECTIONS " in *" index "*|*" bulk "*) need_corpus=1 ;; esac
 if [ "$need_corpus" = 1 ]; then
   if [ -n "$LIMIT" ]; then gzip -dc "$DATA/gcide.ndjson.gz" | head -n "$LIMIT" > "$WORK/base.ndjson" || true
   else gzip -dc "$DATA/gcide.ndjson.gz" > "$WORK/base.ndjson"; fi
+  # distinct ids in the base make distinct ids in every copy ("c<k>-" prefixes)
+  dups=$(sed -n 's/^{"id": \{0,1\}"\([^"]*\)".*/\1/p' "$WORK/base.ndjson" | LC_ALL=C sort | LC_ALL=C uniq -d | head -3 | tr '\n' ' ')
+  [ -z "$dups" ] || die "corpus ids repeat: $dups"
   : > "$WORK/corpus.ndjson"
   for c in $(seq 1 "$COPIES"); do
     awk -v c="$c" '{ if (!sub(/^\{"id": ?"/, "&c" c "-")) { print "line " NR ": no leading id" > "/dev/stderr"; exit 1 } print }' \
       "$WORK/base.ndjson" >> "$WORK/corpus.ndjson"
   done
   NDOCS=$(wc -l < "$WORK/corpus.ndjson")
-  dups=$(sed -n 's/^{"id": \{0,1\}"\([^"]*\)".*/\1/p' "$WORK/corpus.ndjson" | sort | uniq -d | head -3 | tr '\n' ' ')
-  [ -z "$dups" ] || die "corpus ids repeat: $dups"
   rm -f "$WORK/base.ndjson"
   echo "corpus: $NDOCS documents (GCIDE x$COPIES, distinct ids), $(du -m "$WORK/corpus.ndjson" | cut -f1) MB"
 fi
