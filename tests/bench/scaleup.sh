@@ -307,6 +307,28 @@ if [[ " $SECTIONS " == *" bulk "* ]]; then
 fi
 
 # ================================================================ query
+# GENERATORS loadgen processes at once against PORT with query file FILE;
+# writes OUT.g<k>.json each and OUT.sum: wall-s server-CPU-s qps requests
+# driver-CPU-s highest-generator-qps worst-p50-us worst-p99-us
+gens() {  # PORT PID FILE OUT LABEL
+  local port=$1 pid=$2 file=$3 out=$4 label=$5 c0 c1 t0 t1 gp="" g x f
+  c0=$(proc_cpu "$pid"); t0=$(now)
+  for g in $(seq 1 "$GENERATORS"); do
+    $LOADGEN -p "$port" -f "$file" -c "$CONNS" -d "$SECS" --validate none \
+      --label "$label g$g" > "$out.g$g.json" 2>/dev/null &
+    gp="$gp $!"
+  done
+  for x in $gp; do wait "$x" || die "a load generator failed ($label)"; done
+  t1=$(now); c1=$(proc_cpu "$pid")
+  for g in $(seq 1 "$GENERATORS"); do
+    f="$out.g$g.json"
+    [ "$(jnum errors "$f")" = 0 ] || die "$label: $(jnum errors "$f") errors in generator $g"
+    echo "$(jnum qps "$f") $(jnum requests "$f") $(jnum driver_cpu_s "$f") $(jnum p50_us "$f") $(jnum p99_us "$f")"
+  done | awk -v w="$(calc "$t1 - $t0")" -v c="$(calc "$c1 - $c0")" '
+    { q += $1; r += $2; d += $3; if ($1 > mq) mq = $1; if ($4 > p50) p50 = $4; if ($5 > p99) p99 = $5 }
+    END { printf "%s %s %.1f %d %.3f %.1f %.1f %.1f\n", w, c, q, r, d, mq, p50, p99 }' > "$out.sum"
+}
+
 if [[ " $SECTIONS " == *" query "* ]]; then
   echo
   echo "## W1 queries: server CPU per query by shard count, and the mix"
@@ -338,23 +360,17 @@ if [[ " $SECTIONS " == *" query "* ]]; then
     p=$((p + 1))
   done
   rm -f "$WORK"/w1b.*
-  # each query alone: one generator, shard counts alternating within a trial
+  # each query alone from the same generators, shard counts alternating within a trial
   for t in $(seq 1 "$TRIALS"); do
     for q in $(seq 1 "$NQ"); do
       for S in $SHARDS; do
-        o="$RES/q${q}_s${S}_t$t.json"
-        c0=$(proc_cpu "${QPID[$S]}")
-        $LOADGEN -p "${QPORT[$S]}" -f "$WORK/q$q.ndjson" -c "$CONNS" -d "$SECS" --validate none \
-          --label "q$q s$S t$t" > "$o" 2>/dev/null || die "loadgen q$q on $S shard(s) failed"
-        c1=$(proc_cpu "${QPID[$S]}")
-        echo "$c0 $c1" > "$o.cpu"
-        [ "$(jnum errors "$o")" = 0 ] || die "q$q on $S shard(s): $(jnum errors "$o") errors"
+        gens "${QPORT[$S]}" "${QPID[$S]}" "$WORK/q$q.ndjson" "$RES/q${q}_s${S}_t$t" "q$q s$S t$t"
       done
     done
     echo "  trial $t of the single queries done ($(loadavg))"
   done
   echo
-  echo "Server CPU per query, µs (the shoal process's CPU-s over a ${SECS} s closed loop of one query at $CONNS connections ÷ requests answered), and qps; $W1DOCS documents, one segment per shard; median (min–max) of $TRIALS trial(s). $RC_NOTE."
+  echo "Server CPU per query, µs (the shoal process's CPU-s over a ${SECS} s closed loop of one query from $GENERATORS generator(s) × $CONNS connections ÷ requests answered), and qps summed over generators; $W1DOCS documents, one segment per shard; median (min–max) of $TRIALS trial(s). $RC_NOTE."
   echo
   hdr="| query |"; sep="|---|"
   for S in $SHARDS; do
@@ -372,8 +388,8 @@ if [[ " $SECTIONS " == *" query "* ]]; then
     for S in $SHARDS; do
       us=()
       for t in $(seq 1 "$TRIALS"); do
-        o="$RES/q${q}_s${S}_t$t.json"; read -r c0 c1 < "$o.cpu"
-        us+=("$(calc "($c1 - $c0) * 1e6 / $(jnum requests "$o")" 1)")
+        read -r _ c _ r _ < "$RES/q${q}_s${S}_t$t.sum"
+        us+=("$(calc "$c * 1e6 / $r" 1)")
       done
       MED[$S]=$(med1 "${us[@]}")
       row="$row $(FMT_DIGITS=1 median "${us[@]}") |"
@@ -383,7 +399,7 @@ if [[ " $SECTIONS " == *" query "* ]]; then
       fi
     done
     for S in $SHARDS; do
-      qs=(); for t in $(seq 1 "$TRIALS"); do qs+=("$(jnum qps "$RES/q${q}_s${S}_t$t.json")"); done
+      qs=(); for t in $(seq 1 "$TRIALS"); do read -r _ _ x _ < "$RES/q${q}_s${S}_t$t.sum"; qs+=("$x"); done
       row="$row $(FMT_DIGITS=0 median "${qs[@]}") |"
     done
     echo "$row"
@@ -398,15 +414,7 @@ if [[ " $SECTIONS " == *" query "* ]]; then
   # the W1 mix from GENERATORS load generators at once
   for t in $(seq 1 "$TRIALS"); do
     for S in $SHARDS; do
-      c0=$(proc_cpu "${QPID[$S]}"); t0=$(now); gp=""
-      for g in $(seq 1 "$GENERATORS"); do
-        $LOADGEN -p "${QPORT[$S]}" -f "$DATA/w1_queries.ndjson" -c "$CONNS" -d "$SECS" --validate none \
-          --label "mix s$S g$g t$t" > "$RES/mix_s${S}_t${t}_g$g.json" 2>/dev/null &
-        gp="$gp $!"
-      done
-      for x in $gp; do wait "$x" || die "a mix generator failed on $S shard(s)"; done
-      t1=$(now); c1=$(proc_cpu "${QPID[$S]}")
-      echo "$(calc "$t1 - $t0") $(calc "$c1 - $c0")" > "$RES/mix_s${S}_t$t.cpu"
+      gens "${QPORT[$S]}" "${QPID[$S]}" "$DATA/w1_queries.ndjson" "$RES/mix_s${S}_t$t" "mix s$S t$t"
     done
     echo "  trial $t of the mix done ($(loadavg))"
   done
@@ -419,17 +427,7 @@ if [[ " $SECTIONS " == *" query "* ]]; then
   for S in $SHARDS; do
     qps=(); bc=(); cpq=(); gmax=(); drv=(); p50=(); p99=()
     for t in $(seq 1 "$TRIALS"); do
-      read -r w c < "$RES/mix_s${S}_t$t.cpu"
-      sumq=0; sumr=0; sumd=0; mx=0; w50=0; w99=0
-      for g in $(seq 1 "$GENERATORS"); do
-        f="$RES/mix_s${S}_t${t}_g$g.json"
-        [ "$(jnum errors "$f")" = 0 ] || die "mix on $S shard(s): errors in generator $g"
-        sumq=$(calc "$sumq + $(jnum qps "$f")" 1); sumr=$((sumr + $(jnum requests "$f")))
-        sumd=$(calc "$sumd + $(jnum driver_cpu_s "$f")" 3)
-        mx=$(calc "$(jnum qps "$f") > $mx ? $(jnum qps "$f") : $mx" 0)
-        w50=$(calc "$(jnum p50_us "$f") > $w50 ? $(jnum p50_us "$f") : $w50" 0)
-        w99=$(calc "$(jnum p99_us "$f") > $w99 ? $(jnum p99_us "$f") : $w99" 0)
-      done
+      read -r w c sumq sumr sumd mx w50 w99 < "$RES/mix_s${S}_t$t.sum"
       qps+=("$sumq"); bc+=("$(calc "$c / $w" 2)"); cpq+=("$(calc "$c * 1e6 / $sumr" 1)")
       gmax+=("$mx"); drv+=("$(calc "$sumd / $SECS" 2)"); p50+=("$w50"); p99+=("$w99")
     done
