@@ -315,14 +315,16 @@ gens() {  # PORT PID FILE OUT LABEL
   c0=$(proc_cpu "$pid"); t0=$(now)
   for g in $(seq 1 "$GENERATORS"); do
     $LOADGEN -p "$port" -f "$file" -c "$CONNS" -d "$SECS" --validate none \
-      --label "$label g$g" > "$out.g$g.json" 2>/dev/null &
+      --label "$label g$g" > "$out.g$g.json" 2>"$out.g$g.err" &
     gp="$gp $!"
   done
-  for x in $gp; do wait "$x" || die "a load generator failed ($label)"; done
+  for x in $gp; do wait "$x" || die "a load generator failed ($label): $(cat "$out".g*.err | grep -v conns= | head -3)"; done
   t1=$(now); c1=$(proc_cpu "$pid")
   for g in $(seq 1 "$GENERATORS"); do
+    [ "$(jnum errors "$out.g$g.json")" = 0 ] || die "$label: $(jnum errors "$out.g$g.json") errors in generator $g"
+  done
+  for g in $(seq 1 "$GENERATORS"); do
     f="$out.g$g.json"
-    [ "$(jnum errors "$f")" = 0 ] || die "$label: $(jnum errors "$f") errors in generator $g"
     echo "$(jnum qps "$f") $(jnum requests "$f") $(jnum driver_cpu_s "$f") $(jnum p50_us "$f") $(jnum p99_us "$f")"
   done | awk -v w="$(calc "$t1 - $t0")" -v c="$(calc "$c1 - $c0")" '
     { q += $1; r += $2; d += $3; if ($1 > mq) mq = $1; if ($4 > p50) p50 = $4; if ($5 > p99) p99 = $5 }
