@@ -18,7 +18,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2; }
 
 NPROC=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)
 TRIALS=""; QUICK=0; COPIES=""; SECTIONS="index bulk query"; THREADS=""; STREAMS=""
