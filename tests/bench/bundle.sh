@@ -65,7 +65,7 @@ done
 cp "$HERE/scaleup.sh" "$S/"
 cp "$ROOT/docs/scaleup.md" "$S/README.md"
 {
-  echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' + local changes'), $bt build"
+  echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' + local changes'), $bt build;"
   echo "built with $(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt") on $(ldd --version | head -1 | sed 's/^ldd //'), bundled $(date -u '+%Y-%m-%d %H:%M UTC')"
 } > "$S/VERSION"
 
