@@ -751,6 +751,7 @@ collect_stats(nd_index *ix, agg_stats *a)
 	a->sh.refreshes += s.refreshes;
 	a->sh.flushes += s.flushes;
 	a->sh.merges += s.merges;
+	a->sh.indexing_buffer_bytes += s.indexing_buffer_bytes;
 	a->c.index_total += ld(&c->index_total);
 	a->c.index_time_ns += ld(&c->index_time_ns);
 	a->c.index_failed += ld(&c->index_failed);
@@ -803,6 +804,9 @@ stats_json(const agg_stats *a)
 	cJSON_AddNumberToObject(o, "total", (double)a->sh.merges);
 	o = cJSON_AddObjectToObject(j, "segments");
 	cJSON_AddNumberToObject(o, "count", (double)a->sh.segments);
+	/* the indexing buffers (every shard's, under its one budget) */
+	cJSON_AddNumberToObject(o, "index_writer_memory_in_bytes",
+	                        (double)a->sh.indexing_buffer_bytes);
 	return j;
 }
 

@@ -804,6 +804,7 @@ index_open_shards(nd_index *ix, cm_error *err)
 
 	st_shard_opts_default(&o);
 	o.merge_pool = ix->node->merge_pool;
+	o.index_pool = ix->node->index_pool;
 	o.replicated = ix->node->replicated;
 	o.nested_objects_limit = nested_objects_limit(&ix->settings);
 	atomic_store(&ix->nested_limit, o.nested_objects_limit);
@@ -1733,6 +1734,8 @@ nd_index_shard_stats(nd_index *ix, st_shard_stats *sum)
 		sum->refreshes += s.refreshes;
 		sum->merges += s.merges;
 		sum->flushes += s.flushes;
+		sum->indexing_buffers += s.indexing_buffers;
+		sum->indexing_buffer_bytes += s.indexing_buffer_bytes;
 		if (s.max_seq_no != ST_NO_SEQ &&
 		    (sum->max_seq_no == 0 || s.max_seq_no > sum->max_seq_no))
 			sum->max_seq_no = s.max_seq_no;

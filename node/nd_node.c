@@ -144,7 +144,11 @@ nd_node_open(const nd_node_opts *o, nd_node **out, cm_error *err)
 		ncpu = 1;
 	n->search_pool =
 	    cm_pool_create(o->search_threads > 0 ? o->search_threads : (int)ncpu, "search");
-	n->merge_pool = cm_pool_create(1, "merge");
+	/* Merges and refreshes split their work (fields, term ranges, one
+	 * segment per indexing buffer) over every core; a batch's parts too,
+	 * its own thread taking one (so ncpu - 1 helpers). */
+	n->merge_pool = cm_pool_create((int)ncpu, "merge");
+	n->index_pool = ncpu > 1 ? cm_pool_create((int)ncpu - 1, "index") : NULL;
 	if ((rc = nd_registry_load(n, err)))
 		goto fail;
 	if (pthread_create(&n->timer, NULL, timer_main, n) != 0) {
@@ -159,6 +163,8 @@ fail:
 		cm_pool_destroy(n->search_pool);
 	if (n->merge_pool)
 		cm_pool_destroy(n->merge_pool);
+	if (n->index_pool)
+		cm_pool_destroy(n->index_pool);
 	if (n->lock_fd >= 0)
 		close(n->lock_fd);
 	cm_free(CM_MEM_NODE, n);
@@ -179,6 +185,8 @@ nd_node_close(nd_node *n)
 	cm_pool_destroy(n->search_pool);
 	nd_registry_close(n);
 	cm_pool_destroy(n->merge_pool);
+	if (n->index_pool)
+		cm_pool_destroy(n->index_pool);
 	if (n->lock_fd >= 0)
 		close(n->lock_fd);
 	pthread_rwlock_destroy(&n->reg_lock);

@@ -49,6 +49,7 @@ struct nd_node {
 	size_t nindices, capindices;
 	cm_pool *search_pool;
 	cm_pool *merge_pool;
+	cm_pool *index_pool; /* a large write batch spreads over it (st_shard_opts) */
 	pthread_t timer;
 	pthread_mutex_t timer_lock;
 	pthread_cond_t timer_cond;
