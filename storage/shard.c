@@ -19,8 +19,14 @@
  * a leader that writes all waiting batches in one synced transaction would
  * close that window at the cost of a second fsync per group.
  *
- * Refresh: the buffer is frozen under wmu, written without it (indexing
- * goes on into a fresh buffer; realtime get reads the frozen one), and
+ * Indexing buffers: a batch decides, logs and numbers its docs under wmu,
+ * then analyzes them into buffers it holds (one per part of the batch, on
+ * index_pool) without any lock, and gives the buffers back under wmu. So
+ * the write lock covers the id lookups and the log, not the analysis.
+ *
+ * Refresh: the buffers are frozen under wmu once every batch gave its
+ * back, written without it (one segment each, in parallel; indexing goes
+ * on into fresh buffers; realtime get reads the frozen ones), and
  * committed with every segment's deletes as of the freeze. */
 #define _GNU_SOURCE
 #include <dirent.h>
