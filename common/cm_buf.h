@@ -32,6 +32,9 @@ void cm_buf_put_u64_be(cm_buf *b, uint64_t v);
 void cm_buf_put_varint(cm_buf *b, uint64_t v);
 void cm_buf_put_str(cm_buf *b, const char *s, size_t n); /* varint length + bytes */
 void cm_buf_printf(cm_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends s[0..n) as a quoted JSON string: '"', '\\' and control bytes
+ * escaped, everything else (UTF-8 included) as it is. */
+void cm_buf_put_json_str(cm_buf *b, const char *s, size_t n);
 /* Appends a 4-byte xxh32 of the bytes written since `start`. */
 void cm_buf_put_checksum(cm_buf *b, size_t start);
 

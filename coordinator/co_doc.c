@@ -222,6 +222,28 @@ co_write_result_json(nd_index *ix, const char *id, size_t id_len, const st_op_re
 	return j;
 }
 
+void
+co_write_result_put(cm_buf *b, nd_index *ix, const char *id, size_t id_len,
+                    const st_op_result *res, bool forced_refresh, int status)
+{
+	int copies = 1 + nd_index_settings(ix)->number_of_replicas;
+	bool noop = res->result == ST_RESULT_NOOP;
+	const char *name = nd_index_name(ix);
+	cm_buf_put(b, "{\"_index\":", sizeof("{\"_index\":") - 1);
+	cm_buf_put_json_str(b, name, strlen(name));
+	cm_buf_put(b, ",\"_type\":\"_doc\",\"_id\":", sizeof(",\"_type\":\"_doc\",\"_id\":") - 1);
+	cm_buf_put_json_str(b, id, id_len);
+	cm_buf_printf(b, ",\"_version\":%" PRId64 ",\"result\":\"%s\"%s", res->version,
+	              co_result_name(res->result), forced_refresh ? ",\"forced_refresh\":true" : "");
+	cm_buf_printf(b,
+	              ",\"_shards\":{\"total\":%d,\"successful\":%d,\"failed\":0},\"_seq_no\":%" PRIu64
+	              ",\"_primary_term\":%" PRIu64,
+	              noop ? 0 : copies, noop ? 0 : 1, res->seq_no, res->primary_term);
+	if (status)
+		cm_buf_printf(b, ",\"status\":%d", status);
+	cm_buf_put_u8(b, '}');
+}
+
 bool
 co_refresh_after(nd_index *ix, int mode)
 {

@@ -27,6 +27,10 @@ const char *co_result_name(st_op_result_kind k);
 /* {"_index","_type","_id","_version","result","_shards","_seq_no","_primary_term"} */
 cJSON *co_write_result_json(nd_index *ix, const char *id, size_t id_len, const st_op_result *res,
                             bool forced_refresh);
+/* The same object written straight into b, with `status` last when it is
+ * not 0 (a _bulk item: no JSON tree per item). */
+void co_write_result_put(cm_buf *b, nd_index *ix, const char *id, size_t id_len,
+                         const st_op_result *res, bool forced_refresh, int status);
 /* Refreshes for refresh=true|wait_for; true when it was a forced refresh. */
 bool co_refresh_after(nd_index *ix, int mode);
 /* A _source value: parsed when pretty/filter_path need it, else raw. */

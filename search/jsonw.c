@@ -9,50 +9,7 @@
 void
 sr_jw_str(cm_buf *b, const char *s, size_t n)
 {
-	static const char hex[] = "0123456789abcdef";
-	cm_buf_reserve(b, n + 2);
-	cm_buf_put_u8(b, '"');
-	size_t run = 0; /* copy unescaped runs in one call */
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
-		cm_buf_put(b, s + run, i - run);
-		run = i + 1;
-		char esc[7] = {'\\', 0};
-		switch (c) {
-		case '"':
-			esc[1] = '"';
-			break;
-		case '\\':
-			esc[1] = '\\';
-			break;
-		case '\n':
-			esc[1] = 'n';
-			break;
-		case '\r':
-			esc[1] = 'r';
-			break;
-		case '\t':
-			esc[1] = 't';
-			break;
-		case '\b':
-			esc[1] = 'b';
-			break;
-		case '\f':
-			esc[1] = 'f';
-			break;
-		default:
-			memcpy(esc, "\\u00", 4);
-			esc[4] = hex[c >> 4];
-			esc[5] = hex[c & 15];
-			cm_buf_put(b, esc, 6);
-			continue;
-		}
-		cm_buf_put(b, esc, 2);
-	}
-	cm_buf_put(b, s + run, n - run);
-	cm_buf_put_u8(b, '"');
+	cm_buf_put_json_str(b, s, n);
 }
 
 void
