@@ -139,6 +139,25 @@ run_search_shard(void *arg)
 	pthread_mutex_unlock(t->merge_lock);
 }
 
+size_t
+nd_search_helpers(uint64_t docs, size_t nshards)
+{
+	if (nshards < 2)
+		return 0;
+	uint64_t k = docs / ND_DOCS_PER_HELPER;
+	return k < nshards - 1 ? (size_t)k : nshards - 1;
+}
+
+/* Helpers worth waking for the shards of tasks[0..n): by their live docs. */
+static size_t
+task_helpers(const shard_task *tasks, size_t n)
+{
+	uint64_t docs = 0;
+	for (size_t i = 0; i < n; i++)
+		docs += st_reader_doc_count(tasks[i].target->readers[tasks[i].shard]);
+	return nd_search_helpers(docs, n);
+}
+
 static shard_task *
 make_tasks(nd_target *t, size_t nt, size_t *ntasks)
 {
@@ -198,9 +217,12 @@ nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req, nd_
 		tasks[i].merge_lock = &lock;
 	}
 	/* One shard, or serial: no hand-off to the pool, it only adds
-	 * latency; else this thread takes shards too, beside the pool's. */
-	cm_pool_run_all(ntasks == 1 || mode == ND_FANOUT_SERIAL ? NULL : n->search_pool,
-	                run_search_shard, tasks, sizeof(*tasks), ntasks);
+	 * latency; else this thread takes shards too, beside idle workers
+	 * of the pool when the shards hold enough docs to pay their wake-up.
+	 * Shards run by this thread alone go in order, each seeing the hits
+	 * merged before it (the bar). */
+	cm_pool_run_some(mode == ND_FANOUT_SERIAL ? NULL : n->search_pool, run_search_shard, tasks,
+	                 sizeof(*tasks), ntasks, task_helpers(tasks, ntasks));
 	/* All shards failing is an error for the request, like ES's
 	 * search_phase_execution_exception; some failing is a partial result. */
 	size_t failed = 0;
@@ -261,8 +283,8 @@ nd_count(nd_node *n, nd_target *t, size_t nt, const sr_query *q, uint64_t deadli
 		tasks[i].count_query = q;
 		tasks[i].deadline_ns = deadline_ns;
 	}
-	cm_pool_run_all(ntasks > 1 ? n->search_pool : NULL, run_count_shard, tasks,
-	                sizeof(shard_task), ntasks);
+	cm_pool_run_some(n->search_pool, run_count_shard, tasks, sizeof(shard_task), ntasks,
+	                 task_helpers(tasks, ntasks));
 	*count = 0;
 	for (size_t i = 0; i < ntasks; i++) {
 		if (tasks[i].rc && !rc) {
