@@ -510,8 +510,8 @@ test_automata(void)
 
 /* A shard still to run leaves out the hits ranked after the merge's worst
  * kept one (sr_hit_bar): by score, then by shard ordinal on ties. */
-static size_t
-bar_hits(const char *body, bool with_bar, float score, uint32_t bar_shard, float *scores)
+static void
+bar_search(const char *body, bool with_bar, float score, uint32_t bar_shard, sr_shard_result *res)
 {
 	cJSON *j = cJSON_Parse(body);
 	REQUIRE(j != NULL);
@@ -526,15 +526,46 @@ bar_hits(const char *body, bool with_bar, float score, uint32_t bar_shard, float
 		atomic_store(&bar.shard, bar_shard);
 		atomic_store(&bar.set, true);
 	}
+	memset(res, 0, sizeof *res);
+	CHECK(sr_search_shard_bar(reader, 5, NULL, &req, &bar, res, &err) == CM_OK);
+	sr_request_free(&req);
+}
+
+static size_t
+bar_hits(const char *body, bool with_bar, float score, uint32_t bar_shard, float *scores)
+{
 	sr_shard_result res;
-	memset(&res, 0, sizeof res);
-	CHECK(sr_search_shard_bar(reader, 5, NULL, &req, &bar, &res, &err) == CM_OK);
+	bar_search(body, with_bar, score, bar_shard, &res);
 	size_t n = res.nhits;
 	for (size_t i = 0; scores && i < n; i++)
 		scores[i] = res.hits[i].score;
 	sr_shard_result_free(&res);
-	sr_request_free(&req);
 	return n;
+}
+
+/* The bar starts as the shard's floor: the hits it leaves out are not
+ * scored or not visited at all, but the shard's count stays exact and
+ * the hits it keeps are those it kept without the bar. */
+static void
+check_bar_floor(const char *body, float score, uint32_t bar_shard)
+{
+	sr_shard_result a, b;
+	bar_search(body, false, 0, 0, &a);
+	bar_search(body, true, score, bar_shard, &b);
+	CHECKF(a.total == b.total, "%s: total %llu with the bar, %llu without", body,
+	       (unsigned long long)b.total, (unsigned long long)a.total);
+	size_t kept = 0;
+	for (size_t i = 0; i < a.nhits; i++)
+		kept += a.hits[i].score > score || (a.hits[i].score == score && 5 < bar_shard);
+	CHECKF(b.nhits == kept, "%s: %zu hits with the bar, %zu expected", body, b.nhits, kept);
+	for (size_t i = 0; i < b.nhits && i < a.nhits; i++)
+		CHECKF(!strcmp(a.hits[i].id, b.hits[i].id) && a.hits[i].score == b.hits[i].score,
+		       "%s: hit %zu differs", body, i);
+	if (b.nhits)
+		CHECKF(a.max_score == b.max_score, "%s: max_score %g, %g without the bar", body,
+		       b.max_score, a.max_score);
+	sr_shard_result_free(&a);
+	sr_shard_result_free(&b);
 }
 
 static void
@@ -561,6 +592,25 @@ test_bar(void)
 	/* sorted searches ignore the bar (the merge publishes none for them) */
 	CHECK(bar_hits("{\"query\":{\"match_all\":{}},\"sort\":[\"n\"]}", true, 1e9f, 0, NULL) ==
 	      6);
+	/* exact counts under the bar's floor */
+	const char *bodies[] = {
+	    "{\"query\":{\"match_all\":{}},\"size\":10,\"track_total_hits\":true}",
+	    "{\"query\":{\"match\":{\"title\":\"quick brown fox\"}},\"size\":10,"
+	    "\"track_total_hits\":true}",
+	    "{\"query\":{\"match\":{\"title\":\"quick brown fox\"}},\"size\":2}",
+	    "{\"query\":{\"bool\":{\"must\":[{\"match\":{\"title\":\"fox\"}},{\"range\":{\"n\":"
+	    "{\"gte\":0}}}]}},\"size\":10,\"track_total_hits\":true}",
+	};
+	for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+		size_t nh = bar_hits(bodies[i], false, 0, 0, s);
+		REQUIRE(nh >= 1);
+		for (size_t j = 0; j < nh; j++) {
+			check_bar_floor(bodies[i], s[j], 3);
+			check_bar_floor(bodies[i], s[j], 7);
+		}
+		check_bar_floor(bodies[i], s[0] + 1.0f, 3);
+		check_bar_floor(bodies[i], 0.0f, 3);
+	}
 }
 
 /* The rest of a segment counted without visiting it (sr_plan_seg_count,
@@ -621,6 +671,16 @@ test_known_rest(const char *dir)
 			       (unsigned long long)cases[c].total[pass], cases[c].ids[pass]);
 			sr_shard_result_free(&res);
 			sr_request_free(&req);
+		}
+		/* a bar no doc of this shard can beat: nothing kept, every doc
+		 * counted (known counts, or windows counted unscored) */
+		for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+			sr_shard_result res;
+			bar_search(cases[c].body, true, 100.0f, 0, &res);
+			CHECKF(res.total == cases[c].total[pass] && res.nhits == 0,
+			       "pass %d %s under a bar: total %llu, %zu hits", pass, cases[c].body,
+			       (unsigned long long)res.total, res.nhits);
+			sr_shard_result_free(&res);
 		}
 		st_reader_release(reader);
 		if (pass == 0) { /* a's at the head and in the second segment, a b there */

@@ -38,6 +38,7 @@ typedef struct topk {
 	uint64_t threshold; /* track_total_hits */
 	bool skipping;      /* block-max enabled: total is a lower bound */
 	float floor;        /* windows bounded by this need no scores (-inf: all do) */
+	float bar_floor;    /* the least floor: from the merge's bar (-inf: none) */
 	bool can_skip;
 	uint64_t terminate_after, collected;
 	bool terminated;
@@ -339,7 +340,8 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 			t->pf_it->ops->fill(t->pf_it, lo, hi, t->pf_bits, NULL, -INFINITY);
 	}
 	if (!scores && t->floor > -INFINITY) {
-		/* sr_run_windows_floor: no doc here can reach the full heap */
+		/* sr_run_windows_floor: no doc here can reach the full heap,
+		 * or the page of the shards merged before this one */
 		seen = hits = n;
 		goto counted;
 	}
@@ -425,7 +427,7 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 		/* ties lose to earlier docs: a window bounded by the heap's
 		 * minimum needs no scores */
 		if (t->n == t->k && boost == 1.0f && !t->terminate_after)
-			t->floor = t->heap[0].score;
+			t->floor = t->heap[0].score > t->bar_floor ? t->heap[0].score : t->bar_floor;
 		goto counted;
 	}
 	for (size_t wi = 0; wi < nnz && seen < limit; wi++) {
@@ -883,7 +885,7 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 	t.k = (size_t)k;
 	t.scored = ((t.by_score || score_key || req->track_scores) && (t.k > 0 || req->aggs)) ||
 	           req->has_min_score;
-	t.floor = -INFINITY;
+	t.floor = t.bar_floor = -INFINITY;
 	t.threshold = req->track_total_hits < 0 ? 0 : (uint64_t)req->track_total_hits;
 	t.terminate_after = req->terminate_after;
 	t.max_score = -INFINITY;
@@ -921,6 +923,20 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 		t.has_agg = true;
 		t.docs = cm_malloc(CM_MEM_SEARCH, SR_WIN * sizeof(uint32_t));
 		t.dscores = cm_malloc(CM_MEM_SEARCH, SR_WIN * sizeof(float));
+	}
+	/* Shards merged before this one hold the page's worst hit so far (the
+	 * bar): a doc ranked after it cannot reach the page, so it starts as
+	 * the floor, as the heap's worst would once full. A constant-score
+	 * query whose score cannot beat it only counts (from the terms'
+	 * counts when known), and no window bounded by it is scored. */
+	if (bar && atomic_load(&bar->set) && t.by_score && t.scored && t.k && !req->nsort &&
+	    !t.collapse && !req->nrescore && !t.sorter.after && t.boost == 1.0f && !t.has_agg &&
+	    !pf_plan && !req->has_min_score && !t.terminate_after) {
+		float bs = atomic_load(&bar->score);
+		uint32_t bsh = atomic_load(&bar->shard);
+		/* ties go to the lower shard: a tie with the bar still enters
+		 * from a shard before the bar's */
+		t.bar_floor = t.floor = shard > bsh ? bs : nextafterf(bs, -INFINITY);
 	}
 	for (size_t si = 0; si < x.nseg && !rc && !t.terminated; si++) {
 		if (sr_deadline_passed(&x))
