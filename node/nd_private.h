@@ -64,6 +64,8 @@ struct nd_node {
  * take, and the bar of hits already merged skips the later shards'
  * fetches when the shards run one after another. */
 #define ND_DOCS_PER_HELPER 250000u
+/* Hits a search's fetch phase reads before another thread is woken. */
+#define ND_HITS_PER_HELPER 256u
 /* Pool workers worth waking for nshards shards holding docs live docs in
  * all (one per ND_DOCS_PER_HELPER, fewer than the shards). */
 size_t nd_search_helpers(uint64_t docs, size_t nshards);

@@ -158,6 +158,65 @@ task_helpers(const shard_task *tasks, size_t n)
 	return nd_search_helpers(docs, n);
 }
 
+/* The fetch phase of one shard: its hits on the page. */
+typedef struct fetch_job {
+	st_reader *reader;
+	const sr_request *req;
+	sr_hit **hits;
+	size_t n;
+	cm_err rc;
+	cm_error err;
+} fetch_job;
+
+static void
+run_fetch(void *arg)
+{
+	fetch_job *j = arg;
+	cm_error_clear(&j->err);
+	j->rc = sr_fetch_hits(j->reader, j->req, j->hits, j->n, &j->err);
+}
+
+static int
+by_shard(const void *a, const void *b)
+{
+	const sr_hit *x = *(sr_hit *const *)a, *y = *(sr_hit *const *)b;
+	return (x->shard > y->shard) - (x->shard < y->shard);
+}
+
+/* Query then fetch: the page's hits, merged from the shards' query
+ * phase, get their documents from their shards (tasks[ordinal]). */
+static cm_err
+fetch_page(nd_node *n, shard_task *tasks, size_t ntasks, sr_merger *m, const sr_request *req,
+           cm_error *err)
+{
+	size_t nh = sr_merger_page_len(m), njobs = 0;
+	if (!nh)
+		return CM_OK;
+	sr_hit **hits = cm_malloc(CM_MEM_NODE, nh * sizeof(*hits));
+	for (size_t i = 0; i < nh; i++)
+		hits[i] = sr_merger_page_at(m, i);
+	qsort(hits, nh, sizeof(*hits), by_shard);
+	fetch_job *jobs = cm_calloc(CM_MEM_NODE, nh, sizeof(*jobs));
+	for (size_t i = 0; i < nh;) {
+		size_t e = i;
+		while (e < nh && hits[e]->shard == hits[i]->shard)
+			e++;
+		shard_task *t = &tasks[hits[i]->shard < ntasks ? hits[i]->shard : 0];
+		jobs[njobs++] = (fetch_job){
+		    .reader = t->target->readers[t->shard], .req = req, .hits = hits + i, .n = e - i};
+		i = e;
+	}
+	cm_pool_run_some(n->search_pool, run_fetch, jobs, sizeof(*jobs), njobs,
+	                 nh / ND_HITS_PER_HELPER);
+	cm_err rc = CM_OK;
+	for (size_t i = 0; i < njobs && !rc; i++)
+		if ((rc = jobs[i].rc) && err)
+			*err = jobs[i].err;
+	cm_free(CM_MEM_NODE, jobs);
+	cm_free(CM_MEM_NODE, hits);
+	return rc;
+}
+
 static shard_task *
 make_tasks(nd_target *t, size_t nt, size_t *ntasks)
 {
@@ -208,10 +267,20 @@ nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req, nd_
 	uint64_t t0 = cm_now_ns();
 	sr_merger *m = sr_merger_create(req, ntasks);
 	sr_hit_bar bar = {0};
+	/* Several shards: query then fetch, the page's documents only. The
+	 * copy shares the request's parts and is never freed. */
+	sr_request query_phase;
+	const sr_request *shard_req = req;
+	bool deferred = ntasks > 1 && sr_fetch_deferrable(req);
+	if (deferred) {
+		query_phase = *req;
+		query_phase.query_phase_only = true;
+		shard_req = &query_phase;
+	}
 
 	for (size_t i = 0; i < ntasks; i++) {
 		tasks[i].bar = &bar;
-		tasks[i].req = req;
+		tasks[i].req = shard_req;
 		tasks[i].node_id = nd_node_id(n);
 		tasks[i].merger = m;
 		tasks[i].merge_lock = &lock;
@@ -248,7 +317,8 @@ nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req, nd_
 	 * are not silently left out of the reply */
 	cm_error rerr;
 	cm_error_clear(&rerr);
-	if ((rc = sr_merger_reduce(m, &rerr))) {
+	if ((rc = sr_merger_reduce(m, &rerr)) ||
+	    (deferred && (rc = fetch_page(n, tasks, ntasks, m, req, &rerr)))) {
 		if (err)
 			*err = rerr;
 		sr_merger_destroy(m);

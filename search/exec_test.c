@@ -613,6 +613,73 @@ test_bar(void)
 	}
 }
 
+/* Query then fetch: the query phase's hits (score, doc) fetched afterwards
+ * by sr_fetch_hits, in any order, equal the hits fetched in one pass. */
+static void
+check_fetch_phase(const char *body)
+{
+	sr_request req;
+	sr_shard_result one, q;
+	cm_error err = {0};
+	REQUIRE(search(body, &req, &one, &err) == CM_OK);
+	CHECKF(sr_fetch_deferrable(&req), "%s: not deferrable", body);
+	req.query_phase_only = true;
+	REQUIRE(sr_search_shard(reader, 0, &req, &q, &err) == CM_OK);
+	req.query_phase_only = false;
+	REQUIRE(q.nhits == one.nhits);
+	sr_hit **ptrs = calloc(q.nhits + 1, sizeof(*ptrs));
+	for (size_t i = 0; i < q.nhits; i++) {
+		CHECKF(q.hits[i].id == NULL && q.hits[i].source == NULL, "%s: hit %zu fetched", body,
+		       i);
+		ptrs[q.nhits - 1 - i] = &q.hits[i]; /* reversed: the fetch reorders */
+	}
+	CHECK(sr_fetch_hits(reader, &req, ptrs, q.nhits, &err) == CM_OK);
+	for (size_t i = 0; i < q.nhits; i++) {
+		const sr_hit *a = &one.hits[i], *b = &q.hits[i];
+		bool same = a->doc == b->doc && !strcmp(a->id, b->id) &&
+		            a->source_len == b->source_len &&
+		            (!a->source || !memcmp(a->source, b->source, a->source_len)) &&
+		            !a->source == !b->source && a->seq_no == b->seq_no &&
+		            a->primary_term == b->primary_term && a->version == b->version &&
+		            (a->score == b->score || (isnan(a->score) && isnan(b->score)));
+		CHECKF(same, "%s: hit %zu: %s/%s", body, i, a->id, b->id ? b->id : "(none)");
+	}
+	free(ptrs);
+	sr_shard_result_free(&one);
+	sr_shard_result_free(&q);
+	sr_request_free(&req);
+}
+
+static void
+test_fetch_phase(void)
+{
+	check_fetch_phase("{\"query\":{\"match\":{\"title\":\"quick brown fox dog\"}}}");
+	check_fetch_phase("{\"query\":{\"match_all\":{}},\"size\":20,\"version\":true,"
+	                  "\"seq_no_primary_term\":true}");
+	check_fetch_phase("{\"query\":{\"match_all\":{}},\"_source\":false,\"sort\":[\"n\"]}");
+	check_fetch_phase("{\"query\":{\"range\":{\"n\":{\"gte\":0}}},\"from\":1,"
+	                  "\"_source\":{\"includes\":[\"t*\"],\"excludes\":[\"tag\"]}}");
+	/* what needs the shard's query state is fetched in the query phase */
+	static const char *const in_query[] = {
+	    "{\"query\":{\"match\":{\"title\":\"fox\"}},\"highlight\":{\"fields\":{\"title\":{}}}}",
+	    "{\"query\":{\"match_all\":{}},\"collapse\":{\"field\":\"tag\"}}",
+	    "{\"query\":{\"match_all\":{}},\"docvalue_fields\":[\"n\"]}",
+	    "{\"query\":{\"match_all\":{}},\"profile\":true}",
+	    "{\"query\":{\"match_all\":{}},\"size\":0}",
+	};
+	for (size_t i = 0; i < sizeof in_query / sizeof *in_query; i++) {
+		sr_request req;
+		sr_request_init(&req);
+		cm_error err = {0};
+		cJSON *j = cJSON_Parse(in_query[i]);
+		REQUIRE(j != NULL);
+		REQUIRE(sr_request_from_json(j, &req, &err) == CM_OK);
+		cJSON_Delete(j);
+		CHECKF(!sr_fetch_deferrable(&req), "%s: deferrable", in_query[i]);
+		sr_request_free(&req);
+	}
+}
+
 /* The rest of a segment counted without visiting it (sr_plan_seg_count,
  * once the heap is full and no doc left can enter): a constant-score
  * match_all or keyword term over two segments of more than one window each,
@@ -672,6 +739,9 @@ test_known_rest(const char *dir)
 			sr_shard_result_free(&res);
 			sr_request_free(&req);
 		}
+		/* hits in both segments fetched after the query phase */
+		check_fetch_phase("{\"query\":{\"term\":{\"tag\":\"b\"}},\"size\":5000,"
+		                  "\"version\":true}");
 		/* a bar no doc of this shard can beat: nothing kept, every doc
 		 * counted (known counts, or windows counted unscored) */
 		for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
@@ -915,6 +985,7 @@ main(void)
 	test_aggs();
 	test_automata();
 	test_bar();
+	test_fetch_phase();
 	char dir2[80];
 	snprintf(dir2, sizeof dir2, "%s-rest", dir);
 	test_known_rest(dir2);
