@@ -31,6 +31,7 @@ typedef struct sr_fstat {
 	uint64_t sum_ttf;
 	float avgdl;
 	double scale;           /* scaled_float: the mapping's scaling_factor (else 0) */
+	bool resolved;          /* the mapping's part above looked up (sr_exec_field) */
 	bool cache_ready;       /* cache is filled on first scoring use */
 	float cache[256];       /* 1 / (k1 * (1 - b + b * len / avgdl)) per norm byte */
 } sr_fstat;
