@@ -15,6 +15,18 @@
 
 #define SR_WIN 4096 /* docs per window == docs per column block */
 #define SR_WIN_WORDS (SR_WIN / 64)
+#define SR_WIN_FIRST 256 /* the first window of a segment that may stop early */
+
+/* Docs in the window starting at lo (aligned to its size): SR_WIN, or
+ * with ramp, within the first block, SR_WIN_FIRST doubling (0, 256, 512,
+ * 1024, 2048, 4096, ...). */
+static inline uint32_t
+sr_window_span(uint32_t lo, bool ramp)
+{
+	if (!ramp || lo >= SR_WIN)
+		return SR_WIN;
+	return lo < SR_WIN_FIRST ? SR_WIN_FIRST : lo;
+}
 #define SR_MAX_CLAUSES 4096     /* indices.query.bool.max_clause_count (ES 7: 1024; generous) */
 #define SR_MAX_DET_STATES 10000 /* Lucene's default max determinized states */
 

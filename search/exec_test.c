@@ -613,6 +613,21 @@ test_bar(void)
 	}
 }
 
+/* The windows of a segment that may stop early ramp up within its first
+ * block, each aligned to its size, then go a block at a time. */
+static void
+test_window_span(void)
+{
+	uint32_t lo = 0, want[] = {0, 256, 512, 1024, 2048, 4096, 8192, 12288};
+	for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+		CHECKF(lo == want[i], "window %zu starts at %u, want %u", i, lo, want[i]);
+		uint32_t span = sr_window_span(lo, true);
+		CHECKF(lo % span == 0 && span <= SR_WIN, "window at %u spans %u", lo, span);
+		lo += span;
+	}
+	CHECK(sr_window_span(0, false) == SR_WIN && sr_window_span(SR_WIN, false) == SR_WIN);
+}
+
 /* Query then fetch: the query phase's hits (score, doc) fetched afterwards
  * by sr_fetch_hits, in any order, equal the hits fetched in one pass. */
 static void
@@ -986,6 +1001,7 @@ main(void)
 	test_automata();
 	test_bar();
 	test_fetch_phase();
+	test_window_span();
 	char dir2[80];
 	snprintf(dir2, sizeof dir2, "%s-rest", dir);
 	test_known_rest(dir2);
