@@ -44,8 +44,10 @@ typedef struct sr_fstat {
 	float avgdl;
 	double scale;           /* scaled_float: the mapping's scaling_factor (else 0) */
 	bool resolved;          /* the mapping's part above looked up (sr_exec_field) */
-	bool cache_ready;       /* cache is filled on first scoring use */
-	float cache[256];       /* 1 / (k1 * (1 - b + b * len / avgdl)) per norm byte */
+	/* 1 / (k1 * (1 - b + b * len / avgdl)) per norm byte: 256 floats
+	 * allocated on first scoring use (a shard's search opens every field
+	 * and scores one or two), freed by sr_exec_close; NULL until then */
+	float *cache;
 } sr_fstat;
 
 /* score = weight - weight / (1 + freq * cache[norm]) (Lucene 8 BM25Scorer) */
@@ -60,7 +62,7 @@ void sr_fstat_init_cache(sr_fstat *fs);
 static inline const float *
 sr_fstat_cache(const sr_fstat *fs)
 {
-	if (!fs->cache_ready)
+	if (!fs->cache)
 		sr_fstat_init_cache((sr_fstat *)fs);
 	return fs->cache;
 }

@@ -86,8 +86,7 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 		sr_fstat *fs = x->nfstats ? &x->fstats[x->nfstats - 1] : NULL;
 		if (!fs || distinct || strcmp(fs->name, fi->name)) {
 			fs = &x->fstats[x->nfstats++];
-			/* the header only: the 1-KB score cache fills on first use */
-			memset(fs, 0, offsetof(sr_fstat, cache));
+			memset(fs, 0, sizeof *fs);
 			fs->name = (char *)fi->name;
 			fs->type = fi->type;
 			fs->analyzer = fi->analyzer;
@@ -132,6 +131,8 @@ sr_exec_close(sr_exec *x)
 	for (size_t i = 0; i < x->nseg; i++)
 		if (x->segs && x->segs[i].txn)
 			st_seg_txn_end(x->segs[i].txn);
+	for (size_t i = 0; i < x->nfstats; i++)
+		cm_free(CM_MEM_SEARCH, x->fstats[i].cache);
 	cm_free(CM_MEM_SEARCH, x->fstats);
 	cm_free(CM_MEM_SEARCH, x->segs);
 	x->segs = NULL;

@@ -2,6 +2,7 @@
  * float with Lucene's operation order so scores agree to the last bits. */
 #include <pthread.h>
 
+#include "../common/cm_alloc.h"
 #include "exec.h"
 
 #define BM25_K1 1.2f
@@ -36,7 +37,8 @@ sr_fstat_init_cache(sr_fstat *fs)
 	if (!(avgdl > 0))
 		avgdl = 1.0f;
 	fs->avgdl = avgdl;
+	float *c = cm_malloc(CM_MEM_SEARCH, 256 * sizeof(float));
 	for (int i = 0; i < 256; i++)
-		fs->cache[i] = 1.0f / (BM25_K1 * ((1 - BM25_B) + BM25_B * norm_len[i] / avgdl));
-	fs->cache_ready = true;
+		c[i] = 1.0f / (BM25_K1 * ((1 - BM25_B) + BM25_B * norm_len[i] / avgdl));
+	fs->cache = c;
 }
