@@ -231,6 +231,10 @@ struct cm_pool {
 	int stopping;
 	int nthreads;
 	pthread_t *threads;
+	/* Workers asleep on cv and tasks queued, both changed under mu and
+	 * read without it: their difference is a hint of how many workers a
+	 * new task would find idle (cm_pool_run_some). */
+	_Atomic int sleeping, queued;
 };
 
 static void *
@@ -239,13 +243,17 @@ pool_worker(void *arg)
 	cm_pool *p = arg;
 	for (;;) {
 		pthread_mutex_lock(&p->mu);
-		while (p->head == NULL && !p->stopping)
+		while (p->head == NULL && !p->stopping) {
+			atomic_fetch_add_explicit(&p->sleeping, 1, memory_order_relaxed);
 			pthread_cond_wait(&p->cv, &p->mu);
+			atomic_fetch_sub_explicit(&p->sleeping, 1, memory_order_relaxed);
+		}
 		cm_task *t = p->head;
 		if (t == NULL) {
 			pthread_mutex_unlock(&p->mu);
 			return NULL;
 		}
+		atomic_fetch_sub_explicit(&p->queued, 1, memory_order_relaxed);
 		p->head = t->next;
 		if (p->head == NULL)
 			p->tail = NULL;
@@ -306,6 +314,7 @@ cm_pool_submit(cm_pool *p, cm_task_fn fn, void *arg)
 	else
 		p->head = t;
 	p->tail = t;
+	atomic_fetch_add_explicit(&p->queued, 1, memory_order_relaxed);
 	pthread_cond_signal(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 }
@@ -314,6 +323,16 @@ int
 cm_pool_threads(const cm_pool *p)
 {
 	return p ? p->nthreads : 1;
+}
+
+int
+cm_pool_idle(cm_pool *p)
+{
+	if (p == NULL)
+		return 0;
+	int idle = atomic_load_explicit(&p->sleeping, memory_order_relaxed) -
+	           atomic_load_explicit(&p->queued, memory_order_relaxed);
+	return idle > 0 ? idle : 0;
 }
 
 struct cm_wait {
@@ -404,15 +423,14 @@ run_all_task(void *arg)
 	run_all_unref(r);
 }
 
-void
-cm_pool_run_all(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n)
+static void
+run_helped(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n, size_t helpers)
 {
-	if (p == NULL || n <= 1) {
+	if (helpers == 0) {
 		for (size_t i = 0; i < n; i++)
 			fn((char *)args + i * stride);
 		return;
 	}
-	size_t k = n - 1 < (size_t)p->nthreads ? n - 1 : (size_t)p->nthreads;
 	run_all *r = cm_malloc(CM_MEM_COMMON, sizeof(*r));
 	r->fn = fn;
 	r->args = args;
@@ -420,10 +438,10 @@ cm_pool_run_all(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n)
 	r->n = n;
 	atomic_init(&r->next, 0);
 	atomic_init(&r->done, 0);
-	atomic_init(&r->refs, (int)k + 1);
+	atomic_init(&r->refs, (int)helpers + 1);
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_cond_init(&r->cv, NULL);
-	for (size_t i = 0; i < k; i++)
+	for (size_t i = 0; i < helpers; i++)
 		cm_pool_submit(p, run_all_task, r);
 	run_all_take(r);
 	pthread_mutex_lock(&r->mu);
@@ -431,6 +449,32 @@ cm_pool_run_all(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n)
 		pthread_cond_wait(&r->cv, &r->mu);
 	pthread_mutex_unlock(&r->mu);
 	run_all_unref(r);
+}
+
+void
+cm_pool_run_all(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n)
+{
+	size_t k = 0;
+	if (p != NULL && n > 1)
+		k = n - 1 < (size_t)p->nthreads ? n - 1 : (size_t)p->nthreads;
+	run_helped(p, fn, args, stride, n, k);
+}
+
+size_t
+cm_pool_run_some(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n,
+                 size_t max_helpers)
+{
+	size_t k = 0;
+	if (p != NULL && n > 1) {
+		k = n - 1;
+		if (k > max_helpers)
+			k = max_helpers;
+		size_t idle = (size_t)cm_pool_idle(p);
+		if (k > idle)
+			k = idle;
+	}
+	run_helped(p, fn, args, stride, n, k);
+	return k;
 }
 
 bool

@@ -48,6 +48,17 @@ void cm_wait_destroy(cm_wait *w);
  * items too, beside up to the pool's threads (so a run nested in a pool
  * task cannot starve). With a NULL pool, runs them inline in order. */
 void cm_pool_run_all(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n);
+/* The same, for items too small to be worth a thread's wake-up unless
+ * there are many: at most max_helpers workers join the caller, and only
+ * workers idle now (a worker already busy would only queue them behind
+ * its work; on a loaded node the caller runs them all on its own core).
+ * Returns the number of workers asked to help (0: all ran inline, in
+ * order). */
+size_t cm_pool_run_some(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n,
+                        size_t max_helpers);
+/* Workers asleep less tasks queued, read without the queue's lock: a
+ * hint, 0 for a NULL pool. */
+int cm_pool_idle(cm_pool *p);
 
 /* Wildcard match of a whole string: '*' stands for any run of bytes
  * (none too), every other byte for itself; linear in practice (the

@@ -54,6 +54,45 @@ hold_worker(void *arg)
 	pthread_mutex_unlock(&gate_mu);
 }
 
+/* ---- cm_pool_run_some: helpers only when asked for and idle ---- */
+
+typedef struct owner_item {
+	pthread_t ran_on;
+	int order; /* when it ran among the items run inline */
+	_Atomic int *clock;
+} owner_item;
+
+static void
+note_owner(void *arg)
+{
+	owner_item *it = arg;
+	it->ran_on = pthread_self();
+	it->order = atomic_fetch_add(it->clock, 1);
+}
+
+/* With no helper allowed, or none idle, every item runs on the caller in
+ * order; else each still runs once, with no more helpers than asked. */
+static void
+check_some(cm_pool *p, size_t n, size_t max_helpers, bool expect_inline)
+{
+	owner_item items[32];
+	_Atomic int clock = 0;
+	REQUIRE(n <= 32);
+	for (size_t i = 0; i < n; i++)
+		items[i] = (owner_item){.order = -1, .clock = &clock};
+	size_t k = cm_pool_run_some(p, note_owner, items, sizeof(items[0]), n, max_helpers);
+	CHECKF(k <= max_helpers && (n == 0 || k < n), "n %zu max %zu: %zu helpers", n, max_helpers,
+	       k);
+	CHECKF(atomic_load(&clock) == (int)n, "n %zu: %d ran", n, atomic_load(&clock));
+	if (!expect_inline)
+		return;
+	CHECKF(k == 0, "n %zu max %zu: %zu helpers, none expected", n, max_helpers, k);
+	for (size_t i = 0; i < n; i++) {
+		CHECKF(pthread_equal(items[i].ran_on, pthread_self()), "item %zu not on the caller", i);
+		CHECKF(items[i].order == (int)i, "item %zu ran %d-th", i, items[i].order);
+	}
+}
+
 /* ---- a run nested in a pool task, on a one-thread pool ---- */
 
 typedef struct nested {
@@ -101,11 +140,23 @@ main(void)
 	for (size_t n = 0; n < 40; n++)
 		check_once(p, n);
 	check_once(NULL, 5);
+	/* no helper asked for: the caller's own, in order */
+	for (size_t n = 0; n < 20; n++)
+		check_some(p, n, 0, true);
+	check_some(NULL, 6, 8, true);
+	/* helpers allowed: whichever are idle; each item still runs once */
+	for (size_t n = 0; n < 32; n++)
+		check_some(p, n, n, false);
+	CHECK(cm_pool_idle(NULL) == 0);
+	CHECK(cm_pool_idle(p) <= cm_pool_threads(p));
 
 	/* the only worker of p1 is held: run_all still completes on the caller */
 	cm_pool *p1 = cm_pool_create(1, "t1");
 	cm_pool_submit(p1, hold_worker, NULL);
 	check_once(p1, 64);
+	/* its worker busy: none idle, so all run on the caller */
+	CHECK(cm_pool_idle(p1) == 0);
+	check_some(p1, 7, 3, true);
 	pthread_mutex_lock(&gate_mu);
 	gate_open = 1;
 	pthread_cond_broadcast(&gate_cv);

@@ -15,6 +15,7 @@
 #include "../proto/pr.h"
 #include "../search/sr_agg.h"
 #include "nd_cluster_private.h"
+#include "nd_private.h"
 #include "nd_rank.h"
 #include "nd_snap.h"
 #include "nd_stats.h"
@@ -359,6 +360,7 @@ typedef struct local_shard {
 	sr_shard_result res;
 	uint64_t took_ns; /* service time, reported to the coordinator */
 	const char *node_id; /* for profile ids */
+	st_reader *reader;   /* the shard's, held by the caller across the run */
 } local_shard;
 
 static void
@@ -366,14 +368,13 @@ run_local_shard(void *arg)
 {
 	local_shard *t = arg;
 	uint64_t t0 = cm_now_ns();
-	st_reader *r = st_shard_reader(nd_index_shard(t->ix, t->shard));
+	st_reader *r = t->reader;
 	cm_error e;
 	cm_error_clear(&e);
 	memset(&t->res, 0, sizeof(t->res));
 	cm_err rc = sr_search_shard_in(r, t->ordinal, nd_index_name(t->ix), t->req, &t->res, &e);
 	if (!rc)
 		sr_profile_set_id(&t->res, t->node_id, nd_index_name(t->ix), t->shard);
-	st_reader_release(r);
 	if (rc) {
 		sr_shard_result_free(&t->res);
 		memset(&t->res, 0, sizeof(t->res));
@@ -437,13 +438,25 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 		                   : rq.shards[i];
 		if (ord > max_ord)
 			max_ord = ord;
-		ts[i] = (local_shard){ix, (int)rq.shards[i],       ord, &req, {0},
-		                      0,  cl->nodes[cl->self].name};
+		ts[i] = (local_shard){.ix = ix,
+		                      .shard = (int)rq.shards[i],
+		                      .ordinal = ord,
+		                      .req = &req,
+		                      .node_id = cl->nodes[cl->self].name};
 	}
 	cJSON_Delete(pj);
-	/* Several shards (per-node mode) run side by side on this node. */
-	cm_pool_run_all(rq.nshards > 1 ? cl->spool : NULL, run_local_shard, ts, sizeof(local_shard),
-	                rq.nshards);
+	/* Several shards (per-node mode) run side by side on this node when
+	 * idle search threads are there and the shards are big enough to pay
+	 * for waking them; else one after another on this thread. */
+	uint64_t docs = 0;
+	for (size_t i = 0; i < rq.nshards; i++) {
+		ts[i].reader = st_shard_reader(nd_index_shard(ix, ts[i].shard));
+		docs += st_reader_doc_count(ts[i].reader);
+	}
+	cm_pool_run_some(cl->spool, run_local_shard, ts, sizeof(local_shard), rq.nshards,
+	                 nd_search_helpers(docs, rq.nshards));
+	for (size_t i = 0; i < rq.nshards; i++)
+		st_reader_release(ts[i].reader);
 	/* Service time per shard and this node's load, for the coordinator's
 	 * ranking (C3). */
 	meta = cm_calloc(MEM, 1, sizeof(*meta));
@@ -785,9 +798,14 @@ static void
 run_job_local(void *arg)
 {
 	shard_job *j = arg;
-	j->local = (local_shard){
-	    j->ix, j->shard, j->ordinal, &j->S->req, {0}, 0, j->S->cl->nodes[j->S->cl->self].name};
+	j->local = (local_shard){.ix = j->ix,
+	                         .shard = j->shard,
+	                         .ordinal = j->ordinal,
+	                         .req = &j->S->req,
+	                         .node_id = j->S->cl->nodes[j->S->cl->self].name,
+	                         .reader = st_shard_reader(nd_index_shard(j->ix, j->shard))};
 	run_local_shard(&j->local);
+	st_reader_release(j->local.reader);
 	if (claim(j, 0))
 		job_finish_ok(j, &j->local.res, NULL);
 	else

@@ -59,6 +59,17 @@ struct nd_node {
 };
 
 #define ND_SEARCH_QUEUE 4096
+/* Live docs a search must hold, summed over its shards, before another
+ * search thread is woken to share them (Lucene's slices start at 250k
+ * docs): below it a thread's wake-up costs more than the shard it would
+ * take, and the bar of hits already merged skips the later shards'
+ * fetches when the shards run one after another. */
+#define ND_DOCS_PER_HELPER 250000u
+/* Hits a search's fetch phase reads before another thread is woken. */
+#define ND_HITS_PER_HELPER 256u
+/* Pool workers worth waking for nshards shards holding docs live docs in
+ * all (one per ND_DOCS_PER_HELPER, fewer than the shards). */
+size_t nd_search_helpers(uint64_t docs, size_t nshards);
 /* Writes are durable in the log at once; a periodic flush makes segments
  * durable and trims the log, so a restart replays little. */
 #define ND_FLUSH_INTERVAL_NS (60ull * 1000000000ull)

@@ -139,6 +139,84 @@ run_search_shard(void *arg)
 	pthread_mutex_unlock(t->merge_lock);
 }
 
+size_t
+nd_search_helpers(uint64_t docs, size_t nshards)
+{
+	if (nshards < 2)
+		return 0;
+	uint64_t k = docs / ND_DOCS_PER_HELPER;
+	return k < nshards - 1 ? (size_t)k : nshards - 1;
+}
+
+/* Helpers worth waking for the shards of tasks[0..n): by their live docs. */
+static size_t
+task_helpers(const shard_task *tasks, size_t n)
+{
+	uint64_t docs = 0;
+	for (size_t i = 0; i < n; i++)
+		docs += st_reader_doc_count(tasks[i].target->readers[tasks[i].shard]);
+	return nd_search_helpers(docs, n);
+}
+
+/* The fetch phase of one shard: its hits on the page. */
+typedef struct fetch_job {
+	st_reader *reader;
+	const sr_request *req;
+	sr_hit **hits;
+	size_t n;
+	cm_err rc;
+	cm_error err;
+} fetch_job;
+
+static void
+run_fetch(void *arg)
+{
+	fetch_job *j = arg;
+	cm_error_clear(&j->err);
+	j->rc = sr_fetch_hits(j->reader, j->req, j->hits, j->n, &j->err);
+}
+
+static int
+by_shard(const void *a, const void *b)
+{
+	const sr_hit *x = *(sr_hit *const *)a, *y = *(sr_hit *const *)b;
+	return (x->shard > y->shard) - (x->shard < y->shard);
+}
+
+/* Query then fetch: the page's hits, merged from the shards' query
+ * phase, get their documents from their shards (tasks[ordinal]). */
+static cm_err
+fetch_page(nd_node *n, shard_task *tasks, size_t ntasks, sr_merger *m, const sr_request *req,
+           cm_error *err)
+{
+	size_t nh = sr_merger_page_len(m), njobs = 0;
+	if (!nh)
+		return CM_OK;
+	sr_hit **hits = cm_malloc(CM_MEM_NODE, nh * sizeof(*hits));
+	for (size_t i = 0; i < nh; i++)
+		hits[i] = sr_merger_page_at(m, i);
+	qsort(hits, nh, sizeof(*hits), by_shard);
+	fetch_job *jobs = cm_calloc(CM_MEM_NODE, nh, sizeof(*jobs));
+	for (size_t i = 0; i < nh;) {
+		size_t e = i;
+		while (e < nh && hits[e]->shard == hits[i]->shard)
+			e++;
+		shard_task *t = &tasks[hits[i]->shard < ntasks ? hits[i]->shard : 0];
+		jobs[njobs++] = (fetch_job){
+		    .reader = t->target->readers[t->shard], .req = req, .hits = hits + i, .n = e - i};
+		i = e;
+	}
+	cm_pool_run_some(n->search_pool, run_fetch, jobs, sizeof(*jobs), njobs,
+	                 nh / ND_HITS_PER_HELPER);
+	cm_err rc = CM_OK;
+	for (size_t i = 0; i < njobs && !rc; i++)
+		if ((rc = jobs[i].rc) && err)
+			*err = jobs[i].err;
+	cm_free(CM_MEM_NODE, jobs);
+	cm_free(CM_MEM_NODE, hits);
+	return rc;
+}
+
 static shard_task *
 make_tasks(nd_target *t, size_t nt, size_t *ntasks)
 {
@@ -189,18 +267,31 @@ nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req, nd_
 	uint64_t t0 = cm_now_ns();
 	sr_merger *m = sr_merger_create(req, ntasks);
 	sr_hit_bar bar = {0};
+	/* Several shards: query then fetch, the page's documents only. The
+	 * copy shares the request's parts and is never freed. */
+	sr_request query_phase;
+	const sr_request *shard_req = req;
+	bool deferred = ntasks > 1 && sr_fetch_deferrable(req);
+	if (deferred) {
+		query_phase = *req;
+		query_phase.query_phase_only = true;
+		shard_req = &query_phase;
+	}
 
 	for (size_t i = 0; i < ntasks; i++) {
 		tasks[i].bar = &bar;
-		tasks[i].req = req;
+		tasks[i].req = shard_req;
 		tasks[i].node_id = nd_node_id(n);
 		tasks[i].merger = m;
 		tasks[i].merge_lock = &lock;
 	}
 	/* One shard, or serial: no hand-off to the pool, it only adds
-	 * latency; else this thread takes shards too, beside the pool's. */
-	cm_pool_run_all(ntasks == 1 || mode == ND_FANOUT_SERIAL ? NULL : n->search_pool,
-	                run_search_shard, tasks, sizeof(*tasks), ntasks);
+	 * latency; else this thread takes shards too, beside idle workers
+	 * of the pool when the shards hold enough docs to pay their wake-up.
+	 * Shards run by this thread alone go in order, each seeing the hits
+	 * merged before it (the bar). */
+	cm_pool_run_some(mode == ND_FANOUT_SERIAL ? NULL : n->search_pool, run_search_shard, tasks,
+	                 sizeof(*tasks), ntasks, task_helpers(tasks, ntasks));
 	/* All shards failing is an error for the request, like ES's
 	 * search_phase_execution_exception; some failing is a partial result. */
 	size_t failed = 0;
@@ -226,7 +317,8 @@ nd_search_fanout(nd_node *n, nd_target *t, size_t nt, const sr_request *req, nd_
 	 * are not silently left out of the reply */
 	cm_error rerr;
 	cm_error_clear(&rerr);
-	if ((rc = sr_merger_reduce(m, &rerr))) {
+	if ((rc = sr_merger_reduce(m, &rerr)) ||
+	    (deferred && (rc = fetch_page(n, tasks, ntasks, m, req, &rerr)))) {
 		if (err)
 			*err = rerr;
 		sr_merger_destroy(m);
@@ -261,8 +353,8 @@ nd_count(nd_node *n, nd_target *t, size_t nt, const sr_query *q, uint64_t deadli
 		tasks[i].count_query = q;
 		tasks[i].deadline_ns = deadline_ns;
 	}
-	cm_pool_run_all(ntasks > 1 ? n->search_pool : NULL, run_count_shard, tasks,
-	                sizeof(shard_task), ntasks);
+	cm_pool_run_some(n->search_pool, run_count_shard, tasks, sizeof(shard_task), ntasks,
+	                 task_helpers(tasks, ntasks));
 	*count = 0;
 	for (size_t i = 0; i < ntasks; i++) {
 		if (tasks[i].rc && !rc) {

@@ -11,6 +11,7 @@
 #include "../common/cm_sys.h"
 #include "check.h"
 #include "nd.h"
+#include "nd_private.h"
 
 static nd_node *
 open_node(const char *dir)
@@ -229,6 +230,20 @@ test_registry(const char *dir)
 	nd_node_close(n);
 }
 
+/* Search threads woken for a search's shards: one per ND_DOCS_PER_HELPER
+ * live docs, fewer than the shards (the caller takes shards too). */
+static void
+test_search_helpers(void)
+{
+	CHECK(nd_search_helpers(0, 0) == 0);
+	CHECK(nd_search_helpers(10000000, 1) == 0);
+	CHECK(nd_search_helpers(20000, 5) == 0); /* W1: five shards of 4,000 docs */
+	CHECK(nd_search_helpers(ND_DOCS_PER_HELPER - 1, 16) == 0);
+	CHECK(nd_search_helpers(ND_DOCS_PER_HELPER, 16) == 1);
+	CHECK(nd_search_helpers(3 * (uint64_t)ND_DOCS_PER_HELPER + 5, 16) == 3);
+	CHECK(nd_search_helpers(100 * (uint64_t)ND_DOCS_PER_HELPER, 5) == 4);
+}
+
 int
 main(void)
 {
@@ -236,6 +251,7 @@ main(void)
 	if (!mkdtemp(dir))
 		return 1;
 	test_names();
+	test_search_helpers();
 	test_registry(dir);
 	cm_rm_rf(dir);
 	return check_report("nd_test");

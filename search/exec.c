@@ -2441,13 +2441,19 @@ sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_wind
 	float seg_bound = rest && floor ? it->ops->upper(it, 0, max_doc) : INFINITY;
 	if (rest)
 		*rest = false;
+	/* a count known without visiting: the segment may stop once a few
+	 * hits are kept, so the first block runs in windows from SR_WIN_FIRST
+	 * docs doubling, each aligned to its size: a top 10 of a keyword term
+	 * decodes a few postings blocks, not a whole window's */
+	bool ramp = rest && floor;
 	uint64_t bits[SR_WIN_WORDS];
 	float *scores = want_scores ? cm_malloc(CM_MEM_SEARCH, SR_WIN * sizeof(float)) : NULL;
 	cm_err rc = CM_OK;
 	float min = -INFINITY;
 	for (uint32_t lo = 0; lo < max_doc && it->doc != ST_NO_MORE_DOCS;) {
-		if (it->doc >= lo + SR_WIN) {
-			lo = it->doc & ~(uint32_t)(SR_WIN - 1);
+		uint32_t span = sr_window_span(lo, ramp);
+		if (it->doc >= lo + span) {
+			lo = it->doc < SR_WIN ? lo + span : it->doc & ~(uint32_t)(SR_WIN - 1);
 			continue;
 		}
 		if (sr_deadline_passed(x))
@@ -2456,7 +2462,7 @@ sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_wind
 			*rest = true;
 			break;
 		}
-		uint32_t hi = max_doc - lo > SR_WIN ? lo + SR_WIN : max_doc;
+		uint32_t hi = max_doc - lo > span ? lo + span : max_doc;
 		size_t nw = win_words(lo, hi);
 		win_clear(bits, nw);
 		float *sc = scores;

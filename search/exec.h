@@ -15,6 +15,18 @@
 
 #define SR_WIN 4096 /* docs per window == docs per column block */
 #define SR_WIN_WORDS (SR_WIN / 64)
+#define SR_WIN_FIRST 256 /* the first window of a segment that may stop early */
+
+/* Docs in the window starting at lo (aligned to its size): SR_WIN, or
+ * with ramp, within the first block, SR_WIN_FIRST doubling (0, 256, 512,
+ * 1024, 2048, 4096, ...). */
+static inline uint32_t
+sr_window_span(uint32_t lo, bool ramp)
+{
+	if (!ramp || lo >= SR_WIN)
+		return SR_WIN;
+	return lo < SR_WIN_FIRST ? SR_WIN_FIRST : lo;
+}
 #define SR_MAX_CLAUSES 4096     /* indices.query.bool.max_clause_count (ES 7: 1024; generous) */
 #define SR_MAX_DET_STATES 10000 /* Lucene's default max determinized states */
 
@@ -31,8 +43,11 @@ typedef struct sr_fstat {
 	uint64_t sum_ttf;
 	float avgdl;
 	double scale;           /* scaled_float: the mapping's scaling_factor (else 0) */
-	bool cache_ready;       /* cache is filled on first scoring use */
-	float cache[256];       /* 1 / (k1 * (1 - b + b * len / avgdl)) per norm byte */
+	bool resolved;          /* the mapping's part above looked up (sr_exec_field) */
+	/* 1 / (k1 * (1 - b + b * len / avgdl)) per norm byte: 256 floats
+	 * allocated on first scoring use (a shard's search opens every field
+	 * and scores one or two), freed by sr_exec_close; NULL until then */
+	float *cache;
 } sr_fstat;
 
 /* score = weight - weight / (1 + freq * cache[norm]) (Lucene 8 BM25Scorer) */
@@ -47,7 +62,7 @@ void sr_fstat_init_cache(sr_fstat *fs);
 static inline const float *
 sr_fstat_cache(const sr_fstat *fs)
 {
-	if (!fs->cache_ready)
+	if (!fs->cache)
 		sr_fstat_init_cache((sr_fstat *)fs);
 	return fs->cache;
 }

@@ -86,8 +86,7 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 		sr_fstat *fs = x->nfstats ? &x->fstats[x->nfstats - 1] : NULL;
 		if (!fs || distinct || strcmp(fs->name, fi->name)) {
 			fs = &x->fstats[x->nfstats++];
-			/* the header only: the 1-KB score cache fills on first use */
-			memset(fs, 0, offsetof(sr_fstat, cache));
+			memset(fs, 0, sizeof *fs);
 			fs->name = (char *)fi->name;
 			fs->type = fi->type;
 			fs->analyzer = fi->analyzer;
@@ -97,24 +96,33 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 		fs->sum_ttf += fi->sum_total_term_freq;
 	}
 	cm_free(CM_MEM_SEARCH, refs);
-	const st_mapping *m = st_reader_mapping(r);
-	for (size_t i = 0; i < x->nfstats; i++) {
-		sr_fstat *fs = &x->fstats[i];
-		if (fs->type == ST_FT_TEXT || fs->type == ST_FT_KEYWORD) {
-			const st_field_def *d = m ? st_mapping_find(m, fs->name) : NULL;
-			if (d != NULL && d->type == ST_FT_TEXT) {
-				fs->analyzer = d->search_analyzer;
-				fs->custom_analyzer = d->custom_search_analyzer;
-			} else if (d != NULL && d->type == ST_FT_KEYWORD) {
-				fs->normalizer = d->normalizer;
-			}
-		}
-		if (fs->type != ST_FT_SCALED_FLOAT)
-			continue;
-		const st_field_def *d = m ? st_mapping_find(m, fs->name) : NULL;
-		fs->scale = d && d->scaling_factor > 0 ? d->scaling_factor : 1;
-	}
+	/* the mapping's part (search analyzer, normalizer, scale) is looked
+	 * up when a query names the field: a shard has dozens of fields and
+	 * a query a few (sr_exec_field) */
 	return CM_OK;
+}
+
+/* The mapping's part of a field's statistics, on first use. */
+static void
+fstat_resolve(const sr_exec *x, sr_fstat *fs)
+{
+	if (fs->resolved)
+		return;
+	fs->resolved = true;
+	const st_mapping *m = st_reader_mapping(x->reader);
+	if (fs->type == ST_FT_TEXT || fs->type == ST_FT_KEYWORD) {
+		const st_field_def *d = m ? st_mapping_find(m, fs->name) : NULL;
+		if (d != NULL && d->type == ST_FT_TEXT) {
+			fs->analyzer = d->search_analyzer;
+			fs->custom_analyzer = d->custom_search_analyzer;
+		} else if (d != NULL && d->type == ST_FT_KEYWORD) {
+			fs->normalizer = d->normalizer;
+		}
+	}
+	if (fs->type != ST_FT_SCALED_FLOAT)
+		return;
+	const st_field_def *d = m ? st_mapping_find(m, fs->name) : NULL;
+	fs->scale = d && d->scaling_factor > 0 ? d->scaling_factor : 1;
 }
 
 void
@@ -123,6 +131,8 @@ sr_exec_close(sr_exec *x)
 	for (size_t i = 0; i < x->nseg; i++)
 		if (x->segs && x->segs[i].txn)
 			st_seg_txn_end(x->segs[i].txn);
+	for (size_t i = 0; i < x->nfstats; i++)
+		cm_free(CM_MEM_SEARCH, x->fstats[i].cache);
 	cm_free(CM_MEM_SEARCH, x->fstats);
 	cm_free(CM_MEM_SEARCH, x->segs);
 	x->segs = NULL;
@@ -137,8 +147,12 @@ sr_exec_field(const sr_exec *x, const char *name)
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
 		int c = strcmp(x->fstats[mid].name, name);
-		if (!c)
+		if (!c) {
+			/* x's own statistics, filled in on first use like the
+			 * score cache (one shard's search is one thread's) */
+			fstat_resolve(x, &x->fstats[mid]);
 			return &x->fstats[mid];
+		}
 		if (c < 0)
 			lo = mid + 1;
 		else
@@ -270,8 +284,10 @@ fields_matching(sr_exec *x, const char *pat, const sr_fstat **out, size_t cap)
 		const sr_fstat *fs = &x->fstats[i];
 		if (fs->name[0] == '_')
 			continue;
-		if (fnmatch(pat, fs->name, 0) == 0)
+		if (fnmatch(pat, fs->name, 0) == 0) {
+			fstat_resolve(x, (sr_fstat *)fs);
 			out[n++] = fs;
+		}
 	}
 	return n;
 }

@@ -510,8 +510,8 @@ test_automata(void)
 
 /* A shard still to run leaves out the hits ranked after the merge's worst
  * kept one (sr_hit_bar): by score, then by shard ordinal on ties. */
-static size_t
-bar_hits(const char *body, bool with_bar, float score, uint32_t bar_shard, float *scores)
+static void
+bar_search(const char *body, bool with_bar, float score, uint32_t bar_shard, sr_shard_result *res)
 {
 	cJSON *j = cJSON_Parse(body);
 	REQUIRE(j != NULL);
@@ -526,15 +526,46 @@ bar_hits(const char *body, bool with_bar, float score, uint32_t bar_shard, float
 		atomic_store(&bar.shard, bar_shard);
 		atomic_store(&bar.set, true);
 	}
+	memset(res, 0, sizeof *res);
+	CHECK(sr_search_shard_bar(reader, 5, NULL, &req, &bar, res, &err) == CM_OK);
+	sr_request_free(&req);
+}
+
+static size_t
+bar_hits(const char *body, bool with_bar, float score, uint32_t bar_shard, float *scores)
+{
 	sr_shard_result res;
-	memset(&res, 0, sizeof res);
-	CHECK(sr_search_shard_bar(reader, 5, NULL, &req, &bar, &res, &err) == CM_OK);
+	bar_search(body, with_bar, score, bar_shard, &res);
 	size_t n = res.nhits;
 	for (size_t i = 0; scores && i < n; i++)
 		scores[i] = res.hits[i].score;
 	sr_shard_result_free(&res);
-	sr_request_free(&req);
 	return n;
+}
+
+/* The bar starts as the shard's floor: the hits it leaves out are not
+ * scored or not visited at all, but the shard's count stays exact and
+ * the hits it keeps are those it kept without the bar. */
+static void
+check_bar_floor(const char *body, float score, uint32_t bar_shard)
+{
+	sr_shard_result a, b;
+	bar_search(body, false, 0, 0, &a);
+	bar_search(body, true, score, bar_shard, &b);
+	CHECKF(a.total == b.total, "%s: total %llu with the bar, %llu without", body,
+	       (unsigned long long)b.total, (unsigned long long)a.total);
+	size_t kept = 0;
+	for (size_t i = 0; i < a.nhits; i++)
+		kept += a.hits[i].score > score || (a.hits[i].score == score && 5 < bar_shard);
+	CHECKF(b.nhits == kept, "%s: %zu hits with the bar, %zu expected", body, b.nhits, kept);
+	for (size_t i = 0; i < b.nhits && i < a.nhits; i++)
+		CHECKF(!strcmp(a.hits[i].id, b.hits[i].id) && a.hits[i].score == b.hits[i].score,
+		       "%s: hit %zu differs", body, i);
+	if (b.nhits)
+		CHECKF(a.max_score == b.max_score, "%s: max_score %g, %g without the bar", body,
+		       b.max_score, a.max_score);
+	sr_shard_result_free(&a);
+	sr_shard_result_free(&b);
 }
 
 static void
@@ -561,6 +592,107 @@ test_bar(void)
 	/* sorted searches ignore the bar (the merge publishes none for them) */
 	CHECK(bar_hits("{\"query\":{\"match_all\":{}},\"sort\":[\"n\"]}", true, 1e9f, 0, NULL) ==
 	      6);
+	/* exact counts under the bar's floor */
+	const char *bodies[] = {
+	    "{\"query\":{\"match_all\":{}},\"size\":10,\"track_total_hits\":true}",
+	    "{\"query\":{\"match\":{\"title\":\"quick brown fox\"}},\"size\":10,"
+	    "\"track_total_hits\":true}",
+	    "{\"query\":{\"match\":{\"title\":\"quick brown fox\"}},\"size\":2}",
+	    "{\"query\":{\"bool\":{\"must\":[{\"match\":{\"title\":\"fox\"}},{\"range\":{\"n\":"
+	    "{\"gte\":0}}}]}},\"size\":10,\"track_total_hits\":true}",
+	};
+	for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+		size_t nh = bar_hits(bodies[i], false, 0, 0, s);
+		REQUIRE(nh >= 1);
+		for (size_t j = 0; j < nh; j++) {
+			check_bar_floor(bodies[i], s[j], 3);
+			check_bar_floor(bodies[i], s[j], 7);
+		}
+		check_bar_floor(bodies[i], s[0] + 1.0f, 3);
+		check_bar_floor(bodies[i], 0.0f, 3);
+	}
+}
+
+/* The windows of a segment that may stop early ramp up within its first
+ * block, each aligned to its size, then go a block at a time. */
+static void
+test_window_span(void)
+{
+	uint32_t lo = 0, want[] = {0, 256, 512, 1024, 2048, 4096, 8192, 12288};
+	for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+		CHECKF(lo == want[i], "window %zu starts at %u, want %u", i, lo, want[i]);
+		uint32_t span = sr_window_span(lo, true);
+		CHECKF(lo % span == 0 && span <= SR_WIN, "window at %u spans %u", lo, span);
+		lo += span;
+	}
+	CHECK(sr_window_span(0, false) == SR_WIN && sr_window_span(SR_WIN, false) == SR_WIN);
+}
+
+/* Query then fetch: the query phase's hits (score, doc) fetched afterwards
+ * by sr_fetch_hits, in any order, equal the hits fetched in one pass. */
+static void
+check_fetch_phase(const char *body)
+{
+	sr_request req;
+	sr_shard_result one, q;
+	cm_error err = {0};
+	REQUIRE(search(body, &req, &one, &err) == CM_OK);
+	CHECKF(sr_fetch_deferrable(&req), "%s: not deferrable", body);
+	req.query_phase_only = true;
+	REQUIRE(sr_search_shard(reader, 0, &req, &q, &err) == CM_OK);
+	req.query_phase_only = false;
+	REQUIRE(q.nhits == one.nhits);
+	sr_hit **ptrs = calloc(q.nhits + 1, sizeof(*ptrs));
+	for (size_t i = 0; i < q.nhits; i++) {
+		CHECKF(q.hits[i].id == NULL && q.hits[i].source == NULL, "%s: hit %zu fetched", body,
+		       i);
+		ptrs[q.nhits - 1 - i] = &q.hits[i]; /* reversed: the fetch reorders */
+	}
+	CHECK(sr_fetch_hits(reader, &req, ptrs, q.nhits, &err) == CM_OK);
+	for (size_t i = 0; i < q.nhits; i++) {
+		const sr_hit *a = &one.hits[i], *b = &q.hits[i];
+		bool same = a->doc == b->doc && !strcmp(a->id, b->id) &&
+		            a->source_len == b->source_len &&
+		            (!a->source || !memcmp(a->source, b->source, a->source_len)) &&
+		            !a->source == !b->source && a->seq_no == b->seq_no &&
+		            a->primary_term == b->primary_term && a->version == b->version &&
+		            (a->score == b->score || (isnan(a->score) && isnan(b->score)));
+		CHECKF(same, "%s: hit %zu: %s/%s", body, i, a->id, b->id ? b->id : "(none)");
+	}
+	free(ptrs);
+	sr_shard_result_free(&one);
+	sr_shard_result_free(&q);
+	sr_request_free(&req);
+}
+
+static void
+test_fetch_phase(void)
+{
+	check_fetch_phase("{\"query\":{\"match\":{\"title\":\"quick brown fox dog\"}}}");
+	check_fetch_phase("{\"query\":{\"match_all\":{}},\"size\":20,\"version\":true,"
+	                  "\"seq_no_primary_term\":true}");
+	check_fetch_phase("{\"query\":{\"match_all\":{}},\"_source\":false,\"sort\":[\"n\"]}");
+	check_fetch_phase("{\"query\":{\"range\":{\"n\":{\"gte\":0}}},\"from\":1,"
+	                  "\"_source\":{\"includes\":[\"t*\"],\"excludes\":[\"tag\"]}}");
+	/* what needs the shard's query state is fetched in the query phase */
+	static const char *const in_query[] = {
+	    "{\"query\":{\"match\":{\"title\":\"fox\"}},\"highlight\":{\"fields\":{\"title\":{}}}}",
+	    "{\"query\":{\"match_all\":{}},\"collapse\":{\"field\":\"tag\"}}",
+	    "{\"query\":{\"match_all\":{}},\"docvalue_fields\":[\"n\"]}",
+	    "{\"query\":{\"match_all\":{}},\"profile\":true}",
+	    "{\"query\":{\"match_all\":{}},\"size\":0}",
+	};
+	for (size_t i = 0; i < sizeof in_query / sizeof *in_query; i++) {
+		sr_request req;
+		sr_request_init(&req);
+		cm_error err = {0};
+		cJSON *j = cJSON_Parse(in_query[i]);
+		REQUIRE(j != NULL);
+		REQUIRE(sr_request_from_json(j, &req, &err) == CM_OK);
+		cJSON_Delete(j);
+		CHECKF(!sr_fetch_deferrable(&req), "%s: deferrable", in_query[i]);
+		sr_request_free(&req);
+	}
 }
 
 /* The rest of a segment counted without visiting it (sr_plan_seg_count,
@@ -621,6 +753,19 @@ test_known_rest(const char *dir)
 			       (unsigned long long)cases[c].total[pass], cases[c].ids[pass]);
 			sr_shard_result_free(&res);
 			sr_request_free(&req);
+		}
+		/* hits in both segments fetched after the query phase */
+		check_fetch_phase("{\"query\":{\"term\":{\"tag\":\"b\"}},\"size\":5000,"
+		                  "\"version\":true}");
+		/* a bar no doc of this shard can beat: nothing kept, every doc
+		 * counted (known counts, or windows counted unscored) */
+		for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+			sr_shard_result res;
+			bar_search(cases[c].body, true, 100.0f, 0, &res);
+			CHECKF(res.total == cases[c].total[pass] && res.nhits == 0,
+			       "pass %d %s under a bar: total %llu, %zu hits", pass, cases[c].body,
+			       (unsigned long long)res.total, res.nhits);
+			sr_shard_result_free(&res);
 		}
 		st_reader_release(reader);
 		if (pass == 0) { /* a's at the head and in the second segment, a b there */
@@ -855,6 +1000,8 @@ main(void)
 	test_aggs();
 	test_automata();
 	test_bar();
+	test_fetch_phase();
+	test_window_span();
 	char dir2[80];
 	snprintf(dir2, sizeof dir2, "%s-rest", dir);
 	test_known_rest(dir2);

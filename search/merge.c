@@ -824,6 +824,12 @@ sr_merger_page_hit(const sr_merger *m, size_t i, uint32_t *shard, uint32_t *doc)
 	*doc = h->doc;
 }
 
+sr_hit *
+sr_merger_page_at(sr_merger *m, size_t i)
+{
+	return &m->heap[m->req->from + i].h;
+}
+
 void
 sr_merger_destroy(sr_merger *m)
 {

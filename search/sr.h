@@ -253,7 +253,8 @@ typedef struct sr_request {
 	struct sr_suggest *suggest;     /* "suggest" (suggest.c), NULL = none */
 	/* ES's query phase alone: hits carry score, sort values and doc
 	 * numbers but no _id/_source/metadata (no stored-document reads).
-	 * Used by benchmarks; default false. */
+	 * Used by benchmarks, scroll pages and a node's search over several
+	 * shards (query then fetch: sr_fetch_hits); default false. */
 	bool query_phase_only;
 	/* Set by another thread: the search stops at its next block check, as
 	 * on its deadline (a hedged shard request whose other copy answered
@@ -433,6 +434,17 @@ typedef struct sr_hit_bar {
 } sr_hit_bar;
 cm_err sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_request *req,
                            sr_hit_bar *bar, sr_shard_result *out, cm_error *err);
+/* Query then fetch: whether every field a hit renders can be fetched
+ * after the merge, from the hit's shard and doc alone (no collapse,
+ * rescore, profile, highlight, fields or inner hits). A search over
+ * several shards then runs them with query_phase_only and fetches only
+ * the page it renders (sr_fetch_hits), not from+size hits per shard. */
+bool sr_fetch_deferrable(const sr_request *req);
+/* The fetch phase over one shard's reader: fills in place the _id,
+ * _source and metadata of hits[0..n), each found by its doc (the shard's
+ * doc number, as the query phase sets it); reorders hits[] (storage
+ * order). The strings are the hits' own. */
+cm_err sr_fetch_hits(st_reader *r, const sr_request *req, sr_hit **hits, size_t n, cm_error *err);
 /* Names a shard's profile "[node][index][shard]" (after sr_search_shard). */
 void sr_profile_set_id(sr_shard_result *res, const char *node, const char *index, int shard);
 /* The boost indices_boost gives index (1 when none names it). */
@@ -497,6 +509,9 @@ size_t sr_merger_failed(const sr_merger *m);
  * the shard and doc of its i-th (which shard a scroll page takes from). */
 size_t sr_merger_page_len(sr_merger *m);
 void sr_merger_page_hit(const sr_merger *m, size_t i, uint32_t *shard, uint32_t *doc);
+/* After sr_merger_page_len: the page's i-th hit, the merger's, for a
+ * fetch phase to fill before sr_merger_render. */
+sr_hit *sr_merger_page_at(sr_merger *m, size_t i);
 void sr_merger_destroy(sr_merger *m);
 
 /* ---- execution pieces shared with aggregations ---- */

@@ -38,6 +38,7 @@ typedef struct topk {
 	uint64_t threshold; /* track_total_hits */
 	bool skipping;      /* block-max enabled: total is a lower bound */
 	float floor;        /* windows bounded by this need no scores (-inf: all do) */
+	float bar_floor;    /* the least floor: from the merge's bar (-inf: none) */
 	bool can_skip;
 	uint64_t terminate_after, collected;
 	bool terminated;
@@ -339,7 +340,8 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 			t->pf_it->ops->fill(t->pf_it, lo, hi, t->pf_bits, NULL, -INFINITY);
 	}
 	if (!scores && t->floor > -INFINITY) {
-		/* sr_run_windows_floor: no doc here can reach the full heap */
+		/* sr_run_windows_floor: no doc here can reach the full heap,
+		 * or the page of the shards merged before this one */
 		seen = hits = n;
 		goto counted;
 	}
@@ -425,7 +427,7 @@ on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
 		/* ties lose to earlier docs: a window bounded by the heap's
 		 * minimum needs no scores */
 		if (t->n == t->k && boost == 1.0f && !t->terminate_after)
-			t->floor = t->heap[0].score;
+			t->floor = t->heap[0].score > t->bar_floor ? t->heap[0].score : t->bar_floor;
 		goto counted;
 	}
 	for (size_t wi = 0; wi < nnz && seen < limit; wi++) {
@@ -527,13 +529,13 @@ static const char *const meta_names[3] = {ST_FIELD_SEQ_NO, ST_FIELD_PRIMARY_TERM
                                           ST_FIELD_VERSION};
 
 static int64_t
-meta_value(sr_exec *x, meta_cols *m, size_t si, uint32_t doc, int which)
+meta_value(const st_segment *seg, st_seg_txn *txn, meta_cols *m, size_t si, uint32_t doc, int which)
 {
 	if (m->seg != si) {
 		for (int i = 0; i < 3; i++) {
 			st_colblock_free(&m->cb[i]);
 			memset(&m->cb[i], 0, sizeof m->cb[i]);
-			const st_field_info *fi = st_segment_field(x->segs[si].seg, meta_names[i]);
+			const st_field_info *fi = st_segment_field(seg, meta_names[i]);
 			m->fi[i] = fi && (fi->flags & ST_FI_COLUMN) ? fi : NULL;
 		}
 		m->seg = si;
@@ -541,8 +543,48 @@ meta_value(sr_exec *x, meta_cols *m, size_t si, uint32_t doc, int which)
 	if (!m->fi[which])
 		return 0;
 	const int64_t *v;
-	int n = st_col_values_sparse(x->segs[si].txn, m->fi[which], &m->cb[which], doc, &v);
+	int n = st_col_values_sparse(txn, m->fi[which], &m->cb[which], doc, &v);
 	return n > 0 ? v[0] : 0;
+}
+
+/* The stored part of a hit, doc of segment si: _id, _source (filtered)
+ * into h, and the metadata the request asks for; src keeps the whole
+ * source for what is rendered from it. */
+static cm_err
+fetch_stored(const sr_request *req, const st_segment *seg, st_seg_txn *txn, size_t si, uint32_t doc,
+             bool want_src, sr_hit *h, cm_buf *idb, cm_buf *src, meta_cols *meta, cm_error *err)
+{
+	cm_buf_reset(idb);
+	cm_buf_reset(src);
+	cm_err rc = st_stored_get(txn, doc, idb, want_src ? src : NULL);
+	if (rc)
+		return cm_error_set(err, rc, "cannot read stored document");
+	h->id = cm_strndup(CM_MEM_SEARCH, (const char *)idb->data, idb->len);
+	/* an empty stored source: the mapping has _source disabled */
+	if (req->fetch_source && src->len) {
+		if (req->nincludes || req->nexcludes) {
+			cm_buf f;
+			cm_buf_init(&f, CM_MEM_SEARCH);
+			rc = sr_source_filter((const char *)src->data, src->len, req->source_includes,
+			                      req->nincludes, req->source_excludes, req->nexcludes, &f);
+			if (rc) {
+				cm_buf_free(&f);
+				return cm_error_set(err, rc, "cannot filter _source");
+			}
+			h->source = cm_strndup(CM_MEM_SEARCH, (const char *)f.data, f.len);
+			h->source_len = f.len;
+			cm_buf_free(&f);
+		} else {
+			h->source = cm_strndup(CM_MEM_SEARCH, (const char *)src->data, src->len);
+			h->source_len = src->len;
+		}
+	}
+	if (req->seq_no_primary_term || req->version) {
+		h->seq_no = (uint64_t)meta_value(seg, txn, meta, si, doc, 0);
+		h->primary_term = (uint64_t)meta_value(seg, txn, meta, si, doc, 1);
+		h->version = meta_value(seg, txn, meta, si, doc, 2);
+	}
+	return CM_OK;
 }
 
 static cm_err
@@ -563,36 +605,15 @@ fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *id
 		}
 		return CM_OK;
 	}
-	cm_buf_reset(idb);
-	cm_buf_reset(src);
 	bool want_inner = sr_nested_wants_inner_hits(req->query);
 	bool want_src = req->fetch_source || sr_fetch_wanted(req) || req->highlight || want_inner;
-	cm_err rc = st_stored_get(x->segs[e->seg].txn, e->doc, idb, want_src ? src : NULL);
-	if (rc)
-		return cm_error_set(x->err, rc, "cannot read stored document");
-	h->id = cm_strndup(CM_MEM_SEARCH, (const char *)idb->data, idb->len);
 	h->score = t->scored ? e->score : NAN;
 	h->shard = shard;
 	h->doc = e->gdoc;
-	/* an empty stored source: the mapping has _source disabled */
-	if (req->fetch_source && src->len) {
-		if (req->nincludes || req->nexcludes) {
-			cm_buf f;
-			cm_buf_init(&f, CM_MEM_SEARCH);
-			rc = sr_source_filter((const char *)src->data, src->len, req->source_includes,
-			                      req->nincludes, req->source_excludes, req->nexcludes, &f);
-			if (rc) {
-				cm_buf_free(&f);
-				return cm_error_set(x->err, rc, "cannot filter _source");
-			}
-			h->source = cm_strndup(CM_MEM_SEARCH, (const char *)f.data, f.len);
-			h->source_len = f.len;
-			cm_buf_free(&f);
-		} else {
-			h->source = cm_strndup(CM_MEM_SEARCH, (const char *)src->data, src->len);
-			h->source_len = src->len;
-		}
-	}
+	cm_err rc = fetch_stored(req, x->segs[e->seg].seg, x->segs[e->seg].txn, e->seg, e->doc,
+	                         want_src, h, idb, src, meta, x->err);
+	if (rc)
+		return rc;
 	if (req->highlight && src->len) {
 		cm_buf hb;
 		cm_buf_init(&hb, CM_MEM_SEARCH);
@@ -628,12 +649,70 @@ fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *id
 		h->nsort = t->nkeys;
 		sr_sorter_export(&t->sorter, e->vals, h->sort);
 	}
-	if (req->seq_no_primary_term || req->version) {
-		h->seq_no = (uint64_t)meta_value(x, meta, e->seg, e->doc, 0);
-		h->primary_term = (uint64_t)meta_value(x, meta, e->seg, e->doc, 1);
-		h->version = meta_value(x, meta, e->seg, e->doc, 2);
-	}
 	return CM_OK;
+}
+
+bool
+sr_fetch_deferrable(const sr_request *req)
+{
+	/* what a hit renders from its document alone: the rest needs the
+	 * shard's query state (collapse, rescore, profile) or the query */
+	return req->size > 0 && !req->query_phase_only && !req->collapse_field && !req->nrescore &&
+	       !req->profile && !req->highlight && !sr_fetch_wanted(req) &&
+	       !sr_nested_wants_inner_hits(req->query);
+}
+
+static int
+by_doc(const void *a, const void *b)
+{
+	const sr_hit *x = *(sr_hit *const *)a, *y = *(sr_hit *const *)b;
+	return (x->doc > y->doc) - (x->doc < y->doc);
+}
+
+cm_err
+sr_fetch_hits(st_reader *r, const sr_request *req, sr_hit **hits, size_t n, cm_error *err)
+{
+	size_t nseg = st_reader_nsegments(r);
+	st_seg_txn **txns = cm_calloc(CM_MEM_SEARCH, nseg ? nseg : 1, sizeof(*txns));
+	cm_buf idb, src;
+	cm_buf_init(&idb, CM_MEM_SEARCH);
+	cm_buf_init(&src, CM_MEM_SEARCH);
+	meta_cols meta;
+	memset(&meta, 0, sizeof meta);
+	meta.seg = SIZE_MAX;
+	/* storage order: hits sharing a stored block decode it once */
+	qsort(hits, n, sizeof(*hits), by_doc);
+	cm_err rc = CM_OK;
+	size_t si = 0;
+	uint32_t base = 0, end = nseg ? st_segment_max_doc(st_reader_segment(r, 0)) : 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		sr_hit *h = hits[i];
+		while (si < nseg && h->doc >= end) {
+			base = end;
+			if (++si < nseg)
+				end += st_segment_max_doc(st_reader_segment(r, si));
+		}
+		if (si == nseg) {
+			rc = cm_error_set(err, CM_EINTERNAL, "hit past the shard's last document");
+			break;
+		}
+		st_segment *seg = st_reader_segment(r, si);
+		if (!txns[si] && (rc = st_seg_txn_begin(seg, &txns[si]))) {
+			cm_error_set(err, rc, "cannot read segment: %s", cm_err_msg(rc));
+			break;
+		}
+		rc = fetch_stored(req, seg, txns[si], si, h->doc - base, req->fetch_source, h, &idb,
+		                  &src, &meta, err);
+	}
+	for (int i = 0; i < 3; i++)
+		st_colblock_free(&meta.cb[i]);
+	for (size_t i = 0; i < nseg; i++)
+		if (txns[i])
+			st_seg_txn_end(txns[i]);
+	cm_free(CM_MEM_SEARCH, txns);
+	cm_buf_free(&idb);
+	cm_buf_free(&src);
+	return rc;
 }
 
 static int
@@ -883,7 +962,7 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 	t.k = (size_t)k;
 	t.scored = ((t.by_score || score_key || req->track_scores) && (t.k > 0 || req->aggs)) ||
 	           req->has_min_score;
-	t.floor = -INFINITY;
+	t.floor = t.bar_floor = -INFINITY;
 	t.threshold = req->track_total_hits < 0 ? 0 : (uint64_t)req->track_total_hits;
 	t.terminate_after = req->terminate_after;
 	t.max_score = -INFINITY;
@@ -921,6 +1000,20 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 		t.has_agg = true;
 		t.docs = cm_malloc(CM_MEM_SEARCH, SR_WIN * sizeof(uint32_t));
 		t.dscores = cm_malloc(CM_MEM_SEARCH, SR_WIN * sizeof(float));
+	}
+	/* Shards merged before this one hold the page's worst hit so far (the
+	 * bar): a doc ranked after it cannot reach the page, so it starts as
+	 * the floor, as the heap's worst would once full. A constant-score
+	 * query whose score cannot beat it only counts (from the terms'
+	 * counts when known), and no window bounded by it is scored. */
+	if (bar && atomic_load(&bar->set) && t.by_score && t.scored && t.k && !req->nsort &&
+	    !t.collapse && !req->nrescore && !t.sorter.after && t.boost == 1.0f && !t.has_agg &&
+	    !pf_plan && !req->has_min_score && !t.terminate_after) {
+		float bs = atomic_load(&bar->score);
+		uint32_t bsh = atomic_load(&bar->shard);
+		/* ties go to the lower shard: a tie with the bar still enters
+		 * from a shard before the bar's */
+		t.bar_floor = t.floor = shard > bsh ? bs : nextafterf(bs, -INFINITY);
 	}
 	for (size_t si = 0; si < x.nseg && !rc && !t.terminated; si++) {
 		if (sr_deadline_passed(&x))

@@ -10,9 +10,14 @@ and sort values, and aggregations. A speed change that alters an answer
 shows here. With --own-copies each build loads the documents itself and
 force-merges every shard to one segment before its queries: a change of
 the segment format shows there (BASE's segments, read by NEW, are the
-default run). Not timed; not part of the test run.
+default run). Each build's own force merge may order documents differently
+(two runs of one build do too), which reorders hits of equal score: with
+--merged both builds read BASE's documents force-merged to one segment per
+shard instead. --shards sets the index's shards (2). Not timed; not part of
+the test run.
 
-Usage: tests/bench/ab_answers.py BASE_BUILD NEW_BUILD [--n 20000] [--port P] [--own-copies]
+Usage: tests/bench/ab_answers.py BASE_BUILD NEW_BUILD [--n 20000] [--port P]
+       [--own-copies | --merged] [--shards 2]
 Needs dict-gcide (gen_w3.py); exits 1 when any answer differs."""
 import argparse, json, os, shutil, socket, subprocess, sys, tempfile, time, urllib.request
 
@@ -78,6 +83,8 @@ def main():
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--port", type=int, default=0, help="default: a free one")
     ap.add_argument("--own-copies", action="store_true")
+    ap.add_argument("--merged", action="store_true")
+    ap.add_argument("--shards", type=int, default=2)
     a = ap.parse_args()
     if not a.port:
         with socket.socket() as s:
@@ -96,7 +103,7 @@ def main():
 
         def load(build, data):
             p = start(build, data, a.port)
-            st, j = req(a.port, "PUT", "/w3", {"settings": {"number_of_shards": 2,
+            st, j = req(a.port, "PUT", "/w3", {"settings": {"number_of_shards": a.shards,
                                                             "number_of_replicas": 0},
                                                 "mappings": mapping})
             assert st == 200, j
@@ -106,7 +113,7 @@ def main():
                 st, j = req(a.port, "POST", "/_bulk", bulk.encode(), "application/x-ndjson")
                 assert st == 200 and not j["errors"], str(j)[:300]
             req(a.port, "POST", "/w3/_refresh")
-            if a.own_copies:
+            if a.own_copies or a.merged:
                 st, j = req(a.port, "POST", "/w3/_forcemerge?max_num_segments=1")
                 assert st == 200, j
             return p
