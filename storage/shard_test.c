@@ -1736,7 +1736,7 @@ pm_same_gets(st_shard *a, st_shard *b)
 		cm_err eb = st_shard_get(b, id, strlen(id), &mb, &sb);
 		bool ok = ea == eb && ma.seq_no == mb.seq_no && ma.version == mb.version &&
 		          ma.primary_term == mb.primary_term && sa.len == sb.len &&
-		          memcmp(sa.data, sb.data, sa.len) == 0;
+		          (sa.len == 0 || memcmp(sa.data, sb.data, sa.len) == 0);
 		CHECKF(ok, "get %s: %s/%s seq %" PRIu64 "/%" PRIu64 " version %" PRId64 "/%" PRId64
 		           " source %.*s / %.*s",
 		       id, cm_err_name(ea), cm_err_name(eb), ma.seq_no, mb.seq_no, ma.version,
