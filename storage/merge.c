@@ -25,7 +25,9 @@
 #define STORED_TASK_MIN_DOCS 256
 #define MAX_STORED_TASKS 4096
 #define SAMPLE_MAX_BYTES (512u * 1024) /* dictionary training sample */
-#define SAMPLES_PER_TASK 64
+#define SAMPLE_DOCS 2048
+#define SAMPLE_RUN 16 /* consecutive docs per sample run: one block read, not 16 */
+#define SAMPLES_PER_TASK 256
 
 typedef struct mfield {
 	st_field_info info;               /* merged; name borrowed from a segment */
@@ -47,7 +49,8 @@ typedef struct mctx {
 	size_t nfields;
 	segw *w;
 	const void *cdict;
-	uint32_t sample_step, nsamples; /* dictionary samples: docs 0, step, 2 step, ... */
+	/* dictionary samples: runs of SAMPLE_RUN docs, sample_stride apart */
+	uint32_t sample_stride, nsamples;
 } mctx;
 
 enum { MT_FIELD, MT_STORED, MT_IDS, MT_SAMPLE };
@@ -67,8 +70,7 @@ typedef struct mtask {
 	/* per-task accumulators merged after the run */
 	uint64_t sum_df, sum_ttf, nterms;
 	uint64_t *present; /* postings fields without norms: docs seen */
-	/* samples: docs sample_step * [lo, hi), concatenated (str id, str
-	 * source each) */
+	/* samples [lo, hi), concatenated (str id, str source each) */
 	cm_buf samples;
 	size_t *sizes, nsizes;
 	bool sample_failed;
@@ -476,7 +478,7 @@ task_sample(mtask *t, st_seg_txn **txns)
 	cm_buf_init(&src, CM_MEM_STORAGE);
 	t->sizes = cm_calloc(CM_MEM_STORAGE, t->hi - t->lo + 1, sizeof(size_t));
 	for (uint32_t j = t->lo; j < t->hi && t->samples.len < SAMPLE_MAX_BYTES; j++) {
-		uint32_t nd = j * c->sample_step;
+		uint32_t nd = j / SAMPLE_RUN * c->sample_stride + j % SAMPLE_RUN;
 		cm_buf_reset(&id);
 		cm_buf_reset(&src);
 		if (st_stored_get(txns[c->inv_seg[nd]], c->inv_doc[nd], &id, &src)) {
@@ -650,7 +652,7 @@ setup_ranges(mctx *c, mfield *mf, st_seg_txn **txns)
 }
 
 /* Concatenates the sample tasks' documents in order, up to
- * SAMPLE_MAX_BYTES as one pass over docs 0, step, 2 step, ... would, and
+ * SAMPLE_MAX_BYTES as one pass over the samples in order would, and
  * trains the stored dictionary on them. */
 static void
 train_merge_dict(mctx *c, mtask *samples, size_t n)
@@ -994,8 +996,9 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 	 * samples (the stored tasks wait for the dictionary), fields with
 	 * columns or ordinals (C and K come first in the file), ids, stored
 	 * docs, then the other fields' term ranges. */
-	c.sample_step = c.max_doc > 2048 ? c.max_doc / 2048 : 1;
-	c.nsamples = c.max_doc ? (c.max_doc + c.sample_step - 1) / c.sample_step : 0;
+	c.nsamples = c.max_doc < SAMPLE_DOCS ? c.max_doc : SAMPLE_DOCS;
+	c.sample_stride = c.max_doc <= SAMPLE_DOCS ? SAMPLE_RUN
+	                                           : c.max_doc / (SAMPLE_DOCS / SAMPLE_RUN);
 	size_t nsample_tasks = (c.nsamples + SAMPLES_PER_TASK - 1) / SAMPLES_PER_TASK;
 	tasks = cm_calloc(CM_MEM_STORAGE, nsample_tasks + nparts + nstored + 2, sizeof(mtask));
 	m.part_task = cm_calloc(CM_MEM_STORAGE, nparts + 1, sizeof(size_t));
@@ -1040,6 +1043,9 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 	w.wait_ctx = &mw;
 	/* a merged segment is at most about as big as its inputs */
 	w.map_hint = (size_t)in_bytes + (size_t)in_bytes / 2 + (16u << 20);
+	/* small slices: their writes and writeback overlap the merging, and
+	 * the final commit and sync wait for the last slice only */
+	w.commit_bytes = 4u << 20;
 	size_t nworkers = pool ? (size_t)threads : 0;
 	if (nworkers > ntasks)
 		nworkers = ntasks;

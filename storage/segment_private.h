@@ -222,6 +222,7 @@ typedef struct segw {
 	cm_err (*wait)(void *ctx, int what, size_t index, int sec);
 	void *wait_ctx;
 	size_t map_hint;
+	size_t commit_bytes; /* commit every this many bytes (0: 64 MB) */
 } segw;
 
 enum { SEGW_PART, SEGW_STORED, SEGW_IDS, SEGW_ALL };

@@ -639,7 +639,7 @@ writer_put(writer *wr, const void *key, size_t klen, const void *val, size_t vle
 		return cm_error_set(wr->err, seg_err(rc), "segment write: %s", mdb_strerror(rc));
 	/* Commit in slices so dirty pages never pile up in memory. */
 	wr->since_commit += klen + vlen;
-	if (wr->since_commit > (64u << 20)) {
+	if (wr->since_commit > (wr->w->commit_bytes ? wr->w->commit_bytes : (64u << 20))) {
 		rc = mdb_txn_commit(wr->txn);
 		wr->txn = NULL;
 		/* start writing back what is committed, so the final sync
