@@ -237,7 +237,7 @@ cm_err segw_spill_open(segw *w, const char *path, size_t spill_at, cm_error *err
  * (callers pass w->spill_at while producing, 1 when done). Thread-safe
  * across distinct streams. */
 cm_err segw_spill_out(segw *w, cm_buf *s, segw_spill *sp, size_t at);
-/* Writes the file (tmp, sync, trailer, rename, fsync dir). */
+/* Writes the file (tmp, trailer, one fsync, rename, fsync dir). */
 cm_err segw_write_file(const segw *w, const char *path, cm_error *err);
 
 /* Encodes one term's postings (and positions when pos != NULL) into the T

@@ -947,6 +947,8 @@ append_trailer(const char *tmp, cm_error *err)
 		e = cm_error_set(err, CM_EIO, "stat %s: %s", tmp, strerror(errno));
 		goto fail;
 	}
+	/* the disk writes LMDB's pages while the hash reads them */
+	(void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED) {
 		e = cm_error_set(err, CM_EIO, "mmap %s: %s", tmp, strerror(errno));
@@ -1030,11 +1032,8 @@ segw_write_file(const segw *w, const char *path, cm_error *err)
 			else if (rc)
 				e = cm_error_set(err, seg_err(rc), "segment commit: %s", mdb_strerror(rc));
 		}
-		if (!e) {
-			rc = mdb_env_sync(wr.env, 1);
-			if (rc)
-				e = cm_error_set(err, CM_EIO, "segment sync: %s", mdb_strerror(rc));
-		}
+		/* no sync here: append_trailer's fsync makes the pages and the
+		 * trailer durable at once */
 		if (wr.txn)
 			mdb_txn_abort(wr.txn);
 		mdb_env_close(wr.env);
