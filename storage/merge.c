@@ -19,7 +19,7 @@
 
 #define NONE UINT32_MAX
 #define RANGE_MIN_TERMS 20000 /* text fields with more terms are split by term range */
-#define RANGE_COST 200000     /* about this many postings (+ terms) per range */
+#define RANGE_COST 100000     /* about this many postings (+ terms) per range */
 #define MAX_RANGES 256
 #define STORED_TASK_BYTES (256u * 1024) /* input bytes per stored-doc task */
 #define STORED_TASK_MIN_DOCS 256
