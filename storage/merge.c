@@ -736,9 +736,6 @@ sched_run(msched *m, mtask *t, mworker *wk)
 		train = true;
 	if (train) {
 		pthread_mutex_unlock(&m->mu);
-		for (size_t i = 0; i < m->nsample_tasks; i++)
-			if (m->tasks[i].err)
-				t->err = m->tasks[i].err;
 		train_merge_dict(m->c, m->tasks, m->nsample_tasks);
 		m->cdict = stored_cdict_create(&m->c->w->dict, STORED_LEVEL_MERGE);
 		m->c->cdict = m->cdict;
