@@ -703,6 +703,9 @@ typedef struct msched {
 	bool abort; /* a task failed: take no more */
 	int workers; /* pool workers not yet gone */
 	size_t *part_task, *stored_task, ids_task; /* producer of each stream */
+	/* per part, the sections its task writes (1 << SEC_*), fixed before
+	 * any task runs: the writer must not read field infos tasks update */
+	uint8_t *part_secs;
 	void *cdict;
 } msched;
 
@@ -838,16 +841,8 @@ writer_wait(void *ctx, int what, size_t index, int sec)
 	mwriter *mw = ctx;
 	msched *m = mw->m;
 	switch (what) {
-	case SEGW_PART: {
-		size_t ti = m->part_task[index];
-		const mtask *t = &m->tasks[ti];
-		const mfield *mf = &m->c->fields[t->field];
-		bool writes = sec == SEC_TERM ? (mf->info.flags & ST_FI_POSTINGS) != 0
-		            : sec == SEC_KDICT ? st_field_type_is_ordinal(mf->info.type)
-		            : sec == SEC_COL   ? t->range == 0 && (mf->info.flags & ST_FI_COLUMN)
-		                               : false; /* norms: written at setup */
-		return writes ? sched_wait(mw, ti) : CM_OK;
-	}
+	case SEGW_PART:
+		return m->part_secs[index] & (1u << sec) ? sched_wait(mw, m->part_task[index]) : CM_OK;
 	case SEGW_STORED:
 		return sched_wait(mw, m->stored_task[index]);
 	case SEGW_IDS:
@@ -1000,6 +995,7 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 	tasks = cm_calloc(CM_MEM_STORAGE, nsample_tasks + nparts + nstored + 2, sizeof(mtask));
 	m.part_task = cm_calloc(CM_MEM_STORAGE, nparts + 1, sizeof(size_t));
 	m.stored_task = cm_calloc(CM_MEM_STORAGE, nstored + 1, sizeof(size_t));
+	m.part_secs = cm_calloc(CM_MEM_STORAGE, nparts + 1, 1);
 	for (size_t i = 0; i < nsample_tasks; i++) {
 		uint32_t hi = (uint32_t)(i + 1) * SAMPLES_PER_TASK;
 		tasks[ntasks] = (mtask){.c = &c, .kind = MT_SAMPLE,
@@ -1011,8 +1007,14 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 		for (size_t f = 0; f < c.nfields; f++) {
 			if (field_early(&c.fields[f]) != (early == 1))
 				continue;
-			for (uint32_t r = 0; r < c.fields[f].nranges; r++) {
-				m.part_task[c.fields[f].first_part + r] = ntasks;
+			const mfield *mf = &c.fields[f];
+			for (uint32_t r = 0; r < mf->nranges; r++) {
+				/* norms were written above: the writer never waits for them */
+				m.part_secs[mf->first_part + r] =
+				    (uint8_t)(((mf->info.flags & ST_FI_POSTINGS) ? 1u << SEC_TERM : 0) |
+				              (st_field_type_is_ordinal(mf->info.type) ? 1u << SEC_KDICT : 0) |
+				              (r == 0 && (mf->info.flags & ST_FI_COLUMN) ? 1u << SEC_COL : 0));
+				m.part_task[mf->first_part + r] = ntasks;
 				tasks[ntasks++] = (mtask){.c = &c, .kind = MT_FIELD, .field = f, .range = r};
 			}
 		}
@@ -1069,6 +1071,7 @@ fail:
 	stored_cdict_free(m.cdict);
 	cm_free(CM_MEM_STORAGE, m.part_task);
 	cm_free(CM_MEM_STORAGE, m.stored_task);
+	cm_free(CM_MEM_STORAGE, m.part_secs);
 	for (size_t i = 0; i < ntasks; i++) {
 		cm_free(CM_MEM_STORAGE, tasks[i].present);
 		cm_buf_free(&tasks[i].samples);
