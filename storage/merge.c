@@ -701,6 +701,7 @@ typedef struct msched {
 	size_t nsample_tasks; /* the first tasks of the list */
 	bool dict_ready;
 	bool abort; /* a task failed: take no more */
+	bool fields_done; /* the field infos summed (writer only) */
 	int workers; /* pool workers not yet gone */
 	size_t *part_task, *stored_task, ids_task; /* producer of each stream */
 	/* per part, the sections its task writes (1 << SEC_*), fixed before
@@ -849,8 +850,9 @@ writer_wait(void *ctx, int what, size_t index, int sec)
 		return sched_wait(mw, m->ids_task);
 	default: {
 		cm_err e = sched_wait(mw, SIZE_MAX);
-		if (!e)
+		if (!e && !m->fields_done) /* once: a write retried on a full map asks again */
 			finish_fields(m->c, m);
+		m->fields_done = !e;
 		return e;
 	}
 	}
