@@ -622,6 +622,10 @@ typedef struct writer {
 	MDB_env *env;
 	MDB_txn *txn;
 	MDB_dbi dbi;
+	/* kept on the last key across puts: MDB_APPEND through a fresh cursor
+	 * (mdb_put) searches the tree from its root every time; closed by
+	 * LMDB when its transaction ends */
+	MDB_cursor *cur;
 	size_t since_commit;
 	cm_error *err;
 } writer;
@@ -630,7 +634,9 @@ static cm_err
 writer_put(writer *wr, const void *key, size_t klen, const void *val, size_t vlen)
 {
 	MDB_val k = {klen, (void *)key}, v = {vlen, (void *)val};
-	int rc = mdb_put(wr->txn, wr->dbi, &k, &v, MDB_APPEND);
+	int rc = wr->cur ? 0 : mdb_cursor_open(wr->txn, wr->dbi, &wr->cur);
+	if (rc == 0)
+		rc = mdb_cursor_put(wr->cur, &k, &v, MDB_APPEND);
 	if (rc == MDB_MAP_FULL)
 		return CM_EFULL;
 	if (rc == MDB_KEYEXIST)
@@ -642,6 +648,7 @@ writer_put(writer *wr, const void *key, size_t klen, const void *val, size_t vle
 	if (wr->since_commit > (wr->w->commit_bytes ? wr->w->commit_bytes : (64u << 20))) {
 		rc = mdb_txn_commit(wr->txn);
 		wr->txn = NULL;
+		wr->cur = NULL;
 		/* start writing back what is committed, so the final sync
 		 * waits for the last slice only */
 		int fd;
