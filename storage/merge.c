@@ -387,7 +387,8 @@ task_stored(mtask *t, st_seg_txn **txns, mworker *wk)
 	cm_buf_init(&src, CM_MEM_STORAGE);
 	if (!wk->cctx)
 		wk->cctx = stored_cctx_create();
-	storedenc_init_ctx(&se, &c->w->stored[t->out], c->cdict, STORED_LEVEL_MERGE, t->lo, wk->cctx);
+	storedenc_init_ctx(&se, &c->w->stored[t->out], c->cdict, STORED_LEVEL_MERGE, t->lo,
+	                   wk->cctx);
 	cm_err e = CM_OK;
 	for (uint32_t nd = t->lo; nd < t->hi && !e; nd++) {
 		cm_buf_reset(&id);
@@ -826,9 +827,9 @@ finish_fields(mctx *c, msched *m)
 		mf->info.sum_doc_freq += t->sum_df;
 		mf->info.sum_total_term_freq += t->sum_ttf;
 		mf->info.num_terms += t->nterms;
-		if (t->present)
-			for (size_t wd = 0; wd < st_bit_words(c->max_doc); wd++)
-				mf->info.doc_count += (uint32_t)__builtin_popcountll(t->present[wd]);
+		size_t words = t->present ? st_bit_words(c->max_doc) : 0;
+		for (size_t wd = 0; wd < words; wd++)
+			mf->info.doc_count += (uint32_t)__builtin_popcountll(t->present[wd]);
 	}
 	for (size_t f = 0; f < c->nfields; f++) {
 		c->w->fields[f] = c->fields[f].info;
@@ -843,7 +844,9 @@ writer_wait(void *ctx, int what, size_t index, int sec)
 	msched *m = mw->m;
 	switch (what) {
 	case SEGW_PART:
-		return m->part_secs[index] & (1u << sec) ? sched_wait(mw, m->part_task[index]) : CM_OK;
+		if (!(m->part_secs[index] & (1u << sec)))
+			return CM_OK;
+		return sched_wait(mw, m->part_task[index]);
 	case SEGW_STORED:
 		return sched_wait(mw, m->stored_task[index]);
 	case SEGW_IDS:
@@ -856,6 +859,21 @@ writer_wait(void *ctx, int what, size_t index, int sec)
 		return e;
 	}
 	}
+}
+
+/* The sections (1 << SEC_*) the task of a field's range r writes; norms
+ * are written at setup, so the writer never waits for them. */
+static uint8_t
+part_sections(const mfield *mf, uint32_t r)
+{
+	unsigned secs = 0;
+	if (mf->info.flags & ST_FI_POSTINGS)
+		secs |= 1u << SEC_TERM;
+	if (st_field_type_is_ordinal(mf->info.type))
+		secs |= 1u << SEC_KDICT;
+	if (r == 0 && (mf->info.flags & ST_FI_COLUMN))
+		secs |= 1u << SEC_COL;
+	return (uint8_t)secs;
 }
 
 /* Whether a field's task writes C or K (the first sections of the file):
@@ -1011,13 +1029,10 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 				continue;
 			const mfield *mf = &c.fields[f];
 			for (uint32_t r = 0; r < mf->nranges; r++) {
-				/* norms were written above: the writer never waits for them */
-				m.part_secs[mf->first_part + r] =
-				    (uint8_t)(((mf->info.flags & ST_FI_POSTINGS) ? 1u << SEC_TERM : 0) |
-				              (st_field_type_is_ordinal(mf->info.type) ? 1u << SEC_KDICT : 0) |
-				              (r == 0 && (mf->info.flags & ST_FI_COLUMN) ? 1u << SEC_COL : 0));
+				m.part_secs[mf->first_part + r] = part_sections(mf, r);
 				m.part_task[mf->first_part + r] = ntasks;
-				tasks[ntasks++] = (mtask){.c = &c, .kind = MT_FIELD, .field = f, .range = r};
+				tasks[ntasks++] =
+				    (mtask){.c = &c, .kind = MT_FIELD, .field = f, .range = r};
 			}
 		}
 		if (!early)
@@ -1026,9 +1041,10 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 		tasks[ntasks++] = (mtask){.c = &c, .kind = MT_IDS};
 		for (size_t i = 0; i < nstored; i++) {
 			m.stored_task[i] = ntasks;
+			uint64_t md = c.max_doc;
 			tasks[ntasks++] = (mtask){.c = &c, .kind = MT_STORED, .out = i,
-			                          .lo = (uint32_t)((uint64_t)c.max_doc * i / nstored),
-			                          .hi = (uint32_t)((uint64_t)c.max_doc * (i + 1) / nstored)};
+			                          .lo = (uint32_t)(md * i / nstored),
+			                          .hi = (uint32_t)(md * (i + 1) / nstored)};
 		}
 	}
 	m.c = &c;

@@ -54,8 +54,8 @@ build_input(const char *path, int s, uint64_t gen)
 		st_value vals[3] = {{.field = &f_body, .s = text, .n = tl},
 		                    {.field = &f_tag, .s = tag, .n = strlen(tag)},
 		                    {.field = &f_n, .i = (int64_t)(rnd() % 100000) - 50000}};
-		st_doc doc = {.id = id, .id_len = strlen(id), .source = src, .source_len = strlen(src),
-		              .values = vals, .nvalues = d % 11 ? 3 : 1};
+		st_doc doc = {.id = id, .id_len = strlen(id), .source = src,
+		              .source_len = strlen(src), .values = vals, .nvalues = d % 11 ? 3 : 1};
 		uint32_t no;
 		cm_error err = {0};
 		REQUIRE(st_segbuild_add(b, &doc, d, 1, 1, &no, &err) == CM_OK);
@@ -92,7 +92,8 @@ compare_entries(const char *a, const char *b, uint64_t *entries)
 	const char *paths[2] = {a, b};
 	for (int i = 0; i < 2; i++) {
 		REQUIRE(mdb_env_create(&env[i]) == 0);
-		REQUIRE(mdb_env_open(env[i], paths[i], MDB_RDONLY | MDB_NOLOCK | MDB_NOSUBDIR, 0) == 0);
+		unsigned flags = MDB_RDONLY | MDB_NOLOCK | MDB_NOSUBDIR;
+		REQUIRE(mdb_env_open(env[i], paths[i], flags, 0) == 0);
 		REQUIRE(mdb_txn_begin(env[i], NULL, MDB_RDONLY, &txn[i]) == 0);
 		REQUIRE(mdb_dbi_open(txn[i], NULL, 0, &dbi[i]) == 0);
 		REQUIRE(mdb_cursor_open(txn[i], dbi[i], &cur[i]) == 0);
@@ -157,17 +158,19 @@ main(void)
 	static const struct {
 		int threads; /* 0: no pool */
 		size_t budget;
-	} runs[] = {{0, 256u << 20}, {1, 256u << 20}, {4, 256u << 20}, {4, 1u << 20}, {0, 1u << 20}};
+	} runs[] = {{0, 256u << 20}, {1, 256u << 20}, {4, 256u << 20}, {4, 1u << 20},
+	            {0, 1u << 20}};
 	size_t nruns = sizeof(runs) / sizeof(runs[0]);
 	char first[256];
 	size_t first_len = 0;
 	char *first_data = NULL;
 	for (size_t r = 0; r < nruns; r++) {
-		cm_pool *pool = runs[r].threads ? cm_pool_create(runs[r].threads, "mergetest") : NULL;
+		int threads = runs[r].threads;
+		cm_pool *pool = threads ? cm_pool_create(threads, "mergetest") : NULL;
 		snprintf(path, sizeof(path), "%s/merged-%zu.mdb", dir, r);
 		cm_error err = {0};
-		cm_err rc = st_segment_merge(segs, (const uint64_t *const *)live, NSEG, path, 99, pool,
-		                             runs[r].budget, &err);
+		cm_err rc = st_segment_merge(segs, (const uint64_t *const *)live, NSEG, path, 99,
+		                             pool, runs[r].budget, &err);
 		if (rc)
 			fprintf(stderr, "merge: %s\n", err.reason);
 		REQUIRE(rc == CM_OK);

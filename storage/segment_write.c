@@ -936,7 +936,8 @@ write_all(const segw *w, writer *wr, const cm_buf *fv, const cm_buf *mv)
 		if (rc == MDB_MAP_FULL)
 			e = CM_EFULL;
 		else if (rc)
-			e = cm_error_set(wr->err, seg_err(rc), "segment write: %s", mdb_strerror(rc));
+			e = cm_error_set(wr->err, seg_err(rc), "segment write: %s",
+			                 mdb_strerror(rc));
 	}
 	return e;
 }
