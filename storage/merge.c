@@ -1,8 +1,16 @@
 /* Segment merge: k-way merge of term dictionaries with doc renumbering,
  * re-encoded postings/positions, remapped keyword ordinals, concatenated
- * norms and columns, recompressed stored docs and merged ids. Independent
- * tasks (per field, large text fields per term range, stored-doc ranges,
- * ids) run on the pool; one thread then appends everything in key order. */
+ * norms and columns, recompressed stored docs and merged ids.
+ *
+ * The work is a list of small tasks (dictionary samples, per field, large
+ * text fields per term range, stored-doc ranges, ids) whose split depends
+ * on the inputs only, never on the thread count, so every pool size writes
+ * the same file. The pool's threads take tasks in the order the file needs
+ * their output; the calling thread appends each stream with MDB_APPEND as
+ * soon as its task is done (and runs tasks itself while it would wait), so
+ * the append overlaps the merging instead of following it. */
+#define _GNU_SOURCE
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,7 +19,15 @@
 
 #define NONE UINT32_MAX
 #define RANGE_MIN_TERMS 20000 /* text fields with more terms are split by term range */
-#define MAX_RANGES 8
+#define RANGE_COST 100000     /* about this many postings (+ terms) per range */
+#define MAX_RANGES 256
+#define STORED_TASK_BYTES (256u * 1024) /* input bytes per stored-doc task */
+#define STORED_TASK_MIN_DOCS 256
+#define MAX_STORED_TASKS 4096
+#define SAMPLE_MAX_BYTES (512u * 1024) /* dictionary training sample */
+#define SAMPLE_DOCS 2048
+#define SAMPLE_RUN 16 /* consecutive docs per sample run: one block read, not 16 */
+#define SAMPLES_PER_TASK 256
 
 typedef struct mfield {
 	st_field_info info;               /* merged; name borrowed from a segment */
@@ -33,9 +49,16 @@ typedef struct mctx {
 	size_t nfields;
 	segw *w;
 	const void *cdict;
+	/* dictionary samples: runs of SAMPLE_RUN docs, sample_stride apart */
+	uint32_t sample_stride, nsamples;
 } mctx;
 
-enum { MT_FIELD, MT_STORED, MT_IDS };
+enum { MT_FIELD, MT_STORED, MT_IDS, MT_SAMPLE };
+
+/* Per thread: what tasks reuse rather than build each time. */
+typedef struct mworker {
+	void *cctx;
+} mworker;
 
 typedef struct mtask {
 	mctx *c;
@@ -47,9 +70,15 @@ typedef struct mtask {
 	/* per-task accumulators merged after the run */
 	uint64_t sum_df, sum_ttf, nterms;
 	uint64_t *present; /* postings fields without norms: docs seen */
-	uint64_t cost;     /* estimate, for ordering */
+	/* samples [lo, hi), concatenated (str id, str source each) */
+	cm_buf samples;
+	size_t *sizes, nsizes;
+	bool sample_failed;
+	int state; /* MS_OPEN, MS_TAKEN, MS_DONE (under the scheduler's lock) */
 	cm_err err;
 } mtask;
+
+enum { MS_OPEN, MS_TAKEN, MS_DONE };
 
 typedef struct mbuf {
 	uint32_t *docs, *freqs, *pos;
@@ -331,9 +360,6 @@ task_field(mtask *t, st_seg_txn **txns)
 			t->present = cm_calloc(CM_MEM_STORAGE, st_bit_words(c->max_doc) + 1, 8);
 		e = merge_terms(t, txns, ordmap);
 	}
-	if (!e && t->range == 0 && (mf->info.flags & ST_FI_NORMS))
-		norms_put(&c->w->parts[mf->first_part].sec[SEC_NORMS], mf->info.id, mf->norms,
-		          c->max_doc);
 	if (!e && t->range == 0 && (mf->info.flags & ST_FI_COLUMN))
 		e = merge_column(t, txns, ordmap);
 	if (ordmap) {
@@ -341,14 +367,16 @@ task_field(mtask *t, st_seg_txn **txns)
 			cm_free(CM_MEM_STORAGE, ordmap[i]);
 		cm_free(CM_MEM_STORAGE, ordmap);
 	}
+	/* norms were written at setup: the writer may be appending them */
 	segw_part *part = &c->w->parts[mf->first_part + t->range];
 	for (int s = 0; s < SEC_N && !e; s++)
-		e = segw_spill_out(c->w, &part->sec[s], &part->spill[s], 1);
+		if (s != SEC_NORMS)
+			e = segw_spill_out(c->w, &part->sec[s], &part->spill[s], 1);
 	return e;
 }
 
 static cm_err
-task_stored(mtask *t, st_seg_txn **txns)
+task_stored(mtask *t, st_seg_txn **txns, mworker *wk)
 {
 	mctx *c = t->c;
 	if (t->lo >= t->hi)
@@ -357,7 +385,10 @@ task_stored(mtask *t, st_seg_txn **txns)
 	cm_buf id, src;
 	cm_buf_init(&id, CM_MEM_STORAGE);
 	cm_buf_init(&src, CM_MEM_STORAGE);
-	storedenc_init(&se, &c->w->stored[t->out], c->cdict, STORED_LEVEL_MERGE, t->lo);
+	if (!wk->cctx)
+		wk->cctx = stored_cctx_create();
+	storedenc_init_ctx(&se, &c->w->stored[t->out], c->cdict, STORED_LEVEL_MERGE, t->lo,
+	                   wk->cctx);
 	cm_err e = CM_OK;
 	for (uint32_t nd = t->lo; nd < t->hi && !e; nd++) {
 		cm_buf_reset(&id);
@@ -436,10 +467,38 @@ task_ids(mtask *t, st_seg_txn **txns)
 	return e;
 }
 
-static void
-run_mtask(void *arg)
+/* Reads dictionary samples [lo, hi): this task's share of what
+ * train_merge_dict concatenates. Past SAMPLE_MAX_BYTES of its own no
+ * later sample of it can be used, so it stops there. */
+static cm_err
+task_sample(mtask *t, st_seg_txn **txns)
 {
-	mtask *t = arg;
+	mctx *c = t->c;
+	cm_buf id, src;
+	cm_buf_init(&id, CM_MEM_STORAGE);
+	cm_buf_init(&src, CM_MEM_STORAGE);
+	t->sizes = cm_calloc(CM_MEM_STORAGE, t->hi - t->lo + 1, sizeof(size_t));
+	for (uint32_t j = t->lo; j < t->hi && t->samples.len < SAMPLE_MAX_BYTES; j++) {
+		uint32_t nd = j / SAMPLE_RUN * c->sample_stride + j % SAMPLE_RUN;
+		cm_buf_reset(&id);
+		cm_buf_reset(&src);
+		if (st_stored_get(txns[c->inv_seg[nd]], c->inv_doc[nd], &id, &src)) {
+			t->sample_failed = true; /* as a serial pass: train on what came before */
+			break;
+		}
+		size_t before = t->samples.len;
+		cm_buf_put_str(&t->samples, (const char *)id.data, id.len);
+		cm_buf_put_str(&t->samples, (const char *)src.data, src.len);
+		t->sizes[t->nsizes++] = t->samples.len - before;
+	}
+	cm_buf_free(&id);
+	cm_buf_free(&src);
+	return CM_OK;
+}
+
+static void
+run_mtask(mtask *t, mworker *wk)
+{
 	st_seg_txn **txns = cm_calloc(CM_MEM_STORAGE, t->c->n, sizeof(st_seg_txn *));
 	cm_err e = open_txns(t->c, txns);
 	if (!e) {
@@ -448,10 +507,13 @@ run_mtask(void *arg)
 			e = task_field(t, txns);
 			break;
 		case MT_STORED:
-			e = task_stored(t, txns);
+			e = task_stored(t, txns, wk);
 			break;
 		case MT_IDS:
 			e = task_ids(t, txns);
+			break;
+		case MT_SAMPLE:
+			e = task_sample(t, txns);
 			break;
 		}
 	}
@@ -544,25 +606,29 @@ setup_norms(mctx *c, mfield *mf, st_seg_txn **txns)
 		mf->info.doc_count += mf->norms[d] != 0;
 }
 
+/* Splits a big text field by term range: bounds from the largest input's
+ * dictionary, placed by postings (df + 1 per term) so ranges cost about
+ * the same, RANGE_COST each. */
 static void
-setup_ranges(mctx *c, mfield *mf, st_seg_txn **txns, int threads)
+setup_ranges(mctx *c, mfield *mf, st_seg_txn **txns)
 {
 	size_t big = c->n;
-	uint64_t total = 0;
+	uint64_t total = 0, cost = 0;
 	for (size_t i = 0; i < c->n; i++) {
 		if (!mf->src[i])
 			continue;
 		total += mf->src[i]->num_terms;
+		cost += mf->src[i]->num_terms + mf->src[i]->sum_doc_freq;
 		if (big == c->n || mf->src[i]->num_terms > mf->src[big]->num_terms)
 			big = i;
 	}
-	if (big == c->n || total < RANGE_MIN_TERMS || threads < 2)
+	if (big == c->n || total < RANGE_MIN_TERMS)
 		return;
-	uint32_t r = (uint32_t)threads * 2;
+	uint64_t r = cost / RANGE_COST + 1;
 	if (r > MAX_RANGES)
 		r = MAX_RANGES;
-	uint64_t nt = mf->src[big]->num_terms;
-	if (nt < r * 2)
+	uint64_t nt = mf->src[big]->num_terms, weight = nt + mf->src[big]->sum_doc_freq;
+	if (r < 2 || nt < r * 2)
 		return;
 	st_terms *it;
 	if (st_terms_open(txns[big], mf->src[big], &it))
@@ -570,9 +636,9 @@ setup_ranges(mctx *c, mfield *mf, st_seg_txn **txns, int threads)
 	mf->bounds = cm_calloc(CM_MEM_STORAGE, r, sizeof(uint8_t *));
 	mf->bound_len = cm_calloc(CM_MEM_STORAGE, r, sizeof(size_t));
 	uint32_t nb = 0;
-	uint64_t idx = 0;
-	for (bool ok = st_terms_seek(it, NULL, 0); ok && nb + 1 < r; ok = st_terms_next(it), idx++) {
-		if (idx == (nb + 1) * nt / r) {
+	uint64_t acc = 0;
+	for (bool ok = st_terms_seek(it, NULL, 0); ok && nb + 1 < r; ok = st_terms_next(it)) {
+		if (acc > 0 && acc >= (nb + 1) * weight / r) {
 			size_t l;
 			const uint8_t *tb = st_terms_term(it, &l);
 			mf->bounds[nb] = cm_malloc(CM_MEM_STORAGE, l + 1);
@@ -580,75 +646,242 @@ setup_ranges(mctx *c, mfield *mf, st_seg_txn **txns, int threads)
 			mf->bound_len[nb] = l;
 			nb++;
 		}
+		acc += (uint64_t)st_terms_doc_freq(it) + 1;
 	}
 	st_terms_close(it);
 	mf->nranges = nb + 1;
 }
 
+/* Concatenates the sample tasks' documents in order, up to
+ * SAMPLE_MAX_BYTES as one pass over the samples in order would, and
+ * trains the stored dictionary on them. */
 static void
-train_merge_dict(mctx *c, st_seg_txn **txns)
+train_merge_dict(mctx *c, mtask *samples, size_t n)
 {
-	if (c->max_doc == 0)
-		return;
-	uint64_t stored = 0;
-	for (size_t i = 0; i < c->n; i++)
-		stored += c->segs[i]->bytes;
-	/* sample ~512 KB of documents spread over the merged order */
-	cm_buf samples, id, src;
-	cm_buf_init(&samples, CM_MEM_STORAGE);
-	cm_buf_init(&id, CM_MEM_STORAGE);
-	cm_buf_init(&src, CM_MEM_STORAGE);
-	size_t *sizes = NULL, n = 0, cap = 0;
-	uint32_t step = c->max_doc > 2048 ? c->max_doc / 2048 : 1;
-	uint64_t raw_total = 0;
-	for (uint32_t nd = 0; nd < c->max_doc && samples.len < 512 * 1024; nd += step) {
-		cm_buf_reset(&id);
-		cm_buf_reset(&src);
-		if (st_stored_get(txns[c->inv_seg[nd]], c->inv_doc[nd], &id, &src))
-			break;
-		size_t before = samples.len;
-		cm_buf_put_str(&samples, (const char *)id.data, id.len);
-		cm_buf_put_str(&samples, (const char *)src.data, src.len);
-		if (n == cap) {
-			cap = cap ? cap * 2 : 256;
-			sizes = cm_realloc(CM_MEM_STORAGE, sizes, cap * sizeof(size_t));
+	cm_buf all;
+	cm_buf_init(&all, CM_MEM_STORAGE);
+	size_t *sizes = cm_calloc(CM_MEM_STORAGE, (size_t)c->nsamples + 1, sizeof(size_t));
+	size_t ns = 0;
+	bool stop = false;
+	for (size_t k = 0; k < n && !stop; k++) {
+		mtask *t = &samples[k];
+		size_t off = 0;
+		for (size_t j = 0; j < t->nsizes; j++) {
+			if (all.len >= SAMPLE_MAX_BYTES) {
+				stop = true;
+				break;
+			}
+			cm_buf_put(&all, t->samples.data + off, t->sizes[j]);
+			sizes[ns++] = t->sizes[j];
+			off += t->sizes[j];
 		}
-		sizes[n++] = samples.len - before;
-		raw_total += samples.len - before;
+		if (t->sample_failed)
+			stop = true;
 	}
-	if (n && raw_total / n < 4096)
-		stored_train_dict(&c->w->dict, samples.data, sizes, n);
-	(void)stored;
+	if (ns && all.len / ns < 4096)
+		stored_train_dict(&c->w->dict, all.data, sizes, ns);
 	cm_free(CM_MEM_STORAGE, sizes);
-	cm_buf_free(&samples);
-	cm_buf_free(&id);
-	cm_buf_free(&src);
+	cm_buf_free(&all);
 }
 
-/* Rough work estimate: postings entries (positions count again) plus
- * column values, split over the field's term ranges. */
-static uint64_t
-field_cost(const mctx *c, const mfield *mf)
+/* ---- scheduling ---- */
+
+/* The tasks of one merge, taken in list order (the order the writer
+ * appends their output) by the pool's threads and by the writer while it
+ * waits. Stored-doc tasks wait for the dictionary, which the thread
+ * finishing the last sample task trains while others merge fields. */
+typedef struct msched {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	mctx *c;
+	mtask *tasks;
+	size_t ntasks;
+	size_t first_open; /* every task below is taken */
+	size_t left;       /* tasks not done */
+	size_t samples_left;
+	size_t nsample_tasks; /* the first tasks of the list */
+	bool dict_ready;
+	bool abort; /* a task failed: take no more */
+	bool fields_done; /* the field infos summed (writer only) */
+	int workers; /* pool workers not yet gone */
+	size_t *part_task, *stored_task, ids_task; /* producer of each stream */
+	/* per part, the sections its task writes (1 << SEC_*), fixed before
+	 * any task runs: the writer must not read field infos tasks update */
+	uint8_t *part_secs;
+	void *cdict;
+} msched;
+
+/* Next task to run, or NULL (lock held). */
+static mtask *
+sched_pick(msched *m)
 {
-	uint64_t cost = 0;
-	for (size_t i = 0; i < c->n; i++) {
-		const st_field_info *sf = mf->src[i];
-		if (!sf)
+	if (m->abort)
+		return NULL;
+	while (m->first_open < m->ntasks && m->tasks[m->first_open].state != MS_OPEN)
+		m->first_open++;
+	for (size_t i = m->first_open; i < m->ntasks; i++) {
+		mtask *t = &m->tasks[i];
+		if (t->state != MS_OPEN || (t->kind == MT_STORED && !m->dict_ready))
 			continue;
-		cost += sf->sum_doc_freq + sf->num_terms;
-		if (sf->flags & ST_FI_POSITIONS)
-			cost += sf->sum_total_term_freq;
-		if (sf->flags & ST_FI_COLUMN)
-			cost += c->segs[i]->max_doc;
+		t->state = MS_TAKEN;
+		return t;
 	}
-	return cost / mf->nranges;
+	return NULL;
 }
 
-static int
-cmp_cost(const void *a, const void *b)
+/* Runs t (lock held on entry and exit, dropped while it runs). */
+static void
+sched_run(msched *m, mtask *t, mworker *wk)
 {
-	const mtask *x = a, *y = b;
-	return (x->cost < y->cost) - (x->cost > y->cost);
+	pthread_mutex_unlock(&m->mu);
+	run_mtask(t, wk);
+	bool train = false;
+	pthread_mutex_lock(&m->mu);
+	if (t->kind == MT_SAMPLE && --m->samples_left == 0)
+		train = true;
+	if (train) {
+		pthread_mutex_unlock(&m->mu);
+		train_merge_dict(m->c, m->tasks, m->nsample_tasks);
+		m->cdict = stored_cdict_create(&m->c->w->dict, STORED_LEVEL_MERGE);
+		m->c->cdict = m->cdict;
+		for (size_t i = 0; i < m->nsample_tasks; i++) {
+			cm_buf_free(&m->tasks[i].samples);
+			cm_free(CM_MEM_STORAGE, m->tasks[i].sizes);
+			m->tasks[i].sizes = NULL;
+		}
+		pthread_mutex_lock(&m->mu);
+		m->dict_ready = true;
+	}
+	t->state = MS_DONE;
+	m->left--;
+	if (t->err)
+		m->abort = true;
+	pthread_cond_broadcast(&m->cv);
+}
+
+static void
+sched_worker(void *arg)
+{
+	msched *m = arg;
+	mworker wk = {0};
+	pthread_mutex_lock(&m->mu);
+	for (;;) {
+		mtask *t = sched_pick(m);
+		if (t) {
+			sched_run(m, t, &wk);
+			continue;
+		}
+		bool open = false;
+		for (size_t i = m->first_open; i < m->ntasks && !open && !m->abort; i++)
+			open = m->tasks[i].state == MS_OPEN;
+		if (!open)
+			break;
+		pthread_cond_wait(&m->cv, &m->mu);
+	}
+	m->workers--;
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+	stored_cctx_free(wk.cctx);
+}
+
+typedef struct mwriter {
+	msched *m;
+	mworker wk; /* the writer's own, for tasks it runs while waiting */
+} mwriter;
+
+/* Until task i (SIZE_MAX: every task) is done, running tasks meanwhile. */
+static cm_err
+sched_wait(mwriter *mw, size_t i)
+{
+	msched *m = mw->m;
+	pthread_mutex_lock(&m->mu);
+	for (;;) {
+		if (m->abort)
+			break;
+		if (i == SIZE_MAX ? m->left == 0 : m->tasks[i].state == MS_DONE)
+			break;
+		mtask *t = sched_pick(m);
+		if (t)
+			sched_run(m, t, &mw->wk);
+		else
+			pthread_cond_wait(&m->cv, &m->mu);
+	}
+	cm_err e = CM_OK;
+	if (m->abort)
+		for (size_t k = 0; k < m->ntasks && !e; k++)
+			e = m->tasks[k].err;
+	pthread_mutex_unlock(&m->mu);
+	return m->abort && !e ? CM_EINTERNAL : e;
+}
+
+/* Field infos from the tasks' sums (every task done): keyword/boolean
+ * doc counts from the union of their postings. */
+static void
+finish_fields(mctx *c, msched *m)
+{
+	for (size_t i = 0; i < m->ntasks; i++) {
+		mtask *t = &m->tasks[i];
+		if (t->kind != MT_FIELD)
+			continue;
+		mfield *mf = &c->fields[t->field];
+		mf->info.sum_doc_freq += t->sum_df;
+		mf->info.sum_total_term_freq += t->sum_ttf;
+		mf->info.num_terms += t->nterms;
+		size_t words = t->present ? st_bit_words(c->max_doc) : 0;
+		for (size_t wd = 0; wd < words; wd++)
+			mf->info.doc_count += (uint32_t)__builtin_popcountll(t->present[wd]);
+	}
+	for (size_t f = 0; f < c->nfields; f++) {
+		c->w->fields[f] = c->fields[f].info;
+		c->w->fields[f].name = cm_strdup(CM_MEM_STORAGE, c->fields[f].info.name);
+	}
+}
+
+static cm_err
+writer_wait(void *ctx, int what, size_t index, int sec)
+{
+	mwriter *mw = ctx;
+	msched *m = mw->m;
+	switch (what) {
+	case SEGW_PART:
+		if (!(m->part_secs[index] & (1u << sec)))
+			return CM_OK;
+		return sched_wait(mw, m->part_task[index]);
+	case SEGW_STORED:
+		return sched_wait(mw, m->stored_task[index]);
+	case SEGW_IDS:
+		return sched_wait(mw, m->ids_task);
+	default: {
+		cm_err e = sched_wait(mw, SIZE_MAX);
+		if (!e && !m->fields_done) /* once: a write retried on a full map asks again */
+			finish_fields(m->c, m);
+		m->fields_done = !e;
+		return e;
+	}
+	}
+}
+
+/* The sections (1 << SEC_*) the task of a field's range r writes; norms
+ * are written at setup, so the writer never waits for them. */
+static uint8_t
+part_sections(const mfield *mf, uint32_t r)
+{
+	unsigned secs = 0;
+	if (mf->info.flags & ST_FI_POSTINGS)
+		secs |= 1u << SEC_TERM;
+	if (st_field_type_is_ordinal(mf->info.type))
+		secs |= 1u << SEC_KDICT;
+	if (r == 0 && (mf->info.flags & ST_FI_COLUMN))
+		secs |= 1u << SEC_COL;
+	return (uint8_t)secs;
+}
+
+/* Whether a field's task writes C or K (the first sections of the file):
+ * those tasks go first. */
+static bool
+field_early(const mfield *mf)
+{
+	return (mf->info.flags & ST_FI_COLUMN) || st_field_type_is_ordinal(mf->info.type);
 }
 
 cm_err
@@ -656,6 +889,9 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
                  uint64_t gen, cm_pool *pool, size_t ram_budget, cm_error *err)
 {
 	mctx c = {.segs = segs, .n = n};
+	msched m = {0};
+	mwriter mw = {0};
+	bool sched_on = false;
 	segw w;
 	segw_init(&w);
 	c.w = &w;
@@ -709,18 +945,16 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 		cm_error_set(err, e, "merge: cannot read a segment");
 		goto fail;
 	}
-	int threads = pool ? cm_pool_threads(pool) : 1;
 	size_t nparts = 0;
 	for (size_t f = 0; f < c.nfields; f++) {
 		mfield *mf = &c.fields[f];
 		if (mf->info.flags & ST_FI_NORMS)
 			setup_norms(&c, mf, txns);
 		if (mf->info.type == ST_FT_TEXT)
-			setup_ranges(&c, mf, txns, threads);
+			setup_ranges(&c, mf, txns);
 		mf->first_part = nparts;
 		nparts += mf->nranges;
 	}
-	train_merge_dict(&c, txns);
 	close_txns(&c, txns);
 	memset(txns, 0, (n + 1) * sizeof(*txns));
 
@@ -732,75 +966,135 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 	w.parts = cm_calloc(CM_MEM_STORAGE, nparts + 1, sizeof(segw_part));
 	for (size_t i = 0; i < nparts; i++)
 		segw_part_init(&w.parts[i]);
-	size_t nstored = threads > 1 ? (size_t)threads * 2 : 1;
-	if (nstored > c.max_doc / 256 + 1)
-		nstored = c.max_doc / 256 + 1;
-	w.nstored = nstored;
-	w.stored = cm_calloc(CM_MEM_STORAGE, nstored, sizeof(cm_buf));
-	w.stored_spill = cm_calloc(CM_MEM_STORAGE, nstored, sizeof(segw_spill));
-	/* Over the budget, finished output goes to a spill file instead of
-	 * waiting in memory for the append (the merged segment is about as big
-	 * as its inputs). */
+	/* The split depends on the inputs only: any pool writes this file. */
 	uint64_t in_bytes = 0;
 	for (size_t i = 0; i < n; i++)
 		in_bytes += segs[i]->bytes;
+	size_t nstored = (size_t)(in_bytes / STORED_TASK_BYTES) + 1;
+	if (nstored > c.max_doc / STORED_TASK_MIN_DOCS + 1)
+		nstored = c.max_doc / STORED_TASK_MIN_DOCS + 1;
+	if (nstored > MAX_STORED_TASKS)
+		nstored = MAX_STORED_TASKS;
+	w.nstored = nstored;
+	w.stored = cm_calloc(CM_MEM_STORAGE, nstored, sizeof(cm_buf));
+	w.stored_spill = cm_calloc(CM_MEM_STORAGE, nstored, sizeof(segw_spill));
+	for (size_t i = 0; i < nstored; i++)
+		cm_buf_init(&w.stored[i], CM_MEM_STORAGE);
+	/* Over the budget, finished output goes to a spill file instead of
+	 * waiting in memory for the append (the merged segment is about as big
+	 * as its inputs). */
+	int threads = pool ? cm_pool_threads(pool) : 1;
 	if (ram_budget && in_bytes > ram_budget / 2) {
-		size_t at = ram_budget / (8 * (size_t)threads);
+		size_t at = ram_budget / (8 * (size_t)(threads + 1));
 		e = segw_spill_open(&w, path, at < 65536 ? 65536 : at, err);
 		if (e)
 			goto fail;
 	}
-	for (size_t i = 0; i < nstored; i++)
-		cm_buf_init(&w.stored[i], CM_MEM_STORAGE);
-
-	void *cdict = stored_cdict_create(&w.dict, STORED_LEVEL_MERGE);
-	c.cdict = cdict;
-	tasks = cm_calloc(CM_MEM_STORAGE, nparts + nstored + 1, sizeof(mtask));
-	/* Biggest work first so the pool's FIFO order keeps every core busy to
-	 * the end: stored-doc ranges (decompress + compress everything), then
-	 * fields by estimated cost, ids last. */
-	for (size_t i = 0; i < nstored; i++)
-		tasks[ntasks++] = (mtask){.c = &c, .kind = MT_STORED, .out = i,
-		                          .lo = (uint32_t)((uint64_t)c.max_doc * i / nstored),
-		                          .hi = (uint32_t)((uint64_t)c.max_doc * (i + 1) / nstored)};
-	size_t first_field = ntasks;
-	for (size_t f = 0; f < c.nfields; f++)
-		for (uint32_t r = 0; r < c.fields[f].nranges; r++)
-			tasks[ntasks++] = (mtask){.c = &c, .kind = MT_FIELD, .field = f, .range = r,
-			                          .cost = field_cost(&c, &c.fields[f])};
-	qsort(tasks + first_field, ntasks - first_field, sizeof(mtask), cmp_cost);
-	tasks[ntasks++] = (mtask){.c = &c, .kind = MT_IDS};
-	cm_pool_run_all(pool, run_mtask, tasks, sizeof(mtask), ntasks);
-	stored_cdict_free(cdict);
-
-	for (size_t i = 0; i < ntasks && !e; i++)
-		if (tasks[i].err)
-			e = cm_error_set(err, tasks[i].err, "merge into %s failed: %s", path,
-			                 cm_err_msg(tasks[i].err));
-	if (e)
-		goto fail;
-	/* Field infos: per-range sums; keyword/boolean doc counts from the
-	 * union of their postings. */
-	for (size_t i = 0; i < ntasks; i++) {
-		mtask *t = &tasks[i];
-		if (t->kind != MT_FIELD)
+	/* Norms are whole-field values known now: written before any task. */
+	for (size_t f = 0; f < c.nfields && !e; f++) {
+		mfield *mf = &c.fields[f];
+		if (!(mf->info.flags & ST_FI_NORMS))
 			continue;
-		mfield *mf = &c.fields[t->field];
-		mf->info.sum_doc_freq += t->sum_df;
-		mf->info.sum_total_term_freq += t->sum_ttf;
-		mf->info.num_terms += t->nterms;
-		if (t->present)
-			for (size_t wd = 0; wd < st_bit_words(c.max_doc); wd++)
-				mf->info.doc_count += (uint32_t)__builtin_popcountll(t->present[wd]);
+		segw_part *part = &w.parts[mf->first_part];
+		norms_put(&part->sec[SEC_NORMS], mf->info.id, mf->norms, c.max_doc);
+		e = segw_spill_out(&w, &part->sec[SEC_NORMS], &part->spill[SEC_NORMS], 1);
 	}
-	for (size_t f = 0; f < c.nfields; f++) {
-		w.fields[f] = c.fields[f].info;
-		w.fields[f].name = cm_strdup(CM_MEM_STORAGE, c.fields[f].info.name);
+	if (e) {
+		cm_error_set(err, e, "merge into %s: spill failed", path);
+		goto fail;
 	}
+
+	/* Tasks in the order the writer needs their output: dictionary
+	 * samples (the stored tasks wait for the dictionary), fields with
+	 * columns or ordinals (C and K come first in the file), ids, stored
+	 * docs, then the other fields' term ranges. */
+	c.nsamples = c.max_doc < SAMPLE_DOCS ? c.max_doc : SAMPLE_DOCS;
+	c.sample_stride = c.max_doc <= SAMPLE_DOCS ? SAMPLE_RUN
+	                                           : c.max_doc / (SAMPLE_DOCS / SAMPLE_RUN);
+	size_t nsample_tasks = (c.nsamples + SAMPLES_PER_TASK - 1) / SAMPLES_PER_TASK;
+	tasks = cm_calloc(CM_MEM_STORAGE, nsample_tasks + nparts + nstored + 2, sizeof(mtask));
+	m.part_task = cm_calloc(CM_MEM_STORAGE, nparts + 1, sizeof(size_t));
+	m.stored_task = cm_calloc(CM_MEM_STORAGE, nstored + 1, sizeof(size_t));
+	m.part_secs = cm_calloc(CM_MEM_STORAGE, nparts + 1, 1);
+	for (size_t i = 0; i < nsample_tasks; i++) {
+		uint32_t hi = (uint32_t)(i + 1) * SAMPLES_PER_TASK;
+		tasks[ntasks] = (mtask){.c = &c, .kind = MT_SAMPLE,
+		                        .lo = (uint32_t)i * SAMPLES_PER_TASK,
+		                        .hi = hi < c.nsamples ? hi : c.nsamples};
+		cm_buf_init(&tasks[ntasks++].samples, CM_MEM_STORAGE);
+	}
+	for (int early = 1; early >= 0; early--) {
+		for (size_t f = 0; f < c.nfields; f++) {
+			if (field_early(&c.fields[f]) != (early == 1))
+				continue;
+			const mfield *mf = &c.fields[f];
+			for (uint32_t r = 0; r < mf->nranges; r++) {
+				m.part_secs[mf->first_part + r] = part_sections(mf, r);
+				m.part_task[mf->first_part + r] = ntasks;
+				tasks[ntasks++] =
+				    (mtask){.c = &c, .kind = MT_FIELD, .field = f, .range = r};
+			}
+		}
+		if (!early)
+			break;
+		m.ids_task = ntasks;
+		tasks[ntasks++] = (mtask){.c = &c, .kind = MT_IDS};
+		for (size_t i = 0; i < nstored; i++) {
+			m.stored_task[i] = ntasks;
+			uint64_t md = c.max_doc;
+			tasks[ntasks++] = (mtask){.c = &c, .kind = MT_STORED, .out = i,
+			                          .lo = (uint32_t)(md * i / nstored),
+			                          .hi = (uint32_t)(md * (i + 1) / nstored)};
+		}
+	}
+	m.c = &c;
+	m.tasks = tasks;
+	m.ntasks = m.left = ntasks;
+	m.nsample_tasks = m.samples_left = nsample_tasks;
+	m.dict_ready = nsample_tasks == 0;
+	pthread_mutex_init(&m.mu, NULL);
+	pthread_cond_init(&m.cv, NULL);
+	sched_on = true;
+	mw.m = &m;
+	w.wait = writer_wait;
+	w.wait_ctx = &mw;
+	/* a merged segment is at most about as big as its inputs */
+	w.map_hint = (size_t)in_bytes + (size_t)in_bytes / 2 + (16u << 20);
+	/* small slices: their writes and writeback overlap the merging, and
+	 * the final commit and sync wait for the last slice only */
+	w.commit_bytes = 4u << 20;
+	size_t nworkers = pool ? (size_t)threads : 0;
+	if (nworkers > ntasks)
+		nworkers = ntasks;
+	m.workers = (int)nworkers;
+	for (size_t i = 0; i < nworkers; i++)
+		cm_pool_submit(pool, sched_worker, &m);
 	e = segw_write_file(&w, path, err);
+	if (e) {
+		pthread_mutex_lock(&m.mu);
+		m.abort = true;
+		pthread_mutex_unlock(&m.mu);
+	}
 fail:
-	for (size_t i = 0; i < ntasks; i++)
+	if (sched_on) {
+		/* the workers hold m until they leave */
+		pthread_mutex_lock(&m.mu);
+		while (m.workers > 0)
+			pthread_cond_wait(&m.cv, &m.mu);
+		pthread_mutex_unlock(&m.mu);
+		pthread_mutex_destroy(&m.mu);
+		pthread_cond_destroy(&m.cv);
+		stored_cctx_free(mw.wk.cctx);
+	}
+	stored_cdict_free(m.cdict);
+	cm_free(CM_MEM_STORAGE, m.part_task);
+	cm_free(CM_MEM_STORAGE, m.stored_task);
+	cm_free(CM_MEM_STORAGE, m.part_secs);
+	for (size_t i = 0; i < ntasks; i++) {
 		cm_free(CM_MEM_STORAGE, tasks[i].present);
+		cm_buf_free(&tasks[i].samples);
+		cm_free(CM_MEM_STORAGE, tasks[i].sizes);
+	}
 	cm_free(CM_MEM_STORAGE, tasks);
 	close_txns(&c, txns);
 	cm_free(CM_MEM_STORAGE, txns);

@@ -212,7 +212,20 @@ typedef struct segw {
 	cm_buf dict; /* Z value (raw dictionary), empty when none */
 	uint32_t max_doc, stored_docs;
 	uint64_t gen;
+	/* Pipelined writing (merges): when wait is set, segw_write_file
+	 * appends each stream as soon as wait(wait_ctx, what, index, sec)
+	 * says it is complete (SEGW_PART: part index's section sec,
+	 * SEGW_STORED: stored stream index, SEGW_IDS; SEGW_ALL: every stream,
+	 * the dictionary and the field infos are final). F goes in as a
+	 * placeholder and is replaced once SEGW_ALL returns; the map starts at
+	 * map_hint bytes. A nonzero return aborts the write with that error. */
+	cm_err (*wait)(void *ctx, int what, size_t index, int sec);
+	void *wait_ctx;
+	size_t map_hint;
+	size_t commit_bytes; /* commit every this many bytes (0: 64 MB) */
 } segw;
+
+enum { SEGW_PART, SEGW_STORED, SEGW_IDS, SEGW_ALL };
 
 void segw_init(segw *w);
 void segw_free(segw *w);
@@ -224,7 +237,7 @@ cm_err segw_spill_open(segw *w, const char *path, size_t spill_at, cm_error *err
  * (callers pass w->spill_at while producing, 1 when done). Thread-safe
  * across distinct streams. */
 cm_err segw_spill_out(segw *w, cm_buf *s, segw_spill *sp, size_t at);
-/* Writes the file (tmp, sync, trailer, rename, fsync dir). */
+/* Writes the file (tmp, trailer, one fsync, rename, fsync dir). */
 cm_err segw_write_file(const segw *w, const char *path, cm_error *err);
 
 /* Encodes one term's postings (and positions when pos != NULL) into the T
@@ -255,6 +268,7 @@ typedef struct storedenc {
 	cm_buf *stream;
 	uint32_t first, next; /* doc range in raw */
 	void *cctx;
+	bool own_cctx;
 	const void *cdict;
 	int level;
 } storedenc;
@@ -263,6 +277,12 @@ typedef struct storedenc {
 #define STORED_LEVEL_FLUSH 1
 #define STORED_LEVEL_MERGE 3
 void storedenc_init(storedenc *e, cm_buf *stream, const void *cdict, int level, uint32_t first_doc);
+/* The same with a caller's ZSTD_CCtx, reused across encoders (not freed
+ * by storedenc_finish): the output does not depend on the context. */
+void storedenc_init_ctx(storedenc *e, cm_buf *stream, const void *cdict, int level,
+                        uint32_t first_doc, void *cctx);
+void *stored_cctx_create(void);
+void stored_cctx_free(void *cctx);
 void storedenc_add(storedenc *e, const char *id, size_t id_len, const char *src, size_t src_len);
 void storedenc_finish(storedenc *e); /* flushes and frees the context */
 /* Trains a dictionary from samples (concatenated, sizes[]) into dict;

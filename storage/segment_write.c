@@ -1,5 +1,6 @@
 /* Encoders for every section and the file writer shared by
  * st_segbuild_write and st_segment_merge. */
+#define _GNU_SOURCE /* sync_file_range */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -415,7 +416,34 @@ storedenc_init(storedenc *e, cm_buf *stream, const void *cdict, int level, uint3
 	e->stream = stream;
 	e->first = e->next = first_doc;
 	e->cctx = ZSTD_createCCtx();
+	e->own_cctx = true;
 	e->cdict = cdict;
+}
+
+void
+storedenc_init_ctx(storedenc *e, cm_buf *stream, const void *cdict, int level, uint32_t first_doc,
+                   void *cctx)
+{
+	e->level = level;
+	cm_buf_init(&e->raw, CM_MEM_STORAGE);
+	cm_buf_init(&e->out, CM_MEM_STORAGE);
+	e->stream = stream;
+	e->first = e->next = first_doc;
+	e->cctx = cctx;
+	e->own_cctx = false;
+	e->cdict = cdict;
+}
+
+void *
+stored_cctx_create(void)
+{
+	return ZSTD_createCCtx();
+}
+
+void
+stored_cctx_free(void *cctx)
+{
+	ZSTD_freeCCtx(cctx);
 }
 
 static void
@@ -460,7 +488,8 @@ void
 storedenc_finish(storedenc *e)
 {
 	storedenc_flush(e);
-	ZSTD_freeCCtx(e->cctx);
+	if (e->own_cctx)
+		ZSTD_freeCCtx(e->cctx);
 	e->cctx = NULL;
 	cm_buf_free(&e->raw);
 	cm_buf_free(&e->out);
@@ -557,20 +586,46 @@ bytes_cost(const uint8_t *d, size_t len)
 	return cost;
 }
 
+/* Maps one spilled chunk (from the page holding its start): a merge's
+ * spill file grows while the writer appends, so chunks are mapped one at
+ * a time, once complete. */
+static const uint8_t *
+spill_view(const segw *w, uint64_t off, size_t len, void **base, size_t *maplen)
+{
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t a = off - off % pg;
+	*maplen = (size_t)(off - a) + len;
+	*base = mmap(NULL, *maplen, PROT_READ, MAP_SHARED, w->spill_fd, (off_t)a);
+	if (*base == MAP_FAILED)
+		return NULL;
+	return (const uint8_t *)*base + (off - a);
+}
+
 static size_t
-stream_cost(const uint8_t *map, const cm_buf *s, const segw_spill *sp)
+stream_cost(const segw *w, const cm_buf *s, const segw_spill *sp)
 {
 	size_t cost = bytes_cost(s->data, s->len);
-	for (size_t c = 0; sp && c < sp->n; c++)
-		cost += bytes_cost(map + sp->off[c], sp->len[c]);
+	for (size_t c = 0; sp && c < sp->n; c++) {
+		void *base;
+		size_t ml;
+		const uint8_t *d = spill_view(w, sp->off[c], sp->len[c], &base, &ml);
+		if (d == NULL)
+			return SIZE_MAX / 4; /* the write fails later, with its error */
+		cost += bytes_cost(d, sp->len[c]);
+		munmap(base, ml);
+	}
 	return cost;
 }
 
 typedef struct writer {
-	const uint8_t *spill_map;
+	const segw *w;
 	MDB_env *env;
 	MDB_txn *txn;
 	MDB_dbi dbi;
+	/* kept on the last key across puts: MDB_APPEND through a fresh cursor
+	 * (mdb_put) searches the tree from its root every time; closed by
+	 * LMDB when its transaction ends */
+	MDB_cursor *cur;
 	size_t since_commit;
 	cm_error *err;
 } writer;
@@ -579,7 +634,9 @@ static cm_err
 writer_put(writer *wr, const void *key, size_t klen, const void *val, size_t vlen)
 {
 	MDB_val k = {klen, (void *)key}, v = {vlen, (void *)val};
-	int rc = mdb_put(wr->txn, wr->dbi, &k, &v, MDB_APPEND);
+	int rc = wr->cur ? 0 : mdb_cursor_open(wr->txn, wr->dbi, &wr->cur);
+	if (rc == 0)
+		rc = mdb_cursor_put(wr->cur, &k, &v, MDB_APPEND);
 	if (rc == MDB_MAP_FULL)
 		return CM_EFULL;
 	if (rc == MDB_KEYEXIST)
@@ -588,9 +645,15 @@ writer_put(writer *wr, const void *key, size_t klen, const void *val, size_t vle
 		return cm_error_set(wr->err, seg_err(rc), "segment write: %s", mdb_strerror(rc));
 	/* Commit in slices so dirty pages never pile up in memory. */
 	wr->since_commit += klen + vlen;
-	if (wr->since_commit > (64u << 20)) {
+	if (wr->since_commit > (wr->w->commit_bytes ? wr->w->commit_bytes : (64u << 20))) {
 		rc = mdb_txn_commit(wr->txn);
 		wr->txn = NULL;
+		wr->cur = NULL;
+		/* start writing back what is committed, so the final sync
+		 * waits for the last slice only */
+		int fd;
+		if (rc == 0 && mdb_env_get_fd(wr->env, &fd) == 0)
+			(void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 		if (rc == 0)
 			rc = mdb_txn_begin(wr->env, NULL, 0, &wr->txn);
 		if (rc == MDB_MAP_FULL)
@@ -622,7 +685,13 @@ static cm_err
 writer_stream(writer *wr, const cm_buf *s, const segw_spill *sp)
 {
 	for (size_t c = 0; sp && c < sp->n; c++) {
-		cm_err e = writer_bytes(wr, wr->spill_map + sp->off[c], sp->len[c]);
+		void *base;
+		size_t ml;
+		const uint8_t *d = spill_view(wr->w, sp->off[c], sp->len[c], &base, &ml);
+		if (d == NULL)
+			return cm_error_set(wr->err, CM_EIO, "spill map: %s", strerror(errno));
+		cm_err e = writer_bytes(wr, d, sp->len[c]);
+		munmap(base, ml);
 		if (e)
 			return e;
 	}
@@ -650,16 +719,35 @@ records_bytes(writer *wr, const uint8_t *d, size_t len, record_fn fn, void *ctx)
 }
 
 static cm_err
-stored_records(const segw *w, writer *wr, record_fn fn, void *ctx)
+stored_stream_records(writer *wr, size_t i, record_fn fn, void *ctx)
+{
+	const segw *w = wr->w;
+	const segw_spill *sp = w->stored_spill ? &w->stored_spill[i] : NULL;
+	for (size_t c = 0; sp && c < sp->n; c++) {
+		void *base;
+		size_t ml;
+		const uint8_t *d = spill_view(w, sp->off[c], sp->len[c], &base, &ml);
+		if (d == NULL)
+			return cm_error_set(wr->err, CM_EIO, "spill map: %s", strerror(errno));
+		cm_err e = records_bytes(wr, d, sp->len[c], fn, ctx);
+		munmap(base, ml);
+		if (e)
+			return e;
+	}
+	return records_bytes(wr, w->stored[i].data, w->stored[i].len, fn, ctx);
+}
+
+/* Every stored record, in doc order; with waiting on, each stream once
+ * its producer is done (the first pass, the block index, waits; the
+ * chunks follow it). */
+static cm_err
+stored_records(const segw *w, writer *wr, record_fn fn, void *ctx, bool wait)
 {
 	for (size_t i = 0; i < w->nstored; i++) {
-		const segw_spill *sp = w->stored_spill ? &w->stored_spill[i] : NULL;
-		for (size_t c = 0; sp && c < sp->n; c++) {
-			cm_err e = records_bytes(wr, wr->spill_map + sp->off[c], sp->len[c], fn, ctx);
-			if (e)
-				return e;
-		}
-		cm_err e = records_bytes(wr, w->stored[i].data, w->stored[i].len, fn, ctx);
+		cm_err e = wait && w->wait ? w->wait(w->wait_ctx, SEGW_STORED, i, 0) : CM_OK;
+		if (e)
+			return cm_error_set(wr->err, e, "segment write: %s", cm_err_msg(e));
+		e = stored_stream_records(wr, i, fn, ctx);
 		if (e)
 			return e;
 	}
@@ -747,11 +835,11 @@ write_stored_section(const segw *w, writer *wr)
 {
 	stored_out o = {0};
 	cm_buf_init(&o.buf, CM_MEM_STORAGE);
-	cm_err e = stored_records(w, wr, put_index, &o);
+	cm_err e = stored_records(w, wr, put_index, &o, true);
 	o.off = 0;
 	cm_buf_reset(&o.buf);
 	if (!e)
-		e = stored_records(w, wr, put_chunks, &o);
+		e = stored_records(w, wr, put_chunks, &o, false);
 	if (!e && o.buf.len)
 		e = flush_chunk(wr, &o);
 	cm_buf_free(&o.buf);
@@ -779,26 +867,57 @@ build_fields_value(const segw *w, cm_buf *b)
 }
 
 static cm_err
-write_all(const segw *w, writer *wr, const cm_buf *fv, const cm_buf *mv)
+wait_for(const segw *w, writer *wr, int what, size_t index, int sec)
+{
+	if (!w->wait)
+		return CM_OK;
+	cm_err e = w->wait(w->wait_ctx, what, index, sec);
+	if (e)
+		return cm_error_set(wr->err, e, "segment write: %s", cm_err_msg(e));
+	return CM_OK;
+}
+
+static cm_err
+write_parts(const segw *w, writer *wr, int sec)
 {
 	cm_err e = CM_OK;
+	for (size_t i = 0; i < w->nparts && !e; i++) {
+		e = wait_for(w, wr, SEGW_PART, i, sec);
+		if (!e)
+			e = writer_stream(wr, &w->parts[i].sec[sec], &w->parts[i].spill[sec]);
+	}
+	return e;
+}
+
+/* fv: the F value, or NULL when the field infos come last (w->wait set):
+ * F then goes in as a placeholder, replaced in place once everything is
+ * written and SEGW_ALL says the infos are final. */
+static cm_err
+write_all(const segw *w, writer *wr, const cm_buf *fv, const cm_buf *mv)
+{
+	static const uint8_t placeholder[1] = {0};
+	cm_err e = CM_OK;
 	/* Section order is key order: C F I K M N P S T Z. */
-	for (size_t i = 0; i < w->nparts && !e; i++)
-		e = writer_stream(wr, &w->parts[i].sec[SEC_COL], &w->parts[i].spill[SEC_COL]);
+	e = write_parts(w, wr, SEC_COL);
 	if (!e)
-		e = writer_put(wr, "F", 1, fv->data, fv->len);
+		e = fv ? writer_put(wr, "F", 1, fv->data, fv->len)
+		       : writer_put(wr, "F", 1, placeholder, sizeof(placeholder));
+	if (!e)
+		e = wait_for(w, wr, SEGW_IDS, 0, 0);
 	if (!e)
 		e = writer_stream(wr, &w->ids, &w->ids_spill);
-	for (size_t i = 0; i < w->nparts && !e; i++)
-		e = writer_stream(wr, &w->parts[i].sec[SEC_KDICT], &w->parts[i].spill[SEC_KDICT]);
+	if (!e)
+		e = write_parts(w, wr, SEC_KDICT);
 	if (!e)
 		e = writer_put(wr, "M", 1, mv->data, mv->len);
-	for (size_t i = 0; i < w->nparts && !e; i++)
-		e = writer_stream(wr, &w->parts[i].sec[SEC_NORMS], &w->parts[i].spill[SEC_NORMS]);
+	if (!e)
+		e = write_parts(w, wr, SEC_NORMS);
 	if (!e)
 		e = write_stored_section(w, wr);
-	for (size_t i = 0; i < w->nparts && !e; i++)
-		e = writer_stream(wr, &w->parts[i].sec[SEC_TERM], &w->parts[i].spill[SEC_TERM]);
+	if (!e)
+		e = write_parts(w, wr, SEC_TERM);
+	if (!e)
+		e = wait_for(w, wr, SEGW_ALL, 0, 0);
 	if (!e && w->dict.len) {
 		cm_buf z;
 		cm_buf_init(&z, CM_MEM_STORAGE);
@@ -806,6 +925,19 @@ write_all(const segw *w, writer *wr, const cm_buf *fv, const cm_buf *mv)
 		cm_buf_put_checksum(&z, 0);
 		e = writer_put(wr, "Z", 1, z.data, z.len);
 		cm_buf_free(&z);
+	}
+	if (!e && !fv) {
+		cm_buf f;
+		cm_buf_init(&f, CM_MEM_STORAGE);
+		build_fields_value(w, &f);
+		MDB_val k = {1, "F"}, v = {f.len, f.data};
+		int rc = mdb_put(wr->txn, wr->dbi, &k, &v, 0);
+		cm_buf_free(&f);
+		if (rc == MDB_MAP_FULL)
+			e = CM_EFULL;
+		else if (rc)
+			e = cm_error_set(wr->err, seg_err(rc), "segment write: %s",
+			                 mdb_strerror(rc));
 	}
 	return e;
 }
@@ -823,6 +955,8 @@ append_trailer(const char *tmp, cm_error *err)
 		e = cm_error_set(err, CM_EIO, "stat %s: %s", tmp, strerror(errno));
 		goto fail;
 	}
+	/* the disk writes LMDB's pages while the hash reads them */
+	(void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED) {
 		e = cm_error_set(err, CM_EIO, "mmap %s: %s", tmp, strerror(errno));
@@ -852,32 +986,26 @@ segw_write_file(const segw *w, const char *path, cm_error *err)
 	cm_buf fv, mv;
 	cm_buf_init(&fv, CM_MEM_STORAGE);
 	cm_buf_init(&mv, CM_MEM_STORAGE);
-	build_fields_value(w, &fv);
+	if (!w->wait)
+		build_fields_value(w, &fv);
 	cm_buf_put_u32(&mv, SEG_FORMAT);
 	cm_buf_put_varint(&mv, w->max_doc);
 	cm_buf_put_varint(&mv, w->gen);
 	cm_buf_put_varint(&mv, w->stored_docs);
 	cm_buf_put_checksum(&mv, 0);
 
-	const uint8_t *map = NULL;
-	size_t map_len = (size_t)atomic_load(&((segw *)w)->spill_end);
-	if (w->spill_fd >= 0 && map_len) {
-		void *m = mmap(NULL, map_len, PROT_READ, MAP_SHARED, w->spill_fd, 0);
-		if (m == MAP_FAILED) {
-			cm_buf_free(&fv);
-			cm_buf_free(&mv);
-			return cm_error_set(err, CM_EIO, "spill map: %s", strerror(errno));
-		}
-		map = m;
+	size_t mapsize = w->map_hint;
+	if (!w->wait) {
+		size_t est = entry_cost(1, fv.len) + entry_cost(1, mv.len) +
+		             entry_cost(1, w->dict.len) + stream_cost(w, &w->ids, &w->ids_spill);
+		for (size_t i = 0; i < w->nparts; i++)
+			for (int s = 0; s < SEC_N; s++)
+				est += stream_cost(w, &w->parts[i].sec[s], &w->parts[i].spill[s]);
+		for (size_t i = 0; i < w->nstored; i++)
+			est += stream_cost(w, &w->stored[i],
+			                   w->stored_spill ? &w->stored_spill[i] : NULL);
+		mapsize = est + est / 2 + (4u << 20);
 	}
-	size_t est = entry_cost(1, fv.len) + entry_cost(1, mv.len) + entry_cost(1, w->dict.len) +
-	             stream_cost(map, &w->ids, &w->ids_spill);
-	for (size_t i = 0; i < w->nparts; i++)
-		for (int s = 0; s < SEC_N; s++)
-			est += stream_cost(map, &w->parts[i].sec[s], &w->parts[i].spill[s]);
-	for (size_t i = 0; i < w->nstored; i++)
-		est += stream_cost(map, &w->stored[i], w->stored_spill ? &w->stored_spill[i] : NULL);
-	size_t mapsize = est + est / 2 + (4u << 20);
 
 	size_t plen = strlen(path);
 	char *tmp = cm_malloc(CM_MEM_STORAGE, plen + 5);
@@ -886,7 +1014,7 @@ segw_write_file(const segw *w, const char *path, cm_error *err)
 	cm_err e = CM_OK;
 	for (int attempt = 0; attempt < 8; attempt++) {
 		unlink(tmp);
-		writer wr = {.err = err, .spill_map = map};
+		writer wr = {.err = err, .w = w};
 		int rc = mdb_env_create(&wr.env);
 		if (rc == 0)
 			rc = mdb_env_set_mapsize(wr.env, mapsize);
@@ -903,7 +1031,7 @@ segw_write_file(const segw *w, const char *path, cm_error *err)
 			mdb_env_close(wr.env);
 			break;
 		}
-		e = write_all(w, &wr, &fv, &mv);
+		e = write_all(w, &wr, w->wait ? NULL : &fv, &mv);
 		if (!e) {
 			rc = mdb_txn_commit(wr.txn);
 			wr.txn = NULL;
@@ -912,11 +1040,8 @@ segw_write_file(const segw *w, const char *path, cm_error *err)
 			else if (rc)
 				e = cm_error_set(err, seg_err(rc), "segment commit: %s", mdb_strerror(rc));
 		}
-		if (!e) {
-			rc = mdb_env_sync(wr.env, 1);
-			if (rc)
-				e = cm_error_set(err, CM_EIO, "segment sync: %s", mdb_strerror(rc));
-		}
+		/* no sync here: append_trailer's fsync makes the pages and the
+		 * trailer durable at once */
 		if (wr.txn)
 			mdb_txn_abort(wr.txn);
 		mdb_env_close(wr.env);
@@ -948,8 +1073,6 @@ segw_write_file(const segw *w, const char *path, cm_error *err)
 	}
 	if (e)
 		unlink(tmp);
-	if (map)
-		munmap((void *)map, map_len);
 	cm_free(CM_MEM_STORAGE, tmp);
 	cm_buf_free(&fv);
 	cm_buf_free(&mv);

@@ -2,11 +2,15 @@
  *
  *   shoal-engine index --mapping M.json --in docs.ndjson --out DIR
  *                      [--ram-mb N] [--threads N] [--force-merge N] [--id-field F]
+ *   shoal-engine merge --mapping M.json --index DIR [--max-segments N]
+ *                      [--threads N] [--ram-mb N]
  *   shoal-engine query ...   (search/sr_engine.h)
  *
  * `index` reads one JSON source per line, applies batches of ~1000 docs
  * (ids from --id-field, else the line number), refreshes, optionally force
- * merges, and prints the figures the indexing benchmark tabulates. */
+ * merges, and prints the figures the indexing benchmark tabulates. `merge`
+ * opens an indexed shard directory (background merges off) and times a
+ * force merge alone, so it can be profiled apart from indexing. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -45,6 +49,8 @@ usage(void)
 	fprintf(stderr, "usage: shoal-engine index --mapping M.json --in docs.ndjson --out DIR\n"
 	                "                          [--ram-mb N] [--threads N] [--force-merge N] "
 	                "[--id-field F]\n"
+	                "       shoal-engine merge --mapping M.json --index DIR [--max-segments N] "
+	                "[--threads N] [--ram-mb N]\n"
 	                "       shoal-engine query ...\n"
 	                "       shoal-engine sizes --index DIR   (bytes by segment section)\n");
 	return 2;
@@ -299,6 +305,71 @@ cmd_index(int argc, char **argv)
 	return fd.failed ? 3 : 0;
 }
 
+/* Force merges an existing shard directory, timed alone. */
+static int
+cmd_merge(int argc, char **argv)
+{
+	const char *mapping = NULL, *dir = NULL;
+	int threads = 2, max_segments = 1;
+	size_t ram_mb = 64;
+	for (int i = 2; i + 1 < argc; i += 2) {
+		const char *k = argv[i], *v = argv[i + 1];
+		if (strcmp(k, "--mapping") == 0)
+			mapping = v;
+		else if (strcmp(k, "--index") == 0)
+			dir = v;
+		else if (strcmp(k, "--threads") == 0)
+			threads = atoi(v);
+		else if (strcmp(k, "--max-segments") == 0)
+			max_segments = atoi(v);
+		else if (strcmp(k, "--ram-mb") == 0)
+			ram_mb = (size_t)strtoul(v, NULL, 10);
+		else
+			return usage();
+	}
+	if (argc % 2 || !mapping || !dir || threads < 1 || max_segments < 1 || ram_mb < 1)
+		return usage();
+	st_mapping *m = load_mapping(mapping);
+	if (m == NULL)
+		return 1;
+	cm_pool *pool = cm_pool_create(threads, "merge");
+	st_shard_opts o;
+	st_shard_opts_default(&o);
+	o.merge_pool = pool;
+	o.indexing_max_ram_mb = ram_mb;
+	o.background_merges = false;
+	cm_error err;
+	cm_error_clear(&err);
+	st_shard *s;
+	if (st_shard_open(dir, m, &o, &s, &err) != CM_OK) {
+		fprintf(stderr, "cannot open shard %s: %s\n", dir, err.reason);
+		return 1;
+	}
+	st_shard_stats before;
+	st_shard_stats_get(s, &before);
+	uint64_t f0 = cm_now_ns();
+	double fc0 = cm_cpu_seconds();
+	cm_err e = st_shard_force_merge(s, max_segments);
+	double wall = (double)(cm_now_ns() - f0) / 1e9, cpu = cm_cpu_seconds() - fc0;
+	st_shard_stats st;
+	st_shard_stats_get(s, &st);
+	st_shard_close(s);
+	cm_pool_destroy(pool);
+	st_mapping_unref(m);
+	if (e) {
+		fprintf(stderr, "force merge failed: %s\n", cm_err_name(e));
+		return 1;
+	}
+	printf("segments_before: %" PRIu64 "\n", before.segments);
+	printf("force_merge_s: %.3f\n", wall);
+	printf("force_merge_cpu_s: %.3f\n", cpu);
+	printf("force_merge_busy_threads: %.2f\n", wall > 0 ? cpu / wall : 0);
+	printf("segments: %" PRIu64 "\n", st.segments);
+	printf("live_docs: %" PRIu64 "\n", st.docs);
+	printf("index_bytes: %" PRId64 "\n", cm_dir_bytes(dir));
+	return 0;
+}
+
 /* The byte table of every segment file under DIR (a shard directory),
  * by section, summed: where an index's bytes go. */
 static int
@@ -379,5 +450,7 @@ main(int argc, char **argv)
 		return sr_engine_query_main(argc - 1, argv + 1);
 	if (strcmp(argv[1], "sizes") == 0)
 		return cmd_sizes(argc, argv);
+	if (strcmp(argv[1], "merge") == 0)
+		return cmd_merge(argc, argv);
 	return usage();
 }
