@@ -1333,7 +1333,7 @@ st__bufs_release(st_shard *s)
  * while a freeze or reset holds the buffers or none can be had. Returns
  * how many were taken (at least one). wmu held. */
 static size_t
-bufs_take(st_shard *s, part *parts, size_t want)
+bufs_take(st_shard *s, membuf **m, uint32_t *idx, size_t want)
 {
 	for (;;) {
 		while (s->holds > 0)
@@ -1358,8 +1358,8 @@ bufs_take(st_shard *s, part *parts, size_t want)
 				s->act.b[s->act.n++] = membuf_new();
 			}
 			s->act.b[best]->busy = true;
-			parts[got].m = s->act.b[best];
-			parts[got].buf = (uint32_t)best;
+			m[got] = s->act.b[best];
+			idx[got] = (uint32_t)best;
 			got++;
 		}
 		if (got > 0) {
@@ -1447,19 +1447,14 @@ apply_ops(st_shard *s, const st_op *ops, size_t n, st_op_result *res, bool repla
 	/* Phase 1, write lock: take buffers, then decide every op against the
 	 * current state, log, and hand out doc numbers. */
 	pthread_mutex_lock(&s->wmu);
-	size_t nb = bufs_take(s, b.parts, np);
-	if (nb != np) {
-		membuf *m[MAX_PARTS];
-		uint32_t idx[MAX_PARTS];
-		for (size_t c = 0; c < nb; c++) {
-			m[c] = b.parts[c].m;
-			idx[c] = b.parts[c].buf;
-		}
+	membuf *taken[MAX_PARTS];
+	uint32_t idx[MAX_PARTS];
+	size_t nb = bufs_take(s, taken, idx, np);
+	if (nb != np) /* fewer buffers to be had: as many parts */
 		parts_split(&b, s, ops, res, n, nb);
-		for (size_t c = 0; c < nb; c++) {
-			b.parts[c].m = m[c];
-			b.parts[c].buf = idx[c];
-		}
+	for (size_t c = 0; c < nb; c++) {
+		b.parts[c].m = taken[c];
+		b.parts[c].buf = idx[c];
 	}
 	cm_err err = CM_OK;
 	lookup_ctx lc;
@@ -1966,8 +1961,7 @@ refresh_run(st_shard *s)
 	if (s->frz == NULL) {
 		if (bufset_docs(&s->act) == 0 && s->ops_since_commit == 0) {
 			/* Nothing to write; an unused buffer's memory goes back. */
-			if (s->act.n > 0 && s->busy_bufs == 0 && bufset_docs(&s->act) == 0 &&
-			    s->act.vm.count == 0) {
+			if (s->act.n > 0 && s->busy_bufs == 0 && s->act.vm.count == 0) {
 				for (size_t i = 0; i < s->act.n; i++)
 					membuf_free(s->act.b[i]);
 				s->act.n = 0;

@@ -51,11 +51,10 @@ rndn(int n)
 	return (int)(rnd() % (uint64_t)n);
 }
 
+/* A mapping from its JSON text; the test stops if it does not parse. */
 static st_mapping *
-test_mapping(void)
+mapping_of(const char *js)
 {
-	const char *js = "{\"properties\":{\"k\":{\"type\":\"keyword\"},\"n\":{\"type\":\"long\"},"
-	                 "\"body\":{\"type\":\"text\"}}}";
 	cJSON *j = cJSON_Parse(js);
 	REQUIRE(j != NULL);
 	st_mapping *m = NULL;
@@ -67,6 +66,13 @@ test_mapping(void)
 		fprintf(stderr, "mapping: %s\n", err.reason);
 	REQUIRE(e == CM_OK && m != NULL);
 	return m;
+}
+
+static st_mapping *
+test_mapping(void)
+{
+	return mapping_of("{\"properties\":{\"k\":{\"type\":\"keyword\"},\"n\":{\"type\":\"long\"},"
+	                  "\"body\":{\"type\":\"text\"}}}");
 }
 
 static void
@@ -1605,14 +1611,10 @@ popcount_bits(const uint64_t *b, uint32_t n)
 static void
 nested_docs(const char *dir, cm_pool *pool)
 {
-	const char *js = "{\"properties\":{\"c\":{\"type\":\"nested\","
-	                 "\"properties\":{\"a\":{\"type\":\"keyword\"}}}}}";
-	cJSON *j = cJSON_Parse(js);
-	st_mapping *m = NULL;
+	st_mapping *m = mapping_of("{\"properties\":{\"c\":{\"type\":\"nested\","
+	                           "\"properties\":{\"a\":{\"type\":\"keyword\"}}}}}");
 	cm_error err;
 	cm_error_clear(&err);
-	REQUIRE(st_mapping_from_json(j, &m, &err) == CM_OK);
-	cJSON_Delete(j);
 	st_shard_opts o;
 	st_shard_opts_default(&o);
 	o.merge_pool = pool;
@@ -1684,16 +1686,9 @@ nested_docs(const char *dir, cm_pool *pool)
 static st_mapping *
 pm_mapping(void)
 {
-	const char *js = "{\"properties\":{\"k\":{\"type\":\"keyword\"},\"n\":{\"type\":\"long\"},"
-	                 "\"body\":{\"type\":\"text\"},\"c\":{\"type\":\"nested\","
-	                 "\"properties\":{\"a\":{\"type\":\"keyword\"}}}}}";
-	cJSON *j = cJSON_Parse(js);
-	st_mapping *m = NULL;
-	cm_error err;
-	cm_error_clear(&err);
-	REQUIRE(st_mapping_from_json(j, &m, &err) == CM_OK);
-	cJSON_Delete(j);
-	return m;
+	return mapping_of("{\"properties\":{\"k\":{\"type\":\"keyword\"},\"n\":{\"type\":\"long\"},"
+	                  "\"body\":{\"type\":\"text\"},\"c\":{\"type\":\"nested\","
+	                  "\"properties\":{\"a\":{\"type\":\"keyword\"}}}}}");
 }
 
 static void
