@@ -22,7 +22,7 @@ run_actions(co_req *r, cJSON *actions)
 {
 	cm_error err;
 	cm_error_clear(&err);
-	if (co_cluster_admin(r, "aliases", "", actions)) {
+	if (co_cluster_admin(r, ND_META_ALIASES, "", actions)) {
 		cJSON_Delete(actions);
 		return;
 	}

@@ -240,6 +240,7 @@ pending_flush(co_stream *s, pending *p, size_t first, size_t last)
 	for (size_t i = 0; i < p->nb; i++) {
 		p->b[i].ops = p->ops[i];
 		p->b[i].res = cm_calloc(MEM, p->b[i].n + 1, sizeof(st_op_result));
+		p->b[i].deadline_ns = s->r->write_deadline_ns; /* the request's ?timeout */
 	}
 	if (nd_cluster_of(s->r->node))
 		/* Cluster: every batch goes to its shard's primary copy. */
@@ -345,6 +346,7 @@ apply_chunk(co_stream *s)
 {
 	pending p;
 	size_t first = 0;
+	nd_req_opts ro = co_req_opts(s->r);
 
 	memset(&p, 0, sizeof(p));
 	for (size_t k = 0; k < s->nitems; k++) {
@@ -399,8 +401,8 @@ apply_chunk(co_stream *s)
 				it->failed = true;
 				cm_error_set_type(&it->err, CM_EPARSE, "x_content_parse_exception",
 				                  "failed to parse the update request body");
-			} else if (co_update_doc(it->ix, it->a.id, it->a.routing, body, &it->a.w, it->a.retries,
-			                         &it->res, &it->err)) {
+			} else if (co_update_doc(it->ix, it->a.id, it->a.routing, body, &it->a.w,
+			                         it->a.retries, &ro, &it->res, &it->err)) {
 				it->failed = true;
 			}
 			cJSON_Delete(body);

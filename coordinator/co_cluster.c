@@ -32,7 +32,7 @@ reply_admin(co_req *r, cm_err rc, const cm_error *err, char *reply, const char *
 }
 
 bool
-co_cluster_admin(co_req *r, const char *action, const char *index, const cJSON *body)
+co_cluster_admin(co_req *r, nd_meta_kind kind, const char *index, const cJSON *body)
 {
 	nd_cluster *cl = nd_cluster_of(r->node);
 	char *text = NULL, *reply = NULL;
@@ -42,17 +42,17 @@ co_cluster_admin(co_req *r, const char *action, const char *index, const cJSON *
 	cm_error_clear(&err);
 	if (body)
 		text = cJSON_PrintUnformatted(body);
-	cm_err rc = nd_cluster_admin(cl, action, index, text, &reply, &err);
+	cm_err rc = nd_cluster_meta(cl, kind, index, text, &reply, &err);
 	if (text)
 		cJSON_free(text);
-	reply_admin(r, rc, &err, reply, strcmp(action, "create") == 0 ? index : NULL);
+	reply_admin(r, rc, &err, reply, kind == ND_META_CREATE ? index : NULL);
 	return true;
 }
 
 /* One admin action through the master over the comma-joined names of
  * ixs; body (may be NULL) stays the caller's. */
 static bool
-admin_on_indices(co_req *r, const char *action, nd_index **ixs, size_t n, const cJSON *body)
+admin_on_indices(co_req *r, nd_meta_kind kind, nd_index **ixs, size_t n, const cJSON *body)
 {
 	nd_cluster *cl = nd_cluster_of(r->node);
 	cm_buf names;
@@ -62,7 +62,7 @@ admin_on_indices(co_req *r, const char *action, nd_index **ixs, size_t n, const 
 	for (size_t i = 0; i < n; i++)
 		cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
 	cm_buf_put_u8(&names, 0);
-	co_cluster_admin(r, action, (const char *)names.data, body);
+	co_cluster_admin(r, kind, (const char *)names.data, body);
 	cm_buf_free(&names);
 	return true;
 }
@@ -70,23 +70,23 @@ admin_on_indices(co_req *r, const char *action, nd_index **ixs, size_t n, const 
 bool
 co_cluster_delete(co_req *r, nd_index **ixs, size_t n)
 {
-	return admin_on_indices(r, "delete", ixs, n, NULL);
+	return admin_on_indices(r, ND_META_DELETE, ixs, n, NULL);
 }
 
 bool
 co_cluster_put_mapping(co_req *r, nd_index **ixs, size_t n, const cJSON *body)
 {
-	return admin_on_indices(r, "put_mapping", ixs, n, body);
+	return admin_on_indices(r, ND_META_PUT_MAPPING, ixs, n, body);
 }
 
 bool
 co_cluster_put_settings(co_req *r, nd_index **ixs, size_t n, const cJSON *settings)
 {
-	return admin_on_indices(r, "put_settings", ixs, n, settings);
+	return admin_on_indices(r, ND_META_PUT_SETTINGS, ixs, n, settings);
 }
 
 bool
-co_cluster_broadcast(co_req *r, const char *action, nd_index **ixs, size_t n)
+co_cluster_broadcast(co_req *r, nd_broadcast_op op, nd_index **ixs, size_t n)
 {
 	nd_cluster *cl = nd_cluster_of(r->node);
 	cm_buf names;
@@ -103,7 +103,7 @@ co_cluster_broadcast(co_req *r, const char *action, nd_index **ixs, size_t n)
 	}
 	cm_buf_put_u8(&names, 0);
 	cm_error_clear(&err);
-	nd_cluster_broadcast(cl, action, (const char *)names.data, &nodes, &failed, &err);
+	nd_cluster_broadcast(cl, op, (const char *)names.data, &nodes, &failed, &err);
 	cm_buf_free(&names);
 	/* Copies on nodes that did not answer count as failed, spread evenly. */
 	int bad = nodes ? copies * failed / nodes : 0;
@@ -546,7 +546,7 @@ co_get_or_create(nd_node *n, const char *name, nd_index **out, cm_error *err)
 	}
 	char *text = body ? cJSON_PrintUnformatted(body) : NULL;
 	cJSON_Delete(body);
-	rc = nd_cluster_admin(cl, "create", name, text, &reply, err);
+	rc = nd_cluster_meta(cl, ND_META_CREATE, name, text, &reply, err);
 	if (text)
 		cJSON_free(text);
 	cm_free(CM_MEM_NODE, reply);
@@ -643,7 +643,7 @@ co_cluster_settings(co_req *r)
 			cm_error err;
 			cm_error_clear(&err);
 			cm_err rc =
-			    nd_cluster_admin(cl, "cluster_settings", "", text, &reply, &err);
+			    nd_cluster_meta(cl, ND_META_CLUSTER_SETTINGS, "", text, &reply, &err);
 			cJSON_free(text);
 			cm_free(CM_MEM_NODE, reply);
 			if (rc) {
@@ -750,7 +750,7 @@ co_h_cluster_reroute(co_req *r)
 		free(copy);
 		cJSON_AddStringToObject(body, "metric", metric);
 	}
-	co_cluster_admin(r, "reroute", "", body);
+	co_cluster_admin(r, ND_META_REROUTE, "", body);
 	cJSON_Delete(body);
 }
 

@@ -150,9 +150,16 @@ co_add_int64(cJSON *j, const char *key, int64_t v)
 	cJSON_AddItemToObject(j, key, cJSON_CreateRaw(num));
 }
 
+nd_req_opts
+co_req_opts(co_req *r)
+{
+	return (nd_req_opts){.deadline_ns = r->write_deadline_ns,
+	                     .preference = co_param_get(r, "preference")};
+}
+
 cm_err
-co_doc_write(nd_index *ix, st_op *op, const char *routing, size_t routing_len, st_op_result *res,
-             cm_error *err)
+co_doc_write(nd_index *ix, st_op *op, const char *routing, size_t routing_len,
+             const nd_req_opts *o, st_op_result *res, cm_error *err)
 {
 	int shard;
 	cm_err rc;
@@ -167,7 +174,7 @@ co_doc_write(nd_index *ix, st_op *op, const char *routing, size_t routing_len, s
 	}
 	shard = routing ? nd_index_route(ix, routing, routing_len)
 	                : nd_index_route(ix, op->id, op->id_len);
-	rc = nd_routed_apply(ix, shard, op, 1, res);
+	rc = nd_routed_apply(ix, shard, op, 1, o, res);
 	if (rc)
 		return cm_error_set(err, rc, "%s", cm_err_msg(rc));
 	if (res->err) {
@@ -367,7 +374,8 @@ doc_index(co_req *r, bool create)
 	op.if_primary_term = w.if_primary_term;
 	op.version = w.version;
 	op.create_only = w.create;
-	if (co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, &res, &err)) {
+	nd_req_opts ro = co_req_opts(r);
+	if (co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, &ro, &res, &err)) {
 		co_reply_error(r, &err, p_index);
 	} else {
 		bool forced = co_refresh_after(ix, w.refresh);
@@ -422,7 +430,8 @@ co_h_doc_delete(co_req *r)
 	op.if_seq_no = w.if_seq_no;
 	op.if_primary_term = w.if_primary_term;
 	op.version = w.version;
-	if (co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, &res, &err)) {
+	nd_req_opts ro = co_req_opts(r);
+	if (co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, &ro, &res, &err)) {
 		co_reply_error(r, &err, name);
 		nd_index_release(ix);
 		return;
@@ -457,7 +466,7 @@ co_source_item(const char *src, size_t len, bool parsed)
 /* Looks a document up; fills a GET-shaped object (found or not). */
 static cJSON *
 get_doc_json(nd_index *ix, const char *id, const char *routing, const char *incl, const char *excl,
-             bool parsed, bool *found, cm_error *err)
+             bool parsed, const nd_req_opts *o, bool *found, cm_error *err)
 {
 	cJSON *j = cJSON_CreateObject();
 	st_doc_meta meta;
@@ -472,7 +481,7 @@ get_doc_json(nd_index *ix, const char *id, const char *routing, const char *incl
 		return NULL;
 	}
 	cm_buf_init(&src, MEM);
-	rc = nd_routed_get(ix, shard, id, strlen(id), &meta, &src);
+	rc = nd_routed_get(ix, shard, id, strlen(id), o, &meta, &src);
 	atomic_fetch_add((_Atomic uint64_t *)&nd_index_counters(ix)->get_total, 1);
 	atomic_fetch_add((_Atomic uint64_t *)&nd_index_counters(ix)->get_time_ns, cm_now_ns() - t0);
 	cJSON_AddStringToObject(j, "_index", nd_index_name(ix));
@@ -547,9 +556,9 @@ co_h_doc_get(co_req *r)
 		co_reply_error(r, &err, name);
 		return;
 	}
-	nd_get_preference_set(co_param_get(r, "preference"));
-	j = get_doc_json(ix, id, co_param_get(r, "routing"), incl, excl, want_parsed(r), &found, &err);
-	nd_get_preference_set(NULL);
+	nd_req_opts ro = co_req_opts(r);
+	j = get_doc_json(ix, id, co_param_get(r, "routing"), incl, excl, want_parsed(r), &ro, &found,
+	                 &err);
 	nd_index_release(ix);
 	if (!j) {
 		co_reply_error(r, &err, name);
@@ -579,8 +588,9 @@ co_h_source_get(co_req *r)
 		return;
 	}
 	cm_buf_init(&src, MEM);
-	rc = nd_routed_get(ix, nd_index_route(ix, routing ? routing : id,
-	                                                    strlen(routing ? routing : id)), id, strlen(id), &meta, &src);
+	nd_req_opts ro = co_req_opts(r);
+	rc = nd_routed_get(ix, nd_index_route(ix, routing ? routing : id, strlen(routing ? routing : id)),
+	                   id, strlen(id), &ro, &meta, &src);
 	nd_index_release(ix);
 	if (rc) {
 		if (rc == CM_ENOTFOUND)
@@ -744,8 +754,11 @@ deep_merge(cJSON *target, const cJSON *doc)
 
 cm_err
 co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *body,
-              const co_write_opts *w, long retries, st_op_result *res, cm_error *err)
+              const co_write_opts *w, long retries, const nd_req_opts *o, st_op_result *res,
+              cm_error *err)
 {
+	/* the read an update starts from is the primary's, as the write will be */
+	nd_req_opts ro = {.deadline_ns = o ? o->deadline_ns : 0, .preference = "_primary"};
 	bool doc_as_upsert = false, detect_noop = true, scripted_upsert = false;
 	const cJSON *doc = NULL, *upsert = NULL, *c, *script = NULL, *params = NULL;
 	ps_script *ps = NULL;
@@ -791,7 +804,7 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 
 		cm_buf_reset(&src);
 		cm_error_clear(err);
-		rc = nd_routed_get(ix, shard, id, strlen(id), &meta, &src);
+		rc = nd_routed_get(ix, shard, id, strlen(id), &ro, &meta, &src);
 		memset(&op, 0, sizeof(op));
 		op.type = ST_OP_INDEX;
 		op.id = id;
@@ -871,7 +884,7 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 		cJSON_Delete(cur);
 		op.source = text;
 		op.source_len = strlen(text);
-		rc = co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, res, err);
+		rc = co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, o, res, err);
 		cJSON_free(text);
 		if (rc == CM_ECONFLICT && attempt < retries)
 			continue;
@@ -930,7 +943,8 @@ co_h_update(co_req *r)
 		co_reply_error(r, &err, name);
 		return;
 	}
-	if (co_update_doc(ix, id, routing, body, &w, retries, &res, &err)) {
+	nd_req_opts ro = co_req_opts(r);
+	if (co_update_doc(ix, id, routing, body, &w, retries, &ro, &res, &err)) {
 		co_reply_error(r, &err, name);
 	} else {
 		bool forced = res.result != ST_RESULT_NOOP && co_refresh_after(ix, w.refresh);
@@ -955,7 +969,7 @@ co_h_mget(co_req *r)
 		return;
 	source_params(r, &incl, &excl);
 	co_param_get(r, "realtime");
-	co_param_get(r, "preference");
+	nd_req_opts ro = co_req_opts(r); /* ?preference picks each document's copy */
 	docs = cJSON_GetObjectItemCaseSensitive(body, "docs");
 	ids = cJSON_GetObjectItemCaseSensitive(body, "ids");
 	if (!cJSON_IsArray(docs) && !cJSON_IsArray(ids)) {
@@ -1037,8 +1051,9 @@ co_h_mget(co_req *r)
 			cm_free(MEM, dinc);
 			continue;
 		}
-		cJSON *g = get_doc_json(ix, id, cJSON_IsString(rt) ? rt->valuestring : co_param_get(r, "routing"),
-		                        di, de, parsed, &found, &err);
+		cJSON *g = get_doc_json(ix, id,
+		                        cJSON_IsString(rt) ? rt->valuestring : co_param_get(r, "routing"),
+		                        di, de, parsed, &ro, &found, &err);
 		nd_index_release(ix);
 		cm_free(MEM, dinc);
 		if (!g) {

@@ -22,7 +22,10 @@ cm_err co_write_opts_parse(const char *op_type, const char *version, const char 
 bool co_id_check(const char *id, size_t len, cm_error *err);
 /* Prepares (dynamic mapping) and applies one op; maps a failed result to err. */
 cm_err co_doc_write(nd_index *ix, st_op *op, const char *routing, size_t routing_len,
-                    st_op_result *res, cm_error *err);
+                    const nd_req_opts *o, st_op_result *res, cm_error *err);
+/* What request r asks of its cluster calls: its ?timeout and ?preference
+ * (borrowed from r). */
+nd_req_opts co_req_opts(co_req *r);
 const char *co_result_name(st_op_result_kind k);
 /* {"_index","_type","_id","_version","result","_shards","_seq_no","_primary_term"} */
 cJSON *co_write_result_json(nd_index *ix, const char *id, size_t id_len, const st_op_result *res,
@@ -39,6 +42,7 @@ cJSON *co_source_item(const char *src, size_t len, bool parsed);
 /* The _update logic (doc merge, upsert, doc_as_upsert, detect_noop,
  * retries on conflict); res->result is NOOP when nothing changed. */
 cm_err co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *body,
-                     const co_write_opts *w, long retries, st_op_result *res, cm_error *err);
+                     const co_write_opts *w, long retries, const nd_req_opts *o,
+                     st_op_result *res, cm_error *err);
 
 #endif

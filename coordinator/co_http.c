@@ -1570,10 +1570,8 @@ access_cb(void *cls, struct MHD_Connection *c, const char *url, const char *meth
 	co_req *r = *con_cls;
 	co_conn *k = conn_of(c);
 	co_conn_busy(s->conns, k);
-	nd_write_deadline_set(r ? r->write_deadline_ns : 0);
 	enum MHD_Result ret =
 	    access_cb_run(cls, c, url, method, version, upload_data, upload_data_size, con_cls);
-	nd_write_deadline_set(0);
 	r = *con_cls;
 	if (ret == MHD_YES && r && !r->replied)
 		co_conn_wait_body(s->conns, k); /* more body (or its end) to come */

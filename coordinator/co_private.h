@@ -356,11 +356,11 @@ char *co_source_filter(const char *src, size_t len, const char *spec_includes,
 cJSON *co_shards_json(int total, int successful, int failed);
 
 /* ---- cluster (co_cluster.c): false when no cluster runs ---- */
-bool co_cluster_admin(co_req *r, const char *action, const char *index, const cJSON *body);
+bool co_cluster_admin(co_req *r, nd_meta_kind kind, const char *index, const cJSON *body);
 bool co_cluster_delete(co_req *r, nd_index **ixs, size_t n);
 bool co_cluster_put_mapping(co_req *r, nd_index **ixs, size_t n, const cJSON *body);
 bool co_cluster_put_settings(co_req *r, nd_index **ixs, size_t n, const cJSON *settings);
-bool co_cluster_broadcast(co_req *r, const char *action, nd_index **ixs, size_t n);
+bool co_cluster_broadcast(co_req *r, nd_broadcast_op op, nd_index **ixs, size_t n);
 /* One search of body over ixs (co_search.c), rendered into out; no scroll,
  * no collapse expansion. */
 cm_err co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out, cm_error *err);

@@ -1371,7 +1371,7 @@ co_h_index_put(co_req *r)
 		body = full;
 	}
 	cm_error_clear(&err);
-	if (co_cluster_admin(r, "create", name, body)) {
+	if (co_cluster_admin(r, ND_META_CREATE, name, body)) {
 		cJSON_Delete(body);
 		return;
 	}
@@ -1595,7 +1595,9 @@ flatten_settings(cJSON *src, const char *prefix, cJSON *dst)
 	cJSON_ArrayForEach(c, src)
 	{
 		char key[256];
-		snprintf(key, sizeof(key), "%s%s%s", prefix, *prefix ? "." : "", c->string);
+		if (snprintf(key, sizeof(key), "%s%s%s", prefix, *prefix ? "." : "", c->string) >=
+		    (int)sizeof(key))
+			continue; /* no setting has so long a name */
 		if (cJSON_IsObject(c))
 			flatten_settings(c, key, dst);
 		else
@@ -1717,9 +1719,9 @@ index_op(co_req *r, index_op_fn fn, int arg)
 	if (!co_resolve(r, index_expr(r), &ixs, &n))
 		return;
 	if (co_cluster_broadcast(r,
-	                         fn == op_refresh ? "refresh"
-	                         : fn == op_flush ? "flush"
-	                                          : "forcemerge",
+	                         fn == op_refresh ? ND_BROADCAST_REFRESH
+	                         : fn == op_flush ? ND_BROADCAST_FLUSH
+	                                          : ND_BROADCAST_FORCEMERGE,
 	                         ixs, n)) {
 		co_release_all(ixs, n);
 		return;
@@ -1798,7 +1800,7 @@ open_close(co_req *r, bool close)
 			cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
 		cm_buf_put_u8(&names, 0);
 		char *text = cJSON_PrintUnformatted(set), *reply = NULL;
-		rc = nd_cluster_admin(cl, "put_settings", (const char *)names.data, text, &reply, &err);
+		rc = nd_cluster_meta(cl, ND_META_PUT_SETTINGS, (const char *)names.data, text, &reply, &err);
 		cJSON_free(text);
 		cm_free(CM_MEM_NODE, reply);
 		cm_buf_free(&names);

@@ -341,7 +341,7 @@ aliases_put(nd_node *n, const cJSON *view, cm_error *err)
 	nd_cluster *cl = nd_cluster_of(n);
 	if (cJSON_GetArraySize(actions) && cl) {
 		char *text = cJSON_PrintUnformatted(actions), *reply = NULL;
-		rc = nd_cluster_admin(cl, "aliases", "", text, &reply, err);
+		rc = nd_cluster_meta(cl, ND_META_ALIASES, "", text, &reply, err);
 		cJSON_free(text);
 		cm_free(CM_MEM_NODE, reply);
 	} else if (cJSON_GetArraySize(actions)) {
@@ -363,7 +363,7 @@ co_snapshot_global_put(nd_node *n, const cJSON *g, cm_error *err)
 		cJSON_AddItemToObject(b, "persistent", cJSON_Duplicate(p, true));
 		char *text = cJSON_PrintUnformatted(b), *reply = NULL;
 		cJSON_Delete(b);
-		rc = nd_cluster_admin(cl, "cluster_settings", "", text, &reply, err);
+		rc = nd_cluster_meta(cl, ND_META_CLUSTER_SETTINGS, "", text, &reply, err);
 		cJSON_free(text);
 		cm_free(CM_MEM_NODE, reply);
 		if (rc)

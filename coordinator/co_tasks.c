@@ -200,7 +200,7 @@ tasks_index(nd_node *n, bool create, nd_index **out, cm_error *err)
 	cm_err rc;
 	if (cl) {
 		char *reply = NULL;
-		rc = nd_cluster_admin(cl, "create", CO_TASKS_INDEX, body, &reply, err);
+		rc = nd_cluster_meta(cl, ND_META_CREATE, CO_TASKS_INDEX, body, &reply, err);
 		cm_free(CM_MEM_NODE, reply);
 	} else {
 		cJSON *b = cJSON_Parse(body);
@@ -255,7 +255,7 @@ store(co_task *t, cm_error *err)
 			op.source_len = strlen(src);
 			op.seq_no = ST_NO_SEQ;
 			op.if_seq_no = ST_NO_SEQ;
-			rc = co_doc_write(ix, &op, NULL, 0, &res, err);
+			rc = co_doc_write(ix, &op, NULL, 0, NULL, &res, err);
 			nd_index_release(ix);
 		}
 		if (rc != CM_EUNAVAIL || attempt == 15)
@@ -283,7 +283,7 @@ stored(nd_node *n, const char *id)
 		return NULL;
 	cm_buf_init(&src, MEM);
 	int shard = nd_index_route(ix, id, strlen(id));
-	if (nd_routed_get(ix, shard, id, strlen(id), &meta, &src) == CM_OK)
+	if (nd_routed_get(ix, shard, id, strlen(id), NULL, &meta, &src) == CM_OK)
 		doc = cJSON_ParseWithLength((const char *)src.data, src.len);
 	cm_buf_free(&src);
 	nd_index_release(ix);

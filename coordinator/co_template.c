@@ -124,7 +124,7 @@ co_store_apply(nd_node *n, const cJSON *op, cm_error *err)
 		return apply_op(n, op, err);
 	/* through the master, into the cluster state */
 	char *text = cJSON_PrintUnformatted(op), *reply = NULL;
-	cm_err rc = nd_cluster_admin(cl, "templates", "", text, &reply, err);
+	cm_err rc = nd_cluster_meta(cl, ND_META_TEMPLATES, "", text, &reply, err);
 	cJSON_free(text);
 	cm_free(CM_MEM_NODE, reply);
 	return rc;
@@ -168,7 +168,7 @@ co_store_change(co_req *r, const char *op, const char *kind, const char *name, c
 	cJSON_AddStringToObject(o, "name", name);
 	if (body)
 		cJSON_AddItemToObject(o, "body", cJSON_Duplicate(body, true));
-	if (co_cluster_admin(r, "templates", "", o)) {
+	if (co_cluster_admin(r, ND_META_TEMPLATES, "", o)) {
 		cJSON_Delete(o);
 		return;
 	}

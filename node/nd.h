@@ -179,10 +179,12 @@ typedef struct nd_batch {
 	cm_err rc;
 	uint64_t deadline_ns; /* cluster: absolute bound of the write (cm_now_ns), 0 = 30 s */
 } nd_batch;
-/* The bound of the cluster writes this thread makes through
- * nd_routed_apply from now on (absolute, cm_now_ns; 0 = 30 s): a write's
- * ?timeout. */
-void nd_write_deadline_set(uint64_t deadline_ns);
+/* What one request asks of the cluster calls it makes, handed from the
+ * HTTP layer down (no thread carries an argument). Zeroed: defaults. */
+typedef struct nd_req_opts {
+	uint64_t deadline_ns;   /* absolute bound (cm_now_ns), a write's ?timeout; 0 = 30 s */
+	const char *preference; /* a realtime get's ?preference; NULL = any copy */
+} nd_req_opts;
 /* Applies the batches, all shards at once on the node's pool, and waits. */
 void nd_apply_batches(nd_node *n, nd_batch *b, size_t nb);
 cm_err nd_index_refresh(nd_index *ix);

@@ -14,6 +14,7 @@
 #include "../common/cm_log.h"
 #include "../common/cm_sys.h"
 #include "../proto/pr.h"
+#include "../snapshot/sn.h"
 #include "nd_cluster_private.h"
 #include "nd_private.h"
 #include "nd_rank.h"
@@ -22,7 +23,6 @@
 #define MEM CM_MEM_NODE
 #define MAX_CLUSTER_FILE (1u << 20)
 
-static nd_cluster *g_cluster; /* one per process */
 
 bool
 nd_fanout_parse(const char *s, nd_cl_fanout *out)
@@ -394,14 +394,7 @@ nd_cluster_self(const nd_cluster *cl)
 nd_cluster *
 nd_cluster_of(const nd_node *n)
 {
-	nd_cluster *cl = g_cluster;
-	return cl && cl->node == n ? cl : NULL;
-}
-
-nd_cluster *
-cl_current(void)
-{
-	return g_cluster;
+	return atomic_load_explicit(&n->cluster, memory_order_acquire);
 }
 
 /* ---- placement ---- */
@@ -948,25 +941,29 @@ reroute_state(nd_cluster *cl, const rp_state *st, const cJSON *body)
  * the nodes applied it (wait_applied). A state that cannot be persisted
  * fails the change and, for a create, the index made here goes again. */
 static cm_err
-master_admin(nd_cluster *cl, const char *action, const char *index, const char *body, char **reply,
-             cm_error *err)
+master_admin(nd_cluster *cl, const pr_meta_change *mc, pr_meta_reply *out, cm_error *err)
 {
-	cJSON *bj = body && *body ? cJSON_Parse(body) : NULL;
+	const char *body = mc->source_len ? mc->source : NULL;
+	cJSON *bj = body ? cJSON_ParseWithLength(body, mc->source_len) : NULL;
 	cm_err rc = CM_OK;
 	const char *created = NULL;
 	uint64_t version = 0;
 	cJSON *rr = NULL; /* a reroute's reply: state and explanations */
 	bool dry = false;
+	pr_meta_kind kind = mc->kind;
+	const char *index = mc->nindices ? mc->indices[0] : "";
 
-	*reply = NULL;
-	if (body && *body && !bj)
+	memset(out, 0, sizeof(*out));
+	if (body && !bj)
 		return cm_error_set(err, CM_EPARSE, "malformed metadata request body");
+	if (kind == PR_META_CREATE && mc->nindices != 1)
+		return cm_error_set(err, CM_EINVAL, "an index create names one index");
 	/* where new copies may go: on etcd the members that may take them */
 	int pdata_buf[ND_CL_MAX_NODES], *pdata = cl->data_nodes, npdata = cl->ndata;
 	if (cl->etcd) {
 		npdata = cl_placeable(cl, pdata_buf);
 		pdata = pdata_buf;
-		if (!npdata && strcmp(action, "create") == 0) {
+		if (!npdata && kind == PR_META_CREATE) {
 			cJSON_Delete(bj);
 			return cm_error_set(err, CM_EUNAVAIL,
 			                    "no data node may take copies (none joined, or all "
@@ -977,7 +974,7 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 	pthread_mutex_lock(&cl->meta_lock);
 	rp_state *next = NULL;
 	next = rp_state_dup(cl->state);
-	if (strcmp(action, "create") == 0) {
+	if (kind == PR_META_CREATE) {
 		nd_index *ix = NULL;
 		if ((rc = nd_index_create(cl->node, index, bj, &ix, err)))
 			goto done;
@@ -996,23 +993,18 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 		cJSON_Delete(mj);
 		nd_index_release(ix);
 		created = index;
-	} else if (strcmp(action, "delete") == 0 || strcmp(action, "put_mapping") == 0 ||
-	           strcmp(action, "put_settings") == 0) {
-		bool del = action[0] == 'd', settings = strcmp(action, "put_settings") == 0;
-		char *copy = cm_strdup(MEM, index), *save = NULL, *tok;
+	} else if (kind == PR_META_DELETE || kind == PR_META_PUT_MAPPING ||
+	           kind == PR_META_PUT_SETTINGS) {
+		bool del = kind == PR_META_DELETE, settings = kind == PR_META_PUT_SETTINGS;
 		/* a settings change is checked on every index before any applies */
-		char *chk = settings && strchr(index, ',') ? cm_strdup(MEM, index) : NULL;
-		for (tok = chk ? strtok_r(chk, ",", &save) : NULL; tok && !rc;
-		     tok = strtok_r(NULL, ",", &save)) {
-			nd_index *ix = nd_index_get(cl->node, tok);
+		for (size_t i = 0; settings && mc->nindices > 1 && i < mc->nindices && !rc; i++) {
+			nd_index *ix = nd_index_get(cl->node, mc->indices[i]);
 			rc = ix ? nd_index_settings_check(ix, bj, err)
-			        : cm_error_set(err, CM_ENOINDEX, "no such index [%s]", tok);
+			        : cm_error_set(err, CM_ENOINDEX, "no such index [%s]", mc->indices[i]);
 			nd_index_release(ix);
 		}
-		cm_free(MEM, chk);
-		save = NULL;
-		for (tok = rc ? NULL : strtok_r(copy, ",", &save); tok;
-		     tok = strtok_r(NULL, ",", &save)) {
+		for (size_t i = 0; !rc && i < mc->nindices; i++) {
+			const char *tok = mc->indices[i];
 			nd_index *ix = nd_index_get(cl->node, tok);
 			if (del) {
 				rp_state_remove_index(next, tok);
@@ -1057,13 +1049,12 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 			}
 			nd_index_release(ix);
 		}
-		cm_free(MEM, copy);
 		if (rc)
 			goto done;
-	} else if (strcmp(action, "cluster_settings") == 0) {
+	} else if (kind == PR_META_CLUSTER_SETTINGS) {
 		if ((rc = settings_merge(next, bj, err)))
 			goto done;
-	} else if (strcmp(action, "reroute") == 0) {
+	} else if (kind == PR_META_REROUTE) {
 		cJSON *expl = cJSON_CreateArray();
 		if ((rc = cl_reroute_locked(cl, next, bj, pdata, npdata, expl, err))) {
 			cJSON_Delete(expl);
@@ -1080,14 +1071,14 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 			dry = true;
 			goto done;
 		}
-	} else if (strcmp(action, "aliases") == 0) {
+	} else if (kind == PR_META_ALIASES) {
 		if ((rc = nd_alias_master(cl->node, next, bj, err)))
 			goto done;
-	} else if (strcmp(action, "templates") == 0) {
+	} else if (kind == PR_META_TEMPLATES) {
 		if ((rc = templates_change(next, bj, err)))
 			goto done;
 	} else {
-		rc = cm_error_set(err, CM_EINVAL, "unknown metadata action [%s]", action);
+		rc = cm_error_set(err, CM_EINVAL, "unknown metadata change [%d]", (int)kind);
 		goto done;
 	}
 	rc = cl_state_commit_locked(cl, next, err);
@@ -1107,49 +1098,89 @@ master_admin(nd_cluster *cl, const char *action, const char *index, const char *
 	version = cl->state->version;
 	if (rr)
 		cJSON_AddItemToObject(rr, "state", reroute_state(cl, cl->state, bj));
-	if (strcmp(action, "aliases") == 0)
+	if (kind == PR_META_ALIASES)
 		state_apply_locked(cl, cl->state); /* the master applies it as every node does */
-	if (strcmp(action, "delete") == 0) {
+	for (size_t i = 0; kind == PR_META_DELETE && i < mc->nindices; i++) {
 		/* the state no longer has them: the local copies go now */
-		char *copy = cm_strdup(MEM, index), *save = NULL, *tok;
-		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-			nd_index *ix = nd_index_get(cl->node, tok);
-			cm_error e2;
-			cm_error_clear(&e2);
-			if (ix)
-				nd_index_delete(cl->node, ix, &e2);
-			nd_index_release(ix);
-		}
-		cm_free(MEM, copy);
+		nd_index *ix = nd_index_get(cl->node, mc->indices[i]);
+		cm_error e2;
+		cm_error_clear(&e2);
+		if (ix)
+			nd_index_delete(cl->node, ix, &e2);
+		nd_index_release(ix);
 	}
 done:
 	rp_state_free(next);
 	pthread_mutex_unlock(&cl->meta_lock);
 	if (!rc && !dry)
 		cl_state_publish(cl);
-	if (!rc && rr) {
-		cJSON_AddBoolToObject(rr, "acknowledged", dry || wait_applied(cl, version));
-		*reply = json_text(rr);
-	} else if (!rc) {
-		cJSON *out = ack_json(created, wait_applied(cl, version));
-		*reply = json_text(out);
-		cJSON_Delete(out);
+	if (!rc) {
+		out->acknowledged = dry || wait_applied(cl, version);
+		out->index = cm_strdup(MEM, created ? created : "");
+		out->reroute = rr ? json_text(rr) : cm_strdup(MEM, "");
+		out->reroute_len = strlen(out->reroute);
 	}
 	cJSON_Delete(rr);
 	cJSON_Delete(bj);
 	return rc;
 }
 
+/* The answer to a metadata change, as the REST layer sends it. */
+static char *
+meta_reply_json(const pr_meta_reply *r)
+{
+	cJSON *j = r->reroute_len ? cJSON_ParseWithLength(r->reroute, r->reroute_len) : NULL;
+	if (j) {
+		cJSON_AddBoolToObject(j, "acknowledged", r->acknowledged);
+	} else {
+		j = ack_json(r->index && *r->index ? r->index : NULL, r->acknowledged);
+	}
+	char *text = json_text(j);
+	cJSON_Delete(j);
+	return text;
+}
+
+/* indices, comma-joined, as a MetaChange's list (strings in a cm_malloc'd
+ * copy of indices, *keep). */
+static void
+meta_change_of(nd_meta_kind kind, const char *indices, const char *source, pr_meta_change *mc,
+               char **keep)
+{
+	size_t n = 0;
+	memset(mc, 0, sizeof(*mc));
+	mc->kind = (pr_meta_kind)kind;
+	*keep = cm_strdup(MEM, indices ? indices : "");
+	for (const char *s = *keep; *s; s++)
+		n += *s == ',';
+	mc->indices = cm_calloc(MEM, n + 2, sizeof(char *));
+	char *save = NULL;
+	for (char *tok = strtok_r(*keep, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		mc->indices[mc->nindices++] = tok;
+	mc->source = (char *)(uintptr_t)(source ? source : "");
+	mc->source_len = source ? strlen(source) : 0;
+}
+
+_Static_assert((int)ND_META_CREATE == (int)PR_META_CREATE &&
+                   (int)ND_META_TEMPLATES == (int)PR_META_TEMPLATES &&
+                   (int)ND_META_REROUTE == (int)PR_META_REROUTE,
+               "nd_meta_kind follows pr_meta_kind");
+_Static_assert((int)ND_BROADCAST_REFRESH == (int)PR_BROADCAST_REFRESH &&
+                   (int)ND_BROADCAST_FORCEMERGE == (int)PR_BROADCAST_FORCEMERGE,
+               "nd_broadcast_op follows pr_broadcast_op");
+
 cm_err
-nd_cluster_admin(nd_cluster *cl, const char *action, const char *index, const char *body,
-                 char **reply, cm_error *err)
+nd_cluster_meta(nd_cluster *cl, nd_meta_kind kind, const char *indices, const char *source,
+                char **reply, cm_error *err)
 {
 	cm_buf req, rep;
 	uint32_t type;
 	cm_err rc;
 	cm_error remote;
-	char *rbody = NULL;
+	char *rbody = NULL, *keep;
 	size_t rlen;
+	pr_meta_change mc;
+	pr_meta_reply mr;
+	const char *action = pr_meta_kind_name((pr_meta_kind)kind);
 
 	*reply = NULL;
 	/* during an election: wait for the new master, bounded */
@@ -1165,12 +1196,21 @@ nd_cluster_admin(nd_cluster *cl, const char *action, const char *index, const ch
 		           : cm_error_set(err, CM_EUNAVAIL,
 		                          "no master-eligible node in the cluster file: "
 		                          "metadata changes are not possible");
-	if (master == cl->self)
-		return master_admin(cl, action, index, body, reply, err);
+	meta_change_of(kind, indices, source, &mc, &keep);
+	if (master == cl->self) {
+		if (!(rc = master_admin(cl, &mc, &mr, err)))
+			*reply = meta_reply_json(&mr);
+		pr_meta_reply_free(&mr);
+		cm_free(MEM, mc.indices);
+		cm_free(MEM, keep);
+		return rc;
+	}
 	cm_buf_init(&req, MEM);
 	cm_buf_init(&rep, MEM);
-	pr_admin_encode(action, index, body, body ? strlen(body) : 0, &req);
-	rc = nd_peer_call_sync(cl->nodes[master].peer, PR_ADMIN, req.data, req.len,
+	pr_meta_change_encode(&mc, &req);
+	cm_free(MEM, mc.indices);
+	cm_free(MEM, keep);
+	rc = nd_peer_call_sync(cl->nodes[master].peer, PR_META_CHANGE, req.data, req.len,
 	                       cm_now_ns() + 20000000000ull, &type, &rep);
 	if (rc == CM_EINVAL) {
 		rc = cm_error_set(
@@ -1194,8 +1234,14 @@ nd_cluster_admin(nd_cluster *cl, const char *action, const char *index, const ch
 		*err = remote;
 		rc = remote.code;
 		cm_free(MEM, rbody);
+	} else if ((cm_error_clear(&remote), pr_meta_reply_decode(rbody, rlen, &mr, &remote))) {
+		pr_meta_reply_free(&mr);
+		cm_free(MEM, rbody);
+		rc = cm_error_set(err, CM_EINTERNAL, "malformed reply from the master");
 	} else {
-		*reply = rbody;
+		*reply = meta_reply_json(&mr);
+		pr_meta_reply_free(&mr);
+		cm_free(MEM, rbody);
 		/* The publish normally reached us before the ack, but the master
 		 * skips nodes it cannot reach (its dialer may still be
 		 * reconnecting): make sure this node sees its own change. */
@@ -1223,7 +1269,7 @@ cl_publish_mapping(nd_cluster *cl, nd_index *ix)
 		char *text = cJSON_PrintUnformatted(local), *reply = NULL;
 		cm_error err;
 		cm_error_clear(&err);
-		if (nd_cluster_admin(cl, "put_mapping", nd_index_name(ix), text, &reply, &err))
+		if (nd_cluster_meta(cl, ND_META_PUT_MAPPING, nd_index_name(ix), text, &reply, &err))
 			cm_warn("cluster", "dynamic mapping update of [%s] not published: %s",
 			        nd_index_name(ix), err.reason);
 		cm_free(MEM, reply);
@@ -1242,7 +1288,7 @@ reply_ack(const cm_error *e, const char *body, cm_buf *reply, uint32_t *type)
 }
 
 static cm_err
-local_broadcast(nd_cluster *cl, const char *action, const char *indices, cm_error *err)
+local_broadcast(nd_cluster *cl, pr_broadcast_op op, const char *indices, cm_error *err)
 {
 	nd_index **ixs;
 	size_t n;
@@ -1250,11 +1296,11 @@ local_broadcast(nd_cluster *cl, const char *action, const char *indices, cm_erro
 	if (rc)
 		return rc;
 	for (size_t i = 0; i < n; i++) {
-		cm_err r = strcmp(action, "refresh") == 0 ? nd_index_refresh(ixs[i])
-		           : strcmp(action, "flush") == 0 ? nd_index_flush(ixs[i])
-		                                          : nd_index_force_merge(ixs[i], 1);
+		cm_err r = op == PR_BROADCAST_REFRESH ? nd_index_refresh(ixs[i])
+		           : op == PR_BROADCAST_FLUSH ? nd_index_flush(ixs[i])
+		                                      : nd_index_force_merge(ixs[i], 1);
 		if (r && !rc)
-			rc = cm_error_set(err, r, "%s of [%s] failed", action,
+			rc = cm_error_set(err, r, "%s of [%s] failed", pr_broadcast_op_name(op),
 			                  nd_index_name(ixs[i]));
 		nd_index_release(ixs[i]);
 	}
@@ -1262,109 +1308,195 @@ local_broadcast(nd_cluster *cl, const char *action, const char *indices, cm_erro
 	return rc;
 }
 
+/* A request that only the master serves, arriving elsewhere. */
+static bool
+not_master(nd_cluster *cl, cm_error *err)
+{
+	if (cl_is_master(cl))
+		return false;
+	cm_error_set(err, CM_EUNAVAIL, "node [%s] is not the master", cl->nodes[cl->self].name);
+	return true;
+}
+
+static void
+h_ping(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
+       uint32_t *reply_type)
+{
+	(void)p, (void)len, (void)deadline_ns;
+	/* The pong carries this process's boot id: the master tells a
+	 * restarted node (not yet joined) from one that stayed up. */
+	cm_buf_put_u64(reply, atomic_load(&cl->nodes[cl->self].boot));
+	*reply_type = PR_PONG;
+}
+
+static void
+h_metadata(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
+           uint32_t *reply_type)
+{
+	uint64_t v;
+	char *st;
+	size_t n;
+	cm_error err;
+	(void)deadline_ns;
+	cm_error_clear(&err);
+	if (pr_metadata_decode(p, len, &v, &st, &n, &err) == CM_OK) {
+		state_receive(cl, st, n);
+		cm_free(MEM, st);
+	}
+	reply_ack(&err, NULL, reply, reply_type);
+}
+
+static void
+h_shard_event(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
+              uint32_t *reply_type)
+{
+	rp_event ev;
+	void *keep = NULL;
+	cm_error err;
+	(void)deadline_ns;
+	cm_error_clear(&err);
+	if (!not_master(cl, &err) &&
+	    rp_event_decode(p, len, cl->names, cl->nn, &ev, &keep, &err) == CM_OK) {
+		pthread_mutex_lock(&cl->meta_lock);
+		cm_err erc = cl_master_event_locked(cl, &ev, &err);
+		pthread_mutex_unlock(&cl->meta_lock);
+		if (!erc)
+			cl_state_publish(cl);
+	}
+	rp_event_free(keep);
+	reply_ack(&err, NULL, reply, reply_type);
+}
+
+/* StateGet: the master's state, binary (a ClusterState). */
+static void
+h_state_get(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
+            uint32_t *reply_type)
+{
+	cm_buf b;
+	cm_error err;
+	(void)p, (void)len, (void)deadline_ns;
+	cm_error_clear(&err);
+	cm_buf_init(&b, MEM);
+	if (!not_master(cl, &err)) {
+		pthread_mutex_lock(&cl->meta_lock);
+		rp_state_encode(cl->state, cl->names, cl->nn, &b);
+		pthread_mutex_unlock(&cl->meta_lock);
+	}
+	pr_ack_encode(&err, (const char *)b.data, b.len, reply);
+	*reply_type = PR_ACK;
+	cm_buf_free(&b);
+}
+
+static void
+h_meta_change(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
+              uint32_t *reply_type)
+{
+	pr_meta_change mc;
+	pr_meta_reply mr;
+	cm_buf b;
+	cm_error err;
+	(void)deadline_ns;
+	cm_error_clear(&err);
+	cm_buf_init(&b, MEM);
+	memset(&mr, 0, sizeof(mr));
+	if (pr_meta_change_decode(p, len, &mc, &err) == CM_OK && !not_master(cl, &err) &&
+	    master_admin(cl, &mc, &mr, &err) == CM_OK)
+		pr_meta_reply_encode(&mr, &b);
+	pr_meta_change_free(&mc);
+	pr_meta_reply_free(&mr);
+	pr_ack_encode(&err, (const char *)b.data, b.len, reply);
+	*reply_type = PR_ACK;
+	cm_buf_free(&b);
+}
+
+static void
+h_broadcast(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
+            uint32_t *reply_type)
+{
+	pr_broadcast_op op;
+	char *indices = NULL;
+	cm_error err;
+	(void)deadline_ns;
+	cm_error_clear(&err);
+	if (pr_broadcast_decode(p, len, &op, &indices, &err) == CM_OK)
+		local_broadcast(cl, op, indices, &err);
+	cm_free(MEM, indices);
+	reply_ack(&err, NULL, reply, reply_type);
+}
+
+static void
+h_search_cancel(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
+                uint32_t *reply_type)
+{
+	(void)cl, (void)deadline_ns;
+	nd_rank_serve_cancel(p, len, reply, reply_type); /* a hedged request's losing copy */
+}
+
+static void
+h_ctx(nd_cluster *cl, uint32_t type, const uint8_t *p, size_t len, cm_buf *reply,
+      uint32_t *reply_type)
+{
+	nd_ctx_serve(cl->node, type, p, len, reply, reply_type); /* scroll, PIT (nd_ctx.c) */
+}
+
+static void
+h_rp(nd_cluster *cl, uint32_t type, const uint8_t *p, size_t len, cm_buf *reply,
+     uint32_t *reply_type)
+{
+	rp_serve(cl->rp, type, p, len, reply, reply_type); /* recoveries (replication/) */
+}
+
+static void
+h_snap(nd_cluster *cl, uint32_t type, const uint8_t *p, size_t len, cm_buf *reply,
+       uint32_t *reply_type)
+{
+	nd_snap_serve(cl->node, type, p, len, reply, reply_type); /* snapshots (nd_snapshot.c) */
+}
+
+/* Every message a node serves: one handler per type. Requests of a module
+ * with its own wire code go to that module with their type. */
+typedef void (*cl_handler)(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
+                           cm_buf *reply, uint32_t *reply_type);
+typedef void (*cl_module_handler)(nd_cluster *cl, uint32_t type, const uint8_t *p, size_t len,
+                                  cm_buf *reply, uint32_t *reply_type);
+#define CL_MSG_MAX 68
+static const cl_handler handlers[CL_MSG_MAX] = {
+    [PR_PING] = h_ping,
+    [PR_METADATA] = h_metadata,
+    [PR_SHARD_EVENT] = h_shard_event,
+    [PR_BULK] = cl_serve_bulk,
+    [PR_SEARCH] = cl_serve_search,
+    [PR_SEARCH_CANCEL] = h_search_cancel,
+    [PR_STATE_GET] = h_state_get,
+    [PR_META_CHANGE] = h_meta_change,
+    [PR_BROADCAST] = h_broadcast,
+    [PR_GET] = cl_serve_get,
+    [PR_SHARD_STATS] = cl_serve_shard_stats,
+    [PR_RECOVERY_ROWS] = cl_serve_recovery_rows,
+    [PR_HANDOFF] = cl_serve_handoff,
+    [PR_NODE_VIEW] = cl_serve_node_view,
+};
+static const cl_module_handler module_handlers[CL_MSG_MAX] = {
+    [PR_REC_START] = h_rp,        [PR_REC_OPS] = h_rp,          [PR_REC_FILE] = h_rp,
+    [PR_REC_FINALIZE] = h_rp,     [PR_REC_CANCEL] = h_rp,       [PR_REC_RELEASE] = h_rp,
+    [PR_CTX_OPEN] = h_ctx,        [PR_CTX_SEARCH] = h_ctx,      [PR_CTX_FREE] = h_ctx,
+    [SN_MSG_REPO] = h_snap,       [SN_MSG_SHARD] = h_snap,      [SN_MSG_RESTORE] = h_snap,
+    [SN_MSG_VERIFY] = h_snap,
+};
+_Static_assert(PR_NODE_VIEW < CL_MSG_MAX, "the handler table holds every message type");
+
 static void
 serve(void *ctx, uint32_t type, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
       uint32_t *reply_type)
 {
 	nd_cluster *cl = ctx;
-	cm_error err;
-	cm_error_clear(&err);
-
-	switch (type) {
-	case PR_PING:
-		/* The pong carries this process's boot id: the master tells a
-		 * restarted node (not yet joined) from one that stayed up. */
-		cm_buf_put_u64(reply, atomic_load(&cl->nodes[cl->self].boot));
-		*reply_type = PR_PONG;
-		return;
-	case PR_METADATA: {
-		uint64_t v;
-		char *st;
-		size_t n;
-		if (pr_metadata_decode(p, len, &v, &st, &n, &err) == CM_OK) {
-			state_receive(cl, st, n);
-			cm_free(MEM, st);
-		}
-		reply_ack(&err, NULL, reply, reply_type);
-		return;
-	}
-	case PR_SHARD_EVENT: {
-		rp_event ev;
-		void *keep = NULL;
-		if (!cl_is_master(cl))
-			cm_error_set(&err, CM_EUNAVAIL, "node [%s] is not the master",
-			             cl->nodes[cl->self].name);
-		else if (rp_event_decode(p, len, cl->names, cl->nn, &ev, &keep, &err) == CM_OK) {
-			pthread_mutex_lock(&cl->meta_lock);
-			cm_err erc = cl_master_event_locked(cl, &ev, &err);
-			pthread_mutex_unlock(&cl->meta_lock);
-			if (!erc)
-				cl_state_publish(cl);
-		}
-		rp_event_free(keep);
-		reply_ack(&err, NULL, reply, reply_type);
-		return;
-	}
-	case PR_ADMIN: {
-		pr_admin a;
-		char *out = NULL;
-		if (pr_admin_decode(p, len, &a, &err) == CM_OK && strcmp(a.action, "state") == 0) {
-			/* The state, binary: its length travels in the Ack. */
-			cm_buf b;
-			cm_buf_init(&b, MEM);
-			pr_admin_free(&a);
-			if (!cl_is_master(cl)) {
-				cm_error_set(&err, CM_EUNAVAIL, "node [%s] is not the master",
-				             cl->nodes[cl->self].name);
-			} else {
-				pthread_mutex_lock(&cl->meta_lock);
-				rp_state_encode(cl->state, cl->names, cl->nn, &b);
-				pthread_mutex_unlock(&cl->meta_lock);
-			}
-			pr_ack_encode(&err, (const char *)b.data, b.len, reply);
-			*reply_type = PR_ACK;
-			cm_buf_free(&b);
-			return;
-		}
-		if (!err.code) {
-			if (strcmp(a.action, "refresh") == 0 || strcmp(a.action, "flush") == 0 ||
-			    strcmp(a.action, "forcemerge") == 0)
-				local_broadcast(cl, a.action, a.index, &err);
-			else if (strncmp(a.action, "rw_", 3) == 0)
-				cl_serve_rw(cl, a.action, a.index, a.body, a.body_len, &err, &out);
-			else if (!cl_is_master(cl))
-				cm_error_set(&err, CM_EUNAVAIL, "node [%s] is not the master",
-				             cl->nodes[cl->self].name);
-			else
-				master_admin(cl, a.action, a.index, a.body, &out, &err);
-			pr_admin_free(&a);
-		}
-		reply_ack(&err, out, reply, reply_type);
-		cm_free(MEM, out);
-		return;
-	}
-	case PR_BULK:
-		cl_serve_bulk(cl, p, len, deadline_ns, reply, reply_type);
-		return;
-	case PR_SEARCH:
-		cl_serve_search(cl, p, len, deadline_ns, reply, reply_type);
-		return;
-	case PR_SEARCH_CANCEL: /* a hedged request's losing copy (nd_rank.c) */
-		nd_rank_serve_cancel(p, len, reply, reply_type);
-		return;
-	default:
-		if (nd_ctx_handles(type)) {
-			nd_ctx_serve(cl->node, type, p, len, reply, reply_type);
-			return;
-		}
-		if (rp_handles(type)) {
-			rp_serve(cl->rp, type, p, len, reply, reply_type);
-			return;
-		}
-		if (nd_snap_handles(type)) { /* snapshots (nd_snapshot.c) */
-			nd_snap_serve(cl->node, type, p, len, reply, reply_type);
-			return;
-		}
+	if (type < CL_MSG_MAX && handlers[type]) {
+		handlers[type](cl, p, len, deadline_ns, reply, reply_type);
+	} else if (type < CL_MSG_MAX && module_handlers[type]) {
+		module_handlers[type](cl, type, p, len, reply, reply_type);
+	} else {
+		cm_error err;
+		cm_error_clear(&err);
 		cm_error_set(&err, CM_EINVAL, "unknown message type %u", type);
 		*reply_type = PR_ERROR;
 		pr_ack_encode(&err, NULL, 0, reply);
@@ -1410,8 +1542,8 @@ cl_fetch_state(nd_cluster *cl)
 	cm_error_clear(&remote);
 	cm_buf_init(&req, MEM);
 	cm_buf_init(&rep, MEM);
-	pr_admin_encode("state", "", NULL, 0, &req);
-	if (nd_peer_call_sync(cl->nodes[master].peer, PR_ADMIN, req.data, req.len,
+	/* StateGet has no fields: its encoding is empty */
+	if (nd_peer_call_sync(cl->nodes[master].peer, PR_STATE_GET, req.data, req.len,
 	                      cm_now_ns() + 2000000000ull, &type, &rep) == CM_OK &&
 	    pr_ack_decode(rep.data, rep.len, &remote, &st, &len) == CM_OK) {
 		if (!remote.code && st)
@@ -1608,7 +1740,7 @@ nd_cluster_start(nd_cluster *cl, nd_node *n, cm_error *err)
 	if ((rc = nd_server_start(cl->nodes[cl->self].transport, &o, 32, cl->pool, serve, cl,
 	                          &cl->server, err)))
 		return rc;
-	g_cluster = cl;
+	atomic_store_explicit(&n->cluster, cl, memory_order_release);
 	if (cl->etcd && (rc = cl_etcd_start(cl, err)))
 		return rc;
 	cl_fetch_state(cl);
@@ -1658,8 +1790,8 @@ nd_cluster_stop(nd_cluster *cl)
 	cl_etcd_free(cl);
 	rp_destroy(cl->rp);
 	cl->rp = NULL;
-	if (g_cluster == cl)
-		g_cluster = NULL;
+	if (cl->node && nd_cluster_of(cl->node) == cl)
+		atomic_store_explicit(&cl->node->cluster, NULL, memory_order_release);
 	rp_state_free(cl->state);
 	cm_free(MEM, cl->names);
 	cm_free(MEM, cl->handoffs);
@@ -1694,7 +1826,7 @@ bc_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 }
 
 cm_err
-nd_cluster_broadcast(nd_cluster *cl, const char *action, const char *indices, int *total,
+nd_cluster_broadcast(nd_cluster *cl, nd_broadcast_op op, const char *indices, int *total,
                      int *failed, cm_error *err)
 {
 	cm_buf b;
@@ -1709,17 +1841,17 @@ nd_cluster_broadcast(nd_cluster *cl, const char *action, const char *indices, in
 			remote++;
 	w = cm_wait_create(remote);
 	cm_buf_init(&b, MEM);
-	pr_admin_encode(action, indices, NULL, 0, &b);
+	pr_broadcast_encode((pr_broadcast_op)op, indices, &b);
 	for (int i = 0; i < cl->nn; i++) {
 		if (i == cl->self || !cl->nodes[i].data)
 			continue;
 		calls[i].w = w;
-		nd_peer_call(cl->nodes[i].peer, PR_ADMIN, b.data, b.len,
+		nd_peer_call(cl->nodes[i].peer, PR_BROADCAST, b.data, b.len,
 		             cm_now_ns() + 30000000000ull, bc_done, &calls[i]);
 	}
 	if (cl->nodes[cl->self].data) {
 		(*total)++;
-		if (local_broadcast(cl, action, indices, err)) {
+		if (local_broadcast(cl, (pr_broadcast_op)op, indices, err)) {
 			(*failed)++;
 			cm_error_clear(err);
 		}

@@ -3,7 +3,7 @@
  * static cluster file (first master node leads), copy placement by the
  * master's allocator, replicated writes through the primary, and the
  * search fan-out over local and remote shard copies into the shared
- * merger. One cluster per process (nd_cluster_of). */
+ * merger. A node runs at most one cluster (nd_cluster_of). */
 #ifndef ND_CLUSTER_H
 #define ND_CLUSTER_H
 
@@ -65,15 +65,32 @@ void nd_cluster_stop(nd_cluster *cl);
 nd_cluster *nd_cluster_of(const nd_node *n);
 
 /* ---- metadata through the master ---- */
-/* action: "create" (index, body = create body), "delete" (index),
- * "put_mapping" (index, body = mappings). On success *reply (cm_malloc'd
- * NODE, may be NULL) is the JSON to answer with. Master unreachable →
+/* One metadata change (a MetaChange to the master, proto/cluster.proto):
+ * indices is comma-joined ("" when the kind takes none), source the
+ * client's document (JSON text, may be NULL): the create body, the
+ * mappings, the settings, alias actions, .... On success *reply
+ * (cm_malloc'd NODE) is the JSON to answer with. Master unreachable →
  * CM_EUNAVAIL with the reason. */
-cm_err nd_cluster_admin(nd_cluster *cl, const char *action, const char *index, const char *body,
-                        char **reply, cm_error *err);
+typedef enum nd_meta_kind {
+	ND_META_CREATE = 1,
+	ND_META_DELETE,
+	ND_META_PUT_MAPPING,
+	ND_META_PUT_SETTINGS,
+	ND_META_CLUSTER_SETTINGS,
+	ND_META_REROUTE,
+	ND_META_ALIASES,
+	ND_META_TEMPLATES,
+} nd_meta_kind;
+cm_err nd_cluster_meta(nd_cluster *cl, nd_meta_kind kind, const char *indices, const char *source,
+                       char **reply, cm_error *err);
 /* refresh / flush / forcemerge of the named indices on every data node;
  * *failed counts nodes that did not answer. */
-cm_err nd_cluster_broadcast(nd_cluster *cl, const char *action, const char *indices, int *total,
+typedef enum nd_broadcast_op {
+	ND_BROADCAST_REFRESH = 1,
+	ND_BROADCAST_FLUSH,
+	ND_BROADCAST_FORCEMERGE,
+} nd_broadcast_op;
+cm_err nd_cluster_broadcast(nd_cluster *cl, nd_broadcast_op op, const char *indices, int *total,
                             int *failed, cm_error *err);
 
 /* ---- writes ---- */
@@ -120,9 +137,6 @@ bool nd_cl_pref_shard(const char *pref, int shard);
 /* The part of pref that picks the copy: OTHER of _shards:LIST|OTHER, NULL
  * for _shards:LIST alone, else pref itself. */
 const char *nd_cl_pref_copies(const char *pref);
-/* The ?preference of the GET this thread serves (borrowed until reset
- * with NULL): realtime gets on a cluster pick their copy by it. */
-void nd_get_preference_set(const char *pref);
 /* Runs a search over every shard of ixs (sorted as nd_resolve returns
  * them), one copy each, rendering the ES body into out. */
 cm_err nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body,
@@ -134,9 +148,11 @@ cm_err nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id,
 
 /* Hooks for the solo code paths: through the cluster when one runs in
  * this process, else straight to the local shard. */
-cm_err nd_routed_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result *res);
-cm_err nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *meta,
-                     cm_buf *source);
+cm_err nd_routed_apply(nd_index *ix, int shard, const st_op *ops, size_t n,
+                       const nd_req_opts *o, st_op_result *res);
+/* Realtime gets pick their copy by o->preference (o may be NULL). */
+cm_err nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, const nd_req_opts *o,
+                     st_doc_meta *meta, cm_buf *source);
 
 /* refresh=true|wait_for after a write: on a cluster, refreshes every copy
  * of ix (a forced refresh also stands in for wait_for) and returns true;

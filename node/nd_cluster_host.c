@@ -384,6 +384,21 @@ handover_cb(void *arg, const char *index, int shard, int from, int to, uint64_t 
 	return false;
 }
 
+/* The copies a HandoffReply names, as a node mask. */
+typedef struct keep_of {
+	nd_cluster *cl;
+	uint64_t keep;
+} keep_of;
+
+static void
+keep_add(void *arg, const char *name)
+{
+	keep_of *k = arg;
+	int n = cl_node_slot(k->cl, name);
+	if (n >= 0 && n < RP_MAX_NODES)
+		k->keep |= 1ull << n;
+}
+
 /* Has the old primary prepare h (hold_ns 0: release it); true when it did. */
 static bool
 handoff_ask(nd_cluster *cl, cl_handoff *h, uint64_t hold_ns)
@@ -402,26 +417,23 @@ handoff_ask(nd_cluster *cl, cl_handoff *h, uint64_t hold_ns)
 		rc = rp_handoff_prepare(cl->rp, h->index, uuid, h->shard, h->term, hold_ns, &keep,
 		                        &err);
 	} else {
-		cJSON *b = cJSON_CreateObject(), *out = NULL;
-		cJSON_AddNumberToObject(b, "shard", h->shard);
-		cJSON_AddStringToObject(b, "uuid", uuid);
-		char term[32];
-		snprintf(term, sizeof(term), "%" PRIu64, h->term); /* beyond 2^53 as text */
-		cJSON_AddStringToObject(b, "term", term);
-		if (!hold_ns)
-			cJSON_AddTrueToObject(b, "release");
-		char *text = cJSON_PrintUnformatted(b);
-		cJSON_Delete(b);
-		rc = cl_ask_node(cl, h->from, "rw_handoff", h->index, text, &out, &err);
-		cJSON_free(text);
-		const cJSON *k, *names = cJSON_GetObjectItemCaseSensitive(out, "keep");
-		cJSON_ArrayForEach(k, names)
-		{
-			int n = cJSON_IsString(k) ? cl_node_slot(cl, k->valuestring) : -1;
-			if (n >= 0 && n < RP_MAX_NODES)
-				keep |= 1ull << n;
-		}
-		cJSON_Delete(out);
+		pr_handoff ho = {.index = (char *)(uintptr_t)h->index,
+		                 .uuid = uuid,
+		                 .shard = (uint32_t)h->shard,
+		                 .term = h->term,
+		                 .release = !hold_ns};
+		cm_buf req;
+		char *body = NULL;
+		size_t len;
+		cm_buf_init(&req, MEM);
+		pr_handoff_encode(&ho, &req);
+		rc = cl_call(cl, h->from, PR_HANDOFF, &req, &body, &len, &err);
+		keep_of ko = {cl, 0};
+		if (!rc)
+			rc = pr_handoff_reply_decode(body, len, keep_add, &ko, &err);
+		keep = ko.keep;
+		cm_free(MEM, body);
+		cm_buf_free(&req);
 	}
 	if (rc) {
 		cm_warn("cluster", "[%s][%d] hand-over from [%s] not prepared: %s", h->index,
@@ -432,27 +444,31 @@ handoff_ask(nd_cluster *cl, cl_handoff *h, uint64_t hold_ns)
 	return true;
 }
 
-cJSON *
-cl_serve_handoff(nd_cluster *cl, const char *index, const cJSON *body, cm_error *err)
+void
+cl_serve_handoff(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
+                 cm_buf *reply, uint32_t *reply_type)
 {
-	const cJSON *s = cJSON_GetObjectItemCaseSensitive(body, "shard");
-	const cJSON *u = cJSON_GetObjectItemCaseSensitive(body, "uuid");
-	const cJSON *t = cJSON_GetObjectItemCaseSensitive(body, "term");
-	if (!index || !cJSON_IsNumber(s) || !cJSON_IsString(u) || !cJSON_IsString(t)) {
-		cm_error_set(err, CM_EPARSE, "malformed hand-over request");
-		return NULL;
-	}
+	pr_handoff h;
+	cm_error err;
+	cm_buf out;
 	uint64_t keep = 0;
-	bool release = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(body, "release"));
-	if (rp_handoff_prepare(cl->rp, index, u->valuestring, s->valueint,
-	                       strtoull(t->valuestring, NULL, 10), release ? 0 : HANDOFF_HOLD_NS,
-	                       &keep, err))
-		return NULL;
-	cJSON *r = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(r, "keep");
-	for (int i = 0; i < cl->nn && i < RP_MAX_NODES; i++)
-		if ((keep >> i) & 1)
-			cJSON_AddItemToArray(a, cJSON_CreateString(cl->nodes[i].name));
-	return r;
+	(void)deadline_ns;
+	cm_error_clear(&err);
+	cm_buf_init(&out, MEM);
+	if (pr_handoff_decode(p, len, &h, &err) == CM_OK &&
+	    rp_handoff_prepare(cl->rp, h.index, h.uuid, (int)h.shard, h.term,
+	                       h.release ? 0 : HANDOFF_HOLD_NS, &keep, &err) == CM_OK) {
+		const char *names[RP_MAX_NODES];
+		size_t n = 0;
+		for (int i = 0; i < cl->nn && i < RP_MAX_NODES; i++)
+			if ((keep >> i) & 1)
+				names[n++] = cl->nodes[i].name;
+		pr_handoff_reply_encode(names, n, &out);
+	}
+	pr_handoff_free(&h);
+	pr_ack_encode(&err, err.code ? NULL : (const char *)out.data, err.code ? 0 : out.len, reply);
+	*reply_type = PR_ACK;
+	cm_buf_free(&out);
 }
 
 /* Master on etcd: one allocation round (rp_state_allocate) with what the

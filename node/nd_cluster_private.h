@@ -95,7 +95,6 @@ struct nd_cluster {
 	void *info_arg;
 };
 
-nd_cluster *cl_current(void);
 /* The transport options of this node (cluster name, secret, TLS). */
 nd_transport_opts cl_transport_opts(const nd_cluster *cl);
 /* Dynamic mapping updates: when the local mapping of ix holds more than
@@ -199,15 +198,21 @@ cm_err cl_reroute_locked(nd_cluster *cl, rp_state *next, const cJSON *body, cons
 cJSON *cl_state_json_locked(nd_cluster *cl, const rp_state *st, bool with_nodes,
                             bool with_routing);
 
-/* One PR_ADMIN "rw_*" request to node, its JSON answer in *out. */
-cm_err cl_ask_node(nd_cluster *cl, int node, const char *action, const char *index,
-                   const char *body, cJSON **out, cm_error *err);
-/* The old primary's side of a prepared hand-over ("rw_handoff",
- * nd_cluster_host.c): {"keep":[node names]}, or NULL with err. */
-cJSON *cl_serve_handoff(nd_cluster *cl, const char *index, const cJSON *body, cm_error *err);
+/* One cluster call (proto/cluster.proto) of message type to node, waited
+ * for: the Ack's body, the typed reply, in *body (cm_malloc'd, NUL-
+ * terminated, also when empty). A node held unreachable is asked with a
+ * short deadline; the answer marks its liveness. */
+cm_err cl_call(nd_cluster *cl, int node, uint32_t type, const cm_buf *req, char **body,
+               size_t *len, cm_error *err);
 
-/* Small read requests carried by PR_ADMIN ("rw_get", "rw_stats"). */
-void cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *body,
-                 size_t len, cm_error *err, char **out);
+/* The handlers of the cluster calls (serve's table in nd_cluster.c): each
+ * decodes its request and answers with an Ack carrying the typed reply. */
+typedef void cl_serve_fn(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
+                         cm_buf *reply, uint32_t *reply_type);
+cl_serve_fn cl_serve_get;           /* GetRequest (nd_cluster_rw.c) */
+cl_serve_fn cl_serve_shard_stats;   /* ShardStatsRequest (nd_cluster_rw.c) */
+cl_serve_fn cl_serve_recovery_rows; /* RecoveryRowsRequest (nd_cluster_rw.c) */
+cl_serve_fn cl_serve_node_view;     /* NodeViewRequest (nd_cluster_rw.c) */
+cl_serve_fn cl_serve_handoff;       /* HandoffRequest: the old primary's side (nd_cluster_host.c) */
 
 #endif

@@ -25,15 +25,6 @@
 
 /* ================= writes ================= */
 
-/* A write's ?timeout, set by the HTTP layer for the thread serving it. */
-static _Thread_local uint64_t tl_write_deadline;
-
-void
-nd_write_deadline_set(uint64_t deadline_ns)
-{
-	tl_write_deadline = deadline_ns;
-}
-
 /* Applies ops on this node's copy. As primary (replica = false) the shard
  * assigns sequence numbers and the replication path (nd_cluster_rep.c)
  * forwards them to every in-sync copy before this returns. prepare: parse documents
@@ -180,11 +171,11 @@ wr_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 	cm_wait_done(j->w);
 }
 
-/* A batch's bound: its own, this thread's write deadline, or dflt. */
+/* A batch's bound: its own (the request's ?timeout), or dflt. */
 static uint64_t
 batch_deadline(const nd_batch *b, uint64_t dflt)
 {
-	return b->deadline_ns ? b->deadline_ns : tl_write_deadline ? tl_write_deadline : dflt;
+	return b->deadline_ns ? b->deadline_ns : dflt;
 }
 
 /* One round: every batch to its primary as the routes have it now. */
@@ -1634,135 +1625,171 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 /* ================= gets and stats ================= */
 
 static cm_err
-local_get(nd_index *ix, int shard, const char *id, st_doc_meta *meta, cm_buf *src)
+local_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *meta, cm_buf *src)
 {
-	return st_shard_get(nd_index_shard(ix, shard), id, strlen(id), meta, src);
+	return st_shard_get(nd_index_shard(ix, shard), id, len, meta, src);
 }
 
-static void gather_stats(nd_cluster *cl, cJSON **stats);
+/* The figures a node holds, one entry per index: stats[i] is node i's. */
+static void gather_stats(nd_cluster *cl, pr_shard_stats *stats);
+typedef enum { STAT_DOCS, STAT_BYTES, STAT_DELETED } stat_kind;
+static double stat_of(const pr_shard_stats *stats, int node, const char *index, stat_kind what,
+                      int shard);
+static void stats_free(nd_cluster *cl, pr_shard_stats *stats);
 
-/* docs and store bytes of every local copy:
- * {"index":[docs per shard], "index/bytes":[..], "index/deleted":[..]}. */
-static cJSON *
-local_stats(nd_cluster *cl)
+/* docs, store bytes and deleted docs of every local copy. */
+static void
+local_stats(nd_cluster *cl, pr_shard_stats *out)
 {
 	nd_index **all;
 	size_t nall;
-	cJSON *r = cJSON_CreateObject();
 	nd_index_list(cl->node, &all, &nall);
+	out->indices = cm_calloc(MEM, nall + 1, sizeof(pr_index_stats));
+	out->n = nall;
 	for (size_t i = 0; i < nall; i++) {
-		char key[300];
-		cJSON *a = cJSON_AddArrayToObject(r, nd_index_name(all[i]));
-		snprintf(key, sizeof(key), "%s/bytes", nd_index_name(all[i]));
-		cJSON *b = cJSON_AddArrayToObject(r, key);
-		snprintf(key, sizeof(key), "%s/deleted", nd_index_name(all[i]));
-		cJSON *d = cJSON_AddArrayToObject(r, key);
-		for (int s = 0; s < nd_index_nshards(all[i]); s++) {
+		pr_index_stats *e = &out->indices[i];
+		size_t ns = (size_t)nd_index_nshards(all[i]);
+		e->index = cm_strdup(MEM, nd_index_name(all[i]));
+		e->nshards = ns;
+		e->docs = cm_calloc(MEM, ns + 1, sizeof(uint64_t));
+		e->store_bytes = cm_calloc(MEM, ns + 1, sizeof(uint64_t));
+		e->deleted = cm_calloc(MEM, ns + 1, sizeof(uint64_t));
+		for (size_t s = 0; s < ns; s++) {
 			st_shard_stats st;
-			st_shard_stats_get(nd_index_shard(all[i], s), &st);
-			cJSON_AddItemToArray(a, cJSON_CreateNumber((double)st.docs));
-			cJSON_AddItemToArray(b, cJSON_CreateNumber((double)st.store_bytes));
-			cJSON_AddItemToArray(d, cJSON_CreateNumber((double)st.deleted_docs));
+			st_shard_stats_get(nd_index_shard(all[i], (int)s), &st);
+			e->docs[s] = st.docs;
+			e->store_bytes[s] = st.store_bytes;
+			e->deleted[s] = st.deleted_docs;
 		}
 		nd_index_release(all[i]);
 	}
 	cm_free(MEM, all);
-	return r;
+}
+
+static void
+reply_with(const cm_error *err, const cm_buf *body, cm_buf *reply, uint32_t *reply_type)
+{
+	pr_ack_encode(err, err->code || !body ? NULL : (const char *)body->data,
+	              err->code || !body ? 0 : body->len, reply);
+	*reply_type = PR_ACK;
 }
 
 void
-cl_serve_rw(nd_cluster *cl, const char *action, const char *index, const char *body, size_t len,
-            cm_error *err, char **out)
+cl_serve_get(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
+             uint32_t *reply_type)
 {
-	cJSON *j = cJSON_ParseWithLength(body, len), *r;
-	nd_index *ix = index ? nd_index_get(cl->node, index) : NULL;
-
-	*out = NULL;
-	if (strcmp(action, "rw_summary") == 0) {
-		r = nd_stats_node_json(cl); /* the cluster page (nd_stats.c) */
-	} else if (strcmp(action, "rw_stats") == 0) {
-		r = local_stats(cl);
-	} else if (strcmp(action, "rw_recovery") == 0) {
-		cm_buf rows;
-		cm_buf_init(&rows, MEM);
-		rp_cat_recovery(cl->rp, &rows);
-		nd_snap_cat_recovery(&rows); /* restores from snapshots */
-		cm_buf_put_u8(&rows, 0);
-		r = cJSON_CreateObject();
-		cJSON_AddStringToObject(r, "rows", (const char *)rows.data);
-		cm_buf_free(&rows);
-	} else if (strcmp(action, "rw_handoff") == 0) {
-		if (!(r = cl_serve_handoff(cl, index, j, err)))
-			goto done;
-	} else if (strcmp(action, "rw_node") == 0) {
-		const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "kind");
-		r = cl->info ? cl->info(cl->info_arg, cJSON_IsString(k) ? k->valuestring : "info")
-		             : NULL;
-		if (!r) {
-			cm_error_set(err, CM_EINVAL, "node [%s] has no node information",
-			             cl->nodes[cl->self].name);
-			goto done;
+	pr_get_req g;
+	cm_error err;
+	cm_buf src, out;
+	st_doc_meta meta;
+	nd_index *ix = NULL;
+	(void)deadline_ns;
+	cm_error_clear(&err);
+	cm_buf_init(&src, MEM);
+	cm_buf_init(&out, MEM);
+	if (pr_get_req_decode(p, len, &g, &err) == CM_OK) {
+		if (!(ix = nd_index_get(cl->node, g.index))) {
+			cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", g.index);
+		} else if (g.shard >= (uint32_t)nd_index_nshards(ix)) {
+			cm_error_set(&err, CM_EINVAL, "index [%s] has no shard [%u]", g.index,
+			             g.shard);
+		} else {
+			cm_err rc = local_get(ix, (int)g.shard, g.id, g.id_len, &meta, &src);
+			if (rc == CM_OK || rc == CM_ENOTFOUND)
+				pr_get_reply_encode(rc == CM_OK, &meta, src.data, src.len, &out);
+			else
+				cm_error_set(&err, rc, "get failed on node [%s]",
+				             cl->nodes[cl->self].name);
 		}
-	} else if (strcmp(action, "rw_get") == 0 && ix && j) {
-		const cJSON *idv = cJSON_GetObjectItemCaseSensitive(j, "id");
-		const cJSON *sv = cJSON_GetObjectItemCaseSensitive(j, "shard");
-		st_doc_meta meta;
-		cm_buf src;
-		if (!cJSON_IsString(idv) || !cJSON_IsNumber(sv) || sv->valueint < 0 ||
-		    sv->valueint >= nd_index_nshards(ix)) {
-			cm_error_set(err, CM_EINVAL, "bad get request");
-			goto done;
-		}
-		cm_buf_init(&src, MEM);
-		cm_err rc = local_get(ix, sv->valueint, idv->valuestring, &meta, &src);
-		r = cJSON_CreateObject();
-		cJSON_AddBoolToObject(r, "found", rc == CM_OK);
-		if (rc == CM_OK) {
-			cJSON_AddNumberToObject(r, "seq_no", (double)meta.seq_no);
-			cJSON_AddNumberToObject(r, "primary_term", (double)meta.primary_term);
-			cJSON_AddNumberToObject(r, "version", (double)meta.version);
-			cm_buf_put_u8(&src, 0);
-			cJSON_AddStringToObject(r, "source", (const char *)src.data);
-		} else if (rc != CM_ENOTFOUND) {
-			cm_error_set(err, rc, "get failed on node [%s]", cl->nodes[cl->self].name);
-		}
-		cm_buf_free(&src);
-	} else {
-		cm_error_set(err, ix ? CM_EINVAL : CM_ENOINDEX, "bad %s request", action);
-		goto done;
 	}
-	{
-		char *s = cJSON_PrintUnformatted(r);
-		*out = cm_strdup(MEM, s);
-		cJSON_free(s);
-		cJSON_Delete(r);
-	}
-done:
-	cJSON_Delete(j);
-	if (ix)
-		nd_index_release(ix);
+	nd_index_release(ix);
+	pr_get_req_free(&g);
+	reply_with(&err, &out, reply, reply_type);
+	cm_buf_free(&src);
+	cm_buf_free(&out);
 }
 
-static cm_err
-remote_rw(nd_cluster *cl, int node, const char *action, const char *index, const char *body,
-          cJSON **out, cm_error *err)
+void
+cl_serve_shard_stats(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
+                     cm_buf *reply, uint32_t *reply_type)
 {
-	cm_buf req, rep;
-	uint32_t type;
+	pr_shard_stats st;
+	cm_error err;
+	cm_buf out;
+	(void)p, (void)len, (void)deadline_ns; /* ShardStatsRequest has no fields */
+	cm_error_clear(&err);
+	cm_buf_init(&out, MEM);
+	local_stats(cl, &st);
+	pr_shard_stats_encode(&st, &out);
+	pr_shard_stats_free(&st);
+	reply_with(&err, &out, reply, reply_type);
+	cm_buf_free(&out);
+}
+
+void
+cl_serve_recovery_rows(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
+                       cm_buf *reply, uint32_t *reply_type)
+{
+	cm_buf rows, out;
+	cm_error err;
+	(void)p, (void)len, (void)deadline_ns; /* RecoveryRowsRequest has no fields */
+	cm_error_clear(&err);
+	cm_buf_init(&rows, MEM);
+	cm_buf_init(&out, MEM);
+	rp_cat_recovery(cl->rp, &rows);
+	nd_snap_cat_recovery(&rows); /* restores from snapshots */
+	pr_recovery_rows_encode((const char *)rows.data, rows.len, &out);
+	reply_with(&err, &out, reply, reply_type);
+	cm_buf_free(&rows);
+	cm_buf_free(&out);
+}
+
+void
+cl_serve_node_view(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
+                   cm_buf *reply, uint32_t *reply_type)
+{
+	char *kind = NULL;
+	cm_error err;
+	cm_buf out;
+	(void)deadline_ns;
+	cm_error_clear(&err);
+	cm_buf_init(&out, MEM);
+	if (pr_node_view_req_decode(p, len, &kind, &err) == CM_OK) {
+		cJSON *r = strcmp(kind, "summary") == 0 ? nd_stats_node_json(cl) /* the cluster page */
+		           : cl->info                   ? cl->info(cl->info_arg, kind)
+		                                        : NULL;
+		if (!r) {
+			cm_error_set(&err, CM_EINVAL, "node [%s] has no node information",
+			             cl->nodes[cl->self].name);
+		} else {
+			char *text = cJSON_PrintUnformatted(r);
+			pr_node_view_reply_encode(text, text ? strlen(text) : 0, &out);
+			cJSON_free(text);
+			cJSON_Delete(r);
+		}
+	}
+	cm_free(MEM, kind);
+	reply_with(&err, &out, reply, reply_type);
+	cm_buf_free(&out);
+}
+
+cm_err
+cl_call(nd_cluster *cl, int node, uint32_t type, const cm_buf *req, char **body, size_t *len,
+        cm_error *err)
+{
+	cm_buf rep;
+	uint32_t rtype;
 	cm_error remote;
-	char *rb = NULL;
-	size_t rl;
 	cm_err rc;
 
-	*out = NULL;
-	cm_buf_init(&req, MEM);
+	*body = NULL;
+	*len = 0;
 	cm_buf_init(&rep, MEM);
-	pr_admin_encode(action, index, body, body ? strlen(body) : 0, &req);
 	uint64_t t0 = cm_now_ns();
 	/* a node held unreachable may be back already (its pings lag): asked
 	 * too, with a short deadline */
-	rc = nd_peer_call_sync(cl->nodes[node].peer, PR_ADMIN, req.data, req.len,
-	                       t0 + (cl_alive(cl, node) ? 5000000000ull : 300000000ull), &type,
+	rc = nd_peer_call_sync(cl->nodes[node].peer, type, req->data, req->len,
+	                       t0 + (cl_alive(cl, node) ? 5000000000ull : 300000000ull), &rtype,
 	                       &rep);
 	if (rc) {
 		if (rc == CM_EUNAVAIL)
@@ -1770,7 +1797,7 @@ remote_rw(nd_cluster *cl, int node, const char *action, const char *index, const
 		cm_error_set(err, rc, "node [%s] did not answer (%s)", cl->nodes[node].name,
 		             cm_err_msg(rc));
 	} else if ((cm_error_clear(&remote),
-	            rc = pr_ack_decode(rep.data, rep.len, &remote, &rb, &rl)) &&
+	            rc = pr_ack_decode(rep.data, rep.len, &remote, body, len)) &&
 	           !remote.code) {
 		cm_error_set(err, rc, "malformed reply from [%s]", cl->nodes[node].name);
 	} else if (remote.code) {
@@ -1778,22 +1805,9 @@ remote_rw(nd_cluster *cl, int node, const char *action, const char *index, const
 		rc = remote.code;
 	} else {
 		cl_mark(cl, node, true, cm_now_ns() - t0);
-		*out = rb ? cJSON_ParseWithLength(rb, rl) : NULL;
-		if (!*out)
-			rc = cm_error_set(err, CM_EINTERNAL, "empty reply from [%s]",
-			                  cl->nodes[node].name);
 	}
-	cm_free(MEM, rb);
-	cm_buf_free(&req);
 	cm_buf_free(&rep);
 	return rc;
-}
-
-cm_err
-cl_ask_node(nd_cluster *cl, int node, const char *action, const char *index, const char *body,
-            cJSON **out, cm_error *err)
-{
-	return remote_rw(cl, node, action, index, body, out, err);
 }
 
 cm_err
@@ -1802,6 +1816,7 @@ nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const ch
 {
 	shard_job j;
 	cm_err rc = CM_EUNAVAIL;
+	cm_buf req;
 
 	memset(&j, 0, sizeof(j));
 	nd_tail_cfg cfg;
@@ -1811,46 +1826,47 @@ nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const ch
 	copy_order(cl, ix, shard, nd_cl_pref_copies(preference), &cfg, &j);
 	cm_error_set(err, CM_EUNAVAIL, "no copy of shard [%s][%d] is available", nd_index_name(ix),
 	             shard);
+	cm_buf_init(&req, MEM);
+	pr_get_req g = {.index = (char *)(uintptr_t)nd_index_name(ix),
+	                .shard = (uint32_t)shard,
+	                .id = (char *)(uintptr_t)id,
+	                .id_len = strlen(id)};
+	pr_get_req_encode(&g, &req);
 	for (int i = 0; i < j.norder; i++) {
 		int node = j.order[i];
 		if (node == cl->self) {
 			cm_error_clear(err);
-			return local_get(ix, shard, id, meta, source);
+			rc = local_get(ix, shard, id, strlen(id), meta, source);
+			break;
 		}
 		if (!cl_alive(cl, node) && i + 1 < j.norder)
 			continue;
-		cJSON *req = cJSON_CreateObject(), *r = NULL;
-		cJSON_AddStringToObject(req, "id", id);
-		cJSON_AddNumberToObject(req, "shard", shard);
-		char *body = cJSON_PrintUnformatted(req);
+		char *body;
+		size_t blen;
+		bool found;
 		cm_error e;
 		cm_error_clear(&e);
-		rc = remote_rw(cl, node, "rw_get", nd_index_name(ix), body, &r, &e);
-		cJSON_free(body);
-		cJSON_Delete(req);
-		if (rc) {
+		rc = cl_call(cl, node, PR_GET, &req, &body, &blen, &e);
+		if (!rc) {
+			size_t mark = source->len;
+			rc = pr_get_reply_decode(body, blen, &found, meta, source, &e);
+			if (!rc && !found)
+				rc = CM_ENOTFOUND;
+			if (rc && rc != CM_ENOTFOUND)
+				source->len = mark;
+		}
+		cm_free(MEM, body);
+		if (rc && rc != CM_ENOTFOUND) {
 			*err = e;
 			if (rc == CM_EUNAVAIL || rc == CM_ETIMEDOUT)
 				continue;
-			return rc;
+			break;
 		}
 		cm_error_clear(err);
-		if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "found"))) {
-			cJSON_Delete(r);
-			return CM_ENOTFOUND;
-		}
-		const cJSON *src = cJSON_GetObjectItemCaseSensitive(r, "source");
-		meta->seq_no = (uint64_t)cJSON_GetObjectItemCaseSensitive(r, "seq_no")->valuedouble;
-		meta->primary_term =
-		    (uint64_t)cJSON_GetObjectItemCaseSensitive(r, "primary_term")->valuedouble;
-		meta->version =
-		    (int64_t)cJSON_GetObjectItemCaseSensitive(r, "version")->valuedouble;
-		if (cJSON_IsString(src))
-			cm_buf_put(source, src->valuestring, strlen(src->valuestring));
-		cJSON_Delete(r);
-		return CM_OK;
+		break;
 	}
-	return rc ? rc : CM_EUNAVAIL;
+	cm_buf_free(&req);
+	return rc;
 }
 
 /* ================= cluster views ================= */
@@ -1976,7 +1992,7 @@ nd_cluster_cat_nodes(nd_cluster *cl, cm_buf *out)
 void
 nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
 {
-	cJSON **stats = cm_calloc(MEM, (size_t)cl->nn, sizeof(cJSON *));
+	pr_shard_stats *stats = cm_calloc(MEM, (size_t)cl->nn + 1, sizeof(pr_shard_stats));
 	nd_index **all;
 	size_t nall;
 
@@ -2003,12 +2019,8 @@ nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
 					st_shard_stats st;
 					st_shard_stats_get(nd_index_shard(all[x], s), &st);
 					docs = (long long)st.docs;
-				} else if (stats[node]) {
-					cJSON *a =
-					    cJSON_GetObjectItemCaseSensitive(stats[node], name);
-					cJSON *d = cJSON_GetArrayItem(a, s);
-					if (cJSON_IsNumber(d))
-						docs = (long long)d->valuedouble;
+				} else {
+					docs = (long long)stat_of(stats, node, name, STAT_DOCS, s);
 				}
 				bool up = cl_alive(cl, node);
 				bool moving = routed && ro.relocating_from == node;
@@ -2027,17 +2039,16 @@ nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
 		nd_index_release(all[x]);
 	}
 	cm_free(MEM, all);
-	for (int i = 0; i < cl->nn; i++)
-		cJSON_Delete(stats[i]);
-	cm_free(MEM, stats);
+	stats_free(cl, stats);
 }
 
 /* ================= hooks ================= */
 
 cm_err
-nd_routed_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result *res)
+nd_routed_apply(nd_index *ix, int shard, const st_op *ops, size_t n, const nd_req_opts *o,
+                st_op_result *res)
 {
-	nd_cluster *cl = cl_current();
+	nd_cluster *cl = nd_cluster_of(ix->node);
 	if (!cl)
 		return nd_index_apply(ix, shard, ops, n, res);
 	nd_batch b = {.ix = ix,
@@ -2045,7 +2056,7 @@ nd_routed_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_resul
 	              .ops = ops,
 	              .n = n,
 	              .res = res,
-	              .deadline_ns = tl_write_deadline};
+	              .deadline_ns = o ? o->deadline_ns : 0};
 	nd_cluster_apply_batches(cl, &b, 1);
 	return b.rc;
 }
@@ -2053,30 +2064,21 @@ nd_routed_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_resul
 bool
 nd_routed_refresh(nd_index *ix)
 {
-	nd_cluster *cl = cl_current();
+	nd_cluster *cl = nd_cluster_of(ix->node);
 	int total, failed;
 	cm_error e;
 	if (!cl)
 		return false;
 	cm_error_clear(&e);
-	nd_cluster_broadcast(cl, "refresh", nd_index_name(ix), &total, &failed, &e);
+	nd_cluster_broadcast(cl, ND_BROADCAST_REFRESH, nd_index_name(ix), &total, &failed, &e);
 	return true;
 }
 
-/* A GET's ?preference, set by the HTTP layer for the thread serving it. */
-static _Thread_local const char *tl_get_pref;
-
-void
-nd_get_preference_set(const char *pref)
-{
-	tl_get_pref = pref;
-}
-
 cm_err
-nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *meta,
-              cm_buf *source)
+nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, const nd_req_opts *o,
+              st_doc_meta *meta, cm_buf *source)
 {
-	nd_cluster *cl = cl_current();
+	nd_cluster *cl = nd_cluster_of(ix->node);
 	cm_error e;
 	char idbuf[1024];
 	if (!cl)
@@ -2086,7 +2088,7 @@ nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *
 	memcpy(idbuf, id, len);
 	idbuf[len] = 0;
 	cm_error_clear(&e);
-	cm_err rc = nd_cluster_get(cl, ix, shard, idbuf, tl_get_pref, meta, source, &e);
+	cm_err rc = nd_cluster_get(cl, ix, shard, idbuf, o ? o->preference : NULL, meta, source, &e);
 	if (rc && rc != CM_ENOTFOUND)
 		cm_warn("cluster", "get [%s][%d] failed: %s", nd_index_name(ix), shard, e.reason);
 	return rc;
@@ -2095,23 +2097,25 @@ nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *
 void
 nd_cluster_cat_recovery(nd_cluster *cl, cm_buf *out)
 {
+	cm_buf req; /* RecoveryRowsRequest has no fields: its encoding is empty */
+	cm_buf_init(&req, MEM);
 	/* every node's recoveries (each node lists those it ran as target) */
 	for (int i = 0; i < cl->nn; i++) {
 		cm_error e;
-		cJSON *r = NULL;
 		cm_error_clear(&e);
 		if (i == cl->self) {
 			rp_cat_recovery(cl->rp, out);
 			nd_snap_cat_recovery(out);
 			continue;
 		}
-		if (!cl->nodes[i].data || remote_rw(cl, i, "rw_recovery", "", "{}", &r, &e))
+		char *body;
+		size_t len;
+		if (!cl->nodes[i].data || cl_call(cl, i, PR_RECOVERY_ROWS, &req, &body, &len, &e))
 			continue;
-		const cJSON *rows = cJSON_GetObjectItemCaseSensitive(r, "rows");
-		if (cJSON_IsString(rows))
-			cm_buf_put(out, rows->valuestring, strlen(rows->valuestring));
-		cJSON_Delete(r);
+		pr_recovery_rows_decode(body, len, out, &e);
+		cm_free(MEM, body);
 	}
+	cm_buf_free(&req);
 }
 
 void
@@ -2121,7 +2125,7 @@ nd_cluster_set_info(nd_cluster *cl, cJSON *(*fn)(void *arg, const char *kind), v
 	cl->info_arg = arg;
 }
 
-/* One node's answer to a parallel rw_node ask (nodes_gather). */
+/* One node's answer to a parallel NodeView ask (nodes_gather). */
 typedef struct info_call {
 	cm_wait *w;
 	cJSON *out;   /* the parsed answer; NULL when it failed */
@@ -2136,11 +2140,13 @@ info_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 	(void)type;
 	if (!rc) {
 		cm_error remote;
-		char *rb = NULL;
-		size_t rl;
+		char *rb = NULL, *view = NULL;
+		size_t rl, vl;
 		cm_error_clear(&remote);
-		if (pr_ack_decode(p, len, &remote, &rb, &rl) == CM_OK && !remote.code && rb)
-			c->out = cJSON_ParseWithLength(rb, rl);
+		if (pr_ack_decode(p, len, &remote, &rb, &rl) == CM_OK && !remote.code && rb &&
+		    pr_node_view_reply_decode(rb, rl, &view, &vl, &remote) == CM_OK)
+			c->out = cJSON_ParseWithLength(view, vl);
+		cm_free(MEM, view);
 		cm_free(MEM, rb);
 		c->t0 = cm_now_ns() - c->t0; /* the latency, marked by the gatherer */
 	}
@@ -2157,13 +2163,8 @@ nodes_gather(nd_cluster *cl, const char *kind)
 	int nn = cl->nn;
 	info_call *calls = cm_calloc(MEM, (size_t)nn + 1, sizeof(info_call));
 	cm_buf req;
-	cJSON *b = cJSON_CreateObject();
-	cJSON_AddStringToObject(b, "kind", kind);
-	char *body = cJSON_PrintUnformatted(b);
-	cJSON_Delete(b);
 	cm_buf_init(&req, MEM);
-	pr_admin_encode("rw_node", "", body ? body : "{}", body ? strlen(body) : 2, &req);
-	cJSON_free(body);
+	pr_node_view_req_encode(kind, &req);
 	cm_wait *w = cm_wait_create(nn > 0 ? nn - 1 : 0);
 	uint64_t now = cm_now_ns();
 	for (int i = 0; i < nn; i++) {
@@ -2171,7 +2172,7 @@ nodes_gather(nd_cluster *cl, const char *kind)
 			continue;
 		calls[i] = (info_call){.w = w, .t0 = now};
 		/* a node held unreachable may be back already: asked too, briefly */
-		nd_peer_call(cl->nodes[i].peer, PR_ADMIN, req.data, req.len,
+		nd_peer_call(cl->nodes[i].peer, PR_NODE_VIEW, req.data, req.len,
 		             now + (cl_alive(cl, i) ? 5000000000ull : 300000000ull), info_done,
 		             &calls[i]);
 	}
@@ -2180,7 +2181,7 @@ nodes_gather(nd_cluster *cl, const char *kind)
 	cm_wait_wait(w);
 	cm_wait_destroy(w);
 	cm_buf_free(&req);
-	for (int i = 0; i < nn; i++) /* liveness, as remote_rw marks it (not on nng's thread) */
+	for (int i = 0; i < nn; i++) /* liveness, as cl_call marks it (not on nng's thread) */
 		if (i != cl->self && (calls[i].out || calls[i].rc == CM_EUNAVAIL))
 			cl_mark(cl, i, calls[i].out != NULL, calls[i].t0);
 	return calls;
@@ -2208,26 +2209,52 @@ nd_cluster_nodes_info(nd_cluster *cl, const char *kind, int *total, int *failed)
 /* One copy per shard as the routing has it, with docs and bytes gathered
  * from every node that holds one. */
 static void
-gather_stats(nd_cluster *cl, cJSON **stats)
+gather_stats(nd_cluster *cl, pr_shard_stats *stats)
 {
+	cm_buf req; /* ShardStatsRequest has no fields: its encoding is empty */
+	cm_buf_init(&req, MEM);
 	for (int i = 0; i < cl->nn; i++) {
 		cm_error e;
+		char *body;
+		size_t len;
 		cm_error_clear(&e);
-		if (i == cl->self)
-			stats[i] = local_stats(cl);
-		else if (cl->nodes[i].data)
-			remote_rw(cl, i, "rw_stats", "", "{}", &stats[i], &e);
+		if (i == cl->self) {
+			local_stats(cl, &stats[i]);
+		} else if (cl->nodes[i].data) {
+			if (!cl_call(cl, i, PR_SHARD_STATS, &req, &body, &len, &e) &&
+			    pr_shard_stats_decode(body, len, &stats[i], &e))
+				pr_shard_stats_free(&stats[i]); /* a node that says nothing */
+			cm_free(MEM, body);
+		}
 	}
+	cm_buf_free(&req);
 }
 
-static double
-stat_of(cJSON *const *stats, int node, const char *index, const char *what, int shard)
+static void
+stats_free(nd_cluster *cl, pr_shard_stats *stats)
 {
-	char key[300];
-	snprintf(key, sizeof(key), "%s%s%s", index, *what ? "/" : "", what);
-	const cJSON *d = cJSON_GetArrayItem(
-	    stats[node] ? cJSON_GetObjectItemCaseSensitive(stats[node], key) : NULL, shard);
-	return cJSON_IsNumber(d) ? d->valuedouble : -1;
+	for (int i = 0; i < cl->nn; i++)
+		pr_shard_stats_free(&stats[i]);
+	cm_free(MEM, stats);
+}
+
+/* One figure of a shard copy on node; -1 when the node did not say. */
+static double
+stat_of(const pr_shard_stats *stats, int node, const char *index, stat_kind what, int shard)
+{
+	const pr_shard_stats *st = &stats[node];
+	for (size_t i = 0; i < st->n; i++) {
+		const pr_index_stats *e = &st->indices[i];
+		if (strcmp(e->index, index) != 0)
+			continue;
+		if (shard < 0 || (size_t)shard >= e->nshards)
+			return -1;
+		const uint64_t *v = what == STAT_DOCS    ? e->docs
+		                    : what == STAT_BYTES ? e->store_bytes
+		                                         : e->deleted;
+		return (double)v[shard];
+	}
+	return -1;
 }
 
 static const char *
@@ -2273,7 +2300,7 @@ index_health(nd_cluster *cl, nd_index *ix)
 void
 nd_cluster_cat_indices(nd_cluster *cl, nd_index **ixs, size_t n, cm_buf *out)
 {
-	cJSON **stats = cm_calloc(MEM, (size_t)cl->nn, sizeof(cJSON *));
+	pr_shard_stats *stats = cm_calloc(MEM, (size_t)cl->nn + 1, sizeof(pr_shard_stats));
 	gather_stats(cl, stats);
 	for (size_t x = 0; x < n; x++) {
 		const char *name = nd_index_name(ixs[x]);
@@ -2284,14 +2311,14 @@ nd_cluster_cat_indices(nd_cluster *cl, nd_index **ixs, size_t n, cm_buf *out)
 			cl_route ro;
 			int p = cl_route_get(cl, name, s, &ro) && ro.primary >= 0 ? ro.primary
 			                                                          : copies[0];
-			double d = stat_of(stats, p, name, "", s);
+			double d = stat_of(stats, p, name, STAT_DOCS, s);
 			if (d >= 0) {
 				docs += d;
-				deleted += stat_of(stats, p, name, "deleted", s);
-				pbytes += stat_of(stats, p, name, "bytes", s);
+				deleted += stat_of(stats, p, name, STAT_DELETED, s);
+				pbytes += stat_of(stats, p, name, STAT_BYTES, s);
 			}
 			for (int c = 0; c < nc; c++) {
-				double b = stat_of(stats, copies[c], name, "bytes", s);
+				double b = stat_of(stats, copies[c], name, STAT_BYTES, s);
 				if (b > 0)
 					bytes += b;
 			}
@@ -2304,9 +2331,7 @@ nd_cluster_cat_indices(nd_cluster *cl, nd_index **ixs, size_t n, cm_buf *out)
 		    nd_index_settings(ixs[x])->number_of_replicas, docs, deleted,
 		    human_bytes(bytes, b1, sizeof(b1)), human_bytes(pbytes, b2, sizeof(b2)));
 	}
-	for (int i = 0; i < cl->nn; i++)
-		cJSON_Delete(stats[i]);
-	cm_free(MEM, stats);
+	stats_free(cl, stats);
 }
 
 cJSON *

@@ -1781,10 +1781,6 @@ nd_upcall_all(nd_node *n, const char *kind, const bool *which, cJSON **out, cm_e
 	if (!cl || nn > cap)
 		return -1;
 	rcall *calls = cm_calloc(MEM, (size_t)nn + 1, sizeof(*calls));
-	cJSON *b = cJSON_CreateObject();
-	cJSON_AddStringToObject(b, "kind", kind);
-	char *body = cJSON_PrintUnformatted(b);
-	cJSON_Delete(b);
 	size_t nc = 0;
 	for (int i = 0; i < nn; i++) {
 		out[i] = NULL;
@@ -1794,10 +1790,10 @@ nd_upcall_all(nd_node *n, const char *kind, const bool *which, cJSON **out, cm_e
 		calls[nc].node = i;
 		cm_buf_init(&calls[nc].req, MEM);
 		cm_buf_init(&calls[nc].reply, MEM);
-		pr_admin_encode("rw_node", "", body, strlen(body), &calls[nc].req);
+		pr_node_view_req_encode(kind, &calls[nc].req);
 		nc++;
 	}
-	rcalls_run(cl, calls, nc, PR_ADMIN); /* every remote call in flight at once */
+	rcalls_run(cl, calls, nc, PR_NODE_VIEW); /* every remote call in flight at once */
 	for (size_t i = 0; i < nc; i++) {
 		rcall *c = &calls[i];
 		int node = c->node;
@@ -1806,23 +1802,24 @@ nd_upcall_all(nd_node *n, const char *kind, const bool *which, cJSON **out, cm_e
 			if (!out[node])
 				cm_error_set(&errs[node], CM_EINTERNAL, "no answer from this node");
 		} else {
-			char *rb = NULL;
-			size_t rl = 0;
+			char *rb = NULL, *view = NULL;
+			size_t rl = 0, vl = 0;
 			if (ack_of(c, &errs[node], &rb, &rl)) {
 				if (!errs[node].code)
 					cm_error_set(&errs[node], c->rc,
 					             "node [%s] did not answer (%s)",
 					             cl->nodes[node].name, cm_err_msg(c->rc));
-			} else if (!(out[node] = rb ? cJSON_ParseWithLength(rb, rl) : NULL)) {
+			} else if (pr_node_view_reply_decode(rb, rl, &view, &vl, &errs[node]) ||
+			           !(out[node] = cJSON_ParseWithLength(view, vl))) {
 				cm_error_set(&errs[node], CM_EPARSE, "malformed reply from [%s]",
 				             cl->nodes[node].name);
 			}
+			cm_free(MEM, view);
 			cm_free(MEM, rb);
 		}
 		cm_buf_free(&c->req);
 		cm_buf_free(&c->reply);
 	}
-	cJSON_free(body);
 	cm_free(MEM, calls);
 	return nn;
 }

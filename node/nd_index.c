@@ -1412,7 +1412,8 @@ analysis_keys(const cJSON *o, const char *prefix, cJSON *keys)
 	char key[512];
 	cJSON_ArrayForEach(c, o)
 	{
-		snprintf(key, sizeof(key), "%s.%s", prefix, c->string);
+		if (snprintf(key, sizeof(key), "%s.%s", prefix, c->string) >= (int)sizeof(key))
+			continue; /* no setting has so long a name */
 		if (cJSON_IsObject(c))
 			analysis_keys(c, key, keys);
 		else

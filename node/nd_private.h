@@ -56,6 +56,7 @@ struct nd_node {
 	bool stopping;
 	nd_node_counters counters;
 	_Atomic size_t search_queued; /* shard searches queued or running */
+	struct nd_cluster *_Atomic cluster; /* the running cluster (nd_cluster_of); NULL solo */
 };
 
 #define ND_SEARCH_QUEUE 4096

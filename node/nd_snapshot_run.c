@@ -1067,7 +1067,7 @@ create_index(nd_node *n, const char *name, const cJSON *body, cm_error *err)
 	cm_err rc;
 	if (cl) {
 		char *reply = NULL;
-		rc = nd_cluster_admin(cl, "create", name, t, &reply, err);
+		rc = nd_cluster_meta(cl, ND_META_CREATE, name, t, &reply, err);
 		cm_free(MEM, reply);
 	} else {
 		nd_index *ix = NULL;
@@ -1087,7 +1087,7 @@ drop_index(nd_node *n, const char *name)
 	cm_error_clear(&e);
 	if (cl) {
 		char *reply = NULL;
-		nd_cluster_admin(cl, "delete", name, NULL, &reply, &e);
+		nd_cluster_meta(cl, ND_META_DELETE, name, NULL, &reply, &e);
 		cm_free(MEM, reply);
 	} else {
 		nd_index *ix = nd_index_get(n, name);
@@ -1106,7 +1106,7 @@ set_replicas(nd_node *n, const char *name, int replicas, cm_error *err)
 	snprintf(body, sizeof(body), "{\"index\":{\"number_of_replicas\":\"%d\"}}", replicas);
 	if (cl) {
 		char *reply = NULL;
-		cm_err rc = nd_cluster_admin(cl, "put_settings", name, body, &reply, err);
+		cm_err rc = nd_cluster_meta(cl, ND_META_PUT_SETTINGS, name, body, &reply, err);
 		cm_free(MEM, reply);
 		return rc;
 	}
@@ -1394,7 +1394,7 @@ nd_snap_restore(nd_node *n, const char *repo, const char *snap, const cJSON *bod
 			int total = 0, failed = 0;
 			cm_error e2;
 			cm_error_clear(&e2);
-			nd_cluster_broadcast(cl, "refresh", x->to, &total, &failed, &e2);
+			nd_cluster_broadcast(cl, ND_BROADCAST_REFRESH, x->to, &total, &failed, &e2);
 		}
 	}
 	const cJSON *gs = cJSON_GetObjectItemCaseSensitive(m, "global_state");

@@ -329,7 +329,7 @@ nd_stats_node_json(nd_cluster *cl)
 	return j;
 }
 
-/* One peer's answer to "rw_summary", copied out of the nng callback. */
+/* One peer's answer to a NodeView "summary", copied out of the nng callback. */
 typedef struct node_call {
 	cm_wait *w;
 	bool asked;
@@ -358,7 +358,7 @@ nd_cluster_nodes_json(nd_cluster *cl, cm_buf *out)
 	int asked = 0;
 
 	cm_buf_init(&req, MEM);
-	pr_admin_encode("rw_summary", "", "{}", 2, &req);
+	pr_node_view_req_encode("summary", &req);
 	for (int i = 0; i < cl->nn; i++)
 		if ((calls[i].asked = i != cl->self && cl_alive(cl, i)))
 			asked++;
@@ -369,7 +369,7 @@ nd_cluster_nodes_json(nd_cluster *cl, cm_buf *out)
 		calls[i].w = w;
 		calls[i].rc = CM_EUNAVAIL;
 		if (calls[i].asked)
-			nd_peer_call(cl->nodes[i].peer, PR_ADMIN, req.data, req.len, deadline,
+			nd_peer_call(cl->nodes[i].peer, PR_NODE_VIEW, req.data, req.len, deadline,
 			             node_reply, &calls[i]);
 	}
 	cJSON_AddStringToObject(j, "cluster_name", cl->cluster_name);
@@ -388,15 +388,16 @@ nd_cluster_nodes_json(nd_cluster *cl, cm_buf *out)
 			n = mine;
 		} else if (!calls[i].rc && calls[i].type == PR_ACK) {
 			cm_error e;
-			char *b = NULL;
-			size_t bl = 0;
+			char *b = NULL, *view = NULL;
+			size_t bl = 0, vl = 0;
 			cm_error_clear(&e);
 			if (pr_ack_decode(calls[i].reply.data, calls[i].reply.len, &e, &b, &bl) ==
 			        CM_OK &&
-			    !e.code && b)
-				n = cJSON_ParseWithLength(b, bl);
-			else
+			    !e.code && b && pr_node_view_reply_decode(b, bl, &view, &vl, &e) == CM_OK)
+				n = cJSON_ParseWithLength(view, vl);
+			if (!n)
 				snprintf(why, sizeof(why), "%.150s", e.code ? e.reason : "malformed reply");
+			cm_free(MEM, view);
 			cm_free(MEM, b);
 		} else {
 			snprintf(why, sizeof(why), "%s",

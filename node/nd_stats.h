@@ -2,7 +2,7 @@
  * search latency per index as coordinator and per (index, node copy) as
  * shard service time, in sliding-window histograms (nd_hist.h); fan-out
  * counters; and this node's summary that every node serves to the others
- * (PR_ADMIN "rw_summary"). One registry per process, like the cluster. */
+ * (a NodeView "summary", proto/cluster.proto). One registry per process, like the cluster. */
 #ifndef ND_STATS_H
 #define ND_STATS_H
 

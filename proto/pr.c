@@ -703,39 +703,6 @@ pr_metadata_decode(const void *p, size_t n, uint64_t *version, char **state, siz
 }
 
 cm_err
-pr_admin_encode(const char *action, const char *index, const char *body, size_t len, cm_buf *out)
-{
-	Shoal__AdminRequest m = SHOAL__ADMIN_REQUEST__INIT;
-	m.action = str(action);
-	m.index = str(index);
-	m.body = bin(body, len);
-	return pack(&m.base, out);
-}
-
-cm_err
-pr_admin_decode(const void *p, size_t n, pr_admin *out, cm_error *err)
-{
-	Shoal__AdminRequest *m = shoal__admin_request__unpack(PB, n, p);
-	memset(out, 0, sizeof(*out));
-	if (m == NULL)
-		return cm_error_set(err, CM_EPARSE, "malformed admin request");
-	out->action = cm_strdup(PR_MEM, m->action);
-	out->index = cm_strdup(PR_MEM, m->index);
-	out->body = dup_bin(&m->body, &out->body_len);
-	shoal__admin_request__free_unpacked(m, PB);
-	return CM_OK;
-}
-
-void
-pr_admin_free(pr_admin *a)
-{
-	cm_free(PR_MEM, a->action);
-	cm_free(PR_MEM, a->index);
-	cm_free(PR_MEM, a->body);
-	memset(a, 0, sizeof(*a));
-}
-
-cm_err
 pr_ack_encode(const cm_error *e, const char *body, size_t len, cm_buf *out)
 {
 	Shoal__Ack m = SHOAL__ACK__INIT;

@@ -30,7 +30,6 @@ typedef enum {
 	PR_METADATA = 7,
 	PR_ACK = 8,
 	PR_ERROR = 9,
-	PR_ADMIN = 10,
 	/* replication/ (typed, see proto/shoal.proto) */
 	PR_REC_START = 11,
 	PR_REC_OPS = 12,
@@ -46,6 +45,15 @@ typedef enum {
 	PR_CTX_FREE = 33,
 	/* tail-tolerant fan-out (node/nd_rank.c) */
 	PR_SEARCH_CANCEL = 50,
+	/* cluster calls (proto/cluster.proto, pr_cluster.c) */
+	PR_STATE_GET = 60,
+	PR_META_CHANGE = 61,
+	PR_BROADCAST = 62,
+	PR_GET = 63,
+	PR_SHARD_STATS = 64,
+	PR_RECOVERY_ROWS = 65,
+	PR_HANDOFF = 66,
+	PR_NODE_VIEW = 67,
 } pr_type;
 
 /* ---- envelope ---- */
@@ -153,18 +161,118 @@ cm_err pr_metadata_encode(uint64_t version, const char *state, size_t len, cm_bu
 /* *state is cm_malloc'd (CM_MEM_NODE), NUL-terminated. */
 cm_err pr_metadata_decode(const void *p, size_t n, uint64_t *version, char **state, size_t *len,
                           cm_error *err);
-cm_err pr_admin_encode(const char *action, const char *index, const char *body, size_t len,
-                       cm_buf *out);
-typedef struct pr_admin {
-	char *action, *index, *body;
-	size_t body_len;
-} pr_admin;
-cm_err pr_admin_decode(const void *p, size_t n, pr_admin *out, cm_error *err);
-void pr_admin_free(pr_admin *a);
 /* An Ack carries a cm_error (code 0 = success) and an optional JSON body. */
 cm_err pr_ack_encode(const cm_error *e, const char *body, size_t len, cm_buf *out);
 /* *body (cm_malloc'd, caller frees) is set only on success, else NULL. */
 cm_err pr_ack_decode(const void *p, size_t n, cm_error *e, char **body, size_t *len);
+
+/* ---- cluster calls (proto/cluster.proto, pr_cluster.c) ----
+ * Each decode fills a plain struct whose strings and arrays it owns (freed
+ * by the matching _free, also after a failed decode); strings are
+ * NUL-terminated. Every request is answered by an Ack carrying the reply. */
+
+/* StateGet has no fields (its encoding is empty); the Ack carries the
+ * encoded ClusterState (replication/rp_state). */
+
+typedef enum {
+	PR_META_CREATE = 1,
+	PR_META_DELETE,
+	PR_META_PUT_MAPPING,
+	PR_META_PUT_SETTINGS,
+	PR_META_CLUSTER_SETTINGS,
+	PR_META_REROUTE,
+	PR_META_ALIASES,
+	PR_META_TEMPLATES,
+	PR_META_KINDS /* one past the last */
+} pr_meta_kind;
+/* "create", "delete", "put_mapping", ... (log and error messages). */
+const char *pr_meta_kind_name(pr_meta_kind k);
+
+typedef struct pr_meta_change {
+	pr_meta_kind kind;
+	char **indices;
+	size_t nindices;
+	char *source; /* the client's document (JSON); "" when none */
+	size_t source_len;
+} pr_meta_change;
+cm_err pr_meta_change_encode(const pr_meta_change *m, cm_buf *out);
+cm_err pr_meta_change_decode(const void *p, size_t n, pr_meta_change *out, cm_error *err);
+void pr_meta_change_free(pr_meta_change *m);
+
+typedef struct pr_meta_reply {
+	bool acknowledged;
+	char *index;   /* "" when none */
+	char *reroute; /* "" when none */
+	size_t reroute_len;
+} pr_meta_reply;
+cm_err pr_meta_reply_encode(const pr_meta_reply *r, cm_buf *out);
+cm_err pr_meta_reply_decode(const void *p, size_t n, pr_meta_reply *out, cm_error *err);
+void pr_meta_reply_free(pr_meta_reply *r);
+
+typedef enum { PR_BROADCAST_REFRESH = 1, PR_BROADCAST_FLUSH, PR_BROADCAST_FORCEMERGE } pr_broadcast_op;
+const char *pr_broadcast_op_name(pr_broadcast_op op);
+cm_err pr_broadcast_encode(pr_broadcast_op op, const char *indices, cm_buf *out);
+/* *indices is cm_malloc'd. */
+cm_err pr_broadcast_decode(const void *p, size_t n, pr_broadcast_op *op, char **indices,
+                           cm_error *err);
+
+typedef struct pr_get_req {
+	char *index;
+	uint32_t shard;
+	char *id;
+	size_t id_len;
+} pr_get_req;
+cm_err pr_get_req_encode(const pr_get_req *g, cm_buf *out);
+cm_err pr_get_req_decode(const void *p, size_t n, pr_get_req *out, cm_error *err);
+void pr_get_req_free(pr_get_req *g);
+/* GetReply: meta and source are the document's (found), else unset. */
+cm_err pr_get_reply_encode(bool found, const st_doc_meta *meta, const void *source, size_t len,
+                           cm_buf *out);
+/* On success appends the source to *source. */
+cm_err pr_get_reply_decode(const void *p, size_t n, bool *found, st_doc_meta *meta,
+                           cm_buf *source, cm_error *err);
+
+/* ShardStatsReply: per index, one figure per shard. */
+typedef struct pr_index_stats {
+	char *index;
+	size_t nshards;
+	uint64_t *docs, *store_bytes, *deleted;
+} pr_index_stats;
+typedef struct pr_shard_stats {
+	pr_index_stats *indices;
+	size_t n;
+} pr_shard_stats;
+cm_err pr_shard_stats_encode(const pr_shard_stats *s, cm_buf *out);
+cm_err pr_shard_stats_decode(const void *p, size_t n, pr_shard_stats *out, cm_error *err);
+void pr_shard_stats_free(pr_shard_stats *s);
+
+/* RecoveryRowsReply: rows is text, one _cat/recovery line per "\n". */
+cm_err pr_recovery_rows_encode(const char *rows, size_t len, cm_buf *out);
+/* Appends every row and its "\n" to rows. */
+cm_err pr_recovery_rows_decode(const void *p, size_t n, cm_buf *rows, cm_error *err);
+
+typedef struct pr_handoff {
+	char *index, *uuid;
+	uint32_t shard;
+	uint64_t term;
+	bool release;
+} pr_handoff;
+cm_err pr_handoff_encode(const pr_handoff *h, cm_buf *out);
+cm_err pr_handoff_decode(const void *p, size_t n, pr_handoff *out, cm_error *err);
+void pr_handoff_free(pr_handoff *h);
+/* HandoffReply: the node names of the copies that stay in sync. */
+cm_err pr_handoff_reply_encode(const char *const *keep, size_t n, cm_buf *out);
+/* Calls fn for every name; stops at the first error fn returns. */
+cm_err pr_handoff_reply_decode(const void *p, size_t n, void (*fn)(void *arg, const char *name),
+                               void *arg, cm_error *err);
+
+cm_err pr_node_view_req_encode(const char *kind, cm_buf *out);
+/* *kind is cm_malloc'd. */
+cm_err pr_node_view_req_decode(const void *p, size_t n, char **kind, cm_error *err);
+cm_err pr_node_view_reply_encode(const char *view, size_t len, cm_buf *out);
+/* *view is cm_malloc'd, NUL-terminated. */
+cm_err pr_node_view_reply_decode(const void *p, size_t n, char **view, size_t *len,
+                                 cm_error *err);
 
 /* ---- search contexts (pr_ctx.c) ---- */
 

@@ -9,15 +9,19 @@
  *  1 PR_BULK     pr_bulk_req_decode, documents prepared under the index
  *                mapping (dynamic fields), ops applied to a shard as a
  *                replica or primary copy would (nd_index_apply).
- *  2 PR_ADMIN    pr_admin_decode, then what the master or a data node does
- *                with it locally: create (settings, mappings, name checks),
- *                put_mapping, put_settings, refresh/flush over an index
- *                expression.
+ *  2 PR_META_CHANGE pr_meta_change_decode, then what the master does with
+ *                it locally: create (settings, mappings, name checks),
+ *                put_mapping, put_settings.
  *  3 PR_METADATA pr_metadata_decode, the typed cluster state decoded,
  *                re-encoded (the same bytes twice), applied as
  *                state_apply_locked does (create with uuid, merge mappings,
  *                settings log); the same bytes as a shard event applied to
  *                it twice (the second changes nothing), and a failover.
+ *  4 PR_BROADCAST pr_broadcast_decode, then refresh or flush over an
+ *                index expression.
+ *  5 PR_GET      pr_get_req_decode, the realtime get on the local copy (as
+ *                cl_serve_get runs it) and the reply's encode/decode round
+ *                trip.
  * A solo node runs in a temp directory (tmpfs when there is one): index
  * "fz" (searched, never written by inputs, so runs are repeatable) and
  * "fzw" (written: recreated every BULK_RESET bulk inputs and every
@@ -250,7 +254,7 @@ fuzz_bulk(const uint8_t *p, size_t n)
 	pr_bulk_req_free(&rq);
 }
 
-/* ---- PR_ADMIN and PR_METADATA ---- */
+/* ---- PR_META_CHANGE, PR_BROADCAST, PR_GET and PR_METADATA ---- */
 
 /* Index creation on a fuzzed body may ask for up to 1024 shards; fine for
  * the node, too slow for a fuzzer run. */
@@ -288,16 +292,19 @@ drop(nd_index *ix)
 }
 
 static void
-fuzz_admin(const uint8_t *p, size_t n)
+fuzz_meta(const uint8_t *p, size_t n)
 {
-	pr_admin a;
+	pr_meta_change a;
 	cm_error err;
 	cm_error_clear(&err);
-	if (pr_admin_decode(p, n, &a, &err) != CM_OK)
+	if (pr_meta_change_decode(p, n, &a, &err) != CM_OK) {
+		pr_meta_change_free(&a);
 		return;
-	const char *action = a.action ? a.action : "", *index = a.index ? a.index : "";
-	cJSON *bj = a.body && a.body_len ? cJSON_ParseWithLength(a.body, a.body_len) : NULL;
-	if (strcmp(action, "create") == 0) {
+	}
+	const char *action = pr_meta_kind_name(a.kind);
+	const char *index = a.nindices ? a.indices[0] : "";
+	cJSON *bj = a.source_len ? cJSON_ParseWithLength(a.source, a.source_len) : NULL;
+	if (a.kind == PR_META_CREATE) {
 		nd_index *ix = NULL;
 		if (!reserved(index) && !too_many_shards(bj) &&
 		    nd_index_create(node, index, bj, &ix, &err) == CM_OK) {
@@ -308,32 +315,77 @@ fuzz_admin(const uint8_t *p, size_t n)
 			cJSON_Delete(nd_index_settings_json(ix));
 			drop(ix);
 		}
-	} else if (strcmp(action, "put_mapping") == 0 || strcmp(action, "put_settings") == 0) {
+	} else if (a.kind == PR_META_PUT_MAPPING || a.kind == PR_META_PUT_SETTINGS) {
 		if (++writes % WRITE_RESET == 0)
 			reset_write_index();
 		nd_index *ix = nd_index_get(node, "fzw");
-		if (bj && action[4] == 'm')
+		if (bj && a.kind == PR_META_PUT_MAPPING)
 			nd_index_put_mapping(ix, bj, &err);
 		else if (bj)
 			nd_index_put_settings(ix, bj, &err);
 		nd_index_release(ix);
-	} else if (strcmp(action, "refresh") == 0 || strcmp(action, "flush") == 0) {
-		nd_index **ixs;
-		size_t nix;
-		if (nd_resolve(node, index, true, &ixs, &nix, &err) == CM_OK) {
-			for (size_t i = 0; i < nix; i++) {
-				if (action[0] == 'r')
-					nd_index_refresh(ixs[i]);
-				else
-					nd_index_flush(ixs[i]);
-				nd_index_release(ixs[i]);
-			}
-			cm_free(CM_MEM_NODE, ixs);
-		}
 	}
 	note(action, &err);
 	cJSON_Delete(bj);
-	pr_admin_free(&a);
+	pr_meta_change_free(&a);
+}
+
+static void
+fuzz_broadcast(const uint8_t *p, size_t n)
+{
+	pr_broadcast_op op;
+	char *index = NULL;
+	cm_error err;
+	nd_index **ixs;
+	size_t nix;
+	cm_error_clear(&err);
+	if (pr_broadcast_decode(p, n, &op, &index, &err) == CM_OK && op != PR_BROADCAST_FORCEMERGE &&
+	    nd_resolve(node, index, true, &ixs, &nix, &err) == CM_OK) {
+		for (size_t i = 0; i < nix; i++) {
+			if (op == PR_BROADCAST_REFRESH)
+				nd_index_refresh(ixs[i]);
+			else
+				nd_index_flush(ixs[i]);
+			nd_index_release(ixs[i]);
+		}
+		cm_free(CM_MEM_NODE, ixs);
+	}
+	note(pr_broadcast_op_name(op), &err);
+	cm_free(CM_MEM_NODE, index);
+}
+
+static void
+fuzz_get(const uint8_t *p, size_t n)
+{
+	pr_get_req g;
+	cm_error err;
+	cm_buf src, out, back;
+	st_doc_meta meta, meta2;
+	bool found = false;
+	cm_error_clear(&err);
+	cm_buf_init(&src, CM_MEM_NODE);
+	cm_buf_init(&out, CM_MEM_NODE);
+	cm_buf_init(&back, CM_MEM_NODE);
+	if (pr_get_req_decode(p, n, &g, &err) == CM_OK) {
+		nd_index *ix = nd_index_get(node, g.index);
+		if (ix && g.shard < (uint32_t)nd_index_nshards(ix)) {
+			cm_err rc = st_shard_get(nd_index_shard(ix, (int)g.shard), g.id, g.id_len,
+			                         &meta, &src);
+			pr_get_reply_encode(rc == CM_OK, &meta, src.data, src.len, &out);
+			if (pr_get_reply_decode(out.data, out.len, &found, &meta2, &back, &err) ||
+			    found != (rc == CM_OK) ||
+			    (found && (meta2.seq_no != meta.seq_no || meta2.version != meta.version ||
+			               back.len != src.len ||
+			               memcmp(back.data, src.data, src.len) != 0)))
+				abort(); /* the reply must round-trip */
+		}
+		nd_index_release(ix);
+	}
+	note("get", &err);
+	pr_get_req_free(&g);
+	cm_buf_free(&src);
+	cm_buf_free(&out);
+	cm_buf_free(&back);
 }
 
 static const char *fz_names[] = {"node-1", "node-2", "node-3"};
@@ -570,26 +622,39 @@ write_seeds(const char *outdir)
 	seed(outdir, "regress-seq-no-overflow", 1, &b);
 
 	static const struct {
-		const char *name, *action, *index, *body;
+		const char *name;
+		pr_meta_kind kind;
+		const char *index, *body;
 	} admin[] = {
-	    {"admin-create", "create", "x1",
+	    {"admin-create", PR_META_CREATE, "x1",
 	     "{\"settings\":{\"number_of_shards\":2,\"number_of_replicas\":0,\"refresh_interval\":"
 	     "\"5s\"},\"mappings\":{\"dynamic\":\"strict\",\"properties\":{\"a\":{\"type\":"
 	     "\"keyword\",\"ignore_above\":10},\"b\":{\"type\":\"date\",\"format\":"
 	     "\"yyyy-MM-dd||epoch_millis\"},\"c\":{\"properties\":{\"d\":{\"type\":\"float\"}}}}}"
 	     "}"},
-	    {"admin-put-mapping", "put_mapping", "fzw",
+	    {"admin-put-mapping", PR_META_PUT_MAPPING, "fzw",
 	     "{\"properties\":{\"k\":{\"type\":\"text\",\"analyzer\":\"english\"}}}"},
-	    {"admin-put-settings", "put_settings", "fzw",
+	    {"admin-put-settings", PR_META_PUT_SETTINGS, "fzw",
 	     "{\"index\":{\"refresh_interval\":\"-1\",\"max_result_window\":500}}"},
-	    {"admin-refresh", "refresh", "fz*,-fzw", ""},
 	};
 	for (size_t i = 0; i < sizeof(admin) / sizeof(admin[0]); i++) {
+		char *ixname = (char *)(uintptr_t)admin[i].index;
+		pr_meta_change mc = {.kind = admin[i].kind,
+		                     .indices = &ixname,
+		                     .nindices = 1,
+		                     .source = (char *)(uintptr_t)admin[i].body,
+		                     .source_len = strlen(admin[i].body)};
 		cm_buf_reset(&b);
-		pr_admin_encode(admin[i].action, admin[i].index, admin[i].body,
-		                strlen(admin[i].body), &b);
+		pr_meta_change_encode(&mc, &b);
 		seed(outdir, admin[i].name, 2, &b);
 	}
+	cm_buf_reset(&b);
+	pr_broadcast_encode(PR_BROADCAST_REFRESH, "fz*,-fzw", &b);
+	seed(outdir, "broadcast-refresh", 4, &b);
+	pr_get_req gr = {.index = "fz", .shard = 0, .id = "d3", .id_len = 2};
+	cm_buf_reset(&b);
+	pr_get_req_encode(&gr, &b);
+	seed(outdir, "get", 5, &b);
 	rp_state *st = rp_state_new();
 	static const int data3[] = {0, 1, 2};
 	rp_index *mi = rp_state_add_index(st, "m1", "abcdefghijklmnopqrstuv", 1, 1, data3, 3);
@@ -648,7 +713,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1 || size > 1 << 20)
 		return 0;
-	switch (data[0] % 4) {
+	switch (data[0] % 6) {
 	case 0:
 		fuzz_search(data + 1, size - 1);
 		break;
@@ -656,10 +721,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz_bulk(data + 1, size - 1);
 		break;
 	case 2:
-		fuzz_admin(data + 1, size - 1);
+		fuzz_meta(data + 1, size - 1);
+		break;
+	case 3:
+		fuzz_metadata(data + 1, size - 1);
+		break;
+	case 4:
+		fuzz_broadcast(data + 1, size - 1);
 		break;
 	default:
-		fuzz_metadata(data + 1, size - 1);
+		fuzz_get(data + 1, size - 1);
 		break;
 	}
 	return 0;

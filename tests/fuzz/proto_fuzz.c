@@ -1,5 +1,5 @@
 /* libFuzzer target: every protobuf message decoder of the transport
- * (proto/pr.c) over arbitrary bytes. The first input byte picks the
+ * (proto/pr.c, pr_cluster.c) over arbitrary bytes. The first input byte picks the
  * decoder; a decode error is fine, a crash, leak or sanitizer report is
  * not. Built and run by tests/fuzz/run.sh. */
 #include <stdint.h>
@@ -11,6 +11,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static void
+count_name(void *arg, const char *name)
+{
+	(void)name;
+	(*(size_t *)arg)++;
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -21,7 +28,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cm_error_clear(&err);
 	const uint8_t *p = data + 1;
 	size_t n = size - 1;
-	switch (data[0] % 8) {
+	switch (data[0] % 18) {
 	case 0: {
 		pr_envelope e;
 		memset(&e, 0, sizeof(e));
@@ -68,9 +75,74 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	}
 	case 6: {
-		pr_admin a;
-		if (pr_admin_decode(p, n, &a, &err) == CM_OK)
-			pr_admin_free(&a);
+		pr_meta_change m;
+		pr_meta_change_decode(p, n, &m, &err);
+		pr_meta_change_free(&m); /* also after a failed decode */
+		break;
+	}
+	case 8: {
+		pr_meta_reply m;
+		pr_meta_reply_decode(p, n, &m, &err);
+		pr_meta_reply_free(&m);
+		break;
+	}
+	case 9: {
+		pr_broadcast_op op;
+		char *ix = NULL;
+		pr_broadcast_decode(p, n, &op, &ix, &err);
+		cm_free(CM_MEM_NODE, ix);
+		break;
+	}
+	case 10: {
+		pr_get_req g;
+		pr_get_req_decode(p, n, &g, &err);
+		pr_get_req_free(&g);
+		break;
+	}
+	case 11: {
+		bool found;
+		st_doc_meta meta;
+		cm_buf src;
+		cm_buf_init(&src, CM_MEM_NODE);
+		pr_get_reply_decode(p, n, &found, &meta, &src, &err);
+		cm_buf_free(&src);
+		break;
+	}
+	case 12: {
+		pr_shard_stats s;
+		pr_shard_stats_decode(p, n, &s, &err);
+		pr_shard_stats_free(&s);
+		break;
+	}
+	case 13: {
+		cm_buf rows;
+		cm_buf_init(&rows, CM_MEM_NODE);
+		pr_recovery_rows_decode(p, n, &rows, &err);
+		cm_buf_free(&rows);
+		break;
+	}
+	case 14: {
+		pr_handoff h;
+		pr_handoff_decode(p, n, &h, &err);
+		pr_handoff_free(&h);
+		break;
+	}
+	case 15: {
+		size_t count = 0;
+		pr_handoff_reply_decode(p, n, count_name, &count, &err);
+		break;
+	}
+	case 16: {
+		char *kind = NULL;
+		pr_node_view_req_decode(p, n, &kind, &err);
+		cm_free(CM_MEM_NODE, kind);
+		break;
+	}
+	case 17: {
+		char *view = NULL;
+		size_t len;
+		pr_node_view_reply_decode(p, n, &view, &len, &err);
+		cm_free(CM_MEM_NODE, view);
 		break;
 	}
 	default: {
