@@ -229,6 +229,45 @@ def t05_preference():
 
 
 @test
+def t05d_realtime_get_from_remote_copies():
+    """The coordinator-only node holds no copy: every realtime get is a typed
+    GetRequest to a data node, and the reply keeps 64-bit figures exact and
+    the source byte for byte."""
+    big = 2 ** 53 + 1  # a double would read it as 2^53
+    st, b = NODES["node-1"].req("PUT", "/rtget", {
+        "settings": {"number_of_shards": 2, "number_of_replicas": 1}})
+    eq(st, 200, "create rtget %s" % b)
+    st, b = health("coord", "green")
+    eq(b["status"], "green", "green with rtget")
+    src = '{"tag":"t\\u00e9\\"q\\"","n":-0.5,"s":"\\\\ \\n x"}'
+    st, b = NODES["coord"].req("PUT", "/rtget/_doc/gbig?version=%d&version_type=external" % big,
+                               json.loads(src))
+    eq((st, b["_version"]), (201, big), "external version %s" % b)
+    for pref in ["", "_primary", "_local", "sess-7", "_prefer_nodes:node-3"]:
+        q = "?preference=" + pref if pref else ""
+        st, g = NODES["coord"].req("GET", "/rtget/_doc/gbig" + q)
+        eq((st, g["found"], g["_version"]), (200, True, big), "get %s: %s" % (pref, g))
+        eq(g["_source"], json.loads(src), "source through %s" % (pref or "any copy"))
+        eq(g["_primary_term"] >= 1 and g["_seq_no"] >= 0, True, "seq_no and term")
+    st, g = NODES["coord"].req("GET", "/rtget/_source/gbig")
+    eq((st, g), (200, json.loads(src)), "_source endpoint")
+    st, g = NODES["coord"].req("POST", "/_mget?preference=_primary",
+                               {"docs": [{"_index": "rtget", "_id": "gbig"},
+                                         {"_index": "rtget", "_id": "nope"}]})
+    eq([d["found"] for d in g["docs"]], [True, False], "mget %s" % g)
+    eq(g["docs"][0]["_version"], big, "mget version")
+    st, g = NODES["coord"].req("GET", "/rtget/_doc/nope")
+    eq((st, g["found"]), (404, False), "a missing document")
+    st, g = NODES["coord"].req("GET", "/rtget/_doc/gbig?preference=_shards:x")
+    eq(st, 400, "a malformed preference: %s" % g)
+    st, b = NODES["coord"].req("DELETE", "/rtget/_doc/gbig?version=%d&version_type=external" %
+                               (big + 1))
+    eq((st, b["result"]), (200, "deleted"), "delete")
+    st, b = NODES["coord"].req("DELETE", "/rtget")
+    eq(st, 200, "delete rtget %s" % b)
+
+
+@test
 def t05b_dynamic_mapping_and_auto_create():
     # a new field through a non-master coordinator reaches every node's
     # mapping through the master; an index auto-created by a bulk exists
