@@ -138,6 +138,7 @@ cluster_from_json(cJSON *j, const char *file, const char *name, bool coordinator
 	atomic_store(&cl->master, -1);
 	cl->fanout = fanout;
 	pthread_mutex_init(&cl->meta_lock, NULL);
+	pthread_mutex_init(&cl->settings_mu, NULL);
 	pthread_mutex_init(&cl->lock, NULL);
 	pthread_mutex_init(&cl->stop_mu, NULL);
 	pthread_cond_init(&cl->stop_cv, NULL);
@@ -487,6 +488,68 @@ parse_text(const char *s)
 /* Makes the local registry match a state: creates missing indices,
  * merges their mappings, replays settings, deletes the indices the state
  * no longer has. Caller holds meta_lock. */
+/* Whether route r places a copy on node (a copy moving away included). */
+static bool
+route_holds(const rp_route *r, int node)
+{
+	if (r->relocating_from == node)
+		return true;
+	for (int c = 0; c < r->ncopies; c++)
+		if (r->copies[c] == node)
+			return true;
+	return false;
+}
+
+/* Whether every copy r lists is in sync under a primary: only then may a
+ * copy placed elsewhere be dropped (Elasticsearch deletes a shard's data
+ * on a node only once the shard is active on all its assigned copies). */
+static bool
+route_complete(const rp_route *r)
+{
+	if (r->primary < 0 || r->ncopies == 0)
+		return false;
+	for (int c = 0; c < r->ncopies; c++)
+		if (r->copies[c] < 0 || !((r->in_sync >> r->copies[c]) & 1))
+			return false;
+	return true;
+}
+
+/* meta_lock held: the copies st no longer places on this node (a dropped
+ * replica, the source of a finished relocation) are wiped once the shard's
+ * placed copies are all in sync, so a node keeps no data it does not
+ * serve. A shard st routes nowhere (no copies listed: a static cluster's
+ * formula) is left alone, as is one already empty. A coordinator that
+ * still routes a search to the wiped copy is refused (cl_holds_copy) and
+ * tries the next copy. */
+static void
+drop_unplaced_locked(nd_cluster *cl, const rp_state *st)
+{
+	for (size_t i = 0; i < st->nindices; i++) {
+		const rp_index *e = &st->indices[i];
+		nd_index *ix = nd_index_get(cl->node, e->name);
+		for (int s = 0; ix && e->routes && s < e->nshards && s < nd_index_nshards(ix); s++) {
+			const rp_route *r = &e->routes[s];
+			if (route_holds(r, cl->self) || !route_complete(r))
+				continue;
+			st_shard *sh = nd_index_shard(ix, s);
+			st_shard_stats ss;
+			st_shard_stats_get(sh, &ss);
+			if (!ss.docs && !ss.deleted_docs && !ss.segments && !ss.buffered_docs &&
+			    ss.max_seq_no == ST_NO_SEQ)
+				continue;
+			cm_error err;
+			cm_error_clear(&err);
+			if (st_shard_wipe(sh, &err))
+				cm_warn("cluster", "[%s][%d] is no longer placed here; wiping it failed: %s",
+				        e->name, s, err.reason);
+			else
+				cm_info("cluster", "[%s][%d] is no longer placed here: its files are removed",
+				        e->name, s);
+		}
+		nd_index_release(ix);
+	}
+}
+
 static void
 state_apply_locked(nd_cluster *cl, const rp_state *st)
 {
@@ -584,6 +647,8 @@ cl_state_adopt(nd_cluster *cl, rp_state *st, bool force)
 			cl->state = st;
 			st = NULL;
 			cl_host_adopted(cl);
+			/* after the routes: a search they no longer send here is refused */
+			drop_unplaced_locked(cl, cl->state);
 			cm_info("cluster", "cluster state version %" PRIu64 " applied",
 			        cl->state->version);
 		}
@@ -702,6 +767,7 @@ cl_state_commit_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 	rp_state_free(cl->state);
 	cl->state = next;
 	cl_host_adopted(cl);
+	drop_unplaced_locked(cl, cl->state); /* the master's own node, as every node does */
 	return CM_OK;
 }
 
@@ -1793,6 +1859,8 @@ nd_cluster_stop(nd_cluster *cl)
 	if (cl->node && nd_cluster_of(cl->node) == cl)
 		atomic_store_explicit(&cl->node->cluster, NULL, memory_order_release);
 	rp_state_free(cl->state);
+	cl_settings_put(cl->settings);
+	cl->settings = NULL;
 	cm_free(MEM, cl->names);
 	cm_free(MEM, cl->handoffs);
 	cm_free(MEM, cl->data_nodes);

@@ -259,7 +259,7 @@ decider(cJSON *list, const char *name, const char *decision, const char *fmt, ..
 
 /* Why node i may or may not take a copy of ro: the deciders that say no. */
 static const char *
-node_decision(nd_cluster *cl, const cJSON *set, const rp_route *ro, int i, int max_rec,
+node_decision(nd_cluster *cl, const cl_settings *set, const rp_route *ro, int i, int max_rec,
               const char *enable, cJSON *deciders)
 {
 	const nd_cl_node *nd = &cl->nodes[i];
@@ -332,15 +332,9 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 		                    "explain needs [index], [shard] and [primary] (or no body: the "
 		                    "first unassigned copy)");
 	}
-	char enable[32] = "all", v[32];
-	int max_rec = 2;
-	cJSON *set = cl_settings_read(cl);
-	if (cl_setting_in(set, "cluster.routing.allocation.enable", v, sizeof(v)))
-		snprintf(enable, sizeof(enable), "%s", v);
-	if (cl_setting_in(set, "cluster.routing.allocation.node_concurrent_recoveries", v,
-	                  sizeof(v)) &&
-	    atoi(v) > 0)
-		max_rec = atoi(v);
+	cl_settings *set = cl_settings_get(cl);
+	const char *enable = set->enable_text;
+	int max_rec = set->max_recoveries;
 
 	/* find the copy: named, or the first unassigned one */
 	char index[256] = "";
@@ -409,7 +403,7 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 		            "unable to find any unassigned shards to explain "
 		            "[ClusterAllocationExplainRequest[useAnyUnassignedShard=true]]");
 		cJSON_Delete(b);
-		cJSON_Delete(set);
+		cl_settings_put(set);
 		return rc;
 	}
 	nd_index *nix = nd_index_get(cl->node, index);
@@ -507,6 +501,6 @@ nd_cluster_allocation_explain(nd_cluster *cl, const char *body, char **out, cm_e
 	cJSON_free(t);
 	cJSON_Delete(j);
 	cJSON_Delete(b);
-	cJSON_Delete(set);
+	cl_settings_put(set);
 	return CM_OK;
 }

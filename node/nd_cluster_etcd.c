@@ -21,7 +21,6 @@
  * changes), bounded by the etcd request timeout. docs/cluster.md. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
-#include <fnmatch.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -848,90 +847,3 @@ cl_etcd_free(nd_cluster *cl)
 
 /* ---- placement inputs ---- */
 
-cJSON *
-cl_settings_read(nd_cluster *cl)
-{
-	pthread_mutex_lock(&cl->meta_lock);
-	cJSON *j = cl->state && cl->state->settings ? cJSON_Parse(cl->state->settings) : NULL;
-	pthread_mutex_unlock(&cl->meta_lock);
-	return j;
-}
-
-/* A cluster setting as the state has it: transient over persistent. */
-bool
-cl_setting_in(const cJSON *s, const char *key, char *out, size_t cap)
-{
-	const char *secs[] = {"transient", "persistent"};
-	for (int k = 0; k < 2; k++) {
-		const cJSON *v = cJSON_GetObjectItemCaseSensitive(
-		    cJSON_GetObjectItemCaseSensitive(s, secs[k]), key);
-		if (cJSON_IsString(v))
-			snprintf(out, cap, "%s", v->valuestring);
-		else if (cJSON_IsNumber(v))
-			snprintf(out, cap, "%lld", (long long)v->valuedouble);
-		else if (cJSON_IsBool(v))
-			snprintf(out, cap, "%s", cJSON_IsTrue(v) ? "true" : "false");
-		else
-			continue;
-		return true;
-	}
-	return false;
-}
-
-static bool
-listed(const char *list, const char *value)
-{
-	char *copy = cm_strdup(MEM, list), *save = NULL, *tok;
-	bool hit = false;
-	for (tok = strtok_r(copy, ",", &save); tok && !hit; tok = strtok_r(NULL, ",", &save)) {
-		while (*tok == ' ')
-			tok++;
-		hit = *tok && fnmatch(tok, value, 0) == 0;
-	}
-	cm_free(MEM, copy);
-	return hit;
-}
-
-bool
-cl_excluded_in(nd_cluster *cl, const cJSON *s, int i)
-{
-	char v[1024];
-	const nd_cl_node *nd = &cl->nodes[i];
-	if (cl_setting_in(s, "cluster.routing.allocation.exclude._name", v, sizeof(v)) &&
-	    listed(v, nd->name))
-		return true;
-	if (cl_setting_in(s, "cluster.routing.allocation.exclude._ip", v, sizeof(v))) {
-		char host[ND_CL_ADDR];
-		snprintf(host, sizeof(host), "%s", nd->http);
-		char *colon = strrchr(host, ':');
-		if (colon)
-			*colon = 0;
-		if (listed(v, host))
-			return true;
-	}
-	return false;
-}
-
-int
-cl_placeable(nd_cluster *cl, int *out)
-{
-	cJSON *s = cl_settings_read(cl);
-	int n = cl_placeable_in(cl, s, out);
-	cJSON_Delete(s);
-	return n;
-}
-
-int
-cl_placeable_in(nd_cluster *cl, const cJSON *s, int *out)
-{
-	int n = 0;
-	for (int i = 0; i < cl->nn; i++) {
-		const nd_cl_node *nd = &cl->nodes[i];
-		bool up = i == cl->self
-		              ? atomic_load(&nd->registered) || !cl->etcd
-		              : (cl->etcd ? atomic_load(&nd->registered) : cl_alive(cl, i));
-		if (nd->data && up && cl_node_joined(cl, i) && !cl_excluded_in(cl, s, i))
-			out[n++] = i;
-	}
-	return n;
-}

@@ -167,6 +167,7 @@ cl_route_get(nd_cluster *cl, const char *index, int shard, cl_route *r)
 void
 cl_host_adopted(nd_cluster *cl)
 {
+	cl_settings_apply_locked(cl); /* parsed once per state */
 	for (int i = 0; i < cl->nn; i++)
 		atomic_store(&cl->nodes[i].boot_joined, cl->state->joined[i]);
 	/* The state shows this process taken in: joined, even before the
@@ -479,7 +480,6 @@ allocate(nd_cluster *cl)
 {
 	int data[ND_CL_MAX_NODES];
 	uint64_t gone[RP_MAX_NODES] = {0}, drain = 0, now = cm_now_ns();
-	char v[64];
 	rp_alloc a = {
 	    .data = data,
 	    .gone_ns = gone,
@@ -488,7 +488,7 @@ allocate(nd_cluster *cl)
 	    .handover = handover_cb,
 	    .names = (const char *const *)cl->names,
 	    .nnames = cl->nn};
-	cJSON *set = cl_settings_read(cl); /* once per round */
+	cl_settings *set = cl_settings_get(cl); /* one table for the round */
 	a.ndata = cl_placeable_in(cl, set, data);
 	for (int i = 0; i < cl->nn && i < RP_MAX_NODES; i++) {
 		uint64_t since = atomic_load(&cl->nodes[i].gone_since_ns);
@@ -498,22 +498,10 @@ allocate(nd_cluster *cl)
 			drain |= 1ull << i;
 	}
 	a.drain = drain;
-	a.max_recoveries = 2;
-	if (cl_setting_in(set, "cluster.routing.allocation.node_concurrent_recoveries", v,
-	                  sizeof(v)))
-		a.max_recoveries = atoi(v) > 0 ? atoi(v) : 2;
-	a.enable = RP_ALLOC_ALL;
-	if (cl_setting_in(set, "cluster.routing.allocation.enable", v, sizeof(v)))
-		a.enable = strcmp(v, "primaries") == 0       ? RP_ALLOC_PRIMARIES
-		           : strcmp(v, "new_primaries") == 0 ? RP_ALLOC_NEW_PRIMARIES
-		           : strcmp(v, "none") == 0          ? RP_ALLOC_NONE
-		                                             : RP_ALLOC_ALL;
-	if (cl_setting_in(set, "cluster.routing.rebalance.enable", v, sizeof(v)))
-		a.rebalance = strcmp(v, "primaries") == 0  ? RP_REBALANCE_PRIMARIES
-		              : strcmp(v, "replicas") == 0 ? RP_REBALANCE_REPLICAS
-		              : strcmp(v, "none") == 0     ? RP_REBALANCE_NONE
-		                                           : RP_REBALANCE_ALL;
-	cJSON_Delete(set);
+	a.max_recoveries = set->max_recoveries;
+	a.enable = set->enable;
+	a.rebalance = set->rebalance;
+	cl_settings_put(set);
 	if (a.ndata == 0)
 		return;
 	if (!cl->handoffs) /* the first round as master */

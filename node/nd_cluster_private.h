@@ -31,6 +31,7 @@ typedef struct cJSON cJSON;
 #define ND_CL_MAX_COPIES RP_MAX_COPIES
 
 typedef rp_route cl_route;
+typedef struct cl_settings cl_settings;
 
 typedef struct nd_cl_node {
 	char name[64];
@@ -73,6 +74,8 @@ struct nd_cluster {
 	cm_pool *spool; /* local shard searches and applies of the coordinator */
 	pthread_mutex_t lock;
 	pthread_mutex_t meta_lock; /* serializes state changes; see the lock order */
+	pthread_mutex_t settings_mu; /* a leaf: swaps and references settings */
+	cl_settings *settings;       /* cl->state's, parsed (nd_cluster_settings.c) */
 	rp_state *state;           /* the adopted cluster state (under meta_lock) */
 	const char **names;        /* node names by number, for rp */
 	struct cl_handoffs *handoffs; /* prepared hand-overs (master; monitor thread only) */
@@ -159,15 +162,35 @@ cm_err cl_etcd_commit(nd_cluster *cl, const rp_state *prev, const rp_state *next
                       uint64_t *version, cm_error *err);
 /* cluster.lease_ttl; CM_ENOTFOUND for another key. */
 cm_err cl_etcd_setting(nd_cluster *cl, const char *key, const char *value, cm_error *err);
-/* The state's cluster settings, parsed (the caller deletes it), so that
- * one round of decisions reads them once. */
-cJSON *cl_settings_read(nd_cluster *cl);
-/* A cluster setting of parsed settings s (transient over persistent). */
-bool cl_setting_in(const cJSON *s, const char *key, char *out, size_t cap);
+/* ---- cluster settings (nd_cluster_settings.c) ----
+ * The state's cluster settings, parsed once per adopted state: a sorted
+ * key table (transient over persistent, values as text) and the
+ * allocation fields with their defaults. Readers hold a reference for a
+ * round of decisions. */
+struct cl_settings {
+	_Atomic int refs;
+	size_t n;
+	struct kv *kv;
+	rp_alloc_enable enable;    /* cluster.routing.allocation.enable (all) */
+	char enable_text[32];      /* the same, as set ("all" when not) */
+	int rebalance;             /* cluster.routing.rebalance.enable: RP_REBALANCE_* (all) */
+	int max_recoveries;        /* ...allocation.node_concurrent_recoveries (2) */
+	const char *exclude_name;  /* ...allocation.exclude._name (globs), NULL none */
+	const char *exclude_ip;    /* ...allocation.exclude._ip (globs), NULL none */
+};
+/* Parses settings text (the state's JSON; NULL: every default). */
+cl_settings *cl_settings_parse(const char *text);
+/* meta_lock held: the table of cl->state's settings replaces the last. */
+void cl_settings_apply_locked(nd_cluster *cl);
+/* A reference to the current table (the defaults before any state). */
+cl_settings *cl_settings_get(nd_cluster *cl);
+void cl_settings_put(cl_settings *s);
+/* A cluster setting as text; false when not set. */
+bool cl_setting_in(const cl_settings *s, const char *key, char *out, size_t cap);
 /* Whether s's cluster.routing.allocation.exclude.* names node i. */
-bool cl_excluded_in(nd_cluster *cl, const cJSON *s, int i);
+bool cl_excluded_in(nd_cluster *cl, const cl_settings *s, int i);
 /* The data nodes that may take copies under s, into out[ND_CL_MAX_NODES]. */
-int cl_placeable_in(nd_cluster *cl, const cJSON *s, int *out);
+int cl_placeable_in(nd_cluster *cl, const cl_settings *s, int *out);
 /* This node acts as master: the elected one, with a lease that cannot
  * have expired (etcd), or the static cluster's first master node. */
 #define cl_is_master(cl) ((cl)->master == (cl)->self && cl_etcd_leading(cl))

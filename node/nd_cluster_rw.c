@@ -378,6 +378,21 @@ run_local_shard(void *arg)
 	t->took_ns = cm_now_ns() - t0;
 }
 
+/* Whether the routing places a copy of the shard on this node (one moving
+ * away included), or places none anywhere (a static cluster's formula). */
+static bool
+holds_copy(nd_cluster *cl, const char *index, int shard)
+{
+	cl_route ro;
+	if (!cl_route_get(cl, index, shard, &ro) || ro.ncopies == 0 ||
+	    ro.relocating_from == cl->self)
+		return true;
+	for (int c = 0; c < ro.ncopies; c++)
+		if (ro.copies[c] == cl->self)
+			return true;
+	return false;
+}
+
 void
 cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
                 uint32_t *reply_type)
@@ -421,6 +436,14 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 			cJSON_Delete(pj);
 			cm_error_set(&err, CM_EINVAL, "no shard [%u] in [%s]", rq.shards[i],
 			             rq.index);
+			goto fail;
+		}
+		if (!holds_copy(cl, rq.index, (int)rq.shards[i])) {
+			/* the coordinator's routing is older than ours: it tries
+			 * the shard's next copy */
+			cJSON_Delete(pj);
+			cm_error_set(&err, CM_EUNAVAIL, "node [%s] holds no copy of [%s][%u]",
+			             cl->nodes[cl->self].name, rq.index, rq.shards[i]);
 			goto fail;
 		}
 		cJSON *o = use_ords ? cJSON_GetArrayItem(ords, (int)i) : NULL;

@@ -186,7 +186,7 @@ nd_rank_setting(const char *key, const char *value, cm_error *err)
 void
 nd_rank_refresh(nd_cluster *cl)
 {
-	cJSON *set = cl_settings_read(cl); /* once per refresh */
+	cl_settings *set = cl_settings_get(cl); /* parsed once per state */
 	for (int k = 0; k < K_N; k++) {
 		char v[128];
 		uint64_t x;
@@ -200,7 +200,7 @@ nd_rank_refresh(nd_cluster *cl)
 			atomic_store(&dyn_set[k], false);
 		}
 	}
-	cJSON_Delete(set);
+	cl_settings_put(set);
 }
 
 /* ================= figures per node and per copy ================= */

@@ -3,7 +3,8 @@ cluster issue): 1 -> 2 -> 0 -> 1 while a writer loads documents. After each
 change the health follows (yellow while new copies recover, then green),
 _cat/shards lists exactly 1 + replicas copies per shard on distinct nodes,
 and once writes stop every copy of a shard holds the same documents (read
-per node with preference=_only_nodes). No acknowledged write is lost."""
+per node with preference=_only_nodes), and the nodes hold no copy the
+routing dropped. No acknowledged write is lost."""
 import json
 import os
 import sys
@@ -149,6 +150,20 @@ def replicas_follow_a_live_index():
     copies_identical()
     st, b = node().req("GET", "/%s/_count" % INDEX)
     eq(b["count"] >= len(ACKED), True, "count %s >= acked %d" % (b, len(ACKED)))
+    # The copies the routing dropped (2 -> 0) left their nodes' disks: the
+    # nodes hold two copies of every document, none more. A node removes
+    # a dropped copy once it applies the state that has every placed copy
+    # in sync, which may come just after green: waited for, capped.
+    want, held = 2 * b["count"], None
+    for _ in range(100):
+        st, ns = node().req("GET", "/_nodes/stats")
+        eq((st, len(ns["nodes"])), (200, 3), "node stats")
+        held = sum(e["indices"]["docs"]["count"] for e in ns["nodes"].values())
+        if held == want:
+            break
+        node().refresh(INDEX)
+        time.sleep(0.3)
+    eq(held, want, "documents held over the nodes (two copies of %d)" % b["count"])
     # a bad value is a clean 400, nothing changes
     st, b = node().req("PUT", "/%s/_settings" % INDEX, {"index": {"number_of_replicas": -1}})
     eq(st, 400, "negative replicas: %s" % b)
