@@ -1,7 +1,7 @@
 /* The cluster's logic that needs no running cluster: cluster settings
  * parsed once (nd_cluster_settings.c: transient over persistent, values as
  * text, the allocation fields and their defaults, exclude lists) and the
- * preference parser (nd_cluster_rw.c). */
+ * preference parser (nd_cluster_copies.c). */
 #include <stdatomic.h>
 #include <string.h>
 

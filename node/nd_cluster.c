@@ -1,5 +1,7 @@
 /* The static cluster: membership, metadata master, placement, liveness.
- * Writes and reads are in nd_cluster_rw.c; private state in
+ * Writes are in nd_cluster_write.c, searches in nd_cluster_search.c (the
+ * copy order in nd_cluster_copies.c), gets and node figures in
+ * nd_cluster_get.c, the REST views in nd_cluster_views.c; private state in
  * nd_cluster_private.h. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>

@@ -1,12 +1,15 @@
 /* Cluster internals shared by nd_cluster.c (membership, the master, the
- * state), nd_cluster_host.c (replication's host) and nd_cluster_rw.c
- * (writes and reads).
+ * state, the message table), nd_cluster_host.c (replication's host),
+ * nd_cluster_settings.c (cluster settings parsed once), and the request
+ * paths: nd_cluster_write.c, nd_cluster_search.c, nd_cluster_copies.c
+ * (preference, copy order), nd_cluster_get.c (gets, node figures, cl_call)
+ * and nd_cluster_views.c (health, _cat, state).
  *
  * Lock order (take left before right, never the other way):
  *   nd_cluster.meta_lock -> nd_node.reg_lock -> nd_index locks -> storage
  *   nd_cluster.meta_lock -> rp route_lock (rp_set_state)
  *   nd_cluster.lock is a leaf (latency figures only).
- *   a search's search_st.lock (nd_cluster_rw.c) -> nd_rank.c's rank_mu;
+ *   a search's search_st.lock (nd_cluster_search.c) -> nd_rank.c's rank_mu;
  *   rank_mu, timer_mu, cancel_mu are leaves (nd_rank.h).
  * No lock of the node is held across a network call: the master persists
  * and adopts a state under meta_lock, then publishes it after unlocking (a
@@ -228,14 +231,27 @@ cJSON *cl_state_json_locked(nd_cluster *cl, const rp_state *st, bool with_nodes,
 cm_err cl_call(nd_cluster *cl, int node, uint32_t type, const cm_buf *req, char **body,
                size_t *len, cm_error *err);
 
+/* ---- which copy answers (nd_cluster_copies.c) ---- */
+struct nd_tail_cfg;
+/* The copies of a shard in the order to try them under pref (the part of
+ * a preference that picks copies), into order[ND_CL_MAX_COPIES]; their
+ * number. */
+int cl_copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref,
+                  const struct nd_tail_cfg *cfg, int *order);
+/* Whether a search under pref may hedge: not when it pins its copies. */
+bool cl_pref_hedges(const char *pref);
+/* docs, store bytes and deleted docs of every local copy (nd_cluster_get.c). */
+struct pr_shard_stats;
+void cl_local_stats(nd_cluster *cl, struct pr_shard_stats *out);
+
 /* The handlers of the cluster calls (serve's table in nd_cluster.c): each
  * decodes its request and answers with an Ack carrying the typed reply. */
 typedef void cl_serve_fn(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
                          cm_buf *reply, uint32_t *reply_type);
-cl_serve_fn cl_serve_get;           /* GetRequest (nd_cluster_rw.c) */
-cl_serve_fn cl_serve_shard_stats;   /* ShardStatsRequest (nd_cluster_rw.c) */
-cl_serve_fn cl_serve_recovery_rows; /* RecoveryRowsRequest (nd_cluster_rw.c) */
-cl_serve_fn cl_serve_node_view;     /* NodeViewRequest (nd_cluster_rw.c) */
+cl_serve_fn cl_serve_get;           /* GetRequest (nd_cluster_get.c) */
+cl_serve_fn cl_serve_shard_stats;   /* ShardStatsRequest (nd_cluster_get.c) */
+cl_serve_fn cl_serve_recovery_rows; /* RecoveryRowsRequest (nd_cluster_get.c) */
+cl_serve_fn cl_serve_node_view;     /* NodeViewRequest (nd_cluster_get.c) */
 cl_serve_fn cl_serve_handoff;       /* HandoffRequest: the old primary's side (nd_cluster_host.c) */
 
 #endif

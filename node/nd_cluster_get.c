@@ -1,0 +1,300 @@
+/* Realtime gets from a shard's copies, the figures and recovery rows a
+ * node reports about its own copies, node views, and the one typed call
+ * helper (cl_call) the cluster calls share. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "../common/cm_alloc.h"
+#include "../common/cm_log.h"
+#include "../proto/pr.h"
+#include "nd_cluster_private.h"
+#include "nd_private.h"
+#include "nd_rank.h"
+#include "nd_snap.h"
+#include "nd_stats.h"
+
+#define MEM CM_MEM_NODE
+
+/* ================= gets and stats ================= */
+
+static cm_err
+local_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *meta, cm_buf *src)
+{
+	return st_shard_get(nd_index_shard(ix, shard), id, len, meta, src);
+}
+
+void
+cl_local_stats(nd_cluster *cl, pr_shard_stats *out)
+{
+	nd_index **all;
+	size_t nall;
+	nd_index_list(cl->node, &all, &nall);
+	out->indices = cm_calloc(MEM, nall + 1, sizeof(pr_index_stats));
+	out->n = nall;
+	for (size_t i = 0; i < nall; i++) {
+		pr_index_stats *e = &out->indices[i];
+		size_t ns = (size_t)nd_index_nshards(all[i]);
+		e->index = cm_strdup(MEM, nd_index_name(all[i]));
+		e->nshards = ns;
+		e->docs = cm_calloc(MEM, ns + 1, sizeof(uint64_t));
+		e->store_bytes = cm_calloc(MEM, ns + 1, sizeof(uint64_t));
+		e->deleted = cm_calloc(MEM, ns + 1, sizeof(uint64_t));
+		for (size_t s = 0; s < ns; s++) {
+			st_shard_stats st;
+			st_shard_stats_get(nd_index_shard(all[i], (int)s), &st);
+			e->docs[s] = st.docs;
+			e->store_bytes[s] = st.store_bytes;
+			e->deleted[s] = st.deleted_docs;
+		}
+		nd_index_release(all[i]);
+	}
+	cm_free(MEM, all);
+}
+
+static void
+reply_with(const cm_error *err, const cm_buf *body, cm_buf *reply, uint32_t *reply_type)
+{
+	pr_ack_encode(err, err->code || !body ? NULL : (const char *)body->data,
+	              err->code || !body ? 0 : body->len, reply);
+	*reply_type = PR_ACK;
+}
+
+void
+cl_serve_get(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
+             uint32_t *reply_type)
+{
+	pr_get_req g;
+	cm_error err;
+	cm_buf src, out;
+	st_doc_meta meta;
+	nd_index *ix = NULL;
+	(void)deadline_ns;
+	cm_error_clear(&err);
+	cm_buf_init(&src, MEM);
+	cm_buf_init(&out, MEM);
+	if (pr_get_req_decode(p, len, &g, &err) == CM_OK) {
+		if (!(ix = nd_index_get(cl->node, g.index))) {
+			cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", g.index);
+		} else if (g.shard >= (uint32_t)nd_index_nshards(ix)) {
+			cm_error_set(&err, CM_EINVAL, "index [%s] has no shard [%u]", g.index,
+			             g.shard);
+		} else {
+			cm_err rc = local_get(ix, (int)g.shard, g.id, g.id_len, &meta, &src);
+			if (rc == CM_OK || rc == CM_ENOTFOUND)
+				pr_get_reply_encode(rc == CM_OK, &meta, src.data, src.len, &out);
+			else
+				cm_error_set(&err, rc, "get failed on node [%s]",
+				             cl->nodes[cl->self].name);
+		}
+	}
+	nd_index_release(ix);
+	pr_get_req_free(&g);
+	reply_with(&err, &out, reply, reply_type);
+	cm_buf_free(&src);
+	cm_buf_free(&out);
+}
+
+void
+cl_serve_shard_stats(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
+                     cm_buf *reply, uint32_t *reply_type)
+{
+	pr_shard_stats st;
+	cm_error err;
+	cm_buf out;
+	(void)p, (void)len, (void)deadline_ns; /* ShardStatsRequest has no fields */
+	cm_error_clear(&err);
+	cm_buf_init(&out, MEM);
+	cl_local_stats(cl, &st);
+	pr_shard_stats_encode(&st, &out);
+	pr_shard_stats_free(&st);
+	reply_with(&err, &out, reply, reply_type);
+	cm_buf_free(&out);
+}
+
+void
+cl_serve_recovery_rows(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
+                       cm_buf *reply, uint32_t *reply_type)
+{
+	cm_buf rows, out;
+	cm_error err;
+	(void)p, (void)len, (void)deadline_ns; /* RecoveryRowsRequest has no fields */
+	cm_error_clear(&err);
+	cm_buf_init(&rows, MEM);
+	cm_buf_init(&out, MEM);
+	rp_cat_recovery(cl->rp, &rows);
+	nd_snap_cat_recovery(&rows); /* restores from snapshots */
+	pr_recovery_rows_encode((const char *)rows.data, rows.len, &out);
+	reply_with(&err, &out, reply, reply_type);
+	cm_buf_free(&rows);
+	cm_buf_free(&out);
+}
+
+void
+cl_serve_node_view(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
+                   cm_buf *reply, uint32_t *reply_type)
+{
+	char *kind = NULL;
+	cm_error err;
+	cm_buf out;
+	(void)deadline_ns;
+	cm_error_clear(&err);
+	cm_buf_init(&out, MEM);
+	if (pr_node_view_req_decode(p, len, &kind, &err) == CM_OK) {
+		cJSON *r = strcmp(kind, "summary") == 0 ? nd_stats_node_json(cl) /* the cluster page */
+		           : cl->info                   ? cl->info(cl->info_arg, kind)
+		                                        : NULL;
+		if (!r) {
+			cm_error_set(&err, CM_EINVAL, "node [%s] has no node information",
+			             cl->nodes[cl->self].name);
+		} else {
+			char *text = cJSON_PrintUnformatted(r);
+			pr_node_view_reply_encode(text, text ? strlen(text) : 0, &out);
+			cJSON_free(text);
+			cJSON_Delete(r);
+		}
+	}
+	cm_free(MEM, kind);
+	reply_with(&err, &out, reply, reply_type);
+	cm_buf_free(&out);
+}
+
+cm_err
+cl_call(nd_cluster *cl, int node, uint32_t type, const cm_buf *req, char **body, size_t *len,
+        cm_error *err)
+{
+	cm_buf rep;
+	uint32_t rtype;
+	cm_error remote;
+	cm_err rc;
+
+	*body = NULL;
+	*len = 0;
+	cm_buf_init(&rep, MEM);
+	uint64_t t0 = cm_now_ns();
+	/* a node held unreachable may be back already (its pings lag): asked
+	 * too, with a short deadline */
+	rc = nd_peer_call_sync(cl->nodes[node].peer, type, req->data, req->len,
+	                       t0 + (cl_alive(cl, node) ? 5000000000ull : 300000000ull), &rtype,
+	                       &rep);
+	if (rc) {
+		if (rc == CM_EUNAVAIL)
+			cl_mark(cl, node, false, 0);
+		cm_error_set(err, rc, "node [%s] did not answer (%s)", cl->nodes[node].name,
+		             cm_err_msg(rc));
+	} else if ((cm_error_clear(&remote),
+	            rc = pr_ack_decode(rep.data, rep.len, &remote, body, len)) &&
+	           !remote.code) {
+		cm_error_set(err, rc, "malformed reply from [%s]", cl->nodes[node].name);
+	} else if (remote.code) {
+		*err = remote;
+		rc = remote.code;
+	} else {
+		cl_mark(cl, node, true, cm_now_ns() - t0);
+	}
+	cm_buf_free(&rep);
+	return rc;
+}
+
+cm_err
+nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const char *preference,
+               st_doc_meta *meta, cm_buf *source, cm_error *err)
+{
+	int order[ND_CL_MAX_COPIES], norder;
+	cm_err rc = CM_EUNAVAIL;
+	cm_buf req;
+
+	nd_tail_cfg cfg;
+	nd_rank_config(&cfg);
+	if (nd_cl_preference_check(preference, err))
+		return err->code;
+	norder = cl_copy_order(cl, ix, shard, nd_cl_pref_copies(preference), &cfg, order);
+	cm_error_set(err, CM_EUNAVAIL, "no copy of shard [%s][%d] is available", nd_index_name(ix),
+	             shard);
+	cm_buf_init(&req, MEM);
+	pr_get_req g = {.index = (char *)(uintptr_t)nd_index_name(ix),
+	                .shard = (uint32_t)shard,
+	                .id = (char *)(uintptr_t)id,
+	                .id_len = strlen(id)};
+	pr_get_req_encode(&g, &req);
+	for (int i = 0; i < norder; i++) {
+		int node = order[i];
+		if (node == cl->self) {
+			cm_error_clear(err);
+			rc = local_get(ix, shard, id, strlen(id), meta, source);
+			break;
+		}
+		if (!cl_alive(cl, node) && i + 1 < norder)
+			continue;
+		char *body;
+		size_t blen;
+		bool found;
+		cm_error e;
+		cm_error_clear(&e);
+		rc = cl_call(cl, node, PR_GET, &req, &body, &blen, &e);
+		if (!rc) {
+			size_t mark = source->len;
+			rc = pr_get_reply_decode(body, blen, &found, meta, source, &e);
+			if (!rc && !found)
+				rc = CM_ENOTFOUND;
+			if (rc && rc != CM_ENOTFOUND)
+				source->len = mark;
+		}
+		cm_free(MEM, body);
+		if (rc && rc != CM_ENOTFOUND) {
+			*err = e;
+			if (rc == CM_EUNAVAIL || rc == CM_ETIMEDOUT)
+				continue;
+			break;
+		}
+		cm_error_clear(err);
+		break;
+	}
+	cm_buf_free(&req);
+	return rc;
+}
+
+
+cm_err
+nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, const nd_req_opts *o,
+              st_doc_meta *meta, cm_buf *source)
+{
+	nd_cluster *cl = nd_cluster_of(ix->node);
+	cm_error e;
+	char idbuf[1024];
+	if (!cl)
+		return st_shard_get(nd_index_shard(ix, shard), id, len, meta, source);
+	if (len >= sizeof(idbuf))
+		return CM_EINVAL;
+	memcpy(idbuf, id, len);
+	idbuf[len] = 0;
+	cm_error_clear(&e);
+	cm_err rc = nd_cluster_get(cl, ix, shard, idbuf, o ? o->preference : NULL, meta, source, &e);
+	if (rc && rc != CM_ENOTFOUND)
+		cm_warn("cluster", "get [%s][%d] failed: %s", nd_index_name(ix), shard, e.reason);
+	return rc;
+}
+
+void
+nd_cluster_cat_recovery(nd_cluster *cl, cm_buf *out)
+{
+	cm_buf req; /* RecoveryRowsRequest has no fields: its encoding is empty */
+	cm_buf_init(&req, MEM);
+	/* every node's recoveries (each node lists those it ran as target) */
+	for (int i = 0; i < cl->nn; i++) {
+		cm_error e;
+		cm_error_clear(&e);
+		if (i == cl->self) {
+			rp_cat_recovery(cl->rp, out);
+			nd_snap_cat_recovery(out);
+			continue;
+		}
+		char *body;
+		size_t len;
+		if (!cl->nodes[i].data || cl_call(cl, i, PR_RECOVERY_ROWS, &req, &body, &len, &e))
+			continue;
+		pr_recovery_rows_decode(body, len, out, &e);
+		cm_free(MEM, body);
+	}
+	cm_buf_free(&req);
+}
