@@ -1,7 +1,8 @@
 /* The cluster's logic that needs no running cluster: cluster settings
  * parsed once (nd_cluster_settings.c: transient over persistent, values as
- * text, the allocation fields and their defaults, exclude lists) and the
- * preference parser (nd_cluster_copies.c). */
+ * text, the allocation fields and their defaults, exclude lists), the
+ * preference parser and the order a shard's copies are tried in
+ * (nd_cluster_copies.c). */
 #include <stdatomic.h>
 #include <string.h>
 
@@ -99,11 +100,114 @@ test_preference(void)
 	CHECK(nd_cl_pref_copies(NULL) == NULL);
 }
 
+/* Ranks by a fixed latency per node, as order_ranked does by its EWMAs. */
+static const double lat_of[] = {5, 1, 3, 2, 9, 4};
+
+static void
+rank_by_latency(void *arg, const int *cand, int n, int *order, int *norder)
+{
+	int *calls = arg, v[ND_CL_MAX_COPIES];
+	(*calls)++;
+	memcpy(v, cand, (size_t)n * sizeof(int));
+	for (int i = 0; i < n; i++) {
+		int best = i;
+		for (int k = i + 1; k < n; k++)
+			if (lat_of[v[k]] < lat_of[v[best]])
+				best = k;
+		int t = v[i];
+		v[i] = v[best];
+		v[best] = t;
+		order[(*norder)++] = v[i];
+	}
+}
+
+static int
+pick(const cl_copy_in *in, const char *pref, char *out)
+{
+	int order[ND_CL_MAX_COPIES], n = cl_copy_pick(in, pref, order);
+	out[0] = 0;
+	for (int i = 0; i < n; i++)
+		sprintf(out + strlen(out), "%s%d", i ? "," : "", order[i]);
+	return n;
+}
+
+static void
+test_copy_order(void)
+{
+	static const char *const names[] = {"n0", "n1", "n2", "n3", "n4", "n5"};
+	int copies[] = {4, 0, 2, 1}, calls = 0;
+	char got[64];
+	cl_copy_in in = {.copies = copies,
+	                 .ncopies = 4,
+	                 .routed = true,
+	                 .in_sync = (1u << 4) | (1u << 0) | (1u << 2), /* 1 is recovering */
+	                 .primary = 0,
+	                 .self = 2,
+	                 .names = names,
+	                 .rank = rank_by_latency,
+	                 .arg = &calls};
+	/* default: the local copy, then the other in-sync copies by latency */
+	pick(&in, NULL, got);
+	CHECKF(strcmp(got, "2,0,4") == 0, "%s", got);
+	pick(&in, "_local", got);
+	CHECKF(strcmp(got, "2,0,4") == 0, "%s", got);
+	/* not a copy here: every in-sync copy ranked */
+	in.self = 5;
+	pick(&in, "", got);
+	CHECKF(strcmp(got, "2,0,4") == 0, "%s", got); /* 3, 5 and 9 ms */
+	in.self = 2;
+	/* _primary: the primary only */
+	pick(&in, "_primary", got);
+	CHECKF(strcmp(got, "0") == 0, "%s", got);
+	/* _only_local: this node's copy or nothing */
+	pick(&in, "_only_local", got);
+	CHECKF(strcmp(got, "2") == 0, "%s", got);
+	in.self = 3;
+	CHECK(pick(&in, "_only_local", got) == 0);
+	in.self = 2;
+	/* _only_nodes: the named copies in placement order, in sync or not */
+	pick(&in, "_only_nodes:n1,n4", got);
+	CHECKF(strcmp(got, "4,1") == 0, "%s", got);
+	pick(&in, "_only_nodes:n*", got);
+	CHECKF(strcmp(got, "4,0,2,1") == 0, "%s", got);
+	/* _prefer_nodes: those copies first (ranked), then the rest (local first) */
+	pick(&in, "_prefer_nodes:n4", got);
+	CHECKF(strcmp(got, "4,2,0") == 0, "%s", got);
+	pick(&in, "_prefer_nodes:n0,n2", got);
+	CHECKF(strcmp(got, "2,0,4") == 0, "%s", got);
+	/* a custom string: every in-sync copy, the same rotation every time */
+	char a[64], b[64];
+	pick(&in, "session-1", a);
+	pick(&in, "session-1", b);
+	CHECK(strcmp(a, b) == 0 && strlen(a) == 5);
+	int hit[6] = {0};
+	for (int s = 0; s < 60; s++) {
+		char pref[16];
+		snprintf(pref, sizeof(pref), "s%d", s);
+		pick(&in, pref, got);
+		hit[got[0] - '0']++;
+	}
+	CHECKF(hit[0] && hit[2] && hit[4] && !hit[1], "sessions spread %d %d %d", hit[0], hit[2],
+	       hit[4]);
+	/* no routing known (a static cluster's formula): every copy counts */
+	in.routed = false;
+	pick(&in, NULL, got);
+	CHECKF(strcmp(got, "2,1,0,4") == 0, "%s", got);
+	in.routed = true;
+	/* no copy in sync: nothing to ask */
+	in.in_sync = 1u << 1 | 1u << 3;
+	calls = 0;
+	CHECK(pick(&in, NULL, got) == 1); /* node 1: in sync again */
+	in.in_sync = 1u << 3;
+	CHECK(pick(&in, NULL, got) == 0 && pick(&in, "_primary", got) == 0);
+}
+
 int
 main(void)
 {
 	test_settings_defaults();
 	test_settings_parsed();
 	test_preference();
+	test_copy_order();
 	return check_report("cluster_test");
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
@@ -552,6 +553,18 @@ drop_unplaced_locked(nd_cluster *cl, const rp_state *st)
 	}
 }
 
+/* The texts of e that state_apply_locked applies, hashed; never 0. */
+static uint64_t
+index_sig(const rp_index *e)
+{
+	uint64_t h = XXH3_64bits_withSeed(e->uuid, strlen(e->uuid), 1);
+	h = XXH3_64bits_withSeed(e->body, strlen(e->body), h);
+	h = XXH3_64bits_withSeed(e->mappings, strlen(e->mappings), h);
+	for (size_t k = 0; k < e->nsettings; k++)
+		h = XXH3_64bits_withSeed(e->settings_log[k], strlen(e->settings_log[k]), h + k);
+	return h ? h : 1;
+}
+
 static void
 state_apply_locked(nd_cluster *cl, const rp_state *st)
 {
@@ -562,6 +575,13 @@ state_apply_locked(nd_cluster *cl, const rp_state *st)
 	for (size_t i = 0; i < st->nindices; i++) {
 		const rp_index *e = &st->indices[i];
 		nd_index *ix = nd_index_get(cl->node, e->name);
+		uint64_t sig = index_sig(e);
+		if (ix && ix->state_sig == sig) {
+			/* applied already: a state change elsewhere costs this index
+			 * a hash of its texts, no parse */
+			nd_index_release(ix);
+			continue;
+		}
 		cJSON *body = parse_text(e->body), *maps = parse_text(e->mappings);
 		cm_error_clear(&err);
 		if (!ix && nd_index_create_as(cl->node, e->name, e->uuid,
@@ -575,17 +595,24 @@ state_apply_locked(nd_cluster *cl, const rp_state *st)
 		/* a mapping naming an analyzer the settings log adds merges after it */
 		bool mapped = !cJSON_IsObject(maps) || !nd_index_put_mapping(ix, maps, &err);
 		nd_alias_sync(ix, body); /* aliases live in the create body */
+		bool applied = true;
 		for (size_t k = 0; k < e->nsettings; k++) {
 			cJSON *sb = parse_text(e->settings_log[k]);
 			cm_error_clear(&err);
-			if (sb && nd_index_put_settings(ix, sb, &err))
+			if (sb && nd_index_put_settings(ix, sb, &err)) {
 				cm_warn("cluster", "cannot apply settings of [%s]: %s", e->name,
 				        err.reason);
+				applied = false;
+			}
 			cJSON_Delete(sb);
 		}
 		cm_error_clear(&err);
-		if (!mapped && nd_index_put_mapping(ix, maps, &err))
+		if (!mapped && nd_index_put_mapping(ix, maps, &err)) {
 			cm_warn("cluster", "cannot merge mapping of [%s]: %s", e->name, err.reason);
+			applied = false;
+		}
+		/* a state that could not be applied whole is tried again */
+		ix->state_sig = applied ? sig : 0;
 		cJSON_Delete(body);
 		cJSON_Delete(maps);
 		nd_index_release(ix);

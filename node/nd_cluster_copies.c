@@ -181,35 +181,30 @@ order_ranked(nd_cluster *cl, nd_index *ix, int shard, const int *cand, int n,
 }
 
 int
-cl_copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref, const nd_tail_cfg *cfg,
-              int *order)
+cl_copy_pick(const cl_copy_in *in, const char *pref, int *order)
 {
-	int norder = 0;
-	int copies[ND_CL_MAX_COPIES], cand[ND_CL_MAX_COPIES], n = 0;
-	int nc = cl_shard_copies(cl, ix, shard, copies);
-	cl_route ro;
-	bool routed = cl_route_get(cl, nd_index_name(ix), shard, &ro);
+	int norder = 0, cand[ND_CL_MAX_COPIES], n = 0;
 	if (pref && strncmp(pref, "_only_nodes:", 12) == 0) {
 		/* Asked for by name: any copy, in sync or not (to inspect it). */
-		for (int c = 0; c < nc; c++)
-			if (name_in(pref + 12, cl->nodes[copies[c]].name))
-				order[norder++] = copies[c];
+		for (int c = 0; c < in->ncopies; c++)
+			if (name_in(pref + 12, in->names[in->copies[c]]))
+				order[norder++] = in->copies[c];
 		return norder;
 	}
 	/* Only copies in the in-sync set answer: a copy that is recovering or
 	 * was dropped may be missing acknowledged writes. */
-	for (int c = 0; c < nc; c++)
-		if (!routed || ((ro.in_sync >> copies[c]) & 1))
-			cand[n++] = copies[c];
+	for (int c = 0; c < in->ncopies; c++)
+		if (!in->routed || ((in->in_sync >> in->copies[c]) & 1))
+			cand[n++] = in->copies[c];
 	if (n == 0)
 		return norder;
 	if (pref && strcmp(pref, "_primary") == 0) {
-		order[norder++] = routed && ro.primary >= 0 ? ro.primary : cand[0];
+		order[norder++] = in->routed && in->primary >= 0 ? in->primary : cand[0];
 		return norder;
 	}
 	if (pref && strcmp(pref, "_only_local") == 0) {
 		for (int i = 0; i < n; i++)
-			if (cand[i] == cl->self)
+			if (cand[i] == in->self)
 				order[norder++] = cand[i];
 		return norder;
 	}
@@ -225,9 +220,9 @@ cl_copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref, const n
 	int first[ND_CL_MAX_COPIES], rest[ND_CL_MAX_COPIES], nf = 0, nr = 0;
 	bool prefer = pref && strncmp(pref, "_prefer_nodes:", 14) == 0;
 	for (int i = 0; i < n; i++) {
-		if (!prefer && cand[i] == cl->self)
+		if (!prefer && cand[i] == in->self)
 			order[norder++] = cand[i];
-		else if (prefer && name_in(pref + 14, cl->nodes[cand[i]].name))
+		else if (prefer && name_in(pref + 14, in->names[cand[i]]))
 			first[nf++] = cand[i];
 		else
 			rest[nr++] = cand[i];
@@ -236,13 +231,48 @@ cl_copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref, const n
 	for (int pass = 0; pass < 2; pass++) {
 		int *v = pass ? rest : first, nv = pass ? nr : nf, k = 0, local = -1;
 		for (int i = 0; i < nv; i++)
-			if (v[i] == cl->self)
+			if (v[i] == in->self)
 				local = i;
 			else
 				v[k++] = v[i];
 		if (local >= 0)
-			order[norder++] = cl->self;
-		order_ranked(cl, ix, shard, v, k, cfg, order, &norder);
+			order[norder++] = in->self;
+		if (k > 0)
+			in->rank(in->arg, v, k, order, &norder);
 	}
 	return norder;
+}
+
+typedef struct rank_arg {
+	nd_cluster *cl;
+	nd_index *ix;
+	int shard;
+	const nd_tail_cfg *cfg;
+} rank_arg;
+
+static void
+rank_live(void *arg, const int *cand, int n, int *order, int *norder)
+{
+	rank_arg *a = arg;
+	order_ranked(a->cl, a->ix, a->shard, cand, n, a->cfg, order, norder);
+}
+
+int
+cl_copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref, const nd_tail_cfg *cfg,
+              int *order)
+{
+	int copies[ND_CL_MAX_COPIES];
+	cl_route ro;
+	rank_arg ra = {cl, ix, shard, cfg};
+	bool routed = cl_route_get(cl, nd_index_name(ix), shard, &ro);
+	cl_copy_in in = {.copies = copies,
+	                 .ncopies = cl_shard_copies(cl, ix, shard, copies),
+	                 .routed = routed,
+	                 .in_sync = ro.in_sync,
+	                 .primary = ro.primary,
+	                 .self = cl->self,
+	                 .names = (const char *const *)cl->names,
+	                 .rank = rank_live,
+	                 .arg = &ra};
+	return cl_copy_pick(&in, pref, order);
 }

@@ -238,6 +238,20 @@ struct nd_tail_cfg;
  * number. */
 int cl_copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref,
                   const struct nd_tail_cfg *cfg, int *order);
+/* The same order from plain inputs (unit-tested without a cluster): */
+typedef struct cl_copy_in {
+	const int *copies; /* the shard's copies, placement order (node numbers) */
+	int ncopies;
+	bool routed;      /* the routing knows the shard: in_sync and primary hold */
+	uint64_t in_sync; /* bit per node */
+	int primary;      /* -1 none */
+	int self;
+	const char *const *names; /* node names by node number */
+	/* appends cand[0..n) to order at *norder, best first */
+	void (*rank)(void *arg, const int *cand, int n, int *order, int *norder);
+	void *arg;
+} cl_copy_in;
+int cl_copy_pick(const cl_copy_in *in, const char *pref, int *order);
 /* Whether a search under pref may hedge: not when it pins its copies. */
 bool cl_pref_hedges(const char *pref);
 /* docs, store bytes and deleted docs of every local copy (nd_cluster_get.c). */

@@ -32,6 +32,11 @@ struct nd_index {
 	bool deleted; /* files removed when the last reference drops */
 	nd_index_stats stats;
 	cJSON *aliases; /* name -> entry (nd_alias.c), NULL = none; under lock */
+	/* The cluster state's texts for this index (create body, mappings,
+	 * settings log) as last applied to it, hashed (nd_cluster.c, under
+	 * its meta_lock): a state that changes none of them is not parsed
+	 * and applied to it again. 0 = not yet in this process. */
+	uint64_t state_sig;
 };
 
 struct nd_node {
