@@ -195,8 +195,8 @@ add_copy_details(cm_buf *out, const nd_cl_shard_timing *tm, size_t nt)
 }
 
 bool
-co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out, cm_error *err,
-                  cm_err *rc)
+co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, sr_request *parsed,
+                  cm_buf *out, cm_error *err, cm_err *rc)
 {
 	nd_cluster *cl = nd_cluster_of(r->node);
 	nd_cl_search_opts o;
@@ -210,6 +210,7 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
 		return true;
 	}
 	search_opts(r, &o, body);
+	o.parsed = parsed;
 	/* ?timings=true (Shoal's): how long each shard took, for the page's
 	 * console, appended as "_shoal": {"shards": [...]} */
 	bool timings = co_param_bool(r, "timings", false);

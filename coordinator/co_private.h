@@ -371,8 +371,10 @@ bool co_json_member(const char *s, size_t len, const char *key, size_t *off, siz
  * hits' "inner_hits" to the rendered response in out (co_collapse.c). */
 cm_err co_collapse_expand(co_req *r, nd_index **ixs, size_t n, const cJSON *body, cm_buf *out,
                           cm_error *err);
-bool co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out,
-                       cm_error *err, cm_err *rc);
+/* A search over a cluster: parsed (the request built from body, moved
+ * into the fan-out; may be NULL) is not built again. */
+bool co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, sr_request *parsed,
+                       cm_buf *out, cm_error *err, cm_err *rc);
 bool co_cluster_count(co_req *r, nd_index **ixs, size_t n, cJSON *body);
 bool co_cluster_health(co_req *r);
 bool co_cluster_settings(co_req *r);

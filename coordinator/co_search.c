@@ -414,8 +414,9 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 		return co_scroll_start(r, ixs, n, body, scroll_ms, slice_id, slice_max, out, err);
 	}
 	if (nd_cluster_of(r->node)) {
+		/* the request built here goes on to the fan-out's merger */
+		co_cluster_search(r, ixs, n, body, &req, out, err, &rc);
 		sr_request_free(&req);
-		co_cluster_search(r, ixs, n, body, out, err, &rc);
 		return rc;
 	}
 	t = nd_targets_open(ixs, n);

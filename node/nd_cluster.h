@@ -121,6 +121,10 @@ typedef struct nd_cl_search_opts {
 	 * their number in *ntimings. */
 	nd_cl_shard_timing *timings;
 	size_t timings_cap, *ntimings;
+	/* The request the coordinator already built from body and params
+	 * (nd_cl_request_build's equal), moved into the search so that it is
+	 * not parsed again here; the caller's is left empty. NULL: built here. */
+	sr_request *parsed;
 } nd_cl_search_opts;
 
 /* The one way an sr_request is built from a _search body and the URL

@@ -998,8 +998,13 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 	nd_rank_config(&S->cfg);
 	S->hedge =
 	    S->cfg.hedge && mode != ND_CL_FANOUT_SERIAL && cl_pref_hedges(nd_cl_pref_copies(pref));
+	if (o && o->parsed) {
+		S->req = *o->parsed; /* moved: parsed once, on the node the request reached */
+		sr_request_init(o->parsed);
+	}
 	if ((rc = nd_cl_preference_check(pref, err)) ||
-	    (rc = nd_cl_request_build(S->body, strlen(S->body), S->params, &S->req, err))) {
+	    (!(o && o->parsed) &&
+	     (rc = nd_cl_request_build(S->body, strlen(S->body), S->params, &S->req, err)))) {
 		S_unref(S);
 		return rc;
 	}

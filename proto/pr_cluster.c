@@ -272,7 +272,8 @@ static uint64_t *
 dup_u64(const uint64_t *v, size_t have, size_t n)
 {
 	uint64_t *o = cm_calloc(MEM, n + 1, sizeof(uint64_t));
-	memcpy(o, v, (have < n ? have : n) * sizeof(uint64_t));
+	if (v && have && n) /* protobuf-c leaves an empty repeated field NULL */
+		memcpy(o, v, (have < n ? have : n) * sizeof(uint64_t));
 	return o;
 }
 
