@@ -1677,6 +1677,7 @@ monitor_main(void *arg)
 			cm_buf_free(&rep);
 			cl_mark(cl, i, rc == CM_OK, rc == CM_OK ? cm_now_ns() - t0 : 0);
 		}
+		cl_etcd_reap(cl); /* a member's process gone: its lease need not expire */
 		/* Nodes that were down while the state changed catch up here. */
 		int master = cl->master;
 		if (cl_is_master(cl))

@@ -13,6 +13,12 @@
  * state write is a transaction that holds only while that key is the one
  * it created.
  *
+ * A member whose process is gone (its own transport port refuses
+ * connections, twice) has its lease revoked by the node that saw it
+ * (cl_etcd_reap), so its registration and any election key go at once
+ * rather than when the lease expires; a member that does not answer for
+ * any other reason (a partition, a stall) waits for its lease.
+ *
  * Threads: the lease thread keeps the lease alive (and registers again,
  * with a new boot id, when it expired); the campaign thread stands for
  * master; the watch thread only marks the state dirty and wakes the
@@ -21,10 +27,15 @@
  * changes), bounded by the etcd request timeout. docs/cluster.md. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "../common/cm_alloc.h"
@@ -802,6 +813,105 @@ cl_etcd_tick(nd_cluster *cl)
 		atomic_store(&e->dirty, true);
 		cm_debug("cluster", "etcd read failed: %s", err.reason);
 	}
+}
+
+/* ---- members whose process is gone ---- */
+
+/* Whether nothing listens at url ("tcp://host:port", "tls+tcp://..."): a
+ * TCP connect answered by a reset. A connect that succeeds, times out
+ * (200 ms: a partition drops packets) or cannot be tried is no such
+ * answer. */
+static bool
+port_refused(const char *url)
+{
+	const char *hp = strstr(url, "://");
+	char host[ND_CL_ADDR], *colon;
+	hp = hp ? hp + 3 : url;
+	snprintf(host, sizeof(host), "%s", hp);
+	if (!(colon = strrchr(host, ':')))
+		return false;
+	*colon = 0;
+	const char *port = colon + 1;
+	if (host[0] == '[') { /* [v6]:port */
+		memmove(host, host + 1, strlen(host));
+		char *rb = strchr(host, ']');
+		if (rb)
+			*rb = 0;
+	}
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+	if (getaddrinfo(host, port, &hints, &ai) != 0 || !ai)
+		return false;
+	bool refused = false;
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd >= 0) {
+		int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+		if (rc < 0 && errno == ECONNREFUSED) {
+			refused = true;
+		} else if (rc < 0 && errno == EINPROGRESS) {
+			struct pollfd pf = {.fd = fd, .events = POLLOUT};
+			int soerr = 0;
+			socklen_t sl = sizeof(soerr);
+			if (poll(&pf, 1, 200) == 1 &&
+			    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0)
+				refused = soerr == ECONNREFUSED;
+		}
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	return refused;
+}
+
+/* Node i's process is gone when its own transport address (as it
+ * registered it, not a proxy this node may dial it through) refuses
+ * connections, again after its registration was read: its lease is
+ * revoked, with its registration and any election key. */
+static void
+reap_node(nd_cluster *cl, int i)
+{
+	cl_etcd *e = cl->etcd;
+	nd_cl_node *nd = &cl->nodes[i];
+	char key[1024], url[sizeof(nd->transport)];
+	ec_kv kv;
+	cm_error err;
+	pthread_mutex_lock(&cl->members_mu);
+	snprintf(url, sizeof(url), "%s", nd->transport);
+	pthread_mutex_unlock(&cl->members_mu);
+	if (!url[0] || !port_refused(url))
+		return;
+	usleep(200000); /* a closing listener, a port being rebound: ask twice */
+	if (!port_refused(url))
+		return;
+	cm_error_clear(&err);
+	keyf(e, key, sizeof(key), "nodes/", nd->name);
+	if (ec_get(e->ec, key, &kv, NULL, &err) != CM_OK)
+		return;
+	pthread_mutex_lock(&e->mu);
+	bool mine = kv.lease == e->lease;
+	pthread_mutex_unlock(&e->mu);
+	/* a process registered since listens before it registers: its port
+	 * answers, and it is left alone */
+	if (kv.lease && !mine && port_refused(url)) {
+		cm_info("cluster",
+		        "node [%s] is gone (nothing listens at %s): its lease %" PRIx64
+		        " is revoked so the cluster need not wait out its TTL",
+		        nd->name, url, (uint64_t)kv.lease);
+		/* another node may have revoked it first: "not found" is fine */
+		if (ec_lease_revoke(e->ec, kv.lease, &err) && !strstr(err.reason, "not found"))
+			cm_warn("cluster", "revoking the lease of node [%s]: %s", nd->name,
+			        err.reason);
+		atomic_store(&e->dirty, true);
+	}
+	ec_kv_free(&kv);
+}
+
+void
+cl_etcd_reap(nd_cluster *cl)
+{
+	if (!cl->etcd || !atomic_load(&cl->nodes[cl->self].registered))
+		return;
+	for (int i = 0; i < cl->nn; i++)
+		if (i != cl->self && atomic_load(&cl->nodes[i].registered) && !cl_alive(cl, i))
+			reap_node(cl, i);
 }
 
 void

@@ -164,6 +164,10 @@ void cl_etcd_free(nd_cluster *cl);
 cm_err cl_etcd_commit(nd_cluster *cl, const rp_state *prev, const rp_state *next,
                       uint64_t *version, cm_error *err);
 /* cluster.lease_ttl; CM_ENOTFOUND for another key. */
+/* Members that did not answer this round's ping and whose own transport
+ * port refuses connections (the process is gone): their leases are
+ * revoked (nd_cluster_etcd.c). */
+void cl_etcd_reap(nd_cluster *cl);
 cm_err cl_etcd_setting(nd_cluster *cl, const char *key, const char *value, cm_error *err);
 /* ---- cluster settings (nd_cluster_settings.c) ----
  * The state's cluster settings, parsed once per adopted state: a sorted

@@ -330,6 +330,16 @@ def m4_drain_then_stop():
            (victim, drained, primaries, S.done, sum(w.failed for w in W) - failed_before))
 
 
+def revoked(name, t0):
+    """A node saw that the process of name is gone (its port closed) and
+    revoked its lease rather than wait it out: said in a node's log."""
+    cl = cluster()
+    while not any("node [%s] is gone (nothing listens" % name in cl.full_log(n)
+                  for n in cl.live()):
+        assert time.time() - t0 < TTL + 5, "no node revoked the lease of [%s]" % name
+        time.sleep(0.1)
+
+
 @test
 def m5_data_node_gone_past_delay():
     cl = cluster()
@@ -346,6 +356,7 @@ def m5_data_node_gone_past_delay():
         time.sleep(0.1)
     assert e["unassigned_info"]["reason"] == "NODE_LEFT" and \
         e["unassigned_info"]["details"] == "node_left [%s]" % victim, e
+    revoked(victim, t0)
     green = cl.wait_green(timeout=60)
     counts = cl.per_node(cl.live()[0])
     assert victim not in counts or counts[victim] == 0
@@ -370,6 +381,7 @@ def m1_kill_master():
     cl.wait_green(timeout=60)
     green = time.time() - t0
     assert elected <= TTL + 5, "new master after %.1f s (lease %d s)" % (elected, TTL)
+    revoked(m, t0)
     cl.nodes[m].start()
     cl.wait_green(timeout=90)
     finish("M1 kill master", "new master %s after %.1f s (lease %d s), writes resumed %.1f s "
