@@ -53,6 +53,8 @@ usage(FILE *f)
 	       "  -E cluster.primary_failover_timeout=30s     promote a replica after this\n"
 	       "  -E cluster.replica_timeout=10s              drop a silent replica after this\n"
 	       "  -E cluster.lease_ttl=10s                    etcd lease of this node (--etcd)\n"
+	       "  -E cluster.etcd_compaction_interval=60s     the master compacts etcd (0: never)\n"
+	       "  -E cluster.etcd_compaction_retention=1000   revisions kept behind the nodes\n"
 	       "  -E search.hedge.enabled=true                hedged shard requests (cluster)\n"
 	       "  -E search.hedge.min_delay=2ms               a hedge waits at least this\n"
 	       "  -E search.hedge.max_ratio=0.05              hedges per shard request, at most\n"

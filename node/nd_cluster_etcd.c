@@ -64,6 +64,11 @@ typedef struct cl_etcd {
 	ec_watch *watch;
 	bool have_state; /* etcd held a state when last read */
 	int round;
+	/* the master compacts etcd's history (cluster.etcd_compaction_*) */
+	uint64_t compact_every_ns; /* 0: never */
+	int64_t compact_keep;      /* revisions kept behind the oldest applied */
+	uint64_t compacted_at_ns;
+	int64_t compacted_rev;
 } cl_etcd;
 
 static void
@@ -98,15 +103,41 @@ cl_etcd_open(nd_cluster *cl, const char *endpoints, cm_error *err)
 	snprintf(e->prefix, sizeof(e->prefix), "/shoal/%s/", cl->cluster_name);
 	snprintf(e->election, sizeof(e->election), "%smaster", e->prefix);
 	e->ttl_s = 10;
+	e->compact_every_ns = 60 * SEC;
+	e->compact_keep = 1000;
 	cl->etcd = e;
 	return CM_OK;
 }
 
-/* cluster.lease_ttl (seconds, "10s"). */
+/* cluster.lease_ttl (seconds, "10s"); cluster.etcd_compaction_interval
+ * ("60s", "0" never) and cluster.etcd_compaction_retention (revisions). */
 cm_err
 cl_etcd_setting(nd_cluster *cl, const char *key, const char *value, cm_error *err)
 {
-	if (!cl->etcd || strcmp(key, "cluster.lease_ttl") != 0)
+	if (!cl->etcd)
+		return CM_ENOTFOUND;
+	if (strcmp(key, "cluster.etcd_compaction_interval") == 0) {
+		uint64_t ns = 0;
+		if (strcmp(value, "0") != 0 &&
+		    (!cm_parse_duration_ns(value, &ns) || ns < SEC || ns > 86400 * SEC))
+			return cm_error_set(err, CM_EINVAL,
+			                    "cluster.etcd_compaction_interval wants 0 or 1s..1d, got [%s]",
+			                    value);
+		cl->etcd->compact_every_ns = ns;
+		return CM_OK;
+	}
+	if (strcmp(key, "cluster.etcd_compaction_retention") == 0) {
+		char *end;
+		long long v = strtoll(value, &end, 10);
+		if (*end || end == value || v < 1 || v > 100000000)
+			return cm_error_set(err, CM_EINVAL,
+			                    "cluster.etcd_compaction_retention wants a number of "
+			                    "revisions >= 1, got [%s]",
+			                    value);
+		cl->etcd->compact_keep = v;
+		return CM_OK;
+	}
+	if (strcmp(key, "cluster.lease_ttl") != 0)
 		return CM_ENOTFOUND;
 	uint64_t ns;
 	if (!cm_parse_duration_ns(value, &ns) || ns < 2 * SEC || ns > 600 * SEC)
@@ -787,6 +818,42 @@ cl_etcd_start(nd_cluster *cl, cm_error *err)
 	return CM_OK;
 }
 
+/* The master drops etcd's history older than every live node has applied,
+ * less a margin (compact_keep revisions), every compact_every_ns: the
+ * database stays bounded under any churn. A node whose watch falls behind
+ * the compaction reads the state again (EC_WATCH_COMPACTED). */
+static void
+compact_history(nd_cluster *cl)
+{
+	cl_etcd *e = cl->etcd;
+	uint64_t now = cm_now_ns();
+	if (!e->compact_every_ns || now - e->compacted_at_ns < e->compact_every_ns ||
+	    !cl_is_master(cl))
+		return;
+	e->compacted_at_ns = now;
+	pthread_mutex_lock(&cl->meta_lock);
+	uint64_t oldest = cl->state->version;
+	pthread_mutex_unlock(&cl->meta_lock);
+	for (int i = 0; i < cl->nn; i++) {
+		uint64_t a = atomic_load(&cl->nodes[i].applied);
+		if (i != cl->self && atomic_load(&cl->nodes[i].registered) && cl_alive(cl, i) &&
+		    a < oldest)
+			oldest = a;
+	}
+	int64_t rev = (int64_t)oldest - e->compact_keep;
+	if (rev <= e->compacted_rev || rev <= 0)
+		return;
+	cm_error err;
+	cm_error_clear(&err);
+	if (ec_compact(e->ec, rev, &err)) {
+		cm_warn("cluster", "compacting etcd's history to revision %" PRId64 ": %s", rev,
+		        err.reason);
+		return;
+	}
+	e->compacted_rev = rev;
+	cm_info("cluster", "etcd history compacted to revision %" PRId64, rev);
+}
+
 void
 cl_etcd_tick(nd_cluster *cl)
 {
@@ -804,6 +871,7 @@ cl_etcd_tick(nd_cluster *cl)
 	}
 	if (!e->watch)
 		watch_start(cl, 0);
+	compact_history(cl);
 	/* a watch may lag or drop: every 2 s the node reads anyway */
 	bool dirty = atomic_exchange(&e->dirty, false) || e->round++ % 4 == 0;
 	if (!dirty)
