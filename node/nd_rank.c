@@ -22,7 +22,7 @@
 /* R's EWMA: a sample's weight is 1 - exp(-dt / TAU_R_NS), within
  * [ALPHA_MIN, ALPHA_MAX] */
 #define TAU_R_NS 100000000.0
-#define ALPHA_MIN 0.1
+#define ALPHA_MIN 0.05
 #define ALPHA_MAX 0.5
 #define TAU_STALE_NS 2e9 /* an unrefreshed R returns to its peers' best */
 #define TAU_EX_NS 2e9    /* a node's excess latency decays */
@@ -31,7 +31,7 @@
 #define EPISODE_NS 1000000000ull  /* excess after this much quiet: a strike */
 #define FORGIVE_NS 10000000000ull /* a strike is forgiven after this */
 #define STRIKES_MAX 5             /* TAU_EX_NS doubled 4 times at most */
-#define NOISE 1.5        /* copies within this factor of the best ... */
+#define NOISE 1.25       /* copies within this factor of the best ... */
 #define BAND_US 100.0    /* ... plus this are equal */
 #define STALL_GAPS 4.0  /* a node silent this many reply gaps ... */
 #define STALL_US 1000.0  /* ... plus this has stalled */
@@ -281,6 +281,7 @@ nd_rank_forget(void)
 	pthread_mutex_lock(&rank_mu);
 	memset(fig, 0, sizeof(fig));
 	memset(copies, 0, sizeof(copies));
+	atomic_store(&rotation, 0);
 	pthread_mutex_unlock(&rank_mu);
 }
 

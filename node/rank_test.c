@@ -173,7 +173,7 @@ test_order(void)
 	nd_rank_done(2, "ix", IX0.uuid, &zero, 1, true, MS, NULL, 0, 0, false);
 	nd_rank_done(2, "ix", IX0.uuid, &zero, 1, true, MS, NULL, 0, 0, false);
 	nd_rank_done(4, "ix", IX0.uuid, &zero, 1, true, (uint64_t)(1.2 * MS), NULL, 0, 0, false);
-	/* a copy within 1.5x (+0.1 ms) of the best is in the band; 3x is not */
+	/* a copy within 1.25x (+0.1 ms) of the best is in the band; 3x is not */
 	CHECK(firsts(&IX0, 2, 3, 3, 10) == 0);
 }
 
@@ -216,17 +216,17 @@ test_strikes(void)
 		reply_on(2, "uuid-ix", 1, 1, 0.5, 0);
 	}
 	CHECK(firsts(&IX0, 1, 2, 1, 10) == 5);
-	reply(1, 30, 0.5, 0); /* shard 0 on node 1: 30 ms once */
+	reply(1, 20, 0.5, 0); /* shard 0 on node 1: 20 ms once */
 	CHECK(firsts(&IX0, 1, 2, 1, 10) == 0);
 	CHECK(firsts(&s1, 1, 2, 1, 10) == 0); /* its node's other copy too */
-	sim_t += 4000 * MS;                   /* 29 ms * exp(-2): 3.9 ms */
+	sim_t += 4000 * MS;                   /* 19 ms * exp(-2): 2.6 ms */
 	CHECK(firsts(&s1, 1, 2, 1, 10) == 0);
-	sim_t += 5000 * MS; /* 29 ms * exp(-4.5): 0.32 ms */
+	sim_t += 5000 * MS; /* 19 ms * exp(-4.5): 0.21 ms */
 	CHECK(firsts(&s1, 1, 2, 1, 10) == 5);
 	CHECK(firsts(&IX0, 1, 2, 1, 10) == 5);
 	/* tried again, slow again: a second strike, out twice as long */
-	reply(1, 30, 0.5, 0);
-	sim_t += 9000 * MS; /* 29 ms * exp(-9 / 4): 3.1 ms */
+	reply(1, 20, 0.5, 0);
+	sim_t += 9000 * MS; /* 19 ms * exp(-9 / 4): 2 ms */
 	CHECK(firsts(&s1, 1, 2, 1, 10) == 0);
 	sim_t += 4000 * MS; /* one strike forgiven: exp(-13 / 2) */
 	CHECK(firsts(&s1, 1, 2, 1, 10) == 5);
@@ -477,6 +477,7 @@ typedef struct sim_cfg {
 	double work_us, cores;
 	int slow; /* -1, or the slow node (0..2) */
 	bool off; /* the order adaptive selection replaces: per-node EWMA */
+	bool pings; /* the monitor pings every node every 0.5 s (nd_rank_ping) */
 } sim_cfg;
 
 typedef struct sim_out {
@@ -524,6 +525,23 @@ cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* When a message sent at `sent` that would arrive at `at` passes the slow
+ * node's proxy: nothing passes while it stalls. */
+static uint64_t
+proxy_at(uint64_t t0, uint64_t sent, uint64_t at, bool *hit)
+{
+	uint64_t ph = (sent - t0 + STALL_EVERY_NS / 2) % STALL_EVERY_NS, w0 = sent - ph;
+	if (ph < STALL_NS) {
+		*hit = true;
+		return w0 + STALL_NS + (at - sent);
+	}
+	if (at >= w0 + STALL_EVERY_NS) {
+		*hit = true;
+		return w0 + STALL_EVERY_NS + STALL_NS;
+	}
+	return at;
+}
+
 /* Client cl sends a search: each shard to the first copy in rank order. */
 static void
 sim_issue(sim *S, int cl)
@@ -561,16 +579,7 @@ sim_issue(sim *S, int cl)
 				q.at += 10 * MS;
 				q.hit = true;
 			}
-			/* nothing passes the proxy while it stalls */
-			uint64_t ph = (q.sent - S->t0 + STALL_EVERY_NS / 2) % STALL_EVERY_NS,
-				 w0 = q.sent - ph;
-			if (ph < STALL_NS) {
-				q.at = w0 + STALL_NS + (q.at - q.sent);
-				q.hit = true;
-			} else if (q.at >= w0 + STALL_EVERY_NS) {
-				q.at = w0 + STALL_EVERY_NS + STALL_NS;
-				q.hit = true;
-			}
+			q.at = proxy_at(S->t0, q.sent, q.at, &q.hit);
 		}
 		S->o->hit += q.hit;
 		S->pend[S->npend++] = q;
@@ -579,12 +588,39 @@ sim_issue(sim *S, int cl)
 	}
 }
 
+/* The earliest reply due. */
+static uint64_t
+sim_first(const sim *S)
+{
+	uint64_t first = UINT64_MAX;
+	for (int i = 0; i < S->npend; i++)
+		first = S->pend[i].at < first ? S->pend[i].at : first;
+	return first;
+}
+
+/* The monitor pings each node (0.2 ms, more when the machine is busy;
+ * the slow node's through its proxy); replies come as client -1. */
+static void
+sim_ping(sim *S)
+{
+	for (int nd = 0; nd < 3; nd++) {
+		uint64_t d = 200000 + (uint64_t)S->inflight * 20000;
+		sim_req q = {sim_t + d, sim_t, -1, nd, 0, false};
+		if (nd == S->cfg->slow) {
+			if (unif() < 0.19)
+				q.at += 10 * MS;
+			q.at = proxy_at(S->t0, q.sent, q.at, &q.hit);
+		}
+		S->pend[S->npend++] = q;
+	}
+}
+
 static void
 sim_run(const sim_cfg *cfg, sim_out *o)
 {
 	sim S = {.cfg = cfg, .o = o, .t0 = sim_t};
 	int done = 0, started = 0;
-	S.pend = cm_calloc(CM_MEM_NODE, (size_t)(cfg->clients * cfg->k), sizeof(sim_req));
+	S.pend = cm_calloc(CM_MEM_NODE, (size_t)(cfg->clients * cfg->k + 64), sizeof(sim_req));
 	S.start = cm_calloc(CM_MEM_NODE, (size_t)cfg->clients, sizeof(uint64_t));
 	S.left = cm_calloc(CM_MEM_NODE, (size_t)cfg->clients, sizeof(int));
 	S.hit = cm_calloc(CM_MEM_NODE, (size_t)cfg->clients, sizeof(bool));
@@ -596,7 +632,14 @@ sim_run(const sim_cfg *cfg, sim_out *o)
 		sim_t += 1000;
 		sim_issue(&S, cl);
 	}
+	uint64_t next_ping = sim_t;
 	while (done < cfg->searches) {
+		if (cfg->pings && next_ping <= sim_first(&S)) {
+			sim_t = next_ping;
+			sim_ping(&S);
+			next_ping += 500 * MS;
+			continue;
+		}
 		int e = 0;
 		for (int i = 1; i < S.npend; i++)
 			if (S.pend[i].at < S.pend[e].at)
@@ -604,6 +647,11 @@ sim_run(const sim_cfg *cfg, sim_out *o)
 		sim_req r = S.pend[e];
 		S.pend[e] = S.pend[--S.npend];
 		sim_t = r.at;
+		if (r.client < 0) {
+			nd_rank_ping(cfg->node0 + r.node, true, r.at - r.sent);
+			S.ewma[r.node] = 0.8 * S.ewma[r.node] + 0.2 * (double)(r.at - r.sent) / 1000.0;
+			continue;
+		}
 		uint64_t svc = (uint64_t)cfg->work_us;
 		S.inflight--;
 		S.node_out[r.node]--;
@@ -654,7 +702,7 @@ test_sim_saturated(void)
 {
 	printf("simulation (3 nodes, 2 cores, 100 us a shard request):\n");
 	for (int k = 4; k <= 16; k *= 4) {
-		sim_cfg cfg = {0, "uuid-sim", k, 16, 20000, 100, 2, -1, false};
+		sim_cfg cfg = {0, "uuid-sim", k, 16, 20000, 100, 2, -1, false, false};
 		sim_out o;
 		nd_rank_forget();
 		sim_run(&cfg, &o);
@@ -664,46 +712,54 @@ test_sim_saturated(void)
 			CHECKF(a / (a + b) > 0.4 && a / (a + b) < 0.6, "K=%d shard %d: %.0f / %.0f",
 			       k, s, a, b);
 		}
-		/* a copy chosen with 3 or more requests out beyond its peer's */
-		CHECKF(o.skewed * 100 < (uint64_t)k * 20000, "K=%d: %llu skewed choices", k,
+		/* a copy chosen with 3 or more requests out beyond its peer's: at
+		 * most 5% of the choices (C3 here: 64% at K = 16; the per-node
+		 * EWMA order: 70%) */
+		CHECKF(o.skewed * 20 < (uint64_t)k * 20000, "K=%d: %llu skewed choices", k,
 		       (unsigned long long)o.skewed);
 		CHECKF(o.p99 <= 1.01 * (k == 4 ? 11.93 : 38.23), "K=%d p99 %.2f", k, o.p99);
 	}
 }
 
 /* One node behind a delay proxy (+10 ms on 19% of its round trips, 200 ms
- * stalls every 2 s): it is avoided, and in every cell the tail is no
- * worse than the order adaptive selection replaces (round-trip EWMA per
- * node, strictly) beyond simulation noise. */
+ * stalls every 2 s): it is avoided, and the tail is no worse than the
+ * order adaptive selection replaces (round-trip EWMA per node, strictly)
+ * beyond simulation noise — with pings feeding both, as in the cluster,
+ * in every cell. Without pings the ranking learns from replies alone, and
+ * at 16 clients meets the stalls it has not seen yet (0.25% of searches
+ * at most). */
 static void
 test_sim_slow_node(void)
 {
-	for (int k = 4; k <= 16; k *= 4)
-		for (int c = 1; c <= 16; c *= 16) {
-			int searches = c == 1 ? 6000 : 20000;
-			sim_cfg cfg = {0, "uuid-sim", k, c, searches, 100, 2, 1, false};
-			sim_out o, off;
-			nd_rank_forget();
-			sim_run(&cfg, &o);
-			sim_print("slow node", &cfg, &o);
-			cfg.off = true;
-			nd_rank_forget();
-			sim_run(&cfg, &off);
-			sim_print("slow node", &cfg, &off);
-			uint64_t n = (uint64_t)k * (uint64_t)cfg.searches;
-			CHECKF(o.sent[1] * (c == 1 ? 100 : 20) < n,
-			       "K=%d c=%d: %llu of %llu to the slow node", k, c,
-			       (unsigned long long)o.sent[1], (unsigned long long)n);
-			CHECKF(o.p99 <= 1.05 * off.p99, "K=%d c=%d p99 %.2f against %.2f", k, c,
-			       o.p99, off.p99);
-			if (c == 1)
-				CHECKF(o.p999 <= 1.05 * off.p999 && o.stalled == 0,
-				       "K=%d c=1 p99.9 %.2f against %.2f, %llu stalled", k, o.p999,
-				       off.p999, (unsigned long long)o.stalled);
-			else /* the stalls met before the node is known: 0.25% at most */
-				CHECKF(o.stalled * 400 <= (uint64_t)cfg.searches,
-				       "K=%d c=16: %llu stalled", k, (unsigned long long)o.stalled);
-		}
+	for (int pings = 0; pings <= 1; pings++)
+		for (int k = 4; k <= 16; k *= 4)
+			for (int c = 1; c <= 16; c *= 16) {
+				int searches = c == 1 ? 6000 : 20000;
+				sim_cfg cfg = {0, "uuid-sim", k, c, searches, 100, 2, 1, false, pings};
+				sim_out o, off;
+				char label[32];
+				snprintf(label, sizeof(label), "slow node%s", pings ? ", pings" : "");
+				nd_rank_forget();
+				sim_run(&cfg, &o);
+				sim_print(label, &cfg, &o);
+				cfg.off = true;
+				nd_rank_forget();
+				sim_run(&cfg, &off);
+				sim_print(label, &cfg, &off);
+				uint64_t n = (uint64_t)k * (uint64_t)searches;
+				CHECKF(o.sent[1] * (c == 1 ? 100 : 20) < n,
+				       "K=%d c=%d: %llu of %llu to the slow node", k, c,
+				       (unsigned long long)o.sent[1], (unsigned long long)n);
+				CHECKF(o.p99 <= 1.05 * off.p99, "K=%d c=%d p99 %.2f against %.2f", k,
+				       c, o.p99, off.p99);
+				if (c == 1 || pings)
+					CHECKF(o.p999 <= 1.1 * off.p999 && o.stalled * 1000 < n / k,
+					       "K=%d c=%d p99.9 %.2f against %.2f, %llu stalled", k, c,
+					       o.p999, off.p999, (unsigned long long)o.stalled);
+				else
+					CHECKF(o.stalled * 400 <= (uint64_t)searches,
+					       "K=%d c=16: %llu stalled", k, (unsigned long long)o.stalled);
+			}
 }
 
 static void
