@@ -19,24 +19,24 @@
 
 #define MEM CM_MEM_NODE
 #define RING 64 /* latencies kept per copy and node for the p95 */
-/* R's EWMA: a sample's weight is 1 - exp(-dt / TAU_R_NS), within
- * [ALPHA_MIN, ALPHA_MAX] */
+/* Ranking (see docs/fanout-tail.md). R's EWMA: a sample weighs
+ * 1 - exp(-dt / TAU_R_NS), within [ALPHA_MIN, ALPHA_MAX]. */
 #define TAU_R_NS 100000000.0
 #define ALPHA_MIN 0.05
 #define ALPHA_MAX 0.5
-#define TAU_STALE_NS 2e9 /* an unrefreshed R returns to its peers' best */
-#define TAU_EX_NS 2e9    /* a node's excess latency decays */
-#define EX_FACTOR 2.0    /* a reply slower than its copy's R times this ... */
-#define EX_US 1000.0     /* ... plus this is excess */
-#define EPISODE_NS 1000000000ull  /* excess after this much quiet: a strike */
+#define NOISE 1.25                /* copies within this factor of the best ... */
+#define BAND_US 100.0             /* ... plus this are equal */
+#define TAU_STALE_NS 2e9          /* an unrefreshed R returns to its peers' best */
+#define EX_FACTOR 2.0             /* a reply later than its copy's R times this ... */
+#define EX_US 1000.0              /* ... plus this is its node's excess */
+#define TAU_EX_NS 2e9             /* which decays with this, */
+#define EPISODE_NS 1000000000ull  /* doubled for excess after this much quiet (a strike) */
 #define FORGIVE_NS 10000000000ull /* a strike is forgiven after this */
 #define STRIKES_MAX 5             /* TAU_EX_NS doubled 4 times at most */
-#define NOISE 1.25       /* copies within this factor of the best ... */
-#define BAND_US 100.0    /* ... plus this are equal */
-#define STALL_GAPS 4.0  /* a node silent this many reply gaps ... */
-#define STALL_US 1000.0  /* ... plus this has stalled */
-#define IDLE_NS 1000000000ull /* a copy unused this long starts one at a time */
-#define WARM 3                /* replies before it takes more than one */
+#define STALL_GAPS 4.0            /* a node silent this many reply gaps ... */
+#define STALL_US 1000.0           /* ... plus this has stalled */
+#define IDLE_NS 1000000000ull     /* a copy unused this long takes one at a time ... */
+#define WARM 3                    /* ... until it has answered this many */
 #define BURST 10.0            /* hedge tokens saved up at most */
 #define CANCEL_SLOTS 1024
 #define TOMB_NS 10000000000ull /* an early cancel waits this long for its request */
