@@ -37,8 +37,10 @@
 #define STALL_US 1000.0           /* ... plus this has stalled */
 #define IDLE_NS 1000000000ull     /* a copy unused this long takes one at a time ... */
 #define WARM 3                    /* ... until it has answered this many */
-#define BURST 10.0            /* hedge tokens saved up at most */
+#define P95_EVERY 8 /* new samples before a ring's p95 is sorted again */
+#define BURST 10.0  /* hedge tokens saved up at most */
 #define CANCEL_SLOTS 1024
+#define CANCEL_WINDOW 32 /* slots an id may take, from its hash on */
 #define TOMB_NS 10000000000ull /* an early cancel waits this long for its request */
 #define COPY_SETS 128          /* the copy table: sets of COPY_WAYS copies */
 #define COPY_WAYS 8
@@ -238,6 +240,8 @@ typedef struct rk_node {
 	uint64_t replies, failures;
 	uint32_t ring[RING]; /* latencies, µs */
 	int nring, pos;
+	int p95_new;     /* samples since p95_us was computed */
+	uint32_t p95_us; /* of the ring */
 	int outstanding;
 	uint64_t sent;
 } rk_node;
@@ -258,6 +262,8 @@ typedef struct rk_copy {
 	int warm; /* replies since it was last sent to after an idle spell */
 	uint32_t ring[RING];
 	int nring, pos;
+	int p95_new;     /* samples since p95_us was computed */
+	uint32_t p95_us; /* of the ring */
 } rk_copy;
 
 static rk_node fig[ND_CL_MAX_NODES];
@@ -388,12 +394,14 @@ ewma(double old, double sample, double alpha)
 }
 
 static void
-ring_add(uint32_t *ring, int *nring, int *pos, uint64_t us)
+ring_add(uint32_t *ring, int *nring, int *pos, int *p95_new, uint64_t us)
 {
 	ring[*pos] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 	*pos = (*pos + 1) % RING;
 	if (*nring < RING)
 		(*nring)++;
+	if (*p95_new < INT32_MAX)
+		(*p95_new)++;
 }
 
 /* A sample's weight grows with the time since the last one, between
@@ -514,7 +522,7 @@ nd_rank_done(int node, const char *index, const char *uuid, const int *shards, s
 		if (c->warm < WARM)
 			c->warm++;
 		if (!censored)
-			ring_add(c->ring, &c->nring, &c->pos, rtt_ns / 1000);
+			ring_add(c->ring, &c->nring, &c->pos, &c->p95_new, rtt_ns / 1000);
 	}
 	if (excess > 0)
 		excess_add(f, excess, now);
@@ -538,7 +546,7 @@ nd_rank_done(int node, const char *index, const char *uuid, const int *shards, s
 	f->seen = true;
 	f->last_ns = now;
 	if (!censored)
-		ring_add(f->ring, &f->nring, &f->pos, rtt_ns / 1000);
+		ring_add(f->ring, &f->nring, &f->pos, &f->p95_new, rtt_ns / 1000);
 	pthread_mutex_unlock(&rank_mu);
 }
 
@@ -567,11 +575,12 @@ nd_rank_censored(int node, const nd_rank_copy *c, uint64_t ns)
 		return;
 	uint64_t now = now_ns();
 	pthread_mutex_lock(&rank_mu);
-	ring_add(fig[node].ring, &fig[node].nring, &fig[node].pos, ns / 1000);
+	ring_add(fig[node].ring, &fig[node].nring, &fig[node].pos, &fig[node].p95_new,
+	         ns / 1000);
 	if (c) {
 		rk_copy *k = copy_locked(node, copy_key(c->index, c->uuid), c->shard,
 		                         c->index ? c->index : "", now);
-		ring_add(k->ring, &k->nring, &k->pos, ns / 1000);
+		ring_add(k->ring, &k->nring, &k->pos, &k->p95_new, ns / 1000);
 	}
 	pthread_mutex_unlock(&rank_mu);
 }
@@ -731,34 +740,44 @@ p95_ns(uint32_t *v, int n, double r_us)
 	return (uint64_t)v[(n * 95 + 99) / 100 - 1] * 1000;
 }
 
+/* Locked: the p95 of a ring in ns, or twice r_us with too few samples;
+ * the sort runs every P95_EVERY new samples, not for every message a
+ * hedge timer is armed for. */
+static uint64_t
+p95_cached_ns(const uint32_t *ring, int nring, int *p95_new, uint32_t *p95_us, double r_us)
+{
+	if (nring < 16)
+		return (uint64_t)(2 * r_us * 1000);
+	if (*p95_new >= P95_EVERY || *p95_us == 0) {
+		uint32_t v[RING];
+		memcpy(v, ring, sizeof(v));
+		*p95_us = (uint32_t)(p95_ns(v, nring, r_us) / 1000);
+		*p95_new = 0;
+	}
+	return (uint64_t)*p95_us * 1000;
+}
+
 uint64_t
 nd_rank_hedge_delay(int node, const char *index, const char *uuid, const int *shards, size_t n,
                     uint64_t min_delay_ns)
 {
 	const char *key = copy_key(index, uuid);
-	uint32_t v[RING];
 	uint64_t d = 0, now = now_ns();
 	if (!valid(node))
 		return min_delay_ns;
+	rk_node *f = &fig[node];
+	pthread_mutex_lock(&rank_mu);
 	for (size_t i = 0; i < n; i++) {
-		int nr = 0;
-		double r = 0;
-		pthread_mutex_lock(&rank_mu);
+		uint64_t x = 0;
 		rk_copy *c = copy_locked(node, key, shards[i], NULL, now);
-		if (c) {
-			nr = c->nring;
-			memcpy(v, c->ring, sizeof(v));
-			r = c->seen ? c->r_us : 0;
-		} else if (fig[node].seen) {
-			/* not measured yet: its node's figures stand in */
-			nr = fig[node].nring;
-			memcpy(v, fig[node].ring, sizeof(v));
-			r = fig[node].r_us;
-		}
-		pthread_mutex_unlock(&rank_mu);
-		uint64_t x = p95_ns(v, nr, r);
+		if (c)
+			x = p95_cached_ns(c->ring, c->nring, &c->p95_new, &c->p95_us,
+			                  c->seen ? c->r_us : 0);
+		else if (f->seen) /* not measured yet: its node's figures stand in */
+			x = p95_cached_ns(f->ring, f->nring, &f->p95_new, &f->p95_us, f->r_us);
 		d = x > d ? x : d;
 	}
+	pthread_mutex_unlock(&rank_mu);
 	return d > min_delay_ns ? d : min_delay_ns;
 }
 
@@ -838,17 +857,54 @@ nd_rank_count_cancelled(size_t n)
 
 /* ================= timers ================= */
 
+/* Pending hedges: a binary heap by deadline (then arrival), so arming
+ * one costs O(log n) and wakes the timer thread only when it is the new
+ * earliest — every hedgeable message arms one. */
 typedef struct rk_timer {
-	struct rk_timer *next;
-	uint64_t at;
+	uint64_t at, seq;
 	nd_rank_timer_fn fn;
 	void *arg;
 } rk_timer;
 
 static pthread_mutex_t timer_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t timer_cv;
-static rk_timer *timers; /* sorted by at */
+static rk_timer *heap;
+static size_t nheap, capheap;
+static uint64_t timer_seq;
 static pthread_once_t timer_once = PTHREAD_ONCE_INIT;
+
+static bool
+timer_before(const rk_timer *a, const rk_timer *b)
+{
+	return a->at != b->at ? a->at < b->at : a->seq < b->seq;
+}
+
+static void
+timer_swap(size_t i, size_t j)
+{
+	rk_timer t = heap[i];
+	heap[i] = heap[j];
+	heap[j] = t;
+}
+
+/* Locked: removes the earliest into *out. */
+static void
+timer_pop(rk_timer *out)
+{
+	*out = heap[0];
+	heap[0] = heap[--nheap];
+	for (size_t i = 0;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+		if (l < nheap && timer_before(&heap[l], &heap[m]))
+			m = l;
+		if (r < nheap && timer_before(&heap[r], &heap[m]))
+			m = r;
+		if (m == i)
+			break;
+		timer_swap(i, m);
+		i = m;
+	}
+}
 
 static void *
 timer_main(void *unused)
@@ -857,22 +913,21 @@ timer_main(void *unused)
 	pthread_mutex_lock(&timer_mu);
 	for (;;) {
 		uint64_t now = cm_now_ns();
-		if (timers && timers->at <= now) {
-			rk_timer *t = timers;
-			timers = t->next;
+		if (nheap && heap[0].at <= now) {
+			rk_timer t;
+			timer_pop(&t);
 			pthread_mutex_unlock(&timer_mu);
-			t->fn(t->arg);
-			cm_free(MEM, t);
+			t.fn(t.arg);
 			pthread_mutex_lock(&timer_mu);
 			continue;
 		}
-		if (!timers) {
+		if (!nheap) {
 			pthread_cond_wait(&timer_cv, &timer_mu);
 			continue;
 		}
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		uint64_t wait = timers->at - now, ns = (uint64_t)ts.tv_nsec + wait % 1000000000ull;
+		uint64_t wait = heap[0].at - now, ns = (uint64_t)ts.tv_nsec + wait % 1000000000ull;
 		ts.tv_sec += (time_t)(wait / 1000000000ull + ns / 1000000000ull);
 		ts.tv_nsec = (long)(ns % 1000000000ull);
 		pthread_cond_timedwait(&timer_cv, &timer_mu, &ts);
@@ -897,16 +952,19 @@ void
 nd_rank_timer(uint64_t at_ns, nd_rank_timer_fn fn, void *arg)
 {
 	pthread_once(&timer_once, timer_start);
-	rk_timer *t = cm_calloc(MEM, 1, sizeof(*t)), **p;
-	t->at = at_ns;
-	t->fn = fn;
-	t->arg = arg;
 	pthread_mutex_lock(&timer_mu);
-	for (p = &timers; *p && (*p)->at <= at_ns; p = &(*p)->next)
-		;
-	t->next = *p;
-	*p = t;
-	pthread_cond_signal(&timer_cv);
+	if (nheap == capheap) {
+		capheap = capheap ? 2 * capheap : 64;
+		heap = cm_realloc(MEM, heap, capheap * sizeof(*heap));
+	}
+	size_t i = nheap++;
+	heap[i] = (rk_timer){at_ns, timer_seq++, fn, arg};
+	while (i > 0 && timer_before(&heap[i], &heap[(i - 1) / 2])) {
+		timer_swap(i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+	if (i == 0) /* the new earliest: the thread's wait is too long */
+		pthread_cond_signal(&timer_cv);
 	pthread_mutex_unlock(&timer_mu);
 }
 
@@ -941,15 +999,18 @@ nd_rank_cancel_id(void)
 	return id ? id : atomic_fetch_add(&next_id, 1);
 }
 
-/* A slot for id: the one it already has, else a free or expired one.
- * Locked. */
+/* A slot for id among the CANCEL_WINDOW from its hash on: the one it
+ * already has, else a free or expired one (NULL: none; that request
+ * runs uncancellable to its end). Every search a hedging coordinator
+ * sends comes here, so it looks at a window, not the whole table. Locked. */
 static nd_rank_run *
 slot_locked(uint64_t id, uint64_t now, bool *found)
 {
 	nd_rank_run *free_slot = NULL;
+	size_t home = (size_t)((id * 0x9e3779b97f4a7c15ull) >> 32) % CANCEL_SLOTS;
 	*found = false;
-	for (int i = 0; i < CANCEL_SLOTS; i++) {
-		nd_rank_run *r = &runs[i];
+	for (int w = 0; w < CANCEL_WINDOW; w++) {
+		nd_rank_run *r = &runs[(home + (size_t)w) % CANCEL_SLOTS];
 		if (r->used && r->id == id) {
 			*found = true;
 			return r;
