@@ -585,12 +585,13 @@ nd_rank_censored(int node, const nd_rank_copy *c, uint64_t ns)
 	pthread_mutex_unlock(&rank_mu);
 }
 
-/* How a candidate ranks: its latency figure (µs), its requests out, and
- * its class. */
-enum { RK_BAND, RK_RANKED, RK_HELD, RK_DEAD };
+/* How a candidate ranks: its latency figure (µs), its requests out,
+ * whether it is in slow start with one out, and its class. */
+enum { RK_BAND, RK_RANKED, RK_STALLED, RK_DEAD };
 typedef struct rk_cand {
 	double lat;
 	int out, node_out, cls, pos;
+	bool warming, known; /* known: measured, or its node is */
 } rk_cand;
 
 /* Locked: whether node has answered nothing for several times the gap
@@ -608,38 +609,41 @@ node_stalled(const rk_node *f, uint64_t now)
 
 /* Locked: the latency this coordinator expects from copy c on node (c
  * NULL: not in the table), apart from its node's excess (*ex): its R, aged
- * toward base while stale. *held: it must not get another request now —
- * it has one out and is new or back from idle (until WARM replies), or it
- * or its node has answered nothing for too long while requests are out
- * (a stall). A copy on a node never heard from ranks 0 (it is tried). */
+ * toward base while stale; a copy on a node never heard from ranks 0 (it
+ * is tried). *stalled: it or its node has answered nothing for too long
+ * while requests are out. *warming: it has one out and is new or back
+ * from idle (until WARM replies): equal copies go first. */
 static double
-lat_locked(int node, const rk_copy *c, double base, uint64_t now, bool *held, double *ex)
+lat_locked(int node, const rk_copy *c, double base, uint64_t now, bool *stalled, bool *warming,
+           double *ex)
 {
 	const rk_node *f = &fig[node];
-	bool stalled = node_stalled(f, now);
+	*stalled = node_stalled(f, now);
 	*ex = excess_now(f, now);
 	if (c && c->seen) {
 		double r = copy_r_locked(c, now), stuck = since(now, c->progress_ns) / 1000.0;
-		stalled = stalled || (c->outstanding > 0 && stuck > 2 * r + BAND_US);
-		*held = (c->outstanding > 0 && c->warm < WARM) || stalled;
+		*stalled = *stalled || (c->outstanding > 0 && stuck > 2 * r + BAND_US);
+		*warming = c->outstanding > 0 && c->warm < WARM;
 		/* a stall is seen before its replies come: it counts as latency */
-		return stalled && stuck > r ? stuck : r;
+		return *stalled && stuck > r ? stuck : r;
 	}
-	*held = (c && c->outstanding > 0) || stalled;
+	*warming = c && c->outstanding > 0;
 	if (!f->seen)
 		return 0;
 	uint64_t t = f->last_ns > f->bad_ns ? f->last_ns : f->bad_ns;
 	return stale_decay(f->r_us, base, since(now, t));
 }
 
-/* a before b: class, then in the band fewest out (the copy's, then its
- * node's) and the turn; elsewhere latency. */
+/* a before b: class, then in the band those not warming, fewest out
+ * (the copy's, then its node's) and the turn; elsewhere latency. */
 static bool
 cand_before(const rk_cand *a, const rk_cand *b)
 {
 	if (a->cls != b->cls)
 		return a->cls < b->cls;
 	if (a->cls == RK_BAND) {
+		if (a->warming != b->warming)
+			return !a->warming;
 		if (a->out != b->out)
 			return a->out < b->out;
 		if (a->node_out != b->node_out)
@@ -684,28 +688,32 @@ nd_rank_order(const nd_rank_copy *copy, const int *cand, const bool *alive, int 
 		base = r < base ? r : base;
 	}
 	for (int i = 0; i < n; i++) {
-		bool held = false;
+		bool stalled = false;
 		if (!live[i]) {
-			k[i] = (rk_cand){INFINITY, 0, 0, RK_DEAD, i};
+			k[i] = (rk_cand){INFINITY, 0, 0, RK_DEAD, i, false, false};
 			continue;
 		}
 		if (c[i] && isfinite(base))
 			c[i]->base_us = base;
-		k[i].lat = lat_locked(cand[i], c[i], base, now, &held, &ex[i]);
+		k[i].lat = lat_locked(cand[i], c[i], base, now, &stalled, &k[i].warming, &ex[i]);
 		k[i].out = c[i] ? c[i]->outstanding : 0;
 		k[i].node_out = fig[cand[i]].outstanding;
-		k[i].cls = held ? RK_HELD : RK_RANKED;
+		k[i].known = (c[i] && c[i]->seen) || fig[cand[i]].seen;
+		k[i].cls = stalled ? RK_STALLED : RK_RANKED;
 		/* the turn: equal copies take requests in rotation */
 		k[i].pos = (int)(((uint32_t)i + (uint32_t)n - turn % (uint32_t)n) % (uint32_t)n);
 	}
 	pthread_mutex_unlock(&rank_mu);
 	/* a node's excess adds to its latency; the band is relative, so on
 	 * a busy machine where every node is late now and then it widens
-	 * (one node's recent hiccup against another's older one is noise) */
+	 * (one node's recent hiccup against another's older one is noise).
+	 * A copy not known yet with one out does not set the band (it
+	 * ranks 0 until it answers). */
 	for (int i = 0; i < n; i++)
 		if (k[i].cls != RK_DEAD) {
 			k[i].lat += ex[i];
-			if (k[i].cls == RK_RANKED && k[i].lat < best)
+			if (k[i].cls == RK_RANKED && (k[i].known || !k[i].warming) &&
+			    k[i].lat < best)
 				best = k[i].lat;
 		}
 	for (int i = 0; i < n; i++)
@@ -1126,9 +1134,10 @@ copies_json(nd_cluster *cl, int nn, cJSON *into)
 	qsort(v, k, sizeof(*v), cmp_copy);
 	pthread_mutex_lock(&rank_mu); /* ranks with the nodes' excess of now */
 	for (size_t i = 0; i < k; i++) {
-		bool held;
+		bool stalled, warming;
 		double ex;
-		rk[i] = lat_locked(v[i].node, &v[i], v[i].base_us, now, &held, &ex) + ex;
+		rk[i] = lat_locked(v[i].node, &v[i], v[i].base_us, now, &stalled, &warming, &ex) +
+		        ex;
 	}
 	pthread_mutex_unlock(&rank_mu);
 	cJSON *arr = cJSON_AddArrayToObject(into, "copies");
@@ -1169,9 +1178,10 @@ nd_rank_stats_json(nd_cluster *cl, cJSON *into)
 		uint32_t ring[RING];
 		pthread_mutex_lock(&rank_mu);
 		bool seen = f->seen;
-		bool held;
+		bool stalled, warming;
 		double ex, r = f->r_us, s = f->s_us, q = f->q,
-		           rk = lat_locked(i, NULL, INFINITY, now_ns(), &held, &ex) + ex;
+		           rk = lat_locked(i, NULL, INFINITY, now_ns(), &stalled, &warming, &ex);
+		rk += ex;
 		uint64_t replies = f->replies, failures = f->failures, sent = f->sent;
 		int out = f->outstanding, nring = f->nring;
 		memcpy(ring, f->ring, sizeof(ring));

@@ -304,7 +304,8 @@ test_stall(void)
 /* A copy never measured (on a node never heard from) is tried first, one
  * request at a time until it answers, and one at a time again for its
  * first WARM (3) replies — and after an idle spell of 1 s — so a new or
- * returning copy is not flooded before it is known. */
+ * returning copy is not flooded before it is known; "one at a time" gives
+ * way to equal copies only, never to slower ones. */
 static void
 test_slow_start(void)
 {
@@ -340,6 +341,17 @@ test_slow_start(void)
 	nd_rank_sent(2, "ix", IX0.uuid, &zero, 1);
 	nd_rank_order(&IX0, cand, alive, 2, 4, out);
 	CHECKF(out[0] == 1, "back from idle: %d", out[0]);
+	/* slow start defers to equal copies only: against a copy 5x slower
+	 * the warming one still goes first */
+	nd_rank_forget();
+	for (int i = 0; i < 10; i++) {
+		reply(1, 5, 0.5, 0);
+		reply(2, 1, 0.5, 0);
+	}
+	sim_t += 2000 * MS;
+	nd_rank_sent(2, "ix", IX0.uuid, &zero, 1); /* back from idle, one out */
+	nd_rank_order(&IX0, cand, alive, 2, 4, out);
+	CHECKF(out[0] == 2, "warming against a slow copy: %d", out[0]);
 }
 
 /* Figures are per copy: two shards on one node rank apart, a per_node
