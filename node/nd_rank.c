@@ -1,4 +1,4 @@
-/* Tail-tolerant fan-out (nd_rank.h): settings, C3 ranking, hedge budget
+/* Tail-tolerant fan-out (nd_rank.h): settings, copy ranking, hedge budget
  * and timer, cancellation on the data node, figures. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
@@ -18,12 +18,29 @@
 #include "nd_rank.h"
 
 #define MEM CM_MEM_NODE
-#define RING 64               /* latencies kept per node for its p95 */
-#define TAU_NS 500000000.0    /* EWMA time constant */
-#define ALPHA_MIN 0.3         /* EWMA weight of a sample at least (ES's) */
-#define PROBE_NS 500000000ull /* a node idle this long gets one probe */
-#define BURST 10.0            /* hedge tokens saved up at most */
+#define RING 64 /* latencies kept per copy and node for the p95 */
+/* Ranking (see docs/fanout-tail.md). R's EWMA: a sample weighs
+ * 1 - exp(-dt / TAU_R_NS), within [ALPHA_MIN, ALPHA_MAX]. */
+#define TAU_R_NS 100000000.0
+#define ALPHA_MIN 0.05
+#define ALPHA_MAX 0.5
+#define NOISE 1.25                /* copies within this factor of the best ... */
+#define BAND_US 100.0             /* ... plus this are equal */
+#define TAU_STALE_NS 2e9          /* an unrefreshed R returns to its peers' best */
+#define EX_FACTOR 2.0             /* a reply later than its copy's R times this ... */
+#define EX_US 1000.0              /* ... plus this is its node's excess */
+#define TAU_EX_NS 2e9             /* which decays with this, */
+#define EPISODE_NS 1000000000ull  /* doubled for excess after this much quiet (a strike) */
+#define FORGIVE_NS 10000000000ull /* a strike is forgiven after this */
+#define STRIKES_MAX 5             /* TAU_EX_NS doubled 4 times at most */
+#define STALL_GAPS 4.0            /* a node silent this many reply gaps ... */
+#define STALL_US 1000.0           /* ... plus this has stalled */
+#define IDLE_NS 1000000000ull     /* a copy unused this long takes one at a time ... */
+#define WARM 3                    /* ... until it has answered this many */
+#define P95_EVERY 8 /* new samples before a ring's p95 is sorted again */
+#define BURST 10.0  /* hedge tokens saved up at most */
 #define CANCEL_SLOTS 1024
+#define CANCEL_WINDOW 32 /* slots an id may take, from its hash on */
 #define TOMB_NS 10000000000ull /* an early cancel waits this long for its request */
 #define COPY_SETS 128          /* the copy table: sets of COPY_WAYS copies */
 #define COPY_WAYS 8
@@ -205,15 +222,26 @@ nd_rank_refresh(nd_cluster *cl)
 
 /* ================= figures per node and per copy ================= */
 
-/* Per node: the queue it reports (C3's server queue) and a summary of its
- * copies for the per-node view (ES's adaptive_selection). */
+/* Per node: its excess latency (replies or pings notably slower than
+ * their copy's usual, kept as a peak that decays with time), the figures
+ * it reports (service time, queue: shown as ES's adaptive_selection, not
+ * ranked on) and a summary of its copies for unmeasured ones. */
 typedef struct rk_node {
 	bool seen;
 	double r_us, s_us, q; /* EWMAs: response time, service time, queue */
 	uint64_t last_ns;     /* last sample */
+	double ex_us;         /* excess latency at bad_ns */
+	uint64_t bad_ns;      /* last reply or ping notably slower than usual */
+	int strikes;          /* episodes of those, less one per FORGIVE_NS */
+	uint64_t strike_ns;   /* the last episode's start */
+	uint64_t progress_ns; /* last reply, or the send that found nothing out */
+	double ping_us;       /* a ping's usual round trip (low-biased) */
+	bool ping_seen;
 	uint64_t replies, failures;
 	uint32_t ring[RING]; /* latencies, µs */
 	int nring, pos;
+	int p95_new;     /* samples since p95_us was computed */
+	uint32_t p95_us; /* of the ring */
 	int outstanding;
 	uint64_t sent;
 } rk_node;
@@ -225,13 +253,17 @@ typedef struct rk_copy {
 	char key[256];   /* the index uuid, or its name when it has none */
 	char index[256]; /* the name, for _nodes/stats */
 	double r_us, s_us;
+	double base_us;        /* the best R among its peers when last ranked */
 	uint64_t last_ns;      /* last sample */
 	uint64_t last_used_ns; /* last lookup: the set's LRU order */
-	uint64_t last_sent_ns; /* last request: a probe when long ago */
+	uint64_t progress_ns;  /* last reply, or the send that found nothing out */
 	uint64_t sent, replies, failures;
 	int outstanding;
+	int warm; /* replies since it was last sent to after an idle spell */
 	uint32_t ring[RING];
 	int nring, pos;
+	int p95_new;     /* samples since p95_us was computed */
+	uint32_t p95_us; /* of the ring */
 } rk_copy;
 
 static rk_node fig[ND_CL_MAX_NODES];
@@ -240,7 +272,37 @@ static pthread_mutex_t rank_mu = PTHREAD_MUTEX_INITIALIZER;
 static double tokens;
 static _Atomic uint64_t shard_requests, hedges_sent, hedges_won, hedges_cancelled, hedges_denied,
     cancels_received, stopped;
-static _Atomic uint32_t serving;
+static _Atomic uint32_t serving, rotation;
+static uint64_t (*_Atomic clock_fn)(void) = cm_now_ns;
+
+void
+nd_rank_clock(uint64_t (*now_ns)(void))
+{
+	atomic_store(&clock_fn, now_ns ? now_ns : cm_now_ns);
+}
+
+void
+nd_rank_forget(void)
+{
+	pthread_mutex_lock(&rank_mu);
+	memset(fig, 0, sizeof(fig));
+	memset(copies, 0, sizeof(copies));
+	atomic_store(&rotation, 0);
+	pthread_mutex_unlock(&rank_mu);
+}
+
+static uint64_t
+now_ns(void)
+{
+	return atomic_load(&clock_fn)();
+}
+
+/* ns from t to now, 0 when t is later (a clock swapped by a test). */
+static double
+since(uint64_t now, uint64_t t)
+{
+	return now > t ? (double)(now - t) : 0;
+}
 
 static bool
 valid(int node)
@@ -257,7 +319,7 @@ copy_key(const char *index, const char *uuid)
 static bool
 copy_is(const rk_copy *c, int node, const char *key, int shard, uint64_t now)
 {
-	return c->used && now - c->last_used_ns < COPY_TTL_NS && c->node == node &&
+	return c->used && since(now, c->last_used_ns) < COPY_TTL_NS && c->node == node &&
 	       c->shard == shard && strcmp(c->key, key) == 0;
 }
 
@@ -282,7 +344,7 @@ copy_locked(int node, const char *key, int shard, const char *index, uint64_t no
 		return NULL;
 	for (int w = 0; w < COPY_WAYS; w++) {
 		rk_copy *c = &set[w];
-		if (!c->used || now - c->last_used_ns >= COPY_TTL_NS) {
+		if (!c->used || since(now, c->last_used_ns) >= COPY_TTL_NS) {
 			victim = c;
 			break;
 		}
@@ -306,16 +368,21 @@ nd_rank_sent(int node, const char *index, const char *uuid, const int *shards, s
 {
 	if (!valid(node))
 		return;
-	uint64_t now = cm_now_ns();
+	uint64_t now = now_ns();
 	const char *key = copy_key(index, uuid);
 	pthread_mutex_lock(&rank_mu);
-	fig[node].outstanding++;
+	if (fig[node].outstanding++ == 0)
+		fig[node].progress_ns = now;
 	fig[node].sent++;
 	for (size_t i = 0; i < n; i++) {
 		rk_copy *c = copy_locked(node, key, shards[i], index ? index : "", now);
+		if (c->outstanding == 0) {
+			c->progress_ns = now;
+			if (since(now, c->last_ns) > IDLE_NS)
+				c->warm = 0; /* back from idle: one at a time again */
+		}
 		c->outstanding++;
 		c->sent++;
-		c->last_sent_ns = now;
 	}
 	pthread_mutex_unlock(&rank_mu);
 }
@@ -327,22 +394,91 @@ ewma(double old, double sample, double alpha)
 }
 
 static void
-ring_add(uint32_t *ring, int *nring, int *pos, uint64_t us)
+ring_add(uint32_t *ring, int *nring, int *pos, int *p95_new, uint64_t us)
 {
 	ring[*pos] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 	*pos = (*pos + 1) % RING;
 	if (*nring < RING)
 		(*nring)++;
+	if (*p95_new < INT32_MAX)
+		(*p95_new)++;
 }
 
-/* A sample after an idle time dt weighs more (time-decayed), so a
- * recovered node or copy is seen at once. */
+/* A sample's weight grows with the time since the last one, between
+ * ALPHA_MIN (dense samples: a spike moves R a little) and ALPHA_MAX (one
+ * sample after a pause never replaces R alone). */
 static double
-alpha_after(bool seen, uint64_t last_ns, uint64_t now)
+alpha_after(bool seen, double dt)
 {
-	double dt = seen ? (double)(now - last_ns) : TAU_NS * 100;
-	double alpha = 1.0 - exp(-dt / TAU_NS);
-	return alpha < ALPHA_MIN ? ALPHA_MIN : alpha;
+	if (!seen)
+		return 1;
+	double a = 1.0 - exp(-dt / TAU_R_NS);
+	return a < ALPHA_MIN ? ALPHA_MIN : a > ALPHA_MAX ? ALPHA_MAX : a;
+}
+
+/* A figure r not refreshed for age ns returns toward base (its peers'
+ * best) with time constant TAU_STALE_NS: a copy avoided once is tried
+ * again after a while, not never and not at the next request. */
+static double
+stale_decay(double r, double base, double age)
+{
+	if (!(base < r))
+		return r;
+	return base + (r - base) * exp(-age / TAU_STALE_NS);
+}
+
+/* The node's strikes now: one forgiven per FORGIVE_NS since the last. */
+static int
+strikes_now(const rk_node *f, uint64_t now)
+{
+	int k = f->strikes - (int)(since(now, f->strike_ns) / (double)FORGIVE_NS);
+	return k > 0 ? k : 0;
+}
+
+/* The node's excess latency now: the peak decays with TAU_EX_NS, doubled
+ * for each strike past the first (a node slow again as soon as it is
+ * tried stays out longer each time, as Envoy's outlier ejection). */
+static double
+excess_now(const rk_node *f, uint64_t now)
+{
+	if (!f->bad_ns)
+		return 0;
+	int k = strikes_now(f, now);
+	double tau = TAU_EX_NS * (double)(1u << (k > 1 ? k - 1 : 0));
+	return f->ex_us * exp(-since(now, f->bad_ns) / tau);
+}
+
+/* Whether sample x (µs) is notably slower than usual u: a delay the
+ * node's link or process added, not the noise of a busy machine. */
+static bool
+is_bad(double x, double u)
+{
+	return x > u * EX_FACTOR + EX_US;
+}
+
+/* Locked: node f answered ex µs later than usual; a first one after
+ * EPISODE_NS of quiet is a new strike. */
+static void
+excess_add(rk_node *f, double ex, uint64_t now)
+{
+	double cur = excess_now(f, now);
+	if (!f->bad_ns || since(now, f->bad_ns) > EPISODE_NS) {
+		int k = strikes_now(f, now) + 1;
+		f->strikes = k < STRIKES_MAX ? k : STRIKES_MAX;
+		f->strike_ns = now;
+	}
+	f->ex_us = ex > cur ? ex : cur;
+	f->bad_ns = now;
+}
+
+/* Locked: copy c's R now, aged toward its base while neither it nor its
+ * node has told anything new. */
+static double
+copy_r_locked(const rk_copy *c, uint64_t now)
+{
+	const rk_node *f = &fig[c->node];
+	uint64_t t = c->last_ns > f->bad_ns ? c->last_ns : f->bad_ns;
+	return stale_decay(c->r_us, c->base_us, since(now, t));
 }
 
 void
@@ -353,40 +489,50 @@ nd_rank_done(int node, const char *index, const char *uuid, const int *shards, s
 	if (!valid(node))
 		return;
 	rk_node *f = &fig[node];
-	uint64_t now = cm_now_ns();
+	uint64_t now = now_ns();
 	const char *key = copy_key(index, uuid);
-	double r = (double)rtt_ns / 1000.0, smax = 0;
+	double r = (double)rtt_ns / 1000.0, smax = 0, excess = 0;
 	for (size_t i = 0; i < nservice; i++)
 		smax = (double)service_us[i] > smax ? (double)service_us[i] : smax;
 	pthread_mutex_lock(&rank_mu);
 	if (f->outstanding > 0)
 		f->outstanding--;
+	f->progress_ns = now;
 	for (size_t i = 0; i < n; i++) {
 		rk_copy *c = copy_locked(node, key, shards[i], index ? index : "", now);
 		if (c->outstanding > 0)
 			c->outstanding--; /* 0 when it was evicted meanwhile */
+		c->progress_ns = now;
+		/* notably slower than this copy's usual: its node is suspect */
+		double usual = c->seen ? copy_r_locked(c, now) : 0;
+		if (c->seen && is_bad(r, usual) && r - usual > excess)
+			excess = r - usual;
 		if (!ok) {
 			c->failures++;
 			continue;
 		}
 		c->replies++;
 		double s = i < nservice ? (double)service_us[i] : smax,
-		       a = alpha_after(c->seen, c->last_ns, now);
-		c->r_us = c->seen ? ewma(c->r_us, r, a) : r;
+		       a = alpha_after(c->seen, since(now, c->last_ns));
+		c->r_us = c->seen ? ewma(usual, r, a) : r;
 		if (nservice)
 			c->s_us = c->seen ? ewma(c->s_us, s, a) : s;
 		c->seen = true;
 		c->last_ns = now;
+		if (c->warm < WARM)
+			c->warm++;
 		if (!censored)
-			ring_add(c->ring, &c->nring, &c->pos, rtt_ns / 1000);
+			ring_add(c->ring, &c->nring, &c->pos, &c->p95_new, rtt_ns / 1000);
 	}
+	if (excess > 0)
+		excess_add(f, excess, now);
 	if (!ok) {
 		f->failures++;
 		pthread_mutex_unlock(&rank_mu);
 		return;
 	}
 	f->replies++;
-	double a = alpha_after(f->seen, f->last_ns, now);
+	double a = alpha_after(f->seen, since(now, f->last_ns));
 	if (!f->seen) {
 		f->r_us = r;
 		f->s_us = smax;
@@ -400,7 +546,25 @@ nd_rank_done(int node, const char *index, const char *uuid, const int *shards, s
 	f->seen = true;
 	f->last_ns = now;
 	if (!censored)
-		ring_add(f->ring, &f->nring, &f->pos, rtt_ns / 1000);
+		ring_add(f->ring, &f->nring, &f->pos, &f->p95_new, rtt_ns / 1000);
+	pthread_mutex_unlock(&rank_mu);
+}
+
+void
+nd_rank_ping(int node, bool ok, uint64_t rtt_ns)
+{
+	if (!valid(node) || !ok)
+		return; /* a failed ping: the node's liveness says it */
+	rk_node *f = &fig[node];
+	uint64_t now = now_ns();
+	double x = (double)rtt_ns / 1000.0;
+	pthread_mutex_lock(&rank_mu);
+	if (f->ping_seen && is_bad(x, f->ping_us))
+		excess_add(f, x - f->ping_us, now);
+	/* the usual ping: quick to fall, slow to rise (bad pings are rare
+	 * samples of a link, not its usual) */
+	f->ping_us = !f->ping_seen ? x : ewma(f->ping_us, x, x < f->ping_us ? 0.5 : 0.05);
+	f->ping_seen = true;
 	pthread_mutex_unlock(&rank_mu);
 }
 
@@ -409,78 +573,161 @@ nd_rank_censored(int node, const nd_rank_copy *c, uint64_t ns)
 {
 	if (!valid(node))
 		return;
-	uint64_t now = cm_now_ns();
+	uint64_t now = now_ns();
 	pthread_mutex_lock(&rank_mu);
-	ring_add(fig[node].ring, &fig[node].nring, &fig[node].pos, ns / 1000);
+	ring_add(fig[node].ring, &fig[node].nring, &fig[node].pos, &fig[node].p95_new,
+	         ns / 1000);
 	if (c) {
 		rk_copy *k = copy_locked(node, copy_key(c->index, c->uuid), c->shard,
 		                         c->index ? c->index : "", now);
-		ring_add(k->ring, &k->nring, &k->pos, ns / 1000);
+		ring_add(k->ring, &k->nring, &k->pos, &k->p95_new, ns / 1000);
 	}
 	pthread_mutex_unlock(&rank_mu);
 }
 
-/* C3 (Suresh et al., NSDI '15), as Elasticsearch's adaptive replica
- * selection computes it: R - S + q^3 * S, with q = 1 + outstanding * n +
- * the node's queue. R, S and outstanding are the copy's; a copy without a
- * figure yet borrows its node's R and S (0 when the node has none: try
- * it). Locked; c may be NULL (the node's own figures). */
-static double
-rank_locked(int node, const rk_copy *c, int nnodes)
+/* How a candidate ranks: its latency figure (µs), its requests out,
+ * whether it is in slow start with one out, and its class. */
+enum { RK_BAND, RK_RANKED, RK_STALLED, RK_DEAD };
+typedef struct rk_cand {
+	double lat;
+	int out, node_out, cls, pos;
+	bool warming, known; /* known: measured, or its node is */
+} rk_cand;
+
+/* Locked: whether node has answered nothing for several times the gap
+ * its replies usually leave with this many requests out (a stall: a
+ * link or process that stopped). Seen node-wide, it is caught after a
+ * few gaps, not after a whole response time of each copy. */
+static bool
+node_stalled(const rk_node *f, uint64_t now)
 {
-	rk_node *f = &fig[node];
-	bool seen = c && c->seen;
-	if (!seen && !f->seen)
-		return 0;
-	double r = seen ? c->r_us : f->r_us, s = seen ? c->s_us : f->s_us;
-	int out = c ? c->outstanding : f->outstanding;
-	double qhat = 1.0 + (double)out * nnodes + (f->seen ? f->q : 0);
-	return r - s + qhat * qhat * qhat * s;
+	if (f->outstanding <= 0 || !f->seen)
+		return false;
+	double gap_us = f->r_us / f->outstanding;
+	return since(now, f->progress_ns) / 1000.0 > STALL_GAPS * gap_us + STALL_US;
 }
 
+/* Locked: the latency this coordinator expects from copy c on node (c
+ * NULL: not in the table), apart from its node's excess (*ex): its R, aged
+ * toward base while stale; a copy on a node never heard from ranks 0 (it
+ * is tried). *stalled: it or its node has answered nothing for too long
+ * while requests are out. *warming: it has one out and is new or back
+ * from idle (until WARM replies): equal copies go first. */
+static double
+lat_locked(int node, const rk_copy *c, double base, uint64_t now, bool *stalled, bool *warming,
+           double *ex)
+{
+	const rk_node *f = &fig[node];
+	*stalled = node_stalled(f, now);
+	*ex = excess_now(f, now);
+	if (c && c->seen) {
+		double r = copy_r_locked(c, now), stuck = since(now, c->progress_ns) / 1000.0;
+		*stalled = *stalled || (c->outstanding > 0 && stuck > 2 * r + BAND_US);
+		*warming = c->outstanding > 0 && c->warm < WARM;
+		/* a stall is seen before its replies come: it counts as latency */
+		return *stalled && stuck > r ? stuck : r;
+	}
+	*warming = c && c->outstanding > 0;
+	if (!f->seen)
+		return 0;
+	uint64_t t = f->last_ns > f->bad_ns ? f->last_ns : f->bad_ns;
+	return stale_decay(f->r_us, base, since(now, t));
+}
+
+/* a before b: class, then in the band those not warming, fewest out
+ * (the copy's, then its node's) and the turn; elsewhere latency. */
+static bool
+cand_before(const rk_cand *a, const rk_cand *b)
+{
+	if (a->cls != b->cls)
+		return a->cls < b->cls;
+	if (a->cls == RK_BAND) {
+		if (a->warming != b->warming)
+			return !a->warming;
+		if (a->out != b->out)
+			return a->out < b->out;
+		if (a->node_out != b->node_out)
+			return a->node_out < b->node_out;
+		return a->pos < b->pos;
+	}
+	if (a->cls == RK_DEAD || a->lat == b->lat)
+		return a->pos < b->pos;
+	return a->lat < b->lat;
+}
+
+/* The ranking. Not C3's R - S + (1 + o·n + q)³·S (Elasticsearch's
+ * adaptive replica selection): on a saturated machine its cubed queue
+ * term swamps R, the only figure that sees a slow link, and its S and q
+ * (measured on the data node) track CPU contention, not the copy; see
+ * docs/fanout-tail.md. */
 void
 nd_rank_order(const nd_rank_copy *copy, const int *cand, const bool *alive, int n, int nnodes,
               int *out)
 {
-	double rk[ND_CL_MAX_COPIES];
-	int probe = -1, best = 0;
-	uint64_t now = cm_now_ns();
-	const char *key = copy_key(copy->index, copy->uuid);
+	rk_cand k[ND_CL_MAX_COPIES];
+	bool live[ND_CL_MAX_COPIES];
+	double ex[ND_CL_MAX_COPIES];
 	rk_copy *c[ND_CL_MAX_COPIES];
+	uint64_t now = now_ns();
+	const char *key = copy_key(copy->index, copy->uuid);
+	uint32_t turn = atomic_fetch_add(&rotation, 1);
+	double base = INFINITY, best = INFINITY;
+	(void)nnodes;
+	if (n > ND_CL_MAX_COPIES)
+		n = ND_CL_MAX_COPIES;
+	if (n <= 0)
+		return;
 	pthread_mutex_lock(&rank_mu);
+	/* the best fresh R among the live candidates: what stale ones age to */
 	for (int i = 0; i < n; i++) {
-		c[i] = valid(cand[i]) ? copy_locked(cand[i], key, copy->shard, NULL, now) : NULL;
-		rk[i] =
-		    !alive[i] || !valid(cand[i]) ? INFINITY : rank_locked(cand[i], c[i], nnodes);
+		live[i] = valid(cand[i]) && alive[i];
+		c[i] = live[i] ? copy_locked(cand[i], key, copy->shard, NULL, now) : NULL;
+		double r = c[i] && c[i]->seen        ? c[i]->r_us
+		           : live[i] && fig[cand[i]].seen ? fig[cand[i]].r_us
+		                                          : INFINITY;
+		base = r < base ? r : base;
 	}
-	for (int i = 1; i < n; i++)
-		if (rk[i] < rk[best])
-			best = i;
-	/* The best copy, unless a live one has had nothing for a while: it
-	 * gets this request (its clock is reset at once, so one caller
-	 * probes), so its figures stay current. A copy not in the table has
-	 * rank 0 or its node's: it is tried soon enough either way. */
-	for (int i = 0; i < n && probe < 0; i++) {
-		if (i == best || !alive[i] || !c[i] || rk[i] == INFINITY)
+	for (int i = 0; i < n; i++) {
+		bool stalled = false;
+		if (!live[i]) {
+			k[i] = (rk_cand){INFINITY, 0, 0, RK_DEAD, i, false, false};
 			continue;
-		if (now > c[i]->last_sent_ns + PROBE_NS) {
-			c[i]->last_sent_ns = now;
-			probe = i;
 		}
+		if (c[i] && isfinite(base))
+			c[i]->base_us = base;
+		k[i].lat = lat_locked(cand[i], c[i], base, now, &stalled, &k[i].warming, &ex[i]);
+		k[i].out = c[i] ? c[i]->outstanding : 0;
+		k[i].node_out = fig[cand[i]].outstanding;
+		k[i].known = (c[i] && c[i]->seen) || fig[cand[i]].seen;
+		k[i].cls = stalled ? RK_STALLED : RK_RANKED;
+		/* the turn: equal copies take requests in rotation */
+		k[i].pos = (int)(((uint32_t)i + (uint32_t)n - turn % (uint32_t)n) % (uint32_t)n);
 	}
 	pthread_mutex_unlock(&rank_mu);
-	int k = 0;
-	if (probe >= 0) {
-		out[k++] = cand[probe];
-		rk[probe] = NAN;
-	}
-	while (k < n) {
+	/* a node's excess adds to its latency; the band is relative, so on
+	 * a busy machine where every node is late now and then it widens
+	 * (one node's recent hiccup against another's older one is noise).
+	 * A copy not known yet with one out does not set the band (it
+	 * ranks 0 until it answers). */
+	for (int i = 0; i < n; i++)
+		if (k[i].cls != RK_DEAD) {
+			k[i].lat += ex[i];
+			if (k[i].cls == RK_RANKED && (k[i].known || !k[i].warming) &&
+			    k[i].lat < best)
+				best = k[i].lat;
+		}
+	for (int i = 0; i < n; i++)
+		if (k[i].cls == RK_RANKED && k[i].lat <= best * NOISE + BAND_US)
+			k[i].cls = RK_BAND;
+	/* n is a handful: selection by cand_before */
+	bool taken[ND_CL_MAX_COPIES] = {false};
+	for (int o = 0; o < n; o++) {
 		int b = -1;
 		for (int i = 0; i < n; i++)
-			if (!isnan(rk[i]) && (b < 0 || rk[i] < rk[b]))
+			if (!taken[i] && (b < 0 || cand_before(&k[i], &k[b])))
 				b = i;
-		out[k++] = cand[b];
-		rk[b] = NAN;
+		taken[b] = true;
+		out[o] = cand[b];
 	}
 }
 
@@ -501,34 +748,44 @@ p95_ns(uint32_t *v, int n, double r_us)
 	return (uint64_t)v[(n * 95 + 99) / 100 - 1] * 1000;
 }
 
+/* Locked: the p95 of a ring in ns, or twice r_us with too few samples;
+ * the sort runs every P95_EVERY new samples, not for every message a
+ * hedge timer is armed for. */
+static uint64_t
+p95_cached_ns(const uint32_t *ring, int nring, int *p95_new, uint32_t *p95_us, double r_us)
+{
+	if (nring < 16)
+		return (uint64_t)(2 * r_us * 1000);
+	if (*p95_new >= P95_EVERY || *p95_us == 0) {
+		uint32_t v[RING];
+		memcpy(v, ring, sizeof(v));
+		*p95_us = (uint32_t)(p95_ns(v, nring, r_us) / 1000);
+		*p95_new = 0;
+	}
+	return (uint64_t)*p95_us * 1000;
+}
+
 uint64_t
 nd_rank_hedge_delay(int node, const char *index, const char *uuid, const int *shards, size_t n,
                     uint64_t min_delay_ns)
 {
 	const char *key = copy_key(index, uuid);
-	uint32_t v[RING];
-	uint64_t d = 0, now = cm_now_ns();
+	uint64_t d = 0, now = now_ns();
 	if (!valid(node))
 		return min_delay_ns;
+	rk_node *f = &fig[node];
+	pthread_mutex_lock(&rank_mu);
 	for (size_t i = 0; i < n; i++) {
-		int nr = 0;
-		double r = 0;
-		pthread_mutex_lock(&rank_mu);
+		uint64_t x = 0;
 		rk_copy *c = copy_locked(node, key, shards[i], NULL, now);
-		if (c) {
-			nr = c->nring;
-			memcpy(v, c->ring, sizeof(v));
-			r = c->seen ? c->r_us : 0;
-		} else if (fig[node].seen) {
-			/* not measured yet: its node's figures stand in */
-			nr = fig[node].nring;
-			memcpy(v, fig[node].ring, sizeof(v));
-			r = fig[node].r_us;
-		}
-		pthread_mutex_unlock(&rank_mu);
-		uint64_t x = p95_ns(v, nr, r);
+		if (c)
+			x = p95_cached_ns(c->ring, c->nring, &c->p95_new, &c->p95_us,
+			                  c->seen ? c->r_us : 0);
+		else if (f->seen) /* not measured yet: its node's figures stand in */
+			x = p95_cached_ns(f->ring, f->nring, &f->p95_new, &f->p95_us, f->r_us);
 		d = x > d ? x : d;
 	}
+	pthread_mutex_unlock(&rank_mu);
 	return d > min_delay_ns ? d : min_delay_ns;
 }
 
@@ -536,7 +793,7 @@ size_t
 nd_rank_copies(size_t *cap)
 {
 	size_t k = 0;
-	uint64_t now = cm_now_ns();
+	uint64_t now = now_ns();
 	pthread_mutex_lock(&rank_mu);
 	for (size_t i = 0; i < COPY_SETS * COPY_WAYS; i++)
 		k += copies[i].used && now - copies[i].last_used_ns < COPY_TTL_NS;
@@ -550,7 +807,7 @@ bool
 nd_rank_copy_figures(int node, const char *uuid, int shard, double *r_us, double *s_us,
                      int *outstanding)
 {
-	uint64_t now = cm_now_ns();
+	uint64_t now = now_ns();
 	pthread_mutex_lock(&rank_mu);
 	rk_copy *c = valid(node) ? copy_locked(node, uuid, shard, NULL, now) : NULL;
 	if (c) {
@@ -608,17 +865,54 @@ nd_rank_count_cancelled(size_t n)
 
 /* ================= timers ================= */
 
+/* Pending hedges: a binary heap by deadline (then arrival), so arming
+ * one costs O(log n) and wakes the timer thread only when it is the new
+ * earliest — every hedgeable message arms one. */
 typedef struct rk_timer {
-	struct rk_timer *next;
-	uint64_t at;
+	uint64_t at, seq;
 	nd_rank_timer_fn fn;
 	void *arg;
 } rk_timer;
 
 static pthread_mutex_t timer_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t timer_cv;
-static rk_timer *timers; /* sorted by at */
+static rk_timer *heap;
+static size_t nheap, capheap;
+static uint64_t timer_seq;
 static pthread_once_t timer_once = PTHREAD_ONCE_INIT;
+
+static bool
+timer_before(const rk_timer *a, const rk_timer *b)
+{
+	return a->at != b->at ? a->at < b->at : a->seq < b->seq;
+}
+
+static void
+timer_swap(size_t i, size_t j)
+{
+	rk_timer t = heap[i];
+	heap[i] = heap[j];
+	heap[j] = t;
+}
+
+/* Locked: removes the earliest into *out. */
+static void
+timer_pop(rk_timer *out)
+{
+	*out = heap[0];
+	heap[0] = heap[--nheap];
+	for (size_t i = 0;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+		if (l < nheap && timer_before(&heap[l], &heap[m]))
+			m = l;
+		if (r < nheap && timer_before(&heap[r], &heap[m]))
+			m = r;
+		if (m == i)
+			break;
+		timer_swap(i, m);
+		i = m;
+	}
+}
 
 static void *
 timer_main(void *unused)
@@ -627,22 +921,21 @@ timer_main(void *unused)
 	pthread_mutex_lock(&timer_mu);
 	for (;;) {
 		uint64_t now = cm_now_ns();
-		if (timers && timers->at <= now) {
-			rk_timer *t = timers;
-			timers = t->next;
+		if (nheap && heap[0].at <= now) {
+			rk_timer t;
+			timer_pop(&t);
 			pthread_mutex_unlock(&timer_mu);
-			t->fn(t->arg);
-			cm_free(MEM, t);
+			t.fn(t.arg);
 			pthread_mutex_lock(&timer_mu);
 			continue;
 		}
-		if (!timers) {
+		if (!nheap) {
 			pthread_cond_wait(&timer_cv, &timer_mu);
 			continue;
 		}
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		uint64_t wait = timers->at - now, ns = (uint64_t)ts.tv_nsec + wait % 1000000000ull;
+		uint64_t wait = heap[0].at - now, ns = (uint64_t)ts.tv_nsec + wait % 1000000000ull;
 		ts.tv_sec += (time_t)(wait / 1000000000ull + ns / 1000000000ull);
 		ts.tv_nsec = (long)(ns % 1000000000ull);
 		pthread_cond_timedwait(&timer_cv, &timer_mu, &ts);
@@ -667,16 +960,19 @@ void
 nd_rank_timer(uint64_t at_ns, nd_rank_timer_fn fn, void *arg)
 {
 	pthread_once(&timer_once, timer_start);
-	rk_timer *t = cm_calloc(MEM, 1, sizeof(*t)), **p;
-	t->at = at_ns;
-	t->fn = fn;
-	t->arg = arg;
 	pthread_mutex_lock(&timer_mu);
-	for (p = &timers; *p && (*p)->at <= at_ns; p = &(*p)->next)
-		;
-	t->next = *p;
-	*p = t;
-	pthread_cond_signal(&timer_cv);
+	if (nheap == capheap) {
+		capheap = capheap ? 2 * capheap : 64;
+		heap = cm_realloc(MEM, heap, capheap * sizeof(*heap));
+	}
+	size_t i = nheap++;
+	heap[i] = (rk_timer){at_ns, timer_seq++, fn, arg};
+	while (i > 0 && timer_before(&heap[i], &heap[(i - 1) / 2])) {
+		timer_swap(i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+	if (i == 0) /* the new earliest: the thread's wait is too long */
+		pthread_cond_signal(&timer_cv);
 	pthread_mutex_unlock(&timer_mu);
 }
 
@@ -711,15 +1007,18 @@ nd_rank_cancel_id(void)
 	return id ? id : atomic_fetch_add(&next_id, 1);
 }
 
-/* A slot for id: the one it already has, else a free or expired one.
- * Locked. */
+/* A slot for id among the CANCEL_WINDOW from its hash on: the one it
+ * already has, else a free or expired one (NULL: none; that request
+ * runs uncancellable to its end). Every search a hedging coordinator
+ * sends comes here, so it looks at a window, not the whole table. Locked. */
 static nd_rank_run *
 slot_locked(uint64_t id, uint64_t now, bool *found)
 {
 	nd_rank_run *free_slot = NULL;
+	size_t home = (size_t)((id * 0x9e3779b97f4a7c15ull) >> 32) % CANCEL_SLOTS;
 	*found = false;
-	for (int i = 0; i < CANCEL_SLOTS; i++) {
-		nd_rank_run *r = &runs[i];
+	for (int w = 0; w < CANCEL_WINDOW; w++) {
+		nd_rank_run *r = &runs[(home + (size_t)w) % CANCEL_SLOTS];
 		if (r->used && r->id == id) {
 			*found = true;
 			return r;
@@ -825,7 +1124,7 @@ copies_json(nd_cluster *cl, int nn, cJSON *into)
 	size_t cap = COPY_SETS * COPY_WAYS, k = 0;
 	rk_copy *v = cm_calloc(MEM, cap, sizeof(*v));
 	double *rk = cm_calloc(MEM, cap, sizeof(double));
-	uint64_t now = cm_now_ns();
+	uint64_t now = now_ns();
 	pthread_mutex_lock(&rank_mu);
 	for (size_t i = 0; i < cap; i++)
 		if (copies[i].used && now - copies[i].last_used_ns < COPY_TTL_NS &&
@@ -833,9 +1132,13 @@ copies_json(nd_cluster *cl, int nn, cJSON *into)
 			v[k++] = copies[i];
 	pthread_mutex_unlock(&rank_mu);
 	qsort(v, k, sizeof(*v), cmp_copy);
-	pthread_mutex_lock(&rank_mu); /* ranks with the nodes' queues of now */
-	for (size_t i = 0; i < k; i++)
-		rk[i] = rank_locked(v[i].node, &v[i], nn);
+	pthread_mutex_lock(&rank_mu); /* ranks with the nodes' excess of now */
+	for (size_t i = 0; i < k; i++) {
+		bool stalled, warming;
+		double ex;
+		rk[i] = lat_locked(v[i].node, &v[i], v[i].base_us, now, &stalled, &warming, &ex) +
+		        ex;
+	}
 	pthread_mutex_unlock(&rank_mu);
 	cJSON *arr = cJSON_AddArrayToObject(into, "copies");
 	for (size_t i = 0; i < k; i++) {
@@ -875,7 +1178,10 @@ nd_rank_stats_json(nd_cluster *cl, cJSON *into)
 		uint32_t ring[RING];
 		pthread_mutex_lock(&rank_mu);
 		bool seen = f->seen;
-		double r = f->r_us, s = f->s_us, q = f->q, rk = rank_locked(i, NULL, nn);
+		bool stalled, warming;
+		double ex, r = f->r_us, s = f->s_us, q = f->q,
+		           rk = lat_locked(i, NULL, INFINITY, now_ns(), &stalled, &warming, &ex);
+		rk += ex;
 		uint64_t replies = f->replies, failures = f->failures, sent = f->sent;
 		int out = f->outstanding, nring = f->nring;
 		memcpy(ring, f->ring, sizeof(ring));

@@ -1,8 +1,8 @@
-/* Tail-tolerant fan-out (private to node/): adaptive copy selection (C3
- * ranking from per-copy response time, reported service time and requests
- * outstanding, and the node's queue), the hedge budget and timer, the cancellation of a
- * hedged request's losing copy on the data node, and their settings and
- * figures. One registry per process, like the cluster.
+/* Tail-tolerant fan-out (private to node/): adaptive copy selection
+ * (copies ranked by the latency this coordinator sees from them, equal
+ * ones by the requests it has out to them), the hedge budget and timer,
+ * the cancellation of a hedged request's losing copy on the data node, and
+ * their settings and figures. One registry per process, like the cluster.
  *
  * Locks: rank_mu (figures per copy and node, budget), timer_mu (pending hedges) and
  * cancel_mu (running cancellable requests) are leaves; none is held
@@ -45,14 +45,18 @@ void nd_rank_refresh(nd_cluster *cl);
 
 /* ---- figures per remote copy ----
  *
- * A copy is (node, index uuid, shard). Each has its EWMA response time,
- * the service time the data node reported for that shard, a p95 ring (its
- * hedge delay) and the requests this coordinator has out to it; the queue
- * the data node reports is kept per node (C3's server queue). The copies
+ * A copy is (node, index uuid, shard). Each has its EWMA response time R
+ * (send to reply, as this coordinator sees it), a p95 ring (its hedge
+ * delay), the requests this coordinator has out to it and when it last
+ * answered. Per node: an excess latency figure (how much slower than
+ * their copies' R its recent replies or pings were, decaying with time),
+ * and the service time and queue it reports (shown, not ranked on: on a
+ * shared machine they track CPU contention, not the copy). The copies
  * live in a fixed table (set-associative, least recently used evicted
  * within a set; a copy unused for ten minutes is free), so copies of
- * deleted indices do not pin memory. A copy not in the table ranks best
- * (it is tried, and so measured). */
+ * deleted indices do not pin memory. A copy not in the table ranks by its
+ * node's figures, or first when the node has none (it is tried, and so
+ * measured), one request at a time until it answers. */
 
 typedef struct nd_rank_copy {
 	const char *index; /* name (shown in _nodes/stats; borrowed) */
@@ -73,15 +77,26 @@ void nd_rank_done(int node, const char *index, const char *uuid, const int *shar
  * hedge delay. */
 void nd_rank_censored(int node, const nd_rank_copy *c, uint64_t ns);
 /* Orders cand[0..n) (remote nodes holding copy c; alive[i] says which are
- * alive) by C3 rank, best first, into out; a copy not sent a request for
- * a while is put first once (a probe) so a recovered node is noticed.
- * nnodes: the cluster's size (C3's client count). */
+ * alive) best first into out: copies whose latency figure is within a
+ * noise band of the best are equal and go by fewest requests out (ties
+ * in turn); the rest follow by latency; copies that stopped answering
+ * with requests out, or that are back from idle or new with one out,
+ * after those; dead ones last. nnodes: unused (kept for callers). */
 void nd_rank_order(const nd_rank_copy *c, const int *cand, const bool *alive, int n, int nnodes,
                    int *out);
+/* A ping to node came back after rtt_ns (ok) or failed: pings are free
+ * probes, so a node whose link stalls or delays is seen as slow without
+ * sending it searches. Optional: without it, replies alone rank. */
+void nd_rank_ping(int node, bool ok, uint64_t rtt_ns);
 /* The hedge delay for a message to node for shards[0..n) of one index:
  * the largest of the copies' running p95 latency, at least min_delay_ns. */
 uint64_t nd_rank_hedge_delay(int node, const char *index, const char *uuid, const int *shards,
                              size_t n, uint64_t min_delay_ns);
+/* Unit tests: the clock the figures use (NULL: CLOCK_MONOTONIC); the
+ * ranking is a pure function of the calls and this clock. */
+void nd_rank_clock(uint64_t (*now_ns)(void));
+/* Unit tests: forgets every copy's and node's figures. */
+void nd_rank_forget(void);
 /* Unit tests: copies in the table, and its capacity. */
 size_t nd_rank_copies(size_t *cap);
 /* Unit tests: the figures of a copy (key: the index uuid, or its name when
