@@ -58,7 +58,7 @@ usage(FILE *f)
 	       "  -E search.hedge.enabled=true                hedged shard requests (cluster)\n"
 	       "  -E search.hedge.min_delay=2ms               a hedge waits at least this\n"
 	       "  -E search.hedge.max_ratio=0.05              hedges per shard request, at most\n"
-	       "  -E cluster.routing.use_adaptive_replica_selection=true  C3 copy ranking\n"
+	       "  -E cluster.routing.use_adaptive_replica_selection=true  adaptive copy ranking\n"
 	       "  -E search.max_open_scroll_context=500       scroll contexts per node\n");
 }
 

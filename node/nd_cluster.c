@@ -1675,7 +1675,9 @@ monitor_main(void *arg)
 				atomic_store(&cl->nodes[i].boot, boot);
 			}
 			cm_buf_free(&rep);
-			cl_mark(cl, i, rc == CM_OK, rc == CM_OK ? cm_now_ns() - t0 : 0);
+			uint64_t rtt = rc == CM_OK ? cm_now_ns() - t0 : 0;
+			cl_mark(cl, i, rc == CM_OK, rtt);
+			nd_rank_ping(i, rc == CM_OK, rtt); /* free probes for the copy ranking */
 		}
 		cl_etcd_reap(cl); /* a member's process gone: its lease need not expire */
 		/* Nodes that were down while the state changed catch up here. */

@@ -148,8 +148,10 @@ cl_pref_hedges(const char *pref)
 	       strncmp(pref, "_prefer_nodes:", 14) == 0;
 }
 
-/* Appends cand[0..n) to j's order, best first: by C3 rank with adaptive
- * selection, else by round-trip latency; dead copies last. */
+/* Appends cand[0..n) to order, best first: by the adaptive rank
+ * (nd_rank.c: round trips seen here, a slow node's excess, the load
+ * spread among near-equal copies), else by round-trip latency; dead
+ * copies last. */
 static void
 order_ranked(nd_cluster *cl, nd_index *ix, int shard, const int *cand, int n,
              const nd_tail_cfg *cfg, int *order, int *norder)

@@ -182,8 +182,8 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 	                 nd_search_helpers(docs, rq.nshards));
 	for (size_t i = 0; i < rq.nshards; i++)
 		st_reader_release(ts[i].reader);
-	/* Service time per shard and this node's load, for the coordinator's
-	 * ranking (C3). */
+	/* Service time per shard and this node's load, shown in the
+	 * coordinator's _nodes/stats adaptive_selection (not ranked on). */
 	meta = cm_calloc(MEM, 1, sizeof(*meta));
 	for (size_t i = 0; i < rq.nshards && i < PR_MAX_SERVICE; i++)
 		meta->service_us[meta->nservice++] = ts[i].took_ns / 1000;
