@@ -870,6 +870,7 @@ static const char *const cluster_keys[] = {
     "cluster.routing.allocation.exclude._ip",
     "cluster.routing.allocation.node_concurrent_recoveries",
     "cluster.routing.rebalance.enable",
+    "cluster.max_shards_per_node",
     /* the tail-tolerant fan-out's (nd_rank.c checks their values) */
     "cluster.routing.use_adaptive_replica_selection",
     "search.hedge.enabled",
@@ -976,6 +977,22 @@ settings_merge(rp_state *next, const cJSON *body, cm_error *err)
 				cJSON_Delete(cur);
 				return rc;
 			}
+			if (strcmp(c->string, "cluster.max_shards_per_node") == 0 && !cJSON_IsNull(c)) {
+				double v = cJSON_IsNumber(c) ? c->valuedouble
+				           : cJSON_IsString(c) && *c->valuestring
+				               ? strtod(c->valuestring, NULL)
+				               : -1;
+				if (!(v >= 1 && v <= 1e9 && v == (double)(long long)v)) {
+					cm_err rc = cm_error_set(
+					    err, CM_EINVAL,
+					    "Failed to parse value for setting "
+					    "[cluster.max_shards_per_node] must be >= 1");
+					cJSON_Delete(flat);
+					cJSON_Delete(norms);
+					cJSON_Delete(cur);
+					return rc;
+				}
+			}
 			const char *bad = enum_refused(c);
 			if (bad) {
 				cm_err rc = cm_error_set(err, CM_EINVAL,
@@ -1031,6 +1048,58 @@ reroute_state(nd_cluster *cl, const rp_state *st, const cJSON *body)
 	return j;
 }
 
+/* number_of_replicas as a settings body sets it; -1 when it does not. */
+static int
+replicas_in(const cJSON *b)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, "number_of_replicas");
+	if (!v)
+		v = cJSON_GetObjectItemCaseSensitive(b, "index.number_of_replicas");
+	if (!v)
+		v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "index"),
+		                                     "number_of_replicas");
+	if (cJSON_IsNumber(v))
+		return v->valuedouble >= 0 && v->valuedouble < 1e6 ? (int)v->valuedouble : -1;
+	if (cJSON_IsString(v) && *v->valuestring)
+		return atoi(v->valuestring) >= 0 ? atoi(v->valuestring) : -1;
+	return -1;
+}
+
+/* cluster.max_shards_per_node (default 1,000) times the data nodes is the
+ * most shard copies of open indices the cluster holds: a create or a
+ * replica change that would add `adding` copies beyond it is refused as
+ * Elasticsearch refuses it. st is the state before the change. */
+static cm_err
+shard_limit_locked(nd_cluster *cl, const rp_state *st, long long adding, cm_error *err)
+{
+	if (adding <= 0)
+		return CM_OK;
+	char v[32];
+	long long per_node = 1000;
+	cl_settings *set = cl_settings_get(cl);
+	if (cl_setting_in(set, "cluster.max_shards_per_node", v, sizeof(v)) && atoll(v) > 0)
+		per_node = atoll(v);
+	cl_settings_put(set);
+	int ndata = 0;
+	for (int i = 0; i < cl->nn; i++)
+		ndata += cl->nodes[i].data && (!cl->etcd || i == cl->self ||
+		                               atomic_load(&cl->nodes[i].registered));
+	long long open = 0, limit = per_node * (ndata > 0 ? ndata : 1);
+	for (size_t i = 0; i < st->nindices; i++) {
+		const rp_index *e = &st->indices[i];
+		nd_index *ix = nd_index_get(cl->node, e->name);
+		if (!ix || !nd_index_closed(ix))
+			open += (long long)e->nshards * (1 + e->nreplicas);
+		nd_index_release(ix);
+	}
+	if (open + adding <= limit)
+		return CM_OK;
+	return cm_error_set_type(err, CM_EINVAL, "validation_exception",
+	                         "Validation Failed: 1: this action would add [%lld] total shards, "
+	                         "but this cluster currently has [%lld]/[%lld] maximum shards open;",
+	                         adding, open, limit);
+}
+
 /* The master's side of a metadata change: validated by applying it here
  * first, then versioned, persisted and published; the reply waits until
  * the nodes applied it (wait_applied). A state that cannot be persisted
@@ -1073,6 +1142,17 @@ master_admin(nd_cluster *cl, const pr_meta_change *mc, pr_meta_reply *out, cm_er
 		nd_index *ix = NULL;
 		if ((rc = nd_index_create(cl->node, index, bj, &ix, err)))
 			goto done;
+		if ((rc = shard_limit_locked(
+		         cl, next,
+		         (long long)nd_index_nshards(ix) *
+		             (1 + nd_index_settings(ix)->number_of_replicas),
+		         err))) {
+			cm_error e2;
+			cm_error_clear(&e2);
+			nd_index_delete(cl->node, ix, &e2); /* not half-applied */
+			nd_index_release(ix);
+			goto done;
+		}
 		rp_index *e =
 		    rp_state_add_index(next, index, nd_index_uuid(ix), nd_index_nshards(ix),
 		                       nd_index_settings(ix)->number_of_replicas, pdata, npdata);
@@ -1098,6 +1178,18 @@ master_admin(nd_cluster *cl, const pr_meta_change *mc, pr_meta_reply *out, cm_er
 			        : cm_error_set(err, CM_ENOINDEX, "no such index [%s]", mc->indices[i]);
 			nd_index_release(ix);
 		}
+		/* more replicas: the copies they add fit under the shard limit */
+		int want = settings ? replicas_in(bj) : -1;
+		long long adding = 0;
+		for (size_t i = 0; want >= 0 && i < mc->nindices && !rc; i++) {
+			const rp_index *e = rp_state_index(next, mc->indices[i]);
+			nd_index *ix = nd_index_get(cl->node, mc->indices[i]);
+			if (e && ix && !nd_index_closed(ix))
+				adding += (long long)e->nshards * (want - e->nreplicas);
+			nd_index_release(ix);
+		}
+		if (!rc && adding > 0)
+			rc = shard_limit_locked(cl, next, adding, err);
 		for (size_t i = 0; !rc && i < mc->nindices; i++) {
 			const char *tok = mc->indices[i];
 			nd_index *ix = nd_index_get(cl->node, tok);

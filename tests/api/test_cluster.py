@@ -314,6 +314,48 @@ def t05a_settings_through_the_master():
 
 
 @test
+def t05e_max_shards_per_node():
+    """cluster.max_shards_per_node times the 3 data nodes bounds the shard
+    copies of open indices: a create or a replica change past it is a 400
+    validation_exception, as in Elasticsearch, and changes nothing."""
+    st, b = NODES["node-2"].req("PUT", "/_cluster/settings",
+                                {"persistent": {"cluster.max_shards_per_node": 0}})
+    eq((st, b["error"]["type"]), (400, "illegal_argument_exception"), "a limit of 0: %s" % b)
+    st, b = NODES["node-2"].req("PUT", "/_cluster/settings",
+                                {"persistent": {"cluster.max_shards_per_node": 10}})
+    eq(st, 200, "limit 10 per node: %s" % b)
+    st, rows = NODES["coord"].req("GET", "/_cat/shards?format=json")
+    held = len(rows)
+    st, b = NODES["coord"].req("PUT", "/toomany", {
+        "settings": {"number_of_shards": 16, "number_of_replicas": 0}})
+    eq((st, b["error"]["type"]), (400, "validation_exception"), "create past the limit: %s" % b)
+    eq(b["error"]["reason"],
+       "Validation Failed: 1: this action would add [16] total shards, but this cluster "
+       "currently has [%d]/[30] maximum shards open;" % held, "the reason")
+    for n in ALL:
+        st, _ = NODES[n].req("HEAD", "/toomany")
+        eq(st, 404, "no [toomany] on " + n)
+    st, b = NODES["node-1"].req("PUT", "/small/_settings", {"index": {"number_of_replicas": 9}})
+    eq((st, b["error"]["type"]), (400, "validation_exception"), "replicas past it: %s" % b)
+    st, s = NODES["node-3"].req("GET", "/small/_settings")
+    eq(s["small"]["settings"]["index"]["number_of_replicas"], "1", "replicas unchanged")
+    st, b = NODES["coord"].req("PUT", "/fits", {
+        "settings": {"number_of_shards": 1, "number_of_replicas": 0}})
+    eq(st, 200, "a create under the limit: %s" % b)
+    st, b = NODES["coord"].req("DELETE", "/fits")
+    eq(st, 200, "delete fits")
+    st, b = NODES["node-2"].req("PUT", "/_cluster/settings",
+                                {"persistent": {"cluster.max_shards_per_node": None}})
+    eq(st, 200, "limit reset: %s" % b)
+    st, b = NODES["coord"].req("PUT", "/toomany", {
+        "settings": {"number_of_shards": 16, "number_of_replicas": 0}})
+    eq(st, 200, "the default limit (1,000 per node) takes it: %s" % b)
+    st, b = NODES["coord"].req("DELETE", "/toomany")
+    eq(st, 200, "delete toomany")
+    all_green()
+
+
+@test
 def t05c_hung_node_retried_within_deadline():
     # SIGSTOP: the node holds its connections but never answers; the
     # coordinator gives each attempt half the time left, then retries on
