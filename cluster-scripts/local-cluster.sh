@@ -149,6 +149,8 @@ etcd_start() {
 		--listen-peer-urls "http://127.0.0.1:$((port + 1))" \
 		--initial-advertise-peer-urls "http://127.0.0.1:$((port + 1))" \
 		--initial-cluster "$cluster" --initial-cluster-token shoal-local \
+		--auto-compaction-mode revision --auto-compaction-retention 1000 \
+		--quota-backend-bytes $((256 * 1024 * 1024)) \
 		--logger zap --log-outputs stderr --log-level warn >>"$dir/etcd.log" 2>&1 &
 	echo $! >"$(pidfile "etcd-$k")"
 	say "started etcd-$k (pid $!) on 127.0.0.1:$port, log $dir/etcd.log"

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -111,6 +112,30 @@ hash_password(void)
 	}
 	memset(pw, 0, sizeof(pw));
 	return rc;
+}
+
+/* Every shard copy holds files and every connection a descriptor: the
+ * soft limit on open files is raised to the hard one, as far as it goes,
+ * and a low hard limit is said at start rather than found by a failed
+ * open later. */
+static void
+raise_nofile(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rlim_t want = rl.rlim_max == RLIM_INFINITY ? 1048576 : rl.rlim_max;
+		struct rlimit up = {want, rl.rlim_max};
+		if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+			rl.rlim_cur = want;
+	}
+	if (rl.rlim_cur < 16384)
+		cm_warn("node",
+		        "open files limited to %llu (ulimit -n): every shard copy holds several "
+		        "files and every connection one; raise the hard limit (65535 as for "
+		        "Elasticsearch) before holding many shards",
+		        (unsigned long long)rl.rlim_cur);
 }
 
 int
@@ -323,6 +348,7 @@ main(int argc, char **argv)
 	                 : strcmp(level, "warn") == 0  ? CM_LOG_WARN
 	                 : strcmp(level, "error") == 0 ? CM_LOG_ERROR
 	                                               : CM_LOG_INFO);
+	raise_nofile();
 
 	/* Signals are taken synchronously by the main thread, so every worker
 	 * thread created below inherits the mask. */
