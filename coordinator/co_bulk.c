@@ -36,6 +36,7 @@ typedef struct bulk_item {
 	st_op_result res;
 	cm_error err;
 	bool failed;
+	bool ready;        /* resolved, routed, ingested: to be applied */
 	bool dropped;      /* an ingest pipeline dropped it */
 	char *ingested;    /* the source an ingest pipeline made (owned), or NULL */
 	size_t batch, pos; /* where its op sits */
@@ -341,6 +342,39 @@ render_item(co_stream *s, bulk_item *it)
 
 /* Runs the validated chunk: index/create/delete batched per shard (all
  * shards at once), updates in order between batches. */
+/* Every index or create item's document parsed under its mapping
+ * (dynamic fields merged in before the shard sees them), all at once on
+ * the node's indexing pool. */
+static void
+prepare_docs(co_stream *s)
+{
+	nd_prep *pr = cm_calloc(MEM, s->nitems + 1, sizeof(nd_prep));
+	size_t n = 0;
+	for (size_t k = 0; k < s->nitems; k++) {
+		bulk_item *it = &s->items[k];
+		if (!it->ready || (it->a.kind != CO_BULK_INDEX && it->a.kind != CO_BULK_CREATE))
+			continue;
+		pr[n++] = (nd_prep){.ix = it->ix,
+		                    .id = it->a.id,
+		                    .id_len = strlen(it->a.id),
+		                    .src = item_src(s, it),
+		                    .len = it->src_len};
+	}
+	nd_index_prepare_docs(s->r->node, pr, n);
+	n = 0;
+	for (size_t k = 0; k < s->nitems; k++) {
+		bulk_item *it = &s->items[k];
+		if (!it->ready || (it->a.kind != CO_BULK_INDEX && it->a.kind != CO_BULK_CREATE))
+			continue;
+		if (pr[n].rc) {
+			it->failed = true;
+			it->err = pr[n].err;
+		}
+		n++;
+	}
+	cm_free(MEM, pr);
+}
+
 static void
 apply_chunk(co_stream *s)
 {
@@ -392,6 +426,13 @@ apply_chunk(co_stream *s)
 			it->a.routing = cm_strdup(MEM, art); /* the alias's index_routing */
 		const char *rt = it->a.routing ? it->a.routing : it->a.id;
 		it->shard = nd_index_route(it->ix, rt, strlen(rt));
+		it->ready = true;
+	}
+	prepare_docs(s);
+	for (size_t k = 0; k < s->nitems; k++) {
+		bulk_item *it = &s->items[k];
+		if (!it->ready)
+			continue;
 		if (it->a.kind == CO_BULK_UPDATE) {
 			/* an update reads the current doc: earlier writes must land first */
 			pending_flush(s, &p, first, k);
@@ -408,12 +449,8 @@ apply_chunk(co_stream *s)
 			cJSON_Delete(body);
 			continue;
 		}
-		if (it->a.kind != CO_BULK_DELETE &&
-		    nd_index_prepare_doc(it->ix, it->a.id, strlen(it->a.id), item_src(s, it),
-		                         it->src_len, &it->err)) {
-			it->failed = true;
+		if (it->failed) /* its document did not parse (prepare_docs) */
 			continue;
-		}
 		size_t bi = pending_batch(&p, it->ix, it->shard);
 		nd_batch *b = &p.b[bi];
 		if (b->n == p.cap[bi]) {

@@ -167,6 +167,22 @@ int nd_index_route(const nd_index *ix, const char *routing, size_t len);
  * Mapping errors → CM_EMAPPING (or strict_dynamic_mapping_exception). */
 cm_err nd_index_prepare_doc(nd_index *ix, const char *id, size_t id_len, const char *src,
                             size_t len, cm_error *err);
+/* nd_index_prepare_doc over many documents (of any indices of node n),
+ * spread over the node's indexing pool in runs of ND_PREP_RUN, the
+ * caller's thread taking part: each item's rc and err. A bulk request's
+ * documents are parsed under their mappings on every core, not on the
+ * thread that reads the request. */
+typedef struct nd_prep {
+	nd_index *ix;
+	const char *id;
+	size_t id_len;
+	const char *src;
+	size_t len;
+	cm_err rc;
+	cm_error err;
+} nd_prep;
+#define ND_PREP_RUN 32
+void nd_index_prepare_docs(nd_node *n, nd_prep *items, size_t nitems);
 /* Applies ops to one shard (st_shard_apply) and counts them. */
 cm_err nd_index_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result *res);
 /* One shard's share of a multi-shard write. */

@@ -33,24 +33,35 @@ apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n, 
 	st_op *ok = cm_calloc(MEM, n + 1, sizeof(st_op));
 	size_t *map = cm_calloc(MEM, n + 1, sizeof(size_t));
 	st_op_result *ores = cm_calloc(MEM, n + 1, sizeof(st_op_result));
-	size_t k = 0;
+	size_t k = 0, np = 0;
 	cm_err rc = CM_OK;
+	nd_prep *pr = prepare ? cm_calloc(MEM, n + 1, sizeof(nd_prep)) : NULL;
 
+	/* the documents parsed under the local mapping on every core */
+	for (size_t i = 0; prepare && i < n; i++)
+		if (ops[i].type == ST_OP_INDEX)
+			pr[np++] = (nd_prep){.ix = ix,
+			                     .id = ops[i].id,
+			                     .id_len = ops[i].id_len,
+			                     .src = ops[i].source,
+			                     .len = ops[i].source_len};
+	if (np)
+		nd_index_prepare_docs(cl->node, pr, np);
+	np = 0;
 	for (size_t i = 0; i < n; i++) {
 		memset(&res[i], 0, sizeof(res[i]));
 		if (prepare && ops[i].type == ST_OP_INDEX) {
-			cm_error e;
-			cm_error_clear(&e);
-			if (nd_index_prepare_doc(ix, ops[i].id, ops[i].id_len, ops[i].source,
-			                         ops[i].source_len, &e)) {
-				res[i].err = e.code ? e.code : CM_EMAPPING;
-				snprintf(res[i].reason, sizeof(res[i].reason), "%.250s", e.reason);
+			const nd_prep *p = &pr[np++];
+			if (p->rc) {
+				res[i].err = p->err.code ? p->err.code : CM_EMAPPING;
+				snprintf(res[i].reason, sizeof(res[i].reason), "%.250s", p->err.reason);
 				continue;
 			}
 		}
 		map[k] = i;
 		ok[k++] = ops[i];
 	}
+	cm_free(MEM, pr);
 	if (k) {
 		rc = replica ? nd_index_apply(ix, shard, ok, k, ores)
 		             : rp_primary_apply(cl->rp, ix, nd_index_name(ix), nd_index_uuid(ix),

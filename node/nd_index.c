@@ -1610,6 +1610,40 @@ nd_index_prepare_doc(nd_index *ix, const char *id, size_t id_len, const char *sr
 	return rc;
 }
 
+typedef struct prep_run {
+	nd_prep *items;
+	size_t n;
+} prep_run;
+
+static void
+prep_run_fn(void *arg)
+{
+	prep_run *r = arg;
+	for (size_t i = 0; i < r->n; i++) {
+		nd_prep *p = &r->items[i];
+		cm_error_clear(&p->err);
+		p->rc = nd_index_prepare_doc(p->ix, p->id, p->id_len, p->src, p->len, &p->err);
+	}
+}
+
+void
+nd_index_prepare_docs(nd_node *n, nd_prep *items, size_t nitems)
+{
+	size_t nruns = (nitems + ND_PREP_RUN - 1) / ND_PREP_RUN;
+	if (nruns <= 1 || !n->index_pool) {
+		prep_run r = {items, nitems};
+		prep_run_fn(&r);
+		return;
+	}
+	prep_run *runs = cm_calloc(CM_MEM_NODE, nruns, sizeof(prep_run));
+	for (size_t k = 0; k < nruns; k++) {
+		runs[k].items = items + k * ND_PREP_RUN;
+		runs[k].n = k + 1 < nruns ? ND_PREP_RUN : nitems - k * ND_PREP_RUN;
+	}
+	cm_pool_run_some(n->index_pool, prep_run_fn, runs, sizeof(prep_run), nruns, nruns - 1);
+	cm_free(CM_MEM_NODE, runs);
+}
+
 cm_err
 nd_index_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result *res)
 {

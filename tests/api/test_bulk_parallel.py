@@ -156,6 +156,35 @@ def survives_kill_and_restart():
     check_state(n, "after kill -9")
 
 
+@test
+def dynamic_fields_from_parallel_parsing():
+    """A bulk's documents are parsed under their mappings on the node's
+    index pool at once: every new dynamic field any of them brings is
+    merged, none lost to a concurrent merge, and a clash is that document's
+    own 400 while the others go in."""
+    n = node()
+    lines = []
+    for i in range(1500):  # 400 new text fields (and their .keyword): under the
+        # index.mapping.total_fields.limit of 1,000
+        doc = {"shared": i, "f%d" % (i % 400): "v%d" % i, "o": {"g%d" % (i % 37): i}}
+        lines += [{"index": {"_index": "dyn", "_id": str(i)}}, doc]
+    # one document clashes: "shared" is a long in every other one
+    lines += [{"index": {"_index": "dyn", "_id": "clash"}}, {"shared": {"an": "object"}}]
+    st, b = n.bulk(lines, params="?refresh=true")
+    eq(st, 200, "bulk")
+    bad = [it["index"] for it in b["items"] if it["index"].get("status") not in (200, 201)]
+    eq([x["_id"] for x in bad], ["clash"], "only the clashing document fails: %s" % bad[:2])
+    eq(bad[0]["status"], 400, "the clash is a 400")
+    st, m = n.req("GET", "/dyn/_mapping")
+    props = m["dyn"]["mappings"]["properties"]
+    eq(sorted(k for k in props if k.startswith("f")), sorted("f%d" % i for i in range(400)),
+       "every dynamic field in the mapping")
+    eq(len(props["o"]["properties"]), 37, "every sub-field of the object")
+    eq(props["shared"]["type"], "long", "the shared field")
+    st, c = n.req("GET", "/dyn/_count?q=f34:v1234")
+    eq(c["count"], 1, "a dynamic field is searchable")
+
+
 def teardown():
     return NODE.cleanup() if NODE else 0
 
