@@ -226,9 +226,9 @@ co_cluster_search(co_req *r, nd_index **ixs, size_t n, cJSON *body, sr_request *
 		o.ntimings = &nt;
 	}
 	char *text = cJSON_PrintUnformatted(body);
-	/* ?typed_keys travels as a parameter: the coordinator renders */
-	const char *params = co_param_bool(r, "typed_keys", false) ? "{\"typed_keys\":true}" : "{}";
-	*rc = nd_cluster_search(cl, ixs, n, text, params, &o, out, err);
+	/* ?typed_keys travels beside the body: the coordinator renders */
+	o.typed_keys = co_param_bool(r, "typed_keys", false);
+	*rc = nd_cluster_search(cl, ixs, n, text, &o, out, err);
 	cJSON_free(text);
 	if (timings && !*rc && out->len && out->data[out->len - 1] == '}') {
 		cJSON *sh = cJSON_CreateObject();
@@ -278,7 +278,7 @@ co_cluster_count(co_req *r, nd_index **ixs, size_t n, cJSON *body)
 	cJSON_Delete(b);
 	cm_buf_init(&out, MEM);
 	cm_error_clear(&err);
-	cm_err rc = nd_cluster_search(cl, ixs, n, text, "{}", &o, &out, &err);
+	cm_err rc = nd_cluster_search(cl, ixs, n, text, &o, &out, &err);
 	cJSON_free(text);
 	if (rc) {
 		co_reply_error(r, &err, NULL);
@@ -453,7 +453,7 @@ co_cluster_cat(co_req *r, const char *what)
 		memset(&o, 0, sizeof(o));
 		cm_buf_init(&out, MEM);
 		cm_error_clear(&err);
-		if (nd_cluster_search(cl, ixs, n, "{\"size\":0,\"track_total_hits\":true}", "{}",
+		if (nd_cluster_search(cl, ixs, n, "{\"size\":0,\"track_total_hits\":true}",
 		                      &o, &out, &err)) {
 			co_reply_error(r, &err, NULL);
 		} else {

@@ -125,12 +125,13 @@ typedef struct nd_cl_search_opts {
 	 * (nd_cl_request_build's equal), moved into the search so that it is
 	 * not parsed again here; the caller's is left empty. NULL: built here. */
 	sr_request *parsed;
+	bool typed_keys; /* ?typed_keys: aggregation names as type#name */
 } nd_cl_search_opts;
 
-/* The one way an sr_request is built from a _search body and the URL
- * parameters that travel with it (JSON object text, may be NULL): the
- * coordinator and the data nodes call it alike. */
-cm_err nd_cl_request_build(const char *body, size_t len, const char *params, sr_request *req,
+/* The one way an sr_request is built from a _search body (the URL
+ * parameters that shape it folded in) and ?typed_keys: the coordinator and
+ * the data nodes call it alike. */
+cm_err nd_cl_request_build(const char *body, size_t len, bool typed_keys, sr_request *req,
                            cm_error *err);
 /* A search's ?preference: CM_EINVAL (400) for a form Elasticsearch does
  * not know. NULL is fine. */
@@ -144,7 +145,7 @@ const char *nd_cl_pref_copies(const char *pref);
 /* Runs a search over every shard of ixs (sorted as nd_resolve returns
  * them), one copy each, rendering the ES body into out. */
 cm_err nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body,
-                         const char *params, const nd_cl_search_opts *o, cm_buf *out,
+                         const nd_cl_search_opts *o, cm_buf *out,
                          cm_error *err);
 /* Realtime get of one document from a copy of its shard. */
 cm_err nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id,

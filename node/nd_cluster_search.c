@@ -20,36 +20,22 @@
 /* ================= reads ================= */
 
 cm_err
-nd_cl_request_build(const char *body, size_t len, const char *params, sr_request *req,
+nd_cl_request_build(const char *body, size_t len, bool typed_keys, sr_request *req,
                     cm_error *err)
 {
 	cJSON *j = len ? cJSON_ParseWithLength(body, len) : cJSON_CreateObject();
-	cJSON *pj = params && *params ? cJSON_Parse(params) : NULL, *v;
 	cm_err rc;
 
 	if (!j || !cJSON_IsObject(j)) {
 		cJSON_Delete(j);
-		cJSON_Delete(pj);
 		return cm_error_set(err, CM_EPARSE, "malformed search body");
 	}
-	/* URL parameters that shape the request itself override the body, as
-	 * on a solo node (the coordinator folds the rest into the body). */
-	if (cJSON_IsObject(pj))
-		cJSON_ArrayForEach(v, pj)
-		{
-			if (strcmp(v->string, "from") && strcmp(v->string, "size") &&
-			    strcmp(v->string, "track_total_hits"))
-				continue;
-			cJSON_DeleteItemFromObjectCaseSensitive(j, v->string);
-			cJSON_AddItemToObject(j, v->string, cJSON_Duplicate(v, true));
-		}
 	rc = sr_request_from_json(j, req, err);
-	if (!rc && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pj, "typed_keys")))
+	if (!rc && typed_keys)
 		req->typed_keys = true;
 	if (!rc && req->suggest)
 		sr_suggest_set_typed_keys(req->suggest, req->typed_keys);
 	cJSON_Delete(j);
-	cJSON_Delete(pj);
 	return rc;
 }
 
@@ -132,19 +118,16 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 		             cl->nodes[cl->self].name);
 		goto fail;
 	}
-	if (nd_cl_request_build(rq.body, rq.body_len, rq.params, &req, &err))
+	if (nd_cl_request_build(rq.body, rq.body_len, rq.typed_keys, &req, &err))
 		goto fail;
 	req.cancel = cancel;
 	ts = cm_calloc(MEM, rq.nshards + 1, sizeof(local_shard));
 	ptrs = cm_calloc(MEM, rq.nshards + 1, sizeof(*ptrs));
 	/* The request-wide shard numbers, so ties break as on the coordinator. */
-	cJSON *pj = rq.params ? cJSON_Parse(rq.params) : NULL;
-	cJSON *ords = cJSON_GetObjectItemCaseSensitive(pj, "ordinals");
-	bool use_ords = cJSON_IsArray(ords) && (size_t)cJSON_GetArraySize(ords) == rq.nshards;
+	bool use_ords = rq.nordinals == rq.nshards && rq.nshards > 0;
 	uint32_t max_ord = 0;
 	for (size_t i = 0; i < rq.nshards; i++) {
 		if ((int)rq.shards[i] >= nd_index_nshards(ix)) {
-			cJSON_Delete(pj);
 			cm_error_set(&err, CM_EINVAL, "no shard [%u] in [%s]", rq.shards[i],
 			             rq.index);
 			goto fail;
@@ -152,15 +135,11 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 		if (!holds_copy(cl, rq.index, (int)rq.shards[i])) {
 			/* the coordinator's routing is older than ours: it tries
 			 * the shard's next copy */
-			cJSON_Delete(pj);
 			cm_error_set(&err, CM_EUNAVAIL, "node [%s] holds no copy of [%s][%u]",
 			             cl->nodes[cl->self].name, rq.index, rq.shards[i]);
 			goto fail;
 		}
-		cJSON *o = use_ords ? cJSON_GetArrayItem(ords, (int)i) : NULL;
-		uint32_t ord = cJSON_IsNumber(o) && o->valuedouble >= 0 && o->valuedouble < 1e6
-		                   ? (uint32_t)o->valuedouble
-		                   : rq.shards[i];
+		uint32_t ord = use_ords && rq.ordinals[i] < 1000000 ? rq.ordinals[i] : rq.shards[i];
 		if (ord > max_ord)
 			max_ord = ord;
 		ts[i] = (local_shard){.ix = ix,
@@ -169,7 +148,6 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 		                      .req = &req,
 		                      .node_id = cl->nodes[cl->self].name};
 	}
-	cJSON_Delete(pj);
 	/* Several shards (per-node mode) run side by side on this node when
 	 * idle search threads are there and the shards are big enough to pay
 	 * for waking them; else one after another on this thread. */
@@ -298,7 +276,8 @@ struct search_st {
 	sr_merger *m;
 	pthread_mutex_t lock;
 	cm_wait *w;
-	char *body, *params; /* owned: a hedge may be sent from the timer thread */
+	char *body; /* owned: a hedge may be sent from the timer thread */
+	bool typed_keys;
 	uint64_t deadline_ns;
 	pr_strings **strings;
 	size_t nstrings, capstrings;
@@ -343,7 +322,6 @@ S_unref(search_st *S)
 	cm_free(MEM, S->names);
 	sr_request_free(&S->req);
 	cm_free(MEM, S->body);
-	cm_free(MEM, S->params);
 	pthread_mutex_destroy(&S->lock);
 	cm_free(MEM, S);
 }
@@ -759,6 +737,7 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n, bool hedge)
 {
 	node_group *g = cm_calloc(MEM, 1, sizeof(*g));
 	uint32_t *shards = cm_calloc(MEM, n + 1, sizeof(uint32_t));
+	uint32_t *ords = cm_calloc(MEM, n + 1, sizeof(uint32_t));
 	g->S = S;
 	g->node = node;
 	g->jobs = cm_calloc(MEM, n + 1, sizeof(shard_job *));
@@ -768,33 +747,22 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n, bool hedge)
 	for (size_t i = 0; i < n; i++) {
 		g->jobs[i] = jobs[i];
 		shards[i] = (uint32_t)jobs[i]->shard;
+		ords[i] = jobs[i]->ordinal;
 	}
-	cm_buf params;
-	cm_buf_init(&params, MEM);
-	if (n > 1) {
-		/* {"ordinals":[..], <the request's params>} */
-		cm_buf_printf(&params, "{\"ordinals\":[");
-		for (size_t i = 0; i < n; i++)
-			cm_buf_printf(&params, "%s%u", i ? "," : "", jobs[i]->ordinal);
-		const char *rest = strchr(S->params, '{');
-		bool empty = !rest || strspn(rest + 1, " \t\n}") == strlen(rest + 1);
-		cm_buf_printf(&params, "]%s%s", empty ? "}" : ",", empty ? "" : rest + 1);
-	} else {
-		cm_buf_put(&params, S->params, strlen(S->params));
-	}
-	cm_buf_put_u8(&params, 0);
 	pr_search_req rq = {.index = (char *)jobs[0]->ixname,
 	                    .index_uuid = (char *)"",
 	                    .shards = shards,
 	                    .nshards = n,
 	                    .body = S->body,
 	                    .body_len = strlen(S->body),
-	                    .params = (char *)params.data,
+	                    .ordinals = ords,
+	                    .nordinals = n > 1 ? n : 0,
+	                    .typed_keys = S->typed_keys,
 	                    .per_node = n > 1,
 	                    .cancel_id = S->hedge ? g->id : 0};
 	cm_buf_init(&g->msg, MEM);
 	pr_search_req_encode(&rq, &g->msg);
-	cm_buf_free(&params);
+	cm_free(MEM, ords);
 	cm_free(MEM, shards);
 	g->t_sent = cm_now_ns();
 	/* With another copy left to try, this attempt gets half the time left,
@@ -977,7 +945,7 @@ dispatch(shard_job *j)
 }
 
 cm_err
-nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, const char *params,
+nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body,
                   const nd_cl_search_opts *o, cm_buf *out, cm_error *err)
 {
 	search_st *S = cm_calloc(MEM, 1, sizeof(*S));
@@ -990,7 +958,7 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 
 	S->cl = cl;
 	S->body = cm_strdup(MEM, body ? body : "");
-	S->params = cm_strdup(MEM, params ? params : "{}");
+	S->typed_keys = o && o->typed_keys;
 	S->deadline_ns = o && o->deadline_ns ? o->deadline_ns : t0 + DEFAULT_DEADLINE_NS;
 	S->refs = 1;
 	pthread_mutex_init(&S->lock, NULL);
@@ -1004,7 +972,7 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body, co
 	}
 	if ((rc = nd_cl_preference_check(pref, err)) ||
 	    (!(o && o->parsed) &&
-	     (rc = nd_cl_request_build(S->body, strlen(S->body), S->params, &S->req, err)))) {
+	     (rc = nd_cl_request_build(S->body, strlen(S->body), S->typed_keys, &S->req, err)))) {
 		S_unref(S);
 		return rc;
 	}

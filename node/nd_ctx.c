@@ -357,7 +357,7 @@ load_ids(ctx *c, cm_error *err)
 		sr_shard_result res;
 		sr_request_init(&req);
 		memset(&res, 0, sizeof(res));
-		rc = nd_cl_request_build(body, sizeof(body) - 1, NULL, &req, err);
+		rc = nd_cl_request_build(body, sizeof(body) - 1, false, &req, err);
 		if (!rc && after) {
 			req.search_after = cm_calloc(CM_MEM_SEARCH, 1, sizeof(sr_sort_value));
 			req.search_after[0].type = SR_SV_LONG;
@@ -469,7 +469,7 @@ run_page(void *arg)
 	}
 	sr_request_init(&j->req);
 	j->has_req = true;
-	rc = nd_cl_request_build(body, blen, NULL, &j->req, &e);
+	rc = nd_cl_request_build(body, blen, false, &j->req, &e);
 	if (!rc && sm > 0)
 		rc = narrow_to_sub_slice(c, &j->req, sk, sm, &e);
 	uint64_t skip = 0, cursor = 0;
@@ -1490,7 +1490,7 @@ scroll_page(nd_node *n, const cref *refs, size_t nrefs, uint32_t size, int64_t k
 		int sk, sm;
 		char *stripped = strip_body(P1.body, strlen(P1.body), true, &sk, &sm);
 		const char *b = stripped ? stripped : P1.body;
-		rc = nd_cl_request_build(b, strlen(b), NULL, &own, err);
+		rc = nd_cl_request_build(b, strlen(b), false, &own, err);
 		cm_free(MEM, stripped);
 		if (rc)
 			goto done;
@@ -1555,9 +1555,6 @@ done:
 
 /* ---- scroll ---- */
 
-/* The merge's parameters for ?typed_keys (read by nd_cl_request_build). */
-#define TYPED_KEYS "{\"typed_keys\":true}"
-
 cm_err
 nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t keep_ms,
                int slice_id, int slice_max, bool typed_keys, cm_buf *out, char **id_out,
@@ -1571,7 +1568,7 @@ nd_scroll_open(nd_node *n, nd_index **ixs, size_t nix, const char *body, int64_t
 	char *sliced = NULL;
 	*id_out = NULL;
 	sr_request_init(&req);
-	if ((rc = nd_cl_request_build(body, strlen(body), typed_keys ? TYPED_KEYS : NULL, &req,
+	if ((rc = nd_cl_request_build(body, strlen(body), typed_keys, &req,
 	                              err)))
 		goto done;
 	if (req.size == 0) {
@@ -1708,7 +1705,7 @@ nd_pit_search(nd_node *n, const char *id, int64_t keep_ms, const char *body, int
 	cm_err rc;
 
 	sr_request_init(&req);
-	if ((rc = nd_cl_request_build(body, strlen(body), typed_keys ? TYPED_KEYS : NULL, &req,
+	if ((rc = nd_cl_request_build(body, strlen(body), typed_keys, &req,
 	                              err))) {
 		sr_request_free(&req);
 		return rc;

@@ -127,7 +127,9 @@ pr_search_req_encode(const pr_search_req *r, cm_buf *out)
 	m.n_shards = r->nshards;
 	m.shards = r->shards;
 	m.body = bin(r->body, r->body_len);
-	m.params = bin(r->params, r->params ? strlen(r->params) : 0);
+	m.n_ordinals = r->nordinals;
+	m.ordinals = r->ordinals;
+	m.typed_keys = r->typed_keys;
 	m.per_node = r->per_node;
 	m.count_only = r->count_only;
 	m.cancel_id = r->cancel_id;
@@ -160,7 +162,11 @@ pr_search_req_decode(const void *p, size_t n, pr_search_req *out, cm_error *err)
 	if (m->n_shards)
 		memcpy(out->shards, m->shards, m->n_shards * sizeof(uint32_t));
 	out->body = dup_bin(&m->body, &out->body_len);
-	out->params = dup_bin(&m->params, NULL);
+	out->nordinals = m->n_ordinals == m->n_shards ? m->n_ordinals : 0;
+	out->ordinals = cm_malloc(PR_MEM, (out->nordinals ? out->nordinals : 1) * sizeof(uint32_t));
+	if (out->nordinals)
+		memcpy(out->ordinals, m->ordinals, out->nordinals * sizeof(uint32_t));
+	out->typed_keys = m->typed_keys;
 	out->per_node = m->per_node;
 	out->count_only = m->count_only;
 	out->cancel_id = m->cancel_id;
@@ -175,7 +181,7 @@ pr_search_req_free(pr_search_req *r)
 	cm_free(PR_MEM, r->index_uuid);
 	cm_free(PR_MEM, r->shards);
 	cm_free(PR_MEM, r->body);
-	cm_free(PR_MEM, r->params);
+	cm_free(PR_MEM, r->ordinals);
 	memset(r, 0, sizeof(*r));
 }
 

@@ -82,7 +82,9 @@ typedef struct pr_search_req {
 	size_t nshards;
 	char *body; /* NUL-terminated; may be empty */
 	size_t body_len;
-	char *params; /* JSON object text */
+	uint32_t *ordinals; /* nordinals: 0 (the shard numbers) or nshards */
+	size_t nordinals;
+	bool typed_keys;
 	bool per_node, count_only;
 	uint64_t cancel_id; /* 0: not cancellable */
 } pr_search_req;

@@ -1,8 +1,8 @@
 /* libFuzzer target: what a data node does with each transport message it
  * serves (node/nd_cluster.c serve()), short of the cluster itself. The
  * first input byte picks the message type, the rest is its payload:
- *  0 PR_SEARCH   pr_search_req_decode, nd_cl_request_build (body + URL
- *                params), the "ordinals" param, then the search itself on a
+ *  0 PR_SEARCH   pr_search_req_decode, nd_cl_request_build (body and
+ *                typed_keys), the ordinals, then the search itself on a
  *                fixed local index (sr_search_shard, as cl_serve_search
  *                runs it) and the reply's encode/decode round trip,
  *                aggregation partials included.
@@ -158,19 +158,10 @@ fuzz_search(const uint8_t *p, size_t n)
 		return;
 	}
 	nd_index *ix = nd_index_get(node, "fz");
-	if (nd_cl_request_build(rq.body, rq.body_len, rq.params, &req, &err) == CM_OK) {
+	if (nd_cl_request_build(rq.body, rq.body_len, rq.typed_keys, &req, &err) == CM_OK) {
 		/* the ordinals a per-node request carries, read as the handler does */
-		cJSON *pj = rq.params ? cJSON_Parse(rq.params) : NULL;
-		cJSON *ords = cJSON_GetObjectItemCaseSensitive(pj, "ordinals");
-		bool use_ords =
-		    cJSON_IsArray(ords) && (size_t)cJSON_GetArraySize(ords) == rq.nshards;
-		uint32_t ord = 0;
-		if (use_ords && rq.nshards) {
-			cJSON *o = cJSON_GetArrayItem(ords, 0);
-			if (cJSON_IsNumber(o) && o->valuedouble >= 0 && o->valuedouble < 1e6)
-				ord = (uint32_t)o->valuedouble;
-		}
-		cJSON_Delete(pj);
+		bool use_ords = rq.nordinals == rq.nshards && rq.nshards > 0;
+		uint32_t ord = use_ords && rq.ordinals[0] < 1000000 ? rq.ordinals[0] : 0;
 		/* a hostile request must stop at its deadline */
 		req.deadline_ns = cm_now_ns() + 2000000000ull;
 		st_reader *r = st_shard_reader(nd_index_shard(ix, 0));
@@ -483,16 +474,18 @@ seed(const char *outdir, const char *name, uint8_t type, const cm_buf *b)
 }
 
 static void
-search_seed(const char *outdir, const char *name, const char *body, const char *params)
+search_seed(const char *outdir, const char *name, const char *body, int ordinal)
 {
-	uint32_t shards[1] = {0};
+	uint32_t shards[1] = {0}, ords[1] = {(uint32_t)(ordinal < 0 ? 0 : ordinal)};
 	pr_search_req r = {.index = "fz",
 	                   .index_uuid = "u",
 	                   .shards = shards,
 	                   .nshards = 1,
 	                   .body = (char *)body,
 	                   .body_len = strlen(body),
-	                   .params = (char *)params};
+	                   .ordinals = ords,
+	                   .nordinals = ordinal < 0 ? 0 : 1,
+	                   .typed_keys = ordinal > 0};
 	cm_buf b;
 	cm_buf_init(&b, CM_MEM_NODE);
 	pr_search_req_encode(&r, &b);
@@ -506,7 +499,7 @@ write_seeds(const char *outdir)
 	cm_buf b;
 	cm_buf_init(&b, CM_MEM_NODE);
 	search_seed(outdir, "search-match", "{\"query\":{\"match\":{\"title\":\"quick fox\"}}}",
-	            "{}");
+	            -1);
 	search_seed(
 	    outdir, "search-bool-aggs",
 	    "{\"size\":3,\"query\":{\"bool\":{\"must\":[{\"range\":{\"n\":{\"gte\":0}}}],"
@@ -515,21 +508,21 @@ write_seeds(const char *outdir)
 	    "\"tag\"},\"aggs\":{\"p\":{\"avg\":{\"field\":\"price\"}}}},\"h\":{\"histogram\":{"
 	    "\"field\":\"n\",\"interval\":10}},\"c\":{\"cardinality\":{\"field\":\"tag\"}},"
 	    "\"pc\":{\"percentiles\":{\"field\":\"price\"}}}}",
-	    "{\"ordinals\":[3],\"from\":0}");
+	    3);
 	search_seed(
 	    outdir, "search-sort-dates",
 	    "{\"sort\":[{\"at\":\"desc\"},\"_score\"],\"query\":{\"regexp\":{\"title.raw\":"
 	    "\"(quick|lazy).*\"}},\"aggs\":{\"d\":{\"date_histogram\":{\"field\":\"at\","
 	    "\"calendar_interval\":\"month\"}},\"s\":{\"stats\":{\"field\":\"n\"}},\"top\":{"
 	    "\"top_hits\":{\"size\":1}}},\"_source\":[\"title\"],\"search_after\":["
-	    "\"2030-01-01T00:00:00Z\",1]}",
-	    "{\"track_total_hits\":true}");
+	    "\"2030-01-01T00:00:00Z\",1],\"track_total_hits\":true}",
+	    -1);
 	search_seed(outdir, "search-qs",
 	            "{\"query\":{\"query_string\":{\"query\":\"title:(quick OR dog~1) AND n:[1 TO "
 	            "50]\"}},\"aggs\":{\"r\":{\"range\":{\"field\":\"price\",\"ranges\":[{\"to\":"
 	            "20},{\"from\":20}]}},\"f\":{\"filters\":{\"filters\":{\"a\":{\"match\":{"
-	            "\"title\":\"fox\"}}}}}}}",
-	            "{\"size\":2}");
+	            "\"title\":\"fox\"}}}}}},\"size\":2}",
+	            0);
 
 	st_op ops[3] = {
 	    {.type = ST_OP_INDEX,

@@ -45,14 +45,19 @@ build() { # name source...
 	clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 		-I. -I"$B" -I"$B/proto" "$@" $LIBS -o "$B/$name"
 }
-build proto_fuzz tests/fuzz/proto_fuzz.c
-build dsl_fuzz search/dsl_fuzz.c
-build docparse_fuzz storage/docparse_fuzz.c
-build analysis_fuzz storage/analysis_fuzz.c
-build bulk_fuzz tests/fuzz/bulk_fuzz.c
-build segment_fuzz tests/fuzz/segment_fuzz.c
-build handler_fuzz tests/fuzz/handler_fuzz.c
-build ps_fuzz script/ps_fuzz.c
+# The targets link at once (each is one compile and a large static link).
+pids=()
+for spec in "proto_fuzz tests/fuzz/proto_fuzz.c" "dsl_fuzz search/dsl_fuzz.c" \
+	"docparse_fuzz storage/docparse_fuzz.c" "analysis_fuzz storage/analysis_fuzz.c" \
+	"bulk_fuzz tests/fuzz/bulk_fuzz.c" "segment_fuzz tests/fuzz/segment_fuzz.c" \
+	"handler_fuzz tests/fuzz/handler_fuzz.c" "ps_fuzz script/ps_fuzz.c"; do
+	# shellcheck disable=SC2086
+	build $spec &
+	pids+=($!)
+done
+for p in "${pids[@]}"; do
+	wait "$p" || { echo "a fuzz target did not build" >&2; exit 1; }
+done
 
 fail=0
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
@@ -62,17 +67,38 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 SHOAL_FUZZ_TMP=$(mktemp -d "$( [ -w /dev/shm ] && echo /dev/shm || echo /tmp )/shoal-fuzz.XXXXXX")
 export SHOAL_FUZZ_TMP
 trap 'rm -rf "$SHOAL_FUZZ_TMP"' EXIT
-for t in ${FUZZ_TARGETS:-proto_fuzz dsl_fuzz docparse_fuzz analysis_fuzz bulk_fuzz segment_fuzz handler_fuzz ps_fuzz}; do
-	c=tests/fuzz/corpus/${t%_fuzz}
-	work=$B/corpus/${t%_fuzz}
+# One target per core at a time (libFuzzer runs one thread); results are
+# printed in the targets' order once all ran.
+run_one() { # target
+	local t=$1 c=tests/fuzz/corpus/${1%_fuzz} work=$B/corpus/${1%_fuzz}
 	mkdir -p "$c" "$work" "$B/crashes/$t"
 	if "$B/$t" -seed="$SEED" -max_total_time="$SECS" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
 		-artifact_prefix="$B/crashes/$t/" -print_final_stats=1 "$work" "$c" \
 		>"$B/$t.log" 2>&1; then
-		echo "ok   $t: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$B/$t.log" | grep -o '[0-9]*$') inputs in ${SECS}s"
+		echo "ok   $t: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$B/$t.log" | grep -o '[0-9]*$') inputs in ${SECS}s" >"$B/$t.result"
 	else
-		echo "FAIL $t (log $B/$t.log, inputs in $B/crashes/$t/)"
-		grep -m5 -E 'ERROR|runtime error|SUMMARY' "$B/$t.log" || true
+		{
+			echo "FAIL $t (log $B/$t.log, inputs in $B/crashes/$t/)"
+			grep -m5 -E 'ERROR|runtime error|SUMMARY' "$B/$t.log" || true
+		} >"$B/$t.result"
+	fi
+}
+TARGETS=${FUZZ_TARGETS:-proto_fuzz dsl_fuzz docparse_fuzz analysis_fuzz bulk_fuzz segment_fuzz handler_fuzz ps_fuzz}
+JOBS=$(nproc)
+for t in $TARGETS; do
+	rm -f "$B/$t.result"
+	while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do
+		wait -n || true
+	done
+	run_one "$t" &
+done
+wait
+for t in $TARGETS; do
+	if [ -f "$B/$t.result" ]; then
+		cat "$B/$t.result"
+		grep -q '^FAIL' "$B/$t.result" && fail=1
+	else
+		echo "FAIL $t (no result)"
 		fail=1
 	fi
 done
