@@ -904,7 +904,11 @@ column_bound(const sr_fstat *fs, const char *v, bound_kind k, const char *format
 		if (*end || end == v || isnan(d))
 			return -1;
 		if (fs->type == ST_FT_FLOAT) {
-			float f = (float)d;
+			/* Float.parseFloat: nearest float; past the type's range
+			 * the bound is an infinity and clamps (ES 8.14) */
+			float f = d >= 0x1.ffffffp+127    ? INFINITY
+			          : d <= -0x1.ffffffp+127 ? -INFINITY
+			                                  : (float)d;
 			if (k == B_GT)
 				f = nextafterf(f, INFINITY);
 			else if (k == B_LT)
