@@ -3491,6 +3491,28 @@ range_free(const sr_agg *a, void *d)
 	filters_free(a, d); /* same layout */
 }
 
+/* A bound in the precision the field stores, as ES's
+ * reduceToStoredPrecision: a float field holds 0.04 as 0.03999999910...,
+ * so the bound "to": 0.04 must become that float, or the document lands in
+ * the range below. */
+static double
+range_stored_precision(const agg_rt *rt, double x)
+{
+	if (!rt->fi || !isfinite(x))
+		return x;
+	if (rt->fi->type == ST_FT_FLOAT) {
+		if (fabs(x) >= 0x1.ffffffp+127)
+			return x < 0 ? -INFINITY : INFINITY;
+		return (double)(float)x;
+	}
+	if (rt->fi->type == ST_FT_HALF_FLOAT) {
+		if (fabs(x) >= 0x1.ffffffp+127)
+			return x < 0 ? -INFINITY : INFINITY;
+		return st_half_round((double)(float)x);
+	}
+	return x;
+}
+
 static void
 range_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
 {
@@ -3522,11 +3544,14 @@ range_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 			bool hit = false;
 			if (use_missing)
 				hit = mv >= p->r[r].from && mv < p->r[r].to;
-			else
+			else if (k > 0) {
+				double lo = range_stored_precision(rt, p->r[r].from);
+				double hi = range_stored_precision(rt, p->r[r].to);
 				for (int j = 0; j < k && !hit; j++) {
 					double x = agg_num(rt, v[j]);
-					hit = x >= p->r[r].from && x < p->r[r].to;
+					hit = x >= lo && x < hi;
 				}
+			}
 			if (hit) {
 				s->b[r].count++;
 				bucket_doc(rt, s->b[r].subs, docs[i], scores, i);

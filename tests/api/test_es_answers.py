@@ -1,0 +1,129 @@
+"""Answers Elasticsearch gives that Shoal once got wrong (issue #26, "wrong
+answers"), each checked on a solo node and a 3-node static cluster over
+indices of 1 and 3 shards, so both the single-shard path and the
+coordinator's reduce of partial aggregations are exercised. The expected
+values follow Elasticsearch's documented behaviour; the documents are the
+test's own."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shoal import SoloAndCluster, eq, run_tests, test  # noqa: E402
+
+FIX = SoloAndCluster("shoal-es-answers-test-")
+solo, cluster, teardown = FIX.solo, FIX.cluster, FIX.teardown
+SHARDS = (1, 3)
+
+
+def nodes():
+    return (("solo", solo()), ("cluster", cluster()["node-1"]))
+
+
+def make(n, index, shards, mappings, docs, settings=None):
+    """Creates index (deleting an older one) and bulk-loads docs, a list of
+    (id, source)."""
+    n.req("DELETE", "/" + index)
+    body = {"settings": dict({"number_of_shards": shards, "number_of_replicas": 0},
+                             **(settings or {}))}
+    if mappings is not None:
+        body["mappings"] = mappings
+    st, b = n.req("PUT", "/" + index, body)
+    eq(st, 200, "create %s: %s" % (index, b))
+    if docs:
+        lines = []
+        for i, src in docs:
+            lines += [{"index": {"_index": index, "_id": str(i)}}, src]
+        st, b = n.bulk(lines, params="?refresh=true")
+        eq((st, b.get("errors")), (200, False), "bulk %s: %s" % (index, b))
+
+
+def search(n, path, body, what=""):
+    st, b = n.req("POST", path, body)
+    if st != 200:
+        raise AssertionError("%s: search failed %d: %s" % (what, st, b))
+    return b
+
+
+def ids(b):
+    return [h["_id"] for h in b["hits"]["hits"]]
+
+
+def each():
+    """(label, node, shards) for every target and shard count."""
+    for label, n in nodes():
+        for shards in SHARDS:
+            yield "%s/%d shard(s)" % (label, shards), n, shards
+
+
+# ---- 1. range query bounds beyond a float type's range ----
+
+@test
+def range_query_float_bounds_outside_the_type():
+    docs = [("min", {"h": -65504, "f": -3.4028235E38}),
+            ("max", {"h": 65504, "f": 3.4028235E38}),
+            ("1", {"h": -1, "f": -1}), ("2", {"h": 1, "f": 1}),
+            ("3", {"k": "neither field"})]
+    cases = [
+        ({"lte": 1e300, "gt": 0}, ["2", "max"]),
+        ({"gte": -1e300, "lt": 0}, ["min", "1"]),
+        ({"gte": -1e40, "lte": 1e40}, ["min", "1", "2", "max"]),
+        ({"lt": 1e40}, ["min", "1", "2", "max"]),
+        ({"gt": -1e40, "lt": 0}, ["min", "1"]),
+        ({"lt": 1, "gt": -1}, []),
+        ({"lte": 1, "gte": -1}, ["1", "2"]),
+    ]
+    per_type = {
+        "h": [({"gte": -65504, "lt": 0}, ["min", "1"]), ({"gt": -65504, "lt": 0}, ["1"]),
+              ({"lte": 65504, "gt": 0}, ["2", "max"]), ({"lt": 65504, "gt": 0}, ["2"]),
+              ({"lte": 65519, "gt": 0}, ["2", "max"])],
+        "f": [({"gte": -3.4028235E38, "lt": 0}, ["min", "1"]),
+              ({"gt": -3.4028235E38, "lt": 0}, ["1"]),
+              ({"lte": 3.4028235E38, "gt": 0}, ["2", "max"]),
+              ({"lt": 3.4028235E38, "gt": 0}, ["2"])],
+    }
+    for label, n, shards in each():
+        make(n, "rq", shards, {"properties": {"h": {"type": "half_float"},
+                                              "f": {"type": "float"},
+                                              "k": {"type": "keyword"}}}, docs)
+        # the boundary values themselves index (3.4028235E38 is FLT_MAX)
+        st, b = n.req("GET", "/rq/_doc/max")
+        eq((st, b.get("found")), (200, True), label + " max doc")
+        for field in ("h", "f"):
+            for rng, want in cases + per_type[field]:
+                b = search(n, "/rq/_search", {"query": {"range": {field: rng}},
+                                              "sort": [{field: "asc"}]}, label)
+                eq(ids(b), want, "%s %s %s" % (label, field, rng))
+        # a value past the type's range is still refused at index time
+        st, b = n.req("PUT", "/rq/_doc/over?refresh=true", {"f": 3.5e38})
+        eq(st, 400, label + " float 3.5e38 refused: %s" % b)
+        st, b = n.req("PUT", "/rq/_doc/over?refresh=true", {"h": 65520})
+        eq(st, 400, label + " half_float 65520 refused: %s" % b)
+
+
+# ---- 2. range aggregation bounds in the field's precision ----
+
+@test
+def range_agg_float_bounds_in_field_precision():
+    docs = [("1", {"f": 0.01, "h": 0.01, "d": 0.01}),
+            ("2", {"f": 0.03, "h": 0.03, "d": 0.03}),
+            ("3", {"f": 0.04, "h": 0.04, "d": 0.04}),
+            ("4", {"f": 0.7, "h": 0.7, "d": 0.7})]
+    ranges = [{"to": 0.02}, {"from": 0.02, "to": 0.04}, {"from": 0.04, "to": 0.7},
+              {"from": 0.7}]
+    for label, n, shards in each():
+        make(n, "ra", shards, {"properties": {"h": {"type": "half_float"},
+                                              "f": {"type": "float"},
+                                              "d": {"type": "double"}}}, docs)
+        for field in ("f", "h", "d"):
+            b = search(n, "/ra/_search", {"size": 0, "aggs": {"r": {"range": {
+                "field": field, "ranges": ranges}}}}, label)
+            got = [(x["key"], x.get("from"), x.get("to"), x["doc_count"])
+                   for x in b["aggregations"]["r"]["buckets"]]
+            # bounds are reported as given, compared as the field stores them
+            eq(got, [("*-0.02", None, 0.02, 1), ("0.02-0.04", 0.02, 0.04, 1),
+                     ("0.04-0.7", 0.04, 0.7, 1), ("0.7-*", 0.7, None, 1)],
+               "%s range on %s" % (label, field))
+
+
+if __name__ == "__main__":
+    run_tests(budget_s=400, teardown=teardown)
