@@ -583,8 +583,10 @@ add_unit(int64_t t, char unit, int64_t k, int64_t off)
 	return t;
 }
 
-/* The last ms covered by a date written with less precision than ms
- * (ES parses upper bounds with missing fields set to their maximum). */
+/* The bound a date written with less precision than ms rounds up to
+ * (gt, lte): ES's round-up parser defaults a missing month and day to 01
+ * and a missing hour, minute, second and fraction to their maximum, so
+ * "lte": "2099-12" is 2099-12-01T23:59:59.999, not the month's end. */
 static int64_t
 date_round_up_missing(const char *s, size_t n, int64_t v, int64_t off)
 {
@@ -604,9 +606,7 @@ date_round_up_missing(const char *s, size_t n, int64_t v, int64_t off)
 		return v; /* epoch millis */
 	switch (k) {
 	case 4:
-		return round_unit(v, 'y', true, off);
 	case 7:
-		return round_unit(v, 'M', true, off);
 	case 10:
 		return round_unit(v, 'd', true, off);
 	case 13:

@@ -125,5 +125,43 @@ def range_agg_float_bounds_in_field_precision():
                "%s range on %s" % (label, field))
 
 
+# ---- 3. a date bound with missing components rounds up to day 01 ----
+
+@test
+def range_query_date_year_format_rounds_up_to_jan_first():
+    docs = [("first", {"date": "1900-01-01T12:12:12.123Z"}),
+            ("second", {"date": "2022-01-01T12:12:12.123Z"}),
+            ("third", {"date": "2022-01-03T12:12:12.123Z"}),
+            ("fourth", {"date": "1500-01-01T12:12:12.123Z"}),
+            ("fifth", {"date": "1500-01-05T12:12:12.123Z"})]
+    # ES fills a missing month and day with 01 and a missing time with its
+    # maximum: "lte": 1500 is 1500-01-01T23:59:59.999, "gt": "1500-01"
+    # excludes 1500-01-01 only
+    cases = [({"gte": 1000, "lte": 2023, "format": "uuuu"},
+              ["fourth", "fifth", "first", "second", "third"]),
+             ({"gte": 1500, "lte": 1500, "format": "uuuu"}, ["fourth"]),
+             ({"gte": 1500, "lte": 2000, "format": "uuuu"}, ["fourth", "fifth", "first"]),
+             ({"gte": "1500", "lte": "2022", "format": "yyyy"},
+              ["fourth", "fifth", "first", "second"]),
+             ({"gt": 1500, "lt": 2022, "format": "uuuu"}, ["fifth", "first"]),
+             ({"gte": "1500-01", "lte": "1500-01", "format": "uuuu-MM"}, ["fourth"]),
+             ({"gt": "2022-01", "format": "yyyy-MM"}, ["third"]),
+             ({"lte": "2022-01-01"}, ["fourth", "fifth", "first", "second"]),
+             ({"lte": "2022-01-01T12"}, ["fourth", "fifth", "first", "second"]),
+             ({"lte": "2022-01-01T12:12:11"}, ["fourth", "fifth", "first"])]
+    for label, n, shards in each():
+        make(n, "dates", shards, {"properties": {"date": {"type": "date"}}}, docs)
+        make(n, "dates_year_only", shards,
+             {"properties": {"date": {"type": "date", "format": "uuuu"}}},
+             [("first", {"date": "1900"}), ("second", {"date": "2022"}),
+              ("fourth", {"date": "1500"})])
+        for rng, want in cases:
+            b = search(n, "/dates/_search", {"query": {"range": {"date": rng}},
+                                             "sort": ["date"]}, label)
+            eq(ids(b), want, "%s %s" % (label, rng))
+        b = search(n, "/dates_year_only/_search", {"query": {"match": {"date": "1500"}}}, label)
+        eq(ids(b), ["fourth"], label + " match 1500 on a uuuu field")
+
+
 if __name__ == "__main__":
     run_tests(budget_s=400, teardown=teardown)
