@@ -2083,12 +2083,57 @@ terms_finish(const sr_agg *a, agg_node *n)
 		agg_subs_shard_finish(a, s->t.v[i].subs);
 }
 
+/* Rekeys a state of long keys by their double values (ES: when a field is
+ * long in one index and double in another, the shards' terms reduce as
+ * doubles, so 1 and 1.0 are one bucket). Distinct longs past 2^53 may
+ * meet on one double: their buckets merge. */
+static void
+terms_as_doubles(const sr_agg *a, agg_node *n)
+{
+	terms_state *s = n->d;
+	btab nt;
+	memset(&nt, 0, sizeof nt);
+	for (size_t i = 0; i < s->t.n; i++) {
+		bkt *ob = &s->t.v[i];
+		if (ob->key) { /* a string "missing" beside numbers: kept as is */
+			bool created = false;
+			bkt *b = btab_get(&nt, NULL, ob->key, ob->klen, true, &created);
+			b->count += ob->count;
+			if (created) {
+				b->subs = ob->subs;
+				ob->subs = NULL;
+			}
+			continue;
+		}
+		double d = n->ftype == ST_FT_UNSIGNED_LONG ? (double)st_col_to_ulong(ob->l)
+		                                           : (double)ob->l;
+		bool created = false;
+		bkt *b = btab_get_l(&nt, NULL, dbits(d), &created);
+		b->count += ob->count;
+		if (created) {
+			b->subs = ob->subs;
+			ob->subs = NULL;
+		} else if (b->subs && ob->subs)
+			agg_subs_merge(a, b->subs, ob->subs);
+	}
+	btab_free(&s->t, a);
+	s->t = nt;
+	s->key_kind = 3;
+	n->ftype = ST_FT_DOUBLE;
+}
+
 static void
 terms_merge(const sr_agg *a, agg_node *into, agg_node *from)
 {
 	terms_state *x = into->d, *y = from->d;
+	if (x->key_kind == 2 && y->key_kind == 3)
+		terms_as_doubles(a, into);
+	else if (x->key_kind == 3 && y->key_kind == 2)
+		terms_as_doubles(a, from);
 	if (!x->key_kind)
 		x->key_kind = y->key_kind;
+	if (x->key_kind == 3 && from->ftype == ST_FT_DOUBLE)
+		into->ftype = ST_FT_DOUBLE;
 	x->other += y->other;
 	x->err_sum = (x->err_sum < 0 || y->err_sum < 0) ? -1 : x->err_sum + y->err_sum;
 	x->nshards += y->nshards;

@@ -163,5 +163,37 @@ def range_query_date_year_format_rounds_up_to_jan_first():
         eq(ids(b), ["fourth"], label + " match 1500 on a uuuu field")
 
 
+# ---- 4. terms over a field that is long in one index, double in another ----
+
+@test
+def terms_long_and_double_indices_merge_as_numbers():
+    for label, n, shards in each():
+        make(n, "mix_long", shards, {"properties": {"n": {"type": "long"}}},
+             [("1", {"n": 1}), ("2", {"n": 2}), ("3", {"n": 3}), ("4", {"n": 1})])
+        make(n, "mix_double", shards, {"properties": {"n": {"type": "double"}}},
+             [("1", {"n": 1.0}), ("2", {"n": 2.0}), ("3", {"n": 3.5})])
+        b = search(n, "/mix_long,mix_double/_search?typed_keys",
+                   {"size": 0, "aggs": {"t": {"terms": {"field": "n"}, "aggs": {
+                       "s": {"sum": {"field": "n"}}}}}}, label)
+        t = b["aggregations"]["dterms#t"]
+        eq([(x["key"], x["doc_count"], x["sum#s"]["value"]) for x in t["buckets"]],
+           [(1.0, 3, 3.0), (2.0, 2, 4.0), (3.0, 1, 3.0), (3.5, 1, 3.5)],
+           label + " buckets")
+        eq(all(isinstance(x["key"], float) for x in t["buckets"]), True,
+           label + " keys rendered as doubles")
+        b = search(n, "/mix_long,mix_double/_search",
+                   {"size": 0, "aggs": {"t": {"terms": {"field": "n", "size": 2,
+                                                        "order": {"_key": "desc"}}}}}, label)
+        eq([(x["key"], x["doc_count"]) for x in b["aggregations"]["t"]["buckets"]],
+           [(3.5, 1), (3.0, 1)], label + " by key, descending")
+        # one index alone keeps its own key type
+        b = search(n, "/mix_long/_search", {"size": 0, "aggs": {"t": {"terms": {"field": "n"}}}},
+                   label)
+        eq([(x["key"], x["doc_count"]) for x in b["aggregations"]["t"]["buckets"]],
+           [(1, 2), (2, 1), (3, 1)], label + " long index alone")
+        eq(isinstance(b["aggregations"]["t"]["buckets"][0]["key"], int), True,
+           label + " long keys stay integers")
+
+
 if __name__ == "__main__":
     run_tests(budget_s=400, teardown=teardown)
