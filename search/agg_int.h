@@ -87,6 +87,9 @@ struct sr_agg {
 	char *field;
 	agg_missing missing;
 	char *format; /* date format / numeric format, NULL = default */
+	/* "value_type": the type an unmapped field's "missing" takes */
+	bool has_value_type;
+	st_field_type value_type;
 	sr_agg **subs;
 	size_t nsubs;
 	void *p;      /* kind-specific parameters */

@@ -195,5 +195,129 @@ def terms_long_and_double_indices_merge_as_numbers():
            label + " long keys stay integers")
 
 
+# ---- 5. terms on ip and date fields: include/exclude values, min_doc_count 0 ----
+
+T5_MAPPING = {"properties": {"ip": {"type": "ip"}, "date": {"type": "date"},
+                             "ok": {"type": "boolean"}, "k": {"type": "keyword"}}}
+T5_DOCS = [("1", {"ip": "::1", "date": "2016-05-03", "ok": True, "k": "a"}),
+           ("2", {"ip": "127.0.0.1", "date": "2014-09-01", "ok": False, "k": "a"}),
+           ("3", {"ip": "::1", "date": "2016-05-03", "ok": True, "k": "b"}),
+           ("4", {"k": "c"})]
+D16, D14 = 1462233600000, 1409529600000
+
+
+def terms(n, index, body, what, query=None):
+    req = {"size": 0, "aggs": {"t": {"terms": body}}}
+    if query:
+        req["query"] = query
+    b = search(n, "/%s/_search" % index, req, what)
+    return [(x["key"], x.get("key_as_string"), x["doc_count"])
+            for x in b["aggregations"]["t"]["buckets"]]
+
+
+@test
+def terms_ip_and_date_fill_as_es():
+    for label, n, shards in each():
+        make(n, "t5", shards, T5_MAPPING, T5_DOCS)
+        # exact include / exclude values are read as the field reads them
+        eq(terms(n, "t5", {"field": "ip", "include": ["127.0.0.1"]}, label),
+           [("127.0.0.1", None, 1)], label + " ip include")
+        eq(terms(n, "t5", {"field": "ip", "exclude": ["127.0.0.1"]}, label),
+           [("::1", None, 2)], label + " ip exclude")
+        eq(terms(n, "t5", {"field": "ip", "include": ["0:0:0:0:0:0:0:1", "10.0.0.1"]}, label),
+           [("::1", None, 2)], label + " ip include, another spelling")
+        eq(terms(n, "t5", {"field": "date", "include": ["2016-05-03"]}, label),
+           [(D16, "2016-05-03T00:00:00.000Z", 2)], label + " date include")
+        eq(terms(n, "t5", {"field": "date", "exclude": ["2016-05-03"]}, label),
+           [(D14, "2014-09-01T00:00:00.000Z", 1)], label + " date exclude")
+        eq(terms(n, "t5", {"field": "date", "include": [str(D14)]}, label),
+           [(D14, "2014-09-01T00:00:00.000Z", 1)], label + " date include in millis")
+        eq(terms(n, "t5", {"field": "date", "format": "yyyy/MM/dd",
+                           "include": ["2014/09/01"]}, label),
+           [(D14, "2014/09/01", 1)], label + " date include in the agg's format")
+        eq(terms(n, "t5", {"field": "ok", "include": ["true"]}, label),
+           [(1, "true", 2)], label + " boolean include")
+        eq(terms(n, "t5", {"field": "ok", "exclude": ["true"]}, label),
+           [(0, "false", 1)], label + " boolean exclude")
+        # min_doc_count 0: every value of the field, matched or not
+        only_c = {"term": {"k": "c"}}
+        eq(terms(n, "t5", {"field": "ip", "min_doc_count": 0}, label, only_c),
+           [("::1", None, 0), ("127.0.0.1", None, 0)], label + " ip min_doc_count 0")
+        eq(terms(n, "t5", {"field": "date", "min_doc_count": 0}, label, only_c),
+           [(D14, "2014-09-01T00:00:00.000Z", 0), (D16, "2016-05-03T00:00:00.000Z", 0)],
+           label + " date min_doc_count 0")
+        eq(terms(n, "t5", {"field": "ok", "min_doc_count": 0}, label, only_c),
+           [(0, "false", 0), (1, "true", 0)], label + " boolean min_doc_count 0")
+        eq(terms(n, "t5", {"field": "date", "min_doc_count": 0}, label, {"term": {"k": "b"}}),
+           [(D16, "2016-05-03T00:00:00.000Z", 1), (D14, "2014-09-01T00:00:00.000Z", 0)],
+           label + " date min_doc_count 0, one matched")
+        # missing on a mapped ip / date field is a value of that type
+        eq(terms(n, "t5", {"field": "ip", "missing": "127.0.0.1"}, label),
+           [("::1", None, 2), ("127.0.0.1", None, 2)], label + " ip missing joins its value")
+        eq(terms(n, "t5", {"field": "date", "missing": "2014-09-01"}, label),
+           [(D14, "2014-09-01T00:00:00.000Z", 2), (D16, "2016-05-03T00:00:00.000Z", 2)],
+           label + " date missing joins its value")
+        # a regular expression filters strings only
+        for field in ("ip", "date", "ok"):
+            st, b = n.req("POST", "/t5/_search", {"size": 0, "aggs": {"t": {"terms": {
+                "field": field, "exclude": "127.*"}}}})
+            eq((st, b.get("error", {}).get("type")), (400, "aggregation_execution_exception"),
+               "%s regex on %s: %s" % (label, field, b))
+
+
+# ---- 6. an unmapped date in terms: millis as key, the text as key_as_string ----
+
+@test
+def terms_unmapped_date_keys_are_millis():
+    d11 = 1462924800000
+    for label, n, shards in each():
+        make(n, "t6_date", shards, {"properties": {"date": {"type": "date"},
+                                                   "ip": {"type": "ip"}}},
+             [("1", {"date": "2016-05-11", "ip": "127.0.0.1"}), ("2", {})])
+        make(n, "t6_none", shards, {"properties": {"k": {"type": "keyword"}}},
+             [("1", {"k": "x"})])
+        eq(terms(n, "t6_none", {"field": "unmapped_date", "value_type": "date",
+                                "missing": "2016-05-11"}, label),
+           [(d11, "2016-05-11T00:00:00.000Z", 1)], label + " unmapped, value_type date")
+        eq(terms(n, "t6_none", {"field": "unmapped_boolean", "value_type": "boolean",
+                                "missing": True}, label),
+           [(1, "true", 1)], label + " unmapped, value_type boolean")
+        eq(terms(n, "t6_none", {"field": "unmapped_long", "value_type": "long",
+                                "missing": 3}, label), [(3, None, 1)], label + " long")
+        eq(terms(n, "t6_none", {"field": "unmapped_double", "value_type": "double",
+                                "missing": 3}, label), [(3.0, None, 1)], label + " double")
+        eq(terms(n, "t6_none", {"field": "unmapped_string", "value_type": "string",
+                                "missing": "abc"}, label), [("abc", None, 1)], label + " string")
+        # mapped as a date in one index, unmapped in the other: one bucket
+        for extra in ({"value_type": "date"}, {}):
+            eq(terms(n, "t6_date,t6_none", dict({"field": "date", "missing": "2016-05-11"},
+                                                 **extra), label),
+               [(d11, "2016-05-11T00:00:00.000Z", 3)], "%s date in one index %s" % (label, extra))
+        eq(terms(n, "t6_date,t6_none", {"field": "ip", "missing": "127.0.0.1"}, label),
+           [("127.0.0.1", None, 3)], label + " ip in one index")
+
+
+# ---- 9. boolean terms carry key_as_string ----
+
+@test
+def terms_boolean_key_as_string():
+    for label, n, shards in each():
+        make(n, "t9", shards, {"properties": {"ok": {"type": "boolean"},
+                                              "k": {"type": "keyword"}}},
+             [("1", {"ok": True, "k": "a"}), ("2", {"ok": False, "k": "a"}),
+              ("3", {"ok": True, "k": "b"})])
+        eq(terms(n, "t9", {"field": "ok"}, label), [(1, "true", 2), (0, "false", 1)],
+           label + " boolean terms")
+        b = search(n, "/t9/_search", {"size": 0, "aggs": {"k": {"terms": {"field": "k"}, "aggs": {
+            "t": {"terms": {"field": "ok"}}}}}}, label)
+        got = [(x["key"], [(y["key"], y.get("key_as_string"), y["doc_count"])
+                           for y in x["t"]["buckets"]])
+               for x in b["aggregations"]["k"]["buckets"]]
+        eq(got, [("a", [(0, "false", 1), (1, "true", 1)]), ("b", [(1, "true", 1)])],
+           label + " boolean terms under terms")
+        eq(terms(n, "t9,t6_none", {"field": "ok", "missing": False}, label),
+           [(0, "false", 2), (1, "true", 2)], label + " boolean with an unmapped index")
+
+
 if __name__ == "__main__":
     run_tests(budget_s=400, teardown=teardown)
