@@ -2451,11 +2451,19 @@ terms_render(const sr_agg *a, const agg_node *n, agg_render *r)
 			cm_buf_printf(b, "%llu", (unsigned long long)st_col_to_ulong(bk->l));
 		else
 			cm_buf_printf(b, "%lld", (long long)bk->l);
+		char ks[256];
 		if (!bk->key && (n->ftype == ST_FT_DATE || n->ftype == ST_FT_BOOLEAN)) {
-			char ks[96];
 			terms_key_string(a, n, s->key_kind, bk, ks, sizeof ks);
 			cm_buf_put(b, ",\"key_as_string\":", 17);
 			agg_json_str(b, ks, strlen(ks));
+		} else if (!bk->key && a->format && n->ftype != ST_FT_UNSIGNED_LONG) {
+			double d = (double)bk->l;
+			if (s->key_kind == 3)
+				memcpy(&d, &bk->l, 8);
+			if (agg_decimal_format(a->format, d, ks, sizeof ks)) {
+				cm_buf_put(b, ",\"key_as_string\":", 17);
+				agg_json_str(b, ks, strlen(ks));
+			}
 		}
 		cm_buf_printf(b, ",\"doc_count\":%llu", (unsigned long long)bk->count);
 		rc = agg_subs_render(a, bk->subs, r);
@@ -3112,8 +3120,8 @@ dh_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			int64_t ms;
 			if (cJSON_IsNumber(v))
 				ms = (int64_t)v->valuedouble;
-			else if (!cJSON_IsString(v) || !agg_date_parse(v->valuestring, a->format, p->tz,
-			                                                i == 1, &ms))
+			else if (!cJSON_IsString(v) || /* ES parses both bounds rounding down */
+			         !agg_date_parse(v->valuestring, a->format, p->tz, false, &ms))
 				return cm_error_set(err, CM_EPARSE,
 				                    "failed to parse [extended_bounds] of [%s]", a->name);
 			if (i)
@@ -3278,6 +3286,18 @@ dh_round(const hist_params *p, int64_t t)
 	return dh_round_c(p, NULL, t);
 }
 
+/* An extended bound's bucket: ES rounds the bound without the offset and
+ * adds the offset after, so with "offset": "1h" a "min" of 2016-01-01
+ * starts the buckets at 2016-01-01T01:00, not at 2015-12-31T01:00 (the
+ * bucket that holds the instant). */
+static int64_t
+dh_round_bound(const hist_params *p, int64_t t)
+{
+	hist_params q = *p;
+	q.offset = 0;
+	return dh_round(&q, t) + (int64_t)p->offset;
+}
+
 static int64_t
 dh_next(const hist_params *p, int64_t key)
 {
@@ -3440,12 +3460,14 @@ hist_render(const sr_agg *a, const agg_node *n, agg_render *r)
 		if (p->has_bounds) {
 			if (p->bmin <= p->bmax || isfinite(p->bmin) || isfinite(p->bmax)) {
 				if (isfinite(p->bmin)) {
-					int64_t bl = date ? dh_round(p, (int64_t)p->bmin) : hist_index(p, p->bmin);
+					int64_t bl = date ? dh_round_bound(p, (int64_t)p->bmin)
+					                  : hist_index(p, p->bmin);
 					if (bl < lo)
 						lo = bl;
 				}
 				if (isfinite(p->bmax)) {
-					int64_t bh = date ? dh_round(p, (int64_t)p->bmax) : hist_index(p, p->bmax);
+					int64_t bh = date ? dh_round_bound(p, (int64_t)p->bmax)
+					                  : hist_index(p, p->bmax);
 					if (bh > hi)
 						hi = bh;
 				}
@@ -3503,12 +3525,15 @@ hist_render(const sr_agg *a, const agg_node *n, agg_render *r)
 	cm_buf_put(b, p->keyed ? "{\"buckets\":{" : "{\"buckets\":[", 12);
 	for (size_t i = 0; i < k && !rc; i++) {
 		const bkt *bk = v[i];
-		char ks[96];
+		char ks[256];
+		bool as_string = false; /* a numeric key's text by "format" */
 		if (i)
 			cm_buf_put_u8(b, ',');
 		if (date)
 			agg_date_format(p->tz, a->format, bk->l, ks, sizeof ks);
-		else
+		else if (!(a->format &&
+		           (as_string = agg_decimal_format(a->format, hist_key(p, bk->l), ks,
+		                                           sizeof ks))))
 			agg_double_str(ks, sizeof ks, hist_key(p, bk->l));
 		if (p->keyed) {
 			agg_json_str(b, ks, strlen(ks));
@@ -3521,6 +3546,10 @@ hist_render(const sr_agg *a, const agg_node *n, agg_render *r)
 		} else {
 			cm_buf_put(b, "{\"key\":", 7);
 			agg_json_double(b, hist_key(p, bk->l));
+			if (as_string) {
+				cm_buf_put(b, ",\"key_as_string\":", 17);
+				agg_json_str(b, ks, strlen(ks));
+			}
 		}
 		cm_buf_printf(b, ",\"doc_count\":%llu", (unsigned long long)bk->count);
 		rc = agg_subs_render(a, bk->subs, r);

@@ -319,5 +319,68 @@ def terms_boolean_key_as_string():
            [(0, "false", 2), (1, "true", 2)], label + " boolean with an unmapped index")
 
 
+# ---- 7. date_histogram extended_bounds with an offset ----
+
+@test
+def date_histogram_extended_bounds_with_offset():
+    h = {"calendar_interval": "day", "offset": "1h",
+         "extended_bounds": {"min": "2016-01-01", "max": "2016-01-04"}}
+    want = [("2016-01-01T01:00:00.000Z", 1), ("2016-01-02T01:00:00.000Z", 1),
+            ("2016-01-03T01:00:00.000Z", 0), ("2016-01-04T01:00:00.000Z", 0)]
+    for label, n, shards in each():
+        make(n, "dh_nested", shards, {"properties": {"foo": {"type": "nested"}}},
+             [("1", {"foo": {"date": "2016-01-02"}}), ("2", {"foo": {"date": "2016-01-03"}})])
+        make(n, "dh_flat", shards, {"properties": {"date": {"type": "date"}}},
+             [("1", {"date": "2016-01-02"}), ("2", {"date": "2016-01-03"})])
+        make(n, "dh_unmapped", shards, None, [])
+        for idx in ("dh_nested,dh_unmapped", "dh_nested"):
+            b = search(n, "/%s/_search" % idx, {"size": 0, "aggs": {"foo": {
+                "nested": {"path": "foo"}, "aggs": {"histo": {"date_histogram": dict(
+                    h, field="foo.date")}}}}}, label)
+            eq([(x["key_as_string"], x["doc_count"])
+                for x in b["aggregations"]["foo"]["histo"]["buckets"]], want,
+               "%s nested %s" % (label, idx))
+        for idx, w in (("dh_flat,dh_unmapped", want), ("dh_flat", want),
+                       ("dh_unmapped", [(k, 0) for k, _ in want])):
+            b = search(n, "/%s/_search" % idx, {"size": 0, "aggs": {"histo": {
+                "date_histogram": dict(h, field="date")}}}, label)
+            eq([(x["key_as_string"], x["doc_count"])
+                for x in b["aggregations"]["histo"]["buckets"]], w, "%s %s" % (label, idx))
+
+
+# ---- 8. histogram (and numeric terms) "format" gives key_as_string ----
+
+@test
+def histogram_format_key_as_string():
+    for label, n, shards in each():
+        make(n, "hf", shards, {"properties": {"number": {"type": "integer"},
+                                              "price": {"type": "double"}}},
+             [(str(i), {"number": v, "price": v / 2}) for i, v in
+              enumerate([1, 51, 101, 151])])
+        b = search(n, "/hf/_search", {"size": 0, "aggs": {"histo": {"histogram": {
+            "field": "number", "interval": 50, "format": "Value is ##0.0"}}}}, label)
+        eq([(x["key"], x.get("key_as_string"), x["doc_count"])
+            for x in b["aggregations"]["histo"]["buckets"]],
+           [(0, "Value is 0.0", 1), (50, "Value is 50.0", 1), (100, "Value is 100.0", 1),
+            (150, "Value is 150.0", 1)], label + " histogram format")
+        b = search(n, "/hf/_search", {"size": 0, "aggs": {"histo": {"histogram": {
+            "field": "number", "interval": 50}}}}, label)
+        eq(any("key_as_string" in x for x in b["aggregations"]["histo"]["buckets"]), False,
+           label + " no format, no key_as_string")
+        b = search(n, "/hf/_search", {"size": 0, "aggs": {"histo": {"histogram": {
+            "field": "number", "interval": 100, "format": "#,##0.00", "keyed": True}}}}, label)
+        eq(sorted(b["aggregations"]["histo"]["buckets"].keys()), ["0.00", "100.00"],
+           label + " keyed by the formatted key")
+        b = search(n, "/hf/_search", {"size": 0, "aggs": {
+            "l": {"terms": {"field": "number", "format": "000", "size": 1,
+                            "order": {"_key": "asc"}}},
+            "d": {"terms": {"field": "price", "format": "0.0", "size": 1,
+                            "order": {"_key": "desc"}}}}}, label)
+        eq([(x["key"], x.get("key_as_string")) for x in b["aggregations"]["l"]["buckets"]],
+           [(1, "001")], label + " long terms format")
+        eq([(x["key"], x.get("key_as_string")) for x in b["aggregations"]["d"]["buckets"]],
+           [(75.5, "75.5")], label + " double terms format")
+
+
 if __name__ == "__main__":
     run_tests(budget_s=400, teardown=teardown)
