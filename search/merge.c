@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "../common/cm_alloc.h"
+#include "agg_int.h"
 #include "jsonw.h"
 #include "sr.h"
 #include "sr_agg.h"
@@ -620,6 +621,23 @@ render_sort_value(cm_buf *b, const sr_sort_key *k, const sr_hit *h, size_t i)
 		return;
 	}
 	const sr_sort_value *v = hit_value(h, i);
+	if (k->format && v->type == SR_SV_LONG &&
+	    (v->d == SR_SV_DATE_MILLIS || v->d == SR_SV_DATE_NANOS)) {
+		/* a date sort with a "format": the text, as ES renders it */
+		char buf[128];
+		bool nanos = v->d == SR_SV_DATE_NANOS;
+		/* its fraction has 3 to 9 digits, as many as the value needs */
+		bool ns_text = !strncmp(k->format, "strict_date_optional_time_nanos", 31) &&
+		               (k->format[31] == 0 || k->format[31] == '|');
+		if (ns_text && (nanos || (v->l > -9200000000000 && v->l < 9200000000000)))
+			st_date_format_ns(nanos ? v->l : v->l * 1000000, buf, sizeof buf);
+		else
+			agg_date_format(NULL, k->format,
+			                nanos ? v->l / 1000000 - (v->l % 1000000 < 0) : v->l, buf,
+			                sizeof buf);
+		sr_jw_cstr(b, buf);
+		return;
+	}
 	switch (v->type) {
 	case SR_SV_LONG:
 		cm_buf_printf(b, "%lld", (long long)v->l);

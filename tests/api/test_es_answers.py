@@ -382,5 +382,65 @@ def histogram_format_key_as_string():
            [(75.5, "75.5")], label + " double terms format")
 
 
+# ---- 10. date sorts: "format" renders sort values, search_after takes them ----
+
+@test
+def date_sort_format_and_search_after():
+    docs = [("a", {"ts": "2021-10-13 00:30:04.828"}), ("b", {"ts": "2021-06-11 04:30:04.828"}),
+            ("c", {"ts": "2021-02-11 08:30:04.828"})]
+    nanos = [("x", {"ts": "21/08/2021 03:30:04.732"}), ("y", {"ts": "20/05/2021 05:30:04.832"}),
+             ("z", {"ts": "15/04/2021 06:30:04.821123"})]
+    iso = {"order": "asc", "format": "strict_date_optional_time_nanos"}
+
+    def page(n, index, sort, after=None, size=1):
+        body = {"size": size, "sort": [{"ts": sort}]}
+        if after is not None:
+            body["search_after"] = after
+        b = search(n, "/%s/_search" % index, body, index)
+        return [(h["_id"], h["sort"]) for h in b["hits"]["hits"]]
+
+    for label, n, shards in each():
+        make(n, "sf", shards, {"properties": {"ts": {"type": "date",
+                                                     "format": "yyyy-MM-dd HH:mm:ss.SSS"}}}, docs)
+        make(n, "sf_nanos", shards, {"properties": {"ts": {
+            "type": "date_nanos", "format": "dd/MM/yyyy HH:mm:ss.SSSSSS||dd/MM/yyyy HH:mm:ss.SSS"}}},
+             nanos)
+        make(n, "sf_none", shards, {"properties": {"k": {"type": "keyword"}}}, [("n", {"k": "x"})])
+        # without a format the values are millis; search_after takes the
+        # millis or the text in the field's format
+        eq(page(n, "sf", "desc"), [("a", [1634085004828])], label + " millis")
+        eq(page(n, "sf", "desc", [1634085004828]), [("b", [1623385804828])], label + " after millis")
+        eq(page(n, "sf", "desc", ["2021-10-13 00:30:04.828"]), [("b", [1623385804828])],
+           label + " after the field's format")
+        # with a format the values are text, and search_after takes that text
+        eq(page(n, "sf", iso), [("c", ["2021-02-11T08:30:04.828Z"])], label + " formatted")
+        eq(page(n, "sf", iso, ["2021-02-11T08:30:04.828Z"]), [("b", ["2021-06-11T04:30:04.828Z"])],
+           label + " after the formatted value")
+        custom = {"order": "asc", "format": "yyyy-MM-dd | HH:mm:ss.SSS"}
+        eq(page(n, "sf", custom, ["2021-02-11 | 08:30:04.828"], size=2),
+           [("b", ["2021-06-11 | 04:30:04.828"]), ("a", ["2021-10-13 | 00:30:04.828"])],
+           label + " a custom format both ways")
+        for fmt in ("yyyy-MM-dd HH:mm:ss.SSS", "epoch_millis"):
+            st, b = n.req("POST", "/sf/_search", {"size": 1, "sort": [{"ts": {
+                "order": "asc", "format": fmt}}], "search_after": ["2021-02-11T08:30:04.828Z"]})
+            eq((st, "failed to parse date field" in str(b)), (400, True),
+               "%s mismatched format %s: %s" % (label, fmt, b))
+        # date_nanos: nanosecond text
+        eq(page(n, "sf_nanos", iso, size=3),
+           [("z", ["2021-04-15T06:30:04.821123Z"]), ("y", ["2021-05-20T05:30:04.832Z"]),
+            ("x", ["2021-08-21T03:30:04.732Z"])], label + " date_nanos formatted")
+        eq(page(n, "sf_nanos", iso, ["2021-04-15T06:30:04.821123Z"]),
+           [("y", ["2021-05-20T05:30:04.832Z"])], label + " date_nanos after")
+        eq(page(n, "sf_nanos", {"order": "asc"}, ["15/04/2021 06:30:04.821123"]),
+           [("y", [1621488604832000000])], label + " date_nanos after, the field's format")
+        # shards without the field (or without any doc) read the text too
+        st, b = n.req("POST", "/sf,sf_none/_search", {"size": 5, "sort": [{"ts": dict(
+            iso, unmapped_type="date")}], "search_after": ["2021-02-11T08:30:04.828Z"]})
+        got = [(h["_id"], h["sort"]) for h in b.get("hits", {}).get("hits", [])]
+        eq((st, got[:2], [i for i, _ in got]),
+           (200, [("b", ["2021-06-11T04:30:04.828Z"]), ("a", ["2021-10-13T00:30:04.828Z"])],
+            ["b", "a", "n"]), label + " with an unmapped index: %s" % b)
+
+
 if __name__ == "__main__":
     run_tests(budget_s=400, teardown=teardown)
