@@ -306,6 +306,8 @@ def terms_boolean_key_as_string():
                                               "k": {"type": "keyword"}}},
              [("1", {"ok": True, "k": "a"}), ("2", {"ok": False, "k": "a"}),
               ("3", {"ok": True, "k": "b"})])
+        make(n, "t9_none", shards, {"properties": {"k": {"type": "keyword"}}},
+             [("1", {"k": "x"})])
         eq(terms(n, "t9", {"field": "ok"}, label), [(1, "true", 2), (0, "false", 1)],
            label + " boolean terms")
         b = search(n, "/t9/_search", {"size": 0, "aggs": {"k": {"terms": {"field": "k"}, "aggs": {
@@ -315,8 +317,14 @@ def terms_boolean_key_as_string():
                for x in b["aggregations"]["k"]["buckets"]]
         eq(got, [("a", [(0, "false", 1), (1, "true", 1)]), ("b", [(1, "true", 1)])],
            label + " boolean terms under terms")
-        eq(terms(n, "t9,t6_none", {"field": "ok", "missing": False}, label),
+        eq(terms(n, "t9,t9_none", {"field": "ok", "missing": False}, label),
            [(0, "false", 2), (1, "true", 2)], label + " boolean with an unmapped index")
+        # where no index maps the field, value_type says it is a boolean
+        eq(terms(n, "t9_none", {"field": "ok", "value_type": "boolean", "missing": True},
+                 label), [(1, "true", 1)], label + " unmapped boolean, value_type")
+        eq(terms(n, "t9", {"field": "ok", "min_doc_count": 0}, label,
+                 {"term": {"k": "b"}}), [(1, "true", 1), (0, "false", 0)],
+           label + " boolean min_doc_count 0")
 
 
 # ---- 7. date_histogram extended_bounds with an offset ----
