@@ -441,6 +441,19 @@ def date_sort_format_and_search_after():
            [("y", ["2021-05-20T05:30:04.832Z"])], label + " date_nanos after")
         eq(page(n, "sf_nanos", {"order": "asc"}, ["15/04/2021 06:30:04.821123"]),
            [("y", [1621488604832000000])], label + " date_nanos after, the field's format")
+        # a doc without the date: null, first or last
+        make(n, "sf_missing", shards, {"properties": {"ts": {
+            "type": "date", "format": "yyyy-MM-dd HH:mm:ss.SSS"}}},
+             docs[:2] + [("m", {"other": 1})])
+        eq(page(n, "sf_missing", dict(iso, missing="_last"), size=3),
+           [("b", ["2021-06-11T04:30:04.828Z"]), ("a", ["2021-10-13T00:30:04.828Z"]),
+            ("m", [None])], label + " missing last")
+        eq(page(n, "sf_missing", dict(iso, missing="_first"), size=3),
+           [("m", [None]), ("b", ["2021-06-11T04:30:04.828Z"]),
+            ("a", ["2021-10-13T00:30:04.828Z"])], label + " missing first")
+        eq(page(n, "sf_missing", {"order": "asc", "format": "epoch_millis"}, size=3),
+           [("b", ["1623385804828"]), ("a", ["1634085004828"]), ("m", [None])],
+           label + " epoch_millis text")
         # shards without the field (or without any doc) read the text too
         st, b = n.req("POST", "/sf,sf_none/_search", {"size": 5, "sort": [{"ts": dict(
             iso, unmapped_type="date")}], "search_after": ["2021-02-11T08:30:04.828Z"]})
