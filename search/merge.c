@@ -423,6 +423,30 @@ sr_merger_fail(sr_merger *m, uint32_t shard, const cm_error *why)
 	sr_merger_fail_at(m, shard, NULL, NULL, why);
 }
 
+/* numeric_type date / date_nanos: a date sort value in the sort's
+ * resolution (ES converts on the shard; a shard of one index holds one
+ * resolution, so converting here orders shards of both alike). */
+static void
+to_numeric_type(const sr_request *req, sr_hit *h)
+{
+	for (size_t i = 0; i < req->nsort && i < h->nsort; i++) {
+		sr_sort_value *v = &h->sort[i];
+		int nt = req->sort[i].numeric_type;
+		if (v->type != SR_SV_LONG || nt == SR_NT_NONE)
+			continue;
+		if (nt == SR_NT_DATE_NANOS && v->d == SR_SV_DATE_MILLIS) {
+			/* past what nanos hold (after 2262): the nearest end */
+			v->l = v->l > INT64_MAX / 1000000   ? INT64_MAX
+			       : v->l < INT64_MIN / 1000000 ? INT64_MIN
+			                                    : v->l * 1000000;
+			v->d = SR_SV_DATE_NANOS;
+		} else if (nt == SR_NT_DATE && v->d == SR_SV_DATE_NANOS) {
+			v->l = v->l / 1000000 - (v->l % 1000000 < 0);
+			v->d = SR_SV_DATE_MILLIS;
+		}
+	}
+}
+
 void
 sr_merger_add(sr_merger *m, sr_shard_result *res)
 {
@@ -459,8 +483,10 @@ sr_merger_add(sr_merger *m, sr_shard_result *res)
 		sr_suggest_acc_add(m->suggest, res->suggest, res->suggest_len,
 		                   res->index ? res->index : m->index_name);
 	cm_free(T, res->suggest);
-	for (size_t i = 0; i < res->nhits; i++)
+	for (size_t i = 0; i < res->nhits; i++) {
+		to_numeric_type(m->req, &res->hits[i]);
 		offer_hit(m, &res->hits[i], res->hits[i].index ? res->hits[i].index : res->index);
+	}
 	cm_free(T, res->hits);
 	sr_agg_state *aggs = res->aggs;
 	uint32_t shard = res->shard;

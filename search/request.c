@@ -287,7 +287,16 @@ sort_options(sr_sort_key *k, const char *field, const cJSON *o, cm_error *err)
 			cm_free(T, k->format);
 			k->format = cm_strdup(T, v->valuestring);
 		} else if (!strcmp(n, "numeric_type") && k->kind == SR_SORT_FIELD) {
-			continue; /* value presentation only */
+			const char *t = cJSON_IsString(v) ? v->valuestring : "";
+			if (!strcmp(t, "date"))
+				k->numeric_type = SR_NT_DATE;
+			else if (!strcmp(t, "date_nanos"))
+				k->numeric_type = SR_NT_DATE_NANOS;
+			else if (strcmp(t, "long") && strcmp(t, "double"))
+				return cm_error_set(err, CM_EINVAL,
+				                    "invalid value for [numeric_type], must be [long, double, "
+				                    "date, date_nanos], got %s",
+				                    cJSON_IsString(v) ? v->valuestring : token_name(v));
 		} else {
 			return cm_error_set(err, CM_EPARSE, "[%s] unknown field [%s]",
 			                    k->kind == SR_SORT_FIELD ? "field_sort" : field, n);

@@ -122,13 +122,13 @@ after_value(sr_sort_field *k, const sr_sort_value *v, const char *format, sr_sor
 		char *end;
 		long long l = strtoll(v->s, &end, 10);
 		bool date = k->ftype == ST_FT_DATE || k->ftype == ST_FT_DATE_NANOS;
-		if (date && format) { /* "2021" in format uuuu is a year */
-			if (!after_date(k, v->s, format, &ms))
-				return cm_error_set(err, CM_EINVAL,
-				                    "failed to parse date field [%s] with format [%s]", v->s,
-				                    format);
+		bool integer = !*end && end != v->s; /* also a JSON number past 2^53 */
+		if (date && format && after_date(k, v->s, format, &ms)) /* "2021" in uuuu: a year */
 			out->l = ms;
-		} else if (!*end && end != v->s)
+		else if (date && format && !integer)
+			return cm_error_set(err, CM_EINVAL,
+			                    "failed to parse date field [%s] with format [%s]", v->s, format);
+		else if (integer)
 			out->l = l;
 		else if (date && after_date(k, v->s, NULL, &ms))
 			out->l = ms;
@@ -138,6 +138,33 @@ after_value(sr_sort_field *k, const sr_sort_value *v, const char *format, sr_sor
 			return cm_error_set(err, CM_EINVAL, "failed to parse search_after value [%s]", v->s);
 	}
 	return CM_OK;
+}
+
+/* A search_after number in the sort's numeric_type resolution, read in
+ * the field's: nanos for a millis field and the reverse, rounded so that
+ * "after" keeps its meaning (asc: values above it, desc: below). */
+static void
+after_numeric_type(const sr_sort_field *k, const sr_sort_key *rk, const sr_sort_value *v,
+                   sr_sortval *out)
+{
+	if (out->missing)
+		return;
+	if (v->type == SR_SV_STRING) { /* a number past 2^53 arrives as its text */
+		char *end;
+		long long l = v->s ? strtoll(v->s, &end, 10) : 0;
+		if (!v->s || *end || end == v->s || l != out->l)
+			return;
+	} else if (v->type != SR_SV_LONG && v->type != SR_SV_DOUBLE)
+		return;
+	int64_t x = out->l;
+	if (rk->numeric_type == SR_NT_DATE_NANOS && k->ftype == ST_FT_DATE) {
+		int64_t q = x / 1000000 - (x % 1000000 < 0); /* floor */
+		out->l = k->desc && q * 1000000 != x ? q + 1 : q;
+	} else if (rk->numeric_type == SR_NT_DATE && k->ftype == ST_FT_DATE_NANOS) {
+		if (x > INT64_MAX / 1000000 - 1 || x < INT64_MIN / 1000000 + 1)
+			return;
+		out->l = k->desc ? x * 1000000 : x * 1000000 + 999999;
+	}
 }
 
 static const char *
@@ -270,6 +297,7 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 			                        err);
 			if (rc)
 				return rc;
+			after_numeric_type(&s->keys[i], rk, &req->search_after[i], &s->after[i]);
 		}
 	}
 	return CM_OK;

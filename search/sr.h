@@ -160,6 +160,9 @@ typedef struct sr_sort_key {
 	char *unmapped_type;  /* NULL, or the type to sort an unmapped field as */
 	char *format;         /* NULL, or the date format hit sort values render in
 	                       * and search_after values parse with */
+	/* "numeric_type" date / date_nanos: dates of either resolution sort
+	 * (and render) in this one, so an index of each merges in order */
+	enum { SR_NT_NONE, SR_NT_DATE, SR_NT_DATE_NANOS } numeric_type;
 	/* _geo_distance: distance of the field's points from (lat, lon), in
 	 * units of geo_unit meters */
 	bool geo, geo_ignore_unmapped;

@@ -441,6 +441,29 @@ def date_sort_format_and_search_after():
            [("y", ["2021-05-20T05:30:04.832Z"])], label + " date_nanos after")
         eq(page(n, "sf_nanos", {"order": "asc"}, ["15/04/2021 06:30:04.821123"]),
            [("y", [1621488604832000000])], label + " date_nanos after, the field's format")
+        # an index of dates and one of date_nanos in one numeric_type
+        both = "sf,sf_nanos"
+        b = search(n, "/%s/_search" % both, {"size": 6, "sort": [{"ts": dict(
+            iso, numeric_type="date_nanos")}]}, label)
+        eq([(h["_id"], h["sort"]) for h in b["hits"]["hits"]],
+           [("c", ["2021-02-11T08:30:04.828Z"]), ("z", ["2021-04-15T06:30:04.821123Z"]),
+            ("y", ["2021-05-20T05:30:04.832Z"]), ("b", ["2021-06-11T04:30:04.828Z"]),
+            ("x", ["2021-08-21T03:30:04.732Z"]), ("a", ["2021-10-13T00:30:04.828Z"])],
+           label + " numeric_type date_nanos")
+        b = search(n, "/%s/_search" % both, {"size": 2, "sort": [{"ts": dict(
+            iso, numeric_type="date")}], "search_after": ["2021-04-15T06:30:04.821Z"]}, label)
+        eq([(h["_id"], h["sort"]) for h in b["hits"]["hits"]],
+           [("z", ["2021-04-15T06:30:04.821Z"]), ("y", ["2021-05-20T05:30:04.832Z"])],
+           label + " numeric_type date, after a text")
+        b = search(n, "/%s/_search" % both, {"size": 6, "sort": [{"ts": {
+            "order": "desc", "numeric_type": "date_nanos"}}],
+            "search_after": [1618468204821123000]}, label)
+        eq([(h["_id"], h["sort"]) for h in b["hits"]["hits"]],
+           [("c", [1613032204828000000])], label + " numeric_type date_nanos, after nanos")
+        b = search(n, "/%s/_search" % both, {"size": 6, "sort": [{"ts": {
+            "order": "asc", "numeric_type": "date"}}], "search_after": [1618468204821]}, label)
+        eq([h["_id"] for h in b["hits"]["hits"]], ["y", "b", "x", "a"],
+           label + " numeric_type date, after millis")
         # a doc without the date: null, first or last
         make(n, "sf_missing", shards, {"properties": {"ts": {
             "type": "date", "format": "yyyy-MM-dd HH:mm:ss.SSS"}}},
