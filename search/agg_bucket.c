@@ -3737,10 +3737,17 @@ range_parse(sr_agg *a, const cJSON *body, cm_error *err)
 				g->to_s = cm_strdup(AGG_MEM, ts);
 			}
 		} else {
-			if (g->has_from)
+			/* a DecimalFormat "format" gives the bounds' text, key included */
+			if (g->has_from && !(a->format && agg_decimal_format(a->format, g->from, fs,
+			                                                     sizeof fs)))
 				agg_double_str(fs, sizeof fs, g->from);
-			if (g->has_to)
+			else if (g->has_from)
+				g->from_s = cm_strdup(AGG_MEM, fs);
+			if (g->has_to && !(a->format && agg_decimal_format(a->format, g->to, ts,
+			                                                   sizeof ts)))
 				agg_double_str(ts, sizeof ts, g->to);
+			else if (g->has_to)
+				g->to_s = cm_strdup(AGG_MEM, ts);
 		}
 		if (!g->key) {
 			char kb[200];

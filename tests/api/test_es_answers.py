@@ -388,6 +388,22 @@ def histogram_format_key_as_string():
            [(1, "001")], label + " long terms format")
         eq([(x["key"], x.get("key_as_string")) for x in b["aggregations"]["d"]["buckets"]],
            [(75.5, "75.5")], label + " double terms format")
+        # metrics and range buckets take the same DecimalFormat
+        b = search(n, "/hf/_search", {"size": 0, "aggs": {
+            "a": {"avg": {"field": "price", "format": "#,##0.00"}},
+            "m": {"max": {"field": "price"}},
+            "s": {"stats": {"field": "number", "format": "0.0"}},
+            "r": {"range": {"field": "number", "format": "#,##0.0",
+                            "ranges": [{"to": 100}, {"from": 100, "to": 2000}]}}}}, label)
+        aggs = b["aggregations"]
+        eq(aggs["a"], {"value": 38.0, "value_as_string": "38.00"}, label + " avg format")
+        eq(aggs["m"], {"value": 75.5}, label + " no format, no value_as_string")
+        eq([aggs["s"].get(k) for k in ("min_as_string", "max_as_string", "sum_as_string")],
+           ["1.0", "151.0", "304.0"], label + " stats format")
+        eq([(x["key"], x.get("from_as_string"), x.get("to_as_string"), x["doc_count"])
+            for x in aggs["r"]["buckets"]],
+           [("*-100.0", None, "100.0", 2), ("100.0-2,000.0", "100.0", "2,000.0", 2)],
+           label + " range format")
 
 
 # ---- 10. date sorts: "format" renders sort values, search_after takes them ----
