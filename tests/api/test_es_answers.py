@@ -148,7 +148,18 @@ def range_query_date_year_format_rounds_up_to_jan_first():
              ({"gt": "2022-01", "format": "yyyy-MM"}, ["third"]),
              ({"lte": "2022-01-01"}, ["fourth", "fifth", "first", "second"]),
              ({"lte": "2022-01-01T12"}, ["fourth", "fifth", "first", "second"]),
-             ({"lte": "2022-01-01T12:12:11"}, ["fourth", "fifth", "first"])]
+             ({"lte": "2022-01-01T12:12:11"}, ["fourth", "fifth", "first"]),
+             # custom patterns round up by their finest field
+             ({"gte": "01/01/1500", "lte": "01/01/1500", "format": "dd/MM/yyyy"}, ["fourth"]),
+             ({"gt": "01/01/2022", "format": "dd/MM/yyyy"}, ["third"]),
+             ({"lte": "01/01/2022 12h", "format": "dd/MM/yyyy HH'h'"},
+              ["fourth", "fifth", "first", "second"]),
+             ({"lte": "01/01/2022 12:11", "format": "dd/MM/yyyy HH:mm"},
+              ["fourth", "fifth", "first"]),
+             ({"lte": "01/01/2022 12:12:12.000", "format": "dd/MM/yyyy HH:mm:ss.SSS"},
+              ["fourth", "fifth", "first"]),
+             ({"lte": "2022/01/01", "format": "epoch_millis||yyyy/MM/dd"},
+              ["fourth", "fifth", "first", "second"])]
     for label, n, shards in each():
         make(n, "dates", shards, {"properties": {"date": {"type": "date"}}}, docs)
         make(n, "dates_year_only", shards,
