@@ -1459,11 +1459,21 @@ compile_range(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 		bound_kind k;
 	} b[4] = {{q->gt, B_GT}, {q->gte, B_GTE}, {q->lt, B_LT}, {q->lte, B_LTE}};
 	bool empty = false;
+	/* without a "format", a date bound reads as the field's mapping format
+	 * (as ES), else as the default one */
+	const char *mfmt = q->format;
+	if (!mfmt && (fs->type == ST_FT_DATE || fs->type == ST_FT_DATE_NANOS)) {
+		const st_mapping *m = st_reader_mapping(c->x->reader);
+		const st_field_def *d = m ? st_mapping_find(m, q->field) : NULL;
+		mfmt = d ? d->format : NULL;
+	}
 	for (int i = 0; i < 4; i++) {
 		if (!b[i].v)
 			continue;
 		int64_t v;
-		int r = column_bound(fs, b[i].v, b[i].k, q->format, q->time_zone, &v);
+		int r = column_bound(fs, b[i].v, b[i].k, mfmt, q->time_zone, &v);
+		if (r < 0 && mfmt && !q->format)
+			r = column_bound(fs, b[i].v, b[i].k, NULL, q->time_zone, &v);
 		if (r < 0) {
 			sr_plan_free(p);
 			if (c->lenient) {

@@ -172,6 +172,19 @@ def range_query_date_year_format_rounds_up_to_jan_first():
             eq(ids(b), want, "%s %s" % (label, rng))
         b = search(n, "/dates_year_only/_search", {"query": {"match": {"date": "1500"}}}, label)
         eq(ids(b), ["fourth"], label + " match 1500 on a uuuu field")
+        # without a "format" in the query, the field's mapping format reads the bound
+        b = search(n, "/dates_year_only/_search", {"query": {"range": {"date": {
+            "gt": "1500", "lte": "2022"}}}, "sort": ["date"]}, label)
+        eq(ids(b), ["first", "second"], label + " the mapping's uuuu")
+        make(n, "dates_dmy", shards, {"properties": {"date": {
+            "type": "date", "format": "dd/MM/yyyy HH:mm||dd/MM/yyyy"}}},
+             [("a", {"date": "01/01/2022 10:00"}), ("b", {"date": "02/01/2022 10:00"})])
+        b = search(n, "/dates_dmy/_search", {"query": {"range": {"date": {
+            "lte": "01/01/2022"}}}}, label)
+        eq(ids(b), ["a"], label + " the mapping's dd/MM/yyyy, rounded up")
+        b = search(n, "/dates_dmy/_search", {"query": {"range": {"date": {
+            "gte": "2022-01-02T00:00:00Z"}}}}, label)
+        eq(ids(b), ["b"], label + " a bound the mapping's format does not read: the default")
 
 
 # ---- 4. terms over a field that is long in one index, double in another ----
