@@ -63,6 +63,7 @@ struct co_stream {
 	size_t ncache;
 	uint64_t t0;
 	const char *pipeline; /* ?pipeline= (borrowed from the request), or NULL */
+	bool require_alias;   /* ?require_alias: items without their own */
 	co_ingest *ingest;    /* compiled pipelines, made on first use */
 };
 
@@ -108,9 +109,16 @@ co_bulk_begin(co_req *r)
 	co_param_get(r, "timeout");
 	co_param_get(r, "wait_for_active_shards");
 	s->pipeline = co_param_get(r, "pipeline");
+	const char *ra = co_param_get(r, "require_alias");
+	s->require_alias = ra && (!*ra || !strcmp(ra, "true"));
 	co_param_get(r, "type");
 	if (co_write_opts_parse(NULL, NULL, NULL, NULL, NULL, co_param_get(r, "refresh"), &s->dflt,
 	                        &err)) {
+		co_reply_error(r, &err, NULL);
+		s->failed = true;
+	} else if (ra && *ra && strcmp(ra, "true") && strcmp(ra, "false")) {
+		cm_error_set(&err, CM_EINVAL,
+		             "Failed to parse value [%s] as only [true] or [false] are allowed.", ra);
 		co_reply_error(r, &err, NULL);
 		s->failed = true;
 	}
@@ -398,6 +406,21 @@ apply_chunk(co_stream *s)
 			}
 			cm_free(MEM, it->a.index);
 			it->a.index = name;
+		}
+		if (it->a.empty_id) {
+			cm_error_set(&it->err, CM_EINVAL, "if _id is specified it must not be empty");
+			it->failed = true;
+			continue;
+		}
+		bool ra = it->a.require_alias < 0 ? s->require_alias : it->a.require_alias == 1;
+		if (ra && it->a.kind != CO_BULK_DELETE && !nd_alias_exists(s->r->node, it->a.index)) {
+			/* neither created nor written (ES names both reasons) */
+			cm_error_set(&it->err, CM_ENOINDEX,
+			             "no such index [%s] and [require_alias] request flag is [true] and "
+			             "[%s] is not an alias",
+			             it->a.index, it->a.index);
+			it->failed = true;
+			continue;
 		}
 		it->ix = cache_get(s, it->a.index, it->a.kind != CO_BULK_DELETE, &err);
 		if (!it->ix) {

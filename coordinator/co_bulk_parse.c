@@ -89,6 +89,7 @@ parse_action(co_bulk_parser *p, const char *line, size_t len, co_bulk_action *ou
 	bool ok = false;
 
 	memset(&it, 0, sizeof(it));
+	it.require_alias = -1;
 	if (!j || !cJSON_IsObject(j)) {
 		fail(p, CM_EINVAL,
 		     "Malformed action/metadata line [%llu], expected START_OBJECT but found [%s]",
@@ -157,8 +158,18 @@ parse_action(co_bulk_parser *p, const char *line, size_t len, co_bulk_action *ou
 		} else if (strcmp(k, "pipeline") == 0 && cJSON_IsString(c)) {
 			cm_free(MEM, it.pipeline);
 			it.pipeline = cm_strdup(MEM, c->valuestring);
-		} else if (strcmp(k, "_type") == 0 || strcmp(k, "require_alias") == 0 ||
-		           strcmp(k, "_source") == 0) {
+		} else if (strcmp(k, "require_alias") == 0) {
+			if (cJSON_IsBool(c))
+				it.require_alias = cJSON_IsTrue(c);
+			else if (cJSON_IsString(c) && (!strcmp(c->valuestring, "true") ||
+			                               !strcmp(c->valuestring, "false")))
+				it.require_alias = c->valuestring[0] == 't';
+			else {
+				fail(p, CM_EINVAL,
+				     "Action/metadata line [%llu]: [require_alias] must be a boolean", ln);
+				goto done;
+			}
+		} else if (strcmp(k, "_type") == 0 || strcmp(k, "_source") == 0) {
 			;
 		} else {
 			fail(p, CM_EINVAL,
@@ -184,6 +195,14 @@ parse_action(co_bulk_parser *p, const char *line, size_t len, co_bulk_action *ou
 	                        &it.w, &err)) {
 		fail(p, err.code, "%s", err.reason);
 		goto done;
+	}
+	if (it.kind == CO_BULK_INDEX && it.w.create)
+		it.kind = CO_BULK_CREATE; /* "op_type": "create": ES answers a create item */
+	if (it.id && !*it.id && (it.kind == CO_BULK_INDEX || it.kind == CO_BULK_CREATE)) {
+		/* the item fails, the others run (ES) */
+		it.empty_id = true;
+		cm_free(MEM, it.id);
+		it.id = NULL;
 	}
 	if (it.id && !co_id_check(it.id, strlen(it.id), &err)) {
 		fail(p, err.code, "%s", err.reason);

@@ -27,6 +27,8 @@ typedef struct co_bulk_action {
 	char *pipeline; /* owned; the action's "pipeline", may be NULL */
 	co_write_opts w;
 	long retries; /* retry_on_conflict, clamped to [0, 1000000] */
+	int8_t require_alias; /* the item's "require_alias": 0, 1, or -1 unset */
+	bool empty_id;        /* "_id": "" on index/create: the item fails (ES) */
 } co_bulk_action;
 
 /* Called once per complete item, in body order: a delete at its action

@@ -108,8 +108,8 @@ nd_parse_time(const char *s, int64_t *ms)
 	double v;
 	if (!s || !*s)
 		return false;
-	if (strcmp(s, "-1") == 0) {
-		*ms = -1;
+	if (strcmp(s, "-1") == 0 || strcmp(s, "0") == 0) { /* ES: the two unitless values */
+		*ms = s[0] == '-' ? -1 : 0;
 		return true;
 	}
 	errno = 0;
@@ -247,7 +247,7 @@ accepted_value_ok(char kind, const cJSON *v)
 		        (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false")));
 	case 't':
 		return (cJSON_IsString(v) && nd_parse_time(v->valuestring, &ms)) ||
-		       (cJSON_IsNumber(v) && v->valuedouble >= 0);
+		       (cJSON_IsNumber(v) && (v->valuedouble == -1 || v->valuedouble >= 0));
 	case 'a':
 		if (cJSON_IsArray(v)) {
 			cJSON_ArrayForEach(e, v) if (!cJSON_IsString(e)) return false;
@@ -412,8 +412,8 @@ setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm
 		s->max_result_window = (int)n;
 	} else if (strcmp(k, "refresh_interval") == 0) {
 		int64_t ms;
-		if (cJSON_IsNumber(v))
-			snprintf(buf, sizeof(buf), "%lldms", (long long)v->valuedouble);
+		if (cJSON_IsNumber(v)) /* ES reads a number as its text: -1 and 0 only */
+			snprintf(buf, sizeof(buf), "%.17g", v->valuedouble);
 		else if (cJSON_IsString(v))
 			snprintf(buf, sizeof(buf), "%s", v->valuestring);
 		else if (cJSON_IsNull(v))

@@ -77,6 +77,7 @@ test_names(void)
 	CHECK(nd_parse_time("250ms", &ms) && ms == 250);
 	CHECK(nd_parse_time("2m", &ms) && ms == 120000);
 	CHECK(nd_parse_time("-1", &ms) && ms == -1);
+	CHECK(nd_parse_time("0", &ms) && ms == 0);
 	CHECK(!nd_parse_time("soon", &ms) && !nd_parse_time("", &ms) && !nd_parse_time("5", &ms));
 	char a[21], b[21];
 	nd_gen_id(a);

@@ -89,7 +89,7 @@ cm_err
 agg_parse_int(const cJSON *v, const char *agg, const char *key, int64_t lo, int64_t hi,
               int64_t *out, cm_error *err)
 {
-	double d;
+	double d = 0; /* gcc -O2 cannot see that a parse error returns nonzero */
 	if (agg_parse_num(v, agg, key, &d, err))
 		return CM_EPARSE;
 	if (d != d || d < (double)lo || d > (double)hi || d != (double)(int64_t)d)
@@ -180,6 +180,27 @@ agg_parse_common(sr_agg *a, const cJSON *body, cm_error *err)
 			a->missing.s = s;
 			a->missing.slen = strlen(s);
 		}
+	}
+	const cJSON *vt = cJSON_GetObjectItemCaseSensitive(body, "value_type");
+	if (vt) {
+		static const struct {
+			const char *name;
+			st_field_type t;
+		} types[] = {{"string", ST_FT_KEYWORD}, {"keyword", ST_FT_KEYWORD},
+		             {"long", ST_FT_LONG},      {"integer", ST_FT_LONG},
+		             {"numeric", ST_FT_LONG},   {"number", ST_FT_LONG},
+		             {"double", ST_FT_DOUBLE},  {"float", ST_FT_DOUBLE},
+		             {"date", ST_FT_DATE},      {"boolean", ST_FT_BOOLEAN},
+		             {"ip", ST_FT_IP}};
+		if (!cJSON_IsString(vt))
+			return cm_error_set(err, CM_EPARSE, "[%s] value_type must be a string",
+			                    a->ops->name);
+		for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+			if (!strcmp(vt->valuestring, types[i].name)) {
+				a->has_value_type = true;
+				a->value_type = types[i].t;
+			}
+		/* other types (geo_point, range) leave "missing" as it is */
 	}
 	const cJSON *fm = cJSON_GetObjectItemCaseSensitive(body, "format");
 	if (fm) {

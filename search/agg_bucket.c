@@ -1055,10 +1055,21 @@ typedef struct ord_key {
 #define TERMS_MAX_ORDER 8
 #define TERMS_MAX_SIZE 1000000
 
+/* An exact include/exclude value read as each typed key could hold it: ES
+ * parses the values with the field's format (an address, a date, a
+ * boolean), so "2016-05-03" selects the key 1462233600000. */
+typedef struct tf_typed {
+	bool ip_ok, date_ok, bool_ok;
+	uint8_t ip[ST_IP_LEN];
+	int64_t ms; /* date: epoch millis */
+	int64_t b;  /* boolean: 0 or 1 */
+} tf_typed;
+
 typedef struct terms_filter {
 	bool has_re;
 	regex_t re;
 	char **vals; /* exact values */
+	tf_typed *typed; /* parallel to vals */
 	size_t nvals;
 } terms_filter;
 
@@ -1081,6 +1092,7 @@ tf_free(terms_filter *f)
 	for (size_t i = 0; i < f->nvals; i++)
 		cm_free(AGG_MEM, f->vals[i]);
 	cm_free(AGG_MEM, f->vals);
+	cm_free(AGG_MEM, f->typed);
 }
 
 static void
@@ -1117,11 +1129,17 @@ tf_parse(sr_agg *a, const cJSON *v, terms_filter *f, bool *has, terms_params *p,
 		if (k > 65536)
 			return cm_error_set(err, CM_EINVAL, "too many include/exclude values");
 		f->vals = cm_calloc(AGG_MEM, k ? (size_t)k : 1, sizeof *f->vals);
+		f->typed = cm_calloc(AGG_MEM, k ? (size_t)k : 1, sizeof *f->typed);
 		for (const cJSON *e = v->child; e; e = e->next) {
 			char *s = NULL;
 			if (agg_parse_str(e, a->name, "include", &s, err))
 				return CM_EPARSE;
+			tf_typed *t = &f->typed[f->nvals];
 			f->vals[f->nvals++] = s;
+			t->ip_ok = st_ip_parse(s, strlen(s), t->ip);
+			t->date_ok = agg_date_parse(s, a->format, NULL, false, &t->ms);
+			t->bool_ok = !strcmp(s, "true") || !strcmp(s, "false");
+			t->b = !strcmp(s, "true");
 		}
 		return CM_OK;
 	}
@@ -1362,14 +1380,20 @@ tf_match(const terms_filter *f, const char *s, size_t n)
 }
 
 static bool
+terms_in_partition(const terms_params *p, const void *s, size_t n)
+{
+	if (!p->num_partitions)
+		return true;
+	int32_t h = murmur3_32(s, n, 31);
+	return ((int64_t)h % p->num_partitions + p->num_partitions) % p->num_partitions ==
+	       p->partition;
+}
+
+static bool
 terms_accept(const terms_params *p, const char *s, size_t n)
 {
-	if (p->num_partitions) {
-		int32_t h = murmur3_32((const uint8_t *)s, n, 31);
-		int64_t m = ((int64_t)h % p->num_partitions + p->num_partitions) % p->num_partitions;
-		if (m != p->partition)
-			return false;
-	}
+	if (!terms_in_partition(p, s, n))
+		return false;
 	if (p->has_inc && !tf_match(&p->inc, s, n))
 		return false;
 	if (p->has_exc && tf_match(&p->exc, s, n))
@@ -1383,12 +1407,50 @@ terms_filtered(const terms_params *p)
 	return p->has_inc || p->has_exc || p->num_partitions;
 }
 
+static bool
+tf_match_typed(const terms_filter *f, int ftype, int64_t l, const uint8_t *ip)
+{
+	for (size_t i = 0; i < f->nvals; i++) {
+		const tf_typed *t = &f->typed[i];
+		if (ftype == ST_FT_IP ? t->ip_ok && !memcmp(t->ip, ip, ST_IP_LEN)
+		    : ftype == ST_FT_DATE ? t->date_ok && t->ms == l
+		                          : t->bool_ok && t->b == l)
+			return true;
+	}
+	return false;
+}
+
+/* Keys of ip, date and boolean fields: exact values as the field parses
+ * them, or as the key's text (a date's millis, a boolean's 1 or 0). */
+static bool
+terms_accept_typed(const terms_params *p, int ftype, int64_t l, const uint8_t *ip)
+{
+	char txt[ST_IP_STRLEN + 64];
+	if (ftype == ST_FT_IP) {
+		if (!terms_in_partition(p, ip, ST_IP_LEN)) /* ES hashes the encoded address */
+			return false;
+		st_ip_format(ip, txt, sizeof txt);
+	} else {
+		snprintf(txt, sizeof txt, "%lld", (long long)l);
+		if (!terms_in_partition(p, txt, strlen(txt)))
+			return false;
+	}
+	size_t n = strlen(txt);
+	if (p->has_inc && !tf_match_typed(&p->inc, ftype, l, ip) && !tf_match(&p->inc, txt, n))
+		return false;
+	if (p->has_exc && (tf_match_typed(&p->exc, ftype, l, ip) || tf_match(&p->exc, txt, n)))
+		return false;
+	return true;
+}
+
 /* numeric keys are matched by their rendered text ("5", "1.5") */
 static bool
-terms_accept_num(const terms_params *p, int64_t l, bool dbl)
+terms_accept_num(const terms_params *p, int64_t l, bool dbl, int ftype)
 {
 	if (!terms_filtered(p))
 		return true;
+	if (!dbl && (ftype == ST_FT_DATE || ftype == ST_FT_BOOLEAN))
+		return terms_accept_typed(p, ftype, l, NULL);
 	char buf[64];
 	if (dbl) {
 		double d;
@@ -1485,23 +1547,52 @@ dbits(double d)
 	return l;
 }
 
+/* A doc without the field counts under "missing", read as the field's
+ * type would read it (where the field is unmapped: as "value_type"): a
+ * date's text becomes its millis, rendered with key_as_string, an address
+ * its 16 bytes, so it meets the docs that hold the same value. */
 static void
-terms_missing(agg_rt *rt, terms_state *s, grp *g, size_t i)
+terms_missing(agg_rt *rt, agg_node *n, terms_state *s, grp *g, size_t i)
 {
 	const sr_agg *a = rt->spec;
+	const agg_missing *m = &a->missing;
+	int t = rt->fi ? (int)rt->fi->type : a->has_value_type ? (int)a->value_type : -1;
+	int64_t l;
+	uint8_t ip[ST_IP_LEN];
 	bkt *b;
-	if (rt->is_keyword || !a->missing.is_num || (!rt->fi && s->key_kind == 1)) {
-		if (!terms_accept(a->p, a->missing.s, a->missing.slen))
+	if ((t == ST_FT_DATE || t == ST_FT_DATE_NANOS) &&
+	    agg_date_parse(m->s, a->format, NULL, false, &l)) {
+		if (!terms_accept_num(a->p, l, false, ST_FT_DATE))
 			return;
-		b = terms_bucket_str(s, a, a->missing.s, a->missing.slen);
-	} else if (rt->is_double || (!rt->fi && a->missing.d != (double)a->missing.l)) {
-		if (!terms_accept_num(a->p, dbits(a->missing.d), true))
+		b = terms_bucket_num(s, a, l, false);
+		if (n->ftype < 0)
+			n->ftype = ST_FT_DATE;
+	} else if (t == ST_FT_BOOLEAN && (!strcmp(m->s, "true") || !strcmp(m->s, "false"))) {
+		l = !strcmp(m->s, "true");
+		if (!terms_accept_num(a->p, l, false, ST_FT_BOOLEAN))
 			return;
-		b = terms_bucket_num(s, a, dbits(a->missing.d), true);
+		b = terms_bucket_num(s, a, l, false);
+		if (n->ftype < 0)
+			n->ftype = ST_FT_BOOLEAN;
+	} else if (t == ST_FT_IP && st_ip_parse(m->s, m->slen, ip)) {
+		if (terms_filtered(a->p) && !terms_accept_typed(a->p, ST_FT_IP, 0, ip))
+			return;
+		b = terms_bucket_str(s, a, ip, ST_IP_LEN);
+		if (n->ftype < 0)
+			n->ftype = ST_FT_IP;
+	} else if (rt->is_keyword || t == ST_FT_KEYWORD || !m->is_num ||
+	           (!rt->fi && s->key_kind == 1)) {
+		if (!terms_accept(a->p, m->s, m->slen))
+			return;
+		b = terms_bucket_str(s, a, m->s, m->slen);
+	} else if (rt->is_double || (!rt->fi && (t == ST_FT_DOUBLE || m->d != (double)m->l))) {
+		if (!terms_accept_num(a->p, dbits(m->d), true, -1))
+			return;
+		b = terms_bucket_num(s, a, dbits(m->d), true);
 	} else {
-		if (!terms_accept_num(a->p, a->missing.l, false))
+		if (!terms_accept_num(a->p, m->l, false, t))
 			return;
-		b = terms_bucket_num(s, a, a->missing.l, false);
+		b = terms_bucket_num(s, a, m->l, false);
 	}
 	b->count++;
 	if (g)
@@ -1518,7 +1609,9 @@ terms_resolve(agg_rt *rt, terms_state *s, uint64_t ord)
 		             rt->spec->field);
 		return ORD_REJECT;
 	}
-	if (!terms_accept(rt->spec->p, (const char *)t, len))
+	if (rt->fi->type == ST_FT_IP && len == ST_IP_LEN
+	        ? terms_filtered(rt->spec->p) && !terms_accept_typed(rt->spec->p, ST_FT_IP, 0, t)
+	        : !terms_accept(rt->spec->p, (const char *)t, len))
 		return ORD_REJECT;
 	bkt *b = terms_bucket_str(s, rt->spec, t, len);
 	return (uint32_t)(b - s->t.v) + 1;
@@ -1753,7 +1846,7 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 			int k = agg_values(rt, docs[i], &v);
 			if (k == 0) {
 				if (a->missing.set)
-					terms_missing(rt, s, g, i);
+					terms_missing(rt, n, s, g, i);
 				continue;
 			}
 			for (int j = 0; j < k; j++) {
@@ -1785,19 +1878,21 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 			grp_flush(rt, g, &s->t, docs, scores);
 		return;
 	}
+	if (p->min_doc_count == 0 && rt->fi)
+		agg_mark_dirty(rt, n); /* the flush lists the segment's other values */
 	for (size_t i = 0; i < cnt; i++) {
 		const int64_t *v;
 		int k = agg_values(rt, docs[i], &v);
 		if (k == 0) {
 			if (a->missing.set)
-				terms_missing(rt, s, g, i);
+				terms_missing(rt, n, s, g, i);
 			continue;
 		}
 		for (int j = 0; j < k; j++) {
 			if (j > 0 && v[j] == v[j - 1])
 				continue; /* a doc counts once per term */
 			int64_t key = rt->is_double ? dbits(st_sortable_to_double(v[j])) : v[j];
-			if (!terms_accept_num(p, key, rt->is_double))
+			if (!terms_accept_num(p, key, rt->is_double, (int)rt->fi->type))
 				continue;
 			bkt *b = terms_bucket_num(s, a, key, rt->is_double);
 			b->count++;
@@ -1807,6 +1902,35 @@ terms_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 	}
 	if (g)
 		grp_flush(rt, g, &s->t, docs, scores);
+}
+
+/* min_doc_count 0 on a numeric, date or boolean field: every value of the
+ * segment's live docs gets a bucket, matched or not (ES's numeric terms
+ * fill the blanks from the doc values the same way). A block cache of its
+ * own: the scan starts again from the first doc. */
+static void
+terms_fill_numeric(agg_rt *rt, terms_state *s)
+{
+	const sr_seg_ctx *ctx = rt->ctx;
+	const sr_agg *a = rt->spec;
+	uint32_t max = st_segment_max_doc(ctx->seg);
+	st_colblock saved = rt->cb;
+	memset(&rt->cb, 0, sizeof rt->cb);
+	rt->cb.first_doc = UINT32_MAX;
+	rt->cb.block = UINT32_MAX;
+	for (uint32_t d = 0; d < max && !rt->root->err.code; d++) {
+		if (ctx->live && !st_bit_get(ctx->live, d))
+			continue;
+		const int64_t *v;
+		int k = agg_values(rt, d, &v);
+		for (int j = 0; j < k; j++) {
+			int64_t key = rt->is_double ? dbits(st_sortable_to_double(v[j])) : v[j];
+			if (terms_accept_num(a->p, key, rt->is_double, (int)rt->fi->type))
+				terms_bucket_num(s, a, key, rt->is_double);
+		}
+	}
+	st_colblock_free(&rt->cb);
+	rt->cb = saved;
 }
 
 static void
@@ -1894,6 +2018,8 @@ terms_flush(agg_rt *rt, agg_node *n)
 		for (size_t o = 0; o < s->nords; o++)
 			if (!s->ord2b || !s->ord2b[o])
 				terms_resolve(rt, s, o);
+	} else if (p->min_doc_count == 0 && rt->fi && !rt->is_keyword) {
+		terms_fill_numeric(rt, s);
 	}
 	cm_free(AGG_MEM, s->counts);
 	cm_free(AGG_MEM, s->ord2b);
@@ -1907,9 +2033,34 @@ terms_flush(agg_rt *rt, agg_node *n)
 	s->nords = 0;
 }
 
+/* A regular expression filters strings only: on an address, a number, a
+ * date or a boolean ES refuses it (exact values select those). */
 static cm_err
 terms_seg_begin(agg_rt *rt, cm_error *err)
 {
+	const terms_params *p = rt->spec->p;
+	if (!(p->inc.has_re || p->exc.has_re))
+		return CM_OK;
+	/* the mapping's type: a segment without the field refuses it too */
+	const st_mapping *m = rt->ctx ? st_reader_mapping(rt->ctx->reader) : NULL;
+	const st_field_def *d = m ? st_mapping_find(m, rt->spec->field) : NULL;
+	int t = rt->fi ? (int)rt->fi->type : d ? (int)d->type : -1;
+	if (t < 0 || t == ST_FT_OBJECT)
+		return CM_OK;
+	if (t == ST_FT_IP)
+		return cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
+		                         "Aggregation [%s] cannot support regular expression style "
+		                         "include/exclude settings as they can only be applied to "
+		                         "string fields. Use an array of values for include/exclude "
+		                         "clauses",
+		                         rt->spec->name);
+	if (!st_field_type_is_ordinal((st_field_type)t) && t != ST_FT_TEXT)
+		return cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
+		                         "Aggregation [%s] cannot support regular expression style "
+		                         "include/exclude settings as they can only be applied to "
+		                         "string fields. Use an array of numeric values for "
+		                         "include/exclude clauses used to filter numeric fields",
+		                         rt->spec->name);
 	return CM_OK;
 }
 
@@ -1919,8 +2070,13 @@ void
 agg_terms_touch(agg_rt *rt, agg_node *n)
 {
 	const terms_params *p = rt->spec->p;
-	if (p->min_doc_count == 0 && rt->is_keyword && n->epoch != rt->epoch)
+	if (p->min_doc_count == 0 && rt->fi && n->epoch != rt->epoch) {
+		/* nothing collected may have told the node its field's type */
+		if (n->ftype < 0)
+			n->ftype = rt->fi->type == ST_FT_UNSIGNED_LONG ? ST_FT_UNSIGNED_LONG
+			                                               : agg_ftype(rt->fi->type);
 		agg_mark_dirty(rt, n);
+	}
 }
 
 /* ---- ordering ---- */
@@ -2083,12 +2239,118 @@ terms_finish(const sr_agg *a, agg_node *n)
 		agg_subs_shard_finish(a, s->t.v[i].subs);
 }
 
+/* Rekeys a state of long keys by their double values (ES: when a field is
+ * long in one index and double in another, the shards' terms reduce as
+ * doubles, so 1 and 1.0 are one bucket). Distinct longs past 2^53 may
+ * meet on one double: their buckets merge. */
+static void
+terms_as_doubles(const sr_agg *a, agg_node *n)
+{
+	terms_state *s = n->d;
+	btab nt;
+	memset(&nt, 0, sizeof nt);
+	for (size_t i = 0; i < s->t.n; i++) {
+		bkt *ob = &s->t.v[i];
+		if (ob->key) { /* a string "missing" beside numbers: kept as is */
+			bool created = false;
+			bkt *b = btab_get(&nt, NULL, ob->key, ob->klen, true, &created);
+			b->count += ob->count;
+			if (created) {
+				b->subs = ob->subs;
+				ob->subs = NULL;
+			}
+			continue;
+		}
+		double d = n->ftype == ST_FT_UNSIGNED_LONG ? (double)st_col_to_ulong(ob->l)
+		                                           : (double)ob->l;
+		bool created = false;
+		bkt *b = btab_get_l(&nt, NULL, dbits(d), &created);
+		b->count += ob->count;
+		if (created) {
+			b->subs = ob->subs;
+			ob->subs = NULL;
+		} else if (b->subs && ob->subs)
+			agg_subs_merge(a, b->subs, ob->subs);
+	}
+	btab_free(&s->t, a);
+	s->t = nt;
+	s->key_kind = 3;
+	n->ftype = ST_FT_DOUBLE;
+}
+
+/* A shard where the field is unmapped counted "missing" as text; where
+ * another shard maps the field as a date or an address, that text joins
+ * the typed keys (the millis, the 16 bytes), as if the value had been
+ * read as the field reads it. Text that does not parse stays text. */
+static void
+terms_rekey_text(const sr_agg *a, agg_node *n, int ftype)
+{
+	terms_state *s = n->d;
+	if (ftype == ST_FT_DATE && s->key_kind != 1)
+		return;
+	bool any = false;
+	for (size_t i = 0; i < s->t.n && !any; i++) {
+		const bkt *b = &s->t.v[i];
+		any = b->key && (ftype == ST_FT_DATE || b->klen != ST_IP_LEN);
+	}
+	if (!any)
+		return;
+	btab nt;
+	memset(&nt, 0, sizeof nt);
+	bool numeric = false;
+	for (size_t i = 0; i < s->t.n; i++) {
+		bkt *ob = &s->t.v[i];
+		char txt[128];
+		int64_t l;
+		uint8_t ip[ST_IP_LEN];
+		bool created = false;
+		bkt *b = NULL;
+		if (ob->key && ob->klen < sizeof txt &&
+		    (ftype == ST_FT_DATE || ob->klen != ST_IP_LEN)) {
+			memcpy(txt, ob->key, ob->klen);
+			txt[ob->klen] = 0;
+			if (ftype == ST_FT_DATE && agg_date_parse(txt, a->format, NULL, false, &l)) {
+				b = btab_get_l(&nt, NULL, l, &created);
+				numeric = true;
+			} else if (ftype == ST_FT_IP && st_ip_parse(txt, ob->klen, ip))
+				b = btab_get(&nt, NULL, ip, ST_IP_LEN, true, &created);
+		}
+		if (!b) {
+			size_t len;
+			const void *k = bkt_keyp(ob, &len);
+			b = btab_get(&nt, NULL, k, len, ob->key != NULL, &created);
+		}
+		b->count += ob->count;
+		if (created) {
+			b->subs = ob->subs;
+			ob->subs = NULL;
+		} else if (b->subs && ob->subs)
+			agg_subs_merge(a, b->subs, ob->subs);
+	}
+	btab_free(&s->t, a);
+	s->t = nt;
+	if (numeric)
+		s->key_kind = 2;
+	n->ftype = ftype;
+}
+
 static void
 terms_merge(const sr_agg *a, agg_node *into, agg_node *from)
 {
 	terms_state *x = into->d, *y = from->d;
+	int ft = from->ftype >= 0 ? from->ftype : into->ftype;
+	if (ft == ST_FT_DATE || ft == ST_FT_IP) {
+		terms_rekey_text(a, into, ft);
+		terms_rekey_text(a, from, ft);
+	}
+	if (x->key_kind == 2 && y->key_kind == 3)
+		terms_as_doubles(a, into);
+	else if (x->key_kind == 3 && y->key_kind == 2)
+		terms_as_doubles(a, from);
 	if (!x->key_kind)
 		x->key_kind = y->key_kind;
+	if (x->key_kind == 3 && from->ftype == ST_FT_DOUBLE)
+		into->ftype = ST_FT_DOUBLE;
 	x->other += y->other;
 	x->err_sum = (x->err_sum < 0 || y->err_sum < 0) ? -1 : x->err_sum + y->err_sum;
 	x->nshards += y->nshards;
@@ -2189,11 +2451,19 @@ terms_render(const sr_agg *a, const agg_node *n, agg_render *r)
 			cm_buf_printf(b, "%llu", (unsigned long long)st_col_to_ulong(bk->l));
 		else
 			cm_buf_printf(b, "%lld", (long long)bk->l);
+		char ks[256];
 		if (!bk->key && (n->ftype == ST_FT_DATE || n->ftype == ST_FT_BOOLEAN)) {
-			char ks[96];
 			terms_key_string(a, n, s->key_kind, bk, ks, sizeof ks);
 			cm_buf_put(b, ",\"key_as_string\":", 17);
 			agg_json_str(b, ks, strlen(ks));
+		} else if (!bk->key && a->format && n->ftype != ST_FT_UNSIGNED_LONG) {
+			double d = (double)bk->l;
+			if (s->key_kind == 3)
+				memcpy(&d, &bk->l, 8);
+			if (agg_decimal_format(a->format, d, ks, sizeof ks)) {
+				cm_buf_put(b, ",\"key_as_string\":", 17);
+				agg_json_str(b, ks, strlen(ks));
+			}
 		}
 		cm_buf_printf(b, ",\"doc_count\":%llu", (unsigned long long)bk->count);
 		rc = agg_subs_render(a, bk->subs, r);
@@ -2850,8 +3120,8 @@ dh_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			int64_t ms;
 			if (cJSON_IsNumber(v))
 				ms = (int64_t)v->valuedouble;
-			else if (!cJSON_IsString(v) || !agg_date_parse(v->valuestring, a->format, p->tz,
-			                                                i == 1, &ms))
+			else if (!cJSON_IsString(v) || /* ES parses both bounds rounding down */
+			         !agg_date_parse(v->valuestring, a->format, p->tz, false, &ms))
 				return cm_error_set(err, CM_EPARSE,
 				                    "failed to parse [extended_bounds] of [%s]", a->name);
 			if (i)
@@ -3016,6 +3286,18 @@ dh_round(const hist_params *p, int64_t t)
 	return dh_round_c(p, NULL, t);
 }
 
+/* An extended bound's bucket: ES rounds the bound without the offset and
+ * adds the offset after, so with "offset": "1h" a "min" of 2016-01-01
+ * starts the buckets at 2016-01-01T01:00, not at 2015-12-31T01:00 (the
+ * bucket that holds the instant). */
+static int64_t
+dh_round_bound(const hist_params *p, int64_t t)
+{
+	hist_params q = *p;
+	q.offset = 0;
+	return dh_round(&q, t) + (int64_t)p->offset;
+}
+
 static int64_t
 dh_next(const hist_params *p, int64_t key)
 {
@@ -3178,12 +3460,14 @@ hist_render(const sr_agg *a, const agg_node *n, agg_render *r)
 		if (p->has_bounds) {
 			if (p->bmin <= p->bmax || isfinite(p->bmin) || isfinite(p->bmax)) {
 				if (isfinite(p->bmin)) {
-					int64_t bl = date ? dh_round(p, (int64_t)p->bmin) : hist_index(p, p->bmin);
+					int64_t bl = date ? dh_round_bound(p, (int64_t)p->bmin)
+					                  : hist_index(p, p->bmin);
 					if (bl < lo)
 						lo = bl;
 				}
 				if (isfinite(p->bmax)) {
-					int64_t bh = date ? dh_round(p, (int64_t)p->bmax) : hist_index(p, p->bmax);
+					int64_t bh = date ? dh_round_bound(p, (int64_t)p->bmax)
+					                  : hist_index(p, p->bmax);
 					if (bh > hi)
 						hi = bh;
 				}
@@ -3241,12 +3525,15 @@ hist_render(const sr_agg *a, const agg_node *n, agg_render *r)
 	cm_buf_put(b, p->keyed ? "{\"buckets\":{" : "{\"buckets\":[", 12);
 	for (size_t i = 0; i < k && !rc; i++) {
 		const bkt *bk = v[i];
-		char ks[96];
+		char ks[256];
+		bool as_string = false; /* a numeric key's text by "format" */
 		if (i)
 			cm_buf_put_u8(b, ',');
 		if (date)
 			agg_date_format(p->tz, a->format, bk->l, ks, sizeof ks);
-		else
+		else if (!(a->format &&
+		           (as_string = agg_decimal_format(a->format, hist_key(p, bk->l), ks,
+		                                           sizeof ks))))
 			agg_double_str(ks, sizeof ks, hist_key(p, bk->l));
 		if (p->keyed) {
 			agg_json_str(b, ks, strlen(ks));
@@ -3259,6 +3546,10 @@ hist_render(const sr_agg *a, const agg_node *n, agg_render *r)
 		} else {
 			cm_buf_put(b, "{\"key\":", 7);
 			agg_json_double(b, hist_key(p, bk->l));
+			if (as_string) {
+				cm_buf_put(b, ",\"key_as_string\":", 17);
+				agg_json_str(b, ks, strlen(ks));
+			}
 		}
 		cm_buf_printf(b, ",\"doc_count\":%llu", (unsigned long long)bk->count);
 		rc = agg_subs_render(a, bk->subs, r);
@@ -3446,10 +3737,17 @@ range_parse(sr_agg *a, const cJSON *body, cm_error *err)
 				g->to_s = cm_strdup(AGG_MEM, ts);
 			}
 		} else {
-			if (g->has_from)
+			/* a DecimalFormat "format" gives the bounds' text, key included */
+			if (g->has_from && !(a->format && agg_decimal_format(a->format, g->from, fs,
+			                                                     sizeof fs)))
 				agg_double_str(fs, sizeof fs, g->from);
-			if (g->has_to)
+			else if (g->has_from)
+				g->from_s = cm_strdup(AGG_MEM, fs);
+			if (g->has_to && !(a->format && agg_decimal_format(a->format, g->to, ts,
+			                                                   sizeof ts)))
 				agg_double_str(ts, sizeof ts, g->to);
+			else if (g->has_to)
+				g->to_s = cm_strdup(AGG_MEM, ts);
 		}
 		if (!g->key) {
 			char kb[200];
@@ -3491,6 +3789,28 @@ range_free(const sr_agg *a, void *d)
 	filters_free(a, d); /* same layout */
 }
 
+/* A bound in the precision the field stores, as ES's
+ * reduceToStoredPrecision: a float field holds 0.04 as 0.03999999910...,
+ * so the bound "to": 0.04 must become that float, or the document lands in
+ * the range below. */
+static double
+range_stored_precision(const agg_rt *rt, double x)
+{
+	if (!rt->fi || !isfinite(x))
+		return x;
+	if (rt->fi->type == ST_FT_FLOAT) {
+		if (fabs(x) >= 0x1.ffffffp+127)
+			return x < 0 ? -INFINITY : INFINITY;
+		return (double)(float)x;
+	}
+	if (rt->fi->type == ST_FT_HALF_FLOAT) {
+		if (fabs(x) >= 0x1.ffffffp+127)
+			return x < 0 ? -INFINITY : INFINITY;
+		return st_half_round((double)(float)x);
+	}
+	return x;
+}
+
 static void
 range_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
 {
@@ -3522,11 +3842,14 @@ range_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 			bool hit = false;
 			if (use_missing)
 				hit = mv >= p->r[r].from && mv < p->r[r].to;
-			else
+			else if (k > 0) {
+				double lo = range_stored_precision(rt, p->r[r].from);
+				double hi = range_stored_precision(rt, p->r[r].to);
 				for (int j = 0; j < k && !hit; j++) {
 					double x = agg_num(rt, v[j]);
-					hit = x >= p->r[r].from && x < p->r[r].to;
+					hit = x >= lo && x < hi;
 				}
+			}
 			if (hit) {
 				s->b[r].count++;
 				bucket_doc(rt, s->b[r].subs, docs[i], scores, i);

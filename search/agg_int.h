@@ -87,6 +87,9 @@ struct sr_agg {
 	char *field;
 	agg_missing missing;
 	char *format; /* date format / numeric format, NULL = default */
+	/* "value_type": the type an unmapped field's "missing" takes */
+	bool has_value_type;
+	st_field_type value_type;
 	sr_agg **subs;
 	size_t nsubs;
 	void *p;      /* kind-specific parameters */
@@ -260,6 +263,10 @@ void agg_json_str(cm_buf *b, const char *s, size_t n);
  * 1.0, 0.5, 1.0E7; NaN/inf as null. */
 void agg_json_double(cm_buf *b, double v);
 void agg_double_str(char *buf, size_t cap, double v);
+/* v formatted with a java.text.DecimalFormat pattern ("Value is ##0.0",
+ * "#,##0.00", "0.0%") into out; false when the pattern is not one of
+ * those (then there is no text form). */
+bool agg_decimal_format(const char *pattern, double v, char *out, size_t cap);
 void agg_json_double_or_null(cm_buf *b, double v, bool present);
 
 /* ---- encoding helpers ---- */

@@ -175,10 +175,13 @@ static void
 put_as_string(const sr_agg *a, const agg_node *n, cm_buf *b, const char *key, double v,
               bool present)
 {
-	if (!present || !is_date(n) || !isfinite(v))
+	if (!present || !isfinite(v) || (!is_date(n) && !a->format))
 		return;
-	char s[96];
-	agg_date_format(NULL, a->format, (int64_t)v, s, sizeof s);
+	char s[256];
+	if (is_date(n))
+		agg_date_format(NULL, a->format, (int64_t)v, s, sizeof s);
+	else if (!agg_decimal_format(a->format, v, s, sizeof s)) /* a DecimalFormat pattern */
+		return;
 	cm_buf_printf(b, ",\"%s\":", key);
 	agg_json_str(b, s, strlen(s));
 }
@@ -320,7 +323,7 @@ mstats_render(const sr_agg *a, const agg_node *n, agg_render *r)
 		}
 		cm_buf_put_u8(b, '}');
 	}
-	if (is_date(n) && has) {
+	if ((is_date(n) || a->format) && has) {
 		put_as_string(a, n, b, "min_as_string", m->min, has);
 		put_as_string(a, n, b, "max_as_string", m->max, has);
 		put_as_string(a, n, b, "avg_as_string", avg, has);

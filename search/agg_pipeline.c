@@ -606,6 +606,49 @@ fmt_decimal(const char *f, double v, char *out, size_t cap)
 	snprintf(out, cap, "%s", o);
 }
 
+bool
+agg_decimal_format(const char *pattern, double v, char *out, size_t cap)
+{
+	char pat[256], pre[128], num[128], suf[128];
+	snprintf(pat, sizeof pat, "%s", pattern);
+	char *semi = strchr(pat, ';'); /* the negative subpattern: '-' and the positive one */
+	if (semi)
+		*semi = 0;
+	size_t np = 0, nn = 0, ns = 0;
+	bool quoted = false, in_num = false, after = false, pct = false;
+	for (const char *c = pat; *c; c++) {
+		if (*c == '\'') {
+			if (c[1] == '\'') { /* '' is a quote */
+				c++;
+			} else {
+				quoted = !quoted;
+				continue;
+			}
+		} else if (!quoted && !after && strchr("#0,.", *c)) {
+			in_num = true;
+			if (nn + 1 < sizeof num)
+				num[nn++] = *c;
+			continue;
+		}
+		if (in_num)
+			after = true;
+		if (!quoted && *c == '%')
+			pct = true;
+		if (after) {
+			if (ns + 1 < sizeof suf)
+				suf[ns++] = *c;
+		} else if (np + 1 < sizeof pre)
+			pre[np++] = *c;
+	}
+	pre[np] = num[nn] = suf[ns] = 0;
+	if (!nn || !fmt_ok(num) || !isfinite(v))
+		return false;
+	char digits[512];
+	fmt_decimal(num, fabs(pct ? v * 100 : v), digits, sizeof digits);
+	snprintf(out, cap, "%s%s%s%s", v < 0 && strcmp(digits, "0") ? "-" : "", pre, digits, suf);
+	return true;
+}
+
 /* ---- parsing ---- */
 
 static cm_err

@@ -583,10 +583,88 @@ add_unit(int64_t t, char unit, int64_t k, int64_t off)
 	return t;
 }
 
-/* The last ms covered by a date written with less precision than ms
- * (ES parses upper bounds with missing fields set to their maximum). */
+/* The bound a date written with less precision than ms rounds up to
+ * (gt, lte): ES's round-up parser defaults a missing month and day to 01
+ * and a missing hour, minute, second and fraction to their maximum, so
+ * "lte": "2099-12" is 2099-12-01T23:59:59.999, not the month's end. */
+/* The unit a date pattern's finest field rounds up: 's', 'm' or 'h' when
+ * it writes seconds, minutes or hours, 'd' when it stops at the day,
+ * month or year (the day stays 01 then), 0 with a fraction. */
+static char
+pattern_round_unit(const char *f, size_t n)
+{
+	char unit = 'd';
+	bool quoted = false;
+	for (size_t i = 0; i < n; i++) {
+		char c = f[i];
+		if (c == '\'') {
+			quoted = !quoted;
+			continue;
+		}
+		if (quoted)
+			continue;
+		if (c == 'S' || c == 'n' || c == 'N' || c == 'A')
+			return 0;
+		if (c == 's')
+			unit = 's';
+		else if (c == 'm' && unit != 's')
+			unit = 'm';
+		else if ((c == 'H' || c == 'h' || c == 'k' || c == 'K') && unit == 'd')
+			unit = 'h';
+	}
+	return unit;
+}
+
+/* A custom pattern, not a named format: "dd/MM/yyyy", "uuuu" ("date" and
+ * "year" are names). */
+static bool
+is_date_pattern(const char *f, size_t n)
+{
+	bool letters_only = true;
+	for (size_t i = 0; i < n; i++) {
+		if (f[i] == '_')
+			return false;
+		if (!strchr("yuMdHhmsS", f[i]))
+			letters_only = false;
+		if ((f[i] < 'a' || f[i] > 'z') && (f[i] < 'A' || f[i] > 'Z'))
+			return true; /* a separator */
+	}
+	return letters_only;
+}
+
+static int64_t date_round_up_iso(const char *s, size_t n, int64_t v, int64_t off);
+
+/* A bound parsed by format rounds up by the alternative that read it: a
+ * custom pattern by its finest field, a named format as the ISO forms. */
 static int64_t
-date_round_up_missing(const char *s, size_t n, int64_t v, int64_t off)
+date_round_up_missing(const char *s, size_t n, const char *format, int64_t v, int64_t off)
+{
+	for (const char *f = format; f && *f;) {
+		const char *sep = strstr(f, "||");
+		size_t fn = sep ? (size_t)(sep - f) : strlen(f);
+		char alt[128];
+		int64_t t;
+		if (fn < sizeof alt) {
+			memcpy(alt, f, fn);
+			alt[fn] = 0;
+			if (st_date_parse(s, n, alt, &t)) {
+				if (!strncmp(alt, "epoch_", 6))
+					return v;
+				if (!is_date_pattern(alt, fn))
+					break;
+				char unit = pattern_round_unit(alt, fn);
+				return unit ? round_unit(v, unit, true, off) : v;
+			}
+		}
+		if (!sep)
+			break;
+		f = sep + 2;
+	}
+	return date_round_up_iso(s, n, v, off);
+}
+
+static int64_t
+date_round_up_iso(const char *s, size_t n, int64_t v, int64_t off)
 {
 	/* ISO forms only: yyyy, yyyy-MM, yyyy-MM-dd, ...THH, ...THH:mm, ...THH:mm:ss */
 	size_t k = 0;
@@ -604,9 +682,7 @@ date_round_up_missing(const char *s, size_t n, int64_t v, int64_t off)
 		return v; /* epoch millis */
 	switch (k) {
 	case 4:
-		return round_unit(v, 'y', true, off);
 	case 7:
-		return round_unit(v, 'M', true, off);
 	case 10:
 		return round_unit(v, 'd', true, off);
 	case 13:
@@ -674,7 +750,7 @@ parse_date_math_in(const char *s, const char *format, int64_t off, const agg_tz 
 		if (ztz)
 			off = agg_tz_offset(ztz, t);
 		if (round_up && !bars)
-			t = date_round_up_missing(s, n, t, off);
+			t = date_round_up_missing(s, n, format, t, off);
 		if (!bars) {
 			*out = t;
 			return true;
@@ -904,7 +980,11 @@ column_bound(const sr_fstat *fs, const char *v, bound_kind k, const char *format
 		if (*end || end == v || isnan(d))
 			return -1;
 		if (fs->type == ST_FT_FLOAT) {
-			float f = (float)d;
+			/* Float.parseFloat: nearest float; past the type's range
+			 * the bound is an infinity and clamps (ES 8.14) */
+			float f = d >= 0x1.ffffffp+127    ? INFINITY
+			          : d <= -0x1.ffffffp+127 ? -INFINITY
+			                                  : (float)d;
 			if (k == B_GT)
 				f = nextafterf(f, INFINITY);
 			else if (k == B_LT)
@@ -1379,11 +1459,21 @@ compile_range(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 		bound_kind k;
 	} b[4] = {{q->gt, B_GT}, {q->gte, B_GTE}, {q->lt, B_LT}, {q->lte, B_LTE}};
 	bool empty = false;
+	/* without a "format", a date bound reads as the field's mapping format
+	 * (as ES), else as the default one */
+	const char *mfmt = q->format;
+	if (!mfmt && (fs->type == ST_FT_DATE || fs->type == ST_FT_DATE_NANOS)) {
+		const st_mapping *m = st_reader_mapping(c->x->reader);
+		const st_field_def *d = m ? st_mapping_find(m, q->field) : NULL;
+		mfmt = d ? d->format : NULL;
+	}
 	for (int i = 0; i < 4; i++) {
 		if (!b[i].v)
 			continue;
 		int64_t v;
-		int r = column_bound(fs, b[i].v, b[i].k, q->format, q->time_zone, &v);
+		int r = column_bound(fs, b[i].v, b[i].k, mfmt, q->time_zone, &v);
+		if (r < 0 && mfmt && !q->format)
+			r = column_bound(fs, b[i].v, b[i].k, NULL, q->time_zone, &v);
 		if (r < 0) {
 			sr_plan_free(p);
 			if (c->lenient) {

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "../common/cm_alloc.h"
+#include "agg_int.h"
 #include "jsonw.h"
 #include "sr.h"
 #include "sr_agg.h"
@@ -422,6 +423,30 @@ sr_merger_fail(sr_merger *m, uint32_t shard, const cm_error *why)
 	sr_merger_fail_at(m, shard, NULL, NULL, why);
 }
 
+/* numeric_type date / date_nanos: a date sort value in the sort's
+ * resolution (ES converts on the shard; a shard of one index holds one
+ * resolution, so converting here orders shards of both alike). */
+static void
+to_numeric_type(const sr_request *req, sr_hit *h)
+{
+	for (size_t i = 0; i < req->nsort && i < h->nsort; i++) {
+		sr_sort_value *v = &h->sort[i];
+		int nt = req->sort[i].numeric_type;
+		if (v->type != SR_SV_LONG || nt == SR_NT_NONE)
+			continue;
+		if (nt == SR_NT_DATE_NANOS && v->d == SR_SV_DATE_MILLIS) {
+			/* past what nanos hold (after 2262): the nearest end */
+			v->l = v->l > INT64_MAX / 1000000   ? INT64_MAX
+			       : v->l < INT64_MIN / 1000000 ? INT64_MIN
+			                                    : v->l * 1000000;
+			v->d = SR_SV_DATE_NANOS;
+		} else if (nt == SR_NT_DATE && v->d == SR_SV_DATE_NANOS) {
+			v->l = v->l / 1000000 - (v->l % 1000000 < 0);
+			v->d = SR_SV_DATE_MILLIS;
+		}
+	}
+}
+
 void
 sr_merger_add(sr_merger *m, sr_shard_result *res)
 {
@@ -458,8 +483,10 @@ sr_merger_add(sr_merger *m, sr_shard_result *res)
 		sr_suggest_acc_add(m->suggest, res->suggest, res->suggest_len,
 		                   res->index ? res->index : m->index_name);
 	cm_free(T, res->suggest);
-	for (size_t i = 0; i < res->nhits; i++)
+	for (size_t i = 0; i < res->nhits; i++) {
+		to_numeric_type(m->req, &res->hits[i]);
 		offer_hit(m, &res->hits[i], res->hits[i].index ? res->hits[i].index : res->index);
+	}
 	cm_free(T, res->hits);
 	sr_agg_state *aggs = res->aggs;
 	uint32_t shard = res->shard;
@@ -620,6 +647,23 @@ render_sort_value(cm_buf *b, const sr_sort_key *k, const sr_hit *h, size_t i)
 		return;
 	}
 	const sr_sort_value *v = hit_value(h, i);
+	if (k->format && v->type == SR_SV_LONG &&
+	    (v->d == SR_SV_DATE_MILLIS || v->d == SR_SV_DATE_NANOS)) {
+		/* a date sort with a "format": the text, as ES renders it */
+		char buf[128];
+		bool nanos = v->d == SR_SV_DATE_NANOS;
+		/* its fraction has 3 to 9 digits, as many as the value needs */
+		bool ns_text = !strncmp(k->format, "strict_date_optional_time_nanos", 31) &&
+		               (k->format[31] == 0 || k->format[31] == '|');
+		if (ns_text && (nanos || (v->l > -9200000000000 && v->l < 9200000000000)))
+			st_date_format_ns(nanos ? v->l : v->l * 1000000, buf, sizeof buf);
+		else
+			agg_date_format(NULL, k->format,
+			                nanos ? v->l / 1000000 - (v->l % 1000000 < 0) : v->l, buf,
+			                sizeof buf);
+		sr_jw_cstr(b, buf);
+		return;
+	}
 	switch (v->type) {
 	case SR_SV_LONG:
 		cm_buf_printf(b, "%lld", (long long)v->l);

@@ -47,6 +47,7 @@ free_sort(sr_request *r)
 	for (size_t i = 0; i < r->nsort; i++) {
 		cm_free(T, r->sort[i].field);
 		cm_free(T, r->sort[i].unmapped_type);
+		cm_free(T, r->sort[i].format);
 		cm_free(T, r->sort[i].nested_path);
 		sr_query_free(r->sort[i].nested_filter);
 	}
@@ -278,9 +279,24 @@ sort_options(sr_sort_key *k, const char *field, const cJSON *o, cm_error *err)
 			if (!k->nested_path)
 				return cm_error_set(err, CM_EPARSE,
 				                    "[nested] sort requires a [path] (a string)");
-		} else if ((!strcmp(n, "numeric_type") || !strcmp(n, "format")) &&
-		           k->kind == SR_SORT_FIELD) {
-			continue; /* value presentation only */
+		} else if (!strcmp(n, "format") && k->kind == SR_SORT_FIELD) {
+			if (!cJSON_IsString(v))
+				return cm_error_set(err, CM_EPARSE, "[field_sort] format must be a string");
+			if (!st_date_format_valid(v->valuestring))
+				return cm_error_set(err, CM_EINVAL, "Invalid format: [%s]", v->valuestring);
+			cm_free(T, k->format);
+			k->format = cm_strdup(T, v->valuestring);
+		} else if (!strcmp(n, "numeric_type") && k->kind == SR_SORT_FIELD) {
+			const char *t = cJSON_IsString(v) ? v->valuestring : "";
+			if (!strcmp(t, "date"))
+				k->numeric_type = SR_NT_DATE;
+			else if (!strcmp(t, "date_nanos"))
+				k->numeric_type = SR_NT_DATE_NANOS;
+			else if (strcmp(t, "long") && strcmp(t, "double"))
+				return cm_error_set(err, CM_EINVAL,
+				                    "invalid value for [numeric_type], must be [long, double, "
+				                    "date, date_nanos], got %s",
+				                    cJSON_IsString(v) ? v->valuestring : token_name(v));
 		} else {
 			return cm_error_set(err, CM_EPARSE, "[%s] unknown field [%s]",
 			                    k->kind == SR_SORT_FIELD ? "field_sort" : field, n);

@@ -15,8 +15,19 @@ typedef struct sr_ordterm {
 	size_t n;
 } sr_ordterm;
 
+/* A search_after date as ES reads it: with the sort's "format", else the
+ * field's (NULL: the default, strict_date_optional_time||epoch_millis). */
+static bool
+after_date(const sr_sort_field *k, const char *s, const char *format, int64_t *out)
+{
+	if (k->ftype == ST_FT_DATE_NANOS)
+		return st_date_parse_ns(s, strlen(s), format, out);
+	return st_date_parse(s, strlen(s), format, out);
+}
+
 static cm_err
-after_value(sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_error *err)
+after_value(sr_sort_field *k, const sr_sort_value *v, const char *format, sr_sortval *out,
+            cm_error *err)
 {
 	memset(out, 0, sizeof *out);
 	if (v->type == SR_SV_NULL) {
@@ -110,12 +121,16 @@ after_value(sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_error 
 		int64_t ms;
 		char *end;
 		long long l = strtoll(v->s, &end, 10);
-		if (!*end && end != v->s)
-			out->l = l;
-		else if (k->fs && k->fs->type == ST_FT_DATE && st_date_parse(v->s, strlen(v->s), NULL, &ms))
+		bool date = k->ftype == ST_FT_DATE || k->ftype == ST_FT_DATE_NANOS;
+		bool integer = !*end && end != v->s; /* also a JSON number past 2^53 */
+		if (date && format && after_date(k, v->s, format, &ms)) /* "2021" in uuuu: a year */
 			out->l = ms;
-		else if (k->fs && k->fs->type == ST_FT_DATE_NANOS &&
-		         st_date_parse_ns(v->s, strlen(v->s), NULL, &ms))
+		else if (date && format && !integer)
+			return cm_error_set(err, CM_EINVAL,
+			                    "failed to parse date field [%s] with format [%s]", v->s, format);
+		else if (integer)
+			out->l = l;
+		else if (date && after_date(k, v->s, NULL, &ms))
 			out->l = ms;
 		else if (!strcmp(v->s, "true") || !strcmp(v->s, "false"))
 			out->l = v->s[0] == 't';
@@ -123,6 +138,33 @@ after_value(sr_sort_field *k, const sr_sort_value *v, sr_sortval *out, cm_error 
 			return cm_error_set(err, CM_EINVAL, "failed to parse search_after value [%s]", v->s);
 	}
 	return CM_OK;
+}
+
+/* A search_after number in the sort's numeric_type resolution, read in
+ * the field's: nanos for a millis field and the reverse, rounded so that
+ * "after" keeps its meaning (asc: values above it, desc: below). */
+static void
+after_numeric_type(const sr_sort_field *k, const sr_sort_key *rk, const sr_sort_value *v,
+                   sr_sortval *out)
+{
+	if (out->missing)
+		return;
+	if (v->type == SR_SV_STRING) { /* a number past 2^53 arrives as its text */
+		char *end;
+		long long l = v->s ? strtoll(v->s, &end, 10) : 0;
+		if (!v->s || *end || end == v->s || l != out->l)
+			return;
+	} else if (v->type != SR_SV_LONG && v->type != SR_SV_DOUBLE)
+		return;
+	int64_t x = out->l;
+	if (rk->numeric_type == SR_NT_DATE_NANOS && k->ftype == ST_FT_DATE) {
+		int64_t q = x / 1000000 - (x % 1000000 < 0); /* floor */
+		out->l = k->desc && q * 1000000 != x ? q + 1 : q;
+	} else if (rk->numeric_type == SR_NT_DATE && k->ftype == ST_FT_DATE_NANOS) {
+		if (x > INT64_MAX / 1000000 - 1 || x < INT64_MIN / 1000000 + 1)
+			return;
+		out->l = k->desc ? x * 1000000 : x * 1000000 + 999999;
+	}
 }
 
 static const char *
@@ -245,10 +287,17 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 			                    "search_after has %zu value(s) but sort has %zu.",
 			                    req->nsearch_after, s->nkeys);
 		s->after = cm_calloc(CM_MEM_SEARCH, s->nkeys, sizeof(sr_sortval));
+		const st_mapping *m = x->reader ? st_reader_mapping(x->reader) : NULL;
 		for (size_t i = 0; i < s->nkeys; i++) {
-			cm_err rc = after_value(&s->keys[i], &req->search_after[i], &s->after[i], err);
+			const sr_sort_key *rk = &req->sort[i];
+			const st_field_def *def =
+			    m && rk->kind == SR_SORT_FIELD ? st_mapping_find(m, rk->field) : NULL;
+			const char *format = rk->format ? rk->format : def ? def->format : NULL;
+			cm_err rc = after_value(&s->keys[i], &req->search_after[i], format, &s->after[i],
+			                        err);
 			if (rc)
 				return rc;
+			after_numeric_type(&s->keys[i], rk, &req->search_after[i], &s->after[i]);
 		}
 	}
 	return CM_OK;
@@ -603,6 +652,9 @@ sr_sorter_export(const sr_sorter *s, const sr_sortval *v, sr_sort_value *out)
 		} else {
 			out[i].type = SR_SV_LONG;
 			out[i].l = v[i].l;
+			out[i].d = k->ftype == ST_FT_DATE         ? SR_SV_DATE_MILLIS
+			           : k->ftype == ST_FT_DATE_NANOS ? SR_SV_DATE_NANOS
+			                                          : 0;
 		}
 	}
 }

@@ -158,6 +158,11 @@ typedef struct sr_sort_key {
 	bool missing_first; /* default: last */
 	sr_sort_mode mode;    /* multi-valued fields */
 	char *unmapped_type;  /* NULL, or the type to sort an unmapped field as */
+	char *format;         /* NULL, or the date format hit sort values render in
+	                       * and search_after values parse with */
+	/* "numeric_type" date / date_nanos: dates of either resolution sort
+	 * (and render) in this one, so an index of each merges in order */
+	enum { SR_NT_NONE, SR_NT_DATE, SR_NT_DATE_NANOS } numeric_type;
 	/* _geo_distance: distance of the field's points from (lat, lon), in
 	 * units of geo_unit meters */
 	bool geo, geo_ignore_unmapped;
@@ -171,12 +176,17 @@ typedef struct sr_sort_key {
 /* A sort value as it appears in hit.sort / search_after. */
 typedef struct sr_sort_value {
 	/* SR_SV_ULONG: l is an unsigned_long column value (st_col_to_ulong);
-	 * SR_SV_IP: s is the address as ES prints it, ordered as addresses. */
+	 * SR_SV_IP: s is the address as ES prints it, ordered as addresses.
+	 * SR_SV_LONG a shard exports: d is SR_SV_DATE_MILLIS or
+	 * SR_SV_DATE_NANOS when l is a date (0: a number), so the coordinator
+	 * can render the sort's "format"; it travels in SortValue.d. */
 	enum { SR_SV_NULL, SR_SV_LONG, SR_SV_DOUBLE, SR_SV_STRING, SR_SV_ULONG, SR_SV_IP } type;
 	int64_t l;
 	double d;
 	char *s;
 } sr_sort_value;
+#define SR_SV_DATE_MILLIS 1.0
+#define SR_SV_DATE_NANOS 2.0
 
 typedef struct sr_agg sr_agg; /* aggregation spec tree: search/sr_agg.h */
 

@@ -412,7 +412,10 @@ emit_scalar(parse_ctx *c, const st_field_def *f, cJSON *j)
 		if (!isfinite(d))
 			return type_error(c, f, j);
 		if (f->type == ST_FT_FLOAT) {
-			if (fabs(d) > 3.4028234663852886e38)
+			/* Java's Float.parseFloat rounds to nearest: a value
+			 * below the midpoint between FLT_MAX and 2^128
+			 * (3.4028235E38 written out) is FLT_MAX, not an overflow */
+			if (fabs(d) >= 0x1.ffffffp+127)
 				return type_error(c, f, j);
 			d = (double)(float)d; /* what a float field holds */
 		}
