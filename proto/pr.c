@@ -230,7 +230,11 @@ sort_value_to_pb(const sr_sort_value *v, Shoal__SortValue *pb)
 	           : v->type == SR_SV_IP     ? 5
 	                                     : 0;
 	pb->l = v->l;
-	pb->d = v->d;
+	/* a long's d says whether it is a date (sr.h): its own field here */
+	if (v->type == SR_SV_LONG)
+		pb->unit = v->d == SR_SV_DATE_MILLIS ? 1 : v->d == SR_SV_DATE_NANOS ? 2 : 0;
+	else
+		pb->d = v->d;
 	pb->s = str(v->s);
 }
 
@@ -374,7 +378,10 @@ hit_from_pb(const Shoal__Hit *pb, sr_hit *h, pr_strings *ps)
 			                  : v->type == 5 ? SR_SV_IP
 			                                 : SR_SV_NULL;
 			h->sort[i].l = v->l;
-			h->sort[i].d = v->d;
+			h->sort[i].d = v->type != 1    ? v->d
+			               : v->unit == 1 ? SR_SV_DATE_MILLIS
+			               : v->unit == 2 ? SR_SV_DATE_NANOS
+			                              : 0;
 			if (v->type == 3 || v->type == 5)
 				h->sort[i].s = cm_strdup(HIT_MEM, v->s);
 		}

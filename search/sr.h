@@ -179,7 +179,7 @@ typedef struct sr_sort_value {
 	 * SR_SV_IP: s is the address as ES prints it, ordered as addresses.
 	 * SR_SV_LONG a shard exports: d is SR_SV_DATE_MILLIS or
 	 * SR_SV_DATE_NANOS when l is a date (0: a number), so the coordinator
-	 * can render the sort's "format"; it travels in SortValue.d. */
+	 * can render the sort's "format"; it travels in SortValue.unit. */
 	enum { SR_SV_NULL, SR_SV_LONG, SR_SV_DOUBLE, SR_SV_STRING, SR_SV_ULONG, SR_SV_IP } type;
 	int64_t l;
 	double d;
