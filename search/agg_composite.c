@@ -6,6 +6,7 @@
  * fewer than `size` smaller keys anywhere, so every shard holding it kept
  * it. Keys are encoded as bytes (one tagged value per source) so that
  * equal tuples hash and compare equal. */
+#define _GNU_SOURCE /* qsort_r */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -599,13 +600,11 @@ comp_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 
 /* ---- shard cut, merge ---- */
 
-static _Thread_local const comp_params *sort_params; /* qsort has no context */
-
 static int
-bkt_cmp(const void *x, const void *y)
+bkt_cmp(const void *x, const void *y, void *params)
 {
 	const cbkt *a = *(cbkt *const *)x, *b = *(cbkt *const *)y;
-	return key_cmp(sort_params, a->key, a->klen, b->key, b->klen);
+	return key_cmp(params, a->key, a->klen, b->key, b->klen);
 }
 
 static cbkt **
@@ -614,8 +613,7 @@ comp_sorted(const sr_agg *a, const comp_state *s)
 	cbkt **v = cm_calloc(AGG_MEM, s->n ? s->n : 1, sizeof *v);
 	for (size_t i = 0; i < s->n; i++)
 		v[i] = &s->v[i];
-	sort_params = a->p;
-	qsort(v, s->n, sizeof *v, bkt_cmp);
+	qsort_r(v, s->n, sizeof *v, bkt_cmp, a->p);
 	return v;
 }
 

@@ -9,6 +9,7 @@
  * bucket_script, bucket_selector, bucket_sort) work on the bucket list of
  * the aggregation they are declared in; sibling pipelines (*_bucket) read
  * the buckets of a sibling and add one value next to it. */
+#define _GNU_SOURCE /* qsort_r */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -1997,7 +1998,6 @@ typedef struct sort_item {
 	const jv **skey; /* per sort field: the "_key" node when sorting on it */
 } sort_item;
 
-static _Thread_local const agg_pipe *sort_pipe; /* qsort has no context argument */
 
 static int
 jv_key_cmp(const jv *a, const jv *b)
@@ -2010,10 +2010,10 @@ jv_key_cmp(const jv *a, const jv *b)
 }
 
 static int
-sort_cmp(const void *x, const void *y)
+sort_cmp(const void *x, const void *y, void *pipe)
 {
 	const sort_item *a = x, *b = y;
-	const agg_pipe *p = sort_pipe;
+	const agg_pipe *p = pipe;
 	for (size_t i = 0; i < p->nsort; i++) {
 		int c;
 		if (a->skey[i] || b->skey[i]) {
@@ -2059,8 +2059,7 @@ run_bucket_sort(pl *P, const agg_pipe *p, jv *bl)
 					return P->err->code;
 			}
 		}
-		sort_pipe = p;
-		qsort(it, n, sizeof *it, sort_cmp);
+		qsort_r(it, n, sizeof *it, sort_cmp, (void *)(uintptr_t)p);
 		for (size_t i = 0; i < n; i++) {
 			bl->kids[i] = it[i].b;
 			if (bl->keys)
