@@ -2,7 +2,7 @@
  * parsed once (nd_cluster_settings.c: transient over persistent, values as
  * text, the allocation fields and their defaults, exclude lists), the
  * preference parser and the order a shard's copies are tried in
- * (nd_cluster_copies.c). */
+ * (nd_cluster_copies.c), and one shard's health (nd_cluster_views.c). */
 #include <stdatomic.h>
 #include <string.h>
 
@@ -202,6 +202,55 @@ test_copy_order(void)
 	CHECK(pick(&in, NULL, got) == 0 && pick(&in, "_primary", got) == 0);
 }
 
+static cl_shard_health
+health(const int *copies, int nc, bool routed, uint64_t in_sync, int primary, int reloc,
+       int want, uint64_t alive, uint64_t joined)
+{
+	cl_shard_view v = {copies, nc, routed, in_sync, primary, reloc, want, alive, joined};
+	cl_shard_health h;
+	cl_shard_health_of(&v, &h);
+	return h;
+}
+
+static void
+test_shard_health(void)
+{
+	int c2[] = {0, 1}, c3[] = {0, 1, 2};
+	uint64_t all = 0x7, none = 0;
+	/* two copies in sync on live, joined nodes: green */
+	cl_shard_health h = health(c2, 2, true, 0x3, 0, -1, 2, all, all);
+	CHECK(h.primary_up && !h.yellow && !h.relocating);
+	CHECK(h.active == 2 && h.initializing == 0 && h.unassigned == 0);
+	/* the primary's node is down: red; the replica still counts */
+	h = health(c2, 2, true, 0x3, 0, -1, 2, 0x6, all);
+	CHECK(!h.primary_up && h.yellow && h.active == 1 && h.unassigned == 1);
+	/* a replica recovering (out of sync): yellow, initializing */
+	h = health(c2, 2, true, 0x1, 0, -1, 2, all, all);
+	CHECK(h.primary_up && h.yellow && h.active == 1 && h.initializing == 1 &&
+	      h.unassigned == 0);
+	/* a node up but not yet taken in since its restart: initializing */
+	h = health(c2, 2, true, 0x3, 0, -1, 2, all, 0x1);
+	CHECK(h.yellow && h.active == 1 && h.initializing == 1);
+	/* a relocation: the new copy (out of sync) is the move, not a missing one */
+	h = health(c3, 3, true, 0x3, 0, 1, 2, all, all);
+	CHECK(h.relocating && !h.yellow && h.active == 2 && h.initializing == 0 &&
+	      h.unassigned == 0);
+	/* one copy more than wanted, all in sync: moving, counted as wanted */
+	h = health(c3, 3, true, 0x7, 0, -1, 2, all, all);
+	CHECK(h.relocating && !h.yellow && h.active == 2);
+	/* a replica that has no node at all: unassigned */
+	h = health(c2, 1, true, 0x1, 0, -1, 2, all, all);
+	CHECK(h.yellow && h.active == 1 && h.unassigned == 1);
+	/* nothing alive */
+	h = health(c2, 2, true, 0x3, 0, -1, 2, none, all);
+	CHECK(!h.primary_up && h.active == 0 && h.unassigned == 2);
+	/* no routing (a static cluster's formula): the first copy leads */
+	h = health(c2, 2, false, 0, -1, -1, 2, 0x2, all);
+	CHECK(!h.primary_up && h.active == 1);
+	h = health(c2, 2, false, 0, -1, -1, 2, all, all);
+	CHECK(h.primary_up && !h.yellow);
+}
+
 int
 main(void)
 {
@@ -209,5 +258,6 @@ main(void)
 	test_settings_parsed();
 	test_preference();
 	test_copy_order();
+	test_shard_health();
 	return check_report("cluster_test");
 }

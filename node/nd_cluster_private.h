@@ -242,6 +242,28 @@ struct nd_tail_cfg;
  * number. */
 int cl_copy_order(nd_cluster *cl, nd_index *ix, int shard, const char *pref,
                   const struct nd_tail_cfg *cfg, int *order);
+/* ---- views (nd_cluster_views.c) ----
+ * One shard's health from plain inputs (unit-tested without a cluster):
+ * the copies the routing places, its in-sync set and primary, the nodes
+ * alive and taken in. */
+typedef struct cl_shard_view {
+	const int *copies; /* placement order */
+	int ncopies;
+	bool routed; /* the routing knows the shard (else copies[0] leads) */
+	uint64_t in_sync;
+	int primary;
+	int relocating_from; /* -1 none */
+	int want;            /* 1 + number_of_replicas */
+	uint64_t alive, joined; /* bit per node */
+} cl_shard_view;
+typedef struct cl_shard_health {
+	bool primary_up; /* else the shard is red */
+	bool yellow;     /* fewer in-sync live copies than wanted */
+	bool relocating; /* a copy moving (or one more than wanted leaving) */
+	int active, initializing, unassigned;
+} cl_shard_health;
+void cl_shard_health_of(const cl_shard_view *v, cl_shard_health *h);
+
 /* The same order from plain inputs (unit-tested without a cluster): */
 typedef struct cl_copy_in {
 	const int *copies; /* the shard's copies, placement order (node numbers) */

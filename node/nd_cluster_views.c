@@ -32,6 +32,63 @@ alive_count(nd_cluster *cl, bool data_only)
 }
 
 void
+cl_shard_health_of(const cl_shard_view *v, cl_shard_health *h)
+{
+	int up = 0, init = 0;
+	memset(h, 0, sizeof(*h));
+	h->primary_up = v->routed ? v->primary >= 0 && ((v->alive >> v->primary) & 1)
+	                          : v->ncopies > 0 && ((v->alive >> v->copies[0]) & 1);
+	/* A copy counts when its node is up and it is in sync; a live copy
+	 * outside the set is initializing (recovering). A node not yet taken
+	 * in since it (re)started is about to leave the in-sync sets and
+	 * recover. */
+	for (int c = 0; c < v->ncopies; c++) {
+		int node = v->copies[c];
+		if (!((v->alive >> node) & 1))
+			continue;
+		if ((!v->routed || ((v->in_sync >> node) & 1)) && ((v->joined >> node) & 1))
+			up++;
+		else
+			init++;
+	}
+	/* a copy moving: its new copy is the relocation, not one more */
+	if (v->routed && v->relocating_from >= 0) {
+		h->relocating = true;
+		if (init > 0)
+			init--;
+	} else if (up > v->want) {
+		/* a copy more than wanted, leaving once its primary has handed
+		 * over: still moving */
+		h->relocating = true;
+	}
+	h->yellow = up < v->want;
+	if (up > v->want)
+		up = v->want;
+	h->active = up;
+	h->initializing = init;
+	h->unassigned = v->want - up - init > 0 ? v->want - up - init : 0;
+}
+
+/* The view of shard s of ix that cl_shard_health_of reads. */
+static void
+shard_view(nd_cluster *cl, nd_index *ix, int s, int *copies, cl_shard_view *v)
+{
+	cl_route ro;
+	memset(v, 0, sizeof(*v));
+	v->copies = copies;
+	v->ncopies = cl_shard_copies(cl, ix, s, copies);
+	v->routed = cl_route_get(cl, nd_index_name(ix), s, &ro);
+	v->in_sync = ro.in_sync;
+	v->primary = ro.primary;
+	v->relocating_from = v->routed ? ro.relocating_from : -1;
+	v->want = 1 + nd_index_settings(ix)->number_of_replicas;
+	for (int i = 0; i < cl->nn && i < ND_CL_MAX_NODES; i++) {
+		v->alive |= (uint64_t)cl_alive(cl, i) << i;
+		v->joined |= (uint64_t)cl_node_joined(cl, i) << i;
+	}
+}
+
+void
 nd_cluster_health(nd_cluster *cl, cm_buf *out)
 {
 	nd_index **all;
@@ -42,49 +99,19 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 
 	nd_index_list(cl->node, &all, &nall);
 	for (size_t i = 0; i < nall; i++) {
-		int want = 1 + nd_index_settings(all[i])->number_of_replicas;
 		for (int s = 0; s < nd_index_nshards(all[i]); s++) {
-			int up = 0, init = 0, copies[ND_CL_MAX_COPIES];
-			int nc = cl_shard_copies(cl, all[i], s, copies);
-			cl_route ro;
-			bool routed = cl_route_get(cl, nd_index_name(all[i]), s, &ro);
-			bool p_up = routed ? ro.primary >= 0 && cl_alive(cl, ro.primary)
-			                   : cl_alive(cl, copies[0]);
-			/* A copy counts when its node is up and it is in sync; a live
-			 * copy outside the set is initializing (recovering). */
-			for (int c = 0; c < nc; c++) {
-				int node = copies[c];
-				if (!cl_alive(cl, node))
-					continue;
-				/* A node not yet taken in since it (re)started is about
-				 * to leave the in-sync sets and recover. */
-				if ((!routed || ((ro.in_sync >> node) & 1)) &&
-				    cl_node_joined(cl, node))
-					up++;
-				else
-					init++;
-			}
-			/* a copy moving: its new copy is the relocation, not one more */
-			if (routed && ro.relocating_from >= 0) {
-				relocating++;
-				if (init > 0)
-					init--;
-			} else if (up > want) {
-				/* a copy more than wanted, leaving once its primary has
-				 * handed over: still moving */
-				relocating++;
-			}
-			if (up > want)
-				up = want;
-			if (p_up)
-				prim++;
-			else
-				red++;
-			active += up;
-			initializing += init;
-			unassigned += want - up - init > 0 ? want - up - init : 0;
-			if (up < want)
-				yellow++;
+			int copies[ND_CL_MAX_COPIES];
+			cl_shard_view v;
+			cl_shard_health h;
+			shard_view(cl, all[i], s, copies, &v);
+			cl_shard_health_of(&v, &h);
+			prim += h.primary_up;
+			red += !h.primary_up;
+			relocating += h.relocating;
+			active += h.active;
+			initializing += h.initializing;
+			unassigned += h.unassigned;
+			yellow += h.yellow;
 		}
 		nd_index_release(all[i]);
 	}
@@ -351,22 +378,14 @@ static const char *
 index_health(nd_cluster *cl, nd_index *ix)
 {
 	bool red = false, yellow = false;
-	int want = 1 + nd_index_settings(ix)->number_of_replicas;
 	for (int s = 0; s < nd_index_nshards(ix); s++) {
-		int copies[ND_CL_MAX_COPIES], up = 0;
-		int nc = cl_shard_copies(cl, ix, s, copies);
-		cl_route ro;
-		bool routed = cl_route_get(cl, nd_index_name(ix), s, &ro);
-		if (!(routed ? ro.primary >= 0 && cl_alive(cl, ro.primary)
-		             : cl_alive(cl, copies[0])))
-			red = true;
-		for (int c = 0; c < nc; c++)
-			if (cl_alive(cl, copies[c]) &&
-			    (!routed || ((ro.in_sync >> copies[c]) & 1)) &&
-			    cl_node_joined(cl, copies[c]))
-				up++;
-		if (up < want)
-			yellow = true;
+		int copies[ND_CL_MAX_COPIES];
+		cl_shard_view v;
+		cl_shard_health h;
+		shard_view(cl, ix, s, copies, &v);
+		cl_shard_health_of(&v, &h);
+		red = red || !h.primary_up;
+		yellow = yellow || h.yellow;
 	}
 	return red ? "red" : yellow ? "yellow" : "green";
 }
