@@ -2,6 +2,7 @@
  * st_segbuild_write and st_segment_merge. */
 #define _GNU_SOURCE /* sync_file_range */
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +181,84 @@ put_u32_at(uint8_t *p, uint32_t v)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* The impacts of n docs into IMP_BYTES at out: the pairs (freq, norm)
+ * that no other pair beats on both (Lucene's competitive impacts), so
+ * BM25's bound over them is the docs' best score under any avgdl and
+ * idf, not the loose max freq with min norm (short documents put a very
+ * short doc and a high freq in nearly every block). Beyond IMP_SLOTS
+ * pairs, neighbours merge into (the higher freq, the lower norm), which
+ * still bounds both; the merge that raises the bound least goes first,
+ * judged at the docs' own mean length. Freqs from IMP_FREQ_ANY up are
+ * stored as IMP_FREQ_ANY (any freq); empty slots have freq 0. */
+static void
+impacts_put(uint8_t *out, const uint32_t *docs, const uint32_t *freqs, uint32_t n,
+            const uint8_t *norms)
+{
+	uint32_t best[256];
+	uint8_t seen[256];
+	unsigned nseen = 0;
+	double len_sum = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t nb = norms ? norms[docs[i]] : 0;
+		bool fresh = true;
+		for (unsigned k = 0; k < nseen; k++)
+			if (seen[k] == nb) {
+				fresh = false;
+				break;
+			}
+		if (fresh) {
+			seen[nseen++] = nb;
+			best[nb] = 0;
+		}
+		if (freqs[i] > best[nb])
+			best[nb] = freqs[i];
+		len_sum += st_norm_decode(nb);
+	}
+	/* norms ascending, then keep a pair only when its freq beats every
+	 * lower norm's */
+	for (unsigned i = 1; i < nseen; i++)
+		for (unsigned k = i; k > 0 && seen[k - 1] > seen[k]; k--) {
+			uint8_t t = seen[k];
+			seen[k] = seen[k - 1];
+			seen[k - 1] = t;
+		}
+	uint32_t pf[256];
+	uint8_t pn[256];
+	unsigned m = 0;
+	for (unsigned k = 0; k < nseen; k++) {
+		uint32_t f = best[seen[k]];
+		if (m && f <= pf[m - 1])
+			continue;
+		pf[m] = f;
+		pn[m] = seen[k];
+		m++;
+		if (f >= IMP_FREQ_ANY)
+			break; /* stored as any freq: it covers every higher norm */
+	}
+	double avg = n && len_sum > 0 ? len_sum / n : 1.0;
+	while (m > IMP_SLOTS) {
+		/* merging i and i + 1 gives (pf[i + 1], pn[i]) */
+		unsigned at = 0;
+		double least = INFINITY;
+		for (unsigned i = 0; i + 1 < m; i++) {
+			double key = pf[i + 1] / (0.25 + 0.75 * st_norm_decode(pn[i]) / avg);
+			if (key < least) {
+				least = key;
+				at = i;
+			}
+		}
+		pf[at] = pf[at + 1];
+		memmove(pf + at + 1, pf + at + 2, (m - at - 2) * sizeof pf[0]);
+		memmove(pn + at + 1, pn + at + 2, (m - at - 2) * sizeof pn[0]);
+		m--;
+	}
+	memset(out, 0, IMP_BYTES);
+	for (unsigned k = 0; k < m; k++) {
+		out[2 * k] = (uint8_t)(pf[k] < IMP_FREQ_ANY ? pf[k] : IMP_FREQ_ANY);
+		out[2 * k + 1] = pn[k];
+	}
+}
+
 /* One block's positions: per doc, the first position then deltas, all
  * bit-packed at one width (u8 bits, packed values). */
 static void
@@ -273,10 +352,15 @@ postenc_term(postenc *e, cm_buf *tstream, uint16_t field, const uint8_t *term, s
 		codec_block_encode(tstream, docs, freqs, df, UINT32_MAX);
 		kv_end(tstream, at, true);
 	} else {
+		/* the header's own checksum lets a count read doc_freq without
+		 * hashing the skip table */
+		cm_buf_put_checksum(tstream, at);
 		cm_buf_reset(&e->blocks);
-		size_t skip = tstream->len;
-		cm_buf_reserve(tstream, (size_t)nblocks * SKIP_ENTRY + 4);
-		tstream->len += (size_t)nblocks * SKIP_ENTRY;
+		uint32_t ngroups = (nblocks + IMP_GROUP - 1) / IMP_GROUP;
+		size_t skip = tstream->len, table = (size_t)nblocks * SKIP_ENTRY4;
+		size_t groups = (size_t)ngroups * IMP_BYTES;
+		cm_buf_reserve(tstream, table + groups + 4);
+		tstream->len += table + groups;
 		uint32_t prev = UINT32_MAX;
 		for (uint32_t b = 0; b < nblocks; b++) {
 			uint32_t lo = b * ST_BLOCK;
@@ -284,23 +368,18 @@ postenc_term(postenc *e, cm_buf *tstream, uint16_t field, const uint8_t *term, s
 			size_t start = e->blocks.len;
 			codec_block_encode(&e->blocks, docs + lo, freqs + lo, n, prev);
 			prev = docs[lo + n - 1];
-			uint32_t maxf = 0;
-			uint8_t minn = 255;
-			for (uint32_t i = lo; i < lo + n; i++) {
-				if (freqs[i] > maxf)
-					maxf = freqs[i];
-				uint8_t nb = norms ? norms[docs[i]] : 0;
-				if (nb < minn)
-					minn = nb;
-			}
-			uint8_t *s = tstream->data + skip + (size_t)b * SKIP_ENTRY;
+			uint8_t *s = tstream->data + skip + (size_t)b * SKIP_ENTRY4;
 			put_u32_at(s, prev);
 			put_u32_at(s + 4, (uint32_t)e->blocks.len);
-			put_u32_at(s + 8, maxf);
-			s[12] = minn;
-			put_u32_at(s + 13, XXH32(e->blocks.data + start, e->blocks.len - start, 0));
+			put_u32_at(s + 8, XXH32(e->blocks.data + start, e->blocks.len - start, 0));
+			impacts_put(s + 12, docs + lo, freqs + lo, n, norms);
+			if (b % IMP_GROUP == IMP_GROUP - 1 || b + 1 == nblocks) {
+				uint32_t g = b / IMP_GROUP, glo = g * IMP_GROUP * ST_BLOCK;
+				impacts_put(tstream->data + skip + table + (size_t)g * IMP_BYTES, docs + glo,
+				            freqs + glo, lo + n - glo, norms);
+			}
 		}
-		cm_buf_put_checksum(tstream, at);
+		cm_buf_put_checksum(tstream, skip);
 		cm_buf_put(tstream, e->blocks.data, e->blocks.len);
 		kv_end(tstream, at, false);
 	}
