@@ -230,15 +230,16 @@ static uint64_t
 term_df(sr_exec *x, const sr_fstat *fs, const void *t, size_t n)
 {
 	uint64_t df = 0;
-	st_postings *p = cm_malloc(CM_MEM_SEARCH, sizeof *p);
 	for (size_t i = 0; i < x->nseg; i++) {
 		const st_field_info *fi = st_segment_field(x->segs[i].seg, fs->name);
+		uint32_t d;
 		if (!fi || !(fi->flags & ST_FI_POSTINGS))
 			continue;
-		if (st_postings_open(x->segs[i].txn, fi, t, n, p) == CM_OK)
-			df += p->doc_freq;
+		/* the dictionary alone (a corrupt term counts nothing, as
+		 * before; its iterator reports it) */
+		if (st_term_doc_freq(x->segs[i].txn, fi, t, n, &d) == CM_OK)
+			df += d;
 	}
-	cm_free(CM_MEM_SEARCH, p);
 	return df;
 }
 
