@@ -199,6 +199,7 @@ typedef struct term_it {
 	float weight;
 	float *bmax; /* per-block max score, NaN until computed */
 	float *gmax; /* the same per group of ST_IMPACT_GROUP blocks */
+	bool rising; /* the root of a top-k: min only rises from fill to fill */
 } term_it;
 
 static inline float
@@ -332,7 +333,8 @@ term_fill(sr_it *it, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores, fl
 		if (skip && term_block_max(t, p->block) < min) {
 			/* no doc of this block can enter the top-k: on to the next
 			 * block that may, those between left undecoded */
-			d = st_postings_seek_block(p, term_next_competitive(t, p->block + 1, min, hi));
+			d = st_postings_seek_block(
+			    p, term_next_competitive(t, p->block + 1, min, t->rising ? ST_NO_MORE_DOCS : hi));
 			continue;
 		}
 		uint32_t k = p->i, n = p->n;
@@ -376,6 +378,7 @@ static void
 term_skip_to_competitive(term_it *t, float min)
 {
 	st_postings *p = &t->p;
+	t->rising = true;
 	if (!t->base.scoring || t->base.doc == ST_NO_MORE_DOCS || term_block_max(t, p->block) >= min)
 		return;
 	t->base.doc = st_postings_seek_block(p, term_next_competitive(t, p->block + 1, min,
@@ -1181,7 +1184,17 @@ conj_fill(sr_it *it, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores, fl
 		if (k->cost * DENSE_DIV >= c->max_doc && na * 4 >= expect) {
 			uint64_t *B = c->b->b;
 			memset(B, 0, nw * sizeof(uint64_t));
-			k->ops->fill(k, lo, hi, B, ks ? c->b->s : NULL, -INFINITY);
+			/* as the lead's: a doc of k under min less the others'
+			 * bounds cannot make the conjunction reach min */
+			float kmin = -INFINITY;
+			if (ks && min > -INFINITY) {
+				float others = 0;
+				for (size_t o = 0; o < c->n; o++)
+					if (o != i && c->k[o]->scoring)
+						others += c->k[o]->ops->upper(c->k[o], lo, hi);
+				kmin = min - others;
+			}
+			k->ops->fill(k, lo, hi, B, ks ? c->b->s : NULL, kmin);
 			for (size_t w = 0; w < nw; w++) {
 				A[w] &= B[w];
 				if (ks)
@@ -2540,7 +2553,8 @@ sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_wind
 	float min = -INFINITY;
 	for (uint32_t lo = 0; lo < max_doc && it->doc != ST_NO_MORE_DOCS;) {
 		uint32_t span = sr_window_span(lo, ramp);
-		if (min > -INFINITY && it->ops == &term_ops)
+		bool term_root = min > -INFINITY && it->ops == &term_ops;
+		if (term_root)
 			term_skip_to_competitive((term_it *)it, min);
 		if (it->doc >= lo + span) {
 			lo = it->doc < SR_WIN ? lo + span : it->doc & ~(uint32_t)(SR_WIN - 1);
@@ -2556,7 +2570,10 @@ sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_wind
 		size_t nw = win_words(lo, hi);
 		win_clear(bits, nw);
 		float *sc = scores;
-		if (sc && floor && *floor > -INFINITY && it->ops->upper(it, lo, hi) <= *floor) {
+		/* a root term is on a block that reaches min, above the floor:
+		 * its bound over the window needs no look */
+		if (sc && floor && *floor > -INFINITY && !(term_root && *floor < min) &&
+		    it->ops->upper(it, lo, hi) <= *floor) {
 			if (min > -INFINITY) {
 				/* the count is settled and no doc here can enter the
 				 * heap: nothing to fill */
