@@ -392,11 +392,17 @@ term_upper(sr_it *it, uint32_t lo, uint32_t hi)
 	if (!it->scoring)
 		return 0.0f;
 	float ub = 0.0f;
-	for (uint32_t b = st_postings_find_block(&t->p, lo); b < t->p.nblocks; b++) {
-		float m = term_block_max(t, b);
+	const st_postings *p = &t->p;
+	for (uint32_t b = st_postings_find_block(p, lo); b < p->nblocks;) {
+		/* a whole group inside the range at once (a segment's bound
+		 * read every block's impacts) */
+		uint32_t gend = b + ST_IMPACT_GROUP < p->nblocks ? b + ST_IMPACT_GROUP : p->nblocks;
+		bool group = b % ST_IMPACT_GROUP == 0 && st_postings_block_last(p, gend - 1) < hi;
+		float m = group ? term_group_max(t, b / ST_IMPACT_GROUP) : term_block_max(t, b);
 		if (m > ub)
 			ub = m;
-		if (st_postings_block_last(&t->p, b) >= hi - 1)
+		b = group ? gend : b + 1;
+		if (st_postings_block_last(p, b - 1) >= hi - 1)
 			break;
 	}
 	return ub;
