@@ -455,8 +455,8 @@ parse_term(const uint8_t *p, size_t len, bool keyword, bool impacts, term_head *
 		if (impacts) {
 			size_t table = (size_t)nblocks * SKIP_ENTRY4 +
 			               (size_t)((nblocks + IMP_GROUP - 1) / IMP_GROUP) * IMP_BYTES;
-			if (cm_rd_left(&r) < 4 + table + 4 || XXH32(p, head, 0) != cm_get_u32(p + head) ||
-			    XXH32(p + head + 4, table, 0) != cm_get_u32(p + head + 4 + table))
+			if (cm_rd_left(&r) < 4 + table + 4 || seg_sum4(p, head) != cm_get_u32(p + head) ||
+			    seg_sum4(p + head + 4, table) != cm_get_u32(p + head + 4 + table))
 				return false;
 			r.p += 4;
 		} else {
@@ -624,7 +624,7 @@ st_term_doc_freq(st_seg_txn *t, const st_field_info *f, const void *term, size_t
 		/* the header alone is checked: the tables are the iterator's */
 		if (!cm_rd_varint(&r, &ttf) ||
 		    (st_field_type_is_ordinal(f->type) && !cm_rd_varint(&r, &ord)) ||
-		    cm_rd_left(&r) < 4 || XXH32(val, (size_t)(r.p - val), 0) != cm_get_u32(r.p))
+		    cm_rd_left(&r) < 4 || seg_sum4(val, (size_t)(r.p - val)) != cm_get_u32(r.p))
 			return CM_ECORRUPT;
 		*df = (uint32_t)n;
 		return CM_OK;
@@ -761,7 +761,8 @@ load_block(st_postings *p, uint32_t b)
 		uint32_t prev = b ? cm_get_u32(s - es) : UINT32_MAX;
 		uint32_t n = b + 1 < p->nblocks ? ST_BLOCK : p->doc_freq - b * ST_BLOCK;
 		if (start > end || end > p->data_len ||
-		    XXH32(p->data + start, end - start, 0) !=
+		    (es == SKIP_ENTRY4 ? seg_sum4(p->data + start, end - start)
+		                       : XXH32(p->data + start, end - start, 0)) !=
 		        cm_get_u32(s + (es == SKIP_ENTRY4 ? 8 : 13)) ||
 		    !codec_block_decode(p->data + start, end - start, n, prev, p->docs, p->freqs) ||
 		    p->docs[n - 1] != cm_get_u32(s) || p->docs[n - 1] >= p->txn->seg->max_doc) {

@@ -194,47 +194,43 @@ static void
 impacts_put(uint8_t *out, const uint32_t *docs, const uint32_t *freqs, uint32_t n,
             const uint8_t *norms)
 {
-	uint32_t best[256];
-	uint8_t seen[256];
-	unsigned nseen = 0;
-	double len_sum = 0;
+	uint32_t best[256], count[256];
+	uint64_t seen[4] = {0}; /* norms present: walked in ascending order below */
 	for (uint32_t i = 0; i < n; i++) {
 		uint8_t nb = norms ? norms[docs[i]] : 0;
-		bool fresh = true;
-		for (unsigned k = 0; k < nseen; k++)
-			if (seen[k] == nb) {
-				fresh = false;
-				break;
-			}
-		if (fresh) {
-			seen[nseen++] = nb;
-			best[nb] = 0;
+		uint64_t bit = (uint64_t)1 << (nb & 63);
+		if (!(seen[nb >> 6] & bit)) {
+			seen[nb >> 6] |= bit;
+			best[nb] = count[nb] = 0;
 		}
 		if (freqs[i] > best[nb])
 			best[nb] = freqs[i];
-		len_sum += st_norm_decode(nb);
+		count[nb]++;
 	}
-	/* norms ascending, then keep a pair only when its freq beats every
-	 * lower norm's */
-	for (unsigned i = 1; i < nseen; i++)
-		for (unsigned k = i; k > 0 && seen[k - 1] > seen[k]; k--) {
-			uint8_t t = seen[k];
-			seen[k] = seen[k - 1];
-			seen[k - 1] = t;
+	double len_sum = 0;
+	for (unsigned w = 0; w < 4; w++)
+		for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
+			unsigned nb = w * 64 + (unsigned)__builtin_ctzll(bits);
+			len_sum += (double)count[nb] * st_norm_decode((uint8_t)nb);
 		}
+	/* norms ascending; a pair stays only when its freq beats every lower
+	 * norm's */
 	uint32_t pf[256];
 	uint8_t pn[256];
 	unsigned m = 0;
-	for (unsigned k = 0; k < nseen; k++) {
-		uint32_t f = best[seen[k]];
-		if (m && f <= pf[m - 1])
-			continue;
-		pf[m] = f;
-		pn[m] = seen[k];
-		m++;
-		if (f >= IMP_FREQ_ANY)
-			break; /* stored as any freq: it covers every higher norm */
-	}
+	for (unsigned w = 0; w < 4; w++)
+		for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
+			unsigned nb = w * 64 + (unsigned)__builtin_ctzll(bits);
+			uint32_t f = best[nb];
+			if (m && f <= pf[m - 1])
+				continue;
+			pf[m] = f;
+			pn[m] = (uint8_t)nb;
+			m++;
+			if (f >= IMP_FREQ_ANY)
+				goto frontier; /* stored as any freq: it covers every higher norm */
+		}
+frontier:;
 	double avg = n && len_sum > 0 ? len_sum / n : 1.0;
 	while (m > IMP_SLOTS) {
 		/* merging i and i + 1 gives (pf[i + 1], pn[i]) */
@@ -354,7 +350,7 @@ postenc_term(postenc *e, cm_buf *tstream, uint16_t field, const uint8_t *term, s
 	} else {
 		/* the header's own checksum lets a count read doc_freq without
 		 * hashing the skip table */
-		cm_buf_put_checksum(tstream, at);
+		cm_buf_put_u32(tstream, seg_sum4(tstream->data + at, tstream->len - at));
 		cm_buf_reset(&e->blocks);
 		uint32_t ngroups = (nblocks + IMP_GROUP - 1) / IMP_GROUP;
 		size_t skip = tstream->len, table = (size_t)nblocks * SKIP_ENTRY4;
@@ -371,7 +367,7 @@ postenc_term(postenc *e, cm_buf *tstream, uint16_t field, const uint8_t *term, s
 			uint8_t *s = tstream->data + skip + (size_t)b * SKIP_ENTRY4;
 			put_u32_at(s, prev);
 			put_u32_at(s + 4, (uint32_t)e->blocks.len);
-			put_u32_at(s + 8, XXH32(e->blocks.data + start, e->blocks.len - start, 0));
+			put_u32_at(s + 8, seg_sum4(e->blocks.data + start, e->blocks.len - start));
 			impacts_put(s + 12, docs + lo, freqs + lo, n, norms);
 			if (b % IMP_GROUP == IMP_GROUP - 1 || b + 1 == nblocks) {
 				uint32_t g = b / IMP_GROUP, glo = g * IMP_GROUP * ST_BLOCK;
@@ -379,7 +375,7 @@ postenc_term(postenc *e, cm_buf *tstream, uint16_t field, const uint8_t *term, s
 				            freqs + glo, lo + n - glo, norms);
 			}
 		}
-		cm_buf_put_checksum(tstream, skip);
+		cm_buf_put_u32(tstream, seg_sum4(tstream->data + skip, tstream->len - skip));
 		cm_buf_put(tstream, e->blocks.data, e->blocks.len);
 		kv_end(tstream, at, false);
 	}
