@@ -1988,7 +1988,10 @@ static float
 exact_freq(phrase_it *ph)
 {
 	ppos *p0 = &ph->p[0];
-	size_t *j = cm_calloc(CM_MEM_SEARCH, ph->n, sizeof(size_t));
+	/* a cursor per term, on the stack for short phrases: an allocation
+	 * per matching doc was a tenth of a phrase query */
+	size_t jbuf[8] = {0};
+	size_t *j = ph->n <= 8 ? jbuf : cm_calloc(CM_MEM_SEARCH, ph->n, sizeof(size_t));
 	float freq = 0;
 	for (uint32_t a = 0; a < p0->npos; a++) {
 		int64_t start = (int64_t)p0->pos[a] - p0->off;
@@ -2008,7 +2011,8 @@ exact_freq(phrase_it *ph)
 		if (ok)
 			freq += 1.0f;
 	}
-	cm_free(CM_MEM_SEARCH, j);
+	if (j != jbuf)
+		cm_free(CM_MEM_SEARCH, j);
 	return freq;
 }
 
