@@ -42,7 +42,8 @@
  *                             per postings block (u8 bits, then per doc its first
  *                             position and deltas, bit-packed; one block: bytes
  *                             + xxh32; more: nblocks x (u32 end, u32 xxh32), u32
- *                             xxh32 of the table, then the bytes), and last the
+ *                             xxh32 of the table, then the bytes; format 4: the
+ *                             same with seg_sum4 for xxh32), and last the
  *                             length of the value up to the positions, a varint
  *                             written backwards (its low 7 bits in the last byte,
  *                             0x80 on every byte but its first)

@@ -855,15 +855,20 @@ load_positions(st_postings *p)
 		d = v.mv_data;
 		len = v.mv_size;
 	}
+	bool sum4 = p->txn->seg->impacts && p->pos_inl; /* format 4 */
 	if (p->nblocks <= 1) {
-		if (!cm_checksum_ok(d, &len))
+		if (sum4 ? len < 4 || seg_sum4(d, len - 4) != cm_get_u32(d + len - 4)
+		         : !cm_checksum_ok(d, &len))
 			return false;
+		if (sum4)
+			len -= 4;
 		p->pos_table = NULL;
 		p->pos_data = d;
 		p->pos_len = len;
 	} else {
 		size_t table = (size_t)p->nblocks * 8;
-		if (len < table + 4 || XXH32(d, table, 0) != cm_get_u32(d + table))
+		if (len < table + 4 ||
+		    (sum4 ? seg_sum4(d, table) : XXH32(d, table, 0)) != cm_get_u32(d + table))
 			return false;
 		p->pos_table = d;
 		p->pos_data = d + table + 4;
@@ -881,7 +886,9 @@ locate_positions(st_postings *p)
 		start = p->block ? cm_get_u32(e - 8) : 0;
 		end = cm_get_u32(e);
 		if (start > end || end > p->pos_len ||
-		    XXH32(p->pos_data + start, end - start, 0) != cm_get_u32(e + 4))
+		    (p->txn->seg->impacts ? seg_sum4(p->pos_data + start, end - start)
+		                          : XXH32(p->pos_data + start, end - start, 0)) !=
+		        cm_get_u32(e + 4))
 			return false;
 	}
 	if (end - start < 1 || p->pos_data[start] > 32)

@@ -282,8 +282,8 @@ put_block_positions(postenc *e, cm_buf *out, const uint32_t *pos, const uint32_t
 }
 
 /* A term's positions, appended to out from `at` (where its T value
- * ends): one block's bytes and xxh32, or a table of (end, xxh32) per
- * block, its xxh32, then the blocks. */
+ * ends): one block's bytes and checksum, or a table of (end, checksum)
+ * per block, its checksum, then the blocks (seg_sum4, format 4). */
 static void
 postenc_positions(postenc *e, cm_buf *out, const uint32_t *freqs, uint32_t df, const uint32_t *pos)
 {
@@ -291,7 +291,7 @@ postenc_positions(postenc *e, cm_buf *out, const uint32_t *freqs, uint32_t df, c
 	uint32_t nblocks = (df + ST_BLOCK - 1) / ST_BLOCK;
 	if (nblocks <= 1) {
 		put_block_positions(e, out, pos, freqs, df);
-		cm_buf_put_checksum(out, at);
+		cm_buf_put_u32(out, seg_sum4(out->data + at, out->len - at));
 		return;
 	}
 	cm_buf_reset(&e->pos);
@@ -307,9 +307,9 @@ postenc_positions(postenc *e, cm_buf *out, const uint32_t *freqs, uint32_t df, c
 			pos += freqs[i];
 		put_u32_at(out->data + table + b * 8, (uint32_t)e->pos.len);
 		put_u32_at(out->data + table + b * 8 + 4,
-		           XXH32(e->pos.data + start, e->pos.len - start, 0));
+		           seg_sum4(e->pos.data + start, e->pos.len - start));
 	}
-	cm_buf_put_checksum(out, at);
+	cm_buf_put_u32(out, seg_sum4(out->data + at, out->len - at));
 	cm_buf_put(out, e->pos.data, e->pos.len);
 }
 
