@@ -303,14 +303,18 @@ static uint32_t
 term_next_competitive(term_it *t, uint32_t b, float min, uint32_t limit)
 {
 	const st_postings *p = &t->p;
+	bool entering = true; /* a group's bound is looked at once, on entering it */
 	while (b < p->nblocks) {
-		uint32_t gend = (b / ST_IMPACT_GROUP + 1) * ST_IMPACT_GROUP;
-		if (gend > p->nblocks)
-			gend = p->nblocks;
-		if (term_group_max(t, b / ST_IMPACT_GROUP) < min &&
-		    st_postings_block_last(p, gend - 1) < limit) {
-			b = gend;
-			continue;
+		if (entering || b % ST_IMPACT_GROUP == 0) {
+			entering = false;
+			uint32_t gend = (b / ST_IMPACT_GROUP + 1) * ST_IMPACT_GROUP;
+			if (gend > p->nblocks)
+				gend = p->nblocks;
+			if (term_group_max(t, b / ST_IMPACT_GROUP) < min &&
+			    st_postings_block_last(p, gend - 1) < limit) {
+				b = gend;
+				continue;
+			}
 		}
 		if (term_block_max(t, b) >= min || st_postings_block_last(p, b) >= limit)
 			return b;

@@ -637,16 +637,6 @@ st_term_doc_freq(st_seg_txn *t, const st_field_info *f, const void *term, size_t
 	return CM_OK;
 }
 
-uint32_t
-st_postings_block_last(const st_postings *p, uint32_t b)
-{
-	if (b >= p->nblocks)
-		return ST_NO_MORE_DOCS;
-	if (!p->skip)
-		return p->one_last;
-	return cm_get_u32(p->skip + (size_t)b * p->skip_entry);
-}
-
 static unsigned
 impacts_get(const uint8_t *s, st_impact *imp)
 {

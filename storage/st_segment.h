@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../common/cm_buf.h"
 #include "../common/cm_err.h"
@@ -127,7 +128,18 @@ uint32_t st_postings_next_block(st_postings *p);
 /* Skip data without decoding: last doc of block b, and the block's max
  * impact (the largest freq and the smallest norm byte among its docs, an
  * upper bound for BM25 over the block). */
-uint32_t st_postings_block_last(const st_postings *p, uint32_t b);
+static inline uint32_t
+st_postings_block_last(const st_postings *p, uint32_t b)
+{
+	/* inline: block-max skipping asks it of every block it passes */
+	if (b >= p->nblocks)
+		return ST_NO_MORE_DOCS;
+	if (!p->skip)
+		return p->one_last;
+	uint32_t v;
+	memcpy(&v, p->skip + (size_t)b * p->skip_entry, 4); /* little-endian, as cm_get_u32 */
+	return v;
+}
 void st_postings_block_impact(const st_postings *p, uint32_t b, uint32_t *max_freq,
                               uint8_t *min_norm);
 /* The competitive impacts of block b: n (returned, 1..ST_IMPACTS) pairs
