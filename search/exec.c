@@ -2528,7 +2528,7 @@ sr_plan_seg_count(sr_exec *x, size_t si, const sr_plan *pl, uint64_t *n)
 cm_err
 sr_run_windows(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn fn, void *self)
 {
-	return sr_run_windows_floor(x, si, it, want_scores, fn, self, NULL, NULL);
+	return sr_run_windows_floor(x, si, it, want_scores, fn, self, NULL, NULL, -INFINITY);
 }
 
 /* Vector stores, not memset: gcc made that rep stos, whose lines the
@@ -2547,7 +2547,7 @@ win_clear(uint64_t *bits, size_t nw)
 
 cm_err
 sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn fn,
-                     void *self, const float *floor, bool *rest)
+                     void *self, const float *floor, bool *rest, float min0)
 {
 	const sr_seg_ctx *c = &x->segs[si];
 	uint32_t max_doc = st_segment_max_doc(c->seg);
@@ -2564,7 +2564,7 @@ sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_wind
 	uint64_t bits[SR_WIN_WORDS];
 	float *scores = want_scores ? cm_malloc(CM_MEM_SEARCH, SR_WIN * sizeof(float)) : NULL;
 	cm_err rc = CM_OK;
-	float min = -INFINITY;
+	float min = min0;
 	for (uint32_t lo = 0; lo < max_doc && it->doc != ST_NO_MORE_DOCS;) {
 		uint32_t span = sr_window_span(lo, ramp);
 		bool term_root = min > -INFINITY && it->ops == &term_ops;

@@ -291,6 +291,26 @@ competitive_bits(topk *t, size_t si, uint32_t lo, cm_err *rc)
 	return matched;
 }
 
+/* Whether the full heap's worst may now bound what is visited: the count
+ * no longer needs every doc (past track_total_hits, or this segment's
+ * count is known). */
+static bool
+count_settled(const topk *t)
+{
+	return t->can_skip && t->n == t->k &&
+	       (t->seg_counted || (t->req->track_total_hits != SR_TRACK_ALL && t->total >= t->threshold));
+}
+
+/* Docs come in increasing order and lose ties to earlier ones, so only a
+ * strictly higher score competes (as Lucene's
+ * nextUp(minCompetitiveScore)): a constant-score query stops being visited
+ * once the heap is full. */
+static float
+heap_bar(const topk *t)
+{
+	return t->sorter.after ? t->heap[0].score : nextafterf(t->heap[0].score, INFINITY);
+}
+
 static cm_err
 on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
           const float *scores, float *min_score)
@@ -497,15 +517,10 @@ counted:
 	}
 	if (t->terminated)
 		return CM_ECLOSED; /* stops the segment loop; not an error */
-	if (t->can_skip && t->n == t->k &&
-	    (t->seg_counted || (t->req->track_total_hits != SR_TRACK_ALL && t->total >= t->threshold))) {
-		/* Docs come in increasing order and lose ties to earlier ones,
-		 * so only a strictly higher score competes (as Lucene's
-		 * nextUp(minCompetitiveScore)): a constant-score query stops
-		 * being visited once the heap is full. */
+	if (count_settled(t)) {
 		if (!t->seg_counted)
 			t->skipping = true;
-		*min_score = t->sorter.after ? t->heap[0].score : nextafterf(t->heap[0].score, INFINITY);
+		*min_score = heap_bar(t);
 	}
 	return CM_OK;
 }
@@ -1054,8 +1069,18 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 		t.seg_counted = rest_known && t.can_skip && req->track_total_hits == SR_TRACK_ALL;
 		if (!rc) {
 			t_mark = prof_now(req);
+			/* A later segment starts at the bar already reached. Its
+			 * first window with a hit would have said so: without
+			 * deletes a doc of the iterator is one, and it puts the
+			 * total past the threshold (relation gte either way). */
+			float min0 = -INFINITY;
+			if (count_settled(&t) && !x.segs[si].live && it->doc != ST_NO_MORE_DOCS) {
+				if (!t.seg_counted)
+					t.skipping = true;
+				min0 = heap_bar(&t);
+			}
 			rc = sr_run_windows_floor(&x, si, it, t.scored, on_window, &t, &t.floor,
-			                          rest_known ? &rest : NULL);
+			                          rest_known ? &rest : NULL, min0);
 			if (!rc && (rest || (t.seg_counted && !x.timed_out)))
 				t.total = seen_before + known;
 			else if (t.seg_counted)
