@@ -156,9 +156,10 @@ unsigned st_postings_block_impacts(const st_postings *p, uint32_t b, st_impact *
  * ST_IMPACT_GROUP): 0 when the segment has no second level (before
  * format 4, or a term of one block); the caller then takes its blocks'. */
 unsigned st_postings_group_impacts(const st_postings *p, uint32_t g, st_impact *imp);
-/* Decodes block b (b at or after the current one) and moves to its first
- * doc, without decoding the blocks between (block-max skipping); returns
- * that doc, ST_NO_MORE_DOCS past the end or on corruption. */
+/* Decodes block b and moves to its first doc, without decoding the blocks
+ * between (block-max skipping); returns that doc, ST_NO_MORE_DOCS past the
+ * end or on corruption. A b before the current block means the current
+ * one, whose cursor then stays where it is (never backwards). */
 uint32_t st_postings_seek_block(st_postings *p, uint32_t b);
 /* A term's doc_freq from the dictionary alone (the count of a term query
  * in a segment without deletions); CM_ENOTFOUND when the term is absent,
