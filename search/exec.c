@@ -198,6 +198,8 @@ typedef struct term_it {
 	const float *cache;
 	float weight;
 	float *bmax; /* per-block max score, NaN until computed */
+	float *gmax; /* the same per group of ST_IMPACT_GROUP blocks */
+	bool rising; /* the root of a top-k: min only rises from fill to fill */
 } term_it;
 
 static inline float
@@ -225,25 +227,100 @@ term_score(sr_it *it)
 	return it->scoring ? term_doc_score(t, t->p.doc, t->p.freq) : 0.0f;
 }
 
+/* BM25's bound over impacts: the best score any doc they cover can get. */
+static float
+impacts_bound(const term_it *t, const st_impact *imp, unsigned n)
+{
+	float ub = 0.0f;
+	for (unsigned k = 0; k < n; k++) {
+		/* any freq: BM25 tends to the weight */
+		float s = imp[k].freq == UINT32_MAX
+		              ? t->weight
+		              : sr_bm25(t->weight, t->cache, (float)(imp[k].freq ? imp[k].freq : 1),
+		                        t->norms ? imp[k].norm : 1);
+		if (s > ub)
+			ub = s;
+	}
+	return ub;
+}
+
+static float *
+nan_array(uint32_t n)
+{
+	float *a = cm_malloc(CM_MEM_SEARCH, (n ? n : 1) * sizeof(float));
+	for (uint32_t i = 0; i < n; i++)
+		a[i] = NAN;
+	return a;
+}
+
 static float
 term_block_max(term_it *t, uint32_t b)
 {
-	if (!t->bmax) {
-		t->bmax = cm_malloc(CM_MEM_SEARCH, (t->p.nblocks ? t->p.nblocks : 1) * sizeof(float));
-		for (uint32_t i = 0; i < t->p.nblocks; i++)
-			t->bmax[i] = NAN;
-	}
+	if (!t->bmax)
+		t->bmax = nan_array(t->p.nblocks);
 	if (b >= t->p.nblocks)
 		return 0.0f;
 	if (isnan(t->bmax[b])) {
-		uint32_t mf;
-		uint8_t mn;
-		st_postings_block_impact(&t->p, b, &mf, &mn);
-		if (!t->norms)
-			mn = 1;
-		t->bmax[b] = sr_bm25(t->weight, t->cache, (float)(mf ? mf : 1), mn);
+		st_impact imp[ST_IMPACTS];
+		unsigned n = st_postings_block_impacts(&t->p, b, imp);
+		t->bmax[b] = impacts_bound(t, imp, n);
 	}
 	return t->bmax[b];
+}
+
+/* The bound of group g's blocks: the segment's second level, else the
+ * best of its blocks'. */
+static float
+term_group_max(term_it *t, uint32_t g)
+{
+	uint32_t ng = (t->p.nblocks + ST_IMPACT_GROUP - 1) / ST_IMPACT_GROUP;
+	if (!t->gmax)
+		t->gmax = nan_array(ng);
+	if (g >= ng)
+		return 0.0f;
+	if (isnan(t->gmax[g])) {
+		st_impact imp[ST_IMPACTS];
+		unsigned n = st_postings_group_impacts(&t->p, g, imp);
+		float ub = 0.0f;
+		if (n)
+			ub = impacts_bound(t, imp, n);
+		else
+			for (uint32_t b = g * ST_IMPACT_GROUP; b < (g + 1) * ST_IMPACT_GROUP; b++) {
+				float m = term_block_max(t, b);
+				ub = m > ub ? m : ub;
+			}
+		t->gmax[g] = ub;
+	}
+	return t->gmax[g];
+}
+
+/* The first block from b whose bound reaches min, or whose last doc is at
+ * or past limit (nblocks if none): the blocks before it are passed over
+ * undecoded, a group of them at a time where the group's bound allows.
+ * A fill stops at its window's end (limit = hi: a composite's next window
+ * may ask for less); the root of a top-k, whose bar only rises, does not. */
+static uint32_t
+term_next_competitive(term_it *t, uint32_t b, float min, uint32_t limit)
+{
+	const st_postings *p = &t->p;
+	bool entering = true; /* a group's bound is looked at once, on entering it */
+	while (b < p->nblocks) {
+		if (entering || b % ST_IMPACT_GROUP == 0) {
+			entering = false;
+			uint32_t gend = (b / ST_IMPACT_GROUP + 1) * ST_IMPACT_GROUP;
+			if (gend > p->nblocks)
+				gend = p->nblocks;
+			if (term_group_max(t, b / ST_IMPACT_GROUP) < min &&
+			    st_postings_block_last(p, gend - 1) < limit) {
+				b = gend;
+				continue;
+			}
+		}
+		if (term_block_max(t, b) >= min || st_postings_block_last(p, b) >= limit)
+			return b;
+		b++;
+	}
+	return b;
 }
 
 static void
@@ -258,8 +335,10 @@ term_fill(sr_it *it, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores, fl
 		d = st_postings_advance(p, lo);
 	while (d < hi) {
 		if (skip && term_block_max(t, p->block) < min) {
-			/* no doc of this block can enter the top-k: skip it undecoded */
-			d = st_postings_advance(p, st_postings_block_last(p, p->block) + 1);
+			/* no doc of this block can enter the top-k: on to the next
+			 * block that may, those between left undecoded */
+			d = st_postings_seek_block(
+			    p, term_next_competitive(t, p->block + 1, min, t->rising ? ST_NO_MORE_DOCS : hi));
 			continue;
 		}
 		uint32_t k = p->i, n = p->n;
@@ -296,6 +375,20 @@ term_fill(sr_it *it, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores, fl
 	it->doc = p->doc;
 }
 
+/* The root of a top-k once its count is settled: from a block that
+ * cannot reach min straight to the next one that may (min only rises, so
+ * the blocks passed need no later look). */
+static void
+term_skip_to_competitive(term_it *t, float min)
+{
+	st_postings *p = &t->p;
+	t->rising = true;
+	if (!t->base.scoring || t->base.doc == ST_NO_MORE_DOCS || term_block_max(t, p->block) >= min)
+		return;
+	t->base.doc = st_postings_seek_block(p, term_next_competitive(t, p->block + 1, min,
+	                                                              ST_NO_MORE_DOCS));
+}
+
 static float
 term_upper(sr_it *it, uint32_t lo, uint32_t hi)
 {
@@ -303,11 +396,17 @@ term_upper(sr_it *it, uint32_t lo, uint32_t hi)
 	if (!it->scoring)
 		return 0.0f;
 	float ub = 0.0f;
-	for (uint32_t b = st_postings_find_block(&t->p, lo); b < t->p.nblocks; b++) {
-		float m = term_block_max(t, b);
+	const st_postings *p = &t->p;
+	for (uint32_t b = st_postings_find_block(p, lo); b < p->nblocks;) {
+		/* a whole group inside the range at once (a segment's bound
+		 * read every block's impacts) */
+		uint32_t gend = b + ST_IMPACT_GROUP < p->nblocks ? b + ST_IMPACT_GROUP : p->nblocks;
+		bool group = b % ST_IMPACT_GROUP == 0 && st_postings_block_last(p, gend - 1) < hi;
+		float m = group ? term_group_max(t, b / ST_IMPACT_GROUP) : term_block_max(t, b);
 		if (m > ub)
 			ub = m;
-		if (st_postings_block_last(&t->p, b) >= hi - 1)
+		b = group ? gend : b + 1;
+		if (st_postings_block_last(p, b - 1) >= hi - 1)
 			break;
 	}
 	return ub;
@@ -317,6 +416,7 @@ static void
 term_free(sr_it *it)
 {
 	cm_free(CM_MEM_SEARCH, ((term_it *)it)->bmax);
+	cm_free(CM_MEM_SEARCH, ((term_it *)it)->gmax);
 	cm_free(CM_MEM_SEARCH, it);
 }
 
@@ -1094,7 +1194,17 @@ conj_fill(sr_it *it, uint32_t lo, uint32_t hi, uint64_t *bits, float *scores, fl
 		if (k->cost * DENSE_DIV >= c->max_doc && na * 4 >= expect) {
 			uint64_t *B = c->b->b;
 			memset(B, 0, nw * sizeof(uint64_t));
-			k->ops->fill(k, lo, hi, B, ks ? c->b->s : NULL, -INFINITY);
+			/* as the lead's: a doc of k under min less the others'
+			 * bounds cannot make the conjunction reach min */
+			float kmin = -INFINITY;
+			if (ks && min > -INFINITY) {
+				float others = 0;
+				for (size_t o = 0; o < c->n; o++)
+					if (o != i && c->k[o]->scoring)
+						others += c->k[o]->ops->upper(c->k[o], lo, hi);
+				kmin = min - others;
+			}
+			k->ops->fill(k, lo, hi, B, ks ? c->b->s : NULL, kmin);
 			for (size_t w = 0; w < nw; w++) {
 				A[w] &= B[w];
 				if (ks)
@@ -1882,7 +1992,10 @@ static float
 exact_freq(phrase_it *ph)
 {
 	ppos *p0 = &ph->p[0];
-	size_t *j = cm_calloc(CM_MEM_SEARCH, ph->n, sizeof(size_t));
+	/* a cursor per term, on the stack for short phrases: an allocation
+	 * per matching doc was a tenth of a phrase query */
+	size_t jbuf[8] = {0};
+	size_t *j = ph->n <= 8 ? jbuf : cm_calloc(CM_MEM_SEARCH, ph->n, sizeof(size_t));
 	float freq = 0;
 	for (uint32_t a = 0; a < p0->npos; a++) {
 		int64_t start = (int64_t)p0->pos[a] - p0->off;
@@ -1902,7 +2015,8 @@ exact_freq(phrase_it *ph)
 		if (ok)
 			freq += 1.0f;
 	}
-	cm_free(CM_MEM_SEARCH, j);
+	if (j != jbuf)
+		cm_free(CM_MEM_SEARCH, j);
 	return freq;
 }
 
@@ -2389,16 +2503,17 @@ sr_plan_seg_count(sr_exec *x, size_t si, const sr_plan *pl, uint64_t *n)
 		if (c->live)
 			return false; /* deleted docs still count in doc_freq */
 		const st_field_info *fi = st_segment_field(c->seg, pl->fs->name);
-		st_postings p;
+		uint32_t df;
 		*n = 0;
 		if (!fi || !(fi->flags & ST_FI_POSTINGS))
 			return true;
-		cm_err rc = st_postings_open(c->txn, fi, pl->term.p, pl->term.n, &p);
+		/* the dictionary alone: the postings' skip tables stay unread */
+		cm_err rc = st_term_doc_freq(c->txn, fi, pl->term.p, pl->term.n, &df);
 		if (rc == CM_ENOTFOUND)
 			return true;
 		if (rc)
 			return false; /* the iterator reports it */
-		*n = p.doc_freq;
+		*n = df;
 		return true;
 	}
 	case P_CONST:
@@ -2413,7 +2528,7 @@ sr_plan_seg_count(sr_exec *x, size_t si, const sr_plan *pl, uint64_t *n)
 cm_err
 sr_run_windows(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn fn, void *self)
 {
-	return sr_run_windows_floor(x, si, it, want_scores, fn, self, NULL, NULL);
+	return sr_run_windows_floor(x, si, it, want_scores, fn, self, NULL, NULL, -INFINITY);
 }
 
 /* Vector stores, not memset: gcc made that rep stos, whose lines the
@@ -2432,7 +2547,7 @@ win_clear(uint64_t *bits, size_t nw)
 
 cm_err
 sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn fn,
-                     void *self, const float *floor, bool *rest)
+                     void *self, const float *floor, bool *rest, float min0)
 {
 	const sr_seg_ctx *c = &x->segs[si];
 	uint32_t max_doc = st_segment_max_doc(c->seg);
@@ -2449,9 +2564,12 @@ sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_wind
 	uint64_t bits[SR_WIN_WORDS];
 	float *scores = want_scores ? cm_malloc(CM_MEM_SEARCH, SR_WIN * sizeof(float)) : NULL;
 	cm_err rc = CM_OK;
-	float min = -INFINITY;
+	float min = min0;
 	for (uint32_t lo = 0; lo < max_doc && it->doc != ST_NO_MORE_DOCS;) {
 		uint32_t span = sr_window_span(lo, ramp);
+		bool term_root = min > -INFINITY && it->ops == &term_ops;
+		if (term_root)
+			term_skip_to_competitive((term_it *)it, min);
 		if (it->doc >= lo + span) {
 			lo = it->doc < SR_WIN ? lo + span : it->doc & ~(uint32_t)(SR_WIN - 1);
 			continue;
@@ -2466,8 +2584,19 @@ sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_wind
 		size_t nw = win_words(lo, hi);
 		win_clear(bits, nw);
 		float *sc = scores;
-		if (sc && floor && *floor > -INFINITY && it->ops->upper(it, lo, hi) <= *floor)
+		/* a root term is on a block that reaches min, above the floor:
+		 * its bound over the window needs no look */
+		if (sc && floor && *floor > -INFINITY && !(term_root && *floor < min) &&
+		    it->ops->upper(it, lo, hi) <= *floor) {
+			if (min > -INFINITY) {
+				/* the count is settled and no doc here can enter the
+				 * heap: nothing to fill */
+				it->ops->advance(it, hi);
+				lo = hi;
+				continue;
+			}
 			sc = NULL;
+		}
 		it->ops->fill(it, lo, hi, bits, sc, min);
 		if (c->live)
 			for (size_t w = 0; w < nw; w++)

@@ -278,9 +278,11 @@ cm_err sr_run_windows(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_win
  * only their count is wanted (a full top-k heap counting every hit). With
  * rest non-NULL the caller knows the segment's count without visiting
  * (sr_plan_seg_count): the run stops, and sets *rest, once the bound of
- * every doc left is at most *floor. */
+ * every doc left is at most *floor. min0 is where min_score starts
+ * (-INFINITY, or the bar a top-k whose count is settled already holds
+ * when the segment begins: no window of it is then scored in full). */
 cm_err sr_run_windows_floor(sr_exec *x, size_t si, sr_it *it, bool want_scores, sr_window_fn fn,
-                            void *self, const float *floor, bool *rest);
+                            void *self, const float *floor, bool *rest, float min0);
 
 static inline void
 sr_win_put(uint64_t *bits, float *scores, uint32_t i, float s)

@@ -72,13 +72,17 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 			refs[nrefs++] = (fref){st_segment_field_at(seg, f), i};
 	}
 	/* A segment's fields are in name order already (storage assigns ids
-	 * so); several segments' are merged. Names are the segments'. */
+	 * so: one segment's need no check, a fifth of a term count's time was
+	 * comparing them); several segments' are merged. Names are the
+	 * segments'. */
 	bool sorted = true;
-	for (size_t k = 1; k < nrefs && sorted; k++)
+	for (size_t k = 1; k < nrefs && sorted && x->nseg > 1; k++)
 		sorted = fref_cmp(&refs[k - 1], &refs[k]) < 0;
 	if (!sorted)
 		qsort(refs, nrefs, sizeof *refs, fref_cmp);
-	x->fstats = cm_malloc(CM_MEM_SEARCH, (nrefs ? nrefs : 1) * sizeof(sr_fstat));
+	/* zeroed at once: a memset per field was rep stos, 60% of this
+	 * function in a term count */
+	x->fstats = cm_calloc(CM_MEM_SEARCH, nrefs ? nrefs : 1, sizeof(sr_fstat));
 	/* one segment's names, strictly ordered, are distinct: no compare */
 	bool distinct = sorted && x->nseg == 1;
 	for (size_t k = 0; k < nrefs; k++) {
@@ -86,7 +90,6 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 		sr_fstat *fs = x->nfstats ? &x->fstats[x->nfstats - 1] : NULL;
 		if (!fs || distinct || strcmp(fs->name, fi->name)) {
 			fs = &x->fstats[x->nfstats++];
-			memset(fs, 0, sizeof *fs);
 			fs->name = (char *)fi->name;
 			fs->type = fi->type;
 			fs->analyzer = fi->analyzer;
@@ -230,15 +233,16 @@ static uint64_t
 term_df(sr_exec *x, const sr_fstat *fs, const void *t, size_t n)
 {
 	uint64_t df = 0;
-	st_postings *p = cm_malloc(CM_MEM_SEARCH, sizeof *p);
 	for (size_t i = 0; i < x->nseg; i++) {
 		const st_field_info *fi = st_segment_field(x->segs[i].seg, fs->name);
+		uint32_t d;
 		if (!fi || !(fi->flags & ST_FI_POSTINGS))
 			continue;
-		if (st_postings_open(x->segs[i].txn, fi, t, n, p) == CM_OK)
-			df += p->doc_freq;
+		/* the dictionary alone (a corrupt term counts nothing, as
+		 * before; its iterator reports it) */
+		if (st_term_doc_freq(x->segs[i].txn, fi, t, n, &d) == CM_OK)
+			df += d;
 	}
-	cm_free(CM_MEM_SEARCH, p);
 	return df;
 }
 

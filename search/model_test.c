@@ -1114,7 +1114,10 @@ run_query(int qi, bool second_pass)
 		a.query = b.query = q;
 		a.fetch_source = b.fetch_source = false;
 		a.track_total_hits = SR_TRACK_ALL;
-		b.track_total_hits = rn(2) ? 0 : 5;
+		/* a min_score below every score: no block-max skipping */
+		a.has_min_score = true;
+		a.min_score = -INFINITY;
+		b.track_total_hits = rn(3) == 0 ? 0 : rn(2) ? 5 : SR_TRACK_ALL;
 		sr_shard_result ra, rb;
 		cm_err e1 = sr_search_shard(reader, 0, &a, &ra, &err);
 		cm_err e2 = sr_search_shard(reader, 0, &b, &rb, &err);
@@ -1144,6 +1147,172 @@ run_query(int qi, bool second_pass)
 	sr_request_free(&r); /* frees q */
 }
 
+/* ---- block-max skipping against exhaustive scoring ----
+ * A corpus of mostly short documents (a few long ones, words drawn very
+ * unevenly and repeated) so the heap fills early and its bar rises while
+ * blocks and groups of blocks are skipped: single terms, a term under
+ * bool filters, conjunctions, disjunctions, at several sizes and every
+ * kind of track_total_hits, against the same query with skipping off
+ * (min_score below every score); over several segments, with deletes, and
+ * merged to one. */
+#define SK_DOCS 24000
+#define SK_VOCAB 36
+
+static st_shard *sk_shard;
+
+static void
+sk_apply(int id, bool del)
+{
+	char idb[16], body[4096];
+	snprintf(idb, sizeof idb, "%d", id);
+	size_t at = 0;
+	if (!del) {
+		int r = rn(100), len = r < 80 ? 1 + rn(8) : r < 98 ? 10 + rn(70) : 100 + rn(300);
+		at = (size_t)snprintf(body, sizeof body, "{\"body\":\"");
+		for (int w = 0; w < len; w++) {
+			int a = rn(SK_VOCAB), b = rn(SK_VOCAB), c = rn(SK_VOCAB);
+			int v = a < b ? (a < c ? a : c) : (b < c ? b : c);
+			int rep = rn(10) == 0 ? 1 + rn(6) : 1;
+			for (int k = 0; k < rep && at + 16 < sizeof body; k++)
+				at += (size_t)snprintf(body + at, sizeof body - at, "%sw%d", w || k ? " " : "", v);
+		}
+		at += (size_t)snprintf(body + at, sizeof body - at, "\"}");
+	}
+	st_op op;
+	memset(&op, 0, sizeof op);
+	op.type = del ? ST_OP_DELETE : ST_OP_INDEX;
+	op.id = idb;
+	op.id_len = strlen(idb);
+	op.source = del ? NULL : body;
+	op.source_len = at;
+	op.seq_no = ST_NO_SEQ;
+	op.if_seq_no = ST_NO_SEQ;
+	st_op_result res;
+	REQUIRE(st_shard_apply(sk_shard, &op, 1, &res) == CM_OK && res.err == CM_OK);
+}
+
+static bool
+sk_search(st_reader *r, const char *body, bool exhaustive, sr_shard_result *res)
+{
+	cJSON *j = cJSON_Parse(body);
+	REQUIRE(j);
+	sr_request req;
+	sr_request_init(&req);
+	cm_error err = {0};
+	cm_err rc = sr_request_from_json(j, &req, &err);
+	cJSON_Delete(j);
+	CHECKF(rc == CM_OK, "%s: %s", body, err.reason);
+	if (rc)
+		return false;
+	req.fetch_source = false;
+	if (exhaustive) {
+		req.track_total_hits = SR_TRACK_ALL;
+		req.has_min_score = true;
+		req.min_score = -INFINITY;
+	}
+	rc = sr_search_shard(r, 0, &req, res, &err);
+	CHECKF(rc == CM_OK, "%s: %s", body, err.reason);
+	sr_request_free(&req);
+	return rc == CM_OK;
+}
+
+static void
+sk_queries(const char *stage)
+{
+	st_reader *r = st_shard_reader(sk_shard);
+	static const char *tth[] = {"false", "5", "100", "10000", "true"};
+	static const int sizes[] = {1, 3, 10, 50, 200};
+	int bad = 0;
+	for (int qi = 0; qi < 400; qi++) {
+		int a = rn(6) ? rn(8) : rn(SK_VOCAB), b = rn(SK_VOCAB);
+		char q[512], body[768];
+		switch (qi % 6) {
+		case 0:
+		case 1:
+			snprintf(q, sizeof q, "{\"term\":{\"body\":\"w%d\"}}", a);
+			break;
+		case 2:
+			snprintf(q, sizeof q,
+			         "{\"bool\":{\"must\":[{\"term\":{\"body\":\"w%d\"}}],"
+			         "\"filter\":[{\"term\":{\"body\":\"w%d\"}}]}}",
+			         a, b);
+			break;
+		case 3:
+			snprintf(q, sizeof q,
+			         "{\"bool\":{\"must\":[{\"term\":{\"body\":\"w%d\"}},"
+			         "{\"term\":{\"body\":\"w%d\"}}]}}",
+			         a, b);
+			break;
+		case 4:
+			snprintf(q, sizeof q, "{\"match\":{\"body\":\"w%d w%d\"}}", a, b);
+			break;
+		default:
+			snprintf(q, sizeof q, "{\"bool\":{\"filter\":[{\"term\":{\"body\":\"w%d\"}}]}}", a);
+			break;
+		}
+		const char *tt = tth[rn(5)];
+		snprintf(body, sizeof body, "{\"query\":%s,\"size\":%d,\"track_total_hits\":%s}", q,
+		         sizes[rn(5)], tt);
+		sr_shard_result x, y;
+		if (!sk_search(r, body, false, &x))
+			continue;
+		if (!sk_search(r, body, true, &y)) {
+			sr_shard_result_free(&x);
+			continue;
+		}
+		bool ok = x.nhits == y.nhits;
+		for (size_t i = 0; ok && i < x.nhits; i++)
+			ok = !strcmp(x.hits[i].id, y.hits[i].id) && x.hits[i].score == y.hits[i].score;
+		ok &= (isnan(x.max_score) && isnan(y.max_score)) || x.max_score == y.max_score;
+		if (!strcmp(tt, "true"))
+			ok &= x.total == y.total && !x.total_is_lower_bound;
+		else if (x.total_is_lower_bound)
+			ok &= x.total <= y.total && x.total >= (uint64_t)atoi(tt);
+		else
+			ok &= x.total == y.total;
+		CHECKF(ok || bad > 10, "%s: %s: hits %zu/%zu total %llu%s/%llu", stage, body, x.nhits,
+		       y.nhits, (unsigned long long)x.total, x.total_is_lower_bound ? "+" : "",
+		       (unsigned long long)y.total);
+		bad += !ok;
+		sr_shard_result_free(&x);
+		sr_shard_result_free(&y);
+	}
+	st_reader_release(r);
+}
+
+static void
+test_skipping(void)
+{
+	char dir[64];
+	snprintf(dir, sizeof dir, "/tmp/shoal-model-skip-%d", (int)getpid());
+	cJSON *j = cJSON_Parse("{\"properties\":{\"body\":{\"type\":\"text\"}}}");
+	st_mapping *m = NULL;
+	cm_error err = {0};
+	REQUIRE(st_mapping_from_json(j, &m, &err) == CM_OK);
+	cJSON_Delete(j);
+	st_shard_opts o;
+	st_shard_opts_default(&o);
+	o.background_merges = false;
+	cm_rm_rf(dir);
+	REQUIRE(st_shard_open(dir, m, &o, &sk_shard, &err) == CM_OK);
+	st_mapping_unref(m);
+	for (int i = 0; i < SK_DOCS; i++) {
+		sk_apply(i, false);
+		if (i % 9000 == 8999)
+			REQUIRE(st_shard_refresh(sk_shard) == CM_OK);
+	}
+	REQUIRE(st_shard_refresh(sk_shard) == CM_OK);
+	sk_queries("segments");
+	REQUIRE(st_shard_force_merge(sk_shard, 1) == CM_OK);
+	sk_queries("merged");
+	for (int i = 0; i < SK_DOCS; i += 1 + rn(40))
+		sk_apply(i, true);
+	REQUIRE(st_shard_refresh(sk_shard) == CM_OK);
+	sk_queries("deletes");
+	st_shard_close(sk_shard);
+	cm_rm_rf(dir);
+}
+
 static int nqueries = NQUERIES;
 
 static void
@@ -1163,6 +1332,7 @@ main(void)
 	    atoi(getenv("MODEL_QUERIES")) < NQUERIES)
 		nqueries = atoi(getenv("MODEL_QUERIES")); /* quicker local runs */
 	make_vocab();
+	test_skipping();
 	build(dir);
 	printf("segments before merge: %zu\n", st_reader_nsegments(reader));
 	uint64_t t0 = cm_now_ns();

@@ -37,6 +37,8 @@ typedef struct topk {
 	uint64_t total;
 	uint64_t threshold; /* track_total_hits */
 	bool skipping;      /* block-max enabled: total is a lower bound */
+	bool seg_counted;   /* exact total: the segment's count is known without
+	                     * visiting it, so block-max skips there all the same */
 	float floor;        /* windows bounded by this need no scores (-inf: all do) */
 	float bar_floor;    /* the least floor: from the merge's bar (-inf: none) */
 	bool can_skip;
@@ -289,6 +291,26 @@ competitive_bits(topk *t, size_t si, uint32_t lo, cm_err *rc)
 	return matched;
 }
 
+/* Whether the full heap's worst may now bound what is visited: the count
+ * no longer needs every doc (past track_total_hits, or this segment's
+ * count is known). */
+static bool
+count_settled(const topk *t)
+{
+	return t->can_skip && t->n == t->k &&
+	       (t->seg_counted || (t->req->track_total_hits != SR_TRACK_ALL && t->total >= t->threshold));
+}
+
+/* Docs come in increasing order and lose ties to earlier ones, so only a
+ * strictly higher score competes (as Lucene's
+ * nextUp(minCompetitiveScore)): a constant-score query stops being visited
+ * once the heap is full. */
+static float
+heap_bar(const topk *t)
+{
+	return t->sorter.after ? t->heap[0].score : nextafterf(t->heap[0].score, INFINITY);
+}
+
 static cm_err
 on_window(void *self, size_t si, uint32_t lo, uint32_t hi, const uint64_t *bits,
           const float *scores, float *min_score)
@@ -495,13 +517,10 @@ counted:
 	}
 	if (t->terminated)
 		return CM_ECLOSED; /* stops the segment loop; not an error */
-	if (t->can_skip && t->n == t->k && t->total >= t->threshold) {
-		/* Docs come in increasing order and lose ties to earlier ones,
-		 * so only a strictly higher score competes (as Lucene's
-		 * nextUp(minCompetitiveScore)): a constant-score query stops
-		 * being visited once the heap is full. */
-		t->skipping = true;
-		*min_score = t->sorter.after ? t->heap[0].score : nextafterf(t->heap[0].score, INFINITY);
+	if (count_settled(t)) {
+		if (!t->seg_counted)
+			t->skipping = true;
+		*min_score = heap_bar(t);
 	}
 	return CM_OK;
 }
@@ -983,9 +1002,10 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 		sr_plan_free(plan);
 		goto done;
 	}
+	/* an exact total (track_total_hits: true) skips only in segments whose
+	 * count is known (see seg_counted) */
 	t.can_skip = t.by_score && t.scored && !req->aggs && !req->terminate_after && t.k > 0 &&
-	             req->track_total_hits != SR_TRACK_ALL && !req->post_filter &&
-	             !req->has_min_score && !t.collapse && t.boost == 1.0f;
+	             !req->post_filter && !req->has_min_score && !t.collapse && t.boost == 1.0f;
 	t.heap = cm_calloc(CM_MEM_SEARCH, t.k + 1, sizeof(sr_topk_entry));
 	if (t.nkeys) {
 		t.slab = cm_calloc(CM_MEM_SEARCH, (t.k + 1) * t.nkeys, sizeof(sr_sortval));
@@ -1044,12 +1064,28 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 		                                !t.collapse && !t.sorter.after &&
 		                                sr_plan_seg_count(&x, si, plan, &known);
 		uint64_t seen_before = t.total;
+		/* an exact total from doc_freq (Lucene's Weight#count): the
+		 * segment's docs need no visit to be counted */
+		t.seg_counted = rest_known && t.can_skip && req->track_total_hits == SR_TRACK_ALL;
 		if (!rc) {
 			t_mark = prof_now(req);
+			/* A later segment starts at the bar already reached. Its
+			 * first window with a hit would have said so: without
+			 * deletes a doc of the iterator is one, and it puts the
+			 * total past the threshold (relation gte either way). */
+			float min0 = -INFINITY;
+			if (count_settled(&t) && !x.segs[si].live && it->doc != ST_NO_MORE_DOCS) {
+				if (!t.seg_counted)
+					t.skipping = true;
+				min0 = heap_bar(&t);
+			}
 			rc = sr_run_windows_floor(&x, si, it, t.scored, on_window, &t, &t.floor,
-			                          rest_known ? &rest : NULL);
-			if (!rc && rest)
+			                          rest_known ? &rest : NULL, min0);
+			if (!rc && (rest || (t.seg_counted && !x.timed_out)))
 				t.total = seen_before + known;
+			else if (t.seg_counted)
+				t.skipping = true; /* cut short: what was seen, a lower bound */
+			t.seg_counted = false;
 			if (rc == CM_ECLOSED && t.terminated)
 				rc = CM_OK;
 			if (t.has_agg && t.agg.end_segment)

@@ -32,13 +32,18 @@
  *                             df == 1: varint doc (freq = ttf)
  *                             df <= 128: varint last, varint max_freq, u8 min_norm,
  *                                        one block, xxh32 of all
- *                             else: nblocks x SKIP_ENTRY, u32 xxh32 of all so far,
- *                                   then the blocks
+ *                             else, formats 1-3: nblocks x SKIP_ENTRY, u32 xxh32 of
+ *                                   all so far, then the blocks
+ *                             format 4: u32 seg_sum4 of the header so far, nblocks x
+ *                                   SKIP_ENTRY4, ngroups x IMP_BYTES (the impacts
+ *                                   of each IMP_GROUP blocks, the second level),
+ *                                   u32 seg_sum4 of both tables, then the blocks
  *                             format 3, field with positions: then its positions
  *                             per postings block (u8 bits, then per doc its first
  *                             position and deltas, bit-packed; one block: bytes
  *                             + xxh32; more: nblocks x (u32 end, u32 xxh32), u32
- *                             xxh32 of the table, then the bytes), and last the
+ *                             xxh32 of the table, then the bytes; format 4: the
+ *                             same with seg_sum4 for xxh32), and last the
  *                             length of the value up to the positions, a varint
  *                             written backwards (its low 7 bits in the last byte,
  *                             0x80 on every byte but its first)
@@ -50,16 +55,21 @@
 #include <lmdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <xxhash.h>
 
 #include "st_segment.h"
 
 /* Formats: 1 the first; 2 may hold hidden nested docs (a _nested_path
  * field: older binaries refuse it rather than show those docs as
- * documents); 3, written now, keeps positions inside the T values (both
- * read). */
+ * documents); 3 keeps positions inside the T values; 4, written now,
+ * gives each postings block its competitive impacts (several (freq,
+ * norm) pairs, not one max freq and min norm), a second level of them
+ * per IMP_GROUP blocks, and the multi-block header its own checksum.
+ * All four are read; a binary older than 4 refuses a format 4 segment. */
 #define SEG_FORMAT_V1 1
 #define SEG_FORMAT_NESTED 2
-#define SEG_FORMAT 3
+#define SEG_FORMAT_POS_INLINE 3
+#define SEG_FORMAT 4
 #define SEG_TRAILER_LEN 24
 #define SEG_MAGIC "SHOALSG1"
 #define SEG_MAX_KEY 511       /* LMDB's default max key size */
@@ -67,6 +77,21 @@
 #define SEG_MAX_ID (SEG_MAX_KEY - 1)
 #define KDICT_STEP 32         /* one K entry per this many ordinals */
 #define SKIP_ENTRY 17         /* u32 last, u32 end offset, u32 max freq, u8 min norm, u32 xxh32 */
+/* format 4: u32 last, u32 end offset, u32 seg_sum4 of the block, IMP_BYTES of impacts */
+#define IMP_SLOTS ST_IMPACTS  /* (u8 freq, u8 norm) pairs, norms ascending; freq 0: unused */
+#define IMP_BYTES (2 * IMP_SLOTS)
+#define IMP_FREQ_ANY 255      /* a freq of 255 or more: the bound takes any freq */
+#define IMP_GROUP ST_IMPACT_GROUP
+#define SKIP_ENTRY4 (12 + IMP_BYTES)
+
+/* Format 4's postings checksums (header, tables, blocks): the low 32 bits
+ * of XXH3, about three times XXH32's speed (a frequent term's tables are
+ * hashed at every open). */
+static inline uint32_t
+seg_sum4(const void *p, size_t n)
+{
+	return (uint32_t)XXH3_64bits(p, n);
+}
 #define STORED_BLOCK_BYTES (16 * 1024)
 #define STORED_CHUNK (4096 - 16 - 4) /* page - LMDB page header - checksum */
 #define STORED_MAX_RAW (256u * 1024 * 1024) /* bound on one stored block's raw size */
@@ -100,7 +125,8 @@ struct st_segment {
 	uint64_t gen, bytes;
 	uint32_t max_doc;
 	uint32_t stored_docs;
-	bool pos_inline; /* format 3: positions at the end of T values, no P */
+	bool pos_inline; /* format 3 on: positions at the end of T values, no P */
+	bool impacts;    /* format 4 on: SKIP_ENTRY4 tables with impact pairs */
 	st_field_info *fields; /* by id; ids are assigned in name order */
 	size_t nfields;
 	char *names; /* storage for fields[i].name */

@@ -129,12 +129,13 @@ parse_meta(st_segment *s, const uint8_t *p, size_t len)
 	uint32_t fmt;
 	uint64_t md, gen, sd;
 	if (!cm_rd_u32(&r, &fmt) ||
-	    (fmt != SEG_FORMAT_V1 && fmt != SEG_FORMAT_NESTED && fmt != SEG_FORMAT) ||
+	    fmt < SEG_FORMAT_V1 || fmt > SEG_FORMAT ||
 	    !cm_rd_varint(&r, &md) || !cm_rd_varint(&r, &gen) || !cm_rd_varint(&r, &sd) ||
 	    md > UINT32_MAX - 3 || sd > md)
 		return CM_ECORRUPT;
 	s->max_doc = (uint32_t)md;
-	s->pos_inline = fmt == SEG_FORMAT;
+	s->pos_inline = fmt >= SEG_FORMAT_POS_INLINE;
+	s->impacts = fmt >= SEG_FORMAT;
 	s->gen = gen;
 	s->stored_docs = (uint32_t)sd;
 	return CM_OK;
@@ -430,9 +431,10 @@ typedef struct term_head {
 } term_head;
 
 /* Verifies and parses a T value's header. For terms with more than one
- * block, rest is the skip table + checksum + blocks. */
+ * block, rest is the skip table(s) + checksum + blocks. impacts: format 4
+ * (its header has a checksum of its own, and the tables one apart). */
 static bool
-parse_term(const uint8_t *p, size_t len, bool keyword, term_head *h)
+parse_term(const uint8_t *p, size_t len, bool keyword, bool impacts, term_head *h)
 {
 	cm_rd r;
 	cm_rd_init(&r, p, len);
@@ -450,11 +452,20 @@ parse_term(const uint8_t *p, size_t len, bool keyword, term_head *h)
 		return false;
 	if (nblocks > 1) {
 		size_t head = (size_t)(r.p - p);
-		size_t table = (size_t)nblocks * SKIP_ENTRY;
-		if (cm_rd_left(&r) < table + 4)
-			return false;
-		if (XXH32(p, head + table, 0) != cm_get_u32(p + head + table))
-			return false;
+		if (impacts) {
+			size_t table = (size_t)nblocks * SKIP_ENTRY4 +
+			               (size_t)((nblocks + IMP_GROUP - 1) / IMP_GROUP) * IMP_BYTES;
+			if (cm_rd_left(&r) < 4 + table + 4 || seg_sum4(p, head) != cm_get_u32(p + head) ||
+			    seg_sum4(p + head + 4, table) != cm_get_u32(p + head + 4 + table))
+				return false;
+			r.p += 4;
+		} else {
+			size_t table = (size_t)nblocks * SKIP_ENTRY;
+			if (cm_rd_left(&r) < table + 4)
+				return false;
+			if (XXH32(p, head + table, 0) != cm_get_u32(p + head + table))
+				return false;
+		}
 	}
 	h->rest = r.p;
 	h->rest_len = cm_rd_left(&r);
@@ -519,7 +530,10 @@ postings_init(st_seg_txn *t, const st_field_info *f, const uint8_t *val, size_t 
 	bool split = term_split(t->seg, f, val, &vlen, &p->pos_inl, &p->pos_inl_len);
 	if (split && !p->pos_inl && (f->flags & ST_FI_POSITIONS) && tlen <= ST_MAX_TOKEN_LEN)
 		p->pos_key_len = (uint16_t)seg_term_key(p->pos_key, TAG_POS, f->id, term, tlen);
-	if (!split || !parse_term(val, vlen, st_field_type_is_ordinal(f->type), &h)) {
+	p->skip_entry = t->seg->impacts ? SKIP_ENTRY4 : SKIP_ENTRY;
+	p->groups = NULL;
+	if (!split ||
+	    !parse_term(val, vlen, st_field_type_is_ordinal(f->type), t->seg->impacts, &h)) {
 		p->doc_freq = 0;
 		p->total_term_freq = 0;
 		p->nblocks = 0;
@@ -560,7 +574,11 @@ postings_init(st_seg_txn *t, const st_field_info *f, const uint8_t *val, size_t 
 		p->data_len = cm_rd_left(&r);
 	} else {
 		p->skip = h.rest;
-		size_t table = (size_t)p->nblocks * SKIP_ENTRY + 4;
+		size_t table = (size_t)p->nblocks * p->skip_entry + 4;
+		if (t->seg->impacts) {
+			p->groups = h.rest + (size_t)p->nblocks * SKIP_ENTRY4;
+			table += (size_t)((p->nblocks + IMP_GROUP - 1) / IMP_GROUP) * IMP_BYTES;
+		}
 		p->data = h.rest + table;
 		p->data_len = h.rest_len - table;
 	}
@@ -582,14 +600,78 @@ st_postings_open(st_seg_txn *t, const st_field_info *f, const void *term, size_t
 	return postings_init(t, f, v.mv_data, v.mv_size, term, len, p);
 }
 
-uint32_t
-st_postings_block_last(const st_postings *p, uint32_t b)
+cm_err
+st_term_doc_freq(st_seg_txn *t, const st_field_info *f, const void *term, size_t len,
+                 uint32_t *df)
 {
-	if (b >= p->nblocks)
-		return ST_NO_MORE_DOCS;
-	if (!p->skip)
-		return p->one_last;
-	return cm_get_u32(p->skip + (size_t)b * SKIP_ENTRY);
+	*df = 0;
+	if (!(f->flags & ST_FI_POSTINGS) || len > SEG_MAX_TERM || f->id >= t->seg->nfields)
+		return CM_ENOTFOUND;
+	uint8_t key[SEG_MAX_KEY + 1];
+	size_t kl = seg_term_key(key, TAG_TERM, f->id, term, len);
+	MDB_val v;
+	cm_err e = seg_get(t, key, kl, &v);
+	if (e)
+		return e;
+	const uint8_t *val = v.mv_data, *pos;
+	size_t vlen = v.mv_size, pos_len;
+	cm_rd r;
+	uint64_t n, ttf, ord;
+	cm_rd_init(&r, val, vlen);
+	if (!cm_rd_varint(&r, &n) || n == 0 || n > t->seg->max_doc)
+		return CM_ECORRUPT;
+	if (n > ST_BLOCK && t->seg->impacts) {
+		/* the header alone is checked: the tables are the iterator's */
+		if (!cm_rd_varint(&r, &ttf) ||
+		    (st_field_type_is_ordinal(f->type) && !cm_rd_varint(&r, &ord)) ||
+		    cm_rd_left(&r) < 4 || seg_sum4(val, (size_t)(r.p - val)) != cm_get_u32(r.p))
+			return CM_ECORRUPT;
+		*df = (uint32_t)n;
+		return CM_OK;
+	}
+	term_head h;
+	if (!term_split(t->seg, f, val, &vlen, &pos, &pos_len) ||
+	    !parse_term(val, vlen, st_field_type_is_ordinal(f->type), t->seg->impacts, &h))
+		return CM_ECORRUPT;
+	*df = (uint32_t)h.df;
+	return CM_OK;
+}
+
+static unsigned
+impacts_get(const uint8_t *s, st_impact *imp)
+{
+	unsigned n = 0;
+	for (unsigned k = 0; k < IMP_SLOTS && s[2 * k]; k++, n++) {
+		imp[n].freq = s[2 * k] == IMP_FREQ_ANY ? UINT32_MAX : s[2 * k];
+		imp[n].norm = s[2 * k + 1];
+	}
+	if (!n) { /* not written so: the loosest bound */
+		imp[0].freq = UINT32_MAX;
+		imp[0].norm = 0;
+		n = 1;
+	}
+	return n;
+}
+
+unsigned
+st_postings_block_impacts(const st_postings *p, uint32_t b, st_impact *imp)
+{
+	if (b < p->nblocks && p->skip && p->groups)
+		return impacts_get(p->skip + (size_t)b * SKIP_ENTRY4 + 12, imp);
+	uint32_t mf;
+	uint8_t mn;
+	st_postings_block_impact(p, b, &mf, &mn);
+	imp[0].freq = mf;
+	imp[0].norm = mn;
+	return 1;
+}
+
+unsigned
+st_postings_group_impacts(const st_postings *p, uint32_t g, st_impact *imp)
+{
+	if (!p->groups || (uint64_t)g * IMP_GROUP >= p->nblocks)
+		return 0;
+	return impacts_get(p->groups + (size_t)g * IMP_BYTES, imp);
 }
 
 void
@@ -601,6 +683,17 @@ st_postings_block_impact(const st_postings *p, uint32_t b, uint32_t *max_freq, u
 	} else if (!p->skip) {
 		*max_freq = p->one_maxf;
 		*min_norm = p->one_norm;
+	} else if (p->groups) {
+		st_impact imp[ST_IMPACTS];
+		unsigned n = impacts_get(p->skip + (size_t)b * SKIP_ENTRY4 + 12, imp);
+		*max_freq = 0;
+		*min_norm = 255;
+		for (unsigned k = 0; k < n; k++) {
+			if (imp[k].freq > *max_freq)
+				*max_freq = imp[k].freq;
+			if (imp[k].norm < *min_norm)
+				*min_norm = imp[k].norm;
+		}
 	} else {
 		const uint8_t *s = p->skip + (size_t)b * SKIP_ENTRY;
 		*max_freq = cm_get_u32(s + 8);
@@ -614,12 +707,13 @@ st_postings_find_block(const st_postings *p, uint32_t target)
 	if (!p->skip)
 		return p->nblocks && p->one_last >= target ? 0 : p->nblocks;
 	uint32_t lo = p->block == UINT32_MAX || p->block >= p->nblocks ? 0 : p->block;
-	if (lo < p->nblocks && cm_get_u32(p->skip + (size_t)lo * SKIP_ENTRY) >= target)
+	size_t es = p->skip_entry;
+	if (lo < p->nblocks && cm_get_u32(p->skip + (size_t)lo * es) >= target)
 		lo = 0; /* target behind the cursor: search everything */
 	uint32_t hi = p->nblocks;
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo) / 2;
-		if (cm_get_u32(p->skip + (size_t)mid * SKIP_ENTRY) >= target)
+		if (cm_get_u32(p->skip + (size_t)mid * es) >= target)
 			hi = mid;
 		else
 			lo = mid + 1;
@@ -650,13 +744,16 @@ load_block(st_postings *p, uint32_t b)
 		}
 		p->n = p->doc_freq;
 	} else {
-		const uint8_t *s = p->skip + (size_t)b * SKIP_ENTRY;
-		uint32_t start = b ? cm_get_u32(s - SKIP_ENTRY + 4) : 0;
+		size_t es = p->skip_entry;
+		const uint8_t *s = p->skip + (size_t)b * es;
+		uint32_t start = b ? cm_get_u32(s - es + 4) : 0;
 		uint32_t end = cm_get_u32(s + 4);
-		uint32_t prev = b ? cm_get_u32(s - SKIP_ENTRY) : UINT32_MAX;
+		uint32_t prev = b ? cm_get_u32(s - es) : UINT32_MAX;
 		uint32_t n = b + 1 < p->nblocks ? ST_BLOCK : p->doc_freq - b * ST_BLOCK;
 		if (start > end || end > p->data_len ||
-		    XXH32(p->data + start, end - start, 0) != cm_get_u32(s + 13) ||
+		    (es == SKIP_ENTRY4 ? seg_sum4(p->data + start, end - start)
+		                       : XXH32(p->data + start, end - start, 0)) !=
+		        cm_get_u32(s + (es == SKIP_ENTRY4 ? 8 : 13)) ||
 		    !codec_block_decode(p->data + start, end - start, n, prev, p->docs, p->freqs) ||
 		    p->docs[n - 1] != cm_get_u32(s) || p->docs[n - 1] >= p->txn->seg->max_doc) {
 			postings_fail(p);
@@ -669,6 +766,19 @@ load_block(st_postings *p, uint32_t b)
 	p->doc = p->docs[0];
 	p->freq = p->freqs[0];
 	return true;
+}
+
+uint32_t
+st_postings_seek_block(st_postings *p, uint32_t b)
+{
+	if (p->doc == ST_NO_MORE_DOCS)
+		return ST_NO_MORE_DOCS;
+	if (p->block != UINT32_MAX && p->block < p->nblocks && b < p->block)
+		b = p->block; /* never backwards */
+	if (b == p->block)
+		return p->doc;
+	load_block(p, b);
+	return p->doc;
 }
 
 uint32_t
@@ -735,15 +845,20 @@ load_positions(st_postings *p)
 		d = v.mv_data;
 		len = v.mv_size;
 	}
+	bool sum4 = p->txn->seg->impacts && p->pos_inl; /* format 4 */
 	if (p->nblocks <= 1) {
-		if (!cm_checksum_ok(d, &len))
+		if (sum4 ? len < 4 || seg_sum4(d, len - 4) != cm_get_u32(d + len - 4)
+		         : !cm_checksum_ok(d, &len))
 			return false;
+		if (sum4)
+			len -= 4;
 		p->pos_table = NULL;
 		p->pos_data = d;
 		p->pos_len = len;
 	} else {
 		size_t table = (size_t)p->nblocks * 8;
-		if (len < table + 4 || XXH32(d, table, 0) != cm_get_u32(d + table))
+		if (len < table + 4 ||
+		    (sum4 ? seg_sum4(d, table) : XXH32(d, table, 0)) != cm_get_u32(d + table))
 			return false;
 		p->pos_table = d;
 		p->pos_data = d + table + 4;
@@ -761,7 +876,9 @@ locate_positions(st_postings *p)
 		start = p->block ? cm_get_u32(e - 8) : 0;
 		end = cm_get_u32(e);
 		if (start > end || end > p->pos_len ||
-		    XXH32(p->pos_data + start, end - start, 0) != cm_get_u32(e + 4))
+		    (p->txn->seg->impacts ? seg_sum4(p->pos_data + start, end - start)
+		                          : XXH32(p->pos_data + start, end - start, 0)) !=
+		        cm_get_u32(e + 4))
 			return false;
 	}
 	if (end - start < 1 || p->pos_data[start] > 32)
@@ -1426,7 +1543,7 @@ st_term_ord(st_seg_txn *t, const st_field_info *f, const void *term, size_t len,
 	const uint8_t *pos;
 	size_t vlen = v.mv_size, pos_len;
 	if (!term_split(t->seg, f, v.mv_data, &vlen, &pos, &pos_len) ||
-	    !parse_term(v.mv_data, vlen, true, &h) || h.ord >= f->num_terms)
+	    !parse_term(v.mv_data, vlen, true, t->seg->impacts, &h) || h.ord >= f->num_terms)
 		return CM_ECORRUPT;
 	*ord = h.ord;
 	return exact ? CM_OK : CM_ENOTFOUND;

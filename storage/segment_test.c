@@ -1024,6 +1024,128 @@ test_concurrent_readers(const char *path)
 	st_segment_close(s);
 }
 
+/* Every doc of `docs` (n, in the postings' order) covered by one of the
+ * impacts: a pair with freq >= its freq and norm <= its norm. */
+static bool
+impacts_cover(const st_impact *imp, unsigned ni, const uint32_t *docs, const uint32_t *freqs,
+              uint32_t n, const uint8_t *norms)
+{
+	if (ni < 1 || ni > ST_IMPACTS)
+		return false;
+	for (uint32_t k = 0; k < n; k++) {
+		bool ok = false;
+		for (unsigned j = 0; j < ni && !ok; j++)
+			ok = imp[j].freq >= freqs[k] && imp[j].norm <= (norms ? norms[docs[k]] : 0);
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+/* Format 4's impacts: per block and per group of ST_IMPACT_GROUP blocks,
+ * on a term whose (freq, norm) pairs have far more than ST_IMPACTS on
+ * their frontier (merged pairs must still cover every doc) and a few
+ * freqs past 255; doc_freq from the dictionary; seek_block. */
+static void
+test_impacts(const char *dir)
+{
+	st_field_def fb = {.path = "body", .type = ST_FT_TEXT, .analyzer = ST_AN_STANDARD,
+	                   .index = true};
+	enum { N = 6000 };
+	st_segbuild *b = st_segbuild_create();
+	char *text = malloc(8 * 1024);
+	uint32_t *want = calloc(N, sizeof(uint32_t));
+	for (uint32_t i = 0; i < N; i++) {
+		uint32_t f = i % 3 == 0 ? 0 : 1 + (uint32_t)(rnd() % 40);
+		if (i % 1000 == 7)
+			f = 300 + (uint32_t)(rnd() % 50);
+		uint32_t z = (uint32_t)(rnd() % 300);
+		size_t at = 0;
+		for (uint32_t k = 0; k < f; k++)
+			at += (size_t)sprintf(text + at, "w ");
+		for (uint32_t k = 0; k < z; k++)
+			at += (size_t)sprintf(text + at, "z ");
+		at += (size_t)sprintf(text + at, "x");
+		want[i] = f;
+		char id[16];
+		snprintf(id, sizeof id, "i%u", i);
+		st_value v = {.field = &fb, .s = text, .n = at};
+		st_doc d = {.id = id, .id_len = strlen(id), .source = "{}", .source_len = 2,
+		            .values = &v, .nvalues = 1};
+		uint32_t no;
+		cm_error err = {0};
+		REQUIRE(st_segbuild_add(b, &d, i + 1, 1, 1, &no, &err) == CM_OK);
+	}
+	char path[256];
+	snprintf(path, sizeof(path), "%s/impacts.mdb", dir);
+	cm_error err = {0};
+	REQUIRE(st_segbuild_write(b, NULL, path, 80, NULL, &err) == CM_OK);
+	st_segbuild_destroy(b);
+	st_segment *s;
+	REQUIRE(st_segment_open(path, &s, &err) == CM_OK);
+	st_seg_txn *t;
+	REQUIRE(st_seg_txn_begin(s, &t) == CM_OK);
+	const st_field_info *f = st_segment_field(s, "body");
+	REQUIRE(f);
+	const uint8_t *norms = st_norms(t, f);
+	REQUIRE(norms);
+	static const char *terms[] = {"w", "z", "x"};
+	for (int ti = 0; ti < 3; ti++) {
+		const char *term = terms[ti];
+		uint32_t df;
+		st_postings p;
+		REQUIRE(st_postings_open(t, f, term, 1, &p) == CM_OK);
+		CHECK(st_term_doc_freq(t, f, term, 1, &df) == CM_OK && df == p.doc_freq);
+		CHECK(p.nblocks > ST_IMPACT_GROUP);
+		static uint32_t gdocs[ST_IMPACT_GROUP * ST_BLOCK], gfreqs[ST_IMPACT_GROUP * ST_BLOCK];
+		uint32_t gn = 0, merged = 0, any = 0;
+		for (uint32_t n = st_postings_next_block(&p); n; n = st_postings_next_block(&p)) {
+			st_impact imp[ST_IMPACTS];
+			unsigned ni = st_postings_block_impacts(&p, p.block, imp);
+			CHECKF(impacts_cover(imp, ni, p.docs, p.freqs, n, norms), "%s block %u", term,
+			       p.block);
+			for (unsigned j = 0; j < ni; j++) {
+				any += imp[j].freq == UINT32_MAX;
+				/* the frontier: freqs and norms both ascending */
+				CHECK(j == 0 || (imp[j].freq > imp[j - 1].freq && imp[j].norm > imp[j - 1].norm));
+			}
+			merged += ni == ST_IMPACTS;
+			if (ti == 0)
+				for (uint32_t k = 0; k < n; k++)
+					CHECK(p.freqs[k] == want[p.docs[k]]);
+			memcpy(gdocs + gn, p.docs, n * sizeof(uint32_t));
+			memcpy(gfreqs + gn, p.freqs, n * sizeof(uint32_t));
+			gn += n;
+			if (p.block % ST_IMPACT_GROUP == ST_IMPACT_GROUP - 1 || p.block + 1 == p.nblocks) {
+				unsigned gi = st_postings_group_impacts(&p, p.block / ST_IMPACT_GROUP, imp);
+				CHECKF(impacts_cover(imp, gi, gdocs, gfreqs, gn, norms), "%s group %u", term,
+				       p.block / ST_IMPACT_GROUP);
+				gn = 0;
+			}
+		}
+		CHECK(st_postings_group_impacts(&p, p.nblocks / ST_IMPACT_GROUP + 1, NULL) == 0);
+		if (ti == 0)
+			CHECK(merged > 0 && any > 0); /* the cases this test is for happened */
+		/* seek_block: to block b's first doc, undecoded blocks between */
+		REQUIRE(st_postings_open(t, f, term, 1, &p) == CM_OK);
+		uint32_t first = st_postings_next(&p);
+		CHECK(first != ST_NO_MORE_DOCS);
+		for (uint32_t bk = 1; bk < p.nblocks; bk += 1 + (uint32_t)(rnd() % 5)) {
+			uint32_t d = st_postings_seek_block(&p, bk);
+			CHECK(p.block == bk);
+			CHECK(d > st_postings_block_last(&p, bk - 1) && d <= st_postings_block_last(&p, bk));
+			CHECK(st_postings_next(&p) > d);
+		}
+		CHECK(st_postings_seek_block(&p, p.nblocks) == ST_NO_MORE_DOCS);
+	}
+	uint32_t df;
+	CHECK(st_term_doc_freq(t, f, "nope", 4, &df) == CM_ENOTFOUND);
+	st_seg_txn_end(t);
+	st_segment_close(s);
+	free(text);
+	free(want);
+}
+
 int
 main(void)
 {
@@ -1140,6 +1262,7 @@ main(void)
 	}
 	test_range_merge(dir, pool);
 	test_long_keys(dir);
+	test_impacts(dir);
 	/* 4. empty segment (every doc deleted) */
 	{
 		uint64_t alld[1] = {~0ull};

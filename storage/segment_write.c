@@ -2,6 +2,7 @@
  * st_segbuild_write and st_segment_merge. */
 #define _GNU_SOURCE /* sync_file_range */
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +181,80 @@ put_u32_at(uint8_t *p, uint32_t v)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* The impacts of n docs into IMP_BYTES at out: the pairs (freq, norm)
+ * that no other pair beats on both (Lucene's competitive impacts), so
+ * BM25's bound over them is the docs' best score under any avgdl and
+ * idf, not the loose max freq with min norm (short documents put a very
+ * short doc and a high freq in nearly every block). Beyond IMP_SLOTS
+ * pairs, neighbours merge into (the higher freq, the lower norm), which
+ * still bounds both; the merge that raises the bound least goes first,
+ * judged at the docs' own mean length. Freqs from IMP_FREQ_ANY up are
+ * stored as IMP_FREQ_ANY (any freq); empty slots have freq 0. */
+static void
+impacts_put(uint8_t *out, const uint32_t *docs, const uint32_t *freqs, uint32_t n,
+            const uint8_t *norms)
+{
+	uint32_t best[256], count[256];
+	uint64_t seen[4] = {0}; /* norms present: walked in ascending order below */
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t nb = norms ? norms[docs[i]] : 0;
+		uint64_t bit = (uint64_t)1 << (nb & 63);
+		if (!(seen[nb >> 6] & bit)) {
+			seen[nb >> 6] |= bit;
+			best[nb] = count[nb] = 0;
+		}
+		if (freqs[i] > best[nb])
+			best[nb] = freqs[i];
+		count[nb]++;
+	}
+	double len_sum = 0;
+	for (unsigned w = 0; w < 4; w++)
+		for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
+			unsigned nb = w * 64 + (unsigned)__builtin_ctzll(bits);
+			len_sum += (double)count[nb] * st_norm_decode((uint8_t)nb);
+		}
+	/* norms ascending; a pair stays only when its freq beats every lower
+	 * norm's */
+	uint32_t pf[256];
+	uint8_t pn[256];
+	unsigned m = 0;
+	for (unsigned w = 0; w < 4; w++)
+		for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
+			unsigned nb = w * 64 + (unsigned)__builtin_ctzll(bits);
+			uint32_t f = best[nb];
+			if (m && f <= pf[m - 1])
+				continue;
+			pf[m] = f;
+			pn[m] = (uint8_t)nb;
+			m++;
+			if (f >= IMP_FREQ_ANY)
+				goto frontier; /* stored as any freq: it covers every higher norm */
+		}
+frontier:;
+	double avg = n && len_sum > 0 ? len_sum / n : 1.0;
+	while (m > IMP_SLOTS) {
+		/* merging i and i + 1 gives (pf[i + 1], pn[i]) */
+		unsigned at = 0;
+		double least = INFINITY;
+		for (unsigned i = 0; i + 1 < m; i++) {
+			double key = pf[i + 1] / (0.25 + 0.75 * st_norm_decode(pn[i]) / avg);
+			if (key < least) {
+				least = key;
+				at = i;
+			}
+		}
+		pf[at] = pf[at + 1];
+		memmove(pf + at + 1, pf + at + 2, (m - at - 2) * sizeof pf[0]);
+		memmove(pn + at + 1, pn + at + 2, (m - at - 2) * sizeof pn[0]);
+		m--;
+	}
+	memset(out, 0, IMP_BYTES);
+	for (unsigned k = 0; k < m; k++) {
+		out[2 * k] = (uint8_t)(pf[k] < IMP_FREQ_ANY ? pf[k] : IMP_FREQ_ANY);
+		out[2 * k + 1] = pn[k];
+	}
+}
+
 /* One block's positions: per doc, the first position then deltas, all
  * bit-packed at one width (u8 bits, packed values). */
 static void
@@ -207,8 +282,8 @@ put_block_positions(postenc *e, cm_buf *out, const uint32_t *pos, const uint32_t
 }
 
 /* A term's positions, appended to out from `at` (where its T value
- * ends): one block's bytes and xxh32, or a table of (end, xxh32) per
- * block, its xxh32, then the blocks. */
+ * ends): one block's bytes and checksum, or a table of (end, checksum)
+ * per block, its checksum, then the blocks (seg_sum4, format 4). */
 static void
 postenc_positions(postenc *e, cm_buf *out, const uint32_t *freqs, uint32_t df, const uint32_t *pos)
 {
@@ -216,7 +291,7 @@ postenc_positions(postenc *e, cm_buf *out, const uint32_t *freqs, uint32_t df, c
 	uint32_t nblocks = (df + ST_BLOCK - 1) / ST_BLOCK;
 	if (nblocks <= 1) {
 		put_block_positions(e, out, pos, freqs, df);
-		cm_buf_put_checksum(out, at);
+		cm_buf_put_u32(out, seg_sum4(out->data + at, out->len - at));
 		return;
 	}
 	cm_buf_reset(&e->pos);
@@ -232,9 +307,9 @@ postenc_positions(postenc *e, cm_buf *out, const uint32_t *freqs, uint32_t df, c
 			pos += freqs[i];
 		put_u32_at(out->data + table + b * 8, (uint32_t)e->pos.len);
 		put_u32_at(out->data + table + b * 8 + 4,
-		           XXH32(e->pos.data + start, e->pos.len - start, 0));
+		           seg_sum4(e->pos.data + start, e->pos.len - start));
 	}
-	cm_buf_put_checksum(out, at);
+	cm_buf_put_u32(out, seg_sum4(out->data + at, out->len - at));
 	cm_buf_put(out, e->pos.data, e->pos.len);
 }
 
@@ -273,10 +348,15 @@ postenc_term(postenc *e, cm_buf *tstream, uint16_t field, const uint8_t *term, s
 		codec_block_encode(tstream, docs, freqs, df, UINT32_MAX);
 		kv_end(tstream, at, true);
 	} else {
+		/* the header's own checksum lets a count read doc_freq without
+		 * hashing the skip table */
+		cm_buf_put_u32(tstream, seg_sum4(tstream->data + at, tstream->len - at));
 		cm_buf_reset(&e->blocks);
-		size_t skip = tstream->len;
-		cm_buf_reserve(tstream, (size_t)nblocks * SKIP_ENTRY + 4);
-		tstream->len += (size_t)nblocks * SKIP_ENTRY;
+		uint32_t ngroups = (nblocks + IMP_GROUP - 1) / IMP_GROUP;
+		size_t skip = tstream->len, table = (size_t)nblocks * SKIP_ENTRY4;
+		size_t groups = (size_t)ngroups * IMP_BYTES;
+		cm_buf_reserve(tstream, table + groups + 4);
+		tstream->len += table + groups;
 		uint32_t prev = UINT32_MAX;
 		for (uint32_t b = 0; b < nblocks; b++) {
 			uint32_t lo = b * ST_BLOCK;
@@ -284,23 +364,18 @@ postenc_term(postenc *e, cm_buf *tstream, uint16_t field, const uint8_t *term, s
 			size_t start = e->blocks.len;
 			codec_block_encode(&e->blocks, docs + lo, freqs + lo, n, prev);
 			prev = docs[lo + n - 1];
-			uint32_t maxf = 0;
-			uint8_t minn = 255;
-			for (uint32_t i = lo; i < lo + n; i++) {
-				if (freqs[i] > maxf)
-					maxf = freqs[i];
-				uint8_t nb = norms ? norms[docs[i]] : 0;
-				if (nb < minn)
-					minn = nb;
-			}
-			uint8_t *s = tstream->data + skip + (size_t)b * SKIP_ENTRY;
+			uint8_t *s = tstream->data + skip + (size_t)b * SKIP_ENTRY4;
 			put_u32_at(s, prev);
 			put_u32_at(s + 4, (uint32_t)e->blocks.len);
-			put_u32_at(s + 8, maxf);
-			s[12] = minn;
-			put_u32_at(s + 13, XXH32(e->blocks.data + start, e->blocks.len - start, 0));
+			put_u32_at(s + 8, seg_sum4(e->blocks.data + start, e->blocks.len - start));
+			impacts_put(s + 12, docs + lo, freqs + lo, n, norms);
+			if (b % IMP_GROUP == IMP_GROUP - 1 || b + 1 == nblocks) {
+				uint32_t g = b / IMP_GROUP, glo = g * IMP_GROUP * ST_BLOCK;
+				impacts_put(tstream->data + skip + table + (size_t)g * IMP_BYTES, docs + glo,
+				            freqs + glo, lo + n - glo, norms);
+			}
 		}
-		cm_buf_put_checksum(tstream, at);
+		cm_buf_put_u32(tstream, seg_sum4(tstream->data + skip, tstream->len - skip));
 		cm_buf_put(tstream, e->blocks.data, e->blocks.len);
 		kv_end(tstream, at, false);
 	}

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../common/cm_buf.h"
 #include "../common/cm_err.h"
@@ -19,6 +20,8 @@
 
 #define ST_NO_MORE_DOCS UINT32_MAX
 #define ST_BLOCK 128        /* docs per postings block */
+#define ST_IMPACTS 6        /* at most this many impacts per block or group */
+#define ST_IMPACT_GROUP 16  /* blocks per second-level impact group */
 #define ST_COL_BLOCK 4096   /* docs per column block */
 
 typedef struct st_segment st_segment;
@@ -94,6 +97,8 @@ typedef struct st_postings {
 	bool corrupt;
 	const uint8_t *pos_table, *pos_end;
 	uint32_t one_last, one_maxf; /* single-block terms keep their skip data here */
+	const uint8_t *groups;       /* format 4: the second level of impacts */
+	uint8_t skip_entry;          /* bytes per skip entry: SKIP_ENTRY or SKIP_ENTRY4 */
 	uint8_t one_norm;
 	uint8_t pos_bits;  /* width of the located block's packed positions */
 	uint32_t pos_idx;  /* index of doc pos_i's first position in the block */
@@ -123,9 +128,44 @@ uint32_t st_postings_next_block(st_postings *p);
 /* Skip data without decoding: last doc of block b, and the block's max
  * impact (the largest freq and the smallest norm byte among its docs, an
  * upper bound for BM25 over the block). */
-uint32_t st_postings_block_last(const st_postings *p, uint32_t b);
+static inline uint32_t
+st_postings_block_last(const st_postings *p, uint32_t b)
+{
+	/* inline: block-max skipping asks it of every block it passes */
+	if (b >= p->nblocks)
+		return ST_NO_MORE_DOCS;
+	if (!p->skip)
+		return p->one_last;
+	uint32_t v;
+	memcpy(&v, p->skip + (size_t)b * p->skip_entry, 4); /* little-endian, as cm_get_u32 */
+	return v;
+}
 void st_postings_block_impact(const st_postings *p, uint32_t b, uint32_t *max_freq,
                               uint8_t *min_norm);
+/* The competitive impacts of block b: n (returned, 1..ST_IMPACTS) pairs
+ * such that every doc of the block has one with freq >= its freq and
+ * norm <= its norm, so BM25 over the pairs bounds the block's scores for
+ * any idf and avgdl. freq UINT32_MAX: any freq (bound by the weight).
+ * Segments before format 4 have one pair (max freq, min norm). */
+typedef struct st_impact {
+	uint32_t freq;
+	uint8_t norm;
+} st_impact;
+unsigned st_postings_block_impacts(const st_postings *p, uint32_t b, st_impact *imp);
+/* The same over group g, blocks [g * ST_IMPACT_GROUP, (g + 1) *
+ * ST_IMPACT_GROUP): 0 when the segment has no second level (before
+ * format 4, or a term of one block); the caller then takes its blocks'. */
+unsigned st_postings_group_impacts(const st_postings *p, uint32_t g, st_impact *imp);
+/* Decodes block b and moves to its first doc, without decoding the blocks
+ * between (block-max skipping); returns that doc, ST_NO_MORE_DOCS past the
+ * end or on corruption. A b before the current block means the current
+ * one, whose cursor then stays where it is (never backwards). */
+uint32_t st_postings_seek_block(st_postings *p, uint32_t b);
+/* A term's doc_freq from the dictionary alone (the count of a term query
+ * in a segment without deletions); CM_ENOTFOUND when the term is absent,
+ * CM_ECORRUPT when its header fails its checksum. */
+cm_err st_term_doc_freq(st_seg_txn *t, const st_field_info *f, const void *term, size_t len,
+                        uint32_t *df);
 /* Index of the first block whose last doc >= target (nblocks if none). */
 uint32_t st_postings_find_block(const st_postings *p, uint32_t target);
 /* Positions of the current doc (field must have ST_FI_POSITIONS); returns

@@ -38,7 +38,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 void __sanitizer_set_death_callback(void (*callback)(void));
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define SKIP_ENTRY 17  /* storage/segment_private.h */
+#define SKIP_ENTRY 17  /* storage/segment_private.h, formats 1-3 */
+#define SKIP_ENTRY4 24 /* format 4: u32 last, u32 end, u32 sum, 6 x (u8 freq, u8 norm) */
+#define IMP_BYTES 12   /* format 4: one impact group's pairs */
+#define IMP_GROUP 16   /* format 4: blocks per impact group */
 #define MAX_SWEEP 2000 /* ordinals, docs and column blocks read per input */
 
 static char dir[256], path[320];
@@ -125,17 +128,35 @@ term_blocks(const kv *e, size_t n, const uint8_t *key, size_t klen)
 
 /* Multi-block tables: nblocks entries of `width` bytes, entry b holding
  * its block's end offset at +end_at and checksum at +sum_at. */
+/* Format 4's postings sums: the low 32 bits of XXH3 (seg_sum4). */
+static uint32_t
+sum4(const void *p, size_t n)
+{
+	return (uint32_t)XXH3_64bits(p, n);
+}
+
 static void
 seal_blocks(uint8_t *table, uint64_t nblocks, size_t width, size_t end_at, size_t sum_at,
-            const uint8_t *data, size_t data_len)
+            const uint8_t *data, size_t data_len, bool xxh3)
 {
 	for (uint64_t b = 0; b < nblocks; b++) {
 		uint8_t *s = table + b * width;
 		uint32_t start = b ? cm_get_u32(s - width + end_at) : 0;
 		uint32_t end = cm_get_u32(s + end_at);
 		if (start <= end && end <= data_len)
-			put_le32(s + sum_at, XXH32(data + start, end - start, 0));
+			put_le32(s + sum_at, xxh3 ? sum4(data + start, end - start)
+			                          : XXH32(data + start, end - start, 0));
 	}
+}
+
+/* The segment's format, from its M entry (0 when it does not parse). */
+static uint32_t
+seg_format(const kv *e, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (e[i].klen == 1 && e[i].k[0] == 'M' && e[i].vlen >= 8)
+			return cm_get_u32(e[i].v);
+	return 0;
 }
 
 static void
@@ -147,6 +168,7 @@ reseal(kv *e, size_t n)
 		if (e[i].klen == 1 && e[i].k[0] == 'F')
 			seal_tail(e[i].v, e[i].vlen);
 	keyword_fields(e, n, kw);
+	bool fmt4 = seg_format(e, n) >= 4;
 	for (size_t i = 0; i < n; i++) {
 		uint8_t *v = e[i].v;
 		size_t len = e[i].vlen;
@@ -171,11 +193,25 @@ reseal(kv *e, size_t n)
 			bool keyword = e[i].klen >= 3 && kw[cm_get_u16_be(e[i].k + 1)];
 			if (!cm_rd_varint(&r, &ttf) || (keyword && !cm_rd_varint(&r, &ord)))
 				break;
-			size_t head = (size_t)(r.p - v), table = (size_t)nb * SKIP_ENTRY;
+			size_t head = (size_t)(r.p - v);
+			if (fmt4) {
+				/* header sum, tables (blocks, then impact groups), their sum */
+				size_t table = (size_t)nb * SKIP_ENTRY4 +
+				               (size_t)((nb + IMP_GROUP - 1) / IMP_GROUP) * IMP_BYTES;
+				if (nb > len || len - head < 4 + table + 4)
+					break;
+				put_le32(v + head, sum4(v, head));
+				uint8_t *t = v + head + 4;
+				seal_blocks(t, nb, SKIP_ENTRY4, 4, 8, t + table + 4, len - head - 4 - table - 4,
+				            true);
+				put_le32(t + table, sum4(t, table));
+				break;
+			}
+			size_t table = (size_t)nb * SKIP_ENTRY;
 			if (nb > len || len - head < table + 4)
 				break;
 			seal_blocks(v + head, nb, SKIP_ENTRY, 4, 13, v + head + table + 4,
-			            len - head - table - 4);
+			            len - head - table - 4, false);
 			put_le32(v + head + table, XXH32(v, head + table, 0));
 			break;
 		}
@@ -188,7 +224,7 @@ reseal(kv *e, size_t n)
 			size_t table = (size_t)nb * 8;
 			if (nb > len || len < table + 4)
 				break;
-			seal_blocks(v, nb, 8, 0, 4, v + table + 4, len - table - 4);
+			seal_blocks(v, nb, 8, 0, 4, v + table + 4, len - table - 4, false);
 			put_le32(v + table, XXH32(v, table, 0));
 			break;
 		}
@@ -317,11 +353,20 @@ sweep_terms(st_seg_txn *t, const st_field_info *f, unsigned variant)
 			for (uint32_t b = 0; b < p.nblocks && b < MAX_SWEEP; b++) {
 				uint32_t mf;
 				uint8_t mn;
+				st_impact imp[ST_IMPACTS];
 				st_postings_block_impact(&p, b, &mf, &mn);
+				(void)st_postings_block_impacts(&p, b, imp);
+				if (b % ST_IMPACT_GROUP == 0)
+					(void)st_postings_group_impacts(&p, b / ST_IMPACT_GROUP, imp);
 				(void)st_postings_find_block(&p, st_postings_block_last(&p, b));
-				st_postings_advance(&p, st_postings_block_last(&p, b));
+				if (variant & 8)
+					st_postings_seek_block(&p, b);
+				else
+					st_postings_advance(&p, st_postings_block_last(&p, b));
 			}
 		}
+		uint32_t df;
+		(void)st_term_doc_freq(t, f, term, len, &df);
 		/* the same term by key, and its ordinal */
 		uint8_t copy[512];
 		if (len <= sizeof(copy)) {
