@@ -442,6 +442,8 @@ void
 cl_mark(nd_cluster *cl, int node, bool alive, uint64_t latency_ns)
 {
 	nd_cl_node *nd = &cl->nodes[node];
+	if (alive)
+		atomic_store(&nd->last_ok_ns, cm_now_ns());
 	bool was = atomic_exchange(&nd->alive, alive);
 	if (was != alive)
 		atomic_store(&nd->down_since_ns, alive ? 0 : cm_now_ns());

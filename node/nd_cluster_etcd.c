@@ -159,6 +159,44 @@ cl_etcd_leading(nd_cluster *cl)
 	return lead;
 }
 
+bool
+cl_etcd_member_now(nd_cluster *cl)
+{
+	cl_etcd *e = cl->etcd;
+	if (!e)
+		return true;
+	pthread_mutex_lock(&e->mu);
+	bool live = e->lease != 0 && cm_now_ns() < e->lease_until_ns;
+	pthread_mutex_unlock(&e->mu);
+	return live && atomic_load(&cl->nodes[cl->self].registered);
+}
+
+bool
+cl_may_serve_reads(nd_cluster *cl, cm_error *err)
+{
+	if (!cl->etcd)
+		return true;
+	if (!cl_etcd_member_now(cl)) {
+		cm_error_set(err, CM_EUNAVAIL,
+		             "node [%s] may have left the cluster (its etcd lease may have expired): "
+		             "its copies do not answer realtime gets",
+		             cl->nodes[cl->self].name);
+		return false;
+	}
+	int m = cl->master;
+	if (m < 0 || m == cl->self)
+		return true;
+	uint64_t ok = atomic_load(&cl->nodes[m].last_ok_ns), now = cm_now_ns();
+	if (ok && now - ok < rp_failover_ns(cl->rp) / 2)
+		return true;
+	cm_error_set(err, CM_EUNAVAIL,
+	             "node [%s] has not heard from the master [%s] for %.1f s: its copies do not "
+	             "answer realtime gets (another may lead their shards by now)",
+	             cl->nodes[cl->self].name, cl->nodes[m].name,
+	             ok ? (double)(now - ok) / 1e9 : -1.0);
+	return false;
+}
+
 static void
 step_down(nd_cluster *cl, const char *why)
 {

@@ -73,7 +73,7 @@ cl_serve_get(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
 	cm_error_clear(&err);
 	cm_buf_init(&src, MEM);
 	cm_buf_init(&out, MEM);
-	if (pr_get_req_decode(p, len, &g, &err) == CM_OK) {
+	if (pr_get_req_decode(p, len, &g, &err) == CM_OK && cl_may_serve_reads(cl, &err)) {
 		if (!(ix = nd_index_get(cl->node, g.index))) {
 			cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", g.index);
 		} else if (g.shard >= (uint32_t)nd_index_nshards(ix)) {
@@ -220,6 +220,13 @@ nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const ch
 	for (int i = 0; i < norder; i++) {
 		int node = order[i];
 		if (node == cl->self) {
+			cm_error e;
+			cm_error_clear(&e);
+			if (!cl_may_serve_reads(cl, &e)) { /* possibly stale here: the next copy */
+				*err = e;
+				rc = CM_EUNAVAIL;
+				continue;
+			}
 			cm_error_clear(err);
 			rc = local_get(ix, shard, id, strlen(id), meta, source);
 			break;

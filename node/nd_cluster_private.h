@@ -51,6 +51,7 @@ typedef struct nd_cl_node {
 	_Atomic uint64_t gone_since_ns;
 	_Atomic bool alive;
 	_Atomic uint64_t down_since_ns; /* monotonic time it became unreachable, 0 = up */
+	_Atomic uint64_t last_ok_ns;    /* monotonic time it last answered, 0 = never */
 	_Atomic uint64_t boot;          /* its process's boot id, from its last pong */
 	_Atomic uint64_t boot_joined;   /* the boot id it joined with (the state's "joined") */
 	_Atomic uint64_t applied;       /* master: the newest state version it acknowledged */
@@ -164,6 +165,16 @@ void cl_etcd_free(nd_cluster *cl);
 cm_err cl_etcd_commit(nd_cluster *cl, const rp_state *prev, const rp_state *next,
                       uint64_t *version, cm_error *err);
 /* cluster.lease_ttl; CM_ENOTFOUND for another key. */
+/* Whether this node may still answer for its copies on etcd: its lease
+ * cannot have expired yet (a node whose lease may have expired may have
+ * been evicted, and its primaries failed over). true without etcd. */
+bool cl_etcd_member_now(nd_cluster *cl);
+/* Whether this node's copies may answer a realtime get: on etcd, its
+ * lease is live and, unless it is the master, it heard from the master
+ * within half of cluster.primary_failover_timeout (the master promotes
+ * another copy only after the whole of it); else err says why. A static
+ * cluster always may. */
+bool cl_may_serve_reads(nd_cluster *cl, cm_error *err);
 /* Members that did not answer this round's ping and whose own transport
  * port refuses connections (the process is gone): their leases are
  * revoked (nd_cluster_etcd.c). */
