@@ -741,8 +741,9 @@ def run_file(client, path, name_filter=None, out=print):
                 client.close()
         res["seconds"] = round(time.time() - t0, 3)
         results.append(res)
-        out("%-7s %s%s" % (res["status"].upper() if res["status"] == "failed" else res["status"],
-                           tid, ("\n        " + res["detail"]) if res["detail"] else ""))
+        out("%-7s %s%s%s" % (res["status"].upper() if res["status"] == "failed" else res["status"],
+                             tid, " (%.1fs)" % res["seconds"] if res["seconds"] >= 0.5 else "",
+                             ("\n        " + res["detail"]) if res["detail"] else ""))
     return results
 
 
