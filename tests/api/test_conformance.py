@@ -17,6 +17,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, CONF)
 
 import run as conformance  # noqa: E402
+import shoal  # noqa: E402
 from shoal import ClusterNode, Node, cluster_file, eq  # noqa: E402
 
 NAMES = ("node-1", "node-2", "node-3")
@@ -83,10 +84,17 @@ def main():
                   (mode + ":" if mode else "", tid))
         elif all(s is None for s in outcome):
             print("LISTED BUT NOT FOUND in known_failures.txt: %s" % tid)
+    if shoal.SANITIZER_REPORTS:
+        print("FAIL %d sanitizer report(s) in node logs" % len(shoal.SANITIZER_REPORTS))
+        rc = 1
     for mode, r in bad:
         print("UNLISTED FAILURE [%s] %s\n    %s" % (mode, r["id"], r["detail"]))
+    for mode, results in by_mode.items():
+        n = {k: sum(1 for r in results if r["status"] == k) for k in ("passed", "failed", "skipped")}
+        print("%s: %d passed, %d failed (listed Shoal bugs but %d), %d skipped" %
+              (mode, n["passed"], n["failed"], sum(1 for m, _ in bad if m == mode), n["skipped"]))
     print("%d passed, %d failed" % (
-        sum(1 for m in by_mode.values() for r in m if r["status"] != "failed"), len(bad)))
+        sum(1 for m in by_mode.values() for r in m if r["status"] == "passed"), len(bad) + rc))
     sys.exit(1 if bad or rc else 0)
 
 

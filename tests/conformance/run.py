@@ -22,7 +22,11 @@ import sys
 import time
 import urllib.parse
 
-import yaml
+try:
+    import yaml
+except ImportError:  # Debian: python3-yaml (cluster-scripts/install-deps.sh --with-tests)
+    sys.stderr.write("run.py needs PyYAML: apt-get install python3-yaml\n")
+    sys.exit(2)
 
 # What GET / answers (docs/api.md); `skip: version:` ranges compare to it.
 SHOAL_ES_VERSION = (7, 10, 2)
