@@ -135,6 +135,10 @@ API_SPEC = {
     "nodes.stats": [("/_nodes/stats", "GET"), ("/_nodes/{node_id}/stats", "GET"),
                     ("/_nodes/stats/{metric}", "GET"), ("/_nodes/{node_id}/stats/{metric}", "GET")],
     "license.get": [("/_license", "GET")],
+    "security.authenticate": [("/_security/_authenticate", "GET")],
+    "security.create_api_key": [("/_security/api_key", "PUT,POST")],
+    "security.get_api_key": [("/_security/api_key", "GET")],
+    "security.invalidate_api_key": [("/_security/api_key", "DELETE")],
     "xpack.info": [("/_xpack", "GET")],
     # ingest
     "ingest.put_pipeline": [("/_ingest/pipeline/{id}", "PUT")],
@@ -795,6 +799,14 @@ def summarize(results, known=None, mode=None, out=print):
     unexpected = [r for r in results if r["status"] == "failed" and not listed(r["id"])]
     known_failed = [r for r in results if r["status"] == "failed" and listed(r["id"])]
     fixed = [r for r in results if r["status"] == "passed" and listed(r["id"])]
+    per_file = {}
+    for r in results:
+        f = per_file.setdefault(r["id"].split("::")[0], {"passed": 0, "failed": 0, "skipped": 0})
+        f[r["status"]] += 1
+    out("")
+    for name, f in per_file.items():
+        out("  %-45s %3d passed %3d failed %3d skipped" %
+            (name, f["passed"], f["failed"], f["skipped"]))
     out("\n%d files, %d tests: %d passed, %d failed, %d skipped" %
         (files, len(results), n["passed"], n["failed"], n["skipped"]))
     if known:
