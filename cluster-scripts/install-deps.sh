@@ -12,8 +12,8 @@ BUILD_PKGS=(build-essential cmake pkg-config python3 curl
 RUN_PKGS=(etcd-server)
 # Tests also use these (clients, peers for the BM25 check, sanitizer runtime,
 # a headless browser for the cluster page; etcd-server from RUN_PKGS for
-# coord/ec_test).
-TEST_PKGS=(clang libclang-rt-14-dev python3-elasticsearch default-jdk-headless liblucene8-java
+# coord/ec_test; PyYAML for the conformance runner, tests/conformance/).
+TEST_PKGS=(clang libclang-rt-14-dev python3-elasticsearch python3-yaml default-jdk-headless liblucene8-java
   dict-gcide openssl chromium fonts-dejavu-core)
 
 want=("${BUILD_PKGS[@]}" "${RUN_PKGS[@]}")
