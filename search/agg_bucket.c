@@ -1979,7 +1979,9 @@ terms_flush(agg_rt *rt, agg_node *n)
 		 * sum_other_doc_count, as the sparse path above; a heap keeps
 		 * them, so 100,000 counted ordinals are not sorted nor looked up. */
 		topk t;
-		topk_init(&t, p->shard_size);
+		/* a heap no larger than the ordinals: shard_size may be "all"
+		 * (UINT64_MAX: significant_terms, rare_terms) */
+		topk_init(&t, p->shard_size < s->nords ? (size_t)p->shard_size : s->nords);
 		for (size_t o = 0; o < s->nords; o++)
 			if (s->counts[o])
 				topk_add(&t, (uint32_t)o, s->counts[o]);
