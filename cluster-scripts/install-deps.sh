@@ -12,9 +12,11 @@ BUILD_PKGS=(build-essential cmake pkg-config python3 curl
 RUN_PKGS=(etcd-server)
 # Tests also use these (clients, peers for the BM25 check, sanitizer runtime,
 # a headless browser for the cluster page; etcd-server from RUN_PKGS for
-# coord/ec_test; PyYAML for the conformance runner, tests/conformance/).
+# coord/ec_test; PyYAML for the conformance runner, tests/conformance/;
+# iproute2 and iptables for the fault tests' hosts in network namespaces,
+# tests/faults/).
 TEST_PKGS=(clang libclang-rt-14-dev python3-elasticsearch python3-yaml default-jdk-headless liblucene8-java
-  dict-gcide openssl chromium fonts-dejavu-core)
+  dict-gcide openssl chromium fonts-dejavu-core iproute2 iptables)
 
 want=("${BUILD_PKGS[@]}" "${RUN_PKGS[@]}")
 if [ "${1:-}" = "--with-tests" ]; then

@@ -117,10 +117,11 @@ def subprocess_stdout():
 class Workload:
     """Register clients and a bulk writer, all through random live nodes."""
 
-    def __init__(self, cl, seed):
+    def __init__(self, cl, seed, tag):
         self.cl = cl
+        self.tag = tag  # documents of this scenario only: ids start with it
         self.rnd = random.Random(seed)
-        self.hist = {str(d): [] for d in range(DOCS)}
+        self.hist = {"%s-%d" % (tag, d): [] for d in range(DOCS)}
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.seq = 0
@@ -142,7 +143,7 @@ class Workload:
         while not self.stop.is_set():
             n = rnd.choice(self.cl.names)
             a = self.cl.addr[n]
-            doc = str(rnd.randrange(DOCS))
+            doc = "%s-%d" % (self.tag, rnd.randrange(DOCS))
             kind = rnd.choice(["write", "cas", "cas", "read"])
             if kind == "write":
                 v = "w%d" % self._next()
@@ -177,9 +178,9 @@ class Workload:
         rnd = random.Random(self.rnd.random())
         while not self.stop.is_set():
             n = rnd.choice(self.cl.names)
-            ids = ["b%d" % self._next() for _ in range(20)]
+            ids = ["%s-b%d" % (self.tag, self._next()) for _ in range(20)]
             body = "".join(json.dumps({"index": {"_index": "acks", "_id": i}}) + "\n" +
-                           json.dumps({"i": i}) + "\n" for i in ids)
+                           json.dumps({"i": i, "s": self.tag}) + "\n" for i in ids)
             conn = http.client.HTTPConnection(self.cl.addr[n], 9200, timeout=5)
             with self.lock:
                 self.sent.update(ids)
@@ -243,7 +244,7 @@ def scenario(name, cl, fault, secs):
     """Runs fault (a function of the cluster, returning what it cut) for
     secs seconds under the workload, heals, and checks."""
     m = cl.any(cl.master, 30, "a master")
-    w = Workload(cl, hash(name) & 0xffff)
+    w = Workload(cl, hash(name) & 0xffff, name)
     watch = MasterWatch(cl)
     w.start()
     time.sleep(1.0)
@@ -259,8 +260,8 @@ def scenario(name, cl, fault, secs):
     # every acknowledged bulk document is there, none that was never sent
     a = cl.addr[cl.names[0]]
     req(a, "POST", "/acks/_refresh")
-    st, b = req(a, "POST", "/acks/_search?size=10000&_source=false", {"query": {"match_all": {}}},
-                timeout=30)
+    st, b = req(a, "POST", "/acks/_search?size=10000&_source=false",
+                {"query": {"term": {"s": name}}}, timeout=30)
     present = {h["_id"] for h in b["hits"]["hits"]} if st == 200 else set()
     lost = w.acked - present
     unknown = present - w.sent
@@ -322,7 +323,8 @@ def main():
         cl.any(cl.master, 60, "a master")
         a = cl.addr[cl.names[0]]
         for index, body in (("reg", {"settings": {"number_of_shards": 1, "number_of_replicas": 2}}),
-                            ("acks", {"settings": {"number_of_shards": 3, "number_of_replicas": 1}})):
+                            ("acks", {"settings": {"number_of_shards": 3, "number_of_replicas": 1},
+                                      "mappings": {"properties": {"s": {"type": "keyword"}}}})):
             st, b = req(a, "PUT", "/" + index, body, timeout=20)
             if st != 200:
                 raise AssertionError("create %s: %s %s" % (index, st, b))
