@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
@@ -18,10 +19,36 @@
 
 /* ================= gets and stats ================= */
 
+/* A realtime get of this node's copy. On the shard's primary, a version
+ * whose write is still on its way to the in-sync replicas is not answered
+ * until every in-sync copy holds it (the global checkpoint reached it):
+ * that write may yet fail and be undone by a failover, and a read of it
+ * would then have seen a value that never was (found by the fault
+ * scenarios). It waits at most 2 s, then answers 503. */
 static cm_err
-local_get(nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *meta, cm_buf *src)
+local_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *meta,
+          cm_buf *src, cm_error *err)
 {
-	return st_shard_get(nd_index_shard(ix, shard), id, len, meta, src);
+	st_shard *s = nd_index_shard(ix, shard);
+	size_t mark = src->len;
+	cm_err rc = st_shard_get(s, id, len, meta, src);
+	cl_route ro;
+	if (rc || !cl || !cl_route_get(cl, nd_index_name(ix), shard, &ro) || ro.primary != cl->self)
+		return rc;
+	uint64_t until = cm_now_ns() + 2000000000ull;
+	for (;;) {
+		uint64_t g = st_shard_global_checkpoint(s);
+		if (g != ST_NO_SEQ && g >= meta->seq_no)
+			return CM_OK;
+		if (cm_now_ns() >= until)
+			break;
+		usleep(1000);
+	}
+	src->len = mark;
+	return cm_error_set(err, CM_EUNAVAIL,
+	                    "[%s][%d]: the document's latest write is not yet on every in-sync copy "
+	                    "of the shard",
+	                    nd_index_name(ix), shard);
 }
 
 void
@@ -80,9 +107,13 @@ cl_serve_get(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
 			cm_error_set(&err, CM_EINVAL, "index [%s] has no shard [%u]", g.index,
 			             g.shard);
 		} else {
-			cm_err rc = local_get(ix, (int)g.shard, g.id, g.id_len, &meta, &src);
+			cm_error e2;
+			cm_error_clear(&e2);
+			cm_err rc = local_get(cl, ix, (int)g.shard, g.id, g.id_len, &meta, &src, &e2);
 			if (rc == CM_OK || rc == CM_ENOTFOUND)
 				pr_get_reply_encode(rc == CM_OK, &meta, src.data, src.len, &out);
+			else if (e2.code)
+				err = e2;
 			else
 				cm_error_set(&err, rc, "get failed on node [%s]",
 				             cl->nodes[cl->self].name);
@@ -228,7 +259,7 @@ nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const ch
 				continue;
 			}
 			cm_error_clear(err);
-			rc = local_get(ix, shard, id, strlen(id), meta, source);
+			rc = local_get(cl, ix, shard, id, strlen(id), meta, source, err);
 			break;
 		}
 		if (!cl_alive(cl, node) && i + 1 < norder)

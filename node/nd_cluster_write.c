@@ -26,6 +26,40 @@
 static cm_err apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n,
                          st_op_result *res, bool replica, bool prepare, uint64_t deadline_ns);
 
+/* A conditional write refused on the primary (if_seq_no, op_type=create,
+ * an external version) is answered 409 only once the version it conflicts
+ * with is on every in-sync copy (the global checkpoint reached it): that
+ * version's write may still be on its way and fail, be undone by a
+ * failover, and the 409 would then stand on a value that never was (found
+ * by the fault scenarios). Waits at most 2 s, then answers 503 instead:
+ * the outcome is not known, and nothing was written. */
+static void
+conflict_committed(nd_index *ix, int shard, const st_op *op, st_op_result *r)
+{
+	st_shard *s = nd_index_shard(ix, shard);
+	st_doc_meta meta;
+	cm_buf src;
+	cm_buf_init(&src, MEM);
+	cm_err rc = st_shard_get(s, op->id, op->id_len, &meta, &src);
+	cm_buf_free(&src);
+	if (rc)
+		return; /* a delete: its tombstone's write is judged as the doc's would be */
+	uint64_t until = cm_now_ns() + 2000000000ull;
+	for (;;) {
+		uint64_t g = st_shard_global_checkpoint(s);
+		if (g != ST_NO_SEQ && g >= meta.seq_no)
+			return;
+		if (cm_now_ns() >= until)
+			break;
+		usleep(1000);
+	}
+	r->err = CM_EUNAVAIL;
+	snprintf(r->reason, sizeof(r->reason),
+	         "[%s][%d]: the version this write conflicts with is not yet on every in-sync "
+	         "copy: nothing was written, retry",
+	         nd_index_name(ix), shard);
+}
+
 static cm_err
 apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result *res,
            bool replica, bool prepare, uint64_t deadline_ns)
@@ -66,6 +100,9 @@ apply_copy(nd_cluster *cl, nd_index *ix, int shard, const st_op *ops, size_t n, 
 		rc = replica ? nd_index_apply(ix, shard, ok, k, ores)
 		             : rp_primary_apply(cl->rp, ix, nd_index_name(ix), nd_index_uuid(ix),
 		                                shard, ok, k, ores, deadline_ns);
+		for (size_t j = 0; !replica && !rc && j < k; j++)
+			if (ores[j].err == CM_ECONFLICT)
+				conflict_committed(ix, shard, &ok[j], &ores[j]);
 		for (size_t j = 0; j < k; j++) {
 			res[map[j]] = ores[j];
 			if (rc && !ores[j].err) {

@@ -2189,6 +2189,15 @@ gcp_load(MDB_txn *txn, MDB_dbi dbi, int64_t *gcp)
 	return CM_OK;
 }
 
+uint64_t
+st_shard_global_checkpoint(st_shard *s)
+{
+	pthread_mutex_lock(&s->wmu);
+	int64_t g = s->gcp;
+	pthread_mutex_unlock(&s->wmu);
+	return g < 0 ? ST_NO_SEQ : (uint64_t)g;
+}
+
 cm_err
 st_shard_set_global_checkpoint(st_shard *s, uint64_t gcp)
 {

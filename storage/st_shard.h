@@ -177,6 +177,8 @@ void st_shard_set_oplog_retention(st_shard *s, uint64_t keep_above);
  * is only ever committed after the gcp that allowed it. Reloaded on open.
  * CM_EINVAL for a value above INT64_MAX; I/O errors as cm_err. */
 cm_err st_shard_set_global_checkpoint(st_shard *s, uint64_t gcp);
+/* The global checkpoint as set (ST_NO_SEQ: none): a cheap read. */
+uint64_t st_shard_global_checkpoint(st_shard *s);
 
 /* Snapshot for file-based recovery. Flushes, then creates dst_dir (it must
  * not exist: CM_EEXISTS; its parent is created if missing) as an openable

@@ -33,7 +33,8 @@ TTL = 3
 
 
 def shoal_bin():
-    return os.environ.get("SHOAL_BIN") or os.path.join(ROOT, "build", "bin", "shoal")
+    """The binary: in $SHOAL_BIN (a folder, as the API tests take it) or build/bin."""
+    return os.path.join(os.environ.get("SHOAL_BIN") or os.path.join(ROOT, "build", "bin"), "shoal")
 
 
 def req(addr, method, path, body=None, timeout=3.0):
