@@ -156,6 +156,7 @@ void co_h_refresh(co_req *r);
 void co_h_flush(co_req *r);
 void co_h_forcemerge(co_req *r);
 void co_h_stats(co_req *r);
+void co_h_cache_clear(co_req *r);
 void co_h_doc_index(co_req *r);
 void co_h_doc_create(co_req *r);
 void co_h_doc_get(co_req *r);

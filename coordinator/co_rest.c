@@ -736,6 +736,7 @@ typedef struct agg_stats {
 	st_shard_stats sh;
 	nd_index_stats c;
 	uint64_t visible;
+	nd_request_cache_stats rc;
 } agg_stats;
 
 static void
@@ -765,6 +766,12 @@ collect_stats(nd_index *ix, agg_stats *a)
 	a->c.scroll_total += ld(&c->scroll_total);
 	a->c.refresh_total += ld(&c->refresh_total);
 	a->c.flush_total += ld(&c->flush_total);
+	nd_request_cache_stats rc;
+	nd_request_cache_stats_get(NULL, ix, &rc);
+	a->rc.memory_bytes += rc.memory_bytes;
+	a->rc.evictions += rc.evictions;
+	a->rc.hits += rc.hits;
+	a->rc.misses += rc.misses;
 }
 
 static cJSON *
@@ -807,6 +814,24 @@ stats_json(const agg_stats *a)
 	/* the indexing buffers (every shard's, under its one budget) */
 	cJSON_AddNumberToObject(o, "index_writer_memory_in_bytes",
 	                        (double)a->sh.indexing_buffer_bytes);
+	/* Shoal keeps no query cache and no fielddata (doc values serve
+	 * aggregations and sorts): their figures are zero, as ES's unused */
+	o = cJSON_AddObjectToObject(j, "query_cache");
+	cJSON_AddNumberToObject(o, "memory_size_in_bytes", 0);
+	cJSON_AddNumberToObject(o, "total_count", 0);
+	cJSON_AddNumberToObject(o, "hit_count", 0);
+	cJSON_AddNumberToObject(o, "miss_count", 0);
+	cJSON_AddNumberToObject(o, "cache_size", 0);
+	cJSON_AddNumberToObject(o, "cache_count", 0);
+	cJSON_AddNumberToObject(o, "evictions", 0);
+	o = cJSON_AddObjectToObject(j, "fielddata");
+	cJSON_AddNumberToObject(o, "memory_size_in_bytes", 0);
+	cJSON_AddNumberToObject(o, "evictions", 0);
+	o = cJSON_AddObjectToObject(j, "request_cache");
+	cJSON_AddNumberToObject(o, "memory_size_in_bytes", (double)a->rc.memory_bytes);
+	cJSON_AddNumberToObject(o, "evictions", (double)a->rc.evictions);
+	cJSON_AddNumberToObject(o, "hit_count", (double)a->rc.hits);
+	cJSON_AddNumberToObject(o, "miss_count", (double)a->rc.misses);
 	return j;
 }
 
@@ -839,8 +864,9 @@ node_index_stats(nd_node *node)
 		    (double)a.c.delete_total, (double)a.c.delete_time_ns, (double)a.c.get_total,
 		    (double)a.c.get_time_ns,  (double)a.c.query_total,    (double)a.c.query_time_ns,
 		    (double)a.c.fetch_total,  (double)a.c.scroll_total,   (double)a.c.refresh_total,
-		    (double)a.c.flush_total};
-		cJSON_AddItemToObject(o, "counters", cJSON_CreateDoubleArray(c, 13));
+		    (double)a.c.flush_total,  (double)a.rc.memory_bytes,  (double)a.rc.evictions,
+		    (double)a.rc.hits,        (double)a.rc.misses};
+		cJSON_AddItemToObject(o, "counters", cJSON_CreateDoubleArray(c, 17));
 	}
 	co_release_all(ixs, n);
 	return j;
@@ -870,8 +896,9 @@ add_counters(agg_stats *a, const cJSON *c)
 	                 &a->c.delete_total, &a->c.delete_time_ns, &a->c.get_total,
 	                 &a->c.get_time_ns,  &a->c.query_total,    &a->c.query_time_ns,
 	                 &a->c.fetch_total,  &a->c.scroll_total,   &a->c.refresh_total,
-	                 &a->c.flush_total};
-	for (int k = 0; k < 13; k++)
+	                 &a->c.flush_total,  &a->rc.memory_bytes,  &a->rc.evictions,
+	                 &a->rc.hits,        &a->rc.misses};
+	for (int k = 0; k < 17; k++)
 		*f[k] += (uint64_t)num_at(c, k);
 }
 
@@ -879,7 +906,7 @@ add_counters(agg_stats *a, const cJSON *c)
  * answer are listed in _nodes.failed); docs and store of the primaries and
  * of every started copy the routing names, counters summed over nodes. */
 static bool
-cluster_stats(co_req *r, nd_index **ixs, size_t n)
+cluster_stats(co_req *r, nd_index **ixs, size_t n, cJSON **out)
 {
 	nd_cluster *cl = nd_cluster_of(r->node);
 	if (!cl)
@@ -963,8 +990,93 @@ cluster_stats(co_req *r, nd_index **ixs, size_t n)
 	cJSON_Delete(per);
 	cJSON_Delete(state);
 	co_release_all(ixs, n);
-	co_reply_json(r, 200, j);
+	*out = j;
 	return true;
+}
+
+/* _stats/{metric}: ES's metric names and the sections they keep. */
+static const char *const stats_metrics[][2] = {
+    {"docs", "docs"},       {"store", "store"},           {"indexing", "indexing"},
+    {"get", "get"},         {"search", "search"},         {"refresh", "refresh"},
+    {"flush", "flush"},     {"merge", "merges"},          {"segments", "segments"},
+    {"query_cache", "query_cache"}, {"fielddata", "fielddata"},
+    {"request_cache", "request_cache"}, {"completion", NULL}, {"translog", NULL},
+    {"warmer", NULL},       {"recovery", NULL},           {"bulk", NULL},
+    {"shard_stats", NULL},  {"indexing_pressure", NULL},  {"dense_vector", NULL},
+    {"sparse_vector", NULL}, {"mappings", NULL}};
+
+/* Keeps in one {"docs":..,"store":..} object the sections metrics names. */
+static void
+stats_keep(cJSON *o, const char *metrics)
+{
+	cJSON *c = o ? o->child : NULL;
+	while (c) {
+		cJSON *next = c->next;
+		bool keep = false;
+		for (size_t i = 0; i < sizeof(stats_metrics) / sizeof(stats_metrics[0]); i++) {
+			const char *sec = stats_metrics[i][1];
+			if (!sec || strcmp(sec, c->string))
+				continue;
+			size_t ml = strlen(stats_metrics[i][0]);
+			for (const char *m = metrics; m && *m;) {
+				const char *e = strchr(m, ',');
+				size_t l = e ? (size_t)(e - m) : strlen(m);
+				keep |= l == ml && !strncmp(m, stats_metrics[i][0], l);
+				m = e ? e + 1 : NULL;
+			}
+		}
+		if (!keep)
+			cJSON_Delete(cJSON_DetachItemViaPointer(o, c));
+		c = next;
+	}
+}
+
+/* The metric segment of _stats/{metric}: NULL for all; false (a 400
+ * replied) when it names one ES does not know. */
+static bool
+stats_metric(co_req *r, const char **out)
+{
+	const char *m = NULL;
+	for (int i = 0; i + 1 < r->nsegs; i++)
+		if (!strcmp(co_seg(r, i), "_stats"))
+			m = co_seg(r, i + 1);
+	*out = NULL;
+	if (!m || !strcmp(m, "_all"))
+		return true;
+	for (const char *p = m; p && *p;) {
+		const char *e = strchr(p, ',');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+		bool known = l == 4 && !strncmp(p, "_all", 4);
+		for (size_t i = 0; i < sizeof(stats_metrics) / sizeof(stats_metrics[0]); i++)
+			known |= strlen(stats_metrics[i][0]) == l && !strncmp(p, stats_metrics[i][0], l);
+		if (!known) {
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "request [%s] contains unrecognized metric: [%.*s]", r->path,
+			                (int)(l < 100 ? l : 100), p);
+			return false;
+		}
+		if (l == 4 && !strncmp(p, "_all", 4))
+			return true;
+		p = e ? e + 1 : NULL;
+	}
+	*out = m;
+	return true;
+}
+
+static void
+stats_reply(co_req *r, cJSON *j, const char *metrics)
+{
+	if (metrics) {
+		cJSON *all = cJSON_GetObjectItemCaseSensitive(j, "_all"), *ix;
+		stats_keep(cJSON_GetObjectItemCaseSensitive(all, "primaries"), metrics);
+		stats_keep(cJSON_GetObjectItemCaseSensitive(all, "total"), metrics);
+		cJSON_ArrayForEach(ix, cJSON_GetObjectItemCaseSensitive(j, "indices"))
+		{
+			stats_keep(cJSON_GetObjectItemCaseSensitive(ix, "primaries"), metrics);
+			stats_keep(cJSON_GetObjectItemCaseSensitive(ix, "total"), metrics);
+		}
+	}
+	co_reply_json(r, 200, j);
 }
 
 void
@@ -976,11 +1088,16 @@ co_h_stats(co_req *r)
 	int shards = 0;
 	cJSON *j, *allj, *ind;
 
+	const char *metrics;
+	if (!stats_metric(r, &metrics))
+		return;
 	if (!co_resolve(r, co_seg(r, 0) && strcmp(co_seg(r, 0), "_stats") ? co_seg(r, 0) : "_all",
 	                &ixs, &n))
 		return;
-	if (cluster_stats(r, ixs, n))
+	if (cluster_stats(r, ixs, n, &j)) {
+		stats_reply(r, j, metrics);
 		return;
+	}
 	memset(&all, 0, sizeof(all));
 	j = cJSON_CreateObject();
 	for (size_t i = 0; i < n; i++)
@@ -1001,6 +1118,70 @@ co_h_stats(co_req *r)
 	cJSON_AddItemToObject(allj, "primaries", stats_json(&all));
 	cJSON_AddItemToObject(allj, "total", stats_json(&all));
 	co_release_all(ixs, n);
+	stats_reply(r, j, metrics);
+}
+
+/* ---- _cache/clear ---- */
+
+static const char *index_expr(co_req *r);
+
+/* A node's side of a cluster's _cache/clear: the request cache of the
+ * named indices ("" = all) on this node. */
+static cJSON *
+cache_clear_upcall(nd_node *node, const char *names)
+{
+	if (!*names) {
+		nd_request_cache_clear(node, NULL);
+		return cJSON_CreateObject();
+	}
+	char *copy = cm_strdup(MEM, names), *save = NULL;
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		nd_index *ix = nd_index_get(node, t);
+		if (ix) {
+			nd_request_cache_clear(NULL, ix);
+			nd_index_release(ix);
+		}
+	}
+	cm_free(MEM, copy);
+	return cJSON_CreateObject();
+}
+
+/* POST _cache/clear: the request cache is Shoal's only cache of results
+ * (query and fielddata have nothing to clear). */
+void
+co_h_cache_clear(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	int total = 0;
+	bool req = co_param_bool(r, "request", false);
+	bool query = co_param_bool(r, "query", false), fd = co_param_bool(r, "fielddata", false);
+	co_param_get(r, "fields");
+	if (!co_resolve(r, co_param_get(r, "index") ? co_param_get(r, "index") : index_expr(r), &ixs,
+	                &n))
+		return;
+	cm_buf names;
+	cm_buf_init(&names, MEM);
+	cm_buf_printf(&names, "request_cache_clear ");
+	for (size_t i = 0; i < n; i++) {
+		total += nd_index_nshards(ixs[i]) * (1 + nd_index_settings(ixs[i])->number_of_replicas);
+		cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
+	}
+	cm_buf_put(&names, "", 1);
+	if (n && (req || (!query && !fd))) {
+		nd_cluster *cl = nd_cluster_of(r->node);
+		if (cl) {
+			int nt = 0, nf = 0;
+			cJSON_Delete(nd_cluster_nodes_info(cl, (const char *)names.data, &nt, &nf));
+		} else {
+			for (size_t i = 0; i < n; i++)
+				nd_request_cache_clear(NULL, ixs[i]);
+		}
+	}
+	cm_buf_free(&names);
+	co_release_all(ixs, n);
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddItemToObject(j, "_shards", co_shards_json(total, total, 0));
 	co_reply_json(r, 200, j);
 }
 
@@ -1124,6 +1305,8 @@ co_node_entry(void *node, const char *kind)
 		return co_snapshot_upcall(node, kind + 9);
 	if (strcmp(kind, "index_stats") == 0)
 		return node_index_stats(node);
+	if (strncmp(kind, "request_cache_clear ", 20) == 0)
+		return cache_clear_upcall(node, kind + 20);
 	if (strcmp(kind, "prometheus") == 0)
 		return prom_entry(node);
 	return strcmp(kind, "stats") == 0 ? node_stats_entry(node) : node_info_entry(node);

@@ -377,6 +377,9 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 	req.typed_keys = co_param_bool(r, "typed_keys", false);
 	if (req.suggest)
 		sr_suggest_set_typed_keys(req.suggest, req.typed_keys);
+	const char *rcp = co_param_get(r, "request_cache");
+	if (rcp)
+		req.request_cache = strcmp(rcp, "false") ? SR_RC_TRUE : SR_RC_FALSE;
 	for (size_t i = 0; i < n; i++)
 		if (nd_index_settings(ixs[i])->max_result_window < window)
 			window = nd_index_settings(ixs[i])->max_result_window;
@@ -419,11 +422,18 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 		sr_request_free(&req);
 		return rc;
 	}
+	/* the shard request cache's key: the body as a data node gets it */
+	char *key = req.size == 0 && req.request_cache != SR_RC_FALSE && !req.profile
+	                ? cJSON_PrintUnformatted(body)
+	                : NULL;
+	req.cache_key = key;
+	req.cache_key_len = key ? strlen(key) : 0;
 	t = nd_targets_open(ixs, n);
 	nd_targets_only(t, n, co_param_get(r, "preference")); /* _shards: */
 	rc = nd_search_fanout(r->node, t, n, &req, fanout_mode(r), out, err);
 	nd_targets_close(t, n);
 	sr_request_free(&req);
+	cJSON_free(key);
 	return rc;
 }
 

@@ -63,6 +63,7 @@ typedef struct nd_settings {
 	char accepted[2048];
 	int max_ngram_diff;         /* index.max_ngram_diff (1) */
 	int max_shingle_diff;       /* index.max_shingle_diff (3) */
+	bool request_cache_off;     /* index.requests.cache.enable: false */
 } nd_settings;
 
 /* index.blocks.*: what each refuses (nd_index_blocked). */
@@ -268,6 +269,18 @@ cm_err nd_templates_apply(cJSON *db, const cJSON *op, cm_error *err);
 enum { ND_CTX_SCROLL = 0, ND_CTX_PIT = 1 };
 /* search.max_open_scroll_context of this process (<= 0: the default). */
 void nd_ctx_set_max_scroll(int max);
+/* indices.requests.cache.size ("1%", "64mb", bytes): the shard request
+ * cache's budget for nodes opened afterwards; false when it does not parse. */
+bool nd_set_request_cache_size(const char *v);
+/* The shard request cache's figures of ix (NULL: the whole node n; n may
+ * be NULL when ix is given). */
+typedef struct nd_request_cache_stats {
+	uint64_t memory_bytes, evictions, hits, misses;
+} nd_request_cache_stats;
+void nd_request_cache_stats_get(nd_node *n, const nd_index *ix, nd_request_cache_stats *out);
+/* Drops the cached results of ix (NULL: all of n's; n may be NULL when ix
+ * is given); POST _cache/clear?request. */
+void nd_request_cache_clear(nd_node *n, const nd_index *ix);
 /* Contexts open on this node (indices.search.open_contexts). */
 size_t nd_ctx_open_count(nd_node *n);
 /* Opens a context on one copy of every shard of ixs, runs the first page

@@ -22,6 +22,7 @@
 #include "../common/cm_sys.h"
 #include "nd.h"
 #include "nd_private.h"
+#include "nd_reqcache.h"
 
 #define META_MAX (64u << 20)
 
@@ -478,6 +479,17 @@ setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm
 			                    "[index.verified_before_close]");
 	} else if (strncmp(k, "blocks.", 7) == 0) {
 		return block_apply(s, k + 7, v, err);
+	} else if (strcmp(k, "requests.cache.enable") == 0) {
+		/* dynamic, default true: size-0 searches use the shard request
+		 * cache (nd_reqcache.h); kept with the accepted ones for display */
+		if (!cJSON_IsNull(v) && !accepted_value_ok('b', v))
+			return cm_error_set(err, CM_EINVAL,
+			                    "Failed to parse value [%s] as only [true] or [false] are "
+			                    "allowed.",
+			                    cJSON_IsString(v) ? v->valuestring : "");
+		s->request_cache_off =
+		    cJSON_IsFalse(v) || (cJSON_IsString(v) && !strcmp(v->valuestring, "false"));
+		return accepted_put(s, k, v, err);
 	} else if (strcmp(k, "uuid") == 0 || strcmp(k, "creation_date") == 0 ||
 	           strcmp(k, "provided_name") == 0 || strncmp(k, "version.", 8) == 0) {
 		if (!creating)
@@ -1149,6 +1161,8 @@ nd_index_delete(nd_node *n, nd_index *ix, cm_error *err)
 	if (!found)
 		return cm_error_set(err, CM_ENOINDEX, "no such index [%s]", ix->name);
 	cm_info("node", "deleted index [%s]", ix->name);
+	if (n->reqcache) /* its results can never be asked for again */
+		nd_reqcache_clear(n->reqcache, ix->uuid, true);
 	nd_index_release(ix); /* the registry's reference */
 	return CM_OK;
 }
