@@ -274,10 +274,10 @@ static const co_route routes[] = {
     {CO_GET, "/{index}/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false,
      ADMIN("indices:admin/flush")},
     {CO_POST, "/_forcemerge", co_h_forcemerge,
-     P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush", false,
+     P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush,wait_for_completion", false,
      ADMIN("indices:admin/forcemerge")},
     {CO_POST, "/{index}/_forcemerge", co_h_forcemerge,
-     P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush", false,
+     P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush,wait_for_completion", false,
      ADMIN("indices:admin/forcemerge")},
     {CO_GET, "/_stats", co_h_stats,
      P_INDEX_READ ",level,fields,groups,completion_fields,"

@@ -336,6 +336,24 @@ co_h_cluster_settings(co_req *r)
 				}
 				cJSON_ArrayForEach(c, sec)
 				{
+					const cJSON *pv = co_partial_setting(c);
+					if (pv) {
+						if (!co_bool_setting_ok(pv)) {
+							co_reply_errorf(
+							    r, CM_EINVAL, NULL,
+							    "Failed to parse value [%.40s] as only [true] "
+							    "or [false] are allowed.",
+							    cJSON_IsString(pv) ? pv->valuestring : "");
+							cJSON_Delete(body);
+							return;
+						}
+						if (pass == 1)
+							nd_set_default_allow_partial(
+							    r->node, !cJSON_IsFalse(pv) &&
+							                 !(cJSON_IsString(pv) &&
+							                   !strcmp(pv->valuestring, "false")));
+						continue;
+					}
 					bool named =
 					    strcmp(c->string, "action.destructive_requires_name") ==
 					    0;
@@ -365,11 +383,43 @@ co_h_cluster_settings(co_req *r)
 		cJSON_AddBoolToObject(j, "acknowledged", true);
 	sec = cJSON_AddObjectToObject(j, "persistent");
 	c = cJSON_AddObjectToObject(j, "transient");
+	bool flat = co_param_bool(r, "flat_settings", false);
 	if (!nd_destructive_requires_name(r->node)) {
-		cJSON *a = cJSON_AddObjectToObject(c, "action");
-		cJSON_AddStringToObject(a, "destructive_requires_name", "false");
+		if (flat) {
+			cJSON_AddStringToObject(c, "action.destructive_requires_name", "false");
+		} else {
+			cJSON *a = cJSON_AddObjectToObject(c, "action");
+			cJSON_AddStringToObject(a, "destructive_requires_name", "false");
+		}
+	}
+	if (!nd_default_allow_partial(r->node)) {
+		if (flat) {
+			cJSON_AddStringToObject(c, "search.default_allow_partial_results", "false");
+		} else {
+			cJSON *a = cJSON_AddObjectToObject(c, "search");
+			cJSON_AddStringToObject(a, "default_allow_partial_results", "false");
+		}
 	}
 	co_reply_json(r, 200, j);
+}
+
+const cJSON *
+co_partial_setting(const cJSON *c)
+{
+	if (!strcmp(c->string, "search.default_allow_partial_results"))
+		return c;
+	if (!strcmp(c->string, "search") && cJSON_IsObject(c) && c->child && !c->child->next &&
+	    !strcmp(c->child->string, "default_allow_partial_results"))
+		return c->child;
+	return NULL;
+}
+
+bool
+co_bool_setting_ok(const cJSON *v)
+{
+	return cJSON_IsBool(v) || cJSON_IsNull(v) ||
+	       (cJSON_IsString(v) &&
+	        (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false")));
 }
 
 void
@@ -418,22 +468,55 @@ cat_row(cat_table *t, ...)
 	t->rows[t->nrows++] = row;
 }
 
-static int cat_sort_col;
-static bool cat_sort_desc, cat_sort_num;
+/* s=: up to 16 keys, under cat_render's sort lock */
+#define CAT_SORT_KEYS 16
+static int cat_sort_col[CAT_SORT_KEYS], cat_sort_nkeys;
+static bool cat_sort_desc[CAT_SORT_KEYS], cat_sort_num[CAT_SORT_KEYS];
 
 static int
 cat_cmp(const void *a, const void *b)
 {
-	const char *x = (*(char ***)a)[cat_sort_col], *y = (*(char ***)b)[cat_sort_col];
-	int c;
-	if (cat_sort_num) {
-		double dx = atof(x), dy = atof(y);
-		c = dx < dy ? -1 : dx > dy;
-	} else {
-		c = strcmp(x, y);
+	for (int k = 0; k < cat_sort_nkeys; k++) {
+		const char *x = (*(char ***)a)[cat_sort_col[k]], *y = (*(char ***)b)[cat_sort_col[k]];
+		int c;
+		if (cat_sort_num[k]) {
+			double dx = atof(x), dy = atof(y);
+			c = dx < dy ? -1 : dx > dy;
+		} else {
+			c = strcmp(x, y);
+		}
+		if (c)
+			return cat_sort_desc[k] ? -c : c;
 	}
-	return cat_sort_desc ? -c : c;
+	return 0;
 }
+
+/* ES's column aliases (_cat/indices, shards, aliases, nodes, count,
+ * health): an alias names the first column of the table it maps to. */
+static const char *const cat_aliases[][2] = {
+    {"h", "health"},          {"s", "status"},          {"i", "index"},
+    {"idx", "index"},         {"id", "uuid"},           {"p", "pri"},
+    {"shards.primary", "pri"}, {"primaryShards", "pri"}, {"r", "rep"},
+    {"shards.replica", "rep"}, {"replicaShards", "rep"}, {"dc", "docs.count"},
+    {"docsCount", "docs.count"}, {"dd", "docs.deleted"}, {"docsDeleted", "docs.deleted"},
+    {"ss", "store.size"},     {"storeSize", "store.size"}, {"s", "shard"},
+    {"sh", "shard"},          {"p", "prirep"},          {"pr", "prirep"},
+    {"primaryOrReplica", "prirep"}, {"st", "state"},   {"d", "docs"},
+    {"dc", "docs"},           {"sto", "store"},         {"n", "node"},
+    {"a", "alias"},           {"f", "filter"},          {"fi", "filter"},
+    {"ri", "routing.index"},  {"routingIndex", "routing.index"},
+    {"rs", "routing.search"}, {"routingSearch", "routing.search"},
+    {"w", "is_write_index"},  {"isWriteIndex", "is_write_index"},
+    {"n", "name"},            {"hp", "heap.percent"},   {"heapPercent", "heap.percent"},
+    {"rp", "ram.percent"},    {"ramPercent", "ram.percent"}, {"l", "load_1m"},
+    {"r", "node.role"},       {"role", "node.role"},    {"nodeRole", "node.role"},
+    {"m", "master"},          {"t", "time"},            {"ts", "timestamp"},
+    {"hms", "timestamp"},     {"hhmmss", "timestamp"},  {"e", "epoch"},
+    {"time", "epoch"},        {"dc", "count"},          {"docs.count", "count"},
+    {"docsCount", "count"},   {"cluster", "cluster"},   {"cl", "cluster"},
+    {"nt", "node.total"},     {"nodeTotal", "node.total"}, {"nd", "node.data"},
+    {"nodeData", "node.data"}, {"t", "shards"},         {"sh", "shards"},
+    {"shards.total", "shards"}, {"shardsTotal", "shards"}};
 
 static int
 cat_col(const cat_table *t, const char *name, size_t n)
@@ -441,6 +524,13 @@ cat_col(const cat_table *t, const char *name, size_t n)
 	for (int c = 0; c < t->ncols; c++)
 		if (strlen(t->cols[c]) == n && memcmp(t->cols[c], name, n) == 0)
 			return c;
+	for (size_t a = 0; a < sizeof(cat_aliases) / sizeof(cat_aliases[0]); a++) {
+		if (strlen(cat_aliases[a][0]) != n || memcmp(cat_aliases[a][0], name, n))
+			continue;
+		for (int c = 0; c < t->ncols; c++)
+			if (!strcmp(t->cols[c], cat_aliases[a][1]))
+				return c;
+	}
 	return -1;
 }
 
@@ -451,7 +541,9 @@ cat_render(co_req *r, cat_table *t)
 	const char *h = co_param_get(r, "h"), *s = co_param_get(r, "s"),
 	           *fmt = co_param_get(r, "format");
 	int sel[64], nsel = 0;
+	char shown[64][64]; /* a column's header as h= named it (ES shows an alias as given) */
 	bool v = co_param_bool(r, "v", false);
+	const char *health = co_param_get(r, "health");
 
 	if (h && *h) {
 		for (const char *p = h; *p && nsel < 64;) {
@@ -463,32 +555,66 @@ cat_render(co_req *r, cat_table *t)
 				                p);
 				goto done;
 			}
+			snprintf(shown[nsel], sizeof(shown[nsel]), "%.*s", (int)(n < 63 ? n : 63), p);
 			sel[nsel++] = c;
 			p = e ? e + 1 : p + n;
 		}
 	} else {
-		for (int c = 0; c < t->ncols && c < 64; c++)
+		for (int c = 0; c < t->ncols && c < 64; c++) {
+			snprintf(shown[nsel], sizeof(shown[nsel]), "%s", t->cols[c]);
 			sel[nsel++] = c;
-	}
-	if (s && *s) {
-		char name[64];
-		snprintf(name, sizeof(name), "%s", s);
-		char *colon = strchr(name, ':');
-		bool desc = false;
-		if (colon) {
-			desc = strcmp(colon + 1, "desc") == 0;
-			*colon = 0;
 		}
-		int c = cat_col(t, name, strlen(name));
-		if (c < 0) {
-			co_reply_errorf(r, CM_EINVAL, NULL,
-			                "Unable to sort by unknown sort key `%s`", name);
+	}
+	/* health=green|yellow|red: only the rows of that health */
+	int hc = cat_col(t, "health", 6);
+	if (health && hc >= 0) {
+		if (strcmp(health, "green") && strcmp(health, "yellow") && strcmp(health, "red")) {
+			co_reply_errorf(r, CM_EINVAL, NULL, "unknown cluster health status [%.40s]",
+			                health);
 			goto done;
 		}
+		int k = 0;
+		for (int i = 0; i < t->nrows; i++) {
+			if (!strcmp(t->rows[i][hc], health)) {
+				t->rows[k++] = t->rows[i];
+				continue;
+			}
+			for (int c = 0; c < t->ncols; c++)
+				cm_free(MEM, t->rows[i][c]);
+			cm_free(MEM, t->rows[i]);
+		}
+		t->nrows = k;
+	}
+	if (s && *s) {
+		int cols[CAT_SORT_KEYS], nk = 0;
+		bool desc[CAT_SORT_KEYS];
+		for (const char *p = s; *p && nk < CAT_SORT_KEYS;) {
+			const char *e = strchr(p, ',');
+			size_t n = e ? (size_t)(e - p) : strlen(p);
+			char name[64];
+			snprintf(name, sizeof(name), "%.*s", (int)(n < 63 ? n : 63), p);
+			char *colon = strchr(name, ':');
+			desc[nk] = false;
+			if (colon) {
+				desc[nk] = strcmp(colon + 1, "desc") == 0;
+				*colon = 0;
+			}
+			int c = cat_col(t, name, strlen(name));
+			if (c < 0) {
+				co_reply_errorf(r, CM_EINVAL, NULL,
+				                "Unable to sort by unknown sort key `%s`", name);
+				goto done;
+			}
+			cols[nk++] = c;
+			p = e ? e + 1 : p + n;
+		}
 		pthread_mutex_lock(&sort_lock);
-		cat_sort_col = c;
-		cat_sort_desc = desc;
-		cat_sort_num = t->numeric[c];
+		cat_sort_nkeys = nk;
+		for (int k = 0; k < nk; k++) {
+			cat_sort_col[k] = cols[k];
+			cat_sort_desc[k] = desc[k];
+			cat_sort_num[k] = t->numeric[cols[k]];
+		}
 		qsort(t->rows, (size_t)t->nrows, sizeof(char **), cat_cmp);
 		pthread_mutex_unlock(&sort_lock);
 	}
@@ -499,9 +625,9 @@ cat_render(co_req *r, cat_table *t)
 			for (int k = 0; k < nsel; k++) {
 				const char *val = t->rows[i][sel[k]];
 				if (*val)
-					cJSON_AddStringToObject(o, t->cols[sel[k]], val);
+					cJSON_AddStringToObject(o, shown[k], val);
 				else
-					cJSON_AddNullToObject(o, t->cols[sel[k]]);
+					cJSON_AddNullToObject(o, shown[k]);
 			}
 			cJSON_AddItemToArray(arr, o);
 		}
@@ -513,14 +639,14 @@ cat_render(co_req *r, cat_table *t)
 		cm_buf out;
 		cm_buf_init(&out, MEM);
 		for (int k = 0; k < nsel; k++) {
-			width[k] = v ? strlen(t->cols[sel[k]]) : 0;
+			width[k] = v ? strlen(shown[k]) : 0;
 			for (int i = 0; i < t->nrows; i++)
 				if (strlen(t->rows[i][sel[k]]) > width[k])
 					width[k] = strlen(t->rows[i][sel[k]]);
 		}
 		for (int i = v ? -1 : 0; i < t->nrows; i++) {
 			for (int k = 0; k < nsel; k++) {
-				const char *val = i < 0 ? t->cols[sel[k]] : t->rows[i][sel[k]];
+				const char *val = i < 0 ? shown[k] : t->rows[i][sel[k]];
 				bool right = i >= 0 && t->numeric[sel[k]];
 				int pad = (int)(width[k] - strlen(val));
 				if (right)
@@ -1595,11 +1721,14 @@ co_h_index_delete(co_req *r)
 		}
 	}
 	{
-		/* an alias names no index to delete (Elasticsearch refuses it) */
+		/* an alias names no index to delete (Elasticsearch refuses it,
+		 * or with ignore_unavailable=true passes over it); wildcards
+		 * select indices only */
+		bool ignore = co_param_bool(r, "ignore_unavailable", false);
 		char *copy = cm_strdup(MEM, expr), *save = NULL, *tok;
 		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 			nd_index *ix = strchr(tok, '*') ? NULL : nd_index_get(r->node, tok);
-			if (!ix && !strchr(tok, '*') && nd_alias_exists(r->node, tok)) {
+			if (!ix && !ignore && !strchr(tok, '*') && nd_alias_exists(r->node, tok)) {
 				co_reply_errorf(
 				    r, CM_EINVAL, NULL,
 				    "The provided expression [%.200s] matches an alias, specify "
@@ -1612,9 +1741,10 @@ co_h_index_delete(co_req *r)
 		}
 		cm_free(MEM, copy);
 	}
-	if (!resolve_with(r, expr, ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n))
+	if (!resolve_with(r, expr, ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED | ND_RESOLVE_NO_ALIASES, &ixs,
+	                  &n))
 		return;
-	if (co_cluster_delete(r, ixs, n)) {
+	if (n && co_cluster_delete(r, ixs, n)) { /* none selected: nothing to ask the master */
 		co_release_all(ixs, n);
 		return;
 	}
@@ -1935,6 +2065,103 @@ co_h_flush(co_req *r)
 	index_op(r, op_flush, 0);
 }
 
+/* _forcemerge?wait_for_completion=false: the merge runs as a task on its
+ * own thread; the reply names the task, GET _tasks/{id} gives its result. */
+typedef struct merge_job {
+	nd_node *node;
+	nd_index **ixs;
+	size_t n;
+	int max;
+	co_task *task;
+} merge_job;
+
+static void *
+merge_main(void *arg)
+{
+	merge_job *j = arg;
+	int total = 0, ok = 0, failed = 0;
+	nd_cluster *cl = nd_cluster_of(j->node);
+	for (size_t i = 0; i < j->n; i++)
+		total += nd_index_nshards(j->ixs[i]) *
+		         (1 + nd_index_settings(j->ixs[i])->number_of_replicas);
+	if (cl) {
+		cm_buf names;
+		cm_error err;
+		int nodes = 0, nf = 0;
+		cm_buf_init(&names, MEM);
+		for (size_t i = 0; i < j->n; i++)
+			cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(j->ixs[i]));
+		cm_buf_put(&names, "", 1);
+		cm_error_clear(&err);
+		nd_cluster_broadcast(cl, ND_BROADCAST_FORCEMERGE, (const char *)names.data, &nodes, &nf,
+		                     &err);
+		cm_buf_free(&names);
+		failed = nodes ? total * nf / nodes : 0;
+		ok = total - failed;
+		failed = 0; /* as the waiting form: copies not reached are not counted failed */
+	} else {
+		for (size_t i = 0; i < j->n; i++) {
+			int ns = nd_index_nshards(j->ixs[i]);
+			if (nd_index_force_merge(j->ixs[i], j->max) == CM_OK)
+				ok += ns;
+			else
+				failed += ns;
+		}
+	}
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddItemToObject(o, "_shards", co_shards_json(total, ok, failed));
+	char *text = cJSON_PrintUnformatted(o);
+	co_task_finish(j->task, text, false, true);
+	cJSON_free(text);
+	cJSON_Delete(o);
+	co_release_all(j->ixs, j->n);
+	cm_free(MEM, j);
+	return NULL;
+}
+
+static void
+merge_task(co_req *r, int max)
+{
+	nd_index **ixs;
+	size_t n;
+	char tid[128];
+	cm_error err;
+	if (!co_resolve(r, index_expr(r), &ixs, &n))
+		return;
+	merge_job *j = cm_calloc(MEM, 1, sizeof(*j));
+	*j = (merge_job){.node = r->node, .ixs = ixs, .n = n, .max = max};
+	j->task = co_task_new(r->node, "indices:admin/forcemerge",
+	                      "Force-merge indices, max_num_segments");
+	co_task_id(j->task, tid, sizeof(tid));
+	cm_error_clear(&err);
+	if (co_task_detach(j->task, &err)) {
+		co_task_finish(j->task, "{}", true, false);
+		co_release_all(ixs, n);
+		cm_free(MEM, j);
+		co_reply_error(r, &err, NULL);
+		return;
+	}
+	pthread_t th;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&th, &at, merge_main, j) != 0) {
+		pthread_attr_destroy(&at);
+		co_task_finish(j->task,
+		               "{\"error\":{\"type\":\"exception\",\"reason\":\"cannot start the "
+		               "task\"},\"status\":500}",
+		               true, true);
+		co_release_all(ixs, n);
+		cm_free(MEM, j);
+		co_reply_errorf(r, CM_EINTERNAL, NULL, "cannot start the task");
+		return;
+	}
+	pthread_attr_destroy(&at);
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "task", tid);
+	co_reply_json(r, 200, o);
+}
+
 void
 co_h_forcemerge(co_req *r)
 {
@@ -1951,6 +2178,13 @@ co_h_forcemerge(co_req *r)
 			return;
 		}
 		max = (int)v;
+	}
+	bool wait;
+	if (!co_param_flag(r, "wait_for_completion", true, &wait))
+		return;
+	if (!wait) {
+		merge_task(r, max);
+		return;
 	}
 	index_op(r, op_merge, max);
 }

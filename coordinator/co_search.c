@@ -378,6 +378,13 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 	if (req.suggest)
 		sr_suggest_set_typed_keys(req.suggest, req.typed_keys);
 	const char *rcp = co_param_get(r, "request_cache");
+	if (rcp && *rcp && strcmp(rcp, "true") && strcmp(rcp, "false")) {
+		sr_request_free(&req);
+		return cm_error_set(err, CM_EINVAL,
+		                    "Failed to parse value [%.60s] as only [true] or [false] are "
+		                    "allowed.",
+		                    rcp);
+	}
 	if (rcp)
 		req.request_cache = strcmp(rcp, "false") ? SR_RC_TRUE : SR_RC_FALSE;
 	for (size_t i = 0; i < n; i++)
@@ -457,6 +464,22 @@ object_body(co_req *r, cJSON **out)
 	return true;
 }
 
+/* ?allow_partial_search_results (default: the cluster setting
+ * search.default_allow_partial_results, true): false fails a search that
+ * some shards failed, as ES's SearchPhaseExecutionException. */
+static bool
+partial_allowed(co_req *r, const cm_buf *out)
+{
+	if (co_param_bool(r, "allow_partial_search_results", nd_default_allow_partial(r->node)))
+		return true;
+	cJSON *j = cJSON_ParseWithLength((const char *)out->data, out->len);
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(j, "_shards"), "failed");
+	bool ok = !cJSON_IsNumber(f) || f->valuedouble == 0;
+	cJSON_Delete(j);
+	return ok;
+}
+
 void
 co_h_search(co_req *r)
 {
@@ -528,6 +551,10 @@ co_h_search(co_req *r)
 			co_reply_error(r, &err, NULL);
 		else
 			reply_all_shards_failed(r, &err, ixs, n);
+	} else if (!partial_allowed(r, &out)) {
+		cm_error_set_type(&err, CM_EUNAVAIL, "search_phase_execution_exception",
+		                  "Partial shards failure (allow_partial_search_results is false)");
+		co_reply_error(r, &err, NULL);
 	} else {
 		if (co_param_bool(r, "rest_total_hits_as_int", false))
 			co_total_as_int(&out);

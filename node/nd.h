@@ -42,6 +42,10 @@ const char *nd_data_dir(const nd_node *n);
 bool nd_destructive_requires_name(const nd_node *n);
 /* Cluster setting action.destructive_requires_name (not persisted). */
 void nd_set_destructive_requires_name(nd_node *n, bool v);
+/* Cluster setting search.default_allow_partial_results (default true; kept
+ * by the node that was asked, not persisted). */
+bool nd_default_allow_partial(const nd_node *n);
+void nd_set_default_allow_partial(nd_node *n, bool v);
 int64_t nd_start_ms(const nd_node *n);
 
 /* ---- indices ---- */
@@ -120,6 +124,9 @@ enum {
 	ND_RESOLVE_OPEN = 2,
 	ND_RESOLVE_CLOSED = 4,
 	ND_RESOLVE_NONE_FAILS = 8,
+	/* names and wildcards select indices only, never through an alias
+	 * (ES's index delete) */
+	ND_RESOLVE_NO_ALIASES = 16,
 };
 cm_err nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out,
                      size_t *nout, cm_error *err);

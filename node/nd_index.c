@@ -1278,7 +1278,8 @@ nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out, siz
 				    (n->indices[i]->name[0] != '.' || tok[0] == '.') &&
 				    (neg || wild_ok(n->indices[i], flags)))
 					sel[i] = !neg;
-			nd_alias_select_locked(n, tok, true, sel, !neg);
+			if (!(flags & ND_RESOLVE_NO_ALIASES))
+				nd_alias_select_locked(n, tok, true, sel, !neg);
 			continue;
 		}
 		for (size_t i = 0; i < n->nindices; i++) {
@@ -1287,7 +1288,7 @@ nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out, siz
 				any = true;
 			}
 		}
-		if (!any)
+		if (!any && !(flags & ND_RESOLVE_NO_ALIASES))
 			any = nd_alias_select_locked(n, tok, false, sel, !neg);
 		if (!any && !neg && !ignore_unavailable) {
 			rc = cm_error_set(err, CM_ENOINDEX, "no such index [%s]", tok);

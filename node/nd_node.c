@@ -283,6 +283,18 @@ nd_set_destructive_requires_name(nd_node *n, bool v)
 	n->destructive_requires_name = v;
 }
 
+bool
+nd_default_allow_partial(const nd_node *n)
+{
+	return !atomic_load(&((nd_node *)n)->partial_results_off);
+}
+
+void
+nd_set_default_allow_partial(nd_node *n, bool v)
+{
+	atomic_store(&n->partial_results_off, !v);
+}
+
 int64_t
 nd_start_ms(const nd_node *n)
 {

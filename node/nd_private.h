@@ -48,6 +48,7 @@ struct nd_node {
 	int lock_fd;
 	int64_t start_ms;
 	bool destructive_requires_name;
+	_Atomic bool partial_results_off; /* search.default_allow_partial_results: false */
 	bool replicated;
 	pthread_rwlock_t reg_lock;
 	nd_index **indices;
