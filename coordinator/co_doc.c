@@ -1002,7 +1002,8 @@ co_h_mget(co_req *r)
 	nd_req_opts ro = co_req_opts(r); /* ?preference picks each document's copy */
 	docs = cJSON_GetObjectItemCaseSensitive(body, "docs");
 	ids = cJSON_GetObjectItemCaseSensitive(body, "ids");
-	if (!cJSON_IsArray(docs) && !cJSON_IsArray(ids)) {
+	if ((!cJSON_IsArray(docs) && !cJSON_IsArray(ids)) ||
+	    !cJSON_GetArraySize(cJSON_IsArray(docs) ? docs : ids)) {
 		cJSON_Delete(body);
 		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: no documents to get;");
 		return;

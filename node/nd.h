@@ -131,6 +131,9 @@ enum {
 cm_err nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out,
                      size_t *nout, cm_error *err);
 bool nd_index_closed(nd_index *ix);
+/* An integer index setting kept among the accepted ones (e.g.
+ * "max_regex_length", "max_script_fields"), or dflt when not set. */
+long long nd_index_setting_int(nd_index *ix, const char *key, long long dflt);
 /* Every index, sorted by name (same ownership as nd_resolve). */
 void nd_index_list(nd_node *n, nd_index ***out, size_t *nout);
 

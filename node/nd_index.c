@@ -260,6 +260,24 @@ accepted_value_ok(char kind, const cJSON *v)
 	}
 }
 
+long long
+nd_index_setting_int(nd_index *ix, const char *key, long long dflt)
+{
+	char text[sizeof(ix->settings.accepted)];
+	long long n = dflt;
+	pthread_mutex_lock(&ix->lock);
+	snprintf(text, sizeof(text), "%s", ix->settings.accepted);
+	pthread_mutex_unlock(&ix->lock);
+	if (!text[0] || !strstr(text, key)) /* the common case: not set, no parse */
+		return dflt;
+	cJSON *all = cJSON_Parse(text);
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(all, key);
+	if (!v || !json_int(v, &n))
+		n = dflt;
+	cJSON_Delete(all);
+	return n;
+}
+
 /* index.mapping.nested_fields.limit (kept among the accepted settings),
  * default 50. */
 static long long
