@@ -513,7 +513,7 @@ static const char *const cat_aliases[][2] = {
     {"m", "master"},          {"t", "time"},            {"ts", "timestamp"},
     {"hms", "timestamp"},     {"hhmmss", "timestamp"},  {"e", "epoch"},
     {"time", "epoch"},        {"dc", "count"},          {"docs.count", "count"},
-    {"docsCount", "count"},   {"cluster", "cluster"},   {"cl", "cluster"},
+    {"docsCount", "count"},   {"cl", "cluster"},
     {"nt", "node.total"},     {"nodeTotal", "node.total"}, {"nd", "node.data"},
     {"nodeData", "node.data"}, {"t", "shards"},         {"sh", "shards"},
     {"shards.total", "shards"}, {"shardsTotal", "shards"}};
