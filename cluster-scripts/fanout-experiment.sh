@@ -152,8 +152,9 @@ wait_green() {  # index
 # tiny index kK with K shards: DOCS_PER_INDEX docs, t = "w<i mod 10>", n = i
 load_index() {  # K
   local k=$1 idx="k$1" f="$TMP/bulk-$1.ndjson"
+  # the shard request cache off (BENCHMARKS.md rule 2): every query is served
   curl -sf -X PUT "http://$COORD_HTTP/$idx" -H 'Content-Type: application/json' \
-    -d "{\"settings\":{\"number_of_shards\":$k,\"number_of_replicas\":0},\"mappings\":{\"properties\":{\"t\":{\"type\":\"keyword\"},\"n\":{\"type\":\"integer\"},\"title\":{\"type\":\"text\"}}}}" \
+    -d "{\"settings\":{\"number_of_shards\":$k,\"number_of_replicas\":0,\"index.requests.cache.enable\":false},\"mappings\":{\"properties\":{\"t\":{\"type\":\"keyword\"},\"n\":{\"type\":\"integer\"},\"title\":{\"type\":\"text\"}}}}" \
     >/dev/null || die "create $idx failed"
   wait_green "$idx"
   "$PY" - "$idx" "$DOCS_PER_INDEX" > "$f" <<'EOF'

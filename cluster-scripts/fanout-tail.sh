@@ -136,8 +136,9 @@ wait_green() {
 
 for k in $KS; do
   idx="k$k"
+  # the shard request cache off (BENCHMARKS.md rule 2): every query is served
   curl -sf -X PUT "http://$COORD/$idx" -H 'Content-Type: application/json' \
-    -d "{\"settings\":{\"number_of_shards\":$k,\"number_of_replicas\":1},\"mappings\":{\"properties\":{\"t\":{\"type\":\"keyword\"},\"n\":{\"type\":\"integer\"}}}}" \
+    -d "{\"settings\":{\"number_of_shards\":$k,\"number_of_replicas\":1,\"index.requests.cache.enable\":false},\"mappings\":{\"properties\":{\"t\":{\"type\":\"keyword\"},\"n\":{\"type\":\"integer\"}}}}" \
     >/dev/null || die "create $idx failed"
   wait_green "$idx"
   "$PY" - "$idx" "$DOCS_PER_INDEX" > "$TMP/bulk-$k.ndjson" <<'EOF'

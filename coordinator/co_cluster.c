@@ -306,6 +306,74 @@ rank(const char *s)
 	return strcmp(s, "green") == 0 ? 0 : strcmp(s, "yellow") == 0 ? 1 : 2;
 }
 
+/* level=indices on a cluster: each index's health from the routing table
+ * (a primary not started: red; a replica not started: yellow). */
+static void
+health_indices(co_req *r, nd_cluster *cl, cJSON *j)
+{
+	nd_index **ixs;
+	size_t n;
+	cm_error err;
+	const char *expr = co_seg(r, 2);
+	cm_error_clear(&err);
+	if (nd_resolve(r->node, expr ? expr : "_all", false, &ixs, &n, &err))
+		return;
+	cJSON *state = nd_cluster_state_json(cl);
+	cJSON *rt = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(state, "routing_table"), "indices");
+	cJSON *ind = cJSON_AddObjectToObject(j, "indices");
+	for (size_t i = 0; i < n; i++) {
+		const char *name = nd_index_name(ixs[i]);
+		int ns = nd_index_nshards(ixs[i]), nr = nd_index_settings(ixs[i])->number_of_replicas;
+		int prim = 0, active = 0, init = 0, reloc = 0, unassigned = 0, rank_ = 0;
+		const cJSON *shards = cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(rt, name), "shards");
+		for (int s = 0; s < ns; s++) {
+			char key[16];
+			snprintf(key, sizeof(key), "%d", s);
+			const cJSON *list = cJSON_GetObjectItemCaseSensitive(shards, key), *c;
+			int started = 0, starting = 0;
+			bool pstarted = false;
+			cJSON_ArrayForEach(c, list)
+			{
+				const cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "state");
+				const char *sv = cJSON_IsString(st) ? st->valuestring : "";
+				bool p = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "primary"));
+				if (!strcmp(sv, "STARTED") || !strcmp(sv, "RELOCATING")) {
+					started++;
+					pstarted |= p;
+					reloc += !strcmp(sv, "RELOCATING");
+				} else if (!strcmp(sv, "INITIALIZING")) {
+					starting++;
+				}
+			}
+			/* a static cluster without routing entries: every copy is up */
+			if (!list && !rt) {
+				started = 1 + nr;
+				pstarted = true;
+			}
+			prim += pstarted;
+			active += started;
+			init += starting;
+			int missing = 1 + nr - started - starting;
+			unassigned += missing > 0 ? missing : 0;
+			int sr = !pstarted ? 2 : started < 1 + nr ? 1 : 0;
+			rank_ = sr > rank_ ? sr : rank_;
+		}
+		cJSON *o = cJSON_AddObjectToObject(ind, name);
+		cJSON_AddStringToObject(o, "status", rank_ == 2 ? "red" : rank_ ? "yellow" : "green");
+		cJSON_AddNumberToObject(o, "number_of_shards", ns);
+		cJSON_AddNumberToObject(o, "number_of_replicas", nr);
+		cJSON_AddNumberToObject(o, "active_primary_shards", prim);
+		cJSON_AddNumberToObject(o, "active_shards", active);
+		cJSON_AddNumberToObject(o, "relocating_shards", reloc);
+		cJSON_AddNumberToObject(o, "initializing_shards", init);
+		cJSON_AddNumberToObject(o, "unassigned_shards", unassigned);
+	}
+	cJSON_Delete(state);
+	co_release_all(ixs, n);
+}
+
 bool
 co_cluster_health(co_req *r)
 {
@@ -344,6 +412,9 @@ co_cluster_health(co_req *r)
 		nanosleep(&ts, NULL);
 	}
 	cm_buf_free(&out);
+	const char *level = co_param_get(r, "level");
+	if (level && !strcmp(level, "indices"))
+		health_indices(r, cl, j);
 	co_reply_json(r, 200, j);
 	return true;
 }
@@ -594,7 +665,7 @@ co_cluster_settings(co_req *r)
 	nd_cluster *cl = nd_cluster_of(r->node);
 	const char *secs[] = {"persistent", "transient"};
 	cJSON *body = NULL, *fwd = NULL, *c;
-	bool bad, drn_set = false, drn = true;
+	bool bad, drn_set = false, drn = true, partial_set = false, partial = true;
 	if (!cl)
 		return false;
 	if (r->method == CO_PUT) {
@@ -621,6 +692,22 @@ co_cluster_settings(co_req *r)
 			cJSON *out = cJSON_AddObjectToObject(fwd, secs[k]);
 			cJSON_ArrayForEach(c, sec)
 			{
+				const cJSON *pv = co_partial_setting(c);
+				if (pv) {
+					if (!co_bool_setting_ok(pv)) {
+						co_reply_errorf(r, CM_EINVAL, NULL,
+						                "Failed to parse value [%.40s] as only "
+						                "[true] or [false] are allowed.",
+						                cJSON_IsString(pv) ? pv->valuestring : "");
+						cJSON_Delete(body);
+						cJSON_Delete(fwd);
+						return true;
+					}
+					partial_set = true;
+					partial = !cJSON_IsFalse(pv) && !(cJSON_IsString(pv) &&
+					                                  !strcmp(pv->valuestring, "false"));
+					continue;
+				}
 				const cJSON *a = cJSON_GetObjectItemCaseSensitive(
 				    c, "destructive_requires_name");
 				if (strcmp(c->string, "action.destructive_requires_name") == 0 ||
@@ -656,6 +743,8 @@ co_cluster_settings(co_req *r)
 		}
 		if (drn_set)
 			nd_set_destructive_requires_name(r->node, drn);
+		if (partial_set)
+			nd_set_default_allow_partial(r->node, partial);
 		cJSON_Delete(body);
 		cJSON_Delete(fwd);
 	}
@@ -671,6 +760,15 @@ co_cluster_settings(co_req *r)
 				cJSON_AddItemToObject(dst, c->string, cJSON_Duplicate(c, true));
 			else
 				unflatten_into(dst, c->string, c);
+		}
+		if (k == 1 && !nd_default_allow_partial(r->node)) {
+			cJSON *f = cJSON_CreateString("false");
+			if (flat)
+				cJSON_AddItemToObject(dst, "search.default_allow_partial_results", f);
+			else {
+				unflatten_into(dst, "search.default_allow_partial_results", f);
+				cJSON_Delete(f);
+			}
 		}
 		if (k == 1 && !nd_destructive_requires_name(r->node)) {
 			cJSON *f = cJSON_CreateString("false");

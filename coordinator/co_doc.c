@@ -564,6 +564,36 @@ co_h_doc_get(co_req *r)
 		co_reply_error(r, &err, name);
 		return;
 	}
+	/* ?version: a read that expects another version is a conflict (ES's
+	 * VersionType.isVersionConflictForReads); a missing doc stays 404 */
+	const char *want = co_param_get(r, "version");
+	co_param_get(r, "version_type");
+	const cJSON *have = cJSON_GetObjectItemCaseSensitive(j, "_version");
+	if (want && found && have) {
+		char *end;
+		long long v = strtoll(want, &end, 10);
+		if (!*want || *end) {
+			cJSON_Delete(j);
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "Failed to parse long parameter [version] with value [%.60s]",
+			                want);
+			return;
+		}
+		char cur[32];
+		snprintf(cur, sizeof(cur), "%s",
+		         cJSON_IsRaw(have) || cJSON_IsString(have) ? have->valuestring : "");
+		if (!cur[0])
+			snprintf(cur, sizeof(cur), "%.0f", have->valuedouble);
+		if (strtoll(cur, NULL, 10) != v) {
+			cJSON_Delete(j);
+			cm_error_set(&err, CM_ECONFLICT,
+			             "[%s]: version conflict, current version [%s] is different than the "
+			             "one provided [%lld]",
+			             id, cur, v);
+			co_reply_error(r, &err, name);
+			return;
+		}
+	}
 	co_reply_json(r, found ? 200 : 404, j);
 }
 
@@ -972,7 +1002,8 @@ co_h_mget(co_req *r)
 	nd_req_opts ro = co_req_opts(r); /* ?preference picks each document's copy */
 	docs = cJSON_GetObjectItemCaseSensitive(body, "docs");
 	ids = cJSON_GetObjectItemCaseSensitive(body, "ids");
-	if (!cJSON_IsArray(docs) && !cJSON_IsArray(ids)) {
+	if ((!cJSON_IsArray(docs) && !cJSON_IsArray(ids)) ||
+	    !cJSON_GetArraySize(cJSON_IsArray(docs) ? docs : ids)) {
 		cJSON_Delete(body);
 		co_reply_errorf(r, CM_EVALIDATE, NULL, "Validation Failed: 1: no documents to get;");
 		return;

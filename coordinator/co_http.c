@@ -274,10 +274,10 @@ static const co_route routes[] = {
     {CO_GET, "/{index}/_flush", co_h_flush, P_INDEX_READ ",force,wait_if_ongoing", false,
      ADMIN("indices:admin/flush")},
     {CO_POST, "/_forcemerge", co_h_forcemerge,
-     P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush", false,
+     P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush,wait_for_completion", false,
      ADMIN("indices:admin/forcemerge")},
     {CO_POST, "/{index}/_forcemerge", co_h_forcemerge,
-     P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush", false,
+     P_INDEX_READ ",max_num_segments,only_expunge_deletes,flush,wait_for_completion", false,
      ADMIN("indices:admin/forcemerge")},
     {CO_GET, "/_stats", co_h_stats,
      P_INDEX_READ ",level,fields,groups,completion_fields,"
@@ -287,6 +287,20 @@ static const co_route routes[] = {
      P_INDEX_READ ",level,fields,groups,completion_fields,fielddata_fields,"
                   "include_segment_file_sizes",
      false, READ("indices:monitor/stats")},
+    {CO_GET, "/_stats/{metric}", co_h_stats,
+     P_INDEX_READ ",level,fields,groups,completion_fields,fielddata_fields,"
+                  "include_segment_file_sizes",
+     false, READ("indices:monitor/stats")},
+    {CO_GET, "/{index}/_stats/{metric}", co_h_stats,
+     P_INDEX_READ ",level,fields,groups,completion_fields,fielddata_fields,"
+                  "include_segment_file_sizes",
+     false, READ("indices:monitor/stats")},
+    {CO_POST, "/_cache/clear", co_h_cache_clear,
+     P_INDEX_READ ",fielddata,fields,query,request,index", false,
+     WRITE("indices:admin/cache/clear")},
+    {CO_POST, "/{index}/_cache/clear", co_h_cache_clear,
+     P_INDEX_READ ",fielddata,fields,query,request,index", false,
+     WRITE("indices:admin/cache/clear")},
     {CO_GET, "/_alias", co_h_aliases_get, P_INDEX_READ ",local", false,
      READ("indices:admin/aliases/get")},
     {CO_GET, "/_alias/{name}", co_h_aliases_get, P_INDEX_READ ",local", false,

@@ -156,6 +156,13 @@ void co_h_refresh(co_req *r);
 void co_h_flush(co_req *r);
 void co_h_forcemerge(co_req *r);
 void co_h_stats(co_req *r);
+void co_h_cache_clear(co_req *r);
+/* search.default_allow_partial_results in a _cluster/settings section
+ * (flat, or {"search":{"default_allow_partial_results":..}}): its value,
+ * or NULL when c is another setting. A node keeps it (not the cluster
+ * state), like action.destructive_requires_name. */
+const cJSON *co_partial_setting(const cJSON *c);
+bool co_bool_setting_ok(const cJSON *v);
 void co_h_doc_index(co_req *r);
 void co_h_doc_create(co_req *r);
 void co_h_doc_get(co_req *r);

@@ -336,6 +336,24 @@ co_h_cluster_settings(co_req *r)
 				}
 				cJSON_ArrayForEach(c, sec)
 				{
+					const cJSON *pv = co_partial_setting(c);
+					if (pv) {
+						if (!co_bool_setting_ok(pv)) {
+							co_reply_errorf(
+							    r, CM_EINVAL, NULL,
+							    "Failed to parse value [%.40s] as only [true] "
+							    "or [false] are allowed.",
+							    cJSON_IsString(pv) ? pv->valuestring : "");
+							cJSON_Delete(body);
+							return;
+						}
+						if (pass == 1)
+							nd_set_default_allow_partial(
+							    r->node, !cJSON_IsFalse(pv) &&
+							                 !(cJSON_IsString(pv) &&
+							                   !strcmp(pv->valuestring, "false")));
+						continue;
+					}
 					bool named =
 					    strcmp(c->string, "action.destructive_requires_name") ==
 					    0;
@@ -365,11 +383,43 @@ co_h_cluster_settings(co_req *r)
 		cJSON_AddBoolToObject(j, "acknowledged", true);
 	sec = cJSON_AddObjectToObject(j, "persistent");
 	c = cJSON_AddObjectToObject(j, "transient");
+	bool flat = co_param_bool(r, "flat_settings", false);
 	if (!nd_destructive_requires_name(r->node)) {
-		cJSON *a = cJSON_AddObjectToObject(c, "action");
-		cJSON_AddStringToObject(a, "destructive_requires_name", "false");
+		if (flat) {
+			cJSON_AddStringToObject(c, "action.destructive_requires_name", "false");
+		} else {
+			cJSON *a = cJSON_AddObjectToObject(c, "action");
+			cJSON_AddStringToObject(a, "destructive_requires_name", "false");
+		}
+	}
+	if (!nd_default_allow_partial(r->node)) {
+		if (flat) {
+			cJSON_AddStringToObject(c, "search.default_allow_partial_results", "false");
+		} else {
+			cJSON *a = cJSON_AddObjectToObject(c, "search");
+			cJSON_AddStringToObject(a, "default_allow_partial_results", "false");
+		}
 	}
 	co_reply_json(r, 200, j);
+}
+
+const cJSON *
+co_partial_setting(const cJSON *c)
+{
+	if (!strcmp(c->string, "search.default_allow_partial_results"))
+		return c;
+	if (!strcmp(c->string, "search") && cJSON_IsObject(c) && c->child && !c->child->next &&
+	    !strcmp(c->child->string, "default_allow_partial_results"))
+		return c->child;
+	return NULL;
+}
+
+bool
+co_bool_setting_ok(const cJSON *v)
+{
+	return cJSON_IsBool(v) || cJSON_IsNull(v) ||
+	       (cJSON_IsString(v) &&
+	        (!strcmp(v->valuestring, "true") || !strcmp(v->valuestring, "false")));
 }
 
 void
@@ -418,22 +468,55 @@ cat_row(cat_table *t, ...)
 	t->rows[t->nrows++] = row;
 }
 
-static int cat_sort_col;
-static bool cat_sort_desc, cat_sort_num;
+/* s=: up to 16 keys, under cat_render's sort lock */
+#define CAT_SORT_KEYS 16
+static int cat_sort_col[CAT_SORT_KEYS], cat_sort_nkeys;
+static bool cat_sort_desc[CAT_SORT_KEYS], cat_sort_num[CAT_SORT_KEYS];
 
 static int
 cat_cmp(const void *a, const void *b)
 {
-	const char *x = (*(char ***)a)[cat_sort_col], *y = (*(char ***)b)[cat_sort_col];
-	int c;
-	if (cat_sort_num) {
-		double dx = atof(x), dy = atof(y);
-		c = dx < dy ? -1 : dx > dy;
-	} else {
-		c = strcmp(x, y);
+	for (int k = 0; k < cat_sort_nkeys; k++) {
+		const char *x = (*(char ***)a)[cat_sort_col[k]], *y = (*(char ***)b)[cat_sort_col[k]];
+		int c;
+		if (cat_sort_num[k]) {
+			double dx = atof(x), dy = atof(y);
+			c = dx < dy ? -1 : dx > dy;
+		} else {
+			c = strcmp(x, y);
+		}
+		if (c)
+			return cat_sort_desc[k] ? -c : c;
 	}
-	return cat_sort_desc ? -c : c;
+	return 0;
 }
+
+/* ES's column aliases (_cat/indices, shards, aliases, nodes, count,
+ * health): an alias names the first column of the table it maps to. */
+static const char *const cat_aliases[][2] = {
+    {"h", "health"},          {"s", "status"},          {"i", "index"},
+    {"idx", "index"},         {"id", "uuid"},           {"p", "pri"},
+    {"shards.primary", "pri"}, {"primaryShards", "pri"}, {"r", "rep"},
+    {"shards.replica", "rep"}, {"replicaShards", "rep"}, {"dc", "docs.count"},
+    {"docsCount", "docs.count"}, {"dd", "docs.deleted"}, {"docsDeleted", "docs.deleted"},
+    {"ss", "store.size"},     {"storeSize", "store.size"}, {"s", "shard"},
+    {"sh", "shard"},          {"p", "prirep"},          {"pr", "prirep"},
+    {"primaryOrReplica", "prirep"}, {"st", "state"},   {"d", "docs"},
+    {"dc", "docs"},           {"sto", "store"},         {"n", "node"},
+    {"a", "alias"},           {"f", "filter"},          {"fi", "filter"},
+    {"ri", "routing.index"},  {"routingIndex", "routing.index"},
+    {"rs", "routing.search"}, {"routingSearch", "routing.search"},
+    {"w", "is_write_index"},  {"isWriteIndex", "is_write_index"},
+    {"n", "name"},            {"hp", "heap.percent"},   {"heapPercent", "heap.percent"},
+    {"rp", "ram.percent"},    {"ramPercent", "ram.percent"}, {"l", "load_1m"},
+    {"r", "node.role"},       {"role", "node.role"},    {"nodeRole", "node.role"},
+    {"m", "master"},          {"t", "time"},            {"ts", "timestamp"},
+    {"hms", "timestamp"},     {"hhmmss", "timestamp"},  {"e", "epoch"},
+    {"time", "epoch"},        {"dc", "count"},          {"docs.count", "count"},
+    {"docsCount", "count"},   {"cl", "cluster"},
+    {"nt", "node.total"},     {"nodeTotal", "node.total"}, {"nd", "node.data"},
+    {"nodeData", "node.data"}, {"t", "shards"},         {"sh", "shards"},
+    {"shards.total", "shards"}, {"shardsTotal", "shards"}};
 
 static int
 cat_col(const cat_table *t, const char *name, size_t n)
@@ -441,6 +524,13 @@ cat_col(const cat_table *t, const char *name, size_t n)
 	for (int c = 0; c < t->ncols; c++)
 		if (strlen(t->cols[c]) == n && memcmp(t->cols[c], name, n) == 0)
 			return c;
+	for (size_t a = 0; a < sizeof(cat_aliases) / sizeof(cat_aliases[0]); a++) {
+		if (strlen(cat_aliases[a][0]) != n || memcmp(cat_aliases[a][0], name, n))
+			continue;
+		for (int c = 0; c < t->ncols; c++)
+			if (!strcmp(t->cols[c], cat_aliases[a][1]))
+				return c;
+	}
 	return -1;
 }
 
@@ -451,7 +541,9 @@ cat_render(co_req *r, cat_table *t)
 	const char *h = co_param_get(r, "h"), *s = co_param_get(r, "s"),
 	           *fmt = co_param_get(r, "format");
 	int sel[64], nsel = 0;
+	char shown[64][64]; /* a column's header as h= named it (ES shows an alias as given) */
 	bool v = co_param_bool(r, "v", false);
+	const char *health = co_param_get(r, "health");
 
 	if (h && *h) {
 		for (const char *p = h; *p && nsel < 64;) {
@@ -463,32 +555,66 @@ cat_render(co_req *r, cat_table *t)
 				                p);
 				goto done;
 			}
+			snprintf(shown[nsel], sizeof(shown[nsel]), "%.*s", (int)(n < 63 ? n : 63), p);
 			sel[nsel++] = c;
 			p = e ? e + 1 : p + n;
 		}
 	} else {
-		for (int c = 0; c < t->ncols && c < 64; c++)
+		for (int c = 0; c < t->ncols && c < 64; c++) {
+			snprintf(shown[nsel], sizeof(shown[nsel]), "%s", t->cols[c]);
 			sel[nsel++] = c;
-	}
-	if (s && *s) {
-		char name[64];
-		snprintf(name, sizeof(name), "%s", s);
-		char *colon = strchr(name, ':');
-		bool desc = false;
-		if (colon) {
-			desc = strcmp(colon + 1, "desc") == 0;
-			*colon = 0;
 		}
-		int c = cat_col(t, name, strlen(name));
-		if (c < 0) {
-			co_reply_errorf(r, CM_EINVAL, NULL,
-			                "Unable to sort by unknown sort key `%s`", name);
+	}
+	/* health=green|yellow|red: only the rows of that health */
+	int hc = cat_col(t, "health", 6);
+	if (health && hc >= 0) {
+		if (strcmp(health, "green") && strcmp(health, "yellow") && strcmp(health, "red")) {
+			co_reply_errorf(r, CM_EINVAL, NULL, "unknown cluster health status [%.40s]",
+			                health);
 			goto done;
 		}
+		int k = 0;
+		for (int i = 0; i < t->nrows; i++) {
+			if (!strcmp(t->rows[i][hc], health)) {
+				t->rows[k++] = t->rows[i];
+				continue;
+			}
+			for (int c = 0; c < t->ncols; c++)
+				cm_free(MEM, t->rows[i][c]);
+			cm_free(MEM, t->rows[i]);
+		}
+		t->nrows = k;
+	}
+	if (s && *s) {
+		int cols[CAT_SORT_KEYS], nk = 0;
+		bool desc[CAT_SORT_KEYS];
+		for (const char *p = s; *p && nk < CAT_SORT_KEYS;) {
+			const char *e = strchr(p, ',');
+			size_t n = e ? (size_t)(e - p) : strlen(p);
+			char name[64];
+			snprintf(name, sizeof(name), "%.*s", (int)(n < 63 ? n : 63), p);
+			char *colon = strchr(name, ':');
+			desc[nk] = false;
+			if (colon) {
+				desc[nk] = strcmp(colon + 1, "desc") == 0;
+				*colon = 0;
+			}
+			int c = cat_col(t, name, strlen(name));
+			if (c < 0) {
+				co_reply_errorf(r, CM_EINVAL, NULL,
+				                "Unable to sort by unknown sort key `%s`", name);
+				goto done;
+			}
+			cols[nk++] = c;
+			p = e ? e + 1 : p + n;
+		}
 		pthread_mutex_lock(&sort_lock);
-		cat_sort_col = c;
-		cat_sort_desc = desc;
-		cat_sort_num = t->numeric[c];
+		cat_sort_nkeys = nk;
+		for (int k = 0; k < nk; k++) {
+			cat_sort_col[k] = cols[k];
+			cat_sort_desc[k] = desc[k];
+			cat_sort_num[k] = t->numeric[cols[k]];
+		}
 		qsort(t->rows, (size_t)t->nrows, sizeof(char **), cat_cmp);
 		pthread_mutex_unlock(&sort_lock);
 	}
@@ -499,9 +625,9 @@ cat_render(co_req *r, cat_table *t)
 			for (int k = 0; k < nsel; k++) {
 				const char *val = t->rows[i][sel[k]];
 				if (*val)
-					cJSON_AddStringToObject(o, t->cols[sel[k]], val);
+					cJSON_AddStringToObject(o, shown[k], val);
 				else
-					cJSON_AddNullToObject(o, t->cols[sel[k]]);
+					cJSON_AddNullToObject(o, shown[k]);
 			}
 			cJSON_AddItemToArray(arr, o);
 		}
@@ -513,14 +639,14 @@ cat_render(co_req *r, cat_table *t)
 		cm_buf out;
 		cm_buf_init(&out, MEM);
 		for (int k = 0; k < nsel; k++) {
-			width[k] = v ? strlen(t->cols[sel[k]]) : 0;
+			width[k] = v ? strlen(shown[k]) : 0;
 			for (int i = 0; i < t->nrows; i++)
 				if (strlen(t->rows[i][sel[k]]) > width[k])
 					width[k] = strlen(t->rows[i][sel[k]]);
 		}
 		for (int i = v ? -1 : 0; i < t->nrows; i++) {
 			for (int k = 0; k < nsel; k++) {
-				const char *val = i < 0 ? t->cols[sel[k]] : t->rows[i][sel[k]];
+				const char *val = i < 0 ? shown[k] : t->rows[i][sel[k]];
 				bool right = i >= 0 && t->numeric[sel[k]];
 				int pad = (int)(width[k] - strlen(val));
 				if (right)
@@ -736,6 +862,7 @@ typedef struct agg_stats {
 	st_shard_stats sh;
 	nd_index_stats c;
 	uint64_t visible;
+	nd_request_cache_stats rc;
 } agg_stats;
 
 static void
@@ -765,6 +892,12 @@ collect_stats(nd_index *ix, agg_stats *a)
 	a->c.scroll_total += ld(&c->scroll_total);
 	a->c.refresh_total += ld(&c->refresh_total);
 	a->c.flush_total += ld(&c->flush_total);
+	nd_request_cache_stats rc;
+	nd_request_cache_stats_get(NULL, ix, &rc);
+	a->rc.memory_bytes += rc.memory_bytes;
+	a->rc.evictions += rc.evictions;
+	a->rc.hits += rc.hits;
+	a->rc.misses += rc.misses;
 }
 
 static cJSON *
@@ -807,6 +940,24 @@ stats_json(const agg_stats *a)
 	/* the indexing buffers (every shard's, under its one budget) */
 	cJSON_AddNumberToObject(o, "index_writer_memory_in_bytes",
 	                        (double)a->sh.indexing_buffer_bytes);
+	/* Shoal keeps no query cache and no fielddata (doc values serve
+	 * aggregations and sorts): their figures are zero, as ES's unused */
+	o = cJSON_AddObjectToObject(j, "query_cache");
+	cJSON_AddNumberToObject(o, "memory_size_in_bytes", 0);
+	cJSON_AddNumberToObject(o, "total_count", 0);
+	cJSON_AddNumberToObject(o, "hit_count", 0);
+	cJSON_AddNumberToObject(o, "miss_count", 0);
+	cJSON_AddNumberToObject(o, "cache_size", 0);
+	cJSON_AddNumberToObject(o, "cache_count", 0);
+	cJSON_AddNumberToObject(o, "evictions", 0);
+	o = cJSON_AddObjectToObject(j, "fielddata");
+	cJSON_AddNumberToObject(o, "memory_size_in_bytes", 0);
+	cJSON_AddNumberToObject(o, "evictions", 0);
+	o = cJSON_AddObjectToObject(j, "request_cache");
+	cJSON_AddNumberToObject(o, "memory_size_in_bytes", (double)a->rc.memory_bytes);
+	cJSON_AddNumberToObject(o, "evictions", (double)a->rc.evictions);
+	cJSON_AddNumberToObject(o, "hit_count", (double)a->rc.hits);
+	cJSON_AddNumberToObject(o, "miss_count", (double)a->rc.misses);
 	return j;
 }
 
@@ -839,8 +990,9 @@ node_index_stats(nd_node *node)
 		    (double)a.c.delete_total, (double)a.c.delete_time_ns, (double)a.c.get_total,
 		    (double)a.c.get_time_ns,  (double)a.c.query_total,    (double)a.c.query_time_ns,
 		    (double)a.c.fetch_total,  (double)a.c.scroll_total,   (double)a.c.refresh_total,
-		    (double)a.c.flush_total};
-		cJSON_AddItemToObject(o, "counters", cJSON_CreateDoubleArray(c, 13));
+		    (double)a.c.flush_total,  (double)a.rc.memory_bytes,  (double)a.rc.evictions,
+		    (double)a.rc.hits,        (double)a.rc.misses};
+		cJSON_AddItemToObject(o, "counters", cJSON_CreateDoubleArray(c, 17));
 	}
 	co_release_all(ixs, n);
 	return j;
@@ -870,8 +1022,9 @@ add_counters(agg_stats *a, const cJSON *c)
 	                 &a->c.delete_total, &a->c.delete_time_ns, &a->c.get_total,
 	                 &a->c.get_time_ns,  &a->c.query_total,    &a->c.query_time_ns,
 	                 &a->c.fetch_total,  &a->c.scroll_total,   &a->c.refresh_total,
-	                 &a->c.flush_total};
-	for (int k = 0; k < 13; k++)
+	                 &a->c.flush_total,  &a->rc.memory_bytes,  &a->rc.evictions,
+	                 &a->rc.hits,        &a->rc.misses};
+	for (int k = 0; k < 17; k++)
 		*f[k] += (uint64_t)num_at(c, k);
 }
 
@@ -879,7 +1032,7 @@ add_counters(agg_stats *a, const cJSON *c)
  * answer are listed in _nodes.failed); docs and store of the primaries and
  * of every started copy the routing names, counters summed over nodes. */
 static bool
-cluster_stats(co_req *r, nd_index **ixs, size_t n)
+cluster_stats(co_req *r, nd_index **ixs, size_t n, cJSON **out)
 {
 	nd_cluster *cl = nd_cluster_of(r->node);
 	if (!cl)
@@ -963,8 +1116,93 @@ cluster_stats(co_req *r, nd_index **ixs, size_t n)
 	cJSON_Delete(per);
 	cJSON_Delete(state);
 	co_release_all(ixs, n);
-	co_reply_json(r, 200, j);
+	*out = j;
 	return true;
+}
+
+/* _stats/{metric}: ES's metric names and the sections they keep. */
+static const char *const stats_metrics[][2] = {
+    {"docs", "docs"},       {"store", "store"},           {"indexing", "indexing"},
+    {"get", "get"},         {"search", "search"},         {"refresh", "refresh"},
+    {"flush", "flush"},     {"merge", "merges"},          {"segments", "segments"},
+    {"query_cache", "query_cache"}, {"fielddata", "fielddata"},
+    {"request_cache", "request_cache"}, {"completion", NULL}, {"translog", NULL},
+    {"warmer", NULL},       {"recovery", NULL},           {"bulk", NULL},
+    {"shard_stats", NULL},  {"indexing_pressure", NULL},  {"dense_vector", NULL},
+    {"sparse_vector", NULL}, {"mappings", NULL}};
+
+/* Keeps in one {"docs":..,"store":..} object the sections metrics names. */
+static void
+stats_keep(cJSON *o, const char *metrics)
+{
+	cJSON *c = o ? o->child : NULL;
+	while (c) {
+		cJSON *next = c->next;
+		bool keep = false;
+		for (size_t i = 0; i < sizeof(stats_metrics) / sizeof(stats_metrics[0]); i++) {
+			const char *sec = stats_metrics[i][1];
+			if (!sec || strcmp(sec, c->string))
+				continue;
+			size_t ml = strlen(stats_metrics[i][0]);
+			for (const char *m = metrics; m && *m;) {
+				const char *e = strchr(m, ',');
+				size_t l = e ? (size_t)(e - m) : strlen(m);
+				keep |= l == ml && !strncmp(m, stats_metrics[i][0], l);
+				m = e ? e + 1 : NULL;
+			}
+		}
+		if (!keep)
+			cJSON_Delete(cJSON_DetachItemViaPointer(o, c));
+		c = next;
+	}
+}
+
+/* The metric segment of _stats/{metric}: NULL for all; false (a 400
+ * replied) when it names one ES does not know. */
+static bool
+stats_metric(co_req *r, const char **out)
+{
+	const char *m = NULL;
+	for (int i = 0; i + 1 < r->nsegs; i++)
+		if (!strcmp(co_seg(r, i), "_stats"))
+			m = co_seg(r, i + 1);
+	*out = NULL;
+	if (!m || !strcmp(m, "_all"))
+		return true;
+	for (const char *p = m; p && *p;) {
+		const char *e = strchr(p, ',');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+		bool known = l == 4 && !strncmp(p, "_all", 4);
+		for (size_t i = 0; i < sizeof(stats_metrics) / sizeof(stats_metrics[0]); i++)
+			known |= strlen(stats_metrics[i][0]) == l && !strncmp(p, stats_metrics[i][0], l);
+		if (!known) {
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "request [%s] contains unrecognized metric: [%.*s]", r->path,
+			                (int)(l < 100 ? l : 100), p);
+			return false;
+		}
+		if (l == 4 && !strncmp(p, "_all", 4))
+			return true;
+		p = e ? e + 1 : NULL;
+	}
+	*out = m;
+	return true;
+}
+
+static void
+stats_reply(co_req *r, cJSON *j, const char *metrics)
+{
+	if (metrics) {
+		cJSON *all = cJSON_GetObjectItemCaseSensitive(j, "_all"), *ix;
+		stats_keep(cJSON_GetObjectItemCaseSensitive(all, "primaries"), metrics);
+		stats_keep(cJSON_GetObjectItemCaseSensitive(all, "total"), metrics);
+		cJSON_ArrayForEach(ix, cJSON_GetObjectItemCaseSensitive(j, "indices"))
+		{
+			stats_keep(cJSON_GetObjectItemCaseSensitive(ix, "primaries"), metrics);
+			stats_keep(cJSON_GetObjectItemCaseSensitive(ix, "total"), metrics);
+		}
+	}
+	co_reply_json(r, 200, j);
 }
 
 void
@@ -976,11 +1214,16 @@ co_h_stats(co_req *r)
 	int shards = 0;
 	cJSON *j, *allj, *ind;
 
+	const char *metrics;
+	if (!stats_metric(r, &metrics))
+		return;
 	if (!co_resolve(r, co_seg(r, 0) && strcmp(co_seg(r, 0), "_stats") ? co_seg(r, 0) : "_all",
 	                &ixs, &n))
 		return;
-	if (cluster_stats(r, ixs, n))
+	if (cluster_stats(r, ixs, n, &j)) {
+		stats_reply(r, j, metrics);
 		return;
+	}
 	memset(&all, 0, sizeof(all));
 	j = cJSON_CreateObject();
 	for (size_t i = 0; i < n; i++)
@@ -1001,6 +1244,70 @@ co_h_stats(co_req *r)
 	cJSON_AddItemToObject(allj, "primaries", stats_json(&all));
 	cJSON_AddItemToObject(allj, "total", stats_json(&all));
 	co_release_all(ixs, n);
+	stats_reply(r, j, metrics);
+}
+
+/* ---- _cache/clear ---- */
+
+static const char *index_expr(co_req *r);
+
+/* A node's side of a cluster's _cache/clear: the request cache of the
+ * named indices ("" = all) on this node. */
+static cJSON *
+cache_clear_upcall(nd_node *node, const char *names)
+{
+	if (!*names) {
+		nd_request_cache_clear(node, NULL);
+		return cJSON_CreateObject();
+	}
+	char *copy = cm_strdup(MEM, names), *save = NULL;
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		nd_index *ix = nd_index_get(node, t);
+		if (ix) {
+			nd_request_cache_clear(NULL, ix);
+			nd_index_release(ix);
+		}
+	}
+	cm_free(MEM, copy);
+	return cJSON_CreateObject();
+}
+
+/* POST _cache/clear: the request cache is Shoal's only cache of results
+ * (query and fielddata have nothing to clear). */
+void
+co_h_cache_clear(co_req *r)
+{
+	nd_index **ixs;
+	size_t n;
+	int total = 0;
+	bool req = co_param_bool(r, "request", false);
+	bool query = co_param_bool(r, "query", false), fd = co_param_bool(r, "fielddata", false);
+	co_param_get(r, "fields");
+	if (!co_resolve(r, co_param_get(r, "index") ? co_param_get(r, "index") : index_expr(r), &ixs,
+	                &n))
+		return;
+	cm_buf names;
+	cm_buf_init(&names, MEM);
+	cm_buf_printf(&names, "request_cache_clear ");
+	for (size_t i = 0; i < n; i++) {
+		total += nd_index_nshards(ixs[i]) * (1 + nd_index_settings(ixs[i])->number_of_replicas);
+		cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(ixs[i]));
+	}
+	cm_buf_put(&names, "", 1);
+	if (n && (req || (!query && !fd))) {
+		nd_cluster *cl = nd_cluster_of(r->node);
+		if (cl) {
+			int nt = 0, nf = 0;
+			cJSON_Delete(nd_cluster_nodes_info(cl, (const char *)names.data, &nt, &nf));
+		} else {
+			for (size_t i = 0; i < n; i++)
+				nd_request_cache_clear(NULL, ixs[i]);
+		}
+	}
+	cm_buf_free(&names);
+	co_release_all(ixs, n);
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddItemToObject(j, "_shards", co_shards_json(total, total, 0));
 	co_reply_json(r, 200, j);
 }
 
@@ -1124,6 +1431,8 @@ co_node_entry(void *node, const char *kind)
 		return co_snapshot_upcall(node, kind + 9);
 	if (strcmp(kind, "index_stats") == 0)
 		return node_index_stats(node);
+	if (strncmp(kind, "request_cache_clear ", 20) == 0)
+		return cache_clear_upcall(node, kind + 20);
 	if (strcmp(kind, "prometheus") == 0)
 		return prom_entry(node);
 	return strcmp(kind, "stats") == 0 ? node_stats_entry(node) : node_info_entry(node);
@@ -1412,11 +1721,14 @@ co_h_index_delete(co_req *r)
 		}
 	}
 	{
-		/* an alias names no index to delete (Elasticsearch refuses it) */
+		/* an alias names no index to delete (Elasticsearch refuses it,
+		 * or with ignore_unavailable=true passes over it); wildcards
+		 * select indices only */
+		bool ignore = co_param_bool(r, "ignore_unavailable", false);
 		char *copy = cm_strdup(MEM, expr), *save = NULL, *tok;
 		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 			nd_index *ix = strchr(tok, '*') ? NULL : nd_index_get(r->node, tok);
-			if (!ix && !strchr(tok, '*') && nd_alias_exists(r->node, tok)) {
+			if (!ix && !ignore && !strchr(tok, '*') && nd_alias_exists(r->node, tok)) {
 				co_reply_errorf(
 				    r, CM_EINVAL, NULL,
 				    "The provided expression [%.200s] matches an alias, specify "
@@ -1429,9 +1741,10 @@ co_h_index_delete(co_req *r)
 		}
 		cm_free(MEM, copy);
 	}
-	if (!resolve_with(r, expr, ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n))
+	if (!resolve_with(r, expr, ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED | ND_RESOLVE_NO_ALIASES, &ixs,
+	                  &n))
 		return;
-	if (co_cluster_delete(r, ixs, n)) {
+	if (n && co_cluster_delete(r, ixs, n)) { /* none selected: nothing to ask the master */
 		co_release_all(ixs, n);
 		return;
 	}
@@ -1752,6 +2065,103 @@ co_h_flush(co_req *r)
 	index_op(r, op_flush, 0);
 }
 
+/* _forcemerge?wait_for_completion=false: the merge runs as a task on its
+ * own thread; the reply names the task, GET _tasks/{id} gives its result. */
+typedef struct merge_job {
+	nd_node *node;
+	nd_index **ixs;
+	size_t n;
+	int max;
+	co_task *task;
+} merge_job;
+
+static void *
+merge_main(void *arg)
+{
+	merge_job *j = arg;
+	int total = 0, ok = 0, failed = 0;
+	nd_cluster *cl = nd_cluster_of(j->node);
+	for (size_t i = 0; i < j->n; i++)
+		total += nd_index_nshards(j->ixs[i]) *
+		         (1 + nd_index_settings(j->ixs[i])->number_of_replicas);
+	if (cl) {
+		cm_buf names;
+		cm_error err;
+		int nodes = 0, nf = 0;
+		cm_buf_init(&names, MEM);
+		for (size_t i = 0; i < j->n; i++)
+			cm_buf_printf(&names, "%s%s", i ? "," : "", nd_index_name(j->ixs[i]));
+		cm_buf_put(&names, "", 1);
+		cm_error_clear(&err);
+		nd_cluster_broadcast(cl, ND_BROADCAST_FORCEMERGE, (const char *)names.data, &nodes, &nf,
+		                     &err);
+		cm_buf_free(&names);
+		failed = nodes ? total * nf / nodes : 0;
+		ok = total - failed;
+		failed = 0; /* as the waiting form: copies not reached are not counted failed */
+	} else {
+		for (size_t i = 0; i < j->n; i++) {
+			int ns = nd_index_nshards(j->ixs[i]);
+			if (nd_index_force_merge(j->ixs[i], j->max) == CM_OK)
+				ok += ns;
+			else
+				failed += ns;
+		}
+	}
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddItemToObject(o, "_shards", co_shards_json(total, ok, failed));
+	char *text = cJSON_PrintUnformatted(o);
+	co_task_finish(j->task, text, false, true);
+	cJSON_free(text);
+	cJSON_Delete(o);
+	co_release_all(j->ixs, j->n);
+	cm_free(MEM, j);
+	return NULL;
+}
+
+static void
+merge_task(co_req *r, int max)
+{
+	nd_index **ixs;
+	size_t n;
+	char tid[128];
+	cm_error err;
+	if (!co_resolve(r, index_expr(r), &ixs, &n))
+		return;
+	merge_job *j = cm_calloc(MEM, 1, sizeof(*j));
+	*j = (merge_job){.node = r->node, .ixs = ixs, .n = n, .max = max};
+	j->task = co_task_new(r->node, "indices:admin/forcemerge",
+	                      "Force-merge indices, max_num_segments");
+	co_task_id(j->task, tid, sizeof(tid));
+	cm_error_clear(&err);
+	if (co_task_detach(j->task, &err)) {
+		co_task_finish(j->task, "{}", true, false);
+		co_release_all(ixs, n);
+		cm_free(MEM, j);
+		co_reply_error(r, &err, NULL);
+		return;
+	}
+	pthread_t th;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&th, &at, merge_main, j) != 0) {
+		pthread_attr_destroy(&at);
+		co_task_finish(j->task,
+		               "{\"error\":{\"type\":\"exception\",\"reason\":\"cannot start the "
+		               "task\"},\"status\":500}",
+		               true, true);
+		co_release_all(ixs, n);
+		cm_free(MEM, j);
+		co_reply_errorf(r, CM_EINTERNAL, NULL, "cannot start the task");
+		return;
+	}
+	pthread_attr_destroy(&at);
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddStringToObject(o, "task", tid);
+	co_reply_json(r, 200, o);
+}
+
 void
 co_h_forcemerge(co_req *r)
 {
@@ -1768,6 +2178,13 @@ co_h_forcemerge(co_req *r)
 			return;
 		}
 		max = (int)v;
+	}
+	bool wait;
+	if (!co_param_flag(r, "wait_for_completion", true, &wait))
+		return;
+	if (!wait) {
+		merge_task(r, max);
+		return;
 	}
 	index_op(r, op_merge, max);
 }

@@ -88,11 +88,26 @@ fold_search_params(co_req *r, cJSON *body, bool count_only)
 	if (count_only)
 		return true;
 	if ((v = co_param_get(r, "from"))) {
+		/* a negative integer is ES's own message, as in the body */
+		char *end;
+		long long neg = strtoll(v, &end, 10);
+		if (*v && !*end && neg < 0 && neg >= INT32_MIN) {
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "[from] parameter cannot be negative but was [%lld]", neg);
+			return false;
+		}
 		if (!parse_uint_param(r, "from", v, INT32_MAX, &n))
 			return false;
 		obj_set(body, "from", cJSON_CreateNumber((double)n));
 	}
 	if ((v = co_param_get(r, "size"))) {
+		char *end;
+		long long neg = strtoll(v, &end, 10);
+		if (*v && !*end && neg < 0 && neg >= INT32_MIN) {
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "[size] parameter cannot be negative, found [%lld]", neg);
+			return false;
+		}
 		if (!parse_uint_param(r, "size", v, INT32_MAX, &n))
 			return false;
 		obj_set(body, "size", cJSON_CreateNumber((double)n));
@@ -335,6 +350,83 @@ resolve_indices_boost(co_req *r, cJSON *body, cm_error *err)
 static cm_err run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll_ms,
                               int slice_id, int slice_max, cm_buf *out, cm_error *err);
 
+/* The largest terms list and the longest regexp (in characters) of a query tree. */
+static void
+query_sizes(const sr_query *q, size_t *terms, size_t *regex)
+{
+	if (!q)
+		return;
+	if (q->kind == SR_Q_TERMS && q->nvalues > *terms)
+		*terms = q->nvalues;
+	if (q->kind == SR_Q_REGEXP && q->value) {
+		size_t chars = 0;
+		for (const unsigned char *p = (const unsigned char *)q->value; *p; p++)
+			chars += (*p & 0xC0) != 0x80;
+		if (chars > *regex)
+			*regex = chars;
+	}
+	sr_query *const *lists[] = {q->must, q->should, q->must_not, q->filter, q->queries};
+	size_t ns[] = {q->nmust, q->nshould, q->nmust_not, q->nfilter, q->nqueries};
+	for (int l = 0; l < 5; l++)
+		for (size_t i = 0; i < ns[l]; i++)
+			query_sizes(lists[l][i], terms, regex);
+	query_sizes(q->inner, terms, regex);
+	query_sizes(q->negative, terms, regex);
+}
+
+/* The per-index search limits ES checks on each shard, with its messages:
+ * index.max_script_fields (32), index.max_docvalue_fields_search (100),
+ * index.max_terms_count (65536), index.max_regex_length (1000). req may be
+ * NULL (the body not parsed yet: script_fields only). */
+static cm_err
+index_limits(const cJSON *body, const sr_request *req, nd_index **ixs, size_t n, cm_error *err)
+{
+	const cJSON *sf = cJSON_GetObjectItemCaseSensitive(body, "script_fields");
+	size_t nsf = cJSON_IsObject(sf) ? (size_t)cJSON_GetArraySize(sf) : 0;
+	size_t terms = 0, regex = 0, ndv = req ? req->ndocvalue_fields : 0;
+	if (req) {
+		query_sizes(req->query, &terms, &regex);
+		query_sizes(req->post_filter, &terms, &regex);
+	}
+	if (!nsf && !ndv && !terms && !regex)
+		return CM_OK;
+	for (size_t i = 0; i < n; i++) {
+		long long m;
+		if (!req && nsf &&
+		    (size_t)(m = nd_index_setting_int(ixs[i], "max_script_fields", 32)) < nsf)
+			return cm_error_set(err, CM_EINVAL,
+			                    "Trying to retrieve too many script_fields. Must be less than "
+			                    "or equal to: [%lld] but was [%zu]. This limit can be set by "
+			                    "changing the [index.max_script_fields] index level setting.",
+			                    m, nsf);
+		if (!req)
+			continue;
+		if (ndv && (size_t)(m = nd_index_setting_int(ixs[i], "max_docvalue_fields_search",
+		                                             100)) < ndv)
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "Trying to retrieve too many docvalue_fields. Must be less than or equal to: "
+			    "[%lld] but was [%zu]. This limit can be set by changing the "
+			    "[index.max_docvalue_fields_search] index level setting.",
+			    m, ndv);
+		if (terms && (size_t)(m = nd_index_setting_int(ixs[i], "max_terms_count", 65536)) < terms)
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "The number of terms [%zu] used in the Terms Query request has exceeded the "
+			    "allowed maximum of [%lld]. This maximum can be set by changing the "
+			    "[index.max_terms_count] index level setting.",
+			    terms, m);
+		if (regex && (size_t)(m = nd_index_setting_int(ixs[i], "max_regex_length", 1000)) < regex)
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "The length of regex [%zu] used in the Regexp Query request has exceeded the "
+			    "allowed maximum of [%lld]. This maximum can be set by changing the "
+			    "[index.max_regex_length] index level setting.",
+			    regex, m);
+	}
+	return CM_OK;
+}
+
 cm_err
 co_search_run(co_req *r, nd_index **ixs, size_t n, cJSON *body, cm_buf *out, cm_error *err)
 {
@@ -367,9 +459,12 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 	if ((rc = nd_cl_preference_check(co_param_get(r, "preference"), err)))
 		return rc;
 	sr_request_init(&req);
-	if ((rc = resolve_indices_boost(r, body, err)))
+	if ((rc = resolve_indices_boost(r, body, err)) ||
+	    (rc = index_limits(body, NULL, ixs, n, err)))
 		return rc;
 	rc = sr_request_from_json(body, &req, err);
+	if (!rc)
+		rc = index_limits(body, &req, ixs, n, err);
 	if (rc) {
 		sr_request_free(&req);
 		return rc;
@@ -377,6 +472,26 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 	req.typed_keys = co_param_bool(r, "typed_keys", false);
 	if (req.suggest)
 		sr_suggest_set_typed_keys(req.suggest, req.typed_keys);
+	/* ES's RestSearchAction: an int total needs an exact count */
+	if (co_param_bool(r, "rest_total_hits_as_int", false) && req.track_total_hits != SR_TRACK_ALL &&
+	    req.track_total_hits != 0 && cJSON_GetObjectItemCaseSensitive(body, "track_total_hits")) {
+		rc = cm_error_set(err, CM_EINVAL,
+		                  "[rest_total_hits_as_int] cannot be used if the tracking of total hits "
+		                  "is not accurate, got %lld",
+		                  (long long)req.track_total_hits);
+		sr_request_free(&req);
+		return rc;
+	}
+	const char *rcp = co_param_get(r, "request_cache");
+	if (rcp && *rcp && strcmp(rcp, "true") && strcmp(rcp, "false")) {
+		sr_request_free(&req);
+		return cm_error_set(err, CM_EINVAL,
+		                    "Failed to parse value [%.60s] as only [true] or [false] are "
+		                    "allowed.",
+		                    rcp);
+	}
+	if (rcp)
+		req.request_cache = strcmp(rcp, "false") ? SR_RC_TRUE : SR_RC_FALSE;
 	for (size_t i = 0; i < n; i++)
 		if (nd_index_settings(ixs[i])->max_result_window < window)
 			window = nd_index_settings(ixs[i])->max_result_window;
@@ -419,11 +534,18 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 		sr_request_free(&req);
 		return rc;
 	}
+	/* the shard request cache's key: the body as a data node gets it */
+	char *key = req.size == 0 && req.request_cache != SR_RC_FALSE && !req.profile
+	                ? cJSON_PrintUnformatted(body)
+	                : NULL;
+	req.cache_key = key;
+	req.cache_key_len = key ? strlen(key) : 0;
 	t = nd_targets_open(ixs, n);
 	nd_targets_only(t, n, co_param_get(r, "preference")); /* _shards: */
 	rc = nd_search_fanout(r->node, t, n, &req, fanout_mode(r), out, err);
 	nd_targets_close(t, n);
 	sr_request_free(&req);
+	cJSON_free(key);
 	return rc;
 }
 
@@ -445,6 +567,22 @@ object_body(co_req *r, cJSON **out)
 	}
 	*out = body ? body : cJSON_CreateObject();
 	return true;
+}
+
+/* ?allow_partial_search_results (default: the cluster setting
+ * search.default_allow_partial_results, true): false fails a search that
+ * some shards failed, as ES's SearchPhaseExecutionException. */
+static bool
+partial_allowed(co_req *r, const cm_buf *out)
+{
+	if (co_param_bool(r, "allow_partial_search_results", nd_default_allow_partial(r->node)))
+		return true;
+	cJSON *j = cJSON_ParseWithLength((const char *)out->data, out->len);
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(
+	    cJSON_GetObjectItemCaseSensitive(j, "_shards"), "failed");
+	bool ok = !cJSON_IsNumber(f) || f->valuedouble == 0;
+	cJSON_Delete(j);
+	return ok;
 }
 
 void
@@ -518,6 +656,10 @@ co_h_search(co_req *r)
 			co_reply_error(r, &err, NULL);
 		else
 			reply_all_shards_failed(r, &err, ixs, n);
+	} else if (!partial_allowed(r, &out)) {
+		cm_error_set_type(&err, CM_EUNAVAIL, "search_phase_execution_exception",
+		                  "Partial shards failure (allow_partial_search_results is false)");
+		co_reply_error(r, &err, NULL);
 	} else {
 		if (co_param_bool(r, "rest_total_hits_as_int", false))
 			co_total_as_int(&out);

@@ -60,7 +60,8 @@ usage(FILE *f)
 	       "  -E search.hedge.min_delay=2ms               a hedge waits at least this\n"
 	       "  -E search.hedge.max_ratio=0.05              hedges per shard request, at most\n"
 	       "  -E cluster.routing.use_adaptive_replica_selection=true  adaptive copy ranking\n"
-	       "  -E search.max_open_scroll_context=500       scroll contexts per node\n");
+	       "  -E search.max_open_scroll_context=500       scroll contexts per node\n"
+	       "  -E indices.requests.cache.size=1%%           shard request cache budget\n");
 }
 
 /* An http.*_timeout value: 100ms..1d, as "500ms", "10s", "2m" (a bare
@@ -265,6 +266,14 @@ main(int argc, char **argv)
 					return 2;
 				}
 				nd_ctx_set_max_scroll((int)n);
+			} else if (strncmp(kv, "indices.requests.cache.size=", 28) == 0) {
+				if (!nd_set_request_cache_size(kv + 28)) {
+					fprintf(stderr,
+					        "shoal: bad value in -E %s (a percentage of memory "
+					        "such as 1%%, or a size such as 64mb)\n",
+					        kv);
+					return 2;
+				}
 			} else if ((strncmp(kv, "cluster.", 8) == 0 ||
 			            strncmp(kv, "search.hedge.", 13) == 0) &&
 			           ncl_settings < 32) {

@@ -42,6 +42,10 @@ const char *nd_data_dir(const nd_node *n);
 bool nd_destructive_requires_name(const nd_node *n);
 /* Cluster setting action.destructive_requires_name (not persisted). */
 void nd_set_destructive_requires_name(nd_node *n, bool v);
+/* Cluster setting search.default_allow_partial_results (default true; kept
+ * by the node that was asked, not persisted). */
+bool nd_default_allow_partial(const nd_node *n);
+void nd_set_default_allow_partial(nd_node *n, bool v);
 int64_t nd_start_ms(const nd_node *n);
 
 /* ---- indices ---- */
@@ -63,6 +67,7 @@ typedef struct nd_settings {
 	char accepted[2048];
 	int max_ngram_diff;         /* index.max_ngram_diff (1) */
 	int max_shingle_diff;       /* index.max_shingle_diff (3) */
+	bool request_cache_off;     /* index.requests.cache.enable: false */
 } nd_settings;
 
 /* index.blocks.*: what each refuses (nd_index_blocked). */
@@ -119,10 +124,16 @@ enum {
 	ND_RESOLVE_OPEN = 2,
 	ND_RESOLVE_CLOSED = 4,
 	ND_RESOLVE_NONE_FAILS = 8,
+	/* names and wildcards select indices only, never through an alias
+	 * (ES's index delete) */
+	ND_RESOLVE_NO_ALIASES = 16,
 };
 cm_err nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out,
                      size_t *nout, cm_error *err);
 bool nd_index_closed(nd_index *ix);
+/* An integer index setting kept among the accepted ones (e.g.
+ * "max_regex_length", "max_script_fields"), or dflt when not set. */
+long long nd_index_setting_int(nd_index *ix, const char *key, long long dflt);
 /* Every index, sorted by name (same ownership as nd_resolve). */
 void nd_index_list(nd_node *n, nd_index ***out, size_t *nout);
 
@@ -268,6 +279,18 @@ cm_err nd_templates_apply(cJSON *db, const cJSON *op, cm_error *err);
 enum { ND_CTX_SCROLL = 0, ND_CTX_PIT = 1 };
 /* search.max_open_scroll_context of this process (<= 0: the default). */
 void nd_ctx_set_max_scroll(int max);
+/* indices.requests.cache.size ("1%", "64mb", bytes): the shard request
+ * cache's budget for nodes opened afterwards; false when it does not parse. */
+bool nd_set_request_cache_size(const char *v);
+/* The shard request cache's figures of ix (NULL: the whole node n; n may
+ * be NULL when ix is given). */
+typedef struct nd_request_cache_stats {
+	uint64_t memory_bytes, evictions, hits, misses;
+} nd_request_cache_stats;
+void nd_request_cache_stats_get(nd_node *n, const nd_index *ix, nd_request_cache_stats *out);
+/* Drops the cached results of ix (NULL: all of n's; n may be NULL when ix
+ * is given); POST _cache/clear?request. */
+void nd_request_cache_clear(nd_node *n, const nd_index *ix);
 /* Contexts open on this node (indices.search.open_contexts). */
 size_t nd_ctx_open_count(nd_node *n);
 /* Opens a context on one copy of every shard of ixs, runs the first page

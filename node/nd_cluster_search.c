@@ -60,7 +60,7 @@ run_local_shard(void *arg)
 	cm_error e;
 	cm_error_clear(&e);
 	memset(&t->res, 0, sizeof(t->res));
-	cm_err rc = sr_search_shard_in(r, t->ordinal, nd_index_name(t->ix), t->req, &t->res, &e);
+	cm_err rc = nd_search_shard_cached(t->ix, t->shard, r, t->ordinal, t->req, NULL, &t->res, &e);
 	if (!rc)
 		sr_profile_set_id(&t->res, t->node_id, nd_index_name(t->ix), t->shard);
 	if (rc) {
@@ -121,6 +121,11 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 	if (nd_cl_request_build(rq.body, rq.body_len, rq.typed_keys, &req, &err))
 		goto fail;
 	req.cancel = cancel;
+	req.cache_key = rq.body; /* the shard request cache's key */
+	req.cache_key_len = rq.body_len;
+	req.request_cache = rq.request_cache == 2   ? SR_RC_TRUE
+	                    : rq.request_cache == 1 ? SR_RC_FALSE
+	                                            : SR_RC_UNSET;
 	ts = cm_calloc(MEM, rq.nshards + 1, sizeof(local_shard));
 	ptrs = cm_calloc(MEM, rq.nshards + 1, sizeof(*ptrs));
 	/* The request-wide shard numbers, so ties break as on the coordinator. */
@@ -758,6 +763,7 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n, bool hedge)
 	                    .ordinals = ords,
 	                    .nordinals = n > 1 ? n : 0,
 	                    .typed_keys = S->typed_keys,
+	                    .request_cache = (uint32_t)S->req.request_cache,
 	                    .per_node = n > 1,
 	                    .cancel_id = S->hedge ? g->id : 0};
 	cm_buf_init(&g->msg, MEM);
@@ -970,6 +976,8 @@ nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body,
 		S->req = *o->parsed; /* moved: parsed once, on the node the request reached */
 		sr_request_init(o->parsed);
 	}
+	S->req.cache_key = S->body; /* the shard request cache's key, as remote shards get it */
+	S->req.cache_key_len = strlen(S->body);
 	if ((rc = nd_cl_preference_check(pref, err)) ||
 	    (!(o && o->parsed) &&
 	     (rc = nd_cl_request_build(S->body, strlen(S->body), S->typed_keys, &S->req, err)))) {

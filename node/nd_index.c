@@ -22,6 +22,7 @@
 #include "../common/cm_sys.h"
 #include "nd.h"
 #include "nd_private.h"
+#include "nd_reqcache.h"
 
 #define META_MAX (64u << 20)
 
@@ -259,6 +260,24 @@ accepted_value_ok(char kind, const cJSON *v)
 	}
 }
 
+long long
+nd_index_setting_int(nd_index *ix, const char *key, long long dflt)
+{
+	char text[sizeof(ix->settings.accepted)];
+	long long n = dflt;
+	pthread_mutex_lock(&ix->lock);
+	snprintf(text, sizeof(text), "%s", ix->settings.accepted);
+	pthread_mutex_unlock(&ix->lock);
+	if (!text[0] || !strstr(text, key)) /* the common case: not set, no parse */
+		return dflt;
+	cJSON *all = cJSON_Parse(text);
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(all, key);
+	if (!v || !json_int(v, &n))
+		n = dflt;
+	cJSON_Delete(all);
+	return n;
+}
+
 /* index.mapping.nested_fields.limit (kept among the accepted settings),
  * default 50. */
 static long long
@@ -478,6 +497,17 @@ setting_apply(nd_settings *s, const char *key, const cJSON *v, bool creating, cm
 			                    "[index.verified_before_close]");
 	} else if (strncmp(k, "blocks.", 7) == 0) {
 		return block_apply(s, k + 7, v, err);
+	} else if (strcmp(k, "requests.cache.enable") == 0) {
+		/* dynamic, default true: size-0 searches use the shard request
+		 * cache (nd_reqcache.h); kept with the accepted ones for display */
+		if (!cJSON_IsNull(v) && !accepted_value_ok('b', v))
+			return cm_error_set(err, CM_EINVAL,
+			                    "Failed to parse value [%s] as only [true] or [false] are "
+			                    "allowed.",
+			                    cJSON_IsString(v) ? v->valuestring : "");
+		s->request_cache_off =
+		    cJSON_IsFalse(v) || (cJSON_IsString(v) && !strcmp(v->valuestring, "false"));
+		return accepted_put(s, k, v, err);
 	} else if (strcmp(k, "uuid") == 0 || strcmp(k, "creation_date") == 0 ||
 	           strcmp(k, "provided_name") == 0 || strncmp(k, "version.", 8) == 0) {
 		if (!creating)
@@ -1149,6 +1179,8 @@ nd_index_delete(nd_node *n, nd_index *ix, cm_error *err)
 	if (!found)
 		return cm_error_set(err, CM_ENOINDEX, "no such index [%s]", ix->name);
 	cm_info("node", "deleted index [%s]", ix->name);
+	if (n->reqcache) /* its results can never be asked for again */
+		nd_reqcache_clear(n->reqcache, ix->uuid, true);
 	nd_index_release(ix); /* the registry's reference */
 	return CM_OK;
 }
@@ -1264,7 +1296,8 @@ nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out, siz
 				    (n->indices[i]->name[0] != '.' || tok[0] == '.') &&
 				    (neg || wild_ok(n->indices[i], flags)))
 					sel[i] = !neg;
-			nd_alias_select_locked(n, tok, true, sel, !neg);
+			if (!(flags & ND_RESOLVE_NO_ALIASES))
+				nd_alias_select_locked(n, tok, true, sel, !neg);
 			continue;
 		}
 		for (size_t i = 0; i < n->nindices; i++) {
@@ -1273,7 +1306,7 @@ nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out, siz
 				any = true;
 			}
 		}
-		if (!any)
+		if (!any && !(flags & ND_RESOLVE_NO_ALIASES))
 			any = nd_alias_select_locked(n, tok, false, sel, !neg);
 		if (!any && !neg && !ignore_unavailable) {
 			rc = cm_error_set(err, CM_ENOINDEX, "no such index [%s]", tok);

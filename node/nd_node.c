@@ -3,6 +3,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "../common/cm_log.h"
 #include "../common/cm_sys.h"
 #include "nd_private.h"
+#include "nd_reqcache.h"
 
 /* Takes DATA/node.lock with flock: the kernel drops it when the process
  * dies, so a kill -9 never leaves a stale lock behind. */
@@ -107,6 +109,8 @@ timer_main(void *arg)
 	return NULL;
 }
 
+static uint64_t request_cache_bytes(void);
+
 cm_err
 nd_node_open(const nd_node_opts *o, nd_node **out, cm_error *err)
 {
@@ -149,6 +153,7 @@ nd_node_open(const nd_node_opts *o, nd_node **out, cm_error *err)
 	 * its own thread taking one (so ncpu - 1 helpers). */
 	n->merge_pool = cm_pool_create((int)ncpu, "merge");
 	n->index_pool = ncpu > 1 ? cm_pool_create((int)ncpu - 1, "index") : NULL;
+	n->reqcache = nd_reqcache_new(request_cache_bytes());
 	if ((rc = nd_registry_load(n, err)))
 		goto fail;
 	if (pthread_create(&n->timer, NULL, timer_main, n) != 0) {
@@ -167,6 +172,7 @@ fail:
 		cm_pool_destroy(n->index_pool);
 	if (n->lock_fd >= 0)
 		close(n->lock_fd);
+	nd_reqcache_free(n->reqcache);
 	cm_free(CM_MEM_NODE, n);
 	return rc;
 }
@@ -190,7 +196,55 @@ nd_node_close(nd_node *n)
 	if (n->lock_fd >= 0)
 		close(n->lock_fd);
 	pthread_rwlock_destroy(&n->reg_lock);
+	nd_reqcache_free(n->reqcache);
 	cm_free(CM_MEM_NODE, n);
+}
+
+/* indices.requests.cache.size, as set with -E (0: the default, 1%). */
+static _Atomic uint64_t request_cache_size;
+
+static uint64_t
+request_cache_bytes(void)
+{
+	uint64_t b = atomic_load(&request_cache_size);
+	if (!b && !nd_reqcache_parse_size("1%", &b))
+		b = 16u << 20;
+	return b;
+}
+
+bool
+nd_set_request_cache_size(const char *v)
+{
+	uint64_t b;
+	if (!nd_reqcache_parse_size(v, &b))
+		return false;
+	atomic_store(&request_cache_size, b ? b : 1);
+	return true;
+}
+
+void
+nd_request_cache_stats_get(nd_node *n, const nd_index *ix, nd_request_cache_stats *out)
+{
+	nd_rc_stats s = {0};
+	memset(out, 0, sizeof(*out));
+	if (ix)
+		n = ix->node;
+	if (!n->reqcache)
+		return;
+	nd_reqcache_stats(n->reqcache, ix ? nd_index_uuid(ix) : NULL, &s);
+	*out = (nd_request_cache_stats){.memory_bytes = s.memory_bytes,
+	                                .evictions = s.evictions,
+	                                .hits = s.hits,
+	                                .misses = s.misses};
+}
+
+void
+nd_request_cache_clear(nd_node *n, const nd_index *ix)
+{
+	if (ix)
+		n = ix->node;
+	if (n->reqcache)
+		nd_reqcache_clear(n->reqcache, ix ? nd_index_uuid(ix) : NULL, false);
 }
 
 const char *
@@ -227,6 +281,18 @@ void
 nd_set_destructive_requires_name(nd_node *n, bool v)
 {
 	n->destructive_requires_name = v;
+}
+
+bool
+nd_default_allow_partial(const nd_node *n)
+{
+	return !atomic_load(&((nd_node *)n)->partial_results_off);
+}
+
+void
+nd_set_default_allow_partial(nd_node *n, bool v)
+{
+	atomic_store(&n->partial_results_off, !v);
 }
 
 int64_t

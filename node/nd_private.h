@@ -48,6 +48,7 @@ struct nd_node {
 	int lock_fd;
 	int64_t start_ms;
 	bool destructive_requires_name;
+	_Atomic bool partial_results_off; /* search.default_allow_partial_results: false */
 	bool replicated;
 	pthread_rwlock_t reg_lock;
 	nd_index **indices;
@@ -62,6 +63,7 @@ struct nd_node {
 	nd_node_counters counters;
 	_Atomic size_t search_queued; /* shard searches queued or running */
 	struct nd_cluster *_Atomic cluster; /* the running cluster (nd_cluster_of); NULL solo */
+	struct nd_reqcache *reqcache;       /* the shard request cache (nd_reqcache.h) */
 };
 
 #define ND_SEARCH_QUEUE 4096
@@ -76,6 +78,12 @@ struct nd_node {
 /* Pool workers worth waking for nshards shards holding docs live docs in
  * all (one per ND_DOCS_PER_HELPER, fewer than the shards). */
 size_t nd_search_helpers(uint64_t docs, size_t nshards);
+/* One shard's search (sr_search_shard_bar) through the shard request cache
+ * when req may be cached there (size 0, ?request_cache, the index setting,
+ * no profile or date math on now); solo and data nodes alike. */
+cm_err nd_search_shard_cached(nd_index *ix, int shard, st_reader *r, uint32_t ordinal,
+                              const sr_request *req, sr_hit_bar *bar, sr_shard_result *res,
+                              cm_error *err);
 /* Writes are durable in the log at once; a periodic flush makes segments
  * durable and trims the log, so a restart replays little. */
 #define ND_FLUSH_INTERVAL_NS (60ull * 1000000000ull)

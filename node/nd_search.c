@@ -12,8 +12,10 @@
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
 #include "../common/cm_sys.h"
+#include "../proto/pr.h"
 #include "nd_cluster.h"
 #include "nd_private.h"
+#include "nd_reqcache.h"
 
 nd_target *
 nd_targets_open(nd_index **ixs, size_t n)
@@ -85,6 +87,106 @@ nd_index_visible_docs(nd_index *ix)
 	return n;
 }
 
+/* ---- the shard request cache (nd_reqcache.h) ---- */
+
+/* Whether the body uses date math on "now" (a string value "now", "now-1d",
+ * "now/d", ...): its result changes with the clock, so ES never caches it. */
+static bool
+body_uses_now(const char *b, size_t n)
+{
+	for (const char *p = b; (p = memmem(p, n - (size_t)(p - b), "\"now", 4)); p += 4) {
+		char c = p + 4 < b + n ? p[4] : '"';
+		if (c == '"' || c == '+' || c == '-' || c == '/' || c == '|' || c == ' ')
+			return true;
+	}
+	return false;
+}
+
+/* ES's rules (IndicesService.canCache): ?request_cache=false never;
+ * otherwise size 0 only, and unset follows index.requests.cache.enable;
+ * never a profiled request, a scroll (no cache_key) or date math on now. */
+static bool
+cacheable(nd_node *n, nd_index *ix, const sr_request *req)
+{
+	if (!n->reqcache || !req->cache_key || req->request_cache == SR_RC_FALSE ||
+	    req->size != 0 || req->profile)
+		return false;
+	if (req->request_cache == SR_RC_UNSET && nd_index_settings(ix)->request_cache_off)
+		return false;
+	return !body_uses_now(req->cache_key, req->cache_key_len);
+}
+
+/* The cached bytes into *res (the caller's shard numbering). */
+static bool
+rc_decode(const cm_buf *val, const sr_request *req, uint32_t ordinal, sr_shard_result *res)
+{
+	sr_shard_result *arr = NULL;
+	size_t nout = 0;
+	pr_strings *strings = NULL;
+	cm_error e;
+	cm_error_clear(&e);
+	if (pr_shard_results_decode(val->data, val->len, req->aggs, &arr, &nout, &strings, &e) ||
+	    nout != 1) {
+		for (size_t i = 0; i < nout; i++)
+			sr_shard_result_free(&arr[i]);
+		cm_free(CM_MEM_NODE, arr);
+		pr_strings_free(strings);
+		return false;
+	}
+	*res = arr[0];
+	res->index = res->node = NULL; /* interned in strings */
+	res->shard = ordinal;
+	cm_free(CM_MEM_NODE, arr);
+	pr_strings_free(strings);
+	return true;
+}
+
+cm_err
+nd_search_shard_cached(nd_index *ix, int shard, st_reader *r, uint32_t ordinal,
+                       const sr_request *req, sr_hit_bar *bar, sr_shard_result *res,
+                       cm_error *err)
+{
+	const char *ixname = nd_index_name(ix);
+	nd_node *n = ix->node;
+	if (!cacheable(n, ix, req))
+		return sr_search_shard_bar(r, ordinal, ixname, req, bar, res, err);
+	/* the body, then what else shapes the shard's bytes */
+	cm_buf kb, val;
+	cm_buf_init(&kb, CM_MEM_NODE);
+	cm_buf_init(&val, CM_MEM_NODE);
+	cm_buf_put(&kb, req->cache_key, req->cache_key_len);
+	cm_buf_put(&kb, "", 1);
+	cm_buf_printf(&kb, "%d %u", (int)req->typed_keys, ordinal);
+	nd_rc_key k = {.uuid = nd_index_uuid(ix),
+	               .shard = (uint32_t)shard,
+	               .gen = st_reader_generation(r),
+	               .req = kb.data,
+	               .req_len = kb.len};
+	cm_err rc = CM_OK;
+	if (nd_reqcache_get(n->reqcache, &k, &val) && rc_decode(&val, req, ordinal, res))
+		goto done;
+	memset(res, 0, sizeof(*res));
+	rc = sr_search_shard_bar(r, ordinal, ixname, req, bar, res, err);
+	if (rc || res->timed_out || res->error.code || res->profile)
+		goto done;
+	/* A miss answers from the bytes it stores, as a hit will (ES reads the
+	 * cached bytes back on a miss too): the same trimmed partials. */
+	cm_buf_reset(&val);
+	sr_shard_result *one = res;
+	if (pr_shard_results_encode(&one, 1, &val))
+		goto done;
+	sr_shard_result copy;
+	if (rc_decode(&val, req, ordinal, &copy)) {
+		nd_reqcache_put(n->reqcache, &k, val.data, val.len);
+		sr_shard_result_free(res);
+		*res = copy;
+	}
+done:
+	cm_buf_free(&kb);
+	cm_buf_free(&val);
+	return rc;
+}
+
 typedef struct shard_task {
 	nd_target *target;
 	int shard;        /* within the index */
@@ -114,8 +216,8 @@ run_search_shard(void *arg)
 	memset(&res, 0, sizeof(res));
 	cm_error_clear(&err);
 	const char *ixname = nd_index_name(t->target->ix);
-	cm_err rc = sr_search_shard_bar(t->target->readers[t->shard], t->ordinal, ixname, t->req,
-	                                t->bar, &res, &err);
+	cm_err rc = nd_search_shard_cached(t->target->ix, t->shard, t->target->readers[t->shard],
+	                                   t->ordinal, t->req, t->bar, &res, &err);
 	if (!rc)
 		sr_profile_set_id(&res, t->node_id, ixname, t->shard);
 	atomic_fetch_add((_Atomic uint64_t *)&st->query_total, 1);

@@ -130,6 +130,7 @@ pr_search_req_encode(const pr_search_req *r, cm_buf *out)
 	m.n_ordinals = r->nordinals;
 	m.ordinals = r->ordinals;
 	m.typed_keys = r->typed_keys;
+	m.request_cache = r->request_cache;
 	m.per_node = r->per_node;
 	m.count_only = r->count_only;
 	m.cancel_id = r->cancel_id;
@@ -167,6 +168,7 @@ pr_search_req_decode(const void *p, size_t n, pr_search_req *out, cm_error *err)
 	if (out->nordinals)
 		memcpy(out->ordinals, m->ordinals, out->nordinals * sizeof(uint32_t));
 	out->typed_keys = m->typed_keys;
+	out->request_cache = m->request_cache <= 2 ? m->request_cache : 0;
 	out->per_node = m->per_node;
 	out->count_only = m->count_only;
 	out->cancel_id = m->cancel_id;

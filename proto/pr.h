@@ -85,6 +85,7 @@ typedef struct pr_search_req {
 	uint32_t *ordinals; /* nordinals: 0 (the shard numbers) or nshards */
 	size_t nordinals;
 	bool typed_keys;
+	uint32_t request_cache; /* ?request_cache: 0 not given, 1 false, 2 true */
 	bool per_node, count_only;
 	uint64_t cancel_id; /* 0: not cancellable */
 } pr_search_req;

@@ -647,6 +647,8 @@ filters_parse(sr_agg *a, const cJSON *body, cm_error *err)
 	if (!f || !(cJSON_IsObject(f) || cJSON_IsArray(f)))
 		return cm_error_set(err, CM_EPARSE, "[filters] cannot be empty.");
 	int k = cJSON_GetArraySize(f);
+	if (k == 0)
+		return cm_error_set(err, CM_EINVAL, "[filters] cannot be empty.");
 	if (k > FILTERS_MAX)
 		return cm_error_set(err, CM_EINVAL, "too many filters in [%s]", a->name);
 	p->q = cm_calloc(AGG_MEM, k ? (size_t)k : 1, sizeof *p->q);

@@ -405,6 +405,11 @@ card_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			continue;
 		if (!strcmp(c->string, "precision_threshold")) {
 			int64_t t;
+			if (cJSON_IsNumber(c) && c->valuedouble < 0)
+				return cm_error_set(err, CM_EINVAL,
+				                    "[precisionThreshold] must be greater than or equal to "
+				                    "0. Found [%lld] in [%s]",
+				                    (long long)c->valuedouble, a->name);
 			if (agg_parse_int(c, a->name, "precision_threshold", 0, INT64_MAX, &t, err))
 				return CM_EINVAL;
 			p->threshold = t > CARD_MAX_THRESHOLD ? CARD_MAX_THRESHOLD : (uint32_t)t;

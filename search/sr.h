@@ -274,6 +274,12 @@ typedef struct sr_request {
 	 * rendered as "type#name"; suggesters are to prefix theirs (term#,
 	 * phrase#) by the same flag. Default false. */
 	bool typed_keys;
+	/* For the node's shard request cache (node/nd_reqcache.h), never read
+	 * here: the body's bytes as the shards receive it (borrowed, NULL =
+	 * not cacheable) and ?request_cache (SR_RC_*). */
+	const char *cache_key;
+	size_t cache_key_len;
+	enum { SR_RC_UNSET, SR_RC_FALSE, SR_RC_TRUE } request_cache;
 } sr_request;
 
 void sr_request_init(sr_request *r);

@@ -269,12 +269,22 @@ st_shard_reader(st_shard *s)
 
 static st_mapping *mapping_get(st_shard *s);
 
+/* Numbers readers as they are published, across every shard of the process. */
+static _Atomic uint64_t reader_gens;
+
+uint64_t
+st_reader_generation(const st_reader *r)
+{
+	return r->gen;
+}
+
 /* Builds a reader from the writer's published views and swaps it in. */
 static void
 publish_reader(st_shard *s)
 {
 	st_reader *r = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*r));
 	atomic_init(&r->refs, 1);
+	r->gen = atomic_fetch_add(&reader_gens, 1) + 1;
 	r->n = s->nsegs;
 	r->segs = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->segs));
 	r->live = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->live));

@@ -111,6 +111,7 @@ struct st_reader {
 	uint32_t *pcount;
 	uint64_t docs;
 	st_mapping *mapping; /* the shard's mapping when the view was published */
+	uint64_t gen;        /* process-wide publication number (st_reader_generation) */
 };
 
 /* The writer's view of one segment: `live` takes unrefreshed deletes

@@ -140,6 +140,10 @@ const uint64_t *st_reader_nested_live(const st_reader *r, size_t i);
 /* The shard's mapping as of the view (borrowed, lives as long as r): lets
  * a shard whose segments lack a mapped field still treat it as mapped. */
 const st_mapping *st_reader_mapping(const st_reader *r);
+/* A number no other reader of this process has had, growing with each
+ * published view (a refresh, merge or delete makes a new one): what keys a
+ * cache of results over the view. */
+uint64_t st_reader_generation(const st_reader *r);
 
 typedef struct st_shard_stats {
 	uint64_t docs, deleted_docs, segments;

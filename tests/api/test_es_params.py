@@ -1,9 +1,15 @@
 """Parameters and settings Elasticsearch accepts that Shoal once refused or
 read differently (issue #26), on a solo node and a 3-node static cluster:
 index.refresh_interval given as a JSON number, require_alias and an empty
-_id in _bulk. Expectations follow Elasticsearch's documented behaviour."""
+_id in _bulk, _forcemerge?wait_for_completion=false as a task, the cluster
+setting search.default_allow_partial_results, _cat/indices health= / s= on
+several columns / column aliases, _cluster/health?level=indices, GET with
+version=, ignore_unavailable and allow_no_indices on an index DELETE naming
+an alias or a wildcard. Expectations follow Elasticsearch's documented
+behaviour."""
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from shoal import SoloAndCluster, eq, error_is, run_tests, test  # noqa: E402
@@ -107,6 +113,136 @@ def bulk_require_alias():
         eq(b["count"], 3, label + " written through the alias")
         st, b = n.bulk([{"index": {"_index": "nc2"}}, {"f": 1}], params="?require_alias=maybe")
         eq(st, 400, label + " require_alias=maybe: %s" % b)
+
+
+@test
+def forcemerge_without_waiting_is_a_task():
+    for label, n in nodes():
+        n.req("DELETE", "/fm")
+        n.req("PUT", "/fm", {"settings": {"number_of_shards": 2, "number_of_replicas": 0}})
+        for i in range(3):
+            n.req("PUT", "/fm/_doc/%d?refresh=true" % i, {"a": i})
+        st, b = n.req("POST", "/fm/_forcemerge?max_num_segments=1&wait_for_completion=false")
+        eq(st, 200, label + " accepted: %s" % b)
+        tid = b.get("task", "")
+        if ":" not in tid:
+            raise AssertionError(label + " no task id: %s" % b)
+        done = None
+        for _ in range(200):
+            st, t = n.req("GET", "/_tasks/" + tid)
+            if st == 200 and t.get("completed"):
+                done = t
+                break
+            time.sleep(0.1)
+        if not done:
+            raise AssertionError(label + " task never completed: %s %s" % (st, t))
+        eq(done["task"]["action"], "indices:admin/forcemerge", label + " action")
+        eq(done["response"]["_shards"]["failed"], 0, label + " response")
+        st, b = n.req("POST", "/fm/_forcemerge?wait_for_completion=maybe")
+        eq(st, 400, label + " a bad boolean: %s" % b)
+
+
+@test
+def default_allow_partial_results_setting():
+    for label, n in nodes():
+        for sec in ("transient", "persistent"):
+            st, b = n.req("PUT", "/_cluster/settings",
+                          {sec: {"search.default_allow_partial_results": False}})
+            eq(st, 200, "%s %s: %s" % (label, sec, b))
+            st, b = n.req("GET", "/_cluster/settings?flat_settings=true")
+            eq(b["transient"].get("search.default_allow_partial_results"), "false",
+               label + " shown")
+            # a search with every shard answering is not affected
+            n.req("PUT", "/pr/_doc/1?refresh=true", {"a": 1})
+            st, b = n.req("GET", "/pr/_search")
+            eq((st, b["hits"]["total"]["value"]), (200, 1), label + " search")
+            st, b = n.req("PUT", "/_cluster/settings",
+                          {sec: {"search": {"default_allow_partial_results": None}}})
+            eq(st, 200, label + " reset: %s" % b)
+            st, b = n.req("GET", "/_cluster/settings?flat_settings=true")
+            eq("search.default_allow_partial_results" in b["transient"], False,
+               label + " reset shown")
+        error_is(n.req("PUT", "/_cluster/settings",
+                       {"transient": {"search.default_allow_partial_results": "maybe"}}),
+                 400, "illegal_argument_exception")
+
+
+@test
+def cat_indices_health_sort_and_aliases():
+    for label, n in nodes():
+        for ix in ("cz", "ca", "cm"):
+            n.req("DELETE", "/" + ix)
+        n.req("PUT", "/cz", {"settings": {"number_of_shards": 1, "number_of_replicas": 0}})
+        n.req("PUT", "/ca", {"settings": {"number_of_shards": 2, "number_of_replicas": 0}})
+        n.req("PUT", "/cm", {"settings": {"number_of_shards": 1, "number_of_replicas": 0}})
+        st, b = n.req("GET", "/_cat/indices/c*?format=json&h=i,h,p&s=p:desc,i")
+        eq(st, 200, label + " cat: %s" % b)
+        eq([(x["i"], x["h"], x["p"]) for x in b],
+           [("ca", "green", "2"), ("cm", "green", "1"), ("cz", "green", "1")],
+           label + " aliases as headers, two sort keys")
+        st, b = n.req("GET", "/_cat/indices/c*?format=json&h=index&health=green&s=index:desc")
+        eq([x["index"] for x in b], ["cz", "cm", "ca"], label + " health=green")
+        st, b = n.req("GET", "/_cat/indices/c*?format=json&health=red")
+        eq(b, [], label + " health=red")
+        error_is(n.req("GET", "/_cat/indices?health=purple"), 400,
+                 "illegal_argument_exception")
+        st, b = n.req("GET", "/_cat/indices/c*?h=i,dc&v=true&s=i")
+        eq(b.splitlines()[0].split(), ["i", "dc"], label + " text headers as asked")
+
+
+@test
+def cluster_health_level_indices():
+    for label, n in nodes():
+        n.req("DELETE", "/hl")
+        n.req("PUT", "/hl", {"settings": {"number_of_shards": 2, "number_of_replicas": 0}})
+        st, b = n.req("GET", "/_cluster/health/hl?level=indices&wait_for_status=green&timeout=20s")
+        eq(st, 200, label + " health: %s" % b)
+        ix = b.get("indices", {}).get("hl")
+        if not ix:
+            raise AssertionError(label + " no indices.hl: %s" % b)
+        eq((ix["status"], ix["number_of_shards"], ix["number_of_replicas"],
+            ix["active_primary_shards"], ix["active_shards"], ix["unassigned_shards"]),
+           ("green", 2, 0, 2, 2, 0), label + " hl")
+        eq(list(b.get("indices", {})), ["hl"], label + " only the named index")
+
+
+@test
+def get_with_version_conflicts():
+    for label, n in nodes():
+        n.req("DELETE", "/gv")
+        n.req("PUT", "/gv/_doc/1", {"a": 1})
+        n.req("PUT", "/gv/_doc/1", {"a": 2})
+        st, b = n.req("GET", "/gv/_doc/1?version=2")
+        eq((st, b.get("_version")), (200, 2), label + " the current version")
+        error_is(n.req("GET", "/gv/_doc/1?version=1"), 409,
+                 "version_conflict_engine_exception",
+                 "[1]: version conflict, current version [2] is different than the one "
+                 "provided [1]")
+        st, b = n.req("GET", "/gv/_doc/nope?version=1")
+        eq((st, b.get("found")), (404, False), label + " missing stays 404")
+
+
+@test
+def delete_index_alias_and_wildcard_options():
+    for label, n in nodes():
+        n.req("DELETE", "/dx")
+        n.req("PUT", "/dx", {"aliases": {"dxalias": {}}})
+        error_is(n.req("DELETE", "/dxalias"), 400, "illegal_argument_exception",
+                 "matches an alias")
+        st, b = n.req("DELETE", "/dxalias?ignore_unavailable=true")
+        eq(st, 200, label + " alias passed over: %s" % b)
+        eq(n.req("GET", "/dx")[0], 200, label + " index kept (alias)")
+        # a wildcard selects indices, never through an alias
+        st, b = n.req("DELETE", "/dxali*")
+        eq(st, 200, label + " wildcard matching only an alias: %s" % b)
+        eq(n.req("GET", "/dx")[0], 200, label + " index kept (wildcard)")
+        error_is(n.req("DELETE", "/dxali*?allow_no_indices=false"), 404,
+                 "index_not_found_exception")
+        st, b = n.req("DELETE", "/nothing-here?ignore_unavailable=true")
+        eq(st, 200, label + " a missing index ignored: %s" % b)
+        st, b = n.req("DELETE", "/dx*")
+        eq(st, 200, label + " the index by wildcard")
+        eq(n.req("GET", "/dx")[0], 404, label + " gone")
 
 
 if __name__ == "__main__":

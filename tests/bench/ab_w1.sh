@@ -14,8 +14,9 @@ python3 "$HERE/w1_data.py" "$ROOT/cluster-scripts/sample/accounts-es.ndjson" "$T
 serve() { "$1/bin/shoal" --solo --data "$TMP/d" --http "127.0.0.1:$PORT" >>"$TMP/log" 2>&1 & PID=$!
   for _ in $(seq 100); do curl -sf -o /dev/null "127.0.0.1:$PORT/" && return; sleep 0.1; done; exit 1; }
 serve "$BASE"
+# the shard request cache off: no result cache answers a query (BENCHMARKS.md rule 2)
 curl -sf -XPUT "127.0.0.1:$PORT/accounts" -H 'Content-Type: application/json' \
-  -d '{"settings":{"number_of_shards":1,"number_of_replicas":0}}' >/dev/null
+  -d '{"settings":{"number_of_shards":1,"number_of_replicas":0,"index.requests.cache.enable":false}}' >/dev/null
 split -l 10000 -d "$TMP/data/bulk.ndjson" "$TMP/data/bulk."
 for f in "$TMP"/data/bulk.[0-9]*; do
   curl -sf -XPOST "127.0.0.1:$PORT/_bulk" -H 'Content-Type: application/x-ndjson' --data-binary "@$f" >/dev/null

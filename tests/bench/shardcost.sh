@@ -43,8 +43,9 @@ for S in $SHARDS; do
 	PORT_OF[$S]=$P
 	PIDS="$PIDS $!"
 	for _ in $(seq 1 200); do curl -sf -o /dev/null "http://127.0.0.1:$P/" && break; sleep 0.1; done
+	# the shard request cache off (BENCHMARKS.md rule 2): every query is served
 	curl -sf -o /dev/null --retry 0 -X PUT -H 'Content-Type: application/json' \
-	    -d "{\"settings\":{\"number_of_shards\":$S,\"number_of_replicas\":0}}" "http://127.0.0.1:$P/accounts"
+	    -d "{\"settings\":{\"number_of_shards\":$S,\"number_of_replicas\":0,\"index.requests.cache.enable\":false}}" "http://127.0.0.1:$P/accounts"
 	for f in "$TMP"/data/bulk.[0-9]*; do
 		curl -sf -o /dev/null -X POST -H 'Content-Type: application/x-ndjson' --data-binary "@$f" \
 		    "http://127.0.0.1:$P/_bulk"

@@ -110,7 +110,9 @@ for S in $SHARDS; do
   D="$TMP/shoal-$S"; mkdir -p "$D"
   echo "== Shoal, $S shard(s)"
   start_shoal "$D"
-  echo "{\"settings\":{\"number_of_shards\":$S,\"number_of_replicas\":0}}" > "$TMP/create.json"
+  # index.requests.cache.enable=false: no result cache answers a query
+  # (BENCHMARKS.md rule 2; Shoal's shard request cache is on by default)
+  echo "{\"settings\":{\"number_of_shards\":$S,\"number_of_replicas\":0,\"index.requests.cache.enable\":false}}" > "$TMP/create.json"
   code=$(curl -s -o "$TMP/curl.out" -w '%{http_code}' -X PUT -H 'Content-Type: application/json' \
          --data-binary "@$TMP/create.json" "http://127.0.0.1:$PORT/accounts")
   [ "$code" = 200 ] || { echo "create index -> $code $(cat "$TMP/curl.out")" >&2; exit 1; }

@@ -1,0 +1,114 @@
+"""Validation messages as Elasticsearch words them (issue #26), on a solo
+node and a 3-node static cluster: negative from/size in the URL,
+terminate_after, the per-index search limits (index.max_regex_length,
+index.max_docvalue_fields_search, index.max_script_fields,
+index.max_terms_count) read from the index's own settings, search.max_buckets,
+an empty filters aggregation, a negative cardinality precision_threshold,
+rest_total_hits_as_int with a numeric track_total_hits, and an mget with no
+documents. Clients match these texts, so they are checked whole."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shoal import SoloAndCluster, error_is, run_tests, test  # noqa: E402
+
+FIX = SoloAndCluster("shoal-es-messages-test-")
+solo, cluster, teardown = FIX.solo, FIX.cluster, FIX.teardown
+
+
+def nodes():
+    return (("solo", solo()), ("cluster", cluster()["node-2"]))
+
+
+def setup(n):
+    n.req("DELETE", "/lim")
+    st, b = n.req("PUT", "/lim", {
+        "settings": {"number_of_shards": 1, "number_of_replicas": 0,
+                     "index.max_docvalue_fields_search": 2, "index.max_script_fields": 2,
+                     "index.max_terms_count": 2, "index.max_regex_length": 5},
+        "mappings": {"properties": {"k": {"type": "keyword"}, "n": {"type": "long"}}}})
+    assert st == 200, b
+    n.req("PUT", "/lim/_doc/1?refresh=true", {"k": "abc", "n": 1})
+
+
+IAE = "illegal_argument_exception"
+
+
+@test
+def from_size_and_terminate_after():
+    for label, n in nodes():
+        setup(n)
+        error_is(n.req("GET", "/lim/_search?from=-1"), 400, IAE,
+                 "[from] parameter cannot be negative but was [-1]")
+        error_is(n.req("POST", "/lim/_search", {"from": -2}), 400, IAE,
+                 "[from] parameter cannot be negative but was [-2]")
+        error_is(n.req("GET", "/lim/_search?size=-1"), 400, IAE,
+                 "[size] parameter cannot be negative, found [-1]")
+        error_is(n.req("POST", "/lim/_search", {"terminate_after": -1}), 400, IAE,
+                 "terminateAfter must be > 0")
+
+
+@test
+def per_index_search_limits():
+    for label, n in nodes():
+        setup(n)
+        error_is(n.req("POST", "/lim/_search", {"query": {"regexp": {"k": "abcdef"}}}), 400, IAE,
+                 "The length of regex [6] used in the Regexp Query request has exceeded the "
+                 "allowed maximum of [5]. This maximum can be set by changing the "
+                 "[index.max_regex_length] index level setting.")
+        st, b = n.req("POST", "/lim/_search", {"query": {"regexp": {"k": "ab.*"}}})
+        assert st == 200 and b["hits"]["total"]["value"] == 1, (label, st, b)
+        error_is(n.req("POST", "/lim/_search", {"docvalue_fields": ["k", "n", "k"]}), 400, IAE,
+                 "Trying to retrieve too many docvalue_fields. Must be less than or equal to: "
+                 "[2] but was [3]. This limit can be set by changing the "
+                 "[index.max_docvalue_fields_search] index level setting.")
+        sf = {("f%d" % i): {"script": {"source": "1"}} for i in range(3)}
+        error_is(n.req("POST", "/lim/_search", {"script_fields": sf}), 400, IAE,
+                 "Trying to retrieve too many script_fields. Must be less than or equal to: "
+                 "[2] but was [3]. This limit can be set by changing the "
+                 "[index.max_script_fields] index level setting.")
+        error_is(n.req("POST", "/lim/_search",
+                       {"query": {"bool": {"filter": [{"terms": {"k": ["a", "b", "c"]}}]}}}),
+                 400, IAE,
+                 "The number of terms [3] used in the Terms Query request has exceeded the "
+                 "allowed maximum of [2]. This maximum can be set by changing the "
+                 "[index.max_terms_count] index level setting.")
+        st, b = n.req("POST", "/lim/_search", {"query": {"terms": {"k": ["abc", "x"]}}})
+        assert st == 200 and b["hits"]["total"]["value"] == 1, (label, st, b)
+
+
+@test
+def aggregation_messages():
+    for label, n in nodes():
+        setup(n)
+        for filters in ({}, []):
+            error_is(n.req("POST", "/lim/_search",
+                           {"size": 0, "aggs": {"f": {"filters": {"filters": filters}}}}),
+                     400, IAE, "[filters] cannot be empty.")
+        error_is(n.req("POST", "/lim/_search", {"size": 0, "aggs": {"c": {"cardinality": {
+            "field": "k", "precision_threshold": -1}}}}), 400, IAE,
+            "[precisionThreshold] must be greater than or equal to 0. Found [-1] in [c]")
+        error_is(n.req("POST", "/lim/_search", {"size": 0, "aggs": {"h": {"histogram": {
+            "field": "n", "interval": 1, "extended_bounds": {"min": 0, "max": 100000}}}}}),
+            400, "too_many_buckets_exception",
+            "Trying to create too many buckets. Must be less than or equal to: [")
+
+
+@test
+def total_as_int_and_mget():
+    for label, n in nodes():
+        setup(n)
+        error_is(n.req("POST", "/lim/_search?rest_total_hits_as_int=true",
+                       {"track_total_hits": 100}), 400, IAE,
+                 "[rest_total_hits_as_int] cannot be used if the tracking of total hits is not "
+                 "accurate, got 100")
+        st, b = n.req("POST", "/lim/_search?rest_total_hits_as_int=true",
+                      {"track_total_hits": True})
+        assert st == 200 and b["hits"]["total"] == 1, (label, st, b)
+        for body in ({"docs": []}, {"ids": []}, {}):
+            error_is(n.req("POST", "/lim/_mget", body), 400, "action_request_validation_exception",
+                     "Validation Failed: 1: no documents to get;")
+
+
+if __name__ == "__main__":
+    run_tests(budget_s=300, teardown=teardown)
