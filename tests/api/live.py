@@ -307,27 +307,36 @@ class Live:
         return self.nodes[name].log_tail(n)
 
     def close(self):
+        """Stops every node and etcd; etcd goes also when a node's stop or
+        cleanup fails (a node that never started has no log: its error
+        must not leave etcd members running after the test)."""
         rcs = {}
         keep = os.environ.get("SHOAL_KEEP_LOGS")
-        for name, n in self.nodes.items():
-            if getattr(n, "stopped", False):
+        try:
+            for name, n in self.nodes.items():
+                if getattr(n, "stopped", False):
+                    try:
+                        n.sigcont()
+                    except Exception:
+                        pass
+                if keep:
+                    os.makedirs(keep, exist_ok=True)
+                    n.stop_failed = False
+                rc = None
                 try:
-                    n.sigcont()
-                except Exception:
-                    pass
-            if keep:
-                os.makedirs(keep, exist_ok=True)
-                n.stop_failed = False
-            rc = None
-            try:
-                rc = n.stop()
-            except RuntimeError:
-                rc = -1
-            if keep:
-                shutil.copy(os.path.join(n.data, "test-node.log"),
-                            os.path.join(keep, name + ".log"))
-            rcs[name] = n.cleanup() if rc in (0, None) else (n.cleanup(), rc)[1]
-        self.etcd.close()
+                    rc = n.stop()
+                except RuntimeError:
+                    rc = -1
+                if keep:
+                    shutil.copy(os.path.join(n.data, "test-node.log"),
+                                os.path.join(keep, name + ".log"))
+                try:
+                    rcs[name] = n.cleanup() if rc in (0, None) else (n.cleanup(), rc)[1]
+                except Exception as e:  # noqa: BLE001
+                    n.kill()
+                    rcs[name] = "cleanup failed: %r" % (e,)
+        finally:
+            self.etcd.close()
         return rcs
 
 
