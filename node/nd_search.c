@@ -113,6 +113,12 @@ cacheable(nd_node *n, nd_index *ix, const sr_request *req)
 		return false;
 	if (req->request_cache == SR_RC_UNSET && nd_index_settings(ix)->request_cache_off)
 		return false;
+	/* A shard's terms partial with a min_doc_count above 1 does not
+	 * survive its encoding whole (the docs of buckets cut for it come back
+	 * counted in sum_other_doc_count: test_terms_exact), and a cached
+	 * result is the encoded one: such requests are not cached. */
+	if (memmem(req->cache_key, req->cache_key_len, "\"min_doc_count\"", 15))
+		return false;
 	return !body_uses_now(req->cache_key, req->cache_key_len);
 }
 
