@@ -672,6 +672,17 @@ def check_copies(cl, index=INDEX):
     the list of distinct sources its copies hold; differ lists the ids
     not on exactly COPIES nodes with identical (_version, _seq_no,
     _primary_term, _source), with what each node holds."""
+    # a copy being moved (balance after a node joined, a relocation) is
+    # read on its old and its new node: wait until none moves (bounded)
+    t0 = time.time()
+    while True:
+        st, h = cl.req(MASTER, "GET", "/_cluster/health", timeout=10)
+        if st == 200 and isinstance(h, dict) and not h.get("relocating_shards") and \
+                not h.get("initializing_shards"):
+            break
+        if time.time() - t0 > 60:
+            raise AssertionError("copies still moving after 60 s: %s" % (h,))
+        time.sleep(0.2)
     st, b = cl.req(MASTER, "POST", "/%s/_refresh" % index, timeout=60)
     if st != 200:
         raise AssertionError("refresh: %s %s" % (st, b))
