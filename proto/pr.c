@@ -1,4 +1,5 @@
 #include "pr.h"
+#include "pr_private.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -38,27 +39,44 @@ pr_pb_allocator(cm_mem_tag tag)
 
 #define PB (&pb_allocators[PR_MEM])
 
-static ProtobufCBinaryData
-bin(const void *p, size_t n)
-{
-	return (ProtobufCBinaryData){n, (uint8_t *)(uintptr_t)p};
-}
-
-static char *
-str(const char *s)
-{
-	return (char *)(uintptr_t)(s ? s : "");
-}
-
-/* Packs any message into out via its generic descriptor. */
-static cm_err
-pack(const ProtobufCMessage *m, cm_buf *out)
+cm_err
+pr_pack(const ProtobufCMessage *m, cm_buf *out)
 {
 	size_t n = protobuf_c_message_get_packed_size(m);
 	cm_buf_reserve(out, n);
 	protobuf_c_message_pack(m, out->data + out->len);
 	out->len += n;
 	return CM_OK;
+}
+
+char *
+pr_dup_bin(const ProtobufCBinaryData *b, size_t *len)
+{
+	char *s = cm_malloc(PR_MEM, b->len + 1);
+	if (b->len)
+		memcpy(s, b->data, b->len);
+	s[b->len] = '\0';
+	if (len)
+		*len = b->len;
+	return s;
+}
+
+uint32_t *
+pr_dup_u32(const uint32_t *v, size_t have, size_t n)
+{
+	uint32_t *o = cm_calloc(PR_MEM, n + 1, sizeof(uint32_t));
+	if (v && have && n)
+		memcpy(o, v, (have < n ? have : n) * sizeof(uint32_t));
+	return o;
+}
+
+uint64_t *
+pr_dup_u64(const uint64_t *v, size_t have, size_t n)
+{
+	uint64_t *o = cm_calloc(PR_MEM, n + 1, sizeof(uint64_t));
+	if (v && have && n)
+		memcpy(o, v, (have < n ? have : n) * sizeof(uint64_t));
+	return o;
 }
 
 /* ---- envelope ---- */
@@ -68,12 +86,12 @@ pr_envelope_pack(const char *cluster, const char *secret, uint32_t type, uint64_
                  const void *payload, size_t len, cm_buf *out)
 {
 	Shoal__Envelope e = SHOAL__ENVELOPE__INIT;
-	e.cluster = str(cluster);
-	e.secret = bin(secret, secret ? strlen(secret) : 0);
+	e.cluster = pr_str(cluster);
+	e.secret = pr_bin(secret, secret ? strlen(secret) : 0);
 	e.type = type;
 	e.deadline_ms = deadline_ms;
-	e.payload = bin(payload, len);
-	return pack(&e.base, out);
+	e.payload = pr_bin(payload, len);
+	return pr_pack(&e.base, out);
 }
 
 static bool
@@ -122,11 +140,11 @@ cm_err
 pr_search_req_encode(const pr_search_req *r, cm_buf *out)
 {
 	Shoal__SearchRequest m = SHOAL__SEARCH_REQUEST__INIT;
-	m.index = str(r->index);
-	m.index_uuid = str(r->index_uuid);
+	m.index = pr_str(r->index);
+	m.index_uuid = pr_str(r->index_uuid);
 	m.n_shards = r->nshards;
 	m.shards = r->shards;
-	m.body = bin(r->body, r->body_len);
+	m.body = pr_bin(r->body, r->body_len);
 	m.n_ordinals = r->nordinals;
 	m.ordinals = r->ordinals;
 	m.typed_keys = r->typed_keys;
@@ -134,19 +152,7 @@ pr_search_req_encode(const pr_search_req *r, cm_buf *out)
 	m.per_node = r->per_node;
 	m.count_only = r->count_only;
 	m.cancel_id = r->cancel_id;
-	return pack(&m.base, out);
-}
-
-static char *
-dup_bin(const ProtobufCBinaryData *b, size_t *len)
-{
-	char *s = cm_malloc(PR_MEM, b->len + 1);
-	if (b->len)
-		memcpy(s, b->data, b->len);
-	s[b->len] = '\0';
-	if (len)
-		*len = b->len;
-	return s;
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -159,14 +165,10 @@ pr_search_req_decode(const void *p, size_t n, pr_search_req *out, cm_error *err)
 	out->index = cm_strdup(PR_MEM, m->index);
 	out->index_uuid = cm_strdup(PR_MEM, m->index_uuid);
 	out->nshards = m->n_shards;
-	out->shards = cm_malloc(PR_MEM, (m->n_shards ? m->n_shards : 1) * sizeof(uint32_t));
-	if (m->n_shards)
-		memcpy(out->shards, m->shards, m->n_shards * sizeof(uint32_t));
-	out->body = dup_bin(&m->body, &out->body_len);
+	out->shards = pr_dup_u32(m->shards, m->n_shards, m->n_shards);
+	out->body = pr_dup_bin(&m->body, &out->body_len);
 	out->nordinals = m->n_ordinals == m->n_shards ? m->n_ordinals : 0;
-	out->ordinals = cm_malloc(PR_MEM, (out->nordinals ? out->nordinals : 1) * sizeof(uint32_t));
-	if (out->nordinals)
-		memcpy(out->ordinals, m->ordinals, out->nordinals * sizeof(uint32_t));
+	out->ordinals = pr_dup_u32(m->ordinals, out->nordinals, out->nordinals);
 	out->typed_keys = m->typed_keys;
 	out->request_cache = m->request_cache <= 2 ? m->request_cache : 0;
 	out->per_node = m->per_node;
@@ -237,7 +239,7 @@ sort_value_to_pb(const sr_sort_value *v, Shoal__SortValue *pb)
 		pb->unit = v->d == SR_SV_DATE_MILLIS ? 1 : v->d == SR_SV_DATE_NANOS ? 2 : 0;
 	else
 		pb->d = v->d;
-	pb->s = str(v->s);
+	pb->s = pr_str(v->s);
 }
 
 /* Arena for the pointer arrays a packed result set needs. */
@@ -268,7 +270,7 @@ static void
 hit_to_pb(const sr_hit *h, Shoal__Hit *pb, pb_arena *a)
 {
 	shoal__hit__init(pb);
-	pb->id = str(h->id);
+	pb->id = pr_str(h->id);
 	pb->score = h->score;
 	pb->n_sort = h->nsort;
 	if (h->nsort) {
@@ -280,16 +282,16 @@ hit_to_pb(const sr_hit *h, Shoal__Hit *pb, pb_arena *a)
 		}
 	}
 	pb->has_source = h->source != NULL;
-	pb->source = bin(h->source, h->source_len);
-	pb->fields = bin(h->fields, h->fields_len);
-	pb->highlight = bin(h->highlight, h->highlight_len);
-	pb->inner_hits = bin(h->inner_hits, h->inner_hits_len);
+	pb->source = pr_bin(h->source, h->source_len);
+	pb->fields = pr_bin(h->fields, h->fields_len);
+	pb->highlight = pr_bin(h->highlight, h->highlight_len);
+	pb->inner_hits = pr_bin(h->inner_hits, h->inner_hits_len);
 	pb->shard = h->shard;
 	pb->doc = h->doc;
 	pb->seq_no = h->seq_no;
 	pb->primary_term = h->primary_term;
 	pb->version = h->version;
-	pb->index = str(h->index);
+	pb->index = pr_str(h->index);
 }
 
 cm_err
@@ -337,25 +339,25 @@ pr_shard_results_encode_meta(sr_shard_result *const *res, size_t n, const pr_rep
 			if ((rc = sr_agg_state_encode(r->aggs, &aggs[i])) != CM_OK)
 				n = i + 1;
 			pb->has_aggs = true;
-			pb->aggs = bin(aggs[i].data, aggs[i].len);
+			pb->aggs = pr_bin(aggs[i].data, aggs[i].len);
 		}
 		pb->timed_out = r->timed_out;
 		pb->terminated_early = r->terminated_early;
 		pb->error_code = (int32_t)r->error.code;
-		pb->error_type = r->error.code ? str(cm_error_type(&r->error)) : str(NULL);
-		pb->error_reason = str(r->error.reason);
-		pb->index = str(r->index);
-		pb->node = str(r->node);
+		pb->error_type = r->error.code ? pr_str(cm_error_type(&r->error)) : pr_str(NULL);
+		pb->error_reason = pr_str(r->error.reason);
+		pb->index = pr_str(r->index);
+		pb->node = pr_str(r->node);
 		pb->shards_merged = r->shards_merged;
 		if (r->profile)
-			pb->profile = bin(r->profile, r->profile_len);
+			pb->profile = pr_bin(r->profile, r->profile_len);
 		if (r->suggest)
-			pb->suggest = bin(r->suggest, r->suggest_len);
+			pb->suggest = pr_bin(r->suggest, r->suggest_len);
 		if (rc != CM_OK)
 			break;
 	}
 	if (rc == CM_OK)
-		pack(&reply.base, out);
+		pr_pack(&reply.base, out);
 	for (size_t i = 0; i < n; i++)
 		cm_buf_free(&aggs[i]);
 	arena_free(&a);
@@ -507,7 +509,7 @@ pr_search_cancel_encode(const uint64_t *ids, size_t n, cm_buf *out)
 	Shoal__SearchCancel m = SHOAL__SEARCH_CANCEL__INIT;
 	m.n_ids = n;
 	m.ids = (uint64_t *)ids;
-	return pack(&m.base, out);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -532,22 +534,22 @@ pr_bulk_req_encode(const pr_bulk_req *r, cm_buf *out)
 	Shoal__BulkRequest m = SHOAL__BULK_REQUEST__INIT;
 	Shoal__Op *ops = cm_calloc(PR_MEM, r->nops ? r->nops : 1, sizeof(*ops));
 	Shoal__Op **ptrs = cm_calloc(PR_MEM, r->nops ? r->nops : 1, sizeof(*ptrs));
-	m.index = str(r->index);
-	m.index_uuid = str(r->index_uuid);
+	m.index = pr_str(r->index);
+	m.index_uuid = pr_str(r->index_uuid);
 	m.shard = r->shard;
 	m.replica = r->replica;
 	m.primary_term = r->primary_term;
 	m.has_gcp = r->global_checkpoint != ST_NO_SEQ && r->replica;
 	m.global_checkpoint = m.has_gcp ? r->global_checkpoint : 0;
-	m.source_node = str(r->source_node);
+	m.source_node = pr_str(r->source_node);
 	m.n_ops = r->nops;
 	m.ops = ptrs;
 	for (size_t i = 0; i < r->nops; i++) {
 		const st_op *o = &r->ops[i];
 		shoal__op__init(&ops[i]);
 		ops[i].type = o->type == ST_OP_DELETE;
-		ops[i].id = bin(o->id, o->id_len);
-		ops[i].source = bin(o->source, o->source_len);
+		ops[i].id = pr_bin(o->id, o->id_len);
+		ops[i].source = pr_bin(o->source, o->source_len);
 		ops[i].seq_no = o->seq_no;
 		ops[i].primary_term = o->primary_term;
 		ops[i].if_seq_no = o->if_seq_no;
@@ -556,7 +558,7 @@ pr_bulk_req_encode(const pr_bulk_req *r, cm_buf *out)
 		ops[i].create_only = o->create_only;
 		ptrs[i] = &ops[i];
 	}
-	pack(&m.base, out);
+	pr_pack(&m.base, out);
 	cm_free(PR_MEM, ops);
 	cm_free(PR_MEM, ptrs);
 	return CM_OK;
@@ -646,18 +648,18 @@ pr_bulk_reply_encode_ckp(const st_op_result *res, size_t n, cm_err whole, const 
 	m.n_results = n;
 	m.results = ptrs;
 	m.error = (int32_t)whole;
-	m.reason = str(reason);
+	m.reason = pr_str(reason);
 	for (size_t i = 0; i < n; i++) {
 		shoal__op_result__init(&rs[i]);
 		rs[i].err = (int32_t)res[i].err;
-		rs[i].reason = str(res[i].reason);
+		rs[i].reason = pr_str(res[i].reason);
 		rs[i].result = (int32_t)res[i].result;
 		rs[i].seq_no = res[i].seq_no;
 		rs[i].primary_term = res[i].primary_term;
 		rs[i].version = res[i].version;
 		ptrs[i] = &rs[i];
 	}
-	pack(&m.base, out);
+	pr_pack(&m.base, out);
 	cm_free(PR_MEM, rs);
 	cm_free(PR_MEM, ptrs);
 	return CM_OK;
@@ -700,8 +702,8 @@ pr_metadata_encode(uint64_t version, const char *state, size_t len, cm_buf *out)
 {
 	Shoal__Metadata m = SHOAL__METADATA__INIT;
 	m.version = version;
-	m.state = bin(state, len);
-	return pack(&m.base, out);
+	m.state = pr_bin(state, len);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -712,7 +714,7 @@ pr_metadata_decode(const void *p, size_t n, uint64_t *version, char **state, siz
 	if (m == NULL)
 		return cm_error_set(err, CM_EPARSE, "malformed metadata message");
 	*version = m->version;
-	*state = dup_bin(&m->state, len);
+	*state = pr_dup_bin(&m->state, len);
 	shoal__metadata__free_unpacked(m, PB);
 	return CM_OK;
 }
@@ -722,10 +724,10 @@ pr_ack_encode(const cm_error *e, const char *body, size_t len, cm_buf *out)
 {
 	Shoal__Ack m = SHOAL__ACK__INIT;
 	m.error = e ? (int32_t)e->code : 0;
-	m.type = str(e && e->code ? cm_error_type(e) : NULL);
-	m.reason = str(e ? e->reason : NULL);
-	m.body = bin(body, len);
-	return pack(&m.base, out);
+	m.type = pr_str(e && e->code ? cm_error_type(e) : NULL);
+	m.reason = pr_str(e ? e->reason : NULL);
+	m.body = pr_bin(body, len);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -746,7 +748,7 @@ pr_ack_decode(const void *p, size_t n, cm_error *e, char **body, size_t *len)
 		    m->type[0] ? m->type : NULL, "%s", m->reason);
 	cm_err rc = m->error ? e->code : CM_OK;
 	if (body && rc == CM_OK)
-		*body = dup_bin(&m->body, len);
+		*body = pr_dup_bin(&m->body, len);
 	shoal__ack__free_unpacked(m, PB);
 	return rc;
 }

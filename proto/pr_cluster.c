@@ -5,45 +5,12 @@
 
 #include "../common/cm_alloc.h"
 #include "pr.h"
+#include "pr_private.h"
 #include "proto/cluster.pb-c.h"
 
 #define MEM CM_MEM_NODE
 
 #define PB pr_pb_allocator(MEM)
-
-static cm_err
-pack(const ProtobufCMessage *m, cm_buf *out)
-{
-	size_t n = protobuf_c_message_get_packed_size(m);
-	cm_buf_reserve(out, n);
-	protobuf_c_message_pack(m, out->data + out->len);
-	out->len += n;
-	return CM_OK;
-}
-
-static ProtobufCBinaryData
-bin(const void *p, size_t n)
-{
-	return (ProtobufCBinaryData){n, (uint8_t *)(uintptr_t)p};
-}
-
-static char *
-str(const char *s)
-{
-	return (char *)(uintptr_t)(s ? s : "");
-}
-
-static char *
-dup_bin(const ProtobufCBinaryData *b, size_t *len)
-{
-	char *s = cm_malloc(MEM, b->len + 1);
-	if (b->len)
-		memcpy(s, b->data, b->len);
-	s[b->len] = '\0';
-	if (len)
-		*len = b->len;
-	return s;
-}
 
 /* ---- metadata changes ---- */
 
@@ -71,8 +38,8 @@ pr_meta_change_encode(const pr_meta_change *c, cm_buf *out)
 	m.kind = (Shoal__MetaKind)c->kind;
 	m.n_indices = c->nindices;
 	m.indices = c->indices;
-	m.source = bin(c->source, c->source_len);
-	return pack(&m.base, out);
+	m.source = pr_bin(c->source, c->source_len);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -90,7 +57,7 @@ pr_meta_change_decode(const void *p, size_t n, pr_meta_change *out, cm_error *er
 	for (size_t i = 0; i < m->n_indices; i++)
 		out->indices[i] = cm_strdup(MEM, m->indices[i]);
 	out->nindices = m->n_indices;
-	out->source = dup_bin(&m->source, &out->source_len);
+	out->source = pr_dup_bin(&m->source, &out->source_len);
 	shoal__meta_change__free_unpacked(m, PB);
 	return rc;
 }
@@ -110,9 +77,9 @@ pr_meta_reply_encode(const pr_meta_reply *r, cm_buf *out)
 {
 	Shoal__MetaReply m = SHOAL__META_REPLY__INIT;
 	m.acknowledged = r->acknowledged;
-	m.index = str(r->index);
-	m.reroute = bin(r->reroute, r->reroute ? r->reroute_len : 0);
-	return pack(&m.base, out);
+	m.index = pr_str(r->index);
+	m.reroute = pr_bin(r->reroute, r->reroute ? r->reroute_len : 0);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -124,7 +91,7 @@ pr_meta_reply_decode(const void *p, size_t n, pr_meta_reply *out, cm_error *err)
 		return cm_error_set(err, CM_EPARSE, "malformed metadata reply");
 	out->acknowledged = m->acknowledged;
 	out->index = cm_strdup(MEM, m->index);
-	out->reroute = dup_bin(&m->reroute, &out->reroute_len);
+	out->reroute = pr_dup_bin(&m->reroute, &out->reroute_len);
 	shoal__meta_reply__free_unpacked(m, PB);
 	return CM_OK;
 }
@@ -153,8 +120,8 @@ pr_broadcast_encode(pr_broadcast_op op, const char *indices, cm_buf *out)
 {
 	Shoal__Broadcast m = SHOAL__BROADCAST__INIT;
 	m.op = (Shoal__BroadcastOp)op;
-	m.indices = str(indices);
-	return pack(&m.base, out);
+	m.indices = pr_str(indices);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -181,10 +148,10 @@ cm_err
 pr_get_req_encode(const pr_get_req *g, cm_buf *out)
 {
 	Shoal__GetRequest m = SHOAL__GET_REQUEST__INIT;
-	m.index = str(g->index);
+	m.index = pr_str(g->index);
 	m.shard = g->shard;
-	m.id = bin(g->id, g->id_len);
-	return pack(&m.base, out);
+	m.id = pr_bin(g->id, g->id_len);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -196,7 +163,7 @@ pr_get_req_decode(const void *p, size_t n, pr_get_req *out, cm_error *err)
 		return cm_error_set(err, CM_EPARSE, "malformed get request");
 	out->index = cm_strdup(MEM, m->index);
 	out->shard = m->shard;
-	out->id = dup_bin(&m->id, &out->id_len);
+	out->id = pr_dup_bin(&m->id, &out->id_len);
 	shoal__get_request__free_unpacked(m, PB);
 	return CM_OK;
 }
@@ -219,9 +186,9 @@ pr_get_reply_encode(bool found, const st_doc_meta *meta, const void *source, siz
 		m.seq_no = meta->seq_no;
 		m.primary_term = meta->primary_term;
 		m.version = meta->version;
-		m.source = bin(source, len);
+		m.source = pr_bin(source, len);
 	}
-	return pack(&m.base, out);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -253,7 +220,7 @@ pr_shard_stats_encode(const pr_shard_stats *s, cm_buf *out)
 	for (size_t i = 0; i < s->n; i++) {
 		const pr_index_stats *e = &s->indices[i];
 		shoal__index_shard_stats__init(&ix[i]);
-		ix[i].index = str(e->index);
+		ix[i].index = pr_str(e->index);
 		ix[i].n_docs = ix[i].n_store_bytes = ix[i].n_deleted = e->nshards;
 		ix[i].docs = e->docs;
 		ix[i].store_bytes = e->store_bytes;
@@ -262,19 +229,10 @@ pr_shard_stats_encode(const pr_shard_stats *s, cm_buf *out)
 	}
 	m.n_indices = s->n;
 	m.indices = ptrs;
-	cm_err rc = pack(&m.base, out);
+	cm_err rc = pr_pack(&m.base, out);
 	cm_free(MEM, ptrs);
 	cm_free(MEM, ix);
 	return rc;
-}
-
-static uint64_t *
-dup_u64(const uint64_t *v, size_t have, size_t n)
-{
-	uint64_t *o = cm_calloc(MEM, n + 1, sizeof(uint64_t));
-	if (v && have && n) /* protobuf-c leaves an empty repeated field NULL */
-		memcpy(o, v, (have < n ? have : n) * sizeof(uint64_t));
-	return o;
 }
 
 cm_err
@@ -292,9 +250,9 @@ pr_shard_stats_decode(const void *p, size_t n, pr_shard_stats *out, cm_error *er
 		 * padded with zeros to it */
 		o->index = cm_strdup(MEM, e->index);
 		o->nshards = e->n_docs;
-		o->docs = dup_u64(e->docs, e->n_docs, o->nshards);
-		o->store_bytes = dup_u64(e->store_bytes, e->n_store_bytes, o->nshards);
-		o->deleted = dup_u64(e->deleted, e->n_deleted, o->nshards);
+		o->docs = pr_dup_u64(e->docs, e->n_docs, o->nshards);
+		o->store_bytes = pr_dup_u64(e->store_bytes, e->n_store_bytes, o->nshards);
+		o->deleted = pr_dup_u64(e->deleted, e->n_deleted, o->nshards);
 	}
 	out->n = m->n_indices;
 	shoal__shard_stats_reply__free_unpacked(m, PB);
@@ -338,7 +296,7 @@ pr_recovery_rows_encode(const char *rows, size_t len, cm_buf *out)
 	}
 	m.n_rows = k;
 	m.rows = v;
-	cm_err rc = pack(&m.base, out);
+	cm_err rc = pr_pack(&m.base, out);
 	for (size_t i = 0; i < k; i++)
 		cm_free(MEM, v[i]);
 	cm_free(MEM, v);
@@ -368,12 +326,12 @@ cm_err
 pr_handoff_encode(const pr_handoff *h, cm_buf *out)
 {
 	Shoal__HandoffRequest m = SHOAL__HANDOFF_REQUEST__INIT;
-	m.index = str(h->index);
-	m.uuid = str(h->uuid);
+	m.index = pr_str(h->index);
+	m.uuid = pr_str(h->uuid);
 	m.shard = h->shard;
 	m.term = h->term;
 	m.release = h->release;
-	return pack(&m.base, out);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -406,7 +364,7 @@ pr_handoff_reply_encode(const char *const *keep, size_t n, cm_buf *out)
 	Shoal__HandoffReply m = SHOAL__HANDOFF_REPLY__INIT;
 	m.n_keep = n;
 	m.keep = (char **)(uintptr_t)keep;
-	return pack(&m.base, out);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -428,8 +386,8 @@ cm_err
 pr_node_view_req_encode(const char *kind, cm_buf *out)
 {
 	Shoal__NodeViewRequest m = SHOAL__NODE_VIEW_REQUEST__INIT;
-	m.kind = str(kind);
-	return pack(&m.base, out);
+	m.kind = pr_str(kind);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -448,8 +406,8 @@ cm_err
 pr_node_view_reply_encode(const char *view, size_t len, cm_buf *out)
 {
 	Shoal__NodeViewReply m = SHOAL__NODE_VIEW_REPLY__INIT;
-	m.view = bin(view, len);
-	return pack(&m.base, out);
+	m.view = pr_bin(view, len);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -460,7 +418,7 @@ pr_node_view_reply_decode(const void *p, size_t n, char **view, size_t *len, cm_
 	*len = 0;
 	if (m == NULL)
 		return cm_error_set(err, CM_EPARSE, "malformed node view reply");
-	*view = dup_bin(&m->view, len);
+	*view = pr_dup_bin(&m->view, len);
 	shoal__node_view_reply__free_unpacked(m, PB);
 	return CM_OK;
 }

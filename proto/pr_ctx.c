@@ -4,48 +4,12 @@
 
 #include "../common/cm_alloc.h"
 #include "pr.h"
+#include "pr_private.h"
 #include "proto/ctx.pb-c.h"
 
 #define MEM CM_MEM_NODE
 
 #define PB pr_pb_allocator(MEM)
-
-static cm_err
-pack(const ProtobufCMessage *m, cm_buf *out)
-{
-	size_t n = protobuf_c_message_get_packed_size(m);
-	cm_buf_reserve(out, n);
-	protobuf_c_message_pack(m, out->data + out->len);
-	out->len += n;
-	return CM_OK;
-}
-
-static ProtobufCBinaryData
-bin(const void *p, size_t n)
-{
-	return (ProtobufCBinaryData){n, (uint8_t *)(uintptr_t)p};
-}
-
-static char *
-dup_bin(const ProtobufCBinaryData *b, size_t *len)
-{
-	char *s = cm_malloc(MEM, b->len + 1);
-	if (b->len)
-		memcpy(s, b->data, b->len);
-	s[b->len] = '\0';
-	if (len)
-		*len = b->len;
-	return s;
-}
-
-static uint64_t *
-dup_ids(const uint64_t *ids, size_t n)
-{
-	uint64_t *o = cm_malloc(MEM, (n ? n : 1) * sizeof(uint64_t));
-	if (n)
-		memcpy(o, ids, n * sizeof(uint64_t));
-	return o;
-}
 
 cm_err
 pr_ctx_open_encode(const pr_ctx_open *o, cm_buf *out)
@@ -54,10 +18,10 @@ pr_ctx_open_encode(const pr_ctx_open *o, cm_buf *out)
 	m.index = (char *)(uintptr_t)(o->index ? o->index : "");
 	m.n_shards = o->nshards;
 	m.shards = o->shards;
-	m.body = bin(o->body, o->body_len);
+	m.body = pr_bin(o->body, o->body_len);
 	m.keep_alive_ms = o->keep_alive_ms;
 	m.kind = o->kind;
-	return pack(&m.base, out);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -69,10 +33,8 @@ pr_ctx_open_decode(const void *p, size_t n, pr_ctx_open *out, cm_error *err)
 		return cm_error_set(err, CM_EPARSE, "malformed context open request");
 	out->index = cm_strdup(MEM, m->index);
 	out->nshards = m->n_shards;
-	out->shards = cm_malloc(MEM, (m->n_shards ? m->n_shards : 1) * sizeof(uint32_t));
-	if (m->n_shards)
-		memcpy(out->shards, m->shards, m->n_shards * sizeof(uint32_t));
-	out->body = dup_bin(&m->body, &out->body_len);
+	out->shards = pr_dup_u32(m->shards, m->n_shards, m->n_shards);
+	out->body = pr_dup_bin(&m->body, &out->body_len);
 	out->keep_alive_ms = m->keep_alive_ms;
 	out->kind = m->kind;
 	shoal__ctx_open__free_unpacked(m, PB);
@@ -94,7 +56,7 @@ pr_ctx_ids_encode(const uint64_t *ids, size_t n, cm_buf *out)
 	Shoal__CtxOpenReply m = SHOAL__CTX_OPEN_REPLY__INIT;
 	m.n_ids = n;
 	m.ids = (uint64_t *)(uintptr_t)ids;
-	return pack(&m.base, out);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -103,7 +65,7 @@ pr_ctx_ids_decode(const void *p, size_t n, uint64_t **ids, size_t *nids, cm_erro
 	Shoal__CtxOpenReply *m = shoal__ctx_open_reply__unpack(PB, n, p);
 	if (!m)
 		return cm_error_set(err, CM_EPARSE, "malformed context open reply");
-	*ids = dup_ids(m->ids, m->n_ids);
+	*ids = pr_dup_u64(m->ids, m->n_ids, m->n_ids);
 	*nids = m->n_ids;
 	shoal__ctx_open_reply__free_unpacked(m, PB);
 	return CM_OK;
@@ -129,9 +91,9 @@ pr_ctx_search_encode(const pr_ctx_search *s, cm_buf *out)
 	m.first = s->first;
 	m.want_body = s->want_body;
 	if (s->body)
-		m.body = bin(s->body, s->body_len);
+		m.body = pr_bin(s->body, s->body_len);
 	m.phase = s->phase;
-	cm_err rc = pack(&m.base, out);
+	cm_err rc = pr_pack(&m.base, out);
 	cm_free(MEM, pages);
 	cm_free(MEM, pp);
 	return rc;
@@ -154,7 +116,7 @@ pr_ctx_search_decode(const void *p, size_t n, pr_ctx_search *out, cm_error *err)
 	out->first = m->first;
 	out->want_body = m->want_body;
 	if (m->body.len)
-		out->body = dup_bin(&m->body, &out->body_len);
+		out->body = pr_dup_bin(&m->body, &out->body_len);
 	out->phase = m->phase;
 	shoal__ctx_search__free_unpacked(m, PB);
 	return CM_OK;
@@ -172,10 +134,10 @@ cm_err
 pr_ctx_reply_encode(const void *results, size_t rlen, const char *body, size_t blen, cm_buf *out)
 {
 	Shoal__CtxSearchReply m = SHOAL__CTX_SEARCH_REPLY__INIT;
-	m.results = bin(results, rlen);
+	m.results = pr_bin(results, rlen);
 	if (body)
-		m.body = bin(body, blen);
-	return pack(&m.base, out);
+		m.body = pr_bin(body, blen);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -185,8 +147,8 @@ pr_ctx_reply_decode(const void *p, size_t n, uint8_t **results, size_t *rlen, ch
 	Shoal__CtxSearchReply *m = shoal__ctx_search_reply__unpack(PB, n, p);
 	if (!m)
 		return cm_error_set(err, CM_EPARSE, "malformed context search reply");
-	*results = (uint8_t *)dup_bin(&m->results, rlen);
-	*body = dup_bin(&m->body, blen);
+	*results = (uint8_t *)pr_dup_bin(&m->results, rlen);
+	*body = pr_dup_bin(&m->body, blen);
 	shoal__ctx_search_reply__free_unpacked(m, PB);
 	return CM_OK;
 }
@@ -198,7 +160,7 @@ pr_ctx_free_encode(const uint64_t *ids, size_t n, bool all, cm_buf *out)
 	m.n_ids = n;
 	m.ids = (uint64_t *)(uintptr_t)ids;
 	m.all = all;
-	return pack(&m.base, out);
+	return pr_pack(&m.base, out);
 }
 
 cm_err
@@ -207,7 +169,7 @@ pr_ctx_free_decode(const void *p, size_t n, uint64_t **ids, size_t *nids, bool *
 	Shoal__CtxFree *m = shoal__ctx_free__unpack(PB, n, p);
 	if (!m)
 		return cm_error_set(err, CM_EPARSE, "malformed context free request");
-	*ids = dup_ids(m->ids, m->n_ids);
+	*ids = pr_dup_u64(m->ids, m->n_ids, m->n_ids);
 	*nids = m->n_ids;
 	*all = m->all;
 	shoal__ctx_free__free_unpacked(m, PB);
