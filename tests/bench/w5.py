@@ -271,8 +271,15 @@ def main():
             else:
                 engines.append(e)
     say("engines: %s" % ",".join(engines))
+    bad = []
     for n in sizes:
-        run_size(a, n, engines)
+        if run_size(a, n, engines):
+            bad.append(n)
+    if bad:
+        # BENCHMARKS.md rule 1: two engines that disagree on a count fail the run
+        # (the table above, and the section written, show which counts)
+        sys.exit("w5: engines disagree on counts at %s docs (see the counts agree column)"
+                 % ", ".join(str(n) for n in bad))
 
 
 def run_size(a, n, engines):
@@ -395,6 +402,8 @@ def run_size(a, n, engines):
                            input=text, text=True, check=True)
             print("(written to docs/benchmarks.md, section %s)" % section)
         print("results: %s" % res)
+        m = re.search(r"Classes whose counts disagree between engines [^:]*: (\d+) of", table)
+        return bool(m and int(m.group(1)))
     finally:
         shutil.rmtree(os.path.join(work, "lucene-classes"), ignore_errors=True)
 
