@@ -82,8 +82,6 @@ PEERS = os.path.join(HERE, "peers")
 L10 = os.path.join(PEERS, "lucene10")
 TAN = os.path.join(PEERS, "tantivy")
 ENGINES = ("shoal", "lucene10", "tantivy", "lucene", "xapian")
-LABEL = {"shoal": "Shoal", "lucene10": "Lucene 10", "tantivy": "tantivy", "lucene": "Lucene 8.8",
-         "xapian": "Xapian"}
 
 
 def say(msg):
