@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """W3 full-text corpus from Debian's dict-gcide, plus the W2 fields.
 
-Usage: gen_w3.py N [--seed S] [--out FILE] [--dict DIR]   (stdout when no --out)
+Usage: gen_w3.py N [--seed S] [--out FILE] [--dict DIR] [--short]   (stdout when no --out)
 
 Needs `apt-get install dict-gcide` (/usr/share/dictd/gcide.dict.dz + .index).
 Every distinct GCIDE entry (126,240 in 0.48.5) is one document: the first
@@ -19,6 +19,13 @@ the brute-force counter in gen_queries.py all cut the same tokens.
 
 Each document also carries the W2 fields of its id (gen_w2.py), computed for
 a corpus of N.  Deterministic from --seed.
+
+--short: the short-document mode, every body at a dictionary entry's length
+(~300 bytes on average: GCIDE's own entries, and generated bodies whose
+lengths are drawn from theirs).  It is what the generator writes today, so
+the output is byte-identical with or without it; the flag names the mode so
+that `w5.sh --corpus short` (126,236 = every GCIDE entry, and 926,000
+documents) keeps this corpus should the default ever change.
 """
 import argparse
 import array
@@ -148,6 +155,8 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--out")
     ap.add_argument("--dict", default="/usr/share/dictd")
+    ap.add_argument("--short", action="store_true",
+                    help="short-document mode: bodies at dictionary-entry length (today's default)")
     a = ap.parse_args()
     if a.n < 1 or a.n > 100_000_000:
         sys.exit("N must be in 1..100000000")

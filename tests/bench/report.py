@@ -195,12 +195,28 @@ def index(d):
 
 
 # ------------------------------------------------------------------ W5
+W5_ORDER = ("shoal", "lucene10", "tantivy", "lucene", "xapian")
+W5_LABEL = {"shoal": "Shoal", "lucene10": "Lucene 10", "tantivy": "tantivy", "lucene": "Lucene 8.8",
+            "xapian": "Xapian"}
+
+
+def gmean(rs):
+    rs = [r for r in rs if r]
+    return math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else None
+
+
 def w5(d):
+    """Per class.mode: each engine's median qps, Shoal ÷ each peer, and every
+    count that differs from Shoal's (Xapian's sloppy phrase is OP_NEAR)."""
     res = {}
     counts = {}
+    meta = {}
     for f in sorted(glob.glob(os.path.join(d, "*.json"))):
         eng = os.path.basename(f).split("_")[0]
         for x in load(f):
+            if x.get("meta"):
+                meta = x
+                continue
             if "class" not in x:
                 continue
             res.setdefault((x["class"], eng), []).append(x.get("qps"))
@@ -209,33 +225,89 @@ def w5(d):
     for c, _ in res:
         if c not in classes:
             classes.append(c)
-    rows = ["| class | Shoal qps | Lucene qps | Xapian qps | Shoal ÷ Lucene | Shoal ÷ Xapian | counts agree |",
-            "|---|---|---|---|---|---|---|"]
-    below = 0
+    present = {e for _, e in res}
+    engines = [e for e in W5_ORDER if e in present] + sorted(present - set(W5_ORDER))
+    peers = [e for e in engines if e != "shoal"]
+    label = lambda e: W5_LABEL.get(e, e)
+    q = {(c, e): med(res.get((c, e), [])) for c in classes for e in engines}
+    rows = ["| class | " + " | ".join("%s qps" % label(e) for e in engines) + " | " +
+            " | ".join("Shoal ÷ %s" % label(e) for e in peers if "shoal" in engines) + " | counts agree |",
+            "|" + "---|" * (1 + len(engines) + (len(peers) if "shoal" in engines else 0) + 1)]
+    below = {e: [] for e in peers}
+    disagree = 0
     for c in classes:
-        s, l, x = (med(res.get((c, e), [])) for e in ("shoal", "lucene", "xapian"))
         cc = counts.get(c, {})
-        agree = "yes"
-        if "shoal" in cc and "lucene" in cc and cc["shoal"] is not None and cc["shoal"] != cc["lucene"]:
-            agree = "NO (shoal %s, lucene %s)" % (cc["shoal"], cc["lucene"])
-        if "xapian" in cc and "lucene" in cc and cc["xapian"] != cc["lucene"]:
-            agree += "; Xapian differs" + (" (OP_NEAR allows any order)" if c.startswith("sloppy") else "")
-        if s is not None and l is not None and s < l:
-            below += 1
-        rows.append("| %s | %s | %s | %s | %s | %s | %s |" % (c, fmt(s), fmt(l), fmt(x), ratio(s, l), ratio(s, x), agree))
+        ref = "shoal" if cc.get("shoal") is not None else next((e for e in engines if cc.get(e) is not None), None)
+        diffs = []
+        for e in engines:
+            if e == ref or cc.get(e) is None or ref is None or cc[e] == cc[ref]:
+                continue
+            if e == "xapian" and c.startswith("sloppy"):
+                diffs.append("Xapian differs (OP_NEAR allows any order)")
+                continue
+            diffs.append("%s %s vs %s %s" % (label(e), cc[e], label(ref), cc[ref]))
+        real = [x for x in diffs if "OP_NEAR" not in x]
+        if real:
+            disagree += 1
+        agree = ("**NO**: " + "; ".join(diffs)) if real else ("yes" + ("; " + diffs[0] if diffs else ""))
+        if "shoal" in engines:
+            for e in peers:
+                if q[(c, "shoal")] is not None and q[(c, e)] is not None and q[(c, "shoal")] < q[(c, e)]:
+                    below[e].append(c)
+        rows.append("| %s | %s | %s | %s |" % (
+            c, " | ".join(fmt(q[(c, e)]) for e in engines),
+            " | ".join(ratio(q[(c, "shoal")], q[(c, e)]) for e in peers) if "shoal" in engines else "",
+            agree))
     rows.append("")
-    rows.append("Classes where Shoal is below Lucene: %d of %d." % (below, len(classes)))
-    # the targets (BENCHMARKS.md W5): every class >= 1.0x Lucene, geometric mean >= 1.5x, >= 3x Xapian
-    def geo(eng):
-        rs = [med(res[(c, "shoal")]) / med(res[(c, eng)]) for c in classes
-              if med(res.get((c, "shoal"), [])) and med(res.get((c, eng), []))]
-        return math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else None
-    gl, gx = geo("lucene"), geo("xapian")
-    if gl:
-        rows.append("Targets: every class ≥ 1.0× Lucene: %s (%d below); geometric mean ≥ 1.5× Lucene: "
-                    "%.2f× %s%s." % (verdict(below == 0), below, gl, verdict(gl >= 1.5),
-                                     "; ≥ 3× Xapian (geometric mean): %.2f× %s" % (gx, verdict(gx >= 3))
-                                     if gx else ""))
+    rows.append("Classes whose counts disagree between engines (Xapian's OP_NEAR aside): %d of %d." % (
+        disagree, len(classes)))
+    if "shoal" not in engines:
+        return "\n".join(rows)
+    # geometric means of Shoal ÷ peer, over all classes, the text classes and the facet cells
+    facet = lambda c: c.startswith(("agg_", "sort_", "range_"))
+    groups = (("all", classes), ("text", [c for c in classes if not facet(c)]),
+              ("facet", [c for c in classes if facet(c)]))
+    rows.append("")
+    rows.append("| Shoal ÷ peer, geometric mean | " + " | ".join(
+        "%s (%d classes)" % (g, len(cs)) for g, cs in groups if cs) + " | classes below 1.0× |")
+    rows.append("|" + "---|" * (2 + sum(1 for _, cs in groups if cs)))
+    geo = {}
+    for e in peers:
+        cells = []
+        for g, cs in groups:
+            if not cs:
+                continue
+            gm = gmean([q[(c, "shoal")] / q[(c, e)] for c in cs if q[(c, "shoal")] and q[(c, e)]])
+            geo[(e, g)] = gm
+            cells.append("%.2f×" % gm if gm else "n/a")
+        rows.append("| %s | %s | %d%s |" % (label(e), " | ".join(cells), len(below[e]),
+                                            (": " + ", ".join(below[e][:12]) + (" …" if len(below[e]) > 12 else ""))
+                                            if below[e] else ""))
+    if meta.get("index_bytes"):
+        ib = meta["index_bytes"]
+        rows.append("")
+        rows.append("Index bytes on disk: " + ", ".join(
+            "%s %.1f MB" % (label(e), ib[e] / 1e6) for e in engines if ib.get(e)) + ".")
+    # the targets (BENCHMARKS.md W5): at or above Lucene 10 and tantivy on every
+    # class and mode, geometric mean >= 1.5x, >= 3x Xapian; index bytes <= 1.1x Lucene
+    main_peers = [e for e in ("lucene10", "tantivy") if e in peers] or [e for e in ("lucene",) if e in peers]
+    parts = []
+    for e in main_peers:
+        gm = geo.get((e, "all"))
+        parts.append("every class ≥ 1.0× %s: %s (%d below); geometric mean ≥ 1.5× %s: %s %s" % (
+            label(e), verdict(not below[e]), len(below[e]), label(e), "%.2f×" % gm if gm else "n/a",
+            verdict(gm is not None and gm >= 1.5)))
+    if "xapian" in peers and geo.get(("xapian", "all")):
+        parts.append("≥ 3× Xapian (geometric mean): %.2f× %s" % (geo[("xapian", "all")],
+                                                                 verdict(geo[("xapian", "all")] >= 3)))
+    ib = meta.get("index_bytes") or {}
+    for e in [x for x in ("lucene10", "lucene") if x in peers][:1]:
+        if ib.get("shoal") and ib.get(e):
+            parts.append("index bytes ≤ 1.1× %s: %.2f× %s" % (label(e), ib["shoal"] / ib[e],
+                                                             verdict(ib["shoal"] <= 1.1 * ib[e])))
+    if parts:
+        rows.append("")
+        rows.append("Targets: " + "; ".join(parts) + ".")
     return "\n".join(rows)
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""W5 per-class ratios against Lucene's best trial (its JIT makes trials differ up to
-12x within one run): usage w5_bestof.py RESULTS_DIR (printed by w5.py)."""
+"""W5 per-class ratios against a peer's best trial (Lucene's JIT makes trials differ up to
+12x within one run): usage w5_bestof.py RESULTS_DIR [PEER] (RESULTS_DIR printed by w5.py;
+PEER: lucene (8.8, the default), lucene10, tantivy, xapian)."""
 import json, glob, os, statistics, math, sys
 R = sys.argv[1]
 def load(e):
@@ -9,7 +10,7 @@ def load(e):
         for l in open(f):
             j = json.loads(l); d.setdefault(j["class"], []).append(j["qps"])
     return d
-s, l = load("shoal"), load("lucene")
+s, l = load("shoal"), load(sys.argv[2] if len(sys.argv) > 2 else "lucene")
 rows = []
 for c in s:
     if c in l:
