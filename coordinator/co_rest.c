@@ -1389,6 +1389,7 @@ node_stats_entry(nd_node *node)
 	cJSON_AddNumberToObject(sp, "rejected", (double)ld(&nc->search_rejected));
 	/* copy ranking and hedges (cluster only) */
 	nd_cluster_tail_stats(nd_cluster_of(node), me);
+	nd_cluster_state_stats(nd_cluster_of(node), me);
 	return me;
 }
 

@@ -537,10 +537,7 @@ drop_unplaced_locked(nd_cluster *cl, const rp_state *st)
 			if (route_holds(r, cl->self) || !route_complete(r))
 				continue;
 			st_shard *sh = nd_index_shard(ix, s);
-			st_shard_stats ss;
-			st_shard_stats_get(sh, &ss);
-			if (!ss.docs && !ss.deleted_docs && !ss.segments && !ss.buffered_docs &&
-			    ss.max_seq_no == ST_NO_SEQ)
+			if (st_shard_is_empty(sh))
 				continue;
 			cm_error err;
 			cm_error_clear(&err);
@@ -764,8 +761,103 @@ cl_state_publish(nd_cluster *cl)
 		state_publish(cl, ~0ull, false);
 }
 
+static cm_err commit_one_locked(nd_cluster *cl, rp_state *next, cm_error *err);
+
+/* One step from cl->state towards next that fits in max etcd operations:
+ * next's global part, then the removals and next's version of as many
+ * changed indices as fit; at least one, so every step makes progress. The
+ * names it put are appended to *took. */
+static rp_state *
+state_step(nd_cluster *cl, const rp_state *next, size_t max, char ***took, size_t *ntook)
+{
+	const rp_state *cur = cl->state;
+	rp_state *mid = rp_state_dup(cur);
+	memcpy(mid->joined, next->joined, sizeof(mid->joined));
+	memcpy(mid->cluster_uuid, next->cluster_uuid, sizeof(mid->cluster_uuid));
+	cm_free(CM_MEM_REPLICATION, mid->settings);
+	cm_free(CM_MEM_REPLICATION, mid->templates);
+	mid->settings = next->settings ? cm_strdup(CM_MEM_REPLICATION, next->settings) : NULL;
+	mid->templates = next->templates ? cm_strdup(CM_MEM_REPLICATION, next->templates) : NULL;
+	size_t used = 1; /* state/global */
+	bool any = false;
+	for (size_t i = 0; i < cur->nindices; i++) {
+		const char *name = cur->indices[i].name;
+		if (rp_state_index(next, name))
+			continue;
+		if (any && used + 2 > max)
+			return mid;
+		rp_state_remove_index(mid, name);
+		used += 2; /* its key and its terms */
+		any = true;
+	}
+	for (size_t i = 0; i < next->nindices; i++) {
+		const rp_index *x = &next->indices[i];
+		const rp_index *was = rp_state_index(cur, x->name);
+		if (was && rp_index_same(was, x))
+			continue;
+		size_t c = cl_etcd_index_ops(cur, x) + (was && strcmp(was->uuid, x->uuid) != 0);
+		if (any && used + c > max)
+			break;
+		rp_state_put_index(mid, x);
+		used += c;
+		any = true;
+		*took = cm_realloc(MEM, *took, (*ntook + 1) * sizeof(char *));
+		(*took)[(*ntook)++] = cm_strdup(MEM, x->name);
+	}
+	return mid;
+}
+
 cm_err
 cl_state_commit_locked(nd_cluster *cl, rp_state *next, cm_error *err)
+{
+	size_t max = cl_etcd_max_txn_ops(cl);
+	while (cl->etcd && cl_etcd_txn_ops(cl->state, next) > max) {
+		char **took = NULL;
+		size_t ntook = 0;
+		rp_state *mid = state_step(cl, next, max, &took, &ntook);
+		cm_info("cluster",
+		        "a state change writes %zu keys, more than one etcd transaction "
+		        "holds (%zu): made in steps, this one takes %zu indices",
+		        cl_etcd_txn_ops(cl->state, next), max, ntook);
+		cm_err rc = commit_one_locked(cl, mid, err);
+		/* the terms the step's write gave its indices carry over to next,
+		 * so the last step does not give them new ones */
+		for (size_t i = 0; i < ntook; i++) {
+			const rp_index *done = rc ? NULL : rp_state_index(cl->state, took[i]);
+			rp_index *x = rp_state_index(next, took[i]);
+			if (done && x && strcmp(done->uuid, x->uuid) == 0 && done->nshards == x->nshards)
+				for (int s = 0; s < x->nshards; s++)
+					x->routes[s].term = done->routes[s].term;
+			cm_free(MEM, took[i]);
+		}
+		cm_free(MEM, took);
+		if (rc) {
+			rp_state_free(next);
+			return rc;
+		}
+	}
+	return commit_one_locked(cl, next, err);
+}
+
+cm_err
+cl_state_commit_whole_locked(nd_cluster *cl, rp_state *next, cm_error *err)
+{
+	size_t ops = cl->etcd ? cl_etcd_txn_ops(cl->state, next) : 0;
+	if (ops > cl_etcd_max_txn_ops(cl)) {
+		rp_state_free(next);
+		return cm_error_set_type(
+		    err, CM_EINVAL, "illegal_argument_exception",
+		    "this change writes %zu keys of the cluster state, more than one etcd "
+		    "transaction holds (cluster.etcd_max_txn_ops [%zu], etcd's --max-txn-ops): "
+		    "nothing was changed; change fewer indices at once (deleting K indices writes "
+		    "2K+1 keys, creating one with S shards S+2), or raise both limits",
+		    ops, cl_etcd_max_txn_ops(cl));
+	}
+	return commit_one_locked(cl, next, err);
+}
+
+static cm_err
+commit_one_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 {
 	cm_err rc;
 	if (!next->cluster_uuid[0]) {
@@ -1270,7 +1362,7 @@ master_admin(nd_cluster *cl, const pr_meta_change *mc, pr_meta_reply *out, cm_er
 		rc = cm_error_set(err, CM_EINVAL, "unknown metadata change [%d]", (int)kind);
 		goto done;
 	}
-	rc = cl_state_commit_locked(cl, next, err);
+	rc = cl_state_commit_whole_locked(cl, next, err);
 	next = NULL;
 	if (rc) {
 		if (created) {

@@ -63,12 +63,26 @@ typedef struct cl_etcd {
 	bool lease_started, campaign_started;
 	ec_watch *watch;
 	bool have_state; /* etcd held a state when last read */
-	int round;
+	/* The state as etcd holds it through mirror_rev, kept current from the
+	 * watch's changes (readmu; taken before meta_lock). The watch thread
+	 * queues changes to state keys under evmu (a leaf); q_lost: the queue
+	 * overflowed, read everything. */
+	pthread_mutex_t readmu, evmu;
+	rp_state *mirror;
+	int64_t mirror_rev;
+	struct cl_change *q;
+	size_t nq, qcap;
+	bool q_lost;
+	atomic_bool members_dirty;
+	/* figures (_nodes/stats cluster_state) */
+	_Atomic uint64_t keys_written, bytes_read, full_reads, incremental_reads, commits;
+	unsigned round;
 	/* the master compacts etcd's history (cluster.etcd_compaction_*) */
 	uint64_t compact_every_ns; /* 0: never */
 	int64_t compact_keep;      /* revisions kept behind the oldest applied */
 	uint64_t compacted_at_ns;
 	int64_t compacted_rev;
+	size_t max_txn_ops; /* operations one etcd transaction may hold */
 } cl_etcd;
 
 static void
@@ -100,11 +114,14 @@ cl_etcd_open(nd_cluster *cl, const char *endpoints, cm_error *err)
 		return rc;
 	}
 	pthread_mutex_init(&e->mu, NULL);
+	pthread_mutex_init(&e->readmu, NULL);
+	pthread_mutex_init(&e->evmu, NULL);
 	snprintf(e->prefix, sizeof(e->prefix), "/shoal/%s/", cl->cluster_name);
 	snprintf(e->election, sizeof(e->election), "%smaster", e->prefix);
 	e->ttl_s = 10;
 	e->compact_every_ns = 60 * SEC;
 	e->compact_keep = 1000;
+	e->max_txn_ops = 128; /* etcd's default --max-txn-ops */
 	cl->etcd = e;
 	return CM_OK;
 }
@@ -135,6 +152,17 @@ cl_etcd_setting(nd_cluster *cl, const char *key, const char *value, cm_error *er
 			                    "revisions >= 1, got [%s]",
 			                    value);
 		cl->etcd->compact_keep = v;
+		return CM_OK;
+	}
+	if (strcmp(key, "cluster.etcd_max_txn_ops") == 0) {
+		char *end;
+		long long v = strtoll(value, &end, 10);
+		if (*end || end == value || v < 8 || v > 1000000)
+			return cm_error_set(err, CM_EINVAL,
+			                    "cluster.etcd_max_txn_ops wants a number >= 8 (etcd's "
+			                    "--max-txn-ops), got [%s]",
+			                    value);
+		cl->etcd->max_txn_ops = (size_t)v;
 		return CM_OK;
 	}
 	if (strcmp(key, "cluster.lease_ttl") != 0)
@@ -377,8 +405,111 @@ members_read(nd_cluster *cl, cm_error *err)
 
 /* ---- the state in etcd ---- */
 
+/* A change to a state key the watch delivered, queued for the monitor. */
+typedef struct cl_change {
+	bool deleted;
+	char *key;
+	uint8_t *val;
+	size_t len;
+	int64_t rev;
+} cl_change;
+
+static void
+changes_free(cl_change *q, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		cm_free(MEM, q[i].key);
+		cm_free(MEM, q[i].val);
+	}
+	cm_free(MEM, q);
+}
+
+/* Applies state key k (put at revision rev, or deleted) to st: an index
+ * part replaces that index, the global part replaces the rest, a terms key
+ * gives its shard the term (the revision of the write that assigned the
+ * primary). An index part keeps the terms the index had (its terms keys
+ * did not change, else their own changes follow in the same revision). */
 static cm_err
-state_read(nd_cluster *cl, bool force, cm_error *err)
+state_key_apply(nd_cluster *cl, rp_state *st, bool deleted, const char *k, const uint8_t *val,
+                size_t len, int64_t rev, cm_error *err)
+{
+	cl_etcd *e = cl->etcd;
+	size_t pl = strlen(e->prefix);
+	if (strncmp(k, e->prefix, pl) != 0 || strncmp(k + pl, "state/", 6) != 0)
+		return CM_OK;
+	const char *rest = k + pl + 6;
+	if (strncmp(rest, "terms/", 6) == 0) {
+		const char *slash = strrchr(rest + 6, '/');
+		char name[256];
+		if (deleted || !slash || (size_t)(slash - (rest + 6)) >= sizeof(name))
+			return CM_OK;
+		snprintf(name, sizeof(name), "%.*s", (int)(slash - (rest + 6)), rest + 6);
+		rp_index *x = rp_state_index(st, name);
+		int sh = atoi(slash + 1);
+		if (x && sh >= 0 && sh < x->nshards)
+			x->routes[sh].term = (uint64_t)rev;
+	} else if (strncmp(rest, "indices/", 8) == 0) {
+		if (deleted) {
+			rp_state_remove_index(st, rest + 8);
+			return CM_OK;
+		}
+		const rp_index *old = rp_state_index(st, rest + 8);
+		char uuid[64] = "";
+		uint64_t *terms = NULL;
+		int nterms = 0;
+		if (old) {
+			snprintf(uuid, sizeof(uuid), "%s", old->uuid);
+			nterms = old->nshards;
+			terms = cm_malloc(MEM, ((size_t)nterms + 1) * sizeof(uint64_t));
+			for (int i = 0; i < nterms; i++)
+				terms[i] = old->routes[i].term;
+		}
+		rp_state_names(val, len, reg_name, cl);
+		cm_err rc = rp_state_merge(st, val, len, cl->names, cl->nn, err);
+		rp_index *x = rc ? NULL : rp_state_index(st, rest + 8);
+		if (x && terms && strcmp(x->uuid, uuid) == 0)
+			for (int i = 0; i < nterms && i < x->nshards; i++)
+				x->routes[i].term = terms[i];
+		cm_free(MEM, terms);
+		if (rc)
+			return rc;
+	} else if (strcmp(rest, "global") == 0 && !deleted) {
+		rp_state *g;
+		rp_state_names(val, len, reg_name, cl);
+		cm_err rc = rp_state_decode(val, len, cl->names, cl->nn, &g, err);
+		if (rc)
+			return rc;
+		memcpy(st->joined, g->joined, sizeof(st->joined));
+		memcpy(st->cluster_uuid, g->cluster_uuid, sizeof(st->cluster_uuid));
+		cm_free(MEM, st->settings);
+		cm_free(MEM, st->templates);
+		st->settings = g->settings;
+		st->templates = g->templates;
+		g->settings = g->templates = NULL;
+		rp_state_free(g);
+	}
+	if (!deleted && rev > (int64_t)st->version)
+		st->version = (uint64_t)rev;
+	return CM_OK;
+}
+
+/* Hands a copy of the mirror to the node when it is news (or when force). */
+static void
+mirror_adopt(nd_cluster *cl, bool force)
+{
+	rp_state *m = cl->etcd->mirror;
+	pthread_mutex_lock(&cl->meta_lock);
+	bool news = m && (m->version > cl->state->version ||
+	                  (force && m->version != cl->state->version));
+	pthread_mutex_unlock(&cl->meta_lock);
+	if (news)
+		cl_state_adopt(cl, rp_state_dup(m), force);
+}
+
+/* Reads every state key: the mirror starts over at the read's revision,
+ * and queued changes it already covers are dropped. Caller holds readmu. */
+static cm_err
+state_read_locked(nd_cluster *cl, bool force, cm_error *err)
 {
 	cl_etcd *e = cl->etcd;
 	char key[1024];
@@ -387,48 +518,100 @@ state_read(nd_cluster *cl, bool force, cm_error *err)
 	cm_err rc = ec_range_prefix(e->ec, key, 0, &kvs, err);
 	if (rc)
 		return rc;
+	atomic_fetch_add(&e->full_reads, 1);
 	e->have_state = kvs.n > 0;
-	if (!kvs.n) {
-		ec_kvs_free(&kvs);
-		return CM_OK;
-	}
 	rp_state *st = rp_state_new();
-	int64_t version = 0;
-	char tpfx[512];
-	keyf(e, tpfx, sizeof(tpfx), "state/terms/", NULL);
-	size_t tl = strlen(tpfx);
+	uint64_t bytes = 0;
 	for (size_t k = 0; k < kvs.n && !rc; k++) {
 		const ec_kv *kv = &kvs.kv[k];
-		if (strncmp(kv->key, tpfx, tl) == 0) {
-			/* state/terms/<index>/<shard>: the term is the revision of the
-			 * write that assigned the primary (keys sort after indices/) */
-			const char *slash = strrchr(kv->key + tl, '/');
-			char name[256];
-			if (!slash || (size_t)(slash - (kv->key + tl)) >= sizeof(name))
-				continue;
-			snprintf(name, sizeof(name), "%.*s", (int)(slash - (kv->key + tl)),
-			         kv->key + tl);
-			rp_index *x = rp_state_index(st, name);
-			int s = atoi(slash + 1);
-			if (x && s >= 0 && s < x->nshards)
-				x->routes[s].term = (uint64_t)kv->mod_revision;
-			if (kv->mod_revision > version)
-				version = kv->mod_revision;
-			continue;
-		}
-		rp_state_names(kv->value, kv->value_len, reg_name, cl);
-		rc = rp_state_merge(st, kv->value, kv->value_len, cl->names, cl->nn, err);
-		if (kv->mod_revision > version)
-			version = kv->mod_revision;
+		bytes += kv->value_len;
+		rc = state_key_apply(cl, st, false, kv->key, kv->value, kv->value_len,
+		                     kv->mod_revision, err);
 	}
+	atomic_fetch_add(&e->bytes_read, bytes);
+	int64_t rev = kvs.revision;
+	size_t nkeys = kvs.n;
 	ec_kvs_free(&kvs);
 	if (rc) {
 		rp_state_free(st);
 		return rc;
 	}
-	st->version = (uint64_t)version;
-	cl_state_adopt(cl, st, force);
+	rp_state_free(e->mirror);
+	e->mirror = nkeys ? st : NULL;
+	if (!nkeys)
+		rp_state_free(st);
+	e->mirror_rev = rev;
+	pthread_mutex_lock(&e->evmu);
+	size_t keep = 0;
+	for (size_t i = 0; i < e->nq; i++) {
+		if (e->q[i].rev > rev)
+			e->q[keep++] = e->q[i];
+		else {
+			cm_free(MEM, e->q[i].key);
+			cm_free(MEM, e->q[i].val);
+		}
+	}
+	e->nq = keep;
+	e->q_lost = false;
+	pthread_mutex_unlock(&e->evmu);
+	mirror_adopt(cl, force);
 	return CM_OK;
+}
+
+static cm_err
+state_read(nd_cluster *cl, bool force, cm_error *err)
+{
+	cl_etcd *e = cl->etcd;
+	pthread_mutex_lock(&e->readmu);
+	cm_err rc = state_read_locked(cl, force, err);
+	pthread_mutex_unlock(&e->readmu);
+	return rc;
+}
+
+/* Applies what the watch delivered since the mirror's revision: a state
+ * change costs what it changed, not the size of the state. With no mirror,
+ * or when the queue overflowed, everything is read instead. */
+static cm_err
+state_catch_up(nd_cluster *cl, cm_error *err)
+{
+	cl_etcd *e = cl->etcd;
+	cm_err rc = CM_OK;
+	pthread_mutex_lock(&e->readmu);
+	pthread_mutex_lock(&e->evmu);
+	cl_change *q = e->q;
+	size_t n = e->nq;
+	bool lost = e->q_lost;
+	e->q = NULL;
+	e->nq = e->qcap = 0;
+	pthread_mutex_unlock(&e->evmu);
+	if (lost || !e->mirror) {
+		changes_free(q, n);
+		rc = state_read_locked(cl, false, err);
+		pthread_mutex_unlock(&e->readmu);
+		return rc;
+	}
+	uint64_t bytes = 0;
+	bool any = false;
+	for (size_t i = 0; i < n && !rc; i++) {
+		if (q[i].rev <= e->mirror_rev)
+			continue; /* a full read covered it */
+		bytes += q[i].len;
+		rc = state_key_apply(cl, e->mirror, q[i].deleted, q[i].key, q[i].val, q[i].len,
+		                     q[i].rev, err);
+		any = true;
+	}
+	if (n && q[n - 1].rev > e->mirror_rev)
+		e->mirror_rev = q[n - 1].rev;
+	changes_free(q, n);
+	atomic_fetch_add(&e->bytes_read, bytes);
+	if (rc) /* a part that does not decode: start over from etcd */
+		rc = state_read_locked(cl, false, err);
+	else if (any) {
+		atomic_fetch_add(&e->incremental_reads, 1);
+		mirror_adopt(cl, false);
+	}
+	pthread_mutex_unlock(&e->readmu);
+	return rc;
 }
 
 /* Whether the write of next assigns shard s of next's index x a primary
@@ -489,22 +672,34 @@ parts_free(txn_parts *t)
 	cm_free(MEM, t->ops);
 }
 
-static bool
-same_part(const rp_state *a, size_t ia, const rp_state *b, const char *name, const char **names,
-          int nn)
+size_t
+cl_etcd_index_ops(const rp_state *prev, const rp_index *x)
 {
-	rp_index *x = b ? rp_state_index(b, name) : NULL;
-	if (!x)
-		return false;
-	cm_buf p, q;
-	cm_buf_init(&p, MEM);
-	cm_buf_init(&q, MEM);
-	rp_state_encode_index(a, ia, names, nn, &p);
-	rp_state_encode_index(b, (size_t)(x - b->indices), names, nn, &q);
-	bool same = p.len == q.len && memcmp(p.data, q.data, p.len) == 0;
-	cm_buf_free(&p);
-	cm_buf_free(&q);
-	return same;
+	const rp_index *was = prev ? rp_state_index(prev, x->name) : NULL;
+	size_t n = !was || !rp_index_same(was, x);
+	for (int s = 0; s < x->nshards; s++)
+		n += term_assigned(prev, x, s);
+	return n;
+}
+
+size_t
+cl_etcd_txn_ops(const rp_state *prev, const rp_state *next)
+{
+	size_t n = 1; /* state/global */
+	for (size_t i = 0; i < next->nindices; i++)
+		n += cl_etcd_index_ops(prev, &next->indices[i]);
+	for (size_t i = 0; prev && i < prev->nindices; i++) {
+		const rp_index *nx = rp_state_index(next, prev->indices[i].name);
+		if (!nx || strcmp(nx->uuid, prev->indices[i].uuid) != 0)
+			n += nx ? 1 : 2;
+	}
+	return n;
+}
+
+size_t
+cl_etcd_max_txn_ops(const nd_cluster *cl)
+{
+	return cl->etcd ? cl->etcd->max_txn_ops : (size_t)-1;
 }
 
 cm_err
@@ -528,7 +723,8 @@ cl_etcd_commit(nd_cluster *cl, const rp_state *prev, const rp_state *next, uint6
 		                         "state was not changed",
 		                         cl->nodes[cl->self].name);
 	for (size_t i = 0; i < next->nindices; i++) {
-		if (same_part(next, i, prev, next->indices[i].name, cl->names, nn))
+		const rp_index *was = prev ? rp_state_index(prev, next->indices[i].name) : NULL;
+		if (was && rp_index_same(was, &next->indices[i]))
 			continue;
 		cm_buf_init(&b, MEM);
 		rp_state_encode_index(next, i, cl->names, nn, &b);
@@ -579,12 +775,22 @@ cl_etcd_commit(nd_cluster *cl, const rp_state *prev, const rp_state *next, uint6
 	cm_err rc = ec_txn(e->ec, &cmp, 1, t.ops, t.n, NULL, 0, &res, &e2);
 	parts_free(&t);
 	cm_free(MEM, lkey);
+	if (rc && strstr(e2.reason, "too many operations"))
+		return cm_error_set_type(err, CM_EINVAL, "illegal_argument_exception",
+		                         "this change writes %zu keys of the cluster state, more "
+		                         "than etcd takes in one transaction (its --max-txn-ops; "
+		                         "cluster.etcd_max_txn_ops is %zu): nothing was changed",
+		                         t.n, e->max_txn_ops);
 	if (rc)
 		return cm_error_set_type(err, CM_EUNAVAIL, "master_not_discovered_exception",
 		                         "cannot write the cluster state to etcd (%s): not changed",
 		                         e2.reason[0] ? e2.reason : cm_err_msg(rc));
 	bool ok = res.succeeded;
 	*version = (uint64_t)res.revision;
+	if (ok) {
+		atomic_fetch_add(&e->commits, 1);
+		atomic_fetch_add(&e->keys_written, t.n);
+	}
 	ec_txn_result_free(&res);
 	if (!ok) {
 		step_down(cl, "its election key is gone (a newer master leads)");
@@ -814,13 +1020,52 @@ wake_monitor(nd_cluster *cl)
 	pthread_mutex_unlock(&cl->stop_mu);
 }
 
+#define CL_QUEUE_MAX 65536 /* changes queued for the monitor before it reads everything */
+
+/* Queues the changes to state keys (whole revisions: a message holds
+ * complete ones) for the monitor, notes a change of membership, and
+ * wakes the monitor. */
 static void
 watch_fn(void *arg, const ec_watch_msg *m)
 {
 	nd_cluster *cl = arg;
+	cl_etcd *e = cl->etcd;
+	char spfx[300];
+	keyf(e, spfx, sizeof(spfx), "state/", NULL);
+	size_t sl = strlen(spfx);
 	if (m->kind == EC_WATCH_COMPACTED)
-		atomic_store(&cl->etcd->rewatch, true);
-	atomic_store(&cl->etcd->dirty, true);
+		atomic_store(&e->rewatch, true);
+	pthread_mutex_lock(&e->evmu);
+	for (size_t i = 0; m->kind == EC_WATCH_EVENTS && i < m->n; i++) {
+		const ec_event *ev = &m->events[i];
+		if (strncmp(ev->kv.key, spfx, sl) != 0) {
+			atomic_store(&e->members_dirty, true);
+			continue;
+		}
+		if (e->q_lost)
+			continue;
+		if (e->nq == CL_QUEUE_MAX) {
+			changes_free(e->q, e->nq);
+			e->q = NULL;
+			e->nq = e->qcap = 0;
+			e->q_lost = true;
+			continue;
+		}
+		if (e->nq == e->qcap) {
+			e->qcap = e->qcap ? 2 * e->qcap : 64;
+			e->q = cm_realloc(MEM, e->q, e->qcap * sizeof(cl_change));
+		}
+		cl_change *c = &e->q[e->nq++];
+		c->deleted = ev->deleted;
+		c->key = cm_strdup(MEM, ev->kv.key);
+		c->len = ev->deleted ? 0 : ev->kv.value_len;
+		c->val = cm_malloc(MEM, c->len + 1);
+		if (c->len)
+			memcpy(c->val, ev->kv.value, c->len);
+		c->rev = ev->kv.mod_revision;
+	}
+	pthread_mutex_unlock(&e->evmu);
+	atomic_store(&e->dirty, true);
 	wake_monitor(cl);
 }
 
@@ -846,7 +1091,9 @@ cl_etcd_start(nd_cluster *cl, cm_error *err)
 		return cm_error_set(err, rc, "cannot register with etcd: %s", err->reason);
 	if ((rc = members_read(cl, err)) || (rc = state_read(cl, true, err)))
 		return cm_error_set(err, rc, "cannot read the cluster from etcd: %s", err->reason);
-	watch_start(cl, 0);
+	/* from the revision read on: no change between the read and the watch
+	 * is missed */
+	watch_start(cl, e->mirror_rev + 1);
 	pthread_create(&e->lease_thread, NULL, lease_main, cl);
 	e->lease_started = true;
 	if (cl->nodes[cl->self].master) {
@@ -899,23 +1146,36 @@ cl_etcd_tick(nd_cluster *cl)
 	cm_error err;
 	if (!e)
 		return;
-	if (atomic_exchange(&e->rewatch, false)) {
-		cm_info("cluster", "etcd history was compacted past this node's watch: reading "
-		                   "the state again");
+	if (atomic_exchange(&e->rewatch, false) || !e->watch) {
+		/* compacted past the watch (or never started): read everything,
+		 * then watch from the revision read */
+		if (e->watch)
+			cm_info("cluster", "etcd history was compacted past this node's watch: "
+			                   "reading the state again");
 		ec_watch_stop(e->watch);
 		e->watch = NULL;
-		watch_start(cl, 0);
-		atomic_store(&e->dirty, true);
+		cm_error_clear(&err);
+		if (state_read(cl, false, &err)) {
+			cm_debug("cluster", "etcd read failed: %s", err.reason);
+			atomic_store(&e->rewatch, true);
+			return;
+		}
+		watch_start(cl, e->mirror_rev + 1);
 	}
-	if (!e->watch)
-		watch_start(cl, 0);
 	compact_history(cl);
-	/* a watch may lag or drop: every 2 s the node reads anyway */
-	bool dirty = atomic_exchange(&e->dirty, false) || e->round++ % 4 == 0;
-	if (!dirty)
-		return;
+	/* membership every 2 s anyway (cheap: one key a node); the whole state
+	 * every 60 s, in case a change was ever missed */
+	unsigned round = e->round++;
+	bool members = atomic_exchange(&e->members_dirty, false) || round % 4 == 0;
+	bool dirty = atomic_exchange(&e->dirty, false);
 	cm_error_clear(&err);
-	if (members_read(cl, &err) || state_read(cl, false, &err)) {
+	if (members && members_read(cl, &err)) {
+		atomic_store(&e->members_dirty, true);
+		cm_debug("cluster", "etcd read failed: %s", err.reason);
+	}
+	cm_error_clear(&err);
+	if (round % 120 == 119 ? state_read(cl, false, &err)
+	                       : dirty ? state_catch_up(cl, &err) : CM_OK) {
 		atomic_store(&e->dirty, true);
 		cm_debug("cluster", "etcd read failed: %s", err.reason);
 	}
@@ -1057,8 +1317,29 @@ cl_etcd_free(nd_cluster *cl)
 		return;
 	ec_close(e->ec);
 	pthread_mutex_destroy(&e->mu);
+	pthread_mutex_destroy(&e->readmu);
+	pthread_mutex_destroy(&e->evmu);
+	rp_state_free(e->mirror);
+	changes_free(e->q, e->nq);
 	cm_free(MEM, e);
 	cl->etcd = NULL;
+}
+
+void
+nd_cluster_state_stats(nd_cluster *cl, cJSON *into)
+{
+	cl_etcd *e = cl ? cl->etcd : NULL;
+	if (!e || !into)
+		return;
+	cJSON *d = cJSON_AddObjectToObject(into, "discovery");
+	cJSON *p = cJSON_AddObjectToObject(d, "published_cluster_states");
+	cJSON_AddNumberToObject(p, "full_states", (double)atomic_load(&e->full_reads));
+	cJSON_AddNumberToObject(p, "incompatible_diffs", 0);
+	cJSON_AddNumberToObject(p, "compatible_diffs", (double)atomic_load(&e->incremental_reads));
+	cJSON *x = cJSON_AddObjectToObject(d, "etcd");
+	cJSON_AddNumberToObject(x, "state_bytes_read", (double)atomic_load(&e->bytes_read));
+	cJSON_AddNumberToObject(x, "commits", (double)atomic_load(&e->commits));
+	cJSON_AddNumberToObject(x, "keys_written", (double)atomic_load(&e->keys_written));
 }
 
 /* ---- placement inputs ---- */

@@ -126,8 +126,14 @@ cm_err cl_apply_replica(nd_cluster *cl, nd_index *ix, int shard, const st_op *op
 /* Master, meta_lock held: next (owned) becomes the state with the next
  * version once persisted (a durable write), and is adopted. A persist that
  * fails is the caller's error and nothing changes. Publish after
- * unlocking (cl_state_publish). */
+ * unlocking (cl_state_publish). On etcd a change that writes more keys
+ * than one transaction holds (a failover or a join touching many indices)
+ * is made in steps, each a whole state (every index old or new). */
 cm_err cl_state_commit_locked(nd_cluster *cl, rp_state *next, cm_error *err);
+/* The same for a change a user asked for: all or nothing, so on etcd one
+ * too large for one transaction is refused (400) rather than made in
+ * steps. */
+cm_err cl_state_commit_whole_locked(nd_cluster *cl, rp_state *next, cm_error *err);
 /* Master, no lock held: sends the current state to every node, bounded. */
 void cl_state_publish(nd_cluster *cl);
 /* Fetches the master's state now (no-op on the master). */
@@ -162,6 +168,13 @@ void cl_etcd_free(nd_cluster *cl);
  * by the master's term; *version becomes the revision it got.
  * CM_EUNAVAIL (master_not_discovered_exception) when etcd cannot be
  * reached or this node no longer leads (it steps down). */
+/* The operations the etcd transaction writing next over prev holds, and
+ * the most one may hold (cluster.etcd_max_txn_ops; unbounded off etcd). */
+size_t cl_etcd_txn_ops(const rp_state *prev, const rp_state *next);
+/* The operations that writing index x (of next) over prev takes: its key when
+ * it changed, a terms key per shard given a primary. */
+size_t cl_etcd_index_ops(const rp_state *prev, const rp_index *x);
+size_t cl_etcd_max_txn_ops(const nd_cluster *cl);
 cm_err cl_etcd_commit(nd_cluster *cl, const rp_state *prev, const rp_state *next,
                       uint64_t *version, cm_error *err);
 /* cluster.lease_ttl; CM_ENOTFOUND for another key. */

@@ -931,11 +931,26 @@ fail:
 
 /* ---- registry ---- */
 
-static int
-cmp_index_name(const void *a, const void *b)
+/* The position of name in the registry (sorted by name), or where it
+ * would go. Callers hold n->reg_lock. */
+static size_t
+registry_pos(const nd_node *n, const char *name, bool *found)
 {
-	const nd_index *x = *(nd_index *const *)a, *y = *(nd_index *const *)b;
-	return strcmp(x->name, y->name);
+	size_t lo = 0, hi = n->nindices;
+	*found = false;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(n->indices[mid]->name, name);
+		if (c == 0) {
+			*found = true;
+			return mid;
+		}
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
 }
 
 /* Callers hold n->reg_lock for writing. */
@@ -947,17 +962,19 @@ registry_add(nd_node *n, nd_index *ix)
 		n->indices =
 		    cm_realloc(CM_MEM_NODE, n->indices, n->capindices * sizeof(nd_index *));
 	}
-	n->indices[n->nindices++] = ix;
-	qsort(n->indices, n->nindices, sizeof(nd_index *), cmp_index_name);
+	bool found;
+	size_t at = registry_pos(n, ix->name, &found);
+	memmove(&n->indices[at + 1], &n->indices[at], (n->nindices - at) * sizeof(nd_index *));
+	n->indices[at] = ix;
+	n->nindices++;
 }
 
 static nd_index *
 registry_find(nd_node *n, const char *name)
 {
-	for (size_t i = 0; i < n->nindices; i++)
-		if (strcmp(n->indices[i]->name, name) == 0)
-			return n->indices[i];
-	return NULL;
+	bool found;
+	size_t at = registry_pos(n, name, &found);
+	return found ? n->indices[at] : NULL;
 }
 
 cm_err

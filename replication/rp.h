@@ -48,17 +48,23 @@ typedef struct rp_state {
 	char *settings; /* cluster settings, JSON text ({"persistent":..,"transient":..}); NULL none */
 	char cluster_uuid[24]; /* "" until the first master's commit sets it */
 	char *templates; /* index templates, JSON text ({"index":..,"component":..,"legacy":..}); NULL none */
+	struct rp_names *byname; /* name -> position, kept by rp_state.c (NULL: scan) */
+	size_t cap;              /* indices allocated */
 } rp_state;
 
 rp_state *rp_state_new(void);
 rp_state *rp_state_dup(const rp_state *st);
 void rp_state_free(rp_state *st);
 rp_index *rp_state_index(const rp_state *st, const char *name);
+/* Whether two indices are the same in every field the state encodes. */
+bool rp_index_same(const rp_index *a, const rp_index *b);
 /* Adds (or replaces) an index: copy c of shard s on data node
  * data[(s + c) % ndata], copy 0 the primary in term 1, all in sync. */
 rp_index *rp_state_add_index(rp_state *st, const char *name, const char *uuid, int nshards,
                              int nreplicas, const int *data, int ndata);
 bool rp_state_remove_index(rp_state *st, const char *name);
+/* Puts a copy of src in st, replacing the index of that name. */
+rp_index *rp_state_put_index(rp_state *st, const rp_index *src);
 /* number_of_replicas of a live index: every shard gets min(1 + n, ndata)
  * copies; a new copy goes to the data node with the fewest copies of any
  * index and starts out of sync (it recovers from the primary); a copy

@@ -13,7 +13,77 @@
 #include "proto/shoal.pb-c.h"
 #include "rp_private.h"
 
+/* The name -> position table of a state: open addressing, at most half
+ * full, rebuilt when an index goes (positions shift) or it fills up. A
+ * lookup costs a hash whatever the number of indices; a table that does
+ * not cover every index (a state built by hand) is not used. */
+struct rp_names {
+	size_t cap, n; /* slots (a power of two), indices covered */
+	uint32_t *slot; /* position + 1; 0 empty */
+};
 
+static uint64_t
+name_hash(const char *s)
+{
+	uint64_t h = 14695981039346656037ull;
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 1099511628211ull;
+	return h ^ (h >> 29);
+}
+
+static void
+names_put(struct rp_names *m, const rp_index *all, size_t pos)
+{
+	size_t i = name_hash(all[pos].name) & (m->cap - 1);
+	while (m->slot[i])
+		i = (i + 1) & (m->cap - 1);
+	m->slot[i] = (uint32_t)pos + 1;
+	m->n++;
+}
+
+static void
+names_rebuild(rp_state *st)
+{
+	struct rp_names *m = st->byname;
+	if (!m)
+		m = st->byname = cm_calloc(MEM, 1, sizeof(*m));
+	size_t cap = 16;
+	while (cap < 2 * st->nindices + 2)
+		cap <<= 1;
+	if (cap != m->cap) {
+		cm_free(MEM, m->slot);
+		m->slot = cm_malloc(MEM, cap * sizeof(uint32_t));
+		m->cap = cap;
+	}
+	memset(m->slot, 0, cap * sizeof(uint32_t));
+	m->n = 0;
+	for (size_t i = 0; i < st->nindices; i++)
+		names_put(m, st->indices, i);
+}
+
+/* The index at position pos was appended: the table covers it. */
+static void
+names_added(rp_state *st, size_t pos)
+{
+	struct rp_names *m = st->byname;
+	if (!m || m->n != pos || 2 * (pos + 1) + 2 > m->cap)
+		names_rebuild(st);
+	else
+		names_put(m, st->indices, pos);
+}
+
+/* Room for one more index at the end. */
+static rp_index *
+grow(rp_state *st)
+{
+	if (st->nindices + 1 > st->cap) {
+		st->cap = st->cap ? 2 * st->cap : 8;
+		if (st->cap < st->nindices + 1)
+			st->cap = st->nindices + 1;
+		st->indices = cm_realloc(MEM, st->indices, st->cap * sizeof(rp_index));
+	}
+	return &st->indices[st->nindices];
+}
 
 static char *
 dup_or_empty(const char *s)
@@ -67,6 +137,9 @@ rp_state_free(rp_state *st)
 	for (size_t i = 0; i < st->nindices; i++)
 		index_clear(&st->indices[i]);
 	cm_free(MEM, st->indices);
+	if (st->byname)
+		cm_free(MEM, st->byname->slot);
+	cm_free(MEM, st->byname);
 	cm_free(MEM, st->settings);
 	cm_free(MEM, st->templates);
 	cm_free(MEM, st);
@@ -85,16 +158,51 @@ rp_state_dup(const rp_state *st)
 	for (size_t i = 0; i < st->nindices; i++)
 		index_copy(&d->indices[i], &st->indices[i]);
 	d->nindices = st->nindices;
+	d->cap = st->nindices + 1;
+	names_rebuild(d);
 	return d;
 }
 
 rp_index *
 rp_state_index(const rp_state *st, const char *name)
 {
+	const struct rp_names *m = st->byname;
+	if (m && m->n == st->nindices) {
+		for (size_t i = name_hash(name) & (m->cap - 1); m->slot[i]; i = (i + 1) & (m->cap - 1))
+			if (strcmp(st->indices[m->slot[i] - 1].name, name) == 0)
+				return &st->indices[m->slot[i] - 1];
+		return NULL;
+	}
 	for (size_t i = 0; i < st->nindices; i++)
 		if (strcmp(st->indices[i].name, name) == 0)
 			return &st->indices[i];
 	return NULL;
+}
+
+static bool
+route_same(const rp_route *a, const rp_route *b)
+{
+	if (a->primary != b->primary || a->term != b->term || a->in_sync != b->in_sync ||
+	    a->ncopies != b->ncopies || a->relocating_from != b->relocating_from)
+		return false;
+	return memcmp(a->copies, b->copies, (size_t)a->ncopies * sizeof(int)) == 0;
+}
+
+bool
+rp_index_same(const rp_index *a, const rp_index *b)
+{
+	if (a->nshards != b->nshards || a->nreplicas != b->nreplicas ||
+	    a->nsettings != b->nsettings || strcmp(a->name, b->name) != 0 ||
+	    strcmp(a->uuid, b->uuid) != 0 || strcmp(a->body, b->body) != 0 ||
+	    strcmp(a->mappings, b->mappings) != 0)
+		return false;
+	for (size_t i = 0; i < a->nsettings; i++)
+		if (strcmp(a->settings_log[i], b->settings_log[i]) != 0)
+			return false;
+	for (int s = 0; s < a->nshards; s++)
+		if (!route_same(&a->routes[s], &b->routes[s]))
+			return false;
+	return true;
 }
 
 bool
@@ -107,7 +215,20 @@ rp_state_remove_index(rp_state *st, const char *name)
 	index_clear(ix);
 	memmove(&st->indices[i], &st->indices[i + 1], (st->nindices - i - 1) * sizeof(rp_index));
 	st->nindices--;
+	if (st->byname)
+		names_rebuild(st);
 	return true;
+}
+
+rp_index *
+rp_state_put_index(rp_state *st, const rp_index *src)
+{
+	rp_state_remove_index(st, src->name);
+	rp_index *ix = grow(st);
+	memset(ix, 0, sizeof(*ix));
+	index_copy(ix, src);
+	names_added(st, st->nindices++);
+	return ix;
 }
 
 rp_index *
@@ -115,10 +236,10 @@ rp_state_add_index(rp_state *st, const char *name, const char *uuid, int nshards
                    const int *data, int ndata)
 {
 	rp_state_remove_index(st, name);
-	st->indices = cm_realloc(MEM, st->indices, (st->nindices + 1) * sizeof(rp_index));
-	rp_index *ix = &st->indices[st->nindices++];
+	rp_index *ix = grow(st);
 	memset(ix, 0, sizeof(*ix));
 	ix->name = dup_or_empty(name);
+	names_added(st, st->nindices++);
 	ix->uuid = dup_or_empty(uuid);
 	ix->nshards = nshards;
 	ix->nreplicas = nreplicas;
@@ -363,6 +484,7 @@ rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_
 	rp_state *st = rp_state_new();
 	st->version = m->version;
 	st->indices = cm_calloc(MEM, m->n_indices + 1, sizeof(rp_index));
+	st->cap = m->n_indices + 1;
 	for (size_t i = 0; i < m->n_indices; i++) {
 		const Shoal__IndexState *pb = m->indices[i];
 		rp_index *x = &st->indices[st->nindices];
@@ -415,6 +537,8 @@ rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_
 	if (m->cluster_uuid)
 		snprintf(st->cluster_uuid, sizeof(st->cluster_uuid), "%s", m->cluster_uuid);
 	shoal__cluster_state__free_unpacked(m, RP_PB);
+	if (st->nindices > 1)
+		names_rebuild(st);
 	*out = st;
 	return CM_OK;
 }
@@ -446,9 +570,8 @@ rp_state_merge(rp_state *into, const void *p, size_t len, const char *const *nam
 		return rc;
 	for (size_t i = 0; i < part->nindices; i++) {
 		rp_state_remove_index(into, part->indices[i].name);
-		into->indices =
-		    cm_realloc(MEM, into->indices, (into->nindices + 1) * sizeof(rp_index));
-		into->indices[into->nindices++] = part->indices[i]; /* moved */
+		*grow(into) = part->indices[i]; /* moved */
+		names_added(into, into->nindices++);
 	}
 	part->nindices = 0;
 	for (int n = 0; n < RP_MAX_NODES; n++)

@@ -1,6 +1,7 @@
 /* The routing / in-sync state machine: join, shard failed and started,
  * promotion, stale terms; every event applied twice changes nothing the
  * second time; the protobuf form round-trips. */
+#include <stdio.h>
 #include <string.h>
 
 #include "check.h"
@@ -249,9 +250,83 @@ test_wire(void)
 	cm_buf_free(&b);
 }
 
+/* Lookups by name go through the state's table: right after adds,
+ * removes (positions shift), merges, a decode and a copy, with thousands
+ * of indices; rp_index_same sees every encoded field. */
+static void
+test_many_indices(void)
+{
+	rp_state *st = rp_state_new();
+	char name[32];
+	for (int i = 0; i < 3000; i++) {
+		snprintf(name, sizeof(name), "ix-%04d", i);
+		rp_state_add_index(st, name, "u", 1, 1, data, 3);
+	}
+	CHECK(st->nindices == 3000);
+	for (int i = 0; i < 3000; i += 2) {
+		snprintf(name, sizeof(name), "ix-%04d", i);
+		CHECK(rp_state_remove_index(st, name));
+	}
+	CHECK(st->nindices == 1500);
+	for (int i = 0; i < 3000; i++) {
+		snprintf(name, sizeof(name), "ix-%04d", i);
+		rp_index *x = rp_state_index(st, name);
+		CHECK((x != NULL) == (i % 2 == 1));
+		if (x)
+			CHECK(strcmp(x->name, name) == 0);
+	}
+	CHECK(rp_state_index(st, "nope") == NULL);
+	rp_state_add_index(st, "ix-0001", "u2", 2, 0, data, 3); /* replaces */
+	CHECK(st->nindices == 1500);
+	CHECK(strcmp(rp_state_index(st, "ix-0001")->uuid, "u2") == 0);
+
+	cm_buf b;
+	cm_buf_init(&b, CM_MEM_REPLICATION);
+	rp_state_encode(st, names, 3, &b);
+	rp_state *back = NULL;
+	cm_error err;
+	CHECK(rp_state_decode(b.data, b.len, names, 3, &back, &err) == CM_OK);
+	rp_state *dup = rp_state_dup(back);
+	for (int i = 1; i < 3000; i += 2) {
+		snprintf(name, sizeof(name), "ix-%04d", i);
+		rp_index *x = rp_state_index(back, name), *y = rp_state_index(dup, name);
+		CHECK(x && y && strcmp(x->name, name) == 0 && strcmp(y->name, name) == 0);
+		CHECK(x && y && rp_index_same(x, y));
+		CHECK(x && rp_index_same(x, rp_state_index(st, name)));
+	}
+	/* a part merged in replaces its index; a new one is found */
+	rp_state *part = rp_state_new();
+	rp_state_add_index(part, "ix-0003", "u3", 1, 1, data, 3);
+	rp_state_add_index(part, "fresh", "u4", 1, 1, data, 3);
+	cm_buf_reset(&b);
+	rp_state_encode(part, names, 3, &b);
+	CHECK(rp_state_merge(dup, b.data, b.len, names, 3, &err) == CM_OK);
+	CHECK(dup->nindices == 1501);
+	CHECK(strcmp(rp_state_index(dup, "ix-0003")->uuid, "u3") == 0);
+	CHECK(rp_state_index(dup, "fresh") != NULL);
+	CHECK(!rp_index_same(rp_state_index(dup, "ix-0003"), rp_state_index(back, "ix-0003")));
+	/* each field the encoding carries makes a difference */
+	rp_index *x = rp_state_index(dup, "ix-0005"), *y = rp_state_index(back, "ix-0005");
+	CHECK(rp_index_same(x, y));
+	x->routes[0].in_sync ^= 1;
+	CHECK(!rp_index_same(x, y));
+	x->routes[0].in_sync ^= 1;
+	x->routes[0].term++;
+	CHECK(!rp_index_same(x, y));
+	x->routes[0].term--;
+	rp_index_set_text(&x->mappings, "{\"properties\":{\"a\":{}}}");
+	CHECK(!rp_index_same(x, y));
+	cm_buf_free(&b);
+	rp_state_free(part);
+	rp_state_free(dup);
+	rp_state_free(back);
+	rp_state_free(st);
+}
+
 int
 main(void)
 {
+	test_many_indices();
 	test_placement();
 	test_failed_started();
 	test_join();

@@ -2996,6 +2996,21 @@ st_shard_stats_get(st_shard *s, st_shard_stats *out)
 	out->log_syncs = atomic_load(&s->n_syncs);
 }
 
+bool
+st_shard_is_empty(st_shard *s)
+{
+	st_reader *r = st_shard_reader(s);
+	bool empty = r->n == 0 && r->docs == 0;
+	st_reader_release(r);
+	if (!empty)
+		return false;
+	pthread_mutex_lock(&s->wmu);
+	empty = bufset_docs(&s->act) == 0 && (!s->frz || bufset_docs(&s->frz->set) == 0) &&
+	        s->max_seq == ST_NO_SEQ;
+	pthread_mutex_unlock(&s->wmu);
+	return empty;
+}
+
 cm_err
 st_shard_oplog_read(st_shard *s, uint64_t from, st_oplog_fn fn, void *ctx)
 {

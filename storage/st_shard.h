@@ -159,6 +159,9 @@ typedef struct st_shard_stats {
 	uint64_t indexing_buffers, indexing_buffer_bytes;
 } st_shard_stats;
 void st_shard_stats_get(st_shard *s, st_shard_stats *out);
+/* Whether s holds nothing: no segment, no buffered document, no operation
+ * ever (cheaper than st_shard_stats_get: no file is looked at). */
+bool st_shard_is_empty(st_shard *s);
 
 /* Operation log access for replication: ops with seq_no > from, in order,
  * until fn returns nonzero. CM_ENOTFOUND if the log was trimmed past from.

@@ -1,0 +1,142 @@
+"""Many indices on a live cluster (issue #27): a state change costs what
+it changes. Three `shoal --etcd` nodes and a real etcd; indices created one
+after another; the figures each node keeps in _nodes/stats ("discovery")
+show how many etcd keys the master wrote and how many state bytes each node
+read back per create. Counts, never times: the last creates must cost the
+same keys and bytes as the first ones although many more indices exist,
+and no node may fall back to reading the whole state for them."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from live import Live  # noqa: E402
+from shoal import run_tests, test  # noqa: E402
+
+BODY = {"settings": {"number_of_shards": 1, "number_of_replicas": 1}}
+
+
+def figures(lv):
+    out = {}
+    for name in lv.live():
+        st, b = lv.req(name, "GET", "/_nodes/stats", timeout=30)
+        assert st == 200, (st, b)
+        for n in b["nodes"].values():
+            if n.get("name") == name:
+                d = n["discovery"]
+                out[name] = (d["etcd"]["keys_written"], d["etcd"]["state_bytes_read"],
+                             d["published_cluster_states"]["full_states"],
+                             d["published_cluster_states"]["compatible_diffs"])
+    assert len(out) == len(lv.live()), out
+    return out
+
+
+def create_batch(lv, master, first, n):
+    """Creates n indices; returns (keys written by the master, the most
+    state bytes any node read, full reads on any node, diffs applied on
+    the node that applied fewest) over the batch."""
+    f0 = figures(lv)
+    for i in range(first, first + n):
+        st, b = lv.req(master, "PUT", "/many-%04d" % i, BODY, timeout=60)
+        assert st == 200 and b.get("acknowledged"), (i, st, b)
+    lv.wait_green(timeout=60)
+    f1 = figures(lv)
+    keys = f1[master][0] - f0[master][0]
+    read = max(f1[x][1] - f0[x][1] for x in f1)
+    full = max(f1[x][2] - f0[x][2] for x in f1)
+    diffs = min(f1[x][3] - f0[x][3] for x in f1)
+    return keys, read, full, diffs
+
+
+@test
+def create_cost_does_not_grow_with_the_indices():
+    lv = Live(nodes=3)
+    try:
+        lv.wait_green(timeout=60)
+        master = lv.master(lv.live()[0])
+        early = create_batch(lv, master, 0, 10)
+        create_batch(lv, master, 10, 80)  # 90 indices exist now
+        late = create_batch(lv, master, 90, 10)
+        print("  per 10 creates: early keys=%d bytes=%d full=%d diffs=%d; "
+              "late keys=%d bytes=%d full=%d diffs=%d" % (early + late), flush=True)
+        assert early[0] > 0 and early[1] > 0 and early[3] > 0, early
+        # the same work per create with 9x the indices: keys exactly as many
+        # (one index key, its terms, the global key per change), bytes read
+        # within a margin for longer names and shard events that split
+        # differently between changes
+        assert late[0] <= early[0] + 4, (early, late)
+        assert late[1] <= early[1] * 1.5 + 2000, (early, late)
+        # applied from the watch, not by reading everything (the 60-s safety
+        # read may fall into a batch once)
+        assert late[2] <= 1 and early[2] <= 1, (early, late)
+        # every index is there, on every node
+        for name in lv.live():
+            st, b = lv.req(name, "GET", "/_cat/indices/many-*?h=index&format=json", timeout=30)
+            assert st == 200 and len(b) == 100, (name, st, len(b) if isinstance(b, list) else b)
+        # a delete is a change like another: the others stay
+        st, b = lv.req(master, "DELETE", "/many-0042", timeout=60)
+        assert st == 200, (st, b)
+        for name in lv.live():
+            for _ in range(100):
+                st, b = lv.req(name, "GET", "/_cat/indices/many-*?h=index&format=json",
+                               timeout=30)
+                if st == 200 and len(b) == 99:
+                    break
+                time.sleep(0.1)
+            assert st == 200 and len(b) == 99 and \
+                "many-0042" not in [r["index"] for r in b], (name, st, b)
+    finally:
+        lv.close()
+
+
+@test
+def changes_larger_than_one_etcd_transaction():
+    """cluster.etcd_max_txn_ops=16 (etcd's own limit is 128): a failover
+    and a join that touch every index go in steps, each a whole state; a
+    delete of many indices a user asks for is all or nothing: refused with
+    a 400 that says why, nothing deleted."""
+    lv = Live(nodes=3, args=["-E", "cluster.etcd_max_txn_ops=16"])
+    try:
+        lv.wait_green(timeout=60)
+        master = lv.master(lv.live()[0])
+        body = {"settings": {"number_of_shards": 1, "number_of_replicas": 1,
+                             "index.unassigned.node_left.delayed_timeout": "0"}}
+        for i in range(24):
+            st, b = lv.req(master, "PUT", "/big-%02d" % i, body, timeout=60)
+            assert st == 200, (i, st, b)
+            st, b = lv.req(master, "PUT", "/big-%02d/_doc/1?refresh=true" % i, {"i": i},
+                           timeout=60)
+            assert st in (200, 201), (i, st, b)
+        lv.wait_green(timeout=60)
+        victim = [n for n in lv.live() if n != master][0]
+        held = lv.per_node(master, "big-*").get(victim, 0)
+        assert held >= 10, lv.per_node(master, "big-*")
+        lv.nodes[victim].kill()
+        lv.wait_green(timeout=90)
+        log = lv.full_log(master)
+        assert "made in steps" in log, "no change was made in steps"
+        st, b = lv.req(master, "GET", "/big-*/_search?size=0", timeout=30)
+        assert st == 200 and b["hits"]["total"]["value"] == 24 and \
+            b["_shards"]["failed"] == 0, (st, b)
+        lv.nodes[victim].start()
+        lv.wait_green(timeout=90)
+        # all or nothing for the user
+        st, b = lv.req(master, "PUT", "/_cluster/settings",
+                       {"transient": {"action.destructive_requires_name": False}})
+        assert st == 200, (st, b)
+        st, b = lv.req(master, "DELETE", "/big-*", timeout=60)
+        assert st == 400 and b["error"]["type"] == "illegal_argument_exception" and \
+            "etcd_max_txn_ops" in b["error"]["reason"], (st, b)
+        st, b = lv.req(master, "GET", "/_cat/indices/big-*?h=index&format=json", timeout=30)
+        assert st == 200 and len(b) == 24, (st, b)
+        st, b = lv.req(master, "DELETE", "/big-00,big-01,big-02,big-03,big-04", timeout=60)
+        assert st == 200, (st, b)
+        st, b = lv.req(master, "GET", "/_cat/indices/big-*?h=index&format=json", timeout=30)
+        assert st == 200 and len(b) == 19, (st, b)
+    finally:
+        lv.close()
+
+
+if __name__ == "__main__":
+    run_tests()
