@@ -16,7 +16,9 @@
 #   run.sh build               builds the launcher (start does it on first use)
 #   run.sh version             the OpenSearch version in the pom
 #
-# Environment: OS_HEAP (per node, -Xms = -Xmx; default 512m), JAVA_HOME
+# Environment: OS_HEAP (per node, -Xms = -Xmx; default sized for the machine:
+#   a quarter of MemAvailable shared by the nodes, at most 1g and at least
+#   256m each; the benchmarks pass 1g for W1 and 512m for W4), JAVA_HOME
 #   (default /usr/lib/jvm/temurin-25-jdk-amd64; Java 21+), TRANSPORT_BASE,
 #   OS_START_TIMEOUT (seconds, default 240), OS_JAVA_OPTS (appended).
 # Logs: DATA_DIR/node-I.log; pids: DATA_DIR/node-I.pid.
@@ -78,7 +80,15 @@ start() {  # HTTP_PORT DATA_DIR [--nodes N] [--coordinator]
     esac
   done
   [ "$coord" = 0 ] || [ "$n" -ge 2 ] || die "--coordinator needs --nodes 2 or more"
-  local tbase="${TRANSPORT_BASE:-$((http + 100))}" heap="${OS_HEAP:-512m}"
+  local tbase="${TRANSPORT_BASE:-$((http + 100))}" heap="${OS_HEAP:-}"
+  if [ -z "$heap" ]; then
+    local avail_mb
+    avail_mb=$(awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo)
+    heap=$(( avail_mb / 4 / n ))
+    [ "$heap" -le 1024 ] || heap=1024
+    [ "$heap" -ge 256 ] || heap=256
+    heap="${heap}m"
+  fi
   build
   mkdir -p "$d"
   d="$(cd "$d" && pwd)"
