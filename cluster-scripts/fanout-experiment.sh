@@ -21,7 +21,9 @@
 #   opensearch  OPENSEARCH=1: OpenSearch 3 (tests/bench/peers/opensearch/),
 #            a coordinating-only node + 2 data nodes, the same indexes k1..k16
 #            and term queries (no fanout parameter: OpenSearch sends one
-#            request per shard), loopback only, in the per_shard columns
+#            request per shard), in the per_shard columns; loopback, then
+#            (unless NO_DELAY=1) the same DELAYS through delay-proxy in front
+#            of every node's transport (transport.publish_port = the proxy)
 #
 #   tail     --tail: the tail scenario instead (cluster-scripts/fanout-tail.sh):
 #            3 data nodes with one replica per shard, one of them slowed by its
@@ -35,7 +37,8 @@
 #   (840 s: later cells are skipped and listed), DOCS_PER_INDEX (1000), NO_SPHINX=1, NO_DELAY=1,
 #   NO_KN=1, NO_DOC=1 (print only), KEEP=1 (keep the temp dir), BASE_PORT (21000),
 #   OPENSEARCH=1 (adds OpenSearch; OS_HEAP per node, default 512m; its nodes
-#   answer HTTP on BASE_PORT+400.. and transport on BASE_PORT+500..).
+#   answer HTTP on BASE_PORT+400.., transport on BASE_PORT+500.., proxies
+#   on BASE_PORT+600..).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 case "${1:-}" in
@@ -319,21 +322,32 @@ EOF
 }
 
 # ---- OpenSearch 3: a coordinating-only node (node-0) + 2 data nodes
-run_opensearch() {
+run_opensearch() {  # delay_ms (0: no proxy)
+  local d=$1 k c qf i pub=()
   OS_VERSION=$("$OS_RUN" version)
-  OS_DIR="$TMP/opensearch"
-  TRANSPORT_BASE=$((BASE_PORT + 500)) "$OS_RUN" start "$OS_HTTP" "$OS_DIR" --nodes 3 --coordinator >/dev/null \
+  OS_DIR="$TMP/opensearch-d$d"
+  mkdir -p "$OS_DIR"
+  if [ "$d" != 0 ]; then
+    # every node tells the others to connect to its proxy (transport.publish_port)
+    for i in 0 1 2; do
+      "$PROXY" --listen "127.0.0.1:$((BASE_PORT + 600 + i))" --to "127.0.0.1:$((BASE_PORT + 500 + i))" \
+        --delay-ms "$d" >>"$OS_DIR/proxy-$i.log" 2>&1 &
+      PIDS+=($!)
+    done
+    pub=(PUBLISH_BASE=$((BASE_PORT + 600)))
+  fi
+  env "${pub[@]}" TRANSPORT_BASE=$((BASE_PORT + 500)) "$OS_RUN" start "$OS_HTTP" "$OS_DIR" --nodes 3 --coordinator >/dev/null \
     || die "OpenSearch did not start"
   COORD_HTTP="127.0.0.1:$OS_HTTP"
-  local k c qf
   for k in $KS; do load_index "$k"; done
   for k in $KS; do
     qf="$TMP/q-$k-opensearch.ndjson"
     queries "$k" opensearch "$qf"
-    for c in $CLIENTS; do run_cell opensearch "$k" 0 per_shard "$c" "$OS_HTTP" "$qf"; done
+    for c in $CLIENTS; do run_cell opensearch "$k" "$d" per_shard "$c" "$OS_HTTP" "$qf"; done
   done
   "$OS_RUN" stop "$OS_DIR"
   OS_DIR=""
+  stop_cluster  # the proxies
 }
 
 # ---------------------------------------------------------------- the run
@@ -351,7 +365,7 @@ fi
 
 if [ "$OPENSEARCH" = 1 ]; then
   echo "== OpenSearch $("$OS_RUN" version): coordinating-only node + 2 data nodes (heap $OS_HEAP each), loopback"
-  run_opensearch
+  run_opensearch 0
 fi
 
 
@@ -363,6 +377,10 @@ if [ "${NO_DELAY:-0}" != 1 ]; then
     for k in $KS; do load_index "$k"; done
     measure_cluster 2n "$d" $KS
     stop_cluster
+    if [ "$OPENSEARCH" = 1 ] && ! past_box; then
+      echo "== OpenSearch: coordinating-only node + 2 data nodes, delay-proxy $d ms each way on every transport"
+      run_opensearch "$d"
+    fi
   done
 fi
 if [ "${NO_KN:-0}" != 1 ]; then
@@ -416,16 +434,16 @@ for a in (2, 4):
         if v:
             ns.append(v["n"])
     lines.append("| Sphinx %d agents | 0 | %d | %s | %s |" % (a, a, " | ".join(cols), min(ns) if ns else "—"))
-for k in sorted({k for (l, k, d, m, c) in cell if l == "opensearch"}):
+for d, k in sorted({(d, k) for (l, k, d, m, c) in cell if l == "opensearch"}):
     cols, ns = [], []
     for c in clients:
-        v = cell.get(("opensearch", k, 0.0, "per_shard", c))
+        v = cell.get(("opensearch", k, d, "per_shard", c))
         for m in modes:
             cols.append(("%s / %s" % (fmt(v["p50"]), fmt(v["p99"])) if v else "—") if m == "per_shard" else "")
         if v:
             ns.append(v["n"])
-    lines.append("| OpenSearch %s, coordinating-only + 2 data nodes | 0 | %d | %s | %s |" % (
-        os.environ.get("OS_VERSION", "3"), k, " | ".join(cols), min(ns) if ns else "—"))
+    lines.append("| OpenSearch %s, coordinating-only + 2 data nodes | %g | %d | %s | %s |" % (
+        os.environ.get("OS_VERSION", "3"), d, k, " | ".join(cols), min(ns) if ns else "—"))
 table = "\n".join(lines)
 
 def g(l, k, d, m, c=1, f="p50"):
@@ -468,6 +486,9 @@ for c in clients:
         series("kn-0-%s-c%d" % (m, c), "Kn", 0.0, m, c)
     series("sphinx-c%d" % c, "sphinx", 0.0, "agents", c)
     series("opensearch-c%d" % c, "opensearch", 0.0, "per_shard", c)
+    for d in ds:
+        if d:
+            series("opensearch-%g-c%d" % (d, c), "opensearch", d, "per_shard", c)
 open(out + "/delays", "w").write(" ".join("%g" % d for d in ds))
 EOF
 
@@ -577,8 +598,9 @@ EOF
   front of 2 data nodes, one JVM each, heap $OS_HEAP each, request and query
   caches off; the same indexes, documents and queries over HTTP, without the
   \`fanout\` parameter (OpenSearch sends one request per shard, at most 5 at
-  once per node by default); its rows sit in the per_shard columns. Not
-  measured with injected delay.
+  once per node by default); its rows sit in the per_shard columns. With
+  injected delay, the same proxies in front of every node's transport, which
+  each node publishes as its address (\`transport.publish_port\`).
 EOF
     cat <<EOF
 

@@ -20,7 +20,10 @@
 #   a quarter of MemAvailable shared by the nodes, at most 1g and at least
 #   256m each; the benchmarks pass 1g for W1 and 512m for W4), JAVA_HOME
 #   (default /usr/lib/jvm/temurin-25-jdk-amd64; Java 21+), TRANSPORT_BASE,
-#   OS_START_TIMEOUT (seconds, default 240), OS_JAVA_OPTS (appended).
+#   OS_START_TIMEOUT (seconds, default 240), OS_JAVA_OPTS (appended),
+#   PUBLISH_BASE: node i tells the others to connect to 127.0.0.1:PUBLISH_BASE+i
+#   (and the seeds are those ports) while it listens on TRANSPORT_BASE+i, for
+#   a delay proxy in front of every node's transport (the caller starts them).
 # Logs: DATA_DIR/node-I.log; pids: DATA_DIR/node-I.pid.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -92,9 +95,9 @@ start() {  # HTTP_PORT DATA_DIR [--nodes N] [--coordinator]
   build
   mkdir -p "$d"
   d="$(cd "$d" && pwd)"
-  local i seeds="" managers="" pids=()
+  local i seeds="" managers="" pids=() pbase="${PUBLISH_BASE:-}" publish=()
   for ((i = 0; i < n; i++)); do
-    seeds="$seeds${seeds:+,}127.0.0.1:$((tbase + i))"
+    seeds="$seeds${seeds:+,}127.0.0.1:$((${pbase:-$tbase} + i))"
     if [ "$coord" = 0 ] || [ "$i" -gt 0 ]; then managers="$managers${managers:+,}node-$i"; fi
   done
   [ "$n" -gt 1 ] || seeds=""
@@ -102,6 +105,7 @@ start() {  # HTTP_PORT DATA_DIR [--nodes N] [--coordinator]
     [ ! -s "$d/node-$i.pid" ] || ! kill -0 "$(cat "$d/node-$i.pid")" 2>/dev/null \
       || die "node-$i already running in $d (pid $(cat "$d/node-$i.pid"))"
     local home="$d/node-$i" roles=()
+    [ -z "$pbase" ] || publish=(--transport-publish $((pbase + i)))
     mkdir -p "$home/tmp"
     if [ "$coord" = 1 ]; then
       if [ "$i" = 0 ]; then roles=(--roles ""); else roles=(--roles "cluster_manager,data,ingest"); fi
@@ -117,7 +121,7 @@ start() {  # HTTP_PORT DATA_DIR [--nodes N] [--coordinator]
       --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector ${OS_JAVA_OPTS:-} \
       -cp "$JAR:$HERE/target/lib/*" shoal.bench.OpenSearchPeer \
       --name "node-$i" --home "$home" --http $((http + i)) --transport $((tbase + i)) \
-      --seeds "$seeds" --cluster-managers "$managers" "${roles[@]}" \
+      --seeds "$seeds" --cluster-managers "$managers" "${roles[@]}" "${publish[@]}" \
       >"$d/node-$i.log" 2>&1 < /dev/null &
     pids+=($!)
     echo $! > "$d/node-$i.pid"

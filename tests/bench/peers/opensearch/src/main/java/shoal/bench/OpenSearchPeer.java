@@ -33,6 +33,8 @@ import org.opensearch.plugins.PluginInfo;
  *   --cluster-managers n1,n2  the cluster-manager-eligible nodes' names
  *   --roles r1,r2 | --roles ""  (empty: coordinating-only)
  *   --cluster NAME
+ *   --transport-publish PORT  the transport port the other nodes are told to
+ *                          connect to (a delay proxy in front of --transport)
  * Stops on SIGTERM (closes the node).
  */
 public final class OpenSearchPeer {
@@ -51,7 +53,7 @@ public final class OpenSearchPeer {
 
     public static void main(String[] args) throws Exception {
         String name = "node-0", home = null, http = null, transport = null, seeds = "", managers = null;
-        String roles = null, cluster = "shoal-bench";
+        String roles = null, cluster = "shoal-bench", publish = null;
         for (int i = 0; i + 1 < args.length; i += 2) {
             String v = args[i + 1];
             switch (args[i]) {
@@ -63,6 +65,7 @@ public final class OpenSearchPeer {
                 case "--cluster-managers" -> managers = v;
                 case "--roles" -> roles = v;
                 case "--cluster" -> cluster = v;
+                case "--transport-publish" -> publish = v;
                 default -> throw new IllegalArgumentException("unknown option " + args[i]);
             }
         }
@@ -91,6 +94,9 @@ public final class OpenSearchPeer {
             // turn indexes read-only in the middle of a run
             .put("cluster.routing.allocation.disk.threshold_enabled", false)
             .put("bootstrap.memory_lock", false);
+        if (publish != null) {
+            b.put("transport.publish_port", publish);
+        }
         if (seeds.isEmpty()) {
             b.put("discovery.type", "single-node");
         } else {
