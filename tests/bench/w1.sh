@@ -311,7 +311,7 @@ if [ "${NO_DOC:-0}" != 1 ]; then
     echo "Cold pass: the first 7,000 requests right after a restart, counts validated afterwards."
     echo "Indexing: \`_bulk\` in bodies of 5,000 documents + \`_refresh\` (Shoal$([ "$OPENSEARCH" = 1 ] && echo ', OpenSearch')), \`indexer\` (Sphinx)."
     [ "$OPENSEARCH" != 1 ] || echo "OpenSearch $OS_VERSION: one JVM per shard count, heap $OS_HEAP (-Xms = -Xmx), request and query caches off (tests/bench/peers/opensearch/)."
-    echo "Command: \`$([ "$OPENSEARCH" = 1 ] && echo "OPENSEARCH=1 OS_HEAP=$OS_HEAP ")SHARDS=\"$SHARDS\" TRIALS=$TRIALS SECS=$SECS CONNS=$CONNS tests/bench/w1.sh\`"
+    echo "Command: \`$([ "$OPENSEARCH" = 1 ] && echo "OPENSEARCH=1 OS_HEAP=$OS_HEAP OS_SHARDS=\"$OS_SHARDS\" ")SHARDS=\"$SHARDS\" TRIALS=$TRIALS SECS=$SECS CONNS=$CONNS tests/bench/w1.sh\`"
     echo
     echo "$TABLE"
   } | "$PY" "$HERE/report.py" section W1
