@@ -629,7 +629,9 @@ EOF
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2 --target shoal loadgen delay-proxy
 apt-get install -y --no-install-recommends sphinxsearch gnuplot-nox   # Sphinx and the plots
 cluster-scripts/fanout-experiment.sh
-# this run: KS="$KS" KN_KS="$KN_KS" DELAYS="$DELAYS" MODES="$MODES" CLIENTS="$CLIENTS" N=$N CELL_SECS=$CELL_SECS DELAY_CELL_SECS=$DELAY_CELL_SECS DOCS_PER_INDEX=$DOCS_PER_INDEX
+# OpenSearch 3 beside it (Maven, Java 21+; about 2.5 GB for its three JVMs):
+#   OPENSEARCH=1 OS_HEAP=512m TIME_BOX=1500 cluster-scripts/fanout-experiment.sh
+# this run: $([ "$OPENSEARCH" = 1 ] && echo "OPENSEARCH=1 OS_HEAP=$OS_HEAP ")KS="$KS" KN_KS="$KN_KS" DELAYS="$DELAYS" MODES="$MODES" CLIENTS="$CLIENTS" N=$N CELL_SECS=$CELL_SECS DELAY_CELL_SECS=$DELAY_CELL_SECS DOCS_PER_INDEX=$DOCS_PER_INDEX
 \`\`\`
 
 One cell by hand (what the script does for K = 4, D = 1 ms):
