@@ -18,6 +18,12 @@
 #   sphinx   Sphinx 2.2.11 searchd, distributed index over 2 and 4 agents
 #            (agent_persistent, one searchd per agent) on the same tiny
 #            documents, queried over SphinxQL by the same loadgen
+#   opensearch  OPENSEARCH=1: OpenSearch 3 (tests/bench/peers/opensearch/),
+#            a coordinating-only node + 2 data nodes, the same indexes k1..k16
+#            and term queries (no fanout parameter: OpenSearch sends one
+#            request per shard), in the per_shard columns; loopback, then
+#            (unless NO_DELAY=1) the same DELAYS through delay-proxy in front
+#            of every node's transport (transport.publish_port = the proxy)
 #
 #   tail     --tail: the tail scenario instead (cluster-scripts/fanout-tail.sh):
 #            3 data nodes with one replica per shard, one of them slowed by its
@@ -29,7 +35,10 @@
 #   DELAYS ("0.5 1 2"), MODES ("serial per_shard per_node"), CLIENTS ("1 16"),
 #   N (2000), CELL_SECS (8; DELAY_CELL_SECS 4 with injected delay), TIME_BOX
 #   (840 s: later cells are skipped and listed), DOCS_PER_INDEX (1000), NO_SPHINX=1, NO_DELAY=1,
-#   NO_KN=1, NO_DOC=1 (print only), KEEP=1 (keep the temp dir), BASE_PORT (21000).
+#   NO_KN=1, NO_DOC=1 (print only), KEEP=1 (keep the temp dir), BASE_PORT (21000),
+#   OPENSEARCH=1 (adds OpenSearch; OS_HEAP per node, default 512m; its nodes
+#   answer HTTP on BASE_PORT+400.., transport on BASE_PORT+500.., proxies
+#   on BASE_PORT+600..).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 case "${1:-}" in
@@ -49,6 +58,12 @@ TIME_BOX="${TIME_BOX:-840}"   # seconds; cells past it are skipped (listed in th
 DOCS_PER_INDEX="${DOCS_PER_INDEX:-1000}"
 BASE_PORT="${BASE_PORT:-21000}"
 PY=/usr/bin/python3
+OPENSEARCH="${OPENSEARCH:-0}"
+export OS_HEAP="${OS_HEAP:-512m}"
+OS_RUN="$ROOT/tests/bench/peers/opensearch/run.sh"
+OS_HTTP=$((BASE_PORT + 400))
+OS_DIR=""
+export OS_VERSION=""
 TMP=$(mktemp -d /tmp/shoal-w4.XXXXXX)
 RES="$TMP/results.tsv"
 : > "$RES"
@@ -60,6 +75,7 @@ SPHINX_PIDFILES=()
 cleanup() {
   stop_cluster || true
   stop_sphinx || true
+  [ -z "$OS_DIR" ] || "$OS_RUN" stop "$OS_DIR" || true
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
@@ -180,7 +196,8 @@ import json, sys
 k, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 for v in range(10):
     exp = len(range(v, n, 10))
-    print(json.dumps({"path": "/k%s/_search?fanout=%s" % (k, mode),
+    # "opensearch": no fanout parameter (OpenSearch rejects unknown ones)
+    print(json.dumps({"path": "/k%s/_search" % k + ("" if mode == "opensearch" else "?fanout=%s" % mode),
                       "body": {"query": {"term": {"t": "w%d" % v}}, "size": 10},
                       "expect": exp}))
 EOF
@@ -304,6 +321,35 @@ EOF
   stop_sphinx
 }
 
+# ---- OpenSearch 3: a coordinating-only node (node-0) + 2 data nodes
+run_opensearch() {  # delay_ms (0: no proxy)
+  local d=$1 k c qf i pub=()
+  OS_VERSION=$("$OS_RUN" version)
+  OS_DIR="$TMP/opensearch-d$d"
+  mkdir -p "$OS_DIR"
+  if [ "$d" != 0 ]; then
+    # every node tells the others to connect to its proxy (transport.publish_port)
+    for i in 0 1 2; do
+      "$PROXY" --listen "127.0.0.1:$((BASE_PORT + 600 + i))" --to "127.0.0.1:$((BASE_PORT + 500 + i))" \
+        --delay-ms "$d" >>"$OS_DIR/proxy-$i.log" 2>&1 &
+      PIDS+=($!)
+    done
+    pub=(PUBLISH_BASE=$((BASE_PORT + 600)))
+  fi
+  env "${pub[@]}" TRANSPORT_BASE=$((BASE_PORT + 500)) "$OS_RUN" start "$OS_HTTP" "$OS_DIR" --nodes 3 --coordinator >/dev/null \
+    || die "OpenSearch did not start"
+  COORD_HTTP="127.0.0.1:$OS_HTTP"
+  for k in $KS; do load_index "$k"; done
+  for k in $KS; do
+    qf="$TMP/q-$k-opensearch.ndjson"
+    queries "$k" opensearch "$qf"
+    for c in $CLIENTS; do run_cell opensearch "$k" "$d" per_shard "$c" "$OS_HTTP" "$qf"; done
+  done
+  "$OS_RUN" stop "$OS_DIR"
+  OS_DIR=""
+  stop_cluster  # the proxies
+}
+
 # ---------------------------------------------------------------- the run
 echo "W4 fan-out: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== 2 data nodes + coordinator, loopback"
@@ -317,6 +363,11 @@ if [ "${NO_SPHINX:-0}" != 1 ]; then
   run_sphinx
 fi
 
+if [ "$OPENSEARCH" = 1 ]; then
+  echo "== OpenSearch $("$OS_RUN" version): coordinating-only node + 2 data nodes (heap $OS_HEAP each), loopback"
+  run_opensearch 0
+fi
+
 
 if [ "${NO_DELAY:-0}" != 1 ]; then
   for d in $DELAYS; do
@@ -326,6 +377,10 @@ if [ "${NO_DELAY:-0}" != 1 ]; then
     for k in $KS; do load_index "$k"; done
     measure_cluster 2n "$d" $KS
     stop_cluster
+    if [ "$OPENSEARCH" = 1 ] && ! past_box; then
+      echo "== OpenSearch: coordinating-only node + 2 data nodes, delay-proxy $d ms each way on every transport"
+      run_opensearch "$d"
+    fi
   done
 fi
 if [ "${NO_KN:-0}" != 1 ]; then
@@ -360,7 +415,7 @@ lines = []
 head = "| layout | D ms | K | " + " | ".join("%s c=%d p50 / p99" % (m, c) for c in clients for m in modes) + " | min n |"
 lines.append(head)
 lines.append("|" + "---|" * (head.count("|") - 1))
-keys = sorted({(l, d, k) for (l, k, d, m, c) in cell if l != "sphinx"}, key=lambda x: (x[1], x[0] != "2n", x[2]))
+keys = sorted({(l, d, k) for (l, k, d, m, c) in cell if l not in ("sphinx", "opensearch")}, key=lambda x: (x[1], x[0] != "2n", x[2]))
 for (l, d, k) in keys:
     cols, ns = [], []
     for c in clients:
@@ -379,6 +434,16 @@ for a in (2, 4):
         if v:
             ns.append(v["n"])
     lines.append("| Sphinx %d agents | 0 | %d | %s | %s |" % (a, a, " | ".join(cols), min(ns) if ns else "—"))
+for d, k in sorted({(d, k) for (l, k, d, m, c) in cell if l == "opensearch"}):
+    cols, ns = [], []
+    for c in clients:
+        v = cell.get(("opensearch", k, d, "per_shard", c))
+        for m in modes:
+            cols.append(("%s / %s" % (fmt(v["p50"]), fmt(v["p99"])) if v else "—") if m == "per_shard" else "")
+        if v:
+            ns.append(v["n"])
+    lines.append("| OpenSearch %s, coordinating-only + 2 data nodes | %g | %d | %s | %s |" % (
+        os.environ.get("OS_VERSION", "3"), d, k, " | ".join(cols), min(ns) if ns else "—"))
 table = "\n".join(lines)
 
 def g(l, k, d, m, c=1, f="p50"):
@@ -420,6 +485,10 @@ for c in clients:
             series("2n-%g-%s-c%d" % (d, m, c), "2n", d, m, c)
         series("kn-0-%s-c%d" % (m, c), "Kn", 0.0, m, c)
     series("sphinx-c%d" % c, "sphinx", 0.0, "agents", c)
+    series("opensearch-c%d" % c, "opensearch", 0.0, "per_shard", c)
+    for d in ds:
+        if d:
+            series("opensearch-%g-c%d" % (d, c), "opensearch", d, "per_shard", c)
 open(out + "/delays", "w").write(" ".join("%g" % d for d in ds))
 EOF
 
@@ -439,6 +508,7 @@ if command -v gnuplot >/dev/null; then
         ex "2n-0-$m-c1.dat" && { echo "$p '2n-0-$m-c1.dat' u 1:2 w lp lw 2 pt 7 lc rgb '$(col $m)' t '$m, 2 data nodes' \\"; p=","; }
         ex "kn-0-$m-c1.dat" && { echo "$p 'kn-0-$m-c1.dat' u 1:2 w lp dt 2 lw 2 pt 6 ps 1.5 lc rgb '$(col $m)' t '$m, K data nodes' \\"; p=","; }
       done
+      ex opensearch-c1.dat && { echo "$p 'opensearch-c1.dat' u 1:2 w lp lw 2 pt 9 lc rgb '#8c564b' t 'OpenSearch $OS_VERSION, coordinating-only + 2 data nodes' \\"; p=","; }
       ex sphinx-c1.dat && echo "$p 'sphinx-c1.dat' u 1:2 w lp lw 2 pt 5 lc rgb 'black' t 'Sphinx 2.2, agent_persistent (K agents)' \\"
       echo ""
     } > loop.gp
@@ -521,6 +591,18 @@ node (\`fanout=per_node\`, merged on the data node). Workload W4 of
   with \`SELECT id FROM distA WHERE MATCH('wV') LIMIT 10; SHOW META\` over
   SphinxQL by the same loadgen (hit counts validated from \`total_found\`).
   Its rows sit in the per_node columns (one request per agent).
+EOF
+    [ -z "$OS_VERSION" ] || cat <<EOF
+- OpenSearch $OS_VERSION (\`tests/bench/peers/opensearch/run.sh start PORT DIR
+  --nodes 3 --coordinator\`): a coordinating-only node (\`node.roles: []\`) in
+  front of 2 data nodes, one JVM each, heap $OS_HEAP each, request and query
+  caches off; the same indexes, documents and queries over HTTP, without the
+  \`fanout\` parameter (OpenSearch sends one request per shard, at most 5 at
+  once per node by default); its rows sit in the per_shard columns. With
+  injected delay, the same proxies in front of every node's transport, which
+  each node publishes as its address (\`transport.publish_port\`).
+EOF
+    cat <<EOF
 
 ## Results (milliseconds, p50 / p99)
 
@@ -547,7 +629,9 @@ EOF
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2 --target shoal loadgen delay-proxy
 apt-get install -y --no-install-recommends sphinxsearch gnuplot-nox   # Sphinx and the plots
 cluster-scripts/fanout-experiment.sh
-# this run: KS="$KS" KN_KS="$KN_KS" DELAYS="$DELAYS" MODES="$MODES" CLIENTS="$CLIENTS" N=$N CELL_SECS=$CELL_SECS DELAY_CELL_SECS=$DELAY_CELL_SECS DOCS_PER_INDEX=$DOCS_PER_INDEX
+# OpenSearch 3 beside it (Maven, Java 21+; about 2.5 GB for its three JVMs):
+#   OPENSEARCH=1 OS_HEAP=512m TIME_BOX=1500 cluster-scripts/fanout-experiment.sh
+# this run: $([ "$OPENSEARCH" = 1 ] && echo "OPENSEARCH=1 OS_HEAP=$OS_HEAP ")KS="$KS" KN_KS="$KN_KS" DELAYS="$DELAYS" MODES="$MODES" CLIENTS="$CLIENTS" N=$N CELL_SECS=$CELL_SECS DELAY_CELL_SECS=$DELAY_CELL_SECS DOCS_PER_INDEX=$DOCS_PER_INDEX
 \`\`\`
 
 One cell by hand (what the script does for K = 4, D = 1 ms):

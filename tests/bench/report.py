@@ -136,7 +136,7 @@ def w1(d):
             ratio(med(qps), sphinx_qps) if not tag.startswith("sphinx") else "1.00×"))
     # the targets (BENCHMARKS.md W1, issue #18), on the first Shoal row (1 shard)
     for tag, m, warm, cold in engines:
-        if tag.startswith("sphinx"):
+        if tag.startswith("sphinx") or tag.startswith("opensearch"):
             continue
         q, p99 = med([w["qps"] for w in warm]), med([w["p99_us"] / 1000 for w in warm])
         disk, priv = m.get("disk_bytes", 0) / 1e6, m.get("private_kb", 0) / 1024
@@ -149,6 +149,22 @@ def w1(d):
                         p99 or 0, verdict(p99 is not None and p99 <= 2.0), disk, verdict(disk <= 4.6),
                         priv, verdict(priv <= 64)))
         break
+    # the peers target (BENCHMARKS.md): W1 >= 3x OpenSearch 3, p99 lower,
+    # each Shoal row against OpenSearch with the same shard count
+    by_tag = {tag: (m, warm) for tag, m, warm, cold in engines}
+    for tag, (m, warm) in sorted(by_tag.items()):
+        if not tag.startswith("opensearch_"):
+            continue
+        peer = "shoal_" + tag[len("opensearch_"):]
+        if peer not in by_tag:
+            continue
+        sm, sw = by_tag[peer]
+        q, oq = med([w["qps"] for w in sw]), med([w["qps"] for w in warm])
+        p99, op99 = med([w["p99_us"] / 1000 for w in sw]), med([w["p99_us"] / 1000 for w in warm])
+        rows.append("")
+        rows.append("Target, %s vs %s: qps ≥ 3× OpenSearch: %s %s; p99 lower: %.2f vs %.2f ms %s." % (
+            sm.get("label", peer), m.get("label", tag), ratio(q, oq), verdict(q and oq and q >= 3 * oq),
+            p99 or 0, op99 or 0, verdict(p99 is not None and op99 is not None and p99 < op99)))
     return "\n".join(rows)
 
 

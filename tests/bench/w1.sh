@@ -1,7 +1,10 @@
 #!/bin/bash
 # W1 (docs/benchmarks.md): the accounts mix at 16 keep-alive connections on
 # one `shoal --solo` node (1 shard, then 5), and the same seven queries on
-# Sphinx 2.2 searchd over the same 20,000 documents (SphinxQL), in one run.
+# Sphinx 2.2 searchd over the same 20,000 documents (SphinxQL), in one run;
+# with OPENSEARCH=1 also on one OpenSearch 3 node per shard count (same
+# documents, same HTTP queries, the same exact counts checked), started by
+# tests/bench/peers/opensearch/run.sh from Maven Central's artifacts.
 #
 # Usage: tests/bench/w1.sh            (from anywhere; not part of the test run)
 # Environment: BUILD (default <repo>/build), SHARDS ("1 5"), TRIALS (3),
@@ -9,6 +12,9 @@
 #   server to CPU 0 and the driver to CPU 1 (halves the server on 2 cores),
 #   NO_SPHINX=1, NO_DOC=1 (print only, don't touch docs/benchmarks.md),
 #   KEEP=1 keeps the temp directory.
+#   OPENSEARCH=1 adds OpenSearch: OS_SHARDS (default SHARDS), OS_PORT (19500;
+#   node for S shards on OS_PORT+S, transport OS_PORT+100+S), OS_HEAP (1g per
+#   node, -Xms = -Xmx). Each OpenSearch node is one JVM of about heap + 0.3 GB.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -19,14 +25,20 @@ SECS="${SECS:-8}"
 CONNS="${CONNS:-16}"
 PORT="${PORT:-19280}"
 SPHINX_PORT="${SPHINX_PORT:-19406}"
+OPENSEARCH="${OPENSEARCH:-0}"
+OS_SHARDS="${OS_SHARDS-$SHARDS}"
+OS_PORT="${OS_PORT:-19500}"
+export OS_HEAP="${OS_HEAP:-1g}"
+OS_RUN="$HERE/peers/opensearch/run.sh"
 PY=/usr/bin/python3
 TMP=$(mktemp -d /tmp/shoal-w1.XXXXXX)
 RES="$TMP/results"; mkdir -p "$RES"
 SERVER_PIN=""; DRIVER_PIN=""
 if [ "${PIN:-0}" = 1 ]; then SERVER_PIN="taskset -c 0"; DRIVER_PIN="taskset -c 1"; fi
 
-SHOAL_PID=""; SHOAL_PIDS=""; SPHINX_PIDFILE=""
+SHOAL_PID=""; SHOAL_PIDS=""; SPHINX_PIDFILE=""; OS_DIRS=""
 cleanup() {
+  for d in $OS_DIRS; do "$OS_RUN" stop "$d" || true; done
   for p in $SHOAL_PID $SHOAL_PIDS; do
     if kill -0 "$p" 2>/dev/null; then kill -TERM "$p"; wait "$p" 2>/dev/null || true; fi
   done
@@ -139,6 +151,49 @@ for S in $SHARDS; do
 done
 PORT=$BASE_PORT
 
+# ---- OpenSearch 3 over the same documents (OPENSEARCH=1)
+if [ "$OPENSEARCH" = 1 ]; then
+  "$OS_RUN" build
+  OS_VERSION=$("$OS_RUN" version)
+  for S in $OS_SHARDS; do
+    tag="opensearch_s$S"
+    PORT=$((OS_PORT + S))
+    D="$TMP/opensearch-$S"
+    echo "== OpenSearch $OS_VERSION, $S shard(s), heap $OS_HEAP"
+    OS_DIRS="$OS_DIRS $D"
+    os_pid=$(TRANSPORT_BASE=$((OS_PORT + 100 + S)) "$OS_RUN" start "$PORT" "$D")
+    # the same settings as Shoal's index; the launcher's template already
+    # turns the request and query caches off, they are repeated here
+    echo "{\"settings\":{\"number_of_shards\":$S,\"number_of_replicas\":0,\"index.requests.cache.enable\":false,\"index.queries.cache.enabled\":false}}" > "$TMP/create.json"
+    code=$(curl -s -o "$TMP/curl.out" -w '%{http_code}' -X PUT -H 'Content-Type: application/json' \
+           --data-binary "@$TMP/create.json" "http://127.0.0.1:$PORT/accounts")
+    [ "$code" = 200 ] || { echo "create index -> $code $(cat "$TMP/curl.out")" >&2; exit 1; }
+    curl_ok GET "/_cluster/health/accounts?wait_for_status=green&timeout=60s"
+    t0=$(now)
+    for f in "$TMP"/data/bulk.[0-9]*; do
+      curl_ok POST /_bulk "$f"
+      grep -q '"errors":false' "$TMP/curl.out" || { echo "bulk had errors: $(head -c 600 "$TMP/curl.out")" >&2; exit 1; }
+    done
+    curl_ok POST /accounts/_refresh
+    t1=$(now)
+    curl_ok POST '/accounts/_forcemerge?max_num_segments=1'
+    curl_ok POST /accounts/_refresh
+    curl_ok GET /accounts/_count
+    grep -q "\"count\":$NDOCS" "$TMP/curl.out" || { echo "count after load: $(cat "$TMP/curl.out")" >&2; exit 1; }
+    ips=$("$PY" -c "print(round($NDOCS/($t1-$t0)))")
+    "$OS_RUN" stop "$D"
+    # cold: the first pass right after a restart, once the shards are started
+    os_pid=$(TRANSPORT_BASE=$((OS_PORT + 100 + S)) "$OS_RUN" start "$PORT" "$D")
+    curl_ok GET "/_cluster/health/accounts?wait_for_status=green&timeout=120s"
+    if [ -n "$SERVER_PIN" ]; then taskset -a -p -c 0 "$os_pid" >/dev/null; fi
+    $DRIVER_PIN "$LOADGEN" -p "$PORT" -f "$TMP/data/q_http.ndjson" -c "$CONNS" -n 7000 -d 60 \
+      --validate after --label "$tag cold" > "$RES/${tag}_cold.json"
+    ENGINES="$ENGINES $tag:http:$PORT:$TMP/data/q_http.ndjson"
+    echo "$S $os_pid $ips $(du -sb "$D/node-0/data" | cut -f1) $D" > "$RES/${tag}_ospending"
+  done
+  PORT=$BASE_PORT
+fi
+
 # ---- Sphinx searchd over the same documents
 if [ "${NO_SPHINX:-0}" != 1 ]; then
   echo "== Sphinx searchd"
@@ -219,6 +274,18 @@ for f in "$RES"/*_pending; do
 done
 SHOAL_PIDS=""
 
+for f in "$RES"/*_ospending; do
+  [ -e "$f" ] || continue
+  tag=$(basename "$f" _ospending)
+  read -r S pid sips disk D < "$f"
+  pkb=$(private_kb "$pid")
+  rss=$(awk '/^Rss:/ {print $2}' "/proc/$pid/smaps_rollup")
+  "$OS_RUN" stop "$D"
+  printf '{"label":"OpenSearch %s, %s shard%s (heap %s)","protocol":"HTTP/1.1 + ES JSON","index_docs_per_s":%s,"private_kb":%s,"rss_kb":%s,"disk_bytes":%s}\n' \
+    "$OS_VERSION" "$S" "$([ "$S" = 1 ] || echo s)" "$OS_HEAP" "$sips" "$pkb" "$rss" "$disk" > "$RES/${tag}_meta.json"
+  rm -f "$f"
+done
+
 if [ "${NO_SPHINX:-0}" != 1 ]; then
   spid=$(cat "$SPHINX_PIDFILE")
   pids="$spid $(cat /proc/"$spid"/task/*/children 2>/dev/null || true)"
@@ -242,8 +309,9 @@ if [ "${NO_DOC:-0}" != 1 ]; then
     echo "load average at the start $LOAD0), driver \`build/bin/loadgen\` (one epoll"
     echo "thread) on the same machine$([ "${PIN:-0}" = 1 ] && echo ', server pinned to CPU 0 and driver to CPU 1' || echo ', not pinned (2 cores shared by server and driver)')."
     echo "Cold pass: the first 7,000 requests right after a restart, counts validated afterwards."
-    echo "Indexing: \`_bulk\` in bodies of 5,000 documents + \`_refresh\` (Shoal), \`indexer\` (Sphinx)."
-    echo "Command: \`SHARDS=\"$SHARDS\" TRIALS=$TRIALS SECS=$SECS CONNS=$CONNS tests/bench/w1.sh\`"
+    echo "Indexing: \`_bulk\` in bodies of 5,000 documents + \`_refresh\` (Shoal$([ "$OPENSEARCH" = 1 ] && echo ', OpenSearch')), \`indexer\` (Sphinx)."
+    [ "$OPENSEARCH" != 1 ] || echo "OpenSearch $OS_VERSION: one JVM per shard count, heap $OS_HEAP (-Xms = -Xmx), request and query caches off (tests/bench/peers/opensearch/)."
+    echo "Command: \`$([ "$OPENSEARCH" = 1 ] && echo "OPENSEARCH=1 OS_HEAP=$OS_HEAP OS_SHARDS=\"$OS_SHARDS\" ")SHARDS=\"$SHARDS\" TRIALS=$TRIALS SECS=$SECS CONNS=$CONNS tests/bench/w1.sh\`"
     echo
     echo "$TABLE"
   } | "$PY" "$HERE/report.py" section W1
