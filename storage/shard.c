@@ -46,6 +46,8 @@
 #include "../common/cm_log.h"
 #include "shard_private.h"
 
+static void merge_want_locked(st_shard *s);
+
 #define MB ((size_t)1 << 20)
 #define SHARD_MAP_SIZE ((size_t)1 << 36) /* address space only; the file grows as needed */
 #define MAX_ID_LEN 512                   /* as Elasticsearch */
@@ -2093,10 +2095,7 @@ refresh_run(st_shard *s)
 	s->frz = NULL;
 	frozen_free(f);
 	atomic_fetch_add(&s->n_refresh, 1);
-	if (s->merge_thread_started) {
-		s->merge_wanted = true;
-		pthread_cond_broadcast(&s->merge_cv);
-	}
+	merge_want_locked(s);
 	if (trim >= 0)
 		trim_log(s, trim);
 	return CM_OK;
@@ -2481,28 +2480,139 @@ pick_background(st_shard *s, size_t *out)
 	return k;
 }
 
-static void *
-merge_main(void *arg)
+/* ---- the merge scheduler ----
+ *
+ * Background merges of every shard of the process run on a few shared
+ * workers (half the cores, 2 to 8), not a thread per shard: a node with a
+ * thousand idle shards has no thousand idle threads. A shard that wants a
+ * merge is queued once; a worker takes it and merges until the shard's
+ * tiers are done, so one shard merges on one worker at a time, as before.
+ * Lock order: a shard's wmu -> sched.mu (a leaf). */
+
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	st_shard *head, *tail;
+	pthread_once_t once;
+} sched = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, PTHREAD_ONCE_INIT};
+
+/* Merges s while it wants it and no force merge runs (wmu held). */
+static void
+merge_background(st_shard *s)
 {
-	st_shard *s = arg;
-	pthread_mutex_lock(&s->wmu);
-	while (!s->closing) {
-		if (s->merge_wanted && s->force_merging == 0) {
-			s->merge_wanted = false;
-			size_t *idx = cm_malloc(CM_MEM_STORAGE, (s->nsegs + 1) * sizeof(*idx));
-			size_t k = pick_background(s, idx);
-			if (k > 0) {
-				/* Look again afterwards: one merge can complete a tier. */
-				if (merge_run(s, idx, k) == CM_OK)
-					s->merge_wanted = true;
-			}
-			cm_free(CM_MEM_STORAGE, idx);
-			continue;
+	while (!s->closing && s->merge_wanted && s->force_merging == 0) {
+		s->merge_wanted = false;
+		size_t *idx = cm_malloc(CM_MEM_STORAGE, (s->nsegs + 1) * sizeof(*idx));
+		size_t k = pick_background(s, idx);
+		/* Look again afterwards: one merge can complete a tier. */
+		if (k > 0 && merge_run(s, idx, k) == CM_OK)
+			s->merge_wanted = true;
+		cm_free(CM_MEM_STORAGE, idx);
+	}
+}
+
+static void *
+sched_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&sched.mu);
+	for (;;) {
+		while (!sched.head)
+			pthread_cond_wait(&sched.cv, &sched.mu);
+		st_shard *s = sched.head;
+		sched.head = s->merge_next;
+		if (!sched.head)
+			sched.tail = NULL;
+		s->merge_next = NULL;
+		s->merge_queued = false;
+		s->merge_busy = true; /* st_shard_close waits for it */
+		pthread_mutex_unlock(&sched.mu);
+		pthread_mutex_lock(&s->wmu);
+		merge_background(s);
+		pthread_mutex_lock(&sched.mu);
+		s->merge_busy = false;
+		pthread_mutex_unlock(&sched.mu);
+		pthread_cond_broadcast(&s->merge_cv);
+		pthread_mutex_unlock(&s->wmu);
+		pthread_mutex_lock(&sched.mu);
+	}
+	return NULL;
+}
+
+static void
+sched_start(void)
+{
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	int n = (int)(cores / 2);
+	n = n < 2 ? 2 : n > 8 ? 8 : n;
+	for (int i = 0; i < n; i++) {
+		pthread_t t;
+		pthread_attr_t a;
+		pthread_attr_init(&a);
+		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&t, &a, sched_main, NULL) == 0) {
+			char name[16];
+			snprintf(name, sizeof(name), "shard-merge-%d", i);
+			pthread_setname_np(t, name);
 		}
+		pthread_attr_destroy(&a);
+	}
+}
+
+/* s wants a background merge (wmu held): queued unless it is queued or a
+ * worker has it already (that worker looks again before it lets go). */
+static void
+merge_want_locked(st_shard *s)
+{
+	if (!s->bg_merges || s->closing)
+		return;
+	s->merge_wanted = true;
+	pthread_once(&sched.once, sched_start);
+	pthread_mutex_lock(&sched.mu);
+	if (!s->merge_queued && !s->merge_busy) {
+		s->merge_queued = true;
+		s->merge_next = NULL;
+		if (sched.tail)
+			sched.tail->merge_next = s;
+		else
+			sched.head = s;
+		sched.tail = s;
+		pthread_cond_signal(&sched.cv);
+	}
+	pthread_mutex_unlock(&sched.mu);
+}
+
+/* st_shard_close: s leaves the queue, and a worker that has it finishes
+ * (wmu held; waits on merge_cv). */
+static void
+merge_leave_locked(st_shard *s)
+{
+	s->closing = true;
+	pthread_mutex_lock(&sched.mu);
+	if (s->merge_queued) {
+		st_shard *prev = NULL;
+		for (st_shard *q = sched.head; q; prev = q, q = q->merge_next)
+			if (q == s) {
+				if (prev)
+					prev->merge_next = s->merge_next;
+				else
+					sched.head = s->merge_next;
+				if (sched.tail == s)
+					sched.tail = prev;
+				break;
+			}
+		s->merge_queued = false;
+		s->merge_next = NULL;
+	}
+	pthread_mutex_unlock(&sched.mu);
+	for (;;) {
+		pthread_mutex_lock(&sched.mu);
+		bool busy = s->merge_busy;
+		pthread_mutex_unlock(&sched.mu);
+		if (!busy)
+			break;
 		pthread_cond_wait(&s->merge_cv, &s->wmu);
 	}
-	pthread_mutex_unlock(&s->wmu);
-	return NULL;
 }
 
 cm_err
@@ -2540,6 +2650,9 @@ st_shard_force_merge(st_shard *s, int max_segments)
 	}
 	s->force_merging--;
 	pthread_cond_broadcast(&s->merge_cv);
+	/* a background merge wanted meanwhile waited for this one */
+	if (s->merge_wanted && s->force_merging == 0)
+		merge_want_locked(s);
 	pthread_mutex_unlock(&s->wmu);
 	return e;
 }
@@ -2897,12 +3010,10 @@ st_shard_open(const char *dir, const st_mapping *m, const st_shard_opts *o, st_s
 	}
 	if (s->opts.background_merges) {
 		/* Segments left from before may already warrant a merge. */
-		s->merge_wanted = true;
-		s->merge_thread_started = true;
-		if (pthread_create(&s->merge_thread, NULL, merge_main, s) == 0)
-			pthread_setname_np(s->merge_thread, "shard-merge");
-		else
-			s->merge_thread_started = false;
+		s->bg_merges = true;
+		pthread_mutex_lock(&s->wmu);
+		merge_want_locked(s);
+		pthread_mutex_unlock(&s->wmu);
 	}
 	*out = s;
 	return CM_OK;
@@ -2916,12 +3027,10 @@ st_shard_close(st_shard *s)
 {
 	if (s == NULL)
 		return;
-	if (s->merge_thread_started) {
+	if (s->bg_merges) {
 		pthread_mutex_lock(&s->wmu);
-		s->closing = true;
-		pthread_cond_broadcast(&s->merge_cv);
+		merge_leave_locked(s);
 		pthread_mutex_unlock(&s->wmu);
-		pthread_join(s->merge_thread, NULL);
 	}
 	if (s->cur)
 		st_reader_release(s->cur);

@@ -238,9 +238,12 @@ struct st_shard {
 	uint64_t synced_ticket;
 	bool syncing;
 
-	/* merges (wmu) */
-	pthread_t merge_thread;
-	bool merge_thread_started, closing, merge_wanted;
+	/* merges (wmu). Background merges run on the process's merge workers
+	 * (shard.c, "merge scheduler"), one at a time per shard: queued and
+	 * busy are the scheduler's (its lock, taken after wmu). */
+	bool bg_merges, closing, merge_wanted;
+	bool merge_queued, merge_busy;
+	struct st_shard *merge_next;
 	int merges_running, force_merging;
 	bool resetting; /* st_shard_reset_from/wipe in progress: no merge may start */
 
