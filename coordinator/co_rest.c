@@ -187,6 +187,25 @@ co_h_health(co_req *r)
 
 	if (co_cluster_health(r))
 		return;
+	/* one node: nothing relocates or initializes; active shards can only
+	 * be what is there now */
+	bool no_reloc, no_init;
+	if (!co_param_flag(r, "wait_for_no_relocating_shards", false, &no_reloc) ||
+	    !co_param_flag(r, "wait_for_no_initializing_shards", false, &no_init))
+		return;
+	const char *wa = co_param_get(r, "wait_for_active_shards");
+	long want_active = 0; /* -1: all */
+	if (wa && strcmp(wa, "all") == 0) {
+		want_active = -1;
+	} else if (wa) {
+		char *end;
+		want_active = strtol(wa, &end, 10);
+		if (*end || end == wa || want_active < 0) {
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "failed to parse value [%s] for wait_for_active_shards", wa);
+			return;
+		}
+	}
 	cm_error_clear(&err);
 	if (nd_resolve(r->node, expr ? expr : "_all", false, &ixs, &n, &err)) {
 		/* ES waits for the index to appear, then gives up with 408 red. */
@@ -200,6 +219,10 @@ co_h_health(co_req *r)
 		health_of(ixs, n, &h);
 	}
 	if (want && status_rank(h.status) > status_rank(want)) {
+		timed_out = true;
+		status = 408;
+	}
+	if (want_active && h.active < (want_active < 0 ? h.active + h.unassigned : want_active)) {
 		timed_out = true;
 		status = 408;
 	}

@@ -83,6 +83,7 @@ typedef struct cl_etcd {
 	uint64_t compacted_at_ns;
 	int64_t compacted_rev;
 	size_t max_txn_ops; /* operations one etcd transaction may hold */
+	_Atomic uint64_t full_read_ns; /* when the state keys were last read whole */
 } cl_etcd;
 
 static void
@@ -519,6 +520,7 @@ state_read_locked(nd_cluster *cl, bool force, cm_error *err)
 	if (rc)
 		return rc;
 	atomic_fetch_add(&e->full_reads, 1);
+	e->full_read_ns = cm_now_ns();
 	e->have_state = kvs.n > 0;
 	rp_state *st = rp_state_new();
 	uint64_t bytes = 0;
@@ -1174,8 +1176,8 @@ cl_etcd_tick(nd_cluster *cl)
 		cm_debug("cluster", "etcd read failed: %s", err.reason);
 	}
 	cm_error_clear(&err);
-	if (round % 120 == 119 ? state_read(cl, false, &err)
-	                       : dirty ? state_catch_up(cl, &err) : CM_OK) {
+	bool full = cm_now_ns() - e->full_read_ns >= 60 * SEC;
+	if (full ? state_read(cl, false, &err) : dirty ? state_catch_up(cl, &err) : CM_OK) {
 		atomic_store(&e->dirty, true);
 		cm_debug("cluster", "etcd read failed: %s", err.reason);
 	}
