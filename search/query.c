@@ -447,7 +447,7 @@ static cm_err
 parse_leaf(pctx *c, const char *qname, const char *value_key, const cJSON *body, sr_query *q,
            leaf_param_fn param)
 {
-	const cJSON *f;
+	const cJSON *f = NULL;
 	cm_err rc = single_field(c, qname, body, false, q, &f);
 	if (rc)
 		return rc;
@@ -567,7 +567,7 @@ static cm_err
 parse_range(pctx *c, const cJSON *body, sr_query *q)
 {
 	const char *qn = "range";
-	const cJSON *f;
+	const cJSON *f = NULL;
 	cm_err rc = single_field(c, qn, body, true, q, &f);
 	if (rc)
 		return rc;

@@ -110,7 +110,7 @@ num_opt(const cJSON *v, const char *ctx, double *out, cm_error *err)
 static cm_err
 int_opt(const cJSON *v, const char *ctx, int *out, cm_error *err)
 {
-	double d;
+	double d = 0;
 	cm_err rc = num_opt(v, ctx, &d, err);
 	if (rc)
 		return rc;
