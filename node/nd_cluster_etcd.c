@@ -783,6 +783,12 @@ cl_etcd_commit(nd_cluster *cl, const rp_state *prev, const rp_state *next, uint6
 		                         "than etcd takes in one transaction (its --max-txn-ops; "
 		                         "cluster.etcd_max_txn_ops is %zu): nothing was changed",
 		                         t.n, e->max_txn_ops);
+	if (rc && strstr(e2.reason, "space exceeded"))
+		return cm_error_set_type(err, CM_EUNAVAIL, "cluster_block_exception",
+		                         "etcd's database is full (%s; its NOSPACE alarm is raised): "
+		                         "compact and defragment etcd, then disarm the alarm "
+		                         "(docs/operations.md); the cluster state was not changed",
+		                         e2.reason);
 	if (rc)
 		return cm_error_set_type(err, CM_EUNAVAIL, "master_not_discovered_exception",
 		                         "cannot write the cluster state to etcd (%s): not changed",
