@@ -136,6 +136,7 @@ cluster_from_json(cJSON *j, const char *file, const char *name, bool coordinator
 			    "cluster file %s: \"etcd\" must list HOST:PORT endpoints", file);
 	}
 	cl = cm_calloc(MEM, 1, sizeof(*cl));
+	cm_buf_init(&cl->pub_diff, MEM);
 	pthread_mutex_init(&cl->members_mu, NULL);
 	cl->self = -1;
 	atomic_store(&cl->master, -1);
@@ -657,6 +658,51 @@ state_receive(nd_cluster *cl, const void *p, size_t len)
 	cl_state_adopt(cl, st, false);
 }
 
+/* A published change (md->base_version set): applied to a copy of our
+ * state when that is the state it was made against; refused (CONFLICT)
+ * otherwise, and the master sends the whole state. A node that already
+ * holds md's version (from etcd's watch) takes it as done. */
+static cm_err
+state_receive_change(nd_cluster *cl, const pr_metadata *md, cm_error *err)
+{
+	pthread_mutex_lock(&cl->meta_lock);
+	uint64_t have = cl->state->version;
+	if (have >= md->version) {
+		pthread_mutex_unlock(&cl->meta_lock);
+		return CM_OK;
+	}
+	if (have != md->base_version) {
+		pthread_mutex_unlock(&cl->meta_lock);
+		return cm_error_set(err, CM_ECONFLICT,
+		                    "cluster state version %" PRIu64 " here; the change is against "
+		                    "version %" PRIu64,
+		                    have, md->base_version);
+	}
+	rp_state *st = rp_state_dup(cl->state);
+	pthread_mutex_unlock(&cl->meta_lock);
+	rp_state *part = NULL;
+	cm_err rc = state_decode(cl, md->state, md->len, &part, err);
+	if (rc) {
+		rp_state_free(st);
+		return rc;
+	}
+	for (size_t i = 0; i < part->nindices; i++)
+		rp_state_put_index(st, &part->indices[i]);
+	for (size_t i = 0; i < md->nremoved; i++)
+		rp_state_remove_index(st, md->removed[i]);
+	memcpy(st->joined, part->joined, sizeof(st->joined));
+	memcpy(st->cluster_uuid, part->cluster_uuid, sizeof(st->cluster_uuid));
+	cm_free(CM_MEM_REPLICATION, st->settings);
+	cm_free(CM_MEM_REPLICATION, st->templates);
+	st->settings = part->settings;
+	st->templates = part->templates;
+	part->settings = part->templates = NULL;
+	rp_state_free(part);
+	st->version = md->version;
+	cl_state_adopt(cl, st, false);
+	return CM_OK;
+}
+
 /* Adopts a state newer than ours: persisted first (a node that cannot
  * persist keeps its old state and learns the new one again later). */
 void
@@ -690,7 +736,7 @@ typedef struct pub_call {
 	nd_cluster *cl;
 	int node;
 	uint64_t version;
-	bool quiet;
+	bool quiet, diff, refused;
 } pub_call;
 
 static void
@@ -698,10 +744,16 @@ pub_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 {
 	pub_call *c = arg;
 	nd_cl_node *nd = &c->cl->nodes[c->node];
-	(void)type, (void)p, (void)len;
-	if (rc && !c->quiet)
+	cm_error e;
+	cm_error_clear(&e);
+	if (!rc && type == PR_ACK && pr_ack_decode(p, len, &e, NULL, NULL) == CM_OK && e.code)
+		rc = e.code; /* the node refused it (a change against a state it lacks) */
+	if (rc && c->diff) {
+		c->refused = true; /* sent whole next */
+	} else if (rc && !c->quiet) {
 		cm_warn("cluster", "node [%s] did not take the cluster state: %s", nd->name,
-		        cm_err_msg(rc));
+		        e.code ? e.reason : cm_err_msg(rc));
+	}
 	if (!rc) {
 		uint64_t v = atomic_load(&nd->applied);
 		while (v < c->version &&
@@ -721,7 +773,7 @@ pub_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 static void
 state_publish(nd_cluster *cl, uint64_t mask, bool quiet)
 {
-	cm_buf st, b;
+	cm_buf b;
 	pub_call *calls = cm_calloc(MEM, (size_t)cl->nn, sizeof(pub_call));
 	int cnt = 0;
 	for (int i = 0; i < cl->nn; i++)
@@ -730,28 +782,49 @@ state_publish(nd_cluster *cl, uint64_t mask, bool quiet)
 		cm_free(MEM, calls);
 		return;
 	}
-	cm_buf_init(&st, MEM);
 	cm_buf_init(&b, MEM);
-	pthread_mutex_lock(&cl->meta_lock);
-	uint64_t version = cl->state->version;
-	rp_state_encode(cl->state, cl->names, cl->nn, &st);
-	pthread_mutex_unlock(&cl->meta_lock);
-	pr_metadata_encode(version, (const char *)st.data, st.len, &b);
-	cm_wait *w = cm_wait_create(cnt);
-	uint64_t deadline = cm_now_ns() + 2000000000ull;
-	for (int i = 0; i < cl->nn; i++) {
-		if (i == cl->self || !((mask >> i) & 1))
-			continue;
-		calls[i] = (pub_call){w, cl, i, version, quiet};
-		nd_peer_call(cl->nodes[i].peer, PR_METADATA, b.data, b.len,
-		             cl_alive(cl, i) ? deadline : cm_now_ns() + 200000000ull, pub_done,
-		             &calls[i]);
+	for (int round = 0; round < 2 && cnt; round++) {
+		/* first the last commit's change where there is one, then the
+		 * whole state to the nodes that did not hold its base */
+		cm_buf_reset(&b);
+		pthread_mutex_lock(&cl->meta_lock);
+		uint64_t version = cl->state->version;
+		bool diff = round == 0 && cl->pub_diff_version == version && cl->pub_diff.len;
+		if (diff) {
+			cm_buf_put(&b, cl->pub_diff.data, cl->pub_diff.len);
+		} else {
+			cm_buf st;
+			cm_buf_init(&st, MEM);
+			rp_state_encode(cl->state, cl->names, cl->nn, &st);
+			pr_metadata_encode(
+			    &(pr_metadata){.version = version, .state = (char *)st.data, .len = st.len},
+			    &b);
+			cm_buf_free(&st);
+		}
+		pthread_mutex_unlock(&cl->meta_lock);
+		cm_wait *w = cm_wait_create(cnt);
+		uint64_t deadline = cm_now_ns() + 2000000000ull;
+		for (int i = 0; i < cl->nn; i++) {
+			if (i == cl->self || !((mask >> i) & 1))
+				continue;
+			calls[i] = (pub_call){w, cl, i, version, quiet, diff, false};
+			nd_peer_call(cl->nodes[i].peer, PR_METADATA, b.data, b.len,
+			             cl_alive(cl, i) ? deadline : cm_now_ns() + 200000000ull, pub_done,
+			             &calls[i]);
+		}
+		cm_wait_wait(w);
+		cm_wait_destroy(w);
+		mask = 0;
+		cnt = 0;
+		for (int i = 0; i < cl->nn; i++)
+			if (i != cl->self && calls[i].w && calls[i].refused) {
+				mask |= 1ull << i;
+				cnt++;
+			}
+		memset(calls, 0, (size_t)cl->nn * sizeof(pub_call));
 	}
-	cm_wait_wait(w);
-	cm_wait_destroy(w);
 	cm_free(MEM, calls);
 	cm_buf_free(&b);
-	cm_buf_free(&st);
 }
 
 void
@@ -856,6 +929,41 @@ cl_state_commit_whole_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 	return commit_one_locked(cl, next, err);
 }
 
+/* The Metadata that takes a node from prev to next: next's global part and
+ * the indices that changed, the names gone. Master, meta_lock held. */
+static void
+diff_encode(nd_cluster *cl, const rp_state *prev, const rp_state *next, cm_buf *out)
+{
+	rp_state part = {.settings = next->settings, .templates = next->templates};
+	memcpy(part.joined, next->joined, sizeof(part.joined));
+	memcpy(part.cluster_uuid, next->cluster_uuid, sizeof(part.cluster_uuid));
+	part.indices = cm_calloc(MEM, next->nindices + 1, sizeof(rp_index));
+	for (size_t i = 0; i < next->nindices; i++) {
+		const rp_index *was = rp_state_index(prev, next->indices[i].name);
+		if (!was || !rp_index_same(was, &next->indices[i]))
+			part.indices[part.nindices++] = next->indices[i]; /* borrowed */
+	}
+	char **gone = cm_calloc(MEM, prev->nindices + 1, sizeof(char *));
+	size_t ngone = 0;
+	for (size_t i = 0; i < prev->nindices; i++)
+		if (!rp_state_index(next, prev->indices[i].name))
+			gone[ngone++] = prev->indices[i].name; /* borrowed */
+	cm_buf st;
+	cm_buf_init(&st, MEM);
+	rp_state_encode(&part, cl->names, cl->nn, &st);
+	cm_buf_reset(out);
+	pr_metadata_encode(&(pr_metadata){.version = next->version,
+	                                  .base_version = prev->version,
+	                                  .state = (char *)st.data,
+	                                  .len = st.len,
+	                                  .removed = gone,
+	                                  .nremoved = ngone},
+	                   out);
+	cm_buf_free(&st);
+	cm_free(MEM, gone);
+	cm_free(MEM, part.indices);
+}
+
 static cm_err
 commit_one_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 {
@@ -886,6 +994,11 @@ commit_one_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 			rp_state_free(next);
 			return rc;
 		}
+	}
+	cl->pub_diff_version = 0;
+	if (cl->state->version && next->version > cl->state->version) {
+		diff_encode(cl, cl->state, next, &cl->pub_diff);
+		cl->pub_diff_version = next->version;
 	}
 	rp_state_free(cl->state);
 	cl->state = next;
@@ -1614,16 +1727,21 @@ static void
 h_metadata(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
            uint32_t *reply_type)
 {
-	uint64_t v;
-	char *st;
-	size_t n;
+	pr_metadata md;
 	cm_error err;
 	(void)deadline_ns;
 	cm_error_clear(&err);
-	if (pr_metadata_decode(p, len, &v, &st, &n, &err) == CM_OK) {
-		state_receive(cl, st, n);
-		cm_free(MEM, st);
+	if (pr_metadata_decode(p, len, &md, &err) == CM_OK) {
+		if (!md.base_version) {
+			atomic_fetch_add(&cl->pub_full, 1);
+			state_receive(cl, md.state, md.len);
+		} else if (state_receive_change(cl, &md, &err)) {
+			atomic_fetch_add(&cl->pub_refused, 1);
+		} else {
+			atomic_fetch_add(&cl->pub_diffs, 1);
+		}
 	}
+	pr_metadata_free(&md);
 	reply_ack(&err, NULL, reply, reply_type);
 }
 
@@ -2077,6 +2195,7 @@ nd_cluster_stop(nd_cluster *cl)
 	if (cl->node && nd_cluster_of(cl->node) == cl)
 		atomic_store_explicit(&cl->node->cluster, NULL, memory_order_release);
 	rp_state_free(cl->state);
+	cm_buf_free(&cl->pub_diff);
 	cl_settings_put(cl->settings);
 	cl->settings = NULL;
 	cm_free(MEM, cl->names);

@@ -176,9 +176,10 @@ cJSON *nd_cluster_settings_json(nd_cluster *cl);
  * "adaptive_selection" (per remote data node, as ES) and "hedging" (in
  * into's "shoal" object when it has one). */
 void nd_cluster_tail_stats(nd_cluster *cl, cJSON *into);
-/* into's "discovery": how this node learned the cluster state (full
- * reads of etcd, changes applied from its watch, bytes read) and, on the
- * master, what it wrote (commits, keys). Nothing on a static cluster. */
+/* into's "discovery": the states published to this node (whole, changes
+ * applied, changes refused) and, on etcd, how it read the state (whole
+ * reads, changes applied from its watch, bytes) and, on the master, what it
+ * wrote (commits, keys). */
 void nd_cluster_state_stats(nd_cluster *cl, cJSON *into);
 /* _cluster/health as JSON text into out (cm_buf). */
 void nd_cluster_health(nd_cluster *cl, cm_buf *out);

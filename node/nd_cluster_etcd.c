@@ -1336,15 +1336,19 @@ cl_etcd_free(nd_cluster *cl)
 void
 nd_cluster_state_stats(nd_cluster *cl, cJSON *into)
 {
-	cl_etcd *e = cl ? cl->etcd : NULL;
-	if (!e || !into)
+	if (!cl || !into)
 		return;
 	cJSON *d = cJSON_AddObjectToObject(into, "discovery");
 	cJSON *p = cJSON_AddObjectToObject(d, "published_cluster_states");
-	cJSON_AddNumberToObject(p, "full_states", (double)atomic_load(&e->full_reads));
-	cJSON_AddNumberToObject(p, "incompatible_diffs", 0);
-	cJSON_AddNumberToObject(p, "compatible_diffs", (double)atomic_load(&e->incremental_reads));
+	cJSON_AddNumberToObject(p, "full_states", (double)atomic_load(&cl->pub_full));
+	cJSON_AddNumberToObject(p, "incompatible_diffs", (double)atomic_load(&cl->pub_refused));
+	cJSON_AddNumberToObject(p, "compatible_diffs", (double)atomic_load(&cl->pub_diffs));
+	cl_etcd *e = cl->etcd;
+	if (!e)
+		return;
 	cJSON *x = cJSON_AddObjectToObject(d, "etcd");
+	cJSON_AddNumberToObject(x, "full_reads", (double)atomic_load(&e->full_reads));
+	cJSON_AddNumberToObject(x, "changes_applied", (double)atomic_load(&e->incremental_reads));
 	cJSON_AddNumberToObject(x, "state_bytes_read", (double)atomic_load(&e->bytes_read));
 	cJSON_AddNumberToObject(x, "commits", (double)atomic_load(&e->commits));
 	cJSON_AddNumberToObject(x, "keys_written", (double)atomic_load(&e->keys_written));

@@ -81,6 +81,14 @@ struct nd_cluster {
 	pthread_mutex_t settings_mu; /* a leaf: swaps and references settings */
 	cl_settings *settings;       /* cl->state's, parsed (nd_cluster_settings.c) */
 	rp_state *state;           /* the adopted cluster state (under meta_lock) */
+	/* Master: the last commit as a change against the state before it (a
+	 * Metadata with base_version), published instead of the whole state to
+	 * the nodes that hold that one (meta_lock). */
+	cm_buf pub_diff;
+	uint64_t pub_diff_version;
+	/* published states this node received: whole, changes applied, changes
+	 * refused (a base it did not hold) */
+	_Atomic uint64_t pub_full, pub_diffs, pub_refused;
 	const char **names;        /* node names by number, for rp */
 	struct cl_handoffs *handoffs; /* prepared hand-overs (master; monitor thread only) */
 	pthread_t monitor;

@@ -698,25 +698,42 @@ pr_bulk_reply_decode(const void *p, size_t len, st_op_result *res, size_t n, cm_
 /* ---- metadata, admin, acks ---- */
 
 cm_err
-pr_metadata_encode(uint64_t version, const char *state, size_t len, cm_buf *out)
+pr_metadata_encode(const pr_metadata *md, cm_buf *out)
 {
 	Shoal__Metadata m = SHOAL__METADATA__INIT;
-	m.version = version;
-	m.state = pr_bin(state, len);
+	m.version = md->version;
+	m.state = pr_bin(md->state, md->len);
+	m.base_version = md->base_version;
+	m.n_removed = md->nremoved;
+	m.removed = md->removed;
 	return pr_pack(&m.base, out);
 }
 
 cm_err
-pr_metadata_decode(const void *p, size_t n, uint64_t *version, char **state, size_t *len,
-                   cm_error *err)
+pr_metadata_decode(const void *p, size_t n, pr_metadata *out, cm_error *err)
 {
+	memset(out, 0, sizeof(*out));
 	Shoal__Metadata *m = shoal__metadata__unpack(PB, n, p);
 	if (m == NULL)
 		return cm_error_set(err, CM_EPARSE, "malformed metadata message");
-	*version = m->version;
-	*state = pr_dup_bin(&m->state, len);
+	out->version = m->version;
+	out->base_version = m->base_version;
+	out->state = pr_dup_bin(&m->state, &out->len);
+	out->removed = cm_calloc(PR_MEM, m->n_removed + 1, sizeof(char *));
+	for (size_t i = 0; i < m->n_removed; i++)
+		out->removed[out->nremoved++] = cm_strdup(PR_MEM, m->removed[i]);
 	shoal__metadata__free_unpacked(m, PB);
 	return CM_OK;
+}
+
+void
+pr_metadata_free(pr_metadata *m)
+{
+	cm_free(PR_MEM, m->state);
+	for (size_t i = 0; i < m->nremoved; i++)
+		cm_free(PR_MEM, m->removed[i]);
+	cm_free(PR_MEM, m->removed);
+	memset(m, 0, sizeof(*m));
 }
 
 cm_err

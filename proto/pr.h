@@ -160,10 +160,22 @@ cm_err pr_bulk_reply_decode(const void *p, size_t len, st_op_result *res, size_t
 
 /* ---- metadata, admin, acks ---- */
 
-cm_err pr_metadata_encode(uint64_t version, const char *state, size_t len, cm_buf *out);
-/* *state is cm_malloc'd (CM_MEM_NODE), NUL-terminated. */
-cm_err pr_metadata_decode(const void *p, size_t n, uint64_t *version, char **state, size_t *len,
-                          cm_error *err);
+/* A published cluster state: the whole of it (base_version 0), or what
+ * changed since base_version (the global part and the changed indices in
+ * state, the indices gone in removed). */
+typedef struct pr_metadata {
+	uint64_t version, base_version;
+	char *state; /* an encoded ClusterState */
+	size_t len;
+	char **removed;
+	size_t nremoved;
+} pr_metadata;
+
+cm_err pr_metadata_encode(const pr_metadata *m, cm_buf *out);
+/* What it fills is cm_malloc'd (CM_MEM_NODE): pr_metadata_free, also
+ * after a failure. */
+cm_err pr_metadata_decode(const void *p, size_t n, pr_metadata *out, cm_error *err);
+void pr_metadata_free(pr_metadata *m);
 /* An Ack carries a cm_error (code 0 = success) and an optional JSON body. */
 cm_err pr_ack_encode(const cm_error *e, const char *body, size_t len, cm_buf *out);
 /* *body (cm_malloc'd, caller frees) is set only on success, else NULL. */

@@ -51,9 +51,9 @@ def state_figures(lv):
             if n.get("name") != name:
                 continue
             d = n.get("discovery") or {}
-            x, p = d.get("etcd") or {}, d.get("published_cluster_states") or {}
+            x = d.get("etcd") or {}
             out[name] = (x.get("keys_written", 0), x.get("state_bytes_read", 0),
-                         p.get("full_states", 0), p.get("compatible_diffs", 0))
+                         x.get("full_reads", 0), x.get("changes_applied", 0))
     return out
 
 

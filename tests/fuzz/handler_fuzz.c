@@ -387,14 +387,18 @@ static const char *fz_names[] = {"node-1", "node-2", "node-3"};
 static void
 fuzz_metadata(const uint8_t *p, size_t n)
 {
-	uint64_t version;
-	char *text = NULL;
-	size_t len;
+	pr_metadata md;
 	cm_error err;
 	rp_state *st = NULL, *again = NULL;
 	cm_error_clear(&err);
-	if (pr_metadata_decode(p, n, &version, &text, &len, &err) != CM_OK)
+	if (pr_metadata_decode(p, n, &md, &err) != CM_OK) {
+		pr_metadata_free(&md);
 		return;
+	}
+	char *text = md.state;
+	size_t len = md.len;
+	md.state = NULL;
+	pr_metadata_free(&md);
 	if (rp_state_decode(text, len, fz_names, 3, &st, &err) != CM_OK) {
 		note("state", &err);
 		cm_free(CM_MEM_NODE, text);
@@ -660,7 +664,7 @@ write_seeds(const char *outdir)
 	cm_buf_init(&sb, CM_MEM_NODE);
 	rp_state_encode(st, fz_names, 3, &sb);
 	cm_buf_reset(&b);
-	pr_metadata_encode(7, (const char *)sb.data, sb.len, &b);
+	pr_metadata_encode(&(pr_metadata){.version = 7, .state = (char *)sb.data, .len = sb.len}, &b);
 	cm_buf_free(&sb);
 	rp_state_free(st);
 	seed(outdir, "metadata", 3, &b);

@@ -67,11 +67,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	}
 	case 5: {
-		uint64_t version = 0;
-		char *state = NULL;
-		size_t len = 0;
-		if (pr_metadata_decode(p, n, &version, &state, &len, &err) == CM_OK)
-			cm_free(CM_MEM_NODE, state);
+		pr_metadata md;
+		pr_metadata_decode(p, n, &md, &err);
+		pr_metadata_free(&md); /* also after a failed decode */
 		break;
 	}
 	case 6: {
