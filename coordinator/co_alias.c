@@ -57,7 +57,13 @@ co_h_alias_put(co_req *r)
 		                "[index] and [alias] come from the URL, not the body");
 		return;
 	}
-	cJSON_AddStringToObject(spec, "index", co_seg(r, 0));
+	/* the index part may be a list (test1,test2) like DELETE's */
+	cJSON *ix = cJSON_CreateArray();
+	char *copy = cm_strdup(MEM, co_seg(r, 0)), *save = NULL, *tok;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		cJSON_AddItemToArray(ix, cJSON_CreateString(tok));
+	cm_free(MEM, copy);
+	cJSON_AddItemToObject(spec, "indices", ix);
 	cJSON_AddStringToObject(spec, "alias", co_seg(r, 2));
 	cJSON *actions = cJSON_CreateArray(), *a = cJSON_CreateObject();
 	cJSON_AddItemToObject(a, "add", spec);
