@@ -1918,6 +1918,44 @@ flatten_settings(cJSON *src, const char *prefix, cJSON *dst)
 	}
 }
 
+/* Does a flat setting key match one of the comma-separated patterns? */
+static bool
+setting_wanted(const char *names, const char *key)
+{
+	bool hit = false;
+	char *copy = cm_strdup(MEM, names), *save = NULL, *tok;
+	for (tok = strtok_r(copy, ",", &save); tok && !hit; tok = strtok_r(NULL, ",", &save))
+		hit = !strcmp(tok, "_all") || cm_glob(tok, key);
+	cm_free(MEM, copy);
+	return hit;
+}
+
+/* flat (consumed) back into nested objects: "index.a.b" -> index{a{b}} */
+static cJSON *
+unflatten_settings(cJSON *flat)
+{
+	cJSON *out = cJSON_CreateObject(), *c;
+	while ((c = flat->child) != NULL) {
+		cJSON_DetachItemViaPointer(flat, c);
+		cJSON *at = out;
+		char *key = c->string, *dot;
+		while ((dot = strchr(key, '.')) != NULL) {
+			*dot = 0;
+			cJSON *sub = cJSON_GetObjectItemCaseSensitive(at, key);
+			if (!cJSON_IsObject(sub))
+				sub = cJSON_AddObjectToObject(at, key);
+			at = sub;
+			key = dot + 1;
+		}
+		cJSON_AddItemToObject(at, key, cJSON_Duplicate(c, true));
+		cJSON_Delete(c);
+	}
+	cJSON_Delete(flat);
+	return out;
+}
+
+/* GET /_settings, /{index}/_settings, and with /{name} (setting name
+ * patterns): an index none of whose settings match is left out. */
 void
 co_h_settings_get(co_req *r)
 {
@@ -1925,19 +1963,34 @@ co_h_settings_get(co_req *r)
 	size_t n;
 	cJSON *j;
 	bool flat = co_param_bool(r, "flat_settings", false);
+	const char *s0 = co_seg(r, 0);
+	const char *names = s0 && !strcmp(s0, "_settings") ? co_seg(r, 1) : co_seg(r, 2);
 
 	if (!resolve_with(r, index_expr(r), ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n))
 		return;
 	j = cJSON_CreateObject();
 	for (size_t i = 0; i < n; i++) {
-		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
 		cJSON *s = nd_index_settings_json(ixs[i]);
-		if (flat) {
+		if (flat || names) {
 			cJSON *f = cJSON_CreateObject();
 			flatten_settings(s, "", f);
 			cJSON_Delete(s);
 			s = f;
 		}
+		if (names) {
+			for (cJSON *c = s->child, *next; c; c = next) {
+				next = c->next;
+				if (!setting_wanted(names, c->string))
+					cJSON_Delete(cJSON_DetachItemViaPointer(s, c));
+			}
+			if (!s->child) {
+				cJSON_Delete(s);
+				continue;
+			}
+			if (!flat)
+				s = unflatten_settings(s);
+		}
+		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
 		cJSON_AddItemToObject(o, "settings", s);
 	}
 	co_release_all(ixs, n);
@@ -1959,7 +2012,7 @@ co_h_settings_put(co_req *r)
 		                "Validation Failed: 1: no settings to update;");
 		return;
 	}
-	if (!resolve_with(r, co_seg(r, 0), ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n)) {
+	if (!resolve_with(r, index_expr(r), ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n)) {
 		cJSON_Delete(body);
 		return;
 	}
