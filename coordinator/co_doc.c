@@ -1074,7 +1074,7 @@ co_h_mget(co_req *r)
 		if (!(ix = co_index_or_alias(r->node, iname, false))) {
 			cJSON *e = cJSON_CreateObject();
 			cJSON_AddStringToObject(e, "_index", iname);
-			cJSON_AddStringToObject(e, "_type", "_doc");
+			cJSON_AddNullToObject(e, "_type"); /* as ES 7: a failure has no type */
 			cJSON_AddStringToObject(e, "_id", id);
 			cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", iname);
 			cJSON_AddItemToObject(e, "error", co_error_json(&err, iname));
@@ -1090,7 +1090,7 @@ co_h_mget(co_req *r)
 		if (!g) {
 			g = cJSON_CreateObject();
 			cJSON_AddStringToObject(g, "_index", iname);
-			cJSON_AddStringToObject(g, "_type", "_doc");
+			cJSON_AddNullToObject(g, "_type");
 			cJSON_AddStringToObject(g, "_id", id);
 			cJSON_AddItemToObject(g, "error", co_error_json(&err, iname));
 		}

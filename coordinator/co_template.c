@@ -447,10 +447,18 @@ co_h_template_put(co_req *r)
 			                                  : check_legacy(body, &err);
 		pthread_mutex_unlock(&tpl_lock);
 	}
-	if (rc)
+	if (rc) {
 		co_reply_error(r, &err, NULL);
-	else
+	} else {
+		/* a single pattern given as a string is kept (and shown) as a list */
+		cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "index_patterns");
+		if (cJSON_IsString(p)) {
+			cJSON *list = cJSON_CreateArray();
+			cJSON_AddItemToArray(list, cJSON_CreateString(p->valuestring));
+			cJSON_ReplaceItemInObjectCaseSensitive(body, "index_patterns", list);
+		}
 		co_store_change(r, "put", kind, name, body);
+	}
 	cJSON_Delete(body);
 }
 
