@@ -534,6 +534,34 @@ cat_col(const cat_table *t, const char *name, size_t n)
 	return -1;
 }
 
+/* help=true: one line per column, "name | aliases | description" as ES
+ * prints it (Shoal has no descriptions: the name stands for it). */
+static void
+cat_help(co_req *r, const cat_table *t)
+{
+	cm_buf out;
+	size_t w = 0;
+	cm_buf_init(&out, MEM);
+	for (int c = 0; c < t->ncols; c++)
+		if (strlen(t->cols[c]) > w)
+			w = strlen(t->cols[c]);
+	for (int c = 0; c < t->ncols; c++) {
+		char al[256] = "";
+		size_t n = 0;
+		for (size_t a = 0; a < sizeof(cat_aliases) / sizeof(cat_aliases[0]); a++) {
+			const char *name = cat_aliases[a][0];
+			if (strcmp(cat_aliases[a][1], t->cols[c]) ||
+			    cat_col(t, name, strlen(name)) != c || n + strlen(name) + 2 > sizeof al)
+				continue;
+			n += (size_t)snprintf(al + n, sizeof al - n, "%s%s", n ? "," : "", name);
+		}
+		cm_buf_printf(&out, "%-*s | %-16s | %s\n", (int)w, t->cols[c], n ? al : "-",
+		              t->cols[c]);
+	}
+	co_reply_text(r, 200, "text/plain; charset=UTF-8", (const char *)out.data, out.len);
+	cm_buf_free(&out);
+}
+
 static void
 cat_render(co_req *r, cat_table *t)
 {
@@ -545,6 +573,10 @@ cat_render(co_req *r, cat_table *t)
 	bool v = co_param_bool(r, "v", false);
 	const char *health = co_param_get(r, "health");
 
+	if (co_param_bool(r, "help", false)) {
+		cat_help(r, t);
+		goto done;
+	}
 	if (h && *h) {
 		for (const char *p = h; *p && nsel < 64;) {
 			const char *e = strchr(p, ',');
