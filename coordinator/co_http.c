@@ -92,6 +92,10 @@ static const co_route routes[] = {
     {CO_PUT, "/_cluster/settings", co_h_cluster_settings, "flat_settings,master_timeout,timeout",
      false, ADMIN("cluster:admin/settings/update")},
     {CO_GET, "/_cat", co_h_cat_help, "", false, READ("cluster:monitor/state")},
+    {CO_GET, "/_cat/templates", co_h_cat_templates, P_CAT, false,
+     READ("indices:admin/template/get")},
+    {CO_GET, "/_cat/templates/{name}", co_h_cat_templates, P_CAT, false,
+     READ("indices:admin/template/get")},
     /* snapshots (co_snapshot.c) */
     {CO_GET, "/_cat/snapshots", co_h_cat_snapshots, P_SNAP ",v", false,
      READ("cluster:admin/snapshot/get")},

@@ -706,6 +706,24 @@ done:
 }
 
 void
+co_cat_cells(co_req *r, const char *const *cols, int ncols, char *const *cells, int nrows)
+{
+	cat_table t;
+	cat_init(&t, cols, ncols);
+	t.cap = nrows;
+	t.rows = cm_malloc(MEM, (size_t)(nrows ? nrows : 1) * sizeof(char **));
+	for (int i = 0; i < nrows; i++) {
+		char **row = cm_calloc(MEM, (size_t)ncols, sizeof(char *));
+		for (int c = 0; c < ncols; c++) {
+			const char *v = cells[(size_t)i * (size_t)ncols + (size_t)c];
+			row[c] = cm_strdup(MEM, v ? v : "");
+		}
+		t.rows[t.nrows++] = row;
+	}
+	cat_render(r, &t);
+}
+
+void
 co_cat_rows(co_req *r, const char *const *cols, int ncols, const char *rows, size_t len)
 {
 	cat_table t;
