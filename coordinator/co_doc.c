@@ -268,6 +268,20 @@ co_refresh_after(nd_index *ix, int mode)
 
 /* ---- index / create ---- */
 
+/* ?require_alias=true: name must be an alias (the index is neither
+ * created nor written otherwise); false after replying 404. */
+static bool
+require_alias_ok(co_req *r, const char *name)
+{
+	if (!co_param_bool(r, "require_alias", false) || nd_alias_exists(r->node, name))
+		return true;
+	co_reply_errorf(r, CM_ENOINDEX, NULL,
+	                "no such index [%s] and [require_alias] request flag is [true] and [%s] "
+	                "is not an alias",
+	                name, name);
+	return false;
+}
+
 static void
 doc_index(co_req *r, bool create)
 {
@@ -280,7 +294,8 @@ doc_index(co_req *r, bool create)
 	char gen[21];
 	bool bad;
 
-	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
+	if (!co_alias_routing_param(r, name) || /* an alias's index_routing */
+	    !require_alias_ok(r, name))
 		return;
 	routing = co_param_get(r, "routing");
 	cJSON *body;
@@ -930,7 +945,8 @@ co_h_update(co_req *r)
 {
 	const char *name = co_seg(r, 0), *id = co_seg(r, 2), *routing;
 	const char *roc = co_param_get(r, "retry_on_conflict");
-	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
+	if (!co_alias_routing_param(r, name) || /* an alias's index_routing */
+	    !require_alias_ok(r, name))
 		return;
 	routing = co_param_get(r, "routing");
 	co_write_opts w;
