@@ -206,6 +206,15 @@ fold_search_params(co_req *r, cJSON *body, bool count_only)
 		cm_free(MEM, copy);
 		obj_set(body, lists[i], a);
 	}
+	const char *st = co_param_get(r, "search_type");
+	if (st && strcmp(st, "query_then_fetch") && strcmp(st, "dfs_query_then_fetch")) {
+		/* ES's REST layer refuses the others by name */
+		if (!strcmp(st, "query_and_fetch") || !strcmp(st, "dfs_query_and_fetch"))
+			co_reply_errorf(r, CM_EINVAL, NULL, "Unsupported search type [%.40s]", st);
+		else
+			co_reply_errorf(r, CM_EINVAL, NULL, "No search type for [%.40s]", st);
+		return false;
+	}
 	/* accepted, with no effect on a single node */
 	static const char *noop[] = {"search_type", "preference", "request_cache", "routing",
 	                             "typed_keys", "allow_partial_search_results",
