@@ -292,6 +292,9 @@ void co_h_template_put(co_req *r);
 void co_h_template_get(co_req *r);
 void co_h_template_delete(co_req *r);
 void co_h_cat_templates(co_req *r); /* GET /_cat/templates[/{name}] */
+/* Index settings as ES shows them (new JSON): keys under "index.", values
+ * as strings, nested unless flat. */
+cJSON *co_settings_normalized(const cJSON *s, bool flat);
 /* Stored scripts (mustache search templates), kept with the templates. */
 void co_h_script_put(co_req *r);
 void co_h_script_get(co_req *r);

@@ -2004,6 +2004,35 @@ unflatten_settings(cJSON *flat)
 	return out;
 }
 
+cJSON *
+co_settings_normalized(const cJSON *s, bool flat)
+{
+	cJSON *f = cJSON_CreateObject(), *out = cJSON_CreateObject();
+	flatten_settings((cJSON *)s, "", f);
+	while (f->child) {
+		cJSON *c = cJSON_DetachItemViaPointer(f, f->child), *v;
+		char key[300], num[64];
+		snprintf(key, sizeof key, "%s%s", strncmp(c->string, "index.", 6) ? "index." : "",
+		         c->string);
+		if (cJSON_IsNumber(c)) {
+			double d = c->valuedouble;
+			if (d == (double)(long long)d)
+				snprintf(num, sizeof num, "%lld", (long long)d);
+			else
+				snprintf(num, sizeof num, "%.17g", d);
+			v = cJSON_CreateString(num);
+		} else if (cJSON_IsBool(c)) {
+			v = cJSON_CreateString(cJSON_IsTrue(c) ? "true" : "false");
+		} else {
+			v = cJSON_Duplicate(c, true);
+		}
+		cJSON_AddItemToObject(out, key, v);
+		cJSON_Delete(c);
+	}
+	cJSON_Delete(f);
+	return flat ? out : unflatten_settings(out);
+}
+
 /* GET /_settings, /{index}/_settings, and with /{name} (setting name
  * patterns): an index none of whose settings match is left out. */
 void

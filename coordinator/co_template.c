@@ -497,8 +497,7 @@ void
 co_h_template_get(co_req *r)
 {
 	const char *kind = kind_of(r), *names = co_seg(r, 1);
-	bool missing;
-	co_param_get(r, "flat_settings");
+	bool missing, flat = co_param_bool(r, "flat_settings", false);
 	co_param_get(r, "local");
 	pthread_mutex_lock(&tpl_lock);
 	const cJSON *set = cJSON_GetObjectItemCaseSensitive(db(r->node), kind);
@@ -514,6 +513,10 @@ co_h_template_get(co_req *r)
 			static const char *const parts[] = {"settings", "mappings", "aliases"};
 			if (!cJSON_GetObjectItemCaseSensitive(t, "order"))
 				cJSON_AddNumberToObject(t, "order", 0);
+			cJSON *set = cJSON_GetObjectItemCaseSensitive(t, "settings");
+			if (cJSON_IsObject(set))
+				cJSON_ReplaceItemInObjectCaseSensitive(t, "settings",
+				                                       co_settings_normalized(set, flat));
 			for (int i = 0; i < 3; i++)
 				if (!cJSON_GetObjectItemCaseSensitive(t, parts[i]))
 					cJSON_AddObjectToObject(t, parts[i]);
