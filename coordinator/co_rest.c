@@ -1276,9 +1276,13 @@ co_h_stats(co_req *r)
 	}
 	memset(&all, 0, sizeof(all));
 	j = cJSON_CreateObject();
-	for (size_t i = 0; i < n; i++)
+	int copies = 0; /* ES counts every copy; a solo node's replicas are unassigned */
+	for (size_t i = 0; i < n; i++) {
 		shards += nd_index_nshards(ixs[i]);
-	cJSON_AddItemToObject(j, "_shards", co_shards_json(shards, shards, 0));
+		copies += nd_index_nshards(ixs[i]) *
+		          (1 + nd_index_settings(ixs[i])->number_of_replicas);
+	}
+	cJSON_AddItemToObject(j, "_shards", co_shards_json(copies, shards, 0));
 	allj = cJSON_AddObjectToObject(j, "_all");
 	ind = cJSON_AddObjectToObject(j, "indices");
 	for (size_t i = 0; i < n; i++) {
