@@ -1101,6 +1101,14 @@ co_h_mget(co_req *r)
 		cJSON *g = get_doc_json(ix, id,
 		                        cJSON_IsString(rt) ? rt->valuestring : co_param_get(r, "routing"),
 		                        di, de, parsed, &ro, &found, &err);
+		if (g && !found) {
+			/* ES 7's typeless mget: a missing document has its index's
+			 * type, none while the index has no mapping yet */
+			st_mapping *m = nd_index_mapping(ix);
+			if (!m || m->nfields == 0)
+				cJSON_ReplaceItemInObjectCaseSensitive(g, "_type", cJSON_CreateNull());
+			st_mapping_unref(m);
+		}
 		nd_index_release(ix);
 		cm_free(MEM, dinc);
 		if (!g) {
