@@ -173,6 +173,42 @@ status_rank(const char *s)
 	return strcmp(s, "green") == 0 ? 0 : strcmp(s, "yellow") == 0 ? 1 : 2;
 }
 
+/* wait_for_nodes and wait_for_active_shards against a solo node's one
+ * node and its active shards. */
+static bool
+solo_waits_met(co_req *r, const health *h)
+{
+	const char *wn = co_param_get(r, "wait_for_nodes");
+	const char *wa = co_param_get(r, "wait_for_active_shards");
+	if (wn && *wn) {
+		const char *p = wn;
+		char op[3] = "";
+		size_t k = 0;
+		while (k < 2 && (*p == '>' || *p == '<' || *p == '='))
+			op[k++] = *p++;
+		if (!strncmp(p, "ge(", 3) || !strncmp(p, "le(", 3) || !strncmp(p, "gt(", 3) ||
+		    !strncmp(p, "lt(", 3)) {
+			snprintf(op, sizeof op, "%s", p[0] == 'g' ? (p[1] == 'e' ? ">=" : ">")
+			                                          : (p[1] == 'e' ? "<=" : "<"));
+			p += 3;
+		}
+		long want = strtol(p, NULL, 10);
+		bool ok = !strcmp(op, ">=")  ? 1 >= want
+		          : !strcmp(op, "<=") ? 1 <= want
+		          : !strcmp(op, ">")  ? 1 > want
+		          : !strcmp(op, "<")  ? 1 < want
+		                              : 1 == want;
+		if (!ok)
+			return false;
+	}
+	if (wa && *wa) {
+		if (!strcmp(wa, "all"))
+			return h->unassigned == 0;
+		return h->active >= strtol(wa, NULL, 10);
+	}
+	return true;
+}
+
 void
 co_h_health(co_req *r)
 {
@@ -203,6 +239,10 @@ co_h_health(co_req *r)
 		timed_out = true;
 		status = 408;
 	}
+	if (!solo_waits_met(r, &h)) { /* nothing changes on a solo node while it waits */
+		timed_out = true;
+		status = 408;
+	}
 	j = cJSON_CreateObject();
 	cJSON_AddStringToObject(j, "cluster_name", nd_cluster_name(r->node));
 	cJSON_AddStringToObject(j, "status", h.status);
@@ -221,7 +261,8 @@ co_h_health(co_req *r)
 	cJSON_AddNumberToObject(
 	    j, "active_shards_percent_as_number",
 	    h.active + h.unassigned ? 100.0 * h.active / (h.active + h.unassigned) : 100.0);
-	if (co_param_get(r, "level") && strcmp(co_param_get(r, "level"), "indices") == 0) {
+	const char *level = co_param_get(r, "level");
+	if (level && (!strcmp(level, "indices") || !strcmp(level, "shards"))) {
 		cJSON *ind = cJSON_AddObjectToObject(j, "indices");
 		for (size_t i = 0; i < n; i++) {
 			health hi;
@@ -236,6 +277,22 @@ co_h_health(co_req *r)
 			cJSON_AddNumberToObject(o, "relocating_shards", 0);
 			cJSON_AddNumberToObject(o, "initializing_shards", 0);
 			cJSON_AddNumberToObject(o, "unassigned_shards", hi.unassigned);
+			if (strcmp(level, "shards"))
+				continue;
+			/* a solo node holds every primary; replicas stay unassigned */
+			int reps = nd_index_settings(ixs[i])->number_of_replicas;
+			cJSON *sh = cJSON_AddObjectToObject(o, "shards");
+			for (int s = 0; s < nd_index_nshards(ixs[i]); s++) {
+				char id[16];
+				snprintf(id, sizeof id, "%d", s);
+				cJSON *so = cJSON_AddObjectToObject(sh, id);
+				cJSON_AddStringToObject(so, "status", reps ? "yellow" : "green");
+				cJSON_AddBoolToObject(so, "primary_active", true);
+				cJSON_AddNumberToObject(so, "active_shards", 1);
+				cJSON_AddNumberToObject(so, "relocating_shards", 0);
+				cJSON_AddNumberToObject(so, "initializing_shards", 0);
+				cJSON_AddNumberToObject(so, "unassigned_shards", reps);
+			}
 		}
 	}
 	if (ixs)
