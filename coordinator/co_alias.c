@@ -57,7 +57,13 @@ co_h_alias_put(co_req *r)
 		                "[index] and [alias] come from the URL, not the body");
 		return;
 	}
-	cJSON_AddStringToObject(spec, "index", co_seg(r, 0));
+	/* the index part may be a list (test1,test2) like DELETE's */
+	cJSON *ix = cJSON_CreateArray();
+	char *copy = cm_strdup(MEM, co_seg(r, 0)), *save = NULL, *tok;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		cJSON_AddItemToArray(ix, cJSON_CreateString(tok));
+	cm_free(MEM, copy);
+	cJSON_AddItemToObject(spec, "indices", ix);
 	cJSON_AddStringToObject(spec, "alias", co_seg(r, 2));
 	cJSON *actions = cJSON_CreateArray(), *a = cJSON_CreateObject();
 	cJSON_AddItemToObject(a, "add", spec);
@@ -111,16 +117,27 @@ co_h_aliases_post(co_req *r)
 	run_actions(r, copy);
 }
 
-/* Does alias name match one of the comma-separated patterns? */
+/* Does alias name match the comma-separated patterns? "-pattern"
+ * excludes; the last pattern that matches decides (ES's findAliases). */
 static bool
 wanted(const char *list, const char *name)
 {
 	bool hit = false;
 	char *copy = cm_strdup(MEM, list), *save = NULL, *tok;
-	for (tok = strtok_r(copy, ",", &save); tok && !hit; tok = strtok_r(NULL, ",", &save))
-		hit = !strcmp(tok, "_all") || cm_glob(tok, name);
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		bool excl = tok[0] == '-';
+		const char *pat = excl ? tok + 1 : tok;
+		if (!strcmp(pat, "_all") || cm_glob(pat, name))
+			hit = !excl;
+	}
 	cm_free(MEM, copy);
 	return hit;
+}
+
+static int
+cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* GET /_alias, /_alias/{name}, /{index}/_alias, /{index}/_alias/{name}
@@ -160,21 +177,39 @@ co_h_aliases_get(co_req *r)
 	}
 	co_release_all(ixs, n);
 	if (names) {
-		/* concrete names no index holds */
-		char missing[512] = "";
-		int nmiss = 0;
-		char *copy = cm_strdup(MEM, names), *save = NULL, *tok;
-		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-			if (strchr(tok, '*') || !strcmp(tok, "_all"))
+		/* names asked for explicitly that no index holds, sorted: not
+		 * patterns, not exclusions after the first pattern, not names a
+		 * later exclusion removes (ES's RestGetAliasesAction) */
+		char *copy = cm_strdup(MEM, names), *save = NULL, *tok, *toks[64], *miss[64];
+		int nt = 0, fw, nmiss = 0;
+		for (tok = strtok_r(copy, ",", &save); tok && nt < 64; tok = strtok_r(NULL, ",", &save))
+			toks[nt++] = tok;
+		for (fw = 0; fw < nt && !strchr(toks[fw], '*') && strcmp(toks[fw], "_all"); fw++)
+			;
+		for (int i = 0; i < nt; i++) {
+			if (strchr(toks[i], '*') || !strcmp(toks[i], "_all") ||
+			    (i > fw && toks[i][0] == '-'))
+				continue;
+			int k = i + 1 > fw ? i + 1 : fw;
+			for (; k < nt; k++)
+				if (toks[k][0] == '-' &&
+				    (cm_glob(toks[k] + 1, toks[i]) || !strcmp(toks[k] + 1, "_all")))
+					break;
+			if (k < nt)
 				continue;
 			bool found = false;
 			for (const cJSON *ix = j->child; ix && !found; ix = ix->next)
-				found = cJSON_GetObjectItemCaseSensitive(ix->child, tok) != NULL;
-			if (!found) {
-				size_t l = strlen(missing);
-				snprintf(missing + l, sizeof(missing) - l, "%s%s",
-				         nmiss++ ? "," : "", tok);
-			}
+				found = cJSON_GetObjectItemCaseSensitive(ix->child, toks[i]) != NULL;
+			for (int m = 0; m < nmiss && !found; m++)
+				found = !strcmp(miss[m], toks[i]); /* named twice */
+			if (!found)
+				miss[nmiss++] = toks[i];
+		}
+		qsort(miss, (size_t)nmiss, sizeof miss[0], cmp_str);
+		char missing[512] = "";
+		for (int m = 0; m < nmiss; m++) {
+			size_t l = strlen(missing);
+			snprintf(missing + l, sizeof(missing) - l, "%s%s", m ? "," : "", miss[m]);
 		}
 		cm_free(MEM, copy);
 		if (nmiss) {
@@ -197,19 +232,12 @@ co_cat_aliases(co_req *r, const char *names)
 {
 	static const char *const cols[] = {"alias",         "index",          "filter",
 	                                   "routing.index", "routing.search", "is_write_index"};
-	const char *fmt = co_param_get(r, "format");
-	bool json = fmt && !strcmp(fmt, "json"), v = co_param_bool(r, "v", false);
+	enum { NC = 6 };
 	nd_index **ixs;
 	size_t n;
-	cJSON *arr = cJSON_CreateArray();
-	cm_buf out;
-	co_param_get(r, "h");
-	co_param_get(r, "s");
+	char **cells = NULL;
+	int nrows = 0, cap = 0;
 	nd_index_list(r->node, &ixs, &n);
-	cm_buf_init(&out, MEM);
-	if (v && !json)
-		for (int c = 0; c < 6; c++)
-			cm_buf_printf(&out, "%s%s", cols[c], c < 5 ? " " : "\n");
 	for (size_t i = 0; i < n; i++) {
 		cJSON *all = nd_index_aliases_json(ixs[i]);
 		for (const cJSON *a = all->child; a; a = a->next) {
@@ -218,31 +246,29 @@ co_cat_aliases(co_req *r, const char *names)
 			const cJSON *ir = cJSON_GetObjectItemCaseSensitive(a, "index_routing");
 			const cJSON *sr = cJSON_GetObjectItemCaseSensitive(a, "search_routing");
 			const cJSON *w = cJSON_GetObjectItemCaseSensitive(a, "is_write_index");
-			const char *vals[6] = {
+			const char *vals[NC] = {
 			    a->string,
 			    nd_index_name(ixs[i]),
 			    cJSON_GetObjectItemCaseSensitive(a, "filter") ? "*" : "-",
 			    cJSON_IsString(ir) ? ir->valuestring : "-",
 			    cJSON_IsString(sr) ? sr->valuestring : "-",
 			    cJSON_IsBool(w) ? (cJSON_IsTrue(w) ? "true" : "false") : "-"};
-			cJSON *o = cJSON_CreateObject();
-			for (int c = 0; c < 6; c++) {
-				cJSON_AddStringToObject(o, cols[c], vals[c]);
-				if (!json)
-					cm_buf_printf(&out, "%s%s", vals[c], c < 5 ? " " : "\n");
+			if (nrows == cap) {
+				cap = cap ? cap * 2 : 16;
+				cells = cm_realloc(MEM, cells, (size_t)cap * NC * sizeof(char *));
 			}
-			cJSON_AddItemToArray(arr, o);
+			for (int c = 0; c < NC; c++)
+				cells[(size_t)nrows * NC + (size_t)c] = cm_strdup(MEM, vals[c]);
+			nrows++;
 		}
 		cJSON_Delete(all);
 	}
 	co_release_all(ixs, n);
-	if (json)
-		co_reply_json(r, 200, arr);
-	else {
-		cJSON_Delete(arr);
-		co_reply_text(r, 200, "text/plain; charset=UTF-8", (const char *)out.data, out.len);
-	}
-	cm_buf_free(&out);
+	/* rendered like every _cat table: h, s, v, help, format */
+	co_cat_cells(r, cols, NC, cells, nrows);
+	for (int i = 0; i < nrows * NC; i++)
+		cm_free(MEM, cells[i]);
+	cm_free(MEM, cells);
 }
 
 cm_err

@@ -11,7 +11,7 @@
 #include "../common/cm_alloc.h"
 #include "co_private.h"
 
-#define MAX_ANALYZE_TOKENS 10000 /* index.analyze.max_token_count */
+#define MAX_ANALYZE_TOKENS 10000 /* index.analyze.max_token_count's default */
 #define VALUE_GAP 100            /* position_increment_gap between array values */
 
 typedef struct acc {
@@ -21,6 +21,7 @@ typedef struct acc {
 	uint32_t *u16;         /* UTF-16 offset of each byte offset: ES counts Java chars */
 	st_analyzer_kind kind; /* built-in: types come from the source bytes */
 	int count;
+	long long max_tokens; /* index.analyze.max_token_count */
 	bool too_many;
 	bool explain; /* adds bytes, positionLength, termFrequency */
 } acc;
@@ -29,7 +30,7 @@ static int
 on_token(void *ctx, const st_token *t)
 {
 	acc *a = ctx;
-	if (++a->count > MAX_ANALYZE_TOKENS) {
+	if (++a->count > a->max_tokens) {
 		a->too_many = true;
 		return 1;
 	}
@@ -206,7 +207,11 @@ co_h_analyze(co_req *r)
 		m = nd_index_mapping(ixs[0]);
 	}
 	const st_analysis *an = m ? m->analysis : NULL;
-	acc a = {.tokens = cJSON_CreateArray(), .kind = ST_AN_STANDARD};
+	acc a = {.tokens = cJSON_CreateArray(),
+	         .kind = ST_AN_STANDARD,
+	         .max_tokens = nix == 1 ? nd_index_setting_int(ixs[0], "analyze.max_token_count",
+	                                                       MAX_ANALYZE_TOKENS)
+	                                : MAX_ANALYZE_TOKENS};
 	const st_analyzer *chain = NULL;
 	if (field && !analyzer && !tokenizer && !normalizer) {
 		if (!has_index) {
@@ -324,9 +329,9 @@ co_h_analyze(co_req *r)
 			co_reply_errorf(
 			    r, CM_EINVAL, "illegal_argument_exception",
 			    "The number of tokens produced by calling _analyze has exceeded "
-			    "the allowed maximum of [%d]. This limit can be set by changing "
+			    "the allowed maximum of [%lld]. This limit can be set by changing "
 			    "the [index.analyze.max_token_count] index level setting.",
-			    MAX_ANALYZE_TOKENS);
+			    a.max_tokens);
 		else
 			co_reply_errorf(r, rc, "illegal_argument_exception", "analysis failed: %s",
 			                cm_err_msg(rc));

@@ -97,7 +97,14 @@ parse_action(co_bulk_parser *p, const char *line, size_t len, co_bulk_action *ou
 		goto done;
 	}
 	a = j->child;
-	if (!a || a->next) {
+	if (!a) { /* {} : ES's parser meets the object's end where a name should be */
+		fail(p, CM_EINVAL,
+		     "Malformed action/metadata line [%llu], expected FIELD_NAME but found "
+		     "[END_OBJECT]",
+		     ln);
+		goto done;
+	}
+	if (a->next) {
 		fail(p, CM_EINVAL,
 		     "Malformed action/metadata line [%llu], expected a single action", ln);
 		goto done;

@@ -268,6 +268,20 @@ co_refresh_after(nd_index *ix, int mode)
 
 /* ---- index / create ---- */
 
+/* ?require_alias=true: name must be an alias (the index is neither
+ * created nor written otherwise); false after replying 404. */
+static bool
+require_alias_ok(co_req *r, const char *name)
+{
+	if (!co_param_bool(r, "require_alias", false) || nd_alias_exists(r->node, name))
+		return true;
+	co_reply_errorf(r, CM_ENOINDEX, NULL,
+	                "no such index [%s] and [require_alias] request flag is [true] and [%s] "
+	                "is not an alias",
+	                name, name);
+	return false;
+}
+
 static void
 doc_index(co_req *r, bool create)
 {
@@ -280,7 +294,8 @@ doc_index(co_req *r, bool create)
 	char gen[21];
 	bool bad;
 
-	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
+	if (!co_alias_routing_param(r, name) || /* an alias's index_routing */
+	    !require_alias_ok(r, name))
 		return;
 	routing = co_param_get(r, "routing");
 	cJSON *body;
@@ -930,7 +945,8 @@ co_h_update(co_req *r)
 {
 	const char *name = co_seg(r, 0), *id = co_seg(r, 2), *routing;
 	const char *roc = co_param_get(r, "retry_on_conflict");
-	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
+	if (!co_alias_routing_param(r, name) || /* an alias's index_routing */
+	    !require_alias_ok(r, name))
 		return;
 	routing = co_param_get(r, "routing");
 	co_write_opts w;
@@ -1074,7 +1090,7 @@ co_h_mget(co_req *r)
 		if (!(ix = co_index_or_alias(r->node, iname, false))) {
 			cJSON *e = cJSON_CreateObject();
 			cJSON_AddStringToObject(e, "_index", iname);
-			cJSON_AddStringToObject(e, "_type", "_doc");
+			cJSON_AddNullToObject(e, "_type"); /* as ES 7: a failure has no type */
 			cJSON_AddStringToObject(e, "_id", id);
 			cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", iname);
 			cJSON_AddItemToObject(e, "error", co_error_json(&err, iname));
@@ -1085,12 +1101,20 @@ co_h_mget(co_req *r)
 		cJSON *g = get_doc_json(ix, id,
 		                        cJSON_IsString(rt) ? rt->valuestring : co_param_get(r, "routing"),
 		                        di, de, parsed, &ro, &found, &err);
+		if (g && !found) {
+			/* ES 7's typeless mget: a missing document has its index's
+			 * type, none while the index has no mapping yet */
+			st_mapping *m = nd_index_mapping(ix);
+			if (!m || m->nfields == 0)
+				cJSON_ReplaceItemInObjectCaseSensitive(g, "_type", cJSON_CreateNull());
+			st_mapping_unref(m);
+		}
 		nd_index_release(ix);
 		cm_free(MEM, dinc);
 		if (!g) {
 			g = cJSON_CreateObject();
 			cJSON_AddStringToObject(g, "_index", iname);
-			cJSON_AddStringToObject(g, "_type", "_doc");
+			cJSON_AddNullToObject(g, "_type");
 			cJSON_AddStringToObject(g, "_id", id);
 			cJSON_AddItemToObject(g, "error", co_error_json(&err, iname));
 		}

@@ -96,6 +96,8 @@ bool co_param_flag(co_req *r, const char *key, bool dflt, bool *out);
 /* _cat rows of space-separated fields under cols, rendered with the
  * request's h, s, v and format (co_rest.c). */
 void co_cat_rows(co_req *r, const char *const *cols, int ncols, const char *rows, size_t len);
+/* The same from nrows * ncols cells (row by row; a cell may hold spaces). */
+void co_cat_cells(co_req *r, const char *const *cols, int ncols, char *const *cells, int nrows);
 #define CO_CAT_HEALTH_NCOLS 14
 extern const char *const co_cat_health_cols[CO_CAT_HEALTH_NCOLS];
 /* The cluster's uuid (from the cluster state; a solo node's own, or a
@@ -289,6 +291,10 @@ bool co_alias_routing_param(co_req *r, const char *name);
 void co_h_template_put(co_req *r);
 void co_h_template_get(co_req *r);
 void co_h_template_delete(co_req *r);
+void co_h_cat_templates(co_req *r); /* GET /_cat/templates[/{name}] */
+/* Index settings as ES shows them (new JSON): keys under "index.", values
+ * as strings, nested unless flat. */
+cJSON *co_settings_normalized(const cJSON *s, bool flat);
 /* Stored scripts (mustache search templates), kept with the templates. */
 void co_h_script_put(co_req *r);
 void co_h_script_get(co_req *r);

@@ -173,6 +173,42 @@ status_rank(const char *s)
 	return strcmp(s, "green") == 0 ? 0 : strcmp(s, "yellow") == 0 ? 1 : 2;
 }
 
+/* wait_for_nodes and wait_for_active_shards against a solo node's one
+ * node and its active shards. */
+static bool
+solo_waits_met(co_req *r, const health *h)
+{
+	const char *wn = co_param_get(r, "wait_for_nodes");
+	const char *wa = co_param_get(r, "wait_for_active_shards");
+	if (wn && *wn) {
+		const char *p = wn;
+		char op[3] = "";
+		size_t k = 0;
+		while (k < 2 && (*p == '>' || *p == '<' || *p == '='))
+			op[k++] = *p++;
+		if (!strncmp(p, "ge(", 3) || !strncmp(p, "le(", 3) || !strncmp(p, "gt(", 3) ||
+		    !strncmp(p, "lt(", 3)) {
+			snprintf(op, sizeof op, "%s", p[0] == 'g' ? (p[1] == 'e' ? ">=" : ">")
+			                                          : (p[1] == 'e' ? "<=" : "<"));
+			p += 3;
+		}
+		long want = strtol(p, NULL, 10);
+		bool ok = !strcmp(op, ">=")  ? 1 >= want
+		          : !strcmp(op, "<=") ? 1 <= want
+		          : !strcmp(op, ">")  ? 1 > want
+		          : !strcmp(op, "<")  ? 1 < want
+		                              : 1 == want;
+		if (!ok)
+			return false;
+	}
+	if (wa && *wa) {
+		if (!strcmp(wa, "all"))
+			return h->unassigned == 0;
+		return h->active >= strtol(wa, NULL, 10);
+	}
+	return true;
+}
+
 void
 co_h_health(co_req *r)
 {
@@ -194,13 +230,10 @@ co_h_health(co_req *r)
 	    !co_param_flag(r, "wait_for_no_initializing_shards", false, &no_init))
 		return;
 	const char *wa = co_param_get(r, "wait_for_active_shards");
-	long want_active = 0; /* -1: all */
-	if (wa && strcmp(wa, "all") == 0) {
-		want_active = -1;
-	} else if (wa) {
+	if (wa && strcmp(wa, "all") != 0) {
 		char *end;
-		want_active = strtol(wa, &end, 10);
-		if (*end || end == wa || want_active < 0) {
+		long v = strtol(wa, &end, 10);
+		if (*end || end == wa || v < 0) {
 			co_reply_errorf(r, CM_EINVAL, NULL,
 			                "failed to parse value [%s] for wait_for_active_shards", wa);
 			return;
@@ -222,7 +255,7 @@ co_h_health(co_req *r)
 		timed_out = true;
 		status = 408;
 	}
-	if (want_active && h.active < (want_active < 0 ? h.active + h.unassigned : want_active)) {
+	if (!solo_waits_met(r, &h)) { /* nothing changes on a solo node while it waits */
 		timed_out = true;
 		status = 408;
 	}
@@ -244,7 +277,8 @@ co_h_health(co_req *r)
 	cJSON_AddNumberToObject(
 	    j, "active_shards_percent_as_number",
 	    h.active + h.unassigned ? 100.0 * h.active / (h.active + h.unassigned) : 100.0);
-	if (co_param_get(r, "level") && strcmp(co_param_get(r, "level"), "indices") == 0) {
+	const char *level = co_param_get(r, "level");
+	if (level && (!strcmp(level, "indices") || !strcmp(level, "shards"))) {
 		cJSON *ind = cJSON_AddObjectToObject(j, "indices");
 		for (size_t i = 0; i < n; i++) {
 			health hi;
@@ -259,6 +293,22 @@ co_h_health(co_req *r)
 			cJSON_AddNumberToObject(o, "relocating_shards", 0);
 			cJSON_AddNumberToObject(o, "initializing_shards", 0);
 			cJSON_AddNumberToObject(o, "unassigned_shards", hi.unassigned);
+			if (strcmp(level, "shards"))
+				continue;
+			/* a solo node holds every primary; replicas stay unassigned */
+			int reps = nd_index_settings(ixs[i])->number_of_replicas;
+			cJSON *sh = cJSON_AddObjectToObject(o, "shards");
+			for (int s = 0; s < nd_index_nshards(ixs[i]); s++) {
+				char id[16];
+				snprintf(id, sizeof id, "%d", s);
+				cJSON *so = cJSON_AddObjectToObject(sh, id);
+				cJSON_AddStringToObject(so, "status", reps ? "yellow" : "green");
+				cJSON_AddBoolToObject(so, "primary_active", true);
+				cJSON_AddNumberToObject(so, "active_shards", 1);
+				cJSON_AddNumberToObject(so, "relocating_shards", 0);
+				cJSON_AddNumberToObject(so, "initializing_shards", 0);
+				cJSON_AddNumberToObject(so, "unassigned_shards", reps);
+			}
 		}
 	}
 	if (ixs)
@@ -557,6 +607,34 @@ cat_col(const cat_table *t, const char *name, size_t n)
 	return -1;
 }
 
+/* help=true: one line per column, "name | aliases | description" as ES
+ * prints it (Shoal has no descriptions: the name stands for it). */
+static void
+cat_help(co_req *r, const cat_table *t)
+{
+	cm_buf out;
+	size_t w = 0;
+	cm_buf_init(&out, MEM);
+	for (int c = 0; c < t->ncols; c++)
+		if (strlen(t->cols[c]) > w)
+			w = strlen(t->cols[c]);
+	for (int c = 0; c < t->ncols; c++) {
+		char al[256] = "";
+		size_t n = 0;
+		for (size_t a = 0; a < sizeof(cat_aliases) / sizeof(cat_aliases[0]); a++) {
+			const char *name = cat_aliases[a][0];
+			if (strcmp(cat_aliases[a][1], t->cols[c]) ||
+			    cat_col(t, name, strlen(name)) != c || n + strlen(name) + 2 > sizeof al)
+				continue;
+			n += (size_t)snprintf(al + n, sizeof al - n, "%s%s", n ? "," : "", name);
+		}
+		cm_buf_printf(&out, "%-*s | %-16s | %s\n", (int)w, t->cols[c], n ? al : "-",
+		              t->cols[c]);
+	}
+	co_reply_text(r, 200, "text/plain; charset=UTF-8", (const char *)out.data, out.len);
+	cm_buf_free(&out);
+}
+
 static void
 cat_render(co_req *r, cat_table *t)
 {
@@ -568,6 +646,10 @@ cat_render(co_req *r, cat_table *t)
 	bool v = co_param_bool(r, "v", false);
 	const char *health = co_param_get(r, "health");
 
+	if (co_param_bool(r, "help", false)) {
+		cat_help(r, t);
+		goto done;
+	}
 	if (h && *h) {
 		for (const char *p = h; *p && nsel < 64;) {
 			const char *e = strchr(p, ',');
@@ -694,6 +776,24 @@ done:
 	}
 	cm_free(MEM, t->rows);
 	cm_free(MEM, t->numeric);
+}
+
+void
+co_cat_cells(co_req *r, const char *const *cols, int ncols, char *const *cells, int nrows)
+{
+	cat_table t;
+	cat_init(&t, cols, ncols);
+	t.cap = nrows;
+	t.rows = cm_malloc(MEM, (size_t)(nrows ? nrows : 1) * sizeof(char **));
+	for (int i = 0; i < nrows; i++) {
+		char **row = cm_calloc(MEM, (size_t)ncols, sizeof(char *));
+		for (int c = 0; c < ncols; c++) {
+			const char *v = cells[(size_t)i * (size_t)ncols + (size_t)c];
+			row[c] = cm_strdup(MEM, v ? v : "");
+		}
+		t.rows[t.nrows++] = row;
+	}
+	cat_render(r, &t);
 }
 
 void
@@ -1249,9 +1349,13 @@ co_h_stats(co_req *r)
 	}
 	memset(&all, 0, sizeof(all));
 	j = cJSON_CreateObject();
-	for (size_t i = 0; i < n; i++)
+	int copies = 0; /* ES counts every copy; a solo node's replicas are unassigned */
+	for (size_t i = 0; i < n; i++) {
 		shards += nd_index_nshards(ixs[i]);
-	cJSON_AddItemToObject(j, "_shards", co_shards_json(shards, shards, 0));
+		copies += nd_index_nshards(ixs[i]) *
+		          (1 + nd_index_settings(ixs[i])->number_of_replicas);
+	}
+	cJSON_AddItemToObject(j, "_shards", co_shards_json(copies, shards, 0));
 	allj = cJSON_AddObjectToObject(j, "_all");
 	ind = cJSON_AddObjectToObject(j, "indices");
 	for (size_t i = 0; i < n; i++) {
@@ -1942,6 +2046,73 @@ flatten_settings(cJSON *src, const char *prefix, cJSON *dst)
 	}
 }
 
+/* Does a flat setting key match one of the comma-separated patterns? */
+static bool
+setting_wanted(const char *names, const char *key)
+{
+	bool hit = false;
+	char *copy = cm_strdup(MEM, names), *save = NULL, *tok;
+	for (tok = strtok_r(copy, ",", &save); tok && !hit; tok = strtok_r(NULL, ",", &save))
+		hit = !strcmp(tok, "_all") || cm_glob(tok, key);
+	cm_free(MEM, copy);
+	return hit;
+}
+
+/* flat (consumed) back into nested objects: "index.a.b" -> index{a{b}} */
+static cJSON *
+unflatten_settings(cJSON *flat)
+{
+	cJSON *out = cJSON_CreateObject(), *c;
+	while ((c = flat->child) != NULL) {
+		cJSON_DetachItemViaPointer(flat, c);
+		cJSON *at = out;
+		char *key = c->string, *dot;
+		while ((dot = strchr(key, '.')) != NULL) {
+			*dot = 0;
+			cJSON *sub = cJSON_GetObjectItemCaseSensitive(at, key);
+			if (!cJSON_IsObject(sub))
+				sub = cJSON_AddObjectToObject(at, key);
+			at = sub;
+			key = dot + 1;
+		}
+		cJSON_AddItemToObject(at, key, cJSON_Duplicate(c, true));
+		cJSON_Delete(c);
+	}
+	cJSON_Delete(flat);
+	return out;
+}
+
+cJSON *
+co_settings_normalized(const cJSON *s, bool flat)
+{
+	cJSON *f = cJSON_CreateObject(), *out = cJSON_CreateObject();
+	flatten_settings((cJSON *)s, "", f);
+	while (f->child) {
+		cJSON *c = cJSON_DetachItemViaPointer(f, f->child), *v;
+		char key[300], num[64];
+		snprintf(key, sizeof key, "%s%s", strncmp(c->string, "index.", 6) ? "index." : "",
+		         c->string);
+		if (cJSON_IsNumber(c)) {
+			double d = c->valuedouble;
+			if (d == (double)(long long)d)
+				snprintf(num, sizeof num, "%lld", (long long)d);
+			else
+				snprintf(num, sizeof num, "%.17g", d);
+			v = cJSON_CreateString(num);
+		} else if (cJSON_IsBool(c)) {
+			v = cJSON_CreateString(cJSON_IsTrue(c) ? "true" : "false");
+		} else {
+			v = cJSON_Duplicate(c, true);
+		}
+		cJSON_AddItemToObject(out, key, v);
+		cJSON_Delete(c);
+	}
+	cJSON_Delete(f);
+	return flat ? out : unflatten_settings(out);
+}
+
+/* GET /_settings, /{index}/_settings, and with /{name} (setting name
+ * patterns): an index none of whose settings match is left out. */
 void
 co_h_settings_get(co_req *r)
 {
@@ -1949,19 +2120,34 @@ co_h_settings_get(co_req *r)
 	size_t n;
 	cJSON *j;
 	bool flat = co_param_bool(r, "flat_settings", false);
+	const char *s0 = co_seg(r, 0);
+	const char *names = s0 && !strcmp(s0, "_settings") ? co_seg(r, 1) : co_seg(r, 2);
 
 	if (!resolve_with(r, index_expr(r), ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n))
 		return;
 	j = cJSON_CreateObject();
 	for (size_t i = 0; i < n; i++) {
-		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
 		cJSON *s = nd_index_settings_json(ixs[i]);
-		if (flat) {
+		if (flat || names) {
 			cJSON *f = cJSON_CreateObject();
 			flatten_settings(s, "", f);
 			cJSON_Delete(s);
 			s = f;
 		}
+		if (names) {
+			for (cJSON *c = s->child, *next; c; c = next) {
+				next = c->next;
+				if (!setting_wanted(names, c->string))
+					cJSON_Delete(cJSON_DetachItemViaPointer(s, c));
+			}
+			if (!s->child) {
+				cJSON_Delete(s);
+				continue;
+			}
+			if (!flat)
+				s = unflatten_settings(s);
+		}
+		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
 		cJSON_AddItemToObject(o, "settings", s);
 	}
 	co_release_all(ixs, n);
@@ -1983,7 +2169,7 @@ co_h_settings_put(co_req *r)
 		                "Validation Failed: 1: no settings to update;");
 		return;
 	}
-	if (!resolve_with(r, co_seg(r, 0), ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n)) {
+	if (!resolve_with(r, index_expr(r), ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n)) {
 		cJSON_Delete(body);
 		return;
 	}

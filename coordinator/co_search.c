@@ -206,6 +206,15 @@ fold_search_params(co_req *r, cJSON *body, bool count_only)
 		cm_free(MEM, copy);
 		obj_set(body, lists[i], a);
 	}
+	const char *st = co_param_get(r, "search_type");
+	if (st && strcmp(st, "query_then_fetch") && strcmp(st, "dfs_query_then_fetch")) {
+		/* ES's REST layer refuses the others by name */
+		if (!strcmp(st, "query_and_fetch") || !strcmp(st, "dfs_query_and_fetch"))
+			co_reply_errorf(r, CM_EINVAL, NULL, "Unsupported search type [%.40s]", st);
+		else
+			co_reply_errorf(r, CM_EINVAL, NULL, "No search type for [%.40s]", st);
+		return false;
+	}
 	/* accepted, with no effect on a single node */
 	static const char *noop[] = {"search_type", "preference", "request_cache", "routing",
 	                             "typed_keys", "allow_partial_search_results",
@@ -252,17 +261,29 @@ reply_all_shards_failed(co_req *r, const cm_error *e, nd_index **ixs, size_t n)
 	co_reply_json(r, status, doc);
 }
 
-/* hits.total as a number, for rest_total_hits_as_int=true. */
+/* hits.total of a hits object, and of each hit's inner_hits, as a number. */
+static void
+hits_total_as_int(cJSON *h)
+{
+	cJSON *t = cJSON_GetObjectItemCaseSensitive(h, "total"), *v, *hit, *ih;
+	if (cJSON_IsObject(t) && (v = cJSON_GetObjectItemCaseSensitive(t, "value")))
+		cJSON_ReplaceItemInObjectCaseSensitive(h, "total", cJSON_CreateNumber(v->valuedouble));
+	cJSON_ArrayForEach(hit, cJSON_GetObjectItemCaseSensitive(h, "hits"))
+	{
+		cJSON_ArrayForEach(ih, cJSON_GetObjectItemCaseSensitive(hit, "inner_hits"))
+		hits_total_as_int(cJSON_GetObjectItemCaseSensitive(ih, "hits"));
+	}
+}
+
+/* hits.total (and inner hits' totals) as a number, for
+ * rest_total_hits_as_int=true. */
 bool
 co_total_as_int(cm_buf *out)
 {
-	cJSON *j = cJSON_ParseWithLength((const char *)out->data, out->len), *h, *t, *v;
+	cJSON *j = cJSON_ParseWithLength((const char *)out->data, out->len);
 	if (!j)
 		return false;
-	h = cJSON_GetObjectItemCaseSensitive(j, "hits");
-	t = cJSON_GetObjectItemCaseSensitive(h, "total");
-	if (cJSON_IsObject(t) && (v = cJSON_GetObjectItemCaseSensitive(t, "value")))
-		cJSON_ReplaceItemInObjectCaseSensitive(h, "total", cJSON_CreateNumber(v->valuedouble));
+	hits_total_as_int(cJSON_GetObjectItemCaseSensitive(j, "hits"));
 	char *s = cJSON_PrintUnformatted(j);
 	cm_buf_reset(out);
 	cm_buf_put(out, s, strlen(s));
@@ -882,7 +903,7 @@ co_msearch_run(co_req *r, const cm_error *item_errs, size_t nitem_errs)
 	cJSON *header = NULL;
 
 	co_param_get(r, "max_concurrent_searches");
-	co_param_get(r, "rest_total_hits_as_int");
+	bool total_as_int = co_param_bool(r, "rest_total_hits_as_int", false);
 	co_param_get(r, "search_type");
 	co_param_get(r, "typed_keys");
 	cm_buf_init(&out, MEM);
@@ -973,6 +994,8 @@ co_msearch_run(co_req *r, const cm_error *item_errs, size_t nitem_errs)
 			cJSON_Delete(e);
 		} else {
 			/* the search body with "status":200 appended */
+			if (total_as_int)
+				co_total_as_int(&one);
 			if (one.len > 1) {
 				cm_buf_put(&out, one.data, one.len - 1);
 				cm_buf_printf(&out, ",\"status\":200}");

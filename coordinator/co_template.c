@@ -447,10 +447,18 @@ co_h_template_put(co_req *r)
 			                                  : check_legacy(body, &err);
 		pthread_mutex_unlock(&tpl_lock);
 	}
-	if (rc)
+	if (rc) {
 		co_reply_error(r, &err, NULL);
-	else
+	} else {
+		/* a single pattern given as a string is kept (and shown) as a list */
+		cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "index_patterns");
+		if (cJSON_IsString(p)) {
+			cJSON *list = cJSON_CreateArray();
+			cJSON_AddItemToArray(list, cJSON_CreateString(p->valuestring));
+			cJSON_ReplaceItemInObjectCaseSensitive(body, "index_patterns", list);
+		}
 		co_store_change(r, "put", kind, name, body);
+	}
 	cJSON_Delete(body);
 }
 
@@ -489,8 +497,7 @@ void
 co_h_template_get(co_req *r)
 {
 	const char *kind = kind_of(r), *names = co_seg(r, 1);
-	bool missing;
-	co_param_get(r, "flat_settings");
+	bool missing, flat = co_param_bool(r, "flat_settings", false);
 	co_param_get(r, "local");
 	pthread_mutex_lock(&tpl_lock);
 	const cJSON *set = cJSON_GetObjectItemCaseSensitive(db(r->node), kind);
@@ -506,6 +513,10 @@ co_h_template_get(co_req *r)
 			static const char *const parts[] = {"settings", "mappings", "aliases"};
 			if (!cJSON_GetObjectItemCaseSensitive(t, "order"))
 				cJSON_AddNumberToObject(t, "order", 0);
+			cJSON *set = cJSON_GetObjectItemCaseSensitive(t, "settings");
+			if (cJSON_IsObject(set))
+				cJSON_ReplaceItemInObjectCaseSensitive(t, "settings",
+				                                       co_settings_normalized(set, flat));
 			for (int i = 0; i < 3; i++)
 				if (!cJSON_GetObjectItemCaseSensitive(t, parts[i]))
 					cJSON_AddObjectToObject(t, parts[i]);
@@ -891,4 +902,69 @@ co_h_script_delete(co_req *r)
 		return;
 	}
 	co_store_change(r, "delete", "script", id, NULL);
+}
+
+/* "[a, b]" of a list of strings (a single string as a list of one). */
+static char *
+cat_list(const cJSON *l)
+{
+	cm_buf b;
+	cm_buf_init(&b, MEM);
+	cm_buf_put_u8(&b, '[');
+	if (cJSON_IsString(l))
+		cm_buf_printf(&b, "%s", l->valuestring);
+	for (const cJSON *e = cJSON_IsArray(l) ? l->child : NULL; e; e = e->next)
+		if (cJSON_IsString(e))
+			cm_buf_printf(&b, "%s%s", e == l->child ? "" : ", ", e->valuestring);
+	cm_buf_put(&b, "]", 2);
+	char *s = cm_strdup(MEM, (const char *)b.data);
+	cm_buf_free(&b);
+	return s;
+}
+
+/* GET /_cat/templates[/{name}]: legacy and composable index templates,
+ * columns name, index_patterns, order, version, composed_of. */
+void
+co_h_cat_templates(co_req *r)
+{
+	static const char *const cols[] = {"name", "index_patterns", "order", "version",
+	                                   "composed_of"};
+	enum { NC = sizeof(cols) / sizeof(cols[0]) };
+	const char *names = co_seg(r, 2);
+	char **cells = NULL;
+	int nrows = 0, cap = 0;
+	bool missing;
+	pthread_mutex_lock(&tpl_lock);
+	for (int k = 0; k < 2; k++) {
+		const char *kind = k ? "index" : "legacy";
+		const cJSON *set = cJSON_GetObjectItemCaseSensitive(db(r->node), kind);
+		cJSON *sel = select_names(set, names, &missing);
+		for (const cJSON *s = sel->child; s; s = s->next) {
+			const cJSON *t = cJSON_GetObjectItemCaseSensitive(set, s->valuestring);
+			const cJSON *order = cJSON_GetObjectItemCaseSensitive(t, k ? "priority" : "order");
+			const cJSON *ver = cJSON_GetObjectItemCaseSensitive(t, "version");
+			char num[32];
+			if (nrows == cap) {
+				cap = cap ? cap * 2 : 8;
+				cells = cm_realloc(MEM, cells, (size_t)cap * NC * sizeof(char *));
+			}
+			char **row = cells + (size_t)nrows++ * NC;
+			row[0] = cm_strdup(MEM, s->valuestring);
+			row[1] = cat_list(cJSON_GetObjectItemCaseSensitive(t, "index_patterns"));
+			snprintf(num, sizeof num, "%lld",
+			         cJSON_IsNumber(order) ? (long long)order->valuedouble : 0LL);
+			row[2] = cm_strdup(MEM, num);
+			snprintf(num, sizeof num, "%lld",
+			         cJSON_IsNumber(ver) ? (long long)ver->valuedouble : 0LL);
+			row[3] = cm_strdup(MEM, cJSON_IsNumber(ver) ? num : "");
+			row[4] = k ? cat_list(cJSON_GetObjectItemCaseSensitive(t, "composed_of"))
+			           : cm_strdup(MEM, "");
+		}
+		cJSON_Delete(sel);
+	}
+	pthread_mutex_unlock(&tpl_lock);
+	co_cat_cells(r, cols, NC, cells, nrows);
+	for (int i = 0; i < nrows * NC; i++)
+		cm_free(MEM, cells[i]);
+	cm_free(MEM, cells);
 }

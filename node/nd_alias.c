@@ -88,6 +88,11 @@ nd_alias_entry(const char *alias, const cJSON *spec, cJSON **out, cm_error *err)
 			for (int i = 0; i < 2; i++) {
 				if (strcmp(key, "routing") && strcmp(key, keys[i]))
 					continue;
+				/* index_routing and search_routing win over routing,
+				 * whatever their order */
+				if (!strcmp(key, "routing") &&
+				    cJSON_GetObjectItemCaseSensitive(spec, keys[i]))
+					continue;
 				cJSON *v = routing_value(k, key, err);
 				if (!v) {
 					rc = CM_EPARSE;

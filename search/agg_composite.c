@@ -21,7 +21,9 @@
 
 typedef enum { CS_TERMS, CS_HIST, CS_DATE } cs_type;
 
-enum { CV_NULL, CV_LONG, CV_DOUBLE, CV_STR };
+/* CV_IP: an ip field's 16-byte address, ordered as bytes like CV_STR and
+ * shown as text */
+enum { CV_NULL, CV_LONG, CV_DOUBLE, CV_STR, CV_IP };
 
 typedef struct csrc {
 	sr_agg *spec; /* hidden spec: name, field, format, histogram parameters */
@@ -69,7 +71,7 @@ key_put(cm_buf *b, const cval *v)
 		cm_buf_put_u64(b, (uint64_t)v->l);
 	else if (v->tag == CV_DOUBLE)
 		agg_put_double(b, v->d);
-	else if (v->tag == CV_STR) {
+	else if (v->tag == CV_STR || v->tag == CV_IP) {
 		cm_buf_put_u32(b, (uint32_t)v->n);
 		cm_buf_put(b, v->s, v->n);
 	}
@@ -94,7 +96,7 @@ key_get(const uint8_t *k, size_t n, size_t nsrc, cval *out)
 		} else if (tag == CV_DOUBLE) {
 			if (!agg_get_double(&r, &out[i].d))
 				return false;
-		} else if (tag == CV_STR) {
+		} else if (tag == CV_STR || tag == CV_IP) {
 			uint32_t len;
 			const uint8_t *s;
 			if (!cm_rd_u32(&r, &len) || !cm_rd_bytes(&r, len, &s))
@@ -112,7 +114,18 @@ cval_cmp(const cval *a, const cval *b)
 {
 	if (a->tag == CV_NULL || b->tag == CV_NULL)
 		return (a->tag != CV_NULL) - (b->tag != CV_NULL);
-	bool as = a->tag == CV_STR, bs = b->tag == CV_STR;
+	uint8_t ipa[ST_IP_LEN], ipb[ST_IP_LEN];
+	if ((a->tag == CV_IP) != (b->tag == CV_IP) && (a->tag == CV_IP || b->tag == CV_IP)) {
+		/* an after key's address (text) against a collected one (bytes) */
+		const cval *t = a->tag == CV_IP ? b : a;
+		uint8_t *dst = a->tag == CV_IP ? ipb : ipa;
+		if (t->tag == CV_STR && st_ip_parse((const char *)t->s, t->n, dst)) {
+			const uint8_t *x = a->tag == CV_IP ? a->s : ipa;
+			const uint8_t *y = b->tag == CV_IP ? b->s : ipb;
+			return memcmp(x, y, ST_IP_LEN);
+		}
+	}
+	bool as = a->tag == CV_STR || a->tag == CV_IP, bs = b->tag == CV_STR || b->tag == CV_IP;
 	if (as != bs)
 		return as ? 1 : -1;
 	if (as) {
@@ -520,7 +533,7 @@ source_values(agg_rt *rt, comp_seg *k, const csrc *s, size_t i, uint32_t doc)
 					             "could not read term of [%s]", s->spec->field);
 					return false;
 				}
-				v.tag = CV_STR;
+				v.tag = sr->fi->type == ST_FT_IP && len == ST_IP_LEN ? CV_IP : CV_STR;
 				v.s = t;
 				v.n = len;
 			} else if (sr->is_double) {
@@ -686,6 +699,12 @@ put_key(const sr_agg *a, cm_buf *b, const uint8_t *key, size_t klen)
 		case CV_STR:
 			agg_json_str(b, (const char *)v[i].s, v[i].n);
 			break;
+		case CV_IP: {
+			char txt[64];
+			st_ip_format(v[i].s, txt, sizeof txt);
+			agg_json_str(b, txt, strlen(txt));
+			break;
+		}
 		case CV_DOUBLE:
 			agg_json_double(b, v[i].d);
 			break;

@@ -476,6 +476,7 @@ static const struct {
 	const char *name, *pattern;
 } named_formats[] = {
     {"strict_date_optional_time", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"},
+    {"iso8601", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"}, /* ES prints it as the one above */
     {"date_optional_time", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"},
     {"strict_date_optional_time_nanos", "yyyy-MM-dd'T'HH:mm:ss.SSSSSSSSSXXX"},
     {"date_time", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"},

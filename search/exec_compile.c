@@ -2310,7 +2310,9 @@ compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 	case SR_Q_EXISTS: {
 		const sr_fstat *list[256];
 		size_t n = 0;
-		if (!strcmp(q->field, "_id")) {
+		if (!strcmp(q->field, "_id") || !strcmp(q->field, "_index") ||
+		    !strcmp(q->field, "_type")) {
+			/* every document has them */
 			*out = plan_new(P_ALL, b, scoring);
 			break;
 		}

@@ -533,6 +533,8 @@ emit_scalar(parse_ctx *c, const st_field_def *f, cJSON *j)
 	}
 }
 
+static cm_err emit_completion(parse_ctx *c, const st_field_def *f, cJSON *j);
+
 /* Emits j for field f and each of f's multi-fields. */
 static cm_err
 emit_field(parse_ctx *c, const st_field_def *f, cJSON *j)
@@ -553,7 +555,9 @@ emit_field(parse_ctx *c, const st_field_def *f, cJSON *j)
 		if (strncmp(mf->path, f->path, pn) != 0 || mf->path[pn] > '.')
 			break;
 		if (mf->path[pn] == '.' && mf->parent != NULL && strcmp(mf->parent, f->path) == 0) {
-			e = emit_scalar(c, mf, j);
+			/* a completion multi-field takes its parent's value as its input */
+			e = mf->type == ST_FT_COMPLETION ? emit_completion(c, mf, j)
+			                                 : emit_scalar(c, mf, j);
 			if (e != CM_OK)
 				return e;
 		}

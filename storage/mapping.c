@@ -741,15 +741,16 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		} else if (strcmp(k, "index") == 0 && type != ST_FT_OBJECT &&
 		           type != ST_FT_BINARY) {
 			ok = json_bool(it, &f.index);
-		} else if (strcmp(k, "doc_values") == 0 && type == ST_FT_GEO_POINT) {
-			/* geo_point queries read the column: it cannot be turned off */
-			ok = cJSON_IsTrue(it);
+		} else if (strcmp(k, "doc_values") == 0 &&
+		           (type == ST_FT_GEO_POINT || type == ST_FT_BINARY)) {
+			/* accepted and echoed; geo_point queries read the column, so it
+			 * is kept, and binary keeps none (docs/api.md, field types) */
+			bool dv = false;
+			ok = json_bool(it, &dv);
+			f.doc_values_shown = dv ? 1 : 2;
 		} else if (strcmp(k, "ignore_z_value") == 0 && type == ST_FT_GEO_POINT) {
 			bool z = true;
 			ok = json_bool(it, &z) && z; /* a third coordinate is always dropped */
-		} else if (strcmp(k, "doc_values") == 0 && type == ST_FT_BINARY) {
-			/* binary doc values are not kept: only false is accepted */
-			ok = cJSON_IsFalse(it);
 		} else if (strcmp(k, "doc_values") == 0 && type != ST_FT_OBJECT &&
 		           type != ST_FT_TEXT) {
 			ok = json_bool(it, &f.doc_values);
@@ -1383,7 +1384,9 @@ render_field(cJSON *o, const st_field_def *f, bool has_children)
 		cJSON_AddNumberToObject(o, "depth_limit", f->depth_limit);
 	if (!f->index && f->type != ST_FT_BINARY)
 		cJSON_AddBoolToObject(o, "index", false);
-	if (f->type != ST_FT_TEXT && f->type != ST_FT_BINARY && !f->doc_values)
+	if (f->doc_values_shown)
+		cJSON_AddBoolToObject(o, "doc_values", f->doc_values_shown == 1);
+	else if (f->type != ST_FT_TEXT && f->type != ST_FT_BINARY && !f->doc_values)
 		cJSON_AddBoolToObject(o, "doc_values", false);
 	if (f->type == ST_FT_SCALED_FLOAT)
 		cJSON_AddNumberToObject(o, "scaling_factor", f->scaling_factor);
@@ -1497,6 +1500,14 @@ str_eq(const char *a, const char *b)
 	return (a == NULL && b == NULL) || (a && b && strcmp(a, b) == 0);
 }
 
+/* "doc_values" as the mapping shows it (binary and geo_point echo the given
+ * value; their storage ignores it) */
+static bool
+doc_values_of(const st_field_def *f)
+{
+	return f->doc_values_shown ? f->doc_values_shown == 1 : f->doc_values;
+}
+
 static cm_err
 param_conflict(cm_error *err, const char *path, const char *param, const char *from, const char *to)
 {
@@ -1567,10 +1578,10 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 	if (old->index != f->index)
 		return param_conflict(err, f->path, "index", old->index ? "true" : "false",
 		                      f->index ? "true" : "false");
-	if (old->doc_values != f->doc_values)
+	if (doc_values_of(old) != doc_values_of(f))
 		return param_conflict(err, f->path, "doc_values",
-		                      old->doc_values ? "true" : "false",
-		                      f->doc_values ? "true" : "false");
+		                      doc_values_of(old) ? "true" : "false",
+		                      doc_values_of(f) ? "true" : "false");
 	if (!str_eq(old->format, f->format))
 		return param_conflict(
 		    err, f->path, "format",

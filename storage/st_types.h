@@ -217,6 +217,9 @@ typedef struct st_field_def {
 	int ignore_above;                 /* keyword: 0 = unlimited */
 	bool index;                       /* searchable (default true) */
 	bool doc_values;                  /* column (default true except text) */
+	/* binary, geo_point: "doc_values" as given (0 none, 1 true, 2 false), echoed
+	 * back; storage ignores it: binary keeps no column, geo_point always one */
+	uint8_t doc_values_shown;
 	char *format;                     /* date format, NULL = strict_date_optional_time||epoch_millis */
 	st_dynamic dynamic;               /* object fields only; effective (inherited) value */
 	bool dynamic_set;                 /* object: "dynamic" given explicitly (else inherited) */
