@@ -92,12 +92,13 @@ push_value(parse_ctx *c, const st_field_def *f)
 static void
 preview(const cJSON *j, char *buf, size_t cap)
 {
+	int most = cap > 201 ? 200 : cap ? (int)cap - 1 : 0; /* cut on purpose */
 	if (cJSON_IsString(j)) {
-		snprintf(buf, cap, "%.200s", j->valuestring);
+		snprintf(buf, cap, "%.*s", most, j->valuestring);
 		return;
 	}
 	char *s = cJSON_PrintUnformatted(j);
-	snprintf(buf, cap, "%.200s", s ? s : "");
+	snprintf(buf, cap, "%.*s", most, s ? s : "");
 	free(s);
 }
 
