@@ -177,7 +177,8 @@ def setup():
         lines.append({"t": "v%d" % (i % TERMS), "n": i,
                       "body": "word%d common text %d" % (i % 97, i)})
     st, b = C.coord.bulk(lines, params="?refresh=true")
-    eq((st, b.get("errors")), (200, False), "bulk")
+    bad = [it for it in (b.get("items") or []) if list(it.values())[0].get("status", 0) >= 300]
+    eq((st, b.get("errors")), (200, False), "bulk (first failed items: %s)" % bad[:3])
     C.wait_nodes(60)
     st, rows = C.coord.req("GET", "/_cat/shards/tail?format=json")
     eq(st, 200, "_cat/shards")
@@ -682,5 +683,9 @@ def teardown():
 
 
 if __name__ == "__main__":
-    setup()
+    try:
+        setup()
+    except BaseException:
+        teardown()  # a setup that failed leaves no node running
+        raise
     run_tests(budget_s=200, teardown=teardown)
