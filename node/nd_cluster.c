@@ -690,13 +690,7 @@ state_receive_change(nd_cluster *cl, const pr_metadata *md, cm_error *err)
 		rp_state_put_index(st, &part->indices[i]);
 	for (size_t i = 0; i < md->nremoved; i++)
 		rp_state_remove_index(st, md->removed[i]);
-	memcpy(st->joined, part->joined, sizeof(st->joined));
-	memcpy(st->cluster_uuid, part->cluster_uuid, sizeof(st->cluster_uuid));
-	cm_free(CM_MEM_REPLICATION, st->settings);
-	cm_free(CM_MEM_REPLICATION, st->templates);
-	st->settings = part->settings;
-	st->templates = part->templates;
-	part->settings = part->templates = NULL;
+	rp_state_take_global(st, part);
 	rp_state_free(part);
 	st->version = md->version;
 	cl_state_adopt(cl, st, false);
@@ -847,9 +841,8 @@ state_step(nd_cluster *cl, const rp_state *next, size_t max, char ***took, size_
 	rp_state *mid = rp_state_dup(cur);
 	memcpy(mid->joined, next->joined, sizeof(mid->joined));
 	memcpy(mid->cluster_uuid, next->cluster_uuid, sizeof(mid->cluster_uuid));
-	cm_free(CM_MEM_REPLICATION, mid->settings);
+	rp_state_set_settings(mid, next->settings);
 	cm_free(CM_MEM_REPLICATION, mid->templates);
-	mid->settings = next->settings ? cm_strdup(CM_MEM_REPLICATION, next->settings) : NULL;
 	mid->templates = next->templates ? cm_strdup(CM_MEM_REPLICATION, next->templates) : NULL;
 	size_t used = 1; /* state/global */
 	bool any = false;

@@ -480,13 +480,7 @@ state_key_apply(nd_cluster *cl, rp_state *st, bool deleted, const char *k, const
 		cm_err rc = rp_state_decode(val, len, cl->names, cl->nn, &g, err);
 		if (rc)
 			return rc;
-		memcpy(st->joined, g->joined, sizeof(st->joined));
-		memcpy(st->cluster_uuid, g->cluster_uuid, sizeof(st->cluster_uuid));
-		cm_free(MEM, st->settings);
-		cm_free(MEM, st->templates);
-		st->settings = g->settings;
-		st->templates = g->templates;
-		g->settings = g->templates = NULL;
+		rp_state_take_global(st, g);
 		rp_state_free(g);
 	}
 	if (!deleted && rev > (int64_t)st->version)

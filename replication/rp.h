@@ -63,6 +63,9 @@ bool rp_index_same(const rp_index *a, const rp_index *b);
 rp_index *rp_state_add_index(rp_state *st, const char *name, const char *uuid, int nshards,
                              int nreplicas, const int *data, int ndata);
 bool rp_state_remove_index(rp_state *st, const char *name);
+/* Replaces st's global part (joined boot ids, cluster uuid, settings,
+ * templates) with from's, which gives its texts up. */
+void rp_state_take_global(rp_state *st, rp_state *from);
 /* Puts a copy of src in st, replacing the index of that name. */
 rp_index *rp_state_put_index(rp_state *st, const rp_index *src);
 /* number_of_replicas of a live index: every shard gets min(1 + n, ndata)

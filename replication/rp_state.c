@@ -220,6 +220,18 @@ rp_state_remove_index(rp_state *st, const char *name)
 	return true;
 }
 
+void
+rp_state_take_global(rp_state *st, rp_state *from)
+{
+	memcpy(st->joined, from->joined, sizeof(st->joined));
+	memcpy(st->cluster_uuid, from->cluster_uuid, sizeof(st->cluster_uuid));
+	cm_free(MEM, st->settings);
+	cm_free(MEM, st->templates);
+	st->settings = from->settings;
+	st->templates = from->templates;
+	from->settings = from->templates = NULL;
+}
+
 rp_index *
 rp_state_put_index(rp_state *st, const rp_index *src)
 {
