@@ -740,8 +740,9 @@ pub_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 	nd_cl_node *nd = &c->cl->nodes[c->node];
 	cm_error e;
 	cm_error_clear(&e);
-	if (!rc && type == PR_ACK && pr_ack_decode(p, len, &e, NULL, NULL) == CM_OK && e.code)
-		rc = e.code; /* the node refused it (a change against a state it lacks) */
+	if (!rc && type == PR_ACK)
+		rc = pr_ack_decode(p, len, &e, NULL, NULL); /* the node refused it (a change
+		                                                against a state it lacks) */
 	if (rc && c->diff) {
 		c->refused = true; /* sent whole next */
 	} else if (rc && !c->quiet) {

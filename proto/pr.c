@@ -43,7 +43,7 @@ cm_err
 pr_pack(const ProtobufCMessage *m, cm_buf *out)
 {
 	size_t n = protobuf_c_message_get_packed_size(m);
-	cm_buf_reserve(out, n);
+	cm_buf_reserve(out, n + 1); /* an empty message too: data is never NULL */
 	protobuf_c_message_pack(m, out->data + out->len);
 	out->len += n;
 	return CM_OK;

@@ -57,7 +57,8 @@ def load(n, index, shards=3, replicas=None):
         lines += [{"index": {"_index": index, "_id": "d%d" % i}},
                   {"n": i, "k": "even" if i % 2 == 0 else "odd", "tag": "orig"}]
     st, b = n.bulk(lines, params="?refresh=true")
-    eq((st, b.get("errors")), (200, False), "bulk")
+    bad = [it for it in (b.get("items") or []) if list(it.values())[0].get("status", 0) >= 300]
+    eq((st, b.get("errors")), (200, False), "bulk (first failed items: %s)" % bad[:2])
 
 
 def late_ids():
