@@ -410,10 +410,25 @@ co_cluster_health(co_req *r)
 	}
 	uint64_t until = cm_now_ns() + (uint64_t)ms * 1000000ull;
 	cm_buf_init(&out, MEM);
+	/* _cluster/health/{index}: those indices' shards; an index that does
+	 * not exist (yet) is red until it does or the wait ends, as in ES */
+	const char *expr = co_seg(r, 2);
 	for (;;) {
+		nd_index **ixs = NULL, *none[1] = {NULL};
+		size_t n = 0;
+		bool missing = false;
+		if (expr) {
+			cm_error err;
+			cm_error_clear(&err);
+			missing = nd_resolve(r->node, expr, false, &ixs, &n, &err) != CM_OK;
+		}
 		cm_buf_reset(&out);
-		nd_cluster_health(cl, &out);
+		nd_cluster_health(cl, !expr ? NULL : missing ? none : ixs, n, &out);
+		if (ixs)
+			co_release_all(ixs, n);
 		j = cJSON_ParseWithLength((const char *)out.data, out.len);
+		if (missing)
+			cJSON_ReplaceItemInObjectCaseSensitive(j, "status", cJSON_CreateString("red"));
 		const char *st = cJSON_GetObjectItemCaseSensitive(j, "status")->valuestring;
 		int nodes = cJSON_GetObjectItemCaseSensitive(j, "number_of_nodes")->valueint;
 		int reloc = cJSON_GetObjectItemCaseSensitive(j, "relocating_shards")->valueint;
@@ -421,7 +436,7 @@ co_cluster_health(co_req *r)
 		int active = cJSON_GetObjectItemCaseSensitive(j, "active_shards")->valueint;
 		int unassigned = cJSON_GetObjectItemCaseSensitive(j, "unassigned_shards")->valueint;
 		long need = want_active < 0 ? (long)active + init + unassigned : want_active;
-		if ((!want || rank(st) <= rank(want)) && nodes >= want_nodes &&
+		if (!missing && (!want || rank(st) <= rank(want)) && nodes >= want_nodes &&
 		    (!no_reloc || reloc == 0) && (!no_init || init == 0) && active >= need)
 			break;
 		if (cm_now_ns() >= until) {
@@ -489,7 +504,7 @@ co_cluster_cat(co_req *r, const char *what)
 		/* the cluster's health, as _cluster/health has it */
 		cm_buf h;
 		cm_buf_init(&h, MEM);
-		nd_cluster_health(cl, &h);
+		nd_cluster_health(cl, NULL, 0, &h);
 		cJSON *j = cJSON_ParseWithLength((const char *)h.data, h.len);
 		cm_buf_free(&h);
 		int64_t now = cm_wall_ms();

@@ -181,8 +181,10 @@ void nd_cluster_tail_stats(nd_cluster *cl, cJSON *into);
  * reads, changes applied from its watch, bytes) and, on the master, what it
  * wrote (commits, keys). */
 void nd_cluster_state_stats(nd_cluster *cl, cJSON *into);
-/* _cluster/health as JSON text into out (cm_buf). */
-void nd_cluster_health(nd_cluster *cl, cm_buf *out);
+/* _cluster/health as JSON text into out (cm_buf): of the n indices ixs,
+ * or of every index when ixs is NULL (the node counts stay the cluster's,
+ * as in ES's _cluster/health/{index}). */
+void nd_cluster_health(nd_cluster *cl, nd_index *const *ixs, size_t n, cm_buf *out);
 /* _cat/nodes and _cat/shards rows, tab separated, with a header line. */
 void nd_cluster_cat_nodes(nd_cluster *cl, cm_buf *out);
 void nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out);

@@ -89,21 +89,25 @@ shard_view(nd_cluster *cl, nd_index *ix, int s, int *copies, cl_shard_view *v)
 }
 
 void
-nd_cluster_health(nd_cluster *cl, cm_buf *out)
+nd_cluster_health(nd_cluster *cl, nd_index *const *ixs, size_t n, cm_buf *out)
 {
-	nd_index **all;
-	size_t nall;
+	nd_index **all = NULL;
+	nd_index *const *list = ixs;
+	size_t nall = n;
 	int prim = 0, active = 0, unassigned = 0, red = 0, yellow = 0, initializing = 0;
 	int relocating = 0;
 	cJSON *j = cJSON_CreateObject();
 
-	nd_index_list(cl->node, &all, &nall);
+	if (!ixs) {
+		nd_index_list(cl->node, &all, &nall);
+		list = all;
+	}
 	for (size_t i = 0; i < nall; i++) {
-		for (int s = 0; s < nd_index_nshards(all[i]); s++) {
+		for (int s = 0; s < nd_index_nshards(list[i]); s++) {
 			int copies[ND_CL_MAX_COPIES];
 			cl_shard_view v;
 			cl_shard_health h;
-			shard_view(cl, all[i], s, copies, &v);
+			shard_view(cl, list[i], s, copies, &v);
 			cl_shard_health_of(&v, &h);
 			prim += h.primary_up;
 			red += !h.primary_up;
@@ -113,8 +117,9 @@ nd_cluster_health(nd_cluster *cl, cm_buf *out)
 			unassigned += h.unassigned;
 			yellow += h.yellow;
 		}
-		nd_index_release(all[i]);
 	}
+	for (size_t i = 0; all && i < nall; i++)
+		nd_index_release(all[i]);
 	cm_free(MEM, all);
 	/* Until the master has taken this node in, its view of the in-sync
 	 * sets predates its restart: never green. */

@@ -356,6 +356,36 @@ def t05e_max_shards_per_node():
 
 
 @test
+def t05f_health_of_some_indices():
+    """_cluster/health/{index} answers for those indices' shards (it
+    answered for the whole cluster); a missing index is red and, as in
+    Elasticsearch, waited for until the timeout (408)."""
+    st, b = NODES["coord"].req("PUT", "/lonely", {
+        "settings": {"number_of_shards": 1, "number_of_replicas": 3}})
+    eq(st, 200, "create lonely (1 primary, 3 replicas, 3 data nodes): %s" % b)
+    for n in ("coord", "node-2"):
+        st, b = NODES[n].req("GET", "/_cluster/health/lonely?wait_for_active_shards=3&timeout=30s",
+                             timeout=40)
+        eq((st, b["status"], b["active_primary_shards"], b["active_shards"],
+            b["unassigned_shards"], b["number_of_nodes"]), (200, "yellow", 1, 3, 1, 4),
+           "health of lonely on %s: %s" % (n, b))
+        st, b = NODES[n].req("GET", "/_cluster/health/ix?wait_for_status=green&timeout=30s",
+                             timeout=40)
+        eq((st, b["status"], b["active_primary_shards"], b["active_shards"],
+            b["unassigned_shards"]), (200, "green", 6, 12, 0), "health of ix on %s: %s" % (n, b))
+        st, b = NODES[n].req("GET", "/_cluster/health/ix,lonely")
+        eq((st, b["status"], b["active_primary_shards"]), (200, "yellow", 7),
+           "health of both on %s: %s" % (n, b))
+        st, b = NODES[n].req("GET", "/_cluster/health")
+        eq(b["status"], "yellow", "the cluster's health on %s: %s" % (n, b))
+        st, b = NODES[n].req("GET", "/_cluster/health/nosuch?timeout=500ms", timeout=10)
+        eq((st, b["status"], b["timed_out"]), (408, "red", True), "a missing index: %s" % b)
+    st, b = NODES["coord"].req("DELETE", "/lonely")
+    eq(st, 200, "delete lonely")
+    all_green()
+
+
+@test
 def t05c_hung_node_retried_within_deadline():
     # SIGSTOP: the node holds its connections but never answers; the
     # coordinator gives each attempt half the time left, then retries on
