@@ -387,27 +387,9 @@ co_cluster_health(co_req *r)
 	if (to && !nd_parse_time(to, &ms))
 		ms = 30000;
 	co_param_get(r, "level");
-	const char *wn = co_param_get(r, "wait_for_nodes");
-	int want_nodes = wn ? atoi(wn[0] == '>' ? wn + 1 + (wn[1] == '=') : wn) : 0;
-	/* wait_for_no_relocating_shards, wait_for_no_initializing_shards
-	 * (booleans) and wait_for_active_shards (a count or "all") */
-	bool no_reloc, no_init;
-	if (!co_param_flag(r, "wait_for_no_relocating_shards", false, &no_reloc) ||
-	    !co_param_flag(r, "wait_for_no_initializing_shards", false, &no_init))
+	co_health_waits w;
+	if (!co_health_waits_parse(r, &w))
 		return true;
-	const char *wa = co_param_get(r, "wait_for_active_shards");
-	long want_active = 0; /* -1: all */
-	if (wa && strcmp(wa, "all") == 0) {
-		want_active = -1;
-	} else if (wa) {
-		char *end;
-		want_active = strtol(wa, &end, 10);
-		if (*end || end == wa || want_active < 0) {
-			co_reply_errorf(r, CM_EINVAL, NULL,
-			                "failed to parse value [%s] for wait_for_active_shards", wa);
-			return true;
-		}
-	}
 	uint64_t until = cm_now_ns() + (uint64_t)ms * 1000000ull;
 	cm_buf_init(&out, MEM);
 	/* _cluster/health/{index}: those indices' shards; an index that does
@@ -435,9 +417,8 @@ co_cluster_health(co_req *r)
 		int init = cJSON_GetObjectItemCaseSensitive(j, "initializing_shards")->valueint;
 		int active = cJSON_GetObjectItemCaseSensitive(j, "active_shards")->valueint;
 		int unassigned = cJSON_GetObjectItemCaseSensitive(j, "unassigned_shards")->valueint;
-		long need = want_active < 0 ? (long)active + init + unassigned : want_active;
-		if (!missing && (!want || rank(st) <= rank(want)) && nodes >= want_nodes &&
-		    (!no_reloc || reloc == 0) && (!no_init || init == 0) && active >= need)
+		if (!missing && (!want || rank(st) <= rank(want)) &&
+		    co_health_waits_met(&w, nodes, active, init, unassigned, reloc))
 			break;
 		if (cm_now_ns() >= until) {
 			cJSON_ReplaceItemInObjectCaseSensitive(j, "timed_out", cJSON_CreateTrue());

@@ -587,6 +587,76 @@ co_param_flag(co_req *r, const char *key, bool dflt, bool *out)
 	return false;
 }
 
+bool
+co_health_waits_parse(co_req *r, co_health_waits *w)
+{
+	memset(w, 0, sizeof(*w));
+	if (!co_param_flag(r, "wait_for_no_relocating_shards", false, &w->no_relocating) ||
+	    !co_param_flag(r, "wait_for_no_initializing_shards", false, &w->no_initializing))
+		return false;
+	const char *wn = co_param_get(r, "wait_for_nodes");
+	if (wn && *wn) {
+		const char *p = wn;
+		size_t k = 0;
+		while (k < 2 && (*p == '>' || *p == '<' || *p == '='))
+			w->nodes_op[k++] = *p++;
+		w->nodes_op[k] = 0;
+		bool fn = false;
+		if (!strncmp(p, "ge(", 3) || !strncmp(p, "le(", 3) || !strncmp(p, "gt(", 3) ||
+		    !strncmp(p, "lt(", 3)) {
+			snprintf(w->nodes_op, sizeof(w->nodes_op), "%s",
+			         p[0] == 'g' ? (p[1] == 'e' ? ">=" : ">") : (p[1] == 'e' ? "<=" : "<"));
+			p += 3;
+			fn = true;
+		}
+		char *end;
+		w->nodes = strtol(p, &end, 10);
+		if (fn && *end == ')')
+			end++;
+		if (end == p || *end || w->nodes < 0 ||
+		    (w->nodes_op[0] && strcmp(w->nodes_op, ">=") && strcmp(w->nodes_op, "<=") &&
+		     strcmp(w->nodes_op, ">") && strcmp(w->nodes_op, "<"))) {
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "failed to parse value [%s] for wait_for_nodes", wn);
+			return false;
+		}
+		if (!w->nodes_op[0])
+			snprintf(w->nodes_op, sizeof(w->nodes_op), "==");
+	}
+	const char *wa = co_param_get(r, "wait_for_active_shards");
+	if (wa && strcmp(wa, "all") == 0) {
+		w->active = -1;
+	} else if (wa && *wa) {
+		char *end;
+		w->active = strtol(wa, &end, 10);
+		if (*end || end == wa || w->active < 0) {
+			co_reply_errorf(r, CM_EINVAL, NULL,
+			                "failed to parse value [%s] for wait_for_active_shards", wa);
+			return false;
+		}
+	}
+	return true;
+}
+
+bool
+co_health_waits_met(const co_health_waits *w, int nodes, long active, long initializing,
+                    long unassigned, long relocating)
+{
+	const char *op = w->nodes_op;
+	if (*op && !(!strcmp(op, ">=")  ? nodes >= w->nodes
+	             : !strcmp(op, "<=") ? nodes <= w->nodes
+	             : !strcmp(op, ">")  ? nodes > w->nodes
+	             : !strcmp(op, "<")  ? nodes < w->nodes
+	                                 : nodes == w->nodes))
+		return false;
+	if (w->no_relocating && relocating)
+		return false;
+	if (w->no_initializing && initializing)
+		return false;
+	long need = w->active < 0 ? active + initializing + unassigned : w->active;
+	return active >= need;
+}
+
 const char *
 co_seg(co_req *r, int i)
 {

@@ -93,6 +93,20 @@ bool co_param_bool(co_req *r, const char *key, bool dflt);
  * and "true" are true, "false" is false; anything else answers 400 and
  * returns false. */
 bool co_param_flag(co_req *r, const char *key, bool dflt, bool *out);
+/* What _cluster/health waits for besides a status: wait_for_nodes ("N",
+ * ">=N", "<=N", ">N", "<N", "ge(N)", ...), wait_for_active_shards (a
+ * count or "all"), wait_for_no_relocating_shards and
+ * wait_for_no_initializing_shards. co_health_waits_parse answers 400 and
+ * returns false on a bad value. */
+typedef struct {
+	char nodes_op[3]; /* "" (none), "==", ">=", "<=", ">", "<" */
+	long nodes;
+	long active; /* 0: no wait; -1: all */
+	bool no_relocating, no_initializing;
+} co_health_waits;
+bool co_health_waits_parse(co_req *r, co_health_waits *w);
+bool co_health_waits_met(const co_health_waits *w, int nodes, long active, long initializing,
+                         long unassigned, long relocating);
 /* _cat rows of space-separated fields under cols, rendered with the
  * request's h, s, v and format (co_rest.c). */
 void co_cat_rows(co_req *r, const char *const *cols, int ncols, const char *rows, size_t len);

@@ -173,42 +173,6 @@ status_rank(const char *s)
 	return strcmp(s, "green") == 0 ? 0 : strcmp(s, "yellow") == 0 ? 1 : 2;
 }
 
-/* wait_for_nodes and wait_for_active_shards against a solo node's one
- * node and its active shards. */
-static bool
-solo_waits_met(co_req *r, const health *h)
-{
-	const char *wn = co_param_get(r, "wait_for_nodes");
-	const char *wa = co_param_get(r, "wait_for_active_shards");
-	if (wn && *wn) {
-		const char *p = wn;
-		char op[3] = "";
-		size_t k = 0;
-		while (k < 2 && (*p == '>' || *p == '<' || *p == '='))
-			op[k++] = *p++;
-		if (!strncmp(p, "ge(", 3) || !strncmp(p, "le(", 3) || !strncmp(p, "gt(", 3) ||
-		    !strncmp(p, "lt(", 3)) {
-			snprintf(op, sizeof op, "%s", p[0] == 'g' ? (p[1] == 'e' ? ">=" : ">")
-			                                          : (p[1] == 'e' ? "<=" : "<"));
-			p += 3;
-		}
-		long want = strtol(p, NULL, 10);
-		bool ok = !strcmp(op, ">=")  ? 1 >= want
-		          : !strcmp(op, "<=") ? 1 <= want
-		          : !strcmp(op, ">")  ? 1 > want
-		          : !strcmp(op, "<")  ? 1 < want
-		                              : 1 == want;
-		if (!ok)
-			return false;
-	}
-	if (wa && *wa) {
-		if (!strcmp(wa, "all"))
-			return h->unassigned == 0;
-		return h->active >= strtol(wa, NULL, 10);
-	}
-	return true;
-}
-
 void
 co_h_health(co_req *r)
 {
@@ -223,22 +187,11 @@ co_h_health(co_req *r)
 
 	if (co_cluster_health(r))
 		return;
-	/* one node: nothing relocates or initializes; active shards can only
-	 * be what is there now */
-	bool no_reloc, no_init;
-	if (!co_param_flag(r, "wait_for_no_relocating_shards", false, &no_reloc) ||
-	    !co_param_flag(r, "wait_for_no_initializing_shards", false, &no_init))
+	/* one node: nothing relocates or initializes, and nothing changes
+	 * while it would wait */
+	co_health_waits w;
+	if (!co_health_waits_parse(r, &w))
 		return;
-	const char *wa = co_param_get(r, "wait_for_active_shards");
-	if (wa && strcmp(wa, "all") != 0) {
-		char *end;
-		long v = strtol(wa, &end, 10);
-		if (*end || end == wa || v < 0) {
-			co_reply_errorf(r, CM_EINVAL, NULL,
-			                "failed to parse value [%s] for wait_for_active_shards", wa);
-			return;
-		}
-	}
 	cm_error_clear(&err);
 	if (nd_resolve(r->node, expr ? expr : "_all", false, &ixs, &n, &err)) {
 		/* ES waits for the index to appear, then gives up with 408 red. */
@@ -255,7 +208,7 @@ co_h_health(co_req *r)
 		timed_out = true;
 		status = 408;
 	}
-	if (!solo_waits_met(r, &h)) { /* nothing changes on a solo node while it waits */
+	if (!co_health_waits_met(&w, 1, h.active, 0, h.unassigned, 0)) {
 		timed_out = true;
 		status = 408;
 	}
