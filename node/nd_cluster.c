@@ -1317,6 +1317,7 @@ master_admin(nd_cluster *cl, const pr_meta_change *mc, pr_meta_reply *out, cm_er
 	bool dry = false;
 	pr_meta_kind kind = mc->kind;
 	const char *index = mc->nindices ? mc->indices[0] : "";
+	bool batch = kind == PR_META_PUT_MAPPING && mc->nsources;
 
 	memset(out, 0, sizeof(*out));
 	if (body && !bj)
@@ -1391,6 +1392,10 @@ master_admin(nd_cluster *cl, const pr_meta_change *mc, pr_meta_reply *out, cm_er
 		}
 		if (!rc && adding > 0)
 			rc = shard_limit_locked(cl, next, adding, err);
+		/* a mapping per index (one bulk's dynamic updates): each applies
+		 * on its own, one that fails stays out of the change */
+		bool each = batch;
+		size_t applied = 0;
 		for (size_t i = 0; !rc && i < mc->nindices; i++) {
 			const char *tok = mc->indices[i];
 			nd_index *ix = nd_index_get(cl->node, tok);
@@ -1399,15 +1404,29 @@ master_admin(nd_cluster *cl, const pr_meta_change *mc, pr_meta_reply *out, cm_er
 				nd_index_release(ix);
 				continue;
 			}
-			if (!ix) {
-				rc = cm_error_set(err, CM_ENOINDEX, "no such index [%s]", tok);
-				break;
+			cJSON *own = each ? cJSON_ParseWithLength(mc->sources[i], mc->source_lens[i])
+			                  : NULL;
+			if (!ix || (each && !own)) {
+				rc = !ix ? cm_error_set(err, CM_ENOINDEX, "no such index [%s]", tok)
+				         : cm_error_set(err, CM_EPARSE, "malformed mapping for [%s]",
+				                        tok);
+			} else {
+				rc = settings ? nd_index_put_settings(ix, bj, err)
+				              : nd_index_put_mapping(ix, own ? own : bj, err);
 			}
-			if ((rc = settings ? nd_index_put_settings(ix, bj, err)
-			                   : nd_index_put_mapping(ix, bj, err))) {
+			cJSON_Delete(own);
+			if (rc && each) {
+				cm_warn("cluster", "dynamic mapping update of [%s] refused: %s", tok,
+				        err->reason);
+				nd_index_release(ix);
+				rc = CM_OK;
+				continue;
+			}
+			if (rc) {
 				nd_index_release(ix);
 				break;
 			}
+			applied++;
 			rp_index *e = rp_state_index(next, tok);
 			if (!e) {
 				e = rp_state_add_index(
@@ -1437,6 +1456,8 @@ master_admin(nd_cluster *cl, const pr_meta_change *mc, pr_meta_reply *out, cm_er
 			}
 			nd_index_release(ix);
 		}
+		if (!rc && each && !applied)
+			rc = cm_error_set(err, CM_EINVAL, "no dynamic mapping update applied");
 		if (rc)
 			goto done;
 	} else if (kind == PR_META_CLUSTER_SETTINGS) {
@@ -1469,7 +1490,11 @@ master_admin(nd_cluster *cl, const pr_meta_change *mc, pr_meta_reply *out, cm_er
 		rc = cm_error_set(err, CM_EINVAL, "unknown metadata change [%d]", (int)kind);
 		goto done;
 	}
-	rc = cl_state_commit_whole_locked(cl, next, err);
+	/* a bulk's dynamic mapping updates are the cluster's own change, made
+	 * in steps when they outgrow one etcd transaction; a user's change is
+	 * whole or refused */
+	rc = batch ? cl_state_commit_locked(cl, next, err)
+	           : cl_state_commit_whole_locked(cl, next, err);
 	next = NULL;
 	if (rc) {
 		if (created) {
@@ -1556,18 +1581,16 @@ _Static_assert((int)ND_BROADCAST_REFRESH == (int)PR_BROADCAST_REFRESH &&
                    (int)ND_BROADCAST_FORCEMERGE == (int)PR_BROADCAST_FORCEMERGE,
                "nd_broadcast_op follows pr_broadcast_op");
 
+static cm_err meta_send(nd_cluster *cl, int master, const pr_meta_change *mc, char **reply,
+                        cm_error *err);
+
 cm_err
 nd_cluster_meta(nd_cluster *cl, nd_meta_kind kind, const char *indices, const char *source,
                 char **reply, cm_error *err)
 {
-	cm_buf req, rep;
-	uint32_t type;
 	cm_err rc;
-	cm_error remote;
-	char *rbody = NULL, *keep;
-	size_t rlen;
+	char *keep;
 	pr_meta_change mc;
-	pr_meta_reply mr;
 	const char *action = pr_meta_kind_name((pr_meta_kind)kind);
 
 	*reply = NULL;
@@ -1585,19 +1608,35 @@ nd_cluster_meta(nd_cluster *cl, nd_meta_kind kind, const char *indices, const ch
 		                          "no master-eligible node in the cluster file: "
 		                          "metadata changes are not possible");
 	meta_change_of(kind, indices, source, &mc, &keep);
+	rc = meta_send(cl, master, &mc, reply, err);
+	cm_free(MEM, mc.indices);
+	cm_free(MEM, keep);
+	return rc;
+}
+
+/* A metadata change to the master (this node or another); *reply is the
+ * REST answer's JSON text. */
+static cm_err
+meta_send(nd_cluster *cl, int master, const pr_meta_change *mc, char **reply, cm_error *err)
+{
+	cm_buf req, rep;
+	uint32_t type;
+	cm_err rc;
+	cm_error remote;
+	char *rbody = NULL;
+	size_t rlen;
+	pr_meta_reply mr;
+	const char *action = pr_meta_kind_name(mc->kind);
+
 	if (master == cl->self) {
-		if (!(rc = master_admin(cl, &mc, &mr, err)))
+		if (!(rc = master_admin(cl, mc, &mr, err)))
 			*reply = meta_reply_json(&mr);
 		pr_meta_reply_free(&mr);
-		cm_free(MEM, mc.indices);
-		cm_free(MEM, keep);
 		return rc;
 	}
 	cm_buf_init(&req, MEM);
 	cm_buf_init(&rep, MEM);
-	pr_meta_change_encode(&mc, &req);
-	cm_free(MEM, mc.indices);
-	cm_free(MEM, keep);
+	pr_meta_change_encode(mc, &req);
 	rc = nd_peer_call_sync(cl->nodes[master].peer, PR_META_CHANGE, req.data, req.len,
 	                       cm_now_ns() + 20000000000ull, &type, &rep);
 	if (rc == CM_EINVAL) {
@@ -1641,29 +1680,56 @@ nd_cluster_meta(nd_cluster *cl, nd_meta_kind kind, const char *indices, const ch
 }
 
 void
-cl_publish_mapping(nd_cluster *cl, nd_index *ix)
+cl_publish_mappings(nd_cluster *cl, nd_index *const *ixs, size_t n)
 {
-	st_mapping *m = nd_index_mapping(ix);
-	cJSON *local = st_mapping_to_json(m);
-	bool same;
-	st_mapping_unref(m);
-	pthread_mutex_lock(&cl->meta_lock);
-	const rp_index *e = rp_state_index(cl->state, nd_index_name(ix));
-	cJSON *pub = e ? parse_text(e->mappings) : NULL;
-	same = !e || (pub && cJSON_Compare(pub, local, true));
-	pthread_mutex_unlock(&cl->meta_lock);
-	cJSON_Delete(pub);
-	if (!same) {
-		char *text = cJSON_PrintUnformatted(local), *reply = NULL;
+	char **names = cm_calloc(MEM, n + 1, sizeof(char *)), **docs = cm_calloc(MEM, n + 1,
+	                                                                       sizeof(char *));
+	size_t *lens = cm_calloc(MEM, n + 1, sizeof(size_t)), k = 0;
+	for (size_t i = 0; i < n; i++) {
+		st_mapping *m = nd_index_mapping(ixs[i]);
+		cJSON *local = st_mapping_to_json(m);
+		st_mapping_unref(m);
+		pthread_mutex_lock(&cl->meta_lock);
+		const rp_index *e = rp_state_index(cl->state, nd_index_name(ixs[i]));
+		cJSON *pub = e ? parse_text(e->mappings) : NULL;
+		bool same = !e || (pub && cJSON_Compare(pub, local, true));
+		pthread_mutex_unlock(&cl->meta_lock);
+		cJSON_Delete(pub);
+		if (!same) {
+			names[k] = (char *)(uintptr_t)nd_index_name(ixs[i]);
+			docs[k] = cJSON_PrintUnformatted(local);
+			lens[k] = strlen(docs[k]);
+			k++;
+		}
+		cJSON_Delete(local);
+	}
+	if (k) {
+		/* one change for them all: one commit and one publish, not one
+		 * per index (a bulk that first writes to many indices) */
+		pr_meta_change mc = {.kind = PR_META_PUT_MAPPING,
+		                     .indices = names,
+		                     .nindices = k,
+		                     .source = (char *)"",
+		                     .sources = docs,
+		                     .source_lens = lens,
+		                     .nsources = k};
+		char *reply = NULL;
 		cm_error err;
 		cm_error_clear(&err);
-		if (nd_cluster_meta(cl, ND_META_PUT_MAPPING, nd_index_name(ix), text, &reply, &err))
-			cm_warn("cluster", "dynamic mapping update of [%s] not published: %s",
-			        nd_index_name(ix), err.reason);
+		for (int w = 0; cl->etcd && cl->master < 0 && w < 100; w++)
+			usleep(100000); /* during an election: wait for the new master */
+		int master = cl->master;
+		if (master < 0 || meta_send(cl, master, &mc, &reply, &err))
+			cm_warn("cluster", "dynamic mapping update of %zu indices (first [%s]) not "
+			        "published: %s",
+			        k, names[0], master < 0 ? "no master" : err.reason);
 		cm_free(MEM, reply);
-		cJSON_free(text);
 	}
-	cJSON_Delete(local);
+	for (size_t i = 0; i < k; i++)
+		cJSON_free(docs[i]);
+	cm_free(MEM, names);
+	cm_free(MEM, docs);
+	cm_free(MEM, lens);
 }
 
 /* ---- transport handlers ---- */

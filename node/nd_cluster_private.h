@@ -115,7 +115,7 @@ nd_transport_opts cl_transport_opts(const nd_cluster *cl);
 /* Dynamic mapping updates: when the local mapping of ix holds more than
  * the published metadata, sends it to the master (which merges and
  * publishes it). */
-void cl_publish_mapping(nd_cluster *cl, nd_index *ix);
+void cl_publish_mappings(nd_cluster *cl, nd_index *const *ixs, size_t n);
 int cl_ncopies(const nd_cluster *cl, nd_index *ix);
 int cl_copy_node(const nd_cluster *cl, int shard, int copy);
 /* The nodes holding copies of a shard, in placement order: the state's

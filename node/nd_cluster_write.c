@@ -338,13 +338,18 @@ nd_cluster_apply_batches(nd_cluster *cl, nd_batch *b, size_t nb)
 {
 	apply_round(cl, b, nb);
 	retry_moved(cl, b, nb);
+	/* every index the batches wrote to, once each, in one change */
+	nd_index **ixs = cm_calloc(MEM, nb + 1, sizeof(nd_index *));
+	size_t n = 0;
 	for (size_t i = 0; i < nb; i++) {
 		bool seen = false;
-		for (size_t k = 0; k < i && !seen; k++)
-			seen = b[k].ix == b[i].ix;
+		for (size_t k = 0; k < n && !seen; k++)
+			seen = ixs[k] == b[i].ix;
 		if (!seen)
-			cl_publish_mapping(cl, b[i].ix);
+			ixs[n++] = b[i].ix;
 	}
+	cl_publish_mappings(cl, ixs, n);
+	cm_free(MEM, ixs);
 }
 
 

@@ -38,6 +38,30 @@ test_meta(void)
 	CHECK(strstr(e.reason, "unknown metadata change") != NULL);
 	pr_meta_change_free(&out);
 	CHECK(strcmp(pr_meta_kind_name((pr_meta_kind)42), "unknown") == 0);
+	/* a mapping per index, in the order of the indices */
+	char *docs[] = {"{\"properties\":{}}", "{}"};
+	size_t lens[] = {17, 2};
+	in.kind = PR_META_PUT_MAPPING;
+	in.source = "";
+	in.source_len = 0;
+	in.sources = docs;
+	in.source_lens = lens;
+	in.nsources = 2;
+	cm_buf_reset(&b);
+	pr_meta_change_encode(&in, &b);
+	cm_error_clear(&e);
+	REQUIRE(pr_meta_change_decode(b.data, b.len, &out, &e) == CM_OK);
+	CHECK(out.nsources == 2 && out.source_lens[0] == 17 && out.source_lens[1] == 2);
+	CHECK(memcmp(out.sources[0], docs[0], 17) == 0 && memcmp(out.sources[1], "{}", 2) == 0);
+	pr_meta_change_free(&out);
+	/* as many documents as indices, or none */
+	in.nsources = 1;
+	cm_buf_reset(&b);
+	pr_meta_change_encode(&in, &b);
+	cm_error_clear(&e);
+	CHECK(pr_meta_change_decode(b.data, b.len, &out, &e) == CM_EINVAL);
+	CHECK(strstr(e.reason, "carries 1 documents") != NULL);
+	pr_meta_change_free(&out);
 
 	pr_meta_reply r = {.acknowledged = true, .index = "new", .reroute = "{}", .reroute_len = 2},
 	              r2;

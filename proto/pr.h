@@ -209,6 +209,11 @@ typedef struct pr_meta_change {
 	size_t nindices;
 	char *source; /* the client's document (JSON); "" when none */
 	size_t source_len;
+	/* PUT_MAPPING of several indices: a mapping per index (nsources ==
+	 * nindices), or none (nsources 0) */
+	char **sources;
+	size_t *source_lens;
+	size_t nsources;
 } pr_meta_change;
 cm_err pr_meta_change_encode(const pr_meta_change *m, cm_buf *out);
 cm_err pr_meta_change_decode(const void *p, size_t n, pr_meta_change *out, cm_error *err);

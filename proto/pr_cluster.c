@@ -39,7 +39,14 @@ pr_meta_change_encode(const pr_meta_change *c, cm_buf *out)
 	m.n_indices = c->nindices;
 	m.indices = c->indices;
 	m.source = pr_bin(c->source, c->source_len);
-	return pr_pack(&m.base, out);
+	ProtobufCBinaryData *srcs = cm_calloc(MEM, c->nsources + 1, sizeof(*srcs));
+	for (size_t i = 0; i < c->nsources; i++)
+		srcs[i] = pr_bin(c->sources[i], c->source_lens[i]);
+	m.n_sources = c->nsources;
+	m.sources = srcs;
+	cm_err rc = pr_pack(&m.base, out);
+	cm_free(MEM, srcs);
+	return rc;
 }
 
 cm_err
@@ -58,6 +65,15 @@ pr_meta_change_decode(const void *p, size_t n, pr_meta_change *out, cm_error *er
 		out->indices[i] = cm_strdup(MEM, m->indices[i]);
 	out->nindices = m->n_indices;
 	out->source = pr_dup_bin(&m->source, &out->source_len);
+	out->sources = cm_calloc(MEM, m->n_sources + 1, sizeof(char *));
+	out->source_lens = cm_calloc(MEM, m->n_sources + 1, sizeof(size_t));
+	for (size_t i = 0; i < m->n_sources; i++)
+		out->sources[i] = pr_dup_bin(&m->sources[i], &out->source_lens[i]);
+	out->nsources = m->n_sources;
+	if (!rc && out->nsources && out->nsources != out->nindices)
+		rc = cm_error_set(err, CM_EINVAL,
+		                  "metadata change names %zu indices but carries %zu documents",
+		                  out->nindices, out->nsources);
 	shoal__meta_change__free_unpacked(m, PB);
 	return rc;
 }
@@ -69,6 +85,10 @@ pr_meta_change_free(pr_meta_change *c)
 		cm_free(MEM, c->indices[i]);
 	cm_free(MEM, c->indices);
 	cm_free(MEM, c->source);
+	for (size_t i = 0; i < c->nsources; i++)
+		cm_free(MEM, c->sources[i]);
+	cm_free(MEM, c->sources);
+	cm_free(MEM, c->source_lens);
 	memset(c, 0, sizeof(*c));
 }
 

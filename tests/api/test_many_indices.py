@@ -143,6 +143,28 @@ def changes_larger_than_one_etcd_transaction():
         assert st == 200, (st, b)
         st, b = lv.req(master, "GET", "/_cat/indices/big-*?h=index&format=json", timeout=30)
         assert st == 200 and len(b) == 19, (st, b)
+        # one bulk that gives each of the 19 indices a new field, through a
+        # node that is not the master: their mappings go to the master in one
+        # change (in 2 steps of at most 15 indices here), not one per index
+        def commits():
+            st, b = lv.req(master, "GET", "/_nodes/_local/stats", timeout=30)
+            return [n["discovery"]["etcd"]["commits"] for n in b["nodes"].values()][0]
+        st, b = lv.req(master, "GET", "/_cluster/health?wait_for_status=green&wait_for_no_"
+                       "relocating_shards=true&wait_for_no_initializing_shards=true&timeout=60s",
+                       timeout=70)
+        assert st == 200, (st, b)  # settled: no allocation change commits meanwhile
+        c0 = commits()
+        names = ["big-%02d" % i for i in range(5, 24)]
+        lines = "".join('{"index":{"_index":"%s","_id":"2"}}\n{"fresh_%d":"x"}\n' % (x, k)
+                        for k, x in enumerate(names))
+        st, b = lv.req(victim, "POST", "/_bulk", lines, timeout=60)
+        assert st == 200 and not b["errors"], (st, b)
+        made = commits() - c0
+        assert 1 <= made <= 2, "the bulk's mapping updates took %d commits" % made
+        for node in lv.live():
+            for k, x in enumerate(names):
+                st, b = lv.req(node, "GET", "/%s/_mapping" % x, timeout=30)
+                assert "fresh_%d" % k in b[x]["mappings"]["properties"], (node, x, b)
     finally:
         lv.close()
 
