@@ -136,7 +136,8 @@ cluster_from_json(cJSON *j, const char *file, const char *name, bool coordinator
 			    "cluster file %s: \"etcd\" must list HOST:PORT endpoints", file);
 	}
 	cl = cm_calloc(MEM, 1, sizeof(*cl));
-	cm_buf_init(&cl->pub_diff, MEM);
+	for (int i = 0; i < CL_PUB_RING; i++)
+		cm_buf_init(&cl->pub_ring[i].msg, MEM);
 	pthread_mutex_init(&cl->members_mu, NULL);
 	cl->self = -1;
 	atomic_store(&cl->master, -1);
@@ -485,6 +486,45 @@ state_persist(nd_cluster *cl, const rp_state *st, cm_error *err)
 	return CM_OK;
 }
 
+/* On etcd the local file is only a cache for the start (etcd holds the
+ * state, and a starting node reads it there): a change marks it stale and
+ * the monitor rewrites it at most once a round, so a change does not pay
+ * for encoding and syncing the whole state on every node. meta_lock held. */
+static void
+state_cache_mark_locked(nd_cluster *cl)
+{
+	cl->cache_stale = true;
+}
+
+/* Monitor, and at stop: the cache rewritten when stale (encoded under
+ * meta_lock, written outside it). */
+static void
+state_cache_write(nd_cluster *cl)
+{
+	cm_buf b;
+	char path[1024];
+	pthread_mutex_lock(&cl->meta_lock);
+	if (!cl->cache_stale) {
+		pthread_mutex_unlock(&cl->meta_lock);
+		return;
+	}
+	cm_buf_init(&b, MEM);
+	rp_state_encode(cl->state, cl->names, cl->nn, &b);
+	uint64_t v = cl->state->version;
+	cl->cache_stale = false;
+	pthread_mutex_unlock(&cl->meta_lock);
+	state_path(cl, path, sizeof(path));
+	cm_err rc = cm_file_write_atomic(path, b.data, b.len);
+	cm_buf_free(&b);
+	if (rc) {
+		cm_warn("cluster", "cluster state version %" PRIu64 " not cached in %s: %s", v,
+		        path, cm_err_msg(rc));
+		pthread_mutex_lock(&cl->meta_lock);
+		cl->cache_stale = true;
+		pthread_mutex_unlock(&cl->meta_lock);
+	}
+}
+
 static cJSON *
 parse_text(const char *s)
 {
@@ -706,7 +746,9 @@ cl_state_adopt(nd_cluster *cl, rp_state *st, bool force)
 	cm_error_clear(&err);
 	pthread_mutex_lock(&cl->meta_lock);
 	if (st->version > cl->state->version || (force && st->version != cl->state->version)) {
-		if (state_persist(cl, st, &err)) {
+		if (cl->etcd)
+			state_cache_mark_locked(cl);
+		if (!cl->etcd && state_persist(cl, st, &err)) {
 			cm_warn("cluster", "cluster state version %" PRIu64 " not adopted: %s",
 			        st->version, err.reason);
 		} else {
@@ -730,7 +772,7 @@ typedef struct pub_call {
 	nd_cluster *cl;
 	int node;
 	uint64_t version;
-	bool quiet, diff, refused;
+	bool quiet, diff, refused, conflict;
 } pub_call;
 
 static void
@@ -744,7 +786,8 @@ pub_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 		rc = pr_ack_decode(p, len, &e, NULL, NULL); /* the node refused it (a change
 		                                                against a state it lacks) */
 	if (rc && c->diff) {
-		c->refused = true; /* sent whole next */
+		c->refused = true; /* sent whole next, or the changes it lacks */
+		c->conflict = e.code == CM_ECONFLICT;
 	} else if (rc && !c->quiet) {
 		cm_warn("cluster", "node [%s] did not take the cluster state: %s", nd->name,
 		        e.code ? e.reason : cm_err_msg(rc));
@@ -765,6 +808,61 @@ pub_done(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
  * may cross, and a node simply ignores a version older than its own. A
  * node that misses one gets it again from the monitor (republish) or
  * fetches it; acks are counted per node (applied). */
+/* Master: the nodes in mask refused the last change (they do not hold its
+ * base: an earlier change had not reached them yet). Each is sent the
+ * changes from the version it last acknowledged up to now, in order, when
+ * the ring still holds them all; returns the nodes that still need the
+ * whole state. */
+static uint64_t
+publish_chains(nd_cluster *cl, uint64_t mask)
+{
+	uint64_t whole = 0;
+	for (int i = 0; i < cl->nn; i++) {
+		if (i == cl->self || !((mask >> i) & 1))
+			continue;
+		nd_cl_node *nd = &cl->nodes[i];
+		uint64_t from = atomic_load(&nd->applied), v = from;
+		cm_buf msgs[CL_PUB_RING];
+		int n = 0;
+		pthread_mutex_lock(&cl->meta_lock);
+		uint64_t to = cl->state->version;
+		while (v && v < to && n < CL_PUB_RING) {
+			const struct cl_pub_change *c = NULL;
+			for (int k = 0; k < CL_PUB_RING && !c; k++)
+				if (cl->pub_ring[k].version && cl->pub_ring[k].base == v)
+					c = &cl->pub_ring[k];
+			if (!c)
+				break;
+			cm_buf_init(&msgs[n], MEM);
+			cm_buf_put(&msgs[n++], c->msg.data, c->msg.len);
+			v = c->version;
+		}
+		pthread_mutex_unlock(&cl->meta_lock);
+		bool ok = v && v == to;
+		for (int k = 0; k < n; k++) {
+			uint32_t type;
+			cm_buf rep;
+			cm_error e;
+			cm_buf_init(&rep, MEM);
+			cm_error_clear(&e);
+			if (ok && (nd_peer_call_sync(nd->peer, PR_METADATA, msgs[k].data, msgs[k].len,
+			                             cm_now_ns() + 1000000000ull, &type, &rep) ||
+			           type != PR_ACK || pr_ack_decode(rep.data, rep.len, &e, NULL, NULL)))
+				ok = false;
+			cm_buf_free(&rep);
+			cm_buf_free(&msgs[k]);
+		}
+		if (!ok) {
+			whole |= 1ull << i;
+			continue;
+		}
+		uint64_t a = atomic_load(&nd->applied);
+		while (a < to && !atomic_compare_exchange_weak(&nd->applied, &a, to))
+			;
+	}
+	return whole;
+}
+
 static void
 state_publish(nd_cluster *cl, uint64_t mask, bool quiet)
 {
@@ -778,15 +876,24 @@ state_publish(nd_cluster *cl, uint64_t mask, bool quiet)
 		return;
 	}
 	cm_buf_init(&b, MEM);
+	uint64_t chain = 0; /* nodes that refused a change for want of its base */
 	for (int round = 0; round < 2 && cnt; round++) {
 		/* first the last commit's change where there is one, then the
 		 * whole state to the nodes that did not hold its base */
 		cm_buf_reset(&b);
+		if (round == 1)
+			mask = (mask & ~chain) | publish_chains(cl, chain);
+		cnt = 0;
+		for (int i = 0; i < cl->nn; i++)
+			cnt += i != cl->self && ((mask >> i) & 1);
+		if (!cnt)
+			break;
 		pthread_mutex_lock(&cl->meta_lock);
 		uint64_t version = cl->state->version;
-		bool diff = round == 0 && cl->pub_diff_version == version && cl->pub_diff.len;
+		const struct cl_pub_change *last = &cl->pub_ring[cl->pub_head];
+		bool diff = round == 0 && last->version == version && last->msg.len;
 		if (diff) {
-			cm_buf_put(&b, cl->pub_diff.data, cl->pub_diff.len);
+			cm_buf_put(&b, last->msg.data, last->msg.len);
 		} else {
 			cm_buf st;
 			cm_buf_init(&st, MEM);
@@ -802,18 +909,19 @@ state_publish(nd_cluster *cl, uint64_t mask, bool quiet)
 		for (int i = 0; i < cl->nn; i++) {
 			if (i == cl->self || !((mask >> i) & 1))
 				continue;
-			calls[i] = (pub_call){w, cl, i, version, quiet, diff, false};
+			calls[i] = (pub_call){w, cl, i, version, quiet, diff, false, false};
 			nd_peer_call(cl->nodes[i].peer, PR_METADATA, b.data, b.len,
 			             cl_alive(cl, i) ? deadline : cm_now_ns() + 200000000ull, pub_done,
 			             &calls[i]);
 		}
 		cm_wait_wait(w);
 		cm_wait_destroy(w);
-		mask = 0;
+		mask = chain = 0;
 		cnt = 0;
 		for (int i = 0; i < cl->nn; i++)
 			if (i != cl->self && calls[i].w && calls[i].refused) {
 				mask |= 1ull << i;
+				chain |= (uint64_t)calls[i].conflict << i;
 				cnt++;
 			}
 		memset(calls, 0, (size_t)cl->nn * sizeof(pub_call));
@@ -976,12 +1084,7 @@ commit_one_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 		}
 		next->version = v;
 		cl_etcd_stamp_terms(cl->state, next, v);
-		cm_error e2;
-		cm_error_clear(&e2);
-		if (state_persist(cl, next, &e2))
-			cm_warn("cluster",
-			        "state version %" PRIu64 " is in etcd but not cached: %s", v,
-			        e2.reason);
+		state_cache_mark_locked(cl);
 	} else {
 		next->version = cl->state->version + 1;
 		if ((rc = state_persist(cl, next, err))) {
@@ -989,10 +1092,15 @@ commit_one_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 			return rc;
 		}
 	}
-	cl->pub_diff_version = 0;
 	if (cl->state->version && next->version > cl->state->version) {
-		diff_encode(cl, cl->state, next, &cl->pub_diff);
-		cl->pub_diff_version = next->version;
+		int h = (cl->pub_head + 1) % CL_PUB_RING;
+		struct cl_pub_change *c = &cl->pub_ring[h];
+		diff_encode(cl, cl->state, next, &c->msg);
+		c->base = cl->state->version;
+		c->version = c->msg.len <= CL_PUB_RING_BYTES ? next->version : 0;
+		if (!c->version)
+			cm_buf_reset(&c->msg);
+		cl->pub_head = h;
 	}
 	rp_state_free(cl->state);
 	cl->state = next;
@@ -2052,6 +2160,8 @@ monitor_main(void *arg)
 			cl_fetch_state(cl);
 		cl_host_tick(cl);
 		nd_rank_refresh(cl); /* search.hedge.*, adaptive selection */
+		if (cl->etcd)
+			state_cache_write(cl);
 	} while (!wait_stop(cl, 500));
 	return NULL;
 }
@@ -2228,6 +2338,8 @@ nd_cluster_stop(nd_cluster *cl)
 	pthread_mutex_unlock(&cl->stop_mu);
 	if (cl->monitor_started)
 		pthread_join(cl->monitor, NULL);
+	if (cl->etcd && cl->state)
+		state_cache_write(cl); /* the latest state for the next start */
 	/* Calls to peers fail from here on, so a recovery and the handlers
 	 * waiting on replicas or the master finish; the replication state is
 	 * freed only once no handler or pool task can touch it. */
@@ -2255,7 +2367,8 @@ nd_cluster_stop(nd_cluster *cl)
 	if (cl->node && nd_cluster_of(cl->node) == cl)
 		atomic_store_explicit(&cl->node->cluster, NULL, memory_order_release);
 	rp_state_free(cl->state);
-	cm_buf_free(&cl->pub_diff);
+	for (int i = 0; i < CL_PUB_RING; i++)
+		cm_buf_free(&cl->pub_ring[i].msg);
 	cl_settings_put(cl->settings);
 	cl->settings = NULL;
 	cm_free(MEM, cl->names);

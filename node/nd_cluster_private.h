@@ -17,6 +17,8 @@
  * has the order of replication's own locks, which are never taken with
  * meta_lock held except route_lock. */
 #ifndef ND_CLUSTER_PRIVATE_H
+#define CL_PUB_RING 16            /* recent changes the master keeps to publish */
+#define CL_PUB_RING_BYTES (1u << 20) /* a larger change is not kept (sent whole) */
 #define ND_CLUSTER_PRIVATE_H
 
 #include <pthread.h>
@@ -81,11 +83,18 @@ struct nd_cluster {
 	pthread_mutex_t settings_mu; /* a leaf: swaps and references settings */
 	cl_settings *settings;       /* cl->state's, parsed (nd_cluster_settings.c) */
 	rp_state *state;           /* the adopted cluster state (under meta_lock) */
-	/* Master: the last commit as a change against the state before it (a
-	 * Metadata with base_version), published instead of the whole state to
-	 * the nodes that hold that one (meta_lock). */
-	cm_buf pub_diff;
-	uint64_t pub_diff_version;
+	/* Master: the last commits, each as a change against the state before
+	 * it (a Metadata with base_version), published instead of the whole
+	 * state to the nodes that hold that one; a node a few changes behind
+	 * gets them in order (meta_lock). */
+	struct cl_pub_change {
+		uint64_t base, version; /* version 0: empty */
+		cm_buf msg;             /* the encoded Metadata */
+	} pub_ring[CL_PUB_RING];
+	int pub_head; /* the newest entry */
+	/* On etcd: the adopted state is newer than the local cache file (the
+	 * monitor writes it; meta_lock) */
+	bool cache_stale;
 	/* published states this node received: whole, changes applied, changes
 	 * refused (a base it did not hold) */
 	_Atomic uint64_t pub_full, pub_diffs, pub_refused;
