@@ -342,12 +342,52 @@ st_segment_sections(const st_segment *s, st_seg_section by_tag[256])
 		}
 		if (8 + k.mv_size + v.mv_size > nodemax) {
 			sec->big_values++;
+			sec->big_bytes += v.mv_size;
 			sec->big_slack += (16 + v.mv_size + psize - 1) / psize * psize - v.mv_size;
 		}
 	}
 	mdb_cursor_close(cur);
 	mdb_txn_abort(txn);
 	return CM_OK;
+}
+
+cm_err
+st_segment_pages(const st_segment *s, st_seg_pages *out)
+{
+	memset(out, 0, sizeof(*out));
+	MDB_txn *txn;
+	if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn))
+		return CM_EIO;
+	MDB_stat ms;
+	MDB_envinfo ei;
+	MDB_cursor *cur = NULL;
+	int rc = mdb_stat(txn, s->dbi, &ms);
+	if (rc == 0) {
+		out->psize = ms.ms_psize;
+		out->depth = ms.ms_depth;
+		out->branch = ms.ms_branch_pages;
+		out->leaf = ms.ms_leaf_pages;
+		out->overflow = ms.ms_overflow_pages;
+		rc = mdb_env_info(s->env, &ei);
+	}
+	if (rc == 0)
+		out->total = (uint64_t)ei.me_last_pgno + 1;
+	/* the free list (database 0): each value is a count, then that many
+	 * page numbers (mdb_stat -f) */
+	if (rc == 0)
+		rc = mdb_cursor_open(txn, 0, &cur);
+	MDB_val k, v;
+	for (int g = rc ? rc : mdb_cursor_get(cur, &k, &v, MDB_FIRST); g == 0;
+	     g = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+		if (v.mv_size >= sizeof(size_t)) {
+			size_t n; /* LMDB keeps nodes 2-byte aligned only */
+			memcpy(&n, v.mv_data, sizeof(n));
+			out->free += n;
+		}
+	if (cur)
+		mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	return rc ? CM_EIO : CM_OK;
 }
 
 size_t
