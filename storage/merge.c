@@ -233,8 +233,12 @@ merge_terms(mtask *t, st_seg_txn **txns, uint32_t **ordmap)
 			t->sum_ttf += b.freqs[k];
 	}
 	t->nterms = nout;
-	for (size_t i = 0; i < c->n; i++)
+	for (size_t i = 0; i < c->n; i++) {
+		/* a dictionary that ended at a bad block would lose its terms */
+		if (!e && its[i] && st_terms_corrupt(its[i]))
+			e = CM_ECORRUPT;
 		st_terms_close(its[i]);
+	}
 	postenc_free(&pe);
 	mbuf_free(&b);
 	cm_free(CM_MEM_STORAGE, p);

@@ -28,7 +28,17 @@
  *   S 1 chunk(BE32)           the concatenated frames in STORED_CHUNK-byte
  *                             pieces: each fills exactly one LMDB overflow page,
  *                             where whole frames would waste ~2 KB apiece
- *   T field(BE16) term        varint df, varint ttf, [keyword: varint ord]
+ *   T field(BE16) term        format 5: a block of up to TBLOCK consecutive
+ *                             terms of the field (the n-th block of a field
+ *                             starts at its ordinal n * TBLOCK), keyed by its
+ *                             first term: varint nterms, varint dir length,
+ *                             the directory (first term: varint vlen; each
+ *                             other: varint shared prefix with the term
+ *                             before, varint suffix length, suffix, varint
+ *                             vlen), u32 seg_sum4 of all so far, then the
+ *                             terms' values as below, one after another.
+ *                             Formats 1-4: one entry per term, its value:
+ *                             varint df, varint ttf, [keyword: varint ord]
  *                             df == 1: varint doc (freq = ttf)
  *                             df <= 128: varint last, varint max_freq, u8 min_norm,
  *                                        one block, xxh32 of all
@@ -61,21 +71,32 @@
 
 /* Formats: 1 the first; 2 may hold hidden nested docs (a _nested_path
  * field: older binaries refuse it rather than show those docs as
- * documents); 3 keeps positions inside the T values; 4, written now,
- * gives each postings block its competitive impacts (several (freq,
- * norm) pairs, not one max freq and min norm), a second level of them
- * per IMP_GROUP blocks, and the multi-block header its own checksum.
- * All four are read; a binary older than 4 refuses a format 4 segment. */
+ * documents); 3 keeps positions inside the T values; 4 gives each
+ * postings block its competitive impacts (several (freq, norm) pairs, not
+ * one max freq and min norm), a second level of them per IMP_GROUP
+ * blocks, and the multi-block header its own checksum; 5, written now,
+ * keeps the term dictionary in prefix-compressed blocks of TBLOCK terms
+ * (one LMDB entry per block, not per term: its node and whole key cost
+ * ~20 bytes a term). All five are read; a binary older than 5 refuses a
+ * format 5 segment ("bad meta"). */
 #define SEG_FORMAT_V1 1
 #define SEG_FORMAT_NESTED 2
 #define SEG_FORMAT_POS_INLINE 3
-#define SEG_FORMAT 4
+#define SEG_FORMAT_IMPACTS 4
+#define SEG_FORMAT 5
 #define SEG_TRAILER_LEN 24
 #define SEG_MAGIC "SHOALSG1"
 #define SEG_MAX_KEY 511       /* LMDB's default max key size */
 #define SEG_MAX_TERM (SEG_MAX_KEY - 3)
 #define SEG_MAX_ID (SEG_MAX_KEY - 1)
 #define KDICT_STEP 32         /* one K entry per this many ordinals */
+#define TBLOCK KDICT_STEP     /* terms per T block: a K entry names a block's key */
+/* A block of a field without ordinals closes at TBLOCK_LEAF bytes while
+ * it is on a leaf page (up to TBLOCK_LEAF_MAX: LMDB's node max is 2,038
+ * bytes with the key and node header); smaller nodes leave less of a
+ * leaf page unused. */
+#define TBLOCK_LEAF 1000
+#define TBLOCK_LEAF_MAX 1900
 #define SKIP_ENTRY 17         /* u32 last, u32 end offset, u32 max freq, u8 min norm, u32 xxh32 */
 /* format 4: u32 last, u32 end offset, u32 seg_sum4 of the block, IMP_BYTES of impacts */
 #define IMP_SLOTS ST_IMPACTS  /* (u8 freq, u8 norm) pairs, norms ascending; freq 0: unused */
@@ -127,6 +148,7 @@ struct st_segment {
 	uint32_t stored_docs;
 	bool pos_inline; /* format 3 on: positions at the end of T values, no P */
 	bool impacts;    /* format 4 on: SKIP_ENTRY4 tables with impact pairs */
+	bool tblocks;    /* format 5 on: T entries are blocks of TBLOCK terms */
 	st_field_info *fields; /* by id; ids are assigned in name order */
 	size_t nfields;
 	char *names; /* storage for fields[i].name */
@@ -162,7 +184,28 @@ struct st_segment {
 typedef struct st_ord_tab {
 	const uint8_t **term;
 	uint32_t *len;
+	uint8_t *terms; /* format 5: the terms, decoded (term[] points here) */
 } st_ord_tab;
+
+/* One T block being read (format 5): the term at index i - 1 and its
+ * value, decoded from the block's directory. */
+typedef struct tblock_rd {
+	const uint8_t *dir, *dir_end, *vals;
+	size_t vals_len, voff;
+	uint32_t n, i;
+	uint8_t term[SEG_MAX_TERM + 1];
+	size_t term_len;
+	const uint8_t *val;
+	size_t vlen;
+} tblock_rd;
+
+/* A chunk of terms decoded for st_ord_term (format 5), kept until the
+ * transaction ends as its callers expect of a term in the map. */
+typedef struct seg_arena {
+	struct seg_arena *next;
+	size_t used, cap;
+	uint8_t data[];
+} seg_arena;
 
 struct st_seg_txn {
 	const st_segment *seg;
@@ -178,6 +221,7 @@ struct st_seg_txn {
 	uint64_t ord_at;
 	uint32_t ord_fid;
 	bool ord_valid;
+	seg_arena *arena;
 };
 
 struct st_terms {
@@ -189,6 +233,8 @@ struct st_terms {
 	size_t term_len;
 	MDB_val val;
 	bool valid;
+	bool corrupt;  /* stopped at a bad block or an LMDB error */
+	tblock_rd blk; /* format 5: the block the cursor is on */
 };
 
 /* Fetches a value by key; CM_ENOTFOUND, CM_EIO. */

@@ -187,7 +187,10 @@ cm_err st_terms_open(st_seg_txn *t, const st_field_info *f, st_terms **out);
 /* Positions at the first term >= key (key NULL: the first term). false at end. */
 bool st_terms_seek(st_terms *it, const void *key, size_t len);
 bool st_terms_next(st_terms *it);
+/* The current term: valid until the iterator moves or closes. */
 const uint8_t *st_terms_term(const st_terms *it, size_t *len);
+/* Whether the iterator stopped at a corrupt block rather than the end. */
+bool st_terms_corrupt(const st_terms *it);
 uint32_t st_terms_doc_freq(const st_terms *it);
 cm_err st_terms_postings(st_terms *it, st_postings *p);
 void st_terms_close(st_terms *it);
