@@ -4,9 +4,9 @@
  * open. Mode 2 flips bytes inside one LMDB value and then re-seals the
  * trailer (as if the damage predates the hash), so the per-value xxh32
  * checks are what must catch it: a full read sweep has to report an error
- * on every trial. Mode 3 does the same inside the term dictionary's
- * blocks only (format 5: directories of prefix-compressed terms and the
- * values they frame). Run under ASan too. */
+ * on every trial. Mode 3 does the same inside the term dictionary's and
+ * the ids' blocks only (format 5: directories of prefix-compressed terms
+ * or ids and the values they frame). Run under ASan too. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <lmdb.h>
@@ -280,13 +280,13 @@ main(void)
 		CHECK(st_segment_open(bad_path, &s, &e2) != CM_OK);
 	}
 
-	/* mode 2: inside values, trailer re-sealed; mode 3: inside T blocks */
+	/* mode 2: inside values, trailer re-sealed; mode 3: inside T and I blocks */
 	size_t nspans, nterm = 0;
 	span *spans = value_spans(path, orig, len, &nspans);
 	REQUIRE(nspans > 10);
 	span *tspans = malloc(nspans * sizeof(span));
 	for (size_t i = 0; i < nspans; i++)
-		if (spans[i].tag == 'T')
+		if (spans[i].tag == 'T' || spans[i].tag == 'I')
 			tspans[nterm++] = spans[i];
 	CHECKF(nterm > 10, "%zu term blocks", nterm);
 	for (int mode = 2; mode <= 3; mode++) {

@@ -15,7 +15,9 @@
  *   F                         varint nfields, per field: str name, u8 type,
  *                             u8 analyzer, u8 flags, varint doc_count,
  *                             sum_ttf, sum_df, num_terms, zz col_min, zz col_max
- *   I id                      varint doc
+ *   I id                      varint doc, xxh32; format 5: blocks of TBLOCK
+ *                             ids keyed by the first (I id), laid out as T
+ *                             blocks below with the ids for terms
  *   K field(BE16) n(BE32)     the term of ordinal n * KDICT_STEP
  *   M                         u32 format (SEG_FORMAT), varint max_doc, varint
  *                             generation, varint stored docs
@@ -187,13 +189,14 @@ typedef struct st_ord_tab {
 	uint8_t *terms; /* format 5: the terms, decoded (term[] points here) */
 } st_ord_tab;
 
-/* One T block being read (format 5): the term at index i - 1 and its
- * value, decoded from the block's directory. */
+/* One T or I block being read (format 5): the term (or id) at index
+ * i - 1 and its value, decoded from the block's directory. */
 typedef struct tblock_rd {
 	const uint8_t *dir, *dir_end, *vals;
 	size_t vals_len, voff;
 	uint32_t n, i;
-	uint8_t term[SEG_MAX_TERM + 1];
+	uint8_t pfx; /* key bytes before the term: 3 (T), 1 (I) */
+	uint8_t term[SEG_MAX_KEY + 1];
 	size_t term_len;
 	const uint8_t *val;
 	size_t vlen;
@@ -236,6 +239,20 @@ struct st_terms {
 	bool corrupt;  /* stopped at a bad block or an LMDB error */
 	tblock_rd blk; /* format 5: the block the cursor is on */
 };
+
+/* The ids of a segment in key order, with their values (varint doc,
+ * xxh32), through the transaction's cursor; whichever the format. id and
+ * val are valid until the next call. bad: stopped at a corrupt block or
+ * an LMDB error rather than the end. */
+typedef struct seg_ids {
+	st_seg_txn *t;
+	tblock_rd b;
+	const uint8_t *id, *val;
+	size_t len, vlen;
+	bool valid, bad;
+} seg_ids;
+bool seg_ids_first(seg_ids *it, st_seg_txn *t);
+bool seg_ids_next(seg_ids *it);
 
 /* Fetches a value by key; CM_ENOTFOUND, CM_EIO. */
 cm_err seg_get(st_seg_txn *t, const void *key, size_t klen, MDB_val *v);

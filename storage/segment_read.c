@@ -336,8 +336,11 @@ st_segment_sections(const st_segment *s, st_seg_section by_tag[256])
 		size_t vlen = v.mv_size, pos_len;
 		const uint8_t *pos;
 		tblock_rd b;
-		if (s->tblocks && k.mv_size && kp[0] == TAG_TERM && fid < s->nfields &&
-		    tblock_open(&b, &k, &v)) {
+		if (s->tblocks && k.mv_size && kp[0] == TAG_ID && tblock_open(&b, &k, &v)) {
+			sec->key_bytes += v.mv_size - b.vals_len;
+			sec->value_bytes -= v.mv_size - b.vals_len;
+		} else if (s->tblocks && k.mv_size && kp[0] == TAG_TERM && fid < s->nfields &&
+		           tblock_open(&b, &k, &v)) {
 			/* format 5: the block's directory counts with the keys */
 			sec->key_bytes += v.mv_size - b.vals_len;
 			sec->value_bytes -= v.mv_size - b.vals_len;
@@ -493,15 +496,23 @@ term_cmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
 	return c ? c : (al > bl) - (al < bl);
 }
 
+/* The bytes before the term (or id) in a block's key: tag and field id
+ * for T, the tag alone for I. */
+static size_t
+tag_pfx(uint8_t tag)
+{
+	return tag == TAG_ID ? 1 : 3;
+}
+
 /* Verifies a block's directory and readies its first term. */
 static bool
 tblock_open(tblock_rd *b, const MDB_val *k, const MDB_val *v)
 {
 	const uint8_t *start = v->mv_data, *p = start, *end = p + v->mv_size;
 	uint64_t n, dl;
-	if (k->mv_size < 3 || k->mv_size > SEG_MAX_KEY || !codec_varint(&p, end, &n) || n == 0 ||
-	    n > TBLOCK || !codec_varint(&p, end, &dl) || dl > (size_t)(end - p) ||
-	    (size_t)(end - p) - dl < 4)
+	if (k->mv_size < 1 || k->mv_size < tag_pfx(*(const uint8_t *)k->mv_data) ||
+	    k->mv_size > SEG_MAX_KEY || !codec_varint(&p, end, &n) || n == 0 || n > TBLOCK ||
+	    !codec_varint(&p, end, &dl) || dl > (size_t)(end - p) || (size_t)(end - p) - dl < 4)
 		return false;
 	b->dir = p;
 	b->dir_end = p + dl;
@@ -512,8 +523,9 @@ tblock_open(tblock_rd *b, const MDB_val *k, const MDB_val *v)
 	b->voff = 0;
 	b->n = (uint32_t)n;
 	b->i = 0;
-	b->term_len = k->mv_size - 3;
-	memcpy(b->term, (const uint8_t *)k->mv_data + 3, b->term_len);
+	b->pfx = (uint8_t)tag_pfx(*(const uint8_t *)k->mv_data);
+	b->term_len = k->mv_size - b->pfx;
+	memcpy(b->term, (const uint8_t *)k->mv_data + b->pfx, b->term_len);
 	return true;
 }
 
@@ -528,7 +540,8 @@ tblock_next(tblock_rd *b, bool *bad)
 	uint64_t shared, sl, vl;
 	if (b->i > 0) {
 		if (!codec_varint(&p, end, &shared) || !codec_varint(&p, end, &sl) ||
-		    shared > b->term_len || sl > (size_t)(end - p) || shared + sl > SEG_MAX_TERM)
+		    shared > b->term_len || sl > (size_t)(end - p) ||
+		    shared + sl > SEG_MAX_KEY - b->pfx)
 			goto bad;
 		memcpy(b->term + shared, p, sl);
 		p += sl;
@@ -549,13 +562,14 @@ bad:
 }
 
 /* The first term of the next block of the field named by pfx (tag and
- * field id, 3 bytes). */
+ * field id, 3 bytes; for ids the tag alone). */
 static bool
 tdict_next_block(MDB_cursor *cur, const uint8_t *pfx, tblock_rd *b, bool *bad)
 {
 	MDB_val k, v;
+	size_t pl = tag_pfx(pfx[0]);
 	int rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-	if (rc || k.mv_size < 3 || memcmp(k.mv_data, pfx, 3) != 0) {
+	if (rc || k.mv_size < pl || memcmp(k.mv_data, pfx, pl) != 0) {
 		if (rc && rc != MDB_NOTFOUND)
 			*bad = true;
 		return false;
@@ -574,6 +588,7 @@ tdict_next_block(MDB_cursor *cur, const uint8_t *pfx, tblock_rd *b, bool *bad)
 static bool
 tdict_seek(MDB_cursor *cur, const uint8_t *key, size_t kl, tblock_rd *b, bool *bad)
 {
+	size_t pl = tag_pfx(key[0]);
 	MDB_val k = {kl, (void *)key}, v;
 	int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
 	if (rc && rc != MDB_NOTFOUND)
@@ -585,14 +600,14 @@ tdict_seek(MDB_cursor *cur, const uint8_t *key, size_t kl, tblock_rd *b, bool *b
 			rc = rp;
 			goto fail;
 		}
-		if (rp || k.mv_size < 3 || memcmp(k.mv_data, key, 3) != 0) {
+		if (rp || k.mv_size < pl || memcmp(k.mv_data, key, pl) != 0) {
 			/* key precedes the field's first block, if there is one */
 			if (rc == MDB_NOTFOUND)
 				return false;
 			k = (MDB_val){kl, (void *)key};
 			if ((rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE)) != 0)
 				goto fail;
-			if (k.mv_size < 3 || memcmp(k.mv_data, key, 3) != 0)
+			if (k.mv_size < pl || memcmp(k.mv_data, key, pl) != 0)
 				return false;
 		}
 	}
@@ -601,7 +616,7 @@ tdict_seek(MDB_cursor *cur, const uint8_t *key, size_t kl, tblock_rd *b, bool *b
 		return false;
 	}
 	while (tblock_next(b, bad))
-		if (term_cmp(b->term, b->term_len, key + 3, kl - 3) >= 0)
+		if (term_cmp(b->term, b->term_len, key + pl, kl - pl) >= 0)
 			return true;
 	return !*bad && tdict_next_block(cur, key, b, bad);
 fail:
@@ -2103,6 +2118,66 @@ st_stored_get(st_seg_txn *t, uint32_t doc, cm_buf *id, cm_buf *source)
 	return CM_OK;
 }
 
+static bool
+ids_take(seg_ids *it, int rc, const MDB_val *k, const MDB_val *v)
+{
+	it->valid = rc == 0 && k->mv_size >= 1 && *(const uint8_t *)k->mv_data == TAG_ID;
+	it->bad = rc && rc != MDB_NOTFOUND;
+	if (it->valid) {
+		it->id = (const uint8_t *)k->mv_data + 1;
+		it->len = k->mv_size - 1;
+		it->val = v->mv_data;
+		it->vlen = v->mv_size;
+	}
+	return it->valid;
+}
+
+static bool
+ids_take_block(seg_ids *it, bool ok, bool bad)
+{
+	it->valid = ok;
+	it->bad = bad;
+	if (ok) {
+		it->id = it->b.term;
+		it->len = it->b.term_len;
+		it->val = it->b.val;
+		it->vlen = it->b.vlen;
+	}
+	return ok;
+}
+
+bool
+seg_ids_first(seg_ids *it, st_seg_txn *t)
+{
+	it->t = t;
+	static const uint8_t key[1] = {TAG_ID};
+	if (t->seg->tblocks) {
+		bool bad = false;
+		bool ok = tdict_seek(t->cur, key, 1, &it->b, &bad);
+		return ids_take_block(it, ok, bad);
+	}
+	MDB_val k = {1, (void *)key}, v;
+	int rc = mdb_cursor_get(t->cur, &k, &v, MDB_SET_RANGE);
+	return ids_take(it, rc, &k, &v);
+}
+
+bool
+seg_ids_next(seg_ids *it)
+{
+	if (!it->valid)
+		return false;
+	if (it->t->seg->tblocks) {
+		static const uint8_t key[1] = {TAG_ID};
+		bool bad = false;
+		bool ok = tblock_next(&it->b, &bad) ||
+		          (!bad && tdict_next_block(it->t->cur, key, &it->b, &bad));
+		return ids_take_block(it, ok, bad);
+	}
+	MDB_val k, v;
+	int rc = mdb_cursor_get(it->t->cur, &k, &v, MDB_NEXT);
+	return ids_take(it, rc, &k, &v);
+}
+
 cm_err
 st_id_lookup(st_seg_txn *t, const char *id, size_t len, uint32_t *doc)
 {
@@ -2112,9 +2187,18 @@ st_id_lookup(st_seg_txn *t, const char *id, size_t len, uint32_t *doc)
 	key[0] = TAG_ID;
 	memcpy(key + 1, id, len);
 	MDB_val v;
-	cm_err e = seg_get(t, key, len + 1, &v);
-	if (e)
+	cm_err e;
+	if (t->seg->tblocks) {
+		tblock_rd b;
+		bool bad = false;
+		if (!tdict_seek(t->cur, key, len + 1, &b, &bad))
+			return bad ? CM_ECORRUPT : CM_ENOTFOUND;
+		if (b.term_len != len || memcmp(b.term, id, len) != 0)
+			return CM_ENOTFOUND;
+		v = (MDB_val){b.vlen, (void *)b.val};
+	} else if ((e = seg_get(t, key, len + 1, &v)) != CM_OK) {
 		return e;
+	}
 	size_t vl = v.mv_size;
 	const uint8_t *p = v.mv_data;
 	uint64_t d;

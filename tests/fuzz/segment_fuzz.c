@@ -197,10 +197,11 @@ reseal_term(uint8_t *v, size_t len, bool keyword, bool fmt4)
 	put_le32(v + head + table, XXH32(v, head + table, 0));
 }
 
-/* Format 5: a block of terms (varint n, varint dir length, directory,
- * u32 sum4, values): its directory's sum, then each value's own. */
+/* Format 5: a block of terms or ids (varint n, varint dir length,
+ * directory, u32 sum4, values): its directory's sum, then each value's own
+ * (ids = -1: an I block, whose values end in an xxh32). */
 static void
-reseal_term_block(uint8_t *v, size_t len, bool keyword)
+reseal_term_block(uint8_t *v, size_t len, int keyword)
 {
 	cm_rd r;
 	uint64_t nt, dl;
@@ -221,7 +222,10 @@ reseal_term_block(uint8_t *v, size_t len, bool keyword)
 			r.p += sl;
 		if (!cm_rd_varint(&r, &vl) || vl > vals_len - off)
 			return;
-		reseal_term(vals + off, vl, keyword, true);
+		if (keyword < 0)
+			seal_tail(vals + off, vl);
+		else
+			reseal_term(vals + off, vl, keyword, true);
 		off += vl;
 	}
 }
@@ -267,6 +271,12 @@ reseal(kv *e, size_t n)
 			put_le32(v + table, XXH32(v, table, 0));
 			break;
 		}
+		case 'I':
+			if (fmt5)
+				reseal_term_block(v, len, -1);
+			else
+				seal_tail(v, len);
+			break;
 		case 'F':
 			break; /* done first */
 		default:       /* I, K, M, N, S, Z: a trailing xxh32 of the whole value */
