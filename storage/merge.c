@@ -958,6 +958,10 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 	w.gen = gen;
 	w.nfields = c.nfields;
 	w.fields = cm_calloc(CM_MEM_STORAGE, c.nfields + 1, sizeof(st_field_info));
+	/* the rest of the infos comes at the end; the types are needed from
+	 * the start (a keyword field's term blocks follow its ordinals) */
+	for (size_t f = 0; f < c.nfields; f++)
+		w.fields[f].type = c.fields[f].info.type;
 	w.nparts = nparts;
 	w.parts = cm_calloc(CM_MEM_STORAGE, nparts + 1, sizeof(segw_part));
 	for (size_t i = 0; i < nparts; i++)

@@ -178,6 +178,7 @@ struct st_segment {
 	 * to 31 steps each was a third of a filtered one's CPU. */
 	pthread_mutex_t ord_mu;
 	_Atomic(struct st_ord_tab *) *ord_tabs;
+	uint64_t ord_tab_max; /* ORD_TAB_MAX; tests lower it to reach the other path */
 	uint64_t *nested; /* hidden nested docs (bitset), NULL when none */
 	uint32_t nnested;
 };
@@ -283,7 +284,10 @@ typedef struct segw_part {
 } segw_part;
 
 typedef struct segw {
-	st_field_info *fields; /* names owned (cm_strdup) */
+	/* names owned (cm_strdup); the types must be set before the write
+	 * starts (T blocks of ordinal fields hold TBLOCK terms each), the
+	 * rest may come at SEGW_ALL */
+	st_field_info *fields;
 	size_t nfields;
 	segw_part *parts; /* ordered by field id, then term range */
 	size_t nparts;

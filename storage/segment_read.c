@@ -233,6 +233,7 @@ st_segment_open(const char *path, st_segment **out, cm_error *err)
 	s->col_ok = cm_calloc(CM_MEM_STORAGE, s->nfields * s->col_blocks + 1, 1);
 	s->col_loc = cm_calloc(CM_MEM_STORAGE, s->nfields * s->col_blocks + 1, sizeof(st_col_loc));
 	s->ord_tabs = cm_calloc(CM_MEM_STORAGE, s->nfields + 1, sizeof *s->ord_tabs);
+	s->ord_tab_max = ORD_TAB_MAX;
 	txn = NULL;
 	if ((e = load_nested(s, err)) != CM_OK)
 		goto fail;
@@ -1821,7 +1822,7 @@ st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t *
 {
 	if (!st_field_type_is_ordinal(f->type) || ord >= f->num_terms)
 		return CM_ENOTFOUND;
-	if (f->num_terms <= ORD_TAB_MAX && t->seg->ord_tabs && f->id < t->seg->nfields) {
+	if (f->num_terms <= t->seg->ord_tab_max && t->seg->ord_tabs && f->id < t->seg->nfields) {
 		st_ord_tab *ot =
 		    atomic_load_explicit(&t->seg->ord_tabs[f->id], memory_order_acquire);
 		if (!ot)
