@@ -708,7 +708,7 @@ typedef struct writer {
 	MDB_env *env;
 	MDB_txn *txn;
 	MDB_dbi dbi;
-	tblock_out *tb; /* set while the T section is written */
+	tblock_out *tb; /* set while the I and T sections are written */
 	/* kept on the last key across puts: MDB_APPEND through a fresh cursor
 	 * (mdb_put) searches the tree from its root every time; closed by
 	 * LMDB when its transaction ends */
