@@ -233,8 +233,12 @@ merge_terms(mtask *t, st_seg_txn **txns, uint32_t **ordmap)
 			t->sum_ttf += b.freqs[k];
 	}
 	t->nterms = nout;
-	for (size_t i = 0; i < c->n; i++)
+	for (size_t i = 0; i < c->n; i++) {
+		/* a dictionary that ended at a bad block would lose its terms */
+		if (!e && its[i] && st_terms_corrupt(its[i]))
+			e = CM_ECORRUPT;
 		st_terms_close(its[i]);
+	}
 	postenc_free(&pe);
 	mbuf_free(&b);
 	cm_free(CM_MEM_STORAGE, p);
@@ -413,35 +417,30 @@ static cm_err
 task_ids(mtask *t, st_seg_txn **txns)
 {
 	mctx *c = t->c;
-	MDB_cursor **cur = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(MDB_cursor *));
-	MDB_val *k = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(MDB_val));
-	MDB_val *v = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(MDB_val));
-	bool *valid = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(bool));
+	seg_ids *it = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(seg_ids));
 	cm_err e = CM_OK;
-	for (size_t i = 0; i < c->n && !e; i++) {
-		cur[i] = txns[i]->cur;
-		k[i] = (MDB_val){1, "I"};
-		int rc = mdb_cursor_get(cur[i], &k[i], &v[i], MDB_SET_RANGE);
-		if (rc && rc != MDB_NOTFOUND)
-			e = seg_err(rc);
-		valid[i] = rc == 0 && k[i].mv_size >= 1 && *(uint8_t *)k[i].mv_data == TAG_ID;
-	}
+	for (size_t i = 0; i < c->n && !e; i++)
+		if (!seg_ids_first(&it[i], txns[i]) && it[i].bad)
+			e = CM_ECORRUPT;
+	uint8_t key[SEG_MAX_KEY + 1];
 	while (!e) {
 		size_t best = c->n;
 		for (size_t i = 0; i < c->n; i++)
-			if (valid[i] && (best == c->n || term_cmp(k[i].mv_data, k[i].mv_size,
-			                                          k[best].mv_data, k[best].mv_size) < 0))
+			if (it[i].valid &&
+			    (best == c->n ||
+			     term_cmp(it[i].id, it[i].len, it[best].id, it[best].len) < 0))
 				best = i;
 		if (best == c->n)
 			break;
-		MDB_val key = k[best];
+		/* the id lives in its iterator (format 5): copy before they move */
+		size_t kl = it[best].len;
+		memcpy(key, it[best].id, kl);
 		uint32_t out = NONE;
 		for (size_t i = 0; i < c->n && !e; i++) {
-			if (!valid[i] ||
-			    term_cmp(k[i].mv_data, k[i].mv_size, key.mv_data, key.mv_size) != 0)
+			if (!it[i].valid || term_cmp(it[i].id, it[i].len, key, kl) != 0)
 				continue;
-			size_t vl = v[i].mv_size;
-			const uint8_t *p = v[i].mv_data;
+			size_t vl = it[i].vlen;
+			const uint8_t *p = it[i].val;
 			uint64_t d;
 			if (!cm_checksum_ok(p, &vl) || !codec_varint(&p, p + vl, &d) ||
 			    d >= c->segs[i]->max_doc) {
@@ -450,20 +449,17 @@ task_ids(mtask *t, st_seg_txn **txns)
 			}
 			if (c->docmap[i][d] != NONE)
 				out = c->docmap[i][d];
-			int rc = mdb_cursor_get(cur[i], &k[i], &v[i], MDB_NEXT);
-			valid[i] = rc == 0 && *(uint8_t *)k[i].mv_data == TAG_ID;
+			if (!seg_ids_next(&it[i]) && it[i].bad)
+				e = CM_ECORRUPT;
 		}
 		if (!e && out != NONE)
-			ids_put(&c->w->ids, (const uint8_t *)key.mv_data + 1, key.mv_size - 1, out);
+			ids_put(&c->w->ids, key, kl, out);
 		if (!e)
 			e = segw_spill_out(c->w, &c->w->ids, &c->w->ids_spill, c->w->spill_at);
 	}
 	if (!e)
 		e = segw_spill_out(c->w, &c->w->ids, &c->w->ids_spill, 1);
-	cm_free(CM_MEM_STORAGE, cur);
-	cm_free(CM_MEM_STORAGE, k);
-	cm_free(CM_MEM_STORAGE, v);
-	cm_free(CM_MEM_STORAGE, valid);
+	cm_free(CM_MEM_STORAGE, it);
 	return e;
 }
 
@@ -962,6 +958,10 @@ st_segment_merge(st_segment *const *segs, const uint64_t *const *live, size_t n,
 	w.gen = gen;
 	w.nfields = c.nfields;
 	w.fields = cm_calloc(CM_MEM_STORAGE, c.nfields + 1, sizeof(st_field_info));
+	/* the rest of the infos comes at the end; the types are needed from
+	 * the start (a keyword field's term blocks follow its ordinals) */
+	for (size_t f = 0; f < c.nfields; f++)
+		w.fields[f].type = c.fields[f].info.type;
 	w.nparts = nparts;
 	w.parts = cm_calloc(CM_MEM_STORAGE, nparts + 1, sizeof(segw_part));
 	for (size_t i = 0; i < nparts; i++)

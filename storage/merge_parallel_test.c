@@ -197,7 +197,7 @@ main(void)
 		       runs[r].budget, first);
 		uint64_t entries;
 		compare_entries(first, path, &entries);
-		CHECK(entries > 10000);
+		CHECK(entries > 1000); /* LMDB entries: blocks of 32 terms or ids (format 5) */
 		free(data);
 	}
 	free(first_data);

@@ -4,7 +4,9 @@
  * open. Mode 2 flips bytes inside one LMDB value and then re-seals the
  * trailer (as if the damage predates the hash), so the per-value xxh32
  * checks are what must catch it: a full read sweep has to report an error
- * on every trial. Run under ASan too. */
+ * on every trial. Mode 3 does the same inside the term dictionary's and
+ * the ids' blocks only (format 5: directories of prefix-compressed terms
+ * or ids and the values they frame). Run under ASan too. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <lmdb.h>
@@ -47,6 +49,10 @@ make_segment(const char *path)
 			strcat(text, words[rnd() % 12]);
 			strcat(text, " ");
 		}
+		/* rarer terms too: the dictionary spans many blocks */
+		char rare[32];
+		snprintf(rare, sizeof(rare), "r%ux ", (unsigned)(rnd() % 400));
+		strcat(text, rare);
 		snprintf(kw, sizeof(kw), "k%u", (unsigned)(rnd() % 90));
 		snprintf(id, sizeof(id), "id%u", i);
 		snprintf(src, sizeof(src), "{\"body\":\"%s\",\"k\":\"%s\",\"n\":%u}", text, kw, i);
@@ -109,6 +115,7 @@ sweep(st_segment *s)
 					bad += st_postings_corrupt(&p);
 				}
 			}
+			bad += st_terms_corrupt(it);
 			st_terms_close(it);
 		}
 		if ((f->flags & ST_FI_NORMS) && !st_norms(t, f))
@@ -179,6 +186,7 @@ write_file(const char *path, const uint8_t *p, size_t len)
 
 typedef struct span {
 	size_t off, len;
+	uint8_t tag;
 } span;
 
 /* File offsets of every LMDB value, found through LMDB's own map. */
@@ -213,7 +221,8 @@ value_spans(const char *path, const uint8_t *file, size_t flen, size_t *n)
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
 		if (*n == cap)
 			s = realloc(s, (cap *= 2) * sizeof(span));
-		s[(*n)++] = (span){(size_t)((const uint8_t *)v.mv_data - base), v.mv_size};
+		s[(*n)++] = (span){(size_t)((const uint8_t *)v.mv_data - base), v.mv_size,
+		                   k.mv_size ? *(const uint8_t *)k.mv_data : 0};
 	}
 	mdb_cursor_close(cur);
 	mdb_txn_abort(txn);
@@ -271,37 +280,45 @@ main(void)
 		CHECK(st_segment_open(bad_path, &s, &e2) != CM_OK);
 	}
 
-	/* mode 2: inside values, trailer re-sealed */
-	size_t nspans;
+	/* mode 2: inside values, trailer re-sealed; mode 3: inside T and I blocks */
+	size_t nspans, nterm = 0;
 	span *spans = value_spans(path, orig, len, &nspans);
 	REQUIRE(nspans > 10);
-	int detected = 0, trials = 400;
-	for (int trial = 0; trial < trials; trial++) {
-		memcpy(copy, orig, len);
-		span sp = spans[rnd() % nspans];
-		if (sp.len == 0)
-			continue;
-		size_t at = sp.off + rnd() % sp.len;
-		REQUIRE(at < len - 24);
-		copy[at] ^= (uint8_t)(1 + rnd() % 255);
-		if (trial % 4 == 0) /* sometimes a second byte in the same value */
-			copy[sp.off + rnd() % sp.len] ^= 0x10;
-		reseal(copy, len);
-		write_file(bad_path, copy, len);
-		cm_error e2 = {0};
-		if (st_segment_open(bad_path, &s, &e2) != CM_OK) {
-			detected++;
-			continue;
+	span *tspans = malloc(nspans * sizeof(span));
+	for (size_t i = 0; i < nspans; i++)
+		if (spans[i].tag == 'T' || spans[i].tag == 'I')
+			tspans[nterm++] = spans[i];
+	CHECKF(nterm > 10, "%zu term blocks", nterm);
+	for (int mode = 2; mode <= 3; mode++) {
+		int detected = 0, trials = 400;
+		for (int trial = 0; trial < trials; trial++) {
+			memcpy(copy, orig, len);
+			span sp = mode == 2 ? spans[rnd() % nspans] : tspans[rnd() % nterm];
+			if (sp.len == 0)
+				continue;
+			size_t at = sp.off + rnd() % sp.len;
+			REQUIRE(at < len - 24);
+			copy[at] ^= (uint8_t)(1 + rnd() % 255);
+			if (trial % 4 == 0) /* sometimes a second byte in the same value */
+				copy[sp.off + rnd() % sp.len] ^= 0x10;
+			reseal(copy, len);
+			write_file(bad_path, copy, len);
+			cm_error e2 = {0};
+			if (st_segment_open(bad_path, &s, &e2) != CM_OK) {
+				detected++;
+				continue;
+			}
+			int bad = sweep(s);
+			st_segment_close(s);
+			if (bad)
+				detected++;
+			else
+				CHECKF(0, "undetected flip at offset %zu (value at %zu, %zu bytes)",
+				       at, sp.off, sp.len);
 		}
-		int bad = sweep(s);
-		st_segment_close(s);
-		if (bad)
-			detected++;
-		else
-			CHECKF(0, "undetected flip at offset %zu (value at %zu, %zu bytes)", at, sp.off,
-			       sp.len);
+		printf("mode %d: %d of %d value corruptions reported\n", mode, detected, trials);
 	}
-	printf("mode 2: %d of %d value corruptions reported\n", detected, trials);
+	free(tspans);
 	free(spans);
 	free(orig);
 	free(copy);

@@ -15,7 +15,9 @@
  *   F                         varint nfields, per field: str name, u8 type,
  *                             u8 analyzer, u8 flags, varint doc_count,
  *                             sum_ttf, sum_df, num_terms, zz col_min, zz col_max
- *   I id                      varint doc
+ *   I id                      varint doc, xxh32; format 5: blocks of TBLOCK
+ *                             ids keyed by the first (I id), laid out as T
+ *                             blocks below with the ids for terms
  *   K field(BE16) n(BE32)     the term of ordinal n * KDICT_STEP
  *   M                         u32 format (SEG_FORMAT), varint max_doc, varint
  *                             generation, varint stored docs
@@ -28,7 +30,17 @@
  *   S 1 chunk(BE32)           the concatenated frames in STORED_CHUNK-byte
  *                             pieces: each fills exactly one LMDB overflow page,
  *                             where whole frames would waste ~2 KB apiece
- *   T field(BE16) term        varint df, varint ttf, [keyword: varint ord]
+ *   T field(BE16) term        format 5: a block of up to TBLOCK consecutive
+ *                             terms of the field (the n-th block of a field
+ *                             starts at its ordinal n * TBLOCK), keyed by its
+ *                             first term: varint nterms, varint dir length,
+ *                             the directory (first term: varint vlen; each
+ *                             other: varint shared prefix with the term
+ *                             before, varint suffix length, suffix, varint
+ *                             vlen), u32 seg_sum4 of all so far, then the
+ *                             terms' values as below, one after another.
+ *                             Formats 1-4: one entry per term, its value:
+ *                             varint df, varint ttf, [keyword: varint ord]
  *                             df == 1: varint doc (freq = ttf)
  *                             df <= 128: varint last, varint max_freq, u8 min_norm,
  *                                        one block, xxh32 of all
@@ -61,21 +73,32 @@
 
 /* Formats: 1 the first; 2 may hold hidden nested docs (a _nested_path
  * field: older binaries refuse it rather than show those docs as
- * documents); 3 keeps positions inside the T values; 4, written now,
- * gives each postings block its competitive impacts (several (freq,
- * norm) pairs, not one max freq and min norm), a second level of them
- * per IMP_GROUP blocks, and the multi-block header its own checksum.
- * All four are read; a binary older than 4 refuses a format 4 segment. */
+ * documents); 3 keeps positions inside the T values; 4 gives each
+ * postings block its competitive impacts (several (freq, norm) pairs, not
+ * one max freq and min norm), a second level of them per IMP_GROUP
+ * blocks, and the multi-block header its own checksum; 5, written now,
+ * keeps the term dictionary in prefix-compressed blocks of TBLOCK terms
+ * (one LMDB entry per block, not per term: its node and whole key cost
+ * ~20 bytes a term). All five are read; a binary older than 5 refuses a
+ * format 5 segment ("bad meta"). */
 #define SEG_FORMAT_V1 1
 #define SEG_FORMAT_NESTED 2
 #define SEG_FORMAT_POS_INLINE 3
-#define SEG_FORMAT 4
+#define SEG_FORMAT_IMPACTS 4
+#define SEG_FORMAT 5
 #define SEG_TRAILER_LEN 24
 #define SEG_MAGIC "SHOALSG1"
 #define SEG_MAX_KEY 511       /* LMDB's default max key size */
 #define SEG_MAX_TERM (SEG_MAX_KEY - 3)
 #define SEG_MAX_ID (SEG_MAX_KEY - 1)
 #define KDICT_STEP 32         /* one K entry per this many ordinals */
+#define TBLOCK KDICT_STEP     /* terms per T block: a K entry names a block's key */
+/* A block of a field without ordinals closes at TBLOCK_LEAF bytes while
+ * it is on a leaf page (up to TBLOCK_LEAF_MAX: LMDB's node max is 2,038
+ * bytes with the key and node header); smaller nodes leave less of a
+ * leaf page unused. */
+#define TBLOCK_LEAF 1000
+#define TBLOCK_LEAF_MAX 1900
 #define SKIP_ENTRY 17         /* u32 last, u32 end offset, u32 max freq, u8 min norm, u32 xxh32 */
 /* format 4: u32 last, u32 end offset, u32 seg_sum4 of the block, IMP_BYTES of impacts */
 #define IMP_SLOTS ST_IMPACTS  /* (u8 freq, u8 norm) pairs, norms ascending; freq 0: unused */
@@ -127,6 +150,7 @@ struct st_segment {
 	uint32_t stored_docs;
 	bool pos_inline; /* format 3 on: positions at the end of T values, no P */
 	bool impacts;    /* format 4 on: SKIP_ENTRY4 tables with impact pairs */
+	bool tblocks;    /* format 5 on: T entries are blocks of TBLOCK terms */
 	st_field_info *fields; /* by id; ids are assigned in name order */
 	size_t nfields;
 	char *names; /* storage for fields[i].name */
@@ -154,6 +178,7 @@ struct st_segment {
 	 * to 31 steps each was a third of a filtered one's CPU. */
 	pthread_mutex_t ord_mu;
 	_Atomic(struct st_ord_tab *) *ord_tabs;
+	uint64_t ord_tab_max; /* ORD_TAB_MAX; tests lower it to reach the other path */
 	uint64_t *nested; /* hidden nested docs (bitset), NULL when none */
 	uint32_t nnested;
 };
@@ -162,7 +187,29 @@ struct st_segment {
 typedef struct st_ord_tab {
 	const uint8_t **term;
 	uint32_t *len;
+	uint8_t *terms; /* format 5: the terms, decoded (term[] points here) */
 } st_ord_tab;
+
+/* One T or I block being read (format 5): the term (or id) at index
+ * i - 1 and its value, decoded from the block's directory. */
+typedef struct tblock_rd {
+	const uint8_t *dir, *dir_end, *vals;
+	size_t vals_len, voff;
+	uint32_t n, i;
+	uint8_t pfx; /* key bytes before the term: 3 (T), 1 (I) */
+	uint8_t term[SEG_MAX_KEY + 1];
+	size_t term_len;
+	const uint8_t *val;
+	size_t vlen;
+} tblock_rd;
+
+/* A chunk of terms decoded for st_ord_term (format 5), kept until the
+ * transaction ends as its callers expect of a term in the map. */
+typedef struct seg_arena {
+	struct seg_arena *next;
+	size_t used, cap;
+	uint8_t data[];
+} seg_arena;
 
 struct st_seg_txn {
 	const st_segment *seg;
@@ -178,6 +225,7 @@ struct st_seg_txn {
 	uint64_t ord_at;
 	uint32_t ord_fid;
 	bool ord_valid;
+	seg_arena *arena;
 };
 
 struct st_terms {
@@ -189,7 +237,23 @@ struct st_terms {
 	size_t term_len;
 	MDB_val val;
 	bool valid;
+	bool corrupt;  /* stopped at a bad block or an LMDB error */
+	tblock_rd blk; /* format 5: the block the cursor is on */
 };
+
+/* The ids of a segment in key order, with their values (varint doc,
+ * xxh32), through the transaction's cursor; whichever the format. id and
+ * val are valid until the next call. bad: stopped at a corrupt block or
+ * an LMDB error rather than the end. */
+typedef struct seg_ids {
+	st_seg_txn *t;
+	tblock_rd b;
+	const uint8_t *id, *val;
+	size_t len, vlen;
+	bool valid, bad;
+} seg_ids;
+bool seg_ids_first(seg_ids *it, st_seg_txn *t);
+bool seg_ids_next(seg_ids *it);
 
 /* Fetches a value by key; CM_ENOTFOUND, CM_EIO. */
 cm_err seg_get(st_seg_txn *t, const void *key, size_t klen, MDB_val *v);
@@ -220,7 +284,10 @@ typedef struct segw_part {
 } segw_part;
 
 typedef struct segw {
-	st_field_info *fields; /* names owned (cm_strdup) */
+	/* names owned (cm_strdup); the types must be set before the write
+	 * starts (T blocks of ordinal fields hold TBLOCK terms each), the
+	 * rest may come at SEGW_ALL */
+	st_field_info *fields;
 	size_t nfields;
 	segw_part *parts; /* ordered by field id, then term range */
 	size_t nparts;

@@ -135,7 +135,8 @@ parse_meta(st_segment *s, const uint8_t *p, size_t len)
 		return CM_ECORRUPT;
 	s->max_doc = (uint32_t)md;
 	s->pos_inline = fmt >= SEG_FORMAT_POS_INLINE;
-	s->impacts = fmt >= SEG_FORMAT;
+	s->impacts = fmt >= SEG_FORMAT_IMPACTS;
+	s->tblocks = fmt >= SEG_FORMAT;
 	s->gen = gen;
 	s->stored_docs = (uint32_t)sd;
 	return CM_OK;
@@ -232,6 +233,7 @@ st_segment_open(const char *path, st_segment **out, cm_error *err)
 	s->col_ok = cm_calloc(CM_MEM_STORAGE, s->nfields * s->col_blocks + 1, 1);
 	s->col_loc = cm_calloc(CM_MEM_STORAGE, s->nfields * s->col_blocks + 1, sizeof(st_col_loc));
 	s->ord_tabs = cm_calloc(CM_MEM_STORAGE, s->nfields + 1, sizeof *s->ord_tabs);
+	s->ord_tab_max = ORD_TAB_MAX;
 	txn = NULL;
 	if ((e = load_nested(s, err)) != CM_OK)
 		goto fail;
@@ -248,6 +250,7 @@ fail:
 
 /* Marks a field whose dictionary did not check out: not walked again. */
 static st_ord_tab ord_tab_bad;
+static void ord_tab_free(st_ord_tab *ot);
 
 void
 st_segment_close(st_segment *s)
@@ -262,11 +265,8 @@ st_segment_close(st_segment *s)
 	pthread_mutex_destroy(&s->ord_mu);
 	for (size_t i = 0; s->ord_tabs && i < s->nfields; i++) {
 		st_ord_tab *ot = atomic_load(&s->ord_tabs[i]);
-		if (ot && ot != &ord_tab_bad) {
-			cm_free(CM_MEM_STORAGE, ot->term);
-			cm_free(CM_MEM_STORAGE, ot->len);
-			cm_free(CM_MEM_STORAGE, ot);
-		}
+		if (ot && ot != &ord_tab_bad)
+			ord_tab_free(ot);
 	}
 	cm_free(CM_MEM_STORAGE, (void *)s->ord_tabs);
 	cm_free(CM_MEM_STORAGE, s->fields);
@@ -305,6 +305,8 @@ st_segment_bytes(const st_segment *s)
 
 static bool term_split(const st_segment *s, const st_field_info *f, const uint8_t *val,
                        size_t *vlen, const uint8_t **pos, size_t *pos_len);
+static bool tblock_open(tblock_rd *b, const MDB_val *k, const MDB_val *v);
+static bool tblock_next(tblock_rd *b, bool *bad);
 
 cm_err
 st_segment_sections(const st_segment *s, st_seg_section by_tag[256])
@@ -334,20 +336,79 @@ st_segment_sections(const st_segment *s, st_seg_section by_tag[256])
 		size_t fid = k.mv_size >= 3 ? (size_t)kp[1] << 8 | kp[2] : SIZE_MAX;
 		size_t vlen = v.mv_size, pos_len;
 		const uint8_t *pos;
-		if (k.mv_size && kp[0] == TAG_TERM && fid < s->nfields &&
-		    term_split(s, &s->fields[fid], v.mv_data, &vlen, &pos, &pos_len) && pos) {
+		tblock_rd b;
+		if (s->tblocks && k.mv_size && kp[0] == TAG_ID && tblock_open(&b, &k, &v)) {
+			sec->key_bytes += v.mv_size - b.vals_len;
+			sec->value_bytes -= v.mv_size - b.vals_len;
+		} else if (s->tblocks && k.mv_size && kp[0] == TAG_TERM && fid < s->nfields &&
+		           tblock_open(&b, &k, &v)) {
+			/* format 5: the block's directory counts with the keys */
+			sec->key_bytes += v.mv_size - b.vals_len;
+			sec->value_bytes -= v.mv_size - b.vals_len;
+			bool bad = false;
+			while (tblock_next(&b, &bad)) {
+				size_t bl = b.vlen;
+				if (term_split(s, &s->fields[fid], b.val, &bl, &pos, &pos_len) &&
+				    pos) {
+					sec->value_bytes -= pos_len;
+					by_tag[TAG_POS].value_bytes += pos_len;
+				}
+			}
+		} else if (k.mv_size && kp[0] == TAG_TERM && fid < s->nfields &&
+		           term_split(s, &s->fields[fid], v.mv_data, &vlen, &pos, &pos_len) &&
+		           pos) {
 			/* format 3: the positions in T values count as P */
 			sec->value_bytes -= pos_len;
 			by_tag[TAG_POS].value_bytes += pos_len;
 		}
 		if (8 + k.mv_size + v.mv_size > nodemax) {
 			sec->big_values++;
+			sec->big_bytes += v.mv_size;
 			sec->big_slack += (16 + v.mv_size + psize - 1) / psize * psize - v.mv_size;
 		}
 	}
 	mdb_cursor_close(cur);
 	mdb_txn_abort(txn);
 	return CM_OK;
+}
+
+cm_err
+st_segment_pages(const st_segment *s, st_seg_pages *out)
+{
+	memset(out, 0, sizeof(*out));
+	MDB_txn *txn;
+	if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn))
+		return CM_EIO;
+	MDB_stat ms;
+	MDB_envinfo ei;
+	MDB_cursor *cur = NULL;
+	int rc = mdb_stat(txn, s->dbi, &ms);
+	if (rc == 0) {
+		out->psize = ms.ms_psize;
+		out->depth = ms.ms_depth;
+		out->branch = ms.ms_branch_pages;
+		out->leaf = ms.ms_leaf_pages;
+		out->overflow = ms.ms_overflow_pages;
+		rc = mdb_env_info(s->env, &ei);
+	}
+	if (rc == 0)
+		out->total = (uint64_t)ei.me_last_pgno + 1;
+	/* the free list (database 0): each value is a count, then that many
+	 * page numbers (mdb_stat -f) */
+	if (rc == 0)
+		rc = mdb_cursor_open(txn, 0, &cur);
+	MDB_val k, v;
+	for (int g = rc ? rc : mdb_cursor_get(cur, &k, &v, MDB_FIRST); g == 0;
+	     g = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+		if (v.mv_size >= sizeof(size_t)) {
+			size_t n; /* LMDB keeps nodes 2-byte aligned only */
+			memcpy(&n, v.mv_data, sizeof(n));
+			out->free += n;
+		}
+	if (cur)
+		mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	return rc ? CM_EIO : CM_OK;
 }
 
 size_t
@@ -410,6 +471,11 @@ st_seg_txn_end(st_seg_txn *t)
 	mdb_cursor_close(t->cur);
 	if (t->ord_cur)
 		mdb_cursor_close(t->ord_cur);
+	while (t->arena) {
+		seg_arena *a = t->arena;
+		t->arena = a->next;
+		cm_free(CM_MEM_STORAGE, a);
+	}
 	mdb_txn_abort(t->txn);
 	cm_buf_free(&t->raw);
 	cm_buf_free(&t->frame);
@@ -420,6 +486,161 @@ const st_segment *
 st_seg_txn_segment(const st_seg_txn *t)
 {
 	return t->seg;
+}
+
+/* ---- the term dictionary in blocks (format 5) ---- */
+
+static int
+term_cmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
+{
+	int c = memcmp(a, b, al < bl ? al : bl);
+	return c ? c : (al > bl) - (al < bl);
+}
+
+/* The bytes before the term (or id) in a block's key: tag and field id
+ * for T, the tag alone for I. */
+static size_t
+tag_pfx(uint8_t tag)
+{
+	return tag == TAG_ID ? 1 : 3;
+}
+
+/* Verifies a block's directory and readies its first term. */
+static bool
+tblock_open(tblock_rd *b, const MDB_val *k, const MDB_val *v)
+{
+	const uint8_t *start = v->mv_data, *p = start, *end = p + v->mv_size;
+	uint64_t n, dl;
+	if (k->mv_size < 1 || k->mv_size < tag_pfx(*(const uint8_t *)k->mv_data) ||
+	    k->mv_size > SEG_MAX_KEY || !codec_varint(&p, end, &n) || n == 0 || n > TBLOCK ||
+	    !codec_varint(&p, end, &dl) || dl > (size_t)(end - p) || (size_t)(end - p) - dl < 4)
+		return false;
+	b->dir = p;
+	b->dir_end = p + dl;
+	if (seg_sum4(start, (size_t)(b->dir_end - start)) != cm_get_u32(b->dir_end))
+		return false;
+	b->vals = b->dir_end + 4;
+	b->vals_len = (size_t)(end - b->vals);
+	b->voff = 0;
+	b->n = (uint32_t)n;
+	b->i = 0;
+	b->pfx = (uint8_t)tag_pfx(*(const uint8_t *)k->mv_data);
+	b->term_len = k->mv_size - b->pfx;
+	memcpy(b->term, (const uint8_t *)k->mv_data + b->pfx, b->term_len);
+	return true;
+}
+
+/* Steps to the block's next term; false at its end, or with *bad set
+ * when the directory does not add up. */
+static bool
+tblock_next(tblock_rd *b, bool *bad)
+{
+	if (b->i >= b->n)
+		return false;
+	const uint8_t *p = b->dir, *end = b->dir_end;
+	uint64_t shared, sl, vl;
+	if (b->i > 0) {
+		if (!codec_varint(&p, end, &shared) || !codec_varint(&p, end, &sl) ||
+		    shared > b->term_len || sl > (size_t)(end - p) ||
+		    shared + sl > SEG_MAX_KEY - b->pfx)
+			goto bad;
+		memcpy(b->term + shared, p, sl);
+		p += sl;
+		b->term_len = shared + sl;
+	}
+	if (!codec_varint(&p, end, &vl) || vl > b->vals_len - b->voff)
+		goto bad;
+	b->val = b->vals + b->voff;
+	b->vlen = vl;
+	b->voff += vl;
+	b->dir = p;
+	b->i++;
+	return true;
+bad:
+	*bad = true;
+	b->i = b->n;
+	return false;
+}
+
+/* The first term of the next block of the field named by pfx (tag and
+ * field id, 3 bytes; for ids the tag alone). */
+static bool
+tdict_next_block(MDB_cursor *cur, const uint8_t *pfx, tblock_rd *b, bool *bad)
+{
+	MDB_val k, v;
+	size_t pl = tag_pfx(pfx[0]);
+	int rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+	if (rc || k.mv_size < pl || memcmp(k.mv_data, pfx, pl) != 0) {
+		if (rc && rc != MDB_NOTFOUND)
+			*bad = true;
+		return false;
+	}
+	if (!tblock_open(b, &k, &v)) {
+		*bad = true;
+		return false;
+	}
+	return tblock_next(b, bad);
+}
+
+/* Puts b on the first term >= key (a T key: tag, field, term) of key's
+ * field, the cursor on its block: the last block whose first term is <=
+ * key, or the field's first block when key precedes it. false when the
+ * field has no such term, or with *bad set on a corrupt block. */
+static bool
+tdict_seek(MDB_cursor *cur, const uint8_t *key, size_t kl, tblock_rd *b, bool *bad)
+{
+	size_t pl = tag_pfx(key[0]);
+	MDB_val k = {kl, (void *)key}, v;
+	int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+	if (rc && rc != MDB_NOTFOUND)
+		goto fail;
+	if (rc != 0 || k.mv_size != kl || memcmp(k.mv_data, key, kl) != 0) {
+		/* the block before holds key if it is of the same field */
+		int rp = mdb_cursor_get(cur, &k, &v, rc == MDB_NOTFOUND ? MDB_LAST : MDB_PREV);
+		if (rp && rp != MDB_NOTFOUND) {
+			rc = rp;
+			goto fail;
+		}
+		if (rp || k.mv_size < pl || memcmp(k.mv_data, key, pl) != 0) {
+			/* key precedes the field's first block, if there is one */
+			if (rc == MDB_NOTFOUND)
+				return false;
+			k = (MDB_val){kl, (void *)key};
+			if ((rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE)) != 0)
+				goto fail;
+			if (k.mv_size < pl || memcmp(k.mv_data, key, pl) != 0)
+				return false;
+		}
+	}
+	if (!tblock_open(b, &k, &v)) {
+		*bad = true;
+		return false;
+	}
+	while (tblock_next(b, bad))
+		if (term_cmp(b->term, b->term_len, key + pl, kl - pl) >= 0)
+			return true;
+	return !*bad && tdict_next_block(cur, key, b, bad);
+fail:
+	if (rc != MDB_NOTFOUND)
+		*bad = true;
+	return false;
+}
+
+/* A term's value by its T key: its own entry (formats 1-4) or its slice
+ * of a block (format 5, found with the transaction's cursor). */
+static cm_err
+term_get(st_seg_txn *t, const uint8_t *key, size_t kl, MDB_val *v)
+{
+	if (!t->seg->tblocks)
+		return seg_get(t, key, kl, v);
+	tblock_rd b;
+	bool bad = false;
+	if (!tdict_seek(t->cur, key, kl, &b, &bad))
+		return bad ? CM_ECORRUPT : CM_ENOTFOUND;
+	if (b.term_len != kl - 3 || memcmp(b.term, key + 3, kl - 3) != 0)
+		return CM_ENOTFOUND;
+	*v = (MDB_val){b.vlen, (void *)b.val};
+	return CM_OK;
 }
 
 /* ---- postings ---- */
@@ -594,7 +815,7 @@ st_postings_open(st_seg_txn *t, const st_field_info *f, const void *term, size_t
 	uint8_t key[SEG_MAX_KEY + 1];
 	size_t kl = seg_term_key(key, TAG_TERM, f->id, term, len);
 	MDB_val v;
-	cm_err e = seg_get(t, key, kl, &v);
+	cm_err e = term_get(t, key, kl, &v);
 	if (e)
 		return e;
 	return postings_init(t, f, v.mv_data, v.mv_size, term, len, p);
@@ -610,7 +831,7 @@ st_term_doc_freq(st_seg_txn *t, const st_field_info *f, const void *term, size_t
 	uint8_t key[SEG_MAX_KEY + 1];
 	size_t kl = seg_term_key(key, TAG_TERM, f->id, term, len);
 	MDB_val v;
-	cm_err e = seg_get(t, key, kl, &v);
+	cm_err e = term_get(t, key, kl, &v);
 	if (e)
 		return e;
 	const uint8_t *val = v.mv_data, *pos;
@@ -952,6 +1173,7 @@ static bool
 terms_take(st_terms *it, int rc, MDB_val *k)
 {
 	if (rc || k->mv_size < 3 || memcmp(k->mv_data, it->prefix, 3) != 0) {
+		it->corrupt = rc && rc != MDB_NOTFOUND;
 		it->valid = false;
 		return false;
 	}
@@ -961,6 +1183,19 @@ terms_take(st_terms *it, int rc, MDB_val *k)
 	return true;
 }
 
+static bool
+terms_take_block(st_terms *it, bool ok, bool bad)
+{
+	it->valid = ok;
+	it->corrupt = bad;
+	if (ok) {
+		it->term = it->blk.term;
+		it->term_len = it->blk.term_len;
+		it->val = (MDB_val){it->blk.vlen, (void *)it->blk.val};
+	}
+	return ok;
+}
+
 bool
 st_terms_seek(st_terms *it, const void *key, size_t len)
 {
@@ -968,10 +1203,17 @@ st_terms_seek(st_terms *it, const void *key, size_t len)
 	if (len > SEG_MAX_TERM)
 		len = SEG_MAX_TERM; /* no stored term is longer; the prefix seeks the same spot */
 	size_t kl = seg_term_key(kb, TAG_TERM, it->f->id, key, key ? len : 0);
-	MDB_val k = {kl, kb};
-	int rc = mdb_cursor_get(it->cur, &k, &it->val, MDB_SET_RANGE);
-	if (!terms_take(it, rc, &k))
-		return false;
+	if (it->txn->seg->tblocks) {
+		bool bad = false;
+		bool ok = tdict_seek(it->cur, kb, kl, &it->blk, &bad);
+		if (!terms_take_block(it, ok, bad))
+			return false;
+	} else {
+		MDB_val k = {kl, kb};
+		int rc = mdb_cursor_get(it->cur, &k, &it->val, MDB_SET_RANGE);
+		if (!terms_take(it, rc, &k))
+			return false;
+	}
 	/* A truncated seek key may land on a term equal to its prefix. */
 	if (key && len == SEG_MAX_TERM && it->term_len == len && memcmp(it->term, key, len) == 0)
 		return st_terms_next(it);
@@ -983,6 +1225,12 @@ st_terms_next(st_terms *it)
 {
 	if (!it->valid)
 		return false;
+	if (it->txn->seg->tblocks) {
+		bool bad = false;
+		bool ok = tblock_next(&it->blk, &bad) ||
+		          (!bad && tdict_next_block(it->cur, it->prefix, &it->blk, &bad));
+		return terms_take_block(it, ok, bad);
+	}
 	MDB_val k;
 	int rc = mdb_cursor_get(it->cur, &k, &it->val, MDB_NEXT);
 	return terms_take(it, rc, &k);
@@ -993,6 +1241,12 @@ st_terms_term(const st_terms *it, size_t *len)
 {
 	*len = it->term_len;
 	return it->term;
+}
+
+bool
+st_terms_corrupt(const st_terms *it)
+{
+	return it->corrupt;
 }
 
 uint32_t
@@ -1378,6 +1632,63 @@ st_col_count_one(st_seg_txn *t, const st_field_info *f, st_colblock *cb, const u
 
 /* ---- ordinals ---- */
 
+static void
+ord_tab_free(st_ord_tab *ot)
+{
+	if (!ot)
+		return;
+	cm_free(CM_MEM_STORAGE, ot->term);
+	cm_free(CM_MEM_STORAGE, ot->len);
+	cm_free(CM_MEM_STORAGE, ot->terms);
+	cm_free(CM_MEM_STORAGE, ot);
+}
+
+/* The ordinal of a keyword term's value (df, ttf, ord). */
+static bool
+value_ord(const uint8_t *p, size_t len, uint64_t *ord)
+{
+	const uint8_t *pe = p + len;
+	uint64_t df, ttf;
+	return codec_varint(&p, pe, &df) && codec_varint(&p, pe, &ttf) && codec_varint(&p, pe, ord);
+}
+
+/* Format 5: the field's terms decoded out of their blocks into one
+ * buffer, each checked to name its ordinal; NULL when one does not. */
+static st_ord_tab *
+ord_tab_walk(st_seg_txn *t, const st_field_info *f)
+{
+	uint64_t n = f->num_terms, i = 0;
+	st_terms *it;
+	if (st_terms_open(t, f, &it))
+		return NULL;
+	st_ord_tab *ot = cm_calloc(CM_MEM_STORAGE, 1, sizeof *ot);
+	ot->term = cm_malloc(CM_MEM_STORAGE, (n ? n : 1) * sizeof *ot->term);
+	ot->len = cm_malloc(CM_MEM_STORAGE, (n ? n : 1) * sizeof *ot->len);
+	cm_buf terms;
+	cm_buf_init(&terms, CM_MEM_STORAGE);
+	bool ok = true;
+	for (bool more = st_terms_seek(it, NULL, 0); more; more = st_terms_next(it)) {
+		uint64_t o;
+		if (i == n || !value_ord(it->val.mv_data, it->val.mv_size, &o) || o != i) {
+			ok = false;
+			break;
+		}
+		ot->term[i] = (const uint8_t *)(uintptr_t)terms.len; /* an offset until the end */
+		ot->len[i] = (uint32_t)it->term_len;
+		cm_buf_put(&terms, it->term, it->term_len);
+		i++;
+	}
+	st_terms_close(it);
+	ot->terms = terms.data; /* the buffer's storage, owned by ot from here */
+	for (uint64_t j = 0; j < i; j++)
+		ot->term[j] = ot->terms + (uintptr_t)ot->term[j];
+	if (!ok || i != n) {
+		ord_tab_free(ot);
+		return NULL;
+	}
+	return ot;
+}
+
 /* One walk of the field's dictionary, checking that the n-th term names
  * ordinal n; NULL when it does not (the slow path then reports it). */
 static st_ord_tab *
@@ -1390,20 +1701,26 @@ ord_tab_build(st_seg_txn *t, const st_field_info *f)
 		pthread_mutex_unlock(&seg->ord_mu);
 		return ot == &ord_tab_bad ? NULL : ot;
 	}
+	uint64_t n = f->num_terms;
+	uint64_t i = 0;
+	bool ok = true;
+	if (seg->tblocks) {
+		ot = ord_tab_walk(t, f);
+		ok = ot != NULL;
+		i = n;
+		goto samples;
+	}
 	MDB_cursor *cur;
 	if (mdb_cursor_open(t->txn, seg->dbi, &cur)) {
 		pthread_mutex_unlock(&seg->ord_mu);
 		return NULL;
 	}
-	uint64_t n = f->num_terms;
 	ot = cm_calloc(CM_MEM_STORAGE, 1, sizeof *ot);
 	ot->term = cm_malloc(CM_MEM_STORAGE, (n ? n : 1) * sizeof *ot->term);
 	ot->len = cm_malloc(CM_MEM_STORAGE, (n ? n : 1) * sizeof *ot->len);
 	uint8_t key[3];
 	size_t kl = seg_term_key(key, TAG_TERM, f->id, NULL, 0);
 	MDB_val k = {kl, key}, v;
-	uint64_t i = 0;
-	bool ok = true;
 	for (int rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0 && i <= n;
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
 		if (k.mv_size < 3 || memcmp(k.mv_data, key, 3) != 0)
@@ -1420,6 +1737,7 @@ ord_tab_build(st_seg_txn *t, const st_field_info *f)
 		i++;
 	}
 	mdb_cursor_close(cur);
+samples:
 	/* the sampled K entries the slow path seeks by must agree with it */
 	for (uint64_t s0 = 0; ok && i == n && s0 < n; s0 += KDICT_STEP) {
 		uint32_t b = (uint32_t)(s0 / KDICT_STEP);
@@ -1433,9 +1751,7 @@ ord_tab_build(st_seg_txn *t, const st_field_info *f)
 		     memcmp(kv.mv_data, ot->term[s0], tl) == 0;
 	}
 	if (!ok || i != n) {
-		cm_free(CM_MEM_STORAGE, ot->term);
-		cm_free(CM_MEM_STORAGE, ot->len);
-		cm_free(CM_MEM_STORAGE, ot);
+		ord_tab_free(ot);
 		atomic_store_explicit(&seg->ord_tabs[f->id], &ord_tab_bad, memory_order_release);
 		pthread_mutex_unlock(&seg->ord_mu);
 		return NULL;
@@ -1445,12 +1761,68 @@ ord_tab_build(st_seg_txn *t, const st_field_info *f)
 	return ot;
 }
 
+/* A copy of n bytes that lives until the transaction ends. */
+static const uint8_t *
+txn_keep(st_seg_txn *t, const uint8_t *p, size_t n)
+{
+	seg_arena *a = t->arena;
+	if (!a || a->cap - a->used < n) {
+		size_t cap = n > 4000 ? n : 4000;
+		a = cm_malloc(CM_MEM_STORAGE, sizeof(*a) + cap);
+		a->next = t->arena;
+		a->used = 0;
+		a->cap = cap;
+		t->arena = a;
+	}
+	uint8_t *d = a->data + a->used;
+	memcpy(d, p, n);
+	a->used += n;
+	return d;
+}
+
+/* Format 5: ordinal ord is term ord % TBLOCK of the block the K entry of
+ * ord / KDICT_STEP names. */
+static cm_err
+ord_term_block(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t **term,
+               size_t *len)
+{
+	uint32_t n = (uint32_t)(ord / KDICT_STEP);
+	uint8_t key[SEG_MAX_KEY + 1] = {
+	    TAG_KDICT,          (uint8_t)(f->id >> 8), (uint8_t)f->id, (uint8_t)(n >> 24),
+	    (uint8_t)(n >> 16), (uint8_t)(n >> 8),     (uint8_t)n};
+	MDB_val v;
+	cm_err e = seg_get(t, key, 7, &v);
+	if (e)
+		return e == CM_ENOTFOUND ? CM_ECORRUPT : e;
+	size_t tl = v.mv_size;
+	if (!cm_checksum_ok(v.mv_data, &tl) || tl > SEG_MAX_TERM)
+		return CM_ECORRUPT;
+	size_t kl = seg_term_key(key, TAG_TERM, f->id, v.mv_data, tl);
+	MDB_val k = {kl, key};
+	if ((e = seg_get(t, key, kl, &v)) != CM_OK)
+		return e == CM_ENOTFOUND ? CM_ECORRUPT : e;
+	tblock_rd b;
+	bool bad = false;
+	if (!tblock_open(&b, &k, &v))
+		return CM_ECORRUPT;
+	for (uint64_t i = 0; i <= ord % KDICT_STEP; i++)
+		if (!tblock_next(&b, &bad))
+			return CM_ECORRUPT;
+	/* the value names its ordinal: cheap proof we landed right */
+	uint64_t o;
+	if (!value_ord(b.val, b.vlen, &o) || o != ord)
+		return CM_ECORRUPT;
+	*term = txn_keep(t, b.term, b.term_len);
+	*len = b.term_len;
+	return CM_OK;
+}
+
 cm_err
 st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t **term, size_t *len)
 {
 	if (!st_field_type_is_ordinal(f->type) || ord >= f->num_terms)
 		return CM_ENOTFOUND;
-	if (f->num_terms <= ORD_TAB_MAX && t->seg->ord_tabs && f->id < t->seg->nfields) {
+	if (f->num_terms <= t->seg->ord_tab_max && t->seg->ord_tabs && f->id < t->seg->nfields) {
 		st_ord_tab *ot =
 		    atomic_load_explicit(&t->seg->ord_tabs[f->id], memory_order_acquire);
 		if (!ot)
@@ -1461,6 +1833,8 @@ st_ord_term(st_seg_txn *t, const st_field_info *f, uint64_t ord, const uint8_t *
 			return CM_OK;
 		}
 	}
+	if (t->seg->tblocks)
+		return ord_term_block(t, f, ord, term, len);
 	if (!t->ord_cur && mdb_cursor_open(t->txn, t->seg->dbi, &t->ord_cur))
 		return CM_EIO;
 	uint8_t key[SEG_MAX_KEY + 1];
@@ -1515,6 +1889,35 @@ check:
 	return CM_OK;
 }
 
+/* Format 5's st_term_ord: key is the (possibly truncated) T key of a
+ * probe len bytes long. */
+static cm_err
+term_ord_block(st_seg_txn *t, const st_field_info *f, const uint8_t *key, size_t kl, size_t len,
+               uint64_t *ord)
+{
+	tblock_rd b;
+	bool bad = false;
+	bool found = tdict_seek(t->cur, key, kl, &b, &bad);
+	bool same = found && b.term_len == kl - 3 && memcmp(b.term, key + 3, kl - 3) == 0;
+	if (same && len > SEG_MAX_TERM)
+		/* the stored term is a prefix of a longer probe: insertion point is after it */
+		found = tblock_next(&b, &bad) || (!bad && tdict_next_block(t->cur, key, &b, &bad));
+	if (bad)
+		return CM_ECORRUPT;
+	if (!found) {
+		*ord = f->num_terms;
+		return CM_ENOTFOUND;
+	}
+	term_head h;
+	const uint8_t *pos;
+	size_t vlen = b.vlen, pos_len;
+	if (!term_split(t->seg, f, b.val, &vlen, &pos, &pos_len) ||
+	    !parse_term(b.val, vlen, true, t->seg->impacts, &h) || h.ord >= f->num_terms)
+		return CM_ECORRUPT;
+	*ord = h.ord;
+	return same && len <= SEG_MAX_TERM ? CM_OK : CM_ENOTFOUND;
+}
+
 cm_err
 st_term_ord(st_seg_txn *t, const st_field_info *f, const void *term, size_t len, uint64_t *ord)
 {
@@ -1522,6 +1925,8 @@ st_term_ord(st_seg_txn *t, const st_field_info *f, const void *term, size_t len,
 		return CM_EINVAL;
 	uint8_t key[SEG_MAX_KEY + 1];
 	size_t kl = seg_term_key(key, TAG_TERM, f->id, term, len > SEG_MAX_TERM ? SEG_MAX_TERM : len);
+	if (t->seg->tblocks)
+		return term_ord_block(t, f, key, kl, len, ord);
 	MDB_val k = {kl, key}, v;
 	int rc = mdb_cursor_get(t->cur, &k, &v, MDB_SET_RANGE);
 	if (rc == MDB_NOTFOUND || (rc == 0 && (k.mv_size < 3 || memcmp(k.mv_data, key, 3) != 0))) {
@@ -1714,6 +2119,66 @@ st_stored_get(st_seg_txn *t, uint32_t doc, cm_buf *id, cm_buf *source)
 	return CM_OK;
 }
 
+static bool
+ids_take(seg_ids *it, int rc, const MDB_val *k, const MDB_val *v)
+{
+	it->valid = rc == 0 && k->mv_size >= 1 && *(const uint8_t *)k->mv_data == TAG_ID;
+	it->bad = rc && rc != MDB_NOTFOUND;
+	if (it->valid) {
+		it->id = (const uint8_t *)k->mv_data + 1;
+		it->len = k->mv_size - 1;
+		it->val = v->mv_data;
+		it->vlen = v->mv_size;
+	}
+	return it->valid;
+}
+
+static bool
+ids_take_block(seg_ids *it, bool ok, bool bad)
+{
+	it->valid = ok;
+	it->bad = bad;
+	if (ok) {
+		it->id = it->b.term;
+		it->len = it->b.term_len;
+		it->val = it->b.val;
+		it->vlen = it->b.vlen;
+	}
+	return ok;
+}
+
+bool
+seg_ids_first(seg_ids *it, st_seg_txn *t)
+{
+	it->t = t;
+	static const uint8_t key[1] = {TAG_ID};
+	if (t->seg->tblocks) {
+		bool bad = false;
+		bool ok = tdict_seek(t->cur, key, 1, &it->b, &bad);
+		return ids_take_block(it, ok, bad);
+	}
+	MDB_val k = {1, (void *)key}, v;
+	int rc = mdb_cursor_get(t->cur, &k, &v, MDB_SET_RANGE);
+	return ids_take(it, rc, &k, &v);
+}
+
+bool
+seg_ids_next(seg_ids *it)
+{
+	if (!it->valid)
+		return false;
+	if (it->t->seg->tblocks) {
+		static const uint8_t key[1] = {TAG_ID};
+		bool bad = false;
+		bool ok = tblock_next(&it->b, &bad) ||
+		          (!bad && tdict_next_block(it->t->cur, key, &it->b, &bad));
+		return ids_take_block(it, ok, bad);
+	}
+	MDB_val k, v;
+	int rc = mdb_cursor_get(it->t->cur, &k, &v, MDB_NEXT);
+	return ids_take(it, rc, &k, &v);
+}
+
 cm_err
 st_id_lookup(st_seg_txn *t, const char *id, size_t len, uint32_t *doc)
 {
@@ -1723,9 +2188,18 @@ st_id_lookup(st_seg_txn *t, const char *id, size_t len, uint32_t *doc)
 	key[0] = TAG_ID;
 	memcpy(key + 1, id, len);
 	MDB_val v;
-	cm_err e = seg_get(t, key, len + 1, &v);
-	if (e)
+	cm_err e;
+	if (t->seg->tblocks) {
+		tblock_rd b;
+		bool bad = false;
+		if (!tdict_seek(t->cur, key, len + 1, &b, &bad))
+			return bad ? CM_ECORRUPT : CM_ENOTFOUND;
+		if (b.term_len != len || memcmp(b.term, id, len) != 0)
+			return CM_ENOTFOUND;
+		v = (MDB_val){b.vlen, (void *)b.val};
+	} else if ((e = seg_get(t, key, len + 1, &v)) != CM_OK) {
 		return e;
+	}
 	size_t vl = v.mv_size;
 	const uint8_t *p = v.mv_data;
 	uint64_t d;

@@ -13,6 +13,7 @@
 #include <lmdb.h>
 
 #include "check.h"
+#include "storage/segment_private.h"
 #include "storage/st_segment.h"
 
 #define NVOCAB 40
@@ -365,6 +366,16 @@ check_segment(const char *path, mdoc **live, uint32_t nlive, uint64_t gen)
 		CHECKF(len == strlen(used[o]) && memcmp(term, used[o], len) == 0, "ord %d", o);
 		CHECK(st_term_ord(t, fk, used[o], strlen(used[o]), &ord) == CM_OK && ord == (uint64_t)o);
 	}
+	/* the same without the ordinal table (fields past ORD_TAB_MAX terms):
+	 * the K sample, then the block (format 5) or the T keys */
+	s->ord_tab_max = 0;
+	for (int o = 0; o < nused; o++) {
+		const uint8_t *term;
+		size_t len;
+		REQUIRE(st_ord_term(t, fk, (uint64_t)o, &term, &len) == CM_OK);
+		CHECKF(len == strlen(used[o]) && memcmp(term, used[o], len) == 0, "slow ord %d", o);
+	}
+	s->ord_tab_max = ORD_TAB_MAX;
 	uint64_t ord;
 	CHECK(st_term_ord(t, fk, "", 0, &ord) == CM_ENOTFOUND && ord == 0);
 	CHECK(st_term_ord(t, fk, "\xff\xff", 2, &ord) == CM_ENOTFOUND && ord == (uint64_t)nused);

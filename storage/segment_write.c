@@ -692,11 +692,23 @@ stream_cost(const segw *w, const cm_buf *s, const segw_spill *sp)
 	return cost;
 }
 
+/* The term dictionary and the ids in blocks (format 5): up to TBLOCK
+ * consecutive T entries of a field, or I entries, become one LMDB entry
+ * keyed by the first one's key (segment_private.h). */
+typedef struct tblock_out {
+	cm_buf dir, vals, out;
+	uint8_t first[SEG_MAX_KEY + 1], prev[SEG_MAX_KEY + 1];
+	size_t first_len, prev_len;
+	size_t pfx; /* key bytes before the term: 3 (T: tag, field), 1 (I) */
+	uint32_t n;
+} tblock_out;
+
 typedef struct writer {
 	const segw *w;
 	MDB_env *env;
 	MDB_txn *txn;
 	MDB_dbi dbi;
+	tblock_out *tb; /* set while the I and T sections are written */
 	/* kept on the last key across puts: MDB_APPEND through a fresh cursor
 	 * (mdb_put) searches the tree from its root every time; closed by
 	 * LMDB when its transaction ends */
@@ -741,6 +753,86 @@ writer_put(writer *wr, const void *key, size_t klen, const void *val, size_t vle
 	return CM_OK;
 }
 
+static void
+tblock_init(writer *wr, tblock_out *b)
+{
+	cm_buf_init(&b->dir, CM_MEM_STORAGE);
+	cm_buf_init(&b->vals, CM_MEM_STORAGE);
+	cm_buf_init(&b->out, CM_MEM_STORAGE);
+	wr->tb = b;
+}
+
+static void
+tblock_done(writer *wr, tblock_out *b)
+{
+	cm_buf_free(&b->dir);
+	cm_buf_free(&b->vals);
+	cm_buf_free(&b->out);
+	wr->tb = NULL;
+}
+
+static cm_err
+tblock_flush(writer *wr)
+{
+	tblock_out *b = wr->tb;
+	if (b->n == 0)
+		return CM_OK;
+	cm_buf_reset(&b->out);
+	cm_buf_put_varint(&b->out, b->n);
+	cm_buf_put_varint(&b->out, b->dir.len);
+	cm_buf_put(&b->out, b->dir.data, b->dir.len);
+	cm_buf_put_u32(&b->out, seg_sum4(b->out.data, b->out.len));
+	cm_buf_put(&b->out, b->vals.data, b->vals.len);
+	cm_err e = writer_put(wr, b->first, b->first_len, b->out.data, b->out.len);
+	cm_buf_reset(&b->dir);
+	cm_buf_reset(&b->vals);
+	b->n = 0;
+	return e;
+}
+
+/* One T entry into the open block: the first term is the block's key,
+ * each later one its shared prefix with the one before and the rest. */
+static cm_err
+tblock_add(writer *wr, const uint8_t *key, size_t kl, const uint8_t *val, size_t vl)
+{
+	tblock_out *b = wr->tb;
+	size_t pl = b->pfx;
+	if (kl < pl || kl > SEG_MAX_KEY)
+		return cm_error_set(wr->err, CM_EINTERNAL, "bad term key");
+	/* A keyword field's blocks hold TBLOCK terms each (ordinal n is in
+	 * block n / TBLOCK); other fields close a block that still fits on a
+	 * leaf page rather than push it onto overflow pages, whose unused
+	 * tail would cost ~2 KB: one that is there already takes more terms
+	 * into that tail. */
+	size_t fid = pl == 3 ? (size_t)key[1] << 8 | key[2] : SIZE_MAX;
+	bool ordinal = fid < wr->w->nfields && st_field_type_is_ordinal(wr->w->fields[fid].type);
+	ordinal = ordinal || pl != 3; /* ids: blocks of TBLOCK too */
+	size_t have = b->dir.len + b->vals.len + 12;
+	bool leaf_full = !ordinal && have <= TBLOCK_LEAF_MAX && have + kl + vl > TBLOCK_LEAF;
+	if (b->n && (b->n == TBLOCK || leaf_full || memcmp(key, b->first, pl) != 0)) {
+		cm_err e = tblock_flush(wr);
+		if (e)
+			return e;
+	}
+	if (b->n == 0) {
+		memcpy(b->first, key, kl);
+		b->first_len = kl;
+	} else {
+		size_t shared = 0, ptl = b->prev_len - pl, tl = kl - pl;
+		while (shared < ptl && shared < tl && b->prev[pl + shared] == key[pl + shared])
+			shared++;
+		cm_buf_put_varint(&b->dir, shared);
+		cm_buf_put_varint(&b->dir, tl - shared);
+		cm_buf_put(&b->dir, key + pl + shared, tl - shared);
+	}
+	cm_buf_put_varint(&b->dir, vl);
+	cm_buf_put(&b->vals, val, vl);
+	memcpy(b->prev, key, kl);
+	b->prev_len = kl;
+	b->n++;
+	return CM_OK;
+}
+
 static cm_err
 writer_bytes(writer *wr, const uint8_t *d, size_t len)
 {
@@ -748,7 +840,8 @@ writer_bytes(writer *wr, const uint8_t *d, size_t len)
 	while (i + 2 <= len) {
 		size_t kl = d[i] | (size_t)d[i + 1] << 8;
 		size_t vl = cm_get_u32(d + i + 2 + kl);
-		cm_err e = writer_put(wr, d + i + 2, kl, d + i + 2 + kl + 4, vl);
+		cm_err e = wr->tb ? tblock_add(wr, d + i + 2, kl, d + i + 2 + kl + 4, vl)
+		                  : writer_put(wr, d + i + 2, kl, d + i + 2 + kl + 4, vl);
 		if (e)
 			return e;
 		i += 2 + kl + 4 + vl;
@@ -979,8 +1072,14 @@ write_all(const segw *w, writer *wr, const cm_buf *fv, const cm_buf *mv)
 		       : writer_put(wr, "F", 1, placeholder, sizeof(placeholder));
 	if (!e)
 		e = wait_for(w, wr, SEGW_IDS, 0, 0);
-	if (!e)
+	if (!e) {
+		tblock_out tb = {.pfx = 1};
+		tblock_init(wr, &tb);
 		e = writer_stream(wr, &w->ids, &w->ids_spill);
+		if (!e)
+			e = tblock_flush(wr);
+		tblock_done(wr, &tb);
+	}
 	if (!e)
 		e = write_parts(w, wr, SEC_KDICT);
 	if (!e)
@@ -989,8 +1088,14 @@ write_all(const segw *w, writer *wr, const cm_buf *fv, const cm_buf *mv)
 		e = write_parts(w, wr, SEC_NORMS);
 	if (!e)
 		e = write_stored_section(w, wr);
-	if (!e)
+	if (!e) {
+		tblock_out tb = {.pfx = 3};
+		tblock_init(wr, &tb);
 		e = write_parts(w, wr, SEC_TERM);
+		if (!e)
+			e = tblock_flush(wr);
+		tblock_done(wr, &tb);
+	}
 	if (!e)
 		e = wait_for(w, wr, SEGW_ALL, 0, 0);
 	if (!e && w->dict.len) {

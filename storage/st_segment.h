@@ -59,10 +59,18 @@ uint64_t st_segment_bytes(const st_segment *s); /* file size */
  * tables; what the file holds beyond them is LMDB's pages and trailer. */
 typedef struct st_seg_section {
 	uint64_t entries, key_bytes, value_bytes;
-	/* values on LMDB overflow pages, and those pages' unused bytes */
-	uint64_t big_values, big_slack;
+	/* values on LMDB overflow pages, their bytes, and those pages'
+	 * unused bytes */
+	uint64_t big_values, big_bytes, big_slack;
 } st_seg_section;
 cm_err st_segment_sections(const st_segment *s, st_seg_section by_tag[256]);
+/* LMDB's side of the same file: its page size and tree depth, the pages of
+ * each kind its main tree holds, the pages on its free list, and the pages
+ * the file holds (last page number + 1, so the meta pages count). */
+typedef struct st_seg_pages {
+	uint64_t psize, depth, branch, leaf, overflow, free, total;
+} st_seg_pages;
+cm_err st_segment_pages(const st_segment *s, st_seg_pages *out);
 size_t st_segment_nfields(const st_segment *s);
 const st_field_info *st_segment_field_at(const st_segment *s, size_t i);
 const st_field_info *st_segment_field(const st_segment *s, const char *name); /* NULL if absent */
@@ -179,7 +187,10 @@ cm_err st_terms_open(st_seg_txn *t, const st_field_info *f, st_terms **out);
 /* Positions at the first term >= key (key NULL: the first term). false at end. */
 bool st_terms_seek(st_terms *it, const void *key, size_t len);
 bool st_terms_next(st_terms *it);
+/* The current term: valid until the iterator moves or closes. */
 const uint8_t *st_terms_term(const st_terms *it, size_t *len);
+/* Whether the iterator stopped at a corrupt block rather than the end. */
+bool st_terms_corrupt(const st_terms *it);
 uint32_t st_terms_doc_freq(const st_terms *it);
 cm_err st_terms_postings(st_terms *it, st_postings *p);
 void st_terms_close(st_terms *it);

@@ -15,11 +15,13 @@ order documents differently (two runs of one build do too: background
 merges and, since indexing buffers, the parts a batch is split into),
 which reorders hits of equal score, so --own-copies compares equal hits as
 unordered (same_ties_unordered); with --merged both builds read BASE's
-documents force-merged to one segment per shard instead. --shards sets the index's shards (2). Not timed; not part of
+documents force-merged to one segment per shard instead; --own-copies
+--unmerged leaves each build's own copy unmerged (several segments per
+shard, each written by that build). --shards sets the index's shards (2). Not timed; not part of
 the test run.
 
 Usage: tests/bench/ab_answers.py BASE_BUILD NEW_BUILD [--n 20000] [--port P]
-       [--own-copies | --merged] [--shards 2]
+       [--own-copies [--unmerged] | --merged] [--shards 2]
 Needs dict-gcide (gen_w3.py); exits 1 when any answer differs."""
 import argparse, json, os, shutil, socket, subprocess, sys, tempfile, time, urllib.request
 
@@ -114,6 +116,7 @@ def main():
     ap.add_argument("--port", type=int, default=0, help="default: a free one")
     ap.add_argument("--own-copies", action="store_true")
     ap.add_argument("--merged", action="store_true")
+    ap.add_argument("--unmerged", action="store_true", help="with --own-copies: no force merge")
     ap.add_argument("--shards", type=int, default=2)
     a = ap.parse_args()
     if not a.port:
@@ -143,7 +146,7 @@ def main():
                 st, j = req(a.port, "POST", "/_bulk", bulk.encode(), "application/x-ndjson")
                 assert st == 200 and not j["errors"], str(j)[:300]
             req(a.port, "POST", "/w3/_refresh")
-            if a.own_copies or a.merged:
+            if (a.own_copies and not a.unmerged) or a.merged:
                 st, j = req(a.port, "POST", "/w3/_forcemerge?max_num_segments=1")
                 assert st == 200, j
             return p

@@ -370,6 +370,53 @@ cmd_merge(int argc, char **argv)
 	return 0;
 }
 
+/* LMDB's share of the files, page by page: what the section table's
+ * "LMDB pages" row is made of. Leaf pages hold the small entries, each
+ * with an 8-byte node header and a 2-byte slot; an entry whose node would
+ * exceed half a page keeps its key (and an 8-byte page number) on the
+ * leaf and its value on a run of overflow pages. */
+static void
+print_pages(const st_seg_section *tot, const st_seg_pages *pg, uint64_t nseg, uint64_t file_bytes)
+{
+	uint64_t entries = 0, kv = 0, big = 0, big_bytes = 0, slack = 0;
+	for (int t = 0; t < 256; t++) {
+		entries += tot[t].entries;
+		kv += tot[t].key_bytes + tot[t].value_bytes;
+		big += tot[t].big_values;
+		big_bytes += tot[t].big_bytes;
+		slack += tot[t].big_slack;
+	}
+	uint64_t ps = pg->psize ? pg->psize : 4096;
+	uint64_t heads = entries * 10 + big * 8;
+	uint64_t leaf_used = pg->leaf * 16 + heads + kv - big_bytes;
+	uint64_t leaf_bytes = pg->leaf * ps;
+	uint64_t meta = 2 * nseg * ps;
+	uint64_t known = meta + leaf_bytes + (pg->branch + pg->overflow + pg->free) * ps;
+	uint64_t other = pg->total * ps > known ? pg->total * ps - known : 0;
+	double f = file_bytes ? 100.0 / (double)file_bytes : 0;
+	printf("\nLMDB pages (%" PRIu64 " bytes, tree depth up to %" PRIu64 "):\n\n"
+	       "| pages | count | bytes | share |\n|---|---|---|---|\n", ps, pg->depth);
+	printf("| leaf | %" PRIu64 " | %" PRIu64 " | %.1f%% |\n", pg->leaf, leaf_bytes,
+	       f * (double)leaf_bytes);
+	printf("| - of it page and node headers (16 a page, 10 an entry) | | %" PRIu64 " | %.1f%% |\n",
+	       pg->leaf * 16 + heads, f * (double)(pg->leaf * 16 + heads));
+	printf("| - of it unused | | %" PRIu64 " | %.1f%% |\n",
+	       leaf_bytes > leaf_used ? leaf_bytes - leaf_used : 0,
+	       f * (double)(leaf_bytes > leaf_used ? leaf_bytes - leaf_used : 0));
+	printf("| branch | %" PRIu64 " | %" PRIu64 " | %.1f%% |\n", pg->branch, pg->branch * ps,
+	       f * (double)(pg->branch * ps));
+	printf("| overflow (%" PRIu64 " values) | %" PRIu64 " | %" PRIu64 " | %.1f%% |\n", big,
+	       pg->overflow, pg->overflow * ps, f * (double)(pg->overflow * ps));
+	printf("| - of it unused tails and headers | | %" PRIu64 " | %.1f%% |\n", slack,
+	       f * (double)slack);
+	printf("| free list | %" PRIu64 " | %" PRIu64 " | %.1f%% |\n", pg->free, pg->free * ps,
+	       f * (double)(pg->free * ps));
+	printf("| meta (2 a file) | %" PRIu64 " | %" PRIu64 " | %.1f%% |\n", 2 * nseg, meta,
+	       f * (double)meta);
+	printf("| other (the free list's own pages) | %" PRIu64 " | %" PRIu64 " | %.1f%% |\n",
+	       other / ps, other, f * (double)other);
+}
+
 /* The byte table of every segment file under DIR (a shard directory),
  * by section, summed: where an index's bytes go. */
 static int
@@ -391,6 +438,7 @@ cmd_sizes(int argc, char **argv)
 	             {'F', "field infos"},
 	             {'M', "meta"}};
 	st_seg_section tot[256] = {{0}};
+	st_seg_pages pg = {0};
 	uint64_t file_bytes = 0, nseg = 0;
 	char cmd[4096];
 	snprintf(cmd, sizeof cmd, "find '%s' -name 'seg-*.mdb' -type f", argv[3]);
@@ -412,8 +460,19 @@ cmd_sizes(int argc, char **argv)
 				tot[t].key_bytes += by[t].key_bytes;
 				tot[t].value_bytes += by[t].value_bytes;
 				tot[t].big_values += by[t].big_values;
+				tot[t].big_bytes += by[t].big_bytes;
 				tot[t].big_slack += by[t].big_slack;
 			}
+		st_seg_pages p;
+		if (st_segment_pages(seg, &p) == CM_OK) {
+			pg.psize = p.psize;
+			pg.depth = p.depth > pg.depth ? p.depth : pg.depth;
+			pg.branch += p.branch;
+			pg.leaf += p.leaf;
+			pg.overflow += p.overflow;
+			pg.free += p.free;
+			pg.total += p.total;
+		}
 		file_bytes += st_segment_bytes(seg);
 		nseg++;
 		st_segment_close(seg);
@@ -436,6 +495,7 @@ cmd_sizes(int argc, char **argv)
 	printf("| LMDB pages, free space and trailer | | | | %" PRIu64 " | %.1f%% |\n",
 	       file_bytes - sum, file_bytes ? 100.0 * (double)(file_bytes - sum) / (double)file_bytes : 0);
 	printf("| all (%" PRIu64 " segment files) | | | | %" PRIu64 " | 100%% |\n", nseg, file_bytes);
+	print_pages(tot, &pg, nseg, file_bytes);
 	return 0;
 }
 

@@ -43,6 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define IMP_BYTES 12   /* format 4: one impact group's pairs */
 #define IMP_GROUP 16   /* format 4: blocks per impact group */
 #define MAX_SWEEP 2000 /* ordinals, docs and column blocks read per input */
+/* format 5: T values are blocks of terms (segment_private.h) */
 
 static char dir[256], path[320];
 
@@ -159,6 +160,76 @@ seg_format(const kv *e, size_t n)
 	return 0;
 }
 
+/* One term's value (formats 1-4 a T entry's, format 5 a slice of a block). */
+static void
+reseal_term(uint8_t *v, size_t len, bool keyword, bool fmt4)
+{
+	cm_rd r;
+	uint64_t df, ttf, ord;
+	cm_rd_init(&r, v, len);
+	if (!cm_rd_varint(&r, &df) || df == 0)
+		return;
+	uint64_t nb = (df + ST_BLOCK - 1) / ST_BLOCK;
+	if (nb == 1) {
+		seal_tail(v, len);
+		return;
+	}
+	if (!cm_rd_varint(&r, &ttf) || (keyword && !cm_rd_varint(&r, &ord)))
+		return;
+	size_t head = (size_t)(r.p - v);
+	if (fmt4) {
+		/* header sum, tables (blocks, then impact groups), their sum */
+		size_t table = (size_t)nb * SKIP_ENTRY4 +
+		               (size_t)((nb + IMP_GROUP - 1) / IMP_GROUP) * IMP_BYTES;
+		if (nb > len || len - head < 4 + table + 4)
+			return;
+		put_le32(v + head, sum4(v, head));
+		uint8_t *t = v + head + 4;
+		seal_blocks(t, nb, SKIP_ENTRY4, 4, 8, t + table + 4, len - head - 4 - table - 4, true);
+		put_le32(t + table, sum4(t, table));
+		return;
+	}
+	size_t table = (size_t)nb * SKIP_ENTRY;
+	if (nb > len || len - head < table + 4)
+		return;
+	seal_blocks(v + head, nb, SKIP_ENTRY, 4, 13, v + head + table + 4, len - head - table - 4,
+	            false);
+	put_le32(v + head + table, XXH32(v, head + table, 0));
+}
+
+/* Format 5: a block of terms or ids (varint n, varint dir length,
+ * directory, u32 sum4, values): its directory's sum, then each value's own
+ * (ids = -1: an I block, whose values end in an xxh32). */
+static void
+reseal_term_block(uint8_t *v, size_t len, int keyword)
+{
+	cm_rd r;
+	uint64_t nt, dl;
+	cm_rd_init(&r, v, len);
+	if (!cm_rd_varint(&r, &nt) || !cm_rd_varint(&r, &dl) || dl > cm_rd_left(&r) ||
+	    cm_rd_left(&r) - dl < 4)
+		return;
+	uint8_t *dir_end = (uint8_t *)r.p + dl, *vals = dir_end + 4;
+	size_t vals_len = len - (size_t)(vals - v), off = 0;
+	put_le32(dir_end, sum4(v, (size_t)(dir_end - v)));
+	cm_rd_init(&r, r.p, dl);
+	for (uint64_t i = 0; i < nt; i++) {
+		uint64_t shared, sl, vl;
+		if (i && (!cm_rd_varint(&r, &shared) || !cm_rd_varint(&r, &sl) ||
+		          sl > cm_rd_left(&r)))
+			return;
+		if (i)
+			r.p += sl;
+		if (!cm_rd_varint(&r, &vl) || vl > vals_len - off)
+			return;
+		if (keyword < 0)
+			seal_tail(vals + off, vl);
+		else
+			reseal_term(vals + off, vl, keyword, true);
+		off += vl;
+	}
+}
+
 static void
 reseal(kv *e, size_t n)
 {
@@ -168,7 +239,7 @@ reseal(kv *e, size_t n)
 		if (e[i].klen == 1 && e[i].k[0] == 'F')
 			seal_tail(e[i].v, e[i].vlen);
 	keyword_fields(e, n, kw);
-	bool fmt4 = seg_format(e, n) >= 4;
+	bool fmt4 = seg_format(e, n) >= 4, fmt5 = seg_format(e, n) >= 5;
 	for (size_t i = 0; i < n; i++) {
 		uint8_t *v = e[i].v;
 		size_t len = e[i].vlen;
@@ -180,39 +251,11 @@ reseal(kv *e, size_t n)
 			}
 			break;
 		case 'T': {
-			cm_rd r;
-			uint64_t df, ttf, ord;
-			cm_rd_init(&r, v, len);
-			if (!cm_rd_varint(&r, &df) || df == 0)
-				break;
-			uint64_t nb = (df + ST_BLOCK - 1) / ST_BLOCK;
-			if (nb == 1) {
-				seal_tail(v, len);
-				break;
-			}
 			bool keyword = e[i].klen >= 3 && kw[cm_get_u16_be(e[i].k + 1)];
-			if (!cm_rd_varint(&r, &ttf) || (keyword && !cm_rd_varint(&r, &ord)))
-				break;
-			size_t head = (size_t)(r.p - v);
-			if (fmt4) {
-				/* header sum, tables (blocks, then impact groups), their sum */
-				size_t table = (size_t)nb * SKIP_ENTRY4 +
-				               (size_t)((nb + IMP_GROUP - 1) / IMP_GROUP) * IMP_BYTES;
-				if (nb > len || len - head < 4 + table + 4)
-					break;
-				put_le32(v + head, sum4(v, head));
-				uint8_t *t = v + head + 4;
-				seal_blocks(t, nb, SKIP_ENTRY4, 4, 8, t + table + 4, len - head - 4 - table - 4,
-				            true);
-				put_le32(t + table, sum4(t, table));
-				break;
-			}
-			size_t table = (size_t)nb * SKIP_ENTRY;
-			if (nb > len || len - head < table + 4)
-				break;
-			seal_blocks(v + head, nb, SKIP_ENTRY, 4, 13, v + head + table + 4,
-			            len - head - table - 4, false);
-			put_le32(v + head + table, XXH32(v, head + table, 0));
+			if (fmt5)
+				reseal_term_block(v, len, keyword);
+			else
+				reseal_term(v, len, keyword, fmt4);
 			break;
 		}
 		case 'P': {
@@ -228,6 +271,12 @@ reseal(kv *e, size_t n)
 			put_le32(v + table, XXH32(v, table, 0));
 			break;
 		}
+		case 'I':
+			if (fmt5)
+				reseal_term_block(v, len, -1);
+			else
+				seal_tail(v, len);
+			break;
 		case 'F':
 			break; /* done first */
 		default:       /* I, K, M, N, S, Z: a trailing xxh32 of the whole value */
