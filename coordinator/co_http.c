@@ -51,7 +51,7 @@ static const char global_params[] = "pretty,human,error_trace,filter_path,format
 	             "ccs_minimize_roundtrips,explain,version,seq_no_primary_term,stored_fields," \
 	             "docvalue_fields,stats,fanout,timings,min_score"
 #define P_SNAP "master_timeout,timeout,local,ignore_unavailable"
-#define P_CAT "v,h,s,help,bytes,time,local,master_timeout,health,pri,expand_wildcards"
+#define P_CAT "v,h,s,help,bytes,time,local,master_timeout,health,pri,expand_wildcards,ts,full_id"
 
 /* Every route names the least role that may call it (admin includes write
  * includes read) and Elasticsearch's action name for the 403 reason. A
@@ -1098,8 +1098,10 @@ check_params(co_req *r)
 	}
 	if (!nbad) {
 		const char *f = co_param_get(r, "format");
-		if (f && strcmp(f, "json") && !(strncmp(r->path, "/_cat", 5) == 0 &&
-		                                (strcmp(f, "text") == 0 || strcmp(f, "txt") == 0))) {
+		if (f && strcmp(f, "json") &&
+		    !(strncmp(r->path, "/_cat", 5) == 0 &&
+		      (strcmp(f, "text") == 0 || strcmp(f, "txt") == 0 ||
+		       strcmp(f, "yaml") == 0))) {
 			co_reply_errorf(r, CM_EINVAL, NULL, "unsupported format [%.60s]", f);
 			return false;
 		}
@@ -1448,6 +1450,7 @@ media_ok(struct MHD_Connection *c, co_req *r)
 	int v = co_media_compat(accept, ctype, body, why, sizeof(why));
 	if (v >= 0) {
 		r->compat = v;
+		r->accept_yaml = accept && strstr(accept, "yaml");
 		return true;
 	}
 	static const char reason[] = "Invalid media-type value on headers [Accept, Content-Type]";
