@@ -2194,14 +2194,43 @@ co_h_index_get(co_req *r)
 	size_t n;
 	cJSON *j;
 
-	if (!resolve_with(r, co_seg(r, 0), ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n))
+	/* a concrete name starting with '_' is no index name (ES refuses it) */
+	const char *expr = co_seg(r, 0);
+	for (const char *p = expr; p && *p;) {
+		size_t len = strcspn(p, ",");
+		if (p[0] == '_' && !(len == 4 && !strncmp(p, "_all", 4)) && !memchr(p, '*', len)) {
+			co_reply_errorf(r, CM_EBADNAME, NULL,
+			                "Invalid index name [%.*s], must not start with '_'.",
+			                (int)(len < 200 ? len : 200), p);
+			return;
+		}
+		p += len + (p[len] == ',');
+	}
+	if (!resolve_with(r, expr, ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n))
 		return;
 	j = cJSON_CreateObject();
 	for (size_t i = 0; i < n; i++) {
 		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
 		cJSON_AddItemToObject(o, "aliases", nd_index_aliases_json(ixs[i]));
 		cJSON_AddItemToObject(o, "mappings", index_mappings_json(ixs[i]));
-		cJSON_AddItemToObject(o, "settings", nd_index_settings_json(ixs[i]));
+		cJSON *st = nd_index_settings_json(ixs[i]);
+		cJSON *idx = cJSON_GetObjectItemCaseSensitive(st, "index");
+		if (co_param_bool(r, "human", false) && idx) {
+			/* human=true: the creation date and version as text too */
+			char cds[40];
+			int64_t ms = nd_index_creation_ms(ixs[i]);
+			time_t cs = (time_t)(ms / 1000);
+			struct tm ctm;
+			gmtime_r(&cs, &ctm);
+			strftime(cds, sizeof(cds), "%Y-%m-%dT%H:%M:%S", &ctm);
+			snprintf(cds + strlen(cds), sizeof(cds) - strlen(cds), ".%03dZ",
+			         (int)(ms % 1000));
+			cJSON_AddStringToObject(idx, "creation_date_string", cds);
+			cJSON *ver = cJSON_GetObjectItemCaseSensitive(idx, "version");
+			if (ver)
+				cJSON_AddStringToObject(ver, "created_string", ND_ES_VERSION);
+		}
+		cJSON_AddItemToObject(o, "settings", st);
 	}
 	co_release_all(ixs, n);
 	co_reply_json(r, 200, j);
