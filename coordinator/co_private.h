@@ -102,6 +102,10 @@ void co_cat_rows_ex(co_req *r, const char *const *cols, int ncols, int ndefault,
                     size_t len);
 /* The same from nrows * ncols cells (row by row; a cell may hold spaces). */
 void co_cat_cells(co_req *r, const char *const *cols, int ncols, char *const *cells, int nrows);
+/* The same; the columns whose bit is set in extra (bit c: column c) show
+ * only when h= names them. */
+void co_cat_cells_ex(co_req *r, const char *const *cols, int ncols, uint64_t extra,
+                     char *const *cells, int nrows);
 #define CO_CAT_HEALTH_NCOLS 14
 extern const char *const co_cat_health_cols[CO_CAT_HEALTH_NCOLS];
 /* The cluster's uuid (from the cluster state; a solo node's own, or a

@@ -574,47 +574,119 @@ cat_cmp(const void *a, const void *b)
 /* ES's column aliases (_cat/indices, shards, aliases, nodes, count,
  * health): an alias names the first column of the table it maps to. */
 /* clang-format off: a table laid out by hand */
-static const char *const cat_aliases[][2] = {
-    {"h", "health"},          {"s", "status"},          {"i", "index"},
-    {"idx", "index"},         {"id", "uuid"},           {"p", "pri"},
-    {"shards.primary", "pri"}, {"primaryShards", "pri"}, {"r", "rep"},
-    {"shards.replica", "rep"}, {"replicaShards", "rep"}, {"dc", "docs.count"},
-    {"docsCount", "docs.count"}, {"dd", "docs.deleted"}, {"docsDeleted", "docs.deleted"},
-    {"ss", "store.size"},     {"storeSize", "store.size"}, {"s", "shard"},
-    {"sh", "shard"},          {"p", "prirep"},          {"pr", "prirep"},
-    {"primaryOrReplica", "prirep"}, {"st", "state"},   {"d", "docs"},
-    {"dc", "docs"},           {"sto", "store"},         {"n", "node"},
-    {"a", "alias"},           {"f", "filter"},          {"fi", "filter"},
-    {"ri", "routing.index"},  {"routingIndex", "routing.index"},
-    {"rs", "routing.search"}, {"routingSearch", "routing.search"},
-    {"w", "is_write_index"},  {"isWriteIndex", "is_write_index"},
-    {"n", "name"},            {"hp", "heap.percent"},   {"heapPercent", "heap.percent"},
-    {"rp", "ram.percent"},    {"ramPercent", "ram.percent"}, {"l", "load_1m"},
-    {"r", "node.role"},       {"role", "node.role"},    {"nodeRole", "node.role"},
-    {"m", "master"},          {"t", "time"},            {"ts", "timestamp"},
-    {"hms", "timestamp"},     {"hhmmss", "timestamp"},  {"e", "epoch"},
-    {"time", "epoch"},        {"dc", "count"},          {"docs.count", "count"},
-    {"docsCount", "count"},   {"cl", "cluster"},
-    {"nt", "node.total"},     {"nodeTotal", "node.total"}, {"nd", "node.data"},
-    {"nodeData", "node.data"}, {"t", "shards"},         {"sh", "shards"},
-    {"shards.total", "shards"}, {"shardsTotal", "shards"},
-    {"cd", "creation.date"},  {"cds", "creation.date.string"},
-    {"nodeId", "id"},         {"p", "pid"},             {"po", "port"},
-    {"http", "http_address"}, {"dt", "disk.total"},     {"diskTotal", "disk.total"},
-    {"du", "disk.used"},      {"diskUsed", "disk.used"}, {"d", "disk.avail"},
-    {"disk", "disk.avail"},   {"diskAvail", "disk.avail"}, {"dup", "disk.used_percent"},
-    {"diskUsedPercent", "disk.used_percent"}, {"hc", "heap.current"},
-    {"heapCurrent", "heap.current"}, {"hm", "heap.max"}, {"heapMax", "heap.max"},
-    {"rc", "ram.current"},    {"ramCurrent", "ram.current"}, {"rm", "ram.max"},
-    {"ramMax", "ram.max"},    {"fdc", "file_desc.current"},
-    {"fileDescriptorCurrent", "file_desc.current"}, {"fdp", "file_desc.percent"},
-    {"fileDescriptorPercent", "file_desc.percent"}, {"fdm", "file_desc.max"},
-    {"fileDescriptorMax", "file_desc.max"}, {"u", "uptime"},
-    {"seg", "segment"},       {"g", "generation"},      {"gen", "generation"},
-    {"sz", "size"},           {"sm", "size.memory"},    {"sizeMemory", "size.memory"},
-    {"ic", "committed"},      {"isCommitted", "committed"}, {"is", "searchable"},
-    {"isSearchable", "searchable"}, {"v", "version"},   {"ico", "compound"},
-    {"isCompound", "compound"}};
+static const char *const cat_aliases[][2] = {{"h", "health"},
+                                             {"s", "status"},
+                                             {"i", "index"},
+                                             {"idx", "index"},
+                                             {"id", "uuid"},
+                                             {"p", "pri"},
+                                             {"shards.primary", "pri"},
+                                             {"primaryShards", "pri"},
+                                             {"r", "rep"},
+                                             {"shards.replica", "rep"},
+                                             {"replicaShards", "rep"},
+                                             {"dc", "docs.count"},
+                                             {"docsCount", "docs.count"},
+                                             {"dd", "docs.deleted"},
+                                             {"docsDeleted", "docs.deleted"},
+                                             {"ss", "store.size"},
+                                             {"storeSize", "store.size"},
+                                             {"s", "shard"},
+                                             {"sh", "shard"},
+                                             {"p", "prirep"},
+                                             {"pr", "prirep"},
+                                             {"primaryOrReplica", "prirep"},
+                                             {"st", "state"},
+                                             {"d", "docs"},
+                                             {"dc", "docs"},
+                                             {"sto", "store"},
+                                             {"n", "node"},
+                                             {"a", "alias"},
+                                             {"f", "filter"},
+                                             {"fi", "filter"},
+                                             {"ri", "routing.index"},
+                                             {"routingIndex", "routing.index"},
+                                             {"rs", "routing.search"},
+                                             {"routingSearch", "routing.search"},
+                                             {"w", "is_write_index"},
+                                             {"isWriteIndex", "is_write_index"},
+                                             {"n", "name"},
+                                             {"hp", "heap.percent"},
+                                             {"heapPercent", "heap.percent"},
+                                             {"rp", "ram.percent"},
+                                             {"ramPercent", "ram.percent"},
+                                             {"l", "load_1m"},
+                                             {"r", "node.role"},
+                                             {"role", "node.role"},
+                                             {"nodeRole", "node.role"},
+                                             {"m", "master"},
+                                             {"t", "time"},
+                                             {"ts", "timestamp"},
+                                             {"hms", "timestamp"},
+                                             {"hhmmss", "timestamp"},
+                                             {"e", "epoch"},
+                                             {"time", "epoch"},
+                                             {"dc", "count"},
+                                             {"docs.count", "count"},
+                                             {"docsCount", "count"},
+                                             {"cl", "cluster"},
+                                             {"nt", "node.total"},
+                                             {"nodeTotal", "node.total"},
+                                             {"nd", "node.data"},
+                                             {"nodeData", "node.data"},
+                                             {"t", "shards"},
+                                             {"sh", "shards"},
+                                             {"shards.total", "shards"},
+                                             {"shardsTotal", "shards"},
+                                             {"cd", "creation.date"},
+                                             {"cds", "creation.date.string"},
+                                             {"nodeId", "id"},
+                                             {"p", "pid"},
+                                             {"po", "port"},
+                                             {"http", "http_address"},
+                                             {"dt", "disk.total"},
+                                             {"diskTotal", "disk.total"},
+                                             {"du", "disk.used"},
+                                             {"diskUsed", "disk.used"},
+                                             {"d", "disk.avail"},
+                                             {"disk", "disk.avail"},
+                                             {"diskAvail", "disk.avail"},
+                                             {"dup", "disk.used_percent"},
+                                             {"diskUsedPercent", "disk.used_percent"},
+                                             {"hc", "heap.current"},
+                                             {"heapCurrent", "heap.current"},
+                                             {"hm", "heap.max"},
+                                             {"heapMax", "heap.max"},
+                                             {"rc", "ram.current"},
+                                             {"ramCurrent", "ram.current"},
+                                             {"rm", "ram.max"},
+                                             {"ramMax", "ram.max"},
+                                             {"fdc", "file_desc.current"},
+                                             {"fileDescriptorCurrent", "file_desc.current"},
+                                             {"fdp", "file_desc.percent"},
+                                             {"fileDescriptorPercent", "file_desc.percent"},
+                                             {"fdm", "file_desc.max"},
+                                             {"fileDescriptorMax", "file_desc.max"},
+                                             {"u", "uptime"},
+                                             {"seg", "segment"},
+                                             {"g", "generation"},
+                                             {"gen", "generation"},
+                                             {"sz", "size"},
+                                             {"sm", "size.memory"},
+                                             {"sizeMemory", "size.memory"},
+                                             {"ic", "committed"},
+                                             {"isCommitted", "committed"},
+                                             {"is", "searchable"},
+                                             {"isSearchable", "searchable"},
+                                             {"v", "version"},
+                                             {"ico", "compound"},
+                                             {"isCompound", "compound"},
+                                             {"di", "disk.indices"},
+                                             {"diskIndices", "disk.indices"},
+                                             {"da", "disk.avail"},
+                                             {"dp", "disk.percent"},
+                                             {"diskPercent", "disk.percent"},
+                                             {"h", "host"}};
 /* clang-format on */
 
 static int
@@ -852,8 +924,17 @@ done:
 void
 co_cat_cells(co_req *r, const char *const *cols, int ncols, char *const *cells, int nrows)
 {
+	co_cat_cells_ex(r, cols, ncols, 0, cells, nrows);
+}
+
+void
+co_cat_cells_ex(co_req *r, const char *const *cols, int ncols, uint64_t extra, char *const *cells,
+                int nrows)
+{
 	cat_table t;
 	cat_init(&t, cols, ncols);
+	for (int c = 0; c < ncols && c < 64; c++)
+		t.extra[c] = (extra >> c) & 1;
 	t.cap = nrows;
 	t.rows = cm_malloc(MEM, (size_t)(nrows ? nrows : 1) * sizeof(char **));
 	for (int i = 0; i < nrows; i++) {
@@ -916,6 +997,11 @@ fmt_bytes(co_req *r, uint64_t b, char *buf, size_t cap)
 	}
 	if (unit && strcmp(unit, "mb") == 0) {
 		snprintf(buf, cap, "%llu", (unsigned long long)(b >> 20));
+		return;
+	}
+	if (unit && (!strcmp(unit, "gb") || !strcmp(unit, "tb") || !strcmp(unit, "pb"))) {
+		int shift = unit[0] == 'g' ? 30 : unit[0] == 't' ? 40 : 50;
+		snprintf(buf, cap, "%llu", (unsigned long long)(b >> shift));
 		return;
 	}
 	if (b < 1024)
@@ -1132,6 +1218,60 @@ cat_segments(co_req *r, const char *expr)
 	cat_render(r, &t);
 }
 
+/* _cat/allocation of a solo node: its shard copies and disk, and a row of
+ * the replicas no node holds (a solo node never assigns them). node_id
+ * selects this node by _all, _local, _master, its name or id (patterns
+ * too), or nothing. */
+static void
+cat_allocation(co_req *r, const char *node_id)
+{
+	static const char *cols[] = {"shards",     "disk.indices", "disk.used",
+	                             "disk.avail", "disk.total",   "disk.percent",
+	                             "host",       "ip",           "node"};
+	const char *name = nd_node_name(r->node), *id = nd_node_id(r->node);
+	bool me = !node_id || !strcmp(node_id, "_all") || !strcmp(node_id, "_local") ||
+	          !strcmp(node_id, "_master") || cm_glob(node_id, name) || cm_glob(node_id, id);
+	cat_table t;
+	cat_init(&t, cols, 9);
+	for (int c = 0; c < 6; c++)
+		t.numeric[c] = true;
+	if (me) {
+		nd_index **ixs;
+		size_t n;
+		uint64_t shards = 0, unassigned = 0, bytes = 0, total, avail;
+		nd_index_list(r->node, &ixs, &n);
+		for (size_t i = 0; i < n; i++) {
+			st_shard_stats st;
+			if (nd_index_closed(ixs[i]))
+				continue;
+			shards += (uint64_t)nd_index_nshards(ixs[i]);
+			unassigned += (uint64_t)nd_index_nshards(ixs[i]) *
+			              (uint64_t)nd_index_settings(ixs[i])->number_of_replicas;
+			nd_index_shard_stats(ixs[i], &st);
+			bytes += st.store_bytes;
+		}
+		co_release_all(ixs, n);
+		data_disk(r, &total, &avail);
+		char v[6][32], ip[64];
+		const char *http = co_http_publish_address();
+		const char *colon = strrchr(http, ':');
+		snprintf(ip, sizeof(ip), "%.*s", colon ? (int)(colon - http) : 63, http);
+		snprintf(v[0], 32, "%llu", (unsigned long long)shards);
+		fmt_bytes(r, bytes, v[1], 32);
+		fmt_bytes(r, total - avail, v[2], 32);
+		fmt_bytes(r, avail, v[3], 32);
+		fmt_bytes(r, total, v[4], 32);
+		snprintf(v[5], 32, "%d",
+		         total ? (int)(100.0 * (double)(total - avail) / (double)total) : 0);
+		cat_row(&t, v[0], v[1], v[2], v[3], v[4], v[5], ip, ip, name);
+		if (unassigned) {
+			snprintf(v[0], 32, "%llu", (unsigned long long)unassigned);
+			cat_row(&t, v[0], "", "", "", "", "", "", "", "UNASSIGNED");
+		}
+	}
+	cat_render(r, &t);
+}
+
 void
 co_h_cat(co_req *r)
 {
@@ -1155,6 +1295,10 @@ co_h_cat(co_req *r)
 	strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
 	if (!strcmp(what, "segments")) {
 		cat_segments(r, expr);
+		return;
+	}
+	if (!strcmp(what, "allocation")) {
+		cat_allocation(r, expr);
 		return;
 	}
 	if (strcmp(what, "indices") && strcmp(what, "shards") && strcmp(what, "nodes") &&
