@@ -1344,7 +1344,11 @@ nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out, siz
 		}
 		for (size_t i = 0; i < n->nindices; i++) {
 			if (strcmp(tok, n->indices[i]->name) == 0) {
-				sel[i] = !neg;
+				/* a closed index is unavailable where closed ones are not
+				 * wanted: skipped with ignore_unavailable, as ES */
+				if (neg || !ignore_unavailable || (flags & ND_RESOLVE_CLOSED) ||
+				    !nd_index_closed(n->indices[i]))
+					sel[i] = !neg;
 				any = true;
 			}
 		}
