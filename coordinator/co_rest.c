@@ -1754,6 +1754,10 @@ stats_reply(co_req *r, cJSON *j, const char *metrics)
 			stats_keep(cJSON_GetObjectItemCaseSensitive(ix, "total"), metrics);
 		}
 	}
+	/* level=cluster: the _all figures only */
+	const char *level = co_param_get(r, "level");
+	if (level && !strcmp(level, "cluster"))
+		cJSON_DeleteItemFromObjectCaseSensitive(j, "indices");
 	co_reply_json(r, 200, j);
 }
 
@@ -1769,6 +1773,16 @@ co_h_stats(co_req *r)
 	const char *metrics;
 	if (!stats_metric(r, &metrics))
 		return;
+	const char *level = co_param_get(r, "level");
+	if (level && strcmp(level, "cluster") && strcmp(level, "indices") &&
+	    strcmp(level, "shards")) {
+		co_reply_errorf(
+		    r, CM_EINVAL, NULL,
+		    "level parameter must be one of [cluster] or [indices] or [shards] but "
+		    "was [%.60s]",
+		    level);
+		return;
+	}
 	if (!co_resolve(r, co_seg(r, 0) && strcmp(co_seg(r, 0), "_stats") ? co_seg(r, 0) : "_all",
 	                &ixs, &n))
 		return;
