@@ -139,14 +139,13 @@ parse_action(co_bulk_parser *p, const char *line, size_t len, co_bulk_action *ou
 		} else if (strcmp(k, "_id") == 0 && (cJSON_IsString(c) || cJSON_IsNumber(c))) {
 			cm_free(MEM, it.id);
 			it.id = meta_str(c);
-		} else if ((strcmp(k, "routing") == 0 || strcmp(k, "_routing") == 0) &&
-		           (cJSON_IsString(c) || cJSON_IsNumber(c))) {
+		} else if (strcmp(k, "routing") == 0 && (cJSON_IsString(c) || cJSON_IsNumber(c))) {
 			cm_free(MEM, it.routing);
 			it.routing = meta_str(c);
-		} else if (strcmp(k, "version") == 0 || strcmp(k, "_version") == 0) {
+		} else if (strcmp(k, "version") == 0) {
 			cm_free(MEM, ver);
 			ver = meta_str(c);
-		} else if (strcmp(k, "version_type") == 0 || strcmp(k, "_version_type") == 0) {
+		} else if (strcmp(k, "version_type") == 0) {
 			cm_free(MEM, vt);
 			vt = meta_str(c);
 		} else if (strcmp(k, "if_seq_no") == 0) {

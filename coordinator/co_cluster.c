@@ -515,8 +515,10 @@ co_cluster_cat(co_req *r, const char *what)
 	}
 	if (strcmp(what, "indices") == 0) {
 		static const char *const cols[] = {
-		    "health", "status",     "index",        "uuid",       "pri",
-		    "rep",    "docs.count", "docs.deleted", "store.size", "pri.store.size"};
+		    "health",         "status",        "index",
+		    "uuid",           "pri",           "rep",
+		    "docs.count",     "docs.deleted",  "store.size",
+		    "pri.store.size", "creation.date", "creation.date.string"};
 		nd_index **ixs;
 		size_t n;
 		const char *expr = co_seg(r, 2);
@@ -526,7 +528,7 @@ co_cluster_cat(co_req *r, const char *what)
 		}
 		nd_cluster_cat_indices(cl, ixs, n, &rows);
 		co_release_all(ixs, n);
-		cat_reply(r, cols, 10, &rows);
+		co_cat_rows_ex(r, cols, 12, 10, (const char *)rows.data, rows.len);
 		cm_buf_free(&rows);
 		return true;
 	}

@@ -1048,6 +1048,18 @@ co_h_mget(co_req *r)
 			                "Validation Failed: 1: index is missing for doc %d;", k);
 			return;
 		}
+		/* the spellings ES 7 removed (routing, version, version_type) */
+		static const char *removed[] = {"_routing", "_version", "_version_type"};
+		for (size_t i = 0; docs && i < sizeof(removed) / sizeof(removed[0]); i++) {
+			const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, removed[i]);
+			if (v) {
+				cJSON_Delete(body);
+				co_reply_errorf(r, CM_EPARSE, NULL, "Unknown key for a %s in [%s].",
+				                cJSON_IsString(v) ? "VALUE_STRING" : "VALUE_NUMBER",
+				                removed[i]);
+				return;
+			}
+		}
 		k++;
 	}
 	out = cJSON_CreateObject();

@@ -13,9 +13,11 @@
 
 #define MEM CM_MEM_COORDINATOR
 
-/* The body as an object with at most "query" in it (false after a 400). */
+/* The body as an object with at most "query" in it (false after a 400).
+ * With other non-NULL, another key is not refused: its name goes there
+ * (the first one, truncated to 64 bytes) and the body is still given. */
 static bool
-query_body(co_req *r, const char *api, cJSON **out)
+query_body(co_req *r, const char *api, cJSON **out, char *other)
 {
 	bool bad;
 	cJSON *body = co_body_json(r, &bad), *c;
@@ -31,7 +33,10 @@ query_body(co_req *r, const char *api, cJSON **out)
 	}
 	cJSON_ArrayForEach(c, body)
 	{
-		if (strcmp(c->string, "query")) {
+		if (strcmp(c->string, "query") && other) {
+			if (!*other)
+				snprintf(other, 64, "%s", c->string);
+		} else if (strcmp(c->string, "query")) {
 			co_reply_errorf(r, CM_EPARSE, NULL, "request does not support [%.60s] in %s",
 			                c->string, api);
 			cJSON_Delete(body);
@@ -53,7 +58,7 @@ co_h_explain(co_req *r)
 	cJSON *body;
 	nd_index **ixs;
 	size_t n;
-	if (!query_body(r, "_explain", &body))
+	if (!query_body(r, "_explain", &body, NULL))
 		return;
 	const cJSON *q = cJSON_GetObjectItemCaseSensitive(body, "query");
 	if (!q) {
@@ -134,7 +139,9 @@ co_h_validate(co_req *r)
 	cJSON *body;
 	nd_index **ixs;
 	size_t n;
-	if (!query_body(r, "_validate", &body))
+	/* a body key other than query makes the request invalid, not a 400 */
+	char other[64] = "";
+	if (!query_body(r, "_validate", &body, other))
 		return;
 	if (!co_resolve(r, expr, &ixs, &n)) {
 		cJSON_Delete(body);
@@ -146,14 +153,24 @@ co_h_validate(co_req *r)
 	cm_error_clear(&err);
 	bool valid = !q || sr_query_from_json(q, &parsed, &err) == CM_OK;
 	sr_query_free(parsed);
+	if (other[0]) {
+		valid = false;
+		cm_error_clear(&err);
+		cm_error_set(&err, CM_EPARSE, "request does not support [%s]", other);
+	}
 	int shards = 0;
 	for (size_t i = 0; i < n; i++)
 		shards += all_shards ? nd_index_nshards(ixs[i]) : 1;
 	cJSON *j = cJSON_CreateObject();
 	cJSON_AddItemToObject(j, "_shards", co_shards_json(shards, shards, 0));
 	cJSON_AddBoolToObject(j, "valid", valid);
-	if (!valid && !explain)
-		cJSON_AddStringToObject(j, "error", err.reason[0] ? err.reason : cm_err_msg(err.code));
+	if (other[0] && explain) {
+		/* ES names the exception class of this one */
+		char msg[sizeof(err.reason) + 48];
+		snprintf(msg, sizeof(msg), "org.elasticsearch.common.ParsingException: %s",
+		         err.reason);
+		cJSON_AddStringToObject(j, "error", msg);
+	} /* without explain, ES says only valid: false */
 	if (explain) {
 		cJSON *arr = cJSON_AddArrayToObject(j, "explanations");
 		char *qtext = q ? cJSON_PrintUnformatted(q) : NULL;

@@ -51,7 +51,7 @@ static const char global_params[] = "pretty,human,error_trace,filter_path,format
 	             "ccs_minimize_roundtrips,explain,version,seq_no_primary_term,stored_fields," \
 	             "docvalue_fields,stats,fanout,timings,min_score"
 #define P_SNAP "master_timeout,timeout,local,ignore_unavailable"
-#define P_CAT "v,h,s,help,bytes,time,local,master_timeout,health,pri,expand_wildcards"
+#define P_CAT "v,h,s,help,bytes,time,local,master_timeout,health,pri,expand_wildcards,ts,full_id"
 
 /* Every route names the least role that may call it (admin includes write
  * includes read) and Elasticsearch's action name for the 403 reason. A
@@ -81,11 +81,9 @@ static const co_route routes[] = {
      "dry_run,explain,retry_failed,metric,master_timeout,timeout", false,
      ADMIN("cluster:admin/reroute")},
     {CO_GET, "/_cluster/allocation/explain", co_h_allocation_explain,
-     "include_disk_info,include_yes_decisions", false,
-     READ("cluster:monitor/allocation/explain")},
+     "include_disk_info,include_yes_decisions", false, READ("cluster:monitor/allocation/explain")},
     {CO_POST, "/_cluster/allocation/explain", co_h_allocation_explain,
-     "include_disk_info,include_yes_decisions", false,
-     READ("cluster:monitor/allocation/explain")},
+     "include_disk_info,include_yes_decisions", false, READ("cluster:monitor/allocation/explain")},
     {CO_GET, "/_cluster/settings", co_h_cluster_settings,
      "flat_settings,include_defaults,local,master_timeout,timeout", false,
      READ("cluster:monitor/settings")},
@@ -97,12 +95,11 @@ static const co_route routes[] = {
     {CO_GET, "/_cat/templates/{name}", co_h_cat_templates, P_CAT, false,
      READ("indices:admin/template/get")},
     /* snapshots (co_snapshot.c) */
-    {CO_GET, "/_cat/snapshots", co_h_cat_snapshots, P_SNAP ",v", false,
+    {CO_GET, "/_cat/snapshots", co_h_cat_snapshots, P_SNAP ",v,h,s,help,time", false,
      READ("cluster:admin/snapshot/get")},
-    {CO_GET, "/_cat/snapshots/{repo}", co_h_cat_snapshots, P_SNAP ",v", false,
+    {CO_GET, "/_cat/snapshots/{repo}", co_h_cat_snapshots, P_SNAP ",v,h,s,help,time", false,
      READ("cluster:admin/snapshot/get")},
-    {CO_GET, "/_snapshot", co_h_snapshot_repo, P_SNAP, false,
-     READ("cluster:admin/repository/get")},
+    {CO_GET, "/_snapshot", co_h_snapshot_repo, P_SNAP, false, READ("cluster:admin/repository/get")},
     {CO_GET, "/_snapshot/_status", co_h_snapshot_status, P_SNAP, false,
      READ("cluster:admin/snapshot/status")},
     {CO_GET, "/_snapshot/{repo}", co_h_snapshot_repo, P_SNAP, false,
@@ -191,8 +188,8 @@ static const co_route routes[] = {
      READ("indices:data/read/scroll/clear")},
     {CO_DELETE, "/_search/scroll/{id}", co_h_scroll_clear, "", false,
      READ("indices:data/read/scroll/clear")},
-    {CO_POST, "/{index}/_pit", co_h_pit_open, "keep_alive,preference,routing," P_INDEX_READ,
-     false, READ("indices:data/read/open_point_in_time")},
+    {CO_POST, "/{index}/_pit", co_h_pit_open, "keep_alive,preference,routing," P_INDEX_READ, false,
+     READ("indices:data/read/open_point_in_time")},
     {CO_DELETE, "/_pit", co_h_pit_close, "", false, READ("indices:data/read/close_point_in_time")},
     {CO_GET, "/_search", co_h_search, P_SEARCH, false, READ("indices:data/read/search")},
     {CO_POST, "/_search", co_h_search, P_SEARCH, false, READ("indices:data/read/search")},
@@ -1168,8 +1165,10 @@ check_params(co_req *r)
 	}
 	if (!nbad) {
 		const char *f = co_param_get(r, "format");
-		if (f && strcmp(f, "json") && !(strncmp(r->path, "/_cat", 5) == 0 &&
-		                                (strcmp(f, "text") == 0 || strcmp(f, "txt") == 0))) {
+		if (f && strcmp(f, "json") &&
+		    !(strncmp(r->path, "/_cat", 5) == 0 &&
+		      (strcmp(f, "text") == 0 || strcmp(f, "txt") == 0 ||
+		       strcmp(f, "yaml") == 0))) {
 			co_reply_errorf(r, CM_EINVAL, NULL, "unsupported format [%.60s]", f);
 			return false;
 		}
@@ -1518,6 +1517,7 @@ media_ok(struct MHD_Connection *c, co_req *r)
 	int v = co_media_compat(accept, ctype, body, why, sizeof(why));
 	if (v >= 0) {
 		r->compat = v;
+		r->accept_yaml = accept && strstr(accept, "yaml");
 		return true;
 	}
 	static const char reason[] = "Invalid media-type value on headers [Accept, Content-Type]";

@@ -70,6 +70,7 @@ struct co_req {
 	const char *hdr_name[CO_MAX_REPLY_HEADERS], *hdr_value[CO_MAX_REPLY_HEADERS];
 	int nhdr;
 	int compat; /* compatible-with version asked for (co_media.c), 0 = none */
+	bool accept_yaml; /* Accept names YAML (the _cat tables answer in it) */
 };
 
 struct co_route {
@@ -110,8 +111,15 @@ bool co_health_waits_met(const co_health_waits *w, int nodes, long active, long 
 /* _cat rows of space-separated fields under cols, rendered with the
  * request's h, s, v and format (co_rest.c). */
 void co_cat_rows(co_req *r, const char *const *cols, int ncols, const char *rows, size_t len);
+/* The same; columns from ndefault on show only when h= names them. */
+void co_cat_rows_ex(co_req *r, const char *const *cols, int ncols, int ndefault, const char *rows,
+                    size_t len);
 /* The same from nrows * ncols cells (row by row; a cell may hold spaces). */
 void co_cat_cells(co_req *r, const char *const *cols, int ncols, char *const *cells, int nrows);
+/* The same; the columns whose bit is set in extra (bit c: column c) show
+ * only when h= names them. */
+void co_cat_cells_ex(co_req *r, const char *const *cols, int ncols, uint64_t extra,
+                     char *const *cells, int nrows);
 #define CO_CAT_HEALTH_NCOLS 14
 extern const char *const co_cat_health_cols[CO_CAT_HEALTH_NCOLS];
 /* The cluster's uuid (from the cluster state; a solo node's own, or a

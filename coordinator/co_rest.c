@@ -1,12 +1,15 @@
 /* Cluster, _cat, stats and index-management endpoints. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,8 +46,10 @@ index_options(co_req *r, unsigned dflt, unsigned *flags)
 			else if (!strcmp(t, "closed"))
 				*flags |= ND_RESOLVE_CLOSED;
 			else if (!strcmp(t, "all"))
-				*flags |= ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED;
-			else if (strcmp(t, "hidden") && strcmp(t, "none")) {
+				*flags |= ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED | ND_RESOLVE_HIDDEN;
+			else if (!strcmp(t, "hidden"))
+				*flags |= ND_RESOLVE_HIDDEN;
+			else if (strcmp(t, "none")) {
 				co_reply_errorf(r, CM_EINVAL, NULL,
 				                "No enum constant "
 				                "org.elasticsearch.action.support.IndicesOptions.WildcardStates."
@@ -465,6 +470,7 @@ typedef struct cat_table {
 	char ***rows; /* rows[i][c] */
 	int nrows, cap;
 	bool *numeric;
+	bool *extra; /* shown only when h= names it (ES's non-default columns) */
 } cat_table;
 
 static void
@@ -474,6 +480,7 @@ cat_init(cat_table *t, const char *const *cols, int ncols)
 	t->cols = cols;
 	t->ncols = ncols;
 	t->numeric = cm_calloc(MEM, (size_t)ncols, sizeof(bool));
+	t->extra = cm_calloc(MEM, (size_t)ncols, sizeof(bool));
 }
 
 static void
@@ -519,30 +526,121 @@ cat_cmp(const void *a, const void *b)
 
 /* ES's column aliases (_cat/indices, shards, aliases, nodes, count,
  * health): an alias names the first column of the table it maps to. */
-static const char *const cat_aliases[][2] = {
-    {"h", "health"},          {"s", "status"},          {"i", "index"},
-    {"idx", "index"},         {"id", "uuid"},           {"p", "pri"},
-    {"shards.primary", "pri"}, {"primaryShards", "pri"}, {"r", "rep"},
-    {"shards.replica", "rep"}, {"replicaShards", "rep"}, {"dc", "docs.count"},
-    {"docsCount", "docs.count"}, {"dd", "docs.deleted"}, {"docsDeleted", "docs.deleted"},
-    {"ss", "store.size"},     {"storeSize", "store.size"}, {"s", "shard"},
-    {"sh", "shard"},          {"p", "prirep"},          {"pr", "prirep"},
-    {"primaryOrReplica", "prirep"}, {"st", "state"},   {"d", "docs"},
-    {"dc", "docs"},           {"sto", "store"},         {"n", "node"},
-    {"a", "alias"},           {"f", "filter"},          {"fi", "filter"},
-    {"ri", "routing.index"},  {"routingIndex", "routing.index"},
-    {"rs", "routing.search"}, {"routingSearch", "routing.search"},
-    {"w", "is_write_index"},  {"isWriteIndex", "is_write_index"},
-    {"n", "name"},            {"hp", "heap.percent"},   {"heapPercent", "heap.percent"},
-    {"rp", "ram.percent"},    {"ramPercent", "ram.percent"}, {"l", "load_1m"},
-    {"r", "node.role"},       {"role", "node.role"},    {"nodeRole", "node.role"},
-    {"m", "master"},          {"t", "time"},            {"ts", "timestamp"},
-    {"hms", "timestamp"},     {"hhmmss", "timestamp"},  {"e", "epoch"},
-    {"time", "epoch"},        {"dc", "count"},          {"docs.count", "count"},
-    {"docsCount", "count"},   {"cl", "cluster"},
-    {"nt", "node.total"},     {"nodeTotal", "node.total"}, {"nd", "node.data"},
-    {"nodeData", "node.data"}, {"t", "shards"},         {"sh", "shards"},
-    {"shards.total", "shards"}, {"shardsTotal", "shards"}};
+/* clang-format off: a table laid out by hand */
+static const char *const cat_aliases[][2] = {{"h", "health"},
+                                             {"s", "status"},
+                                             {"i", "index"},
+                                             {"idx", "index"},
+                                             {"id", "uuid"},
+                                             {"p", "pri"},
+                                             {"shards.primary", "pri"},
+                                             {"primaryShards", "pri"},
+                                             {"r", "rep"},
+                                             {"shards.replica", "rep"},
+                                             {"replicaShards", "rep"},
+                                             {"dc", "docs.count"},
+                                             {"docsCount", "docs.count"},
+                                             {"dd", "docs.deleted"},
+                                             {"docsDeleted", "docs.deleted"},
+                                             {"ss", "store.size"},
+                                             {"storeSize", "store.size"},
+                                             {"s", "shard"},
+                                             {"sh", "shard"},
+                                             {"p", "prirep"},
+                                             {"pr", "prirep"},
+                                             {"primaryOrReplica", "prirep"},
+                                             {"st", "state"},
+                                             {"d", "docs"},
+                                             {"dc", "docs"},
+                                             {"sto", "store"},
+                                             {"n", "node"},
+                                             {"a", "alias"},
+                                             {"f", "filter"},
+                                             {"fi", "filter"},
+                                             {"ri", "routing.index"},
+                                             {"routingIndex", "routing.index"},
+                                             {"rs", "routing.search"},
+                                             {"routingSearch", "routing.search"},
+                                             {"w", "is_write_index"},
+                                             {"isWriteIndex", "is_write_index"},
+                                             {"n", "name"},
+                                             {"hp", "heap.percent"},
+                                             {"heapPercent", "heap.percent"},
+                                             {"rp", "ram.percent"},
+                                             {"ramPercent", "ram.percent"},
+                                             {"l", "load_1m"},
+                                             {"r", "node.role"},
+                                             {"role", "node.role"},
+                                             {"nodeRole", "node.role"},
+                                             {"m", "master"},
+                                             {"t", "time"},
+                                             {"ts", "timestamp"},
+                                             {"hms", "timestamp"},
+                                             {"hhmmss", "timestamp"},
+                                             {"e", "epoch"},
+                                             {"time", "epoch"},
+                                             {"dc", "count"},
+                                             {"docs.count", "count"},
+                                             {"docsCount", "count"},
+                                             {"cl", "cluster"},
+                                             {"nt", "node.total"},
+                                             {"nodeTotal", "node.total"},
+                                             {"nd", "node.data"},
+                                             {"nodeData", "node.data"},
+                                             {"t", "shards"},
+                                             {"sh", "shards"},
+                                             {"shards.total", "shards"},
+                                             {"shardsTotal", "shards"},
+                                             {"cd", "creation.date"},
+                                             {"cds", "creation.date.string"},
+                                             {"nodeId", "id"},
+                                             {"p", "pid"},
+                                             {"po", "port"},
+                                             {"http", "http_address"},
+                                             {"dt", "disk.total"},
+                                             {"diskTotal", "disk.total"},
+                                             {"du", "disk.used"},
+                                             {"diskUsed", "disk.used"},
+                                             {"d", "disk.avail"},
+                                             {"disk", "disk.avail"},
+                                             {"diskAvail", "disk.avail"},
+                                             {"dup", "disk.used_percent"},
+                                             {"diskUsedPercent", "disk.used_percent"},
+                                             {"hc", "heap.current"},
+                                             {"heapCurrent", "heap.current"},
+                                             {"hm", "heap.max"},
+                                             {"heapMax", "heap.max"},
+                                             {"rc", "ram.current"},
+                                             {"ramCurrent", "ram.current"},
+                                             {"rm", "ram.max"},
+                                             {"ramMax", "ram.max"},
+                                             {"fdc", "file_desc.current"},
+                                             {"fileDescriptorCurrent", "file_desc.current"},
+                                             {"fdp", "file_desc.percent"},
+                                             {"fileDescriptorPercent", "file_desc.percent"},
+                                             {"fdm", "file_desc.max"},
+                                             {"fileDescriptorMax", "file_desc.max"},
+                                             {"u", "uptime"},
+                                             {"seg", "segment"},
+                                             {"g", "generation"},
+                                             {"gen", "generation"},
+                                             {"sz", "size"},
+                                             {"sm", "size.memory"},
+                                             {"sizeMemory", "size.memory"},
+                                             {"ic", "committed"},
+                                             {"isCommitted", "committed"},
+                                             {"is", "searchable"},
+                                             {"isSearchable", "searchable"},
+                                             {"v", "version"},
+                                             {"ico", "compound"},
+                                             {"isCompound", "compound"},
+                                             {"di", "disk.indices"},
+                                             {"diskIndices", "disk.indices"},
+                                             {"da", "disk.avail"},
+                                             {"dp", "disk.percent"},
+                                             {"diskPercent", "disk.percent"},
+                                             {"h", "host"}};
+/* clang-format on */
 
 static int
 cat_col(const cat_table *t, const char *name, size_t n)
@@ -607,6 +705,20 @@ cat_render(co_req *r, cat_table *t)
 		for (const char *p = h; *p && nsel < 64;) {
 			const char *e = strchr(p, ',');
 			size_t n = e ? (size_t)(e - p) : strlen(p);
+			if (memchr(p, '*', n)) {
+				/* a pattern: every column it matches, in the table's order */
+				char pat[64];
+				snprintf(pat, sizeof(pat), "%.*s", (int)(n < 63 ? n : 63), p);
+				for (int c = 0; c < t->ncols && nsel < 64; c++) {
+					if (!cm_glob(pat, t->cols[c]))
+						continue;
+					snprintf(shown[nsel], sizeof(shown[nsel]), "%s",
+					         t->cols[c]);
+					sel[nsel++] = c;
+				}
+				p = e ? e + 1 : p + n;
+				continue;
+			}
 			int c = cat_col(t, p, n);
 			if (c < 0) {
 				co_reply_errorf(r, CM_EINVAL, NULL, "unknown column [%.*s]", (int)n,
@@ -618,7 +730,12 @@ cat_render(co_req *r, cat_table *t)
 			p = e ? e + 1 : p + n;
 		}
 	} else {
+		/* ts=false (health, count): without epoch and timestamp */
+		bool ts = co_param_bool(r, "ts", true);
 		for (int c = 0; c < t->ncols && c < 64; c++) {
+			if (t->extra[c] || (!ts && (!strcmp(t->cols[c], "epoch") ||
+			                            !strcmp(t->cols[c], "timestamp"))))
+				continue;
 			snprintf(shown[nsel], sizeof(shown[nsel]), "%s", t->cols[c]);
 			sel[nsel++] = c;
 		}
@@ -676,6 +793,31 @@ cat_render(co_req *r, cat_table *t)
 		qsort(t->rows, (size_t)t->nrows, sizeof(char **), cat_cmp);
 		pthread_mutex_unlock(&sort_lock);
 	}
+	if ((fmt && !strcmp(fmt, "yaml")) || (!fmt && r->accept_yaml)) {
+		/* a list of maps, values as JSON strings (valid YAML scalars) */
+		cm_buf out;
+		cm_buf_init(&out, MEM);
+		cm_buf_printf(&out, "---\n");
+		if (!t->nrows)
+			cm_buf_printf(&out, "[]\n");
+		for (int i = 0; i < t->nrows; i++) {
+			for (int k = 0; k < nsel; k++) {
+				const char *val = t->rows[i][sel[k]];
+				char *q = NULL;
+				if (*val) {
+					cJSON *str = cJSON_CreateString(val);
+					q = cJSON_PrintUnformatted(str);
+					cJSON_Delete(str);
+				}
+				cm_buf_printf(&out, "%s \"%s\": %s\n", k ? " " : "-", shown[k],
+				              q ? q : "null");
+				cJSON_free(q);
+			}
+		}
+		co_reply_text(r, 200, "application/yaml", (const char *)out.data, out.len);
+		cm_buf_free(&out);
+		goto done;
+	}
 	if (fmt && strcmp(fmt, "json") == 0) {
 		cJSON *arr = cJSON_CreateArray();
 		for (int i = 0; i < t->nrows; i++) {
@@ -729,13 +871,23 @@ done:
 	}
 	cm_free(MEM, t->rows);
 	cm_free(MEM, t->numeric);
+	cm_free(MEM, t->extra);
 }
 
 void
 co_cat_cells(co_req *r, const char *const *cols, int ncols, char *const *cells, int nrows)
 {
+	co_cat_cells_ex(r, cols, ncols, 0, cells, nrows);
+}
+
+void
+co_cat_cells_ex(co_req *r, const char *const *cols, int ncols, uint64_t extra, char *const *cells,
+                int nrows)
+{
 	cat_table t;
 	cat_init(&t, cols, ncols);
+	for (int c = 0; c < ncols && c < 64; c++)
+		t.extra[c] = (extra >> c) & 1;
 	t.cap = nrows;
 	t.rows = cm_malloc(MEM, (size_t)(nrows ? nrows : 1) * sizeof(char **));
 	for (int i = 0; i < nrows; i++) {
@@ -752,8 +904,17 @@ co_cat_cells(co_req *r, const char *const *cols, int ncols, char *const *cells, 
 void
 co_cat_rows(co_req *r, const char *const *cols, int ncols, const char *rows, size_t len)
 {
+	co_cat_rows_ex(r, cols, ncols, ncols, rows, len);
+}
+
+void
+co_cat_rows_ex(co_req *r, const char *const *cols, int ncols, int ndefault, const char *rows,
+               size_t len)
+{
 	cat_table t;
 	cat_init(&t, cols, ncols);
+	for (int c = ndefault; c < ncols; c++)
+		t.extra[c] = true;
 	char *text = cm_malloc(MEM, len + 1), *save = NULL, *line;
 	if (len)
 		memcpy(text, rows, len);
@@ -791,6 +952,11 @@ fmt_bytes(co_req *r, uint64_t b, char *buf, size_t cap)
 		snprintf(buf, cap, "%llu", (unsigned long long)(b >> 20));
 		return;
 	}
+	if (unit && (!strcmp(unit, "gb") || !strcmp(unit, "tb") || !strcmp(unit, "pb"))) {
+		int shift = unit[0] == 'g' ? 30 : unit[0] == 't' ? 40 : 50;
+		snprintf(buf, cap, "%llu", (unsigned long long)(b >> shift));
+		return;
+	}
 	if (b < 1024)
 		snprintf(buf, cap, "%llub", (unsigned long long)b);
 	else if (b < (1ull << 20))
@@ -799,6 +965,264 @@ fmt_bytes(co_req *r, uint64_t b, char *buf, size_t cap)
 		snprintf(buf, cap, "%.1fmb", b / 1048576.0);
 	else
 		snprintf(buf, cap, "%.1fgb", b / 1073741824.0);
+}
+
+/* Bytes of the file system holding the node's data. */
+static void
+data_disk(co_req *r, uint64_t *total, uint64_t *avail)
+{
+	struct statvfs vfs;
+	*total = *avail = 0;
+	if (statvfs(nd_data_dir(r->node), &vfs) == 0) {
+		*total = (uint64_t)vfs.f_blocks * vfs.f_frsize;
+		*avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	}
+}
+
+/* Open descriptors of this process (its /proc/self/fd entries). */
+static long
+open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	long n = -1;
+	if (!d)
+		return -1;
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n; /* less the descriptor opendir holds */
+}
+
+/* _cat/nodes of a solo node, in ES's column order; the columns after
+ * ES's default ones only with h=. Shoal has no JVM heap: heap.* are the
+ * process's resident memory against the machine's. */
+static void
+cat_nodes_table(co_req *r, cat_table *t)
+{
+	static const char *cols[] = {"id",
+	                             "pid",
+	                             "ip",
+	                             "port",
+	                             "http_address",
+	                             "disk.total",
+	                             "disk.used",
+	                             "disk.avail",
+	                             "disk.used_percent",
+	                             "heap.current",
+	                             "heap.percent",
+	                             "heap.max",
+	                             "ram.current",
+	                             "ram.percent",
+	                             "ram.max",
+	                             "file_desc.current",
+	                             "file_desc.percent",
+	                             "file_desc.max",
+	                             "cpu",
+	                             "load_1m",
+	                             "load_5m",
+	                             "load_15m",
+	                             "uptime",
+	                             "node.role",
+	                             "master",
+	                             "name"};
+	enum { NCOLS = sizeof(cols) / sizeof(cols[0]) };
+	static const char *defaults[] = {"ip",      "heap.percent", "ram.percent", "cpu",
+	                                 "load_1m", "load_5m",      "load_15m",    "node.role",
+	                                 "master",  "name"};
+	char v[NCOLS][64];
+	const char *row[NCOLS];
+	cat_init(t, cols, NCOLS);
+	for (int c = 0; c < NCOLS; c++) {
+		t->extra[c] = true;
+		for (size_t d = 0; d < sizeof(defaults) / sizeof(defaults[0]); d++)
+			if (!strcmp(cols[c], defaults[d]))
+				t->extra[c] = false;
+		t->numeric[c] = c != 0 && c != 2 && c != 4 && c < 23;
+		row[c] = v[c];
+		v[c][0] = 0;
+	}
+	struct sysinfo si;
+	double load[3] = {0, 0, 0};
+	getloadavg(load, 3);
+	sysinfo(&si);
+	uint64_t ram = (uint64_t)si.totalram * si.mem_unit;
+	uint64_t ram_used = ram - (uint64_t)si.freeram * si.mem_unit;
+	long pages = 0, rss_pages = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (f) {
+		if (fscanf(f, "%ld %ld", &pages, &rss_pages) != 2)
+			rss_pages = 0;
+		fclose(f);
+	}
+	uint64_t rss = (uint64_t)rss_pages * (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t disk_total, disk_avail;
+	data_disk(r, &disk_total, &disk_avail);
+	struct rlimit rl;
+	long fd_max = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? (long)rl.rlim_cur : -1;
+	long fds = open_fds();
+	const char *id = nd_node_id(r->node), *http = co_http_publish_address();
+	const char *colon = strrchr(http, ':');
+	snprintf(v[0], 64, "%.*s", co_param_bool(r, "full_id", false) ? 63 : 4, id);
+	snprintf(v[1], 64, "%d", (int)getpid());
+	snprintf(v[2], 64, "%.*s", colon ? (int)(colon - http) : 63, http);
+	snprintf(v[3], 64, "%s", colon ? colon + 1 : "");
+	snprintf(v[4], 64, "%s", http);
+	fmt_bytes(r, disk_total, v[5], 64);
+	fmt_bytes(r, disk_total - disk_avail, v[6], 64);
+	fmt_bytes(r, disk_avail, v[7], 64);
+	snprintf(v[8], 64, "%.2f",
+	         disk_total ? 100.0 * (double)(disk_total - disk_avail) / (double)disk_total : 0.0);
+	fmt_bytes(r, rss, v[9], 64);
+	snprintf(v[10], 64, "%d", ram ? (int)(100.0 * (double)rss / (double)ram) : 0);
+	fmt_bytes(r, ram, v[11], 64);
+	fmt_bytes(r, ram_used, v[12], 64);
+	snprintf(v[13], 64, "%d", ram ? (int)(100.0 * (double)ram_used / (double)ram) : 0);
+	fmt_bytes(r, ram, v[14], 64);
+	snprintf(v[15], 64, "%ld", fds);
+	snprintf(v[16], 64, "%d", fd_max > 0 && fds >= 0 ? (int)(100.0 * fds / fd_max) : 0);
+	snprintf(v[17], 64, "%ld", fd_max);
+	snprintf(v[18], 64, "0");
+	snprintf(v[19], 64, "%.2f", load[0]);
+	snprintf(v[20], 64, "%.2f", load[1]);
+	snprintf(v[21], 64, "%.2f", load[2]);
+	snprintf(v[22], 64, "%llds", (long long)((cm_wall_ms() - nd_start_ms(r->node)) / 1000));
+	snprintf(v[23], 64, "dim");
+	snprintf(v[24], 64, "*");
+	snprintf(v[25], 64, "%s", nd_node_name(r->node));
+	if (t->nrows == t->cap) {
+		t->cap = t->cap ? t->cap * 2 : 16;
+		t->rows = cm_realloc(MEM, t->rows, (size_t)t->cap * sizeof(char **));
+	}
+	char **cells = cm_calloc(MEM, NCOLS, sizeof(char *));
+	for (int c = 0; c < NCOLS; c++)
+		cells[c] = cm_strdup(MEM, row[c]);
+	t->rows[t->nrows++] = cells;
+}
+
+/* _cat/segments: a row per segment of each shard copy this node holds.
+ * Segments are named by generation as Lucene names them ("_" + base 36);
+ * every segment a reader sees is committed (a refresh commits its list)
+ * and searchable; version is Shoal's segment format; size.memory is 0
+ * (segments are read through the page cache, not held on the heap). */
+static void
+cat_segments(co_req *r, const char *expr)
+{
+	static const char *cols[] = {"index",        "shard",   "prirep",      "ip",
+	                             "id",           "segment", "generation",  "docs.count",
+	                             "docs.deleted", "size",    "size.memory", "committed",
+	                             "searchable",   "version", "compound"};
+	nd_index **ixs = NULL;
+	size_t n = 0;
+	cat_table t;
+	if (!resolve_with(r, expr ? expr : "_all", ND_RESOLVE_OPEN, &ixs, &n))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		if (nd_index_closed(ixs[i])) {
+			co_reply_errorf(r, CM_EINVAL, "index_closed_exception", "closed");
+			co_release_all(ixs, n);
+			return;
+		}
+	}
+	cat_init(&t, cols, 15);
+	for (int c = 1; c < 11; c++)
+		t.numeric[c] = c != 2 && c != 3 && c != 4 && c != 5;
+	t.extra[4] = true; /* id: only when asked for, as ES */
+	const char *http = co_http_publish_address();
+	const char *colon = strrchr(http, ':');
+	char ip[64], id[8];
+	snprintf(ip, sizeof(ip), "%.*s", colon ? (int)(colon - http) : 63, http);
+	snprintf(id, sizeof(id), "%.4s", nd_node_id(r->node));
+	for (size_t i = 0; i < n; i++) {
+		for (int s = 0; s < nd_index_nshards(ixs[i]); s++) {
+			st_shard *sh = nd_index_shard(ixs[i], s);
+			st_reader *rd = sh ? st_shard_reader(sh) : NULL;
+			for (size_t k = 0; rd && k < st_reader_nsegments(rd); k++) {
+				st_segment *seg = st_reader_segment(rd, k);
+				uint64_t gen = st_segment_generation(seg);
+				uint32_t live = st_reader_live_count(rd, k);
+				uint32_t roots =
+				    st_segment_max_doc(seg) - st_segment_nested_count(seg);
+				char shard[16], name[24], g[24], dc[24], dd[24], size[32], ver[16];
+				char b36[16];
+				int bl = 0;
+				uint64_t x = gen;
+				do {
+					b36[bl++] = "0123456789abcdefghijklmnopqrstuvwxyz"[x % 36];
+					x /= 36;
+				} while (x && bl < 15);
+				name[0] = '_';
+				for (int c = 0; c < bl; c++)
+					name[1 + c] = b36[bl - 1 - c];
+				name[1 + bl] = 0;
+				snprintf(shard, sizeof(shard), "%d", s);
+				snprintf(g, sizeof(g), "%llu", (unsigned long long)gen);
+				snprintf(dc, sizeof(dc), "%u", live);
+				snprintf(dd, sizeof(dd), "%u", roots > live ? roots - live : 0);
+				fmt_bytes(r, st_segment_bytes(seg), size, sizeof(size));
+				snprintf(ver, sizeof(ver), "%u.0", st_segment_format(seg));
+				cat_row(&t, nd_index_name(ixs[i]), shard, "p", ip, id, name, g, dc,
+				        dd, size, "0", "true", "true", ver, "false");
+			}
+			if (rd)
+				st_reader_release(rd);
+		}
+	}
+	co_release_all(ixs, n);
+	cat_render(r, &t);
+}
+
+/* _cat/allocation of a solo node: its shard copies and disk, and a row of
+ * the replicas no node holds (a solo node never assigns them). node_id
+ * selects this node by _all, _local, _master, its name or id (patterns
+ * too), or nothing. */
+static void
+cat_allocation(co_req *r, const char *node_id)
+{
+	static const char *cols[] = {"shards",     "disk.indices", "disk.used",
+	                             "disk.avail", "disk.total",   "disk.percent",
+	                             "host",       "ip",           "node"};
+	const char *name = nd_node_name(r->node), *id = nd_node_id(r->node);
+	bool me = !node_id || !strcmp(node_id, "_all") || !strcmp(node_id, "_local") ||
+	          !strcmp(node_id, "_master") || cm_glob(node_id, name) || cm_glob(node_id, id);
+	cat_table t;
+	cat_init(&t, cols, 9);
+	for (int c = 0; c < 6; c++)
+		t.numeric[c] = true;
+	if (me) {
+		nd_index **ixs;
+		size_t n;
+		uint64_t shards = 0, unassigned = 0, bytes = 0, total, avail;
+		nd_index_list(r->node, &ixs, &n);
+		for (size_t i = 0; i < n; i++) {
+			st_shard_stats st;
+			if (nd_index_closed(ixs[i]))
+				continue;
+			shards += (uint64_t)nd_index_nshards(ixs[i]);
+			unassigned += (uint64_t)nd_index_nshards(ixs[i]) *
+			              (uint64_t)nd_index_settings(ixs[i])->number_of_replicas;
+			nd_index_shard_stats(ixs[i], &st);
+			bytes += st.store_bytes;
+		}
+		co_release_all(ixs, n);
+		data_disk(r, &total, &avail);
+		char v[6][32], ip[64];
+		const char *http = co_http_publish_address();
+		const char *colon = strrchr(http, ':');
+		snprintf(ip, sizeof(ip), "%.*s", colon ? (int)(colon - http) : 63, http);
+		snprintf(v[0], 32, "%llu", (unsigned long long)shards);
+		fmt_bytes(r, bytes, v[1], 32);
+		fmt_bytes(r, total - avail, v[2], 32);
+		fmt_bytes(r, avail, v[3], 32);
+		fmt_bytes(r, total, v[4], 32);
+		snprintf(v[5], 32, "%d",
+		         total ? (int)(100.0 * (double)(total - avail) / (double)total) : 0);
+		cat_row(&t, v[0], v[1], v[2], v[3], v[4], v[5], ip, ip, name);
+		if (unassigned) {
+			snprintf(v[0], 32, "%llu", (unsigned long long)unassigned);
+			cat_row(&t, v[0], "", "", "", "", "", "", "", "UNASSIGNED");
+		}
+	}
+	cat_render(r, &t);
 }
 
 void
@@ -822,6 +1246,14 @@ co_h_cat(co_req *r)
 	}
 	gmtime_r(&secs, &tm);
 	strftime(ts, sizeof(ts), "%H:%M:%S", &tm);
+	if (!strcmp(what, "segments")) {
+		cat_segments(r, expr);
+		return;
+	}
+	if (!strcmp(what, "allocation")) {
+		cat_allocation(r, expr);
+		return;
+	}
 	if (strcmp(what, "indices") && strcmp(what, "shards") && strcmp(what, "nodes") &&
 	    strcmp(what, "count") && strcmp(what, "health")) {
 		char msg[256];
@@ -837,14 +1269,18 @@ co_h_cat(co_req *r)
 		return;
 	if (strcmp(what, "indices") == 0) {
 		static const char *cols[] = {
-		    "health", "status",     "index",        "uuid",       "pri",
-		    "rep",    "docs.count", "docs.deleted", "store.size", "pri.store.size"};
-		cat_init(&t, cols, 10);
-		for (int c = 4; c < 10; c++)
+		    "health",         "status",        "index",
+		    "uuid",           "pri",           "rep",
+		    "docs.count",     "docs.deleted",  "store.size",
+		    "pri.store.size", "creation.date", "creation.date.string"};
+		cat_init(&t, cols, 12);
+		for (int c = 4; c < 11; c++)
 			t.numeric[c] = true;
+		t.extra[10] = t.extra[11] = true;
 		for (size_t i = 0; i < n; i++) {
 			st_shard_stats st;
 			health h;
+			char cd[32], cds[40];
 			health_of(&ixs[i], 1, &h);
 			nd_index_shard_stats(ixs[i], &st);
 			snprintf(b1, sizeof(b1), "%d", nd_index_nshards(ixs[i]));
@@ -855,10 +1291,19 @@ co_h_cat(co_req *r)
 			snprintf(b4, sizeof(b4), "%llu", (unsigned long long)st.deleted_docs);
 			fmt_bytes(r, st.store_bytes, b5, sizeof(b5));
 			fmt_bytes(r, st.store_bytes, b6, sizeof(b6));
-			cat_row(&t, nd_index_closed(ixs[i]) ? "" : h.status,
-			        nd_index_closed(ixs[i]) ? "close" : "open", nd_index_name(ixs[i]),
-			        nd_index_uuid(ixs[i]),
-			        b1, b2, b3, b4, b5, b6);
+			int64_t ms = nd_index_creation_ms(ixs[i]);
+			time_t cs = (time_t)(ms / 1000);
+			struct tm ctm;
+			gmtime_r(&cs, &ctm);
+			snprintf(cd, sizeof(cd), "%lld", (long long)ms);
+			strftime(cds, sizeof(cds), "%Y-%m-%dT%H:%M:%S", &ctm);
+			snprintf(cds + strlen(cds), sizeof(cds) - strlen(cds), ".%03dZ",
+			         (int)(ms % 1000));
+			/* a closed index keeps its copies (health) but shows no counts */
+			bool closed = nd_index_closed(ixs[i]);
+			cat_row(&t, h.status, closed ? "close" : "open", nd_index_name(ixs[i]),
+			        nd_index_uuid(ixs[i]), b1, b2, closed ? "" : b3, closed ? "" : b4,
+			        closed ? "" : b5, closed ? "" : b6, cd, cds);
 		}
 	} else if (strcmp(what, "shards") == 0) {
 		static const char *cols[] = {"index", "shard", "prirep", "state",
@@ -881,23 +1326,7 @@ co_h_cat(co_req *r)
 			}
 		}
 	} else if (strcmp(what, "nodes") == 0) {
-		static const char *cols[] = {"ip",      "heap.percent", "ram.percent", "cpu",
-		                             "load_1m", "load_5m",      "load_15m",    "node.role",
-		                             "master",  "name"};
-		struct sysinfo si;
-		double load[3] = {0, 0, 0};
-		cat_init(&t, cols, 10);
-		for (int c = 1; c < 7; c++)
-			t.numeric[c] = true;
-		getloadavg(load, 3);
-		sysinfo(&si);
-		snprintf(b1, sizeof(b1), "%d",
-		         si.totalram ? (int)(100 - 100.0 * si.freeram / si.totalram) : 0);
-		snprintf(b2, sizeof(b2), "%.2f", load[0]);
-		snprintf(b3, sizeof(b3), "%.2f", load[1]);
-		snprintf(b4, sizeof(b4), "%.2f", load[2]);
-		cat_row(&t, "127.0.0.1", "0", b1, "0", b2, b3, b4, "dim", "*",
-		        nd_node_name(r->node));
+		cat_nodes_table(r, &t);
 	} else if (strcmp(what, "count") == 0) {
 		static const char *cols[] = {"epoch", "timestamp", "count"};
 		uint64_t total = 0;
@@ -1278,6 +1707,10 @@ stats_reply(co_req *r, cJSON *j, const char *metrics)
 			stats_keep(cJSON_GetObjectItemCaseSensitive(ix, "total"), metrics);
 		}
 	}
+	/* level=cluster: the _all figures only */
+	const char *level = co_param_get(r, "level");
+	if (level && !strcmp(level, "cluster"))
+		cJSON_DeleteItemFromObjectCaseSensitive(j, "indices");
 	co_reply_json(r, 200, j);
 }
 
@@ -1293,6 +1726,16 @@ co_h_stats(co_req *r)
 	const char *metrics;
 	if (!stats_metric(r, &metrics))
 		return;
+	const char *level = co_param_get(r, "level");
+	if (level && strcmp(level, "cluster") && strcmp(level, "indices") &&
+	    strcmp(level, "shards")) {
+		co_reply_errorf(
+		    r, CM_EINVAL, NULL,
+		    "level parameter must be one of [cluster] or [indices] or [shards] but "
+		    "was [%.60s]",
+		    level);
+		return;
+	}
 	if (!co_resolve(r, co_seg(r, 0) && strcmp(co_seg(r, 0), "_stats") ? co_seg(r, 0) : "_all",
 	                &ixs, &n))
 		return;
@@ -1862,14 +2305,43 @@ co_h_index_get(co_req *r)
 	size_t n;
 	cJSON *j;
 
-	if (!resolve_with(r, co_seg(r, 0), ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n))
+	/* a concrete name starting with '_' is no index name (ES refuses it) */
+	const char *expr = co_seg(r, 0);
+	for (const char *p = expr; p && *p;) {
+		size_t len = strcspn(p, ",");
+		if (p[0] == '_' && !(len == 4 && !strncmp(p, "_all", 4)) && !memchr(p, '*', len)) {
+			co_reply_errorf(r, CM_EBADNAME, NULL,
+			                "Invalid index name [%.*s], must not start with '_'.",
+			                (int)(len < 200 ? len : 200), p);
+			return;
+		}
+		p += len + (p[len] == ',');
+	}
+	if (!resolve_with(r, expr, ND_RESOLVE_OPEN | ND_RESOLVE_CLOSED, &ixs, &n))
 		return;
 	j = cJSON_CreateObject();
 	for (size_t i = 0; i < n; i++) {
 		cJSON *o = cJSON_AddObjectToObject(j, nd_index_name(ixs[i]));
 		cJSON_AddItemToObject(o, "aliases", nd_index_aliases_json(ixs[i]));
 		cJSON_AddItemToObject(o, "mappings", index_mappings_json(ixs[i]));
-		cJSON_AddItemToObject(o, "settings", nd_index_settings_json(ixs[i]));
+		cJSON *st = nd_index_settings_json(ixs[i]);
+		cJSON *idx = cJSON_GetObjectItemCaseSensitive(st, "index");
+		if (co_param_bool(r, "human", false) && idx) {
+			/* human=true: the creation date and version as text too */
+			char cds[40];
+			int64_t ms = nd_index_creation_ms(ixs[i]);
+			time_t cs = (time_t)(ms / 1000);
+			struct tm ctm;
+			gmtime_r(&cs, &ctm);
+			strftime(cds, sizeof(cds), "%Y-%m-%dT%H:%M:%S", &ctm);
+			snprintf(cds + strlen(cds), sizeof(cds) - strlen(cds), ".%03dZ",
+			         (int)(ms % 1000));
+			cJSON_AddStringToObject(idx, "creation_date_string", cds);
+			cJSON *ver = cJSON_GetObjectItemCaseSensitive(idx, "version");
+			if (ver)
+				cJSON_AddStringToObject(ver, "created_string", ND_ES_VERSION);
+		}
+		cJSON_AddItemToObject(o, "settings", st);
 	}
 	co_release_all(ixs, n);
 	co_reply_json(r, 200, j);

@@ -119,7 +119,30 @@ fold_search_params(co_req *r, cJSON *body, bool count_only)
 	}
 	if ((v = co_param_get(r, "timeout")))
 		obj_set(body, "timeout", cJSON_CreateString(v));
+	/* ES's validation of the values these take (they change nothing here) */
+	if ((v = co_param_get(r, "batched_reduce_size")) && atoll(v) < 2 && *v) {
+		co_reply_errorf(r, CM_EVALIDATE, NULL,
+		                "Validation Failed: 1: batchedReduceSize must be >= 2;");
+		return false;
+	}
+	if ((v = co_param_get(r, "pre_filter_shard_size")) && atoll(v) < 1 && *v) {
+		co_reply_errorf(r, CM_EVALIDATE, NULL,
+		                "Validation Failed: 1: preFilterShardSize must be >= 1;");
+		return false;
+	}
 	if ((v = co_param_get(r, "track_total_hits"))) {
+		char *end;
+		long long neg = strtoll(v, &end, 10);
+		if (*v && !*end && neg < -1 && neg >= INT32_MIN) {
+			co_reply_errorf(
+			    r, CM_EINVAL, NULL,
+			    "[track_total_hits] parameter must be positive or equals to -1, "
+			    "got %lld",
+			    neg);
+			return false;
+		}
+		if (*v && !*end && neg == -1)
+			v = "true"; /* -1: count them all */
 		if (strcmp(v, "true") == 0 || !*v)
 			obj_set(body, "track_total_hits", cJSON_CreateTrue());
 		else if (strcmp(v, "false") == 0)
@@ -268,6 +291,8 @@ hits_total_as_int(cJSON *h)
 	cJSON *t = cJSON_GetObjectItemCaseSensitive(h, "total"), *v, *hit, *ih;
 	if (cJSON_IsObject(t) && (v = cJSON_GetObjectItemCaseSensitive(t, "value")))
 		cJSON_ReplaceItemInObjectCaseSensitive(h, "total", cJSON_CreateNumber(v->valuedouble));
+	else if (!t && cJSON_IsObject(h)) /* not tracked (track_total_hits false): -1, as ES */
+		cJSON_AddNumberToObject(h, "total", -1);
 	cJSON_ArrayForEach(hit, cJSON_GetObjectItemCaseSensitive(h, "hits"))
 	{
 		cJSON_ArrayForEach(ih, cJSON_GetObjectItemCaseSensitive(hit, "inner_hits"))
@@ -516,6 +541,17 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 	for (size_t i = 0; i < n; i++)
 		if (nd_index_settings(ixs[i])->max_result_window < window)
 			window = nd_index_settings(ixs[i])->max_result_window;
+	if (n && scroll_ms > 0 && (uint64_t)req.size > (uint64_t)window) {
+		rc = cm_error_set(
+		    err, CM_EINVAL,
+		    "Batch size is too large, size must be less than or equal to: [%d] "
+		    "but was [%llu]. Scroll batch sizes cost as much memory as result "
+		    "windows so they are controlled by the [index.max_result_window] "
+		    "index level setting.",
+		    window, (unsigned long long)req.size);
+		sr_request_free(&req);
+		return rc;
+	}
 	if (n && (uint64_t)req.from + req.size > (uint64_t)window) {
 		rc = cm_error_set(err, CM_EINVAL,
 		                  "Result window is too large, from + size must be less than or equal "

@@ -215,15 +215,21 @@ co_h_snapshot_restore(co_req *r)
 void
 co_h_cat_snapshots(co_req *r)
 {
+	/* ES 7.10's columns (its repository column came later) */
 	static const char *cols[] = {
-	    "id",         "repository",        "status",        "start_epoch",
-	    "start_time", "end_epoch",         "end_time",      "duration",
-	    "indices",    "successful_shards", "failed_shards", "total_shards"};
-	const size_t nc = sizeof(cols) / sizeof(cols[0]);
-	const char *repo = co_seg(r, 2), *fmt = co_param_get(r, "format");
+	    "id",       "status",  "start_epoch",       "start_time",    "end_epoch",    "end_time",
+	    "duration", "indices", "successful_shards", "failed_shards", "total_shards", "reason"};
+	const int nc = (int)(sizeof(cols) / sizeof(cols[0]));
+	const char *repo = co_seg(r, 2);
 	cJSON *rows = NULL, *row;
 	cm_error err;
 	cm_error_clear(&err);
+	/* reason: only when h= names it, as ES's default columns */
+	const uint64_t extra = (uint64_t)1 << 11;
+	if (co_param_bool(r, "help", false)) {
+		co_cat_cells_ex(r, cols, nc, extra, NULL, 0);
+		return;
+	}
 	if (!repo) {
 		co_reply_errorf(r, CM_EVALIDATE, NULL,
 		                "Validation Failed: 1: repository is missing;");
@@ -234,40 +240,21 @@ co_h_cat_snapshots(co_req *r)
 		co_reply_error(r, &err, NULL);
 		return;
 	}
-	if (fmt && strcmp(fmt, "json") == 0) {
-		co_reply_json(r, 200, rows);
-		return;
-	}
-	size_t w[16] = {0};
-	bool v = co_param_get(r, "v") != NULL;
-	for (size_t c = 0; c < nc; c++)
-		w[c] = v ? strlen(cols[c]) : 0;
-	cJSON_ArrayForEach(row, rows) for (size_t c = 0; c < nc; c++)
-	{
-		const cJSON *x = cJSON_GetObjectItemCaseSensitive(row, cols[c]);
-		size_t l = cJSON_IsString(x) ? strlen(x->valuestring) : 0;
-		if (l > w[c])
-			w[c] = l;
-	}
-	cm_buf t;
-	cm_buf_init(&t, CM_MEM_COORDINATOR);
-	if (v) {
-		for (size_t c = 0; c < nc; c++)
-			cm_buf_printf(&t, "%-*s%s", c + 1 < nc ? (int)w[c] : 0, cols[c],
-			              c + 1 < nc ? " " : "\n");
-	}
+	int nrows = cJSON_GetArraySize(rows), i = 0;
+	char **cells =
+	    cm_calloc(CM_MEM_COORDINATOR, (size_t)(nrows ? nrows : 1) * (size_t)nc, sizeof(char *));
 	cJSON_ArrayForEach(row, rows)
 	{
-		for (size_t c = 0; c < nc; c++) {
+		for (int c = 0; c < nc; c++) {
 			const cJSON *x = cJSON_GetObjectItemCaseSensitive(row, cols[c]);
-			cm_buf_printf(&t, "%-*s%s", (int)w[c],
-			              cJSON_IsString(x) ? x->valuestring : "",
-			              c + 1 < nc ? " " : "\n");
+			cells[(size_t)i * (size_t)nc + (size_t)c] =
+			    cJSON_IsString(x) ? x->valuestring : "";
 		}
+		i++;
 	}
+	co_cat_cells_ex(r, cols, nc, extra, cells, nrows);
+	cm_free(CM_MEM_COORDINATOR, cells);
 	cJSON_Delete(rows);
-	co_reply_text(r, 200, "text/plain; charset=UTF-8", (const char *)t.data, t.len);
-	cm_buf_free(&t);
 }
 
 /* ---- global state (include_global_state) ---- */

@@ -127,10 +127,16 @@ enum {
 	/* names and wildcards select indices only, never through an alias
 	 * (ES's index delete) */
 	ND_RESOLVE_NO_ALIASES = 16,
+	/* wildcards also select hidden indices and aliases (index.hidden,
+	 * is_hidden); without it only a pattern starting with '.' selects the
+	 * hidden ones whose name does */
+	ND_RESOLVE_HIDDEN = 32,
 };
 cm_err nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out,
                      size_t *nout, cm_error *err);
 bool nd_index_closed(nd_index *ix);
+/* index.hidden */
+bool nd_index_hidden(nd_index *ix);
 /* An integer index setting kept among the accepted ones (e.g.
  * "max_regex_length", "max_script_fields"), or dflt when not set. */
 long long nd_index_setting_int(nd_index *ix, const char *key, long long dflt);

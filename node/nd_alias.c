@@ -210,19 +210,27 @@ nd_alias_sync(nd_index *ix, const cJSON *body)
 /* Marks in sel the indices holding an alias that matches tok (a name or a
  * pattern); true if any. Caller holds reg_lock. */
 bool
-nd_alias_select_locked(nd_node *n, const char *tok, bool pattern, bool *sel, bool value)
+nd_alias_select_locked(nd_node *n, const char *tok, bool pattern, bool hidden, bool *sel,
+                       bool value)
 {
 	bool any = false;
 	for (size_t i = 0; i < n->nindices; i++) {
 		nd_index *ix = n->indices[i];
 		pthread_mutex_lock(&ix->lock);
-		for (const cJSON *a = ix->aliases ? ix->aliases->child : NULL; a; a = a->next)
-			if (pattern ? cm_glob(tok, a->string) && (a->string[0] != '.' || tok[0] == '.')
+		for (const cJSON *a = ix->aliases ? ix->aliases->child : NULL; a; a = a->next) {
+			bool dot = a->string[0] == '.';
+			/* a pattern skips hidden aliases unless asked, or both start with '.' */
+			bool shown =
+			    hidden ||
+			    !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "is_hidden")) ||
+			    (dot && tok[0] == '.');
+			if (pattern ? cm_glob(tok, a->string) && (!dot || tok[0] == '.') && shown
 			            : !strcmp(tok, a->string)) {
 				sel[i] = value;
 				any = true;
 				break;
 			}
+		}
 		pthread_mutex_unlock(&ix->lock);
 	}
 	return any;
@@ -233,7 +241,7 @@ nd_alias_exists(nd_node *n, const char *name)
 {
 	pthread_rwlock_rdlock(&n->reg_lock);
 	bool *sel = cm_calloc(MEM, n->nindices + 1, sizeof(bool));
-	bool any = nd_alias_select_locked(n, name, false, sel, true);
+	bool any = nd_alias_select_locked(n, name, false, false, sel, true);
 	cm_free(MEM, sel);
 	pthread_rwlock_unlock(&n->reg_lock);
 	return any;

@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "../common/cm_alloc.h"
 #include "../proto/pr.h"
@@ -421,13 +422,19 @@ nd_cluster_cat_indices(nd_cluster *cl, nd_index **ixs, size_t n, cm_buf *out)
 					bytes += b;
 			}
 		}
-		char b1[32], b2[32];
-		cm_buf_printf(
-		    out, "%s %s %s %s %d %d %.0f %.0f %s %s\n", index_health(cl, ixs[x]),
-		    nd_index_closed(ixs[x]) ? "close" : "open", name,
-		    nd_index_uuid(ixs[x]), nd_index_nshards(ixs[x]),
-		    nd_index_settings(ixs[x])->number_of_replicas, docs, deleted,
-		    human_bytes(bytes, b1, sizeof(b1)), human_bytes(pbytes, b2, sizeof(b2)));
+		char b1[32], b2[32], cds[40];
+		int64_t ms = nd_index_creation_ms(ixs[x]);
+		time_t cs = (time_t)(ms / 1000);
+		struct tm ctm;
+		gmtime_r(&cs, &ctm);
+		strftime(cds, sizeof(cds), "%Y-%m-%dT%H:%M:%S", &ctm);
+		cm_buf_printf(out, "%s %s %s %s %d %d %.0f %.0f %s %s %lld %s.%03dZ\n",
+		              index_health(cl, ixs[x]), nd_index_closed(ixs[x]) ? "close" : "open",
+		              name, nd_index_uuid(ixs[x]), nd_index_nshards(ixs[x]),
+		              nd_index_settings(ixs[x])->number_of_replicas, docs, deleted,
+		              human_bytes(bytes, b1, sizeof(b1)),
+		              human_bytes(pbytes, b2, sizeof(b2)), (long long)ms, cds,
+		              (int)(ms % 1000));
 	}
 	stats_free(cl, stats);
 }

@@ -1279,10 +1279,29 @@ nd_index_closed(nd_index *ix)
 	return c;
 }
 
-/* Whether a wildcard may select ix (expand_wildcards). */
-static bool
-wild_ok(nd_index *ix, unsigned flags)
+bool
+nd_index_hidden(nd_index *ix)
 {
+	char text[sizeof(ix->settings.accepted)];
+	pthread_mutex_lock(&ix->lock);
+	snprintf(text, sizeof(text), "%s", ix->settings.accepted);
+	pthread_mutex_unlock(&ix->lock);
+	if (!strstr(text, "\"hidden\"")) /* the common case: not set, no parse */
+		return false;
+	cJSON *all = cJSON_Parse(text);
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(all, "hidden");
+	bool hidden = cJSON_IsTrue(v) || (cJSON_IsString(v) && !strcmp(v->valuestring, "true"));
+	cJSON_Delete(all);
+	return hidden;
+}
+
+/* Whether a wildcard (tok) may select ix (expand_wildcards). */
+static bool
+wild_ok(nd_index *ix, unsigned flags, const char *tok)
+{
+	if (!(flags & ND_RESOLVE_HIDDEN) && !(tok[0] == '.' && ix->name[0] == '.') &&
+	    nd_index_hidden(ix))
+		return false;
 	return nd_index_closed(ix) ? (flags & ND_RESOLVE_CLOSED) != 0 : (flags & ND_RESOLVE_OPEN) != 0;
 }
 
@@ -1308,7 +1327,7 @@ nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out, siz
 		k++;
 		if (strcmp(tok, "_all") == 0 || strcmp(tok, "*") == 0) {
 			for (size_t i = 0; i < n->nindices; i++)
-				if (neg || wild_ok(n->indices[i], flags))
+				if (neg || wild_ok(n->indices[i], flags, tok))
 					sel[i] = !neg;
 			continue;
 		}
@@ -1316,20 +1335,25 @@ nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out, siz
 			for (size_t i = 0; i < n->nindices; i++)
 				if (cm_glob(tok, n->indices[i]->name) &&
 				    (n->indices[i]->name[0] != '.' || tok[0] == '.') &&
-				    (neg || wild_ok(n->indices[i], flags)))
+				    (neg || wild_ok(n->indices[i], flags, tok)))
 					sel[i] = !neg;
 			if (!(flags & ND_RESOLVE_NO_ALIASES))
-				nd_alias_select_locked(n, tok, true, sel, !neg);
+				nd_alias_select_locked(n, tok, true,
+				                       (flags & ND_RESOLVE_HIDDEN) != 0, sel, !neg);
 			continue;
 		}
 		for (size_t i = 0; i < n->nindices; i++) {
 			if (strcmp(tok, n->indices[i]->name) == 0) {
-				sel[i] = !neg;
+				/* a closed index is unavailable where closed ones are not
+				 * wanted: skipped with ignore_unavailable, as ES */
+				if (neg || !ignore_unavailable || (flags & ND_RESOLVE_CLOSED) ||
+				    !nd_index_closed(n->indices[i]))
+					sel[i] = !neg;
 				any = true;
 			}
 		}
 		if (!any && !(flags & ND_RESOLVE_NO_ALIASES))
-			any = nd_alias_select_locked(n, tok, false, sel, !neg);
+			any = nd_alias_select_locked(n, tok, false, false, sel, !neg);
 		if (!any && !neg && !ignore_unavailable) {
 			rc = cm_error_set(err, CM_ENOINDEX, "no such index [%s]", tok);
 			break;

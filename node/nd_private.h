@@ -108,7 +108,8 @@ cm_err nd_alias_entries(const cJSON *aliases, cJSON **out, cm_error *err);
 cm_err nd_alias_create_check(nd_node *n, const char *name, const cJSON *aliases, cm_error *err);
 /* Marks sel[i] = value for indices with an alias matching tok; caller
  * holds reg_lock. */
-bool nd_alias_select_locked(nd_node *n, const char *tok, bool pattern, bool *sel, bool value);
+bool nd_alias_select_locked(nd_node *n, const char *tok, bool pattern, bool hidden, bool *sel,
+                            bool value);
 /* Makes ix's aliases those of a cluster-state create body. */
 void nd_alias_sync(nd_index *ix, const cJSON *body);
 /* The master's side of POST /_aliases: plans actions against the registry

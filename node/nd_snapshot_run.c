@@ -943,6 +943,8 @@ nd_snap_cat(nd_node *n, const char *repo, cJSON **rows, cm_error *err)
 		cJSON_AddStringToObject(row, "failed_shards", b);
 		snprintf(b, sizeof(b), "%d", (int)num(sh, "total"));
 		cJSON_AddStringToObject(row, "total_shards", b);
+		if (*str(m, "reason"))
+			cJSON_AddStringToObject(row, "reason", str(m, "reason"));
 		cJSON_AddItemToArray(*rows, row);
 		cJSON_Delete(info);
 	}

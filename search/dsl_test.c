@@ -38,6 +38,41 @@ put(sb *b, const char *fmt, ...)
 static void dump(sb *b, const sr_query *q);
 
 static void
+dump_iv(sb *b, const sr_interval *r)
+{
+	static const char *kinds[] = {"match", "prefix", "wildcard", "fuzzy", "all_of", "any_of"};
+	static const char *filters[] = {"",
+	                                "after",
+	                                "before",
+	                                "contained_by",
+	                                "containing",
+	                                "not_contained_by",
+	                                "not_containing",
+	                                "not_overlapping",
+	                                "overlapping"};
+	put(b, "%s(", kinds[r->kind]);
+	if (r->text)
+		put(b, "%s", r->text);
+	for (size_t i = 0; i < r->nkids; i++) {
+		put(b, "%s", i ? "," : "");
+		dump_iv(b, r->kids[i]);
+	}
+	if (r->ordered)
+		put(b, ",ordered");
+	if (r->max_gaps >= 0)
+		put(b, ",gaps=%d", r->max_gaps);
+	if (r->use_field)
+		put(b, ",use=%s", r->use_field);
+	if (r->fuzziness)
+		put(b, ",fuzz=%s", r->fuzziness);
+	if (r->filter_rule) {
+		put(b, ",%s:", filters[r->filter]);
+		dump_iv(b, r->filter_rule);
+	}
+	put(b, ")");
+}
+
+static void
 dump_list(sb *b, const char *prefix, sr_query **l, size_t n, bool *first)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -68,9 +103,16 @@ dump(sb *b, const sr_query *q)
 	case SR_Q_FUZZY:
 		put(b, "fuzzy(%s:%s~%s)", q->field, q->value, q->fuzziness ? q->fuzziness : "-");
 		break;
+	case SR_Q_INTERVALS:
+		put(b, "intervals(%s:", q->field);
+		dump_iv(b, q->intervals);
+		put(b, ")");
+		break;
+	case SR_Q_MATCH_BOOL_PREFIX:
 	case SR_Q_MATCH:
-		put(b, "match(%s:%s%s%s%s)", q->field, q->value, q->op_and ? ",and" : "",
-		    q->fuzziness ? ",fuzz=" : "", q->fuzziness ? q->fuzziness : "");
+		put(b, "%s(%s:%s%s%s%s)", q->kind == SR_Q_MATCH ? "match" : "bool_prefix", q->field,
+		    q->value, q->op_and ? ",and" : "", q->fuzziness ? ",fuzz=" : "",
+		    q->fuzziness ? q->fuzziness : "");
 		break;
 	case SR_Q_MATCH_PHRASE:
 	case SR_Q_MATCH_PHRASE_PREFIX:
@@ -354,6 +396,29 @@ test_match_family(void)
 	DSL("{\"match_phrase\":{\"msg\":{\"query\":\"a\",\"operator\":\"and\"}}}",
 	    "ERR CM_EPARSE parsing_exception: [match_phrase] query does not support [operator]");
 
+	DSL("{\"match_bool_prefix\":{\"msg\":{\"query\":\"quick br\",\"operator\":\"and\"}}}",
+	    "bool_prefix(msg:quick br,and)");
+	DSL("{\"multi_match\":{\"query\":\"a b\",\"type\":\"bool_prefix\",\"fields\":[\"t\"]}}",
+	    "multi(bool_prefix:a b:t^1)");
+	DSL("{\"multi_match\":{\"query\":\"a\",\"type\":\"bool_prefix\",\"slop\":1}}",
+	    "ERR CM_EPARSE parsing_exception: [slop] not allowed for type [bool_prefix]");
+	DSL("{\"multi_match\":{\"query\":\"a\",\"type\":\"bool_prefix\",\"cutoff_frequency\":1}}",
+	    "ERR CM_EPARSE parsing_exception: [cutoff_frequency] not allowed for type "
+	    "[bool_prefix]");
+	DSL("{\"intervals\":{\"t\":{\"match\":{\"query\":\"a b\",\"ordered\":true,"
+	    "\"max_gaps\":0}}}}",
+	    "intervals(t:match(a b,ordered,gaps=0))");
+	DSL("{\"intervals\":{\"t\":{\"all_of\":{\"intervals\":[{\"prefix\":{\"prefix\":\"o\"}},"
+	    "{\"fuzzy\":{\"term\":\"x\",\"fuzziness\":1}}],\"filter\":{\"not_containing\":{"
+	    "\"wildcard\":{\"pattern\":\"a*\",\"use_field\":\"u\"}}}},\"boost\":2}}}",
+	    "intervals(t:all_of(prefix(o),fuzzy(x,fuzz=1),not_containing:wildcard(a*,use=u)))^2");
+	DSL("{\"intervals\":{\"t\":{\"near\":{}}}}",
+	    "ERR CM_EPARSE parsing_exception: Unknown interval type [near], expecting one of "
+	    "[match, any_of, all_of, prefix, wildcard, fuzzy]");
+	DSL("{\"intervals\":{\"t\":{\"match\":{\"query\":\"a\",\"filter\":{\"script\":{}}}}}}",
+	    "ERR CM_EPARSE parsing_exception: [intervals] filter [script] is not supported");
+	DSL("{\"intervals\":{\"t\":{\"any_of\":{\"intervals\":[]}}}}",
+	    "ERR CM_EINVAL illegal_argument_exception: [any_of] requires at least one interval");
 	DSL("{\"multi_match\":{\"query\":\"brown fox\",\"fields\":[\"subject^3\",\"message\"]}}",
 	    "multi(best_fields:brown fox:subject^3,message^1)");
 	DSL("{\"multi_match\":{\"query\":\"x\",\"fields\":\"title\",\"type\":\"most_fields\"}}",

@@ -2477,6 +2477,9 @@ sr_it_build(sr_exec *x, size_t si, const sr_plan *pl, sr_it **out)
 	case P_NESTED:
 		it = sr_nested_it_new(x, si, pl);
 		break;
+	case P_INTERVALS:
+		it = sr_intervals_it_new(x, si, pl);
+		break;
 	}
 	*out = it ? it : none_it();
 	return x->err->code ? x->err->code : CM_OK;

@@ -133,9 +133,11 @@ typedef enum {
 	P_CONST,
 	P_BOOSTING,
 	P_PHRASE,
-	P_GEO, /* geo_point column: a box (geo: top, left, bottom, right) or a circle (lat, lon, meters) */
+	P_GEO, /* geo_point column: a box (geo: top, left, bottom, right) or a circle (lat, lon,
+	          meters) */
 	/* kids[0] over the nested docs of nest_path, joined to their parents */
 	P_NESTED,
+	P_INTERVALS, /* iv: the interval tree a doc must yield an interval of */
 } sr_pkind;
 
 enum { OCC_MUST, OCC_SHOULD, OCC_MUST_NOT, OCC_FILTER };
@@ -145,7 +147,34 @@ typedef struct sr_bytes {
 	size_t n;
 } sr_bytes;
 
+/* The compiled rule of an intervals query (Lucene's IntervalsSource):
+ * leaves are terms at a position of a field (any of them), inner nodes
+ * combine their kids' intervals. */
+typedef enum {
+	SR_IVN_TERMS,     /* any of terms (prefix, wildcard, fuzzy: expanded) */
+	SR_IVN_ORDERED,   /* kids in order, not overlapping */
+	SR_IVN_UNORDERED, /* kids in any order */
+	SR_IVN_OR,        /* any kid */
+} sr_ivn_kind;
+typedef struct sr_ivnode sr_ivnode;
+struct sr_ivnode {
+	sr_ivn_kind kind;
+	const sr_fstat *fs; /* SR_IVN_TERMS */
+	sr_bytes *terms;
+	size_t nterms;
+	sr_ivnode **kids;
+	size_t nkids;
+	int max_gaps; /* ordered, unordered: -1 = any */
+	sr_iv_filter filter;
+	sr_ivnode *filter_node;
+};
+void sr_ivnode_free(sr_ivnode *n);
+/* The P_INTERVALS iterator of segment si (intervals.c); NULL: none match. */
 typedef struct sr_plan sr_plan;
+typedef struct sr_exec sr_exec;
+typedef struct sr_it sr_it;
+sr_it *sr_intervals_it_new(sr_exec *x, size_t si, const sr_plan *pl);
+
 struct sr_plan {
 	sr_pkind kind;
 	bool scoring;
@@ -187,6 +216,8 @@ struct sr_plan {
 	 * root docs), how child scores combine */
 	char *nest_path, *nest_parent;
 	sr_nest_mode nest_mode;
+	/* P_INTERVALS (weight: the query's boost) */
+	sr_ivnode *iv;
 };
 
 typedef struct sr_exec {

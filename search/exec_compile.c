@@ -205,7 +205,21 @@ sr_plan_free(sr_plan *p)
 	cm_free(CM_MEM_SEARCH, p->pos_terms);
 	cm_free(CM_MEM_SEARCH, p->pos_nterms);
 	cm_free(CM_MEM_SEARCH, p->pos_offset);
+	sr_ivnode_free(p->iv);
 	cm_free(CM_MEM_SEARCH, p);
+}
+
+void
+sr_ivnode_free(sr_ivnode *n)
+{
+	if (!n)
+		return;
+	bytes_free(n->terms, n->nterms);
+	for (size_t i = 0; i < n->nkids; i++)
+		sr_ivnode_free(n->kids[i]);
+	cm_free(CM_MEM_SEARCH, n->kids);
+	sr_ivnode_free(n->filter_node);
+	cm_free(CM_MEM_SEARCH, n);
 }
 
 static void
@@ -1844,6 +1858,20 @@ zero_terms(const sr_query *q, float boost)
 	return q->zero_terms_all ? plan_new(P_ALL, boost, true) : none();
 }
 
+/* A prefix over the terms dictionary, scored as a constant (Lucene's
+ * PrefixQuery with its default constant-score rewrite). */
+static sr_plan *
+prefix_plan(const sr_fstat *fs, const uint8_t *t, size_t n, float boost, bool scoring)
+{
+	sr_plan *p = plan_new(P_MULTI, boost, scoring);
+	p->fs = fs;
+	p->terms = cm_calloc(CM_MEM_SEARCH, 1, sizeof(sr_bytes));
+	p->terms[0] = bytes_dup(t, n);
+	p->nterms = 1;
+	return p;
+}
+
+/* match, and match_bool_prefix (the same with its last term a prefix) */
 static cm_err
 compile_match(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool scoring,
               sr_plan **out)
@@ -1871,11 +1899,18 @@ compile_match(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 	size_t ngroups = 0;
 	for (size_t i = 0; i < ts.n; i++)
 		ngroups += i == 0 || ts.v[i].pos != ts.v[i - 1].pos;
+	/* match_bool_prefix: the tokens of the last position are prefixes */
+	bool prefix_last = q->kind == SR_Q_MATCH_BOOL_PREFIX;
+	size_t last_start = ts.n - 1;
+	while (last_start && ts.v[last_start - 1].pos == ts.v[ts.n - 1].pos)
+		last_start--;
 	sr_plan *b = ngroups > 1 ? plan_new(P_BOOL, boost, scoring) : NULL;
 	sr_plan *group = NULL;
 	for (size_t i = 0; i < ts.n && !rc; i++) {
 		sr_plan *t;
-		if (q->fuzziness)
+		if (prefix_last && i >= last_start)
+			t = prefix_plan(fs, ts.v[i].t.p, ts.v[i].t.n, boost, scoring);
+		else if (q->fuzziness)
 			rc = fuzzy_plan(c, fs, (const char *)ts.v[i].t.p, q->fuzziness, q->prefix_length,
 			                q->max_expansions, true, boost, scoring, &t);
 		else
@@ -2065,6 +2100,208 @@ done:
 	return rc;
 }
 
+/* ---- intervals ---- */
+
+#define IV_MAX_EXPANSIONS 128 /* Lucene's Intervals.prefix/wildcard/fuzzy limit */
+
+static sr_ivnode *
+ivnode_new(sr_ivn_kind kind, const sr_fstat *fs)
+{
+	sr_ivnode *n = cm_calloc(CM_MEM_SEARCH, 1, sizeof *n);
+	n->kind = kind;
+	n->fs = fs;
+	n->max_gaps = -1;
+	return n;
+}
+
+static void
+ivnode_add(sr_ivnode *n, sr_ivnode *kid)
+{
+	n->kids = cm_realloc(CM_MEM_SEARCH, n->kids, (n->nkids + 1) * sizeof(*n->kids));
+	n->kids[n->nkids++] = kid;
+}
+
+static void
+ivnode_term(sr_ivnode *n, const uint8_t *t, size_t len)
+{
+	n->terms = cm_realloc(CM_MEM_SEARCH, n->terms, (n->nterms + 1) * sizeof(sr_bytes));
+	n->terms[n->nterms++] = bytes_dup(t, len);
+}
+
+/* A rule's terms in the dictionary: prefix, wildcard or fuzzy. */
+static cm_err
+iv_expand(cctx *c, const sr_interval *r, const sr_fstat *fs, sr_ivnode *n)
+{
+	sr_query nq = {.value = r->text, .analyze_multiterm = true};
+	char *v = norm_value(&nq, fs, r->text);
+	termlist l = {0};
+	sr_dfa *dfa = NULL;
+	cm_err rc = CM_OK;
+	if (r->kind == SR_IV_PREFIX) {
+		rc = expand_terms(c, fs, (const uint8_t *)v, strlen(v), NULL, 0, &l);
+	} else if (r->kind == SR_IV_WILDCARD) {
+		rc = sr_dfa_wildcard(v, false, &dfa, c->err);
+		size_t plen = 0;
+		const char *pre = rc ? NULL : sr_dfa_prefix(dfa, &plen);
+		if (!rc)
+			rc = expand_terms(c, fs, (const uint8_t *)pre, plen, NULL, 0, &l);
+		size_t k = 0;
+		for (size_t i = 0; i < l.n && !rc; i++) {
+			if (sr_dfa_match(dfa, l.t[i].p, l.t[i].n)) {
+				l.t[k] = l.t[i];
+				l.df[k] = l.df[i];
+				l.boost[k++] = l.boost[i];
+			} else {
+				cm_free(CM_MEM_SEARCH, l.t[i].p);
+			}
+		}
+		if (!rc)
+			l.n = k;
+	} else {
+		const uint8_t *u = (const uint8_t *)v;
+		size_t vlen = strlen(v), vcp = sr_utf8_len(u, vlen);
+		size_t plen = 0, k = 0;
+		while (plen < vlen && (int)k < r->prefix_length) {
+			plen++;
+			while (plen < vlen && (u[plen] & 0xC0) == 0x80)
+				plen++;
+			k++;
+		}
+		fuzzy_spec fz = {u, vlen, vcp, sr_fuzzy_edits(r->fuzziness, vcp),
+		                 r->transpositions};
+		rc = expand_terms(c, fs, u, plen, &fz, 0, &l);
+		termlist_sort(&l, true);
+		termlist_truncate(&l, IV_MAX_EXPANSIONS);
+	}
+	if (!rc && l.n > IV_MAX_EXPANSIONS)
+		rc = cm_error_set(c->err, CM_EINVAL, "[%s] expanded to too many terms (limit %d)",
+		                  r->text, IV_MAX_EXPANSIONS);
+	for (size_t i = 0; i < l.n && !rc; i++)
+		ivnode_term(n, l.t[i].p, l.t[i].n);
+	termlist_free(&l);
+	sr_dfa_free(dfa);
+	cm_free(CM_MEM_SEARCH, v);
+	return rc;
+}
+
+/* match: the analyzed text's positions, one leaf each (the tokens of one
+ * position are alternatives), combined as the rule says. */
+static cm_err
+iv_match(cctx *c, const sr_interval *r, const sr_fstat *fs, sr_ivnode **out)
+{
+	sr_query aq = {.value = r->text, .analyzer = r->analyzer};
+	toks ts;
+	cm_err rc = analyze(c, &aq, fs, &ts);
+	if (rc)
+		return rc;
+	sr_ivnode *comb = ivnode_new(r->ordered ? SR_IVN_ORDERED : SR_IVN_UNORDERED, NULL);
+	comb->max_gaps = r->max_gaps;
+	sr_ivnode *leaf = NULL;
+	for (size_t i = 0; i < ts.n; i++) {
+		if (!leaf || ts.v[i].pos != ts.v[i - 1].pos) {
+			leaf = ivnode_new(SR_IVN_TERMS, fs);
+			ivnode_add(comb, leaf);
+		}
+		ivnode_term(leaf, ts.v[i].t.p, ts.v[i].t.n);
+	}
+	toks_free(&ts);
+	if (comb->nkids == 1) { /* one position: its terms alone */
+		*out = comb->kids[0];
+		comb->nkids = 0;
+		sr_ivnode_free(comb);
+	} else if (!comb->nkids) { /* nothing to match */
+		sr_ivnode_free(comb);
+		*out = ivnode_new(SR_IVN_TERMS, fs);
+	} else {
+		*out = comb;
+	}
+	return CM_OK;
+}
+
+static cm_err
+compile_iv(cctx *c, const sr_interval *r, const sr_fstat *fs, int depth, sr_ivnode **out)
+{
+	*out = NULL;
+	if (depth > 64)
+		return cm_error_set(c->err, CM_ELIMIT, "[intervals] rules nested too deeply");
+	cm_err rc = CM_OK;
+	if (r->use_field && r->kind <= SR_IV_FUZZY) {
+		fs = field_or_null(c, r->use_field);
+		if (fs && fs->type != ST_FT_TEXT)
+			return cm_error_set(
+			    c->err, CM_EINVAL,
+			    "Cannot create intervals over field [%s] with no positions "
+			    "indexed",
+			    fs->name);
+	}
+	sr_ivnode *n = NULL;
+	switch (r->kind) {
+	case SR_IV_MATCH:
+		if (fs)
+			rc = iv_match(c, r, fs, &n);
+		else
+			n = ivnode_new(SR_IVN_TERMS, NULL);
+		break;
+	case SR_IV_PREFIX:
+	case SR_IV_WILDCARD:
+	case SR_IV_FUZZY:
+		n = ivnode_new(SR_IVN_TERMS, fs);
+		if (fs)
+			rc = iv_expand(c, r, fs, n);
+		break;
+	case SR_IV_ALL_OF:
+	case SR_IV_ANY_OF:
+		n = ivnode_new(r->kind == SR_IV_ANY_OF ? SR_IVN_OR
+		               : r->ordered            ? SR_IVN_ORDERED
+		                                       : SR_IVN_UNORDERED,
+		               NULL);
+		n->max_gaps = r->kind == SR_IV_ALL_OF ? r->max_gaps : -1;
+		for (size_t i = 0; i < r->nkids && !rc; i++) {
+			sr_ivnode *k;
+			rc = compile_iv(c, r->kids[i], fs, depth + 1, &k);
+			if (!rc)
+				ivnode_add(n, k);
+		}
+		break;
+	}
+	if (!rc && r->filter_rule) {
+		n->filter = r->filter;
+		rc = compile_iv(c, r->filter_rule, fs, depth + 1, &n->filter_node);
+	}
+	if (rc) {
+		sr_ivnode_free(n);
+		return rc;
+	}
+	*out = n;
+	return CM_OK;
+}
+
+static cm_err
+compile_intervals(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool scoring,
+                  sr_plan **out)
+{
+	if (fs && !is_text_like(fs->type))
+		return cm_error_set(
+		    c->err, CM_EINVAL,
+		    "Can only use interval queries on text fields - not on [%s] which "
+		    "is of type [%s]",
+		    fs->name, st_field_type_name(fs->type));
+	if (fs && fs->type != ST_FT_TEXT)
+		return cm_error_set(
+		    c->err, CM_EINVAL,
+		    "Cannot create intervals over field [%s] with no positions indexed", fs->name);
+	sr_ivnode *n;
+	cm_err rc = compile_iv(c, q->intervals, fs, 0, &n);
+	if (rc)
+		return rc;
+	sr_plan *p = plan_new(P_INTERVALS, boost, scoring);
+	p->fs = fs;
+	p->iv = n;
+	p->weight = boost;
+	*out = p;
+	return CM_OK;
+}
+
 /* Compiles a field-level query over a pattern: dis_max over the fields. */
 static cm_err
 compile_over_fields(cctx *c, const sr_query *q, char *const *fields, const float *fboosts,
@@ -2100,6 +2337,7 @@ compile_over_fields(cctx *c, const sr_query *q, char *const *fields, const float
 				const char *ty = q->multi_type ? q->multi_type : "best_fields";
 				t.kind = !strcmp(ty, "phrase")          ? SR_Q_MATCH_PHRASE
 				         : !strcmp(ty, "phrase_prefix") ? SR_Q_MATCH_PHRASE_PREFIX
+				         : !strcmp(ty, "bool_prefix")   ? SR_Q_MATCH_BOOL_PREFIX
 				                                        : SR_Q_MATCH;
 			}
 			if (!is_text_like(list[k]->type) && c->lenient && t.kind != SR_Q_EXISTS &&
@@ -2361,6 +2599,7 @@ compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 		}
 		break;
 	case SR_Q_MATCH:
+	case SR_Q_MATCH_BOOL_PREFIX:
 		rc = compile_match(c, q, fs, b, scoring, out);
 		break;
 	case SR_Q_MATCH_PHRASE:
@@ -2431,6 +2670,9 @@ compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 	}
 	case SR_Q_NESTED:
 		rc = compile_nested(c, q, b, scoring, out);
+		break;
+	case SR_Q_INTERVALS:
+		rc = compile_intervals(c, q, fs, b, scoring, out);
 		break;
 	case SR_Q_QUERY_STRING:
 	case SR_Q_SIMPLE_QUERY_STRING: {

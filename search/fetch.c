@@ -594,10 +594,27 @@ render_value(cm_buf *b, const facc *a, const fval *v, const st_field_def *def)
 /* A docvalue_fields entry naming a field exactly must name one with doc
  * values, as Elasticsearch refuses fielddata on text. */
 cm_err
-sr_fetch_check(const st_mapping *m, const sr_request *req, cm_error *err)
+sr_fetch_check(const st_mapping *m, const sr_request *req, const char *index, cm_error *err)
 {
 	if (!m)
 		return CM_OK;
+	/* "fields" reads _source; a "format" only dates and geo points take */
+	if (req->nfields && m->source_disabled)
+		return cm_error_set(err, CM_EINVAL,
+		                    "Unable to retrieve the requested [fields] since _source is "
+		                    "disabled in the mappings for index [%s]",
+		                    index ? index : "");
+	for (size_t i = 0; i < req->nfields; i++) {
+		const sr_fetch_field *f = &req->fields[i];
+		const st_field_def *def;
+		if (!f->format || strchr(f->field, '*') || !(def = st_mapping_find(m, f->field)))
+			continue;
+		if (def->type != ST_FT_DATE && def->type != ST_FT_DATE_NANOS &&
+		    def->type != ST_FT_GEO_POINT && def->type != ST_FT_OBJECT)
+			return cm_error_set(err, CM_EINVAL,
+			                    "Field [%s] of type [%s] doesn't support formats.",
+			                    f->field, st_field_type_name(def->type));
+	}
 	for (size_t i = 0; i < req->ndocvalue_fields; i++) {
 		const char *name = req->docvalue_fields[i].field;
 		const st_field_def *def;

@@ -18,9 +18,11 @@ void sr_fetch_free(sr_fetch_field *f, size_t n);
 /* Does req ask for values that are read from _source? */
 bool sr_fetch_wanted(const sr_request *req);
 /* CM_EINVAL when a docvalue_fields entry names a field without doc values
- * (text, doc_values: false) under m: checked on every shard before the
- * query runs, so all of them refuse alike. */
-cm_err sr_fetch_check(const st_mapping *m, const sr_request *req, cm_error *err);
+ * (text, doc_values: false) under m, when "fields" are asked of an index
+ * (named in the message) whose _source is disabled, or give a "format" to
+ * a field that takes none: checked on every shard before the query runs,
+ * so all of them refuse alike. */
+cm_err sr_fetch_check(const st_mapping *m, const sr_request *req, const char *index, cm_error *err);
 /* The hit's "fields" object for the document src (its whole _source)
  * under mapping m: *out a new JSON object text (cm_free CM_MEM_SEARCH),
  * or NULL when no requested field has a value. */

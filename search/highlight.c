@@ -468,6 +468,7 @@ collect(mset *s, const sr_query *q)
 		break;
 	}
 	case SR_Q_MATCH:
+	case SR_Q_MATCH_BOOL_PREFIX: /* its whole terms */
 		add_match(s, q, q->field, false, false);
 		break;
 	case SR_Q_MATCH_PHRASE:

@@ -66,7 +66,44 @@ sr_query_free(sr_query *q)
 	free_list(q->queries, q->nqueries);
 	sr_query_free(q->inner);
 	sr_query_free(q->negative);
+	sr_interval_free(q->intervals);
 	cm_free(T, q);
+}
+
+void
+sr_interval_free(sr_interval *r)
+{
+	if (!r)
+		return;
+	cm_free(T, r->text);
+	cm_free(T, r->analyzer);
+	cm_free(T, r->use_field);
+	cm_free(T, r->fuzziness);
+	for (size_t i = 0; i < r->nkids; i++)
+		sr_interval_free(r->kids[i]);
+	cm_free(T, r->kids);
+	sr_interval_free(r->filter_rule);
+	cm_free(T, r);
+}
+
+static char *dup_or_null(const char *s);
+
+static sr_interval *
+interval_clone(const sr_interval *r)
+{
+	if (!r)
+		return NULL;
+	sr_interval *c = cm_malloc(T, sizeof(*c));
+	*c = *r;
+	c->text = dup_or_null(r->text);
+	c->analyzer = dup_or_null(r->analyzer);
+	c->use_field = dup_or_null(r->use_field);
+	c->fuzziness = dup_or_null(r->fuzziness);
+	c->kids = r->nkids ? cm_malloc(T, r->nkids * sizeof(*c->kids)) : NULL;
+	for (size_t i = 0; i < r->nkids; i++)
+		c->kids[i] = interval_clone(r->kids[i]);
+	c->filter_rule = interval_clone(r->filter_rule);
+	return c;
 }
 
 const char *
@@ -97,6 +134,8 @@ sr_query_kind_name(sr_query_kind k)
 	    "geo_bounding_box",
 	    "geo_distance",
 	    "nested",
+	    "match_bool_prefix",
+	    "intervals",
 	};
 	if ((size_t)k < sizeof(names) / sizeof(names[0]))
 		return names[k];
@@ -156,6 +195,7 @@ sr_query_clone(const sr_query *q)
 	c->queries = clone_list(q->queries, q->nqueries);
 	c->inner = sr_query_clone(q->inner);
 	c->negative = sr_query_clone(q->negative);
+	c->intervals = interval_clone(q->intervals);
 	return c;
 }
 
@@ -1121,6 +1161,7 @@ parse_multi_match(pctx *c, const cJSON *body, sr_query *q)
 {
 	const char *qn = "multi_match";
 	cm_err rc = CM_OK;
+	bool has_slop = false, has_cutoff = false;
 	if (!cJSON_IsObject(body))
 		return not_object(c, qn, body);
 	for (const cJSON *v = body->child; v && !rc; v = v->next) {
@@ -1132,13 +1173,14 @@ parse_multi_match(pctx *c, const cJSON *body, sr_query *q)
 		else if (is(v, "fields"))
 			rc = fields_param(c, qn, v, q);
 		else if (is(v, "type")) {
-			static const char *types[] = {"best_fields", "most_fields", "cross_fields",
-			                              "phrase", "phrase_prefix"};
+			static const char *types[] = {"best_fields",   "most_fields",
+			                              "cross_fields",  "phrase",
+			                              "phrase_prefix", "bool_prefix"};
 			size_t i;
-			for (i = 0; i < 5; i++)
+			for (i = 0; i < 6; i++)
 				if (cJSON_IsString(v) && !strcasecmp(v->valuestring, types[i]))
 					break;
-			if (i == 5)
+			if (i == 6)
 				return cm_error_set(
 				    c->err, CM_EPARSE,
 				    "failed to parse [multi_match] query type [%s]. unknown type.",
@@ -1149,8 +1191,11 @@ parse_multi_match(pctx *c, const cJSON *body, sr_query *q)
 			q->multi_type = cm_strdup(T, i == 2 ? "most_fields" : types[i]);
 		} else if (is(v, "tie_breaker"))
 			rc = get_float(c, qn, v, &q->tie_breaker);
-		else if (is(v, "slop"))
+		else if (is(v, "slop")) {
 			rc = get_int(c, qn, v, &q->slop);
+			has_slop = true;
+		} else if (is(v, "cutoff_frequency"))
+			has_cutoff = true; /* refused below, naming bool_prefix for it */
 		else if (is(v, "max_expansions"))
 			rc = get_int(c, qn, v, &q->max_expansions);
 		else if ((rc = match_params(c, "match", v, q, &handled)) || handled)
@@ -1169,6 +1214,12 @@ parse_multi_match(pctx *c, const cJSON *body, sr_query *q)
 	    (!strcmp(q->multi_type, "phrase") || !strcmp(q->multi_type, "phrase_prefix")))
 		return cm_error_set(c->err, CM_EPARSE, "Fuzziness not allowed for type [%s]",
 		                    q->multi_type);
+	if (!strcmp(q->multi_type, "bool_prefix") && (has_slop || has_cutoff))
+		return cm_error_set(c->err, CM_EPARSE, "[%s] not allowed for type [bool_prefix]",
+		                    has_slop ? "slop" : "cutoff_frequency");
+	if (has_cutoff)
+		return cm_error_set(c->err, CM_EPARSE,
+		                    "[match] query does not support [cutoff_frequency]");
 	default_all_fields(q);
 	return CM_OK;
 }
@@ -1250,13 +1301,14 @@ parse_query_string(pctx *c, const char *qn, const cJSON *body, sr_query *q)
 		else if (!simple && is(v, "max_determinized_states"))
 			rc = get_int(c, qn, v, &q->max_determinized_states);
 		else if (!simple && is(v, "type")) {
-			static const char *types[] = {"best_fields", "most_fields", "cross_fields",
-			                              "phrase", "phrase_prefix"};
+			static const char *types[] = {"best_fields",   "most_fields",
+			                              "cross_fields",  "phrase",
+			                              "phrase_prefix", "bool_prefix"};
 			size_t i;
-			for (i = 0; i < 5; i++)
+			for (i = 0; i < 6; i++)
 				if (cJSON_IsString(v) && !strcasecmp(v->valuestring, types[i]))
 					break;
-			if (i == 5)
+			if (i == 6)
 				return cm_error_set(
 				    c->err, CM_EPARSE, "[query_string] unknown type [%s]",
 				    cJSON_IsString(v) ? v->valuestring : token_name(v));
@@ -1458,6 +1510,206 @@ parse_geo(pctx *c, const char *qname, const cJSON *body, sr_query *q)
 	return rc;
 }
 
+/* ---- intervals ---- */
+
+static cm_err parse_interval(pctx *c, const cJSON *j, sr_interval **out);
+
+static const char *iv_filter_names[] = {
+    "",
+    "after",
+    "before",
+    "contained_by",
+    "containing",
+    "not_contained_by",
+    "not_containing",
+    "not_overlapping",
+    "overlapping",
+};
+
+static cm_err
+parse_interval_filter(pctx *c, const cJSON *j, sr_interval *r)
+{
+	if (!cJSON_IsObject(j))
+		return perr(c, "[%s] query malformed, expected START_OBJECT but found [%s]",
+		            "filter", token_name(j));
+	for (const cJSON *v = j->child; v; v = v->next) {
+		size_t k;
+		for (k = 1; k < sizeof(iv_filter_names) / sizeof(iv_filter_names[0]); k++)
+			if (is(v, iv_filter_names[k]))
+				break;
+		if (k == sizeof(iv_filter_names) / sizeof(iv_filter_names[0])) {
+			if (is(v, "script"))
+				return cm_error_set(c->err, CM_EPARSE,
+				                    "[intervals] filter [script] is not supported");
+			return cm_error_set(c->err, CM_EPARSE,
+			                    "Unknown key for a START_OBJECT in [%s]",
+			                    v->string ? v->string : "");
+		}
+		if (r->filter_rule)
+			return cm_error_set(c->err, CM_EPARSE,
+			                    "Only one filter rule may be specified in [filter]");
+		r->filter = (sr_iv_filter)k;
+		cm_err rc = parse_interval(c, v, &r->filter_rule);
+		if (rc)
+			return rc;
+	}
+	if (!r->filter_rule)
+		return cm_error_set(c->err, CM_EPARSE, "Missing filter definition in [filter]");
+	return CM_OK;
+}
+
+static cm_err
+parse_interval_list(pctx *c, const char *rule, const cJSON *v, sr_interval *r)
+{
+	if (!cJSON_IsArray(v))
+		return cm_error_set(c->err, CM_EPARSE, "[%s] [intervals] must be an array", rule);
+	for (const cJSON *e = v->child; e; e = e->next) {
+		sr_interval *k = NULL;
+		cm_err rc = parse_interval(c, e, &k);
+		if (rc)
+			return rc;
+		r->kids = cm_realloc(T, r->kids, (r->nkids + 1) * sizeof(*r->kids));
+		r->kids[r->nkids++] = k;
+	}
+	if (!r->nkids)
+		return cm_error_set(c->err, CM_EINVAL, "[%s] requires at least one interval", rule);
+	return CM_OK;
+}
+
+/* The keys of one rule's object. */
+static cm_err
+parse_interval_body(pctx *c, const char *rule, const cJSON *body, sr_interval *r)
+{
+	bool leaf = r->kind == SR_IV_MATCH || r->kind == SR_IV_PREFIX ||
+	            r->kind == SR_IV_WILDCARD || r->kind == SR_IV_FUZZY;
+	const char *text_key = r->kind == SR_IV_MATCH      ? "query"
+	                       : r->kind == SR_IV_PREFIX   ? "prefix"
+	                       : r->kind == SR_IV_WILDCARD ? "pattern"
+	                                                   : "term";
+	cm_err rc = CM_OK;
+	for (const cJSON *v = body->child; v && !rc; v = v->next) {
+		bool gaps_ordered = r->kind == SR_IV_MATCH || r->kind == SR_IV_ALL_OF;
+		if (leaf && is(v, text_key))
+			rc = set_str(c, rule, v, &r->text);
+		else if (leaf && is(v, "analyzer"))
+			rc = set_str(c, rule, v, &r->analyzer);
+		else if (leaf && is(v, "use_field"))
+			rc = set_str(c, rule, v, &r->use_field);
+		else if (gaps_ordered && is(v, "max_gaps"))
+			rc = get_int(c, rule, v, &r->max_gaps);
+		else if (gaps_ordered && is(v, "ordered"))
+			rc = get_bool(c, rule, v, &r->ordered);
+		else if ((r->kind == SR_IV_MATCH || !leaf) && is(v, "filter"))
+			rc = parse_interval_filter(c, v, r);
+		else if (!leaf && is(v, "intervals"))
+			rc = parse_interval_list(c, rule, v, r);
+		else if (r->kind == SR_IV_FUZZY && is(v, "fuzziness"))
+			rc = set_str(c, rule, v, &r->fuzziness);
+		else if (r->kind == SR_IV_FUZZY && is(v, "prefix_length"))
+			rc = get_int(c, rule, v, &r->prefix_length);
+		else if (r->kind == SR_IV_FUZZY && is(v, "transpositions"))
+			rc = get_bool(c, rule, v, &r->transpositions);
+		else
+			rc = cm_error_set(c->err, CM_EPARSE, "[%s] unknown field [%s]", rule,
+			                  v->string ? v->string : "");
+	}
+	if (rc)
+		return rc;
+	if (leaf && !r->text)
+		return cm_error_set(c->err, CM_EPARSE, "[%s] requires [%s]", rule, text_key);
+	if (!leaf && !r->nkids)
+		return cm_error_set(c->err, CM_EPARSE, "[%s] requires [intervals]", rule);
+	return CM_OK;
+}
+
+/* {"match": {...}}: one rule */
+static cm_err
+parse_interval(pctx *c, const cJSON *j, sr_interval **out)
+{
+	static const struct {
+		const char *name;
+		sr_iv_kind kind;
+	} rules[] = {{"match", SR_IV_MATCH}, {"prefix", SR_IV_PREFIX}, {"wildcard", SR_IV_WILDCARD},
+	             {"fuzzy", SR_IV_FUZZY}, {"all_of", SR_IV_ALL_OF}, {"any_of", SR_IV_ANY_OF}};
+	*out = NULL;
+	if (!cJSON_IsObject(j) || !j->child)
+		return cm_error_set(c->err, CM_EPARSE, "Expected [FIELD_NAME] but got [%s]",
+		                    cJSON_IsObject(j) ? "END_OBJECT" : token_name(j));
+	const cJSON *b = j->child;
+	if (b->next)
+		return cm_error_set(c->err, CM_EPARSE,
+		                    "Expected [END_OBJECT] but got [FIELD_NAME]");
+	size_t i;
+	for (i = 0; i < sizeof(rules) / sizeof(rules[0]); i++)
+		if (!strcmp(b->string, rules[i].name))
+			break;
+	if (i == sizeof(rules) / sizeof(rules[0]))
+		return cm_error_set(c->err, CM_EPARSE,
+		                    "Unknown interval type [%s], expecting one of [match, any_of, "
+		                    "all_of, prefix, wildcard, fuzzy]",
+		                    b->string);
+	if (!cJSON_IsObject(b))
+		return not_object(c, b->string, b);
+	if (c->depth >= MAX_DEPTH)
+		return cm_error_set(c->err, CM_EPARSE, "[intervals] rules are nested too deeply");
+	sr_interval *r = cm_calloc(T, 1, sizeof(*r));
+	r->kind = rules[i].kind;
+	r->max_gaps = -1;
+	r->transpositions = true;
+	c->depth++;
+	cm_err rc = parse_interval_body(c, b->string, b, r);
+	c->depth--;
+	if (rc) {
+		sr_interval_free(r);
+		return rc;
+	}
+	*out = r;
+	return CM_OK;
+}
+
+/* {"field": {"<rule>": {...}, "boost": 1, "_name": "x"}} */
+static cm_err
+parse_intervals(pctx *c, const cJSON *body, sr_query *q)
+{
+	const char *qn = "intervals";
+	if (!cJSON_IsObject(body))
+		return not_object(c, qn, body);
+	const cJSON *f = body->child;
+	if (!f)
+		return cm_error_set(c->err, CM_EPARSE,
+		                    "Expected [FIELD_NAME] but got [END_OBJECT]");
+	if (f->next)
+		return cm_error_set(c->err, CM_EPARSE,
+		                    "Expected [END_OBJECT] but got [FIELD_NAME]");
+	if (!cJSON_IsObject(f))
+		return cm_error_set(c->err, CM_EPARSE, "Expected [START_OBJECT] but got [%s]",
+		                    token_name(f));
+	q->field = cm_strdup(T, f->string);
+	for (const cJSON *v = f->child; v; v = v->next) {
+		cm_err rc;
+		if (common_param(c, qn, v, q, &rc)) {
+			if (rc)
+				return rc;
+			continue;
+		}
+		if (q->intervals)
+			return cm_error_set(c->err, CM_EPARSE,
+			                    "Only one interval rule can be specified, found [%s]",
+			                    v->string);
+		cJSON one = *v; /* the rule alone, as parse_interval reads it */
+		one.next = one.prev = NULL;
+		cJSON wrap = {0};
+		wrap.type = cJSON_Object;
+		wrap.child = &one;
+		if ((rc = parse_interval(c, &wrap, &q->intervals)))
+			return rc;
+	}
+	if (!q->intervals)
+		return cm_error_set(c->err, CM_EPARSE,
+		                    "Missing intervals from interval query definition");
+	return CM_OK;
+}
+
 static const struct {
 	const char *name;
 	sr_query_kind kind;
@@ -1486,40 +1738,22 @@ static const struct {
     {"geo_bounding_box", SR_Q_GEO_BOUNDING_BOX},
     {"geo_distance", SR_Q_GEO_DISTANCE},
     {"nested", SR_Q_NESTED},
+    {"match_bool_prefix", SR_Q_MATCH_BOOL_PREFIX},
+    {"intervals", SR_Q_INTERVALS},
 };
 
 /* Known to Elasticsearch, not implemented here: a clearer answer than
  * "unknown query". */
 static const char *es_only_queries[] = {
-    "has_child",
-    "has_parent",
-    "parent_id",
-    "geo_shape",
-    "geo_polygon",
-    "shape",
-    "more_like_this",
-    "script",
-    "script_score",
-    "percolate",
-    "wrapper",
-    "pinned",
-    "function_score",
-    "distance_feature",
-    "rank_feature",
-    "terms_set",
-    "intervals",
-    "span_term",
-    "span_multi",
-    "span_first",
-    "span_near",
-    "span_or",
-    "span_not",
-    "span_containing",
-    "span_within",
-    "field_masking_span",
-    "match_bool_prefix",
-    "combined_fields",
-    "type",
+    "has_child",          "has_parent",       "parent_id",
+    "geo_shape",          "geo_polygon",      "shape",
+    "more_like_this",     "script",           "script_score",
+    "percolate",          "wrapper",          "pinned",
+    "function_score",     "distance_feature", "rank_feature",
+    "terms_set",          "span_term",        "span_multi",
+    "span_first",         "span_near",        "span_or",
+    "span_not",           "span_containing",  "span_within",
+    "field_masking_span", "combined_fields",  "type",
 };
 
 static cm_err
@@ -1574,6 +1808,7 @@ parse_query(pctx *c, const cJSON *j, sr_query **out)
 	case SR_Q_MATCH:
 	case SR_Q_MATCH_PHRASE:
 	case SR_Q_MATCH_PHRASE_PREFIX:
+	case SR_Q_MATCH_BOOL_PREFIX:
 		rc = parse_leaf(c, name, "query", body, q, match_params);
 		break;
 	case SR_Q_TERMS:
@@ -1613,6 +1848,9 @@ parse_query(pctx *c, const cJSON *j, sr_query **out)
 		break;
 	case SR_Q_NESTED:
 		rc = parse_nested(c, body, q);
+		break;
+	case SR_Q_INTERVALS:
+		rc = parse_intervals(c, body, q);
 		break;
 	default:
 		rc = cm_error_set(c->err, CM_EINTERNAL, "query kind not handled");

@@ -45,12 +45,56 @@ typedef enum {
 	SR_Q_GEO_BOUNDING_BOX, /* geo[]: top, left, bottom, right (degrees) */
 	SR_Q_GEO_DISTANCE,     /* geo[]: lat, lon, distance in meters */
 	SR_Q_NESTED,           /* field: path, inner: query, score_mode, inner_hits */
+	/* match whose last term is a prefix (Lucene's bool of terms and a
+	 * prefix); the match family's fields */
+	SR_Q_MATCH_BOOL_PREFIX,
+	SR_Q_INTERVALS, /* field, intervals: the rule tree */
 } sr_query_kind;
 
 /* nested query score_mode */
 typedef enum { SR_NEST_AVG, SR_NEST_MAX, SR_NEST_MIN, SR_NEST_SUM, SR_NEST_NONE } sr_nest_mode;
 
 typedef struct sr_query sr_query;
+
+/* An intervals query's rule (ES's IntervalsSourceProvider): a leaf
+ * (match, prefix, wildcard, fuzzy) or a combination (all_of, any_of),
+ * each with an optional filter rule. Strings and kids are owned. */
+typedef enum {
+	SR_IV_MATCH,
+	SR_IV_PREFIX,
+	SR_IV_WILDCARD,
+	SR_IV_FUZZY,
+	SR_IV_ALL_OF,
+	SR_IV_ANY_OF,
+} sr_iv_kind;
+typedef enum {
+	SR_IVF_NONE,
+	SR_IVF_AFTER,
+	SR_IVF_BEFORE,
+	SR_IVF_CONTAINED_BY,
+	SR_IVF_CONTAINING,
+	SR_IVF_NOT_CONTAINED_BY,
+	SR_IVF_NOT_CONTAINING,
+	SR_IVF_NOT_OVERLAPPING,
+	SR_IVF_OVERLAPPING,
+} sr_iv_filter;
+typedef struct sr_interval sr_interval;
+struct sr_interval {
+	sr_iv_kind kind;
+	char *text;      /* match: query; prefix: prefix; wildcard: pattern; fuzzy: term */
+	char *analyzer;  /* NULL: the field's search analyzer */
+	char *use_field; /* NULL: the query's field */
+	int max_gaps;    /* match, all_of: -1 = unlimited */
+	bool ordered;    /* match, all_of */
+	char *fuzziness; /* fuzzy: NULL = AUTO */
+	int prefix_length;
+	bool transpositions;
+	sr_interval **kids; /* all_of, any_of */
+	size_t nkids;
+	sr_iv_filter filter;
+	sr_interval *filter_rule;
+};
+void sr_interval_free(sr_interval *r);
 
 /* A query node. Strings are owned by the node (NUL-terminated copies).
  * Field names may be patterns ("name.*") where ES allows them. */
@@ -108,6 +152,8 @@ struct sr_query {
 	 * as given (validated JSON text; NULL when none) */
 	sr_nest_mode score_mode;
 	char *inner_hits;
+	/* intervals: the rule over field */
+	sr_interval *intervals;
 };
 
 sr_query *sr_query_new(sr_query_kind kind);

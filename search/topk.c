@@ -976,7 +976,7 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 		rc = cm_error_set(x.err, CM_ELIMIT, "from + size must be less than or equal to %u", MAX_TOPK);
 		goto done;
 	}
-	if (sr_fetch_wanted(req) && (rc = sr_fetch_check(st_reader_mapping(r), req, x.err)))
+	if (sr_fetch_wanted(req) && (rc = sr_fetch_check(st_reader_mapping(r), req, index, x.err)))
 		goto done;
 	t.k = (size_t)k;
 	t.scored = ((t.by_score || score_key || req->track_scores) && (t.k > 0 || req->aggs)) ||

@@ -148,6 +148,7 @@ struct st_segment {
 	uint64_t gen, bytes;
 	uint32_t max_doc;
 	uint32_t stored_docs;
+	uint32_t format; /* SEG_FORMAT_* the segment was written in */
 	bool pos_inline; /* format 3 on: positions at the end of T values, no P */
 	bool impacts;    /* format 4 on: SKIP_ENTRY4 tables with impact pairs */
 	bool tblocks;    /* format 5 on: T entries are blocks of TBLOCK terms */

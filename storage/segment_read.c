@@ -134,6 +134,7 @@ parse_meta(st_segment *s, const uint8_t *p, size_t len)
 	    md > UINT32_MAX - 3 || sd > md)
 		return CM_ECORRUPT;
 	s->max_doc = (uint32_t)md;
+	s->format = fmt;
 	s->pos_inline = fmt >= SEG_FORMAT_POS_INLINE;
 	s->impacts = fmt >= SEG_FORMAT_IMPACTS;
 	s->tblocks = fmt >= SEG_FORMAT;
@@ -289,6 +290,12 @@ uint64_t
 st_segment_generation(const st_segment *s)
 {
 	return s->gen;
+}
+
+uint32_t
+st_segment_format(const st_segment *s)
+{
+	return s->format;
 }
 
 const char *

@@ -52,6 +52,7 @@ cm_err st_segment_open(const char *path, st_segment **out, cm_error *err);
 void st_segment_close(st_segment *s);
 uint32_t st_segment_max_doc(const st_segment *s);
 uint64_t st_segment_generation(const st_segment *s);
+uint32_t st_segment_format(const st_segment *s); /* the file format it was written in */
 const char *st_segment_path(const st_segment *s);
 uint64_t st_segment_bytes(const st_segment *s); /* file size */
 /* Where a segment's bytes are: the keys and values of each section (a

@@ -1075,7 +1075,10 @@ def explain_and_validate():
         st, b = n.req("POST", "/ex-a/_validate/query", q)
         eq((st, b["valid"]), (200, True), label + " valid")
         st, b = n.req("POST", "/ex-a/_validate/query", {"query": {"bogus": {}}})
-        eq((st, b["valid"], "bogus" in b["error"]), (200, False, True), label + " invalid")
+        eq((st, b["valid"], "error" in b), (200, False, False), label + " invalid")
+        st, b = n.req("POST", "/ex-a/_validate/query?explain=true", {"query": {"bogus": {}}})
+        eq((st, b["valid"], "bogus" in b["explanations"][0]["error"]), (200, False, True),
+           label + " invalid, explained")
         st, b = n.req("POST", "/_validate/query?explain=true", {"query": {"term": {"t": "x"}}})
         eq((st, b["valid"], len(b["explanations"]) >= 1), (200, True, True), label + " explain")
         n.req("DELETE", "/ex-a")

@@ -30,7 +30,7 @@ indices.delete_alias indices.exists_alias indices.update_aliases indices.put_tem
 indices.get_template indices.exists_template indices.open indices.analyze
 indices.validate_query
 cat.aliases cat.count cat.health cat.indices cat.nodes cat.shards cat.templates
-cat.segments cat.recovery
+cat.segments cat.recovery cat.templates cat.snapshots cat.allocation
 cluster.health"
 
 if [ ! -d "$CACHE/rest-api-spec/test" ]; then
