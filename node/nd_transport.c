@@ -622,6 +622,8 @@ nd_server_refused(const nd_server *s)
 
 typedef struct call call;
 
+#define PEER_MAX_PIPES 16 /* a REQ dialer has one; more are transient */
+
 struct nd_peer {
 	nng_socket sock;
 	nng_dialer dialer;
@@ -629,6 +631,15 @@ struct nd_peer {
 	char *url;
 	pthread_mutex_t mu;
 	call *inflight; /* doubly linked, for cancelling on disconnect */
+	/* The pipes added to the socket, by id: nng reports the removal of a
+	 * pipe that was closed between ADD_PRE and ADD_POST although it never
+	 * reported it added, so a plain count fell to 0 beside a live pipe and
+	 * every call then failed at once until the next connection event:
+	 * pipe A added, A lost, B closed before it was added (REM_POST B),
+	 * C added, and A's removal reported last by the reaper. Under load a
+	 * node restarted in R8 was held unreachable by its master for
+	 * minutes that way. */
+	uint32_t pipe_ids[PEER_MAX_PIPES];
 	int pipes;
 	bool tls;
 	bool aborted;        /* nd_peer_abort: every call fails at once, under mu */
@@ -726,12 +737,16 @@ static void
 peer_pipe_event(nng_pipe pipe, nng_pipe_ev ev, void *arg)
 {
 	nd_peer *p = arg;
-	(void)pipe;
+	uint32_t id = nng_pipe_id(pipe);
 	pthread_mutex_lock(&p->mu);
-	if (ev == NNG_PIPE_EV_ADD_POST)
-		p->pipes++;
-	else if (ev == NNG_PIPE_EV_REM_POST && p->pipes > 0)
-		p->pipes--;
+	int at = -1;
+	for (int i = 0; i < p->pipes && at < 0; i++)
+		if (p->pipe_ids[i] == id)
+			at = i;
+	if (ev == NNG_PIPE_EV_ADD_POST && at < 0 && p->pipes < PEER_MAX_PIPES)
+		p->pipe_ids[p->pipes++] = id;
+	else if (ev == NNG_PIPE_EV_REM_POST && at >= 0)
+		p->pipe_ids[at] = p->pipe_ids[--p->pipes];
 	if (ev == NNG_PIPE_EV_REM_POST && p->pipes == 0)
 		for (call *c = p->inflight; c; c = c->next)
 			nng_aio_cancel(c->aio);
