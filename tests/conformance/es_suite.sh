@@ -54,6 +54,11 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$WORK/repo"
+# the suite must meet the node started here, not whatever holds the port
+if curl -fs "http://127.0.0.1:$PORT/" >/dev/null 2>&1; then
+	echo "es_suite: port $PORT is taken by another server; set ES_SUITE_PORT" >&2
+	exit 1
+fi
 "$BUILD/bin/shoal" --solo --data "$WORK/data" --http "127.0.0.1:$PORT" \
 	-E "path.repo=$WORK/repo" >"$WORK/node.log" 2>&1 &
 NODE_PID=$!
@@ -61,7 +66,10 @@ for _ in $(seq 100); do
 	curl -fs "http://127.0.0.1:$PORT/" >/dev/null 2>&1 && break
 	sleep 0.1
 done
-curl -fs "http://127.0.0.1:$PORT/" >/dev/null || { cat "$WORK/node.log" >&2; exit 1; }
+if ! kill -0 "$NODE_PID" 2>/dev/null || ! curl -fs "http://127.0.0.1:$PORT/" >/dev/null; then
+	cat "$WORK/node.log" >&2
+	exit 1
+fi
 
 JSON=${ES_SUITE_JSON:-$WORK/results.json}
 args=(--url "http://127.0.0.1:$PORT" --report --json "$JSON")
