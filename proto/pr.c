@@ -61,22 +61,26 @@ pr_dup_bin(const ProtobufCBinaryData *b, size_t *len)
 	return s;
 }
 
+/* n words of width bytes, the first min(have, n) from v, the rest 0. */
+static void *
+dup_words(const void *v, size_t have, size_t n, size_t width)
+{
+	void *o = cm_calloc(PR_MEM, n + 1, width);
+	if (v && have && n)
+		memcpy(o, v, (have < n ? have : n) * width);
+	return o;
+}
+
 uint32_t *
 pr_dup_u32(const uint32_t *v, size_t have, size_t n)
 {
-	uint32_t *o = cm_calloc(PR_MEM, n + 1, sizeof(uint32_t));
-	if (v && have && n)
-		memcpy(o, v, (have < n ? have : n) * sizeof(uint32_t));
-	return o;
+	return dup_words(v, have, n, sizeof(uint32_t));
 }
 
 uint64_t *
 pr_dup_u64(const uint64_t *v, size_t have, size_t n)
 {
-	uint64_t *o = cm_calloc(PR_MEM, n + 1, sizeof(uint64_t));
-	if (v && have && n)
-		memcpy(o, v, (have < n ? have : n) * sizeof(uint64_t));
-	return o;
+	return dup_words(v, have, n, sizeof(uint64_t));
 }
 
 /* ---- envelope ---- */
