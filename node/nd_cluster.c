@@ -985,15 +985,15 @@ state_step(nd_cluster *cl, const rp_state *next, size_t max, char ***took, size_
 cm_err
 cl_state_commit_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 {
-	size_t max = cl_etcd_max_txn_ops(cl);
-	while (cl->etcd && cl_etcd_txn_ops(cl->state, next) > max) {
+	size_t max = cl_etcd_max_txn_ops(cl), ops;
+	while (cl->etcd && (ops = cl_etcd_txn_ops(cl->state, next)) > max) {
 		char **took = NULL;
 		size_t ntook = 0;
 		rp_state *mid = state_step(cl, next, max, &took, &ntook);
 		cm_info("cluster",
 		        "a state change writes %zu keys, more than one etcd transaction "
 		        "holds (%zu): made in steps, this one takes %zu indices",
-		        cl_etcd_txn_ops(cl->state, next), max, ntook);
+		        ops, max, ntook);
 		cm_err rc = commit_one_locked(cl, mid, err);
 		/* the terms the step's write gave its indices carry over to next,
 		 * so the last step does not give them new ones */
