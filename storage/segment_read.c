@@ -794,6 +794,8 @@ postings_init(st_seg_txn *t, const st_field_info *f, const uint8_t *val, size_t 
 	p->pos_len = 0;
 	p->pos_block = UINT32_MAX;
 	p->pos_i = 0;
+	p->pos_docs = p->pos_blocks = 0;
+	p->pos_read = 0;
 	p->with_freqs = f->type == ST_FT_TEXT;
 	p->pos_key_len = 0;
 	bool split = term_split(t->seg, f, val, &vlen, &p->pos_inl, &p->pos_inl_len);
@@ -1165,6 +1167,7 @@ locate_positions(st_postings *p)
 	p->pos_block = p->block;
 	p->pos_i = 0;
 	p->pos_idx = 0;
+	p->pos_blocks++;
 	return true;
 }
 
@@ -1193,6 +1196,8 @@ st_postings_positions(st_postings *p, uint32_t *pos, uint32_t cap)
 	}
 	p->pos_idx += p->freq;
 	p->pos_i++;
+	p->pos_docs++;
+	p->pos_read += p->freq;
 	return (int)p->freq;
 }
 
