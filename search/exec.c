@@ -2167,9 +2167,10 @@ phrase_leap(phrase_it *ph, uint32_t target)
 		}
 		if (d == ST_NO_MORE_DOCS)
 			return ph->base.doc = d;
+		/* every term is on d: positions are read only here, rarest first */
 		bool ok = true;
 		for (size_t k = 0; k < ph->n && ok; k++)
-			ok = pp_load(ph, &ph->p[k]);
+			ok = pp_load(ph, &ph->p[ph->order[k]]);
 		if (ok) {
 			float f = ph->slop > 0 ? sloppy_freq(ph) : exact_freq(ph);
 			if (f > 0) {
@@ -2216,6 +2217,11 @@ phrase_free(sr_it *it)
 {
 	phrase_it *ph = (phrase_it *)it;
 	for (size_t k = 0; k < ph->n; k++) {
+		for (size_t a = 0; a < ph->p[k].nalt; a++) {
+			ph->x->pos_docs += ph->p[k].alts[a].pos_docs;
+			ph->x->pos_read += ph->p[k].alts[a].pos_read;
+			ph->x->pos_blocks += ph->p[k].alts[a].pos_blocks;
+		}
 		cm_free(CM_MEM_SEARCH, ph->p[k].alts);
 		cm_free(CM_MEM_SEARCH, ph->p[k].pos);
 	}

@@ -231,6 +231,9 @@ typedef struct sr_exec {
 	bool timed_out;
 	cm_error *err;
 	cm_error own_err; /* when the caller passed none */
+	/* positions phrase iterators read (added as each is freed): docs whose
+	 * positions were decoded, positions, position blocks located */
+	uint64_t pos_docs, pos_read, pos_blocks;
 } sr_exec;
 
 /* Opens a txn per segment and gathers field statistics. */

@@ -987,6 +987,71 @@ test_sort_competitive(const char *dir)
 	reader = keep_reader;
 }
 
+/* A phrase of a rare and a frequent term reads positions only on the docs
+ * holding both (the rare term leads), not on every doc of the frequent one. */
+static void
+test_phrase_positions(const char *dir)
+{
+	st_shard *sh = open_shard(dir, "{\"properties\":{\"t\":{\"type\":\"text\"}}}");
+	st_shard *keep = shard;
+	shard = sh;
+	char id[16], src[96];
+	uint32_t ndocs = 2000, both = 0;
+	for (uint32_t i = 0; i < ndocs; i++) {
+		/* "rare common" in 7 docs, both terms apart in 7 more */
+		const char *body = i % 300 == 7   ? "rare common filler"
+		                   : i % 300 == 9 ? "common filler rare"
+		                                  : "common filler common words";
+		if (i % 300 == 7 || i % 300 == 9)
+			both++;
+		snprintf(id, sizeof id, "%u", i);
+		snprintf(src, sizeof src, "{\"t\":\"%s\"}", body);
+		apply(id, src, false);
+	}
+	REQUIRE(st_shard_refresh(sh) == CM_OK);
+	st_reader *r = st_shard_reader(sh);
+	cm_error err = {0};
+	cJSON *j = cJSON_Parse("{\"query\":{\"match_phrase\":{\"t\":\"rare common\"}}}");
+	sr_request req;
+	sr_request_init(&req);
+	REQUIRE(sr_request_from_json(j, &req, &err) == CM_OK);
+	cJSON_Delete(j);
+	sr_exec x;
+	REQUIRE(sr_exec_open(&x, r, 0, &err) == CM_OK);
+	sr_plan *pl = NULL;
+	REQUIRE(sr_plan_compile(&x, req.query, false, &pl) == CM_OK);
+	uint64_t hits = 0;
+	for (size_t si = 0; si < x.nseg; si++) {
+		sr_it *it = NULL;
+		REQUIRE(sr_it_build(&x, si, pl, &it) == CM_OK);
+		while (it->doc != ST_NO_MORE_DOCS) {
+			hits++;
+			it->ops->next(it);
+		}
+		sr_it_free(it);
+	}
+	CHECKF(hits == 7, "phrase hits %llu", (unsigned long long)hits);
+	/* two terms' positions on each of the 14 docs holding both */
+	CHECKF(x.pos_docs == 2 * (uint64_t)both, "positions read on %llu docs, want %u",
+	       (unsigned long long)x.pos_docs, 2 * both);
+	CHECKF(x.pos_read == 2 * (uint64_t)both, "%llu positions read",
+	       (unsigned long long)x.pos_read);
+	/* of the frequent term's 16 position blocks only the 7 holding a
+	 * candidate are located, plus the rare term's one */
+	CHECKF(x.pos_blocks <= 8, "%llu position blocks", (unsigned long long)x.pos_blocks);
+	printf("phrase [rare common] over %u docs: positions of %llu docs read (%llu positions, "
+	       "%llu blocks)\n",
+	       ndocs, (unsigned long long)x.pos_docs, (unsigned long long)x.pos_read,
+	       (unsigned long long)x.pos_blocks);
+	sr_plan_free(pl);
+	sr_exec_close(&x);
+	sr_request_free(&req);
+	st_reader_release(r);
+	st_shard_close(sh);
+	shard = keep;
+	cm_rm_rf(dir);
+}
+
 int
 main(void)
 {
@@ -1007,6 +1072,8 @@ main(void)
 	test_known_rest(dir2);
 	snprintf(dir2, sizeof dir2, "%s-csort", dir);
 	test_sort_competitive(dir2);
+	snprintf(dir2, sizeof dir2, "%s-phrase", dir);
+	test_phrase_positions(dir2);
 	st_reader_release(reader);
 	st_shard_close(shard);
 	cm_rm_rf(dir);

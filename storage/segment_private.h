@@ -182,7 +182,18 @@ struct st_segment {
 	uint64_t ord_tab_max; /* ORD_TAB_MAX; tests lower it to reach the other path */
 	uint64_t *nested; /* hidden nested docs (bitset), NULL when none */
 	uint32_t nnested;
+	/* Format 5: where in the map the T and I blocks whose directory sum
+	 * a lookup checked are (pointers hold as col_loc's), so a lookup that
+	 * lands on a block seen before does not hash its directory again. */
+	struct seg_tdir_set *tdir;
 };
+
+/* A direct-mapped set of block addresses, about one slot per block. */
+typedef struct seg_tdir_set {
+	_Atomic uint64_t sums; /* directory sums lookups computed (tests) */
+	uint32_t slots;        /* a power of two */
+	_Atomic uintptr_t slot[];
+} seg_tdir_set;
 
 #define ORD_TAB_MAX (1u << 18)
 typedef struct st_ord_tab {

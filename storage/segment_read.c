@@ -235,6 +235,17 @@ st_segment_open(const char *path, st_segment **out, cm_error *err)
 	s->col_loc = cm_calloc(CM_MEM_STORAGE, s->nfields * s->col_blocks + 1, sizeof(st_col_loc));
 	s->ord_tabs = cm_calloc(CM_MEM_STORAGE, s->nfields + 1, sizeof *s->ord_tabs);
 	s->ord_tab_max = ORD_TAB_MAX;
+	if (s->tblocks) {
+		/* about a slot per block: blocks hold up to 32 terms (or ids) */
+		uint64_t blocks = s->max_doc / 32 + 1;
+		uint32_t slots = 64;
+		for (size_t i = 0; i < s->nfields; i++)
+			blocks += s->fields[i].num_terms / 16;
+		while (slots < blocks && slots < (1u << 15))
+			slots <<= 1;
+		s->tdir = cm_calloc(CM_MEM_STORAGE, 1, sizeof *s->tdir + slots * sizeof(uintptr_t));
+		s->tdir->slots = slots;
+	}
 	txn = NULL;
 	if ((e = load_nested(s, err)) != CM_OK)
 		goto fail;
@@ -274,6 +285,7 @@ st_segment_close(st_segment *s)
 	cm_free(CM_MEM_STORAGE, s->names);
 	cm_free(CM_MEM_STORAGE, (void *)s->norms_state);
 	cm_free(CM_MEM_STORAGE, (void *)s->col_ok);
+	cm_free(CM_MEM_STORAGE, s->tdir);
 	cm_free(CM_MEM_STORAGE, s->col_loc);
 	cm_free(CM_MEM_STORAGE, s->nested);
 	cm_free(CM_MEM_STORAGE, s->path);
@@ -512,9 +524,10 @@ tag_pfx(uint8_t tag)
 	return tag == TAG_ID ? 1 : 3;
 }
 
-/* Verifies a block's directory and readies its first term. */
+/* Verifies a block's directory (its sum unless seen says it was checked
+ * before) and readies its first term. */
 static bool
-tblock_open(tblock_rd *b, const MDB_val *k, const MDB_val *v)
+tblock_open_seen(tblock_rd *b, const MDB_val *k, const MDB_val *v, bool seen)
 {
 	const uint8_t *start = v->mv_data, *p = start, *end = p + v->mv_size;
 	uint64_t n, dl;
@@ -524,7 +537,7 @@ tblock_open(tblock_rd *b, const MDB_val *k, const MDB_val *v)
 		return false;
 	b->dir = p;
 	b->dir_end = p + dl;
-	if (seg_sum4(start, (size_t)(b->dir_end - start)) != cm_get_u32(b->dir_end))
+	if (!seen && seg_sum4(start, (size_t)(b->dir_end - start)) != cm_get_u32(b->dir_end))
 		return false;
 	b->vals = b->dir_end + 4;
 	b->vals_len = (size_t)(end - b->vals);
@@ -534,6 +547,32 @@ tblock_open(tblock_rd *b, const MDB_val *k, const MDB_val *v)
 	b->pfx = (uint8_t)tag_pfx(*(const uint8_t *)k->mv_data);
 	b->term_len = k->mv_size - b->pfx;
 	memcpy(b->term, (const uint8_t *)k->mv_data + b->pfx, b->term_len);
+	return true;
+}
+
+static bool
+tblock_open(tblock_rd *b, const MDB_val *k, const MDB_val *v)
+{
+	return tblock_open_seen(b, k, v, false);
+}
+
+/* tblock_open for a lookup: a block whose directory sum was checked
+ * before (the same value in the read-only map) is not hashed again. A
+ * slot holds one block; another block hashing there replaces it. */
+static bool
+tblock_open_lookup(seg_tdir_set *set, tblock_rd *b, const MDB_val *k, const MDB_val *v)
+{
+	if (!set)
+		return tblock_open(b, k, v);
+	uintptr_t a = (uintptr_t)v->mv_data;
+	size_t i = (size_t)(((uint64_t)a * 0x9E3779B97F4A7C15ull) >> 40) & (set->slots - 1);
+	bool seen = atomic_load_explicit(&set->slot[i], memory_order_relaxed) == a;
+	if (!tblock_open_seen(b, k, v, seen))
+		return false;
+	if (!seen) {
+		atomic_fetch_add_explicit(&set->sums, 1, memory_order_relaxed);
+		atomic_store_explicit(&set->slot[i], a, memory_order_relaxed);
+	}
 	return true;
 }
 
@@ -592,9 +631,11 @@ tdict_next_block(MDB_cursor *cur, const uint8_t *pfx, tblock_rd *b, bool *bad)
 /* Puts b on the first term >= key (a T key: tag, field, term) of key's
  * field, the cursor on its block: the last block whose first term is <=
  * key, or the field's first block when key precedes it. false when the
- * field has no such term, or with *bad set on a corrupt block. */
+ * field has no such term, or with *bad set on a corrupt block. seen: the
+ * segment's set of checked blocks (NULL: hash the directory anyway). */
 static bool
-tdict_seek(MDB_cursor *cur, const uint8_t *key, size_t kl, tblock_rd *b, bool *bad)
+tdict_seek(seg_tdir_set *seen, MDB_cursor *cur, const uint8_t *key, size_t kl, tblock_rd *b,
+           bool *bad)
 {
 	size_t pl = tag_pfx(key[0]);
 	MDB_val k = {kl, (void *)key}, v;
@@ -619,7 +660,7 @@ tdict_seek(MDB_cursor *cur, const uint8_t *key, size_t kl, tblock_rd *b, bool *b
 				return false;
 		}
 	}
-	if (!tblock_open(b, &k, &v)) {
+	if (!tblock_open_lookup(seen, b, &k, &v)) {
 		*bad = true;
 		return false;
 	}
@@ -642,7 +683,7 @@ term_get(st_seg_txn *t, const uint8_t *key, size_t kl, MDB_val *v)
 		return seg_get(t, key, kl, v);
 	tblock_rd b;
 	bool bad = false;
-	if (!tdict_seek(t->cur, key, kl, &b, &bad))
+	if (!tdict_seek(t->seg->tdir, t->cur, key, kl, &b, &bad))
 		return bad ? CM_ECORRUPT : CM_ENOTFOUND;
 	if (b.term_len != kl - 3 || memcmp(b.term, key + 3, kl - 3) != 0)
 		return CM_ENOTFOUND;
@@ -753,6 +794,8 @@ postings_init(st_seg_txn *t, const st_field_info *f, const uint8_t *val, size_t 
 	p->pos_len = 0;
 	p->pos_block = UINT32_MAX;
 	p->pos_i = 0;
+	p->pos_docs = p->pos_blocks = 0;
+	p->pos_read = 0;
 	p->with_freqs = f->type == ST_FT_TEXT;
 	p->pos_key_len = 0;
 	bool split = term_split(t->seg, f, val, &vlen, &p->pos_inl, &p->pos_inl_len);
@@ -1124,6 +1167,7 @@ locate_positions(st_postings *p)
 	p->pos_block = p->block;
 	p->pos_i = 0;
 	p->pos_idx = 0;
+	p->pos_blocks++;
 	return true;
 }
 
@@ -1152,6 +1196,8 @@ st_postings_positions(st_postings *p, uint32_t *pos, uint32_t cap)
 	}
 	p->pos_idx += p->freq;
 	p->pos_i++;
+	p->pos_docs++;
+	p->pos_read += p->freq;
 	return (int)p->freq;
 }
 
@@ -1212,7 +1258,7 @@ st_terms_seek(st_terms *it, const void *key, size_t len)
 	size_t kl = seg_term_key(kb, TAG_TERM, it->f->id, key, key ? len : 0);
 	if (it->txn->seg->tblocks) {
 		bool bad = false;
-		bool ok = tdict_seek(it->cur, kb, kl, &it->blk, &bad);
+		bool ok = tdict_seek(it->txn->seg->tdir, it->cur, kb, kl, &it->blk, &bad);
 		if (!terms_take_block(it, ok, bad))
 			return false;
 	} else {
@@ -1904,7 +1950,7 @@ term_ord_block(st_seg_txn *t, const st_field_info *f, const uint8_t *key, size_t
 {
 	tblock_rd b;
 	bool bad = false;
-	bool found = tdict_seek(t->cur, key, kl, &b, &bad);
+	bool found = tdict_seek(t->seg->tdir, t->cur, key, kl, &b, &bad);
 	bool same = found && b.term_len == kl - 3 && memcmp(b.term, key + 3, kl - 3) == 0;
 	if (same && len > SEG_MAX_TERM)
 		/* the stored term is a prefix of a longer probe: insertion point is after it */
@@ -2161,7 +2207,7 @@ seg_ids_first(seg_ids *it, st_seg_txn *t)
 	static const uint8_t key[1] = {TAG_ID};
 	if (t->seg->tblocks) {
 		bool bad = false;
-		bool ok = tdict_seek(t->cur, key, 1, &it->b, &bad);
+		bool ok = tdict_seek(NULL, t->cur, key, 1, &it->b, &bad);
 		return ids_take_block(it, ok, bad);
 	}
 	MDB_val k = {1, (void *)key}, v;
@@ -2199,7 +2245,7 @@ st_id_lookup(st_seg_txn *t, const char *id, size_t len, uint32_t *doc)
 	if (t->seg->tblocks) {
 		tblock_rd b;
 		bool bad = false;
-		if (!tdict_seek(t->cur, key, len + 1, &b, &bad))
+		if (!tdict_seek(t->seg->tdir, t->cur, key, len + 1, &b, &bad))
 			return bad ? CM_ECORRUPT : CM_ENOTFOUND;
 		if (b.term_len != len || memcmp(b.term, id, len) != 0)
 			return CM_ENOTFOUND;

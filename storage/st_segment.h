@@ -95,6 +95,10 @@ typedef struct st_postings {
 	uint32_t n, i;    /* docs in the decoded block, cursor within it */
 	uint32_t docs[ST_BLOCK];
 	uint32_t freqs[ST_BLOCK];
+	/* what st_postings_positions read: docs, positions, position blocks
+	 * located (a block's checksum and offsets); counts for tests */
+	uint32_t pos_docs, pos_blocks;
+	uint64_t pos_read;
 	/* private */
 	st_seg_txn *txn;
 	uint16_t field;

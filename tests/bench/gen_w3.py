@@ -133,19 +133,40 @@ class Markov:
             fill[t] += 1
         self.words, self.stream, self.lengths = words, stream, lengths
         self.start, self.fill, self.occ = start, fill, occ
+        # per word: first successor slot, successor count and its bit length,
+        # so body() draws exactly as rng.randrange would without its overhead
+        self.lo = start[:-1]
+        self.width = [fill[t] - start[t] for t in range(len(words))]
+        self.bits = [w.bit_length() for w in self.width]
+        self.stream_l, self.occ_l = stream.tolist(), occ.tolist()
 
     def body(self, rng, length):
-        stream, occ, start, fill, words = self.stream, self.occ, self.start, self.fill, self.words
-        p = rng.randrange(len(stream) - 1)
+        # rng.randrange(n) is rng._randbelow(n): getrandbits(n.bit_length())
+        # drawn until below n; inlined, the same draws in the same order
+        getrandbits = rng.getrandbits
+        stream, occ, words = self.stream_l, self.occ_l, self.words
+        lo_, width_, bits_ = self.lo, self.width, self.bits
+        n = len(stream) - 1
+        nbits = n.bit_length()
+        p = getrandbits(nbits)
+        while p >= n:
+            p = getrandbits(nbits)
         out = []
+        append = out.append
         for _ in range(length):
             t = stream[p]
-            out.append(words[t])
-            lo, hi = start[t], fill[t]
-            if hi <= lo:  # only occurrence is the last token: restart
-                p = rng.randrange(len(stream) - 1)
+            append(words[t])
+            w = width_[t]
+            if w <= 0:  # only occurrence is the last token: restart
+                p = getrandbits(nbits)
+                while p >= n:
+                    p = getrandbits(nbits)
                 continue
-            p = occ[lo + rng.randrange(hi - lo)] + 1
+            k = bits_[t]
+            r = getrandbits(k)
+            while r >= w:
+                r = getrandbits(k)
+            p = occ[lo_[t] + r] + 1
         return " ".join(out)
 
 
