@@ -1134,14 +1134,10 @@ cat_segments(co_req *r, const char *expr)
 	snprintf(id, sizeof(id), "%.4s", nd_node_id(r->node));
 	for (size_t i = 0; i < n; i++) {
 		for (int s = 0; s < nd_index_nshards(ixs[i]); s++) {
-			st_shard *sh = nd_index_shard(ixs[i], s);
-			st_reader *rd = sh ? st_shard_reader(sh) : NULL;
-			for (size_t k = 0; rd && k < st_reader_nsegments(rd); k++) {
-				st_segment *seg = st_reader_segment(rd, k);
-				uint64_t gen = st_segment_generation(seg);
-				uint32_t live = st_reader_live_count(rd, k);
-				uint32_t roots =
-				    st_segment_max_doc(seg) - st_segment_nested_count(seg);
+			nd_segment_info *segs;
+			size_t nseg = nd_index_segments(ixs[i], s, &segs);
+			for (size_t k = 0; k < nseg; k++) {
+				uint64_t gen = segs[k].generation;
 				char shard[16], name[24], g[24], dc[24], dd[24], size[32], ver[16];
 				char b36[16];
 				int bl = 0;
@@ -1156,15 +1152,14 @@ cat_segments(co_req *r, const char *expr)
 				name[1 + bl] = 0;
 				snprintf(shard, sizeof(shard), "%d", s);
 				snprintf(g, sizeof(g), "%llu", (unsigned long long)gen);
-				snprintf(dc, sizeof(dc), "%u", live);
-				snprintf(dd, sizeof(dd), "%u", roots > live ? roots - live : 0);
-				fmt_bytes(r, st_segment_bytes(seg), size, sizeof(size));
-				snprintf(ver, sizeof(ver), "%u.0", st_segment_format(seg));
+				snprintf(dc, sizeof(dc), "%u", segs[k].live);
+				snprintf(dd, sizeof(dd), "%u", segs[k].deleted);
+				fmt_bytes(r, segs[k].bytes, size, sizeof(size));
+				snprintf(ver, sizeof(ver), "%u.0", segs[k].format);
 				cat_row(&t, nd_index_name(ixs[i]), shard, "p", ip, id, name, g, dc,
 				        dd, size, "0", "true", "true", ver, "false");
 			}
-			if (rd)
-				st_reader_release(rd);
+			cm_free(CM_MEM_NODE, segs);
 		}
 	}
 	co_release_all(ixs, n);

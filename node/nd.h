@@ -229,6 +229,15 @@ cm_err nd_index_flush(nd_index *ix);
 cm_err nd_index_force_merge(nd_index *ix, int max_segments);
 /* Sum of the shards' stats. */
 void nd_index_shard_stats(nd_index *ix, st_shard_stats *sum);
+/* One searchable segment of a shard copy, as _cat/segments shows it. */
+typedef struct nd_segment_info {
+	uint64_t generation, bytes;
+	uint32_t live, deleted; /* root documents */
+	unsigned format;
+} nd_segment_info;
+/* The segments shard s of ix searches now, oldest first; *out is
+ * cm_malloc'd (free with cm_free(CM_MEM_NODE, ...)), NULL when none. */
+size_t nd_index_segments(nd_index *ix, int s, nd_segment_info **out);
 
 /* "1s", "500ms", "2m", "-1" (→ -1) as milliseconds; false when malformed. */
 bool nd_parse_time(const char *s, int64_t *ms);

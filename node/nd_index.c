@@ -1747,6 +1747,30 @@ nd_index_apply(nd_index *ix, int shard, const st_op *ops, size_t n, st_op_result
 	return rc;
 }
 
+size_t
+nd_index_segments(nd_index *ix, int s, nd_segment_info **out)
+{
+	*out = NULL;
+	st_shard *sh = s >= 0 && s < nd_index_nshards(ix) ? ix->shards[s] : NULL;
+	st_reader *rd = sh ? st_shard_reader(sh) : NULL;
+	size_t n = rd ? st_reader_nsegments(rd) : 0;
+	if (n)
+		*out = cm_calloc(CM_MEM_NODE, n, sizeof(nd_segment_info));
+	for (size_t k = 0; k < n; k++) {
+		st_segment *seg = st_reader_segment(rd, k);
+		uint32_t live = st_reader_live_count(rd, k);
+		uint32_t roots = st_segment_max_doc(seg) - st_segment_nested_count(seg);
+		(*out)[k] = (nd_segment_info){.generation = st_segment_generation(seg),
+		                              .bytes = st_segment_bytes(seg),
+		                              .live = live,
+		                              .deleted = roots > live ? roots - live : 0,
+		                              .format = st_segment_format(seg)};
+	}
+	if (rd)
+		st_reader_release(rd);
+	return n;
+}
+
 cm_err
 nd_index_refresh(nd_index *ix)
 {
