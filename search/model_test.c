@@ -637,7 +637,7 @@ gen_leaf(void)
 			else if (!strcmp(f, "f"))
 				v = Sfmt("%lld.5", rn(200) - 100);
 			else if (!strcmp(f, "dt")) {
-				char b[16];
+				char b[32];
 				int day = rn(120), mo = 1, dd = day;
 				static const int ml[] = {31, 29, 31, 30, 31};
 				while (dd >= ml[mo - 1]) {
