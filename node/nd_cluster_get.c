@@ -87,6 +87,26 @@ reply_with(const cm_error *err, const cm_buf *body, cm_buf *reply, uint32_t *rep
 	*reply_type = PR_ACK;
 }
 
+/* Whether this node's copy of the shard is in the in-sync set as this
+ * node's own state has it. A node asks copies by its own routing, which
+ * may be older: a copy the master has since taken out (a failover that
+ * left it behind, now recovering) may hold a write the new primary never
+ * had, or miss acknowledged ones, and must not answer (found by fault
+ * scenario P1: the old master's GET, sent on by its stale routing, was
+ * answered by such a copy with a version the new primary had replaced). */
+static bool
+copy_in_sync(nd_cluster *cl, const char *index, int shard, cm_error *err)
+{
+	cl_route ro;
+	if (!cl_route_get(cl, index, shard, &ro) || ((ro.in_sync >> cl->self) & 1))
+		return true;
+	cm_error_set(err, CM_EUNAVAIL,
+	             "[%s][%d]: the copy on node [%s] is not in sync (recovering or taken out): it "
+	             "does not answer realtime gets",
+	             index, shard, cl->nodes[cl->self].name);
+	return false;
+}
+
 void
 cl_serve_get(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
              uint32_t *reply_type)
@@ -106,6 +126,8 @@ cl_serve_get(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
 		} else if (g.shard >= (uint32_t)nd_index_nshards(ix)) {
 			cm_error_set(&err, CM_EINVAL, "index [%s] has no shard [%u]", g.index,
 			             g.shard);
+		} else if (!copy_in_sync(cl, g.index, (int)g.shard, &err)) {
+			/* the asking node's routing is older than ours: the next copy */
 		} else {
 			cm_error e2;
 			cm_error_clear(&e2);
