@@ -720,11 +720,21 @@ def main():
     try:
         cl = Cluster(net)
         cl.any(cl.master, 60, "a master")
+        cl.green(timeout=60)  # every node up, before any index
         a = cl.addr[cl.names[0]]
         for index, body in (("reg", {"settings": {"number_of_shards": 1, "number_of_replicas": 2}}),
                             ("acks", {"settings": {"number_of_shards": 3, "number_of_replicas": 1},
                                       "mappings": {"properties": {"s": {"type": "keyword"}}}})):
-            st, b = req(a, "PUT", "/" + index, body, timeout=20)
+            t0 = time.monotonic()
+            while True:
+                st, b = req(a, "PUT", "/" + index, body, timeout=20)
+                # setup, not a check: a master elected a moment ago may not
+                # have taken the nodes in yet, and says so
+                if st == 503 and "no data node may take copies" in str(b) and \
+                        time.monotonic() - t0 < 30:
+                    time.sleep(0.2)
+                    continue
+                break
             if st != 200:
                 raise AssertionError("create %s: %s %s" % (index, st, b))
         cl.green(timeout=60)
