@@ -713,6 +713,7 @@ cl_state_adopt(nd_cluster *cl, rp_state *st, bool force)
 			state_apply_locked(cl, st);
 			rp_state_free(cl->state);
 			cl->state = st;
+			atomic_store(&cl->state_version, st->version);
 			st = NULL;
 			cl_host_adopted(cl);
 			/* after the routes: a search they no longer send here is refused */
@@ -996,6 +997,7 @@ commit_one_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 	}
 	rp_state_free(cl->state);
 	cl->state = next;
+	atomic_store(&cl->state_version, next->version);
 	cl_host_adopted(cl);
 	drop_unplaced_locked(cl, cl->state); /* the master's own node, as every node does */
 	return CM_OK;
@@ -1712,8 +1714,13 @@ h_ping(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_bu
 {
 	(void)p, (void)len, (void)deadline_ns;
 	/* The pong carries this process's boot id: the master tells a
-	 * restarted node (not yet joined) from one that stayed up. */
+	 * restarted node (not yet joined) from one that stayed up; and, from
+	 * the master, the version of its state: a node answers realtime gets
+	 * only once it has applied it (a copy the master took out of the
+	 * in-sync set while its node was cut off answered from its old state
+	 * right after healing: fault scenario P8). */
 	cm_buf_put_u64(reply, atomic_load(&cl->nodes[cl->self].boot));
+	cm_buf_put_u64(reply, cl->master == cl->self ? atomic_load(&cl->state_version) : 0);
 	*reply_type = PR_PONG;
 }
 
@@ -1967,10 +1974,15 @@ monitor_main(void *arg)
 			cm_buf_init(&rep, MEM);
 			cm_err rc = nd_peer_call_sync(cl->nodes[i].peer, PR_PING, "", 0,
 			                              t0 + 1000000000ull, &type, &rep);
-			if (rc == CM_OK && rep.len == 8) {
+			if (rc == CM_OK && rep.len >= 8) {
 				uint64_t boot;
 				memcpy(&boot, rep.data, 8);
 				atomic_store(&cl->nodes[i].boot, boot);
+			}
+			if (rc == CM_OK && rep.len >= 16) {
+				uint64_t version;
+				memcpy(&version, rep.data + 8, 8);
+				atomic_store(&cl->nodes[i].master_version, version);
 			}
 			cm_buf_free(&rep);
 			uint64_t rtt = rc == CM_OK ? cm_now_ns() - t0 : 0;
@@ -2093,6 +2105,7 @@ state_load(nd_cluster *cl, cm_error *err)
 	 * older than anything etcd holds (even an etcd started anew). */
 	if (cl->etcd)
 		cl->state->version = 0;
+	atomic_store(&cl->state_version, cl->state->version);
 	return CM_OK;
 }
 

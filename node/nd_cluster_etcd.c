@@ -216,8 +216,17 @@ cl_may_serve_reads(nd_cluster *cl, cm_error *err)
 	if (m < 0 || m == cl->self)
 		return true;
 	uint64_t ok = atomic_load(&cl->nodes[m].last_ok_ns), now = cm_now_ns();
-	if (ok && now - ok < rp_failover_ns(cl->rp) / 2)
+	uint64_t want = atomic_load(&cl->nodes[m].master_version),
+	         have = atomic_load(&cl->state_version);
+	if (ok && now - ok < rp_failover_ns(cl->rp) / 2 && have >= want)
 		return true;
+	if (ok && now - ok < rp_failover_ns(cl->rp) / 2) {
+		cm_error_set(err, CM_EUNAVAIL,
+		             "node [%s] has not applied the master's cluster state version %" PRIu64
+		             " yet (it holds %" PRIu64 "): its copies do not answer realtime gets",
+		             cl->nodes[cl->self].name, want, have);
+		return false;
+	}
 	cm_error_set(err, CM_EUNAVAIL,
 	             "node [%s] has not heard from the master [%s] for %.1f s: its copies do not "
 	             "answer realtime gets (another may lead their shards by now)",

@@ -53,6 +53,10 @@ typedef struct nd_cl_node {
 	_Atomic uint64_t down_since_ns; /* monotonic time it became unreachable, 0 = up */
 	_Atomic uint64_t last_ok_ns;    /* monotonic time it last answered, 0 = never */
 	_Atomic uint64_t boot;          /* its process's boot id, from its last pong */
+	/* the state version its last pong carried when it was the master
+	 * (0: none): a copy here answers realtime gets only once this node
+	 * has applied that version (cl_may_serve_reads) */
+	_Atomic uint64_t master_version;
 	_Atomic uint64_t boot_joined;   /* the boot id it joined with (the state's "joined") */
 	_Atomic uint64_t applied;       /* master: the newest state version it acknowledged */
 	double ewma_us;                 /* recent round-trip latency, under nd_cluster.lock */
@@ -81,6 +85,7 @@ struct nd_cluster {
 	pthread_mutex_t settings_mu; /* a leaf: swaps and references settings */
 	cl_settings *settings;       /* cl->state's, parsed (nd_cluster_settings.c) */
 	rp_state *state;           /* the adopted cluster state (under meta_lock) */
+	_Atomic uint64_t state_version; /* state->version, read without meta_lock */
 	/* Master: the last commit as a change against the state before it (a
 	 * Metadata with base_version), published instead of the whole state to
 	 * the nodes that hold that one (meta_lock). */
