@@ -117,7 +117,11 @@ class Cluster:
                            "--cluster-name", "faults", "--name", n,
                            "--http", "%s:9200" % a, "--transport", "%s:9300" % a,
                            "--data", os.path.join(d, "data"), "--log-level", "info",
-                           "-E", "cluster.lease_ttl=%ds" % TTL],
+                           "-E", "cluster.lease_ttl=%ds" % TTL,
+                           # as the replication tests run (test_replication.py): the
+                           # failover timeout = the lease, replicas dropped after 2 s
+                           "-E", "cluster.primary_failover_timeout=%ds" % TTL,
+                           "-E", "cluster.replica_timeout=2s"],
                        stdout=open(os.path.join(d, "node.log"), "ab"), stderr=subprocess_stdout())
 
     def any(self, f, timeout=30, what="condition"):
@@ -661,7 +665,16 @@ def scenario(name, cl, fault, secs, seed=1):
     time.sleep(1.0)
     w.finish()
     gap = watch.end()
-    cl.green(timeout=90)
+    try:
+        cl.green(timeout=90)
+    except AssertionError:
+        for n in cl.names:
+            print("  %s not green after healing: %s health %s\n  shards %s" % (
+                name, n, req(cl.addr[n], "GET", "/_cluster/health", timeout=5),
+                req(cl.addr[n], "GET", "/_cat/shards?format=json", timeout=5)), flush=True)
+        print("  %s cut at %s, healed at %s (UTC, as the nodes log)" % (
+            name, wall(t_cut), wall(t_heal)), flush=True)
+        raise
     green_s = time.monotonic() - t_heal
     # every acknowledged bulk document is there, none that was never sent
     a = cl.addr[cl.names[0]]
@@ -717,6 +730,7 @@ def main():
     net = netns.Net()
     cl = None
     failed = 0
+    broke = True  # an exception (a wait that timed out) keeps the logs too
     try:
         cl = Cluster(net)
         cl.any(cl.master, 60, "a master")
@@ -741,9 +755,10 @@ def main():
         for name in args.scenarios.split(","):
             if not scenario(name, cl, SCENARIOS[name](), args.secs, args.seed):
                 failed += 1
+        broke = False
     finally:
         net.close()
-        if cl and not failed and not args.keep:
+        if cl and not failed and not broke and not args.keep:
             shutil.rmtree(cl.dir, ignore_errors=True)
         elif cl:
             print("logs and histories in %s" % cl.dir)
