@@ -24,6 +24,10 @@
 #include "nd_snap.h"
 
 #define MEM CM_MEM_NODE
+/* a ping's deadline; the longest a node's copies answer realtime gets
+ * after the master's last pong (cl_read_window_ns) */
+#define PING_DEADLINE_NS 1000000000ull
+#define READ_WINDOW_MAX_NS 1500000000ull
 #define MAX_CLUSTER_FILE (1u << 20)
 
 
@@ -431,6 +435,30 @@ cl_shard_copies(nd_cluster *cl, nd_index *ix, int shard, int *out)
 	for (int c = 0; c < nc; c++)
 		out[c] = cl_copy_node(cl, shard, c);
 	return nc;
+}
+
+uint64_t
+cl_read_window_ns(nd_cluster *cl)
+{
+	uint64_t w = rp_failover_ns(cl->rp) / 2;
+	return w < READ_WINDOW_MAX_NS ? w : READ_WINDOW_MAX_NS;
+}
+
+void
+cl_reads_stopped(nd_cluster *cl, int node)
+{
+	if (node < 0 || node >= cl->nn || node == cl->self)
+		return;
+	/* a pong may reach it up to a ping's deadline after it left here */
+	uint64_t until = atomic_load(&cl->nodes[node].pong_sent_ns) + cl_read_window_ns(cl) +
+	                 PING_DEADLINE_NS,
+	         now = cm_now_ns();
+	if (until <= now)
+		return;
+	cm_info("cluster", "node [%s] may still answer realtime gets for %.1f s: waited for",
+	        cl->nodes[node].name, (double)(until - now) / 1e9);
+	while ((now = cm_now_ns()) < until && !cl->stopping)
+		usleep(until - now > 50000000ull ? 50000 : (useconds_t)((until - now) / 1000));
 }
 
 bool
@@ -1712,7 +1740,13 @@ static void
 h_ping(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
        uint32_t *reply_type)
 {
-	(void)p, (void)len, (void)deadline_ns;
+	(void)deadline_ns;
+	uint32_t from;
+	if (len >= 4) {
+		memcpy(&from, p, 4);
+		if ((int)from >= 0 && (int)from < cl->nn && (int)from != cl->self)
+			atomic_store(&cl->nodes[from].pong_sent_ns, cm_now_ns());
+	}
 	/* The pong carries this process's boot id: the master tells a
 	 * restarted node (not yet joined) from one that stayed up; and, from
 	 * the master, the version of its state: a node answers realtime gets
@@ -1757,6 +1791,8 @@ h_shard_event(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns
 	cm_error_clear(&err);
 	if (!not_master(cl, &err) &&
 	    rp_event_decode(p, len, cl->names, cl->nn, &ev, &keep, &err) == CM_OK) {
+		if (ev.kind == RP_EV_FAILED)
+			cl_reads_stopped(cl, ev.node);
 		pthread_mutex_lock(&cl->meta_lock);
 		cm_err erc = cl_master_event_locked(cl, &ev, &err);
 		pthread_mutex_unlock(&cl->meta_lock);
@@ -1972,13 +2008,16 @@ monitor_main(void *arg)
 			uint32_t type;
 			uint64_t t0 = cm_now_ns();
 			cm_buf_init(&rep, MEM);
-			cm_err rc = nd_peer_call_sync(cl->nodes[i].peer, PR_PING, "", 0,
-			                              t0 + 1000000000ull, &type, &rep);
+			uint32_t self = (uint32_t)cl->self; /* the master notes whose ping it answered */
+			cm_err rc = nd_peer_call_sync(cl->nodes[i].peer, PR_PING, &self, sizeof(self),
+			                              t0 + PING_DEADLINE_NS, &type, &rep);
 			if (rc == CM_OK && rep.len >= 8) {
 				uint64_t boot;
 				memcpy(&boot, rep.data, 8);
 				atomic_store(&cl->nodes[i].boot, boot);
 			}
+			if (rc == CM_OK)
+				atomic_store(&cl->nodes[i].pong_ok_ns, cm_now_ns());
 			if (rc == CM_OK && rep.len >= 16) {
 				uint64_t version;
 				memcpy(&version, rep.data + 8, 8);

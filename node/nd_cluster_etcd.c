@@ -215,12 +215,13 @@ cl_may_serve_reads(nd_cluster *cl, cm_error *err)
 	int m = cl->master;
 	if (m < 0 || m == cl->self)
 		return true;
-	uint64_t ok = atomic_load(&cl->nodes[m].last_ok_ns), now = cm_now_ns();
+	/* pongs only: the master knows when it sent them (cl_reads_stopped) */
+	uint64_t ok = atomic_load(&cl->nodes[m].pong_ok_ns), now = cm_now_ns();
 	uint64_t want = atomic_load(&cl->nodes[m].master_version),
 	         have = atomic_load(&cl->state_version);
-	if (ok && now - ok < rp_failover_ns(cl->rp) / 2 && have >= want)
+	if (ok && now - ok < cl_read_window_ns(cl) && have >= want)
 		return true;
-	if (ok && now - ok < rp_failover_ns(cl->rp) / 2) {
+	if (ok && now - ok < cl_read_window_ns(cl)) {
 		cm_error_set(err, CM_EUNAVAIL,
 		             "node [%s] has not applied the master's cluster state version %" PRIu64
 		             " yet (it holds %" PRIu64 "): its copies do not answer realtime gets",

@@ -57,6 +57,10 @@ typedef struct nd_cl_node {
 	 * (0: none): a copy here answers realtime gets only once this node
 	 * has applied that version (cl_may_serve_reads) */
 	_Atomic uint64_t master_version;
+	/* when its pong to our ping last came back (as the master: the base of
+	 * the read window, cl_may_serve_reads), and when we last answered its
+	 * ping (as the master: cl_reads_stopped waits out its window) */
+	_Atomic uint64_t pong_ok_ns, pong_sent_ns;
 	_Atomic uint64_t boot_joined;   /* the boot id it joined with (the state's "joined") */
 	_Atomic uint64_t applied;       /* master: the newest state version it acknowledged */
 	double ewma_us;                 /* recent round-trip latency, under nd_cluster.lock */
@@ -127,6 +131,14 @@ int cl_copy_node(const nd_cluster *cl, int shard, int copy);
  * routing (copies change with number_of_replicas), else the formula. */
 int cl_shard_copies(nd_cluster *cl, nd_index *ix, int shard, int *out);
 bool cl_alive(nd_cluster *cl, int node);
+/* How long after its last pong from the master a node's copies go on
+ * answering realtime gets: half the failover timeout, at most 1.5 s. */
+uint64_t cl_read_window_ns(nd_cluster *cl);
+/* Master, no lock held: before a copy on node leaves the in-sync set,
+ * waits (at most the read window and a ping's deadline) until that node
+ * can no longer be answering realtime gets from it: its last pong from
+ * here is older than its read window. */
+void cl_reads_stopped(nd_cluster *cl, int node);
 void cl_mark(nd_cluster *cl, int node, bool alive, uint64_t latency_ns);
 
 void cl_serve_bulk(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
