@@ -44,6 +44,7 @@
 #include "nd_cluster_private.h"
 
 #define MEM CM_MEM_NODE
+#define STATE_WAIT_NS 500000000ull /* cl_may_serve_reads: the master's state on its way */
 #define SEC 1000000000ull
 
 typedef struct cl_etcd {
@@ -219,6 +220,16 @@ cl_may_serve_reads(nd_cluster *cl, cm_error *err)
 	uint64_t ok = atomic_load(&cl->nodes[m].pong_ok_ns), now = cm_now_ns();
 	uint64_t want = atomic_load(&cl->nodes[m].master_version),
 	         have = atomic_load(&cl->state_version);
+	/* a pong may come in a moment before the publish of the same state:
+	 * the state is waited for briefly (as local_get waits for its
+	 * checkpoint), not refused at once */
+	for (uint64_t until = now + STATE_WAIT_NS;
+	     have < want && ok && cm_now_ns() < until && cm_now_ns() - ok < cl_read_window_ns(cl);)
+	{
+		usleep(1000);
+		have = atomic_load(&cl->state_version);
+	}
+	now = cm_now_ns();
 	if (ok && now - ok < cl_read_window_ns(cl) && have >= want)
 		return true;
 	if (ok && now - ok < cl_read_window_ns(cl)) {
