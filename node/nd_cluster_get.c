@@ -126,7 +126,7 @@ cl_serve_get(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
 		} else if (g.shard >= (uint32_t)nd_index_nshards(ix)) {
 			cm_error_set(&err, CM_EINVAL, "index [%s] has no shard [%u]", g.index,
 			             g.shard);
-		} else if (!copy_in_sync(cl, g.index, (int)g.shard, &err)) {
+		} else if (!g.any_copy && !copy_in_sync(cl, g.index, (int)g.shard, &err)) {
 			/* the asking node's routing is older than ours: the next copy */
 		} else {
 			cm_error e2;
@@ -268,7 +268,8 @@ nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const ch
 	pr_get_req g = {.index = (char *)(uintptr_t)nd_index_name(ix),
 	                .shard = (uint32_t)shard,
 	                .id = (char *)(uintptr_t)id,
-	                .id_len = strlen(id)};
+	                .id_len = strlen(id),
+	                .any_copy = preference && strncmp(preference, "_only_nodes:", 12) == 0};
 	pr_get_req_encode(&g, &req);
 	for (int i = 0; i < norder; i++) {
 		int node = order[i];
