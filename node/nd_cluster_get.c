@@ -276,7 +276,12 @@ nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const ch
 		if (node == cl->self) {
 			cm_error e;
 			cm_error_clear(&e);
-			if (!cl_may_serve_reads(cl, &e)) { /* possibly stale here: the next copy */
+			/* possibly stale here: the next copy. The in-sync test again
+			 * after: waiting for the master's state may have taken this
+			 * copy out (a GET that waited then read the copy its node had
+			 * just been told was out: fault scenario P2) */
+			if (!cl_may_serve_reads(cl, &e) ||
+			    (!g.any_copy && !copy_in_sync(cl, nd_index_name(ix), shard, &e))) {
 				*err = e;
 				rc = CM_EUNAVAIL;
 				continue;
