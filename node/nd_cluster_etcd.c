@@ -214,8 +214,18 @@ cl_may_serve_reads(nd_cluster *cl, cm_error *err)
 		return false;
 	}
 	int m = cl->master;
-	if (m < 0 || m == cl->self)
+	if (m == cl->self)
 		return true;
+	if (m < 0) {
+		/* a node between masters (one that just registered again after
+		 * its lease expired) cannot tell whether its copies are current:
+		 * the old master's GET right after healing read its old primary
+		 * copy (fault scenario P1) */
+		cm_error_set(err, CM_EUNAVAIL,
+		             "node [%s] knows no master: its copies do not answer realtime gets",
+		             cl->nodes[cl->self].name);
+		return false;
+	}
 	/* pongs only: the master knows when it sent them (cl_reads_stopped) */
 	uint64_t ok = atomic_load(&cl->nodes[m].pong_ok_ns), now = cm_now_ns();
 	uint64_t want = atomic_load(&cl->nodes[m].master_version),

@@ -38,7 +38,11 @@ local_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, size_t len, s
 	uint64_t until = cm_now_ns() + 2000000000ull;
 	for (;;) {
 		uint64_t g = st_shard_global_checkpoint(s);
-		if (g != ST_NO_SEQ && g >= meta->seq_no)
+		cl_route now;
+		/* still the primary of the same term: a failover while it waited
+		 * makes what it read a value the new primary may have replaced */
+		if (g != ST_NO_SEQ && g >= meta->seq_no && cl_route_get(cl, nd_index_name(ix), shard, &now) &&
+		    now.primary == cl->self && now.term == ro.term)
 			return CM_OK;
 		if (cm_now_ns() >= until)
 			break;
