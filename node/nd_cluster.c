@@ -24,6 +24,10 @@
 #include "nd_snap.h"
 
 #define MEM CM_MEM_NODE
+/* a ping's deadline; the longest a node's copies answer realtime gets
+ * after the master's last pong (cl_read_window_ns) */
+#define PING_DEADLINE_NS 1000000000ull
+#define READ_WINDOW_MAX_NS 1500000000ull
 #define MAX_CLUSTER_FILE (1u << 20)
 
 
@@ -434,6 +438,30 @@ cl_shard_copies(nd_cluster *cl, nd_index *ix, int shard, int *out)
 	return nc;
 }
 
+uint64_t
+cl_read_window_ns(nd_cluster *cl)
+{
+	uint64_t w = rp_failover_ns(cl->rp) / 2;
+	return w < READ_WINDOW_MAX_NS ? w : READ_WINDOW_MAX_NS;
+}
+
+void
+cl_reads_stopped(nd_cluster *cl, int node)
+{
+	if (node < 0 || node >= cl->nn || node == cl->self)
+		return;
+	/* a pong may reach it up to a ping's deadline after it left here */
+	uint64_t until = atomic_load(&cl->nodes[node].pong_sent_ns) + cl_read_window_ns(cl) +
+	                 PING_DEADLINE_NS,
+	         now = cm_now_ns();
+	if (until <= now)
+		return;
+	cm_info("cluster", "node [%s] may still answer realtime gets for %.1f s: waited for",
+	        cl->nodes[node].name, (double)(until - now) / 1e9);
+	while ((now = cm_now_ns()) < until && !cl->stopping)
+		usleep(until - now > 50000000ull ? 50000 : (useconds_t)((until - now) / 1000));
+}
+
 bool
 cl_alive(nd_cluster *cl, int node)
 {
@@ -755,6 +783,7 @@ cl_state_adopt(nd_cluster *cl, rp_state *st, bool force)
 			state_apply_locked(cl, st);
 			rp_state_free(cl->state);
 			cl->state = st;
+			atomic_store(&cl->state_version, st->version);
 			st = NULL;
 			cl_host_adopted(cl);
 			/* after the routes: a search they no longer send here is refused */
@@ -1104,6 +1133,7 @@ commit_one_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 	}
 	rp_state_free(cl->state);
 	cl->state = next;
+	atomic_store(&cl->state_version, next->version);
 	cl_host_adopted(cl);
 	drop_unplaced_locked(cl, cl->state); /* the master's own node, as every node does */
 	return CM_OK;
@@ -1884,10 +1914,21 @@ static void
 h_ping(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
        uint32_t *reply_type)
 {
-	(void)p, (void)len, (void)deadline_ns;
+	(void)deadline_ns;
+	uint32_t from;
+	if (len >= 4) {
+		memcpy(&from, p, 4);
+		if ((int)from >= 0 && (int)from < cl->nn && (int)from != cl->self)
+			atomic_store(&cl->nodes[from].pong_sent_ns, cm_now_ns());
+	}
 	/* The pong carries this process's boot id: the master tells a
-	 * restarted node (not yet joined) from one that stayed up. */
+	 * restarted node (not yet joined) from one that stayed up; and, from
+	 * the master, the version of its state: a node answers realtime gets
+	 * only once it has applied it (a copy the master took out of the
+	 * in-sync set while its node was cut off answered from its old state
+	 * right after healing: fault scenario P8). */
 	cm_buf_put_u64(reply, atomic_load(&cl->nodes[cl->self].boot));
+	cm_buf_put_u64(reply, cl->master == cl->self ? atomic_load(&cl->state_version) : 0);
 	*reply_type = PR_PONG;
 }
 
@@ -1924,6 +1965,8 @@ h_shard_event(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns
 	cm_error_clear(&err);
 	if (!not_master(cl, &err) &&
 	    rp_event_decode(p, len, cl->names, cl->nn, &ev, &keep, &err) == CM_OK) {
+		if (ev.kind == RP_EV_FAILED)
+			cl_reads_stopped(cl, ev.node);
 		pthread_mutex_lock(&cl->meta_lock);
 		cm_err erc = cl_master_event_locked(cl, &ev, &err);
 		pthread_mutex_unlock(&cl->meta_lock);
@@ -2139,12 +2182,20 @@ monitor_main(void *arg)
 			uint32_t type;
 			uint64_t t0 = cm_now_ns();
 			cm_buf_init(&rep, MEM);
-			cm_err rc = nd_peer_call_sync(cl->nodes[i].peer, PR_PING, "", 0,
-			                              t0 + 1000000000ull, &type, &rep);
-			if (rc == CM_OK && rep.len == 8) {
+			uint32_t self = (uint32_t)cl->self; /* the master notes whose ping it answered */
+			cm_err rc = nd_peer_call_sync(cl->nodes[i].peer, PR_PING, &self, sizeof(self),
+			                              t0 + PING_DEADLINE_NS, &type, &rep);
+			if (rc == CM_OK && rep.len >= 8) {
 				uint64_t boot;
 				memcpy(&boot, rep.data, 8);
 				atomic_store(&cl->nodes[i].boot, boot);
+			}
+			if (rc == CM_OK)
+				atomic_store(&cl->nodes[i].pong_ok_ns, cm_now_ns());
+			if (rc == CM_OK && rep.len >= 16) {
+				uint64_t version;
+				memcpy(&version, rep.data + 8, 8);
+				atomic_store(&cl->nodes[i].master_version, version);
 			}
 			cm_buf_free(&rep);
 			uint64_t rtt = rc == CM_OK ? cm_now_ns() - t0 : 0;
@@ -2269,6 +2320,7 @@ state_load(nd_cluster *cl, cm_error *err)
 	 * older than anything etcd holds (even an etcd started anew). */
 	if (cl->etcd)
 		cl->state->version = 0;
+	atomic_store(&cl->state_version, cl->state->version);
 	return CM_OK;
 }
 

@@ -44,6 +44,7 @@
 #include "nd_cluster_private.h"
 
 #define MEM CM_MEM_NODE
+#define STATE_WAIT_NS 500000000ull /* cl_may_serve_reads: the master's state on its way */
 #define SEC 1000000000ull
 
 typedef struct cl_etcd {
@@ -213,11 +214,41 @@ cl_may_serve_reads(nd_cluster *cl, cm_error *err)
 		return false;
 	}
 	int m = cl->master;
-	if (m < 0 || m == cl->self)
+	if (m == cl->self)
 		return true;
-	uint64_t ok = atomic_load(&cl->nodes[m].last_ok_ns), now = cm_now_ns();
-	if (ok && now - ok < rp_failover_ns(cl->rp) / 2)
+	if (m < 0) {
+		/* a node between masters (one that just registered again after
+		 * its lease expired) cannot tell whether its copies are current:
+		 * the old master's GET right after healing read its old primary
+		 * copy (fault scenario P1) */
+		cm_error_set(err, CM_EUNAVAIL,
+		             "node [%s] knows no master: its copies do not answer realtime gets",
+		             cl->nodes[cl->self].name);
+		return false;
+	}
+	/* pongs only: the master knows when it sent them (cl_reads_stopped) */
+	uint64_t ok = atomic_load(&cl->nodes[m].pong_ok_ns), now = cm_now_ns();
+	uint64_t want = atomic_load(&cl->nodes[m].master_version),
+	         have = atomic_load(&cl->state_version);
+	/* a pong may come in a moment before the publish of the same state:
+	 * the state is waited for briefly (as local_get waits for its
+	 * checkpoint), not refused at once */
+	for (uint64_t until = now + STATE_WAIT_NS;
+	     have < want && ok && cm_now_ns() < until && cm_now_ns() - ok < cl_read_window_ns(cl);)
+	{
+		usleep(1000);
+		have = atomic_load(&cl->state_version);
+	}
+	now = cm_now_ns();
+	if (ok && now - ok < cl_read_window_ns(cl) && have >= want)
 		return true;
+	if (ok && now - ok < cl_read_window_ns(cl)) {
+		cm_error_set(err, CM_EUNAVAIL,
+		             "node [%s] has not applied the master's cluster state version %" PRIu64
+		             " yet (it holds %" PRIu64 "): its copies do not answer realtime gets",
+		             cl->nodes[cl->self].name, want, have);
+		return false;
+	}
 	cm_error_set(err, CM_EUNAVAIL,
 	             "node [%s] has not heard from the master [%s] for %.1f s: its copies do not "
 	             "answer realtime gets (another may lead their shards by now)",

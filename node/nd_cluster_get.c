@@ -38,7 +38,11 @@ local_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, size_t len, s
 	uint64_t until = cm_now_ns() + 2000000000ull;
 	for (;;) {
 		uint64_t g = st_shard_global_checkpoint(s);
-		if (g != ST_NO_SEQ && g >= meta->seq_no)
+		cl_route now;
+		/* still the primary of the same term: a failover while it waited
+		 * makes what it read a value the new primary may have replaced */
+		if (g != ST_NO_SEQ && g >= meta->seq_no && cl_route_get(cl, nd_index_name(ix), shard, &now) &&
+		    now.primary == cl->self && now.term == ro.term)
 			return CM_OK;
 		if (cm_now_ns() >= until)
 			break;
@@ -87,6 +91,26 @@ reply_with(const cm_error *err, const cm_buf *body, cm_buf *reply, uint32_t *rep
 	*reply_type = PR_ACK;
 }
 
+/* Whether this node's copy of the shard is in the in-sync set as this
+ * node's own state has it. A node asks copies by its own routing, which
+ * may be older: a copy the master has since taken out (a failover that
+ * left it behind, now recovering) may hold a write the new primary never
+ * had, or miss acknowledged ones, and must not answer (found by fault
+ * scenario P1: the old master's GET, sent on by its stale routing, was
+ * answered by such a copy with a version the new primary had replaced). */
+static bool
+copy_in_sync(nd_cluster *cl, const char *index, int shard, cm_error *err)
+{
+	cl_route ro;
+	if (!cl_route_get(cl, index, shard, &ro) || ((ro.in_sync >> cl->self) & 1))
+		return true;
+	cm_error_set(err, CM_EUNAVAIL,
+	             "[%s][%d]: the copy on node [%s] is not in sync (recovering or taken out): it "
+	             "does not answer realtime gets",
+	             index, shard, cl->nodes[cl->self].name);
+	return false;
+}
+
 void
 cl_serve_get(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
              uint32_t *reply_type)
@@ -106,6 +130,8 @@ cl_serve_get(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
 		} else if (g.shard >= (uint32_t)nd_index_nshards(ix)) {
 			cm_error_set(&err, CM_EINVAL, "index [%s] has no shard [%u]", g.index,
 			             g.shard);
+		} else if (!g.any_copy && !copy_in_sync(cl, g.index, (int)g.shard, &err)) {
+			/* the asking node's routing is older than ours: the next copy */
 		} else {
 			cm_error e2;
 			cm_error_clear(&e2);
@@ -246,14 +272,20 @@ nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const ch
 	pr_get_req g = {.index = (char *)(uintptr_t)nd_index_name(ix),
 	                .shard = (uint32_t)shard,
 	                .id = (char *)(uintptr_t)id,
-	                .id_len = strlen(id)};
+	                .id_len = strlen(id),
+	                .any_copy = preference && strncmp(preference, "_only_nodes:", 12) == 0};
 	pr_get_req_encode(&g, &req);
 	for (int i = 0; i < norder; i++) {
 		int node = order[i];
 		if (node == cl->self) {
 			cm_error e;
 			cm_error_clear(&e);
-			if (!cl_may_serve_reads(cl, &e)) { /* possibly stale here: the next copy */
+			/* possibly stale here: the next copy. The in-sync test again
+			 * after: waiting for the master's state may have taken this
+			 * copy out (a GET that waited then read the copy its node had
+			 * just been told was out: fault scenario P2) */
+			if (!cl_may_serve_reads(cl, &e) ||
+			    (!g.any_copy && !copy_in_sync(cl, nd_index_name(ix), shard, &e))) {
 				*err = e;
 				rc = CM_EUNAVAIL;
 				continue;

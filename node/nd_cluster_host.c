@@ -93,6 +93,8 @@ host_master_event(void *h, const rp_event *ev, cm_error *err)
 		return cm_error_set_type(err, CM_EUNAVAIL, "master_not_discovered_exception",
 		                         "no master is known");
 	if (master == cl->self) {
+		if (ev->kind == RP_EV_FAILED)
+			cl_reads_stopped(cl, ev->node);
 		pthread_mutex_lock(&cl->meta_lock);
 		rc = cl_master_event_locked(cl, ev, err);
 		pthread_mutex_unlock(&cl->meta_lock);

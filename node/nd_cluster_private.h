@@ -55,6 +55,14 @@ typedef struct nd_cl_node {
 	_Atomic uint64_t down_since_ns; /* monotonic time it became unreachable, 0 = up */
 	_Atomic uint64_t last_ok_ns;    /* monotonic time it last answered, 0 = never */
 	_Atomic uint64_t boot;          /* its process's boot id, from its last pong */
+	/* the state version its last pong carried when it was the master
+	 * (0: none): a copy here answers realtime gets only once this node
+	 * has applied that version (cl_may_serve_reads) */
+	_Atomic uint64_t master_version;
+	/* when its pong to our ping last came back (as the master: the base of
+	 * the read window, cl_may_serve_reads), and when we last answered its
+	 * ping (as the master: cl_reads_stopped waits out its window) */
+	_Atomic uint64_t pong_ok_ns, pong_sent_ns;
 	_Atomic uint64_t boot_joined;   /* the boot id it joined with (the state's "joined") */
 	_Atomic uint64_t applied;       /* master: the newest state version it acknowledged */
 	double ewma_us;                 /* recent round-trip latency, under nd_cluster.lock */
@@ -95,6 +103,7 @@ struct nd_cluster {
 	/* On etcd: the adopted state is newer than the local cache file (the
 	 * monitor writes it; meta_lock) */
 	bool cache_stale;
+	_Atomic uint64_t state_version; /* state->version, read without meta_lock */
 	/* published states this node received: whole, changes applied, changes
 	 * refused (a base it did not hold) */
 	_Atomic uint64_t pub_full, pub_diffs, pub_refused;
@@ -131,6 +140,14 @@ int cl_copy_node(const nd_cluster *cl, int shard, int copy);
  * routing (copies change with number_of_replicas), else the formula. */
 int cl_shard_copies(nd_cluster *cl, nd_index *ix, int shard, int *out);
 bool cl_alive(nd_cluster *cl, int node);
+/* How long after its last pong from the master a node's copies go on
+ * answering realtime gets: half the failover timeout, at most 1.5 s. */
+uint64_t cl_read_window_ns(nd_cluster *cl);
+/* Master, no lock held: before a copy on node leaves the in-sync set,
+ * waits (at most the read window and a ping's deadline) until that node
+ * can no longer be answering realtime gets from it: its last pong from
+ * here is older than its read window. */
+void cl_reads_stopped(nd_cluster *cl, int node);
 void cl_mark(nd_cluster *cl, int node, bool alive, uint64_t latency_ns);
 
 void cl_serve_bulk(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,

@@ -16,6 +16,7 @@
 
 #define MEM CM_MEM_NODE
 #define DEFAULT_DEADLINE_NS 30000000000ull
+#define UNREACHABLE_DEADLINE_NS 300000000ull /* as nd_cluster_get.c gives such a node */
 
 /* ================= reads ================= */
 
@@ -810,6 +811,12 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n, bool hedge)
 	pthread_mutex_unlock(&S->lock);
 	if (more && deadline > g->t_sent)
 		deadline = g->t_sent + (deadline - g->t_sent) / 2;
+	/* A node held unreachable (its last copy, or a hedge's target) may be
+	 * back already, as its pings lag: asked, but with the short deadline
+	 * cl_call and a realtime get give it, so that a coordinator cut off
+	 * from it answers partial (or the error) at once, not at the deadline. */
+	if (!cl_alive(S->cl, node) && deadline > g->t_sent + UNREACHABLE_DEADLINE_NS)
+		deadline = g->t_sent + UNREACHABLE_DEADLINE_NS;
 	nd_stats_message(n);
 	int copy_shards[n + 1];
 	for (size_t i = 0; i < n; i++)

@@ -241,6 +241,7 @@ typedef struct pr_get_req {
 	uint32_t shard;
 	char *id;
 	size_t id_len;
+	bool any_copy; /* asked for by name (_only_nodes): in sync or not */
 } pr_get_req;
 cm_err pr_get_req_encode(const pr_get_req *g, cm_buf *out);
 cm_err pr_get_req_decode(const void *p, size_t n, pr_get_req *out, cm_error *err);

@@ -171,6 +171,7 @@ pr_get_req_encode(const pr_get_req *g, cm_buf *out)
 	m.index = pr_str(g->index);
 	m.shard = g->shard;
 	m.id = pr_bin(g->id, g->id_len);
+	m.any_copy = g->any_copy;
 	return pr_pack(&m.base, out);
 }
 
@@ -184,6 +185,7 @@ pr_get_req_decode(const void *p, size_t n, pr_get_req *out, cm_error *err)
 	out->index = cm_strdup(MEM, m->index);
 	out->shard = m->shard;
 	out->id = pr_dup_bin(&m->id, &out->id_len);
+	out->any_copy = m->any_copy;
 	shoal__get_request__free_unpacked(m, PB);
 	return CM_OK;
 }

@@ -185,15 +185,12 @@ rp_set_state(rp *r, const rp_state *st)
 		if (x->nshards)
 			memcpy(ri->shards, x->routes, (size_t)x->nshards * sizeof(rp_route));
 	}
-	pthread_rwlock_wrlock(&r->route_lock);
-	route_ix *old = r->routes;
-	size_t nold = r->nroutes;
-	r->routes = rt;
-	r->nroutes = k;
-	pthread_rwlock_unlock(&r->route_lock);
-	routes_free(old, nold);
-
-	/* Where this node leads, its shards number ops in the current term. */
+	/* Where this node leads, its shards number ops in the new term before
+	 * the routes say it leads: a write that finds itself primary by the
+	 * new routes must not number its op in the copy's old term (a copy
+	 * promoted from replica numbered the first writes in term 1 while the
+	 * term was persisted, found by fault scenario P1; a lower term on a
+	 * newer op turns the order of versions around). */
 	for (size_t i = 0; i < k; i++)
 		for (int s = 0; s < rt[i].nshards; s++) {
 			rp_copy c;
@@ -203,6 +200,14 @@ rp_set_state(rp *r, const rp_state *st)
 			st_shard_set_primary_term(c.s, rt[i].shards[s].term);
 			rp_release(r, &c);
 		}
+	pthread_rwlock_wrlock(&r->route_lock);
+	route_ix *old = r->routes;
+	size_t nold = r->nroutes;
+	r->routes = rt;
+	r->nroutes = k;
+	pthread_rwlock_unlock(&r->route_lock);
+	routes_free(old, nold);
+
 }
 
 bool

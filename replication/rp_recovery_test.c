@@ -37,11 +37,24 @@ static _Atomic int fail_file_chunks; /* PR_REC_FILE calls to fail */
 static _Atomic int file_chunks, fail_replica_bulks;
 static st_mapping *mapping;
 
+/* test_promoted_term: the node being promoted, the new term, and whether
+ * its routes already named it primary in that term when its copy was
+ * taken to be given the term. */
+static _Atomic int promoting = -1;
+static _Atomic uint64_t promoted_term;
+static _Atomic bool routes_before_term;
+
 static st_shard *
 f_take(void *h, const char *index, const char *uuid, int shard, void **ref)
 {
 	fake *f = h;
 	*ref = NULL;
+	if (atomic_load(&promoting) == f->id) {
+		rp_route ro;
+		if (rp_route_get(f->r, "ix", 0, &ro) && ro.primary == f->id &&
+		    ro.term == atomic_load(&promoted_term))
+			atomic_store(&routes_before_term, true);
+	}
 	if (strcmp(index, "ix") || (uuid[0] && strcmp(uuid, "u1")) || shard != 0)
 		return NULL;
 	*ref = f;
@@ -573,6 +586,36 @@ test_deposed(void)
 	CHECK(write_docs(200, 201) == 0);
 }
 
+/* A copy promoted to primary numbers its ops in the new term from the
+ * moment its routes say it leads: the term is given to the copy before
+ * the routes are swapped (a write in between numbered its op in the
+ * copy's old term, 1 for a copy that never led, so a newer version had a
+ * lower term; found by fault scenario P1). */
+static void
+test_promoted_term(void)
+{
+	pthread_mutex_lock(&master_mu);
+	rp_route *ro = &rp_state_index(master, "ix")->routes[0];
+	ro->term += 1;
+	ro->primary = 0;
+	ro->in_sync = (1ull << 0) | (1ull << 1);
+	master->version++;
+	atomic_store(&promoted_term, ro->term);
+	atomic_store(&promoting, 0);
+	rp_set_state(nodes[0].r, master);
+	atomic_store(&promoting, -1);
+	rp_set_state(nodes[1].r, master);
+	uint64_t term = ro->term;
+	pthread_mutex_unlock(&master_mu);
+	CHECK(!atomic_load(&routes_before_term));
+	char id[32], src[64];
+	st_op op = doc_op(900, id, src); /* numbered by the copy, as a primary does */
+	st_op_result res;
+	memset(&res, 0, sizeof(res));
+	REQUIRE(st_shard_apply(nodes[0].s, &op, 1, &res) == CM_OK);
+	CHECK(res.err == CM_OK && res.primary_term == term);
+}
+
 int
 main(void)
 {
@@ -584,6 +627,7 @@ main(void)
 	test_started_answer_lost();
 	test_handoff();
 	test_deposed();
+	test_promoted_term();
 	teardown();
 	CHECK(cm_mem_used(CM_MEM_REPLICATION) == 0);
 	return check_report("rp_recovery_test");
