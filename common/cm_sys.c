@@ -3,9 +3,11 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +38,54 @@ cm_rss_bytes(void)
 		fclose(f);
 	}
 	return (uint64_t)rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CM_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define CM_SANITIZED 1
+#endif
+#endif
+
+static void
+crash_report(int sig)
+{
+	/* only async-signal-safe calls: write(2), strlen, backtrace_symbols_fd */
+	const char *name = sig == SIGSEGV  ? "SIGSEGV"
+	                   : sig == SIGBUS ? "SIGBUS"
+	                   : sig == SIGILL ? "SIGILL"
+	                   : sig == SIGFPE ? "SIGFPE"
+	                                   : "SIGABRT";
+	const char *parts[] = {"shoal: fatal signal ", name, ", stack:\n"};
+	for (size_t i = 0; i < 3; i++)
+		if (write(STDERR_FILENO, parts[i], strlen(parts[i])) < 0)
+			break;
+	void *frames[64];
+	int depth = backtrace(frames, 64);
+	backtrace_symbols_fd(frames, depth, STDERR_FILENO);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+void
+cm_crash_report_install(void)
+{
+#ifndef CM_SANITIZED
+	/* backtrace() loads libgcc on first use, which may allocate: done
+	 * here, not first inside a handler over a broken heap */
+	void *warm[1];
+	(void)backtrace(warm, 1);
+	static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = crash_report;
+		sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+		sigemptyset(&sa.sa_mask);
+		sigaction(sigs[i], &sa, NULL);
+	}
+#endif
 }
 
 bool

@@ -15,6 +15,10 @@ int64_t cm_wall_ms(void); /* CLOCK_REALTIME, epoch millis */
 bool cm_parse_duration_ns(const char *v, uint64_t *out);
 double cm_cpu_seconds(void); /* this process, user + system */
 uint64_t cm_rss_bytes(void); /* this process's resident set (/proc/self/statm) */
+/* On SIGSEGV, SIGBUS, SIGILL, SIGFPE and SIGABRT: the signal and a stack
+ * (addresses for addr2line) on stderr, then the default action (a core
+ * where enabled). Not installed under a sanitizer, which reports itself. */
+void cm_crash_report_install(void);
 
 /* Temp file, write, fsync, rename, fsync the directory. */
 cm_err cm_file_write_atomic(const char *path, const void *data, size_t len);

@@ -1047,14 +1047,7 @@ cat_nodes_table(co_req *r, cat_table *t)
 	sysinfo(&si);
 	uint64_t ram = (uint64_t)si.totalram * si.mem_unit;
 	uint64_t ram_used = ram - (uint64_t)si.freeram * si.mem_unit;
-	long pages = 0, rss_pages = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-	if (f) {
-		if (fscanf(f, "%ld %ld", &pages, &rss_pages) != 2)
-			rss_pages = 0;
-		fclose(f);
-	}
-	uint64_t rss = (uint64_t)rss_pages * (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t rss = cm_rss_bytes();
 	uint64_t disk_total, disk_avail;
 	data_disk(r, &disk_total, &disk_avail);
 	struct rlimit rl;

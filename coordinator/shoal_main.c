@@ -366,6 +366,7 @@ main(int argc, char **argv)
 	sigaddset(&sigs, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	cm_crash_report_install();
 
 	cm_error_clear(&err);
 	if (users_file && co_auth_open(users_file, data, &auth, &err)) {

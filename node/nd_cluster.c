@@ -895,10 +895,12 @@ publish_chains(nd_cluster *cl, uint64_t mask)
 static void
 state_publish(nd_cluster *cl, uint64_t mask, bool quiet)
 {
+	/* the slots counted once: on etcd a node may join while this runs */
+	int nn = cl->nn;
 	cm_buf b;
-	pub_call *calls = cm_calloc(MEM, (size_t)cl->nn, sizeof(pub_call));
+	pub_call *calls = cm_calloc(MEM, (size_t)nn, sizeof(pub_call));
 	int cnt = 0;
-	for (int i = 0; i < cl->nn; i++)
+	for (int i = 0; i < nn; i++)
 		cnt += i != cl->self && ((mask >> i) & 1);
 	if (!cnt) {
 		cm_free(MEM, calls);
@@ -913,7 +915,7 @@ state_publish(nd_cluster *cl, uint64_t mask, bool quiet)
 		if (round == 1)
 			mask = (mask & ~chain) | publish_chains(cl, chain);
 		cnt = 0;
-		for (int i = 0; i < cl->nn; i++)
+		for (int i = 0; i < nn; i++)
 			cnt += i != cl->self && ((mask >> i) & 1);
 		if (!cnt)
 			break;
@@ -935,7 +937,7 @@ state_publish(nd_cluster *cl, uint64_t mask, bool quiet)
 		pthread_mutex_unlock(&cl->meta_lock);
 		cm_wait *w = cm_wait_create(cnt);
 		uint64_t deadline = cm_now_ns() + 2000000000ull;
-		for (int i = 0; i < cl->nn; i++) {
+		for (int i = 0; i < nn; i++) {
 			if (i == cl->self || !((mask >> i) & 1))
 				continue;
 			calls[i] = (pub_call){w, cl, i, version, quiet, diff, false, false};
@@ -947,13 +949,13 @@ state_publish(nd_cluster *cl, uint64_t mask, bool quiet)
 		cm_wait_destroy(w);
 		mask = chain = 0;
 		cnt = 0;
-		for (int i = 0; i < cl->nn; i++)
+		for (int i = 0; i < nn; i++)
 			if (i != cl->self && calls[i].w && calls[i].refused) {
 				mask |= 1ull << i;
 				chain |= (uint64_t)calls[i].conflict << i;
 				cnt++;
 			}
-		memset(calls, 0, (size_t)cl->nn * sizeof(pub_call));
+		memset(calls, 0, (size_t)nn * sizeof(pub_call));
 	}
 	cm_free(MEM, calls);
 	cm_buf_free(&b);
@@ -2459,20 +2461,21 @@ cm_err
 nd_cluster_broadcast(nd_cluster *cl, nd_broadcast_op op, const char *indices, int *total,
                      int *failed, cm_error *err)
 {
+	int nn = cl->nn; /* counted once: on etcd a node may join while this runs */
 	cm_buf b;
-	bc_call *calls = cm_calloc(MEM, (size_t)cl->nn, sizeof(bc_call));
+	bc_call *calls = cm_calloc(MEM, (size_t)nn, sizeof(bc_call));
 	int remote = 0;
 	cm_wait *w;
 	cm_err rc = CM_OK;
 
 	*total = *failed = 0;
-	for (int i = 0; i < cl->nn; i++)
+	for (int i = 0; i < nn; i++)
 		if (i != cl->self && cl->nodes[i].data)
 			remote++;
 	w = cm_wait_create(remote);
 	cm_buf_init(&b, MEM);
 	pr_broadcast_encode((pr_broadcast_op)op, indices, &b);
-	for (int i = 0; i < cl->nn; i++) {
+	for (int i = 0; i < nn; i++) {
 		if (i == cl->self || !cl->nodes[i].data)
 			continue;
 		calls[i].w = w;
@@ -2488,7 +2491,7 @@ nd_cluster_broadcast(nd_cluster *cl, nd_broadcast_op op, const char *indices, in
 	}
 	cm_wait_wait(w);
 	cm_wait_destroy(w);
-	for (int i = 0; i < cl->nn; i++) {
+	for (int i = 0; i < nn; i++) {
 		if (i == cl->self || !cl->nodes[i].data)
 			continue;
 		(*total)++;

@@ -175,7 +175,7 @@ nd_cluster_cat_nodes(nd_cluster *cl, cm_buf *out)
 void
 nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
 {
-	pr_shard_stats *stats = cm_calloc(MEM, (size_t)cl->nn + 1, sizeof(pr_shard_stats));
+	pr_shard_stats *stats = cm_calloc(MEM, ND_CL_MAX_NODES + 1, sizeof(pr_shard_stats));
 	nd_index **all;
 	size_t nall;
 
@@ -340,7 +340,10 @@ gather_stats(nd_cluster *cl, pr_shard_stats *stats)
 static void
 stats_free(nd_cluster *cl, pr_shard_stats *stats)
 {
-	for (int i = 0; i < cl->nn; i++)
+	(void)cl;
+	/* sized for every slot: on etcd a node may join while the stats are
+	 * gathered */
+	for (int i = 0; i < ND_CL_MAX_NODES; i++)
 		pr_shard_stats_free(&stats[i]);
 	cm_free(MEM, stats);
 }
@@ -399,7 +402,7 @@ index_health(nd_cluster *cl, nd_index *ix)
 void
 nd_cluster_cat_indices(nd_cluster *cl, nd_index **ixs, size_t n, cm_buf *out)
 {
-	pr_shard_stats *stats = cm_calloc(MEM, (size_t)cl->nn + 1, sizeof(pr_shard_stats));
+	pr_shard_stats *stats = cm_calloc(MEM, ND_CL_MAX_NODES + 1, sizeof(pr_shard_stats));
 	gather_stats(cl, stats);
 	for (size_t x = 0; x < n; x++) {
 		const char *name = nd_index_name(ixs[x]);

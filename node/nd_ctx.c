@@ -1650,9 +1650,10 @@ nd_scroll_clear_all(nd_node *n)
 	size_t k = free_local(n, NULL, 0, true, ND_CTX_SCROLL);
 	if (!cl)
 		return k;
-	rcall *calls = cm_calloc(MEM, (size_t)cl->nn + 1, sizeof(rcall));
+	int nn = cl->nn; /* counted once: on etcd a node may join while this runs */
+	rcall *calls = cm_calloc(MEM, (size_t)nn + 1, sizeof(rcall));
 	size_t nc = 0;
-	for (int i = 0; i < cl->nn; i++) {
+	for (int i = 0; i < nn; i++) {
 		if (i == cl->self || !cl->nodes[i].data)
 			continue;
 		calls[nc].node = i;

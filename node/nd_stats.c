@@ -352,19 +352,20 @@ node_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 void
 nd_cluster_nodes_json(nd_cluster *cl, cm_buf *out)
 {
-	node_call *calls = cm_calloc(MEM, (size_t)cl->nn, sizeof(node_call));
+	int nn = cl->nn; /* counted once: on etcd a node may join while this runs */
+	node_call *calls = cm_calloc(MEM, (size_t)nn, sizeof(node_call));
 	cJSON *j = cJSON_CreateObject(), *a;
 	cm_buf req;
 	int asked = 0;
 
 	cm_buf_init(&req, MEM);
 	pr_node_view_req_encode("summary", &req);
-	for (int i = 0; i < cl->nn; i++)
+	for (int i = 0; i < nn; i++)
 		if ((calls[i].asked = i != cl->self && cl_alive(cl, i)))
 			asked++;
 	cm_wait *w = cm_wait_create(asked);
 	uint64_t deadline = cm_now_ns() + NODES_DEADLINE_NS;
-	for (int i = 0; i < cl->nn; i++) {
+	for (int i = 0; i < nn; i++) {
 		cm_buf_init(&calls[i].reply, MEM);
 		calls[i].w = w;
 		calls[i].rc = CM_EUNAVAIL;
@@ -381,7 +382,7 @@ nd_cluster_nodes_json(nd_cluster *cl, cm_buf *out)
 	cJSON *mine = nd_stats_node_json(cl); /* while the peers answer */
 	cm_wait_wait(w);
 	cm_wait_destroy(w);
-	for (int i = 0; i < cl->nn; i++) {
+	for (int i = 0; i < nn; i++) {
 		cJSON *n = NULL;
 		char why[160] = "";
 		if (i == cl->self) {

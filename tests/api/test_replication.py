@@ -807,6 +807,11 @@ def row(fn):
             for line in cl.grep_logs(("ERROR", "error", "WARN", "warn", "lost", "recover",
                                       "promot", "in-sync", "in_sync"))[-10:]:
                 log("    log " + line[:300])
+            for name in NAMES:  # a node that died: how (its crash report is in the tail)
+                n = cl.nodes.get(name)
+                if n and n.proc and n.proc.poll() is not None and name not in cl.stopped:
+                    log("    %s exited with %s; log tail:\n%s" % (
+                        name, n.proc.returncode, cl.log_tail(name, 3000)))
             raise
         finally:
             rc = cl.close(failed)
