@@ -596,10 +596,18 @@ route_complete(const rp_route *r)
  * still routes a search to the wiped copy is refused (cl_holds_copy) and
  * tries the next copy. */
 static void
-drop_unplaced_locked(nd_cluster *cl, const rp_state *st)
+drop_unplaced_locked(nd_cluster *cl, const rp_state *before, const rp_state *st)
 {
+	bool failed = false;
 	for (size_t i = 0; i < st->nindices; i++) {
 		const rp_index *e = &st->indices[i];
+		/* routes unchanged since the last state: checked then (every
+		 * index is, on the first state a process applies, and after a
+		 * wipe that failed) */
+		const rp_index *was =
+		    before && cl->unplaced_swept ? rp_state_index(before, e->name) : NULL;
+		if (was && was->routes && e->routes && rp_index_routes_same(was, e))
+			continue;
 		nd_index *ix = nd_index_get(cl->node, e->name);
 		for (int s = 0; ix && e->routes && s < e->nshards && s < nd_index_nshards(ix); s++) {
 			const rp_route *r = &e->routes[s];
@@ -610,15 +618,18 @@ drop_unplaced_locked(nd_cluster *cl, const rp_state *st)
 				continue;
 			cm_error err;
 			cm_error_clear(&err);
-			if (st_shard_wipe(sh, &err))
+			if (st_shard_wipe(sh, &err)) {
 				cm_warn("cluster", "[%s][%d] is no longer placed here; wiping it failed: %s",
 				        e->name, s, err.reason);
-			else
+				failed = true;
+			} else {
 				cm_info("cluster", "[%s][%d] is no longer placed here: its files are removed",
 				        e->name, s);
+			}
 		}
 		nd_index_release(ix);
 	}
+	cl->unplaced_swept = !failed;
 }
 
 /* The texts of e that state_apply_locked applies, hashed; never 0. */
@@ -781,13 +792,14 @@ cl_state_adopt(nd_cluster *cl, rp_state *st, bool force)
 			        st->version, err.reason);
 		} else {
 			state_apply_locked(cl, st);
-			rp_state_free(cl->state);
+			rp_state *before = cl->state;
 			cl->state = st;
 			atomic_store(&cl->state_version, st->version);
 			st = NULL;
 			cl_host_adopted(cl);
 			/* after the routes: a search they no longer send here is refused */
-			drop_unplaced_locked(cl, cl->state);
+			drop_unplaced_locked(cl, before, cl->state);
+			rp_state_free(before);
 			cm_info("cluster", "cluster state version %" PRIu64 " applied",
 			        cl->state->version);
 		}
@@ -1133,11 +1145,12 @@ commit_one_locked(nd_cluster *cl, rp_state *next, cm_error *err)
 			cm_buf_reset(&c->msg);
 		cl->pub_head = h;
 	}
-	rp_state_free(cl->state);
+	rp_state *before = cl->state;
 	cl->state = next;
 	atomic_store(&cl->state_version, next->version);
 	cl_host_adopted(cl);
-	drop_unplaced_locked(cl, cl->state); /* the master's own node, as every node does */
+	drop_unplaced_locked(cl, before, cl->state); /* the master's own node, as every node does */
+	rp_state_free(before);
 	return CM_OK;
 }
 

@@ -75,11 +75,12 @@ rp_quiesce(rp *r)
 }
 
 static void
-routes_free(route_ix *rt, size_t n)
+routes_free(route_ix *rt, size_t n, uint32_t *slot)
 {
 	for (size_t i = 0; i < n; i++)
 		cm_free(MEM, rt[i].shards);
 	cm_free(MEM, rt);
+	cm_free(MEM, slot);
 }
 
 void
@@ -88,7 +89,7 @@ rp_destroy(rp *r)
 	if (!r)
 		return;
 	rp_quiesce(r);
-	routes_free(r->routes, r->nroutes);
+	routes_free(r->routes, r->nroutes, r->route_slot);
 	for (rp_shard *s = r->shards, *nx; s; s = nx) {
 		nx = s->next;
 		pthread_rwlock_destroy(&s->lock);
@@ -170,13 +171,52 @@ rp_release(rp *r, rp_copy *c)
 	c->s = NULL;
 }
 
+static uint64_t
+route_hash(const char *s)
+{
+	uint64_t h = 14695981039346656037ull; /* FNV-1a */
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 1099511628211ull;
+	return h;
+}
+
+/* The route of index in a table (rt, cap slots), or NULL. */
+static const route_ix *
+route_find(const route_ix *rt, const uint32_t *slot, size_t cap, const char *index)
+{
+	if (!cap)
+		return NULL;
+	for (size_t i = route_hash(index) & (cap - 1); slot[i]; i = (i + 1) & (cap - 1))
+		if (strcmp(rt[slot[i] - 1].name, index) == 0)
+			return &rt[slot[i] - 1];
+	return NULL;
+}
+
+/* Whether the table before named this node the primary of shard s of x in
+ * the same term: the shard's copy holds that term already (this function
+ * set it, and the shard persists it), so it is not taken again. A change
+ * of one index in a state of thousands then takes one index's shards, not
+ * every shard this node leads. */
+static bool
+term_set_before(const route_ix *old, const route_ix *x, int s, int self)
+{
+	return old && strcmp(old->uuid, x->uuid) == 0 && s < old->nshards &&
+	       old->shards[s].primary == self && old->shards[s].term == x->shards[s].term;
+}
+
 void
 rp_set_state(rp *r, const rp_state *st)
 {
 	route_ix *rt = cm_calloc(MEM, st->nindices + 1, sizeof(route_ix));
+	size_t cap = 16;
+	while (cap < 2 * st->nindices + 2)
+		cap *= 2;
+	uint32_t *slot = cm_calloc(MEM, cap, sizeof(uint32_t));
 	size_t k = 0;
 	for (size_t i = 0; i < st->nindices; i++) {
 		const rp_index *x = &st->indices[i];
+		if (route_find(rt, slot, cap, x->name))
+			continue; /* a state names an index once; the first stands */
 		route_ix *ri = &rt[k++];
 		snprintf(ri->name, sizeof(ri->name), "%s", x->name);
 		snprintf(ri->uuid, sizeof(ri->uuid), "%s", x->uuid);
@@ -184,30 +224,42 @@ rp_set_state(rp *r, const rp_state *st)
 		ri->shards = cm_calloc(MEM, (size_t)x->nshards + 1, sizeof(rp_route));
 		if (x->nshards)
 			memcpy(ri->shards, x->routes, (size_t)x->nshards * sizeof(rp_route));
+		size_t h = route_hash(ri->name) & (cap - 1);
+		while (slot[h])
+			h = (h + 1) & (cap - 1);
+		slot[h] = (uint32_t)k;
 	}
 	/* Where this node leads, its shards number ops in the new term before
 	 * the routes say it leads: a write that finds itself primary by the
 	 * new routes must not number its op in the copy's old term (a copy
 	 * promoted from replica numbered the first writes in term 1 while the
 	 * term was persisted, found by fault scenario P1; a lower term on a
-	 * newer op turns the order of versions around). */
-	for (size_t i = 0; i < k; i++)
+	 * newer op turns the order of versions around). Only this function
+	 * writes the table, under the caller's one state lock: the old table
+	 * is read without the route lock. */
+	for (size_t i = 0; i < k; i++) {
+		const route_ix *old =
+		    route_find(r->routes, r->route_slot, r->route_cap, rt[i].name);
 		for (int s = 0; s < rt[i].nshards; s++) {
 			rp_copy c;
 			if (rt[i].shards[s].primary != r->self ||
+			    term_set_before(old, &rt[i], s, r->self) ||
 			    !rp_take(r, rt[i].name, rt[i].uuid, s, &c))
 				continue;
 			st_shard_set_primary_term(c.s, rt[i].shards[s].term);
 			rp_release(r, &c);
 		}
+	}
 	pthread_rwlock_wrlock(&r->route_lock);
 	route_ix *old = r->routes;
 	size_t nold = r->nroutes;
+	uint32_t *old_slot = r->route_slot;
 	r->routes = rt;
 	r->nroutes = k;
+	r->route_slot = slot;
+	r->route_cap = cap;
 	pthread_rwlock_unlock(&r->route_lock);
-	routes_free(old, nold);
-
+	routes_free(old, nold, old_slot);
 }
 
 bool
@@ -215,12 +267,11 @@ rp_route_get(rp *r, const char *index, int shard, rp_route *out)
 {
 	bool found = false;
 	pthread_rwlock_rdlock(&r->route_lock);
-	for (size_t i = 0; i < r->nroutes && !found; i++)
-		if (strcmp(r->routes[i].name, index) == 0 && shard >= 0 &&
-		    shard < r->routes[i].nshards) {
-			*out = r->routes[i].shards[shard];
-			found = true;
-		}
+	const route_ix *ri = route_find(r->routes, r->route_slot, r->route_cap, index);
+	if (ri && shard >= 0 && shard < ri->nshards) {
+		*out = ri->shards[shard];
+		found = true;
+	}
 	pthread_rwlock_unlock(&r->route_lock);
 	if (!found)
 		memset(out, 0, sizeof(*out)), out->primary = -1;

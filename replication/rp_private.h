@@ -93,6 +93,8 @@ struct rp {
 	pthread_rwlock_t route_lock;
 	route_ix *routes;
 	size_t nroutes;
+	uint32_t *route_slot; /* routes by name: position + 1, 0 empty; route_cap slots */
+	size_t route_cap;     /* a power of two above twice nroutes */
 	pthread_mutex_t mu; /* shards, the recovery log, recovery scheduling */
 	rp_shard *shards;
 	rec_rec log[REC_LOG_MAX];

@@ -4,6 +4,7 @@
  * host. */
 #define _GNU_SOURCE
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,10 +86,59 @@ grow(rp_state *st)
 	return &st->indices[st->nindices];
 }
 
+/* An index's texts (name, uuid, body, mappings, settings log) are shared
+ * between the states that hold them: a state copy takes a reference, not
+ * a copy, so copying a state of thousands of indices to change one costs
+ * a pointer per text, and two states compare a text they share by its
+ * address. A text is never changed in place (rp_index_set_text replaces
+ * it). The count sits before the characters. */
+typedef struct txt_head {
+	_Atomic uint32_t refs;
+	uint32_t len;
+} txt_head;
+
 static char *
-dup_or_empty(const char *s)
+txt_new(const char *s, size_t len)
 {
-	return cm_strdup(MEM, s ? s : "");
+	txt_head *h = cm_malloc(MEM, sizeof(txt_head) + len + 1);
+	atomic_init(&h->refs, 1);
+	h->len = (uint32_t)len;
+	char *t = (char *)(h + 1);
+	if (len)
+		memcpy(t, s, len);
+	t[len] = '\0';
+	return t;
+}
+
+static char *
+txt_dup(const char *s)
+{
+	return txt_new(s ? s : "", s ? strlen(s) : 0);
+}
+
+static char *
+txt_ref(char *t)
+{
+	if (!t)
+		return txt_dup("");
+	atomic_fetch_add_explicit(&((txt_head *)t - 1)->refs, 1, memory_order_relaxed);
+	return t;
+}
+
+static void
+txt_unref(char *t)
+{
+	if (!t)
+		return;
+	txt_head *h = (txt_head *)t - 1;
+	if (atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) == 1)
+		cm_free(MEM, h);
+}
+
+static bool
+txt_same(const char *a, const char *b)
+{
+	return a == b || strcmp(a, b) == 0;
 }
 
 rp_state *
@@ -100,12 +150,12 @@ rp_state_new(void)
 static void
 index_clear(rp_index *ix)
 {
-	cm_free(MEM, ix->name);
-	cm_free(MEM, ix->uuid);
-	cm_free(MEM, ix->body);
-	cm_free(MEM, ix->mappings);
+	txt_unref(ix->name);
+	txt_unref(ix->uuid);
+	txt_unref(ix->body);
+	txt_unref(ix->mappings);
 	for (size_t i = 0; i < ix->nsettings; i++)
-		cm_free(MEM, ix->settings_log[i]);
+		txt_unref(ix->settings_log[i]);
 	cm_free(MEM, ix->settings_log);
 	cm_free(MEM, ix->routes);
 	memset(ix, 0, sizeof(*ix));
@@ -114,16 +164,16 @@ index_clear(rp_index *ix)
 static void
 index_copy(rp_index *dst, const rp_index *src)
 {
-	dst->name = dup_or_empty(src->name);
-	dst->uuid = dup_or_empty(src->uuid);
+	dst->name = txt_ref(src->name);
+	dst->uuid = txt_ref(src->uuid);
 	dst->nshards = src->nshards;
 	dst->nreplicas = src->nreplicas;
-	dst->body = dup_or_empty(src->body);
-	dst->mappings = dup_or_empty(src->mappings);
+	dst->body = txt_ref(src->body);
+	dst->mappings = txt_ref(src->mappings);
 	dst->nsettings = src->nsettings;
 	dst->settings_log = cm_calloc(MEM, src->nsettings + 1, sizeof(char *));
 	for (size_t i = 0; i < src->nsettings; i++)
-		dst->settings_log[i] = dup_or_empty(src->settings_log[i]);
+		dst->settings_log[i] = txt_ref(src->settings_log[i]);
 	dst->routes = cm_calloc(MEM, (size_t)src->nshards + 1, sizeof(rp_route));
 	if (src->nshards)
 		memcpy(dst->routes, src->routes, (size_t)src->nshards * sizeof(rp_route));
@@ -189,15 +239,26 @@ route_same(const rp_route *a, const rp_route *b)
 }
 
 bool
+rp_index_routes_same(const rp_index *a, const rp_index *b)
+{
+	if (a->nshards != b->nshards || strcmp(a->uuid, b->uuid) != 0)
+		return false;
+	for (int s = 0; s < a->nshards; s++)
+		if (!route_same(&a->routes[s], &b->routes[s]))
+			return false;
+	return true;
+}
+
+bool
 rp_index_same(const rp_index *a, const rp_index *b)
 {
 	if (a->nshards != b->nshards || a->nreplicas != b->nreplicas ||
 	    a->nsettings != b->nsettings || strcmp(a->name, b->name) != 0 ||
-	    strcmp(a->uuid, b->uuid) != 0 || strcmp(a->body, b->body) != 0 ||
-	    strcmp(a->mappings, b->mappings) != 0)
+	    strcmp(a->uuid, b->uuid) != 0 || !txt_same(a->body, b->body) ||
+	    !txt_same(a->mappings, b->mappings))
 		return false;
 	for (size_t i = 0; i < a->nsettings; i++)
-		if (strcmp(a->settings_log[i], b->settings_log[i]) != 0)
+		if (!txt_same(a->settings_log[i], b->settings_log[i]))
 			return false;
 	for (int s = 0; s < a->nshards; s++)
 		if (!route_same(&a->routes[s], &b->routes[s]))
@@ -250,13 +311,13 @@ rp_state_add_index(rp_state *st, const char *name, const char *uuid, int nshards
 	rp_state_remove_index(st, name);
 	rp_index *ix = grow(st);
 	memset(ix, 0, sizeof(*ix));
-	ix->name = dup_or_empty(name);
+	ix->name = txt_dup(name);
 	names_added(st, st->nindices++);
-	ix->uuid = dup_or_empty(uuid);
+	ix->uuid = txt_dup(uuid);
 	ix->nshards = nshards;
 	ix->nreplicas = nreplicas;
-	ix->body = dup_or_empty("");
-	ix->mappings = dup_or_empty("");
+	ix->body = txt_dup("");
+	ix->mappings = txt_dup("");
 	ix->settings_log = cm_calloc(MEM, 1, sizeof(char *));
 	ix->routes = cm_calloc(MEM, (size_t)nshards + 1, sizeof(rp_route));
 	int nc = 1 + nreplicas;
@@ -347,8 +408,9 @@ rp_state_set_replicas(rp_state *st, const char *name, int nreplicas, const int *
 void
 rp_index_set_text(char **field, const char *text)
 {
-	cm_free(MEM, *field);
-	*field = dup_or_empty(text);
+	char *was = *field;
+	*field = txt_dup(text); /* text may be the one replaced */
+	txt_unref(was);
 }
 
 void
@@ -362,7 +424,7 @@ void
 rp_index_add_setting(rp_index *ix, const char *json)
 {
 	ix->settings_log = cm_realloc(MEM, ix->settings_log, (ix->nsettings + 2) * sizeof(char *));
-	ix->settings_log[ix->nsettings++] = dup_or_empty(json);
+	ix->settings_log[ix->nsettings++] = txt_dup(json);
 }
 
 /* ---- protobuf form ---- */
@@ -485,6 +547,14 @@ bin_text(ProtobufCBinaryData b)
 	return cm_strndup(MEM, (const char *)(b.data ? b.data : (const uint8_t *)""), b.len);
 }
 
+/* An index's text: shared (txt_new), up to the first NUL as bin_text. */
+static char *
+bin_txt(ProtobufCBinaryData b)
+{
+	const char *p = (const char *)(b.data ? b.data : (const uint8_t *)"");
+	return txt_new(p, strnlen(p, b.len));
+}
+
 cm_err
 rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_state **out,
                 cm_error *err)
@@ -509,15 +579,15 @@ rp_state_decode(const void *p, size_t len, const char *const *names, int nn, rp_
 			                    pb->name, pb->shards, pb->n_routing);
 		}
 		st->nindices++;
-		x->name = dup_or_empty(pb->name);
-		x->uuid = dup_or_empty(pb->uuid);
+		x->name = txt_dup(pb->name);
+		x->uuid = txt_dup(pb->uuid);
 		x->nshards = (int)pb->shards;
 		x->nreplicas = (int)pb->replicas;
-		x->body = bin_text(pb->body);
-		x->mappings = bin_text(pb->mappings);
+		x->body = bin_txt(pb->body);
+		x->mappings = bin_txt(pb->mappings);
 		x->settings_log = cm_calloc(MEM, pb->n_settings_log + 1, sizeof(char *));
 		for (size_t j = 0; j < pb->n_settings_log; j++)
-			x->settings_log[x->nsettings++] = bin_text(pb->settings_log[j]);
+			x->settings_log[x->nsettings++] = bin_txt(pb->settings_log[j]);
 		x->routes = cm_calloc(MEM, pb->shards + 1, sizeof(rp_route));
 		for (size_t s = 0; s < pb->n_routing; s++) {
 			const Shoal__ShardRouting *r = pb->routing[s];
