@@ -48,6 +48,7 @@ cm_rss_bytes(void)
 #endif
 #endif
 
+#ifndef CM_SANITIZED
 static void
 crash_report(int sig)
 {
@@ -67,6 +68,7 @@ crash_report(int sig)
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
+#endif
 
 void
 cm_crash_report_install(void)

@@ -1439,6 +1439,11 @@ shard_limit_locked(nd_cluster *cl, const rp_state *st, long long adding, cm_erro
 		ndata += cl->nodes[i].data && (!cl->etcd || i == cl->self ||
 		                               atomic_load(&cl->nodes[i].registered));
 	long long open = 0, limit = per_node * (ndata > 0 ? ndata : 1);
+	for (size_t i = 0; i < st->nindices; i++)
+		open += (long long)st->indices[i].nshards * (1 + st->indices[i].nreplicas);
+	if (open + adding <= limit)
+		return CM_OK; /* within the limit even were every index open */
+	open = 0;
 	for (size_t i = 0; i < st->nindices; i++) {
 		const rp_index *e = &st->indices[i];
 		nd_index *ix = nd_index_get(cl->node, e->name);

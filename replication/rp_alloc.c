@@ -329,14 +329,17 @@ rp_state_allocate(rp_state *st, const rp_alloc *a)
 	/* copies of nodes gone past the delay leave (a primary there has no
 	 * in-sync copy to fail over to: it stays, and the shard red) */
 	for (size_t i = 0; i < st->nindices && a->gone_ns; i++) {
-		uint64_t delay =
-		    a->delay_ns ? a->delay_ns(a->arg, &st->indices[i]) : 60000000000ull;
+		uint64_t delay = UINT64_MAX; /* asked of the host once a copy's node is gone */
 		for (int s = 0; s < st->indices[i].nshards; s++) {
 			rp_route *ro = &st->indices[i].routes[s];
 			for (int c = ro->ncopies - 1; c >= 0; c--) {
 				int n = ro->copies[c];
-				if (n >= 0 && n < RP_MAX_NODES && a->gone_ns[n] &&
-				    a->gone_ns[n] >= delay && n != ro->primary) {
+				if (n < 0 || n >= RP_MAX_NODES || !a->gone_ns[n])
+					continue;
+				if (delay == UINT64_MAX)
+					delay = a->delay_ns ? a->delay_ns(a->arg, &st->indices[i])
+					                    : 60000000000ull;
+				if (a->gone_ns[n] >= delay && n != ro->primary) {
 					char b[16];
 					cm_info("replication",
 					        "[%s][%d] copy on [%s] is dropped: its node left "
