@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -207,13 +208,18 @@ nd_cluster_cat_shards(nd_cluster *cl, cm_buf *out)
 				}
 				bool up = cl_alive(cl, node);
 				bool moving = routed && ro.relocating_from == node;
+				/* the ip column: the host of the node's HTTP address */
+				const char *h = cl->nodes[node].http, *colon = strrchr(h, ':');
+				int hl = colon ? (int)(colon - h) : (int)strlen(h);
 				if (up && docs >= 0)
-					cm_buf_printf(out, "%s %d %s %s %lld 127.0.0.1 %s\n", name,
-					              s, prim ? "p" : "r",
+					cm_buf_printf(out, "%s %d %s %s %lld %.*s %s\n", name, s,
+					              prim ? "p" : "r",
 					              moving   ? "RELOCATING"
 					              : insync ? "STARTED"
 					                       : "INITIALIZING",
-					              docs, cl->nodes[node].name);
+					              docs, hl > 0 ? hl : 9,
+					              hl > 0 ? h : "127.0.0.1",
+					              cl->nodes[node].name);
 				else
 					cm_buf_printf(out, "%s %d %s UNASSIGNED\n", name, s,
 					              prim ? "p" : "r");
@@ -315,6 +321,12 @@ nd_cluster_nodes_info(nd_cluster *cl, const char *kind, int *total, int *failed)
 
 /* One copy per shard as the routing has it, with docs and bytes gathered
  * from every node that holds one. */
+static int
+by_index_name(const void *a, const void *b)
+{
+	return strcmp(((const pr_index_stats *)a)->index, ((const pr_index_stats *)b)->index);
+}
+
 static void
 gather_stats(nd_cluster *cl, pr_shard_stats *stats)
 {
@@ -333,6 +345,8 @@ gather_stats(nd_cluster *cl, pr_shard_stats *stats)
 				pr_shard_stats_free(&stats[i]); /* a node that says nothing */
 			cm_free(MEM, body);
 		}
+		if (stats[i].n > 1)
+			qsort(stats[i].indices, stats[i].n, sizeof(pr_index_stats), by_index_name);
 	}
 	cm_buf_free(&req);
 }
@@ -352,17 +366,28 @@ stats_free(nd_cluster *cl, pr_shard_stats *stats)
 static double
 stat_of(const pr_shard_stats *stats, int node, const char *index, stat_kind what, int shard)
 {
+	if (node < 0 || node >= ND_CL_MAX_NODES)
+		return -1;
 	const pr_shard_stats *st = &stats[node];
-	for (size_t i = 0; i < st->n; i++) {
-		const pr_index_stats *e = &st->indices[i];
-		if (strcmp(e->index, index) != 0)
-			continue;
-		if (shard < 0 || (size_t)shard >= e->nshards)
-			return -1;
-		const uint64_t *v = what == STAT_DOCS    ? e->docs
-		                    : what == STAT_BYTES ? e->store_bytes
-		                                         : e->deleted;
-		return (double)v[shard];
+	/* sorted by name (gather_stats): one row of _cat/shards costs a
+	 * binary search, not a scan of every index the node holds */
+	size_t lo = 0, hi = st->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const pr_index_stats *e = &st->indices[mid];
+		int c = strcmp(e->index, index);
+		if (c < 0) {
+			lo = mid + 1;
+		} else if (c > 0) {
+			hi = mid;
+		} else {
+			if (shard < 0 || (size_t)shard >= e->nshards)
+				return -1;
+			const uint64_t *v = what == STAT_DOCS    ? e->docs
+			                    : what == STAT_BYTES ? e->store_bytes
+			                                         : e->deleted;
+			return (double)v[shard];
+		}
 	}
 	return -1;
 }
