@@ -43,12 +43,14 @@ static st_mapping *mapping;
 static _Atomic int promoting = -1;
 static _Atomic uint64_t promoted_term;
 static _Atomic bool routes_before_term;
+static _Atomic int takes[NODES]; /* f_take calls per node (test_route_table) */
 
 static st_shard *
 f_take(void *h, const char *index, const char *uuid, int shard, void **ref)
 {
 	fake *f = h;
 	*ref = NULL;
+	atomic_fetch_add(&takes[f->id], 1);
 	if (atomic_load(&promoting) == f->id) {
 		rp_route ro;
 		if (rp_route_get(f->r, "ix", 0, &ro) && ro.primary == f->id &&
@@ -616,6 +618,64 @@ test_promoted_term(void)
 	CHECK(res.err == CM_OK && res.primary_term == term);
 }
 
+/* The route table of a state of many indices: every one found by name
+ * (a hash), an unknown name not; a state that changes nothing of this
+ * node's primaries takes none of its shards, one that gives its primary a
+ * new term takes that shard. */
+static void
+test_route_table(void)
+{
+	pthread_mutex_lock(&master_mu);
+	rp_state *st = rp_state_dup(master);
+	pthread_mutex_unlock(&master_mu);
+	enum { MANY = 700 };
+	char name[32];
+	for (int i = 0; i < MANY; i++) {
+		snprintf(name, sizeof(name), "many-%03d", i);
+		rp_state_add_index(st, name, "um", 1 + i % 3, 1, data, NODES);
+	}
+	st->version += 1;
+	rp *r = nodes[0].r;
+	rp_set_state(r, st);
+	for (int i = 0; i < MANY; i++) {
+		snprintf(name, sizeof(name), "many-%03d", i);
+		rp_route ro;
+		CHECK(rp_route_get(r, name, i % 3, &ro));
+		CHECK(ro.primary == rp_state_index(st, name)->routes[i % 3].primary);
+		CHECK(!rp_route_get(r, name, 1 + i % 3, &ro) && ro.primary == -1);
+	}
+	rp_route ro;
+	CHECK(!rp_route_get(r, "many-", 0, &ro) && ro.primary == -1);
+	CHECK(rp_route_get(r, "ix", 0, &ro));
+	/* the same routes again: no shard of node 0 taken */
+	int before = atomic_load(&takes[0]);
+	st->version += 1;
+	rp_set_state(r, st);
+	CHECK(atomic_load(&takes[0]) == before);
+	/* node 0 leads ix's shard in a new term: that shard is taken */
+	rp_route *x = &rp_state_index(st, "ix")->routes[0];
+	uint64_t was_term = x->term;
+	int was_primary = x->primary;
+	x->primary = 0;
+	x->term += 7;
+	st->version += 1;
+	rp_set_state(r, st);
+	CHECK(atomic_load(&takes[0]) > before);
+	char id[32], src[64];
+	st_op op = doc_op(901, id, src); /* numbered by the copy in the term it was given */
+	st_op_result res;
+	memset(&res, 0, sizeof(res));
+	REQUIRE(st_shard_apply(nodes[0].s, &op, 1, &res) == CM_OK);
+	CHECK(res.err == CM_OK && res.primary_term == x->term);
+	/* back to the test's own state */
+	x->primary = was_primary;
+	x->term = was_term;
+	pthread_mutex_lock(&master_mu);
+	rp_set_state(r, master);
+	pthread_mutex_unlock(&master_mu);
+	rp_state_free(st);
+}
+
 int
 main(void)
 {
@@ -628,6 +688,7 @@ main(void)
 	test_handoff();
 	test_deposed();
 	test_promoted_term();
+	test_route_table();
 	teardown();
 	CHECK(cm_mem_used(CM_MEM_REPLICATION) == 0);
 	return check_report("rp_recovery_test");
