@@ -5,7 +5,7 @@ tantivy (vs Lucene 8.8 and Xapian 1.4, secondary columns) on the same corpus
 corpus), the same query file (gen_queries.py), one segment each.
 
 Usage: w5.py [N[,N2...]] [--corpus w3|w2|short] [--repeat R] [--trials T] [--seed S] [--qseed Q]
-             [--engines shoal,lucene10,tantivy,lucene,xapian] [--build DIR] [--no-doc]
+             [--engines shoal,lucene10,tantivy,lucene,xapian] [--build DIR] [--doc]
 Engines: shoal (shoal-engine), lucene10 (tests/bench/peers/lucene10: the
 newest Lucene 10 on Maven Central, Temurin 25), tantivy
 (tests/bench/peers/tantivy: crates.io), lucene (Lucene 8.8, Debian's
@@ -247,7 +247,9 @@ def main():
                     help="w3: text classes + facet cells; w2: facet cells on the W2 corpus; short: the W3 "
                          "generator's short-document mode (dictionary-entry length)")
     ap.add_argument("--build", default=os.environ.get("BUILD", os.path.join(ROOT, "build")))
-    ap.add_argument("--no-doc", action="store_true")
+    ap.add_argument("--doc", action="store_true",
+                    help="write the table into docs/benchmarks.md (only for a run measured alone)")
+    ap.add_argument("--no-doc", action="store_true", help="the default; kept for old commands")
     ap.add_argument("--reuse", action="store_true",
                     help="reuse a Shoal index left by index_bench.py --keep-w5 (same build)")
     a = ap.parse_args()
@@ -367,7 +369,7 @@ def run_size(a, n, engines):
         machine = subprocess.run([sys.executable, os.path.join(HERE, "report.py"), "machine"],
                                  capture_output=True, text=True).stdout.strip()
         print(table)
-        if not a.no_doc:
+        if a.doc and not a.no_doc:
             nq = sum(1 for _ in open(qfile))
             vs = []
             if "lucene10" in engines:
