@@ -41,15 +41,6 @@ static void
 dump_iv(sb *b, const sr_interval *r)
 {
 	static const char *kinds[] = {"match", "prefix", "wildcard", "fuzzy", "all_of", "any_of"};
-	static const char *filters[] = {"",
-	                                "after",
-	                                "before",
-	                                "contained_by",
-	                                "containing",
-	                                "not_contained_by",
-	                                "not_containing",
-	                                "not_overlapping",
-	                                "overlapping"};
 	put(b, "%s(", kinds[r->kind]);
 	if (r->text)
 		put(b, "%s", r->text);
@@ -66,7 +57,7 @@ dump_iv(sb *b, const sr_interval *r)
 	if (r->fuzziness)
 		put(b, ",fuzz=%s", r->fuzziness);
 	if (r->filter_rule) {
-		put(b, ",%s:", filters[r->filter]);
+		put(b, ",%s:", sr_iv_filter_name(r->filter));
 		dump_iv(b, r->filter_rule);
 	}
 	put(b, ")");

@@ -1526,6 +1526,13 @@ static const char *iv_filter_names[] = {
     "overlapping",
 };
 
+const char *
+sr_iv_filter_name(sr_iv_filter f)
+{
+	return (size_t)f < sizeof(iv_filter_names) / sizeof(iv_filter_names[0]) ? iv_filter_names[f]
+	                                                                        : "";
+}
+
 static cm_err
 parse_interval_filter(pctx *c, const cJSON *j, sr_interval *r)
 {

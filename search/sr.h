@@ -78,6 +78,8 @@ typedef enum {
 	SR_IVF_NOT_OVERLAPPING,
 	SR_IVF_OVERLAPPING,
 } sr_iv_filter;
+/* A filter's name in the DSL ("containing", ...); "" for none. */
+const char *sr_iv_filter_name(sr_iv_filter f);
 typedef struct sr_interval sr_interval;
 struct sr_interval {
 	sr_iv_kind kind;
