@@ -651,8 +651,20 @@ state_apply_locked(nd_cluster *cl, const rp_state *st)
 	size_t nall;
 	cm_error err;
 
+	/* An index whose texts are those of the state this node holds was
+	 * applied then, when this function applied that state to every index
+	 * whole (a master's own commits change its state without it: their
+	 * next pass looks at every index). */
+	const rp_state *before =
+	    st != cl->state && cl->applied_whole && cl->applied_whole == cl->state->version
+	        ? cl->state
+	        : NULL;
+	bool whole = true;
 	for (size_t i = 0; i < st->nindices; i++) {
 		const rp_index *e = &st->indices[i];
+		const rp_index *was = before ? rp_state_index(before, e->name) : NULL;
+		if (was && rp_index_texts_same(was, e))
+			continue;
 		nd_index *ix = nd_index_get(cl->node, e->name);
 		uint64_t sig = index_sig(e);
 		if (ix && ix->state_sig == sig) {
@@ -669,6 +681,7 @@ state_apply_locked(nd_cluster *cl, const rp_state *st)
 			        e->name, err.reason);
 			cJSON_Delete(body);
 			cJSON_Delete(maps);
+			whole = false;
 			continue;
 		}
 		/* a mapping naming an analyzer the settings log adds merges after it */
@@ -692,6 +705,7 @@ state_apply_locked(nd_cluster *cl, const rp_state *st)
 		}
 		/* a state that could not be applied whole is tried again */
 		ix->state_sig = applied ? sig : 0;
+		whole &= applied;
 		cJSON_Delete(body);
 		cJSON_Delete(maps);
 		nd_index_release(ix);
@@ -707,6 +721,7 @@ state_apply_locked(nd_cluster *cl, const rp_state *st)
 		nd_index_release(all[i]);
 	}
 	cm_free(MEM, all);
+	cl->applied_whole = whole ? st->version : 0;
 }
 
 static void

@@ -92,6 +92,7 @@ struct nd_cluster {
 	cl_settings *settings;       /* cl->state's, parsed (nd_cluster_settings.c) */
 	rp_state *state;           /* the adopted cluster state (under meta_lock) */
 	bool unplaced_swept;       /* every index checked for unplaced copies (under meta_lock) */
+	uint64_t applied_whole;    /* the version last applied to every index whole, 0: none */
 	/* Master: the last commits, each as a change against the state before
 	 * it (a Metadata with base_version), published instead of the whole
 	 * state to the nodes that hold that one; a node a few changes behind

@@ -58,6 +58,9 @@ void rp_state_free(rp_state *st);
 rp_index *rp_state_index(const rp_state *st, const char *name);
 /* Whether two indices are the same in every field the state encodes. */
 bool rp_index_same(const rp_index *a, const rp_index *b);
+/* Whether two indices have the same name, uuid, body, mappings and
+ * settings log (a text two states share compares by its address). */
+bool rp_index_texts_same(const rp_index *a, const rp_index *b);
 /* Whether two indices have the same uuid and the same routes, shard by shard. */
 bool rp_index_routes_same(const rp_index *a, const rp_index *b);
 /* Adds (or replaces) an index: copy c of shard s on data node

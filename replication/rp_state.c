@@ -250,6 +250,19 @@ rp_index_routes_same(const rp_index *a, const rp_index *b)
 }
 
 bool
+rp_index_texts_same(const rp_index *a, const rp_index *b)
+{
+	if (a->nsettings != b->nsettings || !txt_same(a->name, b->name) ||
+	    !txt_same(a->uuid, b->uuid) || !txt_same(a->body, b->body) ||
+	    !txt_same(a->mappings, b->mappings))
+		return false;
+	for (size_t i = 0; i < a->nsettings; i++)
+		if (!txt_same(a->settings_log[i], b->settings_log[i]))
+			return false;
+	return true;
+}
+
+bool
 rp_index_same(const rp_index *a, const rp_index *b)
 {
 	if (a->nshards != b->nshards || a->nreplicas != b->nreplicas ||
