@@ -469,7 +469,10 @@ job_finish_ok(shard_job *j, sr_shard_result *res, pr_strings *strings)
 	}
 	if (res->error.code) {
 		S->failed++;
-		if (res->error.code == CM_ETIMEDOUT)
+		/* timed out: the request's own deadline passed; a copy that did
+		 * not answer within the short wait an unreachable node gets is a
+		 * shard failure, as Elasticsearch reports a disconnected node */
+		if (res->error.code == CM_ETIMEDOUT && cm_now_ns() >= S->deadline_ns)
 			S->timed_out = true;
 		if (!S->first_err.code)
 			S->first_err = res->error;
