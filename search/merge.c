@@ -406,8 +406,6 @@ sr_merger_fail_at(sr_merger *m, uint32_t shard, const char *index, const char *n
 		f->e = *why;
 	else
 		cm_error_set(&f->e, CM_EINTERNAL, "shard failed");
-	if (why && why->code == CM_ETIMEDOUT)
-		m->timed_out = true;
 	agg_arrive(m, shard, NULL);
 }
 
@@ -421,6 +419,8 @@ void
 sr_merger_fail(sr_merger *m, uint32_t shard, const cm_error *why)
 {
 	sr_merger_fail_at(m, shard, NULL, NULL, why);
+	if (why && why->code == CM_ETIMEDOUT)
+		m->timed_out = true; /* a shard of this node lost to the deadline */
 }
 
 /* numeric_type date / date_nanos: a date sort value in the sort's
@@ -451,6 +451,8 @@ void
 sr_merger_add(sr_merger *m, sr_shard_result *res)
 {
 	if (res->error.code) {
+		if (res->error.code == CM_ETIMEDOUT)
+			m->timed_out = true; /* the shard, where it ran, passed the deadline */
 		sr_merger_fail_at(m, res->shard, res->index, res->node, &res->error);
 		sr_shard_result_free(res);
 		memset(res, 0, sizeof(*res));

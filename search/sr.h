@@ -537,7 +537,11 @@ void sr_merger_set_index(sr_merger *m, const char *index_name);
  * res with error.code set counts as a failed shard. */
 void sr_merger_add(sr_merger *m, sr_shard_result *res);
 void sr_merger_fail(sr_merger *m, uint32_t shard, const cm_error *why);
-/* Same with the index and node to report (either may be NULL). */
+/* Same with the index and node to report (either may be NULL); a
+ * CM_ETIMEDOUT here does not by itself make the reply timed out (a copy
+ * on a node held unreachable that misses its short wait is a shard
+ * failure): the caller marks that (sr_merger_mark_timed_out), as
+ * sr_merger_fail and a result carrying the error do. */
 void sr_merger_fail_at(sr_merger *m, uint32_t shard, const char *index, const char *node,
                        const cm_error *why);
 /* The reply says "timed_out": true (a shard lost to the deadline before it

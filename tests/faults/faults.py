@@ -564,7 +564,10 @@ class P5(Fault):
                 st["bad"].append("a search through %s answered after %.1f s" % (self.coord, took))
             sh = b.get("_shards", {}) if isinstance(b, dict) else {}
             if partial and code == 200 and sh.get("failed", 0) == self.cut_shards and \
-                    sh.get("successful", 0) == 3 - self.cut_shards and sh.get("failures"):
+                    sh.get("successful", 0) == 3 - self.cut_shards and sh.get("failures") and \
+                    (not knows or b.get("timed_out") is False):
+                # once the coordinator holds the node unreachable its copies
+                # fail at once: a shard failure, not a timed-out search
                 st["partial"] += 1
             elif not partial and code is not None and code >= 400 and \
                     isinstance(b, dict) and isinstance(b.get("error"), dict):
