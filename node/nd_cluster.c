@@ -524,8 +524,10 @@ state_cache_mark_locked(nd_cluster *cl)
 	cl->cache_stale = true;
 }
 
-/* Monitor, and at stop: the cache rewritten when stale (encoded under
- * meta_lock, written outside it). */
+/* Monitor, and at stop: the cache rewritten when stale (a copy of the
+ * state taken under meta_lock, which shares the indices' texts; encoded
+ * and written outside it, so that state changes do not wait on the
+ * encoding of thousands of indices). */
 static void
 state_cache_write(nd_cluster *cl)
 {
@@ -536,11 +538,14 @@ state_cache_write(nd_cluster *cl)
 		pthread_mutex_unlock(&cl->meta_lock);
 		return;
 	}
-	cm_buf_init(&b, MEM);
-	rp_state_encode(cl->state, cl->names, cl->nn, &b);
-	uint64_t v = cl->state->version;
+	rp_state *copy = rp_state_dup(cl->state);
+	int nn = cl->nn;
 	cl->cache_stale = false;
 	pthread_mutex_unlock(&cl->meta_lock);
+	cm_buf_init(&b, MEM);
+	rp_state_encode(copy, cl->names, nn, &b);
+	uint64_t v = copy->version;
+	rp_state_free(copy);
 	state_path(cl, path, sizeof(path));
 	cm_err rc = cm_file_write_atomic(path, b.data, b.len);
 	cm_buf_free(&b);
