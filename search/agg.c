@@ -52,6 +52,8 @@ static const struct {
     {"variable_width_histogram", AGG_VARIABLE_WIDTH_HISTOGRAM, &agg_ops_variable_width_histogram},
     {"nested", AGG_NESTED, &agg_ops_nested},
     {"reverse_nested", AGG_REVERSE_NESTED, &agg_ops_reverse_nested},
+    {"median_absolute_deviation", AGG_MEDIAN_ABSOLUTE_DEVIATION,
+     &agg_ops_median_absolute_deviation},
 };
 
 static const agg_ops *
@@ -563,7 +565,8 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 			    a->kind == AGG_AVG || a->kind == AGG_STATS ||
 			    a->kind == AGG_EXTENDED_STATS || a->kind == AGG_PERCENTILES ||
 			    a->kind == AGG_HISTOGRAM || a->kind == AGG_PERCENTILE_RANKS ||
-			    a->kind == AGG_RANGE || a->kind == AGG_VARIABLE_WIDTH_HISTOGRAM;
+			    a->kind == AGG_RANGE || a->kind == AGG_VARIABLE_WIDTH_HISTOGRAM ||
+			    a->kind == AGG_MEDIAN_ABSOLUTE_DEVIATION;
 			if ((numeric_only || a->kind == AGG_DATE_HISTOGRAM ||
 			     a->kind == AGG_DATE_RANGE || a->kind == AGG_AUTO_DATE_HISTOGRAM) &&
 			    st_field_type_is_ordinal(f->type))

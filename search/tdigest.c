@@ -222,6 +222,20 @@ agg_td_quantile(agg_tdigest *t, double q)
 	return prev_m + (t->max - prev_m) * (index - prev_c) / (last - prev_c);
 }
 
+double
+agg_td_mad(agg_tdigest *t)
+{
+	double med = agg_td_quantile(t, 0.5);
+	if (med != med)
+		return NAN;
+	agg_tdigest *d = agg_td_new(t->compression);
+	for (size_t i = 0; i < t->n; i++)
+		agg_td_add(d, fabs(t->c[i].mean - med), t->c[i].w);
+	double v = agg_td_quantile(d, 0.5);
+	agg_td_free(d);
+	return v;
+}
+
 /* The inverse of agg_td_quantile: the fraction q at which the quantile
  * curve reaches x (0 below min, 1 at or above max). */
 double

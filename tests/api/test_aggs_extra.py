@@ -691,5 +691,35 @@ def variable_width_histogram_refusals():
             eq(part in b["error"]["reason"], True, label + " reason: %s" % b)
 
 
+
+# ---- median_absolute_deviation ----
+
+@test
+def median_absolute_deviation_values():
+    # n is 1..6: median 3.5, distances 2.5 1.5 .5 .5 1.5 2.5, their median 1.5;
+    # tag a holds 1, 2, 6: median 2, distances 1 0 4, their median 1
+    for label, n in targets():
+        a = search(n, {"aggs": {
+            "mad": {"median_absolute_deviation": {"field": "n"}},
+            "madp": {"median_absolute_deviation": {"field": "price", "compression": 500}},
+            "none": {"median_absolute_deviation": {"field": "nosuchfield"}},
+            "miss": {"median_absolute_deviation": {"field": "nosuchfield", "missing": 7}},
+            "tags": {"terms": {"field": "tag", "order": {"m": "desc"}},
+                     "aggs": {"m": {"median_absolute_deviation": {"field": "n"}}}}}},
+            "?typed_keys=true")
+        eq(a["median_absolute_deviation#mad"], {"value": 1.5}, label + " n")
+        eq(a["median_absolute_deviation#madp"], {"value": 1.5}, label + " price")
+        eq(a["median_absolute_deviation#none"], {"value": None}, label + " unmapped")
+        eq(a["median_absolute_deviation#miss"], {"value": 0.0}, label + " missing")
+        got = [(b["key"], b["median_absolute_deviation#m"]["value"])
+               for b in a["sterms#tags"]["buckets"]]
+        eq(got, [("a", 1.0), ("b", 0.5), ("c", 0.0)], label + " per tag")
+        for comp in (0, -1):
+            st, b = n.req("POST", "/ax/_search", {"size": 0, "aggs": {"mad": {
+                "median_absolute_deviation": {"field": "n", "compression": comp}}}})
+            eq(st, 400, label + " compression %s: %s" % (comp, b))
+            eq("[compression] must be greater than 0. Found [%.1f] in [mad]" % comp
+               in b["error"]["reason"], True, label + " reason: %s" % b)
+
 if __name__ == "__main__":
     run_tests(budget_s=120, teardown=teardown)
