@@ -153,8 +153,10 @@ co_add_int64(cJSON *j, const char *key, int64_t v)
 nd_req_opts
 co_req_opts(co_req *r)
 {
+	const char *rt = co_param_get(r, "realtime");
 	return (nd_req_opts){.deadline_ns = r->write_deadline_ns,
-	                     .preference = co_param_get(r, "preference")};
+	                     .preference = co_param_get(r, "preference"),
+	                     .refreshed = rt && !strcmp(rt, "false")};
 }
 
 cm_err
@@ -478,6 +480,16 @@ co_source_item(const char *src, size_t len, bool parsed)
 	return j;
 }
 
+/* A get's ?refresh=true: the index refreshed before the read, so that
+ * ?realtime=false sees the writes made so far. */
+static void
+get_refresh_first(co_req *r, nd_index *ix)
+{
+	const char *v = co_param_get(r, "refresh");
+	if (v && (!*v || !strcmp(v, "true")))
+		co_refresh_after(ix, CO_REFRESH_TRUE);
+}
+
 /* Looks a document up; fills a GET-shaped object (found or not). */
 static cJSON *
 get_doc_json(nd_index *ix, const char *id, const char *routing, const char *incl, const char *excl,
@@ -572,6 +584,7 @@ co_h_doc_get(co_req *r)
 		return;
 	}
 	nd_req_opts ro = co_req_opts(r);
+	get_refresh_first(r, ix);
 	j = get_doc_json(ix, id, co_param_get(r, "routing"), incl, excl, want_parsed(r), &ro, &found,
 	                 &err);
 	nd_index_release(ix);
@@ -634,6 +647,7 @@ co_h_source_get(co_req *r)
 	}
 	cm_buf_init(&src, MEM);
 	nd_req_opts ro = co_req_opts(r);
+	get_refresh_first(r, ix);
 	rc = nd_routed_get(ix, nd_index_route(ix, routing ? routing : id, strlen(routing ? routing : id)),
 	                   id, strlen(id), &ro, &meta, &src);
 	nd_index_release(ix);
@@ -1110,6 +1124,7 @@ co_h_mget(co_req *r)
 			cm_free(MEM, dinc);
 			continue;
 		}
+		get_refresh_first(r, ix);
 		cJSON *g = get_doc_json(ix, id,
 		                        cJSON_IsString(rt) ? rt->valuestring : co_param_get(r, "routing"),
 		                        di, de, parsed, &ro, &found, &err);

@@ -1657,6 +1657,64 @@ st_shard_get(st_shard *s, const char *id, size_t len, st_doc_meta *meta, cm_buf 
 	return err;
 }
 
+cm_err
+st_shard_get_refreshed(st_shard *s, const char *id, size_t len, st_doc_meta *meta, cm_buf *source)
+{
+	if (len == 0 || len > MAX_ID_LEN)
+		return CM_ENOTFOUND;
+	st_reader *r = st_shard_reader(s);
+	cm_err err = CM_ENOTFOUND;
+	/* newest segment first: an id has at most one live doc in a view */
+	for (size_t i = st_reader_nsegments(r); err == CM_ENOTFOUND && i-- > 0;) {
+		const st_segment *seg = st_reader_segment(r, i);
+		const uint64_t *live = st_reader_live(r, i);
+		st_seg_txn *t;
+		if (st_seg_txn_begin(seg, &t) != CM_OK) {
+			err = CM_EIO;
+			break;
+		}
+		uint32_t doc;
+		cm_err e = st_id_lookup(t, id, len, &doc);
+		if (e == CM_OK && doc < st_segment_max_doc(seg) &&
+		    (!live || st_bit_get(live, doc))) {
+			static const char *const names[3] = {ST_FIELD_SEQ_NO, ST_FIELD_VERSION,
+			                                     ST_FIELD_PRIMARY_TERM};
+			int64_t v[3] = {-1, -1, -1};
+			for (int k = 0; k < 3; k++) {
+				const st_field_info *f = st_segment_field(seg, names[k]);
+				st_colblock cb;
+				const int64_t *vals;
+				memset(&cb, 0, sizeof cb);
+				if (f && st_col_values(t, f, &cb, doc, &vals) > 0)
+					v[k] = vals[0];
+				st_colblock_free(&cb);
+			}
+			if (v[0] < 0 || v[1] < 0 || v[2] < 0) {
+				e = CM_ECORRUPT;
+			} else {
+				if (meta) {
+					meta->seq_no = (uint64_t)v[0];
+					meta->version = v[1];
+					meta->primary_term = (uint64_t)v[2];
+				}
+				e = CM_OK;
+				if (source) {
+					cm_buf idb;
+					cm_buf_init(&idb, CM_MEM_STORAGE);
+					e = st_stored_get(t, doc, &idb, source);
+					cm_buf_free(&idb);
+				}
+			}
+			err = e;
+		} else if (e != CM_OK && e != CM_ENOTFOUND) {
+			err = e;
+		}
+		st_seg_txn_end(t);
+	}
+	st_reader_release(r);
+	return err;
+}
+
 /* ---------------------------------------------------------------- */
 /* refresh */
 

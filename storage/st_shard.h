@@ -110,6 +110,10 @@ typedef struct st_doc_meta {
 	int64_t version;
 } st_doc_meta;
 cm_err st_shard_get(st_shard *s, const char *id, size_t len, st_doc_meta *meta, cm_buf *source);
+/* The same as of the last refresh (?realtime=false): what a search sees,
+ * not the writes buffered since. */
+cm_err st_shard_get_refreshed(st_shard *s, const char *id, size_t len, st_doc_meta *meta,
+                              cm_buf *source);
 
 cm_err st_shard_refresh(st_shard *s);
 /* Makes segments durable and trims the log. Log trimming (here, and the

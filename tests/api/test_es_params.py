@@ -245,5 +245,42 @@ def delete_index_alias_and_wildcard_options():
         eq(n.req("GET", "/dx")[0], 404, label + " gone")
 
 
+
+@test
+def get_realtime_false_reads_the_last_refresh():
+    # ?realtime=false reads what a search sees: nothing written since the
+    # last refresh (a new doc, a new version, a delete); ?refresh=true on
+    # the get refreshes first
+    for label, n in nodes():
+        n.req("DELETE", "/rtf")
+        st, b = n.req("PUT", "/rtf", {"settings": {"index": {
+            "refresh_interval": -1, "number_of_shards": 2}}})
+        eq(st, 200, label + " create: %s" % b)
+        n.req("PUT", "/rtf/_doc/1", {"v": 1})
+        eq(n.req("GET", "/rtf/_doc/1?realtime=false")[0], 404, label + " not refreshed")
+        eq(n.req("HEAD", "/rtf/_doc/1?realtime=false")[0], 404, label + " HEAD")
+        eq(n.req("GET", "/rtf/_source/1?realtime=false")[0], 404, label + " _source")
+        st, b = n.req("POST", "/rtf/_mget?realtime=false", {"ids": ["1"]})
+        eq(b["docs"][0]["found"], False, label + " mget: %s" % b)
+        st, b = n.req("GET", "/rtf/_doc/1")
+        eq((st, b["_source"]), (200, {"v": 1}), label + " realtime")
+        st, b = n.req("GET", "/rtf/_doc/1?realtime=false&refresh=true")
+        eq((st, b.get("_version"), b.get("_source")), (200, 1, {"v": 1}),
+           label + " refreshed first: %s" % b)
+        n.req("PUT", "/rtf/_doc/1", {"v": 2})
+        st, b = n.req("GET", "/rtf/_doc/1?realtime=false")
+        eq((st, b["_version"], b["_seq_no"], b["_source"]), (200, 1, 0, {"v": 1}),
+           label + " old version: %s" % b)
+        st, b = n.req("POST", "/rtf/_mget?realtime=false", {"ids": ["1"]})
+        eq((b["docs"][0]["_version"], b["docs"][0]["_source"]), (1, {"v": 1}),
+           label + " mget old version: %s" % b)
+        eq(n.req("GET", "/rtf/_doc/1")[1]["_version"], 2, label + " realtime version")
+        n.req("DELETE", "/rtf/_doc/1")
+        eq(n.req("GET", "/rtf/_doc/1?realtime=false")[0], 200, label + " delete not refreshed")
+        eq(n.req("GET", "/rtf/_doc/1")[0], 404, label + " deleted, realtime")
+        n.req("POST", "/rtf/_refresh")
+        eq(n.req("GET", "/rtf/_doc/1?realtime=false")[0], 404, label + " deleted, refreshed")
+        n.req("DELETE", "/rtf")
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
