@@ -2567,6 +2567,29 @@ co_h_settings_get(co_req *r)
 	co_reply_json(r, 200, j);
 }
 
+/* The settings of `settings` (nested or flat, with or without "index.")
+ * that ix has not set, flat with the "index." prefix: a new object. */
+static cJSON *
+settings_not_set(nd_index *ix, const cJSON *settings)
+{
+	cJSON *have = cJSON_CreateObject(), *cur = nd_index_settings_json(ix);
+	cJSON *want = cJSON_CreateObject(), *out = cJSON_CreateObject(), *c;
+	flatten_settings(cur, "", have);
+	flatten_settings((cJSON *)settings, "", want);
+	cJSON_ArrayForEach(c, want)
+	{
+		char key[300];
+		snprintf(key, sizeof key, "%s%s", strncmp(c->string, "index.", 6) ? "index." : "",
+		         c->string);
+		if (!cJSON_GetObjectItemCaseSensitive(have, key))
+			cJSON_AddItemToObject(out, key, cJSON_Duplicate(c, true));
+	}
+	cJSON_Delete(cur);
+	cJSON_Delete(have);
+	cJSON_Delete(want);
+	return out;
+}
+
 void
 co_h_settings_put(co_req *r)
 {
@@ -2593,37 +2616,58 @@ co_h_settings_put(co_req *r)
 		cJSON_Delete(body);
 		return;
 	}
-	if (co_cluster_put_settings(r, ixs, n, s ? s : body)) {
-		co_release_all(ixs, n);
-		cJSON_Delete(body);
-		return;
+	/* ?preserve_existing=true: each index takes only the settings it does
+	 * not have yet */
+	cJSON **keep = NULL;
+	if (co_param_bool(r, "preserve_existing", false) && cJSON_IsObject(s ? s : body)) {
+		keep = cm_calloc(MEM, n, sizeof *keep);
+		for (size_t i = 0; i < n; i++)
+			keep[i] = settings_not_set(ixs[i], s ? s : body);
+		bool same = true;
+		for (size_t i = 1; i < n && same; i++)
+			same = cJSON_Compare(keep[0], keep[i], true);
+		if (!same && nd_cluster_of(r->node)) {
+			co_reply_errorf(
+			    r, CM_EINVAL, NULL,
+			    "[preserve_existing] over indices whose settings differ is not "
+			    "supported by Shoal on a cluster: update them one at a time");
+			goto done;
+		}
 	}
+	if (co_cluster_put_settings(r, ixs, n, keep ? keep[0] : s ? s : body))
+		goto done;
 	for (size_t i = 0; i < n; i++) {
 		cm_error err;
 		cm_error_clear(&err);
 		/* every index checked before any changes: never half-applied */
-		if (n > 1 && nd_index_settings_check(ixs[i], s ? s : body, &err)) {
+		if (n > 1 && nd_index_settings_check(ixs[i], keep ? keep[i] : s ? s : body, &err)) {
 			co_reply_error(r, &err, NULL);
-			co_release_all(ixs, n);
-			cJSON_Delete(body);
-			return;
+			goto done;
 		}
 	}
 	for (size_t i = 0; i < n; i++) {
 		cm_error err;
 		cm_error_clear(&err);
-		if (nd_index_put_settings(ixs[i], s ? s : body, &err)) {
+		if (nd_index_put_settings(ixs[i], keep ? keep[i] : s ? s : body, &err)) {
 			co_reply_error(r, &err, NULL);
-			co_release_all(ixs, n);
-			cJSON_Delete(body);
-			return;
+			goto done;
 		}
 	}
 	co_release_all(ixs, n);
 	cJSON_Delete(body);
+	for (size_t i = 0; keep && i < n; i++)
+		cJSON_Delete(keep[i]);
+	cm_free(MEM, keep);
 	j = cJSON_CreateObject();
 	cJSON_AddBoolToObject(j, "acknowledged", true);
 	co_reply_json(r, 200, j);
+	return;
+done:
+	co_release_all(ixs, n);
+	cJSON_Delete(body);
+	for (size_t i = 0; keep && i < n; i++)
+		cJSON_Delete(keep[i]);
+	cm_free(MEM, keep);
 }
 
 typedef cm_err (*index_op_fn)(nd_index *ix, int arg);

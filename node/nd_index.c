@@ -198,6 +198,7 @@ static const struct accepted_setting {
     {"hidden", 'b'},
     {"priority", 'i'},
     {"query.default_field", 'a'},
+    {"query_string.lenient", 'b'},
     {"number_of_routing_shards", 'i'},
     {"routing_partition_size", 'i'},
     {"translog.durability", 's'},

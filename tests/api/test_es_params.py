@@ -282,5 +282,38 @@ def get_realtime_false_reads_the_last_refresh():
         eq(n.req("GET", "/rtf/_doc/1?realtime=false")[0], 404, label + " deleted, refreshed")
         n.req("DELETE", "/rtf")
 
+
+@test
+def put_settings_preserve_existing():
+    # only the settings an index has not set yet change; nested, flat and
+    # unprefixed keys alike
+    for label, n in nodes():
+        for ix in ("pe1", "pe2"):
+            n.req("DELETE", "/" + ix)
+        eq(n.req("PUT", "/pe1", {"settings": {"index": {
+            "number_of_replicas": 0, "refresh_interval": "5s"}}})[0], 200, label)
+        eq(n.req("PUT", "/pe2", {"settings": {"index": {"number_of_replicas": 0}}})[0], 200,
+           label)
+        st, b = n.req("PUT", "/pe1/_settings?preserve_existing=true", {
+            "index.number_of_replicas": 1, "refresh_interval": "9s",
+            "index": {"translog": {"durability": "async"}}, "max_result_window": 20000})
+        eq(st, 200, label + " preserve_existing: %s" % b)
+        s = n.req("GET", "/pe1/_settings?flat_settings=true")[1]["pe1"]["settings"]
+        eq((s["index.number_of_replicas"], s["index.refresh_interval"],
+            s["index.translog.durability"], s["index.max_result_window"]),
+           ("0", "5s", "async", "20000"), label + " kept and added: %s" % s)
+        # without it, everything given is set
+        st, b = n.req("PUT", "/pe1/_settings", {"index.refresh_interval": "9s"})
+        s = n.req("GET", "/pe1/_settings?flat_settings=true")[1]["pe1"]["settings"]
+        eq(s["index.refresh_interval"], "9s", label + " plain update")
+        # the same update over two indices leaves each its own
+        st, b = n.req("PUT", "/pe2/_settings?preserve_existing=true",
+                      {"index.refresh_interval": "7s"})
+        eq(st, 200, label + " pe2: %s" % b)
+        s = n.req("GET", "/pe2/_settings?flat_settings=true")[1]["pe2"]["settings"]
+        eq(s["index.refresh_interval"], "7s", label + " pe2 set")
+        for ix in ("pe1", "pe2"):
+            n.req("DELETE", "/" + ix)
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
