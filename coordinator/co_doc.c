@@ -842,9 +842,17 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 			script = c;
 		else if (strcmp(c->string, "scripted_upsert") == 0)
 			scripted_upsert = cJSON_IsTrue(c);
-		else if (strcmp(c->string, "_source"))
-			return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
-			                         "[1:2] [UpdateRequest] unknown field [%.60s]", c->string);
+		else if (strcmp(c->string, "_source")) {
+			char dym[200];
+			bool any = cm_did_you_mean(c->string,
+			                           "doc,upsert,doc_as_upsert,detect_noop,script,"
+			                           "scripted_upsert,_source",
+			                           dym, sizeof dym);
+			return cm_error_set_type(
+			    err, CM_EPARSE, "x_content_parse_exception",
+			    "[1:2] [UpdateRequest] unknown field [%.60s]%s%s%s", c->string,
+			    any ? " did you mean " : "", dym, any ? "?" : "");
+		}
 	}
 	if (script && doc)
 		return cm_error_set(err, CM_EVALIDATE,

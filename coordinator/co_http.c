@@ -1148,7 +1148,7 @@ route_request(co_req *r)
 static bool
 check_params(co_req *r)
 {
-	char bad[400] = "";
+	char bad[1000] = "";
 	int nbad = 0;
 	if (r->too_many_params) {
 		co_reply_errorf(r, CM_EINVAL, NULL, "request [%.300s] has more than %d URL parameters",
@@ -1160,7 +1160,12 @@ check_params(co_req *r)
 		if (list_has(global_params, k) || list_has(r->route->params, k))
 			continue;
 		size_t l = strlen(bad);
-		snprintf(bad + l, sizeof(bad) - l, "%s[%.60s]", nbad ? ", " : "", k);
+		char dym[160], known[4096];
+		snprintf(known, sizeof known, "%s,%s", global_params,
+		         r->route->params ? r->route->params : "");
+		bool any = cm_did_you_mean(k, known, dym, sizeof dym);
+		snprintf(bad + l, sizeof(bad) - l, "%s[%.60s]%s%s%s", nbad ? ", " : "", k,
+		         any ? " -> did you mean " : "", dym, any ? "?" : "");
 		nbad++;
 	}
 	if (!nbad) {

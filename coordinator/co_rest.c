@@ -1669,9 +1669,18 @@ stats_metric(co_req *r, const char **out)
 		for (size_t i = 0; i < sizeof(stats_metrics) / sizeof(stats_metrics[0]); i++)
 			known |= strlen(stats_metrics[i][0]) == l && !strncmp(p, stats_metrics[i][0], l);
 		if (!known) {
+			char name[101], all[400] = "_all", dym[200];
+			snprintf(name, sizeof name, "%.*s", (int)(l < 100 ? l : 100), p);
+			for (size_t i = 0; i < sizeof(stats_metrics) / sizeof(stats_metrics[0]);
+			     i++) {
+				size_t at = strlen(all);
+				snprintf(all + at, sizeof all - at, ",%s", stats_metrics[i][0]);
+			}
+			bool any = cm_did_you_mean(name, all, dym, sizeof dym);
 			co_reply_errorf(r, CM_EINVAL, NULL,
-			                "request [%s] contains unrecognized metric: [%.*s]", r->path,
-			                (int)(l < 100 ? l : 100), p);
+			                "request [%s] contains unrecognized metric: [%s]%s%s%s",
+			                r->path, name, any ? " -> did you mean " : "", dym,
+			                any ? "?" : "");
 			return false;
 		}
 		if (l == 4 && !strncmp(p, "_all", 4))

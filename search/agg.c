@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/cm_sys.h"
 #include "agg_int.h"
 
 #define AGG_WIRE_MAGIC 0x41475331u /* "AGS1" */
@@ -138,7 +139,10 @@ agg_parse_str(const cJSON *v, const char *agg, const char *key, char **out, cm_e
 cm_err
 agg_unknown_param(const sr_agg *a, const char *key, cm_error *err)
 {
-	return cm_error_set(err, CM_EPARSE, "[%s] unknown field [%s]", a->ops->name, key);
+	char dym[200];
+	bool any = a->ops->known && cm_did_you_mean(key, a->ops->known, dym, sizeof dym);
+	return cm_error_set(err, CM_EPARSE, "[%s] unknown field [%s]%s%s%s", a->ops->name, key,
+	                    any ? " did you mean " : "", any ? dym : "", any ? "?" : "");
 }
 
 /* "field", "missing", "format" are common to every values-source agg; kinds

@@ -2504,6 +2504,9 @@ terms_decode(const sr_agg *a, agg_node *n, cm_rd *r)
 
 const agg_ops agg_ops_terms = {
     .name = "terms",
+    .known = "field,missing,format,value_type,script,size,shard_size,min_doc_count,"
+             "shard_min_doc_count,execution_hint,include,exclude,order,collect_mode,"
+             "show_term_doc_count_error",
     .bucket = true,
     .needs_field = true,
     .parse = terms_parse,
@@ -2847,6 +2850,9 @@ sig_decode(const sr_agg *a, agg_node *n, cm_rd *r)
 
 const agg_ops agg_ops_significant_terms = {
     .name = "significant_terms",
+    .known = "field,missing,format,value_type,script,size,shard_size,min_doc_count,"
+             "shard_min_doc_count,execution_hint,include,exclude,background_filter,jlh,"
+             "mutual_information,chi_square,gnd,percentage,script_heuristic",
     .bucket = true,
     .needs_field = true,
     .parse = sig_parse,

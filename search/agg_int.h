@@ -161,6 +161,9 @@ typedef struct agg_render {
 
 struct agg_ops {
 	const char *name;
+	/* the parameter names ES's parser knows, comma-separated, for "did
+	 * you mean" on an unknown one; NULL = no suggestions */
+	const char *known;
 	bool bucket;     /* may hold sub-aggregations */
 	bool needs_field;
 	cm_err (*parse)(sr_agg *a, const cJSON *body, cm_error *err);

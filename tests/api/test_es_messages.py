@@ -110,5 +110,33 @@ def total_as_int_and_mget():
                      "Validation Failed: 1: no documents to get;")
 
 
+
+@test
+def did_you_mean_on_unknown_names():
+    # ES suggests the known names within half the edits of the longer name
+    for label, n in nodes():
+        setup(n)
+        n.req("PUT", "/lim/_doc/1?refresh=true", {"k": "a"})
+        b = n.req("POST", "/lim/_update/1", {"dac": {"k": "b"}})
+        error_is(b, 400, "x_content_parse_exception")
+        assert b[1]["error"]["reason"] == \
+            "[1:2] [UpdateRequest] unknown field [dac] did you mean [doc]?", (label, b)
+        b = n.req("POST", "/lim/_update/1", {"zzzzz": {"k": "b"}})
+        assert b[1]["error"]["reason"] == "[1:2] [UpdateRequest] unknown field [zzzzz]", \
+            (label, b)
+        b = n.req("POST", "/lim/_search", {"aggs": {"x": {"significant_terms": {
+            "field": "k", "jlp": {}}}}})
+        assert b[1]["error"]["reason"] == \
+            "[significant_terms] unknown field [jlp] did you mean [jlh]?", (label, b)
+        b = n.req("POST", "/lim/_search", {"aggs": {"x": {"terms": {"field": "k", "sise": 1}}}})
+        assert b[1]["error"]["reason"] == \
+            "[terms] unknown field [sise] did you mean [size]?", (label, b)
+        b = n.req("GET", "/lim/_stats/fieldata")
+        assert b[1]["error"]["reason"] == "request [/lim/_stats/fieldata] contains " \
+            "unrecognized metric: [fieldata] -> did you mean [fielddata]?", (label, b)
+        b = n.req("GET", "/lim/_search?sise=1&zzz=2")
+        assert b[1]["error"]["reason"] == "request [/lim/_search] contains unrecognized " \
+            "parameters: [sise] -> did you mean [size]?, [zzz]", (label, b)
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
