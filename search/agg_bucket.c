@@ -2599,6 +2599,8 @@ sig_parse(sr_agg *a, const cJSON *body, cm_error *err)
 static cm_err
 sig_seg_begin(agg_rt *rt, cm_error *err)
 {
+	if (terms_seg_begin(rt, err)) /* a regular expression on a non-string field */
+		return err->code;
 	sig_bg *bg = rt->persist;
 	if (!bg)
 		rt->persist = bg = cm_calloc(AGG_MEM, 1, sizeof *bg);
@@ -2776,7 +2778,11 @@ sig_render(const sr_agg *a, const agg_node *n, agg_render *r)
 		if (i)
 			cm_buf_put_u8(b, ',');
 		cm_buf_put(b, "{\"key\":", 7);
-		if (bk->key)
+		if (bk->key && n->ftype == ST_FT_IP && bk->klen == ST_IP_LEN) {
+			char ip[64]; /* the address as text, as terms gives it */
+			st_ip_format(bk->key, ip, sizeof ip);
+			agg_json_str(b, ip, strlen(ip));
+		} else if (bk->key)
 			agg_json_str(b, (const char *)bk->key, bk->klen);
 		else if (s->key_kind == 3) {
 			double d;
