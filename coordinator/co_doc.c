@@ -101,6 +101,7 @@ co_write_opts_parse(const char *op_type, const char *version, const char *versio
 			                    "type [EXTERNAL];",
 			                    (unsigned long long)v);
 		w->version = (int64_t)v;
+		w->version_gte = !strcmp(version_type, "external_gte");
 	} else if (version_type && strcmp(version_type, "internal")) {
 		return cm_error_set(err, CM_EVALIDATE,
 		                    "Validation Failed: 1: illegal version value [-3] for version type "
@@ -110,11 +111,13 @@ co_write_opts_parse(const char *op_type, const char *version, const char *versio
 }
 
 static bool
-req_write_opts(co_req *r, co_write_opts *w)
+req_write_opts(co_req *r, co_write_opts *w, bool create)
 {
 	cm_error err;
 	cm_error_clear(&err);
-	if (co_write_opts_parse(co_param_get(r, "op_type"), co_param_get(r, "version"),
+	const char *op_type = co_param_get(r, "op_type");
+	/* _create is a create whatever op_type says: its checks come first */
+	if (co_write_opts_parse(create ? "create" : op_type, co_param_get(r, "version"),
 	                        co_param_get(r, "version_type"), co_param_get(r, "if_seq_no"),
 	                        co_param_get(r, "if_primary_term"), co_param_get(r, "refresh"), w,
 	                        &err)) {
@@ -302,11 +305,9 @@ doc_index(co_req *r, bool create)
 	routing = co_param_get(r, "routing");
 	cJSON *body;
 
-	if (!req_write_opts(r, &w))
+	if (!req_write_opts(r, &w, create))
 		return;
 	cm_error_clear(&err);
-	if (create)
-		w.create = true;
 	if (!id) {
 		/* POST /{index}/_doc, also with op_type=create, gets a new id */
 		nd_gen_id(gen);
@@ -390,6 +391,7 @@ doc_index(co_req *r, bool create)
 	op.if_seq_no = w.if_seq_no;
 	op.if_primary_term = w.if_primary_term;
 	op.version = w.version;
+	op.version_gte = w.version_gte;
 	op.create_only = w.create;
 	nd_req_opts ro = co_req_opts(r);
 	if (co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, &ro, &res, &err)) {
@@ -431,7 +433,7 @@ co_h_doc_delete(co_req *r)
 	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
 		return;
 	routing = co_param_get(r, "routing");
-	if (!req_write_opts(r, &w))
+	if (!req_write_opts(r, &w, false))
 		return;
 	cm_error_clear(&err);
 	if (!(ix = co_index_or_alias(r->node, name, true))) {
@@ -447,6 +449,7 @@ co_h_doc_delete(co_req *r)
 	op.if_seq_no = w.if_seq_no;
 	op.if_primary_term = w.if_primary_term;
 	op.version = w.version;
+	op.version_gte = w.version_gte;
 	nd_req_opts ro = co_req_opts(r);
 	if (co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, &ro, &res, &err)) {
 		co_reply_error(r, &err, name);
@@ -980,7 +983,7 @@ co_h_update(co_req *r)
 	st_op_result res;
 
 	cm_error_clear(&err);
-	if (!req_write_opts(r, &w))
+	if (!req_write_opts(r, &w, false))
 		return;
 	co_param_get(r, "_source");
 	if (roc) {

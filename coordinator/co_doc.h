@@ -12,6 +12,7 @@ typedef struct co_write_opts {
 	uint64_t if_seq_no; /* ST_NO_SEQ = none */
 	uint64_t if_primary_term;
 	int64_t version;    /* external version, 0 = none */
+	bool version_gte;   /* version_type=external_gte: an equal version is accepted */
 } co_write_opts;
 
 /* Validates op_type/version/version_type/if_seq_no/if_primary_term/refresh

@@ -560,6 +560,7 @@ pr_bulk_req_encode(const pr_bulk_req *r, cm_buf *out)
 		ops[i].if_primary_term = o->if_primary_term;
 		ops[i].version = o->version;
 		ops[i].create_only = o->create_only;
+		ops[i].version_gte = o->version_gte;
 		ptrs[i] = &ops[i];
 	}
 	pr_pack(&m.base, out);
@@ -598,6 +599,7 @@ pr_bulk_req_decode(const void *p, size_t n, pr_bulk_req *out, cm_error *err)
 		op->if_primary_term = o->if_primary_term;
 		op->version = o->version;
 		op->create_only = o->create_only;
+		op->version_gte = o->version_gte;
 	}
 	out->keep = m;
 	return CM_OK;

@@ -1188,11 +1188,14 @@ plan_op(st_shard *s, const st_op *op, op_plan *p, const id_state *cur, int64_t *
 				return;
 			}
 		}
-		if (op->version > 0 && known && op->version <= cur->version) {
+		if (op->version > 0 && known &&
+		    (op->version_gte ? op->version < cur->version : op->version <= cur->version)) {
 			conflict(r,
 			         "[%.*s]: version conflict, current version [%" PRId64
-			         "] is higher or equal to the one provided [%" PRId64 "]",
-			         idl, op->id, cur->version, op->version);
+			         "] is higher%s "
+			         "the one provided [%" PRId64 "]",
+			         idl, op->id, cur->version,
+			         op->version_gte ? " than" : " or equal to", op->version);
 			return;
 		}
 		if (op->create_only && op->type == ST_OP_INDEX && cur->exists) {

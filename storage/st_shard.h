@@ -88,6 +88,7 @@ typedef struct st_op {
 	uint64_t if_primary_term; /* with if_seq_no */
 	int64_t version;          /* external version (version_type=external), 0 = none */
 	bool create_only;         /* op_type=create: 409 if the id exists */
+	bool version_gte;         /* version_type=external_gte: `version` may equal the current */
 } st_op;
 
 typedef struct st_op_result {

@@ -315,5 +315,41 @@ def put_settings_preserve_existing():
         for ix in ("pe1", "pe2"):
             n.req("DELETE", "/" + ix)
 
+
+@test
+def external_gte_versions_and_create():
+    # external_gte takes an equal version (external does not); _create
+    # refuses external versioning before looking at the version
+    for label, n in nodes():
+        n.req("DELETE", "/egv")
+        st, b = n.req("PUT", "/egv/_doc/1?version_type=external_gte&version=5", {"a": 1})
+        eq((st, b.get("_version")), (201, 5), label + " first: %s" % b)
+        st, b = n.req("PUT", "/egv/_doc/1?version_type=external_gte&version=5", {"a": 2})
+        eq((st, b.get("_version"), b.get("result")), (200, 5, "updated"),
+           label + " equal, gte: %s" % b)
+        st, b = n.req("PUT", "/egv/_doc/1?version_type=external&version=5", {"a": 3})
+        eq((st, b["error"]["reason"]), (409, "[1]: version conflict, current version [5] is "
+                                             "higher or equal to the one provided [5]"),
+           label + " equal, external: %s" % b)
+        st, b = n.req("PUT", "/egv/_doc/1?version_type=external_gte&version=4", {"a": 3})
+        eq((st, b["error"]["reason"]), (409, "[1]: version conflict, current version [5] is "
+                                             "higher than the one provided [4]"),
+           label + " lower, gte: %s" % b)
+        st, b = n.req("DELETE", "/egv/_doc/1?version_type=external_gte&version=6")
+        eq((st, b.get("_version")), (200, 6), label + " delete: %s" % b)
+        st, b = n.req("PUT", "/egv/_doc/1?version_type=external_gte&version=6", {"a": 4})
+        eq((st, b.get("_version")), (201, 6), label + " over its tombstone: %s" % b)
+        lines = [{"index": {"_index": "egv", "_id": "1", "version": 6,
+                            "version_type": "external_gte"}}, {"a": 5}]
+        st, b = n.bulk(lines)
+        eq((b["items"][0]["index"]["status"], b["items"][0]["index"].get("_version")),
+           (200, 6), label + " bulk, equal, gte: %s" % b)
+        for v in (0, 7):
+            st, b = n.req("PUT", "/egv/_create/2?version_type=external&version=%d" % v, {})
+            eq((st, b["error"]["reason"]),
+               (400, "Validation Failed: 1: create operations only support internal "
+                     "versioning. use index instead;"), label + " _create v%d: %s" % (v, b))
+        n.req("DELETE", "/egv")
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
