@@ -562,11 +562,26 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 		sr_request_free(&req);
 		return rc;
 	}
-	if (scroll_ms > 0 && req.from > 0) {
-		sr_request_free(&req);
-		return cm_error_set(err, CM_EVALIDATE,
-		                    "Validation Failed: 1: using [from] is not allowed in a scroll "
-		                    "context;");
+	if (scroll_ms > 0) { /* ES's checks, in its order, every failed one listed */
+		const char *bad[4];
+		int nbad = 0;
+		if (req.from > 0)
+			bad[nbad++] = "using [from] is not allowed in a scroll context";
+		if (req.size == 0)
+			bad[nbad++] = "[size] cannot be [0] in a scroll context";
+		if (req.nrescore)
+			bad[nbad++] = "using [rescore] is not allowed in a scroll context";
+		if (req.request_cache == SR_RC_TRUE)
+			bad[nbad++] = "[request_cache] cannot be used in a scroll context";
+		if (nbad) {
+			char msg[512];
+			size_t at = (size_t)snprintf(msg, sizeof msg, "Validation Failed: ");
+			for (int i = 0; i < nbad && at < sizeof msg; i++)
+				at += (size_t)snprintf(msg + at, sizeof msg - at, "%d: %s;", i + 1,
+				                       bad[i]);
+			sr_request_free(&req);
+			return cm_error_set(err, CM_EVALIDATE, "%s", msg);
+		}
 	}
 	if (scroll_ms > 0 && req.collapse_field) {
 		sr_request_free(&req);
@@ -574,12 +589,17 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 		    err, CM_EVALIDATE,
 		    "Validation Failed: 1: cannot use `collapse` in a scroll context;");
 	}
-	if (scroll_ms > 0 && req.nrescore) {
-		sr_request_free(&req);
-		return cm_error_set(
-		    err, CM_EVALIDATE,
-		    "Validation Failed: 1: using [rescore] is not allowed in a scroll "
-		    "context;");
+	for (size_t i = 0; slice_max > 0 && i < n; i++) {
+		long long most = nd_index_setting_int(ixs[i], "max_slices_per_scroll", 1024);
+		if (slice_max > most) {
+			sr_request_free(&req);
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "The number of slices [%d] is too large. It must be less "
+			    "than [%lld]. This limit can be set by changing the "
+			    "[index.max_slices_per_scroll] index level setting.",
+			    slice_max, most);
+		}
 	}
 	if (scroll_ms > 0) {
 		sr_request_free(&req);

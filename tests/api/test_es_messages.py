@@ -138,5 +138,37 @@ def did_you_mean_on_unknown_names():
         assert b[1]["error"]["reason"] == "request [/lim/_search] contains unrecognized " \
             "parameters: [sise] -> did you mean [size]?, [zzz]", (label, b)
 
+
+@test
+def scroll_validation_and_slice_limit():
+    VAL = "action_request_validation_exception"
+    for label, n in nodes():
+        setup(n)
+        n.req("PUT", "/lim/_doc/1?refresh=true", {"k": "a"})
+        b = n.req("POST", "/lim/_search?scroll=1m&request_cache=true", {"size": 0})
+        error_is(b, 400, VAL)
+        assert b[1]["error"]["reason"] == (
+            "Validation Failed: 1: [size] cannot be [0] in a scroll context;"
+            "2: [request_cache] cannot be used in a scroll context;"), (label, b)
+        b = n.req("POST", "/lim/_search?scroll=1m&request_cache=true", {})
+        assert b[1]["error"]["reason"] == ("Validation Failed: 1: [request_cache] cannot be "
+                                           "used in a scroll context;"), (label, b)
+        # index.max_slices_per_scroll (1024) bounds a scroll's slices
+        body = {"slice": {"id": 0, "max": 1025}}
+        b = n.req("POST", "/lim/_search?scroll=1m", body)
+        error_is(b, 400, IAE, "The number of slices [1025] is too large. It must be less "
+                 "than [1024]. This limit can be set by changing the "
+                 "[index.max_slices_per_scroll] index level setting.")
+        st, _ = n.req("PUT", "/lim/_settings", {"index.max_slices_per_scroll": 1025})
+        assert st == 200
+        st, b = n.req("POST", "/lim/_search?scroll=1m", body)
+        assert st == 200 and b["hits"]["total"]["value"] <= 1, (label, b)
+        n.req("DELETE", "/_search/scroll", {"scroll_id": b["_scroll_id"]})
+        # a body's scroll ids take precedence over the path's
+        st, b = n.req("POST", "/lim/_search?scroll=1m", {})
+        sid = b["_scroll_id"]
+        st, b = n.req("DELETE", "/_search/scroll/not-a-scroll-id", {"scroll_id": [sid]})
+        assert (st, b.get("num_freed")) == (200, 1), (label, b)
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
