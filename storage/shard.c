@@ -280,33 +280,76 @@ st_reader_generation(const st_reader *r)
 	return r->gen;
 }
 
-/* Builds a reader from the writer's published views and swaps it in. */
-static void
-publish_reader(st_shard *s)
+/* A reader over n segments (their refs and live views taken), without
+ * its mapping. */
+static st_reader *
+reader_new(size_t n, seg_ref *const *segs, live_ref *const *live, size_t stride)
 {
 	st_reader *r = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*r));
 	atomic_init(&r->refs, 1);
 	r->gen = atomic_fetch_add(&reader_gens, 1) + 1;
-	r->n = s->nsegs;
+	r->n = n;
 	r->segs = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->segs));
 	r->live = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->live));
 	r->plive = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->plive));
 	r->nlive = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->nlive));
 	r->pcount = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->pcount));
 	for (size_t i = 0; i < r->n; i++) {
-		r->segs[i] = s->segs[i].ref;
+		r->segs[i] = *(seg_ref *const *)((const char *)segs + i * stride);
 		atomic_fetch_add(&r->segs[i]->refs, 1);
-		r->live[i] = live_ref_get(s->segs[i].pub);
+		r->live[i] = live_ref_get(*(live_ref *const *)((const char *)live + i * stride));
 		reader_split_nested(r, i);
 		r->docs += st_reader_live_count(r, i);
 	}
-	r->mapping = mapping_get(s);
+	return r;
+}
+
+/* Swaps r in (unless `expect` is given and no longer current: r is then
+ * dropped); its mapping is read here, under rmu, so that of two
+ * publications racing a mapping change the later holds the newer. */
+static void
+reader_swap_in(st_shard *s, st_reader *r, const st_reader *expect)
+{
 	pthread_mutex_lock(&s->rmu);
 	st_reader *old = s->cur;
+	if (expect && old != expect) {
+		pthread_mutex_unlock(&s->rmu);
+		st_reader_release(r);
+		return;
+	}
+	r->mapping = mapping_get(s);
 	s->cur = r;
 	pthread_mutex_unlock(&s->rmu);
 	if (old)
 		st_reader_release(old);
+}
+
+/* Builds a reader from the writer's published views and swaps it in. */
+static void
+publish_reader(st_shard *s)
+{
+	st_reader *r = s->nsegs ? reader_new(s->nsegs, &s->segs[0].ref,
+	                                     (live_ref *const *)&s->segs[0].pub, sizeof(s->segs[0]))
+	                        : reader_new(0, NULL, NULL, 0);
+	reader_swap_in(s, r, NULL);
+}
+
+/* The current reader again with the shard's mapping now: a shard that
+ * gets no write (so no refresh) sees fields mapped since (a sort on one
+ * of them must not read as unmapped there). A refresh that publishes
+ * meanwhile wins: its reader has the mapping too. */
+static void
+republish_mapping(st_shard *s)
+{
+	pthread_mutex_lock(&s->rmu);
+	st_reader *cur = s->cur;
+	if (cur)
+		atomic_fetch_add(&cur->refs, 1);
+	pthread_mutex_unlock(&s->rmu);
+	if (!cur)
+		return;
+	reader_swap_in(s, reader_new(cur->n, cur->segs, cur->live, sizeof(cur->segs[0])), cur);
+	st_reader_release(cur);
 }
 
 /* ---------------------------------------------------------------- */
@@ -893,6 +936,7 @@ st_shard_set_mapping(st_shard *s, const st_mapping *m)
 	s->mapping = st_mapping_ref((st_mapping *)m);
 	st_mapping_unref(old);
 	pthread_mutex_unlock(&s->map_mu);
+	republish_mapping(s);
 }
 
 st_mapping *

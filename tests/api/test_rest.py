@@ -1113,5 +1113,28 @@ def sort_on_mapped_field_with_empty_shards():
     eq(st, 400, "text %s" % b)
     n.req("DELETE", "/sparse")
 
+
+@test
+def sort_on_dynamic_field_with_empty_shards():
+    # the field is mapped by the first document: shards that never get a
+    # document (so never refresh a new view) see it mapped too
+    n = node()
+    st, _ = n.req("PUT", "/sparse2", {"settings": {"number_of_shards": 5}})
+    eq(st, 200)
+    st, _ = n.req("PUT", "/sparse2/_doc/1?refresh=true", {"age": 7})
+    eq(st, 201)
+    for body in ({"sort": [{"age": "desc"}]}, {"sort": ["age"], "aggs": {"m": {"max": {
+            "field": "age"}}}}):
+        st, b = n.req("POST", "/sparse2/_search", body)
+        eq((st, b["_shards"]["failed"]), (200, 0), "sort %s: %s" % (body, b))
+        eq([h["sort"] for h in b["hits"]["hits"]], [[7]])
+    # a mapping change alone (no document) reaches every shard too
+    st, _ = n.req("PUT", "/sparse2/_mapping", {"properties": {"late": {"type": "keyword"}}})
+    eq(st, 200)
+    st, b = n.req("POST", "/sparse2/_search", {"sort": [{"late": "asc"}]})
+    eq((st, b["_shards"]["failed"]), (200, 0), "sort on a field mapped late: %s" % b)
+    n.req("DELETE", "/sparse2")
+
+
 if __name__ == "__main__":
     run_tests(budget_s=150, teardown=lambda: N.cleanup() if N else None)
