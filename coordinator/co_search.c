@@ -284,36 +284,126 @@ reply_all_shards_failed(co_req *r, const cm_error *e, nd_index **ixs, size_t n)
 	co_reply_json(r, status, doc);
 }
 
-/* hits.total of a hits object, and of each hit's inner_hits, as a number. */
-static void
-hits_total_as_int(cJSON *h)
+/* rest_total_hits_as_int=true: hits.total of the search and of each hit's
+ * inner_hits as a number (-1 when not tracked), rewritten in the text:
+ * a parse and print with cJSON would round every other double to 15
+ * digits and every long past 2^53. */
+typedef struct tot_level {
+	const char *key; /* its key in the parent object, into the text; NULL otherwise */
+	size_t klen;
+	bool obj, hits, seen_total, any;
+} tot_level;
+
+static bool
+key_is(const tot_level *l, const char *k)
 {
-	cJSON *t = cJSON_GetObjectItemCaseSensitive(h, "total"), *v, *hit, *ih;
-	if (cJSON_IsObject(t) && (v = cJSON_GetObjectItemCaseSensitive(t, "value")))
-		cJSON_ReplaceItemInObjectCaseSensitive(h, "total", cJSON_CreateNumber(v->valuedouble));
-	else if (!t && cJSON_IsObject(h)) /* not tracked (track_total_hits false): -1, as ES */
-		cJSON_AddNumberToObject(h, "total", -1);
-	cJSON_ArrayForEach(hit, cJSON_GetObjectItemCaseSensitive(h, "hits"))
-	{
-		cJSON_ArrayForEach(ih, cJSON_GetObjectItemCaseSensitive(hit, "inner_hits"))
-		hits_total_as_int(cJSON_GetObjectItemCaseSensitive(ih, "hits"));
-	}
+	return l->key && l->klen == strlen(k) && !memcmp(l->key, k, l->klen);
 }
 
-/* hits.total (and inner hits' totals) as a number, for
- * rest_total_hits_as_int=true. */
+/* Index just past the string that starts at s[i] == '"'. */
+static size_t
+str_end(const char *s, size_t i, size_t n)
+{
+	for (i++; i < n && s[i] != '"'; i++)
+		if (s[i] == '\\')
+			i++;
+	return i < n ? i + 1 : n;
+}
+
 bool
 co_total_as_int(cm_buf *out)
 {
-	cJSON *j = cJSON_ParseWithLength((const char *)out->data, out->len);
-	if (!j)
-		return false;
-	hits_total_as_int(cJSON_GetObjectItemCaseSensitive(j, "hits"));
-	char *s = cJSON_PrintUnformatted(j);
+	const char *s = (const char *)out->data;
+	size_t n = out->len, i = 0;
+	tot_level st[64];
+	int d = 0;
+	const char *key = NULL;
+	size_t klen = 0;
+	char prev = 0; /* the last structural character */
+	cm_buf o;
+	cm_buf_init(&o, MEM);
+	while (i < n) {
+		char c = s[i];
+		if (c == '"') {
+			size_t j = str_end(s, i, n);
+			if (d > 0 && st[d - 1].obj && (prev == '{' || prev == ',')) {
+				key = s + i + 1;
+				klen = j - i - 2;
+			}
+			if (d > 0 && st[d - 1].obj)
+				st[d - 1].any = true;
+			cm_buf_put(&o, s + i, j - i);
+			prev = '"';
+			i = j;
+			continue;
+		}
+		if ((c == '{' || c == '[') && d > 0 && st[d - 1].hits && c == '{' && key &&
+		    klen == 5 && !memcmp(key, "total", 5)) {
+			/* {"value":N,"relation":".."} becomes N */
+			size_t e = i, vs = 0, ve = 0;
+			while (e < n && s[e] != '}') {
+				if (s[e] == '"') {
+					size_t j = str_end(s, e, n);
+					if (j - e == 7 && !memcmp(s + e, "\"value\"", 7)) {
+						vs = j;
+						while (vs < n && (s[vs] == ':' || s[vs] == ' '))
+							vs++;
+						for (ve = vs;
+						     ve < n && strchr("-+.0123456789eE", s[ve]);
+						     ve++)
+							;
+					}
+					e = j;
+					continue;
+				}
+				e++;
+			}
+			if (e < n && ve > vs) {
+				cm_buf_put(&o, s + vs, ve - vs);
+				st[d - 1].seen_total = st[d - 1].any = true;
+				key = NULL;
+				prev = '}';
+				i = e + 1;
+				continue;
+			}
+		}
+		if (c == '{' || c == '[') {
+			if (d == (int)(sizeof st / sizeof st[0])) {
+				cm_buf_free(&o);
+				return false;
+			}
+			tot_level *l = &st[d];
+			memset(l, 0, sizeof *l);
+			if (d > 0 && st[d - 1].obj) {
+				l->key = key;
+				l->klen = klen;
+				st[d - 1].any = true;
+			}
+			l->obj = c == '{';
+			/* the search's hits, and those of an inner_hits entry */
+			l->hits = l->obj && key_is(l, "hits") &&
+			          (d == 1 || (d >= 3 && key_is(&st[d - 2], "inner_hits")));
+			d++;
+			key = NULL;
+		} else if (c == '}' || c == ']') {
+			if (d > 0 && st[d - 1].hits && !st[d - 1].seen_total)
+				cm_buf_printf(&o, "%s\"total\":-1", st[d - 1].any ? "," : "");
+			if (d > 0)
+				d--;
+		} else if (c == ',') {
+			key = NULL;
+		} else if (c != ':' && c != ' ' && c != '\n' && c != '\t' && c != '\r' && d > 0 &&
+		           st[d - 1].obj) {
+			st[d - 1].any = true;
+		}
+		if (c != ' ' && c != '\n' && c != '\t' && c != '\r')
+			prev = c;
+		cm_buf_put_u8(&o, (uint8_t)c);
+		i++;
+	}
 	cm_buf_reset(out);
-	cm_buf_put(out, s, strlen(s));
-	cJSON_free(s);
-	cJSON_Delete(j);
+	cm_buf_put(out, o.data, o.len);
+	cm_buf_free(&o);
 	return true;
 }
 
