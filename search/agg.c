@@ -85,7 +85,8 @@ agg_parse_num(const cJSON *v, const char *agg, const char *key, double *out, cm_
 			return CM_OK;
 		}
 	}
-	return cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [%s]", agg, key);
+	return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+	                         "[%s] failed to parse field [%s]", agg, key);
 }
 
 cm_err
@@ -113,7 +114,8 @@ agg_parse_bool(const cJSON *v, const char *agg, const char *key, bool *out, cm_e
 		*out = v->valuestring[0] == 't';
 		return CM_OK;
 	}
-	return cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [%s]", agg, key);
+	return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+	                         "[%s] failed to parse field [%s]", agg, key);
 }
 
 cm_err
@@ -130,7 +132,8 @@ agg_parse_str(const cJSON *v, const char *agg, const char *key, char **out, cm_e
 			snprintf(buf, sizeof buf, "%.17g", v->valuedouble);
 		s = buf;
 	} else
-		return cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [%s]", agg, key);
+		return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+		                         "[%s] failed to parse field [%s]", agg, key);
 	cm_free(AGG_MEM, *out);
 	*out = cm_strdup(AGG_MEM, s);
 	return CM_OK;

@@ -65,11 +65,15 @@ mstats_parse(sr_agg *a, const cJSON *body, cm_error *err)
 		if (a->kind == AGG_EXTENDED_STATS && !strcmp(c->string, "sigma")) {
 			if (agg_parse_num(c, a->ops->name, "sigma", &p->sigma, err))
 				return CM_EPARSE;
-			if (p->sigma < 0)
-				return cm_error_set(err, CM_EINVAL,
-				                    "[sigma] must be greater than or equal to 0. Found [%g] in "
-				                    "[%s]",
-				                    p->sigma, a->name);
+			if (p->sigma < 0) {
+				char num[64]; /* as Java prints a double: -1.0 */
+				agg_double_str(num, sizeof num, p->sigma);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "[sigma] must be greater than or equal to 0. Found [%s] in "
+				    "[%s]",
+				    num, a->name);
+			}
 			continue;
 		}
 		return agg_unknown_param(a, c->string, err);
@@ -671,6 +675,15 @@ pct_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			const cJSON *cc = cJSON_GetObjectItemCaseSensitive(c, "compression");
 			if (cc && agg_parse_num(cc, a->name, "compression", &p->compression, err))
 				return CM_EPARSE;
+			if (p->compression < 0) {
+				char num[64];
+				agg_double_str(num, sizeof num, p->compression);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "[compression] must be greater than or equal to 0. Found "
+				    "[%s] in [%s]",
+				    num, a->name);
+			}
 			if (p->compression < 20)
 				p->compression = 20;
 			if (p->compression > 10000)

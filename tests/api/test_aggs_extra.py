@@ -721,5 +721,22 @@ def median_absolute_deviation_values():
             eq("[compression] must be greater than 0. Found [%.1f] in [mad]" % comp
                in b["error"]["reason"], True, label + " reason: %s" % b)
 
+
+@test
+def metric_parameter_messages():
+    # numbers in messages as Java prints a double; a value that does not
+    # parse is an x_content_parse_exception, as ES's object parser says
+    for label, n in targets():
+        for agg, part in (
+                ({"extended_stats": {"field": "n", "sigma": -1}},
+                 "[sigma] must be greater than or equal to 0. Found [-1.0] in [x]"),
+                ({"percentiles": {"field": "n", "tdigest": {"compression": -1}}},
+                 "[compression] must be greater than or equal to 0. Found [-1.0] in [x]")):
+            error_is(n.req("POST", "/ax/_search", {"size": 0, "aggs": {"x": agg}}), 400,
+                     "illegal_argument_exception", part)
+        error_is(n.req("POST", "/ax/_search", {"size": 0, "aggs": {"x": {"extended_stats": {
+            "field": "n", "sigma": "foo"}}}}), 400, "x_content_parse_exception",
+            "[extended_stats] failed to parse field [sigma]")
+
 if __name__ == "__main__":
     run_tests(budget_s=120, teardown=teardown)
