@@ -738,5 +738,17 @@ def metric_parameter_messages():
             "field": "n", "sigma": "foo"}}}}), 400, "x_content_parse_exception",
             "[extended_stats] failed to parse field [sigma]")
 
+
+@test
+def percentiles_interpolate_as_es():
+    # t-digest 3.2 (ES 7.10): the q * count-th unit of weight between
+    # centroid centres, so n = 1..6 gives 2.0 at 25% (sorted-value
+    # interpolation would say 2.25) and 3.5 at 50%
+    for label, n in targets():
+        a = search(n, {"aggs": {"p": {"percentiles": {"field": "n",
+                                                      "percents": [0, 10, 25, 50, 95, 100]}}}})
+        eq(a["p"]["values"], {"0.0": 1.0, "10.0": 1.1, "25.0": 2.0, "50.0": 3.5, "95.0": 6.0,
+                              "100.0": 6.0}, label + " percentiles")
+
 if __name__ == "__main__":
     run_tests(budget_s=120, teardown=teardown)
