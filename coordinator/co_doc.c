@@ -819,6 +819,84 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
               const co_write_opts *w, long retries, const nd_req_opts *o, st_op_result *res,
               cm_error *err)
 {
+	return co_update_doc_src(ix, id, routing, body, w, retries, o, res, NULL, err);
+}
+
+static char *
+join_strings(const cJSON *v)
+{
+	cm_buf b;
+	const cJSON *e;
+	cm_buf_init(&b, MEM);
+	if (cJSON_IsString(v))
+		cm_buf_printf(&b, "%s", v->valuestring);
+	else
+		cJSON_ArrayForEach(e, v) if (cJSON_IsString(e))
+		    cm_buf_printf(&b, "%s%s", b.len ? "," : "", e->valuestring);
+	cm_buf_put_u8(&b, 0);
+	char *s = cm_strdup(MEM, (const char *)b.data);
+	cm_buf_free(&b);
+	return s;
+}
+
+void
+co_src_spec_free(co_src_spec *s)
+{
+	cm_free(MEM, s->incl);
+	cm_free(MEM, s->excl);
+	memset(s, 0, sizeof(*s));
+}
+
+bool
+co_src_spec_json(const cJSON *v, co_src_spec *s)
+{
+	co_src_spec_free(s);
+	if (cJSON_IsBool(v)) {
+		s->fetch = cJSON_IsTrue(v);
+		return true;
+	}
+	if (cJSON_IsString(v) || cJSON_IsArray(v)) {
+		s->fetch = true;
+		s->incl = join_strings(v);
+		return true;
+	}
+	if (!cJSON_IsObject(v))
+		return false;
+	const cJSON *i = cJSON_GetObjectItemCaseSensitive(v, "includes");
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, "excludes");
+	if (!i)
+		i = cJSON_GetObjectItemCaseSensitive(v, "include");
+	if (!x)
+		x = cJSON_GetObjectItemCaseSensitive(v, "exclude");
+	s->fetch = true;
+	s->incl = i ? join_strings(i) : NULL;
+	s->excl = x ? join_strings(x) : NULL;
+	return true;
+}
+
+void
+co_update_get_json(cJSON *j, const st_op_result *res, const char *src, size_t len,
+                   const co_src_spec *s)
+{
+	bool fetch = true;
+	cJSON *g = cJSON_AddObjectToObject(j, "get");
+	cJSON_AddNumberToObject(g, "_seq_no", (double)res->seq_no);
+	cJSON_AddNumberToObject(g, "_primary_term", (double)res->primary_term);
+	cJSON_AddBoolToObject(g, "found", true);
+	char *f = co_source_filter(src, len, s->incl && *s->incl ? s->incl : NULL,
+	                           s->excl && *s->excl ? s->excl : NULL, &fetch);
+	/* raw: the stored text, every number as written */
+	cJSON_AddItemToObject(g, "_source",
+	                      f ? co_source_item(f, strlen(f), false)
+	                        : co_source_item(src, len, false));
+	cm_free(MEM, f);
+}
+
+cm_err
+co_update_doc_src(nd_index *ix, const char *id, const char *routing, const cJSON *body,
+                  const co_write_opts *w, long retries, const nd_req_opts *o, st_op_result *res,
+                  cm_buf *final, cm_error *err)
+{
 	/* the read an update starts from is the primary's, as the write will be */
 	nd_req_opts ro = {.deadline_ns = o ? o->deadline_ns : 0, .preference = "_primary"};
 	bool doc_as_upsert = false, detect_noop = true, scripted_upsert = false;
@@ -941,6 +1019,8 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 				res->seq_no = meta.seq_no;
 				res->primary_term = meta.primary_term;
 				res->version = meta.version;
+				if (final)
+					cm_buf_put(final, src.data, src.len);
 				cJSON_Delete(cur);
 				rc = CM_OK;
 				break;
@@ -955,6 +1035,8 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 		op.source = text;
 		op.source_len = strlen(text);
 		rc = co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, o, res, err);
+		if (!rc && final && op.type == ST_OP_INDEX)
+			cm_buf_put(final, text, strlen(text));
 		cJSON_free(text);
 		if (rc == CM_ECONFLICT && attempt < retries)
 			continue;
@@ -1015,13 +1097,38 @@ co_h_update(co_req *r)
 		return;
 	}
 	nd_req_opts ro = co_req_opts(r);
-	if (co_update_doc(ix, id, routing, body, &w, retries, &ro, &res, &err)) {
+	/* what "get" returns: the URL's _source parameters, then the body's */
+	co_src_spec spec = {0};
+	const char *sp = co_param_get(r, "_source"), *si = co_param_get(r, "_source_includes"),
+	           *se = co_param_get(r, "_source_excludes");
+	if (sp || si || se) {
+		spec.fetch = !sp || strcmp(sp, "false");
+		spec.incl = cm_strdup(MEM, si ? si : sp && strcmp(sp, "true") ? sp : "");
+		spec.excl = se ? cm_strdup(MEM, se) : NULL;
+	}
+	const cJSON *bs = cJSON_GetObjectItemCaseSensitive(body, "_source");
+	if (bs && !co_src_spec_json(bs, &spec)) {
+		co_src_spec_free(&spec);
+		cJSON_Delete(body);
+		nd_index_release(ix);
+		co_reply_errorf(r, CM_EPARSE, NULL,
+		                "[_source] must be a boolean, a string, an array "
+		                "or an object");
+		return;
+	}
+	cm_buf final;
+	cm_buf_init(&final, MEM);
+	if (co_update_doc_src(ix, id, routing, body, &w, retries, &ro, &res, &final, &err)) {
 		co_reply_error(r, &err, name);
 	} else {
 		bool forced = res.result != ST_RESULT_NOOP && co_refresh_after(ix, w.refresh);
-		co_reply_json(r, res.result == ST_RESULT_CREATED ? 201 : 200,
-		              co_write_result_json(ix, id, strlen(id), &res, forced));
+		cJSON *j = co_write_result_json(ix, id, strlen(id), &res, forced);
+		if (spec.fetch && final.len)
+			co_update_get_json(j, &res, (const char *) final.data, final.len, &spec);
+		co_reply_json(r, res.result == ST_RESULT_CREATED ? 201 : 200, j);
 	}
+	cm_buf_free(&final);
+	co_src_spec_free(&spec);
 	cJSON_Delete(body);
 	nd_index_release(ix);
 }

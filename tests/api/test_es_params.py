@@ -351,5 +351,46 @@ def external_gte_versions_and_create():
                      "versioning. use index instead;"), label + " _create v%d: %s" % (v, b))
         n.req("DELETE", "/egv")
 
+
+@test
+def update_and_explain_return_the_source_asked_for():
+    # _source on an update (URL, bulk item or body) and on _explain gives
+    # the document back as "get", filtered as asked
+    for label, n in nodes():
+        n.req("DELETE", "/usg")
+        st, b = n.req("POST", "/usg/_update/1?_source=foo,bar&refresh=true",
+                      {"doc": {"foo": "baz"}, "upsert": {"foo": "bar", "x": 1.10}})
+        eq((st, b.get("get")), (201, {"_seq_no": 0, "_primary_term": 1, "found": True,
+                                     "_source": {"foo": "bar"}}), label + " upsert: %s" % b)
+        st, b = n.req("POST", "/usg/_update/1", {"doc": {"foo": "baz"},
+                                                 "_source": {"excludes": ["foo"]}})
+        eq((st, b["result"], b["get"]["_source"]), (200, "updated", {"x": 1.10}),
+           label + " body _source: %s" % b)
+        st, b = n.req("POST", "/usg/_update/1", {"doc": {"foo": "baz"}, "_source": True})
+        eq((b["result"], b["get"]["_source"]), ("noop", {"foo": "baz", "x": 1.10}),
+           label + " noop: %s" % b)
+        st, b = n.req("POST", "/usg/_update/1", {"doc": {"foo": "q"}})
+        eq("get" in b, False, label + " not asked: %s" % b)
+        st, b = n.bulk([{"update": {"_index": "usg", "_id": "1", "_source": ["foo"]}},
+                        {"doc": {"foo": "w"}},
+                        {"update": {"_index": "usg", "_id": "2"}},
+                        {"doc": {"foo": "v"}, "doc_as_upsert": True, "_source": True}],
+                       params="?refresh=true")
+        items = [i["update"] for i in b["items"]]
+        eq([i.get("get", {}).get("_source") for i in items], [{"foo": "w"}, {"foo": "v"}],
+           label + " bulk: %s" % b)
+        st, b = n.bulk([{"update": {"_index": "usg", "_id": "2"}}, {"doc": {"y": 2}}],
+                       params="?_source_includes=y")
+        eq(b["items"][0]["update"]["get"]["_source"], {"y": 2}, label + " bulk URL: %s" % b)
+        n.req("POST", "/usg/_refresh")
+        st, b = n.req("POST", "/usg/_explain/1?_source_includes=x",
+                      {"query": {"match_all": {}}})
+        eq((st, b["matched"], b["get"]["found"], b["get"]["_source"]), (200, True, True,
+                                                                        {"x": 1.10}),
+           label + " explain: %s" % b)
+        st, b = n.req("POST", "/usg/_explain/1?_source=false", {"query": {"match_all": {}}})
+        eq("get" in b, False, label + " explain without: %s" % b)
+        n.req("DELETE", "/usg")
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
