@@ -863,10 +863,14 @@ fp_exclude(cJSON *j, fp_pat *p, int o)
 			continue;
 		}
 		if (strcmp(p->segs[o], "**") == 0) {
-			if (o + 1 < p->n && fp_glob(p->segs[o + 1], c->string) && o + 2 >= p->n) {
+			bool next = o + 1 < p->n && fp_glob(p->segs[o + 1], c->string);
+			if (next && o + 2 >= p->n) {
 				cJSON_Delete(cJSON_DetachItemViaPointer(j, c));
 				continue;
 			}
+			/* "**" ends here (the rest of the pattern below c), or goes on */
+			if (next && (cJSON_IsObject(c) || cJSON_IsArray(c)))
+				fp_exclude(c, p, o + 2);
 			if (cJSON_IsObject(c) || cJSON_IsArray(c))
 				fp_exclude(c, p, o);
 			continue;
