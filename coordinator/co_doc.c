@@ -1203,7 +1203,7 @@ co_h_mget(co_req *r)
 		const cJSON *rt = docs ? cJSON_GetObjectItemCaseSensitive(d, "routing") : NULL;
 		const cJSON *sj = docs ? cJSON_GetObjectItemCaseSensitive(d, "_source") : NULL;
 		const char *iname = cJSON_IsString(ixj) ? ixj->valuestring : dflt_index;
-		char idbuf[64], *dinc = NULL;
+		char idbuf[64], *dinc = NULL, *dexc = NULL;
 		const char *id = cJSON_IsString(idj) ? idj->valuestring : idbuf;
 		const char *di = incl, *de = excl;
 		nd_index *ix;
@@ -1217,18 +1217,15 @@ co_h_mget(co_req *r)
 		else if (cJSON_IsString(sj))
 			di = sj->valuestring;
 		else if (cJSON_IsArray(sj) || cJSON_IsObject(sj)) {
-			/* ["a","b"] or {"includes":[..],"excludes":[..]}: one list */
-			cm_buf b;
-			const cJSON *list = cJSON_IsArray(sj) ? sj : cJSON_GetObjectItemCaseSensitive(sj, "includes");
-			const cJSON *e;
-			cm_buf_init(&b, MEM);
-			cJSON_ArrayForEach(e, list)
-			if (cJSON_IsString(e))
-				cm_buf_printf(&b, "%s%s", b.len ? "," : "", e->valuestring);
-			cm_buf_put_u8(&b, 0);
-			dinc = cm_strdup(MEM, (const char *)b.data);
-			cm_buf_free(&b);
-			di = *dinc ? dinc : NULL;
+			/* ["a","b"] or {"includes"|"include": .., "excludes"|"exclude": ..},
+			 * each a list or a string */
+			co_src_spec sp = {0};
+			co_src_spec_json(sj, &sp);
+			dinc = sp.incl;
+			dexc = sp.excl;
+			di = dinc && *dinc ? dinc : NULL;
+			if (dexc)
+				de = *dexc ? dexc : NULL;
 		}
 		cm_error_clear(&err);
 		if (!(ix = co_index_or_alias(r->node, iname, false))) {
@@ -1240,6 +1237,7 @@ co_h_mget(co_req *r)
 			cJSON_AddItemToObject(e, "error", co_error_json(&err, iname));
 			cJSON_AddItemToArray(arr, e);
 			cm_free(MEM, dinc);
+			cm_free(MEM, dexc);
 			continue;
 		}
 		get_refresh_first(r, ix);
@@ -1256,6 +1254,7 @@ co_h_mget(co_req *r)
 		}
 		nd_index_release(ix);
 		cm_free(MEM, dinc);
+		cm_free(MEM, dexc);
 		if (!g) {
 			g = cJSON_CreateObject();
 			cJSON_AddStringToObject(g, "_index", iname);

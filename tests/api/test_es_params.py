@@ -392,5 +392,24 @@ def update_and_explain_return_the_source_asked_for():
         eq("get" in b, False, label + " explain without: %s" % b)
         n.req("DELETE", "/usg")
 
+
+@test
+def mget_source_include_exclude_spellings():
+    # a doc's _source in _mget takes include/exclude as well as
+    # includes/excludes, each a list or a string
+    for label, n in nodes():
+        n.req("DELETE", "/msf")
+        n.req("PUT", "/msf/_doc/1?refresh=true",
+              {"include": {"field1": "v1", "field2": "v2"}, "count": 1})
+        st, b = n.req("POST", "/_mget", {"docs": [
+            {"_index": "msf", "_id": "1", "_source": {"include": "include.field1"}},
+            {"_index": "msf", "_id": "1", "_source": {"include": ["include.field1"]}},
+            {"_index": "msf", "_id": "1", "_source": {"include": ["include"],
+                                                      "exclude": ["*.field2"]}},
+            {"_index": "msf", "_id": "1", "_source": {"excludes": "include"}}]})
+        eq([d["_source"] for d in b["docs"]],
+           [{"include": {"field1": "v1"}}] * 3 + [{"count": 1}], label + ": %s" % b)
+        n.req("DELETE", "/msf")
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
