@@ -1052,6 +1052,35 @@ co_msearch_run(co_req *r, const cm_error *item_errs, size_t nitem_errs)
 	bool total_as_int = co_param_bool(r, "rest_total_hits_as_int", false);
 	co_param_get(r, "search_type");
 	co_param_get(r, "typed_keys");
+	/* as ES parses the request: a search whose total cannot be an int
+	 * fails the whole _msearch before any runs */
+	for (const char *q = p; total_as_int && q < end;) {
+		const char *nl = memchr(q, '\n', (size_t)(end - q));
+		size_t len = nl ? (size_t)(nl - q) : (size_t)(end - q);
+		const char *lq = q;
+		q = nl ? nl + 1 : end;
+		while (len && strchr(" \t\r", lq[len - 1]))
+			len--;
+		if (!len)
+			continue;
+		/* header, then body: only bodies hold track_total_hits */
+		const char *nl2 = q < end ? memchr(q, '\n', (size_t)(end - q)) : NULL;
+		size_t blen = q < end ? (nl2 ? (size_t)(nl2 - q) : (size_t)(end - q)) : 0;
+		cJSON *b = blen ? cJSON_ParseWithLength(q, blen) : NULL;
+		const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "track_total_hits");
+		bool bad = cJSON_IsNumber(t) && t->valuedouble != (double)INT32_MAX;
+		long long got = bad ? (long long)t->valuedouble : 0;
+		cJSON_Delete(b);
+		q = nl2 ? nl2 + 1 : end;
+		if (bad) {
+			co_reply_errorf(
+			    r, CM_EINVAL, NULL,
+			    "[rest_total_hits_as_int] cannot be used if the tracking of total "
+			    "hits is not accurate, got %lld",
+			    got);
+			return;
+		}
+	}
 	cm_buf_init(&out, MEM);
 	cm_buf_init(&one, MEM);
 	cm_buf_printf(&out, "{\"took\":%%TOOK%%,\"responses\":[");

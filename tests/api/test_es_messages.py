@@ -170,5 +170,25 @@ def scroll_validation_and_slice_limit():
         st, b = n.req("DELETE", "/_search/scroll/not-a-scroll-id", {"scroll_id": [sid]})
         assert (st, b.get("num_freed")) == (200, 1), (label, b)
 
+
+@test
+def msearch_total_as_int_needs_exact_totals():
+    # one search that cannot give an int total fails the whole _msearch,
+    # before any runs, as ES parses it
+    import json as _json
+    for label, n in nodes():
+        setup(n)
+        body = "".join(_json.dumps(x) + "\n" for x in (
+            {"index": "lim"}, {"query": {"match_all": {}}},
+            {"index": "lim"}, {"query": {"match_all": {}}, "track_total_hits": 10}))
+        b = n.req("POST", "/_msearch?rest_total_hits_as_int=true", body.encode(),
+                  headers={"Content-Type": "application/x-ndjson"})
+        error_is(b, 400, IAE, "[rest_total_hits_as_int] cannot be used if the tracking of "
+                 "total hits is not accurate, got 10")
+        st, b = n.req("POST", "/_msearch?rest_total_hits_as_int=true",
+                      body.replace('"track_total_hits": 10', '"track_total_hits": true')
+                      .encode(), headers={"Content-Type": "application/x-ndjson"})
+        assert st == 200 and [isinstance(r["hits"]["total"], int) for r in b["responses"]] == [True, True], (label, b)
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
