@@ -481,7 +481,7 @@ static cm_err
 missing_parse(sr_agg *a, const cJSON *body, cm_error *err)
 {
 	for (const cJSON *c = body->child; c; c = c->next)
-		if (strcmp(c->string, "field"))
+		if (strcmp(c->string, "field") && strcmp(c->string, "missing"))
 			return agg_unknown_param(a, c->string, err);
 	return CM_OK;
 }
@@ -492,6 +492,8 @@ missing_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scor
 	sbkt *b = n->d;
 	run r;
 	r.n = 0;
+	if (rt->spec->missing.set) /* every doc has a value then: its own or "missing" */
+		return;
 	for (size_t i = 0; i < cnt; i++) {
 		const int64_t *v;
 		if (agg_values(rt, docs[i], &v) == 0) {

@@ -750,5 +750,14 @@ def percentiles_interpolate_as_es():
         eq(a["p"]["values"], {"0.0": 1.0, "10.0": 1.1, "25.0": 2.0, "50.0": 3.5, "95.0": 6.0,
                               "100.0": 6.0}, label + " percentiles")
 
+
+@test
+def missing_agg_with_missing_value():
+    # with "missing", every document has a value of the field: none counts
+    for label, n in targets():
+        a = search(n, {"aggs": {"m": {"missing": {"field": "nosuch", "missing": 1}},
+                                "m0": {"missing": {"field": "nosuch"}}}})
+        eq((a["m"]["doc_count"], a["m0"]["doc_count"]), (0, 6), label)
+
 if __name__ == "__main__":
     run_tests(budget_s=120, teardown=teardown)
