@@ -411,5 +411,25 @@ def mget_source_include_exclude_spellings():
            [{"include": {"field1": "v1"}}] * 3 + [{"count": 1}], label + ": %s" % b)
         n.req("DELETE", "/msf")
 
+
+@test
+def allow_no_indices_false_per_wildcard():
+    # every wildcard of the expression must select an index, not only the
+    # expression as a whole; an index DELETE's wildcards never select aliases
+    for label, n in nodes():
+        for ix in ("anw1", "anw2"):
+            n.req("DELETE", "/" + ix)
+        n.req("PUT", "/anw1", {"aliases": {"anwalias": {}}})
+        n.req("PUT", "/anw2", {})
+        st, b = n.req("DELETE", "/anw2,anwali*?allow_no_indices=false")
+        eq((st, b["error"]["type"]), (404, "index_not_found_exception"), label + ": %s" % b)
+        eq(n.req("HEAD", "/anw2")[0], 200, label + " nothing deleted")
+        st, b = n.req("GET", "/anw2,nomatch*/_settings?allow_no_indices=false")
+        eq(st, 404, label + " get settings: %s" % b)
+        st, b = n.req("GET", "/anw2,nomatch*/_settings")
+        eq((st, list(b)), (200, ["anw2"]), label + " allowed: %s" % b)
+        for ix in ("anw1", "anw2"):
+            n.req("DELETE", "/" + ix)
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
