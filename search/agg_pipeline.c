@@ -1553,7 +1553,7 @@ pipe_type_name(pipe_kind k)
 		return "derivative";
 	case PK_MAX_BUCKET:
 	case PK_MIN_BUCKET:
-		return "bucket_metrics";
+		return "bucket_metric_value"; /* InternalBucketMetricValue.NAME */
 	case PK_STATS_BUCKET:
 	case PK_EXTENDED_STATS_BUCKET:
 	case PK_PERCENTILES_BUCKET:

@@ -89,10 +89,10 @@ def typed_keys_names():
         "pday": {"percentiles_bucket": {"buckets_path": "days>sp", "percents": [50]}},
         "mis": {"missing": {"field": "nosuchfield"}},
     }}
-    want_top = ["avgday", "bucket_metrics#maxday", "card", "comp", "days", "dr", "f", "fs",
+    want_top = ["avgday", "bucket_metric_value#maxday", "card", "comp", "days", "dr", "f", "fs",
                 "h", "mis", "mx", "none", "oks", "pday", "prices", "r", "st", "statsday",
                 "tags", "vc"]
-    typed = {"avgday": "simple_value", "maxday": "bucket_metrics", "card": "cardinality",
+    typed = {"avgday": "simple_value", "maxday": "bucket_metric_value", "card": "cardinality",
              "comp": "composite", "days": "date_histogram", "dr": "date_range", "f": "filter",
              "fs": "filters", "h": "histogram", "mis": "missing", "mx": "max",
              "none": "umterms", "oks": "lterms", "pday": "percentiles_bucket",
@@ -116,7 +116,7 @@ def typed_keys_names():
            label + " parent pipelines typed")
         eq(days[1]["derivative#d"], {"value": -0.5}, label + " derivative value")
         eq(days[4]["simple_value#cs"], {"value": 24.0}, label + " cumulative_sum value")
-        eq(a["bucket_metrics#maxday"], {"value": 12.0, "keys": ["2024-01-05T00:00:00.000Z"]},
+        eq(a["bucket_metric_value#maxday"], {"value": 12.0, "keys": ["2024-01-05T00:00:00.000Z"]},
            label + " max_bucket")
         eq(a["simple_value#avgday"], plain["avgday"], label + " avg_bucket")
         eq(a["stats_bucket#statsday"]["count"], 4, label + " stats_bucket")
