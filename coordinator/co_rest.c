@@ -2738,6 +2738,13 @@ co_h_refresh(co_req *r)
 void
 co_h_flush(co_req *r)
 {
+	/* ES's FlushRequest.validate */
+	if (co_param_bool(r, "force", false) && !co_param_bool(r, "wait_if_ongoing", true)) {
+		co_reply_errorf(
+		    r, CM_EVALIDATE, NULL,
+		    "Validation Failed: 1: wait_if_ongoing must be true for a force flush;");
+		return;
+	}
 	index_op(r, op_flush, 0);
 }
 

@@ -190,5 +190,17 @@ def msearch_total_as_int_needs_exact_totals():
                       .encode(), headers={"Content-Type": "application/x-ndjson"})
         assert st == 200 and [isinstance(r["hits"]["total"], int) for r in b["responses"]] == [True, True], (label, b)
 
+
+@test
+def force_flush_must_wait():
+    for label, n in nodes():
+        setup(n)
+        b = n.req("POST", "/lim/_flush?force=true&wait_if_ongoing=false")
+        error_is(b, 400, "action_request_validation_exception")
+        assert b[1]["error"]["reason"] == ("Validation Failed: 1: wait_if_ongoing must be true "
+                                           "for a force flush;"), (label, b)
+        st, _ = n.req("POST", "/lim/_flush?force=true")
+        assert st == 200, label
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
