@@ -353,6 +353,8 @@ typedef struct st_doc {
 /* Hidden fields of nested documents: the nested path (keyword, postings)
  * and the object's index in its parent's array (long column). */
 #define ST_FIELD_NESTED_PATH "_nested_path"
+/* The fields whose malformed values a document skipped (keyword terms). */
+#define ST_FIELD_IGNORED "_ignored"
 #define ST_FIELD_NESTED_OFFSET "_nested_offset"
 #define ST_NESTED_OBJECTS_LIMIT 10000 /* index.mapping.nested_objects.limit */
 
