@@ -290,6 +290,7 @@ hit_to_pb(const sr_hit *h, Shoal__Hit *pb, pb_arena *a)
 	pb->fields = pr_bin(h->fields, h->fields_len);
 	pb->highlight = pr_bin(h->highlight, h->highlight_len);
 	pb->inner_hits = pr_bin(h->inner_hits, h->inner_hits_len);
+	pb->ignored = pr_bin(h->ignored, h->ignored_len);
 	pb->shard = h->shard;
 	pb->doc = h->doc;
 	pb->seq_no = h->seq_no;
@@ -406,6 +407,12 @@ hit_from_pb(const Shoal__Hit *pb, sr_hit *h, pr_strings *ps)
 		memcpy(h->inner_hits, pb->inner_hits.data, pb->inner_hits.len);
 		h->inner_hits[pb->inner_hits.len] = '\0';
 		h->inner_hits_len = pb->inner_hits.len;
+	}
+	if (pb->ignored.len) {
+		h->ignored = cm_malloc(HIT_MEM, pb->ignored.len + 1);
+		memcpy(h->ignored, pb->ignored.data, pb->ignored.len);
+		h->ignored[pb->ignored.len] = '\0';
+		h->ignored_len = pb->ignored.len;
 	}
 	if (pb->highlight.len) {
 		h->highlight = cm_malloc(HIT_MEM, pb->highlight.len + 1);

@@ -438,6 +438,10 @@ typedef struct sr_hit {
 	 * merger replaces with its "_index" and "_type"), NULL when none */
 	char *inner_hits;
 	size_t inner_hits_len;
+	/* "_ignored": the fields whose malformed values the document skipped
+	 * (a JSON array), NULL when none */
+	char *ignored;
+	size_t ignored_len;
 	uint32_t shard, doc;   /* tie-breaking: shard index, then global doc */
 	uint64_t seq_no, primary_term;
 	int64_t version;

@@ -581,6 +581,33 @@ fetch_stored(const sr_request *req, const st_segment *seg, st_seg_txn *txn, size
 	if (rc)
 		return cm_error_set(err, rc, "cannot read stored document");
 	h->id = cm_strndup(CM_MEM_SEARCH, (const char *)idb->data, idb->len);
+	/* _ignored, shown with every hit that has it, as ES does */
+	const st_field_info *ig = st_segment_field(seg, ST_FIELD_IGNORED);
+	if (ig && (ig->flags & ST_FI_COLUMN)) {
+		st_colblock cb;
+		const int64_t *v;
+		memset(&cb, 0, sizeof cb);
+		int k = st_col_values(txn, ig, &cb, doc, &v);
+		if (k > 0) {
+			cm_buf j;
+			cm_buf_init(&j, CM_MEM_SEARCH);
+			cm_buf_put_u8(&j, '[');
+			for (int i = 0; i < k; i++) {
+				const uint8_t *t;
+				size_t tl;
+				if (st_ord_term(txn, ig, (uint64_t)v[i], &t, &tl) != CM_OK)
+					continue;
+				if (j.len > 1)
+					cm_buf_put_u8(&j, ',');
+				sr_jw_str(&j, (const char *)t, tl);
+			}
+			cm_buf_put_u8(&j, ']');
+			h->ignored = cm_strndup(CM_MEM_SEARCH, (const char *)j.data, j.len);
+			h->ignored_len = j.len;
+			cm_buf_free(&j);
+		}
+		st_colblock_free(&cb);
+	}
 	/* an empty stored source: the mapping has _source disabled */
 	if (req->fetch_source && src->len) {
 		if (req->nincludes || req->nexcludes) {

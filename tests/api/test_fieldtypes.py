@@ -842,6 +842,12 @@ def ignored_fields_are_searchable():
             eq(ids({"exists": {"field": "_ignored"}}), ["1", "2", "3"], label + " exists")
             eq(ids({"term": {"_ignored": "d"}}), ["2", "3"], label + " term")
             eq(ids({"terms": {"_ignored": ["ip", "n"]}}), ["1", "3"], label + " terms")
+            # every hit that has it shows it, also with stored_fields
+            for params in ("", "?stored_fields=d"):
+                st, b = asks[0].req("POST", "/ign/_search" + params,
+                                    {"query": {"match_all": {}}, "sort": ["_id"]})
+                eq([h.get("_ignored") for h in b["hits"]["hits"]],
+                   [["ip"], ["d"], ["d", "ip", "n"], None], label + " hits%s" % params)
             n.req("POST", "/ign/_forcemerge?max_num_segments=1")
         n.req("DELETE", "/ign")
 
