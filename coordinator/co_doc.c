@@ -493,10 +493,70 @@ get_refresh_first(co_req *r, nd_index *ix)
 		co_refresh_after(ix, CO_REFRESH_TRUE);
 }
 
-/* Looks a document up; fills a GET-shaped object (found or not). */
+/* The values at a dotted path of a source (through objects and arrays)
+ * into out. */
+static void
+source_values(const cJSON *j, const char *path, cJSON *out)
+{
+	if (cJSON_IsArray(j)) {
+		const cJSON *e;
+		cJSON_ArrayForEach(e, j) source_values(e, path, out);
+		return;
+	}
+	if (!*path) {
+		if (!cJSON_IsNull(j) && !cJSON_IsObject(j))
+			cJSON_AddItemToArray(out, cJSON_Duplicate(j, true));
+		return;
+	}
+	if (!cJSON_IsObject(j))
+		return;
+	const char *dot = strchr(path, '.');
+	size_t n = dot ? (size_t)(dot - path) : strlen(path);
+	const cJSON *c;
+	cJSON_ArrayForEach(c, j) if (strlen(c->string) == n && !memcmp(c->string, path, n))
+	    source_values(c, dot ? dot + 1 : "", out);
+}
+
+/* stored_fields of a GET: each named field mapped with "store": true, its
+ * values as _source holds them, into "fields"; whether "_source" is named. */
+static bool
+stored_fields_json(nd_index *ix, const char *stored, const char *src, size_t len, cJSON *doc)
+{
+	bool want_source = false;
+	cJSON *s = len ? cJSON_ParseWithLength(src, len) : NULL, *fields = NULL;
+	st_mapping *m = nd_index_mapping(ix);
+	char *copy = cm_strdup(MEM, stored), *save = NULL, *tok;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(tok, "_source")) {
+			want_source = true;
+			continue;
+		}
+		const st_field_def *f = m ? st_mapping_find(m, tok) : NULL;
+		if (!f || !f->store || !s)
+			continue;
+		cJSON *vals = cJSON_CreateArray();
+		source_values(s, f->parent ? f->parent : f->path, vals);
+		if (!cJSON_GetArraySize(vals)) {
+			cJSON_Delete(vals);
+			continue;
+		}
+		if (!fields)
+			fields = cJSON_AddObjectToObject(doc, "fields");
+		cJSON_AddItemToObject(fields, tok, vals);
+	}
+	cm_free(MEM, copy);
+	st_mapping_unref(m);
+	cJSON_Delete(s);
+	return want_source;
+}
+
+/* Looks a document up; fills a GET-shaped object (found or not).
+ * stored: the stored_fields asked for, or NULL; source_asked: _source
+ * given explicitly (then it comes back beside stored fields). */
 static cJSON *
 get_doc_json(nd_index *ix, const char *id, const char *routing, const char *incl, const char *excl,
-             bool parsed, const nd_req_opts *o, bool *found, cm_error *err)
+             const char *stored, bool source_asked, bool parsed, const nd_req_opts *o, bool *found,
+             cm_error *err)
 {
 	cJSON *j = cJSON_CreateObject();
 	st_doc_meta meta;
@@ -530,7 +590,13 @@ get_doc_json(nd_index *ix, const char *id, const char *routing, const char *incl
 		cJSON_AddNumberToObject(j, "_seq_no", (double)meta.seq_no);
 		cJSON_AddNumberToObject(j, "_primary_term", (double)meta.primary_term);
 		cJSON_AddBoolToObject(j, "found", true);
+		/* with stored_fields, _source only when named there or asked for */
+		bool no_source =
+		    stored && !stored_fields_json(ix, stored, (const char *)src.data, src.len, j) &&
+		    !incl && !excl && !source_asked;
 		char *filtered = co_source_filter((const char *)src.data, src.len, incl, excl, &fetch);
+		if (no_source)
+			fetch = false;
 		if (fetch && src.len) { /* nothing stored: the mapping disables _source */
 			if (filtered)
 				cJSON_AddItemToObject(j, "_source",
@@ -588,8 +654,9 @@ co_h_doc_get(co_req *r)
 	}
 	nd_req_opts ro = co_req_opts(r);
 	get_refresh_first(r, ix);
-	j = get_doc_json(ix, id, co_param_get(r, "routing"), incl, excl, want_parsed(r), &ro, &found,
-	                 &err);
+	j = get_doc_json(ix, id, co_param_get(r, "routing"), incl, excl,
+	                 co_param_get(r, "stored_fields"), co_param_get(r, "_source") != NULL,
+	                 want_parsed(r), &ro, &found, &err);
 	nd_index_release(ix);
 	if (!j) {
 		co_reply_error(r, &err, name);
@@ -1201,6 +1268,10 @@ co_h_mget(co_req *r)
 		const cJSON *idj = docs ? cJSON_GetObjectItemCaseSensitive(d, "_id") : d;
 		const cJSON *ixj = docs ? cJSON_GetObjectItemCaseSensitive(d, "_index") : NULL;
 		const cJSON *rt = docs ? cJSON_GetObjectItemCaseSensitive(d, "routing") : NULL;
+		const cJSON *sfj =
+		    docs ? cJSON_GetObjectItemCaseSensitive(d, "stored_fields") : NULL;
+		char *dstored = sfj ? join_strings(sfj) : NULL; /* a doc's own, else the URL's */
+		const char *stored = dstored ? dstored : co_param_get(r, "stored_fields");
 		const cJSON *sj = docs ? cJSON_GetObjectItemCaseSensitive(d, "_source") : NULL;
 		const char *iname = cJSON_IsString(ixj) ? ixj->valuestring : dflt_index;
 		char idbuf[64], *dinc = NULL, *dexc = NULL;
@@ -1238,12 +1309,13 @@ co_h_mget(co_req *r)
 			cJSON_AddItemToArray(arr, e);
 			cm_free(MEM, dinc);
 			cm_free(MEM, dexc);
+			cm_free(MEM, dstored);
 			continue;
 		}
 		get_refresh_first(r, ix);
-		cJSON *g = get_doc_json(ix, id,
-		                        cJSON_IsString(rt) ? rt->valuestring : co_param_get(r, "routing"),
-		                        di, de, parsed, &ro, &found, &err);
+		cJSON *g = get_doc_json(
+		    ix, id, cJSON_IsString(rt) ? rt->valuestring : co_param_get(r, "routing"), di,
+		    de, stored, sj || co_param_get(r, "_source"), parsed, &ro, &found, &err);
 		if (g && !found) {
 			/* ES 7's typeless mget: a missing document has its index's
 			 * type, none while the index has no mapping yet */
@@ -1255,6 +1327,7 @@ co_h_mget(co_req *r)
 		nd_index_release(ix);
 		cm_free(MEM, dinc);
 		cm_free(MEM, dexc);
+		cm_free(MEM, dstored);
 		if (!g) {
 			g = cJSON_CreateObject();
 			cJSON_AddStringToObject(g, "_index", iname);

@@ -872,6 +872,8 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 				f.index_options = at;
 			else
 				f.term_vector = at;
+		} else if (strcmp(k, "store") == 0 && type != ST_FT_OBJECT) {
+			ok = json_bool(it, &f.store);
 		} else if (type != ST_FT_OBJECT &&
 		           (strcmp(k, "store") == 0 || strcmp(k, "boost") == 0 ||
 		            strcmp(k, "similarity") == 0 ||
@@ -1376,6 +1378,8 @@ render_field(cJSON *o, const st_field_def *f, bool has_children)
 			    o, "search_analyzer",
 			    field_an_name(f->search_analyzer, f->custom_search_analyzer));
 	}
+	if (f->store && f->type != ST_FT_OBJECT)
+		cJSON_AddBoolToObject(o, "store", true);
 	if (f->type == ST_FT_TEXT && f->index_options)
 		cJSON_AddStringToObject(o, "index_options",
 		                        st_index_options_names[f->index_options]);
@@ -1616,6 +1620,9 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 	if (old->index != f->index)
 		return param_conflict(err, f->path, "index", old->index ? "true" : "false",
 		                      f->index ? "true" : "false");
+	if (old->store != f->store)
+		return param_conflict(err, f->path, "store", old->store ? "true" : "false",
+		                      f->store ? "true" : "false");
 	if (old->index_options != f->index_options)
 		return param_conflict(
 		    err, f->path, "index_options",

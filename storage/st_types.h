@@ -244,6 +244,9 @@ typedef struct st_field_def {
 	 * change no storage here; offsets in either spare a highlighter the
 	 * re-analysis index.highlight.max_analyzed_offset bounds. */
 	uint8_t index_options, term_vector;
+	/* "store": true: GET and _mget return the field under "fields" when
+	 * stored_fields names it (its values read from _source) */
+	bool store;
 } st_field_def;
 
 extern const char *const st_index_options_names[]; /* NULL-terminated, [0] = "" */

@@ -431,5 +431,40 @@ def allow_no_indices_false_per_wildcard():
         for ix in ("anw1", "anw2"):
             n.req("DELETE", "/" + ix)
 
+
+@test
+def get_stored_fields():
+    # stored_fields on GET and _mget: fields mapped with "store": true come
+    # back under "fields" (values as _source holds them); _source only when
+    # named there or asked for; a field not stored is left out
+    for label, n in nodes():
+        n.req("DELETE", "/gsf")
+        st, b = n.req("PUT", "/gsf", {"mappings": {"properties": {
+            "foo": {"type": "keyword", "store": True}, "count": {"type": "integer",
+                                                                  "store": True},
+            "plain": {"type": "keyword"}, "o": {"properties": {"t": {"type": "text",
+                                                                     "store": True}}}}}})
+        eq(st, 200, label + ": %s" % b)
+        props = n.req("GET", "/gsf/_mapping")[1]["gsf"]["mappings"]["properties"]
+        eq((props["foo"].get("store"), props["plain"].get("store")), (True, None),
+           label + " echoed: %s" % props)
+        n.req("PUT", "/gsf/_doc/1", {"foo": "bar", "count": 1, "plain": "p",
+                                     "o": [{"t": "x"}, {"t": "y"}]})
+        st, b = n.req("GET", "/gsf/_doc/1?stored_fields=foo,count,plain,o.t")
+        eq((b.get("fields"), "_source" in b), ({"foo": ["bar"], "count": [1],
+                                                "o.t": ["x", "y"]}, False),
+           label + " get: %s" % b)
+        st, b = n.req("GET", "/gsf/_doc/1?stored_fields=count,_source")
+        eq((b.get("fields"), b["_source"]["foo"]), ({"count": [1]}, "bar"), label + " _source")
+        st, b = n.req("GET", "/gsf/_doc/1?stored_fields=count&_source=true")
+        eq("_source" in b, True, label + " _source asked: %s" % b)
+        st, b = n.req("POST", "/gsf/_mget", {"docs": [{"_id": "1", "stored_fields": ["foo"]},
+                                                      {"_id": "1"}]})
+        eq([(d.get("fields"), "_source" in d) for d in b["docs"]],
+           [({"foo": ["bar"]}, False), (None, True)], label + " mget: %s" % b)
+        st, b = n.req("PUT", "/gsf/_mapping", {"properties": {"foo": {"type": "keyword"}}})
+        eq(st, 400, label + " store cannot change: %s" % b)
+        n.req("DELETE", "/gsf")
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
