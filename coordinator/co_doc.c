@@ -648,7 +648,7 @@ co_h_doc_get(co_req *r)
 	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
 		return;
 	if (!(ix = co_index_or_alias(r->node, name, false))) {
-		cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", name);
+		co_single_index_error(r->node, name, &err);
 		co_reply_error(r, &err, name);
 		return;
 	}
@@ -711,7 +711,7 @@ co_h_source_get(co_req *r)
 		return;
 	routing = co_param_get(r, "routing");
 	if (!(ix = co_index_or_alias(r->node, name, false))) {
-		cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", name);
+		co_single_index_error(r->node, name, &err);
 		co_reply_error(r, &err, name);
 		return;
 	}
@@ -1304,7 +1304,7 @@ co_h_mget(co_req *r)
 			cJSON_AddStringToObject(e, "_index", iname);
 			cJSON_AddNullToObject(e, "_type"); /* as ES 7: a failure has no type */
 			cJSON_AddStringToObject(e, "_id", id);
-			cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", iname);
+			co_single_index_error(r->node, iname, &err);
 			cJSON_AddItemToObject(e, "error", co_error_json(&err, iname));
 			cJSON_AddItemToArray(arr, e);
 			cm_free(MEM, dinc);

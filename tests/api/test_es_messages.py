@@ -202,5 +202,28 @@ def force_flush_must_wait():
         st, _ = n.req("POST", "/lim/_flush?force=true")
         assert st == 200, label
 
+
+@test
+def single_index_op_on_an_alias_of_several():
+    for label, n in nodes():
+        for ix in ("sio1", "sio2"):
+            n.req("DELETE", "/" + ix)
+            n.req("PUT", "/" + ix, {"aliases": {"sio_both": {}}})
+        n.req("PUT", "/sio1/_doc/1?refresh=true", {"a": 1})
+        want = ("alias [sio_both] has more than one index associated with it [sio1, sio2], "
+                "can't execute a single index op")
+        for path in ("/sio_both/_doc/1", "/sio_both/_source/1"):
+            error_is(n.req("GET", path), 400, IAE, want)
+        st, b = n.req("POST", "/_mget", {"docs": [{"_index": "sio1", "_id": "1"},
+                                                  {"_index": "sio_both", "_id": "1"},
+                                                  {"_index": "nosuch_sio", "_id": "1"}]})
+        assert b["docs"][0]["found"] is True, (label, b)
+        assert b["docs"][1]["error"]["root_cause"][0]["type"] == IAE, (label, b)
+        assert b["docs"][1]["error"]["root_cause"][0]["reason"] == want, (label, b)
+        assert b["docs"][2]["error"]["root_cause"][0]["type"] == "index_not_found_exception", \
+            (label, b)
+        for ix in ("sio1", "sio2"):
+            n.req("DELETE", "/" + ix)
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
