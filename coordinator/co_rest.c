@@ -2183,6 +2183,15 @@ co_h_prometheus(co_req *r)
 
 /* ---- index management ---- */
 
+/* A mapping under the single key "_doc": ES's typed form, which the
+ * typeless API refuses (MapperService.isMappingSourceTyped). */
+static bool
+mapping_typed(const cJSON *m)
+{
+	return cJSON_IsObject(m) && m->child && !m->child->next && cJSON_IsObject(m->child) &&
+	       !strcmp(m->child->string, "_doc");
+}
+
 void
 co_h_index_put(co_req *r)
 {
@@ -2194,6 +2203,15 @@ co_h_index_put(co_req *r)
 
 	if (bad)
 		return;
+	if (!co_param_bool(r, "include_type_name", false) &&
+	    mapping_typed(cJSON_GetObjectItemCaseSensitive(body, "mappings"))) {
+		cJSON_Delete(body);
+		co_reply_errorf(
+		    r, CM_EINVAL, NULL,
+		    "The mapping definition cannot be nested under a type [_doc] unless "
+		    "include_type_name is set to true.");
+		return;
+	}
 	cm_error_clear(&err);
 	if (nd_index_name_check(name, &err) == CM_OK) {
 		cJSON *full = co_template_body(r->node, name, body); /* the matching templates */
@@ -2418,6 +2436,13 @@ co_h_mapping_put(co_req *r)
 	if (!body) {
 		co_reply_errorf(r, CM_EVALIDATE, NULL,
 		                "Validation Failed: 1: mapping source is empty;");
+		return;
+	}
+	if (!co_param_bool(r, "include_type_name", false) && mapping_typed(body)) {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "Types cannot be provided in put mapping requests, unless the "
+		                "include_type_name parameter is set to true.");
 		return;
 	}
 	if (!co_resolve(r, co_seg(r, 0), &ixs, &n)) {

@@ -455,7 +455,8 @@ static cm_err
 check_name(const char *name, const char *where, bool allow_dots, cm_error *err)
 {
 	if (*name == '\0')
-		return cm_error_set(err, CM_EMAPPING, "field name cannot be an empty string");
+		return cm_error_set_type(err, CM_EINVAL, "illegal_argument_exception",
+		                         "field name cannot be an empty string");
 	bool blank = true;
 	for (const char *p = name; *p; p++)
 		blank &= isspace((unsigned char)*p) != 0;

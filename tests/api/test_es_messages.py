@@ -225,5 +225,28 @@ def single_index_op_on_an_alias_of_several():
         for ix in ("sio1", "sio2"):
             n.req("DELETE", "/" + ix)
 
+
+@test
+def typed_and_empty_mapping_names():
+    for label, n in nodes():
+        n.req("DELETE", "/tmn")
+        typed = {"_doc": {"properties": {"f": {"type": "keyword"}}}}
+        error_is(n.req("PUT", "/tmn", {"mappings": typed}), 400, IAE,
+                 "The mapping definition cannot be nested under a type [_doc] unless "
+                 "include_type_name is set to true.")
+        error_is(n.req("PUT", "/tmn", {"mappings": {"properties": {"": {"type": "keyword"}}}}),
+                 400, IAE, "field name cannot be an empty string")
+        st, _ = n.req("PUT", "/tmn", {})
+        assert st == 200, label
+        error_is(n.req("PUT", "/tmn/_mapping", typed), 400, IAE,
+                 "Types cannot be provided in put mapping requests, unless the "
+                 "include_type_name parameter is set to true.")
+        error_is(n.req("PUT", "/tmn/_mapping", {"properties": {"": {"type": "keyword"}}}), 400,
+                 IAE, "field name cannot be an empty string")
+        # a field named _doc beside others is a field
+        st, b = n.req("PUT", "/tmn/_mapping", {"properties": {"x": {"type": "keyword"}}})
+        assert st == 200, (label, b)
+        n.req("DELETE", "/tmn")
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
