@@ -461,7 +461,10 @@ resolve_indices_boost(co_req *r, cJSON *body, cm_error *err)
 		}
 		nd_index **ixs;
 		size_t n;
-		cm_err rc = nd_resolve(r->node, entry->string, false, &ixs, &n, err);
+		/* ignore_unavailable passes over a name that is no index, as ES */
+		cm_err rc =
+		    nd_resolve(r->node, entry->string,
+		               co_param_bool(r, "ignore_unavailable", false), &ixs, &n, err);
 		if (rc) {
 			cJSON_Delete(out);
 			return rc;

@@ -466,5 +466,22 @@ def get_stored_fields():
         eq(st, 400, label + " store cannot change: %s" % b)
         n.req("DELETE", "/gsf")
 
+
+@test
+def indices_boost_with_ignore_unavailable():
+    for label, n in nodes():
+        for ix in ("ib1", "ib2"):
+            n.req("DELETE", "/" + ix)
+            n.req("PUT", "/%s/_doc/1?refresh=true" % ix, {"t": "x"})
+        body = {"query": {"match": {"t": "x"}},
+                "indices_boost": [{"nonexistent": 2.0}, {"ib1": 1.0}, {"ib2": 2.0}]}
+        st, b = n.req("POST", "/ib1,ib2/_search", body)
+        eq(st, 404, label + " unknown name: %s" % b)
+        st, b = n.req("POST", "/ib1,ib2/_search?ignore_unavailable=true", body)
+        eq((st, [h["_index"] for h in b["hits"]["hits"]]), (200, ["ib2", "ib1"]),
+           label + ": %s" % b)
+        for ix in ("ib1", "ib2"):
+            n.req("DELETE", "/" + ix)
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
