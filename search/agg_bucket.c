@@ -2925,7 +2925,7 @@ hist_parse_order(sr_agg *a, hist_params *p, const cJSON *c, cm_error *err)
 	const char *k = o->child->string, *dir = o->child->valuestring;
 	if (strcmp(dir, "asc") && strcmp(dir, "desc"))
 		return cm_error_set(err, CM_EPARSE, "Unknown order direction [%s]", dir);
-	if (!strcmp(k, "_key"))
+	if (!strcmp(k, "_key") || !strcmp(k, "_time")) /* _time: ES 7's deprecated name */
 		p->order_count = false;
 	else if (!strcmp(k, "_count"))
 		p->order_count = true;

@@ -759,5 +759,18 @@ def missing_agg_with_missing_value():
                                 "m0": {"missing": {"field": "nosuch"}}}})
         eq((a["m"]["doc_count"], a["m0"]["doc_count"]), (0, 6), label)
 
+
+@test
+def date_histogram_time_order():
+    # "_time" is ES 7's deprecated name for "_key" in a date_histogram order
+    for label, n in targets():
+        keys = {}
+        for k in ("_time", "_key"):
+            a = search(n, {"aggs": {"h": {"date_histogram": {
+                "field": "ts", "calendar_interval": "day", "order": {k: "desc"}}}}})
+            keys[k] = [b["key"] for b in a["h"]["buckets"]]
+        eq(keys["_time"], keys["_key"], label)
+        eq(keys["_key"], sorted(keys["_key"], reverse=True), label + " descending")
+
 if __name__ == "__main__":
     run_tests(budget_s=120, teardown=teardown)
