@@ -529,6 +529,88 @@ cm_pool_run_some(cm_pool *p, cm_task_fn fn, void *args, size_t stride, size_t n,
 	return k;
 }
 
+#define DYM_MAX 16  /* suggestions kept */
+#define DYM_LEN 128 /* names longer than this are not compared */
+
+static float
+similarity(const char *a, size_t la, const char *b, size_t lb)
+{
+	unsigned row[DYM_LEN + 1];
+	if (la > DYM_LEN || lb > DYM_LEN)
+		return 0;
+	if (!la && !lb)
+		return 1;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = (unsigned)j;
+	for (size_t i = 1; i <= la; i++) {
+		unsigned diag = row[0];
+		row[0] = (unsigned)i;
+		for (size_t j = 1; j <= lb; j++) {
+			unsigned up = row[j];
+			unsigned best = diag + (a[i - 1] != b[j - 1]);
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return 1.0f - (float)row[lb] / (float)(la > lb ? la : lb);
+}
+
+bool
+cm_did_you_mean(const char *key, const char *candidates, char *out, size_t cap)
+{
+	struct {
+		float score;
+		const char *s;
+		size_t n;
+	} hit[DYM_MAX];
+	size_t nhit = 0, kl = strlen(key);
+	if (cap)
+		out[0] = 0;
+	for (const char *p = candidates; p && *p;) {
+		const char *e = strchr(p, ',');
+		size_t n = e ? (size_t)(e - p) : strlen(p);
+		float sc = similarity(key, kl, p, n);
+		if (sc > 0.5f && nhit < DYM_MAX) {
+			size_t at = nhit++;
+			/* insertion sort: most similar first, then by name */
+			while (at > 0) {
+				int c = strncmp(hit[at - 1].s, p,
+				                n < hit[at - 1].n ? n : hit[at - 1].n);
+				bool after = hit[at - 1].score > sc ||
+				             (hit[at - 1].score == sc &&
+				              (c < 0 || (c == 0 && hit[at - 1].n <= n)));
+				if (after)
+					break;
+				hit[at] = hit[at - 1];
+				at--;
+			}
+			hit[at].score = sc;
+			hit[at].s = p;
+			hit[at].n = n;
+		}
+		p = e ? e + 1 : NULL;
+	}
+	if (!nhit || !cap)
+		return nhit > 0;
+	size_t len = 0;
+	int w = snprintf(out, cap, "%s[", nhit > 1 ? "any of " : "");
+	len = w > 0 && (size_t)w < cap ? (size_t)w : cap - 1;
+	for (size_t i = 0; i < nhit && len + 1 < cap; i++) {
+		w = snprintf(out + len, cap - len, "%s%.*s", i ? ", " : "", (int)hit[i].n,
+		             hit[i].s);
+		len = w > 0 && (size_t)w < cap - len ? len + (size_t)w : cap - 1;
+	}
+	if (len + 1 < cap) {
+		out[len++] = ']';
+		out[len] = 0;
+	}
+	return true;
+}
+
 bool
 cm_glob(const char *pat, const char *s)
 {

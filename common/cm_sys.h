@@ -69,4 +69,11 @@ int cm_pool_idle(cm_pool *p);
  * classic two-pointer walk, which backs up only to the last '*'). */
 bool cm_glob(const char *pat, const char *s);
 
+/* Elasticsearch's "did you mean" for an unknown name: the candidates of
+ * the comma-separated list whose Levenshtein similarity to key (1 - edits
+ * / longer length, over bytes) is above 0.5, most similar first, then by
+ * name. Writes "[a]", "any of [a, b]" or "" (none) into out; returns
+ * whether any. */
+bool cm_did_you_mean(const char *key, const char *candidates, char *out, size_t cap);
+
 #endif

@@ -133,9 +133,33 @@ caller_thread(void *arg)
 	return NULL;
 }
 
+static void
+test_did_you_mean(void)
+{
+	char out[128];
+	/* ES: "jlp" -> [jlh] (2/3 similar); "gnd" is 0 similar */
+	CHECK(cm_did_you_mean("jlp", "field,jlh,gnd,chi_square", out, sizeof out));
+	CHECKF(!strcmp(out, "[jlh]"), "got %s", out);
+	CHECK(cm_did_you_mean("dac", "doc,upsert,script,doc_as_upsert", out, sizeof out));
+	CHECKF(!strcmp(out, "[doc]"), "got %s", out);
+	CHECK(cm_did_you_mean("fieldata", "docs,fielddata,store", out, sizeof out));
+	CHECKF(!strcmp(out, "[fielddata]"), "got %s", out);
+	/* several: most similar first, ties by name */
+	CHECK(cm_did_you_mean("abcd", "abcx,abxd,abcde,zzzz", out, sizeof out));
+	CHECKF(!strcmp(out, "any of [abcde, abcx, abxd]"), "got %s", out);
+	/* exactly 0.5 is not enough */
+	CHECK(!cm_did_you_mean("ab", "ax,q", out, sizeof out) && out[0] == 0);
+	CHECK(!cm_did_you_mean("x", "", out, sizeof out));
+	/* a small buffer is cut, never overrun */
+	char tiny[6];
+	cm_did_you_mean("abcd", "abcx,abxd", tiny, sizeof tiny);
+	CHECK(strlen(tiny) < sizeof tiny);
+}
+
 int
 main(void)
 {
+	test_did_you_mean();
 	cm_pool *p = cm_pool_create(3, "t");
 	for (size_t n = 0; n < 40; n++)
 		check_once(p, n);

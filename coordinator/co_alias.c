@@ -304,6 +304,32 @@ co_index_or_alias(nd_node *n, const char *name, bool write)
 	return ix;
 }
 
+void
+co_single_index_error(nd_node *n, const char *name, cm_error *err)
+{
+	nd_index **ixs = NULL;
+	size_t cnt = 0;
+	cm_error e;
+	cm_error_clear(&e);
+	if (nd_alias_exists(n, name) && !nd_resolve(n, name, false, &ixs, &cnt, &e) && cnt > 1) {
+		cm_buf names;
+		cm_buf_init(&names, MEM);
+		for (size_t i = 0; i < cnt; i++)
+			cm_buf_printf(&names, "%s%s", i ? ", " : "", nd_index_name(ixs[i]));
+		cm_buf_put_u8(&names, 0);
+		cm_error_set(err, CM_EINVAL,
+		             "alias [%s] has more than one index associated with it [%s], can't "
+		             "execute a single index op",
+		             name, (const char *)names.data);
+		cm_buf_free(&names);
+	} else {
+		cm_error_set(err, CM_ENOINDEX, "no such index [%s]", name);
+	}
+	for (size_t i = 0; i < cnt; i++)
+		nd_index_release(ixs[i]);
+	cm_free(CM_MEM_NODE, ixs);
+}
+
 char *
 co_alias_index_routing(nd_node *n, const char *name)
 {

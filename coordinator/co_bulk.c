@@ -39,6 +39,7 @@ typedef struct bulk_item {
 	bool ready;        /* resolved, routed, ingested: to be applied */
 	bool dropped;      /* an ingest pipeline dropped it */
 	char *ingested;    /* the source an ingest pipeline made (owned), or NULL */
+	char *get;         /* an update's "get" object (JSON text, owned), or NULL */
 	size_t batch, pos; /* where its op sits */
 } bulk_item;
 
@@ -337,6 +338,10 @@ render_item(co_stream *s, bulk_item *it)
 		                    s->dflt.refresh == CO_REFRESH_TRUE &&
 		                        it->res.result != ST_RESULT_NOOP,
 		                    status);
+		if (it->get && s->out.len && s->out.data[s->out.len - 1] == '}') {
+			s->out.len--; /* the item's object takes "get" before it closes */
+			cm_buf_printf(&s->out, ",\"get\":%s}", it->get);
+		}
 		cm_buf_put_u8(&s->out, '}');
 		return;
 	}
@@ -465,9 +470,44 @@ apply_chunk(co_stream *s)
 				it->failed = true;
 				cm_error_set_type(&it->err, CM_EPARSE, "x_content_parse_exception",
 				                  "failed to parse the update request body");
-			} else if (co_update_doc(it->ix, it->a.id, it->a.routing, body, &it->a.w,
-			                         it->a.retries, &ro, &it->res, &it->err)) {
-				it->failed = true;
+			} else {
+				/* "get": the URL's _source parameters, the item's, the body's */
+				co_src_spec spec = {0};
+				const char *sp = co_param_get(s->r, "_source"),
+				           *si = co_param_get(s->r, "_source_includes"),
+				           *se = co_param_get(s->r, "_source_excludes");
+				if (sp || si || se) {
+					spec.fetch = !sp || strcmp(sp, "false");
+					spec.incl = cm_strdup(MEM, si                         ? si
+					                           : sp && strcmp(sp, "true") ? sp
+					                                                      : "");
+					spec.excl = se ? cm_strdup(MEM, se) : NULL;
+				}
+				cJSON *ms = it->a.source ? cJSON_Parse(it->a.source) : NULL;
+				if (ms)
+					co_src_spec_json(ms, &spec);
+				cJSON_Delete(ms);
+				const cJSON *bs = cJSON_GetObjectItemCaseSensitive(body, "_source");
+				if (bs)
+					co_src_spec_json(bs, &spec);
+				cm_buf final;
+				cm_buf_init(&final, MEM);
+				if (co_update_doc_src(it->ix, it->a.id, it->a.routing, body,
+				                      &it->a.w, it->a.retries, &ro, &it->res,
+				                      &final, &it->err)) {
+					it->failed = true;
+				} else if (spec.fetch && final.len) {
+					cJSON *j = cJSON_CreateObject();
+					co_update_get_json(j, &it->res, (const char *) final.data,
+					                   final.len, &spec);
+					char *t = cJSON_PrintUnformatted(
+					    cJSON_GetObjectItemCaseSensitive(j, "get"));
+					it->get = cm_strdup(MEM, t);
+					cJSON_free(t);
+					cJSON_Delete(j);
+				}
+				cm_buf_free(&final);
+				co_src_spec_free(&spec);
 			}
 			cJSON_Delete(body);
 			continue;
@@ -493,6 +533,7 @@ apply_chunk(co_stream *s)
 		op->if_seq_no = it->a.w.if_seq_no;
 		op->if_primary_term = it->a.w.if_primary_term;
 		op->version = it->a.w.version;
+		op->version_gte = it->a.w.version_gte;
 		op->create_only = it->a.w.create;
 		it->batch = bi;
 		it->pos = b->n++;
@@ -505,6 +546,8 @@ apply_chunk(co_stream *s)
 		render_item(s, &s->items[k]);
 		co_bulk_action_clear(&s->items[k].a);
 		cm_free(MEM, s->items[k].ingested);
+		cm_free(MEM, s->items[k].get);
+		s->items[k].get = NULL;
 	}
 	s->nitems = 0;
 	cm_buf_reset(&s->src);
@@ -516,6 +559,8 @@ discard_chunk(co_stream *s)
 	for (size_t k = 0; k < s->nitems; k++) {
 		co_bulk_action_clear(&s->items[k].a);
 		cm_free(MEM, s->items[k].ingested);
+		cm_free(MEM, s->items[k].get);
+		s->items[k].get = NULL;
 	}
 	s->nitems = 0;
 	cm_buf_reset(&s->src);

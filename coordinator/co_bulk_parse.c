@@ -36,6 +36,7 @@ co_bulk_action_clear(co_bulk_action *a)
 	cm_free(MEM, a->id);
 	cm_free(MEM, a->routing);
 	cm_free(MEM, a->pipeline);
+	cm_free(MEM, a->source);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -175,7 +176,12 @@ parse_action(co_bulk_parser *p, const char *line, size_t len, co_bulk_action *ou
 				     "Action/metadata line [%llu]: [require_alias] must be a boolean", ln);
 				goto done;
 			}
-		} else if (strcmp(k, "_type") == 0 || strcmp(k, "_source") == 0) {
+		} else if (strcmp(k, "_source") == 0) {
+			char *t = cJSON_PrintUnformatted(c); /* what an update's "get" returns */
+			cm_free(MEM, it.source);
+			it.source = t ? cm_strdup(MEM, t) : NULL;
+			cJSON_free(t);
+		} else if (strcmp(k, "_type") == 0) {
 			;
 		} else {
 			fail(p, CM_EINVAL,

@@ -29,6 +29,7 @@ typedef struct co_bulk_action {
 	long retries; /* retry_on_conflict, clamped to [0, 1000000] */
 	int8_t require_alias; /* the item's "require_alias": 0, 1, or -1 unset */
 	bool empty_id;        /* "_id": "" on index/create: the item fails (ES) */
+	char *source;         /* the item's "_source" (JSON text, owned), or NULL */
 } co_bulk_action;
 
 /* Called once per complete item, in body order: a delete at its action

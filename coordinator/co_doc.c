@@ -101,6 +101,7 @@ co_write_opts_parse(const char *op_type, const char *version, const char *versio
 			                    "type [EXTERNAL];",
 			                    (unsigned long long)v);
 		w->version = (int64_t)v;
+		w->version_gte = !strcmp(version_type, "external_gte");
 	} else if (version_type && strcmp(version_type, "internal")) {
 		return cm_error_set(err, CM_EVALIDATE,
 		                    "Validation Failed: 1: illegal version value [-3] for version type "
@@ -110,11 +111,13 @@ co_write_opts_parse(const char *op_type, const char *version, const char *versio
 }
 
 static bool
-req_write_opts(co_req *r, co_write_opts *w)
+req_write_opts(co_req *r, co_write_opts *w, bool create)
 {
 	cm_error err;
 	cm_error_clear(&err);
-	if (co_write_opts_parse(co_param_get(r, "op_type"), co_param_get(r, "version"),
+	const char *op_type = co_param_get(r, "op_type");
+	/* _create is a create whatever op_type says: its checks come first */
+	if (co_write_opts_parse(create ? "create" : op_type, co_param_get(r, "version"),
 	                        co_param_get(r, "version_type"), co_param_get(r, "if_seq_no"),
 	                        co_param_get(r, "if_primary_term"), co_param_get(r, "refresh"), w,
 	                        &err)) {
@@ -153,8 +156,10 @@ co_add_int64(cJSON *j, const char *key, int64_t v)
 nd_req_opts
 co_req_opts(co_req *r)
 {
+	const char *rt = co_param_get(r, "realtime");
 	return (nd_req_opts){.deadline_ns = r->write_deadline_ns,
-	                     .preference = co_param_get(r, "preference")};
+	                     .preference = co_param_get(r, "preference"),
+	                     .refreshed = rt && !strcmp(rt, "false")};
 }
 
 cm_err
@@ -300,11 +305,9 @@ doc_index(co_req *r, bool create)
 	routing = co_param_get(r, "routing");
 	cJSON *body;
 
-	if (!req_write_opts(r, &w))
+	if (!req_write_opts(r, &w, create))
 		return;
 	cm_error_clear(&err);
-	if (create)
-		w.create = true;
 	if (!id) {
 		/* POST /{index}/_doc, also with op_type=create, gets a new id */
 		nd_gen_id(gen);
@@ -388,6 +391,7 @@ doc_index(co_req *r, bool create)
 	op.if_seq_no = w.if_seq_no;
 	op.if_primary_term = w.if_primary_term;
 	op.version = w.version;
+	op.version_gte = w.version_gte;
 	op.create_only = w.create;
 	nd_req_opts ro = co_req_opts(r);
 	if (co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, &ro, &res, &err)) {
@@ -429,7 +433,7 @@ co_h_doc_delete(co_req *r)
 	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
 		return;
 	routing = co_param_get(r, "routing");
-	if (!req_write_opts(r, &w))
+	if (!req_write_opts(r, &w, false))
 		return;
 	cm_error_clear(&err);
 	if (!(ix = co_index_or_alias(r->node, name, true))) {
@@ -445,6 +449,7 @@ co_h_doc_delete(co_req *r)
 	op.if_seq_no = w.if_seq_no;
 	op.if_primary_term = w.if_primary_term;
 	op.version = w.version;
+	op.version_gte = w.version_gte;
 	nd_req_opts ro = co_req_opts(r);
 	if (co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, &ro, &res, &err)) {
 		co_reply_error(r, &err, name);
@@ -478,10 +483,80 @@ co_source_item(const char *src, size_t len, bool parsed)
 	return j;
 }
 
-/* Looks a document up; fills a GET-shaped object (found or not). */
+/* A get's ?refresh=true: the index refreshed before the read, so that
+ * ?realtime=false sees the writes made so far. */
+static void
+get_refresh_first(co_req *r, nd_index *ix)
+{
+	const char *v = co_param_get(r, "refresh");
+	if (v && (!*v || !strcmp(v, "true")))
+		co_refresh_after(ix, CO_REFRESH_TRUE);
+}
+
+/* The values at a dotted path of a source (through objects and arrays)
+ * into out. */
+static void
+source_values(const cJSON *j, const char *path, cJSON *out)
+{
+	if (cJSON_IsArray(j)) {
+		const cJSON *e;
+		cJSON_ArrayForEach(e, j) source_values(e, path, out);
+		return;
+	}
+	if (!*path) {
+		if (!cJSON_IsNull(j) && !cJSON_IsObject(j))
+			cJSON_AddItemToArray(out, cJSON_Duplicate(j, true));
+		return;
+	}
+	if (!cJSON_IsObject(j))
+		return;
+	const char *dot = strchr(path, '.');
+	size_t n = dot ? (size_t)(dot - path) : strlen(path);
+	const cJSON *c;
+	cJSON_ArrayForEach(c, j) if (strlen(c->string) == n && !memcmp(c->string, path, n))
+	    source_values(c, dot ? dot + 1 : "", out);
+}
+
+/* stored_fields of a GET: each named field mapped with "store": true, its
+ * values as _source holds them, into "fields"; whether "_source" is named. */
+static bool
+stored_fields_json(nd_index *ix, const char *stored, const char *src, size_t len, cJSON *doc)
+{
+	bool want_source = false;
+	cJSON *s = len ? cJSON_ParseWithLength(src, len) : NULL, *fields = NULL;
+	st_mapping *m = nd_index_mapping(ix);
+	char *copy = cm_strdup(MEM, stored), *save = NULL, *tok;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(tok, "_source")) {
+			want_source = true;
+			continue;
+		}
+		const st_field_def *f = m ? st_mapping_find(m, tok) : NULL;
+		if (!f || !f->store || !s)
+			continue;
+		cJSON *vals = cJSON_CreateArray();
+		source_values(s, f->parent ? f->parent : f->path, vals);
+		if (!cJSON_GetArraySize(vals)) {
+			cJSON_Delete(vals);
+			continue;
+		}
+		if (!fields)
+			fields = cJSON_AddObjectToObject(doc, "fields");
+		cJSON_AddItemToObject(fields, tok, vals);
+	}
+	cm_free(MEM, copy);
+	st_mapping_unref(m);
+	cJSON_Delete(s);
+	return want_source;
+}
+
+/* Looks a document up; fills a GET-shaped object (found or not).
+ * stored: the stored_fields asked for, or NULL; source_asked: _source
+ * given explicitly (then it comes back beside stored fields). */
 static cJSON *
 get_doc_json(nd_index *ix, const char *id, const char *routing, const char *incl, const char *excl,
-             bool parsed, const nd_req_opts *o, bool *found, cm_error *err)
+             const char *stored, bool source_asked, bool parsed, const nd_req_opts *o, bool *found,
+             cm_error *err)
 {
 	cJSON *j = cJSON_CreateObject();
 	st_doc_meta meta;
@@ -515,7 +590,13 @@ get_doc_json(nd_index *ix, const char *id, const char *routing, const char *incl
 		cJSON_AddNumberToObject(j, "_seq_no", (double)meta.seq_no);
 		cJSON_AddNumberToObject(j, "_primary_term", (double)meta.primary_term);
 		cJSON_AddBoolToObject(j, "found", true);
+		/* with stored_fields, _source only when named there or asked for */
+		bool no_source =
+		    stored && !stored_fields_json(ix, stored, (const char *)src.data, src.len, j) &&
+		    !incl && !excl && !source_asked;
 		char *filtered = co_source_filter((const char *)src.data, src.len, incl, excl, &fetch);
+		if (no_source)
+			fetch = false;
 		if (fetch && src.len) { /* nothing stored: the mapping disables _source */
 			if (filtered)
 				cJSON_AddItemToObject(j, "_source",
@@ -567,13 +648,15 @@ co_h_doc_get(co_req *r)
 	if (!co_alias_routing_param(r, name)) /* an alias's index_routing */
 		return;
 	if (!(ix = co_index_or_alias(r->node, name, false))) {
-		cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", name);
+		co_single_index_error(r->node, name, &err);
 		co_reply_error(r, &err, name);
 		return;
 	}
 	nd_req_opts ro = co_req_opts(r);
-	j = get_doc_json(ix, id, co_param_get(r, "routing"), incl, excl, want_parsed(r), &ro, &found,
-	                 &err);
+	get_refresh_first(r, ix);
+	j = get_doc_json(ix, id, co_param_get(r, "routing"), incl, excl,
+	                 co_param_get(r, "stored_fields"), co_param_get(r, "_source") != NULL,
+	                 want_parsed(r), &ro, &found, &err);
 	nd_index_release(ix);
 	if (!j) {
 		co_reply_error(r, &err, name);
@@ -628,12 +711,13 @@ co_h_source_get(co_req *r)
 		return;
 	routing = co_param_get(r, "routing");
 	if (!(ix = co_index_or_alias(r->node, name, false))) {
-		cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", name);
+		co_single_index_error(r->node, name, &err);
 		co_reply_error(r, &err, name);
 		return;
 	}
 	cm_buf_init(&src, MEM);
 	nd_req_opts ro = co_req_opts(r);
+	get_refresh_first(r, ix);
 	rc = nd_routed_get(ix, nd_index_route(ix, routing ? routing : id, strlen(routing ? routing : id)),
 	                   id, strlen(id), &ro, &meta, &src);
 	nd_index_release(ix);
@@ -802,6 +886,84 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
               const co_write_opts *w, long retries, const nd_req_opts *o, st_op_result *res,
               cm_error *err)
 {
+	return co_update_doc_src(ix, id, routing, body, w, retries, o, res, NULL, err);
+}
+
+static char *
+join_strings(const cJSON *v)
+{
+	cm_buf b;
+	const cJSON *e;
+	cm_buf_init(&b, MEM);
+	if (cJSON_IsString(v))
+		cm_buf_printf(&b, "%s", v->valuestring);
+	else
+		cJSON_ArrayForEach(e, v) if (cJSON_IsString(e))
+		    cm_buf_printf(&b, "%s%s", b.len ? "," : "", e->valuestring);
+	cm_buf_put_u8(&b, 0);
+	char *s = cm_strdup(MEM, (const char *)b.data);
+	cm_buf_free(&b);
+	return s;
+}
+
+void
+co_src_spec_free(co_src_spec *s)
+{
+	cm_free(MEM, s->incl);
+	cm_free(MEM, s->excl);
+	memset(s, 0, sizeof(*s));
+}
+
+bool
+co_src_spec_json(const cJSON *v, co_src_spec *s)
+{
+	co_src_spec_free(s);
+	if (cJSON_IsBool(v)) {
+		s->fetch = cJSON_IsTrue(v);
+		return true;
+	}
+	if (cJSON_IsString(v) || cJSON_IsArray(v)) {
+		s->fetch = true;
+		s->incl = join_strings(v);
+		return true;
+	}
+	if (!cJSON_IsObject(v))
+		return false;
+	const cJSON *i = cJSON_GetObjectItemCaseSensitive(v, "includes");
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, "excludes");
+	if (!i)
+		i = cJSON_GetObjectItemCaseSensitive(v, "include");
+	if (!x)
+		x = cJSON_GetObjectItemCaseSensitive(v, "exclude");
+	s->fetch = true;
+	s->incl = i ? join_strings(i) : NULL;
+	s->excl = x ? join_strings(x) : NULL;
+	return true;
+}
+
+void
+co_update_get_json(cJSON *j, const st_op_result *res, const char *src, size_t len,
+                   const co_src_spec *s)
+{
+	bool fetch = true;
+	cJSON *g = cJSON_AddObjectToObject(j, "get");
+	cJSON_AddNumberToObject(g, "_seq_no", (double)res->seq_no);
+	cJSON_AddNumberToObject(g, "_primary_term", (double)res->primary_term);
+	cJSON_AddBoolToObject(g, "found", true);
+	char *f = co_source_filter(src, len, s->incl && *s->incl ? s->incl : NULL,
+	                           s->excl && *s->excl ? s->excl : NULL, &fetch);
+	/* raw: the stored text, every number as written */
+	cJSON_AddItemToObject(g, "_source",
+	                      f ? co_source_item(f, strlen(f), false)
+	                        : co_source_item(src, len, false));
+	cm_free(MEM, f);
+}
+
+cm_err
+co_update_doc_src(nd_index *ix, const char *id, const char *routing, const cJSON *body,
+                  const co_write_opts *w, long retries, const nd_req_opts *o, st_op_result *res,
+                  cm_buf *final, cm_error *err)
+{
 	/* the read an update starts from is the primary's, as the write will be */
 	nd_req_opts ro = {.deadline_ns = o ? o->deadline_ns : 0, .preference = "_primary"};
 	bool doc_as_upsert = false, detect_noop = true, scripted_upsert = false;
@@ -828,9 +990,17 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 			script = c;
 		else if (strcmp(c->string, "scripted_upsert") == 0)
 			scripted_upsert = cJSON_IsTrue(c);
-		else if (strcmp(c->string, "_source"))
-			return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
-			                         "[1:2] [UpdateRequest] unknown field [%.60s]", c->string);
+		else if (strcmp(c->string, "_source")) {
+			char dym[200];
+			bool any = cm_did_you_mean(c->string,
+			                           "doc,upsert,doc_as_upsert,detect_noop,script,"
+			                           "scripted_upsert,_source",
+			                           dym, sizeof dym);
+			return cm_error_set_type(
+			    err, CM_EPARSE, "x_content_parse_exception",
+			    "[1:2] [UpdateRequest] unknown field [%.60s]%s%s%s", c->string,
+			    any ? " did you mean " : "", dym, any ? "?" : "");
+		}
 	}
 	if (script && doc)
 		return cm_error_set(err, CM_EVALIDATE,
@@ -916,6 +1086,8 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 				res->seq_no = meta.seq_no;
 				res->primary_term = meta.primary_term;
 				res->version = meta.version;
+				if (final)
+					cm_buf_put(final, src.data, src.len);
 				cJSON_Delete(cur);
 				rc = CM_OK;
 				break;
@@ -930,6 +1102,8 @@ co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *bo
 		op.source = text;
 		op.source_len = strlen(text);
 		rc = co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, o, res, err);
+		if (!rc && final && op.type == ST_OP_INDEX)
+			cm_buf_put(final, text, strlen(text));
 		cJSON_free(text);
 		if (rc == CM_ECONFLICT && attempt < retries)
 			continue;
@@ -958,7 +1132,7 @@ co_h_update(co_req *r)
 	st_op_result res;
 
 	cm_error_clear(&err);
-	if (!req_write_opts(r, &w))
+	if (!req_write_opts(r, &w, false))
 		return;
 	co_param_get(r, "_source");
 	if (roc) {
@@ -990,13 +1164,38 @@ co_h_update(co_req *r)
 		return;
 	}
 	nd_req_opts ro = co_req_opts(r);
-	if (co_update_doc(ix, id, routing, body, &w, retries, &ro, &res, &err)) {
+	/* what "get" returns: the URL's _source parameters, then the body's */
+	co_src_spec spec = {0};
+	const char *sp = co_param_get(r, "_source"), *si = co_param_get(r, "_source_includes"),
+	           *se = co_param_get(r, "_source_excludes");
+	if (sp || si || se) {
+		spec.fetch = !sp || strcmp(sp, "false");
+		spec.incl = cm_strdup(MEM, si ? si : sp && strcmp(sp, "true") ? sp : "");
+		spec.excl = se ? cm_strdup(MEM, se) : NULL;
+	}
+	const cJSON *bs = cJSON_GetObjectItemCaseSensitive(body, "_source");
+	if (bs && !co_src_spec_json(bs, &spec)) {
+		co_src_spec_free(&spec);
+		cJSON_Delete(body);
+		nd_index_release(ix);
+		co_reply_errorf(r, CM_EPARSE, NULL,
+		                "[_source] must be a boolean, a string, an array "
+		                "or an object");
+		return;
+	}
+	cm_buf final;
+	cm_buf_init(&final, MEM);
+	if (co_update_doc_src(ix, id, routing, body, &w, retries, &ro, &res, &final, &err)) {
 		co_reply_error(r, &err, name);
 	} else {
 		bool forced = res.result != ST_RESULT_NOOP && co_refresh_after(ix, w.refresh);
-		co_reply_json(r, res.result == ST_RESULT_CREATED ? 201 : 200,
-		              co_write_result_json(ix, id, strlen(id), &res, forced));
+		cJSON *j = co_write_result_json(ix, id, strlen(id), &res, forced);
+		if (spec.fetch && final.len)
+			co_update_get_json(j, &res, (const char *) final.data, final.len, &spec);
+		co_reply_json(r, res.result == ST_RESULT_CREATED ? 201 : 200, j);
 	}
+	cm_buf_free(&final);
+	co_src_spec_free(&spec);
 	cJSON_Delete(body);
 	nd_index_release(ix);
 }
@@ -1069,9 +1268,13 @@ co_h_mget(co_req *r)
 		const cJSON *idj = docs ? cJSON_GetObjectItemCaseSensitive(d, "_id") : d;
 		const cJSON *ixj = docs ? cJSON_GetObjectItemCaseSensitive(d, "_index") : NULL;
 		const cJSON *rt = docs ? cJSON_GetObjectItemCaseSensitive(d, "routing") : NULL;
+		const cJSON *sfj =
+		    docs ? cJSON_GetObjectItemCaseSensitive(d, "stored_fields") : NULL;
+		char *dstored = sfj ? join_strings(sfj) : NULL; /* a doc's own, else the URL's */
+		const char *stored = dstored ? dstored : co_param_get(r, "stored_fields");
 		const cJSON *sj = docs ? cJSON_GetObjectItemCaseSensitive(d, "_source") : NULL;
 		const char *iname = cJSON_IsString(ixj) ? ixj->valuestring : dflt_index;
-		char idbuf[64], *dinc = NULL;
+		char idbuf[64], *dinc = NULL, *dexc = NULL;
 		const char *id = cJSON_IsString(idj) ? idj->valuestring : idbuf;
 		const char *di = incl, *de = excl;
 		nd_index *ix;
@@ -1085,18 +1288,15 @@ co_h_mget(co_req *r)
 		else if (cJSON_IsString(sj))
 			di = sj->valuestring;
 		else if (cJSON_IsArray(sj) || cJSON_IsObject(sj)) {
-			/* ["a","b"] or {"includes":[..],"excludes":[..]}: one list */
-			cm_buf b;
-			const cJSON *list = cJSON_IsArray(sj) ? sj : cJSON_GetObjectItemCaseSensitive(sj, "includes");
-			const cJSON *e;
-			cm_buf_init(&b, MEM);
-			cJSON_ArrayForEach(e, list)
-			if (cJSON_IsString(e))
-				cm_buf_printf(&b, "%s%s", b.len ? "," : "", e->valuestring);
-			cm_buf_put_u8(&b, 0);
-			dinc = cm_strdup(MEM, (const char *)b.data);
-			cm_buf_free(&b);
-			di = *dinc ? dinc : NULL;
+			/* ["a","b"] or {"includes"|"include": .., "excludes"|"exclude": ..},
+			 * each a list or a string */
+			co_src_spec sp = {0};
+			co_src_spec_json(sj, &sp);
+			dinc = sp.incl;
+			dexc = sp.excl;
+			di = dinc && *dinc ? dinc : NULL;
+			if (dexc)
+				de = *dexc ? dexc : NULL;
 		}
 		cm_error_clear(&err);
 		if (!(ix = co_index_or_alias(r->node, iname, false))) {
@@ -1104,15 +1304,18 @@ co_h_mget(co_req *r)
 			cJSON_AddStringToObject(e, "_index", iname);
 			cJSON_AddNullToObject(e, "_type"); /* as ES 7: a failure has no type */
 			cJSON_AddStringToObject(e, "_id", id);
-			cm_error_set(&err, CM_ENOINDEX, "no such index [%s]", iname);
+			co_single_index_error(r->node, iname, &err);
 			cJSON_AddItemToObject(e, "error", co_error_json(&err, iname));
 			cJSON_AddItemToArray(arr, e);
 			cm_free(MEM, dinc);
+			cm_free(MEM, dexc);
+			cm_free(MEM, dstored);
 			continue;
 		}
-		cJSON *g = get_doc_json(ix, id,
-		                        cJSON_IsString(rt) ? rt->valuestring : co_param_get(r, "routing"),
-		                        di, de, parsed, &ro, &found, &err);
+		get_refresh_first(r, ix);
+		cJSON *g = get_doc_json(
+		    ix, id, cJSON_IsString(rt) ? rt->valuestring : co_param_get(r, "routing"), di,
+		    de, stored, sj || co_param_get(r, "_source"), parsed, &ro, &found, &err);
 		if (g && !found) {
 			/* ES 7's typeless mget: a missing document has its index's
 			 * type, none while the index has no mapping yet */
@@ -1123,6 +1326,8 @@ co_h_mget(co_req *r)
 		}
 		nd_index_release(ix);
 		cm_free(MEM, dinc);
+		cm_free(MEM, dexc);
+		cm_free(MEM, dstored);
 		if (!g) {
 			g = cJSON_CreateObject();
 			cJSON_AddStringToObject(g, "_index", iname);

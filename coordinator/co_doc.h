@@ -12,6 +12,7 @@ typedef struct co_write_opts {
 	uint64_t if_seq_no; /* ST_NO_SEQ = none */
 	uint64_t if_primary_term;
 	int64_t version;    /* external version, 0 = none */
+	bool version_gte;   /* version_type=external_gte: an equal version is accepted */
 } co_write_opts;
 
 /* Validates op_type/version/version_type/if_seq_no/if_primary_term/refresh
@@ -44,5 +45,24 @@ cJSON *co_source_item(const char *src, size_t len, bool parsed);
 cm_err co_update_doc(nd_index *ix, const char *id, const char *routing, const cJSON *body,
                      const co_write_opts *w, long retries, const nd_req_opts *o,
                      st_op_result *res, cm_error *err);
+/* The same; *final (may be NULL) gets the document's source as written
+ * (or as it stands for a noop), empty when deleted. */
+cm_err co_update_doc_src(nd_index *ix, const char *id, const char *routing, const cJSON *body,
+                         const co_write_opts *w, long retries, const nd_req_opts *o,
+                         st_op_result *res, cm_buf *final, cm_error *err);
+/* What an update returns of its document ("get"): _source given as a
+ * boolean, a list or pattern string, or {"includes":..,"excludes":..}.
+ * fetch false: no "get". incl/excl are comma-separated, owned. */
+typedef struct co_src_spec {
+	bool fetch;
+	char *incl, *excl;
+} co_src_spec;
+/* Reads a _source value into s (replacing what it held); false when it
+ * is not one of those shapes. */
+bool co_src_spec_json(const cJSON *v, co_src_spec *s);
+void co_src_spec_free(co_src_spec *s);
+/* Adds "get":{"_seq_no","_primary_term","found":true,"_source"} to j. */
+void co_update_get_json(cJSON *j, const st_op_result *res, const char *src, size_t len,
+                        const co_src_spec *s);
 
 #endif

@@ -88,7 +88,29 @@ co_h_explain(co_req *r)
 	cJSON_AddItemToObject(cJSON_AddObjectToObject(s, "query"), "bool", b);
 	cJSON_AddBoolToObject(s, "explain", true);
 	cJSON_AddNumberToObject(s, "size", 1);
-	cJSON_AddBoolToObject(s, "_source", false);
+	/* _source, _source_includes, _source_excludes: the document comes back
+	 * as "get", filtered as a search filters it */
+	const char *sp = co_param_get(r, "_source"), *si = co_param_get(r, "_source_includes"),
+	           *se = co_param_get(r, "_source_excludes");
+	bool want_get = (sp || si || se) && !(sp && !strcmp(sp, "false"));
+	if (want_get) {
+		cJSON *f = cJSON_AddObjectToObject(s, "_source");
+		const char *inc = si ? si : sp && strcmp(sp, "true") && *sp ? sp : NULL;
+		for (int k = 0; k < 2; k++) {
+			const char *list = k ? se : inc;
+			if (!list)
+				continue;
+			cJSON *a = cJSON_AddArrayToObject(f, k ? "excludes" : "includes");
+			char *copy = cm_strdup(MEM, list), *save = NULL, *tok;
+			for (tok = strtok_r(copy, ",", &save); tok;
+			     tok = strtok_r(NULL, ",", &save))
+				cJSON_AddItemToArray(a, cJSON_CreateString(tok));
+			cm_free(MEM, copy);
+		}
+		cJSON_AddBoolToObject(s, "seq_no_primary_term", true);
+	} else {
+		cJSON_AddBoolToObject(s, "_source", false);
+	}
 	cm_buf out;
 	cm_error err;
 	cm_buf_init(&out, MEM);
@@ -123,6 +145,16 @@ co_h_explain(co_req *r)
 		cJSON_AddArrayToObject(ex, "details");
 	}
 	cJSON_AddItemToObject(j, "explanation", ex);
+	if (want_get && hit) {
+		cJSON *g = cJSON_AddObjectToObject(j, "get"), *v;
+		static const char *const keys[] = {"_seq_no", "_primary_term"};
+		for (int k = 0; k < 2; k++)
+			if ((v = cJSON_DetachItemFromObjectCaseSensitive(hit, keys[k])))
+				cJSON_AddItemToObject(g, keys[k], v);
+		cJSON_AddBoolToObject(g, "found", true);
+		if ((v = cJSON_DetachItemFromObjectCaseSensitive(hit, "_source")))
+			cJSON_AddItemToObject(g, "_source", v);
+	}
 	cJSON_Delete(res);
 	co_release_all(ixs, n);
 	co_reply_json(r, 200, j);

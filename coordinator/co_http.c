@@ -863,10 +863,14 @@ fp_exclude(cJSON *j, fp_pat *p, int o)
 			continue;
 		}
 		if (strcmp(p->segs[o], "**") == 0) {
-			if (o + 1 < p->n && fp_glob(p->segs[o + 1], c->string) && o + 2 >= p->n) {
+			bool next = o + 1 < p->n && fp_glob(p->segs[o + 1], c->string);
+			if (next && o + 2 >= p->n) {
 				cJSON_Delete(cJSON_DetachItemViaPointer(j, c));
 				continue;
 			}
+			/* "**" ends here (the rest of the pattern below c), or goes on */
+			if (next && (cJSON_IsObject(c) || cJSON_IsArray(c)))
+				fp_exclude(c, p, o + 2);
 			if (cJSON_IsObject(c) || cJSON_IsArray(c))
 				fp_exclude(c, p, o);
 			continue;
@@ -1148,7 +1152,7 @@ route_request(co_req *r)
 static bool
 check_params(co_req *r)
 {
-	char bad[400] = "";
+	char bad[1000] = "";
 	int nbad = 0;
 	if (r->too_many_params) {
 		co_reply_errorf(r, CM_EINVAL, NULL, "request [%.300s] has more than %d URL parameters",
@@ -1160,7 +1164,12 @@ check_params(co_req *r)
 		if (list_has(global_params, k) || list_has(r->route->params, k))
 			continue;
 		size_t l = strlen(bad);
-		snprintf(bad + l, sizeof(bad) - l, "%s[%.60s]", nbad ? ", " : "", k);
+		char dym[160], known[4096];
+		snprintf(known, sizeof known, "%s,%s", global_params,
+		         r->route->params ? r->route->params : "");
+		bool any = cm_did_you_mean(k, known, dym, sizeof dym);
+		snprintf(bad + l, sizeof(bad) - l, "%s[%.60s]%s%s%s", nbad ? ", " : "", k,
+		         any ? " -> did you mean " : "", dym, any ? "?" : "");
 		nbad++;
 	}
 	if (!nbad) {

@@ -296,6 +296,10 @@ cm_err co_alias_filter(co_req *r, const char *expr, cJSON *body, cm_error *err);
 /* The index name names, or the index behind alias name: its write index
  * for a write, its only index for a read. A new reference or NULL. */
 nd_index *co_index_or_alias(nd_node *n, const char *name, bool write);
+/* Why co_index_or_alias found no index for a read: an alias over several
+ * indices (400, ES's "has more than one index associated with it"), else
+ * no such index (404). Fills err. */
+void co_single_index_error(nd_node *n, const char *name, cm_error *err);
 /* An alias's index_routing (of its write index), a new string (cm_free
  * COORDINATOR), NULL when name is an index or the alias has none. */
 char *co_alias_index_routing(nd_node *n, const char *name);

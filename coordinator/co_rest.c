@@ -1669,9 +1669,18 @@ stats_metric(co_req *r, const char **out)
 		for (size_t i = 0; i < sizeof(stats_metrics) / sizeof(stats_metrics[0]); i++)
 			known |= strlen(stats_metrics[i][0]) == l && !strncmp(p, stats_metrics[i][0], l);
 		if (!known) {
+			char name[101], all[400] = "_all", dym[200];
+			snprintf(name, sizeof name, "%.*s", (int)(l < 100 ? l : 100), p);
+			for (size_t i = 0; i < sizeof(stats_metrics) / sizeof(stats_metrics[0]);
+			     i++) {
+				size_t at = strlen(all);
+				snprintf(all + at, sizeof all - at, ",%s", stats_metrics[i][0]);
+			}
+			bool any = cm_did_you_mean(name, all, dym, sizeof dym);
 			co_reply_errorf(r, CM_EINVAL, NULL,
-			                "request [%s] contains unrecognized metric: [%.*s]", r->path,
-			                (int)(l < 100 ? l : 100), p);
+			                "request [%s] contains unrecognized metric: [%s]%s%s%s",
+			                r->path, name, any ? " -> did you mean " : "", dym,
+			                any ? "?" : "");
 			return false;
 		}
 		if (l == 4 && !strncmp(p, "_all", 4))
@@ -2174,6 +2183,15 @@ co_h_prometheus(co_req *r)
 
 /* ---- index management ---- */
 
+/* A mapping under the single key "_doc": ES's typed form, which the
+ * typeless API refuses (MapperService.isMappingSourceTyped). */
+static bool
+mapping_typed(const cJSON *m)
+{
+	return cJSON_IsObject(m) && m->child && !m->child->next && cJSON_IsObject(m->child) &&
+	       !strcmp(m->child->string, "_doc");
+}
+
 void
 co_h_index_put(co_req *r)
 {
@@ -2185,6 +2203,15 @@ co_h_index_put(co_req *r)
 
 	if (bad)
 		return;
+	if (!co_param_bool(r, "include_type_name", false) &&
+	    mapping_typed(cJSON_GetObjectItemCaseSensitive(body, "mappings"))) {
+		cJSON_Delete(body);
+		co_reply_errorf(
+		    r, CM_EINVAL, NULL,
+		    "The mapping definition cannot be nested under a type [_doc] unless "
+		    "include_type_name is set to true.");
+		return;
+	}
 	cm_error_clear(&err);
 	if (nd_index_name_check(name, &err) == CM_OK) {
 		cJSON *full = co_template_body(r->node, name, body); /* the matching templates */
@@ -2411,6 +2438,13 @@ co_h_mapping_put(co_req *r)
 		                "Validation Failed: 1: mapping source is empty;");
 		return;
 	}
+	if (!co_param_bool(r, "include_type_name", false) && mapping_typed(body)) {
+		cJSON_Delete(body);
+		co_reply_errorf(r, CM_EINVAL, NULL,
+		                "Types cannot be provided in put mapping requests, unless the "
+		                "include_type_name parameter is set to true.");
+		return;
+	}
 	if (!co_resolve(r, co_seg(r, 0), &ixs, &n)) {
 		cJSON_Delete(body);
 		return;
@@ -2567,6 +2601,29 @@ co_h_settings_get(co_req *r)
 	co_reply_json(r, 200, j);
 }
 
+/* The settings of `settings` (nested or flat, with or without "index.")
+ * that ix has not set, flat with the "index." prefix: a new object. */
+static cJSON *
+settings_not_set(nd_index *ix, const cJSON *settings)
+{
+	cJSON *have = cJSON_CreateObject(), *cur = nd_index_settings_json(ix);
+	cJSON *want = cJSON_CreateObject(), *out = cJSON_CreateObject(), *c;
+	flatten_settings(cur, "", have);
+	flatten_settings((cJSON *)settings, "", want);
+	cJSON_ArrayForEach(c, want)
+	{
+		char key[300];
+		snprintf(key, sizeof key, "%s%s", strncmp(c->string, "index.", 6) ? "index." : "",
+		         c->string);
+		if (!cJSON_GetObjectItemCaseSensitive(have, key))
+			cJSON_AddItemToObject(out, key, cJSON_Duplicate(c, true));
+	}
+	cJSON_Delete(cur);
+	cJSON_Delete(have);
+	cJSON_Delete(want);
+	return out;
+}
+
 void
 co_h_settings_put(co_req *r)
 {
@@ -2593,37 +2650,58 @@ co_h_settings_put(co_req *r)
 		cJSON_Delete(body);
 		return;
 	}
-	if (co_cluster_put_settings(r, ixs, n, s ? s : body)) {
-		co_release_all(ixs, n);
-		cJSON_Delete(body);
-		return;
+	/* ?preserve_existing=true: each index takes only the settings it does
+	 * not have yet */
+	cJSON **keep = NULL;
+	if (co_param_bool(r, "preserve_existing", false) && cJSON_IsObject(s ? s : body)) {
+		keep = cm_calloc(MEM, n, sizeof *keep);
+		for (size_t i = 0; i < n; i++)
+			keep[i] = settings_not_set(ixs[i], s ? s : body);
+		bool same = true;
+		for (size_t i = 1; i < n && same; i++)
+			same = cJSON_Compare(keep[0], keep[i], true);
+		if (!same && nd_cluster_of(r->node)) {
+			co_reply_errorf(
+			    r, CM_EINVAL, NULL,
+			    "[preserve_existing] over indices whose settings differ is not "
+			    "supported by Shoal on a cluster: update them one at a time");
+			goto done;
+		}
 	}
+	if (co_cluster_put_settings(r, ixs, n, keep ? keep[0] : s ? s : body))
+		goto done;
 	for (size_t i = 0; i < n; i++) {
 		cm_error err;
 		cm_error_clear(&err);
 		/* every index checked before any changes: never half-applied */
-		if (n > 1 && nd_index_settings_check(ixs[i], s ? s : body, &err)) {
+		if (n > 1 && nd_index_settings_check(ixs[i], keep ? keep[i] : s ? s : body, &err)) {
 			co_reply_error(r, &err, NULL);
-			co_release_all(ixs, n);
-			cJSON_Delete(body);
-			return;
+			goto done;
 		}
 	}
 	for (size_t i = 0; i < n; i++) {
 		cm_error err;
 		cm_error_clear(&err);
-		if (nd_index_put_settings(ixs[i], s ? s : body, &err)) {
+		if (nd_index_put_settings(ixs[i], keep ? keep[i] : s ? s : body, &err)) {
 			co_reply_error(r, &err, NULL);
-			co_release_all(ixs, n);
-			cJSON_Delete(body);
-			return;
+			goto done;
 		}
 	}
 	co_release_all(ixs, n);
 	cJSON_Delete(body);
+	for (size_t i = 0; keep && i < n; i++)
+		cJSON_Delete(keep[i]);
+	cm_free(MEM, keep);
 	j = cJSON_CreateObject();
 	cJSON_AddBoolToObject(j, "acknowledged", true);
 	co_reply_json(r, 200, j);
+	return;
+done:
+	co_release_all(ixs, n);
+	cJSON_Delete(body);
+	for (size_t i = 0; keep && i < n; i++)
+		cJSON_Delete(keep[i]);
+	cm_free(MEM, keep);
 }
 
 typedef cm_err (*index_op_fn)(nd_index *ix, int arg);
@@ -2685,6 +2763,13 @@ co_h_refresh(co_req *r)
 void
 co_h_flush(co_req *r)
 {
+	/* ES's FlushRequest.validate */
+	if (co_param_bool(r, "force", false) && !co_param_bool(r, "wait_if_ongoing", true)) {
+		co_reply_errorf(
+		    r, CM_EVALIDATE, NULL,
+		    "Validation Failed: 1: wait_if_ongoing must be true for a force flush;");
+		return;
+	}
 	index_op(r, op_flush, 0);
 }
 

@@ -57,7 +57,9 @@ co_slice_take(co_req *r, cJSON *body, bool allowed, int *id, int *max)
 			return false;
 		}
 	}
-	if (m->valuedouble <= 1 || m->valuedouble > 1024 || m->valuedouble != (int)m->valuedouble) {
+	/* above the index's max_slices_per_scroll is refused once the indices are known */
+	if (m->valuedouble <= 1 || m->valuedouble > INT32_MAX ||
+	    m->valuedouble != (int)m->valuedouble) {
 		co_reply_errorf(r, CM_EINVAL, NULL, "max must be greater than 1");
 		return false;
 	}
@@ -173,7 +175,8 @@ co_h_scroll_clear(co_req *r)
 	if (bad)
 		return;
 	ids = cJSON_GetObjectItemCaseSensitive(body, "scroll_id");
-	if (path_id) {
+	/* as ES: a body's ids take precedence over the path's */
+	if (path_id && !body) {
 		char *copy = cm_strdup(MEM, path_id), *save = NULL, *tok;
 		for (tok = strtok_r(copy, ",", &save); tok && ok; tok = strtok_r(NULL, ",", &save))
 			ok = clear_one(r, tok, &asked, &freed);

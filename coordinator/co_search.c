@@ -284,36 +284,126 @@ reply_all_shards_failed(co_req *r, const cm_error *e, nd_index **ixs, size_t n)
 	co_reply_json(r, status, doc);
 }
 
-/* hits.total of a hits object, and of each hit's inner_hits, as a number. */
-static void
-hits_total_as_int(cJSON *h)
+/* rest_total_hits_as_int=true: hits.total of the search and of each hit's
+ * inner_hits as a number (-1 when not tracked), rewritten in the text:
+ * a parse and print with cJSON would round every other double to 15
+ * digits and every long past 2^53. */
+typedef struct tot_level {
+	const char *key; /* its key in the parent object, into the text; NULL otherwise */
+	size_t klen;
+	bool obj, hits, seen_total, any;
+} tot_level;
+
+static bool
+key_is(const tot_level *l, const char *k)
 {
-	cJSON *t = cJSON_GetObjectItemCaseSensitive(h, "total"), *v, *hit, *ih;
-	if (cJSON_IsObject(t) && (v = cJSON_GetObjectItemCaseSensitive(t, "value")))
-		cJSON_ReplaceItemInObjectCaseSensitive(h, "total", cJSON_CreateNumber(v->valuedouble));
-	else if (!t && cJSON_IsObject(h)) /* not tracked (track_total_hits false): -1, as ES */
-		cJSON_AddNumberToObject(h, "total", -1);
-	cJSON_ArrayForEach(hit, cJSON_GetObjectItemCaseSensitive(h, "hits"))
-	{
-		cJSON_ArrayForEach(ih, cJSON_GetObjectItemCaseSensitive(hit, "inner_hits"))
-		hits_total_as_int(cJSON_GetObjectItemCaseSensitive(ih, "hits"));
-	}
+	return l->key && l->klen == strlen(k) && !memcmp(l->key, k, l->klen);
 }
 
-/* hits.total (and inner hits' totals) as a number, for
- * rest_total_hits_as_int=true. */
+/* Index just past the string that starts at s[i] == '"'. */
+static size_t
+str_end(const char *s, size_t i, size_t n)
+{
+	for (i++; i < n && s[i] != '"'; i++)
+		if (s[i] == '\\')
+			i++;
+	return i < n ? i + 1 : n;
+}
+
 bool
 co_total_as_int(cm_buf *out)
 {
-	cJSON *j = cJSON_ParseWithLength((const char *)out->data, out->len);
-	if (!j)
-		return false;
-	hits_total_as_int(cJSON_GetObjectItemCaseSensitive(j, "hits"));
-	char *s = cJSON_PrintUnformatted(j);
+	const char *s = (const char *)out->data;
+	size_t n = out->len, i = 0;
+	tot_level st[64];
+	int d = 0;
+	const char *key = NULL;
+	size_t klen = 0;
+	char prev = 0; /* the last structural character */
+	cm_buf o;
+	cm_buf_init(&o, MEM);
+	while (i < n) {
+		char c = s[i];
+		if (c == '"') {
+			size_t j = str_end(s, i, n);
+			if (d > 0 && st[d - 1].obj && (prev == '{' || prev == ',')) {
+				key = s + i + 1;
+				klen = j - i - 2;
+			}
+			if (d > 0 && st[d - 1].obj)
+				st[d - 1].any = true;
+			cm_buf_put(&o, s + i, j - i);
+			prev = '"';
+			i = j;
+			continue;
+		}
+		if ((c == '{' || c == '[') && d > 0 && st[d - 1].hits && c == '{' && key &&
+		    klen == 5 && !memcmp(key, "total", 5)) {
+			/* {"value":N,"relation":".."} becomes N */
+			size_t e = i, vs = 0, ve = 0;
+			while (e < n && s[e] != '}') {
+				if (s[e] == '"') {
+					size_t j = str_end(s, e, n);
+					if (j - e == 7 && !memcmp(s + e, "\"value\"", 7)) {
+						vs = j;
+						while (vs < n && (s[vs] == ':' || s[vs] == ' '))
+							vs++;
+						for (ve = vs;
+						     ve < n && strchr("-+.0123456789eE", s[ve]);
+						     ve++)
+							;
+					}
+					e = j;
+					continue;
+				}
+				e++;
+			}
+			if (e < n && ve > vs) {
+				cm_buf_put(&o, s + vs, ve - vs);
+				st[d - 1].seen_total = st[d - 1].any = true;
+				key = NULL;
+				prev = '}';
+				i = e + 1;
+				continue;
+			}
+		}
+		if (c == '{' || c == '[') {
+			if (d == (int)(sizeof st / sizeof st[0])) {
+				cm_buf_free(&o);
+				return false;
+			}
+			tot_level *l = &st[d];
+			memset(l, 0, sizeof *l);
+			if (d > 0 && st[d - 1].obj) {
+				l->key = key;
+				l->klen = klen;
+				st[d - 1].any = true;
+			}
+			l->obj = c == '{';
+			/* the search's hits, and those of an inner_hits entry */
+			l->hits = l->obj && key_is(l, "hits") &&
+			          (d == 1 || (d >= 3 && key_is(&st[d - 2], "inner_hits")));
+			d++;
+			key = NULL;
+		} else if (c == '}' || c == ']') {
+			if (d > 0 && st[d - 1].hits && !st[d - 1].seen_total)
+				cm_buf_printf(&o, "%s\"total\":-1", st[d - 1].any ? "," : "");
+			if (d > 0)
+				d--;
+		} else if (c == ',') {
+			key = NULL;
+		} else if (c != ':' && c != ' ' && c != '\n' && c != '\t' && c != '\r' && d > 0 &&
+		           st[d - 1].obj) {
+			st[d - 1].any = true;
+		}
+		if (c != ' ' && c != '\n' && c != '\t' && c != '\r')
+			prev = c;
+		cm_buf_put_u8(&o, (uint8_t)c);
+		i++;
+	}
 	cm_buf_reset(out);
-	cm_buf_put(out, s, strlen(s));
-	cJSON_free(s);
-	cJSON_Delete(j);
+	cm_buf_put(out, o.data, o.len);
+	cm_buf_free(&o);
 	return true;
 }
 
@@ -371,7 +461,10 @@ resolve_indices_boost(co_req *r, cJSON *body, cm_error *err)
 		}
 		nd_index **ixs;
 		size_t n;
-		cm_err rc = nd_resolve(r->node, entry->string, false, &ixs, &n, err);
+		/* ignore_unavailable passes over a name that is no index, as ES */
+		cm_err rc =
+		    nd_resolve(r->node, entry->string,
+		               co_param_bool(r, "ignore_unavailable", false), &ixs, &n, err);
 		if (rc) {
 			cJSON_Delete(out);
 			return rc;
@@ -562,11 +655,26 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 		sr_request_free(&req);
 		return rc;
 	}
-	if (scroll_ms > 0 && req.from > 0) {
-		sr_request_free(&req);
-		return cm_error_set(err, CM_EVALIDATE,
-		                    "Validation Failed: 1: using [from] is not allowed in a scroll "
-		                    "context;");
+	if (scroll_ms > 0) { /* ES's checks, in its order, every failed one listed */
+		const char *bad[4];
+		int nbad = 0;
+		if (req.from > 0)
+			bad[nbad++] = "using [from] is not allowed in a scroll context";
+		if (req.size == 0)
+			bad[nbad++] = "[size] cannot be [0] in a scroll context";
+		if (req.nrescore)
+			bad[nbad++] = "using [rescore] is not allowed in a scroll context";
+		if (req.request_cache == SR_RC_TRUE)
+			bad[nbad++] = "[request_cache] cannot be used in a scroll context";
+		if (nbad) {
+			char msg[512];
+			size_t at = (size_t)snprintf(msg, sizeof msg, "Validation Failed: ");
+			for (int i = 0; i < nbad && at < sizeof msg; i++)
+				at += (size_t)snprintf(msg + at, sizeof msg - at, "%d: %s;", i + 1,
+				                       bad[i]);
+			sr_request_free(&req);
+			return cm_error_set(err, CM_EVALIDATE, "%s", msg);
+		}
 	}
 	if (scroll_ms > 0 && req.collapse_field) {
 		sr_request_free(&req);
@@ -574,12 +682,17 @@ run_search_once(co_req *r, nd_index **ixs, size_t n, cJSON *body, int64_t scroll
 		    err, CM_EVALIDATE,
 		    "Validation Failed: 1: cannot use `collapse` in a scroll context;");
 	}
-	if (scroll_ms > 0 && req.nrescore) {
-		sr_request_free(&req);
-		return cm_error_set(
-		    err, CM_EVALIDATE,
-		    "Validation Failed: 1: using [rescore] is not allowed in a scroll "
-		    "context;");
+	for (size_t i = 0; slice_max > 0 && i < n; i++) {
+		long long most = nd_index_setting_int(ixs[i], "max_slices_per_scroll", 1024);
+		if (slice_max > most) {
+			sr_request_free(&req);
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "The number of slices [%d] is too large. It must be less "
+			    "than [%lld]. This limit can be set by changing the "
+			    "[index.max_slices_per_scroll] index level setting.",
+			    slice_max, most);
+		}
 	}
 	if (scroll_ms > 0) {
 		sr_request_free(&req);
@@ -942,6 +1055,35 @@ co_msearch_run(co_req *r, const cm_error *item_errs, size_t nitem_errs)
 	bool total_as_int = co_param_bool(r, "rest_total_hits_as_int", false);
 	co_param_get(r, "search_type");
 	co_param_get(r, "typed_keys");
+	/* as ES parses the request: a search whose total cannot be an int
+	 * fails the whole _msearch before any runs */
+	for (const char *q = p; total_as_int && q < end;) {
+		const char *nl = memchr(q, '\n', (size_t)(end - q));
+		size_t len = nl ? (size_t)(nl - q) : (size_t)(end - q);
+		const char *lq = q;
+		q = nl ? nl + 1 : end;
+		while (len && strchr(" \t\r", lq[len - 1]))
+			len--;
+		if (!len)
+			continue;
+		/* header, then body: only bodies hold track_total_hits */
+		const char *nl2 = q < end ? memchr(q, '\n', (size_t)(end - q)) : NULL;
+		size_t blen = q < end ? (nl2 ? (size_t)(nl2 - q) : (size_t)(end - q)) : 0;
+		cJSON *b = blen ? cJSON_ParseWithLength(q, blen) : NULL;
+		const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "track_total_hits");
+		bool bad = cJSON_IsNumber(t) && t->valuedouble != (double)INT32_MAX;
+		long long got = bad ? (long long)t->valuedouble : 0;
+		cJSON_Delete(b);
+		q = nl2 ? nl2 + 1 : end;
+		if (bad) {
+			co_reply_errorf(
+			    r, CM_EINVAL, NULL,
+			    "[rest_total_hits_as_int] cannot be used if the tracking of total "
+			    "hits is not accurate, got %lld",
+			    got);
+			return;
+		}
+	}
 	cm_buf_init(&out, MEM);
 	cm_buf_init(&one, MEM);
 	cm_buf_printf(&out, "{\"took\":%%TOOK%%,\"responses\":[");

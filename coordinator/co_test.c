@@ -38,6 +38,11 @@ main(void)
 	                  "\"hits\":[{\"_id\":\"1\",\"_source\":{\"a\":1,\"b\":{\"c\":2}}},"
 	                  "{\"_id\":\"2\",\"_source\":{\"a\":3}}]}}";
 	fp(doc, "took", "{\"took\":3}");
+	/* an exclusion through "**" that goes on below the key it meets */
+	fp("{\"hits\":{\"hits\":[{\"_id\":\"1\",\"_source\":{\"name\":\"a\",\"properties\":{"
+	   "\"size\":1}}}]}}",
+	   "-**._source.properties,**._source",
+	   "{\"hits\":{\"hits\":[{\"_source\":{\"name\":\"a\"}}]}}");
 	fp(doc, "hits.hits._id", "{\"hits\":{\"hits\":[{\"_id\":\"1\"},{\"_id\":\"2\"}]}}");
 	fp(doc, "hits.total.value,took", "{\"took\":3,\"hits\":{\"total\":{\"value\":2}}}");
 	fp(doc, "**.c", "{\"hits\":{\"hits\":[{\"_source\":{\"b\":{\"c\":2}}}]}}");

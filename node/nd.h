@@ -217,6 +217,7 @@ typedef struct nd_batch {
 typedef struct nd_req_opts {
 	uint64_t deadline_ns;   /* absolute bound (cm_now_ns), a write's ?timeout; 0 = 30 s */
 	const char *preference; /* a realtime get's ?preference; NULL = any copy */
+	bool refreshed;         /* a get's ?realtime=false: as of the last refresh */
 } nd_req_opts;
 /* Applies the batches, all shards at once on the node's pool, and waits. */
 void nd_apply_batches(nd_node *n, nd_batch *b, size_t nb);

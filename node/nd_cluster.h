@@ -147,9 +147,11 @@ const char *nd_cl_pref_copies(const char *pref);
 cm_err nd_cluster_search(nd_cluster *cl, nd_index **ixs, size_t n, const char *body,
                          const nd_cl_search_opts *o, cm_buf *out,
                          cm_error *err);
-/* Realtime get of one document from a copy of its shard. */
+/* Realtime get of one document from a copy of its shard (refreshed: as
+ * of that copy's last refresh instead, ?realtime=false). */
 cm_err nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id,
-                      const char *preference, st_doc_meta *meta, cm_buf *source, cm_error *err);
+                      const char *preference, bool refreshed, st_doc_meta *meta, cm_buf *source,
+                      cm_error *err);
 
 /* Hooks for the solo code paths: through the cluster when one runs in
  * this process, else straight to the local shard. */

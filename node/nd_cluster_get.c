@@ -26,11 +26,13 @@
  * would then have seen a value that never was (found by the fault
  * scenarios). It waits at most 2 s, then answers 503. */
 static cm_err
-local_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, size_t len, st_doc_meta *meta,
-          cm_buf *src, cm_error *err)
+local_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, size_t len, bool refreshed,
+          st_doc_meta *meta, cm_buf *src, cm_error *err)
 {
 	st_shard *s = nd_index_shard(ix, shard);
 	size_t mark = src->len;
+	if (refreshed) /* what a search sees: no realtime guarantee to wait for */
+		return st_shard_get_refreshed(s, id, len, meta, src);
 	cm_err rc = st_shard_get(s, id, len, meta, src);
 	cl_route ro;
 	if (rc || !cl || !cl_route_get(cl, nd_index_name(ix), shard, &ro) || ro.primary != cl->self)
@@ -135,7 +137,8 @@ cl_serve_get(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns,
 		} else {
 			cm_error e2;
 			cm_error_clear(&e2);
-			cm_err rc = local_get(cl, ix, (int)g.shard, g.id, g.id_len, &meta, &src, &e2);
+			cm_err rc = local_get(cl, ix, (int)g.shard, g.id, g.id_len, g.refreshed,
+			                      &meta, &src, &e2);
 			if (rc == CM_OK || rc == CM_ENOTFOUND)
 				pr_get_reply_encode(rc == CM_OK, &meta, src.data, src.len, &out);
 			else if (e2.code)
@@ -255,7 +258,7 @@ cl_call(nd_cluster *cl, int node, uint32_t type, const cm_buf *req, char **body,
 
 cm_err
 nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const char *preference,
-               st_doc_meta *meta, cm_buf *source, cm_error *err)
+               bool refreshed, st_doc_meta *meta, cm_buf *source, cm_error *err)
 {
 	int order[ND_CL_MAX_COPIES], norder;
 	cm_err rc = CM_EUNAVAIL;
@@ -273,7 +276,8 @@ nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const ch
 	                .shard = (uint32_t)shard,
 	                .id = (char *)(uintptr_t)id,
 	                .id_len = strlen(id),
-	                .any_copy = preference && strncmp(preference, "_only_nodes:", 12) == 0};
+	                .any_copy = preference && strncmp(preference, "_only_nodes:", 12) == 0,
+	                .refreshed = refreshed};
 	pr_get_req_encode(&g, &req);
 	for (int i = 0; i < norder; i++) {
 		int node = order[i];
@@ -291,7 +295,7 @@ nd_cluster_get(nd_cluster *cl, nd_index *ix, int shard, const char *id, const ch
 				continue;
 			}
 			cm_error_clear(err);
-			rc = local_get(cl, ix, shard, id, strlen(id), meta, source, err);
+			rc = local_get(cl, ix, shard, id, strlen(id), refreshed, meta, source, err);
 			break;
 		}
 		if (!cl_alive(cl, node) && i + 1 < norder)
@@ -333,13 +337,17 @@ nd_routed_get(nd_index *ix, int shard, const char *id, size_t len, const nd_req_
 	cm_error e;
 	char idbuf[1024];
 	if (!cl)
-		return st_shard_get(nd_index_shard(ix, shard), id, len, meta, source);
+		return o && o->refreshed
+		           ? st_shard_get_refreshed(nd_index_shard(ix, shard), id, len, meta,
+		                                    source)
+		           : st_shard_get(nd_index_shard(ix, shard), id, len, meta, source);
 	if (len >= sizeof(idbuf))
 		return CM_EINVAL;
 	memcpy(idbuf, id, len);
 	idbuf[len] = 0;
 	cm_error_clear(&e);
-	cm_err rc = nd_cluster_get(cl, ix, shard, idbuf, o ? o->preference : NULL, meta, source, &e);
+	cm_err rc = nd_cluster_get(cl, ix, shard, idbuf, o ? o->preference : NULL,
+	                           o && o->refreshed, meta, source, &e);
 	if (rc && rc != CM_ENOTFOUND)
 		cm_warn("cluster", "get [%s][%d] failed: %s", nd_index_name(ix), shard, e.reason);
 	return rc;

@@ -502,7 +502,9 @@ run_page(void *arg)
 	}
 	if (!rc) {
 		uint64_t t0 = cm_now_ns();
-		rc = sr_search_shard_in(c->rd, j->pg.ordinal, nd_index_name(c->ix), &j->req,
+		rc = sr_search_shard_hl(c->rd, j->pg.ordinal, nd_index_name(c->ix), &j->req, NULL,
+		                        nd_index_setting_int(c->ix, "highlight.max_analyzed_offset",
+		                                             SR_HL_MAX_ANALYZED_OFFSET),
 		                        &j->res, &e);
 		nd_index_stats *st = nd_index_counters(c->ix);
 		atomic_fetch_add((_Atomic uint64_t *)&st->query_total, 1);

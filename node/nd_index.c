@@ -198,6 +198,7 @@ static const struct accepted_setting {
     {"hidden", 'b'},
     {"priority", 'i'},
     {"query.default_field", 'a'},
+    {"query_string.lenient", 'b'},
     {"number_of_routing_shards", 'i'},
     {"routing_partition_size", 'i'},
     {"translog.durability", 's'},
@@ -1335,11 +1336,20 @@ nd_resolve_ex(nd_node *n, const char *expr, unsigned flags, nd_index ***out, siz
 			for (size_t i = 0; i < n->nindices; i++)
 				if (cm_glob(tok, n->indices[i]->name) &&
 				    (n->indices[i]->name[0] != '.' || tok[0] == '.') &&
-				    (neg || wild_ok(n->indices[i], flags, tok)))
+				    (neg || wild_ok(n->indices[i], flags, tok))) {
 					sel[i] = !neg;
-			if (!(flags & ND_RESOLVE_NO_ALIASES))
-				nd_alias_select_locked(n, tok, true,
-				                       (flags & ND_RESOLVE_HIDDEN) != 0, sel, !neg);
+					any = true;
+				}
+			if (!(flags & ND_RESOLVE_NO_ALIASES) &&
+			    nd_alias_select_locked(n, tok, true, (flags & ND_RESOLVE_HIDDEN) != 0,
+			                           sel, !neg))
+				any = true;
+			/* allow_no_indices=false: each wildcard must select something,
+			 * as ES resolves it, not only the whole expression */
+			if (!any && !neg && (flags & ND_RESOLVE_NONE_FAILS)) {
+				rc = cm_error_set(err, CM_ENOINDEX, "no such index [%s]", tok);
+				break;
+			}
 			continue;
 		}
 		for (size_t i = 0; i < n->nindices; i++) {

@@ -154,8 +154,10 @@ nd_search_shard_cached(nd_index *ix, int shard, st_reader *r, uint32_t ordinal,
 {
 	const char *ixname = nd_index_name(ix);
 	nd_node *n = ix->node;
+	int64_t hl_max =
+	    nd_index_setting_int(ix, "highlight.max_analyzed_offset", SR_HL_MAX_ANALYZED_OFFSET);
 	if (!cacheable(n, ix, req))
-		return sr_search_shard_bar(r, ordinal, ixname, req, bar, res, err);
+		return sr_search_shard_hl(r, ordinal, ixname, req, bar, hl_max, res, err);
 	/* the body, then what else shapes the shard's bytes */
 	cm_buf kb, val;
 	cm_buf_init(&kb, CM_MEM_NODE);
@@ -172,7 +174,7 @@ nd_search_shard_cached(nd_index *ix, int shard, st_reader *r, uint32_t ordinal,
 	if (nd_reqcache_get(n->reqcache, &k, &val) && rc_decode(&val, req, ordinal, res))
 		goto done;
 	memset(res, 0, sizeof(*res));
-	rc = sr_search_shard_bar(r, ordinal, ixname, req, bar, res, err);
+	rc = sr_search_shard_hl(r, ordinal, ixname, req, bar, hl_max, res, err);
 	if (rc || res->timed_out || res->error.code || res->profile)
 		goto done;
 	/* A miss answers from the bytes it stores, as a hit will (ES reads the

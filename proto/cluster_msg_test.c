@@ -77,7 +77,13 @@ static void
 test_get(void)
 {
 	char id[] = {'i', 0, 'd'};
-	pr_get_req g = {.index = "ix", .shard = 7, .id = id, .id_len = 3, .any_copy = true}, g2;
+	pr_get_req g = {.index = "ix",
+	                .shard = 7,
+	                .id = id,
+	                .id_len = 3,
+	                .any_copy = true,
+	                .refreshed = true},
+	           g2;
 	cm_buf b, src;
 	cm_error e;
 	cm_buf_init(&b, CM_MEM_NODE);
@@ -86,7 +92,7 @@ test_get(void)
 	pr_get_req_encode(&g, &b);
 	REQUIRE(pr_get_req_decode(b.data, b.len, &g2, &e) == CM_OK);
 	CHECK(strcmp(g2.index, "ix") == 0 && g2.shard == 7 && g2.id_len == 3);
-	CHECK(memcmp(g2.id, id, 3) == 0 && g2.any_copy);
+	CHECK(memcmp(g2.id, id, 3) == 0 && g2.any_copy && g2.refreshed);
 	pr_get_req_free(&g2);
 
 	st_doc_meta m = {.seq_no = (1ull << 53) + 1,

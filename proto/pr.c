@@ -290,6 +290,7 @@ hit_to_pb(const sr_hit *h, Shoal__Hit *pb, pb_arena *a)
 	pb->fields = pr_bin(h->fields, h->fields_len);
 	pb->highlight = pr_bin(h->highlight, h->highlight_len);
 	pb->inner_hits = pr_bin(h->inner_hits, h->inner_hits_len);
+	pb->ignored = pr_bin(h->ignored, h->ignored_len);
 	pb->shard = h->shard;
 	pb->doc = h->doc;
 	pb->seq_no = h->seq_no;
@@ -406,6 +407,12 @@ hit_from_pb(const Shoal__Hit *pb, sr_hit *h, pr_strings *ps)
 		memcpy(h->inner_hits, pb->inner_hits.data, pb->inner_hits.len);
 		h->inner_hits[pb->inner_hits.len] = '\0';
 		h->inner_hits_len = pb->inner_hits.len;
+	}
+	if (pb->ignored.len) {
+		h->ignored = cm_malloc(HIT_MEM, pb->ignored.len + 1);
+		memcpy(h->ignored, pb->ignored.data, pb->ignored.len);
+		h->ignored[pb->ignored.len] = '\0';
+		h->ignored_len = pb->ignored.len;
 	}
 	if (pb->highlight.len) {
 		h->highlight = cm_malloc(HIT_MEM, pb->highlight.len + 1);
@@ -560,6 +567,7 @@ pr_bulk_req_encode(const pr_bulk_req *r, cm_buf *out)
 		ops[i].if_primary_term = o->if_primary_term;
 		ops[i].version = o->version;
 		ops[i].create_only = o->create_only;
+		ops[i].version_gte = o->version_gte;
 		ptrs[i] = &ops[i];
 	}
 	pr_pack(&m.base, out);
@@ -598,6 +606,7 @@ pr_bulk_req_decode(const void *p, size_t n, pr_bulk_req *out, cm_error *err)
 		op->if_primary_term = o->if_primary_term;
 		op->version = o->version;
 		op->create_only = o->create_only;
+		op->version_gte = o->version_gte;
 	}
 	out->keep = m;
 	return CM_OK;

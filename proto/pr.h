@@ -242,6 +242,7 @@ typedef struct pr_get_req {
 	char *id;
 	size_t id_len;
 	bool any_copy; /* asked for by name (_only_nodes): in sync or not */
+	bool refreshed; /* ?realtime=false: as of the copy's last refresh */
 } pr_get_req;
 cm_err pr_get_req_encode(const pr_get_req *g, cm_buf *out);
 cm_err pr_get_req_decode(const void *p, size_t n, pr_get_req *out, cm_error *err);

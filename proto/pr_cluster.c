@@ -172,6 +172,7 @@ pr_get_req_encode(const pr_get_req *g, cm_buf *out)
 	m.shard = g->shard;
 	m.id = pr_bin(g->id, g->id_len);
 	m.any_copy = g->any_copy;
+	m.refreshed = g->refreshed;
 	return pr_pack(&m.base, out);
 }
 
@@ -186,6 +187,7 @@ pr_get_req_decode(const void *p, size_t n, pr_get_req *out, cm_error *err)
 	out->shard = m->shard;
 	out->id = pr_dup_bin(&m->id, &out->id_len);
 	out->any_copy = m->any_copy;
+	out->refreshed = m->refreshed;
 	shoal__get_request__free_unpacked(m, PB);
 	return CM_OK;
 }

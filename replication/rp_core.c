@@ -571,6 +571,7 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 		rops[k].if_seq_no = ST_NO_SEQ;
 		rops[k].if_primary_term = 0;
 		rops[k].create_only = false;
+		rops[k].version_gte = false;
 		k++;
 	}
 	uint64_t self = 1ull << r->self;

@@ -214,6 +214,7 @@ collect_op(void *ctx, const st_op *op, int64_t version)
 	o.if_seq_no = ST_NO_SEQ;
 	o.if_primary_term = 0;
 	o.create_only = false;
+	o.version_gte = false;
 	c->ops[c->n++] = o;
 	c->bytes += op->id_len + op->source_len + 64;
 	return c->n >= c->max || (c->max != SIZE_MAX && c->bytes >= (8u << 20));

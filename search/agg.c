@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/cm_sys.h"
 #include "agg_int.h"
 
 #define AGG_WIRE_MAGIC 0x41475331u /* "AGS1" */
@@ -52,6 +53,8 @@ static const struct {
     {"variable_width_histogram", AGG_VARIABLE_WIDTH_HISTOGRAM, &agg_ops_variable_width_histogram},
     {"nested", AGG_NESTED, &agg_ops_nested},
     {"reverse_nested", AGG_REVERSE_NESTED, &agg_ops_reverse_nested},
+    {"median_absolute_deviation", AGG_MEDIAN_ABSOLUTE_DEVIATION,
+     &agg_ops_median_absolute_deviation},
 };
 
 static const agg_ops *
@@ -82,7 +85,8 @@ agg_parse_num(const cJSON *v, const char *agg, const char *key, double *out, cm_
 			return CM_OK;
 		}
 	}
-	return cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [%s]", agg, key);
+	return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+	                         "[%s] failed to parse field [%s]", agg, key);
 }
 
 cm_err
@@ -110,7 +114,8 @@ agg_parse_bool(const cJSON *v, const char *agg, const char *key, bool *out, cm_e
 		*out = v->valuestring[0] == 't';
 		return CM_OK;
 	}
-	return cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [%s]", agg, key);
+	return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+	                         "[%s] failed to parse field [%s]", agg, key);
 }
 
 cm_err
@@ -127,7 +132,8 @@ agg_parse_str(const cJSON *v, const char *agg, const char *key, char **out, cm_e
 			snprintf(buf, sizeof buf, "%.17g", v->valuedouble);
 		s = buf;
 	} else
-		return cm_error_set(err, CM_EPARSE, "[%s] failed to parse field [%s]", agg, key);
+		return cm_error_set_type(err, CM_EPARSE, "x_content_parse_exception",
+		                         "[%s] failed to parse field [%s]", agg, key);
 	cm_free(AGG_MEM, *out);
 	*out = cm_strdup(AGG_MEM, s);
 	return CM_OK;
@@ -136,7 +142,10 @@ agg_parse_str(const cJSON *v, const char *agg, const char *key, char **out, cm_e
 cm_err
 agg_unknown_param(const sr_agg *a, const char *key, cm_error *err)
 {
-	return cm_error_set(err, CM_EPARSE, "[%s] unknown field [%s]", a->ops->name, key);
+	char dym[200];
+	bool any = a->ops->known && cm_did_you_mean(key, a->ops->known, dym, sizeof dym);
+	return cm_error_set(err, CM_EPARSE, "[%s] unknown field [%s]%s%s%s", a->ops->name, key,
+	                    any ? " did you mean " : "", any ? dym : "", any ? "?" : "");
 }
 
 /* "field", "missing", "format" are common to every values-source agg; kinds
@@ -563,7 +572,8 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 			    a->kind == AGG_AVG || a->kind == AGG_STATS ||
 			    a->kind == AGG_EXTENDED_STATS || a->kind == AGG_PERCENTILES ||
 			    a->kind == AGG_HISTOGRAM || a->kind == AGG_PERCENTILE_RANKS ||
-			    a->kind == AGG_RANGE || a->kind == AGG_VARIABLE_WIDTH_HISTOGRAM;
+			    a->kind == AGG_RANGE || a->kind == AGG_VARIABLE_WIDTH_HISTOGRAM ||
+			    a->kind == AGG_MEDIAN_ABSOLUTE_DEVIATION;
 			if ((numeric_only || a->kind == AGG_DATE_HISTOGRAM ||
 			     a->kind == AGG_DATE_RANGE || a->kind == AGG_AUTO_DATE_HISTOGRAM) &&
 			    st_field_type_is_ordinal(f->type))

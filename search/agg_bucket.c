@@ -481,7 +481,7 @@ static cm_err
 missing_parse(sr_agg *a, const cJSON *body, cm_error *err)
 {
 	for (const cJSON *c = body->child; c; c = c->next)
-		if (strcmp(c->string, "field"))
+		if (strcmp(c->string, "field") && strcmp(c->string, "missing"))
 			return agg_unknown_param(a, c->string, err);
 	return CM_OK;
 }
@@ -492,6 +492,8 @@ missing_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scor
 	sbkt *b = n->d;
 	run r;
 	r.n = 0;
+	if (rt->spec->missing.set) /* every doc has a value then: its own or "missing" */
+		return;
 	for (size_t i = 0; i < cnt; i++) {
 		const int64_t *v;
 		if (agg_values(rt, docs[i], &v) == 0) {
@@ -2504,6 +2506,9 @@ terms_decode(const sr_agg *a, agg_node *n, cm_rd *r)
 
 const agg_ops agg_ops_terms = {
     .name = "terms",
+    .known = "field,missing,format,value_type,script,size,shard_size,min_doc_count,"
+             "shard_min_doc_count,execution_hint,include,exclude,order,collect_mode,"
+             "show_term_doc_count_error",
     .bucket = true,
     .needs_field = true,
     .parse = terms_parse,
@@ -2596,6 +2601,8 @@ sig_parse(sr_agg *a, const cJSON *body, cm_error *err)
 static cm_err
 sig_seg_begin(agg_rt *rt, cm_error *err)
 {
+	if (terms_seg_begin(rt, err)) /* a regular expression on a non-string field */
+		return err->code;
 	sig_bg *bg = rt->persist;
 	if (!bg)
 		rt->persist = bg = cm_calloc(AGG_MEM, 1, sizeof *bg);
@@ -2773,7 +2780,11 @@ sig_render(const sr_agg *a, const agg_node *n, agg_render *r)
 		if (i)
 			cm_buf_put_u8(b, ',');
 		cm_buf_put(b, "{\"key\":", 7);
-		if (bk->key)
+		if (bk->key && n->ftype == ST_FT_IP && bk->klen == ST_IP_LEN) {
+			char ip[64]; /* the address as text, as terms gives it */
+			st_ip_format(bk->key, ip, sizeof ip);
+			agg_json_str(b, ip, strlen(ip));
+		} else if (bk->key)
 			agg_json_str(b, (const char *)bk->key, bk->klen);
 		else if (s->key_kind == 3) {
 			double d;
@@ -2847,6 +2858,9 @@ sig_decode(const sr_agg *a, agg_node *n, cm_rd *r)
 
 const agg_ops agg_ops_significant_terms = {
     .name = "significant_terms",
+    .known = "field,missing,format,value_type,script,size,shard_size,min_doc_count,"
+             "shard_min_doc_count,execution_hint,include,exclude,background_filter,jlh,"
+             "mutual_information,chi_square,gnd,percentage,script_heuristic",
     .bucket = true,
     .needs_field = true,
     .parse = sig_parse,
@@ -2911,7 +2925,7 @@ hist_parse_order(sr_agg *a, hist_params *p, const cJSON *c, cm_error *err)
 	const char *k = o->child->string, *dir = o->child->valuestring;
 	if (strcmp(dir, "asc") && strcmp(dir, "desc"))
 		return cm_error_set(err, CM_EPARSE, "Unknown order direction [%s]", dir);
-	if (!strcmp(k, "_key"))
+	if (!strcmp(k, "_key") || !strcmp(k, "_time")) /* _time: ES 7's deprecated name */
 		p->order_count = false;
 	else if (!strcmp(k, "_count"))
 		p->order_count = true;

@@ -61,6 +61,7 @@ typedef enum {
 	AGG_VARIABLE_WIDTH_HISTOGRAM,
 	AGG_NESTED,
 	AGG_REVERSE_NESTED,
+	AGG_MEDIAN_ABSOLUTE_DEVIATION,
 	AGG_KIND_COUNT
 } agg_kind;
 
@@ -160,6 +161,9 @@ typedef struct agg_render {
 
 struct agg_ops {
 	const char *name;
+	/* the parameter names ES's parser knows, comma-separated, for "did
+	 * you mean" on an unknown one; NULL = no suggestions */
+	const char *known;
 	bool bucket;     /* may hold sub-aggregations */
 	bool needs_field;
 	cm_err (*parse)(sr_agg *a, const cJSON *body, cm_error *err);
@@ -195,7 +199,7 @@ extern const agg_ops agg_ops_composite, agg_ops_percentile_ranks, agg_ops_weight
 extern const agg_ops agg_ops_sampler, agg_ops_diversified_sampler, agg_ops_geo_bounds,
     agg_ops_geo_centroid, agg_ops_geohash_grid, agg_ops_geotile_grid, agg_ops_multi_terms,
     agg_ops_auto_date_histogram, agg_ops_variable_width_histogram;
-extern const agg_ops agg_ops_nested, agg_ops_reverse_nested;
+extern const agg_ops agg_ops_nested, agg_ops_reverse_nested, agg_ops_median_absolute_deviation;
 /* agg_nested.c: sets each nested/reverse_nested spec's level and refuses
  * a reverse_nested outside a nested aggregation. */
 cm_err agg_nested_check(sr_agg *root, cm_error *err);
@@ -363,6 +367,8 @@ void agg_td_merge(agg_tdigest *into, agg_tdigest *from);
 double agg_td_quantile(agg_tdigest *t, double q); /* NaN when empty */
 double agg_td_cdf(agg_tdigest *t, double x);      /* in [0, 1]; NaN when empty */
 double agg_td_count(const agg_tdigest *t);
+/* median absolute deviation; NaN when empty */
+double agg_td_mad(agg_tdigest *t);
 void agg_td_encode(agg_tdigest *t, cm_buf *b);
 agg_tdigest *agg_td_decode(cm_rd *r, double compression);
 

@@ -65,11 +65,15 @@ mstats_parse(sr_agg *a, const cJSON *body, cm_error *err)
 		if (a->kind == AGG_EXTENDED_STATS && !strcmp(c->string, "sigma")) {
 			if (agg_parse_num(c, a->ops->name, "sigma", &p->sigma, err))
 				return CM_EPARSE;
-			if (p->sigma < 0)
-				return cm_error_set(err, CM_EINVAL,
-				                    "[sigma] must be greater than or equal to 0. Found [%g] in "
-				                    "[%s]",
-				                    p->sigma, a->name);
+			if (p->sigma < 0) {
+				char num[64]; /* as Java prints a double: -1.0 */
+				agg_double_str(num, sizeof num, p->sigma);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "[sigma] must be greater than or equal to 0. Found [%s] in "
+				    "[%s]",
+				    num, a->name);
+			}
 			continue;
 		}
 		return agg_unknown_param(a, c->string, err);
@@ -671,6 +675,15 @@ pct_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			const cJSON *cc = cJSON_GetObjectItemCaseSensitive(c, "compression");
 			if (cc && agg_parse_num(cc, a->name, "compression", &p->compression, err))
 				return CM_EPARSE;
+			if (p->compression < 0) {
+				char num[64];
+				agg_double_str(num, sizeof num, p->compression);
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "[compression] must be greater than or equal to 0. Found "
+				    "[%s] in [%s]",
+				    num, a->name);
+			}
 			if (p->compression < 20)
 				p->compression = 20;
 			if (p->compression > 10000)
@@ -836,6 +849,79 @@ const agg_ops agg_ops_percentile_ranks = {
     .encode = pct_encode,
     .decode = pct_decode,
     .metric_value = pct_value,
+};
+
+/* ======================================================= median_absolute_deviation */
+
+/* The median of the distances from the median, read off the same t-digest
+ * percentiles keep (ES's InternalMedianAbsoluteDeviation does the same:
+ * each centroid's distance from the digest's median, weighted by its
+ * count, into a second digest). */
+static cm_err
+mad_parse(sr_agg *a, const cJSON *body, cm_error *err)
+{
+	pct_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
+	a->p = p;
+	p->compression = 1000; /* ES's default for this aggregation */
+	for (const cJSON *c = body->child; c; c = c->next) {
+		if (!strcmp(c->string, "field") || !strcmp(c->string, "missing") ||
+		    !strcmp(c->string, "format"))
+			continue;
+		if (!strcmp(c->string, "compression")) {
+			if (agg_parse_num(c, a->name, "compression", &p->compression, err))
+				return CM_EPARSE;
+			if (!(p->compression > 0))
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "[compression] must be greater than 0. Found [%.1f] "
+				    "in [%s]",
+				    p->compression, a->name);
+			if (p->compression < 20)
+				p->compression = 20;
+			if (p->compression > 10000)
+				p->compression = 10000;
+			continue;
+		}
+		return agg_unknown_param(a, c->string, err);
+	}
+	return CM_OK;
+}
+
+static bool
+mad_value(const sr_agg *a, const agg_node *n, const char *key, double *v)
+{
+	if (key && strcmp(key, "value"))
+		return false;
+	*v = agg_td_mad(n->d);
+	return true;
+}
+
+static cm_err
+mad_render(const sr_agg *a, const agg_node *n, agg_render *r)
+{
+	double v = agg_td_mad(n->d);
+	cm_buf *b = r->out;
+	cm_buf_put(b, "{\"value\":", 9);
+	agg_json_double_or_null(b, v, v == v);
+	put_as_string(a, n, b, "value_as_string", v, v == v);
+	cm_buf_put_u8(b, '}');
+	return CM_OK;
+}
+
+const agg_ops agg_ops_median_absolute_deviation = {
+    .name = "median_absolute_deviation",
+    .needs_field = true,
+    .parse = mad_parse,
+    .free_params = pct_free_params,
+    .state_new = pct_new,
+    .state_free = pct_free,
+    .seg_begin = pct_seg_begin,
+    .collect = pct_collect,
+    .merge = pct_merge,
+    .render = mad_render,
+    .encode = pct_encode,
+    .decode = pct_decode,
+    .metric_value = mad_value,
 };
 
 /* ================================================================ top_hits */

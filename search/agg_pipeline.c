@@ -902,10 +902,12 @@ agg_pipe_parse(const char *name, const char *type, const cJSON *body, const cJSO
 			if ((rc = agg_parse_num(c, type, k, &p->sigma, err)))
 				goto fail;
 			if (p->sigma < 0) {
+				char num[64]; /* as Java prints a double: -1.0 */
+				agg_double_str(num, sizeof num, p->sigma);
 				rc = cm_error_set(err, CM_EINVAL,
 				                  "[sigma] must be greater than or equal to 0. "
-				                  "Found [%g] in [%s]",
-				                  p->sigma, name);
+				                  "Found [%s] in [%s]",
+				                  num, name);
 				goto fail;
 			}
 		} else {
@@ -1551,7 +1553,7 @@ pipe_type_name(pipe_kind k)
 		return "derivative";
 	case PK_MAX_BUCKET:
 	case PK_MIN_BUCKET:
-		return "bucket_metrics";
+		return "bucket_metric_value"; /* InternalBucketMetricValue.NAME */
 	case PK_STATS_BUCKET:
 	case PK_EXTENDED_STATS_BUCKET:
 	case PK_PERCENTILES_BUCKET:

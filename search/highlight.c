@@ -19,7 +19,8 @@
 
 #define T CM_MEM_SEARCH
 #define MAX_TAGS 16
-#define MAX_ANALYZED (1u << 20) /* ES index.highlight.max_analyzed_offset */
+#define MAX_ANALYZED (1u << 20) /* re-analysed text kept, whatever the index allows */
+enum { HL_UNIFIED, HL_PLAIN, HL_FVH };
 #define MAX_MATCHERS 1024
 
 /* ---- options ---- */
@@ -29,6 +30,7 @@ typedef struct hl_opts {
 	size_t npre, npost;
 	int fragment_size, nfrags, no_match_size; /* -1 = inherited */
 	int rfm, order_score, html;               /* -1 = inherited, else 0/1 */
+	int type;                                 /* -1 = inherited, else HL_UNIFIED.. */
 	sr_query *hq;                             /* highlight_query, NULL = inherited */
 } hl_opts;
 
@@ -185,6 +187,9 @@ parse_opts(const cJSON *j, hl_opts *o, const char *field, cm_error *err)
 				    err, CM_EINVAL, "illegal_argument_exception",
 				    "unknown highlighter type [%s] for the field [%s]",
 				    v->valuestring, field ? field : "*");
+			o->type = !strcmp(v->valuestring, "plain") ? HL_PLAIN
+			          : !strcmp(v->valuestring, "fvh") ? HL_FVH
+			                                           : HL_UNIFIED;
 		} else if (!strcmp(k, "order")) {
 			if (!cJSON_IsString(v) ||
 			    (strcmp(v->valuestring, "score") && strcmp(v->valuestring, "none")))
@@ -238,7 +243,7 @@ opts_init(hl_opts *o)
 {
 	memset(o, 0, sizeof *o);
 	o->fragment_size = o->nfrags = o->no_match_size = -1;
-	o->rfm = o->order_score = o->html = -1;
+	o->rfm = o->order_score = o->html = o->type = -1;
 }
 
 static cm_err
@@ -1122,6 +1127,7 @@ typedef struct eff {
 	tags tg;
 	int fsize, nfrags, no_match;
 	bool rfm, order_score;
+	int type;
 	const sr_query *hq;
 } eff;
 
@@ -1141,6 +1147,7 @@ effective(const sr_highlight *h, const hl_field *f, eff *e)
 	e->rfm = pick(o->rfm, g->rfm, 1); /* ES: true by default */
 	e->order_score = pick(o->order_score, g->order_score, 0);
 	e->hq = o->hq ? o->hq : g->hq;
+	e->type = pick(o->type, g->type, HL_UNIFIED);
 }
 
 static bool
@@ -1163,17 +1170,51 @@ term_id(toks *terms, const tok *t)
 	return (uint32_t)(terms->n - 1);
 }
 
+/* ES's index.highlight.max_analyzed_offset: text a highlighter would
+ * analyse again (plain always; unified unless offsets are indexed) may be
+ * at most that long, all values of the field together for unified, each
+ * value for plain. */
+static cm_err
+over_analyzed_limit(const st_field_def *def, const eff *e, const vals *vs, const sr_hl_doc *hd,
+                    cm_error *err)
+{
+	if (!hd || hd->max_analyzed_offset <= 0 || e->type == HL_FVH ||
+	    (e->type == HL_UNIFIED && st_field_has_offsets(def)))
+		return CM_OK;
+	size_t total = 0, most = 0;
+	for (size_t v = 0; v < vs->n; v++) {
+		size_t l = sr_utf8_len((const uint8_t *)vs->v[v], strlen(vs->v[v]));
+		total += l + (v > 0);
+		most = l > most ? l : most;
+	}
+	if ((e->type == HL_PLAIN ? most : total) <= (size_t)hd->max_analyzed_offset)
+		return CM_OK;
+	return cm_error_set_type(
+	    err, CM_EINVAL, "illegal_argument_exception",
+	    "The length of [%s] field of [%s] doc of [%s] index has exceeded [%lld] - maximum "
+	    "allowed to be analyzed for highlighting. This maximum can be set by changing the "
+	    "[index.highlight.max_analyzed_offset] index level setting. For large texts, "
+	    "indexing with offsets or term vectors%s is recommended!",
+	    def->path, hd->id ? hd->id : "", hd->index ? hd->index : "",
+	    (long long)hd->max_analyzed_offset,
+	    e->type == HL_PLAIN ? ", and highlighting with unified or fvh highlighter" : "");
+}
+
 /* Highlights one field; appends "name":[...] (with a leading comma when
  * *first is false) when it yields fragments. */
-static void
-field_render(const st_field_def *def, const eff *e, const mset *ms, const cJSON *doc, cm_buf *out,
-             bool *first)
+static cm_err
+field_render(const st_field_def *def, const eff *e, const mset *ms, const cJSON *doc,
+             const sr_hl_doc *hd, cm_buf *out, bool *first, cm_error *err)
 {
 	vals vs = {0};
 	find_values(doc, def->parent ? def->parent : def->path, &vs, 0);
 	if (!vs.n) {
 		cm_free(T, vs.v);
-		return;
+		return CM_OK;
+	}
+	if (over_analyzed_limit(def, e, &vs, hd, err)) {
+		cm_free(T, vs.v);
+		return err->code;
 	}
 	an_pick an = def->type == ST_FT_TEXT ? (an_pick){def->analyzer, def->custom_analyzer}
 	                                     : (an_pick){ST_AN_KEYWORD, def->normalizer};
@@ -1258,6 +1299,7 @@ field_render(const st_field_def *def, const eff *e, const mset *ms, const cJSON 
 	cm_free(T, pl.v);
 	cm_free(T, spans);
 	cm_free(T, vs.v);
+	return CM_OK;
 }
 
 static bool
@@ -1269,6 +1311,14 @@ highlightable(const st_field_def *d)
 cm_err
 sr_highlight_render(const sr_highlight *h, const st_mapping *m, const sr_query *q, const char *src,
                     size_t len, cm_buf *out, cm_error *err)
+{
+	return sr_highlight_render_doc(h, m, q, src, len, NULL, out, err);
+}
+
+cm_err
+sr_highlight_render_doc(const sr_highlight *h, const st_mapping *m, const sr_query *q,
+                        const char *src, size_t len, const sr_hl_doc *hd, cm_buf *out,
+                        cm_error *err)
 {
 	if (!h || !m || !len)
 		return CM_OK;
@@ -1282,7 +1332,8 @@ sr_highlight_render(const sr_highlight *h, const st_mapping *m, const sr_query *
 	cm_buf_put_u8(out, '{');
 	/* each field once, in the request's order, patterns in mapping order */
 	bool *done = cm_calloc(T, m->nfields ? m->nfields : 1, sizeof(bool));
-	for (size_t i = 0; i < h->nfields; i++) {
+	cm_err rc = CM_OK;
+	for (size_t i = 0; i < h->nfields && !rc; i++) {
 		const hl_field *f = &h->fields[i];
 		eff e;
 		effective(h, f, &e);
@@ -1295,7 +1346,7 @@ sr_highlight_render(const sr_highlight *h, const st_mapping *m, const sr_query *
 			ms = &alt;
 		}
 		bool pattern = strchr(f->name, '*') != NULL;
-		for (size_t k = 0; k < m->nfields; k++) {
+		for (size_t k = 0; k < m->nfields && !rc; k++) {
 			const st_field_def *d = &m->fields[k];
 			if (done[k] || !highlightable(d))
 				continue;
@@ -1304,16 +1355,16 @@ sr_highlight_render(const sr_highlight *h, const st_mapping *m, const sr_query *
 				continue;
 			done[k] = true;
 			/* which clauses light it up: applies() */
-			field_render(d, &e, ms, doc, out, &first);
+			rc = field_render(d, &e, ms, doc, hd, out, &first, err);
 		}
 	}
 	cm_free(T, done);
 	mset_free(&alt);
 	mset_free(&base);
 	cJSON_Delete(doc);
-	if (first)
+	if (first || rc)
 		out->len = start; /* no field had a fragment */
 	else
 		cm_buf_put_u8(out, '}');
-	return CM_OK;
+	return rc;
 }

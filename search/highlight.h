@@ -17,6 +17,16 @@ void sr_highlight_free(sr_highlight *h);
  * one. q is the search query (NULL = match_all); m the shard's mapping. */
 cm_err sr_highlight_render(const sr_highlight *h, const st_mapping *m, const sr_query *q,
                            const char *src, size_t len, cm_buf *out, cm_error *err);
+/* The hit being highlighted, for index.highlight.max_analyzed_offset: a
+ * field the highlighter must analyse again whose text is longer fails
+ * the render (illegal_argument_exception naming the doc and index). */
+typedef struct sr_hl_doc {
+	const char *id, *index;      /* for the message; may be NULL */
+	int64_t max_analyzed_offset; /* <= 0: no bound */
+} sr_hl_doc;
+cm_err sr_highlight_render_doc(const sr_highlight *h, const st_mapping *m, const sr_query *q,
+                               const char *src, size_t len, const sr_hl_doc *hd, cm_buf *out,
+                               cm_error *err);
 
 /* One value's passages, exposed for unit tests: spans are the byte ranges
  * [start, end) of the matches, sorted and not overlapping, each with the

@@ -73,6 +73,7 @@ sr_hit_clear(sr_hit *h)
 	cm_free(T, h->fields);
 	cm_free(T, h->highlight);
 	cm_free(T, h->inner_hits);
+	cm_free(T, h->ignored);
 	for (size_t i = 0; i < h->nsort; i++)
 		sr_sort_value_clear(&h->sort[i]);
 	cm_free(T, h->sort);
@@ -711,6 +712,10 @@ render_hit(sr_merger *m, cm_buf *b, const mhit *mh, bool scored)
 		sr_jw_float(b, h->score);
 	else
 		cm_buf_put(b, "null", 4);
+	if (h->ignored) {
+		cm_buf_put(b, ",\"_ignored\":", 12);
+		cm_buf_put(b, h->ignored, h->ignored_len);
+	}
 	if (h->source) {
 		cm_buf_put(b, ",\"_source\":", 11);
 		cm_buf_put(b, h->source, h->source_len);

@@ -440,6 +440,10 @@ typedef struct sr_hit {
 	 * merger replaces with its "_index" and "_type"), NULL when none */
 	char *inner_hits;
 	size_t inner_hits_len;
+	/* "_ignored": the fields whose malformed values the document skipped
+	 * (a JSON array), NULL when none */
+	char *ignored;
+	size_t ignored_len;
 	uint32_t shard, doc;   /* tie-breaking: shard index, then global doc */
 	uint64_t seq_no, primary_term;
 	int64_t version;
@@ -498,6 +502,13 @@ typedef struct sr_hit_bar {
 } sr_hit_bar;
 cm_err sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_request *req,
                            sr_hit_bar *bar, sr_shard_result *out, cm_error *err);
+/* ES's default index.highlight.max_analyzed_offset */
+#define SR_HL_MAX_ANALYZED_OFFSET 1000000
+/* The same, with the index's highlight.max_analyzed_offset (the bar
+ * above and the others take SR_HL_MAX_ANALYZED_OFFSET). */
+cm_err sr_search_shard_hl(st_reader *r, uint32_t shard, const char *index, const sr_request *req,
+                          sr_hit_bar *bar, int64_t hl_max_analyzed_offset, sr_shard_result *out,
+                          cm_error *err);
 /* Query then fetch: whether every field a hit renders can be fetched
  * after the merge, from the hit's shard and doc alone (no collapse,
  * rescore, profile, highlight, fields or inner hits). A search over

@@ -1,8 +1,7 @@
 /* Percentiles: a merging t-digest (Dunning & Ertl) with the k1 (arcsine)
  * scale function and ES's default compression of 100. Quantiles
  * interpolate between centroid centres the way t-digest 3.2 does (the
- * version ES 7.10 ships), so small inputs give the exact linear
- * interpolation between sorted values. */
+ * version ES 7.10 ships): below, agg_td_quantile. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,37 +188,61 @@ agg_td_count(const agg_tdigest *t)
 	return n;
 }
 
+/* t-digest 3.2's AVLTreeDigest.quantile, which ES 7.10 answers with: the
+ * q * total-th unit of weight, interpolated between centroid centres (a
+ * centroid of weight w centred w / 2 into its run), towards min before
+ * the first centre and towards max after the last. Four values 1, 51,
+ * 101, 151 give 26 at 25% (not 38.5, the interpolation between sorted
+ * values). */
+static double
+weighted_average(double x1, double w1, double x2, double w2)
+{
+	double lo = x1 < x2 ? x1 : x2, hi = x1 < x2 ? x2 : x1;
+	double v = (x1 * w1 + x2 * w2) / (w1 + w2);
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
 double
 agg_td_quantile(agg_tdigest *t, double q)
 {
 	td_compress(t);
 	if (t->n == 0)
 		return NAN;
-	if (t->n == 1 || t->total <= 1)
+	if (t->n == 1)
 		return t->c[0].mean;
-	if (q <= 0)
+	double index = q * t->total;
+	if (index <= 0)
 		return t->min;
-	if (q >= 1)
+	if (index >= t->total)
 		return t->max;
-	double index = q * (t->total - 1);
-	/* centre of centroid i, in sorted-value positions */
-	double cum = 0;
-	double prev_c = 0, prev_m = t->min;
-	for (size_t i = 0; i < t->n; i++) {
-		double ci = cum + (t->c[i].w - 1) / 2;
-		if (index <= ci) {
-			if (ci == prev_c)
-				return t->c[i].mean;
-			return prev_m + (t->c[i].mean - prev_m) * (index - prev_c) / (ci - prev_c);
+	double w0 = t->c[0].w;
+	if (index < w0 / 2)
+		return t->min + (t->c[0].mean - t->min) * index / (w0 / 2);
+	double so_far = w0 / 2;
+	for (size_t i = 0; i + 1 < t->n; i++) {
+		double dw = (t->c[i].w + t->c[i + 1].w) / 2;
+		if (so_far + dw > index) {
+			double z1 = index - so_far, z2 = so_far + dw - index;
+			return weighted_average(t->c[i].mean, z2, t->c[i + 1].mean, z1);
 		}
-		prev_c = ci;
-		prev_m = t->c[i].mean;
-		cum += t->c[i].w;
+		so_far += dw;
 	}
-	double last = t->total - 1;
-	if (last <= prev_c)
-		return t->max;
-	return prev_m + (t->max - prev_m) * (index - prev_c) / (last - prev_c);
+	double z1 = index - so_far, z2 = t->c[t->n - 1].w / 2 - z1;
+	return weighted_average(t->c[t->n - 1].mean, z2, t->max, z1);
+}
+
+double
+agg_td_mad(agg_tdigest *t)
+{
+	double med = agg_td_quantile(t, 0.5);
+	if (med != med)
+		return NAN;
+	agg_tdigest *d = agg_td_new(t->compression);
+	for (size_t i = 0; i < t->n; i++)
+		agg_td_add(d, fabs(t->c[i].mean - med), t->c[i].w);
+	double v = agg_td_quantile(d, 0.5);
+	agg_td_free(d);
+	return v;
 }
 
 /* The inverse of agg_td_quantile: the fraction q at which the quantile

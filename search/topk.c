@@ -51,6 +51,8 @@ typedef struct topk {
 	float *dscores;
 	size_t si;
 	float boost;  /* indices_boost of this shard's index */
+	const char *index;       /* the shard's index, NULL unknown */
+	int64_t hl_max_analyzed; /* index.highlight.max_analyzed_offset */
 	sr_it *pf_it; /* post_filter over the current segment, NULL = none */
 	uint64_t pf_bits[SR_WIN_WORDS];
 	/* collapse: the best entry per value of the field */
@@ -579,6 +581,33 @@ fetch_stored(const sr_request *req, const st_segment *seg, st_seg_txn *txn, size
 	if (rc)
 		return cm_error_set(err, rc, "cannot read stored document");
 	h->id = cm_strndup(CM_MEM_SEARCH, (const char *)idb->data, idb->len);
+	/* _ignored, shown with every hit that has it, as ES does */
+	const st_field_info *ig = st_segment_field(seg, ST_FIELD_IGNORED);
+	if (ig && (ig->flags & ST_FI_COLUMN)) {
+		st_colblock cb;
+		const int64_t *v;
+		memset(&cb, 0, sizeof cb);
+		int k = st_col_values(txn, ig, &cb, doc, &v);
+		if (k > 0) {
+			cm_buf j;
+			cm_buf_init(&j, CM_MEM_SEARCH);
+			cm_buf_put_u8(&j, '[');
+			for (int i = 0; i < k; i++) {
+				const uint8_t *t;
+				size_t tl;
+				if (st_ord_term(txn, ig, (uint64_t)v[i], &t, &tl) != CM_OK)
+					continue;
+				if (j.len > 1)
+					cm_buf_put_u8(&j, ',');
+				sr_jw_str(&j, (const char *)t, tl);
+			}
+			cm_buf_put_u8(&j, ']');
+			h->ignored = cm_strndup(CM_MEM_SEARCH, (const char *)j.data, j.len);
+			h->ignored_len = j.len;
+			cm_buf_free(&j);
+		}
+		st_colblock_free(&cb);
+	}
 	/* an empty stored source: the mapping has _source disabled */
 	if (req->fetch_source && src->len) {
 		if (req->nincludes || req->nexcludes) {
@@ -636,8 +665,11 @@ fetch_hit(topk *t, const sr_topk_entry *e, uint32_t shard, sr_hit *h, cm_buf *id
 	if (req->highlight && src->len) {
 		cm_buf hb;
 		cm_buf_init(&hb, CM_MEM_SEARCH);
-		rc = sr_highlight_render(req->highlight, st_reader_mapping(x->reader), req->query,
-		                         (const char *)src->data, src->len, &hb, x->err);
+		sr_hl_doc hd = {
+		    .id = h->id, .index = t->index, .max_analyzed_offset = t->hl_max_analyzed};
+		rc = sr_highlight_render_doc(req->highlight, st_reader_mapping(x->reader),
+		                             req->query, (const char *)src->data, src->len, &hd,
+		                             &hb, x->err);
 		if (!rc && hb.len) {
 			h->highlight = cm_strndup(CM_MEM_SEARCH, (const char *)hb.data, hb.len);
 			h->highlight_len = hb.len;
@@ -945,6 +977,14 @@ cm_err
 sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_request *req,
                     sr_hit_bar *bar, sr_shard_result *out, cm_error *err)
 {
+	return sr_search_shard_hl(r, shard, index, req, bar, SR_HL_MAX_ANALYZED_OFFSET, out, err);
+}
+
+cm_err
+sr_search_shard_hl(st_reader *r, uint32_t shard, const char *index, const sr_request *req,
+                   sr_hit_bar *bar, int64_t hl_max_analyzed_offset, sr_shard_result *out,
+                   cm_error *err)
+{
 	prof pf;
 	memset(&pf, 0, sizeof pf);
 	uint64_t t_mark;
@@ -972,6 +1012,8 @@ sr_search_shard_bar(st_reader *r, uint32_t shard, const char *index, const sr_re
 		if (req->rescore[i].window_size > k)
 			k = req->rescore[i].window_size;
 	t.boost = sr_request_index_boost(req, index);
+	t.index = index;
+	t.hl_max_analyzed = hl_max_analyzed_offset;
 	if (k > MAX_TOPK) {
 		rc = cm_error_set(x.err, CM_ELIMIT, "from + size must be less than or equal to %u", MAX_TOPK);
 		goto done;

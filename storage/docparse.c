@@ -102,11 +102,42 @@ preview(const cJSON *j, char *buf, size_t cap)
 	free(s);
 }
 
+/* ES's _ignored: the fields of a document whose malformed values were
+ * skipped (ignore_malformed), each once, as keyword terms. */
+static const st_field_def ignored_def = {
+    .path = (char *)ST_FIELD_IGNORED,
+    .type = ST_FT_KEYWORD,
+    .analyzer = ST_AN_KEYWORD,
+    .search_analyzer = ST_AN_KEYWORD,
+    .index = true,
+    .doc_values = true,
+};
+
+static void
+note_ignored(parse_ctx *c, const st_field_def *f)
+{
+	st_doc *d = c->doc;
+	for (size_t i = 0; i < d->nvalues; i++)
+		if (d->values[i].field == &ignored_def && !strcmp(d->values[i].s, f->path))
+			return;
+	if (d->nvalues == d->cap) {
+		d->cap = d->cap ? d->cap * 2 : 16;
+		d->values = cm_realloc(CM_MEM_STORAGE, d->values, d->cap * sizeof(*d->values));
+	}
+	st_value *v = &d->values[d->nvalues++];
+	memset(v, 0, sizeof(*v));
+	v->field = &ignored_def;
+	v->s = f->path;
+	v->n = strlen(f->path);
+}
+
 static cm_err
 type_error(parse_ctx *c, const st_field_def *f, const cJSON *j)
 {
-	if (f->ignore_malformed)
-		return CM_OK; /* skipped; the value stays in _source */
+	if (f->ignore_malformed) {
+		note_ignored(c, f); /* skipped; the value stays in _source */
+		return CM_OK;
+	}
 	char pv[256];
 	preview(j, pv, sizeof(pv));
 	const st_doc *d = c->doc;

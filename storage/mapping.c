@@ -455,7 +455,8 @@ static cm_err
 check_name(const char *name, const char *where, bool allow_dots, cm_error *err)
 {
 	if (*name == '\0')
-		return cm_error_set(err, CM_EMAPPING, "field name cannot be an empty string");
+		return cm_error_set_type(err, CM_EINVAL, "illegal_argument_exception",
+		                         "field name cannot be an empty string");
 	bool blank = true;
 	for (const char *p = name; *p; p++)
 		blank &= isspace((unsigned char)*p) != 0;
@@ -859,6 +860,21 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		           type != ST_FT_FLATTENED) {
 			ok = cJSON_IsObject(it);
 			fields = it;
+		} else if (type == ST_FT_TEXT &&
+		           (strcmp(k, "index_options") == 0 || strcmp(k, "term_vector") == 0)) {
+			const char *const *names =
+			    k[0] == 'i' ? st_index_options_names : st_term_vector_names;
+			uint8_t at = 0;
+			for (uint8_t i = 1; cJSON_IsString(it) && names[i]; i++)
+				if (!strcmp(names[i], it->valuestring))
+					at = i;
+			ok = at != 0;
+			if (k[0] == 'i')
+				f.index_options = at;
+			else
+				f.term_vector = at;
+		} else if (strcmp(k, "store") == 0 && type != ST_FT_OBJECT) {
+			ok = json_bool(it, &f.store);
 		} else if (type != ST_FT_OBJECT &&
 		           (strcmp(k, "store") == 0 || strcmp(k, "boost") == 0 ||
 		            strcmp(k, "similarity") == 0 ||
@@ -1363,6 +1379,13 @@ render_field(cJSON *o, const st_field_def *f, bool has_children)
 			    o, "search_analyzer",
 			    field_an_name(f->search_analyzer, f->custom_search_analyzer));
 	}
+	if (f->store && f->type != ST_FT_OBJECT)
+		cJSON_AddBoolToObject(o, "store", true);
+	if (f->type == ST_FT_TEXT && f->index_options)
+		cJSON_AddStringToObject(o, "index_options",
+		                        st_index_options_names[f->index_options]);
+	if (f->type == ST_FT_TEXT && f->term_vector)
+		cJSON_AddStringToObject(o, "term_vector", st_term_vector_names[f->term_vector]);
 	if (f->type == ST_FT_COMPLETION) { /* ES renders every parameter */
 		cJSON_AddStringToObject(o, "analyzer",
 		                        field_an_name(f->analyzer, f->custom_analyzer));
@@ -1508,6 +1531,26 @@ doc_values_of(const st_field_def *f)
 	return f->doc_values_shown ? f->doc_values_shown == 1 : f->doc_values;
 }
 
+const char *const st_index_options_names[] = {"", "docs", "freqs", "positions", "offsets", NULL};
+const char *const st_term_vector_names[] = {"",
+                                            "no",
+                                            "yes",
+                                            "with_positions",
+                                            "with_offsets",
+                                            "with_positions_offsets",
+                                            "with_positions_payloads",
+                                            "with_positions_offsets_payloads",
+                                            NULL};
+
+bool
+st_field_has_offsets(const st_field_def *f)
+{
+	const char *tv = st_term_vector_names[f->term_vector];
+	return f->type == ST_FT_TEXT &&
+	       (!strcmp(st_index_options_names[f->index_options], "offsets") ||
+	        strstr(tv, "offsets") != NULL);
+}
+
 static cm_err
 param_conflict(cm_error *err, const char *path, const char *param, const char *from, const char *to)
 {
@@ -1578,6 +1621,19 @@ merge_one(st_field_def *dst, const st_field_def *old, const st_field_def *f, boo
 	if (old->index != f->index)
 		return param_conflict(err, f->path, "index", old->index ? "true" : "false",
 		                      f->index ? "true" : "false");
+	if (old->store != f->store)
+		return param_conflict(err, f->path, "store", old->store ? "true" : "false",
+		                      f->store ? "true" : "false");
+	if (old->index_options != f->index_options)
+		return param_conflict(
+		    err, f->path, "index_options",
+		    old->index_options ? st_index_options_names[old->index_options] : "positions",
+		    f->index_options ? st_index_options_names[f->index_options] : "positions");
+	if (old->term_vector != f->term_vector)
+		return param_conflict(err, f->path, "term_vector",
+		                      old->term_vector ? st_term_vector_names[old->term_vector]
+		                                       : "no",
+		                      f->term_vector ? st_term_vector_names[f->term_vector] : "no");
 	if (doc_values_of(old) != doc_values_of(f))
 		return param_conflict(err, f->path, "doc_values",
 		                      doc_values_of(old) ? "true" : "false",

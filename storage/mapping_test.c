@@ -248,7 +248,8 @@ test_mapping_errors(void)
 	expect_mapping_error("{\"properties\":{\"f\":{\"type\":\"text\",\"fields\":{\"o\":{"
 	                     "\"type\":\"object\"}}}}}",
 	                     CM_EMAPPING, "cannot be used in multi field");
-	expect_mapping_error("{\"properties\":{\"\":{\"type\":\"long\"}}}", CM_EMAPPING,
+	/* ES: an IllegalArgumentException, not a mapper parsing error */
+	expect_mapping_error("{\"properties\":{\"\":{\"type\":\"long\"}}}", CM_EINVAL,
 	                     "empty string");
 	expect_mapping_error("{\"_doc\":{\"properties\":{}}}", CM_EMAPPING,
 	                     "Root mapping definition has unsupported parameters");

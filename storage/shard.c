@@ -280,33 +280,76 @@ st_reader_generation(const st_reader *r)
 	return r->gen;
 }
 
-/* Builds a reader from the writer's published views and swaps it in. */
-static void
-publish_reader(st_shard *s)
+/* A reader over n segments (their refs and live views taken), without
+ * its mapping. */
+static st_reader *
+reader_new(size_t n, seg_ref *const *segs, live_ref *const *live, size_t stride)
 {
 	st_reader *r = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*r));
 	atomic_init(&r->refs, 1);
 	r->gen = atomic_fetch_add(&reader_gens, 1) + 1;
-	r->n = s->nsegs;
+	r->n = n;
 	r->segs = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->segs));
 	r->live = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->live));
 	r->plive = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->plive));
 	r->nlive = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->nlive));
 	r->pcount = cm_calloc(CM_MEM_STORAGE, r->n ? r->n : 1, sizeof(*r->pcount));
 	for (size_t i = 0; i < r->n; i++) {
-		r->segs[i] = s->segs[i].ref;
+		r->segs[i] = *(seg_ref *const *)((const char *)segs + i * stride);
 		atomic_fetch_add(&r->segs[i]->refs, 1);
-		r->live[i] = live_ref_get(s->segs[i].pub);
+		r->live[i] = live_ref_get(*(live_ref *const *)((const char *)live + i * stride));
 		reader_split_nested(r, i);
 		r->docs += st_reader_live_count(r, i);
 	}
-	r->mapping = mapping_get(s);
+	return r;
+}
+
+/* Swaps r in (unless `expect` is given and no longer current: r is then
+ * dropped); its mapping is read here, under rmu, so that of two
+ * publications racing a mapping change the later holds the newer. */
+static void
+reader_swap_in(st_shard *s, st_reader *r, const st_reader *expect)
+{
 	pthread_mutex_lock(&s->rmu);
 	st_reader *old = s->cur;
+	if (expect && old != expect) {
+		pthread_mutex_unlock(&s->rmu);
+		st_reader_release(r);
+		return;
+	}
+	r->mapping = mapping_get(s);
 	s->cur = r;
 	pthread_mutex_unlock(&s->rmu);
 	if (old)
 		st_reader_release(old);
+}
+
+/* Builds a reader from the writer's published views and swaps it in. */
+static void
+publish_reader(st_shard *s)
+{
+	st_reader *r = s->nsegs ? reader_new(s->nsegs, &s->segs[0].ref,
+	                                     (live_ref *const *)&s->segs[0].pub, sizeof(s->segs[0]))
+	                        : reader_new(0, NULL, NULL, 0);
+	reader_swap_in(s, r, NULL);
+}
+
+/* The current reader again with the shard's mapping now: a shard that
+ * gets no write (so no refresh) sees fields mapped since (a sort on one
+ * of them must not read as unmapped there). A refresh that publishes
+ * meanwhile wins: its reader has the mapping too. */
+static void
+republish_mapping(st_shard *s)
+{
+	pthread_mutex_lock(&s->rmu);
+	st_reader *cur = s->cur;
+	if (cur)
+		atomic_fetch_add(&cur->refs, 1);
+	pthread_mutex_unlock(&s->rmu);
+	if (!cur)
+		return;
+	reader_swap_in(s, reader_new(cur->n, cur->segs, cur->live, sizeof(cur->segs[0])), cur);
+	st_reader_release(cur);
 }
 
 /* ---------------------------------------------------------------- */
@@ -893,6 +936,7 @@ st_shard_set_mapping(st_shard *s, const st_mapping *m)
 	s->mapping = st_mapping_ref((st_mapping *)m);
 	st_mapping_unref(old);
 	pthread_mutex_unlock(&s->map_mu);
+	republish_mapping(s);
 }
 
 st_mapping *
@@ -1188,11 +1232,14 @@ plan_op(st_shard *s, const st_op *op, op_plan *p, const id_state *cur, int64_t *
 				return;
 			}
 		}
-		if (op->version > 0 && known && op->version <= cur->version) {
+		if (op->version > 0 && known &&
+		    (op->version_gte ? op->version < cur->version : op->version <= cur->version)) {
 			conflict(r,
 			         "[%.*s]: version conflict, current version [%" PRId64
-			         "] is higher or equal to the one provided [%" PRId64 "]",
-			         idl, op->id, cur->version, op->version);
+			         "] is higher%s "
+			         "the one provided [%" PRId64 "]",
+			         idl, op->id, cur->version,
+			         op->version_gte ? " than" : " or equal to", op->version);
 			return;
 		}
 		if (op->create_only && op->type == ST_OP_INDEX && cur->exists) {
@@ -1654,6 +1701,64 @@ st_shard_get(st_shard *s, const char *id, size_t len, st_doc_meta *meta, cm_buf 
 	}
 	lookup_done(&lc);
 	pthread_mutex_unlock(&s->wmu);
+	return err;
+}
+
+cm_err
+st_shard_get_refreshed(st_shard *s, const char *id, size_t len, st_doc_meta *meta, cm_buf *source)
+{
+	if (len == 0 || len > MAX_ID_LEN)
+		return CM_ENOTFOUND;
+	st_reader *r = st_shard_reader(s);
+	cm_err err = CM_ENOTFOUND;
+	/* newest segment first: an id has at most one live doc in a view */
+	for (size_t i = st_reader_nsegments(r); err == CM_ENOTFOUND && i-- > 0;) {
+		const st_segment *seg = st_reader_segment(r, i);
+		const uint64_t *live = st_reader_live(r, i);
+		st_seg_txn *t;
+		if (st_seg_txn_begin(seg, &t) != CM_OK) {
+			err = CM_EIO;
+			break;
+		}
+		uint32_t doc;
+		cm_err e = st_id_lookup(t, id, len, &doc);
+		if (e == CM_OK && doc < st_segment_max_doc(seg) &&
+		    (!live || st_bit_get(live, doc))) {
+			static const char *const names[3] = {ST_FIELD_SEQ_NO, ST_FIELD_VERSION,
+			                                     ST_FIELD_PRIMARY_TERM};
+			int64_t v[3] = {-1, -1, -1};
+			for (int k = 0; k < 3; k++) {
+				const st_field_info *f = st_segment_field(seg, names[k]);
+				st_colblock cb;
+				const int64_t *vals;
+				memset(&cb, 0, sizeof cb);
+				if (f && st_col_values(t, f, &cb, doc, &vals) > 0)
+					v[k] = vals[0];
+				st_colblock_free(&cb);
+			}
+			if (v[0] < 0 || v[1] < 0 || v[2] < 0) {
+				e = CM_ECORRUPT;
+			} else {
+				if (meta) {
+					meta->seq_no = (uint64_t)v[0];
+					meta->version = v[1];
+					meta->primary_term = (uint64_t)v[2];
+				}
+				e = CM_OK;
+				if (source) {
+					cm_buf idb;
+					cm_buf_init(&idb, CM_MEM_STORAGE);
+					e = st_stored_get(t, doc, &idb, source);
+					cm_buf_free(&idb);
+				}
+			}
+			err = e;
+		} else if (e != CM_OK && e != CM_ENOTFOUND) {
+			err = e;
+		}
+		st_seg_txn_end(t);
+	}
+	st_reader_release(r);
 	return err;
 }
 

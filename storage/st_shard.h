@@ -88,6 +88,7 @@ typedef struct st_op {
 	uint64_t if_primary_term; /* with if_seq_no */
 	int64_t version;          /* external version (version_type=external), 0 = none */
 	bool create_only;         /* op_type=create: 409 if the id exists */
+	bool version_gte;         /* version_type=external_gte: `version` may equal the current */
 } st_op;
 
 typedef struct st_op_result {
@@ -110,6 +111,10 @@ typedef struct st_doc_meta {
 	int64_t version;
 } st_doc_meta;
 cm_err st_shard_get(st_shard *s, const char *id, size_t len, st_doc_meta *meta, cm_buf *source);
+/* The same as of the last refresh (?realtime=false): what a search sees,
+ * not the writes buffered since. */
+cm_err st_shard_get_refreshed(st_shard *s, const char *id, size_t len, st_doc_meta *meta,
+                              cm_buf *source);
 
 cm_err st_shard_refresh(st_shard *s);
 /* Makes segments durable and trims the log. Log trimming (here, and the

@@ -239,7 +239,20 @@ typedef struct st_field_def {
 	bool nested, include_in_parent, include_in_root;
 	/* object made only from a dotted name ("a.b"): takes the existing one's kind */
 	bool implied;
+	/* text: "index_options" and "term_vector" as given (indexes into
+	 * st_index_options_names / st_term_vector_names, 0 = not given). They
+	 * change no storage here; offsets in either spare a highlighter the
+	 * re-analysis index.highlight.max_analyzed_offset bounds. */
+	uint8_t index_options, term_vector;
+	/* "store": true: GET and _mget return the field under "fields" when
+	 * stored_fields names it (its values read from _source) */
+	bool store;
 } st_field_def;
+
+extern const char *const st_index_options_names[]; /* NULL-terminated, [0] = "" */
+extern const char *const st_term_vector_names[];   /* NULL-terminated, [0] = "" */
+/* Text whose offsets are indexed (index_options or term_vector). */
+bool st_field_has_offsets(const st_field_def *f);
 
 /* An immutable mapping version. Fields are sorted by path. Object fields
  * are listed too (type ST_FT_OBJECT), so "name" resolves. */
@@ -343,6 +356,8 @@ typedef struct st_doc {
 /* Hidden fields of nested documents: the nested path (keyword, postings)
  * and the object's index in its parent's array (long column). */
 #define ST_FIELD_NESTED_PATH "_nested_path"
+/* The fields whose malformed values a document skipped (keyword terms). */
+#define ST_FIELD_IGNORED "_ignored"
 #define ST_FIELD_NESTED_OFFSET "_nested_offset"
 #define ST_NESTED_OBJECTS_LIMIT 10000 /* index.mapping.nested_objects.limit */
 

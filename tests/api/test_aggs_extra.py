@@ -89,10 +89,10 @@ def typed_keys_names():
         "pday": {"percentiles_bucket": {"buckets_path": "days>sp", "percents": [50]}},
         "mis": {"missing": {"field": "nosuchfield"}},
     }}
-    want_top = ["avgday", "bucket_metrics#maxday", "card", "comp", "days", "dr", "f", "fs",
+    want_top = ["avgday", "bucket_metric_value#maxday", "card", "comp", "days", "dr", "f", "fs",
                 "h", "mis", "mx", "none", "oks", "pday", "prices", "r", "st", "statsday",
                 "tags", "vc"]
-    typed = {"avgday": "simple_value", "maxday": "bucket_metrics", "card": "cardinality",
+    typed = {"avgday": "simple_value", "maxday": "bucket_metric_value", "card": "cardinality",
              "comp": "composite", "days": "date_histogram", "dr": "date_range", "f": "filter",
              "fs": "filters", "h": "histogram", "mis": "missing", "mx": "max",
              "none": "umterms", "oks": "lterms", "pday": "percentiles_bucket",
@@ -116,7 +116,7 @@ def typed_keys_names():
            label + " parent pipelines typed")
         eq(days[1]["derivative#d"], {"value": -0.5}, label + " derivative value")
         eq(days[4]["simple_value#cs"], {"value": 24.0}, label + " cumulative_sum value")
-        eq(a["bucket_metrics#maxday"], {"value": 12.0, "keys": ["2024-01-05T00:00:00.000Z"]},
+        eq(a["bucket_metric_value#maxday"], {"value": 12.0, "keys": ["2024-01-05T00:00:00.000Z"]},
            label + " max_bucket")
         eq(a["simple_value#avgday"], plain["avgday"], label + " avg_bucket")
         eq(a["stats_bucket#statsday"]["count"], 4, label + " stats_bucket")
@@ -690,6 +690,87 @@ def variable_width_histogram_refusals():
             eq(st, 400, label + " %s: %s" % (body, b))
             eq(part in b["error"]["reason"], True, label + " reason: %s" % b)
 
+
+
+# ---- median_absolute_deviation ----
+
+@test
+def median_absolute_deviation_values():
+    # n is 1..6: median 3.5, distances 2.5 1.5 .5 .5 1.5 2.5, their median 1.5;
+    # tag a holds 1, 2, 6: median 2, distances 1 0 4, their median 1
+    for label, n in targets():
+        a = search(n, {"aggs": {
+            "mad": {"median_absolute_deviation": {"field": "n"}},
+            "madp": {"median_absolute_deviation": {"field": "price", "compression": 500}},
+            "none": {"median_absolute_deviation": {"field": "nosuchfield"}},
+            "miss": {"median_absolute_deviation": {"field": "nosuchfield", "missing": 7}},
+            "tags": {"terms": {"field": "tag", "order": {"m": "desc"}},
+                     "aggs": {"m": {"median_absolute_deviation": {"field": "n"}}}}}},
+            "?typed_keys=true")
+        eq(a["median_absolute_deviation#mad"], {"value": 1.5}, label + " n")
+        eq(a["median_absolute_deviation#madp"], {"value": 1.5}, label + " price")
+        eq(a["median_absolute_deviation#none"], {"value": None}, label + " unmapped")
+        eq(a["median_absolute_deviation#miss"], {"value": 0.0}, label + " missing")
+        got = [(b["key"], b["median_absolute_deviation#m"]["value"])
+               for b in a["sterms#tags"]["buckets"]]
+        eq(got, [("a", 1.0), ("b", 0.5), ("c", 0.0)], label + " per tag")
+        for comp in (0, -1):
+            st, b = n.req("POST", "/ax/_search", {"size": 0, "aggs": {"mad": {
+                "median_absolute_deviation": {"field": "n", "compression": comp}}}})
+            eq(st, 400, label + " compression %s: %s" % (comp, b))
+            eq("[compression] must be greater than 0. Found [%.1f] in [mad]" % comp
+               in b["error"]["reason"], True, label + " reason: %s" % b)
+
+
+@test
+def metric_parameter_messages():
+    # numbers in messages as Java prints a double; a value that does not
+    # parse is an x_content_parse_exception, as ES's object parser says
+    for label, n in targets():
+        for agg, part in (
+                ({"extended_stats": {"field": "n", "sigma": -1}},
+                 "[sigma] must be greater than or equal to 0. Found [-1.0] in [x]"),
+                ({"percentiles": {"field": "n", "tdigest": {"compression": -1}}},
+                 "[compression] must be greater than or equal to 0. Found [-1.0] in [x]")):
+            error_is(n.req("POST", "/ax/_search", {"size": 0, "aggs": {"x": agg}}), 400,
+                     "illegal_argument_exception", part)
+        error_is(n.req("POST", "/ax/_search", {"size": 0, "aggs": {"x": {"extended_stats": {
+            "field": "n", "sigma": "foo"}}}}), 400, "x_content_parse_exception",
+            "[extended_stats] failed to parse field [sigma]")
+
+
+@test
+def percentiles_interpolate_as_es():
+    # t-digest 3.2 (ES 7.10): the q * count-th unit of weight between
+    # centroid centres, so n = 1..6 gives 2.0 at 25% (sorted-value
+    # interpolation would say 2.25) and 3.5 at 50%
+    for label, n in targets():
+        a = search(n, {"aggs": {"p": {"percentiles": {"field": "n",
+                                                      "percents": [0, 10, 25, 50, 95, 100]}}}})
+        eq(a["p"]["values"], {"0.0": 1.0, "10.0": 1.1, "25.0": 2.0, "50.0": 3.5, "95.0": 6.0,
+                              "100.0": 6.0}, label + " percentiles")
+
+
+@test
+def missing_agg_with_missing_value():
+    # with "missing", every document has a value of the field: none counts
+    for label, n in targets():
+        a = search(n, {"aggs": {"m": {"missing": {"field": "nosuch", "missing": 1}},
+                                "m0": {"missing": {"field": "nosuch"}}}})
+        eq((a["m"]["doc_count"], a["m0"]["doc_count"]), (0, 6), label)
+
+
+@test
+def date_histogram_time_order():
+    # "_time" is ES 7's deprecated name for "_key" in a date_histogram order
+    for label, n in targets():
+        keys = {}
+        for k in ("_time", "_key"):
+            a = search(n, {"aggs": {"h": {"date_histogram": {
+                "field": "ts", "calendar_interval": "day", "order": {k: "desc"}}}}})
+            keys[k] = [b["key"] for b in a["h"]["buckets"]]
+        eq(keys["_time"], keys["_key"], label)
+        eq(keys["_key"], sorted(keys["_key"], reverse=True), label + " descending")
 
 if __name__ == "__main__":
     run_tests(budget_s=120, teardown=teardown)

@@ -287,6 +287,17 @@ def terms_ip_and_date_fill_as_es():
                 "field": field, "exclude": "127.*"}}}})
             eq((st, b.get("error", {}).get("type")), (400, "aggregation_execution_exception"),
                "%s regex on %s: %s" % (label, field, b))
+            # significant_terms reads include / exclude as terms does
+            st, b = n.req("POST", "/t5/_search", {"size": 0, "aggs": {"t": {
+                "significant_terms": {"field": field, "exclude": "127.*"}}}})
+            eq((st, b.get("error", {}).get("type")), (400, "aggregation_execution_exception"),
+               "%s significant_terms regex on %s: %s" % (label, field, b))
+        # significant_terms keys an address by its text, as terms does
+        st, b = n.req("POST", "/t5/_search", {"size": 0, "query": {"term": {"ip": "::1"}},
+                                              "aggs": {"s": {"significant_terms": {
+                                                  "field": "ip", "min_doc_count": 1}}}})
+        eq([(x["key"], x["doc_count"]) for x in b["aggregations"]["s"]["buckets"]],
+           [("::1", 2)], label + " significant_terms ip key: %s" % b)
 
 
 # ---- 6. an unmapped date in terms: millis as key, the text as key_as_string ----

@@ -245,5 +245,243 @@ def delete_index_alias_and_wildcard_options():
         eq(n.req("GET", "/dx")[0], 404, label + " gone")
 
 
+
+@test
+def get_realtime_false_reads_the_last_refresh():
+    # ?realtime=false reads what a search sees: nothing written since the
+    # last refresh (a new doc, a new version, a delete); ?refresh=true on
+    # the get refreshes first
+    for label, n in nodes():
+        n.req("DELETE", "/rtf")
+        st, b = n.req("PUT", "/rtf", {"settings": {"index": {
+            "refresh_interval": -1, "number_of_shards": 2}}})
+        eq(st, 200, label + " create: %s" % b)
+        n.req("PUT", "/rtf/_doc/1", {"v": 1})
+        eq(n.req("GET", "/rtf/_doc/1?realtime=false")[0], 404, label + " not refreshed")
+        eq(n.req("HEAD", "/rtf/_doc/1?realtime=false")[0], 404, label + " HEAD")
+        eq(n.req("GET", "/rtf/_source/1?realtime=false")[0], 404, label + " _source")
+        st, b = n.req("POST", "/rtf/_mget?realtime=false", {"ids": ["1"]})
+        eq(b["docs"][0]["found"], False, label + " mget: %s" % b)
+        st, b = n.req("GET", "/rtf/_doc/1")
+        eq((st, b["_source"]), (200, {"v": 1}), label + " realtime")
+        st, b = n.req("GET", "/rtf/_doc/1?realtime=false&refresh=true")
+        eq((st, b.get("_version"), b.get("_source")), (200, 1, {"v": 1}),
+           label + " refreshed first: %s" % b)
+        n.req("PUT", "/rtf/_doc/1", {"v": 2})
+        st, b = n.req("GET", "/rtf/_doc/1?realtime=false")
+        eq((st, b["_version"], b["_seq_no"], b["_source"]), (200, 1, 0, {"v": 1}),
+           label + " old version: %s" % b)
+        st, b = n.req("POST", "/rtf/_mget?realtime=false", {"ids": ["1"]})
+        eq((b["docs"][0]["_version"], b["docs"][0]["_source"]), (1, {"v": 1}),
+           label + " mget old version: %s" % b)
+        eq(n.req("GET", "/rtf/_doc/1")[1]["_version"], 2, label + " realtime version")
+        n.req("DELETE", "/rtf/_doc/1")
+        eq(n.req("GET", "/rtf/_doc/1?realtime=false")[0], 200, label + " delete not refreshed")
+        eq(n.req("GET", "/rtf/_doc/1")[0], 404, label + " deleted, realtime")
+        n.req("POST", "/rtf/_refresh")
+        eq(n.req("GET", "/rtf/_doc/1?realtime=false")[0], 404, label + " deleted, refreshed")
+        n.req("DELETE", "/rtf")
+
+
+@test
+def put_settings_preserve_existing():
+    # only the settings an index has not set yet change; nested, flat and
+    # unprefixed keys alike
+    for label, n in nodes():
+        for ix in ("pe1", "pe2"):
+            n.req("DELETE", "/" + ix)
+        eq(n.req("PUT", "/pe1", {"settings": {"index": {
+            "number_of_replicas": 0, "refresh_interval": "5s"}}})[0], 200, label)
+        eq(n.req("PUT", "/pe2", {"settings": {"index": {"number_of_replicas": 0}}})[0], 200,
+           label)
+        st, b = n.req("PUT", "/pe1/_settings?preserve_existing=true", {
+            "index.number_of_replicas": 1, "refresh_interval": "9s",
+            "index": {"translog": {"durability": "async"}}, "max_result_window": 20000})
+        eq(st, 200, label + " preserve_existing: %s" % b)
+        s = n.req("GET", "/pe1/_settings?flat_settings=true")[1]["pe1"]["settings"]
+        eq((s["index.number_of_replicas"], s["index.refresh_interval"],
+            s["index.translog.durability"], s["index.max_result_window"]),
+           ("0", "5s", "async", "20000"), label + " kept and added: %s" % s)
+        # without it, everything given is set
+        st, b = n.req("PUT", "/pe1/_settings", {"index.refresh_interval": "9s"})
+        s = n.req("GET", "/pe1/_settings?flat_settings=true")[1]["pe1"]["settings"]
+        eq(s["index.refresh_interval"], "9s", label + " plain update")
+        # the same update over two indices leaves each its own
+        st, b = n.req("PUT", "/pe2/_settings?preserve_existing=true",
+                      {"index.refresh_interval": "7s"})
+        eq(st, 200, label + " pe2: %s" % b)
+        s = n.req("GET", "/pe2/_settings?flat_settings=true")[1]["pe2"]["settings"]
+        eq(s["index.refresh_interval"], "7s", label + " pe2 set")
+        for ix in ("pe1", "pe2"):
+            n.req("DELETE", "/" + ix)
+
+
+@test
+def external_gte_versions_and_create():
+    # external_gte takes an equal version (external does not); _create
+    # refuses external versioning before looking at the version
+    for label, n in nodes():
+        n.req("DELETE", "/egv")
+        st, b = n.req("PUT", "/egv/_doc/1?version_type=external_gte&version=5", {"a": 1})
+        eq((st, b.get("_version")), (201, 5), label + " first: %s" % b)
+        st, b = n.req("PUT", "/egv/_doc/1?version_type=external_gte&version=5", {"a": 2})
+        eq((st, b.get("_version"), b.get("result")), (200, 5, "updated"),
+           label + " equal, gte: %s" % b)
+        st, b = n.req("PUT", "/egv/_doc/1?version_type=external&version=5", {"a": 3})
+        eq((st, b["error"]["reason"]), (409, "[1]: version conflict, current version [5] is "
+                                             "higher or equal to the one provided [5]"),
+           label + " equal, external: %s" % b)
+        st, b = n.req("PUT", "/egv/_doc/1?version_type=external_gte&version=4", {"a": 3})
+        eq((st, b["error"]["reason"]), (409, "[1]: version conflict, current version [5] is "
+                                             "higher than the one provided [4]"),
+           label + " lower, gte: %s" % b)
+        st, b = n.req("DELETE", "/egv/_doc/1?version_type=external_gte&version=6")
+        eq((st, b.get("_version")), (200, 6), label + " delete: %s" % b)
+        st, b = n.req("PUT", "/egv/_doc/1?version_type=external_gte&version=6", {"a": 4})
+        eq((st, b.get("_version")), (201, 6), label + " over its tombstone: %s" % b)
+        lines = [{"index": {"_index": "egv", "_id": "1", "version": 6,
+                            "version_type": "external_gte"}}, {"a": 5}]
+        st, b = n.bulk(lines)
+        eq((b["items"][0]["index"]["status"], b["items"][0]["index"].get("_version")),
+           (200, 6), label + " bulk, equal, gte: %s" % b)
+        for v in (0, 7):
+            st, b = n.req("PUT", "/egv/_create/2?version_type=external&version=%d" % v, {})
+            eq((st, b["error"]["reason"]),
+               (400, "Validation Failed: 1: create operations only support internal "
+                     "versioning. use index instead;"), label + " _create v%d: %s" % (v, b))
+        n.req("DELETE", "/egv")
+
+
+@test
+def update_and_explain_return_the_source_asked_for():
+    # _source on an update (URL, bulk item or body) and on _explain gives
+    # the document back as "get", filtered as asked
+    for label, n in nodes():
+        n.req("DELETE", "/usg")
+        st, b = n.req("POST", "/usg/_update/1?_source=foo,bar&refresh=true",
+                      {"doc": {"foo": "baz"}, "upsert": {"foo": "bar", "x": 1.10}})
+        eq((st, b.get("get")), (201, {"_seq_no": 0, "_primary_term": 1, "found": True,
+                                     "_source": {"foo": "bar"}}), label + " upsert: %s" % b)
+        st, b = n.req("POST", "/usg/_update/1", {"doc": {"foo": "baz"},
+                                                 "_source": {"excludes": ["foo"]}})
+        eq((st, b["result"], b["get"]["_source"]), (200, "updated", {"x": 1.10}),
+           label + " body _source: %s" % b)
+        st, b = n.req("POST", "/usg/_update/1", {"doc": {"foo": "baz"}, "_source": True})
+        eq((b["result"], b["get"]["_source"]), ("noop", {"foo": "baz", "x": 1.10}),
+           label + " noop: %s" % b)
+        st, b = n.req("POST", "/usg/_update/1", {"doc": {"foo": "q"}})
+        eq("get" in b, False, label + " not asked: %s" % b)
+        st, b = n.bulk([{"update": {"_index": "usg", "_id": "1", "_source": ["foo"]}},
+                        {"doc": {"foo": "w"}},
+                        {"update": {"_index": "usg", "_id": "2"}},
+                        {"doc": {"foo": "v"}, "doc_as_upsert": True, "_source": True}],
+                       params="?refresh=true")
+        items = [i["update"] for i in b["items"]]
+        eq([i.get("get", {}).get("_source") for i in items], [{"foo": "w"}, {"foo": "v"}],
+           label + " bulk: %s" % b)
+        st, b = n.bulk([{"update": {"_index": "usg", "_id": "2"}}, {"doc": {"y": 2}}],
+                       params="?_source_includes=y")
+        eq(b["items"][0]["update"]["get"]["_source"], {"y": 2}, label + " bulk URL: %s" % b)
+        n.req("POST", "/usg/_refresh")
+        st, b = n.req("POST", "/usg/_explain/1?_source_includes=x",
+                      {"query": {"match_all": {}}})
+        eq((st, b["matched"], b["get"]["found"], b["get"]["_source"]), (200, True, True,
+                                                                        {"x": 1.10}),
+           label + " explain: %s" % b)
+        st, b = n.req("POST", "/usg/_explain/1?_source=false", {"query": {"match_all": {}}})
+        eq("get" in b, False, label + " explain without: %s" % b)
+        n.req("DELETE", "/usg")
+
+
+@test
+def mget_source_include_exclude_spellings():
+    # a doc's _source in _mget takes include/exclude as well as
+    # includes/excludes, each a list or a string
+    for label, n in nodes():
+        n.req("DELETE", "/msf")
+        n.req("PUT", "/msf/_doc/1?refresh=true",
+              {"include": {"field1": "v1", "field2": "v2"}, "count": 1})
+        st, b = n.req("POST", "/_mget", {"docs": [
+            {"_index": "msf", "_id": "1", "_source": {"include": "include.field1"}},
+            {"_index": "msf", "_id": "1", "_source": {"include": ["include.field1"]}},
+            {"_index": "msf", "_id": "1", "_source": {"include": ["include"],
+                                                      "exclude": ["*.field2"]}},
+            {"_index": "msf", "_id": "1", "_source": {"excludes": "include"}}]})
+        eq([d["_source"] for d in b["docs"]],
+           [{"include": {"field1": "v1"}}] * 3 + [{"count": 1}], label + ": %s" % b)
+        n.req("DELETE", "/msf")
+
+
+@test
+def allow_no_indices_false_per_wildcard():
+    # every wildcard of the expression must select an index, not only the
+    # expression as a whole; an index DELETE's wildcards never select aliases
+    for label, n in nodes():
+        for ix in ("anw1", "anw2"):
+            n.req("DELETE", "/" + ix)
+        n.req("PUT", "/anw1", {"aliases": {"anwalias": {}}})
+        n.req("PUT", "/anw2", {})
+        st, b = n.req("DELETE", "/anw2,anwali*?allow_no_indices=false")
+        eq((st, b["error"]["type"]), (404, "index_not_found_exception"), label + ": %s" % b)
+        eq(n.req("HEAD", "/anw2")[0], 200, label + " nothing deleted")
+        st, b = n.req("GET", "/anw2,nomatch*/_settings?allow_no_indices=false")
+        eq(st, 404, label + " get settings: %s" % b)
+        st, b = n.req("GET", "/anw2,nomatch*/_settings")
+        eq((st, list(b)), (200, ["anw2"]), label + " allowed: %s" % b)
+        for ix in ("anw1", "anw2"):
+            n.req("DELETE", "/" + ix)
+
+
+@test
+def get_stored_fields():
+    # stored_fields on GET and _mget: fields mapped with "store": true come
+    # back under "fields" (values as _source holds them); _source only when
+    # named there or asked for; a field not stored is left out
+    for label, n in nodes():
+        n.req("DELETE", "/gsf")
+        st, b = n.req("PUT", "/gsf", {"mappings": {"properties": {
+            "foo": {"type": "keyword", "store": True}, "count": {"type": "integer",
+                                                                  "store": True},
+            "plain": {"type": "keyword"}, "o": {"properties": {"t": {"type": "text",
+                                                                     "store": True}}}}}})
+        eq(st, 200, label + ": %s" % b)
+        props = n.req("GET", "/gsf/_mapping")[1]["gsf"]["mappings"]["properties"]
+        eq((props["foo"].get("store"), props["plain"].get("store")), (True, None),
+           label + " echoed: %s" % props)
+        n.req("PUT", "/gsf/_doc/1", {"foo": "bar", "count": 1, "plain": "p",
+                                     "o": [{"t": "x"}, {"t": "y"}]})
+        st, b = n.req("GET", "/gsf/_doc/1?stored_fields=foo,count,plain,o.t")
+        eq((b.get("fields"), "_source" in b), ({"foo": ["bar"], "count": [1],
+                                                "o.t": ["x", "y"]}, False),
+           label + " get: %s" % b)
+        st, b = n.req("GET", "/gsf/_doc/1?stored_fields=count,_source")
+        eq((b.get("fields"), b["_source"]["foo"]), ({"count": [1]}, "bar"), label + " _source")
+        st, b = n.req("GET", "/gsf/_doc/1?stored_fields=count&_source=true")
+        eq("_source" in b, True, label + " _source asked: %s" % b)
+        st, b = n.req("POST", "/gsf/_mget", {"docs": [{"_id": "1", "stored_fields": ["foo"]},
+                                                      {"_id": "1"}]})
+        eq([(d.get("fields"), "_source" in d) for d in b["docs"]],
+           [({"foo": ["bar"]}, False), (None, True)], label + " mget: %s" % b)
+        st, b = n.req("PUT", "/gsf/_mapping", {"properties": {"foo": {"type": "keyword"}}})
+        eq(st, 400, label + " store cannot change: %s" % b)
+        n.req("DELETE", "/gsf")
+
+
+@test
+def indices_boost_with_ignore_unavailable():
+    for label, n in nodes():
+        for ix in ("ib1", "ib2"):
+            n.req("DELETE", "/" + ix)
+            n.req("PUT", "/%s/_doc/1?refresh=true" % ix, {"t": "x"})
+        body = {"query": {"match": {"t": "x"}},
+                "indices_boost": [{"nonexistent": 2.0}, {"ib1": 1.0}, {"ib2": 2.0}]}
+        st, b = n.req("POST", "/ib1,ib2/_search", body)
+        eq(st, 404, label + " unknown name: %s" % b)
+        st, b = n.req("POST", "/ib1,ib2/_search?ignore_unavailable=true", body)
+        eq((st, [h["_index"] for h in b["hits"]["hits"]]), (200, ["ib2", "ib1"]),
+           label + ": %s" % b)
+        for ix in ("ib1", "ib2"):
+            n.req("DELETE", "/" + ix)
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)

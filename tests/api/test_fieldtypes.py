@@ -816,5 +816,40 @@ def teardown():
     return rc
 
 
+
+@test
+def ignored_fields_are_searchable():
+    # _ignored holds each field whose malformed value a document skipped
+    # (ignore_malformed): exists, term and terms find them, before and
+    # after the segments merge
+    for label, n, asks in targets():
+        n.req("DELETE", "/ign")
+        st, b = n.req("PUT", "/ign", {"settings": {"number_of_shards": 2}, "mappings": {
+            "properties": {"d": {"type": "date", "ignore_malformed": True},
+                           "ip": {"type": "ip", "ignore_malformed": True},
+                           "n": {"type": "long", "ignore_malformed": True}}}})
+        eq(st, 200, label + ": %s" % b)
+        docs = {"1": {"d": "2018-05-11", "ip": ":::1"}, "2": {"d": "bar", "ip": "10.0.0.1"},
+                "3": {"d": "bar", "ip": "quux", "n": ["x", "y"]}, "4": {"d": "2020-01-01"}}
+        for i, d in docs.items():
+            n.req("PUT", "/ign/_doc/%s?refresh=true" % i, d)
+
+        def ids(q):
+            st, b = asks[-1].req("POST", "/ign/_search", {"query": q, "sort": ["_id"]})
+            eq(st, 200, label + " %s: %s" % (q, b))
+            return [h["_id"] for h in b["hits"]["hits"]]
+        for _ in range(2):
+            eq(ids({"exists": {"field": "_ignored"}}), ["1", "2", "3"], label + " exists")
+            eq(ids({"term": {"_ignored": "d"}}), ["2", "3"], label + " term")
+            eq(ids({"terms": {"_ignored": ["ip", "n"]}}), ["1", "3"], label + " terms")
+            # every hit that has it shows it, also with stored_fields
+            for params in ("", "?stored_fields=d"):
+                st, b = asks[0].req("POST", "/ign/_search" + params,
+                                    {"query": {"match_all": {}}, "sort": ["_id"]})
+                eq([h.get("_ignored") for h in b["hits"]["hits"]],
+                   [["ip"], ["d"], ["d", "ip", "n"], None], label + " hits%s" % params)
+            n.req("POST", "/ign/_forcemerge?max_num_segments=1")
+        n.req("DELETE", "/ign")
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)

@@ -270,5 +270,63 @@ def teardown():
     return rc
 
 
+
+@test
+def max_analyzed_offset_bounds_reanalysis():
+    # index.highlight.max_analyzed_offset bounds the text a highlighter
+    # analyses again: plain always, unified unless offsets are indexed
+    # (index_options or term_vector); a scroll page is bounded too
+    text = "The quick brown fox went to the forest and saw another fox."
+    for label, nodes in targets():
+        w = nodes[0]
+        w.req("DELETE", "/hlmax")
+        st, b = w.req("PUT", "/hlmax", {
+            # one shard: with more, the others' hits would come back beside the
+            # failed shard (a partial result, as ES gives)
+            "settings": {"number_of_shards": 1, "number_of_replicas": 0,
+                         "index.highlight.max_analyzed_offset": 20},
+            "mappings": {"properties": {
+                "plain": {"type": "text"},
+                "offs": {"type": "text", "index_options": "offsets"},
+                "tv": {"type": "text", "term_vector": "with_positions_offsets"},
+                "short": {"type": "text"}}}})
+        eq(st, 200, label + " create: %s" % b)
+        w.req("PUT", "/hlmax/_doc/1?refresh=true",
+              {"plain": text, "offs": text, "tv": text, "short": ["a fox", "fox b"]})
+        st, b = w.req("GET", "/hlmax/_mapping")
+        props = b["hlmax"]["mappings"]["properties"]
+        eq((props["offs"].get("index_options"), props["tv"].get("term_vector")),
+           ("offsets", "with_positions_offsets"), label + " echoed: %s" % props)
+        for n in nodes:
+            def search(field, kind, path="/hlmax/_search"):
+                return n.req("POST", path, {"query": {"match": {field: "fox"}},
+                                            "highlight": {"type": kind, "fields": {field: {}}}})
+            for field, kind in (("plain", "unified"), ("plain", "plain"), ("offs", "plain"),
+                                ("tv", "plain")):
+                error_is(search(field, kind), 400, "illegal_argument_exception",
+                         "The length of [%s] field of [1] doc of [hlmax] index has exceeded "
+                         "[20] - maximum allowed to be analyzed for highlighting." % field)
+            for field in ("offs", "tv"):
+                st, b = search(field, "unified")
+                eq(b["hits"]["hits"][0]["highlight"][field],
+                   ["The quick brown <em>fox</em> went to the forest and saw another "
+                    "<em>fox</em>."], label + " %s with offsets: %s" % (field, b))
+            # values short enough one by one: plain passes, unified counts them together
+            st, b = search("short", "plain")
+            eq(b["hits"]["hits"][0]["highlight"]["short"], ["a <em>fox</em>", "<em>fox</em> b"],
+               label + " short values, plain: %s" % b)
+            st, b = n.req("POST", "/hlmax/_search?scroll=1m", {
+                "size": 1, "query": {"match": {"plain": "fox"}},
+                "highlight": {"fields": {"plain": {}}}})
+            eq(st, 400, label + " scroll: %s" % b)
+        st, b = w.req("PUT", "/hlmax/_settings", {"index.highlight.max_analyzed_offset": 1000})
+        eq(st, 200, label + " raised: %s" % b)
+        st, b = nodes[-1].req("POST", "/hlmax/_search", {
+            "query": {"match": {"plain": "fox"}},
+            "highlight": {"type": "plain", "fields": {"plain": {}}}})
+        eq((st, len(b["hits"]["hits"][0]["highlight"]["plain"])), (200, 1),
+           label + " under the raised bound: %s" % b)
+        w.req("DELETE", "/hlmax")
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)

@@ -1113,5 +1113,68 @@ def sort_on_mapped_field_with_empty_shards():
     eq(st, 400, "text %s" % b)
     n.req("DELETE", "/sparse")
 
+
+@test
+def sort_on_dynamic_field_with_empty_shards():
+    # the field is mapped by the first document: shards that never get a
+    # document (so never refresh a new view) see it mapped too
+    n = node()
+    st, _ = n.req("PUT", "/sparse2", {"settings": {"number_of_shards": 5}})
+    eq(st, 200)
+    st, _ = n.req("PUT", "/sparse2/_doc/1?refresh=true", {"age": 7})
+    eq(st, 201)
+    for body in ({"sort": [{"age": "desc"}]}, {"sort": ["age"], "aggs": {"m": {"max": {
+            "field": "age"}}}}):
+        st, b = n.req("POST", "/sparse2/_search", body)
+        eq((st, b["_shards"]["failed"]), (200, 0), "sort %s: %s" % (body, b))
+        eq([h["sort"] for h in b["hits"]["hits"]], [[7]])
+    # a mapping change alone (no document) reaches every shard too
+    st, _ = n.req("PUT", "/sparse2/_mapping", {"properties": {"late": {"type": "keyword"}}})
+    eq(st, 200)
+    st, b = n.req("POST", "/sparse2/_search", {"sort": [{"late": "asc"}]})
+    eq((st, b["_shards"]["failed"]), (200, 0), "sort on a field mapped late: %s" % b)
+    n.req("DELETE", "/sparse2")
+
+
+
+@test
+def total_as_int_keeps_every_other_number():
+    # rest_total_hits_as_int rewrites hits.total (and inner hits' totals)
+    # only: doubles keep all 17 digits, longs past 2^53 every digit
+    n = node()
+    st, _ = n.req("PUT", "/tai", {"mappings": {"properties": {
+        "i": {"type": "integer"}, "big": {"type": "long"},
+        "kids": {"type": "nested", "properties": {"k": {"type": "keyword"}}}}}})
+    eq(st, 200)
+    lines = []
+    for i, v in enumerate((1, 51, 101, 151)):
+        lines += [{"index": {"_index": "tai", "_id": str(i)}},
+                  {"i": v, "big": 9007199254740993 + 2 * i, "kids": [{"k": "a"}, {"k": "b"}]}]
+    st, b = n.bulk(lines, params="?refresh=true")
+    eq(b["errors"], False)
+    body = {"size": 1, "sort": [{"big": "desc"}],
+            "query": {"nested": {"path": "kids", "query": {"match_all": {}},
+                                 "inner_hits": {"size": 1}}},
+            "aggs": {"f": {"filter": {"range": {"i": {"gte": 50}}},
+                           "aggs": {"s": {"extended_stats": {"field": "i"}}}}}}
+    for params in ("", "?rest_total_hits_as_int=true"):
+        st, b = n.req("POST", "/tai/_search" + params, body)
+        eq(st, 200, "search%s: %s" % (params, b))
+        if params:
+            eq(b["hits"]["total"], 4, "total as a number")
+            ih = b["hits"]["hits"][0]["inner_hits"]["kids"]["hits"]
+            eq(ih["total"], 2, "inner hits total as a number")
+        else:
+            eq(b["hits"]["total"], {"value": 4, "relation": "eq"}, "total object")
+        # sqrt(5000 / 3): 15 digits would read back as another double
+        eq(b["aggregations"]["f"]["s"]["std_deviation"], 40.824829046386306,
+           "std digits%s" % params)
+        eq(b["hits"]["hits"][0]["sort"], [9007199254740999], "long sort value%s" % params)
+    st, b = n.req("POST", "/tai/_search?rest_total_hits_as_int=true&track_total_hits=false",
+                  {"size": 0})
+    eq(b["hits"]["total"], -1, "not tracked: -1")
+    n.req("DELETE", "/tai")
+
+
 if __name__ == "__main__":
     run_tests(budget_s=150, teardown=lambda: N.cleanup() if N else None)
