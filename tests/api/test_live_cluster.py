@@ -450,11 +450,22 @@ def m7_compaction_while_stopped():
     victim = [n for n in cl.live() if n != m][0]
     cl.nodes[victim].sigstop()
     t0 = time.time()
+    # Each change waits for every node to apply it (up to 10 s, then
+    # acknowledged: false); the stopped node counts until the master has
+    # held it unreachable for 5 s. A client that waited only as long as the
+    # master timed out first under the sanitizers: it waits 30 s, as
+    # Elasticsearch's own ack timeout.
+    took = []
     for i in range(3):
+        t = time.time()
         st, b = cl.req(m, "PUT", "/live-m7-%d" % i, {"settings": {"number_of_shards": 1,
-                                                                "number_of_replicas": 0}})
+                                                                "number_of_replicas": 0}},
+                       timeout=30)
+        took.append(time.time() - t)
         assert st == 200, (st, b)
-    st, b = cl.req(m, "DELETE", "/live-m7-0")
+    t = time.time()
+    st, b = cl.req(m, "DELETE", "/live-m7-0", timeout=30)
+    took.append(time.time() - t)
     assert st == 200, (st, b)
     rev = cl.etcd.compact()
     cl.nodes[victim].sigcont()
@@ -481,9 +492,10 @@ def m7_compaction_while_stopped():
         assert time.time() - t2 < 15, "the master [%s] never compacted etcd" % m
         time.sleep(0.2)
     finish("M7 compaction", "%s stopped %.1f s while the state changed and etcd compacted to "
-           "revision %d; it reached state %d %.2f s after SIGCONT (%s)" % (
+           "revision %d; it reached state %d %.2f s after SIGCONT (%s); the changes took %s s" % (
                victim, t1 - t0, rev, want, converged,
-               "its watch was compacted and it read again" if saw else "its watch kept up"))
+               "its watch was compacted and it read again" if saw else "its watch kept up",
+               " / ".join("%.1f" % x for x in took)))
 
 
 def teardown():
