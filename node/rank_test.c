@@ -839,6 +839,48 @@ test_budget(void)
 	CHECK(nd_rank_take(2));
 }
 
+/* Holds the timer thread until a test has armed every timer: on a busy
+ * machine arming them could take longer than the first deadlines, and a
+ * timer due before the next is even armed rightly fires first. */
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
+static int gate_state; /* 1: the timer thread waits in on_gate; 2: open */
+
+static void
+on_gate(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&gate_mu);
+	gate_state = gate_state ? gate_state : 1;
+	pthread_cond_broadcast(&gate_cv);
+	while (gate_state != 2)
+		pthread_cond_wait(&gate_cv, &gate_mu);
+	pthread_mutex_unlock(&gate_mu);
+}
+
+/* The timer thread held in on_gate from now on. */
+static void
+gate_close(uint64_t now)
+{
+	pthread_mutex_lock(&gate_mu);
+	gate_state = 0;
+	pthread_mutex_unlock(&gate_mu);
+	nd_rank_timer(now, on_gate, NULL);
+	pthread_mutex_lock(&gate_mu);
+	while (gate_state != 1)
+		pthread_cond_wait(&gate_cv, &gate_mu);
+	pthread_mutex_unlock(&gate_mu);
+}
+
+static void
+gate_open(void)
+{
+	pthread_mutex_lock(&gate_mu);
+	gate_state = 2;
+	pthread_cond_broadcast(&gate_cv);
+	pthread_mutex_unlock(&gate_mu);
+}
+
 static pthread_mutex_t fired_mu = PTHREAD_MUTEX_INITIALIZER;
 static int fired[8], nfired;
 
@@ -854,10 +896,12 @@ static void
 test_timers(void)
 {
 	uint64_t now = cm_now_ns();
+	gate_close(now);
 	nd_rank_timer(now + 60 * MS, on_timer, (void *)3);
 	nd_rank_timer(now + 20 * MS, on_timer, (void *)1);
 	nd_rank_timer(now + 40 * MS, on_timer, (void *)2);
 	nd_rank_timer(now, on_timer, (void *)0);
+	gate_open();
 	for (int i = 0; i < 200; i++) {
 		pthread_mutex_lock(&fired_mu);
 		int n = nfired;
@@ -889,10 +933,12 @@ static void
 test_many_timers(void)
 {
 	uint64_t now = cm_now_ns();
+	gate_close(now);
 	for (int i = 0; i < 300; i++) {
 		many_at[i] = now + (uint64_t)((i * 7919) % 40) * MS; /* 40 instants, 0..39 ms */
 		nd_rank_timer(many_at[i], on_many, (void *)(intptr_t)i);
 	}
+	gate_open();
 	for (int i = 0; i < 300; i++) {
 		pthread_mutex_lock(&many_mu);
 		int n = nmany;

@@ -211,8 +211,12 @@ same(const mdoc *d, bool exists, const char *src, size_t len)
 }
 
 int
-main(void)
+main(int argc, char **argv)
 {
+	if (argc == 5 && strcmp(argv[1], "--child") == 0) {
+		child(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 10));
+		return 0;
+	}
 	char base[] = "/tmp/shard_crash.XXXXXX";
 	REQUIRE(mkdtemp(base) != NULL);
 	char dir[600];
@@ -233,12 +237,19 @@ main(void)
 		REQUIRE(pipe(pfd) == 0);
 		uint64_t seed = rnd() | 1;
 		fflush(stdout);
+		/* The child is this program started again: a fork alone would
+		 * copy the merge scheduler's locks in whatever state the
+		 * parent's threads (from its checks) held them. */
+		char fd[16], sd[24];
+		snprintf(fd, sizeof(fd), "%d", pfd[1]);
+		snprintf(sd, sizeof(sd), "%" PRIu64, seed);
 		pid_t pid = fork();
 		REQUIRE(pid >= 0);
 		if (pid == 0) {
 			close(pfd[0]);
-			child(dir, pfd[1], seed);
-			_exit(0);
+			execl("/proc/self/exe", "shard_crash_test", "--child", dir, fd, sd,
+			      (char *)NULL);
+			_exit(127);
 		}
 		close(pfd[1]);
 		stream st = {0};

@@ -1532,12 +1532,17 @@ gcp_crash(const char *dir, st_mapping *map)
 		int pfd[2];
 		REQUIRE(pipe(pfd) == 0);
 		fflush(NULL);
+		/* The child is this program started again: a fork alone would
+		 * copy the merge scheduler's locks in whatever state its threads
+		 * held them, and the child could wait on one for ever. */
+		char fd[16];
+		snprintf(fd, sizeof(fd), "%d", pfd[1]);
 		pid_t pid = fork();
 		REQUIRE(pid >= 0);
 		if (pid == 0) {
 			close(pfd[0]);
-			gcp_child(dir, map, pfd[1]);
-			_exit(0);
+			execl("/proc/self/exe", "shard_test", "--gcp-child", dir, fd, (char *)NULL);
+			_exit(127);
 		}
 		close(pfd[1]);
 		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -1866,8 +1871,12 @@ parallel_model(const char *da, const char *db, cm_pool *pool)
 }
 
 int
-main(void)
+main(int argc, char **argv)
 {
+	if (argc == 4 && strcmp(argv[1], "--gcp-child") == 0) {
+		gcp_child(argv[2], test_mapping(), atoi(argv[3]));
+		return 0;
+	}
 	char base[] = "/tmp/shard_test.XXXXXX";
 	REQUIRE(mkdtemp(base) != NULL);
 	char d1[600], d2[600], d3[600], d4[600], d5[600], d6[600];
