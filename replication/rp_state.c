@@ -265,18 +265,8 @@ rp_index_texts_same(const rp_index *a, const rp_index *b)
 bool
 rp_index_same(const rp_index *a, const rp_index *b)
 {
-	if (a->nshards != b->nshards || a->nreplicas != b->nreplicas ||
-	    a->nsettings != b->nsettings || strcmp(a->name, b->name) != 0 ||
-	    strcmp(a->uuid, b->uuid) != 0 || !txt_same(a->body, b->body) ||
-	    !txt_same(a->mappings, b->mappings))
-		return false;
-	for (size_t i = 0; i < a->nsettings; i++)
-		if (!txt_same(a->settings_log[i], b->settings_log[i]))
-			return false;
-	for (int s = 0; s < a->nshards; s++)
-		if (!route_same(&a->routes[s], &b->routes[s]))
-			return false;
-	return true;
+	return a->nreplicas == b->nreplicas && rp_index_texts_same(a, b) &&
+	       rp_index_routes_same(a, b);
 }
 
 bool

@@ -417,7 +417,7 @@ static cm_err
 task_ids(mtask *t, st_seg_txn **txns)
 {
 	mctx *c = t->c;
-	seg_ids *it = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(seg_ids));
+	seg_keys *it = cm_calloc(CM_MEM_STORAGE, c->n, sizeof(seg_keys));
 	cm_err e = CM_OK;
 	for (size_t i = 0; i < c->n && !e; i++)
 		if (!seg_ids_first(&it[i], txns[i]) && it[i].bad)
@@ -428,16 +428,16 @@ task_ids(mtask *t, st_seg_txn **txns)
 		for (size_t i = 0; i < c->n; i++)
 			if (it[i].valid &&
 			    (best == c->n ||
-			     term_cmp(it[i].id, it[i].len, it[best].id, it[best].len) < 0))
+			     term_cmp(it[i].key, it[i].klen, it[best].key, it[best].klen) < 0))
 				best = i;
 		if (best == c->n)
 			break;
 		/* the id lives in its iterator (format 5): copy before they move */
-		size_t kl = it[best].len;
-		memcpy(key, it[best].id, kl);
+		size_t kl = it[best].klen;
+		memcpy(key, it[best].key, kl);
 		uint32_t out = NONE;
 		for (size_t i = 0; i < c->n && !e; i++) {
-			if (!it[i].valid || term_cmp(it[i].id, it[i].len, key, kl) != 0)
+			if (!it[i].valid || term_cmp(it[i].key, it[i].klen, key, kl) != 0)
 				continue;
 			size_t vl = it[i].vlen;
 			const uint8_t *p = it[i].val;
@@ -449,7 +449,7 @@ task_ids(mtask *t, st_seg_txn **txns)
 			}
 			if (c->docmap[i][d] != NONE)
 				out = c->docmap[i][d];
-			if (!seg_ids_next(&it[i]) && it[i].bad)
+			if (!seg_keys_next(&it[i]) && it[i].bad)
 				e = CM_ECORRUPT;
 		}
 		if (!e && out != NONE)

@@ -69,6 +69,7 @@
 #include <stdatomic.h>
 #include <xxhash.h>
 
+#include "st_bcache.h"
 #include "st_segment.h"
 
 /* Formats: 1 the first; 2 may hold hidden nested docs (a _nested_path
@@ -227,9 +228,8 @@ struct st_seg_txn {
 	const st_segment *seg;
 	MDB_txn *txn;
 	MDB_cursor *cur;
-	cm_buf raw; /* decompressed stored block */
-	cm_buf frame; /* its compressed frame, gathered from chunks */
-	uint32_t raw_first, raw_last; /* docs held in raw (raw_last < raw_first: none) */
+	st_block *raw; /* the decompressed stored block last read, or NULL */
+	cm_buf frame;  /* a compressed frame, gathered from its chunks */
 	/* st_ord_term's own cursor, left on ordinal ord_at of field ord_fid
 	 * (ord_valid): a later ordinal close ahead steps there (terms
 	 * aggregations resolve their ordinals in ascending order) */
@@ -240,32 +240,35 @@ struct st_seg_txn {
 	seg_arena *arena;
 };
 
+/* The keys of one section (a field's terms, the ids) in key order with
+ * their values, through a cursor, whichever the format. key (past the
+ * section's prefix) and val are valid until the cursor moves. bad: it
+ * stopped at a corrupt block or an LMDB error rather than the end. */
+typedef struct seg_keys {
+	MDB_cursor *cur;
+	seg_tdir_set *tdir; /* format 5: the checked block directories, or NULL */
+	bool blocks;        /* format 5: keys packed in blocks */
+	uint8_t prefix[3];  /* the section's key prefix: tag (and field id) */
+	tblock_rd blk;      /* format 5: the block the cursor is on */
+	const uint8_t *key, *val;
+	size_t klen, vlen;
+	bool valid, bad;
+} seg_keys;
+void seg_keys_init(seg_keys *k, const st_seg_txn *t, MDB_cursor *cur, const uint8_t *prefix,
+                   seg_tdir_set *tdir);
+/* Positions at the first key >= the full key kb[0..kl) (prefix first). */
+bool seg_keys_seek(seg_keys *k, const uint8_t *kb, size_t kl);
+bool seg_keys_next(seg_keys *k);
+
 struct st_terms {
 	st_seg_txn *txn;
 	const st_field_info *f;
-	MDB_cursor *cur;
-	uint8_t prefix[3];
-	const uint8_t *term;
-	size_t term_len;
-	MDB_val val;
-	bool valid;
-	bool corrupt;  /* stopped at a bad block or an LMDB error */
-	tblock_rd blk; /* format 5: the block the cursor is on */
+	seg_keys k;
 };
 
-/* The ids of a segment in key order, with their values (varint doc,
- * xxh32), through the transaction's cursor; whichever the format. id and
- * val are valid until the next call. bad: stopped at a corrupt block or
- * an LMDB error rather than the end. */
-typedef struct seg_ids {
-	st_seg_txn *t;
-	tblock_rd b;
-	const uint8_t *id, *val;
-	size_t len, vlen;
-	bool valid, bad;
-} seg_ids;
-bool seg_ids_first(seg_ids *it, st_seg_txn *t);
-bool seg_ids_next(seg_ids *it);
+/* Positions k at the first of a segment's ids (their values: varint doc,
+ * xxh32), through the transaction's cursor; seg_keys_next goes on. */
+bool seg_ids_first(seg_keys *k, st_seg_txn *t);
 
 /* Fetches a value by key; CM_ENOTFOUND, CM_EIO. */
 cm_err seg_get(st_seg_txn *t, const void *key, size_t klen, MDB_val *v);

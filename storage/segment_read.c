@@ -464,9 +464,6 @@ st_seg_txn_begin(const st_segment *s, st_seg_txn **out)
 {
 	st_seg_txn *t = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*t));
 	t->seg = s;
-	t->raw_first = 1;
-	t->raw_last = 0;
-	cm_buf_init(&t->raw, CM_MEM_STORAGE);
 	cm_buf_init(&t->frame, CM_MEM_STORAGE);
 	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &t->txn);
 	if (rc == 0)
@@ -496,7 +493,7 @@ st_seg_txn_end(st_seg_txn *t)
 		cm_free(CM_MEM_STORAGE, a);
 	}
 	mdb_txn_abort(t->txn);
-	cm_buf_free(&t->raw);
+	st_block_unref(t->raw);
 	cm_buf_free(&t->frame);
 	cm_free(CM_MEM_STORAGE, t);
 }
@@ -1210,44 +1207,93 @@ st_terms_open(st_seg_txn *t, const st_field_info *f, st_terms **out)
 	if (!(f->flags & ST_FI_POSTINGS))
 		return CM_ENOTFOUND;
 	st_terms *it = cm_calloc(CM_MEM_STORAGE, 1, sizeof(*it));
-	int rc = mdb_cursor_open(t->txn, t->seg->dbi, &it->cur);
+	MDB_cursor *cur;
+	int rc = mdb_cursor_open(t->txn, t->seg->dbi, &cur);
 	if (rc) {
 		cm_free(CM_MEM_STORAGE, it);
 		return seg_err(rc);
 	}
 	it->txn = t;
 	it->f = f;
-	seg_term_key(it->prefix, TAG_TERM, f->id, NULL, 0);
+	uint8_t prefix[3];
+	seg_term_key(prefix, TAG_TERM, f->id, NULL, 0);
+	seg_keys_init(&it->k, t, cur, prefix, t->seg->tdir);
 	*out = it;
 	return CM_OK;
 }
 
-static bool
-terms_take(st_terms *it, int rc, MDB_val *k)
+/* ---- a section's keys, whichever the format ---- */
+
+void
+seg_keys_init(seg_keys *k, const st_seg_txn *t, MDB_cursor *cur, const uint8_t *prefix,
+              seg_tdir_set *tdir)
 {
-	if (rc || k->mv_size < 3 || memcmp(k->mv_data, it->prefix, 3) != 0) {
-		it->corrupt = rc && rc != MDB_NOTFOUND;
-		it->valid = false;
-		return false;
-	}
-	it->term = (const uint8_t *)k->mv_data + 3;
-	it->term_len = k->mv_size - 3;
-	it->valid = true;
-	return true;
+	memset(k, 0, sizeof(*k));
+	k->cur = cur;
+	k->blocks = t->seg->tblocks;
+	k->tdir = tdir;
+	memcpy(k->prefix, prefix, tag_pfx(prefix[0]));
 }
 
 static bool
-terms_take_block(st_terms *it, bool ok, bool bad)
+keys_take(seg_keys *k, int rc, const MDB_val *key, const MDB_val *val)
 {
-	it->valid = ok;
-	it->corrupt = bad;
+	size_t pl = tag_pfx(k->prefix[0]);
+	k->valid = rc == 0 && key->mv_size >= pl && memcmp(key->mv_data, k->prefix, pl) == 0;
+	k->bad = rc && rc != MDB_NOTFOUND;
+	if (k->valid) {
+		k->key = (const uint8_t *)key->mv_data + pl;
+		k->klen = key->mv_size - pl;
+		k->val = val->mv_data;
+		k->vlen = val->mv_size;
+	}
+	return k->valid;
+}
+
+static bool
+keys_take_block(seg_keys *k, bool ok, bool bad)
+{
+	k->valid = ok;
+	k->bad = bad;
 	if (ok) {
-		it->term = it->blk.term;
-		it->term_len = it->blk.term_len;
-		it->val = (MDB_val){it->blk.vlen, (void *)it->blk.val};
+		k->key = k->blk.term;
+		k->klen = k->blk.term_len;
+		k->val = k->blk.val;
+		k->vlen = k->blk.vlen;
 	}
 	return ok;
 }
+
+bool
+seg_keys_seek(seg_keys *k, const uint8_t *kb, size_t kl)
+{
+	if (k->blocks) {
+		bool bad = false;
+		bool ok = tdict_seek(k->tdir, k->cur, kb, kl, &k->blk, &bad);
+		return keys_take_block(k, ok, bad);
+	}
+	MDB_val key = {kl, (void *)kb}, val;
+	int rc = mdb_cursor_get(k->cur, &key, &val, MDB_SET_RANGE);
+	return keys_take(k, rc, &key, &val);
+}
+
+bool
+seg_keys_next(seg_keys *k)
+{
+	if (!k->valid)
+		return false;
+	if (k->blocks) {
+		bool bad = false;
+		bool ok = tblock_next(&k->blk, &bad) ||
+		          (!bad && tdict_next_block(k->cur, k->prefix, &k->blk, &bad));
+		return keys_take_block(k, ok, bad);
+	}
+	MDB_val key, val;
+	int rc = mdb_cursor_get(k->cur, &key, &val, MDB_NEXT);
+	return keys_take(k, rc, &key, &val);
+}
+
+/* ---- terms ---- */
 
 bool
 st_terms_seek(st_terms *it, const void *key, size_t len)
@@ -1256,19 +1302,10 @@ st_terms_seek(st_terms *it, const void *key, size_t len)
 	if (len > SEG_MAX_TERM)
 		len = SEG_MAX_TERM; /* no stored term is longer; the prefix seeks the same spot */
 	size_t kl = seg_term_key(kb, TAG_TERM, it->f->id, key, key ? len : 0);
-	if (it->txn->seg->tblocks) {
-		bool bad = false;
-		bool ok = tdict_seek(it->txn->seg->tdir, it->cur, kb, kl, &it->blk, &bad);
-		if (!terms_take_block(it, ok, bad))
-			return false;
-	} else {
-		MDB_val k = {kl, kb};
-		int rc = mdb_cursor_get(it->cur, &k, &it->val, MDB_SET_RANGE);
-		if (!terms_take(it, rc, &k))
-			return false;
-	}
+	if (!seg_keys_seek(&it->k, kb, kl))
+		return false;
 	/* A truncated seek key may land on a term equal to its prefix. */
-	if (key && len == SEG_MAX_TERM && it->term_len == len && memcmp(it->term, key, len) == 0)
+	if (key && len == SEG_MAX_TERM && it->k.klen == len && memcmp(it->k.key, key, len) == 0)
 		return st_terms_next(it);
 	return true;
 }
@@ -1276,38 +1313,28 @@ st_terms_seek(st_terms *it, const void *key, size_t len)
 bool
 st_terms_next(st_terms *it)
 {
-	if (!it->valid)
-		return false;
-	if (it->txn->seg->tblocks) {
-		bool bad = false;
-		bool ok = tblock_next(&it->blk, &bad) ||
-		          (!bad && tdict_next_block(it->cur, it->prefix, &it->blk, &bad));
-		return terms_take_block(it, ok, bad);
-	}
-	MDB_val k;
-	int rc = mdb_cursor_get(it->cur, &k, &it->val, MDB_NEXT);
-	return terms_take(it, rc, &k);
+	return seg_keys_next(&it->k);
 }
 
 const uint8_t *
 st_terms_term(const st_terms *it, size_t *len)
 {
-	*len = it->term_len;
-	return it->term;
+	*len = it->k.klen;
+	return it->k.key;
 }
 
 bool
 st_terms_corrupt(const st_terms *it)
 {
-	return it->corrupt;
+	return it->k.bad;
 }
 
 uint32_t
 st_terms_doc_freq(const st_terms *it)
 {
-	const uint8_t *p = it->val.mv_data;
+	const uint8_t *p = it->k.val;
 	uint64_t df;
-	if (!it->valid || !codec_varint(&p, p + it->val.mv_size, &df) || df > UINT32_MAX)
+	if (!it->k.valid || !codec_varint(&p, p + it->k.vlen, &df) || df > UINT32_MAX)
 		return 0;
 	return (uint32_t)df;
 }
@@ -1315,10 +1342,9 @@ st_terms_doc_freq(const st_terms *it)
 cm_err
 st_terms_postings(st_terms *it, st_postings *p)
 {
-	if (!it->valid)
+	if (!it->k.valid)
 		return CM_ENOTFOUND;
-	return postings_init(it->txn, it->f, it->val.mv_data, it->val.mv_size, it->term,
-	                     it->term_len, p);
+	return postings_init(it->txn, it->f, it->k.val, it->k.vlen, it->k.key, it->k.klen, p);
 }
 
 void
@@ -1326,7 +1352,7 @@ st_terms_close(st_terms *it)
 {
 	if (!it)
 		return;
-	mdb_cursor_close(it->cur);
+	mdb_cursor_close(it->k.cur);
 	cm_free(CM_MEM_STORAGE, it);
 }
 
@@ -1722,13 +1748,13 @@ ord_tab_walk(st_seg_txn *t, const st_field_info *f)
 	bool ok = true;
 	for (bool more = st_terms_seek(it, NULL, 0); more; more = st_terms_next(it)) {
 		uint64_t o;
-		if (i == n || !value_ord(it->val.mv_data, it->val.mv_size, &o) || o != i) {
+		if (i == n || !value_ord(it->k.val, it->k.vlen, &o) || o != i) {
 			ok = false;
 			break;
 		}
 		ot->term[i] = (const uint8_t *)(uintptr_t)terms.len; /* an offset until the end */
-		ot->len[i] = (uint32_t)it->term_len;
-		cm_buf_put(&terms, it->term, it->term_len);
+		ot->len[i] = (uint32_t)it->k.klen;
+		cm_buf_put(&terms, it->k.key, it->k.klen);
 		i++;
 	}
 	st_terms_close(it);
@@ -2089,13 +2115,12 @@ load_stored_block(st_seg_txn *t, uint32_t doc)
 	    !cm_rd_varint(&r, &flen) || first > doc || last < doc || raw_len > STORED_MAX_RAW ||
 	    flen == 0 || flen > ZSTD_compressBound(raw_len) || off > UINT64_MAX / 2)
 		return CM_ECORRUPT;
-	uint32_t cfirst;
-	if (st_bcache_get(t->seg->uid, last, &t->raw, &cfirst) && cfirst == first &&
-	    t->raw.len == raw_len) {
-		t->raw_first = (uint32_t)first;
-		t->raw_last = last;
+	st_block_unref(t->raw);
+	t->raw = st_bcache_get(t->seg->uid, last);
+	if (t->raw && t->raw->first == first && t->raw->len == raw_len)
 		return CM_OK;
-	}
+	st_block_unref(t->raw);
+	t->raw = NULL;
 	/* gather the frame from its chunks */
 	cm_buf_reset(&t->frame);
 	cm_buf_reserve(&t->frame, flen);
@@ -2125,22 +2150,24 @@ load_stored_block(st_seg_txn *t, uint32_t doc)
 	ZSTD_DCtx *dctx = thread_dctx();
 	if (!dctx)
 		return CM_ENOMEM;
-	cm_buf_reset(&t->raw);
-	cm_buf_reserve(&t->raw, raw_len + 1);
-	t->raw_first = 1;
-	t->raw_last = 0;
+	st_block *b = st_block_new(raw_len + 1);
+	if (!b)
+		return CM_ENOMEM;
 	size_t n;
 	if (t->seg->ddict)
-		n = ZSTD_decompress_usingDDict(dctx, t->raw.data, raw_len, t->frame.data, flen,
+		n = ZSTD_decompress_usingDDict(dctx, b->data, raw_len, t->frame.data, flen,
 		                               t->seg->ddict);
 	else
-		n = ZSTD_decompressDCtx(dctx, t->raw.data, raw_len, t->frame.data, flen);
-	if (ZSTD_isError(n) || n != raw_len)
+		n = ZSTD_decompressDCtx(dctx, b->data, raw_len, t->frame.data, flen);
+	if (ZSTD_isError(n) || n != raw_len) {
+		st_block_unref(b);
 		return CM_ECORRUPT;
-	t->raw.len = n;
-	t->raw_first = (uint32_t)first;
-	t->raw_last = last;
-	st_bcache_put(t->seg->uid, t->raw_first, last, t->raw.data, n);
+	}
+	b->len = n;
+	b->first = (uint32_t)first;
+	b->last = last;
+	st_bcache_put(t->seg->uid, b);
+	t->raw = b;
 	return CM_OK;
 }
 
@@ -2149,19 +2176,19 @@ st_stored_get(st_seg_txn *t, uint32_t doc, cm_buf *id, cm_buf *source)
 {
 	if (doc >= t->seg->max_doc)
 		return CM_ENOTFOUND;
-	if (!(t->raw_first <= doc && doc <= t->raw_last)) {
+	if (!t->raw || !(t->raw->first <= doc && doc <= t->raw->last)) {
 		cm_err e = load_stored_block(t, doc);
 		if (e)
 			return e;
 	}
 	cm_rd r;
-	cm_rd_init(&r, t->raw.data, t->raw.len);
+	cm_rd_init(&r, t->raw->data, t->raw->len);
 	const char *is, *ss;
 	size_t il, sl;
-	for (uint32_t d = t->raw_first; d <= doc; d++) {
+	for (uint32_t d = t->raw->first; d <= doc; d++) {
 		if (!cm_rd_str(&r, &is, &il) || !cm_rd_str(&r, &ss, &sl)) {
-			t->raw_first = 1;
-			t->raw_last = 0;
+			st_block_unref(t->raw);
+			t->raw = NULL;
 			return CM_ECORRUPT;
 		}
 	}
@@ -2172,64 +2199,12 @@ st_stored_get(st_seg_txn *t, uint32_t doc, cm_buf *id, cm_buf *source)
 	return CM_OK;
 }
 
-static bool
-ids_take(seg_ids *it, int rc, const MDB_val *k, const MDB_val *v)
-{
-	it->valid = rc == 0 && k->mv_size >= 1 && *(const uint8_t *)k->mv_data == TAG_ID;
-	it->bad = rc && rc != MDB_NOTFOUND;
-	if (it->valid) {
-		it->id = (const uint8_t *)k->mv_data + 1;
-		it->len = k->mv_size - 1;
-		it->val = v->mv_data;
-		it->vlen = v->mv_size;
-	}
-	return it->valid;
-}
-
-static bool
-ids_take_block(seg_ids *it, bool ok, bool bad)
-{
-	it->valid = ok;
-	it->bad = bad;
-	if (ok) {
-		it->id = it->b.term;
-		it->len = it->b.term_len;
-		it->val = it->b.val;
-		it->vlen = it->b.vlen;
-	}
-	return ok;
-}
-
 bool
-seg_ids_first(seg_ids *it, st_seg_txn *t)
+seg_ids_first(seg_keys *k, st_seg_txn *t)
 {
-	it->t = t;
 	static const uint8_t key[1] = {TAG_ID};
-	if (t->seg->tblocks) {
-		bool bad = false;
-		bool ok = tdict_seek(NULL, t->cur, key, 1, &it->b, &bad);
-		return ids_take_block(it, ok, bad);
-	}
-	MDB_val k = {1, (void *)key}, v;
-	int rc = mdb_cursor_get(t->cur, &k, &v, MDB_SET_RANGE);
-	return ids_take(it, rc, &k, &v);
-}
-
-bool
-seg_ids_next(seg_ids *it)
-{
-	if (!it->valid)
-		return false;
-	if (it->t->seg->tblocks) {
-		static const uint8_t key[1] = {TAG_ID};
-		bool bad = false;
-		bool ok = tblock_next(&it->b, &bad) ||
-		          (!bad && tdict_next_block(it->t->cur, key, &it->b, &bad));
-		return ids_take_block(it, ok, bad);
-	}
-	MDB_val k, v;
-	int rc = mdb_cursor_get(it->t->cur, &k, &v, MDB_NEXT);
-	return ids_take(it, rc, &k, &v);
+	seg_keys_init(k, t, t->cur, key, NULL);
+	return seg_keys_seek(k, key, 1);
 }
 
 cm_err

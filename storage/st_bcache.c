@@ -2,16 +2,13 @@
 #include "st_bcache.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
 
 typedef struct slot {
 	pthread_mutex_t mu;
 	uint64_t uid; /* 0: empty */
-	uint32_t first, last;
-	void *raw;
-	size_t len, cap;
+	uint32_t last;
+	st_block *b;
 } slot;
 
 static slot slots[ST_BCACHE_SLOTS];
@@ -33,52 +30,67 @@ slot_of(uint64_t uid, uint32_t last)
 	return &slots[(h >> 32) % ST_BCACHE_SLOTS];
 }
 
+st_block *
+st_block_new(size_t cap)
+{
+	st_block *b = malloc(sizeof(*b) + cap);
+	if (!b)
+		return NULL;
+	atomic_init(&b->refs, 1);
+	b->first = 1;
+	b->last = 0;
+	b->len = 0;
+	return b;
+}
+
+void
+st_block_ref(st_block *b)
+{
+	atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+}
+
+void
+st_block_unref(st_block *b)
+{
+	if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
+		free(b);
+}
+
 uint64_t
 st_bcache_uid(void)
 {
 	return atomic_fetch_add(&next_uid, 1);
 }
 
-bool
-st_bcache_get(uint64_t uid, uint32_t last, cm_buf *raw, uint32_t *first)
+st_block *
+st_bcache_get(uint64_t uid, uint32_t last)
 {
 	slot *s = slot_of(uid, last);
-	bool hit = false;
+	st_block *b = NULL;
 	pthread_mutex_lock(&s->mu);
 	if (s->uid == uid && s->last == last) {
-		cm_buf_reset(raw);
-		cm_buf_put(raw, s->raw, s->len);
-		*first = s->first;
-		hit = true;
+		b = s->b;
+		st_block_ref(b);
 	}
 	pthread_mutex_unlock(&s->mu);
-	atomic_fetch_add(hit ? &hits : &misses, 1);
-	return hit;
+	atomic_fetch_add(b ? &hits : &misses, 1);
+	return b;
 }
 
 void
-st_bcache_put(uint64_t uid, uint32_t first, uint32_t last, const void *raw, size_t len)
+st_bcache_put(uint64_t uid, st_block *b)
 {
-	if (len > ST_BCACHE_MAX_RAW || uid == 0)
+	if (b->len > ST_BCACHE_MAX_RAW || uid == 0)
 		return;
-	slot *s = slot_of(uid, last);
+	slot *s = slot_of(uid, b->last);
+	st_block_ref(b);
 	pthread_mutex_lock(&s->mu);
-	if (s->cap < len) {
-		void *p = realloc(s->raw, len);
-		if (!p) {
-			s->uid = 0;
-			pthread_mutex_unlock(&s->mu);
-			return;
-		}
-		s->raw = p;
-		s->cap = len;
-	}
-	memcpy(s->raw, raw, len);
-	s->len = len;
+	st_block *old = s->b;
+	s->b = b;
 	s->uid = uid;
-	s->first = first;
-	s->last = last;
+	s->last = b->last;
 	pthread_mutex_unlock(&s->mu);
+	st_block_unref(old);
 }
 
 void
