@@ -8,6 +8,7 @@
 #define SR_EXEC_H
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -32,6 +33,9 @@ sr_window_span(uint32_t lo, bool ramp)
 
 /* ---- shard-level field statistics (BM25) ---- */
 
+/* A field's statistics over a reader's segments, with the mapping's part
+ * for queries. Made once per reader and shared by every search of it
+ * (st_reader_aux): read-only but for the score cache, set once. */
 typedef struct sr_fstat {
 	char *name;
 	st_field_type type;
@@ -43,11 +47,10 @@ typedef struct sr_fstat {
 	uint64_t sum_ttf;
 	float avgdl;
 	double scale;           /* scaled_float: the mapping's scaling_factor (else 0) */
-	bool resolved;          /* the mapping's part above looked up (sr_exec_field) */
-	/* 1 / (k1 * (1 - b + b * len / avgdl)) per norm byte: 256 floats
-	 * allocated on first scoring use (a shard's search opens every field
-	 * and scores one or two), freed by sr_exec_close; NULL until then */
-	float *cache;
+	/* 1 / (k1 * (1 - b + b * len / avgdl)) per norm byte: 256 floats made
+	 * on first scoring use (a search names a few of a shard's dozens of
+	 * fields), by whichever search comes first; NULL until then */
+	_Atomic(float *) cache;
 } sr_fstat;
 
 /* score = weight - weight / (1 + freq * cache[norm]) (Lucene 8 BM25Scorer) */
@@ -57,14 +60,13 @@ sr_bm25(float weight, const float *cache, float freq, uint8_t norm)
 	return weight - weight / (1.0f + freq * cache[norm]);
 }
 float sr_idf(uint64_t df, uint64_t doc_count);
-void sr_fstat_init_cache(sr_fstat *fs);
-/* The field's BM25 cache, computed on first use. */
+const float *sr_fstat_init_cache(sr_fstat *fs);
+/* The field's BM25 cache, made on first use. */
 static inline const float *
 sr_fstat_cache(const sr_fstat *fs)
 {
-	if (!fs->cache)
-		sr_fstat_init_cache((sr_fstat *)fs);
-	return fs->cache;
+	const float *c = atomic_load_explicit(&((sr_fstat *)fs)->cache, memory_order_acquire);
+	return c ? c : sr_fstat_init_cache((sr_fstat *)fs);
 }
 
 /* ---- automata (multiterm.c) ---- */
@@ -224,7 +226,7 @@ typedef struct sr_exec {
 	st_reader *reader;
 	size_t nseg;
 	sr_seg_ctx *segs;
-	sr_fstat *fstats;
+	const sr_fstat *fstats; /* the reader's, in name order (shared) */
 	size_t nfstats;
 	uint64_t deadline_ns;
 	const _Atomic _Bool *cancel; /* sr_request.cancel */

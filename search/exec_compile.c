@@ -36,6 +36,86 @@ fref_cmp(const void *a, const void *b)
 	return c ? c : (x->seg > y->seg) - (x->seg < y->seg);
 }
 
+/* A reader's field statistics (st_reader_aux): made once per reader, not
+ * per search, since the view never changes. */
+typedef struct sr_fields {
+	size_t n;
+	sr_fstat f[];
+} sr_fields;
+
+static void
+fields_free(void *p)
+{
+	sr_fields *fl = p;
+	for (size_t i = 0; i < fl->n; i++)
+		cm_free(CM_MEM_SEARCH, atomic_load(&fl->f[i].cache));
+	cm_free(CM_MEM_SEARCH, fl);
+}
+
+/* The mapping's part of a field's statistics. */
+static void
+fstat_resolve(const st_mapping *m, sr_fstat *fs)
+{
+	const st_field_def *d = NULL;
+	if (m &&
+	    (fs->type == ST_FT_TEXT || fs->type == ST_FT_KEYWORD || fs->type == ST_FT_SCALED_FLOAT))
+		d = st_mapping_find(m, fs->name);
+	if (d != NULL && fs->type != ST_FT_SCALED_FLOAT && d->type == ST_FT_TEXT) {
+		fs->analyzer = d->search_analyzer;
+		fs->custom_analyzer = d->custom_search_analyzer;
+	} else if (d != NULL && fs->type != ST_FT_SCALED_FLOAT && d->type == ST_FT_KEYWORD) {
+		fs->normalizer = d->normalizer;
+	}
+	if (fs->type == ST_FT_SCALED_FLOAT)
+		fs->scale = d && d->scaling_factor > 0 ? d->scaling_factor : 1;
+	/* avgFieldLength: (float) (sumTotalTermFreq / (double) docCount) */
+	float avgdl = fs->doc_count ? (float)((double)fs->sum_ttf / (double)fs->doc_count) : 1.0f;
+	fs->avgdl = avgdl > 0 ? avgdl : 1.0f;
+}
+
+static sr_fields *
+fields_build(const st_reader *r)
+{
+	size_t nseg = st_reader_nsegments(r), nrefs = 0;
+	for (size_t i = 0; i < nseg; i++)
+		nrefs += st_segment_nfields(st_reader_segment(r, i));
+	fref *refs = cm_malloc(CM_MEM_SEARCH, (nrefs ? nrefs : 1) * sizeof *refs);
+	nrefs = 0;
+	for (size_t i = 0; i < nseg; i++) {
+		st_segment *seg = st_reader_segment(r, i);
+		for (size_t f = 0; f < st_segment_nfields(seg); f++)
+			refs[nrefs++] = (fref){st_segment_field_at(seg, f), i};
+	}
+	/* A segment's fields are in name order already (storage assigns ids
+	 * so); several segments' are merged. Names are the segments'. */
+	bool sorted = true;
+	for (size_t k = 1; k < nrefs && sorted && nseg > 1; k++)
+		sorted = fref_cmp(&refs[k - 1], &refs[k]) < 0;
+	if (!sorted)
+		qsort(refs, nrefs, sizeof *refs, fref_cmp);
+	sr_fields *fl = cm_calloc(CM_MEM_SEARCH, 1, sizeof(*fl) + nrefs * sizeof(sr_fstat));
+	/* one segment's names, strictly ordered, are distinct: no compare */
+	bool distinct = sorted && nseg == 1;
+	for (size_t k = 0; k < nrefs; k++) {
+		const st_field_info *fi = refs[k].fi;
+		sr_fstat *fs = fl->n ? &fl->f[fl->n - 1] : NULL;
+		if (!fs || distinct || strcmp(fs->name, fi->name)) {
+			fs = &fl->f[fl->n++];
+			fs->name = (char *)fi->name;
+			fs->type = fi->type;
+			fs->analyzer = fi->analyzer;
+		}
+		fs->flags |= fi->flags;
+		fs->doc_count += fi->doc_count;
+		fs->sum_ttf += fi->sum_total_term_freq;
+	}
+	cm_free(CM_MEM_SEARCH, refs);
+	const st_mapping *m = st_reader_mapping(r);
+	for (size_t i = 0; i < fl->n; i++)
+		fstat_resolve(m, &fl->f[i]);
+	return fl;
+}
+
 cm_err
 sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 {
@@ -47,11 +127,6 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 	x->nseg = st_reader_nsegments(r);
 	x->segs = cm_calloc(CM_MEM_SEARCH, x->nseg ? x->nseg : 1, sizeof(sr_seg_ctx));
 	uint32_t base = 0;
-	size_t nrefs = 0;
-	for (size_t i = 0; i < x->nseg; i++)
-		nrefs += st_segment_nfields(st_reader_segment(r, i));
-	fref *refs = cm_malloc(CM_MEM_SEARCH, (nrefs ? nrefs : 1) * sizeof *refs);
-	nrefs = 0;
 	for (size_t i = 0; i < x->nseg; i++) {
 		sr_seg_ctx *c = &x->segs[i];
 		st_segment *seg = st_reader_segment(r, i);
@@ -64,68 +139,20 @@ sr_exec_open(sr_exec *x, st_reader *r, uint64_t deadline_ns, cm_error *err)
 		base += st_segment_max_doc(seg);
 		cm_err rc = st_seg_txn_begin(seg, &c->txn);
 		if (rc) {
-			cm_free(CM_MEM_SEARCH, refs);
 			sr_exec_close(x);
 			return cm_error_set(err, rc, "cannot read segment: %s", cm_err_msg(rc));
 		}
-		for (size_t f = 0; f < st_segment_nfields(seg); f++)
-			refs[nrefs++] = (fref){st_segment_field_at(seg, f), i};
 	}
-	/* A segment's fields are in name order already (storage assigns ids
-	 * so: one segment's need no check, a fifth of a term count's time was
-	 * comparing them); several segments' are merged. Names are the
-	 * segments'. */
-	bool sorted = true;
-	for (size_t k = 1; k < nrefs && sorted && x->nseg > 1; k++)
-		sorted = fref_cmp(&refs[k - 1], &refs[k]) < 0;
-	if (!sorted)
-		qsort(refs, nrefs, sizeof *refs, fref_cmp);
-	/* zeroed at once: a memset per field was rep stos, 60% of this
-	 * function in a term count */
-	x->fstats = cm_calloc(CM_MEM_SEARCH, nrefs ? nrefs : 1, sizeof(sr_fstat));
-	/* one segment's names, strictly ordered, are distinct: no compare */
-	bool distinct = sorted && x->nseg == 1;
-	for (size_t k = 0; k < nrefs; k++) {
-		const st_field_info *fi = refs[k].fi;
-		sr_fstat *fs = x->nfstats ? &x->fstats[x->nfstats - 1] : NULL;
-		if (!fs || distinct || strcmp(fs->name, fi->name)) {
-			fs = &x->fstats[x->nfstats++];
-			fs->name = (char *)fi->name;
-			fs->type = fi->type;
-			fs->analyzer = fi->analyzer;
-		}
-		fs->flags |= fi->flags;
-		fs->doc_count += fi->doc_count;
-		fs->sum_ttf += fi->sum_total_term_freq;
+	sr_fields *fl = st_reader_aux(r);
+	if (!fl) {
+		sr_fields *mine = fields_build(r);
+		fl = st_reader_aux_keep(r, mine, fields_free);
+		if (fl != mine)
+			fields_free(mine);
 	}
-	cm_free(CM_MEM_SEARCH, refs);
-	/* the mapping's part (search analyzer, normalizer, scale) is looked
-	 * up when a query names the field: a shard has dozens of fields and
-	 * a query a few (sr_exec_field) */
+	x->fstats = fl->f;
+	x->nfstats = fl->n;
 	return CM_OK;
-}
-
-/* The mapping's part of a field's statistics, on first use. */
-static void
-fstat_resolve(const sr_exec *x, sr_fstat *fs)
-{
-	if (fs->resolved)
-		return;
-	fs->resolved = true;
-	const st_mapping *m = st_reader_mapping(x->reader);
-	if (fs->type == ST_FT_TEXT || fs->type == ST_FT_KEYWORD) {
-		const st_field_def *d = m ? st_mapping_find(m, fs->name) : NULL;
-		if (d != NULL && d->type == ST_FT_TEXT) {
-			fs->analyzer = d->search_analyzer;
-			fs->custom_analyzer = d->custom_search_analyzer;
-		} else if (d != NULL && d->type == ST_FT_KEYWORD) {
-			fs->normalizer = d->normalizer;
-		}
-	}
-	if (fs->type != ST_FT_SCALED_FLOAT)
-		return;
-	const st_field_def *d = m ? st_mapping_find(m, fs->name) : NULL;
-	fs->scale = d && d->scaling_factor > 0 ? d->scaling_factor : 1;
 }
 
 void
@@ -134,9 +161,6 @@ sr_exec_close(sr_exec *x)
 	for (size_t i = 0; i < x->nseg; i++)
 		if (x->segs && x->segs[i].txn)
 			st_seg_txn_end(x->segs[i].txn);
-	for (size_t i = 0; i < x->nfstats; i++)
-		cm_free(CM_MEM_SEARCH, x->fstats[i].cache);
-	cm_free(CM_MEM_SEARCH, x->fstats);
 	cm_free(CM_MEM_SEARCH, x->segs);
 	x->segs = NULL;
 	x->fstats = NULL;
@@ -151,9 +175,6 @@ sr_exec_field(const sr_exec *x, const char *name)
 		size_t mid = (lo + hi) / 2;
 		int c = strcmp(x->fstats[mid].name, name);
 		if (!c) {
-			/* x's own statistics, filled in on first use like the
-			 * score cache (one shard's search is one thread's) */
-			fstat_resolve(x, &x->fstats[mid]);
 			return &x->fstats[mid];
 		}
 		if (c < 0)
@@ -302,10 +323,8 @@ fields_matching(sr_exec *x, const char *pat, const sr_fstat **out, size_t cap)
 		const sr_fstat *fs = &x->fstats[i];
 		if (fs->name[0] == '_')
 			continue;
-		if (fnmatch(pat, fs->name, 0) == 0) {
-			fstat_resolve(x, (sr_fstat *)fs);
+		if (fnmatch(pat, fs->name, 0) == 0)
 			out[n++] = fs;
-		}
 	}
 	return n;
 }

@@ -28,17 +28,17 @@ norm_len_init(void)
 		norm_len[i] = (float)st_norm_decode((uint8_t)i);
 }
 
-void
+const float *
 sr_fstat_init_cache(sr_fstat *fs)
 {
 	pthread_once(&norm_len_once, norm_len_init);
-	/* avgFieldLength: (float) (sumTotalTermFreq / (double) docCount) */
-	float avgdl = fs->doc_count ? (float)((double)fs->sum_ttf / (double)fs->doc_count) : 1.0f;
-	if (!(avgdl > 0))
-		avgdl = 1.0f;
-	fs->avgdl = avgdl;
 	float *c = cm_malloc(CM_MEM_SEARCH, 256 * sizeof(float));
 	for (int i = 0; i < 256; i++)
-		c[i] = 1.0f / (BM25_K1 * ((1 - BM25_B) + BM25_B * norm_len[i] / avgdl));
-	fs->cache = c;
+		c[i] = 1.0f / (BM25_K1 * ((1 - BM25_B) + BM25_B * norm_len[i] / fs->avgdl));
+	float *none = NULL;
+	if (atomic_compare_exchange_strong_explicit(&fs->cache, &none, c, memory_order_acq_rel,
+	                                            memory_order_acquire))
+		return c;
+	cm_free(CM_MEM_SEARCH, c); /* another search made it first */
+	return none;
 }

@@ -157,7 +157,28 @@ reader_free(st_reader *r)
 	cm_free(CM_MEM_STORAGE, r->live);
 	if (r->mapping)
 		st_mapping_unref(r->mapping);
+	void *aux = atomic_load(&r->aux);
+	if (aux)
+		r->aux_free(aux);
 	cm_free(CM_MEM_STORAGE, r);
+}
+
+void *
+st_reader_aux(const st_reader *r)
+{
+	return atomic_load_explicit(&((st_reader *)r)->aux, memory_order_acquire);
+}
+
+void *
+st_reader_aux_keep(const st_reader *r, void *aux, void (*free_aux)(void *))
+{
+	st_reader *w = (st_reader *)r; /* the view is immutable; aux is set once */
+	void *none = NULL;
+	if (!atomic_compare_exchange_strong_explicit(&w->aux, &none, aux, memory_order_acq_rel,
+	                                             memory_order_acquire))
+		return none;
+	w->aux_free = free_aux; /* read only by reader_free, after the caller's reference */
+	return aux;
 }
 
 const st_mapping *

@@ -112,6 +112,8 @@ struct st_reader {
 	uint64_t docs;
 	st_mapping *mapping; /* the shard's mapping when the view was published */
 	uint64_t gen;        /* process-wide publication number (st_reader_generation) */
+	_Atomic(void *) aux; /* st_reader_aux: the search layer's, freed by aux_free */
+	void (*aux_free)(void *);
 };
 
 /* The writer's view of one segment: `live` takes unrefreshed deletes

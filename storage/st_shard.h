@@ -149,6 +149,14 @@ const st_mapping *st_reader_mapping(const st_reader *r);
  * published view (a refresh, merge or delete makes a new one): what keys a
  * cache of results over the view. */
 uint64_t st_reader_generation(const st_reader *r);
+/* What a layer above keeps with a view because the view never changes
+ * (search: its field statistics), made by the first search that wants it
+ * and freed with the view; NULL until then. */
+void *st_reader_aux(const st_reader *r);
+/* Keeps aux (freed by free_aux when the view goes) unless another thread
+ * kept one first: returns the one kept; when it is not aux, the caller
+ * frees its own. Every aux of a process is of one kind. */
+void *st_reader_aux_keep(const st_reader *r, void *aux, void (*free_aux)(void *));
 
 typedef struct st_shard_stats {
 	uint64_t docs, deleted_docs, segments;
