@@ -1,6 +1,6 @@
-"""Runs the libFuzzer targets (tests/fuzz/run.sh) for 20 s each (eight
-targets, under 3 min plus the build; the CI run's budget, longer runs are
-by hand): the transport's protobuf decoders, the query DSL / q= parsers,
+"""Runs the libFuzzer targets (tests/fuzz/run.sh) for 12 s each (eight
+targets, two at a time: under a minute plus the build; the CI run's
+budget, longer runs are by hand): the transport's protobuf decoders, the query DSL / q= parsers,
 document parsing, analysis chains, the _bulk NDJSON parser, the segment
 reader over arbitrary files, the transport message handlers and update
 scripts.
@@ -20,7 +20,7 @@ def main():
         print("SKIP test_fuzz: clang is not installed (apt-get install clang)", flush=True)
         print("0 passed, 0 failed")
         return 0
-    secs = os.environ.get("SHOAL_FUZZ_SECONDS", "20")
+    secs = os.environ.get("SHOAL_FUZZ_SECONDS", "12")
     p = subprocess.run([os.path.join(ROOT, "tests", "fuzz", "run.sh"), secs], cwd=ROOT,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
     out = p.stdout.decode("utf-8", "replace")
