@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common/cm_alloc.h"
@@ -91,6 +92,40 @@ holds_copy(nd_cluster *cl, const char *index, int shard)
 	return false;
 }
 
+static int
+hit_by_shard(const void *a, const void *b)
+{
+	const sr_hit *x = *(sr_hit *const *)a, *y = *(sr_hit *const *)b;
+	return (x->shard > y->shard) - (x->shard < y->shard);
+}
+
+/* The fetch phase of a per-node merge: the documents of the hits kept,
+ * each from the shard (by its request-wide ordinal) that found it. */
+static cm_err
+fetch_merged(local_shard *ts, size_t n, const sr_request *req, sr_shard_result *merged,
+             cm_error *err)
+{
+	if (!merged->nhits)
+		return CM_OK;
+	sr_hit **hits = cm_malloc(MEM, merged->nhits * sizeof(*hits));
+	for (size_t i = 0; i < merged->nhits; i++)
+		hits[i] = &merged->hits[i];
+	qsort(hits, merged->nhits, sizeof(*hits), hit_by_shard);
+	cm_err rc = CM_OK;
+	for (size_t i = 0, e; i < merged->nhits && !rc; i = e) {
+		for (e = i; e < merged->nhits && hits[e]->shard == hits[i]->shard;)
+			e++;
+		size_t t = 0;
+		while (t < n && ts[t].ordinal != hits[i]->shard)
+			t++;
+		rc = t < n ? sr_fetch_hits(ts[t].reader, req, hits + i, e - i, err)
+		           : cm_error_set(err, CM_EINTERNAL, "a merged hit of no shard [%u]",
+		                          hits[i]->shard);
+	}
+	cm_free(MEM, hits);
+	return rc;
+}
+
 void
 cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_ns, cm_buf *reply,
                 uint32_t *reply_type)
@@ -154,6 +189,18 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 		                      .req = &req,
 		                      .node_id = cl->nodes[cl->self].name};
 	}
+	/* Per-node mode over several shards: query then fetch, as a solo
+	 * node does (nd_search_fanout): the shards' query phase, merged here,
+	 * then the documents of the hits the merge kept, not from+size per
+	 * shard. The copy shares the request's parts and is never freed. */
+	bool per_node = rq.per_node && rq.nshards > 1 && use_ords;
+	sr_request query_phase;
+	if (per_node && sr_fetch_deferrable(&req)) {
+		query_phase = req;
+		query_phase.query_phase_only = true;
+		for (size_t i = 0; i < rq.nshards; i++)
+			ts[i].req = &query_phase;
+	}
 	/* Several shards (per-node mode) run side by side on this node when
 	 * idle search threads are there and the shards are big enough to pay
 	 * for waking them; else one after another on this thread. */
@@ -164,15 +211,13 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 	}
 	cm_pool_run_some(cl->spool, run_local_shard, ts, sizeof(local_shard), rq.nshards,
 	                 nd_search_helpers(docs, rq.nshards));
-	for (size_t i = 0; i < rq.nshards; i++)
-		st_reader_release(ts[i].reader);
 	/* Service time per shard and this node's load, shown in the
 	 * coordinator's _nodes/stats adaptive_selection (not ranked on). */
 	meta = cm_calloc(MEM, 1, sizeof(*meta));
 	for (size_t i = 0; i < rq.nshards && i < PR_MAX_SERVICE; i++)
 		meta->service_us[meta->nservice++] = ts[i].took_ns / 1000;
 	meta->queue = nd_rank_serving(0) - 1;
-	if (rq.per_node && rq.nshards > 1 && use_ords) {
+	if (per_node) {
 		/* Per-node mode: merged here into one result standing for the
 		 * successful shards, followed by one result per failed shard. */
 		sr_merger *m = sr_merger_create(&req, (size_t)max_ord + 1);
@@ -185,6 +230,13 @@ cl_serve_search(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadline_
 			sr_merger_add(m, &ts[i].res);
 		}
 		sr_merger_take(m, ts[0].ordinal, &merged);
+		if (ts[0].req != &req && fetch_merged(ts, rq.nshards, &req, &merged, &err)) {
+			sr_shard_result_free(&merged);
+			sr_merger_destroy(m);
+			for (size_t i = 0; i < rq.nshards; i++)
+				sr_shard_result_free(&ts[i].res);
+			goto fail;
+		}
 		nf = sr_merger_failed(m);
 		fails = cm_calloc(MEM, nf + 1, sizeof(*fails));
 		if (merged.shards_merged > 0)
@@ -218,6 +270,8 @@ done:
 	nd_rank_end(run);
 	nd_rank_serving(-1);
 	cm_free(MEM, meta);
+	for (size_t i = 0; ts && i < rq.nshards; i++)
+		st_reader_release(ts[i].reader);
 	cm_free(MEM, ts);
 	cm_free(MEM, ptrs);
 	if (ix)
