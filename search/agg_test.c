@@ -1730,6 +1730,9 @@ test_hll_tdigest(void)
 		agg_td_add(t, i, 1);
 	CHECK(agg_td_quantile(t, 0.5) == 2.5 && agg_td_quantile(t, 0) == 1 &&
 	      agg_td_quantile(t, 1) == 4);
+	/* ranks as t-digest 3.2: 2 holds [1.5, 2.5); past 3's span is 1 */
+	CHECK(agg_td_cdf(t, 2.5) == 0.5 && agg_td_cdf(t, 2) == 0.375 && agg_td_cdf(t, 0) == 0 &&
+	      agg_td_cdf(t, 3.6) == 1 && agg_td_cdf(t, 1) == 0.125);
 	agg_td_free(t);
 
 	/* dates: parsing with zones and date math, formatting with patterns */

@@ -752,6 +752,19 @@ def percentiles_interpolate_as_es():
 
 
 @test
+def percentile_ranks_agree_with_percentiles():
+    # t-digest 3.2's cdf (ES 7.10): value i of 1..6 holds [i - 0.5, i + 0.5)
+    # and the walk ends at the next-to-last value, so 5.6 ranks at 100; a
+    # rank of a percentile's value gives the percent back
+    for label, n in targets():
+        a = search(n, {"aggs": {"r": {"percentile_ranks": {
+            "field": "n", "values": [0, 1, 2, 3.5, 5, 5.6, 6]}}}})
+        got = {k: round(v, 9) for k, v in a["r"]["values"].items()}
+        eq(got, {"0.0": 0.0, "1.0": round(100 / 12, 9), "2.0": 25.0, "3.5": 50.0,
+                 "5.0": 75.0, "5.6": 100.0, "6.0": 100.0}, label + " ranks")
+
+
+@test
 def missing_agg_with_missing_value():
     # with "missing", every document has a value of the field: none counts
     for label, n in targets():
