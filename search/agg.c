@@ -1262,9 +1262,8 @@ agg_typed_name(const sr_agg *a, const agg_node *n)
 	case AGG_SIGNIFICANT_TERMS:
 		return agg_terms_type_name(a, n);
 	case AGG_PERCENTILES:
-		return "tdigest_percentiles";
 	case AGG_PERCENTILE_RANKS:
-		return "tdigest_percentile_ranks";
+		return agg_pct_type_name(a);
 	case AGG_DIVERSIFIED_SAMPLER:
 		return "sampler"; /* InternalSampler serves both */
 	default:

@@ -765,6 +765,46 @@ def percentile_ranks_agree_with_percentiles():
 
 
 @test
+def hdr_percentiles_and_ranks():
+    # HdrHistogram with 3 digits keeps 1024 values per binary order of
+    # magnitude: 2 holds [2, 2 + 2^-9), 6 holds [6, 6 + 2^-8); an answer is
+    # its range's highest value, less the last unit (the lowest value, 1,
+    # is unit 1024: 2^-10); a percentile's count is rounded to the nearest
+    for label, n in targets():
+        a = search(n, {"aggs": {
+            "p": {"percentiles": {"field": "n", "percents": [0, 25, 50, 99, 100],
+                                  "hdr": {}}},
+            "p0": {"percentiles": {"field": "n", "percents": [25, 50, 99],
+                                   "hdr": {"number_of_significant_value_digits": 0.5}}},
+            "r": {"percentile_ranks": {"field": "price", "values": [1, 2.4999, 2.5, 7],
+                                       "hdr": {"number_of_significant_value_digits": 3}}},
+            "r0": {"percentile_ranks": {"field": "n", "values": [0.5, 3.5, 4],
+                                        "hdr": {"number_of_significant_value_digits": 0}}}}},
+            params="?typed_keys")
+        eq(a["hdr_percentiles#p"]["values"],
+           {"0.0": 1.0, "25.0": 2.0009765625, "50.0": 3.0009765625, "99.0": 6.0029296875,
+            "100.0": 6.0029296875}, label + " percentiles")
+        # 0 digits (0.5 read as an int, as ES does): one value per binary
+        # order of magnitude, [2, 4) and [4, 8)
+        eq(a["hdr_percentiles#p0"]["values"], {"25.0": 3.0, "50.0": 3.0, "99.0": 7.0},
+           label + " 0 digits")
+        eq(a["hdr_percentile_ranks#r"]["values"],
+           {"1.0": 0.0, "2.4999": 100 / 6, "2.5": 200 / 6, "7.0": 100.0}, label + " ranks")
+        eq(a["hdr_percentile_ranks#r0"]["values"], {"0.5": 0.0, "3.5": 50.0, "4.0": 100.0},
+           label + " ranks, 0 digits")
+        for digits in (-1, 6):
+            st, b = n.req("POST", "/ax/_search", {"size": 0, "aggs": {"p": {"percentiles": {
+                "field": "n", "hdr": {"number_of_significant_value_digits": digits}}}}})
+            error_is((st, b), 400, "illegal_argument_exception",
+                     "[numberOfSignificantValueDigits] must be between 0 and 5")
+        # HdrHistogram refuses a negative value: the shard fails, as in ES
+        st, b = n.req("POST", "/ax/_search", {"size": 0, "aggs": {"p": {"percentiles": {
+            "field": "nosuch", "missing": -1, "hdr": {}}}}})
+        eq((st, b["error"]["root_cause"][0]["type"]),
+           (500, "array_index_out_of_bounds_exception"), label + " negative: %s" % b)
+
+
+@test
 def missing_agg_with_missing_value():
     # with "missing", every document has a value of the field: none counts
     for label, n in targets():
