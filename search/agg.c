@@ -440,11 +440,11 @@ agg_parse_list(const cJSON *aggs, sr_agg *parent, int depth, int *next_id, cm_er
 		if (rc)
 			return rc;
 		if (a->kind == AGG_GLOBAL && parent->kind != AGG_ROOT) {
-			cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
-			                  "Aggregation [%s] cannot have a global sub-aggregation [%s]. "
-			                  "Global aggregations can only be defined as top level "
-			                  "aggregations",
-			                  parent->name, a->name);
+			cm_error_set(err, CM_EAGGEXEC,
+			             "Aggregation [%s] cannot have a global sub-aggregation [%s]. "
+			             "Global aggregations can only be defined as top level "
+			             "aggregations",
+			             parent->name, a->name);
 			sr_agg_free(a);
 			return CM_EINVAL;
 		}
@@ -582,6 +582,11 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 				                    "aggregation [%s]",
 				                    a->field, st_field_type_name(f->type), a->ops->name);
 		}
+	}
+	if (a->ops && a->ops->shard_check) {
+		cm_err rc = a->ops->shard_check(a, m, err);
+		if (rc)
+			return rc;
 	}
 	for (size_t i = 0; i < a->nsubs; i++) {
 		cm_err rc = agg_validate_one(a->subs[i], m, err);

@@ -1320,10 +1320,11 @@ agg_terms_check_order(const sr_agg *a, cm_error *err)
 	const terms_params *p = a->p;
 	for (size_t i = 0; i < p->norder; i++)
 		if (p->order[i].kind == ORD_PATH && !agg_subs_path_ok(a, p->order[i].path))
-			return cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
-			                         "Invalid aggregator order path [%s]. Unknown aggregation "
-			                         "[%s]",
-			                         p->order[i].path, p->order[i].path);
+			return cm_error_set(
+			    err, CM_EAGGEXEC,
+			    "Invalid aggregator order path [%s]. Unknown aggregation "
+			    "[%s]",
+			    p->order[i].path, p->order[i].path);
 	return CM_OK;
 }
 
@@ -2040,34 +2041,48 @@ terms_flush(agg_rt *rt, agg_node *n)
 }
 
 /* A regular expression filters strings only: on an address, a number, a
- * date or a boolean ES refuses it (exact values select those). */
+ * date or a boolean ES refuses it (exact values select those). t is the
+ * field's st_field_type, -1 when unmapped. */
+static cm_err
+terms_regex_check(const sr_agg *a, int t, cm_error *err)
+{
+	const terms_params *p = a->p;
+	if (!(p->inc.has_re || p->exc.has_re) || t < 0 || t == ST_FT_OBJECT)
+		return CM_OK;
+	if (t == ST_FT_IP)
+		return cm_error_set(err, CM_EAGGEXEC,
+		                    "Aggregation [%s] cannot support regular expression style "
+		                    "include/exclude settings as they can only be applied to "
+		                    "string fields. Use an array of values for include/exclude "
+		                    "clauses",
+		                    a->name);
+	if (!st_field_type_is_ordinal((st_field_type)t) && t != ST_FT_TEXT)
+		return cm_error_set(err, CM_EAGGEXEC,
+		                    "Aggregation [%s] cannot support regular expression style "
+		                    "include/exclude settings as they can only be applied to "
+		                    "string fields. Use an array of numeric values for "
+		                    "include/exclude clauses used to filter numeric fields",
+		                    a->name);
+	return CM_OK;
+}
+
 static cm_err
 terms_seg_begin(agg_rt *rt, cm_error *err)
 {
-	const terms_params *p = rt->spec->p;
-	if (!(p->inc.has_re || p->exc.has_re))
-		return CM_OK;
 	/* the mapping's type: a segment without the field refuses it too */
 	const st_mapping *m = rt->ctx ? st_reader_mapping(rt->ctx->reader) : NULL;
 	const st_field_def *d = m ? st_mapping_find(m, rt->spec->field) : NULL;
 	int t = rt->fi ? (int)rt->fi->type : d ? (int)d->type : -1;
-	if (t < 0 || t == ST_FT_OBJECT)
-		return CM_OK;
-	if (t == ST_FT_IP)
-		return cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
-		                         "Aggregation [%s] cannot support regular expression style "
-		                         "include/exclude settings as they can only be applied to "
-		                         "string fields. Use an array of values for include/exclude "
-		                         "clauses",
-		                         rt->spec->name);
-	if (!st_field_type_is_ordinal((st_field_type)t) && t != ST_FT_TEXT)
-		return cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
-		                         "Aggregation [%s] cannot support regular expression style "
-		                         "include/exclude settings as they can only be applied to "
-		                         "string fields. Use an array of numeric values for "
-		                         "include/exclude clauses used to filter numeric fields",
-		                         rt->spec->name);
-	return CM_OK;
+	return terms_regex_check(rt->spec, t, err);
+}
+
+/* The same per shard, before any segment: a shard without documents
+ * refuses it as ES does. */
+static cm_err
+terms_shard_check(const sr_agg *a, const st_mapping *m, cm_error *err)
+{
+	const st_field_def *d = m && a->field ? st_mapping_find(m, a->field) : NULL;
+	return terms_regex_check(a, d ? (int)d->type : -1, err);
 }
 
 /* A top-level terms agg with min_doc_count 0 lists the terms of segments
@@ -2511,6 +2526,7 @@ const agg_ops agg_ops_terms = {
              "show_term_doc_count_error",
     .bucket = true,
     .needs_field = true,
+    .shard_check = terms_shard_check,
     .parse = terms_parse,
     .free_params = terms_free_params,
     .state_new = terms_new,
@@ -2529,6 +2545,7 @@ const agg_ops agg_ops_rare_terms = {
     .name = "rare_terms",
     .bucket = true,
     .needs_field = true,
+    .shard_check = terms_shard_check,
     .parse = rare_parse,
     .free_params = terms_free_params,
     .state_new = terms_new,
@@ -2863,6 +2880,7 @@ const agg_ops agg_ops_significant_terms = {
              "mutual_information,chi_square,gnd,percentage,script_heuristic",
     .bucket = true,
     .needs_field = true,
+    .shard_check = terms_shard_check,
     .parse = sig_parse,
     .free_params = terms_free_params,
     .state_new = terms_new,

@@ -170,6 +170,9 @@ struct agg_ops {
 	void (*free_params)(void *p);
 	void *(*state_new)(const sr_agg *a);
 	void (*state_free)(const sr_agg *a, void *d);
+	/* per shard, against its mapping, before any segment (ES's checks when
+	 * it builds a shard's aggregators); NULL: none */
+	cm_err (*shard_check)(const sr_agg *a, const st_mapping *m, cm_error *err);
 	/* per segment: rt->fi already resolved; may set rt->kd */
 	cm_err (*seg_begin)(agg_rt *rt, cm_error *err);
 	void (*collect)(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,

@@ -1800,9 +1800,10 @@ wavg_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 		int nw = k[1].fi ? agg_values(&k[1], docs[i], &wv) : 0;
 		double w;
 		if (nw > 1) {
-			cm_error_set_type(&rt->root->err, CM_EINVAL, "aggregation_execution_exception",
-			                  "Encountered more than one weight for a single document. Use a "
-			                  "script to combine multiple weights-per-doc into a single value.");
+			cm_error_set(
+			    &rt->root->err, CM_EAGGEXEC,
+			    "Encountered more than one weight for a single document. Use a "
+			    "script to combine multiple weights-per-doc into a single value.");
 			return;
 		}
 		if (nw == 1)

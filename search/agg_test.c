@@ -1628,7 +1628,7 @@ test_errors(void)
 	                   "\"time_zone\":\"Mars/Olympus\"}}}",
 	                   CM_EINVAL, "Unknown time-zone ID: Mars/Olympus");
 	expect_parse_error("{\"x\":{\"terms\":{\"field\":\"a\",\"order\":{\"nope\":\"asc\"}}}}",
-	                   CM_EINVAL, "Invalid aggregator order path [nope]");
+	                   CM_EAGGEXEC, "Invalid aggregator order path [nope]");
 	expect_parse_error("{\"x[1]\":{\"terms\":{\"field\":\"a\"}}}", CM_EPARSE,
 	                   "Invalid aggregation name [x[1]]");
 	expect_parse_error("{\"x\":{\"terms\":{\"field\":\"a\",\"bogus\":1}}}", CM_EPARSE,

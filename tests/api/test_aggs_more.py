@@ -628,12 +628,18 @@ def errors_are_es_shaped():
          "action_request_validation_exception", "must be a multi-bucket aggregation"),
         ({"g": {"ip_range": {"field": "k", "ranges": []}}}, "illegal_argument_exception",
          "not supported by Shoal"),
-        ({"t": {"terms": {"field": "k"}, "aggs": {"g": {"global": {}}}}},
-         "aggregation_execution_exception", "Global aggregations can only be defined as top"),
     ]
     for body, etype, part in cases:
         st, b = n.req("POST", "/%s/_search" % INDEX, {"size": 0, "aggs": body})
         error_is((st, b), 400, etype, part)
+    # ES's AggregationExecutionException is a 500, raised on every shard
+    st, b = n.req("POST", "/%s/_search" % INDEX, {"size": 0, "aggs": {
+        "t": {"terms": {"field": "k"}, "aggs": {"g": {"global": {}}}}}})
+    eq((st, b["error"]["type"], b["error"]["root_cause"][0]["type"]),
+       (500, "search_phase_execution_exception", "aggregation_execution_exception"),
+       "global under terms: %s" % b)
+    eq("Global aggregations can only be defined as top" in b["error"]["root_cause"][0]["reason"],
+       True, "global under terms, reason")
 
 
 def teardown():
