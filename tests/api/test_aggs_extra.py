@@ -806,6 +806,36 @@ def hdr_percentiles_and_ranks():
 
 
 @test
+def date_range_in_the_fields_format():
+    # without its own "format", date_range reads its bounds (numbers too)
+    # and writes its keys in the field's: epoch_second here
+    for label, n in (("solo", solo()), ("cluster", cluster()["node-1"])):
+        n.req("DELETE", "/axdr")
+        st, b = n.req("PUT", "/axdr", {
+            "settings": {"number_of_shards": 3, "number_of_replicas": 0},
+            "mappings": {"properties": {"d": {"type": "date", "format": "epoch_second"}}}})
+        eq(st, 200, label + " create: %s" % b)
+        lines = []
+        for i, v in enumerate((1000, 2000, 3000)):
+            lines += [{"index": {"_index": "axdr", "_id": str(i)}}, {"d": v}]
+        st, b = n.bulk(lines, params="?refresh=true")
+        eq((st, b.get("errors")), (200, False), label + " bulk: %s" % b)
+        st, b = n.req("POST", "/axdr/_search", {"size": 0, "aggs": {
+            "r": {"date_range": {"field": "d", "ranges": [{"from": 1000, "to": 3000},
+                                                          {"from": "3000", "to": 4000}]}},
+            "own": {"date_range": {"field": "d", "format": "epoch_millis",
+                                   "ranges": [{"from": 1000000, "to": 3000000}]}}}})
+        eq(st, 200, label + ": %s" % b)
+        eq([(x["key"], x["from"], x["from_as_string"], x["to"], x["doc_count"])
+            for x in b["aggregations"]["r"]["buckets"]],
+           [("1000-3000", 1000000, "1000", 3000000, 2), ("3000-4000", 3000000, "3000", 4000000, 1)],
+           label + " field format")
+        eq([(x["key"], x["doc_count"]) for x in b["aggregations"]["own"]["buckets"]],
+           [("1000000-3000000", 2)], label + " own format")
+        n.req("DELETE", "/axdr")
+
+
+@test
 def missing_agg_with_missing_value():
     # with "missing", every document has a value of the field: none counts
     for label, n in targets():
