@@ -545,14 +545,10 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 {
 	if (a->field && a->ops && a->ops->needs_field) {
 		const st_field_def *f = st_mapping_find(m, a->field);
-		if (f) {
+		/* an object has no field type: unmapped, as in ES */
+		if (f && f->type != ST_FT_OBJECT) {
 			if (f->type == ST_FT_TEXT)
 				return cm_error_set(err, CM_EINVAL, text_msg, a->field);
-			if (f->type == ST_FT_OBJECT)
-				return cm_error_set(err, CM_EINVAL,
-				                    "Field [%s] of type [object] is not supported for "
-				                    "aggregation [%s]",
-				                    a->field, a->ops->name);
 			bool geo_kind = a->kind == AGG_GEO_BOUNDS || a->kind == AGG_GEO_CENTROID ||
 			                a->kind == AGG_GEOHASH_GRID || a->kind == AGG_GEOTILE_GRID;
 			if (geo_kind && f->type != ST_FT_GEO_POINT)

@@ -836,6 +836,25 @@ def date_range_in_the_fields_format():
 
 
 @test
+def aggregation_on_an_object_field_is_unmapped():
+    # an object has no field type: ES aggregates it as an unmapped field
+    # (the per-shard mapping checks refuse text, not objects)
+    for label, n in (("solo", solo()), ("cluster", cluster()["node-1"])):
+        n.req("DELETE", "/axob")
+        st, b = n.req("PUT", "/axob", {
+            "settings": {"number_of_shards": 2, "number_of_replicas": 0},
+            "mappings": {"properties": {"o": {"properties": {"a": {"type": "keyword"}}}}}})
+        eq(st, 200, label + " create: %s" % b)
+        st, b = n.bulk([{"index": {"_index": "axob", "_id": "1"}}, {"o": {"a": "x"}}],
+                       params="?refresh=true")
+        st, b = n.req("POST", "/axob/_search", {"size": 0, "aggs": {
+            "t": {"terms": {"field": "o"}}, "m": {"max": {"field": "o"}}}})
+        eq((st, b.get("aggregations", {}).get("t", {}).get("buckets")), (200, []),
+           label + ": %s" % b)
+        n.req("DELETE", "/axob")
+
+
+@test
 def missing_agg_with_missing_value():
     # with "missing", every document has a value of the field: none counts
     for label, n in targets():
