@@ -1061,6 +1061,14 @@ agg_kind_path_bucket(agg_kind k)
 	       k == AGG_DIVERSIFIED_SAMPLER || k == AGG_NESTED || k == AGG_REVERSE_NESTED;
 }
 
+/* "agg.doc_count" of a single-bucket agg: its doc count, as "agg" (ES's
+ * only key of a single bucket) */
+static bool
+single_bucket_count_key(const sr_agg *a, const char *rest)
+{
+	return agg_kind_path_bucket(a->kind) && rest[0] == '.' && !strcmp(rest + 1, "doc_count");
+}
+
 /* path: "agg" / "agg.key" / "agg[key]"; for a single-bucket agg such as
  * filter, "agg>sub..." descends. */
 bool
@@ -1073,7 +1081,8 @@ agg_subs_path_ok(const sr_agg *parent, const char *path)
 		return false;
 	if (path[len] == '>')
 		return agg_kind_path_bucket(a->kind) && agg_subs_path_ok(a, path + len + 1);
-	if (path[len] == 0 && agg_kind_path_bucket(a->kind))
+	if ((path[len] == 0 && agg_kind_path_bucket(a->kind)) ||
+	    single_bucket_count_key(a, path + len))
 		return true; /* doc_count of the single bucket */
 	return a->ops->metric_value != NULL;
 }
@@ -1088,6 +1097,8 @@ agg_subs_value(const sr_agg *parent, agg_node *const *subs, const char *path, do
 	const sr_agg *a = agg_sub_find(parent, path, len, &idx);
 	if (!a || !subs)
 		return false;
+	if (single_bucket_count_key(a, path + len))
+		len = strlen(path); /* as the bare name */
 	if (a->kind == AGG_NESTED || a->kind == AGG_REVERSE_NESTED)
 		return agg_nested_value(a, subs[idx], path[len] == '>' ? path + len + 1 : NULL, v);
 	if (agg_kind_path_bucket(a->kind))

@@ -855,6 +855,19 @@ def aggregation_on_an_object_field_is_unmapped():
 
 
 @test
+def terms_ordered_by_a_single_bucket_doc_count_key():
+    # "f.doc_count" names a single bucket's count, as "f" does (ES 7.7+);
+    # ties go by key: b has 2 docs with n >= 3, a and c one each
+    for label, n in targets():
+        for path in ("f.doc_count", "f"):
+            a = search(n, {"aggs": {"t": {
+                "terms": {"field": "tag", "order": {path: "desc"}},
+                "aggs": {"f": {"filter": {"range": {"n": {"gte": 3}}}}}}}})
+            eq([(b["key"], b["f"]["doc_count"]) for b in a["t"]["buckets"]],
+               [("b", 2), ("a", 1), ("c", 1)], "%s %s" % (label, path))
+
+
+@test
 def missing_agg_with_missing_value():
     # with "missing", every document has a value of the field: none counts
     for label, n in targets():
