@@ -31,7 +31,8 @@
 	X(CM_EFULL, 500, "index_full_exception", "map full")                               \
 	X(CM_EINTERNAL, 500, "exception", "internal error")                                \
 	X(CM_EBLOCKED, 403, "cluster_block_exception", "blocked by an index block")        \
-	X(CM_EINDEXCLOSED, 400, "index_closed_exception", "closed")
+	X(CM_EINDEXCLOSED, 400, "index_closed_exception", "closed")                        \
+	X(CM_EAGGEXEC, 500, "aggregation_execution_exception", "aggregation failed")
 
 typedef enum {
 #define CM_ERR_ENUM(name, status, type, msg) name,

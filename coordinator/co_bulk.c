@@ -533,6 +533,7 @@ apply_chunk(co_stream *s)
 		op->if_seq_no = it->a.w.if_seq_no;
 		op->if_primary_term = it->a.w.if_primary_term;
 		op->version = it->a.w.version;
+		op->has_version = it->a.w.has_version;
 		op->version_gte = it->a.w.version_gte;
 		op->create_only = it->a.w.create;
 		it->batch = bi;

@@ -95,12 +95,13 @@ co_write_opts_parse(const char *op_type, const char *version, const char *versio
 			return cm_error_set(err, CM_EVALIDATE,
 			                    "Validation Failed: 1: create operations only support internal "
 			                    "versioning. use index instead;");
-		if (v == 0 || v > (uint64_t)INT64_MAX)
+		if (v > (uint64_t)INT64_MAX)
 			return cm_error_set(err, CM_EVALIDATE,
 			                    "Validation Failed: 1: illegal version value [%llu] for version "
 			                    "type [EXTERNAL];",
 			                    (unsigned long long)v);
 		w->version = (int64_t)v;
+		w->has_version = true;
 		w->version_gte = !strcmp(version_type, "external_gte");
 	} else if (version_type && strcmp(version_type, "internal")) {
 		return cm_error_set(err, CM_EVALIDATE,
@@ -312,7 +313,7 @@ doc_index(co_req *r, bool create)
 		/* POST /{index}/_doc, also with op_type=create, gets a new id */
 		nd_gen_id(gen);
 		id = gen;
-		if (w.version || w.if_seq_no != ST_NO_SEQ) {
+		if (w.has_version || w.if_seq_no != ST_NO_SEQ) {
 			co_reply_errorf(r, CM_EVALIDATE, NULL,
 			                "Validation Failed: 1: an id must be provided if version type or value "
 			                "are set;");
@@ -391,6 +392,7 @@ doc_index(co_req *r, bool create)
 	op.if_seq_no = w.if_seq_no;
 	op.if_primary_term = w.if_primary_term;
 	op.version = w.version;
+	op.has_version = w.has_version;
 	op.version_gte = w.version_gte;
 	op.create_only = w.create;
 	nd_req_opts ro = co_req_opts(r);
@@ -449,6 +451,7 @@ co_h_doc_delete(co_req *r)
 	op.if_seq_no = w.if_seq_no;
 	op.if_primary_term = w.if_primary_term;
 	op.version = w.version;
+	op.has_version = w.has_version;
 	op.version_gte = w.version_gte;
 	nd_req_opts ro = co_req_opts(r);
 	if (co_doc_write(ix, &op, routing, routing ? strlen(routing) : 0, &ro, &res, &err)) {
@@ -1145,7 +1148,7 @@ co_h_update(co_req *r)
 			return;
 		}
 	}
-	if (w.version) {
+	if (w.has_version) {
 		co_reply_errorf(r, CM_EVALIDATE, NULL,
 		                "Validation Failed: 1: can't provide version in update request.;");
 		return;

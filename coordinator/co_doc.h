@@ -11,7 +11,8 @@ typedef struct co_write_opts {
 	int refresh;
 	uint64_t if_seq_no; /* ST_NO_SEQ = none */
 	uint64_t if_primary_term;
-	int64_t version;    /* external version, 0 = none */
+	int64_t version;    /* external version, with has_version */
+	bool has_version;   /* version_type=external(_gte): version is set, 0 included */
 	bool version_gte;   /* version_type=external_gte: an equal version is accepted */
 } co_write_opts;
 

@@ -568,6 +568,7 @@ pr_bulk_req_encode(const pr_bulk_req *r, cm_buf *out)
 		ops[i].version = o->version;
 		ops[i].create_only = o->create_only;
 		ops[i].version_gte = o->version_gte;
+		ops[i].has_version = o->has_version;
 		ptrs[i] = &ops[i];
 	}
 	pr_pack(&m.base, out);
@@ -607,6 +608,7 @@ pr_bulk_req_decode(const void *p, size_t n, pr_bulk_req *out, cm_error *err)
 		op->version = o->version;
 		op->create_only = o->create_only;
 		op->version_gte = o->version_gte;
+		op->has_version = o->has_version;
 	}
 	out->keep = m;
 	return CM_OK;

@@ -568,6 +568,7 @@ rp_primary_apply(rp *r, void *ref, const char *name, const char *uuid, int shard
 		rops[k].seq_no = res[i].seq_no;
 		rops[k].primary_term = res[i].primary_term;
 		rops[k].version = res[i].version;
+		rops[k].has_version = true;
 		rops[k].if_seq_no = ST_NO_SEQ;
 		rops[k].if_primary_term = 0;
 		rops[k].create_only = false;

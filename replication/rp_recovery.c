@@ -205,6 +205,7 @@ collect_op(void *ctx, const st_op *op, int64_t version)
 	}
 	st_op o = *op;
 	o.version = version;
+	o.has_version = true;
 	/* Strings go to one buffer; pointers are fixed up after it stops growing. */
 	o.id = (const char *)(uintptr_t)c->strs.len;
 	cm_buf_put(&c->strs, op->id, op->id_len);

@@ -440,11 +440,11 @@ agg_parse_list(const cJSON *aggs, sr_agg *parent, int depth, int *next_id, cm_er
 		if (rc)
 			return rc;
 		if (a->kind == AGG_GLOBAL && parent->kind != AGG_ROOT) {
-			cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
-			                  "Aggregation [%s] cannot have a global sub-aggregation [%s]. "
-			                  "Global aggregations can only be defined as top level "
-			                  "aggregations",
-			                  parent->name, a->name);
+			cm_error_set(err, CM_EAGGEXEC,
+			             "Aggregation [%s] cannot have a global sub-aggregation [%s]. "
+			             "Global aggregations can only be defined as top level "
+			             "aggregations",
+			             parent->name, a->name);
 			sr_agg_free(a);
 			return CM_EINVAL;
 		}
@@ -545,14 +545,10 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 {
 	if (a->field && a->ops && a->ops->needs_field) {
 		const st_field_def *f = st_mapping_find(m, a->field);
-		if (f) {
+		/* an object has no field type: unmapped, as in ES */
+		if (f && f->type != ST_FT_OBJECT) {
 			if (f->type == ST_FT_TEXT)
 				return cm_error_set(err, CM_EINVAL, text_msg, a->field);
-			if (f->type == ST_FT_OBJECT)
-				return cm_error_set(err, CM_EINVAL,
-				                    "Field [%s] of type [object] is not supported for "
-				                    "aggregation [%s]",
-				                    a->field, a->ops->name);
 			bool geo_kind = a->kind == AGG_GEO_BOUNDS || a->kind == AGG_GEO_CENTROID ||
 			                a->kind == AGG_GEOHASH_GRID || a->kind == AGG_GEOTILE_GRID;
 			if (geo_kind && f->type != ST_FT_GEO_POINT)
@@ -582,6 +578,11 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 				                    "aggregation [%s]",
 				                    a->field, st_field_type_name(f->type), a->ops->name);
 		}
+	}
+	if (a->ops && a->ops->shard_check) {
+		cm_err rc = a->ops->shard_check(a, m, err);
+		if (rc)
+			return rc;
 	}
 	for (size_t i = 0; i < a->nsubs; i++) {
 		cm_err rc = agg_validate_one(a->subs[i], m, err);
@@ -1060,6 +1061,14 @@ agg_kind_path_bucket(agg_kind k)
 	       k == AGG_DIVERSIFIED_SAMPLER || k == AGG_NESTED || k == AGG_REVERSE_NESTED;
 }
 
+/* "agg.doc_count" of a single-bucket agg: its doc count, as "agg" (ES's
+ * only key of a single bucket) */
+static bool
+single_bucket_count_key(const sr_agg *a, const char *rest)
+{
+	return agg_kind_path_bucket(a->kind) && rest[0] == '.' && !strcmp(rest + 1, "doc_count");
+}
+
 /* path: "agg" / "agg.key" / "agg[key]"; for a single-bucket agg such as
  * filter, "agg>sub..." descends. */
 bool
@@ -1072,7 +1081,8 @@ agg_subs_path_ok(const sr_agg *parent, const char *path)
 		return false;
 	if (path[len] == '>')
 		return agg_kind_path_bucket(a->kind) && agg_subs_path_ok(a, path + len + 1);
-	if (path[len] == 0 && agg_kind_path_bucket(a->kind))
+	if ((path[len] == 0 && agg_kind_path_bucket(a->kind)) ||
+	    single_bucket_count_key(a, path + len))
 		return true; /* doc_count of the single bucket */
 	return a->ops->metric_value != NULL;
 }
@@ -1087,6 +1097,8 @@ agg_subs_value(const sr_agg *parent, agg_node *const *subs, const char *path, do
 	const sr_agg *a = agg_sub_find(parent, path, len, &idx);
 	if (!a || !subs)
 		return false;
+	if (single_bucket_count_key(a, path + len))
+		len = strlen(path); /* as the bare name */
 	if (a->kind == AGG_NESTED || a->kind == AGG_REVERSE_NESTED)
 		return agg_nested_value(a, subs[idx], path[len] == '>' ? path + len + 1 : NULL, v);
 	if (agg_kind_path_bucket(a->kind))
@@ -1262,9 +1274,8 @@ agg_typed_name(const sr_agg *a, const agg_node *n)
 	case AGG_SIGNIFICANT_TERMS:
 		return agg_terms_type_name(a, n);
 	case AGG_PERCENTILES:
-		return "tdigest_percentiles";
 	case AGG_PERCENTILE_RANKS:
-		return "tdigest_percentile_ranks";
+		return agg_pct_type_name(a);
 	case AGG_DIVERSIFIED_SAMPLER:
 		return "sampler"; /* InternalSampler serves both */
 	default:

@@ -742,6 +742,7 @@ const agg_ops agg_ops_filter = {
 typedef struct filters_state {
 	sbkt *b;
 	size_t n;
+	char *fmt; /* date_range: the field's format its bounds were read in, or NULL */
 } filters_state;
 
 static void *
@@ -763,6 +764,7 @@ filters_free(const sr_agg *a, void *d)
 	for (size_t i = 0; i < s->n; i++)
 		agg_subs_free(a, s->b[i].subs);
 	cm_free(AGG_MEM, s->b);
+	cm_free(AGG_MEM, s->fmt);
 	cm_free(AGG_MEM, s);
 }
 
@@ -810,6 +812,8 @@ static void
 filters_merge(const sr_agg *a, agg_node *into, agg_node *from)
 {
 	filters_state *x = into->d, *y = from->d;
+	if (!x->fmt && y->fmt)
+		x->fmt = cm_strdup(AGG_MEM, y->fmt);
 	for (size_t i = 0; i < x->n; i++) {
 		x->b[i].count += y->b[i].count;
 		if (x->b[i].subs)
@@ -1320,10 +1324,11 @@ agg_terms_check_order(const sr_agg *a, cm_error *err)
 	const terms_params *p = a->p;
 	for (size_t i = 0; i < p->norder; i++)
 		if (p->order[i].kind == ORD_PATH && !agg_subs_path_ok(a, p->order[i].path))
-			return cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
-			                         "Invalid aggregator order path [%s]. Unknown aggregation "
-			                         "[%s]",
-			                         p->order[i].path, p->order[i].path);
+			return cm_error_set(
+			    err, CM_EAGGEXEC,
+			    "Invalid aggregator order path [%s]. Unknown aggregation "
+			    "[%s]",
+			    p->order[i].path, p->order[i].path);
 	return CM_OK;
 }
 
@@ -2040,34 +2045,48 @@ terms_flush(agg_rt *rt, agg_node *n)
 }
 
 /* A regular expression filters strings only: on an address, a number, a
- * date or a boolean ES refuses it (exact values select those). */
+ * date or a boolean ES refuses it (exact values select those). t is the
+ * field's st_field_type, -1 when unmapped. */
+static cm_err
+terms_regex_check(const sr_agg *a, int t, cm_error *err)
+{
+	const terms_params *p = a->p;
+	if (!(p->inc.has_re || p->exc.has_re) || t < 0 || t == ST_FT_OBJECT)
+		return CM_OK;
+	if (t == ST_FT_IP)
+		return cm_error_set(err, CM_EAGGEXEC,
+		                    "Aggregation [%s] cannot support regular expression style "
+		                    "include/exclude settings as they can only be applied to "
+		                    "string fields. Use an array of values for include/exclude "
+		                    "clauses",
+		                    a->name);
+	if (!st_field_type_is_ordinal((st_field_type)t) && t != ST_FT_TEXT)
+		return cm_error_set(err, CM_EAGGEXEC,
+		                    "Aggregation [%s] cannot support regular expression style "
+		                    "include/exclude settings as they can only be applied to "
+		                    "string fields. Use an array of numeric values for "
+		                    "include/exclude clauses used to filter numeric fields",
+		                    a->name);
+	return CM_OK;
+}
+
 static cm_err
 terms_seg_begin(agg_rt *rt, cm_error *err)
 {
-	const terms_params *p = rt->spec->p;
-	if (!(p->inc.has_re || p->exc.has_re))
-		return CM_OK;
 	/* the mapping's type: a segment without the field refuses it too */
 	const st_mapping *m = rt->ctx ? st_reader_mapping(rt->ctx->reader) : NULL;
 	const st_field_def *d = m ? st_mapping_find(m, rt->spec->field) : NULL;
 	int t = rt->fi ? (int)rt->fi->type : d ? (int)d->type : -1;
-	if (t < 0 || t == ST_FT_OBJECT)
-		return CM_OK;
-	if (t == ST_FT_IP)
-		return cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
-		                         "Aggregation [%s] cannot support regular expression style "
-		                         "include/exclude settings as they can only be applied to "
-		                         "string fields. Use an array of values for include/exclude "
-		                         "clauses",
-		                         rt->spec->name);
-	if (!st_field_type_is_ordinal((st_field_type)t) && t != ST_FT_TEXT)
-		return cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
-		                         "Aggregation [%s] cannot support regular expression style "
-		                         "include/exclude settings as they can only be applied to "
-		                         "string fields. Use an array of numeric values for "
-		                         "include/exclude clauses used to filter numeric fields",
-		                         rt->spec->name);
-	return CM_OK;
+	return terms_regex_check(rt->spec, t, err);
+}
+
+/* The same per shard, before any segment: a shard without documents
+ * refuses it as ES does. */
+static cm_err
+terms_shard_check(const sr_agg *a, const st_mapping *m, cm_error *err)
+{
+	const st_field_def *d = m && a->field ? st_mapping_find(m, a->field) : NULL;
+	return terms_regex_check(a, d ? (int)d->type : -1, err);
 }
 
 /* A top-level terms agg with min_doc_count 0 lists the terms of segments
@@ -2511,6 +2530,7 @@ const agg_ops agg_ops_terms = {
              "show_term_doc_count_error",
     .bucket = true,
     .needs_field = true,
+    .shard_check = terms_shard_check,
     .parse = terms_parse,
     .free_params = terms_free_params,
     .state_new = terms_new,
@@ -2529,6 +2549,7 @@ const agg_ops agg_ops_rare_terms = {
     .name = "rare_terms",
     .bucket = true,
     .needs_field = true,
+    .shard_check = terms_shard_check,
     .parse = rare_parse,
     .free_params = terms_free_params,
     .state_new = terms_new,
@@ -2863,6 +2884,7 @@ const agg_ops agg_ops_significant_terms = {
              "mutual_information,chi_square,gnd,percentage,script_heuristic",
     .bucket = true,
     .needs_field = true,
+    .shard_check = terms_shard_check,
     .parse = sig_parse,
     .free_params = terms_free_params,
     .state_new = terms_new,
@@ -3641,7 +3663,12 @@ typedef struct rng {
 	double from, to; /* -inf / +inf when absent */
 	bool has_from, has_to;
 	char *key;       /* given or generated */
+	bool key_generated;
 	char *from_s, *to_s; /* date_range: rendered bounds */
+	/* date_range without a "format": the bounds as given (a number as its
+	 * integral text, as ES's Long.toString), read again in the field's
+	 * format where its mapping has one */
+	char *from_raw, *to_raw;
 } rng;
 
 typedef struct range_params {
@@ -3659,10 +3686,26 @@ range_free_params(void *pp)
 		cm_free(AGG_MEM, p->r[i].key);
 		cm_free(AGG_MEM, p->r[i].from_s);
 		cm_free(AGG_MEM, p->r[i].to_s);
+		cm_free(AGG_MEM, p->r[i].from_raw);
+		cm_free(AGG_MEM, p->r[i].to_raw);
 	}
 	cm_free(AGG_MEM, p->r);
 	agg_tz_free(p->tz);
 	cm_free(AGG_MEM, p);
+}
+
+static char *
+range_raw(const cJSON *v)
+{
+	if (cJSON_IsString(v))
+		return cm_strdup(AGG_MEM, v->valuestring);
+	char buf[32];
+	double d = v->valuedouble;
+	snprintf(buf, sizeof buf, "%lld",
+	         d >= 9.2e18    ? (long long)INT64_MAX
+	         : d <= -9.2e18 ? (long long)INT64_MIN
+	                        : (long long)d);
+	return cm_strdup(AGG_MEM, buf);
 }
 
 static cm_err
@@ -3680,6 +3723,23 @@ range_bound(sr_agg *a, range_params *p, const cJSON *v, const char *which, doubl
 	}
 	return agg_parse_num(v, a->name, which, out, err);
 }
+
+/* Reads a date_range bound as given (g->from_raw / to_raw) in format. */
+static bool
+range_read(const rng *g, const char *format, const agg_tz *tz, bool from, double *out)
+{
+	int64_t ms;
+	if (!agg_date_parse(from ? g->from_raw : g->to_raw, format, tz, false, &ms))
+		return false;
+	*out = (double)ms;
+	return true;
+}
+
+/* A date_range's bounds in a segment's field format (rt->kd). */
+typedef struct range_fmt {
+	const char *fmt; /* the mapping's, valid while the segment is read */
+	double *from, *to;
+} range_fmt;
 
 static int
 rng_cmp(const void *x, const void *y)
@@ -3733,10 +3793,14 @@ range_parse(sr_agg *a, const cJSON *body, cm_error *err)
 				if (range_bound(a, p, f, "from", &g->from, err))
 					return CM_EPARSE;
 				g->has_from = true;
+				if (a->kind == AGG_DATE_RANGE && !a->format && !g->from_raw)
+					g->from_raw = range_raw(f);
 			} else if (!strcmp(f->string, "to")) {
 				if (range_bound(a, p, f, "to", &g->to, err))
 					return CM_EPARSE;
 				g->has_to = true;
+				if (a->kind == AGG_DATE_RANGE && !a->format && !g->to_raw)
+					g->to_raw = range_raw(f);
 			} else if (!strcmp(f->string, "key")) {
 				if (agg_parse_str(f, a->name, "key", &g->key, err))
 					return CM_EPARSE;
@@ -3771,6 +3835,7 @@ range_parse(sr_agg *a, const cJSON *body, cm_error *err)
 			char kb[200];
 			snprintf(kb, sizeof kb, "%s-%s", fs, ts);
 			g->key = cm_strdup(AGG_MEM, kb);
+			g->key_generated = true;
 		}
 	}
 	/* ES sorts ranges by (from, to); a stable insertion sort keeps equal
@@ -3835,8 +3900,12 @@ range_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 	range_state *s = n->d;
 	const sr_agg *a = rt->spec;
 	const range_params *p = a->p;
+	const range_fmt *rf = rt->kd; /* the bounds in the field's format */
+	const char *fmt = rf ? rf->fmt : a->format;
 	if (!rt->fi && !a->missing.set)
 		return;
+	if (rf && !s->fmt)
+		s->fmt = cm_strdup(AGG_MEM, rf->fmt);
 	for (size_t i = 0; i < cnt; i++) {
 		const int64_t *v;
 		int k = agg_values(rt, docs[i], &v);
@@ -3850,7 +3919,7 @@ range_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 			else {
 				int64_t ms;
 				if (a->kind != AGG_DATE_RANGE ||
-				    !agg_date_parse(a->missing.s, a->format, p->tz, false, &ms))
+				    !agg_date_parse(a->missing.s, fmt, p->tz, false, &ms))
 					continue;
 				mv = (double)ms;
 			}
@@ -3858,11 +3927,13 @@ range_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores
 		}
 		for (size_t r = 0; r < p->n; r++) {
 			bool hit = false;
+			double from = rf ? rf->from[r] : p->r[r].from,
+			       to = rf ? rf->to[r] : p->r[r].to;
 			if (use_missing)
-				hit = mv >= p->r[r].from && mv < p->r[r].to;
+				hit = mv >= from && mv < to;
 			else if (k > 0) {
-				double lo = range_stored_precision(rt, p->r[r].from);
-				double hi = range_stored_precision(rt, p->r[r].to);
+				double lo = range_stored_precision(rt, from);
+				double hi = range_stored_precision(rt, to);
 				for (int j = 0; j < k && !hit; j++) {
 					double x = agg_num(rt, v[j]);
 					hit = x >= lo && x < hi;
@@ -3886,7 +3957,31 @@ range_render(const sr_agg *a, const agg_node *n, agg_render *r)
 		return CM_ELIMIT;
 	cm_buf_put(b, p->keyed ? "{\"buckets\":{" : "{\"buckets\":[", 12);
 	for (size_t i = 0; i < s->n; i++) {
+		rng in_fmt;
 		const rng *g = &p->r[i];
+		char fs[96], ts[96], kb[200];
+		if (s->fmt) {
+			/* the bounds and keys as the field's format reads and writes
+			 * them (they parsed on the shards that read the field) */
+			in_fmt = *g;
+			g = &in_fmt;
+			if (in_fmt.from_raw &&
+			    range_read(&in_fmt, s->fmt, p->tz, true, &in_fmt.from)) {
+				agg_date_format(p->tz, s->fmt, (int64_t)in_fmt.from, fs, sizeof fs);
+				in_fmt.from_s = fs;
+			}
+			if (in_fmt.to_raw &&
+			    range_read(&in_fmt, s->fmt, p->tz, false, &in_fmt.to)) {
+				agg_date_format(p->tz, s->fmt, (int64_t)in_fmt.to, ts, sizeof ts);
+				in_fmt.to_s = ts;
+			}
+			if (in_fmt.key_generated) {
+				snprintf(kb, sizeof kb, "%s-%s",
+				         in_fmt.has_from ? in_fmt.from_s : "*",
+				         in_fmt.has_to ? in_fmt.to_s : "*");
+				in_fmt.key = kb;
+			}
+		}
 		if (i)
 			cm_buf_put_u8(b, ',');
 		if (p->keyed) {
@@ -3927,6 +4022,81 @@ range_seg_begin(agg_rt *rt, cm_error *err)
 	return agg_field_numeric_or_fail(rt, err) ? CM_OK : CM_EINVAL;
 }
 
+static void date_range_seg_end(agg_rt *rt);
+
+/* date_range without a "format" reads its bounds in the field's format,
+ * as ES's ValuesSourceConfig does: per segment, into rt->kd, where the
+ * shard's mapping gives the field one. */
+static cm_err
+date_range_seg_begin(agg_rt *rt, cm_error *err)
+{
+	const sr_agg *a = rt->spec;
+	const range_params *p = a->p;
+	if (!agg_field_numeric_or_fail(rt, err))
+		return CM_EINVAL;
+	const st_mapping *m = rt->ctx ? st_reader_mapping(rt->ctx->reader) : NULL;
+	const st_field_def *d = m && a->field ? st_mapping_find(m, a->field) : NULL;
+	if (a->format || !d || !d->format || (d->type != ST_FT_DATE && d->type != ST_FT_DATE_NANOS))
+		return CM_OK;
+	range_fmt *rf = cm_calloc(AGG_MEM, 1, sizeof *rf);
+	rt->kd = rf;
+	rf->fmt = d->format;
+	rf->from = cm_calloc(AGG_MEM, p->n ? p->n : 1, sizeof *rf->from);
+	rf->to = cm_calloc(AGG_MEM, p->n ? p->n : 1, sizeof *rf->to);
+	for (size_t i = 0; i < p->n; i++) {
+		rf->from[i] = p->r[i].from;
+		rf->to[i] = p->r[i].to;
+		const char *bad = NULL;
+		if (p->r[i].from_raw && !range_read(&p->r[i], d->format, p->tz, true, &rf->from[i]))
+			bad = p->r[i].from_raw;
+		else if (p->r[i].to_raw &&
+		         !range_read(&p->r[i], d->format, p->tz, false, &rf->to[i]))
+			bad = p->r[i].to_raw;
+		if (bad) {
+			cm_error_set(err, CM_EPARSE,
+			             "failed to parse date field [%s] with format [%s]", bad,
+			             d->format);
+			date_range_seg_end(rt);
+			return CM_EPARSE;
+		}
+	}
+	return CM_OK;
+}
+
+static void
+date_range_seg_end(agg_rt *rt)
+{
+	range_fmt *rf = rt->kd;
+	if (!rf)
+		return;
+	cm_free(AGG_MEM, rf->from);
+	cm_free(AGG_MEM, rf->to);
+	cm_free(AGG_MEM, rf);
+	rt->kd = NULL;
+}
+
+/* The range state with the field's format a shard read the bounds in. */
+static void
+date_range_encode(const sr_agg *a, const agg_node *n, cm_buf *b)
+{
+	const range_state *s = n->d;
+	filters_encode(a, n, b);
+	cm_buf_put_str(b, s->fmt ? s->fmt : "", s->fmt ? strlen(s->fmt) : 0);
+}
+
+static bool
+date_range_decode(const sr_agg *a, agg_node *n, cm_rd *r)
+{
+	range_state *s = n->d;
+	const char *f;
+	size_t len;
+	if (!filters_decode(a, n, r) || !cm_rd_str(r, &f, &len) || len > 256)
+		return false;
+	cm_free(AGG_MEM, s->fmt);
+	s->fmt = len ? cm_strndup(AGG_MEM, f, len) : NULL;
+	return true;
+}
+
 const agg_ops agg_ops_range = {
     .name = "range",
     .bucket = true,
@@ -3952,11 +4122,12 @@ const agg_ops agg_ops_date_range = {
     .free_params = range_free_params,
     .state_new = range_new,
     .state_free = range_free,
-    .seg_begin = range_seg_begin,
+    .seg_begin = date_range_seg_begin,
+    .seg_end = date_range_seg_end,
     .collect = range_collect,
     .shard_finish = filters_finish,
     .merge = filters_merge,
     .render = range_render,
-    .encode = filters_encode,
-    .decode = filters_decode,
+    .encode = date_range_encode,
+    .decode = date_range_decode,
 };

@@ -170,6 +170,9 @@ struct agg_ops {
 	void (*free_params)(void *p);
 	void *(*state_new)(const sr_agg *a);
 	void (*state_free)(const sr_agg *a, void *d);
+	/* per shard, against its mapping, before any segment (ES's checks when
+	 * it builds a shard's aggregators); NULL: none */
+	cm_err (*shard_check)(const sr_agg *a, const st_mapping *m, cm_error *err);
 	/* per segment: rt->fi already resolved; may set rt->kd */
 	cm_err (*seg_begin)(agg_rt *rt, cm_error *err);
 	void (*collect)(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
@@ -371,5 +374,20 @@ double agg_td_count(const agg_tdigest *t);
 double agg_td_mad(agg_tdigest *t);
 void agg_td_encode(agg_tdigest *t, cm_buf *b);
 agg_tdigest *agg_td_decode(cm_rd *r, double compression);
+
+/* "tdigest_percentiles", "hdr_percentile_ranks", ...: for typed_keys */
+const char *agg_pct_type_name(const sr_agg *a);
+
+/* ---- percentiles with "hdr" (hdr.c) ---- */
+typedef struct agg_hdr agg_hdr;
+agg_hdr *agg_hdr_new(int digits); /* digits: 0..5 */
+void agg_hdr_free(agg_hdr *t);
+/* false for a negative or infinite value, which is not recorded */
+bool agg_hdr_add(agg_hdr *t, double v, uint64_t n);
+void agg_hdr_merge(agg_hdr *into, agg_hdr *from);
+double agg_hdr_percentile(agg_hdr *t, double percent); /* NaN when empty */
+double agg_hdr_rank(agg_hdr *t, double x);             /* in [0, 100]; NaN when empty */
+void agg_hdr_encode(agg_hdr *t, cm_buf *b);
+agg_hdr *agg_hdr_decode(cm_rd *r, int digits);
 
 #endif

@@ -613,6 +613,8 @@ typedef struct pct_params {
 	bool keyed;
 	bool ranks;
 	double compression;
+	bool hdr;   /* HdrHistogram instead of a t-digest */
+	int digits; /* hdr: number_of_significant_value_digits */
 } pct_params;
 
 static void
@@ -630,7 +632,9 @@ pct_parse(sr_agg *a, const cJSON *body, cm_error *err)
 	a->p = p;
 	p->keyed = true;
 	p->compression = 100;
+	p->digits = 3;
 	p->ranks = a->kind == AGG_PERCENTILE_RANKS;
+	bool method = false;
 	const char *list = p->ranks ? "values" : "percents";
 	static const double defaults[] = {1, 5, 25, 50, 75, 95, 99};
 	for (const cJSON *c = body->child; c; c = c->next) {
@@ -671,7 +675,40 @@ pct_parse(sr_agg *a, const cJSON *body, cm_error *err)
 				return CM_EPARSE;
 			continue;
 		}
-		if (!strcmp(c->string, "tdigest")) {
+		bool is_td = !strcmp(c->string, "tdigest"), is_hdr = !strcmp(c->string, "hdr");
+		if ((is_td || is_hdr) && method)
+			return cm_error_set(err, CM_EPARSE,
+			                    "[%s] only one of [tdigest] and [hdr] may be given",
+			                    a->name);
+		method = method || is_td || is_hdr;
+		if (is_hdr) {
+			p->hdr = true;
+			if (!cJSON_IsObject(c))
+				return cm_error_set(err, CM_EPARSE, "[hdr] must be an object: [%s]",
+				                    a->name);
+			for (const cJSON *h = c->child; h; h = h->next) {
+				double d;
+				if (strcmp(h->string, "number_of_significant_value_digits"))
+					return cm_error_set(err, CM_EPARSE,
+					                    "[hdr] unknown field [%s]: [%s]",
+					                    h->string, a->name);
+				if (!cJSON_IsNumber(h))
+					return cm_error_set(err, CM_EPARSE,
+					                    "[number_of_significant_value_digits] "
+					                    "must be a number: [%s]",
+					                    a->name);
+				d = trunc(h->valuedouble); /* an int field: ES truncates 2.5 */
+				if (!(d >= 0 && d <= 5))
+					return cm_error_set(
+					    err, CM_EINVAL,
+					    "[numberOfSignificantValueDigits] must be between 0 "
+					    "and 5: [%s]",
+					    a->name);
+				p->digits = (int)d;
+			}
+			continue;
+		}
+		if (is_td) {
 			const cJSON *cc = cJSON_GetObjectItemCaseSensitive(c, "compression");
 			if (cc && agg_parse_num(cc, a->name, "compression", &p->compression, err))
 				return CM_EPARSE;
@@ -690,9 +727,6 @@ pct_parse(sr_agg *a, const cJSON *body, cm_error *err)
 				p->compression = 10000;
 			continue;
 		}
-		if (!strcmp(c->string, "hdr"))
-			return cm_error_set(err, CM_EINVAL,
-			                    "[hdr] percentiles are not supported; use [tdigest]");
 		return agg_unknown_param(a, c->string, err);
 	}
 	if (!p->percents && p->ranks)
@@ -705,17 +739,23 @@ pct_parse(sr_agg *a, const cJSON *body, cm_error *err)
 	return CM_OK;
 }
 
+/* A state is an agg_hdr with "hdr", else an agg_tdigest. */
 static void *
 pct_new(const sr_agg *a)
 {
 	const pct_params *p = a->p;
+	if (p->hdr)
+		return agg_hdr_new(p->digits);
 	return agg_td_new(p->compression);
 }
 
 static void
 pct_free(const sr_agg *a, void *d)
 {
-	agg_td_free(d);
+	if (((const pct_params *)a->p)->hdr)
+		agg_hdr_free(d);
+	else
+		agg_td_free(d);
 }
 
 static cm_err
@@ -724,26 +764,57 @@ pct_seg_begin(agg_rt *rt, cm_error *err)
 	return agg_field_numeric_or_fail(rt, err) ? CM_OK : CM_EINVAL;
 }
 
+/* false when HdrHistogram refuses the value (negative): ES fails the
+ * shard with HdrHistogram's exception */
+static bool
+pct_add(agg_rt *rt, agg_node *n, bool hdr, double x)
+{
+	if (!hdr) {
+		agg_td_add(n->d, x, 1);
+		return true;
+	}
+	if (agg_hdr_add(n->d, x, 1))
+		return true;
+	cm_error_set_type(&rt->root->err, CM_EINTERNAL, "array_index_out_of_bounds_exception",
+	                  "Histogram recorded value cannot be negative.");
+	return false;
+}
+
 static void
 pct_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores, size_t cnt)
 {
 	const sr_agg *a = rt->spec;
 	if (!rt->fi && !a->missing.set)
 		return;
+	bool hdr = ((const pct_params *)a->p)->hdr;
 	for (size_t i = 0; i < cnt; i++) {
 		const int64_t *v;
 		int k = agg_values(rt, docs[i], &v);
-		if (k == 0 && a->missing.set && a->missing.is_num)
-			agg_td_add(n->d, a->missing.d, 1);
+		if (k == 0 && a->missing.set && a->missing.is_num &&
+		    !pct_add(rt, n, hdr, a->missing.d))
+			return;
 		for (int j = 0; j < k; j++)
-			agg_td_add(n->d, agg_num(rt, v[j]), 1);
+			if (!pct_add(rt, n, hdr, agg_num(rt, v[j])))
+				return;
 	}
 }
 
 static void
 pct_merge(const sr_agg *a, agg_node *into, agg_node *from)
 {
-	agg_td_merge(into->d, from->d);
+	if (((const pct_params *)a->p)->hdr)
+		agg_hdr_merge(into->d, from->d);
+	else
+		agg_td_merge(into->d, from->d);
+}
+
+/* The value at percent q, or the rank of value q, in percent. */
+static double
+pct_at(const pct_params *p, const agg_node *n, double q)
+{
+	if (p->hdr)
+		return p->ranks ? agg_hdr_rank(n->d, q) : agg_hdr_percentile(n->d, q);
+	return p->ranks ? agg_td_cdf(n->d, q) * 100 : agg_td_quantile(n->d, q / 100);
 }
 
 static bool
@@ -755,13 +826,10 @@ pct_value(const sr_agg *a, const agg_node *n, const char *key, double *v)
 	double q = strtod(key, &end);
 	if (end == key || *end)
 		return false;
-	if (((const pct_params *)a->p)->ranks) {
-		*v = agg_td_cdf(n->d, q) * 100;
-		return true;
-	}
-	if (q < 0 || q > 100)
+	const pct_params *p = a->p;
+	if (!p->ranks && (q < 0 || q > 100))
 		return false;
-	*v = agg_td_quantile(n->d, q / 100);
+	*v = pct_at(p, n, q);
 	return true;
 }
 
@@ -774,8 +842,7 @@ pct_render(const sr_agg *a, const agg_node *n, agg_render *r)
 	for (size_t i = 0; i < p->n; i++) {
 		char key[64];
 		agg_double_str(key, sizeof key, p->percents[i]);
-		double v = p->ranks ? agg_td_cdf(n->d, p->percents[i]) * 100
-		                    : agg_td_quantile(n->d, p->percents[i] / 100);
+		double v = pct_at(p, n, p->percents[i]);
 		if (i)
 			cm_buf_put_u8(b, ',');
 		if (p->keyed) {
@@ -804,19 +871,32 @@ pct_render(const sr_agg *a, const agg_node *n, agg_render *r)
 static void
 pct_encode(const sr_agg *a, const agg_node *n, cm_buf *b)
 {
-	agg_td_encode(n->d, b);
+	if (((const pct_params *)a->p)->hdr)
+		agg_hdr_encode(n->d, b);
+	else
+		agg_td_encode(n->d, b);
 }
 
 static bool
 pct_decode(const sr_agg *a, agg_node *n, cm_rd *r)
 {
 	const pct_params *p = a->p;
-	agg_tdigest *t = agg_td_decode(r, p->compression);
+	void *t = p->hdr ? (void *)agg_hdr_decode(r, p->digits)
+	                 : (void *)agg_td_decode(r, p->compression);
 	if (!t)
 		return false;
-	agg_td_free(n->d);
+	pct_free(a, n->d);
 	n->d = t;
 	return true;
+}
+
+const char *
+agg_pct_type_name(const sr_agg *a)
+{
+	const pct_params *p = a->p;
+	if (p->hdr)
+		return p->ranks ? "hdr_percentile_ranks" : "hdr_percentiles";
+	return p->ranks ? "tdigest_percentile_ranks" : "tdigest_percentiles";
 }
 
 const agg_ops agg_ops_percentiles = {
@@ -1720,9 +1800,10 @@ wavg_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 		int nw = k[1].fi ? agg_values(&k[1], docs[i], &wv) : 0;
 		double w;
 		if (nw > 1) {
-			cm_error_set_type(&rt->root->err, CM_EINVAL, "aggregation_execution_exception",
-			                  "Encountered more than one weight for a single document. Use a "
-			                  "script to combine multiple weights-per-doc into a single value.");
+			cm_error_set(
+			    &rt->root->err, CM_EAGGEXEC,
+			    "Encountered more than one weight for a single document. Use a "
+			    "script to combine multiple weights-per-doc into a single value.");
 			return;
 		}
 		if (nw == 1)

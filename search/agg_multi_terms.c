@@ -223,8 +223,8 @@ agg_multi_terms_check_order(const sr_agg *a, cm_error *err)
 	const mt_params *p = a->p;
 	for (size_t i = 0; i < p->norder; i++)
 		if (p->order[i].kind == MO_PATH && !agg_subs_path_ok(a, p->order[i].path))
-			return cm_error_set_type(
-			    err, CM_EINVAL, "aggregation_execution_exception",
+			return cm_error_set(
+			    err, CM_EAGGEXEC,
 			    "Invalid aggregator order path [%s]. Unknown aggregation "
 			    "[%s]",
 			    p->order[i].path, p->order[i].path);

@@ -174,8 +174,8 @@ nested_seg_begin(agg_rt *rt, cm_error *err)
 	const st_mapping *m = st_reader_mapping(c->reader);
 	const st_field_def *d = m ? st_mapping_find(m, p->path) : NULL;
 	if (d != NULL && !d->nested)
-		return cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
-		                         "[nested] nested path [%s] is not nested", p->path);
+		return cm_error_set(err, CM_EAGGEXEC, "[nested] nested path [%s] is not nested",
+		                    p->path);
 	nest_seg *k = cm_calloc(AGG_MEM, 1, sizeof *k);
 	k->max_doc = st_segment_max_doc(c->seg);
 	rt->kd = k;
@@ -201,9 +201,9 @@ reverse_seg_begin(agg_rt *rt, cm_error *err)
 		const st_mapping *m = st_reader_mapping(c->reader);
 		const st_field_def *d = m ? st_mapping_find(m, p->path) : NULL;
 		if (d == NULL || !d->nested)
-			return cm_error_set_type(err, CM_EINVAL, "aggregation_execution_exception",
-			                         "[reverse_nested] nested path [%s] is not nested",
-			                         p->path);
+			return cm_error_set(err, CM_EAGGEXEC,
+			                    "[reverse_nested] nested path [%s] is not nested",
+			                    p->path);
 		k->target = sr_nested_path_docs(c, p->path, err);
 		return err && err->code ? err->code : CM_OK;
 	}

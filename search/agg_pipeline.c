@@ -1947,8 +1947,8 @@ run_bucket_script(pl *P, const agg_pipe *p, jv *bl)
 		if (res && !cJSON_IsNull(res)) {
 			if (!cJSON_IsNumber(res)) {
 				cJSON_Delete(res);
-				return cm_error_set_type(
-				    P->err, CM_EINVAL, "aggregation_execution_exception",
+				return cm_error_set(
+				    P->err, CM_EAGGEXEC,
 				    "series_arithmetic script for reducer [%s] must return "
 				    "a Number",
 				    p->name);

@@ -1628,7 +1628,7 @@ test_errors(void)
 	                   "\"time_zone\":\"Mars/Olympus\"}}}",
 	                   CM_EINVAL, "Unknown time-zone ID: Mars/Olympus");
 	expect_parse_error("{\"x\":{\"terms\":{\"field\":\"a\",\"order\":{\"nope\":\"asc\"}}}}",
-	                   CM_EINVAL, "Invalid aggregator order path [nope]");
+	                   CM_EAGGEXEC, "Invalid aggregator order path [nope]");
 	expect_parse_error("{\"x[1]\":{\"terms\":{\"field\":\"a\"}}}", CM_EPARSE,
 	                   "Invalid aggregation name [x[1]]");
 	expect_parse_error("{\"x\":{\"terms\":{\"field\":\"a\",\"bogus\":1}}}", CM_EPARSE,
@@ -1730,7 +1730,37 @@ test_hll_tdigest(void)
 		agg_td_add(t, i, 1);
 	CHECK(agg_td_quantile(t, 0.5) == 2.5 && agg_td_quantile(t, 0) == 1 &&
 	      agg_td_quantile(t, 1) == 4);
+	/* ranks as t-digest 3.2: 2 holds [1.5, 2.5); past 3's span is 1 */
+	CHECK(agg_td_cdf(t, 2.5) == 0.5 && agg_td_cdf(t, 2) == 0.375 && agg_td_cdf(t, 0) == 0 &&
+	      agg_td_cdf(t, 3.6) == 1 && agg_td_cdf(t, 1) == 0.125);
 	agg_td_free(t);
+
+	/* HdrHistogram, 3 digits: ES's answers for 1, 51, 101, 151 (its YAML
+	 * tests); split over two histograms whose lowest values differ, merged
+	 * after a trip through the wire form */
+	agg_hdr *h1 = agg_hdr_new(3), *h2 = agg_hdr_new(3);
+	CHECK(agg_hdr_add(h1, 51, 1) && agg_hdr_add(h1, 151, 1) && agg_hdr_add(h2, 101, 1) &&
+	      agg_hdr_add(h2, 1, 1) && !agg_hdr_add(h2, -1, 1));
+	CHECK(agg_hdr_percentile(h1, 50) == 51.0 && agg_hdr_percentile(h1, 99) == 151.09375);
+	cm_buf hb;
+	cm_buf_init(&hb, CM_MEM_SEARCH);
+	agg_hdr_encode(h2, &hb);
+	cm_rd hr;
+	cm_rd_init(&hr, hb.data, hb.len);
+	agg_hdr *h3 = agg_hdr_decode(&hr, 3);
+	CHECK(h3 != NULL);
+	if (h3) {
+		agg_hdr_merge(h1, h3);
+		agg_hdr_free(h3);
+	}
+	CHECK(agg_hdr_percentile(h1, 25) == 1.0 && agg_hdr_percentile(h1, 50) == 51.0302734375 &&
+	      agg_hdr_percentile(h1, 75) == 101.0615234375 &&
+	      agg_hdr_percentile(h1, 95) == 151.1240234375);
+	CHECK(agg_hdr_rank(h1, 0.5) == 0 && agg_hdr_rank(h1, 51.03) == 50 &&
+	      agg_hdr_rank(h1, 151) == 100);
+	cm_buf_free(&hb);
+	agg_hdr_free(h1);
+	agg_hdr_free(h2);
 
 	/* dates: parsing with zones and date math, formatting with patterns */
 	agg_tz *paris = NULL, *ist = NULL;

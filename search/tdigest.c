@@ -245,38 +245,47 @@ agg_td_mad(agg_tdigest *t)
 	return v;
 }
 
-/* The inverse of agg_td_quantile: the fraction q at which the quantile
- * curve reaches x (0 below min, 1 at or above max). */
+/* t-digest 3.2's AVLTreeDigest.cdf, which ES 7.10's percentile_ranks
+ * answers with: each centroid spreads its weight evenly over the span
+ * from half-way to its left neighbour to half-way to its right one (the
+ * first centroid's span is as wide on the left as on the right). The walk
+ * stops at the next-to-last centroid and gives its span the width of the
+ * one before, so a value past that span ranks at 1, as in ES. */
+static double
+span_share(double x, double lo, double hi)
+{
+	if (hi <= lo)
+		return x < lo ? 0 : 1;
+	return (x - lo) / (hi - lo);
+}
+
 double
 agg_td_cdf(agg_tdigest *t, double x)
 {
 	td_compress(t);
 	if (t->n == 0 || x != x)
 		return NAN;
-	if (x < t->min)
-		return 0;
-	if (x >= t->max || t->total <= 1)
-		return 1;
-	double last = t->total - 1;
-	/* the curve's points: (0, min), (centre_i, mean_i)..., (total - 1, max) */
-	double prev_c = 0, prev_m = t->min, cum = 0, pos = last;
-	bool found = false;
-	for (size_t i = 0; i <= t->n && !found; i++) {
-		double ci = i < t->n ? cum + (t->c[i].w - 1) / 2 : last;
-		double mi = i < t->n ? t->c[i].mean : t->max;
-		if (i < t->n)
-			cum += t->c[i].w;
-		if (ci < prev_c)
-			ci = prev_c;
-		if (mi > x) {
-			pos = mi > prev_m ? prev_c + (ci - prev_c) * (x - prev_m) / (mi - prev_m) : prev_c;
-			found = true;
+	if (t->n == 1)
+		return x < t->c[0].mean ? 0 : 1;
+	double below = 0;
+	double left = (t->c[1].mean - t->c[0].mean) / 2, right = left;
+	size_t a = 0;
+	for (; a + 2 < t->n; a++) {
+		double m = t->c[a].mean;
+		if (x < m + right) {
+			double v =
+			    (below + t->c[a].w * span_share(x, m - left, m + right)) / t->total;
+			return v > 0 ? v : 0;
 		}
-		prev_c = ci;
-		prev_m = mi;
+		below += t->c[a].w;
+		left = right;
+		right = (t->c[a + 2].mean - t->c[a + 1].mean) / 2;
 	}
-	double q = pos / last;
-	return q < 0 ? 0 : q > 1 ? 1 : q;
+	double m = t->c[a].mean;
+	if (x >= m + right)
+		return 1;
+	double v = (below + t->c[a].w * span_share(x, m - left, m + right)) / t->total;
+	return v < 0 ? 0 : v > 1 ? 1 : v;
 }
 
 void

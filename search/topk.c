@@ -1020,6 +1020,9 @@ sr_search_shard_hl(st_reader *r, uint32_t shard, const char *index, const sr_req
 	}
 	if (sr_fetch_wanted(req) && (rc = sr_fetch_check(st_reader_mapping(r), req, index, x.err)))
 		goto done;
+	/* the aggregations' field checks hold for a shard without documents */
+	if (req->aggs && (rc = sr_agg_validate(req->aggs, st_reader_mapping(r), x.err)))
+		goto done;
 	t.k = (size_t)k;
 	t.scored = ((t.by_score || score_key || req->track_scores) && (t.k > 0 || req->aggs)) ||
 	           req->has_min_score;

@@ -1202,7 +1202,7 @@ plan_op(st_shard *s, const st_op *op, op_plan *p, const id_state *cur, int64_t *
 		         op->id);
 		return;
 	}
-	if (known && cur->version == INT64_MAX && op->version <= 0) {
+	if (known && cur->version == INT64_MAX && !op->has_version && op->version <= 0) {
 		conflict(r,
 		         "[%.*s]: version conflict, current version [%" PRId64
 		         "] cannot be incremented",
@@ -1232,7 +1232,8 @@ plan_op(st_shard *s, const st_op *op, op_plan *p, const id_state *cur, int64_t *
 		}
 		p->seq = op->seq_no;
 		p->term = op->primary_term;
-		p->version = op->version > 0 ? op->version : (known ? cur->version + 1 : 1);
+		p->version = op->has_version || op->version > 0 ? op->version
+		                                                : (known ? cur->version + 1 : 1);
 	} else {
 		if (op->if_seq_no != ST_NO_SEQ) {
 			if (!cur->exists) {
@@ -1253,7 +1254,7 @@ plan_op(st_shard *s, const st_op *op, op_plan *p, const id_state *cur, int64_t *
 				return;
 			}
 		}
-		if (op->version > 0 && known &&
+		if (op->has_version && known &&
 		    (op->version_gte ? op->version < cur->version : op->version <= cur->version)) {
 			conflict(r,
 			         "[%.*s]: version conflict, current version [%" PRId64
@@ -1273,7 +1274,7 @@ plan_op(st_shard *s, const st_op *op, op_plan *p, const id_state *cur, int64_t *
 		}
 		p->seq = (uint64_t)++ * next_seq;
 		p->term = s->cp.primary_term;
-		p->version = op->version > 0 ? op->version : (known ? cur->version + 1 : 1);
+		p->version = op->has_version ? op->version : (known ? cur->version + 1 : 1);
 	}
 	p->accept = true;
 	if (op->type == ST_OP_INDEX)
@@ -2938,6 +2939,7 @@ replay_one(void *ctx, const st_op *op, int64_t version)
 	rc->ops[i].id = (const char *)b->data;
 	rc->ops[i].source = (const char *)b->data + op->id_len;
 	rc->ops[i].version = version;
+	rc->ops[i].has_version = true;
 	if (rc->n == rc->cap)
 		replay_flush(rc);
 	return rc->err != CM_OK;

@@ -115,7 +115,7 @@ model_apply(model *m, const st_op *op, int k)
 		x.err = CM_ECONFLICT;
 		return x;
 	}
-	if (op->version > 0 && known && op->version <= d->ver) {
+	if (op->has_version && known && op->version <= d->ver) {
 		x.err = CM_ECONFLICT;
 		return x;
 	}
@@ -124,7 +124,7 @@ model_apply(model *m, const st_op *op, int k)
 		return x;
 	}
 	x.seq = (uint64_t)++m->seq;
-	x.ver = op->version > 0 ? op->version : known ? d->ver + 1 : 1;
+	x.ver = op->has_version ? op->version : known ? d->ver + 1 : 1;
 	if (op->type == ST_OP_INDEX) {
 		x.result = d->exists ? ST_RESULT_UPDATED : ST_RESULT_CREATED;
 		d->exists = true;
@@ -307,10 +307,12 @@ random_run(const char *dir, st_mapping *map, cm_pool *pool, int steps)
 				} else if (c < 14 && op->type == ST_OP_INDEX) {
 					op->create_only = true;
 				} else if (c < 18) {
-					op->version = (d->exists || d->tomb) ? d->ver + rndn(3) - 1
-					                                     : 1 + rndn(3);
-					if (op->version <= 0)
-						op->version = 1;
+					/* external versions, 0 included */
+					op->version =
+					    (d->exists || d->tomb) ? d->ver + rndn(3) - 1 : rndn(3);
+					if (op->version < 0)
+						op->version = 0;
+					op->has_version = true;
 				}
 			}
 			/* Expected results come from applying in order: within a
@@ -457,6 +459,7 @@ conditions(const char *dir, st_mapping *map)
 	       "%s", r.reason);
 
 	st_op ext = index_op("b", "{\"k\":\"z\"}");
+	ext.has_version = true;
 	ext.version = 10;
 	apply1(s, &ext, &r);
 	CHECK(r.err == CM_OK && r.version == 10 && r.result == ST_RESULT_CREATED);
@@ -597,6 +600,26 @@ conditions(const char *dir, st_mapping *map)
 	/* Flush trims the log; reading below the trim point says so. */
 	REQUIRE(st_shard_flush(s) == CM_OK);
 	CHECK(st_shard_oplog_read(s, ST_NO_SEQ, NULL, NULL) == CM_ENOTFOUND);
+
+	/* External version 0 is a version: an equal one conflicts, an internal
+	 * write after it makes 1, and a reopened shard replays it as 0. */
+	st_op zero = index_op("v0", "{\"k\":\"z\"}");
+	zero.has_version = true;
+	apply1(s, &zero, &r);
+	CHECK(r.err == CM_OK && r.version == 0 && r.result == ST_RESULT_CREATED);
+	apply1(s, &zero, &r);
+	CHECK(r.err == CM_ECONFLICT);
+	st_op zero2 = index_op("v0b", "{\"k\":\"z\"}");
+	zero2.has_version = true;
+	apply1(s, &zero2, &r);
+	CHECK(r.err == CM_OK && r.version == 0);
+	st_shard_close(s);
+	s = open_shard(dir, map, NULL);
+	apply1(s, &zero, &r);
+	CHECK(r.err == CM_ECONFLICT);
+	zero.has_version = false;
+	apply1(s, &zero, &r);
+	CHECK(r.err == CM_OK && r.version == 1 && r.result == ST_RESULT_UPDATED);
 	st_shard_close(s);
 	cm_buf_free(&src);
 }

@@ -86,7 +86,10 @@ typedef struct st_op {
 	/* Conditions, checked before anything is logged (409 on mismatch). */
 	uint64_t if_seq_no;       /* ST_NO_SEQ = none */
 	uint64_t if_primary_term; /* with if_seq_no */
-	int64_t version;          /* external version (version_type=external), 0 = none */
+	int64_t version;          /* with has_version: the version to write */
+	/* version is set, 0 included: version_type=external(_gte) on a primary,
+	 * the primary's version on a replica (without it, 0: computed here) */
+	bool has_version;
 	bool create_only;         /* op_type=create: 409 if the id exists */
 	bool version_gte;         /* version_type=external_gte: `version` may equal the current */
 } st_op;

@@ -430,20 +430,20 @@ def percentile_ranks_weighted_avg_rare_terms():
     probes = [few[0] - 1, few[len(few) // 3] + 0.5, (few[0] + few[-1]) / 2, few[-1] + 3]
 
     def rank(x):
-        if x < few[0]:
-            return 0.0
-        if x >= few[-1]:
-            return 100.0
-        for i in range(len(few) - 1):
-            if few[i] <= x < few[i + 1]:
-                # the last position holding few[i] when values repeat
-                j = max(k for k in range(len(few)) if few[k] == few[i])
-                if j > i:
-                    i = j
-                    if x >= few[min(i + 1, len(few) - 1)]:
-                        continue
-                return (i + (x - few[i]) / (few[i + 1] - few[i])) / (len(few) - 1) * 100
-        return 100.0
+        # t-digest 3.2's cdf (ES 7.10), one centroid per value: a value's
+        # weight spreads from half-way to its left neighbour to half-way to
+        # its right one; the walk ends at the next-to-last value
+        below, left = 0, (few[1] - few[0]) / 2
+        right = left
+        for a in range(len(few) - 1):
+            if a == len(few) - 2 or x < few[a] + right:
+                if x >= few[a] + right:
+                    return 100.0
+                lo, hi = few[a] - left, few[a] + right
+                share = (x - lo) / (hi - lo) if hi > lo else (0 if x < lo else 1)
+                return max(0.0, (below + share) / len(few)) * 100
+            below += 1
+            left, right = right, (few[a + 2] - few[a + 1]) / 2
     num = sum(d["v"] * d.get("w", 2) for d in DOCS)
     den = sum(d.get("w", 2) for d in DOCS)
     counts = {}
@@ -628,12 +628,18 @@ def errors_are_es_shaped():
          "action_request_validation_exception", "must be a multi-bucket aggregation"),
         ({"g": {"ip_range": {"field": "k", "ranges": []}}}, "illegal_argument_exception",
          "not supported by Shoal"),
-        ({"t": {"terms": {"field": "k"}, "aggs": {"g": {"global": {}}}}},
-         "aggregation_execution_exception", "Global aggregations can only be defined as top"),
     ]
     for body, etype, part in cases:
         st, b = n.req("POST", "/%s/_search" % INDEX, {"size": 0, "aggs": body})
         error_is((st, b), 400, etype, part)
+    # ES's AggregationExecutionException is a 500, raised on every shard
+    st, b = n.req("POST", "/%s/_search" % INDEX, {"size": 0, "aggs": {
+        "t": {"terms": {"field": "k"}, "aggs": {"g": {"global": {}}}}}})
+    eq((st, b["error"]["type"], b["error"]["root_cause"][0]["type"]),
+       (500, "search_phase_execution_exception", "aggregation_execution_exception"),
+       "global under terms: %s" % b)
+    eq("Global aggregations can only be defined as top" in b["error"]["root_cause"][0]["reason"],
+       True, "global under terms, reason")
 
 
 def teardown():

@@ -8,7 +8,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from shoal import SoloAndCluster, eq, run_tests, test  # noqa: E402
+from shoal import SoloAndCluster, eq, error_is, run_tests, test  # noqa: E402
 
 FIX = SoloAndCluster("shoal-es-answers-test-")
 solo, cluster, teardown = FIX.solo, FIX.cluster, FIX.teardown
@@ -281,17 +281,37 @@ def terms_ip_and_date_fill_as_es():
         eq(terms(n, "t5", {"field": "date", "missing": "2014-09-01"}, label),
            [(D14, "2014-09-01T00:00:00.000Z", 2), (D16, "2016-05-03T00:00:00.000Z", 2)],
            label + " date missing joins its value")
-        # a regular expression filters strings only
+        # a regular expression filters strings only: ES's
+        # AggregationExecutionException is a 500 (it keeps the default
+        # status), raised on every shard as it builds the aggregators, so
+        # the search fails as a whole, shards without documents included
+        def agg_exec(b):
+            return (b.get("error", {}).get("type"),
+                    b.get("error", {}).get("root_cause", [{}])[0].get("type"))
         for field in ("ip", "date", "ok"):
             st, b = n.req("POST", "/t5/_search", {"size": 0, "aggs": {"t": {"terms": {
                 "field": field, "exclude": "127.*"}}}})
-            eq((st, b.get("error", {}).get("type")), (400, "aggregation_execution_exception"),
+            eq((st,) + agg_exec(b), (500, "search_phase_execution_exception",
+                                     "aggregation_execution_exception"),
                "%s regex on %s: %s" % (label, field, b))
             # significant_terms reads include / exclude as terms does
             st, b = n.req("POST", "/t5/_search", {"size": 0, "aggs": {"t": {
                 "significant_terms": {"field": field, "exclude": "127.*"}}}})
-            eq((st, b.get("error", {}).get("type")), (400, "aggregation_execution_exception"),
+            eq((st,) + agg_exec(b), (500, "search_phase_execution_exception",
+                                     "aggregation_execution_exception"),
                "%s significant_terms regex on %s: %s" % (label, field, b))
+        # one document over five shards: the four without it refuse too
+        make(n, "t6", 5, T5_MAPPING, T5_DOCS[:1])
+        st, b = n.req("POST", "/t6/_search", {"size": 0, "aggs": {"t": {"terms": {
+            "field": "ip", "exclude": "127.*"}}}})
+        eq((st,) + agg_exec(b), (500, "search_phase_execution_exception",
+                                 "aggregation_execution_exception"),
+           "%s regex, empty shards: %s" % (label, b))
+        st, b = n.req("POST", "/t6/_search", {"size": 0, "aggs": {"p": {"percentiles": {
+            "field": "k"}}}})
+        error_is((st, b), 400, "illegal_argument_exception",
+                 "Field [k] of type [keyword] is not supported for aggregation [percentiles]")
+        n.req("DELETE", "/t6")
         # significant_terms keys an address by its text, as terms does
         st, b = n.req("POST", "/t5/_search", {"size": 0, "query": {"term": {"ip": "::1"}},
                                               "aggs": {"s": {"significant_terms": {

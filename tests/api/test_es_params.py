@@ -353,6 +353,41 @@ def external_gte_versions_and_create():
 
 
 @test
+def external_version_zero():
+    # ES's external versions start at 0: 0 is a version (not "none"), kept
+    # by GET and the copies, and an internal write after it makes 1
+    for label, n in nodes():
+        n.req("DELETE", "/ev0")
+        st, b = n.req("PUT", "/ev0/_doc/1?version_type=external&version=0", {"a": 1})
+        eq((st, b.get("_version"), b.get("result")), (201, 0, "created"), label + ": %s" % b)
+        for i in range(3):  # GET may be answered by any copy
+            st, b = n.req("GET", "/ev0/_doc/1")
+            eq((st, b.get("_version")), (200, 0), label + " get: %s" % b)
+        st, b = n.req("PUT", "/ev0/_doc/1?version_type=external&version=0", {"a": 2})
+        eq((st, b["error"]["reason"]), (409, "[1]: version conflict, current version [0] is "
+                                             "higher or equal to the one provided [0]"),
+           label + " again: %s" % b)
+        st, b = n.req("PUT", "/ev0/_doc/1?version_type=external_gte&version=0", {"a": 3})
+        eq((st, b.get("_version"), b.get("result")), (200, 0, "updated"), label + " gte: %s" % b)
+        st, b = n.req("PUT", "/ev0/_doc/1", {"a": 4})
+        eq((st, b.get("_version")), (200, 1), label + " internal after: %s" % b)
+        st, b = n.bulk([{"index": {"_index": "ev0", "_id": "2", "version": 0,
+                                   "version_type": "external"}}, {"a": 5}])
+        eq((b["items"][0]["index"]["status"], b["items"][0]["index"].get("_version")),
+           (201, 0), label + " bulk: %s" % b)
+        st, b = n.req("POST", "/ev0/_doc?version_type=external&version=0", {"a": 6})
+        eq((st, b["error"]["reason"]), (400, "Validation Failed: 1: an id must be provided if "
+                                             "version type or value are set;"),
+           label + " no id: %s" % b)
+        st, b = n.req("POST", "/ev0/_update/2?version_type=external&version=0",
+                      {"doc": {"a": 7}})
+        eq((st, b["error"]["reason"]),
+           (400, "Validation Failed: 1: can't provide version in update request.;"),
+           label + " update: %s" % b)
+        n.req("DELETE", "/ev0")
+
+
+@test
 def update_and_explain_return_the_source_asked_for():
     # _source on an update (URL, bulk item or body) and on _explain gives
     # the document back as "get", filtered as asked
