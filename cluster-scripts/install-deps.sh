@@ -16,7 +16,7 @@ RUN_PKGS=(etcd-server)
 # iproute2 and iptables for the fault tests' hosts in network namespaces,
 # tests/faults/).
 TEST_PKGS=(clang libclang-rt-14-dev python3-elasticsearch python3-yaml default-jdk-headless liblucene8-java
-  dict-gcide openssl chromium fonts-dejavu-core iproute2 iptables)
+  dict-gcide openssl chromium fonts-dejavu-core iproute2 iptables python3-venv)
 
 want=("${BUILD_PKGS[@]}" "${RUN_PKGS[@]}")
 if [ "${1:-}" = "--with-tests" ]; then

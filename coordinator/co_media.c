@@ -1,7 +1,9 @@
 /* Elasticsearch's versioned media types (REST API compatibility):
  * "application/vnd.elasticsearch+json; compatible-with=8" on Accept and
- * Content-Type, checked the way Elasticsearch 8 checks them, and the reply
- * answered in the version asked for. */
+ * Content-Type, checked the way Elasticsearch checks them, and the reply
+ * answered in the version asked for. Versions 7 to 9 are taken: the 7.x
+ * clients send 7, the 8.x clients 8 and the 9.x clients 9, and the REST
+ * surface Shoal serves is the same to each. */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <stdio.h>
@@ -12,7 +14,7 @@
 #include "co_media.h"
 
 #define MIN_COMPAT 7
-#define MAX_COMPAT 8
+#define MAX_COMPAT 9
 
 /* The compatible-with version of one header value: 0 when it names none
  * (absent, "application/json", a wildcard), -1 when the vnd type is
@@ -66,16 +68,16 @@ co_media_compat(const char *accept, const char *ctype, bool has_body, char *why,
 
 	if (a < 0 || (a && (a < MIN_COMPAT || a > MAX_COMPAT))) {
 		snprintf(why, cap,
-		         "Accept version must be either version %d or %d, but found %d. "
+		         "Accept version must be one of versions %d to %d, but found %d. "
 		         "Accept=%.200s",
-		         MAX_COMPAT, MIN_COMPAT, a, accept);
+		         MIN_COMPAT, MAX_COMPAT, a, accept);
 		return -1;
 	}
 	if (c < 0 || (c && (c < MIN_COMPAT || c > MAX_COMPAT))) {
 		snprintf(why, cap,
-		         "Content-Type version must be either version %d or %d, but found "
+		         "Content-Type version must be one of versions %d to %d, but found "
 		         "%d. Content-Type=%.200s",
-		         MAX_COMPAT, MIN_COMPAT, c, ctype);
+		         MIN_COMPAT, MAX_COMPAT, c, ctype);
 		return -1;
 	}
 	if (has_body && a && c && a != c) {
@@ -103,6 +105,7 @@ co_media_reply_type(int compat, const char *ctype)
 {
 	if (!compat || (ctype && strncmp(ctype, "application/json", 16) != 0))
 		return ctype;
-	return compat == 7 ? "application/vnd.elasticsearch+json;compatible-with=7"
-	                   : "application/vnd.elasticsearch+json;compatible-with=8";
+	return compat == 7   ? "application/vnd.elasticsearch+json;compatible-with=7"
+	       : compat == 8 ? "application/vnd.elasticsearch+json;compatible-with=8"
+	                     : "application/vnd.elasticsearch+json;compatible-with=9";
 }

@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 /* The compatible version a request asks for through its Accept and
- * Content-Type headers (either may be NULL): 0 for none, 7 or 8; -1 when
+ * Content-Type headers (either may be NULL): 0 for none, 7, 8 or 9; -1 when
  * the headers are invalid (an unsupported version, versions that differ,
  * one side versioned and the other not), with Elasticsearch's reason in
  * why. Content-Type counts only when the request has a body. */

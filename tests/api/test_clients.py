@@ -1,8 +1,10 @@
-"""Real Elasticsearch/OpenSearch clients, unmodified, against a real node:
-Debian's python3-elasticsearch 7.17 and the npm packages
+"""Real Elasticsearch/OpenSearch clients, unmodified, against a real node
+and a 3-node cluster: Debian's python3-elasticsearch 7.17, the Python
+package index's elasticsearch 8.x and 9.x (pinned in
+tests/clients/requirements-es8.txt / -es9.txt, installed into virtual
+environments under build-clients/), and the npm packages
 @opensearch-project/opensearch, @elastic/elasticsearch 8 and elasticdump
-(installed here from the lock file); the last two against a 2-node
-cluster."""
+(installed here from the lock file)."""
 import json
 import os
 import shutil
@@ -45,29 +47,43 @@ def python_elasticsearch_7_17():
 @test
 def python_elasticsearch_7_17_cluster():
     """The same flow (scan, reindex helper, point in time, by-query, tasks)
-    against a 3-node cluster, with a replica per shard."""
-    import tempfile
-    tmp = tempfile.mkdtemp(prefix="shoal-clients-cluster-")
-    names = ["node-1", "node-2", "node-3"]
-    cfile = os.path.join(tmp, "cluster.json")
-    ports = cluster_file(cfile, [(n, None) for n in names])
-    nodes = []
-    try:
-        for n in names:
-            d = os.path.join(tmp, n)
-            os.makedirs(d)
-            nodes.append(ClusterNode(cfile, n, ports[n][0], data=d))
-        for x in nodes:
-            st, b = x.req("GET", "/_cluster/health?wait_for_status=green&wait_for_nodes=3"
-                          "&timeout=60s", timeout=80)
-            assert st == 200 and b.get("status") == "green", b
-        out = run(["/usr/bin/python3", os.path.join(CLIENTS, "es_flow.py"),
-                   "http://127.0.0.1:%d" % nodes[1].port, "1"])
-        assert "flow: ok" in out, out
-    finally:
-        rcs = [x.cleanup() for x in nodes]
-        shutil.rmtree(tmp, ignore_errors=True)
-    assert all(rc in (0, None) for rc in rcs), rcs
+    against the 3-node cluster, with a replica per shard."""
+    c = cluster3()
+    out = run(["/usr/bin/python3", os.path.join(CLIENTS, "es_flow.py"),
+               "http://127.0.0.1:%d" % c["node-2"].port, "1"])
+    assert "flow: ok" in out, out
+
+
+def py_client(major):
+    """A virtual environment with the pinned elasticsearch-py MAJOR.x (and
+    nothing else from the package index): its python."""
+    env = os.path.join(ROOT, "build-clients", "py%d" % major)
+    py = os.path.join(env, "bin", "python")
+    want = os.path.join(CLIENTS, "requirements-es%d.txt" % major)
+    stamp = os.path.join(env, "installed.txt")
+    if not (os.path.exists(stamp) and open(stamp).read() == open(want).read()):
+        shutil.rmtree(env, ignore_errors=True)
+        run([sys.executable, "-m", "venv", env])
+        run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r", want],
+            timeout=300)
+        shutil.copyfile(want, stamp)
+    return py
+
+
+@test
+def python_elasticsearch_8_on_a_cluster():
+    c = cluster3()
+    out = run([py_client(8), os.path.join(CLIENTS, "es_modern_flow.py")] +
+              ["http://127.0.0.1:%d" % n.port for n in c.values()])
+    assert "flow: ok (elasticsearch-py 8." in out, out
+
+
+@test
+def python_elasticsearch_9_on_a_cluster():
+    c = cluster3()
+    out = run([py_client(9), os.path.join(CLIENTS, "es_modern_flow.py")] +
+              ["http://127.0.0.1:%d" % n.port for n in c.values()])
+    assert "flow: ok (elasticsearch-py 9." in out, out
 
 
 def npm_packages():
@@ -83,18 +99,19 @@ def npm_packages():
     return nodejs
 
 
-def cluster2():
-    """A 2-node cluster, started once."""
+def cluster3():
+    """A 3-node cluster, started once."""
     if not CL:
         cfile = os.path.join(TMP, "cluster.json")
-        ports = cluster_file(cfile, [("node-1", None), ("node-2", None)])
-        for n in ("node-1", "node-2"):
+        names = ["node-1", "node-2", "node-3"]
+        ports = cluster_file(cfile, [(n, None) for n in names])
+        for n in names:
             d = os.path.join(TMP, n)
             os.makedirs(d, exist_ok=True)
             CL[n] = ClusterNode(cfile, n, ports[n][0], data=d)
         for n in CL.values():
-            st, b = n.req("GET", "/_cluster/health?wait_for_nodes=2&timeout=60s", timeout=80)
-            eq((st, b.get("number_of_nodes")), (200, 2), "2 nodes")
+            st, b = n.req("GET", "/_cluster/health?wait_for_nodes=3&timeout=60s", timeout=80)
+            eq((st, b.get("number_of_nodes")), (200, 3), "3 nodes")
     return CL
 
 
@@ -108,7 +125,7 @@ def opensearch_js():
 
 @test
 def python_elasticsearch_sniffing_a_cluster():
-    c = cluster2()
+    c = cluster3()
     expect = ",".join("127.0.0.1:%d" % n.port for n in c.values())
     out = run(["/usr/bin/python3", os.path.join(CLIENTS, "es_sniff_flow.py"),
                "http://127.0.0.1:%d" % c["node-1"].port, expect])
@@ -118,7 +135,7 @@ def python_elasticsearch_sniffing_a_cluster():
 @test
 def elasticsearch_js_8_on_a_cluster():
     nodejs = npm_packages()
-    c = cluster2()
+    c = cluster3()
     out = run([nodejs, os.path.join(CLIENTS, "elastic8_flow.js"),
                "http://127.0.0.1:%d" % c["node-2"].port], cwd=CLIENTS)
     assert "flow: ok" in out, out
@@ -127,9 +144,9 @@ def elasticsearch_js_8_on_a_cluster():
 @test
 def elasticsearch_js_8_scroll_helpers():
     """helpers.scrollDocuments / helpers.scrollSearch on a solo node and on
-    the 2-node cluster (tests/clients/elastic8_scroll_flow.js)."""
+    the 3-node cluster (tests/clients/elastic8_scroll_flow.js)."""
     nodejs = npm_packages()
-    for port in (node().port, cluster2()["node-1"].port):
+    for port in (node().port, cluster3()["node-1"].port):
         out = run([nodejs, os.path.join(CLIENTS, "elastic8_scroll_flow.js"),
                    "http://127.0.0.1:%d" % port], cwd=CLIENTS)
         assert "flow: ok" in out, out
@@ -138,10 +155,10 @@ def elasticsearch_js_8_scroll_helpers():
 @test
 def elasticdump_round_trip_on_a_cluster():
     """elasticdump exports an index's mapping and data from one node of a
-    2-node cluster to files (its data export scrolls), and imports them
+    3-node cluster to files (its data export scrolls), and imports them
     into a new index through the other node."""
     npm_packages()
-    c = cluster2()
+    c = cluster3()
     a, b = c["node-1"], c["node-2"]
     mapping = {"properties": {"title": {"type": "text"}, "tag": {"type": "keyword"},
                               "n": {"type": "long"}, "when": {"type": "date"}}}

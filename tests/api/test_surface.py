@@ -68,7 +68,7 @@ def product_header_on_every_reply():
 @test
 def versioned_media_types():
     n = solo()
-    for v in (7, 8):
+    for v in (7, 8, 9):
         st, h, data = n.raw("GET", "/", headers={"Accept": vnd(v)})
         eq(st, 200, "GET / compatible-with=%d" % v)
         eq(h["content-type"], "application/vnd.elasticsearch+json;compatible-with=%d" % v,
@@ -98,7 +98,7 @@ def versioned_media_types():
 def versioned_media_types_refused():
     n = solo()
     cases = [
-        ({"Accept": vnd(9)}, None, "Accept version must be either version 8 or 7, but found 9"),
+        ({"Accept": vnd(10)}, None, "Accept version must be one of versions 7 to 9, but found 10"),
         ({"Accept": vnd(6)}, None, "but found 6"),
         ({"Accept": "application/vnd.elasticsearch+json"}, None, "Accept version"),
         ({"Content-Type": vnd(7), "Accept": vnd(8)}, {"query": {"match_all": {}}},
@@ -106,7 +106,9 @@ def versioned_media_types_refused():
         ({"Content-Type": vnd(8), "Accept": "application/json"}, {"query": {"match_all": {}}},
          "A compatible version is required on both Content-Type and Accept headers"),
         ({"Content-Type": vnd(10)}, {"query": {"match_all": {}}},
-         "Content-Type version must be either version 8 or 7, but found 10"),
+         "Content-Type version must be one of versions 7 to 9, but found 10"),
+        ({"Content-Type": vnd(9), "Accept": vnd(8)}, {"query": {"match_all": {}}},
+         "the compatible versions must match"),
     ]
     for hdrs, body, why in cases:
         st, h, data = n.raw("POST" if body else "GET", "/_search" if body else "/", body,
