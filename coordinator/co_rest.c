@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <fnmatch.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -1454,6 +1455,128 @@ stats_json(const agg_stats *a)
 	return j;
 }
 
+static double
+num_at(const cJSON *arr, int k)
+{
+	const cJSON *v = cJSON_GetArrayItem(arr, k);
+	return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+/* ---- ?groups=: the search stats groups in a _stats reply ---- */
+
+/* Whether want (a comma-separated list of names and wildcards) names g. */
+static bool
+group_wanted(const char *want, const char *g)
+{
+	char pat[256];
+	for (const char *p = want; *p;) {
+		size_t n = strcspn(p, ",");
+		if (n < sizeof(pat)) {
+			memcpy(pat, p, n);
+			pat[n] = 0;
+			if (fnmatch(pat, g, 0) == 0)
+				return true;
+		}
+		p += n + (p[n] == ',');
+	}
+	return false;
+}
+
+/* Adds g's counters to the group of its name in *acc. */
+static void
+group_sum(nd_search_group **acc, size_t *n, const nd_search_group *g)
+{
+	size_t i = 0;
+	while (i < *n && strcmp((*acc)[i].name, g->name))
+		i++;
+	if (i == *n) {
+		*acc = cm_realloc(MEM, *acc, (*n + 1) * sizeof(**acc));
+		(*acc)[i] = *g;
+		(*n)++;
+		return;
+	}
+	(*acc)[i].query_total += g->query_total;
+	(*acc)[i].query_time_ns += g->query_time_ns;
+	(*acc)[i].fetch_total += g->fetch_total;
+	(*acc)[i].scroll_total += g->scroll_total;
+}
+
+/* search.groups in the primaries and total of o (an index's entry or
+ * _all): the groups want names, each with ES's search figures. */
+static void
+put_groups(cJSON *o, const nd_search_group *g, size_t n, const char *want)
+{
+	static const char *const secs[] = {"primaries", "total"};
+	for (size_t k = 0; k < 2; k++) {
+		cJSON *search = cJSON_GetObjectItemCaseSensitive(
+		    cJSON_GetObjectItemCaseSensitive(o, secs[k]), "search");
+		if (!search)
+			continue;
+		cJSON *gj = cJSON_CreateObject();
+		for (size_t i = 0; i < n; i++) {
+			if (!group_wanted(want, g[i].name))
+				continue;
+			cJSON *x = cJSON_AddObjectToObject(gj, g[i].name);
+			cJSON_AddNumberToObject(x, "query_total", (double)g[i].query_total);
+			cJSON_AddNumberToObject(x, "query_time_in_millis",
+			                        (double)(g[i].query_time_ns / 1000000));
+			cJSON_AddNumberToObject(x, "query_current", 0);
+			cJSON_AddNumberToObject(x, "fetch_total", (double)g[i].fetch_total);
+			cJSON_AddNumberToObject(x, "fetch_time_in_millis", 0);
+			cJSON_AddNumberToObject(x, "fetch_current", 0);
+			cJSON_AddNumberToObject(x, "scroll_total", (double)g[i].scroll_total);
+			cJSON_AddNumberToObject(x, "scroll_time_in_millis", 0);
+			cJSON_AddNumberToObject(x, "scroll_current", 0);
+			cJSON_AddNumberToObject(x, "suggest_total", 0);
+			cJSON_AddNumberToObject(x, "suggest_time_in_millis", 0);
+			cJSON_AddNumberToObject(x, "suggest_current", 0);
+		}
+		cJSON_AddItemToObject(search, "groups", gj);
+	}
+}
+
+/* A node's stats groups of one index for a cluster _stats:
+ * [[name, query_total, query_time_ns, fetch_total, scroll_total], ...] */
+static cJSON *
+groups_wire(nd_index *ix)
+{
+	nd_search_group *g;
+	size_t n = nd_index_search_groups(ix, &g);
+	cJSON *a = cJSON_CreateArray();
+	for (size_t i = 0; i < n; i++) {
+		cJSON *e = cJSON_CreateArray();
+		cJSON_AddItemToArray(e, cJSON_CreateString(g[i].name));
+		double v[] = {(double)g[i].query_total, (double)g[i].query_time_ns,
+		              (double)g[i].fetch_total, (double)g[i].scroll_total};
+		for (int k = 0; k < 4; k++)
+			cJSON_AddItemToArray(e, cJSON_CreateNumber(v[k]));
+		cJSON_AddItemToArray(a, e);
+	}
+	cm_free(CM_MEM_NODE, g);
+	return a;
+}
+
+/* Sums a node's groups_wire into *acc. */
+static void
+groups_from_wire(const cJSON *a, nd_search_group **acc, size_t *n)
+{
+	const cJSON *e;
+	cJSON_ArrayForEach(e, a)
+	{
+		const cJSON *name = cJSON_GetArrayItem(e, 0);
+		if (!cJSON_IsString(name))
+			continue;
+		nd_search_group g;
+		memset(&g, 0, sizeof(g));
+		snprintf(g.name, sizeof(g.name), "%s", name->valuestring);
+		g.query_total = (uint64_t)num_at(e, 1);
+		g.query_time_ns = (uint64_t)num_at(e, 2);
+		g.fetch_total = (uint64_t)num_at(e, 3);
+		g.scroll_total = (uint64_t)num_at(e, 4);
+		group_sum(acc, n, &g);
+	}
+}
+
 /* One node's part of a cluster _stats: per index its counters and the
  * storage figures of each shard directory (copies it does not host are
  * empty); the coordinator picks the copies the routing names. */
@@ -1486,16 +1609,10 @@ node_index_stats(nd_node *node)
 		    (double)a.c.flush_total,  (double)a.rc.memory_bytes,  (double)a.rc.evictions,
 		    (double)a.rc.hits,        (double)a.rc.misses};
 		cJSON_AddItemToObject(o, "counters", cJSON_CreateDoubleArray(c, 17));
+		cJSON_AddItemToObject(o, "groups", groups_wire(ixs[i]));
 	}
 	co_release_all(ixs, n);
 	return j;
-}
-
-static double
-num_at(const cJSON *arr, int k)
-{
-	const cJSON *v = cJSON_GetArrayItem(arr, k);
-	return cJSON_IsNumber(v) ? v->valuedouble : 0;
 }
 
 static void
@@ -1538,6 +1655,9 @@ cluster_stats(co_req *r, nd_index **ixs, size_t n, cJSON **out)
 	agg_stats allp, allt;
 	memset(&allp, 0, sizeof(allp));
 	memset(&allt, 0, sizeof(allt));
+	const char *want_groups = co_param_get(r, "groups");
+	nd_search_group *all_groups = NULL;
+	size_t nall_groups = 0;
 	cJSON *j = cJSON_CreateObject(), *ind;
 	cJSON *sh = cJSON_AddObjectToObject(j, "_shards");
 	cJSON *allj = cJSON_AddObjectToObject(j, "_all");
@@ -1584,6 +1704,21 @@ cluster_stats(co_req *r, nd_index **ixs, size_t n, cJSON **out)
 		cJSON_AddStringToObject(o, "uuid", nd_index_uuid(ixs[i]));
 		cJSON_AddItemToObject(o, "primaries", stats_json(&p));
 		cJSON_AddItemToObject(o, "total", stats_json(&t));
+		if (want_groups) {
+			nd_search_group *g = NULL;
+			size_t ng = 0;
+			cJSON_ArrayForEach(nodej, per)
+			{
+				groups_from_wire(
+				    cJSON_GetObjectItemCaseSensitive(
+				        cJSON_GetObjectItemCaseSensitive(nodej, name), "groups"),
+				    &g, &ng);
+			}
+			put_groups(o, g, ng, want_groups);
+			for (size_t k = 0; k < ng; k++)
+				group_sum(&all_groups, &nall_groups, &g[k]);
+			cm_free(MEM, g);
+		}
 		allp.sh.docs += p.sh.docs, allp.sh.deleted_docs += p.sh.deleted_docs;
 		allp.sh.store_bytes += p.sh.store_bytes, allp.sh.segments += p.sh.segments;
 		allp.sh.merges += p.sh.merges;
@@ -1602,6 +1737,9 @@ cluster_stats(co_req *r, nd_index **ixs, size_t n, cJSON **out)
 	cJSON_AddNumberToObject(sh, "failed", copies - answered);
 	cJSON_AddItemToObject(allj, "primaries", stats_json(&allp));
 	cJSON_AddItemToObject(allj, "total", stats_json(&allt));
+	if (want_groups)
+		put_groups(allj, all_groups, nall_groups, want_groups);
+	cm_free(MEM, all_groups);
 	cJSON *nj = cJSON_AddObjectToObject(j, "_nodes");
 	cJSON_AddNumberToObject(nj, "total", nodes_total);
 	cJSON_AddNumberToObject(nj, "successful", nodes_total - nodes_failed);
@@ -1741,6 +1879,9 @@ co_h_stats(co_req *r)
 		return;
 	}
 	memset(&all, 0, sizeof(all));
+	const char *want_groups = co_param_get(r, "groups");
+	nd_search_group *all_groups = NULL;
+	size_t nall_groups = 0;
 	j = cJSON_CreateObject();
 	int copies = 0; /* ES counts every copy; a solo node's replicas are unassigned */
 	for (size_t i = 0; i < n; i++) {
@@ -1760,9 +1901,20 @@ co_h_stats(co_req *r)
 		cJSON_AddStringToObject(o, "uuid", nd_index_uuid(ixs[i]));
 		cJSON_AddItemToObject(o, "primaries", stats_json(&a));
 		cJSON_AddItemToObject(o, "total", stats_json(&a));
+		if (want_groups) {
+			nd_search_group *g;
+			size_t ng = nd_index_search_groups(ixs[i], &g);
+			put_groups(o, g, ng, want_groups);
+			for (size_t k = 0; k < ng; k++)
+				group_sum(&all_groups, &nall_groups, &g[k]);
+			cm_free(CM_MEM_NODE, g);
+		}
 	}
 	cJSON_AddItemToObject(allj, "primaries", stats_json(&all));
 	cJSON_AddItemToObject(allj, "total", stats_json(&all));
+	if (want_groups)
+		put_groups(allj, all_groups, nall_groups, want_groups);
+	cm_free(MEM, all_groups);
 	co_release_all(ixs, n);
 	stats_reply(r, j, metrics);
 }

@@ -150,6 +150,18 @@ const nd_settings *nd_index_settings(const nd_index *ix);
 int nd_index_nshards(const nd_index *ix);
 st_shard *nd_index_shard(nd_index *ix, int i); /* borrowed while ix is held */
 nd_index_stats *nd_index_counters(nd_index *ix); /* atomically updated counters */
+/* One shard's search counted: its query phase (query_ns), whether its
+ * hits went to a merge (the fetch), whether it served a scroll, in the
+ * index's totals and in each stats group the request names ("stats"). */
+void nd_index_count_search(nd_index *ix, const sr_request *req, uint64_t query_ns, bool fetched,
+                           bool scroll);
+/* A search stats group's counters (ES's search.groups). */
+typedef struct nd_search_group {
+	char name[128];
+	uint64_t query_total, query_time_ns, fetch_total, scroll_total;
+} nd_search_group;
+/* A copy of the index's stats groups (cm_free(CM_MEM_NODE, *out)). */
+size_t nd_index_search_groups(nd_index *ix, nd_search_group **out);
 /* The current mapping; a new reference (st_mapping_unref). */
 st_mapping *nd_index_mapping(nd_index *ix);
 /* Merges a PUT _mapping body into the mapping; persists it. */

@@ -73,8 +73,8 @@ run_local_shard(void *arg)
 		t->res.error = e;
 	}
 	t->res.shard = t->ordinal;
-	atomic_fetch_add((_Atomic uint64_t *)&nd_index_counters(t->ix)->query_total, 1);
 	t->took_ns = cm_now_ns() - t0;
+	nd_index_count_search(t->ix, t->req, t->took_ns, !rc, false);
 }
 
 /* Whether the routing places a copy of the shard on this node (one moving

@@ -506,10 +506,7 @@ run_page(void *arg)
 		                        nd_index_setting_int(c->ix, "highlight.max_analyzed_offset",
 		                                             SR_HL_MAX_ANALYZED_OFFSET),
 		                        &j->res, &e);
-		nd_index_stats *st = nd_index_counters(c->ix);
-		atomic_fetch_add((_Atomic uint64_t *)&st->query_total, 1);
-		atomic_fetch_add((_Atomic uint64_t *)&st->query_time_ns, cm_now_ns() - t0);
-		atomic_fetch_add((_Atomic uint64_t *)&st->scroll_total, 1);
+		nd_index_count_search(c->ix, &j->req, cm_now_ns() - t0, false, true);
 	}
 	if (rc) {
 		sr_shard_result_free(&j->res);

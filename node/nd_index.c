@@ -826,6 +826,8 @@ index_free(nd_index *ix)
 	if (ix->deleted)
 		cm_rm_rf(ix->dir);
 	pthread_mutex_destroy(&ix->lock);
+	pthread_mutex_destroy(&ix->groups_lock);
+	cm_free(CM_MEM_NODE, ix->groups);
 	pthread_mutex_destroy(&ix->refresh_lock);
 	pthread_cond_destroy(&ix->refresh_cond);
 	cm_free(CM_MEM_NODE, ix);
@@ -868,6 +870,7 @@ index_alloc(nd_node *n, const char *name, const char *uuid)
 	snprintf(ix->uuid, sizeof(ix->uuid), "%s", uuid);
 	snprintf(ix->dir, sizeof(ix->dir), "%s/indices/%s", n->data_dir, uuid);
 	pthread_mutex_init(&ix->lock, NULL);
+	pthread_mutex_init(&ix->groups_lock, NULL);
 	pthread_mutex_init(&ix->refresh_lock, NULL);
 	pthread_cond_init(&ix->refresh_cond, NULL);
 	ix->last_refresh_ns = cm_now_ns();
@@ -1424,6 +1427,59 @@ nd_index_stats *
 nd_index_counters(nd_index *ix)
 {
 	return &ix->stats;
+}
+
+static void
+add_u64(uint64_t *c, uint64_t v)
+{
+	atomic_fetch_add((_Atomic uint64_t *)c, v);
+}
+
+void
+nd_index_count_search(nd_index *ix, const sr_request *req, uint64_t query_ns, bool fetched,
+                      bool scroll)
+{
+	nd_index_stats *st = &ix->stats;
+	add_u64(&st->query_total, 1);
+	add_u64(&st->query_time_ns, query_ns);
+	if (fetched)
+		add_u64(&st->fetch_total, 1);
+	if (scroll)
+		add_u64(&st->scroll_total, 1);
+	if (!req || !req->nstats_groups)
+		return;
+	pthread_mutex_lock(&ix->groups_lock);
+	for (size_t i = 0; i < req->nstats_groups; i++) {
+		const char *name = req->stats_groups[i];
+		size_t g = 0;
+		while (g < ix->ngroups && strcmp(ix->groups[g].name, name))
+			g++;
+		if (g == ix->ngroups) {
+			ix->groups = cm_realloc(CM_MEM_NODE, ix->groups,
+			                        (ix->ngroups + 1) * sizeof(*ix->groups));
+			memset(&ix->groups[g], 0, sizeof(ix->groups[g]));
+			snprintf(ix->groups[g].name, sizeof(ix->groups[g].name), "%s", name);
+			ix->ngroups++;
+		}
+		nd_search_group *gr = &ix->groups[g];
+		gr->query_total++;
+		gr->query_time_ns += query_ns;
+		gr->fetch_total += fetched;
+		gr->scroll_total += scroll;
+	}
+	pthread_mutex_unlock(&ix->groups_lock);
+}
+
+size_t
+nd_index_search_groups(nd_index *ix, nd_search_group **out)
+{
+	pthread_mutex_lock(&ix->groups_lock);
+	size_t n = ix->ngroups;
+	*out = cm_malloc(CM_MEM_NODE, (n ? n : 1) * sizeof(**out));
+	if (n)
+		memcpy(*out, ix->groups, n * sizeof(**out));
+	pthread_mutex_unlock(&ix->groups_lock);
+	return n;
 }
 
 st_mapping *

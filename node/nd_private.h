@@ -31,6 +31,11 @@ struct nd_index {
 	uint64_t refresh_started, refresh_done_max;
 	bool deleted; /* files removed when the last reference drops */
 	nd_index_stats stats;
+	/* search stats groups (nd_index_count_search): a leaf lock, taken
+	 * only for searches that name groups and to read them */
+	pthread_mutex_t groups_lock;
+	nd_search_group *groups;
+	size_t ngroups;
 	cJSON *aliases; /* name -> entry (nd_alias.c), NULL = none; under lock */
 	/* The cluster state's texts for this index (create body, mappings,
 	 * settings log) as last applied to it, hashed (nd_cluster.c, under

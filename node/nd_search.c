@@ -219,7 +219,6 @@ run_search_shard(void *arg)
 	sr_shard_result res;
 	cm_error err;
 	uint64_t t0 = cm_now_ns();
-	nd_index_stats *st = nd_index_counters(t->target->ix);
 
 	memset(&res, 0, sizeof(res));
 	cm_error_clear(&err);
@@ -228,8 +227,7 @@ run_search_shard(void *arg)
 	                                   t->ordinal, t->req, t->bar, &res, &err);
 	if (!rc)
 		sr_profile_set_id(&res, t->node_id, ixname, t->shard);
-	atomic_fetch_add((_Atomic uint64_t *)&st->query_total, 1);
-	atomic_fetch_add((_Atomic uint64_t *)&st->query_time_ns, cm_now_ns() - t0);
+	nd_index_count_search(t->target->ix, t->req, cm_now_ns() - t0, !rc, false);
 	pthread_mutex_lock(t->merge_lock);
 	if (rc) {
 		if (!err.code)
@@ -244,7 +242,6 @@ run_search_shard(void *arg)
 		sr_merger_add(t->merger, &res);
 		if (t->bar)
 			sr_merger_bar(t->merger, t->bar);
-		atomic_fetch_add((_Atomic uint64_t *)&st->fetch_total, 1);
 	}
 	pthread_mutex_unlock(t->merge_lock);
 }
@@ -446,9 +443,10 @@ run_count_shard(void *arg)
 {
 	shard_task *t = arg;
 	cm_error_clear(&t->err);
+	uint64_t t0 = cm_now_ns();
 	t->rc = sr_count_shard(t->target->readers[t->shard], t->count_query, t->deadline_ns,
 	                       &t->count, &t->err);
-	atomic_fetch_add((_Atomic uint64_t *)&nd_index_counters(t->target->ix)->query_total, 1);
+	nd_index_count_search(t->target->ix, NULL, cm_now_ns() - t0, false, false);
 }
 
 cm_err

@@ -88,6 +88,9 @@ sr_request_free(sr_request *r)
 	free_source(r);
 	if (r->aggs)
 		sr_agg_free(r->aggs);
+	for (size_t i = 0; i < r->nstats_groups; i++)
+		cm_free(T, r->stats_groups[i]);
+	cm_free(T, r->stats_groups);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -105,6 +108,27 @@ token_name(const cJSON *v)
 	if (cJSON_IsBool(v))
 		return "VALUE_BOOLEAN";
 	return "VALUE_NULL";
+}
+
+/* "stats": ["group", ...] */
+static cm_err
+parse_stats_groups(sr_request *r, const cJSON *v, cm_error *err)
+{
+	if (!cJSON_IsArray(v))
+		return cm_error_set(err, CM_EPARSE, "[stats] must be an array of strings, got a %s",
+		                    token_name(v));
+	size_t n = (size_t)cJSON_GetArraySize(v);
+	r->stats_groups = cm_calloc(T, n + 1, sizeof(char *));
+	const cJSON *g;
+	cJSON_ArrayForEach(g, v)
+	{
+		if (!cJSON_IsString(g))
+			return cm_error_set(err, CM_EPARSE,
+			                    "[stats] must be an array of strings, found a %s in it",
+			                    token_name(g));
+		r->stats_groups[r->nstats_groups++] = cm_strdup(T, g->valuestring);
+	}
+	return CM_OK;
 }
 
 cm_err
@@ -1051,7 +1075,7 @@ sr_request_from_json(const cJSON *body, sr_request *r, cm_error *err)
 		} else if (!strcmp(k, "collapse")) {
 			rc = parse_collapse(r, v, err);
 		} else if (!strcmp(k, "stats")) {
-			continue; /* stats groups: bookkeeping only */
+			rc = parse_stats_groups(r, v, err);
 		} else {
 			size_t i;
 			for (i = 0; i < sizeof(unsupported_keys) / sizeof(unsupported_keys[0]); i++)

@@ -322,6 +322,10 @@ typedef struct sr_request {
 	 * rendered as "type#name"; suggesters are to prefix theirs (term#,
 	 * phrase#) by the same flag. Default false. */
 	bool typed_keys;
+	/* "stats": the search stats groups the request counts in (the node's
+	 * _stats search.groups), never read here; NULL = none */
+	char **stats_groups;
+	size_t nstats_groups;
 	/* For the node's shard request cache (node/nd_reqcache.h), never read
 	 * here: the body's bytes as the shards receive it (borrowed, NULL =
 	 * not cacheable) and ?request_cache (SR_RC_*). */

@@ -518,5 +518,32 @@ def indices_boost_with_ignore_unavailable():
         for ix in ("ib1", "ib2"):
             n.req("DELETE", "/" + ix)
 
+@test
+def search_stats_groups():
+    """A search's "stats" groups are counted per index and shown by
+    _stats?groups= (names, lists and wildcards), only when asked for."""
+    for label, n in nodes():
+        n.req("DELETE", "/sg")
+        st, b = n.req("PUT", "/sg", {"settings": {"number_of_shards": 2}})
+        eq(st, 200, label + " create: %s" % b)
+        n.req("PUT", "/sg/_doc/1?refresh=true", {"bar": "bar"})
+        for groups in (["bar", "baz"], ["bar"]):
+            st, b = n.req("POST", "/sg/_search", {"stats": groups})
+            eq(st, 200, label + " search with stats %s: %s" % (groups, b))
+        st, b = n.req("GET", "/sg/_stats")
+        eq("groups" in b["_all"]["total"]["search"], False, label + " no groups unless asked")
+        st, b = n.req("GET", "/sg/_stats/search?groups=*r")
+        g = b["indices"]["sg"]["total"]["search"]["groups"]
+        eq(sorted(g), ["bar"], label + " *r")
+        # two searches named bar, each over 2 shards
+        eq((g["bar"]["query_total"], g["bar"]["fetch_total"]), (4, 4), label + " bar counted")
+        st, b = n.req("GET", "/_stats?groups=bar,baz")
+        g = b["_all"]["primaries"]["search"]["groups"]
+        eq({k: v["query_total"] for k, v in g.items()}, {"bar": 4, "baz": 2}, label + " list")
+        st, b = n.req("POST", "/sg/_search", {"stats": "bar"})
+        error_is((st, b), 400, "parsing_exception", "[stats] must be an array of strings")
+        n.req("DELETE", "/sg")
+
+
 if __name__ == "__main__":
     run_tests(budget_s=300, teardown=teardown)
