@@ -16,8 +16,9 @@
  * A member whose process is gone (its own transport port refuses
  * connections, twice) has its lease revoked by the node that saw it
  * (cl_etcd_reap), so its registration and any election key go at once
- * rather than when the lease expires; a member that does not answer for
- * any other reason (a partition, a stall) waits for its lease.
+ * rather than when the lease expires, when that node still reaches at
+ * least half of the other members; a member that does not answer for any
+ * other reason (a partition, a stall) waits for its lease.
  *
  * Threads: the lease thread keeps the lease alive (and registers again,
  * with a new boot id, when it expired); the campaign thread stands for
@@ -41,6 +42,7 @@
 #include "../common/cm_alloc.h"
 #include "../common/cm_log.h"
 #include "../coord/ec.h"
+#include "../proto/pr.h"
 #include "nd_cluster_private.h"
 
 #define MEM CM_MEM_NODE
@@ -1260,9 +1262,31 @@ port_refused(const char *url)
 	return refused;
 }
 
+/* Whether this node reaches (pinged now) at least half of the members
+ * other than itself and node gone. A node cut off from every other by a
+ * firewall that answers with resets sees every port refuse: it must not
+ * revoke the leases of the members that are fine (found in namespaces,
+ * R4 on etcd: the cut node revoked the two others', and the shards whose
+ * primary it held had no in-sync copy left). */
+static bool
+others_reached(nd_cluster *cl, int gone)
+{
+	uint32_t self = (uint32_t)cl->self, type;
+	int members = 0, reached = 0;
+	for (int i = 0; i < cl->nn; i++) {
+		if (i == cl->self || i == gone || !atomic_load(&cl->nodes[i].registered))
+			continue;
+		members++;
+		reached += nd_peer_call_sync(cl->nodes[i].peer, PR_PING, &self, sizeof(self),
+		                             cm_now_ns() + 300000000ull, &type, NULL) == CM_OK;
+	}
+	return 2 * reached >= members;
+}
+
 /* Node i's process is gone when its own transport address (as it
  * registered it, not a proxy this node may dial it through) refuses
- * connections, again after its registration was read: its lease is
+ * connections, again after its registration was read, and this node
+ * still reaches at least half of the other members: its lease is
  * revoked, with its registration and any election key. */
 static void
 reap_node(nd_cluster *cl, int i)
@@ -1278,7 +1302,7 @@ reap_node(nd_cluster *cl, int i)
 	if (!url[0] || !port_refused(url))
 		return;
 	usleep(200000); /* a closing listener, a port being rebound: ask twice */
-	if (!port_refused(url))
+	if (!port_refused(url) || !others_reached(cl, i))
 		return;
 	cm_error_clear(&err);
 	keyf(e, key, sizeof(key), "nodes/", nd->name);

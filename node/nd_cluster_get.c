@@ -220,6 +220,24 @@ cl_serve_node_view(nd_cluster *cl, const uint8_t *p, size_t len, uint64_t deadli
 }
 
 cm_err
+cl_call_failed(nd_cluster *cl, int node, cm_err rc, bool connected, bool held, const char *prefix,
+               cm_error *err)
+{
+	const char *name = cl->nodes[node].name, *addr = cl->nodes[node].transport;
+	const char *sep = strstr(addr, "://");
+	addr = sep ? sep + 3 : addr;
+	if (rc == CM_EUNAVAIL && !connected)
+		return cm_error_set_type(err, rc, "connect_transport_exception",
+		                         "%s[%s][%s] connect_exception: no connection to the node",
+		                         prefix, name, addr);
+	if (rc == CM_EUNAVAIL || (rc == CM_ETIMEDOUT && held))
+		return cm_error_set_type(err, rc, "node_not_connected_exception",
+		                         "%s[%s][%s] Node not connected", prefix, name, addr);
+	return cm_error_set(err, rc, "%snode [%s] did not answer (%s)", prefix, name,
+	                    cm_err_msg(rc));
+}
+
+cm_err
 cl_call(nd_cluster *cl, int node, uint32_t type, const cm_buf *req, char **body, size_t *len,
         cm_error *err)
 {
@@ -232,16 +250,16 @@ cl_call(nd_cluster *cl, int node, uint32_t type, const cm_buf *req, char **body,
 	*len = 0;
 	cm_buf_init(&rep, MEM);
 	uint64_t t0 = cm_now_ns();
+	nd_peer *peer = cl->nodes[node].peer;
+	bool held = !cl_alive(cl, node), connected = nd_peer_connected(peer);
 	/* a node held unreachable may be back already (its pings lag): asked
 	 * too, with a short deadline */
-	rc = nd_peer_call_sync(cl->nodes[node].peer, type, req->data, req->len,
-	                       t0 + (cl_alive(cl, node) ? 5000000000ull : 300000000ull), &rtype,
-	                       &rep);
+	rc = nd_peer_call_sync(peer, type, req->data, req->len,
+	                       t0 + (held ? 300000000ull : 5000000000ull), &rtype, &rep);
 	if (rc) {
 		if (rc == CM_EUNAVAIL)
 			cl_mark(cl, node, false, 0);
-		cm_error_set(err, rc, "node [%s] did not answer (%s)", cl->nodes[node].name,
-		             cm_err_msg(rc));
+		cl_call_failed(cl, node, rc, connected, held, "", err);
 	} else if ((cm_error_clear(&remote),
 	            rc = pr_ack_decode(rep.data, rep.len, &remote, body, len)) &&
 	           !remote.code) {

@@ -294,6 +294,18 @@ cJSON *cl_state_json_locked(nd_cluster *cl, const rp_state *st, bool with_nodes,
  * short deadline; the answer marks its liveness. */
 cm_err cl_call(nd_cluster *cl, int node, uint32_t type, const cm_buf *req, char **body,
                size_t *len, cm_error *err);
+/* Sets err (when empty) to a call to node that failed in the transport
+ * with rc (not a refusal the node sent), named as Elasticsearch names it:
+ * connect_transport_exception when no connection to node was up as the
+ * call was made (its connects fail: refused, unreachable);
+ * node_not_connected_exception when the connection went during the call,
+ * or when held (the node was held unreachable, its pings failing, and the
+ * caller's own deadline had not passed) and it did not answer within the
+ * short wait such a node gets; else rc's own type (timeout_exception for
+ * a call that ran out of the request's time). The reason starts with
+ * prefix. Returns rc. */
+cm_err cl_call_failed(nd_cluster *cl, int node, cm_err rc, bool connected, bool held,
+                      const char *prefix, cm_error *err);
 
 /* ---- which copy answers (nd_cluster_copies.c) ---- */
 struct nd_tail_cfg;

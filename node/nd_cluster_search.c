@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -327,6 +328,8 @@ typedef struct node_group {
 	size_t n;
 	uint64_t t_sent, id;
 	bool hedge;
+	bool held;      /* the node was held unreachable when sent */
+	bool connected; /* a connection to the node was up when sent */
 	cm_buf msg;
 } node_group;
 
@@ -539,25 +542,48 @@ job_finish_ok(shard_job *j, sr_shard_result *res, pr_strings *strings)
 	cm_wait_done(S->w);
 }
 
-/* An attempt of j on node failed; another copy is tried when no other
- * attempt is still out. */
+/* An attempt of j on node failed with e; another copy is tried when no
+ * other attempt is still out. */
 static void
-job_failed(shard_job *j, int node, cm_err rc, const char *why)
+job_failed_err(shard_job *j, int node, const cm_error *e)
 {
 	search_st *S = j->S;
-	if (rc == CM_EUNAVAIL)
+	if (e->code == CM_EUNAVAIL)
 		cl_mark(S->cl, node, false, 0);
 	pthread_mutex_lock(&S->lock);
 	bool retry = !j->done && j->inflight == 0;
 	if (!j->done) {
-		cm_error_clear(&j->last);
-		cm_error_set(&j->last, rc, "shard [%s][%d] on node [%s]: %s", j->ixname, j->shard,
-		             S->cl->nodes[node].name, why);
+		j->last = *e;
 		j->node = node;
 	}
 	pthread_mutex_unlock(&S->lock);
 	if (retry)
 		dispatch(j);
+}
+
+static void
+job_failed(shard_job *j, int node, cm_err rc, const char *why)
+{
+	cm_error e;
+	cm_error_clear(&e);
+	cm_error_set(&e, rc, "shard [%s][%d] on node [%s]: %s", j->ixname, j->shard,
+	             j->S->cl->nodes[node].name, why);
+	job_failed_err(j, node, &e);
+}
+
+/* The transport could not reach g's node for j: named as Elasticsearch
+ * names an unreachable node (a node held unreachable that stays silent
+ * within its short wait is not a timeout of the request). */
+static void
+job_unreachable(shard_job *j, const node_group *g, cm_err rc)
+{
+	char prefix[160];
+	cm_error e;
+	snprintf(prefix, sizeof(prefix), "shard [%s][%d]: ", j->ixname, j->shard);
+	cm_error_clear(&e);
+	cl_call_failed(j->S->cl, g->node, rc, g->connected,
+	               g->held && cm_now_ns() < j->S->deadline_ns, prefix, &e);
+	job_failed_err(j, g->node, &e);
 }
 
 static void
@@ -755,6 +781,10 @@ group_reply(void *arg, cm_err rc, uint32_t type, const uint8_t *p, size_t len)
 				g->jobs[i]->node = g->node;
 				job_finish_ok(g->jobs[i], &fr, NULL);
 			}
+		} else if (!e.code && (rc == CM_EUNAVAIL || rc == CM_ETIMEDOUT)) {
+			for (size_t i = 0; i < g->n; i++)
+				if (live[i])
+					job_unreachable(g->jobs[i], g, rc);
 		} else {
 			for (size_t i = 0; i < g->n; i++)
 				if (live[i])
@@ -872,7 +902,8 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n, bool hedge)
 	 * back already, as its pings lag: asked, but with the short deadline
 	 * cl_call and a realtime get give it, so that a coordinator cut off
 	 * from it answers partial (or the error) at once, not at the deadline. */
-	if (!cl_alive(S->cl, node) && deadline > g->t_sent + UNREACHABLE_DEADLINE_NS)
+	g->held = !cl_alive(S->cl, node);
+	if (g->held && deadline > g->t_sent + UNREACHABLE_DEADLINE_NS)
 		deadline = g->t_sent + UNREACHABLE_DEADLINE_NS;
 	nd_stats_message(n);
 	int copy_shards[n + 1];
@@ -895,8 +926,9 @@ send_group(search_st *S, int node, shard_job **jobs, size_t n, bool hedge)
 		                                              copy_shards, n, S->cfg.min_delay_ns),
 		              hedge_fire, h);
 	}
-	nd_peer_call(S->cl->nodes[node].peer, PR_SEARCH, g->msg.data, g->msg.len, deadline,
-	             group_reply, g);
+	nd_peer *peer = S->cl->nodes[node].peer;
+	g->connected = nd_peer_connected(peer);
+	nd_peer_call(peer, PR_SEARCH, g->msg.data, g->msg.len, deadline, group_reply, g);
 }
 
 /* Locked: the next live copy of j after its current ones, -1 if none. */

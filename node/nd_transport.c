@@ -955,6 +955,17 @@ nd_peer_call(nd_peer *p, uint32_t type, const void *payload, size_t len, uint64_
 	nng_ctx_send(c->ctx, c->aio);
 }
 
+bool
+nd_peer_connected(nd_peer *p)
+{
+	if (p == NULL)
+		return false;
+	pthread_mutex_lock(&p->mu);
+	bool up = !p->aborted && p->pipes > 0;
+	pthread_mutex_unlock(&p->mu);
+	return up;
+}
+
 typedef struct sync_call {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;

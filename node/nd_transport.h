@@ -6,6 +6,7 @@
 #ifndef ND_TRANSPORT_H
 #define ND_TRANSPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -90,6 +91,11 @@ typedef void (*nd_reply_fn)(void *arg, cm_err rc, uint32_t type, const uint8_t *
  * (NNG_OPT_REQ_RESENDTIME is infinite). deadline_ns absolute, 0 = 30 s. */
 void nd_peer_call(nd_peer *p, uint32_t type, const void *payload, size_t len, uint64_t deadline_ns,
                   nd_reply_fn cb, void *arg);
+
+/* Whether a connection to the peer is up now: false while its dialer's
+ * connects fail (refused, unreachable), when a call fails at once with
+ * CM_EUNAVAIL. A peer NULL (known by name only) is not connected. */
+bool nd_peer_connected(nd_peer *p);
 
 /* Blocking form: copies the reply payload into `reply`. */
 cm_err nd_peer_call_sync(nd_peer *p, uint32_t type, const void *payload, size_t len,

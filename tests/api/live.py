@@ -1,5 +1,6 @@
 """A live Shoal cluster on etcd for the fault tests: real etcd members
-(Debian etcd-server) and real `shoal --etcd` nodes on 127.0.0.1, writers
+(Debian etcd-server) and real `shoal --etcd` nodes on 127.0.0.1 (each in
+its own network namespace under SHOAL_NETNS=1: shoal.host_addr), writers
 and searchers that record what was acknowledged, and the per-copy check.
 Standard library only; every wait is bounded."""
 import base64
@@ -14,7 +15,7 @@ import tempfile
 import threading
 import time
 
-from shoal import Node, free_port, shoal_bin
+from shoal import Node, free_port, host_addr, shoal_bin, spawn
 
 ETCD = "/usr/bin/etcd"
 
@@ -36,27 +37,38 @@ class Etcd:
         for k in range(members):
             self.wait(k)
 
+    @staticmethod
+    def host(k):
+        """Member k's host name (its namespace under SHOAL_NETNS=1)."""
+        return "etcd-%d" % k
+
+    def addr(self, k):
+        return host_addr(self.host(k))
+
     def endpoints(self):
-        return ",".join("127.0.0.1:%d" % c for c, _ in self.ports)
+        return ",".join("%s:%d" % (self.addr(k), c) for k, (c, _) in enumerate(self.ports))
 
     def start(self, k):
         c, p = self.ports[k]
-        cluster = ",".join("e%d=http://127.0.0.1:%d" % (i, pp) for i, (_, pp) in enumerate(self.ports))
+        a = self.addr(k)
+        cluster = ",".join("e%d=http://%s:%d" % (i, self.addr(i), pp)
+                           for i, (_, pp) in enumerate(self.ports))
         d = os.path.join(self.dir, "e%d" % k)
         os.makedirs(d, exist_ok=True)
         out = open(os.path.join(d, "etcd.log"), "ab")
-        self.procs[k] = subprocess.Popen(
+        self.procs[k] = spawn(
+            self.host(k),
             [ETCD, "--name=e%d" % k, "--data-dir=%s/data" % d,
-             "--listen-client-urls=http://127.0.0.1:%d" % c,
-             "--advertise-client-urls=http://127.0.0.1:%d" % c,
-             "--listen-peer-urls=http://127.0.0.1:%d" % p,
-             "--initial-advertise-peer-urls=http://127.0.0.1:%d" % p,
+             "--listen-client-urls=http://%s:%d" % (a, c),
+             "--advertise-client-urls=http://%s:%d" % (a, c),
+             "--listen-peer-urls=http://%s:%d" % (a, p),
+             "--initial-advertise-peer-urls=http://%s:%d" % (a, p),
              "--initial-cluster=%s" % cluster, "--initial-cluster-token=shoal-live-%d" % os.getpid(),
              "--logger=zap", "--log-outputs=stderr", "--log-level=warn"],
             stdout=out, stderr=subprocess.STDOUT)
 
     def call(self, k, path, body, timeout=5):
-        conn = http.client.HTTPConnection("127.0.0.1", self.ports[k][0], timeout=timeout)
+        conn = http.client.HTTPConnection(self.addr(k), self.ports[k][0], timeout=timeout)
         try:
             conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
             r = conn.getresponse()
@@ -114,13 +126,14 @@ class LiveNode(Node):
     def __init__(self, etcd, name, args=()):
         self.etcd = etcd
         self.name = name
+        self.host = name
         self.tport = free_port()
         Node.__init__(self, args=args, start=False)
 
     def command(self):
         return ([shoal_bin(), "--etcd", self.etcd.endpoints(), "--cluster-name", "live",
-                 "--name", self.name, "--http", "127.0.0.1:%d" % self.port,
-                 "--transport", "127.0.0.1:%d" % self.tport, "--data", self.data,
+                 "--name", self.name, "--http", "%s:%d" % (self.addr, self.port),
+                 "--transport", "%s:%d" % (self.addr, self.tport), "--data", self.data,
                  "--log-level", "info"] + self.args)
 
     def start(self):
@@ -144,8 +157,8 @@ class LiveNode(Node):
         self.stopped = False
 
 
-def one_req(port, method, path, body=None, timeout=10):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+def one_req(port, method, path, body=None, timeout=10, addr="127.0.0.1"):
+    conn = http.client.HTTPConnection(addr, port, timeout=timeout)
     try:
         data, hdr = None, {}
         if isinstance(body, (bytes, str)):
@@ -203,7 +216,8 @@ class Live:
             return f.read().decode("utf-8", "replace")
 
     def req(self, name, method, path, body=None, timeout=10):
-        return one_req(self.nodes[name].port, method, path, body, timeout)
+        n = self.nodes[name]
+        return one_req(n.port, method, path, body, timeout, n.addr)
 
     def any_req(self, method, path, body=None, timeout=10):
         for name in self.live():

@@ -31,6 +31,46 @@ def shoal_bin():
     return path
 
 
+# SHOAL_NETNS=1: every cluster host (a node of a cluster, an etcd member)
+# runs in its own network namespace (tests/faults/netns.py: root,
+# iproute2, iptables), the clients here in the root namespace; otherwise
+# everything is on loopback. A solo Node stays on loopback either way.
+NETNS = os.environ.get("SHOAL_NETNS") == "1"
+_NET = None
+
+
+def netns():
+    """The netns.Net this process's hosts live on, made on first use and
+    removed at exit (also on failure or interrupt); None on loopback."""
+    global _NET
+    if NETNS and _NET is None:
+        sys.path.insert(0, os.path.join(ROOT, "tests", "faults"))
+        import netns as netns_mod
+        why = netns_mod.usable()
+        if why:
+            raise RuntimeError("SHOAL_NETNS=1, but %s" % why)
+        _NET = netns_mod.Net()
+    return _NET
+
+
+def host_addr(host):
+    """The address host (a name: node-1, etcd-0) listens on: its
+    namespace's under SHOAL_NETNS=1 (the same for the whole run), else
+    127.0.0.1. host None: loopback."""
+    net = netns()
+    return net.host(host) if net and host else "127.0.0.1"
+
+
+def spawn(host, argv, **kw):
+    """subprocess.Popen of argv, inside host's namespace under SHOAL_NETNS=1
+    (`ip netns exec` execs: the process is argv itself, so signals reach it)."""
+    net = netns()
+    if net and host:
+        host_addr(host)
+        return net.popen(host, argv, **kw)
+    return subprocess.Popen(argv, **kw)
+
+
 _HANDED = set()
 
 
@@ -61,6 +101,8 @@ class Node:
     """One `shoal --solo` process on a free loopback port with its own
     data directory (a temp dir unless given)."""
 
+    host = None  # its host name: its namespace under SHOAL_NETNS=1 (None: loopback)
+
     def __init__(self, data=None, args=(), start=True, start_timeout=30):
         self.own_data = data is None
         self.data = data or tempfile.mkdtemp(prefix="shoal-test-")
@@ -77,7 +119,7 @@ class Node:
         if not getattr(self, "fixed_port", False):
             self.port = free_port()
         self.log = open(os.path.join(self.data, "test-node.log"), "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = spawn(self.host, self.command(), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + self.start_timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -93,9 +135,14 @@ class Node:
         self.kill()
         raise RuntimeError("shoal did not answer within %ss" % self.start_timeout)
 
+    @property
+    def addr(self):
+        """The address its HTTP listens on."""
+        return host_addr(self.host)
+
     def command(self):
         return ([shoal_bin(), "--solo", "--data", self.data, "--http",
-                 "127.0.0.1:%d" % self.port, "--name", "test-node", "--log-level", "warn"]
+                 "%s:%d" % (self.addr, self.port), "--name", "test-node", "--log-level", "warn"]
                 + self.args)
 
     def log_tail(self, n=2000):
@@ -194,7 +241,7 @@ class Node:
         hdrs.update(headers or {})
         for attempt in range(2):
             if not self.conn:
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+                self.conn = http.client.HTTPConnection(self.addr, self.port, timeout=timeout)
             try:
                 self.conn.timeout = timeout
                 if self.conn.sock:
@@ -333,6 +380,7 @@ class ClusterNode(Node):
     def __init__(self, cluster_file, name, port, data=None, args=(), start=True):
         self.cluster_file = cluster_file
         self.name = name
+        self.host = name
         self.fixed_port = True
         self.port = port
         Node.__init__(self, data=data, args=args, start=False)
@@ -353,7 +401,8 @@ def cluster_file(path, nodes, name="shoal-test", secret="test-secret", extra=Non
     for n, roles in nodes:
         hp, tp = free_port(), free_port()
         ports[n] = (hp, tp)
-        e = {"name": n, "http": "127.0.0.1:%d" % hp, "transport": "127.0.0.1:%d" % tp}
+        a = host_addr(n)
+        e = {"name": n, "http": "%s:%d" % (a, hp), "transport": "%s:%d" % (a, tp)}
         if roles:
             e["roles"] = roles
         spec["nodes"].append(e)

@@ -461,6 +461,16 @@ def t07_write_with_a_primary_down():
     eq(c["hits"]["total"]["value"], len(ok), "acknowledged writes are searchable")
 
 
+def unreachable_failure(b, what):
+    # a copy whose node is gone fails as Elasticsearch says it: not
+    # connected (the connection went during the call) or a failed
+    # connect (none is up), not a timeout, and the search did not time out
+    t = b["_shards"]["failures"][0]["reason"]["type"]
+    if t not in ("node_not_connected_exception", "connect_transport_exception"):
+        raise AssertionError("%s: the failure says %s: %s" % (what, t, b["_shards"]))
+    eq(b["timed_out"], False, "%s: timed_out" % what)
+
+
 @test
 def t08_both_copies_down_partial_never_hangs():
     # shard 1 of "small" lives on node-2 and node-3 only
@@ -473,14 +483,17 @@ def t08_both_copies_down_partial_never_hangs():
     eq(b["_shards"]["successful"], 2, "successful shards")
     eq(len(b["_shards"]["failures"]), 1, "failures[]")
     eq(b["_shards"]["failures"][0]["shard"], 1, "the failed shard")
+    unreachable_failure(b, "default fan-out")
     if took > 10:
         raise AssertionError("partial search took %.1fs" % took)
     for mode in ("serial", "per_node"):
         st, b = NODES["coord"].req("GET", "/small/_search?size=100&fanout=" + mode, timeout=20)
         eq((b["_shards"]["failed"], b["_shards"]["successful"]), (1, 2), "partial " + mode)
+        unreachable_failure(b, mode)
     # a timeout bounds it too
     st, b = NODES["coord"].req("GET", "/small/_search?size=0&timeout=2s", timeout=20)
     eq(b["_shards"]["failed"], 1, "with timeout")
+    unreachable_failure(b, "with timeout")
     st, b = health("coord")
     eq(b["status"], "red", "health with both copies of a shard gone")
 

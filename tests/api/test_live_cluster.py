@@ -18,7 +18,8 @@ throughout. One cluster goes through the rows in turn:
 
 Each row prints its figures; after each, every acknowledged write is on
 every copy of its shard and the copies are identical. The replica-count
-row (M8) is test_replica_count.py."""
+row (M8) is test_replica_count.py. SHOAL_NETNS=1 runs every node and etcd
+member in its own network namespace (shoal.py; tests/faults/run.sh --rows)."""
 import os
 import sys
 import time

@@ -17,7 +17,13 @@ recoveries ops-based/file-based from _cat/recovery, seconds to green).
 
 Node-to-node traffic crosses tcpproxy.Proxy: node X's cluster file names,
 as node Y's "connect", a proxy listener dedicated to the pair X->Y, so R4
-can cut one node off in both directions.
+can cut one node off in both directions. With SHOAL_NETNS=1 every node
+(and the etcd member) runs in its own network namespace instead
+(shoal.host_addr), the nodes dial each other directly, and a cut is made
+with iptables inside the namespaces: "stall" drops the packets between
+the node and the others (DROP: TCP notices nothing, what was held back is
+retransmitted after healing), "drop" answers them with resets (REJECT
+--reject-with tcp-reset: connections reset, new ones refused).
 
     SHOAL_BIN=build/bin python3 tests/api/test_replication.py
     SHOAL_TEST_ONLY=r4 ...        one row
@@ -34,13 +40,14 @@ import random
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from shoal import ClusterNode, free_port, run_tests, test  # noqa: E402
+from shoal import NETNS, ClusterNode, eq, free_port, host_addr, netns, run_tests, test  # noqa: E402
 from tcpproxy import Proxy, self_check  # noqa: E402
 
 NAMES = ["node-1", "node-2", "node-3"]  # node-1 is the metadata master
@@ -75,8 +82,8 @@ class Client:
     timeout. Errors come back as status None (connection refused/reset,
     timeout) instead of exceptions, with the exception kept."""
 
-    def __init__(self, port):
-        self.port = port
+    def __init__(self, addr):
+        self.addr = addr  # (host, port)
         self.conn = None
 
     def close(self):
@@ -98,8 +105,7 @@ class Client:
             reused = self.conn is not None and self.conn.sock is not None
             try:
                 if not self.conn:
-                    self.conn = http.client.HTTPConnection("127.0.0.1", self.port,
-                                                           timeout=timeout)
+                    self.conn = http.client.HTTPConnection(*self.addr, timeout=timeout)
                 self.conn.timeout = timeout
                 if self.conn.sock:
                     self.conn.sock.settimeout(timeout)
@@ -126,8 +132,8 @@ class Client:
             return resp.status, data.decode("utf-8", "replace")
 
 
-def one_req(port, method, path, body=None, timeout=REQ_TIMEOUT, ndjson=False):
-    c = Client(port)
+def one_req(addr, method, path, body=None, timeout=REQ_TIMEOUT, ndjson=False):
+    c = Client(addr)
     try:
         return c.req(method, path, body, timeout, ndjson)
     finally:
@@ -140,12 +146,13 @@ def one_req(port, method, path, body=None, timeout=REQ_TIMEOUT, ndjson=False):
 class Cluster:
     """Three `shoal --cluster` processes, each with its own cluster file
     whose "connect" addresses of the other nodes go through the proxy link
-    dedicated to that ordered pair."""
+    dedicated to that ordered pair; under SHOAL_NETNS=1, each in its own
+    namespace, dialling the others directly."""
 
     def __init__(self, tag, settings=True):
         self.tag = tag
         self.tmp = tempfile.mkdtemp(prefix="shoal-repl-%s-" % tag)
-        self.proxy = Proxy()
+        self.proxy = None if NETNS else Proxy()
         self.ports = {n: (free_port(), free_port()) for n in NAMES}
         self.nodes = {}
         self.stopped = set()  # SIGSTOPped
@@ -156,7 +163,7 @@ class Cluster:
         link = {}
         for a in NAMES:
             for b in NAMES:
-                if a != b:
+                if a != b and self.proxy:
                     link[(a, b)] = self.proxy.add((a, b), ("127.0.0.1", self.ports[b][1]))
         self.files = {}
         self.etcd = None
@@ -173,8 +180,9 @@ class Cluster:
                 spec["etcd"] = [self.etcd.endpoints()]
             for b in NAMES:
                 hp, tp = self.ports[b]
-                e = {"name": b, "http": "127.0.0.1:%d" % hp, "transport": "127.0.0.1:%d" % tp}
-                if a != b:
+                h = host_addr(b)
+                e = {"name": b, "http": "%s:%d" % (h, hp), "transport": "%s:%d" % (h, tp)}
+                if a != b and self.proxy:
                     e["connect"] = "127.0.0.1:%d" % link[(a, b)]
                 spec["nodes"].append(e)
             path = os.path.join(self.tmp, "cluster-%s.json" % a)
@@ -185,6 +193,25 @@ class Cluster:
 
     def port(self, name):
         return self.ports[name][0]
+
+    def addr(self, name):
+        """(host, port) of name's HTTP."""
+        return host_addr(name), self.ports[name][0]
+
+    def cut(self, victim, mode):
+        """victim's links with the other nodes: "drop" (resets) or "stall"
+        (nothing moves); etcd stays reachable."""
+        if self.proxy:
+            self.proxy.cut(victim, mode)
+            return
+        others = [n for n in NAMES if n != victim]
+        netns().isolate(victim, from_=others, reset=mode == "drop")
+
+    def heal(self, victim):
+        if self.proxy:
+            self.proxy.heal(victim)
+        else:
+            netns().heal()
 
     def start(self, name):
         n = self.nodes.get(name)
@@ -219,7 +246,7 @@ class Cluster:
             self.stopped.discard(name)
 
     def req(self, name, method, path, body=None, timeout=REQ_TIMEOUT):
-        return one_req(self.port(name), method, path, body, timeout)
+        return one_req(self.addr(name), method, path, body, timeout)
 
     def wait_green(self, timeout=GREEN_TIMEOUT, via=MASTER):
         """Seconds until every live node says green with 3 nodes; raises
@@ -301,7 +328,10 @@ class Cluster:
                 rc = r
                 log("%s: %s exited with %s at shutdown; log tail:\n%s" %
                     (self.tag, name, r, self.log_tail(name, 3000)))
-        self.proxy.close()
+        if self.proxy:
+            self.proxy.close()
+        else:
+            netns().heal()  # a row that failed inside its cut
         if self.etcd:
             self.etcd.close()
         if failed and KEEP:
@@ -422,7 +452,7 @@ class Writer(threading.Thread):
     def client(self, name):
         c = self.clients.get(name)
         if c is None:
-            c = self.clients[name] = Client(self.cl.port(name))
+            c = self.clients[name] = Client(self.cl.addr(name))
         return c
 
     def source(self, doc_id):
@@ -837,7 +867,7 @@ def probe_all_shards(cl, via, n=60, prefix="probe"):
         srcs[doc_id] = src
         lines.append(json.dumps({"index": {"_index": INDEX, "_id": doc_id}}))
         lines.append(json.dumps(src))
-    st, b = one_req(cl.port(via), "POST", "/_bulk?timeout=10s", "\n".join(lines) + "\n",
+    st, b = one_req(cl.addr(via), "POST", "/_bulk?timeout=10s", "\n".join(lines) + "\n",
                     timeout=20, ndjson=True)
     ok = st == 200 and isinstance(b, dict) and not b.get("errors")
     return ok, b, srcs
@@ -902,7 +932,7 @@ class Searcher(threading.Thread):
     def who(self, name):
         """What the node at name's port says of itself and its indices right
         after an odd reply (a fresh connection), for the failure message."""
-        c = Client(self.cl.port(name))
+        c = Client(self.cl.addr(name))
         try:
             st1, b1 = c.req("GET", "/", timeout=5)
             st2, b2 = c.req("GET", "/_cat/indices?format=json&h=index,uuid,health", timeout=5)
@@ -919,7 +949,7 @@ class Searcher(threading.Thread):
                     time.sleep(0.05)
                     continue
                 name = self.rnd.choice(names)
-                c = clients.get(name) or clients.setdefault(name, Client(self.cl.port(name)))
+                c = clients.get(name) or clients.setdefault(name, Client(self.cl.addr(name)))
                 q = self.rnd.choice([
                     {"query": {"match_all": {}}, "size": 5, "track_total_hits": True},
                     {"query": {"match": {"body": self.rnd.choice(WORDS)}}, "size": 10},
@@ -960,9 +990,51 @@ class Searcher(threading.Thread):
 
 
 @test
-def proxy_self_check():
-    # the rows' partitions are only as good as the proxy
-    self_check()
+def cut_self_check():
+    # the rows' partitions are only as good as the proxy (or, under
+    # SHOAL_NETNS=1, the iptables rules)
+    if not NETNS:
+        self_check()
+        return
+    net = netns()
+    a, b = host_addr("node-1"), host_addr("node-2")
+    port = free_port()
+    server = net.popen("node-2", [sys.executable, "-c", (
+        "import socket\n"
+        "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "s.bind((%r, %d)); s.listen(16)\n"
+        "while True:\n"
+        "    c, _ = s.accept(); c.sendall(b'x'); c.close()\n") % (b, port)])
+    probe = ("import socket\n"
+             "try:\n"
+             "    c = socket.create_connection((%r, %d), timeout=1); c.settimeout(1)\n"
+             "    print('ok' if c.recv(1) == b'x' else 'eof')\n"
+             "except ConnectionRefusedError:\n"
+             "    print('refused')\n"
+             "except socket.timeout:\n"
+             "    print('timeout')\n") % (b, port)
+
+    def connect():
+        r = subprocess.run(["ip", "netns", "exec", net.hosts["node-1"][0], sys.executable,
+                            "-c", probe], stdout=subprocess.PIPE, timeout=10)
+        return r.stdout.decode().strip()
+    try:
+        deadline = time.time() + 5
+        while connect() != "ok":
+            assert time.time() < deadline, "no connection from node-1 to node-2 at all"
+            time.sleep(0.1)
+        net.cut("node-1", "node-2")
+        eq(connect(), "timeout", "a dropping cut")
+        net.heal()
+        eq(connect(), "ok", "healed")
+        net.cut("node-1", "node-2", reset=True)
+        eq(connect(), "refused", "a resetting cut")
+        net.heal()
+        eq(connect(), "ok", "healed again")
+    finally:
+        net.heal()
+        server.kill()
+        server.wait(10)
 
 
 @test
@@ -982,7 +1054,7 @@ def r0_baseline(cl, tag):
                 lines.append(json.dumps({"index": {"_index": INDEX, "_id": doc_id}}))
                 lines.append(json.dumps(src))
                 ops.append((doc_id, model.begin(doc_id, "i", src)))
-            st, b = one_req(cl.port(NAMES[(k // 50) % 3]), "POST", "/_bulk",
+            st, b = one_req(cl.addr(NAMES[(k // 50) % 3]), "POST", "/_bulk",
                             "\n".join(lines) + "\n", ndjson=True)
             if st != 200:
                 raise AssertionError("initial bulk: %s %s" % (st, str(b)[:300]))
@@ -1054,7 +1126,7 @@ def r2_kill_coordinator_mid_bulk(cl, tag):
             result = {}
 
             def send(body="\n".join(lines) + "\n"):
-                result["r"] = one_req(cl.port(victim), "POST", "/_bulk", body, ndjson=True)
+                result["r"] = one_req(cl.addr(victim), "POST", "/_bulk", body, ndjson=True)
             t = threading.Thread(target=send, daemon=True)
             t.start()
             time.sleep(delay)
@@ -1139,7 +1211,7 @@ def r4_partition(cl, tag):
         w.wait_attempted(1000 * (2 * c + 1), 30)
         t_cut = time.time()
         cut["on"] = True
-        cl.proxy.cut(victim, mode)
+        cl.cut(victim, mode)
         # the majority takes writes again on every shard (after the
         # replica timeout and, for the cut node's primaries, failover)
         resumed = None
@@ -1164,7 +1236,7 @@ def r4_partition(cl, tag):
             yellow = True
         acked_late = w.stats.acked_between(t_cut + FAILOVER_S + 2, time.time())
         seen = cl.shards(MASTER)
-        cl.proxy.heal(victim)
+        cl.heal(victim)
         cut["on"] = False
         ok = green_step(cl, greens, problems)
         rec.collect(cl)
@@ -1282,7 +1354,7 @@ def searches_with_a_node_lost(cl, tag, how):
     if how == "kill":
         cl.kill(victim)
     else:
-        cl.proxy.cut(victim, "stall")
+        cl.cut(victim, "stall")
     for s in searchers:
         s.join(60)
     stop.set()
@@ -1302,7 +1374,7 @@ def searches_with_a_node_lost(cl, tag, how):
     if how == "kill":
         cl.start(victim)
     else:
-        cl.proxy.heal(victim)
+        cl.heal(victim)
     finish_row(cl, tag, model, w.stats, rec,
                extra=" searches %d %s p50=%.2fs max=%.2fs (timeout 2s)" % (
                    len(results), outcomes, lats[len(lats) // 2] if lats else 0,
@@ -1394,9 +1466,9 @@ def r8_graceful_restarts(cl, tag):
     for c, name in enumerate(["node-2", "node-3", "node-1"]):
         w.wait_attempted(1000 * (c + 1), 30)
         if c == 0:
-            cl.proxy.cut("node-3", "stall")
+            cl.cut("node-3", "stall")
             time.sleep(3)
-            cl.proxy.heal("node-3")
+            cl.heal("node-3")
         try:
             rc = cl.nodes[name].stop(timeout=20)
         except RuntimeError as e:

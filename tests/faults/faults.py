@@ -451,12 +451,16 @@ class P5(Fault):
     coordinator has noticed (its pings, every 0.5 s with a 1-s deadline)
     they carry "timeout": "1s", as a call already sent to a silent node
     waits for its deadline; once it has noticed (its local health counts
-    one node less), without any timeout, each answered within 2 s.
+    one node less), without any timeout, each answered within 2 s, its
+    shard failures saying that the node is not connected
+    (node_not_connected_exception, or connect_transport_exception when
+    no connection is up), not timeout_exception, as Elasticsearch says.
     Searches through a node that reaches everything stay complete. Bulk
     writes through the cut coordinator (?timeout=2s) answer every item,
     written or an error, within 4 s, and the written ones are there after
     healing."""
     ANSWER_S = 2.0  # a search once the coordinator knows, or a bulk past its timeout
+    UNREACHABLE = ("node_not_connected_exception", "connect_transport_exception")
 
     def prepare(self, cl, m):
         st, _ = req(cl.addr[cl.names[0]], "HEAD", "/p5", timeout=5)
@@ -480,7 +484,8 @@ class P5(Fault):
         self.control = [n for n in cl.names if n not in (self.coord, self.data)][0]
         self.cut_shards = sum(1 for _, _, node in layout if node == self.data)
         self.stats = {"partial": 0, "error": 0, "complete": 0, "bad": [], "items_ok": 0,
-                      "items_failed": 0, "bulks": 0, "noticed": None, "slowest": 0.0}
+                      "items_failed": 0, "bulks": 0, "noticed": None, "slowest": 0.0,
+                      "reasons": {}}
         self.acked = set()
         return self.index
 
@@ -569,6 +574,13 @@ class P5(Fault):
                 # once the coordinator holds the node unreachable its copies
                 # fail at once: a shard failure, not a timed-out search
                 st["partial"] += 1
+                for f in sh["failures"] if knows else ():
+                    t = f.get("reason", {}).get("type") if isinstance(f, dict) else None
+                    st["reasons"][t] = st["reasons"].get(t, 0) + 1
+                    if t not in self.UNREACHABLE:
+                        st["bad"].append("through %s: a shard failure says %s, not that %s "
+                                         "is not connected: %s" % (self.coord, t, self.data,
+                                                                   str(f)[:300]))
             elif not partial and code is not None and code >= 400 and \
                     isinstance(b, dict) and isinstance(b.get("error"), dict):
                 st["error"] += 1
@@ -592,14 +604,17 @@ class P5(Fault):
         present = {h["_id"] for h in b["hits"]["hits"]} if code == 200 else set()
         lost = self.acked - present
         ok = not st["bad"] and not lost and st["partial"] and st["error"] and \
-            st["noticed"] is not None
+            st["noticed"] is not None and st["reasons"]
         text = ("%s noticed %s unreachable after %s; searches through it: %d partial "
-                "(allow_partial true), %d errors (false), slowest once noticed %.2f s; "
+                "(allow_partial true), %d errors (false), slowest once noticed %.2f s, "
+                "shard failures once noticed %s; "
                 "%d complete through %s; %d bulks through %s: %d items written, "
                 "%d failed, %d lost" % (
                     self.coord, self.data,
                     "%.1f s" % st["noticed"] if st["noticed"] is not None else "never",
-                    st["partial"], st["error"], st["slowest"], st["complete"], self.control,
+                    st["partial"], st["error"], st["slowest"],
+                    ", ".join("%s x%d" % kv for kv in sorted(st["reasons"].items(), key=str)) or "none",
+                    st["complete"], self.control,
                     st["bulks"], self.coord, st["items_ok"], st["items_failed"], len(lost)))
         for x in st["bad"][:5]:
             text += "\n    " + x

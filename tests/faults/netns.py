@@ -130,28 +130,37 @@ class Net:
     def _ipt(self, name, *rule):
         sh("ip", "netns", "exec", self.hosts[name][0], "iptables", *rule)
 
-    def cut(self, a, b, oneway=False):
+    def cut(self, a, b, oneway=False, reset=False):
         """a stops hearing from and reaching b. oneway: a cannot open a
         connection to b, b still opens them to a (TCP needs both
         directions, so the one-way fault drops a's new connections to b;
-        what b opens keeps flowing)."""
+        what b opens keeps flowing). reset: TCP between them is answered
+        with resets instead of dropped (a host firewalled with REJECT:
+        connections reset, new ones refused)."""
         ab = self.hosts[b][1]
         if oneway:
             self._ipt(a, "-A", "OUTPUT", "-d", ab, "-m", "conntrack", "--ctstate", "NEW",
                       "-j", "DROP")
             return
+        aa = self.hosts[a][1]
+        if reset:
+            # on receipt only, and never a reset itself: a reset made in
+            # OUTPUT, or one met by a rule on its way back, never arrives
+            for x, y in ((a, ab), (b, aa)):
+                self._ipt(x, "-A", "INPUT", "-s", y, "-p", "tcp", "!", "--tcp-flags", "RST",
+                          "RST", "-j", "REJECT", "--reject-with", "tcp-reset")
+            return
         self._ipt(a, "-A", "OUTPUT", "-d", ab, "-j", "DROP")
         self._ipt(a, "-A", "INPUT", "-s", ab, "-j", "DROP")
-        aa = self.hosts[a][1]
         self._ipt(b, "-A", "OUTPUT", "-d", aa, "-j", "DROP")
         self._ipt(b, "-A", "INPUT", "-s", aa, "-j", "DROP")
 
-    def isolate(self, a, from_=None):
+    def isolate(self, a, from_=None, reset=False):
         """a cut from every other host (or those in from_); the clients in
         the root namespace still reach it."""
         for b in list(self.hosts):
             if b != a and (from_ is None or b in from_):
-                self.cut(a, b)
+                self.cut(a, b, reset=reset)
 
     def loss(self, name, probability):
         """Random loss of host name's packets, both ways."""
