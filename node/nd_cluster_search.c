@@ -1036,9 +1036,11 @@ dispatch(shard_job *j)
 		             j->norder ? "shard [%s][%d]: no copy answered within the deadline"
 		                       : "shard [%s][%d]: no copy matches the preference",
 		             j->ixname, j->shard);
-	if (fr.error.code == CM_EUNAVAIL)
-		cm_error_set_type(&fr.error, CM_EUNAVAIL, "no_shard_available_action_exception",
-		                  "%s", fr.error.reason);
+	/* no copy to ask: ES's NoShardAvailableActionException (the error is
+	 * set already, so its type is named here, not through cm_error_set) */
+	if (fr.error.code == CM_EUNAVAIL && !fr.error.type_override[0])
+		snprintf(fr.error.type_override, sizeof(fr.error.type_override), "%s",
+		         "no_shard_available_action_exception");
 	if (j->norder == 0 || j->next == 0)
 		j->node = S->cl->self;
 	if (!j->t_sent)

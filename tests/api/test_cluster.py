@@ -224,6 +224,10 @@ def t05_preference():
     # node-1 holds copies of shards 0, 2, 3, 5 (copy r of s on (s + r) mod 3)
     st, b = NODES["coord"].req("POST", "/ix/_search?preference=_only_nodes:node-1", q)
     eq((b["_shards"]["successful"], b["_shards"]["failed"]), (4, 2), "_only_nodes:node-1")
+    # a shard with no copy the preference allows fails as ES's
+    # NoShardAvailableActionException
+    eq(sorted(f["reason"]["type"] for f in b["_shards"]["failures"]),
+       ["no_shard_available_action_exception"] * 2, "failure type: %s" % b["_shards"])
     st, b = NODES["node-2"].req("POST", "/ix/_search?preference=_only_local", q)
     eq(b["_shards"]["successful"], 4, "_only_local on node-2")
 
