@@ -209,6 +209,15 @@ fold_search_params(co_req *r, cJSON *body, bool count_only)
 		}
 		obj_set(body, "min_score", cJSON_CreateNumber(ms));
 	}
+	if ((v = co_param_get(r, "stats")) && *v) {
+		/* ?stats=a,b: the search stats groups, as the body's "stats" */
+		cJSON *a = cJSON_CreateArray();
+		char *copy = cm_strdup(MEM, v), *save = NULL, *tok;
+		for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+			cJSON_AddItemToArray(a, cJSON_CreateString(tok));
+		cm_free(MEM, copy);
+		obj_set(body, "stats", a);
+	}
 	if ((v = co_param_get(r, "track_scores")))
 		obj_set(body, "track_scores", cJSON_CreateBool(strcmp(v, "false") != 0));
 	if ((v = co_param_get(r, "explain")))
