@@ -133,6 +133,174 @@ def documents():
     n.req("DELETE", "/rdoc")
 
 
+# ---- queries against a model ----
+
+I32 = (-2 ** 31, 2 ** 31 - 1)
+I64 = (-2 ** 63, 2 ** 63 - 1)
+INF = (float("-inf"), float("inf"))
+IPS = (0, 2 ** 128 - 1)
+V4 = 0xffff00000000  # IPv4 mapped into IPv6, as ES stores it
+
+
+def ip_text(v):
+    if V4 <= v <= V4 + 0xffffffff:
+        return str(ipaddress.IPv4Address(v - V4))
+    return str(ipaddress.IPv6Address(v))
+
+
+class Kind:
+    """How one range type's values are drawn, sent and read back."""
+
+    def __init__(self, name, extremes, draw, send, step):
+        self.name, self.extremes, self.draw, self.send, self.step = (
+            name, extremes, draw, send, step)
+
+
+def int_step(v, d):
+    return v + d
+
+
+def float_step(v, d):
+    import math
+    return math.nextafter(v, float("inf") if d > 0 else float("-inf"))
+
+
+KINDS = [
+    Kind("integer_range", I32, lambda r: r.randint(-20, 20), lambda v: v, int_step),
+    Kind("long_range", I64, lambda r: r.randint(-20, 20) * 10 ** 12, lambda v: v, int_step),
+    Kind("double_range", INF, lambda r: r.randint(-40, 40) / 2, lambda v: v, float_step),
+    Kind("date_range", I64, lambda r: 1577836800000 + r.randint(0, 30) * 86400000,
+         lambda v: v, int_step),
+    Kind("ip_range", IPS, lambda r: V4 + (10 << 24) + r.randint(0, 40), ip_text, int_step),
+]
+
+
+def bound_pair(r, k, lo_keys=("gte", "gt"), hi_keys=("lte", "lt")):
+    """A random range as sent ({"gte": ..} etc.) and as stored (inclusive
+    bounds), or None when it is empty."""
+    a, b = sorted([k.draw(r), k.draw(r)])
+    sent, lo, hi = {}, k.extremes[0], k.extremes[1]
+    if r.random() < 0.85:
+        key = r.choice(lo_keys)
+        sent[key] = k.send(a)
+        lo = a if key == "gte" else k.step(a, 1)
+    if r.random() < 0.85:
+        key = r.choice(hi_keys)
+        sent[key] = k.send(b)
+        hi = b if key == "lte" else k.step(b, -1)
+    return sent, lo, hi
+
+
+def doc_range(r, k):
+    if k.name == "ip_range" and r.random() < 0.3:
+        bits = r.randint(28, 32)
+        a = k.draw(r) - V4
+        base = a & ~((1 << (32 - bits)) - 1)
+        return "%s/%d" % (ip_text(V4 + base), bits), V4 + base, V4 + base + (1 << (32 - bits)) - 1
+    while True:
+        sent, lo, hi = bound_pair(r, k)
+        if lo <= hi:
+            return sent, lo, hi
+
+
+def related(rel, lo, hi, qlo, qhi):
+    if rel == "within":
+        return qlo <= lo and hi <= qhi
+    if rel == "contains":
+        return lo <= qlo and qhi <= hi
+    return lo <= qhi and qlo <= hi
+
+
+@test
+def queries_model():
+    r = random.Random(26)
+    for k in KINDS:
+        docs, model = [], {}
+        for i in range(1, 61):
+            n_ranges = r.choice([0, 1, 1, 1, 2, 3])
+            sent, ranges = [], []
+            for _ in range(n_ranges):
+                s, lo, hi = doc_range(r, k)
+                sent.append(s)
+                ranges.append((lo, hi))
+            if n_ranges == 0:
+                d = {"other": 1}
+            elif n_ranges == 1 and r.random() < 0.5:
+                d = {"f": sent[0]}
+            else:
+                d = {"f": sent}
+            docs.append((i, d))
+            model[i] = ranges
+        queries = []
+        for _ in range(40):
+            sent, qlo, qhi = bound_pair(r, k)
+            rel = r.choice([None, "intersects", "within", "contains"])
+            q = dict(sent)
+            if rel:
+                q["relation"] = rel
+            want = [i for i, rs in model.items()
+                    if qlo <= qhi and any(related(rel or "intersects", lo, hi, qlo, qhi)
+                                          for lo, hi in rs)]
+            queries.append(({"range": {"f": q}}, want))
+        for _ in range(15):
+            v = k.draw(r)
+            want = [i for i, rs in model.items() if any(lo <= v <= hi for lo, hi in rs)]
+            queries.append(({"term": {"f": k.send(v)}}, want))
+            vs = [k.draw(r) for _ in range(3)]
+            want = [i for i, rs in model.items()
+                    if any(lo <= v <= hi for lo, hi in rs for v in vs)]
+            queries.append(({"terms": {"f": [k.send(v) for v in vs]}}, want))
+        queries.append(({"exists": {"field": "f"}}, [i for i, rs in model.items() if rs]))
+        for label, n, asks in targets():
+            index = "rq-" + k.name.replace("_", "-")
+            make_index(n, index, {"f": {"type": k.name}}, docs)
+            for merged in (False, True):
+                for q, want in queries:
+                    for a in asks:
+                        eq(ids(a, index, q), [str(i) for i in want],
+                           "%s %s %s%s" % (label, k.name, q, " merged" if merged else ""))
+                n.req("POST", "/%s/_forcemerge?max_num_segments=1" % index)
+            n.req("DELETE", "/" + index)
+
+
+@test
+def query_errors_and_fields():
+    for label, n, asks in targets():
+        make_index(n, "rqe", {"i": {"type": "integer_range"},
+                              "t": {"type": "date_range", "format": "yyyy-MM-dd"},
+                              "p": {"type": "ip_range"}},
+                   [(1, {"i": {"gte": 0, "lt": 42}, "t": {"gte": "2020-01-05"},
+                         "p": "10.0.0.0/8"}),
+                    (2, {"i": [{"gt": 50}, {"lte": -5}], "p": {"gte": "::1", "lte": "::2"}})],
+                   shards=1)
+        for q in ({"term": {"i": "abc"}}, {"range": {"i": {"gte": "x"}}},
+                  {"term": {"p": "10.0.0.300"}}, {"range": {"t": {"lte": "05/01/2020"}}}):
+            st, b = asks[-1].req("POST", "/rqe/_search", {"query": q})
+            eq(st, 400, "%s %s: %s" % (label, q, b))
+        eq(ids(asks[0], "rqe", {"range": {"i": {"gte": 41, "lte": 41}}}), ["1"], label)
+        eq(ids(asks[0], "rqe", {"range": {"i": {"gte": 42, "lte": 50}}}), [], label)
+        eq(ids(asks[0], "rqe", {"range": {"i": {"gt": -6, "lt": 0}}}), ["2"], label)
+        # a date bound reads in the field's format; date math rounds
+        eq(ids(asks[0], "rqe", {"range": {"t": {"lte": "2020-01-05"}}}), ["1"], label)
+        eq(ids(asks[0], "rqe", {"range": {"t": {"lt": "2020-01-05"}}}), [], label)
+        eq(ids(asks[0], "rqe", {"term": {"t": "2030-01-01"}}), ["1"], label)
+        eq(ids(asks[0], "rqe", {"range": {"t": {"gte": "2020-01-06", "relation": "within"}}}),
+           [], label)
+        eq(ids(asks[0], "rqe", {"term": {"p": "10.255.0.1"}}), ["1"], label)
+        eq(ids(asks[0], "rqe", {"range": {"p": {"gte": "10.1.0.0/16", "relation": "within"}}}),
+           [], label)
+        eq(ids(asks[0], "rqe", {"range": {"p": {"gte": "10.1.0.0", "lte": "10.1.255.255",
+                                                "relation": "contains"}}}), ["1"], label)
+        st, b = asks[-1].req("POST", "/rqe/_search", {"query": {"ids": {"values": ["1", "2"]}},
+                                                      "fields": ["i", "t", "p"], "sort": ["_id"]})
+        eq(st, 200, label)
+        eq([h.get("fields") for h in b["hits"]["hits"]],
+           [{"i": [{"gte": 0, "lt": 42}], "t": [{"gte": "2020-01-05"}], "p": ["10.0.0.0/8"]},
+            {"i": [{"gt": 50}, {"lte": -5}], "p": [{"gte": "::1", "lte": "::2"}]}],
+           label + " fields")
+        n.req("DELETE", "/rqe")
+
+
 def teardown():
     rc = 0
     if SOLO:
