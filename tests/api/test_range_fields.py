@@ -301,6 +301,105 @@ def query_errors_and_fields():
         n.req("DELETE", "/rqe")
 
 
+# ---- histograms ----
+
+def hist_model(ranges_by_doc, interval, hmin=None, hmax=None):
+    """{bucket key: docs} as ES 7.10 counts ranges: a doc once in every
+    bucket one of its ranges overlaps, ranges cut to the hard bounds."""
+    import math
+    counts = {}
+    for rs in ranges_by_doc.values():
+        keys = set()
+        for lo, hi in rs:
+            if hmin is not None:
+                lo = max(lo, hmin)
+            if hmax is not None:
+                hi = min(hi, hmax)
+            if lo > hi:
+                continue
+            for k in range(math.floor(lo / interval), math.floor(hi / interval) + 1):
+                keys.add(k * interval)
+        for k in keys:
+            counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+def buckets(n, index, agg):
+    st, b = n.req("POST", "/%s/_search" % index, {"size": 0, "aggs": {"h": agg}})
+    eq(st, 200, "%s %s: %s" % (index, agg, b))
+    return {bk["key"]: bk["doc_count"] for bk in b["aggregations"]["h"]["buckets"]}
+
+
+@test
+def histograms_model():
+    r = random.Random(7)
+    day = 86400000
+    base = 1577836800000  # 2020-01-01
+    for kind in ("integer_range", "double_range", "date_range"):
+        docs, model = [], {}
+        for i in range(1, 41):
+            rs, sent = [], []
+            for _ in range(r.choice([0, 1, 1, 2, 3])):
+                if kind == "date_range":
+                    a = base + r.randint(0, 40) * day // 4
+                    b = a + r.randint(0, 10) * day // 3
+                elif kind == "double_range":
+                    a = r.randint(-40, 40) / 4
+                    b = a + r.randint(0, 30) / 4
+                else:
+                    a = r.randint(-30, 30)
+                    b = a + r.randint(0, 25)
+                rs.append((a, b))
+                sent.append({"gte": a, "lte": b})
+            model[i] = rs
+            docs.append((i, {"f": sent} if sent else {"x": 1}))
+        for label, n, asks in targets():
+            index = "rh-" + kind.replace("_", "-")
+            make_index(n, index, {"f": {"type": kind}}, docs)
+            if kind == "date_range":
+                aggs = [({"date_histogram": {"field": "f", "calendar_interval": "day",
+                                             "min_doc_count": 1}}, day, None, None),
+                        ({"date_histogram": {"field": "f", "fixed_interval": "3d",
+                                             "min_doc_count": 1,
+                                             "hard_bounds": {"min": base + 5 * day,
+                                                             "max": base + 9 * day}}},
+                         3 * day, base + 5 * day, base + 9 * day)]
+            else:
+                aggs = [({"histogram": {"field": "f", "interval": 5, "min_doc_count": 1}},
+                         5, None, None),
+                        ({"histogram": {"field": "f", "interval": 2.5, "min_doc_count": 1,
+                                        "hard_bounds": {"min": -3, "max": 12}}}, 2.5, -3, 12)]
+            for agg, interval, hmin, hmax in aggs:
+                # a range cut to the hard bounds keeps the bucket of its cut
+                # start, even when that bucket's key is below the bound
+                want = hist_model(model, interval, hmin, hmax)
+                for a in asks:
+                    got = buckets(a, index, agg)
+                    eq(got, {k: want[k] for k in sorted(want)}, "%s %s %s" % (label, kind, agg))
+            n.req("DELETE", "/" + index)
+
+
+@test
+def histogram_hard_bounds():
+    # open ranges are cut to the hard bounds; the empty buckets between
+    # are filled (min_doc_count 0); a plain numeric field keeps the
+    # buckets inside the bounds only
+    for label, n, asks in targets():
+        make_index(n, "rhb", {"r": {"type": "long_range"}, "v": {"type": "long"}},
+                   [(1, {"r": {"lte": 10}, "v": 3}), (2, {"r": {"gte": 15}, "v": 30})])
+        got = buckets(asks[-1], "rhb", {"histogram": {"field": "r", "interval": 1,
+                                                      "hard_bounds": {"min": 0, "max": 20}}})
+        want = {k: (1 if k <= 10 or k >= 15 else 0) for k in range(0, 21)}
+        eq(got, want, label + " long_range")
+        got = buckets(asks[0], "rhb", {"histogram": {"field": "v", "interval": 5,
+                                                     "hard_bounds": {"min": 0, "max": 20}}})
+        eq(got, {0: 1}, label + " long")
+        st, b = asks[0].req("POST", "/rhb/_search", {"size": 0, "aggs": {"t": {"terms": {
+            "field": "r"}}}})
+        eq(st, 400, label + " terms on a range field: %s" % b)
+        n.req("DELETE", "/rhb")
+
+
 def teardown():
     rc = 0
     if SOLO:
