@@ -2050,7 +2050,7 @@ compile_match(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 		*out = none();
 		return CM_OK;
 	}
-	if (!is_text_like(fs->type)) {
+	if (!is_text_like(fs->type) || st_field_type_is_range(fs->range_type)) {
 		sr_query t = *q;
 		t.kind = SR_Q_TERM;
 		t.case_insensitive = false;

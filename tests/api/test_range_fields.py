@@ -287,6 +287,11 @@ def query_errors_and_fields():
         eq(ids(asks[0], "rqe", {"range": {"t": {"gte": "2020-01-06", "relation": "within"}}}),
            [], label)
         eq(ids(asks[0], "rqe", {"term": {"p": "10.255.0.1"}}), ["1"], label)
+        # match and query_string read the value as term does
+        eq(ids(asks[0], "rqe", {"match": {"i": 41}}), ["1"], label)
+        eq(ids(asks[0], "rqe", {"query_string": {"query": "i:51"}}), ["2"], label)
+        st, b = asks[-1].req("POST", "/rqe/_search", {"sort": ["i"]})
+        eq(st, 400, label + " sort on a range field: %s" % b)
         eq(ids(asks[0], "rqe", {"range": {"p": {"gte": "10.1.0.0/16", "relation": "within"}}}),
            [], label)
         eq(ids(asks[0], "rqe", {"range": {"p": {"gte": "10.1.0.0", "lte": "10.1.255.255",
