@@ -266,7 +266,7 @@ def queries_model():
 @test
 def query_errors_and_fields():
     for label, n, asks in targets():
-        make_index(n, "rqe", {"i": {"type": "integer_range"},
+        make_index(n, "rqe", {"i": {"type": "integer_range", "store": True},
                               "t": {"type": "date_range", "format": "yyyy-MM-dd"},
                               "p": {"type": "ip_range"}},
                    [(1, {"i": {"gte": 0, "lt": 42}, "t": {"gte": "2020-01-05"},
@@ -303,6 +303,9 @@ def query_errors_and_fields():
            [{"i": [{"gte": 0, "lt": 42}], "t": [{"gte": "2020-01-05"}], "p": ["10.0.0.0/8"]},
             {"i": [{"gt": 50}, {"lte": -5}], "p": [{"gte": "::1", "lte": "::2"}]}],
            label + " fields")
+        # a stored range comes back as _source holds it
+        st, b = asks[-1].req("GET", "/rqe/_doc/2?stored_fields=i")
+        eq((st, b.get("fields")), (200, {"i": [{"gt": 50}, {"lte": -5}]}), label + " stored")
         n.req("DELETE", "/rqe")
 
 
