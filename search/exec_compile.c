@@ -1695,10 +1695,12 @@ multi_field_error(cctx *c, const char *what, const sr_fstat *fs)
 {
 	if (c->lenient)
 		return CM_OK;
-	return cm_error_set_type(c->err, CM_EINVAL, "query_shard_exception",
-	                         "Can only use %s queries on keyword and text fields - not on [%s] "
-	                         "which is of type [%s]",
-	                         what, fs->name, st_field_type_name(fs->type));
+	return cm_error_set_type(
+	    c->err, CM_EINVAL, "query_shard_exception",
+	    "Can only use %s queries on keyword and text fields - not on [%s] "
+	    "which is of type [%s]",
+	    what, fs->name,
+	    st_field_type_name(st_field_type_is_range(fs->range_type) ? fs->range_type : fs->type));
 }
 
 static cm_err
@@ -1713,7 +1715,7 @@ compile_multi(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 	const char *what = q->kind == SR_Q_PREFIX     ? "prefix"
 	                   : q->kind == SR_Q_WILDCARD ? "wildcard"
 	                                              : "regexp";
-	if (!is_text_like(fs->type)) {
+	if (!is_text_like(fs->type) || st_field_type_is_range(fs->range_type)) {
 		cm_err rc = multi_field_error(c, what, fs);
 		if (!rc)
 			*out = none();
@@ -2177,7 +2179,7 @@ compile_phrase(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool
 		*out = none();
 		return CM_OK;
 	}
-	if (!is_text_like(fs->type)) {
+	if (!is_text_like(fs->type) || st_field_type_is_range(fs->range_type)) {
 		sr_query t = *q;
 		t.kind = SR_Q_TERM;
 		return compile_term(c, &t, fs, boost, scoring, out);
@@ -2756,7 +2758,7 @@ compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 	case SR_Q_FUZZY:
 		if (!fs) {
 			*out = none();
-		} else if (!is_text_like(fs->type)) {
+		} else if (!is_text_like(fs->type) || st_field_type_is_range(fs->range_type)) {
 			rc = multi_field_error(c, "fuzzy", fs);
 			if (!rc)
 				*out = none();

@@ -292,6 +292,14 @@ def query_errors_and_fields():
         eq(ids(asks[0], "rqe", {"query_string": {"query": "i:51"}}), ["2"], label)
         st, b = asks[-1].req("POST", "/rqe/_search", {"sort": ["i"]})
         eq(st, 400, label + " sort on a range field: %s" % b)
+        for body in ({"query": {"prefix": {"i": "1"}}}, {"query": {"fuzzy": {"i": "1"}}},
+                     {"aggs": {"c": {"composite": {"sources": [{"h": {"terms": {"field": "i"}}}]}}}},
+                     {"aggs": {"t": {"top_hits": {"sort": ["i"]}}}}):
+            st, b = asks[-1].req("POST", "/rqe/_search", body)
+            eq(st, 400, label + " %s: %s" % (body, b))
+        # a query over every field reads the range field leniently
+        eq(ids(asks[0], "rqe", {"query_string": {"query": "51"}}), ["2"], label)
+        eq(ids(asks[0], "rqe", {"query_string": {"query": "abc"}}), [], label)
         eq(ids(asks[0], "rqe", {"range": {"p": {"gte": "10.1.0.0/16", "relation": "within"}}}),
            [], label)
         eq(ids(asks[0], "rqe", {"range": {"p": {"gte": "10.1.0.0", "lte": "10.1.255.255",
