@@ -497,17 +497,17 @@ get_refresh_first(co_req *r, nd_index *ix)
 }
 
 /* The values at a dotted path of a source (through objects and arrays)
- * into out. */
+ * into out; whole objects too when objects are values (range fields). */
 static void
-source_values(const cJSON *j, const char *path, cJSON *out)
+source_values(const cJSON *j, const char *path, bool objects, cJSON *out)
 {
 	if (cJSON_IsArray(j)) {
 		const cJSON *e;
-		cJSON_ArrayForEach(e, j) source_values(e, path, out);
+		cJSON_ArrayForEach(e, j) source_values(e, path, objects, out);
 		return;
 	}
 	if (!*path) {
-		if (!cJSON_IsNull(j) && !cJSON_IsObject(j))
+		if (!cJSON_IsNull(j) && (objects || !cJSON_IsObject(j)))
 			cJSON_AddItemToArray(out, cJSON_Duplicate(j, true));
 		return;
 	}
@@ -517,7 +517,7 @@ source_values(const cJSON *j, const char *path, cJSON *out)
 	size_t n = dot ? (size_t)(dot - path) : strlen(path);
 	const cJSON *c;
 	cJSON_ArrayForEach(c, j) if (strlen(c->string) == n && !memcmp(c->string, path, n))
-	    source_values(c, dot ? dot + 1 : "", out);
+	    source_values(c, dot ? dot + 1 : "", objects, out);
 }
 
 /* stored_fields of a GET: each named field mapped with "store": true, its
@@ -538,7 +538,8 @@ stored_fields_json(nd_index *ix, const char *stored, const char *src, size_t len
 		if (!f || !f->store || !s)
 			continue;
 		cJSON *vals = cJSON_CreateArray();
-		source_values(s, f->parent ? f->parent : f->path, vals);
+		source_values(s, f->parent ? f->parent : f->path, st_field_type_is_range(f->type),
+		              vals);
 		if (!cJSON_GetArraySize(vals)) {
 			cJSON_Delete(vals);
 			continue;

@@ -556,6 +556,16 @@ agg_validate_one(const sr_agg *a, const st_mapping *m, cm_error *err)
 				                    "Field [%s] of type [%s] is not supported for "
 				                    "aggregation [%s]",
 				                    a->field, st_field_type_name(f->type), a->ops->name);
+			/* range fields: histograms (ES 7.10), and counting */
+			if (st_field_type_is_range(f->type) &&
+			    !((a->kind == AGG_HISTOGRAM || a->kind == AGG_DATE_HISTOGRAM) &&
+			      f->type != ST_FT_IP_RANGE) &&
+			    a->kind != AGG_VALUE_COUNT && a->kind != AGG_MISSING)
+				return cm_error_set(err, CM_EINVAL,
+				                    "Field [%s] of type [%s] is not supported for "
+				                    "aggregation [%s]",
+				                    a->field, st_field_type_name(f->type),
+				                    a->ops->name);
 			/* geo_point: counting and the geo aggregations */
 			if (f->type == ST_FT_GEO_POINT && !agg_kind_geo_ok(a->kind))
 				return cm_error_set(
@@ -812,6 +822,7 @@ agg_rt_field(agg_root *root, agg_rt *rt, const sr_agg *a, const sr_seg_ctx *ctx)
 	rt->ctx = ctx;
 	rt->fi = NULL;
 	rt->is_double = rt->is_keyword = false;
+	rt->range_type = (st_field_type)0;
 	rt->conv = 0;
 	/* A fresh segment invalidates the cached block. */
 	rt->cb.ndocs = 0;
@@ -837,6 +848,13 @@ agg_rt_field(agg_root *root, agg_rt *rt, const sr_agg *a, const sr_seg_ctx *ctx)
 			rt->is_double = st_field_type_is_double(fi->type);
 			rt->is_keyword = st_field_type_is_ordinal(fi->type);
 			rt->conv = CONV_NONE;
+			const st_mapping *rm =
+			    fi->type == ST_FT_KEYWORD ? st_reader_mapping(ctx->reader) : NULL;
+			const st_field_def *rd = rm ? st_mapping_find(rm, a->field) : NULL;
+			if (rd && st_field_type_is_range(rd->type)) {
+				rt->range_type = rd->type;
+				rt->is_keyword = false;
+			}
 			if (fi->type == ST_FT_DATE_NANOS) {
 				rt->conv = CONV_NANOS;
 			} else if (fi->type == ST_FT_SCALED_FLOAT || fi->type == ST_FT_UNSIGNED_LONG) {

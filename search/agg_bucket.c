@@ -2920,6 +2920,9 @@ typedef struct hist_params {
 	bool keyed;
 	bool has_bounds;
 	double bmin, bmax;       /* extended_bounds (date: ms) */
+	/* hard_bounds (date: ms): keys outside are not made; -inf/+inf when
+	 * absent */
+	double hmin, hmax;
 	bool order_count, order_desc;
 	agg_tz *tz;
 } hist_params;
@@ -2962,12 +2965,23 @@ hist_parse(sr_agg *a, const cJSON *body, cm_error *err)
 {
 	hist_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
 	a->p = p;
+	p->hmin = -INFINITY;
+	p->hmax = INFINITY;
 	bool has_interval = false;
 	for (const cJSON *c = body->child; c; c = c->next) {
 		const char *k = c->string;
 		if (!strcmp(k, "field") || !strcmp(k, "missing") || !strcmp(k, "format"))
 			continue;
-		if (!strcmp(k, "interval")) {
+		if (!strcmp(k, "hard_bounds")) {
+			const cJSON *mn = cJSON_GetObjectItemCaseSensitive(c, "min");
+			const cJSON *mx = cJSON_GetObjectItemCaseSensitive(c, "max");
+			if (!cJSON_IsObject(c) ||
+			    (mn && agg_parse_num(mn, a->name, "min", &p->hmin, err)) ||
+			    (mx && agg_parse_num(mx, a->name, "max", &p->hmax, err)))
+				return cm_error_set(err, CM_EPARSE,
+				                    "failed to parse [hard_bounds] of [%s]",
+				                    a->name);
+		} else if (!strcmp(k, "interval")) {
 			if (agg_parse_num(c, a->name, k, &p->interval, err))
 				return CM_EPARSE;
 			if (!(p->interval > 0))
@@ -3064,8 +3078,10 @@ dh_parse(sr_agg *a, const cJSON *body, cm_error *err)
 {
 	hist_params *p = cm_calloc(AGG_MEM, 1, sizeof *p);
 	a->p = p;
+	p->hmin = -INFINITY;
+	p->hmax = INFINITY;
 	bool has_interval = false;
-	const cJSON *bounds = NULL;
+	const cJSON *bounds = NULL, *hard = NULL;
 	for (const cJSON *c = body->child; c; c = c->next) {
 		const char *k = c->string;
 		if (!strcmp(k, "field") || !strcmp(k, "missing") || !strcmp(k, "format"))
@@ -3139,6 +3155,8 @@ dh_parse(sr_agg *a, const cJSON *body, cm_error *err)
 				return CM_EPARSE;
 		} else if (!strcmp(k, "extended_bounds")) {
 			bounds = c;
+		} else if (!strcmp(k, "hard_bounds")) {
+			hard = c;
 		} else if (!strcmp(k, "order")) {
 			if (hist_parse_order(a, p, c, err))
 				return CM_EPARSE;
@@ -3170,6 +3188,22 @@ dh_parse(sr_agg *a, const cJSON *body, cm_error *err)
 				p->bmin = (double)ms;
 		}
 		p->has_bounds = true;
+	}
+	for (int i = 0; hard && i < 2; i++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(hard, i ? "max" : "min");
+		int64_t ms;
+		if (!v)
+			continue;
+		if (cJSON_IsNumber(v))
+			ms = (int64_t)v->valuedouble;
+		else if (!cJSON_IsString(v) ||
+		         !agg_date_parse(v->valuestring, a->format, p->tz, false, &ms))
+			return cm_error_set(err, CM_EPARSE, "failed to parse [hard_bounds] of [%s]",
+			                    a->name);
+		if (i)
+			p->hmax = (double)ms;
+		else
+			p->hmin = (double)ms;
 	}
 	return CM_OK;
 }
@@ -3384,7 +3418,95 @@ agg_hist_tz(const sr_agg *h)
 static cm_err
 hist_seg_begin(agg_rt *rt, cm_error *err)
 {
+	if (st_field_type_is_range(rt->range_type))
+		return CM_OK;
 	return agg_field_numeric_or_fail(rt, err) ? CM_OK : CM_EINVAL;
+}
+
+/* Whether a bucket key (a date's key, a histogram's key value) is inside
+ * the hard_bounds. */
+static inline bool
+hist_in_hard(const hist_params *p, bool date, int64_t key)
+{
+	double k = date ? (double)key : hist_key(p, key);
+	return k >= p->hmin && k <= p->hmax;
+}
+
+/* Counts doc i in the bucket of key; false when the bucket guard trips. */
+static bool
+hist_count(agg_rt *rt, hist_state *s, grp *gs, int64_t key, size_t i)
+{
+	const sr_agg *a = rt->spec;
+	bool created = false;
+	bkt *b = btab_get_l(&s->t, a, key, &created);
+	if (created && !agg_bucket_guard(rt->root, 1))
+		return false;
+	b->count++;
+	if (a->nsubs)
+		grp_add(gs, (size_t)(b - s->t.v), i);
+	return true;
+}
+
+/* Dates far from now are clamped so that rounding cannot overflow
+ * (about 73 million years either way). */
+#define DH_RANGE_LIMIT ((int64_t)1 << 61)
+
+/* A range field's doc: counted once in every bucket one of its ranges
+ * overlaps, the ranges cut to the hard_bounds first (ES 7.10's range
+ * histograms). Ranges come in lower-bound order, so keys at or below the
+ * last one counted were counted for this doc already. False when the
+ * bucket guard trips. */
+static bool
+hist_collect_ranges(agg_rt *rt, hist_state *s, grp *gs, tzc *cache, uint32_t doc, size_t i)
+{
+	const hist_params *p = rt->spec->p;
+	bool date = rt->spec->kind == AGG_DATE_HISTOGRAM;
+	bool dbl = rt->range_type == ST_FT_FLOAT_RANGE || rt->range_type == ST_FT_DOUBLE_RANGE;
+	const int64_t *ords;
+	int k = agg_values(rt, doc, &ords);
+	bool counted = false;
+	int64_t last = 0;
+	for (int j = 0; j < k; j++) {
+		const uint8_t *t;
+		size_t tl;
+		st_range_bound lo, hi;
+		if (st_ord_term(rt->ctx->txn, rt->fi, (uint64_t)ords[j], &t, &tl) != CM_OK ||
+		    !st_range_decode(rt->range_type, t, tl, &lo, &hi))
+			continue;
+		double from = dbl ? st_sortable_to_double(lo.i) : (double)lo.i;
+		double to = dbl ? st_sortable_to_double(hi.i) : (double)hi.i;
+		from = from > p->hmin ? from : p->hmin;
+		to = to < p->hmax ? to : p->hmax;
+		if (!(from <= to))
+			continue;
+		if (date) {
+			double lim = (double)DH_RANGE_LIMIT;
+			int64_t f = (int64_t)(from < -lim ? -lim : from > lim ? lim : from);
+			int64_t e = (int64_t)(to < -lim ? -lim : to > lim ? lim : to);
+			for (int64_t key = dh_round_c(p, cache, f); key <= e;
+			     key = dh_next(p, key)) {
+				if (counted && key <= last)
+					continue;
+				if (!hist_count(rt, s, gs, key, i))
+					return false;
+				counted = true;
+				last = key;
+			}
+			continue;
+		}
+		int64_t a = hist_index(p, from), b = hist_index(p, to);
+		if (counted && a <= last)
+			a = last + 1;
+		for (int64_t key = a; key <= b; key++) {
+			if (!hist_count(rt, s, gs, key, i))
+				return false;
+			counted = true;
+			last = key;
+			if (key == b) /* b may be INT64_MAX */
+				break;
+		}
+	}
+	return true;
 }
 
 static void
@@ -3400,7 +3522,13 @@ hist_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 		s->is_double = true;
 	tzc cache = {0, 0, 0};
 	grp gs = {NULL, 0, 0};
-	for (size_t i = 0; i < cnt; i++) {
+	for (size_t i = 0; i < cnt && st_field_type_is_range(rt->range_type); i++) {
+		if (!hist_collect_ranges(rt, s, &gs, &cache, docs[i], i)) {
+			cm_free(AGG_MEM, gs.p);
+			return;
+		}
+	}
+	for (size_t i = 0; i < cnt && !st_field_type_is_range(rt->range_type); i++) {
 		const int64_t *v;
 		int64_t mv;
 		int k = agg_values(rt, docs[i], &v);
@@ -3429,15 +3557,12 @@ hist_collect(agg_rt *rt, agg_node *n, const uint32_t *docs, const float *scores,
 			if (j > 0 && key == last)
 				continue; /* one count per doc per bucket */
 			last = key;
-			bool created = false;
-			bkt *b = btab_get_l(&s->t, a, key, &created);
-			if (created && !agg_bucket_guard(rt->root, 1)) {
+			if (!hist_in_hard(p, date, key))
+				continue;
+			if (!hist_count(rt, s, &gs, key, i)) {
 				cm_free(AGG_MEM, gs.p);
 				return;
 			}
-			b->count++;
-			if (a->nsubs)
-				grp_add(&gs, (size_t)(b - s->t.v), i);
 		}
 	}
 	if (a->nsubs)

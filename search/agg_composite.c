@@ -486,6 +486,12 @@ comp_seg_begin(agg_rt *rt, cm_error *err)
 		cm_err rc = agg_rt_field(rt->root, &k->rt[i], p->src[i].spec, rt->ctx);
 		if (rc)
 			return rc;
+		if (st_field_type_is_range(k->rt[i].range_type))
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "Field [%s] of type [%s] is not supported for aggregation "
+			    "[composite]",
+			    p->src[i].spec->field, st_field_type_name(k->rt[i].range_type));
 		if (p->src[i].type != CS_TERMS && !agg_field_numeric_or_fail(&k->rt[i], err))
 			return CM_EINVAL;
 	}

@@ -119,6 +119,9 @@ struct agg_rt {
 	const sr_seg_ctx *ctx;
 	const st_field_info *fi; /* NULL: field absent in this segment */
 	bool is_double, is_keyword;
+	/* a range field (keyword terms of st_range_encode): the mapping's
+	 * type, else 0; histograms read each range's bounds */
+	st_field_type range_type;
 	/* column values that aggregations see converted: date_nanos to millis,
 	 * scaled_float and unsigned_long to sortable doubles */
 	int conv; /* CONV_*: how agg_values converts column values */

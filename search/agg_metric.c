@@ -1284,6 +1284,13 @@ th_seg_begin(agg_rt *rt, cm_error *err)
 		if (p->sort[i].score)
 			continue;
 		const st_field_info *fi = st_segment_field(rt->ctx->seg, p->sort[i].field);
+		const st_mapping *m = fi ? st_reader_mapping(rt->ctx->reader) : NULL;
+		const st_field_def *def = m ? st_mapping_find(m, p->sort[i].field) : NULL;
+		if (def && st_field_type_is_range(def->type))
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "sorting on range field [%s] of type [%s] is not supported",
+			    p->sort[i].field, st_field_type_name(def->type));
 		if (fi && !(fi->flags & ST_FI_COLUMN))
 			return cm_error_set(err, CM_EINVAL,
 			                    "Text fields are not optimised for operations that require "

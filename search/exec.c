@@ -698,6 +698,53 @@ terms_walk(sr_exec *x, size_t si, const sr_plan *pl, const st_field_info *fi, ui
 	return rc;
 }
 
+/* A range field's terms (st_range_encode: sorted by lower bound) in the
+ * plan's relation to its bounds, their postings ORed. Every relation
+ * needs lo <= rq[1] (intersects, within) or lo <= rq[0] (contains), so
+ * the walk stops at the first term past that; within starts at rq[0]. */
+static cm_err
+range_walk(sr_exec *x, size_t si, const sr_plan *pl, const st_field_info *fi, uint64_t *bits)
+{
+	st_field_type t = pl->fs->range_type;
+	st_terms *it;
+	cm_err rc = st_terms_open(x->segs[si].txn, fi, &it);
+	if (rc)
+		return cm_error_set(x->err, rc, "cannot read terms of [%s]", fi->name);
+	st_postings *p = cm_malloc(CM_MEM_SEARCH, sizeof *p);
+	const st_range_bound *stop = pl->rel == ST_REL_CONTAINS ? &pl->rq[0] : &pl->rq[1];
+	uint8_t seek[ST_RANGE_TERM_MAX];
+	size_t seek_len = 0;
+	if (pl->rel == ST_REL_WITHIN) {
+		st_range_bound least;
+		st_range_min(t, &least);
+		seek_len = st_range_encode(t, &pl->rq[0], &least, seek);
+	}
+	size_t seen = 0;
+	for (bool ok = st_terms_seek(it, seek_len ? seek : NULL, seek_len); ok;
+	     ok = st_terms_next(it)) {
+		size_t tl;
+		const uint8_t *term = st_terms_term(it, &tl);
+		if ((++seen & 255) == 0 && sr_deadline_passed(x))
+			break;
+		st_range_bound lo, hi;
+		if (!st_range_decode(t, term, tl, &lo, &hi))
+			continue;
+		if (st_range_cmp(t, &lo, stop) > 0)
+			break;
+		if (!st_range_matches(t, pl->rel, &lo, &hi, &pl->rq[0], &pl->rq[1]))
+			continue;
+		rc = st_terms_postings(it, p);
+		if (rc) {
+			cm_error_set(x->err, rc, "cannot read postings of [%s]", fi->name);
+			break;
+		}
+		postings_or(p, bits);
+	}
+	cm_free(CM_MEM_SEARCH, p);
+	st_terms_close(it);
+	return rc;
+}
+
 static cm_err
 exists_field(sr_exec *x, size_t si, const st_field_info *fi, uint32_t max_doc, uint64_t *bits)
 {
@@ -856,6 +903,12 @@ materialize(sr_exec *x, size_t si, const sr_plan *pl)
 		const st_field_info *fi = st_segment_field(c->seg, pl->fs->name);
 		if (fi && (fi->flags & ST_FI_POSTINGS))
 			rc = terms_walk(x, si, pl, fi, bits);
+		break;
+	}
+	case P_RANGEREL: {
+		const st_field_info *fi = st_segment_field(c->seg, pl->fs->name);
+		if (fi && (fi->flags & ST_FI_POSTINGS))
+			rc = range_walk(x, si, pl, fi, bits);
 		break;
 	}
 	case P_GEO: {
@@ -2423,6 +2476,7 @@ sr_it_build(sr_exec *x, size_t si, const sr_plan *pl, sr_it **out)
 	case P_IDS:
 	case P_EXISTS:
 	case P_GEO:
+	case P_RANGEREL:
 		it = materialize(x, si, pl);
 		break;
 	case P_BOOL:

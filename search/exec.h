@@ -47,6 +47,8 @@ typedef struct sr_fstat {
 	uint64_t sum_ttf;
 	float avgdl;
 	double scale;           /* scaled_float: the mapping's scaling_factor (else 0) */
+	/* range fields (keyword terms in segments): the mapping's type, else 0 */
+	st_field_type range_type;
 	/* 1 / (k1 * (1 - b + b * len / avgdl)) per norm byte: 256 floats made
 	 * on first scoring use (a search names a few of a shard's dozens of
 	 * fields), by whichever search comes first; NULL until then */
@@ -140,6 +142,8 @@ typedef enum {
 	/* kids[0] over the nested docs of nest_path, joined to their parents */
 	P_NESTED,
 	P_INTERVALS, /* iv: the interval tree a doc must yield an interval of */
+	/* range field: the ranges (terms) in relation rel to [rq[0], rq[1]] */
+	P_RANGEREL,
 } sr_pkind;
 
 enum { OCC_MUST, OCC_SHOULD, OCC_MUST_NOT, OCC_FILTER };
@@ -220,6 +224,9 @@ struct sr_plan {
 	sr_nest_mode nest_mode;
 	/* P_INTERVALS (weight: the query's boost) */
 	sr_ivnode *iv;
+	/* P_RANGEREL: inclusive query bounds, how stored ranges must relate */
+	st_range_bound rq[2];
+	st_range_rel rel;
 };
 
 typedef struct sr_exec {

@@ -65,6 +65,8 @@ fstat_resolve(const st_mapping *m, sr_fstat *fs)
 		fs->custom_analyzer = d->custom_search_analyzer;
 	} else if (d != NULL && fs->type != ST_FT_SCALED_FLOAT && d->type == ST_FT_KEYWORD) {
 		fs->normalizer = d->normalizer;
+	} else if (d != NULL && fs->type == ST_FT_KEYWORD && st_field_type_is_range(d->type)) {
+		fs->range_type = d->type;
 	}
 	if (fs->type == ST_FT_SCALED_FLOAT)
 		fs->scale = d && d->scaling_factor > 0 ? d->scaling_factor : 1;
@@ -1369,6 +1371,147 @@ compile_ip_range(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bo
 	return CM_OK;
 }
 
+/* ---- range fields ---- */
+
+/* The column type whose bounds a range type's query values read as. */
+static st_field_type
+range_elem_type(st_field_type t)
+{
+	switch (t) {
+	case ST_FT_INTEGER_RANGE:
+		return ST_FT_INTEGER;
+	case ST_FT_FLOAT_RANGE:
+		return ST_FT_FLOAT;
+	case ST_FT_DOUBLE_RANGE:
+		return ST_FT_DOUBLE;
+	case ST_FT_DATE_RANGE:
+		return ST_FT_DATE;
+	default:
+		return ST_FT_LONG;
+	}
+}
+
+static cm_err
+range_value_error(cctx *c, const sr_fstat *fs, const char *v)
+{
+	return cm_error_set_type(
+	    c->err, CM_EINVAL, "query_shard_exception",
+	    "failed to create query: failed to parse value [%s] for field [%s] of "
+	    "type [%s]",
+	    v, fs->name, st_field_type_name(fs->range_type));
+}
+
+/* One query bound of a range field, inclusive: 1 ok, 0 empty (nothing
+ * above a gt of the greatest value), -1 not a value of the type. */
+static int
+range_query_bound(const sr_fstat *fs, const char *v, bound_kind k, const char *format,
+                  const char *tz, st_range_bound *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (fs->range_type == ST_FT_IP_RANGE) {
+		size_t n = strlen(v);
+		uint8_t other[ST_IP_LEN];
+		bool lower = k == B_GT || k == B_GTE;
+		if (!st_ip_parse(v, n, out->ip) &&
+		    !(memchr(v, '/', n) && (lower ? st_cidr_parse(v, n, out->ip, other)
+		                                  : st_cidr_parse(v, n, other, out->ip))))
+			return -1;
+		if (k == B_GT || k == B_LT)
+			return st_range_step(ST_FT_IP_RANGE, out, k == B_GT ? 1 : -1) ? 1 : 0;
+		return 1;
+	}
+	sr_fstat elem = *fs;
+	elem.type = range_elem_type(fs->range_type);
+	return column_bound(&elem, v, k, format, tz, &out->i);
+}
+
+static sr_plan *
+range_rel_plan(const sr_fstat *fs, st_range_rel rel, const st_range_bound *lo,
+               const st_range_bound *hi)
+{
+	sr_plan *p = plan_new(P_RANGEREL, 1, false);
+	p->fs = fs;
+	p->rel = rel;
+	p->rq[0] = *lo;
+	p->rq[1] = *hi;
+	return p;
+}
+
+/* term/terms on a range field: the documents with a range holding one
+ * of the values (ES: a range query from the value to itself). */
+static cm_err
+compile_range_terms(cctx *c, const sr_fstat *fs, char **vals, size_t n, float boost, bool scoring,
+                    sr_plan **out)
+{
+	sr_plan *any = plan_new(P_BOOL, 1, false);
+	any->msm = 1;
+	for (size_t i = 0; i < n; i++) {
+		st_range_bound lo, hi;
+		int r = range_query_bound(fs, vals[i], B_GTE, NULL, NULL, &lo);
+		if (r > 0)
+			r = range_query_bound(fs, vals[i], B_LTE, NULL, NULL, &hi);
+		if (r < 0 && !c->lenient) {
+			sr_plan_free(any);
+			return range_value_error(c, fs, vals[i]);
+		}
+		if (r > 0)
+			plan_add(any, range_rel_plan(fs, ST_REL_INTERSECTS, &lo, &hi), OCC_SHOULD);
+	}
+	if (!any->nkids) {
+		sr_plan_free(any);
+		*out = none();
+		return CM_OK;
+	}
+	*out = constant(any, boost, scoring);
+	return CM_OK;
+}
+
+static cm_err
+compile_range_field(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool scoring,
+                    sr_plan **out)
+{
+	st_range_bound b[2];
+	st_range_min(fs->range_type, &b[0]);
+	st_range_max(fs->range_type, &b[1]);
+	struct {
+		const char *v;
+		bound_kind k;
+	} in[4] = {{q->gt, B_GT}, {q->gte, B_GTE}, {q->lt, B_LT}, {q->lte, B_LTE}};
+	const char *mfmt = q->format;
+	if (!mfmt && fs->range_type == ST_FT_DATE_RANGE) {
+		const st_mapping *m = st_reader_mapping(c->x->reader);
+		const st_field_def *d = m ? st_mapping_find(m, q->field) : NULL;
+		mfmt = d ? d->format : NULL;
+	}
+	for (int i = 0; i < 4; i++) {
+		if (!in[i].v)
+			continue;
+		st_range_bound v;
+		int r = range_query_bound(fs, in[i].v, in[i].k, mfmt, q->time_zone, &v);
+		if (r < 0 && mfmt && !q->format)
+			r = range_query_bound(fs, in[i].v, in[i].k, NULL, q->time_zone, &v);
+		if (r < 0) {
+			if (c->lenient) {
+				*out = none();
+				return CM_OK;
+			}
+			return range_value_error(c, fs, in[i].v);
+		}
+		if (r == 0) {
+			*out = none();
+			return CM_OK;
+		}
+		b[i >= 2] = v;
+	}
+	if (st_range_cmp(fs->range_type, &b[0], &b[1]) > 0) {
+		*out = none();
+		return CM_OK;
+	}
+	*out =
+	    constant(range_rel_plan(fs, (st_range_rel)q->relation, &b[0], &b[1]), boost, scoring);
+	return CM_OK;
+}
+
 static cm_err
 compile_term(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool scoring,
              sr_plan **out)
@@ -1385,6 +1528,10 @@ compile_term(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool s
 	if (fs->type == ST_FT_IP) {
 		char *vals[1] = {(char *)v};
 		return compile_ip_terms(c, fs, vals, 1, boost, scoring, out);
+	}
+	if (st_field_type_is_range(fs->range_type)) {
+		char *vals[1] = {(char *)v};
+		return compile_range_terms(c, fs, vals, 1, boost, scoring, out);
 	}
 	if (!is_text_like(fs->type)) {
 		char *vals[1] = {(char *)v};
@@ -1432,6 +1579,8 @@ compile_terms(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 	}
 	if (fs->type == ST_FT_IP)
 		return compile_ip_terms(c, fs, q->values, q->nvalues, boost, scoring, out);
+	if (st_field_type_is_range(fs->range_type))
+		return compile_range_terms(c, fs, q->values, q->nvalues, boost, scoring, out);
 	if (!is_text_like(fs->type))
 		return compile_column_set(c, fs, q->values, q->nvalues, boost, scoring, out);
 	sr_plan *p = plan_new(P_TERMSET, boost, scoring);
@@ -1462,6 +1611,8 @@ compile_range(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 	}
 	if (fs->type == ST_FT_IP)
 		return compile_ip_range(c, q, fs, boost, scoring, out);
+	if (st_field_type_is_range(fs->range_type))
+		return compile_range_field(c, q, fs, boost, scoring, out);
 	if (is_text_like(fs->type)) {
 		sr_plan *p = plan_new(P_TERMRANGE, boost, scoring);
 		p->fs = fs;
@@ -1544,10 +1695,12 @@ multi_field_error(cctx *c, const char *what, const sr_fstat *fs)
 {
 	if (c->lenient)
 		return CM_OK;
-	return cm_error_set_type(c->err, CM_EINVAL, "query_shard_exception",
-	                         "Can only use %s queries on keyword and text fields - not on [%s] "
-	                         "which is of type [%s]",
-	                         what, fs->name, st_field_type_name(fs->type));
+	return cm_error_set_type(
+	    c->err, CM_EINVAL, "query_shard_exception",
+	    "Can only use %s queries on keyword and text fields - not on [%s] "
+	    "which is of type [%s]",
+	    what, fs->name,
+	    st_field_type_name(st_field_type_is_range(fs->range_type) ? fs->range_type : fs->type));
 }
 
 static cm_err
@@ -1562,7 +1715,7 @@ compile_multi(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 	const char *what = q->kind == SR_Q_PREFIX     ? "prefix"
 	                   : q->kind == SR_Q_WILDCARD ? "wildcard"
 	                                              : "regexp";
-	if (!is_text_like(fs->type)) {
+	if (!is_text_like(fs->type) || st_field_type_is_range(fs->range_type)) {
 		cm_err rc = multi_field_error(c, what, fs);
 		if (!rc)
 			*out = none();
@@ -1899,7 +2052,7 @@ compile_match(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool 
 		*out = none();
 		return CM_OK;
 	}
-	if (!is_text_like(fs->type)) {
+	if (!is_text_like(fs->type) || st_field_type_is_range(fs->range_type)) {
 		sr_query t = *q;
 		t.kind = SR_Q_TERM;
 		t.case_insensitive = false;
@@ -2026,7 +2179,7 @@ compile_phrase(cctx *c, const sr_query *q, const sr_fstat *fs, float boost, bool
 		*out = none();
 		return CM_OK;
 	}
-	if (!is_text_like(fs->type)) {
+	if (!is_text_like(fs->type) || st_field_type_is_range(fs->range_type)) {
 		sr_query t = *q;
 		t.kind = SR_Q_TERM;
 		return compile_term(c, &t, fs, boost, scoring, out);
@@ -2605,7 +2758,7 @@ compile(cctx *c, const sr_query *q, float boost, bool scoring, sr_plan **out)
 	case SR_Q_FUZZY:
 		if (!fs) {
 			*out = none();
-		} else if (!is_text_like(fs->type)) {
+		} else if (!is_text_like(fs->type) || st_field_type_is_range(fs->range_type)) {
 			rc = multi_field_error(c, "fuzzy", fs);
 			if (!rc)
 				*out = none();

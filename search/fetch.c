@@ -400,6 +400,74 @@ convert(const st_field_def *def, const cJSON *v, fval *out)
 	}
 }
 
+static bool
+number_text_ok(const char *s, double *d)
+{
+	char *end;
+	*d = strtod(s, &end);
+	return end != s && !*end && isfinite(*d);
+}
+
+/* A range field's value as ES 7.10 returns it under "fields": each
+ * bound under its key as given, read as the field's type (dates in the
+ * field's format); an ip_range CIDR string as sent. NULL when it does not
+ * read. */
+static cJSON *
+range_source_value(const st_field_def *def, const cJSON *v)
+{
+	if (cJSON_IsString(v)) {
+		uint8_t lo[ST_IP_LEN], hi[ST_IP_LEN];
+		if (def->type != ST_FT_IP_RANGE ||
+		    !st_cidr_parse(v->valuestring, strlen(v->valuestring), lo, hi))
+			return NULL;
+		return cJSON_CreateString(v->valuestring);
+	}
+	if (!cJSON_IsObject(v))
+		return NULL;
+	cJSON *o = cJSON_CreateObject();
+	const cJSON *e;
+	cJSON_ArrayForEach(e, v)
+	{
+		if (cJSON_IsNull(e))
+			continue;
+		char buf[64];
+		double d = 0;
+		cJSON *x = NULL;
+		if (def->type == ST_FT_DATE_RANGE) {
+			size_t n;
+			char *s = leaf_text(e, &n);
+			int64_t ms;
+			if (s && !cJSON_IsBool(e) && st_date_parse(s, n, def->format, &ms)) {
+				agg_date_format(NULL, def->format, ms, buf, sizeof(buf));
+				x = cJSON_CreateString(buf);
+			}
+			cm_free(T, s);
+		} else if (def->type == ST_FT_IP_RANGE) {
+			uint8_t ip[ST_IP_LEN];
+			if (cJSON_IsString(e) &&
+			    st_ip_parse(e->valuestring, strlen(e->valuestring), ip)) {
+				st_ip_format(ip, buf, sizeof(buf));
+				x = cJSON_CreateString(buf);
+			}
+		} else if (cJSON_IsNumber(e) ||
+		           (cJSON_IsString(e) && number_text_ok(e->valuestring, &d))) {
+			if (cJSON_IsNumber(e))
+				d = e->valuedouble;
+			if (def->type == ST_FT_FLOAT_RANGE)
+				d = (double)(float)d;
+			else if (def->type != ST_FT_DOUBLE_RANGE)
+				d = trunc(d);
+			x = cJSON_CreateNumber(d);
+		}
+		if (x == NULL) {
+			cJSON_Delete(o);
+			return NULL;
+		}
+		cJSON_AddItemToObject(o, e->string, x);
+	}
+	return o;
+}
+
 static void
 add_value(fctx *c, const char *path, const st_field_def *def, const cJSON *v)
 {
@@ -408,7 +476,12 @@ add_value(fctx *c, const char *path, const st_field_def *def, const cJSON *v)
 	fval fv;
 	if (!spec)
 		return;
-	if (!def || def->type == ST_FT_FLATTENED) { /* flattened: the object as sent */
+	if (def && st_field_type_is_range(def->type)) {
+		memset(&fv, 0, sizeof(fv));
+		fv.kind = FV_RAW;
+		if (!(fv.raw = range_source_value(def, v)))
+			return;
+	} else if (!def || def->type == ST_FT_FLATTENED) { /* flattened: the object as sent */
 		memset(&fv, 0, sizeof(fv));
 		fv.kind = FV_RAW;
 		fv.raw = cJSON_Duplicate(v, true);
@@ -453,7 +526,8 @@ walk(fctx *c, const cJSON *v, char *path, size_t plen, size_t cap, int depth, bo
 	if (!unmapped && plen && (cJSON_IsObject(v) || (cJSON_IsArray(v) && cJSON_IsNumber(v->child)))) {
 		/* a geo_point's {"lat","lon"} or [lon, lat] is one value */
 		const st_field_def *def = st_mapping_find(c->m, path);
-		if (def && (def->type == ST_FT_GEO_POINT || def->type == ST_FT_FLATTENED)) {
+		if (def && (def->type == ST_FT_GEO_POINT || def->type == ST_FT_FLATTENED ||
+		            st_field_type_is_range(def->type))) {
 			leaf(c, path, v, false);
 			return;
 		}

@@ -688,6 +688,12 @@ parse_range(pctx *c, const cJSON *body, sr_query *q)
 				                  "[range] query does not support relation [%s]",
 				                  cJSON_IsString(v) ? v->valuestring
 				                                    : token_name(v));
+			else if (!strcasecmp(v->valuestring, "within"))
+				q->relation = ST_REL_WITHIN;
+			else if (!strcasecmp(v->valuestring, "contains"))
+				q->relation = ST_REL_CONTAINS;
+			else
+				q->relation = ST_REL_INTERSECTS;
 			/* for single-valued points every relation selects the same docs */
 		} else
 			rc = unsupported(c, qn, v);

@@ -242,6 +242,11 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 				                    rk->field);
 			continue;
 		}
+		if (k->fs && st_field_type_is_range(k->fs->range_type))
+			return cm_error_set(
+			    err, CM_EINVAL,
+			    "sorting on range field [%s] of type [%s] is not supported", rk->field,
+			    st_field_type_name(k->fs->range_type));
 		if (k->fs && k->fs->type == ST_FT_GEO_POINT)
 			return cm_error_set(err, CM_EINVAL,
 			                    "can't sort on geo_point field without using specific sorting "
@@ -256,6 +261,11 @@ sr_sorter_init(sr_sorter *s, sr_exec *x, const sr_request *req, cm_error *err)
 			const char *type = rk->unmapped_type;
 			if (def && def->type == ST_FT_TEXT)
 				return cm_error_set(err, CM_EINVAL, "%s", text_sort_reason(rk->field));
+			if (def && st_field_type_is_range(def->type))
+				return cm_error_set(
+				    err, CM_EINVAL,
+				    "sorting on range field [%s] of type [%s] is not supported",
+				    rk->field, st_field_type_name(def->type));
 			if (def && def->type != ST_FT_OBJECT && !type)
 				type = st_field_type_name(def->type);
 			/* a flattened field's key none of these docs has */

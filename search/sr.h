@@ -113,6 +113,7 @@ struct sr_query {
 	/* range: bounds as strings (numbers, dates with date math, keywords) */
 	char *gt, *gte, *lt, *lte;
 	char *format, *time_zone;
+	uint8_t relation; /* range on a range field: st_range_rel (intersects by default) */
 	/* match family */
 	bool op_and;           /* operator: and */
 	char *minimum_should_match;

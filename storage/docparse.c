@@ -330,6 +330,46 @@ string_number(const char *s, double *d, int64_t *i, bool *is_int)
 	return true;
 }
 
+/* An integer in [lo, hi] from a number (or, with coerce, a string);
+ * fractions truncate unless no_coerce. */
+static bool
+integer_value(parse_ctx *c, bool no_coerce, int64_t lo, int64_t hi, cJSON *j, int64_t *out)
+{
+	int64_t v;
+	double d;
+	bool is_int = false;
+	if (cJSON_IsNumber(j)) {
+		d = j->valuedouble;
+		size_t ln;
+		const char *lex;
+		if (fabs(d) >= 9007199254740992.0 && (lex = number_lexeme(c, j, &ln)) != NULL &&
+		    lexeme_is_integer(lex, ln) && ln < 32) {
+			/* beyond 2^53 the double is not the value that was sent */
+			char buf[32];
+			memcpy(buf, lex, ln);
+			buf[ln] = '\0';
+			if (!string_number(buf, &d, &v, &is_int))
+				return false;
+		}
+	} else if (cJSON_IsString(j) && !no_coerce) {
+		if (!string_number(j->valuestring, &d, &v, &is_int))
+			return false;
+	} else {
+		return false;
+	}
+	if (!is_int) {
+		if (no_coerce && d != trunc(d))
+			return false;
+		if (!isfinite(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0)
+			return false;
+		v = (int64_t)trunc(d);
+	}
+	if (v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
 static cm_err
 emit_integer(parse_ctx *c, const st_field_def *f, cJSON *j)
 {
@@ -349,36 +389,7 @@ emit_integer(parse_ctx *c, const st_field_def *f, cJSON *j)
 		break;
 	}
 	int64_t v;
-	double d;
-	bool is_int = false;
-	if (cJSON_IsNumber(j)) {
-		d = j->valuedouble;
-		size_t ln;
-		const char *lex;
-		if (fabs(d) >= 9007199254740992.0 && (lex = number_lexeme(c, j, &ln)) != NULL &&
-		    lexeme_is_integer(lex, ln) && ln < 32) {
-			/* beyond 2^53 the double is not the value that was sent */
-			char buf[32];
-			memcpy(buf, lex, ln);
-			buf[ln] = '\0';
-			if (!string_number(buf, &d, &v, &is_int))
-				return type_error(c, f, j);
-		}
-	} else if (cJSON_IsString(j) && !f->no_coerce) {
-		if (!string_number(j->valuestring, &d, &v, &is_int))
-			return type_error(c, f, j);
-	} else {
-		return type_error(c, f, j);
-	}
-	if (!is_int) {
-		if (f->no_coerce && d != trunc(d))
-			return type_error(c, f, j);
-		/* coerce: fractions truncate toward zero, like ES */
-		if (!isfinite(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0)
-			return type_error(c, f, j);
-		v = (int64_t)trunc(d);
-	}
-	if (v < lo || v > hi)
+	if (!integer_value(c, f->no_coerce, lo, hi, j, &v))
 		return type_error(c, f, j);
 	push_value(c, f)->i = v;
 	return CM_OK;
@@ -1198,6 +1209,127 @@ emit_completion(parse_ctx *c, const st_field_def *f, cJSON *j)
 	return CM_OK;
 }
 
+/* ---- range fields ---- */
+
+/* One bound of a range field's value, inclusive as given. */
+static bool
+range_bound(parse_ctx *c, const st_field_def *f, cJSON *j, st_range_bound *b)
+{
+	memset(b, 0, sizeof(*b));
+	switch (f->type) {
+	case ST_FT_INTEGER_RANGE:
+		return integer_value(c, f->no_coerce, INT32_MIN, INT32_MAX, j, &b->i);
+	case ST_FT_LONG_RANGE:
+		return integer_value(c, f->no_coerce, INT64_MIN, INT64_MAX, j, &b->i);
+	case ST_FT_FLOAT_RANGE:
+	case ST_FT_DOUBLE_RANGE: {
+		double d;
+		int64_t i;
+		bool is_int;
+		if (cJSON_IsNumber(j))
+			d = j->valuedouble;
+		else if (!cJSON_IsString(j) || f->no_coerce ||
+		         !string_number(j->valuestring, &d, &i, &is_int))
+			return false;
+		if (!isfinite(d))
+			return false;
+		if (f->type == ST_FT_FLOAT_RANGE) {
+			if (fabs(d) >= 0x1.ffffffp+127)
+				return false;
+			d = (double)(float)d;
+		}
+		b->i = st_double_to_sortable(d);
+		return true;
+	}
+	case ST_FT_DATE_RANGE: {
+		if (!cJSON_IsString(j) && !cJSON_IsNumber(j))
+			return false;
+		size_t n;
+		const char *s = node_text(c, j, &n);
+		return s != NULL && st_date_parse(s, n, f->format, &b->i);
+	}
+	case ST_FT_IP_RANGE:
+		return cJSON_IsString(j) &&
+		       st_ip_parse(j->valuestring, strlen(j->valuestring), b->ip);
+	default:
+		return false;
+	}
+}
+
+/* One range: {"gte"|"gt": .., "lte"|"lt": ..} (a missing or null bound
+ * is open) or, for ip_range, "addr/len". Exclusive bounds become the
+ * next value in, as ES stores them. */
+static cm_err
+range_value(parse_ctx *c, const st_field_def *f, const st_field_def *def, cJSON *j)
+{
+	if (cJSON_IsNull(j))
+		return CM_OK;
+	st_range_bound lo, hi;
+	st_range_min(f->type, &lo);
+	st_range_max(f->type, &hi);
+	if (f->type == ST_FT_IP_RANGE && cJSON_IsString(j)) {
+		if (!st_cidr_parse(j->valuestring, strlen(j->valuestring), lo.ip, hi.ip))
+			return type_error(c, f, j);
+	} else if (cJSON_IsObject(j)) {
+		cJSON *it;
+		cJSON_ArrayForEach(it, j)
+		{
+			const char *k = it->string;
+			bool upper = strcmp(k, "lt") == 0 || strcmp(k, "lte") == 0;
+			bool excl = strcmp(k, "gt") == 0 || strcmp(k, "lt") == 0;
+			if (!upper && strcmp(k, "gt") != 0 && strcmp(k, "gte") != 0)
+				return type_error(c, f, j); /* ES: "with unknown parameter" */
+			st_range_bound *b = upper ? &hi : &lo;
+			if (cJSON_IsNull(it)) {
+				if (upper)
+					st_range_max(f->type, b);
+				else
+					st_range_min(f->type, b);
+				continue;
+			}
+			if (!range_bound(c, f, it, b) ||
+			    (excl && !st_range_step(f->type, b, upper ? -1 : 1)))
+				return type_error(c, f, j);
+		}
+	} else {
+		return type_error(c, f, j); /* ES: "expected an object" */
+	}
+	if (st_range_cmp(f->type, &lo, &hi) > 0) /* Lucene: min is greater than max */
+		return type_error(c, f, j);
+	if (c->doc->nvalues >= MAX_DOC_VALUES)
+		return cm_error_set(c->err, CM_EMAPPING,
+		                    "failed to parse: too many values in one document");
+	uint8_t term[ST_RANGE_TERM_MAX];
+	size_t n = st_range_encode(f->type, &lo, &hi, term);
+	st_value *v = push_value(c, f);
+	v->field = def;
+	v->s = doc_own(c->doc, term, n);
+	v->n = n;
+	return CM_OK;
+}
+
+static cm_err
+emit_range(parse_ctx *c, const st_field_def *f, cJSON *j)
+{
+	st_field_def d;
+	memset(&d, 0, sizeof d);
+	d.path = doc_own(c->doc, f->path, strlen(f->path) + 1);
+	d.type = ST_FT_KEYWORD;
+	d.index = f->index;
+	d.doc_values = f->doc_values;
+	const st_field_def *def = (st_field_def *)doc_own(c->doc, &d, sizeof d);
+	if (!cJSON_IsArray(j))
+		return range_value(c, f, def, j);
+	cJSON *it;
+	cJSON_ArrayForEach(it, j)
+	{
+		cm_err e = range_value(c, f, def, it);
+		if (e)
+			return e;
+	}
+	return CM_OK;
+}
+
 /* ---- nested objects ---- */
 
 static const st_field_def nested_path_def = {
@@ -1307,6 +1439,8 @@ walk_value(parse_ctx *c, cJSON *j, size_t plen, const st_field_def *known, st_dy
 		return emit_flattened(c, known, j);
 	if (known != NULL && known->type == ST_FT_COMPLETION)
 		return emit_completion(c, known, j);
+	if (known != NULL && st_field_type_is_range(known->type))
+		return emit_range(c, known, j);
 	if (cJSON_IsNull(j)) {
 		if (known == NULL || known->null_value == NULL || known->type == ST_FT_OBJECT)
 			return CM_OK;

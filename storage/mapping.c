@@ -779,7 +779,8 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			}
 			f.scaling_factor = sf;
 		} else if (strcmp(k, "format") == 0 &&
-		           (type == ST_FT_DATE || type == ST_FT_DATE_NANOS)) {
+		           (type == ST_FT_DATE || type == ST_FT_DATE_NANOS ||
+		            type == ST_FT_DATE_RANGE)) {
 			ok = cJSON_IsString(it);
 			if (ok && !st_date_format_valid(it->valuestring)) {
 				cm_error_set(err, CM_EMAPPING, "Invalid format: [%s]",
@@ -794,7 +795,8 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 				f.format = cm_strdup(CM_MEM_STORAGE, it->valuestring);
 			}
 		} else if (strcmp(k, "null_value") == 0 && type != ST_FT_OBJECT &&
-		           type != ST_FT_TEXT && type != ST_FT_BINARY) {
+		           type != ST_FT_TEXT && type != ST_FT_BINARY &&
+		           !st_field_type_is_range(type)) {
 			if (cJSON_IsNull(it))
 				continue;
 			char num[64];
@@ -820,9 +822,11 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 		           ((st_field_type_is_numeric(type) && type != ST_FT_BOOLEAN) ||
 		            type == ST_FT_IP)) {
 			ok = json_bool(it, &f.ignore_malformed);
-		} else if (strcmp(k, "coerce") == 0 && st_field_type_is_numeric(type) &&
-		           type != ST_FT_BOOLEAN && type != ST_FT_DATE && type != ST_FT_DATE_NANOS &&
-		           type != ST_FT_GEO_POINT) {
+		} else if (strcmp(k, "coerce") == 0 &&
+		           ((st_field_type_is_numeric(type) && type != ST_FT_BOOLEAN &&
+		             type != ST_FT_DATE && type != ST_FT_DATE_NANOS &&
+		             type != ST_FT_GEO_POINT) ||
+		            st_field_type_is_range(type))) {
 			bool coerce = true;
 			ok = json_bool(it, &coerce);
 			f.no_coerce = !coerce;
@@ -830,7 +834,7 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			if (parse_meta(&f, it, err))
 				goto fail_f;
 		} else if (strcmp(k, "copy_to") == 0 && type != ST_FT_OBJECT &&
-		           type != ST_FT_FLATTENED) {
+		           !st_field_type_is_range(type) && type != ST_FT_FLATTENED) {
 			if (source != NULL) {
 				cm_error_set(
 				    err, CM_EMAPPING,
@@ -857,7 +861,7 @@ parse_field(fbuf *b, char *path, const char *source, const cJSON *spec, int dept
 			else
 				f.include_in_root = v;
 		} else if (strcmp(k, "fields") == 0 && type != ST_FT_OBJECT &&
-		           type != ST_FT_FLATTENED) {
+		           !st_field_type_is_range(type) && type != ST_FT_FLATTENED) {
 			ok = cJSON_IsObject(it);
 			fields = it;
 		} else if (type == ST_FT_TEXT &&

@@ -40,6 +40,15 @@ typedef enum {
 	 * "<path>" holding the analysed text, the weight and the input
 	 * (st_completion_term), read by the completion suggester */
 	ST_FT_COMPLETION,
+	/* Mapping only: each range is a keyword term of the segment field
+	 * "<path>", its inclusive bounds in order-preserving bytes
+	 * (st_range_encode), so terms sort by lower then upper bound */
+	ST_FT_INTEGER_RANGE,
+	ST_FT_LONG_RANGE,
+	ST_FT_FLOAT_RANGE,
+	ST_FT_DOUBLE_RANGE,
+	ST_FT_DATE_RANGE,
+	ST_FT_IP_RANGE,
 } st_field_type;
 
 #define ST_FT_LAST ST_FT_GEO_POINT
@@ -59,6 +68,8 @@ bool st_field_type_is_numeric(st_field_type t); /* long..float, date, boolean: c
 bool st_field_type_is_ordinal(st_field_type t);
 /* Column holds sortable doubles: double, float, half_float. */
 bool st_field_type_is_double(st_field_type t);
+/* integer_range .. ip_range. */
+bool st_field_type_is_range(st_field_type t);
 /* Field types a segment may hold (not object or binary). */
 bool st_field_type_stored(unsigned t);
 
@@ -109,6 +120,35 @@ st_col_to_ulong(int64_t v)
 {
 	return (uint64_t)v ^ 0x8000000000000000ull;
 }
+/* ---- range fields ---- */
+
+/* A range's term: lower then upper bound, both inclusive, each 16 bytes
+ * for ip_range and 8 (int64 or sortable double, sign bit flipped, big
+ * endian) otherwise; byte order is value order. */
+#define ST_RANGE_TERM_MAX (2 * ST_IP_LEN)
+typedef struct st_range_bound {
+	int64_t i; /* integer, long, date: the value; float, double: sortable form */
+	uint8_t ip[ST_IP_LEN];
+} st_range_bound;
+size_t st_range_encode(st_field_type t, const st_range_bound *lo, const st_range_bound *hi,
+                       uint8_t out[ST_RANGE_TERM_MAX]);
+bool st_range_decode(st_field_type t, const uint8_t *term, size_t n, st_range_bound *lo,
+                     st_range_bound *hi);
+/* Compares two bounds of a field of type t. */
+int st_range_cmp(st_field_type t, const st_range_bound *a, const st_range_bound *b);
+/* How a query range [qlo, qhi] relates to a stored range [lo, hi]
+ * (all inclusive), as ES's range query "relation" reads it. */
+typedef enum { ST_REL_INTERSECTS, ST_REL_WITHIN, ST_REL_CONTAINS } st_range_rel;
+bool st_range_matches(st_field_type t, st_range_rel rel, const st_range_bound *lo,
+                      const st_range_bound *hi, const st_range_bound *qlo,
+                      const st_range_bound *qhi);
+/* The least and greatest bound of a range type (an open end). */
+void st_range_min(st_field_type t, st_range_bound *b);
+void st_range_max(st_field_type t, st_range_bound *b);
+/* The next bound above (dir > 0) or below v; false when v is already
+ * the greatest (least) value: ES turns gt/lt into inclusive bounds so. */
+bool st_range_step(st_field_type t, st_range_bound *v, int dir);
+
 const char *st_analyzer_name(st_analyzer_kind a);
 bool st_analyzer_from_name(const char *name, st_analyzer_kind *out);
 

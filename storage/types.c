@@ -21,6 +21,9 @@ static const char *const field_type_names[] = {
     [ST_FT_UNSIGNED_LONG] = "unsigned_long", [ST_FT_GEO_POINT] = "geo_point",
     [ST_FT_FLATTENED] = "flattened",
     [ST_FT_COMPLETION] = "completion",
+    [ST_FT_INTEGER_RANGE] = "integer_range", [ST_FT_LONG_RANGE] = "long_range",
+    [ST_FT_FLOAT_RANGE] = "float_range",     [ST_FT_DOUBLE_RANGE] = "double_range",
+    [ST_FT_DATE_RANGE] = "date_range",       [ST_FT_IP_RANGE] = "ip_range",
 };
 
 static const char *const analyzer_names[] = {
@@ -85,6 +88,12 @@ bool
 st_field_type_is_double(st_field_type t)
 {
 	return t == ST_FT_DOUBLE || t == ST_FT_FLOAT || t == ST_FT_HALF_FLOAT;
+}
+
+bool
+st_field_type_is_range(st_field_type t)
+{
+	return t >= ST_FT_INTEGER_RANGE && t <= ST_FT_IP_RANGE;
 }
 
 bool
@@ -567,4 +576,153 @@ st_geo_point(const cJSON *j, double *lat, double *lon)
 		return !*end && geo_valid(*lat, *lon);
 	}
 	return geohash_decode(s, lat, lon);
+}
+
+/* ---- range fields ---- */
+
+static void
+put_be64(uint8_t *p, uint64_t v)
+{
+	for (int k = 7; k >= 0; k--, v >>= 8)
+		p[k] = (uint8_t)v;
+}
+
+static uint64_t
+get_be64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int k = 0; k < 8; k++)
+		v = v << 8 | p[k];
+	return v;
+}
+
+size_t
+st_range_encode(st_field_type t, const st_range_bound *lo, const st_range_bound *hi,
+                uint8_t out[ST_RANGE_TERM_MAX])
+{
+	if (t == ST_FT_IP_RANGE) {
+		memcpy(out, lo->ip, ST_IP_LEN);
+		memcpy(out + ST_IP_LEN, hi->ip, ST_IP_LEN);
+		return 2 * ST_IP_LEN;
+	}
+	put_be64(out, (uint64_t)lo->i ^ 0x8000000000000000ull);
+	put_be64(out + 8, (uint64_t)hi->i ^ 0x8000000000000000ull);
+	return 16;
+}
+
+bool
+st_range_decode(st_field_type t, const uint8_t *term, size_t n, st_range_bound *lo,
+                st_range_bound *hi)
+{
+	memset(lo, 0, sizeof(*lo));
+	memset(hi, 0, sizeof(*hi));
+	if (t == ST_FT_IP_RANGE) {
+		if (n != 2 * ST_IP_LEN)
+			return false;
+		memcpy(lo->ip, term, ST_IP_LEN);
+		memcpy(hi->ip, term + ST_IP_LEN, ST_IP_LEN);
+		return true;
+	}
+	if (n != 16)
+		return false;
+	lo->i = (int64_t)(get_be64(term) ^ 0x8000000000000000ull);
+	hi->i = (int64_t)(get_be64(term + 8) ^ 0x8000000000000000ull);
+	return true;
+}
+
+int
+st_range_cmp(st_field_type t, const st_range_bound *a, const st_range_bound *b)
+{
+	if (t == ST_FT_IP_RANGE)
+		return memcmp(a->ip, b->ip, ST_IP_LEN);
+	return a->i < b->i ? -1 : a->i > b->i;
+}
+
+bool
+st_range_matches(st_field_type t, st_range_rel rel, const st_range_bound *lo,
+                 const st_range_bound *hi, const st_range_bound *qlo, const st_range_bound *qhi)
+{
+	switch (rel) {
+	case ST_REL_WITHIN: /* the stored range lies inside the query's */
+		return st_range_cmp(t, qlo, lo) <= 0 && st_range_cmp(t, hi, qhi) <= 0;
+	case ST_REL_CONTAINS: /* the stored range holds the query's */
+		return st_range_cmp(t, lo, qlo) <= 0 && st_range_cmp(t, qhi, hi) <= 0;
+	default:
+		return st_range_cmp(t, lo, qhi) <= 0 && st_range_cmp(t, qlo, hi) <= 0;
+	}
+}
+
+void
+st_range_min(st_field_type t, st_range_bound *b)
+{
+	memset(b, 0, sizeof(*b));
+	switch (t) {
+	case ST_FT_INTEGER_RANGE:
+		b->i = INT32_MIN;
+		break;
+	case ST_FT_FLOAT_RANGE:
+	case ST_FT_DOUBLE_RANGE:
+		b->i = st_double_to_sortable(-INFINITY);
+		break;
+	case ST_FT_IP_RANGE:
+		break; /* :: */
+	default:
+		b->i = INT64_MIN;
+		break;
+	}
+}
+
+void
+st_range_max(st_field_type t, st_range_bound *b)
+{
+	memset(b, 0, sizeof(*b));
+	switch (t) {
+	case ST_FT_INTEGER_RANGE:
+		b->i = INT32_MAX;
+		break;
+	case ST_FT_FLOAT_RANGE:
+	case ST_FT_DOUBLE_RANGE:
+		b->i = st_double_to_sortable(INFINITY);
+		break;
+	case ST_FT_IP_RANGE:
+		memset(b->ip, 0xff, ST_IP_LEN);
+		break;
+	default:
+		b->i = INT64_MAX;
+		break;
+	}
+}
+
+bool
+st_range_step(st_field_type t, st_range_bound *v, int dir)
+{
+	st_range_bound end;
+	if (dir > 0)
+		st_range_max(t, &end);
+	else
+		st_range_min(t, &end);
+	if (st_range_cmp(t, v, &end) == 0)
+		return false;
+	if (t == ST_FT_IP_RANGE) {
+		/* add or subtract one, carrying */
+		for (int k = ST_IP_LEN - 1; k >= 0; k--) {
+			v->ip[k] = (uint8_t)(v->ip[k] + (dir > 0 ? 1 : -1));
+			if (v->ip[k] != (dir > 0 ? 0x00 : 0xff))
+				break;
+		}
+		return true;
+	}
+	if (t == ST_FT_FLOAT_RANGE) {
+		float f = (float)st_sortable_to_double(v->i);
+		f = nextafterf(f, dir > 0 ? INFINITY : -INFINITY);
+		v->i = st_double_to_sortable((double)f);
+		return true;
+	}
+	if (t == ST_FT_DOUBLE_RANGE) {
+		double d = st_sortable_to_double(v->i);
+		v->i = st_double_to_sortable(nextafter(d, dir > 0 ? INFINITY : -INFINITY));
+		return true;
+	}
+	v->i += dir > 0 ? 1 : -1;
+	return true;
 }

@@ -248,9 +248,84 @@ test_geo(void)
 	CHECK(st_geo_distance(1, 2, 1, 2) == 0);
 }
 
+static st_range_bound
+lb(int64_t i)
+{
+	st_range_bound b;
+	memset(&b, 0, sizeof b);
+	b.i = i;
+	return b;
+}
+
+/* Relations of a query range to a stored one, ES's range query on range
+ * fields; the term encoding sorts by lower then upper bound. */
+static void
+test_ranges(void)
+{
+	const st_field_type L = ST_FT_LONG_RANGE;
+	st_range_bound lo = lb(10), hi = lb(20);
+	struct {
+		int64_t qlo, qhi;
+		bool intersects, within, contains;
+	} cases[] = {
+	    {0, 9, false, false, false},  {0, 10, true, false, false},
+	    {15, 15, true, false, true},  {10, 20, true, true, true},
+	    {5, 25, true, true, false},   {12, 30, true, false, false},
+	    {20, 30, true, false, false}, {21, 30, false, false, false},
+	    {10, 19, true, false, true},  {11, 20, true, false, true},
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		st_range_bound ql = lb(cases[k].qlo), qh = lb(cases[k].qhi);
+		CHECKF(st_range_matches(L, ST_REL_INTERSECTS, &lo, &hi, &ql, &qh) ==
+		           cases[k].intersects,
+		       "intersects %zu", k);
+		CHECKF(st_range_matches(L, ST_REL_WITHIN, &lo, &hi, &ql, &qh) == cases[k].within,
+		       "within %zu", k);
+		CHECKF(st_range_matches(L, ST_REL_CONTAINS, &lo, &hi, &ql, &qh) ==
+		           cases[k].contains,
+		       "contains %zu", k);
+	}
+	/* the encoding round-trips and its bytes sort as (lo, hi) */
+	uint8_t a[ST_RANGE_TERM_MAX], b[ST_RANGE_TERM_MAX];
+	st_range_bound x = lb(-5), y = lb(3), dlo, dhi;
+	size_t na = st_range_encode(L, &x, &y, a);
+	CHECK(na == 16 && st_range_decode(L, a, na, &dlo, &dhi) && dlo.i == -5 && dhi.i == 3);
+	st_range_bound z = lb(-4), w = lb(-100);
+	size_t nb = st_range_encode(L, &z, &w, b);
+	CHECK(memcmp(a, b, na) < 0 && nb == na);
+	CHECK(!st_range_decode(L, a, 15, &dlo, &dhi));
+	/* exclusive bounds step to the next value; the extremes do not */
+	st_range_bound v = lb(7);
+	CHECK(st_range_step(ST_FT_INTEGER_RANGE, &v, 1) && v.i == 8);
+	st_range_max(ST_FT_INTEGER_RANGE, &v);
+	CHECK(v.i == INT32_MAX && !st_range_step(ST_FT_INTEGER_RANGE, &v, 1));
+	v = lb(st_double_to_sortable(1.0));
+	CHECK(st_range_step(ST_FT_FLOAT_RANGE, &v, 1) &&
+	      st_sortable_to_double(v.i) == (double)nextafterf(1.0f, 2.0f));
+	v = lb(st_double_to_sortable(1.0));
+	CHECK(st_range_step(ST_FT_DOUBLE_RANGE, &v, -1) &&
+	      st_sortable_to_double(v.i) == nextafter(1.0, 0.0));
+	/* ip: CIDR ends, +-1 with carry, ordered by address */
+	st_range_bound ilo, ihi;
+	memset(&ilo, 0, sizeof ilo);
+	memset(&ihi, 0, sizeof ihi);
+	CHECK(st_cidr_parse("10.0.0.0/8", 10, ilo.ip, ihi.ip));
+	st_range_bound q = ihi;
+	CHECK(st_range_step(ST_FT_IP_RANGE, &q, 1) && q.ip[12] == 11 && q.ip[15] == 0);
+	CHECK(st_range_step(ST_FT_IP_RANGE, &q, -1) && memcmp(q.ip, ihi.ip, ST_IP_LEN) == 0);
+	st_range_bound one;
+	memset(&one, 0, sizeof one);
+	CHECK(st_ip_parse("10.1.2.3", 8, one.ip));
+	CHECK(st_range_matches(ST_FT_IP_RANGE, ST_REL_CONTAINS, &ilo, &ihi, &one, &one));
+	CHECK(!st_range_matches(ST_FT_IP_RANGE, ST_REL_WITHIN, &ilo, &ihi, &one, &one));
+	st_range_min(ST_FT_IP_RANGE, &q);
+	CHECK(!st_range_step(ST_FT_IP_RANGE, &q, -1));
+}
+
 int
 main(void)
 {
+	test_ranges();
 	test_geo();
 	test_ip_parse();
 	test_ip_format();
