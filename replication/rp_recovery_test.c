@@ -1,7 +1,9 @@
 /* Recovery between two rp instances wired through a fake host over shards
  * in temp dirs: ops-based, file-based (a copy whose history diverged),
  * cancel mid-file, the primary dying mid-recovery, the master's answer to
- * a finalize lost, a prepared hand-over; and the write path
+ * a finalize lost, a write failing on a copy the master counts in while
+ * the primary cannot have it taken out, a prepared hand-over; and the
+ * write path
  * (a replica that fails leaves the in-sync set before the write is
  * acknowledged; a deposed primary acknowledges nothing). */
 #define _GNU_SOURCE
