@@ -432,15 +432,29 @@ serve_finalize(rp *r, const Shoal__RecShard *m, rp_shard *rs, st_shard *s, int t
 	rs->tracking &= ~bit;
 	if (started || doubt)
 		rs->ckp[target] = c.n ? calls[target].ckp : ckp;
-	if (doubt && !(now.in_sync & bit))
+	/* Counted in, but a write failed on it: in sync for the master until
+	 * the FAILED below is answered, so waited for and counted in the
+	 * global checkpoint as one meanwhile (and for good if that ask fails). */
+	if ((doubt || (started && failed)) && !(now.in_sync & bit))
 		rs->doubt |= bit; /* waited for as in sync until the routes or the master say */
 	pthread_mutex_unlock(&r->mu);
 	rp_retain(r, rs, s, target, INT64_MAX);
 	if (started && failed) {
 		cm_error e;
 		cm_error_clear(&e);
-		rp_ask_master(r, RP_EV_FAILED, rs->index, rs->uuid, rs->shard, target, ro.term,
-		              "a write failed on it while it joined the in-sync set", &e);
+		if (rp_ask_master(r, RP_EV_FAILED, rs->index, rs->uuid, rs->shard, target, ro.term,
+		                  "a write failed on it while it joined the in-sync set",
+		                  &e) == CM_OK) {
+			pthread_mutex_lock(&r->mu);
+			rs->doubt &= ~bit; /* the master has it out */
+			pthread_mutex_unlock(&r->mu);
+		} else {
+			cm_warn(
+			    "replication",
+			    "[%s][%d] copy on [%s] joined the in-sync set, a write failed on it, "
+			    "and the master could not take it out (%s): it stays in sync here",
+			    rs->index, rs->shard, r->names[target], e.reason);
+		}
 		cm_error_set(err, CM_EUNAVAIL,
 		             "[%s][%d] a write failed on the copy while it joined the in-sync set",
 		             rs->index, rs->shard);

@@ -1,7 +1,9 @@
 /* Recovery between two rp instances wired through a fake host over shards
  * in temp dirs: ops-based, file-based (a copy whose history diverged),
  * cancel mid-file, the primary dying mid-recovery, the master's answer to
- * a finalize lost, a prepared hand-over; and the write path
+ * a finalize lost, a write failing on a copy the master counts in while
+ * the primary cannot have it taken out, a prepared hand-over; and the
+ * write path
  * (a replica that fails leaves the in-sync set before the write is
  * acknowledged; a deposed primary acknowledges nothing). */
 #define _GNU_SOURCE
@@ -143,20 +145,33 @@ publish(void)
 }
 
 static _Atomic bool lose_started; /* the master applies a STARTED, its answer is lost */
+/* test_finalize_failed_write: when the master is asked STARTED, a write
+ * first fails on the copy (the primary's forwards aborted as it stops);
+ * the primary learns nothing and cannot ask the master FAILED after. */
+static _Atomic bool fail_write_at_started, refuse_failed;
+static int write_docs(int from, int to);
 
 static cm_err
 f_master_event(void *h, const rp_event *ev, cm_error *err)
 {
 	fake *f = h;
-	bool changed;
+	bool changed, hide_started = false;
 	if (atomic_load(&down[f->id]))
 		return cm_error_set(err, CM_EUNAVAIL, "master unreachable");
+	if (ev->kind == RP_EV_FAILED && atomic_load(&refuse_failed))
+		return cm_error_set(err, CM_EUNAVAIL, "master unreachable (stopping)");
+	if (ev->kind == RP_EV_STARTED && atomic_exchange(&fail_write_at_started, false)) {
+		atomic_store(&fail_replica_bulks, 1);
+		CHECK(write_docs(141, 142) == 0); /* not acknowledged: the copy is pending */
+		atomic_store(&fail_replica_bulks, 0);
+		hide_started = true; /* applied, answered, but the primary's routes stay */
+	}
 	pthread_mutex_lock(&master_mu);
 	cm_err rc = rp_state_apply(master, ev, &changed, err);
 	bool lost = !rc && ev->kind == RP_EV_STARTED && atomic_exchange(&lose_started, false);
 	if (!rc && changed) {
 		master->version++;
-		if (lost)
+		if (lost || hide_started)
 			rp_set_state(nodes[1].r, master); /* the primary does not learn it */
 		else
 			publish();
@@ -503,6 +518,91 @@ test_started_answer_lost(void)
 	CHECK(same_docs(141) == 0);
 }
 
+/* Runs `node`'s ticks until both copies are in sync or `ms` pass. */
+static bool
+recover_on(int node, int ms)
+{
+	for (int t = 0; t < ms / 10; t++) {
+		rp_tick(nodes[node].r);
+		if (in_sync() == 3)
+			break;
+		usleep(10000);
+	}
+	rp_quiesce(nodes[node].r);
+	return in_sync() == 3;
+}
+
+static void
+set_primary(int primary, uint64_t in_sync_set)
+{
+	pthread_mutex_lock(&master_mu);
+	rp_route *mr = &rp_state_index(master, "ix")->routes[0];
+	mr->primary = primary;
+	mr->term++;
+	mr->in_sync = in_sync_set;
+	master->version++;
+	publish();
+	pthread_mutex_unlock(&master_mu);
+}
+
+/* A write fails on the copy while it finalizes; the master counts the
+ * copy in (STARTED answered) but the primary neither learns the new
+ * routes nor can ask the master to take the copy out again (a primary
+ * being stopped: its calls are aborted). The master holds the copy in
+ * sync, so the primary must go on counting it: its global checkpoint
+ * must not pass the op the copy lacks. Else, once the copy is promoted
+ * and numbers other ops of the new term there, the old primary's
+ * recovery compares histories only above that checkpoint, agrees, and
+ * keeps its op (R8 on etcd in namespaces: copies differed). */
+static void
+test_finalize_failed_write(void)
+{
+	drop_replica();
+	CHECK(write_docs(142, 145) == 3);
+	atomic_store(&fail_write_at_started, true);
+	atomic_store(&refuse_failed, true);
+	nodes[1].r->next_rec_ns = 0;
+	CHECK(recover(10000)); /* the master has it in sync ... */
+	CHECK(!atomic_load(&fail_write_at_started));
+	rp_route ro;
+	CHECK(rp_route_get(nodes[0].r, "ix", 0, &ro) && ro.in_sync == 1); /* ... the primary not */
+	st_shard_stats p, c;
+	st_shard_stats_get(nodes[0].s, &p);
+	st_shard_stats_get(nodes[1].s, &c);
+	CHECK(p.local_checkpoint != ST_NO_SEQ && c.local_checkpoint < p.local_checkpoint);
+	for (int i = 0; i < 3; i++)
+		rp_tick(nodes[0].r); /* the idle global checkpoint */
+	uint64_t g = st_shard_global_checkpoint(nodes[0].s);
+	CHECKF(g == ST_NO_SEQ || g <= c.local_checkpoint,
+	       "the primary's global checkpoint %llu passed the local checkpoint %llu of a copy "
+	       "the master holds in sync",
+	       (unsigned long long)g, (unsigned long long)c.local_checkpoint);
+	/* a write goes to the copy too, or is not acknowledged */
+	char id[32], src[64];
+	st_doc_meta m;
+	cm_buf sb;
+	cm_buf_init(&sb, CM_MEM_COMMON);
+	int acked = write_docs(145, 146);
+	snprintf(id, sizeof(id), "d145");
+	CHECKF(!acked || st_shard_get(nodes[1].s, id, strlen(id), &m, &sb) == CM_OK,
+	       "a write was acknowledged while the master held in sync a copy that lacks it");
+	cm_buf_free(&sb);
+	atomic_store(&refuse_failed, false);
+	/* the primary stops; the copy is promoted and numbers its own ops */
+	set_primary(1, 2);
+	st_op op = doc_op(146, id, src);
+	st_op_result res;
+	memset(&res, 0, sizeof(res));
+	CHECK(rp_primary_apply(nodes[1].r, &nodes[1], "ix", "u1", 0, &op, 1, &res, 0) == CM_OK &&
+	      res.err == CM_OK);
+	/* the old primary returns and recovers: afterwards the copies agree */
+	nodes[0].r->next_rec_ns = 0;
+	CHECK(recover_on(0, 15000));
+	CHECKF(same_docs(147) == 0, "%d docs differ after the old primary's recovery",
+	       same_docs(147));
+	set_primary(0, 3); /* node-1 leads again, for the rows after */
+}
+
 typedef struct held_write {
 	int k;
 	st_op_result res;
@@ -685,6 +785,7 @@ main(void)
 	test_file_based();
 	test_primary_dies();
 	test_started_answer_lost();
+	test_finalize_failed_write();
 	test_handoff();
 	test_deposed();
 	test_promoted_term();
