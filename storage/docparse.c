@@ -1187,26 +1187,44 @@ comp_value(parse_ctx *c, const st_field_def *f, const st_field_def *def, const c
 	return CM_OK;
 }
 
-static cm_err
-emit_completion(parse_ctx *c, const st_field_def *f, cJSON *j)
+/* The definition a field kept as keyword terms (completion, ranges)
+ * indexes its values under: a keyword at f's path, owned by the doc. */
+static const st_field_def *
+terms_def(parse_ctx *c, const st_field_def *f, bool index, bool doc_values)
 {
 	st_field_def d;
 	memset(&d, 0, sizeof d);
-	size_t n = strlen(f->path);
-	d.path = doc_own(c->doc, f->path, n + 1);
+	d.path = doc_own(c->doc, f->path, strlen(f->path) + 1);
 	d.type = ST_FT_KEYWORD;
-	d.index = true;
-	const st_field_def *def = (st_field_def *)doc_own(c->doc, &d, sizeof d);
+	d.index = index;
+	d.doc_values = doc_values;
+	return (const st_field_def *)doc_own(c->doc, &d, sizeof d);
+}
+
+typedef cm_err (*value_fn)(parse_ctx *c, const st_field_def *f, const st_field_def *def,
+                           const cJSON *j);
+
+/* fn over j, or over each of its items when j is an array. */
+static cm_err
+each_value(parse_ctx *c, const st_field_def *f, const st_field_def *def, const cJSON *j,
+           value_fn fn)
+{
 	if (!cJSON_IsArray(j))
-		return comp_value(c, f, def, j);
-	cJSON *it;
+		return fn(c, f, def, j);
+	const cJSON *it;
 	cJSON_ArrayForEach(it, j)
 	{
-		cm_err e = comp_value(c, f, def, it);
+		cm_err e = fn(c, f, def, it);
 		if (e)
 			return e;
 	}
 	return CM_OK;
+}
+
+static cm_err
+emit_completion(parse_ctx *c, const st_field_def *f, cJSON *j)
+{
+	return each_value(c, f, terms_def(c, f, true, false), j, comp_value);
 }
 
 /* ---- range fields ---- */
@@ -1260,7 +1278,7 @@ range_bound(parse_ctx *c, const st_field_def *f, cJSON *j, st_range_bound *b)
  * is open) or, for ip_range, "addr/len". Exclusive bounds become the
  * next value in, as ES stores them. */
 static cm_err
-range_value(parse_ctx *c, const st_field_def *f, const st_field_def *def, cJSON *j)
+range_value(parse_ctx *c, const st_field_def *f, const st_field_def *def, const cJSON *j)
 {
 	if (cJSON_IsNull(j))
 		return CM_OK;
@@ -1311,23 +1329,7 @@ range_value(parse_ctx *c, const st_field_def *f, const st_field_def *def, cJSON 
 static cm_err
 emit_range(parse_ctx *c, const st_field_def *f, cJSON *j)
 {
-	st_field_def d;
-	memset(&d, 0, sizeof d);
-	d.path = doc_own(c->doc, f->path, strlen(f->path) + 1);
-	d.type = ST_FT_KEYWORD;
-	d.index = f->index;
-	d.doc_values = f->doc_values;
-	const st_field_def *def = (st_field_def *)doc_own(c->doc, &d, sizeof d);
-	if (!cJSON_IsArray(j))
-		return range_value(c, f, def, j);
-	cJSON *it;
-	cJSON_ArrayForEach(it, j)
-	{
-		cm_err e = range_value(c, f, def, it);
-		if (e)
-			return e;
-	}
-	return CM_OK;
+	return each_value(c, f, terms_def(c, f, f->index, f->doc_values), j, range_value);
 }
 
 /* ---- nested objects ---- */

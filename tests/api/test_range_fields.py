@@ -8,39 +8,13 @@ matching)."""
 import ipaddress
 import os
 import random
-import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from shoal import ClusterNode, Node, cluster_file, eq, error_is, run_tests, test  # noqa: E402
+from shoal import SoloAndCluster, eq, error_is, run_tests, test  # noqa: E402
 
-TMP = tempfile.mkdtemp(prefix="shoal-range-test-")
-NAMES = ["node-1", "node-2", "node-3"]
-SOLO = None
-CLUSTER = {}
-
-
-def solo():
-    global SOLO
-    if SOLO is None:
-        SOLO = Node()
-    return SOLO
-
-
-def cluster():
-    if not CLUSTER:
-        cfile = os.path.join(TMP, "cluster.json")
-        ports = cluster_file(cfile, [(n, None) for n in NAMES])
-        for n in NAMES:
-            d = os.path.join(TMP, n)
-            os.makedirs(d, exist_ok=True)
-            CLUSTER[n] = ClusterNode(cfile, n, ports[n][0], data=d)
-        for n in NAMES:
-            st, b = CLUSTER[n].req("GET", "/_cluster/health?wait_for_nodes=3&timeout=60s",
-                                   timeout=80)
-            eq((st, b.get("number_of_nodes")), (200, 3), "3 nodes seen by " + n)
-    return CLUSTER
+FIX = SoloAndCluster("shoal-range-test-")
+solo, cluster, teardown = FIX.solo, FIX.cluster, FIX.teardown
 
 
 def targets():
@@ -415,15 +389,6 @@ def histogram_hard_bounds():
         eq(st, 400, label + " terms on a range field: %s" % b)
         n.req("DELETE", "/rhb")
 
-
-def teardown():
-    rc = 0
-    if SOLO:
-        rc = SOLO.stop() or rc
-    for n in CLUSTER.values():
-        rc = n.stop() or rc
-    shutil.rmtree(TMP, ignore_errors=True)
-    return rc
 
 
 if __name__ == "__main__":
